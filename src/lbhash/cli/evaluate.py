@@ -1,0 +1,43 @@
+"""`lbhash evaluate`: all metrics of a codes file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from lbhash.cli.common import parse_int_list, parse_topk
+
+
+@click.command()
+@click.argument("codes_file", type=click.Path(path_type=Path))
+@click.option("--topk", default="all", show_default=True,
+              help="R of mAP@R: a positive integer, or 'all' for the whole database.")
+@click.option("--ks", default="100,200,300,400,500,600,700,800,900,1000", show_default=True,
+              help="Rank cut-offs K for P@K, comma-separated.")
+@click.option("--radius", default=2, show_default=True, type=int, help="Hamming radius of P@H<=r.")
+@click.option("--knn", default=100, show_default=True, type=int, help="k of the kNN classifier.")
+@click.option("--percentile", default=99.9, show_default=True, type=float,
+              help="Percentile for max D_intra (and 100 - it for min D_inter) in the lower bound.")
+@click.option("--out", type=click.Path(path_type=Path), default=None,
+              help="Where to write the metrics JSON [default: metrics.json beside CODES_FILE].")
+def evaluate(codes_file: Path, topk: str, ks: str, radius: int, knn: int, percentile: float,
+             out: Path | None) -> None:
+    """Evaluate a codes file and write metrics.json.
+
+    CODES_FILE is an .npz with query_codes and db_codes (packed uint8), query_labels and
+    db_labels (class ids or multi-hot rows) and bits.
+    """
+    from lbhash._io import write_json
+    from lbhash.codes import load_codes_file
+    from lbhash.evaluate import evaluate_codes, format_metrics
+
+    data = load_codes_file(codes_file)
+    metrics = evaluate_codes(
+        data["query_codes"], data["db_codes"], data["query_labels"], data["db_labels"],
+        bits=data["bits"], topk=parse_topk(topk), ks=parse_int_list(ks, "--ks"),
+        radius=radius, knn=knn, percentile=percentile)
+    out = out or codes_file.with_name("metrics.json")
+    write_json(out, metrics)
+    click.echo(format_metrics(metrics))
+    click.echo(f"wrote {out}")

@@ -1,0 +1,119 @@
+"""Validation at the edge of the evaluation API, and conversion to the kernels' layout."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from lbhash.codes import as_packed, as_words
+from lbhash.labels import as_multihot_pair
+
+
+@dataclass
+class Retrieval:
+    """Queries and database in kernel layout, with labels both as bitmask words and multi-hot."""
+
+    bits: int
+    db_packed: np.ndarray    # (n, bytes) uint8, for the lower bound
+    q_words: np.ndarray      # (nq, w) uint64
+    db_t: np.ndarray         # (w, n) uint64, word-major
+    q_label_words: np.ndarray   # (nq, lw) uint64
+    db_label_words: np.ndarray  # (n, lw) uint64
+    db_label_words_t: np.ndarray  # (lw, n) uint64, word-major
+    q_labels: np.ndarray     # (nq, C) bool
+    db_labels: np.ndarray    # (n, C) bool
+
+    @property
+    def n_query(self) -> int:
+        return len(self.q_words)
+
+    @property
+    def n_db(self) -> int:
+        return self.db_t.shape[1]
+
+
+def prepare(query_codes, db_codes, query_labels, db_labels, bits=None) -> Retrieval:
+    q, bits_q = as_packed(query_codes, bits, "query_codes")
+    d, bits_d = as_packed(db_codes, bits, "db_codes")
+    if bits_q != bits_d:
+        raise ValueError(f"query_codes has {bits_q} bits but db_codes has {bits_d}")
+    if len(q) == 0:
+        raise ValueError("query_codes is empty (0 queries)")
+    if len(d) == 0:
+        raise ValueError("db_codes is empty (0 database items)")
+    ql, dl = as_multihot_pair(query_labels, db_labels, ("query_labels", "db_labels"))
+    if len(ql) != len(q):
+        raise ValueError(f"query_labels has {len(ql)} rows but query_codes has {len(q)}")
+    if len(dl) != len(d):
+        raise ValueError(f"db_labels has {len(dl)} rows but db_codes has {len(d)}")
+    db_label_words = label_words(dl)
+    return Retrieval(
+        bits=bits_q,
+        db_packed=d,
+        q_words=as_words(q),
+        db_t=np.ascontiguousarray(as_words(d).T),
+        q_label_words=label_words(ql),
+        db_label_words=db_label_words,
+        db_label_words_t=np.ascontiguousarray(db_label_words.T),
+        q_labels=ql,
+        db_labels=dl,
+    )
+
+
+def label_words(multihot: np.ndarray) -> np.ndarray:
+    """Multi-hot rows as uint64 bitmasks: two items share a label iff their AND is non-zero."""
+    if multihot.shape[1] == 0:
+        return np.zeros((len(multihot), 1), dtype=np.uint64)
+    return as_words(np.packbits(multihot, axis=1, bitorder="little"))
+
+
+def check_topk(topk, n_db: int) -> int:
+    """Number of ranked items to use: None means the whole database; more is capped at it."""
+    if topk is None:
+        return n_db
+    if isinstance(topk, bool) or not isinstance(topk, (int, np.integer)):
+        raise ValueError(f"topk must be a positive integer or None (whole database), got {topk!r}")
+    if topk <= 0:
+        raise ValueError(f"topk must be a positive integer or None (whole database), got {topk}")
+    return int(min(topk, n_db))
+
+
+def check_positive_int(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def num_threads() -> int:
+    """Worker threads for the kernels: LBHASH_NUM_THREADS, else the CPUs this process may use."""
+    env = os.environ.get("LBHASH_NUM_THREADS")
+    if env:
+        try:
+            value = int(env)
+        except ValueError:
+            raise ValueError(f"LBHASH_NUM_THREADS must be a positive integer, got {env!r}") from None
+        return check_positive_int(value, "LBHASH_NUM_THREADS")
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def for_query_ranges(n: int, work: Callable[[int, int], None]) -> None:
+    """Call work(start, stop) over ranges covering [0, n), in parallel threads.
+
+    The kernels release the GIL, so threads run truly in parallel.
+    """
+    threads = min(num_threads(), n)
+    if threads <= 1:
+        work(0, n)
+        return
+    step = max(1, -(-n // (threads * 4)))  # a few ranges per thread to balance the load
+    ranges = [(s, min(n, s + step)) for s in range(0, n, step)]
+    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+        for future in [pool.submit(work, a, b) for a, b in ranges]:
+            future.result()

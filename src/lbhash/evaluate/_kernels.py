@@ -1,0 +1,307 @@
+"""Numba kernels for ranking by Hamming distance (SPEC §6).
+
+Every kernel handles a chunk of queries against the whole database and releases the GIL, so
+chunks run in parallel threads. Distances are integers in [0, 64 * words], so a ranking is a
+counting sort: histogram the distances, find the bucket where the top T is reached, and order
+only the items up to that bucket (stable: ties keep database order).
+
+Shapes: q_words (nq, w) uint64; db_t (w, n) uint64, word-major so the distance loop
+vectorises; label words (., lw) uint64 bitmasks of the multi-hot labels.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+_M1 = np.uint64(0x5555555555555555)
+_M2 = np.uint64(0x3333333333333333)
+_M4 = np.uint64(0x0F0F0F0F0F0F0F0F)
+_H01 = np.uint64(0x0101010101010101)
+
+
+@njit(inline="always", cache=True)
+def _popcount64(x):
+    # LLVM turns this into vectorised popcount instructions.
+    x = x - ((x >> np.uint64(1)) & _M1)
+    x = (x & _M2) + ((x >> np.uint64(2)) & _M2)
+    x = (x + (x >> np.uint64(4))) & _M4
+    return (x * _H01) >> np.uint64(56)
+
+
+@njit(nogil=True, cache=True)
+def _fill_distances(q_row, db_t, dist):
+    words, n = db_t.shape
+    q0 = q_row[0]
+    for j in range(n):
+        dist[j] = _popcount64(q0 ^ db_t[0, j])
+    for k in range(1, words):
+        qk = q_row[k]
+        for j in range(n):
+            dist[j] += _popcount64(qk ^ db_t[k, j])
+
+
+@njit(inline="always", cache=True)
+def _relevant(q_lab, db_lab, j):
+    for k in range(q_lab.shape[0]):
+        if q_lab[k] & db_lab[j, k]:
+            return 1
+    return 0
+
+
+@njit(nogil=True, cache=True)
+def _guess_cutoff(dist, top, sample_hist):
+    """A distance that very likely reaches the top `top`, from a strided sample of ~16k items.
+
+    Only a guess: `_rank` checks it against the exact histogram and redoes the pass if low.
+    """
+    n = dist.shape[0]
+    stride = max(1, n // 16384)
+    sample_hist[:] = 0
+    taken = 0
+    for j in range(0, n, stride):
+        sample_hist[dist[j]] += 1
+        taken += 1
+    need = top * taken / n
+    need = 1.1 * need + 3.0 * math.sqrt(need) + 1.0
+    last = sample_hist.shape[0] - 1
+    cum = 0
+    for d in range(last + 1):
+        cum += sample_hist[d]
+        if cum >= need:
+            return d
+    return last
+
+
+@njit(nogil=True, cache=True)
+def _collect_within(dist, limit, masks, cand):
+    """Write, in index order, the items at distance <= limit into cand; return their count.
+
+    Comparisons are packed into one 64-bit mask per 64 items (a vectorised loop), then the
+    set bits are read out: no branch per item, so no mispredictions at low hit rates.
+    """
+    n = dist.shape[0]
+    full = n // 64
+    for b in range(full):
+        mask = np.uint64(0)
+        base = b * 64
+        for k in range(64):
+            mask |= np.uint64(dist[base + k] <= limit) << np.uint64(k)
+        masks[b] = mask
+    m = 0
+    for b in range(full):
+        mask = masks[b]
+        while mask:
+            cand[m] = b * 64 + _popcount64((mask & -mask) - np.uint64(1))  # lowest set bit
+            m += 1
+            mask &= mask - np.uint64(1)
+    for j in range(full * 64, n):
+        if dist[j] <= limit:
+            cand[m] = j
+            m += 1
+    return m
+
+
+@njit(nogil=True, cache=True)
+def _rank(q_row, db_t, top, dist, hist, masks, cand, offsets, order):
+    """Rank the database for one query: order[:top] gets the nearest items, ties by index.
+
+    A counting sort restricted to the head of the ranking: collect the items within a
+    guessed cutoff distance, histogram only those, and sort only those. If the guess falls
+    short of `top` items, the full histogram gives the exact cutoff and we collect again.
+    Returns (cutoff, m): the distance of the last bucket reached and the number of
+    collected items cand[:m] (index order), which include every item at distance <= cutoff
+    and maybe farther ones, which callers skip. hist[d] is exact for d <= cutoff.
+    """
+    _fill_distances(q_row, db_t, dist)
+    nbins = hist.shape[0]
+    limit = _guess_cutoff(dist, top, hist)
+    m = _collect_within(dist, limit, masks, cand)
+    if m < top:  # rare: the sample misled the guess
+        hist[:] = 0
+        for j in range(dist.shape[0]):
+            hist[dist[j]] += 1
+        cum = 0
+        for d in range(nbins):
+            cum += hist[d]
+            if cum >= top:
+                limit = d
+                break
+        m = _collect_within(dist, limit, masks, cand)
+    hist[:] = 0
+    for c in range(m):
+        hist[dist[cand[c]]] += 1
+    cum = 0
+    cutoff = limit
+    for d in range(limit + 1):
+        offsets[d] = cum
+        cum += hist[d]
+        if cum >= top:
+            cutoff = d
+            break
+    # Branch-free placement: items past the cutoff go to a spare bucket, and positions past
+    # `top` to the spare slot order[top] (unpredictable branches cost more than the stores).
+    spare = nbins
+    offsets[spare] = top
+    for c in range(m):
+        j = cand[c]
+        d = dist[j]
+        b = d if d <= cutoff else spare
+        p = offsets[b]
+        order[min(p, top)] = j
+        offsets[b] = p + 1
+    return cutoff, m
+
+
+@njit(cache=True)
+def _group_sums(before, size):
+    """h1 = sum_{p=1..size} 1/(before+p) and h2 = sum_{p=1..size} (p-1)/(before+p)."""
+    h1 = 0.0
+    h2 = 0.0
+    for p in range(1, size + 1):
+        inv = 1.0 / (before + p)
+        h1 += inv
+        h2 += (p - 1) * inv
+    return h1, h2
+
+
+@njit(cache=True)
+def _group_expected_sum(before, rel_before, size, rel, h1, h2):
+    """Expected sum of precisions at the relevant positions of a tie group.
+
+    The group holds `size` items, `rel` of them relevant, in uniformly random order, after
+    `before` items of which `rel_before` are relevant (McSherry & Najork, ECIR 2008).
+    """
+    if rel == 0:
+        return 0.0
+    if size == 1:
+        return (rel_before + 1.0) / (before + 1.0)
+    return rel / size * ((rel_before + 1.0) * h1 + (rel - 1.0) / (size - 1.0) * h2)
+
+
+@njit(cache=True)
+def _log_choose(a, b):
+    return math.lgamma(a + 1.0) - math.lgamma(b + 1.0) - math.lgamma(a - b + 1.0)
+
+
+@njit(cache=True)
+def _tie_averaged_ap(hist, rhist, cutoff, top):
+    """Exact expectation of AP@top over random orders inside tied distances.
+
+    Buckets before the cutoff are taken whole. From the cutoff bucket only m = top - before
+    items are taken; the number X of relevant ones among them is hypergeometric, and AP
+    divides by the (random) number of relevant items retrieved, so we sum over X exactly.
+    """
+    before = 0
+    rel_before = 0
+    s_before = 0.0
+    for d in range(cutoff):
+        size = hist[d]
+        if size > 0:
+            h1, h2 = _group_sums(before, size)
+            s_before += _group_expected_sum(before, rel_before, size, rhist[d], h1, h2)
+            before += size
+            rel_before += rhist[d]
+    size = hist[cutoff]
+    rel = rhist[cutoff]
+    m = top - before
+    h1, h2 = _group_sums(before, m)
+    log_total = _log_choose(size, m)
+    ap = 0.0
+    for x in range(max(0, m - (size - rel)), min(rel, m) + 1):
+        if rel_before + x == 0:
+            continue
+        px = math.exp(_log_choose(rel, x) + _log_choose(size - rel, m - x) - log_total)
+        s_last = _group_expected_sum(before, rel_before, m, x, h1, h2)
+        ap += px * (s_before + s_last) / (rel_before + x)
+    return ap
+
+
+@njit(nogil=True, cache=True)
+def average_precision_chunk(q_words, db_t, q_labels, db_labels, top, ap_index, ap_average):
+    """AP@top per query with stable ties (ap_index), and tie-averaged (ap_average, if sized)."""
+    n = db_t.shape[1]
+    nbins = 64 * db_t.shape[0] + 1
+    dist = np.empty(n, np.uint16)
+    hist = np.empty(nbins, np.int64)
+    rhist = np.empty(nbins, np.int64)
+    masks = np.empty(n // 64 + 1, np.uint64)
+    offsets = np.empty(nbins + 1, np.int64)
+    cand = np.empty(n, np.int32)
+    order = np.empty(top + 1, np.int64)
+    want_average = ap_average.shape[0] > 0
+    for i in range(q_words.shape[0]):
+        q_lab = q_labels[i]
+        cutoff, m = _rank(q_words[i], db_t, top, dist, hist, masks, cand, offsets, order)
+        hits = 0
+        total = 0.0
+        for p in range(top):  # branch-free: relevance is unpredictable
+            rel = _relevant(q_lab, db_labels, order[p])
+            hits += rel
+            total += rel * hits / (p + 1.0)
+        ap_index[i] = total / hits if hits > 0 else 0.0
+        if want_average:
+            rhist[: cutoff + 1] = 0
+            for c in range(m):
+                j = cand[c]
+                if dist[j] <= cutoff:
+                    rhist[dist[j]] += _relevant(q_lab, db_labels, j)
+            ap_average[i] = _tie_averaged_ap(hist, rhist, cutoff, top)
+
+
+@njit(nogil=True, cache=True)
+def top_ranked_chunk(q_words, db_t, top, out_index, out_dist):
+    """Indices and distances of the `top` nearest items per query, ties in index order."""
+    n = db_t.shape[1]
+    nbins = 64 * db_t.shape[0] + 1
+    dist = np.empty(n, np.uint16)
+    hist = np.empty(nbins, np.int64)
+    masks = np.empty(n // 64 + 1, np.uint64)
+    offsets = np.empty(nbins + 1, np.int64)
+    cand = np.empty(n, np.int32)
+    order = np.empty(top + 1, np.int64)
+    for i in range(q_words.shape[0]):
+        _rank(q_words[i], db_t, top, dist, hist, masks, cand, offsets, order)
+        for p in range(top):
+            out_index[i, p] = order[p]
+            out_dist[i, p] = dist[order[p]]
+
+
+@njit(nogil=True, cache=True)
+def radius_counts_chunk(q_words, db_t, q_labels, db_labels_t, out_hist, out_rhist):
+    """Per query and distance d: number of database items, and of relevant ones, at d.
+
+    db_labels_t is the label bitmask word-major (lw, n), so that the relevance pass
+    vectorises; each item's key 2 * distance + relevant is then histogrammed once.
+    """
+    n = db_t.shape[1]
+    nbins = out_hist.shape[1]
+    dist = np.empty(n, np.uint16)
+    key = np.empty(n, np.uint16)
+    scratch = np.empty((4, 2 * nbins), np.int64)
+    for i in range(q_words.shape[0]):
+        _fill_distances(q_words[i], db_t, dist)
+        for j in range(n):
+            key[j] = dist[j] << 1
+        for k in range(q_labels.shape[1]):
+            qk = q_labels[i, k]
+            for j in range(n):
+                key[j] |= np.uint16((db_labels_t[k, j] & qk) != 0)
+        # four interleaved histograms avoid store-to-load stalls on repeated keys
+        scratch[:] = 0
+        m = n - n % 4
+        for j in range(0, m, 4):
+            scratch[0, key[j]] += 1
+            scratch[1, key[j + 1]] += 1
+            scratch[2, key[j + 2]] += 1
+            scratch[3, key[j + 3]] += 1
+        for j in range(m, n):
+            scratch[0, key[j]] += 1
+        for d in range(nbins):
+            far = scratch[0, 2 * d] + scratch[1, 2 * d] + scratch[2, 2 * d] + scratch[3, 2 * d]
+            near = (scratch[0, 2 * d + 1] + scratch[1, 2 * d + 1] + scratch[2, 2 * d + 1]
+                    + scratch[3, 2 * d + 1])
+            out_hist[i, d] = far + near
+            out_rhist[i, d] = near

@@ -1,0 +1,94 @@
+"""All metrics of a query/database pair at once, as a JSON-ready dict and a readable table."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from lbhash.evaluate._inputs import check_positive_int, check_topk, prepare
+from lbhash.evaluate.bound import lower_bound
+from lbhash.evaluate.retrieval import (
+    DEFAULT_KS,
+    average_precisions,
+    knn_vote_accuracy,
+    pr_curve,
+    precision_recall_at_k,
+    radius_precision,
+)
+
+
+def evaluate_codes(query_codes, db_codes, query_labels, db_labels, bits: int | None = None,
+                   topk: int | None = None, ks: Sequence[int] = DEFAULT_KS, radius: int = 2,
+                   knn: int = 100, percentile: float = 99.9) -> dict[str, Any]:
+    """Every metric of SPEC §6 for one query/database pair; the lower bound is on the database.
+
+    Floats that JSON cannot hold are stored as strings ("inf") or null (NaN).
+    """
+    inp = prepare(query_codes, db_codes, query_labels, db_labels, bits)
+    top = check_topk(topk, inp.n_db)
+    knn = check_positive_int(knn, "knn")
+    ap_index, ap_average = average_precisions(inp, top, tie_average=True)
+    at_k = precision_recall_at_k(inp, np.asarray(ks))
+    curve = pr_curve(inp)
+    ball = radius_precision(curve, radius)
+    bound = lower_bound(inp.db_packed, inp.db_labels, percentile, inp.bits)
+    metrics = {
+        "bits": inp.bits,
+        "n_query": inp.n_query,
+        "n_db": inp.n_db,
+        "topk": "all" if topk is None else int(topk),
+        "map": float(ap_index.mean()),
+        "map_tie_averaged": float(ap_average.mean()),
+        "precision_at_k": {"k": at_k.ks, "precision": at_k.precision, "recall": at_k.recall},
+        "precision_within_radius": {"radius": int(radius), "precision": ball.precision,
+                                    "empty_fraction": ball.empty_fraction},
+        "knn_accuracy": {"k": knn, "accuracy": knn_vote_accuracy(inp, knn)},
+        "lower_bound": {"percentile": float(percentile), "min_inter": bound.min_inter,
+                        "max_intra": bound.max_intra, "ratio": bound.ratio},
+        "pr_curve": {"radius": curve.radius, "precision": curve.precision,
+                     "recall": curve.recall, "retrieved_fraction": curve.retrieved_fraction},
+    }
+    return jsonable(metrics)
+
+
+def jsonable(obj: Any) -> Any:
+    """Arrays to lists, NaN to None, infinities to "inf"/"-inf"."""
+    if isinstance(obj, dict):
+        return {k: jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, np.ndarray)):
+        return [jsonable(v) for v in np.asarray(obj).tolist()] if isinstance(obj, np.ndarray) \
+            else [jsonable(v) for v in obj]
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float):
+        if math.isnan(obj):
+            return None
+        if math.isinf(obj):
+            return "inf" if obj > 0 else "-inf"
+    return obj
+
+
+def format_metrics(metrics: dict[str, Any]) -> str:
+    """A plain-text table of the headline numbers of `evaluate_codes`."""
+    r = metrics["topk"]
+    ball = metrics["precision_within_radius"]
+    knn = metrics["knn_accuracy"]
+    lb = metrics["lower_bound"]
+    ratio = lb["ratio"]
+    ratio_text = "inf (max D_intra = 0)" if ratio == "inf" else f"{ratio:.4f}"
+    rows = [
+        ("codes", f"{metrics['bits']} bits, {metrics['n_query']} queries, {metrics['n_db']} database items"),
+        (f"mAP@{r} (ties by index)", f"{metrics['map']:.4f}"),
+        (f"mAP@{r} (tie-averaged)", f"{metrics['map_tie_averaged']:.4f}"),
+        (f"P@H<={ball['radius']}", f"{ball['precision']:.4f}  (empty balls: {100 * ball['empty_fraction']:.1f}%)"),
+        (f"kNN accuracy (k={knn['k']})", f"{knn['accuracy']:.4f}"),
+        (f"lower bound (p{lb['percentile']:g})",
+         f"min D_inter {lb['min_inter']:.2f} / max D_intra {lb['max_intra']:.2f} = {ratio_text}"),
+    ]
+    at_k = metrics["precision_at_k"]
+    for k, p in zip(at_k["k"], at_k["precision"]):
+        rows.append((f"P@{k}", f"{p:.4f}"))
+    width = max(len(name) for name, _ in rows)
+    return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)

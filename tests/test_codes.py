@@ -1,0 +1,126 @@
+import numpy as np
+import pytest
+
+from lbhash import codes as C
+
+
+def test_to_signs_maps_zero_to_plus_one():
+    np.testing.assert_array_equal(C.to_signs([[-0.5, 0.0, 2.0, -0.0]]), [[-1, 1, 1, 1]])
+
+
+def test_to_signs_rejects_nan():
+    with pytest.raises(ValueError, match="NaN"):
+        C.to_signs([[0.1, np.nan]])
+
+
+def test_pack_uses_faiss_bit_layout():
+    # bit j of a code is bit (j % 8) of byte j // 8, least significant first
+    code = -np.ones((3, 16), dtype=np.int8)
+    code[0, 0] = 1
+    code[1, 9] = 1
+    code[2, 7] = code[2, 15] = 1
+    np.testing.assert_array_equal(C.pack(code), [[1, 0], [0, 2], [128, 128]])
+
+
+@pytest.mark.parametrize("bits", [1, 7, 8, 12, 64, 100])
+def test_pack_unpack_round_trip(rng, bits):
+    codes = rng.choice(np.array([-1, 1], dtype=np.int8), size=(9, bits))
+    packed = C.pack(codes)
+    assert packed.shape == (9, (bits + 7) // 8) and packed.dtype == np.uint8
+    np.testing.assert_array_equal(C.unpack(packed, bits), codes)
+
+
+def test_as_packed_clears_padding_bits():
+    packed = np.array([[0xFF, 0xFF]], dtype=np.uint8)
+    out, bits = C.as_packed(packed, bits=12)
+    assert bits == 12
+    np.testing.assert_array_equal(out, [[0xFF, 0x0F]])
+
+
+@pytest.mark.parametrize("bits", [8, 24, 64, 72, 130])
+def test_hamming_distance_matches_inner_product(rng, bits):
+    a = rng.choice([-1, 1], size=(13, bits))
+    b = rng.choice([-1, 1], size=(17, bits))
+    expected = (bits - a @ b.T) // 2
+    np.testing.assert_array_equal(C.hamming_distance(a, b), expected)
+    np.testing.assert_array_equal(C.hamming_distance(C.pack(a), C.pack(b), bits=bits), expected)
+
+
+def test_hamming_distance_chunks_do_not_change_the_result(rng, monkeypatch):
+    a = rng.choice([-1, 1], size=(50, 64))
+    b = rng.choice([-1, 1], size=(40, 64))
+    full = C.hamming_distance(a, b)
+    monkeypatch.setattr(C, "_CHUNK_BYTES", 8)  # one row of a per chunk
+    np.testing.assert_array_equal(C.hamming_distance(a, b), full)
+
+
+def test_popcount(rng):
+    codes = rng.choice([-1, 1], size=(6, 40))
+    np.testing.assert_array_equal(C.popcount(codes), (codes > 0).sum(axis=1))
+
+
+def test_class_centers_single_label_majority_ties_to_plus_one():
+    codes = np.array([[1, 1, -1, -1],
+                      [1, -1, -1, 1],
+                      [-1, -1, 1, 1],
+                      [-1, -1, -1, 1]])
+    labels = np.array([0, 0, 1, 1])
+    centers, counts = C.class_centers(codes, labels)
+    # class 0: bits 2 and 4 tie (1 vs 1) -> +1; class 1: bit 3 ties -> +1
+    np.testing.assert_array_equal(centers, [[1, 1, -1, 1], [-1, -1, 1, 1]])
+    np.testing.assert_array_equal(counts, [2, 2])
+
+
+def test_class_centers_multilabel_counts_item_in_each_class():
+    codes = np.array([[1, 1], [-1, 1], [-1, -1]])
+    labels = np.array([[1, 1], [1, 0], [0, 1]])
+    centers, counts = C.class_centers(codes, labels)
+    # class 0 = items 0, 1 -> bit 0 ties -> +1, bit 1 +1; class 1 = items 0, 2 -> ties -> +1, +1
+    np.testing.assert_array_equal(centers, [[1, 1], [1, 1]])
+    np.testing.assert_array_equal(counts, [2, 2])
+
+
+@pytest.mark.parametrize("bad, message", [
+    (np.array([[1, 0, -1]]), r"found 0 at row 0, column 1"),
+    (np.array([[1.0, np.nan]]), r"found nan at row 0, column 1"),
+    (np.array([[1, 2]]), r"found 2"),
+])
+def test_sign_codes_validation_names_value(bad, message):
+    with pytest.raises(ValueError, match=message):
+        C.as_packed(bad, name="query_codes")
+
+
+def test_packed_codes_need_bits():
+    with pytest.raises(ValueError, match="query_codes is packed uint8 but bits= was not given"):
+        C.as_packed(np.zeros((2, 8), dtype=np.uint8), name="query_codes")
+
+
+def test_packed_width_must_match_bits():
+    with pytest.raises(ValueError, match="8 bytes per code, but bits=16 needs 2"):
+        C.as_packed(np.zeros((2, 8), dtype=np.uint8), bits=16, name="db_codes")
+
+
+def test_codes_file_round_trip(tmp_path, rng):
+    q = rng.choice([-1, 1], size=(4, 12))
+    d = rng.choice([-1, 1], size=(6, 12))
+    path = tmp_path / "codes.npz"
+    C.save_codes_file(path, q, d, [0, 1, 0, 1], [1, 1, 0, 0, 1, 0])
+    data = C.load_codes_file(path)
+    assert data["bits"] == 12
+    np.testing.assert_array_equal(C.unpack(data["query_codes"], 12), q)
+    np.testing.assert_array_equal(C.unpack(data["db_codes"], 12), d)
+    assert not list(tmp_path.glob(".*tmp"))  # no temporary file left behind
+
+
+def test_codes_file_missing_key_names_file_and_key(tmp_path):
+    path = tmp_path / "bad.npz"
+    np.savez(path, query_codes=np.zeros((1, 1), np.uint8), bits=8)
+    with pytest.raises(ValueError, match=r"bad\.npz: missing key\(s\) db_codes, query_labels, db_labels"):
+        C.load_codes_file(path)
+
+
+def test_codes_file_refuses_pickled_objects(tmp_path):
+    path = tmp_path / "obj.npz"
+    np.savez(path, query_codes=np.array([{"a": 1}], dtype=object))
+    with pytest.raises(ValueError, match="cannot read safely"):
+        C.load_codes_file(path)
