@@ -19,7 +19,7 @@ def test_version():
     assert result.exit_code == 0 and __version__ in result.output
 
 
-@pytest.mark.parametrize("command", [[], ["evaluate"], ["demo"]])
+@pytest.mark.parametrize("command", [[], ["evaluate"], ["demo"], ["train"], ["centers"], ["toy-mvb"]])
 def test_help_for_every_command(command):
     result = run(*command, "--help")
     assert result.exit_code == 0 and "Usage:" in result.output
@@ -84,10 +84,12 @@ def test_evaluate_mismatched_bits_in_file(tmp_path):
     _one_line_error(run("evaluate", str(path)), "db_codes", "bits=16 needs 2")
 
 
-def test_demo_runs_and_labels_its_baseline(tmp_path):
-    result = run("demo", "--out", str(tmp_path))
+def test_demo_trains_both_variants_and_prints_table(tmp_path):
+    result = run("demo", "--out", str(tmp_path), "--bits", "16", "--epochs", "2")
     assert result.exit_code == 0, result.output
-    assert "BASELINE" in result.output
-    for bits in (16, 32, 64):
-        metrics = json.loads((tmp_path / f"pca{bits}" / "metrics.json").read_text())
-        assert metrics["bits"] == bits and 0 < metrics["map"] <= 1
+    row = [line for line in result.output.splitlines() if line.strip().startswith("16 ")]
+    assert len(row) == 1 and len(row[0].split()) == 7
+    for name in ("csq", "csq_D"):
+        metrics = json.loads((tmp_path / f"{name.lower()}-16bits" / "metrics.json").read_text())
+        assert metrics["bits"] == 16 and 0 < metrics["map"] <= 1
+        assert metrics["run"]["variant"] == name

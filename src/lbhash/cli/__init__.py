@@ -5,9 +5,12 @@ from __future__ import annotations
 import click
 
 from lbhash import __version__
+from lbhash.cli.centers import centers
 from lbhash.cli.common import LbhashGroup
 from lbhash.cli.demo import demo
 from lbhash.cli.evaluate import evaluate
+from lbhash.cli.toy import toy_mvb
+from lbhash.cli.train import train
 
 
 @click.group(cls=LbhashGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -16,5 +19,5 @@ def main() -> None:
     """Learn, evaluate and search binary hash codes (lower-bound objective, NeurIPS 2022)."""
 
 
-main.add_command(evaluate)
-main.add_command(demo)
+for command in (train, evaluate, centers, toy_mvb, demo):
+    main.add_command(command)

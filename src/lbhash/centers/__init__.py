@@ -1,0 +1,39 @@
+"""Class centers: C codewords of `bits` bits with a large minimum Hamming distance (SPEC §3).
+
+    centers = generate_centers(64, 100)            # kind="auto": best of the generators below
+    centers, kind = select_centers(48, 100)        # ... and which kind won
+    center_report(centers, kind)                   # min / mean distance, Plotkin bound
+
+Kinds: hadamard (rows of [H; -H]), bch (extended binary BCH codes, shortened/punctured,
+greedy max-min pick), reed_solomon (binary images of shortened RS codes, same pick), random
+(best of up to 1000 uniform draws) and auto. Results are cached on disk, see `cache_dir`.
+galois is imported only when a bch or reed_solomon set has to be built.
+"""
+
+from lbhash.centers._algebraic import bch_centers, reed_solomon_centers
+from lbhash.centers._cache import cache_dir
+from lbhash.centers._generate import (
+    AUTO_ORDER,
+    CENTER_KINDS,
+    CenterReport,
+    center_report,
+    generate_centers,
+    plotkin_bound,
+    select_centers,
+)
+from lbhash.centers._simple import hadamard_centers, random_centers
+
+__all__ = [
+    "AUTO_ORDER",
+    "CENTER_KINDS",
+    "CenterReport",
+    "bch_centers",
+    "cache_dir",
+    "center_report",
+    "generate_centers",
+    "hadamard_centers",
+    "plotkin_bound",
+    "random_centers",
+    "reed_solomon_centers",
+    "select_centers",
+]

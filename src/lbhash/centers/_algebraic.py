@@ -1,0 +1,160 @@
+"""BCH and Reed-Solomon center sets (SPEC §3), built with `galois` and picked greedily.
+
+Both follow the same plan: list a few binary linear codes of length `bits` with at most 2^16
+codewords, enumerate each, pick `classes` codewords by farthest-first search and keep the
+set with the largest minimum distance. galois is imported here, lazily: its first import
+and the first code over each field cost seconds.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from typing import Iterator
+
+import numpy as np
+
+from lbhash.centers._greedy import MAX_DIMENSION, enumerate_code, greedy_max_min, words_to_signs
+
+
+def bch_centers(bits: int, classes: int) -> np.ndarray:
+    """Best greedy pick from extended binary BCH codes, shortened and/or punctured to `bits`."""
+    m = max(2, math.ceil(math.log2(bits)))
+    best = _best_pick(_bch_generators(bits, classes, m), bits, classes)
+    if best is None:  # too few codewords: shorten codes of the next length instead
+        best = _best_pick(_bch_generators(bits, classes, m + 1), bits, classes)
+    if best is None:
+        raise ValueError(
+            f"bch centers need a BCH code of length {bits} with at least {classes} distinct "
+            f"codewords and dimension <= {MAX_DIMENSION}, got bits={bits}, classes={classes}")
+    return best
+
+
+def reed_solomon_centers(bits: int, classes: int) -> np.ndarray:
+    """Best greedy pick from binary images of shortened Reed-Solomon codes over GF(2^m)."""
+    best = None
+    m = reed_solomon_field(bits, classes)
+    if m is not None:
+        best = _best_pick(_rs_generators(bits, classes, m), bits, classes)
+    if best is None:
+        raise ValueError(
+            f"reed_solomon centers need a shortened RS code over GF(2^m), m <= 8, with "
+            f"ceil(bits/m) <= 2^m - 1 symbols and at least `classes` distinct codewords "
+            f"(k*m <= {MAX_DIMENSION}), got bits={bits}, classes={classes}")
+    return best
+
+
+def _best_pick(generators: Iterator[np.ndarray], bits: int, classes: int) -> np.ndarray | None:
+    """Greedy pick over each candidate code; keep the first one with the largest min distance."""
+    best_words, best_dist = None, 0
+    for gen in generators:
+        words = enumerate_code(gen)
+        result = greedy_max_min(words, classes, stop_at=best_dist)
+        if result is not None:
+            picked, dist = result
+            best_words, best_dist = words[picked], dist
+    return None if best_words is None else words_to_signs(best_words, bits)
+
+
+# --- BCH -----------------------------------------------------------------------------------
+
+def bch_dimensions(m: int) -> dict[int, int]:
+    """{k: design distance} of the narrow-sense binary BCH codes of length n = 2^m - 1.
+
+    A code with design distance delta has the zeros alpha^1..alpha^(delta-1) and, with them,
+    their cyclotomic cosets; k = n - (number of zeros). Each k gets its largest delta (the
+    Bose distance). Ascending k. Design distance 1 (no zeros, k = n) is the whole space,
+    whose extension is the even-weight code: the fallback for many classes on few bits.
+    """
+    n = (1 << m) - 1
+    zeros: set[int] = set()
+    dims: dict[int, int] = {n: 1}
+    for delta in range(2, n + 1):
+        i = delta - 1
+        while i not in zeros:  # add the cyclotomic coset of i
+            zeros.add(i)
+            i = 2 * i % n
+        dims[n - len(zeros)] = delta
+    return {k: dims[k] for k in sorted(dims) if k >= 1}
+
+
+@lru_cache(maxsize=None)
+def _bch_generator(n: int, k: int, delta: int) -> np.ndarray:
+    # The two ends of the family need no field arithmetic (nor galois' compile time).
+    if k == n:
+        return np.eye(n, dtype=np.uint8)
+    if k == 1:
+        return np.ones((1, n), dtype=np.uint8)  # repetition code, design distance n
+    import galois  # heavy: only when BCH centers are asked for
+
+    # By design distance: galois.BCH(n, k) searches over distances, slowly for small k.
+    code = galois.BCH(n, d=delta)
+    if code.k != k:
+        raise RuntimeError(f"galois.BCH({n}, d={delta}) has k={code.k}, expected {k}")
+    # galois' systematic form is [I_k | P], which makes shortening a slice.
+    return np.asarray(code.G.view(np.ndarray), dtype=np.uint8)
+
+
+def _bch_generators(bits: int, classes: int, m: int) -> Iterator[np.ndarray]:
+    """Generator matrices of length `bits`: eBCH(2^m, k) shortened by s, punctured by p.
+
+    m is first the smallest with 2^m >= bits. Shortening keeps the min distance and costs s
+    dimensions; puncturing keeps the dimension and may cost p in distance. We try pure
+    puncturing, pure shortening, and the two splits where the enumerated dimension is 16
+    or just enough for `classes`. Small k (large BCH distance) comes first, so that the
+    greedy search can prune the rest early.
+    """
+    n = (1 << m) - 1
+    excess = n + 1 - bits
+    need = max(1, math.ceil(math.log2(classes)))
+    for k, delta in bch_dimensions(m).items():
+        splits = sorted({0, excess, k - MAX_DIMENSION, k - need})
+        valid = [s for s in splits if 0 <= s <= excess and need <= k - s <= MAX_DIMENSION]
+        if not valid:
+            continue
+        gen = _bch_generator(n, k, delta)
+        extended = np.concatenate([gen, gen.sum(axis=1, keepdims=True) % 2], axis=1)
+        for s in valid:
+            # shorten: messages whose first s bits are 0, with those s positions dropped;
+            # puncture: drop the last columns (overall parity first, then parity checks).
+            yield extended[s:, s: s + bits]
+
+
+# --- Reed-Solomon --------------------------------------------------------------------------
+
+def reed_solomon_field(bits: int, classes: int) -> int | None:
+    """m of the field GF(2^m) used for `bits`: the smallest m >= 4 (or, for short codes, any
+    m >= 2) whose RS length 2^m - 1 holds ceil(bits/m) symbols, with a dimension k < that
+    length, 2^(k*m) >= classes and k*m <= 16. One field only: each costs galois seconds."""
+    for m in [4, 5, 6, 7, 8, 3, 2]:
+        symbols = math.ceil(bits / m)
+        if symbols < 2 or symbols > (1 << m) - 1:
+            continue
+        if any(k * m >= math.log2(classes) for k in range(1, min(symbols, MAX_DIMENSION // m + 1))):
+            return m
+    return None
+
+
+@lru_cache(maxsize=None)
+def _rs_binary_generator(m: int, symbols: int, k: int) -> np.ndarray:
+    """Binary generator (k*m, symbols*m) of RS(2^m - 1, k) shortened to `symbols` symbols."""
+    import galois  # heavy: only when Reed-Solomon centers are asked for
+
+    n = (1 << m) - 1
+    s = n - symbols
+    code = galois.ReedSolomon(n, k + s)
+    field = code.field
+    short = code.G[s:, s:]  # systematic [I | P]: shortening is a slice
+    alpha = field.primitive_element
+    # The code is GF(2)-linear in its binary image; alpha^j * row (j < m) span it.
+    rows = [((alpha ** j) * short[i]).vector().reshape(-1) for i in range(k) for j in range(m)]
+    return np.asarray(np.stack(rows).view(np.ndarray), dtype=np.uint8)
+
+
+def _rs_generators(bits: int, classes: int, m: int) -> Iterator[np.ndarray]:
+    symbols = math.ceil(bits / m)
+    for k in range(1, min(symbols, MAX_DIMENSION // m + 1)):
+        if k * m < math.log2(classes):
+            continue
+        # The binary image has symbols*m >= bits positions; puncture the last ones.
+        yield _rs_binary_generator(m, symbols, k)[:, :bits]

@@ -1,0 +1,224 @@
+"""Train / query / database splits (SPEC §7), drawn with an explicit seed and saved with a run.
+
+A protocol is named ("cifar10", "cifar10-1", "cifar10-2", "digits", "given") or parametrised
+("per-class:T,Q", "per-class:T,Q,+train", "random:T,Q"). Per-class protocols shuffle each
+class with the seed and take its first T items for training and the next Q as queries.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from lbhash import _io
+from lbhash.labels import as_multihot
+
+SPLIT_FORMAT = "lbhash-split/1"
+
+
+@dataclass(frozen=True)
+class ProtocolSpec:
+    """A parsed protocol: how many items per class (or in all) go where."""
+
+    name: str
+    kind: str                     # "per-class", "given" or "random"
+    train: int = 0                # per class for "per-class", in all for "random"
+    query: int = 0
+    include_train: bool = False   # the database holds the training items too
+    topk: int | None = None       # default R of mAP@R (None = the whole database)
+
+
+_NAMED = {
+    # the paper's CIFAR-10 protocol: 5,000 / 1,000 / 54,000
+    "cifar10": ProtocolSpec("cifar10", "per-class", 500, 100, False, 54000),
+    # DeepHash benchmark variants: database includes train (59,000); the file's own split
+    "cifar10-1": ProtocolSpec("cifar10-1", "per-class", 500, 100, True, 54000),
+    "cifar10-2": ProtocolSpec("cifar10-2", "given", topk=54000),
+    # the embedded default: digits has 174..183 items per class
+    "digits": ProtocolSpec("digits", "per-class", 100, 30, True, None),
+    "given": ProtocolSpec("given", "given"),
+}
+PROTOCOLS = tuple(_NAMED)
+PARAMETRIC_PROTOCOLS = ("per-class:T,Q", "per-class:T,Q,+train", "random:T,Q")
+_PARAMETRIC = re.compile(r"^(per-class|random):(\d+),(\d+)(,\+train)?$")
+
+
+@dataclass
+class Split:
+    """Indices (int64, sorted ascending) into a data set for each part of a protocol."""
+
+    train: np.ndarray
+    query: np.ndarray
+    database: np.ndarray
+    protocol: str
+    seed: int
+    topk: int | None
+    num_items: int | None = None  # size of the data set it was drawn from, when known
+
+    def __post_init__(self) -> None:
+        for part in ("train", "query", "database"):
+            setattr(self, part, np.asarray(getattr(self, part), dtype=np.int64))
+
+    def sizes(self) -> dict[str, int]:
+        return {"train": len(self.train), "query": len(self.query), "database": len(self.database)}
+
+    def describe(self) -> str:
+        r = "all" if self.topk is None else self.topk
+        return (f"{self.protocol} (seed {self.seed}): {len(self.train)} train, {len(self.query)} query, "
+                f"{len(self.database)} database, default mAP@{r}")
+
+    def check(self, num_items: int, name: str = "data set") -> None:
+        """Raise if this split does not fit a data set of `num_items` items."""
+        if self.num_items is not None and self.num_items != num_items:
+            raise ValueError(f"split {self.protocol!r} was drawn from {self.num_items} items but {name} has {num_items}")
+        for part in ("train", "query", "database"):
+            idx = getattr(self, part)
+            if idx.size and (idx.min() < 0 or idx.max() >= num_items):
+                raise ValueError(f"split {self.protocol!r}: {part} index out of range for {name} of {num_items} items")
+
+
+def parse_protocol(protocol: str) -> ProtocolSpec:
+    """Parse a protocol name; one-line ValueError listing the accepted forms."""
+    if not isinstance(protocol, str):
+        raise ValueError(f"protocol must be a string, got {protocol!r}")
+    text = protocol.strip()
+    if text in _NAMED:
+        return _NAMED[text]
+    m = _PARAMETRIC.match(text)
+    if m is None:
+        raise ValueError(f"unknown protocol {protocol!r} (named: {', '.join(PROTOCOLS)}; "
+                         f"or {', '.join(PARAMETRIC_PROTOCOLS)})")
+    kind, train, query, plus = m.group(1), int(m.group(2)), int(m.group(3)), m.group(4)
+    if kind == "random" and plus:
+        raise ValueError(f"protocol {protocol!r}: random: already puts the training items in the database; "
+                         "drop ',+train'")
+    if train < 1 or query < 1:
+        raise ValueError(f"protocol {protocol!r}: train and query counts must be at least 1")
+    return ProtocolSpec(text, kind, train, query, include_train=bool(plus) or kind == "random")
+
+
+def make_split(dataset, protocol: str, seed: int) -> Split:
+    """Draw the split of `protocol` over `dataset` (anything with `labels`, `is_test`, `name`).
+
+    The same seed gives the same split. Per-class protocols need single-label data.
+    """
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    seed = int(seed)
+    spec = parse_protocol(protocol)
+    name = getattr(dataset, "name", "data set")
+    labels = as_multihot(dataset.labels, f"{name}: labels")
+    n = len(labels)
+    if n == 0:
+        raise ValueError(f"protocol {spec.name!r}: {name} is empty")
+    if spec.kind == "given":
+        train, query, database = _given(dataset, spec, name)
+    elif spec.kind == "random":
+        train, query, database = _random(n, spec, seed, name)
+    else:
+        train, query, database = _per_class(labels, spec, seed, name, getattr(dataset, "class_names", None))
+    return Split(train, query, database, spec.name, seed, spec.topk, n)
+
+
+def _given(dataset, spec: ProtocolSpec, name: str):
+    is_test = getattr(dataset, "is_test", None)
+    if is_test is None:
+        raise ValueError(f"protocol {spec.name!r} needs the data set's own train/test split, but {name} has none; "
+                         "use 'per-class:T,Q' or 'random:T,Q'")
+    is_test = np.asarray(is_test, dtype=bool)
+    train, query = np.flatnonzero(~is_test), np.flatnonzero(is_test)
+    for part, idx in (("train", train), ("test", query)):
+        if idx.size == 0:
+            raise ValueError(f"protocol {spec.name!r}: the {part} part of {name}'s own split is empty")
+    return train, query, train.copy()
+
+
+def _random(n: int, spec: ProtocolSpec, seed: int, name: str):
+    # Queries first, then training items from the rest: train is a sample of the database.
+    if spec.train + spec.query > n:
+        raise ValueError(f"protocol {spec.name!r} needs at least {spec.train + spec.query} items "
+                         f"({spec.train} train + {spec.query} query), {name} has {n}")
+    perm = np.random.default_rng(seed).permutation(n)
+    query = np.sort(perm[:spec.query])
+    database = np.sort(perm[spec.query:])
+    train = np.sort(perm[spec.query:spec.query + spec.train])
+    return train, query, database
+
+
+def _per_class(labels: np.ndarray, spec: ProtocolSpec, seed: int, name: str, class_names):
+    per_item = labels.sum(axis=1)
+    hint = "use 'random:T,Q' or 'given'"
+    if (per_item > 1).any():
+        raise ValueError(f"protocol {spec.name!r} draws per class and needs single-label data, but "
+                         f"{int((per_item > 1).sum())} items of {name} have several labels; {hint}")
+    if (per_item == 0).any():
+        raise ValueError(f"protocol {spec.name!r} draws per class, but {int((per_item == 0).sum())} items of {name} "
+                         f"have no label (first: row {int(np.flatnonzero(per_item == 0)[0])}); {hint}")
+    ids = labels.argmax(axis=1)
+    counts = np.bincount(ids, minlength=labels.shape[1])
+    # Without train in the database, each class also needs one database item to be findable.
+    need = spec.train + spec.query + (0 if spec.include_train else 1)
+    short = np.flatnonzero(counts < need)
+    if short.size:
+        c = int(short[0])
+        label = f"class {c}" + (f" ({class_names[c]!r})" if class_names is not None else "")
+        parts = f"{spec.train} train + {spec.query} query" + ("" if spec.include_train else " + 1 database")
+        raise ValueError(f"protocol {spec.name!r}: {label} of {name} has {int(counts[c])} items, "
+                         f"needs at least {need} ({parts})")
+    # A random order, then grouped by class (stable): rank = position inside the class.
+    perm = np.random.default_rng(seed).permutation(len(ids))
+    order = perm[np.argsort(ids[perm], kind="stable")]
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    rank = np.arange(len(ids)) - starts[ids[order]]
+    is_train, is_query = rank < spec.train, (rank >= spec.train) & (rank < spec.train + spec.query)
+    in_db = ~is_query if spec.include_train else ~(is_train | is_query)
+    return np.sort(order[is_train]), np.sort(order[is_query]), np.sort(order[in_db])
+
+
+def save_split(path: str | os.PathLike, split: Split) -> None:
+    """Write a split to .npz atomically (no pickled objects; topk/num_items None -> -1)."""
+    _io.save_npz(path, format=np.array(SPLIT_FORMAT), train=split.train, query=split.query,
+                 database=split.database, protocol=np.array(split.protocol),
+                 seed=np.array(split.seed, dtype=np.int64),
+                 topk=np.array(-1 if split.topk is None else split.topk, dtype=np.int64),
+                 num_items=np.array(-1 if split.num_items is None else split.num_items, dtype=np.int64))
+
+
+def load_split(path: str | os.PathLike) -> Split:
+    """Read a split written by save_split, checking every part."""
+    arrays = _io.load_npz(path)
+    missing = [k for k in ("train", "query", "database", "protocol", "seed", "topk") if k not in arrays]
+    if missing:
+        raise ValueError(f"{path}: not a split file, missing {', '.join(missing)} (keys: {', '.join(arrays)})")
+    fmt = arrays.get("format")
+    if fmt is not None and str(fmt) != SPLIT_FORMAT:
+        raise ValueError(f"{path}: unsupported split format {str(fmt)!r} (expected {SPLIT_FORMAT!r})")
+    parts = {}
+    for part in ("train", "query", "database"):
+        idx = arrays[part]
+        if idx.ndim != 1 or (idx.size and idx.dtype.kind not in "iu"):
+            raise ValueError(f"{path}: {part} must be a 1-D integer array, got shape {idx.shape} dtype {idx.dtype}")
+        idx = idx.astype(np.int64)
+        if idx.size and (idx.min() < 0 or (np.diff(idx) <= 0).any()):
+            raise ValueError(f"{path}: {part} indices must be non-negative, unique and sorted ascending")
+        parts[part] = idx
+    protocol = arrays["protocol"]
+    if protocol.ndim != 0 or protocol.dtype.kind != "U":
+        raise ValueError(f"{path}: protocol must be a string")
+    scalars = {}
+    for key in ("seed", "topk", "num_items"):
+        value = arrays.get(key, np.array(-1))
+        if value.ndim != 0 or value.dtype.kind not in "iu":
+            raise ValueError(f"{path}: {key} must be an integer scalar, got shape {value.shape} dtype {value.dtype}")
+        scalars[key] = int(value)
+    if scalars["seed"] < 0:
+        raise ValueError(f"{path}: seed must be non-negative, got {scalars['seed']}")
+    split = Split(**parts, protocol=str(protocol), seed=scalars["seed"],
+                  topk=None if scalars["topk"] < 0 else scalars["topk"],
+                  num_items=None if scalars["num_items"] < 0 else scalars["num_items"])
+    if split.num_items is not None:
+        split.check(split.num_items, str(path))
+    return split

@@ -1,0 +1,116 @@
+"""Data-spec strings: `KIND`, `KIND:PATH` or `KIND:PATH?key=value&key=value`.
+
+Each kind is an entry of DATA_KINDS (kind name -> DataKind), so new sources (image folders,
+CIFAR pickles, list files) plug in with `register_data_kind` without touching the parser.
+Option values are taken literally (no %-decoding); a path may not contain '?'.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from lbhash.data.features import DEQUANTIZE_MODES, ArrayDataset, load_digits, load_features
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """A parsed data spec."""
+
+    text: str                      # the spec as given, for messages
+    kind: str
+    path: str | None = None
+    options: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DataKind:
+    """One kind of data source: how to load it and which options it takes."""
+
+    name: str
+    loader: Callable[[DataSpec], ArrayDataset]
+    takes_path: bool
+    options: tuple[str, ...] = ()
+    summary: str = ""
+
+
+DATA_KINDS: dict[str, DataKind] = {}
+
+
+def register_data_kind(kind: DataKind) -> None:
+    """Add a data-spec kind; a name may be registered once."""
+    if kind.name in DATA_KINDS:
+        raise ValueError(f"data kind {kind.name!r} is already registered")
+    if not kind.name or not kind.name.replace("-", "").replace("_", "").isalnum():
+        raise ValueError(f"data kind name must be letters, digits, '-' or '_', got {kind.name!r}")
+    DATA_KINDS[kind.name] = kind
+
+
+def parse_data_spec(spec: str) -> DataSpec:
+    """Split a spec into kind, path and options, checking them against the kind's entry."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise ValueError(f"data spec must be a non-empty string, got {spec!r}")
+    text = spec.strip()
+    kind_name, colon, rest = text.partition(":")
+    kind = DATA_KINDS.get(kind_name)
+    if kind is None:
+        raise ValueError(f"data spec {text!r}: unknown kind {kind_name!r} (known: {', '.join(DATA_KINDS)}; "
+                         "a feature file is written features:PATH)")
+    path, qmark, query = rest.partition("?")
+    if not kind.takes_path:
+        if colon:
+            raise ValueError(f"data spec {text!r}: {kind.name!r} takes no path or options, write just {kind.name!r}")
+        return DataSpec(text, kind.name)
+    if not path:
+        raise ValueError(f"data spec {text!r}: {kind.name!r} needs a path, e.g. {kind.name}:PATH")
+    options: dict[str, str] = {}
+    if qmark:
+        for item in query.split("&"):
+            key, eq, value = item.partition("=")
+            if not eq or not key or not value:
+                raise ValueError(f"data spec {text!r}: malformed option {item!r} (expected key=value)")
+            if key not in kind.options:
+                raise ValueError(f"data spec {text!r}: unknown option {key!r} for {kind.name!r} "
+                                 f"(options: {', '.join(kind.options) or 'none'})")
+            if key in options:
+                raise ValueError(f"data spec {text!r}: option {key!r} given twice")
+            options[key] = value
+    return DataSpec(text, kind.name, path, options)
+
+
+def load_data(spec: str) -> ArrayDataset:
+    """Parse a data spec and load the data set it names."""
+    parsed = parse_data_spec(spec)
+    return DATA_KINDS[parsed.kind].loader(parsed)
+
+
+def _number(spec: DataSpec, key: str) -> float | None:
+    value = spec.options.get(key)
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError(f"data spec {spec.text!r}: option {key} must be a number, got {value!r}") from None
+
+
+def _load_features_spec(spec: DataSpec) -> ArrayDataset:
+    opts = spec.options
+    mode = opts.get("dequantize", "auto")
+    if mode not in DEQUANTIZE_MODES:
+        raise ValueError(f"data spec {spec.text!r}: option dequantize must be one of "
+                         f"{', '.join(DEQUANTIZE_MODES)}, got {mode!r}")
+    return load_features(spec.path, x_key=opts.get("x"), y_key=opts.get("y"), split_key=opts.get("split"),
+                         labels_path=opts.get("labels"), scale=_number(spec, "scale"),
+                         zero_point=_number(spec, "zero_point"), dequantize=mode)
+
+
+def _load_digits_spec(spec: DataSpec) -> ArrayDataset:
+    return load_digits()
+
+
+register_data_kind(DataKind("digits", _load_digits_spec, takes_path=False,
+                            summary="scikit-learn's bundled digits (1797 x 64, 10 classes)"))
+register_data_kind(DataKind("features", _load_features_spec, takes_path=True,
+                            options=("x", "y", "split", "labels", "scale", "zero_point", "dequantize"),
+                            summary="a feature file: .npz, .npy (with labels=) or MATLAB .mat"))

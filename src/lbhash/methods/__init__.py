@@ -1,0 +1,18 @@
+"""Hashing methods: one loss module per method, a registry, and the _D wrapper."""
+
+from lbhash.methods import csq  # noqa: F401  (registers the method)
+from lbhash.methods.base import (
+    HashLoss,
+    LossOutput,
+    available_methods,
+    create_method,
+    loss_output,
+    method_class,
+    register_method,
+)
+from lbhash.methods.lower_bound import LowerBoundObjective
+
+__all__ = [
+    "HashLoss", "LossOutput", "LowerBoundObjective", "available_methods", "create_method",
+    "loss_output", "method_class", "register_method",
+]

@@ -1,0 +1,42 @@
+"""CSQ: central similarity quantization (Yuan et al., CVPR 2020), SPEC §5."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from lbhash.methods.base import HashLoss, LossOutput, loss_output, register_method
+
+
+def majority_targets(centers: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Per sample, the bitwise majority (ties -> +1) of its positive labels' centers.
+
+    For single-label rows this is the class center itself.
+    """
+    votes = labels.float() @ centers.float()  # (B, bits): sum of +/-1 over positive labels
+    return torch.where(votes >= 0, 1.0, -1.0)
+
+
+@register_method
+class CSQ(HashLoss):
+    """L = BCE((tanh(u) + 1) / 2, (c + 1) / 2) + lambda * mean((|tanh(u)| - 1)^2)."""
+
+    name = "csq"
+    description = "Central similarity quantization: pull tanh outputs to class hash centers (BCE)"
+    center_part = "center"
+    uses_centers = True
+
+    def __init__(self, bits: int, num_classes: int, num_train: int | None = None,
+                 centers: torch.Tensor | None = None, quantization: float = 1e-4):
+        super().__init__(bits, num_classes, num_train, centers)
+        if centers is None or tuple(centers.shape) != (num_classes, bits):
+            raise ValueError(f"CSQ needs ({num_classes}, {bits}) class centers")
+        self.quantization = float(quantization)
+        self.register_buffer("centers", centers.float().clone())
+
+    def forward(self, u: torch.Tensor, labels: torch.Tensor, index: torch.Tensor) -> LossOutput:
+        target = majority_targets(self.centers, labels).to(u.dtype)
+        # (tanh(u) + 1) / 2 = sigmoid(2u): the logits form is stable and autocast-safe
+        center = F.binary_cross_entropy_with_logits(2 * u, (target + 1) / 2)
+        quant = self.quantization * ((torch.tanh(u).abs() - 1) ** 2).mean()
+        return loss_output({"center": center, "quantization": quant})

@@ -1,0 +1,388 @@
+"""The MVB toy experiment (paper Sec. 6.2 Fig. "Toy", App. "Sanity16"; SPEC §8).
+
+A multivariate Bernoulli (MVB) over all 2^bits codes has joint probabilities softmax(z),
+z ~ N(0, 1) i.i.d. per code. A `BlockSurrogate` is trained with L_pi on inputs built from
+samples of it, and its estimate of the joint is the mean, over N fresh samples, of the
+Cartesian product of its block distributions. Every estimate is scored by KL(real || estimate)
+next to the naive product of per-bit marginals and the empirical histogram of the same N
+samples: the histogram is the sampling floor that a near-deterministic decoder of the sign
+pattern cannot beat by much.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import torch
+
+from lbhash.surrogate import BlockSurrogate, joint_distribution, marginal_product, pattern_indices
+
+PAPER = {8: {"surrogate": 0.008, "naive": 0.538, "eval_samples": 100},
+         16: {"surrogate": 0.1084, "naive": 0.4965, "eval_samples": None}}  # 16 bits: N not stated
+
+# Names of the random streams; fixed so that a seed always gives the same numbers.
+_REAL, _TRAIN, _EVAL, _TORCH = 1, 2, 3, 4
+_MAX_BITS = 16
+
+
+@dataclass(frozen=True)
+class ToyConfig:
+    bits: int = 8
+    block_size: int = 8
+    train_samples: int = 10_000
+    eval_samples: tuple[int, ...] = (100, 10_000, 100_000)
+    noise: float = 0.1  # inputs l = code + noise * N(0, 1); 0 gives clean +/-1 inputs
+    epochs: int = 20
+    batch_size: int = 64
+    lr: float = 1e-3
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "eval_samples", tuple(sorted({int(n) for n in self.eval_samples})))
+        if self.block_size < 1 or self.bits < 1 or self.bits % self.block_size:
+            raise ValueError(f"bits={self.bits} is not a positive multiple of the block size "
+                             f"{self.block_size}")
+        if self.bits > _MAX_BITS:
+            raise ValueError(f"the toy enumerates all 2^bits codes; bits must be <= {_MAX_BITS}, "
+                             f"got {self.bits}")
+        for name in ("train_samples", "epochs", "batch_size"):
+            if int(getattr(self, name)) <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
+        if not self.eval_samples or min(self.eval_samples) <= 0:
+            raise ValueError(f"eval_samples must be positive integers, got {list(self.eval_samples)}")
+        if not (math.isfinite(self.noise) and self.noise >= 0):
+            raise ValueError(f"noise must be a finite number >= 0, got {self.noise}")
+        if self.seed < 0:
+            raise ValueError(f"seed must be >= 0, got {self.seed}")
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError(f"lr must be a positive number, got {self.lr}")
+
+
+@dataclass
+class ToyResult:
+    """All numbers of one run. `kl[N][estimator]` is KL(real || estimate) in nats."""
+
+    config: ToyConfig
+    real: np.ndarray  # (2^bits,) the true joint
+    kl: dict[int, dict[str, float]]
+    true_marginal_product_kl: float  # what "naive" costs as N -> inf
+    true_block_product_kl: float | None  # best single product of block distributions (blocks > 1)
+    unseen_mass: dict[int, float]  # real mass on codes absent from the N evaluation samples
+    flipped_bits: dict[int, float]  # share of input bits whose sign the noise flipped
+    train: dict[str, float]
+    estimates: dict[int, dict[str, np.ndarray]] = field(repr=False)  # for plots
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (infinities as the string "inf"); estimates are left out."""
+        cfg = asdict(self.config)
+        cfg["eval_samples"] = list(cfg["eval_samples"])
+        k = len(self.real)
+        return _jsonable({
+            "config": cfg,
+            "codes": k,
+            "blocks": self.config.bits // self.config.block_size,
+            "kl_real_vs": {str(n): row for n, row in self.kl.items()},
+            "true_marginal_product_kl": self.true_marginal_product_kl,
+            "true_block_product_kl": self.true_block_product_kl,
+            "unseen_real_mass": {str(n): v for n, v in self.unseen_mass.items()},
+            "flipped_input_bits": {str(n): v for n, v in self.flipped_bits.items()},
+            "train": self.train,
+            "paper": PAPER.get(self.config.bits),
+        })
+
+
+ESTIMATORS = {  # row key -> label of the printed table
+    "surrogate": "surrogate: mean of block products",
+    "naive": "naive: product of sample marginals",
+    "histogram": "histogram of the N samples (floor)",
+    "histogram_jeffreys": "histogram, add-1/2 smoothed",
+    "floor_asymptotic": "(K-1)/(2N), asymptotic floor",
+}
+
+
+def kl_divergence(p: np.ndarray, q: np.ndarray) -> float:
+    """KL(p || q) = sum_i p_i log(p_i / q_i) in nats; +inf if q_i = 0 where p_i > 0."""
+    p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
+    if p.shape != q.shape or p.ndim != 1:
+        raise ValueError(f"KL needs two vectors of the same length, got {p.shape} and {q.shape}")
+    if not (np.isfinite(p).all() and np.isfinite(q).all()) or (p < 0).any() or (q < 0).any():
+        raise ValueError("KL needs finite non-negative probabilities")
+    support = p > 0
+    if (q[support] == 0).any():
+        return math.inf
+    return float(np.sum(p[support] * (np.log(p[support]) - np.log(q[support]))))
+
+
+def random_mvb(bits: int, rng: np.random.Generator) -> np.ndarray:
+    """Joint probabilities of all 2^bits codes: softmax of i.i.d. N(0, 1) logits."""
+    z = rng.standard_normal(2 ** bits)
+    p = np.exp(z - z.max())
+    return p / p.sum()
+
+
+def sample_codes(real: np.ndarray, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """n codes drawn from `real`: their indices (n,) and +/-1 codes (n, bits), bit k = 2^k."""
+    bits = int(len(real)).bit_length() - 1
+    index = rng.choice(len(real), size=n, p=real)
+    signs = np.where((index[:, None] >> np.arange(bits)) & 1, 1, -1).astype(np.int8)
+    return index, signs
+
+
+def histogram(index: np.ndarray, codes: int, pseudocount: float = 0.0) -> np.ndarray:
+    """Empirical distribution of code indices, with `pseudocount` added to every code."""
+    counts = np.bincount(index, minlength=codes).astype(np.float64) + pseudocount
+    return counts / counts.sum()
+
+
+def block_marginals(joint: np.ndarray, bits: int, block_size: int) -> np.ndarray:
+    """Marginal distribution of every block (u, 2^s) of a joint over 2^bits codes."""
+    u, k = bits // block_size, 2 ** block_size
+    # index = sum_j i_j k^j, so block j is axis u-1-j of the C-ordered reshape
+    grid = joint.reshape((k,) * u)
+    axes = range(u)
+    return np.stack([grid.sum(axis=tuple(a for a in axes if a != u - 1 - j)) for j in range(u)])
+
+
+def make_inputs(signs: np.ndarray, noise: float, rng: np.random.Generator) -> np.ndarray:
+    """Surrogate inputs l = code + noise * N(0, 1), float32."""
+    l = signs.astype(np.float32)
+    if noise > 0:
+        l += (noise * rng.standard_normal(signs.shape)).astype(np.float32)
+    return l
+
+
+def train_surrogate(l: np.ndarray, cfg: ToyConfig) -> tuple[BlockSurrogate, dict[str, float]]:
+    """Fit a BlockSurrogate to inputs l (n, bits) with L_pi (Adam, shuffled mini-batches)."""
+    torch.set_flush_denormal(True)  # denormals slow CPU training by orders of magnitude
+    x = torch.from_numpy(l)
+    threads = torch.get_num_threads()
+    # Steps this small are dominated by thread hand-offs, which collapse on a busy machine
+    torch.set_num_threads(1)
+    try:
+        model, stats = _fit(x, cfg)
+    finally:
+        torch.set_num_threads(threads)
+    model.eval()
+    return model, stats
+
+
+def _fit(x: torch.Tensor, cfg: ToyConfig) -> tuple[BlockSurrogate, dict[str, float]]:
+    with torch.random.fork_rng(devices=[]):  # seeded init, shuffles and dropout; global RNG untouched
+        torch.manual_seed(int(np.random.SeedSequence([cfg.seed, _TORCH, cfg.bits]).generate_state(1)[0]))
+        model = BlockSurrogate(cfg.bits, block_size=cfg.block_size)
+        opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, fused=True)
+        model.train()
+        start = time.perf_counter()
+        for _ in range(cfg.epochs):
+            total, correct = 0.0, 0.0
+            for batch in torch.randperm(len(x)).split(cfg.batch_size):
+                loss, acc = model.loss_pi(x[batch])
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                total += loss.item() * len(batch)
+                correct += acc.item() * len(batch)
+        seconds = time.perf_counter() - start
+    return model, {"final_epoch_loss": total / len(x), "final_epoch_pattern_accuracy": correct / len(x),
+                   "seconds": seconds, "steps": cfg.epochs * math.ceil(len(x) / cfg.batch_size)}
+
+
+def surrogate_joint(model: BlockSurrogate, l: np.ndarray, chunk: int = 8192) -> np.ndarray:
+    """Mean over samples of the Cartesian product of the block distributions, (2^bits,).
+
+    For blocks j = 0..u-1 the product's index is sum_j i_j k^j. Blocks 0..u-2 are expanded per
+    sample (B x k^(u-1)); the last one enters through a matrix product, so N x 2^bits is never
+    formed: with two blocks the sum is P_2^T P_1.
+    """
+    u, k = model.blocks, model.patterns
+    acc = torch.zeros(k, k ** (u - 1), dtype=torch.float64)
+    x = torch.from_numpy(np.ascontiguousarray(l, dtype=np.float32))
+    for part in x.split(chunk):
+        probs = model.block_probs(part).double()  # (B, u, k), dropout off
+        rest = torch.ones(len(part), 1, dtype=torch.float64)
+        for j in range(u - 1):
+            rest = (probs[:, j, :, None] * rest[:, None, :]).reshape(len(part), -1)
+        acc += probs[:, u - 1, :].T @ rest
+    return (acc.reshape(-1) / len(x)).numpy()
+
+
+def marginal_of_bits(joint: np.ndarray, bits: int) -> np.ndarray:
+    """P(bit k = +1) for k = 0..bits-1 under a joint over 2^bits codes."""
+    ones = (np.arange(len(joint))[:, None] >> np.arange(bits)) & 1
+    return joint @ ones
+
+
+def run_toy(cfg: ToyConfig | None = None, **overrides: Any) -> ToyResult:
+    """The whole experiment for one bit length; same config, same numbers."""
+    if cfg is None:
+        cfg = ToyConfig(**overrides)
+    elif overrides:
+        cfg = replace(cfg, **overrides)
+    k = 2 ** cfg.bits
+    real = random_mvb(cfg.bits, np.random.default_rng([cfg.seed, _REAL, cfg.bits]))
+    true_marginals = marginal_of_bits(real, cfg.bits)
+    true_naive = joint_distribution(np.stack([1 - true_marginals, true_marginals], axis=1))
+    blocks = cfg.bits // cfg.block_size
+    true_block = (kl_divergence(real, joint_distribution(block_marginals(real, cfg.bits, cfg.block_size)))
+                  if blocks > 1 else None)
+
+    rng = np.random.default_rng([cfg.seed, _TRAIN, cfg.bits])
+    _, train_signs = sample_codes(real, cfg.train_samples, rng)
+    model, train_stats = train_surrogate(make_inputs(train_signs, cfg.noise, rng), cfg)
+
+    kl, unseen, flipped, estimates = {}, {}, {}, {}
+    for n in cfg.eval_samples:
+        rng = np.random.default_rng([cfg.seed, _EVAL, cfg.bits, n])
+        index, signs = sample_codes(real, n, rng)
+        l = make_inputs(signs, cfg.noise, rng)
+        est = {"surrogate": surrogate_joint(model, l), "naive": marginal_product(signs),
+               "histogram": histogram(index, k)}
+        kl[n] = {
+            "surrogate": kl_divergence(real, est["surrogate"]),
+            "naive": kl_divergence(real, est["naive"]),
+            "histogram": kl_divergence(real, est["histogram"]),
+            "histogram_jeffreys": kl_divergence(real, histogram(index, k, 0.5)),
+            "floor_asymptotic": (k - 1) / (2 * n),
+        }
+        unseen[n] = float(real[est["histogram"] == 0].sum())
+        flipped[n] = float(np.mean((l >= 0) != (signs > 0)))
+        estimates[n] = est
+    return ToyResult(cfg, real, kl, kl_divergence(real, true_naive), true_block, unseen, flipped,
+                     train_stats, estimates)
+
+
+def format_table(result: ToyResult) -> str:
+    """KL table: rows are estimators, columns the numbers N of evaluation samples."""
+    cfg, k = result.config, len(result.real)
+    ns = list(result.kl)
+    width = max(len(s) for s in ESTIMATORS.values()) + 2
+    head = f"{'KL(real || estimate), nats':<{width}}" + "".join(f"{'N=' + str(n):>11}" for n in ns)
+    lines = [f"{cfg.bits} bits, {cfg.bits // cfg.block_size} block(s) of {cfg.block_size} "
+             f"(K = {k} codes); surrogate trained on {cfg.train_samples} samples, {cfg.epochs} epochs, "
+             f"input noise sigma = {cfg.noise:g}, seed {cfg.seed}", head, "-" * len(head)]
+    for key, label in ESTIMATORS.items():
+        lines.append(f"{label:<{width}}" + "".join(f"{_fmt(result.kl[n][key]):>11}" for n in ns))
+    lines.append(f"{'real mass on codes unseen in N':<{width}}"
+                 + "".join(f"{_fmt(result.unseen_mass[n]):>11}" for n in ns))
+    lines.append(f"{'true marginal product (N -> inf)':<{width}}{_fmt(result.true_marginal_product_kl):>11}")
+    if result.true_block_product_kl is not None:
+        lines.append(f"{'true block-marginal product':<{width}}{_fmt(result.true_block_product_kl):>11}"
+                     "   (best single product of blocks; a mixture of products can do better)")
+    paper = PAPER.get(cfg.bits)
+    if paper:
+        at = f"N = {paper['eval_samples']}" if paper["eval_samples"] else "N not stated"
+        lines.append(f"{'paper (' + at + ')':<{width}}surrogate {paper['surrogate']}, naive {paper['naive']}")
+    return "\n".join(lines)
+
+
+def paper_comparison(result: ToyResult) -> list[str]:
+    """Where the paper's numbers for this bit length can and cannot be matched, in words."""
+    paper = PAPER.get(result.config.bits)
+    if paper is None:
+        return []
+    kl, k, ns = result.kl, len(result.real), list(result.kl)
+    n0, target = ns[0], paper["surrogate"]
+    lines = [f"naive: paper {paper['naive']}; here {result.true_marginal_product_kl:.4f} in the limit "
+             f"N -> inf and {_fmt(kl[n0]['naive'])} from N = {n0} samples (the limit depends on the "
+             "random joint, i.e. on the seed)."]
+    at = paper["eval_samples"]
+    text = f"surrogate: paper {target}" + (f" from N = {at} samples" if at else " (N not stated)")
+    if at in kl:
+        text += f"; here {_fmt(kl[at]['surrogate'])} at N = {at}"
+    need = math.ceil((k - 1) / (2 * target))
+    text += f". The sampling floor (K-1)/(2N) is above {target} for N < {need:,}"
+    reached = [n for n in ns if kl[n]["surrogate"] <= target]
+    if reached:
+        text += f"; this run reaches <= {target} at N = {', '.join(map(str, reached))}."
+    else:
+        best = min(ns, key=lambda n: kl[n]["surrogate"])
+        text += f"; no N of this run reaches it (best {_fmt(kl[best]['surrogate'])} at N = {best})."
+    lines.append(text)
+    if result.true_block_product_kl is not None and result.true_block_product_kl > target:
+        lines.append(f"A single product of block distributions cannot get below "
+                     f"{result.true_block_product_kl:.4f} here, so {target} needs the mixture "
+                     "(mean over samples) of block products.")
+    return lines
+
+
+def _fmt(v: float) -> str:
+    return "inf" if math.isinf(v) else f"{v:.4f}"
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, (float, np.floating)):
+        return "inf" if math.isinf(obj) else (None if math.isnan(obj) else float(obj))
+    if isinstance(obj, np.integer):
+        return int(obj)
+    return obj
+
+
+def plot_toy(result: ToyResult, path, window_seed: int | None = None) -> None:
+    """Bar plot of real vs estimated probabilities (PNG, Agg backend, written atomically).
+
+    8 bits: all codes, for the smallest and the largest N. More bits: a zoomed window of 256
+    consecutive codes at the largest N (as in the paper), and real vs estimate over all codes.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from lbhash._io import atomic_path
+
+    cfg, real, k = result.config, result.real, len(result.real)
+    ns = sorted(result.kl)
+    colors = {"surrogate": "tab:blue", "naive": "tab:orange"}
+    if k <= 256:
+        shown = [ns[0], ns[-1]] if len(ns) > 1 else ns
+        fig, axes = plt.subplots(len(shown), 1, figsize=(14, 4.2 * len(shown)), squeeze=False)
+        for ax, n in zip(axes[:, 0], shown):
+            _bars(ax, np.arange(k), real, result.estimates[n], colors)
+            ax.set_title(f"{cfg.bits}-bit MVB, N = {n} evaluation samples: KL surrogate "
+                         f"{_fmt(result.kl[n]['surrogate'])}, naive {_fmt(result.kl[n]['naive'])}")
+            ax.set_xlim(-1, k)
+    else:
+        n = ns[-1]
+        rng = np.random.default_rng([cfg.seed if window_seed is None else window_seed, 5])
+        start = int(rng.integers(0, k // 256)) * 256
+        codes = np.arange(start, start + 256)
+        fig, (ax, ax2) = plt.subplots(2, 1, figsize=(14, 10), gridspec_kw={"height_ratios": [1, 1.2]})
+        _bars(ax, codes, real[codes], {key: v[codes] for key, v in result.estimates[n].items()}, colors)
+        ax.set_xlim(start - 1, start + 256)
+        ax.set_title(f"{cfg.bits}-bit MVB ({k} codes), zoom on codes {start}-{start + 255}, "
+                     f"N = {n}: KL surrogate {_fmt(result.kl[n]['surrogate'])}, "
+                     f"naive {_fmt(result.kl[n]['naive'])}")
+        for key in ("naive", "surrogate"):
+            ax2.scatter(real, np.maximum(result.estimates[n][key], 1e-12), s=2, alpha=0.3,
+                        color=colors[key], label=f"{key} estimate")
+        lims = [real.min() / 2, real.max() * 2]
+        ax2.plot(lims, lims, "k--", lw=1, label="estimate = real")
+        ax2.set_xscale("log"), ax2.set_yscale("log")
+        ax2.set_xlabel("real probability of a code")
+        ax2.set_ylabel("estimated probability (floored at 1e-12)")
+        ax2.set_title(f"All {k} codes, N = {n}; codes unseen among the N samples hold "
+                      f"{result.unseen_mass[n]:.2f} of the real mass")
+        ax2.legend(loc="upper left", markerscale=5)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=100)
+    plt.close(fig)
+
+
+def _bars(ax, x: np.ndarray, real: np.ndarray, estimates: dict[str, np.ndarray], colors) -> None:
+    handles = [ax.bar(x, real, width=1.0, color="0.75", label="real")]
+    for key in ("surrogate", "naive"):
+        handles += ax.step(x, estimates[key], where="mid", color=colors[key], lw=1.2,
+                           label=f"{key} estimate")
+    ax.set_xlabel("code index (bit k has weight 2^k)")
+    ax.set_ylabel("probability")
+    ax.legend(handles=handles, loc="upper right")
+

@@ -1,0 +1,183 @@
+"""The training loop of Alg. 1 on Lightning Fabric, with logging, checkpoints and resume.
+
+Per batch: u = F_theta(x); loss = method loss (+ lambda * L_theta) + L_pi. L_theta reaches
+theta only (pi frozen) and L_pi reaches pi only (u detached), so one backward pass followed
+by a step of the theta optimizer (eta_2) and of the pi optimizer (eta_1) performs lines 7-8
+of Alg. 1 with the o = P_pi(l) of line 6. Each epoch's randomness is seeded from (seed,
+epoch), so a resumed run continues exactly as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from lbhash.evaluate import lower_bound, mean_average_precision
+from lbhash.train.batches import ArrayBatches
+from lbhash.train.encode import encode_array
+from lbhash.train.experiment import Experiment, Learner
+
+CHECKPOINT = "checkpoint.pt"
+LOG = "log.jsonl"
+
+
+def epoch_seed(seed: int, epoch: int) -> int:
+    return int(np.random.SeedSequence([seed, epoch]).generate_state(1)[0])
+
+
+def make_fabric(cfg):
+    from lightning.fabric import Fabric
+
+    logging.getLogger("lightning.fabric").setLevel(logging.WARNING)
+    return Fabric(accelerator=cfg.accelerator, devices=cfg.devices, precision=cfg.precision)
+
+
+def make_optimizer(kind: str, params, lr: float, weight_decay: float) -> torch.optim.Optimizer:
+    if kind == "adam":
+        return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay, fused=True)
+    if kind == "sgd":
+        return torch.optim.SGD(params, lr=lr, weight_decay=weight_decay, momentum=0.9, fused=True)
+    return torch.optim.RMSprop(params, lr=lr, weight_decay=weight_decay, foreach=True)
+
+
+class Trainer:
+    """Runs the epochs of one experiment into a run directory."""
+
+    def __init__(self, exp: Experiment, run_dir: Path,
+                 on_epoch_end: Callable[[int], None] | None = None):
+        self.exp, self.cfg, self.run_dir = exp, exp.cfg, run_dir
+        self.on_epoch_end = on_epoch_end
+        cfg = self.cfg
+        torch.set_flush_denormal(True)  # denormals slow CPU matmuls by orders of magnitude
+        self.fabric = make_fabric(cfg)
+        learner: Learner = exp.learner
+        opt_theta = make_optimizer(cfg.optimizer, learner.theta_parameters(), cfg.lr, cfg.weight_decay)
+        optimizers = [opt_theta]
+        if learner.lower_bound is not None:
+            optimizers.append(torch.optim.Adam(learner.pi_parameters(), lr=cfg.surrogate_lr, fused=True))
+        self.learner, *self.optimizers = self.fabric.setup(learner, *optimizers)
+        step, gamma = (cfg.lr_step or cfg.epochs + 1), cfg.lr_gamma
+        self.schedulers = [torch.optim.lr_scheduler.StepLR(o, step, gamma) for o in self.optimizers]
+        split, ds = exp.split, exp.dataset
+        self.train_labels = ds.labels[split.train]
+        self.batches = ArrayBatches(ds.x[split.train], self.train_labels, cfg.batch_size,
+                                    device=self.fabric.device)
+        self.start_epoch = 0
+
+    # --- checkpoints --------------------------------------------------------------------
+
+    def state(self, epoch: int) -> dict:
+        return {"learner": self.learner, "optimizers": [o.state_dict() for o in self.optimizers],
+                "schedulers": [s.state_dict() for s in self.schedulers], "epoch": epoch}
+
+    def save_checkpoint(self, epoch: int) -> None:
+        path = self.run_dir / CHECKPOINT
+        tmp = path.with_name(f".{CHECKPOINT}.tmp")
+        self.fabric.save(tmp, self.state(epoch))
+        if self.fabric.is_global_zero:
+            os.replace(tmp, path)  # atomic: a kill never leaves a broken checkpoint
+        self.fabric.barrier()
+
+    def load_checkpoint(self) -> None:
+        state = {"learner": self.learner}
+        rest = self.fabric.load(self.run_dir / CHECKPOINT, state, weights_only=True)
+        for opt, sd in zip(self.optimizers, rest["optimizers"]):
+            opt.load_state_dict(sd)
+        for sched, sd in zip(self.schedulers, rest["schedulers"]):
+            sched.load_state_dict(sd)
+        self.start_epoch = int(rest["epoch"])
+        _truncate_log(self.run_dir / LOG, self.start_epoch)
+
+    # --- training -----------------------------------------------------------------------
+
+    def fit(self) -> list[dict]:
+        cfg = self.cfg
+        for epoch in range(self.start_epoch + 1, cfg.epochs + 1):
+            record = self.train_epoch(epoch)
+            if cfg.eval_every and epoch % cfg.eval_every == 0 and epoch < cfg.epochs:
+                record["eval"] = self.quick_eval()
+            if self.fabric.is_global_zero:
+                with open(self.run_dir / LOG, "a") as fh:
+                    fh.write(json.dumps(record) + "\n")
+            self.save_checkpoint(epoch)
+            if self.on_epoch_end is not None:
+                self.on_epoch_end(epoch)
+        return read_log(self.run_dir / LOG)
+
+    def train_epoch(self, epoch: int) -> dict:
+        cfg, learner = self.cfg, self.learner
+        torch.manual_seed(epoch_seed(cfg.seed, epoch))
+        learner.train()
+        learner.objective.on_epoch_start(epoch - 1)
+        sums: dict[str, float] = {}
+        seen = 0
+        codes = np.empty((len(self.batches.labels), cfg.bits), dtype=np.int8)
+        start = time.perf_counter()
+        batches = self.batches.epoch(epoch_seed(cfg.seed, epoch))
+        bar = tqdm(batches, total=len(self.batches), desc=f"{cfg.variant} epoch {epoch}/{cfg.epochs}",
+                   leave=False, disable=not cfg.progress or not self.fabric.is_global_zero)
+        for x, labels, index in bar:
+            u, out, pi = learner(x, labels, index)
+            loss = out.total if pi is None else out.total + pi[0]
+            for opt in self.optimizers:
+                opt.zero_grad(set_to_none=True)
+            self.fabric.backward(loss)
+            for opt in self.optimizers:
+                opt.step()
+            n = len(x)
+            seen += n
+            parts = {**{k: v.detach() for k, v in out.parts.items()}, "total": out.total.detach()}
+            if pi is not None:
+                parts["surrogate_pi"], parts["pattern_accuracy"] = pi[0].detach(), pi[1]
+            for k, v in parts.items():
+                sums[k] = sums.get(k, 0.0) + float(v) * n
+            codes[index.cpu().numpy()] = torch.where(u.detach() >= 0, 1, -1).cpu().numpy()
+        lr = self.optimizers[0].param_groups[0]["lr"]
+        for sched in self.schedulers:
+            sched.step()
+        seconds = time.perf_counter() - start
+        record = {"epoch": epoch, "lr": lr, "seconds": seconds,
+                  "loss": {k: v / seen for k, v in sums.items()}}
+        bound = lower_bound(codes, self.train_labels)
+        record["train_lower_bound"] = {"min_inter": bound.min_inter, "max_intra": bound.max_intra,
+                                       "ratio": _finite_or_str(bound.ratio)}
+        return record
+
+    def encode(self, index: np.ndarray) -> np.ndarray:
+        return encode_array(self.learner.model, self.exp.dataset.x[index], device=self.fabric.device)
+
+    def quick_eval(self) -> dict:
+        """mAP at the protocol's R and the lower bound on the database codes."""
+        split = self.exp.split
+        ds = self.exp.dataset
+        q, db = self.encode(split.query), self.encode(split.database)
+        m = mean_average_precision(q, db, ds.labels[split.query], ds.labels[split.database],
+                                   topk=self.exp.topk)
+        bound = lower_bound(db, ds.labels[split.database])
+        return {"map": m, "lower_bound_ratio": _finite_or_str(bound.ratio)}
+
+
+def read_log(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _truncate_log(path: Path, last_epoch: int) -> None:
+    """Drop log lines of epochs after the checkpoint (written just before a kill)."""
+    kept = [r for r in read_log(path) if r["epoch"] <= last_epoch]
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
+    os.replace(tmp, path)
+
+
+def _finite_or_str(x: float):
+    return x if np.isfinite(x) else "inf"
