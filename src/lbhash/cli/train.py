@@ -66,8 +66,8 @@ def train(config_file, out, resume, method_option, hidden, topk, progress, **fla
     metrics.json.
     """
     from lbhash.evaluate import format_metrics
+    from lbhash.evaluate.runs import train_and_evaluate
     from lbhash.train import build_config, load_config_file
-    from lbhash.train import train as run_training
 
     if resume:
         if out is None:
@@ -75,7 +75,7 @@ def train(config_file, out, resume, method_option, hidden, topk, progress, **fla
         given = [k for k, v in flags.items() if v is not None] + (["--config"] if config_file else [])
         if given or method_option or hidden or topk:
             raise ValueError("--resume continues a run with its saved config; drop the other options")
-        metrics = run_training(None, out, resume=True, progress=progress)
+        metrics = train_and_evaluate(None, out, resume=True, progress=progress)
     else:
         flags["method_options"] = _method_options(method_option) or None
         flags["hidden"] = parse_int_list(hidden, "--hidden") if hidden else None
@@ -83,6 +83,6 @@ def train(config_file, out, resume, method_option, hidden, topk, progress, **fla
         cfg = build_config(load_config_file(config_file) if config_file else {}, flags)
         if out is None:
             out = Path("runs") / f"{cfg.variant}-{cfg.bits}bits-seed{cfg.seed}"
-        metrics = run_training(cfg, out, progress=progress)
+        metrics = train_and_evaluate(cfg, out, progress=progress)
     click.echo(format_metrics(metrics))
     click.echo(f"run directory: {out}")

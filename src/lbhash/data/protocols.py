@@ -48,7 +48,11 @@ _PARAMETRIC = re.compile(r"^(per-class|random):(\d+),(\d+)(,\+train)?$")
 
 @dataclass
 class Split:
-    """Indices (int64, sorted ascending) into a data set for each part of a protocol."""
+    """Indices (int64) into a data set for each part of a protocol.
+
+    train and query are sorted ascending; the database is in a seeded random order, because
+    rankings break distance ties by database position (see make_split).
+    """
 
     train: np.ndarray
     query: np.ndarray
@@ -120,6 +124,11 @@ def make_split(dataset, protocol: str, seed: int) -> Split:
         train, query, database = _random(n, spec, seed, name)
     else:
         train, query, database = _per_class(labels, spec, seed, name, getattr(dataset, "class_names", None))
+    # Rankings break distance ties by database position. Files are often sorted by class
+    # (CIFAR-10 is), and then ties systematically favour low class ids: on CIFAR-10 features
+    # that cost CSQ 1.4 points of mAP@54000 against the tie-averaged value. A seeded random
+    # database order keeps results deterministic without that bias.
+    database = np.random.default_rng([seed, 1]).permutation(database)
     return Split(train, query, database, spec.name, seed, spec.topk, n)
 
 
@@ -202,8 +211,8 @@ def load_split(path: str | os.PathLike) -> Split:
         if idx.ndim != 1 or (idx.size and idx.dtype.kind not in "iu"):
             raise ValueError(f"{path}: {part} must be a 1-D integer array, got shape {idx.shape} dtype {idx.dtype}")
         idx = idx.astype(np.int64)
-        if idx.size and (idx.min() < 0 or (np.diff(idx) <= 0).any()):
-            raise ValueError(f"{path}: {part} indices must be non-negative, unique and sorted ascending")
+        if idx.size and (idx.min() < 0 or len(np.unique(idx)) != len(idx)):
+            raise ValueError(f"{path}: {part} indices must be non-negative and unique")
         parts[part] = idx
     protocol = arrays["protocol"]
     if protocol.ndim != 0 or protocol.dtype.kind != "U":

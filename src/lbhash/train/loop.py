@@ -14,13 +14,12 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Protocol
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
-from lbhash.evaluate import lower_bound, mean_average_precision
 from lbhash.train.batches import ArrayBatches
 from lbhash.train.encode import encode_array
 from lbhash.train.experiment import Experiment, Learner
@@ -48,13 +47,24 @@ def make_optimizer(kind: str, params, lr: float, weight_decay: float) -> torch.o
     return torch.optim.RMSprop(params, lr=lr, weight_decay=weight_decay, foreach=True)
 
 
+class Monitor(Protocol):
+    """Per-epoch measurements, supplied by a higher layer (lbhash.evaluate)."""
+
+    def train_codes(self, codes: np.ndarray, labels: np.ndarray) -> dict:
+        """Called each epoch with the codes the training samples got during it."""
+
+    def evaluate(self, query_codes: np.ndarray, db_codes: np.ndarray, query_labels: np.ndarray,
+                 db_labels: np.ndarray, topk: int | None) -> dict:
+        """Called every `eval_every` epochs with fresh query and database codes."""
+
+
 class Trainer:
     """Runs the epochs of one experiment into a run directory."""
 
-    def __init__(self, exp: Experiment, run_dir: Path,
+    def __init__(self, exp: Experiment, run_dir: Path, monitor: Monitor | None = None,
                  on_epoch_end: Callable[[int], None] | None = None):
         self.exp, self.cfg, self.run_dir = exp, exp.cfg, run_dir
-        self.on_epoch_end = on_epoch_end
+        self.monitor, self.on_epoch_end = monitor, on_epoch_end
         cfg = self.cfg
         torch.set_flush_denormal(True)  # denormals slow CPU matmuls by orders of magnitude
         self.fabric = make_fabric(cfg)
@@ -102,8 +112,9 @@ class Trainer:
         cfg = self.cfg
         for epoch in range(self.start_epoch + 1, cfg.epochs + 1):
             record = self.train_epoch(epoch)
-            if cfg.eval_every and epoch % cfg.eval_every == 0 and epoch < cfg.epochs:
-                record["eval"] = self.quick_eval()
+            if (self.monitor is not None and cfg.eval_every and epoch % cfg.eval_every == 0
+                    and epoch < cfg.epochs):
+                record["eval"] = self.evaluate()
             if self.fabric.is_global_zero:
                 with open(self.run_dir / LOG, "a") as fh:
                     fh.write(json.dumps(record) + "\n")
@@ -146,23 +157,17 @@ class Trainer:
         seconds = time.perf_counter() - start
         record = {"epoch": epoch, "lr": lr, "seconds": seconds,
                   "loss": {k: v / seen for k, v in sums.items()}}
-        bound = lower_bound(codes, self.train_labels)
-        record["train_lower_bound"] = {"min_inter": bound.min_inter, "max_intra": bound.max_intra,
-                                       "ratio": _finite_or_str(bound.ratio)}
+        if self.monitor is not None:
+            record.update(self.monitor.train_codes(codes, self.train_labels))
         return record
 
     def encode(self, index: np.ndarray) -> np.ndarray:
         return encode_array(self.learner.model, self.exp.dataset.x[index], device=self.fabric.device)
 
-    def quick_eval(self) -> dict:
-        """mAP at the protocol's R and the lower bound on the database codes."""
-        split = self.exp.split
-        ds = self.exp.dataset
-        q, db = self.encode(split.query), self.encode(split.database)
-        m = mean_average_precision(q, db, ds.labels[split.query], ds.labels[split.database],
-                                   topk=self.exp.topk)
-        bound = lower_bound(db, ds.labels[split.database])
-        return {"map": m, "lower_bound_ratio": _finite_or_str(bound.ratio)}
+    def evaluate(self) -> dict:
+        split, ds = self.exp.split, self.exp.dataset
+        return self.monitor.evaluate(self.encode(split.query), self.encode(split.database),
+                                     ds.labels[split.query], ds.labels[split.database], self.exp.topk)
 
 
 def read_log(path: Path) -> list[dict]:
@@ -178,6 +183,3 @@ def _truncate_log(path: Path, last_epoch: int) -> None:
     tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
     os.replace(tmp, path)
 
-
-def _finite_or_str(x: float):
-    return x if np.isfinite(x) else "inf"

@@ -1,51 +1,59 @@
-"""A training run end to end: build, train, encode, evaluate, write the run directory.
+"""A training run end to end: build, train, encode, and write the run directory.
 
 Run directory: config.yaml (resolved), split.npz, log.jsonl (one line per epoch),
-checkpoint.pt (every epoch, atomic), codes.npz (the format `lbhash evaluate` reads) and
-metrics.json.
+checkpoint.pt (every epoch, atomic) and codes.npz (the format `lbhash evaluate` reads).
+Metrics (metrics.json) are added by the evaluation layer (`lbhash.evaluate.runs`).
 """
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 import yaml
 
-from lbhash._io import atomic_path, write_json
+from lbhash._io import atomic_path
 from lbhash.codes import save_codes_file
 from lbhash.data import load_split, save_split
-from lbhash.evaluate import evaluate_codes
 from lbhash.train.config import TrainConfig, build_config
 from lbhash.train.experiment import build_experiment
-from lbhash.train.loop import CHECKPOINT, LOG, Trainer, read_log
+from lbhash.train.loop import CHECKPOINT, LOG, Monitor, Trainer, read_log
 
-CONFIG, SPLIT, CODES, METRICS = "config.yaml", "split.npz", "codes.npz", "metrics.json"
+CONFIG, SPLIT, CODES = "config.yaml", "split.npz", "codes.npz"
+
+
+def load_run_config(run_dir: str | Path) -> TrainConfig:
+    path = Path(run_dir) / CONFIG
+    if not path.is_file():
+        raise ValueError(f"{run_dir}: not a run directory (no {CONFIG})")
+    return build_config(yaml.safe_load(path.read_text()))
 
 
 def train(cfg: TrainConfig | None, out: str | Path, resume: bool = False,
-          on_epoch_end: Callable[[int], None] | None = None, progress: bool | None = None) -> dict[str, Any]:
-    """Train into `out` (or continue the run there with resume=True); return the metrics."""
+          monitor: Monitor | None = None, on_epoch_end: Callable[[int], None] | None = None,
+          progress: bool | None = None) -> Path:
+    """Train into `out` (or continue the run there with resume=True); return `out`.
+
+    A finished run (codes.npz written) is left as it is.
+    """
     out = Path(out)
     if resume:
         if not (out / CONFIG).is_file():
             raise ValueError(f"{out}: nothing to resume (no {CONFIG})")
-        saved = yaml.safe_load((out / CONFIG).read_text())
-        cfg = build_config(saved, {"progress": progress})
-        if (out / METRICS).is_file():
-            return _read_metrics(out)
+        if (out / CODES).is_file():
+            return out
+        cfg = build_config(load_run_config(out).to_dict(), {"progress": progress})
         exp = build_experiment(cfg, load_split(out / SPLIT))
     else:
         if cfg is None:
             raise ValueError("no configuration given")
-        if progress is not None:
-            cfg = build_config(cfg.to_dict(), {"progress": progress})
+        cfg = build_config(cfg.to_dict(), {"progress": progress})
         if (out / CONFIG).exists():
             raise ValueError(f"{out} already holds a run: pass --resume to continue it, or choose another --out")
         exp = build_experiment(cfg)  # every check happens before the directory exists
-    trainer = Trainer(exp, out, on_epoch_end)
+    trainer = Trainer(exp, out, monitor, on_epoch_end)
     if trainer.fabric.is_global_zero and not resume:
         out.mkdir(parents=True, exist_ok=True)
         with atomic_path(out / CONFIG) as tmp:
@@ -54,47 +62,30 @@ def train(cfg: TrainConfig | None, out: str | Path, resume: bool = False,
     trainer.fabric.barrier()
     if resume and (out / CHECKPOINT).is_file():
         trainer.load_checkpoint()
-    log = trainer.fit()
-    return finish(trainer, log)
+    trainer.fit()
+    write_codes(trainer)
+    return out
 
 
-def finish(trainer: Trainer, log: list[dict]) -> dict[str, Any]:
-    """Encode query and database, write codes.npz and metrics.json."""
+def write_codes(trainer: Trainer) -> None:
+    """Encode query and database with the trained model into codes.npz."""
     exp, out = trainer.exp, trainer.run_dir
     split, ds = exp.split, exp.dataset
     start = time.perf_counter()
     q, db = trainer.encode(split.query), trainer.encode(split.database)
-    encode_seconds = time.perf_counter() - start
-    if not trainer.fabric.is_global_zero:
-        return {}
-    ql, dl = ds.labels[split.query], ds.labels[split.database]
-    metrics = evaluate_codes(q, db, ql, dl, topk=exp.topk)
-    cfg = exp.cfg
-    seconds = [r["seconds"] for r in log]
-    metrics["run"] = {
-        "variant": cfg.variant, "method": cfg.method, "lbhash": cfg.lbhash, "bits": cfg.bits,
-        "data": cfg.data, "protocol": split.protocol, "seed": cfg.seed, "epochs": cfg.epochs,
-        "n_train": int(len(split.train)),
-        "seconds_per_epoch": float(np.mean(seconds)) if seconds else None,
-        "encode_seconds": encode_seconds,
-    }
-    save_codes_file(out / CODES, q, db, _stored_labels(ds, ql), _stored_labels(ds, dl),
-                    query_index=split.query, db_index=split.database)
-    write_json(out / METRICS, metrics)
-    return metrics
+    seconds = time.perf_counter() - start
+    if trainer.fabric.is_global_zero:
+        ql, dl = ds.labels[split.query], ds.labels[split.database]
+        save_codes_file(out / CODES, q, db, stored_labels(ds.multi_label, ql),
+                        stored_labels(ds.multi_label, dl), query_index=split.query,
+                        db_index=split.database, topk=-1 if exp.topk is None else exp.topk,
+                        encode_seconds=seconds)
+    trainer.fabric.barrier()
 
 
-def _stored_labels(ds, labels: np.ndarray) -> np.ndarray:
+def stored_labels(multi_label: bool, labels: np.ndarray) -> np.ndarray:
     """Class ids for single-label data, multi-hot rows otherwise."""
-    if ds.multi_label:
-        return labels.astype(np.uint8)
-    return labels.argmax(1).astype(np.int64)
+    return labels.astype(np.uint8) if multi_label else labels.argmax(1).astype(np.int64)
 
 
-def _read_metrics(out: Path) -> dict[str, Any]:
-    import json
-
-    return json.loads((out / METRICS).read_text())
-
-
-__all__ = ["train", "CONFIG", "SPLIT", "CODES", "METRICS", "LOG", "CHECKPOINT", "read_log"]
+__all__ = ["train", "load_run_config", "CONFIG", "SPLIT", "CODES", "LOG", "CHECKPOINT", "read_log"]

@@ -1,0 +1,107 @@
+"""Retrieval quality of methods and their _D variants on a real data set, over seeds.
+
+Trains every (method, variant, bits, seed) cell with lbhash's defaults, in parallel worker
+processes (one thread each), and writes a markdown table of mAP@R (mean +/- std over seeds)
+plus the per-run numbers as JSON lines.
+
+    python benchmarks/bench_quality.py --data features:../shared/data/cifar10-mobilenetv1-features.npz \\
+        --protocol cifar10 --methods csq --bits 16,32,64 --seeds 0,1,2 --epochs 50 --out runs/bench-quality
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+
+def run_cell(cell: dict) -> dict:
+    os.environ["LBHASH_NUM_THREADS"] = "1"
+    import torch
+
+    torch.set_num_threads(1)
+    from lbhash.evaluate.runs import train_and_evaluate
+    from lbhash.train import TrainConfig
+
+    out = Path(cell.pop("out"))
+    done = out / "metrics.json"
+    if done.is_file():  # rerun: reuse finished cells
+        metrics = json.loads(done.read_text())
+    else:
+        if out.exists():
+            import shutil
+
+            shutil.rmtree(out)  # an unfinished cell from a killed benchmark
+        metrics = train_and_evaluate(TrainConfig(progress=False, **cell), out)
+    return {**cell, "map": metrics["map"], "map_tie_averaged": metrics["map_tie_averaged"],
+            "topk": metrics["topk"], "lower_bound_ratio": metrics["lower_bound"]["ratio"],
+            "seconds_per_epoch": metrics["run"]["seconds_per_epoch"], "run_dir": str(out)}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", required=True)
+    p.add_argument("--protocol", default=None)
+    p.add_argument("--methods", default="csq")
+    p.add_argument("--variants", default="base,d", help="base, d, or both")
+    p.add_argument("--bits", default="16,32,64")
+    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--epochs", type=int, default=None, help="default: each method's")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--out", default="runs/bench-quality")
+    p.add_argument("--title", default=None)
+    args = p.parse_args()
+
+    out = Path(args.out)
+    cells = []
+    for method in args.methods.split(","):
+        for variant in args.variants.split(","):
+            for bits in map(int, args.bits.split(",")):
+                for seed in map(int, args.seeds.split(",")):
+                    lbhash = variant == "d"
+                    name = f"{method}{'_D' if lbhash else ''}-{bits}bits-seed{seed}"
+                    cell = dict(data=args.data, protocol=args.protocol, method=method, lbhash=lbhash,
+                                bits=bits, seed=seed, out=str(out / name))
+                    if args.epochs:
+                        cell["epochs"] = args.epochs
+                    cells.append(cell)
+    start = time.perf_counter()
+    with ProcessPoolExecutor(args.workers) as pool:
+        results = list(pool.map(run_cell, cells))
+    elapsed = time.perf_counter() - start
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in results))
+    table = markdown_table(results, args)
+    (out / "results.md").write_text(table + f"\n\nwall time {elapsed:.0f} s\n")
+    print(table)
+    print(f"\nwall time {elapsed:.0f} s; per-run results in {out / 'results.jsonl'}")
+
+
+def markdown_table(results: list[dict], args) -> str:
+    bits = sorted({r["bits"] for r in results})
+    rows = {}
+    for r in results:
+        key = r["method"] + ("_D" if r["lbhash"] else "")
+        rows.setdefault(key, {}).setdefault(r["bits"], []).append(r)
+    topk = results[0]["topk"]
+    title = args.title or f"mAP@{topk} on {args.data} (protocol {args.protocol or 'default'})"
+    lines = [f"### {title}", "", f"seeds {args.seeds}; mean +/- std; s/epoch = mean training time per epoch",
+             "", "| method | " + " | ".join(f"{b} bits" for b in bits) + " | s/epoch |",
+             "|---|" + "---|" * (len(bits) + 1)]
+    for key, by_bits in rows.items():
+        cells = []
+        for b in bits:
+            maps = np.array([r["map"] for r in by_bits.get(b, [])])
+            cells.append(f"{maps.mean():.4f} +/- {maps.std():.4f}" if maps.size else "-")
+        secs = np.mean([r["seconds_per_epoch"] for rs in by_bits.values() for r in rs])
+        lines.append(f"| {key} | " + " | ".join(cells) + f" | {secs:.2f} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

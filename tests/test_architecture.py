@@ -1,0 +1,53 @@
+"""Each layer imports only the layers below it (DEVELOPERS architecture)."""
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "lbhash"
+# lowest first; modules on one line share a level
+LAYERS = [
+    {"_io", "labels", "codes"},
+    {"centers"},
+    {"surrogate"},
+    {"methods"},
+    {"models"},
+    {"data"},
+    {"train"},
+    {"evaluate", "toy"},
+    {"index"},
+    {"cli"},
+]
+LEVEL = {name: i for i, names in enumerate(LAYERS) for name in names}
+
+
+def top_module(path: Path) -> str:
+    rel = path.relative_to(PACKAGE)
+    return rel.parts[0].removesuffix(".py")
+
+
+def imported_lbhash_modules(path: Path):
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "lbhash" and len(parts) > 1:
+                yield parts[1], node.lineno
+
+
+def test_layers_import_only_lower_layers():
+    bad = []
+    for path in PACKAGE.rglob("*.py"):
+        if path.name == "__init__.py" and path.parent == PACKAGE:
+            continue
+        own = top_module(path)
+        assert own in LEVEL, f"{path.relative_to(PACKAGE)} is in no layer: add it to LAYERS"
+        for target, line in imported_lbhash_modules(path):
+            if LEVEL[target] > LEVEL[own]:
+                bad.append(f"{path.relative_to(PACKAGE)}:{line} imports lbhash.{target}")
+    assert not bad, "\n".join(bad)

@@ -1,0 +1,188 @@
+"""Training end to end on the bundled digits set: outputs, quality, resume, bad input."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from lbhash.cli import main
+from lbhash.codes import load_codes_file
+from lbhash.evaluate import mean_average_precision
+from lbhash.evaluate.runs import train_and_evaluate as train
+from lbhash.train import TrainConfig, build_config, load_config_file
+from lbhash.train.experiment import build_experiment
+from lbhash.train.encode import encode_array
+
+FAST = dict(data="digits", bits=16, hidden=[128], centers="hadamard", progress=False)
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("LBHASH_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def cli(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def test_config_precedence_flags_over_file_over_defaults(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("bits: 32\nepochs: 7\nlbhash-weight: 0.5\n")
+    cfg = build_config(load_config_file(path), {"epochs": 3, "bits": None})
+    assert (cfg.bits, cfg.epochs, cfg.lbhash_weight, cfg.method) == (32, 3, 0.5, "csq")
+    resolved = cfg.resolved()
+    assert (resolved.optimizer, resolved.lr, resolved.lbhash_mode) == ("adam", 1e-3, "replace")
+    path.write_text("bitz: 3\n")
+    with pytest.raises(ValueError, match="c.yaml: unknown option 'bitz'"):
+        load_config_file(path)
+
+
+def test_training_beats_an_untrained_model_by_a_wide_margin(tmp_path):
+    cfg = TrainConfig(**FAST, epochs=8, lbhash=True, lr_step=0)
+    exp = build_experiment(cfg)
+    ds, split = exp.dataset, exp.split
+    q = encode_array(exp.model, ds.x[split.query])
+    db = encode_array(exp.model, ds.x[split.database])
+    untrained = mean_average_precision(q, db, ds.labels[split.query], ds.labels[split.database])
+    trained = train(cfg, tmp_path / "run")["map"]
+    assert trained > untrained + 0.3, (untrained, trained)
+
+
+def test_run_directory_contents(tmp_path):
+    out = tmp_path / "run"
+    metrics = train(TrainConfig(**FAST, epochs=3, lbhash=True, eval_every=2), out)
+    assert sorted(p.name for p in out.iterdir()) == [
+        "checkpoint.pt", "codes.npz", "config.yaml", "log.jsonl", "metrics.json", "split.npz"]
+    config = yaml.safe_load((out / "config.yaml").read_text())
+    assert config["protocol"] == "digits" and config["lbhash_mode"] == "replace"
+    log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in log] == [1, 2, 3]
+    assert {"lower_bound", "quantization", "surrogate_pi", "pattern_accuracy", "total"} <= set(log[0]["loss"])
+    assert "ratio" in log[0]["train_lower_bound"] and "map" in log[1]["eval"]
+    # codes.npz is what `lbhash evaluate` reads, and it reproduces the run's mAP
+    codes = load_codes_file(out / "codes.npz")
+    again = mean_average_precision(codes["query_codes"], codes["db_codes"], codes["query_labels"],
+                                   codes["db_labels"], bits=codes["bits"])
+    assert again == pytest.approx(metrics["map"], abs=1e-12)
+    assert metrics["run"]["variant"] == "csq_D"
+    assert cli("evaluate", out / "codes.npz", "--out", tmp_path / "m.json").exit_code == 0
+
+
+def test_same_seed_same_codes(tmp_path):
+    a = train(TrainConfig(**FAST, epochs=2, lbhash=True), tmp_path / "a")
+    b = train(TrainConfig(**FAST, epochs=2, lbhash=True), tmp_path / "b")
+    ca, cb = load_codes_file(tmp_path / "a" / "codes.npz"), load_codes_file(tmp_path / "b" / "codes.npz")
+    np.testing.assert_array_equal(ca["db_codes"], cb["db_codes"])
+    assert a["map"] == b["map"]
+
+
+class Killed(Exception):
+    pass
+
+
+def test_interrupted_then_resumed_equals_uninterrupted(tmp_path):
+    cfg = TrainConfig(**FAST, epochs=4, lbhash=True, lr_step=2, eval_every=2)
+    train(cfg, tmp_path / "full")
+
+    def die(epoch):
+        if epoch == 2:
+            raise Killed
+
+    with pytest.raises(Killed):
+        train(cfg, tmp_path / "cut", on_epoch_end=die)
+    assert not (tmp_path / "cut" / "codes.npz").exists()
+    train(None, tmp_path / "cut", resume=True)
+    full = load_codes_file(tmp_path / "full" / "codes.npz")
+    cut = load_codes_file(tmp_path / "cut" / "codes.npz")
+    np.testing.assert_array_equal(full["db_codes"], cut["db_codes"])
+    np.testing.assert_array_equal(full["query_codes"], cut["query_codes"])
+    strip = lambda p: [{k: v for k, v in json.loads(x).items() if k != "seconds"}
+                       for x in (p / "log.jsonl").read_text().splitlines()]
+    assert strip(tmp_path / "full") == strip(tmp_path / "cut")
+
+
+def test_killed_process_resumes_to_the_same_codes(tmp_path):
+    args = ["train", "--data", "digits", "--bits", "16", "--hidden", "128", "--centers", "hadamard",
+            "--lbhash", "--epochs", "40", "--eval-every", "0", "--no-progress"]
+    env = {**os.environ, "LBHASH_CACHE_DIR": str(tmp_path / "cache")}
+    cmd = [sys.executable, "-c", "from lbhash.cli import main; main()"]
+    subprocess.run(cmd + args + ["--out", str(tmp_path / "full")], check=True, env=env,
+                   capture_output=True)
+    proc = subprocess.Popen(cmd + args + ["--out", str(tmp_path / "cut")], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = tmp_path / "cut" / "log.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and (not log.exists() or len(log.read_text().splitlines()) < 3):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (tmp_path / "cut" / "codes.npz").exists(), "the run finished before it was killed"
+    subprocess.run(cmd + ["train", "--resume", "--out", str(tmp_path / "cut"), "--no-progress"],
+                   check=True, env=env, capture_output=True)
+    full = load_codes_file(tmp_path / "full" / "codes.npz")
+    cut = load_codes_file(tmp_path / "cut" / "codes.npz")
+    np.testing.assert_array_equal(full["db_codes"], cut["db_codes"])
+
+
+def _one_line_error(result, *fragments):
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+@pytest.fixture
+def bad_feature_files(tmp_path):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(120, 6)).astype(np.float32)
+    labels = np.eye(3, dtype=np.uint8)[rng.integers(0, 3, 120)]
+    is_test = np.arange(120) >= 100
+    zero = labels.copy()
+    zero[5] = 0
+    nan = x.copy()
+    nan[7, 2] = np.nan
+    np.savez(tmp_path / "zero.npz", x=x, labels=zero, is_test=is_test)
+    np.savez(tmp_path / "nan.npz", x=nan, labels=labels, is_test=is_test)
+    return tmp_path
+
+
+@pytest.mark.parametrize("args, fragments", [
+    (["--lbhash", "--bits", "12"], ["bits=12", "block size 8"]),
+    (["--centers", "hadamard", "--bits", "4"], ["hadamard", "bits=4", "classes=10"]),
+    (["--method", "nope"], ["unknown method 'nope'"]),
+    (["--data", "pixels:foo"], ["pixels:foo"]),
+    (["--protocol", "cifar10"], ["class"]),
+    (["--epochs", "0"], ["epochs must be a positive integer, got 0"]),
+])
+def test_bad_input_leaves_no_run_directory(tmp_path, args, fragments):
+    out = tmp_path / "run"
+    _one_line_error(cli("train", "--out", out, "--no-progress", *args), *fragments)
+    assert not out.exists()
+
+
+def test_bad_feature_files_leave_no_run_directory(bad_feature_files):
+    out = bad_feature_files / "run"
+    _one_line_error(cli("train", "--data", f"features:{bad_feature_files / 'zero.npz'}", "--lbhash",
+                        "--bits", "8", "--out", out), "has no label")
+    _one_line_error(cli("train", "--data", f"features:{bad_feature_files / 'nan.npz'}",
+                        "--bits", "8", "--out", out), "nan.npz", "row 7")
+    assert not out.exists()
+
+
+def test_existing_run_needs_resume_and_resume_takes_no_options(tmp_path):
+    out = tmp_path / "run"
+    assert cli("train", "--data", "digits", "--bits", "16", "--epochs", "1", "--hidden", "64",
+               "--centers", "hadamard", "--out", out, "--no-progress").exit_code == 0
+    _one_line_error(cli("train", "--out", out, "--epochs", "1"), "already holds a run", "--resume")
+    _one_line_error(cli("train", "--out", out, "--resume", "--bits", "32"), "saved config")
+    _one_line_error(cli("train", "--out", tmp_path / "none", "--resume"), "nothing to resume")
+    result = cli("train", "--out", out, "--resume")  # finished: reports the saved metrics
+    assert result.exit_code == 0 and "mAP@all" in result.output
