@@ -52,12 +52,20 @@ def main() -> None:
     p.add_argument("--bits", default="16,32,64")
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--epochs", type=int, default=None, help="default: each method's")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra TrainConfig values for every cell, e.g. lr_step=0 (repeatable)")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--out", default="runs/bench-quality")
     p.add_argument("--title", default=None)
     args = p.parse_args()
 
     out = Path(args.out)
+    import yaml
+
+    extra = {}
+    for item in args.set:
+        key, _, value = item.partition("=")
+        extra[key.replace("-", "_")] = yaml.safe_load(value)
     cells = []
     for method in args.methods.split(","):
         for variant in args.variants.split(","):
@@ -69,6 +77,7 @@ def main() -> None:
                                 bits=bits, seed=seed, out=str(out / name))
                     if args.epochs:
                         cell["epochs"] = args.epochs
+                    cell.update(extra)
                     cells.append(cell)
     start = time.perf_counter()
     with ProcessPoolExecutor(args.workers) as pool:
@@ -90,7 +99,9 @@ def markdown_table(results: list[dict], args) -> str:
         rows.setdefault(key, {}).setdefault(r["bits"], []).append(r)
     topk = results[0]["topk"]
     title = args.title or f"mAP@{topk} on {args.data} (protocol {args.protocol or 'default'})"
-    lines = [f"### {title}", "", f"seeds {args.seeds}; mean +/- std; s/epoch = mean training time per epoch",
+    settings = f"; settings {', '.join(args.set)}" if args.set else ""
+    lines = [f"### {title}", "", f"seeds {args.seeds}; epochs {args.epochs or 'default'}{settings}; "
+             "mean +/- std; s/epoch = mean training time per epoch",
              "", "| method | " + " | ".join(f"{b} bits" for b in bits) + " | s/epoch |",
              "|---|" + "---|" * (len(bits) + 1)]
     for key, by_bits in rows.items():

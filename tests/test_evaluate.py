@@ -275,3 +275,14 @@ def test_misleading_sample_falls_back_to_exact_cutoff(rng):
                 mc = ref.tie_averaged_ap_monte_carlo(ref.distances(q, db)[0], ref.relevance(qm, dm)[0],
                                                      topk, 200, rng)
                 assert got[0] == pytest.approx(mc, abs=0.005)
+
+
+def test_classifier_accuracy():
+    from lbhash.evaluate import classifier_accuracy
+
+    scores = np.array([[0.1, 0.9, 0.0], [2.0, 1.0, 0.0], [0.0, 0.0, 1.0], [0.3, 0.2, 0.1]])
+    assert classifier_accuracy(scores, [1, 0, 1, 2]) == 0.5
+    multi = np.array([[1, 1, 0], [0, 1, 0], [0, 0, 1], [0, 0, 0]])
+    assert classifier_accuracy(scores, multi) == 0.5  # rows 0 and 2 predict a label they have
+    with pytest.raises(ValueError, match="scores must have shape"):
+        classifier_accuracy(scores[:3], [1, 0, 1, 2])

@@ -28,6 +28,8 @@ def _method_options(values: tuple[str, ...]) -> dict:
 @click.option("--protocol", help="Split protocol: cifar10, cifar10-1, cifar10-2, given, digits, "
                                  "per-class:T,Q[,+train], random:T,Q. [default: the data set's own]")
 @click.option("--method", help="Hashing method (see `lbhash methods`). [default: csq]")
+@click.option("--defaults", type=click.Choice(["paper", "benchmark"]),
+              help="Method defaults profile: the paper's (Adam 1e-3) or the DeepHash benchmark's. [default: paper]")
 @click.option("--lbhash/--no-lbhash", default=None, help="Train the method's _D variant (the paper's objective).")
 @click.option("--bits", type=int, help="Code length. [default: 64]")
 @click.option("--epochs", type=int, help="[default: the method's]")

@@ -14,6 +14,7 @@ from lbhash.evaluate.retrieval import (
     PrecisionAtK,
     RadiusPrecision,
     average_precision,
+    classifier_accuracy,
     knn_accuracy,
     mean_average_precision,
     precision_at_k,
@@ -23,7 +24,7 @@ from lbhash.evaluate.retrieval import (
 
 __all__ = [
     "DEFAULT_KS", "LowerBound", "PRCurve", "PrecisionAtK", "RadiusPrecision",
-    "average_precision", "evaluate_codes", "format_metrics", "knn_accuracy", "lower_bound",
+    "average_precision", "classifier_accuracy", "evaluate_codes", "format_metrics", "knn_accuracy", "lower_bound",
     "mean_average_precision", "precision_at_k", "precision_recall_curve",
     "precision_within_radius",
 ]

@@ -84,6 +84,8 @@ def format_metrics(metrics: dict[str, Any]) -> str:
         (f"mAP@{r} (tie-averaged)", f"{metrics['map_tie_averaged']:.4f}"),
         (f"P@H<={ball['radius']}", f"{ball['precision']:.4f}  (empty balls: {100 * ball['empty_fraction']:.1f}%)"),
         (f"kNN accuracy (k={knn['k']})", f"{knn['accuracy']:.4f}"),
+        *([("classifier accuracy", f"{metrics['classifier_accuracy']:.4f}")]
+          if "classifier_accuracy" in metrics else []),
         (f"lower bound (p{lb['percentile']:g})",
          f"min D_inter {lb['min_inter']:.2f} / max D_intra {lb['max_intra']:.2f} = {ratio_text}"),
     ]

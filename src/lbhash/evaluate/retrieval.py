@@ -13,6 +13,7 @@ from typing import Iterator, NamedTuple, Sequence
 import numpy as np
 
 from lbhash.evaluate import _kernels
+from lbhash.labels import as_multihot
 from lbhash.evaluate._inputs import (
     Retrieval,
     check_positive_int,
@@ -191,6 +192,19 @@ def knn_vote_accuracy(inp: Retrieval, k: int) -> float:
         voted = votes.max(axis=1) > 0  # neighbours without labels predict nothing
         correct += int((inp.q_labels[np.arange(a, b), pred] & voted).sum())
     return correct / inp.n_query
+
+
+def classifier_accuracy(scores, labels) -> float:
+    """Recognition accuracy of a classifier branch: its top-scoring class is correct if the
+    item has that label (class ids or multi-hot rows)."""
+    scores = np.asarray(scores)
+    onehot = as_multihot(labels, "labels", scores.shape[1] if scores.ndim == 2 else None)
+    if scores.ndim != 2 or len(scores) != len(onehot):
+        raise ValueError(f"scores must have shape ({len(onehot)}, classes), got {scores.shape}")
+    if not np.isfinite(scores).all():
+        raise ValueError("scores contain NaN or inf")
+    pred = scores.argmax(axis=1)
+    return float(onehot[np.arange(len(pred)), pred].mean())
 
 
 # --- streaming helpers ----------------------------------------------------------------------

@@ -17,7 +17,7 @@ from lbhash._io import write_json
 from lbhash.codes import load_codes_file
 from lbhash.evaluate.bound import lower_bound
 from lbhash.evaluate.report import evaluate_codes
-from lbhash.evaluate.retrieval import mean_average_precision
+from lbhash.evaluate.retrieval import classifier_accuracy, mean_average_precision
 from lbhash.train import TrainConfig
 from lbhash.train.run import CODES, LOG, load_run_config, read_log
 from lbhash.train.run import train as train_run
@@ -61,6 +61,8 @@ def evaluate_run(run_dir: str | Path) -> dict[str, Any]:
     topk = int(codes["topk"]) if "topk" in codes and int(codes["topk"]) > 0 else None
     metrics = evaluate_codes(codes["query_codes"], codes["db_codes"], codes["query_labels"],
                              codes["db_labels"], bits=codes["bits"], topk=topk)
+    if "query_scores" in codes:  # the method's own classifier, beside the kNN accuracy
+        metrics["classifier_accuracy"] = classifier_accuracy(codes["query_scores"], codes["query_labels"])
     seconds = [r["seconds"] for r in read_log(run_dir / LOG)]
     metrics["run"] = {
         "variant": cfg.variant, "method": cfg.method, "lbhash": cfg.lbhash, "bits": cfg.bits,

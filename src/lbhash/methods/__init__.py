@@ -1,6 +1,7 @@
 """Hashing methods: one loss module per method, a registry, and the _D wrapper."""
 
-from lbhash.methods import csq  # noqa: F401  (registers the method)
+# importing a method's module registers it
+from lbhash.methods import csq, dbdh, dch, dsdh, greedyhash, hashnet  # noqa: F401
 from lbhash.methods.base import (
     HashLoss,
     LossOutput,

@@ -39,15 +39,31 @@ class HashLoss(nn.Module):
     has_classifier: ClassVar[bool] = False
 
     def __init__(self, bits: int, num_classes: int, num_train: int | None = None,
-                 centers: torch.Tensor | None = None):
+                 centers: torch.Tensor | None = None, multi_label: bool = False):
         super().__init__()
         self.bits, self.num_classes, self.num_train = bits, num_classes, num_train
+        self.multi_label = multi_label
+        if self.needs_index and not num_train:
+            raise ValueError(f"method {self.name} keeps a memory bank of every training item and "
+                             "needs the training-set size (num_train)")
 
-    def forward(self, u: torch.Tensor, labels: torch.Tensor, index: torch.Tensor) -> LossOutput:
+    def forward(self, u: torch.Tensor, labels: torch.Tensor, index: torch.Tensor | None) -> LossOutput:
         raise NotImplementedError
+
+    def check_index(self, index: torch.Tensor | None, batch: int) -> torch.Tensor:
+        """The batch's stable training-set positions, required by memory-bank methods."""
+        if index is None:
+            raise ValueError(f"method {self.name} keeps a memory bank of every training item and needs "
+                             "each sample's stable index in the training set; this data gives none")
+        if index.shape != (batch,):
+            raise ValueError(f"method {self.name}: index must have shape ({batch},), got {tuple(index.shape)}")
+        return index
 
     def on_epoch_start(self, epoch: int) -> None:
         """Called before each epoch (0-based), e.g. for continuation schedules."""
+
+    def on_epoch_end(self, epoch: int) -> None:
+        """Called after each epoch's last step (0-based), e.g. for per-epoch discrete updates."""
 
     def classify(self, codes: torch.Tensor) -> torch.Tensor | None:
         """Class scores from +/-1 codes for methods with a classifier branch, else None."""
@@ -77,11 +93,12 @@ def available_methods() -> list[str]:
 
 
 def create_method(name: str, bits: int, num_classes: int, num_train: int | None = None,
-                  centers: torch.Tensor | None = None, **constants) -> HashLoss:
-    """Build a registered method; `constants` override its defaults (e.g. CSQ's lambda)."""
+                  centers: torch.Tensor | None = None, multi_label: bool = False,
+                  **constants) -> HashLoss:
+    """Build a registered method; `constants` override its defaults (e.g. CSQ's quantization)."""
     cls = method_class(name)
     return _build(cls, bits=bits, num_classes=num_classes, num_train=num_train,
-                  centers=centers, **constants)
+                  centers=centers, multi_label=multi_label, **constants)
 
 
 def _build(cls: Callable[..., HashLoss], **kwargs) -> HashLoss:

@@ -27,8 +27,9 @@ class CSQ(HashLoss):
     uses_centers = True
 
     def __init__(self, bits: int, num_classes: int, num_train: int | None = None,
-                 centers: torch.Tensor | None = None, quantization: float = 1e-4):
-        super().__init__(bits, num_classes, num_train, centers)
+                 centers: torch.Tensor | None = None, multi_label: bool = False,
+                 quantization: float = 1e-4):
+        super().__init__(bits, num_classes, num_train, centers, multi_label)
         if centers is None or tuple(centers.shape) != (num_classes, bits):
             raise ValueError(f"CSQ needs ({num_classes}, {bits}) class centers")
         self.quantization = float(quantization)

@@ -56,5 +56,8 @@ class LowerBoundObjective(nn.Module):
     def on_epoch_start(self, epoch: int) -> None:
         self.base.on_epoch_start(epoch)
 
+    def on_epoch_end(self, epoch: int) -> None:
+        self.base.on_epoch_end(epoch)
+
     def classify(self, codes: torch.Tensor) -> torch.Tensor | None:
         return self.base.classify(codes)

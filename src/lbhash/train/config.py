@@ -19,6 +19,7 @@ class TrainConfig:
     data: str = "digits"
     protocol: str | None = None         # default: the data set's own ("digits", "given", ...)
     method: str = "csq"
+    defaults: str = "paper"              # method defaults profile: paper | benchmark
     lbhash: bool = False                 # train the method's _D variant
     bits: int = 64
     seed: int = 0
@@ -50,7 +51,7 @@ class TrainConfig:
 
     def resolved(self) -> "TrainConfig":
         """Fill method defaults and check every value (one-line ValueError naming it)."""
-        d = method_defaults(self.method)
+        d = method_defaults(self.method, self.defaults)
         cfg = dataclasses.replace(self, method=self.method.lower(),
                                   method_options={**d.constants, **(self.method_options or {})})
         for name in ("epochs", "batch_size", "optimizer", "lr", "weight_decay", "lr_step",

@@ -100,7 +100,7 @@ def build_experiment(cfg: TrainConfig, split: Split | None = None) -> Experiment
         centers = torch.from_numpy(generate_centers(bits, classes, kind=cfg.centers, seed=cfg.seed))
     model = _feature_model(cfg, dataset, split)
     base = create_method(cfg.method, bits, classes, num_train=len(split.train), centers=centers,
-                         **cfg.method_options)
+                         multi_label=dataset.multi_label, **cfg.method_options)
     objective: HashLoss | LowerBoundObjective = base
     if cfg.lbhash:
         surrogate = BlockSurrogate(bits, cfg.block_size, cfg.surrogate_hidden, cfg.surrogate_dropout)

@@ -151,6 +151,7 @@ class Trainer:
             for k, v in parts.items():
                 sums[k] = sums.get(k, 0.0) + float(v) * n
             codes[index.cpu().numpy()] = torch.where(u.detach() >= 0, 1, -1).cpu().numpy()
+        learner.objective.on_epoch_end(epoch - 1)
         lr = self.optimizers[0].param_groups[0]["lr"]
         for sched in self.schedulers:
             sched.step()

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+import torch
 import yaml
 
 from lbhash._io import atomic_path
@@ -76,11 +77,24 @@ def write_codes(trainer: Trainer) -> None:
     seconds = time.perf_counter() - start
     if trainer.fabric.is_global_zero:
         ql, dl = ds.labels[split.query], ds.labels[split.database]
+        extra = {}
+        scores = classifier_scores(trainer, q)
+        if scores is not None:  # methods with a classifier branch (GreedyHash, DSDH)
+            extra["query_scores"] = scores
         save_codes_file(out / CODES, q, db, stored_labels(ds.multi_label, ql),
                         stored_labels(ds.multi_label, dl), query_index=split.query,
                         db_index=split.database, topk=-1 if exp.topk is None else exp.topk,
-                        encode_seconds=seconds)
+                        encode_seconds=seconds, **extra)
     trainer.fabric.barrier()
+
+
+@torch.no_grad()
+def classifier_scores(trainer: Trainer, codes: np.ndarray) -> np.ndarray | None:
+    """Class scores of the method's own classifier for +/-1 codes, or None without one."""
+    objective = trainer.learner.objective
+    objective.eval()
+    scores = objective.classify(torch.as_tensor(codes, dtype=torch.float32, device=trainer.fabric.device))
+    return None if scores is None else scores.float().cpu().numpy()
 
 
 def stored_labels(multi_label: bool, labels: np.ndarray) -> np.ndarray:

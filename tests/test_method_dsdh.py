@@ -1,0 +1,268 @@
+"""DSDH: the network loss against hand-computed values, the DCC update of codes B and
+classifier W against its own objective and independent solutions, and exact resume."""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import lbhash.methods.dsdh  # noqa: F401  (registers dsdh)
+from lbhash.codes import load_codes_file
+from lbhash.data import load_digits
+from lbhash.evaluate.runs import train_and_evaluate
+from lbhash.methods import create_method
+from lbhash.methods.dsdh import b_sweep, w_step
+from lbhash.train import TrainConfig
+
+
+def likelihood_by_hand(bank_u, bank_y, u, y):
+    total, count = 0.0, 0
+    for ui, yi in zip(u, y):
+        for uj, yj in zip(bank_u, bank_y):
+            theta = 0.5 * sum(a * b for a, b in zip(ui, uj))
+            s = 1.0 if sum(a * b for a, b in zip(yi, yj)) > 0 else 0.0
+            total += math.log(1 + math.exp(theta)) - s * theta
+            count += 1
+    return total / count
+
+
+def objective(B, W, Y, U, ridge, fit):
+    """The DCC objective, written out independently of the module."""
+    B, W, Y, U = (t.double() for t in (B, W, Y, U))
+    return float(torch.sum((Y - B @ W) ** 2) + ridge * torch.sum(W ** 2) + fit * torch.sum((B - U) ** 2))
+
+
+CODES = [[1, -1, 1, 1], [-1, -1, 1, -1], [1, 1, -1, -1], [-1, 1, 1, 1], [1, 1, 1, -1]]
+U1 = [[0.5, -1.7, 0.2, 0.9], [-0.3, 0.4, 1.3, -0.8]]
+U2 = [[1.2, 0.1, -0.6, -0.4], [-0.9, -0.2, 0.7, 2.5], [0.3, 0.8, -1.1, 0.05]]
+
+
+@pytest.mark.parametrize("labels1, labels2", [
+    ([[1, 0, 0], [0, 1, 0]], [[0, 1, 0], [1, 0, 0], [0, 0, 1]]),        # single-label
+    ([[1, 1, 0], [0, 1, 0]], [[0, 0, 1], [1, 0, 1], [0, 0, 0]]),        # multi-label, one unlabelled
+])
+def test_dsdh_hand_computed_with_bank_update(labels1, labels2):
+    loss = create_method("dsdh", bits=4, num_classes=3, num_train=5, eta=3.0)
+    i1, i2 = [0, 3], [1, 4, 3]
+    y1, y2 = torch.tensor(labels1, dtype=torch.float32), torch.tensor(labels2, dtype=torch.float32)
+    loss(torch.tensor(U1), y1, torch.tensor(i1))
+    before_fit = loss(torch.tensor(U2), y2, torch.tensor(i2))
+    bank_u, bank_y = [[0.0] * 4 for _ in range(5)], [[0.0] * 3 for _ in range(5)]
+    for index, u, y in [(i1, U1, labels1), (i2, U2, labels2)]:
+        for i, urow, yrow in zip(index, u, y):
+            bank_u[i], bank_y[i] = list(urow), list(yrow)  # no clamp in DSDH
+    likelihood = likelihood_by_hand(bank_u, bank_y, U2, labels2)
+    assert float(before_fit.parts["likelihood"]) == pytest.approx(likelihood, rel=1e-5)
+    assert float(before_fit.parts["quantization"]) == 0.0  # random B is not pulled on
+    np.testing.assert_allclose(loss.U.numpy(), np.array(bank_u), atol=1e-7)
+    np.testing.assert_array_equal(loss.Y.numpy(), np.array(bank_y))
+    # once B has been fitted, eta * mean((B_batch - u)^2) joins the loss
+    loss.update_codes()
+    loss.B.copy_(torch.tensor(CODES, dtype=torch.float32))
+    out = loss(torch.tensor(U2), y2, torch.tensor(i2))
+    quant = sum((CODES[i][k] - U2[r][k]) ** 2 for r, i in enumerate(i2) for k in range(4)) / 12
+    assert float(out.parts["likelihood"]) == pytest.approx(likelihood, rel=1e-5)
+    assert float(out.parts["quantization"]) == pytest.approx(3.0 * quant, rel=1e-5)
+    assert float(out.total) == pytest.approx(likelihood + 3.0 * quant, rel=1e-5)
+
+
+def random_bank(loss, seed, multi_label=False):
+    gen = torch.Generator().manual_seed(seed)
+    n, bits, classes = loss.num_train, loss.bits, loss.num_classes
+    if multi_label:
+        labels = (torch.rand(n, classes, generator=gen) < 0.3).float()
+    else:
+        labels = torch.eye(classes)[torch.randint(0, classes, (n,), generator=gen)]
+    loss(torch.randn(n, bits, generator=gen, dtype=loss.U.dtype), labels.to(loss.Y.dtype), torch.arange(n))
+
+
+@pytest.mark.parametrize("multi_label", [False, True])
+def test_dcc_update_reduces_its_objective(multi_label):
+    torch.manual_seed(0)
+    loss = create_method("dsdh", bits=8, num_classes=5, num_train=200, mu=2.0, nu=0.5, eta=3.0)
+    random_bank(loss, 1, multi_label)
+    ridge, fit = 0.25, 1.5
+    B0, W0 = loss.B.clone(), loss.W.clone()
+    before = objective(B0, W0, loss.Y, loss.U, ridge, fit)
+    loss.on_epoch_end(0)
+    after = objective(loss.B, loss.W, loss.Y, loss.U, ridge, fit)
+    assert after < 0.9 * before, (before, after)
+    assert set(loss.B.unique().tolist()) == {-1.0, 1.0}
+    # every W-step and every bit sweep is non-increasing (float64 for an exact comparison)
+    loss = loss.double()
+    loss.B.copy_(B0)
+    loss.W.copy_(W0)
+    trace = loss.update_codes(trace=True)
+    assert len(trace) == 1 + 2 * 10
+    assert trace[0] == pytest.approx(before, rel=1e-12)
+    assert trace[-1] == pytest.approx(objective(loss.B, loss.W, loss.Y, loss.U, ridge, fit), rel=1e-12)
+    assert all(b <= a * (1 + 1e-12) for a, b in zip(trace, trace[1:])), trace
+    assert trace[2] < trace[1]  # the first sweep moves off the random codes
+
+
+def test_w_step_is_the_ridge_least_squares_solution():
+    torch.manual_seed(3)
+    loss = create_method("dsdh", bits=6, num_classes=4, num_train=50, mu=2.0, nu=0.5, dcc_iter=1)
+    random_bank(loss, 4, multi_label=True)
+    B0 = loss.B.clone().double()
+    loss.on_epoch_end(0)
+    # min ||Y - B W||^2 + (nu/mu) ||W||^2 as one least-squares system [B; sqrt(nu/mu) I] W = [Y; 0]
+    a = torch.cat([B0, math.sqrt(0.25) * torch.eye(6, dtype=torch.float64)])
+    b = torch.cat([loss.Y.double(), torch.zeros(6, 4, dtype=torch.float64)])
+    expected = torch.linalg.lstsq(a, b).solution
+    torch.testing.assert_close(loss.W.double(), expected, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(w_step(B0, loss.Y.double(), 0.25), expected)
+
+
+def test_b_sweep_minimises_each_column_exactly():
+    # brute force over all 2^n columns, bit by bit with the earlier bits already updated
+    gen = torch.Generator().manual_seed(7)
+    n, bits, classes, ridge, fit = 6, 4, 3, 0.7, 0.3
+    B = (torch.randint(0, 2, (n, bits), generator=gen) * 2 - 1).double()
+    W = torch.randn(bits, classes, generator=gen, dtype=torch.float64)
+    Y = torch.eye(classes, dtype=torch.float64)[torch.randint(0, classes, (n,), generator=gen)]
+    U = torch.randn(n, bits, generator=gen, dtype=torch.float64)
+    expected = B.clone()
+    for k in range(bits):
+        best = None
+        for column in itertools.product([-1.0, 1.0], repeat=n):
+            trial = expected.clone()
+            trial[:, k] = torch.tensor(column, dtype=torch.float64)
+            value = objective(trial, W, Y, U, ridge, fit)
+            if best is None or value < best[0]:
+                best = (value, trial)
+        expected = best[1]
+    got = b_sweep(B.clone(), W, Y, U, fit)
+    torch.testing.assert_close(got, expected)
+
+
+def test_dcc_sign_of_zero_is_plus_one():
+    # an empty bank (U = Y = 0) gives W = 0 and P = 0: every coordinate is a tie
+    loss = create_method("dsdh", bits=4, num_classes=3, num_train=7)
+    loss.update_codes()
+    assert torch.equal(loss.B, torch.ones(7, 4)) and torch.equal(loss.W, torch.zeros(4, 3))
+
+
+def test_classify_is_codes_times_w():
+    torch.manual_seed(2)
+    loss = create_method("dsdh", bits=4, num_classes=3, num_train=30)
+    random_bank(loss, 5)
+    loss.on_epoch_end(0)
+    codes = torch.tensor(CODES[:3], dtype=torch.int8)
+    W = loss.W.tolist()
+    scores = loss.classify(codes)
+    assert scores.shape == (3, 3)
+    for r in range(3):
+        for c in range(3):
+            expected = sum(CODES[r][k] * W[k][c] for k in range(4))
+            assert float(scores[r, c]) == pytest.approx(expected, abs=1e-5)
+
+
+def test_dsdh_gradient_matches_finite_differences():
+    torch.manual_seed(0)
+    loss = create_method("dsdh", bits=4, num_classes=3, num_train=6, eta=2.0).double()
+    random_bank(loss, 6, multi_label=True)
+    loss.update_codes()
+    bank = loss.U.clone()
+    u = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    labels = torch.tensor([[1.0, 0, 0], [0, 1.0, 1.0], [0, 0, 1.0]], dtype=torch.float64)
+    loss._remember = lambda *args: None  # hold the bank fixed while gradcheck perturbs u
+    f = lambda x: loss(x, labels, torch.tensor([5, 1, 2])).total
+    assert torch.autograd.gradcheck(f, (u,), eps=1e-6, atol=1e-6)
+    torch.testing.assert_close(loss.U, bank)  # all bank writes go through _remember
+
+
+def test_dsdh_rejects_bad_constants():
+    for name, value, message in [("nu", 0.0, "nu must be a finite number > 0, got 0.0"),
+                                 ("mu", -1.0, "mu must be a finite number > 0"),
+                                 ("eta", float("nan"), "eta must be a finite number >= 0, got nan"),
+                                 ("dcc_iter", 0, "dcc_iter must be a positive integer, got 0")]:
+        with pytest.raises(ValueError, match=message):
+            create_method("dsdh", bits=4, num_classes=3, num_train=5, **{name: value})
+
+
+def digits_subset(n=256):
+    ds = load_digits()
+    x = torch.from_numpy(np.asarray(ds.x[:n], dtype=np.float32))
+    x = (x - x.mean(0)) / (x.std(0) + 1e-6)
+    return x, torch.from_numpy(np.asarray(ds.labels[:n], dtype=np.float32))
+
+
+def train_steps(loss, head, x, labels, passes, batch=64, seed=0):
+    """Adam steps over shuffled batches with a DCC update after each pass; mean loss per pass."""
+    opt = torch.optim.Adam(head.parameters(), lr=1e-3)
+    gen = torch.Generator().manual_seed(seed)
+    means = []
+    for epoch in range(passes):
+        order, total = torch.randperm(len(x), generator=gen), 0.0
+        for start in range(0, len(x), batch):
+            index = order[start:start + batch]
+            out = loss(head(x[index]), labels[index], index)
+            opt.zero_grad()
+            out.total.backward()
+            opt.step()
+            total += float(out.total.detach()) * len(index)
+        loss.on_epoch_end(epoch)
+        means.append(total / len(x))
+    return means
+
+
+def test_dsdh_loss_decreases_on_digits():
+    torch.manual_seed(0)
+    x, labels = digits_subset()
+    loss = create_method("dsdh", bits=16, num_classes=10, num_train=len(x))
+    head = torch.nn.Linear(64, 16)
+    with torch.no_grad():  # a first pass fills the bank, so that every pass below has B fitted
+        loss(head(x), labels, torch.arange(len(x)))
+    loss.on_epoch_end(0)
+    means = train_steps(loss, head, x, labels, passes=5)  # 20 steps
+    assert all(b < a for a, b in zip(means, means[1:])) and means[-1] < 0.9 * means[0], means
+
+
+def test_dsdh_state_dict_restores_codes_classifier_and_bank(tmp_path):
+    torch.manual_seed(1)
+    x, labels = digits_subset(128)
+    loss = create_method("dsdh", bits=8, num_classes=10, num_train=len(x))
+    head = torch.nn.Linear(64, 8)
+    train_steps(loss, head, x, labels, passes=2)
+    torch.save(loss.state_dict(), tmp_path / "state.pt")
+    torch.manual_seed(99)  # a fresh module starts from other random codes
+    fresh = create_method("dsdh", bits=8, num_classes=10, num_train=len(x))
+    assert not torch.equal(fresh.B, loss.B)
+    fresh.load_state_dict(torch.load(tmp_path / "state.pt", weights_only=True))
+    for name in ("U", "Y", "B", "W", "fitted"):
+        assert torch.equal(getattr(fresh, name), getattr(loss, name)), name
+    index = torch.tensor([3, 40, 77])
+    with torch.no_grad():
+        u = head(x[index])
+    a, b = loss(u, labels[index], index), fresh(u, labels[index], index)
+    assert float(a.parts["quantization"]) > 0
+    assert all(torch.equal(a.parts[k], b.parts[k]) for k in a.parts)
+    loss.on_epoch_end(2)
+    fresh.on_epoch_end(2)
+    assert torch.equal(fresh.B, loss.B) and torch.equal(fresh.W, loss.W)
+
+
+class Killed(Exception):
+    pass
+
+
+def test_dsdh_interrupted_run_resumes_to_the_same_codes(tmp_path, monkeypatch):
+    monkeypatch.setenv("LBHASH_CACHE_DIR", str(tmp_path / "cache"))
+    cfg = TrainConfig(data="digits", method="dsdh", bits=16, epochs=4, hidden=[64], progress=False,
+                      lr_step=0)
+    train_and_evaluate(cfg, tmp_path / "full")
+
+    def die(epoch):
+        if epoch == 2:
+            raise Killed
+
+    with pytest.raises(Killed):
+        train_and_evaluate(cfg, tmp_path / "cut", on_epoch_end=die)
+    train_and_evaluate(None, tmp_path / "cut", resume=True)
+    full = load_codes_file(tmp_path / "full" / "codes.npz")
+    cut = load_codes_file(tmp_path / "cut" / "codes.npz")
+    np.testing.assert_array_equal(full["db_codes"], cut["db_codes"])
+    np.testing.assert_array_equal(full["query_codes"], cut["query_codes"])
