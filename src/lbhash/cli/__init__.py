@@ -8,6 +8,7 @@ from lbhash import __version__
 from lbhash.cli.centers import centers
 from lbhash.cli.common import LbhashGroup
 from lbhash.cli.demo import demo
+from lbhash.cli.encode import encode
 from lbhash.cli.evaluate import evaluate
 from lbhash.cli.methods import methods
 from lbhash.cli.toy import toy_mvb
@@ -20,5 +21,5 @@ def main() -> None:
     """Learn, evaluate and search binary hash codes (lower-bound objective, NeurIPS 2022)."""
 
 
-for command in (train, evaluate, methods, centers, toy_mvb, demo):
+for command in (train, encode, evaluate, methods, centers, toy_mvb, demo):
     main.add_command(command)

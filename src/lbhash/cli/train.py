@@ -86,5 +86,6 @@ def train(config_file, out, resume, method_option, hidden, topk, progress, **fla
         if out is None:
             out = Path("runs") / f"{cfg.variant}-{cfg.bits}bits-seed{cfg.seed}"
         metrics = train_and_evaluate(cfg, out, progress=progress)
-    click.echo(format_metrics(metrics))
-    click.echo(f"run directory: {out}")
+    if metrics:  # empty in the other processes of a multi-process run
+        click.echo(format_metrics(metrics))
+        click.echo(f"run directory: {out}")

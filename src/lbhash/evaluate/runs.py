@@ -47,9 +47,9 @@ def train_and_evaluate(cfg: TrainConfig | None, out: str | Path, resume: bool = 
     out = Path(out)
     if resume and (out / METRICS).is_file():
         return json.loads((out / METRICS).read_text())
-    train_run(cfg, out, resume=resume, monitor=RunMonitor(), on_epoch_end=on_epoch_end,
-              progress=progress)
-    return evaluate_run(out)
+    done = train_run(cfg, out, resume=resume, monitor=RunMonitor(), on_epoch_end=on_epoch_end,
+                     progress=progress)
+    return {} if done is None else evaluate_run(out)  # other ranks of a multi-process run
 
 
 def evaluate_run(run_dir: str | Path) -> dict[str, Any]:

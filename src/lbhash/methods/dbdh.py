@@ -66,9 +66,27 @@ class MemoryBankLoss(HashLoss):
 
     @torch.no_grad()
     def _remember(self, u: torch.Tensor, labels: torch.Tensor, index: torch.Tensor) -> None:
-        """The only write to the bank: the batch's detached outputs and labels at its indices."""
-        self.U[index] = u.detach().to(self.U.dtype)
+        """The only write to the bank: the batch's detached outputs and labels at its indices.
+
+        Under multi-process training every rank writes every rank's batch, so the banks (and
+        DSDH's codes learned from them) stay identical across ranks.
+        """
+        u, labels, index = _gather_across_ranks(u.detach(), labels, index)
+        self.U[index] = u.to(self.U.dtype)
         self.Y[index] = labels.to(self.Y.dtype)
+
+
+def _gather_across_ranks(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Concatenate equally shaped tensors of all ranks (identity without a process group)."""
+    dist = torch.distributed
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return tensors
+    out = []
+    for t in tensors:
+        parts = [torch.empty_like(t) for _ in range(dist.get_world_size())]
+        dist.all_gather(parts, t.contiguous())
+        out.append(torch.cat(parts))
+    return tuple(out)
 
 
 @register_method

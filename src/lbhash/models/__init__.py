@@ -1,5 +1,20 @@
 """Hash models: backbone -> hash head -> `bits` real outputs."""
 
+from lbhash.models.backbones import (
+    TRANSFORM_PRESETS,
+    Backbone,
+    available_backbones,
+    create_backbone,
+    create_image_model,
+    load_backbone_weights,
+    read_state_dict,
+    register_backbone,
+)
+from lbhash.models.cifar_resnet import CifarResNet
 from lbhash.models.hash_model import FeatureNorm, HashHead, HashModel, create_feature_model
 
-__all__ = ["FeatureNorm", "HashHead", "HashModel", "create_feature_model"]
+__all__ = [
+    "TRANSFORM_PRESETS", "Backbone", "CifarResNet", "FeatureNorm", "HashHead", "HashModel",
+    "available_backbones", "create_backbone", "create_feature_model", "create_image_model",
+    "load_backbone_weights", "read_state_dict", "register_backbone",
+]

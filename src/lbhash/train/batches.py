@@ -1,4 +1,9 @@
-"""Mini-batches of in-memory arrays, shuffled from an explicit seed."""
+"""Training batches: in-memory feature arrays, or image data sets through a DataLoader.
+
+Both yield (x, labels, index) with index the sample's stable position in the training set
+(memory banks use it), shuffle from an explicit per-epoch seed, and shard the epoch across
+ranks with equal batch counts (padding by wrapping around), which DDP needs.
+"""
 
 from __future__ import annotations
 
@@ -6,29 +11,60 @@ from typing import Iterator
 
 import numpy as np
 import torch
+from torch.utils.data import DataLoader, Dataset
+
+Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def shard_order(n: int, seed: int, rank: int, world_size: int) -> np.ndarray:
+    """This rank's share of a seeded permutation of range(n), padded so that all ranks get
+    the same number of items."""
+    order = np.random.default_rng(seed).permutation(n)
+    per_rank = -(-n // world_size)
+    if per_rank * world_size > n:
+        order = np.concatenate([order, order[: per_rank * world_size - n]])
+    return order[rank::world_size]
 
 
 class ArrayBatches:
-    """Yields (x, labels, index) batches of an in-memory training set.
-
-    index is each sample's stable position in the training set (memory banks use it). Data
-    live on `device` once; a batch is a gather, not a per-item Python call.
-    """
+    """Batches of an in-memory training set; data live on `device` once, a batch is a gather."""
 
     def __init__(self, x: np.ndarray, labels: np.ndarray, batch_size: int, device="cpu",
                  rank: int = 0, world_size: int = 1):
         self.x = torch.as_tensor(np.ascontiguousarray(x, dtype=np.float32), device=device)
-        self.labels = labels
         self.y = torch.as_tensor(labels, dtype=torch.float32, device=device)
+        self.n = len(self.x)
         self.batch_size, self.rank, self.world_size = batch_size, rank, world_size
 
     def __len__(self) -> int:
-        per_rank = -(-len(self.x) // self.world_size)
-        return -(-per_rank // self.batch_size)
+        return -(-len(shard_order(self.n, 0, self.rank, self.world_size)) // self.batch_size)
 
-    def epoch(self, seed: int) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-        order = np.random.default_rng(seed).permutation(len(self.x))
-        order = torch.as_tensor(order[self.rank::self.world_size], device=self.x.device)
+    def epoch(self, seed: int) -> Iterator[Batch]:
+        order = torch.as_tensor(shard_order(self.n, seed, self.rank, self.world_size), device=self.x.device)
         for start in range(0, len(order), self.batch_size):
             index = order[start:start + self.batch_size]
             yield self.x[index], self.y[index], index
+
+
+class LoaderBatches:
+    """Batches of a torch Dataset of (image, labels, position) items through a DataLoader."""
+
+    def __init__(self, dataset: Dataset, batch_size: int, device="cpu", num_workers: int = 0,
+                 rank: int = 0, world_size: int = 1, channels_last: bool = False):
+        self.dataset, self.n = dataset, len(dataset)
+        self.batch_size, self.device, self.num_workers = batch_size, device, num_workers
+        self.rank, self.world_size, self.channels_last = rank, world_size, channels_last
+
+    def __len__(self) -> int:
+        return -(-len(shard_order(self.n, 0, self.rank, self.world_size)) // self.batch_size)
+
+    def epoch(self, seed: int) -> Iterator[Batch]:
+        order = shard_order(self.n, seed, self.rank, self.world_size).tolist()
+        # worker seeds come from torch's RNG, which the loop seeds per epoch: deterministic
+        loader = DataLoader(self.dataset, batch_size=self.batch_size, sampler=order,
+                            num_workers=self.num_workers, pin_memory=str(self.device).startswith("cuda"))
+        for x, y, index in loader:
+            x = x.to(self.device, non_blocking=True)
+            if self.channels_last:
+                x = x.contiguous(memory_format=torch.channels_last)
+            yield x, y.to(self.device, torch.float32), index.to(self.device)

@@ -39,8 +39,15 @@ class TrainConfig:
     surrogate_hidden: int = 256
     surrogate_dropout: float = 0.5
     theta_dropout: bool = True           # dropout active in the L_theta pass
-    hidden: list = field(default_factory=lambda: [1024])  # hash head widths
+    hidden: list | None = None           # hash head widths (default: [1024] for features, [] for images)
     head_dropout: float = 0.0
+    backbone: str | None = None          # images: a registered backbone (lbhash.models)
+    pretrained: str | None = None        # backbone weights: a local file, or "torchvision" (hub cache)
+    freeze_backbone: bool = False        # train only the hash layers
+    image_size: int | None = None        # default: the backbone's
+    transform: str | None = None         # imagenet | cifar | cifar-augment (default: the backbone's)
+    num_workers: int = 0                 # DataLoader workers for image data
+    skip_bad_images: bool = False        # drop unreadable images (counted) instead of stopping
     normalize: str = "zscore"            # zscore | none (feature standardisation)
     eval_every: int = 10                 # evaluate every N epochs (0: only at the end)
     topk: Any = None                     # R of mAP@R: int, "all", or None (protocol default)
@@ -79,9 +86,15 @@ class TrainConfig:
             raise ValueError(f"lbhash_mode must be 'add' or 'replace', got {self.lbhash_mode!r}")
         if self.normalize not in ("zscore", "none"):
             raise ValueError(f"normalize must be 'zscore' or 'none', got {self.normalize!r}")
-        if not isinstance(self.hidden, (list, tuple)) or any(
-                not isinstance(h, int) or h < 1 for h in self.hidden):
+        if self.hidden is not None and (not isinstance(self.hidden, (list, tuple)) or any(
+                not isinstance(h, int) or isinstance(h, bool) or h < 1 for h in self.hidden)):
             raise ValueError(f"hidden must be a list of positive integers, got {self.hidden!r}")
+        for name in ("num_workers",):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+        if self.image_size is not None and (not isinstance(self.image_size, int) or self.image_size < 8):
+            raise ValueError(f"image_size must be an integer >= 8, got {self.image_size!r}")
         if self.lbhash and self.bits % self.block_size:
             raise ValueError(f"bits={self.bits} is not divisible by the block size {self.block_size}")
         if self.topk is not None and self.topk != "all" and (

@@ -20,8 +20,6 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from lbhash.train.batches import ArrayBatches
-from lbhash.train.encode import encode_array
 from lbhash.train.experiment import Experiment, Learner
 
 CHECKPOINT = "checkpoint.pt"
@@ -32,11 +30,25 @@ def epoch_seed(seed: int, epoch: int) -> int:
     return int(np.random.SeedSequence([seed, epoch]).generate_state(1)[0])
 
 
+def process_rank() -> int:
+    """This process's global rank as launchers announce it, before any process group exists
+    (torchrun sets RANK; Lightning's launcher sets LOCAL_RANK and NODE_RANK in its children)."""
+    if "RANK" in os.environ:
+        return int(os.environ["RANK"])
+    local = int(os.environ.get("LOCAL_RANK", 0))
+    return int(os.environ.get("NODE_RANK", 0)) * max(1, int(os.environ.get("LOCAL_WORLD_SIZE", 1))) + local
+
+
 def make_fabric(cfg):
     from lightning.fabric import Fabric
 
     logging.getLogger("lightning.fabric").setLevel(logging.WARNING)
-    return Fabric(accelerator=cfg.accelerator, devices=cfg.devices, precision=cfg.precision)
+    fabric = Fabric(accelerator=cfg.accelerator, devices=cfg.devices, precision=cfg.precision)
+    fabric.launch()  # starts the other processes of a multi-device run (no-op under torchrun)
+    if fabric.world_size > 1 and fabric.device.type == "cpu":
+        # processes share the CPUs: one full intra-op pool each would oversubscribe them
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // fabric.world_size))
+    return fabric
 
 
 def make_optimizer(kind: str, params, lr: float, weight_decay: float) -> torch.optim.Optimizer:
@@ -76,10 +88,13 @@ class Trainer:
         self.learner, *self.optimizers = self.fabric.setup(learner, *optimizers)
         step, gamma = (cfg.lr_step or cfg.epochs + 1), cfg.lr_gamma
         self.schedulers = [torch.optim.lr_scheduler.StepLR(o, step, gamma) for o in self.optimizers]
-        split, ds = exp.split, exp.dataset
-        self.train_labels = ds.labels[split.train]
-        self.batches = ArrayBatches(ds.x[split.train], self.train_labels, cfg.batch_size,
-                                    device=self.fabric.device)
+        self.train_labels = exp.dataset.labels[exp.split.train]
+        # channels_last helps convolutions on GPUs (tensor cores), not on the CPU
+        self.channels_last = exp.images and self.fabric.device.type == "cuda"
+        if self.channels_last:
+            self.learner.model.to(memory_format=torch.channels_last)
+        self.batches = exp.train_batches(self.fabric.device, self.fabric.global_rank,
+                                         self.fabric.world_size, self.channels_last)
         self.start_epoch = 0
 
     # --- checkpoints --------------------------------------------------------------------
@@ -130,7 +145,8 @@ class Trainer:
         learner.objective.on_epoch_start(epoch - 1)
         sums: dict[str, float] = {}
         seen = 0
-        codes = np.empty((len(self.batches.labels), cfg.bits), dtype=np.int8)
+        codes = np.zeros((len(self.train_labels), cfg.bits), dtype=np.int8)
+        written = np.zeros(len(self.train_labels), dtype=bool)
         start = time.perf_counter()
         batches = self.batches.epoch(epoch_seed(cfg.seed, epoch))
         bar = tqdm(batches, total=len(self.batches), desc=f"{cfg.variant} epoch {epoch}/{cfg.epochs}",
@@ -150,25 +166,47 @@ class Trainer:
                 parts["surrogate_pi"], parts["pattern_accuracy"] = pi[0].detach(), pi[1]
             for k, v in parts.items():
                 sums[k] = sums.get(k, 0.0) + float(v) * n
-            codes[index.cpu().numpy()] = torch.where(u.detach() >= 0, 1, -1).cpu().numpy()
+            rows = index.cpu().numpy()
+            codes[rows] = torch.where(u.detach() >= 0, 1, -1).cpu().numpy()
+            written[rows] = True
         learner.objective.on_epoch_end(epoch - 1)
         lr = self.optimizers[0].param_groups[0]["lr"]
         for sched in self.schedulers:
             sched.step()
         seconds = time.perf_counter() - start
+        if self.fabric.world_size > 1:  # the log covers every rank's samples
+            keys = sorted(sums)
+            totals = self.fabric.all_reduce(torch.tensor([sums[k] for k in keys] + [seen], dtype=torch.float64),
+                                            reduce_op="sum")
+            sums, seen = dict(zip(keys, totals[:-1].tolist())), float(totals[-1])
+            codes = self._gather_codes(codes, written)
         record = {"epoch": epoch, "lr": lr, "seconds": seconds,
                   "loss": {k: v / seen for k, v in sums.items()}}
         if self.monitor is not None:
             record.update(self.monitor.train_codes(codes, self.train_labels))
         return record
 
-    def encode(self, index: np.ndarray) -> np.ndarray:
-        return encode_array(self.learner.model, self.exp.dataset.x[index], device=self.fabric.device)
+    def _gather_codes(self, codes: np.ndarray, written: np.ndarray) -> np.ndarray:
+        """Each rank saw a shard of the training set: take every row from a rank that wrote it."""
+        all_codes = self.fabric.all_gather(torch.from_numpy(codes)).cpu().numpy()   # (world, n, bits)
+        all_written = self.fabric.all_gather(torch.from_numpy(written)).cpu().numpy()
+        first = all_written.argmax(0)
+        return all_codes[first, np.arange(len(codes))]
+
+    def encode(self, index: np.ndarray, progress: bool = False) -> np.ndarray:
+        """Codes of data-set items with the plain (unwrapped) model: no collective calls, so
+        rank 0 may encode alone."""
+        return self.exp.encode(self.learner.model, index, self.fabric.device, self.fabric.autocast,
+                               self.channels_last, progress and self.cfg.progress)
 
     def evaluate(self) -> dict:
-        split, ds = self.exp.split, self.exp.dataset
-        return self.monitor.evaluate(self.encode(split.query), self.encode(split.database),
-                                     ds.labels[split.query], ds.labels[split.database], self.exp.topk)
+        result = {}
+        if self.fabric.is_global_zero:
+            split, ds = self.exp.split, self.exp.dataset
+            result = self.monitor.evaluate(self.encode(split.query), self.encode(split.database),
+                                           ds.labels[split.query], ds.labels[split.database], self.exp.topk)
+        self.fabric.barrier()
+        return result
 
 
 def read_log(path: Path) -> list[dict]:

@@ -20,7 +20,7 @@ from lbhash.codes import save_codes_file
 from lbhash.data import load_split, save_split
 from lbhash.train.config import TrainConfig, build_config
 from lbhash.train.experiment import build_experiment
-from lbhash.train.loop import CHECKPOINT, LOG, Monitor, Trainer, read_log
+from lbhash.train.loop import CHECKPOINT, LOG, Monitor, Trainer, process_rank, read_log
 
 CONFIG, SPLIT, CODES = "config.yaml", "split.npz", "codes.npz"
 
@@ -34,12 +34,14 @@ def load_run_config(run_dir: str | Path) -> TrainConfig:
 
 def train(cfg: TrainConfig | None, out: str | Path, resume: bool = False,
           monitor: Monitor | None = None, on_epoch_end: Callable[[int], None] | None = None,
-          progress: bool | None = None) -> Path:
-    """Train into `out` (or continue the run there with resume=True); return `out`.
+          progress: bool | None = None) -> Path | None:
+    """Train into `out` (or continue the run there with resume=True); return `out`, or None
+    in the other processes of a multi-process run (only rank 0 writes).
 
     A finished run (codes.npz written) is left as it is.
     """
     out = Path(out)
+    first = process_rank() == 0  # other ranks start after rank 0 has created the directory
     if resume:
         if not (out / CONFIG).is_file():
             raise ValueError(f"{out}: nothing to resume (no {CONFIG})")
@@ -51,7 +53,7 @@ def train(cfg: TrainConfig | None, out: str | Path, resume: bool = False,
         if cfg is None:
             raise ValueError("no configuration given")
         cfg = build_config(cfg.to_dict(), {"progress": progress})
-        if (out / CONFIG).exists():
+        if first and (out / CONFIG).exists():
             raise ValueError(f"{out} already holds a run: pass --resume to continue it, or choose another --out")
         exp = build_experiment(cfg)  # every check happens before the directory exists
     trainer = Trainer(exp, out, monitor, on_epoch_end)
@@ -65,17 +67,18 @@ def train(cfg: TrainConfig | None, out: str | Path, resume: bool = False,
         trainer.load_checkpoint()
     trainer.fit()
     write_codes(trainer)
-    return out
+    return out if trainer.fabric.is_global_zero else None
 
 
 def write_codes(trainer: Trainer) -> None:
     """Encode query and database with the trained model into codes.npz."""
     exp, out = trainer.exp, trainer.run_dir
     split, ds = exp.split, exp.dataset
-    start = time.perf_counter()
-    q, db = trainer.encode(split.query), trainer.encode(split.database)
-    seconds = time.perf_counter() - start
     if trainer.fabric.is_global_zero:
+        start = time.perf_counter()
+        q = trainer.encode(split.query, progress=True)
+        db = trainer.encode(split.database, progress=True)
+        seconds = time.perf_counter() - start
         ql, dl = ds.labels[split.query], ds.labels[split.database]
         extra = {}
         scores = classifier_scores(trainer, q)

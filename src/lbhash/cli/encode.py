@@ -1,0 +1,31 @@
+"""`lbhash encode`: codes of a data set with a trained run's model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+@click.command()
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--data", help="Data spec to encode (see docs/data.md). [default: the run's own data]")
+@click.option("--part", type=click.Choice(["all", "train", "query", "database"]), default="all",
+              show_default=True, help="With the run's own data: which part of its split.")
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="Output .npz file.")
+@click.option("--accelerator", type=click.Choice(["cpu", "gpu"]), default="cpu", show_default=True)
+@click.option("--precision", default="bf16-mixed", show_default=True,
+              help="Autocast on a GPU (bf16-mixed, 16-mixed or 32-true); the CPU uses float32.")
+@click.option("--progress/--no-progress", default=True, show_default=True)
+def encode(run_dir: Path, data: str | None, part: str, out: Path, accelerator: str, precision: str,
+           progress: bool) -> None:
+    """Encode data with the model of RUN_DIR into packed codes.
+
+    The output .npz holds `codes` (packed uint8, FAISS bit layout), `bits`, `ids` (item indices,
+    or file paths for image data) and `labels` (class ids or multi-hot rows).
+    """
+    from lbhash.train.restore import encode_run, save_encoded
+
+    encoded = encode_run(run_dir, data, part, accelerator, precision, progress)
+    save_encoded(out, encoded)
+    click.echo(f"encoded {len(encoded['codes'])} items to {encoded['bits']}-bit codes: {out}")

@@ -1,0 +1,88 @@
+"""Small ResNets for 32x32 images (He et al. 2016, section 4.2): depth 6n + 2.
+
+A 3x3 stem, then three stages of n basic blocks with 16w, 32w and 64w channels (w the width
+multiplier; the second and third stages halve the resolution), global average pooling. Shortcuts
+that change shape are 1x1 convolutions with BatchNorm. Global pooling accepts any input size.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from lbhash.models.backbones import Backbone, register_backbone
+
+DEFAULT_WIDTH = 1.5  # resnet20 at width 1.5 has 0.61 M parameters; width 1 is the original (0.27 M)
+
+
+def _conv3x3(cin: int, cout: int, stride: int = 1) -> nn.Conv2d:
+    return nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)  # BatchNorm follows: no bias
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int = 1):
+        super().__init__()
+        self.conv1, self.bn1 = _conv3x3(cin, cout, stride), nn.BatchNorm2d(cout)
+        self.conv2, self.bn2 = _conv3x3(cout, cout), nn.BatchNorm2d(cout)
+        self.relu = nn.ReLU(inplace=True)
+        self.shortcut: nn.Module = nn.Identity()
+        if stride != 1 or cin != cout:
+            self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride=stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return self.relu(out + self.shortcut(x))
+
+
+class CifarResNet(Backbone):
+    default_image_size = 32
+    transform_preset = "cifar-augment"  # random crop (padding 4) and flip for training
+
+    def __init__(self, depth: int = 20, width: float = DEFAULT_WIDTH, in_channels: int = 3):
+        super().__init__()
+        if not isinstance(depth, int) or depth < 8 or (depth - 2) % 6:
+            raise ValueError(f"CIFAR ResNet depth must be 6n + 2 with n >= 1 (8, 14, 20, 32, ...), got {depth!r}")
+        if not width > 0:
+            raise ValueError(f"CIFAR ResNet width must be positive, got {width!r}")
+        n = (depth - 2) // 6
+        c1, c2, c3 = (max(1, round(16 * width * m)) for m in (1, 2, 4))
+        self.stem = nn.Sequential(_conv3x3(in_channels, c1), nn.BatchNorm2d(c1), nn.ReLU(inplace=True))
+        self.stage1 = self._stage(c1, c1, n, stride=1)
+        self.stage2 = self._stage(c1, c2, n, stride=2)
+        self.stage3 = self._stage(c2, c3, n, stride=2)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.out_features = c3
+        self.depth, self.width = depth, width
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+            elif isinstance(m, nn.BatchNorm2d):
+                nn.init.ones_(m.weight)
+                nn.init.zeros_(m.bias)
+
+    @staticmethod
+    def _stage(cin: int, cout: int, blocks: int, stride: int) -> nn.Sequential:
+        return nn.Sequential(BasicBlock(cin, cout, stride), *(BasicBlock(cout, cout) for _ in range(blocks - 1)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stage3(self.stage2(self.stage1(self.stem(x))))
+        return torch.flatten(self.pool(x), 1)
+
+
+@register_backbone("cifar_resnet")
+def cifar_resnet(depth: int = 20, width: float = DEFAULT_WIDTH) -> Backbone:
+    """CIFAR ResNet of any depth 6n + 2 and width multiplier."""
+    return CifarResNet(depth, width)
+
+
+def _register_depth(depth: int) -> None:
+    def factory(width: float = DEFAULT_WIDTH) -> Backbone:
+        return CifarResNet(depth, width)
+
+    factory.__doc__ = f"CIFAR ResNet-{depth} (width multiplier `width`; 1 is the original)."
+    register_backbone(f"resnet{depth}")(factory)
+
+
+for _depth in (8, 14, 20, 32, 56):
+    _register_depth(_depth)
