@@ -43,7 +43,7 @@ def assert_sorted_int64(split):
 
 
 def test_protocol_names():
-    assert set(PROTOCOLS) == {"cifar10", "cifar10-1", "cifar10-2", "digits", "given"}
+    assert set(PROTOCOLS) == {"cifar10", "cifar10-1", "cifar10-2", "digits", "given", "lists"}
     assert "random:T,Q" in PARAMETRIC_PROTOCOLS
     spec = parse_protocol("per-class:7,3,+train")
     assert (spec.kind, spec.train, spec.query, spec.include_train, spec.topk) == ("per-class", 7, 3, True, None)

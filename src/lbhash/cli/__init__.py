@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import click
 
 from lbhash import __version__
@@ -19,6 +21,17 @@ from lbhash.cli.train import train
 @click.version_option(__version__, prog_name="lbhash")
 def main() -> None:
     """Learn, evaluate and search binary hash codes (lower-bound objective, NeurIPS 2022)."""
+    logger = logging.getLogger("lbhash")
+    if not any(isinstance(h, _EchoHandler) for h in logger.handlers):
+        logger.addHandler(_EchoHandler())
+        logger.setLevel(logging.INFO)
+
+
+class _EchoHandler(logging.Handler):
+    """Library notices as one line each on the current stderr."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        click.echo(record.getMessage(), err=True)
 
 
 for command in (train, encode, evaluate, methods, centers, toy_mvb, demo):

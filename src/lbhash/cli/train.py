@@ -59,6 +59,15 @@ def _method_options(values: tuple[str, ...]) -> dict:
 @click.option("--precision", help="Lightning precision, e.g. 32-true, bf16-mixed. [default: 32-true]")
 @click.option("--out", type=click.Path(path_type=Path),
               help="Run directory. [default: runs/<method>[_D]-<bits>bits-seed<seed>]")
+@click.option("--backbone", help="Image data: a backbone (see docs/models.md). [default: resnet20]")
+@click.option("--pretrained", help="Backbone weights: a local file, or 'torchvision' (torch hub cache; never downloads).")
+@click.option("--freeze-backbone/--no-freeze-backbone", default=None, help="Train only the hash layers.")
+@click.option("--image-size", type=int, help="Image side after transforms. [default: the backbone's]")
+@click.option("--transform", type=click.Choice(["imagenet", "cifar", "cifar-augment"]),
+              help="Image transform preset. [default: the backbone's]")
+@click.option("--num-workers", type=int, help="DataLoader workers for image data. [default: 0]")
+@click.option("--skip-bad-images/--no-skip-bad-images", default=None,
+              help="Drop unreadable images (counted) instead of stopping before training.")
 @click.option("--resume", is_flag=True, help="Continue the run in --out from its last checkpoint.")
 @click.option("--progress/--no-progress", default=None, help="Show a progress bar. [default: on]")
 def train(config_file, out, resume, method_option, hidden, topk, progress, **flags) -> None:

@@ -1,10 +1,13 @@
 """Data sets and split protocols.
 
 - `features`: ArrayDataset, feature files (.npz/.npy/.mat) and the bundled digits set;
-- `spec`: data-spec strings (`digits`, `features:PATH?x=feat&y=labels`) and their kind registry;
-- `protocols`: seeded train/query/database splits (SPEC §7), saved with a run.
-
-No torch here: the torch Dataset wrappers live in a later layer.
+- `images`: ImageDataset and check_images; `image_loaders`: CIFAR-10 pickles, class-folder
+  trees (on disk or in a tarball) and DeepHash list files; `image_sources`: the readers;
+- `spec`: data-spec strings (`digits`, `features:PATH?x=feat&y=labels`, `cifar10:PATH`,
+  `images:PATH`, `list:DIR?root=PATH&preset=nuswide21`) and their kind registry;
+- `protocols`: seeded train/query/database splits (SPEC §7), saved with a run;
+- `transforms`: image transforms and the torch Dataset view (imports torch; not loaded here,
+  so `import lbhash.data` stays light; its names are still reachable as attributes).
 """
 
 from lbhash.data.features import (
@@ -18,6 +21,8 @@ from lbhash.data.features import (
     load_digits,
     load_features,
 )
+from lbhash.data.image_loaders import LIST_PRESETS, ListPreset, load_cifar10, load_image_folder, load_image_lists
+from lbhash.data.images import CACHE_LIMIT_BYTES, CACHE_MODES, ImageDataset, check_images
 from lbhash.data.protocols import (
     PARAMETRIC_PROTOCOLS,
     PROTOCOLS,
@@ -30,10 +35,26 @@ from lbhash.data.protocols import (
 )
 from lbhash.data.spec import DATA_KINDS, DataKind, DataSpec, load_data, parse_data_spec, register_data_kind
 
+_TRANSFORM_NAMES = ("build_transforms", "TRANSFORM_PRESETS", "IMAGENET_MEAN", "IMAGENET_STD", "Compose",
+                    "ToFloat", "Resize", "CenterCrop", "RandomCrop", "RandomHorizontalFlip", "Normalize",
+                    "TransformedImages")
+
 __all__ = [
     "ArrayDataset", "load_features", "load_digits", "count_unlabelled", "load_data",
     "parse_data_spec", "register_data_kind", "DataSpec", "DataKind", "DATA_KINDS",
+    "ImageDataset", "check_images", "load_cifar10", "load_image_folder", "load_image_lists",
+    "ListPreset", "LIST_PRESETS", "CACHE_MODES", "CACHE_LIMIT_BYTES",
     "Split", "make_split", "save_split", "load_split", "parse_protocol", "ProtocolSpec",
     "PROTOCOLS", "PARAMETRIC_PROTOCOLS",
     "FEATURE_KEYS", "LABEL_KEYS", "SPLIT_KEYS", "CLASS_NAME_KEYS", "DEQUANTIZE_MODES",
+    *_TRANSFORM_NAMES,
 ]
+
+
+def __getattr__(name: str):
+    # transforms need torch: imported on first use of one of their names
+    if name in _TRANSFORM_NAMES:
+        from lbhash.data import transforms
+
+        return getattr(transforms, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

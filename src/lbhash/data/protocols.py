@@ -1,8 +1,9 @@
 """Train / query / database splits (SPEC §7), drawn with an explicit seed and saved with a run.
 
-A protocol is named ("cifar10", "cifar10-1", "cifar10-2", "digits", "given") or parametrised
-("per-class:T,Q", "per-class:T,Q,+train", "random:T,Q"). Per-class protocols shuffle each
-class with the seed and take its first T items for training and the next Q as queries.
+A protocol is named ("cifar10", "cifar10-1", "cifar10-2", "digits", "given", "lists") or
+parametrised ("per-class:T,Q", "per-class:T,Q,+train", "random:T,Q"). Per-class protocols
+shuffle each class with the seed and take its first T items for training and the next Q as
+queries.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ class ProtocolSpec:
     """A parsed protocol: how many items per class (or in all) go where."""
 
     name: str
-    kind: str                     # "per-class", "given" or "random"
+    kind: str                     # "per-class", "given", "lists" or "random"
     train: int = 0                # per class for "per-class", in all for "random"
     query: int = 0
     include_train: bool = False   # the database holds the training items too
@@ -40,6 +41,8 @@ _NAMED = {
     # the embedded default: digits has 174..183 items per class
     "digits": ProtocolSpec("digits", "per-class", 100, 30, True, None),
     "given": ProtocolSpec("given", "given"),
+    # the data set's own train/query/database lists (DeepHash list files); R from its preset
+    "lists": ProtocolSpec("lists", "lists"),
 }
 PROTOCOLS = tuple(_NAMED)
 PARAMETRIC_PROTOCOLS = ("per-class:T,Q", "per-class:T,Q,+train", "random:T,Q")
@@ -118,8 +121,12 @@ def make_split(dataset, protocol: str, seed: int) -> Split:
     n = len(labels)
     if n == 0:
         raise ValueError(f"protocol {spec.name!r}: {name} is empty")
+    topk = spec.topk
     if spec.kind == "given":
         train, query, database = _given(dataset, spec, name)
+    elif spec.kind == "lists":
+        train, query, database = _lists(dataset, spec, name)
+        topk = getattr(dataset, "topk", None)
     elif spec.kind == "random":
         train, query, database = _random(n, spec, seed, name)
     else:
@@ -129,7 +136,7 @@ def make_split(dataset, protocol: str, seed: int) -> Split:
     # that cost CSQ 1.4 points of mAP@54000 against the tie-averaged value. A seeded random
     # database order keeps results deterministic without that bias.
     database = np.random.default_rng([seed, 1]).permutation(database)
-    return Split(train, query, database, spec.name, seed, spec.topk, n)
+    return Split(train, query, database, spec.name, seed, topk, n)
 
 
 def _given(dataset, spec: ProtocolSpec, name: str):
@@ -143,6 +150,23 @@ def _given(dataset, spec: ProtocolSpec, name: str):
         if idx.size == 0:
             raise ValueError(f"protocol {spec.name!r}: the {part} part of {name}'s own split is empty")
     return train, query, train.copy()
+
+
+def _lists(dataset, spec: ProtocolSpec, name: str):
+    parts = getattr(dataset, "parts", None)
+    if parts is None:
+        raise ValueError(f"protocol {spec.name!r} needs the data set's own train/query/database lists, but {name} "
+                         "has none (list files give them); use 'given', 'per-class:T,Q' or 'random:T,Q'")
+    n = len(dataset.labels)
+    out = []
+    for part in ("train", "query", "database"):
+        idx = np.asarray(parts[part], dtype=np.int64)
+        if idx.size == 0:
+            raise ValueError(f"protocol {spec.name!r}: the {part} list of {name} is empty")
+        if idx.min() < 0 or idx.max() >= n or len(np.unique(idx)) != len(idx):
+            raise ValueError(f"protocol {spec.name!r}: the {part} list of {name} must hold unique indices below {n}")
+        out.append(np.sort(idx))
+    return tuple(out)
 
 
 def _random(n: int, spec: ProtocolSpec, seed: int, name: str):

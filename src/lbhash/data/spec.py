@@ -1,7 +1,8 @@
 """Data-spec strings: `KIND`, `KIND:PATH` or `KIND:PATH?key=value&key=value`.
 
-Each kind is an entry of DATA_KINDS (kind name -> DataKind), so new sources (image folders,
-CIFAR pickles, list files) plug in with `register_data_kind` without touching the parser.
+Each kind is an entry of DATA_KINDS (kind name -> DataKind), so new sources plug in with
+`register_data_kind` without touching the parser. Image kinds: `cifar10:PATH`, `images:PATH`,
+`list:DIR?root=PATH&preset=NAME` (all take `cache=auto|on|off`).
 Option values are taken literally (no %-decoding); a path may not contain '?'.
 """
 
@@ -11,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from lbhash.data.features import DEQUANTIZE_MODES, ArrayDataset, load_digits, load_features
+from lbhash.data.image_loaders import LIST_PRESETS, load_cifar10, load_image_folder, load_image_lists
+from lbhash.data.images import CACHE_MODES, ImageDataset
 
 
 @dataclass(frozen=True)
@@ -28,7 +31,7 @@ class DataKind:
     """One kind of data source: how to load it and which options it takes."""
 
     name: str
-    loader: Callable[[DataSpec], ArrayDataset]
+    loader: Callable[[DataSpec], ArrayDataset | ImageDataset]
     takes_path: bool
     options: tuple[str, ...] = ()
     summary: str = ""
@@ -78,7 +81,7 @@ def parse_data_spec(spec: str) -> DataSpec:
     return DataSpec(text, kind.name, path, options)
 
 
-def load_data(spec: str) -> ArrayDataset:
+def load_data(spec: str) -> ArrayDataset | ImageDataset:
     """Parse a data spec and load the data set it names."""
     parsed = parse_data_spec(spec)
     return DATA_KINDS[parsed.kind].loader(parsed)
@@ -109,8 +112,36 @@ def _load_digits_spec(spec: DataSpec) -> ArrayDataset:
     return load_digits()
 
 
+def _choice(spec: DataSpec, key: str, choices, default: str | None) -> str | None:
+    value = spec.options.get(key, default)
+    if value is not None and value not in choices:
+        raise ValueError(f"data spec {spec.text!r}: option {key} must be one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
+def _load_cifar10_spec(spec: DataSpec) -> ImageDataset:
+    return load_cifar10(spec.path, cache=_choice(spec, "cache", CACHE_MODES, "auto"))
+
+
+def _load_images_spec(spec: DataSpec) -> ImageDataset:
+    return load_image_folder(spec.path, cache=_choice(spec, "cache", CACHE_MODES, "auto"))
+
+
+def _load_list_spec(spec: DataSpec) -> ImageDataset:
+    return load_image_lists(spec.path, root=spec.options.get("root"),
+                            preset=_choice(spec, "preset", tuple(LIST_PRESETS), None),
+                            cache=_choice(spec, "cache", CACHE_MODES, "auto"))
+
+
 register_data_kind(DataKind("digits", _load_digits_spec, takes_path=False,
                             summary="scikit-learn's bundled digits (1797 x 64, 10 classes)"))
 register_data_kind(DataKind("features", _load_features_spec, takes_path=True,
                             options=("x", "y", "split", "labels", "scale", "zero_point", "dequantize"),
                             summary="a feature file: .npz, .npy (with labels=) or MATLAB .mat"))
+register_data_kind(DataKind("cifar10", _load_cifar10_spec, takes_path=True, options=("cache",),
+                            summary="CIFAR-10: python pickles, a class-folder tree or its tarball"))
+register_data_kind(DataKind("images", _load_images_spec, takes_path=True, options=("cache",),
+                            summary="a class-folder tree (train|test/<class>/* or <class>/*) or its tarball"))
+register_data_kind(DataKind("list", _load_list_spec, takes_path=True, options=("root", "preset", "cache"),
+                            summary="DeepHash list files train.txt, test.txt, database.txt (preset "
+                                    "nuswide21 or imagenet100)"))

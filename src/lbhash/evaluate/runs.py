@@ -19,7 +19,8 @@ from lbhash.evaluate.bound import lower_bound
 from lbhash.evaluate.report import evaluate_codes
 from lbhash.evaluate.retrieval import classifier_accuracy, mean_average_precision
 from lbhash.train import TrainConfig
-from lbhash.train.run import CODES, LOG, load_run_config, read_log
+from lbhash.data import load_split
+from lbhash.train.run import CODES, LOG, SPLIT, load_run_config, read_log
 from lbhash.train.run import train as train_run
 
 METRICS = "metrics.json"
@@ -67,6 +68,7 @@ def evaluate_run(run_dir: str | Path) -> dict[str, Any]:
     metrics["run"] = {
         "variant": cfg.variant, "method": cfg.method, "lbhash": cfg.lbhash, "bits": cfg.bits,
         "data": cfg.data, "protocol": cfg.protocol, "seed": cfg.seed, "epochs": cfg.epochs,
+        "n_train": len(load_split(run_dir / SPLIT).train),
         "seconds_per_epoch": float(np.mean(seconds)) if seconds else None,
         "encode_seconds": float(codes["encode_seconds"]) if "encode_seconds" in codes else None,
     }

@@ -24,7 +24,7 @@ from lbhash.train.batches import ArrayBatches, LoaderBatches
 from lbhash.train.config import TrainConfig
 from lbhash.train.encode import encode_array, encode_dataset
 
-DEFAULT_PROTOCOL = {"digits": "digits"}
+DEFAULT_PROTOCOL = {"digits": "digits", "cifar10": "cifar10"}
 DEFAULT_IMAGE_BACKBONE = "resnet20"
 
 

@@ -75,8 +75,8 @@ def encode_run(run_dir: str | Path, data: str | None = None, part: str = "all",
                          channels_last, progress)
     if codes.shape[1] != cfg.bits:
         raise ValueError(f"the model gives {codes.shape[1]} bits but the run has {cfg.bits}")
-    paths = getattr(dataset, "paths", None)
-    ids = np.asarray(paths)[index] if paths is not None else index
+    # image data: each item's file (or TARBALL:MEMBER); features: its row in the file
+    ids = np.array([dataset.where(i) for i in index]) if hasattr(dataset, "where") else index
     return {"codes": pack(codes), "bits": np.int64(cfg.bits), "ids": ids,
             "labels": stored_labels(dataset.multi_label, dataset.labels[index])}
 

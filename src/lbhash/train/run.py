@@ -7,6 +7,7 @@ Metrics (metrics.json) are added by the evaluation layer (`lbhash.evaluate.runs`
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import Callable
@@ -23,6 +24,7 @@ from lbhash.train.experiment import build_experiment
 from lbhash.train.loop import CHECKPOINT, LOG, Monitor, Trainer, process_rank, read_log
 
 CONFIG, SPLIT, CODES = "config.yaml", "split.npz", "codes.npz"
+logger = logging.getLogger("lbhash")
 
 
 def load_run_config(run_dir: str | Path) -> TrainConfig:
@@ -56,6 +58,8 @@ def train(cfg: TrainConfig | None, out: str | Path, resume: bool = False,
         if first and (out / CONFIG).exists():
             raise ValueError(f"{out} already holds a run: pass --resume to continue it, or choose another --out")
         exp = build_experiment(cfg)  # every check happens before the directory exists
+    if exp.skipped_images and first:
+        logger.warning("skipped %d unreadable image(s) (--skip-bad-images)", exp.skipped_images)
     trainer = Trainer(exp, out, monitor, on_epoch_end)
     if trainer.fabric.is_global_zero and not resume:
         out.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,184 @@
+"""Loaders of image data sets: CIFAR-10 pickles, class-folder trees and tarballs, DeepHash
+list files (with the nuswide21 / imagenet100 presets)."""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from lbhash.data.image_sources import (
+    CIFAR_FILES,
+    BlobSource,
+    FileSource,
+    TarSource,
+    class_tree,
+    is_image_name,
+    is_tarball,
+    list_image_files,
+    open_tarball,
+    read_cifar_batches,
+    read_list_file,
+    take,
+)
+from lbhash.data.images import ImageDataset
+from lbhash.labels import as_multihot
+
+LIST_FILES = (("train", "train.txt"), ("query", "test.txt"), ("database", "database.txt"))
+
+
+@dataclass(frozen=True)
+class ListPreset:
+    """What a named list data set implies: default R, label kind, label count."""
+
+    name: str
+    topk: int | None
+    multi_label: bool
+    num_labels: int
+
+
+LIST_PRESETS = {
+    "nuswide21": ListPreset("nuswide21", 5000, True, 21),
+    "imagenet100": ListPreset("imagenet100", 1000, False, 100),
+}
+
+
+def load_image_folder(path: str | os.PathLike, cache: str = "auto", name: str | None = None) -> ImageDataset:
+    """A class-folder tree, on disk or in a tarball (.tar read in place, .tar.gz/.tgz/.tar.bz2/.tar.xz
+    held in memory): `train/<class>/*` + `test/<class>/*` (or `val/`) sets is_test; `<class>/*`
+    alone gives is_test None. Sorted class names give label ids. Items are ordered train then
+    test, by class, then by path.
+    """
+    p = Path(path).expanduser()
+    if p.is_dir():
+        names = list_image_files(p)
+        source = FileSource(p, names)
+    elif is_tarball(p):
+        source = open_tarball(p, keep=is_image_name)
+        names = [n.decode("utf-8", "surrogateescape") for n in source.names]
+    elif p.exists():
+        raise ValueError(f"{p}: not a directory or a tarball (.tar, .tar.gz, .tgz, .tar.bz2, .tar.xz)")
+    else:
+        raise ValueError(f"{p}: no such file or directory")
+    return _tree_dataset(source, names, p, cache, name or f"images:{p.name}")
+
+
+def _tree_dataset(source, names: list[str], p: Path, cache: str, name: str) -> ImageDataset:
+    positions, ids, is_test, class_names = class_tree(names, str(p))
+    return ImageDataset(as_multihot(ids, num_classes=len(class_names)), is_test, name, class_names,
+                        source=take(source, positions), cache=cache)
+
+
+def load_cifar10(path: str | os.PathLike, cache: str = "auto") -> ImageDataset:
+    """CIFAR-10 from the official python pickles (a `cifar-10-batches-py` directory, its parent,
+    or `cifar-10-python.tar.gz`) or from a class-folder tree / tarball with 10 classes.
+    """
+    p = Path(path).expanduser()
+    batches = tar = None
+    if p.is_dir():
+        for d in (p, p / "cifar-10-batches-py"):
+            if (d / "data_batch_1").is_file():
+                batches = (lambda b, d=d: _read_file(d / b)), (lambda b, d=d: str(d / b))
+                break
+    elif is_tarball(p):
+        tar = open_tarball(p, keep=lambda n: is_image_name(n) or posixpath.basename(n) in CIFAR_FILES)
+        members = {}
+        for k, raw in enumerate(tar.names):
+            base = posixpath.basename(raw.decode("utf-8", "surrogateescape"))
+            if base in CIFAR_FILES:
+                members.setdefault(base, k)
+        if "data_batch_1" in members:
+            def read(b):
+                if b not in members:
+                    raise ValueError(f"{p}: no member {b} (a CIFAR-10 python archive holds {', '.join(CIFAR_FILES)})")
+                return tar.read(members[b])
+            batches = read, (lambda b: tar.where(members[b]) if b in members else f"{p}:{b}")
+    if batches is not None:
+        pixels, ids, is_test, names = read_cifar_batches(*batches)
+        ds = ImageDataset(as_multihot(ids, num_classes=len(names)), is_test, "cifar10", names, pixels=pixels)
+    elif tar is not None:  # a tarball of a class-folder tree: reuse the index just made
+        names = [n.decode("utf-8", "surrogateescape") for n in tar.names]
+        ds = _tree_dataset(tar, names, p, cache, "cifar10")
+    else:
+        ds = load_image_folder(p, cache, name="cifar10")
+    if ds.num_classes != 10:
+        raise ValueError(f"{p}: CIFAR-10 has 10 classes, found {ds.num_classes}")
+    return ds
+
+
+def load_image_lists(directory: str | os.PathLike, root: str | os.PathLike | None = None,
+                     preset: str | None = None, cache: str = "auto") -> ImageDataset:
+    """DeepHash list files: `train.txt`, `test.txt` (queries) and `database.txt` in `directory`.
+
+    Each line is `relative/path.jpg 0 1 0 ...`. Paths resolve against `root` (a directory or a
+    tarball; default `directory`). The data set holds each distinct path once, in order of
+    first appearance (train, test, database); `parts` gives each file's items and is_test marks
+    test.txt items. A path listed twice must carry the same labels.
+    """
+    d = Path(directory).expanduser()
+    if not d.is_dir():
+        raise ValueError(f"{d}: not a directory (expected one holding train.txt, test.txt and database.txt)")
+    pre = None
+    if preset is not None:
+        if preset not in LIST_PRESETS:
+            raise ValueError(f"unknown list preset {preset!r} (known: {', '.join(LIST_PRESETS)})")
+        pre = LIST_PRESETS[preset]
+    num_labels = pre.num_labels if pre else None
+    index: dict[str, int] = {}
+    rows, first, parts = [], [], {}
+    for part, fname in LIST_FILES:
+        f = d / fname
+        if not f.is_file():
+            raise ValueError(f"{d}: no {fname} (a list directory holds train.txt, test.txt and database.txt)")
+        paths, labels, lines = read_list_file(f, num_labels)
+        if not paths:
+            raise ValueError(f"{f}: lists no images")
+        num_labels = labels.shape[1]
+        if pre is not None and not pre.multi_label:
+            counts = labels.sum(axis=1)
+            if (counts != 1).any():
+                k = int(np.flatnonzero(counts != 1)[0])
+                raise ValueError(f"{f}:{lines[k]}: {int(counts[k])} labels, but preset {pre.name} is single-label")
+        pos = []
+        for p, row, line in zip(paths, labels, lines):
+            k = index.get(p)
+            if k is None:
+                k = index[p] = len(rows)
+                rows.append(row)
+                first.append(f"{f}:{line}")
+            elif not np.array_equal(rows[k], row):
+                raise ValueError(f"{f}:{line}: {p} has other labels than at {first[k]}")
+            pos.append(k)
+        parts[part] = np.array(list(dict.fromkeys(pos)), dtype=np.int64)  # a repeated line counts once
+    names = list(index)
+    is_test = np.zeros(len(names), dtype=bool)
+    is_test[parts["query"]] = True
+    return ImageDataset(np.array(rows, dtype=bool), is_test, pre.name if pre else f"list:{d.name}",
+                        source=_list_source(d if root is None else Path(root).expanduser(), names),
+                        parts=parts, topk=pre.topk if pre else None,
+                        declared_multi_label=pre.multi_label if pre else None, cache=cache)
+
+
+def _list_source(root: Path, names: list[str]):
+    if root.is_dir():
+        return FileSource(root, names)
+    if not is_tarball(root):
+        raise ValueError(f"{root}: image root is not a directory or a tarball")
+    tar = open_tarball(root)
+    member = {n.decode("utf-8", "surrogateescape"): k for k, n in enumerate(tar.names)}
+    pos = np.array([member.get(n, -1) for n in names], dtype=np.int64)
+    ok = pos >= 0
+    offsets, sizes = np.full(len(names), -1, np.int64), np.zeros(len(names), np.int64)
+    offsets[ok], sizes[ok] = tar.offsets[pos[ok]], tar.sizes[pos[ok]]
+    args = (tar.path, [n.encode("utf-8", "surrogateescape") for n in names], offsets, sizes)
+    return BlobSource(*args, tar.blob) if isinstance(tar, BlobSource) else TarSource(*args)
+
+
+def _read_file(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as err:
+        raise ValueError(f"{path}: cannot read ({err.strerror or err})") from None

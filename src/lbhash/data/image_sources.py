@@ -1,0 +1,369 @@
+"""Where images come from: files, tarballs, CIFAR-10 python pickles and DeepHash list files.
+
+A source holds the encoded bytes of n images in data-set order: `read(i)` returns item i's
+bytes, `where(i)` names it in messages. Paths are kept in numpy byte arrays rather than lists
+of str, so that forked DataLoader workers do not copy them page by page through refcounts.
+"""
+
+from __future__ import annotations
+
+import io
+import lzma
+import os
+import pickle
+import posixpath
+import tarfile
+import zlib
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm", ".pbm")
+# Members of a compressed tarball are held in memory (gzip has no random access): at most this.
+MAX_TAR_MEMORY = 4 << 30
+SPLIT_DIRS = {"train": False, "test": True, "val": True}
+
+
+def is_image_name(name: str) -> bool:
+    return name.lower().endswith(IMAGE_EXTENSIONS)
+
+
+def decode_image(data: bytes, where: str, draft: bool = False) -> np.ndarray:
+    """Decode to (H, W, 3) uint8 RGB; any other mode (L, P, RGBA, CMYK...) is converted.
+
+    `draft` lets JPEG decode at 1/8 scale: the whole entropy-coded stream is still read, so
+    truncation is still caught, several times faster (for validation only).
+    """
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            if draft:
+                im.draft("RGB", (1, 1))
+            im.load()
+            rgb = im if im.mode == "RGB" else im.convert("RGB")  # alpha is dropped, not blended
+            return np.array(rgb)  # writable (asarray would wrap PIL's read-only bytes)
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as err:
+        raise ValueError(f"{where}: cannot decode image ({_one_line(err)})") from None
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split()) or type(err).__name__
+
+
+class FileSource:
+    """Image files under `root` (relative names; an absolute name is used as it is)."""
+
+    def __init__(self, root: str | os.PathLike, names: list[str]):
+        self.root = os.fspath(root)
+        self.names = np.array([os.fsencode(n) for n in names], dtype=bytes) if names else np.array([], "S1")
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def where(self, i: int) -> str:
+        return os.path.join(self.root, os.fsdecode(self.names[i]))
+
+    def read(self, i: int) -> bytes:
+        path = self.where(i)
+        try:
+            with open(path, "rb") as fh:
+                return fh.read()
+        except OSError as err:
+            raise ValueError(f"{path}: cannot read image ({err.strerror or _one_line(err)})") from None
+
+
+class TarSource:
+    """Members of an uncompressed tarball, read in place with os.pread.
+
+    Each process opens its own descriptor on first use (DataLoader workers included); pread
+    never moves a shared file offset, so threads may read at once.
+    """
+
+    def __init__(self, path: str | os.PathLike, names, offsets, sizes):
+        self.path = os.fspath(path)
+        self.names = np.asarray(names, dtype=bytes)
+        self.offsets, self.sizes = np.asarray(offsets, np.int64), np.asarray(sizes, np.int64)
+        self._fd, self._pid = None, None
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def where(self, i: int) -> str:
+        return f"{self.path}:{self.names[i].decode('utf-8', 'replace')}"
+
+    def read(self, i: int) -> bytes:
+        offset, size = int(self.offsets[i]), int(self.sizes[i])
+        if offset < 0:
+            raise ValueError(f"{self.where(i)}: no such member in the tarball")
+        if self._pid != os.getpid():  # first use in this process
+            self._fd, self._pid = os.open(self.path, os.O_RDONLY), os.getpid()
+        data = os.pread(self._fd, size, offset)
+        if len(data) != size:
+            raise ValueError(f"{self.where(i)}: truncated tarball ({len(data)} of {size} bytes)")
+        return data
+
+    def __getstate__(self):
+        return {**self.__dict__, "_fd": None, "_pid": None}
+
+    def __del__(self):
+        if self._fd is not None and self._pid == os.getpid():
+            os.close(self._fd)
+
+
+class BlobSource(TarSource):
+    """Members of a compressed tarball, held in one in-memory buffer."""
+
+    def __init__(self, path, names, offsets, sizes, blob: np.ndarray):
+        super().__init__(path, names, offsets, sizes)
+        self.blob = blob
+
+    def read(self, i: int) -> bytes:
+        offset = int(self.offsets[i])
+        if offset < 0:
+            raise ValueError(f"{self.where(i)}: no such member in the tarball")
+        return self.blob[offset:offset + int(self.sizes[i])].tobytes()
+
+
+def is_tarball(path: Path) -> bool:
+    return path.is_file() and path.name.lower().endswith((".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz"))
+
+
+def open_tarball(path: Path, keep=None) -> TarSource:
+    """Index a tarball's regular files (those `keep(name)` accepts), in the archive's order.
+
+    Uncompressed: offsets only, read in place later. Compressed: one streaming pass that keeps
+    the wanted members' bytes in memory. Names lose a leading './'.
+    """
+    try:
+        with open(path, "rb") as fh:
+            magic = fh.read(6)
+        compressed = magic[:2] == b"\x1f\x8b" or magic[:3] == b"BZh" or magic == b"\xfd7zXZ\x00"
+        if not compressed:
+            return _index_plain_tar(path, keep)
+        names, offsets, sizes, chunks, total = [], [], [], [], 0
+        with tarfile.open(path, "r|*") as tf:
+            for m in tf:
+                name = _member_name(m)
+                if name is None or (keep is not None and not keep(name)):
+                    continue
+                data = tf.extractfile(m).read()
+                if len(data) != m.size:
+                    raise EOFError("unexpected end of data")
+                total += len(data)
+                if total > MAX_TAR_MEMORY:
+                    raise ValueError(f"{path}: its images exceed {MAX_TAR_MEMORY >> 30} GiB, too much to hold "
+                                     "in memory from a compressed tarball; decompress it to a .tar (read in place) "
+                                     "or unpack it")
+                names.append(name)
+                offsets.append(total - len(data))
+                sizes.append(len(data))
+                chunks.append(data)
+        blob = np.frombuffer(b"".join(chunks), dtype=np.uint8)
+        return BlobSource(path, _names(names), offsets, sizes, blob)
+    except (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError, OSError) as err:
+        raise ValueError(f"{path}: truncated or corrupt tarball ({_one_line(err)})") from None
+
+
+def _index_plain_tar(path: Path, keep) -> TarSource:
+    names, offsets, sizes = [], [], []
+    with tarfile.open(path, "r:") as tf:
+        for m in tf.getmembers():
+            name = _member_name(m)
+            if name is not None and (keep is None or keep(name)):
+                names.append(name)
+                offsets.append(m.offset_data)
+                sizes.append(m.size)
+        # tarfile stops quietly at a cut header: a complete archive ends in a zero block there
+        with open(path, "rb") as fh:
+            fh.seek(tf.offset)
+            if fh.read(512) != bytes(512):
+                raise EOFError(f"no end-of-archive block at byte {tf.offset}")
+    end = max((o + s for o, s in zip(offsets, sizes)), default=0)
+    if end > path.stat().st_size:
+        raise EOFError(f"members end at byte {end} but the file has {path.stat().st_size}")
+    return TarSource(path, _names(names), offsets, sizes)
+
+
+def _member_name(m: tarfile.TarInfo) -> str | None:
+    if not m.isreg() or m.issparse():
+        return None
+    name = m.name
+    while name.startswith("./"):
+        name = name[2:]
+    return name
+
+
+def _names(names: list[str]) -> np.ndarray:
+    return np.array([n.encode("utf-8", "surrogateescape") for n in names], dtype=bytes) if names \
+        else np.array([], "S1")
+
+
+def take(source, order: np.ndarray):
+    """The source's items at `order`, as a new source of the same kind."""
+    order = np.asarray(order, np.int64)
+    if isinstance(source, FileSource):
+        out = FileSource(source.root, [])
+        out.names = source.names[order]
+        return out
+    args = (source.path, source.names[order], source.offsets[order], source.sizes[order])
+    return BlobSource(*args, source.blob) if isinstance(source, BlobSource) else TarSource(*args)
+
+
+def class_tree(names: list[str], where: str):
+    """Read `train|test|val/<class>/...` or `<class>/...` relative paths as a labelled set.
+
+    Returns (positions into `names` in data-set order, class ids, is_test or None, class
+    names). Non-image files and hidden paths ('.x', macOS '._x') are ignored; a single
+    wrapping folder (e.g. `cifar10/train/...`) is looked through.
+    """
+    paths = [(i, n.split("/")) for i, n in enumerate(names)
+             if is_image_name(n) and not any(p.startswith(".") for p in n.split("/"))]
+    if not paths:
+        raise ValueError(f"{where}: no images found (expected train/<class>/*, test/<class>/* or <class>/*)")
+    while len({p[0] for _, p in paths}) == 1 and paths[0][1][0] not in SPLIT_DIRS \
+            and all(len(p) >= 3 for _, p in paths):
+        paths = [(i, p[1:]) for i, p in paths]
+    tops = {p[0] for _, p in paths}
+    split = bool(tops & set(SPLIT_DIRS))
+    if split:
+        if {"test", "val"} <= tops:
+            raise ValueError(f"{where}: has both test/ and val/; keep one of them as the test part")
+        extra = sorted(tops - set(SPLIT_DIRS))
+        if extra:
+            raise ValueError(f"{where}: unexpected top-level folder {extra[0]!r} beside train/test")
+    depth = 3 if split else 2
+    for i, p in paths:
+        if len(p) < depth:
+            raise ValueError(f"{where}: image {names[i]!r} is not inside a class folder")
+    cls = [p[depth - 2] for _, p in paths]
+    class_names = sorted(set(cls))
+    ids = {c: k for k, c in enumerate(class_names)}
+    test = [split and SPLIT_DIRS[p[0]] for _, p in paths]
+    order = sorted(range(len(paths)), key=lambda k: (test[k], ids[cls[k]], names[paths[k][0]]))
+    positions = np.array([paths[k][0] for k in order], dtype=np.int64)
+    class_ids = np.array([ids[cls[k]] for k in order], dtype=np.int64)
+    is_test = np.array([test[k] for k in order], dtype=bool) if split else None
+    return positions, class_ids, is_test, class_names
+
+
+def list_image_files(root: Path) -> list[str]:
+    """Relative posix paths of the image files under `root` (hidden folders skipped)."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+        rel = os.path.relpath(dirpath, root)
+        prefix = "" if rel == "." else rel.replace(os.sep, "/") + "/"
+        out.extend(prefix + f for f in filenames if is_image_name(f) and not f.startswith("."))
+    return out
+
+
+# --- CIFAR-10 python pickles -----------------------------------------------------------------
+
+CIFAR_TRAIN = tuple(f"data_batch_{k}" for k in range(1, 6))
+CIFAR_FILES = CIFAR_TRAIN + ("test_batch", "batches.meta")
+
+
+def _latin1_encode(text, encoding="latin1"):
+    # Python 3 pickles bytes at protocol 2 as _codecs.encode(str, "latin1"): only that is allowed
+    if not isinstance(text, str) or encoding not in ("latin1", "latin-1"):
+        raise pickle.UnpicklingError("only _codecs.encode(str, 'latin1') is allowed")
+    return text.encode("latin1")
+
+
+def _allowed_globals() -> dict:
+    probe = np.zeros(1, np.uint8)
+    reconstruct, frombuffer = probe.__reduce__()[0], probe.__reduce_ex__(5)[0]
+    allowed = {("numpy", "ndarray"): np.ndarray, ("numpy", "dtype"): np.dtype,
+               ("_codecs", "encode"): _latin1_encode}
+    for core in ("numpy.core", "numpy._core"):  # numpy 1 and 2 spell the module differently
+        allowed[(f"{core}.multiarray", "_reconstruct")] = reconstruct
+        allowed[(f"{core}.numeric", "_frombuffer")] = frombuffer
+    return allowed
+
+
+class _CifarUnpickler(pickle.Unpickler):
+    """Only numpy array reconstruction: never an arbitrary class or function."""
+
+    allowed = _allowed_globals()
+
+    def find_class(self, module, name):
+        obj = self.allowed.get((module, name))
+        if obj is None:
+            raise pickle.UnpicklingError(f"global {module}.{name} is not allowed")
+        return obj
+
+
+def _unpickle(data: bytes, where: str) -> dict:
+    try:
+        obj = _CifarUnpickler(io.BytesIO(data), encoding="bytes").load()
+    except Exception as err:  # whatever a malformed pickle raises, never run further
+        raise ValueError(f"{where}: not a CIFAR-10 python batch ({_one_line(err)})") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"{where}: not a CIFAR-10 python batch (holds {type(obj).__name__}, not a dict)")
+    return {(k.decode("latin1") if isinstance(k, bytes) else k): v for k, v in obj.items()}
+
+
+def _get(d: dict, key: str, where: str):
+    if key not in d:
+        raise ValueError(f"{where}: no {key!r} entry (keys: {', '.join(map(str, d))})")
+    return d[key]
+
+
+def read_cifar_batches(read, where):
+    """CIFAR-10 python batches through read(name) -> bytes and where(name) -> str.
+
+    Returns pixels (n, 32, 32, 3) uint8, class ids, is_test and class names (train batches
+    1..5 first, then test_batch).
+    """
+    meta = _unpickle(read("batches.meta"), where("batches.meta"))
+    names = [n.decode("utf-8") if isinstance(n, bytes) else str(n)
+             for n in _get(meta, "label_names", where("batches.meta"))]
+    pixels, ids, test = [], [], []
+    for batch in CIFAR_FILES[:-1]:
+        d, w = _unpickle(read(batch), where(batch)), where(batch)
+        data = _get(d, "data", w)
+        if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072:
+            raise ValueError(f"{w}: 'data' must be a uint8 (N, 3072) array, got "
+                             f"{getattr(data, 'dtype', type(data).__name__)} {getattr(data, 'shape', '')}")
+        labels = np.asarray(_get(d, "labels", w))
+        if labels.shape != (len(data),) or labels.dtype.kind not in "iu":
+            raise ValueError(f"{w}: 'labels' must be {len(data)} integers, got shape {labels.shape}")
+        if len(labels) and (labels.min() < 0 or labels.max() >= len(names)):
+            raise ValueError(f"{w}: label {int(labels.max())} out of range for {len(names)} class names")
+        pixels.append(data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))  # R, G, B planes -> HWC
+        ids.append(labels.astype(np.int64))
+        test.append(np.full(len(data), batch == "test_batch"))
+    return np.ascontiguousarray(np.concatenate(pixels)), np.concatenate(ids), np.concatenate(test), names
+
+
+# --- DeepHash list files ---------------------------------------------------------------------
+
+def read_list_file(path: Path, num_labels: int | None):
+    """Lines `relative/path.jpg 0 1 0 ...` -> (paths, (m, C) bool labels, line numbers).
+
+    Paths are normalised ('./a//b' -> 'a/b') and may not contain whitespace.
+    """
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: cannot read list file ({_one_line(err)})") from None
+    paths, rows, lines = [], [], []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        tokens = line.split()
+        if not tokens:
+            continue
+        values = tokens[1:]
+        if num_labels is None:
+            num_labels = len(values)
+            if num_labels == 0:
+                raise ValueError(f"{path}:{lineno}: no label values after the path")
+        if len(values) != num_labels:
+            raise ValueError(f"{path}:{lineno}: {len(values)} label values, expected {num_labels}")
+        bad = next((v for v in values if v not in ("0", "1")), None)
+        if bad is not None:
+            raise ValueError(f"{path}:{lineno}: label value {bad!r} is not 0 or 1")
+        paths.append(posixpath.normpath(tokens[0]))
+        rows.append([v == "1" for v in values])
+        lines.append(lineno)
+    labels = np.array(rows, dtype=bool).reshape(len(rows), num_labels or 0)
+    return paths, labels, lines

@@ -1,0 +1,272 @@
+"""Image data sets (SPEC §7): ImageDataset and check_images (loaders: image_loaders).
+
+Small sets of same-sized images are decoded once into a uint8 cache; others are decoded per
+item (by DataLoader workers). torch is imported only by `torch_dataset`
+(lbhash.data.transforms), so loading labels for a split stays light.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+from PIL import Image
+
+from lbhash.data.features import _flags
+from lbhash.data.image_sources import decode_image
+from lbhash.labels import as_multihot
+
+CACHE_MODES = ("auto", "on", "off")
+CACHE_LIMIT_BYTES = 1 << 30       # "auto" caches decoded sets up to this size (CIFAR-10: 184 MB)
+PARTS = ("train", "query", "database")
+_SKIP_HINT = "skip_bad=True (--skip-bad-images) leaves unreadable images out"
+
+
+@dataclass(eq=False)
+class ImageDataset:
+    """Images plus labels; read by protocols and training like ArrayDataset.
+
+    The pixels come either from `pixels` ((n, H, W, 3) uint8, decoded) or from `source`
+    (encoded bytes per item, see image_sources). `parts` is an explicit train/query/database
+    split given by the source (list files), `topk` a preset's default R, and
+    `declared_multi_label` overrides the label-count rule of `multi_label` (presets set it).
+    `cache` is "auto", "on" or "off" (see preload).
+    """
+
+    labels: np.ndarray
+    is_test: np.ndarray | None
+    name: str
+    class_names: list[str] | None = None
+    source: object | None = None
+    pixels: np.ndarray | None = None
+    parts: dict[str, np.ndarray] | None = None
+    topk: int | None = None
+    declared_multi_label: bool | None = None
+    cache: str = "auto"
+    _bad: np.ndarray | None = field(default=None, init=False, repr=False)  # cache slots that failed
+    _no_cache: bool = field(default=False, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.labels = as_multihot(self.labels, f"{self.name}: labels")
+        n = len(self.labels)
+        if self.is_test is not None:
+            self.is_test = _flags(self.is_test, n, self.name, "is_test")
+        if self.class_names is not None:
+            self.class_names = [str(c) for c in self.class_names]
+            if len(self.class_names) != self.num_classes:
+                raise ValueError(f"{self.name}: {len(self.class_names)} class names for "
+                                 f"{self.num_classes} label columns")
+        if self.cache not in CACHE_MODES:
+            raise ValueError(f"{self.name}: cache must be one of {', '.join(CACHE_MODES)}, got {self.cache!r}")
+        if (self.source is None) == (self.pixels is None):
+            raise ValueError(f"{self.name}: give exactly one of source and pixels")
+        if self.pixels is not None:
+            px = self.pixels
+            if px.dtype != np.uint8 or px.ndim != 4 or px.shape[3] != 3 or len(px) != n:
+                raise ValueError(f"{self.name}: pixels must be uint8 ({n}, H, W, 3), got {px.dtype} {px.shape}")
+            px.flags.writeable = False  # a shared cache: nobody writes to it
+        elif len(self.source) != n:
+            raise ValueError(f"{self.name}: {len(self.source)} images for {n} label rows")
+        if self.parts is not None:
+            self.parts = _check_parts(self.parts, n, self.name)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    @property
+    def num_classes(self) -> int:
+        return int(self.labels.shape[1])
+
+    @property
+    def multi_label(self) -> bool:
+        """The preset's declaration, else True if any item has other than one label."""
+        if self.declared_multi_label is not None:
+            return self.declared_multi_label
+        return bool((self.labels.sum(axis=1) != 1).any())
+
+    def where(self, i: int) -> str:
+        """Item i's file (or `tarball:member`) for messages."""
+        return f"{self.name}[{i}]" if self.source is None else self.source.where(int(i))
+
+    def image(self, i: int) -> np.ndarray:
+        """Item i as a new (H, W, 3) uint8 RGB array; ValueError naming the file if unreadable."""
+        i = int(i)
+        if not 0 <= i < len(self):
+            raise IndexError(f"{self.name}: item {i} out of range for {len(self)} items")
+        if self.pixels is not None and (self._bad is None or not self._bad[i]):
+            return self.pixels[i].copy()
+        return decode_image(self.source.read(i), self.source.where(i))
+
+    def preload(self, progress: bool | None = None) -> bool:
+        """Decode every image once into `pixels` if the caching rule allows; True if cached.
+
+        Rule: cache "off" never; "auto" when the first image's size times n (x 3 bytes) is at
+        most CACHE_LIMIT_BYTES; "on" regardless of size. Caching needs every image the same
+        size: at the first that differs, "auto" falls back to per-item decoding and "on" raises.
+        An unreadable image does not stop preloading; reading that item raises later.
+        """
+        if self.pixels is None:
+            shape = self._cache_shape()
+            if shape is not None:
+                self._scan(np.arange(len(self)), shape, None, True, progress)
+        return self.pixels is not None
+
+    def torch_dataset(self, indices=None, transform=None):
+        """A torch Dataset whose item k is (transform(uint8 CHW tensor), float32 labels row, k).
+
+        k is the position inside `indices` (default: all items). Preloads first (see preload).
+        """
+        from lbhash.data.transforms import TransformedImages
+
+        self.preload()
+        return TransformedImages(self, _indices(self, indices), transform)
+
+    def _cache_shape(self) -> tuple[int, int, int] | None:
+        if self.pixels is not None or self.cache == "off" or self._no_cache or not len(self):
+            return None
+        for i in range(min(len(self), 16)):  # the first readable header gives the size
+            try:
+                with Image.open(io.BytesIO(self.source.read(i))) as im:
+                    w, h = im.size
+                break
+            except (ValueError, OSError, SyntaxError, Image.DecompressionBombError):
+                continue
+        else:
+            return None
+        if self.cache == "auto" and len(self) * h * w * 3 > CACHE_LIMIT_BYTES:
+            self._no_cache = True
+            return None
+        return h, w, 3
+
+    def _scan(self, order, shape, required, skip_bad: bool, progress) -> np.ndarray:
+        """Decode items in `order` into a new cache; returns the mask of unreadable items.
+
+        Items in `required` (None: none) raise unless skip_bad; after the cache is given up,
+        only required items are still decoded.
+        """
+        from tqdm import tqdm
+
+        n = len(self)
+        bad = np.zeros(n, dtype=bool)
+        pixels = np.empty((n, *shape), dtype=np.uint8)
+        bar = tqdm(order, desc=f"decoding {self.name}", unit="img", leave=False, disable=_quiet(len(order), progress))
+        try:
+            for i in bar:
+                if pixels is None and (required is None or not required[i]):
+                    if required is None:
+                        break
+                    continue
+                try:
+                    img = decode_image(self.source.read(i), self.source.where(i))
+                except ValueError as err:
+                    if required is not None and required[i] and not skip_bad:
+                        raise ValueError(f"{err}; {_SKIP_HINT}") from None
+                    bad[i] = True
+                    continue
+                if pixels is None:
+                    continue
+                if img.shape == pixels.shape[1:]:
+                    pixels[i] = img
+                elif self.cache == "on":
+                    raise ValueError(f"{self.source.where(i)}: is {img.shape[1]}x{img.shape[0]}, but cache=on needs "
+                                     f"every image the size of the first ({shape[1]}x{shape[0]})")
+                else:
+                    pixels, self._no_cache = None, True
+        finally:
+            bar.close()
+        if pixels is not None:
+            pixels.flags.writeable = False  # a shared cache: nobody writes to it
+            self.pixels, self._bad = pixels, bad
+        return bad
+
+    def _validate(self, idx: np.ndarray, skip_bad: bool, progress, workers: int | None) -> np.ndarray:
+        """Decode (JPEG at 1/8 scale) each of idx in threads; returns the unreadable mask."""
+        from tqdm import tqdm
+
+        def check(i):
+            try:
+                decode_image(self.source.read(i), self.source.where(i), draft=True)
+            except ValueError as err:
+                return err
+            return None
+
+        bad = np.zeros(len(self), dtype=bool)
+        workers = workers or min(8, os.cpu_count() or 1)
+        with ThreadPoolExecutor(workers) as pool, tqdm(total=len(idx), desc=f"checking {self.name}", unit="img",
+                                                       leave=False, disable=_quiet(len(idx), progress)) as bar:
+            for start in range(0, len(idx), 1024):  # blocks: no million pending futures
+                block = idx[start:start + 1024]
+                for i, err in zip(block, pool.map(check, block)):
+                    if err is not None:
+                        if not skip_bad:
+                            raise ValueError(f"{err}; {_SKIP_HINT}")
+                        bad[i] = True
+                bar.update(len(block))
+        return bad
+
+
+def check_images(dataset: ImageDataset, indices=None, skip_bad: bool = False, progress: bool | None = None,
+                 workers: int | None = None) -> tuple[np.ndarray, int]:
+    """Check that every image at `indices` (default all) can be read; run it before training.
+
+    Returns (the readable indices, in the given order; the number of unreadable ones). An
+    unreadable image (missing, truncated, not an image) raises a ValueError naming its file,
+    or with skip_bad=True is counted and left out. A set that qualifies for the cache is
+    decoded into it here (all items). Others are decoded item by item in `workers` threads
+    (JPEG at reduced scale), about 1-2 ms per ImageNet-sized JPEG per thread.
+    """
+    idx = _indices(dataset, indices)
+    if dataset.source is None or not len(idx):
+        return idx, 0
+    if dataset.pixels is not None:
+        bad = np.zeros(len(dataset), bool) if dataset._bad is None else dataset._bad
+        if bad[idx].any() and not skip_bad:
+            try:
+                dataset.image(idx[bad[idx]][0])
+            except ValueError as err:
+                raise ValueError(f"{err}; {_SKIP_HINT}") from None
+    else:
+        shape = dataset._cache_shape()
+        if shape is not None:
+            required = np.zeros(len(dataset), dtype=bool)
+            required[idx] = True
+            bad = dataset._scan(np.arange(len(dataset)), shape, required, skip_bad, progress)
+        else:
+            bad = dataset._validate(idx, skip_bad, progress, workers)
+    return idx[~bad[idx]], int(bad[idx].sum())
+
+
+def _quiet(n: int, progress: bool | None):
+    # None: a bar for long jobs, and only on a terminal (tqdm's disable=None)
+    return (not progress) if progress is not None else (True if n < 10000 else None)
+
+
+def _indices(dataset, indices) -> np.ndarray:
+    if indices is None:
+        return np.arange(len(dataset), dtype=np.int64)
+    idx = np.asarray(indices)
+    if idx.ndim != 1 or (idx.size and idx.dtype.kind not in "iu"):
+        raise ValueError(f"{dataset.name}: indices must be a 1-D integer array, "
+                         f"got shape {idx.shape} dtype {idx.dtype}")
+    idx = idx.astype(np.int64)
+    if idx.size and (idx.min() < 0 or idx.max() >= len(dataset)):
+        raise ValueError(f"{dataset.name}: index out of range for {len(dataset)} items")
+    return idx
+
+
+def _check_parts(parts: dict, n: int, name: str) -> dict[str, np.ndarray]:
+    if set(parts) != set(PARTS):
+        raise ValueError(f"{name}: parts must have keys train, query, database, got {', '.join(parts)}")
+    out = {}
+    for key in PARTS:
+        idx = np.asarray(parts[key])
+        if idx.ndim != 1 or (idx.size and idx.dtype.kind not in "iu"):
+            raise ValueError(f"{name}: part {key} must be a 1-D integer array")
+        idx = idx.astype(np.int64)
+        if idx.size and (idx.min() < 0 or idx.max() >= n or len(np.unique(idx)) != len(idx)):
+            raise ValueError(f"{name}: part {key} must hold unique indices below {n}")
+        out[key] = idx
+    return out

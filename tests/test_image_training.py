@@ -1,0 +1,85 @@
+"""Training on real CIFAR-10 pixels (a few hundred images from the shared tarball)."""
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from conftest import shared_data_dir
+
+from lbhash.cli import main
+from lbhash.codes import load_codes_file
+from lbhash.data import load_data
+from lbhash.evaluate.runs import train_and_evaluate
+from lbhash.train import TrainConfig
+from lbhash.train.restore import encode_run
+
+CLASSES = ("airplane", "automobile", "ship")
+FAST = dict(method="csq", bits=16, backbone="resnet8", image_size=32, transform="cifar-augment",
+            protocol="given", centers="hadamard", lr_step=0, progress=False, batch_size=32)
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory):
+    """3 classes x (100 train + 20 test) real CIFAR-10 JPEGs as a class-folder tree."""
+    path = shared_data_dir() / "cifar10-jpg.tar.gz"
+    if not path.is_file():
+        pytest.skip(f"{path} not found (set LBHASH_SHARED_DATA)")
+    cifar = load_data(f"cifar10:{path}")
+    ids = cifar.labels.argmax(1)
+    root = tmp_path_factory.mktemp("pixels")
+    for test, per in ((False, 100), (True, 20)):
+        for name in CLASSES:
+            c = cifar.class_names.index(name)
+            folder = root / ("test" if test else "train") / name
+            folder.mkdir(parents=True)
+            for k, i in enumerate(np.flatnonzero((ids == c) & (cifar.is_test == test))[:per]):
+                (folder / f"{k:04d}.jpg").write_bytes(cifar.source.read(i))
+    return root
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("LBHASH_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def test_small_cnn_trains_on_real_pixels(tree, tmp_path):
+    out = tmp_path / "run"
+    metrics = train_and_evaluate(TrainConfig(data=f"images:{tree}", epochs=4, **FAST), out)
+    log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    assert log[-1]["loss"]["total"] < 0.8 * log[0]["loss"]["total"]
+    assert metrics["map"] > 0.4  # 3 balanced classes: random codes give about 1/3
+    assert metrics["n_query"] == 60 and metrics["n_db"] == 300
+
+
+def test_encode_reproduces_the_runs_database_codes(tree, tmp_path):
+    out = tmp_path / "run"
+    train_and_evaluate(TrainConfig(data=f"images:{tree}", epochs=1, **FAST), out)
+    codes = load_codes_file(out / "codes.npz")
+    encoded = encode_run(out, part="database", progress=False)
+    np.testing.assert_array_equal(encoded["codes"], codes["db_codes"])
+    np.testing.assert_array_equal(encoded["labels"], codes["db_labels"])
+    result = CliRunner().invoke(main, ["encode", str(out), "--part", "query", "--out", str(tmp_path / "q.npz"),
+                                       "--no-progress"])
+    assert result.exit_code == 0, result.output
+    with np.load(tmp_path / "q.npz", allow_pickle=False) as q:
+        np.testing.assert_array_equal(q["codes"], codes["query_codes"])
+        assert str(q["ids"][0]).endswith(".jpg")  # image data: ids are file paths
+
+
+def test_bad_image_stops_before_training_unless_skipped(tree, tmp_path):
+    broken = tmp_path / "broken"
+    import shutil
+
+    shutil.copytree(tree, broken)
+    (broken / "train" / "ship" / "0003.jpg").write_bytes(b"not a jpeg")
+    args = ["train", "--data", f"images:{broken}", "--protocol", "given", "--bits", "16", "--backbone",
+            "resnet8", "--image-size", "32", "--transform", "cifar-augment", "--epochs", "1",
+            "--centers", "hadamard", "--no-progress"]
+    result = CliRunner().invoke(main, args + ["--out", str(tmp_path / "a")])
+    assert result.exit_code == 2 and "0003.jpg" in result.output
+    assert not (tmp_path / "a").exists()
+    result = CliRunner().invoke(main, args + ["--out", str(tmp_path / "b"), "--skip-bad-images"])
+    assert result.exit_code == 0, result.output
+    assert "skipped 1 unreadable image" in result.output
+    assert json.loads((tmp_path / "b" / "metrics.json").read_text())["n_db"] == 299
