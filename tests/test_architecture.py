@@ -14,6 +14,7 @@ LAYERS = [
     {"data"},
     {"train"},
     {"evaluate", "toy"},
+    {"reproduce"},
     {"index"},
     {"cli"},
 ]

@@ -38,7 +38,8 @@ class RunMonitor:
     def evaluate(self, query_codes, db_codes, query_labels, db_labels, topk) -> dict:
         bound = lower_bound(db_codes, db_labels)
         return {"map": mean_average_precision(query_codes, db_codes, query_labels, db_labels, topk=topk),
-                "lower_bound_ratio": _finite_or_str(bound.ratio)}
+                "lower_bound_ratio": _finite_or_str(bound.ratio), "min_inter": bound.min_inter,
+                "max_intra": bound.max_intra}
 
 
 def train_and_evaluate(cfg: TrainConfig | None, out: str | Path, resume: bool = False,

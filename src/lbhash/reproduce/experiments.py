@@ -1,0 +1,215 @@
+"""The paper's experiments as small declarative specs (SPEC §8).
+
+Each spec expands into cells, which the runner trains (in parallel, resumably), and writes its
+tables into the output directory, from which `lbhash report` builds the report:
+
+- grid (Tables 2-3): methods x {base, _D} x bits x seeds -> grid.csv, curves.csv, epochs.csv,
+  codes_sample.npz
+- timing (Table 1): seconds per epoch of BCE (CSQ), Cauchy (DCH) and ours (CSQ_D) -> timing.csv
+- centers (Table 5): CSQ_D with each center generator -> centers.csv
+- toy (Fig. 3, App. G): the MVB toy at 8 and 16 bits -> toy.json, toy_probs.npz
+- bound (Fig. 1): CSQ_D evaluated every epoch -> bound.csv
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from lbhash._io import save_npz, write_json
+from lbhash.reproduce.collect import write_codes_sample, write_csv, write_grid_tables
+from lbhash.reproduce.runner import Cell, run_cells
+
+ALL_METHODS = ("hashnet", "dbdh", "dsdh", "dch", "greedyhash", "csq")
+
+
+@dataclass
+class Context:
+    data: str
+    out: Path
+    protocol: str | None = None
+    workers: int = 1
+    overrides: dict = field(default_factory=dict)   # TrainConfig values for every cell
+    report: Callable[[str], None] = print
+
+    def config(self, **values) -> dict:
+        clash = sorted(set(values) & set(self.overrides))
+        if clash:  # the experiment's own axes (method, bits, seed, centers ...) are not settable
+            raise ValueError(f"--set {clash[0]} conflicts with the experiment's own {clash[0]} values")
+        base = {"data": self.data, **({"protocol": self.protocol} if self.protocol else {})}
+        return {**base, **values, **self.overrides}
+
+    def runs(self, experiment: str) -> Path:
+        return self.out / "runs" / experiment
+
+
+def variant_name(method: str, lbhash: bool) -> str:
+    return method + ("_D" if lbhash else "")
+
+
+@dataclass(frozen=True)
+class GridSpec:
+    methods: tuple = ALL_METHODS
+    variants: tuple = (False, True)
+    bits: tuple = (16, 32, 64)
+    seeds: tuple = (0, 1, 2, 3, 4)
+
+    def cells(self, ctx: Context) -> list[Cell]:
+        return [Cell(f"{variant_name(m, v)}-{b}bits-seed{s}",
+                     ctx.config(method=m, lbhash=v, bits=b, seed=s))
+                for m in self.methods for v in self.variants for b in self.bits for s in self.seeds]
+
+    def run(self, ctx: Context) -> None:
+        cells, root = self.cells(ctx), ctx.runs("grid")
+        results = run_cells(cells, root, ctx.workers, ctx.report)
+        write_grid_tables(ctx.out, cells, root, results)
+        # t-SNE sample: CSQ and CSQ_D (or the first method) at the largest bits, first seed
+        method = "csq" if "csq" in self.methods else self.methods[0]
+        picks = {variant_name(method, v): root / f"{variant_name(method, v)}-{max(self.bits)}bits-seed{self.seeds[0]}"
+                 for v in self.variants}
+        write_codes_sample(ctx.out, picks)
+
+
+@dataclass(frozen=True)
+class CentersSpec:
+    kinds: tuple = ("hadamard", "bch", "reed_solomon", "random", "auto")
+    bits: tuple = (16, 32, 48)
+    seeds: tuple = (0, 1, 2)
+    method: str = "csq"
+
+    def run(self, ctx: Context) -> None:
+        from lbhash.centers import center_report, generate_centers
+        from lbhash.data import load_data
+
+        classes = load_data(ctx.data).num_classes
+        cells, distances = [], {}
+        for kind in self.kinds:
+            for b in self.bits:
+                for s in self.seeds:
+                    try:
+                        report = center_report(generate_centers(b, classes, kind=kind, seed=s))
+                    except ValueError as err:  # e.g. hadamard at 48 bits: not applicable
+                        ctx.report(f"skipping {kind} at {b} bits: {err}")
+                        break
+                    distances[(kind, b, s)] = report.min_distance
+                    cells.append(Cell(f"{kind}-{b}bits-seed{s}",
+                                      ctx.config(method=self.method, lbhash=True, bits=b, seed=s, centers=kind)))
+        results = run_cells(cells, ctx.runs("centers"), ctx.workers, ctx.report)
+        rows = []
+        for cell, m in zip(cells, results):
+            key = (cell.config["centers"], cell.config["bits"], cell.config["seed"])
+            rows.append({"kind": key[0], "bits": key[1], "seed": key[2], "min_distance": distances[key],
+                         "map": m["map"], "map_tie_averaged": m["map_tie_averaged"]})
+        write_csv(ctx.out / "centers.csv", ["kind", "bits", "seed", "min_distance", "map", "map_tie_averaged"], rows)
+
+
+@dataclass(frozen=True)
+class BoundSpec:
+    method: str = "csq"
+    lbhash: bool = True
+    bits: tuple = (16, 32, 64)
+    seed: int = 0
+
+    def run(self, ctx: Context) -> None:
+        name = variant_name(self.method, self.lbhash)
+        cells = [Cell(f"{name}-{b}bits-seed{self.seed}",
+                      ctx.config(method=self.method, lbhash=self.lbhash, bits=b, seed=self.seed,
+                                 eval_every=1)) for b in self.bits]
+        root = ctx.runs("bound")
+        results = run_cells(cells, root, ctx.workers, ctx.report)
+        rows = []
+        for cell, m in zip(cells, results):
+            for record in _log(root / cell.name):
+                e = record.get("eval")
+                if e:
+                    rows.append({"run_id": cell.name, "bits": cell.config["bits"], "epoch": record["epoch"],
+                                 "map": e["map"], "lb_ratio": e["lower_bound_ratio"],
+                                 "lb_min_inter": e.get("min_inter"), "lb_max_intra": e.get("max_intra")})
+            last = m["lower_bound"]  # the last epoch is evaluated by the final metrics
+            rows.append({"run_id": cell.name, "bits": cell.config["bits"], "epoch": m["run"]["epochs"],
+                         "map": m["map"], "lb_ratio": last["ratio"], "lb_min_inter": last["min_inter"],
+                         "lb_max_intra": last["max_intra"]})
+        write_csv(ctx.out / "bound.csv", ["run_id", "bits", "epoch", "map", "lb_ratio", "lb_min_inter",
+                                          "lb_max_intra"], rows)
+
+
+@dataclass(frozen=True)
+class TimingSpec:
+    bits: tuple = (16, 32, 64)
+    epochs: int = 5
+    variants: tuple = (("bce", "csq", False), ("cauchy", "dch", False), ("ours", "csq", True))
+
+    def run(self, ctx: Context) -> None:
+        import tempfile
+
+        from lbhash.train import TrainConfig
+        from lbhash.train.experiment import build_experiment
+        from lbhash.train.loop import Trainer
+
+        rows = []
+        with tempfile.TemporaryDirectory() as tmp:
+            for b in self.bits:
+                trainers = {}
+                for label, method, lbhash in self.variants:
+                    values = ctx.config(method=method, lbhash=lbhash, bits=b, seed=0)
+                    values.update(epochs=self.epochs, lr_step=0, progress=False)
+                    trainers[label] = Trainer(build_experiment(TrainConfig(**values)), Path(tmp) / label)
+                times = {label: [] for label in trainers}
+                for epoch in range(1, self.epochs + 1):  # alternate: same machine state for all
+                    for label, trainer in trainers.items():
+                        times[label].append(trainer.train_epoch(epoch)["seconds"])
+                median = {label: float(np.median(t[1:] or t)) for label, t in times.items()}
+                for label, trainer in trainers.items():
+                    rows.append({"variant": label, "bits": b, "seconds_per_epoch": median[label],
+                                 "steps_per_epoch": len(trainer.batches),
+                                 "ratio": median[label] / median["bce"]})
+                    ctx.report(f"timing {label} {b} bits: {median[label]:.3f} s/epoch")
+        write_csv(ctx.out / "timing.csv", ["variant", "bits", "seconds_per_epoch", "steps_per_epoch", "ratio"], rows)
+
+
+@dataclass(frozen=True)
+class ToySpec:
+    bits: tuple = (8, 16)
+    seed: int = 0
+
+    def run(self, ctx: Context) -> None:
+        from lbhash.toy import run_toy
+
+        summary, probs = {}, {}
+        for b in self.bits:
+            result = run_toy(bits=b, seed=self.seed)
+            summary[str(b)] = result.to_dict()
+            n = max(result.estimates)  # the largest evaluation sample
+            probs[f"{b}__real"] = result.real
+            for name in ("surrogate", "naive"):
+                probs[f"{b}__{name}"] = result.estimates[n][name]
+            ctx.report(f"toy {b} bits done")
+        write_json(ctx.out / "toy.json", summary)
+        save_npz(ctx.out / "toy_probs.npz", **probs)
+
+
+EXPERIMENTS: dict[str, Any] = {"grid": GridSpec(), "timing": TimingSpec(), "centers": CentersSpec(),
+                               "toy": ToySpec(), "bound": BoundSpec()}
+
+
+def configure(name: str, **values) -> Any:
+    """The named experiment's spec with some fields replaced (unknown fields are an error)."""
+    if name not in EXPERIMENTS:
+        raise ValueError(f"unknown experiment {name!r}; available: {', '.join(EXPERIMENTS)}")
+    spec = EXPERIMENTS[name]
+    fields = {f.name for f in dataclasses.fields(spec)}
+    unknown = set(values) - fields
+    if unknown:
+        raise ValueError(f"experiment {name} has no option(s) {', '.join(sorted(unknown))} "
+                         f"(it has {', '.join(sorted(fields))})")
+    return dataclasses.replace(spec, **values)
+
+
+def _log(run_dir: Path) -> list[dict]:
+    import json
+
+    return [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines() if line.strip()]

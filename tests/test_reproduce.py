@@ -1,0 +1,129 @@
+"""The experiment runner: spec expansion, resumable grids, tables."""
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from click.testing import CliRunner
+
+from lbhash.cli import main
+from lbhash.reproduce.experiments import Context, GridSpec, configure
+from lbhash.reproduce.runner import Cell, cell_state, config_hash
+
+FAST = ["--set", "hidden=[32]", "--set", "centers=hadamard", "--set", "lr_step=0"]
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("LBHASH_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def rows(path):
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_grid_expands_to_every_cell():
+    spec = GridSpec(methods=("csq", "dch"), bits=(16, 32), seeds=(0, 1, 2))
+    cells = spec.cells(Context(data="digits", out=None, overrides={"epochs": 3}))
+    assert len(cells) == 2 * 2 * 2 * 3
+    names = {c.name for c in cells}
+    assert "csq_D-32bits-seed2" in names and "dch-16bits-seed0" in names
+    cell = next(c for c in cells if c.name == "dch_D-16bits-seed1")
+    assert cell.config == {"data": "digits", "method": "dch", "lbhash": True, "bits": 16, "seed": 1, "epochs": 3}
+    # watching settings do not change a cell's identity; training settings do
+    assert config_hash({**cell.config, "eval_every": 1}) == cell.config_hash
+    assert config_hash({**cell.config, "epochs": 4}) != cell.config_hash
+
+
+def test_default_grid_is_the_papers():
+    spec = configure("grid")
+    assert spec.methods == ("hashnet", "dbdh", "dsdh", "dch", "greedyhash", "csq")
+    assert (spec.bits, spec.seeds, spec.variants) == ((16, 32, 64), (0, 1, 2, 3, 4), (False, True))
+    with pytest.raises(ValueError, match="experiment grid has no option"):
+        configure("grid", kinds=("bch",))
+
+
+def grid_command(out, epochs=2):
+    return ["reproduce", "grid", "--data", "digits", "--methods", "csq", "--bits", "16", "--seeds", "0,1",
+            "--epochs", str(epochs), "--out", str(out)] + FAST
+
+
+def test_killed_grid_resumes_and_skips_finished_cells(tmp_path):
+    out = tmp_path / "res"
+    env = {**os.environ, "LBHASH_CACHE_DIR": str(tmp_path / "cache")}
+    cmd = [sys.executable, "-m", "lbhash.cli"] + grid_command(out, epochs=30)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first = out / "runs" / "grid" / "csq-16bits-seed0" / "metrics.json"
+    second_log = out / "runs" / "grid" / "csq-16bits-seed1" / "log.jsonl"
+    deadline = time.time() + 300
+    while time.time() < deadline and not (second_log.exists() and second_log.read_text().count("\n") >= 2):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert first.exists(), "the first cell should have finished before the kill"
+    assert not (out / "grid.csv").exists()
+    stamp = first.stat().st_mtime_ns
+    done_epochs = second_log.read_text().count("\n")
+    result = CliRunner().invoke(main, grid_command(out, epochs=30))
+    assert result.exit_code == 0, result.output
+    assert "1 finished, 3 to run" in result.output  # seed0 of csq; csq_D cells and csq seed1 remain
+    assert first.stat().st_mtime_ns == stamp  # not retrained
+    log = [json.loads(x) for x in second_log.read_text().splitlines()]
+    assert [r["epoch"] for r in log] == list(range(1, 31))  # resumed, not restarted
+    assert done_epochs >= 2
+    table = rows(out / "grid.csv")
+    assert sorted(r["run_id"] for r in table) == ["csq-16bits-seed0", "csq-16bits-seed1",
+                                                   "csq_D-16bits-seed0", "csq_D-16bits-seed1"]
+
+
+def test_a_directory_with_other_settings_is_refused(tmp_path):
+    out = tmp_path / "res"
+    assert CliRunner().invoke(main, grid_command(out)).exit_code == 0
+    result = CliRunner().invoke(main, grid_command(out, epochs=3))
+    assert result.exit_code == 2 and "holds a run with other settings" in result.output
+
+
+def test_runner_adopts_a_matching_run_made_by_hand(tmp_path):
+    from lbhash.evaluate.runs import train_and_evaluate
+    from lbhash.train import TrainConfig
+
+    cell = Cell("csq-16bits-seed0", {"data": "digits", "method": "csq", "lbhash": False, "bits": 16,
+                                     "seed": 0, "epochs": 1, "hidden": [32], "centers": "hadamard"})
+    run = tmp_path / "csq-16bits-seed0"
+    train_and_evaluate(TrainConfig(progress=False, **cell.config), run)
+    other = Cell(cell.name, {**cell.config, "epochs": 2})
+    with pytest.raises(ValueError, match="epochs=1"):
+        cell_state(other, run)
+    assert not (run / "cell.json").exists()
+    assert cell_state(cell, run) == "finished"
+    assert json.loads((run / "cell.json").read_text())["config_hash"] == cell.config_hash
+    with pytest.raises(ValueError, match="other settings"):
+        cell_state(other, run)
+
+
+def test_tables_of_the_other_experiments(tmp_path):
+    out = tmp_path / "res"
+    common = ["--data", "digits", "--out", str(out)] + FAST
+    clash = CliRunner().invoke(main, ["reproduce", "centers", "--bits", "16", "--epochs", "1"] + common)
+    assert clash.exit_code == 2 and "--set centers conflicts" in clash.output
+    common = ["--data", "digits", "--out", str(out), "--set", "hidden=[32]", "--set", "lr_step=0"]
+    assert CliRunner().invoke(main, ["reproduce", "centers", "--kinds", "hadamard,random", "--bits", "16",
+                                     "--seeds", "0", "--epochs", "1"] + common).exit_code == 0
+    centers = rows(out / "centers.csv")
+    assert [(r["kind"], r["bits"]) for r in centers] == [("hadamard", "16"), ("random", "16")]
+    assert float(centers[0]["min_distance"]) == 8.0  # 10 rows of [H; -H] at 16 bits
+    common += ["--set", "centers=hadamard"]
+    assert CliRunner().invoke(main, ["reproduce", "bound", "--bits", "16", "--epochs", "3"] + common).exit_code == 0
+    bound = rows(out / "bound.csv")
+    assert [int(r["epoch"]) for r in bound] == [1, 2, 3]
+    assert CliRunner().invoke(main, ["reproduce", "timing", "--bits", "16", "--epochs", "2"] + common).exit_code == 0
+    timing = rows(out / "timing.csv")
+    assert [r["variant"] for r in timing] == ["bce", "cauchy", "ours"] and float(timing[0]["ratio"]) == 1.0
+    meta = json.loads((out / "meta.json").read_text())
+    assert set(meta["commands"]) == {"centers", "bound", "timing"} and "torch" in meta["software"]
