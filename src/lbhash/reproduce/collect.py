@@ -13,15 +13,12 @@ import numpy as np
 from lbhash._io import atomic_path, save_npz
 from lbhash.codes import load_codes_file, unpack
 from lbhash.reproduce.runner import Cell
-
-GRID_COLUMNS = ["run_id", "method", "variant", "lbhash", "bits", "seed", "data", "protocol", "epochs",
-                "config_hash", "map", "map_tie_averaged", "topk", "knn_accuracy", "classifier_accuracy",
-                "precision_h2", "empty_h2", "lb_min_inter", "lb_max_intra", "lb_ratio", "seconds_per_epoch"]
-CURVE_COLUMNS = ["run_id", "curve", "x", "y"]
-EPOCH_COLUMNS = ["run_id", "epoch", "map", "lb_ratio_db", "lb_ratio_train", "loss_total"]
+from lbhash.reproduce.tables import (CODES_FILE, CURVES_COLUMNS, CURVES_FILE, EPOCHS_COLUMNS, EPOCHS_FILE,
+                                     GRID_COLUMNS, GRID_FILE)
 
 
-def write_csv(path: Path, columns: list[str], rows: Iterable[dict[str, Any]]) -> None:
+
+def write_csv(path: Path, columns, rows: Iterable[dict[str, Any]]) -> None:
     with atomic_path(path) as tmp, open(tmp, "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=columns)
         writer.writeheader()
@@ -83,10 +80,10 @@ def _log(run_dir: Path) -> list[dict]:
 
 def write_grid_tables(out: Path, cells: list[Cell], root: Path, results: list[dict]) -> None:
     """grid.csv (one row per run), curves.csv and epochs.csv of those runs."""
-    write_csv(out / "grid.csv", GRID_COLUMNS, [grid_row(c, m) for c, m in zip(cells, results)])
-    write_csv(out / "curves.csv", CURVE_COLUMNS,
+    write_csv(out / GRID_FILE, GRID_COLUMNS, [grid_row(c, m) for c, m in zip(cells, results)])
+    write_csv(out / CURVES_FILE, CURVES_COLUMNS,
               [row for c, m in zip(cells, results) for row in curve_rows(c, m)])
-    write_csv(out / "epochs.csv", EPOCH_COLUMNS,
+    write_csv(out / EPOCHS_FILE, EPOCHS_COLUMNS,
               [row for c, m in zip(cells, results) for row in epoch_rows(c, root / c.name, m)])
 
 
@@ -99,4 +96,4 @@ def write_codes_sample(out: Path, runs: dict[str, Path], size: int = 5000, seed:
         pick = np.sort(np.random.default_rng(seed).choice(n, size=min(size, n), replace=False))
         arrays[f"{name}__codes"] = unpack(codes["db_codes"][pick], codes["bits"])
         arrays[f"{name}__labels"] = codes["db_labels"][pick]
-    save_npz(out / "codes_sample.npz", **arrays)
+    save_npz(out / CODES_FILE, **arrays)

@@ -23,6 +23,8 @@ import numpy as np
 from lbhash._io import save_npz, write_json
 from lbhash.reproduce.collect import write_codes_sample, write_csv, write_grid_tables
 from lbhash.reproduce.runner import Cell, run_cells
+from lbhash.reproduce.tables import (BOUND_COLUMNS, BOUND_FILE, CENTERS_COLUMNS, CENTERS_FILE,
+                                     TIMING_COLUMNS, TIMING_FILE, TOY_FILE, TOY_PROBS_FILE)
 
 ALL_METHODS = ("hashnet", "dbdh", "dsdh", "dch", "greedyhash", "csq")
 
@@ -104,7 +106,7 @@ class CentersSpec:
             key = (cell.config["centers"], cell.config["bits"], cell.config["seed"])
             rows.append({"kind": key[0], "bits": key[1], "seed": key[2], "min_distance": distances[key],
                          "map": m["map"], "map_tie_averaged": m["map_tie_averaged"]})
-        write_csv(ctx.out / "centers.csv", ["kind", "bits", "seed", "min_distance", "map", "map_tie_averaged"], rows)
+        write_csv(ctx.out / CENTERS_FILE, CENTERS_COLUMNS, rows)
 
 
 @dataclass(frozen=True)
@@ -133,8 +135,7 @@ class BoundSpec:
             rows.append({"run_id": cell.name, "bits": cell.config["bits"], "epoch": m["run"]["epochs"],
                          "map": m["map"], "lb_ratio": last["ratio"], "lb_min_inter": last["min_inter"],
                          "lb_max_intra": last["max_intra"]})
-        write_csv(ctx.out / "bound.csv", ["run_id", "bits", "epoch", "map", "lb_ratio", "lb_min_inter",
-                                          "lb_max_intra"], rows)
+        write_csv(ctx.out / BOUND_FILE, BOUND_COLUMNS, rows)
 
 
 @dataclass(frozen=True)
@@ -168,7 +169,7 @@ class TimingSpec:
                                  "steps_per_epoch": len(trainer.batches),
                                  "ratio": median[label] / median["bce"]})
                     ctx.report(f"timing {label} {b} bits: {median[label]:.3f} s/epoch")
-        write_csv(ctx.out / "timing.csv", ["variant", "bits", "seconds_per_epoch", "steps_per_epoch", "ratio"], rows)
+        write_csv(ctx.out / TIMING_FILE, TIMING_COLUMNS, rows)
 
 
 @dataclass(frozen=True)
@@ -188,8 +189,8 @@ class ToySpec:
             for name in ("surrogate", "naive"):
                 probs[f"{b}__{name}"] = result.estimates[n][name]
             ctx.report(f"toy {b} bits done")
-        write_json(ctx.out / "toy.json", summary)
-        save_npz(ctx.out / "toy_probs.npz", **probs)
+        write_json(ctx.out / TOY_FILE, summary)
+        save_npz(ctx.out / TOY_PROBS_FILE, **probs)
 
 
 EXPERIMENTS: dict[str, Any] = {"grid": GridSpec(), "timing": TimingSpec(), "centers": CentersSpec(),

@@ -1,0 +1,34 @@
+"""`lbhash report`: the markdown report of a reproduction directory, from its tables alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+@click.command()
+@click.argument("directory", type=click.Path(path_type=Path))
+@click.option("--out", type=click.Path(path_type=Path), default=None,
+              help="Where to write the report [default: report.md in DIRECTORY]; figures go "
+                   "to a 'figures' folder beside it.")
+@click.option("--bits", type=int, default=None,
+              help="Bit length of the curves, convergence and t-SNE sections "
+                   "[default: the largest in grid.csv].")
+@click.option("--tsne-pairs", default=1, show_default=True, type=click.IntRange(min=0),
+              help="How many base/_D pairs of codes_sample.npz to embed with t-SNE.")
+@click.option("--tsne-points", default=5000, show_default=True, type=click.IntRange(min=10),
+              help="At most this many codes per t-SNE embedding (a seeded subsample).")
+def report(directory: Path, out: Path | None, bits: int | None, tsne_pairs: int,
+           tsne_points: int) -> None:
+    """Write a markdown report with PNG figures from the result tables in DIRECTORY.
+
+    DIRECTORY holds meta.json and any of grid.csv, curves.csv, epochs.csv, codes_sample.npz,
+    timing.csv, centers.csv, bound.csv, toy.json and toy_probs.npz (as `lbhash reproduce`
+    writes them); each present table gets its section. Nothing is retrained.
+    """
+    from lbhash.reproduce.report import write_report
+
+    path = write_report(directory, out=out, bits=bits, tsne_pairs=tsne_pairs,
+                        tsne_points=tsne_points)
+    click.echo(str(path))

@@ -1,0 +1,123 @@
+"""`write_report`: a markdown report with PNG figures, written from the result tables alone.
+
+Each section appears only when its table is in the directory. Numbers are aggregated here
+(means and sample standard deviations over seeds); the paper's values come from
+`lbhash.reproduce.paper`. Sections with paper values add findings to the last section,
+"Agreement with the paper", which is phrased from the numbers, never hard-coded.
+
+This module writes the header (Setup) and that last section and runs the others in order:
+they live in `sections_grid` (the sections built on grid.csv's runs) and `sections_studies`
+(the studies with a table of their own); `report_context` holds what they share.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lbhash.reproduce import paper
+from lbhash.reproduce.report_context import FIGURES_DIR, ReportContext, md_table
+from lbhash.reproduce.report_context import cell, num, pval, signed  # noqa: F401 (re-exported)
+from lbhash.reproduce.sections_grid import (convergence_section, curves_section,
+                                            grid_section, ratio_section, tsne_section)
+from lbhash.reproduce.sections_studies import (bound_section, centers_section, timing_section,
+                                               toy_section)
+from lbhash.reproduce.tables import GridView, load_tables
+
+SECTIONS = {
+    "setup": "Setup", "grid": "Retrieval mAP (paper Table 2)",
+    "curves": "Retrieval curves (paper App. G: P-R, P@K, P@H<=2)",
+    "ratio": "mAP vs lower-bound ratio (paper Fig. 5)", "convergence": "Convergence (paper Fig. 2)",
+    "tsne": "t-SNE of codes (paper Fig. 4)", "bound": "Lower bound along training (paper Fig. 1)",
+    "timing": "Training time (paper Table 1)", "centers": "Class centers (paper Table 5)",
+    "toy": "MVB toy (paper Fig. Toy and Fig. Sanity16)", "agreement": "Agreement with the paper",
+}
+# (SECTIONS key, builder) in report order; "setup" and "agreement" are written here
+_BUILDERS = (("grid", grid_section), ("curves", curves_section), ("ratio", ratio_section),
+             ("convergence", convergence_section), ("tsne", tsne_section),
+             ("bound", bound_section), ("timing", timing_section),
+             ("centers", centers_section), ("toy", toy_section))
+
+
+def write_report(directory: str | Path, out: str | Path | None = None, bits: int | None = None,
+                 tsne_pairs: int = 1, tsne_points: int = 5000) -> Path:
+    """Write DIR/report.md (or `out`) and its PNG figures in a `figures` folder beside it.
+
+    bits: bit length of the curves, convergence and t-SNE sections (default: the largest in
+    grid.csv); tsne_pairs: base/_D pairs to embed; tsne_points: codes per embedding at most.
+    """
+    from lbhash._io import atomic_path
+
+    tables = load_tables(directory)
+    out = Path(out) if out is not None else tables.directory / "report.md"
+    ctx = ReportContext(tables, out.parent / FIGURES_DIR, bits, tsne_pairs, tsne_points)
+    _index_grid(ctx)
+    body: list[str] = []
+    for key, build in _BUILDERS:
+        lines = build(ctx)
+        if lines:
+            body += [f"## {SECTIONS[key]}", "", *lines, ""]
+    text = "\n".join(_header(ctx) + body + _agreement(ctx)).rstrip() + "\n"
+    with atomic_path(out) as tmp:
+        tmp.write_text(text)
+    return out
+
+
+def _index_grid(ctx: ReportContext) -> None:
+    grid, meta = ctx.tables.grid, ctx.tables.meta
+    if grid is None:
+        return
+    if len(set(zip(grid["data"], grid["protocol"]))) > 1:  # one data set per report: meta's
+        keep = (grid["data"] == meta["data"]) & (grid["protocol"] == meta["protocol"])
+        if not keep.any():
+            raise ValueError(f"grid.csv holds several data/protocol pairs, none of them "
+                             f"meta.json's {meta['data']}/{meta['protocol']}")
+        ctx.notes.append(f"grid.csv: {int((~keep).sum())} runs on other data are left out.")
+        grid = ctx.tables.grid = grid.select(keep)
+    ctx.view = GridView(grid, paper.METHOD_NAMES)
+    if ctx.bits is None:
+        ctx.bits = int(max(ctx.view.bits))
+    elif ctx.bits not in ctx.view.bits:
+        raise ValueError(f"bits={ctx.bits} is not in grid.csv (it has "
+                         f"{', '.join(map(str, ctx.view.bits))})")
+
+
+def _header(ctx: ReportContext) -> list[str]:
+    meta = ctx.tables.meta
+    files = ", ".join(f"`{f}`" for f in ctx.tables.files)
+    lines = ["# lbhash reproduction report", "",
+             f"Every number and figure below is computed from the result tables in this "
+             f"directory ({files}); nothing was retrained or re-evaluated to write it. Values "
+             "labelled *paper* are copied from the paper (A Lower Bound of Hash Codes' "
+             "Performance, NeurIPS 2022).", "", f"## {SECTIONS['setup']}", "",
+             md_table(["item", "value"], [
+                 ["data", meta["data"]], ["protocol", meta["protocol"]],
+                 ["seeds", ", ".join(map(str, meta["seeds"]))], ["epochs", str(meta["epochs"])],
+                 ["tables created", meta["created"]]]), "", "**Software**", "",
+             md_table(["package", "version"], [[k, str(v)] for k, v in meta["software"].items()]),
+             ""]
+    if meta["commands"]:
+        lines += ["**Commands that produced the tables**", "",
+                  md_table(["table", "command"],
+                           [[k, f"`{v}`"] for k, v in meta["commands"].items()]), ""]
+    lines.append("mAP, accuracies and precisions are stored as fractions and shown in %. "
+                 "\"mean ± std\" is over seeds (sample standard deviation, ddof = 1); a cell "
+                 "with fewer seeds than the others says how many (n).")
+    notes = ctx.notes + [f"{name} has no rows; its section is left out."
+                         for name in ctx.tables.empty]
+    return lines + [f"\n*Note: {n}*" for n in notes] + [""]
+
+
+def _agreement(ctx: ReportContext) -> list[str]:
+    if not ctx.findings:
+        return []
+    lines = [f"## {SECTIONS['agreement']}", "",
+             "Generated from the numbers above: ✔ our tables show what the paper reports, ✘ "
+             "they do not, · for information. Our setting differs from the paper's (see each "
+             "section), so agreement is about direction and order, not size.", ""]
+    for experiment in dict.fromkeys(e for e, _, _ in ctx.findings):
+        rows = [(ok, text) for e, ok, text in ctx.findings if e == experiment]
+        score = [ok for ok, _ in rows if ok is not None]
+        head = f"**{experiment}**" + (f" ({sum(score)} of {len(score)} agree)" if score else "")
+        lines += [head, "", *[f"- {'·' if ok is None else '✔' if ok else '✘'} {text}"
+                              for ok, text in rows], ""]
+    return lines

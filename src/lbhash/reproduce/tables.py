@@ -1,0 +1,348 @@
+"""The result tables of a reproduction directory: names, columns, reading and validation.
+
+The experiment runner writes these files and the report reads them; nothing else passes
+between the two. Every reader checks the columns and parses every value, and a problem is
+one ValueError naming the file and the column or line.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from lbhash.reproduce.tables_parse import column_array, parse_cell, parse_number, read_json
+
+META_FILE = "meta.json"
+GRID_FILE = "grid.csv"
+CURVES_FILE = "curves.csv"
+EPOCHS_FILE = "epochs.csv"
+CODES_FILE = "codes_sample.npz"
+TIMING_FILE = "timing.csv"
+CENTERS_FILE = "centers.csv"
+BOUND_FILE = "bound.csv"
+TOY_FILE = "toy.json"
+TOY_PROBS_FILE = "toy_probs.npz"
+
+META_KEYS = ("data", "protocol", "seeds", "epochs", "software", "commands", "created")
+SOFTWARE_KEYS = ("python", "torch", "numpy", "lightning", "lbhash")
+
+GRID_COLUMNS = ("run_id", "method", "variant", "lbhash", "bits", "seed", "data", "protocol",
+                "epochs", "config_hash", "map", "map_tie_averaged", "topk", "knn_accuracy",
+                "classifier_accuracy", "precision_h2", "empty_h2", "lb_min_inter", "lb_max_intra",
+                "lb_ratio", "seconds_per_epoch")
+CURVES_COLUMNS = ("run_id", "curve", "x", "y")
+CURVE_NAMES = ("pr_precision", "pr_recall", "pr_retrieved", "p_at_k", "r_at_k")
+EPOCHS_COLUMNS = ("run_id", "epoch", "map", "lb_ratio_db", "lb_ratio_train", "loss_total")
+TIMING_COLUMNS = ("variant", "bits", "seconds_per_epoch", "steps_per_epoch", "ratio")
+TIMING_VARIANTS = ("bce", "cauchy", "ours")
+CENTERS_COLUMNS = ("kind", "bits", "seed", "min_distance", "map", "map_tie_averaged")
+BOUND_COLUMNS = ("run_id", "bits", "epoch", "map", "lb_ratio", "lb_min_inter", "lb_max_intra")
+TOY_PROB_KINDS = ("real", "surrogate", "naive")
+CODES_SUFFIX, LABELS_SUFFIX = "__codes", "__labels"
+
+# How each column is parsed; a trailing "?" lets a cell be empty (read as NaN or "").
+# "frac": a fraction in [0, 1] (mAP, accuracies, precisions; the report shows them in %).
+_KINDS: dict[str, dict[str, str]] = {
+    GRID_FILE: dict(zip(GRID_COLUMNS, (
+        "str", "str", "str", "bool", "int", "int", "str", "str", "int", "str?", "frac",
+        "frac?", "topk", "frac?", "frac?", "frac?", "frac?", "float?", "float?", "ratio",
+        "float?"))),
+    CURVES_FILE: dict(zip(CURVES_COLUMNS, ("str", "str", "float", "float?"))),
+    EPOCHS_FILE: dict(zip(EPOCHS_COLUMNS, ("str", "int", "frac?", "ratio?", "ratio?", "float?"))),
+    TIMING_FILE: dict(zip(TIMING_COLUMNS, ("str", "int", "float", "float?", "float?"))),
+    CENTERS_FILE: dict(zip(CENTERS_COLUMNS, ("str", "int", "int", "float", "frac", "frac?"))),
+    BOUND_FILE: dict(zip(BOUND_COLUMNS, ("str", "int", "int", "frac", "ratio", "float?",
+                                         "float?"))),
+}
+_CHOICES = {CURVES_FILE: ("curve", CURVE_NAMES), TIMING_FILE: ("variant", TIMING_VARIANTS)}
+
+
+class Table:
+    """Columns of one CSV file as numpy arrays (str columns as object arrays)."""
+
+    def __init__(self, name: str, columns: dict[str, np.ndarray]):
+        self.name, self.columns = name, columns
+
+    def __len__(self) -> int:
+        return len(next(iter(self.columns.values()))) if self.columns else 0
+
+    def __getitem__(self, column: str) -> np.ndarray:
+        return self.columns[column]
+
+    def select(self, mask: np.ndarray) -> "Table":
+        return Table(self.name, {k: v[mask] for k, v in self.columns.items()})
+
+    def unique(self, column: str) -> list:
+        return sorted(set(self.columns[column].tolist()))
+
+
+@dataclass
+class Tables:
+    """Everything found in one directory; an absent optional file is None."""
+
+    directory: Path
+    meta: dict[str, Any]
+    grid: Table | None = None
+    curves: Table | None = None
+    epochs: Table | None = None
+    timing: Table | None = None
+    centers: Table | None = None
+    bound: Table | None = None
+    codes: dict[str, tuple[np.ndarray, np.ndarray]] | None = None  # run_id -> (codes, labels)
+    toy: dict[int, dict[str, Any]] | None = None
+    toy_probs: dict[int, dict[str, np.ndarray]] | None = None
+    files: list[str] = field(default_factory=list)  # names of the files read
+    empty: list[str] = field(default_factory=list)  # CSV files with a header but no rows
+
+
+def load_tables(directory: str | Path) -> Tables:
+    """Read and check every table present in `directory`; meta.json is required."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise ValueError(f"{directory}: not a directory")
+    tables = Tables(directory, read_meta(directory / META_FILE), files=[META_FILE])
+    for attr, name in (("grid", GRID_FILE), ("curves", CURVES_FILE), ("epochs", EPOCHS_FILE),
+                       ("timing", TIMING_FILE), ("centers", CENTERS_FILE), ("bound", BOUND_FILE)):
+        if (directory / name).is_file():
+            table = read_table(directory / name)
+            tables.files.append(name)
+            if len(table):  # a header alone (an experiment not run yet) counts as absent
+                setattr(tables, attr, table)
+            else:
+                tables.empty.append(name)
+    if tables.grid is not None:
+        _check_unique(tables.grid, "run_id", directory / GRID_FILE)
+    readers: list[tuple[str, str, Callable]] = [("codes", CODES_FILE, read_codes_sample),
+                                                ("toy", TOY_FILE, read_toy),
+                                                ("toy_probs", TOY_PROBS_FILE, read_toy_probs)]
+    for attr, name, reader in readers:
+        if (directory / name).is_file():
+            setattr(tables, attr, reader(directory / name))
+            tables.files.append(name)
+    return tables
+
+
+def read_meta(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ValueError(f"{path}: no such file (a results directory needs {META_FILE})")
+    meta = read_json(path)
+    if not isinstance(meta, dict):
+        raise ValueError(f"{path}: expected a JSON object")
+    missing = [k for k in META_KEYS if k not in meta]
+    if missing:
+        raise ValueError(f"{path}: missing key(s) {', '.join(missing)}")
+    seeds = meta["seeds"]
+    if not isinstance(seeds, list) or not all(isinstance(s, int) and not isinstance(s, bool)
+                                              for s in seeds):
+        raise ValueError(f"{path}: 'seeds' must be a list of integers, got {seeds!r}")
+    if not isinstance(meta["epochs"], int) or isinstance(meta["epochs"], bool):
+        raise ValueError(f"{path}: 'epochs' must be an integer, got {meta['epochs']!r}")
+    for key in ("software", "commands"):
+        if not isinstance(meta[key], dict):
+            raise ValueError(f"{path}: '{key}' must be a JSON object")
+    for key in ("data", "protocol", "created"):
+        if not isinstance(meta[key], str):
+            raise ValueError(f"{path}: '{key}' must be a string, got {meta[key]!r}")
+    return meta
+
+
+def read_table(path: Path) -> Table:
+    """One of the CSV tables, chosen by file name; values parsed by their column's kind."""
+    kinds = _KINDS.get(path.name)
+    if kinds is None:
+        raise ValueError(f"{path}: not a known table (expected one of {', '.join(_KINDS)})")
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as fh:
+            return _read_rows(path, csv.reader(fh), kinds)
+    except (UnicodeDecodeError, csv.Error) as err:
+        raise ValueError(f"{path}: not a readable CSV file ({err})") from None
+
+
+def _read_rows(path: Path, reader, kinds: dict[str, str]) -> Table:
+    header = [h.strip() for h in next(reader, [])]
+    if not header:
+        raise ValueError(f"{path}: empty file, expected a header row")
+    missing = [c for c in kinds if c not in header]
+    if missing:
+        raise ValueError(f"{path}: missing column(s) {', '.join(missing)}")
+    where = {c: header.index(c) for c in kinds}
+    values: dict[str, list] = {c: [] for c in kinds}
+    for row in reader:
+        if not any(cell.strip() for cell in row):
+            continue  # blank line
+        if len(row) != len(header):
+            raise ValueError(f"{path} line {reader.line_num}: {len(row)} fields, "
+                             f"the header has {len(header)}")
+        for column, kind in kinds.items():
+            cell = row[where[column]].strip()
+            try:
+                values[column].append(parse_cell(cell, kind))
+            except ValueError as err:
+                raise ValueError(f"{path} line {reader.line_num}, column '{column}': "
+                                 f"{err}") from None
+    table = Table(path.name, {c: column_array(v, kinds[c]) for c, v in values.items()})
+    if path.name in _CHOICES:
+        column, allowed = _CHOICES[path.name]
+        bad = sorted(set(table[column].tolist()) - set(allowed))
+        if bad:
+            raise ValueError(f"{path}: column '{column}' has {bad[0]!r}, expected one of "
+                             f"{', '.join(allowed)}")
+    return table
+
+
+def read_codes_sample(path: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    from lbhash._io import load_npz
+
+    arrays = load_npz(path)
+    out = {}
+    for key in sorted(arrays):
+        if not key.endswith(CODES_SUFFIX):
+            if not key.endswith(LABELS_SUFFIX):
+                raise ValueError(f"{path}: key {key!r} ends in neither {CODES_SUFFIX} nor "
+                                 f"{LABELS_SUFFIX}")
+            continue
+        run = key[:-len(CODES_SUFFIX)]
+        codes, labels = arrays[key], arrays.get(run + LABELS_SUFFIX)
+        if labels is None:
+            raise ValueError(f"{path}: {key!r} has no matching {run + LABELS_SUFFIX!r}")
+        if codes.ndim != 2 or not np.isin(codes, (-1, 1)).all():
+            raise ValueError(f"{path}: {key!r} must be a 2-D array of +/-1")
+        if labels.ndim not in (1, 2) or len(labels) != len(codes):
+            raise ValueError(f"{path}: {run + LABELS_SUFFIX!r} must have one label (row) per "
+                             f"code, got shape {labels.shape} for {len(codes)} codes")
+        out[run] = (codes.astype(np.int8), labels)
+    for key in arrays:
+        if key.endswith(LABELS_SUFFIX) and key[:-len(LABELS_SUFFIX)] not in out:
+            raise ValueError(f"{path}: {key!r} has no matching codes array")
+    return out
+
+
+def read_toy(path: Path) -> dict[int, dict[str, Any]]:
+    """toy.json: bits -> ToyResult.to_dict(), with "inf" strings turned into floats."""
+    raw = read_json(path)
+    if not isinstance(raw, dict) or not raw:
+        raise ValueError(f"{path}: expected a JSON object keyed by bit length")
+    out = {}
+    for key, result in raw.items():
+        if not key.isdigit():
+            raise ValueError(f"{path}: key {key!r} is not a bit length")
+        if not isinstance(result, dict) or not isinstance(result.get("kl_real_vs"), dict):
+            raise ValueError(f"{path}: entry {key!r} has no 'kl_real_vs' table")
+        kl = {}
+        for n, row in result["kl_real_vs"].items():
+            if not str(n).isdigit() or not isinstance(row, dict):
+                raise ValueError(f"{path}: entry {key!r}: bad 'kl_real_vs' row {n!r}")
+            try:
+                kl[int(n)] = {est: parse_number(v) for est, v in row.items()}
+            except ValueError as err:
+                raise ValueError(f"{path}: entry {key!r}, N = {n}: {err}") from None
+        try:
+            limit = parse_number(result.get("true_marginal_product_kl"))
+        except ValueError as err:
+            raise ValueError(f"{path}: entry {key!r}, true_marginal_product_kl: {err}") from None
+        out[int(key)] = {**result, "kl_real_vs": kl, "true_marginal_product_kl": limit}
+    return dict(sorted(out.items()))
+
+
+def read_toy_probs(path: Path) -> dict[int, dict[str, np.ndarray]]:
+    """toy_probs.npz: bits -> {real, surrogate, naive}, each of length 2^bits."""
+    from lbhash._io import load_npz
+
+    arrays = load_npz(path)
+    out: dict[int, dict[str, np.ndarray]] = {}
+    for key, value in arrays.items():
+        bits, _, kind = key.partition("__")
+        if not bits.isdigit() or kind not in TOY_PROB_KINDS:
+            raise ValueError(f"{path}: key {key!r} is not <bits>__<{'|'.join(TOY_PROB_KINDS)}>")
+        if value.shape != (2 ** int(bits),) or not np.isfinite(value).all() or (value < 0).any():
+            raise ValueError(f"{path}: {key!r} must hold {2 ** int(bits)} finite probabilities")
+        out.setdefault(int(bits), {})[kind] = value.astype(np.float64)
+    for bits, kinds in out.items():
+        missing = [k for k in TOY_PROB_KINDS if k not in kinds]
+        if missing:
+            raise ValueError(f"{path}: {bits} bits lacks {', '.join(f'{bits}__{k}' for k in missing)}")
+    return dict(sorted(out.items()))
+
+
+def _check_unique(table: Table, column: str, path: Path) -> None:
+    seen = set()
+    for value in table[column].tolist():
+        if value in seen:
+            raise ValueError(f"{path}: duplicate {column} {value!r}")
+        seen.add(value)
+
+
+
+class GridView:
+    """grid.csv indexed by method, variant and bit length, in a fixed display order.
+
+    `names` maps method keys to display names; their order is the methods' order (others
+    follow alphabetically). A method's base variants come before its _D ones.
+    """
+
+    def __init__(self, grid: Table, names: dict[str, str]):
+        self.grid, self.names = grid, names
+        self.runs = {row[0]: dict(zip(grid.columns, row)) for row in zip(*grid.columns.values())}
+        order = list(names)
+        self.methods = sorted(grid.unique("method"),
+                              key=lambda m: (order.index(m) if m in order else len(order), m))
+        kinds = {(m, v, bool(d)) for m, v, d in zip(grid["method"], grid["variant"], grid["lbhash"])}
+        self.variants = sorted(kinds, key=lambda k: (self.methods.index(k[0]), k[2], k[1]))
+        self.bits = grid.unique("bits")
+
+    def of(self, method: str, d: bool | None = None) -> list[str]:
+        """A method's variants; only the bases (d=False) or only the _D ones (d=True)."""
+        return [v for m, v, is_d in self.variants if m == method and d in (None, is_d)]
+
+    def label(self, method: str, variant: str | None = None) -> str:
+        name = self.names.get(method, method)
+        if variant is None:
+            return name
+        return name + variant[len(method):] if variant.startswith(method) else variant
+
+    def style(self, method: str, variant: str) -> int:
+        return self.of(method).index(variant)
+
+    def style_labels(self) -> list[str]:
+        """Per line style (0 = first base, ...), the variant suffixes drawn with it."""
+        out: list[list[str]] = []
+        for m in self.methods:
+            for i, v in enumerate(self.of(m)):
+                suffix = (v[len(m):] if v.startswith(m) else v) or "base"
+                out += [[] for _ in range(i + 1 - len(out))]
+                out[i] += [suffix] if suffix not in out[i] else []
+        return [" / ".join(s) for s in out]
+
+    def values(self, method: str, variant: str, bits: int, column: str) -> np.ndarray:
+        g = self.grid
+        return g[column][(g["method"] == method) & (g["variant"] == variant) & (g["bits"] == bits)]
+
+    def mean(self, method: str, variant: str, bits: int, column: str) -> float:
+        v = self.values(method, variant, bits, column)
+        v = v[~np.isnan(v)]
+        return float(v.mean()) if len(v) else math.nan
+
+    def runs_of(self, method: str, variant: str, bits: int) -> list[str]:
+        key = (method, variant, bits)
+        return [r for r, row in self.runs.items()
+                if (row["method"], row["variant"], row["bits"]) == key]
+
+    def pairs(self, run_ids, first_bits: int | None = None) -> list[tuple[str, str]]:
+        """(base, _D) run pairs among run_ids, one per method and bit length, `first_bits`
+        first; the _D run has the base's seed when one does."""
+        out = []
+        for bits in sorted(self.bits, key=lambda b: b != first_bits):
+            for method in self.methods:
+                have = [r for r in run_ids if r in self.runs
+                        and (self.runs[r]["method"], self.runs[r]["bits"]) == (method, bits)]
+                base = [r for r in have if not self.runs[r]["lbhash"]]
+                with_d = [r for r in have if self.runs[r]["lbhash"]]
+                if base and with_d:
+                    seed = self.runs[base[0]]["seed"]
+                    out.append((base[0], min(with_d, key=lambda r: self.runs[r]["seed"] != seed)))
+        return out
