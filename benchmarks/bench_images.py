@@ -64,9 +64,10 @@ def main() -> None:
         wall = time.perf_counter() - start
         log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
         seconds = [r["seconds"] for r in log]
-        steady = seconds[1:] or seconds  # the first epoch includes warm-up
+        steady = sorted(seconds[1:] or seconds)  # the first epoch includes warm-up
+        median = steady[len(steady) // 2]  # robust to an epoch slowed by other work on the machine
         n_train = metrics["run"]["n_train"]
-        print(f"{name:6s} s/epoch {sum(steady) / len(steady):8.2f}  images/s {n_train * len(steady) / sum(steady):8.1f}  "
+        print(f"{name:6s} s/epoch {median:8.2f} (median)  images/s {n_train / median:8.1f}  "
               f"encode {metrics['run']['encode_seconds']:7.1f} s  mAP@{metrics['topk']} {metrics['map']:.4f} "
               f"(tie-averaged {metrics['map_tie_averaged']:.4f})  wall {wall:.0f} s")
 

@@ -101,14 +101,14 @@ def markdown_table(results: list[dict], args) -> str:
     title = args.title or f"mAP@{topk} on {args.data} (protocol {args.protocol or 'default'})"
     settings = f"; settings {', '.join(args.set)}" if args.set else ""
     lines = [f"### {title}", "", f"seeds {args.seeds}; epochs {args.epochs or 'default'}{settings}; "
-             "mean +/- std; s/epoch = mean training time per epoch",
+             "mean +/- sample std (ddof=1); s/epoch = mean training time per epoch",
              "", "| method | " + " | ".join(f"{b} bits" for b in bits) + " | s/epoch |",
              "|---|" + "---|" * (len(bits) + 1)]
     for key, by_bits in rows.items():
         cells = []
         for b in bits:
             maps = np.array([r["map"] for r in by_bits.get(b, [])])
-            cells.append(f"{maps.mean():.4f} +/- {maps.std():.4f}" if maps.size else "-")
+            cells.append(f"{maps.mean():.4f} +/- {maps.std(ddof=1 if maps.size > 1 else 0):.4f}" if maps.size else "-")
         secs = np.mean([r["seconds_per_epoch"] for rs in by_bits.values() for r in rs])
         lines.append(f"| {key} | " + " | ".join(cells) + f" | {secs:.2f} |")
     return "\n".join(lines)

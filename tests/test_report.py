@@ -131,6 +131,29 @@ def test_agreement_is_derived_from_the_numbers(built):
     assert "✔ CSQ_D" in block
     assert "same sign in 5 of 6 cells" in block
     assert "surrogate < naive at 2 of 2 N" in block
+    # timing agrees when our overhead over BCE stays within the paper's "no significant" +10%
+    assert re.search(r"✔ 16 bits: ours vs BCE \+5\.9% time per epoch", block)
+
+
+def test_timing_overhead_beyond_ten_percent_disagrees(fixture_dir, tmp_path):
+    d = _copy(fixture_dir, tmp_path / "d")
+    def slower(rows):
+        variant, ratio = rows[0].index("variant"), rows[0].index("ratio")
+        for row in rows[1:]:
+            if row[variant] == "ours":
+                row[ratio] = "1.5"
+    _edit_csv(d / "timing.csv", slower)
+    block = _section(write_report(d, tsne_points=60).read_text(), "agreement")
+    assert re.search(r"✘ 16 bits: ours vs BCE \+50\.0% time per epoch", block)
+
+
+def test_report_elsewhere_names_its_tables(fixture_dir, tmp_path):
+    d = _copy(fixture_dir, tmp_path / "tables")
+    out = tmp_path / "docs" / "report.md"
+    text = write_report(d, out=out, tsne_points=60).read_text()
+    assert f"result tables in `{d.as_posix()}`" in text
+    assert f"`lbhash report {d.as_posix()} --out {out.as_posix()}`" in text
+    assert (tmp_path / "docs" / "figures" / "tsne.png").is_file()
 
 
 def test_fixture_report_is_fast(built):

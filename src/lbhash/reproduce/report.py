@@ -56,7 +56,7 @@ def write_report(directory: str | Path, out: str | Path | None = None, bits: int
         lines = build(ctx)
         if lines:
             body += [f"## {SECTIONS[key]}", "", *lines, ""]
-    text = "\n".join(_header(ctx) + body + _agreement(ctx)).rstrip() + "\n"
+    text = "\n".join(_header(ctx, out) + body + _agreement(ctx)).rstrip() + "\n"
     with atomic_path(out) as tmp:
         tmp.write_text(text)
     return out
@@ -81,12 +81,14 @@ def _index_grid(ctx: ReportContext) -> None:
                          f"{', '.join(map(str, ctx.view.bits))})")
 
 
-def _header(ctx: ReportContext) -> list[str]:
-    meta = ctx.tables.meta
+def _header(ctx: ReportContext, out: Path) -> list[str]:
+    meta, source = ctx.tables.meta, ctx.tables.directory
     files = ", ".join(f"`{f}`" for f in ctx.tables.files)
+    where = ("this directory" if out.parent.resolve() == source.resolve()
+             else f"`{source.as_posix()}`")
     lines = ["# lbhash reproduction report", "",
-             f"Every number and figure below is computed from the result tables in this "
-             f"directory ({files}); nothing was retrained or re-evaluated to write it. Values "
+             f"Every number and figure below is computed from the result tables in "
+             f"{where} ({files}); nothing was retrained or re-evaluated to write it. Values "
              "labelled *paper* are copied from the paper (A Lower Bound of Hash Codes' "
              "Performance, NeurIPS 2022).", "", f"## {SECTIONS['setup']}", "",
              md_table(["item", "value"], [
@@ -98,7 +100,10 @@ def _header(ctx: ReportContext) -> list[str]:
     if meta["commands"]:
         lines += ["**Commands that produced the tables**", "",
                   md_table(["table", "command"],
-                           [[k, f"`{v}`"] for k, v in meta["commands"].items()]), ""]
+                           [[k, f"`{v}`"] for k, v in meta["commands"].items()]
+                           + [["this report", f"`lbhash report {source.as_posix()}"
+                               + ("" if where == "this directory" else f" --out {out.as_posix()}")
+                               + "`"]]), ""]
     lines.append("mAP, accuracies and precisions are stored as fractions and shown in %. "
                  "\"mean ± std\" is over seeds (sample standard deviation, ddof = 1); a cell "
                  "with fewer seeds than the others says how many (n).")

@@ -57,6 +57,9 @@ def bound_section(ctx: ReportContext) -> list[str]:
                   "Spearman ρ (p)"], rows)]
 
 
+OVERHEAD_CLAIM = 0.10  # at most +10% time per epoch counts as agreeing with the paper
+
+
 def timing_section(ctx: ReportContext) -> list[str]:
     t = ctx.tables.timing
     if t is None:
@@ -76,9 +79,11 @@ def timing_section(ctx: ReportContext) -> list[str]:
     for b in t.unique("bits"):
         if not math.isnan(ratios.get(("ours", b), math.nan)) and b in p["ours"]:
             mine, theirs = ratios["ours", b] - 1, p["ours"][b] / p["bce"][b] - 1
-            ctx.findings.append(("Table 1: training time", np.sign(mine) == np.sign(theirs),
+            # the paper's claim is "no significant overhead"; its own worst case is +6%
+            ctx.findings.append(("Table 1: training time", mine <= OVERHEAD_CLAIM,
                                  f"{b} bits: ours vs BCE {100 * mine:+.1f}% time per epoch "
-                                 f"here, {100 * theirs:+.1f}% in the paper"))
+                                 f"here, {100 * theirs:+.1f}% in the paper (agreement: at most "
+                                 f"{100 * OVERHEAD_CLAIM:+.0f}%, the paper's 'no significant overhead')"))
     return [md_table(["variant", "bits", "s / epoch", "steps / epoch", "ratio to bce",
                       "paper s / epoch", "paper ratio"], rows), "",
             paper.TABLE1_NOTE + " Our times come from other hardware and another model (see "
