@@ -9,11 +9,11 @@ import pytest
 import torch
 
 import lbhash.methods.dsdh  # noqa: F401  (registers dsdh)
-from lbhash.codes import load_codes_file
 from lbhash.data import load_digits
 from lbhash.evaluate.runs import train_and_evaluate
 from lbhash.methods import create_method
 from lbhash.methods.dsdh import b_sweep, w_step
+from helpers import assert_resume_matches
 from lbhash.train import TrainConfig
 
 
@@ -245,24 +245,8 @@ def test_dsdh_state_dict_restores_codes_classifier_and_bank(tmp_path):
     assert torch.equal(fresh.B, loss.B) and torch.equal(fresh.W, loss.W)
 
 
-class Killed(Exception):
-    pass
-
-
 def test_dsdh_interrupted_run_resumes_to_the_same_codes(tmp_path, monkeypatch):
     monkeypatch.setenv("LBHASH_CACHE_DIR", str(tmp_path / "cache"))
     cfg = TrainConfig(data="digits", method="dsdh", bits=16, epochs=4, hidden=[64], progress=False,
                       lr_step=0)
-    train_and_evaluate(cfg, tmp_path / "full")
-
-    def die(epoch):
-        if epoch == 2:
-            raise Killed
-
-    with pytest.raises(Killed):
-        train_and_evaluate(cfg, tmp_path / "cut", on_epoch_end=die)
-    train_and_evaluate(None, tmp_path / "cut", resume=True)
-    full = load_codes_file(tmp_path / "full" / "codes.npz")
-    cut = load_codes_file(tmp_path / "cut" / "codes.npz")
-    np.testing.assert_array_equal(full["db_codes"], cut["db_codes"])
-    np.testing.assert_array_equal(full["query_codes"], cut["query_codes"])
+    assert_resume_matches(train_and_evaluate, cfg, tmp_path)

@@ -16,6 +16,7 @@ from lbhash.cli import main
 from lbhash.codes import load_codes_file
 from lbhash.evaluate import mean_average_precision
 from lbhash.evaluate.runs import train_and_evaluate as train
+from helpers import assert_resume_matches
 from lbhash.train import TrainConfig, build_config, load_config_file
 from lbhash.train.experiment import build_experiment
 from lbhash.train.encode import encode_array
@@ -83,29 +84,12 @@ def test_same_seed_same_codes(tmp_path):
     assert a["map"] == b["map"]
 
 
-class Killed(Exception):
-    pass
-
-
 def test_interrupted_then_resumed_equals_uninterrupted(tmp_path):
     cfg = TrainConfig(**FAST, epochs=4, lbhash=True, lr_step=2, eval_every=2)
-    train(cfg, tmp_path / "full")
-
-    def die(epoch):
-        if epoch == 2:
-            raise Killed
-
-    with pytest.raises(Killed):
-        train(cfg, tmp_path / "cut", on_epoch_end=die)
-    assert not (tmp_path / "cut" / "codes.npz").exists()
-    train(None, tmp_path / "cut", resume=True)
-    full = load_codes_file(tmp_path / "full" / "codes.npz")
-    cut = load_codes_file(tmp_path / "cut" / "codes.npz")
-    np.testing.assert_array_equal(full["db_codes"], cut["db_codes"])
-    np.testing.assert_array_equal(full["query_codes"], cut["query_codes"])
+    full, cut = assert_resume_matches(train, cfg, tmp_path)
     strip = lambda p: [{k: v for k, v in json.loads(x).items() if k != "seconds"}
                        for x in (p / "log.jsonl").read_text().splitlines()]
-    assert strip(tmp_path / "full") == strip(tmp_path / "cut")
+    assert strip(full) == strip(cut)
 
 
 def test_killed_process_resumes_to_the_same_codes(tmp_path):
