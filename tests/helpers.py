@@ -1,4 +1,5 @@
-"""Shared test helpers: random codes with many tied distances, and kill-and-resume runs."""
+"""Shared test helpers: random codes with many tied distances, a few loss steps on digits,
+and kill-and-resume runs."""
 
 import numpy as np
 import pytest
@@ -51,3 +52,28 @@ def assert_resume_matches(run, cfg, root, kill_at=2):
     np.testing.assert_array_equal(a["db_codes"], b["db_codes"])
     np.testing.assert_array_equal(a["query_codes"], b["query_codes"])
     return full, cut
+
+
+def digits_loss_steps(name, bits=16, steps=20, **kwargs):
+    """Loss before and after `steps` full-batch Adam steps on 256 standardised digits."""
+    import torch
+
+    from lbhash.data import load_digits
+    from lbhash.methods import create_method
+
+    ds = load_digits()
+    x = torch.from_numpy(ds.x[:256])
+    x = (x - x.mean(0)) / (x.std(0) + 1e-6)
+    y = torch.from_numpy(ds.labels[:256]).float()
+    torch.manual_seed(0)
+    head = torch.nn.Linear(64, bits)
+    loss = create_method(name, bits=bits, num_classes=10, **kwargs)
+    opt = torch.optim.Adam([*head.parameters(), *loss.parameters()], lr=1e-3)
+    values = []
+    for _ in range(steps + 1):
+        value = loss(head(x), y, torch.arange(256)).total
+        values.append(value.item())
+        opt.zero_grad()
+        value.backward()
+        opt.step()
+    return values[0], values[-1]

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import lbhash.methods.greedyhash  # noqa: F401  (registers the method)
-from lbhash.data import load_digits
 from lbhash.methods import create_method
+from helpers import digits_loss_steps
 
 U = [[0.5, -1.0, 2.0, 0.1, -0.3],
      [-0.2, 0.4, 1.1, -0.9, 1.7],
@@ -155,31 +155,11 @@ def test_ce_needs_one_label_per_row():
         run(make(), U, [[1, 0, 0], [0, 1, 0], [0, 0, 0]])
 
 
-def train_steps(name, bits=16, steps=20, **kwargs):
-    """Loss before and after `steps` full-batch Adam steps on 256 standardised digits."""
-    ds = load_digits()
-    x = torch.from_numpy(ds.x[:256])
-    x = (x - x.mean(0)) / (x.std(0) + 1e-6)
-    y = torch.from_numpy(ds.labels[:256]).float()
-    torch.manual_seed(0)
-    head = torch.nn.Linear(64, bits)
-    loss = create_method(name, bits=bits, num_classes=10, **kwargs)
-    opt = torch.optim.Adam([*head.parameters(), *loss.parameters()], lr=1e-3)
-    values = []
-    for _ in range(steps + 1):
-        value = loss(head(x), y, torch.arange(256)).total
-        values.append(value.item())
-        opt.zero_grad()
-        value.backward()
-        opt.step()
-    return values[0], values[-1]
-
-
 def test_loss_decreases_on_digits():
-    start, end = train_steps("greedyhash")
+    start, end = digits_loss_steps("greedyhash")
     assert end < 0.8 * start
 
 
 def test_loss_decreases_on_digits_with_bce():
-    start, end = train_steps("greedyhash", classifier_loss="bce")
+    start, end = digits_loss_steps("greedyhash", classifier_loss="bce")
     assert end < 0.95 * start
