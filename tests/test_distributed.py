@@ -17,6 +17,7 @@ def _ddp_worker(fabric, result_path):
     from lbhash.surrogate import BlockSurrogate
     from lbhash.train.batches import ArrayBatches
     from lbhash.train.experiment import Learner
+    from lbhash.train.loop import leave_process_group
 
     torch.manual_seed(0)
     bits, classes, n = 16, 4, 48
@@ -45,6 +46,7 @@ def _ddp_worker(fabric, result_path):
                   "bank_rows_written": int((bank.abs().sum(1) > 0).sum())}
         with open(result_path, "w") as fh:
             json.dump(result, fh)
+    leave_process_group(fabric)
 
 
 def test_banks_and_surrogate_stay_identical_across_ranks(tmp_path):

@@ -51,6 +51,17 @@ def make_fabric(cfg):
     return fabric
 
 
+def leave_process_group(fabric) -> None:
+    """End a multi-process run cleanly. A gloo group still alive when the interpreter exits
+    can abort the process (its worker threads outlive Python), so every rank meets here and
+    destroys the group."""
+    import torch.distributed as dist
+
+    if fabric.world_size > 1 and dist.is_available() and dist.is_initialized():
+        fabric.barrier()
+        dist.destroy_process_group()
+
+
 def make_optimizer(kind: str, params, lr: float, weight_decay: float) -> torch.optim.Optimizer:
     if kind == "adam":
         return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay, fused=True)

@@ -21,7 +21,8 @@ from lbhash.codes import save_codes_file
 from lbhash.data import load_split, save_split
 from lbhash.train.config import TrainConfig, build_config
 from lbhash.train.experiment import build_experiment
-from lbhash.train.loop import CHECKPOINT, LOG, Monitor, Trainer, process_rank, read_log
+from lbhash.train.loop import (CHECKPOINT, LOG, Monitor, Trainer, leave_process_group, process_rank,
+                              read_log)
 
 CONFIG, SPLIT, CODES = "config.yaml", "split.npz", "codes.npz"
 logger = logging.getLogger("lbhash")
@@ -71,6 +72,7 @@ def train(cfg: TrainConfig | None, out: str | Path, resume: bool = False,
         trainer.load_checkpoint()
     trainer.fit()
     write_codes(trainer)
+    leave_process_group(trainer.fabric)
     return out if trainer.fabric.is_global_zero else None
 
 
