@@ -1,5 +1,5 @@
 """Shared test helpers: random codes with many tied distances, a few loss steps on digits,
-and kill-and-resume runs."""
+shuffled training passes for memory-bank methods, and kill-and-resume runs."""
 
 import numpy as np
 import pytest
@@ -77,3 +77,38 @@ def digits_loss_steps(name, bits=16, steps=20, **kwargs):
         value.backward()
         opt.step()
     return values[0], values[-1]
+
+
+def digits_subset(n=256):
+    """The first n digits, standardised, with one-hot float labels."""
+    import torch
+
+    from lbhash.data import load_digits
+
+    ds = load_digits()
+    x = torch.from_numpy(np.asarray(ds.x[:n], dtype=np.float32))
+    x = (x - x.mean(0)) / (x.std(0) + 1e-6)
+    return x, torch.from_numpy(np.asarray(ds.labels[:n], dtype=np.float32))
+
+
+def train_passes(loss, head, x, labels, passes, batch=64, seed=0):
+    """Adam steps over shuffled batches with the method's epoch hooks (bank methods: DCC and
+    the like run at each pass's end); the mean loss of each pass."""
+    import torch
+
+    opt = torch.optim.Adam(head.parameters(), lr=1e-3)
+    gen = torch.Generator().manual_seed(seed)
+    means = []
+    for epoch in range(passes):
+        loss.on_epoch_start(epoch)
+        order, total = torch.randperm(len(x), generator=gen), 0.0
+        for start in range(0, len(x), batch):
+            index = order[start:start + batch]
+            out = loss(head(x[index]), labels[index], index)
+            opt.zero_grad()
+            out.total.backward()
+            opt.step()
+            total += float(out.total.detach()) * len(index)
+        loss.on_epoch_end(epoch)
+        means.append(total / len(x))
+    return means

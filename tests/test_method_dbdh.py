@@ -8,10 +8,9 @@ import pytest
 import torch
 
 import lbhash.methods.dbdh  # noqa: F401  (registers dbdh)
-from lbhash.data import load_digits
 from lbhash.evaluate.runs import train_and_evaluate
 from lbhash.methods import create_method
-from helpers import assert_resume_matches
+from helpers import assert_resume_matches, digits_subset, train_passes
 from lbhash.train import TrainConfig
 
 
@@ -111,38 +110,11 @@ def test_dbdh_rejects_bad_input():
         loss(u, torch.zeros(2, 2), torch.tensor([0, 1]))
 
 
-def digits_subset(n=256):
-    ds = load_digits()
-    x = torch.from_numpy(np.asarray(ds.x[:n], dtype=np.float32))
-    x = (x - x.mean(0)) / (x.std(0) + 1e-6)
-    return x, torch.from_numpy(np.asarray(ds.labels[:n], dtype=np.float32))
-
-
-def train_steps(loss, head, x, labels, passes, batch=64, seed=0):
-    """Adam steps over shuffled batches; the mean loss of each pass."""
-    opt = torch.optim.Adam(head.parameters(), lr=1e-3)
-    gen = torch.Generator().manual_seed(seed)
-    means = []
-    for epoch in range(passes):
-        loss.on_epoch_start(epoch)
-        order, total = torch.randperm(len(x), generator=gen), 0.0
-        for start in range(0, len(x), batch):
-            index = order[start:start + batch]
-            out = loss(head(x[index]), labels[index], index)
-            opt.zero_grad()
-            out.total.backward()
-            opt.step()
-            total += float(out.total.detach()) * len(index)
-        loss.on_epoch_end(epoch)
-        means.append(total / len(x))
-    return means
-
-
 def test_dbdh_loss_decreases_on_digits():
     torch.manual_seed(0)
     x, labels = digits_subset()
     loss = create_method("dbdh", bits=16, num_classes=10, num_train=len(x))
-    means = train_steps(loss, torch.nn.Linear(64, 16), x, labels, passes=5)  # 20 steps
+    means = train_passes(loss, torch.nn.Linear(64, 16), x, labels, passes=5)  # 20 steps
     # the likelihood starts near log 2 and has a floor well above 0: expect steady, small steps
     assert all(b < a for a, b in zip(means, means[1:])) and means[-1] < means[0] - 0.02, means
 
@@ -152,7 +124,7 @@ def test_dbdh_state_dict_restores_the_bank_exactly(tmp_path):
     x, labels = digits_subset(128)
     loss = create_method("dbdh", bits=8, num_classes=10, num_train=len(x))
     head = torch.nn.Linear(64, 8)
-    train_steps(loss, head, x, labels, passes=2)
+    train_passes(loss, head, x, labels, passes=2)
     torch.save(loss.state_dict(), tmp_path / "state.pt")
     fresh = create_method("dbdh", bits=8, num_classes=10, num_train=len(x))
     fresh.load_state_dict(torch.load(tmp_path / "state.pt", weights_only=True))

@@ -9,11 +9,10 @@ import pytest
 import torch
 
 import lbhash.methods.dsdh  # noqa: F401  (registers dsdh)
-from lbhash.data import load_digits
 from lbhash.evaluate.runs import train_and_evaluate
 from lbhash.methods import create_method
 from lbhash.methods.dsdh import b_sweep, w_step
-from helpers import assert_resume_matches
+from helpers import assert_resume_matches, digits_subset, train_passes
 from lbhash.train import TrainConfig
 
 
@@ -183,32 +182,6 @@ def test_dsdh_rejects_bad_constants():
             create_method("dsdh", bits=4, num_classes=3, num_train=5, **{name: value})
 
 
-def digits_subset(n=256):
-    ds = load_digits()
-    x = torch.from_numpy(np.asarray(ds.x[:n], dtype=np.float32))
-    x = (x - x.mean(0)) / (x.std(0) + 1e-6)
-    return x, torch.from_numpy(np.asarray(ds.labels[:n], dtype=np.float32))
-
-
-def train_steps(loss, head, x, labels, passes, batch=64, seed=0):
-    """Adam steps over shuffled batches with a DCC update after each pass; mean loss per pass."""
-    opt = torch.optim.Adam(head.parameters(), lr=1e-3)
-    gen = torch.Generator().manual_seed(seed)
-    means = []
-    for epoch in range(passes):
-        order, total = torch.randperm(len(x), generator=gen), 0.0
-        for start in range(0, len(x), batch):
-            index = order[start:start + batch]
-            out = loss(head(x[index]), labels[index], index)
-            opt.zero_grad()
-            out.total.backward()
-            opt.step()
-            total += float(out.total.detach()) * len(index)
-        loss.on_epoch_end(epoch)
-        means.append(total / len(x))
-    return means
-
-
 def test_dsdh_loss_decreases_on_digits():
     torch.manual_seed(0)
     x, labels = digits_subset()
@@ -217,7 +190,7 @@ def test_dsdh_loss_decreases_on_digits():
     with torch.no_grad():  # a first pass fills the bank, so that every pass below has B fitted
         loss(head(x), labels, torch.arange(len(x)))
     loss.on_epoch_end(0)
-    means = train_steps(loss, head, x, labels, passes=5)  # 20 steps
+    means = train_passes(loss, head, x, labels, passes=5)  # 20 steps
     assert all(b < a for a, b in zip(means, means[1:])) and means[-1] < 0.9 * means[0], means
 
 
@@ -226,7 +199,7 @@ def test_dsdh_state_dict_restores_codes_classifier_and_bank(tmp_path):
     x, labels = digits_subset(128)
     loss = create_method("dsdh", bits=8, num_classes=10, num_train=len(x))
     head = torch.nn.Linear(64, 8)
-    train_steps(loss, head, x, labels, passes=2)
+    train_passes(loss, head, x, labels, passes=2)
     torch.save(loss.state_dict(), tmp_path / "state.pt")
     torch.manual_seed(99)  # a fresh module starts from other random codes
     fresh = create_method("dsdh", bits=8, num_classes=10, num_train=len(x))
