@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 from pathlib import Path
 
@@ -64,8 +65,8 @@ def main() -> None:
         wall = time.perf_counter() - start
         log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
         seconds = [r["seconds"] for r in log]
-        steady = sorted(seconds[1:] or seconds)  # the first epoch includes warm-up
-        median = steady[len(steady) // 2]  # robust to an epoch slowed by other work on the machine
+        # median of the epochs after the first (warm-up): robust to one slowed by other work
+        median = statistics.median(seconds[1:] or seconds)
         n_train = metrics["run"]["n_train"]
         print(f"{name:6s} s/epoch {median:8.2f} (median)  images/s {n_train / median:8.1f}  "
               f"encode {metrics['run']['encode_seconds']:7.1f} s  mAP@{metrics['topk']} {metrics['map']:.4f} "

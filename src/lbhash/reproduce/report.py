@@ -84,8 +84,9 @@ def _index_grid(ctx: ReportContext) -> None:
 def _header(ctx: ReportContext, out: Path) -> list[str]:
     meta, source = ctx.tables.meta, ctx.tables.directory
     files = ", ".join(f"`{f}`" for f in ctx.tables.files)
-    where = ("this directory" if out.parent.resolve() == source.resolve()
-             else f"`{source.as_posix()}`")
+    beside = out.parent.resolve() == source.resolve()  # report written next to its tables
+    where = "this directory" if beside else f"`{source.as_posix()}`"
+    command = f"lbhash report {source.as_posix()}" + ("" if beside else f" --out {out.as_posix()}")
     lines = ["# lbhash reproduction report", "",
              f"Every number and figure below is computed from the result tables in "
              f"{where} ({files}); nothing was retrained or re-evaluated to write it. Values "
@@ -101,9 +102,7 @@ def _header(ctx: ReportContext, out: Path) -> list[str]:
         lines += ["**Commands that produced the tables**", "",
                   md_table(["table", "command"],
                            [[k, f"`{v}`"] for k, v in meta["commands"].items()]
-                           + [["this report", f"`lbhash report {source.as_posix()}"
-                               + ("" if where == "this directory" else f" --out {out.as_posix()}")
-                               + "`"]]), ""]
+                           + [["this report", f"`{command}`"]]), ""]
     lines.append("mAP, accuracies and precisions are stored as fractions and shown in %. "
                  "\"mean ± std\" is over seeds (sample standard deviation, ddof = 1); a cell "
                  "with fewer seeds than the others says how many (n).")
