@@ -1,8 +1,8 @@
-"""Min pairwise Hamming distance of every center generator, next to the SPEC §3 table.
+"""Min pairwise Hamming distance of every center generator, next to the reference table of docs/centers.md.
 
 For bits in {16, 32, 48, 64} x classes in {10, 100}, builds each kind without the disk cache
 (seed 0) and prints a markdown table: min distance per kind ("-" where the kind does not
-apply), the kind `auto` picked, the Plotkin bound, the SPEC's measured values and the time
+apply), the kind `auto` picked, the Plotkin bound, the reference values and the time
 each row took (the first BCH/RS row includes galois' import and compile time).
 
     python benchmarks/bench_centers.py [--bits 16,32,48,64] [--classes 10,100] [--seed 0]
@@ -16,8 +16,8 @@ import time
 from lbhash.centers import center_report, plotkin_bound, select_centers
 
 KINDS = ("hadamard", "bch", "reed_solomon", "random", "auto")
-# SPEC §3 (galois 0.4.11): (bits, classes) -> eBCH, RS GF(16), Hadamard/CSQ, random.
-SPEC = {
+# Reference values (galois 0.4.11, docs/centers.md): (bits, classes) -> eBCH, RS GF(16), Hadamard/CSQ, random.
+REFERENCE = {
     (16, 10): (8, 6, 8, 6), (16, 100): (6, 4, 2, 2), (32, 10): (16, 12, 16, 12),
     (32, 100): (12, 11, 8, 7), (48, 100): (18, 17, None, 13), (64, 100): (32, None, 32, 20),
 }
@@ -33,7 +33,7 @@ def main() -> None:
     classes_list = [int(c) for c in args.classes.split(",")]
 
     print("| bits | C | hadamard | bch | reed_solomon | random | auto (kind) | Plotkin "
-          "| SPEC eBCH / RS / Had / random | seconds |")
+          "| reference eBCH / RS / Had / random | seconds |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for bits in bits_list:
         for classes in classes_list:
@@ -47,7 +47,7 @@ def main() -> None:
                     continue
                 dist = center_report(centers).min_distance
                 cells.append(f"{dist} ({made_by})" if kind == "auto" else str(dist))
-            spec = SPEC.get((bits, classes))
+            spec = REFERENCE.get((bits, classes))
             spec_text = " / ".join("-" if v is None else str(v) for v in spec) if spec else "n/a"
             print(f"| {bits} | {classes} | {' | '.join(cells)} | {plotkin_bound(bits, classes)} "
                   f"| {spec_text} | {time.perf_counter() - start:.1f} |", flush=True)

@@ -26,7 +26,7 @@ SETTINGS = {
     # the small CNN from scratch on 32x32 pixels, standard CIFAR augmentation
     "cpu": dict(protocol="cifar10", bits=32, backbone="resnet20", transform="cifar-augment",
                 image_size=32, accelerator="cpu", variants=(False, True), epochs=10),
-    # ResNet-50 at 224 (the SPEC's CIFAR transform: Resize(224)), bf16 autocast, channels_last
+    # ResNet-50 at 224 (the paper's CIFAR transform: Resize(224)), bf16 autocast, channels_last
     "gpu-resnet50": dict(protocol="cifar10", bits=64, backbone="resnet50", transform="cifar",
                          image_size=224, accelerator="gpu", precision="bf16-mixed", num_workers=8,
                          variants=(False,), epochs=3),

@@ -1,7 +1,7 @@
 """Training-step time of CSQ_D vs CSQ: same data, head, batch and bits, measured in one run.
 
-Builds both trainers with lbhash's own training loop and alternates their epochs, so both see
-the same machine state; reports the median time per step and the ratio CSQ_D / CSQ, for the
+Times both with lbhash's own timing loop (lbhash.train.timing), which alternates their epochs so
+that both see the same machine state; reports the median time per step and the ratio CSQ_D / CSQ, for the
 hash head of the quality benchmarks (1024 -> 1024 -> bits) and for a heavier,
 backbone-like head (1024 -> 4096 -> 4096 -> bits).
 
@@ -18,8 +18,7 @@ import numpy as np
 import torch
 
 from lbhash.train import TrainConfig
-from lbhash.train.experiment import build_experiment
-from lbhash.train.loop import Trainer
+from lbhash.train.timing import epoch_times
 
 
 def default_data(tmp: Path) -> str:
@@ -33,19 +32,12 @@ def default_data(tmp: Path) -> str:
     return f"features:{path}"
 
 
-def measure(data: str, protocol: str | None, hidden: list[int], bits: int, epochs: int, tmp: Path):
-    trainers = {}
-    for lbhash in (False, True):
-        cfg = TrainConfig(data=data, protocol=protocol, method="csq", lbhash=lbhash, bits=bits,
-                          hidden=hidden, epochs=epochs, lr_step=0, progress=False)
-        trainers[lbhash] = Trainer(build_experiment(cfg), tmp / f"run-{lbhash}")
-    steps = len(trainers[False].batches)
-    times = {False: [], True: []}
-    for epoch in range(1, epochs + 1):  # alternate so that both see the same machine state
-        for lbhash, trainer in trainers.items():
-            times[lbhash].append(trainer.train_epoch(epoch)["seconds"] / steps)
-    base, ours = np.median(times[False][1:]), np.median(times[True][1:])  # epoch 1 warms up
-    return steps, base, ours
+def measure(data: str, protocol: str | None, hidden: list[int], bits: int, epochs: int):
+    configs = {lbhash: TrainConfig(data=data, protocol=protocol, method="csq", lbhash=lbhash, bits=bits,
+                                   hidden=hidden) for lbhash in (False, True)}
+    times = epoch_times(configs, epochs)
+    steps = times[False].steps_per_epoch
+    return steps, times[False].median() / steps, times[True].median() / steps  # epoch 1 warms up
 
 
 def main() -> None:
@@ -63,7 +55,7 @@ def main() -> None:
               f"{torch.get_num_threads()} torch threads; median over epochs 2..{args.epochs}")
         for name, hidden in (("hash head 1024-1024-bits", [1024]),
                              ("backbone-like head 1024-4096-4096-bits", [4096, 4096])):
-            steps, base, ours = measure(data, protocol, hidden, args.bits, args.epochs, tmp)
+            steps, base, ours = measure(data, protocol, hidden, args.bits, args.epochs)
             print(f"{name:<40} {steps} steps/epoch  CSQ {1e3 * base:7.2f} ms/step  "
                   f"CSQ_D {1e3 * ours:7.2f} ms/step  ratio {ours / base:5.2f}x")
 

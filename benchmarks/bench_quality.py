@@ -1,8 +1,8 @@
 """Retrieval quality of methods and their _D variants on a real data set, over seeds.
 
-Trains every (method, variant, bits, seed) cell with lbhash's defaults, in parallel worker
-processes (one thread each), and writes a markdown table of mAP@R (mean +/- std over seeds)
-plus the per-run numbers as JSON lines.
+Trains every (method, variant, bits, seed) cell with lbhash's defaults through the library's
+resumable cell runner (lbhash.reproduce.runner, parallel worker processes), and writes a
+markdown table of mAP@R (mean +/- std over seeds) plus the per-run numbers as JSON lines.
 
     python benchmarks/bench_quality.py --data features:../shared/data/cifar10-mobilenetv1-features.npz \\
         --protocol cifar10 --methods csq --bits 16,32,64 --seeds 0,1,2 --epochs 50 --out runs/bench-quality
@@ -12,35 +12,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
-
-def run_cell(cell: dict) -> dict:
-    os.environ["LBHASH_NUM_THREADS"] = "1"
-    import torch
-
-    torch.set_num_threads(1)
-    from lbhash.evaluate.runs import train_and_evaluate
-    from lbhash.train import TrainConfig
-
-    out = Path(cell.pop("out"))
-    done = out / "metrics.json"
-    if done.is_file():  # rerun: reuse finished cells
-        metrics = json.loads(done.read_text())
-    else:
-        if out.exists():
-            import shutil
-
-            shutil.rmtree(out)  # an unfinished cell from a killed benchmark
-        metrics = train_and_evaluate(TrainConfig(progress=False, **cell), out)
-    return {**cell, "map": metrics["map"], "map_tie_averaged": metrics["map_tie_averaged"],
-            "topk": metrics["topk"], "lower_bound_ratio": metrics["lower_bound"]["ratio"],
-            "seconds_per_epoch": metrics["run"]["seconds_per_epoch"], "run_dir": str(out)}
+from lbhash.reproduce.runner import Cell, run_cells
+from lbhash.train.config import parse_yaml
 
 
 def main() -> None:
@@ -60,12 +38,10 @@ def main() -> None:
     args = p.parse_args()
 
     out = Path(args.out)
-    import yaml
-
     extra = {}
     for item in args.set:
         key, _, value = item.partition("=")
-        extra[key.replace("-", "_")] = yaml.safe_load(value)
+        extra[key.replace("-", "_")] = parse_yaml(value, f"--set {item}")
     cells = []
     for method in args.methods.split(","):
         for variant in args.variants.split(","):
@@ -73,16 +49,18 @@ def main() -> None:
                 for seed in map(int, args.seeds.split(",")):
                     lbhash = variant == "d"
                     name = f"{method}{'_D' if lbhash else ''}-{bits}bits-seed{seed}"
-                    cell = dict(data=args.data, protocol=args.protocol, method=method, lbhash=lbhash,
-                                bits=bits, seed=seed, out=str(out / name))
+                    config = dict(data=args.data, method=method, lbhash=lbhash, bits=bits, seed=seed)
+                    if args.protocol:
+                        config["protocol"] = args.protocol
                     if args.epochs:
-                        cell["epochs"] = args.epochs
-                    cell.update(extra)
-                    cells.append(cell)
+                        config["epochs"] = args.epochs
+                    cells.append(Cell(name, {**config, **extra}))
     start = time.perf_counter()
-    with ProcessPoolExecutor(args.workers) as pool:
-        results = list(pool.map(run_cell, cells))
+    metrics = run_cells(cells, out, args.workers)
     elapsed = time.perf_counter() - start
+    results = [{**cell.config, "map": m["map"], "map_tie_averaged": m["map_tie_averaged"], "topk": m["topk"],
+                "lower_bound_ratio": m["lower_bound"]["ratio"], "seconds_per_epoch": m["run"]["seconds_per_epoch"],
+                "run_dir": str(out / cell.name)} for cell, m in zip(cells, metrics)]
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in results))
     table = markdown_table(results, args)

@@ -1,4 +1,4 @@
-"""Brute-force reference metrics, written from the SPEC's definitions and independent of
+"""Brute-force reference metrics, written from the definitions in docs/evaluation.md and independent of
 lbhash: full distance matrices, a full stable sort per query, plain Python loops."""
 
 from __future__ import annotations

@@ -153,7 +153,7 @@ def _codes(rng, runs, n, bits, classes=4) -> dict[str, np.ndarray]:
 
 
 def _toy(directory: Path, rng) -> None:
-    from lbhash.toy import ToyConfig, ToyResult
+    from lbhash.reproduce.toy import ToyConfig, ToyResult
 
     results, probs = {}, {}
     for bits in (8, 16):

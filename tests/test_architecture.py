@@ -1,21 +1,24 @@
-"""Each layer imports only the layers below it (DEVELOPERS architecture)."""
+"""Each layer imports only the layers below it; the README and the package docstring list the
+same layers in the same order."""
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "lbhash"
 # lowest first; modules on one line share a level
 LAYERS = [
-    {"_io", "labels", "codes"},
+    {"errors", "_io", "labels", "codes"},
     {"centers"},
     {"surrogate"},
     {"methods"},
     {"models"},
     {"data"},
+    {"evaluate"},
     {"train"},
-    {"evaluate", "toy"},
-    {"reproduce"},
     {"index"},
+    {"reproduce"},
+    {"service"},
     {"cli"},
 ]
 LEVEL = {name: i for i, names in enumerate(LAYERS) for name in names}
@@ -52,3 +55,27 @@ def test_layers_import_only_lower_layers():
             if LEVEL[target] > LEVEL[own]:
                 bad.append(f"{path.relative_to(PACKAGE)}:{line} imports lbhash.{target}")
     assert not bad, "\n".join(bad)
+
+
+ARROW = re.compile(r"^\s*`?codes`? -> .*")
+
+
+def layer_line(text: str) -> list[str]:
+    """The layers of the first 'codes -> centers -> ...' line of a text."""
+    line = next(m.group(0) for m in map(ARROW.match, text.splitlines()) if m)
+    return [part.strip().strip("`") for part in line.split("->")]
+
+
+def test_readme_and_package_docstring_list_the_layers_of_this_test():
+    import lbhash
+
+    expected = ["codes" if "codes" in names else sorted(names)[0] for names in LAYERS]
+    readme = (PACKAGE.parents[1] / "README.md").read_text()
+    assert layer_line(lbhash.__doc__) == expected
+    assert layer_line(readme) == expected
+
+
+def test_every_layer_of_this_test_exists():
+    for names in LAYERS:
+        for name in names:
+            assert (PACKAGE / name).is_dir() or (PACKAGE / f"{name}.py").is_file(), name

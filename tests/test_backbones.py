@@ -7,9 +7,10 @@ import pytest
 import torch
 from torch import nn
 
+from lbhash.data.transforms import TRANSFORM_PRESETS
 from lbhash.models import (
-    TRANSFORM_PRESETS,
     Backbone,
+    backbone_defaults,
     HashModel,
     available_backbones,
     create_backbone,
@@ -64,12 +65,11 @@ def test_registry_lists_and_rejects_names():
     one_line_error(info, "21")
 
 
-def test_transform_presets_match_the_data_layer():
-    try:
-        from lbhash.data.transforms import TRANSFORM_PRESETS as data_presets
-    except ImportError:
-        pytest.skip("lbhash.data.transforms is not available")
-    assert set(TRANSFORM_PRESETS) == set(data_presets)
+def test_every_backbone_names_a_transform_preset_of_the_data_layer():
+    for name in available_backbones():
+        assert backbone_defaults(name).transform in TRANSFORM_PRESETS, name
+    assert backbone_defaults("resnet20") == (32, "cifar-augment")
+    assert backbone_defaults("resnet50") == (224, "imagenet")
 
 
 def test_backbone_attributes():

@@ -1,5 +1,6 @@
 import json
 
+import click
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -93,3 +94,66 @@ def test_demo_trains_both_variants_and_prints_table(tmp_path):
         metrics = json.loads((tmp_path / f"{name.lower()}-16bits" / "metrics.json").read_text())
         assert metrics["bits"] == 16 and 0 < metrics["map"] <= 1
         assert metrics["run"]["variant"] == name
+
+
+def test_train_options_are_the_config_fields_with_their_defaults():
+    from lbhash.cli.options import cli_fields, shown_default
+    from lbhash.cli.train import train
+    from lbhash.train import TrainConfig
+
+    options = {p.name: p for p in train.params if isinstance(p, click.Option)}
+    explicit = {"config_file", "out", "resume", "method_option", "hidden", "topk"}
+    config_names = {"method_option": "method_options", "hidden": "hidden", "topk": "topk"}
+    assert set(options) - explicit == set(cli_fields())
+    for name in cli_fields():
+        option = options[name]
+        assert option.opts[0] == "--" + name.replace("_", "-")
+        assert f"[default: {shown_default(name)}]" in option.help, name
+        assert option.default is None  # not given: the config file and the defaults show through
+    for option_name, field in config_names.items():
+        assert f"[default: {shown_default(field)}]" in options[option_name].help, option_name
+    assert set(TrainConfig.model_fields) - set(cli_fields()) == {"method_options", "hidden", "topk",
+                                                                 "input_kind", "input_dim"}
+
+
+def test_flags_reach_the_saved_config(tmp_path):
+    import yaml
+
+    out = tmp_path / "run"
+    result = run("train", "--data", "digits", "--bits", "16", "--epochs", "1", "--hidden", "32,16",
+                 "--lbhash", "--lbhash-weight", "0.5", "--surrogate-dropout", "0.25", "--no-theta-dropout",
+                 "--method-option", "quantization=1e-3", "--topk", "50", "--centers", "hadamard",
+                 "--out", str(out), "--no-progress")
+    assert result.exit_code == 0, result.output
+    saved = yaml.safe_load((out / "config.yaml").read_text())
+    assert (saved["lbhash_weight"], saved["surrogate_dropout"], saved["theta_dropout"]) == (0.5, 0.25, False)
+    assert saved["hidden"] == [32, 16] and saved["topk"] == 50
+    assert saved["method_options"] == {"quantization": 1e-3} and saved["input_dim"] == 64
+
+
+def test_input_error_is_one_line_but_an_internal_error_keeps_its_traceback(codes_file, monkeypatch):
+    path, _ = codes_file
+    _one_line_error(run("evaluate", str(path), "--knn", "0"), "knn must be a positive integer, got 0")
+
+    def broken(*args, **kwargs):
+        raise ValueError("an internal bug inside numpy")
+
+    monkeypatch.setattr("lbhash.evaluate.evaluate_codes", broken)
+    result = run("evaluate", str(path))
+    assert result.exit_code == 1 and "error:" not in result.output
+    assert isinstance(result.exception, ValueError) and str(result.exception) == "an internal bug inside numpy"
+
+
+def test_unparsable_option_values_are_one_line_errors():
+    _one_line_error(run("train", "--bits", "abc"), "--bits", "'abc'", "lbhash train --help")
+    _one_line_error(run("train", "--optimizer", "adamw"), "--optimizer", "adamw")
+
+
+def test_training_docs_show_the_options_of_the_config():
+    from pathlib import Path
+
+    from lbhash.cli.options import options_markdown
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "training.md").read_text()
+    start = text.index("<!-- options -->\n") + len("<!-- options -->\n")
+    assert text[start:].startswith(options_markdown() + "\n"), "regenerate the table with options_markdown()"

@@ -15,8 +15,8 @@ def _ddp_worker(fabric, result_path):
     from lbhash.methods import LowerBoundObjective, create_method
     from lbhash.models import create_feature_model
     from lbhash.surrogate import BlockSurrogate
-    from lbhash.train.batches import ArrayBatches
-    from lbhash.train.experiment import Learner
+    from lbhash.data.batches import ArrayBatches
+    from lbhash.train.builder import Learner
     from lbhash.train.loop import leave_process_group
 
     torch.manual_seed(0)
@@ -89,3 +89,22 @@ def test_torchrun_launch(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.count("run directory:") == 1
     assert json.loads((out / "metrics.json").read_text())["map"] > 0.5
+
+
+def test_two_process_encode_writes_the_codes_of_one_process(tmp_path):
+    env = {**os.environ, "LBHASH_CACHE_DIR": str(tmp_path / "cache")}
+    run = tmp_path / "run"
+    base = [sys.executable, "-m", "lbhash.cli"]
+    subprocess.run(base + ["train", "--data", "digits", "--bits", "16", "--hidden", "64", "--centers", "hadamard",
+                           "--epochs", "1", "--no-progress", "--out", str(run)],
+                   env=env, check=True, capture_output=True, timeout=600)
+    for devices in ("1", "2"):
+        result = subprocess.run(base + ["encode", str(run), "--devices", devices, "--no-progress",
+                                        "--out", str(tmp_path / f"codes{devices}.npz")],
+                                env=env, capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert result.stdout.count("encoded 1797 items") == 1  # rank 0 alone reports and writes
+    with np.load(tmp_path / "codes1.npz") as one, np.load(tmp_path / "codes2.npz") as two:
+        assert one["codes"].shape == (1797, 2)
+        for key in ("codes", "ids", "labels", "bits"):
+            np.testing.assert_array_equal(one[key], two[key])

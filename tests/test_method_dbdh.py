@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import lbhash.methods.dbdh  # noqa: F401  (registers dbdh)
-from lbhash.evaluate.runs import train_and_evaluate
+from lbhash.train import train as train_and_evaluate
 from lbhash.methods import create_method
 from helpers import assert_resume_matches, digits_subset, train_passes
 from lbhash.train import TrainConfig

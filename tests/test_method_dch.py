@@ -1,4 +1,4 @@
-"""DCH against values computed by hand from SPEC §5."""
+"""DCH against values computed by hand from its formula in docs/methods.md."""
 
 import math
 
@@ -111,7 +111,7 @@ def test_gradient_matches_finite_differences():
 def test_bad_input():
     with pytest.raises(ValueError, match="gamma must be > 0, got 0"):
         create_method("dch", bits=6, num_classes=3, gamma=0)
-    with pytest.raises(ValueError, match=r"expected u \(B, 6\)"):
+    with pytest.raises(ValueError, match=r"u must have shape \(batch, 6\)"):
         run(create_method("dch", bits=6, num_classes=3), [[0.1] * 5], [[1, 0, 0]])
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import lbhash.methods.dsdh  # noqa: F401  (registers dsdh)
-from lbhash.evaluate.runs import train_and_evaluate
+from lbhash.train import train as train_and_evaluate
 from lbhash.methods import create_method
 from lbhash.methods.dsdh import b_sweep, w_step
 from helpers import assert_resume_matches, digits_subset, train_passes

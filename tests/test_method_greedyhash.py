@@ -1,4 +1,4 @@
-"""GreedyHash against values and gradients computed by hand from SPEC §5."""
+"""GreedyHash against values and gradients computed by hand from its formula in docs/methods.md."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""HashNet against values computed by hand from SPEC §5."""
+"""HashNet against values computed by hand from its formula in docs/methods.md."""
 
 import math
 
@@ -116,7 +116,7 @@ def test_large_outputs_stay_finite():
 def test_bad_input():
     with pytest.raises(ValueError, match="continuation_step must be a positive integer, got 0"):
         create_method("hashnet", bits=6, num_classes=3, continuation_step=0)
-    with pytest.raises(ValueError, match=r"expected u \(B, 6\)"):
+    with pytest.raises(ValueError, match=r"u must have shape \(batch, 6\)"):
         run(create_method("hashnet", bits=6, num_classes=3), [[0.1] * 5], [[1, 0, 0]])
 
 

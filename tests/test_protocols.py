@@ -43,7 +43,7 @@ def assert_sorted_int64(split):
 
 
 def test_protocol_names():
-    assert set(PROTOCOLS) == {"cifar10", "cifar10-1", "cifar10-2", "digits", "given", "lists"}
+    assert set(PROTOCOLS) == {"cifar10", "cifar10-1", "cifar10-2", "digits", "given", "lists", "all-train"}
     assert "random:T,Q" in PARAMETRIC_PROTOCOLS
     spec = parse_protocol("per-class:7,3,+train")
     assert (spec.kind, spec.train, spec.query, spec.include_train, spec.topk) == ("per-class", 7, 3, True, None)
@@ -251,3 +251,10 @@ def test_real_scene(shared_data):
     with raises("single-label", "random:T,Q"):
         make_split(ds, "per-class:10,5", 0)
     assert len(make_split(ds, "random:1000,200", 0).database) == 2207
+
+
+def test_all_train_protocol_trains_on_every_item_and_has_no_queries():
+    ds = ArrayDataset(np.zeros((7, 2), np.float32), np.array([0, 1, 0, 1, 1, 0, 1]), None, "tiny")
+    split = make_split(ds, "all-train", 3)
+    np.testing.assert_array_equal(split.train, np.arange(7))
+    assert split.query.size == 0 and split.database.size == 0

@@ -90,7 +90,7 @@ def test_a_directory_with_other_settings_is_refused(tmp_path):
 
 
 def test_runner_adopts_a_matching_run_made_by_hand(tmp_path):
-    from lbhash.evaluate.runs import train_and_evaluate
+    from lbhash.train import train as train_and_evaluate
     from lbhash.train import TrainConfig
 
     cell = Cell("csq-16bits-seed0", {"data": "digits", "method": "csq", "lbhash": False, "bits": 16,

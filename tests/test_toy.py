@@ -10,12 +10,12 @@ from click.testing import CliRunner
 from lbhash.cli.common import LbhashGroup
 from lbhash.cli.toy import toy_mvb
 from lbhash.surrogate import BlockSurrogate, pattern_indices
-from lbhash.toy import (
+from lbhash.reproduce.stats import kl_divergence
+from lbhash.reproduce.toy import (
     ToyConfig,
     block_marginals,
     format_table,
     histogram,
-    kl_divergence,
     random_mvb,
     run_toy,
     sample_codes,

@@ -15,11 +15,11 @@ from click.testing import CliRunner
 from lbhash.cli import main
 from lbhash.codes import load_codes_file
 from lbhash.evaluate import mean_average_precision
-from lbhash.evaluate.runs import train_and_evaluate as train
+from lbhash.train import train
 from helpers import assert_resume_matches
 from lbhash.train import TrainConfig, build_config, load_config_file
-from lbhash.train.experiment import build_experiment
-from lbhash.train.encode import encode_array
+from lbhash.train.builder import build_experiment
+from lbhash.train.encoder import encode
 
 FAST = dict(data="digits", bits=16, hidden=[128], centers="hadamard", progress=False)
 
@@ -38,7 +38,10 @@ def test_config_precedence_flags_over_file_over_defaults(tmp_path):
     path.write_text("bits: 32\nepochs: 7\nlbhash-weight: 0.5\n")
     cfg = build_config(load_config_file(path), {"epochs": 3, "bits": None})
     assert (cfg.bits, cfg.epochs, cfg.lbhash_weight, cfg.method) == (32, 3, 0.5, "csq")
-    resolved = cfg.resolved()
+    from lbhash.data import load_data
+    from lbhash.train import resolve_config
+
+    resolved = resolve_config(cfg, load_data(cfg.data))
     assert (resolved.optimizer, resolved.lr, resolved.lbhash_mode) == ("adam", 1e-3, "replace")
     path.write_text("bitz: 3\n")
     with pytest.raises(ValueError, match="c.yaml: unknown option 'bitz'"):
@@ -49,8 +52,8 @@ def test_training_beats_an_untrained_model_by_a_wide_margin(tmp_path):
     cfg = TrainConfig(**FAST, epochs=8, lbhash=True, lr_step=0)
     exp = build_experiment(cfg)
     ds, split = exp.dataset, exp.split
-    q = encode_array(exp.model, ds.x[split.query])
-    db = encode_array(exp.model, ds.x[split.database])
+    q = encode(exp.model, ds, split.query)
+    db = encode(exp.model, ds, split.database)
     untrained = mean_average_precision(q, db, ds.labels[split.query], ds.labels[split.database])
     trained = train(cfg, tmp_path / "run")["map"]
     assert trained > untrained + 0.3, (untrained, trained)

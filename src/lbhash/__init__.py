@@ -1,7 +1,27 @@
-"""lbhash: learning binary hash codes with the lower-bound objective (NeurIPS 2022).
+"""lbhash: learning binary hash codes with the lower-bound objective (NeurIPS 2022), and
+searching them.
 
-Layers, each importing only those below it:
-codes -> centers -> surrogate -> methods -> models -> data -> train -> evaluate -> index -> cli
+    from lbhash import HashEncoder
+    codes = HashEncoder(method="csq", bits=64, lbhash=True).fit(X, y).encode(X_new)
+
+Layers, lowest first; each imports only the layers before it (errors, _io and labels sit
+beside codes at the bottom):
+codes -> centers -> surrogate -> methods -> models -> data -> evaluate -> train -> index -> reproduce -> service -> cli
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
+
+__all__ = ["HashEncoder", "InputError", "__version__"]
+
+
+def __getattr__(name: str):
+    # imported on first use: `import lbhash` stays light (no torch)
+    if name == "HashEncoder":
+        from lbhash.train.hash_encoder import HashEncoder
+
+        return HashEncoder
+    if name == "InputError":
+        from lbhash.errors import InputError
+
+        return InputError
+    raise AttributeError(f"module 'lbhash' has no attribute {name!r}")

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
+from lbhash.errors import InputError
 
 
 @contextmanager
@@ -50,14 +51,14 @@ def load_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
     """Read every array of an .npz file without allowing pickled objects."""
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"{path}: no such file")
+        raise InputError(f"{path}: no such file")
     try:
         with np.load(path, allow_pickle=False) as data:
             return {key: data[key] for key in data.files}
     except ValueError as err:  # e.g. object arrays, which would need pickle
-        raise ValueError(f"{path}: cannot read safely ({err})") from None
+        raise InputError(f"{path}: cannot read safely ({err})") from None
     except (OSError, EOFError, zipfile.BadZipFile) as err:
-        raise ValueError(f"{path}: not a readable .npz file ({err})") from None
+        raise InputError(f"{path}: not a readable .npz file ({err})") from None
 
 
 def _json_default(obj: Any) -> Any:

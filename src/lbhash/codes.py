@@ -1,6 +1,6 @@
 """Hash-code primitives: binarisation, packing, Hamming distances, class centers, codes files.
 
-Conventions (SPEC §1):
+Conventions (README, "Codes"):
 - codes in memory are +/-1 arrays of shape (n, bits); `bin(x) = +1 if x >= 0 else -1`;
 - codes on disk and in search are packed uint8 of shape (n, ceil(bits / 8)) in the FAISS bit
   layout: bit j is bit (j % 8), least significant first, of byte j // 8;
@@ -15,6 +15,7 @@ import numpy as np
 
 from lbhash import _io
 from lbhash.labels import as_multihot
+from lbhash.errors import InputError
 
 # Bytes of XOR temporaries that hamming_distance may hold at once.
 _CHUNK_BYTES = 64 << 20
@@ -24,7 +25,7 @@ def to_signs(x, name: str = "x") -> np.ndarray:
     """Binarise real outputs: +1 where x >= 0 (zero included), -1 elsewhere, as int8."""
     arr = np.asarray(x)
     if arr.dtype.kind == "f" and np.isnan(arr).any():
-        raise ValueError(f"{name} contains NaN at index {tuple(int(i) for i in np.argwhere(np.isnan(arr))[0])}")
+        raise InputError(f"{name} contains NaN at index {tuple(int(i) for i in np.argwhere(np.isnan(arr))[0])}")
     return np.where(arr >= 0, 1, -1).astype(np.int8)
 
 
@@ -37,7 +38,7 @@ def pack(codes, name: str = "codes") -> np.ndarray:
     """Pack +/-1 codes (or booleans, True = +1) of shape (n, bits) into uint8 (n, ceil(bits/8))."""
     arr = np.asarray(codes)
     if arr.ndim != 2:
-        raise ValueError(f"{name} must have shape (n, bits), got {arr.shape}")
+        raise InputError(f"{name} must have shape (n, bits), got {arr.shape}")
     if arr.dtype != bool:
         _check_signs(arr, name)
     return np.packbits(arr > 0, axis=1, bitorder="little")
@@ -58,17 +59,17 @@ def as_packed(codes, bits: int | None = None, name: str = "codes") -> tuple[np.n
     """
     arr = np.asarray(codes)
     if arr.ndim != 2:
-        raise ValueError(f"{name} must be a 2-D array (n, bits) or packed (n, bytes), got shape {arr.shape}")
+        raise InputError(f"{name} must be a 2-D array (n, bits) or packed (n, bytes), got shape {arr.shape}")
     if arr.dtype == np.uint8:
         if bits is None:
-            raise ValueError(f"{name} is packed uint8 but bits= was not given")
+            raise InputError(f"{name} is packed uint8 but bits= was not given")
         arr = _check_packed(arr, bits, name)
         if bits % 8:
             arr = arr.copy()
             arr[:, -1] &= np.uint8((1 << (bits % 8)) - 1)
         return np.ascontiguousarray(arr), int(bits)
     if bits is not None and arr.shape[1] != bits:
-        raise ValueError(f"{name} has {arr.shape[1]} columns but bits={bits}")
+        raise InputError(f"{name} has {arr.shape[1]} columns but bits={bits}")
     return pack(arr, name), arr.shape[1]
 
 
@@ -97,7 +98,7 @@ def hamming_distance(a, b, bits: int | None = None) -> np.ndarray:
     pa, bits_a = as_packed(a, bits, "a")
     pb, bits_b = as_packed(b, bits, "b")
     if bits_a != bits_b:
-        raise ValueError(f"a has {bits_a} bits but b has {bits_b}")
+        raise InputError(f"a has {bits_a} bits but b has {bits_b}")
     wa, wb = as_words(pa), as_words(pb)
     out = np.empty((len(wa), len(wb)), dtype=np.int32)
     rows = max(1, _CHUNK_BYTES // max(1, wb.nbytes))
@@ -108,7 +109,7 @@ def hamming_distance(a, b, bits: int | None = None) -> np.ndarray:
 
 
 def class_centers(codes, labels, bits: int | None = None, num_classes: int | None = None):
-    """Bitwise-majority center of each class (SPEC §2), ties -> +1.
+    """Bitwise-majority center of each class (paper Sec. 4), ties -> +1.
 
     Multi-label items count for every one of their labels. Returns (centers, counts):
     centers is int8 +/-1 (C, bits); counts[c] is the number of items of class c (a class
@@ -117,7 +118,7 @@ def class_centers(codes, labels, bits: int | None = None, num_classes: int | Non
     packed, bits = as_packed(codes, bits)
     onehot = as_multihot(labels, "labels", num_classes)
     if len(onehot) != len(packed):
-        raise ValueError(f"labels has {len(onehot)} rows but codes has {len(packed)}")
+        raise InputError(f"labels has {len(onehot)} rows but codes has {len(packed)}")
     positives = np.zeros((onehot.shape[1], bits), dtype=np.float64)
     rows = max(1, (16 << 20) // (8 * bits))
     for start in range(0, len(packed), rows):
@@ -139,7 +140,7 @@ def save_codes_file(path: str | os.PathLike, query_codes, db_codes, query_labels
     q, bits_q = as_packed(query_codes, bits, "query_codes")
     d, bits_d = as_packed(db_codes, bits, "db_codes")
     if bits_q != bits_d:
-        raise ValueError(f"query_codes has {bits_q} bits but db_codes has {bits_d}")
+        raise InputError(f"query_codes has {bits_q} bits but db_codes has {bits_d}")
     _io.save_npz(path, query_codes=q, db_codes=d, query_labels=np.asarray(query_labels),
                  db_labels=np.asarray(db_labels), bits=np.int64(bits_q),
                  **{k: np.asarray(v) for k, v in extra.items()})
@@ -150,14 +151,14 @@ def load_codes_file(path: str | os.PathLike) -> dict[str, np.ndarray]:
     data = _io.load_npz(path)
     missing = [k for k in CODES_FILE_KEYS if k not in data]
     if missing:
-        raise ValueError(f"{path}: missing key(s) {', '.join(missing)} (a codes file needs {', '.join(CODES_FILE_KEYS)})")
+        raise InputError(f"{path}: missing key(s) {', '.join(missing)} (a codes file needs {', '.join(CODES_FILE_KEYS)})")
     bits = data["bits"]
     if bits.shape != () or bits.dtype.kind not in "iu" or int(bits) <= 0:
-        raise ValueError(f"{path}: 'bits' must be a positive integer scalar, got {bits!r}")
+        raise InputError(f"{path}: 'bits' must be a positive integer scalar, got {bits!r}")
     data["bits"] = int(bits)
     for key in ("query_codes", "db_codes"):
         if data[key].dtype != np.uint8:
-            raise ValueError(f"{path}: '{key}' must be packed uint8, got {data[key].dtype}")
+            raise InputError(f"{path}: '{key}' must be packed uint8, got {data[key].dtype}")
     return data
 
 
@@ -165,11 +166,11 @@ def load_codes_file(path: str | os.PathLike) -> dict[str, np.ndarray]:
 
 def _check_signs(arr: np.ndarray, name: str) -> None:
     if arr.dtype.kind not in "iuf":
-        raise ValueError(f"{name} must be +/-1 numbers, got dtype {arr.dtype}")
+        raise InputError(f"{name} must be +/-1 numbers, got dtype {arr.dtype}")
     bad = (arr != 1) & (arr != -1)  # NaN compares unequal, so it is caught here too
     if bad.any():
         r, c = (int(i) for i in np.argwhere(bad)[0])
-        raise ValueError(
+        raise InputError(
             f"{name} must hold only +1/-1, found {arr[r, c].item()!r} at row {r}, column {c} "
             "(binarise real outputs with lbhash.codes.to_signs, or pass packed uint8 with bits=)"
         )
@@ -177,11 +178,11 @@ def _check_signs(arr: np.ndarray, name: str) -> None:
 
 def _check_packed(arr: np.ndarray, bits: int, name: str) -> np.ndarray:
     if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)) or bits <= 0:
-        raise ValueError(f"bits must be a positive integer, got {bits!r}")
+        raise InputError(f"bits must be a positive integer, got {bits!r}")
     if arr.dtype != np.uint8 or arr.ndim != 2:
-        raise ValueError(f"packed {name} must be a 2-D uint8 array, got {arr.dtype} with shape {arr.shape}")
+        raise InputError(f"packed {name} must be a 2-D uint8 array, got {arr.dtype} with shape {arr.shape}")
     if arr.shape[1] != packed_width(bits):
-        raise ValueError(
+        raise InputError(
             f"packed {name} has {arr.shape[1]} bytes per code, but bits={bits} needs {packed_width(bits)}"
         )
     return arr

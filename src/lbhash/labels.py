@@ -7,6 +7,7 @@ query when they share at least one label.
 from __future__ import annotations
 
 import numpy as np
+from lbhash.errors import InputError
 
 
 def as_multihot(labels, name: str = "labels", num_classes: int | None = None) -> np.ndarray:
@@ -20,7 +21,7 @@ def as_multihot(labels, name: str = "labels", num_classes: int | None = None) ->
         width = int(ids.max()) + 1 if ids.size else 0
         if num_classes is not None:
             if width > num_classes:
-                raise ValueError(
+                raise InputError(
                     f"{name} has class id {width - 1}, but there are only {num_classes} classes"
                 )
             width = num_classes
@@ -28,19 +29,19 @@ def as_multihot(labels, name: str = "labels", num_classes: int | None = None) ->
         out[np.arange(ids.size), ids] = True
         return out
     if arr.ndim != 2:
-        raise ValueError(f"{name} must be a vector of class ids or an (n, C) multi-hot matrix, got shape {arr.shape}")
+        raise InputError(f"{name} must be a vector of class ids or an (n, C) multi-hot matrix, got shape {arr.shape}")
     if arr.dtype == bool:
         out = arr
     else:
         if arr.dtype.kind not in "iuf":
-            raise ValueError(f"{name} must be numeric, got dtype {arr.dtype}")
+            raise InputError(f"{name} must be numeric, got dtype {arr.dtype}")
         bad = ~((arr == 0) | (arr == 1))
         if bad.any():
             r, c = np.argwhere(bad)[0]
-            raise ValueError(f"{name} must be 0/1 multi-hot, found {arr[r, c].item()!r} at row {r}, column {c}")
+            raise InputError(f"{name} must be 0/1 multi-hot, found {arr[r, c].item()!r} at row {r}, column {c}")
         out = arr.astype(bool)
     if num_classes is not None and out.shape[1] != num_classes:
-        raise ValueError(f"{name} has {out.shape[1]} label columns, expected {num_classes}")
+        raise InputError(f"{name} has {out.shape[1]} label columns, expected {num_classes}")
     return out
 
 
@@ -52,7 +53,7 @@ def as_multihot_pair(a, b, names: tuple[str, str]) -> tuple[np.ndarray, np.ndarr
         if arr.ndim == 2:
             width = arr.shape[1] if width is None else width
     if a_arr.ndim == 2 and b_arr.ndim == 2 and a_arr.shape[1] != b_arr.shape[1]:
-        raise ValueError(
+        raise InputError(
             f"{names[0]} has {a_arr.shape[1]} label columns but {names[1]} has {b_arr.shape[1]}"
         )
     if width is None:  # both integer vectors: one class axis wide enough for both
@@ -64,14 +65,14 @@ def as_multihot_pair(a, b, names: tuple[str, str]) -> tuple[np.ndarray, np.ndarr
 def _as_class_ids(arr: np.ndarray, name: str) -> np.ndarray:
     if arr.dtype.kind == "f":
         if np.isnan(arr).any():
-            raise ValueError(f"{name} contains NaN at index {int(np.flatnonzero(np.isnan(arr))[0])}")
+            raise InputError(f"{name} contains NaN at index {int(np.flatnonzero(np.isnan(arr))[0])}")
         if (arr != np.round(arr)).any():
             i = int(np.flatnonzero(arr != np.round(arr))[0])
-            raise ValueError(f"{name} must hold integer class ids, found {arr[i].item()!r} at index {i}")
+            raise InputError(f"{name} must hold integer class ids, found {arr[i].item()!r} at index {i}")
     elif arr.dtype.kind not in "iub":
-        raise ValueError(f"{name} must hold integer class ids, got dtype {arr.dtype}")
+        raise InputError(f"{name} must hold integer class ids, got dtype {arr.dtype}")
     ids = arr.astype(np.int64)
     if ids.size and ids.min() < 0:
         i = int(np.argmin(ids))
-        raise ValueError(f"{name} must hold non-negative class ids, found {ids[i]} at index {i}")
+        raise InputError(f"{name} must hold non-negative class ids, found {ids[i]} at index {i}")
     return ids

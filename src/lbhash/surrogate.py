@@ -1,4 +1,4 @@
-"""The surrogate posterior estimator P_pi (paper Sec. 5, App. E; SPEC §4).
+"""The surrogate posterior estimator P_pi (paper Sec. 5, App. E).
 
 The h real outputs l of a hash model are split into u = h / s blocks of s bits. For each
 block an MLP `Linear(s, hidden) -> SiLU -> Dropout -> Linear(hidden, 2^s)` gives the logits of
@@ -20,6 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+from lbhash.errors import InputError
 
 
 class BlockSurrogate(nn.Module):
@@ -28,11 +29,11 @@ class BlockSurrogate(nn.Module):
     def __init__(self, bits: int, block_size: int = 8, hidden: int = 256, dropout: float = 0.5):
         super().__init__()
         if block_size < 1 or block_size > 16:
-            raise ValueError(f"block size must be between 1 and 16 bits, got {block_size}")
+            raise InputError(f"block size must be between 1 and 16 bits, got {block_size}")
         if bits < 1 or bits % block_size:
-            raise ValueError(f"bits={bits} is not divisible by the block size {block_size}")
+            raise InputError(f"bits={bits} is not divisible by the block size {block_size}")
         if not 0 <= dropout < 1:
-            raise ValueError(f"surrogate dropout must be in [0, 1), got {dropout}")
+            raise InputError(f"surrogate dropout must be in [0, 1), got {dropout}")
         self.bits, self.block_size, self.hidden, self.dropout = bits, block_size, hidden, dropout
         self.blocks = bits // block_size
         self.patterns = 2 ** block_size
@@ -66,7 +67,7 @@ class BlockSurrogate(nn.Module):
     def _block_logits(self, l: torch.Tensor, frozen: bool, dropout: bool) -> torch.Tensor:
         # Block-major (u, B, 2^s) and contiguous: the losses below use it without copies.
         if l.dim() != 2 or l.shape[1] != self.bits:
-            raise ValueError(f"surrogate expects outputs of shape (batch, {self.bits}), got {tuple(l.shape)}")
+            raise InputError(f"surrogate expects outputs of shape (batch, {self.bits}), got {tuple(l.shape)}")
         params = (self.w1, self.b1, self.w2, self.b2)
         if frozen:
             params = tuple(p.detach() for p in params)
@@ -118,7 +119,7 @@ class BlockSurrogate(nn.Module):
         positives = labels.sum(1)
         if bool((positives == 0).any()):
             row = int(torch.nonzero(positives == 0)[0, 0])
-            raise ValueError(f"L_theta needs at least one label per sample; batch row {row} has none")
+            raise InputError(f"L_theta needs at least one label per sample; batch row {row} has none")
         nll = self.pattern_nll(l, target_patterns, frozen=True, dropout=dropout)
         return ((nll * labels).sum(1) / positives).mean()
 

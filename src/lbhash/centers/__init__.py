@@ -1,4 +1,4 @@
-"""Class centers: C codewords of `bits` bits with a large minimum Hamming distance (SPEC §3).
+"""Class centers: C codewords of `bits` bits with a large minimum Hamming distance (paper App. F; docs/centers.md).
 
     centers = generate_centers(64, 100)            # kind="auto": best of the generators below
     centers, kind = select_centers(48, 100)        # ... and which kind won

@@ -1,4 +1,4 @@
-"""BCH and Reed-Solomon center sets (SPEC §3), built with `galois` and picked greedily.
+"""BCH and Reed-Solomon center sets (docs/centers.md), built with `galois` and picked greedily.
 
 Both follow the same plan: list a few binary linear codes of length `bits` with at most 2^16
 codewords, enumerate each, pick `classes` codewords by farthest-first search and keep the
@@ -15,6 +15,7 @@ from typing import Iterator
 import numpy as np
 
 from lbhash.centers._greedy import MAX_DIMENSION, enumerate_code, greedy_max_min, words_to_signs
+from lbhash.errors import InputError
 
 
 def bch_centers(bits: int, classes: int) -> np.ndarray:
@@ -24,7 +25,7 @@ def bch_centers(bits: int, classes: int) -> np.ndarray:
     if best is None:  # too few codewords: shorten codes of the next length instead
         best = _best_pick(_bch_generators(bits, classes, m + 1), bits, classes)
     if best is None:
-        raise ValueError(
+        raise InputError(
             f"bch centers need a BCH code of length {bits} with at least {classes} distinct "
             f"codewords and dimension <= {MAX_DIMENSION}, got bits={bits}, classes={classes}")
     return best
@@ -37,7 +38,7 @@ def reed_solomon_centers(bits: int, classes: int) -> np.ndarray:
     if m is not None:
         best = _best_pick(_rs_generators(bits, classes, m), bits, classes)
     if best is None:
-        raise ValueError(
+        raise InputError(
             f"reed_solomon centers need a shortened RS code over GF(2^m), m <= 8, with "
             f"ceil(bits/m) <= 2^m - 1 symbols and at least `classes` distinct codewords "
             f"(k*m <= {MAX_DIMENSION}), got bits={bits}, classes={classes}")

@@ -8,6 +8,7 @@ import numpy as np
 
 from lbhash.centers import _cache
 from lbhash.centers._simple import hadamard_centers, pairwise_distance_stats, random_centers
+from lbhash.errors import InputError
 
 CENTER_KINDS = ("auto", "hadamard", "bch", "reed_solomon", "random")
 # Order in which `auto` tries the kinds; on equal min distance the earlier one wins.
@@ -60,7 +61,7 @@ def center_report(centers, kind: str | None = None) -> CenterReport:
     """Min / mean pairwise distance of a +/-1 (C, bits) set, with the Plotkin bound."""
     arr = np.asarray(centers)
     if arr.ndim != 2 or arr.shape[0] < 2 or arr.shape[1] < 1:
-        raise ValueError(f"centers must have shape (classes >= 2, bits >= 1), got {arr.shape}")
+        raise InputError(f"centers must have shape (classes >= 2, bits >= 1), got {arr.shape}")
     classes, bits = arr.shape
     min_dist, mean_dist = pairwise_distance_stats(arr)
     return CenterReport(kind, bits, classes, min_dist, mean_dist, plotkin_bound(bits, classes))
@@ -79,11 +80,11 @@ def plotkin_bound(bits: int, classes: int) -> int:
 def _check_args(bits, classes, kind, seed) -> tuple[int, int, int]:
     for name, value, low in (("bits", bits, 1), ("classes", classes, 2), ("seed", seed, 0)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+            raise InputError(f"{name} must be an integer >= {low}, got {value!r}")
     if kind not in CENTER_KINDS:
-        raise ValueError(f"kind must be one of {', '.join(CENTER_KINDS)}, got {kind!r}")
+        raise InputError(f"kind must be one of {', '.join(CENTER_KINDS)}, got {kind!r}")
     if classes > 2.0 ** bits:
-        raise ValueError(f"classes must be <= 2^bits for distinct centers, "
+        raise InputError(f"classes must be <= 2^bits for distinct centers, "
                          f"got bits={bits}, classes={classes}")
     return int(bits), int(classes), int(seed)
 
@@ -102,7 +103,7 @@ def _build(kind: str, bits: int, classes: int, seed: int, cache: bool) -> tuple[
         if dist > best_dist:
             best, best_kind, best_dist = centers, candidate, dist
     if best is None:
-        raise ValueError(f"auto: no center kind applies to bits={bits}, classes={classes} "
+        raise InputError(f"auto: no center kind applies to bits={bits}, classes={classes} "
                          f"({'; '.join(reasons)})")
     return best, best_kind
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from lbhash.codes import as_words, unpack
+from lbhash.errors import InputError
 
 # Largest code dimension we enumerate: 2^16 candidates of at most a few 64-bit words each.
 MAX_DIMENSION = 16
@@ -19,7 +20,7 @@ def enumerate_code(generator: np.ndarray) -> np.ndarray:
     gen = np.asarray(generator, dtype=np.uint8)
     k = gen.shape[0]
     if k > MAX_DIMENSION:
-        raise ValueError(f"code dimension {k} is too large to enumerate (at most {MAX_DIMENSION})")
+        raise InputError(f"code dimension {k} is too large to enumerate (at most {MAX_DIMENSION})")
     rows = as_words(np.packbits(gen.astype(bool), axis=1, bitorder="little"))
     words = np.zeros((1 << k, rows.shape[1]), dtype=np.uint64)
     # Doubling: the words with bit i set are those without it XOR row i.

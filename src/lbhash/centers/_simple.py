@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from lbhash.codes import hamming_distance, pack, unpack
+from lbhash.errors import InputError
 
 # Pair distances computed per random draw are capped so that many classes stay fast.
 _RANDOM_PAIR_BUDGET = 2 * 10**7
@@ -18,7 +19,7 @@ def hadamard_centers(bits: int, classes: int) -> np.ndarray:
     negation, so the min distance is bits/2 (bits when classes = 2 and bits = 1).
     """
     if bits & (bits - 1) or classes > 2 * bits:
-        raise ValueError(
+        raise InputError(
             "hadamard centers need bits to be a power of 2 and classes <= 2*bits, "
             f"got bits={bits}, classes={classes}")
     from scipy.linalg import hadamard
@@ -39,7 +40,7 @@ def random_centers(bits: int, classes: int, seed: int, draws: int | None = None)
     classes nearly fill the 2^bits possible codes. Ties between draws: the earliest.
     """
     if classes > 2.0 ** bits:
-        raise ValueError(f"random centers need classes <= 2^bits, got bits={bits}, classes={classes}")
+        raise InputError(f"random centers need classes <= 2^bits, got bits={bits}, classes={classes}")
     draws = random_draws(bits, classes) if draws is None else draws
     rng = np.random.default_rng(seed)
     best, best_dist = None, -1

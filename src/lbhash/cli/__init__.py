@@ -19,7 +19,7 @@ from lbhash.cli.toy import toy_mvb
 from lbhash.cli.train import train
 
 
-@click.group(cls=LbhashGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(name="lbhash", cls=LbhashGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="lbhash")
 def main() -> None:
     """Learn, evaluate and search binary hash codes (lower-bound objective, NeurIPS 2022)."""

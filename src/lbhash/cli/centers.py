@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from lbhash.errors import InputError
 
 KINDS_HELP = "auto, hadamard, bch, reed_solomon or random"
 
@@ -14,7 +15,7 @@ def _parse_int(value: str, name: str) -> int:
     try:
         return int(value)
     except ValueError:
-        raise ValueError(f"{name} must be an integer, got {value!r}") from None
+        raise InputError(f"{name} must be an integer, got {value!r}") from None
 
 
 @click.command()

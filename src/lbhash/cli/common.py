@@ -1,12 +1,23 @@
-"""Shared CLI plumbing: one-line errors with exit code 2 for bad input."""
+"""Shared CLI plumbing: one error path, and the parsers of list-valued options.
+
+User mistakes (lbhash.errors.InputError, a missing or unreadable file, a full disk, an option
+click cannot parse) print one line, `error: ...`, and exit with status 2. Every other
+exception is a bug and keeps its traceback.
+"""
 
 from __future__ import annotations
 
+import errno
+
 import click
 
+from lbhash.errors import InputError
 
-class InputError(click.ClickException):
-    """Bad input: printed as one line, exit code 2."""
+USER_OS_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError)
+
+
+class OneLineError(click.ClickException):
+    """Printed as one line, exit code 2."""
 
     exit_code = 2
 
@@ -14,16 +25,33 @@ class InputError(click.ClickException):
         click.echo(f"error: {self.format_message()}", err=True, file=file)
 
 
+def user_error_message(err: BaseException) -> str | None:
+    """The one-line message of a user mistake, or None for a bug."""
+    if isinstance(err, InputError):
+        return str(err)
+    if isinstance(err, click.UsageError) and not isinstance(err, OneLineError):
+        where = f" (see `{err.ctx.command_path} --help`)" if err.ctx is not None else ""
+        return err.format_message().replace("\n", " ") + where
+    if isinstance(err, OSError) and (isinstance(err, USER_OS_ERRORS) or err.errno in (errno.ENOSPC, errno.EDQUOT,
+                                                                                      errno.EROFS)):
+        name = err.filename if err.filename is not None else ""
+        return f"{name}: {err.strerror or err}" if name else str(err.strerror or err)
+    return None
+
+
 class LbhashGroup(click.Group):
-    """Turns ValueError (the library's bad-input error) into a one-line message, exit 2."""
+    """Turns user mistakes into a one-line message with exit 2 (see the module docstring)."""
 
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
-        except ValueError as err:
-            raise InputError(str(err)) from None
-        except FileNotFoundError as err:
-            raise InputError(f"{err.filename}: no such file") from None
+        except (click.exceptions.Exit, click.Abort, OneLineError):
+            raise
+        except Exception as err:  # noqa: BLE001 - re-raised unless it is a user mistake
+            message = user_error_message(err)
+            if message is None:
+                raise
+            raise OneLineError(message) from None
 
 
 def parse_topk(value: str) -> int | None:
@@ -33,9 +61,9 @@ def parse_topk(value: str) -> int | None:
     try:
         topk = int(value)
     except ValueError:
-        raise ValueError(f"--topk must be a positive integer or 'all', got {value!r}") from None
+        raise InputError(f"--topk must be a positive integer or 'all', got {value!r}") from None
     if topk <= 0:
-        raise ValueError(f"--topk must be a positive integer or 'all', got {value!r}")
+        raise InputError(f"--topk must be a positive integer or 'all', got {value!r}")
     return topk
 
 
@@ -43,7 +71,7 @@ def parse_int_list(value: str, name: str) -> list[int]:
     try:
         items = [int(v) for v in value.split(",") if v.strip()]
     except ValueError:
-        raise ValueError(f"{name} must be comma-separated integers, got {value!r}") from None
+        raise InputError(f"{name} must be comma-separated integers, got {value!r}") from None
     if not items:
-        raise ValueError(f"{name} must list at least one integer, got {value!r}")
+        raise InputError(f"{name} must list at least one integer, got {value!r}")
     return items

@@ -31,8 +31,7 @@ def demo(out: Path, bits: str, epochs: int, lr_step: int, seed: int) -> None:
     a few hundred steps, before the surrogate of CSQ_D has learned.
     """
     from lbhash.cli.common import parse_int_list
-    from lbhash.evaluate.runs import train_and_evaluate
-    from lbhash.train import TrainConfig
+    from lbhash.train import TrainConfig, train
 
     lengths = parse_int_list(bits, "--bits")
     rows = []
@@ -46,7 +45,7 @@ def demo(out: Path, bits: str, epochs: int, lr_step: int, seed: int) -> None:
             click.echo(f"training {name} at {b} bits ({epochs} epochs) -> {run_dir}")
             cfg = TrainConfig(data="digits", method="csq", lbhash=lbhash, bits=b, epochs=epochs,
                               lr_step=lr_step, seed=seed, progress=False)
-            m = train_and_evaluate(cfg, run_dir)
+            m = train(cfg, run_dir)
             ratio = m["lower_bound"]["ratio"]
             row[name] = (m["map"], float("inf") if ratio == "inf" else ratio,
                          m["run"]["seconds_per_epoch"])

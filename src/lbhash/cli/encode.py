@@ -14,18 +14,22 @@ import click
               show_default=True, help="With the run's own data: which part of its split.")
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Output .npz file.")
 @click.option("--accelerator", type=click.Choice(["cpu", "gpu"]), default="cpu", show_default=True)
+@click.option("--devices", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Processes (devices) that share the items; rank 0 writes the file.")
 @click.option("--precision", default="bf16-mixed", show_default=True,
               help="Autocast on a GPU (bf16-mixed, 16-mixed or 32-true); the CPU uses float32.")
 @click.option("--progress/--no-progress", default=True, show_default=True)
-def encode(run_dir: Path, data: str | None, part: str, out: Path, accelerator: str, precision: str,
-           progress: bool) -> None:
+def encode(run_dir: Path, data: str | None, part: str, out: Path, accelerator: str, devices: int,
+           precision: str, progress: bool) -> None:
     """Encode data with the model of RUN_DIR into packed codes.
 
     The output .npz holds `codes` (packed uint8, FAISS bit layout), `bits`, `ids` (item indices,
     or file paths for image data) and `labels` (class ids or multi-hot rows).
     """
-    from lbhash.train.restore import encode_run, save_encoded
+    from lbhash.train.rundir import encode_run, save_encoded
 
-    encoded = encode_run(run_dir, data, part, accelerator, precision, progress)
+    encoded = encode_run(run_dir, data, part, accelerator, precision, devices, progress)
+    if encoded is None:  # another rank of a multi-process run
+        return
     save_encoded(out, encoded)
     click.echo(f"encoded {len(encoded['codes'])} items to {encoded['bits']}-bit codes: {out}")

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from lbhash.cli.common import parse_int_list
+from lbhash.errors import InputError
 
 
 @click.command()
@@ -29,15 +30,15 @@ def reproduce(experiment, data, protocol, out, workers, methods, bits, seeds, ki
     Runs go to OUT/runs/EXPERIMENT/; a rerun skips finished runs and resumes unfinished ones.
     Build the report with `lbhash report OUT`.
     """
-    import yaml
+    from lbhash.train.config import parse_yaml
 
     from lbhash.reproduce.experiments import Context, configure
     from lbhash.reproduce.meta import update_meta
 
     if experiment != "toy" and not data:
-        raise ValueError(f"experiment {experiment} needs --data")
+        raise InputError(f"experiment {experiment} needs --data")
     if workers < 1:
-        raise ValueError(f"--workers must be a positive integer, got {workers}")
+        raise InputError(f"--workers must be a positive integer, got {workers}")
     spec_values: dict = {}
     if methods:
         spec_values["methods"] = tuple(m.strip() for m in methods.split(",") if m.strip())
@@ -51,8 +52,8 @@ def reproduce(experiment, data, protocol, out, workers, methods, bits, seeds, ki
     for item in settings:
         key, sep, value = item.partition("=")
         if not sep:
-            raise ValueError(f"--set must look like KEY=VALUE, got {item!r}")
-        overrides[key.strip().replace("-", "_")] = yaml.safe_load(value)
+            raise InputError(f"--set must look like KEY=VALUE, got {item!r}")
+        overrides[key.strip().replace("-", "_")] = parse_yaml(value, f"--set {item}")
     if epochs is not None:
         if experiment == "timing":
             spec_values["epochs"] = epochs

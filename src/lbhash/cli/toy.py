@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from lbhash.cli.common import parse_int_list
+from lbhash.errors import InputError
 
 INPUTS_NOTE = (
     "Inputs: each training/evaluation sample is a code b in {-1,+1}^bits drawn from the true "
@@ -24,7 +25,7 @@ INPUTS_NOTE = (
 def parse_bits(value: str) -> list[int]:
     choices = {"8": [8], "16": [16], "both": [8, 16]}
     if value.lower() not in choices:
-        raise ValueError(f"--bits must be 8, 16 or both, got {value!r}")
+        raise InputError(f"--bits must be 8, 16 or both, got {value!r}")
     return choices[value.lower()]
 
 
@@ -53,7 +54,7 @@ def toy_mvb(bits: str, train_samples: int, eval_samples: str, noise: float, epoc
     import time
 
     from lbhash._io import write_json
-    from lbhash.toy import ToyConfig, format_table, paper_comparison, plot_toy, run_toy
+    from lbhash.reproduce.toy import ToyConfig, format_table, paper_comparison, plot_toy, run_toy
 
     # Validate every setting before any training starts
     configs = [ToyConfig(bits=b, train_samples=train_samples,

@@ -1,15 +1,19 @@
 """Data sets and split protocols.
 
+- `base`: HashDataset, the contract every data set implements (labels, splits, subsets, the
+  model input it gives, training and encoding batches);
 - `features`: ArrayDataset, feature files (.npz/.npy/.mat) and the bundled digits set;
 - `images`: ImageDataset and check_images; `image_loaders`: CIFAR-10 pickles, class-folder
-  trees (on disk or in a tarball) and DeepHash list files; `image_sources`: the readers;
+  trees (on disk or in a tarball) and DeepHash list files; `image_arrays`: uint8 image arrays
+  in .npz files; `image_sources`: the readers; `batches`: training and encoding batches;
 - `spec`: data-spec strings (`digits`, `features:PATH?x=feat&y=labels`, `cifar10:PATH`,
-  `images:PATH`, `list:DIR?root=PATH&preset=nuswide21`) and their kind registry;
-- `protocols`: seeded train/query/database splits (SPEC §7), saved with a run;
+  `images:PATH`, `image-array:PATH`, `list:DIR?root=PATH&preset=nuswide21`) and their registry;
+- `protocols`: seeded train/query/database splits (paper Sec. 6.1.1), saved with a run;
 - `transforms`: image transforms and the torch Dataset view (imports torch; not loaded here,
   so `import lbhash.data` stays light; its names are still reachable as attributes).
 """
 
+from lbhash.data.base import INPUT_KINDS, HashDataset, InputOptions
 from lbhash.data.features import (
     CLASS_NAME_KEYS,
     DEQUANTIZE_MODES,
@@ -21,6 +25,7 @@ from lbhash.data.features import (
     load_digits,
     load_features,
 )
+from lbhash.data.image_arrays import load_image_arrays
 from lbhash.data.image_loaders import LIST_PRESETS, ListPreset, load_cifar10, load_image_folder, load_image_lists
 from lbhash.data.images import CACHE_LIMIT_BYTES, CACHE_MODES, ImageDataset, check_images
 from lbhash.data.protocols import (
@@ -40,6 +45,7 @@ _TRANSFORM_NAMES = ("build_transforms", "TRANSFORM_PRESETS", "IMAGENET_MEAN", "I
                     "TransformedImages")
 
 __all__ = [
+    "HashDataset", "InputOptions", "INPUT_KINDS", "load_image_arrays",
     "ArrayDataset", "load_features", "load_digits", "count_unlabelled", "load_data",
     "parse_data_spec", "register_data_kind", "DataSpec", "DataKind", "DATA_KINDS",
     "ImageDataset", "check_images", "load_cifar10", "load_image_folder", "load_image_lists",

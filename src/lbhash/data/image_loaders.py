@@ -26,6 +26,7 @@ from lbhash.data.image_sources import (
 )
 from lbhash.data.images import ImageDataset
 from lbhash.labels import as_multihot
+from lbhash.errors import InputError
 
 LIST_FILES = (("train", "train.txt"), ("query", "test.txt"), ("database", "database.txt"))
 
@@ -60,9 +61,9 @@ def load_image_folder(path: str | os.PathLike, cache: str = "auto", name: str | 
         source = open_tarball(p, keep=is_image_name)
         names = [n.decode("utf-8", "surrogateescape") for n in source.names]
     elif p.exists():
-        raise ValueError(f"{p}: not a directory or a tarball (.tar, .tar.gz, .tgz, .tar.bz2, .tar.xz)")
+        raise InputError(f"{p}: not a directory or a tarball (.tar, .tar.gz, .tgz, .tar.bz2, .tar.xz)")
     else:
-        raise ValueError(f"{p}: no such file or directory")
+        raise InputError(f"{p}: no such file or directory")
     return _tree_dataset(source, names, p, cache, name or f"images:{p.name}")
 
 
@@ -93,7 +94,7 @@ def load_cifar10(path: str | os.PathLike, cache: str = "auto") -> ImageDataset:
         if "data_batch_1" in members:
             def read(b):
                 if b not in members:
-                    raise ValueError(f"{p}: no member {b} (a CIFAR-10 python archive holds {', '.join(CIFAR_FILES)})")
+                    raise InputError(f"{p}: no member {b} (a CIFAR-10 python archive holds {', '.join(CIFAR_FILES)})")
                 return tar.read(members[b])
             batches = read, (lambda b: tar.where(members[b]) if b in members else f"{p}:{b}")
     if batches is not None:
@@ -105,7 +106,7 @@ def load_cifar10(path: str | os.PathLike, cache: str = "auto") -> ImageDataset:
     else:
         ds = load_image_folder(p, cache, name="cifar10")
     if ds.num_classes != 10:
-        raise ValueError(f"{p}: CIFAR-10 has 10 classes, found {ds.num_classes}")
+        raise InputError(f"{p}: CIFAR-10 has 10 classes, found {ds.num_classes}")
     return ds
 
 
@@ -120,11 +121,11 @@ def load_image_lists(directory: str | os.PathLike, root: str | os.PathLike | Non
     """
     d = Path(directory).expanduser()
     if not d.is_dir():
-        raise ValueError(f"{d}: not a directory (expected one holding train.txt, test.txt and database.txt)")
+        raise InputError(f"{d}: not a directory (expected one holding train.txt, test.txt and database.txt)")
     pre = None
     if preset is not None:
         if preset not in LIST_PRESETS:
-            raise ValueError(f"unknown list preset {preset!r} (known: {', '.join(LIST_PRESETS)})")
+            raise InputError(f"unknown list preset {preset!r} (known: {', '.join(LIST_PRESETS)})")
         pre = LIST_PRESETS[preset]
     num_labels = pre.num_labels if pre else None
     index: dict[str, int] = {}
@@ -132,16 +133,16 @@ def load_image_lists(directory: str | os.PathLike, root: str | os.PathLike | Non
     for part, fname in LIST_FILES:
         f = d / fname
         if not f.is_file():
-            raise ValueError(f"{d}: no {fname} (a list directory holds train.txt, test.txt and database.txt)")
+            raise InputError(f"{d}: no {fname} (a list directory holds train.txt, test.txt and database.txt)")
         paths, labels, lines = read_list_file(f, num_labels)
         if not paths:
-            raise ValueError(f"{f}: lists no images")
+            raise InputError(f"{f}: lists no images")
         num_labels = labels.shape[1]
         if pre is not None and not pre.multi_label:
             counts = labels.sum(axis=1)
             if (counts != 1).any():
                 k = int(np.flatnonzero(counts != 1)[0])
-                raise ValueError(f"{f}:{lines[k]}: {int(counts[k])} labels, but preset {pre.name} is single-label")
+                raise InputError(f"{f}:{lines[k]}: {int(counts[k])} labels, but preset {pre.name} is single-label")
         pos = []
         for p, row, line in zip(paths, labels, lines):
             k = index.get(p)
@@ -150,7 +151,7 @@ def load_image_lists(directory: str | os.PathLike, root: str | os.PathLike | Non
                 rows.append(row)
                 first.append(f"{f}:{line}")
             elif not np.array_equal(rows[k], row):
-                raise ValueError(f"{f}:{line}: {p} has other labels than at {first[k]}")
+                raise InputError(f"{f}:{line}: {p} has other labels than at {first[k]}")
             pos.append(k)
         parts[part] = np.array(list(dict.fromkeys(pos)), dtype=np.int64)  # a repeated line counts once
     names = list(index)
@@ -166,7 +167,7 @@ def _list_source(root: Path, names: list[str]):
     if root.is_dir():
         return FileSource(root, names)
     if not is_tarball(root):
-        raise ValueError(f"{root}: image root is not a directory or a tarball")
+        raise InputError(f"{root}: image root is not a directory or a tarball")
     tar = open_tarball(root)
     member = {n.decode("utf-8", "surrogateescape"): k for k, n in enumerate(tar.names)}
     pos = np.array([member.get(n, -1) for n in names], dtype=np.int64)
@@ -181,4 +182,4 @@ def _read_file(path: Path) -> bytes:
     try:
         return path.read_bytes()
     except OSError as err:
-        raise ValueError(f"{path}: cannot read ({err.strerror or err})") from None
+        raise InputError(f"{path}: cannot read ({err.strerror or err})") from None

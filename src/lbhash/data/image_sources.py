@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image
+from lbhash.errors import InputError
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm", ".pbm")
 # Members of a compressed tarball are held in memory (gzip has no random access): at most this.
@@ -43,7 +44,7 @@ def decode_image(data: bytes, where: str, draft: bool = False) -> np.ndarray:
             rgb = im if im.mode == "RGB" else im.convert("RGB")  # alpha is dropped, not blended
             return np.array(rgb)  # writable (asarray would wrap PIL's read-only bytes)
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as err:
-        raise ValueError(f"{where}: cannot decode image ({_one_line(err)})") from None
+        raise InputError(f"{where}: cannot decode image ({_one_line(err)})") from None
 
 
 def _one_line(err: BaseException) -> str:
@@ -69,7 +70,7 @@ class FileSource:
             with open(path, "rb") as fh:
                 return fh.read()
         except OSError as err:
-            raise ValueError(f"{path}: cannot read image ({err.strerror or _one_line(err)})") from None
+            raise InputError(f"{path}: cannot read image ({err.strerror or _one_line(err)})") from None
 
 
 class TarSource:
@@ -94,12 +95,12 @@ class TarSource:
     def read(self, i: int) -> bytes:
         offset, size = int(self.offsets[i]), int(self.sizes[i])
         if offset < 0:
-            raise ValueError(f"{self.where(i)}: no such member in the tarball")
+            raise InputError(f"{self.where(i)}: no such member in the tarball")
         if self._pid != os.getpid():  # first use in this process
             self._fd, self._pid = os.open(self.path, os.O_RDONLY), os.getpid()
         data = os.pread(self._fd, size, offset)
         if len(data) != size:
-            raise ValueError(f"{self.where(i)}: truncated tarball ({len(data)} of {size} bytes)")
+            raise InputError(f"{self.where(i)}: truncated tarball ({len(data)} of {size} bytes)")
         return data
 
     def __getstate__(self):
@@ -120,7 +121,7 @@ class BlobSource(TarSource):
     def read(self, i: int) -> bytes:
         offset = int(self.offsets[i])
         if offset < 0:
-            raise ValueError(f"{self.where(i)}: no such member in the tarball")
+            raise InputError(f"{self.where(i)}: no such member in the tarball")
         return self.blob[offset:offset + int(self.sizes[i])].tobytes()
 
 
@@ -151,7 +152,7 @@ def open_tarball(path: Path, keep=None) -> TarSource:
                     raise EOFError("unexpected end of data")
                 total += len(data)
                 if total > MAX_TAR_MEMORY:
-                    raise ValueError(f"{path}: its images exceed {MAX_TAR_MEMORY >> 30} GiB, too much to hold "
+                    raise InputError(f"{path}: its images exceed {MAX_TAR_MEMORY >> 30} GiB, too much to hold "
                                      "in memory from a compressed tarball; decompress it to a .tar (read in place) "
                                      "or unpack it")
                 names.append(name)
@@ -161,7 +162,7 @@ def open_tarball(path: Path, keep=None) -> TarSource:
         blob = np.frombuffer(b"".join(chunks), dtype=np.uint8)
         return BlobSource(path, _names(names), offsets, sizes, blob)
     except (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError, OSError) as err:
-        raise ValueError(f"{path}: truncated or corrupt tarball ({_one_line(err)})") from None
+        raise InputError(f"{path}: truncated or corrupt tarball ({_one_line(err)})") from None
 
 
 def _index_plain_tar(path: Path, keep) -> TarSource:
@@ -219,7 +220,7 @@ def class_tree(names: list[str], where: str):
     paths = [(i, n.split("/")) for i, n in enumerate(names)
              if is_image_name(n) and not any(p.startswith(".") for p in n.split("/"))]
     if not paths:
-        raise ValueError(f"{where}: no images found (expected train/<class>/*, test/<class>/* or <class>/*)")
+        raise InputError(f"{where}: no images found (expected train/<class>/*, test/<class>/* or <class>/*)")
     while len({p[0] for _, p in paths}) == 1 and paths[0][1][0] not in SPLIT_DIRS \
             and all(len(p) >= 3 for _, p in paths):
         paths = [(i, p[1:]) for i, p in paths]
@@ -227,14 +228,14 @@ def class_tree(names: list[str], where: str):
     split = bool(tops & set(SPLIT_DIRS))
     if split:
         if {"test", "val"} <= tops:
-            raise ValueError(f"{where}: has both test/ and val/; keep one of them as the test part")
+            raise InputError(f"{where}: has both test/ and val/; keep one of them as the test part")
         extra = sorted(tops - set(SPLIT_DIRS))
         if extra:
-            raise ValueError(f"{where}: unexpected top-level folder {extra[0]!r} beside train/test")
+            raise InputError(f"{where}: unexpected top-level folder {extra[0]!r} beside train/test")
     depth = 3 if split else 2
     for i, p in paths:
         if len(p) < depth:
-            raise ValueError(f"{where}: image {names[i]!r} is not inside a class folder")
+            raise InputError(f"{where}: image {names[i]!r} is not inside a class folder")
     cls = [p[depth - 2] for _, p in paths]
     class_names = sorted(set(cls))
     ids = {c: k for k, c in enumerate(class_names)}
@@ -297,15 +298,15 @@ def _unpickle(data: bytes, where: str) -> dict:
     try:
         obj = _CifarUnpickler(io.BytesIO(data), encoding="bytes").load()
     except Exception as err:  # whatever a malformed pickle raises, never run further
-        raise ValueError(f"{where}: not a CIFAR-10 python batch ({_one_line(err)})") from None
+        raise InputError(f"{where}: not a CIFAR-10 python batch ({_one_line(err)})") from None
     if not isinstance(obj, dict):
-        raise ValueError(f"{where}: not a CIFAR-10 python batch (holds {type(obj).__name__}, not a dict)")
+        raise InputError(f"{where}: not a CIFAR-10 python batch (holds {type(obj).__name__}, not a dict)")
     return {(k.decode("latin1") if isinstance(k, bytes) else k): v for k, v in obj.items()}
 
 
 def _get(d: dict, key: str, where: str):
     if key not in d:
-        raise ValueError(f"{where}: no {key!r} entry (keys: {', '.join(map(str, d))})")
+        raise InputError(f"{where}: no {key!r} entry (keys: {', '.join(map(str, d))})")
     return d[key]
 
 
@@ -323,13 +324,13 @@ def read_cifar_batches(read, where):
         d, w = _unpickle(read(batch), where(batch)), where(batch)
         data = _get(d, "data", w)
         if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072:
-            raise ValueError(f"{w}: 'data' must be a uint8 (N, 3072) array, got "
+            raise InputError(f"{w}: 'data' must be a uint8 (N, 3072) array, got "
                              f"{getattr(data, 'dtype', type(data).__name__)} {getattr(data, 'shape', '')}")
         labels = np.asarray(_get(d, "labels", w))
         if labels.shape != (len(data),) or labels.dtype.kind not in "iu":
-            raise ValueError(f"{w}: 'labels' must be {len(data)} integers, got shape {labels.shape}")
+            raise InputError(f"{w}: 'labels' must be {len(data)} integers, got shape {labels.shape}")
         if len(labels) and (labels.min() < 0 or labels.max() >= len(names)):
-            raise ValueError(f"{w}: label {int(labels.max())} out of range for {len(names)} class names")
+            raise InputError(f"{w}: label {int(labels.max())} out of range for {len(names)} class names")
         pixels.append(data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))  # R, G, B planes -> HWC
         ids.append(labels.astype(np.int64))
         test.append(np.full(len(data), batch == "test_batch"))
@@ -346,7 +347,7 @@ def read_list_file(path: Path, num_labels: int | None):
     try:
         text = path.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path}: cannot read list file ({_one_line(err)})") from None
+        raise InputError(f"{path}: cannot read list file ({_one_line(err)})") from None
     paths, rows, lines = [], [], []
     for lineno, line in enumerate(text.splitlines(), 1):
         tokens = line.split()
@@ -356,12 +357,12 @@ def read_list_file(path: Path, num_labels: int | None):
         if num_labels is None:
             num_labels = len(values)
             if num_labels == 0:
-                raise ValueError(f"{path}:{lineno}: no label values after the path")
+                raise InputError(f"{path}:{lineno}: no label values after the path")
         if len(values) != num_labels:
-            raise ValueError(f"{path}:{lineno}: {len(values)} label values, expected {num_labels}")
+            raise InputError(f"{path}:{lineno}: {len(values)} label values, expected {num_labels}")
         bad = next((v for v in values if v not in ("0", "1")), None)
         if bad is not None:
-            raise ValueError(f"{path}:{lineno}: label value {bad!r} is not 0 or 1")
+            raise InputError(f"{path}:{lineno}: label value {bad!r} is not 0 or 1")
         paths.append(posixpath.normpath(tokens[0]))
         rows.append([v == "1" for v in values])
         lines.append(lineno)

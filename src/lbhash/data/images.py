@@ -1,4 +1,4 @@
-"""Image data sets (SPEC §7): ImageDataset and check_images (loaders: image_loaders).
+"""Image data sets: ImageDataset and check_images (loaders: image_loaders, image_arrays).
 
 Small sets of same-sized images are decoded once into a uint8 cache; others are decoded per
 item (by DataLoader workers). torch is imported only by `torch_dataset`
@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from PIL import Image
 
-from lbhash.data.features import _flags
-from lbhash.data.image_sources import decode_image
+from lbhash.data.base import (HashDataset, InputOptions, check_class_names, check_indices,
+                              split_flags)
+from lbhash.data.image_sources import decode_image, take
+from lbhash.errors import InputError
 from lbhash.labels import as_multihot
 
 CACHE_MODES = ("auto", "on", "off")
@@ -26,8 +28,8 @@ _SKIP_HINT = "skip_bad=True (--skip-bad-images) leaves unreadable images out"
 
 
 @dataclass(eq=False)
-class ImageDataset:
-    """Images plus labels; read by protocols and training like ArrayDataset.
+class ImageDataset(HashDataset):
+    """Images plus labels.
 
     The pixels come either from `pixels` ((n, H, W, 3) uint8, decoded) or from `source`
     (encoded bytes per item, see image_sources). `parts` is an explicit train/query/database
@@ -46,6 +48,7 @@ class ImageDataset:
     topk: int | None = None
     declared_multi_label: bool | None = None
     cache: str = "auto"
+    input_kind = "images"
     _bad: np.ndarray | None = field(default=None, init=False, repr=False)  # cache slots that failed
     _no_cache: bool = field(default=False, init=False, repr=False)
 
@@ -53,32 +56,21 @@ class ImageDataset:
         self.labels = as_multihot(self.labels, f"{self.name}: labels")
         n = len(self.labels)
         if self.is_test is not None:
-            self.is_test = _flags(self.is_test, n, self.name, "is_test")
-        if self.class_names is not None:
-            self.class_names = [str(c) for c in self.class_names]
-            if len(self.class_names) != self.num_classes:
-                raise ValueError(f"{self.name}: {len(self.class_names)} class names for "
-                                 f"{self.num_classes} label columns")
+            self.is_test = split_flags(self.is_test, n, self.name, "is_test")
+        self.class_names = check_class_names(self.class_names, self.num_classes, self.name)
         if self.cache not in CACHE_MODES:
-            raise ValueError(f"{self.name}: cache must be one of {', '.join(CACHE_MODES)}, got {self.cache!r}")
+            raise InputError(f"{self.name}: cache must be one of {', '.join(CACHE_MODES)}, got {self.cache!r}")
         if (self.source is None) == (self.pixels is None):
-            raise ValueError(f"{self.name}: give exactly one of source and pixels")
+            raise InputError(f"{self.name}: give exactly one of source and pixels")
         if self.pixels is not None:
             px = self.pixels
             if px.dtype != np.uint8 or px.ndim != 4 or px.shape[3] != 3 or len(px) != n:
-                raise ValueError(f"{self.name}: pixels must be uint8 ({n}, H, W, 3), got {px.dtype} {px.shape}")
+                raise InputError(f"{self.name}: pixels must be uint8 ({n}, H, W, 3), got {px.dtype} {px.shape}")
             px.flags.writeable = False  # a shared cache: nobody writes to it
         elif len(self.source) != n:
-            raise ValueError(f"{self.name}: {len(self.source)} images for {n} label rows")
+            raise InputError(f"{self.name}: {len(self.source)} images for {n} label rows")
         if self.parts is not None:
             self.parts = _check_parts(self.parts, n, self.name)
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    @property
-    def num_classes(self) -> int:
-        return int(self.labels.shape[1])
 
     @property
     def multi_label(self) -> bool:
@@ -122,7 +114,43 @@ class ImageDataset:
         from lbhash.data.transforms import TransformedImages
 
         self.preload()
-        return TransformedImages(self, _indices(self, indices), transform)
+        return TransformedImages(self, check_indices(self, indices), transform)
+
+    # --- the HashDataset contract ----------------------------------------------------------
+
+    def subset(self, indices) -> ImageDataset:
+        idx = check_indices(self, indices)
+        parts = None if self.parts is None else _subset_parts(self.parts, idx)
+        common = dict(labels=self.labels[idx], is_test=None if self.is_test is None else self.is_test[idx],
+                      name=self.name, class_names=self.class_names, parts=parts, topk=self.topk,
+                      declared_multi_label=self.declared_multi_label, cache=self.cache)
+        if self.pixels is not None and self._bad is None:
+            return ImageDataset(pixels=np.ascontiguousarray(self.pixels[idx]), **common)
+        return ImageDataset(source=take(self.source, idx), **common)
+
+    def item_ids(self, indices) -> np.ndarray:
+        """Each item's file (or TARBALL:MEMBER); row numbers for in-memory pixels."""
+        idx = check_indices(self, indices)
+        return idx if self.source is None else np.array([self.source.where(int(i)) for i in idx])
+
+    def check_items(self, indices, skip_bad: bool = False) -> tuple[np.ndarray, int]:
+        return check_images(self, indices, skip_bad=skip_bad)
+
+    def train_batches(self, indices, batch_size: int, device="cpu", rank: int = 0, world_size: int = 1,
+                      options: InputOptions = InputOptions()):
+        from lbhash.data.batches import LoaderBatches
+
+        dataset = self.torch_dataset(indices, _transform(options, train=True))
+        return LoaderBatches(dataset, batch_size, device, options.num_workers, rank, world_size,
+                             options.channels_last)
+
+    def encode_batches(self, indices, options: InputOptions = InputOptions(), device="cpu",
+                       progress: bool = False, batch_size: int | None = None):
+        from lbhash.data.batches import loader_inputs
+
+        dataset = self.torch_dataset(indices, _transform(options, train=False))
+        return loader_inputs(dataset, batch_size or max(options.batch_size, 256), device, options.num_workers,
+                             options.channels_last, progress)
 
     def _cache_shape(self) -> tuple[int, int, int] | None:
         if self.pixels is not None or self.cache == "off" or self._no_cache or not len(self):
@@ -163,7 +191,7 @@ class ImageDataset:
                     img = decode_image(self.source.read(i), self.source.where(i))
                 except ValueError as err:
                     if required is not None and required[i] and not skip_bad:
-                        raise ValueError(f"{err}; {_SKIP_HINT}") from None
+                        raise InputError(f"{err}; {_SKIP_HINT}") from None
                     bad[i] = True
                     continue
                 if pixels is None:
@@ -171,7 +199,7 @@ class ImageDataset:
                 if img.shape == pixels.shape[1:]:
                     pixels[i] = img
                 elif self.cache == "on":
-                    raise ValueError(f"{self.source.where(i)}: is {img.shape[1]}x{img.shape[0]}, but cache=on needs "
+                    raise InputError(f"{self.source.where(i)}: is {img.shape[1]}x{img.shape[0]}, but cache=on needs "
                                      f"every image the size of the first ({shape[1]}x{shape[0]})")
                 else:
                     pixels, self._no_cache = None, True
@@ -202,7 +230,7 @@ class ImageDataset:
                 for i, err in zip(block, pool.map(check, block)):
                     if err is not None:
                         if not skip_bad:
-                            raise ValueError(f"{err}; {_SKIP_HINT}")
+                            raise InputError(f"{err}; {_SKIP_HINT}")
                         bad[i] = True
                 bar.update(len(block))
         return bad
@@ -218,7 +246,7 @@ def check_images(dataset: ImageDataset, indices=None, skip_bad: bool = False, pr
     decoded into it here (all items). Others are decoded item by item in `workers` threads
     (JPEG at reduced scale), about 1-2 ms per ImageNet-sized JPEG per thread.
     """
-    idx = _indices(dataset, indices)
+    idx = check_indices(dataset, indices)
     if dataset.source is None or not len(idx):
         return idx, 0
     if dataset.pixels is not None:
@@ -227,7 +255,7 @@ def check_images(dataset: ImageDataset, indices=None, skip_bad: bool = False, pr
             try:
                 dataset.image(idx[bad[idx]][0])
             except ValueError as err:
-                raise ValueError(f"{err}; {_SKIP_HINT}") from None
+                raise InputError(f"{err}; {_SKIP_HINT}") from None
     else:
         shape = dataset._cache_shape()
         if shape is not None:
@@ -239,34 +267,34 @@ def check_images(dataset: ImageDataset, indices=None, skip_bad: bool = False, pr
     return idx[~bad[idx]], int(bad[idx].sum())
 
 
+def _transform(options: InputOptions, train: bool):
+    from lbhash.data.transforms import build_transforms
+
+    return build_transforms(options.transform, options.image_size, train=train)
+
+
+def _subset_parts(parts: dict[str, np.ndarray], idx: np.ndarray) -> dict[str, np.ndarray] | None:
+    """Parts of a subset: each part's items that the subset holds, as positions in it."""
+    position = {int(i): k for k, i in enumerate(idx)}
+    return {key: np.array([position[int(i)] for i in part if int(i) in position], dtype=np.int64)
+            for key, part in parts.items()}
+
+
 def _quiet(n: int, progress: bool | None):
     # None: a bar for long jobs, and only on a terminal (tqdm's disable=None)
     return (not progress) if progress is not None else (True if n < 10000 else None)
 
 
-def _indices(dataset, indices) -> np.ndarray:
-    if indices is None:
-        return np.arange(len(dataset), dtype=np.int64)
-    idx = np.asarray(indices)
-    if idx.ndim != 1 or (idx.size and idx.dtype.kind not in "iu"):
-        raise ValueError(f"{dataset.name}: indices must be a 1-D integer array, "
-                         f"got shape {idx.shape} dtype {idx.dtype}")
-    idx = idx.astype(np.int64)
-    if idx.size and (idx.min() < 0 or idx.max() >= len(dataset)):
-        raise ValueError(f"{dataset.name}: index out of range for {len(dataset)} items")
-    return idx
-
-
 def _check_parts(parts: dict, n: int, name: str) -> dict[str, np.ndarray]:
     if set(parts) != set(PARTS):
-        raise ValueError(f"{name}: parts must have keys train, query, database, got {', '.join(parts)}")
+        raise InputError(f"{name}: parts must have keys train, query, database, got {', '.join(parts)}")
     out = {}
     for key in PARTS:
         idx = np.asarray(parts[key])
         if idx.ndim != 1 or (idx.size and idx.dtype.kind not in "iu"):
-            raise ValueError(f"{name}: part {key} must be a 1-D integer array")
+            raise InputError(f"{name}: part {key} must be a 1-D integer array")
         idx = idx.astype(np.int64)
         if idx.size and (idx.min() < 0 or idx.max() >= n or len(np.unique(idx)) != len(idx)):
-            raise ValueError(f"{name}: part {key} must hold unique indices below {n}")
+            raise InputError(f"{name}: part {key} must hold unique indices below {n}")
         out[key] = idx
     return out

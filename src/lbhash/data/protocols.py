@@ -1,7 +1,7 @@
-"""Train / query / database splits (SPEC §7), drawn with an explicit seed and saved with a run.
+"""Train / query / database splits (paper Sec. 6.1.1; docs/data.md), drawn with an explicit seed and saved with a run.
 
-A protocol is named ("cifar10", "cifar10-1", "cifar10-2", "digits", "given", "lists") or
-parametrised ("per-class:T,Q", "per-class:T,Q,+train", "random:T,Q"). Per-class protocols
+A protocol is named ("cifar10", "cifar10-1", "cifar10-2", "digits", "given", "lists",
+"all-train") or parametrised ("per-class:T,Q", "per-class:T,Q,+train", "random:T,Q"). Per-class protocols
 shuffle each class with the seed and take its first T items for training and the next Q as
 queries.
 """
@@ -16,6 +16,7 @@ import numpy as np
 
 from lbhash import _io
 from lbhash.labels import as_multihot
+from lbhash.errors import InputError
 
 SPLIT_FORMAT = "lbhash-split/1"
 
@@ -25,7 +26,7 @@ class ProtocolSpec:
     """A parsed protocol: how many items per class (or in all) go where."""
 
     name: str
-    kind: str                     # "per-class", "given", "lists" or "random"
+    kind: str                     # "per-class", "given", "lists", "all-train" or "random"
     train: int = 0                # per class for "per-class", in all for "random"
     query: int = 0
     include_train: bool = False   # the database holds the training items too
@@ -43,6 +44,8 @@ _NAMED = {
     "given": ProtocolSpec("given", "given"),
     # the data set's own train/query/database lists (DeepHash list files); R from its preset
     "lists": ProtocolSpec("lists", "lists"),
+    # every item trains; no query or database (a model for production, evaluated elsewhere)
+    "all-train": ProtocolSpec("all-train", "all-train"),
 }
 PROTOCOLS = tuple(_NAMED)
 PARAMETRIC_PROTOCOLS = ("per-class:T,Q", "per-class:T,Q,+train", "random:T,Q")
@@ -80,30 +83,30 @@ class Split:
     def check(self, num_items: int, name: str = "data set") -> None:
         """Raise if this split does not fit a data set of `num_items` items."""
         if self.num_items is not None and self.num_items != num_items:
-            raise ValueError(f"split {self.protocol!r} was drawn from {self.num_items} items but {name} has {num_items}")
+            raise InputError(f"split {self.protocol!r} was drawn from {self.num_items} items but {name} has {num_items}")
         for part in ("train", "query", "database"):
             idx = getattr(self, part)
             if idx.size and (idx.min() < 0 or idx.max() >= num_items):
-                raise ValueError(f"split {self.protocol!r}: {part} index out of range for {name} of {num_items} items")
+                raise InputError(f"split {self.protocol!r}: {part} index out of range for {name} of {num_items} items")
 
 
 def parse_protocol(protocol: str) -> ProtocolSpec:
     """Parse a protocol name; one-line ValueError listing the accepted forms."""
     if not isinstance(protocol, str):
-        raise ValueError(f"protocol must be a string, got {protocol!r}")
+        raise InputError(f"protocol must be a string, got {protocol!r}")
     text = protocol.strip()
     if text in _NAMED:
         return _NAMED[text]
     m = _PARAMETRIC.match(text)
     if m is None:
-        raise ValueError(f"unknown protocol {protocol!r} (named: {', '.join(PROTOCOLS)}; "
+        raise InputError(f"unknown protocol {protocol!r} (named: {', '.join(PROTOCOLS)}; "
                          f"or {', '.join(PARAMETRIC_PROTOCOLS)})")
     kind, train, query, plus = m.group(1), int(m.group(2)), int(m.group(3)), m.group(4)
     if kind == "random" and plus:
-        raise ValueError(f"protocol {protocol!r}: random: already puts the training items in the database; "
+        raise InputError(f"protocol {protocol!r}: random: already puts the training items in the database; "
                          "drop ',+train'")
     if train < 1 or query < 1:
-        raise ValueError(f"protocol {protocol!r}: train and query counts must be at least 1")
+        raise InputError(f"protocol {protocol!r}: train and query counts must be at least 1")
     return ProtocolSpec(text, kind, train, query, include_train=bool(plus) or kind == "random")
 
 
@@ -113,20 +116,22 @@ def make_split(dataset, protocol: str, seed: int) -> Split:
     The same seed gives the same split. Per-class protocols need single-label data.
     """
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+        raise InputError(f"seed must be a non-negative integer, got {seed!r}")
     seed = int(seed)
     spec = parse_protocol(protocol)
     name = getattr(dataset, "name", "data set")
     labels = as_multihot(dataset.labels, f"{name}: labels")
     n = len(labels)
     if n == 0:
-        raise ValueError(f"protocol {spec.name!r}: {name} is empty")
+        raise InputError(f"protocol {spec.name!r}: {name} is empty")
     topk = spec.topk
     if spec.kind == "given":
         train, query, database = _given(dataset, spec, name)
     elif spec.kind == "lists":
         train, query, database = _lists(dataset, spec, name)
         topk = getattr(dataset, "topk", None)
+    elif spec.kind == "all-train":
+        train, query, database = np.arange(n), np.zeros(0, np.int64), np.zeros(0, np.int64)
     elif spec.kind == "random":
         train, query, database = _random(n, spec, seed, name)
     else:
@@ -142,29 +147,29 @@ def make_split(dataset, protocol: str, seed: int) -> Split:
 def _given(dataset, spec: ProtocolSpec, name: str):
     is_test = getattr(dataset, "is_test", None)
     if is_test is None:
-        raise ValueError(f"protocol {spec.name!r} needs the data set's own train/test split, but {name} has none; "
+        raise InputError(f"protocol {spec.name!r} needs the data set's own train/test split, but {name} has none; "
                          "use 'per-class:T,Q' or 'random:T,Q'")
     is_test = np.asarray(is_test, dtype=bool)
     train, query = np.flatnonzero(~is_test), np.flatnonzero(is_test)
     for part, idx in (("train", train), ("test", query)):
         if idx.size == 0:
-            raise ValueError(f"protocol {spec.name!r}: the {part} part of {name}'s own split is empty")
+            raise InputError(f"protocol {spec.name!r}: the {part} part of {name}'s own split is empty")
     return train, query, train.copy()
 
 
 def _lists(dataset, spec: ProtocolSpec, name: str):
     parts = getattr(dataset, "parts", None)
     if parts is None:
-        raise ValueError(f"protocol {spec.name!r} needs the data set's own train/query/database lists, but {name} "
+        raise InputError(f"protocol {spec.name!r} needs the data set's own train/query/database lists, but {name} "
                          "has none (list files give them); use 'given', 'per-class:T,Q' or 'random:T,Q'")
     n = len(dataset.labels)
     out = []
     for part in ("train", "query", "database"):
         idx = np.asarray(parts[part], dtype=np.int64)
         if idx.size == 0:
-            raise ValueError(f"protocol {spec.name!r}: the {part} list of {name} is empty")
+            raise InputError(f"protocol {spec.name!r}: the {part} list of {name} is empty")
         if idx.min() < 0 or idx.max() >= n or len(np.unique(idx)) != len(idx):
-            raise ValueError(f"protocol {spec.name!r}: the {part} list of {name} must hold unique indices below {n}")
+            raise InputError(f"protocol {spec.name!r}: the {part} list of {name} must hold unique indices below {n}")
         out.append(np.sort(idx))
     return tuple(out)
 
@@ -172,7 +177,7 @@ def _lists(dataset, spec: ProtocolSpec, name: str):
 def _random(n: int, spec: ProtocolSpec, seed: int, name: str):
     # Queries first, then training items from the rest: train is a sample of the database.
     if spec.train + spec.query > n:
-        raise ValueError(f"protocol {spec.name!r} needs at least {spec.train + spec.query} items "
+        raise InputError(f"protocol {spec.name!r} needs at least {spec.train + spec.query} items "
                          f"({spec.train} train + {spec.query} query), {name} has {n}")
     perm = np.random.default_rng(seed).permutation(n)
     query = np.sort(perm[:spec.query])
@@ -185,10 +190,10 @@ def _per_class(labels: np.ndarray, spec: ProtocolSpec, seed: int, name: str, cla
     per_item = labels.sum(axis=1)
     hint = "use 'random:T,Q' or 'given'"
     if (per_item > 1).any():
-        raise ValueError(f"protocol {spec.name!r} draws per class and needs single-label data, but "
+        raise InputError(f"protocol {spec.name!r} draws per class and needs single-label data, but "
                          f"{int((per_item > 1).sum())} items of {name} have several labels; {hint}")
     if (per_item == 0).any():
-        raise ValueError(f"protocol {spec.name!r} draws per class, but {int((per_item == 0).sum())} items of {name} "
+        raise InputError(f"protocol {spec.name!r} draws per class, but {int((per_item == 0).sum())} items of {name} "
                          f"have no label (first: row {int(np.flatnonzero(per_item == 0)[0])}); {hint}")
     ids = labels.argmax(axis=1)
     counts = np.bincount(ids, minlength=labels.shape[1])
@@ -199,7 +204,7 @@ def _per_class(labels: np.ndarray, spec: ProtocolSpec, seed: int, name: str, cla
         c = int(short[0])
         label = f"class {c}" + (f" ({class_names[c]!r})" if class_names is not None else "")
         parts = f"{spec.train} train + {spec.query} query" + ("" if spec.include_train else " + 1 database")
-        raise ValueError(f"protocol {spec.name!r}: {label} of {name} has {int(counts[c])} items, "
+        raise InputError(f"protocol {spec.name!r}: {label} of {name} has {int(counts[c])} items, "
                          f"needs at least {need} ({parts})")
     # A random order, then grouped by class (stable): rank = position inside the class.
     perm = np.random.default_rng(seed).permutation(len(ids))
@@ -225,30 +230,30 @@ def load_split(path: str | os.PathLike) -> Split:
     arrays = _io.load_npz(path)
     missing = [k for k in ("train", "query", "database", "protocol", "seed", "topk") if k not in arrays]
     if missing:
-        raise ValueError(f"{path}: not a split file, missing {', '.join(missing)} (keys: {', '.join(arrays)})")
+        raise InputError(f"{path}: not a split file, missing {', '.join(missing)} (keys: {', '.join(arrays)})")
     fmt = arrays.get("format")
     if fmt is not None and str(fmt) != SPLIT_FORMAT:
-        raise ValueError(f"{path}: unsupported split format {str(fmt)!r} (expected {SPLIT_FORMAT!r})")
+        raise InputError(f"{path}: unsupported split format {str(fmt)!r} (expected {SPLIT_FORMAT!r})")
     parts = {}
     for part in ("train", "query", "database"):
         idx = arrays[part]
         if idx.ndim != 1 or (idx.size and idx.dtype.kind not in "iu"):
-            raise ValueError(f"{path}: {part} must be a 1-D integer array, got shape {idx.shape} dtype {idx.dtype}")
+            raise InputError(f"{path}: {part} must be a 1-D integer array, got shape {idx.shape} dtype {idx.dtype}")
         idx = idx.astype(np.int64)
         if idx.size and (idx.min() < 0 or len(np.unique(idx)) != len(idx)):
-            raise ValueError(f"{path}: {part} indices must be non-negative and unique")
+            raise InputError(f"{path}: {part} indices must be non-negative and unique")
         parts[part] = idx
     protocol = arrays["protocol"]
     if protocol.ndim != 0 or protocol.dtype.kind != "U":
-        raise ValueError(f"{path}: protocol must be a string")
+        raise InputError(f"{path}: protocol must be a string")
     scalars = {}
     for key in ("seed", "topk", "num_items"):
         value = arrays.get(key, np.array(-1))
         if value.ndim != 0 or value.dtype.kind not in "iu":
-            raise ValueError(f"{path}: {key} must be an integer scalar, got shape {value.shape} dtype {value.dtype}")
+            raise InputError(f"{path}: {key} must be an integer scalar, got shape {value.shape} dtype {value.dtype}")
         scalars[key] = int(value)
     if scalars["seed"] < 0:
-        raise ValueError(f"{path}: seed must be non-negative, got {scalars['seed']}")
+        raise InputError(f"{path}: seed must be non-negative, got {scalars['seed']}")
     split = Split(**parts, protocol=str(protocol), seed=scalars["seed"],
                   topk=None if scalars["topk"] < 0 else scalars["topk"],
                   num_items=None if scalars["num_items"] < 0 else scalars["num_items"])

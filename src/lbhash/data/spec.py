@@ -2,7 +2,7 @@
 
 Each kind is an entry of DATA_KINDS (kind name -> DataKind), so new sources plug in with
 `register_data_kind` without touching the parser. Image kinds: `cifar10:PATH`, `images:PATH`,
-`list:DIR?root=PATH&preset=NAME` (all take `cache=auto|on|off`).
+`list:DIR?root=PATH&preset=NAME` (all take `cache=auto|on|off`) and `image-array:PATH`.
 Option values are taken literally (no %-decoding); a path may not contain '?'.
 """
 
@@ -11,9 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from lbhash.data.features import DEQUANTIZE_MODES, ArrayDataset, load_digits, load_features
+from lbhash.data.base import HashDataset
+from lbhash.data.features import DEQUANTIZE_MODES, load_digits, load_features
+from lbhash.data.image_arrays import load_image_arrays
 from lbhash.data.image_loaders import LIST_PRESETS, load_cifar10, load_image_folder, load_image_lists
-from lbhash.data.images import CACHE_MODES, ImageDataset
+from lbhash.data.images import CACHE_MODES
+from lbhash.errors import InputError
 
 
 @dataclass(frozen=True)
@@ -31,7 +34,7 @@ class DataKind:
     """One kind of data source: how to load it and which options it takes."""
 
     name: str
-    loader: Callable[[DataSpec], ArrayDataset | ImageDataset]
+    loader: Callable[[DataSpec], HashDataset]
     takes_path: bool
     options: tuple[str, ...] = ()
     summary: str = ""
@@ -43,45 +46,45 @@ DATA_KINDS: dict[str, DataKind] = {}
 def register_data_kind(kind: DataKind) -> None:
     """Add a data-spec kind; a name may be registered once."""
     if kind.name in DATA_KINDS:
-        raise ValueError(f"data kind {kind.name!r} is already registered")
+        raise InputError(f"data kind {kind.name!r} is already registered")
     if not kind.name or not kind.name.replace("-", "").replace("_", "").isalnum():
-        raise ValueError(f"data kind name must be letters, digits, '-' or '_', got {kind.name!r}")
+        raise InputError(f"data kind name must be letters, digits, '-' or '_', got {kind.name!r}")
     DATA_KINDS[kind.name] = kind
 
 
 def parse_data_spec(spec: str) -> DataSpec:
     """Split a spec into kind, path and options, checking them against the kind's entry."""
     if not isinstance(spec, str) or not spec.strip():
-        raise ValueError(f"data spec must be a non-empty string, got {spec!r}")
+        raise InputError(f"data spec must be a non-empty string, got {spec!r}")
     text = spec.strip()
     kind_name, colon, rest = text.partition(":")
     kind = DATA_KINDS.get(kind_name)
     if kind is None:
-        raise ValueError(f"data spec {text!r}: unknown kind {kind_name!r} (known: {', '.join(DATA_KINDS)}; "
+        raise InputError(f"data spec {text!r}: unknown kind {kind_name!r} (known: {', '.join(DATA_KINDS)}; "
                          "a feature file is written features:PATH)")
     path, qmark, query = rest.partition("?")
     if not kind.takes_path:
         if colon:
-            raise ValueError(f"data spec {text!r}: {kind.name!r} takes no path or options, write just {kind.name!r}")
+            raise InputError(f"data spec {text!r}: {kind.name!r} takes no path or options, write just {kind.name!r}")
         return DataSpec(text, kind.name)
     if not path:
-        raise ValueError(f"data spec {text!r}: {kind.name!r} needs a path, e.g. {kind.name}:PATH")
+        raise InputError(f"data spec {text!r}: {kind.name!r} needs a path, e.g. {kind.name}:PATH")
     options: dict[str, str] = {}
     if qmark:
         for item in query.split("&"):
             key, eq, value = item.partition("=")
             if not eq or not key or not value:
-                raise ValueError(f"data spec {text!r}: malformed option {item!r} (expected key=value)")
+                raise InputError(f"data spec {text!r}: malformed option {item!r} (expected key=value)")
             if key not in kind.options:
-                raise ValueError(f"data spec {text!r}: unknown option {key!r} for {kind.name!r} "
+                raise InputError(f"data spec {text!r}: unknown option {key!r} for {kind.name!r} "
                                  f"(options: {', '.join(kind.options) or 'none'})")
             if key in options:
-                raise ValueError(f"data spec {text!r}: option {key!r} given twice")
+                raise InputError(f"data spec {text!r}: option {key!r} given twice")
             options[key] = value
     return DataSpec(text, kind.name, path, options)
 
 
-def load_data(spec: str) -> ArrayDataset | ImageDataset:
+def load_data(spec: str) -> HashDataset:
     """Parse a data spec and load the data set it names."""
     parsed = parse_data_spec(spec)
     return DATA_KINDS[parsed.kind].loader(parsed)
@@ -94,50 +97,67 @@ def _number(spec: DataSpec, key: str) -> float | None:
     try:
         return float(value)
     except ValueError:
-        raise ValueError(f"data spec {spec.text!r}: option {key} must be a number, got {value!r}") from None
+        raise InputError(f"data spec {spec.text!r}: option {key} must be a number, got {value!r}") from None
 
 
-def _load_features_spec(spec: DataSpec) -> ArrayDataset:
+def _load_features_spec(spec: DataSpec) -> HashDataset:
     opts = spec.options
     mode = opts.get("dequantize", "auto")
     if mode not in DEQUANTIZE_MODES:
-        raise ValueError(f"data spec {spec.text!r}: option dequantize must be one of "
+        raise InputError(f"data spec {spec.text!r}: option dequantize must be one of "
                          f"{', '.join(DEQUANTIZE_MODES)}, got {mode!r}")
     return load_features(spec.path, x_key=opts.get("x"), y_key=opts.get("y"), split_key=opts.get("split"),
                          labels_path=opts.get("labels"), scale=_number(spec, "scale"),
                          zero_point=_number(spec, "zero_point"), dequantize=mode)
 
 
-def _load_digits_spec(spec: DataSpec) -> ArrayDataset:
+def _load_image_arrays_spec(spec: DataSpec) -> HashDataset:
+    opts = spec.options
+    return load_image_arrays(spec.path, x_key=opts.get("x"), y_key=opts.get("y"), split_key=opts.get("split"),
+                             labels_path=opts.get("labels"))
+
+
+def _refuse_arrays(spec: DataSpec) -> HashDataset:
+    raise InputError("data 'arrays' stands for the in-memory arrays given to HashEncoder.fit; they cannot be "
+                     "loaded from a spec (give --data SPEC to encode other data with such a run)")
+
+
+def _load_digits_spec(spec: DataSpec) -> HashDataset:
     return load_digits()
 
 
 def _choice(spec: DataSpec, key: str, choices, default: str | None) -> str | None:
     value = spec.options.get(key, default)
     if value is not None and value not in choices:
-        raise ValueError(f"data spec {spec.text!r}: option {key} must be one of {', '.join(choices)}, got {value!r}")
+        raise InputError(f"data spec {spec.text!r}: option {key} must be one of {', '.join(choices)}, got {value!r}")
     return value
 
 
-def _load_cifar10_spec(spec: DataSpec) -> ImageDataset:
+def _load_cifar10_spec(spec: DataSpec) -> HashDataset:
     return load_cifar10(spec.path, cache=_choice(spec, "cache", CACHE_MODES, "auto"))
 
 
-def _load_images_spec(spec: DataSpec) -> ImageDataset:
+def _load_images_spec(spec: DataSpec) -> HashDataset:
     return load_image_folder(spec.path, cache=_choice(spec, "cache", CACHE_MODES, "auto"))
 
 
-def _load_list_spec(spec: DataSpec) -> ImageDataset:
+def _load_list_spec(spec: DataSpec) -> HashDataset:
     return load_image_lists(spec.path, root=spec.options.get("root"),
                             preset=_choice(spec, "preset", tuple(LIST_PRESETS), None),
                             cache=_choice(spec, "cache", CACHE_MODES, "auto"))
 
 
+register_data_kind(DataKind("arrays", _refuse_arrays, takes_path=False,
+                            summary="in-memory arrays given to HashEncoder.fit (not loadable)"))
 register_data_kind(DataKind("digits", _load_digits_spec, takes_path=False,
                             summary="scikit-learn's bundled digits (1797 x 64, 10 classes)"))
 register_data_kind(DataKind("features", _load_features_spec, takes_path=True,
                             options=("x", "y", "split", "labels", "scale", "zero_point", "dequantize"),
                             summary="a feature file: .npz, .npy (with labels=) or MATLAB .mat"))
+register_data_kind(DataKind("image-array", _load_image_arrays_spec, takes_path=True,
+                            options=("x", "y", "split", "labels"),
+                            summary="images as uint8 arrays (N, H, W[, C]) in an .npz, with labels (MNIST, "
+                                    "CIFAR as numpy)"))
 register_data_kind(DataKind("cifar10", _load_cifar10_spec, takes_path=True, options=("cache",),
                             summary="CIFAR-10: python pickles, a class-folder tree or its tarball"))
 register_data_kind(DataKind("images", _load_images_spec, takes_path=True, options=("cache",),

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset
+from lbhash.errors import InputError
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -19,7 +20,7 @@ TRANSFORM_PRESETS = ("imagenet", "cifar", "cifar-augment")
 def _pair(size, what: str) -> tuple[int, int]:
     h, w = (size, size) if isinstance(size, int) else tuple(size)
     if not all(isinstance(v, int) and v >= 1 for v in (h, w)):
-        raise ValueError(f"{what} size must be a positive integer or (h, w), got {size!r}")
+        raise InputError(f"{what} size must be a positive integer or (h, w), got {size!r}")
     return h, w
 
 
@@ -93,7 +94,7 @@ class CenterCrop:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         (h, w), (H, W) = self.size, x.shape[-2:]
         if h > H or w > W:
-            raise ValueError(f"CenterCrop {h}x{w} is larger than the image {H}x{W}")
+            raise InputError(f"CenterCrop {h}x{w} is larger than the image {H}x{W}")
         return _crop(x, (H - h) // 2, (W - w) // 2, h, w)
 
     def __repr__(self) -> str:
@@ -106,7 +107,7 @@ class RandomCrop:
     def __init__(self, size, padding: int = 0, generator: torch.Generator | None = None):
         self.size = _pair(size, "RandomCrop")
         if not isinstance(padding, int) or padding < 0:
-            raise ValueError(f"RandomCrop padding must be a non-negative integer, got {padding!r}")
+            raise InputError(f"RandomCrop padding must be a non-negative integer, got {padding!r}")
         self.padding, self.generator = padding, generator
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
@@ -114,7 +115,7 @@ class RandomCrop:
             x = F.pad(x, (self.padding,) * 4)
         (h, w), (H, W) = self.size, x.shape[-2:]
         if h > H or w > W:
-            raise ValueError(f"RandomCrop {h}x{w} is larger than the (padded) image {H}x{W}")
+            raise InputError(f"RandomCrop {h}x{w} is larger than the (padded) image {H}x{W}")
         top = int(torch.randint(0, H - h + 1, (1,), generator=self.generator))
         left = int(torch.randint(0, W - w + 1, (1,), generator=self.generator))
         return _crop(x, top, left, h, w)
@@ -128,7 +129,7 @@ class RandomHorizontalFlip:
 
     def __init__(self, p: float = 0.5, generator: torch.Generator | None = None):
         if not 0 <= p <= 1:
-            raise ValueError(f"RandomHorizontalFlip p must be in [0, 1], got {p!r}")
+            raise InputError(f"RandomHorizontalFlip p must be in [0, 1], got {p!r}")
         self.p, self.generator = p, generator
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
@@ -146,11 +147,11 @@ class Normalize:
         self.mean = torch.tensor(mean, dtype=torch.float32).view(-1, 1, 1)
         self.std = torch.tensor(std, dtype=torch.float32).view(-1, 1, 1)
         if (self.std <= 0).any():
-            raise ValueError(f"Normalize std must be positive, got {std!r}")
+            raise InputError(f"Normalize std must be positive, got {std!r}")
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if not x.is_floating_point():
-            raise ValueError(f"Normalize needs a float tensor (apply ToFloat first), got {x.dtype}")
+            raise InputError(f"Normalize needs a float tensor (apply ToFloat first), got {x.dtype}")
         return (x - self.mean) / self.std
 
     def __repr__(self) -> str:
@@ -158,7 +159,7 @@ class Normalize:
 
 
 def build_transforms(preset: str, image_size: int, train: bool) -> Compose:
-    """The SPEC §7 pipelines; every one maps uint8 CHW to float32 (3, s, s), ImageNet-normalised.
+    """The pipelines of docs/data.md; every one maps uint8 CHW to float32 (3, s, s), ImageNet-normalised.
 
     imagenet: train resize shorter side to round(s * 256 / 224), random crop s, flip; eval
     resize, center crop s. cifar: resize to (s, s) only, train and eval. cifar-augment (small
@@ -166,9 +167,9 @@ def build_transforms(preset: str, image_size: int, train: bool) -> Compose:
     first only if the image is not that size already.
     """
     if preset not in TRANSFORM_PRESETS:
-        raise ValueError(f"unknown transform preset {preset!r} (known: {', '.join(TRANSFORM_PRESETS)})")
+        raise InputError(f"unknown transform preset {preset!r} (known: {', '.join(TRANSFORM_PRESETS)})")
     if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 1:
-        raise ValueError(f"image_size must be a positive integer, got {image_size!r}")
+        raise InputError(f"image_size must be a positive integer, got {image_size!r}")
     s = image_size
     # geometry on uint8 (fast resize kernel, 4x less memory), then float and normalise
     if preset == "imagenet":

@@ -11,6 +11,7 @@ import numpy as np
 
 from lbhash.codes import as_packed, as_words
 from lbhash.labels import as_multihot_pair
+from lbhash.errors import InputError
 
 
 @dataclass
@@ -40,16 +41,16 @@ def prepare(query_codes, db_codes, query_labels, db_labels, bits=None) -> Retrie
     q, bits_q = as_packed(query_codes, bits, "query_codes")
     d, bits_d = as_packed(db_codes, bits, "db_codes")
     if bits_q != bits_d:
-        raise ValueError(f"query_codes has {bits_q} bits but db_codes has {bits_d}")
+        raise InputError(f"query_codes has {bits_q} bits but db_codes has {bits_d}")
     if len(q) == 0:
-        raise ValueError("query_codes is empty (0 queries)")
+        raise InputError("query_codes is empty (0 queries)")
     if len(d) == 0:
-        raise ValueError("db_codes is empty (0 database items)")
+        raise InputError("db_codes is empty (0 database items)")
     ql, dl = as_multihot_pair(query_labels, db_labels, ("query_labels", "db_labels"))
     if len(ql) != len(q):
-        raise ValueError(f"query_labels has {len(ql)} rows but query_codes has {len(q)}")
+        raise InputError(f"query_labels has {len(ql)} rows but query_codes has {len(q)}")
     if len(dl) != len(d):
-        raise ValueError(f"db_labels has {len(dl)} rows but db_codes has {len(d)}")
+        raise InputError(f"db_labels has {len(dl)} rows but db_codes has {len(d)}")
     db_label_words = label_words(dl)
     return Retrieval(
         bits=bits_q,
@@ -76,15 +77,15 @@ def check_topk(topk, n_db: int) -> int:
     if topk is None:
         return n_db
     if isinstance(topk, bool) or not isinstance(topk, (int, np.integer)):
-        raise ValueError(f"topk must be a positive integer or None (whole database), got {topk!r}")
+        raise InputError(f"topk must be a positive integer or None (whole database), got {topk!r}")
     if topk <= 0:
-        raise ValueError(f"topk must be a positive integer or None (whole database), got {topk}")
+        raise InputError(f"topk must be a positive integer or None (whole database), got {topk}")
     return int(min(topk, n_db))
 
 
 def check_positive_int(value, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        raise InputError(f"{name} must be a positive integer, got {value!r}")
     return int(value)
 
 
@@ -95,7 +96,7 @@ def num_threads() -> int:
         try:
             value = int(env)
         except ValueError:
-            raise ValueError(f"LBHASH_NUM_THREADS must be a positive integer, got {env!r}") from None
+            raise InputError(f"LBHASH_NUM_THREADS must be a positive integer, got {env!r}") from None
         return check_positive_int(value, "LBHASH_NUM_THREADS")
     try:
         return len(os.sched_getaffinity(0))

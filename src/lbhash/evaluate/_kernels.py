@@ -1,4 +1,4 @@
-"""Numba kernels for ranking by Hamming distance (SPEC §6).
+"""Numba kernels for ranking by Hamming distance (docs/evaluation.md).
 
 Every kernel handles a chunk of queries against the whole database and releases the GIL, so
 chunks run in parallel threads. Distances are integers in [0, 64 * words], so a ranking is a

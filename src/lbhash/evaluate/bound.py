@@ -1,4 +1,4 @@
-"""The lower-bound ratio min D_inter / max D_intra (paper Sec. 4, SPEC §2)."""
+"""The lower-bound ratio min D_inter / max D_intra (paper Sec. 4, App. B)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import numpy as np
 
 from lbhash.codes import as_packed, class_centers, hamming_distance
 from lbhash.labels import as_multihot
+from lbhash.errors import InputError
 
 # Rows of codes compared with the centers at once.
 _ROWS = 1 << 16
@@ -32,15 +33,15 @@ def lower_bound(codes, labels, percentile: float = 99.9, bits: int | None = None
     """
     if not (isinstance(percentile, (int, float, np.floating, np.integer))
             and not isinstance(percentile, bool) and 50 <= percentile <= 100):
-        raise ValueError(f"percentile must be a number in [50, 100], got {percentile!r}")
+        raise InputError(f"percentile must be a number in [50, 100], got {percentile!r}")
     packed, bits = as_packed(codes, bits, "codes")
     onehot = as_multihot(labels, "labels")
     if len(onehot) != len(packed):
-        raise ValueError(f"labels has {len(onehot)} rows but codes has {len(packed)}")
+        raise InputError(f"labels has {len(onehot)} rows but codes has {len(packed)}")
     centers, counts = class_centers(packed, onehot, bits)
     present = np.flatnonzero(counts > 0)
     if len(present) < 2:
-        raise ValueError(f"lower_bound needs at least 2 classes with items, got {len(present)}")
+        raise InputError(f"lower_bound needs at least 2 classes with items, got {len(present)}")
     center_dist = hamming_distance(centers[present], centers[present])
     inter = center_dist[np.triu_indices(len(present), k=1)]
     intra = []

@@ -22,7 +22,7 @@ from lbhash.evaluate.retrieval import (
 def evaluate_codes(query_codes, db_codes, query_labels, db_labels, bits: int | None = None,
                    topk: int | None = None, ks: Sequence[int] = DEFAULT_KS, radius: int = 2,
                    knn: int = 100, percentile: float = 99.9) -> dict[str, Any]:
-    """Every metric of SPEC §6 for one query/database pair; the lower bound is on the database.
+    """Every metric of docs/evaluation.md for one query/database pair; the lower bound is on the database.
 
     Floats that JSON cannot hold are stored as strings ("inf") or null (NaN).
     """

@@ -1,4 +1,4 @@
-"""Retrieval and recognition metrics on hash codes (SPEC §6).
+"""Retrieval and recognition metrics on hash codes (paper Sec. 6, App. C; docs/evaluation.md).
 
 Every function takes +/-1 codes of shape (n, bits), or packed uint8 codes with `bits=`, and
 labels as integer class ids or multi-hot rows. An item is relevant to a query when they share
@@ -21,6 +21,7 @@ from lbhash.evaluate._inputs import (
     for_query_ranges,
     prepare,
 )
+from lbhash.errors import InputError
 
 # Largest (queries x ranked items) block that top-k based metrics hold at once.
 _BLOCK_ENTRIES = 1 << 22
@@ -63,7 +64,7 @@ def average_precision(query_codes, db_codes, query_labels, db_labels, topk=None,
                       ties: str = "index", bits: int | None = None) -> np.ndarray:
     """AP@topk of every query (the per-query form of `mean_average_precision`)."""
     if ties not in ("index", "average"):
-        raise ValueError(f"ties must be 'index' or 'average', got {ties!r}")
+        raise InputError(f"ties must be 'index' or 'average', got {ties!r}")
     inp = prepare(query_codes, db_codes, query_labels, db_labels, bits)
     ap_index, ap_average = average_precisions(inp, topk, tie_average=ties == "average")
     return ap_average if ties == "average" else ap_index
@@ -86,7 +87,7 @@ def average_precisions(inp: Retrieval, topk, tie_average: bool) -> tuple[np.ndar
 
 def mean_average_precision(query_codes, db_codes, query_labels, db_labels, topk=None,
                            ties: str = "index", bits: int | None = None) -> float:
-    """mAP@R (SPEC §6): AP over the top R = `topk` items (None: the whole database).
+    """mAP@R (docs/evaluation.md): AP over the top R = `topk` items (None: the whole database).
 
     AP = mean over the relevant items within the top R of (relevant so far / rank); a query
     with none scores 0 and still counts. ties="index" ranks tied items by database index;
@@ -128,7 +129,7 @@ def precision_within_radius(query_codes, db_codes, query_labels, db_labels, radi
                             bits: int | None = None) -> RadiusPrecision:
     """P@H<=radius: precision among items within Hamming distance `radius` of the query."""
     if isinstance(radius, bool) or not isinstance(radius, (int, np.integer)) or radius < 0:
-        raise ValueError(f"radius must be a non-negative integer, got {radius!r}")
+        raise InputError(f"radius must be a non-negative integer, got {radius!r}")
     curve = pr_curve(prepare(query_codes, db_codes, query_labels, db_labels, bits))
     return radius_precision(curve, radius)
 
@@ -147,7 +148,7 @@ def precision_at_k(query_codes, db_codes, query_labels, db_labels,
     """P@K (and recall@K) at each rank cut-off K of `ks` (see `PrecisionAtK`)."""
     ks_arr = np.asarray(ks)
     if ks_arr.ndim != 1 or ks_arr.size == 0 or ks_arr.dtype.kind not in "iu" or (ks_arr <= 0).any():
-        raise ValueError(f"ks must be a non-empty list of positive integers, got {ks!r}")
+        raise InputError(f"ks must be a non-empty list of positive integers, got {ks!r}")
     return precision_recall_at_k(prepare(query_codes, db_codes, query_labels, db_labels, bits), ks_arr)
 
 
@@ -168,7 +169,7 @@ def precision_recall_at_k(inp: Retrieval, ks_arr: np.ndarray) -> PrecisionAtK:
 
 def knn_accuracy(query_codes, db_codes, query_labels, db_labels, k: int = 100,
                  bits: int | None = None) -> float:
-    """Accuracy of a k-nearest-neighbour vote in Hamming space (SPEC §6).
+    """Accuracy of a k-nearest-neighbour vote in Hamming space (docs/evaluation.md).
 
     The k nearest database items (ties by index) vote for each of their labels. The class
     with most votes wins; ties go to the smallest summed distance of its voters, then to the
@@ -200,9 +201,9 @@ def classifier_accuracy(scores, labels) -> float:
     scores = np.asarray(scores)
     onehot = as_multihot(labels, "labels", scores.shape[1] if scores.ndim == 2 else None)
     if scores.ndim != 2 or len(scores) != len(onehot):
-        raise ValueError(f"scores must have shape ({len(onehot)}, classes), got {scores.shape}")
+        raise InputError(f"scores must have shape ({len(onehot)}, classes), got {scores.shape}")
     if not np.isfinite(scores).all():
-        raise ValueError("scores contain NaN or inf")
+        raise InputError("scores contain NaN or inf")
     pred = scores.argmax(axis=1)
     return float(onehot[np.arange(len(pred)), pred].mean())
 

@@ -1,19 +1,30 @@
-"""Hashing methods: one loss module per method, a registry, and the _D wrapper."""
+"""Hashing methods: one loss module per method, a registry, and the _D wrapper.
 
-# importing a method's module registers it
-from lbhash.methods import csq, dbdh, dch, dsdh, greedyhash, hashnet  # noqa: F401
+Every module of this package is imported here, so a method registers itself by being a
+module of the package (decorated with `@register_method`): adding one is one new file.
+"""
+
+import importlib
+import pkgutil
+
 from lbhash.methods.base import (
     HashLoss,
     LossOutput,
+    Recipe,
     available_methods,
     create_method,
     loss_output,
     method_class,
     register_method,
 )
+from lbhash.methods.defaults import PROFILES, MethodDefaults, method_defaults
 from lbhash.methods.lower_bound import LowerBoundObjective
 
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
+
 __all__ = [
-    "HashLoss", "LossOutput", "LowerBoundObjective", "available_methods", "create_method",
-    "loss_output", "method_class", "register_method",
+    "PROFILES", "HashLoss", "LossOutput", "LowerBoundObjective", "MethodDefaults", "Recipe",
+    "available_methods", "create_method", "loss_output", "method_class", "method_defaults",
+    "register_method",
 ]

@@ -1,17 +1,29 @@
-"""The method interface and registry.
+"""The method interface, its shared work, and the registry.
 
 A method is a loss module with one signature (as in pytorch-metric-learning):
 `loss(u, labels, index) -> LossOutput`, where u is the hash layer's raw output (B, bits),
 labels are multi-hot (B, C) and index holds the samples' stable positions in the training
-set (for memory banks). LossOutput.total is the sum of the weighted named parts.
+set (for memory banks). `HashLoss.forward` does what every method needs (shape and index
+checks, full precision under autocast) and calls the method's `compute_loss`, which holds
+only its formula and returns the named, weighted parts; LossOutput.total is their sum.
+
+Everything else a method brings lives on its class, beside the formula (the way timm keeps a
+model's default config beside the model): its constants are its constructor's keyword
+defaults, its training recipes are `recipe` (the paper's, shared by all methods unless a
+method needs its own) and `benchmark_recipe` (the DeepHash-pytorch benchmark's), and
+`lbhash_mode` says how the _D objective combines with it.
 """
 
 from __future__ import annotations
 
-from typing import Callable, ClassVar, NamedTuple
+import inspect
+from dataclasses import dataclass
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 from torch import nn
+
+from lbhash.errors import InputError
 
 
 class LossOutput(NamedTuple):
@@ -23,20 +35,48 @@ def loss_output(parts: dict[str, torch.Tensor]) -> LossOutput:
     return LossOutput(sum(parts.values()), parts)
 
 
+@dataclass(frozen=True)
+class Recipe:
+    """How a method trains by default: optimizer, schedule, epochs and batch size.
+
+    The default instance is the paper's setting for every method, "Adam with default
+    configuration", lr 1e-3, batch 64, 100 epochs, lr x0.1 every 10 epochs (its App. G).
+    """
+
+    optimizer: str = "adam"
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    lr_step: int = 10          # epochs between learning-rate decays (0: never)
+    lr_gamma: float = 0.1      # decay factor
+    epochs: int = 100
+    batch_size: int = 64
+
+
+# The DeepHash-pytorch benchmark's RMSprop recipe, shared by most of its methods.
+BENCHMARK_RMSPROP = Recipe(optimizer="rmsprop", lr=1e-5, weight_decay=1e-5, lr_step=0, epochs=150,
+                           batch_size=128)
+# Constructor parameters every method takes; the others are the method's constants.
+COMMON_PARAMETERS = ("self", "bits", "num_classes", "num_train", "centers", "multi_label")
+
+
 class HashLoss(nn.Module):
-    """Base class of the hashing methods.
+    """Base class of the hashing methods; subclasses implement `compute_loss`.
 
     Class attributes describe what a method needs, so that the training loop and the _D
     wrapper can check inputs at the edge instead of failing deep inside a loss.
     """
 
     name: ClassVar[str] = ""
+    display_name: ClassVar[str] = ""           # as papers print it, e.g. "HashNet"
     description: ClassVar[str] = ""
     center_part: ClassVar[str | None] = None   # the part that _D's "replace" mode drops
     needs_index: ClassVar[bool] = False        # keeps per-sample state (a memory bank)
     single_label_only: ClassVar[bool] = False
     uses_centers: ClassVar[bool] = False       # needs class centers (lbhash.centers)
     has_classifier: ClassVar[bool] = False
+    lbhash_mode: ClassVar[str] = "add"         # how the _D objective combines with the loss
+    recipe: ClassVar[Recipe] = Recipe()
+    benchmark_recipe: ClassVar[Recipe] = BENCHMARK_RMSPROP
 
     def __init__(self, bits: int, num_classes: int, num_train: int | None = None,
                  centers: torch.Tensor | None = None, multi_label: bool = False):
@@ -44,19 +84,41 @@ class HashLoss(nn.Module):
         self.bits, self.num_classes, self.num_train = bits, num_classes, num_train
         self.multi_label = multi_label
         if self.needs_index and not num_train:
-            raise ValueError(f"method {self.name} keeps a memory bank of every training item and "
+            raise InputError(f"method {self.name} keeps a memory bank of every training item and "
                              "needs the training-set size (num_train)")
 
     def forward(self, u: torch.Tensor, labels: torch.Tensor, index: torch.Tensor | None) -> LossOutput:
+        self._check_shapes(u, labels)
+        if self.needs_index:
+            index = self._check_index(index, len(u))
+        # Losses run in full precision even under mixed-precision training.
+        with torch.autocast(u.device.type, enabled=False):
+            u = u if u.dtype == torch.float64 else u.float()
+            return loss_output(self.compute_loss(u, labels, index))
+
+    def compute_loss(self, u: torch.Tensor, labels: torch.Tensor,
+                     index: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        """The method's formula: named, weighted loss parts of u (float32 or float64)."""
         raise NotImplementedError
 
-    def check_index(self, index: torch.Tensor | None, batch: int) -> torch.Tensor:
+    def _check_shapes(self, u: torch.Tensor, labels: torch.Tensor) -> None:
+        if u.dim() != 2 or u.shape[1] != self.bits:
+            raise InputError(f"method {self.name}: u must have shape (batch, {self.bits}), got {tuple(u.shape)}")
+        if tuple(labels.shape) != (len(u), self.num_classes):
+            raise InputError(f"method {self.name}: labels must have shape ({len(u)}, {self.num_classes}), "
+                             f"got {tuple(labels.shape)}")
+
+    def _check_index(self, index: torch.Tensor | None, batch: int) -> torch.Tensor:
         """The batch's stable training-set positions, required by memory-bank methods."""
         if index is None:
-            raise ValueError(f"method {self.name} keeps a memory bank of every training item and needs "
+            raise InputError(f"method {self.name} keeps a memory bank of every training item and needs "
                              "each sample's stable index in the training set; this data gives none")
         if index.shape != (batch,):
-            raise ValueError(f"method {self.name}: index must have shape ({batch},), got {tuple(index.shape)}")
+            raise InputError(f"method {self.name}: index must have shape ({batch},), got {tuple(index.shape)}")
+        # negative indices would silently wrap around; one sync per step is cheap next to the loss
+        if batch and bool(((index < 0) | (index >= self.num_train)).any()):
+            raise InputError(f"method {self.name}: index values must lie in [0, {self.num_train}), got "
+                             f"min {int(index.min())}, max {int(index.max())}")
         return index
 
     def on_epoch_start(self, epoch: int) -> None:
@@ -68,6 +130,13 @@ class HashLoss(nn.Module):
     def classify(self, codes: torch.Tensor) -> torch.Tensor | None:
         """Class scores from +/-1 codes for methods with a classifier branch, else None."""
         return None
+
+    @classmethod
+    def constants(cls) -> dict[str, Any]:
+        """The method's constants and their defaults: its constructor's own keyword arguments."""
+        params = inspect.signature(cls.__init__).parameters
+        return {k: p.default for k, p in params.items()
+                if k not in COMMON_PARAMETERS and p.default is not inspect.Parameter.empty}
 
 
 _REGISTRY: dict[str, type[HashLoss]] = {}
@@ -82,9 +151,9 @@ def register_method(cls: type[HashLoss]) -> type[HashLoss]:
 
 
 def method_class(name: str) -> type[HashLoss]:
-    key = name.lower()
+    key = name.lower() if isinstance(name, str) else name
     if key not in _REGISTRY:
-        raise ValueError(f"unknown method {name!r}; available: {', '.join(sorted(_REGISTRY))}")
+        raise InputError(f"unknown method {name!r}; available: {', '.join(sorted(_REGISTRY))}")
     return _REGISTRY[key]
 
 
@@ -97,12 +166,9 @@ def create_method(name: str, bits: int, num_classes: int, num_train: int | None 
                   **constants) -> HashLoss:
     """Build a registered method; `constants` override its defaults (e.g. CSQ's quantization)."""
     cls = method_class(name)
-    return _build(cls, bits=bits, num_classes=num_classes, num_train=num_train,
-                  centers=centers, multi_label=multi_label, **constants)
-
-
-def _build(cls: Callable[..., HashLoss], **kwargs) -> HashLoss:
-    try:
-        return cls(**kwargs)
-    except TypeError as err:  # an unknown constant name
-        raise ValueError(f"method {cls.name}: {err}") from None
+    unknown = sorted(set(constants) - set(cls.constants()))
+    if unknown:
+        raise InputError(f"method {cls.name}: unexpected keyword argument {unknown[0]!r} "
+                         f"(its constants: {', '.join(cls.constants()) or 'none'})")
+    return cls(bits=bits, num_classes=num_classes, num_train=num_train, centers=centers,
+               multi_label=multi_label, **constants)

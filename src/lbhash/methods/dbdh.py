@@ -1,4 +1,4 @@
-"""DBDH: deep balanced discrete hashing (Zheng et al., KBS 2020), SPEC §5.
+"""DBDH: deep balanced discrete hashing (Zheng et al., KBS 2020).
 
 The pairwise likelihood compares each batch output with a memory bank holding the latest
 output and labels of every training item. The bank is a set of registered buffers, so a
@@ -8,11 +8,13 @@ multi-device training wraps with an all-gather.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
 
-from lbhash.methods.base import HashLoss, LossOutput, loss_output, register_method
+from lbhash.errors import InputError
+from lbhash.methods.base import BENCHMARK_RMSPROP, HashLoss, register_method
 
 
 def pairwise_likelihood(u: torch.Tensor, labels: torch.Tensor, bank_u: torch.Tensor,
@@ -31,10 +33,10 @@ def check_constant(method: str, name: str, value, low: float = 0.0, strict: bool
     try:
         value = float(value)
     except (TypeError, ValueError):
-        raise ValueError(f"method {method}: {name} must be a number, got {value!r}") from None
+        raise InputError(f"method {method}: {name} must be a number, got {value!r}") from None
     if not math.isfinite(value) or value < low or (strict and value == low):
         relation = ">" if strict else ">="
-        raise ValueError(f"method {method}: {name} must be a finite number {relation} {low:g}, got {value!r}")
+        raise InputError(f"method {method}: {name} must be a finite number {relation} {low:g}, got {value!r}")
     return value
 
 
@@ -49,20 +51,6 @@ class MemoryBankLoss(HashLoss):
         # Rows not yet written stay zero (theta 0, never similar): the benchmark's behaviour.
         self.register_buffer("U", torch.zeros(num_train, bits))
         self.register_buffer("Y", torch.zeros(num_train, num_classes))
-
-    def check_inputs(self, u: torch.Tensor, labels: torch.Tensor, index: torch.Tensor | None) -> torch.Tensor:
-        index = self.check_index(index, len(u))
-        if u.dim() != 2 or u.shape[1] != self.bits:
-            raise ValueError(f"method {self.name}: u must have shape (batch, {self.bits}), "
-                             f"got {tuple(u.shape)}")
-        if tuple(labels.shape) != (len(u), self.num_classes):
-            raise ValueError(f"method {self.name}: labels must have shape ({len(u)}, {self.num_classes}), "
-                             f"got {tuple(labels.shape)}")
-        # negative indices would silently wrap around; one sync per step is cheap next to the loss
-        if len(index) and bool(((index < 0) | (index >= self.num_train)).any()):
-            raise ValueError(f"method {self.name}: index values must lie in [0, {self.num_train}), got "
-                             f"min {int(index.min())}, max {int(index.max())}")
-        return index
 
     @torch.no_grad()
     def _remember(self, u: torch.Tensor, labels: torch.Tensor, index: torch.Tensor) -> None:
@@ -94,8 +82,10 @@ class DBDH(MemoryBankLoss):
     """L = likelihood(clamp(u) vs bank) + alpha * mean_i |mean_k u_ik|^p."""
 
     name = "dbdh"
+    display_name = "DBDH"
     description = "Deep balanced discrete hashing: pairwise likelihood against a memory bank + bit balance"
     center_part = None
+    benchmark_recipe = dataclasses.replace(BENCHMARK_RMSPROP, lr_step=50)
 
     def __init__(self, bits: int, num_classes: int, num_train: int | None = None,
                  centers: torch.Tensor | None = None, multi_label: bool = False,
@@ -103,15 +93,14 @@ class DBDH(MemoryBankLoss):
         super().__init__(bits, num_classes, num_train, centers, multi_label)
         self.alpha = check_constant(self.name, "alpha", alpha)
         if p not in (1, 2) or isinstance(p, bool):
-            raise ValueError(f"method dbdh: p must be 1 or 2, got {p!r}")
+            raise InputError(f"method dbdh: p must be 1 or 2, got {p!r}")
         self.p = int(p)
 
-    def forward(self, u: torch.Tensor, labels: torch.Tensor, index: torch.Tensor) -> LossOutput:
-        index = self.check_inputs(u, labels, index)
+    def compute_loss(self, u, labels, index):
         u = u.clamp(-1, 1)
         # the batch is written first, so each sample also meets its own (identical) bank row
         self._remember(u, labels, index)
         likelihood = pairwise_likelihood(u, labels, self.U, self.Y)
         row_mean = u.mean(dim=1)
         balance = (row_mean ** 2 if self.p == 2 else row_mean.abs()).mean()
-        return loss_output({"likelihood": likelihood, "balance": self.alpha * balance})
+        return {"likelihood": likelihood, "balance": self.alpha * balance}

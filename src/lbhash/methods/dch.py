@@ -1,10 +1,11 @@
-"""DCH: deep Cauchy hashing (Cao et al., CVPR 2018), SPEC §5."""
+"""DCH: deep Cauchy hashing (Cao et al., CVPR 2018)."""
 
 from __future__ import annotations
 
 import torch
 
-from lbhash.methods.base import HashLoss, LossOutput, loss_output, register_method
+from lbhash.errors import InputError
+from lbhash.methods.base import HashLoss, register_method
 from lbhash.methods.hashnet import balance_weights
 
 MAX_COSINE = 0.99   # keeps the distance away from 0, so gamma / d stays finite
@@ -23,6 +24,7 @@ class DCH(HashLoss):
     """Class-balanced Cauchy pair loss on cosine distances plus a Cauchy quantization term."""
 
     name = "dch"
+    display_name = "DCH"
     description = "Deep Cauchy hashing: balanced Cauchy pair loss on cosine distances, Cauchy quantization"
 
     def __init__(self, bits: int, num_classes: int, num_train: int | None = None,
@@ -30,25 +32,19 @@ class DCH(HashLoss):
                  gamma: float = 20.0, quantization: float = 0.1):
         super().__init__(bits, num_classes, num_train, centers, multi_label)
         if not gamma > 0:
-            raise ValueError(f"dch: gamma must be > 0, got {gamma!r}")
+            raise InputError(f"dch: gamma must be > 0, got {gamma!r}")
         if not quantization >= 0:
-            raise ValueError(f"dch: quantization must be >= 0, got {quantization!r}")
+            raise InputError(f"dch: quantization must be >= 0, got {quantization!r}")
         self.gamma, self.quantization = float(gamma), float(quantization)
 
-    def forward(self, u: torch.Tensor, labels: torch.Tensor, index: torch.Tensor | None) -> LossOutput:
-        if u.dim() != 2 or u.shape[1] != self.bits or labels.shape[0] != u.shape[0]:
-            raise ValueError(f"dch: expected u (B, {self.bits}) and labels (B, C), "
-                             f"got {tuple(u.shape)} and {tuple(labels.shape)}")
-        # The loss runs in full precision even under mixed-precision training.
-        with torch.autocast(u.device.type, enabled=False):
-            u = u if u.dtype == torch.float64 else u.float()
-            y = labels.to(u.dtype)
-            sim = ((y @ y.T) > 0).to(u.dtype)
-            d = cosine_distance(u, u, self.bits)
-            # S log(d/g) + log(1 + g/d) written per pair type: log1p of a bounded ratio
-            pair = sim * torch.log1p(d / self.gamma) + (1 - sim) * torch.log1p(self.gamma / d)
-            pairwise = (balance_weights(sim) * pair).mean()
-            ones = torch.ones(1, self.bits, dtype=u.dtype, device=u.device)
-            d_quant = cosine_distance(u.abs(), ones, self.bits)
-            quant = self.quantization * torch.log1p(d_quant / self.gamma).mean()
-        return loss_output({"pairwise": pairwise, "quantization": quant})
+    def compute_loss(self, u, labels, index):
+        y = labels.to(u.dtype)
+        sim = ((y @ y.T) > 0).to(u.dtype)
+        d = cosine_distance(u, u, self.bits)
+        # S log(d/g) + log(1 + g/d) written per pair type: log1p of a bounded ratio
+        pair = sim * torch.log1p(d / self.gamma) + (1 - sim) * torch.log1p(self.gamma / d)
+        pairwise = (balance_weights(sim) * pair).mean()
+        ones = torch.ones(1, self.bits, dtype=u.dtype, device=u.device)
+        d_quant = cosine_distance(u.abs(), ones, self.bits)
+        quant = self.quantization * torch.log1p(d_quant / self.gamma).mean()
+        return {"pairwise": pairwise, "quantization": quant}

@@ -1,4 +1,4 @@
-"""DSDH: deep supervised discrete hashing (Li et al., NeurIPS 2017), SPEC §5.
+"""DSDH: deep supervised discrete hashing (Li et al., NeurIPS 2017).
 
 The network sees a pairwise likelihood against a memory bank (as DBDH, without the clamp)
 plus eta * mean((B_batch - u)^2), which ties its outputs to the binary codes B. B (num_train,
@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import torch
 
-from lbhash.methods.base import LossOutput, loss_output, register_method
+from lbhash.errors import InputError
+from lbhash.methods.base import register_method
 from lbhash.methods.dbdh import MemoryBankLoss, check_constant, pairwise_likelihood
 
 
@@ -54,6 +55,7 @@ class DSDH(MemoryBankLoss):
     """L = likelihood(u vs bank) + eta * mean((B_batch - u)^2); B, W by DCC each epoch."""
 
     name = "dsdh"
+    display_name = "DSDH"
     description = "Deep supervised discrete hashing: bank likelihood + codes and classifier by DCC"
     center_part = None
     has_classifier = True
@@ -67,7 +69,7 @@ class DSDH(MemoryBankLoss):
         self.nu = check_constant(self.name, "nu", nu, strict=True)
         self.eta = check_constant(self.name, "eta", eta)
         if isinstance(dcc_iter, bool) or not isinstance(dcc_iter, int) or dcc_iter < 1:
-            raise ValueError(f"method dsdh: dcc_iter must be a positive integer, got {dcc_iter!r}")
+            raise InputError(f"method dsdh: dcc_iter must be a positive integer, got {dcc_iter!r}")
         self.dcc_iter = dcc_iter
         # random +/-1 codes from the global RNG (seeded by the training loop); W fitted to them
         init = torch.randint(0, 2, (num_train, bits)).float() * 2 - 1
@@ -75,13 +77,12 @@ class DSDH(MemoryBankLoss):
         self.register_buffer("W", w_step(init, self.Y, self.nu / self.mu))
         self.register_buffer("fitted", torch.tensor(False))  # B has had a DCC update
 
-    def forward(self, u: torch.Tensor, labels: torch.Tensor, index: torch.Tensor) -> LossOutput:
-        index = self.check_inputs(u, labels, index)
+    def compute_loss(self, u, labels, index):
         self._remember(u, labels, index)
         likelihood = pairwise_likelihood(u, labels, self.U, self.Y)
         quantization = ((self.B[index].to(u.dtype) - u) ** 2).mean()
         weight = self.eta * self.fitted.to(u.dtype)  # a tensor, not a branch: no device sync
-        return loss_output({"likelihood": likelihood, "quantization": weight * quantization})
+        return {"likelihood": likelihood, "quantization": weight * quantization}
 
     def on_epoch_end(self, epoch: int) -> None:
         self.update_codes()

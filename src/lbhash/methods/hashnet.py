@@ -1,4 +1,4 @@
-"""HashNet: deep learning to hash by continuation (Cao et al., ICCV 2017), SPEC §5."""
+"""HashNet: deep learning to hash by continuation (Cao et al., ICCV 2017)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from lbhash.methods.base import HashLoss, LossOutput, loss_output, register_method
+from lbhash.errors import InputError
+from lbhash.methods.base import HashLoss, register_method
 
 
 def balance_weights(sim: torch.Tensor) -> torch.Tensor:
@@ -25,6 +26,7 @@ class HashNet(HashLoss):
     """Weighted pairwise likelihood on tanh(scale * u), scale = sqrt(epoch // step + 1)."""
 
     name = "hashnet"
+    display_name = "HashNet"
     description = "HashNet: class-balanced pairwise likelihood on tanh outputs with a continuation scale"
 
     def __init__(self, bits: int, num_classes: int, num_train: int | None = None,
@@ -32,9 +34,9 @@ class HashNet(HashLoss):
                  alpha: float = 0.1, continuation_step: int = 20):
         super().__init__(bits, num_classes, num_train, centers, multi_label)
         if not alpha > 0:
-            raise ValueError(f"hashnet: alpha must be > 0, got {alpha!r}")
+            raise InputError(f"hashnet: alpha must be > 0, got {alpha!r}")
         if int(continuation_step) != continuation_step or continuation_step < 1:
-            raise ValueError("hashnet: continuation_step must be a positive integer, "
+            raise InputError("hashnet: continuation_step must be a positive integer, "
                              f"got {continuation_step!r}")
         self.alpha = float(alpha)
         self.continuation_step = int(continuation_step)
@@ -44,21 +46,14 @@ class HashNet(HashLoss):
 
     def on_epoch_start(self, epoch: int) -> None:
         if int(epoch) != epoch or epoch < 0:
-            raise ValueError(f"hashnet: epoch must be a non-negative integer, got {epoch!r}")
+            raise InputError(f"hashnet: epoch must be a non-negative integer, got {epoch!r}")
         self.scale.fill_(math.sqrt(int(epoch) // self.continuation_step + 1))
 
-    def forward(self, u: torch.Tensor, labels: torch.Tensor, index: torch.Tensor | None) -> LossOutput:
-        if u.dim() != 2 or u.shape[1] != self.bits or labels.shape[0] != u.shape[0]:
-            raise ValueError(f"hashnet: expected u (B, {self.bits}) and labels (B, C), "
-                             f"got {tuple(u.shape)} and {tuple(labels.shape)}")
-        # The loss runs in full precision even under mixed-precision training.
-        with torch.autocast(u.device.type, enabled=False):
-            u = u if u.dtype == torch.float64 else u.float()
-            y = labels.to(u.dtype)
-            h = torch.tanh(self.scale.to(u.dtype) * u)
-            dp = self.alpha * (h @ h.T)
-            sim = ((y @ y.T) > 0).to(u.dtype)
-            # softplus(dp) = log(1 + exp(-|dp|)) + max(dp, 0), stable, and exact in gradient at dp = 0
-            pair = F.softplus(dp) - sim * dp
-            pairwise = (balance_weights(sim) * pair).mean()
-        return loss_output({"pairwise": pairwise})
+    def compute_loss(self, u, labels, index):
+        y = labels.to(u.dtype)
+        h = torch.tanh(self.scale.to(u.dtype) * u)
+        dp = self.alpha * (h @ h.T)
+        sim = ((y @ y.T) > 0).to(u.dtype)
+        # softplus(dp) = log(1 + exp(-|dp|)) + max(dp, 0), stable, and exact in gradient at dp = 0
+        pair = F.softplus(dp) - sim * dp
+        return {"pairwise": (balance_weights(sim) * pair).mean()}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from lbhash.errors import InputError
 from lbhash.methods.base import HashLoss, LossOutput, loss_output
 from lbhash.surrogate import BlockSurrogate
 
@@ -25,13 +26,13 @@ class LowerBoundObjective(nn.Module):
                  weight: float = 1.0, mode: str = "add", theta_dropout: bool = True):
         super().__init__()
         if mode not in MODES:
-            raise ValueError(f"lower-bound mode must be 'add' or 'replace', got {mode!r}")
+            raise InputError(f"lower-bound mode must be 'add' or 'replace', got {mode!r}")
         if mode == "replace" and base.center_part is None:
-            raise ValueError(f"method {base.name} has no center loss to replace; use mode 'add'")
+            raise InputError(f"method {base.name} has no center loss to replace; use mode 'add'")
         if tuple(centers.shape) != (base.num_classes, base.bits):
-            raise ValueError(f"centers must have shape ({base.num_classes}, {base.bits}), got {tuple(centers.shape)}")
+            raise InputError(f"centers must have shape ({base.num_classes}, {base.bits}), got {tuple(centers.shape)}")
         if surrogate.bits != base.bits:
-            raise ValueError(f"surrogate has {surrogate.bits} bits but the method has {base.bits}")
+            raise InputError(f"surrogate has {surrogate.bits} bits but the method has {base.bits}")
         self.base, self.surrogate = base, surrogate
         self.weight, self.mode, self.theta_dropout = float(weight), mode, theta_dropout
         self.register_buffer("centers", centers.float().clone())

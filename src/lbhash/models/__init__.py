@@ -1,8 +1,9 @@
 """Hash models: backbone -> hash head -> `bits` real outputs."""
 
 from lbhash.models.backbones import (
-    TRANSFORM_PRESETS,
     Backbone,
+    BackboneDefaults,
+    backbone_defaults,
     available_backbones,
     create_backbone,
     create_image_model,
@@ -14,7 +15,7 @@ from lbhash.models.cifar_resnet import CifarResNet
 from lbhash.models.hash_model import FeatureNorm, HashHead, HashModel, create_feature_model
 
 __all__ = [
-    "TRANSFORM_PRESETS", "Backbone", "CifarResNet", "FeatureNorm", "HashHead", "HashModel",
+    "Backbone", "BackboneDefaults", "CifarResNet", "backbone_defaults", "FeatureNorm", "HashHead", "HashModel",
     "available_backbones", "create_backbone", "create_feature_model", "create_image_model",
     "load_backbone_weights", "read_state_dict", "register_backbone",
 ]

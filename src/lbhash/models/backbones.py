@@ -1,9 +1,12 @@
 """Image backbones by name: images (B, 3, H, W) -> features (B, D), and image hash models.
 
-`create_backbone(name, pretrained=None, **options)` builds a registered backbone. Weights come
-only from local files, loaded safely (`torch.load(weights_only=True)` or safetensors):
-`pretrained` is None (random initialisation), a path, or "torchvision[:TAG]" for torchvision's
-ImageNet weights already in the torch hub cache. Nothing here downloads.
+`create_backbone(name, pretrained=None, **options)` builds a registered backbone. Each name is
+registered with its defaults beside its factory: the input side it was designed for and the
+name of its transform preset (the presets themselves are lbhash.data.transforms'), read without
+building it by `backbone_defaults(name)`. Weights come only from local files, loaded safely
+(`torch.load(weights_only=True)` or safetensors): `pretrained` is None (random
+initialisation), a path, or "torchvision[:TAG]" for torchvision's ImageNet weights already in
+the torch hub cache. Nothing here downloads.
 """
 
 from __future__ import annotations
@@ -12,15 +15,21 @@ import inspect
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import torch
 from torch import nn
 
+from lbhash.errors import InputError
 from lbhash.models.hash_model import HashHead, HashModel
 
-TRANSFORM_PRESETS = ("cifar-augment", "cifar", "imagenet")
-_REGISTRY: dict[str, Callable[..., "Backbone"]] = {}
+
+class BackboneDefaults(NamedTuple):
+    image_size: int       # the input side the backbone was designed for
+    transform: str        # its transform preset (lbhash.data.transforms)
+
+
+_REGISTRY: dict[str, tuple[Callable[..., "Backbone"], BackboneDefaults]] = {}
 
 
 class Backbone(nn.Module):
@@ -33,7 +42,7 @@ class Backbone(nn.Module):
     """
 
     out_features: int
-    default_image_size: int = 224
+    default_image_size: int = 224     # set from the registry by create_backbone
     transform_preset: str = "imagenet"
     source_prefixes_dropped: tuple[str, ...] = ()
     hub_weights: dict[str, tuple[str, ...]] = {}
@@ -41,16 +50,27 @@ class Backbone(nn.Module):
     weights_source: str | None = None  # the file the weights came from, None for random init
 
 
-def register_backbone(name: str) -> Callable:
-    """Decorator registering `factory(**options) -> Backbone` under `name`."""
+def register_backbone(name: str, image_size: int = 224, transform: str = "imagenet") -> Callable:
+    """Decorator registering `factory(**options) -> Backbone` under `name`, with its defaults."""
 
     def decorate(factory: Callable[..., Backbone]) -> Callable[..., Backbone]:
         if name in _REGISTRY:
-            raise ValueError(f"backbone {name!r} is already registered")
-        _REGISTRY[name] = factory
+            raise InputError(f"backbone {name!r} is already registered")
+        _REGISTRY[name] = (factory, BackboneDefaults(image_size, transform))
         return factory
 
     return decorate
+
+
+def backbone_defaults(name: str) -> BackboneDefaults:
+    """The registered defaults of backbone `name`, without building it."""
+    return _entry(name)[1]
+
+
+def _entry(name: str):
+    if name not in _REGISTRY:
+        raise InputError(f"unknown backbone {name!r}; available: {', '.join(available_backbones())}")
+    return _REGISTRY[name]
 
 
 def available_backbones() -> list[str]:
@@ -60,16 +80,15 @@ def available_backbones() -> list[str]:
 
 def create_backbone(name: str, pretrained: str | os.PathLike | None = None, **options) -> Backbone:
     """Build backbone `name` with its factory's `options`, then load `pretrained` weights if any."""
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown backbone {name!r}; available: {', '.join(available_backbones())}")
-    factory = _REGISTRY[name]
+    factory, defaults = _entry(name)
     params = inspect.signature(factory).parameters
     unknown = [k for k in options if k not in params]
     if unknown and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
         known = ", ".join(params) or "none"
-        raise ValueError(f"backbone {name} has no option {unknown[0]!r}; its options: {known}")
+        raise InputError(f"backbone {name} has no option {unknown[0]!r}; its options: {known}")
     model = factory(**options)
     model.name = name
+    model.default_image_size, model.transform_preset = defaults
     if pretrained is not None:
         load_backbone_weights(model, _resolve_weights(model, pretrained))
     return model
@@ -92,15 +111,15 @@ def create_image_model(backbone_name: str, bits: int, hidden: Sequence[int] = ()
 def _resolve_weights(model: Backbone, pretrained: str | os.PathLike) -> Path:
     """A path as given, or "torchvision[:TAG]" -> the file in the torch hub cache."""
     if not isinstance(pretrained, (str, os.PathLike)):
-        raise ValueError(f"pretrained must be None, a file path or 'torchvision', got {pretrained!r}")
+        raise InputError(f"pretrained must be None, a file path or 'torchvision', got {pretrained!r}")
     text = os.fspath(pretrained)
     if text != "torchvision" and not text.startswith("torchvision:"):
         return Path(text).expanduser()
     if not model.hub_weights:
-        raise ValueError(f"backbone {model.name} has no torchvision weights; pass pretrained=None or a file path")
+        raise InputError(f"backbone {model.name} has no torchvision weights; pass pretrained=None or a file path")
     tag = text.partition(":")[2] or next(iter(model.hub_weights))
     if tag not in model.hub_weights:
-        raise ValueError(f"backbone {model.name} has no torchvision weights {tag!r}; "
+        raise InputError(f"backbone {model.name} has no torchvision weights {tag!r}; "
                          f"known: {', '.join(model.hub_weights)}")
     folder = Path(torch.hub.get_dir()) / "checkpoints"
     names = model.hub_weights[tag]
@@ -108,7 +127,7 @@ def _resolve_weights(model: Backbone, pretrained: str | os.PathLike) -> Path:
         if (folder / file_name).is_file():
             return folder / file_name
     # Never download: say which file to fetch and where it goes.
-    raise ValueError(f"backbone {model.name}: torchvision weights {tag} are not in the torch hub cache; "
+    raise InputError(f"backbone {model.name}: torchvision weights {tag} are not in the torch hub cache; "
                      f"lbhash does not download, so put {names[0]} (from https://download.pytorch.org/models/) "
                      f"in {folder} or pass its path as pretrained")
 
@@ -126,22 +145,22 @@ def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     """
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"{path}: no such weights file")
+        raise InputError(f"{path}: no such weights file")
     if path.suffix == ".safetensors":
         try:
             from safetensors.torch import load_file
         except ImportError as err:
-            raise ValueError(f"{path}: reading .safetensors needs the safetensors package "
+            raise InputError(f"{path}: reading .safetensors needs the safetensors package "
                              f"({_first_line(err)})") from None
         try:
             data = load_file(str(path), device="cpu")
         except Exception as err:  # the library raises several types for bad files
-            raise ValueError(f"{path}: not a readable safetensors file ({_first_line(err)})") from None
+            raise InputError(f"{path}: not a readable safetensors file ({_first_line(err)})") from None
     else:
         try:
             data = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as err:  # UnpicklingError for unsafe content, RuntimeError for bad archives, ...
-            raise ValueError(f"{path}: cannot load safely as a state dict ({_first_line(err)})") from None
+            raise InputError(f"{path}: cannot load safely as a state dict ({_first_line(err)})") from None
     if isinstance(data, Mapping):
         for key in ("state_dict", "model", "learner"):
             if isinstance(data.get(key), Mapping):
@@ -149,7 +168,7 @@ def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
                 break
     if not isinstance(data, Mapping) or not data or not all(
             isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in data.items()):
-        raise ValueError(f"{path}: not a state dict (expected a mapping of names to tensors, "
+        raise InputError(f"{path}: not a state dict (expected a mapping of names to tensors, "
                          f"got {type(data).__name__})")
     if all(k.startswith("module.") for k in data):
         data = {k[len("module."):]: v for k, v in data.items()}
@@ -178,10 +197,10 @@ def load_backbone_weights(model: Backbone, path: str | os.PathLike) -> Backbone:
     if missing or unexpected:
         parts = [f"{kind} keys {_few(keys)}" for kind, keys in (("missing", missing), ("unexpected", unexpected))
                  if keys]
-        raise ValueError(f"{path}: weights do not fit backbone {label}: {'; '.join(parts)}")
+        raise InputError(f"{path}: weights do not fit backbone {label}: {'; '.join(parts)}")
     for key, value in own.items():
         if data[key].shape != value.shape:
-            raise ValueError(f"{path}: weight {key} has shape {tuple(data[key].shape)}, "
+            raise InputError(f"{path}: weight {key} has shape {tuple(data[key].shape)}, "
                              f"backbone {label} needs {tuple(value.shape)}")
     model.load_state_dict(data, strict=True)
     model.weights_source = str(path)
@@ -201,7 +220,7 @@ def _torchvision_models(name: str):
     try:
         from torchvision import models
     except Exception as err:  # not installed, or a build that does not match torch (RuntimeError)
-        raise ValueError(f"backbone {name} needs torchvision, which is not installed or does not import "
+        raise InputError(f"backbone {name} needs torchvision, which is not installed or does not import "
                          f"({_first_line(err)})") from None
     return models
 
@@ -240,7 +259,7 @@ class TorchvisionAlexNet(Backbone):
         return self.classifier(torch.flatten(self.avgpool(self.features(x)), 1))
 
 
-@register_backbone("resnet50")
+@register_backbone("resnet50", image_size=224, transform="imagenet")
 def resnet50() -> Backbone:
     """ResNet-50 (torchvision), 2048-d features, 224x224 ImageNet-style input."""
     model = TorchvisionResNet(_torchvision_models("resnet50").resnet50(weights=None))
@@ -250,7 +269,7 @@ def resnet50() -> Backbone:
     return model
 
 
-@register_backbone("alexnet")
+@register_backbone("alexnet", image_size=224, transform="imagenet")
 def alexnet() -> Backbone:
     """AlexNet (torchvision), 4096-d fc7 features, 224x224 ImageNet-style input."""
     model = TorchvisionAlexNet(_torchvision_models("alexnet").alexnet(weights=None))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from lbhash.errors import InputError
 from lbhash.models.backbones import Backbone, register_backbone
 
 DEFAULT_WIDTH = 1.5  # resnet20 at width 1.5 has 0.61 M parameters; width 1 is the original (0.27 M)
@@ -36,15 +37,12 @@ class BasicBlock(nn.Module):
 
 
 class CifarResNet(Backbone):
-    default_image_size = 32
-    transform_preset = "cifar-augment"  # random crop (padding 4) and flip for training
-
     def __init__(self, depth: int = 20, width: float = DEFAULT_WIDTH, in_channels: int = 3):
         super().__init__()
         if not isinstance(depth, int) or depth < 8 or (depth - 2) % 6:
-            raise ValueError(f"CIFAR ResNet depth must be 6n + 2 with n >= 1 (8, 14, 20, 32, ...), got {depth!r}")
+            raise InputError(f"CIFAR ResNet depth must be 6n + 2 with n >= 1 (8, 14, 20, 32, ...), got {depth!r}")
         if not width > 0:
-            raise ValueError(f"CIFAR ResNet width must be positive, got {width!r}")
+            raise InputError(f"CIFAR ResNet width must be positive, got {width!r}")
         n = (depth - 2) // 6
         c1, c2, c3 = (max(1, round(16 * width * m)) for m in (1, 2, 4))
         self.stem = nn.Sequential(_conv3x3(in_channels, c1), nn.BatchNorm2d(c1), nn.ReLU(inplace=True))
@@ -70,7 +68,8 @@ class CifarResNet(Backbone):
         return torch.flatten(self.pool(x), 1)
 
 
-@register_backbone("cifar_resnet")
+# trained at native size with a random crop (padding 4) and flip
+@register_backbone("cifar_resnet", image_size=32, transform="cifar-augment")
 def cifar_resnet(depth: int = 20, width: float = DEFAULT_WIDTH) -> Backbone:
     """CIFAR ResNet of any depth 6n + 2 and width multiplier."""
     return CifarResNet(depth, width)
@@ -81,7 +80,7 @@ def _register_depth(depth: int) -> None:
         return CifarResNet(depth, width)
 
     factory.__doc__ = f"CIFAR ResNet-{depth} (width multiplier `width`; 1 is the original)."
-    register_backbone(f"resnet{depth}")(factory)
+    register_backbone(f"resnet{depth}", image_size=32, transform="cifar-augment")(factory)
 
 
 for _depth in (8, 14, 20, 32, 56):

@@ -7,6 +7,8 @@ from typing import Sequence
 import torch
 from torch import nn
 
+from lbhash.errors import InputError
+
 
 class FeatureNorm(nn.Module):
     """(x - mean) / std with statistics fitted on the training split and saved in the model,
@@ -27,9 +29,9 @@ class HashHead(nn.Module):
     def __init__(self, in_features: int, bits: int, hidden: Sequence[int] = (1024,), dropout: float = 0.0):
         super().__init__()
         if in_features < 1 or bits < 1 or any(h < 1 for h in hidden):
-            raise ValueError(f"hash head sizes must be positive, got in={in_features}, hidden={list(hidden)}, bits={bits}")
+            raise InputError(f"hash head sizes must be positive, got in={in_features}, hidden={list(hidden)}, bits={bits}")
         if not 0 <= dropout < 1:
-            raise ValueError(f"head dropout must be in [0, 1), got {dropout}")
+            raise InputError(f"head dropout must be in [0, 1), got {dropout}")
         layers: list[nn.Module] = []
         width = in_features
         for h in hidden:

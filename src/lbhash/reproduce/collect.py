@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import json
 import math
 from pathlib import Path
 from typing import Any, Iterable
@@ -13,6 +12,8 @@ import numpy as np
 from lbhash._io import atomic_path, save_npz
 from lbhash.codes import load_codes_file, unpack
 from lbhash.reproduce.runner import Cell
+from lbhash.train.loop import read_log
+from lbhash.train.rundir import LOG
 from lbhash.reproduce.tables import (CODES_FILE, CURVES_COLUMNS, CURVES_FILE, EPOCHS_COLUMNS, EPOCHS_FILE,
                                      GRID_COLUMNS, GRID_FILE)
 
@@ -61,7 +62,7 @@ def epoch_rows(cell: Cell, run_dir: Path, metrics: dict) -> list[dict[str, Any]]
     """Per epoch: mAP and database lower bound where evaluated (the last epoch from the final
     metrics), the training codes' ratio and the mean loss."""
     rows = []
-    for record in _log(run_dir):
+    for record in read_log(run_dir / LOG):
         evaluation = record.get("eval", {})
         rows.append({"run_id": cell.name, "epoch": record["epoch"], "map": evaluation.get("map"),
                      "lb_ratio_db": evaluation.get("lower_bound_ratio"),
@@ -71,11 +72,6 @@ def epoch_rows(cell: Cell, run_dir: Path, metrics: dict) -> list[dict[str, Any]]
         rows[-1]["map"] = metrics["map"]
         rows[-1]["lb_ratio_db"] = metrics["lower_bound"]["ratio"]
     return rows
-
-
-def _log(run_dir: Path) -> list[dict]:
-    path = run_dir / "log.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def write_grid_tables(out: Path, cells: list[Cell], root: Path, results: list[dict]) -> None:

@@ -1,4 +1,4 @@
-"""The paper's experiments as small declarative specs (SPEC §8).
+"""The paper's experiments as small declarative specs (paper Sec. 6.2-6.4, App. G; docs/reproduce.md).
 
 Each spec expands into cells, which the runner trains (in parallel, resumably), and writes its
 tables into the output directory, from which `lbhash report` builds the report:
@@ -23,10 +23,18 @@ import numpy as np
 from lbhash._io import save_npz, write_json
 from lbhash.reproduce.collect import write_codes_sample, write_csv, write_grid_tables
 from lbhash.reproduce.runner import Cell, run_cells
+from lbhash.train.loop import read_log
+from lbhash.train.rundir import LOG
 from lbhash.reproduce.tables import (BOUND_COLUMNS, BOUND_FILE, CENTERS_COLUMNS, CENTERS_FILE,
                                      TIMING_COLUMNS, TIMING_FILE, TOY_FILE, TOY_PROBS_FILE)
+from lbhash.errors import InputError
 
-ALL_METHODS = ("hashnet", "dbdh", "dsdh", "dch", "greedyhash", "csq")
+def all_methods() -> tuple[str, ...]:
+    """Every registered method, in the paper's table order (others after, by name)."""
+    from lbhash.methods import available_methods
+    from lbhash.reproduce.paper import method_order
+
+    return tuple(method_order(available_methods()))
 
 
 @dataclass
@@ -41,7 +49,7 @@ class Context:
     def config(self, **values) -> dict:
         clash = sorted(set(values) & set(self.overrides))
         if clash:  # the experiment's own axes (method, bits, seed, centers ...) are not settable
-            raise ValueError(f"--set {clash[0]} conflicts with the experiment's own {clash[0]} values")
+            raise InputError(f"--set {clash[0]} conflicts with the experiment's own {clash[0]} values")
         base = {"data": self.data, **({"protocol": self.protocol} if self.protocol else {})}
         return {**base, **values, **self.overrides}
 
@@ -55,7 +63,7 @@ def variant_name(method: str, lbhash: bool) -> str:
 
 @dataclass(frozen=True)
 class GridSpec:
-    methods: tuple = ALL_METHODS
+    methods: tuple = field(default_factory=all_methods)
     variants: tuple = (False, True)
     bits: tuple = (16, 32, 64)
     seeds: tuple = (0, 1, 2, 3, 4)
@@ -125,7 +133,7 @@ class BoundSpec:
         results = run_cells(cells, root, ctx.workers, ctx.report)
         rows = []
         for cell, m in zip(cells, results):
-            for record in _log(root / cell.name):
+            for record in read_log(root / cell.name / LOG):
                 e = record.get("eval")
                 if e:
                     rows.append({"run_id": cell.name, "bits": cell.config["bits"], "epoch": record["epoch"],
@@ -145,30 +153,19 @@ class TimingSpec:
     variants: tuple = (("bce", "csq", False), ("cauchy", "dch", False), ("ours", "csq", True))
 
     def run(self, ctx: Context) -> None:
-        import tempfile
-
-        from lbhash.train import TrainConfig
-        from lbhash.train.experiment import build_experiment
-        from lbhash.train.loop import Trainer
+        from lbhash.train import make_config
+        from lbhash.train.timing import epoch_times
 
         rows = []
-        with tempfile.TemporaryDirectory() as tmp:
-            for b in self.bits:
-                trainers = {}
-                for label, method, lbhash in self.variants:
-                    values = ctx.config(method=method, lbhash=lbhash, bits=b, seed=0)
-                    values.update(epochs=self.epochs, lr_step=0, progress=False)
-                    trainers[label] = Trainer(build_experiment(TrainConfig(**values)), Path(tmp) / label)
-                times = {label: [] for label in trainers}
-                for epoch in range(1, self.epochs + 1):  # alternate: same machine state for all
-                    for label, trainer in trainers.items():
-                        times[label].append(trainer.train_epoch(epoch)["seconds"])
-                median = {label: float(np.median(t[1:] or t)) for label, t in times.items()}
-                for label, trainer in trainers.items():
-                    rows.append({"variant": label, "bits": b, "seconds_per_epoch": median[label],
-                                 "steps_per_epoch": len(trainer.batches),
-                                 "ratio": median[label] / median["bce"]})
-                    ctx.report(f"timing {label} {b} bits: {median[label]:.3f} s/epoch")
+        for b in self.bits:
+            configs = {label: make_config(ctx.config(method=method, lbhash=lbhash, bits=b, seed=0))
+                       for label, method, lbhash in self.variants}
+            times = epoch_times(configs, self.epochs)
+            median = {label: t.median() for label, t in times.items()}
+            for label, t in times.items():
+                rows.append({"variant": label, "bits": b, "seconds_per_epoch": median[label],
+                             "steps_per_epoch": t.steps_per_epoch, "ratio": median[label] / median["bce"]})
+                ctx.report(f"timing {label} {b} bits: {median[label]:.3f} s/epoch")
         write_csv(ctx.out / TIMING_FILE, TIMING_COLUMNS, rows)
 
 
@@ -178,7 +175,7 @@ class ToySpec:
     seed: int = 0
 
     def run(self, ctx: Context) -> None:
-        from lbhash.toy import run_toy
+        from lbhash.reproduce.toy import run_toy
 
         summary, probs = {}, {}
         for b in self.bits:
@@ -200,17 +197,11 @@ EXPERIMENTS: dict[str, Any] = {"grid": GridSpec(), "timing": TimingSpec(), "cent
 def configure(name: str, **values) -> Any:
     """The named experiment's spec with some fields replaced (unknown fields are an error)."""
     if name not in EXPERIMENTS:
-        raise ValueError(f"unknown experiment {name!r}; available: {', '.join(EXPERIMENTS)}")
+        raise InputError(f"unknown experiment {name!r}; available: {', '.join(EXPERIMENTS)}")
     spec = EXPERIMENTS[name]
     fields = {f.name for f in dataclasses.fields(spec)}
     unknown = set(values) - fields
     if unknown:
-        raise ValueError(f"experiment {name} has no option(s) {', '.join(sorted(unknown))} "
+        raise InputError(f"experiment {name} has no option(s) {', '.join(sorted(unknown))} "
                          f"(it has {', '.join(sorted(fields))})")
     return dataclasses.replace(spec, **values)
-
-
-def _log(run_dir: Path) -> list[dict]:
-    import json
-
-    return [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines() if line.strip()]

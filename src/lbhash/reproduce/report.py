@@ -22,6 +22,7 @@ from lbhash.reproduce.sections_grid import (convergence_section, curves_section,
 from lbhash.reproduce.sections_studies import (bound_section, centers_section, timing_section,
                                                toy_section)
 from lbhash.reproduce.tables import GridView, load_tables
+from lbhash.errors import InputError
 
 SECTIONS = {
     "setup": "Setup", "grid": "Retrieval mAP (paper Table 2)",
@@ -62,6 +63,14 @@ def write_report(directory: str | Path, out: str | Path | None = None, bits: int
     return out
 
 
+def method_names(methods) -> dict[str, str]:
+    """Display names (the methods' own) in the paper's row order; unknown methods keep their key."""
+    from lbhash.methods import available_methods, method_class
+
+    known = set(available_methods())
+    return {m: method_class(m).display_name if m in known else m for m in paper.method_order(methods)}
+
+
 def _index_grid(ctx: ReportContext) -> None:
     grid, meta = ctx.tables.grid, ctx.tables.meta
     if grid is None:
@@ -69,15 +78,15 @@ def _index_grid(ctx: ReportContext) -> None:
     if len(set(zip(grid["data"], grid["protocol"]))) > 1:  # one data set per report: meta's
         keep = (grid["data"] == meta["data"]) & (grid["protocol"] == meta["protocol"])
         if not keep.any():
-            raise ValueError(f"grid.csv holds several data/protocol pairs, none of them "
+            raise InputError(f"grid.csv holds several data/protocol pairs, none of them "
                              f"meta.json's {meta['data']}/{meta['protocol']}")
         ctx.notes.append(f"grid.csv: {int((~keep).sum())} runs on other data are left out.")
         grid = ctx.tables.grid = grid.select(keep)
-    ctx.view = GridView(grid, paper.METHOD_NAMES)
+    ctx.view = GridView(grid, method_names(grid.unique("method")))
     if ctx.bits is None:
         ctx.bits = int(max(ctx.view.bits))
     elif ctx.bits not in ctx.view.bits:
-        raise ValueError(f"bits={ctx.bits} is not in grid.csv (it has "
+        raise InputError(f"bits={ctx.bits} is not in grid.csv (it has "
                          f"{', '.join(map(str, ctx.view.bits))})")
 
 

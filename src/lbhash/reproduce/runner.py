@@ -17,9 +17,8 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, Callable
 
-import yaml
-
 from lbhash._io import write_json
+from lbhash.errors import InputError
 
 CELL = "cell.json"
 # values that change how a run is watched, not what it computes
@@ -48,7 +47,7 @@ def cell_state(cell: Cell, run_dir: Path) -> str:
     saved = run_dir / CELL
     if saved.is_file():
         if json.loads(saved.read_text())["config_hash"] != cell.config_hash:
-            raise ValueError(f"{run_dir} holds a run with other settings than cell {cell.name}; "
+            raise InputError(f"{run_dir} holds a run with other settings than cell {cell.name}; "
                              "remove it or choose another --out")
     elif (run_dir / "config.yaml").is_file():
         _adopt(cell, run_dir)  # a run made by hand (or an older runner) with the same values
@@ -58,10 +57,12 @@ def cell_state(cell: Cell, run_dir: Path) -> str:
 
 
 def _adopt(cell: Cell, run_dir: Path) -> None:
-    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    from lbhash.train.rundir import load_run_config
+
+    saved = load_run_config(run_dir).to_dict()
     for key, value in cell.config.items():
         if key not in NOT_HASHED and saved.get(key) != value:
-            raise ValueError(f"{run_dir} holds a run with {key}={saved.get(key)!r}, but cell {cell.name} "
+            raise InputError(f"{run_dir} holds a run with {key}={saved.get(key)!r}, but cell {cell.name} "
                              f"needs {value!r}; remove it or choose another --out")
     write_json(run_dir / CELL, {"name": cell.name, "config_hash": cell.config_hash, "config": cell.config})
 
@@ -73,8 +74,7 @@ def run_cell(cell: Cell, root: str, threads: int) -> dict[str, Any]:
         import torch
 
         torch.set_num_threads(threads)
-    from lbhash.evaluate.runs import train_and_evaluate
-    from lbhash.train import TrainConfig
+    from lbhash.train import make_config, train
 
     run_dir = Path(root) / cell.name
     state = cell_state(cell, run_dir)
@@ -86,9 +86,8 @@ def run_cell(cell: Cell, root: str, threads: int) -> dict[str, Any]:
         shutil.rmtree(run_dir)
     if state == "new":
         run_dir.parent.mkdir(parents=True, exist_ok=True)
-        return train_and_evaluate(TrainConfig(progress=False, **cell.config), run_dir,
-                                  on_epoch_end=_mark(cell, run_dir))
-    return train_and_evaluate(None, run_dir, resume=True, progress=False)
+        return train(make_config({**cell.config, "progress": False}), run_dir, on_epoch_end=_mark(cell, run_dir))
+    return train(None, run_dir, resume=True, progress=False)
 
 
 def _mark(cell: Cell, run_dir: Path) -> Callable[[int], None]:
@@ -105,7 +104,7 @@ def run_cells(cells: list[Cell], root: Path, workers: int = 1,
     """Run every cell (finished ones are read back); return their metrics in cell order."""
     names = [c.name for c in cells]
     if len(set(names)) != len(names):
-        raise ValueError("cell names must be unique")
+        raise InputError("cell names must be unique")
     states = {c.name: cell_state(c, root / c.name) for c in cells}  # every check before any work
     todo = sum(s != "finished" for s in states.values())
     report(f"{len(cells)} cells: {len(cells) - todo} finished, {todo} to run, {workers} worker(s)")

@@ -15,6 +15,7 @@ from lbhash.reproduce import figures as fig
 from lbhash.reproduce import paper
 from lbhash.reproduce.report_context import ReportContext, cell, md_table, num, pval
 from lbhash.reproduce.stats import kl_divergence, mean_std, spearman
+from lbhash.reproduce.toy import plot_window
 from lbhash.reproduce.tables import TIMING_VARIANTS
 
 _TOY_LABELS = {"surrogate": "surrogate (mean of block products)",
@@ -167,9 +168,8 @@ def toy_section(ctx: ReportContext) -> list[str]:
     if probs:
         rows = []
         for bits, pr in probs.items():
-            k = len(pr["real"])  # above 8 bits: the aligned 256-code window of the likeliest code
-            start = 0 if k <= 256 else int(np.argmax(pr["real"])) // 256 * 256
-            codes = np.arange(start, min(start + 256, k))
+            k = len(pr["real"])
+            codes = plot_window(pr["real"])
             kls = [num(kl_divergence(pr["real"], pr[e]), 4) for e in ("surrogate", "naive")]
             rows.append((f"{bits} bits, codes {codes[0]}–{codes[-1]} of {k}: KL(real ‖ "
                          f"surrogate) = {kls[0]}, KL(real ‖ naive) = {kls[1]}", codes,

@@ -12,6 +12,7 @@ import warnings
 from typing import NamedTuple
 
 import numpy as np
+from lbhash.errors import InputError
 
 
 class LinearFit(NamedTuple):
@@ -43,12 +44,12 @@ def linear_fit(x, y, level: float = 0.95) -> LinearFit:
 
     x, y = _pair(x, y, minimum=3)
     if not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1), got {level}")
+        raise InputError(f"level must be in (0, 1), got {level}")
     n = len(x)
     xm, ym = x.mean(), y.mean()
     sxx, syy = np.sum((x - xm) ** 2), np.sum((y - ym) ** 2)
     if sxx == 0:
-        raise ValueError("linear_fit needs at least two distinct x values")
+        raise InputError("linear_fit needs at least two distinct x values")
     sxy = np.sum((x - xm) * (y - ym))
     slope = sxy / sxx
     intercept = ym - slope * xm
@@ -74,7 +75,7 @@ def confidence_band(fit: LinearFit, x_grid, level: float | None = None) -> tuple
 
     level = fit.level if level is None else level
     if not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1), got {level}")
+        raise InputError(f"level must be in (0, 1), got {level}")
     x = np.asarray(x_grid, dtype=np.float64)
     t = stats.t.ppf((1 + level) / 2, fit.n - 2)
     half = t * fit.residual_sd * np.sqrt(1 / fit.n + (x - fit.x_mean) ** 2 / fit.sxx)
@@ -99,11 +100,11 @@ def _pair(x, y, minimum: int) -> tuple[np.ndarray, np.ndarray]:
     x = np.asarray(x, dtype=np.float64).ravel()
     y = np.asarray(y, dtype=np.float64).ravel()
     if x.shape != y.shape:
-        raise ValueError(f"x and y differ in length: {len(x)} and {len(y)}")
+        raise InputError(f"x and y differ in length: {len(x)} and {len(y)}")
     if not (np.isfinite(x).all() and np.isfinite(y).all()):
-        raise ValueError("x and y must be finite (drop infinite or missing values first)")
+        raise InputError("x and y must be finite (drop infinite or missing values first)")
     if len(x) < minimum:
-        raise ValueError(f"need at least {minimum} points, got {len(x)}")
+        raise InputError(f"need at least {minimum} points, got {len(x)}")
     return x, y
 
 
@@ -131,10 +132,16 @@ def group_mean(x, y) -> tuple[np.ndarray, np.ndarray]:
 
 
 def kl_divergence(p, q) -> float:
-    """KL(p || q) in nats; +inf where q is 0 and p is not."""
+    """KL(p || q) = sum_i p_i log(p_i / q_i) in nats; +inf if q_i = 0 where p_i > 0."""
     p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
-    s = p > 0
-    return math.inf if (q[s] == 0).any() else float(np.sum(p[s] * np.log(p[s] / q[s])))
+    if p.shape != q.shape or p.ndim != 1:
+        raise InputError(f"KL needs two vectors of the same length, got {p.shape} and {q.shape}")
+    if not (np.isfinite(p).all() and np.isfinite(q).all()) or (p < 0).any() or (q < 0).any():
+        raise InputError("KL needs finite non-negative probabilities")
+    support = p > 0
+    if (q[support] == 0).any():
+        return math.inf
+    return float(np.sum(p[support] * (np.log(p[support]) - np.log(q[support]))))
 
 
 def tsne_embedding(codes, labels, max_points: int = 5000, seed: int = 0, max_iter: int = 500
@@ -152,7 +159,7 @@ def tsne_embedding(codes, labels, max_points: int = 5000, seed: int = 0, max_ite
         keep = np.sort(np.random.default_rng(seed).choice(len(codes), max_points, replace=False))
         codes, labels = codes[keep], labels[keep]
     if len(codes) < 5:
-        raise ValueError(f"t-SNE needs at least 5 codes, got {len(codes)}")
+        raise InputError(f"t-SNE needs at least 5 codes, got {len(codes)}")
     classes = labels if labels.ndim == 1 else np.where(labels.any(1), labels.argmax(1), -1)
     # 500 iterations (sklearn's default is 1000) end at nearly the same KL in half the time
     steps = "max_iter" if "max_iter" in inspect.signature(TSNE).parameters else "n_iter"

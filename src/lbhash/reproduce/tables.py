@@ -16,6 +16,7 @@ from typing import Any, Callable
 import numpy as np
 
 from lbhash.reproduce.tables_parse import column_array, parse_cell, parse_number, read_json
+from lbhash.errors import InputError
 
 META_FILE = "meta.json"
 GRID_FILE = "grid.csv"
@@ -104,7 +105,7 @@ def load_tables(directory: str | Path) -> Tables:
     """Read and check every table present in `directory`; meta.json is required."""
     directory = Path(directory)
     if not directory.is_dir():
-        raise ValueError(f"{directory}: not a directory")
+        raise InputError(f"{directory}: not a directory")
     tables = Tables(directory, read_meta(directory / META_FILE), files=[META_FILE])
     for attr, name in (("grid", GRID_FILE), ("curves", CURVES_FILE), ("epochs", EPOCHS_FILE),
                        ("timing", TIMING_FILE), ("centers", CENTERS_FILE), ("bound", BOUND_FILE)):
@@ -129,25 +130,25 @@ def load_tables(directory: str | Path) -> Tables:
 
 def read_meta(path: Path) -> dict[str, Any]:
     if not path.is_file():
-        raise ValueError(f"{path}: no such file (a results directory needs {META_FILE})")
+        raise InputError(f"{path}: no such file (a results directory needs {META_FILE})")
     meta = read_json(path)
     if not isinstance(meta, dict):
-        raise ValueError(f"{path}: expected a JSON object")
+        raise InputError(f"{path}: expected a JSON object")
     missing = [k for k in META_KEYS if k not in meta]
     if missing:
-        raise ValueError(f"{path}: missing key(s) {', '.join(missing)}")
+        raise InputError(f"{path}: missing key(s) {', '.join(missing)}")
     seeds = meta["seeds"]
     if not isinstance(seeds, list) or not all(isinstance(s, int) and not isinstance(s, bool)
                                               for s in seeds):
-        raise ValueError(f"{path}: 'seeds' must be a list of integers, got {seeds!r}")
+        raise InputError(f"{path}: 'seeds' must be a list of integers, got {seeds!r}")
     if not isinstance(meta["epochs"], int) or isinstance(meta["epochs"], bool):
-        raise ValueError(f"{path}: 'epochs' must be an integer, got {meta['epochs']!r}")
+        raise InputError(f"{path}: 'epochs' must be an integer, got {meta['epochs']!r}")
     for key in ("software", "commands"):
         if not isinstance(meta[key], dict):
-            raise ValueError(f"{path}: '{key}' must be a JSON object")
+            raise InputError(f"{path}: '{key}' must be a JSON object")
     for key in ("data", "protocol", "created"):
         if not isinstance(meta[key], str):
-            raise ValueError(f"{path}: '{key}' must be a string, got {meta[key]!r}")
+            raise InputError(f"{path}: '{key}' must be a string, got {meta[key]!r}")
     return meta
 
 
@@ -155,42 +156,42 @@ def read_table(path: Path) -> Table:
     """One of the CSV tables, chosen by file name; values parsed by their column's kind."""
     kinds = _KINDS.get(path.name)
     if kinds is None:
-        raise ValueError(f"{path}: not a known table (expected one of {', '.join(_KINDS)})")
+        raise InputError(f"{path}: not a known table (expected one of {', '.join(_KINDS)})")
     try:
         with open(path, newline="", encoding="utf-8-sig") as fh:
             return _read_rows(path, csv.reader(fh), kinds)
     except (UnicodeDecodeError, csv.Error) as err:
-        raise ValueError(f"{path}: not a readable CSV file ({err})") from None
+        raise InputError(f"{path}: not a readable CSV file ({err})") from None
 
 
 def _read_rows(path: Path, reader, kinds: dict[str, str]) -> Table:
     header = [h.strip() for h in next(reader, [])]
     if not header:
-        raise ValueError(f"{path}: empty file, expected a header row")
+        raise InputError(f"{path}: empty file, expected a header row")
     missing = [c for c in kinds if c not in header]
     if missing:
-        raise ValueError(f"{path}: missing column(s) {', '.join(missing)}")
+        raise InputError(f"{path}: missing column(s) {', '.join(missing)}")
     where = {c: header.index(c) for c in kinds}
     values: dict[str, list] = {c: [] for c in kinds}
     for row in reader:
         if not any(cell.strip() for cell in row):
             continue  # blank line
         if len(row) != len(header):
-            raise ValueError(f"{path} line {reader.line_num}: {len(row)} fields, "
+            raise InputError(f"{path} line {reader.line_num}: {len(row)} fields, "
                              f"the header has {len(header)}")
         for column, kind in kinds.items():
             cell = row[where[column]].strip()
             try:
                 values[column].append(parse_cell(cell, kind))
             except ValueError as err:
-                raise ValueError(f"{path} line {reader.line_num}, column '{column}': "
+                raise InputError(f"{path} line {reader.line_num}, column '{column}': "
                                  f"{err}") from None
     table = Table(path.name, {c: column_array(v, kinds[c]) for c, v in values.items()})
     if path.name in _CHOICES:
         column, allowed = _CHOICES[path.name]
         bad = sorted(set(table[column].tolist()) - set(allowed))
         if bad:
-            raise ValueError(f"{path}: column '{column}' has {bad[0]!r}, expected one of "
+            raise InputError(f"{path}: column '{column}' has {bad[0]!r}, expected one of "
                              f"{', '.join(allowed)}")
     return table
 
@@ -203,22 +204,22 @@ def read_codes_sample(path: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     for key in sorted(arrays):
         if not key.endswith(CODES_SUFFIX):
             if not key.endswith(LABELS_SUFFIX):
-                raise ValueError(f"{path}: key {key!r} ends in neither {CODES_SUFFIX} nor "
+                raise InputError(f"{path}: key {key!r} ends in neither {CODES_SUFFIX} nor "
                                  f"{LABELS_SUFFIX}")
             continue
         run = key[:-len(CODES_SUFFIX)]
         codes, labels = arrays[key], arrays.get(run + LABELS_SUFFIX)
         if labels is None:
-            raise ValueError(f"{path}: {key!r} has no matching {run + LABELS_SUFFIX!r}")
+            raise InputError(f"{path}: {key!r} has no matching {run + LABELS_SUFFIX!r}")
         if codes.ndim != 2 or not np.isin(codes, (-1, 1)).all():
-            raise ValueError(f"{path}: {key!r} must be a 2-D array of +/-1")
+            raise InputError(f"{path}: {key!r} must be a 2-D array of +/-1")
         if labels.ndim not in (1, 2) or len(labels) != len(codes):
-            raise ValueError(f"{path}: {run + LABELS_SUFFIX!r} must have one label (row) per "
+            raise InputError(f"{path}: {run + LABELS_SUFFIX!r} must have one label (row) per "
                              f"code, got shape {labels.shape} for {len(codes)} codes")
         out[run] = (codes.astype(np.int8), labels)
     for key in arrays:
         if key.endswith(LABELS_SUFFIX) and key[:-len(LABELS_SUFFIX)] not in out:
-            raise ValueError(f"{path}: {key!r} has no matching codes array")
+            raise InputError(f"{path}: {key!r} has no matching codes array")
     return out
 
 
@@ -226,25 +227,25 @@ def read_toy(path: Path) -> dict[int, dict[str, Any]]:
     """toy.json: bits -> ToyResult.to_dict(), with "inf" strings turned into floats."""
     raw = read_json(path)
     if not isinstance(raw, dict) or not raw:
-        raise ValueError(f"{path}: expected a JSON object keyed by bit length")
+        raise InputError(f"{path}: expected a JSON object keyed by bit length")
     out = {}
     for key, result in raw.items():
         if not key.isdigit():
-            raise ValueError(f"{path}: key {key!r} is not a bit length")
+            raise InputError(f"{path}: key {key!r} is not a bit length")
         if not isinstance(result, dict) or not isinstance(result.get("kl_real_vs"), dict):
-            raise ValueError(f"{path}: entry {key!r} has no 'kl_real_vs' table")
+            raise InputError(f"{path}: entry {key!r} has no 'kl_real_vs' table")
         kl = {}
         for n, row in result["kl_real_vs"].items():
             if not str(n).isdigit() or not isinstance(row, dict):
-                raise ValueError(f"{path}: entry {key!r}: bad 'kl_real_vs' row {n!r}")
+                raise InputError(f"{path}: entry {key!r}: bad 'kl_real_vs' row {n!r}")
             try:
                 kl[int(n)] = {est: parse_number(v) for est, v in row.items()}
             except ValueError as err:
-                raise ValueError(f"{path}: entry {key!r}, N = {n}: {err}") from None
+                raise InputError(f"{path}: entry {key!r}, N = {n}: {err}") from None
         try:
             limit = parse_number(result.get("true_marginal_product_kl"))
         except ValueError as err:
-            raise ValueError(f"{path}: entry {key!r}, true_marginal_product_kl: {err}") from None
+            raise InputError(f"{path}: entry {key!r}, true_marginal_product_kl: {err}") from None
         out[int(key)] = {**result, "kl_real_vs": kl, "true_marginal_product_kl": limit}
     return dict(sorted(out.items()))
 
@@ -258,14 +259,14 @@ def read_toy_probs(path: Path) -> dict[int, dict[str, np.ndarray]]:
     for key, value in arrays.items():
         bits, _, kind = key.partition("__")
         if not bits.isdigit() or kind not in TOY_PROB_KINDS:
-            raise ValueError(f"{path}: key {key!r} is not <bits>__<{'|'.join(TOY_PROB_KINDS)}>")
+            raise InputError(f"{path}: key {key!r} is not <bits>__<{'|'.join(TOY_PROB_KINDS)}>")
         if value.shape != (2 ** int(bits),) or not np.isfinite(value).all() or (value < 0).any():
-            raise ValueError(f"{path}: {key!r} must hold {2 ** int(bits)} finite probabilities")
+            raise InputError(f"{path}: {key!r} must hold {2 ** int(bits)} finite probabilities")
         out.setdefault(int(bits), {})[kind] = value.astype(np.float64)
     for bits, kinds in out.items():
         missing = [k for k in TOY_PROB_KINDS if k not in kinds]
         if missing:
-            raise ValueError(f"{path}: {bits} bits lacks {', '.join(f'{bits}__{k}' for k in missing)}")
+            raise InputError(f"{path}: {bits} bits lacks {', '.join(f'{bits}__{k}' for k in missing)}")
     return dict(sorted(out.items()))
 
 
@@ -273,7 +274,7 @@ def _check_unique(table: Table, column: str, path: Path) -> None:
     seen = set()
     for value in table[column].tolist():
         if value in seen:
-            raise ValueError(f"{path}: duplicate {column} {value!r}")
+            raise InputError(f"{path}: duplicate {column} {value!r}")
         seen.add(value)
 
 

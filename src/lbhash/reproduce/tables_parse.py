@@ -14,13 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from lbhash.errors import InputError
 
 
 def read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path}: not valid JSON ({err})") from None
+        raise InputError(f"{path}: not valid JSON ({err})") from None
 
 
 def parse_number(value: Any) -> float:
@@ -30,7 +31,7 @@ def parse_number(value: Any) -> float:
     if value is None:
         return math.nan
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"expected a number, got {value!r}")
+        raise InputError(f"expected a number, got {value!r}")
     return float(value)
 
 
@@ -41,7 +42,7 @@ def parse_cell(cell: str, kind: str) -> Any:
     if cell == "":
         if optional:
             return "" if kind == "str" else math.nan
-        raise ValueError("empty, expected a value")
+        raise InputError("empty, expected a value")
     if kind == "str":
         return cell
     if kind == "bool":
@@ -49,27 +50,27 @@ def parse_cell(cell: str, kind: str) -> Any:
             return True
         if cell.lower() in ("false", "0"):
             return False
-        raise ValueError(f"cannot parse {cell!r} as True/False")
+        raise InputError(f"cannot parse {cell!r} as True/False")
     if kind == "topk":
         if cell.lower() == "all":
             return "all"
         if not cell.isdigit() or int(cell) <= 0:
-            raise ValueError(f"cannot parse {cell!r} as 'all' or a positive integer")
+            raise InputError(f"cannot parse {cell!r} as 'all' or a positive integer")
         return cell
     try:
         number = float(cell)
     except ValueError:
-        raise ValueError(f"cannot parse {cell!r} as a number") from None
+        raise InputError(f"cannot parse {cell!r} as a number") from None
     if kind == "int":
         if not number.is_integer():
-            raise ValueError(f"cannot parse {cell!r} as an integer")
+            raise InputError(f"cannot parse {cell!r} as an integer")
         return int(number)
     if kind == "ratio" and not (number >= 0):  # +inf allowed, NaN and negatives not
-        raise ValueError(f"{cell!r} is not a ratio >= 0 (inf allowed)")
+        raise InputError(f"{cell!r} is not a ratio >= 0 (inf allowed)")
     if kind == "float" and not math.isfinite(number):
-        raise ValueError(f"{cell!r} is not a finite number")
+        raise InputError(f"{cell!r} is not a finite number")
     if kind == "frac" and not (0 <= number <= 1 or (optional and math.isnan(number))):
-        raise ValueError(f"{cell!r} is not a fraction in [0, 1]")
+        raise InputError(f"{cell!r} is not a fraction in [0, 1]")
     return number
 
 

@@ -1,147 +1,291 @@
-"""Training configuration: defaults <- YAML config file <- command-line flags."""
+"""The training configuration: one typed model shared by the CLI, config files and Python.
+
+`TrainConfig` validates every value where it enters (strict types: no string for a number or a
+boolean, finite numbers, ranges, unknown keys rejected with the list of known ones) and says
+which option and value are wrong in one line (`InputError`). `None` means "the method's or
+the data's default"; `resolve_config` fills every such value in one place, from the method's
+class and the data set, and returns the complete config a run saves and reloads. The command
+line options and their shown defaults are generated from these field definitions
+(lbhash.cli.options).
+"""
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
+import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from lbhash.methods.defaults import method_defaults
+from lbhash.centers import CENTER_KINDS
+from lbhash.errors import InputError
+from lbhash.methods import PROFILES, method_class, method_defaults
+
+Optimizer = Literal["adam", "sgd", "rmsprop"]
+PRECISIONS = ("32-true", "32", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true")
+# filled from the method's defaults when None
+METHOD_FIELDS = ("epochs", "batch_size", "optimizer", "lr", "weight_decay", "lr_step", "lr_gamma",
+                 "lbhash_mode")
+DEFAULT_IMAGE_BACKBONE = "resnet20"
+DEFAULT_FEATURE_HIDDEN = [1024]
+DEFAULT_PROTOCOL = {"digits": "digits", "cifar10": "cifar10"}  # data kind -> protocol
 
 
-@dataclass
-class TrainConfig:
+def option(default: Any, help: str, expect: str, shown: str | None = None, cli: bool = True,
+           **constraints) -> Any:
+    """A config field: its default, help text, what it accepts (for messages) and the default
+    as the command line shows it (None: the default itself)."""
+    extra = {"expect": expect, "cli": cli}
+    if shown is not None:
+        extra["shown"] = shown
+    return Field(default, description=help, json_schema_extra=extra, **constraints)
+
+
+class TrainConfig(BaseModel):
     """Everything a run needs. None means "the method's (or the data set's) default"."""
 
-    data: str = "digits"
-    protocol: str | None = None         # default: the data set's own ("digits", "given", ...)
-    method: str = "csq"
-    defaults: str = "paper"              # method defaults profile: paper | benchmark
-    lbhash: bool = False                 # train the method's _D variant
-    bits: int = 64
-    seed: int = 0
-    epochs: int | None = None
-    batch_size: int | None = None
-    optimizer: str | None = None         # adam | sgd | rmsprop
-    lr: float | None = None              # eta_2, the hash model's learning rate
-    weight_decay: float | None = None
-    lr_step: int | None = None           # decay every lr_step epochs (0: never)
-    lr_gamma: float | None = None
-    method_options: dict = field(default_factory=dict)   # the method's constants
-    centers: str = "auto"                # center generator (lbhash.centers)
-    lbhash_weight: float = 1.0           # lambda of L_theta
-    lbhash_mode: str | None = None       # add | replace (default: the method's)
-    surrogate_lr: float = 1e-3           # eta_1
-    block_size: int = 8
-    surrogate_hidden: int = 256
-    surrogate_dropout: float = 0.5
-    theta_dropout: bool = True           # dropout active in the L_theta pass
-    hidden: list | None = None           # hash head widths (default: [1024] for features, [] for images)
-    head_dropout: float = 0.0
-    backbone: str | None = None          # images: a registered backbone (lbhash.models)
-    pretrained: str | None = None        # backbone weights: a local file, or "torchvision" (hub cache)
-    freeze_backbone: bool = False        # train only the hash layers
-    image_size: int | None = None        # default: the backbone's
-    transform: str | None = None         # imagenet | cifar | cifar-augment (default: the backbone's)
-    num_workers: int = 0                 # DataLoader workers for image data
-    skip_bad_images: bool = False        # drop unreadable images (counted) instead of stopping
-    normalize: str = "zscore"            # zscore | none (feature standardisation)
-    eval_every: int = 10                 # evaluate every N epochs (0: only at the end)
-    topk: Any = None                     # R of mAP@R: int, "all", or None (protocol default)
-    accelerator: str = "cpu"
-    devices: int = 1
-    precision: str = "32-true"
-    progress: bool = True
+    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False, frozen=True)
 
-    def resolved(self) -> "TrainConfig":
-        """Fill method defaults and check every value (one-line ValueError naming it)."""
-        d = method_defaults(self.method, self.defaults)
-        cfg = dataclasses.replace(self, method=self.method.lower(),
-                                  method_options={**d.constants, **(self.method_options or {})})
-        for name in ("epochs", "batch_size", "optimizer", "lr", "weight_decay", "lr_step",
-                     "lr_gamma", "lbhash_mode"):
-            if getattr(cfg, name) is None:
-                setattr(cfg, name, getattr(d, name))
-        cfg.validate()
-        return cfg
+    data: str = option("digits", "Data spec, e.g. 'digits' or 'features:PATH.npz' (see docs/data.md).",
+                       "a data spec string", min_length=1)
+    protocol: str | None = option(None, "Split protocol: cifar10, cifar10-1, cifar10-2, given, digits, lists, "
+                                        "per-class:T,Q[,+train], random:T,Q.", "a protocol name",
+                                  shown="the data set's own")
+    method: str = option("csq", "Hashing method (see `lbhash methods`).", "a method name")
+    defaults: Literal[PROFILES] = option("paper", "Method defaults profile: the paper's (Adam 1e-3) or the "
+                                                  "DeepHash benchmark's.", f"one of {', '.join(PROFILES)}")
+    lbhash: bool = option(False, "Train the method's _D variant (the paper's objective).", "true or false")
+    bits: int = option(64, "Code length.", "a positive integer", ge=1)
+    seed: int = option(0, "Seeds the split, centers, initialisation and every epoch's randomness.",
+                       "a non-negative integer", ge=0)
+    epochs: int | None = option(None, "Training epochs.", "a positive integer", shown="the method's", ge=1)
+    batch_size: int | None = option(None, "Batch size.", "a positive integer", shown="the method's", ge=1)
+    optimizer: Optimizer | None = option(None, "Optimizer of the hash model.", "one of adam, sgd, rmsprop",
+                                         shown="the method's")
+    lr: float | None = option(None, "Learning rate of the hash model (eta_2).", "a positive number",
+                              shown="the method's", gt=0)
+    weight_decay: float | None = option(None, "Weight decay of the hash model.", "a number >= 0",
+                                        shown="the method's", ge=0)
+    lr_step: int | None = option(None, "Decay the learning rates every N epochs (0: never).",
+                                 "a non-negative integer", shown="the method's", ge=0)
+    lr_gamma: float | None = option(None, "Learning-rate decay factor.", "a positive number",
+                                    shown="the method's", gt=0)
+    method_options: dict[str, bool | int | float | str] = option(
+        {}, "The method's constants, NAME=VALUE (e.g. quantization=1e-4).", "a mapping of constant names to values",
+        shown="the method's", cli=False)
+    centers: Literal[CENTER_KINDS] = option("auto", "Center generator.", f"one of {', '.join(CENTER_KINDS)}")
+    lbhash_weight: float = option(1.0, "lambda: the weight of L_theta.", "a positive number", gt=0)
+    lbhash_mode: Literal["add", "replace"] | None = option(
+        None, "Add L_theta to the method's loss, or replace its center loss.", "one of add, replace",
+        shown="the method's")
+    surrogate_lr: float = option(1e-3, "Learning rate of the surrogate P_pi (eta_1).", "a positive number", gt=0)
+    block_size: int = option(8, "Bits per surrogate block.", "an integer from 1 to 16", ge=1, le=16)
+    surrogate_hidden: int = option(256, "Hidden width of each block's MLP.", "a positive integer", ge=1)
+    surrogate_dropout: float = option(0.5, "Dropout in the surrogate's MLPs.", "a number in [0, 1)", ge=0, lt=1)
+    theta_dropout: bool = option(True, "Dropout active in the L_theta pass.", "true or false")
+    hidden: list[int] | None = option(None, "Hash head hidden widths, comma-separated.",
+                                      "a list of positive integers", shown="1024 for features, none for images",
+                                      cli=False)
+    head_dropout: float = option(0.0, "Dropout after each hidden layer of the hash head.", "a number in [0, 1)",
+                                 ge=0, lt=1)
+    backbone: str | None = option(None, "Image data: a backbone (see docs/models.md).", "a backbone name",
+                                  shown="resnet20 for images")
+    pretrained: str | None = option(None, "Backbone weights: a local file, or 'torchvision' (torch hub cache; "
+                                          "never downloads).", "a file path or 'torchvision'")
+    freeze_backbone: bool = option(False, "Train only the hash layers.", "true or false")
+    image_size: int | None = option(None, "Image side after transforms.", "an integer >= 8",
+                                    shown="the backbone's", ge=8)
+    transform: Literal["imagenet", "cifar", "cifar-augment"] | None = option(
+        None, "Image transform preset.", "one of imagenet, cifar, cifar-augment", shown="the backbone's")
+    num_workers: int = option(0, "DataLoader workers for image data.", "a non-negative integer", ge=0)
+    skip_bad_images: bool = option(False, "Drop unreadable images (counted) instead of stopping before training.",
+                                   "true or false")
+    normalize: Literal["zscore", "none"] = option("zscore", "Feature standardisation (features only).",
+                                                  "one of zscore, none")
+    eval_every: int = option(10, "Evaluate every N epochs (0: only at the end).", "a non-negative integer", ge=0)
+    topk: int | Literal["all"] | None = option(None, "R of mAP@R: a positive integer or 'all'.",
+                                               "a positive integer or 'all'", shown="the protocol's", cli=False)
+    accelerator: Literal["cpu", "gpu", "cuda", "auto"] = option("cpu", "cpu or gpu.", "one of cpu, gpu, cuda, auto")
+    devices: int = option(1, "Processes (devices) to train on.", "a positive integer", ge=1)
+    precision: Literal[PRECISIONS] = option("32-true", "Lightning precision, e.g. 32-true, bf16-mixed.",
+                                            f"one of {', '.join(PRECISIONS)}")
+    progress: bool = option(True, "Show a progress bar.", "true or false")
+    # Resolved from the data set (resolve_config); a loaded run rebuilds its model from them.
+    input_kind: Literal["features", "images"] | None = option(
+        None, "What the data gives the model (set from the data).", "features or images", cli=False)
+    input_dim: int | None = option(None, "Width of the feature vectors (set from the data).",
+                                   "a positive integer", cli=False, ge=1)
 
-    def validate(self) -> None:
-        for name in ("bits", "epochs", "batch_size", "block_size", "surrogate_hidden", "devices"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        for name in ("lr", "surrogate_lr"):
-            if not _positive_number(getattr(self, name)):
-                raise ValueError(f"{name} must be a positive number, got {getattr(self, name)!r}")
-        if not isinstance(self.lr_step, int) or self.lr_step < 0:
-            raise ValueError(f"lr_step must be a non-negative integer, got {self.lr_step!r}")
-        if not isinstance(self.eval_every, int) or self.eval_every < 0:
-            raise ValueError(f"eval_every must be a non-negative integer, got {self.eval_every!r}")
-        if self.optimizer not in ("adam", "sgd", "rmsprop"):
-            raise ValueError(f"optimizer must be adam, sgd or rmsprop, got {self.optimizer!r}")
-        if self.lbhash_mode not in ("add", "replace"):
-            raise ValueError(f"lbhash_mode must be 'add' or 'replace', got {self.lbhash_mode!r}")
-        if self.normalize not in ("zscore", "none"):
-            raise ValueError(f"normalize must be 'zscore' or 'none', got {self.normalize!r}")
-        if self.hidden is not None and (not isinstance(self.hidden, (list, tuple)) or any(
-                not isinstance(h, int) or isinstance(h, bool) or h < 1 for h in self.hidden)):
-            raise ValueError(f"hidden must be a list of positive integers, got {self.hidden!r}")
-        for name in ("num_workers",):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
-        if self.image_size is not None and (not isinstance(self.image_size, int) or self.image_size < 8):
-            raise ValueError(f"image_size must be an integer >= 8, got {self.image_size!r}")
+    @field_validator("hidden", mode="before")
+    @classmethod
+    def _hidden_list(cls, value):
+        return list(value) if isinstance(value, tuple) else value
+
+    @field_validator("topk")
+    @classmethod
+    def _positive_topk(cls, value):
+        if isinstance(value, int) and value < 1:
+            raise ValueError("not positive")
+        return value
+
+    @field_validator("hidden")
+    @classmethod
+    def _positive_widths(cls, value):
+        if value is not None and any(h < 1 for h in value):
+            raise ValueError("not positive")
+        return value
+
+    @field_validator("method")
+    @classmethod
+    def _known_method(cls, value):
+        return method_class(value).name  # unknown names: InputError with the list
+
+    @model_validator(mode="after")
+    def _blocks_divide_bits(self):
         if self.lbhash and self.bits % self.block_size:
-            raise ValueError(f"bits={self.bits} is not divisible by the block size {self.block_size}")
-        if self.topk is not None and self.topk != "all" and (
-                not isinstance(self.topk, int) or isinstance(self.topk, bool) or self.topk < 1):
-            raise ValueError(f"topk must be a positive integer or 'all', got {self.topk!r}")
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+            raise InputError(f"bits={self.bits} is not divisible by the block size {self.block_size}")
+        return self
 
     @property
     def variant(self) -> str:
-        """The method's display name: e.g. CSQ or CSQ_D."""
+        """The method's display name: e.g. csq or csq_D."""
         return self.method + ("_D" if self.lbhash else "")
 
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump()
 
-FIELDS = {f.name for f in dataclasses.fields(TrainConfig)}
+    def replace(self, **values) -> "TrainConfig":
+        """A validated copy with `values` changed."""
+        return make_config({**self.model_dump(), **values})
+
+
+FIELDS = tuple(TrainConfig.model_fields)
+
+
+def make_config(values: dict[str, Any], where: str = "") -> TrainConfig:
+    """TrainConfig(**values) with every error as one InputError line naming the option and value."""
+    try:
+        return TrainConfig(**values)
+    except ValidationError as err:
+        raise InputError(config_error_message(err, values, where)) from None
+
+
+def config_error_message(err: ValidationError, values: dict[str, Any], where: str = "") -> str:
+    first = err.errors()[0]
+    name = str(first["loc"][0]) if first["loc"] else ""
+    prefix = f"{where}: " if where else ""
+    if first["type"] == "extra_forbidden":
+        return f"{prefix}unknown option {name!r} (known: {', '.join(FIELDS)})"
+    cause = first.get("ctx", {}).get("error")
+    if isinstance(cause, InputError) or name not in TrainConfig.model_fields:  # a check with its own words
+        return prefix + (str(cause) if cause is not None else first["msg"])
+    expect = TrainConfig.model_fields[name].json_schema_extra["expect"]
+    return f"{prefix}{name} must be {expect}, got {values.get(name, first.get('input'))!r}"
+
+
+# --- config files -------------------------------------------------------------------------
+
+class _Loader(yaml.SafeLoader):
+    """YAML 1.1 reads 1e-3 (no dot) as a string; read it as the number everyone means."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"))
+
+
+def parse_yaml(text: str, where: str) -> Any:
+    """Safe YAML (no tags that build objects); one line naming `where` when it is not valid."""
+    try:
+        return yaml.load(text, Loader=_Loader)
+    except yaml.YAMLError as err:
+        raise InputError(f"{where}: not valid YAML ({str(err).splitlines()[0]})") from None
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
-    """Read a YAML config; keys may use '-' or '_'. Unknown keys are an error."""
+    """Read a YAML config; keys may use '-' or '_'. Unknown keys and bad values are errors."""
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"{path}: no such config file")
+        raise InputError(f"{path}: no such config file")
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise ValueError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(f"{path}: cannot read the config file ({err})") from None
+    raw = parse_yaml(text, str(path)) or {}
     if not isinstance(raw, dict):
-        raise ValueError(f"{path}: a config file must be a mapping of option: value")
-    out = {}
-    for key, value in raw.items():
-        name = str(key).replace("-", "_")
-        if name not in FIELDS:
-            raise ValueError(f"{path}: unknown option {key!r}")
-        out[name] = value
+        raise InputError(f"{path}: a config file must be a mapping of option: value")
+    out = {str(key).replace("-", "_"): value for key, value in raw.items()}
+    make_config(out, str(path))  # every key and value checked here, naming the file
     return out
 
 
 def build_config(file_values: dict[str, Any] | None = None,
                  flag_values: dict[str, Any] | None = None) -> TrainConfig:
-    """Defaults, overridden by the config file, overridden by explicit flags."""
-    values = {**(file_values or {}), **{k: v for k, v in (flag_values or {}).items() if v is not None}}
-    unknown = set(values) - FIELDS
-    if unknown:
-        raise ValueError(f"unknown option(s): {', '.join(sorted(unknown))}")
-    return TrainConfig(**values)
+    """Defaults, overridden by the config file, overridden by explicit flags (None: not given)."""
+    flags = {k: v for k, v in (flag_values or {}).items() if v is not None}
+    return make_config({**(file_values or {}), **flags})
 
 
-def _positive_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+# --- resolution ---------------------------------------------------------------------------
+
+def resolve_config(cfg: TrainConfig, dataset) -> TrainConfig:
+    """The complete config of a run on `dataset` (a lbhash.data.HashDataset): every None that
+    has a default is filled, from the method's class, the data set and the backbone's
+    registered defaults. Nothing changes a config after this."""
+    from lbhash.models import backbone_defaults
+
+    d = method_defaults(cfg.method, cfg.defaults)
+    values = cfg.model_dump()
+    for name in METHOD_FIELDS:
+        if values[name] is None:
+            values[name] = getattr(d, name)
+    values["method_options"] = {**d.constants, **_checked_method_options(cfg.method, cfg.method_options)}
+    values["protocol"] = cfg.protocol or default_protocol(cfg.data, dataset)
+    values["input_kind"] = dataset.input_kind
+    if dataset.input_kind == "features":
+        if cfg.backbone is not None:
+            raise InputError(f"--backbone {cfg.backbone} needs image data; {dataset.name} holds features")
+        if cfg.input_dim is not None and cfg.input_dim != dataset.input_dim():
+            raise InputError(f"{dataset.name} has {dataset.input_dim()} features per item, but the run "
+                             f"was made for {cfg.input_dim}")
+        values["input_dim"] = dataset.input_dim()
+        values["hidden"] = list(DEFAULT_FEATURE_HIDDEN if cfg.hidden is None else cfg.hidden)
+    else:
+        backbone = cfg.backbone or DEFAULT_IMAGE_BACKBONE
+        size, transform = backbone_defaults(backbone)
+        values.update(backbone=backbone, hidden=[] if cfg.hidden is None else list(cfg.hidden),
+                      image_size=cfg.image_size or size, transform=cfg.transform or transform, input_dim=None)
+    return make_config(values)
+
+
+def default_protocol(data: str, dataset) -> str:
+    kind = data.split(":", 1)[0]
+    if kind in DEFAULT_PROTOCOL:
+        return DEFAULT_PROTOCOL[kind]
+    if dataset.parts is not None:
+        return "lists"
+    if dataset.is_test is not None:
+        return "given"
+    raise InputError(f"data {data!r} has no train/test split of its own: choose --protocol")
+
+
+def _checked_method_options(method: str, options: dict[str, Any]) -> dict[str, Any]:
+    """Known constant names, each with a value of its default's type."""
+    known = method_class(method).constants()
+    for name, value in options.items():
+        if name not in known:
+            raise InputError(f"method {method}: unexpected keyword argument {name!r} "
+                             f"(its constants: {', '.join(known) or 'none'})")
+        default = known[name]
+        ok = (isinstance(value, bool) if isinstance(default, bool)
+              else isinstance(value, int) and not isinstance(value, bool) if isinstance(default, int)
+              else isinstance(value, (int, float)) and not isinstance(value, bool) if isinstance(default, float)
+              else isinstance(value, type(default)))
+        if not ok:
+            raise InputError(f"method option {name} of {method} must be a {type(default).__name__}, got {value!r}")
+    return dict(options)
+
+
+__all__ = ["TrainConfig", "FIELDS", "build_config", "load_config_file", "make_config", "parse_yaml",
+           "resolve_config"]

@@ -4,26 +4,30 @@ Per batch: u = F_theta(x); loss = method loss (+ lambda * L_theta) + L_pi. L_the
 theta only (pi frozen) and L_pi reaches pi only (u detached), so one backward pass followed
 by a step of the theta optimizer (eta_2) and of the pi optimizer (eta_1) performs lines 7-8
 of Alg. 1 with the o = P_pi(l) of line 6. Each epoch's randomness is seeded from (seed,
-epoch), so a resumed run continues exactly as an uninterrupted one.
+epoch), so a resumed run continues exactly as an uninterrupted one. Every epoch logs the
+lower bound of the codes the training items got during it, and every `eval_every` epochs the
+mAP and database lower bound of fresh query and database codes.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import time
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Callable
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
-from lbhash.train.experiment import Experiment, Learner
+from lbhash.evaluate import lower_bound, mean_average_precision
+from lbhash.train.builder import Experiment, Learner, input_options
+from lbhash.train.encoder import encode
+from lbhash.train.rundir import CHECKPOINT, LOG
 
-CHECKPOINT = "checkpoint.pt"
-LOG = "log.jsonl"
 
 
 def epoch_seed(seed: int, epoch: int) -> int:
@@ -39,11 +43,11 @@ def process_rank() -> int:
     return int(os.environ.get("NODE_RANK", 0)) * max(1, int(os.environ.get("LOCAL_WORLD_SIZE", 1))) + local
 
 
-def make_fabric(cfg):
+def make_fabric(accelerator: str, devices: int, precision: str):
     from lightning.fabric import Fabric
 
     logging.getLogger("lightning.fabric").setLevel(logging.WARNING)
-    fabric = Fabric(accelerator=cfg.accelerator, devices=cfg.devices, precision=cfg.precision)
+    fabric = Fabric(accelerator=accelerator, devices=devices, precision=precision)
     fabric.launch()  # starts the other processes of a multi-device run (no-op under torchrun)
     if fabric.world_size > 1 and fabric.device.type == "cpu":
         # processes share the CPUs: one full intra-op pool each would oversubscribe them
@@ -70,27 +74,15 @@ def make_optimizer(kind: str, params, lr: float, weight_decay: float) -> torch.o
     return torch.optim.RMSprop(params, lr=lr, weight_decay=weight_decay, foreach=True)
 
 
-class Monitor(Protocol):
-    """Per-epoch measurements, supplied by a higher layer (lbhash.evaluate)."""
-
-    def train_codes(self, codes: np.ndarray, labels: np.ndarray) -> dict:
-        """Called each epoch with the codes the training samples got during it."""
-
-    def evaluate(self, query_codes: np.ndarray, db_codes: np.ndarray, query_labels: np.ndarray,
-                 db_labels: np.ndarray, topk: int | None) -> dict:
-        """Called every `eval_every` epochs with fresh query and database codes."""
-
-
 class Trainer:
     """Runs the epochs of one experiment into a run directory."""
 
-    def __init__(self, exp: Experiment, run_dir: Path, monitor: Monitor | None = None,
-                 on_epoch_end: Callable[[int], None] | None = None):
+    def __init__(self, exp: Experiment, run_dir: Path, on_epoch_end: Callable[[int], None] | None = None):
         self.exp, self.cfg, self.run_dir = exp, exp.cfg, run_dir
-        self.monitor, self.on_epoch_end = monitor, on_epoch_end
+        self.on_epoch_end = on_epoch_end
         cfg = self.cfg
         torch.set_flush_denormal(True)  # denormals slow CPU matmuls by orders of magnitude
-        self.fabric = make_fabric(cfg)
+        self.fabric = make_fabric(cfg.accelerator, cfg.devices, cfg.precision)
         learner: Learner = exp.learner
         opt_theta = make_optimizer(cfg.optimizer, learner.theta_parameters(), cfg.lr, cfg.weight_decay)
         optimizers = [opt_theta]
@@ -101,11 +93,12 @@ class Trainer:
         self.schedulers = [torch.optim.lr_scheduler.StepLR(o, step, gamma) for o in self.optimizers]
         self.train_labels = exp.dataset.labels[exp.split.train]
         # channels_last helps convolutions on GPUs (tensor cores), not on the CPU
-        self.channels_last = exp.images and self.fabric.device.type == "cuda"
-        if self.channels_last:
+        channels_last = cfg.input_kind == "images" and self.fabric.device.type == "cuda"
+        if channels_last:
             self.learner.model.to(memory_format=torch.channels_last)
-        self.batches = exp.train_batches(self.fabric.device, self.fabric.global_rank,
-                                         self.fabric.world_size, self.channels_last)
+        self.options = input_options(cfg, channels_last)
+        self.batches = exp.dataset.train_batches(exp.split.train, cfg.batch_size, self.fabric.device,
+                                                 self.fabric.global_rank, self.fabric.world_size, self.options)
         self.start_epoch = 0
 
     # --- checkpoints --------------------------------------------------------------------
@@ -121,6 +114,9 @@ class Trainer:
         if self.fabric.is_global_zero:
             os.replace(tmp, path)  # atomic: a kill never leaves a broken checkpoint
         self.fabric.barrier()
+
+    def has_checkpoint(self) -> bool:
+        return (self.run_dir / CHECKPOINT).is_file()
 
     def load_checkpoint(self) -> None:
         state = {"learner": self.learner}
@@ -138,8 +134,8 @@ class Trainer:
         cfg = self.cfg
         for epoch in range(self.start_epoch + 1, cfg.epochs + 1):
             record = self.train_epoch(epoch)
-            if (self.monitor is not None and cfg.eval_every and epoch % cfg.eval_every == 0
-                    and epoch < cfg.epochs):
+            if (cfg.eval_every and epoch % cfg.eval_every == 0 and epoch < cfg.epochs
+                    and len(self.exp.split.query)):
                 record["eval"] = self.evaluate()
             if self.fabric.is_global_zero:
                 with open(self.run_dir / LOG, "a") as fh:
@@ -193,8 +189,10 @@ class Trainer:
             codes = self._gather_codes(codes, written)
         record = {"epoch": epoch, "lr": lr, "seconds": seconds,
                   "loss": {k: v / seen for k, v in sums.items()}}
-        if self.monitor is not None:
-            record.update(self.monitor.train_codes(codes, self.train_labels))
+        bound = lower_bound(codes, self.train_labels) if self.train_labels.any(0).sum() >= 2 else None
+        if bound is not None:
+            record["train_lower_bound"] = {"min_inter": bound.min_inter, "max_intra": bound.max_intra,
+                                           "ratio": finite_or_str(bound.ratio)}
         return record
 
     def _gather_codes(self, codes: np.ndarray, written: np.ndarray) -> np.ndarray:
@@ -207,20 +205,31 @@ class Trainer:
     def encode(self, index: np.ndarray, progress: bool = False) -> np.ndarray:
         """Codes of data-set items with the plain (unwrapped) model: no collective calls, so
         rank 0 may encode alone."""
-        return self.exp.encode(self.learner.model, index, self.fabric.device, self.fabric.autocast,
-                               self.channels_last, progress and self.cfg.progress)
+        return encode(self.learner.model, self.exp.dataset, index, self.options, self.fabric.device,
+                      self.fabric.autocast, progress and self.cfg.progress)
 
     def evaluate(self) -> dict:
+        """mAP at R of fresh query and database codes, and the database codes' lower bound."""
         result = {}
         if self.fabric.is_global_zero:
-            split, ds = self.exp.split, self.exp.dataset
-            result = self.monitor.evaluate(self.encode(split.query), self.encode(split.database),
-                                           ds.labels[split.query], ds.labels[split.database], self.exp.topk)
+            split, labels = self.exp.split, self.exp.dataset.labels
+            q, db = self.encode(split.query), self.encode(split.database)
+            bound = lower_bound(db, labels[split.database])
+            result = {"map": mean_average_precision(q, db, labels[split.query], labels[split.database],
+                                                    topk=self.exp.topk),
+                      "lower_bound_ratio": finite_or_str(bound.ratio), "min_inter": bound.min_inter,
+                      "max_intra": bound.max_intra}
         self.fabric.barrier()
         return result
 
 
+def finite_or_str(x: float):
+    """JSON has no infinity: an infinite ratio is stored as "inf"."""
+    return x if math.isfinite(x) else "inf"
+
+
 def read_log(path: Path) -> list[dict]:
+    """The records of a run's log.jsonl, one per finished epoch ([] when there is none)."""
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

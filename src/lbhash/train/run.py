@@ -1,8 +1,10 @@
-"""A training run end to end: build, train, encode, and write the run directory.
+"""A training run end to end: build, train, encode, evaluate, and write the run directory.
 
+`train` is the one way in, for `lbhash train`, the Python API (HashEncoder) and `reproduce`.
 Run directory: config.yaml (resolved), split.npz, log.jsonl (one line per epoch),
-checkpoint.pt (every epoch, atomic) and codes.npz (the format `lbhash evaluate` reads).
-Metrics (metrics.json) are added by the evaluation layer (`lbhash.evaluate.runs`).
+checkpoint.pt (every epoch, atomic), codes.npz (the format `lbhash evaluate` reads) and
+metrics.json; a run without queries (protocol all-train) has no codes.npz, and its
+metrics.json holds only the run summary.
 """
 
 from __future__ import annotations
@@ -10,91 +12,93 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import torch
 import yaml
 
-from lbhash._io import atomic_path
-from lbhash.codes import save_codes_file
-from lbhash.data import load_split, save_split
-from lbhash.train.config import TrainConfig, build_config
-from lbhash.train.experiment import build_experiment
-from lbhash.train.loop import (CHECKPOINT, LOG, Monitor, Trainer, leave_process_group, process_rank,
-                              read_log)
+from lbhash._io import atomic_path, write_json
+from lbhash.codes import load_codes_file, save_codes_file
+from lbhash.data import HashDataset, load_split, save_split
+from lbhash.errors import InputError
+from lbhash.evaluate import classifier_accuracy, evaluate_codes
+from lbhash.train.builder import build_experiment
+from lbhash.train.config import TrainConfig
+from lbhash.train.loop import Trainer, leave_process_group, process_rank, read_log
+from lbhash.train.rundir import CODES, CONFIG, LOG, METRICS, SPLIT, load_run_config, read_metrics
 
-CONFIG, SPLIT, CODES = "config.yaml", "split.npz", "codes.npz"
 logger = logging.getLogger("lbhash")
 
 
-def load_run_config(run_dir: str | Path) -> TrainConfig:
-    path = Path(run_dir) / CONFIG
-    if not path.is_file():
-        raise ValueError(f"{run_dir}: not a run directory (no {CONFIG})")
-    return build_config(yaml.safe_load(path.read_text()))
-
-
 def train(cfg: TrainConfig | None, out: str | Path, resume: bool = False,
-          monitor: Monitor | None = None, on_epoch_end: Callable[[int], None] | None = None,
-          progress: bool | None = None) -> Path | None:
-    """Train into `out` (or continue the run there with resume=True); return `out`, or None
-    in the other processes of a multi-process run (only rank 0 writes).
+          on_epoch_end: Callable[[int], None] | None = None, progress: bool | None = None,
+          dataset: HashDataset | None = None) -> dict[str, Any]:
+    """Train into `out` (or continue the run there with resume=True) and return its metrics;
+    {} in the other processes of a multi-process run (only rank 0 writes).
 
-    A finished run (codes.npz written) is left as it is.
+    A finished run (metrics.json written) is left as it is and its metrics returned.
+    `dataset` trains on a data set in memory instead of loading `cfg.data`.
     """
     out = Path(out)
     first = process_rank() == 0  # other ranks start after rank 0 has created the directory
     if resume:
         if not (out / CONFIG).is_file():
-            raise ValueError(f"{out}: nothing to resume (no {CONFIG})")
-        if (out / CODES).is_file():
-            return out
-        cfg = build_config(load_run_config(out).to_dict(), {"progress": progress})
-        exp = build_experiment(cfg, load_split(out / SPLIT))
+            raise InputError(f"{out}: nothing to resume (no {CONFIG})")
+        if (out / METRICS).is_file():
+            return read_metrics(out)
+        if (out / CODES).is_file():  # stopped after its codes were written
+            return evaluate_run(out) if first else {}
+        cfg = load_run_config(out)
+        if progress is not None:
+            cfg = cfg.replace(progress=progress)
+        exp = build_experiment(cfg, load_split(out / SPLIT), dataset)
     else:
         if cfg is None:
-            raise ValueError("no configuration given")
-        cfg = build_config(cfg.to_dict(), {"progress": progress})
+            raise InputError("no configuration given")
+        if progress is not None:
+            cfg = cfg.replace(progress=progress)
         if first and (out / CONFIG).exists():
-            raise ValueError(f"{out} already holds a run: pass --resume to continue it, or choose another --out")
-        exp = build_experiment(cfg)  # every check happens before the directory exists
+            raise InputError(f"{out} already holds a run: pass --resume to continue it, or choose another --out")
+        exp = build_experiment(cfg, dataset=dataset)  # every check happens before the directory exists
     if exp.skipped_images and first:
         logger.warning("skipped %d unreadable image(s) (--skip-bad-images)", exp.skipped_images)
-    trainer = Trainer(exp, out, monitor, on_epoch_end)
-    if trainer.fabric.is_global_zero and not resume:
+    trainer = Trainer(exp, out, on_epoch_end)
+    if trainer.fabric.is_global_zero and not (out / CONFIG).exists():
         out.mkdir(parents=True, exist_ok=True)
         with atomic_path(out / CONFIG) as tmp:
             tmp.write_text(yaml.safe_dump(exp.cfg.to_dict(), sort_keys=False))
         save_split(out / SPLIT, exp.split)
     trainer.fabric.barrier()
-    if resume and (out / CHECKPOINT).is_file():
+    if resume and trainer.has_checkpoint():
         trainer.load_checkpoint()
     trainer.fit()
-    write_codes(trainer)
+    if trainer.fabric.is_global_zero:
+        write_codes(trainer)
+    trainer.fabric.barrier()
     leave_process_group(trainer.fabric)
-    return out if trainer.fabric.is_global_zero else None
+    return evaluate_run(out) if trainer.fabric.is_global_zero else {}
 
 
 def write_codes(trainer: Trainer) -> None:
-    """Encode query and database with the trained model into codes.npz."""
+    """Encode query and database with the trained model into codes.npz (none without queries)."""
     exp, out = trainer.exp, trainer.run_dir
     split, ds = exp.split, exp.dataset
-    if trainer.fabric.is_global_zero:
-        start = time.perf_counter()
-        q = trainer.encode(split.query, progress=True)
-        db = trainer.encode(split.database, progress=True)
-        seconds = time.perf_counter() - start
-        ql, dl = ds.labels[split.query], ds.labels[split.database]
-        extra = {}
-        scores = classifier_scores(trainer, q)
-        if scores is not None:  # methods with a classifier branch (GreedyHash, DSDH)
-            extra["query_scores"] = scores
-        save_codes_file(out / CODES, q, db, stored_labels(ds.multi_label, ql),
-                        stored_labels(ds.multi_label, dl), query_index=split.query,
-                        db_index=split.database, topk=-1 if exp.topk is None else exp.topk,
-                        encode_seconds=seconds, **extra)
-    trainer.fabric.barrier()
+    if not len(split.query) or not len(split.database):
+        return
+    start = time.perf_counter()
+    q = trainer.encode(split.query, progress=True)
+    db = trainer.encode(split.database, progress=True)
+    seconds = time.perf_counter() - start
+    ql, dl = ds.labels[split.query], ds.labels[split.database]
+    extra = {}
+    scores = classifier_scores(trainer, q)
+    if scores is not None:  # methods with a classifier branch (GreedyHash, DSDH)
+        extra["query_scores"] = scores
+    save_codes_file(out / CODES, q, db, stored_labels(ds.multi_label, ql),
+                    stored_labels(ds.multi_label, dl), query_index=split.query,
+                    db_index=split.database, topk=-1 if exp.topk is None else exp.topk,
+                    encode_seconds=seconds, **extra)
 
 
 @torch.no_grad()
@@ -111,4 +115,27 @@ def stored_labels(multi_label: bool, labels: np.ndarray) -> np.ndarray:
     return labels.astype(np.uint8) if multi_label else labels.argmax(1).astype(np.int64)
 
 
-__all__ = ["train", "load_run_config", "CONFIG", "SPLIT", "CODES", "LOG", "CHECKPOINT", "read_log"]
+def evaluate_run(run_dir: str | Path) -> dict[str, Any]:
+    """Every metric of a finished run at its protocol's R, plus a summary of the run;
+    written to metrics.json in the run directory."""
+    run_dir = Path(run_dir)
+    cfg = load_run_config(run_dir)
+    metrics: dict[str, Any] = {}
+    codes = load_codes_file(run_dir / CODES) if (run_dir / CODES).is_file() else None
+    if codes is not None:
+        topk = int(codes["topk"]) if "topk" in codes and int(codes["topk"]) > 0 else None
+        metrics = evaluate_codes(codes["query_codes"], codes["db_codes"], codes["query_labels"],
+                                 codes["db_labels"], bits=codes["bits"], topk=topk)
+        if "query_scores" in codes:  # the method's own classifier, beside the kNN accuracy
+            metrics["classifier_accuracy"] = classifier_accuracy(codes["query_scores"], codes["query_labels"])
+    seconds = [r["seconds"] for r in read_log(run_dir / LOG)]
+    metrics["run"] = {
+        "variant": cfg.variant, "method": cfg.method, "lbhash": cfg.lbhash, "bits": cfg.bits,
+        "data": cfg.data, "protocol": cfg.protocol, "seed": cfg.seed, "epochs": cfg.epochs,
+        "n_train": len(load_split(run_dir / SPLIT).train),
+        "seconds_per_epoch": float(np.mean(seconds)) if seconds else None,
+        "encode_seconds": float(codes["encode_seconds"]) if codes is not None and "encode_seconds" in codes
+        else None,
+    }
+    write_json(run_dir / METRICS, metrics)
+    return metrics

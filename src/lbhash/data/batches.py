@@ -68,3 +68,24 @@ class LoaderBatches:
             if self.channels_last:
                 x = x.contiguous(memory_format=torch.channels_last)
             yield x, y.to(self.device, torch.float32), index.to(self.device)
+
+
+def array_inputs(x: np.ndarray, batch_size: int, device="cpu") -> Iterator[torch.Tensor]:
+    """Rows of an in-memory array, in order, as tensors on `device`."""
+    for start in range(0, len(x), batch_size):
+        yield torch.as_tensor(np.ascontiguousarray(x[start:start + batch_size]), device=device)
+
+
+def loader_inputs(dataset: Dataset, batch_size: int, device="cpu", num_workers: int = 0,
+                  channels_last: bool = False, progress: bool = False,
+                  desc: str = "encoding") -> Iterator[torch.Tensor]:
+    """The inputs of a Dataset of (input, labels, position) items, in order, on `device`."""
+    from tqdm import tqdm
+
+    loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=num_workers,
+                        pin_memory=str(device).startswith("cuda"))
+    for x, _, _ in tqdm(loader, desc=desc, leave=False, disable=not progress):
+        x = x.to(device, non_blocking=True)
+        if channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        yield x

@@ -1,4 +1,4 @@
-"""The MVB toy experiment (paper Sec. 6.2 Fig. "Toy", App. "Sanity16"; SPEC §8).
+"""The MVB toy experiment (paper Sec. 6.2 Fig. "Toy", App. "Sanity16").
 
 A multivariate Bernoulli (MVB) over all 2^bits codes has joint probabilities softmax(z),
 z ~ N(0, 1) i.i.d. per code. A `BlockSurrogate` is trained with L_pi on inputs built from
@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from lbhash.errors import InputError
+from lbhash.reproduce.paper import TOY_KL
+from lbhash.reproduce.stats import kl_divergence
 from lbhash.surrogate import BlockSurrogate, joint_distribution, marginal_product, pattern_indices
-
-PAPER = {8: {"surrogate": 0.008, "naive": 0.538, "eval_samples": 100},
-         16: {"surrogate": 0.1084, "naive": 0.4965, "eval_samples": None}}  # 16 bits: N not stated
 
 # Names of the random streams; fixed so that a seed always gives the same numbers.
 _REAL, _TRAIN, _EVAL, _TORCH = 1, 2, 3, 4
@@ -44,22 +44,22 @@ class ToyConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "eval_samples", tuple(sorted({int(n) for n in self.eval_samples})))
         if self.block_size < 1 or self.bits < 1 or self.bits % self.block_size:
-            raise ValueError(f"bits={self.bits} is not a positive multiple of the block size "
+            raise InputError(f"bits={self.bits} is not a positive multiple of the block size "
                              f"{self.block_size}")
         if self.bits > _MAX_BITS:
-            raise ValueError(f"the toy enumerates all 2^bits codes; bits must be <= {_MAX_BITS}, "
+            raise InputError(f"the toy enumerates all 2^bits codes; bits must be <= {_MAX_BITS}, "
                              f"got {self.bits}")
         for name in ("train_samples", "epochs", "batch_size"):
             if int(getattr(self, name)) <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
+                raise InputError(f"{name} must be a positive integer, got {getattr(self, name)}")
         if not self.eval_samples or min(self.eval_samples) <= 0:
-            raise ValueError(f"eval_samples must be positive integers, got {list(self.eval_samples)}")
+            raise InputError(f"eval_samples must be positive integers, got {list(self.eval_samples)}")
         if not (math.isfinite(self.noise) and self.noise >= 0):
-            raise ValueError(f"noise must be a finite number >= 0, got {self.noise}")
+            raise InputError(f"noise must be a finite number >= 0, got {self.noise}")
         if self.seed < 0:
-            raise ValueError(f"seed must be >= 0, got {self.seed}")
+            raise InputError(f"seed must be >= 0, got {self.seed}")
         if not (math.isfinite(self.lr) and self.lr > 0):
-            raise ValueError(f"lr must be a positive number, got {self.lr}")
+            raise InputError(f"lr must be a positive number, got {self.lr}")
 
 
 @dataclass
@@ -91,7 +91,7 @@ class ToyResult:
             "unseen_real_mass": {str(n): v for n, v in self.unseen_mass.items()},
             "flipped_input_bits": {str(n): v for n, v in self.flipped_bits.items()},
             "train": self.train,
-            "paper": PAPER.get(self.config.bits),
+            "paper": TOY_KL.get(self.config.bits),
         })
 
 
@@ -102,19 +102,6 @@ ESTIMATORS = {  # row key -> label of the printed table
     "histogram_jeffreys": "histogram, add-1/2 smoothed",
     "floor_asymptotic": "(K-1)/(2N), asymptotic floor",
 }
-
-
-def kl_divergence(p: np.ndarray, q: np.ndarray) -> float:
-    """KL(p || q) = sum_i p_i log(p_i / q_i) in nats; +inf if q_i = 0 where p_i > 0."""
-    p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
-    if p.shape != q.shape or p.ndim != 1:
-        raise ValueError(f"KL needs two vectors of the same length, got {p.shape} and {q.shape}")
-    if not (np.isfinite(p).all() and np.isfinite(q).all()) or (p < 0).any() or (q < 0).any():
-        raise ValueError("KL needs finite non-negative probabilities")
-    support = p > 0
-    if (q[support] == 0).any():
-        return math.inf
-    return float(np.sum(p[support] * (np.log(p[support]) - np.log(q[support]))))
 
 
 def random_mvb(bits: int, rng: np.random.Generator) -> np.ndarray:
@@ -272,7 +259,7 @@ def format_table(result: ToyResult) -> str:
     if result.true_block_product_kl is not None:
         lines.append(f"{'true block-marginal product':<{width}}{_fmt(result.true_block_product_kl):>11}"
                      "   (best single product of blocks; a mixture of products can do better)")
-    paper = PAPER.get(cfg.bits)
+    paper = TOY_KL.get(cfg.bits)
     if paper:
         at = f"N = {paper['eval_samples']}" if paper["eval_samples"] else "N not stated"
         lines.append(f"{'paper (' + at + ')':<{width}}surrogate {paper['surrogate']}, naive {paper['naive']}")
@@ -281,7 +268,7 @@ def format_table(result: ToyResult) -> str:
 
 def paper_comparison(result: ToyResult) -> list[str]:
     """Where the paper's numbers for this bit length can and cannot be matched, in words."""
-    paper = PAPER.get(result.config.bits)
+    paper = TOY_KL.get(result.config.bits)
     if paper is None:
         return []
     kl, k, ns = result.kl, len(result.real), list(result.kl)
@@ -325,64 +312,26 @@ def _jsonable(obj: Any) -> Any:
     return obj
 
 
-def plot_toy(result: ToyResult, path, window_seed: int | None = None) -> None:
-    """Bar plot of real vs estimated probabilities (PNG, Agg backend, written atomically).
+def plot_window(real: np.ndarray) -> np.ndarray:
+    """The codes a plot shows: all of them up to 256, else the aligned 256-code window that
+    holds the likeliest code."""
+    k = len(real)
+    start = 0 if k <= 256 else int(np.argmax(real)) // 256 * 256
+    return np.arange(start, min(start + 256, k))
 
-    8 bits: all codes, for the smallest and the largest N. More bits: a zoomed window of 256
-    consecutive codes at the largest N (as in the paper), and real vs estimate over all codes.
-    """
-    import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def plot_toy(result: ToyResult, path) -> None:
+    """Real probabilities (bars) and the surrogate and naive estimates (steps): at 8 bits for
+    the smallest and the largest N, above 8 bits the window of `plot_window` at the largest N."""
+    from lbhash.reproduce.figures import toy_plot
 
-    from lbhash._io import atomic_path
-
-    cfg, real, k = result.config, result.real, len(result.real)
     ns = sorted(result.kl)
-    colors = {"surrogate": "tab:blue", "naive": "tab:orange"}
-    if k <= 256:
-        shown = [ns[0], ns[-1]] if len(ns) > 1 else ns
-        fig, axes = plt.subplots(len(shown), 1, figsize=(14, 4.2 * len(shown)), squeeze=False)
-        for ax, n in zip(axes[:, 0], shown):
-            _bars(ax, np.arange(k), real, result.estimates[n], colors)
-            ax.set_title(f"{cfg.bits}-bit MVB, N = {n} evaluation samples: KL surrogate "
-                         f"{_fmt(result.kl[n]['surrogate'])}, naive {_fmt(result.kl[n]['naive'])}")
-            ax.set_xlim(-1, k)
-    else:
-        n = ns[-1]
-        rng = np.random.default_rng([cfg.seed if window_seed is None else window_seed, 5])
-        start = int(rng.integers(0, k // 256)) * 256
-        codes = np.arange(start, start + 256)
-        fig, (ax, ax2) = plt.subplots(2, 1, figsize=(14, 10), gridspec_kw={"height_ratios": [1, 1.2]})
-        _bars(ax, codes, real[codes], {key: v[codes] for key, v in result.estimates[n].items()}, colors)
-        ax.set_xlim(start - 1, start + 256)
-        ax.set_title(f"{cfg.bits}-bit MVB ({k} codes), zoom on codes {start}-{start + 255}, "
-                     f"N = {n}: KL surrogate {_fmt(result.kl[n]['surrogate'])}, "
-                     f"naive {_fmt(result.kl[n]['naive'])}")
-        for key in ("naive", "surrogate"):
-            ax2.scatter(real, np.maximum(result.estimates[n][key], 1e-12), s=2, alpha=0.3,
-                        color=colors[key], label=f"{key} estimate")
-        lims = [real.min() / 2, real.max() * 2]
-        ax2.plot(lims, lims, "k--", lw=1, label="estimate = real")
-        ax2.set_xscale("log"), ax2.set_yscale("log")
-        ax2.set_xlabel("real probability of a code")
-        ax2.set_ylabel("estimated probability (floored at 1e-12)")
-        ax2.set_title(f"All {k} codes, N = {n}; codes unseen among the N samples hold "
-                      f"{result.unseen_mass[n]:.2f} of the real mass")
-        ax2.legend(loc="upper left", markerscale=5)
-    fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=100)
-    plt.close(fig)
-
-
-def _bars(ax, x: np.ndarray, real: np.ndarray, estimates: dict[str, np.ndarray], colors) -> None:
-    handles = [ax.bar(x, real, width=1.0, color="0.75", label="real")]
-    for key in ("surrogate", "naive"):
-        handles += ax.step(x, estimates[key], where="mid", color=colors[key], lw=1.2,
-                           label=f"{key} estimate")
-    ax.set_xlabel("code index (bit k has weight 2^k)")
-    ax.set_ylabel("probability")
-    ax.legend(handles=handles, loc="upper right")
-
+    shown = [ns[0], ns[-1]] if len(result.real) <= 256 and len(ns) > 1 else ns[-1:]
+    codes = plot_window(result.real)
+    rows = []
+    for n in shown:
+        probs = {"real": result.real[codes], **{e: result.estimates[n][e][codes] for e in ("surrogate", "naive")}}
+        rows.append((f"{result.config.bits}-bit MVB, codes {codes[0]}-{codes[-1]} of {len(result.real)}, N = {n}: "
+                     f"KL surrogate {_fmt(result.kl[n]['surrogate'])}, naive {_fmt(result.kl[n]['naive'])}",
+                     codes, probs))
+    toy_plot(rows, path)

@@ -1,0 +1,72 @@
+"""Command-line options generated from the TrainConfig field definitions.
+
+Each config field marked for the command line becomes `--field-name` with the field's type
+(integers, numbers, choices, on/off flags), its help text and its default as the config
+shows it, so the options and the config cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from typing import Any, Literal
+
+import click
+
+
+def _base_type(annotation):
+    """The annotation without None: (python type or Literal, choices or None)."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        annotation = args[0] if len(args) == 1 else annotation
+    if typing.get_origin(annotation) is Literal:
+        return str, [str(a) for a in typing.get_args(annotation)]
+    return annotation, None
+
+
+def shown_default(name: str) -> str:
+    """The default of a config field as help texts show it."""
+    from lbhash.train.config import TrainConfig
+
+    field = TrainConfig.model_fields[name]
+    if "shown" in field.json_schema_extra:
+        return field.json_schema_extra["shown"]
+    default = field.default
+    if isinstance(default, bool):
+        return "on" if default else "off"
+    return "none" if default is None else str(default)
+
+
+def cli_fields() -> list[str]:
+    from lbhash.train.config import TrainConfig
+
+    return [name for name, f in TrainConfig.model_fields.items() if f.json_schema_extra["cli"]]
+
+
+def config_options(func):
+    """Decorator: one click option per command-line field of TrainConfig, default None
+    (not given), so that a config file's values and the defaults show through."""
+    from lbhash.train.config import TrainConfig
+
+    for name in reversed(cli_fields()):
+        field = TrainConfig.model_fields[name]
+        flag = "--" + name.replace("_", "-")
+        kind, choices = _base_type(field.annotation)
+        help_text = f"{field.description} [default: {shown_default(name)}]"
+        if kind is bool:
+            option = click.option(f"{flag}/--no-{flag[2:]}", name, default=None, help=help_text)
+        else:
+            click_type: Any = click.Choice(choices) if choices else {int: click.INT, float: click.FLOAT}.get(kind, str)
+            option = click.option(flag, name, type=click_type, default=None, help=help_text)
+        func = option(func)
+    return func
+
+
+def options_markdown() -> str:
+    """The config fields as a markdown table (docs/training.md shows it; a test compares)."""
+    from lbhash.train.config import TrainConfig
+
+    rows = ["| option | default | meaning |", "|---|---|---|"]
+    for name, field in TrainConfig.model_fields.items():
+        rows.append(f"| `{name}` | {shown_default(name)} | {field.description} |")
+    return "\n".join(rows)

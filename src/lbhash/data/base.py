@@ -1,0 +1,124 @@
+"""The data set contract that feature and image data sets both implement.
+
+Training, encoding and protocols see only this interface: labels (boolean multi-hot), the data
+set's own train/test flags and part lists, class names, subsets, the model input it gives
+(`input_kind`), a check of the items a run uses, and the batches for training and encoding.
+Whether items are feature vectors or images is decided here, by the data set, once.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Iterator, NamedTuple
+
+import numpy as np
+
+from lbhash.errors import InputError
+
+INPUT_KINDS = ("features", "images")
+
+
+class InputOptions(NamedTuple):
+    """How image items become model inputs (feature data sets ignore it)."""
+
+    image_size: int | None = None   # side after the transforms
+    transform: str | None = None    # transform preset (lbhash.data.transforms)
+    num_workers: int = 0            # DataLoader worker processes
+    channels_last: bool = False     # image batches in channels-last memory format
+    batch_size: int = 256           # the run's training batch (images encode in batches of >= 256)
+
+
+class HashDataset:
+    """Items with multi-hot labels, as training and encoding use them.
+
+    Subclasses set `labels` ((n, C) bool), `is_test` ((n,) bool or None: the data set's own
+    train/test split), `name`, `class_names`, and optionally `parts` (explicit train/query/
+    database index lists) and `topk` (a default R), and implement the methods below.
+    """
+
+    input_kind: ClassVar[str] = ""   # "features" or "images"
+    labels: np.ndarray
+    is_test: np.ndarray | None
+    name: str
+    class_names: list[str] | None
+    parts: dict[str, np.ndarray] | None = None
+    topk: int | None = None
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    @property
+    def num_classes(self) -> int:
+        return int(self.labels.shape[1])
+
+    @property
+    def multi_label(self) -> bool:
+        """True if any item has a number of labels other than one (none counts too)."""
+        return bool((self.labels.sum(axis=1) != 1).any())
+
+    def subset(self, indices) -> "HashDataset":
+        """The items at `indices`, class axis and names kept."""
+        raise NotImplementedError
+
+    def item_ids(self, indices) -> np.ndarray:
+        """What identifies items outside the library: their row numbers, or their files."""
+        return check_indices(self, indices)
+
+    def check_items(self, indices, skip_bad: bool = False) -> tuple[np.ndarray, int]:
+        """Check that the items at `indices` can be used; (usable indices, count left out)."""
+        raise NotImplementedError
+
+    def normalization(self, indices) -> tuple[np.ndarray, np.ndarray] | None:
+        """Per-input mean and std over `indices` for a standardising first layer, or None when
+        inputs are normalised otherwise (images: by their transform)."""
+        return None
+
+    def input_dim(self) -> int | None:
+        """Width of a feature vector, None for images."""
+        return None
+
+    def train_batches(self, indices, batch_size: int, device="cpu", rank: int = 0, world_size: int = 1,
+                      options: InputOptions = InputOptions()):
+        """Shuffled training batches (x, labels, position in `indices`), see lbhash.data.batches."""
+        raise NotImplementedError
+
+    def encode_batches(self, indices, options: InputOptions = InputOptions(), device="cpu",
+                       progress: bool = False, batch_size: int | None = None) -> Iterator:
+        """Model inputs of the items at `indices`, in order, in batches."""
+        raise NotImplementedError
+
+
+def check_indices(dataset: HashDataset, indices) -> np.ndarray:
+    """`indices` as int64 positions into `dataset` (None: all items)."""
+    if indices is None:
+        return np.arange(len(dataset), dtype=np.int64)
+    idx = np.asarray(indices)
+    if idx.ndim != 1 or (idx.size and idx.dtype.kind not in "iu"):
+        raise InputError(f"{dataset.name}: indices must be a 1-D integer array, "
+                         f"got shape {idx.shape} dtype {idx.dtype}")
+    idx = idx.astype(np.int64)
+    if idx.size and (idx.min() < 0 or idx.max() >= len(dataset)):
+        raise InputError(f"{dataset.name}: index out of range for {len(dataset)} items")
+    return idx
+
+
+def split_flags(arr, n: int, where, key: str) -> np.ndarray:
+    """A train/test flag vector (True = test) of n booleans or 0/1 values."""
+    arr = np.asarray(arr)
+    if arr.ndim == 2 and 1 in arr.shape:
+        arr = arr.ravel()  # MATLAB row or column vector
+    if arr.shape != (n,):
+        raise InputError(f"{where}: split {key!r} must have shape ({n},), got {arr.shape}")
+    if arr.dtype == bool:
+        return arr
+    if arr.dtype.kind not in "iuf" or not ((arr == 0) | (arr == 1)).all():
+        raise InputError(f"{where}: split {key!r} must hold booleans or 0/1 (True = test item)")
+    return arr.astype(bool)
+
+
+def check_class_names(names, num_classes: int, where: str) -> list[str] | None:
+    if names is None:
+        return None
+    names = [str(c) for c in names]
+    if len(names) != num_classes:
+        raise InputError(f"{where}: {len(names)} class names for {num_classes} label columns")
+    return names

@@ -1,0 +1,137 @@
+"""The one builder: a run's model and objective, for training and for loading a run.
+
+`build_experiment` loads the data (or takes a data set), resolves the config, draws or reuses
+the split, checks every item the run uses, and builds the model and objective, seeded, before
+any run directory exists, so bad input never leaves a half-written run behind. `build_model`
+is the same function a loaded run rebuilds its model with, from its saved config and its
+saved normalisation statistics.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+import torch
+from torch import nn
+
+from lbhash.centers import generate_centers
+from lbhash.data import HashDataset, InputOptions, Split, load_data, make_split
+from lbhash.errors import InputError
+from lbhash.methods import HashLoss, LowerBoundObjective, create_method, method_class
+from lbhash.models import HashModel, create_feature_model, create_image_model
+from lbhash.surrogate import BlockSurrogate
+from lbhash.train.config import TrainConfig, resolve_config
+
+
+class Learner(nn.Module):
+    """The hash model and its objective in one module (one unit for Fabric and checkpoints)."""
+
+    def __init__(self, model: HashModel, objective: HashLoss | LowerBoundObjective):
+        super().__init__()
+        self.model, self.objective = model, objective
+
+    @property
+    def lower_bound(self) -> LowerBoundObjective | None:
+        return self.objective if isinstance(self.objective, LowerBoundObjective) else None
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor, index: torch.Tensor):
+        u = self.model(x)
+        out = self.objective(u, labels, index)
+        pi = self.lower_bound.loss_pi(u) if self.lower_bound is not None else None
+        return u, out, pi
+
+    def theta_parameters(self) -> list[nn.Parameter]:
+        """The hash model and any parameters of the method itself (e.g. a classifier)."""
+        base = self.objective.base if self.lower_bound is not None else self.objective
+        return [p for p in (*self.model.parameters(), *base.parameters()) if p.requires_grad]
+
+    def pi_parameters(self) -> list[nn.Parameter]:
+        return list(self.lower_bound.surrogate.parameters()) if self.lower_bound is not None else []
+
+
+@dataclass
+class Experiment:
+    cfg: TrainConfig         # resolved: no default left to fill
+    dataset: HashDataset
+    split: Split
+    topk: int | None         # R of mAP@R (None: the whole database)
+    learner: Learner
+    skipped_images: int = 0
+
+    @property
+    def model(self) -> HashModel:
+        return self.learner.model
+
+
+def input_options(cfg: TrainConfig, channels_last: bool = False) -> InputOptions:
+    """How the run's data set turns items into model inputs."""
+    return InputOptions(cfg.image_size, cfg.transform, cfg.num_workers, channels_last, cfg.batch_size)
+
+
+def build_model(cfg: TrainConfig, normalization=None, pretrained: bool = True) -> HashModel:
+    """The hash model of a resolved config.
+
+    normalization: (mean, std) of the training features for a standardising first layer (None:
+    none). pretrained: load the backbone weights the config names (off when a run's own
+    checkpoint will overwrite them).
+    """
+    if cfg.input_kind == "features":
+        mean, std = (None, None) if normalization is None else (torch.as_tensor(v) for v in normalization)
+        return create_feature_model(cfg.input_dim, cfg.bits, cfg.hidden, cfg.head_dropout, mean, std)
+    if cfg.input_kind != "images":
+        raise InputError(f"config has input_kind {cfg.input_kind!r}; resolve it against a data set first")
+    return create_image_model(cfg.backbone, cfg.bits, hidden=cfg.hidden,
+                              pretrained=cfg.pretrained if pretrained else None,
+                              freeze_backbone=cfg.freeze_backbone, dropout=cfg.head_dropout)
+
+
+def build_objective(cfg: TrainConfig, centers: torch.Tensor | None, num_classes: int, num_train: int,
+                    multi_label: bool) -> HashLoss | LowerBoundObjective:
+    base = create_method(cfg.method, cfg.bits, num_classes, num_train=num_train, centers=centers,
+                         multi_label=multi_label, **cfg.method_options)
+    if not cfg.lbhash:
+        return base
+    surrogate = BlockSurrogate(cfg.bits, cfg.block_size, cfg.surrogate_hidden, cfg.surrogate_dropout)
+    return LowerBoundObjective(base, centers, surrogate, weight=cfg.lbhash_weight, mode=cfg.lbhash_mode,
+                               theta_dropout=cfg.theta_dropout)
+
+
+def build_experiment(cfg: TrainConfig, split: Split | None = None,
+                     dataset: HashDataset | None = None) -> Experiment:
+    """Load data (unless given), resolve the config, draw (or reuse) the split, check the items
+    and build the model and objective, seeded."""
+    dataset = load_data(cfg.data) if dataset is None else dataset
+    cfg = resolve_config(cfg, dataset)
+    if split is None:
+        split = make_split(dataset, cfg.protocol, cfg.seed)
+    split.check(len(dataset), dataset.name)
+    cls = method_class(cfg.method)
+    if cls.single_label_only and dataset.multi_label:
+        raise InputError(f"method {cfg.method} is single-label only, but {dataset.name} is multi-label")
+    unlabelled = np.flatnonzero(dataset.labels[split.train].sum(1) == 0)
+    if len(unlabelled) and (cfg.lbhash or cls.uses_centers):
+        raise InputError(f"training item {int(split.train[unlabelled[0]])} of {dataset.name} has no label "
+                         f"(an all-zero label row); {cfg.variant} needs a class for every training item")
+    split, skipped = _usable_items(dataset, split, cfg.skip_bad_images)
+    torch.manual_seed(cfg.seed)
+    centers = None
+    if cfg.lbhash or cls.uses_centers:
+        centers = torch.from_numpy(generate_centers(cfg.bits, dataset.num_classes, kind=cfg.centers,
+                                                    seed=cfg.seed))
+    normalization = dataset.normalization(split.train) if cfg.normalize == "zscore" else None
+    model = build_model(cfg, normalization)
+    objective = build_objective(cfg, centers, dataset.num_classes, len(split.train), dataset.multi_label)
+    topk = None if cfg.topk == "all" else cfg.topk if cfg.topk is not None else split.topk
+    return Experiment(cfg, dataset, split, topk, Learner(model, objective), skipped)
+
+
+def _usable_items(dataset: HashDataset, split: Split, skip_bad: bool) -> tuple[Split, int]:
+    """Every item the run uses must be usable; with skip_bad, unreadable images leave the split."""
+    used = np.unique(np.concatenate([split.train, split.query, split.database]))
+    good, bad = dataset.check_items(used, skip_bad=skip_bad)
+    if not bad:
+        return split, 0
+    keep = np.isin(np.arange(len(dataset)), good)
+    return replace(split, train=split.train[keep[split.train]], query=split.query[keep[split.query]],
+                   database=split.database[keep[split.database]]), int(bad)

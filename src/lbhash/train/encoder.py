@@ -1,0 +1,69 @@
+"""The one encoder: a model plus data items -> +/-1 codes, on one process or on several.
+
+`encode` runs the model without gradients, in eval mode, batch by batch over the data set's
+encoding batches (lbhash.data.HashDataset.encode_batches), under the caller's autocast. Every
+path that produces codes (training, `lbhash encode`, HashEncoder, search) calls it.
+`encode_sharded` splits the items over the ranks of a process group: each rank encodes its
+contiguous share and rank 0 receives all codes in order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import torch
+from torch import nn
+
+from lbhash.data import HashDataset, InputOptions
+from lbhash.data.base import check_indices
+
+
+def signs(u: torch.Tensor) -> np.ndarray:
+    """bin(u) as int8 +/-1, with bin(0) = +1."""
+    return torch.where(u >= 0, 1, -1).to(torch.int8).cpu().numpy()
+
+
+def _input_dtype(model: nn.Module) -> torch.dtype:
+    param = next(model.parameters(), None)
+    return param.dtype if param is not None and param.is_floating_point() else torch.float32
+
+
+@torch.no_grad()
+def encode(model: nn.Module, dataset: HashDataset, indices=None, options: InputOptions = InputOptions(),
+           device="cpu", autocast=contextlib.nullcontext, progress: bool = False,
+           batch_size: int | None = None) -> np.ndarray:
+    """+/-1 int8 codes (len(indices), bits) of the data set's items (default: all); batch_size
+    None takes the data set's own."""
+    was_training = model.training
+    model.eval()
+    dtype = _input_dtype(model)
+    out = []
+    try:
+        for x in dataset.encode_batches(check_indices(dataset, indices), options, device, progress, batch_size):
+            with autocast():
+                out.append(signs(model(x.to(dtype))))
+    finally:
+        model.train(was_training)
+    bits = getattr(model, "bits", 0)
+    return np.concatenate(out) if out else np.empty((0, bits), dtype=np.int8)
+
+
+def encode_sharded(fabric, model: nn.Module, dataset: HashDataset, indices=None,
+                   options: InputOptions = InputOptions(), autocast=contextlib.nullcontext,
+                   progress: bool = False) -> np.ndarray | None:
+    """`encode` split over the processes of `fabric`: every rank encodes one contiguous share
+    of the items; rank 0 returns all codes in item order, the other ranks None."""
+    idx = check_indices(dataset, indices)
+    shares = np.array_split(idx, fabric.world_size)
+    mine = encode(model, dataset, shares[fabric.global_rank], options, fabric.device, autocast,
+                  progress and fabric.is_global_zero)
+    if fabric.world_size == 1:
+        return mine
+    longest = max(len(s) for s in shares)
+    padded = torch.zeros((longest, mine.shape[1] if mine.ndim == 2 else 0), dtype=torch.int8)
+    padded[:len(mine)] = torch.from_numpy(mine)
+    gathered = fabric.all_gather(padded.to(fabric.device)).cpu().numpy()  # (world, longest, bits)
+    if not fabric.is_global_zero:
+        return None
+    return np.concatenate([gathered[r, :len(s)] for r, s in enumerate(shares)])

@@ -1,0 +1,195 @@
+"""`HashEncoder`: the front door for users who have arrays, in scikit-learn style.
+
+    from lbhash import HashEncoder
+    enc = HashEncoder(method="csq", bits=64, lbhash=True, epochs=30, seed=0).fit(X, y)
+    codes = enc.encode(X_new)            # packed uint8 (n, bits // 8), FAISS bit layout
+    enc.save("runs/my-encoder")          # a normal run directory
+    enc = HashEncoder.load("runs/csq_D-64")   # any run directory, `lbhash train`'s too
+
+`__init__` only stores its parameters; `fit` validates the arrays, trains with the same
+builder, loop and encoder as `lbhash train` (into a run directory), and sets the fitted
+attributes, which end in `_`. X is a float array (n, d) of features, or a uint8 array of
+images (n, H, W) or (n, H, W, C); y holds class ids (n,) or multi-hot rows (n, C).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import weakref
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lbhash.codes import pack
+from lbhash.data import ArrayDataset, HashDataset, ImageDataset
+from lbhash.data.image_arrays import as_rgb_images
+from lbhash.errors import InputError
+from lbhash.labels import as_multihot_pair
+from lbhash.train.builder import input_options
+from lbhash.train.config import make_config
+from lbhash.train.encoder import encode
+from lbhash.train.loop import read_log
+from lbhash.train.rundir import CODES, CONFIG, LOG, load_run_model, read_metrics
+from lbhash.train.run import train
+
+
+class NotFittedError(InputError):
+    """encode or save was called before fit (or load)."""
+
+
+class HashEncoder:
+    """Learn binary hash codes from arrays; encode new arrays into packed codes.
+
+    Parameters are TrainConfig options (see docs/training.md): method, bits, lbhash, epochs,
+    seed and any other, e.g. lr=1e-4, batch_size=128, hidden=[512]. `progress` shows a bar
+    per epoch.
+
+    Fitted attributes: `config_` (the resolved TrainConfig), `model_` (the torch hash model),
+    `bits_`, `input_kind_` ("features" or "images"), `n_features_in_` (feature width, None
+    for images), `run_dir_` (where the run lives), `history_` (one record per epoch) and
+    `metrics_` (validation metrics when `validation` was given, else the run summary).
+    """
+
+    def __init__(self, method: str = "csq", bits: int = 64, lbhash: bool = False,
+                 epochs: int | None = None, seed: int = 0, progress: bool = False, **options: Any):
+        self.method, self.bits, self.lbhash, self.epochs, self.seed = method, bits, lbhash, epochs, seed
+        self.progress, self.options = progress, dict(options)
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        return {"method": self.method, "bits": self.bits, "lbhash": self.lbhash, "epochs": self.epochs,
+                "seed": self.seed, "progress": self.progress, **self.options}
+
+    def set_params(self, **params: Any) -> "HashEncoder":
+        for key, value in params.items():
+            if key in ("method", "bits", "lbhash", "epochs", "seed", "progress"):
+                setattr(self, key, value)
+            else:
+                self.options[key] = value
+        return self
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
+        return f"HashEncoder({args})"
+
+    # --- fit ----------------------------------------------------------------------------------
+
+    def fit(self, X, y, validation: tuple | None = None, run_dir: str | Path | None = None) -> "HashEncoder":
+        """Train on (X, y); `validation=(X_val, y_val)` adds validation mAP (the validation items
+        as queries against the training items). The run is written to `run_dir` (default: a
+        temporary directory that lives as long as this object)."""
+        for key in ("data", "protocol"):
+            if key in self.options:
+                raise InputError(f"HashEncoder trains on the arrays given to fit; drop the option {key!r}")
+        dataset = arrays_dataset(X, y, validation)
+        cfg = make_config({**self.options, "method": self.method, "bits": self.bits, "lbhash": self.lbhash,
+                           "epochs": self.epochs, "seed": self.seed, "progress": self.progress,
+                           "data": "arrays", "protocol": "given" if validation is not None else "all-train"})
+        if run_dir is None:
+            tmp = tempfile.mkdtemp(prefix="lbhash-encoder-")
+            self._cleanup = weakref.finalize(self, shutil.rmtree, tmp, True)
+            run_dir = Path(tmp) / "run"
+        train(cfg, run_dir, dataset=dataset)
+        return self._load_fitted(Path(run_dir))
+
+    @classmethod
+    def load(cls, run_dir: str | Path) -> "HashEncoder":
+        """A fitted encoder from any finished (or checkpointed) run directory."""
+        model_dir = Path(run_dir)
+        if not (model_dir / CONFIG).is_file():
+            raise InputError(f"{model_dir}: not a run directory (no {CONFIG})")
+        enc = cls()
+        enc._load_fitted(model_dir)
+        cfg = enc.config_
+        enc.method, enc.bits, enc.lbhash, enc.epochs, enc.seed = cfg.method, cfg.bits, cfg.lbhash, cfg.epochs, cfg.seed
+        return enc
+
+    def _load_fitted(self, run_dir: Path) -> "HashEncoder":
+        self.model_, self.config_ = load_run_model(run_dir)
+        self.bits_ = self.config_.bits
+        self.input_kind_ = self.config_.input_kind
+        self.n_features_in_ = self.config_.input_dim
+        self.run_dir_ = run_dir
+        self.history_ = read_log(run_dir / LOG)
+        self.metrics_ = read_metrics(run_dir) if (run_dir / "metrics.json").is_file() else {}
+        return self
+
+    # --- use ----------------------------------------------------------------------------------
+
+    def encode(self, X, batch_size: int | None = None) -> np.ndarray:
+        """Packed uint8 codes (n, bits // 8) of the rows of X (features or images)."""
+        self._check_fitted("encode")
+        return pack(encode(self.model_, self._inputs(X), None, input_options(self.config_), batch_size=batch_size))
+
+    def save(self, path: str | Path) -> Path:
+        """Write the fitted run as a run directory at `path` (a new directory, written atomically)."""
+        self._check_fitted("save")
+        path = Path(path)
+        if path.exists():
+            raise InputError(f"{path} already exists; HashEncoder.save writes a new directory")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+        try:
+            shutil.copytree(self.run_dir_, tmp, dirs_exist_ok=True)
+            tmp.rename(path)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return path
+
+    def _check_fitted(self, what: str) -> None:
+        if not hasattr(self, "model_"):
+            raise NotFittedError(f"this HashEncoder is not fitted yet: call fit(X, y) or HashEncoder.load(run_dir) "
+                                 f"before {what}")
+
+    def _inputs(self, X) -> HashDataset:
+        arr = np.asarray(X)
+        if self.input_kind_ == "images":
+            pixels = as_rgb_images(arr, "X", "X")
+            return ImageDataset(np.zeros((len(pixels), 0), bool), None, "X", pixels=pixels)
+        features = _features(arr, "X")
+        if features.shape[1] != self.n_features_in_:
+            raise InputError(f"X has {features.shape[1]} features per row, but the encoder was fitted on "
+                             f"{self.n_features_in_}")
+        return ArrayDataset(features, np.zeros((len(features), 0), bool), None, "X")
+
+
+def arrays_dataset(X, y, validation: tuple | None = None) -> HashDataset:
+    """Training arrays (and validation arrays after them, flagged as test items) as a data set."""
+    X, y = np.asarray(X), np.asarray(y)
+    parts = [(X, y, "X", "y")]
+    if validation is not None:
+        if not isinstance(validation, (tuple, list)) or len(validation) != 2:
+            raise InputError("validation must be a pair (X_val, y_val)")
+        parts.append((np.asarray(validation[0]), np.asarray(validation[1]), "X_val", "y_val"))
+    images = X.dtype == np.uint8 and X.ndim in (3, 4)
+    inputs = [as_rgb_images(x, name, name) if images else _features(x, name) for x, _, name, _ in parts]
+    for x, (_, labels, name, label_name) in zip(inputs, parts):
+        if labels.ndim not in (1, 2) or len(labels) != len(x):
+            raise InputError(f"{label_name} must hold one label row per row of {name} ({len(x)}), "
+                             f"got shape {labels.shape}")
+    if len(inputs) == 2 and inputs[0].shape[1:] != inputs[1].shape[1:]:
+        raise InputError(f"X_val items have shape {inputs[1].shape[1:]} but X items have {inputs[0].shape[1:]}")
+    if len(parts) == 2:
+        train_labels, val_labels = as_multihot_pair(parts[0][1], parts[1][1], ("y", "y_val"))
+        labels = np.concatenate([train_labels, val_labels])
+        is_test = np.concatenate([np.zeros(len(inputs[0]), bool), np.ones(len(inputs[1]), bool)])
+    else:
+        labels, is_test = parts[0][1], None
+    x = np.concatenate(inputs) if len(inputs) == 2 else inputs[0]
+    if images:
+        return ImageDataset(labels, is_test, "arrays", pixels=x)
+    return ArrayDataset(x, labels, is_test, "arrays")
+
+
+def _features(arr: np.ndarray, name: str) -> np.ndarray:
+    if arr.ndim != 2 or arr.dtype.kind not in "biuf":
+        raise InputError(f"{name} must be a numeric array (n, d) of features, or uint8 images (n, H, W[, C]); "
+                         f"got shape {arr.shape} dtype {arr.dtype}")
+    if len(arr) == 0:
+        raise InputError(f"{name} is empty")
+    x = np.ascontiguousarray(arr, dtype=np.float32)
+    if not np.isfinite(x).all():
+        row = int(np.flatnonzero(~np.isfinite(x).all(1))[0])
+        raise InputError(f"{name} contains NaN or inf at row {row}")
+    return x

@@ -1,0 +1,42 @@
+"""Training time per epoch of several configurations, measured side by side.
+
+The configurations' epochs alternate (epoch 1 of each, then epoch 2 of each, ...), so that all
+of them see the same machine state; nothing is written but a scratch directory. Used by
+`lbhash reproduce timing` and benchmarks/bench_overhead.py.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from lbhash.train.builder import build_experiment
+from lbhash.train.config import TrainConfig
+from lbhash.train.loop import Trainer
+
+
+class EpochTimes(NamedTuple):
+    seconds: list[float]      # per epoch, in order
+    steps_per_epoch: int
+
+    def median(self, skip_first: bool = True) -> float:
+        """Median seconds per epoch; the first epoch (warm-up) is left out when there are others."""
+        values = self.seconds[1:] if skip_first and len(self.seconds) > 1 else self.seconds
+        return float(np.median(values))
+
+
+def epoch_times(configs: dict[str, TrainConfig], epochs: int) -> dict[str, EpochTimes]:
+    """Seconds of each of `epochs` epochs for every labelled configuration (learning-rate
+    schedules off, no evaluation, no checkpoints)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        trainers = {label: Trainer(build_experiment(cfg.replace(epochs=epochs, lr_step=0, progress=False)),
+                                   Path(tmp) / label)
+                    for label, cfg in configs.items()}
+        seconds: dict[str, list[float]] = {label: [] for label in trainers}
+        for epoch in range(1, epochs + 1):
+            for label, trainer in trainers.items():
+                seconds[label].append(trainer.train_epoch(epoch)["seconds"])
+    return {label: EpochTimes(seconds[label], len(trainers[label].batches)) for label in trainers}

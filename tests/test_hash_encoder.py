@@ -1,0 +1,139 @@
+"""The HashEncoder front door: fit and encode arrays, save and load run directories."""
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from lbhash import HashEncoder, InputError
+from lbhash.cli import main
+from lbhash.codes import load_codes_file, unpack
+from lbhash.evaluate import mean_average_precision
+from lbhash.train.hash_encoder import NotFittedError
+
+FAST = dict(hidden=[128], centers="hadamard", lr_step=0)
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("LBHASH_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@pytest.fixture(scope="module")
+def digits():
+    from sklearn.datasets import load_digits
+
+    raw = load_digits()
+    x, y = raw.data.astype(np.float32), raw.target
+    order = np.random.default_rng(0).permutation(len(x))
+    train, test = order[:1400], order[1400:]
+    return x[train], y[train], x[test], y[test]
+
+
+@pytest.fixture(scope="module")
+def fitted(digits, tmp_path_factory):
+    x, y, _, _ = digits
+    return HashEncoder(method="csq", bits=32, lbhash=True, epochs=12, seed=0, **FAST).fit(x, y)
+
+
+def test_fit_beats_an_untrained_model_by_a_wide_margin(digits, fitted):
+    from lbhash.train.builder import build_model
+
+    x, y, xq, yq = digits
+    trained = mean_average_precision(fitted.encode(xq), fitted.encode(x), yq, y, bits=32)
+    torch.manual_seed(0)
+    untrained = build_model(fitted.config_, (x.mean(0), x.std(0) + 1e-6))
+    from lbhash.train.encoder import encode
+    from lbhash.data import ArrayDataset
+
+    def codes(rows):
+        return encode(untrained, ArrayDataset(rows, np.zeros((len(rows), 0), bool), None, "x"))
+
+    baseline = mean_average_precision(codes(xq), codes(x), yq, y)
+    assert trained > baseline + 0.3, (baseline, trained)
+    assert fitted.bits_ == 32 and fitted.n_features_in_ == 64 and fitted.input_kind_ == "features"
+    assert len(fitted.history_) == 12 and fitted.config_.lbhash_mode == "replace"
+
+
+def test_codes_are_packed_in_the_faiss_layout(digits, fitted):
+    _, _, xq, _ = digits
+    codes = fitted.encode(xq[:5])
+    assert codes.dtype == np.uint8 and codes.shape == (5, 4)
+    u = fitted.model_(torch.from_numpy(xq[:5])).detach().numpy()
+    np.testing.assert_array_equal(unpack(codes, 32), np.where(u >= 0, 1, -1))
+
+
+def test_save_then_load_gives_identical_codes(digits, fitted, tmp_path):
+    _, _, xq, _ = digits
+    path = fitted.save(tmp_path / "enc")
+    assert (path / "config.yaml").is_file() and (path / "checkpoint.pt").is_file()
+    again = HashEncoder.load(path)
+    np.testing.assert_array_equal(again.encode(xq), fitted.encode(xq))
+    assert again.get_params()["bits"] == 32 and again.config_ == fitted.config_
+    with pytest.raises(InputError, match="already exists"):
+        fitted.save(path)
+
+
+def test_validation_arrays_give_validation_metrics(digits):
+    x, y, xq, yq = digits
+    enc = HashEncoder(method="hashnet", bits=16, epochs=3, **FAST).fit(x, y, validation=(xq, yq))
+    assert enc.metrics_["n_query"] == len(xq) and enc.metrics_["n_db"] == len(x)
+    assert 0 < enc.metrics_["map"] <= 1
+
+
+def test_load_reads_a_cli_run(tmp_path):
+    out = tmp_path / "run"
+    result = CliRunner().invoke(main, ["train", "--data", "digits", "--bits", "16", "--epochs", "2", "--hidden", "64",
+                                       "--centers", "hadamard", "--out", str(out), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    from sklearn.datasets import load_digits
+
+    x = load_digits().data.astype(np.float32)
+    codes = load_codes_file(out / "codes.npz")
+    enc = HashEncoder.load(out)
+    np.testing.assert_array_equal(enc.encode(x[codes["query_index"]]), codes["query_codes"])
+    np.testing.assert_array_equal(enc.encode(x[codes["db_index"]]), codes["db_codes"])
+
+
+def test_not_fitted_error():
+    enc = HashEncoder()
+    with pytest.raises(NotFittedError, match="not fitted"):
+        enc.encode(np.zeros((2, 3), np.float32))
+    assert isinstance(NotFittedError("x"), InputError)
+
+
+def test_bad_shapes_and_label_widths(digits, fitted):
+    x, y, xq, yq = digits
+    enc = HashEncoder(bits=16, epochs=1, **FAST)
+    with pytest.raises(InputError, match="y must hold one label row per row of X"):
+        enc.fit(x, y[:-1])
+    with pytest.raises(InputError, match=r"X must be a numeric array \(n, d\)"):
+        enc.fit(x.reshape(len(x), 8, 8), y)
+    multi = np.eye(10, dtype=np.uint8)[y]
+    with pytest.raises(InputError, match="y has 10 label columns but y_val has 8"):
+        enc.fit(x, multi, validation=(xq, np.eye(8, dtype=np.uint8)[yq % 8]))
+    with pytest.raises(InputError, match="X_val items have shape"):
+        enc.fit(x, y, validation=(xq[:, :10], yq))
+    with pytest.raises(InputError, match="X has 10 features per row, but the encoder was fitted on 64"):
+        fitted.encode(xq[:, :10])
+    bad = xq.copy()
+    bad[3, 2] = np.nan
+    with pytest.raises(InputError, match="NaN or inf at row 3"):
+        fitted.encode(bad)
+    with pytest.raises(InputError, match="epochs must be a positive integer, got 0"):
+        HashEncoder(epochs=0).fit(x, y)
+
+
+def test_image_arrays_fit_encode_save_and_load(tmp_path):
+    from sklearn.datasets import load_digits
+
+    raw = load_digits()
+    images = (raw.images[:300] * 15).astype(np.uint8)   # (n, 8, 8) grayscale
+    enc = HashEncoder(method="csq", bits=16, epochs=1, backbone="resnet8", image_size=8, batch_size=64,
+                      centers="hadamard", lr_step=0).fit(images, raw.target[:300])
+    assert enc.input_kind_ == "images" and enc.n_features_in_ is None
+    codes = enc.encode(images[:20])
+    assert codes.shape == (20, 2)
+    np.testing.assert_array_equal(HashEncoder.load(enc.save(tmp_path / "img")).encode(images[:20]), codes)
+    with pytest.raises(InputError, match="must be uint8"):
+        enc.encode(images[:5].astype(np.float32))
