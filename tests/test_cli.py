@@ -146,7 +146,7 @@ def test_input_error_is_one_line_but_an_internal_error_keeps_its_traceback(codes
 
 def test_unparsable_option_values_are_one_line_errors():
     _one_line_error(run("train", "--bits", "abc"), "--bits", "'abc'", "lbhash train --help")
-    _one_line_error(run("train", "--optimizer", "adamw"), "--optimizer", "adamw")
+    _one_line_error(run("train", "--optimizer", "nadam"), "--optimizer", "nadam")
 
 
 def test_training_docs_show_the_options_of_the_config():

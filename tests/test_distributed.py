@@ -72,7 +72,8 @@ def test_two_process_cli_run_writes_one_run_directory(tmp_path, method):
     assert result.returncode == 0, result.stderr[-2000:]
     assert [p.name for p in runs.iterdir()] == ["run"]
     metrics = json.loads((runs / "run" / "metrics.json").read_text())
-    assert metrics["map"] > 0.5, metrics["map"]
+    # chance is about 0.1; one process over seeds 0-3 gives 0.47-0.59 at this setting (CSQ_D, 4 epochs)
+    assert metrics["map"] > 0.4, metrics["map"]
     # the printed table comes from rank 0 only
     assert result.stdout.count("mAP@all (ties by index)") == 1
     log = [json.loads(line) for line in (runs / "run" / "log.jsonl").read_text().splitlines()]

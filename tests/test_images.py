@@ -259,7 +259,7 @@ def test_lists_protocol(tmp_path):
     np.testing.assert_array_equal(make_split(ds, "lists", seed=3).database, s.database)
     with raises("protocol 'lists'", "images:", "has none"):
         make_split(load_image_folder(tmp_path / "imgs"), "lists", 0)
-    assert make_split(ds, "given", 0).sizes() == {"train": 4, "query": 2, "database": 4}
+    assert make_split(ds, "given", 0).sizes() == {"train": 4, "query": 2, "database": 4, "validation": 0}
 
 
 def make_list_set(tmp_path, num_labels=3, labels=None):

@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 from lbhash.cli import main
 from lbhash.cli.methods import markdown_table
+from lbhash.methods import PROFILES
 from lbhash.methods import LowerBoundObjective, available_methods, create_method, method_class
 from lbhash.methods.defaults import method_defaults
 from lbhash.surrogate import BlockSurrogate
@@ -75,7 +76,7 @@ def test_single_label_only_setting_rejects_multi_hot_data():
         create_method("greedyhash", BITS, C, multi_label=True, classifier_loss="ce")
 
 
-@pytest.mark.parametrize("profile", ["paper", "benchmark"])
+@pytest.mark.parametrize("profile", PROFILES)
 def test_docs_show_the_defaults_table_of_the_code(profile):
     text = DOCS.read_text()
     marker = f"<!-- defaults:{profile} -->\n"

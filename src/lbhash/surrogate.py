@@ -9,7 +9,13 @@ product of its blocks' probabilities.
 - L_pi (Eq. 5) trains pi: cross-entropy of P_pi(l.detach()) against the pattern of bin(l).
 - L_theta (Eq. 6-7) trains the hash model: cross-entropy of P_pi(l) against the pattern of the
   sample's class center, with pi frozen (its gradient reaches l only).
-Both losses sum over blocks and average over the batch.
+Both losses sum over blocks and average over the batch (L_theta may also average over blocks).
+
+`fused_losses` computes both from ONE forward pass of P_pi (one dropout mask), with a backward
+that sends L_pi's gradient to pi only and L_theta's to l only. Its backward needs three large
+batched matmuls (the forward's output layer, the output layer's weight gradient, and the
+softmax times the output weights, from which both hidden gradients follow by gathers)
+against five for the two separate passes of `loss_pi` and `loss_theta`.
 """
 
 from __future__ import annotations
@@ -21,6 +27,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from lbhash.errors import InputError
+
+
+REDUCTIONS = ("sum", "mean")
 
 
 class BlockSurrogate(nn.Module):
@@ -109,24 +118,125 @@ class BlockSurrogate(nn.Module):
         return -logp.gather(2, index).sum(0)
 
     def loss_theta(self, l: torch.Tensor, target_patterns: torch.Tensor, labels: torch.Tensor,
-                   dropout: bool = True) -> torch.Tensor:
-        """L_theta against the centers of each sample's positive labels, averaged over them.
+                   dropout: bool = True, reduction: str = "sum") -> torch.Tensor:
+        """L_theta against the target codes of each sample, averaged with the sample's weights.
 
-        target_patterns: (C, u) pattern indices of the C class centers; labels: (B, C) 0/1.
-        pi is frozen: the gradient reaches l only.
+        target_patterns: (P, u) pattern indices of P candidate codes (e.g. the class centers);
+        labels: (B, P) non-negative weights, e.g. 0/1 positive labels: each row is normalised
+        to sum 1, so L_theta averages over a sample's positive labels. reduction: "sum" over
+        blocks (the paper's reading) or "mean". pi is frozen: the gradient reaches l only.
         """
-        labels = labels.to(torch.float32)
-        positives = labels.sum(1)
-        if bool((positives == 0).any()):
-            row = int(torch.nonzero(positives == 0)[0, 0])
-            raise InputError(f"L_theta needs at least one label per sample; batch row {row} has none")
+        weights = theta_weights(labels)
         nll = self.pattern_nll(l, target_patterns, frozen=True, dropout=dropout)
-        return ((nll * labels).sum(1) / positives).mean()
+        return (nll * weights).sum(1).mean() * _block_scale(self.blocks, reduction)
+
+    def fused_losses(self, l: torch.Tensor, target_patterns: torch.Tensor, labels: torch.Tensor,
+                     reduction: str = "sum") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(L_pi, L_theta, pattern accuracy) from one forward pass of P_pi.
+
+        The same values as `loss_pi(l)` and `loss_theta(l, target_patterns, labels)` would give
+        with one shared dropout mask; L_pi's gradient reaches pi only and L_theta's reaches l
+        only, as there.
+        """
+        if l.dim() != 2 or l.shape[1] != self.bits:
+            raise InputError(f"surrogate expects outputs of shape (batch, {self.bits}), got {tuple(l.shape)}")
+        weights = theta_weights(labels)
+        with torch.no_grad():
+            target = self.pattern_index(l >= 0).t().contiguous()        # (u, B)
+            mask = None
+            if self.training and self.dropout > 0:
+                shape = (self.blocks, l.shape[0], self.hidden)
+                mask = _dropout(torch.ones(shape, device=l.device), self.dropout)
+        loss_pi, loss_theta, accuracy = _FusedSurrogate.apply(
+            l, self.w1, self.b1, self.w2, self.b2, target, target_patterns, weights, mask,
+            _block_scale(self.blocks, reduction))
+        return loss_pi, loss_theta, accuracy
 
     @torch.no_grad()
     def block_probs(self, l: torch.Tensor) -> torch.Tensor:
         """Estimated block distributions (B, u, 2^s) in float64, dropout off."""
         return F.softmax(self.logits(l, dropout=False).double(), dim=-1)
+
+
+def theta_weights(labels: torch.Tensor) -> torch.Tensor:
+    """Rows of non-negative target weights normalised to sum 1 (an empty row is an error)."""
+    labels = labels.to(torch.float32)
+    positives = labels.sum(1)
+    if bool((positives == 0).any()):
+        row = int(torch.nonzero(positives == 0)[0, 0])
+        raise InputError(f"L_theta needs at least one label per sample; batch row {row} has none")
+    return labels / positives[:, None]
+
+
+def _block_scale(blocks: int, reduction: str) -> float:
+    if reduction not in REDUCTIONS:
+        raise InputError(f"L_theta reduction must be one of {', '.join(REDUCTIONS)}, got {reduction!r}")
+    return 1.0 if reduction == "sum" else 1.0 / blocks
+
+
+class _FusedSurrogate(torch.autograd.Function):
+    """L_pi and L_theta of one forward pass; see BlockSurrogate.fused_losses.
+
+    Inputs: l (B, h); the parameters w1 (u, s, H), b1 (u, 1, H), w2 (u, H, K), b2 (u, 1, K);
+    the L_pi targets (u, B) (patterns of bin(l)); the L_theta candidates (P, u) and weights
+    (B, P) (rows sum to 1); the dropout mask (u, B, H) or None; the block scale of L_theta.
+    Computed in float32 outside autocast.
+    """
+
+    @staticmethod
+    def forward(ctx, l, w1, b1, w2, b2, target, patterns, weights, mask, scale):
+        with torch.autocast(l.device.type, enabled=False):
+            u, s = w1.shape[0], w1.shape[1]
+            batch = l.shape[0]
+            dtype = torch.promote_types(l.dtype, torch.float32)           # float32, or float64
+            x = l.to(dtype).reshape(batch, u, s).transpose(0, 1)          # (u, B, s)
+            a1 = torch.baddbmm(b1.to(dtype), x, w1.to(dtype))             # (u, B, H)
+            hidden = F.silu(a1) if mask is None else F.silu(a1) * mask.to(dtype)
+            logp = F.log_softmax(torch.baddbmm(b2.to(dtype), hidden, w2.to(dtype)), dim=-1)  # (u, B, K)
+            weights = weights.to(dtype)
+            loss_pi = -logp.gather(2, target.unsqueeze(2)).sum() / batch
+            index = patterns.t().unsqueeze(1).expand(-1, batch, -1)       # (u, B, P)
+            nll = -logp.gather(2, index).sum(0)                           # (B, P)
+            loss_theta = (nll * weights).sum(1).mean() * scale
+            best = logp.amax(-1)
+            accuracy = (logp.gather(2, target.unsqueeze(2)).squeeze(2) >= best).float().mean()
+        ctx.save_for_backward(x, a1, hidden, w1, w2, logp, target, patterns, weights, mask)
+        ctx.scale, ctx.l_dtype = scale, l.dtype
+        ctx.mark_non_differentiable(accuracy)
+        ctx.set_materialize_grads(False)  # an unused loss gives None: its half of the work is skipped
+        return loss_pi, loss_theta, accuracy
+
+    @staticmethod
+    def backward(ctx, grad_pi, grad_theta, _):
+        x, a1, hidden, w1, w2, logp, target, patterns, weights, mask = ctx.saved_tensors
+        u, batch = target.shape
+        grads = [None] * 10
+        with torch.autocast(x.device.type, enabled=False):
+            p = logp.exp()
+            w2_rows = w2.to(x.dtype).transpose(1, 2)                      # (u, K, H): row k = W2[:, k]
+            p_rows = torch.bmm(p, w2_rows)                                # (u, B, H): softmax @ W2^T
+            sig = torch.sigmoid(a1)
+            dsilu = sig * (1 + a1 * (1 - sig))
+            if mask is not None:
+                dsilu = dsilu * mask.to(x.dtype)
+            if grad_pi is not None and ctx.needs_input_grad[1]:   # L_pi -> pi: d/dz = p - onehot(target)
+                coef = grad_pi / batch
+                gz = p.scatter_add(2, target.unsqueeze(2), torch.full_like(target, -1, dtype=p.dtype).unsqueeze(2))
+                gz = gz * coef
+                target_rows = w2_rows.gather(1, target.unsqueeze(2).expand(-1, -1, w2_rows.shape[2]))
+                da1 = (p_rows - target_rows) * coef * dsilu
+                grads[1] = torch.bmm(x.transpose(1, 2), da1).to(w1.dtype)
+                grads[2] = da1.sum(1, keepdim=True).to(w1.dtype)
+                grads[3] = torch.bmm(hidden.transpose(1, 2), gz).to(w2.dtype)
+                grads[4] = gz.sum(1, keepdim=True).to(w2.dtype)
+            if grad_theta is not None and ctx.needs_input_grad[0]:   # L_theta -> l: d/dz = p - sum w onehot
+                coef = grad_theta * ctx.scale / batch
+                candidate_rows = w2_rows.gather(1, patterns.t().unsqueeze(2).expand(-1, -1, w2_rows.shape[2]))
+                target_rows = torch.bmm(weights.expand(u, -1, -1), candidate_rows)   # (u, B, H)
+                da1 = (p_rows - target_rows) * coef * dsilu
+                dx = torch.bmm(da1, w1.to(x.dtype).transpose(1, 2))         # (u, B, s)
+                grads[0] = dx.transpose(0, 1).reshape(batch, -1).to(ctx.l_dtype)
+        return tuple(grads)
 
 
 def _dropout(h: torch.Tensor, p: float) -> torch.Tensor:

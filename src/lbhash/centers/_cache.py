@@ -11,7 +11,7 @@ import numpy as np
 from lbhash import _io
 
 # Bump when a generator changes its output, so that older cached sets are not reused.
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 
 
 def cache_dir() -> Path:
@@ -27,8 +27,13 @@ def cache_file(kind: str, bits: int, classes: int, seed: int) -> Path:
     return cache_dir() / f"{kind}-b{bits}-c{classes}-s{seed}-v{CACHE_VERSION}.npz"
 
 
-def load(kind: str, bits: int, classes: int, seed: int, valid_kinds) -> tuple[np.ndarray, str] | None:
-    """The cached (centers, kind that made them), or None when absent, unreadable or invalid."""
+def load(kind: str, bits: int, classes: int, seed: int, valid_kinds,
+         asked: str | None = None) -> tuple[np.ndarray, str] | None:
+    """The cached (centers, kind that made them), or None when absent, unreadable or invalid.
+
+    `kind` names the cache entry; `asked` is the generator kind it must have come from
+    (default: `kind`; "auto" accepts any)."""
+    asked = kind if asked is None else asked
     path = cache_file(kind, bits, classes, seed)
     if not path.is_file():
         return None
@@ -40,7 +45,7 @@ def load(kind: str, bits: int, classes: int, seed: int, valid_kinds) -> tuple[np
     if centers is None or made_by is None or made_by.shape != () or made_by.dtype.kind != "U":
         return None
     made_by = str(made_by)
-    if made_by not in valid_kinds or (kind != "auto" and made_by != kind):
+    if made_by not in valid_kinds or (asked != "auto" and made_by != asked):
         return None
     if centers.dtype != np.int8 or centers.shape != (classes, bits):
         return None

@@ -28,32 +28,34 @@ class CenterReport(NamedTuple):
 
 
 def generate_centers(bits: int, num_classes: int, kind: str = "auto", seed: int = 0,
-                     cache: bool = True) -> np.ndarray:
+                     cache: bool = True, canonical: bool = False) -> np.ndarray:
     """(num_classes, bits) int8 +/-1 class centers with a large minimum Hamming distance.
 
     kind is one of CENTER_KINDS; see `select_centers`.
     """
-    return select_centers(bits, num_classes, kind, seed, cache)[0]
+    return select_centers(bits, num_classes, kind, seed, cache, canonical)[0]
 
 
 def select_centers(bits: int, num_classes: int, kind: str = "auto", seed: int = 0,
-                   cache: bool = True) -> tuple[np.ndarray, str]:
+                   cache: bool = True, canonical: bool = False) -> tuple[np.ndarray, str]:
     """Like `generate_centers`, also returning the kind that made the set (for kind="auto",
     the winner among AUTO_ORDER by min pairwise distance, ties to the earlier kind).
 
     Deterministic for a given seed. `random` draws with the seed; the other kinds build one
-    canonical set, and a seed other than 0 relabels it by a seeded isometry (rows, bit
-    positions and bit signs permuted/flipped), which leaves every pairwise distance unchanged.
-    With cache=True, sets are read from and written to `cache_dir()`.
+    canonical set and relabel it by a seeded isometry (rows, bit positions and bit signs
+    permuted/flipped), which leaves every pairwise distance unchanged; `canonical=True` keeps
+    the canonical set (whose Hadamard rows, for instance, repeat one 8-bit pattern in every
+    byte). With cache=True, sets are read from and written to `cache_dir()`.
     """
     bits, classes, seed = _check_args(bits, num_classes, kind, seed)
+    name = f"{kind}-canonical" if canonical else kind
     if cache:
-        hit = _cache.load(kind, bits, classes, seed, CENTER_KINDS[1:])
+        hit = _cache.load(name, bits, classes, seed, CENTER_KINDS[1:], kind)
         if hit is not None:
             return hit
-    centers, made_by = _build(kind, bits, classes, seed, cache)
+    centers, made_by = _build(kind, bits, classes, seed, cache, canonical)
     if cache:
-        _cache.store(kind, bits, classes, seed, centers, made_by)
+        _cache.store(name, bits, classes, seed, centers, made_by)
     return centers, made_by
 
 
@@ -89,13 +91,14 @@ def _check_args(bits, classes, kind, seed) -> tuple[int, int, int]:
     return int(bits), int(classes), int(seed)
 
 
-def _build(kind: str, bits: int, classes: int, seed: int, cache: bool) -> tuple[np.ndarray, str]:
+def _build(kind: str, bits: int, classes: int, seed: int, cache: bool,
+           canonical: bool) -> tuple[np.ndarray, str]:
     if kind != "auto":
-        return _one_kind(kind, bits, classes, seed), kind
+        return _one_kind(kind, bits, classes, seed, canonical), kind
     best, best_kind, best_dist, reasons = None, None, -1, []
     for candidate in AUTO_ORDER:
         try:
-            centers, _ = select_centers(bits, classes, candidate, seed, cache)
+            centers, _ = select_centers(bits, classes, candidate, seed, cache, canonical)
         except ValueError as err:  # this kind does not apply to (bits, classes)
             reasons.append(str(err))
             continue
@@ -108,7 +111,7 @@ def _build(kind: str, bits: int, classes: int, seed: int, cache: bool) -> tuple[
     return best, best_kind
 
 
-def _one_kind(kind: str, bits: int, classes: int, seed: int) -> np.ndarray:
+def _one_kind(kind: str, bits: int, classes: int, seed: int, canonical: bool) -> np.ndarray:
     if kind == "random":
         return random_centers(bits, classes, seed)
     if kind == "hadamard":
@@ -118,13 +121,11 @@ def _one_kind(kind: str, bits: int, classes: int, seed: int) -> np.ndarray:
 
         make = _algebraic.bch_centers if kind == "bch" else _algebraic.reed_solomon_centers
         centers = make(bits, classes)
-    return _relabel(centers, seed)
+    return centers if canonical else _relabel(centers, seed)
 
 
 def _relabel(centers: np.ndarray, seed: int) -> np.ndarray:
-    """Seed 0: the canonical set. Otherwise a seeded distance-preserving relabelling."""
-    if seed == 0:
-        return centers
+    """A seeded distance-preserving relabelling of a center set."""
     rng = np.random.default_rng(seed)
     classes, bits = centers.shape
     flips = np.where(rng.random(bits) < 0.5, -1, 1).astype(np.int8)

@@ -28,7 +28,9 @@ def _parse_int(value: str, name: str) -> int:
 @click.option("--out", type=click.Path(path_type=Path), default=None,
               help="Write the (C, bits) int8 +/-1 array here as .npy.")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the on-disk cache.")
-def centers(bits: str, classes: str, kind: str, seed: str, out: Path | None, no_cache: bool) -> None:
+@click.option("--canonical", is_flag=True, help="The generator's canonical set, not a seeded relabelling of it.")
+def centers(bits: str, classes: str, kind: str, seed: str, out: Path | None, no_cache: bool,
+            canonical: bool) -> None:
     """Generate C class centers of BITS bits with a large minimum Hamming distance.
 
     Prints the kind used, the min and mean pairwise distance and the Plotkin bound
@@ -40,7 +42,7 @@ def centers(bits: str, classes: str, kind: str, seed: str, out: Path | None, no_
     from lbhash.centers import center_report, select_centers
 
     codes, made_by = select_centers(_parse_int(bits, "--bits"), _parse_int(classes, "--classes"),
-                                    kind, _parse_int(seed, "--seed"), cache=not no_cache)
+                                    kind, _parse_int(seed, "--seed"), cache=not no_cache, canonical=canonical)
     report = center_report(codes, made_by)
     chosen = f"{made_by} (chosen by auto)" if kind == "auto" else made_by
     click.echo(f"kind: {chosen}")

@@ -1,28 +1,45 @@
-"""`lbhash methods`: the registered methods with their defaults."""
+"""`lbhash methods`: the registered methods with their defaults under a profile."""
 
 from __future__ import annotations
 
 import click
 
+from lbhash.methods.defaults import PROFILES
+
+HEADER = ("method", "optimizer", "lr", "weight decay", "schedule", "epochs", "batch", "_D mode",
+          "_D objective", "constants")
+
+
+def _schedule(d) -> str:
+    if d.schedule == "cosine":
+        text = "cosine"
+    else:
+        text = f"x{d.lr_gamma:g} / {d.lr_step} ep" if d.lr_step else "none"
+    return text + (f", warm-up {d.warmup_epochs} ep" if d.warmup_epochs else "")
+
+
+def _objective(options: dict) -> str:
+    """The _D options in a short form, e.g. 'lambda 1, sum, 0 flips, contiguous, average'."""
+    text = (f"lambda {options['lbhash_weight']:g}, {options['lbhash_reduction']}, "
+            f"{options['surrogate_flips']} flips, {options['block_assignment']} blocks, "
+            f"{options['multilabel_target']} target")
+    if options["surrogate_weight_decay"]:
+        text += f", surrogate wd {options['surrogate_weight_decay']:g}"
+    return text
+
 
 def defaults_rows(profile: str) -> list[tuple[str, ...]]:
-    """One row per method: name, optimizer, lr, weight decay, decay, epochs, batch, _D mode, constants."""
-    from lbhash.methods import available_methods
-    from lbhash.methods.defaults import method_defaults
+    """One row per method: its recipe, _D mode and options, and constants."""
+    from lbhash.methods import available_methods, method_defaults
 
     rows = []
     for name in available_methods():
         d = method_defaults(name, profile)
-        decay = f"x{d.lr_gamma:g} / {d.lr_step} ep" if d.lr_step else "none"
         constants = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
                               for k, v in d.constants.items())
-        rows.append((name, d.optimizer, f"{d.lr:g}", f"{d.weight_decay:g}", decay, str(d.epochs),
-                     str(d.batch_size), d.lbhash_mode, constants or "-"))
+        rows.append((name, d.optimizer, f"{d.lr:g}", f"{d.weight_decay:g}", _schedule(d), str(d.epochs),
+                     str(d.batch_size), d.lbhash_mode, _objective(d.lbhash), constants or "-"))
     return rows
-
-
-HEADER = ("method", "optimizer", "lr", "weight decay", "lr decay", "epochs", "batch", "_D mode",
-          "constants")
 
 
 def markdown_table(profile: str) -> str:
@@ -32,19 +49,19 @@ def markdown_table(profile: str) -> str:
 
 
 @click.command()
-@click.option("--defaults", "profile", type=click.Choice(["paper", "benchmark"]), default="paper",
+@click.option("--defaults", "profile", type=click.Choice(PROFILES), default=PROFILES[0],
               show_default=True, help="Which defaults profile to show.")
 @click.option("--markdown", is_flag=True, help="Print the defaults as a markdown table.")
 def methods(profile: str, markdown: bool) -> None:
-    """List the hashing methods, their training defaults and constants."""
+    """List the hashing methods, their training defaults, _D objective options and constants."""
     from lbhash.methods import method_class
 
     if markdown:
         click.echo(markdown_table(profile))
         return
     click.echo(f"defaults profile: {profile} (every method also trains as <method>_D with --lbhash)\n")
-    for name, opt, lr, wd, decay, epochs, batch, mode, constants in defaults_rows(profile):
+    for name, opt, lr, wd, schedule, epochs, batch, mode, objective, constants in defaults_rows(profile):
         click.echo(f"{name}: {method_class(name).description}")
-        click.echo(f"    {opt} lr {lr}, weight decay {wd}, lr decay {decay}, {epochs} epochs, "
-                   f"batch {batch}; _D mode {mode}")
+        click.echo(f"    {opt} lr {lr}, weight decay {wd}, lr schedule {schedule}, {epochs} epochs, batch {batch}")
+        click.echo(f"    _D: {mode} L_theta; {objective}")
         click.echo(f"    constants: {constants}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -19,6 +19,7 @@ from lbhash.labels import as_multihot
 from lbhash.errors import InputError
 
 SPLIT_FORMAT = "lbhash-split/1"
+PARTS = ("train", "query", "database", "validation")
 
 
 @dataclass(frozen=True)
@@ -67,13 +68,14 @@ class Split:
     seed: int
     topk: int | None
     num_items: int | None = None  # size of the data set it was drawn from, when known
+    validation: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # held out of train
 
     def __post_init__(self) -> None:
-        for part in ("train", "query", "database"):
+        for part in PARTS:
             setattr(self, part, np.asarray(getattr(self, part), dtype=np.int64))
 
     def sizes(self) -> dict[str, int]:
-        return {"train": len(self.train), "query": len(self.query), "database": len(self.database)}
+        return {part: len(getattr(self, part)) for part in PARTS}
 
     def describe(self) -> str:
         r = "all" if self.topk is None else self.topk
@@ -84,7 +86,7 @@ class Split:
         """Raise if this split does not fit a data set of `num_items` items."""
         if self.num_items is not None and self.num_items != num_items:
             raise InputError(f"split {self.protocol!r} was drawn from {self.num_items} items but {name} has {num_items}")
-        for part in ("train", "query", "database"):
+        for part in PARTS:
             idx = getattr(self, part)
             if idx.size and (idx.min() < 0 or idx.max() >= num_items):
                 raise InputError(f"split {self.protocol!r}: {part} index out of range for {name} of {num_items} items")
@@ -216,10 +218,41 @@ def _per_class(labels: np.ndarray, spec: ProtocolSpec, seed: int, name: str, cla
     return np.sort(order[is_train]), np.sort(order[is_query]), np.sort(order[in_db])
 
 
+def carve_validation(split: Split, labels, fraction: float, seed: int) -> Split:
+    """Hold out `fraction` of the training items as a validation split, seeded.
+
+    Single-label data: round(fraction * n) items of each class's n training items (at least one
+    for a class with two or more); multi-label data: round(fraction * n) of all n. The
+    validation items leave the training items and the database, so they are never query or
+    database items.
+    """
+    if not 0 < fraction < 0.5:
+        raise InputError(f"validation must be a fraction in (0, 0.5), got {fraction!r}")
+    labels = as_multihot(labels, "labels")[split.train]
+    rng = np.random.default_rng([seed, 11])
+    if (labels.sum(1) == 1).all():
+        ids = labels.argmax(1)
+        picked = []
+        for c in np.unique(ids):
+            members = np.flatnonzero(ids == c)
+            take = max(1, round(fraction * len(members))) if len(members) >= 2 else 0
+            picked.append(rng.permutation(members)[:take])
+        chosen = np.concatenate(picked)
+    else:
+        chosen = rng.permutation(len(labels))[:round(fraction * len(labels))]
+    if not len(chosen) or len(chosen) == len(split.train):
+        raise InputError(f"validation {fraction} of {len(split.train)} training items leaves no validation "
+                         "or no training items")
+    validation = np.sort(split.train[chosen])
+    held = np.isin(split.database, validation)
+    return replace(split, train=np.setdiff1d(split.train, validation), database=split.database[~held],
+                   validation=validation)
+
+
 def save_split(path: str | os.PathLike, split: Split) -> None:
     """Write a split to .npz atomically (no pickled objects; topk/num_items None -> -1)."""
     _io.save_npz(path, format=np.array(SPLIT_FORMAT), train=split.train, query=split.query,
-                 database=split.database, protocol=np.array(split.protocol),
+                 database=split.database, validation=split.validation, protocol=np.array(split.protocol),
                  seed=np.array(split.seed, dtype=np.int64),
                  topk=np.array(-1 if split.topk is None else split.topk, dtype=np.int64),
                  num_items=np.array(-1 if split.num_items is None else split.num_items, dtype=np.int64))
@@ -235,8 +268,8 @@ def load_split(path: str | os.PathLike) -> Split:
     if fmt is not None and str(fmt) != SPLIT_FORMAT:
         raise InputError(f"{path}: unsupported split format {str(fmt)!r} (expected {SPLIT_FORMAT!r})")
     parts = {}
-    for part in ("train", "query", "database"):
-        idx = arrays[part]
+    for part in PARTS:
+        idx = arrays.get(part, np.zeros(0, np.int64))  # files before validation splits have none
         if idx.ndim != 1 or (idx.size and idx.dtype.kind not in "iu"):
             raise InputError(f"{path}: {part} must be a 1-D integer array, got shape {idx.shape} dtype {idx.dtype}")
         idx = idx.astype(np.int64)

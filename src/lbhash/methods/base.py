@@ -9,9 +9,10 @@ only its formula and returns the named, weighted parts; LossOutput.total is thei
 
 Everything else a method brings lives on its class, beside the formula (the way timm keeps a
 model's default config beside the model): its constants are its constructor's keyword
-defaults, its training recipes are `recipe` (the paper's, shared by all methods unless a
-method needs its own) and `benchmark_recipe` (the DeepHash-pytorch benchmark's), and
-`lbhash_mode` says how the _D objective combines with it.
+defaults, its training recipes are `recipe` (the paper's, shared by all methods),
+`benchmark_recipe` (the DeepHash-pytorch benchmark's) and `recommended_recipe` (the one our
+validation study supports), `recommended_lbhash` holds the _D options the study chose for it,
+and `lbhash_mode` says how the _D objective combines with it (lbhash.methods.defaults).
 """
 
 from __future__ import annotations
@@ -50,11 +51,17 @@ class Recipe:
     lr_gamma: float = 0.1      # decay factor
     epochs: int = 100
     batch_size: int = 64
+    schedule: str = "step"     # "step" (x lr_gamma every lr_step epochs) or "cosine"
+    warmup_epochs: int = 0     # linear warm-up epochs before the schedule
 
 
 # The DeepHash-pytorch benchmark's RMSprop recipe, shared by most of its methods.
 BENCHMARK_RMSPROP = Recipe(optimizer="rmsprop", lr=1e-5, weight_decay=1e-5, lr_step=0, epochs=150,
                            batch_size=128)
+# The _D objective as the paper's text reads (lbhash.methods.lower_bound has the options).
+PAPER_LBHASH = {"lbhash_weight": 1.0, "lbhash_reduction": "sum", "surrogate_flips": 0,
+                "block_assignment": "contiguous", "multilabel_target": "average",
+                "surrogate_weight_decay": 0.0}
 # Constructor parameters every method takes; the others are the method's constants.
 COMMON_PARAMETERS = ("self", "bits", "num_classes", "num_train", "centers", "multi_label")
 
@@ -77,6 +84,8 @@ class HashLoss(nn.Module):
     lbhash_mode: ClassVar[str] = "add"         # how the _D objective combines with the loss
     recipe: ClassVar[Recipe] = Recipe()
     benchmark_recipe: ClassVar[Recipe] = BENCHMARK_RMSPROP
+    recommended_recipe: ClassVar[Recipe] = Recipe()
+    recommended_lbhash: ClassVar[dict] = {}         # overrides of PAPER_LBHASH
 
     def __init__(self, bits: int, num_classes: int, num_train: int | None = None,
                  centers: torch.Tensor | None = None, multi_label: bool = False):

@@ -1,11 +1,17 @@
 """A method's training defaults under a profile, read from the method's class.
 
 Profiles:
-- "paper" (the default): what the paper used for every method, "Adam with default
-  configuration", lr 1e-3, batch 64, 100 epochs, lr x0.1 every 10 epochs (its App. G);
+- "recommended" (the default): the recipe and _D options our validation study supports
+  (docs/methods.md, "When to use --lbhash"); each method may set its own (`recommended_recipe`,
+  `recommended_lbhash` on its class);
+- "paper": the paper-faithful setting: "Adam with default configuration", lr 1e-3, batch 64,
+  100 epochs, lr x0.1 every 10 epochs (its App. G), and the _D objective as the paper's text
+  reads (L_theta summed over blocks with weight 1, no bit flips, contiguous blocks, the average
+  over a sample's positive labels);
 - "benchmark": the optimizer settings of the DeepHash-pytorch benchmark the paper took the
-  baselines from (RMSprop lr 1e-5 for most methods, SGD for GreedyHash, 150-200 epochs).
-The method constants are the same in both: the defaults of the method's constructor.
+  baselines from (RMSprop lr 1e-5 for most methods, SGD for GreedyHash, 150-200 epochs), with
+  the paper-faithful _D objective.
+The method constants are the same in all: the defaults of the method's constructor.
 """
 
 from __future__ import annotations
@@ -14,22 +20,25 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from lbhash.errors import InputError
-from lbhash.methods.base import Recipe, method_class
+from lbhash.methods.base import PAPER_LBHASH, Recipe, method_class
 
-PROFILES = ("paper", "benchmark")
+PROFILES = ("recommended", "paper", "benchmark")
+LBHASH_OPTIONS = tuple(PAPER_LBHASH)
 
 
 @dataclass(frozen=True)
 class MethodDefaults(Recipe):
     lbhash_mode: str = "add"   # how the _D objective combines with the method's loss
+    lbhash: dict = field(default_factory=lambda: dict(PAPER_LBHASH))  # the _D objective's options
     constants: dict = field(default_factory=dict)
 
 
-def method_defaults(name: str, profile: str = "paper") -> MethodDefaults:
-    """The defaults of a registered method under a profile ("paper" or "benchmark")."""
+def method_defaults(name: str, profile: str = "recommended") -> MethodDefaults:
+    """The defaults of a registered method under a profile (see the module docstring)."""
     cls = method_class(name)  # unknown names fail with the list of methods
     if profile not in PROFILES:
         raise InputError(f"defaults profile must be one of {', '.join(PROFILES)}, got {profile!r}")
-    recipe = cls.benchmark_recipe if profile == "benchmark" else cls.recipe
-    return MethodDefaults(**dataclasses.asdict(recipe), lbhash_mode=cls.lbhash_mode,
+    recipe = {"recommended": cls.recommended_recipe, "paper": cls.recipe, "benchmark": cls.benchmark_recipe}[profile]
+    lbhash = {**PAPER_LBHASH, **(cls.recommended_lbhash if profile == "recommended" else {})}
+    return MethodDefaults(**dataclasses.asdict(recipe), lbhash_mode=cls.lbhash_mode, lbhash=lbhash,
                           constants=cls.constants())

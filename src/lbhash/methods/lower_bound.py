@@ -1,29 +1,47 @@
 """The _D objective (paper Alg. 1): one wrapper that turns any method into its _D variant.
 
-It holds the surrogate P_pi and the class centers. Its forward adds lambda * L_theta to the
-base method's loss ("add"), or drops the method's own center loss in its favour
-("replace"); `loss_pi` gives the surrogate's separate training loss. Gradients are kept
-apart: L_theta reaches the hash model only (pi frozen), L_pi reaches pi only (l detached), so
-one backward pass followed by a step of each optimizer performs lines 7-8 of Alg. 1.
+It holds the surrogate P_pi and the class centers. `losses(u, labels, index)` gives the base
+method's loss plus lambda * L_theta ("add"), or with the method's own center loss dropped in its
+favour ("replace"), together with L_pi, the surrogate's own training loss. Gradients are kept
+apart: L_theta reaches the hash model only (pi frozen), L_pi reaches pi only, so one backward
+pass followed by a step of each optimizer performs lines 7-8 of Alg. 1.
+
+Options beyond the paper's text (each off in the paper-faithful setting):
+- `reduction`: L_theta summed over the u blocks (the paper's reading) or averaged;
+- `flips`: L_pi trains on the codes with this many random bits flipped per sample (input and
+  target flipped together), so that the surrogate stays informative around a center;
+- `assignment` of bits to blocks: "contiguous", one seeded "permuted" order, or "redraw" a
+  seeded permutation every `redraw_every` epochs (centers are permuted with the codes);
+- `multilabel_target`: L_theta against each positive label's center, averaged ("average", the
+  paper), or against the bitwise majority of those centers ("majority", as CSQ does).
+When dropout is shared by both terms and no bits are flipped, L_pi and L_theta come from one
+forward pass of P_pi (`BlockSurrogate.fused_losses`); otherwise from two.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import nn
 
 from lbhash.errors import InputError
 from lbhash.methods.base import HashLoss, LossOutput, loss_output
-from lbhash.surrogate import BlockSurrogate
+from lbhash.methods.csq import majority_targets
+from lbhash.surrogate import REDUCTIONS, BlockSurrogate
 
 MODES = ("add", "replace")
+ASSIGNMENTS = ("contiguous", "permuted", "redraw")
+MULTILABEL_TARGETS = ("average", "majority")
 
 
 class LowerBoundObjective(nn.Module):
-    """base loss (+ or instead of its center loss) + weight * L_theta."""
+    """base loss (+ or instead of its center loss) + weight * L_theta, and L_pi."""
 
     def __init__(self, base: HashLoss, centers: torch.Tensor, surrogate: BlockSurrogate,
-                 weight: float = 1.0, mode: str = "add", theta_dropout: bool = True):
+                 weight: float = 1.0, mode: str = "add", theta_dropout: bool = True,
+                 reduction: str = "sum", flips: int = 0, assignment: str = "contiguous",
+                 redraw_every: int = 4, multilabel_target: str = "average", seed: int = 0,
+                 fused: bool = True):
         super().__init__()
         if mode not in MODES:
             raise InputError(f"lower-bound mode must be 'add' or 'replace', got {mode!r}")
@@ -33,28 +51,85 @@ class LowerBoundObjective(nn.Module):
             raise InputError(f"centers must have shape ({base.num_classes}, {base.bits}), got {tuple(centers.shape)}")
         if surrogate.bits != base.bits:
             raise InputError(f"surrogate has {surrogate.bits} bits but the method has {base.bits}")
+        for name, value, allowed in (("reduction", reduction, REDUCTIONS), ("assignment", assignment, ASSIGNMENTS),
+                                     ("multilabel_target", multilabel_target, MULTILABEL_TARGETS)):
+            if value not in allowed:
+                raise InputError(f"lower-bound {name} must be one of {', '.join(allowed)}, got {value!r}")
+        if not 0 <= flips <= base.bits:
+            raise InputError(f"surrogate flips must be between 0 and bits={base.bits}, got {flips}")
+        if redraw_every < 1:
+            raise InputError(f"redraw_every must be a positive number of epochs, got {redraw_every}")
         self.base, self.surrogate = base, surrogate
         self.weight, self.mode, self.theta_dropout = float(weight), mode, theta_dropout
+        self.reduction, self.flips, self.assignment = reduction, int(flips), assignment
+        self.redraw_every, self.multilabel_target, self.seed = int(redraw_every), multilabel_target, int(seed)
+        self.fused = fused
         self.register_buffer("centers", centers.float().clone())
+        self.register_buffer("order", torch.arange(base.bits))  # bit j of block input = bit order[j]
         self.register_buffer("center_patterns", surrogate.pattern_index(self.centers))
+        if assignment == "permuted":
+            self.set_order(self.draw_order(0))
 
     @property
     def name(self) -> str:
         return f"{self.base.name}_D"
 
+    # --- the bit-to-block assignment ------------------------------------------------------------
+
+    def draw_order(self, draw: int) -> torch.Tensor:
+        """The seeded permutation number `draw` of the bits (a function of the seed and draw only,
+        so that a resumed run redraws exactly what an uninterrupted one did)."""
+        rng = np.random.default_rng([self.seed, 7, draw])
+        return torch.from_numpy(rng.permutation(self.base.bits)).to(self.order.device)
+
+    @torch.no_grad()
+    def set_order(self, order: torch.Tensor) -> None:
+        """Assign bit order[j] to block input j; the centers' patterns follow the same order."""
+        self.order.copy_(order)
+        self.center_patterns.copy_(self.surrogate.pattern_index(self.centers[:, self.order]))
+
+    # --- losses ---------------------------------------------------------------------------------
+
     def forward(self, u: torch.Tensor, labels: torch.Tensor, index: torch.Tensor) -> LossOutput:
+        return self.losses(u, labels, index)[0]
+
+    def losses(self, u: torch.Tensor, labels: torch.Tensor, index: torch.Tensor
+               ) -> tuple[LossOutput, tuple[torch.Tensor, torch.Tensor]]:
+        """(the theta loss, (L_pi, pattern accuracy))."""
         parts = dict(self.base(u, labels, index).parts)
         if self.mode == "replace":
             parts.pop(self.base.center_part)
-        parts["lower_bound"] = self.weight * self.surrogate.loss_theta(
-            u, self.center_patterns, labels, dropout=self.theta_dropout)
-        return loss_output(parts)
+        l = u if self.assignment == "contiguous" else u.index_select(1, self.order)
+        patterns, weights = self._targets(labels)
+        if self.fused and self.flips == 0 and self.theta_dropout:
+            pi, theta, accuracy = self.surrogate.fused_losses(l, patterns, weights, self.reduction)
+        else:
+            theta = self.surrogate.loss_theta(l, patterns, weights, dropout=self.theta_dropout,
+                                              reduction=self.reduction)
+            pi, accuracy = self.surrogate.loss_pi(flip_bits(l, self.flips) if self.flips else l)
+        parts["lower_bound"] = self.weight * theta
+        return loss_output(parts), (pi, accuracy)
 
     def loss_pi(self, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """L_pi on the detached outputs, and the surrogate's pattern accuracy."""
-        return self.surrogate.loss_pi(u)
+        """L_pi alone on the detached outputs, and the surrogate's pattern accuracy."""
+        l = u if self.assignment == "contiguous" else u.index_select(1, self.order)
+        return self.surrogate.loss_pi(flip_bits(l, self.flips) if self.flips else l)
+
+    def _targets(self, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Candidate patterns (P, u) and per-sample weights (B, P) of L_theta."""
+        if self.multilabel_target == "average":
+            return self.center_patterns, labels
+        if bool((labels.sum(1) == 0).any()):
+            row = int(torch.nonzero(labels.sum(1) == 0)[0, 0])
+            raise InputError(f"L_theta needs at least one label per sample; batch row {row} has none")
+        codes = majority_targets(self.centers, labels)[:, self.order]            # (B, bits)
+        return self.surrogate.pattern_index(codes), torch.eye(len(labels), device=labels.device)
+
+    # --- hooks ----------------------------------------------------------------------------------
 
     def on_epoch_start(self, epoch: int) -> None:
+        if self.assignment == "redraw":
+            self.set_order(self.draw_order(epoch // self.redraw_every))
         self.base.on_epoch_start(epoch)
 
     def on_epoch_end(self, epoch: int) -> None:
@@ -62,3 +137,15 @@ class LowerBoundObjective(nn.Module):
 
     def classify(self, codes: torch.Tensor) -> torch.Tensor | None:
         return self.base.classify(codes)
+
+
+@torch.no_grad()
+def flip_bits(l: torch.Tensor, count: int) -> torch.Tensor:
+    """The detached outputs with `count` distinct random bits of every row flipped: their signs
+    change, and an exact 0 (bin = +1) becomes slightly negative, so bin() flips too."""
+    l = l.detach()
+    positions = torch.rand(l.shape, device=l.device).argsort(dim=1)[:, :count]
+    flip = torch.zeros_like(l, dtype=torch.bool).scatter_(1, positions, True)
+    flipped = torch.where(flip, -l, l)
+    tiny = torch.finfo(l.dtype).tiny
+    return torch.where(flip & (l == 0), torch.full_like(l, -tiny), flipped)

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from lbhash.centers import generate_centers
-from lbhash.data import HashDataset, InputOptions, Split, load_data, make_split
+from lbhash.data import HashDataset, InputOptions, Split, carve_validation, load_data, make_split
 from lbhash.errors import InputError
 from lbhash.methods import HashLoss, LowerBoundObjective, create_method, method_class
 from lbhash.models import HashModel, create_feature_model, create_image_model
@@ -36,9 +36,11 @@ class Learner(nn.Module):
         return self.objective if isinstance(self.objective, LowerBoundObjective) else None
 
     def forward(self, x: torch.Tensor, labels: torch.Tensor, index: torch.Tensor):
+        """(u, the theta loss, (L_pi, pattern accuracy) or None without the _D objective)."""
         u = self.model(x)
-        out = self.objective(u, labels, index)
-        pi = self.lower_bound.loss_pi(u) if self.lower_bound is not None else None
+        if self.lower_bound is None:
+            return u, self.objective(u, labels, index), None
+        out, pi = self.lower_bound.losses(u, labels, index)
         return u, out, pi
 
     def theta_parameters(self) -> list[nn.Parameter]:
@@ -94,7 +96,10 @@ def build_objective(cfg: TrainConfig, centers: torch.Tensor | None, num_classes:
         return base
     surrogate = BlockSurrogate(cfg.bits, cfg.block_size, cfg.surrogate_hidden, cfg.surrogate_dropout)
     return LowerBoundObjective(base, centers, surrogate, weight=cfg.lbhash_weight, mode=cfg.lbhash_mode,
-                               theta_dropout=cfg.theta_dropout)
+                               theta_dropout=cfg.theta_dropout, reduction=cfg.lbhash_reduction,
+                               flips=cfg.surrogate_flips, assignment=cfg.block_assignment,
+                               redraw_every=cfg.block_redraw_every, multilabel_target=cfg.multilabel_target,
+                               seed=cfg.seed, fused=cfg.fused_surrogate)
 
 
 def build_experiment(cfg: TrainConfig, split: Split | None = None,
@@ -105,6 +110,8 @@ def build_experiment(cfg: TrainConfig, split: Split | None = None,
     cfg = resolve_config(cfg, dataset)
     if split is None:
         split = make_split(dataset, cfg.protocol, cfg.seed)
+        if cfg.validation:
+            split = carve_validation(split, dataset.labels, cfg.validation, cfg.seed)
     split.check(len(dataset), dataset.name)
     cls = method_class(cfg.method)
     if cls.single_label_only and dataset.multi_label:
@@ -118,7 +125,7 @@ def build_experiment(cfg: TrainConfig, split: Split | None = None,
     centers = None
     if cfg.lbhash or cls.uses_centers:
         centers = torch.from_numpy(generate_centers(cfg.bits, dataset.num_classes, kind=cfg.centers,
-                                                    seed=cfg.seed))
+                                                    seed=cfg.seed, canonical=cfg.canonical_centers))
     normalization = dataset.normalization(split.train) if cfg.normalize == "zscore" else None
     model = build_model(cfg, normalization)
     objective = build_objective(cfg, centers, dataset.num_classes, len(split.train), dataset.multi_label)
@@ -128,10 +135,11 @@ def build_experiment(cfg: TrainConfig, split: Split | None = None,
 
 def _usable_items(dataset: HashDataset, split: Split, skip_bad: bool) -> tuple[Split, int]:
     """Every item the run uses must be usable; with skip_bad, unreadable images leave the split."""
-    used = np.unique(np.concatenate([split.train, split.query, split.database]))
+    used = np.unique(np.concatenate([split.train, split.query, split.database, split.validation]))
     good, bad = dataset.check_items(used, skip_bad=skip_bad)
     if not bad:
         return split, 0
     keep = np.isin(np.arange(len(dataset)), good)
     return replace(split, train=split.train[keep[split.train]], query=split.query[keep[split.query]],
-                   database=split.database[keep[split.database]]), int(bad)
+                   database=split.database[keep[split.database]],
+                   validation=split.validation[keep[split.validation]]), int(bad)

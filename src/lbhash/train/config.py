@@ -21,12 +21,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from lbhash.centers import CENTER_KINDS
 from lbhash.errors import InputError
 from lbhash.methods import PROFILES, method_class, method_defaults
+from lbhash.methods.defaults import LBHASH_OPTIONS
 
-Optimizer = Literal["adam", "sgd", "rmsprop"]
+Optimizer = Literal["adam", "adamw", "sgd", "rmsprop"]
 PRECISIONS = ("32-true", "32", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true")
-# filled from the method's defaults when None
+# filled from the method's defaults (under the `defaults` profile) when None
 METHOD_FIELDS = ("epochs", "batch_size", "optimizer", "lr", "weight_decay", "lr_step", "lr_gamma",
-                 "lbhash_mode")
+                 "schedule", "warmup_epochs", "lbhash_mode", *LBHASH_OPTIONS)
 DEFAULT_IMAGE_BACKBONE = "resnet20"
 DEFAULT_FEATURE_HIDDEN = [1024]
 DEFAULT_PROTOCOL = {"digits": "digits", "cifar10": "cifar10"}  # data kind -> protocol
@@ -53,15 +54,17 @@ class TrainConfig(BaseModel):
                                         "per-class:T,Q[,+train], random:T,Q.", "a protocol name",
                                   shown="the data set's own")
     method: str = option("csq", "Hashing method (see `lbhash methods`).", "a method name")
-    defaults: Literal[PROFILES] = option("paper", "Method defaults profile: the paper's (Adam 1e-3) or the "
-                                                  "DeepHash benchmark's.", f"one of {', '.join(PROFILES)}")
+    defaults: Literal[PROFILES] = option(
+        "recommended", "Defaults profile: 'recommended' (chosen by our validation study), 'paper' (the "
+                       "paper-faithful recipe and _D objective) or 'benchmark' (the DeepHash benchmark's recipe).",
+        f"one of {', '.join(PROFILES)}")
     lbhash: bool = option(False, "Train the method's _D variant (the paper's objective).", "true or false")
     bits: int = option(64, "Code length.", "a positive integer", ge=1)
     seed: int = option(0, "Seeds the split, centers, initialisation and every epoch's randomness.",
                        "a non-negative integer", ge=0)
     epochs: int | None = option(None, "Training epochs.", "a positive integer", shown="the method's", ge=1)
     batch_size: int | None = option(None, "Batch size.", "a positive integer", shown="the method's", ge=1)
-    optimizer: Optimizer | None = option(None, "Optimizer of the hash model.", "one of adam, sgd, rmsprop",
+    optimizer: Optimizer | None = option(None, "Optimizer of the hash model.", "one of adam, adamw, sgd, rmsprop",
                                          shown="the method's")
     lr: float | None = option(None, "Learning rate of the hash model (eta_2).", "a positive number",
                               shown="the method's", gt=0)
@@ -69,13 +72,38 @@ class TrainConfig(BaseModel):
                                         shown="the method's", ge=0)
     lr_step: int | None = option(None, "Decay the learning rates every N epochs (0: never).",
                                  "a non-negative integer", shown="the method's", ge=0)
-    lr_gamma: float | None = option(None, "Learning-rate decay factor.", "a positive number",
+    lr_gamma: float | None = option(None, "Learning-rate decay factor of the step schedule.", "a positive number",
                                     shown="the method's", gt=0)
+    schedule: Literal["step", "cosine"] | None = option(
+        None, "Learning-rate schedule of both optimizers: step (x lr_gamma every lr_step epochs) or cosine "
+              "(to 0 at the last epoch).", "one of step, cosine", shown="the method's")
+    warmup_epochs: int | None = option(None, "Epochs of linear learning-rate warm-up before the schedule.",
+                                       "a non-negative integer", shown="the method's", ge=0)
     method_options: dict[str, bool | int | float | str] = option(
         {}, "The method's constants, NAME=VALUE (e.g. quantization=1e-4).", "a mapping of constant names to values",
         shown="the method's", cli=False)
     centers: Literal[CENTER_KINDS] = option("auto", "Center generator.", f"one of {', '.join(CENTER_KINDS)}")
-    lbhash_weight: float = option(1.0, "lambda: the weight of L_theta.", "a positive number", gt=0)
+    canonical_centers: bool = option(False, "Use the generator's canonical center set instead of a seeded "
+                                            "relabelling of it.", "true or false")
+    lbhash_weight: float | None = option(None, "lambda: the weight of L_theta.", "a positive number",
+                                         shown="the method's", gt=0)
+    lbhash_reduction: Literal["sum", "mean"] | None = option(
+        None, "L_theta over the blocks: sum (the paper's reading) or mean.", "one of sum, mean",
+        shown="the method's")
+    surrogate_flips: int | None = option(None, "Random bits flipped per sample in the surrogate's training codes.",
+                                         "a non-negative integer", shown="the method's", ge=0)
+    block_assignment: Literal["contiguous", "permuted", "redraw"] | None = option(
+        None, "Bits to surrogate blocks: contiguous, one seeded permutation, or a permutation redrawn every "
+              "block_redraw_every epochs.", "one of contiguous, permuted, redraw", shown="the method's")
+    block_redraw_every: int = option(4, "Epochs between redraws of the bit-to-block permutation.",
+                                     "a positive integer", ge=1)
+    multilabel_target: Literal["average", "majority"] | None = option(
+        None, "Multi-label L_theta: averaged over the positive labels' centers, or against their bitwise "
+              "majority.", "one of average, majority", shown="the method's")
+    surrogate_weight_decay: float | None = option(None, "Weight decay of the surrogate's optimizer.",
+                                                  "a number >= 0", shown="the method's", ge=0)
+    fused_surrogate: bool = option(True, "L_pi and L_theta from one surrogate forward pass where possible.",
+                                   "true or false")
     lbhash_mode: Literal["add", "replace"] | None = option(
         None, "Add L_theta to the method's loss, or replace its center loss.", "one of add, replace",
         shown="the method's")
@@ -104,6 +132,16 @@ class TrainConfig(BaseModel):
     normalize: Literal["zscore", "none"] = option("zscore", "Feature standardisation (features only).",
                                                   "one of zscore, none")
     eval_every: int = option(10, "Evaluate every N epochs (0: only at the end).", "a non-negative integer", ge=0)
+    validation: float = option(0.0, "Share of the training items (per class) held out as a validation split.",
+                               "a number in [0, 0.5)", ge=0, lt=0.5)
+    select: Literal["last", "best-val"] = option(
+        "last", "The model a run keeps: the last epoch's, or the epoch with the best validation mAP.",
+        "one of last, best-val")
+    patience: int = option(0, "Stop after this many validation evaluations without a better mAP (0: never).",
+                           "a non-negative integer", ge=0)
+    logger: Literal["none", "tensorboard"] = option(
+        "none", "Also log the per-epoch records to TensorBoard (needs the tensorboard extra).",
+        "one of none, tensorboard")
     topk: int | Literal["all"] | None = option(None, "R of mAP@R: a positive integer or 'all'.",
                                                "a positive integer or 'all'", shown="the protocol's", cli=False)
     accelerator: Literal["cpu", "gpu", "cuda", "auto"] = option("cpu", "cpu or gpu.", "one of cpu, gpu, cuda, auto")
@@ -142,9 +180,11 @@ class TrainConfig(BaseModel):
         return method_class(value).name  # unknown names: InputError with the list
 
     @model_validator(mode="after")
-    def _blocks_divide_bits(self):
+    def _consistent(self):
         if self.lbhash and self.bits % self.block_size:
             raise InputError(f"bits={self.bits} is not divisible by the block size {self.block_size}")
+        if (self.select == "best-val" or self.patience) and not self.validation:
+            raise InputError("select best-val and patience need a validation split (validation > 0)")
         return self
 
     @property
@@ -239,7 +279,7 @@ def resolve_config(cfg: TrainConfig, dataset) -> TrainConfig:
     values = cfg.model_dump()
     for name in METHOD_FIELDS:
         if values[name] is None:
-            values[name] = getattr(d, name)
+            values[name] = d.lbhash[name] if name in LBHASH_OPTIONS else getattr(d, name)
     values["method_options"] = {**d.constants, **_checked_method_options(cfg.method, cfg.method_options)}
     values["protocol"] = cfg.protocol or default_protocol(cfg.data, dataset)
     values["input_kind"] = dataset.input_kind

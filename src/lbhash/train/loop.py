@@ -5,8 +5,10 @@ theta only (pi frozen) and L_pi reaches pi only (u detached), so one backward pa
 by a step of the theta optimizer (eta_2) and of the pi optimizer (eta_1) performs lines 7-8
 of Alg. 1 with the o = P_pi(l) of line 6. Each epoch's randomness is seeded from (seed,
 epoch), so a resumed run continues exactly as an uninterrupted one. Every epoch logs the
-lower bound of the codes the training items got during it, and every `eval_every` epochs the
-mAP and database lower bound of fresh query and database codes.
+lower bound of the codes the training items got during it, and every `eval_every` epochs
+either the validation mAP (validation items as queries against the training items; with a
+validation split, test queries are never looked at before the end) or, without one, the mAP
+and database lower bound of fresh query and database codes.
 """
 
 from __future__ import annotations
@@ -23,10 +25,14 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from lbhash.errors import InputError
+
 from lbhash.evaluate import lower_bound, mean_average_precision
 from lbhash.train.builder import Experiment, Learner, input_options
 from lbhash.train.encoder import encode
+from lbhash.train.optim import make_optimizer, make_scheduler
 from lbhash.train.rundir import CHECKPOINT, LOG
+from lbhash.train.selection import Selection
 
 
 
@@ -43,16 +49,29 @@ def process_rank() -> int:
     return int(os.environ.get("NODE_RANK", 0)) * max(1, int(os.environ.get("LOCAL_WORLD_SIZE", 1))) + local
 
 
-def make_fabric(accelerator: str, devices: int, precision: str):
+def make_fabric(accelerator: str, devices: int, precision: str, loggers=None):
     from lightning.fabric import Fabric
 
     logging.getLogger("lightning.fabric").setLevel(logging.WARNING)
-    fabric = Fabric(accelerator=accelerator, devices=devices, precision=precision)
+    fabric = Fabric(accelerator=accelerator, devices=devices, precision=precision, loggers=loggers)
     fabric.launch()  # starts the other processes of a multi-device run (no-op under torchrun)
     if fabric.world_size > 1 and fabric.device.type == "cpu":
         # processes share the CPUs: one full intra-op pool each would oversubscribe them
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // fabric.world_size))
     return fabric
+
+
+def make_loggers(cfg, run_dir: Path) -> list:
+    """Fabric loggers of the run: TensorBoard event files in RUN_DIR/tensorboard when asked."""
+    if cfg.logger != "tensorboard":
+        return []
+    try:
+        from lightning.fabric.loggers import TensorBoardLogger
+
+        return [TensorBoardLogger(root_dir=str(run_dir / "tensorboard"), name="", version="")]
+    except ModuleNotFoundError as err:
+        raise InputError(f"logger tensorboard needs the tensorboard package "
+                         f"(pip install 'lbhash[tensorboard]'): {err}") from None
 
 
 def leave_process_group(fabric) -> None:
@@ -66,14 +85,6 @@ def leave_process_group(fabric) -> None:
         dist.destroy_process_group()
 
 
-def make_optimizer(kind: str, params, lr: float, weight_decay: float) -> torch.optim.Optimizer:
-    if kind == "adam":
-        return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay, fused=True)
-    if kind == "sgd":
-        return torch.optim.SGD(params, lr=lr, weight_decay=weight_decay, momentum=0.9, fused=True)
-    return torch.optim.RMSprop(params, lr=lr, weight_decay=weight_decay, foreach=True)
-
-
 class Trainer:
     """Runs the epochs of one experiment into a run directory."""
 
@@ -82,15 +93,17 @@ class Trainer:
         self.on_epoch_end = on_epoch_end
         cfg = self.cfg
         torch.set_flush_denormal(True)  # denormals slow CPU matmuls by orders of magnitude
-        self.fabric = make_fabric(cfg.accelerator, cfg.devices, cfg.precision)
+        self.fabric = make_fabric(cfg.accelerator, cfg.devices, cfg.precision, make_loggers(cfg, run_dir))
         learner: Learner = exp.learner
         opt_theta = make_optimizer(cfg.optimizer, learner.theta_parameters(), cfg.lr, cfg.weight_decay)
         optimizers = [opt_theta]
         if learner.lower_bound is not None:
-            optimizers.append(torch.optim.Adam(learner.pi_parameters(), lr=cfg.surrogate_lr, fused=True))
+            optimizers.append(make_optimizer("adamw" if cfg.optimizer == "adamw" else "adam",
+                                             learner.pi_parameters(), cfg.surrogate_lr,
+                                             cfg.surrogate_weight_decay))
         self.learner, *self.optimizers = self.fabric.setup(learner, *optimizers)
-        step, gamma = (cfg.lr_step or cfg.epochs + 1), cfg.lr_gamma
-        self.schedulers = [torch.optim.lr_scheduler.StepLR(o, step, gamma) for o in self.optimizers]
+        self.schedulers = [make_scheduler(o, cfg) for o in self.optimizers]
+        self.selection = Selection(run_dir, cfg.select, cfg.patience)
         self.train_labels = exp.dataset.labels[exp.split.train]
         # channels_last helps convolutions on GPUs (tensor cores), not on the CPU
         channels_last = cfg.input_kind == "images" and self.fabric.device.type == "cuda"
@@ -105,7 +118,8 @@ class Trainer:
 
     def state(self, epoch: int) -> dict:
         return {"learner": self.learner, "optimizers": [o.state_dict() for o in self.optimizers],
-                "schedulers": [s.state_dict() for s in self.schedulers], "epoch": epoch}
+                "schedulers": [s.state_dict() for s in self.schedulers], "epoch": epoch,
+                "selection": self.selection.state_dict()}
 
     def save_checkpoint(self, epoch: int) -> None:
         path = self.run_dir / CHECKPOINT
@@ -125,6 +139,8 @@ class Trainer:
             opt.load_state_dict(sd)
         for sched, sd in zip(self.schedulers, rest["schedulers"]):
             sched.load_state_dict(sd)
+        if "selection" in rest:
+            self.selection.load_state_dict(rest["selection"])
         self.start_epoch = int(rest["epoch"])
         _truncate_log(self.run_dir / LOG, self.start_epoch)
 
@@ -133,17 +149,50 @@ class Trainer:
     def fit(self) -> list[dict]:
         cfg = self.cfg
         for epoch in range(self.start_epoch + 1, cfg.epochs + 1):
+            if self.selection.stopped:  # early stop (also when resuming after it)
+                break
             record = self.train_epoch(epoch)
-            if (cfg.eval_every and epoch % cfg.eval_every == 0 and epoch < cfg.epochs
-                    and len(self.exp.split.query)):
-                record["eval"] = self.evaluate()
+            if self.evaluates(epoch):
+                record["eval"] = self.validate(epoch) if self.validating else self.evaluate()
             if self.fabric.is_global_zero:
                 with open(self.run_dir / LOG, "a") as fh:
                     fh.write(json.dumps(record) + "\n")
+                self.fabric.log_dict(flat_record(record), step=epoch)
             self.save_checkpoint(epoch)
             if self.on_epoch_end is not None:
                 self.on_epoch_end(epoch)
         return read_log(self.run_dir / LOG)
+
+    @property
+    def validating(self) -> bool:
+        return len(self.exp.split.validation) > 0
+
+    def evaluates(self, epoch: int) -> bool:
+        """Validation: every eval_every epochs and at the last. Test: every eval_every epochs
+        but the last, which the final metrics cover."""
+        every = self.cfg.eval_every
+        if self.validating:
+            return (bool(every) and epoch % every == 0) or epoch == self.cfg.epochs
+        return bool(every) and epoch % every == 0 and epoch < self.cfg.epochs and len(self.exp.split.query) > 0
+
+    def validate(self, epoch: int) -> dict:
+        """mAP@all of the validation items against the training items; updates the selection."""
+        result = {}
+        if self.fabric.is_global_zero:
+            split, labels = self.exp.split, self.exp.dataset.labels
+            val_map = mean_average_precision(self.encode(split.validation), self.encode(split.train),
+                                             labels[split.validation], labels[split.train])
+            improved = self.selection.update(epoch, val_map, self.learner.model, True)
+            result = {"val_map": val_map, "best_val_map": self.selection.best_map, "improved": improved}
+        self.fabric.barrier()
+        state = self.fabric.broadcast(self.selection.state_dict(), src=0)  # every rank stops together
+        self.selection.load_state_dict(state)
+        return result
+
+    def restore_selected(self) -> None:
+        """Load the weights of the epoch `select: best-val` kept (a no-op for `last`)."""
+        if self.cfg.select == "best-val" and self.selection.path.is_file():
+            self.learner.model.load_state_dict(self.selection.best_weights())
 
     def train_epoch(self, epoch: int) -> dict:
         cfg, learner = self.cfg, self.learner
@@ -221,6 +270,18 @@ class Trainer:
                       "max_intra": bound.max_intra}
         self.fabric.barrier()
         return result
+
+
+def flat_record(record: dict, prefix: str = "") -> dict[str, float]:
+    """The numbers of a log record as flat names ("loss/total"), for loggers."""
+    out = {}
+    for key, value in record.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flat_record(value, name + "/"))
+        elif isinstance(value, (int, float)) and not isinstance(value, bool) and key != "epoch":
+            out[name] = float(value)
+    return out
 
 
 def finite_or_str(x: float):

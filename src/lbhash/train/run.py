@@ -73,9 +73,12 @@ def train(cfg: TrainConfig | None, out: str | Path, resume: bool = False,
     if resume and trainer.has_checkpoint():
         trainer.load_checkpoint()
     trainer.fit()
+    trainer.restore_selected()
     if trainer.fabric.is_global_zero:
         write_codes(trainer)
     trainer.fabric.barrier()
+    for run_logger in trainer.fabric.loggers:
+        run_logger.finalize("success")
     leave_process_group(trainer.fabric)
     return evaluate_run(out) if trainer.fabric.is_global_zero else {}
 
@@ -115,6 +118,19 @@ def stored_labels(multi_label: bool, labels: np.ndarray) -> np.ndarray:
     return labels.astype(np.uint8) if multi_label else labels.argmax(1).astype(np.int64)
 
 
+def selection_summary(cfg: TrainConfig, log: list[dict]) -> dict[str, Any]:
+    """Which epoch the run kept, how many it trained, and the validation mAP of the kept one."""
+    trained = log[-1]["epoch"] if log else 0
+    validated = [(r["epoch"], r["eval"]["val_map"]) for r in log if "val_map" in r.get("eval", {})]
+    if not validated:
+        return {"select": cfg.select, "epochs_trained": trained, "selected_epoch": trained}
+    best = max(validated, key=lambda e: (e[1], -e[0]))  # the first epoch reaching the best mAP
+    kept = best if cfg.select == "best-val" else validated[-1]
+    return {"select": cfg.select, "epochs_trained": trained,
+            "selected_epoch": kept[0] if cfg.select == "best-val" else trained,
+            "validation_map": kept[1]}
+
+
 def evaluate_run(run_dir: str | Path) -> dict[str, Any]:
     """Every metric of a finished run at its protocol's R, plus a summary of the run;
     written to metrics.json in the run directory."""
@@ -128,14 +144,17 @@ def evaluate_run(run_dir: str | Path) -> dict[str, Any]:
                                  codes["db_labels"], bits=codes["bits"], topk=topk)
         if "query_scores" in codes:  # the method's own classifier, beside the kNN accuracy
             metrics["classifier_accuracy"] = classifier_accuracy(codes["query_scores"], codes["query_labels"])
-    seconds = [r["seconds"] for r in read_log(run_dir / LOG)]
+    log = read_log(run_dir / LOG)
+    split = load_split(run_dir / SPLIT)
+    seconds = [r["seconds"] for r in log]
     metrics["run"] = {
         "variant": cfg.variant, "method": cfg.method, "lbhash": cfg.lbhash, "bits": cfg.bits,
         "data": cfg.data, "protocol": cfg.protocol, "seed": cfg.seed, "epochs": cfg.epochs,
-        "n_train": len(load_split(run_dir / SPLIT).train),
+        "n_train": len(split.train), "n_validation": len(split.validation),
         "seconds_per_epoch": float(np.mean(seconds)) if seconds else None,
         "encode_seconds": float(codes["encode_seconds"]) if codes is not None and "encode_seconds" in codes
         else None,
+        **selection_summary(cfg, log),
     }
     write_json(run_dir / METRICS, metrics)
     return metrics

@@ -21,8 +21,8 @@ from lbhash.errors import InputError
 from lbhash.models import HashModel
 from lbhash.train.config import TrainConfig, make_config, parse_yaml
 
-CONFIG, SPLIT, LOG, CHECKPOINT, CODES, METRICS = (
-    "config.yaml", "split.npz", "log.jsonl", "checkpoint.pt", "codes.npz", "metrics.json")
+CONFIG, SPLIT, LOG, CHECKPOINT, CODES, METRICS, BEST = (
+    "config.yaml", "split.npz", "log.jsonl", "checkpoint.pt", "codes.npz", "metrics.json", "best.pt")
 PARTS = ("all", "train", "query", "database")
 
 
@@ -53,10 +53,14 @@ def load_run_model(run_dir: str | Path) -> tuple[HashModel, TrainConfig]:
     if not path.is_file():
         raise InputError(f"{run_dir}: no {CHECKPOINT} (the run has not finished an epoch)")
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)["learner"]
+        if cfg.select == "best-val" and (run_dir / BEST).is_file():  # the model the run selected
+            path = run_dir / BEST
+            weights = torch.load(path, map_location="cpu", weights_only=True)["model"]
+        else:
+            state = torch.load(path, map_location="cpu", weights_only=True)["learner"]
+            weights = {k[len("model."):]: v for k, v in state.items() if k.startswith("model.")}
     except Exception as err:  # a truncated or foreign file
         raise InputError(f"{path}: not a readable lbhash checkpoint ({type(err).__name__})") from None
-    weights = {k[len("model."):]: v for k, v in state.items() if k.startswith("model.")}
     normalization = None
     if cfg.input_kind == "features" and cfg.normalize == "zscore":
         if "backbone.mean" not in weights or "backbone.std" not in weights:
@@ -126,5 +130,5 @@ def _autocast(device: torch.device, precision: str):
     return contextlib.nullcontext
 
 
-__all__ = ["CONFIG", "SPLIT", "LOG", "CHECKPOINT", "CODES", "METRICS", "PARTS", "encode_run",
+__all__ = ["CONFIG", "SPLIT", "LOG", "CHECKPOINT", "CODES", "METRICS", "BEST", "PARTS", "encode_run",
            "load_run_config", "load_run_model", "read_metrics", "save_encoded"]

@@ -1,0 +1,214 @@
+"""The options of the _D objective and of model selection (issue: when does the objective help)."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from helpers import assert_resume_matches
+from lbhash.data import ArrayDataset, carve_validation, make_split
+from lbhash.methods import LowerBoundObjective, create_method
+from lbhash.methods.lower_bound import flip_bits
+from lbhash.surrogate import BlockSurrogate, _FusedSurrogate, theta_weights
+from lbhash.train import TrainConfig, train
+from lbhash.train.optim import lr_factor
+from lbhash.train.selection import Selection
+
+FAST = dict(data="digits", bits=16, hidden=[64], centers="hadamard", progress=False)
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("LBHASH_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def reference_logp(l, params, mask):
+    w1, b1, w2, b2 = params
+    x = l.reshape(len(l), -1, w1.shape[1]).transpose(0, 1)
+    return F.log_softmax(torch.baddbmm(b2, F.silu(torch.baddbmm(b1, x, w1)) * mask, w2), -1)
+
+
+@pytest.mark.parametrize("reduction, scale", [("sum", 1.0), ("mean", 0.5)])
+def test_one_forward_gives_each_loss_its_own_gradient(reduction, scale):
+    """L_pi of one forward reaches pi only, L_theta reaches l only, with the values and gradients
+    of the two separate passes (pi live on detached l; pi frozen on live l) under one mask."""
+    torch.manual_seed(0)
+    s = BlockSurrogate(16, hidden=32).double()
+    params = [s.w1, s.b1, s.w2, s.b2]
+    l = torch.randn(6, 16, dtype=torch.float64, requires_grad=True)
+    patterns = torch.randint(0, 256, (3, 2))
+    labels = torch.tensor([[1, 0, 0], [0, 1, 0], [0, 0, 1], [1, 1, 0], [1, 0, 1], [0, 1, 1]], dtype=torch.float64)
+    mask = (torch.rand(2, 6, 32) < 0.5).double() * 2
+    target = s.pattern_index(l.detach() >= 0).t().contiguous()
+    weights = theta_weights(labels).double()
+    pi, theta, _ = _FusedSurrogate.apply(l, *params, target, patterns, weights, mask, scale)
+
+    logp = reference_logp(l.detach(), params, mask)
+    ref_pi = -logp.gather(2, target.unsqueeze(2)).sum() / 6
+    logp_frozen = reference_logp(l, [p.detach() for p in params], mask)
+    nll = -logp_frozen.gather(2, patterns.t().unsqueeze(1).expand(-1, 6, -1)).sum(0)
+    ref_theta = (nll * weights).sum(1).mean() * scale
+    assert float(pi) == pytest.approx(float(ref_pi), rel=1e-12)
+    assert float(theta) == pytest.approx(float(ref_theta), rel=1e-12)
+
+    got = torch.autograd.grad(pi + theta, [l, *params])
+    want_params = torch.autograd.grad(ref_pi, params)
+    want_l = torch.autograd.grad(ref_theta, l)[0]
+    torch.testing.assert_close(got[0], want_l, rtol=1e-10, atol=1e-12)
+    for g, w in zip(got[1:], want_params):
+        torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-12)
+    # each loss alone: no gradient on the other side at all
+    pi, theta, _ = _FusedSurrogate.apply(l, *params, target, patterns, weights, mask, scale)
+    assert torch.autograd.grad(pi, [l, *params], allow_unused=True, retain_graph=True)[0] is None
+    assert all(g is None for g in torch.autograd.grad(theta, [l, *params], allow_unused=True)[1:])
+
+
+def test_fused_and_separate_paths_agree_without_dropout():
+    torch.manual_seed(1)
+    centers = torch.where(torch.randn(3, 16) >= 0, 1.0, -1.0)
+    base = create_method("hashnet", 16, 3)
+    make = lambda fused: LowerBoundObjective(base, centers, BlockSurrogate(16, dropout=0.0), fused=fused)
+    torch.manual_seed(2)
+    fused = make(True)
+    separate = make(False)
+    separate.surrogate.load_state_dict(fused.surrogate.state_dict())
+    u = torch.randn(5, 16)
+    labels = torch.eye(3)[[0, 1, 2, 0, 1]]
+    (a, pa), (b, pb) = fused.losses(u, labels, None), separate.losses(u, labels, None)
+    assert float(a.parts["lower_bound"]) == pytest.approx(float(b.parts["lower_bound"]), rel=1e-6)
+    assert float(pa[0]) == pytest.approx(float(pb[0]), rel=1e-6) and float(pa[1]) == float(pb[1])
+
+
+@pytest.mark.parametrize("count", [0, 1, 3, 16])
+def test_bit_flips_change_exactly_the_requested_number_of_bits(count):
+    torch.manual_seed(0)
+    l = torch.randn(50, 16)
+    l[0, :4] = 0.0  # bin(0) = +1: a flipped zero must come out negative
+    flipped = flip_bits(l, count)
+    changed = ((flipped >= 0) != (l >= 0)).sum(1)
+    assert (changed == count).all()
+    assert torch.equal(flipped.abs()[l != 0], l.abs()[l != 0])  # inputs flipped, not rescaled
+
+
+def test_redrawn_permutation_keeps_codes_and_centers_consistent():
+    torch.manual_seed(0)
+    centers = torch.where(torch.randn(4, 16) >= 0, 1.0, -1.0)
+    obj = LowerBoundObjective(create_method("csq", 16, 4, centers=centers), centers, BlockSurrogate(16),
+                              assignment="redraw", redraw_every=2, seed=3, mode="replace").eval()
+    orders = []
+    for epoch in range(6):
+        obj.on_epoch_start(epoch)
+        orders.append(obj.order.clone())
+        # a code equal to its class center has exactly that center's patterns after permutation
+        permuted = centers[:, obj.order]
+        assert torch.equal(obj.surrogate.pattern_index(permuted), obj.center_patterns)
+        labels = torch.eye(4)
+        out, _ = obj.losses(centers.clone(), labels, None)
+        by_hand = obj.surrogate.loss_theta(permuted, obj.center_patterns, labels)
+        assert float(out.parts["lower_bound"]) == pytest.approx(float(by_hand), rel=1e-6)
+    assert torch.equal(orders[0], orders[1]) and torch.equal(orders[2], orders[3])
+    assert not torch.equal(orders[0], orders[2]) and not torch.equal(orders[2], orders[4])
+    assert sorted(orders[2].tolist()) == list(range(16))
+    again = LowerBoundObjective(create_method("csq", 16, 4, centers=centers), centers, BlockSurrogate(16),
+                                assignment="redraw", redraw_every=2, seed=3, mode="replace")
+    again.on_epoch_start(5)  # a resumed run redraws what the uninterrupted one had
+    assert torch.equal(again.order, orders[5])
+
+
+def test_multilabel_majority_target():
+    torch.manual_seed(0)
+    centers = torch.where(torch.randn(3, 16) >= 0, 1.0, -1.0)
+    obj = LowerBoundObjective(create_method("dch", 16, 3), centers, BlockSurrogate(16),
+                              multilabel_target="majority").eval()
+    labels = torch.tensor([[1.0, 1, 0], [1, 1, 1], [0, 0, 1]])
+    u = torch.randn(3, 16)
+    out, _ = obj.losses(u, labels, None)
+    c = centers.numpy()
+    majority = np.stack([np.where(c[[0, 1]].sum(0) >= 0, 1, -1), np.where(c.sum(0) >= 0, 1, -1), c[2]])
+    patterns = obj.surrogate.pattern_index(torch.from_numpy(majority).float())
+    by_hand = obj.surrogate.pattern_nll(u, patterns).diagonal().mean()
+    assert float(out.parts["lower_bound"]) == pytest.approx(float(by_hand), rel=1e-6)
+
+
+def test_validation_split_is_disjoint_from_query_and_database_and_seeded():
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 5, 400)
+    ds = ArrayDataset(np.zeros((400, 2), np.float32), labels, None, "toy")
+    for protocol in ("per-class:40,10", "per-class:40,10,+train", "random:100,50"):
+        split = make_split(ds, protocol, 1)
+        carved = carve_validation(split, ds.labels, 0.1, 1)
+        v = carved.validation
+        assert len(v) and not np.intersect1d(v, carved.query).size and not np.intersect1d(v, carved.database).size
+        assert not np.intersect1d(v, carved.train).size
+        np.testing.assert_array_equal(np.sort(np.concatenate([carved.train, v])), split.train)
+        np.testing.assert_array_equal(carve_validation(split, ds.labels, 0.1, 1).validation, v)
+        assert not np.array_equal(carve_validation(split, ds.labels, 0.1, 2).validation, v)
+    per_class = np.bincount(labels[carve_validation(make_split(ds, "per-class:40,10", 1), ds.labels, 0.1, 1)
+                                   .validation], minlength=5)
+    assert (per_class == 4).all()
+
+
+def test_best_validation_selection_restores_that_epochs_weights(tmp_path):
+    from lbhash.codes import load_codes_file
+    from lbhash.data import load_data
+    from lbhash.train.encoder import encode
+    from lbhash.train.rundir import load_run_model
+
+    out = tmp_path / "run"
+    metrics = train(TrainConfig(**FAST, lbhash=True, epochs=5, eval_every=1, validation=0.2, select="best-val",
+                                lr=3e-3, lr_step=0), out)
+    log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    val = {r["epoch"]: r["eval"]["val_map"] for r in log}
+    best = max(val, key=lambda e: (val[e], -e))
+    assert metrics["run"]["selected_epoch"] == best and metrics["run"]["validation_map"] == val[best]
+    saved = torch.load(out / "best.pt", weights_only=True)
+    assert saved["epoch"] == best
+    model, cfg = load_run_model(out)
+    for key, value in model.state_dict().items():
+        torch.testing.assert_close(value, saved["model"][key], rtol=0, atol=0)
+    codes = load_codes_file(out / "codes.npz")
+    ds = load_data("digits")
+    np.testing.assert_array_equal(encode(model, ds, codes["query_index"]),
+                                  np.where(np.unpackbits(codes["query_codes"], axis=1, count=16,
+                                                         bitorder="little") > 0, 1, -1))
+    assert metrics["run"]["n_validation"] == 200 and metrics["run"]["n_train"] == 800
+
+
+def test_selection_patience():
+    sel = Selection("unused", "last", patience=2)
+    stopped = []
+    for epoch, val_map in enumerate([0.5, 0.6, 0.55, 0.54], start=1):
+        sel.update(epoch, val_map, None, False)
+        stopped.append(sel.stopped)
+    assert stopped == [False, False, False, True]  # two evaluations without a better mAP
+    assert (sel.best_epoch, sel.best_map) == (2, 0.6)
+
+
+def test_learning_rate_schedules():
+    cfg = TrainConfig(epochs=10, warmup_epochs=2, schedule="cosine", lr_step=0, lr_gamma=0.1)
+    factors = [lr_factor(e, cfg) for e in range(10)]
+    assert factors[:2] == [0.5, 1.0]
+    assert factors[2] == pytest.approx(1.0) and factors[6] == pytest.approx(0.5)
+    assert all(a >= b for a, b in zip(factors[2:], factors[3:]))
+    step = TrainConfig(epochs=10, warmup_epochs=1, schedule="step", lr_step=3, lr_gamma=0.1)
+    assert [lr_factor(e, step) for e in (0, 1, 3, 4)] == [1.0, 1.0, 1.0, pytest.approx(0.1)]
+
+
+def test_resume_is_bit_exact_with_every_option_on(tmp_path):
+    cfg = TrainConfig(**FAST, lbhash=True, epochs=4, eval_every=1, validation=0.2, select="best-val", patience=3,
+                      lbhash_reduction="mean", lbhash_weight=0.3, surrogate_flips=2, block_assignment="redraw",
+                      block_redraw_every=1, schedule="cosine", warmup_epochs=1, optimizer="adamw",
+                      weight_decay=0.01, surrogate_weight_decay=0.01, method="dch")
+    full, cut = assert_resume_matches(train, cfg, tmp_path)
+    strip = lambda p: [{k: v for k, v in json.loads(x).items() if k != "seconds"}
+                       for x in (p / "log.jsonl").read_text().splitlines()]
+    assert strip(full) == strip(cut)
+
+
+def test_tensorboard_logger_writes_event_files(tmp_path):
+    pytest.importorskip("tensorboardX")
+    out = tmp_path / "run"
+    train(TrainConfig(**FAST, epochs=2, logger="tensorboard"), out)
+    assert list((out / "tensorboard").glob("events.out.tfevents.*"))
