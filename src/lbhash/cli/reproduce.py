@@ -12,7 +12,7 @@ from lbhash.errors import InputError
 
 
 @click.command()
-@click.argument("experiment", type=click.Choice(["grid", "timing", "centers", "toy", "bound"]))
+@click.argument("experiment", type=click.Choice(["grid", "timing", "centers", "toy", "bound", "study"]))
 @click.option("--data", help="Data spec (not needed for toy).")
 @click.option("--protocol", help="Split protocol. [default: the data set's]")
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Results directory.")
@@ -21,11 +21,16 @@ from lbhash.errors import InputError
 @click.option("--bits", help="Comma-separated code lengths. [default: the experiment's]")
 @click.option("--seeds", help="grid/centers: comma-separated seeds. [default: 0..4 for grid, 0..2 for centers]")
 @click.option("--kinds", help="centers: comma-separated generators. [default: all five]")
+@click.option("--study", "study_name", help="study: its name (rows of study.csv, runs/NAME/).")
+@click.option("--settings", help="study: settings separated by ';', e.g. 'base;paper;lbhash_reduction=mean,"
+                                 "lbhash_weight=0.1' (see docs/reproduce.md).")
+@click.option("--test", is_flag=True, help="study: also encode and evaluate the queries (final comparisons).")
 @click.option("--epochs", type=int, help="Training epochs (timing: epochs measured). [default: the method's]")
-@click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
+@click.option("--set", "options", multiple=True, metavar="KEY=VALUE",
               help="A training option for every run, e.g. lr_step=0 (repeatable).")
-def reproduce(experiment, data, protocol, out, workers, methods, bits, seeds, kinds, epochs, settings) -> None:
-    """Run EXPERIMENT (grid, timing, centers, toy, bound) and write its tables into --out.
+def reproduce(experiment, data, protocol, out, workers, methods, bits, seeds, kinds, study_name, settings,
+              test, epochs, options) -> None:
+    """Run EXPERIMENT (grid, timing, centers, toy, bound, study) and write its tables into --out.
 
     Runs go to OUT/runs/EXPERIMENT/; a rerun skips finished runs and resumes unfinished ones.
     Build the report with `lbhash report OUT`.
@@ -48,8 +53,14 @@ def reproduce(experiment, data, protocol, out, workers, methods, bits, seeds, ki
         spec_values["seeds"] = tuple(parse_int_list(seeds, "--seeds"))
     if kinds:
         spec_values["kinds"] = tuple(k.strip() for k in kinds.split(",") if k.strip())
+    if study_name:
+        spec_values["study"] = study_name
+    if settings:
+        spec_values["settings"] = tuple(t.strip() for t in settings.split(";") if t.strip())
+    if test:
+        spec_values["test"] = True
     overrides = {}
-    for item in settings:
+    for item in options:
         key, sep, value = item.partition("=")
         if not sep:
             raise InputError(f"--set must look like KEY=VALUE, got {item!r}")
@@ -64,5 +75,6 @@ def reproduce(experiment, data, protocol, out, workers, methods, bits, seeds, ki
                   report=click.echo)
     out.mkdir(parents=True, exist_ok=True)
     spec.run(ctx)
-    update_meta(out, experiment, spec, ctx, "lbhash " + " ".join(sys.argv[1:]))
+    key = f"study:{spec.study}" if experiment == "study" else experiment
+    update_meta(out, key, spec, ctx, "lbhash " + " ".join(sys.argv[1:]))
     click.echo(f"{experiment}: tables written to {out}")

@@ -190,8 +190,14 @@ class ToySpec:
         save_npz(ctx.out / TOY_PROBS_FILE, **probs)
 
 
+def _study_spec():
+    from lbhash.reproduce.studies import StudySpec
+
+    return StudySpec()
+
+
 EXPERIMENTS: dict[str, Any] = {"grid": GridSpec(), "timing": TimingSpec(), "centers": CentersSpec(),
-                               "toy": ToySpec(), "bound": BoundSpec()}
+                               "toy": ToySpec(), "bound": BoundSpec(), "study": _study_spec()}
 
 
 def configure(name: str, **values) -> Any:

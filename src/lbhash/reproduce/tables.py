@@ -28,6 +28,8 @@ CENTERS_FILE = "centers.csv"
 BOUND_FILE = "bound.csv"
 TOY_FILE = "toy.json"
 TOY_PROBS_FILE = "toy_probs.npz"
+STUDY_FILE = "study.csv"
+STUDY_EPOCHS_FILE = "study_epochs.csv"
 
 META_KEYS = ("data", "protocol", "seeds", "epochs", "software", "commands", "created")
 SOFTWARE_KEYS = ("python", "torch", "numpy", "lightning", "lbhash")
@@ -43,6 +45,9 @@ TIMING_COLUMNS = ("variant", "bits", "seconds_per_epoch", "steps_per_epoch", "ra
 TIMING_VARIANTS = ("bce", "cauchy", "ours")
 CENTERS_COLUMNS = ("kind", "bits", "seed", "min_distance", "map", "map_tie_averaged")
 BOUND_COLUMNS = ("run_id", "bits", "epoch", "map", "lb_ratio", "lb_min_inter", "lb_max_intra")
+STUDY_COLUMNS = ("study", "run_id", "method", "setting", "lbhash", "bits", "seed", "val_map", "selected_epoch",
+                 "epochs_trained", "map", "config_hash")
+STUDY_EPOCHS_COLUMNS = ("study", "run_id", "epoch", "val_map", "loss_total")
 TOY_PROB_KINDS = ("real", "surrogate", "naive")
 CODES_SUFFIX, LABELS_SUFFIX = "__codes", "__labels"
 
@@ -57,6 +62,9 @@ _KINDS: dict[str, dict[str, str]] = {
     EPOCHS_FILE: dict(zip(EPOCHS_COLUMNS, ("str", "int", "frac?", "ratio?", "ratio?", "float?"))),
     TIMING_FILE: dict(zip(TIMING_COLUMNS, ("str", "int", "float", "float?", "float?"))),
     CENTERS_FILE: dict(zip(CENTERS_COLUMNS, ("str", "int", "int", "float", "frac", "frac?"))),
+    STUDY_FILE: dict(zip(STUDY_COLUMNS, ("str", "str", "str", "str", "bool", "int", "int", "frac?", "int",
+                                         "int", "frac?", "str?"))),
+    STUDY_EPOCHS_FILE: dict(zip(STUDY_EPOCHS_COLUMNS, ("str", "str", "int", "frac?", "float?"))),
     BOUND_FILE: dict(zip(BOUND_COLUMNS, ("str", "int", "int", "frac", "ratio", "float?",
                                          "float?"))),
 }
@@ -94,6 +102,8 @@ class Tables:
     timing: Table | None = None
     centers: Table | None = None
     bound: Table | None = None
+    study: Table | None = None
+    study_epochs: Table | None = None
     codes: dict[str, tuple[np.ndarray, np.ndarray]] | None = None  # run_id -> (codes, labels)
     toy: dict[int, dict[str, Any]] | None = None
     toy_probs: dict[int, dict[str, np.ndarray]] | None = None
@@ -108,7 +118,8 @@ def load_tables(directory: str | Path) -> Tables:
         raise InputError(f"{directory}: not a directory")
     tables = Tables(directory, read_meta(directory / META_FILE), files=[META_FILE])
     for attr, name in (("grid", GRID_FILE), ("curves", CURVES_FILE), ("epochs", EPOCHS_FILE),
-                       ("timing", TIMING_FILE), ("centers", CENTERS_FILE), ("bound", BOUND_FILE)):
+                       ("timing", TIMING_FILE), ("centers", CENTERS_FILE), ("bound", BOUND_FILE),
+                       ("study", STUDY_FILE), ("study_epochs", STUDY_EPOCHS_FILE)):
         if (directory / name).is_file():
             table = read_table(directory / name)
             tables.files.append(name)
@@ -126,6 +137,18 @@ def load_tables(directory: str | Path) -> Tables:
             setattr(tables, attr, reader(directory / name))
             tables.files.append(name)
     return tables
+
+
+def read_rows_if_present(path: Path, columns) -> list[dict[str, str]]:
+    """The rows of a CSV table as written (strings), [] when the file is absent; a file with
+    other columns is an error naming it."""
+    if not path.is_file():
+        return []
+    with open(path, newline="") as fh:
+        reader = csv.DictReader(fh)
+        if tuple(reader.fieldnames or ()) != tuple(columns):
+            raise InputError(f"{path}: expected the columns {', '.join(columns)}")
+        return list(reader)
 
 
 def read_meta(path: Path) -> dict[str, Any]:

@@ -139,6 +139,8 @@ class TrainConfig(BaseModel):
         "one of last, best-val")
     patience: int = option(0, "Stop after this many validation evaluations without a better mAP (0: never).",
                            "a non-negative integer", ge=0)
+    test: bool = option(True, "Encode and evaluate the query and database at the end (off: a validation-only "
+                              "run, as the studies use).", "true or false")
     logger: Literal["none", "tensorboard"] = option(
         "none", "Also log the per-epoch records to TensorBoard (needs the tensorboard extra).",
         "one of none, tensorboard")

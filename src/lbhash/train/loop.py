@@ -173,7 +173,7 @@ class Trainer:
         every = self.cfg.eval_every
         if self.validating:
             return (bool(every) and epoch % every == 0) or epoch == self.cfg.epochs
-        return bool(every) and epoch % every == 0 and epoch < self.cfg.epochs and len(self.exp.split.query) > 0
+        return bool(every) and epoch % every == 0 and epoch < self.cfg.epochs and len(self.exp.split.query) > 0 and self.cfg.test
 
     def validate(self, epoch: int) -> dict:
         """mAP@all of the validation items against the training items; updates the selection."""

@@ -3,8 +3,8 @@
 `train` is the one way in, for `lbhash train`, the Python API (HashEncoder) and `reproduce`.
 Run directory: config.yaml (resolved), split.npz, log.jsonl (one line per epoch),
 checkpoint.pt (every epoch, atomic), codes.npz (the format `lbhash evaluate` reads) and
-metrics.json; a run without queries (protocol all-train) has no codes.npz, and its
-metrics.json holds only the run summary.
+metrics.json; a run without queries (protocol all-train) or with `test: false` has no
+codes.npz, and its metrics.json holds only the run summary.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def train(cfg: TrainConfig | None, out: str | Path, resume: bool = False,
         trainer.load_checkpoint()
     trainer.fit()
     trainer.restore_selected()
-    if trainer.fabric.is_global_zero:
+    if trainer.fabric.is_global_zero and exp.cfg.test:
         write_codes(trainer)
     trainer.fabric.barrier()
     for run_logger in trainer.fabric.loggers:
