@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 
 from lbhash import codes as C
+from lbhash.errors import InputError
 
 
 def test_to_signs_maps_zero_to_plus_one():
@@ -30,11 +31,13 @@ def test_pack_unpack_round_trip(rng, bits):
     np.testing.assert_array_equal(C.unpack(packed, bits), codes)
 
 
-def test_as_packed_clears_padding_bits():
-    packed = np.array([[0xFF, 0xFF]], dtype=np.uint8)
-    out, bits = C.as_packed(packed, bits=12)
+def test_as_packed_refuses_set_padding_bits():
+    # padding bits never count in a distance: codes with them set were packed for another length
+    out, bits = C.as_packed(np.array([[0xFF, 0x0F]], dtype=np.uint8), bits=12)
     assert bits == 12
     np.testing.assert_array_equal(out, [[0xFF, 0x0F]])
+    with pytest.raises(InputError, match=r"row 1 has bits set beyond bits=12"):
+        C.as_packed(np.array([[0xFF, 0x0F], [0xFF, 0x1F]], dtype=np.uint8), bits=12)
 
 
 @pytest.mark.parametrize("bits", [8, 24, 64, 72, 130])

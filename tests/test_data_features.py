@@ -102,8 +102,11 @@ def test_presplit_file(tmp_path):
 
 
 def test_presplit_class_ids_share_one_axis(tmp_path):
+    ds = load_features(npz(tmp_path, x_train=FEAT[:2], x_test=FEAT[2:], y_train=[0, 1], y_test=[2, 1]))
+    np.testing.assert_array_equal(ds.labels, np.eye(3, dtype=bool)[[0, 1, 2, 1]])
+    # sparse ids (no class 2) are remapped to a dense axis, still one for train and test
     ds = load_features(npz(tmp_path, x_train=FEAT[:2], x_test=FEAT[2:], y_train=[0, 1], y_test=[3, 1]))
-    np.testing.assert_array_equal(ds.labels, np.eye(4, dtype=bool)[[0, 1, 3, 1]])
+    np.testing.assert_array_equal(ds.labels, np.eye(3, dtype=bool)[[0, 1, 2, 1]])
 
 
 def test_labels_from_another_file(tmp_path):
@@ -139,7 +142,7 @@ def test_mat_column_labels_and_quantised(tmp_path):
                             "scale": 0.25, "zero_point": 10})
     ds = load_features(path)
     np.testing.assert_array_equal(ds.x, [[0.0, 0.5], [0.25, 0.0]])
-    np.testing.assert_array_equal(ds.labels.nonzero()[1], [3, 1])
+    np.testing.assert_array_equal(ds.labels.nonzero()[1], [1, 0])  # ids 3 and 1, remapped densely
 
 
 def test_mat_v73_is_refused(tmp_path):

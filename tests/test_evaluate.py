@@ -193,7 +193,8 @@ def test_lower_bound_exact_case_and_infinite_ratio():
 
 def test_evaluate_codes_agrees_with_single_metrics(rng):
     q, d, ql, dl, qm, dm = make_case(rng, 16, multilabel=True)
-    m = evaluate_codes(q, d, ql, dl, topk=40, ks=(10, 20), radius=1, knn=7)
+    m = evaluate_codes(q, d, ql, dl, topk=40, ks=(10, 20), radius=1, knn=7, tie_average=True)
+    assert "map_tie_averaged" not in evaluate_codes(q, d, ql, dl, topk=40)  # only when asked
     assert m["map"] == pytest.approx(mean_average_precision(q, d, ql, dl, topk=40), abs=1e-12)
     assert m["map_tie_averaged"] == pytest.approx(
         mean_average_precision(q, d, ql, dl, topk=40, ties="average"), abs=1e-12)

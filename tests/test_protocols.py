@@ -92,10 +92,12 @@ def test_per_class_too_few_items():
     make_split(ds, "per-class:4,2", 0)  # 4 + 2 + 1 database item fit in 7
     with raises("class 2 ('c')", "has 7 items", "needs at least 8 (5 train + 3 query)"):
         make_split(ds, "per-class:5,3,+train", 0)
-    ids = np.repeat([0, 1, 3], 20)  # class 2 is empty
-    empty = ArrayDataset(np.zeros((60, 1)), ids, None, "gappy")
+    onehot = np.eye(4, dtype=bool)[np.repeat([0, 1, 3], 20)]  # class 2 (a label column) is empty
+    empty = ArrayDataset(np.zeros((60, 1)), onehot, None, "gappy")
     with raises("class 2 of gappy", "has 0 items"):
         make_split(empty, "per-class:1,1", 0)
+    ids = ArrayDataset(np.zeros((60, 1)), np.repeat([0, 1, 3], 20), None, "sparse ids")  # remapped densely
+    assert ids.num_classes == 3 and len(make_split(ids, "per-class:1,1", 0).query) == 3
 
 
 def test_per_class_refuses_multi_label_and_unlabelled():

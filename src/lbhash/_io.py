@@ -18,11 +18,16 @@ from lbhash.errors import InputError
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside `path`; rename it onto `path` only on success.
 
-    Readers never see a half-written file, and a failure leaves no file behind.
+    Readers never see a half-written file, and a failure leaves no file behind. The temporary
+    name holds this process's id, so that temporaries left by killed processes (`kill -9`
+    skips every clean-up) are recognised and removed by the next write to the same path.
     """
     path = Path(path)
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory, cannot write a file there")
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    remove_stale_temporaries(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     umask = os.umask(0)
     os.umask(umask)
@@ -34,6 +39,69 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+def check_output_file(path: str | os.PathLike, option: str) -> Path:
+    """A path a command may write a file to, checked before any work: not a directory, and its
+    parent a directory (or creatable) that can be written."""
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(f"{option} {path}: is a directory; give a file name")
+    parent = path.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise InputError(f"{option} {path}: {parent} is a file, not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(f"{option} {path}: cannot write in {parent}")
+    return path
+
+
+def check_output_dir(path: str | os.PathLike, option: str, empty: bool = False) -> Path:
+    """A directory a command may write into, checked before any work: not a file, under a
+    writable directory, and (empty=True) not holding anything yet."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise InputError(f"{option} {path}: is a file, not a directory")
+    if empty and path.is_dir() and any(path.iterdir()):
+        raise InputError(f"{option} {path}: already exists and is not empty")
+    parent = path
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise InputError(f"{option} {path}: {parent} is a file, not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(f"{option} {path}: cannot write in {parent}")
+    return path
+
+
+def temporary_name(path: Path) -> Path:
+    """A unique temporary name beside `path`, in the form `remove_stale_temporaries` knows."""
+    return path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+
+
+def remove_stale_temporaries(path: Path) -> int:
+    """Remove `.NAME.PID.*.tmp` files beside `path` whose process is gone; return how many."""
+    removed = 0
+    for tmp in path.parent.glob(f".{path.name}.*.tmp"):
+        pid = tmp.name[len(path.name) + 2:].split(".", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            try:
+                tmp.unlink()
+                removed += 1
+            except OSError:
+                pass
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:
@@ -52,6 +120,10 @@ def load_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: no such file")
+    with open(path, "rb") as fh:
+        magic = fh.read(4)
+    if magic not in (b"PK\x03\x04", b"PK\x05\x06"):
+        raise InputError(f"{path}: not an .npz file (an .npz is a zip archive of .npy arrays)")
     try:
         with np.load(path, allow_pickle=False) as data:
             return {key: data[key] for key in data.files}

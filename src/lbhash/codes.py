@@ -54,8 +54,8 @@ def unpack(packed, bits: int, name: str = "codes") -> np.ndarray:
 def as_packed(codes, bits: int | None = None, name: str = "codes") -> tuple[np.ndarray, int]:
     """Accept +/-1 codes, booleans, or packed uint8 with `bits`; return (packed, bits).
 
-    Padding bits beyond `bits` in the last byte are cleared so that they never count in a
-    distance.
+    Padding bits beyond `bits` in the last byte must be 0 (a set one means the codes were
+    packed for another length), so that they never count in a distance.
     """
     arr = np.asarray(codes)
     if arr.ndim != 2:
@@ -65,8 +65,11 @@ def as_packed(codes, bits: int | None = None, name: str = "codes") -> tuple[np.n
             raise InputError(f"{name} is packed uint8 but bits= was not given")
         arr = _check_packed(arr, bits, name)
         if bits % 8:
-            arr = arr.copy()
-            arr[:, -1] &= np.uint8((1 << (bits % 8)) - 1)
+            padding = arr[:, -1] >> np.uint8(bits % 8)
+            if padding.any():
+                row = int(np.flatnonzero(padding)[0])
+                raise InputError(f"{name}: row {row} has bits set beyond bits={bits} in its last byte "
+                                 f"(codes packed for another length?)")
         return np.ascontiguousarray(arr), int(bits)
     if bits is not None and arr.shape[1] != bits:
         raise InputError(f"{name} has {arr.shape[1]} columns but bits={bits}")

@@ -1,13 +1,21 @@
 """Label conversion at the edge: integer class ids or multi-hot rows -> boolean multi-hot.
 
 Inside the library labels are always a 2-D multi-hot array (n, C). An item is relevant to a
-query when they share at least one label.
+query when they share at least one label. Class ids must be dense (0..C-1 all used); sparse
+ids are remapped to 0..C-1 in increasing order, with a warning, and at most MAX_CLASSES
+distinct ids are accepted (a stray id of 10^9 must not become a 10^9-column array).
 """
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
+
 from lbhash.errors import InputError
+
+MAX_CLASSES = 100_000
+logger = logging.getLogger("lbhash")
 
 
 def as_multihot(labels, name: str = "labels", num_classes: int | None = None) -> np.ndarray:
@@ -18,13 +26,14 @@ def as_multihot(labels, name: str = "labels", num_classes: int | None = None) ->
     arr = np.asarray(labels)
     if arr.ndim == 1:
         ids = _as_class_ids(arr, name)
-        width = int(ids.max()) + 1 if ids.size else 0
         if num_classes is not None:
-            if width > num_classes:
+            if ids.size and int(ids.max()) >= num_classes:
                 raise InputError(
-                    f"{name} has class id {width - 1}, but there are only {num_classes} classes"
+                    f"{name} has class id {int(ids.max())}, but there are only {num_classes} classes"
                 )
             width = num_classes
+        else:
+            ids, width = dense_class_ids(ids, name)
         out = np.zeros((ids.size, width), dtype=bool)
         out[np.arange(ids.size), ids] = True
         return out
@@ -56,10 +65,31 @@ def as_multihot_pair(a, b, names: tuple[str, str]) -> tuple[np.ndarray, np.ndarr
         raise InputError(
             f"{names[0]} has {a_arr.shape[1]} label columns but {names[1]} has {b_arr.shape[1]}"
         )
-    if width is None:  # both integer vectors: one class axis wide enough for both
+    if width is None:  # both integer vectors: one dense class axis for both
         ids = [_as_class_ids(x, n) for x, n in zip((a_arr, b_arr), names)]
-        width = max((int(i.max()) + 1 for i in ids if i.size), default=0)
+        joint, width = dense_class_ids(np.concatenate(ids), f"{names[0]} and {names[1]}")
+        a_arr, b_arr = joint[:len(ids[0])], joint[len(ids[0]):]
     return as_multihot(a_arr, names[0], width), as_multihot(b_arr, names[1], width)
+
+
+def dense_class_ids(ids: np.ndarray, name: str) -> tuple[np.ndarray, int]:
+    """(ids, C): the ids as given when 0..C-1 are all used, else remapped to 0..C-1 in
+    increasing order (with a warning); more than MAX_CLASSES distinct ids is an error."""
+    if not ids.size:
+        return ids, 0
+    top = int(ids.max())
+    if top < MAX_CLASSES:
+        present = np.bincount(ids, minlength=top + 1) > 0
+        if present.all():
+            return ids, top + 1
+        distinct = np.flatnonzero(present)
+    else:
+        distinct = np.unique(ids)
+    if len(distinct) > MAX_CLASSES:
+        raise InputError(f"{name} has {len(distinct)} distinct class ids; at most {MAX_CLASSES} are supported")
+    logger.warning("%s: class ids are not dense (largest %d, %d used); remapped to 0..%d in increasing order",
+                   name, top, len(distinct), len(distinct) - 1)
+    return np.searchsorted(distinct, ids), len(distinct)
 
 
 def _as_class_ids(arr: np.ndarray, name: str) -> np.ndarray:

@@ -38,9 +38,11 @@ def centers(bits: str, classes: str, kind: str, seed: str, out: Path | None, no_
     """
     import numpy as np
 
-    from lbhash._io import atomic_path
+    from lbhash._io import atomic_path, check_output_file
     from lbhash.centers import center_report, select_centers
 
+    if out is not None:
+        check_output_file(out, "--out")
     codes, made_by = select_centers(_parse_int(bits, "--bits"), _parse_int(classes, "--classes"),
                                     kind, _parse_int(seed, "--seed"), cache=not no_cache, canonical=canonical)
     report = center_report(codes, made_by)

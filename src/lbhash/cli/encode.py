@@ -26,8 +26,10 @@ def encode(run_dir: Path, data: str | None, part: str, out: Path, accelerator: s
     The output .npz holds `codes` (packed uint8, FAISS bit layout), `bits`, `ids` (item indices,
     or file paths for image data) and `labels` (class ids or multi-hot rows).
     """
+    from lbhash._io import check_output_file
     from lbhash.train.rundir import encode_run, save_encoded
 
+    check_output_file(out, "--out")
     encoded = encode_run(run_dir, data, part, accelerator, precision, devices, progress)
     if encoded is None:  # another rank of a multi-process run
         return

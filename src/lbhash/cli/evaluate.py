@@ -19,25 +19,27 @@ from lbhash.cli.common import parse_int_list, parse_topk
 @click.option("--knn", default=100, show_default=True, type=int, help="k of the kNN classifier.")
 @click.option("--percentile", default=99.9, show_default=True, type=float,
               help="Percentile for max D_intra (and 100 - it for min D_inter) in the lower bound.")
+@click.option("--tie-averaged", is_flag=True,
+              help="Also compute the tie-averaged mAP (the expectation over random orders inside ties).")
 @click.option("--out", type=click.Path(path_type=Path), default=None,
               help="Where to write the metrics JSON [default: metrics.json beside CODES_FILE].")
 def evaluate(codes_file: Path, topk: str, ks: str, radius: int, knn: int, percentile: float,
-             out: Path | None) -> None:
+             tie_averaged: bool, out: Path | None) -> None:
     """Evaluate a codes file and write metrics.json.
 
     CODES_FILE is an .npz with query_codes and db_codes (packed uint8), query_labels and
     db_labels (class ids or multi-hot rows) and bits.
     """
-    from lbhash._io import write_json
+    from lbhash._io import check_output_file, write_json
     from lbhash.codes import load_codes_file
     from lbhash.evaluate import evaluate_codes, format_metrics
 
+    out = check_output_file(out or codes_file.with_name("metrics.json"), "--out")
     data = load_codes_file(codes_file)
     metrics = evaluate_codes(
         data["query_codes"], data["db_codes"], data["query_labels"], data["db_labels"],
         bits=data["bits"], topk=parse_topk(topk), ks=parse_int_list(ks, "--ks"),
-        radius=radius, knn=knn, percentile=percentile)
-    out = out or codes_file.with_name("metrics.json")
+        radius=radius, knn=knn, percentile=percentile, tie_average=tie_averaged)
     write_json(out, metrics)
     click.echo(format_metrics(metrics))
     click.echo(f"wrote {out}")

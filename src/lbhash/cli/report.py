@@ -27,8 +27,10 @@ def report(directory: Path, out: Path | None, bits: int | None, tsne_pairs: int,
     timing.csv, centers.csv, bound.csv, toy.json and toy_probs.npz (as `lbhash reproduce`
     writes them); each present table gets its section. Nothing is retrained.
     """
+    from lbhash._io import check_output_file
     from lbhash.reproduce.report import write_report
 
+    check_output_file(out if out is not None else directory / "report.md", "--out")
     path = write_report(directory, out=out, bits=bits, tsne_pairs=tsne_pairs,
                         tsne_points=tsne_points)
     click.echo(str(path))

@@ -37,7 +37,8 @@ def reproduce(experiment, data, protocol, out, workers, methods, bits, seeds, ki
     """
     from lbhash.train.config import parse_yaml
 
-    from lbhash.reproduce.experiments import Context, configure
+    from lbhash._io import check_output_dir
+    from lbhash.reproduce.experiments import Context, configure, validate
     from lbhash.reproduce.meta import update_meta
 
     if experiment != "toy" and not data:
@@ -73,6 +74,8 @@ def reproduce(experiment, data, protocol, out, workers, methods, bits, seeds, ki
     spec = configure(experiment, **spec_values)
     ctx = Context(data=data or "", out=out, protocol=protocol, workers=workers, overrides=overrides,
                   report=click.echo)
+    check_output_dir(out, "--out")
+    validate(spec, ctx)  # nothing is created before every option and run config is checked
     out.mkdir(parents=True, exist_ok=True)
     spec.run(ctx)
     key = f"study:{spec.study}" if experiment == "study" else experiment

@@ -342,7 +342,8 @@ def read_cifar_batches(read, where):
 def read_list_file(path: Path, num_labels: int | None):
     """Lines `relative/path.jpg 0 1 0 ...` -> (paths, (m, C) bool labels, line numbers).
 
-    Paths are normalised ('./a//b' -> 'a/b') and may not contain whitespace.
+    Paths are normalised ('./a//b' -> 'a/b') and may not contain whitespace; they are relative
+    to the image root and may not leave it (no absolute paths, no '..' out of it).
     """
     try:
         text = path.read_text(encoding="utf-8-sig")
@@ -363,7 +364,11 @@ def read_list_file(path: Path, num_labels: int | None):
         bad = next((v for v in values if v not in ("0", "1")), None)
         if bad is not None:
             raise InputError(f"{path}:{lineno}: label value {bad!r} is not 0 or 1")
-        paths.append(posixpath.normpath(tokens[0]))
+        item = posixpath.normpath(tokens[0])
+        if item.startswith("/") or item == ".." or item.startswith("../"):
+            raise InputError(f"{path}:{lineno}: {tokens[0]!r} leaves the image root (paths must be relative "
+                             "and stay inside it)")
+        paths.append(item)
         rows.append([v == "1" for v in values])
         lines.append(lineno)
     labels = np.array(rows, dtype=bool).reshape(len(rows), num_labels or 0)

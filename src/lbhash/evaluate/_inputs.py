@@ -83,6 +83,27 @@ def check_topk(topk, n_db: int) -> int:
     return int(min(topk, n_db))
 
 
+def check_non_negative_int(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise InputError(f"{name} must be a non-negative integer, got {value!r}")
+    return int(value)
+
+
+def check_ks(ks) -> np.ndarray:
+    """Rank cut-offs K of P@K: a non-empty list of positive integers."""
+    arr = np.asarray(ks)
+    if arr.ndim != 1 or arr.size == 0 or arr.dtype.kind not in "iu" or (arr <= 0).any():
+        raise InputError(f"ks must be a non-empty list of positive integers, got {list(np.ravel(ks))!r}")
+    return arr
+
+
+def check_percentile(value) -> float:
+    if not (isinstance(value, (int, float, np.floating, np.integer)) and not isinstance(value, bool)
+            and 50 <= value <= 100):
+        raise InputError(f"percentile must be a number in [50, 100], got {value!r}")
+    return float(value)
+
+
 def check_positive_int(value, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
         raise InputError(f"{name} must be a positive integer, got {value!r}")

@@ -305,3 +305,73 @@ def radius_counts_chunk(q_words, db_t, q_labels, db_labels_t, out_hist, out_rhis
                     + scratch[3, 2 * d + 1])
             out_hist[i, d] = far + near
             out_rhist[i, d] = near
+
+
+@njit(nogil=True, cache=True)
+def average_precision_all_chunk(q_words, db_t, q_labels, db_labels_t, ap_index, ap_average):
+    """AP over the whole database per query (R = all), ties by index (ap_index) and, if sized,
+    tie-averaged (ap_average), without ordering any item.
+
+    Pass 1 histograms (distance, relevant) over the database; pass 2 walks it in index order,
+    where an item's rank is the count of items at smaller distances plus its position among
+    the items at its own distance so far. Two linear passes per query, as for R = 5000.
+    """
+    n = db_t.shape[1]
+    nbins = 64 * db_t.shape[0] + 1
+    dist = np.empty(n, np.uint16)
+    key = np.empty(n, np.uint16)
+    scratch = np.empty((4, 2 * nbins), np.int64)
+    hist = np.empty(nbins, np.int64)
+    rhist = np.empty(nbins, np.int64)
+    before = np.empty(nbins, np.int64)
+    rel_before = np.empty(nbins, np.int64)
+    seen = np.empty(nbins, np.int64)
+    rel_seen = np.empty(nbins, np.int64)
+    want_average = ap_average.shape[0] > 0
+    for i in range(q_words.shape[0]):
+        _fill_distances(q_words[i], db_t, dist)
+        for j in range(n):
+            key[j] = dist[j] << 1
+        for k in range(q_labels.shape[1]):
+            qk = q_labels[i, k]
+            for j in range(n):
+                key[j] |= np.uint16((db_labels_t[k, j] & qk) != 0)
+        scratch[:] = 0  # four interleaved histograms avoid store-to-load stalls
+        m = n - n % 4
+        for j in range(0, m, 4):
+            scratch[0, key[j]] += 1
+            scratch[1, key[j + 1]] += 1
+            scratch[2, key[j + 2]] += 1
+            scratch[3, key[j + 3]] += 1
+        for j in range(m, n):
+            scratch[0, key[j]] += 1
+        total_rel = 0
+        for d in range(nbins):
+            near = scratch[0, 2 * d + 1] + scratch[1, 2 * d + 1] + scratch[2, 2 * d + 1] + scratch[3, 2 * d + 1]
+            far = scratch[0, 2 * d] + scratch[1, 2 * d] + scratch[2, 2 * d] + scratch[3, 2 * d]
+            hist[d] = near + far
+            rhist[d] = near
+            before[d] = 0 if d == 0 else before[d - 1] + hist[d - 1]
+            rel_before[d] = 0 if d == 0 else rel_before[d - 1] + rhist[d - 1]
+            total_rel += near
+        if total_rel == 0:
+            ap_index[i] = 0.0
+            if want_average:
+                ap_average[i] = 0.0
+            continue
+        seen[:] = 0
+        rel_seen[:] = 0
+        total = 0.0
+        for j in range(n):
+            d = key[j] >> 1
+            seen[d] += 1
+            if key[j] & 1:
+                rel_seen[d] += 1
+                total += (rel_before[d] + rel_seen[d]) / (before[d] + seen[d])
+        ap_index[i] = total / total_rel
+        if want_average:
+            last = 0
+            for d in range(nbins):
+                if hist[d] > 0:
+                    last = d
+            ap_average[i] = _tie_averaged_ap(hist, rhist, last, n)

@@ -7,6 +7,7 @@ from typing import NamedTuple
 import numpy as np
 
 from lbhash.codes import as_packed, class_centers, hamming_distance
+from lbhash.evaluate._inputs import check_percentile
 from lbhash.labels import as_multihot
 from lbhash.errors import InputError
 
@@ -31,9 +32,7 @@ def lower_bound(codes, labels, percentile: float = 99.9, bits: int | None = None
     belongs to each of its labels' classes. Classes without items are left out. With
     percentile=100 the exact min and max are used; the paper uses 99.9 against outliers.
     """
-    if not (isinstance(percentile, (int, float, np.floating, np.integer))
-            and not isinstance(percentile, bool) and 50 <= percentile <= 100):
-        raise InputError(f"percentile must be a number in [50, 100], got {percentile!r}")
+    check_percentile(percentile)
     packed, bits = as_packed(codes, bits, "codes")
     onehot = as_multihot(labels, "labels")
     if len(onehot) != len(packed):

@@ -7,7 +7,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from lbhash.evaluate._inputs import check_positive_int, check_topk, prepare
+from lbhash.evaluate._inputs import (check_ks, check_non_negative_int, check_percentile, check_positive_int,
+                                     check_topk, prepare)
 from lbhash.evaluate.bound import lower_bound
 from lbhash.evaluate.retrieval import (
     DEFAULT_KS,
@@ -21,16 +22,22 @@ from lbhash.evaluate.retrieval import (
 
 def evaluate_codes(query_codes, db_codes, query_labels, db_labels, bits: int | None = None,
                    topk: int | None = None, ks: Sequence[int] = DEFAULT_KS, radius: int = 2,
-                   knn: int = 100, percentile: float = 99.9) -> dict[str, Any]:
-    """Every metric of docs/evaluation.md for one query/database pair; the lower bound is on the database.
+                   knn: int = 100, percentile: float = 99.9, tie_average: bool = False) -> dict[str, Any]:
+    """Every metric of docs/evaluation.md for one query/database pair; the lower bound is on the
+    database. The tie-averaged mAP is computed only with `tie_average=True`.
 
     Floats that JSON cannot hold are stored as strings ("inf") or null (NaN).
     """
+    ks_arr = check_ks(ks)
+    radius = check_non_negative_int(radius, "radius")
+    check_percentile(percentile)
     inp = prepare(query_codes, db_codes, query_labels, db_labels, bits)
+    if radius > inp.bits:
+        raise InputError(f"radius must be at most bits={inp.bits}, got {radius}")
     top = check_topk(topk, inp.n_db)
     knn = check_positive_int(knn, "knn")
-    ap_index, ap_average = average_precisions(inp, top, tie_average=True)
-    at_k = precision_recall_at_k(inp, np.asarray(ks))
+    ap_index, ap_average = average_precisions(inp, top, tie_average=tie_average)
+    at_k = precision_recall_at_k(inp, ks_arr)
     curve = pr_curve(inp)
     ball = radius_precision(curve, radius)
     bound = lower_bound(inp.db_packed, inp.db_labels, percentile, inp.bits)
@@ -40,7 +47,7 @@ def evaluate_codes(query_codes, db_codes, query_labels, db_labels, bits: int | N
         "n_db": inp.n_db,
         "topk": "all" if topk is None else int(topk),
         "map": float(ap_index.mean()),
-        "map_tie_averaged": float(ap_average.mean()),
+        **({"map_tie_averaged": float(ap_average.mean())} if tie_average else {}),
         "precision_at_k": {"k": at_k.ks, "precision": at_k.precision, "recall": at_k.recall},
         "precision_within_radius": {"radius": int(radius), "precision": ball.precision,
                                     "empty_fraction": ball.empty_fraction},
@@ -81,7 +88,8 @@ def format_metrics(metrics: dict[str, Any]) -> str:
     rows = [
         ("codes", f"{metrics['bits']} bits, {metrics['n_query']} queries, {metrics['n_db']} database items"),
         (f"mAP@{r} (ties by index)", f"{metrics['map']:.4f}"),
-        (f"mAP@{r} (tie-averaged)", f"{metrics['map_tie_averaged']:.4f}"),
+        *([(f"mAP@{r} (tie-averaged)", f"{metrics['map_tie_averaged']:.4f}")]
+          if "map_tie_averaged" in metrics else []),
         (f"P@H<={ball['radius']}", f"{ball['precision']:.4f}  (empty balls: {100 * ball['empty_fraction']:.1f}%)"),
         (f"kNN accuracy (k={knn['k']})", f"{knn['accuracy']:.4f}"),
         *([("classifier accuracy", f"{metrics['classifier_accuracy']:.4f}")]

@@ -16,6 +16,8 @@ from lbhash.evaluate import _kernels
 from lbhash.labels import as_multihot
 from lbhash.evaluate._inputs import (
     Retrieval,
+    check_ks,
+    check_non_negative_int,
     check_positive_int,
     check_topk,
     for_query_ranges,
@@ -77,9 +79,14 @@ def average_precisions(inp: Retrieval, topk, tie_average: bool) -> tuple[np.ndar
     ap_average = np.empty(inp.n_query if tie_average else 0)
 
     def work(a: int, b: int) -> None:
-        _kernels.average_precision_chunk(
-            inp.q_words[a:b], inp.db_t, inp.q_label_words[a:b], inp.db_label_words, top,
-            ap_index[a:b], ap_average[a:b])
+        if top == inp.n_db:  # R = all: two linear passes, nothing ordered
+            _kernels.average_precision_all_chunk(
+                inp.q_words[a:b], inp.db_t, inp.q_label_words[a:b], inp.db_label_words_t,
+                ap_index[a:b], ap_average[a:b])
+        else:
+            _kernels.average_precision_chunk(
+                inp.q_words[a:b], inp.db_t, inp.q_label_words[a:b], inp.db_label_words, top,
+                ap_index[a:b], ap_average[a:b])
 
     for_query_ranges(inp.n_query, work)
     return ap_index, ap_average
@@ -128,8 +135,7 @@ def pr_curve(inp: Retrieval) -> PRCurve:
 def precision_within_radius(query_codes, db_codes, query_labels, db_labels, radius: int = 2,
                             bits: int | None = None) -> RadiusPrecision:
     """P@H<=radius: precision among items within Hamming distance `radius` of the query."""
-    if isinstance(radius, bool) or not isinstance(radius, (int, np.integer)) or radius < 0:
-        raise InputError(f"radius must be a non-negative integer, got {radius!r}")
+    radius = check_non_negative_int(radius, "radius")
     curve = pr_curve(prepare(query_codes, db_codes, query_labels, db_labels, bits))
     return radius_precision(curve, radius)
 
@@ -146,10 +152,7 @@ def radius_precision(curve: PRCurve, radius: int) -> RadiusPrecision:
 def precision_at_k(query_codes, db_codes, query_labels, db_labels,
                    ks: Sequence[int] = DEFAULT_KS, bits: int | None = None) -> PrecisionAtK:
     """P@K (and recall@K) at each rank cut-off K of `ks` (see `PrecisionAtK`)."""
-    ks_arr = np.asarray(ks)
-    if ks_arr.ndim != 1 or ks_arr.size == 0 or ks_arr.dtype.kind not in "iu" or (ks_arr <= 0).any():
-        raise InputError(f"ks must be a non-empty list of positive integers, got {ks!r}")
-    return precision_recall_at_k(prepare(query_codes, db_codes, query_labels, db_labels, bits), ks_arr)
+    return precision_recall_at_k(prepare(query_codes, db_codes, query_labels, db_labels, bits), check_ks(ks))
 
 
 def precision_recall_at_k(inp: Retrieval, ks_arr: np.ndarray) -> PrecisionAtK:

@@ -73,6 +73,9 @@ class GridSpec:
                      ctx.config(method=m, lbhash=v, bits=b, seed=s))
                 for m in self.methods for v in self.variants for b in self.bits for s in self.seeds]
 
+    def configs(self, ctx: Context) -> list[dict]:
+        return [c.config for c in self.cells(ctx)]
+
     def run(self, ctx: Context) -> None:
         cells, root = self.cells(ctx), ctx.runs("grid")
         results = run_cells(cells, root, ctx.workers, ctx.report)
@@ -90,6 +93,15 @@ class CentersSpec:
     bits: tuple = (16, 32, 48)
     seeds: tuple = (0, 1, 2)
     method: str = "csq"
+
+    def configs(self, ctx: Context) -> list[dict]:
+        from lbhash.centers import CENTER_KINDS
+
+        unknown = [k for k in self.kinds if k not in CENTER_KINDS]
+        if unknown:
+            raise InputError(f"--kinds: unknown center kind {unknown[0]!r} (known: {', '.join(CENTER_KINDS)})")
+        return [ctx.config(method=self.method, lbhash=True, bits=b, seed=s, centers=kind)
+                for kind in self.kinds for b in self.bits for s in self.seeds]
 
     def run(self, ctx: Context) -> None:
         from lbhash.centers import center_report, generate_centers
@@ -124,11 +136,18 @@ class BoundSpec:
     bits: tuple = (16, 32, 64)
     seed: int = 0
 
+    def cells(self, ctx: Context) -> list[Cell]:
+        name = variant_name(self.method, self.lbhash)
+        return [Cell(f"{name}-{b}bits-seed{self.seed}",
+                     ctx.config(method=self.method, lbhash=self.lbhash, bits=b, seed=self.seed, eval_every=1))
+                for b in self.bits]
+
+    def configs(self, ctx: Context) -> list[dict]:
+        return [c.config for c in self.cells(ctx)]
+
     def run(self, ctx: Context) -> None:
         name = variant_name(self.method, self.lbhash)
-        cells = [Cell(f"{name}-{b}bits-seed{self.seed}",
-                      ctx.config(method=self.method, lbhash=self.lbhash, bits=b, seed=self.seed,
-                                 eval_every=1)) for b in self.bits]
+        cells = self.cells(ctx)
         root = ctx.runs("bound")
         results = run_cells(cells, root, ctx.workers, ctx.report)
         rows = []
@@ -152,6 +171,10 @@ class TimingSpec:
     epochs: int = 5
     variants: tuple = (("bce", "csq", False), ("cauchy", "dch", False), ("ours", "csq", True))
 
+    def configs(self, ctx: Context) -> list[dict]:
+        return [ctx.config(method=method, lbhash=lbhash, bits=b, seed=0)
+                for b in self.bits for _, method, lbhash in self.variants]
+
     def run(self, ctx: Context) -> None:
         from lbhash.train import make_config
         from lbhash.train.timing import epoch_times
@@ -173,6 +196,13 @@ class TimingSpec:
 class ToySpec:
     bits: tuple = (8, 16)
     seed: int = 0
+
+    def configs(self, ctx: Context) -> list[dict]:
+        from lbhash.reproduce.toy import ToyConfig
+
+        for b in self.bits:
+            ToyConfig(bits=b, seed=self.seed)
+        return []
 
     def run(self, ctx: Context) -> None:
         from lbhash.reproduce.toy import run_toy
@@ -198,6 +228,22 @@ def _study_spec():
 
 EXPERIMENTS: dict[str, Any] = {"grid": GridSpec(), "timing": TimingSpec(), "centers": CentersSpec(),
                                "toy": ToySpec(), "bound": BoundSpec(), "study": _study_spec()}
+
+
+def validate(spec, ctx: Context) -> None:
+    """Every check of an experiment before it creates anything: its data spec (the file must
+    exist), its options, and the config of every run it would train."""
+    from pathlib import Path
+
+    from lbhash.data.spec import DATA_KINDS, parse_data_spec
+    from lbhash.train import make_config
+
+    if ctx.data:
+        parsed = parse_data_spec(ctx.data)
+        if DATA_KINDS[parsed.kind].takes_path and not Path(parsed.path).expanduser().exists():
+            raise InputError(f"--data {ctx.data}: {parsed.path}: no such file or directory")
+    for values in spec.configs(ctx):
+        make_config(values, "a run of this experiment")
 
 
 def configure(name: str, **values) -> Any:

@@ -46,20 +46,33 @@ def write_report(directory: str | Path, out: str | Path | None = None, bits: int
     bits: bit length of the curves, convergence and t-SNE sections (default: the largest in
     grid.csv); tsne_pairs: base/_D pairs to embed; tsne_points: codes per embedding at most.
     """
+    import shutil
+    import tempfile
+
     from lbhash._io import atomic_path
 
     tables = load_tables(directory)
     out = Path(out) if out is not None else tables.directory / "report.md"
-    ctx = ReportContext(tables, out.parent / FIGURES_DIR, bits, tsne_pairs, tsne_points)
-    _index_grid(ctx)
-    body: list[str] = []
-    for key, build in _BUILDERS:
-        lines = build(ctx)
-        if lines:
-            body += [f"## {SECTIONS[key]}", "", *lines, ""]
-    text = "\n".join(_header(ctx, out) + body + _agreement(ctx)).rstrip() + "\n"
-    with atomic_path(out) as tmp:
-        tmp.write_text(text)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # figures go to a temporary folder that replaces `figures` only when the report is written
+    staging = Path(tempfile.mkdtemp(prefix=".figures.", suffix=".tmp", dir=out.parent))
+    try:
+        ctx = ReportContext(tables, staging, bits, tsne_pairs, tsne_points)
+        _index_grid(ctx)
+        body: list[str] = []
+        for key, build in _BUILDERS:
+            lines = build(ctx)
+            if lines:
+                body += [f"## {SECTIONS[key]}", "", *lines, ""]
+        text = "\n".join(_header(ctx, out) + body + _agreement(ctx)).rstrip() + "\n"
+        figures = out.parent / FIGURES_DIR
+        if any(staging.iterdir()):
+            shutil.rmtree(figures, ignore_errors=True)
+            staging.rename(figures)
+        with atomic_path(out) as tmp:
+            tmp.write_text(text)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return out
 
 

@@ -83,6 +83,9 @@ class StudySpec:
                                                            config)))
         return plan
 
+    def configs(self, ctx) -> list[dict]:
+        return [cell.config for _, _, cell in self.plan(ctx)]
+
     def run(self, ctx) -> None:
         plan, root = self.plan(ctx), ctx.runs(self.study)
         results = run_cells([cell for _, _, cell in plan], root, ctx.workers, ctx.report)

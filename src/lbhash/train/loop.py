@@ -25,13 +25,14 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from lbhash._io import atomic_path, temporary_name
 from lbhash.errors import InputError
 
 from lbhash.evaluate import lower_bound, mean_average_precision
 from lbhash.train.builder import Experiment, Learner, input_options
 from lbhash.train.encoder import encode
 from lbhash.train.optim import make_optimizer, make_scheduler
-from lbhash.train.rundir import CHECKPOINT, LOG
+from lbhash.train.rundir import CHECKPOINT, LOG, verify_zip
 from lbhash.train.selection import Selection
 
 
@@ -59,6 +60,10 @@ def make_fabric(accelerator: str, devices: int, precision: str, loggers=None):
         # processes share the CPUs: one full intra-op pool each would oversubscribe them
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // fabric.world_size))
     return fabric
+
+
+class NonFiniteError(InputError):
+    """A loss or a parameter became NaN or infinite: the run stops and is marked failed."""
 
 
 def make_loggers(cfg, run_dir: Path) -> list:
@@ -123,7 +128,7 @@ class Trainer:
 
     def save_checkpoint(self, epoch: int) -> None:
         path = self.run_dir / CHECKPOINT
-        tmp = path.with_name(f".{CHECKPOINT}.tmp")
+        tmp = temporary_name(path)  # unique: only rank 0 writes it, and its lock keeps others out
         self.fabric.save(tmp, self.state(epoch))
         if self.fabric.is_global_zero:
             os.replace(tmp, path)  # atomic: a kill never leaves a broken checkpoint
@@ -132,9 +137,23 @@ class Trainer:
     def has_checkpoint(self) -> bool:
         return (self.run_dir / CHECKPOINT).is_file()
 
+    def resume_state(self) -> None:
+        """Continue from the checkpoint; without one, from the start (dropping any log lines of
+        an epoch that had not reached its checkpoint)."""
+        if self.has_checkpoint():
+            self.load_checkpoint()
+        elif self.fabric.is_global_zero and (self.run_dir / LOG).exists():
+            _truncate_log(self.run_dir / LOG, 0)
+
     def load_checkpoint(self) -> None:
+        path = self.run_dir / CHECKPOINT
+        verify_zip(path)
         state = {"learner": self.learner}
-        rest = self.fabric.load(self.run_dir / CHECKPOINT, state, weights_only=True)
+        try:
+            rest = self.fabric.load(path, state, weights_only=True)
+        except Exception as err:  # unsafe content, a foreign file, weights of another model
+            first = (str(err).strip().splitlines() or [""])[0]
+            raise InputError(f"{path}: not a checkpoint of this run ({type(err).__name__}: {first[:200]})") from None
         for opt, sd in zip(self.optimizers, rest["optimizers"]):
             opt.load_state_dict(sd)
         for sched, sd in zip(self.schedulers, rest["schedulers"]):
@@ -142,7 +161,8 @@ class Trainer:
         if "selection" in rest:
             self.selection.load_state_dict(rest["selection"])
         self.start_epoch = int(rest["epoch"])
-        _truncate_log(self.run_dir / LOG, self.start_epoch)
+        if self.fabric.is_global_zero:
+            _truncate_log(self.run_dir / LOG, self.start_epoch)
 
     # --- training -----------------------------------------------------------------------
 
@@ -154,14 +174,20 @@ class Trainer:
             record = self.train_epoch(epoch)
             if self.evaluates(epoch):
                 record["eval"] = self.validate(epoch) if self.validating else self.evaluate()
+            self.check_finite_parameters(epoch)
             if self.fabric.is_global_zero:
                 with open(self.run_dir / LOG, "a") as fh:
-                    fh.write(json.dumps(record) + "\n")
+                    fh.write(json.dumps(record, allow_nan=False) + "\n")
                 self.fabric.log_dict(flat_record(record), step=epoch)
             self.save_checkpoint(epoch)
             if self.on_epoch_end is not None:
                 self.on_epoch_end(epoch)
         return read_log(self.run_dir / LOG)
+
+    def check_finite_parameters(self, epoch: int) -> None:
+        for name, param in self.learner.named_parameters():
+            if not bool(torch.isfinite(param).all()):
+                raise NonFiniteError(f"epoch {epoch}: parameter {name} holds NaN or inf")
 
     @property
     def validating(self) -> bool:
@@ -207,7 +233,7 @@ class Trainer:
         batches = self.batches.epoch(epoch_seed(cfg.seed, epoch))
         bar = tqdm(batches, total=len(self.batches), desc=f"{cfg.variant} epoch {epoch}/{cfg.epochs}",
                    leave=False, disable=not cfg.progress or not self.fabric.is_global_zero)
-        for x, labels, index in bar:
+        for step, (x, labels, index) in enumerate(bar, 1):
             u, out, pi = learner(x, labels, index)
             loss = out.total if pi is None else out.total + pi[0]
             for opt in self.optimizers:
@@ -221,7 +247,11 @@ class Trainer:
             if pi is not None:
                 parts["surrogate_pi"], parts["pattern_accuracy"] = pi[0].detach(), pi[1]
             for k, v in parts.items():
-                sums[k] = sums.get(k, 0.0) + float(v) * n
+                value = float(v)
+                if not math.isfinite(value):
+                    raise NonFiniteError(f"epoch {epoch}, step {step}: loss part {k} is {value} (try a smaller "
+                                         "learning rate or loss weight)")
+                sums[k] = sums.get(k, 0.0) + value * n
             rows = index.cpu().numpy()
             codes[rows] = torch.where(u.detach() >= 0, 1, -1).cpu().numpy()
             written[rows] = True
@@ -290,16 +320,28 @@ def finite_or_str(x: float):
 
 
 def read_log(path: Path) -> list[dict]:
-    """The records of a run's log.jsonl, one per finished epoch ([] when there is none)."""
+    """The records of a run's log.jsonl, one per finished epoch ([] when there is none).
+
+    A torn last line (a write cut short by a kill) is dropped with a warning naming the file;
+    a bad line before it is an error naming the file and the line.
+    """
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    records = []
+    for number, line in enumerate(lines, 1):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            if number < len(lines):
+                raise InputError(f"{path}:{number}: not a JSON log record") from None
+            logging.getLogger("lbhash").warning("%s: dropped a torn last line (%d bytes)", path, len(line))
+    return records
 
 
 def _truncate_log(path: Path, last_epoch: int) -> None:
-    """Drop log lines of epochs after the checkpoint (written just before a kill)."""
+    """Drop log lines of epochs after the checkpoint (written just before a kill), and a torn one."""
     kept = [r for r in read_log(path) if r["epoch"] <= last_epoch]
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        tmp.write_text("".join(json.dumps(r, allow_nan=False) + "\n" for r in kept))
 

@@ -25,8 +25,10 @@ from lbhash.errors import InputError
 from lbhash.evaluate import classifier_accuracy, evaluate_codes
 from lbhash.train.builder import build_experiment
 from lbhash.train.config import TrainConfig
-from lbhash.train.loop import Trainer, leave_process_group, process_rank, read_log
-from lbhash.train.rundir import CODES, CONFIG, LOG, METRICS, SPLIT, load_run_config, read_metrics
+from lbhash.train.loop import NonFiniteError, Trainer, leave_process_group, process_rank, read_log
+from lbhash.train.rundir import (CHECKPOINT, CODES, CONFIG, LOG, METRICS, SPLIT, check_accelerator,
+                                 check_not_failed, load_run_config, mark_failed, read_metrics, run_lock,
+                                 verify_files, write_manifest)
 
 logger = logging.getLogger("lbhash")
 
@@ -41,46 +43,58 @@ def train(cfg: TrainConfig | None, out: str | Path, resume: bool = False,
     `dataset` trains on a data set in memory instead of loading `cfg.data`.
     """
     out = Path(out)
-    first = process_rank() == 0  # other ranks start after rank 0 has created the directory
+    first = process_rank() == 0  # only rank 0 locks and writes; the others follow it
     if resume:
         if not (out / CONFIG).is_file():
             raise InputError(f"{out}: nothing to resume (no {CONFIG})")
         if (out / METRICS).is_file():
             return read_metrics(out)
-        if (out / CODES).is_file():  # stopped after its codes were written
-            return evaluate_run(out) if first else {}
-        cfg = load_run_config(out)
-        if progress is not None:
-            cfg = cfg.replace(progress=progress)
-        exp = build_experiment(cfg, load_split(out / SPLIT), dataset)
-    else:
-        if cfg is None:
-            raise InputError("no configuration given")
-        if progress is not None:
-            cfg = cfg.replace(progress=progress)
-        if first and (out / CONFIG).exists():
+    elif cfg is None:
+        raise InputError("no configuration given")
+    with run_lock(out, enabled=first):
+        if resume:
+            check_not_failed(out)
+            verify_files(out, (CONFIG, SPLIT, CHECKPOINT))
+            if (out / CODES).is_file():  # stopped after its codes were written
+                return _finish(out) if first else {}
+            cfg = load_run_config(out)
+        elif first and (out / CONFIG).exists():
             raise InputError(f"{out} already holds a run: pass --resume to continue it, or choose another --out")
-        exp = build_experiment(cfg, dataset=dataset)  # every check happens before the directory exists
-    if exp.skipped_images and first:
-        logger.warning("skipped %d unreadable image(s) (--skip-bad-images)", exp.skipped_images)
-    trainer = Trainer(exp, out, on_epoch_end)
-    if trainer.fabric.is_global_zero and not (out / CONFIG).exists():
-        out.mkdir(parents=True, exist_ok=True)
-        with atomic_path(out / CONFIG) as tmp:
-            tmp.write_text(yaml.safe_dump(exp.cfg.to_dict(), sort_keys=False))
-        save_split(out / SPLIT, exp.split)
-    trainer.fabric.barrier()
-    if resume and trainer.has_checkpoint():
-        trainer.load_checkpoint()
-    trainer.fit()
-    trainer.restore_selected()
-    if trainer.fabric.is_global_zero and exp.cfg.test:
-        write_codes(trainer)
-    trainer.fabric.barrier()
-    for run_logger in trainer.fabric.loggers:
-        run_logger.finalize("success")
-    leave_process_group(trainer.fabric)
-    return evaluate_run(out) if trainer.fabric.is_global_zero else {}
+        if progress is not None:
+            cfg = cfg.replace(progress=progress)
+        check_accelerator(cfg.accelerator)
+        # every check happens before the run writes anything
+        exp = build_experiment(cfg, load_split(out / SPLIT) if resume else None, dataset)
+        if exp.skipped_images and first:
+            logger.warning("skipped %d unreadable image(s) (--skip-bad-images)", exp.skipped_images)
+        trainer = Trainer(exp, out, on_epoch_end)
+        if trainer.fabric.is_global_zero and not (out / CONFIG).exists():
+            save_split(out / SPLIT, exp.split)
+            with atomic_path(out / CONFIG) as tmp:  # last: its presence marks a run
+                tmp.write_text(yaml.safe_dump(exp.cfg.to_dict(), sort_keys=False))
+        trainer.fabric.barrier()
+        trainer.resume_state()
+        try:
+            trainer.fit()
+        except NonFiniteError as err:
+            if trainer.fabric.is_global_zero:
+                mark_failed(out, str(err))
+            raise
+        trainer.restore_selected()
+        if trainer.fabric.is_global_zero and exp.cfg.test:
+            write_codes(trainer)
+        trainer.fabric.barrier()
+        for run_logger in trainer.fabric.loggers:
+            run_logger.finalize("success")
+        leave_process_group(trainer.fabric)
+        return _finish(out) if trainer.fabric.is_global_zero else {}
+
+
+def _finish(out: Path) -> dict[str, Any]:
+    """metrics.json, then the manifest of every file, written last."""
+    metrics = evaluate_run(out)
+    write_manifest(out)
+    return metrics
 
 
 def write_codes(trainer: Trainer) -> None:
@@ -141,7 +155,7 @@ def evaluate_run(run_dir: str | Path) -> dict[str, Any]:
     if codes is not None:
         topk = int(codes["topk"]) if "topk" in codes and int(codes["topk"]) > 0 else None
         metrics = evaluate_codes(codes["query_codes"], codes["db_codes"], codes["query_labels"],
-                                 codes["db_labels"], bits=codes["bits"], topk=topk)
+                                 codes["db_labels"], bits=codes["bits"], topk=topk, tie_average=True)
         if "query_scores" in codes:  # the method's own classifier, beside the kNN accuracy
             metrics["classifier_accuracy"] = classifier_accuracy(codes["query_scores"], codes["query_labels"])
     log = read_log(run_dir / LOG)

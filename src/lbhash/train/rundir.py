@@ -1,20 +1,29 @@
-"""Reading a run directory: its config, split, log, metrics and trained model, and encoding
-data with it (`lbhash encode`).
+"""A run directory: its files, its lock and manifest, and reading it back (config, split, log,
+metrics, the trained model), and encoding data with it (`lbhash encode`).
 
 A run's model is rebuilt by the same builder that trained it (lbhash.train.builder), from the
-saved config.yaml and the normalisation statistics saved in its checkpoint.
+saved config.yaml and the normalisation statistics saved in its checkpoint. A finished run's
+manifest.json holds the SHA-256 of every file; readers verify the files they use against it,
+and, before a run finishes, the checkpoint against its own zip CRCs.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import hashlib
 import json
+import logging
+import os
+import shutil
+import zipfile
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import torch
 
-from lbhash._io import save_npz
+from lbhash._io import save_npz, write_json
 from lbhash.codes import pack
 from lbhash.data import load_data, load_split
 from lbhash.errors import InputError
@@ -23,7 +32,112 @@ from lbhash.train.config import TrainConfig, make_config, parse_yaml
 
 CONFIG, SPLIT, LOG, CHECKPOINT, CODES, METRICS, BEST = (
     "config.yaml", "split.npz", "log.jsonl", "checkpoint.pt", "codes.npz", "metrics.json", "best.pt")
+MANIFEST, STATUS, LOCK = "manifest.json", "status.json", ".lock"
+MANIFEST_FORMAT = "lbhash-run/1"
 PARTS = ("all", "train", "query", "database")
+logger = logging.getLogger("lbhash")
+
+
+# --- the run directory's integrity -----------------------------------------------------------
+
+@contextlib.contextmanager
+def run_lock(out: Path, enabled: bool = True) -> Iterator[None]:
+    """Hold an exclusive lock on run directory `out` (created if needed) while the block runs.
+
+    A second process asking for the same directory fails at once. Temporary files left in it
+    by killed processes are removed. If the block fails before the run's config.yaml exists, a
+    directory this call created is removed again, and otherwise the lock file.
+    """
+    if not enabled:
+        yield
+        return
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out}: is a file, not a run directory")
+    created = not out.exists()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except (NotADirectoryError, FileExistsError):
+        raise InputError(f"--out {out}: a parent of it is a file, not a directory") from None
+    fd = os.open(out / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise InputError(f"{out} is in use by another lbhash process (it holds {out / LOCK})") from None
+    try:
+        for tmp in out.glob(".*.tmp"):  # under the lock every temporary is a leftover
+            tmp.unlink()
+        yield
+    except BaseException:
+        if not (out / CONFIG).exists():
+            shutil.rmtree(out) if created else (out / LOCK).unlink(missing_ok=True)
+        raise
+    finally:
+        os.close(fd)
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_manifest(run_dir: Path) -> None:
+    """manifest.json with the SHA-256 and size of every file of a finished run (written last)."""
+    files = {p.name: {"sha256": sha256(p), "bytes": p.stat().st_size}
+             for p in sorted(run_dir.iterdir()) if p.is_file() and not p.name.startswith(".")
+             and p.name not in (MANIFEST, STATUS)}
+    write_json(run_dir / MANIFEST, {"format": MANIFEST_FORMAT, "files": files})
+
+
+def verify_files(run_dir: Path, names: tuple[str, ...]) -> None:
+    """Check the files a reader is about to use: against manifest.json when the run has one,
+    else checkpoints against their own zip CRCs. A mismatch is one line naming the file."""
+    run_dir = Path(run_dir)
+    manifest = None
+    if (run_dir / MANIFEST).is_file():
+        try:
+            manifest = json.loads((run_dir / MANIFEST).read_text())["files"]
+        except (ValueError, KeyError, TypeError):
+            raise InputError(f"{run_dir / MANIFEST}: not a readable run manifest") from None
+    for name in names:
+        path = run_dir / name
+        if not path.is_file():
+            continue
+        if manifest is not None and name in manifest:
+            if sha256(path) != manifest[name].get("sha256"):
+                raise InputError(f"{path}: its SHA-256 does not match {MANIFEST}; the file was changed or is corrupt")
+        elif name.endswith(".pt"):
+            verify_zip(path)
+
+
+def verify_zip(path: Path) -> None:
+    """A torch checkpoint is a zip archive: every member's CRC-32 must match."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError) as err:
+        raise InputError(f"{path}: not a readable lbhash checkpoint ({err})") from None
+    if bad is not None:
+        raise InputError(f"{path}: corrupt (the CRC of {bad} does not match; the file changed on disk)")
+
+
+def run_status(run_dir: Path) -> dict | None:
+    """status.json of a run that failed ({"state": "failed", "error": ...}), else None."""
+    path = Path(run_dir) / STATUS
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def mark_failed(run_dir: Path, error: str) -> None:
+    write_json(Path(run_dir) / STATUS, {"state": "failed", "error": error})
+
+
+def check_not_failed(run_dir: Path) -> None:
+    status = run_status(run_dir)
+    if status is not None:
+        raise InputError(f"{run_dir} is a failed run ({status.get('error')}); start a new run with other settings")
 
 
 def load_run_config(run_dir: str | Path) -> TrainConfig:
@@ -31,7 +145,11 @@ def load_run_config(run_dir: str | Path) -> TrainConfig:
     path = Path(run_dir) / CONFIG
     if not path.is_file():
         raise InputError(f"{run_dir}: not a run directory (no {CONFIG})")
-    values = parse_yaml(path.read_text(), str(path))
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(f"{path}: cannot read ({err})") from None
+    values = parse_yaml(text, str(path))
     if not isinstance(values, dict):
         raise InputError(f"{path}: not a run config (expected a mapping of option: value)")
     return make_config(values, str(path))
@@ -46,6 +164,8 @@ def load_run_model(run_dir: str | Path) -> tuple[HashModel, TrainConfig]:
     from lbhash.train.builder import build_model
 
     run_dir = Path(run_dir)
+    check_not_failed(run_dir)
+    verify_files(run_dir, (CONFIG, CHECKPOINT, BEST))
     cfg = load_run_config(run_dir)
     if cfg.input_kind is None:
         raise InputError(f"{run_dir / CONFIG}: no input_kind; the run was written by an older lbhash")
@@ -96,12 +216,18 @@ def encode_run(run_dir: str | Path, data: str | None = None, part: str = "all",
         raise InputError(f"part must be one of {', '.join(PARTS)}, got {part!r}")
     if accelerator not in ("cpu", "gpu"):
         raise InputError(f"accelerator must be cpu or gpu, got {accelerator!r}")
+    check_accelerator(accelerator)
     model, cfg = load_run_model(run_dir)
     own = data is None or data == cfg.data
     if part != "all" and not own:
         raise InputError(f"--part {part} selects items of the run's split, so it needs the run's own data "
                          f"({cfg.data}), not {data}")
     dataset = load_data(cfg.data if own else data)
+    if dataset.input_kind != cfg.input_kind:
+        raise InputError(f"{dataset.name} holds {dataset.input_kind}, but the run {run_dir} encodes {cfg.input_kind}")
+    if cfg.input_kind == "features" and dataset.input_dim() != cfg.input_dim:
+        raise InputError(f"{dataset.name} has {dataset.input_dim()} features per item, but the run {run_dir} "
+                         f"was trained on {cfg.input_dim}")
     index = np.arange(len(dataset)) if part == "all" else getattr(load_split(run_dir / SPLIT), part)
     fabric = make_fabric(accelerator, devices, "32-true")
     channels_last = fabric.device.type == "cuda" and cfg.input_kind == "images"
@@ -117,6 +243,13 @@ def encode_run(run_dir: str | Path, data: str | None = None, part: str = "all",
             "labels": stored_labels(dataset.multi_label, dataset.labels[index])}
 
 
+def check_accelerator(accelerator: str) -> None:
+    """A GPU accelerator needs a GPU torch can use."""
+    if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+        raise InputError(f"--accelerator {accelerator}: no GPU is available to torch (torch.cuda.is_available() "
+                         "is False); use --accelerator cpu")
+
+
 def save_encoded(path: str | Path, encoded: dict[str, np.ndarray]) -> None:
     save_npz(path, **encoded)
 
@@ -130,5 +263,6 @@ def _autocast(device: torch.device, precision: str):
     return contextlib.nullcontext
 
 
-__all__ = ["CONFIG", "SPLIT", "LOG", "CHECKPOINT", "CODES", "METRICS", "BEST", "PARTS", "encode_run",
-           "load_run_config", "load_run_model", "read_metrics", "save_encoded"]
+__all__ = ["CONFIG", "SPLIT", "LOG", "CHECKPOINT", "CODES", "METRICS", "BEST", "MANIFEST", "STATUS", "PARTS",
+           "check_accelerator", "encode_run", "load_run_config", "load_run_model", "read_metrics", "run_lock",
+           "save_encoded", "verify_files", "write_manifest"]
