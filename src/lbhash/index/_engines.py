@@ -1,0 +1,389 @@
+"""The FAISS side of each index kind, in the positions and ids that `CodeIndex` keeps.
+
+`CodeIndex` holds the items sorted by ascending external id (`Rows`). Positional engines (flat,
+multihash) store codes in exactly that order, so a FAISS position maps to an id by
+`rows.ids[position]`; the IVF engine stores external ids itself (lists reorder items anyway).
+Engines return candidates; `CodeIndex` sorts them by (distance, id) and pads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import faiss
+import numpy as np
+
+from lbhash.errors import InputError
+
+
+@dataclass
+class Rows:
+    """Every item of an index, sorted by ascending id: ids (n,), codes (n, bytes)."""
+
+    ids: np.ndarray
+    codes: np.ndarray
+
+
+def positions_to_ids(rows: Rows, positions: np.ndarray) -> np.ndarray:
+    return np.where(positions >= 0, rows.ids[np.maximum(positions, 0)] if len(rows.ids) else -1, -1)
+
+
+def ids_to_positions(rows: Rows, ids: np.ndarray) -> np.ndarray:
+    """Positions of ids that are in rows (ids < 0 give -1)."""
+    pos = np.searchsorted(rows.ids, ids)
+    return np.where(ids >= 0, pos, -1)
+
+
+def _selector(allowed: np.ndarray | None):
+    """A FAISS bitmap selector over positions; the bitmap must outlive the search."""
+    if allowed is None:
+        return None, None
+    bitmap = np.packbits(allowed, bitorder="little")
+    return faiss.SearchParameters(sel=faiss.IDSelectorBitmap(bitmap)), bitmap
+
+
+def _keep_in_range(lims, dist, keys, keep):
+    """Drop range results where `keep` is False, keeping lims consistent."""
+    lims = lims.astype(np.int64)
+    qidx = np.repeat(np.arange(len(lims) - 1), np.diff(lims))
+    counts = np.bincount(qidx[keep], minlength=len(lims) - 1)
+    return np.concatenate([[0], np.cumsum(counts)]), dist[keep], keys[keep]
+
+
+def range_to_ids(rows: Rows, lims, dist, labels, positional: bool):
+    ids = rows.ids[labels] if positional and len(labels) else labels.astype(np.int64)
+    return lims.astype(np.int64), dist.astype(np.int32), ids
+
+
+class Engine:
+    kind = ""
+    exact = True
+    positional = True
+
+    def __init__(self, bits: int, params: dict):
+        self.bits = bits
+        self.params = params
+
+    # --- candidate search with an allowed-positions mask: over-fetch and post-filter -------
+
+    def _raw_knn(self, rows: Rows, queries: np.ndarray, k: int, level: int):
+        raise NotImplementedError
+
+    def _max_level(self) -> int:
+        return 0
+
+    def filtered_knn(self, rows: Rows, queries: np.ndarray, k: int, allowed: np.ndarray):
+        """Top-k candidates among allowed items: fetch more until k pass the mask, or the
+        engine has nothing more to give at its widest setting."""
+        nq, n = len(queries), len(rows.ids)
+        dist = np.full((nq, k), -1, np.int32)
+        ids = np.full((nq, k), -1, np.int64)
+        todo = np.arange(nq)
+        fetch, level = min(n, max(4 * k, 64)), 0
+        for _ in range(64):  # each round grows `fetch` 4x or widens a level: far fewer rounds
+            if not len(todo) or n == 0:
+                break
+            d, i = self._raw_knn(rows, queries[todo], fetch, level)
+            pos = i if self.positional else ids_to_positions(rows, i)
+            pos_ok = (i >= 0) & (pos < n)
+            keep = pos_ok & allowed[np.where(pos_ok, pos, 0)]
+            counts = keep.sum(axis=1)
+            exhausted = (i[:, -1] < 0) | (fetch >= n)  # nothing more at this level
+            at_widest = level >= self._max_level()
+            done = (counts >= k) | (exhausted & at_widest)
+            keep_done, i_done, d_done = keep[done], i[done], d[done]
+            for row, q in enumerate(todo[done]):
+                sel = np.flatnonzero(keep_done[row])[:k]
+                found = i_done[row, sel]
+                ids[q, :len(sel)] = rows.ids[found] if self.positional else found
+                dist[q, :len(sel)] = d_done[row, sel]
+            todo = todo[~done]
+            if len(todo):
+                if exhausted[~done].any() and not at_widest:
+                    level += 1
+                else:
+                    fetch = min(n, fetch * 4)
+        if len(todo):
+            raise RuntimeError(f"filtered search did not converge for {len(todo)} queries")
+        return dist, ids
+
+
+class FlatEngine(Engine):
+    """Exact scan. FAISS keeps, among equal distances, the lowest position (its scan only
+    replaces a kept item by a strictly closer one), and positions follow ids."""
+
+    kind = "flat"
+
+    def __init__(self, bits: int, params: dict):
+        super().__init__(bits, params)
+        self.index = faiss.IndexBinaryFlat(bits)
+
+    @staticmethod
+    def defaults(bits: int) -> dict:
+        return {}
+
+    def reset(self, rows: Rows) -> None:
+        self.index.reset()
+        if len(rows.ids):
+            self.index.add(rows.codes)
+
+    def on_append(self, rows: Rows, codes: np.ndarray, ids: np.ndarray) -> None:
+        self.index.add(codes)
+
+    def on_change(self, rows: Rows, removed_positions: np.ndarray, removed_ids: np.ndarray,
+                  added_ids: np.ndarray) -> None:
+        if len(added_ids):
+            self.reset(rows)
+        elif len(removed_positions):  # FAISS compacts in order, so positions still follow ids
+            self.index.remove_ids(faiss.IDSelectorBatch(removed_positions.astype(np.int64)))
+
+    def knn(self, rows: Rows, queries: np.ndarray, k: int, allowed: np.ndarray | None):
+        params, _bitmap = _selector(allowed)
+        dist, pos = self.index.search(queries, min(k, len(rows.ids)), params=params)
+        return dist, positions_to_ids(rows, pos)
+
+    def range(self, rows: Rows, queries: np.ndarray, radius: int, allowed: np.ndarray | None):
+        params, _bitmap = _selector(allowed)
+        lims, dist, pos = self.index.range_search(queries, radius + 1, params=params)  # FAISS: d < radius
+        return range_to_ids(rows, lims, dist, pos, True)
+
+    def faiss_index(self):
+        return self.index
+
+    @classmethod
+    def from_faiss(cls, bits: int, params: dict, index, ids: np.ndarray):
+        engine = cls(bits, params)
+        if not isinstance(index, faiss.IndexBinaryFlat):
+            raise InputError(f"index.faiss holds a {type(index).__name__}, not the IndexBinaryFlat of a flat index")
+        engine.index = index
+        codes = faiss.vector_to_array(index.xb).reshape(index.ntotal, bits // 8)
+        return engine, codes
+
+
+class MultiHashEngine(Engine):
+    """Multi-index hashing: `nhash` substrings of b = min(64, bits // nhash) bits, each probed
+    within `nflip` flips. By pigeonhole every item within G = nhash * (nflip + 1) - 1 of a
+    query shares a probed bucket with it, so range search up to G is exact and top-k is exact
+    whenever the k-th distance is at most G. Past G, range search falls back to a scan."""
+
+    kind = "multihash"
+    exact = False
+
+    def __init__(self, bits: int, params: dict):
+        super().__init__(bits, params)
+        self.nhash, self.nflip = params["nhash"], params["nflip"]
+        self.hash_bits = min(64, bits // self.nhash)
+        if self.hash_bits < 1:
+            raise InputError(f"nhash={self.nhash} is larger than bits={bits}")
+        self.index = self._new_index()
+
+    @staticmethod
+    def defaults(bits: int) -> dict:
+        return {"nhash": max(1, bits // 16), "nflip": 2}
+
+    @property
+    def guaranteed_radius(self) -> int:
+        return self.nhash * (self.nflip + 1) - 1
+
+    def _new_index(self):
+        index = faiss.IndexBinaryMultiHash(self.bits, self.nhash, self.hash_bits)
+        index.nflip = self.nflip
+        return index
+
+    def reset(self, rows: Rows) -> None:  # FAISS cannot remove from hash maps: rebuild
+        self.index = self._new_index()
+        if len(rows.ids):
+            self.index.add(rows.codes)
+
+    def on_append(self, rows: Rows, codes: np.ndarray, ids: np.ndarray) -> None:
+        self.index.add(codes)
+
+    def on_change(self, rows, removed_positions, removed_ids, added_ids) -> None:
+        self.reset(rows)
+
+    def _raw_knn(self, rows, queries, k, level):
+        dist, pos = self.index.search(queries, k)
+        return dist, pos
+
+    def knn(self, rows: Rows, queries: np.ndarray, k: int, allowed: np.ndarray | None):
+        n = len(rows.ids)
+        if allowed is None:
+            dist, pos = self.index.search(queries, min(k, n))
+            ids = positions_to_ids(rows, pos)
+        else:
+            dist, ids = self.filtered_knn(rows, queries, min(k, n), allowed)
+        # where the k-th distance is within G, every tie at it is reachable: take them all
+        full = ids[:, -1] >= 0
+        kth = dist[:, -1]
+        for q in np.flatnonzero(full & (kth <= self.guaranteed_radius)):
+            lims, d, i = self.range(rows, queries[q:q + 1], int(kth[q]), allowed)
+            order = np.lexsort((i, d))[:ids.shape[1]]
+            dist[q], ids[q] = d[order], i[order]
+        return dist, ids
+
+    def range(self, rows: Rows, queries: np.ndarray, radius: int, allowed: np.ndarray | None):
+        if radius <= self.guaranteed_radius:
+            lims, dist, pos = self.index.range_search(queries, radius + 1)
+        else:  # past the pigeonhole radius buckets can miss items: scan the storage instead
+            lims, dist, pos = self.index.storage.range_search(queries, radius + 1)
+        if allowed is not None:
+            lims, dist, pos = _keep_in_range(lims, dist, pos, allowed[pos])
+        return range_to_ids(rows, lims, dist, pos, True)
+
+    def faiss_index(self):
+        return self.index
+
+    @classmethod
+    def from_faiss(cls, bits: int, params: dict, index, ids: np.ndarray):
+        engine = cls(bits, params)
+        if not isinstance(index, faiss.IndexBinaryMultiHash):
+            raise InputError(f"index.faiss holds a {type(index).__name__}, not the IndexBinaryMultiHash of a multihash index")
+        if index.nhash != engine.nhash or index.b != engine.hash_bits:
+            raise InputError(f"index.faiss has nhash={index.nhash}, b={index.b}, but the manifest says "
+                             f"nhash={engine.nhash}, b={engine.hash_bits}")
+        index.nflip = engine.nflip
+        engine.index = index
+        codes = faiss.vector_to_array(index.storage.xb).reshape(index.ntotal, bits // 8)
+        return engine, codes
+
+
+class IVFEngine(Engine):
+    """Inverted lists over `nlist` binary k-means centroids; a query scans its `nprobe`
+    nearest lists. Distances are exact; an item is found only if its list is probed.
+
+    Training needs codes: the engine trains itself on the first change that brings the index
+    to at least 39 * nlist codes (FAISS's minimum for a sound k-means); until then items wait
+    in an exact flat buffer and every search is exact. Centroids are kept afterwards: later
+    codes are assigned to the nearest list (rebuild the index to re-train on new data).
+    """
+
+    kind = "ivf"
+    exact = False
+    positional = False
+    points_per_list = 39
+    max_training_points_per_list = 256
+
+    def __init__(self, bits: int, params: dict):
+        super().__init__(bits, params)
+        self.nlist, self.nprobe = params["nlist"], params["nprobe"]
+        if self.nprobe > self.nlist:
+            raise InputError(f"nprobe={self.nprobe} is larger than nlist={self.nlist}")
+        # FAISS's Python layer keeps the quantizer alive as long as the IVF index
+        self.index = faiss.IndexBinaryIVF(faiss.IndexBinaryFlat(bits), bits, self.nlist)
+        self.index.nprobe = self.nprobe
+        self.buffer: FlatEngine | None = FlatEngine(bits, {})
+
+    @staticmethod
+    def defaults(bits: int) -> dict:
+        return {"nlist": 1024, "nprobe": 16}
+
+    @property
+    def trained(self) -> bool:
+        return self.buffer is None
+
+    @property
+    def min_train(self) -> int:
+        return self.points_per_list * self.nlist
+
+    def _max_level(self) -> int:
+        return int(np.ceil(np.log2(self.nlist / self.nprobe)))
+
+    def _train_if_ready(self, rows: Rows) -> None:
+        if self.buffer is not None and len(rows.ids) >= self.min_train:
+            self.train(rows)
+
+    def train(self, rows: Rows) -> None:
+        if len(rows.ids) < self.nlist:
+            raise InputError(f"training an ivf index with nlist={self.nlist} needs at least {self.nlist} codes, "
+                             f"it holds {len(rows.ids)}")
+        sample = rows.codes
+        cap = self.max_training_points_per_list * self.nlist
+        if len(sample) > cap:  # FAISS would sample too, after converting all codes to floats
+            sample = sample[np.sort(np.random.default_rng(0).choice(len(sample), cap, replace=False))]
+        self.index.train(np.ascontiguousarray(sample))
+        self.index.reset()
+        self.index.add_with_ids(rows.codes, rows.ids)
+        self.buffer = None
+
+    def reset(self, rows: Rows) -> None:
+        if self.buffer is not None:
+            self.buffer.reset(rows)
+            self._train_if_ready(rows)
+        else:
+            self.index.reset()
+            if len(rows.ids):
+                self.index.add_with_ids(rows.codes, rows.ids)
+
+    def on_append(self, rows: Rows, codes: np.ndarray, ids: np.ndarray) -> None:
+        if self.buffer is not None:
+            self.buffer.on_append(rows, codes, ids)
+            self._train_if_ready(rows)
+        else:
+            self.index.add_with_ids(codes, ids)
+
+    def on_change(self, rows, removed_positions, removed_ids, added_ids) -> None:
+        if self.buffer is not None:
+            self.buffer.on_change(rows, removed_positions, removed_ids, added_ids)
+            self._train_if_ready(rows)
+            return
+        if len(removed_ids):
+            self.index.remove_ids(faiss.IDSelectorBatch(removed_ids.astype(np.int64)))
+        if len(added_ids):
+            self.index.add_with_ids(rows.codes[ids_to_positions(rows, added_ids)], added_ids)
+
+    def _search(self, queries, k, nprobe):
+        return self.index.search(queries, k, params=faiss.SearchParametersIVF(nprobe=nprobe))
+
+    def _raw_knn(self, rows, queries, k, level):
+        return self._search(queries, k, min(self.nlist, self.nprobe << level))
+
+    def knn(self, rows: Rows, queries: np.ndarray, k: int, allowed: np.ndarray | None):
+        if self.buffer is not None:
+            return self.buffer.knn(rows, queries, k, allowed)
+        if allowed is not None:
+            return self.filtered_knn(rows, queries, min(k, len(rows.ids)), allowed)
+        return self._search(queries, min(k, len(rows.ids)), self.nprobe)
+
+    def range(self, rows: Rows, queries: np.ndarray, radius: int, allowed: np.ndarray | None):
+        if self.buffer is not None:
+            return self.buffer.range(rows, queries, radius, allowed)
+        lims, dist, ids = self.index.range_search(queries, radius + 1)  # index.nprobe is set
+        if allowed is not None:
+            lims, dist, ids = _keep_in_range(lims, dist, ids, allowed[ids_to_positions(rows, ids)])
+        return range_to_ids(rows, lims, dist, ids, False)
+
+    def faiss_index(self):
+        return self.index if self.buffer is None else self.buffer.index
+
+    @classmethod
+    def from_faiss(cls, bits: int, params: dict, index, ids: np.ndarray):
+        engine = cls(bits, params)
+        if isinstance(index, faiss.IndexBinaryFlat):  # saved before training: the buffer
+            engine.buffer, codes = FlatEngine.from_faiss(bits, {}, index, ids)
+            return engine, codes
+        if not isinstance(index, faiss.IndexBinaryIVF):
+            raise InputError(f"index.faiss holds a {type(index).__name__}, not the IndexBinaryIVF of an ivf index")
+        if index.nlist != engine.nlist:
+            raise InputError(f"index.faiss has nlist={index.nlist} but the manifest says {engine.nlist}")
+        index.nprobe = engine.nprobe
+        engine.index, engine.buffer = index, None
+        return engine, _codes_by_id(index, bits // 8, ids)
+
+
+def _codes_by_id(index, width: int, ids: np.ndarray) -> np.ndarray:
+    """Every code of an IVF index's lists, in the order of `ids` (which must match its ids)."""
+    lists = index.invlists
+    all_ids, all_codes = [np.empty(0, np.int64)], [np.empty((0, width), np.uint8)]
+    for list_no in range(index.nlist):
+        size = lists.list_size(list_no)
+        if size:
+            all_ids.append(faiss.rev_swig_ptr(lists.get_ids(list_no), size).copy())
+            all_codes.append(faiss.rev_swig_ptr(lists.get_codes(list_no), size * width).copy().reshape(size, width))
+    found_ids, codes = np.concatenate(all_ids), np.concatenate(all_codes)
+    order = np.argsort(found_ids, kind="stable")
+    if not np.array_equal(found_ids[order], ids):
+        raise InputError(f"index.faiss holds {len(found_ids)} ids that do not match ids.npy ({len(ids)} ids)")
+    return codes[order]
+
+
+ENGINES = {engine.kind: engine for engine in (FlatEngine, IVFEngine, MultiHashEngine)}
