@@ -1,0 +1,243 @@
+"""`MilvusIndex`: the `CodeIndex` interface over a Milvus collection (pymilvus, imported lazily).
+
+The collection has an INT64 primary key `id`, a BINARY_VECTOR `code` (the packed bytes as
+they are: Hamming distance does not depend on the bit order) and an ARRAY<INT64> `labels` of
+class ids, filtered with array_contains_any. Index: BIN_FLAT (kind "flat", exact) or
+BIN_IVF_FLAT (kind "ivf"), metric HAMMING; every request asks for Strong consistency, so a
+search sees every write acknowledged before it.
+
+Milvus returns ties in no particular order and caps a search at 16,384 results per query.
+Top-k is made to follow (distance, id) order by fetching k + 1 and, when the (k+1)-th item
+ties the k-th, collecting every item at that distance with a range search. Range results
+past the cap are paged by distance (one search per distance); a single distance with more
+than 16,384 items is refused. Milvus does not enforce unique primary keys, so ids are checked
+before every insert; it has no "largest id" query, so ids must be given.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import numpy as np
+
+from lbhash.errors import InputError
+from lbhash.index import _checks
+from lbhash.index.code_index import PAD_DISTANCE, PAD_ID
+
+MILVUS_CAP = 16384  # Milvus's limit on results per query (topk and range search alike)
+KINDS = {"flat": "BIN_FLAT", "ivf": "BIN_IVF_FLAT"}
+
+
+def _pymilvus():
+    try:
+        import pymilvus
+    except ImportError:
+        raise InputError("the milvus backend needs pymilvus: pip install 'lbhash[milvus]'") from None
+    return pymilvus
+
+
+class MilvusIndex:
+    def __init__(self, bits: int, collection: str = "lbhash", uri: str = "http://127.0.0.1:19530",
+                 kind: str = "flat", nlist: int = 1024, nprobe: int = 16, timeout: float = 30.0):
+        pm = _pymilvus()
+        self._bits = _checks.check_bits(bits)
+        if kind not in KINDS:
+            raise InputError(f"the milvus backend supports kinds {', '.join(KINDS)}, got {kind!r}")
+        self._kind, self.nlist, self.nprobe = kind, _checks.positive_int(nlist, "nlist"), _checks.positive_int(nprobe, "nprobe")
+        self._timeout, self._alias = timeout, f"lbhash-{uuid.uuid4().hex[:8]}"
+        try:
+            pm.connections.connect(alias=self._alias, uri=uri, timeout=timeout)
+        except pm.exceptions.MilvusException as err:
+            raise InputError(f"cannot reach Milvus at {uri} ({_one_line(err)})") from None
+        if pm.utility.has_collection(collection, using=self._alias):
+            self._col = pm.Collection(collection, using=self._alias)
+            self._check_existing(collection)
+        else:
+            self._col = self._create(pm, collection)
+        self._col.load(timeout=timeout)
+
+    def _create(self, pm, name: str):
+        fields = [
+            pm.FieldSchema("id", pm.DataType.INT64, is_primary=True, auto_id=False),
+            pm.FieldSchema("code", pm.DataType.BINARY_VECTOR, dim=self._bits),
+            pm.FieldSchema("labels", pm.DataType.ARRAY, element_type=pm.DataType.INT64, max_capacity=4096),
+        ]
+        schema = pm.CollectionSchema(fields, description=f"lbhash codes, kind={self._kind}")
+        col = pm.Collection(name, schema, using=self._alias, consistency_level="Strong")
+        params = {"nlist": self.nlist} if self._kind == "ivf" else {}
+        col.create_index("code", {"index_type": KINDS[self._kind], "metric_type": "HAMMING", "params": params},
+                         timeout=self._timeout)
+        return col
+
+    def _check_existing(self, name: str) -> None:
+        field = next((f for f in self._col.schema.fields if f.name == "code"), None)
+        dim = None if field is None else field.params.get("dim")
+        if dim is None or int(dim) != self._bits:
+            raise InputError(f"Milvus collection {name!r} holds {dim}-bit codes, not {self._bits}")
+
+    # --- properties -----------------------------------------------------------------------
+
+    @property
+    def bits(self) -> int:
+        return self._bits
+
+    @property
+    def kind(self) -> str:
+        return self._kind
+
+    @property
+    def exact(self) -> bool:
+        return self._kind == "flat"
+
+    @property
+    def ntotal(self) -> int:
+        res = self._col.query(expr="", output_fields=["count(*)"], consistency_level="Strong", timeout=self._timeout)
+        return int(res[0]["count(*)"])
+
+    def __len__(self) -> int:
+        return self.ntotal
+
+    # --- changes --------------------------------------------------------------------------
+
+    def add(self, codes, ids=None, labels=None, upsert: bool = False) -> np.ndarray:
+        codes = _checks.packed_codes(codes, self._bits)
+        if ids is None:
+            raise InputError("the milvus backend needs explicit ids (Milvus cannot tell the largest id)")
+        ids = _checks.item_ids(ids, len(codes))
+        rows = None if labels is None else _checks.label_rows(labels, len(codes))
+        if not upsert:
+            present = self._existing(ids)
+            if present:
+                raise InputError(f"id {min(present)} is already in the index (pass upsert=True to replace it)")
+        lists = [[] for _ in ids] if rows is None else [np.flatnonzero(r).tolist() for r in rows]
+        step = 4096
+        for start in range(0, len(ids), step):
+            part = slice(start, start + step)
+            data = [ids[part].tolist(), [c.tobytes() for c in codes[part]], lists[part]]
+            (self._col.upsert if upsert else self._col.insert)(data, timeout=self._timeout)
+        return ids
+
+    def remove(self, ids) -> int:
+        ids = _checks.item_ids(ids)
+        missing = sorted(set(ids.tolist()) - self._existing(ids))
+        if missing:
+            raise InputError(f"id {missing[0]} is not in the index")
+        if len(ids):
+            self._col.delete(f"id in {ids.tolist()}", timeout=self._timeout)
+        return len(ids)
+
+    def drop(self) -> None:
+        self._col.drop(timeout=self._timeout)
+
+    def close(self) -> None:
+        _pymilvus().connections.disconnect(self._alias)
+
+    # --- reading --------------------------------------------------------------------------
+
+    def get(self, ids) -> tuple[np.ndarray, np.ndarray]:
+        ids = _checks.item_ids(ids)
+        found = {}
+        for start in range(0, len(ids), MILVUS_CAP):
+            chunk = ids[start:start + MILVUS_CAP].tolist()
+            for row in self._col.query(f"id in {chunk}", output_fields=["id", "code", "labels"],
+                                       consistency_level="Strong", timeout=self._timeout):
+                found[int(row["id"])] = row
+        missing = [int(i) for i in ids if int(i) not in found]
+        if missing:
+            raise InputError(f"id {missing[0]} is not in the index")
+        codes = np.array([np.frombuffer(_code_bytes(found[int(i)]["code"]), np.uint8) for i in ids], np.uint8)
+        width = max((max(found[int(i)]["labels"], default=-1) + 1 for i in ids), default=0)
+        labels = np.zeros((len(ids), width), bool)
+        for r, i in enumerate(ids):
+            labels[r, list(found[int(i)]["labels"])] = True
+        return codes.reshape(len(ids), self._bits // 8), labels
+
+    def search(self, queries, k: int, labels=None):
+        k = _checks.top_k(k)
+        if k > MILVUS_CAP - 1:
+            raise InputError(f"k must be at most {MILVUS_CAP - 1} with the milvus backend (Milvus caps results at {MILVUS_CAP})")
+        queries = _checks.packed_codes(queries, self._bits, "queries")
+        exprs = self._filters(labels, len(queries))
+        dist = np.full((len(queries), k), PAD_DISTANCE, np.int32)
+        ids = np.full((len(queries), k), PAD_ID, np.int64)
+        for expr, members in _groups(exprs):
+            if expr is False:
+                continue
+            for q, hits in zip(members, self._search(queries[members], k + 1, {}, expr)):
+                if len(hits) > k and hits[k][0] == hits[k - 1][0]:  # ties cut at the k-th distance
+                    hits = self._range_one(queries[q], hits[k - 1][0], expr)
+                hits = sorted(hits)[:k]
+                dist[q, :len(hits)] = [h[0] for h in hits]
+                ids[q, :len(hits)] = [h[1] for h in hits]
+        return dist, ids
+
+    def range_search(self, queries, radius: int, labels=None):
+        radius = min(_checks.radius_value(radius), self._bits)
+        queries = _checks.packed_codes(queries, self._bits, "queries")
+        exprs = self._filters(labels, len(queries))
+        per_query = [[] if exprs[q] is False else sorted(self._range_one(queries[q:q + 1], radius, exprs[q]))
+                     for q in range(len(queries))]
+        lims = np.concatenate([[0], np.cumsum([len(h) for h in per_query])]).astype(np.int64)
+        dist = np.array([h[0] for hits in per_query for h in hits], np.int32)
+        ids = np.array([h[1] for hits in per_query for h in hits], np.int64)
+        return lims, dist, ids
+
+    # --- internals ------------------------------------------------------------------------
+
+    def _existing(self, ids: np.ndarray) -> set[int]:
+        present = set()
+        for start in range(0, len(ids), MILVUS_CAP):
+            chunk = ids[start:start + MILVUS_CAP].tolist()
+            rows = self._col.query(f"id in {chunk}", output_fields=["id"], consistency_level="Strong",
+                                   timeout=self._timeout)
+            present.update(int(r["id"]) for r in rows)
+        return present
+
+    def _filters(self, labels, nq: int) -> list:
+        """A filter expression per query ("" for none, False where nothing can match)."""
+        if labels is None:
+            return [""] * nq
+        rows = _checks.label_rows(labels, nq, "query labels")
+        return [f"array_contains_any(labels, {np.flatnonzero(r).tolist()})" if r.any() else False for r in rows]
+
+    def _search(self, queries, limit: int, extra: dict, expr: str):
+        """Per query: a list of (distance, id)."""
+        params = {"metric_type": "HAMMING", "params": {"nprobe": self.nprobe, **extra}}
+        res = self._col.search([q.tobytes() for q in queries], "code", params, limit=limit, expr=expr or None,
+                               consistency_level="Strong", timeout=self._timeout)
+        return [[(int(round(h.distance)), int(h.id)) for h in hits] for hits in res]
+
+    def _range_one(self, query, radius: int, expr: str):
+        """Every item within `radius` (inclusive): Milvus keeps range_filter <= d < radius."""
+        query = query.reshape(1, -1)
+        hits = self._search(query, MILVUS_CAP, {"radius": radius + 1, "range_filter": 0}, expr)[0]
+        if len(hits) < MILVUS_CAP:
+            return hits
+        hits = []
+        for d in range(radius + 1):  # page by distance: one search per distance value
+            band = self._search(query, MILVUS_CAP, {"radius": d + 1, "range_filter": d}, expr)[0]
+            if len(band) >= MILVUS_CAP:
+                raise InputError(f"more than {MILVUS_CAP} items lie at distance {d} from a query; Milvus "
+                                 "cannot return them all (use a smaller radius or the faiss backend)")
+            hits.extend(band)
+        return hits
+
+
+def _groups(exprs: list):
+    """(expression, query numbers) for each distinct filter expression."""
+    seen: dict = {}
+    for q, expr in enumerate(exprs):
+        seen.setdefault(expr, []).append(q)
+    return [(expr, np.array(members)) for expr, members in seen.items()]
+
+
+def _code_bytes(value) -> bytes:
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value)
+    if isinstance(value, list) and value and isinstance(value[0], (bytes, bytearray)):
+        return bytes(value[0])
+    return bytes(value)
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split())
