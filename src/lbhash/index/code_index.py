@@ -119,6 +119,10 @@ class CodeIndex:
     def ids(self) -> np.ndarray:
         return self._rows.ids.copy()
 
+    def contains(self, ids) -> np.ndarray:
+        """Which of the given ids are in the index (bool per id)."""
+        return self._present(_checks.item_ids(ids))
+
     def __repr__(self) -> str:
         return f"CodeIndex(bits={self._bits}, kind={self._kind!r}, ntotal={self.ntotal}, params={self._params})"
 

@@ -37,22 +37,26 @@ def _pymilvus():
 
 
 class MilvusIndex:
-    def __init__(self, bits: int, collection: str = "lbhash", uri: str = "http://127.0.0.1:19530",
+    def __init__(self, bits: int | None, collection: str = "lbhash", uri: str = "http://127.0.0.1:19530",
                  kind: str = "flat", nlist: int = 1024, nprobe: int = 16, timeout: float = 30.0):
+        """Open `collection` at `uri`, creating it when it does not exist (bits=None: open an
+        existing collection only, taking its bits and kind)."""
         pm = _pymilvus()
-        self._bits = _checks.check_bits(bits)
         if kind not in KINDS:
             raise InputError(f"the milvus backend supports kinds {', '.join(KINDS)}, got {kind!r}")
         self._kind, self.nlist, self.nprobe = kind, _checks.positive_int(nlist, "nlist"), _checks.positive_int(nprobe, "nprobe")
-        self._timeout, self._alias = timeout, f"lbhash-{uuid.uuid4().hex[:8]}"
+        self._timeout, self._alias, self.collection = timeout, f"lbhash-{uuid.uuid4().hex[:8]}", collection
         try:
             pm.connections.connect(alias=self._alias, uri=uri, timeout=timeout)
-        except pm.exceptions.MilvusException as err:
+        except Exception as err:  # pymilvus raises several types for an unreachable server
             raise InputError(f"cannot reach Milvus at {uri} ({_one_line(err)})") from None
         if pm.utility.has_collection(collection, using=self._alias):
             self._col = pm.Collection(collection, using=self._alias)
-            self._check_existing(collection)
+            self._adopt_existing(bits)
+        elif bits is None:
+            raise InputError(f"no Milvus collection {collection!r} at {uri}")
         else:
+            self._bits = _checks.check_bits(bits)
             self._col = self._create(pm, collection)
         self._col.load(timeout=timeout)
 
@@ -69,11 +73,19 @@ class MilvusIndex:
                          timeout=self._timeout)
         return col
 
-    def _check_existing(self, name: str) -> None:
+    def _adopt_existing(self, bits: int | None) -> None:
         field = next((f for f in self._col.schema.fields if f.name == "code"), None)
         dim = None if field is None else field.params.get("dim")
-        if dim is None or int(dim) != self._bits:
-            raise InputError(f"Milvus collection {name!r} holds {dim}-bit codes, not {self._bits}")
+        if dim is None:
+            raise InputError(f"Milvus collection {self.collection!r} has no binary 'code' field")
+        if bits is not None and int(dim) != bits:
+            raise InputError(f"Milvus collection {self.collection!r} holds {dim}-bit codes, not {bits}")
+        self._bits = int(dim)
+        for index in self._col.indexes:
+            found = {v: k for k, v in KINDS.items()}.get(index.params.get("index_type"))
+            self._kind = found or self._kind
+            if found == "ivf":
+                self.nlist = int(index.params.get("params", {}).get("nlist", self.nlist))
 
     # --- properties -----------------------------------------------------------------------
 
@@ -128,6 +140,10 @@ class MilvusIndex:
 
     def drop(self) -> None:
         self._col.drop(timeout=self._timeout)
+
+    def stats(self) -> dict:
+        return {"backend": "milvus", "collection": self.collection, "bits": self._bits, "kind": self._kind,
+                "ntotal": self.ntotal, "params": {"nlist": self.nlist, "nprobe": self.nprobe} if self._kind == "ivf" else {}}
 
     def close(self) -> None:
         _pymilvus().connections.disconnect(self._alias)

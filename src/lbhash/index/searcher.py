@@ -33,14 +33,12 @@ class Searcher:
     def encode(self, inputs) -> np.ndarray:
         """Packed codes of feature rows, an image batch, or a list of images of any sizes."""
         if self.input_kind == "features":
-            codes = self.encoder.encode(check_features(inputs))
-        else:
-            images = check_images(inputs)
-            if isinstance(images, list):  # different sizes: one at a time
-                parts = [self._encode_checked(img[None]) for img in images]
-                return np.concatenate(parts) if parts else np.empty((0, self.index.bits // 8), np.uint8)
-            codes = self.encoder.encode(images)
-        return self._checked(codes, len(inputs))
+            return self._encode_checked(check_features(inputs))
+        images = check_images(inputs)
+        if isinstance(images, list):  # different sizes: one at a time
+            parts = [self._encode_checked(img[None]) for img in images]
+            return np.concatenate(parts) if parts else np.empty((0, self.index.bits // 8), np.uint8)
+        return self._encode_checked(images)
 
     def encode_image_files(self, blobs: list[bytes], names: list[str]) -> np.ndarray:
         """Packed codes of encoded image files (JPEG, PNG, ...); `names` appear in errors."""
@@ -61,7 +59,11 @@ class Searcher:
         return self.index.range_search(self.encode(inputs), radius, labels)
 
     def _encode_checked(self, batch):
-        return self._checked(self.encoder.encode(batch), len(batch))
+        try:
+            codes = self.encoder.encode(batch)
+        except ValueError as err:  # lbhash's convention: the input was refused
+            raise InputError(" ".join(str(err).split())) from None
+        return self._checked(codes, len(batch))
 
     def _checked(self, codes, n: int) -> np.ndarray:
         codes = np.asarray(codes)
