@@ -304,3 +304,22 @@ def test_constructor_checks(args, fragment):
         return
     with pytest.raises(InputError, match=fragment):
         CodeIndex(bits, kind, **params)
+
+
+def test_search_params_change_without_rebuild(rng):
+    codes = clustered_codes(rng, 3000, 32, centers=30, max_flips=2)[0]
+    queries = near_queries(rng, codes, 20)
+    ref_d, _ = top_k(queries, codes, np.arange(3000), 10)
+    ivf = CodeIndex(32, "ivf", nlist=16, nprobe=1)
+    ivf.add(codes)
+    ivf.set_search_params(nprobe=16)
+    assert ivf.params["nprobe"] == 16
+    np.testing.assert_array_equal(ivf.search(queries, 10)[0], ref_d)
+    mh = CodeIndex(32, "multihash", nhash=2, nflip=0)
+    mh.add(codes)
+    mh.set_search_params(nflip=16)  # G = 2 * 17 - 1 >= 32: every query exact
+    np.testing.assert_array_equal(mh.search(queries, 10)[0], ref_d)
+    with pytest.raises(InputError, match="'nflip' is not a search parameter of a ivf index"):
+        ivf.set_search_params(nflip=1)
+    with pytest.raises(InputError, match="nprobe=17 is larger than nlist=16"):
+        ivf.set_search_params(nprobe=17)

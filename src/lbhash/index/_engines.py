@@ -8,6 +8,7 @@ Engines return candidates; `CodeIndex` sorts them by (distance, id) and pads.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import faiss
@@ -164,7 +165,11 @@ class MultiHashEngine(Engine):
     """Multi-index hashing: `nhash` substrings of b = min(64, bits // nhash) bits, each probed
     within `nflip` flips. By pigeonhole every item within G = nhash * (nflip + 1) - 1 of a
     query shares a probed bucket with it, so range search up to G is exact and top-k is exact
-    whenever the k-th distance is at most G. Past G, range search falls back to a scan."""
+    whenever the k-th distance is at most G. Past G, range search falls back to a scan.
+
+    A range search probes only radius // nhash flips, the fewest that keep it exact. FAISS
+    reads the flip count from the index object, so calls that change it hold a lock.
+    """
 
     kind = "multihash"
     exact = False
@@ -176,10 +181,24 @@ class MultiHashEngine(Engine):
         if self.hash_bits < 1:
             raise InputError(f"nhash={self.nhash} is larger than bits={bits}")
         self.index = self._new_index()
+        self._flips = threading.Lock()
+
+    def _with_flips(self, nflip: int, call, *args):
+        with self._flips:
+            self.index.nflip = nflip
+            try:
+                return call(*args)
+            finally:
+                self.index.nflip = self.nflip
 
     @staticmethod
     def defaults(bits: int) -> dict:
         return {"nhash": max(1, bits // 16), "nflip": 2}
+
+    def set_search_param(self, name: str, value: int) -> None:
+        with self._flips:
+            self.nflip = self.params["nflip"] = value
+            self.index.nflip = value
 
     @property
     def guaranteed_radius(self) -> int:
@@ -202,28 +221,31 @@ class MultiHashEngine(Engine):
         self.reset(rows)
 
     def _raw_knn(self, rows, queries, k, level):
-        dist, pos = self.index.search(queries, k)
-        return dist, pos
+        return self._with_flips(self.nflip, self.index.search, queries, k)
 
     def knn(self, rows: Rows, queries: np.ndarray, k: int, allowed: np.ndarray | None):
         n = len(rows.ids)
         if allowed is None:
-            dist, pos = self.index.search(queries, min(k, n))
+            dist, pos = self._with_flips(self.nflip, self.index.search, queries, min(k, n))
             ids = positions_to_ids(rows, pos)
         else:
             dist, ids = self.filtered_knn(rows, queries, min(k, n), allowed)
-        # where the k-th distance is within G, every tie at it is reachable: take them all
-        full = ids[:, -1] >= 0
+        # where the k-th distance is within G, every tie at it is reachable: collect them all
+        # (one range search per distinct k-th distance) and keep the k smallest (distance, id)
         kth = dist[:, -1]
-        for q in np.flatnonzero(full & (kth <= self.guaranteed_radius)):
-            lims, d, i = self.range(rows, queries[q:q + 1], int(kth[q]), allowed)
-            order = np.lexsort((i, d))[:ids.shape[1]]
-            dist[q], ids[q] = d[order], i[order]
+        exact = (ids[:, -1] >= 0) & (kth <= self.guaranteed_radius)
+        for value in np.unique(kth[exact]):
+            members = np.flatnonzero(exact & (kth == value))
+            lims, d, i = self.range(rows, queries[members], int(value), allowed)
+            for row, q in enumerate(members):
+                a, b = lims[row], lims[row + 1]
+                order = np.lexsort((i[a:b], d[a:b]))[:ids.shape[1]]
+                dist[q], ids[q] = d[a:b][order], i[a:b][order]
         return dist, ids
 
     def range(self, rows: Rows, queries: np.ndarray, radius: int, allowed: np.ndarray | None):
         if radius <= self.guaranteed_radius:
-            lims, dist, pos = self.index.range_search(queries, radius + 1)
+            lims, dist, pos = self._with_flips(radius // self.nhash, self.index.range_search, queries, radius + 1)
         else:  # past the pigeonhole radius buckets can miss items: scan the storage instead
             lims, dist, pos = self.index.storage.range_search(queries, radius + 1)
         if allowed is not None:
@@ -276,6 +298,12 @@ class IVFEngine(Engine):
     @staticmethod
     def defaults(bits: int) -> dict:
         return {"nlist": 1024, "nprobe": 16}
+
+    def set_search_param(self, name: str, value: int) -> None:
+        if value > self.nlist:
+            raise InputError(f"nprobe={value} is larger than nlist={self.nlist}")
+        self.nprobe = self.params["nprobe"] = value
+        self.index.nprobe = value
 
     @property
     def trained(self) -> bool:

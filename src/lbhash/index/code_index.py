@@ -200,6 +200,17 @@ class CodeIndex:
         self._engine.on_change(self._rows, np.sort(positions), ids, np.empty(0, np.int64))
         return len(ids)
 
+    def set_search_params(self, **params) -> None:
+        """Change what a search probes without rebuilding: nprobe (ivf), nflip (multihash)."""
+        allowed = {"ivf": ("nprobe",), "multihash": ("nflip",)}.get(self._kind, ())
+        for name, value in params.items():
+            if name not in allowed:
+                raise InputError(f"{name!r} is not a search parameter of a {self._kind} index "
+                                 f"(search parameters: {', '.join(allowed) or 'none'})")
+            check = _checks.non_negative_int if name == "nflip" else _checks.positive_int
+            self._engine.set_search_param(name, check(value, name))
+            self._params[name] = int(value)
+
     def train(self) -> None:
         """Train an ivf index now on the codes it holds (it trains itself at 39 * nlist codes)."""
         if self._kind != "ivf":
