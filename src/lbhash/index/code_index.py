@@ -247,8 +247,15 @@ class CodeIndex:
                 d, i = self._engine.knn(self._rows, queries[members], k, allowed)
                 dist[members, :d.shape[1]], ids[members, :i.shape[1]] = d, i
         dist[ids < 0] = PAD_DISTANCE
-        order = np.lexsort((ids, dist), axis=1)
-        return np.take_along_axis(dist, order, 1), np.take_along_axis(ids, order, 1)
+        # engines return rows by distance; re-sort only rows where a tie is out of id order
+        unsorted = ((dist[:, 1:] < dist[:, :-1])
+                    | ((dist[:, 1:] == dist[:, :-1]) & (ids[:, 1:] < ids[:, :-1]))).any(axis=1)
+        rows = np.flatnonzero(unsorted)
+        if len(rows):
+            order = np.lexsort((ids[rows], dist[rows]), axis=1)
+            dist[rows] = np.take_along_axis(dist[rows], order, 1)
+            ids[rows] = np.take_along_axis(ids[rows], order, 1)
+        return dist, ids
 
     def range_search(self, queries, radius: int, labels=None):
         """Every item within `radius` (inclusive) of each query: (lims, distances, ids).
