@@ -94,6 +94,7 @@ BAD_REQUESTS = [
     ("post", "/search", {"content": '{"features": [[NaN, 1,1,1,1,1,1,1,1,1,1,1]]}',
                          "headers": {"content-type": "application/json"}}, 400, "holds nan at row 0, column 0"),
     ("post", "/search", {"json": {"features": [[1.0] * 5]}}, 400, "features have 5 columns"),
+    ("post", "/search", {"json": {"features": [[1.0] * 12, [1.0] * 11]}}, 400, "of one length"),
     ("post", "/search", {"json": {"codes": ["00000000"], "k": 101}}, 400, "k must be at most 100"),
     ("post", "/search", {"json": {"codes": ["00000000"], "k": 0}}, 422, "body.k"),
     ("post", "/search", {"json": {"codes": ["00000000"], "k": 3, "radius": 2}}, 400, "either k or radius"),

@@ -301,9 +301,10 @@ class CodeIndex:
     # --- internals ------------------------------------------------------------------------
 
     def _present(self, ids: np.ndarray) -> np.ndarray:
-        pos = np.searchsorted(self._rows.ids, ids)
-        pos = np.minimum(pos, max(self.ntotal - 1, 0))
-        return (self.ntotal > 0) & (self._rows.ids[pos] == ids) if self.ntotal else np.zeros(len(ids), bool)
+        if not self.ntotal:
+            return np.zeros(len(ids), bool)
+        pos = np.minimum(np.searchsorted(self._rows.ids, ids), self.ntotal - 1)
+        return self._rows.ids[pos] == ids
 
     def _positions(self, ids: np.ndarray) -> np.ndarray:
         present = self._present(ids)

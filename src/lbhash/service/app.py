@@ -70,7 +70,11 @@ def create_app(source, encoder=None, *, limits: Limits | None = None, compact_ev
         check_batch(len(hex_codes if features is None else features), what)
         if hex_codes is not None:
             return decode_hex(hex_codes, store.bits)
-        return need_searcher("features").encode(np.asarray(features, dtype=np.float64))
+        try:
+            rows = np.asarray(features, dtype=np.float64)
+        except ValueError:
+            raise InputError("features must be lists of numbers of one length") from None
+        return need_searcher("features").encode(rows)
 
     def need_searcher(kind: str) -> Searcher:
         if searcher is None:
