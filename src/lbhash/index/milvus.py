@@ -179,9 +179,14 @@ class MilvusIndex:
         for expr, members in _groups(exprs):
             if expr is False:
                 continue
-            for q, hits in zip(members, self._search(queries[members], k + 1, {}, expr)):
-                if len(hits) > k and hits[k][0] == hits[k - 1][0]:  # ties cut at the k-th distance
-                    hits = self._range_one(queries[q], hits[k - 1][0], expr)
+            found = self._search(queries[members], k + 1, {}, expr)
+            # ties cut at the k-th distance: collect every item at that distance, per distance
+            cut = [(row, hits[k - 1][0]) for row, hits in enumerate(found) if len(hits) > k and hits[k][0] == hits[k - 1][0]]
+            for value in sorted({v for _, v in cut}):
+                rows = [row for row, v in cut if v == value]
+                for row, hits in zip(rows, self._range_many(queries[members[rows]], value, expr)):
+                    found[row] = hits
+            for q, hits in zip(members, found):
                 hits = sorted(hits)[:k]
                 dist[q, :len(hits)] = [h[0] for h in hits]
                 ids[q, :len(hits)] = [h[1] for h in hits]
@@ -191,8 +196,11 @@ class MilvusIndex:
         radius = min(_checks.radius_value(radius), self._bits)
         queries = _checks.packed_codes(queries, self._bits, "queries")
         exprs = self._filters(labels, len(queries))
-        per_query = [[] if exprs[q] is False else sorted(self._range_one(queries[q:q + 1], radius, exprs[q]))
-                     for q in range(len(queries))]
+        per_query = [[] for _ in range(len(queries))]
+        for expr, members in _groups(exprs):
+            if expr is not False:
+                for q, hits in zip(members, self._range_many(queries[members], radius, expr)):
+                    per_query[q] = sorted(hits)
         lims = np.concatenate([[0], np.cumsum([len(h) for h in per_query])]).astype(np.int64)
         dist = np.array([h[0] for hits in per_query for h in hits], np.int32)
         ids = np.array([h[1] for hits in per_query for h in hits], np.int64)
@@ -223,20 +231,21 @@ class MilvusIndex:
                                consistency_level="Strong", timeout=self._timeout)
         return [[(int(round(h.distance)), int(h.id)) for h in hits] for hits in res]
 
-    def _range_one(self, query, radius: int, expr: str):
-        """Every item within `radius` (inclusive): Milvus keeps range_filter <= d < radius."""
-        query = query.reshape(1, -1)
-        hits = self._search(query, MILVUS_CAP, {"radius": radius + 1, "range_filter": 0}, expr)[0]
-        if len(hits) < MILVUS_CAP:
-            return hits
-        hits = []
-        for d in range(radius + 1):  # page by distance: one search per distance value
-            band = self._search(query, MILVUS_CAP, {"radius": d + 1, "range_filter": d}, expr)[0]
-            if len(band) >= MILVUS_CAP:
-                raise InputError(f"more than {MILVUS_CAP} items lie at distance {d} from a query; Milvus "
-                                 "cannot return them all (use a smaller radius or the faiss backend)")
-            hits.extend(band)
-        return hits
+    def _range_many(self, queries, radius: int, expr: str):
+        """Per query, every item within `radius` (inclusive): Milvus keeps
+        range_filter <= d < radius. A query that hits the cap is paged by distance."""
+        found = self._search(queries, MILVUS_CAP, {"radius": radius + 1, "range_filter": 0}, expr)
+        for row, hits in enumerate(found):
+            if len(hits) < MILVUS_CAP:
+                continue
+            found[row] = []
+            for d in range(radius + 1):  # one search per distance value
+                band = self._search(queries[row:row + 1], MILVUS_CAP, {"radius": d + 1, "range_filter": d}, expr)[0]
+                if len(band) >= MILVUS_CAP:
+                    raise InputError(f"more than {MILVUS_CAP} items lie at distance {d} from a query; Milvus "
+                                     "cannot return them all (use a smaller radius or the faiss backend)")
+                found[row].extend(band)
+        return found
 
 
 def _groups(exprs: list):
