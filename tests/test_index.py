@@ -130,8 +130,12 @@ def test_multihash_exact_where_guaranteed(rng, bits, data):
 
 
 @pytest.mark.parametrize("bits", BITS)
-def test_ivf_full_probe_is_exact_and_partial_probe_meets_recall(rng, bits):
-    codes, _ = clustered_codes(rng, 2000, bits, centers=40, max_flips=max(1, bits // 16))
+@pytest.mark.parametrize("data", ["random", "clustered"])
+def test_ivf_full_probe_is_exact_and_partial_probe_meets_recall(rng, bits, data):
+    if data == "random":
+        codes = random_codes(rng, 2000, bits)
+    else:
+        codes, _ = clustered_codes(rng, 2000, bits, centers=40, max_flips=max(1, bits // 16))
     ids = shuffled_ids(rng, 2000)
     queries = near_queries(rng, codes, 40)
     queries[:20] = codes[:20]
@@ -143,7 +147,8 @@ def test_ivf_full_probe_is_exact_and_partial_probe_meets_recall(rng, bits):
     partial = filled("ivf", bits, codes, ids, nlist=16, nprobe=4)
     partial.train()
     dist, got = partial.search(queries, 10)
-    assert tie_aware_recall(dist, ref_d, 10) >= 0.9
+    if data == "clustered":  # codes with clusters: a quarter of the lists holds the neighbours
+        assert tie_aware_recall(dist, ref_d, 10) >= 0.9
     id_to_row = {int(i): r for r, i in enumerate(ids)}
     d_all = hamming(queries, codes)
     for q in range(len(queries)):  # every returned distance is the true one, rows sorted
