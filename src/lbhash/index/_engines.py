@@ -30,7 +30,7 @@ def positions_to_ids(rows: Rows, positions: np.ndarray) -> np.ndarray:
 
 
 def ids_to_positions(rows: Rows, ids: np.ndarray) -> np.ndarray:
-    """Positions of ids that are in rows (ids < 0 give -1)."""
+    """Positions of ids known to be in rows (ids < 0, FAISS's padding, give -1)."""
     pos = np.searchsorted(rows.ids, ids)
     return np.where(ids >= 0, pos, -1)
 
@@ -51,8 +51,9 @@ def _keep_in_range(lims, dist, keys, keep):
     return np.concatenate([[0], np.cumsum(counts)]), dist[keep], keys[keep]
 
 
-def range_to_ids(rows: Rows, lims, dist, labels, positional: bool):
-    ids = rows.ids[labels] if positional and len(labels) else labels.astype(np.int64)
+def range_to_ids(rows: Rows, lims, dist, keys, positional: bool):
+    """FAISS range results (keys: positions or ids) as int64 lims, int32 distances, int64 ids."""
+    ids = rows.ids[keys] if positional and len(keys) else keys.astype(np.int64)
     return lims.astype(np.int64), dist.astype(np.int32), ids
 
 

@@ -26,6 +26,7 @@ from lbhash.index.code_index import PAD_DISTANCE, PAD_ID
 
 MILVUS_CAP = 16384  # Milvus's limit on results per query (topk and range search alike)
 KINDS = {"flat": "BIN_FLAT", "ivf": "BIN_IVF_FLAT"}
+FLUSH_AT = 10_000  # adds at least this large are flushed, so that searches need not scan them raw
 
 
 def _pymilvus():
@@ -127,6 +128,10 @@ class MilvusIndex:
             part = slice(start, start + step)
             data = [ids[part].tolist(), [c.tobytes() for c in codes[part]], lists[part]]
             (self._col.upsert if upsert else self._col.insert)(data, timeout=self._timeout)
+        if len(ids) >= FLUSH_AT:  # seal the new segments and wait for their index
+            self._col.flush(timeout=self._timeout)
+            _pymilvus().utility.wait_for_index_building_complete(self.collection, using=self._alias,
+                                                                 timeout=self._timeout)
         return ids
 
     def remove(self, ids) -> int:
