@@ -44,9 +44,7 @@ def run_codes(run_dir: str | Path, part: str = "database") -> dict[str, np.ndarr
             raise InputError(f"{run_dir}: no codes.npz (not a finished run directory)")
         data = _load(path)
         return _checked(path, data["db_codes"], data["bits"], data.get("db_index"), data.get("db_labels"))
-    from lbhash.train.restore import encode_run
-
-    encoded = encode_run(run_dir, None, "all", progress=False)
+    encoded = _encode_run()(run_dir, None, "all", progress=False)
     ids = np.arange(len(encoded["codes"]), dtype=np.int64)  # image data names files: use positions
     return _checked(run_dir, encoded["codes"], encoded["bits"], ids, encoded["labels"])
 
@@ -63,6 +61,16 @@ def codes_file(path: str | Path) -> dict[str, np.ndarray]:
     if "db_codes" in data:
         return _checked(path, data["db_codes"], data.get("bits"), data.get("db_index"), data.get("db_labels"))
     raise InputError(f"{path}: holds neither 'codes' (lbhash encode) nor 'db_codes' (a run's codes.npz)")
+
+
+def _encode_run():
+    """The training layer's "encode every item of a run" (lbhash.train.rundir on main since
+    the training rewrite; lbhash.train.restore before it)."""
+    try:
+        from lbhash.train.rundir import encode_run
+    except ImportError:
+        from lbhash.train.restore import encode_run
+    return encode_run
 
 
 def _load(path: Path) -> dict[str, np.ndarray]:
@@ -84,7 +92,8 @@ def _checked(where, codes, bits, ids, labels) -> dict:
 
 
 class _RunEncoder:
-    """Today's run model behind the encoder interface (until the training layer has one)."""
+    """A run's model behind the encoder interface, for a training layer without
+    lbhash.HashEncoder (drop it once HashEncoder is merged)."""
 
     def __init__(self, run_dir: Path):
         from lbhash.train.restore import load_model
