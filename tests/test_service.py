@@ -1,7 +1,6 @@
 """The HTTP service in process (FastAPI TestClient): endpoints, 4xx answers, the log."""
 
 import io
-import json
 import threading
 
 import numpy as np

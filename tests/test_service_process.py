@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import httpx
-import numpy as np
 import pytest
 
 from index_reference import random_codes

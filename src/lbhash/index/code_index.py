@@ -16,8 +16,10 @@ import numpy as np
 
 from lbhash.errors import InputError
 from lbhash.index import _checks
-from lbhash.index._engines import ENGINES, Rows
+from lbhash.index._engines import FlatEngine, MultiHashEngine, Rows
+from lbhash.index._ivf import IVFEngine
 
+ENGINES = {engine.kind: engine for engine in (FlatEngine, IVFEngine, MultiHashEngine)}
 PAD_ID = -1
 PAD_DISTANCE = int(np.iinfo(np.int32).max)
 KINDS = tuple(ENGINES)

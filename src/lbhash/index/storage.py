@@ -30,7 +30,8 @@ import faiss
 import numpy as np
 
 from lbhash.errors import InputError
-from lbhash.index._engines import ENGINES, Rows
+from lbhash.index._engines import Rows
+from lbhash.index.code_index import ENGINES
 
 FORMAT = "lbhash-code-index"
 VERSION = 1
