@@ -2,8 +2,8 @@
 
 `CodeIndex` holds the items sorted by ascending external id (`Rows`). Positional engines (flat,
 multihash) store codes in exactly that order, so a FAISS position maps to an id by
-`rows.ids[position]`; the IVF engine stores external ids itself (lists reorder items anyway).
-Engines return candidates; `CodeIndex` sorts them by (distance, id) and pads.
+`rows.ids[position]`; the IVF engine (`_ivf`) stores external ids itself (lists reorder items
+anyway). Engines return candidates; `CodeIndex` sorts them by (distance, id) and pads.
 """
 
 from __future__ import annotations

@@ -56,8 +56,10 @@ class CodeIndex:
 
     kind="flat" (default) is exact: it returns exactly the brute-force result, tie order
     included. kind="ivf" (params nlist, nprobe) and kind="multihash" (nhash, nflip) are
-    approximate; their docstrings in `lbhash.index._engines` say what they guarantee, and
-    docs/search.md explains when to pick which.
+    approximate. ivf: distances are exact, an item is found only if its list is among the
+    nprobe scanned (exact until trained, at 39 * nlist codes). multihash: range search exact;
+    top-k exact wherever the k-th distance <= nhash * (nflip + 1) - 1. The engines'
+    docstrings (`_ivf.IVFEngine`, `_engines.MultiHashEngine`) and docs/search.md say more.
     """
 
     def __init__(self, bits: int, kind: str = "flat", **params):
