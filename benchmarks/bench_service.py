@@ -1,0 +1,146 @@
+"""Load test of the HTTP search service on 127.0.0.1.
+
+    python benchmarks/bench_service.py                     # 1,000,000 x 64-bit codes, 4 clients, 20 s
+    python benchmarks/bench_service.py --n 100000 --clients 8 --seconds 10 --writes 0.05
+
+Builds a flat index in a temporary directory, starts `lbhash serve` on a free port of
+127.0.0.1 (and stops it at the end), then runs --clients concurrent clients for --seconds,
+each sending one POST /search (one query, top-k) at a time; with --writes a share of the
+requests are POST /items instead. Reports requests per second, p50/p99 latency and errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+sys.path.insert(0, str(SRC))
+
+from lbhash.index import CodeIndex  # noqa: E402
+
+START_TIMEOUT_S = 180
+
+
+def load_average() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg()) + f" (1/5/15 min, {os.cpu_count()} cores)"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_server(index_dir: Path, port: int) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.Popen([sys.executable, "-c", "from lbhash.cli.serve import serve; serve()", str(index_dir),
+                             "--host", "127.0.0.1", "--port", str(port)], env=env)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            sys.exit(f"the server exited with status {proc.returncode}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                return proc
+        except httpx.TransportError:
+            time.sleep(0.5)
+    stop_server(proc)
+    sys.exit(f"the server did not answer within {START_TIMEOUT_S} s")
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=30)
+
+
+def client_loop(url, queries, args, deadline, seed, results, lock):
+    rng = np.random.default_rng(seed)
+    latencies, errors, next_id = [], 0, 10**12 + seed * 10**9
+    with httpx.Client(base_url=url, timeout=30) as client:
+        while time.monotonic() < deadline:
+            q = queries[rng.integers(len(queries))].tobytes().hex()
+            write = rng.random() < args.writes
+            start = time.perf_counter()
+            try:
+                if write:
+                    reply = client.post("/items", json={"codes": [q], "ids": [next_id]})
+                    next_id += 1
+                else:
+                    reply = client.post("/search", json={"codes": [q], "k": args.k})
+                ok = reply.status_code == 200
+            except httpx.HTTPError:
+                ok = False
+            latencies.append((time.perf_counter() - start) * 1000)
+            errors += not ok
+    with lock:
+        results.append((latencies, errors))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", type=int, default=1_000_000)
+    parser.add_argument("--bits", type=int, default=64)
+    parser.add_argument("--k", type=int, default=10)
+    parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--seconds", type=float, default=20)
+    parser.add_argument("--writes", type=float, default=0.0, help="share of requests that add an item")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    print(f"load average at start: {load_average()}")
+    rng = np.random.default_rng(args.seed)
+    width = args.bits // 8
+    centers = rng.integers(0, 256, (1000, width), np.uint8)
+    db = centers[rng.integers(0, 1000, args.n)] ^ (rng.random((args.n, width)) < 0.06).astype(np.uint8)
+    queries = centers[rng.integers(0, 1000, 1000)] ^ (rng.random((1000, width)) < 0.06).astype(np.uint8)
+    with tempfile.TemporaryDirectory() as tmp:
+        index = CodeIndex(args.bits)
+        index.add(db)
+        index.save(Path(tmp) / "ix")
+        del index
+        port = free_port()
+        proc = start_server(Path(tmp) / "ix", port)
+        try:
+            url = f"http://127.0.0.1:{port}"
+            with httpx.Client(base_url=url, timeout=30) as warm:
+                for q in queries[:50]:
+                    warm.post("/search", json={"codes": [q.tobytes().hex()], "k": args.k})
+            results, lock = [], threading.Lock()
+            deadline = time.monotonic() + args.seconds
+            threads = [threading.Thread(target=client_loop, args=(url, queries, args, deadline, s, results, lock))
+                       for s in range(args.clients)]
+            started = time.monotonic()
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(timeout=args.seconds + 120)
+            elapsed = time.monotonic() - started
+        finally:
+            stop_server(proc)
+    latencies = np.concatenate([np.array(r[0]) for r in results])
+    errors = sum(r[1] for r in results)
+    print(f"{args.n:,} x {args.bits}-bit codes, {args.clients} clients, {elapsed:.1f} s, k={args.k}, "
+          f"writes {args.writes:.0%}: {len(latencies):,} requests, {len(latencies) / elapsed:,.0f} req/s, "
+          f"p50 {np.percentile(latencies, 50):.2f} ms, p99 {np.percentile(latencies, 99):.2f} ms, "
+          f"max {latencies.max():.1f} ms, errors {errors}")
+    print(f"load average at end: {load_average()}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,172 @@
+"""`lbhash index build|add|remove|info`: search indexes over packed codes (docs/search.md)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+import numpy as np
+
+BACKENDS = ("faiss", "milvus")
+DEFAULT_URI = "http://127.0.0.1:19530"
+
+
+def backend_options(func):
+    func = click.option("--uri", default=DEFAULT_URI, show_default=True,
+                        help="Milvus server (with --backend milvus).")(func)
+    return click.option("--backend", type=click.Choice(BACKENDS), default="faiss", show_default=True,
+                        help="faiss: an index directory; milvus: INDEX names a collection on --uri.")(func)
+
+
+def open_index(target: str, backend: str, uri: str):
+    """A saved CodeIndex directory, or an existing Milvus collection."""
+    if backend == "milvus":
+        from lbhash.index.milvus import MilvusIndex
+
+        return MilvusIndex(None, collection=str(target), uri=uri)
+    from lbhash.index import CodeIndex
+
+    return CodeIndex.load(target)
+
+
+def read_ids(value: str | None, path: Path | None) -> np.ndarray:
+    from lbhash.cli.common import parse_int_list
+    from lbhash.errors import InputError
+
+    if (value is None) == (path is None):
+        raise InputError("give exactly one of --ids and --ids-file")
+    if value is not None:
+        return np.array(parse_int_list(value, "--ids"), np.int64)
+    if path.suffix == ".npy":
+        try:
+            return np.load(path, allow_pickle=False)
+        except (ValueError, OSError) as err:
+            raise InputError(f"{path}: not a readable .npy array ({err})") from None
+    try:
+        return np.array([int(line) for line in path.read_text().split()], np.int64)
+    except ValueError:
+        raise InputError(f"{path}: must hold one integer id per line") from None
+
+
+@click.group("index")
+def index() -> None:
+    """Build and change search indexes over packed codes."""
+
+
+@index.command()
+@click.argument("source", type=click.Path(path_type=Path))
+@click.option("--out", required=True, help="Index directory to write (milvus: the collection name).")
+@click.option("--kind", type=click.Choice(["flat", "ivf", "multihash"]), default="flat", show_default=True,
+              help="flat: exact; ivf, multihash: approximate (docs/search.md).")
+@click.option("--part", type=click.Choice(["database", "all"]), default=None,
+              help="With a run directory: its database codes (codes.npz) or all items encoded anew. [default: database]")
+@click.option("--nlist", type=int, help="ivf: number of lists. [default: 1024]")
+@click.option("--nprobe", type=int, help="ivf: lists scanned per query. [default: 16]")
+@click.option("--nhash", type=int, help="multihash: number of hash tables. [default: bits // 16]")
+@click.option("--nflip", type=int, help="multihash: bit flips probed per table. [default: 2]")
+@click.option("--overwrite", is_flag=True, help="Replace an existing index (atomically).")
+@backend_options
+def build(source: Path, out: str, kind: str, part: str | None, nlist, nprobe, nhash, nflip, overwrite: bool,
+          backend: str, uri: str) -> None:
+    """Index the codes of SOURCE: a run directory, or an .npz from `lbhash encode`.
+
+    Ids are the items' positions in the data set (or the file's integer `ids`); labels come
+    along for filtering.
+    """
+    from lbhash.errors import InputError
+    from lbhash.index import sources
+
+    if source.is_dir():
+        data = sources.run_codes(source, part or "database")
+    elif part is not None:
+        raise InputError("--part applies to a run directory, not to a codes file")
+    else:
+        data = sources.codes_file(source)
+    ids = data["ids"] if data["ids"] is not None else np.arange(len(data["codes"]))
+    given = {k: v for k, v in dict(nlist=nlist, nprobe=nprobe, nhash=nhash, nflip=nflip).items() if v is not None}
+    if backend == "milvus":
+        index = _new_milvus(out, uri, data["bits"], kind, given, overwrite)
+    else:
+        from lbhash.index import CodeIndex
+
+        if Path(out).exists() and not overwrite:
+            raise InputError(f"{out} exists: pass --overwrite to replace it")
+        index = CodeIndex(data["bits"], kind, **given)
+    index.add(data["codes"], ids=ids, labels=data["labels"])
+    if backend == "faiss":
+        index.save(out)
+        if not index.is_trained:
+            click.echo(f"note: the ivf index needs {39 * index.params['nlist']} codes to train; "
+                       "until then it searches exactly", err=True)
+    click.echo(f"indexed {len(ids)} {data['bits']}-bit codes ({backend} {kind}) into {out}")
+
+
+def _new_milvus(name: str, uri: str, bits: int, kind: str, given: dict, overwrite: bool):
+    from lbhash.errors import InputError
+    from lbhash.index.milvus import MilvusIndex
+
+    if set(given) - {"nlist", "nprobe"}:
+        raise InputError(f"--{sorted(set(given) - {'nlist', 'nprobe'})[0]} does not apply to the milvus backend")
+    index = MilvusIndex(bits, collection=name, uri=uri, kind=kind, **given)
+    if index.ntotal and not overwrite:
+        raise InputError(f"Milvus collection {name!r} already holds {index.ntotal} items: pass --overwrite to replace it")
+    if index.ntotal or index.bits != bits:
+        index.drop()
+        index = MilvusIndex(bits, collection=name, uri=uri, kind=kind, **given)
+    return index
+
+
+@index.command()
+@click.argument("index_dir", type=click.Path(path_type=Path))
+@click.argument("codes_file", type=click.Path(path_type=Path))
+@click.option("--upsert", is_flag=True, help="Replace items whose id is already present.")
+def add(index_dir: Path, codes_file: Path, upsert: bool) -> None:
+    """Add the codes of CODES_FILE (an `lbhash encode` .npz) to INDEX_DIR, atomically."""
+    from lbhash.errors import InputError
+    from lbhash.index import CodeIndex, sources
+
+    index = CodeIndex.load(index_dir)
+    data = sources.codes_file(codes_file)
+    if data["bits"] != index.bits:
+        raise InputError(f"{codes_file} holds {data['bits']}-bit codes but {index_dir} holds {index.bits}-bit codes")
+    ids = index.add(data["codes"], ids=data["ids"], labels=data["labels"], upsert=upsert)
+    index.save(index_dir)
+    click.echo(f"added {len(ids)} codes to {index_dir} ({index.ntotal} in all)")
+
+
+@index.command()
+@click.argument("index_dir", type=click.Path(path_type=Path))
+@click.option("--ids", "ids_text", help="Comma-separated ids.")
+@click.option("--ids-file", type=click.Path(path_type=Path), help=".npy array or text file, one id per line.")
+def remove(index_dir: Path, ids_text: str | None, ids_file: Path | None) -> None:
+    """Remove items by id from INDEX_DIR, atomically; an unknown id changes nothing."""
+    from lbhash.index import CodeIndex
+
+    index = CodeIndex.load(index_dir)
+    removed = index.remove(read_ids(ids_text, ids_file))
+    index.save(index_dir)
+    click.echo(f"removed {removed} items from {index_dir} ({index.ntotal} left)")
+
+
+@index.command()
+@click.argument("index_dir", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@backend_options
+def info(index_dir: Path, as_json: bool, backend: str, uri: str) -> None:
+    """Describe an index (its files' checksums are verified on the way)."""
+    if backend == "milvus":
+        summary = open_index(str(index_dir), backend, uri).stats()
+    else:
+        from lbhash.index.storage import directory_bytes
+
+        index = open_index(index_dir, backend, uri)
+        summary = {"backend": "faiss", "path": str(index_dir), "bits": index.bits, "kind": index.kind,
+                   "params": index.params, "ntotal": index.ntotal, "num_classes": index.num_classes,
+                   "exact": index.exact, "trained": index.is_trained, "next_id": index.next_id,
+                   "bytes_on_disk": directory_bytes(index_dir)}
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+    else:
+        for key, value in summary.items():
+            click.echo(f"{key:14} {value}")

@@ -1,0 +1,120 @@
+"""`lbhash search`: query an index with codes, feature vectors or images."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+import numpy as np
+
+from lbhash.cli.index import backend_options, open_index
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff")
+
+
+@click.command()
+@click.argument("index_dir")
+@click.option("--codes", "codes_path", type=click.Path(path_type=Path),
+              help="Packed query codes: .npy uint8, or .npz with 'codes' or 'query_codes'.")
+@click.option("--features", "features_path", type=click.Path(path_type=Path),
+              help="Query feature vectors (.npy, or .npz with 'features' or 'x'); needs --run.")
+@click.option("--images", "image_paths", multiple=True, type=click.Path(path_type=Path),
+              help="Query image file or directory (repeatable); needs --run.")
+@click.option("--run", "run_dir", type=click.Path(path_type=Path), help="Trained run whose model encodes the queries.")
+@click.option("-k", "k", type=int, default=10, show_default=True, help="Results per query.")
+@click.option("--radius", type=int, help="Return every item within this Hamming distance instead of top-k.")
+@click.option("--filter-labels", help="Only items with at least one of these class ids (comma-separated).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@backend_options
+def search(index_dir: str, codes_path, features_path, image_paths, run_dir, k: int, radius: int | None,
+           filter_labels: str | None, as_json: bool, backend: str, uri: str) -> None:
+    """Search INDEX_DIR; print each query's ids, distances and labels."""
+    from lbhash.cli.common import parse_int_list
+    from lbhash.errors import InputError
+
+    given = [name for name, value in (("--codes", codes_path), ("--features", features_path),
+                                      ("--images", image_paths)) if value]
+    if len(given) != 1:
+        raise InputError("give exactly one of --codes, --features and --images")
+    if given[0] != "--codes" and run_dir is None:
+        raise InputError(f"{given[0]} needs --run RUN_DIR (the model that encodes the queries)")
+    index = open_index(index_dir, backend, uri)
+    names, queries = _queries(index, codes_path, features_path, image_paths, run_dir)
+    labels = None
+    if filter_labels is not None:
+        classes = parse_int_list(filter_labels, "--filter-labels")
+        row = np.zeros(max(classes) + 1, bool)
+        if min(classes) < 0:
+            raise InputError(f"--filter-labels must be non-negative class ids, got {filter_labels!r}")
+        row[classes] = True
+        labels = np.tile(row, (len(queries), 1))
+    if radius is not None:
+        lims, dist, ids = index.range_search(queries, radius, labels)
+        rows = [(dist[a:b], ids[a:b]) for a, b in zip(lims[:-1], lims[1:])]
+    else:
+        dist, ids = index.search(queries, k, labels)
+        rows = [(d[i >= 0], i[i >= 0]) for d, i in zip(dist, ids)]
+    found = np.unique(np.concatenate([i for _, i in rows])) if rows else np.empty(0, np.int64)
+    item_labels = dict(zip(found.tolist(), index.get(found)[1])) if len(found) else {}
+    results = [{"query": q, "name": names[q], "ids": i.tolist(), "distances": d.tolist(),
+                "labels": [np.flatnonzero(item_labels[x]).tolist() for x in i.tolist()]}
+               for q, (d, i) in enumerate(rows)]
+    if as_json:
+        click.echo(json.dumps(results, indent=1))
+        return
+    for result in results:
+        click.echo(f"query {result['query']} ({result['name']}): {len(result['ids'])} results")
+        for rank, (i, d, lab) in enumerate(zip(result["ids"], result["distances"], result["labels"]), 1):
+            click.echo(f"  {rank:4d}  id {i:<10d} distance {d:<4d} labels {','.join(map(str, lab)) or '-'}")
+
+
+def _queries(index, codes_path, features_path, image_paths, run_dir):
+    from lbhash.errors import InputError
+
+    if codes_path is not None:
+        codes = _array(codes_path, ("codes", "query_codes"))
+        if codes.dtype != np.uint8:
+            raise InputError(f"{codes_path}: query codes must be packed uint8, got {codes.dtype}")
+        return [f"row {i}" for i in range(len(codes))], codes
+    from lbhash.index import Searcher
+    from lbhash.index.sources import load_encoder
+
+    searcher = Searcher(index, load_encoder(run_dir))
+    if features_path is not None:
+        x = _array(features_path, ("features", "x"))
+        return [f"row {i}" for i in range(len(x))], searcher.encode(x)
+    files = []
+    for path in image_paths:
+        if path.is_dir():
+            files += sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise InputError(f"{path}: no such file or directory")
+    if not files:
+        raise InputError("--images found no image files")
+    return [str(f) for f in files], searcher.encode_image_files([f.read_bytes() for f in files], [str(f) for f in files])
+
+
+def _array(path: Path, keys: tuple[str, ...]) -> np.ndarray:
+    from lbhash import _io
+    from lbhash.errors import InputError
+
+    if path.suffix == ".npy":
+        if not path.is_file():
+            raise InputError(f"{path}: no such file")
+        try:
+            return np.load(path, allow_pickle=False)
+        except (ValueError, OSError, EOFError) as err:
+            raise InputError(f"{path}: not a readable .npy array ({' '.join(str(err).split())})") from None
+    try:
+        data = _io.load_npz(path)
+    except ValueError as err:
+        raise InputError(str(err)) from None
+    for key in keys:
+        if key in data:
+            return data[key]
+    if len(data) == 1:
+        return next(iter(data.values()))
+    raise InputError(f"{path}: holds none of {', '.join(keys)}")

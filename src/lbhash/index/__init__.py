@@ -1,0 +1,20 @@
+"""Search over packed binary codes (SPEC §9): `CodeIndex` (FAISS), `MilvusIndex` (a Milvus
+server, imported lazily), and `Searcher`, which encodes raw inputs before searching.
+
+See docs/search.md for the kinds, their guarantees, persistence and the service.
+"""
+
+from lbhash.index.code_index import KINDS, PAD_DISTANCE, PAD_ID, AddPlan, CodeIndex, threads_for
+from lbhash.index.searcher import Searcher
+
+
+def __getattr__(name):
+    if name == "MilvusIndex":  # pymilvus is optional: import it only when asked for
+        from lbhash.index.milvus import MilvusIndex
+
+        return MilvusIndex
+    raise AttributeError(f"module 'lbhash.index' has no attribute {name!r}")
+
+
+__all__ = ["CodeIndex", "Searcher", "MilvusIndex", "AddPlan", "KINDS", "PAD_ID", "PAD_DISTANCE",
+           "threads_for"]

@@ -1,0 +1,93 @@
+"""Validation of everything a caller hands to an index: one-line InputErrors naming the value."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lbhash.errors import InputError
+from lbhash.labels import as_multihot
+
+
+def check_bits(bits) -> int:
+    if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)) or bits <= 0 or bits % 8:
+        raise InputError(f"bits must be a positive multiple of 8, got {bits!r}")
+    return int(bits)
+
+
+def packed_codes(codes, bits: int, name: str = "codes") -> np.ndarray:
+    """Packed uint8 codes (n, bits // 8) as a C-contiguous array; anything else is refused."""
+    arr = np.asarray(codes)
+    width = bits // 8
+    if arr.dtype != np.uint8:
+        hint = ""
+        if arr.ndim == 2 and arr.shape[1] == bits and arr.dtype.kind in "biuf":
+            hint = " (these look like unpacked +/-1 or boolean codes: pack them with lbhash.codes.pack)"
+        raise InputError(f"{name} must be packed uint8 codes of shape (n, {width}) for {bits} bits, "
+                         f"got dtype {arr.dtype} with shape {arr.shape}{hint}")
+    if arr.ndim != 2:
+        raise InputError(f"{name} must be a 2-D array (n, {width}) of packed codes, got shape {arr.shape} "
+                         "(one code: reshape it to (1, -1))")
+    if arr.shape[1] != width:
+        raise InputError(f"{name} has {arr.shape[1]} bytes per code ({arr.shape[1] * 8} bits), "
+                         f"but the index holds {bits}-bit codes ({width} bytes)")
+    return np.ascontiguousarray(arr)
+
+
+def item_ids(ids, n: int | None = None, name: str = "ids") -> np.ndarray:
+    """Non-negative int64 ids, 1-D, without duplicates (length n where given)."""
+    arr = np.asarray(ids)
+    if arr.ndim == 0:
+        arr = arr.reshape(1)
+    if arr.size == 0 and arr.dtype.kind == "f":  # an empty list comes out as float64
+        arr = arr.astype(np.int64)
+    if arr.dtype.kind not in "iu":
+        raise InputError(f"{name} must be integers, got dtype {arr.dtype}")
+    if arr.ndim != 1:
+        raise InputError(f"{name} must be a 1-D array, got shape {arr.shape}")
+    if n is not None and len(arr) != n:
+        raise InputError(f"{name} has {len(arr)} entries but there are {n} codes")
+    if arr.dtype == np.uint64 and arr.size and arr.max() > np.iinfo(np.int64).max:
+        raise InputError(f"{name} holds {int(arr.max())}, above the int64 range")
+    out = arr.astype(np.int64)
+    if out.size and out.min() < 0:
+        raise InputError(f"{name} must be non-negative, found {int(out.min())}")
+    if out.size > 1:
+        uniq, counts = np.unique(out, return_counts=True)
+        if (counts > 1).any():
+            raise InputError(f"{name} holds id {int(uniq[counts > 1][0])} more than once")
+    return out
+
+
+def label_rows(labels, n: int, name: str = "labels") -> np.ndarray:
+    """Class ids (n,) or multi-hot rows (n, C) -> boolean (n, C)."""
+    try:
+        rows = as_multihot(labels, name)
+    except ValueError as err:
+        raise InputError(str(err)) from None
+    if len(rows) != n:
+        raise InputError(f"{name} has {len(rows)} rows but there are {n} codes")
+    return rows
+
+
+def top_k(k) -> int:
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k <= 0:
+        raise InputError(f"k must be a positive integer, got {k!r}")
+    return int(k)
+
+
+def radius_value(radius) -> int:
+    if isinstance(radius, bool) or not isinstance(radius, (int, np.integer)) or radius < 0:
+        raise InputError(f"radius must be a non-negative integer, got {radius!r}")
+    return int(radius)
+
+
+def positive_int(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+        raise InputError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def non_negative_int(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise InputError(f"{name} must be a non-negative integer, got {value!r}")
+    return int(value)

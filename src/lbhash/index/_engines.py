@@ -1,0 +1,270 @@
+"""The FAISS side of each index kind, in the positions and ids that `CodeIndex` keeps.
+
+`CodeIndex` holds the items sorted by ascending external id (`Rows`). Positional engines (flat,
+multihash) store codes in exactly that order, so a FAISS position maps to an id by
+`rows.ids[position]`; the IVF engine (`_ivf`) stores external ids itself (lists reorder items
+anyway). Engines return candidates; `CodeIndex` sorts them by (distance, id) and pads.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import faiss
+import numpy as np
+
+from lbhash.errors import InputError
+
+
+@dataclass
+class Rows:
+    """Every item of an index, sorted by ascending id: ids (n,), codes (n, bytes)."""
+
+    ids: np.ndarray
+    codes: np.ndarray
+
+
+def positions_to_ids(rows: Rows, positions: np.ndarray) -> np.ndarray:
+    return np.where(positions >= 0, rows.ids[np.maximum(positions, 0)] if len(rows.ids) else -1, -1)
+
+
+def ids_to_positions(rows: Rows, ids: np.ndarray) -> np.ndarray:
+    """Positions of ids known to be in rows (ids < 0, FAISS's padding, give -1)."""
+    pos = np.searchsorted(rows.ids, ids)
+    return np.where(ids >= 0, pos, -1)
+
+
+def _selector(allowed: np.ndarray | None):
+    """A FAISS bitmap selector over positions; the bitmap must outlive the search."""
+    if allowed is None:
+        return None, None
+    bitmap = np.packbits(allowed, bitorder="little")
+    return faiss.SearchParameters(sel=faiss.IDSelectorBitmap(bitmap)), bitmap
+
+
+def keep_in_range(lims, dist, keys, keep):
+    """Drop range results where `keep` is False, keeping lims consistent."""
+    lims = lims.astype(np.int64)
+    qidx = np.repeat(np.arange(len(lims) - 1), np.diff(lims))
+    counts = np.bincount(qidx[keep], minlength=len(lims) - 1)
+    return np.concatenate([[0], np.cumsum(counts)]), dist[keep], keys[keep]
+
+
+def range_to_ids(rows: Rows, lims, dist, keys, positional: bool):
+    """FAISS range results (keys: positions or ids) as int64 lims, int32 distances, int64 ids."""
+    ids = rows.ids[keys] if positional and len(keys) else keys.astype(np.int64)
+    return lims.astype(np.int64), dist.astype(np.int32), ids
+
+
+class Engine:
+    kind = ""
+    exact = True
+    positional = True
+
+    def __init__(self, bits: int, params: dict):
+        self.bits = bits
+        self.params = params
+
+    # --- candidate search with an allowed-positions mask: over-fetch and post-filter -------
+
+    def _raw_knn(self, rows: Rows, queries: np.ndarray, k: int, level: int):
+        raise NotImplementedError
+
+    def _max_level(self) -> int:
+        return 0
+
+    def filtered_knn(self, rows: Rows, queries: np.ndarray, k: int, allowed: np.ndarray):
+        """Top-k candidates among allowed items: fetch more until k pass the mask, or the
+        engine has nothing more to give at its widest setting."""
+        nq, n = len(queries), len(rows.ids)
+        dist = np.full((nq, k), -1, np.int32)
+        ids = np.full((nq, k), -1, np.int64)
+        todo = np.arange(nq)
+        fetch, level = min(n, max(4 * k, 64)), 0
+        for _ in range(64):  # each round grows `fetch` 4x or widens a level: far fewer rounds
+            if not len(todo) or n == 0:
+                break
+            d, i = self._raw_knn(rows, queries[todo], fetch, level)
+            pos = i if self.positional else ids_to_positions(rows, i)
+            pos_ok = (i >= 0) & (pos < n)
+            keep = pos_ok & allowed[np.where(pos_ok, pos, 0)]
+            counts = keep.sum(axis=1)
+            exhausted = (i[:, -1] < 0) | (fetch >= n)  # nothing more at this level
+            at_widest = level >= self._max_level()
+            done = (counts >= k) | (exhausted & at_widest)
+            keep_done, i_done, d_done = keep[done], i[done], d[done]
+            for row, q in enumerate(todo[done]):
+                sel = np.flatnonzero(keep_done[row])[:k]
+                found = i_done[row, sel]
+                ids[q, :len(sel)] = rows.ids[found] if self.positional else found
+                dist[q, :len(sel)] = d_done[row, sel]
+            todo = todo[~done]
+            if len(todo):
+                if exhausted[~done].any() and not at_widest:
+                    level += 1
+                else:
+                    fetch = min(n, fetch * 4)
+        if len(todo):
+            raise RuntimeError(f"filtered search did not converge for {len(todo)} queries")
+        return dist, ids
+
+
+class FlatEngine(Engine):
+    """Exact scan. FAISS keeps, among equal distances, the lowest position (its scan only
+    replaces a kept item by a strictly closer one), and positions follow ids."""
+
+    kind = "flat"
+
+    def __init__(self, bits: int, params: dict):
+        super().__init__(bits, params)
+        self.index = faiss.IndexBinaryFlat(bits)
+
+    @staticmethod
+    def defaults(bits: int) -> dict:
+        return {}
+
+    def reset(self, rows: Rows) -> None:
+        self.index.reset()
+        if len(rows.ids):
+            self.index.add(rows.codes)
+
+    def on_append(self, rows: Rows, codes: np.ndarray, ids: np.ndarray) -> None:
+        self.index.add(codes)
+
+    def on_change(self, rows: Rows, removed_positions: np.ndarray, removed_ids: np.ndarray,
+                  added_ids: np.ndarray) -> None:
+        if len(added_ids):
+            self.reset(rows)
+        elif len(removed_positions):  # FAISS compacts in order, so positions still follow ids
+            self.index.remove_ids(faiss.IDSelectorBatch(removed_positions.astype(np.int64)))
+
+    def knn(self, rows: Rows, queries: np.ndarray, k: int, allowed: np.ndarray | None):
+        params, _bitmap = _selector(allowed)
+        dist, pos = self.index.search(queries, min(k, len(rows.ids)), params=params)
+        return dist, positions_to_ids(rows, pos)
+
+    def range(self, rows: Rows, queries: np.ndarray, radius: int, allowed: np.ndarray | None):
+        params, _bitmap = _selector(allowed)
+        lims, dist, pos = self.index.range_search(queries, radius + 1, params=params)  # FAISS: d < radius
+        return range_to_ids(rows, lims, dist, pos, True)
+
+    def faiss_index(self):
+        return self.index
+
+    @classmethod
+    def from_faiss(cls, bits: int, params: dict, index, ids: np.ndarray):
+        engine = cls(bits, params)
+        if not isinstance(index, faiss.IndexBinaryFlat):
+            raise InputError(f"index.faiss holds a {type(index).__name__}, not the IndexBinaryFlat of a flat index")
+        engine.index = index
+        codes = faiss.vector_to_array(index.xb).reshape(index.ntotal, bits // 8)
+        return engine, codes
+
+
+class MultiHashEngine(Engine):
+    """Multi-index hashing: `nhash` substrings of b = min(64, bits // nhash) bits, each probed
+    within `nflip` flips. By pigeonhole every item within G = nhash * (nflip + 1) - 1 of a
+    query shares a probed bucket with it, so range search up to G is exact and top-k is exact
+    whenever the k-th distance is at most G. Past G, range search falls back to a scan.
+
+    A range search probes only radius // nhash flips, the fewest that keep it exact. FAISS
+    reads the flip count from the index object, so calls that change it hold a lock.
+    """
+
+    kind = "multihash"
+    exact = False
+
+    def __init__(self, bits: int, params: dict):
+        super().__init__(bits, params)
+        self.nhash, self.nflip = params["nhash"], params["nflip"]
+        self.hash_bits = min(64, bits // self.nhash)
+        if self.hash_bits < 1:
+            raise InputError(f"nhash={self.nhash} is larger than bits={bits}")
+        self.index = self._new_index()
+        self._flips = threading.Lock()
+
+    def _with_flips(self, nflip: int, call, *args):
+        with self._flips:
+            self.index.nflip = nflip
+            try:
+                return call(*args)
+            finally:
+                self.index.nflip = self.nflip
+
+    @staticmethod
+    def defaults(bits: int) -> dict:
+        return {"nhash": max(1, bits // 16), "nflip": 2}
+
+    def set_search_param(self, name: str, value: int) -> None:
+        with self._flips:
+            self.nflip = self.params["nflip"] = value
+            self.index.nflip = value
+
+    @property
+    def guaranteed_radius(self) -> int:
+        return self.nhash * (self.nflip + 1) - 1
+
+    def _new_index(self):
+        index = faiss.IndexBinaryMultiHash(self.bits, self.nhash, self.hash_bits)
+        index.nflip = self.nflip
+        return index
+
+    def reset(self, rows: Rows) -> None:  # FAISS cannot remove from hash maps: rebuild
+        self.index = self._new_index()
+        if len(rows.ids):
+            self.index.add(rows.codes)
+
+    def on_append(self, rows: Rows, codes: np.ndarray, ids: np.ndarray) -> None:
+        self.index.add(codes)
+
+    def on_change(self, rows, removed_positions, removed_ids, added_ids) -> None:
+        self.reset(rows)
+
+    def _raw_knn(self, rows, queries, k, level):
+        return self._with_flips(self.nflip, self.index.search, queries, k)
+
+    def knn(self, rows: Rows, queries: np.ndarray, k: int, allowed: np.ndarray | None):
+        n = len(rows.ids)
+        if allowed is None:
+            dist, pos = self._with_flips(self.nflip, self.index.search, queries, min(k, n))
+            ids = positions_to_ids(rows, pos)
+        else:
+            dist, ids = self.filtered_knn(rows, queries, min(k, n), allowed)
+        # where the k-th distance is within G, every tie at it is reachable: collect them all
+        # (one range search per distinct k-th distance) and keep the k smallest (distance, id)
+        kth = dist[:, -1]
+        exact = (ids[:, -1] >= 0) & (kth <= self.guaranteed_radius)
+        for value in np.unique(kth[exact]):
+            members = np.flatnonzero(exact & (kth == value))
+            lims, d, i = self.range(rows, queries[members], int(value), allowed)
+            for row, q in enumerate(members):
+                a, b = lims[row], lims[row + 1]
+                order = np.lexsort((i[a:b], d[a:b]))[:ids.shape[1]]
+                dist[q], ids[q] = d[a:b][order], i[a:b][order]
+        return dist, ids
+
+    def range(self, rows: Rows, queries: np.ndarray, radius: int, allowed: np.ndarray | None):
+        if radius <= self.guaranteed_radius:
+            lims, dist, pos = self._with_flips(radius // self.nhash, self.index.range_search, queries, radius + 1)
+        else:  # past the pigeonhole radius buckets can miss items: scan the storage instead
+            lims, dist, pos = self.index.storage.range_search(queries, radius + 1)
+        if allowed is not None:
+            lims, dist, pos = keep_in_range(lims, dist, pos, allowed[pos])
+        return range_to_ids(rows, lims, dist, pos, True)
+
+    def faiss_index(self):
+        return self.index
+
+    @classmethod
+    def from_faiss(cls, bits: int, params: dict, index, ids: np.ndarray):
+        engine = cls(bits, params)
+        if not isinstance(index, faiss.IndexBinaryMultiHash):
+            raise InputError(f"index.faiss holds a {type(index).__name__}, not the IndexBinaryMultiHash of a multihash index")
+        if index.nhash != engine.nhash or index.b != engine.hash_bits:
+            raise InputError(f"index.faiss has nhash={index.nhash}, b={index.b}, but the manifest says "
+                             f"nhash={engine.nhash}, b={engine.hash_bits}")
+        index.nflip = engine.nflip
+        engine.index = index
+        codes = faiss.vector_to_array(index.storage.xb).reshape(index.ntotal, bits // 8)
+        return engine, codes

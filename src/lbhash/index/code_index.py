@@ -1,0 +1,342 @@
+"""`CodeIndex`: top-k and range search over packed binary codes with external ids and labels.
+
+Order of results (SPEC §9): ascending Hamming distance, ties by ascending id. Rows with fewer
+than k results are padded with id `PAD_ID` (-1) and distance `PAD_DISTANCE` (the int32
+maximum, FAISS's own padding value, which no real distance can reach).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+from lbhash.errors import InputError
+from lbhash.index import _checks
+from lbhash.index._engines import FlatEngine, MultiHashEngine, Rows
+from lbhash.index._ivf import IVFEngine
+
+ENGINES = {engine.kind: engine for engine in (FlatEngine, IVFEngine, MultiHashEngine)}
+PAD_ID = -1
+PAD_DISTANCE = int(np.iinfo(np.int32).max)
+KINDS = tuple(ENGINES)
+
+
+@contextmanager
+def threads_for(num_queries: int):
+    """One OpenMP thread for a lone query (a parallel scan of one query costs more in
+    synchronisation than it saves on a busy machine), all threads for a batch. The setting is
+    per calling thread in OpenMP, and is restored afterwards."""
+    if num_queries != 1:
+        yield
+        return
+    previous = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    try:
+        yield
+    finally:
+        faiss.omp_set_num_threads(previous)
+
+
+@dataclass
+class AddPlan:
+    """A validated add: what `CodeIndex.apply_add` will do (the service logs it first)."""
+
+    ids: np.ndarray
+    codes: np.ndarray
+    labels: np.ndarray | None
+    upsert: bool
+
+
+class CodeIndex:
+    """Packed binary codes (uint8, FAISS bit layout, `bits` a multiple of 8) with int64 ids.
+
+    kind="flat" (default) is exact: it returns exactly the brute-force result, tie order
+    included. kind="ivf" (params nlist, nprobe) and kind="multihash" (nhash, nflip) are
+    approximate. ivf: distances are exact, an item is found only if its list is among the
+    nprobe scanned (exact until trained, at 39 * nlist codes). multihash: range search exact;
+    top-k exact wherever the k-th distance <= nhash * (nflip + 1) - 1. The engines'
+    docstrings (`_ivf.IVFEngine`, `_engines.MultiHashEngine`) and docs/search.md say more.
+    """
+
+    def __init__(self, bits: int, kind: str = "flat", **params):
+        self._bits = _checks.check_bits(bits)
+        if kind not in ENGINES:
+            raise InputError(f"unknown index kind {kind!r} (known: {', '.join(KINDS)})")
+        defaults = ENGINES[kind].defaults(self._bits)
+        unknown = sorted(set(params) - set(defaults))
+        if unknown:
+            allowed = ", ".join(defaults) or "none"
+            raise InputError(f"unknown parameter {unknown[0]!r} for a {kind} index (allowed: {allowed})")
+        merged = dict(defaults)
+        for name, value in params.items():
+            check = _checks.non_negative_int if name == "nflip" else _checks.positive_int
+            merged[name] = check(value, name)
+        self._kind, self._params = kind, merged
+        self._engine = ENGINES[kind](self._bits, merged)
+        self._rows = Rows(np.empty(0, np.int64), np.empty((0, self._bits // 8), np.uint8))
+        self._labels = np.zeros((0, 0), bool)
+        self._next_id = 0
+        self.metadata: dict = {}  # free-form, saved in the manifest (the service keeps its log position)
+
+    # --- properties -----------------------------------------------------------------------
+
+    @property
+    def bits(self) -> int:
+        return self._bits
+
+    @property
+    def kind(self) -> str:
+        return self._kind
+
+    @property
+    def params(self) -> dict:
+        return dict(self._params)
+
+    @property
+    def ntotal(self) -> int:
+        return len(self._rows.ids)
+
+    def __len__(self) -> int:
+        return self.ntotal
+
+    @property
+    def num_classes(self) -> int:
+        return self._labels.shape[1]
+
+    @property
+    def next_id(self) -> int:
+        """The id a default-numbered add starts from: one past the largest id ever added."""
+        return self._next_id
+
+    @property
+    def exact(self) -> bool:
+        return self._engine.exact
+
+    @property
+    def is_trained(self) -> bool:
+        return getattr(self._engine, "trained", True)
+
+    def ids(self) -> np.ndarray:
+        return self._rows.ids.copy()
+
+    def contains(self, ids) -> np.ndarray:
+        """Which of the given ids are in the index (bool per id)."""
+        return self._present(_checks.item_ids(ids))
+
+    def __repr__(self) -> str:
+        return f"CodeIndex(bits={self._bits}, kind={self._kind!r}, ntotal={self.ntotal}, params={self._params})"
+
+    # --- changes --------------------------------------------------------------------------
+
+    def add(self, codes, ids=None, labels=None, upsert: bool = False) -> np.ndarray:
+        """Add packed codes; return their ids.
+
+        ids default to consecutive numbers after the largest id ever added. labels are class
+        ids (n,) or multi-hot rows (n, C). An id already present is an error unless
+        upsert=True, which replaces its code and labels (labels=None: no labels).
+        """
+        plan = self.prepare_add(codes, ids, labels, upsert)
+        self.apply_add(plan)
+        return plan.ids.copy()
+
+    def prepare_add(self, codes, ids=None, labels=None, upsert: bool = False) -> AddPlan:
+        """Validate an add against the current state without changing anything."""
+        codes = _checks.packed_codes(codes, self._bits)
+        n = len(codes)
+        if ids is None:
+            ids = np.arange(self._next_id, self._next_id + n, dtype=np.int64)
+        else:
+            ids = _checks.item_ids(ids, n)
+        rows = None if labels is None else _checks.label_rows(labels, n)
+        if not upsert and self.ntotal and n:
+            present = self._present(ids)
+            if present.any():
+                raise InputError(f"id {int(ids[present][0])} is already in the index (pass upsert=True to replace it)")
+        return AddPlan(ids, codes, rows, bool(upsert))
+
+    def apply_add(self, plan: AddPlan) -> None:
+        if not len(plan.ids):
+            return
+        order = np.argsort(plan.ids, kind="stable")
+        ids, codes = plan.ids[order], plan.codes[order]
+        width = max(self.num_classes, 0 if plan.labels is None else plan.labels.shape[1])
+        labels = np.zeros((len(ids), width), bool)
+        if plan.labels is not None:
+            labels[:, :plan.labels.shape[1]] = plan.labels[order]
+        self._labels = _widen(self._labels, width)
+        present = self._present(ids)
+        old = self._rows
+        if not present.any() and (not len(old.ids) or ids[0] > old.ids[-1]):
+            self._rows = Rows(np.concatenate([old.ids, ids]), np.concatenate([old.codes, codes]))
+            self._labels = np.concatenate([self._labels, labels])
+            self._engine.on_append(self._rows, codes, ids)
+        else:
+            replaced = np.searchsorted(old.ids, ids[present])
+            keep = np.ones(len(old.ids), bool)
+            keep[replaced] = False
+            merged_ids = np.concatenate([old.ids[keep], ids])
+            merge = np.argsort(merged_ids, kind="stable")
+            self._rows = Rows(merged_ids[merge], np.concatenate([old.codes[keep], codes])[merge])
+            self._labels = np.concatenate([self._labels[keep], labels])[merge]
+            self._engine.on_change(self._rows, replaced, ids[present], ids)
+        self._next_id = max(self._next_id, int(ids[-1]) + 1)
+
+    def prepare_remove(self, ids) -> np.ndarray:
+        """Validated ids to remove (every one must be present)."""
+        ids = _checks.item_ids(ids)
+        self._positions(ids)
+        return ids
+
+    def remove(self, ids) -> int:
+        """Remove items by id; an unknown id is an error (nothing is removed then)."""
+        ids = self.prepare_remove(ids)
+        if not len(ids):
+            return 0
+        positions = self._positions(ids)
+        keep = np.ones(self.ntotal, bool)
+        keep[positions] = False
+        self._rows = Rows(self._rows.ids[keep], self._rows.codes[keep])
+        self._labels = self._labels[keep]
+        self._engine.on_change(self._rows, np.sort(positions), ids, np.empty(0, np.int64))
+        return len(ids)
+
+    def set_search_params(self, **params) -> None:
+        """Change what a search probes without rebuilding: nprobe (ivf), nflip (multihash)."""
+        allowed = {"ivf": ("nprobe",), "multihash": ("nflip",)}.get(self._kind, ())
+        for name, value in params.items():
+            if name not in allowed:
+                raise InputError(f"{name!r} is not a search parameter of a {self._kind} index "
+                                 f"(search parameters: {', '.join(allowed) or 'none'})")
+            check = _checks.non_negative_int if name == "nflip" else _checks.positive_int
+            self._engine.set_search_param(name, check(value, name))
+            self._params[name] = int(value)
+
+    def train(self) -> None:
+        """Train an ivf index now on the codes it holds (it trains itself at 39 * nlist codes)."""
+        if self._kind != "ivf":
+            raise InputError(f"a {self._kind} index needs no training")
+        if not self.is_trained:
+            self._engine.train(self._rows)
+
+    # --- reading --------------------------------------------------------------------------
+
+    def get(self, ids) -> tuple[np.ndarray, np.ndarray]:
+        """(codes (m, bits // 8), labels (m, num_classes) bool) of the given ids, in that order."""
+        ids = _checks.item_ids(ids)
+        positions = self._positions(ids)
+        return self._rows.codes[positions].copy(), self._labels[positions].copy()
+
+    def search(self, queries, k: int, labels=None) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k by Hamming distance: (distances int32 (nq, k), ids int64 (nq, k)).
+
+        Rows are sorted by (distance, id) and padded with PAD_DISTANCE / PAD_ID. `labels`
+        (class ids (nq,) or multi-hot rows (nq, C)) keeps, for each query, only items that
+        share at least one label with its row; a row without labels finds nothing.
+        """
+        k = _checks.top_k(k)
+        queries = _checks.packed_codes(queries, self._bits, "queries")
+        filters = self._query_filters(labels, len(queries))
+        dist = np.full((len(queries), k), PAD_DISTANCE, np.int32)
+        ids = np.full((len(queries), k), PAD_ID, np.int64)
+        if not self.ntotal or not len(queries):
+            return dist, ids
+        with threads_for(len(queries)):
+            for members, allowed in self._groups(filters, len(queries)):
+                if allowed is not None and not allowed.any():
+                    continue
+                d, i = self._engine.knn(self._rows, queries[members], k, allowed)
+                dist[members, :d.shape[1]], ids[members, :i.shape[1]] = d, i
+        dist[ids < 0] = PAD_DISTANCE
+        # engines return rows by distance; re-sort only rows where a tie is out of id order
+        unsorted = ((dist[:, 1:] < dist[:, :-1])
+                    | ((dist[:, 1:] == dist[:, :-1]) & (ids[:, 1:] < ids[:, :-1]))).any(axis=1)
+        rows = np.flatnonzero(unsorted)
+        if len(rows):
+            order = np.lexsort((ids[rows], dist[rows]), axis=1)
+            dist[rows] = np.take_along_axis(dist[rows], order, 1)
+            ids[rows] = np.take_along_axis(ids[rows], order, 1)
+        return dist, ids
+
+    def range_search(self, queries, radius: int, labels=None):
+        """Every item within `radius` (inclusive) of each query: (lims, distances, ids).
+
+        As in FAISS, the results of query i are distances[lims[i]:lims[i+1]] and
+        ids[lims[i]:lims[i+1]] (lims int64 (nq + 1,)); each run is sorted by (distance, id).
+        `labels` filters as in `search`.
+        """
+        radius = _checks.radius_value(radius)
+        queries = _checks.packed_codes(queries, self._bits, "queries")
+        nq = len(queries)
+        filters = self._query_filters(labels, nq)
+        parts_q, parts_d, parts_i = [np.empty(0, np.int64)], [np.empty(0, np.int32)], [np.empty(0, np.int64)]
+        if self.ntotal and nq:
+            with threads_for(nq):
+                for members, allowed in self._groups(filters, nq):
+                    if allowed is not None and not allowed.any():
+                        continue
+                    lims, d, i = self._engine.range(self._rows, queries[members], min(radius, self._bits), allowed)
+                    parts_q.append(np.repeat(members, np.diff(lims)))
+                    parts_d.append(d)
+                    parts_i.append(i)
+        qidx, dist, ids = (np.concatenate(p) for p in (parts_q, parts_d, parts_i))
+        order = np.lexsort((ids, dist, qidx))
+        lims = np.concatenate([[0], np.cumsum(np.bincount(qidx, minlength=nq))]).astype(np.int64)
+        return lims, dist[order].astype(np.int32), ids[order].astype(np.int64)
+
+    # --- persistence ----------------------------------------------------------------------
+
+    def save(self, path: str | Path) -> None:
+        """Write the index directory atomically (see `lbhash.index.storage`)."""
+        from lbhash.index.storage import save_index
+
+        save_index(self, path)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "CodeIndex":
+        """Read an index directory, verifying the checksum of every file."""
+        from lbhash.index.storage import load_index
+
+        return load_index(path)
+
+    # --- internals ------------------------------------------------------------------------
+
+    def _present(self, ids: np.ndarray) -> np.ndarray:
+        if not self.ntotal:
+            return np.zeros(len(ids), bool)
+        pos = np.minimum(np.searchsorted(self._rows.ids, ids), self.ntotal - 1)
+        return self._rows.ids[pos] == ids
+
+    def _positions(self, ids: np.ndarray) -> np.ndarray:
+        present = self._present(ids)
+        if not present.all():
+            raise InputError(f"id {int(ids[~present][0])} is not in the index")
+        return np.searchsorted(self._rows.ids, ids)
+
+    def _query_filters(self, labels, nq: int) -> np.ndarray | None:
+        if labels is None:
+            return None
+        return _checks.label_rows(labels, nq, "query labels")
+
+    def _groups(self, filters: np.ndarray | None, nq: int):
+        """(query numbers, allowed-items mask) per distinct label row (one group if none)."""
+        if filters is None:
+            yield np.arange(nq), None
+            return
+        uniq, inverse = np.unique(filters, axis=0, return_inverse=True)
+        for g, row in enumerate(uniq):
+            classes = np.flatnonzero(row)
+            classes = classes[classes < self.num_classes]
+            allowed = self._labels[:, classes].any(axis=1)
+            yield np.flatnonzero(inverse.ravel() == g), allowed
+
+
+def _widen(labels: np.ndarray, width: int) -> np.ndarray:
+    if labels.shape[1] >= width:
+        return labels
+    out = np.zeros((len(labels), width), bool)
+    out[:, :labels.shape[1]] = labels
+    return out

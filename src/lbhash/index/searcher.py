@@ -1,0 +1,101 @@
+"""`Searcher`: search an index with raw inputs (feature vectors or images) through an encoder."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lbhash.data.image_sources import decode_image
+from lbhash.errors import InputError
+
+INPUT_KINDS = ("features", "images")
+
+
+class Searcher:
+    """An index and the encoder that made its codes.
+
+    The encoder has `bits_` (int), `input_kind_` ("features" or "images") and
+    `encode(X) -> packed uint8 (n, bits // 8)`, where X is float (n, d) for feature runs and
+    uint8 (n, H, W, 3) for image runs (`lbhash.index.sources.load_encoder` gives one).
+    """
+
+    def __init__(self, index, encoder):
+        kind = getattr(encoder, "input_kind_", None)
+        if kind not in INPUT_KINDS:
+            raise InputError(f"the encoder's input_kind_ must be one of {', '.join(INPUT_KINDS)}, got {kind!r}")
+        if int(encoder.bits_) != index.bits:
+            raise InputError(f"the encoder makes {encoder.bits_}-bit codes but the index holds {index.bits}-bit codes")
+        self.index, self.encoder = index, encoder
+
+    @property
+    def input_kind(self) -> str:
+        return self.encoder.input_kind_
+
+    def encode(self, inputs) -> np.ndarray:
+        """Packed codes of feature rows, an image batch, or a list of images of any sizes."""
+        if self.input_kind == "features":
+            return self._encode_checked(check_features(inputs))
+        images = check_images(inputs)
+        if isinstance(images, list):  # different sizes: one at a time
+            parts = [self._encode_checked(img[None]) for img in images]
+            return np.concatenate(parts) if parts else np.empty((0, self.index.bits // 8), np.uint8)
+        return self._encode_checked(images)
+
+    def encode_image_files(self, blobs: list[bytes], names: list[str]) -> np.ndarray:
+        """Packed codes of encoded image files (JPEG, PNG, ...); `names` appear in errors."""
+        if self.input_kind != "images":
+            raise InputError("this run encodes feature vectors, not images")
+        images = []
+        for blob, name in zip(blobs, names):
+            try:
+                images.append(decode_image(blob, name))
+            except ValueError as err:
+                raise InputError(str(err)) from None
+        return self.encode(images)
+
+    def search(self, inputs, k: int, labels=None):
+        return self.index.search(self.encode(inputs), k, labels)
+
+    def range_search(self, inputs, radius: int, labels=None):
+        return self.index.range_search(self.encode(inputs), radius, labels)
+
+    def _encode_checked(self, batch):
+        try:
+            codes = self.encoder.encode(batch)
+        except ValueError as err:  # lbhash's convention: the input was refused
+            raise InputError(" ".join(str(err).split())) from None
+        return self._checked(codes, len(batch))
+
+    def _checked(self, codes, n: int) -> np.ndarray:
+        codes = np.asarray(codes)
+        width = self.index.bits // 8
+        if codes.dtype != np.uint8 or codes.shape != (n, width):  # the encoder broke its contract
+            raise RuntimeError(f"encoder returned {codes.dtype} {codes.shape}, expected uint8 ({n}, {width})")
+        return codes
+
+
+def check_features(x, name: str = "features") -> np.ndarray:
+    arr = np.asarray(x)
+    if arr.dtype.kind not in "iuf" or arr.ndim != 2:
+        raise InputError(f"{name} must be a 2-D array of numbers (n, d), got {arr.dtype} with shape {arr.shape}")
+    arr = arr.astype(np.float32)
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        r, c = (int(i) for i in np.argwhere(bad)[0])
+        raise InputError(f"{name} holds {arr[r, c]} at row {r}, column {c}; only finite numbers are allowed")
+    return arr
+
+
+def check_images(x, name: str = "images"):
+    """uint8 (n, H, W, 3), or a list of uint8 (H, W, 3) arrays (sizes may differ)."""
+    if isinstance(x, (list, tuple)):
+        items = [np.asarray(img) for img in x]
+        for i, img in enumerate(items):
+            if img.dtype != np.uint8 or img.ndim != 3 or img.shape[2] != 3:
+                raise InputError(f"{name}[{i}] must be uint8 (H, W, 3), got {img.dtype} with shape {img.shape}")
+        if items and all(img.shape == items[0].shape for img in items):
+            return np.stack(items)
+        return items
+    arr = np.asarray(x)
+    if arr.dtype != np.uint8 or arr.ndim != 4 or arr.shape[3] != 3:
+        raise InputError(f"{name} must be uint8 (n, H, W, 3), got {arr.dtype} with shape {arr.shape}")
+    return arr

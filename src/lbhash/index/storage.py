@@ -1,0 +1,224 @@
+"""Index directories: written whole or not at all, verified on load, never pickled.
+
+Layout: index.faiss (FAISS's own binary-index format, readable by faiss.read_index_binary),
+ids.npy (int64, ascending), labels.npy (bool multi-hot, (n, C)), and manifest.json (format
+version, bits, kind, parameters, counts, free-form metadata, and the SHA-256 and size of each
+file). manifest.json is written last, so a directory without one was never finished.
+
+Replacing an existing directory: the new one is written to a hidden sibling, every file and
+the directory are fsynced, and then the two are swapped in one step with renameat2
+(RENAME_EXCHANGE, Linux) and the old one is deleted. Where that call is missing, the old
+directory is first renamed to a hidden `.NAME.old-*` sibling and the new one renamed into
+place; a crash between those two renames leaves no NAME, and `load_index` then puts the old
+one back. Either way a crash at any point leaves a complete old or new index loadable.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import hashlib
+import io
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+from lbhash.errors import InputError
+from lbhash.index._engines import Rows
+from lbhash.index.code_index import ENGINES
+
+FORMAT = "lbhash-code-index"
+VERSION = 1
+MANIFEST = "manifest.json"
+FILES = ("index.faiss", "ids.npy", "labels.npy")
+
+
+def save_index(index, path: str | os.PathLike) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _remove_leftovers(path)
+    if path.exists() and not (path / MANIFEST).is_file():
+        raise InputError(f"{path}: exists and is not an index directory; refusing to replace it")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    try:
+        blobs = {
+            "index.faiss": faiss.serialize_index_binary(index._engine.faiss_index()).tobytes(),
+            "ids.npy": _npy_bytes(index._rows.ids),
+            "labels.npy": _npy_bytes(index._labels),
+        }
+        files = {}
+        for name, data in blobs.items():
+            _write_synced(tmp / name, data)
+            files[name] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+        manifest = {
+            "format": FORMAT, "version": VERSION, "bits": index.bits, "kind": index.kind,
+            "params": index.params, "ntotal": index.ntotal, "num_classes": index.num_classes,
+            "next_id": index.next_id, "trained": index.is_trained, "metadata": index.metadata,
+            "files": files,
+        }
+        _write_synced(tmp / MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())
+        _fsync_dir(tmp)
+        _replace_dir(tmp, path)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def load_index(path: str | os.PathLike):
+    from lbhash.index.code_index import CodeIndex
+
+    path = Path(path)
+    _recover_interrupted_swap(path)
+    manifest = read_manifest(path)
+    blobs = {}
+    for name in FILES:
+        entry = manifest["files"].get(name)
+        if not isinstance(entry, dict) or "sha256" not in entry:
+            raise InputError(f"{path / MANIFEST}: no checksum for {name}")
+        try:
+            data = (path / name).read_bytes()  # verified and parsed from the same bytes
+        except FileNotFoundError:
+            raise InputError(f"{path / name}: missing (the index directory is incomplete)") from None
+        if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+            raise InputError(f"{path / name}: checksum mismatch (the file is corrupt or was changed)")
+        blobs[name] = data
+    ids = _npy_load(blobs["ids.npy"], path / "ids.npy")
+    labels = _npy_load(blobs["labels.npy"], path / "labels.npy")
+    bits, kind = manifest["bits"], manifest["kind"]
+    try:
+        faiss_index = faiss.deserialize_index_binary(np.frombuffer(blobs["index.faiss"], np.uint8))
+    except RuntimeError as err:
+        raise InputError(f"{path / 'index.faiss'}: not a readable FAISS binary index ({str(err).splitlines()[0]})") from None
+    index = CodeIndex(bits, kind, **manifest["params"])
+    if ids.dtype != np.int64 or ids.ndim != 1 or (len(ids) > 1 and (np.diff(ids) <= 0).any()):
+        raise InputError(f"{path / 'ids.npy'}: must hold ascending unique int64 ids")
+    if labels.dtype != bool or labels.ndim != 2 or len(labels) != len(ids):
+        raise InputError(f"{path / 'labels.npy'}: must be a bool array with one row per id ({len(ids)})")
+    if faiss_index.d != bits:
+        raise InputError(f"{path / 'index.faiss'}: holds {faiss_index.d}-bit codes, the manifest says {bits}")
+    engine, codes = ENGINES[kind].from_faiss(bits, index.params, faiss_index, ids)
+    if len(codes) != len(ids) or manifest["ntotal"] != len(ids):
+        raise InputError(f"{path / 'index.faiss'}: holds {len(codes)} codes but ids.npy has {len(ids)} "
+                         f"and the manifest says {manifest['ntotal']}")
+    index._engine, index._rows, index._labels = engine, Rows(ids, np.ascontiguousarray(codes)), labels
+    index._next_id = int(manifest["next_id"])
+    index.metadata = dict(manifest.get("metadata") or {})
+    return index
+
+
+def read_manifest(path: Path) -> dict:
+    file = path / MANIFEST
+    if not path.is_dir():
+        raise InputError(f"{path}: no such index directory")
+    try:
+        manifest = json.loads(file.read_text())
+    except FileNotFoundError:
+        raise InputError(f"{path}: not an index directory (no {MANIFEST})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise InputError(f"{file}: not valid JSON ({err})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise InputError(f"{file}: not an lbhash index manifest")
+    if manifest.get("version") != VERSION:
+        raise InputError(f"{file}: format version {manifest.get('version')!r}, this lbhash reads {VERSION}")
+    missing = [key for key in ("bits", "kind", "params", "ntotal", "next_id", "files") if key not in manifest]
+    if missing:
+        raise InputError(f"{file}: missing {', '.join(missing)}")
+    if manifest["kind"] not in ENGINES:
+        raise InputError(f"{file}: unknown index kind {manifest['kind']!r}")
+    return manifest
+
+
+def directory_bytes(path: str | os.PathLike) -> int:
+    return sum(f.stat().st_size for f in Path(path).iterdir() if f.is_file())
+
+
+# --- file and directory plumbing ------------------------------------------------------------
+
+def _npy_bytes(arr: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, arr, allow_pickle=False)
+    return buf.getvalue()
+
+
+def _npy_load(data: bytes, where: Path) -> np.ndarray:
+    try:
+        return np.load(io.BytesIO(data), allow_pickle=False)
+    except (ValueError, OSError, EOFError) as err:
+        raise InputError(f"{where}: not a readable .npy array ({err})") from None
+
+
+def _write_synced(path: Path, data: bytes) -> None:
+    with open(path, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically (renameat2 RENAME_EXCHANGE); False where unsupported."""
+    libc_name = ctypes.util.find_library("c")
+    libc = ctypes.CDLL(libc_name, use_errno=True) if libc_name else None
+    fn = getattr(libc, "renameat2", None)
+    if fn is None:
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, f"cannot swap {a} and {b}: {os.strerror(err)}")
+
+
+def _replace_dir(new: Path, path: Path) -> None:
+    if not path.exists():
+        os.rename(new, path)
+    elif _exchange(new, path):  # `new` now holds the old index
+        _fsync_dir(path.parent)
+        shutil.rmtree(new, ignore_errors=True)
+        return
+    else:
+        aside = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
+        os.rename(path, aside / "index")
+        os.rename(new, path)
+        _fsync_dir(path.parent)
+        shutil.rmtree(aside, ignore_errors=True)
+    _fsync_dir(path.parent)
+
+
+def _recover_interrupted_swap(path: Path) -> None:
+    """Put back the old index a crash left aside between the two renames of the fallback."""
+    if path.exists():
+        return
+    for aside in sorted(path.parent.glob(f".{path.name}.old-*")):
+        if (aside / "index" / MANIFEST).is_file():
+            os.rename(aside / "index", path)
+            _fsync_dir(path.parent)
+            shutil.rmtree(aside, ignore_errors=True)
+            return
+
+
+def _remove_leftovers(path: Path) -> None:
+    """Delete hidden siblings an earlier crashed save left (a single writer is assumed)."""
+    _recover_interrupted_swap(path)
+    for pattern in (f".{path.name}.tmp-*", f".{path.name}.old-*"):
+        for leftover in path.parent.glob(pattern):
+            shutil.rmtree(leftover, ignore_errors=True)

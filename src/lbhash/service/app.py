@@ -1,0 +1,246 @@
+"""The HTTP service: `create_app(index_dir_or_store, encoder=None)` -> a FastAPI app.
+
+Endpoints: POST /search, POST /search/image, POST /items, POST /items/image,
+GET /items/{id}, DELETE /items/{id}, GET /health, GET /stats (OpenAPI at /docs).
+Bad input is a 4xx with {"detail": one line}: 400 bad values, 404 unknown id, 409 id taken,
+413 body too large, 422 malformed request. Nothing else leaks: a bug is a bare 500.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import asynccontextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+from fastapi import FastAPI, File, Form, HTTPException, Path as PathParam, Request, UploadFile
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from lbhash.errors import InputError
+from lbhash.index import Searcher
+from lbhash.service import models
+from lbhash.service.store import Conflict, IndexStore, NotFound, lists_to_labels
+
+logger = logging.getLogger("lbhash")
+MAX_ID = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_body_bytes: int = 16 << 20
+    max_batch: int = 1024
+    max_k: int = 1000
+    max_class_id: int = 65535
+
+
+def create_app(source, encoder=None, *, limits: Limits | None = None, compact_every: int = 1000) -> FastAPI:
+    """`source`: an index directory (served with a write-ahead log beside it) or a store
+    (`IndexStore`, `MilvusStore`). `encoder` (from a run) enables feature and image queries."""
+    limits = limits or Limits()
+    store = source if hasattr(source, "search") else IndexStore(Path(source), compact_every=compact_every)
+    searcher = Searcher(store, encoder) if encoder is not None else None
+
+    @asynccontextmanager
+    async def lifespan(app):
+        yield
+        store.close()  # compacts: the log is folded into the saved index
+
+    app = FastAPI(title="lbhash search", lifespan=lifespan,
+                  description="Hamming search over packed binary codes (docs/search.md).")
+    app.state.store = store
+    _install_error_handlers(app)
+    app.add_middleware(BodyLimit, limit=limits.max_body_bytes)
+
+    def check_batch(n: int, what: str) -> None:
+        if n == 0:
+            raise InputError(f"no {what} given")
+        if n > limits.max_batch:
+            raise InputError(f"at most {limits.max_batch} {what} per request, got {n}")
+
+    def check_labels(lists):
+        if lists is not None and any(c > limits.max_class_id for row in lists for c in row):
+            raise InputError(f"class ids must be at most {limits.max_class_id}")
+        return lists
+
+    def to_codes(hex_codes, features, what: str) -> np.ndarray:
+        if (hex_codes is None) == (features is None):
+            raise InputError(f"give {what} as exactly one of 'codes' and 'features'")
+        check_batch(len(hex_codes if features is None else features), what)
+        if hex_codes is not None:
+            return decode_hex(hex_codes, store.bits)
+        try:
+            rows = np.asarray(features, dtype=np.float64)
+        except ValueError:
+            raise InputError("features must be lists of numbers of one length") from None
+        return need_searcher("features").encode(rows)
+
+    def need_searcher(kind: str) -> Searcher:
+        if searcher is None:
+            raise InputError(f"{kind} need a run attached to the service (lbhash serve --run RUN_DIR)")
+        if searcher.input_kind != kind:
+            raise InputError(f"the attached run encodes {searcher.input_kind}, not {kind}")
+        return searcher
+
+    def run_search(codes, k, radius, label_lists) -> models.SearchResponse:
+        if k is not None and radius is not None:
+            raise InputError("give either k or radius, not both")
+        k = 10 if k is None and radius is None else k
+        if k is not None and k > limits.max_k:
+            raise InputError(f"k must be at most {limits.max_k}, got {k}")
+        filters = None
+        if label_lists is not None:
+            filters = lists_to_labels(check_labels(label_lists), len(codes))
+        rows = store.search(codes, k=k, radius=radius, labels=filters)
+        return models.SearchResponse(results=[
+            models.QueryResult(hits=[models.Hit(id=i, distance=d, labels=lab) for d, i, lab in zip(*row)])
+            for row in rows])
+
+    @app.post("/search", response_model=models.SearchResponse, responses=_ERRORS)
+    def search(body: models.SearchRequest):
+        return run_search(to_codes(body.codes, body.features, "queries"), body.k, body.radius, body.labels)
+
+    @app.post("/search/image", response_model=models.SearchResponse, responses=_ERRORS)
+    def search_image(files: list[UploadFile] = File(...), k: int | None = Form(None, ge=1),
+                     radius: int | None = Form(None, ge=0), labels: str | None = Form(None)):
+        """Query with uploaded image files; `labels`: comma-separated class ids for every query."""
+        check_batch(len(files), "images")
+        codes = need_searcher("images").encode_image_files([f.file.read() for f in files],
+                                                           [f.filename or "upload" for f in files])
+        label_lists = None if labels is None else [parse_ids(labels, "labels")] * len(files)
+        return run_search(codes, k, radius, label_lists)
+
+    @app.post("/items", response_model=models.ItemsResponse, responses=_ERRORS)
+    def add_items(body: models.ItemsRequest):
+        codes = to_codes(body.codes, body.features, "items")
+        labels = None if body.labels is None else lists_to_labels(check_labels(body.labels), len(codes))
+        ids, seq = store.add(codes, ids=body.ids, labels=labels, upsert=body.upsert)
+        return models.ItemsResponse(ids=np.asarray(ids).tolist(), seq=seq, ntotal=store.ntotal)
+
+    @app.post("/items/image", response_model=models.ItemsResponse, responses=_ERRORS)
+    def add_images(files: list[UploadFile] = File(...), ids: str | None = Form(None),
+                   labels: str | None = Form(None), upsert: bool = Form(False)):
+        """Add uploaded images; `ids` comma-separated; `labels` per image, separated by ';'
+        (e.g. "1,2;0")."""
+        check_batch(len(files), "images")
+        codes = need_searcher("images").encode_image_files([f.file.read() for f in files],
+                                                           [f.filename or "upload" for f in files])
+        label_lists = None if labels is None else [parse_ids(part, "labels", allow_empty=True)
+                                                   for part in labels.split(";")]
+        item_labels = None if label_lists is None else lists_to_labels(check_labels(label_lists), len(codes))
+        given_ids = None if ids is None else parse_ids(ids, "ids")
+        added, seq = store.add(codes, ids=given_ids, labels=item_labels, upsert=upsert)
+        return models.ItemsResponse(ids=np.asarray(added).tolist(), seq=seq, ntotal=store.ntotal)
+
+    @app.get("/items/{item_id}", response_model=models.Item, responses=_ERRORS)
+    def get_item(item_id: int = PathParam(..., ge=0, le=MAX_ID)):
+        codes, labels = store.get(np.array([item_id], np.int64))
+        return models.Item(id=item_id, code=codes[0].tobytes().hex(), labels=np.flatnonzero(labels[0]).tolist())
+
+    @app.delete("/items/{item_id}", response_model=models.DeleteResponse, responses=_ERRORS)
+    def delete_item(item_id: int = PathParam(..., ge=0, le=MAX_ID)):
+        seq = store.remove(np.array([item_id], np.int64))
+        return models.DeleteResponse(id=item_id, seq=seq, ntotal=store.ntotal)
+
+    @app.get("/health", response_model=models.Health)
+    def health():
+        return models.Health(status="ok", ntotal=store.ntotal)
+
+    @app.get("/stats", response_model=models.Stats)
+    def stats():
+        return models.Stats(**store.stats(), input_kind=None if searcher is None else searcher.input_kind,
+                            limits=asdict(limits))
+
+    return app
+
+
+_ERRORS = {code: {"model": models.ErrorBody} for code in (400, 404, 409, 413, 422)}
+
+
+def decode_hex(hex_codes: list[str], bits: int) -> np.ndarray:
+    width = bits // 8
+    out = np.empty((len(hex_codes), width), np.uint8)
+    for row, text in enumerate(hex_codes):
+        try:
+            raw = bytes.fromhex(text)
+        except ValueError:
+            raise InputError(f"codes[{row}] is not a hex string") from None
+        if len(raw) != width:
+            raise InputError(f"codes[{row}] has {len(raw)} bytes, but the index holds {bits}-bit codes "
+                             f"({2 * width} hex digits)")
+        out[row] = np.frombuffer(raw, np.uint8)
+    return out
+
+
+def parse_ids(text: str, name: str, allow_empty: bool = False) -> list[int]:
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    try:
+        values = [int(p) for p in parts]
+    except ValueError:
+        raise InputError(f"{name} must be comma-separated integers, got {text!r}") from None
+    if not values and not allow_empty:
+        raise InputError(f"{name} must list at least one integer")
+    if any(v < 0 or v > MAX_ID for v in values):
+        raise InputError(f"{name} must be non-negative 64-bit integers, got {text!r}")
+    return values
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    def one_line(status: int):
+        async def handler(request: Request, exc: Exception):
+            return JSONResponse({"detail": " ".join(str(exc).split())}, status_code=status)
+        return handler
+
+    app.add_exception_handler(NotFound, one_line(404))
+    app.add_exception_handler(Conflict, one_line(409))
+    app.add_exception_handler(InputError, one_line(400))
+
+    async def invalid(request: Request, exc: RequestValidationError):
+        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+        where = ".".join(str(part) for part in first.get("loc", ()))
+        return JSONResponse({"detail": f"{where}: {first.get('msg')}" if where else str(first.get("msg"))},
+                            status_code=422)
+
+    app.add_exception_handler(RequestValidationError, invalid)
+
+    async def internal(request: Request, exc: Exception):
+        logger.error("internal error", exc_info=exc)
+        return JSONResponse({"detail": "internal error"}, status_code=500)
+
+    app.add_exception_handler(Exception, internal)
+
+
+class _BodyTooLarge(HTTPException):
+    def __init__(self, limit: int):
+        super().__init__(413, f"request body larger than {limit} bytes")
+
+
+class BodyLimit:
+    """ASGI middleware refusing bodies over `limit` bytes: by Content-Length at once, else
+    as soon as the bytes read pass it."""
+
+    def __init__(self, app, limit: int):
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.limit):
+            response = JSONResponse({"detail": f"request body larger than {self.limit} bytes"}, status_code=413)
+            await response(scope, receive, send)
+            return
+        seen = 0
+
+        async def limited():
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise _BodyTooLarge(self.limit)
+            return message
+
+        await self.app(scope, limited, send)

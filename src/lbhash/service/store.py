@@ -1,0 +1,239 @@
+"""What the service serves: an index with a lock, a write-ahead log and compaction.
+
+`IndexStore` wraps a saved `CodeIndex` directory. A change is validated, appended to the log
+and fsynced, then applied, then acknowledged; so an acknowledged change survives kill -9.
+On start the log records the saved index does not hold yet (sequence number above its
+manifest's "wal_seq") are replayed. Compaction saves the index atomically with the last
+sequence number in its manifest and then empties the log: after every `compact_every`
+changes (in a background thread) and on close.
+
+`MilvusStore` offers the same methods over a Milvus collection, which keeps its own log.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from lbhash.errors import InputError
+from lbhash.index import CodeIndex
+from lbhash.service.rwlock import ReadWriteLock
+from lbhash.service.wal import WriteAheadLog
+
+logger = logging.getLogger("lbhash")
+
+
+class NotFound(InputError):
+    """An id that is not in the index (HTTP 404)."""
+
+
+class Conflict(InputError):
+    """An id that is already in the index, without upsert (HTTP 409)."""
+
+
+def wal_path_for(index_dir: str | Path) -> Path:
+    """The log lives beside the index directory, which compaction replaces whole."""
+    index_dir = Path(index_dir)
+    return index_dir.parent / f"{index_dir.name}.wal"
+
+
+def labels_to_lists(rows: np.ndarray | None) -> list[list[int]] | None:
+    return None if rows is None else [np.flatnonzero(r).tolist() for r in rows]
+
+
+def lists_to_labels(lists: list[list[int]] | None, n: int) -> np.ndarray | None:
+    """Class-id lists (one per item) -> multi-hot rows; negative ids are refused."""
+    if lists is None:
+        return None
+    if len(lists) != n:
+        raise InputError(f"labels has {len(lists)} entries but there are {n} items")
+    width = 1 + max((c for row in lists for c in row), default=-1)
+    if any(c < 0 for row in lists for c in row):
+        raise InputError("labels must be non-negative class ids")
+    out = np.zeros((n, width), bool)
+    for r, row in enumerate(lists):
+        out[r, row] = True
+    return out
+
+
+class IndexStore:
+    backend = "faiss"
+
+    def __init__(self, index_dir: str | Path, compact_every: int = 1000, wal_path: str | Path | None = None):
+        self.index_dir = Path(index_dir)
+        self.index = CodeIndex.load(self.index_dir)
+        self.lock = ReadWriteLock()
+        self._compacting = threading.Lock()
+        self._compactor: threading.Thread | None = None
+        self.compact_every = compact_every
+        self.wal = WriteAheadLog(wal_path or wal_path_for(self.index_dir))
+        saved = int(self.index.metadata.get("wal_seq", 0))
+        replayed = [r for r in self.wal.records if r["seq"] > saved]
+        for record in replayed:
+            self._apply(record)
+        self.wal.last_seq = max(saved, self.wal.last_seq)
+        self.saved_seq = saved
+        self.pending = len(replayed)
+        if replayed:
+            logger.info(f"replayed {len(replayed)} logged changes into {self.index_dir}")
+
+    # --- reads ----------------------------------------------------------------------------
+
+    def search(self, queries, k=None, radius=None, labels=None):
+        """Per query: (distances, ids, labels of each hit), all read under one lock."""
+        with self.lock.read():
+            return rows_with_labels(self.index, queries, k, radius, labels)
+
+    def get(self, ids) -> tuple[np.ndarray, np.ndarray]:
+        with self.lock.read():
+            self._require_present(np.asarray(ids, np.int64))
+            return self.index.get(ids)
+
+    def stats(self) -> dict:
+        with self.lock.read():
+            return {"backend": self.backend, "bits": self.index.bits, "kind": self.index.kind,
+                    "params": self.index.params, "ntotal": self.index.ntotal,
+                    "num_classes": self.index.num_classes, "exact": self.index.exact,
+                    "trained": self.index.is_trained, "last_seq": self.wal.last_seq,
+                    "saved_seq": self.saved_seq, "pending_changes": self.pending}
+
+    @property
+    def bits(self) -> int:
+        return self.index.bits
+
+    @property
+    def ntotal(self) -> int:
+        return self.index.ntotal
+
+    # --- changes --------------------------------------------------------------------------
+
+    def add(self, codes, ids=None, labels=None, upsert: bool = False) -> tuple[np.ndarray, int]:
+        with self.lock.write():
+            if ids is not None and not upsert:
+                present = self.index.contains(np.asarray(ids))
+                if present.any():
+                    raise Conflict(f"id {int(np.asarray(ids)[present][0])} is already in the index (use upsert)")
+            plan = self.index.prepare_add(codes, ids, labels, upsert)
+            seq = self.wal.append({"op": "add", "ids": plan.ids.tolist(), "codes": [c.tobytes().hex() for c in plan.codes],
+                                   "labels": labels_to_lists(plan.labels), "upsert": plan.upsert})
+            self.index.apply_add(plan)
+            self.pending += 1
+        self._maybe_compact()
+        return plan.ids, seq
+
+    def remove(self, ids) -> int:
+        with self.lock.write():
+            ids = np.asarray(ids, np.int64)
+            self._require_present(ids)
+            ids = self.index.prepare_remove(ids)
+            seq = self.wal.append({"op": "remove", "ids": ids.tolist()})
+            self.index.remove(ids)
+            self.pending += 1
+        self._maybe_compact()
+        return seq
+
+    def compact(self) -> None:
+        """Save the index with the log's position, then empty the log."""
+        with self._compacting, self.lock.read():  # writers wait; searches go on
+            if not self.pending:
+                return
+            self.index.metadata["wal_seq"] = self.wal.last_seq
+            self.index.save(self.index_dir)
+            self.wal.truncate()
+            self.saved_seq, self.pending = self.wal.last_seq, 0
+
+    def close(self) -> None:
+        if self._compactor is not None:
+            self._compactor.join(timeout=600)
+        self.compact()
+        self.wal.close()
+
+    def _maybe_compact(self) -> None:
+        if self.pending < self.compact_every or (self._compactor and self._compactor.is_alive()):
+            return
+        self._compactor = threading.Thread(target=self.compact, name="lbhash-compact", daemon=True)
+        self._compactor.start()
+
+    def _require_present(self, ids: np.ndarray) -> None:
+        present = self.index.contains(ids)
+        if not present.all():
+            raise NotFound(f"id {int(ids[~present][0])} is not in the index")
+
+    def _apply(self, record: dict) -> None:
+        ids = np.array(record["ids"], np.int64)
+        if record["op"] == "remove":
+            self.index.remove(ids)
+            return
+        codes = np.array([np.frombuffer(bytes.fromhex(h), np.uint8) for h in record["codes"]], np.uint8)
+        codes = codes.reshape(len(ids), self.index.bits // 8)
+        self.index.add(codes, ids, lists_to_labels(record["labels"], len(ids)), upsert=record["upsert"])
+
+
+class MilvusStore:
+    """The store interface over a Milvus collection (durable on its own: no log here)."""
+
+    backend = "milvus"
+
+    def __init__(self, index):
+        self.index = index
+
+    @property
+    def bits(self) -> int:
+        return self.index.bits
+
+    @property
+    def ntotal(self) -> int:
+        return self.index.ntotal
+
+    def search(self, queries, k=None, radius=None, labels=None):
+        return rows_with_labels(self.index, queries, k, radius, labels)
+
+    def get(self, ids):
+        try:
+            return self.index.get(ids)
+        except InputError as err:
+            if "is not in the index" in str(err):
+                raise NotFound(str(err)) from None
+            raise
+
+    def add(self, codes, ids=None, labels=None, upsert: bool = False):
+        try:
+            return self.index.add(codes, ids, labels, upsert), None
+        except InputError as err:
+            if "already in the index" in str(err):
+                raise Conflict(str(err)) from None
+            raise
+
+    def remove(self, ids):
+        try:
+            self.index.remove(ids)
+        except InputError as err:
+            if "is not in the index" in str(err):
+                raise NotFound(str(err)) from None
+            raise
+        return None
+
+    def stats(self) -> dict:
+        return self.index.stats()
+
+    def compact(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.index.close()
+
+
+def rows_with_labels(index, queries, k=None, radius=None, labels=None):
+    """Per query: (distances, ids, class-id lists of each hit); call under the store's lock."""
+    if radius is None:
+        dist, ids = index.search(queries, k, labels)
+        rows = [(d[i >= 0], i[i >= 0]) for d, i in zip(dist, ids)]
+    else:
+        lims, dist, ids = index.range_search(queries, radius, labels)
+        rows = [(dist[a:b], ids[a:b]) for a, b in zip(lims[:-1], lims[1:])]
+    found = np.unique(np.concatenate([i for _, i in rows])) if rows else np.empty(0, np.int64)
+    label_rows = dict(zip(found.tolist(), index.get(found)[1])) if len(found) else {}
+    return [(d.tolist(), i.tolist(), [np.flatnonzero(label_rows[x]).tolist() for x in i.tolist()]) for d, i in rows]

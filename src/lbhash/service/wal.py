@@ -1,0 +1,78 @@
+"""The write-ahead log: every acknowledged change, fsynced before the answer.
+
+One record a line: 8 hex digits of CRC-32, a space, the JSON record, a newline. Records
+carry increasing sequence numbers; the saved index's manifest records the last one it
+includes (metadata "wal_seq"), so replay skips what the index already holds and a crash
+between saving and truncating the log applies nothing twice. A torn last line (a crash while
+appending, never acknowledged) is cut off on open; damage anywhere else is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zlib
+from pathlib import Path
+
+from lbhash.errors import InputError
+
+
+class WriteAheadLog:
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self.records: list[dict] = []
+        good_bytes = self._read()
+        self._fh = open(self.path, "ab")
+        if self._fh.tell() != good_bytes:  # cut a torn tail before appending after it
+            self._fh.truncate(good_bytes)
+            os.fsync(self._fh.fileno())
+        self.last_seq = self.records[-1]["seq"] if self.records else 0
+
+    def _read(self) -> int:
+        if not self.path.exists():
+            return 0
+        data = self.path.read_bytes()
+        lines = data.split(b"\n")
+        good = 0
+        for number, line in enumerate(lines[:-1], start=1):
+            record = _parse(line)
+            if record is None:
+                if number == len(lines) - 1 and not lines[-1]:
+                    break  # a damaged last line: cut it (it was never acknowledged)
+                raise InputError(f"{self.path}: damaged record at line {number}; refusing to replay the log")
+            if self.records and record["seq"] <= self.records[-1]["seq"]:
+                raise InputError(f"{self.path}: sequence numbers go backwards at line {number}")
+            self.records.append(record)
+            good += len(line) + 1
+        return good  # whatever follows (a line without its newline) is a torn append
+
+    def append(self, record: dict) -> int:
+        """Write a record with the next sequence number and fsync it; return the number."""
+        seq = self.last_seq + 1
+        body = json.dumps({"seq": seq, **record}, separators=(",", ":")).encode()
+        self._fh.write(b"%08x %s\n" % (zlib.crc32(body), body))
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+        self.last_seq = seq
+        return seq
+
+    def truncate(self) -> None:
+        """Empty the log (after its records were saved into the index)."""
+        self._fh.truncate(0)
+        self._fh.seek(0)
+        os.fsync(self._fh.fileno())
+        self.records = []
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+def _parse(line: bytes) -> dict | None:
+    crc, _, body = line.partition(b" ")
+    try:
+        if len(crc) != 8 or int(crc, 16) != zlib.crc32(body):
+            return None
+        record = json.loads(body)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) and isinstance(record.get("seq"), int) else None

@@ -1,0 +1,168 @@
+"""`lbhash index ...`, `lbhash search`: results, and bad input as one line with exit 2."""
+
+import io
+import json
+import os
+
+import click
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from PIL import Image
+
+from index_fakes import FakeEncoder
+from index_reference import random_codes, top_k
+from lbhash.cli.common import LbhashGroup
+from lbhash.cli.index import index
+from lbhash.cli.search import search
+from lbhash.cli.serve import serve
+from lbhash.index import CodeIndex
+
+
+@click.group(cls=LbhashGroup)
+def cli():
+    pass
+
+
+for command in (index, search, serve):
+    cli.add_command(command)
+
+
+def run(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def one_line_error(result, *fragments):
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+@pytest.fixture
+def encoded(tmp_path, rng):
+    """An `lbhash encode` output: codes, bits, ids, labels."""
+    codes = random_codes(rng, 120, 32)
+    ids = np.arange(1000, 1120)
+    labels = rng.integers(0, 4, 120)
+    path = tmp_path / "enc.npz"
+    np.savez(path, codes=codes, bits=np.int64(32), ids=ids, labels=labels)
+    return path, codes, ids, labels
+
+
+def test_build_info_search(tmp_path, encoded):
+    path, codes, ids, labels = encoded
+    out = tmp_path / "ix"
+    result = run("index", "build", path, "--out", out)
+    assert result.exit_code == 0, result.output
+    assert "indexed 120 32-bit codes (faiss flat)" in result.output
+    info = json.loads(run("index", "info", out, "--json").output)
+    assert info["ntotal"] == 120 and info["kind"] == "flat" and info["bytes_on_disk"] > 120 * 4
+    np.save(tmp_path / "q.npy", codes[:3])
+    result = run("search", out, "--codes", tmp_path / "q.npy", "-k", "4", "--json")
+    assert result.exit_code == 0, result.output
+    ref_d, ref_i = top_k(codes[:3], codes, ids, 4)
+    got = json.loads(result.output)
+    assert [r["ids"] for r in got] == ref_i.tolist() and [r["distances"] for r in got] == ref_d.tolist()
+    row_of = {int(i): r for r, i in enumerate(ids)}
+    assert got[0]["labels"] == [[int(labels[row_of[i]])] for i in ref_i[0]]
+    text = run("search", out, "--codes", tmp_path / "q.npy", "-k", "2").output
+    assert text.splitlines()[0] == "query 0 (row 0): 2 results" and f"id {ids[0]}" in text
+    result = run("search", out, "--codes", tmp_path / "q.npy", "--radius", "3", "--filter-labels", "1,2", "--json")
+    for q, r in enumerate(json.loads(result.output)):
+        assert all(lab[0] in (1, 2) for lab in r["labels"]) and all(d <= 3 for d in r["distances"])
+
+
+def test_build_from_a_run_directory_and_kinds(tmp_path, rng):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    codes = random_codes(rng, 2000, 16)
+    np.savez(run_dir / "codes.npz", query_codes=codes[:5], db_codes=codes, query_labels=np.zeros(5, int),
+             db_labels=rng.integers(0, 3, 2000), bits=np.int64(16), query_index=np.arange(5),
+             db_index=np.arange(5, 2005))
+    result = run("index", "build", run_dir, "--kind", "ivf", "--nlist", "8", "--nprobe", "8", "--out", tmp_path / "ivf")
+    assert result.exit_code == 0, result.output
+    loaded = CodeIndex.load(tmp_path / "ivf")
+    assert loaded.kind == "ivf" and loaded.is_trained and loaded.ids()[0] == 5
+    result = run("index", "build", run_dir, "--kind", "multihash", "--nhash", "2", "--out", tmp_path / "mh")
+    assert result.exit_code == 0 and CodeIndex.load(tmp_path / "mh").params == {"nhash": 2, "nflip": 2}
+    result = run("index", "build", run_dir, "--kind", "ivf", "--out", tmp_path / "small")
+    assert result.exit_code == 0 and "needs 39936 codes to train" in result.output
+
+
+def test_add_and_remove(tmp_path, encoded, rng):
+    path, codes, ids, _ = encoded
+    out = tmp_path / "ix"
+    run("index", "build", path, "--out", out)
+    more = tmp_path / "more.npz"
+    np.savez(more, codes=random_codes(rng, 3, 32), bits=np.int64(32), ids=np.array([1000, 5000, 5001]),
+             labels=np.array([3, 3, 3]))
+    one_line_error(run("index", "add", out, more), "id 1000 is already in the index")
+    assert CodeIndex.load(out).ntotal == 120
+    result = run("index", "add", out, more, "--upsert")
+    assert result.exit_code == 0 and "(122 in all)" in result.output
+    result = run("index", "remove", out, "--ids", "1000,5000")
+    assert result.exit_code == 0 and "(120 left)" in result.output
+    (tmp_path / "ids.txt").write_text("1001\n1002\n")
+    assert run("index", "remove", out, "--ids-file", tmp_path / "ids.txt").exit_code == 0
+    assert CodeIndex.load(out).contains([1001, 1002, 5001]).tolist() == [False, False, True]
+
+
+def test_search_features_and_images_with_a_run(tmp_path, rng, monkeypatch):
+    from lbhash.index import sources
+
+    encoder = FakeEncoder(dim=12, bits=32)
+    x = rng.standard_normal((50, 12))
+    CodeIndex(32).save(tmp_path / "empty")
+    ix = CodeIndex(32)
+    ix.add(encoder.encode(x))
+    ix.save(tmp_path / "ix")
+    monkeypatch.setattr(sources, "load_encoder", lambda run_dir: encoder)
+    np.save(tmp_path / "f.npy", x[:2])
+    result = run("search", tmp_path / "ix", "--features", tmp_path / "f.npy", "--run", tmp_path, "-k", "1", "--json")
+    assert [r["distances"][0] for r in json.loads(result.output)] == [0, 0]
+    image_encoder = FakeEncoder(bits=32, input_kind="images")
+    monkeypatch.setattr(sources, "load_encoder", lambda run_dir: image_encoder)
+    (tmp_path / "imgs").mkdir()
+    for name in ("a", "b"):
+        buf = io.BytesIO()
+        Image.fromarray(rng.integers(0, 256, (6, 6, 3), dtype=np.uint8)).save(buf, format="PNG")
+        (tmp_path / "imgs" / f"{name}.png").write_bytes(buf.getvalue())
+    result = run("search", tmp_path / "ix", "--images", tmp_path / "imgs", "--run", tmp_path, "--json")
+    assert result.exit_code == 0 and [r["name"].endswith(".png") for r in json.loads(result.output)] == [True, True]
+    (tmp_path / "imgs" / "c.png").write_bytes(b"broken")
+    one_line_error(run("search", tmp_path / "ix", "--images", tmp_path / "imgs", "--run", tmp_path),
+                   "c.png: cannot decode image")
+
+
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, encoded, rng):
+    path, codes, _, _ = encoded
+    out = tmp_path / "ix"
+    run("index", "build", path, "--out", out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    one_line_error(run("index", "build", tmp_path / "none.npz", "--out", tmp_path / "x"), "none.npz: no such file")
+    one_line_error(run("index", "build", path, "--out", out), "exists: pass --overwrite")
+    one_line_error(run("index", "build", path, "--nlist", "4", "--out", tmp_path / "y"),
+                   "unknown parameter 'nlist' for a flat index")
+    one_line_error(run("index", "build", path, "--part", "all", "--out", tmp_path / "y"), "--part applies to a run")
+    wrong = tmp_path / "wrong.npz"
+    np.savez(wrong, codes=random_codes(rng, 2, 16), bits=np.int64(16))
+    one_line_error(run("index", "add", out, wrong), "holds 16-bit codes", "32-bit")
+    one_line_error(run("index", "remove", out, "--ids", "1,x"), "--ids must be comma-separated integers")
+    one_line_error(run("index", "remove", out, "--ids", "1000,7"), "id 7 is not in the index")
+    one_line_error(run("index", "remove", out), "exactly one of --ids and --ids-file")
+    np.save(tmp_path / "q16.npy", random_codes(rng, 1, 16))
+    one_line_error(run("search", out, "--codes", tmp_path / "q16.npy"), "2 bytes per code")
+    np.save(tmp_path / "signs.npy", np.ones((1, 32), np.int8))
+    one_line_error(run("search", out, "--codes", tmp_path / "signs.npy"), "must be packed uint8")
+    np.save(tmp_path / "q.npy", codes[:1])
+    one_line_error(run("search", out, "--codes", tmp_path / "q.npy", "-k", "0"), "k must be a positive integer")
+    one_line_error(run("search", out, "--codes", tmp_path / "q.npy", "--radius", "-1"), "radius must be")
+    one_line_error(run("search", out, "--features", tmp_path / "q.npy"), "--features needs --run")
+    one_line_error(run("search", out), "exactly one of --codes, --features and --images")
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(os.listdir(tmp_path)) == sorted(["enc.npz", "ix", "wrong.npz", "q16.npy", "signs.npy", "q.npy"])
+    (out / "ids.npy").write_bytes(b"tampered")
+    one_line_error(run("index", "info", out), "ids.npy: checksum mismatch")
+    one_line_error(run("serve", tmp_path / "none"), "no such index directory")

@@ -1,0 +1,236 @@
+"""The HTTP service in process (FastAPI TestClient): endpoints, 4xx answers, the log."""
+
+import io
+import threading
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from PIL import Image
+
+from index_fakes import FakeEncoder
+from index_reference import random_codes, top_k
+from lbhash.errors import InputError
+from lbhash.index import CodeIndex
+from lbhash.service import IndexStore, Limits, create_app, wal_path_for
+
+BITS = 32
+
+
+@pytest.fixture
+def served(tmp_path, rng):
+    codes = random_codes(rng, 200, BITS)
+    labels = rng.integers(0, 4, 200)
+    index = CodeIndex(BITS)
+    index.add(codes, labels=labels)
+    index.save(tmp_path / "ix")
+    encoder = FakeEncoder(dim=12, bits=BITS)
+    app = create_app(tmp_path / "ix", encoder, limits=Limits(max_body_bytes=200_000, max_batch=50, max_k=100))
+    with TestClient(app) as client:
+        yield client, codes, labels, tmp_path / "ix", encoder
+
+
+def hexes(codes):
+    return [c.tobytes().hex() for c in codes]
+
+
+def test_search_by_hex_codes_matches_reference_with_labels(served):
+    client, codes, labels, _, _ = served
+    queries = codes[:3] ^ np.uint8(1)
+    reply = client.post("/search", json={"codes": hexes(queries), "k": 5})
+    assert reply.status_code == 200, reply.text
+    ref_d, ref_i = top_k(queries, codes, np.arange(200), 5)
+    for q, result in enumerate(reply.json()["results"]):
+        assert [h["id"] for h in result["hits"]] == ref_i[q].tolist()
+        assert [h["distance"] for h in result["hits"]] == ref_d[q].tolist()
+        assert [h["labels"] for h in result["hits"]] == [[int(labels[i])] for i in ref_i[q]]
+    default_k = client.post("/search", json={"codes": hexes(queries[:1])}).json()["results"][0]["hits"]
+    assert len(default_k) == 10
+
+
+def test_radius_and_label_filter(served):
+    client, codes, labels, _, _ = served
+    reply = client.post("/search", json={"codes": hexes(codes[:2]), "radius": 12, "labels": [[1], [2, 3]]})
+    assert reply.status_code == 200, reply.text
+    allowed = [np.isin(labels, [1]), np.isin(labels, [2, 3])]
+    for q, result in enumerate(reply.json()["results"]):
+        d = np.unpackbits(codes[q] ^ codes, axis=1).sum(1)
+        expected = sorted((int(d[i]), i) for i in range(200) if d[i] <= 12 and allowed[q][i])
+        assert [(h["distance"], h["id"]) for h in result["hits"]] == expected
+
+
+def test_feature_queries_use_the_attached_encoder(served, rng):
+    client, codes, _, _, encoder = served
+    x = rng.standard_normal((2, 12))
+    reply = client.post("/search", json={"features": x.tolist(), "k": 4})
+    ref_d, ref_i = top_k(encoder.encode(x), codes, np.arange(200), 4)
+    assert [[h["id"] for h in r["hits"]] for r in reply.json()["results"]] == ref_i.tolist()
+
+
+def test_add_get_upsert_delete(served, rng):
+    client, codes, _, _, encoder = served
+    new = random_codes(rng, 2, BITS)
+    reply = client.post("/items", json={"codes": hexes(new), "labels": [[0, 2], []]})
+    assert reply.status_code == 200 and reply.json()["ids"] == [200, 201] and reply.json()["ntotal"] == 202
+    item = client.get("/items/200").json()
+    assert item == {"id": 200, "code": new[0].tobytes().hex(), "labels": [0, 2]}
+    hits = client.post("/search", json={"codes": hexes(new[:1]), "k": 1}).json()["results"][0]["hits"]
+    assert hits[0]["id"] == 200 and hits[0]["distance"] == 0
+    x = rng.standard_normal((1, 12))
+    assert client.post("/items", json={"features": x.tolist(), "ids": [5], "upsert": True}).status_code == 200
+    assert client.get("/items/5").json()["code"] == encoder.encode(x)[0].tobytes().hex()
+    reply = client.delete("/items/201")
+    assert reply.status_code == 200 and reply.json()["ntotal"] == 201 and reply.json()["seq"] == 3
+    assert client.get("/items/201").status_code == 404
+    stats = client.get("/stats").json()
+    assert stats["ntotal"] == 201 and stats["last_seq"] == 3 and stats["input_kind"] == "features"
+    assert client.get("/health").json() == {"status": "ok", "ntotal": 201}
+
+
+BAD_REQUESTS = [
+    ("post", "/search", {"json": {"codes": ["00ff"]}}, 400, "2 bytes, but the index holds 32-bit codes"),
+    ("post", "/search", {"json": {"codes": ["zz00ff00"]}}, 400, "codes[0] is not a hex string"),
+    ("post", "/search", {"content": '{"features": [[NaN, 1,1,1,1,1,1,1,1,1,1,1]]}',
+                         "headers": {"content-type": "application/json"}}, 400, "holds nan at row 0, column 0"),
+    ("post", "/search", {"json": {"features": [[1.0] * 5]}}, 400, "features have 5 columns"),
+    ("post", "/search", {"json": {"features": [[1.0] * 12, [1.0] * 11]}}, 400, "of one length"),
+    ("post", "/search", {"json": {"codes": ["00000000"], "k": 101}}, 400, "k must be at most 100"),
+    ("post", "/search", {"json": {"codes": ["00000000"], "k": 0}}, 422, "body.k"),
+    ("post", "/search", {"json": {"codes": ["00000000"], "k": 3, "radius": 2}}, 400, "either k or radius"),
+    ("post", "/search", {"json": {"codes": ["00000000"] * 51}}, 400, "at most 50 queries"),
+    ("post", "/search", {"json": {"codes": []}}, 400, "no queries given"),
+    ("post", "/search", {"json": {}}, 400, "exactly one of 'codes' and 'features'"),
+    ("post", "/search", {"json": {"codes": ["00000000"], "labels": [[70000]]}}, 400, "at most 65535"),
+    ("post", "/search", {"json": {"codes": ["00000000"], "labels": [[1], [2]]}}, 400, "2 entries but there are 1"),
+    ("post", "/search", {"json": {"codes": ["00000000"], "verbose": True}}, 422, "body.verbose"),
+    ("post", "/search", {"content": "{not json", "headers": {"content-type": "application/json"}}, 422, "JSON"),
+    ("post", "/search", {"content": "x" * 300_000, "headers": {"content-type": "application/json"}}, 413, "larger than"),
+    ("post", "/items", {"json": {"codes": ["00000000"], "ids": [3]}}, 409, "id 3 is already in the index"),
+    ("post", "/items", {"json": {"codes": ["00000000", "00000000"], "ids": [900, 900]}}, 400, "more than once"),
+    ("post", "/items", {"json": {"codes": ["00000000"], "ids": [-4]}}, 400, "non-negative"),
+    ("post", "/items", {"json": {"codes": ["00000000"], "ids": [2**64]}}, 400, "ids"),
+    ("get", "/items/999", {}, 404, "id 999 is not in the index"),
+    ("delete", "/items/999", {}, 404, "id 999 is not in the index"),
+    ("get", "/items/-1", {}, 422, "item_id"),
+    ("get", f"/items/{2**63}", {}, 422, "item_id"),
+    ("post", "/search/image", {"files": {"files": ("a.png", b"png?", "image/png")}}, 400, "attached run encodes features"),
+]
+
+
+@pytest.mark.parametrize("method, path, kwargs, status, fragment", BAD_REQUESTS)
+def test_bad_requests_are_4xx_with_one_line(served, method, path, kwargs, status, fragment):
+    client, *_ = served
+    reply = getattr(client, method)(path, **kwargs)
+    assert reply.status_code == status, reply.text
+    detail = reply.json()["detail"]
+    assert fragment in detail and "\n" not in detail and "Traceback" not in reply.text
+    assert client.get("/health").json()["ntotal"] == 200  # nothing changed
+
+
+def test_chunked_body_over_the_limit_is_413(served):
+    client, *_ = served
+
+    def chunks():
+        for _ in range(30):
+            yield b" " * 10_000
+
+    reply = client.post("/search", content=chunks(), headers={"content-type": "application/json"})
+    assert reply.status_code == 413 and "larger than 200000 bytes" in reply.json()["detail"]
+
+
+def png(img):
+    buf = io.BytesIO()
+    Image.fromarray(img).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def test_image_search_and_add(tmp_path, rng):
+    encoder = FakeEncoder(bits=16, input_kind="images")
+    images = [rng.integers(0, 256, (8 + i, 8, 3), dtype=np.uint8) for i in range(4)]
+    index = CodeIndex(16)
+    index.add(np.concatenate([encoder.encode(img[None]) for img in images[:3]]))
+    index.save(tmp_path / "ix")
+    with TestClient(create_app(tmp_path / "ix", encoder)) as client:
+        reply = client.post("/items/image", files=[("files", ("d.png", png(images[3]), "image/png"))],
+                            data={"ids": "40", "labels": "1,2"})
+        assert reply.status_code == 200, reply.text
+        assert client.get("/items/40").json()["labels"] == [1, 2]
+        reply = client.post("/search/image", files=[("files", ("q.png", png(images[3]), "image/png"))],
+                            data={"k": "1", "labels": "2"})
+        assert reply.json()["results"][0]["hits"][0] == {"id": 40, "distance": 0, "labels": [1, 2]}
+        bad = client.post("/search/image", files=[("files", ("x.jpg", b"garbage", "image/jpeg"))])
+        assert bad.status_code == 400 and "x.jpg: cannot decode image" in bad.json()["detail"]
+
+
+def test_log_replay_after_a_crash_and_compaction(tmp_path, rng):
+    codes = random_codes(rng, 20, BITS)
+    CodeIndex(BITS).save(tmp_path / "ix")
+    store = IndexStore(tmp_path / "ix", compact_every=1000)
+    store.add(codes[:10], labels=np.eye(3, dtype=bool)[np.arange(10) % 3])
+    store.remove([4])
+    store.add(codes[10:11], ids=[4])
+    # a crash: no close, no compaction; a new process replays the log
+    again = IndexStore(tmp_path / "ix")
+    assert again.ntotal == 10 and again.pending == 3
+    np.testing.assert_array_equal(again.get([4])[0], codes[10:11])
+    assert again.get([5])[1].tolist() == [[False, False, True]]
+    # crash after saving the index but before emptying the log: nothing applied twice
+    again.wal.truncate = lambda: (_ for _ in ()).throw(OSError("crash"))
+    with pytest.raises(OSError):
+        again.compact()
+    third = IndexStore(tmp_path / "ix")
+    assert third.ntotal == 10 and third.pending == 0 and third.saved_seq == 3
+    third.add(codes[11:12])
+    assert third.wal.last_seq == 4
+    third.close()
+    assert wal_path_for(tmp_path / "ix").read_bytes() == b""
+    assert CodeIndex.load(tmp_path / "ix").metadata["wal_seq"] == 4
+
+
+def test_torn_and_damaged_log(tmp_path, rng):
+    CodeIndex(BITS).save(tmp_path / "ix")
+    store = IndexStore(tmp_path / "ix")
+    store.add(random_codes(rng, 2, BITS))
+    store.wal.close()
+    wal = wal_path_for(tmp_path / "ix")
+    good = wal.read_bytes()
+    wal.write_bytes(good + b'1234abcd {"seq":2,"op":"remo')  # a crash mid-append
+    assert IndexStore(tmp_path / "ix").ntotal == 2
+    assert wal.read_bytes() == good  # the torn tail is cut
+    wal.write_bytes(b"00000000 {}\n" + good)
+    with pytest.raises(InputError, match="damaged record at line 1"):
+        IndexStore(tmp_path / "ix")
+
+
+def test_concurrent_reads_and_writes(tmp_path, rng):
+    CodeIndex(BITS).save(tmp_path / "ix")
+    store = IndexStore(tmp_path / "ix", compact_every=25)
+    codes = random_codes(rng, 400, BITS)
+    errors = []
+
+    def writer(part):
+        try:
+            for i in part:
+                store.add(codes[i:i + 1], ids=[i])
+        except Exception as err:  # collected for the assertion below
+            errors.append(err)
+
+    def reader():
+        try:
+            for _ in range(100):
+                for dist, ids, _ in store.search(codes[:4], k=5):
+                    assert dist == sorted(dist) and len(set(ids)) == len(ids)
+        except Exception as err:
+            errors.append(err)
+
+    threads = [threading.Thread(target=writer, args=(range(w, 400, 4),)) for w in range(4)]
+    threads += [threading.Thread(target=reader) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors and store.ntotal == 400
+    store.close()
+    loaded = CodeIndex.load(tmp_path / "ix")
+    assert loaded.ntotal == 400 and loaded.metadata["wal_seq"] == 400
+    np.testing.assert_array_equal(loaded.get(np.arange(400))[0], codes)

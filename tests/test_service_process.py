@@ -1,0 +1,97 @@
+"""The service as a real uvicorn process on 127.0.0.1: an acknowledged write survives kill -9."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from index_reference import random_codes
+from lbhash.index import CodeIndex
+from lbhash.service import wal_path_for
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+START_TIMEOUT_S = 60
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Server:
+    """`lbhash serve` in a child process; started and stopped by the test, bounded waits."""
+
+    def __init__(self, index_dir: Path, port: int):
+        self.index_dir, self.port, self.proc = index_dir, port, None
+        self.url = f"http://127.0.0.1:{port}"
+
+    def start(self):
+        env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+        code = "from lbhash.cli.serve import serve; serve()"
+        self.proc = subprocess.Popen([sys.executable, "-c", code, str(self.index_dir), "--host", "127.0.0.1",
+                                      "--port", str(self.port)], env=env,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited: {self.proc.stderr.read().decode()[-500:]}")
+            try:
+                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                time.sleep(0.2)
+        self.kill()
+        raise RuntimeError(f"server did not answer within {START_TIMEOUT_S} s")
+
+    def kill(self, sig=signal.SIGKILL):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=30)
+        if self.proc is not None:
+            self.proc.stderr.close()
+
+
+@pytest.fixture
+def server_factory(tmp_path):
+    started = []
+
+    def make(index_dir, port):
+        server = Server(index_dir, port).start()
+        started.append(server)
+        return server
+
+    yield make
+    for server in started:
+        server.kill()
+
+
+def test_acknowledged_writes_survive_kill_9(tmp_path, rng, server_factory):
+    codes = random_codes(rng, 50, 32)
+    index = CodeIndex(32)
+    index.add(codes[:40], labels=rng.integers(0, 3, 40))
+    index.save(tmp_path / "ix")
+    port = free_port()
+    server = server_factory(tmp_path / "ix", port)
+    new_hex = [c.tobytes().hex() for c in codes[40:]]
+    added = httpx.post(f"{server.url}/items", json={"codes": new_hex, "labels": [[2]] * 10}, timeout=10)
+    assert added.status_code == 200 and added.json()["ids"] == list(range(40, 50))
+    assert httpx.delete(f"{server.url}/items/3", timeout=10).status_code == 200
+    server.kill(signal.SIGKILL)  # no shutdown hook runs
+
+    server = server_factory(tmp_path / "ix", port)
+    assert httpx.get(f"{server.url}/items/45", timeout=10).json() == {"id": 45, "code": new_hex[5], "labels": [2]}
+    assert httpx.get(f"{server.url}/items/3", timeout=10).status_code == 404
+    hits = httpx.post(f"{server.url}/search", json={"codes": new_hex[:1], "k": 1}, timeout=10).json()
+    assert hits["results"][0]["hits"][0]["id"] == 40
+    assert httpx.get(f"{server.url}/stats", timeout=10).json()["ntotal"] == 49
+    server.kill(signal.SIGTERM)  # graceful: the log is folded into the saved index
+    assert wal_path_for(tmp_path / "ix").read_bytes() == b""
+    saved = CodeIndex.load(tmp_path / "ix")
+    assert saved.ntotal == 49 and saved.metadata["wal_seq"] == 2
