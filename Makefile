@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.lbhash-installed
 TORCH  := torch==2.13.0
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test test-slow test-milvus bench bench-search bench-service clean
 
 # Re-installs only when the package metadata or the constraints change.
 $(STAMP): pyproject.toml constraints.txt
@@ -20,10 +20,26 @@ demo: install
 	$(VENV)/bin/lbhash demo
 
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m "not slow and not milvus"
+
+# the long suites (end-to-end trainings), and everything else once more
+test-slow: install
+	$(PY) -m pytest -q -m "not milvus"
+
+# a real Milvus server (the PyPI package `milvus`), started and stopped by the tests on 127.0.0.1
+test-milvus: install
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[test,milvus]' 'milvus>=2.3,<2.4'
+	$(PY) -m pytest -q -m milvus tests/test_milvus.py
 
 bench: install
 	$(PY) benchmarks/bench_evaluate.py
+
+bench-search: install
+	$(PY) benchmarks/bench_search.py
+
+bench-service: install
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[serve]'
+	$(PY) benchmarks/bench_service.py
 
 clean:
 	rm -rf $(VENV) src/*.egg-info .pytest_cache

@@ -16,7 +16,9 @@ LAYERS = [
     {"data"},
     {"evaluate"},
     {"train"},
+    {"index"},
     {"reproduce"},
+    {"service"},
     {"cli"},
 ]
 LEVEL = {name: i for i, names in enumerate(LAYERS) for name in names}

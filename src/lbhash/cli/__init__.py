@@ -12,9 +12,12 @@ from lbhash.cli.common import LbhashGroup
 from lbhash.cli.demo import demo
 from lbhash.cli.encode import encode
 from lbhash.cli.evaluate import evaluate
+from lbhash.cli.index import index
 from lbhash.cli.methods import methods
 from lbhash.cli.report import report
 from lbhash.cli.reproduce import reproduce
+from lbhash.cli.search import search
+from lbhash.cli.serve import serve
 from lbhash.cli.toy import toy_mvb
 from lbhash.cli.train import train
 
@@ -36,5 +39,6 @@ class _EchoHandler(logging.Handler):
         click.echo(record.getMessage(), err=True)
 
 
-for command in (train, encode, evaluate, methods, reproduce, report, centers, toy_mvb, demo):
+for command in (train, encode, evaluate, index, search, serve, methods, reproduce, report, centers, toy_mvb,
+                demo):
     main.add_command(command)

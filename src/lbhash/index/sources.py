@@ -21,14 +21,12 @@ PARTS = ("database", "all")
 
 
 def load_encoder(run_dir: str | Path):
-    """The fitted encoder of a trained run."""
+    """The fitted encoder (lbhash.HashEncoder) of a trained run."""
+    from lbhash.train.hash_encoder import HashEncoder
+
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise InputError(f"{run_dir}: no such run directory")
-    try:
-        from lbhash import HashEncoder  # the training layer's public encoder, where it exists
-    except ImportError:
-        return _RunEncoder(run_dir)
     return HashEncoder.load(run_dir)
 
 
@@ -39,12 +37,17 @@ def run_codes(run_dir: str | Path, part: str = "database") -> dict[str, np.ndarr
     if part not in PARTS:
         raise InputError(f"--part must be one of {', '.join(PARTS)}, got {part!r}")
     if part == "database":
-        path = run_dir / "codes.npz"
+        from lbhash.train.rundir import CODES, verify_files
+
+        path = run_dir / CODES
         if not path.is_file():
             raise InputError(f"{run_dir}: no codes.npz (not a finished run directory)")
+        verify_files(run_dir, (CODES,))
         data = _load(path)
         return _checked(path, data["db_codes"], data["bits"], data.get("db_index"), data.get("db_labels"))
-    encoded = _encode_run()(run_dir, None, "all", progress=False)
+    from lbhash.train.rundir import encode_run
+
+    encoded = encode_run(run_dir, None, "all", progress=False)
     ids = np.arange(len(encoded["codes"]), dtype=np.int64)  # image data names files: use positions
     return _checked(run_dir, encoded["codes"], encoded["bits"], ids, encoded["labels"])
 
@@ -63,16 +66,6 @@ def codes_file(path: str | Path) -> dict[str, np.ndarray]:
     raise InputError(f"{path}: holds neither 'codes' (lbhash encode) nor 'db_codes' (a run's codes.npz)")
 
 
-def _encode_run():
-    """The training layer's "encode every item of a run" (lbhash.train.rundir on main since
-    the training rewrite; lbhash.train.restore before it)."""
-    try:
-        from lbhash.train.rundir import encode_run
-    except ImportError:
-        from lbhash.train.restore import encode_run
-    return encode_run
-
-
 def _load(path: Path) -> dict[str, np.ndarray]:
     try:
         return _io.load_npz(path)
@@ -89,39 +82,3 @@ def _checked(where, codes, bits, ids, labels) -> dict:
     if codes.dtype != np.uint8 or codes.ndim != 2 or codes.shape[1] * 8 != int(bits):
         raise InputError(f"{where}: codes must be packed uint8 (n, {int(bits) // 8}), got {codes.dtype} {codes.shape}")
     return {"codes": codes, "bits": int(bits), "ids": ids, "labels": labels}
-
-
-class _RunEncoder:
-    """A run's model behind the encoder interface, for a training layer without
-    lbhash.HashEncoder (drop it once HashEncoder is merged)."""
-
-    def __init__(self, run_dir: Path):
-        from lbhash.train.restore import load_model
-
-        self._model, cfg = load_model(run_dir)
-        self.bits_ = int(cfg.bits)
-        self.input_kind_ = "features" if cfg.backbone is None else "images"
-        self._transform = None
-        if self.input_kind_ == "images":
-            from lbhash.train.experiment import image_transform
-
-            self._transform = image_transform(cfg, train=False)
-        first = dict(self._model.named_parameters()).get("head.net.0.weight")
-        self._input_dim = None if first is None or self._transform is not None else int(first.shape[1])
-
-    def encode(self, x) -> np.ndarray:
-        import torch
-
-        from lbhash.codes import pack
-        from lbhash.train.encode import encode_array
-
-        if self.input_kind_ == "features":
-            x = np.asarray(x, np.float32)
-            if self._input_dim is not None and x.shape[1] != self._input_dim:
-                raise InputError(f"features have {x.shape[1]} columns but the run's model takes {self._input_dim}")
-            return pack(encode_array(self._model, x))
-        batch = torch.stack([self._transform(torch.from_numpy(np.ascontiguousarray(img)).permute(2, 0, 1))
-                             for img in x])
-        with torch.no_grad():
-            out = self._model(batch)
-        return pack(torch.where(out >= 0, 1, -1).to(torch.int8).numpy())
