@@ -18,10 +18,13 @@ MAX_CLASSES = 100_000
 logger = logging.getLogger("lbhash")
 
 
-def as_multihot(labels, name: str = "labels", num_classes: int | None = None) -> np.ndarray:
+def as_multihot(labels, name: str = "labels", num_classes: int | None = None,
+                keep_ids: bool = False) -> np.ndarray:
     """Return labels as a boolean (n, C) multi-hot array.
 
     `labels` is either a vector of non-negative integer class ids or a 2-D 0/1 matrix.
+    keep_ids: class id c is always column c (ids that name classes elsewhere, as in an index),
+    never remapped; ids must then stay below MAX_CLASSES.
     """
     arr = np.asarray(labels)
     if arr.ndim == 1:
@@ -32,6 +35,10 @@ def as_multihot(labels, name: str = "labels", num_classes: int | None = None) ->
                     f"{name} has class id {int(ids.max())}, but there are only {num_classes} classes"
                 )
             width = num_classes
+        elif keep_ids:
+            if ids.size and int(ids.max()) >= MAX_CLASSES:
+                raise InputError(f"{name} has class id {int(ids.max())}; ids must be below {MAX_CLASSES}")
+            width = int(ids.max()) + 1 if ids.size else 0
         else:
             ids, width = dense_class_ids(ids, name)
         out = np.zeros((ids.size, width), dtype=bool)

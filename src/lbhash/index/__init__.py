@@ -1,4 +1,4 @@
-"""Search over packed binary codes (SPEC §9): `CodeIndex` (FAISS), `MilvusIndex` (a Milvus
+"""Search over packed binary codes (docs/search.md): `CodeIndex` (FAISS), `MilvusIndex` (a Milvus
 server, imported lazily), and `Searcher`, which encodes raw inputs before searching.
 
 See docs/search.md for the kinds, their guarantees, persistence and the service.

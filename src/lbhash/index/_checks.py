@@ -61,7 +61,7 @@ def item_ids(ids, n: int | None = None, name: str = "ids") -> np.ndarray:
 def label_rows(labels, n: int, name: str = "labels") -> np.ndarray:
     """Class ids (n,) or multi-hot rows (n, C) -> boolean (n, C)."""
     try:
-        rows = as_multihot(labels, name)
+        rows = as_multihot(labels, name, keep_ids=True)  # label ids identify classes across batches
     except ValueError as err:
         raise InputError(str(err)) from None
     if len(rows) != n:

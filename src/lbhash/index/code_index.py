@@ -1,6 +1,6 @@
 """`CodeIndex`: top-k and range search over packed binary codes with external ids and labels.
 
-Order of results (SPEC §9): ascending Hamming distance, ties by ascending id. Rows with fewer
+Order of results (docs/search.md): ascending Hamming distance, ties by ascending id. Rows with fewer
 than k results are padded with id `PAD_ID` (-1) and distance `PAD_DISTANCE` (the int32
 maximum, FAISS's own padding value, which no real distance can reach).
 """

@@ -71,6 +71,15 @@ def input_options(cfg: TrainConfig, channels_last: bool = False) -> InputOptions
     return InputOptions(cfg.image_size, cfg.transform, cfg.num_workers, channels_last, cfg.batch_size)
 
 
+# A hash head larger than this (about 1 GB of float32 weights) is refused before it is built.
+MAX_HEAD_PARAMETERS = 1 << 28
+
+
+def head_parameters(cfg: TrainConfig) -> int:
+    widths = [cfg.input_dim or 0, *cfg.hidden, cfg.bits]
+    return sum(a * b + b for a, b in zip(widths, widths[1:]))
+
+
 def build_model(cfg: TrainConfig, normalization=None, pretrained: bool = True) -> HashModel:
     """The hash model of a resolved config.
 
@@ -79,6 +88,10 @@ def build_model(cfg: TrainConfig, normalization=None, pretrained: bool = True) -
     checkpoint will overwrite them).
     """
     if cfg.input_kind == "features":
+        if head_parameters(cfg) > MAX_HEAD_PARAMETERS:
+            raise InputError(f"a hash head for {cfg.input_dim} features with hidden {cfg.hidden} would have "
+                             f"{head_parameters(cfg):,} parameters (at most {MAX_HEAD_PARAMETERS:,}); reduce the "
+                             "feature width or --hidden")
         mean, std = (None, None) if normalization is None else (torch.as_tensor(v) for v in normalization)
         return create_feature_model(cfg.input_dim, cfg.bits, cfg.hidden, cfg.head_dropout, mean, std)
     if cfg.input_kind != "images":

@@ -151,9 +151,8 @@ class Trainer:
         state = {"learner": self.learner}
         try:
             rest = self.fabric.load(path, state, weights_only=True)
-        except Exception as err:  # unsafe content, a foreign file, weights of another model
-            first = (str(err).strip().splitlines() or [""])[0]
-            raise InputError(f"{path}: not a checkpoint of this run ({type(err).__name__}: {first[:200]})") from None
+        except Exception as err:  # unsafe content (refused, never run), a foreign file, another model's weights
+            raise InputError(f"{path}: not a checkpoint of this run ({type(err).__name__})") from None
         for opt, sd in zip(self.optimizers, rest["optimizers"]):
             opt.load_state_dict(sd)
         for sched, sd in zip(self.schedulers, rest["schedulers"]):
