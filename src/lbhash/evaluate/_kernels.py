@@ -307,6 +307,53 @@ def radius_counts_chunk(q_words, db_t, q_labels, db_labels_t, out_hist, out_rhis
             out_rhist[i, d] = near
 
 
+@njit(inline="always", cache=True)
+def _precision_at(key_j, d, offset, before, rel_before, seen, rel_seen):
+    """Precision at a relevant item: relevant items up to it over items up to it, where `offset`
+    counts the items of its distance earlier in its group of four."""
+    rel_seen[d] += 1
+    position = seen[0, d] + seen[1, d] + seen[2, d] + seen[3, d] + offset + 1
+    return (rel_before[d] + rel_seen[d]) / (before[d] + position)
+
+
+@njit(nogil=True, cache=True)
+def _index_order_precision_sum(key, before, rel_before, seen, rel_seen):
+    """Sum of the precisions at the relevant items, walking the items in index order.
+
+    Items go in groups of four with one counter row each (j % 4), so that consecutive items
+    at the same distance do not wait on one counter; relevant items are rare, and only they
+    add up the four rows.
+    """
+    n = key.shape[0]
+    seen[:] = 0
+    rel_seen[:] = 0
+    total = 0.0
+    m = n - n % 4
+    for j in range(0, m, 4):
+        k0, k1, k2, k3 = key[j], key[j + 1], key[j + 2], key[j + 3]
+        d0, d1, d2, d3 = k0 >> 1, k1 >> 1, k2 >> 1, k3 >> 1
+        if (k0 | k1 | k2 | k3) & 1:
+            if k0 & 1:
+                total += _precision_at(k0, d0, 0, before, rel_before, seen, rel_seen)
+            if k1 & 1:
+                total += _precision_at(k1, d1, int(d0 == d1), before, rel_before, seen, rel_seen)
+            if k2 & 1:
+                total += _precision_at(k2, d2, int(d0 == d2) + int(d1 == d2), before, rel_before, seen, rel_seen)
+            if k3 & 1:
+                total += _precision_at(k3, d3, int(d0 == d3) + int(d1 == d3) + int(d2 == d3), before, rel_before,
+                                       seen, rel_seen)
+        seen[0, d0] += 1
+        seen[1, d1] += 1
+        seen[2, d2] += 1
+        seen[3, d3] += 1
+    for j in range(m, n):
+        d = key[j] >> 1
+        if key[j] & 1:
+            total += _precision_at(key[j], d, 0, before, rel_before, seen, rel_seen)
+        seen[0, d] += 1
+    return total
+
+
 @njit(nogil=True, cache=True)
 def average_precision_all_chunk(q_words, db_t, q_labels, db_labels_t, ap_index, ap_average):
     """AP over the whole database per query (R = all), ties by index (ap_index) and, if sized,
@@ -325,7 +372,7 @@ def average_precision_all_chunk(q_words, db_t, q_labels, db_labels_t, ap_index, 
     rhist = np.empty(nbins, np.int64)
     before = np.empty(nbins, np.int64)
     rel_before = np.empty(nbins, np.int64)
-    seen = np.empty(nbins, np.int64)
+    seen = np.empty((4, nbins), np.int64)
     rel_seen = np.empty(nbins, np.int64)
     want_average = ap_average.shape[0] > 0
     for i in range(q_words.shape[0]):
@@ -359,15 +406,7 @@ def average_precision_all_chunk(q_words, db_t, q_labels, db_labels_t, ap_index, 
             if want_average:
                 ap_average[i] = 0.0
             continue
-        seen[:] = 0
-        rel_seen[:] = 0
-        total = 0.0
-        for j in range(n):
-            d = key[j] >> 1
-            seen[d] += 1
-            if key[j] & 1:
-                rel_seen[d] += 1
-                total += (rel_before[d] + rel_seen[d]) / (before[d] + seen[d])
+        total = _index_order_precision_sum(key, before, rel_before, seen, rel_seen)
         ap_index[i] = total / total_rel
         if want_average:
             last = 0
