@@ -246,3 +246,24 @@ def _class_colors(count: int) -> np.ndarray:
     if name == "turbo":
         return cmap(np.linspace(0, 1, count))
     return cmap(np.arange(count) % cmap.N)
+
+
+def setting_curves(panels: Sequence[Panel], path: Path, title: str, xlabel: str, ylabel: str) -> Path:
+    """One subplot per panel, one coloured line per setting; one legend of the settings."""
+    with _style():
+        cols = min(len(panels), 4)
+        fig = _figure(3.8 * cols + 0.5, 3.1 * -(-len(panels) // cols) + 1.2)
+        axes = _grid(fig, len(panels), max_cols=cols, sharey=True)
+        labels: dict[str, object] = {}
+        for ax, panel in zip(axes, panels):
+            for line in panel.lines:
+                (handle,) = ax.plot(line.x, line.y, color=line.color, lw=1.5, marker=".", ms=4)
+                labels.setdefault(line.label, handle)
+            ax.set(title=panel.title, xlabel=xlabel)
+            ax.tick_params(labelleft=True)
+        for ax in axes[::cols]:
+            ax.set_ylabel(ylabel)
+        fig.legend(list(labels.values()), list(labels), loc="outside lower center",
+                   ncols=min(3, len(labels)), frameon=False)
+        fig.suptitle(title)
+        return _save(fig, path)

@@ -21,6 +21,7 @@ from lbhash.reproduce.sections_grid import (convergence_section, curves_section,
                                             grid_section, ratio_section, tsne_section)
 from lbhash.reproduce.sections_studies import (bound_section, centers_section, timing_section,
                                                toy_section)
+from lbhash.reproduce.sections_study import study_section
 from lbhash.reproduce.tables import GridView, load_tables
 from lbhash.errors import InputError
 
@@ -30,13 +31,14 @@ SECTIONS = {
     "ratio": "mAP vs lower-bound ratio (paper Fig. 5)", "convergence": "Convergence (paper Fig. 2)",
     "tsne": "t-SNE of codes (paper Fig. 4)", "bound": "Lower bound along training (paper Fig. 1)",
     "timing": "Training time (paper Table 1)", "centers": "Class centers (paper Table 5)",
-    "toy": "MVB toy (paper Fig. Toy and Fig. Sanity16)", "agreement": "Agreement with the paper",
+    "toy": "MVB toy (paper Fig. Toy and Fig. Sanity16)", "study": "Studies: when does the objective help?",
+    "agreement": "Agreement with the paper",
 }
 # (SECTIONS key, builder) in report order; "setup" and "agreement" are written here
 _BUILDERS = (("grid", grid_section), ("curves", curves_section), ("ratio", ratio_section),
              ("convergence", convergence_section), ("tsne", tsne_section),
              ("bound", bound_section), ("timing", timing_section),
-             ("centers", centers_section), ("toy", toy_section))
+             ("centers", centers_section), ("toy", toy_section), ("study", study_section))
 
 
 def write_report(directory: str | Path, out: str | Path | None = None, bits: int | None = None,

@@ -1,0 +1,101 @@
+"""The report's sections of the studies (study.csv, study_epochs.csv): per study, validation
+mAP (and test mAP where the study evaluated the queries) by setting, method and bit length,
+and the validation curves along training."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from lbhash.reproduce import figures as fig
+from lbhash.reproduce.report_context import ReportContext, cell, md_table
+from lbhash.reproduce.stats import mean_std
+
+
+def study_section(ctx: ReportContext) -> list[str]:
+    table = ctx.tables.study
+    if table is None:
+        return []
+    lines = ["Studies of the _D objective (see docs/methods.md, \"When to use --lbhash\"). Each cell "
+             "is the mean ± sample std over seeds of the runs' validation mAP (the validation items, "
+             "held out of the training items, as queries against the training items; the run keeps "
+             "its best-validation epoch), in %. Settings: `base` is the method alone, `paper` the "
+             "paper-faithful _D objective, other settings list their _D options.", ""]
+    for study in table.unique("study"):
+        rows = table.select(table["study"] == study)
+        lines += [f"### {study}", ""]
+        lines += _metric_table(rows, "val_map", "validation mAP")
+        if not np.isnan(rows["map"].astype(float)).all():
+            lines += _metric_table(rows, "map", "test mAP (computed once, for these settings)")
+        lines += _curves(ctx, study, rows)
+    return lines
+
+
+def _columns(rows) -> list[tuple[str, int]]:
+    return [(m, b) for m in rows.unique("method") for b in rows.unique("bits")
+            if ((rows["method"] == m) & (rows["bits"] == b)).any()]
+
+
+def _metric_table(rows, column: str, title: str) -> list[str]:
+    columns = _columns(rows)
+    settings = list(dict.fromkeys(rows["setting"]))
+    full = max(int(((rows["setting"] == s) & (rows["method"] == m) & (rows["bits"] == b)).sum())
+               for s in settings for m, b in columns)
+    body = []
+    for setting in settings:
+        out = [f"`{setting}`"]
+        for method, bits in columns:
+            sel = (rows["setting"] == setting) & (rows["method"] == method) & (rows["bits"] == bits)
+            out.append(cell(rows[column][sel], full) if sel.any() else "—")
+        body.append(out)
+    best = _best_marks(rows, column, settings, columns)
+    for i, marks in best.items():
+        body[i] = [body[i][0]] + [f"**{c}**" if j in marks else c for j, c in enumerate(body[i][1:])]
+    header = ["setting"] + [f"{m} {b} bits" for m, b in columns]
+    return [f"**{title}** (best mean per column in bold)", "", md_table(header, body), ""]
+
+
+def _best_marks(rows, column, settings, columns) -> dict[int, set[int]]:
+    marks: dict[int, set[int]] = {}
+    for j, (method, bits) in enumerate(columns):
+        means = []
+        for setting in settings:
+            sel = (rows["setting"] == setting) & (rows["method"] == method) & (rows["bits"] == bits)
+            means.append(mean_std(rows[column][sel])[0] if sel.any() else math.nan)
+        if not all(math.isnan(m) for m in means):
+            marks.setdefault(int(np.nanargmax(means)), set()).add(j)
+    return marks
+
+
+def _curves(ctx: ReportContext, study: str, rows) -> list[str]:
+    epochs = ctx.tables.study_epochs
+    if epochs is None:
+        return []
+    epochs = epochs.select((epochs["study"] == study) & ~np.isnan(epochs["val_map"].astype(float)))
+    if not len(epochs):
+        return []
+    settings = list(dict.fromkeys(rows["setting"]))
+    panels = []
+    for method, bits in _columns(rows):
+        lines = []
+        for k, setting in enumerate(settings):
+            runs = rows["run_id"][(rows["setting"] == setting) & (rows["method"] == method) & (rows["bits"] == bits)]
+            sel = np.isin(epochs["run_id"], runs)
+            if sel.any():
+                xs = np.unique(epochs["epoch"][sel])
+                ys = [100 * float(np.mean(epochs["val_map"][sel & (epochs["epoch"] == x)])) for x in xs]
+                lines.append(fig.Line(setting, xs, np.array(ys), fig.color(k)))
+        if lines:
+            panels.append(fig.Panel(f"{method} {bits} bits", lines))
+    if not panels:
+        return []
+    name = f"study_{_slug(study)}.png"
+    fig.setting_curves(panels, ctx.figdir / name, f"{study}: validation mAP along training (mean over seeds)",
+                       "epoch", "validation mAP (%)")
+    return ctx.image(name, f"{study}: validation mAP (%) at each evaluated epoch, mean over seeds, one line per "
+                           "setting, one panel per method and bit length.")
+
+
+def _slug(text: str) -> str:
+    return "".join(ch if ch.isalnum() else "-" for ch in text).strip("-")

@@ -1,0 +1,68 @@
+"""Study specs (settings x methods x bits x seeds) and their report section."""
+
+import csv
+import json
+
+import numpy as np
+import pytest
+
+from lbhash.errors import InputError
+from lbhash.methods.base import PAPER_LBHASH
+from lbhash.reproduce.experiments import Context
+from lbhash.reproduce.report import write_report
+from lbhash.reproduce.studies import StudySpec, setting_slug, setting_values
+from lbhash.reproduce.tables import STUDY_COLUMNS, STUDY_EPOCHS_COLUMNS
+
+
+def test_setting_strings():
+    assert setting_values("base", "csq") == {"lbhash": False}
+    assert setting_values("paper", "dch") == {"lbhash": True, **PAPER_LBHASH}
+    mean = setting_values("lbhash_reduction=mean,lbhash_weight=0.1", "hashnet")
+    assert mean == {**PAPER_LBHASH, "lbhash": True, "lbhash_reduction": "mean", "lbhash_weight": 0.1}
+    assert setting_values("base,schedule=cosine,warmup_epochs=5", "csq") == {
+        "lbhash": False, "schedule": "cosine", "warmup_epochs": 5}
+    with pytest.raises(InputError, match="'bogus=1' is neither"):
+        setting_values("bogus=1", "csq")
+    assert setting_slug("lbhash_reduction=mean,lbhash_weight=0.1") == "lbhash-reduction-mean-lbhash-weight-0.1"
+
+
+def test_study_cells_hold_every_value_explicitly(tmp_path):
+    spec = StudySpec(study="s", methods=("csq", "dch"), settings=("base", "paper"), bits=(16, 32), seeds=(0, 1))
+    ctx = Context(data="digits", out=tmp_path, overrides={"epochs": 3})
+    plan = spec.plan(ctx)
+    assert len(plan) == 2 * 2 * 2 * 2 and len({cell.name for _, _, cell in plan}) == 16
+    method, setting, cell = plan[6]
+    assert (method, setting) == ("csq", "paper")
+    assert cell.config == {"validation": 0.1, "select": "best-val", "eval_every": 5, "data": "digits",
+                           "method": "csq", "bits": 32, "seed": 0, "epochs": 3, "test": False, "lbhash": True,
+                           **PAPER_LBHASH}
+
+
+def test_report_section_shows_the_means_of_the_study_tables(tmp_path):
+    rng = np.random.default_rng(0)
+    rows, epochs = [], []
+    for setting in ("base", "paper"):
+        for seed in (0, 1, 2):
+            run = f"csq-{setting}-32bits-seed{seed}"
+            rows.append({"study": "demo", "run_id": run, "method": "csq", "setting": setting,
+                         "lbhash": setting != "base", "bits": 32, "seed": seed, "val_map": rng.random(),
+                         "selected_epoch": 5, "epochs_trained": 5, "map": "", "config_hash": ""})
+            epochs += [{"study": "demo", "run_id": run, "epoch": e, "val_map": rng.random(), "loss_total": 1.0}
+                       for e in (1, 5)]
+    for name, columns, table in (("study.csv", STUDY_COLUMNS, rows), ("study_epochs.csv", STUDY_EPOCHS_COLUMNS, epochs)):
+        with open(tmp_path / name, "w", newline="") as fh:
+            writer = csv.DictWriter(fh, columns)
+            writer.writeheader()
+            writer.writerows(table)
+    (tmp_path / "meta.json").write_text(json.dumps({
+        "data": "digits", "protocol": "digits", "seeds": [0, 1, 2], "epochs": 5, "commands": {},
+        "created": "2026-11-22T00:00:00",
+        "software": {"python": "3", "torch": "2", "numpy": "2", "lightning": "2", "lbhash": "0"}}))
+    text = write_report(tmp_path).read_text()
+    section = text[text.index("### demo"):]
+    for setting in ("base", "paper"):
+        values = [100 * r["val_map"] for r in rows if r["setting"] == setting]
+        expected = f"{np.mean(values):.2f} ± {np.std(values, ddof=1):.2f}"
+        assert f"| `{setting}` | " in section and expected in section
+    assert (tmp_path / "figures" / "study_demo.png").is_file()
+    assert "test mAP" not in section  # the study did not evaluate the queries
