@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from lbhash._io import atomic_path, save_npz
-from lbhash.reproduce.tables import (
+from lbhash.reproduce.tables import (STUDY_COLUMNS, STUDY_EPOCHS_COLUMNS,
     BOUND_COLUMNS, CENTERS_COLUMNS, CURVES_COLUMNS, EPOCHS_COLUMNS, GRID_COLUMNS, TIMING_COLUMNS)
 
 METHODS = ("hashnet", "greedyhash", "csq")
@@ -55,7 +55,26 @@ def write_fixture(directory: str | Path, methods=METHODS, bits=BITS, seeds=SEEDS
     sampled = [run_id(m, d, max(bits), seeds[0]) for m in methods[:2] for d in (False, True)]
     save_npz(directory / "codes_sample.npz", **_codes(rng, sampled, codes, max(bits)))
     _toy(directory, rng)
+    study = _study(rng, methods[:2], seeds)
+    _csv(directory / "study.csv", STUDY_COLUMNS, study)
+    _csv(directory / "study_epochs.csv", STUDY_EPOCHS_COLUMNS,
+         [{"study": r["study"], "run_id": r["run_id"], "epoch": e, "val_map": round(r["val_map"] - 0.1 / e, 5),
+           "loss_total": 1.0 / e} for r in study for e in (1, 3, 6)])
     return directory
+
+
+def _study(rng, methods, seeds) -> list[dict]:
+    """A validation study: base, paper and one other setting, with test mAP."""
+    rows = []
+    for method in methods:
+        for k, setting in enumerate(("base", "paper", "lbhash_reduction=mean,lbhash_weight=0.1")):
+            for seed in seeds:
+                rows.append({"study": "fixture-study", "run_id": f"{method}-{k}-{seed}", "method": method,
+                             "setting": setting, "lbhash": str(setting != "base"), "bits": 32, "seed": seed,
+                             "val_map": round(0.6 + 0.02 * k + rng.normal(0, 0.01), 5), "selected_epoch": 6,
+                             "epochs_trained": 6, "map": round(0.55 + 0.02 * k + rng.normal(0, 0.01), 5),
+                             "config_hash": ""})
+    return rows
 
 
 def _grid(rng, methods, bits_list, seeds) -> list[dict]:

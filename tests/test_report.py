@@ -22,7 +22,7 @@ from report_fixture import INF_RUN, WORSE_CELL, write_fixture
 
 PNG = b"\x89PNG\r\n\x1a\n"
 OPTIONAL = ("grid.csv", "curves.csv", "epochs.csv", "codes_sample.npz", "timing.csv",
-            "centers.csv", "bound.csv", "toy.json", "toy_probs.npz")
+            "centers.csv", "bound.csv", "toy.json", "toy_probs.npz", "study.csv", "study_epochs.csv")
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +69,7 @@ def test_report_has_every_section_and_valid_pngs(built):
     for title in SECTIONS.values():
         assert f"## {title}\n" in text, title
     images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
-    assert len(images) == 8
+    assert len(images) == 9
     total = 0
     for rel in images:
         png = path.parent / rel
