@@ -46,8 +46,7 @@ def main() -> None:
     p.add_argument("--out", default=None)
     args = p.parse_args()
 
-    from lbhash.evaluate.runs import train_and_evaluate
-    from lbhash.train import TrainConfig
+    from lbhash.train import TrainConfig, train
 
     settings = dict(SETTINGS[args.setting])
     variants = settings.pop("variants")
@@ -59,7 +58,7 @@ def main() -> None:
         name = "csq" + ("_D" if lbhash else "")
         run = out / f"{name}-{settings['bits']}bits"
         start = time.perf_counter()
-        metrics = train_and_evaluate(
+        metrics = train(
             TrainConfig(data=args.data, method="csq", lbhash=lbhash, epochs=epochs, lr_step=0,
                         pretrained=args.pretrained, progress=True, **settings), run, resume=run.exists())
         wall = time.perf_counter() - start
