@@ -47,32 +47,28 @@ def check_output_file(path: str | os.PathLike, option: str) -> Path:
     path = Path(path)
     if path.is_dir():
         raise InputError(f"{option} {path}: is a directory; give a file name")
-    parent = path.parent
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir():
-        raise InputError(f"{option} {path}: {parent} is a file, not a directory")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise InputError(f"{option} {path}: cannot write in {parent}")
+    _check_writable_ancestor(path, path.parent, option)
     return path
 
 
-def check_output_dir(path: str | os.PathLike, option: str, empty: bool = False) -> Path:
-    """A directory a command may write into, checked before any work: not a file, under a
-    writable directory, and (empty=True) not holding anything yet."""
+def check_output_dir(path: str | os.PathLike, option: str) -> Path:
+    """A directory a command may write into, checked before any work: not a file, and under a
+    directory that can be written."""
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise InputError(f"{option} {path}: is a file, not a directory")
-    if empty and path.is_dir() and any(path.iterdir()):
-        raise InputError(f"{option} {path}: already exists and is not empty")
-    parent = path
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir():
-        raise InputError(f"{option} {path}: {parent} is a file, not a directory")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise InputError(f"{option} {path}: cannot write in {parent}")
+    _check_writable_ancestor(path, path, option)
     return path
+
+
+def _check_writable_ancestor(path: Path, start: Path, option: str) -> None:
+    """The nearest existing directory at or above `start` must be a directory we can write."""
+    while not start.exists():
+        start = start.parent
+    if not start.is_dir():
+        raise InputError(f"{option} {path}: {start} is a file, not a directory")
+    if not os.access(start, os.W_OK | os.X_OK):
+        raise InputError(f"{option} {path}: cannot write in {start}")
 
 
 def temporary_name(path: Path) -> Path:

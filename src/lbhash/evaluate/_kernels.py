@@ -269,6 +269,37 @@ def top_ranked_chunk(q_words, db_t, top, out_index, out_dist):
             out_dist[i, p] = dist[order[p]]
 
 
+@njit(inline="always", cache=True)
+def _distance_relevance_counts(q_row, q_lab, db_t, db_labels_t, dist, key, scratch, hist, rhist):
+    """For one query: dist (its distance to every item), key = 2 * distance + relevant, and
+    hist[d] / rhist[d] = the number of items / relevant items at distance d.
+
+    db_labels_t is the label bitmask word-major (lw, n), so that the relevance pass vectorises.
+    """
+    n = dist.shape[0]
+    _fill_distances(q_row, db_t, dist)
+    for j in range(n):
+        key[j] = dist[j] << 1
+    for k in range(q_lab.shape[0]):
+        qk = q_lab[k]
+        for j in range(n):
+            key[j] |= np.uint16((db_labels_t[k, j] & qk) != 0)
+    # four interleaved histograms avoid store-to-load stalls on repeated keys
+    scratch[:] = 0
+    m = n - n % 4
+    for j in range(0, m, 4):
+        scratch[0, key[j]] += 1
+        scratch[1, key[j + 1]] += 1
+        scratch[2, key[j + 2]] += 1
+        scratch[3, key[j + 3]] += 1
+    for j in range(m, n):
+        scratch[0, key[j]] += 1
+    for d in range(hist.shape[0]):
+        near = scratch[0, 2 * d + 1] + scratch[1, 2 * d + 1] + scratch[2, 2 * d + 1] + scratch[3, 2 * d + 1]
+        hist[d] = scratch[0, 2 * d] + scratch[1, 2 * d] + scratch[2, 2 * d] + scratch[3, 2 * d] + near
+        rhist[d] = near
+
+
 @njit(nogil=True, cache=True)
 def radius_counts_chunk(q_words, db_t, q_labels, db_labels_t, out_hist, out_rhist):
     """Per query and distance d: number of database items, and of relevant ones, at d.
@@ -277,34 +308,12 @@ def radius_counts_chunk(q_words, db_t, q_labels, db_labels_t, out_hist, out_rhis
     vectorises; each item's key 2 * distance + relevant is then histogrammed once.
     """
     n = db_t.shape[1]
-    nbins = out_hist.shape[1]
     dist = np.empty(n, np.uint16)
     key = np.empty(n, np.uint16)
-    scratch = np.empty((4, 2 * nbins), np.int64)
+    scratch = np.empty((4, 2 * out_hist.shape[1]), np.int64)
     for i in range(q_words.shape[0]):
-        _fill_distances(q_words[i], db_t, dist)
-        for j in range(n):
-            key[j] = dist[j] << 1
-        for k in range(q_labels.shape[1]):
-            qk = q_labels[i, k]
-            for j in range(n):
-                key[j] |= np.uint16((db_labels_t[k, j] & qk) != 0)
-        # four interleaved histograms avoid store-to-load stalls on repeated keys
-        scratch[:] = 0
-        m = n - n % 4
-        for j in range(0, m, 4):
-            scratch[0, key[j]] += 1
-            scratch[1, key[j + 1]] += 1
-            scratch[2, key[j + 2]] += 1
-            scratch[3, key[j + 3]] += 1
-        for j in range(m, n):
-            scratch[0, key[j]] += 1
-        for d in range(nbins):
-            far = scratch[0, 2 * d] + scratch[1, 2 * d] + scratch[2, 2 * d] + scratch[3, 2 * d]
-            near = (scratch[0, 2 * d + 1] + scratch[1, 2 * d + 1] + scratch[2, 2 * d + 1]
-                    + scratch[3, 2 * d + 1])
-            out_hist[i, d] = far + near
-            out_rhist[i, d] = near
+        _distance_relevance_counts(q_words[i], q_labels[i], db_t, db_labels_t, dist, key, scratch,
+                                   out_hist[i], out_rhist[i])
 
 
 @njit(inline="always", cache=True)
@@ -376,31 +385,12 @@ def average_precision_all_chunk(q_words, db_t, q_labels, db_labels_t, ap_index, 
     rel_seen = np.empty(nbins, np.int64)
     want_average = ap_average.shape[0] > 0
     for i in range(q_words.shape[0]):
-        _fill_distances(q_words[i], db_t, dist)
-        for j in range(n):
-            key[j] = dist[j] << 1
-        for k in range(q_labels.shape[1]):
-            qk = q_labels[i, k]
-            for j in range(n):
-                key[j] |= np.uint16((db_labels_t[k, j] & qk) != 0)
-        scratch[:] = 0  # four interleaved histograms avoid store-to-load stalls
-        m = n - n % 4
-        for j in range(0, m, 4):
-            scratch[0, key[j]] += 1
-            scratch[1, key[j + 1]] += 1
-            scratch[2, key[j + 2]] += 1
-            scratch[3, key[j + 3]] += 1
-        for j in range(m, n):
-            scratch[0, key[j]] += 1
+        _distance_relevance_counts(q_words[i], q_labels[i], db_t, db_labels_t, dist, key, scratch, hist, rhist)
         total_rel = 0
         for d in range(nbins):
-            near = scratch[0, 2 * d + 1] + scratch[1, 2 * d + 1] + scratch[2, 2 * d + 1] + scratch[3, 2 * d + 1]
-            far = scratch[0, 2 * d] + scratch[1, 2 * d] + scratch[2, 2 * d] + scratch[3, 2 * d]
-            hist[d] = near + far
-            rhist[d] = near
             before[d] = 0 if d == 0 else before[d - 1] + hist[d - 1]
             rel_before[d] = 0 if d == 0 else rel_before[d - 1] + rhist[d - 1]
-            total_rel += near
+            total_rel += rhist[d]
         if total_rel == 0:
             ap_index[i] = 0.0
             if want_average:
