@@ -26,10 +26,30 @@ def study_section(ctx: ReportContext) -> list[str]:
         rows = table.select(table["study"] == study)
         lines += [f"### {study}", ""]
         lines += _metric_table(rows, "val_map", "validation mAP")
+        lines += _summary(rows)
         if not np.isnan(rows["map"].astype(float)).all():
             lines += _metric_table(rows, "map", "test mAP (computed once, for these settings)")
         lines += _curves(ctx, study, rows)
     return lines
+
+
+def _summary(rows) -> list[str]:
+    """Per method: each setting's validation mAP averaged over its bit lengths and seeds, best
+    first, with the spread of the seeds (the mean of the per-cell sample stds)."""
+    out = []
+    for method in rows.unique("method"):
+        mine = rows.select(rows["method"] == method)
+        scores, spreads = [], []
+        for setting in dict.fromkeys(mine["setting"]):
+            cells = [mine["val_map"][(mine["setting"] == setting) & (mine["bits"] == b)] for b in mine.unique("bits")]
+            cells = [c for c in cells if len(c)]
+            scores.append((float(np.mean([np.mean(c) for c in cells])), setting))
+            spreads += [float(np.std(c, ddof=1)) for c in cells if len(c) > 1]
+        scores.sort(reverse=True)
+        noise = f"; seed spread (mean sample std of a cell) {100 * np.mean(spreads):.2f}" if spreads else ""
+        ranking = ", ".join(f"`{name}` {100 * value:.2f}" for value, name in scores)
+        out.append(f"- {method}: {ranking}{noise}")
+    return ["Mean validation mAP over bit lengths and seeds, best first:", "", *out, ""]
 
 
 def _columns(rows) -> list[tuple[str, int]]:
