@@ -38,7 +38,7 @@ def test_study_cells_hold_every_value_explicitly(tmp_path):
                            **PAPER_LBHASH}
 
 
-def test_report_section_shows_the_means_of_the_study_tables(tmp_path):
+def _write_study(tmp_path, test: bool):
     rng = np.random.default_rng(0)
     rows, epochs = [], []
     for setting in ("base", "paper"):
@@ -46,7 +46,8 @@ def test_report_section_shows_the_means_of_the_study_tables(tmp_path):
             run = f"csq-{setting}-32bits-seed{seed}"
             rows.append({"study": "demo", "run_id": run, "method": "csq", "setting": setting,
                          "lbhash": setting != "base", "bits": 32, "seed": seed, "val_map": rng.random(),
-                         "selected_epoch": 5, "epochs_trained": 5, "map": "", "config_hash": ""})
+                         "selected_epoch": 5, "epochs_trained": 5, "map": rng.random() if test else "",
+                         "config_hash": ""})
             epochs += [{"study": "demo", "run_id": run, "epoch": e, "val_map": rng.random(), "loss_total": 1.0}
                        for e in (1, 5)]
     for name, columns, table in (("study.csv", STUDY_COLUMNS, rows), ("study_epochs.csv", STUDY_EPOCHS_COLUMNS, epochs)):
@@ -59,10 +60,24 @@ def test_report_section_shows_the_means_of_the_study_tables(tmp_path):
         "created": "2026-11-22T00:00:00",
         "software": {"python": "3", "torch": "2", "numpy": "2", "lightning": "2", "lbhash": "0"}}))
     text = write_report(tmp_path).read_text()
-    section = text[text.index("### demo"):]
+    return rows, text[text.index("### demo"):]
+
+
+def test_report_section_shows_the_means_of_the_study_tables(tmp_path):
+    rows, section = _write_study(tmp_path, test=False)
     for setting in ("base", "paper"):
         values = [100 * r["val_map"] for r in rows if r["setting"] == setting]
         expected = f"{np.mean(values):.2f} ± {np.std(values, ddof=1):.2f}"
         assert f"| `{setting}` | " in section and expected in section
     assert (tmp_path / "figures" / "study_demo.png").is_file()
     assert "test mAP" not in section  # the study did not evaluate the queries
+
+
+def test_report_section_puts_each_setting_beside_base_in_test_map(tmp_path):
+    rows, section = _write_study(tmp_path, test=True)
+    table = section[section.index("**test mAP**"):]
+    means = {s: 100 * np.mean([r["map"] for r in rows if r["setting"] == s]) for s in ("base", "paper")}
+    stds = {s: 100 * np.std([r["map"] for r in rows if r["setting"] == s], ddof=1) for s in ("base", "paper")}
+    row = next(line for line in table.splitlines() if line.startswith("| csq | 32 |"))
+    assert f"{means['base']:.2f} ± {stds['base']:.2f}" in row and f"{means['paper']:.2f} ± {stds['paper']:.2f}" in row
+    assert f"{means['paper'] - means['base']:+.2f}" in row

@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from lbhash.reproduce import figures as fig
-from lbhash.reproduce.report_context import ReportContext, cell, md_table
+from lbhash.reproduce.report_context import ReportContext, cell, md_table, signed
 from lbhash.reproduce.stats import mean_std
 
 
@@ -28,7 +28,7 @@ def study_section(ctx: ReportContext) -> list[str]:
         lines += _metric_table(rows, "val_map", "validation mAP")
         lines += _summary(rows)
         if not np.isnan(rows["map"].astype(float)).all():
-            lines += _metric_table(rows, "map", "test mAP (computed once, for these settings)")
+            lines += _test_table(rows)
         lines += _curves(ctx, study, rows)
     return lines
 
@@ -50,6 +50,26 @@ def _summary(rows) -> list[str]:
         ranking = ", ".join(f"`{name}` {100 * value:.2f}" for value, name in scores)
         out.append(f"- {method}: {ranking}{noise}")
     return ["Mean validation mAP over bit lengths and seeds, best first:", "", *out, ""]
+
+
+def _test_table(rows) -> list[str]:
+    """Test mAP with one row per method and bit length, each setting beside the others and, where
+    the study has a `base` setting, each other setting's difference from it in points."""
+    settings = list(dict.fromkeys(rows["setting"]))
+    others = [s for s in settings if s != "base"] if "base" in settings else []
+    full = max(int(((rows["setting"] == s) & (rows["method"] == m) & (rows["bits"] == b)).sum())
+               for s in settings for m, b in _columns(rows))
+    body = []
+    for method, bits in _columns(rows):
+        here = (rows["method"] == method) & (rows["bits"] == bits)
+        values = {s: rows["map"][here & (rows["setting"] == s)].astype(float) for s in settings}
+        out = [method, str(bits)] + [cell(values[s], full) for s in settings]
+        base = mean_std(values["base"])[0] if others else math.nan
+        out += [signed(100 * (mean_std(values[s])[0] - base)) for s in others]
+        body.append(out)
+    header = ["method", "bits", *[f"`{s}`" for s in settings], *[f"`{s}` − `base`" for s in others]]
+    return ["**test mAP** (%, mean ± sample std over seeds; computed once, for these settings; "
+            "differences in points)", "", md_table(header, body), ""]
 
 
 def _columns(rows) -> list[tuple[str, int]]:
