@@ -112,3 +112,14 @@ def test_every_variant_trains_on_multi_label_data(name, lbhash, tmp_path, monkey
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["run"]["variant"] == name + ("_D" if lbhash else "") and 0 < metrics["map"] <= 1
     assert ("classifier_accuracy" in metrics) == (name in ("greedyhash", "dsdh"))
+
+
+def test_dbdh_trains_at_its_validated_learning_rate_unless_the_paper_profile_is_asked():
+    from lbhash.data.spec import load_data
+    from lbhash.train.config import TrainConfig, resolve_config
+
+    dataset = load_data("digits")
+    assert resolve_config(TrainConfig(data="digits", method="dbdh"), dataset).lr == 3e-4
+    assert resolve_config(TrainConfig(data="digits", method="dbdh", defaults="paper"), dataset).lr == 1e-3
+    assert resolve_config(TrainConfig(data="digits", method="dbdh", lr=0.01), dataset).lr == 0.01
+    assert resolve_config(TrainConfig(data="digits", method="csq"), dataset).lr == 1e-3
