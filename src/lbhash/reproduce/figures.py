@@ -252,7 +252,8 @@ def setting_curves(panels: Sequence[Panel], path: Path, title: str, xlabel: str,
     """One subplot per panel, one coloured line per setting; one legend of the settings."""
     with _style():
         cols = min(len(panels), 4)
-        fig = _figure(3.8 * cols + 0.5, 3.1 * -(-len(panels) // cols) + 1.2)
+        # wide enough for the title even with one panel
+        fig = _figure(max(3.8 * cols + 0.5, 0.09 * len(title)), 3.1 * -(-len(panels) // cols) + 1.2)
         axes = _grid(fig, len(panels), max_cols=cols, sharey=True)
         labels: dict[str, object] = {}
         for ax, panel in zip(axes, panels):
