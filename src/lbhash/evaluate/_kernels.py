@@ -317,7 +317,7 @@ def radius_counts_chunk(q_words, db_t, q_labels, db_labels_t, out_hist, out_rhis
 
 
 @njit(inline="always", cache=True)
-def _precision_at(key_j, d, offset, before, rel_before, seen, rel_seen):
+def _precision_at(d, offset, before, rel_before, seen, rel_seen):
     """Precision at a relevant item: relevant items up to it over items up to it, where `offset`
     counts the items of its distance earlier in its group of four."""
     rel_seen[d] += 1
@@ -343,13 +343,13 @@ def _index_order_precision_sum(key, before, rel_before, seen, rel_seen):
         d0, d1, d2, d3 = k0 >> 1, k1 >> 1, k2 >> 1, k3 >> 1
         if (k0 | k1 | k2 | k3) & 1:
             if k0 & 1:
-                total += _precision_at(k0, d0, 0, before, rel_before, seen, rel_seen)
+                total += _precision_at(d0, 0, before, rel_before, seen, rel_seen)
             if k1 & 1:
-                total += _precision_at(k1, d1, int(d0 == d1), before, rel_before, seen, rel_seen)
+                total += _precision_at(d1, int(d0 == d1), before, rel_before, seen, rel_seen)
             if k2 & 1:
-                total += _precision_at(k2, d2, int(d0 == d2) + int(d1 == d2), before, rel_before, seen, rel_seen)
+                total += _precision_at(d2, int(d0 == d2) + int(d1 == d2), before, rel_before, seen, rel_seen)
             if k3 & 1:
-                total += _precision_at(k3, d3, int(d0 == d3) + int(d1 == d3) + int(d2 == d3), before, rel_before,
+                total += _precision_at(d3, int(d0 == d3) + int(d1 == d3) + int(d2 == d3), before, rel_before,
                                        seen, rel_seen)
         seen[0, d0] += 1
         seen[1, d1] += 1
@@ -358,7 +358,7 @@ def _index_order_precision_sum(key, before, rel_before, seen, rel_seen):
     for j in range(m, n):
         d = key[j] >> 1
         if key[j] & 1:
-            total += _precision_at(key[j], d, 0, before, rel_before, seen, rel_seen)
+            total += _precision_at(d, 0, before, rel_before, seen, rel_seen)
         seen[0, d] += 1
     return total
 

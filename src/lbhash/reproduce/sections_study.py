@@ -57,12 +57,10 @@ def _test_table(rows) -> list[str]:
     the study has a `base` setting, each other setting's difference from it in points."""
     settings = list(dict.fromkeys(rows["setting"]))
     others = [s for s in settings if s != "base"] if "base" in settings else []
-    full = max(int(((rows["setting"] == s) & (rows["method"] == m) & (rows["bits"] == b)).sum())
-               for s in settings for m, b in _columns(rows))
+    full = _seeds_per_cell(rows, settings)
     body = []
     for method, bits in _columns(rows):
-        here = (rows["method"] == method) & (rows["bits"] == bits)
-        values = {s: rows["map"][here & (rows["setting"] == s)].astype(float) for s in settings}
+        values = {s: rows["map"][_cell_mask(rows, s, method, bits)].astype(float) for s in settings}
         out = [method, str(bits)] + [cell(values[s], full) for s in settings]
         base = mean_std(values["base"])[0] if others else math.nan
         out += [signed(100 * (mean_std(values[s])[0] - base)) for s in others]
@@ -77,16 +75,25 @@ def _columns(rows) -> list[tuple[str, int]]:
             if ((rows["method"] == m) & (rows["bits"] == b)).any()]
 
 
+def _cell_mask(rows, setting: str, method: str, bits: int):
+    """The rows (one per seed) of one setting, method and bit length."""
+    return (rows["setting"] == setting) & (rows["method"] == method) & (rows["bits"] == bits)
+
+
+def _seeds_per_cell(rows, settings) -> int:
+    """The most runs any cell has; cells with fewer say how many."""
+    return max(int(_cell_mask(rows, s, m, b).sum()) for s in settings for m, b in _columns(rows))
+
+
 def _metric_table(rows, column: str, title: str) -> list[str]:
     columns = _columns(rows)
     settings = list(dict.fromkeys(rows["setting"]))
-    full = max(int(((rows["setting"] == s) & (rows["method"] == m) & (rows["bits"] == b)).sum())
-               for s in settings for m, b in columns)
+    full = _seeds_per_cell(rows, settings)
     body = []
     for setting in settings:
         out = [f"`{setting}`"]
         for method, bits in columns:
-            sel = (rows["setting"] == setting) & (rows["method"] == method) & (rows["bits"] == bits)
+            sel = _cell_mask(rows, setting, method, bits)
             out.append(cell(rows[column][sel], full) if sel.any() else "—")
         body.append(out)
     best = _best_marks(rows, column, settings, columns)
@@ -101,7 +108,7 @@ def _best_marks(rows, column, settings, columns) -> dict[int, set[int]]:
     for j, (method, bits) in enumerate(columns):
         means = []
         for setting in settings:
-            sel = (rows["setting"] == setting) & (rows["method"] == method) & (rows["bits"] == bits)
+            sel = _cell_mask(rows, setting, method, bits)
             means.append(mean_std(rows[column][sel])[0] if sel.any() else math.nan)
         if not all(math.isnan(m) for m in means):
             marks.setdefault(int(np.nanargmax(means)), set()).add(j)
@@ -120,7 +127,7 @@ def _curves(ctx: ReportContext, study: str, rows) -> list[str]:
     for method, bits in _columns(rows):
         lines = []
         for k, setting in enumerate(settings):
-            runs = rows["run_id"][(rows["setting"] == setting) & (rows["method"] == method) & (rows["bits"] == bits)]
+            runs = rows["run_id"][_cell_mask(rows, setting, method, bits)]
             sel = np.isin(epochs["run_id"], runs)
             if sel.any():
                 xs = np.unique(epochs["epoch"][sel])

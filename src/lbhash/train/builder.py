@@ -88,9 +88,10 @@ def build_model(cfg: TrainConfig, normalization=None, pretrained: bool = True) -
     checkpoint will overwrite them).
     """
     if cfg.input_kind == "features":
-        if head_parameters(cfg) > MAX_HEAD_PARAMETERS:
+        size = head_parameters(cfg)
+        if size > MAX_HEAD_PARAMETERS:
             raise InputError(f"a hash head for {cfg.input_dim} features with hidden {cfg.hidden} would have "
-                             f"{head_parameters(cfg):,} parameters (at most {MAX_HEAD_PARAMETERS:,}); reduce the "
+                             f"{size:,} parameters (at most {MAX_HEAD_PARAMETERS:,}); reduce the "
                              "feature width or --hidden")
         mean, std = (None, None) if normalization is None else (torch.as_tensor(v) for v in normalization)
         return create_feature_model(cfg.input_dim, cfg.bits, cfg.hidden, cfg.head_dropout, mean, std)
