@@ -11,6 +11,19 @@ def shared_data_dir() -> Path:
     return Path(os.environ.get("LBHASH_SHARED_DATA", REPO.parent / "shared" / "data"))
 
 
+@pytest.fixture(autouse=True, scope="session")
+def pixel_cache_in_tmp(tmp_path_factory):
+    """Tests never write to the user's cache: the decoded-pixel cache goes to a temporary folder."""
+    folder = tmp_path_factory.mktemp("lbhash-cache")
+    previous = os.environ.get("LBHASH_CACHE_DIR")
+    os.environ["LBHASH_CACHE_DIR"] = str(folder)
+    yield folder
+    if previous is None:
+        os.environ.pop("LBHASH_CACHE_DIR", None)
+    else:
+        os.environ["LBHASH_CACHE_DIR"] = previous
+
+
 @pytest.fixture
 def shared_data() -> Path:
     path = shared_data_dir()

@@ -26,6 +26,7 @@ from lbhash.data import (
     make_split,
 )
 from lbhash.data import images as images_module
+from lbhash.data import pixel_cache
 
 CIFAR_NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 TRAIN_PER_CLASS, TEST_PER_CLASS = 3, 1
@@ -454,9 +455,14 @@ def test_caching_rule(tmp_path, monkeypatch):
         load_data(f"images:{mixed}?cache=on").preload()
     with raises("option cache must be one of", "'maybe'"):
         load_data(f"images:{mixed}?cache=maybe")
-    monkeypatch.setattr(images_module, "CACHE_LIMIT_BYTES", 6 * 8 * 8 * 3 - 1)
-    assert not load_image_folder(tmp_path / "same").preload()
-    assert load_data(f"images:{tmp_path / 'same'}?cache=on").preload()
+    monkeypatch.setattr(pixel_cache, "memory_budget", lambda: 6 * 8 * 8 * 3 - 1)
+    big = load_image_folder(tmp_path / "same")  # above the memory bound: memory-mapped from disk
+    assert big.preload() and isinstance(big.pixels, np.memmap)
+    np.testing.assert_array_equal(big.pixels, same.pixels)
+    monkeypatch.setattr(pixel_cache, "memory_budget", lambda: 1 << 30)
+    on_disk = load_data(f"images:{tmp_path / 'same'}?cache=disk")  # the entry just built, read into memory
+    assert on_disk.preload() and not isinstance(on_disk.pixels, np.memmap)
+    np.testing.assert_array_equal(on_disk.pixels, same.pixels)
 
 
 # --- torch datasets and DataLoader workers -----------------------------------------------------

@@ -5,7 +5,8 @@
 - `features`: ArrayDataset, feature files (.npz/.npy/.mat) and the bundled digits set;
 - `images`: ImageDataset and check_images; `image_loaders`: CIFAR-10 pickles, class-folder
   trees (on disk or in a tarball) and DeepHash list files; `image_arrays`: uint8 image arrays
-  in .npz files; `image_sources`: the readers; `batches`: training and encoding batches;
+  in .npz files; `image_sources`: the readers; `pixel_cache`: the decoded-pixel store on
+  disk; `batches`: training and encoding batches; `augment`: the transforms on whole batches;
 - `spec`: data-spec strings (`digits`, `features:PATH?x=feat&y=labels`, `cifar10:PATH`,
   `images:PATH`, `image-array:PATH`, `list:DIR?root=PATH&preset=nuswide21`) and their registry;
 - `protocols`: seeded train/query/database splits (paper Sec. 6.1.1), saved with a run;
@@ -27,7 +28,7 @@ from lbhash.data.features import (
 )
 from lbhash.data.image_arrays import load_image_arrays
 from lbhash.data.image_loaders import LIST_PRESETS, ListPreset, load_cifar10, load_image_folder, load_image_lists
-from lbhash.data.images import CACHE_LIMIT_BYTES, CACHE_MODES, ImageDataset, check_images
+from lbhash.data.images import CACHE_MODES, ImageDataset, check_images
 from lbhash.data.protocols import (
     PARAMETRIC_PROTOCOLS,
     PROTOCOLS,
@@ -50,7 +51,7 @@ __all__ = [
     "ArrayDataset", "load_features", "load_digits", "count_unlabelled", "load_data",
     "parse_data_spec", "register_data_kind", "DataSpec", "DataKind", "DATA_KINDS",
     "ImageDataset", "check_images", "load_cifar10", "load_image_folder", "load_image_lists",
-    "ListPreset", "LIST_PRESETS", "CACHE_MODES", "CACHE_LIMIT_BYTES",
+    "ListPreset", "LIST_PRESETS", "CACHE_MODES",
     "Split", "carve_validation", "make_split", "save_split", "load_split", "parse_protocol", "ProtocolSpec",
     "PROTOCOLS", "PARAMETRIC_PROTOCOLS",
     "FEATURE_KEYS", "LABEL_KEYS", "SPLIT_KEYS", "CLASS_NAME_KEYS", "DEQUANTIZE_MODES",

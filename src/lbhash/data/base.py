@@ -72,6 +72,10 @@ class HashDataset:
         inputs are normalised otherwise (images: by their transform)."""
         return None
 
+    def native_side(self) -> int | None:
+        """The side of square images (the default input size rule uses it), None otherwise."""
+        return None
+
     def input_dim(self) -> int | None:
         """Width of a feature vector, None for images."""
         return None

@@ -1,6 +1,7 @@
-"""Training batches: in-memory feature arrays, or image data sets through a DataLoader.
+"""Training batches: in-memory feature arrays, decoded pixel stores, or image data sets
+through a DataLoader (images of different sizes, decoded and transformed one by one).
 
-Both yield (x, labels, index) with index the sample's stable position in the training set
+All yield (x, labels, index) with index the sample's stable position in the training set
 (memory banks use it), shuffle from an explicit per-epoch seed, and shard the epoch across
 ranks with equal batch counts (padding by wrapping around), which DDP needs.
 """
@@ -44,6 +45,77 @@ class ArrayBatches:
         for start in range(0, len(order), self.batch_size):
             index = order[start:start + self.batch_size]
             yield self.x[index], self.y[index], index
+
+
+def _pixel_tensor(pixels: np.ndarray, device) -> torch.Tensor | None:
+    """The whole store on an accelerator when it takes at most a quarter of its free memory
+    (gathers then stay on the device), else None (batches are gathered on the host)."""
+    device = torch.device(device)
+    if device.type != "cuda" or isinstance(pixels, np.memmap):
+        return None
+    free, _ = torch.cuda.mem_get_info(device)
+    if pixels.nbytes > free // 4:
+        return None
+    return torch.from_numpy(np.ascontiguousarray(pixels)).to(device)
+
+
+def _host_batch(pixels: np.ndarray, rows: np.ndarray, device) -> torch.Tensor:
+    """uint8 images at `rows` of a (memory-mapped) store, on `device`."""
+    batch = torch.from_numpy(np.take(pixels, rows, axis=0))
+    if torch.device(device).type == "cuda":
+        return batch.pin_memory().to(device, non_blocking=True)
+    return batch
+
+
+class PixelBatches:
+    """Batches of a decoded uint8 pixel store (n, H, W, 3): a gather of the batch's rows, then
+    the training transform on the whole batch (lbhash.data.augment) on `device`.
+
+    Crops and flips draw from a torch.Generator seeded by (epoch seed, rank): an epoch's
+    batches depend on nothing else, so a resumed run sees the same images.
+    """
+
+    def __init__(self, pixels: np.ndarray, indices: np.ndarray, labels: np.ndarray, transform, batch_size: int,
+                 device="cpu", rank: int = 0, world_size: int = 1, channels_last: bool = True):
+        self.pixels, self.indices = pixels, np.asarray(indices, np.int64)
+        self.device, self.transform, self.channels_last = torch.device(device), transform, channels_last
+        self.on_device = _pixel_tensor(pixels, self.device)
+        self.y = torch.as_tensor(labels, dtype=torch.float32, device=self.device)
+        self.n = len(self.indices)
+        self.batch_size, self.rank, self.world_size = batch_size, rank, world_size
+
+    def __len__(self) -> int:
+        return -(-len(shard_order(self.n, 0, self.rank, self.world_size)) // self.batch_size)
+
+    def epoch(self, seed: int) -> Iterator[Batch]:
+        order = shard_order(self.n, seed, self.rank, self.world_size)
+        gen = torch.Generator(self.device)
+        gen.manual_seed(int(np.random.SeedSequence([seed, self.rank]).generate_state(1)[0]))
+        index_all = torch.as_tensor(order, device=self.device)
+        for start in range(0, len(order), self.batch_size):
+            positions = order[start:start + self.batch_size]
+            index = index_all[start:start + self.batch_size]
+            x = self.transform(self._images(self.indices[positions]), gen)
+            if not self.channels_last:
+                x = x.contiguous()
+            yield x, self.y[index], index
+
+    def _images(self, rows: np.ndarray) -> torch.Tensor:
+        if self.on_device is not None:
+            return self.on_device[torch.as_tensor(rows, device=self.device)]
+        return _host_batch(self.pixels, rows, self.device)
+
+
+def pixel_inputs(pixels: np.ndarray, indices: np.ndarray, transform, batch_size: int, device="cpu",
+                 channels_last: bool = True, progress: bool = False, desc: str = "encoding") -> Iterator[torch.Tensor]:
+    """The evaluation inputs of a pixel store's items at `indices`, in order, on `device`."""
+    from tqdm import tqdm
+
+    indices = np.asarray(indices, np.int64)
+    starts = range(0, len(indices), batch_size)
+    for start in tqdm(starts, desc=desc, unit="batch", leave=False, disable=not progress):
+        x = transform(_host_batch(pixels, indices[start:start + batch_size], device))
+        yield x if channels_last else x.contiguous()
 
 
 class LoaderBatches:

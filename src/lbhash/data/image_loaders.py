@@ -70,7 +70,7 @@ def load_image_folder(path: str | os.PathLike, cache: str = "auto", name: str | 
 def _tree_dataset(source, names: list[str], p: Path, cache: str, name: str) -> ImageDataset:
     positions, ids, is_test, class_names = class_tree(names, str(p))
     return ImageDataset(as_multihot(ids, num_classes=len(class_names)), is_test, name, class_names,
-                        source=take(source, positions), cache=cache)
+                        source=take(source, positions), cache=cache, cache_key=f"tree:{p.resolve()}")
 
 
 def load_cifar10(path: str | os.PathLike, cache: str = "auto") -> ImageDataset:
@@ -160,7 +160,8 @@ def load_image_lists(directory: str | os.PathLike, root: str | os.PathLike | Non
     return ImageDataset(np.array(rows, dtype=bool), is_test, pre.name if pre else f"list:{d.name}",
                         source=_list_source(d if root is None else Path(root).expanduser(), names),
                         parts=parts, topk=pre.topk if pre else None,
-                        declared_multi_label=pre.multi_label if pre else None, cache=cache)
+                        declared_multi_label=pre.multi_label if pre else None, cache=cache,
+                        cache_key=f"list:{d.resolve()}?root={Path(root or d).expanduser().resolve()}")
 
 
 def _list_source(root: Path, names: list[str]):

@@ -1,8 +1,10 @@
 """Image data sets: ImageDataset and check_images (loaders: image_loaders, image_arrays).
 
-Small sets of same-sized images are decoded once into a uint8 cache; others are decoded per
-item (by DataLoader workers). torch is imported only by `torch_dataset`
-(lbhash.data.transforms), so loading labels for a split stays light.
+Same-sized images are decoded once into a uint8 pixel store (in memory, or memory-mapped
+from the disk cache of lbhash.data.pixel_cache), and batches are gathered from it and
+transformed as whole tensors (lbhash.data.augment). Sets of images of different sizes are
+decoded per item, by DataLoader workers, with the per-image transforms. torch is imported
+only when batches are made, so loading labels for a split stays light.
 """
 
 from __future__ import annotations
@@ -21,8 +23,7 @@ from lbhash.data.image_sources import decode_image, take
 from lbhash.errors import InputError
 from lbhash.labels import as_multihot
 
-CACHE_MODES = ("auto", "on", "off")
-CACHE_LIMIT_BYTES = 1 << 30       # "auto" caches decoded sets up to this size (CIFAR-10: 184 MB)
+CACHE_MODES = ("auto", "on", "disk", "off")
 PARTS = ("train", "query", "database")
 _SKIP_HINT = "skip_bad=True (--skip-bad-images) leaves unreadable images out"
 
@@ -35,7 +36,8 @@ class ImageDataset(HashDataset):
     (encoded bytes per item, see image_sources). `parts` is an explicit train/query/database
     split given by the source (list files), `topk` a preset's default R, and
     `declared_multi_label` overrides the label-count rule of `multi_label` (presets set it).
-    `cache` is "auto", "on" or "off" (see preload).
+    `cache` is "auto", "on", "disk" or "off" (see preload); `cache_key` names the source for
+    the disk cache (the loaders set it: kind and absolute path; None: never on disk).
     """
 
     labels: np.ndarray
@@ -48,6 +50,7 @@ class ImageDataset(HashDataset):
     topk: int | None = None
     declared_multi_label: bool | None = None
     cache: str = "auto"
+    cache_key: str | None = None
     input_kind = "images"
     _bad: np.ndarray | None = field(default=None, init=False, repr=False)  # cache slots that failed
     _no_cache: bool = field(default=False, init=False, repr=False)
@@ -93,18 +96,25 @@ class ImageDataset(HashDataset):
         return decode_image(self.source.read(i), self.source.where(i))
 
     def preload(self, progress: bool | None = None) -> bool:
-        """Decode every image once into `pixels` if the caching rule allows; True if cached.
+        """Decode every image once into the pixel store `pixels` if the store rule allows; True if
+        stored.
 
-        Rule: cache "off" never; "auto" when the first image's size times n (x 3 bytes) is at
-        most CACHE_LIMIT_BYTES; "on" regardless of size. Caching needs every image the same
-        size: at the first that differs, "auto" falls back to per-item decoding and "on" raises.
-        An unreadable image does not stop preloading; reading that item raises later.
+        Rule (docs/data.md): cache "off" never; otherwise when every image has the size of the
+        first: "auto" and "on" keep the decoded set in memory when it takes at most
+        `pixel_cache.memory_budget()` bytes, else memory-map it from the disk cache
+        (lbhash.data.pixel_cache); "disk" always goes through the disk cache, so later runs skip
+        decoding. At the first image of another size "auto" and "disk" fall back to per-item
+        decoding and "on" raises. Unreadable images do not stop it; reading one raises later.
         """
         if self.pixels is None:
-            shape = self._cache_shape()
-            if shape is not None:
-                self._scan(np.arange(len(self)), shape, None, True, progress)
+            self._build_store(None, True, progress)
         return self.pixels is not None
+
+    def native_side(self) -> int | None:
+        """The side of the first image if it is square, else None (a set of mixed sizes is
+        resized to whatever the run chooses)."""
+        shape = self.pixels.shape[1:3] if self.pixels is not None else (self._first_shape() or (None, None))[:2]
+        return int(shape[0]) if shape[0] is not None and shape[0] == shape[1] else None
 
     def torch_dataset(self, indices=None, transform=None):
         """A torch Dataset whose item k is (transform(uint8 CHW tensor), float32 labels row, k).
@@ -123,7 +133,8 @@ class ImageDataset(HashDataset):
         parts = None if self.parts is None else _subset_parts(self.parts, idx)
         common = dict(labels=self.labels[idx], is_test=None if self.is_test is None else self.is_test[idx],
                       name=self.name, class_names=self.class_names, parts=parts, topk=self.topk,
-                      declared_multi_label=self.declared_multi_label, cache=self.cache)
+                      declared_multi_label=self.declared_multi_label, cache=self.cache,
+                      cache_key=self.cache_key)
         if self.pixels is not None and self._bad is None:
             return ImageDataset(pixels=np.ascontiguousarray(self.pixels[idx]), **common)
         return ImageDataset(source=take(self.source, idx), **common)
@@ -138,76 +149,132 @@ class ImageDataset(HashDataset):
 
     def train_batches(self, indices, batch_size: int, device="cpu", rank: int = 0, world_size: int = 1,
                       options: InputOptions = InputOptions()):
-        from lbhash.data.batches import LoaderBatches
+        from lbhash.data.batches import LoaderBatches, PixelBatches
 
+        idx = self._stored(indices)
+        if idx is not None:
+            return PixelBatches(self.pixels, idx, self.labels[idx], _batch_transform(options, train=True),
+                                batch_size, device, rank, world_size, options.channels_last)
         dataset = self.torch_dataset(indices, _transform(options, train=True))
         return LoaderBatches(dataset, batch_size, device, options.num_workers, rank, world_size,
                              options.channels_last)
 
     def encode_batches(self, indices, options: InputOptions = InputOptions(), device="cpu",
                        progress: bool = False, batch_size: int | None = None):
-        from lbhash.data.batches import loader_inputs
+        from lbhash.data.batches import loader_inputs, pixel_inputs
 
+        batch_size = batch_size or encode_batch_size(options)
+        idx = self._stored(indices)
+        if idx is not None:
+            return pixel_inputs(self.pixels, idx, _batch_transform(options, train=False), batch_size, device,
+                                options.channels_last, progress)
         dataset = self.torch_dataset(indices, _transform(options, train=False))
-        return loader_inputs(dataset, batch_size or max(options.batch_size, 256), device, options.num_workers,
-                             options.channels_last, progress)
+        return loader_inputs(dataset, batch_size, device, options.num_workers, options.channels_last, progress)
+
+    def _stored(self, indices) -> np.ndarray | None:
+        """The indices when the pixel store holds all of them (decoding it first if allowed)."""
+        idx = check_indices(self, indices)
+        if not self.preload():
+            return None
+        if self._bad is not None and self._bad[idx].any():
+            self._raise_unreadable(int(idx[self._bad[idx]][0]))
+        return idx
 
     def _cache_shape(self) -> tuple[int, int, int] | None:
         if self.pixels is not None or self.cache == "off" or self._no_cache or not len(self):
             return None
-        for i in range(min(len(self), 16)):  # the first readable header gives the size
+        return self._first_shape()
+
+    def _first_shape(self) -> tuple[int, int, int] | None:
+        """(H, W, 3) of the first image whose header reads (None: none of the first 16)."""
+        for i in range(min(len(self), 16)):
             try:
                 with Image.open(io.BytesIO(self.source.read(i))) as im:
                     w, h = im.size
-                break
+                return h, w, 3
             except (ValueError, OSError, SyntaxError, Image.DecompressionBombError):
                 continue
-        else:
+        return None
+
+    def _build_store(self, required, skip_bad: bool, progress) -> np.ndarray | None:
+        """Fill `pixels` (memory or disk cache, see preload); returns the unreadable mask, or
+        None when no store is made. Items in `required` (None: none) raise unless skip_bad."""
+        from lbhash.data import pixel_cache
+
+        shape = self._cache_shape()
+        if shape is None:
             return None
-        if self.cache == "auto" and len(self) * h * w * 3 > CACHE_LIMIT_BYTES:
+        n = len(self)
+        fits = n * int(np.prod(shape)) <= pixel_cache.memory_budget()
+        fill = lambda pixels: self._decode_into(pixels, required, skip_bad, progress)  # noqa: E731
+        if (self.cache == "disk" or not fits) and self.cache_key is not None:
+            fingerprint = pixel_cache.source_fingerprint(self.source)
+            path = pixel_cache.entry_dir(self.cache_key, fingerprint)
+            got = pixel_cache.open_entry(path, n, shape, in_memory=fits)
+            if got is None:
+                record = {"key": self.cache_key, "source": fingerprint}
+                got = pixel_cache.build_entry(path, n, shape, fill, record, in_memory=fits)
+            if got is None:
+                self._no_cache = True
+                return None
+            pixels, bad = got
+            if required is not None and not skip_bad and (bad & required).any():
+                self._raise_unreadable(int(np.flatnonzero(bad & required)[0]))
+        elif fits or self.cache == "on":
+            pixels = np.empty((n, *shape), dtype=np.uint8)
+            bad = fill(pixels)
+            if bad is None:
+                self._no_cache = True
+                return None
+            pixels.flags.writeable = False  # a shared store: nobody writes to it
+        else:  # too large for memory and no file to key a disk entry on
             self._no_cache = True
             return None
-        return h, w, 3
+        self.pixels, self._bad = pixels, bad
+        return bad
 
-    def _scan(self, order, shape, required, skip_bad: bool, progress) -> np.ndarray:
-        """Decode items in `order` into a new cache; returns the mask of unreadable items.
+    def _raise_unreadable(self, i: int):
+        try:
+            decode_image(self.source.read(i), self.source.where(i))
+        except ValueError as err:
+            raise InputError(f"{err}; {_SKIP_HINT}") from None
+        raise InputError(f"{self.source.where(i)}: could not be decoded when the pixel cache was built; "
+                         f"{_SKIP_HINT}")
 
-        Items in `required` (None: none) raise unless skip_bad; after the cache is given up,
-        only required items are still decoded.
-        """
+    def _decode_into(self, pixels: np.ndarray, required, skip_bad: bool, progress) -> np.ndarray | None:
+        """Decode every item into `pixels` in threads (decoding releases the GIL); returns the
+        unreadable mask, or None at the first image of another size (cache "on": an error)."""
         from tqdm import tqdm
 
-        n = len(self)
+        n, shape = len(self), pixels.shape[1:]
         bad = np.zeros(n, dtype=bool)
-        pixels = np.empty((n, *shape), dtype=np.uint8)
-        bar = tqdm(order, desc=f"decoding {self.name}", unit="img", leave=False, disable=_quiet(len(order), progress))
-        try:
-            for i in bar:
-                if pixels is None and (required is None or not required[i]):
-                    if required is None:
-                        break
-                    continue
-                try:
-                    img = decode_image(self.source.read(i), self.source.where(i))
-                except ValueError as err:
-                    if required is not None and required[i] and not skip_bad:
-                        raise InputError(f"{err}; {_SKIP_HINT}") from None
-                    bad[i] = True
-                    continue
-                if pixels is None:
-                    continue
-                if img.shape == pixels.shape[1:]:
-                    pixels[i] = img
-                elif self.cache == "on":
-                    raise InputError(f"{self.source.where(i)}: is {img.shape[1]}x{img.shape[0]}, but cache=on needs "
-                                     f"every image the size of the first ({shape[1]}x{shape[0]})")
-                else:
-                    pixels, self._no_cache = None, True
-        finally:
-            bar.close()
-        if pixels is not None:
-            pixels.flags.writeable = False  # a shared cache: nobody writes to it
-            self.pixels, self._bad = pixels, bad
+
+        def one(i):
+            try:
+                img = decode_image(self.source.read(i), self.source.where(i))
+            except ValueError as err:
+                return err
+            if img.shape != shape:
+                return img.shape
+            pixels[i] = img
+            return None
+
+        workers = min(8, os.cpu_count() or 1)
+        with ThreadPoolExecutor(workers) as pool, tqdm(total=n, desc=f"decoding {self.name}", unit="img",
+                                                       leave=False, disable=_quiet(n, progress)) as bar:
+            for start in range(0, n, 1024):  # blocks: no million pending futures
+                block = range(start, min(n, start + 1024))
+                for i, result in zip(block, pool.map(one, block)):
+                    if isinstance(result, ValueError):
+                        if required is not None and required[i] and not skip_bad:
+                            raise InputError(f"{result}; {_SKIP_HINT}")
+                        bad[i] = True
+                    elif result is not None:
+                        if self.cache == "on":
+                            raise InputError(f"{self.source.where(i)}: is {result[1]}x{result[0]}, but cache=on "
+                                             f"needs every image the size of the first ({shape[1]}x{shape[0]})")
+                        return None
+                bar.update(len(block))
         return bad
 
     def _validate(self, idx: np.ndarray, skip_bad: bool, progress, workers: int | None) -> np.ndarray:
@@ -257,14 +324,24 @@ def check_images(dataset: ImageDataset, indices=None, skip_bad: bool = False, pr
             except ValueError as err:
                 raise InputError(f"{err}; {_SKIP_HINT}") from None
     else:
-        shape = dataset._cache_shape()
-        if shape is not None:
-            required = np.zeros(len(dataset), dtype=bool)
-            required[idx] = True
-            bad = dataset._scan(np.arange(len(dataset)), shape, required, skip_bad, progress)
-        else:
+        required = np.zeros(len(dataset), dtype=bool)
+        required[idx] = True
+        bad = dataset._build_store(required, skip_bad, progress)
+        if bad is None:
             bad = dataset._validate(idx, skip_bad, progress, workers)
     return idx[~bad[idx]], int(bad[idx].sum())
+
+
+def encode_batch_size(options: InputOptions) -> int:
+    """Images encode in batches of about 2^20 pixels (1024 at 32x32), at least the training batch."""
+    side = options.image_size or 32
+    return max(options.batch_size, min(1024, (1 << 20) // (side * side)))
+
+
+def _batch_transform(options: InputOptions, train: bool):
+    from lbhash.data.augment import BatchTransform
+
+    return BatchTransform(options.transform or "cifar-augment", options.image_size or 32, train)
 
 
 def _transform(options: InputOptions, train: bool):

@@ -12,10 +12,11 @@ from lbhash.models.backbones import (
     register_backbone,
 )
 from lbhash.models.cifar_resnet import CifarResNet
+from lbhash.models.small_cnn import SmallCNN
 from lbhash.models.hash_model import FeatureNorm, HashHead, HashModel, create_feature_model
 
 __all__ = [
-    "Backbone", "BackboneDefaults", "CifarResNet", "backbone_defaults", "FeatureNorm", "HashHead", "HashModel",
+    "Backbone", "BackboneDefaults", "CifarResNet", "SmallCNN", "backbone_defaults", "FeatureNorm", "HashHead", "HashModel",
     "available_backbones", "create_backbone", "create_feature_model", "create_image_model",
     "load_backbone_weights", "read_state_dict", "register_backbone",
 ]

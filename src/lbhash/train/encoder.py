@@ -1,7 +1,9 @@
 """The one encoder: a model plus data items -> +/-1 codes, on one process or on several.
 
-`encode` runs the model without gradients, in eval mode, batch by batch over the data set's
-encoding batches (lbhash.data.HashDataset.encode_batches), under the caller's autocast. Every
+`encode` runs the model under `torch.inference_mode`, in eval mode, batch by batch over the
+data set's encoding batches (lbhash.data.HashDataset.encode_batches: for images, large batches
+gathered from the decoded pixel store, untransformed but for resizing and normalisation),
+under the caller's autocast, on every intra-op thread torch has. Every
 path that produces codes (training, `lbhash encode`, HashEncoder, search) calls it.
 `encode_sharded` splits the items over the ranks of a process group: each rank encodes its
 contiguous share and rank 0 receives all codes in order.
@@ -29,7 +31,7 @@ def _input_dtype(model: nn.Module) -> torch.dtype:
     return param.dtype if param is not None and param.is_floating_point() else torch.float32
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def encode(model: nn.Module, dataset: HashDataset, indices=None, options: InputOptions = InputOptions(),
            device="cpu", autocast=contextlib.nullcontext, progress: bool = False,
            batch_size: int | None = None) -> np.ndarray:

@@ -110,11 +110,7 @@ class Trainer:
         self.schedulers = [make_scheduler(o, cfg) for o in self.optimizers]
         self.selection = Selection(run_dir, cfg.select, cfg.patience)
         self.train_labels = exp.dataset.labels[exp.split.train]
-        # channels_last helps convolutions on GPUs (tensor cores), not on the CPU
-        channels_last = cfg.input_kind == "images" and self.fabric.device.type == "cuda"
-        if channels_last:
-            self.learner.model.to(memory_format=torch.channels_last)
-        self.options = input_options(cfg, channels_last)
+        self.options = input_options(cfg)
         self.batches = exp.dataset.train_batches(exp.split.train, cfg.batch_size, self.fabric.device,
                                                  self.fabric.global_rank, self.fabric.world_size, self.options)
         self.start_epoch = 0

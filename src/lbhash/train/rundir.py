@@ -230,9 +230,8 @@ def encode_run(run_dir: str | Path, data: str | None = None, part: str = "all",
                          f"was trained on {cfg.input_dim}")
     index = np.arange(len(dataset)) if part == "all" else getattr(load_split(run_dir / SPLIT), part)
     fabric = make_fabric(accelerator, devices, "32-true")
-    channels_last = fabric.device.type == "cuda" and cfg.input_kind == "images"
-    model.to(fabric.device, memory_format=torch.channels_last) if channels_last else model.to(fabric.device)
-    codes = encode_sharded(fabric, model, dataset, index, input_options(cfg, channels_last),
+    model.to(fabric.device)  # image models keep their channels-last layout
+    codes = encode_sharded(fabric, model, dataset, index, input_options(cfg),
                            _autocast(fabric.device, precision), progress)
     leave_process_group(fabric)
     if codes is None:

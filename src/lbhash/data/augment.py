@@ -1,0 +1,105 @@
+"""The transform presets on whole batches: uint8 (B, H, W, 3) in, normalised float32 (B, 3, s, s) out.
+
+`BatchTransform` does what `lbhash.data.transforms.build_transforms` does to one image (that
+module stays the reference), as a few tensor operations per batch on the batch's device:
+one resize of the batch, one gather that performs the random crop, its zero padding and the
+horizontal flip of every image at once, then float conversion and ImageNet normalisation.
+The result is channels-last in memory (the layout the gather produces); `.contiguous()` makes
+it NCHW. Without randomness (evaluation) the pixels equal the per-image pipeline's exactly
+on the CPU; random crops and flips have the same distribution, drawn from an explicit
+torch.Generator instead of per-image draws from torch's global RNG.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from lbhash.data.transforms import IMAGENET_MEAN, IMAGENET_STD, TRANSFORM_PRESETS
+from lbhash.errors import InputError
+
+CIFAR_PADDING = 4
+
+
+class BatchTransform:
+    """One preset's train or eval pipeline for batches of same-sized uint8 NHWC images."""
+
+    def __init__(self, preset: str, image_size: int, train: bool):
+        if preset not in TRANSFORM_PRESETS:
+            raise InputError(f"unknown transform preset {preset!r} (known: {', '.join(TRANSFORM_PRESETS)})")
+        if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 1:
+            raise InputError(f"image_size must be a positive integer, got {image_size!r}")
+        self.preset, self.size, self.train = preset, image_size, train
+        self._stats: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def __repr__(self) -> str:
+        return f"BatchTransform({self.preset!r}, {self.size}, train={self.train})"
+
+    @property
+    def random(self) -> bool:
+        return self.train
+
+    def resized_shape(self, h: int, w: int) -> tuple[int, int]:
+        """The (h, w) the preset resizes an h x w image to before cropping."""
+        s = self.size
+        if self.preset != "imagenet":
+            return s, s
+        short = round(s * 256 / 224)  # Resize(int): shorter side, the other truncated
+        return (short, int(short * w / h)) if h <= w else (int(short * h / w), short)
+
+    def __call__(self, images: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        if images.dtype != torch.uint8 or images.ndim != 4 or images.shape[3] != 3:
+            raise InputError(f"BatchTransform needs uint8 (B, H, W, 3) images, got {images.dtype} "
+                             f"{tuple(images.shape)}")
+        x = self._resize(images)
+        x = self._crop_flip(x, generator)
+        return self._normalize(x)
+
+    # --- steps -----------------------------------------------------------------------------
+
+    def _resize(self, x: torch.Tensor) -> torch.Tensor:
+        h, w = x.shape[1:3]
+        th, tw = self.resized_shape(h, w)
+        if (th, tw) == (h, w) or not len(x):
+            return x
+        nchw = x.permute(0, 3, 1, 2).contiguous()  # the per-image path's layout: same rounding
+        if x.device.type == "cpu":  # torch's uint8 kernel rounds, as the per-image Resize does
+            out = F.interpolate(nchw, size=(th, tw), mode="bilinear", align_corners=False, antialias=True)
+        else:  # no uint8 kernel on accelerators: float, then round (may differ by 1 in a few pixels)
+            out = F.interpolate(nchw.float(), size=(th, tw), mode="bilinear", align_corners=False,
+                                antialias=True).round_().clamp_(0, 255).to(torch.uint8)
+        return out.permute(0, 2, 3, 1)
+
+    def _crop_flip(self, x: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        s, (b, h, w) = self.size, x.shape[:3]
+        pad = CIFAR_PADDING if (self.train and self.preset == "cifar-augment") else 0
+        if not self.train and self.preset != "imagenet":
+            return x  # cifar presets evaluate at the resized size
+        if s > h + 2 * pad or s > w + 2 * pad:
+            raise InputError(f"crop {s}x{s} is larger than the (padded) image {h + 2 * pad}x{w + 2 * pad}")
+        if not self.train:  # imagenet eval: the central window
+            top, left = (h - s) // 2, (w - s) // 2
+            return x[:, top:top + s, left:left + s]
+        if pad:
+            x = F.pad(x, (0, 0, pad, pad, pad, pad))
+            h, w = h + 2 * pad, w + 2 * pad
+        dev = x.device
+        top = torch.randint(0, h - s + 1, (b,), generator=generator, device=dev)
+        left = torch.randint(0, w - s + 1, (b,), generator=generator, device=dev)
+        flip = torch.rand((b,), generator=generator, device=dev) < 0.5
+        step = torch.arange(s, device=dev)
+        rows = top[:, None] + step                                              # (b, s)
+        cols = left[:, None] + torch.where(flip[:, None], s - 1 - step, step)  # (b, s)
+        batch = torch.arange(b, device=dev)[:, None, None]
+        return x[batch, rows[:, :, None], cols[:, None, :]]                    # (b, s, s, 3)
+
+    def _normalize(self, x: torch.Tensor) -> torch.Tensor:
+        mean, std = self._stats_on(x.device)
+        out = x.to(torch.float32).div_(255).sub_(mean).div_(std)  # the per-image ToFloat, Normalize
+        return out.permute(0, 3, 1, 2)  # (B, 3, s, s), channels-last in memory
+
+    def _stats_on(self, device: torch.device):
+        if device not in self._stats:
+            self._stats[device] = (torch.tensor(IMAGENET_MEAN, dtype=torch.float32, device=device),
+                                   torch.tensor(IMAGENET_STD, dtype=torch.float32, device=device))
+        return self._stats[device]

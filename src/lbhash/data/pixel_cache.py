@@ -1,0 +1,142 @@
+"""The decoded-pixel store on disk: a memory-mapped uint8 .npy per image source, built once.
+
+An entry is a directory `<cache dir>/pixels/<key hash>/` holding `pixels.npy` ((n, H, W, 3)
+uint8), `bad.npy` (the items that could not be decoded) and `meta.json`. Its name hashes the
+data spec's identity (kind, absolute path, options) together with a fingerprint of the source:
+every file's name, size and modification time, plus the SHA-256 of a tarball's bytes. A changed,
+replaced or truncated source therefore gets a new entry and never reads a stale one.
+
+Safety: `meta.json` records the SHA-256 and size of `pixels.npy`, checked before the array is
+used; an entry that fails the check (corrupt, truncated, half-deleted) is removed with a warning
+and rebuilt. Entries are built in a uniquely named temporary directory and renamed into place
+in one step, so two processes building the same entry at once never see each other's partial
+files: the first rename wins, the other keeps the winner's entry. Arrays are read with
+`allow_pickle=False` and JSON only: nothing read from the cache is executed.
+
+The cache directory is `$LBHASH_CACHE_DIR`, else `~/.cache/lbhash`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from lbhash.errors import InputError
+
+FORMAT = 1
+# decoded sets larger than this share of physical memory are memory-mapped from the disk cache
+MEMORY_FRACTION = 0.25
+_LOG = logging.getLogger("lbhash")
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("LBHASH_CACHE_DIR") or Path.home() / ".cache" / "lbhash").expanduser()
+
+
+def memory_budget() -> int:
+    """Bytes of decoded pixels kept in memory: MEMORY_FRACTION of the physical memory."""
+    try:
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        total = 8 << 30
+    return int(total * MEMORY_FRACTION)
+
+
+def source_fingerprint(source) -> dict:
+    """What identifies a source's bytes: its files' names, sizes and times (and a tarball's hash)."""
+    names = hashlib.sha256(b"\0".join(bytes(n) for n in source.names)).hexdigest()
+    if hasattr(source, "offsets"):  # a tarball: one file, hashed whole
+        st = os.stat(source.path)
+        return {"tarball": os.path.abspath(source.path), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+                "sha256": file_sha256(source.path), "names": names, "n": len(source)}
+    listing = hashlib.sha256()
+    for i in range(len(source)):
+        path = source.where(i)
+        try:
+            st = os.stat(path)
+            listing.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\n".encode("utf-8", "surrogateescape"))
+        except OSError:
+            listing.update(f"{path}\0missing\n".encode("utf-8", "surrogateescape"))
+    return {"root": os.path.abspath(source.root), "files": listing.hexdigest(), "names": names, "n": len(source)}
+
+
+def file_sha256(path, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def entry_dir(key: str, fingerprint: dict) -> Path:
+    ident = json.dumps({"format": FORMAT, "key": key, "source": fingerprint}, sort_keys=True)
+    return cache_root() / "pixels" / hashlib.sha256(ident.encode()).hexdigest()[:32]
+
+
+def open_entry(path: Path, n: int, shape: tuple[int, int, int] | None = None,
+               in_memory: bool = False) -> tuple[np.ndarray, np.ndarray] | None:
+    """(pixels, bad) of a verified entry, memory-mapped read-only (or read into memory); None
+    when there is no entry. A corrupt entry is removed with a warning, and None returned."""
+    if not path.is_dir():
+        return None
+    try:
+        meta = json.loads((path / "meta.json").read_text())
+        pixels_file = path / "pixels.npy"
+        if meta.get("format") != FORMAT or pixels_file.stat().st_size != meta["pixels_bytes"]:
+            raise ValueError("size or format differs from its record")
+        if file_sha256(pixels_file) != meta["pixels_sha256"]:
+            raise ValueError("checksum differs from its record")
+        pixels = np.load(pixels_file, mmap_mode=None if in_memory else "r", allow_pickle=False)
+        bad = np.load(path / "bad.npy", allow_pickle=False)
+        if (pixels.dtype != np.uint8 or pixels.ndim != 4 or len(pixels) != n or bad.shape != (n,)
+                or bad.dtype != bool or (shape is not None and pixels.shape[1:] != shape)):
+            raise ValueError(f"holds {pixels.dtype} {pixels.shape}, expected {n} images")
+    except (OSError, ValueError, KeyError, TypeError, json.JSONDecodeError) as err:
+        _LOG.warning("%s: pixel cache entry is unusable (%s); rebuilding it", path, err)
+        shutil.rmtree(path, ignore_errors=True)
+        return None
+    if in_memory:
+        pixels.flags.writeable = False
+    return pixels, bad
+
+
+def build_entry(path: Path, n: int, shape: tuple[int, int, int], fill: Callable[[np.ndarray], np.ndarray | None],
+                record: dict, in_memory: bool = False) -> tuple[np.ndarray, np.ndarray] | None:
+    """Create the entry: `fill(pixels)` decodes into a writable (n, *shape) memory map and returns
+    the unreadable mask (None: give up, nothing is kept). Returns open_entry's result."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+    tmp.mkdir()
+    try:
+        pixels = np.lib.format.open_memmap(tmp / "pixels.npy", mode="w+", dtype=np.uint8, shape=(n, *shape))
+        bad = fill(pixels)
+        if bad is None:
+            return None
+        pixels.flush()
+        del pixels
+        np.save(tmp / "bad.npy", np.asarray(bad, dtype=bool), allow_pickle=False)
+        meta = {"format": FORMAT, **record, "shape": [n, *shape],
+                "pixels_bytes": (tmp / "pixels.npy").stat().st_size, "pixels_sha256": file_sha256(tmp / "pixels.npy")}
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+        for name in ("pixels.npy", "bad.npy", "meta.json"):
+            with open(tmp / name, "rb+") as fh:
+                os.fsync(fh.fileno())
+        try:
+            os.rename(tmp, path)  # atomic; fails if another process finished first
+        except OSError:
+            if not path.is_dir():
+                raise InputError(f"{path}: cannot create the pixel cache entry") from None
+    except OSError as err:
+        raise InputError(f"{cache_root()}: cannot write the pixel cache ({err.strerror or err}); "
+                         "set LBHASH_CACHE_DIR or use cache=memory") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return open_entry(path, n, shape, in_memory)
