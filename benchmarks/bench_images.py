@@ -1,75 +1,190 @@
-"""End-to-end image training benchmarks: a CPU run of the small CNN, and the GPU runs.
+"""Images/s of training and encoding for every image backbone, against the code before the
+pixel store (issue 18), measured in the same run.
 
-    # CPU: the small CIFAR ResNet on CIFAR-10 pixels, protocol cifar10, CSQ vs CSQ_D at 32 bits
-    python benchmarks/bench_images.py cpu [--epochs 10]
+    python benchmarks/bench_images.py                     # both parts, on CIFAR-10 JPEGs
+    python benchmarks/bench_images.py --part backbones --backbones smallcnn,resnet20
+    python benchmarks/bench_images.py --part targets      # 60,000 28x28 gray images, smallcnn
 
-    # GPU (needs a CUDA device; torchvision for ResNet-50):
-    python benchmarks/bench_images.py gpu-resnet50 [--epochs 3]   # images/s and s/epoch at 224
-    python benchmarks/bench_images.py gpu-scratch [--epochs 30]   # cifar10-2, CSQ vs CSQ_D, 64 bits
+Inputs are built from the real CIFAR-10 JPEGs (../shared/data/cifar10-jpg.tar.gz) as
+`image-array:` files: 32x32 RGB as they are, and 28x28 grayscale (ITU-R 601 luma, resized
+with antialiasing), the MNIST shape.
 
-Every run is an ordinary `lbhash train` run directory under --out; the script prints the
-training seconds per epoch, images per second, the encoding time and mAP at the protocol's R.
+Part `backbones`: for each backbone and input, one `lbhash train` run (CSQ, 32 bits, the
+cifar-augment transform at the native size, protocol per-class:T,Q, 2 epochs) with the
+current code, and the same run with the baseline code (`--baseline`, default the commit
+before the pixel store, extracted with `git archive` and run in a subprocess with that
+source on PYTHONPATH). Old and new alternate per backbone, so both see the same machine
+load. Training images/s = training items / seconds of the last epoch (the first warms up);
+encoding images/s = the query and database items / the final encoding's seconds.
+
+Part `targets`: 60,000 28x28 grayscale images (the 60,000 CIFAR-10 images, gray) trained
+for one epoch with protocol `given` and encoded, with the current code and smallcnn.
+
+Prints a markdown table and writes it with the raw numbers (JSON) to --out.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 REPO = Path(__file__).resolve().parents[1]
 TARBALL = REPO.parent / "shared" / "data" / "cifar10-jpg.tar.gz"
+BASELINE = "776e773"  # main before the pixel store
+BACKBONES = ("smallcnn", "resnet8", "resnet14", "resnet20", "resnet32", "resnet56", "resnet50", "alexnet")
+INPUTS = ("gray28", "rgb32")
 
-SETTINGS = {
-    # the small CNN from scratch on 32x32 pixels, standard CIFAR augmentation
-    "cpu": dict(protocol="cifar10", bits=32, backbone="resnet20", transform="cifar-augment",
-                image_size=32, accelerator="cpu", variants=(False, True), epochs=10),
-    # ResNet-50 at 224 (the paper's CIFAR transform: Resize(224)), bf16 autocast, channels_last
-    "gpu-resnet50": dict(protocol="cifar10", bits=64, backbone="resnet50", transform="cifar",
-                         image_size=224, accelerator="gpu", precision="bf16-mixed", num_workers=8,
-                         variants=(False,), epochs=3),
-    # a from-scratch ResNet on the 50,000 training images at 32x32
-    "gpu-scratch": dict(protocol="cifar10-2", bits=64, backbone="resnet32", transform="cifar-augment",
-                        image_size=32, accelerator="gpu", precision="bf16-mixed", num_workers=8,
-                        variants=(False, True), epochs=30, batch_size=256),
-}
+
+def build_inputs(tarball: Path, folder: Path) -> dict[str, Path]:
+    """gray28.npz / rgb32.npz (3,000 images, 300 per class) and gray28-60k.npz (all 60,000)."""
+    paths = {name: folder / f"{name}.npz" for name in (*INPUTS, "gray28-60k")}
+    if all(p.is_file() for p in paths.values()):
+        return paths
+    import torch
+    import torch.nn.functional as F
+    from lbhash.data import load_cifar10
+
+    ds = load_cifar10(tarball)
+    ds.preload(progress=True)
+    rgb, labels = np.asarray(ds.pixels), ds.labels.argmax(1).astype(np.uint8)
+    x = torch.from_numpy(rgb).permute(0, 3, 1, 2).float()
+    luma = (0.299 * x[:, 0] + 0.587 * x[:, 1] + 0.114 * x[:, 2])[:, None]
+    gray = F.interpolate(luma, size=(28, 28), mode="bilinear", antialias=True, align_corners=False)
+    gray = gray[:, 0].round().clamp(0, 255).to(torch.uint8).numpy()
+    pick = np.concatenate([np.flatnonzero(labels == c)[:300] for c in range(10)])
+    np.savez(paths["rgb32"], images=rgb[pick], labels=labels[pick])
+    np.savez(paths["gray28"], images=gray[pick], labels=labels[pick])
+    np.savez(paths["gray28-60k"], x_train=gray, y_train=labels, x_test=gray[pick[::3]], y_test=labels[pick[::3]])
+    return paths
+
+
+def baseline_source(commit: str, folder: Path) -> Path:
+    """The baseline's src/ (git archive of `commit`), for PYTHONPATH."""
+    out = folder / f"baseline-{commit}"
+    if not (out / "src" / "lbhash").is_dir():
+        out.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", commit, "src"], check=True,
+                                 capture_output=True).stdout
+        with tarfile.open(fileobj=__import__("io").BytesIO(archive)) as tf:
+            tf.extractall(out, filter="data")
+    return out / "src"
+
+
+def measure(data: str, backbone: str, protocol: str, epochs: int, image_size: int, out: str) -> dict:
+    """One training run with whichever lbhash is importable; its images/s (runs in a subprocess)."""
+    from lbhash.train import TrainConfig, train
+
+    start = time.perf_counter()
+    metrics = train(TrainConfig(data=data, protocol=protocol, method="csq", bits=32, epochs=epochs, backbone=backbone,
+                                image_size=image_size, transform="cifar-augment", lr_step=0, eval_every=0,
+                                progress=False), out)
+    log = [json.loads(line) for line in Path(out, "log.jsonl").read_text().splitlines()]
+    run, split = metrics["run"], np.load(Path(out, "split.npz"))
+    encoded = len(split["query"]) + len(split["database"])
+    return {"train_images_per_s": run["n_train"] / log[-1]["seconds"], "epoch_seconds": log[-1]["seconds"],
+            "n_train": run["n_train"], "encode_images_per_s": encoded / run["encode_seconds"],
+            "encode_seconds": run["encode_seconds"], "n_encoded": encoded, "map": metrics["map"],
+            "wall_seconds": time.perf_counter() - start}
+
+
+def run_measure(src: Path | None, folder: Path, **kwargs) -> dict:
+    """`measure` in a fresh interpreter, with `src` (None: this checkout's) first on PYTHONPATH."""
+    out = Path(tempfile.mkdtemp(dir=folder, prefix="run-")) / "run"
+    env = {**os.environ, "PYTHONPATH": str(src or REPO / "src"), "LBHASH_CACHE_DIR": str(folder / "cache")}
+    args = json.dumps({**kwargs, "out": str(out)})
+    proc = subprocess.run([sys.executable, __file__, "--worker", args], env=env, capture_output=True, text=True)
+    if proc.returncode:
+        return {"error": (proc.stderr.strip().splitlines() or ["failed"])[-1]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def torchvision_ok() -> str | None:
+    proc = subprocess.run([sys.executable, "-c", "import torchvision"], capture_output=True, text=True)
+    return None if proc.returncode == 0 else (proc.stderr.strip().splitlines() or ["does not import"])[-1]
+
+
+def part_backbones(args, inputs, folder: Path) -> list[dict]:
+    old_src = baseline_source(args.baseline, folder)
+    missing_tv = torchvision_ok()
+    rows = []
+    for backbone in args.backbones:
+        for kind in INPUTS:
+            row = {"backbone": backbone, "input": kind}
+            if backbone in ("resnet50", "alexnet") and missing_tv:
+                row["skipped"] = f"torchvision does not import ({missing_tv})"
+                rows.append(row)
+                print(row, flush=True)
+                continue
+            per_class = 100 if backbone == "smallcnn" else 64
+            common = dict(data=f"image-array:{inputs[kind]}", backbone=backbone, epochs=2,
+                          protocol=f"per-class:{per_class},10", image_size=28 if kind == "gray28" else 32)
+            row["old"] = run_measure(old_src, folder, **common)
+            row["new"] = run_measure(None, folder, **common)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    return rows
+
+
+def part_targets(inputs, folder: Path) -> dict:
+    return run_measure(None, folder, data=f"image-array:{inputs['gray28-60k']}", backbone="smallcnn", epochs=1,
+                       protocol="given", image_size=28)
+
+
+def table(rows: list[dict], targets: dict | None, baseline: str) -> str:
+    lines = [f"| backbone | input | train img/s old | new | ratio | encode img/s old | new | ratio |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "skipped" in r or "error" in r.get("old", {}) or "error" in r.get("new", {}):
+            why = r.get("skipped") or r.get("old", {}).get("error") or r["new"]["error"]
+            lines.append(f"| {r['backbone']} | {r['input']} | {why} | | | | | |")
+            continue
+        o, n = r["old"], r["new"]
+        lines.append(f"| {r['backbone']} | {r['input']} | {o['train_images_per_s']:.0f} | {n['train_images_per_s']:.0f} "
+                     f"| {n['train_images_per_s'] / o['train_images_per_s']:.2f}x | {o['encode_images_per_s']:.0f} "
+                     f"| {n['encode_images_per_s']:.0f} | {n['encode_images_per_s'] / o['encode_images_per_s']:.2f}x |")
+    text = f"old = commit {baseline}, new = this checkout; {os.cpu_count()} CPU threads\n\n" + "\n".join(lines)
+    if targets and "error" not in targets:
+        text += (f"\n\nsmallcnn, 28x28 gray: one epoch of {targets['n_train']:,} images in "
+                 f"{targets['epoch_seconds']:.1f} s ({targets['train_images_per_s']:.0f} img/s); encoding "
+                 f"{targets['n_encoded']:,} images in {targets['encode_seconds']:.1f} s "
+                 f"({targets['encode_images_per_s']:.0f} img/s; 60,000 in {60000 / targets['encode_images_per_s']:.1f} s)")
+    elif targets:
+        text += f"\n\ntargets: {targets['error']}"
+    return text
 
 
 def main() -> None:
+    if len(sys.argv) == 3 and sys.argv[1] == "--worker":
+        print(json.dumps(measure(**json.loads(sys.argv[2]))))
+        return
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("setting", choices=sorted(SETTINGS))
-    p.add_argument("--data", default=f"cifar10:{TARBALL}")
-    p.add_argument("--epochs", type=int, default=None)
-    p.add_argument("--pretrained", default=None, help="backbone weights: a file, or 'torchvision'")
-    p.add_argument("--out", default=None)
+    p.add_argument("--part", choices=("all", "backbones", "targets"), default="all")
+    p.add_argument("--backbones", default=",".join(BACKBONES), type=lambda s: s.split(","))
+    p.add_argument("--baseline", default=BASELINE, help="git commit of the code to compare with")
+    p.add_argument("--tarball", type=Path, default=TARBALL)
+    p.add_argument("--work", type=Path, default=REPO / "runs" / "bench-images", help="inputs, runs, cache")
+    p.add_argument("--out", type=Path, default=REPO / "runs" / "bench-images" / "result")
     args = p.parse_args()
-
-    from lbhash.train import TrainConfig, train
-
-    settings = dict(SETTINGS[args.setting])
-    variants = settings.pop("variants")
-    epochs = args.epochs or settings.pop("epochs")
-    settings.pop("epochs", None)
-    out = Path(args.out or f"runs/bench-images-{args.setting}")
-    print(f"{args.setting}: data {args.data}, {settings}, {epochs} epochs")
-    for lbhash in variants:
-        name = "csq" + ("_D" if lbhash else "")
-        run = out / f"{name}-{settings['bits']}bits"
-        start = time.perf_counter()
-        metrics = train(
-            TrainConfig(data=args.data, method="csq", lbhash=lbhash, epochs=epochs, lr_step=0,
-                        pretrained=args.pretrained, progress=True, **settings), run, resume=run.exists())
-        wall = time.perf_counter() - start
-        log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
-        seconds = [r["seconds"] for r in log]
-        # median of the epochs after the first (warm-up): robust to one slowed by other work
-        median = statistics.median(seconds[1:] or seconds)
-        n_train = metrics["run"]["n_train"]
-        print(f"{name:6s} s/epoch {median:8.2f} (median)  images/s {n_train / median:8.1f}  "
-              f"encode {metrics['run']['encode_seconds']:7.1f} s  mAP@{metrics['topk']} {metrics['map']:.4f} "
-              f"(tie-averaged {metrics['map_tie_averaged']:.4f})  wall {wall:.0f} s")
+    if not args.tarball.is_file():
+        sys.exit(f"error: {args.tarball}: not found (the CIFAR-10 JPEG tarball)")
+    args.work.mkdir(parents=True, exist_ok=True)
+    inputs = build_inputs(args.tarball, args.work)
+    rows = part_backbones(args, inputs, args.work) if args.part in ("all", "backbones") else []
+    targets = part_targets(inputs, args.work) if args.part in ("all", "targets") else None
+    text = table(rows, targets, args.baseline)
+    print(text)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "bench_images.md").write_text(text + "\n")
+    (args.out / "bench_images.json").write_text(json.dumps({"rows": rows, "targets": targets}, indent=1))
 
 
 if __name__ == "__main__":

@@ -95,7 +95,7 @@ class BatchTransform:
 
     def _normalize(self, x: torch.Tensor) -> torch.Tensor:
         mean, std = self._stats_on(x.device)
-        out = x.to(torch.float32).div_(255).sub_(mean).div_(std)  # the per-image ToFloat, Normalize
+        out = x.contiguous().to(torch.float32).div_(255).sub_(mean).div_(std)  # per-image ToFloat, Normalize
         return out.permute(0, 3, 1, 2)  # (B, 3, s, s), channels-last in memory
 
     def _stats_on(self, device: torch.device):

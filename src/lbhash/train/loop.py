@@ -222,8 +222,9 @@ class Trainer:
         learner.objective.on_epoch_start(epoch - 1)
         sums: dict[str, float] = {}
         seen = 0
-        codes = np.zeros((len(self.train_labels), cfg.bits), dtype=np.int8)
-        written = np.zeros(len(self.train_labels), dtype=bool)
+        # codes stay on the device until the epoch ends: no host copy per step
+        codes = torch.zeros((len(self.train_labels), cfg.bits), dtype=torch.int8, device=self.fabric.device)
+        written = torch.zeros(len(self.train_labels), dtype=torch.bool, device=self.fabric.device)
         start = time.perf_counter()
         batches = self.batches.epoch(epoch_seed(cfg.seed, epoch))
         bar = tqdm(batches, total=len(self.batches), desc=f"{cfg.variant} epoch {epoch}/{cfg.epochs}",
@@ -238,18 +239,19 @@ class Trainer:
                 opt.step()
             n = len(x)
             seen += n
-            parts = {**{k: v.detach() for k, v in out.parts.items()}, "total": out.total.detach()}
+            parts = {**out.parts, "total": out.total}
             if pi is not None:
-                parts["surrogate_pi"], parts["pattern_accuracy"] = pi[0].detach(), pi[1]
-            for k, v in parts.items():
-                value = float(v)
+                parts["surrogate_pi"], parts["pattern_accuracy"] = pi[0], pi[1]
+            values = torch.stack([torch.as_tensor(v, dtype=torch.float32, device=u.device).detach()
+                                  for v in parts.values()]).tolist()  # one device sync per step
+            for k, value in zip(parts, values):
                 if not math.isfinite(value):
                     raise NonFiniteError(f"epoch {epoch}, step {step}: loss part {k} is {value} (try a smaller "
                                          "learning rate or loss weight)")
                 sums[k] = sums.get(k, 0.0) + value * n
-            rows = index.cpu().numpy()
-            codes[rows] = torch.where(u.detach() >= 0, 1, -1).cpu().numpy()
-            written[rows] = True
+            codes[index] = torch.where(u.detach() >= 0, 1, -1).to(torch.int8)
+            written[index] = True
+        codes, written = codes.cpu().numpy(), written.cpu().numpy()
         learner.objective.on_epoch_end(epoch - 1)
         lr = self.optimizers[0].param_groups[0]["lr"]
         for sched in self.schedulers:
