@@ -2,7 +2,7 @@
 
 Each kind is an entry of DATA_KINDS (kind name -> DataKind), so new sources plug in with
 `register_data_kind` without touching the parser. Image kinds: `cifar10:PATH`, `images:PATH`,
-`list:DIR?root=PATH&preset=NAME` (all take `cache=auto|on|off`) and `image-array:PATH`.
+`list:DIR?root=PATH&preset=NAME` (all take `cache=auto|on|disk|off`) and `image-array:PATH`.
 Option values are taken literally (no %-decoding); a path may not contain '?'.
 """
 

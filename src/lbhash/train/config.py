@@ -119,12 +119,12 @@ class TrainConfig(BaseModel):
     head_dropout: float = option(0.0, "Dropout after each hidden layer of the hash head.", "a number in [0, 1)",
                                  ge=0, lt=1)
     backbone: str | None = option(None, "Image data: a backbone (see docs/models.md).", "a backbone name",
-                                  shown="resnet20 for images")
+                                  shown="smallcnn for images")
     pretrained: str | None = option(None, "Backbone weights: a local file, or 'torchvision' (torch hub cache; "
                                           "never downloads).", "a file path or 'torchvision'")
     freeze_backbone: bool = option(False, "Train only the hash layers.", "true or false")
     image_size: int | None = option(None, "Image side after transforms.", "an integer >= 8",
-                                    shown="the backbone's", ge=8)
+                                    shown="the backbone's (square images from 16 px up to it: their own)", ge=8)
     transform: Literal["imagenet", "cifar", "cifar-augment"] | None = option(
         None, "Image transform preset.", "one of imagenet, cifar, cifar-augment", shown="the backbone's")
     num_workers: int = option(0, "DataLoader workers for image data.", "a non-negative integer", ge=0)
