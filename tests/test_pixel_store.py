@@ -275,3 +275,35 @@ def test_image_arrays_are_a_store_already(tmp_path, rng):
     np.savez(tmp_path / "a.npz", x=rng.integers(0, 256, (10, 28, 28), dtype=np.uint8), y=np.arange(10) % 2)
     ds = load_image_arrays(tmp_path / "a.npz")
     assert ds.pixels.shape == (10, 28, 28, 3) and ds.native_side() == 28
+
+
+# --- runs through the store ----------------------------------------------------------------------
+
+def image_run(data, out, **kwargs):
+    from lbhash.train import TrainConfig, train
+
+    cfg = TrainConfig(data=data, protocol="per-class:8,2", method="csq", bits=16, epochs=2, batch_size=8,
+                      eval_every=0, progress=False, centers="hadamard", backbone="smallcnn", **kwargs)
+    return train(cfg, out)
+
+
+def test_run_without_augmentation_gives_the_per_image_paths_codes(real_images, tmp_path):
+    """cache=off is the per-image path (DataLoader, per-image transforms) the store replaced."""
+    from lbhash.codes import load_codes_file
+
+    tree = write_tree(tmp_path / "t", real_images * 2)
+    image_run(f"images:{tree}", tmp_path / "store", transform="cifar")
+    image_run(f"images:{tree}?cache=off", tmp_path / "per-image", transform="cifar")
+    a, b = load_codes_file(tmp_path / "store" / "codes.npz"), load_codes_file(tmp_path / "per-image" / "codes.npz")
+    for key in ("query_codes", "db_codes"):
+        np.testing.assert_array_equal(a[key], b[key])
+
+
+def test_resumed_augmented_image_run_equals_uninterrupted(real_images, tmp_path):
+    from helpers import assert_resume_matches
+    from lbhash.train import TrainConfig, train
+
+    tree = write_tree(tmp_path / "t", real_images * 2)
+    cfg = TrainConfig(data=f"images:{tree}", protocol="per-class:8,2", method="csq", lbhash=True, bits=16, epochs=3,
+                      batch_size=8, eval_every=0, progress=False, centers="hadamard", backbone="smallcnn")
+    assert_resume_matches(train, cfg, tmp_path)

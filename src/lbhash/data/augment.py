@@ -37,7 +37,8 @@ class BatchTransform:
 
     @property
     def random(self) -> bool:
-        return self.train
+        """Whether the pipeline draws random crops and flips (the cifar preset never does)."""
+        return self.train and self.preset != "cifar"
 
     def resized_shape(self, h: int, w: int) -> tuple[int, int]:
         """The (h, w) the preset resizes an h x w image to before cropping."""
@@ -73,11 +74,11 @@ class BatchTransform:
     def _crop_flip(self, x: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
         s, (b, h, w) = self.size, x.shape[:3]
         pad = CIFAR_PADDING if (self.train and self.preset == "cifar-augment") else 0
-        if not self.train and self.preset != "imagenet":
-            return x  # cifar presets evaluate at the resized size
+        if not self.random and self.preset != "imagenet":
+            return x  # cifar (always) and cifar-augment (eval): the resized image as it is
         if s > h + 2 * pad or s > w + 2 * pad:
             raise InputError(f"crop {s}x{s} is larger than the (padded) image {h + 2 * pad}x{w + 2 * pad}")
-        if not self.train:  # imagenet eval: the central window
+        if not self.random:  # imagenet eval: the central window
             top, left = (h - s) // 2, (w - s) // 2
             return x[:, top:top + s, left:left + s]
         if pad:
