@@ -5,7 +5,6 @@ import errno
 import fcntl
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
