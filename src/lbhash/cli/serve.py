@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from lbhash.cli.index import backend_options
+from lbhash.limits import MAX_BATCH, MAX_BODY_BYTES, MAX_K
 
 
 @click.command()
@@ -17,10 +18,12 @@ from lbhash.cli.index import backend_options
 @click.option("--port", type=int, default=8000, show_default=True)
 @click.option("--compact-every", type=click.IntRange(min=1), default=1000, show_default=True,
               help="Fold the write-ahead log into the saved index after this many changes.")
-@click.option("--max-batch", type=click.IntRange(min=1), default=1024, show_default=True,
-              help="Most queries or items in one request.")
-@click.option("--max-k", type=click.IntRange(min=1), default=1000, show_default=True)
-@click.option("--max-body-mb", type=click.IntRange(min=1), default=16, show_default=True)
+@click.option("--max-batch", type=click.IntRange(1, MAX_BATCH), default=MAX_BATCH, show_default=True,
+              help="Most queries or items in one request (lbhash.limits: may only be lowered).")
+@click.option("--max-k", type=click.IntRange(1, MAX_K), default=MAX_K, show_default=True,
+              help="Most results per query (lbhash.limits: may only be lowered).")
+@click.option("--max-body-mb", type=click.IntRange(1, MAX_BODY_BYTES >> 20), default=MAX_BODY_BYTES >> 20,
+              show_default=True, help="Largest request body in MiB (lbhash.limits: may only be lowered).")
 @backend_options
 def serve(index_dir: str, run_dir, host: str, port: int, compact_every: int, max_batch: int, max_k: int,
           max_body_mb: int, backend: str, uri: str) -> None:

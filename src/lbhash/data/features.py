@@ -169,7 +169,7 @@ def read_arrays(path: Path, x_key, y_key, split_key, labels_path, check_x: Calla
         if labels_path is None:
             raise InputError(f"{path}: a .npy file holds {what} only; give labels_path (labels=PATH in a data spec)")
         arrays: dict[str, np.ndarray] = {}
-        x = check_x(_read_npy(path), path, "array")
+        x = check_x(_io.load_npy(path), path, "array")
         raw_y = is_test = None
     else:
         arrays = _read_mapping(path, suffix)
@@ -210,19 +210,6 @@ def _check_file(path: Path, what: str) -> str:
         raise InputError(f"{path}: unsupported {what} type {suffix or '(no suffix)'!r} "
                          f"(expected {', '.join(FEATURE_SUFFIXES)})")
     return suffix
-
-
-def _read_npy(path: Path) -> np.ndarray:
-    try:
-        arr = np.load(path, allow_pickle=False)
-    except ValueError as err:  # pickled data or object arrays
-        raise InputError(f"{path}: cannot read safely ({err})") from None
-    except (OSError, EOFError) as err:
-        raise InputError(f"{path}: not a readable .npy file ({err})") from None
-    if not isinstance(arr, np.ndarray):  # an .npz archive behind a .npy name
-        arr.close()
-        raise InputError(f"{path}: is an .npz archive, not a single .npy array")
-    return arr
 
 
 def _read_mapping(path: Path, suffix: str) -> dict[str, np.ndarray]:
@@ -308,7 +295,7 @@ def _labels_file(labels_path, y_key: str | None, n: int):
     if suffix == ".npy":
         if y_key is not None:
             raise InputError(f"{lp}: y_key={y_key!r} does not apply to a .npy labels file (it holds one array)")
-        return _label_vector(_read_npy(lp), n, lp, "array"), lp, "array"
+        return _label_vector(_io.load_npy(lp), n, lp, "array"), lp, "array"
     arrays = _read_mapping(lp, suffix)
     key = _pick(arrays, lp, y_key, LABEL_KEYS, "labels")
     if key is None:
