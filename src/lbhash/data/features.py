@@ -42,6 +42,7 @@ class ArrayDataset(HashDataset):
     is_test: np.ndarray | None
     name: str
     class_names: list[str] | None = None
+    dequantized: bool = False  # the file's quantised values were turned into (x - zero_point) * scale
 
     def __post_init__(self) -> None:
         self.x = np.asarray(self.x)
@@ -60,7 +61,7 @@ class ArrayDataset(HashDataset):
         idx = check_indices(self, indices)
         return ArrayDataset(self.x[idx], self.labels[idx],
                             None if self.is_test is None else self.is_test[idx],
-                            self.name, self.class_names)
+                            self.name, self.class_names, self.dequantized)
 
     def check_items(self, indices, skip_bad: bool = False) -> tuple[np.ndarray, int]:
         """Every feature of the items must be finite (skip_bad does not apply to features)."""
@@ -142,7 +143,8 @@ def load_features(path: str | os.PathLike, x_key: str | None = None, y_key: str 
         x = _dequantize(read.x, read.arrays, path, scale, zero_point, dequantize)
         _check_finite(x, path)
     return ArrayDataset(x=x, labels=read.labels, is_test=read.is_test, name=f"features:{path.name}",
-                        class_names=read.class_names)
+                        class_names=read.class_names,
+                        dequantized=_dequantizes(read.arrays, scale, zero_point, dequantize))
 
 
 class LabelledArrays(NamedTuple):
@@ -325,10 +327,14 @@ def _scalar(value, path: Path, key: str) -> float:
     return float(arr.ravel()[0])
 
 
-def _dequantize(x: np.ndarray, arrays: dict, path: Path, scale, zero_point, mode: str) -> np.ndarray:
+def _dequantizes(arrays: dict, scale, zero_point, mode: str) -> bool:
     in_file = "scale" in arrays and "zero_point" in arrays
     given = scale is not None or zero_point is not None
-    if mode == "off" or (mode == "auto" and not (given or in_file)):
+    return mode == "on" or (mode == "auto" and (given or in_file))
+
+
+def _dequantize(x: np.ndarray, arrays: dict, path: Path, scale, zero_point, mode: str) -> np.ndarray:
+    if not _dequantizes(arrays, scale, zero_point, mode):
         return np.ascontiguousarray(x, dtype=np.float32)
     if scale is None:
         if "scale" not in arrays:
