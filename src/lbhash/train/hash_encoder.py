@@ -55,7 +55,9 @@ class HashEncoder:
     Fitted attributes: `config_` (the resolved TrainConfig), `model_` (the torch hash model),
     `bits_`, `input_kind_` ("features" or "images"), `n_features_in_` (feature width, None
     for images), `run_dir_` (where the run lives), `history_` (one record per epoch) and
-    `metrics_` (validation metrics when `validation` was given, else the run summary).
+    `metrics_` (with `validation`: the validation items' metrics, `n_validation`, `n_train` and
+    the validation codes' lower bound; else the run summary). A 2-D uint8 X trains as raw
+    feature values, with a warning (uint8 usually means pixels or quantized features).
     """
 
     def __init__(self, method: str = "csq", bits: int = 64, lbhash: bool = False,
