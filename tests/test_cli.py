@@ -102,7 +102,7 @@ def test_train_options_are_the_config_fields_with_their_defaults():
     from lbhash.train import TrainConfig
 
     options = {p.name: p for p in train.params if isinstance(p, click.Option)}
-    explicit = {"config_file", "out", "resume", "method_option", "hidden", "topk"}
+    explicit = {"config_file", "out", "resume", "quiet", "method_option", "hidden", "topk"}
     config_names = {"method_option": "method_options", "hidden": "hidden", "topk": "topk"}
     assert set(options) - explicit == set(cli_fields())
     for name in cli_fields():

@@ -77,7 +77,7 @@ def test_save_then_load_gives_identical_codes(digits, fitted, tmp_path):
 def test_validation_arrays_give_validation_metrics(digits):
     x, y, xq, yq = digits
     enc = HashEncoder(method="hashnet", bits=16, epochs=3, **FAST).fit(x, y, validation=(xq, yq))
-    assert enc.metrics_["n_query"] == len(xq) and enc.metrics_["n_db"] == len(x)
+    assert enc.metrics_["n_validation"] == len(xq) and enc.metrics_["n_train"] == len(x)
     assert 0 < enc.metrics_["map"] <= 1
 
 

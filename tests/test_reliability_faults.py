@@ -5,7 +5,6 @@ import errno
 import fcntl
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -189,7 +188,7 @@ def test_stale_temporaries_in_a_run_directory_are_removed_on_resume(tmp_path):
 def test_a_diverging_run_stops_with_one_line_and_says_it_failed(tmp_path):
     out = tmp_path / "run"
     result = cli("train", "--data", "digits", "--bits", "16", "--hidden", "64", "--centers", "hadamard", "--lbhash",
-                 "--lbhash-weight", "1e38", "--epochs", "2", "--out", out, "--no-progress")
+                 "--lbhash-weight", "1e38", "--epochs", "2", "--out", out, "--quiet")  # no data line
     one_line_error(result, "epoch 1, step 1", "lower_bound", "inf")
     status = json.loads((out / "status.json").read_text())
     assert status["state"] == "failed" and "lower_bound" in status["error"]

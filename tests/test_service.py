@@ -100,7 +100,7 @@ BAD_REQUESTS = [
     ("post", "/search", {"json": {"codes": ["00000000"] * 51}}, 400, "at most 50 queries"),
     ("post", "/search", {"json": {"codes": []}}, 400, "no queries given"),
     ("post", "/search", {"json": {}}, 400, "exactly one of 'codes' and 'features'"),
-    ("post", "/search", {"json": {"codes": ["00000000"], "labels": [[70000]]}}, 400, "at most 65535"),
+    ("post", "/search", {"json": {"codes": ["00000000"], "labels": [[70000]]}}, 400, "between 0 and 65535, got 70000"),
     ("post", "/search", {"json": {"codes": ["00000000"], "labels": [[1], [2]]}}, 400, "2 entries but there are 1"),
     ("post", "/search", {"json": {"codes": ["00000000"], "verbose": True}}, 422, "body.verbose"),
     ("post", "/search", {"content": "{not json", "headers": {"content-type": "application/json"}}, 422, "JSON"),

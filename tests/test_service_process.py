@@ -91,7 +91,8 @@ def test_acknowledged_writes_survive_kill_9(tmp_path, rng, server_factory):
     hits = httpx.post(f"{server.url}/search", json={"codes": new_hex[:1], "k": 1}, timeout=10).json()
     assert hits["results"][0]["hits"][0]["id"] == 40
     assert httpx.get(f"{server.url}/stats", timeout=10).json()["ntotal"] == 49
-    server.kill(signal.SIGTERM)  # graceful: the log is folded into the saved index
+    server.kill(signal.SIGTERM)  # graceful: the log is folded into the saved index, then status 0
+    assert server.proc.returncode == 0
     assert wal_path_for(tmp_path / "ix").read_bytes() == b""
     saved = CodeIndex.load(tmp_path / "ix")
     assert saved.ntotal == 49 and saved.metadata["wal_seq"] == 2

@@ -63,12 +63,13 @@ def test_run_directory_contents(tmp_path):
     out = tmp_path / "run"
     metrics = train(TrainConfig(**FAST, epochs=3, lbhash=True, eval_every=2), out)
     assert sorted(p.name for p in out.iterdir()) == [
-        ".lock", "checkpoint.pt", "codes.npz", "config.yaml", "log.jsonl", "manifest.json", "metrics.json",
-        "split.npz"]
+        ".lock", "checkpoint.pt", "codes.npz", "config.yaml", "data.json", "log.jsonl", "manifest.json",
+        "metrics.json", "split.npz"]
     import hashlib
 
     manifest = json.loads((out / "manifest.json").read_text())["files"]
-    assert sorted(manifest) == ["checkpoint.pt", "codes.npz", "config.yaml", "log.jsonl", "metrics.json", "split.npz"]
+    assert sorted(manifest) == ["checkpoint.pt", "codes.npz", "config.yaml", "data.json", "log.jsonl", "metrics.json",
+                                "split.npz"]
     for name, entry in manifest.items():
         assert entry["sha256"] == hashlib.sha256((out / name).read_bytes()).hexdigest()
     config = yaml.safe_load((out / "config.yaml").read_text())

@@ -112,7 +112,8 @@ def save_npz(path: str | os.PathLike, **arrays: np.ndarray) -> None:
 
 
 def load_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
-    """Read every array of an .npz file without allowing pickled objects."""
+    """Read every array of an .npz file without allowing pickled objects, after checking from
+    the arrays' headers that they fit in memory."""
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: no such file")
@@ -121,12 +122,91 @@ def load_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
     if magic not in (b"PK\x03\x04", b"PK\x05\x06"):
         raise InputError(f"{path}: not an .npz file (an .npz is a zip archive of .npy arrays)")
     try:
+        with zipfile.ZipFile(path) as archive:
+            headers = {}
+            for name in archive.namelist():
+                with archive.open(name) as member:
+                    headers[name.removesuffix(".npy")] = _npy_header(member, f"{path}: {name}")
+    except (OSError, EOFError, zipfile.BadZipFile) as err:
+        raise InputError(f"{path}: not a readable .npz file ({err})") from None
+    check_fits_in_memory(path, headers)
+    try:
         with np.load(path, allow_pickle=False) as data:
             return {key: data[key] for key in data.files}
     except ValueError as err:  # e.g. object arrays, which would need pickle
         raise InputError(f"{path}: cannot read safely ({err})") from None
     except (OSError, EOFError, zipfile.BadZipFile) as err:
         raise InputError(f"{path}: not a readable .npz file ({err})") from None
+
+
+def load_npy(path: str | os.PathLike) -> np.ndarray:
+    """Read one .npy array without allowing pickled objects, after checking from its header
+    that it fits in memory."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: no such file")
+    with open(path, "rb") as fh:
+        if fh.read(2) == b"PK":
+            raise InputError(f"{path}: is an .npz archive, not a single .npy array")
+        fh.seek(0)
+        header = _npy_header(fh, str(path))
+    check_fits_in_memory(path, {"": header})
+    try:
+        return np.load(path, allow_pickle=False)
+    except ValueError as err:  # pickled data or object arrays
+        raise InputError(f"{path}: cannot read safely ({err})") from None
+    except (OSError, EOFError) as err:
+        raise InputError(f"{path}: not a readable .npy file ({err})") from None
+
+
+def _npy_header(fh, where: str) -> tuple[tuple[int, ...], np.dtype]:
+    """(shape, dtype) from the header of an .npy stream, reading nothing past it."""
+    from numpy.lib import format as npy
+
+    try:
+        version = npy.read_magic(fh)
+        read = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
+        shape, _, dtype = read(fh)
+    except (ValueError, OSError, EOFError) as err:
+        raise InputError(f"{where}: not a readable .npy array ({' '.join(str(err).split())})") from None
+    return tuple(int(n) for n in shape), dtype
+
+
+def available_memory() -> int | None:
+    """Bytes of memory this process can still get: the kernel's MemAvailable, lowered to what
+    a cgroup (v2) limit leaves; None where neither can be read."""
+    found = []
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                found.append(int(line.split()[1]) * 1024)
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit != "max":
+            found.append(int(limit) - int(Path("/sys/fs/cgroup/memory.current").read_text()))
+    except (OSError, ValueError):
+        pass
+    return min(found) if found else None
+
+
+def check_fits_in_memory(path: Path, headers: dict[str, tuple[tuple[int, ...], np.dtype]]) -> None:
+    """Refuse a file whose arrays, as their headers describe them, exceed the available memory
+    (numpy would otherwise fail part-way with a traceback, or the machine start swapping)."""
+    sizes = {key: int(np.prod(shape, dtype=object)) * dtype.itemsize for key, (shape, dtype) in headers.items()}
+    free = available_memory()
+    if free is None or not sizes or sum(sizes.values()) <= free:
+        return
+    key = max(sizes, key=sizes.get)
+    shape, dtype = headers[key]
+    what = f"array {key!r}" if key else "the array"
+    raise InputError(f"{path}: {what} has shape {shape} ({dtype}, {_gb(sizes[key])}), more than the "
+                     f"{_gb(free)} of memory available")
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:.1f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
 
 
 def _json_default(obj: Any) -> Any:

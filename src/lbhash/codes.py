@@ -14,7 +14,7 @@ import os
 import numpy as np
 
 from lbhash import _io
-from lbhash.labels import as_multihot
+from lbhash.labels import as_multihot, check_label_shape
 from lbhash.errors import InputError
 
 # Bytes of XOR temporaries that hamming_distance may hold at once.
@@ -162,6 +162,8 @@ def load_codes_file(path: str | os.PathLike) -> dict[str, np.ndarray]:
     for key in ("query_codes", "db_codes"):
         if data[key].dtype != np.uint8:
             raise InputError(f"{path}: '{key}' must be packed uint8, got {data[key].dtype}")
+    for key in ("query_labels", "db_labels"):
+        check_label_shape(data[key], f"{path}: '{key}'")
     return data
 
 

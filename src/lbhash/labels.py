@@ -19,12 +19,12 @@ logger = logging.getLogger("lbhash")
 
 
 def as_multihot(labels, name: str = "labels", num_classes: int | None = None,
-                keep_ids: bool = False) -> np.ndarray:
+                keep_ids: bool = False, max_id: int = MAX_CLASSES - 1) -> np.ndarray:
     """Return labels as a boolean (n, C) multi-hot array.
 
     `labels` is either a vector of non-negative integer class ids or a 2-D 0/1 matrix.
     keep_ids: class id c is always column c (ids that name classes elsewhere, as in an index),
-    never remapped; ids must then stay below MAX_CLASSES.
+    never remapped; ids must then be at most `max_id`.
     """
     arr = np.asarray(labels)
     if arr.ndim == 1:
@@ -36,16 +36,15 @@ def as_multihot(labels, name: str = "labels", num_classes: int | None = None,
                 )
             width = num_classes
         elif keep_ids:
-            if ids.size and int(ids.max()) >= MAX_CLASSES:
-                raise InputError(f"{name} has class id {int(ids.max())}; ids must be below {MAX_CLASSES}")
+            if ids.size and int(ids.max()) > max_id:
+                raise InputError(f"{name} has class id {int(ids.max())}; class ids must be at most {max_id}")
             width = int(ids.max()) + 1 if ids.size else 0
         else:
             ids, width = dense_class_ids(ids, name)
         out = np.zeros((ids.size, width), dtype=bool)
         out[np.arange(ids.size), ids] = True
         return out
-    if arr.ndim != 2:
-        raise InputError(f"{name} must be a vector of class ids or an (n, C) multi-hot matrix, got shape {arr.shape}")
+    check_label_shape(arr, name)
     if arr.dtype == bool:
         out = arr
     else:
@@ -64,6 +63,8 @@ def as_multihot(labels, name: str = "labels", num_classes: int | None = None,
 def as_multihot_pair(a, b, names: tuple[str, str]) -> tuple[np.ndarray, np.ndarray]:
     """Convert two label sets so that they share one class axis (for query vs database)."""
     a_arr, b_arr = np.asarray(a), np.asarray(b)
+    for arr, name in zip((a_arr, b_arr), names):
+        check_label_shape(arr, name)
     width = None
     for arr in (a_arr, b_arr):
         if arr.ndim == 2:
@@ -77,6 +78,14 @@ def as_multihot_pair(a, b, names: tuple[str, str]) -> tuple[np.ndarray, np.ndarr
         joint, width = dense_class_ids(np.concatenate(ids), f"{names[0]} and {names[1]}")
         a_arr, b_arr = joint[:len(ids[0])], joint[len(ids[0]):]
     return as_multihot(a_arr, names[0], width), as_multihot(b_arr, names[1], width)
+
+
+def check_label_shape(arr: np.ndarray, name: str) -> None:
+    """Labels are class ids (n,) or multi-hot rows (n, C); anything deeper is refused here,
+    before numpy fails on it with a message that names nothing."""
+    if arr.ndim not in (1, 2):
+        raise InputError(f"{name} must be a vector of class ids (n,) or an (n, C) multi-hot matrix, "
+                         f"got shape {arr.shape}")
 
 
 def dense_class_ids(ids: np.ndarray, name: str) -> tuple[np.ndarray, int]:

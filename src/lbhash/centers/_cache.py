@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import warnings
 from pathlib import Path
@@ -9,6 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from lbhash import _io
+
+logger = logging.getLogger("lbhash")
 
 # Bump when a generator changes its output, so that older cached sets are not reused.
 CACHE_VERSION = 2
@@ -29,7 +32,8 @@ def cache_file(kind: str, bits: int, classes: int, seed: int) -> Path:
 
 def load(kind: str, bits: int, classes: int, seed: int, valid_kinds,
          asked: str | None = None) -> tuple[np.ndarray, str] | None:
-    """The cached (centers, kind that made them), or None when absent, unreadable or invalid.
+    """The cached (centers, kind that made them), or None when absent, unreadable or invalid;
+    a damaged entry is named in a warning (it is then generated and written again).
 
     `kind` names the cache entry; `asked` is the generator kind it must have come from
     (default: `kind`; "auto" accepts any)."""
@@ -39,19 +43,24 @@ def load(kind: str, bits: int, classes: int, seed: int, valid_kinds,
         return None
     try:
         data = _io.load_npz(path)
-    except ValueError:
-        return None
+    except ValueError as err:
+        return _damaged(path, str(err).removeprefix(f"{path}: "))
     centers, made_by = data.get("centers"), data.get("kind")
     if centers is None or made_by is None or made_by.shape != () or made_by.dtype.kind != "U":
-        return None
+        return _damaged(path, f"not a center set (keys: {', '.join(data) or 'none'})")
     made_by = str(made_by)
     if made_by not in valid_kinds or (asked != "auto" and made_by != asked):
-        return None
+        return _damaged(path, f"made by {made_by!r}, expected {asked!r}")
     if centers.dtype != np.int8 or centers.shape != (classes, bits):
-        return None
+        return _damaged(path, f"holds {centers.dtype} {centers.shape}, expected int8 {(classes, bits)}")
     if not np.all((centers == 1) | (centers == -1)) or len(np.unique(centers, axis=0)) != classes:
-        return None
+        return _damaged(path, "holds values other than +/-1 or repeated centers")
     return centers, made_by
+
+
+def _damaged(path: Path, reason: str) -> None:
+    logger.warning("%s: damaged center cache (%s); generating the centers again", path, reason)
+    return None
 
 
 def store(kind: str, bits: int, classes: int, seed: int, centers: np.ndarray, made_by: str) -> None:

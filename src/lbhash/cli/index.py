@@ -31,22 +31,22 @@ def open_index(target: str, backend: str, uri: str):
 
 
 def read_ids(value: str | None, path: Path | None) -> np.ndarray:
+    from lbhash import _io
     from lbhash.cli.common import parse_int_list
     from lbhash.errors import InputError
+    from lbhash.limits import check_ids
 
     if (value is None) == (path is None):
         raise InputError("give exactly one of --ids and --ids-file")
     if value is not None:
-        return np.array(parse_int_list(value, "--ids"), np.int64)
+        return np.array(check_ids(parse_int_list(value, "--ids"), "--ids"), np.int64)
     if path.suffix == ".npy":
-        try:
-            return np.load(path, allow_pickle=False)
-        except (ValueError, OSError) as err:
-            raise InputError(f"{path}: not a readable .npy array ({err})") from None
+        return _io.load_npy(path)  # its dtype and range are checked by the index
     try:
-        return np.array([int(line) for line in path.read_text().split()], np.int64)
+        values = [int(line) for line in path.read_text().split()]
     except ValueError:
         raise InputError(f"{path}: must hold one integer id per line") from None
+    return np.array(check_ids(values, f"{path}: ids"), np.int64)
 
 
 @click.group("index")

@@ -9,6 +9,7 @@ import click
 import numpy as np
 
 from lbhash.cli.index import backend_options, open_index
+from lbhash.limits import MAX_BATCH, MAX_CLASS_ID, MAX_K
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 
@@ -22,16 +23,22 @@ IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".ti
 @click.option("--images", "image_paths", multiple=True, type=click.Path(path_type=Path),
               help="Query image file or directory (repeatable); needs --run.")
 @click.option("--run", "run_dir", type=click.Path(path_type=Path), help="Trained run whose model encodes the queries.")
-@click.option("-k", "k", type=int, default=10, show_default=True, help="Results per query.")
+@click.option("-k", "k", type=int, default=None, help=f"Results per query, at most {MAX_K}. [default: 10]")
 @click.option("--radius", type=int, help="Return every item within this Hamming distance instead of top-k.")
-@click.option("--filter-labels", help="Only items with at least one of these class ids (comma-separated).")
+@click.option("--filter-labels", help=f"Only items with at least one of these class ids (comma-separated, "
+                                      f"0 to {MAX_CLASS_ID}).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @backend_options
-def search(index_dir: str, codes_path, features_path, image_paths, run_dir, k: int, radius: int | None,
+def search(index_dir: str, codes_path, features_path, image_paths, run_dir, k: int | None, radius: int | None,
            filter_labels: str | None, as_json: bool, backend: str, uri: str) -> None:
-    """Search INDEX_DIR; print each query's ids, distances and labels."""
+    """Search INDEX_DIR; print each query's ids, distances and labels.
+
+    Limits (docs/search.md): k at most 1000, class ids 0 to 65535; queries are searched in
+    batches of 1024.
+    """
     from lbhash.cli.common import parse_int_list
     from lbhash.errors import InputError
+    from lbhash.limits import check_class_ids, check_k
 
     given = [name for name, value in (("--codes", codes_path), ("--features", features_path),
                                       ("--images", image_paths)) if value]
@@ -39,22 +46,29 @@ def search(index_dir: str, codes_path, features_path, image_paths, run_dir, k: i
         raise InputError("give exactly one of --codes, --features and --images")
     if given[0] != "--codes" and run_dir is None:
         raise InputError(f"{given[0]} needs --run RUN_DIR (the model that encodes the queries)")
+    if k is not None and radius is not None:
+        raise InputError(f"give either -k or --radius, not both (got -k {k} and --radius {radius})")
+    if radius is None:
+        k = check_k(10 if k is None else k, "-k")
+    classes = None
+    if filter_labels is not None:  # checked before the index is read
+        classes = check_class_ids(parse_int_list(filter_labels, "--filter-labels"), "--filter-labels")
     index = open_index(index_dir, backend, uri)
     names, queries = _queries(index, codes_path, features_path, image_paths, run_dir)
-    labels = None
-    if filter_labels is not None:
-        classes = parse_int_list(filter_labels, "--filter-labels")
+    row = None
+    if classes is not None:
         row = np.zeros(max(classes) + 1, bool)
-        if min(classes) < 0:
-            raise InputError(f"--filter-labels must be non-negative class ids, got {filter_labels!r}")
         row[classes] = True
-        labels = np.tile(row, (len(queries), 1))
-    if radius is not None:
-        lims, dist, ids = index.range_search(queries, radius, labels)
-        rows = [(dist[a:b], ids[a:b]) for a, b in zip(lims[:-1], lims[1:])]
-    else:
-        dist, ids = index.search(queries, k, labels)
-        rows = [(d[i >= 0], i[i >= 0]) for d, i in zip(dist, ids)]
+    rows = []
+    for start in range(0, len(queries), MAX_BATCH):  # bounded memory for any number of queries
+        batch = queries[start:start + MAX_BATCH]
+        labels = None if row is None else np.tile(row, (len(batch), 1))
+        if radius is not None:
+            lims, dist, ids = index.range_search(batch, radius, labels)
+            rows += [(dist[a:b], ids[a:b]) for a, b in zip(lims[:-1], lims[1:])]
+        else:
+            dist, ids = index.search(batch, k, labels)
+            rows += [(d[i >= 0], i[i >= 0]) for d, i in zip(dist, ids)]
     found = np.unique(np.concatenate([i for _, i in rows])) if rows else np.empty(0, np.int64)
     item_labels = dict(zip(found.tolist(), index.get(found)[1])) if len(found) else {}
     results = [{"query": q, "name": names[q], "ids": i.tolist(), "distances": d.tolist(),
@@ -102,12 +116,7 @@ def _array(path: Path, keys: tuple[str, ...]) -> np.ndarray:
     from lbhash.errors import InputError
 
     if path.suffix == ".npy":
-        if not path.is_file():
-            raise InputError(f"{path}: no such file")
-        try:
-            return np.load(path, allow_pickle=False)
-        except (ValueError, OSError, EOFError) as err:
-            raise InputError(f"{path}: not a readable .npy array ({' '.join(str(err).split())})") from None
+        return _io.load_npy(path)
     try:
         data = _io.load_npz(path)
     except ValueError as err:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import signal
+import socket
 from pathlib import Path
 
 import click
 
 from lbhash.cli.index import backend_options
+from lbhash.errors import InputError
+from lbhash.limits import MAX_BATCH, MAX_BODY_BYTES, MAX_K
 
 
 @click.command()
@@ -14,13 +18,15 @@ from lbhash.cli.index import backend_options
 @click.option("--run", "run_dir", type=click.Path(path_type=Path),
               help="Trained run whose model encodes feature or image queries.")
 @click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", type=int, default=8000, show_default=True)
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
 @click.option("--compact-every", type=click.IntRange(min=1), default=1000, show_default=True,
               help="Fold the write-ahead log into the saved index after this many changes.")
-@click.option("--max-batch", type=click.IntRange(min=1), default=1024, show_default=True,
-              help="Most queries or items in one request.")
-@click.option("--max-k", type=click.IntRange(min=1), default=1000, show_default=True)
-@click.option("--max-body-mb", type=click.IntRange(min=1), default=16, show_default=True)
+@click.option("--max-batch", type=click.IntRange(1, MAX_BATCH), default=MAX_BATCH, show_default=True,
+              help="Most queries or items in one request (lbhash.limits: may only be lowered).")
+@click.option("--max-k", type=click.IntRange(1, MAX_K), default=MAX_K, show_default=True,
+              help="Most results per query (lbhash.limits: may only be lowered).")
+@click.option("--max-body-mb", type=click.IntRange(1, MAX_BODY_BYTES >> 20), default=MAX_BODY_BYTES >> 20,
+              show_default=True, help="Largest request body in MiB (lbhash.limits: may only be lowered).")
 @backend_options
 def serve(index_dir: str, run_dir, host: str, port: int, compact_every: int, max_batch: int, max_k: int,
           max_body_mb: int, backend: str, uri: str) -> None:
@@ -34,14 +40,54 @@ def serve(index_dir: str, run_dir, host: str, port: int, compact_every: int, max
     from lbhash.cli.index import open_index
     from lbhash.service import IndexStore, Limits, MilvusStore, create_app
 
-    encoder = None
-    if run_dir is not None:
-        from lbhash.index.sources import load_encoder
+    sock = _listen(host, port)  # first: a busy port must leave the index and its log untouched
+    try:
+        encoder = None
+        if run_dir is not None:
+            from lbhash.index.sources import load_encoder
 
-        encoder = load_encoder(run_dir)
-    store = (MilvusStore(open_index(index_dir, backend, uri)) if backend == "milvus"
-             else IndexStore(index_dir, compact_every=compact_every))
-    limits = Limits(max_body_bytes=max_body_mb << 20, max_batch=max_batch, max_k=max_k)
-    app = create_app(store, encoder, limits=limits)
-    click.echo(f"serving {store.ntotal} {store.bits}-bit codes on http://{host}:{port} (docs at /docs)", err=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+            encoder = load_encoder(run_dir)
+        store = (MilvusStore(open_index(index_dir, backend, uri)) if backend == "milvus"
+                 else IndexStore(index_dir, compact_every=compact_every))
+        limits = Limits(max_body_bytes=max_body_mb << 20, max_batch=max_batch, max_k=max_k)
+        app = create_app(store, encoder, limits=limits)
+        click.echo(f"serving {store.ntotal} {store.bits}-bit codes on http://{host}:{port} (docs at /docs)",
+                   err=True)
+        server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+        # uvicorn stops gracefully on SIGTERM/SIGINT (its shutdown folds the log into the index),
+        # then raises the signal again for the handler it found: a no-op one, so that an
+        # orderly stop ends with status 0 instead of death by signal.
+        previous = {sig: signal.signal(sig, _stopped) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            server.run(sockets=[sock])
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+    finally:
+        sock.close()
+    if not server.started:
+        raise RuntimeError("the HTTP server did not start (see the lines above)")
+    click.echo(f"stopped; {index_dir} is saved", err=True)
+
+
+def _stopped(signum, frame) -> None:
+    """Stand-in handler for the signal uvicorn raises again after its shutdown."""
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port, or one line naming them (a port in use, a bad host)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as err:
+        raise InputError(f"--host {host}: cannot listen there ({err.strerror})") from None
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as err:
+        sock.close()
+        raise InputError(f"--port {port}: cannot listen on {host}:{port} ({err.strerror})") from None
+    sock.set_inheritable(True)
+    return sock

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import click
@@ -36,12 +37,29 @@ def parse_method_options(values: tuple[str, ...]) -> dict:
 @click.option("--out", type=click.Path(path_type=Path),
               help="Run directory. [default: runs/<method>[_D]-<bits>bits-seed<seed>]")
 @click.option("--resume", is_flag=True, help="Continue the run in --out from its last checkpoint.")
-def train(config_file, out, resume, method_option, hidden, topk, **flags) -> None:
+@click.option("--quiet", is_flag=True, help="No data line, progress or epoch lines: only warnings, errors and "
+                                            "the results.")
+def train(config_file, out, resume, quiet, method_option, hidden, topk, **flags) -> None:
     """Train a hash model (Alg. 1 with --lbhash) and write a run directory.
 
-    The run directory holds config.yaml, split.npz, log.jsonl, checkpoint.pt, codes.npz and
-    metrics.json.
+    The run directory holds config.yaml, split.npz, data.json, log.jsonl, checkpoint.pt,
+    codes.npz and metrics.json. A line on stderr says what data was loaded; progress shows
+    bars on a terminal, and one line per epoch elsewhere (a log file).
     """
+    logger = logging.getLogger("lbhash")
+    level = logger.level
+    if quiet:
+        if flags["progress"]:
+            raise InputError("--quiet shows no progress; drop --progress")
+        flags["progress"] = False
+        logger.setLevel(logging.WARNING)
+    try:
+        _train(config_file, out, resume, method_option, hidden, topk, flags)
+    finally:
+        logger.setLevel(level)
+
+
+def _train(config_file, out, resume, method_option, hidden, topk, flags) -> None:
     from lbhash.evaluate import format_metrics
     from lbhash.train import build_config, load_config_file
     from lbhash.train import train as train_run

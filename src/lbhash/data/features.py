@@ -42,6 +42,7 @@ class ArrayDataset(HashDataset):
     is_test: np.ndarray | None
     name: str
     class_names: list[str] | None = None
+    dequantized: bool = False  # the file's quantised values were turned into (x - zero_point) * scale
 
     def __post_init__(self) -> None:
         self.x = np.asarray(self.x)
@@ -60,7 +61,7 @@ class ArrayDataset(HashDataset):
         idx = check_indices(self, indices)
         return ArrayDataset(self.x[idx], self.labels[idx],
                             None if self.is_test is None else self.is_test[idx],
-                            self.name, self.class_names)
+                            self.name, self.class_names, self.dequantized)
 
     def check_items(self, indices, skip_bad: bool = False) -> tuple[np.ndarray, int]:
         """Every feature of the items must be finite (skip_bad does not apply to features)."""
@@ -142,7 +143,8 @@ def load_features(path: str | os.PathLike, x_key: str | None = None, y_key: str 
         x = _dequantize(read.x, read.arrays, path, scale, zero_point, dequantize)
         _check_finite(x, path)
     return ArrayDataset(x=x, labels=read.labels, is_test=read.is_test, name=f"features:{path.name}",
-                        class_names=read.class_names)
+                        class_names=read.class_names,
+                        dequantized=_dequantizes(read.arrays, scale, zero_point, dequantize))
 
 
 class LabelledArrays(NamedTuple):
@@ -169,7 +171,7 @@ def read_arrays(path: Path, x_key, y_key, split_key, labels_path, check_x: Calla
         if labels_path is None:
             raise InputError(f"{path}: a .npy file holds {what} only; give labels_path (labels=PATH in a data spec)")
         arrays: dict[str, np.ndarray] = {}
-        x = check_x(_read_npy(path), path, "array")
+        x = check_x(_io.load_npy(path), path, "array")
         raw_y = is_test = None
     else:
         arrays = _read_mapping(path, suffix)
@@ -210,19 +212,6 @@ def _check_file(path: Path, what: str) -> str:
         raise InputError(f"{path}: unsupported {what} type {suffix or '(no suffix)'!r} "
                          f"(expected {', '.join(FEATURE_SUFFIXES)})")
     return suffix
-
-
-def _read_npy(path: Path) -> np.ndarray:
-    try:
-        arr = np.load(path, allow_pickle=False)
-    except ValueError as err:  # pickled data or object arrays
-        raise InputError(f"{path}: cannot read safely ({err})") from None
-    except (OSError, EOFError) as err:
-        raise InputError(f"{path}: not a readable .npy file ({err})") from None
-    if not isinstance(arr, np.ndarray):  # an .npz archive behind a .npy name
-        arr.close()
-        raise InputError(f"{path}: is an .npz archive, not a single .npy array")
-    return arr
 
 
 def _read_mapping(path: Path, suffix: str) -> dict[str, np.ndarray]:
@@ -308,7 +297,7 @@ def _labels_file(labels_path, y_key: str | None, n: int):
     if suffix == ".npy":
         if y_key is not None:
             raise InputError(f"{lp}: y_key={y_key!r} does not apply to a .npy labels file (it holds one array)")
-        return _label_vector(_read_npy(lp), n, lp, "array"), lp, "array"
+        return _label_vector(_io.load_npy(lp), n, lp, "array"), lp, "array"
     arrays = _read_mapping(lp, suffix)
     key = _pick(arrays, lp, y_key, LABEL_KEYS, "labels")
     if key is None:
@@ -338,10 +327,14 @@ def _scalar(value, path: Path, key: str) -> float:
     return float(arr.ravel()[0])
 
 
-def _dequantize(x: np.ndarray, arrays: dict, path: Path, scale, zero_point, mode: str) -> np.ndarray:
+def _dequantizes(arrays: dict, scale, zero_point, mode: str) -> bool:
     in_file = "scale" in arrays and "zero_point" in arrays
     given = scale is not None or zero_point is not None
-    if mode == "off" or (mode == "auto" and not (given or in_file)):
+    return mode == "on" or (mode == "auto" and (given or in_file))
+
+
+def _dequantize(x: np.ndarray, arrays: dict, path: Path, scale, zero_point, mode: str) -> np.ndarray:
+    if not _dequantizes(arrays, scale, zero_point, mode):
         return np.ascontiguousarray(x, dtype=np.float32)
     if scale is None:
         if "scale" not in arrays:

@@ -365,7 +365,10 @@ def read_list_file(path: Path, num_labels: int | None):
         if bad is not None:
             raise InputError(f"{path}:{lineno}: label value {bad!r} is not 0 or 1")
         item = posixpath.normpath(tokens[0])
-        if item.startswith("/") or item == ".." or item.startswith("../"):
+        if item.startswith("/"):  # refused even inside the root: a list names images relative to it
+            raise InputError(f"{path}:{lineno}: {tokens[0]!r}: absolute paths are not allowed (paths are "
+                             "relative to the image root)")
+        if item == ".." or item.startswith("../"):
             raise InputError(f"{path}:{lineno}: {tokens[0]!r} leaves the image root (paths must be relative "
                              "and stay inside it)")
         paths.append(item)

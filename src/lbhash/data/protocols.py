@@ -1,9 +1,10 @@
 """Train / query / database splits (paper Sec. 6.1.1; docs/data.md), drawn with an explicit seed and saved with a run.
 
 A protocol is named ("cifar10", "cifar10-1", "cifar10-2", "digits", "given", "lists",
-"all-train") or parametrised ("per-class:T,Q", "per-class:T,Q,+train", "random:T,Q"). Per-class protocols
-shuffle each class with the seed and take its first T items for training and the next Q as
-queries.
+"all-train") or parametrised ("per-class:T,Q", "per-class:T,Q,+train", "random:T,Q", "given:T").
+Per-class protocols shuffle each class with the seed and take its first T items for training
+and the next Q as queries; "given:T" trains on T seeded items of the data set's own train part
+and keeps its test part as the queries and its whole train part as the database.
 """
 
 from __future__ import annotations
@@ -49,8 +50,9 @@ _NAMED = {
     "all-train": ProtocolSpec("all-train", "all-train"),
 }
 PROTOCOLS = tuple(_NAMED)
-PARAMETRIC_PROTOCOLS = ("per-class:T,Q", "per-class:T,Q,+train", "random:T,Q")
+PARAMETRIC_PROTOCOLS = ("per-class:T,Q", "per-class:T,Q,+train", "random:T,Q", "given:T")
 _PARAMETRIC = re.compile(r"^(per-class|random):(\d+),(\d+)(,\+train)?$")
+_GIVEN_SUBSET = re.compile(r"^given:(\d+)$")
 
 
 @dataclass
@@ -99,6 +101,11 @@ def parse_protocol(protocol: str) -> ProtocolSpec:
     text = protocol.strip()
     if text in _NAMED:
         return _NAMED[text]
+    m = _GIVEN_SUBSET.match(text)
+    if m is not None:
+        if int(m.group(1)) < 1:
+            raise InputError(f"protocol {protocol!r}: the training count must be at least 1")
+        return ProtocolSpec(text, "given", train=int(m.group(1)))
     m = _PARAMETRIC.match(text)
     if m is None:
         raise InputError(f"unknown protocol {protocol!r} (named: {', '.join(PROTOCOLS)}; "
@@ -128,7 +135,7 @@ def make_split(dataset, protocol: str, seed: int) -> Split:
         raise InputError(f"protocol {spec.name!r}: {name} is empty")
     topk = spec.topk
     if spec.kind == "given":
-        train, query, database = _given(dataset, spec, name)
+        train, query, database = _given(dataset, spec, name, seed)
     elif spec.kind == "lists":
         train, query, database = _lists(dataset, spec, name)
         topk = getattr(dataset, "topk", None)
@@ -146,7 +153,7 @@ def make_split(dataset, protocol: str, seed: int) -> Split:
     return Split(train, query, database, spec.name, seed, topk, n)
 
 
-def _given(dataset, spec: ProtocolSpec, name: str):
+def _given(dataset, spec: ProtocolSpec, name: str, seed: int):
     is_test = getattr(dataset, "is_test", None)
     if is_test is None:
         raise InputError(f"protocol {spec.name!r} needs the data set's own train/test split, but {name} has none; "
@@ -156,7 +163,13 @@ def _given(dataset, spec: ProtocolSpec, name: str):
     for part, idx in (("train", train), ("test", query)):
         if idx.size == 0:
             raise InputError(f"protocol {spec.name!r}: the {part} part of {name}'s own split is empty")
-    return train, query, train.copy()
+    database = train.copy()
+    if spec.train:  # given:T: T seeded items of the train part; the database stays the whole part
+        if spec.train > len(train):
+            raise InputError(f"protocol {spec.name!r} trains on {spec.train} items, but the train part of "
+                             f"{name}'s own split has {len(train)}")
+        train = np.sort(np.random.default_rng([seed, 2]).choice(train, spec.train, replace=False))
+    return train, query, database
 
 
 def _lists(dataset, spec: ProtocolSpec, name: str):

@@ -7,6 +7,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from lbhash.errors import InputError
 from lbhash.evaluate._inputs import (check_ks, check_non_negative_int, check_percentile, check_positive_int,
                                      check_topk, prepare)
 from lbhash.evaluate.bound import lower_bound

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from lbhash.errors import InputError
+from lbhash.limits import MAX_CLASS_ID, check_ids
 from lbhash.labels import as_multihot
 
 
@@ -40,6 +41,8 @@ def item_ids(ids, n: int | None = None, name: str = "ids") -> np.ndarray:
         arr = arr.reshape(1)
     if arr.size == 0 and arr.dtype.kind == "f":  # an empty list comes out as float64
         arr = arr.astype(np.int64)
+    if arr.dtype == object and all(isinstance(v, int) for v in arr.ravel()):  # Python ints past int64
+        check_ids(arr.ravel(), name)
     if arr.dtype.kind not in "iu":
         raise InputError(f"{name} must be integers, got dtype {arr.dtype}")
     if arr.ndim != 1:
@@ -61,9 +64,12 @@ def item_ids(ids, n: int | None = None, name: str = "ids") -> np.ndarray:
 def label_rows(labels, n: int, name: str = "labels") -> np.ndarray:
     """Class ids (n,) or multi-hot rows (n, C) -> boolean (n, C)."""
     try:
-        rows = as_multihot(labels, name, keep_ids=True)  # label ids identify classes across batches
+        # label ids identify classes across batches: kept as columns, so bounded by the limit
+        rows = as_multihot(labels, name, keep_ids=True, max_id=MAX_CLASS_ID)
     except ValueError as err:
         raise InputError(str(err)) from None
+    if rows.shape[1] > MAX_CLASS_ID + 1:
+        raise InputError(f"{name} has {rows.shape[1]} label columns; class ids must be at most {MAX_CLASS_ID}")
     if len(rows) != n:
         raise InputError(f"{name} has {len(rows)} rows but there are {n} codes")
     return rows

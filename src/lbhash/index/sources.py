@@ -16,6 +16,7 @@ import numpy as np
 
 from lbhash import _io
 from lbhash.errors import InputError
+from lbhash.index import _checks
 
 PARTS = ("database", "all")
 
@@ -58,7 +59,7 @@ def codes_file(path: str | Path) -> dict[str, np.ndarray]:
     data = _load(path)
     if "codes" in data:
         ids = data.get("ids")
-        if ids is not None and ids.dtype.kind not in "iu":
+        if ids is not None and ids.dtype.kind in "US":
             ids = None  # file names of image items: number them instead
         return _checked(path, data["codes"], data.get("bits"), ids, data.get("labels"))
     if "db_codes" in data:
@@ -81,4 +82,9 @@ def _checked(where, codes, bits, ids, labels) -> dict:
         raise InputError(f"{where}: 'bits' must be an integer scalar, got {bits!r}")
     if codes.dtype != np.uint8 or codes.ndim != 2 or codes.shape[1] * 8 != int(bits):
         raise InputError(f"{where}: codes must be packed uint8 (n, {int(bits) // 8}), got {codes.dtype} {codes.shape}")
+    if ids is not None:  # given ids are used or refused, never silently replaced
+        if ids.dtype.kind == "f" and ids.size and (ids != np.round(ids)).any():
+            bad = ids.ravel()[ids.ravel() != np.round(ids.ravel())][0]
+            raise InputError(f"{where}: ids must be integers, found {bad.item()!r} (dtype {ids.dtype})")
+        ids = _checks.item_ids(ids, len(codes), f"{where}: ids")
     return {"codes": codes, "bits": int(bits), "ids": ids, "labels": labels}

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
 
 from lbhash._io import save_npz, write_json
 from lbhash.reproduce.collect import write_codes_sample, write_csv, write_grid_tables
@@ -146,7 +145,6 @@ class BoundSpec:
         return [c.config for c in self.cells(ctx)]
 
     def run(self, ctx: Context) -> None:
-        name = variant_name(self.method, self.lbhash)
         cells = self.cells(ctx)
         root = ctx.runs("bound")
         results = run_cells(cells, root, ctx.workers, ctx.report)

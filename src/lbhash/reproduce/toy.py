@@ -22,7 +22,7 @@ import torch
 from lbhash.errors import InputError
 from lbhash.reproduce.paper import TOY_KL
 from lbhash.reproduce.stats import kl_divergence
-from lbhash.surrogate import BlockSurrogate, joint_distribution, marginal_product, pattern_indices
+from lbhash.surrogate import BlockSurrogate, joint_distribution, marginal_product
 
 # Names of the random streams; fixed so that a seed always gives the same numbers.
 _REAL, _TRAIN, _EVAL, _TORCH = 1, 2, 3, 4

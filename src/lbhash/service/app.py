@@ -18,21 +18,30 @@ from fastapi import FastAPI, File, Form, HTTPException, Path as PathParam, Reque
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
+from lbhash import limits as table
 from lbhash.errors import InputError
 from lbhash.index import Searcher
+from lbhash.limits import MAX_ID, check_class_ids, check_ids, check_k
 from lbhash.service import models
 from lbhash.service.store import Conflict, IndexStore, NotFound, lists_to_labels
 
 logger = logging.getLogger("lbhash")
-MAX_ID = 2**63 - 1
 
 
 @dataclass(frozen=True)
 class Limits:
-    max_body_bytes: int = 16 << 20
-    max_batch: int = 1024
-    max_k: int = 1000
-    max_class_id: int = 65535
+    """The service's limits: the table of lbhash.limits, which a server may only lower."""
+
+    max_body_bytes: int = table.MAX_BODY_BYTES
+    max_batch: int = table.MAX_BATCH
+    max_k: int = table.MAX_K
+    max_class_id: int = table.MAX_CLASS_ID
+
+    def __post_init__(self) -> None:
+        for name, value in asdict(self).items():
+            ceiling = table.TABLE[name]
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= ceiling:
+                raise InputError(f"{name} must be an integer from 1 to {ceiling} (lbhash.limits), got {value!r}")
 
 
 def create_app(source, encoder=None, *, limits: Limits | None = None, compact_every: int = 1000) -> FastAPI:
@@ -60,8 +69,12 @@ def create_app(source, encoder=None, *, limits: Limits | None = None, compact_ev
             raise InputError(f"at most {limits.max_batch} {what} per request, got {n}")
 
     def check_labels(lists):
-        if lists is not None and any(c > limits.max_class_id for row in lists for c in row):
-            raise InputError(f"class ids must be at most {limits.max_class_id}")
+        if lists is not None:
+            for row in lists:
+                check_class_ids(row, "labels")
+                if any(c > limits.max_class_id for c in row):
+                    raise InputError(f"labels must be class ids between 0 and {limits.max_class_id}, "
+                                     f"got {max(row)}")
         return lists
 
     def to_codes(hex_codes, features, what: str) -> np.ndarray:
@@ -87,8 +100,8 @@ def create_app(source, encoder=None, *, limits: Limits | None = None, compact_ev
         if k is not None and radius is not None:
             raise InputError("give either k or radius, not both")
         k = 10 if k is None and radius is None else k
-        if k is not None and k > limits.max_k:
-            raise InputError(f"k must be at most {limits.max_k}, got {k}")
+        if k is not None:
+            check_k(k, "k", limits.max_k)
         filters = None
         if label_lists is not None:
             filters = lists_to_labels(check_labels(label_lists), len(codes))
@@ -115,7 +128,8 @@ def create_app(source, encoder=None, *, limits: Limits | None = None, compact_ev
     def add_items(body: models.ItemsRequest):
         codes = to_codes(body.codes, body.features, "items")
         labels = None if body.labels is None else lists_to_labels(check_labels(body.labels), len(codes))
-        ids, seq = store.add(codes, ids=body.ids, labels=labels, upsert=body.upsert)
+        given_ids = None if body.ids is None else check_ids(body.ids, "ids")
+        ids, seq = store.add(codes, ids=given_ids, labels=labels, upsert=body.upsert)
         return models.ItemsResponse(ids=np.asarray(ids).tolist(), seq=seq, ntotal=store.ntotal)
 
     @app.post("/items/image", response_model=models.ItemsResponse, responses=_ERRORS)
@@ -181,9 +195,7 @@ def parse_ids(text: str, name: str, allow_empty: bool = False) -> list[int]:
         raise InputError(f"{name} must be comma-separated integers, got {text!r}") from None
     if not values and not allow_empty:
         raise InputError(f"{name} must list at least one integer")
-    if any(v < 0 or v > MAX_ID for v in values):
-        raise InputError(f"{name} must be non-negative 64-bit integers, got {text!r}")
-    return values
+    return check_ids(values, name)
 
 
 def _install_error_handlers(app: FastAPI) -> None:

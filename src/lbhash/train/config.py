@@ -51,8 +51,8 @@ class TrainConfig(BaseModel):
 
     data: str = option("digits", "Data spec, e.g. 'digits' or 'features:PATH.npz' (see docs/data.md).",
                        "a data spec string", min_length=1)
-    protocol: str | None = option(None, "Split protocol: cifar10, cifar10-1, cifar10-2, given, digits, lists, "
-                                        "per-class:T,Q[,+train], random:T,Q.", "a protocol name",
+    protocol: str | None = option(None, "Split protocol: cifar10, cifar10-1, cifar10-2, given, given:T, digits, "
+                                        "lists, per-class:T,Q[,+train], random:T,Q.", "a protocol name",
                                   shown="the data set's own")
     method: str = option("csq", "Hashing method (see `lbhash methods`).", "a method name")
     defaults: Literal[PROFILES] = option(

@@ -16,16 +16,19 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import warnings
 import weakref
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from lbhash.codes import pack
+from lbhash.codes import load_codes_file, pack
 from lbhash.data import ArrayDataset, HashDataset, ImageDataset
 from lbhash.data.image_arrays import as_rgb_images
 from lbhash.errors import InputError
+from lbhash.evaluate import lower_bound
+from lbhash.evaluate.report import jsonable
 from lbhash.labels import as_multihot_pair
 from lbhash.train.builder import input_options
 from lbhash.train.config import make_config
@@ -33,6 +36,9 @@ from lbhash.train.encoder import encode
 from lbhash.train.loop import read_log
 from lbhash.train.rundir import CODES, CONFIG, LOG, load_run_model, read_metrics
 from lbhash.train.run import train
+
+
+ARRAYS = "arrays"  # the data spec of a run trained by fit: arrays, not a file
 
 
 class NotFittedError(InputError):
@@ -49,7 +55,9 @@ class HashEncoder:
     Fitted attributes: `config_` (the resolved TrainConfig), `model_` (the torch hash model),
     `bits_`, `input_kind_` ("features" or "images"), `n_features_in_` (feature width, None
     for images), `run_dir_` (where the run lives), `history_` (one record per epoch) and
-    `metrics_` (validation metrics when `validation` was given, else the run summary).
+    `metrics_` (with `validation`: the validation items' metrics, `n_validation`, `n_train` and
+    the validation codes' lower bound; else the run summary). A 2-D uint8 X trains as raw
+    feature values, with a warning (uint8 usually means pixels or quantized features).
     """
 
     def __init__(self, method: str = "csq", bits: int = 64, lbhash: bool = False,
@@ -85,7 +93,7 @@ class HashEncoder:
         dataset = arrays_dataset(X, y, validation)
         cfg = make_config({**self.options, "method": self.method, "bits": self.bits, "lbhash": self.lbhash,
                            "epochs": self.epochs, "seed": self.seed, "progress": self.progress,
-                           "data": "arrays", "protocol": "given" if validation is not None else "all-train"})
+                           "data": ARRAYS, "protocol": "given" if validation is not None else "all-train"})
         if run_dir is None:
             tmp = tempfile.mkdtemp(prefix="lbhash-encoder-")
             self._cleanup = weakref.finalize(self, shutil.rmtree, tmp, True)
@@ -113,6 +121,8 @@ class HashEncoder:
         self.run_dir_ = run_dir
         self.history_ = read_log(run_dir / LOG)
         self.metrics_ = read_metrics(run_dir) if (run_dir / "metrics.json").is_file() else {}
+        if self.config_.data == ARRAYS and self.config_.protocol == "given" and "map" in self.metrics_:
+            self.metrics_ = validation_metrics(self.metrics_, run_dir)
         return self
 
     # --- use ----------------------------------------------------------------------------------
@@ -154,9 +164,33 @@ class HashEncoder:
         return ArrayDataset(features, np.zeros((len(features), 0), bool), None, "X")
 
 
+def validation_metrics(metrics: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    """The metrics of a fit with `validation`, named for what they measure: the validation items
+    (the run's queries) searched among the training items (its database). The lower bound is
+    that of the validation codes: the training items' own codes, which the model has fitted,
+    can sit on their centers (max_intra 0, ratio inf); `history_` keeps their bound per epoch."""
+    out = {k: v for k, v in metrics.items() if k not in ("n_query", "n_db", "lower_bound", "run")}
+    out["n_validation"], out["n_train"] = metrics["n_query"], metrics["n_db"]
+    codes = load_codes_file(run_dir / CODES)
+    percentile = metrics.get("lower_bound", {}).get("percentile", 99.9)
+    try:
+        bound = lower_bound(codes["query_codes"], codes["query_labels"], percentile, codes["bits"])
+        out["lower_bound"] = jsonable({"codes": "validation", "percentile": percentile, "min_inter": bound.min_inter,
+                                       "max_intra": bound.max_intra, "ratio": bound.ratio})
+    except InputError:  # fewer than two classes among the validation items: no bound
+        pass
+    out["run"] = {**metrics["run"], "protocol": "validation", "n_validation": metrics["n_query"]}
+    return out
+
+
 def arrays_dataset(X, y, validation: tuple | None = None) -> HashDataset:
     """Training arrays (and validation arrays after them, flagged as test items) as a data set."""
     X, y = np.asarray(X), np.asarray(y)
+    if X.dtype == np.uint8 and X.ndim == 2:
+        warnings.warn(f"X is a 2-D uint8 array {X.shape}: it trains as features with their raw values 0..255. "
+                      "Quantised features need their scale first ((X - zero_point) * scale); images go in as "
+                      "(n, H, W) or (n, H, W, C); X.astype(np.float32) trains on the raw values without "
+                      "this warning", UserWarning, stacklevel=3)
     parts = [(X, y, "X", "y")]
     if validation is not None:
         if not isinstance(validation, (tuple, list)) or len(validation) != 2:
@@ -178,8 +212,8 @@ def arrays_dataset(X, y, validation: tuple | None = None) -> HashDataset:
         labels, is_test = parts[0][1], None
     x = np.concatenate(inputs) if len(inputs) == 2 else inputs[0]
     if images:
-        return ImageDataset(labels, is_test, "arrays", pixels=x)
-    return ArrayDataset(x, labels, is_test, "arrays")
+        return ImageDataset(labels, is_test, ARRAYS, pixels=x)
+    return ArrayDataset(x, labels, is_test, ARRAYS)
 
 
 def _features(arr: np.ndarray, name: str) -> np.ndarray:

@@ -1,10 +1,10 @@
 """A training run end to end: build, train, encode, evaluate, and write the run directory.
 
 `train` is the one way in, for `lbhash train`, the Python API (HashEncoder) and `reproduce`.
-Run directory: config.yaml (resolved), split.npz, log.jsonl (one line per epoch),
-checkpoint.pt (every epoch, atomic), codes.npz (the format `lbhash evaluate` reads) and
-metrics.json; a run without queries (protocol all-train) or with `test: false` has no
-codes.npz, and its metrics.json holds only the run summary.
+Run directory: config.yaml (resolved), split.npz, data.json (what was loaded), log.jsonl (one
+line per epoch), checkpoint.pt (every epoch, atomic), codes.npz (the format `lbhash evaluate`
+reads) and metrics.json; a run without queries (protocol all-train) or with `test: false` has
+no codes.npz, and its metrics.json holds only the run summary.
 """
 
 from __future__ import annotations
@@ -25,10 +25,11 @@ from lbhash.errors import InputError
 from lbhash.evaluate import classifier_accuracy, evaluate_codes
 from lbhash.train.builder import build_experiment
 from lbhash.train.config import TrainConfig
+from lbhash.train.summary import DATA_SUMMARY, bars_on_terminal, data_summary, describe_data, epoch_lines
 from lbhash.train.loop import NonFiniteError, Trainer, leave_process_group, process_rank, read_log
-from lbhash.train.rundir import (CHECKPOINT, CODES, CONFIG, LOG, METRICS, SPLIT, check_accelerator,
+from lbhash.train.rundir import (CHECKPOINT, CODES, CONFIG, LOG, MANIFEST, METRICS, SPLIT, check_accelerator,
                                  check_not_failed, load_run_config, mark_failed, read_metrics, run_lock,
-                                 verify_files, write_manifest)
+                                 verify_files, verify_finished_run, write_manifest)
 
 logger = logging.getLogger("lbhash")
 
@@ -39,21 +40,24 @@ def train(cfg: TrainConfig | None, out: str | Path, resume: bool = False,
     """Train into `out` (or continue the run there with resume=True) and return its metrics;
     {} in the other processes of a multi-process run (only rank 0 writes).
 
-    A finished run (metrics.json written) is left as it is and its metrics returned.
-    `dataset` trains on a data set in memory instead of loading `cfg.data`.
+    A finished run (its manifest written) is verified against its manifest, left as it is,
+    and its metrics returned. `dataset` trains on a data set in memory instead of loading
+    `cfg.data`.
     """
     out = Path(out)
     first = process_rank() == 0  # only rank 0 locks and writes; the others follow it
     if resume:
         if not (out / CONFIG).is_file():
             raise InputError(f"{out}: nothing to resume (no {CONFIG})")
-        if (out / METRICS).is_file():
-            return read_metrics(out)
     elif cfg is None:
         raise InputError("no configuration given")
     with run_lock(out, enabled=first):
         if resume:
             check_not_failed(out)
+            if (out / MANIFEST).is_file():  # finished: every file must still be what it wrote
+                verify_finished_run(out)
+                load_run_config(out)
+                return read_metrics(out) if first else {}
             verify_files(out, (CONFIG, SPLIT, CHECKPOINT))
             if (out / CODES).is_file():  # stopped after its codes were written
                 return _finish(out) if first else {}
@@ -67,13 +71,22 @@ def train(cfg: TrainConfig | None, out: str | Path, resume: bool = False,
         exp = build_experiment(cfg, load_split(out / SPLIT) if resume else None, dataset)
         if exp.skipped_images and first:
             logger.warning("skipped %d unreadable image(s) (--skip-bad-images)", exp.skipped_images)
+        summary = data_summary(exp)
+        saved_cfg = exp.cfg
+        if exp.cfg.progress and not bars_on_terminal(True):  # a log file: one line per epoch, no bars
+            exp.cfg = exp.cfg.replace(progress=False)
+            if first:
+                on_epoch_end = epoch_lines(out / LOG, exp.cfg.variant, exp.cfg.epochs, on_epoch_end)
         trainer = Trainer(exp, out, on_epoch_end)
         if trainer.fabric.is_global_zero and not (out / CONFIG).exists():
             save_split(out / SPLIT, exp.split)
+            write_json(out / DATA_SUMMARY, summary)
             with atomic_path(out / CONFIG) as tmp:  # last: its presence marks a run
-                tmp.write_text(yaml.safe_dump(exp.cfg.to_dict(), sort_keys=False))
+                tmp.write_text(yaml.safe_dump(saved_cfg.to_dict(), sort_keys=False))
         trainer.fabric.barrier()
         trainer.resume_state()
+        if first:  # every check has passed: what the run trains on
+            logger.info(describe_data(summary))
         try:
             trainer.fit()
         except NonFiniteError as err:

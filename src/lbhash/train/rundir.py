@@ -92,16 +92,34 @@ def write_manifest(run_dir: Path) -> None:
     write_json(run_dir / MANIFEST, {"format": MANIFEST_FORMAT, "files": files})
 
 
+def read_manifest(run_dir: Path) -> dict | None:
+    """The files entry of manifest.json ({name: {"sha256", "bytes"}}), None without one."""
+    path = Path(run_dir) / MANIFEST
+    if not path.is_file():
+        return None
+    try:
+        files = json.loads(path.read_text())["files"]
+        if not isinstance(files, dict) or not all(isinstance(v, dict) for v in files.values()):
+            raise TypeError
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        raise InputError(f"{path}: not a readable run manifest") from None
+    return files
+
+
+def verify_finished_run(run_dir: Path) -> None:
+    """Every file manifest.json lists must be present with its SHA-256 (a finished run)."""
+    manifest = read_manifest(run_dir) or {}
+    for name in manifest:
+        if not (Path(run_dir) / name).is_file():
+            raise InputError(f"{Path(run_dir) / name}: missing, but {MANIFEST} lists it")
+    verify_files(run_dir, tuple(manifest))
+
+
 def verify_files(run_dir: Path, names: tuple[str, ...]) -> None:
     """Check the files a reader is about to use: against manifest.json when the run has one,
     else checkpoints against their own zip CRCs. A mismatch is one line naming the file."""
     run_dir = Path(run_dir)
-    manifest = None
-    if (run_dir / MANIFEST).is_file():
-        try:
-            manifest = json.loads((run_dir / MANIFEST).read_text())["files"]
-        except (ValueError, KeyError, TypeError):
-            raise InputError(f"{run_dir / MANIFEST}: not a readable run manifest") from None
+    manifest = read_manifest(run_dir)
     for name in names:
         path = run_dir / name
         if not path.is_file():
@@ -264,4 +282,4 @@ def _autocast(device: torch.device, precision: str):
 
 __all__ = ["CONFIG", "SPLIT", "LOG", "CHECKPOINT", "CODES", "METRICS", "BEST", "MANIFEST", "STATUS", "PARTS",
            "check_accelerator", "encode_run", "load_run_config", "load_run_model", "read_metrics", "run_lock",
-           "save_encoded", "verify_files", "write_manifest"]
+           "save_encoded", "verify_files", "verify_finished_run", "write_manifest"]

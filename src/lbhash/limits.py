@@ -1,0 +1,47 @@
+"""Search limits: one table for the Python API (lbhash.index), `lbhash index`/`lbhash search`
+and the HTTP service (docs/search.md, "Limits"). A bottom-layer module, so that the command
+line reads it without importing FAISS.
+
+Each limit keeps a mistyped number from turning into a huge allocation (k = 10^11 asks for
+(nq, k) result arrays; class id 10^11 for a filter row of 10^11 columns) and is checked
+before any work, with a one-line InputError naming the value.
+"""
+
+from __future__ import annotations
+
+from lbhash.errors import InputError
+
+MAX_K = 1000                # results per query: CLI and service (the Python API allocates what it is asked)
+MAX_BATCH = 1024            # queries or items per service request; `lbhash search` works in batches of it
+MAX_CLASS_ID = 65535        # class ids of labels and label filters, everywhere
+MAX_ID = 2**63 - 1          # item ids are non-negative int64, everywhere
+MAX_BODY_BYTES = 16 << 20   # one HTTP request body
+
+TABLE = {"max_k": MAX_K, "max_batch": MAX_BATCH, "max_class_id": MAX_CLASS_ID, "max_id": MAX_ID,
+         "max_body_bytes": MAX_BODY_BYTES}
+
+
+def check_k(k: int, name: str = "k", limit: int = MAX_K) -> int:
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise InputError(f"{name} must be a positive integer, got {k!r}")
+    if k > limit:
+        raise InputError(f"{name} must be at most {limit}, got {k}")
+    return k
+
+
+def check_class_ids(values, name: str) -> list[int]:
+    """Class ids of a label filter or an item, as given on a command line or in a request."""
+    values = [int(v) for v in values]
+    bad = [v for v in values if v < 0 or v > MAX_CLASS_ID]
+    if bad:
+        raise InputError(f"{name} must be class ids between 0 and {MAX_CLASS_ID}, got {bad[0]}")
+    return values
+
+
+def check_ids(values, name: str) -> list[int]:
+    """Item ids given as Python integers (before they meet an int64 array)."""
+    values = [int(v) for v in values]
+    bad = [v for v in values if v < 0 or v > MAX_ID]
+    if bad:
+        raise InputError(f"{name} must be between 0 and {MAX_ID} (non-negative int64), got {bad[0]}")
+    return values

@@ -1,0 +1,76 @@
+"""What a run tells its user: one line on the data it loaded (also kept as data.json in the run
+directory) and, where stderr is not a terminal, one line per epoch instead of progress bars,
+so that logs stay readable. Both go to the "lbhash" logger at INFO (the CLI prints them;
+`lbhash train --quiet` and library use keep them silent)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from lbhash.train.builder import Experiment
+
+DATA_SUMMARY = "data.json"
+logger = logging.getLogger("lbhash")
+
+
+def data_summary(exp: Experiment) -> dict[str, Any]:
+    """Data kind, items, classes, input shape, dequantisation and split sizes of a run."""
+    ds, cfg, split = exp.dataset, exp.cfg, exp.split
+    out: dict[str, Any] = {"data": cfg.data, "name": ds.name, "kind": ds.input_kind, "items": len(ds),
+                           "classes": ds.num_classes, "multi_label": bool(ds.multi_label)}
+    if ds.input_kind == "features":
+        out["feature_dim"] = ds.input_dim()
+        out["dequantized"] = bool(getattr(ds, "dequantized", False))
+    else:
+        pixels = getattr(ds, "pixels", None)
+        out["stored_size"] = None if pixels is None else [int(pixels.shape[1]), int(pixels.shape[2])]
+        out["image_size"] = cfg.image_size
+    out["split"] = {"protocol": split.protocol, "seed": split.seed, **split.sizes()}
+    if exp.skipped_images:
+        out["skipped_images"] = exp.skipped_images
+    return out
+
+
+def describe_data(summary: dict[str, Any]) -> str:
+    """The summary as one line, e.g. `data digits: features, 1797 items, 10 classes, ...`."""
+    parts = [summary["kind"], f"{summary['items']} items",
+             f"{summary['classes']} classes" + (" (multi-label)" if summary["multi_label"] else "")]
+    if summary["kind"] == "features":
+        parts.append(f"{summary['feature_dim']} features "
+                     + ("(dequantized)" if summary["dequantized"] else "(used as stored)"))
+    else:
+        stored = summary["stored_size"]
+        parts.append(("images of varying size" if stored is None else f"{stored[0]}x{stored[1]} images")
+                     + f" -> {summary['image_size']}x{summary['image_size']} model input")
+    split = summary["split"]
+    sizes = ", ".join(f"{split[p]} {p}" for p in ("train", "validation", "query", "database")
+                      if p != "validation" or split[p])
+    return f"data {summary['data']}: {', '.join(parts)}; split {split['protocol']}: {sizes}"
+
+
+def bars_on_terminal(progress: bool) -> bool:
+    """Progress bars only where stderr is a terminal; elsewhere their redraws fill logs."""
+    return progress and sys.stderr.isatty()
+
+
+def epoch_lines(log_path: Path, variant: str, epochs: int,
+                then: Callable[[int], None] | None) -> Callable[[int], None]:
+    """An epoch-end callback printing `VARIANT epoch E/N: loss L, S s` from the log record the
+    epoch just wrote, then calling `then`."""
+    from lbhash.train.loop import read_log
+
+    def report(epoch: int) -> None:
+        records = [r for r in read_log(log_path) if r.get("epoch") == epoch]
+        if records:
+            r = records[-1]
+            extra = "".join(f", {key} {r['eval'][key]:.4f}" for key in ("map", "val_map")
+                            if isinstance(r.get("eval", {}).get(key), float))
+            logger.info("%s epoch %d/%d: loss %.4f, %.1f s%s", variant, epoch, epochs,
+                        r["loss"].get("total", float("nan")), r["seconds"], extra)
+        if then is not None:
+            then(epoch)
+
+    return report
