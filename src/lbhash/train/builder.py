@@ -18,7 +18,7 @@ from torch import nn
 from lbhash.centers import generate_centers
 from lbhash.data import HashDataset, InputOptions, Split, carve_validation, load_data, make_split
 from lbhash.errors import InputError
-from lbhash.methods import HashLoss, LowerBoundObjective, create_method, method_class
+from lbhash.methods import HashLoss, LowerBoundObjective, available_methods, create_method, method_class
 from lbhash.models import HashModel, create_feature_model, create_image_model
 from lbhash.surrogate import BlockSurrogate
 from lbhash.train.config import TrainConfig, resolve_config
@@ -132,6 +132,10 @@ def build_experiment(cfg: TrainConfig, split: Split | None = None,
     cls = method_class(cfg.method)
     if cls.single_label_only and dataset.multi_label:
         raise InputError(f"method {cfg.method} is single-label only, but {dataset.name} is multi-label")
+    if cls.needs_labels and dataset.num_classes == 0:
+        free = ", ".join(m for m in available_methods() if not method_class(m).needs_labels)
+        raise InputError(f"method {cfg.method} learns from labels, but {dataset.name} has none "
+                         f"(methods without labels: {free})")
     unlabelled = np.flatnonzero(dataset.labels[split.train].sum(1) == 0)
     if len(unlabelled) and (cfg.lbhash or cls.uses_centers):
         raise InputError(f"training item {int(split.train[unlabelled[0]])} of {dataset.name} has no label "
@@ -145,6 +149,8 @@ def build_experiment(cfg: TrainConfig, split: Split | None = None,
     normalization = dataset.normalization(split.train) if cfg.normalize == "zscore" else None
     model = build_model(cfg, normalization)
     objective = build_objective(cfg, centers, dataset.num_classes, len(split.train), dataset.multi_label)
+    if cls.closed_form:
+        objective.check_fit_inputs(len(split.train), cfg.input_dim)
     topk = None if cfg.topk == "all" else cfg.topk if cfg.topk is not None else split.topk
     return Experiment(cfg, dataset, split, topk, Learner(model, objective), skipped)
 

@@ -188,6 +188,8 @@ class TrainConfig(BaseModel):
             raise InputError(f"bits={self.bits} is not divisible by the block size {self.block_size}")
         if (self.select == "best-val" or self.patience) and not self.validation:
             raise InputError("select best-val and patience need a validation split (validation > 0)")
+        if method_class(self.method).closed_form:
+            _check_closed_form(self)
         return self
 
     @property
@@ -204,6 +206,23 @@ class TrainConfig(BaseModel):
 
 
 FIELDS = tuple(TrainConfig.model_fields)
+
+
+def _check_closed_form(cfg: TrainConfig) -> None:
+    """A closed-form baseline fits one linear map in one pass on one process: the options of
+    gradient training that would change what it is are refused, not ignored."""
+    name = cfg.method
+    if cfg.lbhash:
+        kind = "an unsupervised baseline" if not method_class(name).needs_labels else "a baseline"
+        raise InputError(f"method {name} is {kind} fitted in closed form: it has no gradient loss for "
+                         "the _D objective (--lbhash) to join")
+    if cfg.epochs not in (None, 1):
+        raise InputError(f"method {name} is fitted in closed form in one pass: epochs must be 1, got {cfg.epochs}")
+    if cfg.hidden:
+        raise InputError(f"method {name} fits a linear map: hidden must be empty, got {cfg.hidden}")
+    if cfg.devices != 1:
+        raise InputError(f"method {name} is fitted in closed form on one process: devices must be 1, "
+                         f"got {cfg.devices}")
 
 
 def make_config(values: dict[str, Any], where: str = "") -> TrainConfig:
@@ -293,7 +312,8 @@ def resolve_config(cfg: TrainConfig, dataset) -> TrainConfig:
             raise InputError(f"{dataset.name} has {dataset.input_dim()} features per item, but the run "
                              f"was made for {cfg.input_dim}")
         values["input_dim"] = dataset.input_dim()
-        values["hidden"] = list(DEFAULT_FEATURE_HIDDEN if cfg.hidden is None else cfg.hidden)
+        default_hidden = [] if method_class(cfg.method).closed_form else DEFAULT_FEATURE_HIDDEN
+        values["hidden"] = list(default_hidden if cfg.hidden is None else cfg.hidden)
     else:
         backbone = cfg.backbone or DEFAULT_IMAGE_BACKBONE
         size, transform = backbone_defaults(backbone)

@@ -23,7 +23,9 @@ from lbhash.codes import load_codes_file, save_codes_file
 from lbhash.data import HashDataset, load_split, save_split
 from lbhash.errors import InputError
 from lbhash.evaluate import classifier_accuracy, evaluate_codes
+from lbhash.methods import method_class
 from lbhash.train.builder import build_experiment
+from lbhash.train.closed_form import fit_closed_form
 from lbhash.train.config import TrainConfig
 from lbhash.train.loop import NonFiniteError, Trainer, leave_process_group, process_rank, read_log
 from lbhash.train.rundir import (CHECKPOINT, CODES, CONFIG, LOG, METRICS, SPLIT, check_accelerator,
@@ -75,6 +77,8 @@ def train(cfg: TrainConfig | None, out: str | Path, resume: bool = False,
         trainer.fabric.barrier()
         trainer.resume_state()
         try:
+            if method_class(exp.cfg.method).closed_form:  # baselines: one fit, no epochs left
+                fit_closed_form(trainer)
             trainer.fit()
         except NonFiniteError as err:
             if trainer.fabric.is_global_zero:
