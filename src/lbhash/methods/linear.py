@@ -33,7 +33,7 @@ class Linear(ClosedFormHash):
     uses_centers = True
 
     def __init__(self, bits: int, num_classes: int, num_train: int | None = None,
-                 centers: torch.Tensor | None = None, multi_label: bool = False, ridge: float = 1.0):
+                 centers: torch.Tensor | None = None, multi_label: bool = False, ridge: float = 0.1):
         super().__init__(bits, num_classes, num_train, centers, multi_label)
         if centers is None or tuple(centers.shape) != (num_classes, bits):
             raise InputError(f"method linear needs ({num_classes}, {bits}) class centers")

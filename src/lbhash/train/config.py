@@ -114,8 +114,8 @@ class TrainConfig(BaseModel):
     surrogate_dropout: float = option(0.5, "Dropout in the surrogate's MLPs.", "a number in [0, 1)", ge=0, lt=1)
     theta_dropout: bool = option(True, "Dropout active in the L_theta pass.", "true or false")
     hidden: list[int] | None = option(None, "Hash head hidden widths, comma-separated.",
-                                      "a list of positive integers", shown="1024 for features, none for images",
-                                      cli=False)
+                                      "a list of positive integers",
+                                      shown="1024 for features, none for images and baselines", cli=False)
     head_dropout: float = option(0.0, "Dropout after each hidden layer of the hash head.", "a number in [0, 1)",
                                  ge=0, lt=1)
     backbone: str | None = option(None, "Image data: a backbone (see docs/models.md).", "a backbone name",

@@ -75,10 +75,11 @@ class HashEncoder:
 
     # --- fit ----------------------------------------------------------------------------------
 
-    def fit(self, X, y, validation: tuple | None = None, run_dir: str | Path | None = None) -> "HashEncoder":
+    def fit(self, X, y=None, validation: tuple | None = None, run_dir: str | Path | None = None) -> "HashEncoder":
         """Train on (X, y); `validation=(X_val, y_val)` adds validation mAP (the validation items
-        as queries against the training items). The run is written to `run_dir` (default: a
-        temporary directory that lives as long as this object)."""
+        as queries against the training items). y=None (no labels) suits the unsupervised
+        methods only (lsh, pca, itq). The run is written to `run_dir` (default: a temporary
+        directory that lives as long as this object)."""
         for key in ("data", "protocol"):
             if key in self.options:
                 raise InputError(f"HashEncoder trains on the arrays given to fit; drop the option {key!r}")
@@ -155,7 +156,12 @@ class HashEncoder:
 
 
 def arrays_dataset(X, y, validation: tuple | None = None) -> HashDataset:
-    """Training arrays (and validation arrays after them, flagged as test items) as a data set."""
+    """Training arrays (and validation arrays after them, flagged as test items) as a data set;
+    y=None gives items without labels."""
+    if y is None:  # unlabelled: zero label columns (the builder refuses supervised methods)
+        if validation is not None:
+            raise InputError("validation mAP needs labels: pass y with validation=(X_val, y_val)")
+        y = np.zeros((len(np.asarray(X)), 0), dtype=bool)
     X, y = np.asarray(X), np.asarray(y)
     parts = [(X, y, "X", "y")]
     if validation is not None:
