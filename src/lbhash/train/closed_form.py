@@ -42,6 +42,9 @@ def fit_closed_form(trainer: Trainer) -> None:
     start = time.perf_counter()
     x = head_inputs(trainer)
     labels = exp.dataset.labels[exp.split.train]
+    columns = trainer.learner.label_columns  # unseen:K: the training classes only
+    if columns is not None:
+        labels = labels[:, columns.cpu().numpy()]
     objective = trainer.learner.objective
     fit = objective.fit_projection(x, labels, cfg.seed)
     layer = trainer.learner.model.head.net[-1]

@@ -19,6 +19,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from lbhash.centers import CENTER_KINDS
+from lbhash.data.unseen import PREFIX as UNSEEN_PREFIX
+from lbhash.data.unseen import with_base
 from lbhash.errors import InputError
 from lbhash.methods import PROFILES, method_class, method_defaults
 from lbhash.methods.defaults import LBHASH_OPTIONS
@@ -52,7 +54,7 @@ class TrainConfig(BaseModel):
     data: str = option("digits", "Data spec, e.g. 'digits' or 'features:PATH.npz' (see docs/data.md).",
                        "a data spec string", min_length=1)
     protocol: str | None = option(None, "Split protocol: cifar10, cifar10-1, cifar10-2, given, digits, lists, "
-                                        "per-class:T,Q[,+train], random:T,Q.", "a protocol name",
+                                        "per-class:T,Q[,+train], random:T,Q, unseen:K[:BASE].", "a protocol name",
                                   shown="the data set's own")
     method: str = option("csq", "Hashing method (see `lbhash methods`).", "a method name")
     defaults: Literal[PROFILES] = option(
@@ -304,6 +306,8 @@ def resolve_config(cfg: TrainConfig, dataset) -> TrainConfig:
             values[name] = d.lbhash[name] if name in LBHASH_OPTIONS else getattr(d, name)
     values["method_options"] = {**d.constants, **_checked_method_options(cfg.method, cfg.method_options)}
     values["protocol"] = cfg.protocol or default_protocol(cfg.data, dataset)
+    if values["protocol"].startswith(UNSEEN_PREFIX):  # unseen:K -> unseen:K:<the data set's own>
+        values["protocol"] = with_base(values["protocol"], default_protocol(cfg.data, dataset))
     values["input_kind"] = dataset.input_kind
     if dataset.input_kind == "features":
         if cfg.backbone is not None:
