@@ -124,3 +124,24 @@ def test_evaluate_command_ranks_asymmetrically_when_asked(tied, tmp_path):
     result = CliRunner().invoke(main, ["evaluate", str(plain), "--asymmetric", "raw"])
     assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
     assert "needs the queries' real-valued outputs (key query_real)" in result.output
+
+
+def test_a_run_saves_the_queries_real_outputs_and_reports_asymmetric_metrics(tmp_path):
+    import torch
+
+    from lbhash.codes import load_codes_file, unpack
+    from lbhash.data import load_data, load_split
+    from lbhash.train import HashEncoder, TrainConfig, train
+
+    metrics = train(TrainConfig(data="digits", method="itq", bits=16, progress=False), tmp_path / "run")
+    codes = load_codes_file(tmp_path / "run" / "codes.npz")
+    real = codes["query_real"]
+    # the real outputs are the model's, and their signs are the saved query codes
+    split = load_split(tmp_path / "run" / "split.npz")
+    model = HashEncoder.load(tmp_path / "run").model_
+    with torch.no_grad():
+        u = model(torch.from_numpy(load_data("digits").x[split.query]).float()).numpy()
+    np.testing.assert_allclose(real, u, rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(np.where(real >= 0, 1, -1), unpack(codes["query_codes"], 16))
+    expected = asymmetric_map(real, codes["db_codes"], codes["query_labels"], codes["db_labels"], bits=16)
+    assert metrics["asymmetric"]["map"] == pytest.approx(expected, abs=1e-12)

@@ -121,7 +121,7 @@ def _write_codes_file(trainer: Trainer, path: Path, query: np.ndarray, database:
     db = trainer.encode(database, progress=True)
     seconds = time.perf_counter() - start
     ql, dl = ds.labels[query], ds.labels[database]
-    extra = {}
+    extra = {"query_real": query_outputs(trainer, query)}  # for asymmetric ranking
     scores = classifier_scores(trainer, q) if with_scores else None
     if scores is not None:  # methods with a classifier branch (GreedyHash, DSDH)
         extra["query_scores"] = scores
@@ -131,6 +131,21 @@ def _write_codes_file(trainer: Trainer, path: Path, query: np.ndarray, database:
                     stored_labels(multi_hot, dl), query_index=query,
                     db_index=database, topk=-1 if exp.topk is None else exp.topk,
                     encode_seconds=seconds, **extra)
+
+
+@torch.inference_mode()
+def query_outputs(trainer: Trainer, query: np.ndarray) -> np.ndarray:
+    """The hash head's real outputs u (float32) of the queries, in float32 without autocast:
+    `evaluate_codes(query_real=...)` ranks the database codes by their inner product with u."""
+    model = trainer.learner.model
+    was_training = model.training
+    model.eval()
+    try:
+        blocks = [model(x.to(trainer.fabric.device, torch.float32)).float().cpu().numpy()
+                  for x in trainer.exp.dataset.encode_batches(query, trainer.options, trainer.fabric.device)]
+    finally:
+        model.train(was_training)
+    return np.concatenate(blocks) if blocks else np.zeros((0, trainer.cfg.bits), np.float32)
 
 
 @torch.no_grad()
@@ -173,7 +188,8 @@ def selection_summary(cfg: TrainConfig, log: list[dict]) -> dict[str, Any]:
 def _codes_metrics(codes: dict) -> dict[str, Any]:
     topk = int(codes["topk"]) if "topk" in codes and int(codes["topk"]) > 0 else None
     metrics = evaluate_codes(codes["query_codes"], codes["db_codes"], codes["query_labels"],
-                             codes["db_labels"], bits=codes["bits"], topk=topk, tie_average=True)
+                             codes["db_labels"], bits=codes["bits"], topk=topk, tie_average=True,
+                             query_real=codes.get("query_real"))
     if "query_scores" in codes:  # the method's own classifier, beside the kNN accuracy
         metrics["classifier_accuracy"] = classifier_accuracy(codes["query_scores"], codes["query_labels"])
     return metrics
