@@ -13,15 +13,19 @@ from lbhash.evaluate import asymmetric_map, evaluate_codes, mean_average_precisi
 
 
 def reference_ranking(real, db):
-    """Score of every pair summed bit by bit in Python floats (j ascending), then sorted by
-    (-score, database index)."""
+    """Score of every pair in Python floats, in the documented order (inside each byte of the
+    code from its lowest bit up, then the byte sums from byte 0 up), then sorted by (-score,
+    database index)."""
     out = []
     for row in real:
         scores = []
         for code in db:
             score = 0.0
-            for r, b in zip(row.tolist(), code.tolist()):
-                score += r * b
+            for start in range(0, len(code), 8):
+                part = 0.0
+                for r, b in zip(row[start:start + 8].tolist(), code[start:start + 8].tolist()):
+                    part += float(r) * b
+                score += part
             scores.append(score)
         out.append(sorted(range(len(db)), key=lambda k: (-scores[k], k)))
     return np.array(out)
@@ -47,11 +51,12 @@ def reference_metrics(ranking, ql, dl, topk, ks):
     return np.mean(aps), precision / len(ranking), recall / with_rel
 
 
-@pytest.fixture
-def tied():
-    """Few distinct values and repeated database codes: most scores are tied."""
+@pytest.fixture(params=[8, 20])
+def tied(request):
+    """Few distinct values and repeated database codes: most scores are tied. 20 bits: three
+    bytes, the last one padded."""
     rng = np.random.default_rng(3)
-    bits = 8
+    bits = request.param
     db = rng.choice([-1, 1], size=(12, bits))[rng.integers(0, 12, 60)]
     real = rng.choice([-1.0, -0.5, 0.25, 0.5, 1.0], size=(15, bits))
     ql, dl = rng.integers(0, 3, 15), rng.integers(0, 3, 60)
@@ -80,7 +85,7 @@ def test_ranking_and_metrics_match_the_brute_force_reference(tied, kind, topk):
 def test_the_query_code_as_its_real_output_gives_the_hamming_ranking(tied):
     """score = bits - 2 * Hamming distance: the same order, ties by index, the same mAP."""
     _, db, ql, dl = tied
-    q = np.random.default_rng(8).choice([-1, 1], size=(20, 8))
+    q = np.random.default_rng(8).choice([-1, 1], size=(20, db.shape[1]))
     ql = np.random.default_rng(9).integers(0, 3, 20)
     sym = mean_average_precision(q, db, ql, dl)
     assert asymmetric_map(q.astype(float), db, ql, dl) == pytest.approx(sym, abs=1e-12)
@@ -102,7 +107,7 @@ def test_multi_label_relevance_and_bad_input(tied):
         aps.append(sum(hits[i] / (i + 1) for i in range(len(rel)) if rel[i]) / hits[-1] if hits[-1] else 0.0)
     assert got == pytest.approx(np.mean(aps), abs=1e-12)
     q = np.where(real >= 0, 1, -1)
-    with pytest.raises(InputError, match=r"query_real must have shape \(15, 8\)"):
+    with pytest.raises(InputError, match=rf"query_real must have shape \(15, {db.shape[1]}\)"):
         evaluate_codes(q, db, ql, dl, query_real=real[:, :4])
     bad = real.copy()
     bad[2, 1] = np.nan
