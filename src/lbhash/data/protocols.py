@@ -82,7 +82,9 @@ class Split:
             setattr(self, part, np.asarray(getattr(self, part), dtype=np.int64))
 
     def sizes(self) -> dict[str, int]:
-        return {part: len(getattr(self, part)) for part in PARTS}
+        """Items per part; the seen-class parts only for unseen:K."""
+        parts = PARTS if len(self.unseen_classes) else PARTS[:4]
+        return {part: len(getattr(self, part)) for part in parts}
 
     def describe(self) -> str:
         r = "all" if self.topk is None else self.topk
