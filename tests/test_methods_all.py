@@ -1,5 +1,6 @@
 """Properties every registered method must have, and the defaults table in the docs."""
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -26,11 +27,17 @@ def make(name, multi_label=False):
                          **constants), centers
 
 
-def test_all_six_methods_are_registered():
-    assert available_methods() == ["csq", "dbdh", "dch", "dsdh", "greedyhash", "hashnet"]
+DEEP = [n for n in available_methods() if not method_class(n).closed_form]
+CLOSED_FORM = [n for n in available_methods() if method_class(n).closed_form]
 
 
-@pytest.mark.parametrize("name", available_methods())
+def test_the_six_methods_and_four_baselines_are_registered():
+    assert DEEP == ["csq", "dbdh", "dch", "dsdh", "greedyhash", "hashnet"]
+    assert CLOSED_FORM == ["itq", "linear", "lsh", "pca"]
+    assert [n for n in available_methods() if not method_class(n).needs_labels] == ["itq", "lsh", "pca"]
+
+
+@pytest.mark.parametrize("name", DEEP)
 @pytest.mark.parametrize("multi_label", [False, True])
 def test_lbhash_adds_exactly_l_theta_for_every_method(name, multi_label):
     base, centers = make(name, multi_label)
@@ -92,6 +99,42 @@ def test_methods_command_lists_every_method():
         assert f"{name}: " in result.output
 
 
+@pytest.mark.parametrize("name", CLOSED_FORM)
+def test_closed_form_methods_refuse_the_d_objective_and_gradient_options(name):
+    from lbhash.errors import InputError
+    from lbhash.train import make_config
+
+    for values, fragment in (({"lbhash": True}, "--lbhash"), ({"epochs": 3}, "epochs must be 1, got 3"),
+                             ({"hidden": [32]}, "hidden must be empty"), ({"devices": 2}, "devices must be 1")):
+        with pytest.raises(InputError, match=f"method {name} .*{re.escape(fragment)}"):
+            make_config({"method": name, **values})
+
+
+@pytest.mark.parametrize("name", CLOSED_FORM)
+@pytest.mark.parametrize("multi_label", [False, True])
+def test_closed_form_fit_contract(name, multi_label):
+    """A (bits, d) weight and (bits,) bias, finite, the same for the same seed, a new draw or the
+    same map for another seed; the loss parts are finite and sum to the total."""
+    base, _ = make(name, multi_label)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(40, 20)).astype(np.float32)
+    labels = np.eye(C, dtype=bool)[rng.integers(0, C, 40)]
+    if multi_label:
+        labels[:5, 0] = True
+    fit = base.fit_projection(x, labels, seed=3)
+    assert fit.weight.shape == (BITS, 20) and fit.bias.shape == (BITS,)
+    assert np.isfinite(fit.weight).all() and np.isfinite(fit.bias).all()
+    again = base.fit_projection(x, labels, seed=3)
+    np.testing.assert_array_equal(fit.weight, again.weight)
+    np.testing.assert_array_equal(fit.bias, again.bias)
+    u = torch.from_numpy(x @ fit.weight.T + fit.bias).float()
+    out = base(u, torch.from_numpy(labels).float(), None)
+    assert torch.isfinite(out.total) and float(out.total) == pytest.approx(float(sum(out.parts.values())))
+    if not method_class(name).needs_labels:  # unsupervised: labels are not looked at
+        blind = base.fit_projection(x, np.zeros((40, 0), bool), seed=3)
+        np.testing.assert_array_equal(fit.weight, blind.weight)
+
+
 @pytest.mark.parametrize("name", available_methods())
 @pytest.mark.parametrize("lbhash", [False, True])
 def test_every_variant_trains_on_multi_label_data(name, lbhash, tmp_path, monkeypatch):
@@ -101,12 +144,18 @@ def test_every_variant_trains_on_multi_label_data(name, lbhash, tmp_path, monkey
     labels = np.zeros((160, 5), dtype=np.uint8)
     labels[np.arange(160), rng.integers(0, 5, 160)] = 1
     labels[rng.random(160) < 0.3, rng.integers(0, 5)] = 1
-    x = (labels @ rng.normal(size=(5, 12)) + 0.3 * rng.normal(size=(160, 12))).astype(np.float32)
+    # 24 features: PCA and ITQ need at least one per bit
+    x = (labels @ rng.normal(size=(5, 24)) + 0.3 * rng.normal(size=(160, 24))).astype(np.float32)
     np.savez(tmp_path / "multi.npz", x=x, labels=labels, is_test=np.arange(160) >= 120)
+    closed = method_class(name).closed_form
     args = ["train", "--data", f"features:{tmp_path / 'multi.npz'}", "--method", name, "--bits", "16",
-            "--epochs", "2", "--hidden", "32", "--centers", "hadamard", "--out", str(tmp_path / "run"),
-            "--no-progress"] + (["--lbhash"] if lbhash else [])
+            "--centers", "hadamard", "--out", str(tmp_path / "run"), "--no-progress"]
+    args += ([] if closed else ["--epochs", "2", "--hidden", "32"]) + (["--lbhash"] if lbhash else [])
     result = CliRunner().invoke(main, args)
+    if closed and lbhash:  # baselines have no _D variant: one line, exit 2, nothing written
+        assert result.exit_code == 2 and result.output.startswith(f"error: method {name} is "), result.output
+        assert not (tmp_path / "run").exists()
+        return
     assert result.exit_code == 0, result.output
     import json
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())

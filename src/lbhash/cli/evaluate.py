@@ -6,7 +6,10 @@ from pathlib import Path
 
 import click
 
+import numpy as np
+
 from lbhash.cli.common import parse_int_list, parse_topk
+from lbhash.errors import InputError
 
 
 @click.command()
@@ -21,14 +24,18 @@ from lbhash.cli.common import parse_int_list, parse_topk
               help="Percentile for max D_intra (and 100 - it for min D_inter) in the lower bound.")
 @click.option("--tie-averaged", is_flag=True,
               help="Also compute the tie-averaged mAP (the expectation over random orders inside ties).")
+@click.option("--asymmetric", type=click.Choice(["raw", "tanh"]), default=None,
+              help="Also rank by the inner product of the database codes with the queries' real outputs "
+                   "(the file's query_real; tanh: of their tanh).")
 @click.option("--out", type=click.Path(path_type=Path), default=None,
               help="Where to write the metrics JSON [default: metrics.json beside CODES_FILE].")
 def evaluate(codes_file: Path, topk: str, ks: str, radius: int, knn: int, percentile: float,
-             tie_averaged: bool, out: Path | None) -> None:
+             tie_averaged: bool, asymmetric: str | None, out: Path | None) -> None:
     """Evaluate a codes file and write metrics.json.
 
     CODES_FILE is an .npz with query_codes and db_codes (packed uint8), query_labels and
-    db_labels (class ids or multi-hot rows) and bits.
+    db_labels (class ids or multi-hot rows) and bits; --asymmetric also needs query_real
+    (n_query, bits), the queries' real-valued outputs.
     """
     from lbhash._io import check_output_file, write_json
     from lbhash.codes import load_codes_file
@@ -36,10 +43,18 @@ def evaluate(codes_file: Path, topk: str, ks: str, radius: int, knn: int, percen
 
     out = check_output_file(out or codes_file.with_name("metrics.json"), "--out")
     data = load_codes_file(codes_file)
+    real = None
+    if asymmetric is not None:
+        if "query_real" not in data:
+            raise InputError(f"{codes_file}: --asymmetric needs the queries' real-valued outputs (key query_real), "
+                             f"which this file does not hold (keys: {', '.join(data)})")
+        real = data["query_real"]
+        if asymmetric == "tanh" and real.dtype.kind in "iuf":  # other dtypes: refused by evaluate_codes
+            real = np.tanh(real.astype(np.float64))
     metrics = evaluate_codes(
         data["query_codes"], data["db_codes"], data["query_labels"], data["db_labels"],
         bits=data["bits"], topk=parse_topk(topk), ks=parse_int_list(ks, "--ks"),
-        radius=radius, knn=knn, percentile=percentile, tie_average=tie_averaged)
+        radius=radius, knn=knn, percentile=percentile, tie_average=tie_averaged, query_real=real)
     write_json(out, metrics)
     click.echo(format_metrics(metrics))
     click.echo(f"wrote {out}")

@@ -30,13 +30,16 @@ def _objective(options: dict) -> str:
 
 def defaults_rows(profile: str) -> list[tuple[str, ...]]:
     """One row per method: its recipe, _D mode and options, and constants."""
-    from lbhash.methods import available_methods, method_defaults
+    from lbhash.methods import available_methods, method_class, method_defaults
 
     rows = []
     for name in available_methods():
         d = method_defaults(name, profile)
         constants = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
                               for k, v in d.constants.items())
+        if method_class(name).closed_form:  # one fit: no optimizer, schedule or _D variant
+            rows.append((name, "closed form", "-", "-", "-", "1", "-", "-", "-", constants or "-"))
+            continue
         rows.append((name, d.optimizer, f"{d.lr:g}", f"{d.weight_decay:g}", _schedule(d), str(d.epochs),
                      str(d.batch_size), d.lbhash_mode, _objective(d.lbhash), constants or "-"))
     return rows
@@ -59,9 +62,14 @@ def methods(profile: str, markdown: bool) -> None:
     if markdown:
         click.echo(markdown_table(profile))
         return
-    click.echo(f"defaults profile: {profile} (every method also trains as <method>_D with --lbhash)\n")
+    click.echo(f"defaults profile: {profile} (every deep method also trains as <method>_D with --lbhash)\n")
     for name, opt, lr, wd, schedule, epochs, batch, mode, objective, constants in defaults_rows(profile):
         click.echo(f"{name}: {method_class(name).description}")
+        if method_class(name).closed_form:
+            labels = "supervised" if method_class(name).needs_labels else "no labels"
+            click.echo(f"    fitted in closed form in one pass ({labels}); no _D variant")
+            click.echo(f"    constants: {constants}")
+            continue
         click.echo(f"    {opt} lr {lr}, weight decay {wd}, lr schedule {schedule}, {epochs} epochs, batch {batch}")
         click.echo(f"    _D: {mode} L_theta; {objective}")
         click.echo(f"    constants: {constants}")

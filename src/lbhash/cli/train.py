@@ -32,7 +32,7 @@ def parse_method_options(values: tuple[str, ...]) -> dict:
 @click.option("--method-option", "method_option", multiple=True, metavar="NAME=VALUE",
               help="A method constant, e.g. quantization=1e-4 (repeatable). [default: the method's]")
 @click.option("--hidden", help="Hash head hidden widths, comma-separated. [default: 1024 for features, "
-                               "none for images]")
+                               "none for images and baselines]")
 @click.option("--topk", help="R of mAP@R: a positive integer or 'all'. [default: the protocol's]")
 @click.option("--out", type=click.Path(path_type=Path),
               help="Run directory. [default: runs/<method>[_D]-<bits>bits-seed<seed>]")

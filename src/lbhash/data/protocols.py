@@ -16,11 +16,13 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from lbhash import _io
+from lbhash.data import unseen
 from lbhash.labels import as_multihot
 from lbhash.errors import InputError
 
 SPLIT_FORMAT = "lbhash-split/1"
-PARTS = ("train", "query", "database", "validation")
+# seen_query / seen_database: the unseen protocol's evaluation on the training classes
+PARTS = ("train", "query", "database", "validation", "seen_query", "seen_database")
 
 
 @dataclass(frozen=True)
@@ -28,11 +30,13 @@ class ProtocolSpec:
     """A parsed protocol: how many items per class (or in all) go where."""
 
     name: str
-    kind: str                     # "per-class", "given", "lists", "all-train" or "random"
+    kind: str                     # "per-class", "given", "lists", "all-train", "random" or "unseen"
     train: int = 0                # per class for "per-class", in all for "random"
     query: int = 0
     include_train: bool = False   # the database holds the training items too
     topk: int | None = None       # default R of mAP@R (None = the whole database)
+    held_out: int = 0             # "unseen": classes held out of training
+    base: str | None = None       # "unseen": the protocol drawn first (None: the data set's)
 
 
 _NAMED = {
@@ -50,7 +54,7 @@ _NAMED = {
     "all-train": ProtocolSpec("all-train", "all-train"),
 }
 PROTOCOLS = tuple(_NAMED)
-PARAMETRIC_PROTOCOLS = ("per-class:T,Q", "per-class:T,Q,+train", "random:T,Q", "given:T")
+PARAMETRIC_PROTOCOLS = ("per-class:T,Q", "per-class:T,Q,+train", "random:T,Q", "given:T", "unseen:K[:BASE]")
 _PARAMETRIC = re.compile(r"^(per-class|random):(\d+),(\d+)(,\+train)?$")
 _GIVEN_SUBSET = re.compile(r"^given:(\d+)$")
 
@@ -71,18 +75,27 @@ class Split:
     topk: int | None
     num_items: int | None = None  # size of the data set it was drawn from, when known
     validation: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # held out of train
+    seen_query: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # unseen:K only
+    seen_database: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    unseen_classes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # held-out class ids
 
     def __post_init__(self) -> None:
-        for part in PARTS:
+        for part in (*PARTS, "unseen_classes"):
             setattr(self, part, np.asarray(getattr(self, part), dtype=np.int64))
 
     def sizes(self) -> dict[str, int]:
-        return {part: len(getattr(self, part)) for part in PARTS}
+        """Items per part; the seen-class parts only for unseen:K."""
+        parts = PARTS if len(self.unseen_classes) else PARTS[:4]
+        return {part: len(getattr(self, part)) for part in parts}
 
     def describe(self) -> str:
         r = "all" if self.topk is None else self.topk
-        return (f"{self.protocol} (seed {self.seed}): {len(self.train)} train, {len(self.query)} query, "
+        text = (f"{self.protocol} (seed {self.seed}): {len(self.train)} train, {len(self.query)} query, "
                 f"{len(self.database)} database, default mAP@{r}")
+        if len(self.unseen_classes):
+            text += (f"; held-out classes {self.unseen_classes.tolist()}, seen classes: "
+                     f"{len(self.seen_query)} query, {len(self.seen_database)} database")
+        return text
 
     def check(self, num_items: int, name: str = "data set") -> None:
         """Raise if this split does not fit a data set of `num_items` items."""
@@ -101,6 +114,9 @@ def parse_protocol(protocol: str) -> ProtocolSpec:
     text = protocol.strip()
     if text in _NAMED:
         return _NAMED[text]
+    if text.startswith(unseen.PREFIX):
+        k, base = unseen.parse_unseen(text)
+        return ProtocolSpec(text, "unseen", held_out=k, base=None if base is None else parse_protocol(base).name)
     m = _GIVEN_SUBSET.match(text)
     if m is not None:
         if int(m.group(1)) < 1:
@@ -134,6 +150,8 @@ def make_split(dataset, protocol: str, seed: int) -> Split:
     if n == 0:
         raise InputError(f"protocol {spec.name!r}: {name} is empty")
     topk = spec.topk
+    if spec.kind == "unseen":
+        return _unseen_split(dataset, spec, labels, seed, name)
     if spec.kind == "given":
         train, query, database = _given(dataset, spec, name, seed)
     elif spec.kind == "lists":
@@ -151,6 +169,18 @@ def make_split(dataset, protocol: str, seed: int) -> Split:
     # database order keeps results deterministic without that bias.
     database = np.random.default_rng([seed, 1]).permutation(database)
     return Split(train, query, database, spec.name, seed, topk, n)
+
+
+def _unseen_split(dataset, spec: ProtocolSpec, labels: np.ndarray, seed: int, name: str) -> Split:
+    if spec.base is None:  # lbhash.train.resolve_config fills in the data set's own protocol
+        if getattr(dataset, "is_test", None) is None:
+            raise InputError(f"protocol {spec.name!r}: {name} has no split of its own; name the base "
+                             f"protocol, e.g. {spec.name}:per-class:100,20")
+        spec = replace(spec, name=f"{spec.name}:given", base="given")
+    base = make_split(dataset, spec.base, seed)
+    parts = unseen.unseen_parts(labels, base.train, base.query, base.database, spec.held_out, seed, spec.name,
+                                name, getattr(dataset, "class_names", None))
+    return Split(**parts, protocol=spec.name, seed=seed, topk=base.topk, num_items=len(labels))
 
 
 def _given(dataset, spec: ProtocolSpec, name: str, seed: int):
@@ -258,14 +288,17 @@ def carve_validation(split: Split, labels, fraction: float, seed: int) -> Split:
                          "or no training items")
     validation = np.sort(split.train[chosen])
     held = np.isin(split.database, validation)
+    seen_held = np.isin(split.seen_database, validation)  # unseen:K: its seen-class database
     return replace(split, train=np.setdiff1d(split.train, validation), database=split.database[~held],
-                   validation=validation)
+                   validation=validation, seen_database=split.seen_database[~seen_held])
 
 
 def save_split(path: str | os.PathLike, split: Split) -> None:
     """Write a split to .npz atomically (no pickled objects; topk/num_items None -> -1)."""
     _io.save_npz(path, format=np.array(SPLIT_FORMAT), train=split.train, query=split.query,
-                 database=split.database, validation=split.validation, protocol=np.array(split.protocol),
+                 database=split.database, validation=split.validation, seen_query=split.seen_query,
+                 seen_database=split.seen_database, unseen_classes=split.unseen_classes,
+                 protocol=np.array(split.protocol),
                  seed=np.array(split.seed, dtype=np.int64),
                  topk=np.array(-1 if split.topk is None else split.topk, dtype=np.int64),
                  num_items=np.array(-1 if split.num_items is None else split.num_items, dtype=np.int64))
@@ -300,7 +333,10 @@ def load_split(path: str | os.PathLike) -> Split:
         scalars[key] = int(value)
     if scalars["seed"] < 0:
         raise InputError(f"{path}: seed must be non-negative, got {scalars['seed']}")
-    split = Split(**parts, protocol=str(protocol), seed=scalars["seed"],
+    unseen_classes = arrays.get("unseen_classes", np.zeros(0, np.int64))
+    if unseen_classes.ndim != 1 or (unseen_classes.size and unseen_classes.dtype.kind not in "iu"):
+        raise InputError(f"{path}: unseen_classes must be a 1-D integer array")
+    split = Split(**parts, unseen_classes=unseen_classes, protocol=str(protocol), seed=scalars["seed"],
                   topk=None if scalars["topk"] < 0 else scalars["topk"],
                   num_items=None if scalars["num_items"] < 0 else scalars["num_items"])
     if split.num_items is not None:

@@ -3,9 +3,11 @@
 Public functions (all accept +/-1 codes, or packed uint8 codes with `bits=`):
 mean_average_precision, average_precision (per query), precision_recall_curve,
 precision_at_k, precision_within_radius, knn_accuracy, lower_bound; and evaluate_codes,
-which computes them all for a query/database pair.
+which computes them all for a query/database pair; asymmetric_map and rank_asymmetric rank
+by the queries' real-valued outputs (lbhash.evaluate.asymmetric).
 """
 
+from lbhash.evaluate.asymmetric import asymmetric_map, rank_asymmetric
 from lbhash.evaluate.bound import LowerBound, lower_bound
 from lbhash.evaluate.report import evaluate_codes, format_metrics
 from lbhash.evaluate.retrieval import (
@@ -24,7 +26,7 @@ from lbhash.evaluate.retrieval import (
 
 __all__ = [
     "DEFAULT_KS", "LowerBound", "PRCurve", "PrecisionAtK", "RadiusPrecision",
-    "average_precision", "classifier_accuracy", "evaluate_codes", "format_metrics", "knn_accuracy", "lower_bound",
+    "asymmetric_map", "average_precision", "classifier_accuracy", "evaluate_codes", "format_metrics", "knn_accuracy", "lower_bound",
     "mean_average_precision", "precision_at_k", "precision_recall_curve",
-    "precision_within_radius",
+    "precision_within_radius", "rank_asymmetric",
 ]

@@ -10,6 +10,7 @@ import numpy as np
 from lbhash.errors import InputError
 from lbhash.evaluate._inputs import (check_ks, check_non_negative_int, check_percentile, check_positive_int,
                                      check_topk, prepare)
+from lbhash.evaluate.asymmetric import asymmetric_metrics, check_query_real
 from lbhash.evaluate.bound import lower_bound
 from lbhash.evaluate.retrieval import (
     DEFAULT_KS,
@@ -23,9 +24,12 @@ from lbhash.evaluate.retrieval import (
 
 def evaluate_codes(query_codes, db_codes, query_labels, db_labels, bits: int | None = None,
                    topk: int | None = None, ks: Sequence[int] = DEFAULT_KS, radius: int = 2,
-                   knn: int = 100, percentile: float = 99.9, tie_average: bool = False) -> dict[str, Any]:
+                   knn: int = 100, percentile: float = 99.9, tie_average: bool = False,
+                   query_real=None) -> dict[str, Any]:
     """Every metric of docs/evaluation.md for one query/database pair; the lower bound is on the
-    database. The tie-averaged mAP is computed only with `tie_average=True`.
+    database. The tie-averaged mAP is computed only with `tie_average=True`. With `query_real`
+    (the queries' real-valued outputs, (n_query, bits)), `asymmetric` also holds mAP@R and
+    P@K of the asymmetric ranking (lbhash.evaluate.asymmetric).
 
     Floats that JSON cannot hold are stored as strings ("inf") or null (NaN).
     """
@@ -37,6 +41,7 @@ def evaluate_codes(query_codes, db_codes, query_labels, db_labels, bits: int | N
         raise InputError(f"radius must be at most bits={inp.bits}, got {radius}")
     top = check_topk(topk, inp.n_db)
     knn = check_positive_int(knn, "knn")
+    real = None if query_real is None else check_query_real(query_real, inp.n_query, inp.bits)
     ap_index, ap_average = average_precisions(inp, top, tie_average=tie_average)
     at_k = precision_recall_at_k(inp, ks_arr)
     curve = pr_curve(inp)
@@ -58,6 +63,8 @@ def evaluate_codes(query_codes, db_codes, query_labels, db_labels, bits: int | N
         "pr_curve": {"radius": curve.radius, "precision": curve.precision,
                      "recall": curve.recall, "retrieved_fraction": curve.retrieved_fraction},
     }
+    if real is not None:
+        metrics["asymmetric"] = asymmetric_metrics(inp, real, top, ks_arr)
     return jsonable(metrics)
 
 
@@ -91,6 +98,7 @@ def format_metrics(metrics: dict[str, Any]) -> str:
         (f"mAP@{r} (ties by index)", f"{metrics['map']:.4f}"),
         *([(f"mAP@{r} (tie-averaged)", f"{metrics['map_tie_averaged']:.4f}")]
           if "map_tie_averaged" in metrics else []),
+        *([(f"mAP@{r} (asymmetric)", f"{metrics['asymmetric']['map']:.4f}")] if "asymmetric" in metrics else []),
         (f"P@H<={ball['radius']}", f"{ball['precision']:.4f}  (empty balls: {100 * ball['empty_fraction']:.1f}%)"),
         (f"kNN accuracy (k={knn['k']})", f"{knn['accuracy']:.4f}"),
         *([("classifier accuracy", f"{metrics['classifier_accuracy']:.4f}")]

@@ -81,6 +81,8 @@ class HashLoss(nn.Module):
     single_label_only: ClassVar[bool] = False
     uses_centers: ClassVar[bool] = False       # needs class centers (lbhash.centers)
     has_classifier: ClassVar[bool] = False
+    needs_labels: ClassVar[bool] = True        # False: unsupervised, trains on unlabelled items
+    closed_form: ClassVar[bool] = False        # fitted in one pass (`fit_projection`), no gradient steps
     lbhash_mode: ClassVar[str] = "add"         # how the _D objective combines with the loss
     recipe: ClassVar[Recipe] = Recipe()
     benchmark_recipe: ClassVar[Recipe] = BENCHMARK_RMSPROP
@@ -139,6 +141,11 @@ class HashLoss(nn.Module):
     def classify(self, codes: torch.Tensor) -> torch.Tensor | None:
         """Class scores from +/-1 codes for methods with a classifier branch, else None."""
         return None
+
+    def fit_projection(self, x, labels, seed: int):
+        """Closed-form methods only: the linear map of the (normalised) training features x
+        (n, d) float32 and multi-hot labels (n, C) -> a lbhash.methods.closed_form.ClosedFormFit."""
+        raise NotImplementedError(f"method {self.name} is trained by gradient steps, not in closed form")
 
     @classmethod
     def constants(cls) -> dict[str, Any]:

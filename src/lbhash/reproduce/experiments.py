@@ -29,11 +29,16 @@ from lbhash.reproduce.tables import (BOUND_COLUMNS, BOUND_FILE, CENTERS_COLUMNS,
 from lbhash.errors import InputError
 
 def all_methods() -> tuple[str, ...]:
-    """Every registered method, in the paper's table order (others after, by name)."""
-    from lbhash.methods import available_methods
+    """Every registered deep method, in the paper's table order (others after, by name); the
+    closed-form baselines join a grid only when --methods names them."""
+    from lbhash.methods import available_methods, method_class
     from lbhash.reproduce.paper import method_order
 
-    return tuple(method_order(available_methods()))
+    return tuple(method_order(m for m in available_methods() if not method_class(m).closed_form))
+
+
+# Options of gradient training that a closed-form baseline's cell leaves out (it fits in one pass).
+GRADIENT_ONLY = ("epochs",)
 
 
 @dataclass
@@ -68,9 +73,23 @@ class GridSpec:
     seeds: tuple = (0, 1, 2, 3, 4)
 
     def cells(self, ctx: Context) -> list[Cell]:
-        return [Cell(f"{variant_name(m, v)}-{b}bits-seed{s}",
-                     ctx.config(method=m, lbhash=v, bits=b, seed=s))
-                for m in self.methods for v in self.variants for b in self.bits for s in self.seeds]
+        """Every method x variant x bits x seed; a closed-form baseline has no _D variant and
+        ignores the grid's epochs."""
+        from lbhash.methods import method_class
+
+        cells = []
+        for m in self.methods:
+            closed = method_class(m).closed_form
+            for v in self.variants:
+                if v and closed:
+                    continue
+                for b in self.bits:
+                    for s in self.seeds:
+                        config = ctx.config(method=m, lbhash=v, bits=b, seed=s)
+                        if closed:
+                            config = {k: x for k, x in config.items() if k not in GRADIENT_ONLY}
+                        cells.append(Cell(f"{variant_name(m, v)}-{b}bits-seed{s}", config))
+        return cells
 
     def configs(self, ctx: Context) -> list[dict]:
         return [c.config for c in self.cells(ctx)]

@@ -18,18 +18,29 @@ from torch import nn
 from lbhash.centers import generate_centers
 from lbhash.data import HashDataset, InputOptions, Split, carve_validation, load_data, make_split
 from lbhash.errors import InputError
-from lbhash.methods import HashLoss, LowerBoundObjective, create_method, method_class
+from lbhash.methods import HashLoss, LowerBoundObjective, available_methods, create_method, method_class
 from lbhash.models import HashModel, create_feature_model, create_image_model
 from lbhash.surrogate import BlockSurrogate
 from lbhash.train.config import TrainConfig, resolve_config
 
 
 class Learner(nn.Module):
-    """The hash model and its objective in one module (one unit for Fabric and checkpoints)."""
+    """The hash model and its objective in one module (one unit for Fabric and checkpoints).
 
-    def __init__(self, model: HashModel, objective: HashLoss | LowerBoundObjective):
+    label_columns: the classes the objective knows (protocol unseen:K trains on all but K);
+    the label rows of a batch are cut to them before the loss. None: every class.
+    """
+
+    def __init__(self, model: HashModel, objective: HashLoss | LowerBoundObjective,
+                 label_columns: np.ndarray | None = None):
         super().__init__()
         self.model, self.objective = model, objective
+        columns = None if label_columns is None else torch.as_tensor(label_columns, dtype=torch.long)
+        # not persistent: the split (split.npz) records the classes, checkpoints stay as they were
+        self.register_buffer("label_columns", columns, persistent=False)
+
+    def objective_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        return labels if self.label_columns is None else labels[:, self.label_columns]
 
     @property
     def lower_bound(self) -> LowerBoundObjective | None:
@@ -38,6 +49,7 @@ class Learner(nn.Module):
     def forward(self, x: torch.Tensor, labels: torch.Tensor, index: torch.Tensor):
         """(u, the theta loss, (L_pi, pattern accuracy) or None without the _D objective)."""
         u = self.model(x)
+        labels = self.objective_labels(labels)
         if self.lower_bound is None:
             return u, self.objective(u, labels, index), None
         out, pi = self.lower_bound.losses(u, labels, index)
@@ -132,21 +144,30 @@ def build_experiment(cfg: TrainConfig, split: Split | None = None,
     cls = method_class(cfg.method)
     if cls.single_label_only and dataset.multi_label:
         raise InputError(f"method {cfg.method} is single-label only, but {dataset.name} is multi-label")
+    if cls.needs_labels and dataset.num_classes == 0:
+        free = ", ".join(m for m in available_methods() if not method_class(m).needs_labels)
+        raise InputError(f"method {cfg.method} learns from labels, but {dataset.name} has none "
+                         f"(methods without labels: {free})")
     unlabelled = np.flatnonzero(dataset.labels[split.train].sum(1) == 0)
     if len(unlabelled) and (cfg.lbhash or cls.uses_centers):
         raise InputError(f"training item {int(split.train[unlabelled[0]])} of {dataset.name} has no label "
                          f"(an all-zero label row); {cfg.variant} needs a class for every training item")
     split, skipped = _usable_items(dataset, split, cfg.skip_bad_images)
+    # unseen:K: centers, classifiers and label rows cover the training classes only
+    columns = np.setdiff1d(np.arange(dataset.num_classes), split.unseen_classes) if len(split.unseen_classes) else None
+    num_classes = dataset.num_classes if columns is None else len(columns)
     torch.manual_seed(cfg.seed)
     centers = None
     if cfg.lbhash or cls.uses_centers:
-        centers = torch.from_numpy(generate_centers(cfg.bits, dataset.num_classes, kind=cfg.centers,
+        centers = torch.from_numpy(generate_centers(cfg.bits, num_classes, kind=cfg.centers,
                                                     seed=cfg.seed, canonical=cfg.canonical_centers))
     normalization = dataset.normalization(split.train) if cfg.normalize == "zscore" else None
     model = build_model(cfg, normalization)
-    objective = build_objective(cfg, centers, dataset.num_classes, len(split.train), dataset.multi_label)
+    objective = build_objective(cfg, centers, num_classes, len(split.train), dataset.multi_label)
+    if cls.closed_form:
+        objective.check_fit_inputs(len(split.train), cfg.input_dim)
     topk = None if cfg.topk == "all" else cfg.topk if cfg.topk is not None else split.topk
-    return Experiment(cfg, dataset, split, topk, Learner(model, objective), skipped)
+    return Experiment(cfg, dataset, split, topk, Learner(model, objective, columns), skipped)
 
 
 def _usable_items(dataset: HashDataset, split: Split, skip_bad: bool) -> tuple[Split, int]:

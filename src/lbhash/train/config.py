@@ -19,6 +19,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from lbhash.centers import CENTER_KINDS
+from lbhash.data.unseen import PREFIX as UNSEEN_PREFIX
+from lbhash.data.unseen import with_base
 from lbhash.errors import InputError
 from lbhash.methods import PROFILES, method_class, method_defaults
 from lbhash.methods.defaults import LBHASH_OPTIONS
@@ -52,7 +54,7 @@ class TrainConfig(BaseModel):
     data: str = option("digits", "Data spec, e.g. 'digits' or 'features:PATH.npz' (see docs/data.md).",
                        "a data spec string", min_length=1)
     protocol: str | None = option(None, "Split protocol: cifar10, cifar10-1, cifar10-2, given, given:T, digits, "
-                                        "lists, per-class:T,Q[,+train], random:T,Q.", "a protocol name",
+                                        "lists, per-class:T,Q[,+train], random:T,Q, unseen:K[:BASE].", "a protocol name",
                                   shown="the data set's own")
     method: str = option("csq", "Hashing method (see `lbhash methods`).", "a method name")
     defaults: Literal[PROFILES] = option(
@@ -114,8 +116,8 @@ class TrainConfig(BaseModel):
     surrogate_dropout: float = option(0.5, "Dropout in the surrogate's MLPs.", "a number in [0, 1)", ge=0, lt=1)
     theta_dropout: bool = option(True, "Dropout active in the L_theta pass.", "true or false")
     hidden: list[int] | None = option(None, "Hash head hidden widths, comma-separated.",
-                                      "a list of positive integers", shown="1024 for features, none for images",
-                                      cli=False)
+                                      "a list of positive integers",
+                                      shown="1024 for features, none for images and baselines", cli=False)
     head_dropout: float = option(0.0, "Dropout after each hidden layer of the hash head.", "a number in [0, 1)",
                                  ge=0, lt=1)
     backbone: str | None = option(None, "Image data: a backbone (see docs/models.md).", "a backbone name",
@@ -188,6 +190,8 @@ class TrainConfig(BaseModel):
             raise InputError(f"bits={self.bits} is not divisible by the block size {self.block_size}")
         if (self.select == "best-val" or self.patience) and not self.validation:
             raise InputError("select best-val and patience need a validation split (validation > 0)")
+        if method_class(self.method).closed_form:
+            _check_closed_form(self)
         return self
 
     @property
@@ -204,6 +208,23 @@ class TrainConfig(BaseModel):
 
 
 FIELDS = tuple(TrainConfig.model_fields)
+
+
+def _check_closed_form(cfg: TrainConfig) -> None:
+    """A closed-form baseline fits one linear map in one pass on one process: the options of
+    gradient training that would change what it is are refused, not ignored."""
+    name = cfg.method
+    if cfg.lbhash:
+        kind = "an unsupervised baseline" if not method_class(name).needs_labels else "a baseline"
+        raise InputError(f"method {name} is {kind} fitted in closed form: it has no gradient loss for "
+                         "the _D objective (--lbhash) to join")
+    if cfg.epochs not in (None, 1):
+        raise InputError(f"method {name} is fitted in closed form in one pass: epochs must be 1, got {cfg.epochs}")
+    if cfg.hidden:
+        raise InputError(f"method {name} fits a linear map: hidden must be empty, got {cfg.hidden}")
+    if cfg.devices != 1:
+        raise InputError(f"method {name} is fitted in closed form on one process: devices must be 1, "
+                         f"got {cfg.devices}")
 
 
 def make_config(values: dict[str, Any], where: str = "") -> TrainConfig:
@@ -285,6 +306,8 @@ def resolve_config(cfg: TrainConfig, dataset) -> TrainConfig:
             values[name] = d.lbhash[name] if name in LBHASH_OPTIONS else getattr(d, name)
     values["method_options"] = {**d.constants, **_checked_method_options(cfg.method, cfg.method_options)}
     values["protocol"] = cfg.protocol or default_protocol(cfg.data, dataset)
+    if values["protocol"].startswith(UNSEEN_PREFIX):  # unseen:K -> unseen:K:<the data set's own>
+        values["protocol"] = with_base(values["protocol"], default_protocol(cfg.data, dataset))
     values["input_kind"] = dataset.input_kind
     if dataset.input_kind == "features":
         if cfg.backbone is not None:
@@ -293,7 +316,8 @@ def resolve_config(cfg: TrainConfig, dataset) -> TrainConfig:
             raise InputError(f"{dataset.name} has {dataset.input_dim()} features per item, but the run "
                              f"was made for {cfg.input_dim}")
         values["input_dim"] = dataset.input_dim()
-        values["hidden"] = list(DEFAULT_FEATURE_HIDDEN if cfg.hidden is None else cfg.hidden)
+        default_hidden = [] if method_class(cfg.method).closed_form else DEFAULT_FEATURE_HIDDEN
+        values["hidden"] = list(default_hidden if cfg.hidden is None else cfg.hidden)
     else:
         backbone = cfg.backbone or DEFAULT_IMAGE_BACKBONE
         size, transform = backbone_defaults(backbone)

@@ -83,10 +83,11 @@ class HashEncoder:
 
     # --- fit ----------------------------------------------------------------------------------
 
-    def fit(self, X, y, validation: tuple | None = None, run_dir: str | Path | None = None) -> "HashEncoder":
+    def fit(self, X, y=None, validation: tuple | None = None, run_dir: str | Path | None = None) -> "HashEncoder":
         """Train on (X, y); `validation=(X_val, y_val)` adds validation mAP (the validation items
-        as queries against the training items). The run is written to `run_dir` (default: a
-        temporary directory that lives as long as this object)."""
+        as queries against the training items). y=None (no labels) suits the unsupervised
+        methods only (lsh, pca, itq). The run is written to `run_dir` (default: a temporary
+        directory that lives as long as this object)."""
         for key in ("data", "protocol"):
             if key in self.options:
                 raise InputError(f"HashEncoder trains on the arrays given to fit; drop the option {key!r}")
@@ -184,7 +185,12 @@ def validation_metrics(metrics: dict[str, Any], run_dir: Path) -> dict[str, Any]
 
 
 def arrays_dataset(X, y, validation: tuple | None = None) -> HashDataset:
-    """Training arrays (and validation arrays after them, flagged as test items) as a data set."""
+    """Training arrays (and validation arrays after them, flagged as test items) as a data set;
+    y=None gives items without labels."""
+    if y is None:  # unlabelled: zero label columns (the builder refuses supervised methods)
+        if validation is not None:
+            raise InputError("validation mAP needs labels: pass y with validation=(X_val, y_val)")
+        y = np.zeros((len(np.asarray(X)), 0), dtype=bool)
     X, y = np.asarray(X), np.asarray(y)
     if X.dtype == np.uint8 and X.ndim == 2:
         warnings.warn(f"X is a 2-D uint8 array {X.shape}: it trains as features with their raw values 0..255. "

@@ -23,11 +23,14 @@ from lbhash.codes import load_codes_file, save_codes_file
 from lbhash.data import HashDataset, load_split, save_split
 from lbhash.errors import InputError
 from lbhash.evaluate import classifier_accuracy, evaluate_codes
+from lbhash.methods import method_class
 from lbhash.train.builder import build_experiment
+from lbhash.train.closed_form import fit_closed_form
 from lbhash.train.config import TrainConfig
 from lbhash.train.summary import DATA_SUMMARY, bars_on_terminal, data_summary, describe_data, epoch_lines
 from lbhash.train.loop import NonFiniteError, Trainer, leave_process_group, process_rank, read_log
-from lbhash.train.rundir import (CHECKPOINT, CODES, CONFIG, LOG, MANIFEST, METRICS, SPLIT, check_accelerator,
+from lbhash.train.rundir import (CHECKPOINT, CODES, CODES_SEEN, CONFIG, LOG, MANIFEST, METRICS, SPLIT,
+                                 check_accelerator,
                                  check_not_failed, load_run_config, mark_failed, read_metrics, run_lock,
                                  verify_files, verify_finished_run, write_manifest)
 
@@ -88,6 +91,8 @@ def train(cfg: TrainConfig | None, out: str | Path, resume: bool = False,
         if first:  # every check has passed: what the run trains on
             logger.info(describe_data(summary))
         try:
+            if method_class(exp.cfg.method).closed_form:  # baselines: one fit, no epochs left
+                fit_closed_form(trainer)
             trainer.fit()
         except NonFiniteError as err:
             if trainer.fabric.is_global_zero:
@@ -111,24 +116,50 @@ def _finish(out: Path) -> dict[str, Any]:
 
 
 def write_codes(trainer: Trainer) -> None:
-    """Encode query and database with the trained model into codes.npz (none without queries)."""
-    exp, out = trainer.exp, trainer.run_dir
-    split, ds = exp.split, exp.dataset
-    if not len(split.query) or not len(split.database):
-        return
+    """Encode query and database with the trained model into codes.npz (none without queries);
+    under unseen:K, first the seen-class query and database into codes_seen.npz."""
+    split = trainer.exp.split
+    if len(split.seen_query) and len(split.seen_database):
+        # the classifier knows the training classes only: its accuracy is a seen-class number
+        _write_codes_file(trainer, trainer.run_dir / CODES_SEEN, split.seen_query, split.seen_database, True)
+    if len(split.query) and len(split.database):  # written last: it marks the codes as done
+        _write_codes_file(trainer, trainer.run_dir / CODES, split.query, split.database,
+                          not len(split.unseen_classes))
+
+
+def _write_codes_file(trainer: Trainer, path: Path, query: np.ndarray, database: np.ndarray,
+                      with_scores: bool) -> None:
+    exp, ds = trainer.exp, trainer.exp.dataset
     start = time.perf_counter()
-    q = trainer.encode(split.query, progress=True)
-    db = trainer.encode(split.database, progress=True)
+    q = trainer.encode(query, progress=True)
+    db = trainer.encode(database, progress=True)
     seconds = time.perf_counter() - start
-    ql, dl = ds.labels[split.query], ds.labels[split.database]
-    extra = {}
-    scores = classifier_scores(trainer, q)
+    ql, dl = ds.labels[query], ds.labels[database]
+    extra = {"query_real": query_outputs(trainer, query)}  # for asymmetric ranking
+    scores = classifier_scores(trainer, q) if with_scores else None
     if scores is not None:  # methods with a classifier branch (GreedyHash, DSDH)
         extra["query_scores"] = scores
-    save_codes_file(out / CODES, q, db, stored_labels(ds.multi_label, ql),
-                    stored_labels(ds.multi_label, dl), query_index=split.query,
-                    db_index=split.database, topk=-1 if exp.topk is None else exp.topk,
+    # unseen:K parts hold some classes only: multi-hot rows keep the data set's class columns
+    multi_hot = ds.multi_label or bool(len(exp.split.unseen_classes))
+    save_codes_file(path, q, db, stored_labels(multi_hot, ql),
+                    stored_labels(multi_hot, dl), query_index=query,
+                    db_index=database, topk=-1 if exp.topk is None else exp.topk,
                     encode_seconds=seconds, **extra)
+
+
+@torch.inference_mode()
+def query_outputs(trainer: Trainer, query: np.ndarray) -> np.ndarray:
+    """The hash head's real outputs u (float32) of the queries, in float32 without autocast:
+    `evaluate_codes(query_real=...)` ranks the database codes by their inner product with u."""
+    model = trainer.learner.model
+    was_training = model.training
+    model.eval()
+    try:
+        blocks = [model(x.to(trainer.fabric.device, torch.float32)).float().cpu().numpy()
+                  for x in trainer.exp.dataset.encode_batches(query, trainer.options, trainer.fabric.device)]
+    finally:
+        model.train(was_training)
+    return np.concatenate(blocks) if blocks else np.zeros((0, trainer.cfg.bits), np.float32)
 
 
 @torch.no_grad()
@@ -137,7 +168,17 @@ def classifier_scores(trainer: Trainer, codes: np.ndarray) -> np.ndarray | None:
     objective = trainer.learner.objective
     objective.eval()
     scores = objective.classify(torch.as_tensor(codes, dtype=torch.float32, device=trainer.fabric.device))
-    return None if scores is None else scores.float().cpu().numpy()
+    if scores is None:
+        return None
+    scores = scores.float().cpu().numpy()
+    columns = trainer.learner.label_columns
+    if columns is None:
+        return scores
+    # unseen:K: scores over the training classes, placed in their columns; held-out ones never win
+    lowest = np.finfo(np.float32).min  # finite: scores files hold no inf
+    full = np.full((len(scores), trainer.exp.dataset.num_classes), lowest, dtype=np.float32)
+    full[:, columns.cpu().numpy()] = scores
+    return full
 
 
 def stored_labels(multi_label: bool, labels: np.ndarray) -> np.ndarray:
@@ -158,19 +199,25 @@ def selection_summary(cfg: TrainConfig, log: list[dict]) -> dict[str, Any]:
             "validation_map": kept[1]}
 
 
+def _codes_metrics(codes: dict) -> dict[str, Any]:
+    topk = int(codes["topk"]) if "topk" in codes and int(codes["topk"]) > 0 else None
+    metrics = evaluate_codes(codes["query_codes"], codes["db_codes"], codes["query_labels"],
+                             codes["db_labels"], bits=codes["bits"], topk=topk, tie_average=True,
+                             query_real=codes.get("query_real"))
+    if "query_scores" in codes:  # the method's own classifier, beside the kNN accuracy
+        metrics["classifier_accuracy"] = classifier_accuracy(codes["query_scores"], codes["query_labels"])
+    return metrics
+
+
 def evaluate_run(run_dir: str | Path) -> dict[str, Any]:
     """Every metric of a finished run at its protocol's R, plus a summary of the run;
     written to metrics.json in the run directory."""
     run_dir = Path(run_dir)
     cfg = load_run_config(run_dir)
-    metrics: dict[str, Any] = {}
     codes = load_codes_file(run_dir / CODES) if (run_dir / CODES).is_file() else None
-    if codes is not None:
-        topk = int(codes["topk"]) if "topk" in codes and int(codes["topk"]) > 0 else None
-        metrics = evaluate_codes(codes["query_codes"], codes["db_codes"], codes["query_labels"],
-                                 codes["db_labels"], bits=codes["bits"], topk=topk, tie_average=True)
-        if "query_scores" in codes:  # the method's own classifier, beside the kNN accuracy
-            metrics["classifier_accuracy"] = classifier_accuracy(codes["query_scores"], codes["query_labels"])
+    metrics: dict[str, Any] = {} if codes is None else _codes_metrics(codes)
+    if (run_dir / CODES_SEEN).is_file():  # unseen:K: the training classes' numbers beside
+        metrics["seen"] = _codes_metrics(load_codes_file(run_dir / CODES_SEEN))
     log = read_log(run_dir / LOG)
     split = load_split(run_dir / SPLIT)
     seconds = [r["seconds"] for r in log]
@@ -183,5 +230,7 @@ def evaluate_run(run_dir: str | Path) -> dict[str, Any]:
         else None,
         **selection_summary(cfg, log),
     }
+    if len(split.unseen_classes):
+        metrics["run"]["unseen_classes"] = split.unseen_classes.tolist()
     write_json(run_dir / METRICS, metrics)
     return metrics

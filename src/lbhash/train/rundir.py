@@ -33,6 +33,7 @@ from lbhash.train.config import TrainConfig, make_config, parse_yaml
 CONFIG, SPLIT, LOG, CHECKPOINT, CODES, METRICS, BEST = (
     "config.yaml", "split.npz", "log.jsonl", "checkpoint.pt", "codes.npz", "metrics.json", "best.pt")
 MANIFEST, STATUS, LOCK = "manifest.json", "status.json", ".lock"
+CODES_SEEN = "codes_seen.npz"  # protocol unseen:K: the training classes' query and database
 MANIFEST_FORMAT = "lbhash-run/1"
 PARTS = ("all", "train", "query", "database")
 logger = logging.getLogger("lbhash")
@@ -280,6 +281,6 @@ def _autocast(device: torch.device, precision: str):
     return contextlib.nullcontext
 
 
-__all__ = ["CONFIG", "SPLIT", "LOG", "CHECKPOINT", "CODES", "METRICS", "BEST", "MANIFEST", "STATUS", "PARTS",
+__all__ = ["CONFIG", "SPLIT", "LOG", "CHECKPOINT", "CODES", "CODES_SEEN", "METRICS", "BEST", "MANIFEST", "STATUS", "PARTS",
            "check_accelerator", "encode_run", "load_run_config", "load_run_model", "read_metrics", "run_lock",
            "save_encoded", "verify_files", "verify_finished_run", "write_manifest"]

@@ -1,0 +1,71 @@
+"""Training of the closed-form baselines (lsh, pca, itq, linear): one fit instead of epochs.
+
+`lbhash.train.train` calls `fit_closed_form` before the epoch loop when the run's method is
+closed-form. It reads the training items through the run's own first layer (the feature
+standardisation, so the fit sees exactly what the head will see), asks the method for its
+linear map, writes it into the head (a single Linear layer), and records the fit as epoch 1:
+a log line (the method's loss parts, the fit's history, the training codes' lower bound, the
+validation mAP when there is a validation split) and the checkpoint. The loop then has no
+epoch left to run, and the run ends as every run does (codes, metrics, manifest), so its
+directory is one that `lbhash encode`, `HashEncoder.load` and `lbhash index build` read.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import torch
+
+from lbhash.evaluate import lower_bound
+from lbhash.train.loop import Trainer, finite_or_str
+from lbhash.train.rundir import LOG
+
+
+@torch.inference_mode()
+def head_inputs(trainer: Trainer) -> np.ndarray:
+    """The training items as the hash head sees them (after the model's standardisation)."""
+    exp, model = trainer.exp, trainer.learner.model
+    model.eval()
+    blocks = [model.backbone(x.to(trainer.fabric.device, torch.float32)).cpu().numpy()
+              for x in exp.dataset.encode_batches(exp.split.train, trainer.options, "cpu")]
+    return np.concatenate(blocks).astype(np.float32, copy=False)
+
+
+def fit_closed_form(trainer: Trainer) -> None:
+    """Fit the method's map into the model and record it as the run's one epoch (a resumed run
+    whose checkpoint holds the fit is left as it is)."""
+    if trainer.start_epoch >= 1:
+        return
+    exp, cfg = trainer.exp, trainer.cfg
+    start = time.perf_counter()
+    x = head_inputs(trainer)
+    labels = exp.dataset.labels[exp.split.train]
+    columns = trainer.learner.label_columns  # unseen:K: the training classes only
+    if columns is not None:
+        labels = labels[:, columns.cpu().numpy()]
+    objective = trainer.learner.objective
+    fit = objective.fit_projection(x, labels, cfg.seed)
+    layer = trainer.learner.model.head.net[-1]
+    with torch.no_grad():
+        layer.weight.copy_(torch.from_numpy(fit.weight))
+        layer.bias.copy_(torch.from_numpy(fit.bias))
+    u = torch.from_numpy(x) @ layer.weight.detach().cpu().T + layer.bias.detach().cpu()
+    with torch.no_grad():
+        out = objective(u, torch.from_numpy(labels).float(), None)
+    parts = {k: float(v) for k, v in {**out.parts, "total": out.total}.items()}
+    record = {"epoch": 1, "seconds": time.perf_counter() - start, "loss": parts}
+    if fit.history:
+        record["fit"] = fit.history
+    if labels.any(0).sum() >= 2:
+        bound = lower_bound(torch.where(u >= 0, 1, -1).to(torch.int8).numpy(), labels)
+        record["train_lower_bound"] = {"min_inter": bound.min_inter, "max_intra": bound.max_intra,
+                                       "ratio": finite_or_str(bound.ratio)}
+    if trainer.validating:
+        record["eval"] = trainer.validate(1)
+    if trainer.fabric.is_global_zero:
+        with open(trainer.run_dir / LOG, "a") as fh:
+            fh.write(json.dumps(record, allow_nan=False) + "\n")
+    trainer.save_checkpoint(1)
+    trainer.start_epoch = 1
