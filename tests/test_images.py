@@ -25,7 +25,6 @@ from lbhash.data import (
     load_image_lists,
     make_split,
 )
-from lbhash.data import images as images_module
 from lbhash.data import pixel_cache
 
 CIFAR_NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
