@@ -12,26 +12,29 @@ from lbhash.errors import InputError
 
 
 @click.command()
-@click.argument("experiment", type=click.Choice(["grid", "timing", "centers", "toy", "bound", "study"]))
+@click.argument("experiment", type=click.Choice(["grid", "timing", "centers", "toy", "bound", "study",
+                                                 "baselines"]))
 @click.option("--data", help="Data spec (not needed for toy).")
 @click.option("--protocol", help="Split protocol. [default: the data set's]")
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Results directory.")
 @click.option("--workers", type=int, default=1, show_default=True, help="Parallel training processes.")
 @click.option("--methods", help="grid: comma-separated methods; baselines (lsh, pca, itq, linear) only when named. "
-                                     "[default: the deep methods]")
+                                     "[default: the deep methods; baselines: lsh, pca, itq, linear, csq, orthohash]")
 @click.option("--bits", help="Comma-separated code lengths. [default: the experiment's]")
-@click.option("--seeds", help="grid/centers: comma-separated seeds. [default: 0..4 for grid, 0..2 for centers]")
+@click.option("--seeds", help="Comma-separated seeds. [default: 0..4 for grid, 0..2 for centers and baselines]")
 @click.option("--kinds", help="centers: comma-separated generators. [default: all five]")
 @click.option("--study", "study_name", help="study: its name (rows of study.csv, runs/NAME/).")
 @click.option("--settings", help="study: settings separated by ';', e.g. 'base;paper;lbhash_reduction=mean,"
                                  "lbhash_weight=0.1' (see docs/reproduce.md).")
 @click.option("--test", is_flag=True, help="study: also encode and evaluate the queries (final comparisons).")
 @click.option("--epochs", type=int, help="Training epochs (timing: epochs measured). [default: the method's]")
+@click.option("--held-out", type=int, help="baselines: classes held out of training (unseen:K). "
+              "[default: a quarter of the classes, rounded up]")
 @click.option("--set", "options", multiple=True, metavar="KEY=VALUE",
               help="A training option for every run, e.g. lr_step=0 (repeatable).")
 def reproduce(experiment, data, protocol, out, workers, methods, bits, seeds, kinds, study_name, settings,
-              test, epochs, options) -> None:
-    """Run EXPERIMENT (grid, timing, centers, toy, bound, study) and write its tables into --out.
+              test, epochs, held_out, options) -> None:
+    """Run EXPERIMENT (grid, timing, centers, toy, bound, study, baselines) and write its tables into --out.
 
     Runs go to OUT/runs/EXPERIMENT/; a rerun skips finished runs and resumes unfinished ones.
     Build the report with `lbhash report OUT`.
@@ -61,6 +64,10 @@ def reproduce(experiment, data, protocol, out, workers, methods, bits, seeds, ki
         spec_values["settings"] = tuple(t.strip() for t in settings.split(";") if t.strip())
     if test:
         spec_values["test"] = True
+    if held_out is not None:
+        if experiment != "baselines":
+            raise InputError("--held-out applies to the baselines experiment only")
+        spec_values["held_out"] = held_out
     overrides = {}
     for item in options:
         key, sep, value = item.partition("=")

@@ -243,8 +243,15 @@ def _study_spec():
     return StudySpec()
 
 
+def _baselines_spec():
+    from lbhash.reproduce.baselines import BaselinesSpec
+
+    return BaselinesSpec()
+
+
 EXPERIMENTS: dict[str, Any] = {"grid": GridSpec(), "timing": TimingSpec(), "centers": CentersSpec(),
-                               "toy": ToySpec(), "bound": BoundSpec(), "study": _study_spec()}
+                               "toy": ToySpec(), "bound": BoundSpec(), "study": _study_spec(),
+                               "baselines": _baselines_spec()}
 
 
 def validate(spec, ctx: Context) -> None:

@@ -1,0 +1,259 @@
+"""The comparison a reviewer asks for: deep methods (with and without _D) against the
+closed-form baselines and float cosine kNN, on seen and unseen classes, ranked symmetrically
+(Hamming) and asymmetrically (the query's real outputs); docs/reproduce.md.
+
+Every run trains under `unseen:K[:BASE]` (Sablayrolles et al., ICASSP 2017): K classes drawn by
+the seed are left out of training. One run therefore gives both numbers: retrieval among the
+held-out classes (codes.npz, "unseen") and among the training classes (codes_seen.npz, "seen").
+Results: baselines.csv (one row per run x classes x ranking, plus the float reference),
+baselines.md (mean and std over seeds) and baselines.png (mAP against bytes per item).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from lbhash.codes import load_codes_file
+from lbhash.errors import InputError
+from lbhash.evaluate import evaluate_codes
+from lbhash.reproduce.collect import write_csv
+from lbhash.reproduce.runner import run_cells
+
+# lbhash.reproduce.experiments is imported inside functions: its registry builds this spec
+
+BASELINES = ("lsh", "pca", "itq", "linear")
+DEEP = ("csq", "orthohash")
+TOP = 1000  # the second cut-off beside R = all
+COLUMNS = ("method", "variant", "kind", "bits", "bytes_per_item", "seed", "classes", "ranking",
+           "map_all", "map_1000", "precision_h2", "n_query", "n_database", "held_out", "protocol")
+CSV_FILE, MD_FILE, FIGURE_FILE = "baselines.csv", "baselines.md", "baselines.png"
+REFERENCE = "cosine-knn"
+PARTS = (("seen", "codes_seen.npz"), ("unseen", "codes.npz"))
+
+
+def default_methods() -> tuple[str, ...]:
+    """The four baselines and the deep methods of the comparison that are registered."""
+    from lbhash.methods import available_methods
+
+    return BASELINES + tuple(m for m in DEEP if m in available_methods())
+
+
+@dataclass(frozen=True)
+class BaselinesSpec:
+    methods: tuple = ()          # empty: default_methods()
+    bits: tuple = (16, 32, 64)
+    seeds: tuple = (0, 1, 2)
+    held_out: int | None = None  # K; None: a quarter of the classes, rounded up
+
+    def protocol(self, ctx) -> str:
+        from lbhash.data import load_data
+
+        k = self.held_out
+        if k is None:
+            k = math.ceil(load_data(ctx.data).num_classes / 4)
+        return f"unseen:{k}" + (f":{ctx.protocol}" if ctx.protocol else "")
+
+    def grid(self):
+        from lbhash.reproduce.experiments import GridSpec
+
+        return GridSpec(methods=self.methods or default_methods(), bits=self.bits, seeds=self.seeds)
+
+    def cells(self, ctx):
+        if ctx.protocol and ctx.protocol.startswith("unseen:"):
+            raise InputError("--protocol: baselines hold classes out themselves; give the base protocol "
+                             f"(e.g. cifar10), not {ctx.protocol!r}")
+        return self.grid().cells(dataclasses.replace(ctx, protocol=self.protocol(ctx)))
+
+    def configs(self, ctx) -> list[dict]:
+        return [c.config for c in self.cells(ctx)]
+
+    def run(self, ctx) -> None:
+        cells, root = self.cells(ctx), ctx.runs("baselines")
+        run_cells(cells, root, ctx.workers, ctx.report)
+        rows, splits = [], {}
+        for cell in cells:
+            rows += run_rows(cell.config, root / cell.name)
+            splits.setdefault(cell.config["seed"], []).append(root / cell.name)
+        for seed, run_dirs in sorted(splits.items()):
+            rows += reference_rows(ctx.data, seed, run_dirs)
+        write_csv(ctx.out / CSV_FILE, COLUMNS, rows)
+        write_summary(ctx.out / MD_FILE, rows)
+        baselines_figure(rows, ctx.out / FIGURE_FILE)
+        ctx.report(f"baselines: {len(cells)} runs summarised in {CSV_FILE}, {MD_FILE} and {FIGURE_FILE}")
+
+
+def run_rows(config: dict, run_dir: Path) -> list[dict]:
+    """Seen and unseen classes x symmetric and asymmetric ranking of one finished run."""
+    from lbhash.methods import method_class
+    from lbhash.reproduce.experiments import variant_name
+
+    method, bits = config["method"], config["bits"]
+    base = {"method": method, "variant": variant_name(method, config.get("lbhash", False)),
+            "kind": "baseline" if method_class(method).closed_form else "deep", "bits": bits,
+            "bytes_per_item": -(-bits // 8), "seed": config["seed"]}
+    rows = []
+    for classes, name in PARTS:
+        codes = load_codes_file(run_dir / name)
+        args = (codes["query_codes"], codes["db_codes"], codes["query_labels"], codes["db_labels"])
+        full = evaluate_codes(*args, bits=bits, query_real=codes["query_real"])
+        cut = evaluate_codes(*args, bits=bits, topk=min(TOP, len(codes["db_codes"])),
+                             query_real=codes["query_real"])
+        shared = {**base, "classes": classes, "n_query": len(codes["query_codes"]),
+                  "n_database": len(codes["db_codes"]), "held_out": _held_out(run_dir),
+                  "protocol": _protocol(run_dir)}
+        rows.append({**shared, "ranking": "symmetric", "map_all": full["map"], "map_1000": cut["map"],
+                     "precision_h2": full["precision_within_radius"]["precision"]})
+        rows.append({**shared, "ranking": "asymmetric", "map_all": full["asymmetric"]["map"],
+                     "map_1000": cut["asymmetric"]["map"],
+                     "precision_h2": full["precision_within_radius"]["precision"]})
+    return rows
+
+
+def _held_out(run_dir: Path) -> str:
+    from lbhash.data.protocols import load_split
+    from lbhash.train.rundir import SPLIT
+
+    return " ".join(str(int(c)) for c in load_split(run_dir / SPLIT).unseen_classes)
+
+
+def _protocol(run_dir: Path) -> str:
+    from lbhash.train.rundir import load_run_config
+
+    return load_run_config(run_dir).protocol
+
+
+def reference_rows(data: str, seed: int, run_dirs: list[Path]) -> list[dict]:
+    """Float cosine kNN on the raw feature vectors, over the split every run of `seed` used
+    (checked to be the same); nothing for image data."""
+    from lbhash.data import load_data
+
+    dataset = load_data(data)
+    if not hasattr(dataset, "x"):
+        return []
+    x = np.asarray(dataset.x, dtype=np.float64)
+    x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+    labels = dataset.labels.astype(np.float32)
+    rows = []
+    for classes, name in PARTS:
+        indices = [tuple(load_codes_file(d / name)[k].tobytes() for k in ("query_index", "db_index"))
+                   for d in run_dirs]
+        if len(set(indices)) != 1:
+            raise RuntimeError(f"runs of seed {seed} disagree on their {classes}-class split")
+        codes = load_codes_file(run_dirs[0] / name)
+        q, db = codes["query_index"], codes["db_index"]
+        scores = x[q] @ x[db].T
+        relevant = (labels[q] @ labels[db].T) > 0
+        rows.append({"method": REFERENCE, "variant": REFERENCE, "kind": "reference", "bits": 32 * x.shape[1],
+                     "bytes_per_item": 4 * x.shape[1], "seed": seed, "classes": classes, "ranking": "float",
+                     "map_all": ranked_map(scores, relevant, len(db)),
+                     "map_1000": ranked_map(scores, relevant, min(TOP, len(db))),
+                     "precision_h2": None, "n_query": len(q), "n_database": len(db),
+                     "held_out": _held_out(run_dirs[0]), "protocol": _protocol(run_dirs[0])})
+    return rows
+
+
+def ranked_map(scores: np.ndarray, relevant: np.ndarray, top: int) -> float:
+    """mAP@top of rankings by descending score, ties by database index (a stable sort)."""
+    order = np.argsort(-scores, axis=1, kind="stable")[:, :top]
+    ranked = np.take_along_axis(relevant, order, axis=1)
+    hits = np.cumsum(ranked, axis=1)
+    found = hits[:, -1]
+    precision_sum = (hits / np.arange(1, top + 1) * ranked).sum(1)
+    return float(np.where(found > 0, precision_sum / np.maximum(found, 1), 0.0).mean())
+
+
+def summary_table(rows: list[dict]) -> dict:
+    """{(variant, bits, classes, ranking): {metric: (mean, std, n)}} over seeds (std: ddof=1)."""
+    groups: dict = {}
+    for r in rows:
+        groups.setdefault((r["variant"], r["bits"], r["classes"], r["ranking"]), []).append(r)
+    out = {}
+    for key, group in groups.items():
+        out[key] = {}
+        for metric in ("map_all", "map_1000", "precision_h2"):
+            values = np.array([g[metric] for g in group if g[metric] is not None], dtype=float)
+            if len(values):
+                std = float(values.std(ddof=1)) if len(values) > 1 else float("nan")
+                out[key][metric] = (float(values.mean()), std, len(values))
+    return out
+
+
+def _fmt(cell) -> str:
+    if cell is None:
+        return ""
+    mean, std, n = cell
+    return f"{100 * mean:.1f}" + ("" if n < 2 else f" ± {100 * std:.1f}")
+
+
+def write_summary(path: Path, rows: list[dict]) -> None:
+    """baselines.md: per code length, one row per variant, mean ± std (%) over seeds."""
+    from lbhash._io import atomic_path
+
+    table = summary_table(rows)
+    variants = list(dict.fromkeys(r["variant"] for r in rows if r["kind"] != "reference"))
+    reference = [r for r in rows if r["kind"] == "reference"]
+    lines = ["# Baselines: seen and unseen classes, symmetric and asymmetric ranking", "",
+             "mAP (%) as mean ± std over seeds (std with n-1); sym = Hamming ranking of the query's code, "
+             "asym = the database codes ranked by their inner product with the query's real outputs; "
+             "P@H<=2 does not depend on the ranking. Seen: queries and database of the training classes; "
+             "unseen: of the held-out classes.", ""]
+    header = ("| variant | seen mAP@all sym | asym | seen mAP@1000 sym | asym | seen P@H<=2 "
+              "| unseen mAP@all sym | asym | unseen mAP@1000 sym | asym | unseen P@H<=2 |")
+    for bits in sorted({r["bits"] for r in rows if r["kind"] != "reference"}):
+        lines += [f"## {bits} bits ({-(-bits // 8)} bytes per item)", "", header, "|---" * 11 + "|"]
+        for v in variants:
+            cells = []
+            for classes in ("seen", "unseen"):
+                sym, asym = table.get((v, bits, classes, "symmetric")), table.get((v, bits, classes, "asymmetric"))
+                if sym is None:
+                    cells += [""] * 5
+                    continue
+                cells += [_fmt(sym.get("map_all")), _fmt(asym.get("map_all")), _fmt(sym.get("map_1000")),
+                          _fmt(asym.get("map_1000")), _fmt(sym.get("precision_h2"))]
+            if any(cells):
+                lines.append(f"| {v} | " + " | ".join(cells) + " |")
+        lines.append("")
+    if reference:
+        dims = reference[0]["bytes_per_item"]
+        lines += [f"## Float cosine kNN on the raw features ({dims} bytes per item)", "",
+                  "| classes | mAP@all | mAP@1000 |", "|---|---|---|"]
+        for classes in ("seen", "unseen"):
+            s = table.get((REFERENCE, reference[0]["bits"], classes, "float"), {})
+            lines.append(f"| {classes} | {_fmt(s.get('map_all'))} | {_fmt(s.get('map_1000'))} |")
+        lines.append("")
+    with atomic_path(path) as tmp:
+        Path(tmp).write_text("\n".join(lines))
+
+
+def baselines_figure(rows: list[dict], path: Path) -> Path:
+    """mAP@all against bytes per item, seen and unseen panels: a colour per variant, solid for
+    symmetric and dashed for asymmetric ranking, float cosine kNN as a dotted reference."""
+    from lbhash.reproduce.figures import Line, Panel, color, lines_plot
+
+    table = summary_table(rows)
+    variants = list(dict.fromkeys(r["variant"] for r in rows if r["kind"] != "reference"))
+    bits = sorted({r["bits"] for r in rows if r["kind"] != "reference"})
+    sizes = sorted({-(-b // 8) for b in bits})
+    panels = []
+    for classes in ("seen", "unseen"):
+        lines = []
+        for i, v in enumerate(variants):
+            for style, ranking in enumerate(("symmetric", "asymmetric")):
+                points = [(-(-b // 8), table[key]["map_all"][0]) for b in bits
+                          if (key := (v, b, classes, ranking)) in table]
+                if points:
+                    x, y = zip(*points)
+                    lines.append(Line(f"{v} ({ranking[:4]})", np.array(x), np.array(y), color(i), style))
+        for r in (r for r in rows if r["kind"] == "reference" and r["classes"] == classes):
+            mean = table[(REFERENCE, r["bits"], classes, "float")]["map_all"][0]
+            lines.append(Line(f"float cosine kNN ({r['bytes_per_item']} B)", np.array([sizes[0], sizes[-1]]),
+                              np.array([mean, mean]), "0.3", 2))
+            break
+        panels.append(Panel(f"{classes} classes", lines))
+    return lines_plot(panels, path, "mAP@all against code size (mean over seeds)", "bytes per item",
+                      ["mAP@all", "mAP@all"], xticks=sizes)
