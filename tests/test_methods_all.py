@@ -31,8 +31,9 @@ DEEP = [n for n in available_methods() if not method_class(n).closed_form]
 CLOSED_FORM = [n for n in available_methods() if method_class(n).closed_form]
 
 
-def test_the_six_methods_and_four_baselines_are_registered():
-    assert DEEP == ["csq", "dbdh", "dch", "dsdh", "greedyhash", "hashnet"]
+def test_the_seven_deep_methods_and_four_baselines_are_registered():
+    # the paper's six, and OrthoHash (our addition)
+    assert DEEP == ["csq", "dbdh", "dch", "dsdh", "greedyhash", "hashnet", "orthohash"]
     assert CLOSED_FORM == ["itq", "linear", "lsh", "pca"]
     assert [n for n in available_methods() if not method_class(n).needs_labels] == ["itq", "lsh", "pca"]
 
@@ -160,7 +161,7 @@ def test_every_variant_trains_on_multi_label_data(name, lbhash, tmp_path, monkey
     import json
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["run"]["variant"] == name + ("_D" if lbhash else "") and 0 < metrics["map"] <= 1
-    assert ("classifier_accuracy" in metrics) == (name in ("greedyhash", "dsdh"))
+    assert ("classifier_accuracy" in metrics) == (name in ("greedyhash", "dsdh", "orthohash"))
 
 
 def test_dbdh_trains_at_its_validated_learning_rate_unless_the_paper_profile_is_asked():

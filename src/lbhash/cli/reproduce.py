@@ -18,8 +18,9 @@ from lbhash.errors import InputError
 @click.option("--protocol", help="Split protocol. [default: the data set's]")
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Results directory.")
 @click.option("--workers", type=int, default=1, show_default=True, help="Parallel training processes.")
-@click.option("--methods", help="grid: comma-separated methods; baselines (lsh, pca, itq, linear) only when named. "
-                                     "[default: the deep methods; baselines: lsh, pca, itq, linear, csq, orthohash]")
+@click.option("--methods", help="grid: comma-separated methods; methods beyond the paper's (orthohash, the "
+                                "baselines) only when named. [default: the paper's six deep methods; baselines: "
+                                "lsh, pca, itq, linear, csq, orthohash]")
 @click.option("--bits", help="Comma-separated code lengths. [default: the experiment's]")
 @click.option("--seeds", help="Comma-separated seeds. [default: 0..4 for grid, 0..2 for centers and baselines]")
 @click.option("--kinds", help="centers: comma-separated generators. [default: all five]")

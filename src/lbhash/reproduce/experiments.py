@@ -29,12 +29,12 @@ from lbhash.reproduce.tables import (BOUND_COLUMNS, BOUND_FILE, CENTERS_COLUMNS,
 from lbhash.errors import InputError
 
 def all_methods() -> tuple[str, ...]:
-    """Every registered deep method, in the paper's table order (others after, by name); the
-    closed-form baselines join a grid only when --methods names them."""
-    from lbhash.methods import available_methods, method_class
-    from lbhash.reproduce.paper import method_order
+    """The paper's deep methods (its Table 2), in its row order. Methods beyond the paper
+    (OrthoHash, the closed-form baselines) join a grid only when --methods names them."""
+    from lbhash.methods import available_methods
+    from lbhash.reproduce.paper import TABLE2_CIFAR10, method_order
 
-    return tuple(method_order(m for m in available_methods() if not method_class(m).closed_form))
+    return tuple(method_order(m for m in available_methods() if m in TABLE2_CIFAR10))
 
 
 # Options of gradient training that a closed-form baseline's cell leaves out (it fits in one pass).
