@@ -16,10 +16,12 @@ class FakeEncoder:
         x = np.asarray(images, np.float64) / 255.0
         return np.concatenate([x.mean(axis=(1, 2)), (x ** 2).mean(axis=(1, 2))], axis=1) - 0.3
 
-    def encode(self, x):
+    def encode(self, x, real=False):
+        """Packed codes; real=True: the projections themselves (float64), whose signs they are."""
         if self.input_kind_ == "images":
             x = self.features_of(x)
         x = np.asarray(x, np.float64)
         if x.shape[1] != self.dim:
             raise ValueError(f"features have {x.shape[1]} columns, the encoder takes {self.dim}")
-        return pack(np.where(x @ self.projection >= 0, 1, -1))
+        u = x @ self.projection
+        return u if real else pack(np.where(u >= 0, 1, -1))

@@ -101,7 +101,7 @@ def test_two_process_encode_writes_the_codes_of_one_process(tmp_path):
                            "--epochs", "1", "--no-progress", "--out", str(run)],
                    env=env, check=True, capture_output=True, timeout=600)
     for devices in ("1", "2"):
-        result = subprocess.run(base + ["encode", str(run), "--devices", devices, "--no-progress",
+        result = subprocess.run(base + ["encode", str(run), "--devices", devices, "--no-progress", "--real",
                                         "--out", str(tmp_path / f"codes{devices}.npz")],
                                 env=env, capture_output=True, text=True, timeout=600)
         assert result.returncode == 0, result.stderr[-2000:]
@@ -110,3 +110,7 @@ def test_two_process_encode_writes_the_codes_of_one_process(tmp_path):
         assert one["codes"].shape == (1797, 2)
         for key in ("codes", "ids", "labels", "bits"):
             np.testing.assert_array_equal(one[key], two[key])
+        # the real outputs are gathered too (float32), and their signs are the codes
+        assert two["real"].dtype == np.float32 and two["real"].shape == (1797, 16)
+        np.testing.assert_allclose(one["real"], two["real"], rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(np.packbits(two["real"] >= 0, axis=1, bitorder="little"), two["codes"])

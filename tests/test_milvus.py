@@ -151,6 +151,22 @@ def test_ivf_with_every_list_probed_has_exact_distances(make_index):
     np.testing.assert_array_equal(milvus.search(queries, 20)[0], flat.search(queries, 20)[0])
 
 
+def test_rerank_equals_faiss_flat(make_index):
+    """Re-ranking runs in Python on the candidates Milvus returns: the same as CodeIndex's."""
+    rng = np.random.default_rng(4)
+    codes = clustered_codes(rng, 2000, 32, 20, 2)[0]
+    labels = rng.integers(0, 3, 2000)
+    milvus, flat = both(make_index, 32, codes, rng.choice(10**6, 2000, replace=False), labels)
+    queries = near_queries(rng, codes, 10)
+    real = rng.choice([-1.0, -0.5, 0.25, 0.5, 1.0], size=(10, 32))  # exact sums: many ties
+    qlabels = rng.integers(0, 3, 10)
+    for factor in (1, 4):
+        assert_same(milvus.search(queries, 10, rerank=real, rerank_factor=factor),
+                    flat.search(queries, 10, rerank=real, rerank_factor=factor))
+        assert_same(milvus.search(queries, 10, labels=qlabels, rerank=real, rerank_factor=factor),
+                    flat.search(queries, 10, labels=qlabels, rerank=real, rerank_factor=factor))
+
+
 def test_writes_are_read_back_at_once(make_index):
     rng = np.random.default_rng(2)
     codes = random_codes(rng, 200, 32)

@@ -16,9 +16,10 @@ MAX_BATCH = 1024            # queries or items per service request; `lbhash sear
 MAX_CLASS_ID = 65535        # class ids of labels and label filters, everywhere
 MAX_ID = 2**63 - 1          # item ids are non-negative int64, everywhere
 MAX_BODY_BYTES = 16 << 20   # one HTTP request body
+MAX_RERANK_CANDIDATES = 10_000  # k * rerank_factor: Hamming candidates re-scored per query (service)
 
 TABLE = {"max_k": MAX_K, "max_batch": MAX_BATCH, "max_class_id": MAX_CLASS_ID, "max_id": MAX_ID,
-         "max_body_bytes": MAX_BODY_BYTES}
+         "max_body_bytes": MAX_BODY_BYTES, "max_rerank_candidates": MAX_RERANK_CANDIDATES}
 
 
 def check_k(k: int, name: str = "k", limit: int = MAX_K) -> int:

@@ -18,19 +18,23 @@ import click
               help="Processes (devices) that share the items; rank 0 writes the file.")
 @click.option("--precision", default="bf16-mixed", show_default=True,
               help="Autocast on a GPU (bf16-mixed, 16-mixed or 32-true); the CPU uses float32.")
+@click.option("--real", is_flag=True,
+              help="Also save the model's real-valued outputs (key 'real', float32 (n, bits)), whose signs are "
+                   "the codes: the input of asymmetric ranking and of search re-ranking.")
 @click.option("--progress/--no-progress", default=True, show_default=True)
 def encode(run_dir: Path, data: str | None, part: str, out: Path, accelerator: str, devices: int,
-           precision: str, progress: bool) -> None:
+           precision: str, real: bool, progress: bool) -> None:
     """Encode data with the model of RUN_DIR into packed codes.
 
     The output .npz holds `codes` (packed uint8, FAISS bit layout), `bits`, `ids` (item indices,
-    or file paths for image data) and `labels` (class ids or multi-hot rows).
+    or file paths for image data) and `labels` (class ids or multi-hot rows); with --real also
+    `real`, the real outputs of the same forward pass (the codes are their signs, 0 -> +1).
     """
     from lbhash._io import check_output_file
     from lbhash.train.rundir import encode_run, save_encoded
 
     check_output_file(out, "--out")
-    encoded = encode_run(run_dir, data, part, accelerator, precision, devices, progress)
+    encoded = encode_run(run_dir, data, part, accelerator, precision, devices, progress, real=real)
     if encoded is None:  # another rank of a multi-process run
         return
     save_encoded(out, encoded)

@@ -10,7 +10,7 @@ import click
 
 from lbhash.cli.index import backend_options
 from lbhash.errors import InputError
-from lbhash.limits import MAX_BATCH, MAX_BODY_BYTES, MAX_K
+from lbhash.limits import MAX_BATCH, MAX_BODY_BYTES, MAX_K, MAX_RERANK_CANDIDATES
 
 
 @click.command()
@@ -27,9 +27,12 @@ from lbhash.limits import MAX_BATCH, MAX_BODY_BYTES, MAX_K
               help="Most results per query (lbhash.limits: may only be lowered).")
 @click.option("--max-body-mb", type=click.IntRange(1, MAX_BODY_BYTES >> 20), default=MAX_BODY_BYTES >> 20,
               show_default=True, help="Largest request body in MiB (lbhash.limits: may only be lowered).")
+@click.option("--max-rerank-candidates", type=click.IntRange(1, MAX_RERANK_CANDIDATES), default=MAX_RERANK_CANDIDATES,
+              show_default=True, help="Most Hamming candidates (k * rerank_factor) a re-ranked search re-scores per "
+                                      "query (lbhash.limits: may only be lowered).")
 @backend_options
 def serve(index_dir: str, run_dir, host: str, port: int, compact_every: int, max_batch: int, max_k: int,
-          max_body_mb: int, backend: str, uri: str) -> None:
+          max_body_mb: int, max_rerank_candidates: int, backend: str, uri: str) -> None:
     """Serve INDEX_DIR over HTTP (OpenAPI docs at /docs).
 
     Every acknowledged change is in a write-ahead log (INDEX_DIR.wal beside the directory)
@@ -49,7 +52,8 @@ def serve(index_dir: str, run_dir, host: str, port: int, compact_every: int, max
             encoder = load_encoder(run_dir)
         store = (MilvusStore(open_index(index_dir, backend, uri)) if backend == "milvus"
                  else IndexStore(index_dir, compact_every=compact_every))
-        limits = Limits(max_body_bytes=max_body_mb << 20, max_batch=max_batch, max_k=max_k)
+        limits = Limits(max_body_bytes=max_body_mb << 20, max_batch=max_batch, max_k=max_k,
+                        max_rerank_candidates=max_rerank_candidates)
         app = create_app(store, encoder, limits=limits)
         click.echo(f"serving {store.ntotal} {store.bits}-bit codes on http://{host}:{port} (docs at /docs)",
                    err=True)

@@ -28,18 +28,19 @@ from lbhash.evaluate._inputs import Retrieval, check_ks, check_topk, for_query_r
 CHUNK = 64  # queries per block: a (64, n_db) float64 score block
 
 
-def check_query_real(query_real, n_query: int, bits: int) -> np.ndarray:
-    """Real-valued query outputs as float64 (n_query, bits): finite numbers."""
+def check_query_real(query_real, n_query: int, bits: int, name: str = "query_real") -> np.ndarray:
+    """Real-valued query outputs as float64 (n_query, bits): finite numbers. `name` is the
+    argument or option the errors name."""
     arr = np.asarray(query_real)
     if arr.ndim != 2 or arr.shape != (n_query, bits):
-        raise InputError(f"query_real must have shape ({n_query}, {bits}) (one row of real outputs per query), "
+        raise InputError(f"{name} must have shape ({n_query}, {bits}) (one row of real outputs per query), "
                          f"got {arr.shape}")
     if arr.dtype.kind not in "iuf" or arr.dtype == bool:
-        raise InputError(f"query_real must hold real numbers, got dtype {arr.dtype}")
+        raise InputError(f"{name} must hold real numbers, got dtype {arr.dtype}")
     arr = arr.astype(np.float64)
     if not np.isfinite(arr).all():
         r = int(np.flatnonzero(~np.isfinite(arr).all(1))[0])
-        raise InputError(f"query_real holds NaN or inf in row {r}")
+        raise InputError(f"{name} holds NaN or inf in row {r}")
     return arr
 
 
@@ -67,6 +68,17 @@ def asymmetric_scores(query_real: np.ndarray, db_packed: np.ndarray) -> np.ndarr
     scores = np.zeros((len(query_real), len(db_packed)))
     for t in range(db_packed.shape[1]):
         scores += np.take(tables[:, t], db_packed[:, t], axis=1)
+    return scores
+
+
+def candidate_scores(query_real: np.ndarray, cand_packed: np.ndarray) -> np.ndarray:
+    """(nq, c) scores of each query's own candidates, cand_packed (nq, c, bytes): the same
+    tables and the same order of additions as `asymmetric_scores`, so a candidate scores
+    exactly what it scores against the whole database (the search's re-ranking relies on it)."""
+    tables = byte_tables(query_real)
+    scores = np.zeros(cand_packed.shape[:2])
+    for t in range(cand_packed.shape[2]):
+        scores += np.take_along_axis(tables[:, t], cand_packed[:, :, t].astype(np.intp), axis=1)
     return scores
 
 

@@ -1,10 +1,13 @@
 """Search over packed binary codes (docs/search.md): `CodeIndex` (FAISS), `MilvusIndex` (a Milvus
 server, imported lazily), and `Searcher`, which encodes raw inputs before searching.
+`search(..., rerank=real)` re-ranks the Hamming candidates by the queries' real-valued outputs
+(`rerank_search`, lbhash.index.rerank).
 
 See docs/search.md for the kinds, their guarantees, persistence and the service.
 """
 
-from lbhash.index.code_index import KINDS, PAD_DISTANCE, PAD_ID, AddPlan, CodeIndex, threads_for
+from lbhash.index.code_index import KINDS, PAD_DISTANCE, PAD_ID, RERANK_FACTOR, AddPlan, CodeIndex, threads_for
+from lbhash.index.rerank import rerank_search
 from lbhash.index.searcher import Searcher
 
 
@@ -17,4 +20,4 @@ def __getattr__(name):
 
 
 __all__ = ["CodeIndex", "Searcher", "MilvusIndex", "AddPlan", "KINDS", "PAD_ID", "PAD_DISTANCE",
-           "threads_for"]
+           "RERANK_FACTOR", "rerank_search", "threads_for"]

@@ -81,6 +81,12 @@ def top_k(k) -> int:
     return int(k)
 
 
+def rerank_factor(factor, name: str = "rerank_factor") -> int:
+    if isinstance(factor, bool) or not isinstance(factor, (int, np.integer)) or factor < 1:
+        raise InputError(f"{name} must be a positive integer (Hamming candidates per result), got {factor!r}")
+    return int(factor)
+
+
 def radius_value(radius) -> int:
     if isinstance(radius, bool) or not isinstance(radius, (int, np.integer)) or radius < 0:
         raise InputError(f"radius must be a non-negative integer, got {radius!r}")

@@ -22,6 +22,7 @@ from lbhash.index._ivf import IVFEngine
 ENGINES = {engine.kind: engine for engine in (FlatEngine, IVFEngine, MultiHashEngine)}
 PAD_ID = -1
 PAD_DISTANCE = int(np.iinfo(np.int32).max)
+RERANK_FACTOR = 4  # Hamming candidates per result when a search re-ranks (docs/search.md)
 KINDS = tuple(ENGINES)
 
 
@@ -230,13 +231,26 @@ class CodeIndex:
         positions = self._positions(ids)
         return self._rows.codes[positions].copy(), self._labels[positions].copy()
 
-    def search(self, queries, k: int, labels=None) -> tuple[np.ndarray, np.ndarray]:
+    def search(self, queries, k: int, labels=None, rerank=None,
+               rerank_factor: int = RERANK_FACTOR) -> tuple[np.ndarray, np.ndarray]:
         """Top-k by Hamming distance: (distances int32 (nq, k), ids int64 (nq, k)).
 
         Rows are sorted by (distance, id) and padded with PAD_DISTANCE / PAD_ID. `labels`
         (class ids (nq,) or multi-hot rows (nq, C)) keeps, for each query, only items that
         share at least one label with its row; a row without labels finds nothing.
+
+        `rerank`: the queries' real-valued outputs (nq, bits), used as given (raw u, or
+        np.tanh(u)). The top k * rerank_factor by Hamming distance (this search, filters
+        included) are re-ranked by the asymmetric score s = sum_j rerank_qj * b_j (b the item's
+        +/-1 code) and the best k returned: distances are then float64 **-s** (rows ascending,
+        so descending score, ties by id), padded with +inf / PAD_ID (lbhash.index.rerank).
         """
+        if rerank is not None:
+            from lbhash.index.rerank import rerank_search  # it imports this module
+
+            scores, _, ids = rerank_search(self, queries, k, rerank, labels, rerank_factor)
+            return 0.0 - scores, ids  # 0.0 - 0.0 is +0.0, where -scores would give -0.0
+        _checks.rerank_factor(rerank_factor)  # refused even when unused: a typo should not pass
         k = _checks.top_k(k)
         queries = _checks.packed_codes(queries, self._bits, "queries")
         filters = self._query_filters(labels, len(queries))

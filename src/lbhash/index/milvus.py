@@ -12,6 +12,10 @@ ties the k-th, collecting every item at that distance with a range search. Range
 past the cap are paged by distance (one search per distance); a single distance with more
 than 16,384 items is refused. Milvus does not enforce unique primary keys, so ids are checked
 before every insert; it has no "largest id" query, so ids must be given.
+
+Re-ranking (`search(..., rerank=real)`) is `lbhash.index.rerank` as for `CodeIndex`: the
+Hamming top k * rerank_factor from Milvus, their codes fetched by id, scored in Python; so
+k * rerank_factor (capped by the collection's size) is held to Milvus's cap as k is.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import numpy as np
 
 from lbhash.errors import InputError
 from lbhash.index import _checks
-from lbhash.index.code_index import PAD_DISTANCE, PAD_ID
+from lbhash.index.code_index import PAD_DISTANCE, PAD_ID, RERANK_FACTOR
 
 MILVUS_CAP = 16384  # Milvus's limit on results per query (topk and range search alike)
 KINDS = {"flat": "BIN_FLAT", "ivf": "BIN_IVF_FLAT"}
@@ -173,7 +177,18 @@ class MilvusIndex:
             labels[r, list(found[int(i)]["labels"])] = True
         return codes.reshape(len(ids), self._bits // 8), labels
 
-    def search(self, queries, k: int, labels=None):
+    def search(self, queries, k: int, labels=None, rerank=None, rerank_factor: int = RERANK_FACTOR):
+        """As `CodeIndex.search`, re-ranking included (distances are then float64 -score)."""
+        factor = _checks.rerank_factor(rerank_factor)
+        if rerank is not None:
+            from lbhash.index.rerank import candidate_count, rerank_search
+
+            wanted = candidate_count(_checks.top_k(k), factor, self.ntotal)
+            if wanted > MILVUS_CAP - 1:
+                raise InputError(f"k * rerank_factor ({wanted} candidates) must be at most {MILVUS_CAP - 1} with "
+                                 f"the milvus backend (Milvus caps results at {MILVUS_CAP})")
+            scores, _, ids = rerank_search(self, queries, k, rerank, labels, factor)
+            return 0.0 - scores, ids
         k = _checks.top_k(k)
         if k > MILVUS_CAP - 1:
             raise InputError(f"k must be at most {MILVUS_CAP - 1} with the milvus backend (Milvus caps results at {MILVUS_CAP})")

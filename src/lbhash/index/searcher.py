@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from lbhash.codes import pack, to_signs
 from lbhash.data.image_sources import decode_image
 from lbhash.errors import InputError
 
@@ -16,6 +17,8 @@ class Searcher:
     The encoder has `bits_` (int), `input_kind_` ("features" or "images") and
     `encode(X) -> packed uint8 (n, bits // 8)`, where X is float (n, d) for feature runs and
     uint8 (n, H, W, 3) for image runs (`lbhash.index.sources.load_encoder` gives one).
+    Re-ranking (`search(..., rerank_factor=m)`, `encode(..., real=True)`) also needs
+    `encode(X, real=True) -> float (n, bits)`: the real outputs whose signs are the codes.
     """
 
     def __init__(self, index, encoder):
@@ -30,18 +33,21 @@ class Searcher:
     def input_kind(self) -> str:
         return self.encoder.input_kind_
 
-    def encode(self, inputs) -> np.ndarray:
-        """Packed codes of feature rows, an image batch, or a list of images of any sizes."""
+    def encode(self, inputs, real: bool = False) -> np.ndarray:
+        """Packed codes of feature rows, an image batch, or a list of images of any sizes;
+        real=True: the encoder's real outputs float32 (n, bits) instead (codes = their signs)."""
         if self.input_kind == "features":
-            return self._encode_checked(check_features(inputs))
+            return self._encode_checked(check_features(inputs), real)
         images = check_images(inputs)
         if isinstance(images, list):  # different sizes: one at a time
-            parts = [self._encode_checked(img[None]) for img in images]
-            return np.concatenate(parts) if parts else np.empty((0, self.index.bits // 8), np.uint8)
-        return self._encode_checked(images)
+            parts = [self._encode_checked(img[None], real) for img in images]
+            empty = np.empty((0, self.index.bits), np.float32) if real else np.empty((0, self.index.bits // 8), np.uint8)
+            return np.concatenate(parts) if parts else empty
+        return self._encode_checked(images, real)
 
-    def encode_image_files(self, blobs: list[bytes], names: list[str]) -> np.ndarray:
-        """Packed codes of encoded image files (JPEG, PNG, ...); `names` appear in errors."""
+    def encode_image_files(self, blobs: list[bytes], names: list[str], real: bool = False) -> np.ndarray:
+        """Packed codes (or, real=True, real outputs) of encoded image files (JPEG, PNG, ...);
+        `names` appear in errors."""
         if self.input_kind != "images":
             raise InputError("this run encodes feature vectors, not images")
         images = []
@@ -50,20 +56,25 @@ class Searcher:
                 images.append(decode_image(blob, name))
             except ValueError as err:
                 raise InputError(str(err)) from None
-        return self.encode(images)
+        return self.encode(images, real)
 
-    def search(self, inputs, k: int, labels=None):
-        return self.index.search(self.encode(inputs), k, labels)
+    def search(self, inputs, k: int, labels=None, rerank_factor: int | None = None):
+        """`index.search` of the inputs' codes; with rerank_factor, the top k * rerank_factor
+        re-ranked by the inputs' real outputs (one forward pass gives both; docs/search.md)."""
+        if rerank_factor is None:
+            return self.index.search(self.encode(inputs), k, labels)
+        real = self.encode(inputs, real=True)
+        return self.index.search(codes_of(real), k, labels, rerank=real, rerank_factor=rerank_factor)
 
     def range_search(self, inputs, radius: int, labels=None):
         return self.index.range_search(self.encode(inputs), radius, labels)
 
-    def _encode_checked(self, batch):
+    def _encode_checked(self, batch, real: bool = False):
         try:
-            codes = self.encoder.encode(batch)
+            out = self.encoder.encode(batch, real=True) if real else self.encoder.encode(batch)
         except ValueError as err:  # lbhash's convention: the input was refused
             raise InputError(" ".join(str(err).split())) from None
-        return self._checked(codes, len(batch))
+        return self._checked_real(out, len(batch)) if real else self._checked(out, len(batch))
 
     def _checked(self, codes, n: int) -> np.ndarray:
         codes = np.asarray(codes)
@@ -71,6 +82,18 @@ class Searcher:
         if codes.dtype != np.uint8 or codes.shape != (n, width):  # the encoder broke its contract
             raise RuntimeError(f"encoder returned {codes.dtype} {codes.shape}, expected uint8 ({n}, {width})")
         return codes
+
+    def _checked_real(self, real, n: int) -> np.ndarray:
+        real = np.asarray(real)
+        if real.dtype.kind != "f" or real.shape != (n, self.index.bits):  # the encoder broke its contract
+            raise RuntimeError(f"encoder returned real outputs {real.dtype} {real.shape}, "
+                               f"expected float ({n}, {self.index.bits})")
+        return real
+
+
+def codes_of(real: np.ndarray) -> np.ndarray:
+    """Packed codes of real outputs: their signs, 0 -> +1 (lbhash.codes.to_signs)."""
+    return pack(to_signs(real, "real outputs"))
 
 
 def check_features(x, name: str = "features") -> np.ndarray:

@@ -4,6 +4,8 @@ Endpoints: POST /search, POST /search/image, POST /items, POST /items/image,
 GET /items/{id}, DELETE /items/{id}, GET /health, GET /stats (OpenAPI at /docs).
 Bad input is a 4xx with {"detail": one line}: 400 bad values, 404 unknown id, 409 id taken,
 413 body too large, 422 malformed request. Nothing else leaks: a bug is a bare 500.
+Searches may re-rank their Hamming top k * rerank_factor by the queries' real-valued outputs
+(lbhash.index.rerank); the hits then carry a `score`.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from fastapi.responses import JSONResponse
 
 from lbhash import limits as table
 from lbhash.errors import InputError
-from lbhash.index import Searcher
+from lbhash.index import RERANK_FACTOR, Searcher
+from lbhash.index.rerank import check_real
+from lbhash.index.searcher import codes_of
 from lbhash.limits import MAX_ID, check_class_ids, check_ids, check_k
 from lbhash.service import models
 from lbhash.service.store import Conflict, IndexStore, NotFound, lists_to_labels
@@ -36,6 +40,7 @@ class Limits:
     max_batch: int = table.MAX_BATCH
     max_k: int = table.MAX_K
     max_class_id: int = table.MAX_CLASS_ID
+    max_rerank_candidates: int = table.MAX_RERANK_CANDIDATES
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
@@ -96,33 +101,81 @@ def create_app(source, encoder=None, *, limits: Limits | None = None, compact_ev
             raise InputError(f"the attached run encodes {searcher.input_kind}, not {kind}")
         return searcher
 
-    def run_search(codes, k, radius, label_lists) -> models.SearchResponse:
+    def run_search(codes, k, radius, label_lists, real=None, factor=None) -> models.SearchResponse:
         if k is not None and radius is not None:
             raise InputError("give either k or radius, not both")
+        if real is not None and radius is not None:
+            raise InputError("re-ranking orders a top k: give k, not radius, with 'real' or 'rerank_factor'")
         k = 10 if k is None and radius is None else k
         if k is not None:
             check_k(k, "k", limits.max_k)
         filters = None
         if label_lists is not None:
             filters = lists_to_labels(check_labels(label_lists), len(codes))
-        rows = store.search(codes, k=k, radius=radius, labels=filters)
+        if real is None:
+            rows = store.search(codes, k=k, radius=radius, labels=filters)
+            return models.SearchResponse(results=[
+                models.QueryResult(hits=[models.Hit(id=i, distance=d, labels=lab) for d, i, lab in zip(*row)])
+                for row in rows])
+        factor = RERANK_FACTOR if factor is None else factor
+        if k * factor > limits.max_rerank_candidates:
+            raise InputError(f"k * rerank_factor must be at most {limits.max_rerank_candidates} (Hamming candidates "
+                             f"re-ranked per query), got {k} * {factor} = {k * factor}")
+        rows = store.rerank(codes, k, real, filters, factor)
         return models.SearchResponse(results=[
-            models.QueryResult(hits=[models.Hit(id=i, distance=d, labels=lab) for d, i, lab in zip(*row)])
+            models.QueryResult(hits=[models.Hit(id=i, distance=d, labels=lab, score=sc)
+                                     for d, i, lab, sc in zip(*row)])
             for row in rows])
 
-    @app.post("/search", response_model=models.SearchResponse, responses=_ERRORS)
-    def search(body: models.SearchRequest):
-        return run_search(to_codes(body.codes, body.features, "queries"), body.k, body.radius, body.labels)
+    def reranked_queries(body: models.SearchRequest):
+        """(codes, real outputs) of a request that re-ranks: `real` beside `codes`, or the
+        attached run's outputs for `features` (one forward pass gives both)."""
+        if body.real is not None:
+            if body.codes is None:
+                raise InputError("'real' goes with 'codes' (with 'features', rerank_factor alone asks the attached "
+                                 "run for the real outputs)")
+            codes = to_codes(body.codes, body.features, "queries")
+            if len(body.real) != len(codes):
+                raise InputError(f"real has {len(body.real)} rows but there are {len(codes)} queries")
+            try:
+                real = np.asarray(body.real, dtype=np.float64)
+            except ValueError:
+                raise InputError("real must be lists of numbers of one length") from None
+            return codes, check_real(real, len(codes), store.bits, "real")
+        if body.features is None:
+            raise InputError("rerank_factor needs the queries' real outputs: 'real' beside 'codes', or "
+                             "'features' with a run attached")
+        check_batch(len(body.features), "queries")
+        try:
+            rows = np.asarray(body.features, dtype=np.float64)
+        except ValueError:
+            raise InputError("features must be lists of numbers of one length") from None
+        real = need_searcher("features").encode(rows, real=True)
+        return codes_of(real), real
 
-    @app.post("/search/image", response_model=models.SearchResponse, responses=_ERRORS)
+    @app.post("/search", response_model=models.SearchResponse, response_model_exclude_none=True,
+              responses=_ERRORS)
+    def search(body: models.SearchRequest):
+        if body.real is None and body.rerank_factor is None:
+            return run_search(to_codes(body.codes, body.features, "queries"), body.k, body.radius, body.labels)
+        codes, real = reranked_queries(body)
+        return run_search(codes, body.k, body.radius, body.labels, real, body.rerank_factor)
+
+    @app.post("/search/image", response_model=models.SearchResponse, response_model_exclude_none=True,
+              responses=_ERRORS)
     def search_image(files: list[UploadFile] = File(...), k: int | None = Form(None, ge=1),
-                     radius: int | None = Form(None, ge=0), labels: str | None = Form(None)):
-        """Query with uploaded image files; `labels`: comma-separated class ids for every query."""
+                     radius: int | None = Form(None, ge=0), labels: str | None = Form(None),
+                     rerank_factor: int | None = Form(None, ge=1)):
+        """Query with uploaded image files; `labels`: comma-separated class ids for every query;
+        `rerank_factor`: re-rank the Hamming top k * rerank_factor by the images' real outputs."""
         check_batch(len(files), "images")
-        codes = need_searcher("images").encode_image_files([f.file.read() for f in files],
-                                                           [f.filename or "upload" for f in files])
+        searcher_ = need_searcher("images")
+        blobs, names = [f.file.read() for f in files], [f.filename or "upload" for f in files]
         label_lists = None if labels is None else [parse_ids(labels, "labels")] * len(files)
-        return run_search(codes, k, radius, label_lists)
+        if rerank_factor is None:
+            return run_search(searcher_.encode_image_files(blobs, names), k, radius, label_lists)
+        real = searcher_.encode_image_files(blobs, names, real=True)
+        return run_search(codes_of(real), k, radius, label_lists, real, rerank_factor)
 
     @app.post("/items", response_model=models.ItemsResponse, responses=_ERRORS)
     def add_items(body: models.ItemsRequest):

@@ -11,7 +11,10 @@ class _Strict(BaseModel):
 
 class SearchRequest(_Strict):
     """Queries as packed codes in hex (byte 0 first, FAISS bit layout) or as feature vectors
-    (needs a run attached to the service); top-`k`, or every item within `radius`."""
+    (needs a run attached to the service); top-`k`, or every item within `radius`. Re-ranking
+    (top-k only): `real` beside `codes`, or `rerank_factor` with `features` (the attached run
+    computes the real outputs); the Hamming top k * rerank_factor are re-ranked by the
+    asymmetric score (docs/search.md, "Re-ranking")."""
 
     codes: list[str] | None = Field(None, description="One hex string per query, 2 digits per byte.")
     features: list[list[float]] | None = Field(None, description="One feature vector per query.")
@@ -19,12 +22,20 @@ class SearchRequest(_Strict):
     radius: int | None = Field(None, ge=0, description="Every item within this Hamming distance, inclusive.")
     labels: list[list[int]] | None = Field(
         None, description="Per query: class ids; only items with at least one of them are returned.")
+    real: list[list[float]] | None = Field(
+        None, description="Per query (with 'codes'): its real-valued outputs, one number per bit (raw u, or "
+                          "tanh(u)); the hits are re-ranked by sum_j real_j * b_j (b the item's +/-1 code).")
+    rerank_factor: int | None = Field(
+        None, ge=1, description="Hamming candidates per result that are re-ranked (default 4); with "
+                                "'features', asks for re-ranking.")
 
 
 class Hit(BaseModel):
     id: int
-    distance: int
+    distance: int = Field(description="Hamming distance to the query's code.")
     labels: list[int]
+    score: float | None = Field(None, description="Re-ranked searches: the asymmetric score (hits by descending "
+                                                  "score, ties by id); otherwise absent.")
 
 
 class QueryResult(BaseModel):

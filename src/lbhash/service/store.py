@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from lbhash.errors import InputError
-from lbhash.index import CodeIndex
+from lbhash.index import RERANK_FACTOR, CodeIndex, rerank_search
 from lbhash.service.rwlock import ReadWriteLock
 from lbhash.service.wal import WriteAheadLog
 
@@ -86,6 +86,11 @@ class IndexStore:
         """Per query: (distances, ids, labels of each hit), all read under one lock."""
         with self.lock.read():
             return rows_with_labels(self.index, queries, k, radius, labels)
+
+    def rerank(self, queries, k, real, labels=None, factor=RERANK_FACTOR):
+        """Per query: (distances, ids, labels, scores) of the re-ranked top k, under one lock."""
+        with self.lock.read():
+            return reranked_rows(self.index, queries, k, real, labels, factor)
 
     def get(self, ids) -> tuple[np.ndarray, np.ndarray]:
         with self.lock.read():
@@ -191,6 +196,9 @@ class MilvusStore:
     def search(self, queries, k=None, radius=None, labels=None):
         return rows_with_labels(self.index, queries, k, radius, labels)
 
+    def rerank(self, queries, k, real, labels=None, factor=RERANK_FACTOR):
+        return reranked_rows(self.index, queries, k, real, labels, factor)
+
     def get(self, ids):
         try:
             return self.index.get(ids)
@@ -234,6 +242,18 @@ def rows_with_labels(index, queries, k=None, radius=None, labels=None):
     else:
         lims, dist, ids = index.range_search(queries, radius, labels)
         rows = [(dist[a:b], ids[a:b]) for a, b in zip(lims[:-1], lims[1:])]
+    return _with_labels(index, rows)
+
+
+def reranked_rows(index, queries, k, real, labels=None, factor=RERANK_FACTOR):
+    """Per query: (Hamming distances, ids, class-id lists, asymmetric scores) of the top k
+    re-ranked by `real` (lbhash.index.rerank); call under the store's lock."""
+    scores, dist, ids = rerank_search(index, queries, k, real, labels, factor)
+    rows = _with_labels(index, [(d[i >= 0], i[i >= 0]) for d, i in zip(dist, ids)])
+    return [(*row, s[i >= 0].tolist()) for row, s, i in zip(rows, scores, ids)]
+
+
+def _with_labels(index, rows):
     found = np.unique(np.concatenate([i for _, i in rows])) if rows else np.empty(0, np.int64)
     label_rows = dict(zip(found.tolist(), index.get(found)[1])) if len(found) else {}
     return [(d.tolist(), i.tolist(), [np.flatnonzero(label_rows[x]).tolist() for x in i.tolist()]) for d, i in rows]

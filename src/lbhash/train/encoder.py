@@ -4,7 +4,10 @@
 data set's encoding batches (lbhash.data.HashDataset.encode_batches: for images, large batches
 gathered from the decoded pixel store, untransformed but for resizing and normalisation),
 under the caller's autocast, on every intra-op thread torch has. Every
-path that produces codes (training, `lbhash encode`, HashEncoder, search) calls it.
+path that produces codes (training, `lbhash encode`, HashEncoder, search) calls it; with
+`real=True` it returns the hash head's real outputs u instead (float32), from the same forward
+pass, so the codes are exactly `signs(u)` (u >= 0 -> +1, so 0 and -0.0 give +1): the input of
+asymmetric ranking (lbhash.evaluate.asymmetric) and of a search's re-ranking.
 `encode_sharded` splits the items over the ranks of a process group: each rank encodes its
 contiguous share and rank 0 receives all codes in order.
 """
@@ -34,9 +37,10 @@ def _input_dtype(model: nn.Module) -> torch.dtype:
 @torch.inference_mode()
 def encode(model: nn.Module, dataset: HashDataset, indices=None, options: InputOptions = InputOptions(),
            device="cpu", autocast=contextlib.nullcontext, progress: bool = False,
-           batch_size: int | None = None) -> np.ndarray:
+           batch_size: int | None = None, real: bool = False) -> np.ndarray:
     """+/-1 int8 codes (len(indices), bits) of the data set's items (default: all); batch_size
-    None takes the data set's own."""
+    None takes the data set's own. real=True: the model's real outputs, float32 (len(indices),
+    bits), whose signs (>= 0 -> +1) are the codes."""
     was_training = model.training
     model.eval()
     dtype = _input_dtype(model)
@@ -44,26 +48,29 @@ def encode(model: nn.Module, dataset: HashDataset, indices=None, options: InputO
     try:
         for x in dataset.encode_batches(check_indices(dataset, indices), options, device, progress, batch_size):
             with autocast():
-                out.append(signs(model(x.to(dtype))))
+                u = model(x.to(dtype))
+            # float32 holds bf16/fp16 outputs exactly: their signs are the codes' signs
+            out.append(u.float().cpu().numpy() if real else signs(u))
     finally:
         model.train(was_training)
     bits = getattr(model, "bits", 0)
-    return np.concatenate(out) if out else np.empty((0, bits), dtype=np.int8)
+    return np.concatenate(out) if out else np.empty((0, bits), dtype=np.float32 if real else np.int8)
 
 
 def encode_sharded(fabric, model: nn.Module, dataset: HashDataset, indices=None,
                    options: InputOptions = InputOptions(), autocast=contextlib.nullcontext,
-                   progress: bool = False) -> np.ndarray | None:
+                   progress: bool = False, real: bool = False) -> np.ndarray | None:
     """`encode` split over the processes of `fabric`: every rank encodes one contiguous share
-    of the items; rank 0 returns all codes in item order, the other ranks None."""
+    of the items; rank 0 returns all codes (or real outputs) in item order, the other ranks None."""
     idx = check_indices(dataset, indices)
     shares = np.array_split(idx, fabric.world_size)
     mine = encode(model, dataset, shares[fabric.global_rank], options, fabric.device, autocast,
-                  progress and fabric.is_global_zero)
+                  progress and fabric.is_global_zero, real=real)
     if fabric.world_size == 1:
         return mine
     longest = max(len(s) for s in shares)
-    padded = torch.zeros((longest, mine.shape[1] if mine.ndim == 2 else 0), dtype=torch.int8)
+    padded = torch.zeros((longest, mine.shape[1] if mine.ndim == 2 else 0),
+                         dtype=torch.float32 if real else torch.int8)
     padded[:len(mine)] = torch.from_numpy(mine)
     gathered = fabric.all_gather(padded.to(fabric.device)).cpu().numpy()  # (world, longest, bits)
     if not fabric.is_global_zero:

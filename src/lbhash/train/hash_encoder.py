@@ -3,6 +3,7 @@
     from lbhash import HashEncoder
     enc = HashEncoder(method="csq", bits=64, lbhash=True, epochs=30, seed=0).fit(X, y)
     codes = enc.encode(X_new)            # packed uint8 (n, bits // 8), FAISS bit layout
+    u = enc.encode(X_new, real=True)     # float32 (n, bits): the head's outputs, codes = signs
     enc.save("runs/my-encoder")          # a normal run directory
     enc = HashEncoder.load("runs/csq_D-64")   # any run directory, `lbhash train`'s too
 
@@ -128,10 +129,16 @@ class HashEncoder:
 
     # --- use ----------------------------------------------------------------------------------
 
-    def encode(self, X, batch_size: int | None = None) -> np.ndarray:
-        """Packed uint8 codes (n, bits // 8) of the rows of X (features or images)."""
+    def encode(self, X, batch_size: int | None = None, real: bool = False) -> np.ndarray:
+        """Packed uint8 codes (n, bits // 8) of the rows of X (features or images).
+
+        real=True: the hash head's real outputs u instead, float32 (n, bits), from the same
+        forward pass; the codes are `pack(to_signs(u))` (lbhash.codes: 0 -> +1). They are what
+        asymmetric ranking and `CodeIndex.search(..., rerank=u)` score the codes with."""
         self._check_fitted("encode")
-        return pack(encode(self.model_, self._inputs(X), None, input_options(self.config_), batch_size=batch_size))
+        out = encode(self.model_, self._inputs(X), None, input_options(self.config_), batch_size=batch_size,
+                     real=real)
+        return out if real else pack(out)
 
     def save(self, path: str | Path) -> Path:
         """Write the fitted run as a run directory at `path` (a new directory, written atomically)."""

@@ -27,6 +27,7 @@ from lbhash.methods import method_class
 from lbhash.train.builder import build_experiment
 from lbhash.train.closed_form import fit_closed_form
 from lbhash.train.config import TrainConfig
+from lbhash.train.encoder import encode
 from lbhash.train.summary import DATA_SUMMARY, bars_on_terminal, data_summary, describe_data, epoch_lines
 from lbhash.train.loop import NonFiniteError, Trainer, leave_process_group, process_rank, read_log
 from lbhash.train.rundir import (CHECKPOINT, CODES, CODES_SEEN, CONFIG, LOG, MANIFEST, METRICS, SPLIT,
@@ -147,19 +148,11 @@ def _write_codes_file(trainer: Trainer, path: Path, query: np.ndarray, database:
                     encode_seconds=seconds, **extra)
 
 
-@torch.inference_mode()
 def query_outputs(trainer: Trainer, query: np.ndarray) -> np.ndarray:
     """The hash head's real outputs u (float32) of the queries, in float32 without autocast:
     `evaluate_codes(query_real=...)` ranks the database codes by their inner product with u."""
-    model = trainer.learner.model
-    was_training = model.training
-    model.eval()
-    try:
-        blocks = [model(x.to(trainer.fabric.device, torch.float32)).float().cpu().numpy()
-                  for x in trainer.exp.dataset.encode_batches(query, trainer.options, trainer.fabric.device)]
-    finally:
-        model.train(was_training)
-    return np.concatenate(blocks) if blocks else np.zeros((0, trainer.cfg.bits), np.float32)
+    return encode(trainer.learner.model, trainer.exp.dataset, query, trainer.options, trainer.fabric.device,
+                  real=True)
 
 
 @torch.no_grad()

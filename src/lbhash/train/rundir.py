@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from lbhash._io import save_npz, write_json
-from lbhash.codes import pack
+from lbhash.codes import pack, to_signs
 from lbhash.data import load_data, load_split
 from lbhash.errors import InputError
 from lbhash.models import HashModel
@@ -216,14 +216,15 @@ def load_run_model(run_dir: str | Path) -> tuple[HashModel, TrainConfig]:
 
 def encode_run(run_dir: str | Path, data: str | None = None, part: str = "all",
                accelerator: str = "cpu", precision: str = "bf16-mixed", devices: int = 1,
-               progress: bool = True) -> dict[str, np.ndarray] | None:
+               progress: bool = True, real: bool = False) -> dict[str, np.ndarray] | None:
     """Codes of a data set (default: the run's own) with a trained run's model.
 
     `part` selects the run's train/query/database items and needs the run's own data.
     Returns packed codes, bits, ids (item indices, or file paths where the data has them) and
     labels. On a GPU the model runs under autocast in `precision` ("32-true": none). With
     devices > 1 the items are shared out over that many processes (Lightning Fabric, or the
-    processes of torchrun); rank 0 returns everything, the other ranks None.
+    processes of torchrun); rank 0 returns everything, the other ranks None. real=True adds
+    `real`: the model's real outputs (float32 (n, bits)), of which the codes are the signs.
     """
     from lbhash.train.builder import input_options
     from lbhash.train.encoder import encode_sharded
@@ -250,15 +251,19 @@ def encode_run(run_dir: str | Path, data: str | None = None, part: str = "all",
     index = np.arange(len(dataset)) if part == "all" else getattr(load_split(run_dir / SPLIT), part)
     fabric = make_fabric(accelerator, devices, "32-true")
     model.to(fabric.device)  # image models keep their channels-last layout
-    codes = encode_sharded(fabric, model, dataset, index, input_options(cfg),
-                           _autocast(fabric.device, precision), progress)
+    out = encode_sharded(fabric, model, dataset, index, input_options(cfg),
+                         _autocast(fabric.device, precision), progress, real=real)
     leave_process_group(fabric)
-    if codes is None:
+    if out is None:
         return None
-    if codes.shape[1] != cfg.bits:
-        raise InputError(f"the model gives {codes.shape[1]} bits but the run has {cfg.bits}")
-    return {"codes": pack(codes), "bits": np.int64(cfg.bits), "ids": dataset.item_ids(index),
-            "labels": stored_labels(dataset.multi_label, dataset.labels[index])}
+    if out.shape[1] != cfg.bits:
+        raise InputError(f"the model gives {out.shape[1]} bits but the run has {cfg.bits}")
+    codes = to_signs(out) if real else out  # one forward pass: the codes are the signs
+    encoded = {"codes": pack(codes), "bits": np.int64(cfg.bits), "ids": dataset.item_ids(index),
+               "labels": stored_labels(dataset.multi_label, dataset.labels[index])}
+    if real:
+        encoded["real"] = out
+    return encoded
 
 
 def check_accelerator(accelerator: str) -> None:

@@ -1,0 +1,363 @@
+"""Re-ranked search (CodeIndex.search(..., rerank=...), the service, the real outputs of the
+encoder) against brute-force references written here, tie order included."""
+
+import numpy as np
+import pytest
+
+from index_reference import clustered_codes, hamming, random_codes
+from lbhash.errors import InputError
+from lbhash.evaluate import rank_asymmetric
+from lbhash.index import CodeIndex, rerank_search
+
+BITS = 16
+LEVELS = [-1.0, -0.5, 0.25, 0.5, 1.0]  # dyadic: every sum is exact, so equal scores are ties
+
+
+def signs_of(packed):
+    """+/-1 (n, bits) of packed codes, bit j = bit j % 8 (lowest first) of byte j // 8."""
+    return np.where(np.unpackbits(packed, axis=1, bitorder="little"), 1, -1)
+
+
+def reference(queries, real, codes, ids, k, factor, allowed=None):
+    """Per query: the Hamming top k * factor by (distance, id) among the allowed items, scored
+    in Python floats (each byte's bits lowest first, then the bytes in order), sorted by
+    (-score, id): [(score, distance, id), ...][:k]."""
+    dist = hamming(queries, codes)
+    b = signs_of(codes)
+    out = []
+    for q in range(len(queries)):
+        mask = np.ones(len(ids), bool) if allowed is None else allowed[q]
+        cands = sorted((int(dist[q, j]), int(ids[j]), j) for j in range(len(ids)) if mask[j])[:k * factor]
+        scored = []
+        for d, i, j in cands:
+            score = 0.0
+            for start in range(0, b.shape[1], 8):
+                part = 0.0
+                for r, s in zip(real[q, start:start + 8].tolist(), b[j, start:start + 8].tolist()):
+                    part += r * s
+                score += part
+            scored.append((score, d, i))
+        out.append(sorted(scored, key=lambda t: (-t[0], t[2]))[:k])
+    return out
+
+
+def assert_matches(got_scores, got_ids, expected, k):
+    for q, rows in enumerate(expected):
+        n = len(rows)
+        assert got_ids[q, :n].tolist() == [i for _, _, i in rows]
+        assert got_scores[q, :n].tolist() == [s for s, _, _ in rows]  # bit for bit
+        assert (got_ids[q, n:] == -1).all() and np.isinf(got_scores[q, n:]).all()
+
+
+@pytest.fixture
+def tied(rng):
+    """Repeated codes (exact score ties between different ids) and ids out of insertion order."""
+    base, _ = clustered_codes(rng, 30, BITS, centers=6, max_flips=2)
+    codes = base[rng.integers(0, 30, 120)]
+    ids = rng.permutation(1000)[:120].astype(np.int64) * 7
+    labels = rng.integers(0, 3, 120)
+    queries = codes[rng.integers(0, 120, 9)] ^ rng.integers(0, 2, (9, BITS // 8), dtype=np.uint8)
+    real = rng.choice(LEVELS, size=(9, BITS))
+    return codes, ids, labels, queries, real
+
+
+@pytest.mark.parametrize("k, factor", [(5, 1), (5, 4), (10, 3), (200, 2)])
+def test_flat_rerank_matches_the_brute_force_reference_with_ties(tied, k, factor):
+    codes, ids, labels, queries, real = tied
+    index = CodeIndex(BITS)
+    index.add(codes, ids=ids, labels=labels)
+    dist, got = index.search(queries, k, rerank=real, rerank_factor=factor)
+    expected = reference(queries, real, codes, ids, k, factor)
+    assert dist.dtype == np.float64 and got.dtype == np.int64 and dist.shape == got.shape == (9, k)
+    assert_matches(-dist, got, expected, k)
+    # the case must hold ties that only the id breaks, or the tie rule is untested
+    assert any(r[t][0] == r[t + 1][0] for r in expected for t in range(len(r) - 1))
+    scores, hamming_d, ids3 = rerank_search(index, queries, k, real, factor=factor)
+    np.testing.assert_array_equal(ids3, got)
+    for q, rows in enumerate(expected):
+        assert hamming_d[q, :len(rows)].tolist() == [d for _, d, _ in rows]
+
+
+def test_label_filtered_rerank(tied):
+    codes, ids, labels, queries, real = tied
+    index = CodeIndex(BITS)
+    index.add(codes, ids=ids, labels=labels)
+    filters = np.arange(9) % 3
+    filters[4] = 1
+    dist, got = index.search(queries, 6, labels=filters, rerank=real, rerank_factor=3)
+    allowed = [labels == f for f in filters]
+    expected = reference(queries, real, codes, ids, 6, 3, allowed)
+    assert_matches(-dist, got, expected, 6)
+    unfiltered = index.search(queries, 6, rerank=real, rerank_factor=3)[1]
+    assert (unfiltered != got).any()  # the filter changed something
+
+
+def test_enough_candidates_give_the_full_asymmetric_ranking(rng):
+    """ids = database positions and k * factor >= n: the ranking of lbhash.evaluate, and a
+    numpy one computed here (dyadic values: the matrix product is exact)."""
+    codes = random_codes(rng, 70, BITS)[rng.integers(0, 70, 90)]
+    real = rng.choice(LEVELS, size=(12, BITS))
+    index = CodeIndex(BITS)
+    index.add(codes)
+    queries = np.packbits(real >= 0, axis=1, bitorder="little")
+    dist, got = index.search(queries, 90, rerank=real, rerank_factor=1)
+    scores = real @ signs_of(codes).T
+    numpy_order = np.lexsort((np.broadcast_to(np.arange(90), scores.shape), -scores), axis=1)
+    np.testing.assert_array_equal(got, numpy_order)
+    np.testing.assert_array_equal(-dist, np.take_along_axis(scores, numpy_order, 1))
+    np.testing.assert_array_equal(got, rank_asymmetric(real, signs_of(codes)))
+    _, top5 = index.search(queries, 5, rerank=real, rerank_factor=90)
+    np.testing.assert_array_equal(top5, numpy_order[:, :5])
+    # Gaussian outputs (no ties): the evaluation's ranking, scores equal to numpy's to rounding
+    real = rng.standard_normal((12, BITS)).astype(np.float32)
+    dist, got = index.search(queries, 90, rerank=real, rerank_factor=2)
+    np.testing.assert_array_equal(got, rank_asymmetric(real, signs_of(codes)))
+    np.testing.assert_allclose(-dist, np.sort(real.astype(np.float64) @ signs_of(codes).T, 1)[:, ::-1], atol=1e-9)
+
+
+@pytest.mark.parametrize("kind, params", [("ivf", {"nlist": 4, "nprobe": 1}), ("multihash", {"nflip": 0})])
+def test_every_kind_reranks_its_own_candidates(rng, kind, params):
+    """Approximate kinds: the re-ranking of exactly the candidates that kind's search returns."""
+    codes, _ = clustered_codes(rng, 400, BITS, centers=8, max_flips=3)
+    labels = rng.integers(0, 2, 400)
+    index = CodeIndex(BITS, kind, **params)
+    index.add(codes, labels=labels)
+    assert index.is_trained
+    queries = random_codes(rng, 6, BITS)
+    real = rng.choice(LEVELS, size=(6, BITS))
+    for filters in (None, np.array([0, 1, 1, 0, 1, 0])):
+        _, cand = index.search(queries, 12, labels=filters)
+        dist, got = index.search(queries, 4, labels=filters, rerank=real, rerank_factor=3)
+        b = signs_of(codes)
+        for q in range(6):
+            pool = [int(i) for i in cand[q] if i >= 0]
+            best = sorted(((float(real[q] @ b[i]), i) for i in pool), key=lambda t: (-t[0], t[1]))[:4]
+            assert got[q, :len(best)].tolist() == [i for _, i in best]
+            assert (-dist[q, :len(best)]).tolist() == [s for s, _ in best]
+
+
+def test_padding_small_and_empty_indexes(rng):
+    index = CodeIndex(BITS)
+    real = rng.standard_normal((2, BITS))
+    queries = random_codes(rng, 2, BITS)
+    dist, ids = index.search(queries, 3, rerank=real)
+    assert (ids == -1).all() and np.isposinf(dist).all()
+    index.add(random_codes(rng, 2, BITS), ids=[5, 9])
+    dist, ids = index.search(queries, 3, rerank=real)
+    assert sorted(ids[0, :2].tolist()) == [5, 9] and ids[0, 2] == -1 and np.isposinf(dist[:, 2]).all()
+    assert np.isfinite(dist[:, :2]).all()
+    d0, i0 = index.search(queries[:0], 3, rerank=real[:0])
+    assert d0.shape == i0.shape == (0, 3)
+
+
+@pytest.mark.parametrize("kwargs, fragment", [
+    ({"rerank": np.zeros((3, BITS))}, r"rerank must have shape \(2, 16\)"),
+    ({"rerank": np.zeros((2, 8))}, r"rerank must have shape \(2, 16\)"),
+    ({"rerank": np.array([[np.nan] * BITS, [0.0] * BITS])}, "rerank holds NaN or inf in row 0"),
+    ({"rerank": np.array([[0.0] * BITS, [np.inf] * BITS])}, "rerank holds NaN or inf in row 1"),
+    ({"rerank": np.full((2, BITS), 1e307 * 2)}, "so that every score stays finite"),
+    ({"rerank": np.full((2, BITS), "a")}, "rerank must hold real numbers"),
+    ({"rerank": np.zeros((2, BITS)), "rerank_factor": 0}, "rerank_factor must be a positive integer"),
+    ({"rerank": np.zeros((2, BITS)), "rerank_factor": 2.0}, "rerank_factor must be a positive integer"),
+    ({"rerank_factor": True}, "rerank_factor must be a positive integer"),
+])
+def test_bad_rerank_input_is_one_line(rng, kwargs, fragment):
+    index = CodeIndex(BITS)
+    index.add(random_codes(rng, 10, BITS))
+    with pytest.raises(InputError, match=fragment) as err:
+        index.search(random_codes(rng, 2, BITS), 3, **kwargs)
+    assert "\n" not in str(err.value)
+
+
+def test_searcher_reranks_by_the_encoders_real_outputs(rng):
+    from index_fakes import FakeEncoder
+    from lbhash.index import Searcher
+    from lbhash.index.searcher import codes_of
+
+    encoder = FakeEncoder(dim=12, bits=BITS)
+    index = CodeIndex(BITS)
+    index.add(random_codes(rng, 80, BITS))
+    x = rng.standard_normal((4, 12)).astype(np.float32)  # what the Searcher feeds the encoder
+    searcher = Searcher(index, encoder)
+    real = encoder.encode(x, real=True)
+    np.testing.assert_array_equal(codes_of(real), encoder.encode(x))
+    dist, ids = searcher.search(x, 5, rerank_factor=3)
+    ref_d, ref_i = index.search(encoder.encode(x), 5, rerank=real, rerank_factor=3)
+    np.testing.assert_array_equal(ids, ref_i)
+    np.testing.assert_array_equal(dist, ref_d)
+    expected = reference(encoder.encode(x), real, index.get(index.ids())[0], index.ids(), 5, 3)
+    assert_matches(-dist, ids, expected, 5)
+
+
+# --- the encoder's real outputs --------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def itq_run(tmp_path_factory):
+    from lbhash.train import TrainConfig, train
+
+    run = tmp_path_factory.mktemp("rerank") / "run"
+    train(TrainConfig(data="digits", method="itq", bits=16, progress=False), run)
+    return run
+
+
+def test_encode_real_gives_the_outputs_whose_signs_are_the_codes(itq_run, tmp_path):
+    import torch
+    from click.testing import CliRunner
+
+    from lbhash.cli import main
+    from lbhash.codes import load_codes_file, pack, to_signs
+    from lbhash.data import load_data, load_split
+    from lbhash.train import HashEncoder
+
+    enc = HashEncoder.load(itq_run)
+    x = load_data("digits").x[load_split(itq_run / "split.npz").query]
+    u = enc.encode(x, real=True)
+    assert u.dtype == np.float32 and u.shape == (len(x), 16)
+    np.testing.assert_array_equal(pack(to_signs(u)), enc.encode(x))
+    # the same outputs as the run saved for asymmetric evaluation (other batches: rounding only)
+    np.testing.assert_allclose(u, load_codes_file(itq_run / "codes.npz")["query_real"], rtol=1e-6, atol=1e-6)
+    out = tmp_path / "enc.npz"
+    result = CliRunner().invoke(main, ["encode", str(itq_run), "--part", "query", "--real", "--no-progress",
+                                       "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    with np.load(out) as data:
+        assert data["real"].dtype == np.float32
+        np.testing.assert_array_equal(data["codes"], pack(to_signs(data["real"])))
+        np.testing.assert_allclose(data["real"], u, rtol=1e-6, atol=1e-6)
+    # ties at 0: outputs of exactly +0.0 and -0.0 are bit +1, as bin(0) = +1 everywhere
+    last = [m for m in enc.model_.modules() if isinstance(m, torch.nn.Linear)][-1]
+    with torch.no_grad():
+        last.weight.zero_()
+        last.bias.copy_(torch.tensor([0.0, -0.0, -1.0, 2.0] * 4))
+    u = enc.encode(x[:3], real=True)
+    assert (u[:, [0, 1]] == 0).all() and (u[:, 2] == -1).all()
+    np.testing.assert_array_equal(np.unpackbits(enc.encode(x[:3]), axis=1, bitorder="little")[:, :4],
+                                  np.tile([1, 1, 0, 1], (3, 1)))
+    np.testing.assert_array_equal(pack(to_signs(u)), enc.encode(x[:3]))
+
+
+# --- the HTTP service ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def served(tmp_path, rng):
+    from fastapi.testclient import TestClient
+
+    from index_fakes import FakeEncoder
+    from lbhash.service import Limits, create_app
+
+    codes, _ = clustered_codes(rng, 150, BITS, centers=10, max_flips=2)
+    labels = rng.integers(0, 3, 150)
+    index = CodeIndex(BITS)
+    index.add(codes, labels=labels)
+    index.save(tmp_path / "ix")
+    encoder = FakeEncoder(dim=12, bits=BITS)
+    limits = Limits(max_batch=20, max_k=50, max_rerank_candidates=100)
+    with TestClient(create_app(tmp_path / "ix", encoder, limits=limits)) as client:
+        yield client, index, labels, encoder
+
+
+def hits(reply):
+    assert reply.status_code == 200, reply.text
+    return reply.json()["results"]
+
+
+def test_service_reranks_codes_with_real_and_features(served, rng):
+    client, index, labels, encoder = served
+    queries = random_codes(rng, 3, BITS)
+    real = rng.choice(LEVELS, size=(3, BITS))
+    body = {"codes": [q.tobytes().hex() for q in queries], "real": real.tolist(), "k": 5, "rerank_factor": 3,
+            "labels": [[0], [1, 2], [0, 1, 2]]}
+    results = hits(client.post("/search", json=body))
+    scores, dist, ids = rerank_search(index, queries, 5, real, [[1, 0, 0], [0, 1, 1], [1, 1, 1]], 3)
+    expected = reference(queries, real, index.get(index.ids())[0], index.ids(), 5, 3,
+                         [labels == 0, labels > 0, labels >= 0])
+    for q, result in enumerate(results):
+        assert [h["id"] for h in result["hits"]] == ids[q].tolist() == [i for _, _, i in expected[q]]
+        assert [h["score"] for h in result["hits"]] == scores[q].tolist()
+        assert [h["distance"] for h in result["hits"]] == [d for _, d, _ in expected[q]]  # Hamming
+        assert [h["labels"] for h in result["hits"]] == [[int(labels[i])] for i in ids[q]]
+    default = hits(client.post("/search", json={"codes": body["codes"], "real": body["real"]}))
+    assert [[h["id"] for h in r["hits"]] for r in default] == index.search(queries, 10, rerank=real)[1].tolist()
+    x = rng.standard_normal((2, 12)).astype(np.float32)
+    results = hits(client.post("/search", json={"features": x.tolist(), "k": 4, "rerank_factor": 2}))
+    _, want = index.search(encoder.encode(x), 4, rerank=encoder.encode(x, real=True), rerank_factor=2)
+    assert [[h["id"] for h in r["hits"]] for r in results] == want.tolist()
+    plain = hits(client.post("/search", json={"codes": body["codes"], "k": 2}))
+    assert all("score" not in h for r in plain for h in r["hits"])
+
+
+BAD = [
+    ({"codes": ["0000"], "real": [[0.5] * 15]}, 400, "real must have shape (1, 16)"),
+    ({"codes": ["0000"], "real": [[0.5] * 16, [0.5] * 16]}, 400, "real has 2 rows but there are 1 queries"),
+    ({"codes": ["0000"], "real": [[0.5] * 16, [0.5]]}, 400, "real has 2 rows"),
+    ({"codes": ["0000", "0000"], "real": [[0.5] * 16, [0.5]]}, 400, "real must be lists of numbers of one length"),
+    ({"codes": ["0000"], "real": [[float("nan")] + [0.0] * 15]}, 400, "real holds NaN or inf in row 0"),
+    ({"codes": ["0000"], "real": [[float("inf")] * 16]}, 400, "real holds NaN or inf in row 0"),
+    ({"codes": ["0000"], "real": [[1e308] * 16]}, 400, "every score stays finite"),
+    ({"codes": ["0000"], "real": [[0.5] * 16], "radius": 2}, 400, "give k, not radius"),
+    ({"codes": ["0000"], "real": [[0.5] * 16], "k": 30, "rerank_factor": 4}, 400, "at most 100"),
+    ({"codes": ["0000"], "real": [[0.5] * 16], "k": 51}, 400, "k must be at most 50"),
+    ({"codes": ["0000"], "rerank_factor": 2}, 400, "rerank_factor needs the queries' real outputs"),
+    ({"features": [[0.0] * 12], "real": [[0.5] * 16]}, 400, "'real' goes with 'codes'"),
+    ({"codes": ["0000"], "real": [[0.5] * 16], "rerank_factor": 0}, 422, "rerank_factor"),
+    ({"features": [[0.0] * 12] * 21, "rerank_factor": 2}, 400, "at most 20 queries"),
+]
+
+
+@pytest.mark.parametrize("body, status, fragment", BAD)
+def test_service_refuses_bad_rerank_requests_in_one_line(served, body, status, fragment):
+    import json
+
+    client, *_ = served
+    # json.dumps writes NaN and Infinity, which the service's JSON parser reads
+    reply = client.post("/search", content=json.dumps(body), headers={"content-type": "application/json"})
+    assert reply.status_code == status, reply.text
+    detail = reply.json()["detail"]
+    assert fragment in detail and "\n" not in detail
+
+
+def test_service_reranks_uploaded_images(tmp_path, rng):
+    import io
+
+    from fastapi.testclient import TestClient
+    from PIL import Image
+
+    from index_fakes import FakeEncoder
+    from lbhash.service import create_app
+
+    encoder = FakeEncoder(bits=BITS, input_kind="images")
+    index = CodeIndex(BITS)
+    index.add(random_codes(rng, 60, BITS))
+    index.save(tmp_path / "ix")
+    images = [rng.integers(0, 256, (8 + i, 8, 3), dtype=np.uint8) for i in range(2)]
+    files = []
+    for n, img in enumerate(images):
+        buf = io.BytesIO()
+        Image.fromarray(img).save(buf, format="PNG")
+        files.append(("files", (f"q{n}.png", buf.getvalue(), "image/png")))
+    with TestClient(create_app(tmp_path / "ix", encoder)) as client:
+        results = hits(client.post("/search/image", files=files, data={"k": "3", "rerank_factor": "5"}))
+    real = np.concatenate([encoder.encode(img[None], real=True) for img in images])
+    scores, _, ids = rerank_search(index, np.concatenate([encoder.encode(img[None]) for img in images]), 3, real,
+                                   factor=5)
+    assert [[h["id"] for h in r["hits"]] for r in results] == ids.tolist()
+    assert [[h["score"] for h in r["hits"]] for r in results] == scores.tolist()
+
+
+def test_milvus_holds_the_candidates_to_its_result_cap(rng):
+    """Without a server: the refusal comes before any call to Milvus (tests/test_milvus.py
+    compares re-ranked Milvus searches with CodeIndex's on a real server)."""
+    from lbhash.index.milvus import MilvusIndex
+
+    class Unconnected(MilvusIndex):
+        def __init__(self):
+            self._bits = BITS
+
+        ntotal = 50_000
+
+    with pytest.raises(InputError, match=r"k \* rerank_factor \(20000 candidates\) must be at most 16383"):
+        Unconnected().search(random_codes(rng, 2, BITS), 100, rerank=np.zeros((2, BITS)), rerank_factor=200)
+    with pytest.raises(InputError, match="rerank_factor must be a positive integer"):
+        Unconnected().search(random_codes(rng, 2, BITS), 10, rerank_factor=0)
