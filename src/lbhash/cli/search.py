@@ -27,10 +27,12 @@ IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".ti
 @click.option("--radius", type=int, help="Return every item within this Hamming distance instead of top-k.")
 @click.option("--filter-labels", help=f"Only items with at least one of these class ids (comma-separated, "
                                       f"0 to {MAX_CLASS_ID}).")
+@click.option("--rerank-factor", type=int, help="Re-rank the Hamming top k x M by the queries' real outputs "
+                                             "(--features or --images only; docs/search.md).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @backend_options
 def search(index_dir: str, codes_path, features_path, image_paths, run_dir, k: int | None, radius: int | None,
-           filter_labels: str | None, as_json: bool, backend: str, uri: str) -> None:
+           filter_labels: str | None, rerank_factor: int | None, as_json: bool, backend: str, uri: str) -> None:
     """Search INDEX_DIR; print each query's ids, distances and labels.
 
     Limits (docs/search.md): k at most 1000, class ids 0 to 65535; queries are searched in
@@ -50,11 +52,17 @@ def search(index_dir: str, codes_path, features_path, image_paths, run_dir, k: i
         raise InputError(f"give either -k or --radius, not both (got -k {k} and --radius {radius})")
     if radius is None:
         k = check_k(10 if k is None else k, "-k")
+    if rerank_factor is not None:
+        if codes_path is not None or radius is not None:
+            raise InputError("--rerank-factor needs --features or --images (their real outputs) and top-k, "
+                             "not --codes or --radius")
+        if rerank_factor < 1:
+            raise InputError(f"--rerank-factor must be a positive integer, got {rerank_factor}")
     classes = None
     if filter_labels is not None:  # checked before the index is read
         classes = check_class_ids(parse_int_list(filter_labels, "--filter-labels"), "--filter-labels")
     index = open_index(index_dir, backend, uri)
-    names, queries = _queries(index, codes_path, features_path, image_paths, run_dir)
+    names, queries = _queries(index, codes_path, features_path, image_paths, run_dir, rerank_factor is not None)
     row = None
     if classes is not None:
         row = np.zeros(max(classes) + 1, bool)
@@ -66,12 +74,19 @@ def search(index_dir: str, codes_path, features_path, image_paths, run_dir, k: i
         if radius is not None:
             lims, dist, ids = index.range_search(batch, radius, labels)
             rows += [(dist[a:b], ids[a:b]) for a, b in zip(lims[:-1], lims[1:])]
+        elif rerank_factor is not None:  # batch holds real outputs; distances are -score
+            from lbhash.index.searcher import codes_of
+
+            dist, ids = index.search(codes_of(batch), k, labels, rerank=batch, rerank_factor=rerank_factor)
+            rows += [(d[i >= 0], i[i >= 0]) for d, i in zip(dist, ids)]
         else:
             dist, ids = index.search(batch, k, labels)
             rows += [(d[i >= 0], i[i >= 0]) for d, i in zip(dist, ids)]
     found = np.unique(np.concatenate([i for _, i in rows])) if rows else np.empty(0, np.int64)
     item_labels = dict(zip(found.tolist(), index.get(found)[1])) if len(found) else {}
-    results = [{"query": q, "name": names[q], "ids": i.tolist(), "distances": d.tolist(),
+    measure = "distances" if rerank_factor is None else "scores"  # re-ranked rows hold -score
+    results = [{"query": q, "name": names[q], "ids": i.tolist(),
+                measure: (d if rerank_factor is None else -d).tolist(),
                 "labels": [np.flatnonzero(item_labels[x]).tolist() for x in i.tolist()]}
                for q, (d, i) in enumerate(rows)]
     if as_json:
@@ -79,11 +94,13 @@ def search(index_dir: str, codes_path, features_path, image_paths, run_dir, k: i
         return
     for result in results:
         click.echo(f"query {result['query']} ({result['name']}): {len(result['ids'])} results")
-        for rank, (i, d, lab) in enumerate(zip(result["ids"], result["distances"], result["labels"]), 1):
-            click.echo(f"  {rank:4d}  id {i:<10d} distance {d:<4d} labels {','.join(map(str, lab)) or '-'}")
+        for rank, (i, d, lab) in enumerate(zip(result["ids"], result[measure], result["labels"]), 1):
+            where = f"distance {d:<4d}" if rerank_factor is None else f"score {d:<10.4f}"
+            click.echo(f"  {rank:4d}  id {i:<10d} {where} labels {','.join(map(str, lab)) or '-'}")
 
 
-def _queries(index, codes_path, features_path, image_paths, run_dir):
+def _queries(index, codes_path, features_path, image_paths, run_dir, real: bool = False):
+    """Names and packed codes of the queries (real=True: their real outputs instead)."""
     from lbhash.errors import InputError
 
     if codes_path is not None:
@@ -97,7 +114,7 @@ def _queries(index, codes_path, features_path, image_paths, run_dir):
     searcher = Searcher(index, load_encoder(run_dir))
     if features_path is not None:
         x = _array(features_path, ("features", "x"))
-        return [f"row {i}" for i in range(len(x))], searcher.encode(x)
+        return [f"row {i}" for i in range(len(x))], searcher.encode(x, real)
     files = []
     for path in image_paths:
         if path.is_dir():
@@ -108,7 +125,8 @@ def _queries(index, codes_path, features_path, image_paths, run_dir):
             raise InputError(f"{path}: no such file or directory")
     if not files:
         raise InputError("--images found no image files")
-    return [str(f) for f in files], searcher.encode_image_files([f.read_bytes() for f in files], [str(f) for f in files])
+    return [str(f) for f in files], searcher.encode_image_files([f.read_bytes() for f in files],
+                                                                [str(f) for f in files], real)
 
 
 def _array(path: Path, keys: tuple[str, ...]) -> np.ndarray:
