@@ -79,8 +79,11 @@ class BaselinesSpec:
         for cell in cells:
             rows += run_rows(cell.config, root / cell.name)
             splits.setdefault(cell.config["seed"], []).append(root / cell.name)
+        from lbhash.data import load_data
+
+        dataset = load_data(ctx.data)  # once: the float reference of every seed reads it
         for seed, run_dirs in sorted(splits.items()):
-            rows += reference_rows(ctx.data, seed, run_dirs)
+            rows += reference_rows(dataset, seed, run_dirs)
         write_csv(ctx.out / CSV_FILE, COLUMNS, rows)
         write_summary(ctx.out / MD_FILE, rows)
         baselines_figure(rows, ctx.out / FIGURE_FILE)
@@ -127,12 +130,9 @@ def _protocol(run_dir: Path) -> str:
     return load_run_config(run_dir).protocol
 
 
-def reference_rows(data: str, seed: int, run_dirs: list[Path]) -> list[dict]:
+def reference_rows(dataset, seed: int, run_dirs: list[Path]) -> list[dict]:
     """Float cosine kNN on the raw feature vectors, over the split every run of `seed` used
     (checked to be the same); nothing for image data."""
-    from lbhash.data import load_data
-
-    dataset = load_data(data)
     if not hasattr(dataset, "x"):
         return []
     x = np.asarray(dataset.x, dtype=np.float64)
