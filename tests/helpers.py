@@ -112,3 +112,16 @@ def train_passes(loss, head, x, labels, passes, batch=64, seed=0):
         loss.on_epoch_end(epoch)
         means.append(total / len(x))
     return means
+
+
+# a small, fast `lbhash train` on the digits set, for the CLI tests
+FAST_TRAIN = ["--data", "digits", "--bits", "16", "--hidden", "64", "--centers", "hadamard", "--no-progress"]
+
+
+def cli(*args):
+    """`lbhash ARGS...` in process; paths and numbers are passed as strings."""
+    from click.testing import CliRunner
+
+    from lbhash.cli import main
+
+    return CliRunner().invoke(main, [str(a) for a in args])

@@ -8,19 +8,16 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from helpers import FAST_TRAIN, cli
 from lbhash.cli import main
 from lbhash.codes import save_codes_file
 
-FAST = ["--data", "digits", "--bits", "16", "--hidden", "64", "--centers", "hadamard", "--no-progress"]
+FAST = FAST_TRAIN
 
 
 @pytest.fixture(autouse=True)
 def cache_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("LBHASH_CACHE_DIR", str(tmp_path.parent / "centers-cache"))
-
-
-def cli(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 def files_under(root):

@@ -13,21 +13,18 @@ from click.testing import CliRunner
 from numpy.lib import format as npy
 
 from lbhash import _io
+from helpers import FAST_TRAIN, cli
 from lbhash.cli import main
 from lbhash.codes import pack, save_codes_file
 from lbhash.index import CodeIndex
 from lbhash.limits import MAX_CLASS_ID, MAX_K
 
-FAST = ["--data", "digits", "--bits", "16", "--hidden", "64", "--centers", "hadamard", "--no-progress"]
+FAST = FAST_TRAIN
 
 
 @pytest.fixture(autouse=True)
 def cache_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("LBHASH_CACHE_DIR", str(tmp_path.parent / "centers-cache"))
-
-
-def cli(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 def snapshot(root):

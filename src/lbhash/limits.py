@@ -32,17 +32,17 @@ def check_k(k: int, name: str = "k", limit: int = MAX_K) -> int:
 
 def check_class_ids(values, name: str) -> list[int]:
     """Class ids of a label filter or an item, as given on a command line or in a request."""
-    values = [int(v) for v in values]
-    bad = [v for v in values if v < 0 or v > MAX_CLASS_ID]
-    if bad:
-        raise InputError(f"{name} must be class ids between 0 and {MAX_CLASS_ID}, got {bad[0]}")
-    return values
+    return _in_range(values, MAX_CLASS_ID, f"{name} must be class ids between 0 and {MAX_CLASS_ID}")
 
 
 def check_ids(values, name: str) -> list[int]:
     """Item ids given as Python integers (before they meet an int64 array)."""
+    return _in_range(values, MAX_ID, f"{name} must be between 0 and {MAX_ID} (non-negative int64)")
+
+
+def _in_range(values, top: int, message: str) -> list[int]:
     values = [int(v) for v in values]
-    bad = [v for v in values if v < 0 or v > MAX_ID]
+    bad = [v for v in values if v < 0 or v > top]
     if bad:
-        raise InputError(f"{name} must be between 0 and {MAX_ID} (non-negative int64), got {bad[0]}")
+        raise InputError(f"{message}, got {bad[0]}")
     return values
