@@ -63,7 +63,7 @@ def per_image_inputs(ds, preset, size):
 
 
 def store_inputs(ds, preset, size):
-    batches = ds.encode_batches(None, InputOptions(size, preset, 0, True, 8), batch_size=7)
+    batches = ds.encode_batches(None, InputOptions(size, preset, 0, True), batch_size=7)
     return torch.cat(list(batches))
 
 
@@ -156,7 +156,7 @@ def test_imagenet_training_crop_of_resized_batch(rng):
 
 def test_epochs_are_seeded_and_resume_sees_the_same_batches(sources):
     ds = load_data(sources["image-array"])
-    opts = InputOptions(32, "cifar-augment", 0, True, 5)
+    opts = InputOptions(32, "cifar-augment", 0, True)
     a = list(ds.train_batches(np.arange(20), 5, options=opts).epoch(11))
     b = list(ds.train_batches(np.arange(20), 5, options=opts).epoch(11))
     c = list(ds.train_batches(np.arange(20), 5, options=opts).epoch(12))
@@ -275,6 +275,25 @@ def test_image_arrays_are_a_store_already(tmp_path, rng):
     np.savez(tmp_path / "a.npz", x=rng.integers(0, 256, (10, 28, 28), dtype=np.uint8), y=np.arange(10) % 2)
     ds = load_image_arrays(tmp_path / "a.npz")
     assert ds.pixels.shape == (10, 28, 28, 3) and ds.native_side() == 28
+
+
+def test_encoding_batches_follow_the_pixel_budget_and_do_not_change_outputs(tmp_path, rng):
+    """2^17 pixels per batch on the CPU, 2^20 on a GPU; the batch size never changes an output."""
+    from lbhash.data.images import encode_batch_size
+    from lbhash.models import create_image_model
+    from lbhash.train.encoder import encode
+
+    assert [encode_batch_size(InputOptions(s)) for s in (None, 32, 28, 224)] == [128, 128, 167, 8]
+    assert [encode_batch_size(InputOptions(s), "cuda:0") for s in (32, 28)] == [1024, 1337]
+    np.savez(tmp_path / "a.npz", x=rng.integers(0, 256, (300, 32, 32, 3), dtype=np.uint8), y=np.arange(300) % 3)
+    ds = load_image_arrays(tmp_path / "a.npz")
+    opts = InputOptions(32, "cifar", 0, True)
+    assert [len(x) for x in ds.encode_batches(None, opts)] == [128, 128, 44]
+    torch.manual_seed(0)
+    model = create_image_model("smallcnn", 16).to(memory_format=torch.channels_last)
+    by_default = encode(model, ds, options=opts, real=True)
+    whole = encode(model, ds, options=opts, real=True, batch_size=300)
+    np.testing.assert_allclose(by_default, whole, rtol=1e-4, atol=1e-5)
 
 
 # --- runs through the store ----------------------------------------------------------------------

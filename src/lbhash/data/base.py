@@ -24,7 +24,6 @@ class InputOptions(NamedTuple):
     transform: str | None = None    # transform preset (lbhash.data.transforms)
     num_workers: int = 0            # DataLoader worker processes
     channels_last: bool = False     # image batches in channels-last memory format
-    batch_size: int = 256           # the run's training batch (images encode in batches of >= 256)
 
 
 class HashDataset:
