@@ -6,13 +6,9 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from click.testing import CliRunner
 
 from helpers import FAST_TRAIN, cli
-from lbhash.cli import main
 from lbhash.codes import save_codes_file
-
-FAST = FAST_TRAIN
 
 
 @pytest.fixture(autouse=True)
@@ -38,7 +34,7 @@ def finished_run(tmp_path_factory):
     """A finished CSQ_D run on digits (the R of the issue, shorter)."""
     root = tmp_path_factory.mktemp("reliability")
     out = root / "R"
-    result = CliRunner().invoke(main, ["train", *FAST, "--lbhash", "--epochs", "2", "--out", str(out)])
+    result = cli("train", *FAST_TRAIN, "--lbhash", "--epochs", "2", "--out", out)
     assert result.exit_code == 0, result.output
     return out
 
@@ -66,12 +62,12 @@ def work(tmp_path):
 
 # (id, arguments with {w} for the work folder, fragments the one line must hold)
 CASES = [
-    ("lr-inf", ["train", *FAST, "--lr", "inf", "--out", "{w}/run"], ["lr must be a positive number", "inf"]),
-    ("surrogate-lr-inf", ["train", *FAST, "--lbhash", "--surrogate-lr", "inf", "--out", "{w}/run"],
+    ("lr-inf", ["train", *FAST_TRAIN, "--lr", "inf", "--out", "{w}/run"], ["lr must be a positive number", "inf"]),
+    ("surrogate-lr-inf", ["train", *FAST_TRAIN, "--lbhash", "--surrogate-lr", "inf", "--out", "{w}/run"],
      ["surrogate_lr", "inf"]),
-    ("weight-nan", ["train", *FAST, "--lbhash", "--lbhash-weight", "nan", "--out", "{w}/run"],
+    ("weight-nan", ["train", *FAST_TRAIN, "--lbhash", "--lbhash-weight", "nan", "--out", "{w}/run"],
      ["lbhash_weight", "nan"]),
-    ("gamma-nan", ["train", *FAST, "--lr-gamma", "nan", "--lr-step", "1", "--out", "{w}/run"], ["lr_gamma", "nan"]),
+    ("gamma-nan", ["train", *FAST_TRAIN, "--lr-gamma", "nan", "--lr-step", "1", "--out", "{w}/run"], ["lr_gamma", "nan"]),
     ("config-bool-string", ["train", "--config", "{w}/no.yaml", "--out", "{w}/run"],
      ["no.yaml", "lbhash must be true or false", "'no'"]),
     ("config-number-string", ["train", "--config", "{w}/heavy.yaml", "--out", "{w}/run"],
@@ -81,11 +77,11 @@ CASES = [
      ["options.yaml", "method_options", "[1, 2]"]),
     ("config-malformed", ["train", "--config", "{w}/broken.yaml", "--out", "{w}/run"], ["broken.yaml", "YAML"]),
     ("config-python-tag", ["train", "--config", "{w}/python.yaml", "--out", "{w}/run"], ["python.yaml", "YAML"]),
-    ("method-option-text", ["train", *FAST, "--method-option", "quantization=abc", "--out", "{w}/run"],
+    ("method-option-text", ["train", *FAST_TRAIN, "--method-option", "quantization=abc", "--out", "{w}/run"],
      ["quantization", "'abc'"]),
-    ("method-option-unknown", ["train", *FAST, "--method-option", "bogus=1", "--out", "{w}/run"], ["'bogus'"]),
-    ("out-is-a-file", ["train", *FAST, "--out", "{w}/a_file"], ["a_file", "is a file"]),
-    ("out-under-a-file", ["train", *FAST, "--out", "{w}/a_file/run"], ["a_file", "file"]),
+    ("method-option-unknown", ["train", *FAST_TRAIN, "--method-option", "bogus=1", "--out", "{w}/run"], ["'bogus'"]),
+    ("out-is-a-file", ["train", *FAST_TRAIN, "--out", "{w}/a_file"], ["a_file", "is a file"]),
+    ("out-under-a-file", ["train", *FAST_TRAIN, "--out", "{w}/a_file/run"], ["a_file", "file"]),
     ("wide-features", ["train", "--data", "features:{w}/wide.npz", "--bits", "16", "--out", "{w}/run"],
      ["300000 features", "parameters"]),
     ("fake-mat", ["train", "--data", "features:{w}/fake.mat", "--out", "{w}/run"], ["fake.mat"]),
@@ -112,7 +108,7 @@ CASES = [
     ("unparsable-int", ["train", "--epochs", "many"], ["--epochs", "'many'"]),
 ]
 if not torch.cuda.is_available():
-    CASES.append(("no-gpu", ["train", *FAST, "--accelerator", "gpu", "--out", "{w}/run"], ["--accelerator gpu", "GPU"]))
+    CASES.append(("no-gpu", ["train", *FAST_TRAIN, "--accelerator", "gpu", "--out", "{w}/run"], ["--accelerator gpu", "GPU"]))
 
 
 @pytest.mark.parametrize("args, fragments", [c[1:] for c in CASES], ids=[c[0] for c in CASES])

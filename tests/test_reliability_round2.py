@@ -9,17 +9,13 @@ import zipfile
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 from numpy.lib import format as npy
 
 from lbhash import _io
 from helpers import FAST_TRAIN, cli
-from lbhash.cli import main
 from lbhash.codes import pack, save_codes_file
 from lbhash.index import CodeIndex
 from lbhash.limits import MAX_CLASS_ID, MAX_K
-
-FAST = FAST_TRAIN
 
 
 @pytest.fixture(autouse=True)
@@ -110,9 +106,9 @@ CASES = [
     ("6-filter-class-negative", ["search", "{w}/idx", "--codes", "{w}/q.npy", "--filter-labels", "2,-1"],
      ["--filter-labels", "-1"]),
     ("6-add-class-over-limit", ["index", "add", "{w}/idx", "{w}/big_class.npz"], ["class id 65536", "at most 65535"]),
-    ("7-features-beyond-memory", ["train", *FAST[2:], "--data", "features:{w}/huge.npz", "--out", "{w}/run"],
+    ("7-features-beyond-memory", ["train", *FAST_TRAIN[2:], "--data", "features:{w}/huge.npz", "--out", "{w}/run"],
      ["huge.npz", "'x'", "(30, 2000000000000)", "memory available"]),
-    ("7-npy-beyond-memory", ["train", *FAST[2:], "--data", "features:{w}/huge.npy?labels={w}/labels.npy",
+    ("7-npy-beyond-memory", ["train", *FAST_TRAIN[2:], "--data", "features:{w}/huge.npy?labels={w}/labels.npy",
                              "--out", "{w}/run"], ["huge.npy", "(30, 2000000000000)", "memory available"]),
     ("7-query-file-beyond-memory", ["search", "{w}/idx", "--codes", "{w}/huge.npy"],
      ["huge.npy", "(30, 2000000000000)"]),
@@ -135,7 +131,7 @@ def test_a_file_larger_than_free_memory_is_refused_from_its_header(work, monkeyp
     """The issue's (30, 20,000,000) float64 file (4.8 GB) on a machine with 2 GB free."""
     monkeypatch.setattr(_io, "available_memory", lambda: 2 * 10**9)
     before = snapshot(work)
-    one_line_error(cli("train", *FAST, "--data", f"features:{work / 'wide.npz'}", "--out", work / "run"),
+    one_line_error(cli("train", *FAST_TRAIN, "--data", f"features:{work / 'wide.npz'}", "--out", work / "run"),
                    "wide.npz", "'x' has shape (30, 20000000)", "float64, 4.8 GB", "2.0 GB of memory available")
     assert snapshot(work) == before
 
@@ -168,8 +164,8 @@ def test_a_busy_port_is_one_line_and_touches_no_file(work):
 def finished_run(tmp_path_factory):
     """A finished CSQ_D run on digits that kept its best validation epoch (best.pt: the weights)."""
     out = tmp_path_factory.mktemp("finished") / "R"
-    result = CliRunner().invoke(main, ["train", *FAST, "--lbhash", "--epochs", "2", "--validation", "0.2",
-                                       "--select", "best-val", "--eval-every", "1", "--out", str(out)])
+    result = cli("train", *FAST_TRAIN, "--lbhash", "--epochs", "2", "--validation", "0.2",
+                 "--select", "best-val", "--eval-every", "1", "--out", out)
     assert result.exit_code == 0, result.output
     assert (out / "best.pt").is_file()
     return out
