@@ -35,7 +35,7 @@ class Killed(Exception):
 def assert_resume_matches(run, cfg, root, kill_at=2):
     """Train cfg uninterrupted and killed after epoch kill_at then resumed (with run, e.g.
     lbhash.train.train); assert both give the same codes and return the two run directories."""
-    from lbhash.codes import load_codes_file
+    from lbhash.codes_file import load_codes_file
 
     full, cut = root / "full", root / "cut"
     run(cfg, full)

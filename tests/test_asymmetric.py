@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from lbhash.cli import main
-from lbhash.codes import save_codes_file
+from lbhash.codes_file import save_codes_file
 from lbhash.errors import InputError
 from lbhash.evaluate import asymmetric_map, evaluate_codes, mean_average_precision, rank_asymmetric
 
@@ -134,7 +134,8 @@ def test_evaluate_command_ranks_asymmetrically_when_asked(tied, tmp_path):
 def test_a_run_saves_the_queries_real_outputs_and_reports_asymmetric_metrics(tmp_path):
     import torch
 
-    from lbhash.codes import load_codes_file, unpack
+    from lbhash.codes import unpack
+    from lbhash.codes_file import load_codes_file
     from lbhash.data import load_data, load_split
     from lbhash.train import HashEncoder, TrainConfig, train
 

@@ -11,7 +11,8 @@ from click.testing import CliRunner
 
 from lbhash import HashEncoder
 from lbhash.cli import main
-from lbhash.codes import load_codes_file, pack, unpack
+from lbhash.codes import pack, unpack
+from lbhash.codes_file import load_codes_file
 from lbhash.errors import InputError
 from lbhash.methods import create_method
 from lbhash.methods.itq import itq_rotation

@@ -7,7 +7,7 @@ from click.testing import CliRunner
 
 from lbhash import __version__
 from lbhash.cli import main
-from lbhash.codes import save_codes_file
+from lbhash.codes_file import save_codes_file
 from lbhash.evaluate import evaluate_codes
 
 
@@ -38,10 +38,11 @@ def codes_file(tmp_path, rng):
 
 def test_evaluate_writes_metrics_json_and_table(codes_file):
     path, (q, d, ql, dl) = codes_file
-    result = run("evaluate", str(path), "--topk", "30", "--ks", "5,10")
+    out = path.parent / "metrics.json"
+    result = run("evaluate", str(path), "--topk", "30", "--ks", "5,10", "--out", str(out))
     assert result.exit_code == 0, result.output
     assert "mAP@30 (ties by index)" in result.output
-    written = json.loads((path.parent / "metrics.json").read_text())
+    written = json.loads(out.read_text())
     assert written == json.loads(json.dumps(evaluate_codes(q, d, ql, dl, topk=30, ks=(5, 10))))
 
 
@@ -50,6 +51,15 @@ def test_evaluate_out_option(codes_file, tmp_path):
     out = tmp_path / "sub" / "m.json"
     assert run("evaluate", str(path), "--out", str(out)).exit_code == 0
     assert json.loads(out.read_text())["topk"] == "all"
+    _one_line_error(run("evaluate", str(path), "--out", str(out)), "m.json: exists; pass --overwrite")
+    assert run("evaluate", str(path), "--out", str(out), "--overwrite").exit_code == 0
+
+
+def test_evaluate_writes_nothing_without_out(codes_file):
+    path, _ = codes_file
+    before = sorted(p.name for p in path.parent.iterdir())
+    assert run("evaluate", str(path)).exit_code == 0
+    assert sorted(p.name for p in path.parent.iterdir()) == before
 
 
 def _one_line_error(result, *fragments):
@@ -63,7 +73,7 @@ def _one_line_error(result, *fragments):
 def test_evaluate_missing_key(tmp_path):
     path = tmp_path / "codes.npz"
     np.savez(path, query_codes=np.zeros((2, 2), np.uint8), db_codes=np.zeros((2, 2), np.uint8), bits=16)
-    _one_line_error(run("evaluate", str(path)), "codes.npz", "missing key(s) query_labels, db_labels")
+    _one_line_error(run("evaluate", str(path)), "codes.npz", "the queries have no labels", "--query-labels")
 
 
 def test_evaluate_bad_topk(codes_file):

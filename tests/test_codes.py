@@ -93,9 +93,12 @@ def test_sign_codes_validation_names_value(bad, message):
         C.as_packed(bad, name="query_codes")
 
 
-def test_packed_codes_need_bits():
-    with pytest.raises(ValueError, match="query_codes is packed uint8 but bits= was not given"):
-        C.as_packed(np.zeros((2, 8), dtype=np.uint8), name="query_codes")
+def test_packed_codes_take_bits_from_their_width():
+    packed = np.array([[0b101, 0xFF]], dtype=np.uint8)
+    out, bits = C.as_packed(packed, name="query_codes")
+    assert bits == 16 and out.tolist() == packed.tolist()
+    with pytest.raises(ValueError, match="bits set beyond bits=12"):  # other lengths are told
+        C.as_packed(packed, bits=12, name="query_codes")
 
 
 def test_packed_width_must_match_bits():
@@ -103,27 +106,3 @@ def test_packed_width_must_match_bits():
         C.as_packed(np.zeros((2, 8), dtype=np.uint8), bits=16, name="db_codes")
 
 
-def test_codes_file_round_trip(tmp_path, rng):
-    q = rng.choice([-1, 1], size=(4, 12))
-    d = rng.choice([-1, 1], size=(6, 12))
-    path = tmp_path / "codes.npz"
-    C.save_codes_file(path, q, d, [0, 1, 0, 1], [1, 1, 0, 0, 1, 0])
-    data = C.load_codes_file(path)
-    assert data["bits"] == 12
-    np.testing.assert_array_equal(C.unpack(data["query_codes"], 12), q)
-    np.testing.assert_array_equal(C.unpack(data["db_codes"], 12), d)
-    assert not list(tmp_path.glob(".*tmp"))  # no temporary file left behind
-
-
-def test_codes_file_missing_key_names_file_and_key(tmp_path):
-    path = tmp_path / "bad.npz"
-    np.savez(path, query_codes=np.zeros((1, 1), np.uint8), bits=8)
-    with pytest.raises(ValueError, match=r"bad\.npz: missing key\(s\) db_codes, query_labels, db_labels"):
-        C.load_codes_file(path)
-
-
-def test_codes_file_refuses_pickled_objects(tmp_path):
-    path = tmp_path / "obj.npz"
-    np.savez(path, query_codes=np.array([{"a": 1}], dtype=object))
-    with pytest.raises(ValueError, match="cannot read safely"):
-        C.load_codes_file(path)

@@ -220,7 +220,7 @@ GOOD = dict(query_codes=np.ones((2, 8), np.int8), db_codes=-np.ones((3, 8), np.i
 
 @pytest.mark.parametrize("change, message", [
     (dict(db_codes=np.ones((3, 16), np.int8)), "query_codes has 8 bits but db_codes has 16"),
-    (dict(query_codes=np.ones((2, 1), np.uint8)), "query_codes is packed uint8 but bits= was not given"),
+    (dict(query_codes=np.ones((2, 2), np.uint8)), "query_codes has 16 bits but db_codes has 8"),
     (dict(query_labels=np.ones((2, 3)), db_labels=np.ones((3, 2))), "query_labels has 3 label columns but db_labels has 2"),
     (dict(query_codes=np.array([[1.0] * 7 + [np.nan]] * 2)), r"query_codes must hold only \+1/-1, found nan at row 0, column 7"),
     (dict(db_codes=np.array([[1, 0.5] * 4] * 3)), r"db_codes must hold only \+1/-1, found 0.5 at row 0, column 1"),

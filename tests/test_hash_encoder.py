@@ -7,7 +7,8 @@ from click.testing import CliRunner
 
 from lbhash import HashEncoder, InputError
 from lbhash.cli import main
-from lbhash.codes import load_codes_file, unpack
+from lbhash.codes import unpack
+from lbhash.codes_file import load_codes_file
 from lbhash.evaluate import mean_average_precision
 from lbhash.train.hash_encoder import NotFittedError
 
@@ -91,8 +92,8 @@ def test_load_reads_a_cli_run(tmp_path):
     x = load_digits().data.astype(np.float32)
     codes = load_codes_file(out / "codes.npz")
     enc = HashEncoder.load(out)
-    np.testing.assert_array_equal(enc.encode(x[codes["query_index"]]), codes["query_codes"])
-    np.testing.assert_array_equal(enc.encode(x[codes["db_index"]]), codes["db_codes"])
+    np.testing.assert_array_equal(enc.encode(x[codes["query_ids"]]), codes["query_codes"])
+    np.testing.assert_array_equal(enc.encode(x[codes["db_ids"]]), codes["db_codes"])
 
 
 def test_not_fitted_error():

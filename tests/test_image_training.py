@@ -8,7 +8,7 @@ from click.testing import CliRunner
 from conftest import shared_data_dir
 
 from lbhash.cli import main
-from lbhash.codes import load_codes_file
+from lbhash.codes_file import load_codes_file
 from lbhash.data import load_data
 from lbhash.train import train as train_and_evaluate
 from lbhash.train import TrainConfig

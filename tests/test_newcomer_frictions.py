@@ -156,4 +156,4 @@ def test_an_image_array_file_trains_on_part_of_its_train_split(tmp_path):
                                              "3 classes, 8x8 images -> 8x8 model input; split given:15: 15 train, "
                                              "12 query, 60 database")
     codes = np.load(tmp_path / "run" / "codes.npz")
-    assert sorted(codes["query_index"]) == list(range(60, 72)) and sorted(codes["db_index"]) == list(range(60))
+    assert sorted(codes["query_ids"]) == list(range(60, 72)) and sorted(codes["db_ids"]) == list(range(60))

@@ -151,7 +151,7 @@ def test_validation_split_is_disjoint_from_query_and_database_and_seeded():
 
 
 def test_best_validation_selection_restores_that_epochs_weights(tmp_path):
-    from lbhash.codes import load_codes_file
+    from lbhash.codes_file import load_codes_file
     from lbhash.data import load_data
     from lbhash.train.encoder import encode
     from lbhash.train.rundir import load_run_model
@@ -170,7 +170,7 @@ def test_best_validation_selection_restores_that_epochs_weights(tmp_path):
         torch.testing.assert_close(value, saved["model"][key], rtol=0, atol=0)
     codes = load_codes_file(out / "codes.npz")
     ds = load_data("digits")
-    np.testing.assert_array_equal(encode(model, ds, codes["query_index"]),
+    np.testing.assert_array_equal(encode(model, ds, codes["query_ids"]),
                                   np.where(np.unpackbits(codes["query_codes"], axis=1, count=16,
                                                          bitorder="little") > 0, 1, -1))
     assert metrics["run"]["n_validation"] == 200 and metrics["run"]["n_train"] == 800

@@ -308,7 +308,7 @@ def image_run(data, out, **kwargs):
 
 def test_run_without_augmentation_gives_the_per_image_paths_codes(real_images, tmp_path):
     """cache=off is the per-image path (DataLoader, per-image transforms) the store replaced."""
-    from lbhash.codes import load_codes_file
+    from lbhash.codes_file import load_codes_file
 
     tree = write_tree(tmp_path / "t", real_images * 2)
     image_run(f"images:{tree}", tmp_path / "store", transform="cifar")

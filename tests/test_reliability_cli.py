@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from helpers import FAST_TRAIN, cli
-from lbhash.codes import save_codes_file
+from lbhash.codes_file import save_codes_file
 
 
 @pytest.fixture(autouse=True)

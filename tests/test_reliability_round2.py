@@ -13,7 +13,8 @@ from numpy.lib import format as npy
 
 from lbhash import _io
 from helpers import FAST_TRAIN, cli
-from lbhash.codes import pack, save_codes_file
+from lbhash.codes import pack
+from lbhash.codes_file import save_codes_file
 from lbhash.index import CodeIndex
 from lbhash.limits import MAX_CLASS_ID, MAX_K
 

@@ -8,7 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from lbhash.cli import main
-from lbhash.codes import load_codes_file, unpack
+from lbhash.codes import unpack
+from lbhash.codes_file import load_codes_file
 from lbhash.data import load_data
 from lbhash.errors import InputError
 from lbhash.reproduce.baselines import BaselinesSpec, ranked_map
@@ -121,7 +122,7 @@ def test_float_reference_is_cosine_knn_on_the_features(baselines_out):
     codes = load_codes_file(run / "codes.npz")
     x = load_data("digits").x.astype(float)
     x /= np.linalg.norm(x, axis=1, keepdims=True)
-    q, db = x[codes["query_index"]], x[codes["db_index"]]
+    q, db = x[codes["query_ids"]], x[codes["db_ids"]]
     relevant = (codes["query_labels"].astype(int) @ codes["db_labels"].astype(int).T) > 0
     row = next(r for r in _rows(baselines_out)
                if r["variant"] == "cosine-knn" and r["seed"] == "0" and r["classes"] == "unseen")

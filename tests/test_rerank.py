@@ -206,7 +206,8 @@ def test_encode_real_gives_the_outputs_whose_signs_are_the_codes(itq_run, tmp_pa
     from click.testing import CliRunner
 
     from lbhash.cli import main
-    from lbhash.codes import load_codes_file, pack, to_signs
+    from lbhash.codes import pack, to_signs
+    from lbhash.codes_file import load_codes_file
     from lbhash.data import load_data, load_split
     from lbhash.train import HashEncoder
 

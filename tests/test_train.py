@@ -13,7 +13,7 @@ import yaml
 from click.testing import CliRunner
 
 from lbhash.cli import main
-from lbhash.codes import load_codes_file
+from lbhash.codes_file import load_codes_file
 from lbhash.evaluate import mean_average_precision
 from lbhash.train import train
 from helpers import assert_resume_matches

@@ -51,6 +51,19 @@ def check_output_file(path: str | os.PathLike, option: str) -> Path:
     return path
 
 
+def check_new_output_file(path: str | os.PathLike, option: str, overwrite: bool) -> Path:
+    """`check_output_file`, and an existing file is replaced only with --overwrite; a file inside a
+    run directory (beside its manifest or config) never: only training writes there."""
+    path = check_output_file(path, option)
+    parent = path.parent
+    if (parent / "config.yaml").is_file() and ((parent / "manifest.json").is_file() or (parent / ".lock").exists()):
+        raise InputError(f"{option} {path}: inside the run directory {parent}, which only training writes; "
+                         "choose a path outside it")
+    if path.exists() and not overwrite:
+        raise InputError(f"{option} {path}: exists; pass --overwrite to replace it")
+    return path
+
+
 def check_output_dir(path: str | os.PathLike, option: str) -> Path:
     """A directory a command may write into, checked before any work: not a file, and under a
     directory that can be written."""

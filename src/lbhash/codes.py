@@ -1,4 +1,4 @@
-"""Hash-code primitives: binarisation, packing, Hamming distances, class centers, codes files.
+"""Hash-code primitives: binarisation, packing, Hamming distances, class centers.
 
 Conventions (README, "Codes"):
 - codes in memory are +/-1 arrays of shape (n, bits); `bin(x) = +1 if x >= 0 else -1`;
@@ -9,12 +9,9 @@ Conventions (README, "Codes"):
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
-from lbhash import _io
-from lbhash.labels import as_multihot, check_label_shape
+from lbhash.labels import as_multihot
 from lbhash.errors import InputError
 
 # Bytes of XOR temporaries that hamming_distance may hold at once.
@@ -52,8 +49,10 @@ def unpack(packed, bits: int, name: str = "codes") -> np.ndarray:
 
 
 def as_packed(codes, bits: int | None = None, name: str = "codes") -> tuple[np.ndarray, int]:
-    """Accept +/-1 codes, booleans, or packed uint8 with `bits`; return (packed, bits).
+    """Accept +/-1 codes, booleans, or packed uint8; return (packed, bits).
 
+    Packed uint8 codes have 8 bits per byte unless `bits` says otherwise (a length that is not
+    a multiple of 8, e.g. bits=12 in 2 bytes).
     Padding bits beyond `bits` in the last byte must be 0 (a set one means the codes were
     packed for another length), so that they never count in a distance.
     """
@@ -61,8 +60,7 @@ def as_packed(codes, bits: int | None = None, name: str = "codes") -> tuple[np.n
     if arr.ndim != 2:
         raise InputError(f"{name} must be a 2-D array (n, bits) or packed (n, bytes), got shape {arr.shape}")
     if arr.dtype == np.uint8:
-        if bits is None:
-            raise InputError(f"{name} is packed uint8 but bits= was not given")
+        bits = 8 * arr.shape[1] if bits is None else bits  # the width decides unless told otherwise
         arr = _check_packed(arr, bits, name)
         if bits % 8:
             padding = arr[:, -1] >> np.uint8(bits % 8)
@@ -130,41 +128,6 @@ def class_centers(codes, labels, bits: int | None = None, num_classes: int | Non
     counts = onehot.sum(axis=0).astype(np.int64)
     centers = np.where(2 * positives >= counts[:, None], 1, -1).astype(np.int8)
     return centers, counts
-
-
-# --- codes files (the format `lbhash evaluate` reads) -------------------------------------
-
-CODES_FILE_KEYS = ("query_codes", "db_codes", "query_labels", "db_labels", "bits")
-
-
-def save_codes_file(path: str | os.PathLike, query_codes, db_codes, query_labels, db_labels,
-                    bits: int | None = None, **extra) -> None:
-    """Write a codes file atomically: packed codes, labels, bits, plus any extra arrays."""
-    q, bits_q = as_packed(query_codes, bits, "query_codes")
-    d, bits_d = as_packed(db_codes, bits, "db_codes")
-    if bits_q != bits_d:
-        raise InputError(f"query_codes has {bits_q} bits but db_codes has {bits_d}")
-    _io.save_npz(path, query_codes=q, db_codes=d, query_labels=np.asarray(query_labels),
-                 db_labels=np.asarray(db_labels), bits=np.int64(bits_q),
-                 **{k: np.asarray(v) for k, v in extra.items()})
-
-
-def load_codes_file(path: str | os.PathLike) -> dict[str, np.ndarray]:
-    """Read a codes file; a missing key or a bad `bits` raises ValueError naming the file."""
-    data = _io.load_npz(path)
-    missing = [k for k in CODES_FILE_KEYS if k not in data]
-    if missing:
-        raise InputError(f"{path}: missing key(s) {', '.join(missing)} (a codes file needs {', '.join(CODES_FILE_KEYS)})")
-    bits = data["bits"]
-    if bits.shape != () or bits.dtype.kind not in "iu" or int(bits) <= 0:
-        raise InputError(f"{path}: 'bits' must be a positive integer scalar, got {bits!r}")
-    data["bits"] = int(bits)
-    for key in ("query_codes", "db_codes"):
-        if data[key].dtype != np.uint8:
-            raise InputError(f"{path}: '{key}' must be packed uint8, got {data[key].dtype}")
-    for key in ("query_labels", "db_labels"):
-        check_label_shape(data[key], f"{path}: '{key}'")
-    return data
 
 
 # --- validation helpers -------------------------------------------------------------------

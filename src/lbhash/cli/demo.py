@@ -65,17 +65,17 @@ def demo(out: Path, bits: str, epochs: int, lr_step: int, seed: int) -> None:
 
 def search_demo(run_dir: Path, queries: int = 5, k: int = 8) -> None:
     """Index a run's database codes and show the labels of a few queries' nearest neighbours."""
-    from lbhash.codes import load_codes_file
+    from lbhash.codes_file import load_codes_file
     from lbhash.index import CodeIndex
 
     codes = load_codes_file(run_dir / "codes.npz")
     index = CodeIndex(codes["bits"])
-    index.add(codes["db_codes"], ids=codes["db_index"], labels=codes["db_labels"])
+    index.add(codes["db_codes"], ids=codes["db_ids"], labels=codes["db_labels"])
     dist, ids = index.search(codes["query_codes"][:queries], k=k)
-    label_of = dict(zip(codes["db_index"].tolist(), codes["db_labels"].tolist()))
+    label_of = dict(zip(codes["db_ids"].tolist(), codes["db_labels"].tolist()))
     click.echo(f"\nsearch: the {k} nearest database items of {queries} queries, {run_dir.name} codes in a flat "
                f"index of {len(index)} items (ties by id)")
     for q in range(min(queries, len(ids))):
         digits = " ".join(str(label_of[i]) for i in ids[q])
-        click.echo(f"  query {int(codes['query_index'][q]):>4} (digit {int(codes['query_labels'][q])}): "
+        click.echo(f"  query {int(codes['query_ids'][q]):>4} (digit {int(codes['query_labels'][q])}): "
                    f"neighbours' digits {digits}  distances {' '.join(map(str, dist[q]))}")

@@ -9,7 +9,8 @@ import click
 
 @click.command()
 @click.argument("run_dir", type=click.Path(path_type=Path))
-@click.option("--data", help="Data spec to encode (see docs/data.md). [default: the run's own data]")
+@click.option("--data", help="Data spec to encode (see docs/data.md); labels are not needed, and feature rows go "
+                            "through the run's input contract. [default: the run's own data]")
 @click.option("--part", type=click.Choice(["all", "train", "query", "database"]), default="all",
               show_default=True, help="With the run's own data: which part of its split.")
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Output .npz file.")
@@ -21,19 +22,22 @@ import click
 @click.option("--real", is_flag=True,
               help="Also save the model's real-valued outputs (key 'real', float32 (n, bits)), whose signs are "
                    "the codes: the input of asymmetric ranking and of search re-ranking.")
+@click.option("--overwrite", is_flag=True, help="Replace --out if it exists.")
 @click.option("--progress/--no-progress", default=True, show_default=True)
 def encode(run_dir: Path, data: str | None, part: str, out: Path, accelerator: str, devices: int,
-           precision: str, real: bool, progress: bool) -> None:
-    """Encode data with the model of RUN_DIR into packed codes.
+           precision: str, real: bool, overwrite: bool, progress: bool) -> None:
+    """Encode data with the model of RUN_DIR into a codes file (docs/evaluation.md#codes-files).
 
-    The output .npz holds `codes` (packed uint8, FAISS bit layout), `bits`, `ids` (item indices,
-    or file paths for image data) and `labels` (class ids or multi-hot rows); with --real also
+    The file holds one part: `codes` (packed uint8, FAISS bit layout), `ids` (the items'
+    positions in the data), `labels` (when the data has them), `sources` (the file or archive
+    member of image items), `bits`, and `topk`, the R of the run's protocol; with --real also
     `real`, the real outputs of the same forward pass (the codes are their signs, 0 -> +1).
+    `lbhash evaluate`, `lbhash index build|add` and `lbhash search --codes` read it as it is.
     """
-    from lbhash._io import check_output_file
+    from lbhash._io import check_new_output_file
     from lbhash.train.rundir import encode_run, save_encoded
 
-    check_output_file(out, "--out")
+    check_new_output_file(out, "--out", overwrite)
     encoded = encode_run(run_dir, data, part, accelerator, precision, devices, progress, real=real)
     if encoded is None:  # another rank of a multi-process run
         return

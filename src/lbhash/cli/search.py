@@ -17,9 +17,12 @@ IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".ti
 @click.command()
 @click.argument("index_dir")
 @click.option("--codes", "codes_path", type=click.Path(path_type=Path),
-              help="Packed query codes: .npy uint8, or .npz with 'codes' or 'query_codes'.")
-@click.option("--features", "features_path", type=click.Path(path_type=Path),
-              help="Query feature vectors (.npy, or .npz with 'features' or 'x'); needs --run.")
+              help="Query codes: a codes file (lbhash encode's output, or a run's codes.npz: its queries), "
+                   "or a .npy of packed uint8 or +/-1 codes.")
+@click.option("--features", "features_path",
+              help="Query feature file (.npz/.npy/.mat, read as training reads it: a features:PATH data spec "
+                   "may add options); labels are not needed. Rows go through the run's input contract "
+                   "(docs/data.md). Needs --run.")
 @click.option("--images", "image_paths", multiple=True, type=click.Path(path_type=Path),
               help="Query image file or directory (repeatable); needs --run.")
 @click.option("--run", "run_dir", type=click.Path(path_type=Path), help="Trained run whose model encodes the queries.")
@@ -104,17 +107,22 @@ def _queries(index, codes_path, features_path, image_paths, run_dir, real: bool 
     from lbhash.errors import InputError
 
     if codes_path is not None:
-        codes = _array(codes_path, ("codes", "query_codes"))
-        if codes.dtype != np.uint8:
-            raise InputError(f"{codes_path}: query codes must be packed uint8, got {codes.dtype}")
-        return [f"row {i}" for i in range(len(codes))], codes
+        from lbhash.codes_file import load_codes_file, only_part, part
+
+        data = load_codes_file(codes_path, need=(), bits=index.bits)
+        if data["bits"] != index.bits:
+            raise InputError(f"{codes_path}: {data['bits']}-bit codes, but the index holds {index.bits}-bit codes")
+        fields = part(data, only_part(data, "query", codes_path))
+        return _names(fields), fields["codes"]
+    from lbhash.data import load_data
     from lbhash.index import Searcher
     from lbhash.index.sources import load_encoder
 
     searcher = Searcher(index, load_encoder(run_dir))
     if features_path is not None:
-        x = _array(features_path, ("features", "x"))
-        return [f"row {i}" for i in range(len(x))], searcher.encode(x, real)
+        spec = features_path if features_path.startswith("features:") else f"features:{features_path}"
+        queries = load_data(spec, labels_required=False)
+        return [f"row {i}" for i in range(len(queries))], searcher.encode(queries, real)
     files = []
     for path in image_paths:
         if path.is_dir():
@@ -129,19 +137,7 @@ def _queries(index, codes_path, features_path, image_paths, run_dir, real: bool 
                                                                 [str(f) for f in files], real)
 
 
-def _array(path: Path, keys: tuple[str, ...]) -> np.ndarray:
-    from lbhash import _io
-    from lbhash.errors import InputError
-
-    if path.suffix == ".npy":
-        return _io.load_npy(path)
-    try:
-        data = _io.load_npz(path)
-    except ValueError as err:
-        raise InputError(str(err)) from None
-    for key in keys:
-        if key in data:
-            return data[key]
-    if len(data) == 1:
-        return next(iter(data.values()))
-    raise InputError(f"{path}: holds none of {', '.join(keys)}")
+def _names(fields: dict) -> list[str]:
+    if fields["sources"] is not None:
+        return [str(x) for x in fields["sources"]]
+    return [f"id {i}" for i in fields["ids"].tolist()]

@@ -58,9 +58,10 @@ class HashDataset:
         """The items at `indices`, class axis and names kept."""
         raise NotImplementedError
 
-    def item_ids(self, indices) -> np.ndarray:
-        """What identifies items outside the library: their row numbers, or their files."""
-        return check_indices(self, indices)
+    def item_sources(self, indices) -> np.ndarray | None:
+        """Where each item came from (its file, archive member or array row) as strings, or None
+        when the item's position in the data set says it all (feature rows)."""
+        return None
 
     def check_items(self, indices, skip_bad: bool = False) -> tuple[np.ndarray, int]:
         """Check that the items at `indices` can be used; (usable indices, count left out)."""

@@ -42,7 +42,14 @@ class ArrayDataset(HashDataset):
     is_test: np.ndarray | None
     name: str
     class_names: list[str] | None = None
-    dequantized: bool = False  # the file's quantised values were turned into (x - zero_point) * scale
+    # the raw form (lbhash.data.input_form): the stored dtype, and the (scale, zero_point) that
+    # turned stored values into x, or None when x holds the stored values as float32
+    raw_dtype: str = "float32"
+    quantization: tuple[float, float] | None = None
+
+    @property
+    def dequantized(self) -> bool:
+        return self.quantization is not None
 
     def __post_init__(self) -> None:
         self.x = np.asarray(self.x)
@@ -61,7 +68,7 @@ class ArrayDataset(HashDataset):
         idx = check_indices(self, indices)
         return ArrayDataset(self.x[idx], self.labels[idx],
                             None if self.is_test is None else self.is_test[idx],
-                            self.name, self.class_names, self.dequantized)
+                            self.name, self.class_names, self.raw_dtype, self.quantization)
 
     def check_items(self, indices, skip_bad: bool = False) -> tuple[np.ndarray, int]:
         """Every feature of the items must be finite (skip_bad does not apply to features)."""
@@ -116,13 +123,13 @@ def load_digits() -> ArrayDataset:
     return ArrayDataset(x=np.ascontiguousarray(raw.data, dtype=np.float32),
                         labels=as_multihot(raw.target, num_classes=len(raw.target_names)),
                         is_test=None, name="digits",
-                        class_names=[str(c) for c in raw.target_names])
+                        class_names=[str(c) for c in raw.target_names], raw_dtype=str(raw.data.dtype))
 
 
 def load_features(path: str | os.PathLike, x_key: str | None = None, y_key: str | None = None,
                   split_key: str | None = None, labels_path: str | os.PathLike | None = None,
                   scale: float | None = None, zero_point: float | None = None,
-                  dequantize: str = "auto") -> ArrayDataset:
+                  dequantize: str = "auto", labels_required: bool = True) -> ArrayDataset:
     """Load a feature file (.npz, .npy or MATLAB .mat up to v7) as an ArrayDataset.
 
     Keys not given are looked up in FEATURE_KEYS, LABEL_KEYS and SPLIT_KEYS order. A file
@@ -131,20 +138,22 @@ def load_features(path: str | os.PathLike, x_key: str | None = None, y_key: str 
     `labels_path` (.npy, or .npz/.mat read with `y_key`), which also overrides labels held
     in the main file. Quantised features are dequantised as (x - zero_point) * scale: with
     "auto" when the file holds both `scale` and `zero_point` or either argument is given,
-    always with "on" (zero_point defaults to 0), never with "off".
+    always with "on" (zero_point defaults to 0), never with "off". labels_required=False reads
+    a file without labels as items with none (for encoding and search).
     """
     path = Path(path).expanduser()
     if dequantize not in DEQUANTIZE_MODES:
         raise InputError(f"dequantize must be one of {', '.join(DEQUANTIZE_MODES)}, got {dequantize!r}")
     if dequantize == "off" and (scale is not None or zero_point is not None):
         raise InputError("scale/zero_point were given but dequantize='off'")
-    read = read_arrays(path, x_key, y_key, split_key, labels_path, _features, "features", FEATURE_KEYS)
+    read = read_arrays(path, x_key, y_key, split_key, labels_path, _features, "features", FEATURE_KEYS,
+                       labels_required)
+    quantization = _quantization(read.arrays, path, scale, zero_point, dequantize)
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported by _check_finite
-        x = _dequantize(read.x, read.arrays, path, scale, zero_point, dequantize)
+        x = dequantize_values(read.x, quantization)
         _check_finite(x, path)
     return ArrayDataset(x=x, labels=read.labels, is_test=read.is_test, name=f"features:{path.name}",
-                        class_names=read.class_names,
-                        dequantized=_dequantizes(read.arrays, scale, zero_point, dequantize))
+                        class_names=read.class_names, raw_dtype=str(read.x.dtype), quantization=quantization)
 
 
 class LabelledArrays(NamedTuple):
@@ -156,11 +165,12 @@ class LabelledArrays(NamedTuple):
 
 
 def read_arrays(path: Path, x_key, y_key, split_key, labels_path, check_x: Callable, what: str,
-                x_keys: tuple[str, ...]) -> LabelledArrays:
+                x_keys: tuple[str, ...], labels_required: bool = True) -> LabelledArrays:
     """Inputs, labels, split flags and class names of an array file (see load_features).
 
     `check_x(array, path, key)` validates the inputs; `what` names them in messages and
-    `x_keys` are the keys tried when `x_key` is None.
+    `x_keys` are the keys tried when `x_key` is None. Without labels_required, a file with no
+    labels gives items with no label (zero label columns).
     """
     suffix = _check_file(path, f"{what} file")
     y_path, y_name = path, "y_train/y_test"  # the names used in label error messages
@@ -168,7 +178,7 @@ def read_arrays(path: Path, x_key, y_key, split_key, labels_path, check_x: Calla
         for option, value in (("x_key", x_key), ("split_key", split_key)):
             if value is not None:
                 raise InputError(f"{path}: {option}={value!r} does not apply to a .npy file (it holds one array)")
-        if labels_path is None:
+        if labels_path is None and labels_required:
             raise InputError(f"{path}: a .npy file holds {what} only; give labels_path (labels=PATH in a data spec)")
         arrays: dict[str, np.ndarray] = {}
         x = check_x(_io.load_npy(path), path, "array")
@@ -181,20 +191,26 @@ def read_arrays(path: Path, x_key, y_key, split_key, labels_path, check_x: Calla
             raw_y = None
             if labels_path is None:
                 y_name = _pick(arrays, path, y_key, LABEL_KEYS, "labels")
-                if y_name is None:
+                if y_name is None and not labels_required:
+                    raw_y = np.zeros((len(x), 0), dtype=bool)
+                elif y_name is None:
                     raise InputError(f"{path}: no labels: none of the keys {', '.join(LABEL_KEYS)} "
                                      f"(keys: {_keys(arrays)}); give y_key or labels_path")
-                raw_y = _label_vector(arrays[y_name], len(x), path, y_name)
+                else:
+                    raw_y = _label_vector(arrays[y_name], len(x), path, y_name)
             split_name = _pick(arrays, path, split_key, SPLIT_KEYS, "split")
             is_test = None if split_name is None else split_flags(arrays[split_name], len(x), path, split_name)
         elif "x_train" in arrays and "x_test" in arrays:
-            x, raw_y, is_test = _presplit(arrays, path, y_key, split_key, labels_path is None, check_x)
+            x, raw_y, is_test = _presplit(arrays, path, y_key, split_key, labels_path is None, check_x,
+                                          labels_required)
         else:
             raise InputError(f"{path}: no {what}: none of the keys {', '.join(x_keys)} and no "
                              f"x_train/x_test (keys: {_keys(arrays)}); give x_key")
 
     if labels_path is not None:
         raw_y, y_path, y_name = _labels_file(labels_path, y_key, len(x))
+    elif raw_y is None:  # no labels, and none needed
+        raw_y = np.zeros((len(x), 0), dtype=bool)
     class_names = _class_names(arrays)
     ids = raw_y.ndim == 1
     labels = as_multihot(raw_y, f"{y_path}: labels {y_name!r}",
@@ -269,7 +285,8 @@ def _label_vector(arr: np.ndarray, n: int, path: Path, key: str) -> np.ndarray:
     return arr
 
 
-def _presplit(arrays: dict, path: Path, y_key, split_key, need_labels: bool, check_x: Callable):
+def _presplit(arrays: dict, path: Path, y_key, split_key, need_labels: bool, check_x: Callable,
+              labels_required: bool = True):
     """Files stored as x_train, x_test, y_train, y_test: train rows first, then test."""
     for option, value in (("y_key", y_key), ("split_key", split_key)):
         if value is not None:
@@ -282,6 +299,8 @@ def _presplit(arrays: dict, path: Path, y_key, split_key, need_labels: bool, che
     if not need_labels:
         return x, None, is_test
     missing = [k for k in ("y_train", "y_test") if k not in arrays]
+    if missing and not labels_required:
+        return x, None, is_test
     if missing:
         raise InputError(f"{path}: stored as x_train/x_test but {' and '.join(missing)} missing (keys: {_keys(arrays)})")
     y_tr = _label_vector(arrays["y_train"], len(x_tr), path, "y_train")
@@ -327,15 +346,12 @@ def _scalar(value, path: Path, key: str) -> float:
     return float(arr.ravel()[0])
 
 
-def _dequantizes(arrays: dict, scale, zero_point, mode: str) -> bool:
+def _quantization(arrays: dict, path: Path, scale, zero_point, mode: str) -> tuple[float, float] | None:
+    """The (scale, zero_point) that turns the file's stored values into features, or None."""
     in_file = "scale" in arrays and "zero_point" in arrays
     given = scale is not None or zero_point is not None
-    return mode == "on" or (mode == "auto" and (given or in_file))
-
-
-def _dequantize(x: np.ndarray, arrays: dict, path: Path, scale, zero_point, mode: str) -> np.ndarray:
-    if not _dequantizes(arrays, scale, zero_point, mode):
-        return np.ascontiguousarray(x, dtype=np.float32)
+    if not (mode == "on" or (mode == "auto" and (given or in_file))):
+        return None
     if scale is None:
         if "scale" not in arrays:
             raise InputError(f"{path}: dequantising needs a scale: none given and the file has no 'scale' key")
@@ -347,6 +363,16 @@ def _dequantize(x: np.ndarray, arrays: dict, path: Path, scale, zero_point, mode
         raise InputError(f"{path}: scale must be a positive finite number, got {scale!r}")
     if not np.isfinite(zero_point):
         raise InputError(f"{path}: zero_point must be finite, got {zero_point!r}")
+    return scale, zero_point
+
+
+def dequantize_values(x: np.ndarray, quantization: tuple[float, float] | None) -> np.ndarray:
+    """float32 features of stored values: (x - zero_point) * scale, or x itself without a
+    quantization. Training and every encoding path use this one rule, so that the same stored
+    row gives the same model input bit for bit."""
+    if quantization is None:
+        return np.ascontiguousarray(x, dtype=np.float32)
+    scale, zero_point = quantization
     out = x.astype(np.float32)  # a fresh array: the in-place steps below never touch x
     if zero_point:
         out -= np.float32(zero_point)

@@ -24,10 +24,11 @@ IMAGE_KEYS = ("images", "x", "X", "data", "pixels")
 
 def load_image_arrays(path: str | os.PathLike, x_key: str | None = None, y_key: str | None = None,
                       split_key: str | None = None,
-                      labels_path: str | os.PathLike | None = None) -> ImageDataset:
+                      labels_path: str | os.PathLike | None = None, labels_required: bool = True) -> ImageDataset:
     """Load an image-array file as an in-memory ImageDataset (see the module docstring)."""
     path = Path(path).expanduser()
-    read = read_arrays(path, x_key, y_key, split_key, labels_path, as_rgb_images, "images", IMAGE_KEYS)
+    read = read_arrays(path, x_key, y_key, split_key, labels_path, as_rgb_images, "images", IMAGE_KEYS,
+                       labels_required)
     return ImageDataset(read.labels, read.is_test, f"image-array:{path.name}", read.class_names,
                         pixels=read.x)
 

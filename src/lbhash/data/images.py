@@ -139,10 +139,10 @@ class ImageDataset(HashDataset):
             return ImageDataset(pixels=np.ascontiguousarray(self.pixels[idx]), **common)
         return ImageDataset(source=take(self.source, idx), **common)
 
-    def item_ids(self, indices) -> np.ndarray:
-        """Each item's file (or TARBALL:MEMBER); row numbers for in-memory pixels."""
+    def item_sources(self, indices) -> np.ndarray | None:
+        """Each item's file (or TARBALL:MEMBER); None for pixels given in memory."""
         idx = check_indices(self, indices)
-        return idx if self.source is None else np.array([self.source.where(int(i)) for i in idx])
+        return None if self.source is None else np.array([self.source.where(int(i)) for i in idx], dtype=str)
 
     def check_items(self, indices, skip_bad: bool = False) -> tuple[np.ndarray, int]:
         return check_images(self, indices, skip_bad=skip_bad)

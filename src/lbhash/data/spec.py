@@ -8,7 +8,7 @@ Option values are taken literally (no %-decoding); a path may not contain '?'.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from lbhash.data.base import HashDataset
@@ -27,6 +27,7 @@ class DataSpec:
     kind: str
     path: str | None = None
     options: dict[str, str] = field(default_factory=dict)
+    labels_required: bool = True   # False: array files without labels give unlabelled items
 
 
 @dataclass(frozen=True)
@@ -84,9 +85,10 @@ def parse_data_spec(spec: str) -> DataSpec:
     return DataSpec(text, kind.name, path, options)
 
 
-def load_data(spec: str) -> HashDataset:
-    """Parse a data spec and load the data set it names."""
-    parsed = parse_data_spec(spec)
+def load_data(spec: str, labels_required: bool = True) -> HashDataset:
+    """Parse a data spec and load the data set it names. labels_required=False: array files
+    without labels load as items without labels (for encoding and search)."""
+    parsed = replace(parse_data_spec(spec), labels_required=labels_required)
     return DATA_KINDS[parsed.kind].loader(parsed)
 
 
@@ -108,13 +110,14 @@ def _load_features_spec(spec: DataSpec) -> HashDataset:
                          f"{', '.join(DEQUANTIZE_MODES)}, got {mode!r}")
     return load_features(spec.path, x_key=opts.get("x"), y_key=opts.get("y"), split_key=opts.get("split"),
                          labels_path=opts.get("labels"), scale=_number(spec, "scale"),
-                         zero_point=_number(spec, "zero_point"), dequantize=mode)
+                         zero_point=_number(spec, "zero_point"), dequantize=mode,
+                         labels_required=spec.labels_required)
 
 
 def _load_image_arrays_spec(spec: DataSpec) -> HashDataset:
     opts = spec.options
     return load_image_arrays(spec.path, x_key=opts.get("x"), y_key=opts.get("y"), split_key=opts.get("split"),
-                             labels_path=opts.get("labels"))
+                             labels_path=opts.get("labels"), labels_required=spec.labels_required)
 
 
 def _refuse_arrays(spec: DataSpec) -> HashDataset:

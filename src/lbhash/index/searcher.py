@@ -33,11 +33,13 @@ class Searcher:
     def input_kind(self) -> str:
         return self.encoder.input_kind_
 
-    def encode(self, inputs, real: bool = False) -> np.ndarray:
-        """Packed codes of feature rows, an image batch, or a list of images of any sizes;
-        real=True: the encoder's real outputs float32 (n, bits) instead (codes = their signs)."""
+    def encode(self, inputs, real: bool = False, json_numbers: bool = False) -> np.ndarray:
+        """Packed codes of feature rows (an array, or a feature data set loaded from a file), an
+        image batch, or a list of images of any sizes; real=True: the encoder's real outputs
+        float32 (n, bits) instead (codes = their signs). Feature rows go through the run's input
+        contract (docs/data.md#the-input-contract); json_numbers: they came from JSON."""
         if self.input_kind == "features":
-            return self._encode_checked(check_features(inputs), real)
+            return self._encode_checked(inputs, real, json_numbers)
         images = check_images(inputs)
         if isinstance(images, list):  # different sizes: one at a time
             parts = [self._encode_checked(img[None], real) for img in images]
@@ -69,9 +71,10 @@ class Searcher:
     def range_search(self, inputs, radius: int, labels=None):
         return self.index.range_search(self.encode(inputs), radius, labels)
 
-    def _encode_checked(self, batch, real: bool = False):
+    def _encode_checked(self, batch, real: bool = False, json_numbers: bool = False):
+        extra = {"json_numbers": True} if json_numbers else {}  # encoders without the option still work
         try:
-            out = self.encoder.encode(batch, real=True) if real else self.encoder.encode(batch)
+            out = self.encoder.encode(batch, real=True, **extra) if real else self.encoder.encode(batch, **extra)
         except ValueError as err:  # lbhash's convention: the input was refused
             raise InputError(" ".join(str(err).split())) from None
         return self._checked_real(out, len(batch)) if real else self._checked(out, len(batch))
@@ -94,18 +97,6 @@ class Searcher:
 def codes_of(real: np.ndarray) -> np.ndarray:
     """Packed codes of real outputs: their signs, 0 -> +1 (lbhash.codes.to_signs)."""
     return pack(to_signs(real, "real outputs"))
-
-
-def check_features(x, name: str = "features") -> np.ndarray:
-    arr = np.asarray(x)
-    if arr.dtype.kind not in "iuf" or arr.ndim != 2:
-        raise InputError(f"{name} must be a 2-D array of numbers (n, d), got {arr.dtype} with shape {arr.shape}")
-    arr = arr.astype(np.float32)
-    bad = ~np.isfinite(arr)
-    if bad.any():
-        r, c = (int(i) for i in np.argwhere(bad)[0])
-        raise InputError(f"{name} holds {arr[r, c]} at row {r}, column {c}; only finite numbers are allowed")
-    return arr
 
 
 def check_images(x, name: str = "images"):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lbhash.codes import load_codes_file
+from lbhash.codes_file import load_codes_file
 from lbhash.errors import InputError
 from lbhash.evaluate import evaluate_codes
 from lbhash.reproduce.collect import write_csv
@@ -140,12 +140,12 @@ def reference_rows(dataset, seed: int, run_dirs: list[Path]) -> list[dict]:
     labels = dataset.labels.astype(np.float32)
     rows = []
     for classes, name in PARTS:
-        indices = [tuple(load_codes_file(d / name)[k].tobytes() for k in ("query_index", "db_index"))
+        indices = [tuple(load_codes_file(d / name)[k].tobytes() for k in ("query_ids", "db_ids"))
                    for d in run_dirs]
         if len(set(indices)) != 1:
             raise RuntimeError(f"runs of seed {seed} disagree on their {classes}-class split")
         codes = load_codes_file(run_dirs[0] / name)
-        q, db = codes["query_index"], codes["db_index"]
+        q, db = codes["query_ids"], codes["db_ids"]
         scores = x[q] @ x[db].T
         relevant = (labels[q] @ labels[db].T) > 0
         rows.append({"method": REFERENCE, "variant": REFERENCE, "kind": "reference", "bits": 32 * x.shape[1],

@@ -10,7 +10,8 @@ from typing import Any, Iterable
 import numpy as np
 
 from lbhash._io import atomic_path, save_npz
-from lbhash.codes import load_codes_file, unpack
+from lbhash.codes import unpack
+from lbhash.codes_file import load_codes_file
 from lbhash.reproduce.runner import Cell
 from lbhash.train.loop import read_log
 from lbhash.train.rundir import LOG

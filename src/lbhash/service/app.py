@@ -88,11 +88,7 @@ def create_app(source, encoder=None, *, limits: Limits | None = None, compact_ev
         check_batch(len(hex_codes if features is None else features), what)
         if hex_codes is not None:
             return decode_hex(hex_codes, store.bits)
-        try:
-            rows = np.asarray(features, dtype=np.float64)
-        except ValueError:
-            raise InputError("features must be lists of numbers of one length") from None
-        return need_searcher("features").encode(rows)
+        return need_searcher("features").encode(feature_rows(features), json_numbers=True)
 
     def need_searcher(kind: str) -> Searcher:
         if searcher is None:
@@ -146,11 +142,7 @@ def create_app(source, encoder=None, *, limits: Limits | None = None, compact_ev
             raise InputError("rerank_factor needs the queries' real outputs: 'real' beside 'codes', or "
                              "'features' with a run attached")
         check_batch(len(body.features), "queries")
-        try:
-            rows = np.asarray(body.features, dtype=np.float64)
-        except ValueError:
-            raise InputError("features must be lists of numbers of one length") from None
-        real = need_searcher("features").encode(rows, real=True)
+        real = need_searcher("features").encode(feature_rows(body.features), real=True, json_numbers=True)
         return codes_of(real), real
 
     @app.post("/search", response_model=models.SearchResponse, response_model_exclude_none=True,
@@ -223,6 +215,18 @@ def create_app(source, encoder=None, *, limits: Limits | None = None, compact_ev
 
 
 _ERRORS = {code: {"model": models.ErrorBody} for code in (400, 404, 409, 413, 422)}
+
+
+def feature_rows(features: list[list[int | float]]) -> np.ndarray:
+    """JSON feature rows as an array: int64 when every number is an integer (stored values for a
+    run trained on quantised features), else float64."""
+    try:
+        rows = np.asarray(features)
+    except (ValueError, OverflowError):
+        raise InputError("features must be lists of numbers of one length") from None
+    if rows.ndim != 2 or rows.dtype.kind not in "iuf":
+        raise InputError("features must be lists of numbers of one length")
+    return rows
 
 
 def decode_hex(hex_codes: list[str], bits: int) -> np.ndarray:

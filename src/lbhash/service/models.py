@@ -17,7 +17,10 @@ class SearchRequest(_Strict):
     asymmetric score (docs/search.md, "Re-ranking")."""
 
     codes: list[str] | None = Field(None, description="One hex string per query, 2 digits per byte.")
-    features: list[list[float]] | None = Field(None, description="One feature vector per query.")
+    features: list[list[int | float]] | None = Field(
+        None, description="One feature vector per query, through the run's input contract: for a run trained on "
+                          "quantised features, rows of integers are stored values and rows with decimals are "
+                          "feature values (docs/data.md#the-input-contract).")
     k: int | None = Field(None, ge=1, description="Results per query (default 10).")
     radius: int | None = Field(None, ge=0, description="Every item within this Hamming distance, inclusive.")
     labels: list[list[int]] | None = Field(
@@ -50,7 +53,7 @@ class ItemsRequest(_Strict):
     """Items as hex codes or feature vectors; ids default to numbers after the largest so far."""
 
     codes: list[str] | None = None
-    features: list[list[float]] | None = None
+    features: list[list[int | float]] | None = None
     ids: list[int] | None = None
     labels: list[list[int]] | None = Field(None, description="Per item: its class ids.")
     upsert: bool = Field(False, description="Replace items whose id is already present.")

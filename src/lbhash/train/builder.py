@@ -166,8 +166,12 @@ def build_experiment(cfg: TrainConfig, split: Split | None = None,
     objective = build_objective(cfg, centers, num_classes, len(split.train), dataset.multi_label)
     if cls.closed_form:
         objective.check_fit_inputs(len(split.train), cfg.input_dim)
-    topk = None if cfg.topk == "all" else cfg.topk if cfg.topk is not None else split.topk
-    return Experiment(cfg, dataset, split, topk, Learner(model, objective, columns), skipped)
+    return Experiment(cfg, dataset, split, evaluation_topk(cfg, split), Learner(model, objective, columns), skipped)
+
+
+def evaluation_topk(cfg: TrainConfig, split) -> int | None:
+    """The R of mAP@R a run evaluates at: its --topk, else its protocol's (None: all)."""
+    return None if cfg.topk == "all" else cfg.topk if cfg.topk is not None else split.topk
 
 
 def _usable_items(dataset: HashDataset, split: Split, skip_bad: bool) -> tuple[Split, int]:

@@ -24,9 +24,11 @@ from typing import Any
 
 import numpy as np
 
-from lbhash.codes import load_codes_file, pack
+from lbhash.codes import pack
+from lbhash.codes_file import load_codes_file
 from lbhash.data import ArrayDataset, HashDataset, ImageDataset
 from lbhash.data.image_arrays import as_rgb_images
+from lbhash.data.input_form import conform_dataset, conform_features
 from lbhash.errors import InputError
 from lbhash.evaluate import lower_bound
 from lbhash.evaluate.report import jsonable
@@ -35,7 +37,7 @@ from lbhash.train.builder import input_options
 from lbhash.train.config import make_config
 from lbhash.train.encoder import encode
 from lbhash.train.loop import read_log
-from lbhash.train.rundir import CODES, CONFIG, LOG, load_run_model, read_metrics
+from lbhash.train.rundir import CODES, CONFIG, LOG, load_input_form, load_run_model, read_metrics
 from lbhash.train.run import train
 
 
@@ -120,6 +122,7 @@ class HashEncoder:
         self.bits_ = self.config_.bits
         self.input_kind_ = self.config_.input_kind
         self.n_features_in_ = self.config_.input_dim
+        self.input_form_ = load_input_form(run_dir, self.config_)
         self.run_dir_ = run_dir
         self.history_ = read_log(run_dir / LOG)
         self.metrics_ = read_metrics(run_dir) if (run_dir / "metrics.json").is_file() else {}
@@ -129,15 +132,21 @@ class HashEncoder:
 
     # --- use ----------------------------------------------------------------------------------
 
-    def encode(self, X, batch_size: int | None = None, real: bool = False) -> np.ndarray:
+    def encode(self, X, batch_size: int | None = None, real: bool = False, json_numbers: bool = False) -> np.ndarray:
         """Packed uint8 codes (n, bits // 8) of the rows of X (features or images).
+
+        X is an array, or a data set loaded from a file (lbhash.data.load_data). It goes through
+        the run's input contract (`input_form_`, docs/data.md#the-input-contract): rows in the
+        training data's stored form (e.g. quantised uint8) give the codes of those items, and
+        input in another form is converted by its rule or refused. json_numbers: the rows came
+        from JSON, whose integers a float-trained run takes as values.
 
         real=True: the hash head's real outputs u instead, float32 (n, bits), from the same
         forward pass; the codes are `pack(to_signs(u))` (lbhash.codes: 0 -> +1). They are what
         asymmetric ranking and `CodeIndex.search(..., rerank=u)` score the codes with."""
         self._check_fitted("encode")
-        out = encode(self.model_, self._inputs(X), None, input_options(self.config_), batch_size=batch_size,
-                     real=real)
+        out = encode(self.model_, self._inputs(X, json_numbers), None, input_options(self.config_),
+                     batch_size=batch_size, real=real)
         return out if real else pack(out)
 
     def save(self, path: str | Path) -> Path:
@@ -160,15 +169,14 @@ class HashEncoder:
             raise NotFittedError(f"this HashEncoder is not fitted yet: call fit(X, y) or HashEncoder.load(run_dir) "
                                  f"before {what}")
 
-    def _inputs(self, X) -> HashDataset:
+    def _inputs(self, X, json_numbers: bool = False) -> HashDataset:
+        if isinstance(X, HashDataset):
+            return conform_dataset(self.input_form_, X, X.name)
         arr = np.asarray(X)
         if self.input_kind_ == "images":
             pixels = as_rgb_images(arr, "X", "X")
             return ImageDataset(np.zeros((len(pixels), 0), bool), None, "X", pixels=pixels)
-        features = _features(arr, "X")
-        if features.shape[1] != self.n_features_in_:
-            raise InputError(f"X has {features.shape[1]} features per row, but the encoder was fitted on "
-                             f"{self.n_features_in_}")
+        features = conform_features(self.input_form_, arr, "X", json_numbers=json_numbers)
         return ArrayDataset(features, np.zeros((len(features), 0), bool), None, "X")
 
 
@@ -226,7 +234,7 @@ def arrays_dataset(X, y, validation: tuple | None = None) -> HashDataset:
     x = np.concatenate(inputs) if len(inputs) == 2 else inputs[0]
     if images:
         return ImageDataset(labels, is_test, ARRAYS, pixels=x)
-    return ArrayDataset(x, labels, is_test, ARRAYS)
+    return ArrayDataset(x, labels, is_test, ARRAYS, raw_dtype=str(X.dtype))
 
 
 def _features(arr: np.ndarray, name: str) -> np.ndarray:

@@ -1,7 +1,8 @@
 """A training run end to end: build, train, encode, evaluate, and write the run directory.
 
 `train` is the one way in, for `lbhash train`, the Python API (HashEncoder) and `reproduce`.
-Run directory: config.yaml (resolved), split.npz, data.json (what was loaded), log.jsonl (one
+Run directory: config.yaml (resolved), split.npz, data.json (what was loaded), input.json (the
+input contract: the raw form of the training inputs, lbhash.data.input_form), log.jsonl (one
 line per epoch), checkpoint.pt (every epoch, atomic), codes.npz (the format `lbhash evaluate`
 reads) and metrics.json; a run without queries (protocol all-train) or with `test: false` has
 no codes.npz, and its metrics.json holds only the run summary.
@@ -19,8 +20,9 @@ import torch
 import yaml
 
 from lbhash._io import atomic_path, write_json
-from lbhash.codes import load_codes_file, save_codes_file
+from lbhash.codes_file import load_codes_file, save_codes_file
 from lbhash.data import HashDataset, load_split, save_split
+from lbhash.data.input_form import form_of
 from lbhash.errors import InputError
 from lbhash.evaluate import classifier_accuracy, evaluate_codes
 from lbhash.methods import method_class
@@ -30,7 +32,7 @@ from lbhash.train.config import TrainConfig
 from lbhash.train.encoder import encode
 from lbhash.train.summary import DATA_SUMMARY, bars_on_terminal, data_summary, describe_data, epoch_lines
 from lbhash.train.loop import NonFiniteError, Trainer, leave_process_group, process_rank, read_log
-from lbhash.train.rundir import (CHECKPOINT, CODES, CODES_SEEN, CONFIG, LOG, MANIFEST, METRICS, SPLIT,
+from lbhash.train.rundir import (CHECKPOINT, CODES, CODES_SEEN, CONFIG, INPUT_FORM, LOG, MANIFEST, METRICS, SPLIT,
                                  check_accelerator,
                                  check_not_failed, load_run_config, mark_failed, read_metrics, run_lock,
                                  verify_files, verify_finished_run, write_manifest)
@@ -85,6 +87,7 @@ def train(cfg: TrainConfig | None, out: str | Path, resume: bool = False,
         if trainer.fabric.is_global_zero and not (out / CONFIG).exists():
             save_split(out / SPLIT, exp.split)
             write_json(out / DATA_SUMMARY, summary)
+            write_json(out / INPUT_FORM, form_of(exp.dataset, exp.cfg.normalize, exp.cfg.image_size).to_dict())
             with atomic_path(out / CONFIG) as tmp:  # last: its presence marks a run
                 tmp.write_text(yaml.safe_dump(saved_cfg.to_dict(), sort_keys=False))
         trainer.fabric.barrier()
@@ -142,10 +145,12 @@ def _write_codes_file(trainer: Trainer, path: Path, query: np.ndarray, database:
         extra["query_scores"] = scores
     # unseen:K parts hold some classes only: multi-hot rows keep the data set's class columns
     multi_hot = ds.multi_label or bool(len(exp.split.unseen_classes))
-    save_codes_file(path, q, db, stored_labels(multi_hot, ql),
-                    stored_labels(multi_hot, dl), query_index=query,
-                    db_index=database, topk=-1 if exp.topk is None else exp.topk,
-                    encode_seconds=seconds, **extra)
+    for name, items in (("query", query), ("db", database)):
+        sources = ds.item_sources(items)
+        if sources is not None:
+            extra[f"{name}_sources"] = sources
+    save_codes_file(path, q, db, stored_labels(multi_hot, ql), stored_labels(multi_hot, dl), query_ids=query,
+                    db_ids=database, topk=exp.topk, encode_seconds=seconds, **extra)
 
 
 def query_outputs(trainer: Trainer, query: np.ndarray) -> np.ndarray:
@@ -193,9 +198,8 @@ def selection_summary(cfg: TrainConfig, log: list[dict]) -> dict[str, Any]:
 
 
 def _codes_metrics(codes: dict) -> dict[str, Any]:
-    topk = int(codes["topk"]) if "topk" in codes and int(codes["topk"]) > 0 else None
     metrics = evaluate_codes(codes["query_codes"], codes["db_codes"], codes["query_labels"],
-                             codes["db_labels"], bits=codes["bits"], topk=topk, tie_average=True,
+                             codes["db_labels"], bits=codes["bits"], topk=codes["topk"], tie_average=True,
                              query_real=codes.get("query_real"))
     if "query_scores" in codes:  # the method's own classifier, beside the kNN accuracy
         metrics["classifier_accuracy"] = classifier_accuracy(codes["query_scores"], codes["query_labels"])

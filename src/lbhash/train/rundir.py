@@ -23,9 +23,11 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from lbhash._io import save_npz, write_json
+from lbhash._io import write_json
 from lbhash.codes import pack, to_signs
+from lbhash.codes_file import write_codes
 from lbhash.data import load_data, load_split
+from lbhash.data.input_form import InputForm, conform_dataset
 from lbhash.errors import InputError
 from lbhash.models import HashModel
 from lbhash.train.config import TrainConfig, make_config, parse_yaml
@@ -33,6 +35,7 @@ from lbhash.train.config import TrainConfig, make_config, parse_yaml
 CONFIG, SPLIT, LOG, CHECKPOINT, CODES, METRICS, BEST = (
     "config.yaml", "split.npz", "log.jsonl", "checkpoint.pt", "codes.npz", "metrics.json", "best.pt")
 MANIFEST, STATUS, LOCK = "manifest.json", "status.json", ".lock"
+INPUT_FORM = "input.json"  # the input contract (lbhash.data.input_form)
 CODES_SEEN = "codes_seen.npz"  # protocol unseen:K: the training classes' query and database
 MANIFEST_FORMAT = "lbhash-run/1"
 PARTS = ("all", "train", "query", "database")
@@ -178,6 +181,24 @@ def read_metrics(run_dir: str | Path) -> dict:
     return json.loads((Path(run_dir) / METRICS).read_text())
 
 
+def load_input_form(run_dir: str | Path, cfg: TrainConfig) -> InputForm:
+    """The run's input contract; runs written before it existed get the form their config
+    implies (no stored dtype: float rows as they are; a dequantised run refuses integer rows)."""
+    path = Path(run_dir) / INPUT_FORM
+    if path.is_file():
+        verify_files(Path(run_dir), (INPUT_FORM,))
+        try:
+            values = json.loads(path.read_text())
+        except (ValueError, UnicodeDecodeError) as err:
+            raise InputError(f"{path}: not readable JSON ({err})") from None
+        return InputForm.from_dict(values if isinstance(values, dict) else {}, str(path))
+    summary = Path(run_dir) / "data.json"
+    dequantized = summary.is_file() and bool(json.loads(summary.read_text()).get("dequantized"))
+    return InputForm(cfg.input_kind, "float32" if dequantized else None, cfg.input_dim,
+                     normalize=cfg.normalize if cfg.input_kind == "features" else None,
+                     image_size=cfg.image_size, channels=3 if cfg.input_kind == "images" else None)
+
+
 def load_run_model(run_dir: str | Path) -> tuple[HashModel, TrainConfig]:
     """The trained hash model of a run (its last checkpoint) and the run's config."""
     from lbhash.train.builder import build_model
@@ -219,14 +240,16 @@ def encode_run(run_dir: str | Path, data: str | None = None, part: str = "all",
                progress: bool = True, real: bool = False) -> dict[str, np.ndarray] | None:
     """Codes of a data set (default: the run's own) with a trained run's model.
 
-    `part` selects the run's train/query/database items and needs the run's own data.
-    Returns packed codes, bits, ids (item indices, or file paths where the data has them) and
-    labels. On a GPU the model runs under autocast in `precision` ("32-true": none). With
-    devices > 1 the items are shared out over that many processes (Lightning Fabric, or the
-    processes of torchrun); rank 0 returns everything, the other ranks None. real=True adds
-    `real`: the model's real outputs (float32 (n, bits)), of which the codes are the signs.
+    `part` selects the run's train/query/database items and needs the run's own data. Other
+    data goes through the run's input contract (lbhash.data.input_form) and needs no labels.
+    Returns the fields of a codes-file part (lbhash.codes_file): packed `codes`, `ids` (item
+    positions), `labels` (None without), `sources` (None for feature rows) and, with real=True,
+    `real` (float32 (n, bits), whose signs are the codes); plus `bits` and `topk`, the R of the
+    run's protocol. On a GPU the model runs under autocast in `precision` ("32-true": none).
+    With devices > 1 the items are shared out over that many processes (Lightning Fabric, or
+    torchrun's); rank 0 returns everything, the other ranks None.
     """
-    from lbhash.train.builder import input_options
+    from lbhash.train.builder import evaluation_topk, input_options
     from lbhash.train.encoder import encode_sharded
     from lbhash.train.loop import leave_process_group, make_fabric
     from lbhash.train.run import stored_labels
@@ -238,17 +261,15 @@ def encode_run(run_dir: str | Path, data: str | None = None, part: str = "all",
         raise InputError(f"accelerator must be cpu or gpu, got {accelerator!r}")
     check_accelerator(accelerator)
     model, cfg = load_run_model(run_dir)
+    form = load_input_form(run_dir, cfg)
     own = data is None or data == cfg.data
     if part != "all" and not own:
         raise InputError(f"--part {part} selects items of the run's split, so it needs the run's own data "
                          f"({cfg.data}), not {data}")
-    dataset = load_data(cfg.data if own else data)
-    if dataset.input_kind != cfg.input_kind:
-        raise InputError(f"{dataset.name} holds {dataset.input_kind}, but the run {run_dir} encodes {cfg.input_kind}")
-    if cfg.input_kind == "features" and dataset.input_dim() != cfg.input_dim:
-        raise InputError(f"{dataset.name} has {dataset.input_dim()} features per item, but the run {run_dir} "
-                         f"was trained on {cfg.input_dim}")
-    index = np.arange(len(dataset)) if part == "all" else getattr(load_split(run_dir / SPLIT), part)
+    split = load_split(run_dir / SPLIT)
+    dataset = conform_dataset(form, load_data(cfg.data if own else data, labels_required=False),
+                              cfg.data if own else data)
+    index = np.arange(len(dataset)) if part == "all" else getattr(split, part)
     fabric = make_fabric(accelerator, devices, "32-true")
     model.to(fabric.device)  # image models keep their channels-last layout
     out = encode_sharded(fabric, model, dataset, index, input_options(cfg),
@@ -259,11 +280,11 @@ def encode_run(run_dir: str | Path, data: str | None = None, part: str = "all",
     if out.shape[1] != cfg.bits:
         raise InputError(f"the model gives {out.shape[1]} bits but the run has {cfg.bits}")
     codes = to_signs(out) if real else out  # one forward pass: the codes are the signs
-    encoded = {"codes": pack(codes), "bits": np.int64(cfg.bits), "ids": dataset.item_ids(index),
-               "labels": stored_labels(dataset.multi_label, dataset.labels[index])}
-    if real:
-        encoded["real"] = out
-    return encoded
+    labelled = dataset.num_classes > 0
+    return {"codes": pack(codes), "bits": cfg.bits, "ids": np.asarray(index, np.int64),
+            "labels": stored_labels(dataset.multi_label, dataset.labels[index]) if labelled else None,
+            "sources": dataset.item_sources(index), "real": out if real else None,
+            "topk": evaluation_topk(cfg, split)}
 
 
 def check_accelerator(accelerator: str) -> None:
@@ -273,8 +294,10 @@ def check_accelerator(accelerator: str) -> None:
                          "is False); use --accelerator cpu")
 
 
-def save_encoded(path: str | Path, encoded: dict[str, np.ndarray]) -> None:
-    save_npz(path, **encoded)
+def save_encoded(path: str | Path, encoded: dict) -> None:
+    """Write `encode_run`'s result as a codes file of one part."""
+    fields = {k: v for k, v in encoded.items() if k not in ("bits", "topk")}
+    write_codes(path, encoded["bits"], {"items": fields}, topk=encoded["topk"])
 
 
 def _autocast(device: torch.device, precision: str):
@@ -286,6 +309,6 @@ def _autocast(device: torch.device, precision: str):
     return contextlib.nullcontext
 
 
-__all__ = ["CONFIG", "SPLIT", "LOG", "CHECKPOINT", "CODES", "CODES_SEEN", "METRICS", "BEST", "MANIFEST", "STATUS", "PARTS",
+__all__ = ["INPUT_FORM", "load_input_form", "CONFIG", "SPLIT", "LOG", "CHECKPOINT", "CODES", "CODES_SEEN", "METRICS", "BEST", "MANIFEST", "STATUS", "PARTS",
            "check_accelerator", "encode_run", "load_run_config", "load_run_model", "read_metrics", "run_lock",
            "save_encoded", "verify_files", "verify_finished_run", "write_manifest"]
