@@ -30,7 +30,8 @@ from lbhash.train.builder import build_experiment
 from lbhash.train.closed_form import fit_closed_form
 from lbhash.train.config import TrainConfig
 from lbhash.train.encoder import encode
-from lbhash.train.summary import DATA_SUMMARY, bars_on_terminal, data_summary, describe_data, epoch_lines
+from lbhash.train.summary import (DATA_SUMMARY, bars_on_terminal, data_summary, describe_data, epoch_lines,
+                                  notices_to_stderr, result_line)
 from lbhash.train.loop import NonFiniteError, Trainer, leave_process_group, process_rank, read_log
 from lbhash.train.rundir import (CHECKPOINT, CODES, CODES_SEEN, CONFIG, INPUT_FORM, LOG, MANIFEST, METRICS, SPLIT,
                                  check_accelerator,
@@ -48,8 +49,20 @@ def train(cfg: TrainConfig | None, out: str | Path, resume: bool = False,
 
     A finished run (its manifest written) is verified against its manifest, left as it is,
     and its metrics returned. `dataset` trains on a data set in memory instead of loading
-    `cfg.data`.
+    `cfg.data`. It says what it does on the "lbhash" logger: the data it loaded, progress
+    (bars on a terminal, else one line per epoch) and a summary at the end; where logging is
+    not configured, those lines go to stderr (silence them with
+    logging.getLogger("lbhash").setLevel(logging.WARNING)).
     """
+    with notices_to_stderr():
+        metrics = _train(cfg, out, resume, on_epoch_end, progress, dataset)
+        if metrics and "run" in metrics:
+            logger.info(result_line(metrics, Path(out)))
+        return metrics
+
+
+def _train(cfg: TrainConfig | None, out: str | Path, resume: bool, on_epoch_end, progress: bool | None,
+           dataset: HashDataset | None) -> dict[str, Any]:
     out = Path(out)
     first = process_rank() == 0  # only rank 0 locks and writes; the others follow it
     if resume:

@@ -5,6 +5,7 @@ so that logs stay readable. Both go to the "lbhash" logger at INFO (the CLI prin
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 from pathlib import Path
@@ -49,6 +50,40 @@ def describe_data(summary: dict[str, Any]) -> str:
     sizes = ", ".join(f"{split[p]} {p}" for p in ("train", "validation", "query", "database")
                       if p != "validation" or split[p])
     return f"data {summary['data']}: {', '.join(parts)}; split {split['protocol']}: {sizes}"
+
+
+@contextlib.contextmanager
+def notices_to_stderr():
+    """While training: where nothing handles the "lbhash" logger's records (library use without
+    logging configured), show its INFO lines on stderr, so that a run is never silent."""
+    if logger.hasHandlers():
+        yield
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    level = logger.level
+    logger.addHandler(handler)
+    if level == logging.NOTSET:
+        logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def result_line(metrics: dict[str, Any], out: Path) -> str:
+    """One line at the end of a run: what it reached and where it is."""
+    run = metrics["run"]
+    parts = [f"{run['variant']} {run['bits']} bits, {run['epochs_trained']} epochs"]
+    if "map" in metrics:
+        r = metrics["topk"]
+        parts.append(f"mAP@{r} {metrics['map']:.4f} ({metrics['n_query']} queries, {metrics['n_db']} database items)")
+        ratio = metrics["lower_bound"]["ratio"]
+        parts.append(f"lower bound {ratio if isinstance(ratio, str) else format(ratio, '.3f')}")
+    if run.get("seconds_per_epoch"):
+        parts.append(f"{run['seconds_per_epoch']:.2f} s/epoch")
+    return f"done: {', '.join(parts)}; run directory {out}"
 
 
 def bars_on_terminal(progress: bool) -> bool:
