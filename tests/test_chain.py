@@ -236,5 +236,12 @@ def test_image_chain(tmp_path, image_tree):
     for name, row in zip(files, hits):
         assert row["name"] == name and row["distances"][0] == 0
         assert own[name] in [i for i, d in zip(row["ids"], row["distances"]) if d == 0]
+    # an index built from the run names each hit's file when searched with the run
+    ok("index", "build", run, "--out", tmp_path / "idx-run")
+    refused("index", "build", run, "--out", run / "idx", fragment="only training writes")
+    named = search_json(tmp_path / "idx-run", "--images", files[0], "--run", run, "-k", "24")[0]
+    assert dict(zip(named["ids"], named["sources"]))[own[files[0]]] == files[0]
+    text = ok("search", tmp_path / "idx-run", "--images", files[0], "--run", run, "-k", "1")
+    assert text.count(".jpg") == 2  # the query's file and its hit's
     verify_finished_run(run)
     ok("train", "--out", run, "--resume")

@@ -55,13 +55,18 @@ def check_new_output_file(path: str | os.PathLike, option: str, overwrite: bool)
     """`check_output_file`, and an existing file is replaced only with --overwrite; a file inside a
     run directory (beside its manifest or config) never: only training writes there."""
     path = check_output_file(path, option)
-    parent = path.parent
-    if (parent / "config.yaml").is_file() and ((parent / "manifest.json").is_file() or (parent / ".lock").exists()):
-        raise InputError(f"{option} {path}: inside the run directory {parent}, which only training writes; "
-                         "choose a path outside it")
+    refuse_inside_run(path, option)
     if path.exists() and not overwrite:
         raise InputError(f"{option} {path}: exists; pass --overwrite to replace it")
     return path
+
+
+def refuse_inside_run(path: str | os.PathLike, option: str) -> None:
+    """Only training writes inside a run directory (its manifest checks every file there)."""
+    for parent in Path(path).absolute().parents:
+        if (parent / "config.yaml").is_file() and ((parent / "manifest.json").is_file() or (parent / ".lock").exists()):
+            raise InputError(f"{option} {path}: inside the run directory {parent}, which only training writes; "
+                             "choose a path outside it")
 
 
 def check_output_dir(path: str | os.PathLike, option: str) -> Path:

@@ -90,10 +90,15 @@ def build(source: Path, out: str, kind: str, part: str | None, nlist, nprobe, nh
     else:
         from lbhash.index import CodeIndex
 
+        from lbhash._io import refuse_inside_run
+
+        refuse_inside_run(out, "--out")
         if Path(out).exists() and not overwrite:
             raise InputError(f"{out} exists: pass --overwrite to replace it")
         index = CodeIndex(data["bits"], kind, **given)
     index.add(data["codes"], ids=ids, labels=data["labels"])
+    if source.is_dir() and backend == "faiss":  # ids are positions in this data: search can name their files
+        index.metadata["data"] = sources.run_data(source)
     if backend == "faiss":
         index.save(out)
         if not index.is_trained:

@@ -87,19 +87,23 @@ def search(index_dir: str, codes_path, features_path, image_paths, run_dir, k: i
             rows += [(d[i >= 0], i[i >= 0]) for d, i in zip(dist, ids)]
     found = np.unique(np.concatenate([i for _, i in rows])) if rows else np.empty(0, np.int64)
     item_labels = dict(zip(found.tolist(), index.get(found)[1])) if len(found) else {}
+    source_of = _hit_sources(index, found, run_dir)
     measure = "distances" if rerank_factor is None else "scores"  # re-ranked rows hold -score
     results = [{"query": q, "name": names[q], "ids": i.tolist(),
                 measure: (d if rerank_factor is None else -d).tolist(),
-                "labels": [np.flatnonzero(item_labels[x]).tolist() for x in i.tolist()]}
+                "labels": [np.flatnonzero(item_labels[x]).tolist() for x in i.tolist()],
+                **({"sources": [source_of.get(x) for x in i.tolist()]} if source_of else {})}
                for q, (d, i) in enumerate(rows)]
     if as_json:
         click.echo(json.dumps(results, indent=1))
         return
     for result in results:
         click.echo(f"query {result['query']} ({result['name']}): {len(result['ids'])} results")
-        for rank, (i, d, lab) in enumerate(zip(result["ids"], result[measure], result["labels"]), 1):
+        sources = result.get("sources", [None] * len(result["ids"]))
+        for rank, (i, d, lab, src) in enumerate(zip(result["ids"], result[measure], result["labels"], sources), 1):
             where = f"distance {d:<4d}" if rerank_factor is None else f"score {d:<10.4f}"
-            click.echo(f"  {rank:4d}  id {i:<10d} {where} labels {','.join(map(str, lab)) or '-'}")
+            click.echo(f"  {rank:4d}  id {i:<10d} {where} labels {','.join(map(str, lab)) or '-'}"
+                       + (f"  {src}" if src else ""))
 
 
 def _queries(index, codes_path, features_path, image_paths, run_dir, real: bool = False):
@@ -135,6 +139,19 @@ def _queries(index, codes_path, features_path, image_paths, run_dir, real: bool 
         raise InputError("--images found no image files")
     return [str(f) for f in files], searcher.encode_image_files([f.read_bytes() for f in files],
                                                                 [str(f) for f in files], real)
+
+
+def _hit_sources(index, ids, run_dir) -> dict:
+    """id -> the file it came from, for an index built from a run on image data whose run is given."""
+    data = getattr(index, "metadata", {}).get("data")
+    if run_dir is None or data is None or not len(ids):
+        return {}
+    from lbhash.index.sources import item_sources, run_data
+
+    if run_data(run_dir) != data:
+        return {}
+    found = item_sources(data, ids)
+    return {i: s for i, s in zip(ids.tolist(), found) if s is not None}
 
 
 def _names(fields: dict) -> list[str]:

@@ -49,6 +49,26 @@ def run_codes(run_dir: str | Path, part: str = "database") -> dict:
     return _checked(run_dir, {"bits": encoded["bits"], **encoded}, "items")
 
 
+def run_data(run_dir: str | Path) -> str:
+    """The data spec a run trained on (its index ids are positions in that data)."""
+    from lbhash.train.rundir import load_run_config
+
+    return load_run_config(run_dir).data
+
+
+def item_sources(data_spec: str, ids) -> list[str | None]:
+    """Where items of a data set came from (its file or archive member), by position; None
+    for ids past its end (items added later) and for data without sources (feature rows)."""
+    from lbhash.data import load_data
+
+    dataset = load_data(data_spec, labels_required=False)
+    ids = [int(i) for i in ids]
+    inside = [i for i in ids if 0 <= i < len(dataset)]
+    found = dataset.item_sources(inside) if inside else None
+    where = {} if found is None else dict(zip(inside, found.tolist()))
+    return [where.get(i) for i in ids]
+
+
 def codes_file(path: str | Path) -> dict:
     """The items of a codes file (lbhash.codes_file): its database part, or its only part."""
     data = load_codes_file(path, need=())
