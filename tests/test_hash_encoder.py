@@ -115,11 +115,11 @@ def test_bad_shapes_and_label_widths(digits, fitted):
         enc.fit(x, multi, validation=(xq, np.eye(8, dtype=np.uint8)[yq % 8]))
     with pytest.raises(InputError, match="X_val items have shape"):
         enc.fit(x, y, validation=(xq[:, :10], yq))
-    with pytest.raises(InputError, match="X has 10 features per row, but the encoder was fitted on 64"):
+    with pytest.raises(InputError, match="X: 10 features per row, but the run was trained on 64"):
         fitted.encode(xq[:, :10])
     bad = xq.copy()
     bad[3, 2] = np.nan
-    with pytest.raises(InputError, match="NaN or inf at row 3"):
+    with pytest.raises(InputError, match="holds nan at row 3"):
         fitted.encode(bad)
     with pytest.raises(InputError, match="epochs must be a positive integer, got 0"):
         HashEncoder(epochs=0).fit(x, y)

@@ -64,7 +64,7 @@ def test_encode_reproduces_the_runs_database_codes(tree, tmp_path):
     assert result.exit_code == 0, result.output
     with np.load(tmp_path / "q.npz", allow_pickle=False) as q:
         np.testing.assert_array_equal(q["codes"], codes["query_codes"])
-        assert str(q["ids"][0]).endswith(".jpg")  # image data: ids are file paths
+        assert str(q["sources"][0]).endswith(".jpg")  # image data: each item's file
 
 
 def test_bad_image_stops_before_training_unless_skipped(tree, tmp_path):

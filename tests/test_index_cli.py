@@ -181,8 +181,8 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, encoded, rng):
     one_line_error(run("index", "remove", out), "exactly one of --ids and --ids-file")
     np.save(tmp_path / "q16.npy", random_codes(rng, 1, 16))
     one_line_error(run("search", out, "--codes", tmp_path / "q16.npy"), "2 bytes per code")
-    np.save(tmp_path / "signs.npy", np.ones((1, 32), np.int8))
-    one_line_error(run("search", out, "--codes", tmp_path / "signs.npy"), "must be packed uint8")
+    np.save(tmp_path / "signs.npy", np.ones((1, 31), np.int8))  # +/-1 codes are read, but of 31 bits
+    one_line_error(run("search", out, "--codes", tmp_path / "signs.npy"), "31 columns but bits=32")
     np.save(tmp_path / "q.npy", codes[:1])
     one_line_error(run("search", out, "--codes", tmp_path / "q.npy", "-k", "0"), "k must be a positive integer")
     one_line_error(run("search", out, "--codes", tmp_path / "q.npy", "--radius", "-1"), "radius must be")

@@ -63,12 +63,12 @@ def test_run_directory_contents(tmp_path):
     out = tmp_path / "run"
     metrics = train(TrainConfig(**FAST, epochs=3, lbhash=True, eval_every=2), out)
     assert sorted(p.name for p in out.iterdir()) == [
-        ".lock", "checkpoint.pt", "codes.npz", "config.yaml", "data.json", "log.jsonl", "manifest.json",
+        ".lock", "checkpoint.pt", "codes.npz", "config.yaml", "data.json", "input.json", "log.jsonl", "manifest.json",
         "metrics.json", "split.npz"]
     import hashlib
 
     manifest = json.loads((out / "manifest.json").read_text())["files"]
-    assert sorted(manifest) == ["checkpoint.pt", "codes.npz", "config.yaml", "data.json", "log.jsonl", "metrics.json",
+    assert sorted(manifest) == ["checkpoint.pt", "codes.npz", "config.yaml", "data.json", "input.json", "log.jsonl", "metrics.json",
                                 "split.npz"]
     for name, entry in manifest.items():
         assert entry["sha256"] == hashlib.sha256((out / name).read_bytes()).hexdigest()

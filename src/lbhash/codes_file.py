@@ -155,6 +155,11 @@ def _check_part(path: str, data: dict, p: str) -> None:
         data[p + "ids"] = np.arange(n, dtype=np.int64)
     else:
         ids = np.asarray(ids)
+        if ids.dtype.kind == "f" and ids.ndim == 1 and len(ids) == n:
+            bad = ids[ids != np.round(ids)]
+            found = f"found {bad[0].item()!r}" if len(bad) else "integral values"
+            raise InputError(f"{path}: '{p}ids' must be integers, {found} (dtype {ids.dtype}); ids are never "
+                             "silently converted")
         if ids.ndim != 1 or len(ids) != n or ids.dtype.kind not in "iu":
             raise InputError(f"{path}: '{p}ids' must be {n} integers, got {ids.dtype} {ids.shape}")
         data[p + "ids"] = ids.astype(np.int64)

@@ -97,7 +97,7 @@ def build(source: Path, out: str, kind: str, part: str | None, nlist, nprobe, nh
             raise InputError(f"{out} exists: pass --overwrite to replace it")
         index = CodeIndex(data["bits"], kind, **given)
     index.add(data["codes"], ids=ids, labels=data["labels"])
-    if source.is_dir() and backend == "faiss":  # ids are positions in this data: search can name their files
+    if source.is_dir() and backend == "faiss" and sources.run_data(source):  # ids are positions in this data
         index.metadata["data"] = sources.run_data(source)
     if backend == "faiss":
         index.save(out)

@@ -157,4 +157,4 @@ def _hit_sources(index, ids, run_dir) -> dict:
 def _names(fields: dict) -> list[str]:
     if fields["sources"] is not None:
         return [str(x) for x in fields["sources"]]
-    return [f"id {i}" for i in fields["ids"].tolist()]
+    return [f"row {i}" for i in range(len(fields["codes"]))]

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 
 from lbhash.codes import pack, to_signs
+from lbhash.data import HashDataset
 from lbhash.data.image_sources import decode_image
 from lbhash.errors import InputError
 
@@ -39,7 +42,10 @@ class Searcher:
         float32 (n, bits) instead (codes = their signs). Feature rows go through the run's input
         contract (docs/data.md#the-input-contract); json_numbers: they came from JSON."""
         if self.input_kind == "features":
-            return self._encode_checked(inputs, real, json_numbers)
+            if isinstance(inputs, HashDataset) and not hasattr(self.encoder, "input_form_"):
+                inputs = inputs.x  # an encoder without an input contract takes the rows
+            return self._encode_checked(inputs if isinstance(inputs, HashDataset) else check_features(inputs),
+                                        real, json_numbers)
         images = check_images(inputs)
         if isinstance(images, list):  # different sizes: one at a time
             parts = [self._encode_checked(img[None], real) for img in images]
@@ -72,7 +78,8 @@ class Searcher:
         return self.index.range_search(self.encode(inputs), radius, labels)
 
     def _encode_checked(self, batch, real: bool = False, json_numbers: bool = False):
-        extra = {"json_numbers": True} if json_numbers else {}  # encoders without the option still work
+        takes = "json_numbers" in inspect.signature(self.encoder.encode).parameters
+        extra = {"json_numbers": True} if json_numbers and takes else {}  # encoders without the option still work
         try:
             out = self.encoder.encode(batch, real=True, **extra) if real else self.encoder.encode(batch, **extra)
         except ValueError as err:  # lbhash's convention: the input was refused
@@ -97,6 +104,19 @@ class Searcher:
 def codes_of(real: np.ndarray) -> np.ndarray:
     """Packed codes of real outputs: their signs, 0 -> +1 (lbhash.codes.to_signs)."""
     return pack(to_signs(real, "real outputs"))
+
+
+def check_features(x, name: str = "features") -> np.ndarray:
+    """Feature rows as given (their dtype is part of the input contract): 2-D numbers, all finite."""
+    arr = np.asarray(x)
+    if arr.dtype.kind not in "biuf" or arr.ndim != 2:
+        raise InputError(f"{name} must be a 2-D array of numbers (n, d), got {arr.dtype} with shape {arr.shape}")
+    if arr.dtype.kind == "f":
+        bad = ~np.isfinite(arr)
+        if bad.any():
+            r, c = (int(i) for i in np.argwhere(bad)[0])
+            raise InputError(f"{name} holds {arr[r, c]} at row {r}, column {c}; only finite numbers are allowed")
+    return arr
 
 
 def check_images(x, name: str = "images"):

@@ -49,11 +49,12 @@ def run_codes(run_dir: str | Path, part: str = "database") -> dict:
     return _checked(run_dir, {"bits": encoded["bits"], **encoded}, "items")
 
 
-def run_data(run_dir: str | Path) -> str:
-    """The data spec a run trained on (its index ids are positions in that data)."""
-    from lbhash.train.rundir import load_run_config
+def run_data(run_dir: str | Path) -> str | None:
+    """The data spec a run trained on (its index ids are positions in that data); None for a
+    directory that holds codes but no run config."""
+    from lbhash.train.rundir import CONFIG, load_run_config
 
-    return load_run_config(run_dir).data
+    return load_run_config(run_dir).data if (Path(run_dir) / CONFIG).is_file() else None
 
 
 def item_sources(data_spec: str, ids) -> list[str | None]:

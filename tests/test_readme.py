@@ -1,0 +1,400 @@
+"""The README is a test (issue 26, item 6): every snippet in README.md runs as written.
+
+What runs, in README order, in ONE temporary working directory:
+
+- fenced ```python blocks, executed in one namespace (a later block sees an earlier block's
+  names), with the file name README.md and README's own line numbers in tracebacks;
+- fenced ``` blocks without a language (or bash/sh/console) that hold `lbhash ...` command
+  lines: each command (backslash continuations joined, comment lines dropped) runs with
+  `bash -c` and the venv's bin first on PATH.
+
+A command fails the test when it exits non-zero or prints "Traceback (most recent call last)";
+a Python block when it raises or prints a traceback. The message names the block's line in
+README.md and shows the output.
+
+A block is skipped only when the line right before its fence is
+`<!-- readme-test: skip (reason) -->`. The skipped `lbhash serve` block is run here instead:
+the server starts in the background on 127.0.0.1 with a free port, the block's curl lines run
+against that port (bounded waits), and the server is stopped. The skipped synopsis block is
+checked against each command's --help (its commands and options exist).
+
+Setup (fixture `readme_inputs`), the files the README's commands name:
+
+- `features.npz`: 3,000 rows of ../shared/data/cifar10-mobilenetv1-features.npz (or
+  $LBHASH_SHARED_DATA): the first 250 training rows and the first 50 test rows of each class,
+  with its keys feat (uint8), labels, is_test, scale, zero_point;
+- `queries.npy`: five raw uint8 `feat` rows of it, the first test row of each of the classes
+  0 to 4;
+- `scene.npz`: a copy of ../shared/data/scene-multilabel.npz.
+
+The tests that need them skip when the shared data is missing. The Python blocks alone need
+only scikit-learn's digits and run in `make test`; the whole README in order (trainings,
+index, search, the service) is marked slow (`make test-slow`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+BIN = Path(sys.executable).parent  # the venv's bin: lbhash lives beside its python
+TRACEBACK = "Traceback (most recent call last)"
+SHELL_LANGS = ("", "bash", "sh", "console", "shell")
+SKIP = re.compile(r"^<!--\s*readme-test:\s*skip\s*\((?P<reason>[^)]*)\)\s*-->\s*$")
+FENCE = re.compile(r"^```(?P<lang>[\w+-]*)\s*$")
+COMMAND_TIMEOUT = 600  # seconds per command; a training on the slice takes about a minute on 2 cores
+SERVER_START_TIMEOUT = 90
+
+
+def shared_data_dir() -> Path:
+    """../shared/data beside the repository, or $LBHASH_SHARED_DATA (as conftest.py reads it)."""
+    return Path(os.environ.get("LBHASH_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+
+@dataclass
+class Block:
+    lang: str
+    line: int  # line of the opening fence in README.md (1-based)
+    text: str
+    skip: str | None  # the reason, when marked skip
+
+    @property
+    def runs_as_python(self) -> bool:
+        return self.skip is None and self.lang == "python"
+
+    @property
+    def runs_as_shell(self) -> bool:
+        return self.skip is None and self.lang in SHELL_LANGS
+
+    def commands(self) -> list[tuple[int, str]]:
+        """(README line, command) for each command of a shell block: continuations joined,
+        blank and comment lines dropped, a leading `$ ` prompt removed."""
+        out, pending, start = [], "", None
+        for offset, raw in enumerate(self.text.splitlines(), start=1):
+            line = raw.rstrip()
+            if not pending and (not line.strip() or line.lstrip().startswith("#")):
+                continue
+            if start is None:
+                start = self.line + offset
+            if line.startswith("$ "):
+                line = line[2:]
+            if line.endswith("\\"):
+                pending += line[:-1] + " "
+                continue
+            out.append((start, pending + line))
+            pending, start = "", None
+        assert not pending, f"README.md:{self.line}: a command ends in a backslash"
+        return out
+
+
+def parse_readme(text: str) -> list[Block]:
+    lines = text.splitlines()
+    blocks, i = [], 0
+    while i < len(lines):
+        m = FENCE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        start, body = i, []
+        i += 1
+        while i < len(lines) and lines[i].rstrip() != "```":
+            body.append(lines[i])
+            i += 1
+        assert i < len(lines), f"README.md:{start + 1}: a fence is never closed"
+        marker = SKIP.match(lines[start - 1].strip()) if start > 0 else None
+        if start > 0 and "readme-test" in lines[start - 1] and not marker:
+            raise AssertionError(f"README.md:{start}: malformed marker {lines[start - 1]!r}; "
+                                 "write <!-- readme-test: skip (reason) -->")
+        blocks.append(Block(m["lang"].lower(), start + 1, "\n".join(body),
+                            marker["reason"].strip() if marker else None))
+        i += 1
+    return blocks
+
+
+BLOCKS = parse_readme(README.read_text(encoding="utf-8"))
+
+
+def lbhash_lines(block: Block) -> list[tuple[int, str]]:
+    return [(n, c) for n, c in block.commands() if c.startswith("lbhash ") or c == "lbhash"]
+
+
+# --- the README's shape (no execution) --------------------------------------------------------
+
+
+def test_every_block_runs_or_says_why_not():
+    assert BLOCKS, "README.md has no code blocks"
+    for b in BLOCKS:
+        where = f"README.md:{b.line}"
+        if b.skip is not None:
+            assert b.skip, f"{where}: a skip marker needs a reason"
+            continue
+        assert b.lang == "python" or b.lang in SHELL_LANGS, (
+            f"{where}: a ```{b.lang} block is neither run nor marked skip")
+        if b.lang in SHELL_LANGS:
+            assert lbhash_lines(b), (f"{where}: a shell block without `lbhash` command lines; run one "
+                                     "or mark it <!-- readme-test: skip (reason) -->")
+    skipped = [b for b in BLOCKS if b.skip]
+    assert len(skipped) <= 4, f"skip markers are for a few blocks only: {[b.line for b in skipped]}"
+
+
+def test_commands_name_concrete_files():
+    """Runnable commands hold no placeholders (PATH, RUN, RUN_DIR, HOST, ...): a reader pastes them."""
+    for b in BLOCKS:
+        if not b.runs_as_shell:
+            continue
+        for line, command in b.commands():
+            code = re.sub(r"'[^']*'|\"[^\"]*\"", "", command.split(" #")[0])
+            found = re.findall(r"\b[A-Z][A-Z_]{2,}\b", code)
+            assert not found, f"README.md:{line}: placeholder {found} in `{command}`"
+
+
+def _command(words: list[str], line: int):
+    """The click command that `lbhash WORDS...` names, and the words that name it."""
+    from lbhash.cli import main
+
+    cmd, path = main, ["lbhash"]
+    for word in words:
+        if not hasattr(cmd, "commands"):
+            break
+        names = word.split("|")
+        if not all(n in cmd.commands for n in names):
+            assert word.startswith("-"), f"README.md:{line}: `{' '.join(path)}` has no command {word!r}"
+            break
+        path.append(word)
+        cmd = cmd.commands[names[0]] if len(names) == 1 else [cmd.commands[n] for n in names]
+        if isinstance(cmd, list):
+            return cmd, path
+    return [cmd], path
+
+
+def test_synopsis_and_commands_match_help():
+    """Every `lbhash` line of the README (the synopsis included) names a command that exists,
+    and each option it shows is one of that command's options."""
+    checked = 0
+    for b in BLOCKS:
+        for line, command in lbhash_lines(b):
+            words = command.split(" #")[0].split()[1:]
+            commands, path = _command(words, line)
+            assert all(c is not None for c in commands), f"README.md:{line}: unknown command in `{command}`"
+            rest = " ".join(words[len(path) - 1:])
+            for option in re.findall(r"(?<![\w-])(--?[a-zA-Z][\w-]*)", rest):
+                for c in commands:
+                    opts = {o for p in c.params for o in (*p.opts, *p.secondary_opts)} | {"--help", "-h"}
+                    assert option in opts, (f"README.md:{line}: `{' '.join(path)}` has no option {option} "
+                                            f"(it has {sorted(opts)})")
+                checked += 1
+    assert checked > 20
+
+
+# --- running the blocks -----------------------------------------------------------------------
+
+
+def _environment() -> dict:
+    env = dict(os.environ)
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def run_python(block: Block, namespace: dict, capfd) -> None:
+    code = compile("\n" * block.line + block.text + "\n", str(README), "exec")
+    try:
+        exec(code, namespace)
+    except BaseException:
+        out, err = capfd.readouterr()
+        pytest.fail(f"README.md:{block.line}: the Python block raised\n{traceback.format_exc()}\n"
+                    f"--- output ---\n{(out + err)[-4000:]}", pytrace=False)
+    out, err = capfd.readouterr()
+    if TRACEBACK in out + err:
+        pytest.fail(f"README.md:{block.line}: the Python block printed a traceback\n{(out + err)[-6000:]}",
+                    pytrace=False)
+
+
+def run_shell(line: int, command: str, cwd: Path, timeout: float = COMMAND_TIMEOUT) -> str:
+    started = time.monotonic()
+    try:
+        done = subprocess.run(["bash", "-c", command], cwd=cwd, env=_environment(), capture_output=True,
+                              text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"README.md:{line}: `{command}` ran past {timeout} s\n{e.stdout or ''}{e.stderr or ''}",
+                    pytrace=False)
+    output = done.stdout + done.stderr
+    TIMES.append((line, command, time.monotonic() - started))
+    if done.returncode != 0 or TRACEBACK in output:
+        why = f"exited {done.returncode}" if done.returncode != 0 else "printed a traceback"
+        pytest.fail(f"README.md:{line}: `{command}` {why}\n{output[-6000:]}", pytrace=False)
+    return done.stdout
+
+
+TIMES: list[tuple[int, str, float]] = []
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def is_serve_block(block: Block) -> bool:
+    """A skipped block that starts the service and talks to it with curl."""
+    commands = [c for _, c in block.commands()]
+    return any(c.startswith("lbhash serve ") for c in commands) and any(c.startswith("curl ") for c in commands)
+
+
+def run_serve_block(block: Block, cwd: Path) -> None:
+    """Start the block's `lbhash serve` on 127.0.0.1 and a free port, run its curl lines against
+    that port, stop the server; fail on a non-zero exit or a traceback anywhere."""
+    pytest.importorskip("fastapi", reason="lbhash serve needs the serve extra: pip install 'lbhash[serve]'")
+    pytest.importorskip("uvicorn", reason="lbhash serve needs the serve extra: pip install 'lbhash[serve]'")
+    commands = block.commands()
+    serve = [(n, c) for n, c in commands if c.startswith("lbhash serve ")]
+    assert len(serve) == 1, f"README.md:{block.line}: expected one `lbhash serve` line"
+    line, command = serve[0]
+    port = _free_port()
+    command = command.split(" #")[0] + f" --host 127.0.0.1 --port {port}"
+    log = cwd / f".serve-{port}.log"
+    with open(log, "w") as sink:
+        proc = subprocess.Popen(["bash", "-c", f"exec {command}"], cwd=cwd, env=_environment(), stdout=sink,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + SERVER_START_TIMEOUT
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"README.md:{line}: `{command}` exited {proc.returncode} before serving\n"
+                            f"{log.read_text()[-6000:]}", pytrace=False)
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"README.md:{line}: `{command}` did not listen within {SERVER_START_TIMEOUT} s\n"
+                                f"{log.read_text()[-6000:]}", pytrace=False)
+                time.sleep(0.3)
+        curls = [(n, c) for n, c in commands if c.startswith("curl ")]
+        assert curls, f"README.md:{block.line}: the serve block has no curl line"
+        for n, c in curls:
+            if shutil.which("curl") is None:
+                pytest.skip("curl is not installed: the README's curl lines cannot run")
+            c = re.sub(r"(https?://)?localhost:8000", f"127.0.0.1:{port}", c.split(" #")[0])
+            out = run_shell(n, c + " --fail-with-body --max-time 60", cwd)
+            answer = json.loads(out)
+            assert "results" in answer, f"README.md:{n}: unexpected answer {out[:2000]}"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+    text = log.read_text()
+    if TRACEBACK in text:
+        pytest.fail(f"README.md:{line}: `{command}` printed a traceback\n{text[-6000:]}", pytrace=False)
+
+
+# --- the fixtures and the tests that run ------------------------------------------------------
+
+
+def make_inputs(folder: Path, shared: Path) -> None:
+    """features.npz (3,000 rows of the CIFAR-10 features), queries.npy (5 raw uint8 rows of it)
+    and scene.npz (the scene multi-label set) in folder."""
+    with np.load(shared / "cifar10-mobilenetv1-features.npz") as f:
+        labels, is_test = f["labels"], f["is_test"]
+        rows = []
+        for part, count in ((False, 250), (True, 50)):
+            for c in range(10):
+                rows.append(np.flatnonzero((labels == c) & (is_test == part))[:count])
+        rows = np.concatenate(rows)
+        feat = f["feat"][rows]
+        np.savez(folder / "features.npz", feat=feat, labels=labels[rows], is_test=is_test[rows],
+                 scale=f["scale"], zero_point=f["zero_point"])
+    sliced_test = is_test[rows]
+    sliced_labels = labels[rows]
+    first_test = [np.flatnonzero(sliced_test & (sliced_labels == c))[0] for c in range(5)]
+    np.save(folder / "queries.npy", feat[first_test])
+    shutil.copyfile(shared / "scene-multilabel.npz", folder / "scene.npz")
+
+
+@pytest.fixture
+def readme_inputs(tmp_path, monkeypatch):
+    shared = shared_data_dir()
+    needed = ("cifar10-mobilenetv1-features.npz", "scene-multilabel.npz")
+    missing = [n for n in needed if not (shared / n).is_file()]
+    if missing:
+        pytest.skip(f"shared data not found: {', '.join(str(shared / n) for n in missing)} "
+                    "(set LBHASH_SHARED_DATA)")
+    make_inputs(tmp_path, shared)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_make_inputs_as_the_readme_describes(tmp_path):
+    shared = shared_data_dir()
+    if not (shared / "cifar10-mobilenetv1-features.npz").is_file():
+        pytest.skip(f"shared data not found at {shared} (set LBHASH_SHARED_DATA)")
+    make_inputs(tmp_path, shared)
+    with np.load(tmp_path / "features.npz") as f:
+        assert f["feat"].shape == (3000, 1024) and f["feat"].dtype == np.uint8
+        assert set(np.unique(f["is_test"])) == {False, True} and f["is_test"].sum() == 500
+        assert np.bincount(f["labels"]).tolist() == [300] * 10
+        q = np.load(tmp_path / "queries.npy")
+        assert q.dtype == np.uint8 and q.shape == (5, 1024)
+        test_rows = f["feat"][f["is_test"]]
+        test_labels = f["labels"][f["is_test"]]
+        for c in range(5):
+            np.testing.assert_array_equal(q[c], test_rows[test_labels == c][0])
+
+
+def test_readme_python_blocks(tmp_path, monkeypatch, capfd):
+    """The fast subset (make test): the Python blocks alone, in order, in one namespace. They
+    need only the digits set."""
+    monkeypatch.chdir(tmp_path)
+    namespace = {"__name__": "__readme__"}
+    blocks = [b for b in BLOCKS if b.runs_as_python]
+    assert len(blocks) >= 5
+    for block in blocks:
+        run_python(block, namespace, capfd)
+    assert (tmp_path / "runs" / "my-encoder").is_dir() and (tmp_path / "my-index").exists()
+
+
+@pytest.mark.slow
+def test_readme_runs_in_order(readme_inputs, capfd):
+    """Every block of README.md in order: Python blocks, command lines, the service."""
+    TIMES.clear()
+    namespace = {"__name__": "__readme__"}
+    started = time.monotonic()
+    ran = 0
+    for block in BLOCKS:
+        if block.runs_as_python:
+            t = time.monotonic()
+            run_python(block, namespace, capfd)
+            TIMES.append((block.line, "python block", time.monotonic() - t))
+        elif block.runs_as_shell:
+            for line, command in block.commands():
+                run_shell(line, command, readme_inputs)
+        elif is_serve_block(block):
+            run_serve_block(block, readme_inputs)
+        else:
+            continue
+        ran += 1
+    assert ran >= 8
+    assert sum(is_serve_block(b) for b in BLOCKS) == 1, "README.md should show the service once, with curl"
+    with capfd.disabled():
+        print(f"\nREADME ran in {time.monotonic() - started:.0f} s; slowest steps:")
+        for line, command, seconds in sorted(TIMES, key=lambda t: -t[2])[:6]:
+            print(f"  {seconds:6.1f} s  README.md:{line}  {command[:90]}")
