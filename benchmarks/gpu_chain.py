@@ -5,7 +5,8 @@ whether the codes of one item agree along every path when the GPU computes under
 
 For a feature run (the shared CIFAR-10 MobileNet features as stored: uint8 with a scale) and an
 image run (resnet20, channels_last, on a CIFAR-10 JPEG tarball), both trained on the GPU under
-bf16-mixed, it encodes the run's database again four ways (GPU bf16, GPU float32, CPU float32,
+bf16-mixed (the run's codes are written in float32), it encodes the run's database again four
+ways (GPU bf16, GPU float32, CPU float32,
 and for features the stored uint8 rows through the input contract) and counts the bits that
 differ from the codes the run stored, then searches an index of the run's codes with the rows.
 It writes gpu_chain.json and gpu_chain.md into --out. No part is asserted: it measures.

@@ -45,6 +45,10 @@ def encode(model: nn.Module, dataset: HashDataset, indices=None, options: InputO
     model.eval()
     dtype = _input_dtype(model)
     out = []
+    exact = autocast is contextlib.nullcontext and torch.device(device).type == "cuda"
+    tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    if exact:  # float32 means float32: TF32 products would move outputs near 0 across the sign
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     try:
         for x in dataset.encode_batches(check_indices(dataset, indices), options, device, progress, batch_size):
             with autocast():
@@ -53,6 +57,8 @@ def encode(model: nn.Module, dataset: HashDataset, indices=None, options: InputO
             out.append(u.float().cpu().numpy() if real else signs(u))
     finally:
         model.train(was_training)
+        if exact:
+            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
     bits = getattr(model, "bits", 0)
     return np.concatenate(out) if out else np.empty((0, bits), dtype=np.float32 if real else np.int8)
 

@@ -148,8 +148,11 @@ def _write_codes_file(trainer: Trainer, path: Path, query: np.ndarray, database:
                       with_scores: bool) -> None:
     exp, ds = trainer.exp, trainer.exp.dataset
     start = time.perf_counter()
-    q = trainer.encode(query, progress=True)
-    db = trainer.encode(database, progress=True)
+    # in float32 whatever the training precision: the codes every later path (the CPU, the
+    # service, HashEncoder) reproduces bit for bit; bf16 flips about 1% of items by a bit or two
+    model, device, progress = trainer.learner.model, trainer.fabric.device, trainer.cfg.progress
+    q = encode(model, ds, query, trainer.options, device, progress=progress)
+    db = encode(model, ds, database, trainer.options, device, progress=progress)
     seconds = time.perf_counter() - start
     ql, dl = ds.labels[query], ds.labels[database]
     extra = {"query_real": query_outputs(trainer, query)}  # for asymmetric ranking
