@@ -19,8 +19,8 @@ from lbhash.reproduce.report_context import FIGURES_DIR, ReportContext, md_table
 from lbhash.reproduce.report_context import cell, num, pval, signed  # noqa: F401 (re-exported)
 from lbhash.reproduce.sections_grid import (convergence_section, curves_section,
                                             grid_section, ratio_section, tsne_section)
-from lbhash.reproduce.sections_studies import (bound_section, centers_section, timing_section,
-                                               toy_section)
+from lbhash.reproduce.sections_studies import (baselines_section, bound_section, centers_section,
+                                               timing_section, toy_section)
 from lbhash.reproduce.sections_study import study_section
 from lbhash.reproduce.tables import GridView, load_tables
 from lbhash.errors import InputError
@@ -32,13 +32,15 @@ SECTIONS = {
     "tsne": "t-SNE of codes (paper Fig. 4)", "bound": "Lower bound along training (paper Fig. 1)",
     "timing": "Training time (paper Table 1)", "centers": "Class centers (paper Table 5)",
     "toy": "MVB toy (paper Fig. Toy and Fig. Sanity16)", "study": "Studies: when does the objective help?",
+    "baselines": "Baselines on seen and unseen classes (beyond the paper)",
     "agreement": "Agreement with the paper",
 }
 # (SECTIONS key, builder) in report order; "setup" and "agreement" are written here
 _BUILDERS = (("grid", grid_section), ("curves", curves_section), ("ratio", ratio_section),
              ("convergence", convergence_section), ("tsne", tsne_section),
              ("bound", bound_section), ("timing", timing_section),
-             ("centers", centers_section), ("toy", toy_section), ("study", study_section))
+             ("centers", centers_section), ("toy", toy_section), ("study", study_section),
+             ("baselines", baselines_section))
 
 
 def write_report(directory: str | Path, out: str | Path | None = None, bits: int | None = None,

@@ -30,6 +30,7 @@ TOY_FILE = "toy.json"
 TOY_PROBS_FILE = "toy_probs.npz"
 STUDY_FILE = "study.csv"
 STUDY_EPOCHS_FILE = "study_epochs.csv"
+BASELINES_FILE = "baselines.csv"
 
 META_KEYS = ("data", "protocol", "seeds", "epochs", "software", "commands", "created")
 SOFTWARE_KEYS = ("python", "torch", "numpy", "lightning", "lbhash")
@@ -48,6 +49,8 @@ BOUND_COLUMNS = ("run_id", "bits", "epoch", "map", "lb_ratio", "lb_min_inter", "
 STUDY_COLUMNS = ("study", "run_id", "method", "setting", "lbhash", "bits", "seed", "val_map", "selected_epoch",
                  "epochs_trained", "map", "config_hash")
 STUDY_EPOCHS_COLUMNS = ("study", "run_id", "epoch", "val_map", "loss_total")
+BASELINES_COLUMNS = ("method", "variant", "kind", "bits", "bytes_per_item", "seed", "classes", "ranking",
+                     "map_all", "map_1000", "precision_h2", "n_query", "n_database", "held_out", "protocol")
 TOY_PROB_KINDS = ("real", "surrogate", "naive")
 CODES_SUFFIX, LABELS_SUFFIX = "__codes", "__labels"
 
@@ -67,8 +70,11 @@ _KINDS: dict[str, dict[str, str]] = {
     STUDY_EPOCHS_FILE: dict(zip(STUDY_EPOCHS_COLUMNS, ("str", "str", "int", "frac?", "float?"))),
     BOUND_FILE: dict(zip(BOUND_COLUMNS, ("str", "int", "int", "frac", "ratio", "float?",
                                          "float?"))),
+    BASELINES_FILE: dict(zip(BASELINES_COLUMNS, ("str", "str", "str", "int", "int", "int", "str", "str", "frac",
+                                                 "frac", "frac?", "int", "int", "str?", "str"))),
 }
-_CHOICES = {CURVES_FILE: ("curve", CURVE_NAMES), TIMING_FILE: ("variant", TIMING_VARIANTS)}
+_CHOICES = {CURVES_FILE: ("curve", CURVE_NAMES), TIMING_FILE: ("variant", TIMING_VARIANTS),
+            BASELINES_FILE: ("classes", ("seen", "unseen"))}
 
 
 class Table:
@@ -104,6 +110,7 @@ class Tables:
     bound: Table | None = None
     study: Table | None = None
     study_epochs: Table | None = None
+    baselines: Table | None = None
     codes: dict[str, tuple[np.ndarray, np.ndarray]] | None = None  # run_id -> (codes, labels)
     toy: dict[int, dict[str, Any]] | None = None
     toy_probs: dict[int, dict[str, np.ndarray]] | None = None
@@ -119,7 +126,8 @@ def load_tables(directory: str | Path) -> Tables:
     tables = Tables(directory, read_meta(directory / META_FILE), files=[META_FILE])
     for attr, name in (("grid", GRID_FILE), ("curves", CURVES_FILE), ("epochs", EPOCHS_FILE),
                        ("timing", TIMING_FILE), ("centers", CENTERS_FILE), ("bound", BOUND_FILE),
-                       ("study", STUDY_FILE), ("study_epochs", STUDY_EPOCHS_FILE)):
+                       ("study", STUDY_FILE), ("study_epochs", STUDY_EPOCHS_FILE),
+                       ("baselines", BASELINES_FILE)):
         if (directory / name).is_file():
             table = read_table(directory / name)
             tables.files.append(name)
