@@ -112,6 +112,13 @@ def test_grid_cells_equal_independent_means(built, fixture_dir):
     assert "| CSQ_D | 88.7 | 89.2 | 90.3 |" in text
 
 
+def test_setup_lists_each_experiment_of_an_old_meta_json(built):
+    # the fixture's meta.json is of the first format: one data/protocol/seeds/epochs, two commands
+    rows = _md_rows(_section(built[1], "setup"))
+    assert rows["grid"] == ["cifar10-features", "paper", "0, 1", "6"]
+    assert rows["toy"] == ["—", "—", "—", "—"]  # the toy takes no data; no spec recorded its seed
+
+
 def test_baselines_cells_equal_independent_means(built, fixture_dir):
     block = _section(built[1], "baselines")
     rows = list(csv.DictReader(open(fixture_dir / "baselines.csv")))
@@ -232,9 +239,9 @@ def test_malformed_csv_is_one_line_error(fixture_dir, tmp_path, name, edit, frag
 def test_malformed_json_and_npz_name_the_file(fixture_dir, tmp_path):
     d = _copy(fixture_dir, tmp_path / "d")
     meta = json.loads((d / "meta.json").read_text())
-    del meta["seeds"]
+    del meta["software"]
     (d / "meta.json").write_text(json.dumps(meta))
-    with pytest.raises(ValueError, match=r"meta\.json: missing key\(s\) seeds"):
+    with pytest.raises(ValueError, match=r"meta\.json: missing key\(s\) software"):
         load_tables(d)
     d = _copy(fixture_dir, tmp_path / "e")
     (d / "toy.json").write_text('{"8": {"kl_real_vs": {"100": {"naive": "lots"}}}}')

@@ -15,10 +15,10 @@ from typing import Any, Callable
 
 import numpy as np
 
+from lbhash.reproduce.meta import META_FILE, Meta, read_meta
 from lbhash.reproduce.tables_parse import column_array, parse_cell, parse_number, read_json
 from lbhash.errors import InputError
 
-META_FILE = "meta.json"
 GRID_FILE = "grid.csv"
 CURVES_FILE = "curves.csv"
 EPOCHS_FILE = "epochs.csv"
@@ -31,9 +31,9 @@ TOY_PROBS_FILE = "toy_probs.npz"
 STUDY_FILE = "study.csv"
 STUDY_EPOCHS_FILE = "study_epochs.csv"
 BASELINES_FILE = "baselines.csv"
-
-META_KEYS = ("data", "protocol", "seeds", "epochs", "software", "commands", "created")
-SOFTWARE_KEYS = ("python", "torch", "numpy", "lightning", "lbhash")
+# the table each experiment writes (a study's key is "study:NAME")
+EXPERIMENT_FILES = {"grid": GRID_FILE, "timing": TIMING_FILE, "centers": CENTERS_FILE, "toy": TOY_FILE,
+                    "bound": BOUND_FILE, "baselines": BASELINES_FILE, "study": STUDY_FILE}
 
 GRID_COLUMNS = ("run_id", "method", "variant", "lbhash", "bits", "seed", "data", "protocol",
                 "epochs", "config_hash", "map", "map_tie_averaged", "topk", "knn_accuracy",
@@ -101,7 +101,7 @@ class Tables:
     """Everything found in one directory; an absent optional file is None."""
 
     directory: Path
-    meta: dict[str, Any]
+    meta: Meta
     grid: Table | None = None
     curves: Table | None = None
     epochs: Table | None = None
@@ -157,30 +157,6 @@ def read_rows_if_present(path: Path, columns) -> list[dict[str, str]]:
         if tuple(reader.fieldnames or ()) != tuple(columns):
             raise InputError(f"{path}: expected the columns {', '.join(columns)}")
         return list(reader)
-
-
-def read_meta(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise InputError(f"{path}: no such file (a results directory needs {META_FILE})")
-    meta = read_json(path)
-    if not isinstance(meta, dict):
-        raise InputError(f"{path}: expected a JSON object")
-    missing = [k for k in META_KEYS if k not in meta]
-    if missing:
-        raise InputError(f"{path}: missing key(s) {', '.join(missing)}")
-    seeds = meta["seeds"]
-    if not isinstance(seeds, list) or not all(isinstance(s, int) and not isinstance(s, bool)
-                                              for s in seeds):
-        raise InputError(f"{path}: 'seeds' must be a list of integers, got {seeds!r}")
-    if not isinstance(meta["epochs"], int) or isinstance(meta["epochs"], bool):
-        raise InputError(f"{path}: 'epochs' must be an integer, got {meta['epochs']!r}")
-    for key in ("software", "commands"):
-        if not isinstance(meta[key], dict):
-            raise InputError(f"{path}: '{key}' must be a JSON object")
-    for key in ("data", "protocol", "created"):
-        if not isinstance(meta[key], str):
-            raise InputError(f"{path}: '{key}' must be a string, got {meta[key]!r}")
-    return meta
 
 
 def read_table(path: Path) -> Table:
