@@ -1,7 +1,7 @@
 """A tiny but complete set of result tables, as `lbhash reproduce` writes them, for the report.
 
-    write_fixture(tmp_path)  # meta.json, grid/curves/epochs/timing/centers/bound CSVs, codes
-                             # sample, toy.json and toy_probs.npz
+    write_fixture(tmp_path)  # meta.json (the first format), grid/curves/epochs/timing/centers/
+                             # bound/study/baselines CSVs, codes sample, toy.json, toy_probs.npz
 
 Numbers are synthetic but shaped like real ones: _D usually beats base (one cell does not),
 the ratio grows with mAP, one run has an infinite ratio, greedyhash has a classifier and
@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from lbhash._io import atomic_path, save_npz
-from lbhash.reproduce.tables import (STUDY_COLUMNS, STUDY_EPOCHS_COLUMNS,
+from lbhash.reproduce.tables import (STUDY_COLUMNS, STUDY_EPOCHS_COLUMNS, BASELINES_COLUMNS,
     BOUND_COLUMNS, CENTERS_COLUMNS, CURVES_COLUMNS, EPOCHS_COLUMNS, GRID_COLUMNS, TIMING_COLUMNS)
 
 METHODS = ("hashnet", "greedyhash", "csq")
@@ -60,7 +60,28 @@ def write_fixture(directory: str | Path, methods=METHODS, bits=BITS, seeds=SEEDS
     _csv(directory / "study_epochs.csv", STUDY_EPOCHS_COLUMNS,
          [{"study": r["study"], "run_id": r["run_id"], "epoch": e, "val_map": round(r["val_map"] - 0.1 / e, 5),
            "loss_total": 1.0 / e} for r in study for e in (1, 3, 6)])
+    _csv(directory / "baselines.csv", BASELINES_COLUMNS, _baselines(rng, bits, seeds))
     return directory
+
+
+def _baselines(rng, bits_list, seeds) -> list[dict]:
+    """lsh, csq and csq_D on seen and unseen classes, both rankings; float kNN rows per seed."""
+    rows = []
+    for seed in seeds:
+        shared = {"seed": seed, "n_query": 50, "n_database": 400, "held_out": "1 7", "protocol": "unseen:2:paper"}
+        for method, variant, kind in (("lsh", "lsh", "baseline"), ("csq", "csq", "deep"), ("csq", "csq_D", "deep")):
+            for bits in bits_list:
+                for classes in ("seen", "unseen"):
+                    for ranking in ("symmetric", "asymmetric"):
+                        m = round(float(rng.uniform(0.2, 0.8)), 5)
+                        rows.append({**shared, "method": method, "variant": variant, "kind": kind, "bits": bits,
+                                     "bytes_per_item": bits // 8, "classes": classes, "ranking": ranking,
+                                     "map_all": m, "map_1000": round(m + 0.01, 5), "precision_h2": 0.5})
+        for classes in ("seen", "unseen"):
+            rows.append({**shared, "method": "cosine-knn", "variant": "cosine-knn", "kind": "reference",
+                         "bits": 2048, "bytes_per_item": 256, "classes": classes, "ranking": "float",
+                         "map_all": 0.7, "map_1000": 0.72, "precision_h2": ""})
+    return rows
 
 
 def _study(rng, methods, seeds) -> list[dict]:

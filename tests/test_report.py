@@ -22,7 +22,8 @@ from report_fixture import INF_RUN, WORSE_CELL, write_fixture
 
 PNG = b"\x89PNG\r\n\x1a\n"
 OPTIONAL = ("grid.csv", "curves.csv", "epochs.csv", "codes_sample.npz", "timing.csv",
-            "centers.csv", "bound.csv", "toy.json", "toy_probs.npz", "study.csv", "study_epochs.csv")
+            "centers.csv", "bound.csv", "toy.json", "toy_probs.npz", "study.csv", "study_epochs.csv",
+            "baselines.csv")
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +70,7 @@ def test_report_has_every_section_and_valid_pngs(built):
     for title in SECTIONS.values():
         assert f"## {title}\n" in text, title
     images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
-    assert len(images) == 9
+    assert len(images) == 10
     total = 0
     for rel in images:
         png = path.parent / rel
@@ -109,6 +110,29 @@ def test_grid_cells_equal_independent_means(built, fixture_dir):
     # the paper's CIFAR-10 values sit beside ours, labelled as such
     assert "Paper, CIFAR-10 columns of Table 2" in text and "ResNet-50" in text
     assert "| CSQ_D | 88.7 | 89.2 | 90.3 |" in text
+
+
+def test_setup_lists_each_experiment_of_an_old_meta_json(built):
+    # the fixture's meta.json is of the first format: one data/protocol/seeds/epochs, two commands
+    rows = _md_rows(_section(built[1], "setup"))
+    assert rows["grid"] == ["cifar10-features", "paper", "0, 1", "6"]
+    assert rows["toy"] == ["—", "—", "—", "—"]  # the toy takes no data; no spec recorded its seed
+
+
+def test_baselines_cells_equal_independent_means(built, fixture_dir):
+    block = _section(built[1], "baselines")
+    rows = list(csv.DictReader(open(fixture_dir / "baselines.csv")))
+    for bits in (16, 32):
+        part = block[block.index(f"### {bits} bits"):]
+        table = _md_rows(part)
+        for variant in ("lsh", "csq", "csq_D"):
+            vals = [100 * float(r["map_all"]) for r in rows if r["variant"] == variant and int(r["bits"]) == bits
+                    and r["classes"] == "unseen" and r["ranking"] == "asymmetric"]
+            # columns: seen sym, asym, @1000 sym, asym, P@H<=2, then unseen mAP@all sym, asym
+            mean, std = (float(v) for v in table[variant][6].split(" ± "))
+            assert mean == pytest.approx(statistics.mean(vals), abs=0.051)
+            assert std == pytest.approx(statistics.stdev(vals), abs=0.051)
+    assert "unseen:2:paper" in block and "figures/baselines.png" in block
 
 
 def test_ratio_section_counts_infinite_runs(built, fixture_dir):
@@ -200,6 +224,7 @@ def _edit_csv(path, fn):
     ("bound.csv", lambda r: r[1].__setitem__(r[0].index("lb_ratio"), "-1"), ["bound.csv", "lb_ratio"]),
     ("centers.csv", lambda r: r[1].pop(), ["centers.csv", "line 2"]),
     ("epochs.csv", lambda r: r[1].__setitem__(1, "2.5"), ["epochs.csv", "'epoch'"]),
+    ("baselines.csv", lambda r: r[1].__setitem__(r[0].index("classes"), "both"), ["baselines.csv", "'classes'"]),
 ])
 def test_malformed_csv_is_one_line_error(fixture_dir, tmp_path, name, edit, fragments):
     d = _copy(fixture_dir, tmp_path / "d")
@@ -214,9 +239,9 @@ def test_malformed_csv_is_one_line_error(fixture_dir, tmp_path, name, edit, frag
 def test_malformed_json_and_npz_name_the_file(fixture_dir, tmp_path):
     d = _copy(fixture_dir, tmp_path / "d")
     meta = json.loads((d / "meta.json").read_text())
-    del meta["seeds"]
+    del meta["software"]
     (d / "meta.json").write_text(json.dumps(meta))
-    with pytest.raises(ValueError, match=r"meta\.json: missing key\(s\) seeds"):
+    with pytest.raises(ValueError, match=r"meta\.json: missing key\(s\) software"):
         load_tables(d)
     d = _copy(fixture_dir, tmp_path / "e")
     (d / "toy.json").write_text('{"8": {"kl_real_vs": {"100": {"naive": "lots"}}}}')

@@ -126,4 +126,7 @@ def test_tables_of_the_other_experiments(tmp_path):
     timing = rows(out / "timing.csv")
     assert [r["variant"] for r in timing] == ["bce", "cauchy", "ours"] and float(timing[0]["ratio"]) == 1.0
     meta = json.loads((out / "meta.json").read_text())
-    assert set(meta["commands"]) == {"centers", "bound", "timing"} and "torch" in meta["software"]
+    assert list(meta["experiments"]) == ["centers", "bound", "timing"] and "torch" in meta["software"]
+    settings = {k: [e[s] for s in ("seeds", "epochs")] for k, e in meta["experiments"].items()}
+    assert settings == {"centers": [[0], 1], "bound": [[0], 3], "timing": [[0], 2]}  # as the commands give them
+    assert all(e["command"].startswith("lbhash ") for e in meta["experiments"].values())

@@ -23,9 +23,11 @@ def report(directory: Path, out: Path | None, bits: int | None, tsne_pairs: int,
            tsne_points: int) -> None:
     """Write a markdown report with PNG figures from the result tables in DIRECTORY.
 
-    DIRECTORY holds meta.json and any of grid.csv, curves.csv, epochs.csv, codes_sample.npz,
-    timing.csv, centers.csv, bound.csv, toy.json and toy_probs.npz (as `lbhash reproduce`
-    writes them); each present table gets its section. Nothing is retrained.
+    DIRECTORY holds meta.json and the tables of any mix of `lbhash reproduce` experiments:
+    grid.csv, curves.csv, epochs.csv, codes_sample.npz (grid), timing.csv, centers.csv,
+    bound.csv, toy.json and toy_probs.npz (toy), study.csv and study_epochs.csv (study),
+    baselines.csv (baselines). Each present table gets its section; the others are left out.
+    Nothing is retrained.
     """
     from lbhash._io import check_output_file
     from lbhash.reproduce.report import write_report

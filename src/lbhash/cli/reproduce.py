@@ -44,7 +44,7 @@ def reproduce(experiment, data, protocol, out, workers, methods, bits, seeds, ki
 
     from lbhash._io import check_output_dir
     from lbhash.reproduce.experiments import Context, configure, validate
-    from lbhash.reproduce.meta import update_meta
+    from lbhash.reproduce.meta import META_FILE, read_meta, update_meta
 
     if experiment != "toy" and not data:
         raise InputError(f"experiment {experiment} needs --data")
@@ -85,6 +85,8 @@ def reproduce(experiment, data, protocol, out, workers, methods, bits, seeds, ki
                   report=click.echo)
     check_output_dir(out, "--out")
     validate(spec, ctx)  # nothing is created before every option and run config is checked
+    if (out / META_FILE).is_file():
+        read_meta(out / META_FILE)  # a meta.json this run cannot update fails now, not after training
     out.mkdir(parents=True, exist_ok=True)
     spec.run(ctx)
     key = f"study:{spec.study}" if experiment == "study" else experiment

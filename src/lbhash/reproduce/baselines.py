@@ -23,15 +23,15 @@ from lbhash.errors import InputError
 from lbhash.evaluate import evaluate_codes
 from lbhash.reproduce.collect import write_csv
 from lbhash.reproduce.runner import run_cells
+from lbhash.reproduce.tables import BASELINES_COLUMNS, BASELINES_FILE
 
 # lbhash.reproduce.experiments is imported inside functions: its registry builds this spec
 
 BASELINES = ("lsh", "pca", "itq", "linear")
 DEEP = ("csq", "orthohash")
 TOP = 1000  # the second cut-off beside R = all
-COLUMNS = ("method", "variant", "kind", "bits", "bytes_per_item", "seed", "classes", "ranking",
-           "map_all", "map_1000", "precision_h2", "n_query", "n_database", "held_out", "protocol")
-CSV_FILE, MD_FILE, FIGURE_FILE = "baselines.csv", "baselines.md", "baselines.png"
+COLUMNS, CSV_FILE = BASELINES_COLUMNS, BASELINES_FILE
+MD_FILE, FIGURE_FILE = "baselines.md", "baselines.png"
 REFERENCE = "cosine-knn"
 PARTS = (("seen", "codes_seen.npz"), ("unseen", "codes.npz"))
 
@@ -194,18 +194,24 @@ def write_summary(path: Path, rows: list[dict]) -> None:
     """baselines.md: per code length, one row per variant, mean ± std (%) over seeds."""
     from lbhash._io import atomic_path
 
+    lines = ["# Baselines: seen and unseen classes, symmetric and asymmetric ranking", "", *summary_lines(rows)]
+    with atomic_path(path) as tmp:
+        Path(tmp).write_text("\n".join(lines))
+
+
+def summary_lines(rows: list[dict], level: str = "##") -> list[str]:
+    """The markdown of baselines.md below its title; `level` marks the per-bits headers."""
     table = summary_table(rows)
     variants = list(dict.fromkeys(r["variant"] for r in rows if r["kind"] != "reference"))
     reference = [r for r in rows if r["kind"] == "reference"]
-    lines = ["# Baselines: seen and unseen classes, symmetric and asymmetric ranking", "",
-             "mAP (%) as mean ± std over seeds (std with n-1); sym = Hamming ranking of the query's code, "
+    lines = ["mAP (%) as mean ± std over seeds (std with n-1); sym = Hamming ranking of the query's code, "
              "asym = the database codes ranked by their inner product with the query's real outputs; "
              "P@H<=2 does not depend on the ranking. Seen: queries and database of the training classes; "
              "unseen: of the held-out classes.", ""]
     header = ("| variant | seen mAP@all sym | asym | seen mAP@1000 sym | asym | seen P@H<=2 "
               "| unseen mAP@all sym | asym | unseen mAP@1000 sym | asym | unseen P@H<=2 |")
     for bits in sorted({r["bits"] for r in rows if r["kind"] != "reference"}):
-        lines += [f"## {bits} bits ({-(-bits // 8)} bytes per item)", "", header, "|---" * 11 + "|"]
+        lines += [f"{level} {bits} bits ({-(-bits // 8)} bytes per item)", "", header, "|---" * 11 + "|"]
         for v in variants:
             cells = []
             for classes in ("seen", "unseen"):
@@ -220,14 +226,13 @@ def write_summary(path: Path, rows: list[dict]) -> None:
         lines.append("")
     if reference:
         dims = reference[0]["bytes_per_item"]
-        lines += [f"## Float cosine kNN on the raw features ({dims} bytes per item)", "",
+        lines += [f"{level} Float cosine kNN on the raw features ({dims} bytes per item)", "",
                   "| classes | mAP@all | mAP@1000 |", "|---|---|---|"]
         for classes in ("seen", "unseen"):
             s = table.get((REFERENCE, reference[0]["bits"], classes, "float"), {})
             lines.append(f"| {classes} | {_fmt(s.get('map_all'))} | {_fmt(s.get('map_1000'))} |")
         lines.append("")
-    with atomic_path(path) as tmp:
-        Path(tmp).write_text("\n".join(lines))
+    return lines
 
 
 def baselines_figure(rows: list[dict], path: Path) -> Path:

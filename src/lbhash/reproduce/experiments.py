@@ -187,9 +187,10 @@ class TimingSpec:
     bits: tuple = (16, 32, 64)
     epochs: int = 5
     variants: tuple = (("bce", "csq", False), ("cauchy", "dch", False), ("ours", "csq", True))
+    seed: int = 0
 
     def configs(self, ctx: Context) -> list[dict]:
-        return [ctx.config(method=method, lbhash=lbhash, bits=b, seed=0)
+        return [ctx.config(method=method, lbhash=lbhash, bits=b, seed=self.seed)
                 for b in self.bits for _, method, lbhash in self.variants]
 
     def run(self, ctx: Context) -> None:
@@ -198,7 +199,7 @@ class TimingSpec:
 
         rows = []
         for b in self.bits:
-            configs = {label: make_config(ctx.config(method=method, lbhash=lbhash, bits=b, seed=0))
+            configs = {label: make_config(ctx.config(method=method, lbhash=lbhash, bits=b, seed=self.seed))
                        for label, method, lbhash in self.variants}
             times = epoch_times(configs, self.epochs)
             median = {label: t.median() for label, t in times.items()}

@@ -19,10 +19,11 @@ from lbhash.reproduce.report_context import FIGURES_DIR, ReportContext, md_table
 from lbhash.reproduce.report_context import cell, num, pval, signed  # noqa: F401 (re-exported)
 from lbhash.reproduce.sections_grid import (convergence_section, curves_section,
                                             grid_section, ratio_section, tsne_section)
-from lbhash.reproduce.sections_studies import (bound_section, centers_section, timing_section,
-                                               toy_section)
+from lbhash.reproduce.meta import DEFAULT_PROTOCOL, NO_EXPERIMENT, SETTINGS
+from lbhash.reproduce.sections_studies import (baselines_section, bound_section, centers_section,
+                                               timing_section, toy_section)
 from lbhash.reproduce.sections_study import study_section
-from lbhash.reproduce.tables import GridView, load_tables
+from lbhash.reproduce.tables import EXPERIMENT_FILES, GridView, load_tables
 from lbhash.errors import InputError
 
 SECTIONS = {
@@ -32,13 +33,15 @@ SECTIONS = {
     "tsne": "t-SNE of codes (paper Fig. 4)", "bound": "Lower bound along training (paper Fig. 1)",
     "timing": "Training time (paper Table 1)", "centers": "Class centers (paper Table 5)",
     "toy": "MVB toy (paper Fig. Toy and Fig. Sanity16)", "study": "Studies: when does the objective help?",
+    "baselines": "Baselines on seen and unseen classes (beyond the paper)",
     "agreement": "Agreement with the paper",
 }
 # (SECTIONS key, builder) in report order; "setup" and "agreement" are written here
 _BUILDERS = (("grid", grid_section), ("curves", curves_section), ("ratio", ratio_section),
              ("convergence", convergence_section), ("tsne", tsne_section),
              ("bound", bound_section), ("timing", timing_section),
-             ("centers", centers_section), ("toy", toy_section), ("study", study_section))
+             ("centers", centers_section), ("toy", toy_section), ("study", study_section),
+             ("baselines", baselines_section))
 
 
 def write_report(directory: str | Path, out: str | Path | None = None, bits: int | None = None,
@@ -87,14 +90,21 @@ def method_names(methods) -> dict[str, str]:
 
 
 def _index_grid(ctx: ReportContext) -> None:
-    grid, meta = ctx.tables.grid, ctx.tables.meta
+    grid = ctx.tables.grid
     if grid is None:
         return
-    if len(set(zip(grid["data"], grid["protocol"]))) > 1:  # one data set per report: meta's
-        keep = (grid["data"] == meta["data"]) & (grid["protocol"] == meta["protocol"])
+    if len(set(zip(grid["data"], grid["protocol"]))) > 1:  # one data set per report: the grid's
+        experiments = ctx.tables.meta.experiments
+        wanted = experiments.get("grid", experiments.get(NO_EXPERIMENT, {}))
+        if "data" not in wanted:
+            raise InputError("grid.csv holds several data/protocol pairs and meta.json records no "
+                             "grid experiment to choose one")
+        keep = grid["data"] == wanted["data"]
+        if wanted.get("protocol", DEFAULT_PROTOCOL) != DEFAULT_PROTOCOL:
+            keep &= grid["protocol"] == wanted["protocol"]
         if not keep.any():
             raise InputError(f"grid.csv holds several data/protocol pairs, none of them "
-                             f"meta.json's {meta['data']}/{meta['protocol']}")
+                             f"meta.json's grid {wanted['data']}/{wanted.get('protocol')}")
         ctx.notes.append(f"grid.csv: {int((~keep).sum())} runs on other data are left out.")
         grid = ctx.tables.grid = grid.select(keep)
     ctx.view = GridView(grid, method_names(grid.unique("method")))
@@ -115,24 +125,43 @@ def _header(ctx: ReportContext, out: Path) -> list[str]:
              f"Every number and figure below is computed from the result tables in "
              f"{where} ({files}); nothing was retrained or re-evaluated to write it. Values "
              "labelled *paper* are copied from the paper (A Lower Bound of Hash Codes' "
-             "Performance, NeurIPS 2022).", "", f"## {SECTIONS['setup']}", "",
-             md_table(["item", "value"], [
-                 ["data", meta["data"]], ["protocol", meta["protocol"]],
-                 ["seeds", ", ".join(map(str, meta["seeds"]))], ["epochs", str(meta["epochs"])],
-                 ["tables created", meta["created"]]]), "", "**Software**", "",
-             md_table(["package", "version"], [[k, str(v)] for k, v in meta["software"].items()]),
-             ""]
-    if meta["commands"]:
+             "Performance, NeurIPS 2022).", "", f"## {SECTIONS['setup']}", ""]
+    if meta.experiments:
+        lines += ["Each experiment's own settings, as meta.json records them (— : not a setting of "
+                  "that experiment, or not recorded).", "",
+                  md_table(["experiment", *SETTINGS], [[key, *(_setting(e, k) for k in SETTINGS)]
+                                                       for key, e in meta.experiments.items()]), ""]
+    lines += [f"Tables last written {meta.created or '(not recorded)'}.", "", "**Software**", "",
+              md_table(["package", "version"], [[k, str(v)] for k, v in meta.software.items()]), ""]
+    commands = meta.commands()
+    if commands:
         lines += ["**Commands that produced the tables**", "",
-                  md_table(["table", "command"],
-                           [[k, f"`{v}`"] for k, v in meta["commands"].items()]
+                  md_table(["table", "command"], [[k, f"`{v}`"] for k, v in commands.items()]
                            + [["this report", f"`{command}`"]]), ""]
     lines.append("mAP, accuracies and precisions are stored as fractions and shown in %. "
                  "\"mean ± std\" is over seeds (sample standard deviation, ddof = 1); a cell "
                  "with fewer seeds than the others says how many (n).")
     notes = ctx.notes + [f"{name} has no rows; its section is left out."
-                         for name in ctx.tables.empty]
+                         for name in ctx.tables.empty] + _absent_tables(ctx)
     return lines + [f"\n*Note: {n}*" for n in notes] + [""]
+
+
+def _setting(record: dict, key: str) -> str:
+    value = record.get(key)
+    if value is None:
+        return "—"
+    return ", ".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+def _absent_tables(ctx: ReportContext) -> list[str]:
+    """A note per experiment meta.json records whose table is not in the directory."""
+    notes = []
+    for key in ctx.tables.meta.experiments:
+        name = EXPERIMENT_FILES.get(key.partition(":")[0])
+        if name and name not in ctx.tables.files:
+            notes.append(f"meta.json records the {key} experiment, but {name} is not here: no data "
+                         "for its section.")
+    return notes
 
 
 def _agreement(ctx: ReportContext) -> list[str]:

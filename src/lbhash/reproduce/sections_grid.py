@@ -24,8 +24,8 @@ def grid_section(ctx: ReportContext) -> list[str]:
     view = ctx.view
     if view is None:
         return []
-    meta, bits = ctx.tables.meta, view.bits
-    lines = [f"mAP@{'/'.join(view.grid.unique('topk'))} (%) on {meta['data']} ({meta['protocol']})."
+    bits, data, protocol = view.bits, view.grid["data"][0], view.grid["protocol"][0]  # one pair: _index_grid
+    lines = [f"mAP@{'/'.join(view.grid.unique('topk'))} (%) on {data} ({protocol})."
              " Δ rows: mean of the _D variant minus mean of the base, in points (▲ _D higher, "
              "▼ lower).", "", _variant_table(view, "map"), ""]
     rows, cells = [], []

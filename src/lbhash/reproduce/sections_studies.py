@@ -1,6 +1,7 @@
 """Report sections of the studies that have a table of their own: the lower bound along
 training (bound.csv, paper Fig. 1), training time (timing.csv, Table 1), class centers
-(centers.csv, Table 5) and the MVB toy (toy.json and toy_probs.npz).
+(centers.csv, Table 5), the MVB toy (toy.json and toy_probs.npz) and the baselines on seen and
+unseen classes (baselines.csv, beyond the paper).
 
 Each returns [] when its table is absent.
 """
@@ -179,3 +180,21 @@ def toy_section(ctx: ReportContext) -> list[str]:
                            "estimates (steps) from toy_probs.npz. Above 8 bits, the 256-code "
                            "window holding the likeliest code; KL values are over all codes.")
     return lines
+
+
+def baselines_section(ctx: ReportContext) -> list[str]:
+    from lbhash.reproduce.baselines import baselines_figure, summary_lines
+
+    t = ctx.tables.baselines
+    if t is None:
+        return []
+    rows = [{c: (None if isinstance(v, float) and math.isnan(v) else v) for c, v in zip(t.columns, values)}
+            for values in zip(*t.columns.values())]
+    protocols = ", ".join(f"`{p}`" for p in t.unique("protocol"))
+    lines = [f"Deep methods (with and without _D) against the closed-form baselines, every run trained "
+             f"with some classes held out ({protocols}); see docs/reproduce.md. Beyond the paper: no "
+             "paper values.", ""]
+    baselines_figure(rows, ctx.figdir / "baselines.png")
+    return lines + summary_lines(rows, level="###") + ctx.image(
+        "baselines.png", "mAP@all against bytes per item. Mean over seeds; solid: symmetric (Hamming) "
+        "ranking, dashed: asymmetric; dotted: float cosine kNN (feature data only).")

@@ -15,10 +15,10 @@ from typing import Any, Callable
 
 import numpy as np
 
+from lbhash.reproduce.meta import META_FILE, Meta, read_meta
 from lbhash.reproduce.tables_parse import column_array, parse_cell, parse_number, read_json
 from lbhash.errors import InputError
 
-META_FILE = "meta.json"
 GRID_FILE = "grid.csv"
 CURVES_FILE = "curves.csv"
 EPOCHS_FILE = "epochs.csv"
@@ -30,9 +30,10 @@ TOY_FILE = "toy.json"
 TOY_PROBS_FILE = "toy_probs.npz"
 STUDY_FILE = "study.csv"
 STUDY_EPOCHS_FILE = "study_epochs.csv"
-
-META_KEYS = ("data", "protocol", "seeds", "epochs", "software", "commands", "created")
-SOFTWARE_KEYS = ("python", "torch", "numpy", "lightning", "lbhash")
+BASELINES_FILE = "baselines.csv"
+# the table each experiment writes (a study's key is "study:NAME")
+EXPERIMENT_FILES = {"grid": GRID_FILE, "timing": TIMING_FILE, "centers": CENTERS_FILE, "toy": TOY_FILE,
+                    "bound": BOUND_FILE, "baselines": BASELINES_FILE, "study": STUDY_FILE}
 
 GRID_COLUMNS = ("run_id", "method", "variant", "lbhash", "bits", "seed", "data", "protocol",
                 "epochs", "config_hash", "map", "map_tie_averaged", "topk", "knn_accuracy",
@@ -48,6 +49,8 @@ BOUND_COLUMNS = ("run_id", "bits", "epoch", "map", "lb_ratio", "lb_min_inter", "
 STUDY_COLUMNS = ("study", "run_id", "method", "setting", "lbhash", "bits", "seed", "val_map", "selected_epoch",
                  "epochs_trained", "map", "config_hash")
 STUDY_EPOCHS_COLUMNS = ("study", "run_id", "epoch", "val_map", "loss_total")
+BASELINES_COLUMNS = ("method", "variant", "kind", "bits", "bytes_per_item", "seed", "classes", "ranking",
+                     "map_all", "map_1000", "precision_h2", "n_query", "n_database", "held_out", "protocol")
 TOY_PROB_KINDS = ("real", "surrogate", "naive")
 CODES_SUFFIX, LABELS_SUFFIX = "__codes", "__labels"
 
@@ -67,8 +70,11 @@ _KINDS: dict[str, dict[str, str]] = {
     STUDY_EPOCHS_FILE: dict(zip(STUDY_EPOCHS_COLUMNS, ("str", "str", "int", "frac?", "float?"))),
     BOUND_FILE: dict(zip(BOUND_COLUMNS, ("str", "int", "int", "frac", "ratio", "float?",
                                          "float?"))),
+    BASELINES_FILE: dict(zip(BASELINES_COLUMNS, ("str", "str", "str", "int", "int", "int", "str", "str", "frac",
+                                                 "frac", "frac?", "int", "int", "str?", "str"))),
 }
-_CHOICES = {CURVES_FILE: ("curve", CURVE_NAMES), TIMING_FILE: ("variant", TIMING_VARIANTS)}
+_CHOICES = {CURVES_FILE: ("curve", CURVE_NAMES), TIMING_FILE: ("variant", TIMING_VARIANTS),
+            BASELINES_FILE: ("classes", ("seen", "unseen"))}
 
 
 class Table:
@@ -95,7 +101,7 @@ class Tables:
     """Everything found in one directory; an absent optional file is None."""
 
     directory: Path
-    meta: dict[str, Any]
+    meta: Meta
     grid: Table | None = None
     curves: Table | None = None
     epochs: Table | None = None
@@ -104,6 +110,7 @@ class Tables:
     bound: Table | None = None
     study: Table | None = None
     study_epochs: Table | None = None
+    baselines: Table | None = None
     codes: dict[str, tuple[np.ndarray, np.ndarray]] | None = None  # run_id -> (codes, labels)
     toy: dict[int, dict[str, Any]] | None = None
     toy_probs: dict[int, dict[str, np.ndarray]] | None = None
@@ -119,7 +126,8 @@ def load_tables(directory: str | Path) -> Tables:
     tables = Tables(directory, read_meta(directory / META_FILE), files=[META_FILE])
     for attr, name in (("grid", GRID_FILE), ("curves", CURVES_FILE), ("epochs", EPOCHS_FILE),
                        ("timing", TIMING_FILE), ("centers", CENTERS_FILE), ("bound", BOUND_FILE),
-                       ("study", STUDY_FILE), ("study_epochs", STUDY_EPOCHS_FILE)):
+                       ("study", STUDY_FILE), ("study_epochs", STUDY_EPOCHS_FILE),
+                       ("baselines", BASELINES_FILE)):
         if (directory / name).is_file():
             table = read_table(directory / name)
             tables.files.append(name)
@@ -149,30 +157,6 @@ def read_rows_if_present(path: Path, columns) -> list[dict[str, str]]:
         if tuple(reader.fieldnames or ()) != tuple(columns):
             raise InputError(f"{path}: expected the columns {', '.join(columns)}")
         return list(reader)
-
-
-def read_meta(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise InputError(f"{path}: no such file (a results directory needs {META_FILE})")
-    meta = read_json(path)
-    if not isinstance(meta, dict):
-        raise InputError(f"{path}: expected a JSON object")
-    missing = [k for k in META_KEYS if k not in meta]
-    if missing:
-        raise InputError(f"{path}: missing key(s) {', '.join(missing)}")
-    seeds = meta["seeds"]
-    if not isinstance(seeds, list) or not all(isinstance(s, int) and not isinstance(s, bool)
-                                              for s in seeds):
-        raise InputError(f"{path}: 'seeds' must be a list of integers, got {seeds!r}")
-    if not isinstance(meta["epochs"], int) or isinstance(meta["epochs"], bool):
-        raise InputError(f"{path}: 'epochs' must be an integer, got {meta['epochs']!r}")
-    for key in ("software", "commands"):
-        if not isinstance(meta[key], dict):
-            raise InputError(f"{path}: '{key}' must be a JSON object")
-    for key in ("data", "protocol", "created"):
-        if not isinstance(meta[key], str):
-            raise InputError(f"{path}: '{key}' must be a string, got {meta[key]!r}")
-    return meta
 
 
 def read_table(path: Path) -> Table:
