@@ -307,6 +307,25 @@ def run_serve_block(block: Block, cwd: Path) -> None:
         pytest.fail(f"README.md:{line}: `{command}` printed a traceback\n{text[-6000:]}", pytrace=False)
 
 
+def check_same_as_before(line: int, command: str, out: str, previous: dict) -> None:
+    """A command whose comment says "the same results" or "the same numbers" prints what the
+    previous command of its kind (`lbhash search`, `lbhash evaluate`) printed, but for the line
+    that says where R came from."""
+    kind = " ".join(command.split()[:2])
+    comment = command.partition(" #")[2]
+    if "the same" in comment:
+        assert kind in previous, f"README.md:{line}: `{command}` says 'the same' but follows no `{kind}`"
+        before_line, before = previous[kind]
+
+        def body(text):
+            return [t for t in text.splitlines() if not t.startswith("R = ")]
+
+        assert body(out) == body(before), (f"README.md:{line}: `{command}` promises the output of README.md:"
+                                           f"{before_line}\n--- README.md:{before_line} ---\n{before[-3000:]}\n"
+                                           f"--- README.md:{line} ---\n{out[-3000:]}")
+    previous[kind] = (line, out)
+
+
 # --- the fixtures and the tests that run ------------------------------------------------------
 
 
@@ -379,6 +398,7 @@ def test_readme_runs_in_order(readme_inputs, capfd):
     namespace = {"__name__": "__readme__"}
     started = time.monotonic()
     ran = 0
+    previous: dict[str, tuple[int, str]] = {}
     for block in BLOCKS:
         if block.runs_as_python:
             t = time.monotonic()
@@ -386,7 +406,8 @@ def test_readme_runs_in_order(readme_inputs, capfd):
             TIMES.append((block.line, "python block", time.monotonic() - t))
         elif block.runs_as_shell:
             for line, command in block.commands():
-                run_shell(line, command, readme_inputs)
+                out = run_shell(line, command, readme_inputs)
+                check_same_as_before(line, command, out, previous)
         elif is_serve_block(block):
             run_serve_block(block, readme_inputs)
         else:
