@@ -31,7 +31,7 @@ from lbhash.errors import InputError
 from lbhash.evaluate import lower_bound, mean_average_precision
 from lbhash.train.builder import Experiment, Learner, input_options
 from lbhash.train.encoder import encode
-from lbhash.train.optim import make_optimizer, make_scheduler
+from lbhash.train.optim import load_scheduler_state, make_optimizer, make_scheduler
 from lbhash.train.rundir import CHECKPOINT, LOG, verify_zip
 from lbhash.train.selection import Selection
 
@@ -152,7 +152,7 @@ class Trainer:
         for opt, sd in zip(self.optimizers, rest["optimizers"]):
             opt.load_state_dict(sd)
         for sched, sd in zip(self.schedulers, rest["schedulers"]):
-            sched.load_state_dict(sd)
+            load_scheduler_state(sched, sd, self.cfg)
         if "selection" in rest:
             self.selection.load_state_dict(rest["selection"])
         self.start_epoch = int(rest["epoch"])
