@@ -26,7 +26,7 @@ import torch
 from tqdm import tqdm
 
 from lbhash._io import atomic_path, temporary_name
-from lbhash.errors import InputError
+from lbhash.errors import InputError, require_extra
 
 from lbhash.evaluate import lower_bound, mean_average_precision
 from lbhash.train.builder import Experiment, Learner, input_options
@@ -66,17 +66,21 @@ class NonFiniteError(InputError):
     """A loss or a parameter became NaN or infinite: the run stops and is marked failed."""
 
 
+def check_logger(logger: str) -> None:
+    """The logger's optional package, checked before a run starts: Lightning's TensorBoard
+    logger writes with tensorboard when it is installed, else with tensorboardX (our extra)."""
+    if logger == "tensorboard":
+        require_extra("--logger tensorboard", "tensorboard", ("tensorboardX", "tensorboard"))
+
+
 def make_loggers(cfg, run_dir: Path) -> list:
     """Fabric loggers of the run: TensorBoard event files in RUN_DIR/tensorboard when asked."""
     if cfg.logger != "tensorboard":
         return []
-    try:
-        from lightning.fabric.loggers import TensorBoardLogger
+    check_logger(cfg.logger)
+    from lightning.fabric.loggers import TensorBoardLogger
 
-        return [TensorBoardLogger(root_dir=str(run_dir / "tensorboard"), name="", version="")]
-    except ModuleNotFoundError as err:
-        raise InputError(f"logger tensorboard needs the tensorboard package "
-                         f"(pip install 'lbhash[tensorboard]'): {err}") from None
+    return [TensorBoardLogger(root_dir=str(run_dir / "tensorboard"), name="", version="")]
 
 
 def leave_process_group(fabric) -> None:

@@ -27,7 +27,7 @@ from lbhash.train.closed_form import fit_closed_form
 from lbhash.train.config import TrainConfig
 from lbhash.train.encoder import encode
 from lbhash.train.summary import DATA_SUMMARY, bars_on_terminal, data_summary, describe_data, epoch_lines
-from lbhash.train.loop import NonFiniteError, Trainer, leave_process_group, process_rank, read_log
+from lbhash.train.loop import NonFiniteError, Trainer, check_logger, leave_process_group, process_rank, read_log
 from lbhash.train.optim import check_extension
 from lbhash.train.rundir import (CHECKPOINT, CODES, CODES_SEEN, CONFIG, LOG, MANIFEST, METRICS, SPLIT,
                                  check_accelerator, check_not_failed, load_run_config, mark_failed,
@@ -76,6 +76,7 @@ def train(cfg: TrainConfig | None, out: str | Path, resume: bool = False,
         if progress is not None:
             cfg = cfg.replace(progress=progress)
         check_accelerator(cfg.accelerator)
+        check_logger(cfg.logger)
         # every check happens before the run writes anything
         exp = build_experiment(cfg, load_split(out / SPLIT) if resume else None, dataset)
         if exp.skipped_images and first:
