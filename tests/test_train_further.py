@@ -151,3 +151,16 @@ def test_closed_form_baselines_have_one_epoch_only(tmp_path):
 def test_epochs_without_resume_is_refused_in_python(tmp_path):
     with pytest.raises(ValueError, match="needs resume=True"):
         train(TrainConfig(**FAST, epochs=1), tmp_path / "run", epochs=2)
+
+
+@pytest.mark.parametrize("topk, label", [("1497", "all"), ("all", "all"), ("100", "100")])
+def test_training_lines_and_table_name_r_alike(tmp_path, topk, label):
+    # digits: 1497 database items, so R = 1497 is the whole database
+    result = cli("train", *FAST_TRAIN[:-1], "--epochs", "2", "--eval-every", "1", "--topk", topk,
+                 "--out", tmp_path / "run")
+    assert result.exit_code == 0, result.output
+    epoch_1 = next(line for line in result.output.splitlines() if line.startswith("csq epoch 1/2"))
+    assert epoch_1.split(", ")[-1].startswith(f"mAP@{label} 0.")
+    assert f"mAP@{label} (ties by index)" in result.output
+    assert sum(line.startswith("mAP@") for line in result.output.splitlines()) == 3
+    assert all(line.startswith(f"mAP@{label} ") for line in result.output.splitlines() if line.startswith("mAP@"))

@@ -20,7 +20,7 @@ from lbhash._io import write_json
 from lbhash.codes import load_codes_file, save_codes_file
 from lbhash.data import HashDataset, load_split, save_split
 from lbhash.errors import InputError
-from lbhash.evaluate import classifier_accuracy, evaluate_codes
+from lbhash.evaluate import classifier_accuracy, evaluate_codes, map_label
 from lbhash.methods import method_class
 from lbhash.train.builder import build_experiment
 from lbhash.train.closed_form import fit_closed_form
@@ -86,7 +86,8 @@ def train(cfg: TrainConfig | None, out: str | Path, resume: bool = False,
         if exp.cfg.progress and not bars_on_terminal(True):  # a log file: one line per epoch, no bars
             exp.cfg = exp.cfg.replace(progress=False)
             if first:
-                on_epoch_end = epoch_lines(out / LOG, exp.cfg.variant, exp.cfg.epochs, on_epoch_end)
+                on_epoch_end = epoch_lines(out / LOG, exp.cfg.variant, exp.cfg.epochs, on_epoch_end,
+                                           map_label(exp.topk, len(exp.split.database)))
         trainer = Trainer(exp, out, on_epoch_end)
         if trainer.fabric.is_global_zero and not (out / CONFIG).exists():
             save_split(out / SPLIT, exp.split)
