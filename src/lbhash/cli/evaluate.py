@@ -15,7 +15,8 @@ from lbhash.errors import InputError
 @click.command()
 @click.argument("codes_file", type=click.Path(path_type=Path))
 @click.option("--topk", default="all", show_default=True,
-              help="R of mAP@R: a positive integer, or 'all' for the whole database.")
+              help="R of mAP@R: a positive integer, or 'all' for the whole database (printed as mAP@all "
+                   "whenever R covers it).")
 @click.option("--ks", default="100,200,300,400,500,600,700,800,900,1000", show_default=True,
               help="Rank cut-offs K for P@K, comma-separated.")
 @click.option("--radius", default=2, show_default=True, type=int, help="Hamming radius of P@H<=r.")

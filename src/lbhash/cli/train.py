@@ -33,7 +33,8 @@ def parse_method_options(values: tuple[str, ...]) -> dict:
               help="A method constant, e.g. quantization=1e-4 (repeatable). [default: the method's]")
 @click.option("--hidden", help="Hash head hidden widths, comma-separated. [default: 1024 for features, "
                                "none for images and baselines]")
-@click.option("--topk", help="R of mAP@R: a positive integer or 'all'. [default: the protocol's]")
+@click.option("--topk", help="R of mAP@R: a positive integer or 'all' (printed as mAP@all whenever R covers the "
+                             "whole database). [default: the protocol's]")
 @click.option("--out", type=click.Path(path_type=Path),
               help="Run directory. [default: runs/<method>[_D]-<bits>bits-seed<seed>]")
 @click.option("--resume", is_flag=True, help="Continue the run in --out from its last checkpoint, with its saved "
