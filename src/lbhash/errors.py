@@ -4,11 +4,17 @@
 prints it as one line and exits with status 2; every other exception is a bug and keeps its
 traceback. It subclasses ValueError, so `except ValueError` keeps working for callers.
 `require_extra` turns a missing optional dependency into such a line, naming the extra.
+`LbhashWarning` is the base of lbhash's warnings about input it accepted but changed.
 """
 
 
 class InputError(ValueError):
     """Bad input from a user: a file, an option or a value. The message names it."""
+
+
+class LbhashWarning(UserWarning):
+    """Input lbhash accepted but changed or doubts (a Python warning, so `warnings` filters and
+    `catch_warnings` see it); the command line prints it as one line, `warning: ...`."""
 
 
 def require_extra(what: str, extra: str, *modules: str | tuple[str, ...]) -> None:

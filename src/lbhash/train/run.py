@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
+
 from lbhash._io import write_json
 from lbhash.codes import load_codes_file, save_codes_file
 from lbhash.data import HashDataset, load_split, save_split
@@ -73,6 +74,8 @@ def train(cfg: TrainConfig | None, out: str | Path, resume: bool = False,
             if epochs is not None:  # checked before the run changes
                 check_extension(cfg, epochs, str(out))
                 cfg = cfg.replace(epochs=epochs)  # closed-form methods refuse any but 1
+        elif first and (out / CONFIG).exists():
+            raise InputError(f"{out} already holds a run: pass --resume to continue it, or choose another --out")
         if progress is not None:
             cfg = cfg.replace(progress=progress)
         check_accelerator(cfg.accelerator)
