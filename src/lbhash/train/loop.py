@@ -30,7 +30,7 @@ from lbhash.errors import InputError, require_extra
 
 from lbhash.evaluate import lower_bound, mean_average_precision
 from lbhash.train.builder import Experiment, Learner, input_options
-from lbhash.train.encoder import encode
+from lbhash.train.encoder import all_gather, encode
 from lbhash.train.optim import load_scheduler_state, make_optimizer, make_scheduler
 from lbhash.train.rundir import CHECKPOINT, LOG, verify_zip
 from lbhash.train.selection import Selection
@@ -277,8 +277,9 @@ class Trainer:
 
     def _gather_codes(self, codes: np.ndarray, written: np.ndarray) -> np.ndarray:
         """Each rank saw a shard of the training set: take every row from a rank that wrote it."""
-        all_codes = self.fabric.all_gather(torch.from_numpy(codes)).cpu().numpy()   # (world, n, bits)
-        all_written = self.fabric.all_gather(torch.from_numpy(written)).cpu().numpy()
+        device = self.fabric.device
+        all_codes = all_gather(self.fabric, torch.from_numpy(codes).to(device)).cpu().numpy()   # (world, n, bits)
+        all_written = all_gather(self.fabric, torch.from_numpy(written).to(device)).cpu().numpy()
         first = all_written.argmax(0)
         return all_codes[first, np.arange(len(codes))]
 
