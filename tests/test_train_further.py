@@ -164,3 +164,21 @@ def test_training_lines_and_table_name_r_alike(tmp_path, topk, label):
     assert f"mAP@{label} (ties by index)" in result.output
     assert sum(line.startswith("mAP@") for line in result.output.splitlines()) == 3
     assert all(line.startswith(f"mAP@{label} ") for line in result.output.splitlines() if line.startswith("mAP@"))
+
+
+def test_a_run_that_stopped_early_is_not_trained_further(tmp_path, monkeypatch):
+    from lbhash.train.selection import Selection
+
+    update = Selection.update
+    # validation mAP 1/epoch: epoch 1 is the best, and patience 1 stops the run after epoch 2
+    monkeypatch.setattr(Selection, "update", lambda self, epoch, val_map, model, is_writer:
+                        update(self, epoch, 1.0 / epoch, model, is_writer))
+    run = tmp_path / "run"
+    train(TrainConfig(**{**FAST, "eval_every": 1}, epochs=4, validation=0.2, patience=1), run)
+    assert [r["epoch"] for r in log_of(run)] == [1, 2]
+    result = cli("train", "--out", run, "--resume")
+    assert result.exit_code == 0 and f"{run}: already finished at epoch 2 (stopped early: patience 1); " \
+                                      "nothing to do" in result.output
+    _one_line_error(cli("train", "--out", run, "--resume", "--epochs", "6"), "--epochs 6",
+                    "stopped early at epoch 2", "patience 1")
+    verify_finished_run(run)
