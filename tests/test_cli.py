@@ -46,6 +46,19 @@ def test_evaluate_writes_metrics_json_and_table(codes_file):
     assert written == json.loads(json.dumps(evaluate_codes(q, d, ql, dl, topk=30, ks=(5, 10))))
 
 
+@pytest.mark.parametrize("topk, label", [("all", "all"), ("80", "all"), ("500", "all"), ("79", "79"),
+                                         ("30", "30")])
+def test_map_label_names_r_the_same_whichever_way_it_was_asked(codes_file, topk, label):
+    path, (q, d, ql, dl) = codes_file  # 80 database items: R >= 80 is the whole database
+    result = run("evaluate", str(path), "--topk", topk)
+    assert result.exit_code == 0, result.output
+    names = [line.split("  ")[0] for line in result.output.splitlines() if line.startswith("mAP@")]
+    assert names == [f"mAP@{label} (ties by index)"]
+    value = float(result.output.split(f"mAP@{label} (ties by index)")[1].split()[0])
+    if label == "all":  # R covers the database: the number of R = all, under its name
+        assert value == pytest.approx(evaluate_codes(q, d, ql, dl)["map"], abs=5e-5)
+
+
 def test_evaluate_out_option(codes_file, tmp_path):
     path, _ = codes_file
     out = tmp_path / "sub" / "m.json"

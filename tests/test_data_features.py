@@ -16,6 +16,7 @@ from lbhash.data import (
     parse_data_spec,
     register_data_kind,
 )
+from lbhash.labels import SparseClassIdsWarning
 
 FEAT = np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0], [7.0, 8.0]], dtype=np.float32)
 IDS = np.array([0, 2, 1, 2])
@@ -105,7 +106,8 @@ def test_presplit_class_ids_share_one_axis(tmp_path):
     ds = load_features(npz(tmp_path, x_train=FEAT[:2], x_test=FEAT[2:], y_train=[0, 1], y_test=[2, 1]))
     np.testing.assert_array_equal(ds.labels, np.eye(3, dtype=bool)[[0, 1, 2, 1]])
     # sparse ids (no class 2) are remapped to a dense axis, still one for train and test
-    ds = load_features(npz(tmp_path, x_train=FEAT[:2], x_test=FEAT[2:], y_train=[0, 1], y_test=[3, 1]))
+    with pytest.warns(SparseClassIdsWarning, match=r"class ids are not dense \(largest 3, 3 used\)"):
+        ds = load_features(npz(tmp_path, x_train=FEAT[:2], x_test=FEAT[2:], y_train=[0, 1], y_test=[3, 1]))
     np.testing.assert_array_equal(ds.labels, np.eye(3, dtype=bool)[[0, 1, 2, 1]])
 
 
@@ -140,7 +142,8 @@ def test_mat_column_labels_and_quantised(tmp_path):
     path = tmp_path / "m.mat"
     scipy.io.savemat(path, {"X": np.array([[10, 12], [11, 10]], np.uint8), "Y": np.array([[3], [1]]),
                             "scale": 0.25, "zero_point": 10})
-    ds = load_features(path)
+    with pytest.warns(SparseClassIdsWarning, match="m.mat: labels 'Y': class ids are not dense"):
+        ds = load_features(path)
     np.testing.assert_array_equal(ds.x, [[0.0, 0.5], [0.25, 0.0]])
     np.testing.assert_array_equal(ds.labels.nonzero()[1], [1, 0])  # ids 3 and 1, remapped densely
 

@@ -17,6 +17,7 @@ def _ddp_worker(fabric, result_path):
     from lbhash.surrogate import BlockSurrogate
     from lbhash.data.batches import ArrayBatches
     from lbhash.train.builder import Learner
+    from lbhash.train.encoder import all_gather
     from lbhash.train.loop import leave_process_group
 
     torch.manual_seed(0)
@@ -39,7 +40,7 @@ def _ddp_worker(fabric, result_path):
             opt.step()
     state = learner.module.state_dict() if hasattr(learner, "module") else learner.state_dict()
     flat = torch.cat([v.float().flatten() for k, v in sorted(state.items())])
-    gathered = fabric.all_gather(flat)
+    gathered = all_gather(fabric, flat)
     if fabric.global_rank == 0:
         bank = state["objective.base.U"]
         result = {"max_diff": float((gathered[0] - gathered[1]).abs().max()),
@@ -77,6 +78,8 @@ def test_two_process_cli_run_writes_one_run_directory(tmp_path, method):
     assert metrics["map"] > 0.4, metrics["map"]
     # the printed table comes from rank 0 only
     assert result.stdout.count("mAP@all (ties by index)") == 1
+    # gathering the training codes uses no deprecated torch call (torch warned once per rank)
+    assert "deprecated" not in result.stderr, result.stderr
     log = [json.loads(line) for line in (runs / "run" / "log.jsonl").read_text().splitlines()]
     assert [r["epoch"] for r in log] == [1, 2, 3, 4]
 
@@ -106,6 +109,7 @@ def test_two_process_encode_writes_the_codes_of_one_process(tmp_path):
                                 env=env, capture_output=True, text=True, timeout=600)
         assert result.returncode == 0, result.stderr[-2000:]
         assert result.stdout.count("encoded 1797 items") == 1  # rank 0 alone reports and writes
+        assert "deprecated" not in result.stderr, result.stderr
     with np.load(tmp_path / "codes1.npz") as one, np.load(tmp_path / "codes2.npz") as two:
         assert one["codes"].shape == (1797, 2)
         for key in ("codes", "ids", "labels", "bits"):

@@ -88,7 +88,53 @@ def test_build_from_a_run_directory_and_kinds(tmp_path, rng):
     result = run("index", "build", run_dir, "--kind", "multihash", "--nhash", "2", "--out", tmp_path / "mh")
     assert result.exit_code == 0 and CodeIndex.load(tmp_path / "mh").params == {"nhash": 2, "nflip": 2}
     result = run("index", "build", run_dir, "--kind", "ivf", "--out", tmp_path / "small")
-    assert result.exit_code == 0 and "needs 39936 codes to train" in result.output
+    assert result.exit_code == 0 and "once it holds 39936 codes" in result.output
+
+
+def test_untrained_ivf_info_says_what_build_said(tmp_path, encoded, rng):
+    path, codes, ids, _ = encoded  # 120 codes: an ivf index of nlist 4 trains at 39 x 4 = 156
+    out = tmp_path / "ivf"
+    built = run("index", "build", path, "--kind", "ivf", "--nlist", "4", "--nprobe", "1", "--out", out)
+    assert built.exit_code == 0, built.output
+    info = json.loads(run("index", "info", out, "--json").output)
+    assert (info["exact"], info["trained"]) == (True, False)
+    assert info["searches"].startswith("exactly until trained") and "156 codes" in info["searches"]
+    assert "holds 120" in info["searches"] and info["searches"].endswith("then approximately")
+    assert f"note: the ivf index searches {info['searches']}" in built.output
+    text = run("index", "info", out).output
+    assert "exact          True" in text and "searches       exactly until trained" in text
+    # searching is exact indeed: the brute-force top k, tie order included
+    np.save(tmp_path / "q.npy", codes[:5])
+    got = json.loads(run("search", out, "--codes", tmp_path / "q.npy", "-k", "7", "--json").output)
+    ref_d, ref_i = top_k(codes[:5], codes, ids, 7)
+    assert [r["ids"] for r in got] == ref_i.tolist()
+    more = tmp_path / "more.npz"
+    np.savez(more, codes=random_codes(rng, 40, 32), bits=np.int64(32), ids=np.arange(5000, 5040),
+             labels=np.zeros(40, int))
+    assert run("index", "add", out, more).exit_code == 0  # 160 >= 156: it trains
+    info = json.loads(run("index", "info", out, "--json").output)
+    assert (info["exact"], info["trained"], info["searches"]) == (False, True, "approximately")
+
+
+def test_remove_ignores_unknown_ids_and_says_so(tmp_path, encoded):
+    path, _, ids, _ = encoded
+    out = tmp_path / "ix"
+    run("index", "build", path, "--out", out)
+    result = run("index", "remove", out, "--ids", "1000,99999999")
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == (f"removed 1 item from {out} (119 left); 1 id not in the index, "
+                                     "ignored: 99999999")
+    assert CodeIndex.load(out).contains([1000, 1001]).tolist() == [False, True]
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    result = run("index", "remove", out, "--ids", "1000")  # again: nothing to remove, nothing written
+    assert result.exit_code == 0 and result.output.strip() == (
+        f"removed 0 items from {out} (119 left); 1 id not in the index, ignored: 1000")
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    np.save(tmp_path / "ids.npy", np.arange(1001, 1011))
+    (tmp_path / "ids.txt").write_text("".join(f"{i}\n" for i in [1001, *range(1, 8)]))
+    result = run("index", "remove", out, "--ids-file", tmp_path / "ids.txt")
+    assert result.output.strip().endswith("(118 left); 7 ids not in the index, ignored: 1, 2, 3, 4, 5, ...")
+    assert "removed 9 items" in run("index", "remove", out, "--ids-file", tmp_path / "ids.npy").output
 
 
 def test_add_and_remove(tmp_path, encoded, rng):
@@ -177,7 +223,10 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, encoded, rng):
     np.savez(wrong, codes=random_codes(rng, 2, 16), bits=np.int64(16))
     one_line_error(run("index", "add", out, wrong), "holds 16-bit codes", "32-bit")
     one_line_error(run("index", "remove", out, "--ids", "1,x"), "--ids must be comma-separated integers")
-    one_line_error(run("index", "remove", out, "--ids", "1000,7"), "id 7 is not in the index")
+    one_line_error(run("index", "remove", out, "--ids", "1000,7,1000"), "--ids holds id 1000 more than once")
+    (tmp_path / "twice.txt").write_text("7\n7\n")
+    one_line_error(run("index", "remove", out, "--ids-file", tmp_path / "twice.txt"), "twice.txt: ids holds id 7")
+    (tmp_path / "twice.txt").unlink()
     one_line_error(run("index", "remove", out), "exactly one of --ids and --ids-file")
     np.save(tmp_path / "q16.npy", random_codes(rng, 1, 16))
     one_line_error(run("search", out, "--codes", tmp_path / "q16.npy"), "2 bytes per code")

@@ -87,7 +87,7 @@ def test_a_run_says_what_it_loaded_and_prints_one_line_per_epoch_off_a_terminal(
     assert [line.split(":")[0] for line in epochs] == ["csq epoch 1/3", "csq epoch 2/3", "csq epoch 3/3"]
     log = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
     assert epochs[1] == (f"csq epoch 2/3: loss {log[1]['loss']['total']:.4f}, {log[1]['seconds']:.1f} s, "
-                         f"map {log[1]['eval']['map']:.4f}")
+                         f"mAP@all {log[1]['eval']['map']:.4f}")
     summary = json.loads((tmp_path / "run" / "data.json").read_text())
     assert summary == {"data": "digits", "name": "digits", "kind": "features", "items": 1797, "classes": 10,
                        "multi_label": False, "feature_dim": 64, "dequantized": False,

@@ -14,7 +14,7 @@ from lbhash.data import (
     parse_protocol,
     save_split,
 )
-from lbhash.labels import as_multihot
+from lbhash.labels import SparseClassIdsWarning, as_multihot
 
 COUNTS = np.array([20, 25, 30, 22, 40])
 
@@ -96,7 +96,8 @@ def test_per_class_too_few_items():
     empty = ArrayDataset(np.zeros((60, 1)), onehot, None, "gappy")
     with raises("class 2 of gappy", "has 0 items"):
         make_split(empty, "per-class:1,1", 0)
-    ids = ArrayDataset(np.zeros((60, 1)), np.repeat([0, 1, 3], 20), None, "sparse ids")  # remapped densely
+    with pytest.warns(SparseClassIdsWarning, match="sparse ids: labels: class ids are not dense"):
+        ids = ArrayDataset(np.zeros((60, 1)), np.repeat([0, 1, 3], 20), None, "sparse ids")  # remapped densely
     assert ids.num_classes == 3 and len(make_split(ids, "per-class:1,1", 0).query) == 3
 
 

@@ -234,3 +234,14 @@ def test_concurrent_reads_and_writes(tmp_path, rng):
     loaded = CodeIndex.load(tmp_path / "ix")
     assert loaded.ntotal == 400 and loaded.metadata["wal_seq"] == 400
     np.testing.assert_array_equal(loaded.get(np.arange(400))[0], codes)
+
+
+def test_the_test_client_imports_without_a_deprecation_warning():
+    """Starlette's TestClient warns (StarletteDeprecationWarning, a UserWarning) when it has to
+    fall back to httpx; the test extra installs httpx2, which it prefers (`make install`)."""
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-W", "error", "-c", "import fastapi.testclient"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, f"install the test extra (make install): {result.stderr.strip()[-500:]}"

@@ -3,8 +3,35 @@
 `InputError` is raised at the edges (files, options, values a user gives). The command line
 prints it as one line and exits with status 2; every other exception is a bug and keeps its
 traceback. It subclasses ValueError, so `except ValueError` keeps working for callers.
+`require_extra` turns a missing optional dependency into such a line, naming the extra.
+`LbhashWarning` is the base of lbhash's warnings about input it accepted but changed.
 """
 
 
 class InputError(ValueError):
     """Bad input from a user: a file, an option or a value. The message names it."""
+
+
+class LbhashWarning(UserWarning):
+    """Input lbhash accepted but changed or doubts (a Python warning, so `warnings` filters and
+    `catch_warnings` see it); the command line prints it as one line, `warning: ...`."""
+
+
+def require_extra(what: str, extra: str, *modules: str | tuple[str, ...]) -> None:
+    """Check that the optional modules `what` needs can be imported, else one line naming the
+    extra that installs them: `WHAT needs the 'EXTRA' extra: pip install 'lbhash[EXTRA]'`.
+    A tuple of names is satisfied by any one of them (a package renamed across versions)."""
+    import importlib
+
+    for names in modules:
+        names = (names,) if isinstance(names, str) else names
+        missing = []
+        for name in names:
+            try:
+                importlib.import_module(name)
+                break
+            except ModuleNotFoundError as err:
+                missing.append(err.name or name)
+        else:
+            raise InputError(f"{what} needs the {extra!r} extra: pip install 'lbhash[{extra}]' "
+                             f"(no module {' or '.join(missing)})")

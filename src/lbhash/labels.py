@@ -2,20 +2,23 @@
 
 Inside the library labels are always a 2-D multi-hot array (n, C). An item is relevant to a
 query when they share at least one label. Class ids must be dense (0..C-1 all used); sparse
-ids are remapped to 0..C-1 in increasing order, with a warning, and at most MAX_CLASSES
-distinct ids are accepted (a stray id of 10^9 must not become a 10^9-column array).
+ids are remapped to 0..C-1 in increasing order, with a SparseClassIdsWarning, and at most
+MAX_CLASSES distinct ids are accepted (a stray id of 10^9 must not become a 10^9-column array).
 """
 
 from __future__ import annotations
 
-import logging
+import warnings
 
 import numpy as np
 
-from lbhash.errors import InputError
+from lbhash.errors import InputError, LbhashWarning
 
 MAX_CLASSES = 100_000
-logger = logging.getLogger("lbhash")
+
+
+class SparseClassIdsWarning(LbhashWarning):
+    """Class ids that leave some of 0..C-1 unused were remapped to 0..C-1 in increasing order."""
 
 
 def as_multihot(labels, name: str = "labels", num_classes: int | None = None,
@@ -90,7 +93,7 @@ def check_label_shape(arr: np.ndarray, name: str) -> None:
 
 def dense_class_ids(ids: np.ndarray, name: str) -> tuple[np.ndarray, int]:
     """(ids, C): the ids as given when 0..C-1 are all used, else remapped to 0..C-1 in
-    increasing order (with a warning); more than MAX_CLASSES distinct ids is an error."""
+    increasing order (with a SparseClassIdsWarning); more than MAX_CLASSES distinct ids is an error."""
     if not ids.size:
         return ids, 0
     top = int(ids.max())
@@ -103,8 +106,8 @@ def dense_class_ids(ids: np.ndarray, name: str) -> tuple[np.ndarray, int]:
         distinct = np.unique(ids)
     if len(distinct) > MAX_CLASSES:
         raise InputError(f"{name} has {len(distinct)} distinct class ids; at most {MAX_CLASSES} are supported")
-    logger.warning("%s: class ids are not dense (largest %d, %d used); remapped to 0..%d in increasing order",
-                   name, top, len(distinct), len(distinct) - 1)
+    warnings.warn(SparseClassIdsWarning(f"{name}: class ids are not dense (largest {top}, {len(distinct)} used); "
+                                        f"remapped to 0..{len(distinct) - 1} in increasing order"), stacklevel=3)
     return np.searchsorted(distinct, ids), len(distinct)
 
 

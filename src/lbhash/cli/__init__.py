@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import warnings
 
 import click
 
@@ -20,6 +21,7 @@ from lbhash.cli.search import search
 from lbhash.cli.serve import serve
 from lbhash.cli.toy import toy_mvb
 from lbhash.cli.train import train
+from lbhash.errors import LbhashWarning
 
 
 @click.group(name="lbhash", cls=LbhashGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -30,6 +32,22 @@ def main() -> None:
     if not any(isinstance(h, _EchoHandler) for h in logger.handlers):
         logger.addHandler(_EchoHandler())
         logger.setLevel(logging.INFO)
+    if not isinstance(warnings.showwarning, _ShowWarning):
+        warnings.showwarning = _ShowWarning(warnings.showwarning)
+
+
+class _ShowWarning:
+    """lbhash's own warnings (LbhashWarning) as one line each, `warning: ...`, on the current
+    stderr; every other warning as Python shows it. Filters still decide what is shown."""
+
+    def __init__(self, previous):
+        self.previous = previous
+
+    def __call__(self, message, category, filename, lineno, file=None, line=None) -> None:
+        if issubclass(category, LbhashWarning):
+            click.echo(f"warning: {message}", err=True)
+        else:
+            self.previous(message, category, filename, lineno, file, line)
 
 
 class _EchoHandler(logging.Handler):

@@ -25,7 +25,7 @@ from lbhash.errors import InputError
 @click.option("--bits", type=int, help="Code length of packed .npy codes whose length is not 8 x their bytes.")
 @click.option("--topk", default=None,
               help="R of mAP@R: a positive integer, or 'all' for the whole database. "
-                   "[default: the R the codes file records (its run's protocol), else all]")
+                   "[default: the R the codes file records (its run's protocol), else all; printed as mAP@all whenever R covers the database]")
 @click.option("--ks", default="100,200,300,400,500,600,700,800,900,1000", show_default=True,
               help="Rank cut-offs K for P@K, comma-separated.")
 @click.option("--radius", default=2, show_default=True, type=int, help="Hamming radius of P@H<=r.")

@@ -39,14 +39,20 @@ def read_ids(value: str | None, path: Path | None) -> np.ndarray:
     if (value is None) == (path is None):
         raise InputError("give exactly one of --ids and --ids-file")
     if value is not None:
-        return np.array(check_ids(parse_int_list(value, "--ids"), "--ids"), np.int64)
-    if path.suffix == ".npy":
-        return _io.load_npy(path)  # its dtype and range are checked by the index
-    try:
-        values = [int(line) for line in path.read_text().split()]
-    except ValueError:
-        raise InputError(f"{path}: must hold one integer id per line") from None
-    return np.array(check_ids(values, f"{path}: ids"), np.int64)
+        ids, where = np.array(check_ids(parse_int_list(value, "--ids"), "--ids"), np.int64), "--ids"
+    elif path.suffix == ".npy":
+        ids, where = _io.load_npy(path), f"{path}: ids"  # its dtype and range are checked by the index
+    else:
+        try:
+            values = [int(line) for line in path.read_text().split()]
+        except ValueError:
+            raise InputError(f"{path}: must hold one integer id per line") from None
+        ids, where = np.array(check_ids(values, f"{path}: ids"), np.int64), f"{path}: ids"
+    if ids.ndim == 1 and ids.dtype.kind in "iu" and len(ids) > 1:
+        uniq, counts = np.unique(ids, return_counts=True)
+        if (counts > 1).any():
+            raise InputError(f"{where} holds id {int(uniq[counts > 1][0])} more than once")
+    return ids
 
 
 @click.group("index")
@@ -102,8 +108,7 @@ def build(source: Path, out: str, kind: str, part: str | None, nlist, nprobe, nh
     if backend == "faiss":
         index.save(out)
         if not index.is_trained:
-            click.echo(f"note: the ivf index needs {39 * index.params['nlist']} codes to train; "
-                       "until then it searches exactly", err=True)
+            click.echo(f"note: the ivf index searches {searches(index)}", err=True)
     click.echo(f"indexed {len(ids)} {data['bits']}-bit codes ({backend} {kind}) into {out}")
 
 
@@ -145,13 +150,34 @@ def add(index_dir: Path, codes_file: Path, upsert: bool) -> None:
 @click.option("--ids", "ids_text", help="Comma-separated ids.")
 @click.option("--ids-file", type=click.Path(path_type=Path), help=".npy array or text file, one id per line.")
 def remove(index_dir: Path, ids_text: str | None, ids_file: Path | None) -> None:
-    """Remove items by id from INDEX_DIR, atomically; an unknown id changes nothing."""
+    """Remove items by id from INDEX_DIR, atomically.
+
+    An id that is not in the index changes nothing: the command removes the others and says
+    how many ids it removed and which ones were not there (exit status 0).
+    """
     from lbhash.index import CodeIndex
 
     index = CodeIndex.load(index_dir)
-    removed = index.remove(read_ids(ids_text, ids_file))
-    index.save(index_dir)
-    click.echo(f"removed {removed} items from {index_dir} ({index.ntotal} left)")
+    ids = read_ids(ids_text, ids_file)
+    present = index.contains(ids)  # checks the ids too (integers, in range, no repeats)
+    removed = index.remove(ids[present]) if present.any() else 0
+    if removed:
+        index.save(index_dir)
+    line = f"removed {removed} item{'s' * (removed != 1)} from {index_dir} ({index.ntotal} left)"
+    unknown = ids[~present]
+    if len(unknown):
+        shown = ", ".join(str(i) for i in unknown[:5]) + (", ..." if len(unknown) > 5 else "")
+        line += f"; {len(unknown)} id{'s' * (len(unknown) != 1)} not in the index, ignored: {shown}"
+    click.echo(line)
+
+
+def searches(index) -> str:
+    """How a CodeIndex searches now, and why (`index build` and `index info` say the same)."""
+    if index.train_size is not None:
+        nlist = index.params["nlist"]
+        return (f"exactly until trained (it trains its lists once it holds {index.train_size} codes = "
+                f"{index.train_size // nlist} x nlist {nlist}, and holds {index.ntotal}), then approximately")
+    return "exactly" if index.exact else "approximately"
 
 
 @index.command()
@@ -159,7 +185,11 @@ def remove(index_dir: Path, ids_text: str | None, ids_file: Path | None) -> None
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @backend_options
 def info(index_dir: Path, as_json: bool, backend: str, uri: str) -> None:
-    """Describe an index (its files' checksums are verified on the way)."""
+    """Describe an index (its files' checksums are verified on the way).
+
+    `exact` says whether searches now return the brute-force result; `searches` says how and
+    why: an ivf index searches exactly until it holds 39 x nlist codes and trains.
+    """
     if backend == "milvus":
         summary = open_index(str(index_dir), backend, uri).stats()
     else:
@@ -168,8 +198,8 @@ def info(index_dir: Path, as_json: bool, backend: str, uri: str) -> None:
         index = open_index(index_dir, backend, uri)
         summary = {"backend": "faiss", "path": str(index_dir), "bits": index.bits, "kind": index.kind,
                    "params": index.params, "ntotal": index.ntotal, "num_classes": index.num_classes,
-                   "exact": index.exact, "trained": index.is_trained, "next_id": index.next_id,
-                   "bytes_on_disk": directory_bytes(index_dir)}
+                   "exact": index.exact, "trained": index.is_trained, "searches": searches(index),
+                   "next_id": index.next_id, "bytes_on_disk": directory_bytes(index_dir)}
     if as_json:
         click.echo(json.dumps(summary, indent=2))
     else:

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from lbhash.cli.index import backend_options
-from lbhash.errors import InputError
+from lbhash.errors import InputError, require_extra
 from lbhash.limits import MAX_BATCH, MAX_BODY_BYTES, MAX_K, MAX_RERANK_CANDIDATES
 
 
@@ -37,7 +37,11 @@ def serve(index_dir: str, run_dir, host: str, port: int, compact_every: int, max
 
     Every acknowledged change is in a write-ahead log (INDEX_DIR.wal beside the directory)
     before the answer, and is folded into the saved index periodically and on shutdown.
+    Needs the 'serve' extra (pip install 'lbhash[serve]'); --backend milvus also the 'milvus' one.
     """
+    require_extra("lbhash serve", "serve", "fastapi", "uvicorn", ("python_multipart", "multipart"))
+    if backend == "milvus":
+        require_extra("--backend milvus", "milvus", "pymilvus")
     import uvicorn
 
     from lbhash.cli.index import open_index

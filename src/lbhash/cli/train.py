@@ -33,10 +33,13 @@ def parse_method_options(values: tuple[str, ...]) -> dict:
               help="A method constant, e.g. quantization=1e-4 (repeatable). [default: the method's]")
 @click.option("--hidden", help="Hash head hidden widths, comma-separated. [default: 1024 for features, "
                                "none for images and baselines]")
-@click.option("--topk", help="R of mAP@R: a positive integer or 'all'. [default: the protocol's]")
+@click.option("--topk", help="R of mAP@R: a positive integer or 'all' (printed as mAP@all whenever R covers the "
+                             "whole database). [default: the protocol's]")
 @click.option("--out", type=click.Path(path_type=Path),
               help="Run directory. [default: runs/<method>[_D]-<bits>bits-seed<seed>]")
-@click.option("--resume", is_flag=True, help="Continue the run in --out from its last checkpoint.")
+@click.option("--resume", is_flag=True, help="Continue the run in --out from its last checkpoint, with its saved "
+                                             "config; with --epochs N (the one option it takes), train it, "
+                                             "finished or not, further to N epochs in all.")
 @click.option("--quiet", is_flag=True, help="No data line, progress or epoch lines: only warnings, errors and "
                                             "the results.")
 def train(config_file, out, resume, quiet, method_option, hidden, topk, **flags) -> None:
@@ -45,6 +48,11 @@ def train(config_file, out, resume, quiet, method_option, hidden, topk, **flags)
     The run directory holds config.yaml, split.npz, data.json, log.jsonl, checkpoint.pt,
     codes.npz and metrics.json. A line on stderr says what data was loaded; progress shows
     bars on a terminal, and one line per epoch elsewhere (a log file).
+
+    --out R --resume continues an interrupted run; on a finished run it prints the saved
+    metrics and says there is nothing to do. --out R --resume --epochs N trains R further to
+    N epochs in all (the step schedule continues its steps; a cosine run is refused, its curve
+    being fixed by its epochs).
     """
     logger = logging.getLogger("lbhash")
     level = logger.level
@@ -68,10 +76,12 @@ def _train(config_file, out, resume, method_option, hidden, topk, flags) -> None
     if resume:
         if out is None:
             raise InputError("--resume needs --out, the run directory to continue")
+        epochs = flags.pop("epochs")  # the one option --resume takes: train the run further
         given = [k for k, v in flags.items() if v is not None] + (["--config"] if config_file else [])
         if given or method_option or hidden or topk:
-            raise InputError("--resume continues a run with its saved config; drop the other options")
-        metrics = train_run(None, out, resume=True, progress=progress)
+            raise InputError("--resume continues a run with its saved config; drop the other options "
+                             "(--epochs N alone trains it further)")
+        metrics = train_run(None, out, resume=True, progress=progress, epochs=epochs)
     else:
         flags["method_options"] = parse_method_options(method_option) or None
         flags["hidden"] = parse_int_list(hidden, "--hidden") if hidden else None

@@ -9,7 +9,7 @@ by the queries' real-valued outputs (lbhash.evaluate.asymmetric).
 
 from lbhash.evaluate.asymmetric import asymmetric_map, rank_asymmetric
 from lbhash.evaluate.bound import LowerBound, lower_bound
-from lbhash.evaluate.report import evaluate_codes, format_metrics
+from lbhash.evaluate.report import evaluate_codes, format_metrics, map_label
 from lbhash.evaluate.retrieval import (
     DEFAULT_KS,
     PRCurve,
@@ -27,6 +27,6 @@ from lbhash.evaluate.retrieval import (
 __all__ = [
     "DEFAULT_KS", "LowerBound", "PRCurve", "PrecisionAtK", "RadiusPrecision",
     "asymmetric_map", "average_precision", "classifier_accuracy", "evaluate_codes", "format_metrics", "knn_accuracy", "lower_bound",
-    "mean_average_precision", "precision_at_k", "precision_recall_curve",
+    "map_label", "mean_average_precision", "precision_at_k", "precision_recall_curve",
     "precision_within_radius", "rank_asymmetric",
 ]

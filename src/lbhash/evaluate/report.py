@@ -85,9 +85,19 @@ def jsonable(obj: Any) -> Any:
     return obj
 
 
+def map_label(topk: int | str | None, n_db: int) -> str:
+    """The R of mAP@R as printed: "all" whenever R covers the whole database (None, "all", or
+    R >= the database size, since R is capped at it), else the number: the same R always gets
+    the same name, whichever way it was asked for."""
+    if topk is None or topk == "all" or int(topk) >= n_db:
+        return "all"
+    return str(int(topk))
+
+
 def format_metrics(metrics: dict[str, Any]) -> str:
-    """A plain-text table of the headline numbers of `evaluate_codes`."""
-    r = metrics["topk"]
+    """A plain-text table of the headline numbers of `evaluate_codes` (mAP@R named by
+    `map_label`)."""
+    r = map_label(metrics["topk"], metrics["n_db"])
     ball = metrics["precision_within_radius"]
     knn = metrics["knn_accuracy"]
     lb = metrics["lower_bound"]

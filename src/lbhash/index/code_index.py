@@ -115,11 +115,19 @@ class CodeIndex:
 
     @property
     def exact(self) -> bool:
-        return self._engine.exact
+        """Whether a search now returns exactly the brute-force result: flat always, and an
+        ivf index until it is trained (its codes wait in an exact buffer)."""
+        return self._engine.exact or not self.is_trained
 
     @property
     def is_trained(self) -> bool:
         return getattr(self._engine, "trained", True)
+
+    @property
+    def train_size(self) -> int | None:
+        """How many codes an untrained ivf index trains at (39 x nlist); None once trained
+        and for the other kinds."""
+        return None if self.is_trained else self._engine.min_train
 
     def ids(self) -> np.ndarray:
         return self._rows.ids.copy()

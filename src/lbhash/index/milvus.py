@@ -24,7 +24,7 @@ import uuid
 
 import numpy as np
 
-from lbhash.errors import InputError
+from lbhash.errors import InputError, require_extra
 from lbhash.index import _checks
 from lbhash.index.code_index import PAD_DISTANCE, PAD_ID, RERANK_FACTOR
 
@@ -34,10 +34,9 @@ FLUSH_AT = 10_000  # adds at least this large are flushed, so that searches need
 
 
 def _pymilvus():
-    try:
-        import pymilvus
-    except ImportError:
-        raise InputError("the milvus backend needs pymilvus: pip install 'lbhash[milvus]'") from None
+    require_extra("--backend milvus", "milvus", "pymilvus")
+    import pymilvus
+
     return pymilvus
 
 

@@ -9,7 +9,7 @@ path that produces codes (training, `lbhash encode`, HashEncoder, search) calls 
 pass, so the codes are exactly `signs(u)` (u >= 0 -> +1, so 0 and -0.0 give +1): the input of
 asymmetric ranking (lbhash.evaluate.asymmetric) and of a search's re-ranking.
 `encode_sharded` splits the items over the ranks of a process group: each rank encodes its
-contiguous share and rank 0 receives all codes in order.
+contiguous share and rank 0 receives all codes in order (`all_gather`).
 """
 
 from __future__ import annotations
@@ -63,6 +63,22 @@ def encode(model: nn.Module, dataset: HashDataset, indices=None, options: InputO
     return np.concatenate(out) if out else np.empty((0, bits), dtype=np.float32 if real else np.int8)
 
 
+def all_gather(fabric, tensor: torch.Tensor) -> torch.Tensor:
+    """Every rank's `tensor` (same shape on all), stacked: (world_size, *shape); no gradient.
+
+    torch.distributed.all_gather itself: Fabric's all_gather goes through
+    torch.distributed.nn.functional.all_gather (autograd-aware), which torch deprecates and
+    which warns on every call."""
+    import torch.distributed as dist
+
+    if fabric.world_size == 1 or not dist.is_initialized():
+        return tensor.unsqueeze(0)
+    tensor = tensor.contiguous()
+    parts = [torch.empty_like(tensor) for _ in range(fabric.world_size)]
+    dist.all_gather(parts, tensor)
+    return torch.stack(parts)
+
+
 def encode_sharded(fabric, model: nn.Module, dataset: HashDataset, indices=None,
                    options: InputOptions = InputOptions(), autocast=contextlib.nullcontext,
                    progress: bool = False, real: bool = False) -> np.ndarray | None:
@@ -78,7 +94,7 @@ def encode_sharded(fabric, model: nn.Module, dataset: HashDataset, indices=None,
     padded = torch.zeros((longest, mine.shape[1] if mine.ndim == 2 else 0),
                          dtype=torch.float32 if real else torch.int8)
     padded[:len(mine)] = torch.from_numpy(mine)
-    gathered = fabric.all_gather(padded.to(fabric.device)).cpu().numpy()  # (world, longest, bits)
+    gathered = all_gather(fabric, padded.to(fabric.device)).cpu().numpy()  # (world, longest, bits)
     if not fabric.is_global_zero:
         return None
     return np.concatenate([gathered[r, :len(s)] for r, s in enumerate(shares)])

@@ -26,12 +26,12 @@ import torch
 from tqdm import tqdm
 
 from lbhash._io import atomic_path, temporary_name
-from lbhash.errors import InputError
+from lbhash.errors import InputError, require_extra
 
 from lbhash.evaluate import lower_bound, mean_average_precision
 from lbhash.train.builder import Experiment, Learner, input_options
-from lbhash.train.encoder import encode
-from lbhash.train.optim import make_optimizer, make_scheduler
+from lbhash.train.encoder import all_gather, encode
+from lbhash.train.optim import load_scheduler_state, make_optimizer, make_scheduler
 from lbhash.train.rundir import CHECKPOINT, LOG, verify_zip
 from lbhash.train.selection import Selection
 
@@ -66,17 +66,21 @@ class NonFiniteError(InputError):
     """A loss or a parameter became NaN or infinite: the run stops and is marked failed."""
 
 
+def check_logger(logger: str) -> None:
+    """The logger's optional package, checked before a run starts: Lightning's TensorBoard
+    logger writes with tensorboard when it is installed, else with tensorboardX (our extra)."""
+    if logger == "tensorboard":
+        require_extra("--logger tensorboard", "tensorboard", ("tensorboardX", "tensorboard"))
+
+
 def make_loggers(cfg, run_dir: Path) -> list:
     """Fabric loggers of the run: TensorBoard event files in RUN_DIR/tensorboard when asked."""
     if cfg.logger != "tensorboard":
         return []
-    try:
-        from lightning.fabric.loggers import TensorBoardLogger
+    check_logger(cfg.logger)
+    from lightning.fabric.loggers import TensorBoardLogger
 
-        return [TensorBoardLogger(root_dir=str(run_dir / "tensorboard"), name="", version="")]
-    except ModuleNotFoundError as err:
-        raise InputError(f"logger tensorboard needs the tensorboard package "
-                         f"(pip install 'lbhash[tensorboard]'): {err}") from None
+    return [TensorBoardLogger(root_dir=str(run_dir / "tensorboard"), name="", version="")]
 
 
 def leave_process_group(fabric) -> None:
@@ -152,7 +156,7 @@ class Trainer:
         for opt, sd in zip(self.optimizers, rest["optimizers"]):
             opt.load_state_dict(sd)
         for sched, sd in zip(self.schedulers, rest["schedulers"]):
-            sched.load_state_dict(sd)
+            load_scheduler_state(sched, sd, self.cfg)
         if "selection" in rest:
             self.selection.load_state_dict(rest["selection"])
         self.start_epoch = int(rest["epoch"])
@@ -273,8 +277,9 @@ class Trainer:
 
     def _gather_codes(self, codes: np.ndarray, written: np.ndarray) -> np.ndarray:
         """Each rank saw a shard of the training set: take every row from a rank that wrote it."""
-        all_codes = self.fabric.all_gather(torch.from_numpy(codes)).cpu().numpy()   # (world, n, bits)
-        all_written = self.fabric.all_gather(torch.from_numpy(written)).cpu().numpy()
+        device = self.fabric.device
+        all_codes = all_gather(self.fabric, torch.from_numpy(codes).to(device)).cpu().numpy()   # (world, n, bits)
+        all_written = all_gather(self.fabric, torch.from_numpy(written).to(device)).cpu().numpy()
         first = all_written.argmax(0)
         return all_codes[first, np.arange(len(codes))]
 

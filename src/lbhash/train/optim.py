@@ -1,4 +1,10 @@
-"""Optimizers and learning-rate schedules of a run (the same schedule for both parameter sets)."""
+"""Optimizers and learning-rate schedules of a run (the same schedule for both parameter sets).
+
+A run trained further (`lbhash train --resume --epochs N`) continues its schedule from the
+checkpoint: the step schedule (and its warm-up) does not depend on the total epochs, so
+epoch e gets the rate it would have had in a run of N epochs from the start. The cosine
+schedule's curve is fixed by the total epochs, so a cosine run is not trained further
+(`check_extension`)."""
 
 from __future__ import annotations
 
@@ -21,14 +27,35 @@ def make_optimizer(kind: str, params, lr: float, weight_decay: float) -> torch.o
     raise InputError(f"unknown optimizer {kind!r}")
 
 
+NEVER = 1 << 62  # the StepLR step of a constant rate (lr_step 0): no epoch reaches it
+
+
 def make_scheduler(optimizer: torch.optim.Optimizer, cfg) -> torch.optim.lr_scheduler.LRScheduler:
     """Stepped once per epoch. `step`: x lr_gamma every lr_step epochs (0: constant); `cosine`:
     from the base rate to 0 over the epochs after the warm-up; a warm-up of w epochs rises
     linearly, epoch e (0-based) at (e + 1) / w of the base rate."""
     if cfg.schedule == "step" and not cfg.warmup_epochs:
         # StepLR itself, so that runs without warm-up keep exactly their learning rates
-        return torch.optim.lr_scheduler.StepLR(optimizer, cfg.lr_step or cfg.epochs + 1, cfg.lr_gamma)
+        return torch.optim.lr_scheduler.StepLR(optimizer, cfg.lr_step or NEVER, cfg.lr_gamma)
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda epoch: lr_factor(epoch, cfg))
+
+
+def load_scheduler_state(scheduler: torch.optim.lr_scheduler.LRScheduler, state: dict, cfg) -> None:
+    """Continue `scheduler` from a checkpoint. The step of a constant StepLR comes from the
+    config, not the checkpoint: older checkpoints stored epochs + 1 there, which would decay
+    the rate of a run trained further."""
+    scheduler.load_state_dict(state)
+    if isinstance(scheduler, torch.optim.lr_scheduler.StepLR):
+        scheduler.step_size = cfg.lr_step or NEVER
+
+
+def check_extension(cfg, epochs: int, where: str) -> None:
+    """A run of `cfg` may continue to `epochs` in total unless its schedule's shape depends on
+    the total (cosine)."""
+    if cfg.schedule == "cosine" and epochs != cfg.epochs:
+        raise InputError(f"--epochs {epochs}: {where} uses the cosine schedule, whose curve is fixed by its "
+                         f"{cfg.epochs} epochs (the rate falls to 0 at the end), so it cannot be trained "
+                         f"further; train a new run with --epochs {epochs}")
 
 
 def lr_factor(epoch: int, cfg) -> float:

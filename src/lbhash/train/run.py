@@ -17,14 +17,13 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
-import yaml
 
-from lbhash._io import atomic_path, write_json
+from lbhash._io import write_json
 from lbhash.codes_file import load_codes_file, save_codes_file
 from lbhash.data import HashDataset, load_split, save_split
 from lbhash.data.input_form import form_of
 from lbhash.errors import InputError
-from lbhash.evaluate import classifier_accuracy, evaluate_codes
+from lbhash.evaluate import classifier_accuracy, evaluate_codes, map_label
 from lbhash.methods import method_class
 from lbhash.train.builder import build_experiment
 from lbhash.train.closed_form import fit_closed_form
@@ -32,37 +31,40 @@ from lbhash.train.config import TrainConfig
 from lbhash.train.encoder import encode
 from lbhash.train.summary import (DATA_SUMMARY, bars_on_terminal, data_summary, describe_data, epoch_lines,
                                   notices_to_stderr, result_line)
-from lbhash.train.loop import NonFiniteError, Trainer, leave_process_group, process_rank, read_log
+from lbhash.train.loop import NonFiniteError, Trainer, check_logger, leave_process_group, process_rank, read_log
+from lbhash.train.optim import check_extension
 from lbhash.train.rundir import (CHECKPOINT, CODES, CODES_SEEN, CONFIG, INPUT_FORM, LOG, MANIFEST, METRICS, SPLIT,
-                                 check_accelerator,
-                                 check_not_failed, load_run_config, mark_failed, read_metrics, run_lock,
-                                 verify_files, verify_finished_run, write_manifest)
+                                 check_accelerator, check_not_failed, load_run_config, mark_failed,
+                                 read_metrics, reopen_run, run_lock, save_run_config, verify_files,
+                                 verify_finished_run, write_manifest)
 
 logger = logging.getLogger("lbhash")
 
 
 def train(cfg: TrainConfig | None, out: str | Path, resume: bool = False,
           on_epoch_end: Callable[[int], None] | None = None, progress: bool | None = None,
-          dataset: HashDataset | None = None) -> dict[str, Any]:
+          dataset: HashDataset | None = None, epochs: int | None = None) -> dict[str, Any]:
     """Train into `out` (or continue the run there with resume=True) and return its metrics;
     {} in the other processes of a multi-process run (only rank 0 writes).
 
     A finished run (its manifest written) is verified against its manifest, left as it is,
-    and its metrics returned. `dataset` trains on a data set in memory instead of loading
-    `cfg.data`. It says what it does on the "lbhash" logger: the data it loaded, progress
-    (bars on a terminal, else one line per epoch) and a summary at the end; where logging is
-    not configured, those lines go to stderr (silence them with
-    logging.getLogger("lbhash").setLevel(logging.WARNING)).
+    and its metrics returned. With resume=True, `epochs` trains the run, finished or not,
+    further to that many epochs in all, from its checkpoint (see `check_extension` for the
+    schedule); config.yaml records the new total. `dataset` trains on a data set in memory
+    instead of loading `cfg.data`. It says what it does on the "lbhash"
+    logger: the data it loaded, progress (bars on a terminal, else one line per epoch) and a
+    summary at the end; where logging is not configured, those lines go to stderr (silence them
+    with logging.getLogger("lbhash").setLevel(logging.WARNING)).
     """
     with notices_to_stderr():
-        metrics = _train(cfg, out, resume, on_epoch_end, progress, dataset)
+        metrics = _train(cfg, out, resume, on_epoch_end, progress, dataset, epochs)
         if metrics and "run" in metrics:
             logger.info(result_line(metrics, Path(out)))
         return metrics
 
 
 def _train(cfg: TrainConfig | None, out: str | Path, resume: bool, on_epoch_end, progress: bool | None,
-           dataset: HashDataset | None) -> dict[str, Any]:
+           dataset: HashDataset | None, epochs: int | None) -> dict[str, Any]:
     out = Path(out)
     first = process_rank() == 0  # only rank 0 locks and writes; the others follow it
     if resume:
@@ -70,22 +72,29 @@ def _train(cfg: TrainConfig | None, out: str | Path, resume: bool, on_epoch_end,
             raise InputError(f"{out}: nothing to resume (no {CONFIG})")
     elif cfg is None:
         raise InputError("no configuration given")
+    elif epochs is not None:
+        raise InputError("epochs= trains a run further: it needs resume=True (set cfg.epochs for a new run)")
     with run_lock(out, enabled=first):
         if resume:
             check_not_failed(out)
             if (out / MANIFEST).is_file():  # finished: every file must still be what it wrote
                 verify_finished_run(out)
-                load_run_config(out)
-                return read_metrics(out) if first else {}
-            verify_files(out, (CONFIG, SPLIT, CHECKPOINT))
-            if (out / CODES).is_file():  # stopped after its codes were written
-                return _finish(out) if first else {}
+                if epochs is None:
+                    return _nothing_to_do(out, load_run_config(out)) if first else {}
+            else:
+                verify_files(out, (CONFIG, SPLIT, CHECKPOINT))
+                if epochs is None and (out / CODES).is_file():  # stopped after its codes were written
+                    return _finish(out) if first else {}
             cfg = load_run_config(out)
+            if epochs is not None:  # checked before the run changes
+                check_extension(cfg, epochs, str(out))
+                cfg = cfg.replace(epochs=epochs)  # closed-form methods refuse any but 1
         elif first and (out / CONFIG).exists():
             raise InputError(f"{out} already holds a run: pass --resume to continue it, or choose another --out")
         if progress is not None:
             cfg = cfg.replace(progress=progress)
         check_accelerator(cfg.accelerator)
+        check_logger(cfg.logger)
         # every check happens before the run writes anything
         exp = build_experiment(cfg, load_split(out / SPLIT) if resume else None, dataset)
         if exp.skipped_images and first:
@@ -95,16 +104,18 @@ def _train(cfg: TrainConfig | None, out: str | Path, resume: bool, on_epoch_end,
         if exp.cfg.progress and not bars_on_terminal(True):  # a log file: one line per epoch, no bars
             exp.cfg = exp.cfg.replace(progress=False)
             if first:
-                on_epoch_end = epoch_lines(out / LOG, exp.cfg.variant, exp.cfg.epochs, on_epoch_end)
+                on_epoch_end = epoch_lines(out / LOG, exp.cfg.variant, exp.cfg.epochs, on_epoch_end,
+                                           map_label(exp.topk, len(exp.split.database)))
         trainer = Trainer(exp, out, on_epoch_end)
         if trainer.fabric.is_global_zero and not (out / CONFIG).exists():
             save_split(out / SPLIT, exp.split)
             write_json(out / DATA_SUMMARY, summary)
             write_json(out / INPUT_FORM, form_of(exp.dataset, exp.cfg.normalize, exp.cfg.image_size).to_dict())
-            with atomic_path(out / CONFIG) as tmp:  # last: its presence marks a run
-                tmp.write_text(yaml.safe_dump(saved_cfg.to_dict(), sort_keys=False))
+            save_run_config(out, saved_cfg)  # last: its presence marks a run
         trainer.fabric.barrier()
         trainer.resume_state()
+        if epochs is not None:
+            _reopen(out, trainer)
         if first:  # every check has passed: what the run trains on
             logger.info(describe_data(summary))
         try:
@@ -123,6 +134,32 @@ def _train(cfg: TrainConfig | None, out: str | Path, resume: bool, on_epoch_end,
             run_logger.finalize("success")
         leave_process_group(trainer.fabric)
         return _finish(out) if trainer.fabric.is_global_zero else {}
+
+
+def _nothing_to_do(out: Path, cfg: TrainConfig) -> dict[str, Any]:
+    """The metrics of a finished run, with a line saying that it was left as it is."""
+    metrics = read_metrics(out)
+    trained = metrics.get("run", {}).get("epochs_trained", cfg.epochs)
+    early = f" (stopped early: patience {cfg.patience})" if trained < cfg.epochs else ""
+    logger.info("%s: already finished at epoch %d%s; nothing to do (--epochs N trains it further)",
+                out, trained, early)
+    return metrics
+
+
+def _reopen(out: Path, trainer: Trainer) -> None:
+    """Before a run trains further to cfg.epochs: check that there is something to train, then
+    make it unfinished and record the new total in config.yaml."""
+    trained, cfg = trainer.start_epoch, trainer.cfg
+    if trainer.selection.stopped:
+        raise InputError(f"--epochs {cfg.epochs}: {out} stopped early at epoch {trained} (patience "
+                         f"{cfg.patience}: no better validation mAP); training it further would change nothing")
+    if cfg.epochs <= trained:
+        raise InputError(f"--epochs {cfg.epochs}: {out} has trained {trained} epoch(s) already; "
+                         f"--resume --epochs N trains it further, to N > {trained} epochs in all")
+    if trainer.fabric.is_global_zero:
+        reopen_run(out)  # first: a kill from here on leaves a run that --resume continues
+        save_run_config(out, load_run_config(out).replace(epochs=cfg.epochs))
+    trainer.fabric.barrier()
 
 
 def _finish(out: Path) -> dict[str, Any]:

@@ -22,8 +22,9 @@ from typing import Iterator
 
 import numpy as np
 import torch
+import yaml
 
-from lbhash._io import write_json
+from lbhash._io import atomic_path, write_json
 from lbhash.codes import pack, to_signs
 from lbhash.codes_file import write_codes
 from lbhash.data import load_data, load_split
@@ -177,6 +178,22 @@ def load_run_config(run_dir: str | Path) -> TrainConfig:
     return make_config(values, str(path))
 
 
+def save_run_config(run_dir: Path, cfg: TrainConfig) -> None:
+    """config.yaml, atomically (its presence marks a run)."""
+    with atomic_path(Path(run_dir) / CONFIG) as tmp:
+        tmp.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+
+
+def reopen_run(run_dir: Path) -> None:
+    """Make a run that finished (or finished training) a run that is still training: first
+    manifest.json goes (the run stops being finished), then the results that training writes
+    again at its end (codes, metrics). A kill at any point leaves a run that `--resume`
+    continues: with the old config it finishes again, with the new one it trains on."""
+    run_dir = Path(run_dir)
+    for name in (MANIFEST, CODES, CODES_SEEN, METRICS):
+        (run_dir / name).unlink(missing_ok=True)
+
+
 def read_metrics(run_dir: str | Path) -> dict:
     return json.loads((Path(run_dir) / METRICS).read_text())
 
@@ -311,6 +328,7 @@ def _autocast(device: torch.device, precision: str):
     return contextlib.nullcontext
 
 
-__all__ = ["INPUT_FORM", "load_input_form", "CONFIG", "SPLIT", "LOG", "CHECKPOINT", "CODES", "CODES_SEEN", "METRICS", "BEST", "MANIFEST", "STATUS", "PARTS",
-           "check_accelerator", "encode_run", "load_run_config", "load_run_model", "read_metrics", "run_lock",
-           "save_encoded", "verify_files", "verify_finished_run", "write_manifest"]
+__all__ = ["INPUT_FORM", "load_input_form", "CONFIG", "SPLIT", "LOG", "CHECKPOINT", "CODES", "CODES_SEEN", "METRICS",
+           "BEST", "MANIFEST", "STATUS", "PARTS", "check_accelerator", "encode_run", "load_run_config",
+           "load_run_model", "read_metrics", "reopen_run", "run_lock", "save_encoded", "save_run_config",
+           "verify_files", "verify_finished_run", "write_manifest"]

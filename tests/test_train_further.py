@@ -1,0 +1,184 @@
+"""`lbhash train --resume` on a finished run, and `--resume --epochs N`: training a run further."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from helpers import FAST_TRAIN, Killed, cli
+from lbhash.codes import load_codes_file
+from lbhash.train import TrainConfig, train
+from lbhash.train.rundir import verify_finished_run
+
+FAST = dict(data="digits", bits=16, hidden=[64], centers="hadamard", progress=False, eval_every=0)
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("LBHASH_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def log_of(run):
+    return [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+
+
+def weights(run):
+    state = torch.load(run / "checkpoint.pt", map_location="cpu", weights_only=True)
+    return state["learner"], state["optimizers"], state["epoch"]
+
+
+def assert_finished_at(run, epochs):
+    """The run verifies against its manifest, and --resume has nothing left to do."""
+    verify_finished_run(run)
+    result = cli("train", "--out", run, "--resume")
+    assert result.exit_code == 0, result.output
+    assert f"{run}: already finished at epoch {epochs}; nothing to do" in result.output
+    assert "mAP@all" in result.output  # the saved metrics, printed again
+
+
+def test_finished_run_says_there_is_nothing_to_do(tmp_path):
+    run = tmp_path / "run"
+    assert cli("train", *FAST_TRAIN, "--epochs", "1", "--out", run).exit_code == 0
+    before = (run / "manifest.json").read_bytes()
+    assert_finished_at(run, 1)
+    assert (run / "manifest.json").read_bytes() == before
+
+
+def test_two_plus_two_epochs_equal_four(tmp_path):
+    cfg = TrainConfig(**FAST, epochs=2, lr=1e-3, lr_step=3, lr_gamma=0.5)
+    straight, further = tmp_path / "straight", tmp_path / "further"
+    train(cfg.replace(epochs=4), straight)
+    train(cfg, further)
+    result = cli("train", "--out", further, "--resume", "--epochs", "4")
+    assert result.exit_code == 0, result.output
+    log = log_of(further)
+    assert [r["epoch"] for r in log] == [1, 2, 3, 4]
+    # the step schedule continues its steps: x0.5 after every 3 epochs, counted from epoch 1
+    assert [r["lr"] for r in log] == [1e-3, 1e-3, 1e-3, 5e-4]
+    assert [r["lr"] for r in log] == [r["lr"] for r in log_of(straight)]
+    assert yaml.safe_load((further / "config.yaml").read_text())["epochs"] == 4
+    metrics = json.loads((further / "metrics.json").read_text())
+    assert (metrics["run"]["epochs"], metrics["run"]["epochs_trained"]) == (4, 4)
+    assert_finished_at(further, 4)
+    # the loop is deterministic on a CPU (every epoch seeded from (seed, epoch)): same weights,
+    # same optimizer state, same codes
+    (a, opt_a, ea), (b, opt_b, eb) = weights(straight), weights(further)
+    assert ea == eb == 4 and a.keys() == b.keys()
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=0, atol=0)
+    torch.testing.assert_close(opt_a, opt_b, rtol=0, atol=0)
+    ca, cb = load_codes_file(straight / "codes.npz"), load_codes_file(further / "codes.npz")
+    np.testing.assert_array_equal(ca["db_codes"], cb["db_codes"])
+
+
+@pytest.mark.parametrize("schedule, first, total, rates", [
+    # a constant rate stays constant (checkpoints once stored epochs + 1 as its step)
+    (dict(lr_step=0), 1, 3, [1.0, 1.0, 1.0]),
+    # a warm-up of 2 epochs rises linearly, (e + 1) / 2, then the step schedule holds
+    (dict(lr_step=0, warmup_epochs=2), 1, 3, [0.5, 1.0, 1.0]),
+    # after a warm-up the steps count from its end: x0.1 every 2 epochs from epoch 2
+    (dict(lr_step=2, lr_gamma=0.1, warmup_epochs=1), 2, 4, [1.0, 1.0, 1.0, 0.1]),
+])
+def test_schedules_continue_by_their_rule(tmp_path, schedule, first, total, rates):
+    run = tmp_path / "run"
+    train(TrainConfig(**FAST, epochs=first, lr=1e-3, **schedule), run)
+    train(None, run, resume=True, epochs=total)
+    assert [r["lr"] for r in log_of(run)] == pytest.approx([1e-3 * r for r in rates], rel=1e-12)
+
+
+def test_a_kill_while_training_further_leaves_a_resumable_run(tmp_path):
+    cfg = TrainConfig(**FAST, epochs=2, lr_step=3, lr_gamma=0.5)
+    straight, run = tmp_path / "straight", tmp_path / "run"
+    train(cfg.replace(epochs=4), straight)
+    train(cfg, run)
+
+    def die(epoch):
+        if epoch == 3:
+            raise Killed
+
+    with pytest.raises(Killed):
+        train(None, run, resume=True, epochs=4, on_epoch_end=die)
+    # no longer finished: no manifest, no codes or metrics of the old total
+    assert not any((run / n).exists() for n in ("manifest.json", "codes.npz", "metrics.json"))
+    assert yaml.safe_load((run / "config.yaml").read_text())["epochs"] == 4
+    assert [r["epoch"] for r in log_of(run)] == [1, 2, 3]
+    train(None, run, resume=True)  # a plain resume finishes the new total
+    assert [r["epoch"] for r in log_of(run)] == [1, 2, 3, 4]
+    assert_finished_at(run, 4)
+    np.testing.assert_array_equal(load_codes_file(straight / "codes.npz")["db_codes"],
+                                  load_codes_file(run / "codes.npz")["db_codes"])
+
+
+def _one_line_error(result, *fragments):
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+def test_refusals_leave_the_finished_run_as_it_was(tmp_path):
+    run = tmp_path / "run"
+    assert cli("train", *FAST_TRAIN, "--epochs", "2", "--out", run).exit_code == 0
+    files = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    _one_line_error(cli("train", "--out", run, "--resume", "--epochs", "2"), "--epochs 2", "trained 2 epoch",
+                    "N > 2")
+    _one_line_error(cli("train", "--out", run, "--resume", "--epochs", "3", "--bits", "32"),
+                    "saved config", "drop the other options")
+    _one_line_error(cli("train", "--out", run, "--resume", "--epochs", "0"), "epochs must be a positive integer")
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == files
+    assert_finished_at(run, 2)
+
+
+def test_cosine_runs_are_not_trained_further(tmp_path):
+    run = tmp_path / "run"
+    assert cli("train", *FAST_TRAIN, "--epochs", "1", "--schedule", "cosine", "--out", run).exit_code == 0
+    _one_line_error(cli("train", "--out", run, "--resume", "--epochs", "3"), "--epochs 3", "cosine",
+                    "fixed by its 1 epochs")
+    assert_finished_at(run, 1)
+
+
+def test_closed_form_baselines_have_one_epoch_only(tmp_path):
+    run = tmp_path / "run"
+    assert cli("train", "--data", "digits", "--method", "lsh", "--bits", "16", "--no-progress",
+               "--out", run).exit_code == 0
+    _one_line_error(cli("train", "--out", run, "--resume", "--epochs", "2"), "closed form", "epochs must be 1")
+    assert_finished_at(run, 1)
+
+
+def test_epochs_without_resume_is_refused_in_python(tmp_path):
+    with pytest.raises(ValueError, match="needs resume=True"):
+        train(TrainConfig(**FAST, epochs=1), tmp_path / "run", epochs=2)
+
+
+@pytest.mark.parametrize("topk, label", [("1497", "all"), ("all", "all"), ("100", "100")])
+def test_training_lines_and_table_name_r_alike(tmp_path, topk, label):
+    # digits: 1497 database items, so R = 1497 is the whole database
+    result = cli("train", *FAST_TRAIN[:-1], "--epochs", "2", "--eval-every", "1", "--topk", topk,
+                 "--out", tmp_path / "run")
+    assert result.exit_code == 0, result.output
+    epoch_1 = next(line for line in result.output.splitlines() if line.startswith("csq epoch 1/2"))
+    assert epoch_1.split(", ")[-1].startswith(f"mAP@{label} 0.")
+    assert f"mAP@{label} (ties by index)" in result.output
+    assert sum(line.startswith("mAP@") for line in result.output.splitlines()) == 3
+    assert all(line.startswith(f"mAP@{label} ") for line in result.output.splitlines() if line.startswith("mAP@"))
+
+
+def test_a_run_that_stopped_early_is_not_trained_further(tmp_path, monkeypatch):
+    from lbhash.train.selection import Selection
+
+    update = Selection.update
+    # validation mAP 1/epoch: epoch 1 is the best, and patience 1 stops the run after epoch 2
+    monkeypatch.setattr(Selection, "update", lambda self, epoch, val_map, model, is_writer:
+                        update(self, epoch, 1.0 / epoch, model, is_writer))
+    run = tmp_path / "run"
+    train(TrainConfig(**{**FAST, "eval_every": 1}, epochs=4, validation=0.2, patience=1), run)
+    assert [r["epoch"] for r in log_of(run)] == [1, 2]
+    result = cli("train", "--out", run, "--resume")
+    assert result.exit_code == 0 and f"{run}: already finished at epoch 2 (stopped early: patience 1); " \
+                                      "nothing to do" in result.output
+    _one_line_error(cli("train", "--out", run, "--resume", "--epochs", "6"), "--epochs 6",
+                    "stopped early at epoch 2", "patience 1")
+    verify_finished_run(run)
