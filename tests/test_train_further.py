@@ -8,7 +8,7 @@ import torch
 import yaml
 
 from helpers import FAST_TRAIN, Killed, cli
-from lbhash.codes import load_codes_file
+from lbhash.codes_file import load_codes_file
 from lbhash.train import TrainConfig, train
 from lbhash.train.rundir import verify_finished_run
 
