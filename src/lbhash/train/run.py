@@ -56,9 +56,10 @@ def train(cfg: TrainConfig | None, out: str | Path, resume: bool = False,
     summary at the end; where logging is not configured, those lines go to stderr (silence them
     with logging.getLogger("lbhash").setLevel(logging.WARNING)).
     """
+    finished = resume and epochs is None and (Path(out) / MANIFEST).is_file()  # nothing to train: no summary
     with notices_to_stderr():
         metrics = _train(cfg, out, resume, on_epoch_end, progress, dataset, epochs)
-        if metrics and "run" in metrics:
+        if metrics and "run" in metrics and not finished:
             logger.info(result_line(metrics, Path(out)))
         return metrics
 
