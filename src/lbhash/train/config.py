@@ -103,6 +103,13 @@ class TrainConfig(BaseModel):
     multilabel_target: Literal["average", "majority"] | None = option(
         None, "Multi-label L_theta: averaged over the positive labels' centers, or against their bitwise "
               "majority.", "one of average, majority", shown="the method's")
+    multilabel_theta: Literal["sum", "mean"] | None = option(
+        None, "Multi-label L_theta against the positive labels' centers: their losses summed (the paper) or "
+              "averaged.", "one of sum, mean", shown="the profile's: sum under paper, mean under recommended")
+    csq_ties: Literal["random-center", "plus-one"] = option(
+        "random-center", "Tied bits of a multi-label item's majority target (CSQ, multilabel_target majority): "
+                         "the bits of one fixed random center drawn from the seed (CSQ's reference) or +1.",
+        "one of random-center, plus-one")
     surrogate_weight_decay: float | None = option(None, "Weight decay of the surrogate's optimizer.",
                                                   "a number >= 0", shown="the method's", ge=0)
     fused_surrogate: bool = option(True, "L_pi and L_theta from one surrogate forward pass where possible.",
@@ -208,6 +215,10 @@ class TrainConfig(BaseModel):
 
 
 FIELDS = tuple(TrainConfig.model_fields)
+# Options added after runs were saved without them: the value those runs used. A saved run's
+# config.yaml that lacks one is read with this value (lbhash.train.rundir.load_run_config), so
+# that it loads, resumes and encodes as it did; new runs get the field's default or profile's.
+LEGACY_VALUES = {"multilabel_theta": "mean", "csq_ties": "plus-one"}
 
 
 def _check_closed_form(cfg: TrainConfig) -> None:
