@@ -131,7 +131,8 @@ def test_train_options_are_the_config_fields_with_their_defaults():
     for name in cli_fields():
         option = options[name]
         assert option.opts[0] == "--" + name.replace("_", "-")
-        assert f"[default: {shown_default(name)}]" in option.help, name
+        shown = shown_default(name)
+        assert ("[required]" if shown == "required" else f"[default: {shown}]") in option.help, name
         assert option.default is None  # not given: the config file and the defaults show through
     for option_name, field in config_names.items():
         assert f"[default: {shown_default(field)}]" in options[option_name].help, option_name

@@ -82,7 +82,8 @@ def test_a_run_says_what_it_loaded_and_prints_one_line_per_epoch_off_a_terminal(
     result = cli(*run_args(tmp_path / "run"))  # progress on (the default); CliRunner is no terminal
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    assert lines[0] == DIGITS_LINE and "\r" not in result.output
+    assert lines[0] == "profile recommended: differs from the paper in epochs 3 (paper 100)"
+    assert lines[1] == DIGITS_LINE and "\r" not in result.output
     epochs = [line for line in lines if line.startswith("csq epoch ")]
     assert [line.split(":")[0] for line in epochs] == ["csq epoch 1/3", "csq epoch 2/3", "csq epoch 3/3"]
     log = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
@@ -114,7 +115,7 @@ def test_the_data_line_says_when_features_were_dequantized(tmp_path):
     result = cli("train", "--data", f"features:{tmp_path / 'q.npz'}", "--protocol", "given", "--bits", 8,
                  "--hidden", 16, "--epochs", 1, "--out", tmp_path / "run", "--no-progress")
     assert result.exit_code == 0, result.output
-    assert result.output.splitlines()[0] == ("data features:" + str(tmp_path / "q.npz") + ": features, 120 items, "
+    assert result.output.splitlines()[1] == ("data features:" + str(tmp_path / "q.npz") + ": features, 120 items, "
                                              "3 classes, 8 features (dequantized); split given: 100 train, "
                                              "20 query, 100 database")
     assert json.loads((tmp_path / "run" / "data.json").read_text())["dequantized"] is True
@@ -152,7 +153,7 @@ def test_an_image_array_file_trains_on_part_of_its_train_split(tmp_path):
     result = cli("train", "--data", f"image-array:{tmp_path / 'imgs.npz'}", "--protocol", "given:15", "--bits", 8,
                  "--image-size", 8, "--batch-size", 16, "--epochs", 1, "--out", tmp_path / "run", "--no-progress")
     assert result.exit_code == 0, result.output
-    assert result.output.splitlines()[0] == ("data image-array:" + str(tmp_path / "imgs.npz") + ": images, 72 items, "
+    assert result.output.splitlines()[1] == ("data image-array:" + str(tmp_path / "imgs.npz") + ": images, 72 items, "
                                              "3 classes, 8x8 images -> 8x8 model input; split given:15: 15 train, "
                                              "12 query, 60 database")
     codes = np.load(tmp_path / "run" / "codes.npz")

@@ -30,8 +30,9 @@ def reference_logp(l, params, mask):
     return F.log_softmax(torch.baddbmm(b2, F.silu(torch.baddbmm(b1, x, w1)) * mask, w2), -1)
 
 
+@pytest.mark.parametrize("multilabel", ["sum", "mean"])
 @pytest.mark.parametrize("reduction, scale", [("sum", 1.0), ("mean", 0.5)])
-def test_one_forward_gives_each_loss_its_own_gradient(reduction, scale):
+def test_one_forward_gives_each_loss_its_own_gradient(reduction, scale, multilabel):
     """L_pi of one forward reaches pi only, L_theta reaches l only, with the values and gradients
     of the two separate passes (pi live on detached l; pi frozen on live l) under one mask."""
     torch.manual_seed(0)
@@ -42,7 +43,7 @@ def test_one_forward_gives_each_loss_its_own_gradient(reduction, scale):
     labels = torch.tensor([[1, 0, 0], [0, 1, 0], [0, 0, 1], [1, 1, 0], [1, 0, 1], [0, 1, 1]], dtype=torch.float64)
     mask = (torch.rand(2, 6, 32) < 0.5).double() * 2
     target = s.pattern_index(l.detach() >= 0).t().contiguous()
-    weights = theta_weights(labels).double()
+    weights = theta_weights(labels, multilabel).double()  # rows sum to 2 ("sum") or 1 ("mean")
     pi, theta, _ = _FusedSurrogate.apply(l, *params, target, patterns, weights, mask, scale)
 
     logp = reference_logp(l.detach(), params, mask)

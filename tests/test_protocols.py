@@ -130,7 +130,7 @@ def test_given_protocol():
     is_test = np.zeros(COUNTS.sum(), bool)
     is_test[::4] = True
     ds = toy(is_test=is_test)
-    for name, topk in (("given", None), ("cifar10-2", 54000)):
+    for name, topk in (("given", None), ("cifar10-2", None)):  # DeepHash-pytorch: topK = -1
         s = make_split(ds, name, 9)
         np.testing.assert_array_equal(s.query, np.flatnonzero(is_test))
         np.testing.assert_array_equal(s.train, np.flatnonzero(~is_test))
@@ -261,3 +261,21 @@ def test_all_train_protocol_trains_on_every_item_and_has_no_queries():
     split = make_split(ds, "all-train", 3)
     np.testing.assert_array_equal(split.train, np.arange(7))
     assert split.query.size == 0 and split.database.size == 0
+
+
+def test_each_named_cifar10_protocol_evaluates_at_its_sources_R(tmp_path):
+    """The paper's cifar10: mAP@54,000 on its 54,000-item database (all of it); DeepHash-pytorch,
+    whose names cifar10-1 and cifar10-2 are, uses topK = -1 (the whole database) for every
+    CIFAR-10 variant. A split saved before (cifar10-1 at R = 54,000) keeps its R."""
+    ds = toy(counts=np.full(10, 6000))
+    paper = make_split(ds, "cifar10", seed=0)
+    assert (len(paper.database), paper.topk) == (54000, 54000)
+    deephash = make_split(ds, "cifar10-1", seed=0)
+    assert (len(deephash.database), deephash.topk) == (59000, None)
+    is_test = np.zeros(60000, bool)
+    is_test[50000:] = True
+    assert make_split(toy(counts=np.full(10, 6000), is_test=is_test), "cifar10-2", seed=0).topk is None
+    from dataclasses import replace
+    old = replace(deephash, topk=54000)
+    save_split(tmp_path / "split.npz", old)
+    assert load_split(tmp_path / "split.npz").topk == 54000

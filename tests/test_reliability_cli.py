@@ -122,7 +122,7 @@ def test_bad_input_is_one_line_and_leaves_nothing(work, args, fragments):
     (["encode", "{r}", "--out", "{w}/existing_dir"], ["existing_dir", "directory"]),
     (["encode", "{r}", "--data", "features:{w}/wide.npz", "--out", "{w}/e.npz"], ["300000 features", "trained on 64"]),
     (["encode", "{r}", "--data", "images:{w}/existing_dir", "--out", "{w}/e.npz"], ["existing_dir"]),
-    (["train", "--out", "{r}", "--epochs", "1"], ["already holds a run"]),
+    (["train", "--data", "digits", "--out", "{r}", "--epochs", "1"], ["already holds a run"]),
 ], ids=["encode-out-dir", "encode-wrong-width", "encode-images-for-features", "train-existing-run"])
 def test_bad_input_against_a_finished_run(work, finished_run, args, fragments):
     before, run_before = files_under(work), files_under(finished_run)

@@ -72,20 +72,48 @@ def test_pattern_accuracy_of_a_trained_surrogate_is_high():
     assert float(s.loss_pi(l)[1]) > 0.95
 
 
-def test_loss_theta_averages_over_positive_labels():
-    torch.manual_seed(2)
+def _center_loss_by_hand(probs, center):
+    """-log P(center) from block probabilities (u, 256): each block's pattern from its 8 bits."""
+    total = 0.0
+    for j in range(probs.shape[0]):
+        pattern = sum(2 ** k for k in range(8) if center[8 * j + k] > 0)
+        total -= math.log(float(probs[j, pattern]))
+    return total
+
+
+@pytest.mark.parametrize("count", [1, 2, 3])
+def test_multilabel_loss_theta_is_the_papers_sum_or_the_named_mean(count):
+    """Paper: "for multi-label datasets ... the sum of multiple losses". Per-center losses are
+    computed here from the surrogate's block probabilities; `sum` must equal their sum and
+    `mean` their mean, for samples with 1, 2 and 3 positive labels."""
+    torch.manual_seed(10 + count)
     s = BlockSurrogate(16).eval()
-    l = torch.randn(3, 16)
-    centers = torch.where(torch.randn(4, 16) >= 0, 1.0, -1.0)
+    l = torch.randn(2, 16)
+    centers = torch.where(torch.randn(5, 16) >= 0, 1.0, -1.0)
+    labels = torch.zeros(2, 5)
+    labels[0, :count] = 1
+    labels[1, 5 - count:] = 1
+    probs = s.block_probs(l)
+    per_sample = [[_center_loss_by_hand(probs[b], centers[c]) for c in torch.nonzero(labels[b]).flatten()]
+                  for b in range(2)]
+    assert all(len(losses) == count for losses in per_sample)
     pats = s.pattern_index(centers)
-    labels = torch.tensor([[1, 0, 0, 0], [0, 1, 1, 0], [1, 1, 1, 1]])
-    got = s.loss_theta(l, pats, labels)
-    logp = F.log_softmax(s.logits(l), -1)
-    per_sample = []
-    for b in range(3):
-        nlls = [-sum(logp[b, j, pats[c, j]] for j in range(2)) for c in torch.nonzero(labels[b]).flatten()]
-        per_sample.append(sum(nlls) / len(nlls))
-    assert float(got.detach()) == pytest.approx(float(sum(per_sample).detach() / 3), rel=1e-5)
+    summed = float(s.loss_theta(l, pats, labels, multilabel="sum"))
+    mean = float(s.loss_theta(l, pats, labels, multilabel="mean"))
+    assert summed == pytest.approx(sum(sum(x) for x in per_sample) / 2, rel=1e-5)
+    assert mean == pytest.approx(sum(sum(x) / count for x in per_sample) / 2, rel=1e-5)
+    assert summed == pytest.approx(mean * count, rel=1e-5)
+    assert float(s.loss_theta(l, pats, labels)) == pytest.approx(summed, rel=1e-6)  # the default
+    s.train()  # the fused pass (one dropout mask; p = 0 here) gives the same values
+    s.dropout = 0.0
+    for rule, want in (("sum", summed), ("mean", mean)):
+        assert float(s.fused_losses(l, pats, labels, multilabel=rule)[1].detach()) == pytest.approx(want, rel=1e-5)
+
+
+def test_multilabel_theta_rejects_other_rules():
+    s = BlockSurrogate(8)
+    with pytest.raises(ValueError, match="multilabel_theta must be one of sum, mean, got 'max'"):
+        s.loss_theta(torch.randn(1, 8), torch.zeros(1, 1, dtype=torch.long), torch.ones(1, 1), multilabel="max")
 
 
 def test_loss_theta_rejects_unlabelled_rows():

@@ -159,7 +159,8 @@ def bad_feature_files(tmp_path):
 ])
 def test_bad_input_leaves_no_run_directory(tmp_path, args, fragments):
     out = tmp_path / "run"
-    _one_line_error(cli("train", "--out", out, "--no-progress", *args), *fragments)
+    data = [] if "--data" in args else ["--data", "digits"]
+    _one_line_error(cli("train", "--out", out, "--no-progress", *data, *args), *fragments)
     assert not out.exists()
 
 
@@ -176,7 +177,7 @@ def test_existing_run_needs_resume_and_resume_takes_no_options(tmp_path):
     out = tmp_path / "run"
     assert cli("train", "--data", "digits", "--bits", "16", "--epochs", "1", "--hidden", "64",
                "--centers", "hadamard", "--out", out, "--no-progress").exit_code == 0
-    _one_line_error(cli("train", "--out", out, "--epochs", "1"), "already holds a run", "--resume")
+    _one_line_error(cli("train", "--data", "digits", "--out", out, "--epochs", "1"), "already holds a run", "--resume")
     _one_line_error(cli("train", "--out", out, "--resume", "--bits", "32"), "saved config")
     _one_line_error(cli("train", "--out", tmp_path / "none", "--resume"), "nothing to resume")
     result = cli("train", "--out", out, "--resume")  # finished: reports the saved metrics

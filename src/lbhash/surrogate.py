@@ -30,6 +30,7 @@ from lbhash.errors import InputError
 
 
 REDUCTIONS = ("sum", "mean")
+MULTILABEL_THETA = ("sum", "mean")  # L_theta over a sample's positive labels: the paper sums
 
 
 class BlockSurrogate(nn.Module):
@@ -118,29 +119,31 @@ class BlockSurrogate(nn.Module):
         return -logp.gather(2, index).sum(0)
 
     def loss_theta(self, l: torch.Tensor, target_patterns: torch.Tensor, labels: torch.Tensor,
-                   dropout: bool = True, reduction: str = "sum") -> torch.Tensor:
-        """L_theta against the target codes of each sample, averaged with the sample's weights.
+                   dropout: bool = True, reduction: str = "sum", multilabel: str = "sum") -> torch.Tensor:
+        """L_theta against the target codes of each sample, weighted with the sample's weights.
 
         target_patterns: (P, u) pattern indices of P candidate codes (e.g. the class centers);
-        labels: (B, P) non-negative weights, e.g. 0/1 positive labels: each row is normalised
-        to sum 1, so L_theta averages over a sample's positive labels. reduction: "sum" over
-        blocks (the paper's reading) or "mean". pi is frozen: the gradient reaches l only.
+        labels: (B, P) non-negative weights, e.g. 0/1 positive labels. multilabel: "sum" of the
+        per-center losses over a sample's positive labels (the paper: "the sum of multiple
+        losses") or their "mean" (each row normalised to sum 1). reduction: "sum" over blocks
+        (the paper's reading) or "mean". pi is frozen: the gradient reaches l only.
         """
-        weights = theta_weights(labels)
+        weights = theta_weights(labels, multilabel)
         nll = self.pattern_nll(l, target_patterns, frozen=True, dropout=dropout)
         return (nll * weights).sum(1).mean() * _block_scale(self.blocks, reduction)
 
     def fused_losses(self, l: torch.Tensor, target_patterns: torch.Tensor, labels: torch.Tensor,
-                     reduction: str = "sum") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                     reduction: str = "sum", multilabel: str = "sum"
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(L_pi, L_theta, pattern accuracy) from one forward pass of P_pi.
 
-        The same values as `loss_pi(l)` and `loss_theta(l, target_patterns, labels)` would give
-        with one shared dropout mask; L_pi's gradient reaches pi only and L_theta's reaches l
+        The same values as `loss_pi(l)` and `loss_theta(l, target_patterns, labels, ...)` would
+        give with one shared dropout mask; L_pi's gradient reaches pi only and L_theta's reaches l
         only, as there.
         """
         if l.dim() != 2 or l.shape[1] != self.bits:
             raise InputError(f"surrogate expects outputs of shape (batch, {self.bits}), got {tuple(l.shape)}")
-        weights = theta_weights(labels)
+        weights = theta_weights(labels, multilabel)
         with torch.no_grad():
             target = self.pattern_index(l >= 0).t().contiguous()        # (u, B)
             mask = None
@@ -158,14 +161,18 @@ class BlockSurrogate(nn.Module):
         return F.softmax(self.logits(l, dropout=False).double(), dim=-1)
 
 
-def theta_weights(labels: torch.Tensor) -> torch.Tensor:
-    """Rows of non-negative target weights normalised to sum 1 (an empty row is an error)."""
+def theta_weights(labels: torch.Tensor, multilabel: str = "sum") -> torch.Tensor:
+    """The per-candidate weights of L_theta: the rows of non-negative target weights as they
+    are ("sum": one loss per positive label, summed) or normalised to sum 1 ("mean"). An
+    empty row is an error."""
+    if multilabel not in MULTILABEL_THETA:
+        raise InputError(f"multilabel_theta must be one of {', '.join(MULTILABEL_THETA)}, got {multilabel!r}")
     labels = labels.to(torch.float32)
     positives = labels.sum(1)
     if bool((positives == 0).any()):
         row = int(torch.nonzero(positives == 0)[0, 0])
         raise InputError(f"L_theta needs at least one label per sample; batch row {row} has none")
-    return labels / positives[:, None]
+    return labels if multilabel == "sum" else labels / positives[:, None]
 
 
 def _block_scale(blocks: int, reduction: str) -> float:
@@ -179,7 +186,7 @@ class _FusedSurrogate(torch.autograd.Function):
 
     Inputs: l (B, h); the parameters w1 (u, s, H), b1 (u, 1, H), w2 (u, H, K), b2 (u, 1, K);
     the L_pi targets (u, B) (patterns of bin(l)); the L_theta candidates (P, u) and weights
-    (B, P) (rows sum to 1); the dropout mask (u, B, H) or None; the block scale of L_theta.
+    (B, P) (rows of any positive sum); the dropout mask (u, B, H) or None; the block scale of L_theta.
     Computed in float32 outside autocast.
     """
 
@@ -229,11 +236,12 @@ class _FusedSurrogate(torch.autograd.Function):
                 grads[2] = da1.sum(1, keepdim=True).to(w1.dtype)
                 grads[3] = torch.bmm(hidden.transpose(1, 2), gz).to(w2.dtype)
                 grads[4] = gz.sum(1, keepdim=True).to(w2.dtype)
-            if grad_theta is not None and ctx.needs_input_grad[0]:   # L_theta -> l: d/dz = p - sum w onehot
+            if grad_theta is not None and ctx.needs_input_grad[0]:   # L_theta -> l: d/dz = (sum w) p - sum w onehot
                 coef = grad_theta * ctx.scale / batch
                 candidate_rows = w2_rows.gather(1, patterns.t().unsqueeze(2).expand(-1, -1, w2_rows.shape[2]))
                 target_rows = torch.bmm(weights.expand(u, -1, -1), candidate_rows)   # (u, B, H)
-                da1 = (p_rows - target_rows) * coef * dsilu
+                total = weights.sum(1).view(1, batch, 1)                           # 1 for "mean" weights
+                da1 = (p_rows * total - target_rows) * coef * dsilu
                 dx = torch.bmm(da1, w1.to(x.dtype).transpose(1, 2))         # (u, B, s)
                 grads[0] = dx.transpose(0, 1).reshape(batch, -1).to(ctx.l_dtype)
         return tuple(grads)

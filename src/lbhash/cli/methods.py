@@ -19,10 +19,11 @@ def _schedule(d) -> str:
 
 
 def _objective(options: dict) -> str:
-    """The _D options in a short form, e.g. 'lambda 1, sum, 0 flips, contiguous, average'."""
+    """The _D options in a short form, e.g. 'lambda 1, sum, 0 flips, contiguous
+    blocks, average target, sum over labels'."""
     text = (f"lambda {options['lbhash_weight']:g}, {options['lbhash_reduction']}, "
             f"{options['surrogate_flips']} flips, {options['block_assignment']} blocks, "
-            f"{options['multilabel_target']} target")
+            f"{options['multilabel_target']} target, {options['multilabel_theta']} over labels")
     if options["surrogate_weight_decay"]:
         text += f", surrogate wd {options['surrogate_weight_decay']:g}"
     return text

@@ -52,7 +52,8 @@ def config_options(func):
         field = TrainConfig.model_fields[name]
         flag = "--" + name.replace("_", "-")
         kind, choices = _base_type(field.annotation)
-        help_text = f"{field.description} [default: {shown_default(name)}]"
+        shown = shown_default(name)
+        help_text = f"{field.description} " + ("[required]" if shown == "required" else f"[default: {shown}]")
         if kind is bool:
             option = click.option(f"{flag}/--no-{flag[2:]}", name, default=None, help=help_text)
         else:

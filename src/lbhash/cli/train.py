@@ -87,7 +87,11 @@ def _train(config_file, out, resume, method_option, hidden, topk, flags) -> None
         flags["hidden"] = parse_int_list(hidden, "--hidden") if hidden else None
         flags["topk"] = ("all" if parse_topk(topk) is None else parse_topk(topk)) if topk else None
         flags["progress"] = progress
-        cfg = build_config(load_config_file(config_file) if config_file else {}, flags)
+        file_values = load_config_file(config_file) if config_file else {}
+        if flags.get("data") is None and "data" not in file_values:
+            raise InputError("--data is required, e.g. --data features:PATH.npz (see docs/data.md); "
+                             "`lbhash demo` trains on the toy digits set")
+        cfg = build_config(file_values, flags)
         if out is None:
             out = Path("runs") / f"{cfg.variant}-{cfg.bits}bits-seed{cfg.seed}"
         metrics = train_run(cfg, out)

@@ -61,7 +61,7 @@ BENCHMARK_RMSPROP = Recipe(optimizer="rmsprop", lr=1e-5, weight_decay=1e-5, lr_s
 # The _D objective as the paper's text reads (lbhash.methods.lower_bound has the options).
 PAPER_LBHASH = {"lbhash_weight": 1.0, "lbhash_reduction": "sum", "surrogate_flips": 0,
                 "block_assignment": "contiguous", "multilabel_target": "average",
-                "surrogate_weight_decay": 0.0}
+                "multilabel_theta": "sum", "surrogate_weight_decay": 0.0}
 # Constructor parameters every method takes; the others are the method's constants.
 COMMON_PARAMETERS = ("self", "bits", "num_classes", "num_train", "centers", "multi_label")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -9,13 +10,27 @@ from lbhash.errors import InputError
 from lbhash.methods.base import HashLoss, Recipe, register_method
 
 
-def majority_targets(centers: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Per sample, the bitwise majority (ties -> +1) of its positive labels' centers.
+TIE_RULES = ("random-center", "plus-one")
+
+
+def tie_center(bits: int, seed: int) -> torch.Tensor:
+    """The fixed random +/-1 center whose bits break the ties of multi-label targets (CSQ's
+    reference `label2center`: one random center drawn once per run), a function of the seed."""
+    rng = np.random.default_rng([int(seed), 28, int(bits)])
+    return torch.from_numpy(rng.integers(0, 2, bits) * 2.0 - 1).float()
+
+
+def majority_targets(centers: torch.Tensor, labels: torch.Tensor,
+                     ties: torch.Tensor | None = None) -> torch.Tensor:
+    """Per sample, the bitwise majority (sign of the sum) of its positive labels' centers; a
+    tied bit takes that bit of `ties` (CSQ's reference rule), or +1 when `ties` is None (the
+    rule of runs made before it).
 
     For single-label rows this is the class center itself.
     """
     votes = labels.float() @ centers.float()  # (B, bits): sum of +/-1 over positive labels
-    return torch.where(votes >= 0, 1.0, -1.0)
+    tied = torch.ones_like(votes) if ties is None else ties.to(votes).expand_as(votes)
+    return torch.where(votes > 0, 1.0, torch.where(votes < 0, -1.0, tied))
 
 
 @register_method
@@ -39,8 +54,15 @@ class CSQ(HashLoss):
         self.quantization = float(quantization)
         self.register_buffer("centers", centers.float().clone())
 
+        # None: +1 ties (runs made before the reference rule; their checkpoints have no such key)
+        self.register_buffer("tie_center", None)
+
+    def use_tie_center(self, center: torch.Tensor) -> None:
+        """Break multi-label ties with this fixed center's bits; it is saved in checkpoints."""
+        self.tie_center = center.float().clone().to(self.centers.device)
+
     def compute_loss(self, u, labels, index):
-        target = majority_targets(self.centers, labels).to(u.dtype)
+        target = majority_targets(self.centers, labels, self.tie_center).to(u.dtype)
         # (tanh(u) + 1) / 2 = sigmoid(2u): the logits form is stable and autocast-safe
         center = F.binary_cross_entropy_with_logits(2 * u, (target + 1) / 2)
         quant = self.quantization * ((torch.tanh(u).abs() - 1) ** 2).mean()

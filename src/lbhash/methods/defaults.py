@@ -3,11 +3,12 @@
 Profiles:
 - "recommended" (the default): the recipe and _D options our validation study supports
   (docs/methods.md, "When to use --lbhash"); each method may set its own (`recommended_recipe`,
-  `recommended_lbhash` on its class);
+  `recommended_lbhash` on its class); its _D objective averages L_theta over a multi-label
+  sample's positive labels (`multilabel_theta: mean`, RECOMMENDED_LBHASH) where the paper sums;
 - "paper": the paper-faithful setting: "Adam with default configuration", lr 1e-3, batch 64,
   100 epochs, lr x0.1 every 10 epochs (its App. G), and the _D objective as the paper's text
-  reads (L_theta summed over blocks with weight 1, no bit flips, contiguous blocks, the average
-  over a sample's positive labels);
+  reads (L_theta summed over blocks with weight 1, no bit flips, contiguous blocks, and summed
+  over a multi-label sample's positive labels: "the sum of multiple losses");
 - "benchmark": the optimizer settings of the DeepHash-pytorch benchmark the paper took the
   baselines from (RMSprop lr 1e-5 for most methods, SGD for GreedyHash, 150-200 epochs), with
   the paper-faithful _D objective.
@@ -24,6 +25,9 @@ from lbhash.methods.base import PAPER_LBHASH, Recipe, method_class
 
 PROFILES = ("recommended", "paper", "benchmark")
 LBHASH_OPTIONS = tuple(PAPER_LBHASH)
+# The recommended profile's _D options for every method (a method's recommended_lbhash may
+# override them): the mean over positive labels, which every recommended result was measured with.
+RECOMMENDED_LBHASH = {"multilabel_theta": "mean"}
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,6 @@ def method_defaults(name: str, profile: str = "recommended") -> MethodDefaults:
     if profile not in PROFILES:
         raise InputError(f"defaults profile must be one of {', '.join(PROFILES)}, got {profile!r}")
     recipe = {"recommended": cls.recommended_recipe, "paper": cls.recipe, "benchmark": cls.benchmark_recipe}[profile]
-    lbhash = {**PAPER_LBHASH, **(cls.recommended_lbhash if profile == "recommended" else {})}
+    lbhash = {**PAPER_LBHASH, **({**RECOMMENDED_LBHASH, **cls.recommended_lbhash} if profile == "recommended" else {})}
     return MethodDefaults(**dataclasses.asdict(recipe), lbhash_mode=cls.lbhash_mode, lbhash=lbhash,
                           constants=cls.constants())

@@ -12,8 +12,11 @@ Options beyond the paper's text (each off in the paper-faithful setting):
   target flipped together), so that the surrogate stays informative around a center;
 - `assignment` of bits to blocks: "contiguous", one seeded "permuted" order, or "redraw" a
   seeded permutation every `redraw_every` epochs (centers are permuted with the codes);
-- `multilabel_target`: L_theta against each positive label's center, averaged ("average", the
-  paper), or against the bitwise majority of those centers ("majority", as CSQ does).
+- `multilabel_target`: L_theta against each positive label's center ("average", the paper), or
+  against the bitwise majority of those centers ("majority", as CSQ does; ties take the bits of
+  the fixed random `tie_center`, or +1 without one, as runs before it did);
+- `multilabel_theta`: with "average" targets, the per-center losses of a sample's positive
+  labels summed ("sum", the paper: "the sum of multiple losses") or averaged ("mean").
 When dropout is shared by both terms and no bits are flipped, L_pi and L_theta come from one
 forward pass of P_pi (`BlockSurrogate.fused_losses`); otherwise from two.
 """
@@ -27,7 +30,7 @@ from torch import nn
 from lbhash.errors import InputError
 from lbhash.methods.base import HashLoss, LossOutput, loss_output
 from lbhash.methods.csq import majority_targets
-from lbhash.surrogate import REDUCTIONS, BlockSurrogate
+from lbhash.surrogate import MULTILABEL_THETA, REDUCTIONS, BlockSurrogate
 
 MODES = ("add", "replace")
 ASSIGNMENTS = ("contiguous", "permuted", "redraw")
@@ -41,7 +44,7 @@ class LowerBoundObjective(nn.Module):
                  weight: float = 1.0, mode: str = "add", theta_dropout: bool = True,
                  reduction: str = "sum", flips: int = 0, assignment: str = "contiguous",
                  redraw_every: int = 4, multilabel_target: str = "average", seed: int = 0,
-                 fused: bool = True):
+                 fused: bool = True, multilabel_theta: str = "sum", tie_center: torch.Tensor | None = None):
         super().__init__()
         if mode not in MODES:
             raise InputError(f"lower-bound mode must be 'add' or 'replace', got {mode!r}")
@@ -52,7 +55,8 @@ class LowerBoundObjective(nn.Module):
         if surrogate.bits != base.bits:
             raise InputError(f"surrogate has {surrogate.bits} bits but the method has {base.bits}")
         for name, value, allowed in (("reduction", reduction, REDUCTIONS), ("assignment", assignment, ASSIGNMENTS),
-                                     ("multilabel_target", multilabel_target, MULTILABEL_TARGETS)):
+                                     ("multilabel_target", multilabel_target, MULTILABEL_TARGETS),
+                                     ("multilabel_theta", multilabel_theta, MULTILABEL_THETA)):
             if value not in allowed:
                 raise InputError(f"lower-bound {name} must be one of {', '.join(allowed)}, got {value!r}")
         if not 0 <= flips <= base.bits:
@@ -63,7 +67,9 @@ class LowerBoundObjective(nn.Module):
         self.weight, self.mode, self.theta_dropout = float(weight), mode, theta_dropout
         self.reduction, self.flips, self.assignment = reduction, int(flips), assignment
         self.redraw_every, self.multilabel_target, self.seed = int(redraw_every), multilabel_target, int(seed)
-        self.fused = fused
+        self.fused, self.multilabel_theta = fused, multilabel_theta
+        # saved with the run (checkpoint); None (no key) in runs with +1 ties
+        self.register_buffer("tie_center", None if tie_center is None else tie_center.float().clone())
         self.register_buffer("centers", centers.float().clone())
         self.register_buffer("order", torch.arange(base.bits))  # bit j of block input = bit order[j]
         self.register_buffer("center_patterns", surrogate.pattern_index(self.centers))
@@ -102,10 +108,11 @@ class LowerBoundObjective(nn.Module):
         l = u if self.assignment == "contiguous" else u.index_select(1, self.order)
         patterns, weights = self._targets(labels)
         if self.fused and self.flips == 0 and self.theta_dropout:
-            pi, theta, accuracy = self.surrogate.fused_losses(l, patterns, weights, self.reduction)
+            pi, theta, accuracy = self.surrogate.fused_losses(l, patterns, weights, self.reduction,
+                                                              self.multilabel_theta)
         else:
             theta = self.surrogate.loss_theta(l, patterns, weights, dropout=self.theta_dropout,
-                                              reduction=self.reduction)
+                                              reduction=self.reduction, multilabel=self.multilabel_theta)
             pi, accuracy = self.surrogate.loss_pi(flip_bits(l, self.flips) if self.flips else l)
         parts["lower_bound"] = self.weight * theta
         return loss_output(parts), (pi, accuracy)
@@ -122,7 +129,7 @@ class LowerBoundObjective(nn.Module):
         if bool((labels.sum(1) == 0).any()):
             row = int(torch.nonzero(labels.sum(1) == 0)[0, 0])
             raise InputError(f"L_theta needs at least one label per sample; batch row {row} has none")
-        codes = majority_targets(self.centers, labels)[:, self.order]            # (B, bits)
+        codes = majority_targets(self.centers, labels, self.tie_center)[:, self.order]            # (B, bits)
         return self.surrogate.pattern_index(codes), torch.eye(len(labels), device=labels.device)
 
     # --- hooks ----------------------------------------------------------------------------------

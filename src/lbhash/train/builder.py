@@ -19,6 +19,7 @@ from lbhash.centers import generate_centers
 from lbhash.data import HashDataset, InputOptions, Split, carve_validation, load_data, make_split
 from lbhash.errors import InputError
 from lbhash.methods import HashLoss, LowerBoundObjective, available_methods, create_method, method_class
+from lbhash.methods.csq import tie_center
 from lbhash.models import HashModel, create_feature_model, create_image_model
 from lbhash.surrogate import BlockSurrogate
 from lbhash.train.config import TrainConfig, resolve_config
@@ -120,6 +121,10 @@ def build_objective(cfg: TrainConfig, centers: torch.Tensor | None, num_classes:
                     multi_label: bool) -> HashLoss | LowerBoundObjective:
     base = create_method(cfg.method, cfg.bits, num_classes, num_train=num_train, centers=centers,
                          multi_label=multi_label, **cfg.method_options)
+    # CSQ's tie rule: the bits of one fixed random center drawn from the seed (None: ties -> +1)
+    ties = tie_center(cfg.bits, cfg.seed) if cfg.csq_ties == "random-center" else None
+    if ties is not None and hasattr(base, "use_tie_center"):
+        base.use_tie_center(ties)
     if not cfg.lbhash:
         return base
     surrogate = BlockSurrogate(cfg.bits, cfg.block_size, cfg.surrogate_hidden, cfg.surrogate_dropout)
@@ -127,7 +132,8 @@ def build_objective(cfg: TrainConfig, centers: torch.Tensor | None, num_classes:
                                theta_dropout=cfg.theta_dropout, reduction=cfg.lbhash_reduction,
                                flips=cfg.surrogate_flips, assignment=cfg.block_assignment,
                                redraw_every=cfg.block_redraw_every, multilabel_target=cfg.multilabel_target,
-                               seed=cfg.seed, fused=cfg.fused_surrogate)
+                               seed=cfg.seed, fused=cfg.fused_surrogate, multilabel_theta=cfg.multilabel_theta,
+                               tie_center=ties if cfg.multilabel_target == "majority" else None)
 
 
 def build_experiment(cfg: TrainConfig, split: Split | None = None,

@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from lbhash.centers import CENTER_KINDS
+from lbhash.data.protocols import SOURCES as PROTOCOL_SOURCES
 from lbhash.data.unseen import PREFIX as UNSEEN_PREFIX
 from lbhash.data.unseen import with_base
 from lbhash.errors import InputError
@@ -51,10 +52,13 @@ class TrainConfig(BaseModel):
 
     model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False, frozen=True)
 
-    data: str = option("digits", "Data spec, e.g. 'digits' or 'features:PATH.npz' (see docs/data.md).",
-                       "a data spec string", min_length=1)
-    protocol: str | None = option(None, "Split protocol: cifar10, cifar10-1, cifar10-2, given, given:T, digits, "
-                                        "lists, per-class:T,Q[,+train], random:T,Q, unseen:K[:BASE].", "a protocol name",
+    # required by `lbhash train` (lbhash.cli.train); Python callers and `lbhash demo` get digits
+    data: str = option("digits", "Data spec, e.g. 'features:PATH.npz', 'cifar10:PATH' or 'digits' (the toy set; "
+                                 "see docs/data.md).", "a data spec string", shown="required", min_length=1)
+    protocol: str | None = option(None, "Split protocol (docs/data.md), each evaluated at its source's R: "
+                                        + "; ".join(f"{k} ({v})" for k, v in PROTOCOL_SOURCES.items())
+                                        + "; given:T, per-class:T,Q[,+train], random:T,Q (mAP@all); unseen:K[:BASE].",
+                                  "a protocol name",
                                   shown="the data set's own")
     method: str = option("csq", "Hashing method (see `lbhash methods`).", "a method name")
     defaults: Literal[PROFILES] = option(
@@ -103,6 +107,13 @@ class TrainConfig(BaseModel):
     multilabel_target: Literal["average", "majority"] | None = option(
         None, "Multi-label L_theta: averaged over the positive labels' centers, or against their bitwise "
               "majority.", "one of average, majority", shown="the method's")
+    multilabel_theta: Literal["sum", "mean"] | None = option(
+        None, "Multi-label L_theta against the positive labels' centers: their losses summed (the paper) or "
+              "averaged.", "one of sum, mean", shown="the profile's: sum under paper, mean under recommended")
+    csq_ties: Literal["random-center", "plus-one"] = option(
+        "random-center", "Tied bits of a multi-label item's majority target (CSQ, multilabel_target majority): "
+                         "the bits of one fixed random center drawn from the seed (CSQ's reference) or +1.",
+        "one of random-center, plus-one")
     surrogate_weight_decay: float | None = option(None, "Weight decay of the surrogate's optimizer.",
                                                   "a number >= 0", shown="the method's", ge=0)
     fused_surrogate: bool = option(True, "L_pi and L_theta from one surrogate forward pass where possible.",
@@ -208,6 +219,10 @@ class TrainConfig(BaseModel):
 
 
 FIELDS = tuple(TrainConfig.model_fields)
+# Options added after runs were saved without them: the value those runs used. A saved run's
+# config.yaml that lacks one is read with this value (lbhash.train.rundir.load_run_config), so
+# that it loads, resumes and encodes as it did; new runs get the field's default or profile's.
+LEGACY_VALUES = {"multilabel_theta": "mean", "csq_ties": "plus-one"}
 
 
 def _check_closed_form(cfg: TrainConfig) -> None:
@@ -225,6 +240,33 @@ def _check_closed_form(cfg: TrainConfig) -> None:
     if cfg.devices != 1:
         raise InputError(f"method {name} is fitted in closed form on one process: devices must be 1, "
                          f"got {cfg.devices}")
+
+
+def paper_differences(cfg: TrainConfig) -> list[str]:
+    """What a resolved config's recipe (and, for a _D run, its objective) sets otherwise than
+    the paper profile does for its method, e.g. ['lr_step 0 (paper 10)', 'multilabel_theta mean
+    (paper sum)']."""
+    paper = method_defaults(cfg.method, "paper")
+    names = [n for n in METHOD_FIELDS if n not in LBHASH_OPTIONS and n != "lbhash_mode"]
+    if cfg.lbhash:
+        names += ["lbhash_mode", *LBHASH_OPTIONS]
+    out = []
+    for name in names:
+        want = paper.lbhash[name] if name in LBHASH_OPTIONS else getattr(paper, name)
+        have = getattr(cfg, name)
+        if have is not None and have != want:
+            out.append(f"{name} {have:g} (paper {want:g})" if isinstance(have, float) and isinstance(want, float)
+                       else f"{name} {have} (paper {want})")
+    return out
+
+
+def profile_line(cfg: TrainConfig) -> str:
+    """The run's profile and what it changes from the paper, e.g. `profile recommended: differs
+    from the paper in lr_step 0 (paper 10)`."""
+    differences = paper_differences(cfg)
+    if not differences:
+        return f"profile {cfg.defaults}: the paper's recipe" + (" and _D objective" if cfg.lbhash else "")
+    return f"profile {cfg.defaults}: differs from the paper in {', '.join(differences)}"
 
 
 def make_config(values: dict[str, Any], where: str = "") -> TrainConfig:

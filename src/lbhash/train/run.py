@@ -27,7 +27,7 @@ from lbhash.evaluate import classifier_accuracy, evaluate_codes, map_label
 from lbhash.methods import method_class
 from lbhash.train.builder import build_experiment
 from lbhash.train.closed_form import fit_closed_form
-from lbhash.train.config import TrainConfig
+from lbhash.train.config import TrainConfig, profile_line
 from lbhash.train.encoder import encode
 from lbhash.train.summary import (DATA_SUMMARY, bars_on_terminal, data_summary, describe_data, epoch_lines,
                                   notices_to_stderr, result_line)
@@ -118,6 +118,7 @@ def _train(cfg: TrainConfig | None, out: str | Path, resume: bool, on_epoch_end,
         if epochs is not None:
             _reopen(out, trainer)
         if first:  # every check has passed: what the run trains on
+            logger.info(profile_line(saved_cfg))
             logger.info(describe_data(summary))
         try:
             if method_class(exp.cfg.method).closed_form:  # baselines: one fit, no epochs left

@@ -31,7 +31,7 @@ from lbhash.data import load_data, load_split
 from lbhash.data.input_form import InputForm, conform_dataset
 from lbhash.errors import InputError
 from lbhash.models import HashModel
-from lbhash.train.config import TrainConfig, make_config, parse_yaml
+from lbhash.train.config import LEGACY_VALUES, TrainConfig, make_config, parse_yaml
 
 CONFIG, SPLIT, LOG, CHECKPOINT, CODES, METRICS, BEST = (
     "config.yaml", "split.npz", "log.jsonl", "checkpoint.pt", "codes.npz", "metrics.json", "best.pt")
@@ -175,7 +175,7 @@ def load_run_config(run_dir: str | Path) -> TrainConfig:
     values = parse_yaml(text, str(path))
     if not isinstance(values, dict):
         raise InputError(f"{path}: not a run config (expected a mapping of option: value)")
-    return make_config(values, str(path))
+    return make_config({**LEGACY_VALUES, **values}, str(path))
 
 
 def save_run_config(run_dir: Path, cfg: TrainConfig) -> None:

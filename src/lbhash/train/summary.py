@@ -32,7 +32,39 @@ def data_summary(exp: Experiment) -> dict[str, Any]:
     out["split"] = {"protocol": split.protocol, "seed": split.seed, **split.sizes()}
     if exp.skipped_images:
         out["skipped_images"] = exp.skipped_images
+    balance = target_balance(exp)
+    if balance is not None:
+        out["target_balance"] = balance
     return out
+
+
+def target_balance(exp: Experiment) -> dict[str, Any] | None:
+    """Where a run trains toward majority targets (CSQ, or `multilabel_target: majority`) on
+    multi-label data: the share of +1 bits among the targets of its multi-label training items
+    and among the class centers, and the tie rule (`csq_ties`)."""
+    import torch
+
+    from lbhash.methods.csq import majority_targets
+
+    objective = exp.learner.objective
+    lower_bound = exp.learner.lower_bound
+    base = objective if lower_bound is None else lower_bound.base
+    if lower_bound is not None and lower_bound.multilabel_target == "majority":
+        holder = lower_bound
+    elif base.name == "csq":
+        holder = base
+    else:
+        return None
+    if not exp.dataset.multi_label:
+        return None
+    labels = torch.as_tensor(exp.dataset.labels[exp.split.train], dtype=torch.float32)
+    labels = exp.learner.objective_labels(labels.to(holder.centers.device))
+    multi = labels[labels.sum(1) > 1]
+    centers = holder.centers
+    targets = majority_targets(centers, multi, holder.tie_center)
+    share = (lambda x: round(float((x > 0).float().mean()), 4) if len(x) else None)
+    return {"ties": exp.cfg.csq_ties, "multi_label_items": len(multi), "targets_plus": share(targets),
+            "centers_plus": share(centers)}
 
 
 def describe_data(summary: dict[str, Any]) -> str:
@@ -49,7 +81,12 @@ def describe_data(summary: dict[str, Any]) -> str:
     split = summary["split"]
     sizes = ", ".join(f"{split[p]} {p}" for p in ("train", "validation", "query", "database")
                       if p != "validation" or split[p])
-    return f"data {summary['data']}: {', '.join(parts)}; split {split['protocol']}: {sizes}"
+    line = f"data {summary['data']}: {', '.join(parts)}; split {split['protocol']}: {sizes}"
+    balance = summary.get("target_balance")
+    if balance and balance["targets_plus"] is not None:
+        line += (f"; +1 bits: {balance['targets_plus']:.1%} of the {balance['multi_label_items']} multi-label "
+                 f"targets, {balance['centers_plus']:.1%} of the centers (ties: {balance['ties']})")
+    return line
 
 
 @contextlib.contextmanager
