@@ -81,3 +81,20 @@ def test_report_section_puts_each_setting_beside_base_in_test_map(tmp_path):
     row = next(line for line in table.splitlines() if line.startswith("| csq | 32 |"))
     assert f"{means['base']:.2f} ± {stds['base']:.2f}" in row and f"{means['paper']:.2f} ± {stds['paper']:.2f}" in row
     assert f"{means['paper'] - means['base']:+.2f}" in row
+
+
+@pytest.mark.parametrize("name", ["../../escape", "/tmp/somewhere", "a/b", "..", ".hidden"])
+def test_a_study_name_cannot_leave_out(tmp_path, name, monkeypatch):
+    """Issue 27, item 3: the name is a folder under --out, never a path."""
+    from click.testing import CliRunner
+
+    from lbhash.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["reproduce", "study", "--data", "digits", "--out", "o/p", "--methods", "csq",
+                                       "--bits", "16", "--seeds", "0", "--epochs", "1", "--study", name,
+                                       "--settings", "base"])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --study") and "not a path" in lines[0]
+    assert sorted(p.name for p in tmp_path.rglob("*")) == []  # nothing written anywhere

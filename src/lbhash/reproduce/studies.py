@@ -69,6 +69,12 @@ class StudySpec:
     seeds: tuple = (0, 1)
     test: bool = False
 
+    def __post_init__(self) -> None:
+        # the name becomes a folder under --out: it may not climb out of it or name another place
+        if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*", self.study or "") or ".." in self.study:
+            raise InputError(f"--study {self.study!r}: a study name is letters, digits, '_', '.', '+' and '-' "
+                             "(it names the folder runs/NAME under --out), not a path")
+
     def plan(self, ctx) -> list[tuple[str, str, Cell]]:
         """(method, setting, cell) of every run."""
         plan = []
