@@ -1,6 +1,7 @@
 """The HTTP service in process (FastAPI TestClient): endpoints, 4xx answers, the log."""
 
 import io
+import os
 import threading
 
 import numpy as np
@@ -169,7 +170,8 @@ def test_log_replay_after_a_crash_and_compaction(tmp_path, rng):
     store.add(codes[:10], labels=np.eye(3, dtype=bool)[np.arange(10) % 3])
     store.remove([4])
     store.add(codes[10:11], ids=[4])
-    # a crash: no close, no compaction; a new process replays the log
+    # a crash: no close, no compaction; the kernel drops the dead process's lock; a new one replays the log
+    os.close(store._owner)
     again = IndexStore(tmp_path / "ix")
     assert again.ntotal == 10 and again.pending == 3
     np.testing.assert_array_equal(again.get([4])[0], codes[10:11])
@@ -178,6 +180,7 @@ def test_log_replay_after_a_crash_and_compaction(tmp_path, rng):
     again.wal.truncate = lambda: (_ for _ in ()).throw(OSError("crash"))
     with pytest.raises(OSError):
         again.compact()
+    os.close(again._owner)
     third = IndexStore(tmp_path / "ix")
     assert third.ntotal == 10 and third.pending == 0 and third.saved_seq == 3
     third.add(codes[11:12])
@@ -192,14 +195,33 @@ def test_torn_and_damaged_log(tmp_path, rng):
     store = IndexStore(tmp_path / "ix")
     store.add(random_codes(rng, 2, BITS))
     store.wal.close()
+    os.close(store._owner)  # a crash: the kernel drops the dead process's lock
     wal = wal_path_for(tmp_path / "ix")
     good = wal.read_bytes()
     wal.write_bytes(good + b'1234abcd {"seq":2,"op":"remo')  # a crash mid-append
-    assert IndexStore(tmp_path / "ix").ntotal == 2
+    again = IndexStore(tmp_path / "ix")
+    assert again.ntotal == 2
     assert wal.read_bytes() == good  # the torn tail is cut
+    again.wal.close()
+    os.close(again._owner)
     wal.write_bytes(b"00000000 {}\n" + good)
     with pytest.raises(InputError, match="damaged record at line 1"):
         IndexStore(tmp_path / "ix")
+    wal.write_bytes(good)  # a refused start released the index: the next one opens it
+    IndexStore(tmp_path / "ix").close()
+
+
+def test_one_server_per_index(tmp_path, rng):
+    """Issue 27, item 1: a second store (server) on the same index is refused in one line."""
+    CodeIndex(BITS).save(tmp_path / "ix")
+    first = IndexStore(tmp_path / "ix")
+    with pytest.raises(InputError, match="ix is served by another process"):
+        IndexStore(tmp_path / "ix")
+    first.add(random_codes(rng, 1, BITS), ids=[777777])
+    first.close()
+    second = IndexStore(tmp_path / "ix")
+    assert second.get([777777])[0].shape == (1, BITS // 8)
+    second.close()
 
 
 def test_concurrent_reads_and_writes(tmp_path, rng):

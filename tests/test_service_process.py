@@ -96,3 +96,21 @@ def test_acknowledged_writes_survive_kill_9(tmp_path, rng, server_factory):
     assert wal_path_for(tmp_path / "ix").read_bytes() == b""
     saved = CodeIndex.load(tmp_path / "ix")
     assert saved.ntotal == 49 and saved.metadata["wal_seq"] == 2
+
+
+def test_a_second_server_on_the_same_index_is_refused(tmp_path, rng, server_factory):
+    """Issue 27, item 1: two servers on one index lose writes; the second now fails at start."""
+    CodeIndex(32).save(tmp_path / "ix")
+    first = server_factory(tmp_path / "ix", free_port())
+    env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    code = "from lbhash.cli import main; main()"
+    second = subprocess.run([sys.executable, "-c", code, "serve", str(tmp_path / "ix"), "--host", "127.0.0.1",
+                             "--port", str(free_port())], env=env, capture_output=True, text=True, timeout=120)
+    lines = second.stderr.strip().splitlines()
+    assert second.returncode == 2 and len(lines) == 1, second.stderr
+    assert "is served by another process" in lines[0]
+    codes = random_codes(rng, 1, 32)
+    answer = httpx.post(f"{first.url}/items", json={"codes": [codes[0].tobytes().hex()], "ids": [777777]}, timeout=30)
+    assert answer.status_code == 200, answer.text
+    first.kill(signal.SIGTERM)
+    assert CodeIndex.load(tmp_path / "ix").contains([777777]).tolist() == [True]

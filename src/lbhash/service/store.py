@@ -12,7 +12,9 @@ changes (in a background thread) and on close.
 
 from __future__ import annotations
 
+import fcntl
 import logging
+import os
 import threading
 from pathlib import Path
 
@@ -40,6 +42,23 @@ def wal_path_for(index_dir: str | Path) -> Path:
     return index_dir.parent / f"{index_dir.name}.wal"
 
 
+def own_index(index_dir: Path) -> int:
+    """Hold an exclusive lock beside the index (`.NAME.serve.lock`; the directory itself is
+    swapped on save) for as long as the returned descriptor is open; a second server on the same
+    index fails at once with one line."""
+    path = index_dir.parent / f".{index_dir.name}.serve.lock"
+    if not index_dir.parent.is_dir():
+        raise InputError(f"{index_dir}: no such index directory")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise InputError(f"{index_dir} is served by another process (it holds {path}); one server per index, "
+                         "or writes acknowledged by one would be lost when the other saves") from None
+    return fd
+
+
 def labels_to_lists(rows: np.ndarray | None) -> list[list[int]] | None:
     return None if rows is None else [np.flatnonzero(r).tolist() for r in rows]
 
@@ -64,6 +83,14 @@ class IndexStore:
 
     def __init__(self, index_dir: str | Path, compact_every: int = 1000, wal_path: str | Path | None = None):
         self.index_dir = Path(index_dir)
+        self._owner = own_index(self.index_dir)  # one writer per index, or acknowledged writes get lost
+        try:
+            self._open(wal_path, compact_every)
+        except BaseException:
+            os.close(self._owner)
+            raise
+
+    def _open(self, wal_path, compact_every: int) -> None:
         self.index = CodeIndex.load(self.index_dir)
         self.lock = ReadWriteLock()
         self._compacting = threading.Lock()
@@ -151,10 +178,13 @@ class IndexStore:
             self.saved_seq, self.pending = self.wal.last_seq, 0
 
     def close(self) -> None:
-        if self._compactor is not None:
-            self._compactor.join(timeout=600)
-        self.compact()
-        self.wal.close()
+        try:
+            if self._compactor is not None:
+                self._compactor.join(timeout=600)
+            self.compact()
+            self.wal.close()
+        finally:
+            os.close(self._owner)  # the lock goes with the descriptor (and with the process, on kill -9)
 
     def _maybe_compact(self) -> None:
         if self.pending < self.compact_every or (self._compactor and self._compactor.is_alive()):
