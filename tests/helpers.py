@@ -125,3 +125,12 @@ def cli(*args):
     from lbhash.cli import main
 
     return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def one_line_error(result, *fragments):
+    """A CLI result that failed with exit 2 and one line `error: ...` holding every fragment."""
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]

@@ -16,7 +16,7 @@ from lbhash.cli import main
 from lbhash.codes_file import load_codes_file
 from lbhash.evaluate import mean_average_precision
 from lbhash.train import train
-from helpers import assert_resume_matches
+from helpers import assert_resume_matches, one_line_error
 from lbhash.train import TrainConfig, build_config, load_config_file
 from lbhash.train.builder import build_experiment
 from lbhash.train.encoder import encode
@@ -126,13 +126,6 @@ def test_killed_process_resumes_to_the_same_codes(tmp_path):
     np.testing.assert_array_equal(full["db_codes"], cut["db_codes"])
 
 
-def _one_line_error(result, *fragments):
-    assert result.exit_code == 2, result.output
-    lines = result.output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-
 
 @pytest.fixture
 def bad_feature_files(tmp_path):
@@ -160,15 +153,15 @@ def bad_feature_files(tmp_path):
 def test_bad_input_leaves_no_run_directory(tmp_path, args, fragments):
     out = tmp_path / "run"
     data = [] if "--data" in args else ["--data", "digits"]
-    _one_line_error(cli("train", "--out", out, "--no-progress", *data, *args), *fragments)
+    one_line_error(cli("train", "--out", out, "--no-progress", *data, *args), *fragments)
     assert not out.exists()
 
 
 def test_bad_feature_files_leave_no_run_directory(bad_feature_files):
     out = bad_feature_files / "run"
-    _one_line_error(cli("train", "--data", f"features:{bad_feature_files / 'zero.npz'}", "--lbhash",
+    one_line_error(cli("train", "--data", f"features:{bad_feature_files / 'zero.npz'}", "--lbhash",
                         "--bits", "8", "--out", out), "has no label")
-    _one_line_error(cli("train", "--data", f"features:{bad_feature_files / 'nan.npz'}",
+    one_line_error(cli("train", "--data", f"features:{bad_feature_files / 'nan.npz'}",
                         "--bits", "8", "--out", out), "nan.npz", "row 7")
     assert not out.exists()
 
@@ -177,8 +170,8 @@ def test_existing_run_needs_resume_and_resume_takes_no_options(tmp_path):
     out = tmp_path / "run"
     assert cli("train", "--data", "digits", "--bits", "16", "--epochs", "1", "--hidden", "64",
                "--centers", "hadamard", "--out", out, "--no-progress").exit_code == 0
-    _one_line_error(cli("train", "--data", "digits", "--out", out, "--epochs", "1"), "already holds a run", "--resume")
-    _one_line_error(cli("train", "--out", out, "--resume", "--bits", "32"), "saved config")
-    _one_line_error(cli("train", "--out", tmp_path / "none", "--resume"), "nothing to resume")
+    one_line_error(cli("train", "--data", "digits", "--out", out, "--epochs", "1"), "already holds a run", "--resume")
+    one_line_error(cli("train", "--out", out, "--resume", "--bits", "32"), "saved config")
+    one_line_error(cli("train", "--out", tmp_path / "none", "--resume"), "nothing to resume")
     result = cli("train", "--out", out, "--resume")  # finished: reports the saved metrics
     assert result.exit_code == 0 and "mAP@all" in result.output

@@ -7,7 +7,7 @@ import pytest
 import torch
 import yaml
 
-from helpers import FAST_TRAIN, Killed, cli
+from helpers import FAST_TRAIN, Killed, cli, one_line_error
 from lbhash.codes_file import load_codes_file
 from lbhash.train import TrainConfig, train
 from lbhash.train.rundir import verify_finished_run
@@ -111,23 +111,16 @@ def test_a_kill_while_training_further_leaves_a_resumable_run(tmp_path):
                                   load_codes_file(run / "codes.npz")["db_codes"])
 
 
-def _one_line_error(result, *fragments):
-    assert result.exit_code == 2, result.output
-    lines = result.output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-
 
 def test_refusals_leave_the_finished_run_as_it_was(tmp_path):
     run = tmp_path / "run"
     assert cli("train", *FAST_TRAIN, "--epochs", "2", "--out", run).exit_code == 0
     files = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
-    _one_line_error(cli("train", "--out", run, "--resume", "--epochs", "2"), "--epochs 2", "trained 2 epoch",
+    one_line_error(cli("train", "--out", run, "--resume", "--epochs", "2"), "--epochs 2", "trained 2 epoch",
                     "N > 2")
-    _one_line_error(cli("train", "--out", run, "--resume", "--epochs", "3", "--bits", "32"),
+    one_line_error(cli("train", "--out", run, "--resume", "--epochs", "3", "--bits", "32"),
                     "saved config", "drop the other options")
-    _one_line_error(cli("train", "--out", run, "--resume", "--epochs", "0"), "epochs must be a positive integer")
+    one_line_error(cli("train", "--out", run, "--resume", "--epochs", "0"), "epochs must be a positive integer")
     assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == files
     assert_finished_at(run, 2)
 
@@ -135,7 +128,7 @@ def test_refusals_leave_the_finished_run_as_it_was(tmp_path):
 def test_cosine_runs_are_not_trained_further(tmp_path):
     run = tmp_path / "run"
     assert cli("train", *FAST_TRAIN, "--epochs", "1", "--schedule", "cosine", "--out", run).exit_code == 0
-    _one_line_error(cli("train", "--out", run, "--resume", "--epochs", "3"), "--epochs 3", "cosine",
+    one_line_error(cli("train", "--out", run, "--resume", "--epochs", "3"), "--epochs 3", "cosine",
                     "fixed by its 1 epochs")
     assert_finished_at(run, 1)
 
@@ -144,7 +137,7 @@ def test_closed_form_baselines_have_one_epoch_only(tmp_path):
     run = tmp_path / "run"
     assert cli("train", "--data", "digits", "--method", "lsh", "--bits", "16", "--no-progress",
                "--out", run).exit_code == 0
-    _one_line_error(cli("train", "--out", run, "--resume", "--epochs", "2"), "closed form", "epochs must be 1")
+    one_line_error(cli("train", "--out", run, "--resume", "--epochs", "2"), "closed form", "epochs must be 1")
     assert_finished_at(run, 1)
 
 
@@ -179,6 +172,6 @@ def test_a_run_that_stopped_early_is_not_trained_further(tmp_path, monkeypatch):
     result = cli("train", "--out", run, "--resume")
     assert result.exit_code == 0 and f"{run}: already finished at epoch 2 (stopped early: patience 1); " \
                                       "nothing to do" in result.output
-    _one_line_error(cli("train", "--out", run, "--resume", "--epochs", "6"), "--epochs 6",
+    one_line_error(cli("train", "--out", run, "--resume", "--epochs", "6"), "--epochs 6",
                     "stopped early at epoch 2", "patience 1")
     verify_finished_run(run)
