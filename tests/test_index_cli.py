@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 from PIL import Image
 
+from helpers import one_line_error
 from index_fakes import FakeEncoder
 from index_reference import random_codes, top_k
 from lbhash.cli.common import LbhashGroup
@@ -30,14 +31,6 @@ for command in (index, search, serve):
 
 def run(*args):
     return CliRunner().invoke(cli, [str(a) for a in args])
-
-
-def one_line_error(result, *fragments):
-    assert result.exit_code == 2, result.output
-    lines = result.output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
 
 
 @pytest.fixture

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lbhash.codes_file import load_codes_file, only_part, part
+from lbhash.codes_file import load_codes_file, only_part
+from lbhash.codes_file import part as part_fields
 from lbhash.errors import InputError
 from lbhash.index import _checks
 
@@ -42,11 +43,12 @@ def run_codes(run_dir: str | Path, part: str = "database") -> dict:
         if not path.is_file():
             raise InputError(f"{run_dir}: no codes.npz (not a finished run directory)")
         verify_files(run_dir, (CODES,))
-        return _checked(path, load_codes_file(path, need=("db",)), "db")
+        data = load_codes_file(path, need=("db",))
+        return _checked(path, data["bits"], part_fields(data, "db"))
     from lbhash.train.rundir import encode_run
 
     encoded = encode_run(run_dir, None, "all", progress=False)
-    return _checked(run_dir, {"bits": encoded["bits"], **encoded}, "items")
+    return _checked(run_dir, encoded["bits"], encoded)
 
 
 def run_data(run_dir: str | Path) -> str | None:
@@ -73,13 +75,13 @@ def item_sources(data_spec: str, ids) -> list[str | None]:
 def codes_file(path: str | Path) -> dict:
     """The items of a codes file (lbhash.codes_file): its database part, or its only part."""
     data = load_codes_file(path, need=())
-    return _checked(path, data, only_part(data, "db", path))
+    return _checked(path, data["bits"], part_fields(data, only_part(data, "db", path)))
 
 
-def _checked(where, data: dict, name: str) -> dict:
-    fields = part(data, name) if name != "items" or "parts" in data else data
+def _checked(where, bits: int, fields: dict) -> dict:
+    """One part's codes, bits, ids, labels and sources, as an index takes them."""
     ids = _checks.item_ids(fields["ids"], len(fields["codes"]), f"{where}: ids")
-    if data["bits"] % 8:
-        raise InputError(f"{where}: {data['bits']}-bit codes; indexes hold codes of a multiple of 8 bits")
-    return {"codes": fields["codes"], "bits": int(data["bits"]), "ids": ids, "labels": fields["labels"],
+    if bits % 8:
+        raise InputError(f"{where}: {bits}-bit codes; indexes hold codes of a multiple of 8 bits")
+    return {"codes": fields["codes"], "bits": int(bits), "ids": ids, "labels": fields["labels"],
             "sources": fields["sources"]}
