@@ -196,3 +196,64 @@ def test_a_diverging_run_stops_with_one_line_and_says_it_failed(tmp_path):
         json.loads(line)  # strict JSON
     one_line_error(cli("train", "--resume", "--out", out), "failed run")
     one_line_error(cli("encode", out, "--out", tmp_path / "e.npz"), "failed run")
+
+
+@pytest.fixture
+def one_class_features(tmp_path):
+    path = tmp_path / "oneclass.npz"
+    rng = np.random.default_rng(0)
+    np.savez(path, features=rng.normal(size=(300, 8)).astype(np.float32), labels=np.zeros(300, dtype=np.int64))
+    return path
+
+
+@pytest.mark.parametrize("method, part", [("lsh", "database"), ("pca", "database"), ("linear", "train"),
+                                          ("csq", "train")])
+def test_data_with_one_class_is_refused_before_the_run_writes(tmp_path, one_class_features, method, part):
+    out = tmp_path / "run"
+    result = cli("train", "--method", method, "--data", f"features:{one_class_features}", "--protocol",
+                 "random:200,50", "--bits", "8", "--epochs", "1", "--no-progress", "--out", out)
+    one_line_error(result, "oneclass.npz", f"the {part} part of split random:200,50",
+                   "1 class(es)", "at least 2")
+    assert not out.exists()
+
+
+def test_one_class_without_evaluation_trains(tmp_path, one_class_features):
+    out = tmp_path / "run"
+    result = cli("train", "--method", "lsh", "--data", f"features:{one_class_features}", "--protocol",
+                 "all-train", "--bits", "8", "--no-progress", "--out", out)
+    assert result.exit_code == 0, result.output
+    assert (out / "manifest.json").is_file()
+
+
+def test_a_run_that_fails_after_its_first_write_is_marked_failed(tmp_path, monkeypatch):
+    import lbhash.train.run as run_module
+    from lbhash.errors import InputError
+
+    def refused(trainer):
+        raise InputError("codes refused")
+
+    monkeypatch.setattr(run_module, "write_codes", refused)
+    out = tmp_path / "run"
+    with pytest.raises(InputError, match="codes refused"):
+        train(TrainConfig(**FAST, epochs=1), out)
+    assert json.loads((out / "status.json").read_text()) == {"state": "failed", "error": "codes refused"}
+    assert not (out / "manifest.json").exists()
+    one_line_error(cli("train", "--resume", "--out", out), "failed run", "codes refused")
+
+
+def test_a_transient_failure_leaves_a_run_that_resume_continues(tmp_path, monkeypatch):
+    import lbhash.train.run as run_module
+
+    real = run_module.write_codes
+
+    def full_disk(trainer):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(run_module, "write_codes", full_disk)
+    out = tmp_path / "run"
+    with pytest.raises(OSError):
+        train(TrainConfig(**FAST, epochs=1), out)
+    assert not (out / "status.json").exists()
+    monkeypatch.setattr(run_module, "write_codes", real)
+    metrics = train(None, out, resume=True)
+    assert (out / "manifest.json").is_file() and metrics["map"] > 0

@@ -98,3 +98,16 @@ def test_a_study_name_cannot_leave_out(tmp_path, name, monkeypatch):
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: --study") and "not a path" in lines[0]
     assert sorted(p.name for p in tmp_path.rglob("*")) == []  # nothing written anywhere
+
+
+def test_a_validation_only_study_runs_on_two_workers(tmp_path):
+    from lbhash.reproduce.runner import run_cells
+
+    spec = StudySpec(study="two", methods=("csq",), settings=("base",), bits=(16,), seeds=(0, 1))
+    ctx = Context(data="digits", out=tmp_path, overrides={"epochs": 2, "hidden": [32], "centers": "hadamard"})
+    cells = [cell for _, _, cell in spec.plan(ctx)]
+    lines = []
+    results = run_cells(cells, tmp_path / "runs", workers=2, report=lines.append)
+    assert all("map" not in r and 0 < r["run"]["validation_map"] <= 1 for r in results)
+    done = [line for line in lines if line.startswith("done ")]
+    assert done == [f"done {c.name}: validation mAP {r['run']['validation_map']:.4f}" for c, r in zip(cells, results)]

@@ -90,6 +90,14 @@ def run_cell(cell: Cell, root: str, threads: int) -> dict[str, Any]:
     return train(None, run_dir, resume=True, progress=False)
 
 
+def _headline(metrics: dict[str, Any]) -> str:
+    """Test mAP, or validation mAP for a validation-only run (studies without --test)."""
+    if "map" in metrics:
+        return f"mAP {metrics['map']:.4f}"
+    val = metrics.get("run", {}).get("validation_map")
+    return "no evaluation" if val is None else f"validation mAP {val:.4f}"
+
+
 def _mark(cell: Cell, run_dir: Path) -> Callable[[int], None]:
     """Write cell.json once the run directory exists (after its first epoch)."""
     def mark(epoch: int) -> None:
@@ -117,5 +125,5 @@ def run_cells(cells: list[Cell], root: Path, workers: int = 1,
         results = []
         for cell, future in zip(cells, futures):
             results.append(future.result())
-            report(f"done {cell.name}: mAP {results[-1]['map']:.4f}")
+            report(f"done {cell.name}: {_headline(results[-1])}")
     return results

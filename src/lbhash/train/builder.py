@@ -159,6 +159,7 @@ def build_experiment(cfg: TrainConfig, split: Split | None = None,
         raise InputError(f"training item {int(split.train[unlabelled[0]])} of {dataset.name} has no label "
                          f"(an all-zero label row); {cfg.variant} needs a class for every training item")
     split, skipped = _usable_items(dataset, split, cfg.skip_bad_images)
+    _check_classes(cfg, dataset, split, cls.needs_labels or cls.uses_centers or cfg.lbhash)
     # unseen:K: centers, classifiers and label rows cover the training classes only
     columns = np.setdiff1d(np.arange(dataset.num_classes), split.unseen_classes) if len(split.unseen_classes) else None
     num_classes = dataset.num_classes if columns is None else len(columns)
@@ -173,6 +174,23 @@ def build_experiment(cfg: TrainConfig, split: Split | None = None,
     if cls.closed_form:
         objective.check_fit_inputs(len(split.train), cfg.input_dim)
     return Experiment(cfg, dataset, split, evaluation_topk(cfg, split), Learner(model, objective, columns), skipped)
+
+
+def _check_classes(cfg: TrainConfig, dataset: HashDataset, split: Split, learns_classes: bool) -> None:
+    """What the split's parts must hold, checked before a run writes anything: a method that
+    learns classes needs two of them among the training items; evaluation (mAP and the lower
+    bound) needs two among the database items."""
+    if not dataset.num_classes:
+        return
+    parts = [("train", split.train, f"{cfg.variant} learns to tell classes apart: it", "")] if learns_classes else []
+    if cfg.test and len(split.query) and len(split.database):
+        parts.append(("database", split.database, "evaluation (mAP, the lower bound)",
+                      " (--protocol all-train trains without evaluating)"))
+    for part, items, who, hint in parts:
+        held = np.flatnonzero(dataset.labels[items].any(0))
+        if len(held) < 2:
+            raise InputError(f"{dataset.name}: the {part} part of split {cfg.protocol} holds {len(held)} "
+                             f"class(es) with items; {who} needs at least 2{hint}")
 
 
 def evaluation_topk(cfg: TrainConfig, split) -> int | None:

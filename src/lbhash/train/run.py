@@ -121,21 +121,27 @@ def _train(cfg: TrainConfig | None, out: str | Path, resume: bool, on_epoch_end,
             logger.info(profile_line(saved_cfg))
             logger.info(describe_data(summary))
         try:
-            if method_class(exp.cfg.method).closed_form:  # baselines: one fit, no epochs left
-                fit_closed_form(trainer)
-            trainer.fit()
-        except NonFiniteError as err:
+            return _train_and_finish(trainer, exp)
+        except (InputError, NonFiniteError) as err:
+            # deterministic: the same run would fail again, so --resume says why instead of retrying;
+            # anything else (a kill, a full disk, the caller's callback) leaves a run --resume continues
             if trainer.fabric.is_global_zero:
                 mark_failed(out, str(err))
             raise
-        trainer.restore_selected()
-        if trainer.fabric.is_global_zero and exp.cfg.test:
-            write_codes(trainer)
-        trainer.fabric.barrier()
-        for run_logger in trainer.fabric.loggers:
-            run_logger.finalize("success")
-        leave_process_group(trainer.fabric)
-        return _finish(out) if trainer.fabric.is_global_zero else {}
+
+
+def _train_and_finish(trainer: Trainer, exp) -> dict[str, Any]:
+    if method_class(exp.cfg.method).closed_form:  # baselines: one fit, no epochs left
+        fit_closed_form(trainer)
+    trainer.fit()
+    trainer.restore_selected()
+    if trainer.fabric.is_global_zero and exp.cfg.test:
+        write_codes(trainer)
+    trainer.fabric.barrier()
+    for run_logger in trainer.fabric.loggers:
+        run_logger.finalize("success")
+    leave_process_group(trainer.fabric)
+    return _finish(trainer.run_dir) if trainer.fabric.is_global_zero else {}
 
 
 def _nothing_to_do(out: Path, cfg: TrainConfig) -> dict[str, Any]:
