@@ -28,15 +28,15 @@ def free_port() -> int:
 class Server:
     """`lbhash serve` in a child process; started and stopped by the test, bounded waits."""
 
-    def __init__(self, index_dir: Path, port: int):
-        self.index_dir, self.port, self.proc = index_dir, port, None
+    def __init__(self, index_dir: Path, port: int, *extra: str):
+        self.index_dir, self.port, self.proc, self.extra = index_dir, port, None, [str(e) for e in extra]
         self.url = f"http://127.0.0.1:{port}"
 
     def start(self):
         env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
         code = "from lbhash.cli.serve import serve; serve()"
         self.proc = subprocess.Popen([sys.executable, "-c", code, str(self.index_dir), "--host", "127.0.0.1",
-                                      "--port", str(self.port)], env=env,
+                                      "--port", str(self.port), *self.extra], env=env,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
@@ -62,8 +62,8 @@ class Server:
 def server_factory(tmp_path):
     started = []
 
-    def make(index_dir, port):
-        server = Server(index_dir, port).start()
+    def make(index_dir, port, *extra):
+        server = Server(index_dir, port, *extra).start()
         started.append(server)
         return server
 
@@ -114,3 +114,59 @@ def test_a_second_server_on_the_same_index_is_refused(tmp_path, rng, server_fact
     assert answer.status_code == 200, answer.text
     first.kill(signal.SIGTERM)
     assert CodeIndex.load(tmp_path / "ix").contains([777777]).tolist() == [True]
+
+
+def _closed_by_server(sock, within_s):
+    """True when the server closes `sock` within `within_s` seconds (recv returns b'')."""
+    sock.settimeout(within_s)
+    try:
+        return sock.recv(1024) == b""
+    except (socket.timeout, ConnectionResetError):
+        return False
+
+
+def test_a_client_that_never_finishes_its_headers_is_cut_off(tmp_path, server_factory):
+    CodeIndex(32).save(tmp_path / "ix")
+    server = server_factory(tmp_path / "ix", free_port(), "--header-timeout", "0.5")
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as silent, \
+            socket.create_connection(("127.0.0.1", server.port), timeout=5) as slow:
+        slow.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # never the blank line
+        assert _closed_by_server(silent, 20) and _closed_by_server(slow, 20)
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as prompt:  # a whole request in time
+        prompt.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert prompt.recv(64).startswith(b"HTTP/1.1 200")
+
+
+def test_connections_beyond_the_limit_get_503(tmp_path, server_factory):
+    CodeIndex(32).save(tmp_path / "ix")
+    server = server_factory(tmp_path / "ix", free_port(), "--max-connections", "3", "--header-timeout", "10")
+    idle = [socket.create_connection(("127.0.0.1", server.port), timeout=5) for _ in range(3)]
+    try:
+        time.sleep(0.5)  # the server has accepted them
+        assert httpx.get(f"{server.url}/health", timeout=10).status_code == 503
+    finally:
+        for sock in idle:
+            sock.close()
+    deadline = time.monotonic() + 20
+    while httpx.get(f"{server.url}/health", timeout=10).status_code != 200:
+        assert time.monotonic() < deadline, "the service did not recover after the idle connections closed"
+        time.sleep(0.2)
+
+
+def test_headers_beyond_the_limit_are_refused(tmp_path, server_factory):
+    from lbhash.limits import MAX_HEADER_BYTES
+
+    CodeIndex(32).save(tmp_path / "ix")
+    server = server_factory(tmp_path / "ix", free_port())
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        sent = 0
+        try:
+            while sent <= MAX_HEADER_BYTES + 8192:  # in pieces: the server buffers an unfinished header
+                sock.sendall(b"X-Big-" + str(sent).encode() + b": " + b"a" * 4000 + b"\r\n")
+                sent += 4096
+                time.sleep(0.01)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        assert sock.recv(64).startswith(b"HTTP/1.1 400")
+    assert httpx.get(f"{server.url}/health", headers={"X-Fine": "a" * 1000}, timeout=10).status_code == 200

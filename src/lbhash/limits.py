@@ -17,9 +17,15 @@ MAX_CLASS_ID = 65535        # class ids of labels and label filters, everywhere
 MAX_ID = 2**63 - 1          # item ids are non-negative int64, everywhere
 MAX_BODY_BYTES = 16 << 20   # one HTTP request body
 MAX_RERANK_CANDIDATES = 10_000  # k * rerank_factor: Hamming candidates re-scored per query (service)
+MAX_CONNECTIONS = 256       # open connections and requests in progress (service); beyond it: 503
+MAX_HEADER_BYTES = 64 << 10  # request line and headers of one HTTP request (service); beyond it: 400
+HEADER_TIMEOUT_S = 10       # a connection's request headers must be complete this long after it opens
+KEEP_ALIVE_S = 5            # an idle keep-alive connection is closed after this long
 
 TABLE = {"max_k": MAX_K, "max_batch": MAX_BATCH, "max_class_id": MAX_CLASS_ID, "max_id": MAX_ID,
-         "max_body_bytes": MAX_BODY_BYTES, "max_rerank_candidates": MAX_RERANK_CANDIDATES}
+         "max_body_bytes": MAX_BODY_BYTES, "max_rerank_candidates": MAX_RERANK_CANDIDATES,
+         "max_connections": MAX_CONNECTIONS, "max_header_bytes": MAX_HEADER_BYTES,
+         "header_timeout_s": HEADER_TIMEOUT_S, "keep_alive_s": KEEP_ALIVE_S}
 
 
 def check_k(k: int, name: str = "k", limit: int = MAX_K) -> int:

@@ -10,7 +10,7 @@ import click
 
 from lbhash.cli.index import backend_options
 from lbhash.errors import InputError, require_extra
-from lbhash.limits import MAX_BATCH, MAX_BODY_BYTES, MAX_K, MAX_RERANK_CANDIDATES
+from lbhash.limits import HEADER_TIMEOUT_S, MAX_BATCH, MAX_BODY_BYTES, MAX_CONNECTIONS, MAX_K, MAX_RERANK_CANDIDATES
 
 
 @click.command()
@@ -30,9 +30,16 @@ from lbhash.limits import MAX_BATCH, MAX_BODY_BYTES, MAX_K, MAX_RERANK_CANDIDATE
 @click.option("--max-rerank-candidates", type=click.IntRange(1, MAX_RERANK_CANDIDATES), default=MAX_RERANK_CANDIDATES,
               show_default=True, help="Most Hamming candidates (k * rerank_factor) a re-ranked search re-scores per "
                                       "query (lbhash.limits: may only be lowered).")
+@click.option("--max-connections", type=click.IntRange(1, MAX_CONNECTIONS), default=MAX_CONNECTIONS,
+              show_default=True, help="Most open connections and requests in progress; beyond them the "
+                                      "service answers 503 (lbhash.limits: may only be lowered).")
+@click.option("--header-timeout", type=click.FloatRange(0.1, HEADER_TIMEOUT_S), default=HEADER_TIMEOUT_S,
+              show_default=True, help="Seconds a connection may take to send a request's headers before it is "
+                                      "closed (lbhash.limits: may only be lowered).")
 @backend_options
 def serve(index_dir: str, run_dir, host: str, port: int, compact_every: int, max_batch: int, max_k: int,
-          max_body_mb: int, max_rerank_candidates: int, backend: str, uri: str) -> None:
+          max_body_mb: int, max_rerank_candidates: int, max_connections: int, header_timeout: float,
+          backend: str, uri: str) -> None:
     """Serve INDEX_DIR over HTTP (OpenAPI docs at /docs).
 
     Every acknowledged change is in a write-ahead log (INDEX_DIR.wal beside the directory)
@@ -46,6 +53,7 @@ def serve(index_dir: str, run_dir, host: str, port: int, compact_every: int, max
 
     from lbhash.cli.index import open_index
     from lbhash.service import IndexStore, Limits, MilvusStore, create_app
+    from lbhash.service.http import server_config
 
     sock = _listen(host, port)  # first: a busy port must leave the index and its log untouched
     try:
@@ -61,7 +69,7 @@ def serve(index_dir: str, run_dir, host: str, port: int, compact_every: int, max
         app = create_app(store, encoder, limits=limits)
         click.echo(f"serving {store.ntotal} {store.bits}-bit codes on http://{host}:{port} (docs at /docs)",
                    err=True)
-        server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+        server = uvicorn.Server(server_config(app, max_connections, header_timeout))
         # uvicorn stops gracefully on SIGTERM/SIGINT (its shutdown folds the log into the index),
         # then raises the signal again for the handler it found: a no-op one, so that an
         # orderly stop ends with status 0 instead of death by signal.
