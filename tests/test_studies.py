@@ -111,3 +111,24 @@ def test_a_validation_only_study_runs_on_two_workers(tmp_path):
     assert all("map" not in r and 0 < r["run"]["validation_map"] <= 1 for r in results)
     done = [line for line in lines if line.startswith("done ")]
     assert done == [f"done {c.name}: validation mAP {r['run']['validation_map']:.4f}" for c, r in zip(cells, results)]
+
+
+@pytest.mark.parametrize("name", ["../x", "/tmp/x", "a/b", "..", ".hidden", "x" * 256, ""])
+def test_every_name_that_becomes_a_path_is_checked_the_same_way(tmp_path, name):
+    from lbhash.index.milvus import MilvusIndex
+    from lbhash.reproduce.runner import Cell, run_cells
+
+    with pytest.raises(InputError, match="not a path"):
+        run_cells([Cell(name=name, config={"data": "digits"})], tmp_path / "runs")
+    with pytest.raises(InputError, match="collection .*not a path"):  # before any connection is tried
+        MilvusIndex(32, collection=name, uri="http://127.0.0.1:9")
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_milvus_collection_names_follow_milvus_rule():
+    from lbhash._io import check_name
+
+    assert check_name("codes_v2", "collection", milvus=True) == "codes_v2"
+    for bad in ("codes-v2", "2codes", "codes.v2"):
+        with pytest.raises(InputError, match="Milvus's rule"):
+            check_name(bad, "collection", milvus=True)

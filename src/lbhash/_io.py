@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 import zipfile
 from contextlib import contextmanager
@@ -39,6 +40,22 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,254}")  # 255: a file name's limit
+_MILVUS_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,254}")  # Milvus's own rule for collection names
+
+
+def check_name(name: str, option: str, milvus: bool = False) -> str:
+    """A name that becomes a path component (a study, a cell, a collection): letters, digits and
+    '_', '.', '+', '-', never '..', so it cannot climb out of its folder or name another place;
+    Milvus collection names follow Milvus's stricter rule."""
+    pattern = _MILVUS_NAME if milvus else _NAME
+    if not isinstance(name, str) or not pattern.fullmatch(name) or ".." in name:
+        rule = ("a letter or '_', then letters, digits and '_' (Milvus's rule), at most 255" if milvus else
+                "letters, digits, '_', '.', '+' and '-', at most 255, not starting with '.' or containing '..'")
+        raise InputError(f"{option} {name!r}: a name is {rule}; not a path")
+    return name
 
 
 def check_output_file(path: str | os.PathLike, option: str) -> Path:

@@ -24,6 +24,7 @@ import uuid
 
 import numpy as np
 
+from lbhash._io import check_name
 from lbhash.errors import InputError, require_extra
 from lbhash.index import _checks
 from lbhash.index.code_index import PAD_DISTANCE, PAD_ID, RERANK_FACTOR
@@ -45,6 +46,7 @@ class MilvusIndex:
                  kind: str = "flat", nlist: int = 1024, nprobe: int = 16, timeout: float = 30.0):
         """Open `collection` at `uri`, creating it when it does not exist (bits=None: open an
         existing collection only, taking its bits and kind)."""
+        check_name(collection, "collection", milvus=True)
         pm = _pymilvus()
         if kind not in KINDS:
             raise InputError(f"the milvus backend supports kinds {', '.join(KINDS)}, got {kind!r}")

@@ -17,7 +17,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, Callable
 
-from lbhash._io import write_json
+from lbhash._io import check_name, write_json
 from lbhash.errors import InputError
 
 CELL = "cell.json"
@@ -110,7 +110,7 @@ def _mark(cell: Cell, run_dir: Path) -> Callable[[int], None]:
 def run_cells(cells: list[Cell], root: Path, workers: int = 1,
               report: Callable[[str], None] = print) -> list[dict[str, Any]]:
     """Run every cell (finished ones are read back); return their metrics in cell order."""
-    names = [c.name for c in cells]
+    names = [check_name(c.name, "cell") for c in cells]
     if len(set(names)) != len(names):
         raise InputError("cell names must be unique")
     states = {c.name: cell_state(c, root / c.name) for c in cells}  # every check before any work

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from lbhash._io import check_name
 from lbhash.errors import InputError
 from lbhash.reproduce.collect import write_csv
 from lbhash.reproduce.runner import Cell, run_cells
@@ -70,10 +71,7 @@ class StudySpec:
     test: bool = False
 
     def __post_init__(self) -> None:
-        # the name becomes a folder under --out: it may not climb out of it or name another place
-        if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*", self.study or "") or ".." in self.study:
-            raise InputError(f"--study {self.study!r}: a study name is letters, digits, '_', '.', '+' and '-' "
-                             "(it names the folder runs/NAME under --out), not a path")
+        check_name(self.study, "--study")  # the folder runs/NAME under --out
 
     def plan(self, ctx) -> list[tuple[str, str, Cell]]:
         """(method, setting, cell) of every run."""
