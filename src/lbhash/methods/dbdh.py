@@ -14,7 +14,7 @@ import math
 import torch
 
 from lbhash.errors import InputError
-from lbhash.methods.base import BENCHMARK_RMSPROP, HashLoss, Recipe, register_method
+from lbhash.methods.base import BENCHMARK_RMSPROP, RECOMMENDED_RECIPE, HashLoss, register_method
 
 
 def pairwise_likelihood(u: torch.Tensor, labels: torch.Tensor, bank_u: torch.Tensor,
@@ -88,7 +88,7 @@ class DBDH(MemoryBankLoss):
     benchmark_recipe = dataclasses.replace(BENCHMARK_RMSPROP, lr_step=50)
     # Adam at 1e-3 collapses the codes (validation mAP 41.6 at 32 bits); 3e-4 was best on the
     # validation split (docs/methods.md, "When to use --lbhash"), for the base method and _D alike.
-    recommended_recipe = Recipe(lr=3e-4)
+    recommended_recipe = dataclasses.replace(RECOMMENDED_RECIPE, lr=3e-4)
 
     def __init__(self, bits: int, num_classes: int, num_train: int | None = None,
                  centers: torch.Tensor | None = None, multi_label: bool = False,
