@@ -16,21 +16,19 @@ VARIANTS = ((False, "CSQ"), (True, "CSQ_D"))
               help="Directory for the runs (the demo replaces its own earlier runs there).")
 @click.option("--bits", default="16,32,64", show_default=True, help="Code lengths, comma-separated.")
 @click.option("--epochs", default=50, show_default=True, type=int)
-@click.option("--lr-step", default=0, show_default=True, type=int,
-              help="Decay the learning rate x0.1 every N epochs (0: constant).")
 @click.option("--seed", default=0, show_default=True, type=int)
-def demo(out: Path, bits: str, epochs: int, lr_step: int, seed: int) -> None:
+def demo(out: Path, bits: str, epochs: int, seed: int) -> None:
     """Train CSQ and CSQ_D on the bundled digits data set and compare them.
 
     Digits (1,797 8x8 images as 64 features, 10 classes), protocol `digits`: per class 100
     training and 30 query images, database = all but the queries. Prints mAP@all, the
     lower-bound ratio of the database codes and the training time per epoch.
 
-    The learning rate is constant by default: digits has 16 batches per epoch, so the paper's
-    x0.1 every 10 epochs (meant for thousands of batches per decay) would stop training after
-    a few hundred steps, before the surrogate of CSQ_D has learned.
+    Both train with CSQ's recommended recipe (`lbhash methods`), as `lbhash train` does.
     """
     from lbhash.cli.common import parse_int_list
+    from lbhash.methods.defaults import schedule_text
+    from lbhash.train.rundir import load_run_config
     from lbhash.train import TrainConfig, train
 
     lengths = parse_int_list(bits, "--bits")
@@ -44,14 +42,15 @@ def demo(out: Path, bits: str, epochs: int, lr_step: int, seed: int) -> None:
                 shutil.rmtree(run_dir)
             click.echo(f"training {name} at {b} bits ({epochs} epochs) -> {run_dir}")
             cfg = TrainConfig(data="digits", method="csq", lbhash=lbhash, bits=b, epochs=epochs,
-                              lr_step=lr_step, seed=seed, progress=False)
+                              seed=seed, progress=False)
             m = train(cfg, run_dir)
+            cfg = load_run_config(run_dir)  # resolved: the recipe it trained with
             ratio = m["lower_bound"]["ratio"]
             row[name] = (m["map"], float("inf") if ratio == "inf" else ratio,
                          m["run"]["seconds_per_epoch"])
         rows.append(row)
     click.echo(f"\ndigits, protocol digits (1000 train / 300 query / 1497 database), seed {seed}, "
-               f"{epochs} epochs, lr 1e-3 {'constant' if not lr_step else f'x0.1 every {lr_step} epochs'}, "
+               f"{epochs} epochs, lr {cfg.lr:g} {schedule_text(cfg)}, "
                f"total {time.perf_counter() - start:.0f} s")
     click.echo(f"{'bits':>4}  {'mAP CSQ':>8} {'mAP CSQ_D':>9}  {'LB CSQ':>7} {'LB CSQ_D':>8}  "
                f"{'s/ep CSQ':>8} {'s/ep CSQ_D':>10}")

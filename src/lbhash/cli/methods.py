@@ -4,18 +4,10 @@ from __future__ import annotations
 
 import click
 
-from lbhash.methods.defaults import PROFILES
+from lbhash.methods.defaults import PROFILES, schedule_text
 
 HEADER = ("method", "optimizer", "lr", "weight decay", "schedule", "epochs", "batch", "_D mode",
           "_D objective", "constants")
-
-
-def _schedule(d) -> str:
-    if d.schedule == "cosine":
-        text = "cosine"
-    else:
-        text = f"x{d.lr_gamma:g} / {d.lr_step} ep" if d.lr_step else "none"
-    return text + (f", warm-up {d.warmup_epochs} ep" if d.warmup_epochs else "")
 
 
 def _objective(options: dict) -> str:
@@ -41,7 +33,7 @@ def defaults_rows(profile: str) -> list[tuple[str, ...]]:
         if method_class(name).closed_form:  # one fit: no optimizer, schedule or _D variant
             rows.append((name, "closed form", "-", "-", "-", "1", "-", "-", "-", constants or "-"))
             continue
-        rows.append((name, d.optimizer, f"{d.lr:g}", f"{d.weight_decay:g}", _schedule(d), str(d.epochs),
+        rows.append((name, d.optimizer, f"{d.lr:g}", f"{d.weight_decay:g}", schedule_text(d), str(d.epochs),
                      str(d.batch_size), d.lbhash_mode, _objective(d.lbhash), constants or "-"))
     return rows
 

@@ -46,3 +46,12 @@ def method_defaults(name: str, profile: str = "recommended") -> MethodDefaults:
     lbhash = {**PAPER_LBHASH, **({**RECOMMENDED_LBHASH, **cls.recommended_lbhash} if profile == "recommended" else {})}
     return MethodDefaults(**dataclasses.asdict(recipe), lbhash_mode=cls.lbhash_mode, lbhash=lbhash,
                           constants=cls.constants())
+
+
+def schedule_text(recipe) -> str:
+    """A recipe's (or config's) learning-rate schedule in a few words, e.g. 'x0.1 / 10 ep'."""
+    if recipe.schedule == "cosine":
+        text = "cosine"
+    else:
+        text = f"x{recipe.lr_gamma:g} / {recipe.lr_step} ep" if recipe.lr_step else "constant"
+    return text + (f", warm-up {recipe.warmup_epochs} ep" if recipe.warmup_epochs else "")
