@@ -130,9 +130,7 @@ def load_image_lists(directory: str | os.PathLike, root: str | os.PathLike | Non
         pre = LIST_PRESETS[preset]
     num_labels = pre.num_labels if pre else None
     root_path = d if root is None else Path(root).expanduser()
-    if not root_path.is_dir() and not is_tarball(root_path):
-        raise InputError(f"{root_path}: image root is not a directory or a tarball")
-    image_root = ImageRoot(root_path, on_disk=root_path.is_dir())
+    image_root = ImageRoot(root_path, on_disk=not is_tarball(root_path))  # a missing root: refused below
     index: dict[str, int] = {}
     rows, first, parts = [], [], {}
     for part, fname in LIST_FILES:
@@ -172,6 +170,8 @@ def load_image_lists(directory: str | os.PathLike, root: str | os.PathLike | Non
 def _list_source(root: Path, names: list[str]):
     if root.is_dir():
         return FileSource(root, names)
+    if not is_tarball(root):
+        raise InputError(f"{root}: image root is not a directory or a tarball")
     tar = open_tarball(root, keep=set(names).__contains__)  # only the listed members (a link among them is refused)
     member = {n.decode("utf-8", "surrogateescape"): k for k, n in enumerate(tar.names)}
     pos = np.array([member.get(n, -1) for n in names], dtype=np.int64)
