@@ -231,8 +231,10 @@ def _rlimit_headroom() -> list[int]:
     try:
         import resource
 
-        status = {line.split(":")[0]: int(line.split()[1]) * 1024
-                  for line in Path("/proc/self/status").read_text().splitlines() if line.startswith(("VmSize", "VmData"))}
+        status = {}
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(("VmSize:", "VmData:")):
+                status[line.split(":")[0]] = int(line.split()[1]) * 1024
         out = []
         for limit, used in ((resource.RLIMIT_AS, "VmSize"), (resource.RLIMIT_DATA, "VmData")):
             soft = resource.getrlimit(limit)[0]

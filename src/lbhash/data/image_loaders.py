@@ -116,9 +116,10 @@ def load_image_lists(directory: str | os.PathLike, root: str | os.PathLike | Non
     """DeepHash list files: `train.txt`, `test.txt` (queries) and `database.txt` in `directory`.
 
     Each line is `relative/path.jpg 0 1 0 ...`. Paths resolve against `root` (a directory or a
-    tarball; default `directory`) and must stay inside it (lbhash.data.image_root). The data set holds each distinct path once, in order of
-    first appearance (train, test, database); `parts` gives each file's items and is_test marks
-    test.txt items. A path listed twice must carry the same labels.
+    tarball; default `directory`) and must stay inside it (lbhash.data.image_root). The data
+    set holds each distinct path once, in order of first appearance (train, test, database);
+    `parts` gives each file's items and is_test marks test.txt items. A path listed twice must
+    carry the same labels.
     """
     d = Path(directory).expanduser()
     if not d.is_dir():

@@ -10,9 +10,10 @@ Safety: `meta.json` records the SHA-256 and size of `pixels.npy`, checked before
 used; an entry that fails the check (corrupt, truncated, half-deleted) is removed with a warning
 and rebuilt. A cache that cannot be written (a read-only directory, no permission, a full disk,
 an unusable entry that cannot be removed) raises `CacheUnavailable`, never an error of its own:
-the caller decodes into memory instead (lbhash.data.images), with a warning naming the cache. Entries are built in a uniquely named temporary directory and renamed into place
-in one step, so two processes building the same entry at once never see each other's partial
-files: the first rename wins, the other keeps the winner's entry. Arrays are read with
+the caller decodes into memory instead (lbhash.data.images), with a warning naming the cache.
+Entries are built in a uniquely named temporary directory and renamed into place in one step,
+so two processes building the same entry at once never see each other's partial files: the
+first rename wins, the other keeps the winner's entry. Arrays are read with
 `allow_pickle=False` and JSON only: nothing read from the cache is executed.
 
 The cache directory is `$LBHASH_CACHE_DIR`, else `~/.cache/lbhash`.
