@@ -150,6 +150,37 @@ def load_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
     """Read every array of an .npz file without allowing pickled objects, after checking from
     the arrays' headers that they fit in memory."""
     path = Path(path)
+    check_fits_in_memory(path, _npz_headers(path))
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {key: data[key] for key in data.files}
+    except ValueError as err:  # e.g. object arrays, which would need pickle
+        raise InputError(f"{path}: cannot read safely ({err})") from None
+    except (OSError, EOFError, zipfile.BadZipFile) as err:
+        raise InputError(f"{path}: not a readable .npz file ({err})") from None
+
+
+def load_npy(path: str | os.PathLike) -> np.ndarray:
+    """Read one .npy array without allowing pickled objects, after checking from its header
+    that it fits in memory."""
+    path = Path(path)
+    check_fits_in_memory(path, _npy_headers(path))
+    try:
+        return np.load(path, allow_pickle=False)
+    except ValueError as err:  # pickled data or object arrays
+        raise InputError(f"{path}: cannot read safely ({err})") from None
+    except (OSError, EOFError) as err:
+        raise InputError(f"{path}: not a readable .npy file ({err})") from None
+
+
+def array_headers(path: str | os.PathLike) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """(shape, dtype) of every array of an .npz file, or of an .npy file's one array (key ''),
+    from their headers alone; InputError, as load_npz/load_npy give, for a file that is neither."""
+    path = Path(path)
+    return _npz_headers(path) if path.suffix.lower() == ".npz" else _npy_headers(path)
+
+
+def _npz_headers(path: Path) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
     if not path.is_file():
         raise InputError(f"{path}: no such file")
     with open(path, "rb") as fh:
@@ -164,34 +195,17 @@ def load_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
                     headers[name.removesuffix(".npy")] = _npy_header(member, f"{path}: {name}")
     except (OSError, EOFError, zipfile.BadZipFile) as err:
         raise InputError(f"{path}: not a readable .npz file ({err})") from None
-    check_fits_in_memory(path, headers)
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            return {key: data[key] for key in data.files}
-    except ValueError as err:  # e.g. object arrays, which would need pickle
-        raise InputError(f"{path}: cannot read safely ({err})") from None
-    except (OSError, EOFError, zipfile.BadZipFile) as err:
-        raise InputError(f"{path}: not a readable .npz file ({err})") from None
+    return headers
 
 
-def load_npy(path: str | os.PathLike) -> np.ndarray:
-    """Read one .npy array without allowing pickled objects, after checking from its header
-    that it fits in memory."""
-    path = Path(path)
+def _npy_headers(path: Path) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
     if not path.is_file():
         raise InputError(f"{path}: no such file")
     with open(path, "rb") as fh:
         if fh.read(2) == b"PK":
             raise InputError(f"{path}: is an .npz archive, not a single .npy array")
         fh.seek(0)
-        header = _npy_header(fh, str(path))
-    check_fits_in_memory(path, {"": header})
-    try:
-        return np.load(path, allow_pickle=False)
-    except ValueError as err:  # pickled data or object arrays
-        raise InputError(f"{path}: cannot read safely ({err})") from None
-    except (OSError, EOFError) as err:
-        raise InputError(f"{path}: not a readable .npy file ({err})") from None
+        return {"": _npy_header(fh, str(path))}
 
 
 def _npy_header(fh, where: str) -> tuple[tuple[int, ...], np.dtype]:
@@ -209,7 +223,8 @@ def _npy_header(fh, where: str) -> tuple[tuple[int, ...], np.dtype]:
 
 def available_memory() -> int | None:
     """Bytes of memory this process can still get: the kernel's MemAvailable, lowered to what
-    a cgroup (v2) limit leaves; None where neither can be read."""
+    a cgroup (v2) limit leaves and to what the process's own limits (`ulimit -v`, `ulimit -d`)
+    leave above its present size; None where none of them can be read."""
     found = []
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
@@ -217,6 +232,7 @@ def available_memory() -> int | None:
                 found.append(int(line.split()[1]) * 1024)
     except (OSError, ValueError, IndexError):
         pass
+    found.extend(_rlimit_headroom())
     try:
         limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
         if limit != "max":
@@ -226,18 +242,50 @@ def available_memory() -> int | None:
     return min(found) if found else None
 
 
-def check_fits_in_memory(path: Path, headers: dict[str, tuple[tuple[int, ...], np.dtype]]) -> None:
+def _rlimit_headroom() -> list[int]:
+    """Bytes the address-space and data limits (RLIMIT_AS, RLIMIT_DATA) leave above the
+    process's present VmSize and VmData; empty where no limit is set or it cannot be read."""
+    try:
+        import resource
+
+        status = {}
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(("VmSize:", "VmData:")):
+                status[line.split(":")[0]] = int(line.split()[1]) * 1024
+        out = []
+        for limit, used in ((resource.RLIMIT_AS, "VmSize"), (resource.RLIMIT_DATA, "VmData")):
+            soft = resource.getrlimit(limit)[0]
+            if soft != resource.RLIM_INFINITY and used in status:
+                out.append(max(0, soft - status[used]))
+        return out
+    except (ImportError, OSError, ValueError, IndexError, AttributeError):
+        return []
+
+
+def check_fits_in_memory(path: Path, headers: dict[str, tuple[tuple[int, ...], np.dtype]], extra: int = 0,
+                         extra_what: str = "", subject: tuple[str, tuple, np.dtype] | None = None) -> None:
     """Refuse a file whose arrays, as their headers describe them, exceed the available memory
-    (numpy would otherwise fail part-way with a traceback, or the machine start swapping)."""
+    (numpy would otherwise fail part-way with a traceback, or the machine start swapping).
+
+    `extra` bytes of copies the caller makes after reading (`extra_what` says which) count
+    too; `subject` (name, shape, dtype) is what the message then names (default: the largest
+    array)."""
     sizes = {key: int(np.prod(shape, dtype=object)) * dtype.itemsize for key, (shape, dtype) in headers.items()}
     free = available_memory()
-    if free is None or not sizes or sum(sizes.values()) <= free:
+    need = sum(sizes.values()) + extra
+    if free is None or not sizes or need <= free:
         return
     key = max(sizes, key=sizes.get)
     shape, dtype = headers[key]
     what = f"array {key!r}" if key else "the array"
-    raise InputError(f"{path}: {what} has shape {shape} ({dtype}, {_gb(sizes[key])}), more than the "
-                     f"{_gb(free)} of memory available")
+    if not extra:
+        raise InputError(f"{path}: {what} has shape {shape} ({dtype}, {_gb(sizes[key])}), more than the "
+                         f"{_gb(free)} of memory available")
+    if subject is not None:
+        what, shape, dtype = subject
+    size = int(np.prod(shape, dtype=object)) * dtype.itemsize
+    raise InputError(f"{path}: {what} has shape {shape} ({dtype}, {_gb(size)}); loading needs {_gb(need)} with "
+                     f"{extra_what} ({_gb(extra)}), more than the {_gb(free)} of memory available")
 
 
 def _gb(n: int) -> str:

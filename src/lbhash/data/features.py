@@ -15,6 +15,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from lbhash import _io
+from lbhash.data.array_memory import Copies, check_load_memory, float32_copies
 from lbhash.data.base import HashDataset, InputOptions, check_class_names, check_indices, split_flags
 from lbhash.errors import InputError
 from lbhash.labels import as_multihot
@@ -73,10 +74,10 @@ class ArrayDataset(HashDataset):
     def check_items(self, indices, skip_bad: bool = False) -> tuple[np.ndarray, int]:
         """Every feature of the items must be finite (skip_bad does not apply to features)."""
         idx = check_indices(self, indices)
-        rows = self.x[idx]
-        if not np.isfinite(rows).all():
-            row = int(idx[np.flatnonzero(~np.isfinite(rows).all(1))[0]])
-            raise InputError(f"{self.name}: features contain NaN or inf at row {row}")
+        step = max(1, (64 << 20) // max(1, self.x[:1].nbytes))  # blocks of rows: no copy of the whole set
+        for block in (idx[k:k + step] for k in range(0, len(idx), step)):
+            if not (finite := np.isfinite(self.x[block]).all(1)).all():
+                raise InputError(f"{self.name}: features contain NaN or inf at row {int(block[~finite][0])}")
         return idx, 0
 
     def input_dim(self) -> int:
@@ -146,8 +147,10 @@ def load_features(path: str | os.PathLike, x_key: str | None = None, y_key: str 
         raise InputError(f"dequantize must be one of {', '.join(DEQUANTIZE_MODES)}, got {dequantize!r}")
     if dequantize == "off" and (scale is not None or zero_point is not None):
         raise InputError("scale/zero_point were given but dequantize='off'")
+    quantized = lambda keys: dequantize == "on" or (dequantize == "auto" and (  # noqa: E731
+        scale is not None or zero_point is not None or {"scale", "zero_point"} <= keys))
     read = read_arrays(path, x_key, y_key, split_key, labels_path, _features, "features", FEATURE_KEYS,
-                       labels_required)
+                       labels_required, (float32_copies(quantized), "the float32 copy of its features"))
     quantization = _quantization(read.arrays, path, scale, zero_point, dequantize)
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported by _check_finite
         x = dequantize_values(read.x, quantization)
@@ -165,14 +168,19 @@ class LabelledArrays(NamedTuple):
 
 
 def read_arrays(path: Path, x_key, y_key, split_key, labels_path, check_x: Callable, what: str,
-                x_keys: tuple[str, ...], labels_required: bool = True) -> LabelledArrays:
+                x_keys: tuple[str, ...], labels_required: bool = True,
+                copies: tuple[Copies, str] | None = None) -> LabelledArrays:
     """Inputs, labels, split flags and class names of an array file (see load_features).
 
     `check_x(array, path, key)` validates the inputs; `what` names them in messages and
     `x_keys` are the keys tried when `x_key` is None. Without labels_required, a file with no
-    labels gives items with no label (zero label columns).
+    labels gives items with no label (zero label columns). `copies`: the copies the caller
+    makes of the inputs and their description, checked with the file's arrays against the
+    available memory before anything is read (lbhash.data.array_memory).
     """
     suffix = _check_file(path, f"{what} file")
+    if copies is not None:
+        check_load_memory(path, suffix, x_key, x_keys, *copies)
     y_path, y_name = path, "y_train/y_test"  # the names used in label error messages
     if suffix == ".npy":
         for option, value in (("x_key", x_key), ("split_key", split_key)):

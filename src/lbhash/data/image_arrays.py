@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lbhash.data.array_memory import rgb_copies
 from lbhash.data.features import read_arrays
 from lbhash.data.images import ImageDataset
 from lbhash.errors import InputError
@@ -28,7 +29,7 @@ def load_image_arrays(path: str | os.PathLike, x_key: str | None = None, y_key: 
     """Load an image-array file as an in-memory ImageDataset (see the module docstring)."""
     path = Path(path).expanduser()
     read = read_arrays(path, x_key, y_key, split_key, labels_path, as_rgb_images, "images", IMAGE_KEYS,
-                       labels_required)
+                       labels_required, (rgb_copies, "the RGB copy of its images"))
     return ImageDataset(read.labels, read.is_test, f"image-array:{path.name}", read.class_names,
                         pixels=read.x)
 

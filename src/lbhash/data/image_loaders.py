@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lbhash.data.image_root import ImageRoot
 from lbhash.data.image_sources import (
     CIFAR_FILES,
     BlobSource,
@@ -115,9 +116,10 @@ def load_image_lists(directory: str | os.PathLike, root: str | os.PathLike | Non
     """DeepHash list files: `train.txt`, `test.txt` (queries) and `database.txt` in `directory`.
 
     Each line is `relative/path.jpg 0 1 0 ...`. Paths resolve against `root` (a directory or a
-    tarball; default `directory`). The data set holds each distinct path once, in order of
-    first appearance (train, test, database); `parts` gives each file's items and is_test marks
-    test.txt items. A path listed twice must carry the same labels.
+    tarball; default `directory`) and must stay inside it (lbhash.data.image_root). The data
+    set holds each distinct path once, in order of first appearance (train, test, database);
+    `parts` gives each file's items and is_test marks test.txt items. A path listed twice must
+    carry the same labels.
     """
     d = Path(directory).expanduser()
     if not d.is_dir():
@@ -128,13 +130,15 @@ def load_image_lists(directory: str | os.PathLike, root: str | os.PathLike | Non
             raise InputError(f"unknown list preset {preset!r} (known: {', '.join(LIST_PRESETS)})")
         pre = LIST_PRESETS[preset]
     num_labels = pre.num_labels if pre else None
+    root_path = d if root is None else Path(root).expanduser()
+    image_root = ImageRoot(root_path, on_disk=not is_tarball(root_path))  # a missing root: refused below
     index: dict[str, int] = {}
     rows, first, parts = [], [], {}
     for part, fname in LIST_FILES:
         f = d / fname
         if not f.is_file():
             raise InputError(f"{d}: no {fname} (a list directory holds train.txt, test.txt and database.txt)")
-        paths, labels, lines = read_list_file(f, num_labels)
+        paths, labels, lines = read_list_file(f, num_labels, image_root)
         if not paths:
             raise InputError(f"{f}: lists no images")
         num_labels = labels.shape[1]
@@ -158,7 +162,7 @@ def load_image_lists(directory: str | os.PathLike, root: str | os.PathLike | Non
     is_test = np.zeros(len(names), dtype=bool)
     is_test[parts["query"]] = True
     return ImageDataset(np.array(rows, dtype=bool), is_test, pre.name if pre else f"list:{d.name}",
-                        source=_list_source(d if root is None else Path(root).expanduser(), names),
+                        source=_list_source(root_path, names),
                         parts=parts, topk=pre.topk if pre else None,
                         declared_multi_label=pre.multi_label if pre else None, cache=cache,
                         cache_key=f"list:{d.resolve()}?root={Path(root or d).expanduser().resolve()}")
@@ -169,7 +173,7 @@ def _list_source(root: Path, names: list[str]):
         return FileSource(root, names)
     if not is_tarball(root):
         raise InputError(f"{root}: image root is not a directory or a tarball")
-    tar = open_tarball(root)
+    tar = open_tarball(root, keep=set(names).__contains__)  # only the listed members (a link among them is refused)
     member = {n.decode("utf-8", "surrogateescape"): k for k, n in enumerate(tar.names)}
     pos = np.array([member.get(n, -1) for n in names], dtype=np.int64)
     ok = pos >= 0

@@ -11,13 +11,14 @@ import io
 import lzma
 import os
 import pickle
-import posixpath
 import tarfile
 import zlib
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
+
+from lbhash.data.image_root import ImageRoot, check_tar_member, list_image_files as _list_files
 from lbhash.errors import InputError
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm", ".pbm")
@@ -133,7 +134,8 @@ def open_tarball(path: Path, keep=None) -> TarSource:
     """Index a tarball's regular files (those `keep(name)` accepts), in the archive's order.
 
     Uncompressed: offsets only, read in place later. Compressed: one streaming pass that keeps
-    the wanted members' bytes in memory. Names lose a leading './'.
+    the wanted members' bytes in memory. Names lose a leading './'. A wanted member that is a
+    link (symbolic or hard) is refused (lbhash.data.image_root.check_tar_member).
     """
     try:
         with open(path, "rb") as fh:
@@ -144,8 +146,8 @@ def open_tarball(path: Path, keep=None) -> TarSource:
         names, offsets, sizes, chunks, total = [], [], [], [], 0
         with tarfile.open(path, "r|*") as tf:
             for m in tf:
-                name = _member_name(m)
-                if name is None or (keep is not None and not keep(name)):
+                name = _member_name(path, m, keep)
+                if name is None:
                     continue
                 data = tf.extractfile(m).read()
                 if len(data) != m.size:
@@ -169,8 +171,8 @@ def _index_plain_tar(path: Path, keep) -> TarSource:
     names, offsets, sizes = [], [], []
     with tarfile.open(path, "r:") as tf:
         for m in tf.getmembers():
-            name = _member_name(m)
-            if name is not None and (keep is None or keep(name)):
+            name = _member_name(path, m, keep)
+            if name is not None:
                 names.append(name)
                 offsets.append(m.offset_data)
                 sizes.append(m.size)
@@ -185,13 +187,16 @@ def _index_plain_tar(path: Path, keep) -> TarSource:
     return TarSource(path, _names(names), offsets, sizes)
 
 
-def _member_name(m: tarfile.TarInfo) -> str | None:
-    if not m.isreg() or m.issparse():
-        return None
+def _member_name(path: Path, m: tarfile.TarInfo, keep) -> str | None:
+    """The member's name (a leading './' dropped) if it is a wanted regular file, else None; a
+    wanted link is an error."""
     name = m.name
     while name.startswith("./"):
         name = name[2:]
-    return name
+    if keep is not None and not keep(name):
+        return None
+    check_tar_member(path, m, name)
+    return name if m.isreg() and not m.issparse() else None
 
 
 def _names(names: list[str]) -> np.ndarray:
@@ -248,14 +253,9 @@ def class_tree(names: list[str], where: str):
 
 
 def list_image_files(root: Path) -> list[str]:
-    """Relative posix paths of the image files under `root` (hidden folders skipped)."""
-    out = []
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
-        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
-        rel = os.path.relpath(dirpath, root)
-        prefix = "" if rel == "." else rel.replace(os.sep, "/") + "/"
-        out.extend(prefix + f for f in filenames if is_image_name(f) and not f.startswith("."))
-    return out
+    """Relative posix paths of the image files under `root` (hidden files and folders skipped);
+    symlinks that leave the root are refused (lbhash.data.image_root)."""
+    return _list_files(root, is_image_name)
 
 
 # --- CIFAR-10 python pickles -----------------------------------------------------------------
@@ -339,11 +339,12 @@ def read_cifar_batches(read, where):
 
 # --- DeepHash list files ---------------------------------------------------------------------
 
-def read_list_file(path: Path, num_labels: int | None):
+def read_list_file(path: Path, num_labels: int | None, root: ImageRoot):
     """Lines `relative/path.jpg 0 1 0 ...` -> (paths, (m, C) bool labels, line numbers).
 
     Paths are normalised ('./a//b' -> 'a/b') and may not contain whitespace; they are relative
-    to the image root and may not leave it (no absolute paths, no '..' out of it).
+    to the image root and may not leave it (`root.check`: no absolute paths, no '..' out of it,
+    no symlink out of it).
     """
     try:
         text = path.read_text(encoding="utf-8-sig")
@@ -364,14 +365,7 @@ def read_list_file(path: Path, num_labels: int | None):
         bad = next((v for v in values if v not in ("0", "1")), None)
         if bad is not None:
             raise InputError(f"{path}:{lineno}: label value {bad!r} is not 0 or 1")
-        item = posixpath.normpath(tokens[0])
-        if item.startswith("/"):  # refused even inside the root: a list names images relative to it
-            raise InputError(f"{path}:{lineno}: {tokens[0]!r}: absolute paths are not allowed (paths are "
-                             "relative to the image root)")
-        if item == ".." or item.startswith("../"):
-            raise InputError(f"{path}:{lineno}: {tokens[0]!r} leaves the image root (paths must be relative "
-                             "and stay inside it)")
-        paths.append(item)
+        paths.append(root.check(tokens[0], f"{path}:{lineno}: {tokens[0]!r}"))
         rows.append([v == "1" for v in values])
         lines.append(lineno)
     labels = np.array(rows, dtype=bool).reshape(len(rows), num_labels or 0)

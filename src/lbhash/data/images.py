@@ -207,20 +207,26 @@ class ImageDataset(HashDataset):
         n = len(self)
         fits = n * int(np.prod(shape)) <= pixel_cache.memory_budget()
         fill = lambda pixels: self._decode_into(pixels, required, skip_bad, progress)  # noqa: E731
-        if (self.cache == "disk" or not fits) and self.cache_key is not None:
+        disk = (self.cache == "disk" or not fits) and self.cache_key is not None
+        if disk:
             fingerprint = pixel_cache.source_fingerprint(self.source)
             path = pixel_cache.entry_dir(self.cache_key, fingerprint)
-            got = pixel_cache.open_entry(path, n, shape, in_memory=fits)
-            if got is None:
-                record = {"key": self.cache_key, "source": fingerprint}
-                got = pixel_cache.build_entry(path, n, shape, fill, record, in_memory=fits)
+            try:
+                got = pixel_cache.open_entry(path, n, shape, in_memory=fits)
+                if got is None:
+                    record = {"key": self.cache_key, "source": fingerprint}
+                    got = pixel_cache.build_entry(path, n, shape, fill, record, in_memory=fits)
+            except pixel_cache.CacheUnavailable as why:  # never fail because of the cache
+                pixel_cache.warn_unavailable(why, "into memory" if fits else "each image when it is needed")
+                disk = False
+        if disk:
             if got is None:
                 self._no_cache = True
                 return None
             pixels, bad = got
             if required is not None and not skip_bad and (bad & required).any():
                 self._raise_unreadable(int(np.flatnonzero(bad & required)[0]))
-        elif fits or self.cache == "on":
+        elif fits or (self.cache == "on" and self.cache_key is None):
             pixels = np.empty((n, *shape), dtype=np.uint8)
             bad = fill(pixels)
             if bad is None:

@@ -121,9 +121,13 @@ def conform_dataset(form: InputForm, dataset, where: str):
 
 
 def _finite(x: np.ndarray, where: str) -> np.ndarray:
-    bad = ~np.isfinite(x)
-    if bad.any():
-        r, c = (int(i) for i in np.argwhere(bad)[0])
+    # rows whose sum is not finite hold NaN or inf (or overflow): a screen that copies nothing,
+    # confirmed on those rows only
+    with np.errstate(over="ignore", invalid="ignore"):
+        rows = np.flatnonzero(~np.isfinite(x.sum(axis=1, dtype=np.float32)))
+    bad = np.argwhere(~np.isfinite(x[rows]))
+    if len(bad):
+        r, c = int(rows[bad[0][0]]), int(bad[0][1])
         raise InputError(f"{where}: holds {x[r, c]} at row {r}, column {c}; only finite numbers are allowed")
     return x
 

@@ -8,9 +8,12 @@ replaced or truncated source therefore gets a new entry and never reads a stale 
 
 Safety: `meta.json` records the SHA-256 and size of `pixels.npy`, checked before the array is
 used; an entry that fails the check (corrupt, truncated, half-deleted) is removed with a warning
-and rebuilt. Entries are built in a uniquely named temporary directory and renamed into place
-in one step, so two processes building the same entry at once never see each other's partial
-files: the first rename wins, the other keeps the winner's entry. Arrays are read with
+and rebuilt. A cache that cannot be written (a read-only directory, no permission, a full disk,
+an unusable entry that cannot be removed) raises `CacheUnavailable`, never an error of its own:
+the caller decodes into memory instead (lbhash.data.images), with a warning naming the cache.
+Entries are built in a uniquely named temporary directory and renamed into place in one step,
+so two processes building the same entry at once never see each other's partial files: the
+first rename wins, the other keeps the winner's entry. Arrays are read with
 `allow_pickle=False` and JSON only: nothing read from the cache is executed.
 
 The cache directory is `$LBHASH_CACHE_DIR`, else `~/.cache/lbhash`.
@@ -18,6 +21,7 @@ The cache directory is `$LBHASH_CACHE_DIR`, else `~/.cache/lbhash`.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -29,12 +33,15 @@ from typing import Callable
 
 import numpy as np
 
-from lbhash.errors import InputError
-
 FORMAT = 1
 # decoded sets larger than this share of physical memory are memory-mapped from the disk cache
 MEMORY_FRACTION = 0.25
 _LOG = logging.getLogger("lbhash")
+
+
+class CacheUnavailable(Exception):
+    """The disk cache cannot hold an entry here; the message says why (the caller decodes into
+    memory instead)."""
 
 
 def cache_root() -> Path:
@@ -48,6 +55,10 @@ def memory_budget() -> int:
     except (ValueError, OSError, AttributeError):
         total = 8 << 30
     return int(total * MEMORY_FRACTION)
+
+
+def warn_unavailable(why: CacheUnavailable, instead: str) -> None:
+    _LOG.warning("%s: the pixel cache cannot be used: %s; decoding %s instead", cache_root(), why, instead)
 
 
 def source_fingerprint(source) -> dict:
@@ -100,8 +111,10 @@ def open_entry(path: Path, n: int, shape: tuple[int, int, int] | None = None,
                 or bad.dtype != bool or (shape is not None and pixels.shape[1:] != shape)):
             raise ValueError(f"holds {pixels.dtype} {pixels.shape}, expected {n} images")
     except (OSError, ValueError, KeyError, TypeError, json.JSONDecodeError) as err:
+        _remove(path)
+        if path.exists():
+            raise CacheUnavailable(f"its entry {path.name} is unusable ({err}) and cannot be removed") from None
         _LOG.warning("%s: pixel cache entry is unusable (%s); rebuilding it", path, err)
-        shutil.rmtree(path, ignore_errors=True)
         return None
     if in_memory:
         pixels.flags.writeable = False
@@ -111,12 +124,16 @@ def open_entry(path: Path, n: int, shape: tuple[int, int, int] | None = None,
 def build_entry(path: Path, n: int, shape: tuple[int, int, int], fill: Callable[[np.ndarray], np.ndarray | None],
                 record: dict, in_memory: bool = False) -> tuple[np.ndarray, np.ndarray] | None:
     """Create the entry: `fill(pixels)` decodes into a writable (n, *shape) memory map and returns
-    the unreadable mask (None: give up, nothing is kept). Returns open_entry's result."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
-    tmp.mkdir()
+    the unreadable mask (None: give up, nothing is kept). Returns open_entry's result.
+    CacheUnavailable when the cache cannot be written (its message says why)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = _new_tmp(path)
+    except OSError as err:
+        raise CacheUnavailable(f"cannot write in it ({_reason(err)})") from None
     try:
         pixels = np.lib.format.open_memmap(tmp / "pixels.npy", mode="w+", dtype=np.uint8, shape=(n, *shape))
+        _reserve(tmp / "pixels.npy")
         bad = fill(pixels)
         if bad is None:
             return None
@@ -130,13 +147,48 @@ def build_entry(path: Path, n: int, shape: tuple[int, int, int], fill: Callable[
             with open(tmp / name, "rb+") as fh:
                 os.fsync(fh.fileno())
         try:
-            os.rename(tmp, path)  # atomic; fails if another process finished first
-        except OSError:
+            _publish(tmp, path)  # atomic; fails if another process finished first
+        except OSError as err:
             if not path.is_dir():
-                raise InputError(f"{path}: cannot create the pixel cache entry") from None
+                raise CacheUnavailable(f"cannot create its entry {path.name} ({_reason(err)})") from None
     except OSError as err:
-        raise InputError(f"{cache_root()}: cannot write the pixel cache ({err.strerror or err}); "
-                         "set LBHASH_CACHE_DIR or use cache=memory") from None
+        raise CacheUnavailable(f"cannot write in it ({_reason(err)})") from None
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _remove(tmp)
     return open_entry(path, n, shape, in_memory)
+
+
+def _reason(err: OSError) -> str:
+    return err.strerror or str(err)  # not the file's name: a temporary one means nothing to a user
+
+
+# The steps that change the cache directory, one function each (tests stand in for a read-only
+# directory or a full disk by replacing them).
+
+def _new_tmp(path: Path) -> Path:
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+    tmp.mkdir()
+    return tmp
+
+
+def _reserve(file: Path) -> None:
+    """Allocate the file's blocks now, so that a full disk fails here (ENOSPC) rather than as a
+    SIGBUS when the memory map is written."""
+    if not hasattr(os, "posix_fallocate"):
+        return
+    fd = os.open(file, os.O_RDWR)
+    try:
+        os.posix_fallocate(fd, 0, os.fstat(fd).st_size)
+    except OSError as err:
+        if err.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            raise
+    finally:
+        os.close(fd)
+
+
+def _publish(tmp: Path, path: Path) -> None:
+    os.rename(tmp, path)
+
+
+def _remove(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)

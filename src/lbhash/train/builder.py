@@ -94,6 +94,15 @@ def head_parameters(cfg: TrainConfig) -> int:
     return sum(a * b + b for a, b in zip(widths, widths[1:]))
 
 
+def check_head_size(cfg: TrainConfig) -> None:
+    """Refuse a feature head above MAX_HEAD_PARAMETERS, before anything is computed for it."""
+    size = head_parameters(cfg)
+    if cfg.input_kind == "features" and size > MAX_HEAD_PARAMETERS:
+        raise InputError(f"a hash head for {cfg.input_dim} features with hidden {cfg.hidden} would have "
+                         f"{size:,} parameters (at most {MAX_HEAD_PARAMETERS:,}); reduce the "
+                         "feature width or --hidden")
+
+
 def build_model(cfg: TrainConfig, normalization=None, pretrained: bool = True) -> HashModel:
     """The hash model of a resolved config.
 
@@ -102,11 +111,7 @@ def build_model(cfg: TrainConfig, normalization=None, pretrained: bool = True) -
     checkpoint will overwrite them).
     """
     if cfg.input_kind == "features":
-        size = head_parameters(cfg)
-        if size > MAX_HEAD_PARAMETERS:
-            raise InputError(f"a hash head for {cfg.input_dim} features with hidden {cfg.hidden} would have "
-                             f"{size:,} parameters (at most {MAX_HEAD_PARAMETERS:,}); reduce the "
-                             "feature width or --hidden")
+        check_head_size(cfg)
         mean, std = (None, None) if normalization is None else (torch.as_tensor(v) for v in normalization)
         return create_feature_model(cfg.input_dim, cfg.bits, cfg.hidden, cfg.head_dropout, mean, std)
     if cfg.input_kind != "images":
@@ -168,6 +173,7 @@ def build_experiment(cfg: TrainConfig, split: Split | None = None,
     if cfg.lbhash or cls.uses_centers:
         centers = torch.from_numpy(generate_centers(cfg.bits, num_classes, kind=cfg.centers,
                                                     seed=cfg.seed, canonical=cfg.canonical_centers))
+    check_head_size(cfg)  # before the features' statistics, which copy the training rows
     normalization = dataset.normalization(split.train) if cfg.normalize == "zscore" else None
     model = build_model(cfg, normalization)
     objective = build_objective(cfg, centers, num_classes, len(split.train), dataset.multi_label)
