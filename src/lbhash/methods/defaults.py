@@ -3,8 +3,8 @@
 Profiles:
 - "recommended" (the default): the recipe and _D options our validation study supports
   (docs/methods.md, "When to use --lbhash"); each method may set its own (`recommended_recipe`,
-  `recommended_lbhash` on its class); its _D objective averages L_theta over a multi-label
-  sample's positive labels (`multilabel_theta: mean`, RECOMMENDED_LBHASH) where the paper sums;
+  `recommended_lbhash` on its class); so far its _D objective is the paper's (the mean of
+  L_theta over a multi-label sample's labels, measured against the paper's sum, was no better);
 - "paper": the paper-faithful setting: "Adam with default configuration", lr 1e-3, batch 64,
   100 epochs, lr x0.1 every 10 epochs (its App. G), and the _D objective as the paper's text
   reads (L_theta summed over blocks with weight 1, no bit flips, contiguous blocks, and summed
@@ -25,9 +25,9 @@ from lbhash.methods.base import PAPER_LBHASH, Recipe, method_class
 
 PROFILES = ("recommended", "paper", "benchmark")
 LBHASH_OPTIONS = tuple(PAPER_LBHASH)
-# The recommended profile's _D options for every method (a method's recommended_lbhash may
-# override them): the mean over positive labels, which every recommended result was measured with.
-RECOMMENDED_LBHASH = {"multilabel_theta": "mean"}
+# The recommended profile's _D options for every method where they differ from the paper's (a
+# method's recommended_lbhash may override them): none, so far (docs/methods.md).
+RECOMMENDED_LBHASH: dict = {}
 
 
 @dataclass(frozen=True)

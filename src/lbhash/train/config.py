@@ -109,7 +109,7 @@ class TrainConfig(BaseModel):
               "majority.", "one of average, majority", shown="the method's")
     multilabel_theta: Literal["sum", "mean"] | None = option(
         None, "Multi-label L_theta against the positive labels' centers: their losses summed (the paper) or "
-              "averaged.", "one of sum, mean", shown="the profile's: sum under paper, mean under recommended")
+              "averaged.", "one of sum, mean", shown="the profile's (sum: the paper's, also recommended)")
     csq_ties: Literal["random-center", "plus-one"] = option(
         "random-center", "Tied bits of a multi-label item's majority target (CSQ, multilabel_target majority): "
                          "the bits of one fixed random center drawn from the seed (CSQ's reference) or +1.",
