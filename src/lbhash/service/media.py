@@ -35,10 +35,11 @@ class TooBusy(Exception):
 
 
 class DecodeGate:
-    """At most `slots` decodes at once and `rate` per second (a token bucket of `rate`)."""
+    """At most `slots` decodes at once and `rate` per second (a token bucket of `rate`); a
+    decode waits at most `wait_s` for its turn, then TooBusy."""
 
-    def __init__(self, rate: float, slots: int, clock=time.monotonic):
-        self.rate, self.clock = float(rate), clock
+    def __init__(self, rate: float, slots: int, wait_s: float = WAIT_S, clock=time.monotonic):
+        self.rate, self.clock, self.wait_s = float(rate), clock, wait_s
         self.tokens, self.stamp = float(rate), clock()
         self.slots = threading.BoundedSemaphore(slots)
         self.lock = threading.Lock()
@@ -58,8 +59,8 @@ class DecodeGate:
             time.sleep(wait)
 
     @contextlib.contextmanager
-    def turn(self, wait_s: float = WAIT_S):
-        deadline = self.clock() + wait_s
+    def turn(self):
+        deadline = self.clock() + self.wait_s
         self._take(deadline)
         if not self.slots.acquire(timeout=max(0.0, deadline - self.clock())):
             raise TooBusy(f"{table.THUMBNAIL_DECODERS} thumbnails are being decoded; retry shortly")

@@ -34,6 +34,7 @@ STATIC = Path(__file__).resolve().parent / "static"
 PAGE_FILES = {"page.js": "text/javascript", "page.css": "text/css"}
 DOC_FILES = {"swagger-ui-bundle.js": "text/javascript", "swagger-ui.css": "text/css",
              "redoc.standalone.js": "text/javascript", "favicon.png": "image/png"}
+REDOC_LOGO = b"https://cdn.redoc.ly/redoc/logo-mini.svg"
 # the page asks for nothing but this server; inline scripts only on the docs pages (theirs)
 PAGE_CSP = ("default-src 'self'; img-src 'self' blob: data:; style-src 'self'; script-src 'self'; "
             "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
@@ -85,6 +86,7 @@ def add_page(app: FastAPI, store, searcher, media: ItemMedia, limits, feature_ro
         return JSONResponse({"detail": " ".join(str(exc).split())}, status_code=429, headers={"Retry-After": "1"})
 
     app.add_exception_handler(TooBusy, too_busy)
+    app.state.media = media
 
     @app.get("/", include_in_schema=False)
     def page():
@@ -166,7 +168,7 @@ def run_summary(searcher) -> dict | None:
         return None
     metrics = getattr(encoder, "metrics_", None) or {}
     asymmetric = metrics.get("asymmetric") if isinstance(metrics.get("asymmetric"), dict) else {}
-    return {"dir": str(getattr(encoder, "run_dir_", "")), "method": cfg.method, "lbhash": bool(cfg.lbhash),
+    return {"dir": str(Path(getattr(encoder, "run_dir_", "")).resolve()), "method": cfg.method, "lbhash": bool(cfg.lbhash),
             "variant": cfg.variant, "bits": cfg.bits, "data": cfg.data, "protocol": cfg.protocol,
             "input_kind": cfg.input_kind, "map": metrics.get("map"), "topk": metrics.get("topk"),
             "n_query": metrics.get("n_query"), "n_db": metrics.get("n_db"),
@@ -196,8 +198,10 @@ def _add_docs(app: FastAPI) -> None:
             return JSONResponse({"detail": missing}, status_code=404)
         if name not in DOC_FILES:  # a fixed list: no name from the request reaches the file system
             return JSONResponse({"detail": f"no docs asset {name!r}"}, status_code=404)
-        return Response((assets / name).read_bytes(), media_type=DOC_FILES[name],
-                        headers={"Cache-Control": "max-age=3600"})
+        data = (assets / name).read_bytes()
+        if name == "redoc.standalone.js":  # its footer logo is an image on Redocly's CDN: ours instead
+            data = data.replace(REDOC_LOGO, b"/docs-assets/favicon.png")
+        return Response(data, media_type=DOC_FILES[name], headers={"Cache-Control": "max-age=3600"})
 
     @app.get("/docs", include_in_schema=False)
     def swagger():
