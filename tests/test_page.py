@@ -16,21 +16,14 @@ from lbhash.index.origins import SOURCES, read_sources, record_sources
 from lbhash.index.uploads import media_dir_for
 from lbhash.service import create_app
 from lbhash.service.media import DecodeGate, ThumbnailCache, TooBusy
-from page_helpers import decoded, make_image_tree, noisy, png_bytes, train_tiny_run
+from page_helpers import decoded, noisy, png_bytes
 
 STATIC = ("index.html", "page.js", "page.css")
 
 
-@pytest.fixture(scope="module")
-def image_run(tmp_path_factory):
-    root = tmp_path_factory.mktemp("page")
-    tree = make_image_tree(root / "imgs")
-    return tree, train_tiny_run(tree, root / "run")
-
-
 @pytest.fixture
-def built(image_run, tmp_path):
-    tree, run = image_run
+def built(tiny_image_run, tmp_path):
+    tree, run = tiny_image_run
     result = cli("index", "build", run, "--out", tmp_path / "ix")
     assert result.exit_code == 0, result.output
     return tree, run, tmp_path / "ix"

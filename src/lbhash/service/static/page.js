@@ -260,10 +260,14 @@ async function addImages() {
   $("add-files").value = "";
 }
 
+// Every action ends by counting itself in #results[data-done] (what tests and scripts wait on).
 async function guarded(task) {
   try { await task(); } catch (err) {
     showError(err instanceof ApiError ? err.message : `unexpected error: ${err.message}`);
     status("");
+  } finally {
+    const results = $("results");
+    results.dataset.done = String(Number(results.dataset.done || 0) + 1);
   }
 }
 
