@@ -138,6 +138,13 @@ class DataImages:
                 self._dataset = load_data(self.record.data, labels_required=False)
             return self._dataset
 
+    def warm(self) -> None:
+        """Load the data set ahead of the first read; a failure is left for that read to report."""
+        try:
+            self._data()
+        except Exception:  # noqa: BLE001 (reported, in one line, by the read that needs the data)
+            pass
+
     def read(self, item_id: int) -> bytes | np.ndarray:
         """Item `item_id`'s encoded bytes (files, members) or (H, W, 3) uint8 pixels (rows),
         from its recorded source only; InputError when it has none or the data changed."""

@@ -136,6 +136,8 @@ class ItemMedia:
         self.record = read_sources(store.index) if index_dir is not None else None
         self.kept = KeptImages(media_dir_for(index_dir)) if index_dir is not None else None
         self.data = DataImages(self.record) if self.record is not None else None
+        if self.data is not None:  # load the data set now, in the background: the first page is quick
+            threading.Thread(target=self.data.warm, name="lbhash-sources", daemon=True).start()
         self.gate, self.cache = DecodeGate(rate, slots), ThumbnailCache(cache_bytes)
         self.changing = threading.Lock()  # a change of the store and of its images, one at a time
 
@@ -154,17 +156,17 @@ class ItemMedia:
         source, how = self.origin(item_id)
         if how is None:
             raise NotFound(f"item {item_id} has no image (no source recorded for it)")
+        if how == "upload":
+            kept = self.kept.read(item_id)
+            if kept is None:  # deleted or replaced meanwhile
+                raise NotFound(f"item {item_id} has no image (no source recorded for it)")
+            image = kept[1]
+        else:
+            try:
+                image = self.data.read(item_id)  # the first read loads the data set (outside the gate)
+            except InputError as err:
+                raise NotFound(str(err)) from None
         with self.gate.turn():
-            if how == "upload":
-                kept = self.kept.read(item_id)
-                if kept is None:  # deleted or replaced meanwhile
-                    raise NotFound(f"item {item_id} has no image (no source recorded for it)")
-                image = kept[1]
-            else:
-                try:
-                    image = self.data.read(item_id)
-                except InputError as err:
-                    raise NotFound(str(err)) from None
             blob = thumbnail_png(image, source)
         self.cache.put(item_id, blob, generation)
         return blob

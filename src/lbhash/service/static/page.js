@@ -204,8 +204,13 @@ async function showCards(hits, added) {
 function card(hit, rank, origin, added) {
   const li = el("li", { class: "card", "data-id": String(hit.id), "data-labels": hit.labels.join(",") });
   if (origin.image) {
-    li.append(el("img", { class: "thumb", src: `/items/${hit.id}/image`, loading: "lazy",
-      alt: `item ${hit.id}${origin.source ? ": " + origin.source : ""}`, width: "128", height: "128" }));
+    const img = el("img", { class: "thumb", src: `/items/${hit.id}/image`, loading: "lazy",
+      alt: `item ${hit.id}${origin.source ? ": " + origin.source : ""}`, width: "128", height: "128" });
+    let tries = 0;  // the service bounds thumbnail decoding (429 beyond it): try again a little later
+    img.addEventListener("error", () => {
+      if (++tries <= 3) setTimeout(() => { img.src = `/items/${hit.id}/image?try=${tries}`; }, 1000 * tries);
+    });
+    li.append(img);
   }
   li.append(el("div", { class: "row" }, el("strong", { class: "item-id", text: `id ${hit.id}` }),
     el("span", { class: "rank", text: added ? "added" : `#${rank + 1}` })));
