@@ -243,3 +243,6 @@ def test_a_feature_index_has_sources_but_no_thumbnails(tmp_path, rng):
         one_line(client.get("/items/0/image"), 404, "item 0 has no image")
         enc = client.post("/encode", json={"features": rng.standard_normal((2, 12)).tolist()}).json()
         assert len(enc["codes"]) == 2 and len(enc["real"][0]) == 16
+        assert client.post("/items", json={"codes": enc["codes"][:1], "ids": [1], "upsert": True}).status_code == 200
+        assert client.delete("/items/2").status_code == 200
+    assert not media_dir_for(tmp_path / "ix").exists()  # changes of items without images write nothing more

@@ -180,8 +180,10 @@ class ItemMedia:
                                  f"{self.max_image_bytes} bytes (lbhash.limits.MAX_IMAGE_BYTES)")
 
     def _forget(self, ids) -> None:
+        """Only ids with an image to lose are written down: other changes cost no disk write."""
+        ids = [int(i) for i in ids]
         if self.kept is not None:
-            self.kept.forget(ids)
+            self.kept.forget([i for i in ids if self.origin(i)[1] is not None])
         self.cache.drop(ids)
 
     @contextlib.contextmanager
