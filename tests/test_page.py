@@ -124,6 +124,9 @@ def test_images_added_through_the_service_keep_their_bytes_across_restarts(tmp_p
     with TestClient(create_app(tmp_path / "ix", encoder)) as client:
         reply = client.post("/items/image", files=files, data={"labels": "1;2"})
         assert reply.status_code == 200 and reply.json()["ids"] == [0, 1], reply.text
+    np.save(tmp_path / "q.npy", encoder.encode(big[None]))  # `lbhash search` names kept images too
+    found = cli("search", tmp_path / "ix", "--codes", tmp_path / "q.npy", "-k", "1")
+    assert re.search(r"id 0 +distance 0 +labels 1 +uploaded: big\.png", found.output), found.output
     with TestClient(create_app(tmp_path / "ix", encoder)) as client:  # a restart
         thumb = decoded(client.get("/items/0/image").content)
         expected = Image.fromarray(big)
