@@ -3,14 +3,15 @@
 How docs/search-page.png was made, from the repository root (CPU; a few minutes):
 
     lbhash train --data cifar10:../shared/data/cifar10-jpg.tar.gz --protocol cifar10 --method csq \\
-        --lbhash --bits 32 --backbone resnet8 --image-size 32 --transform cifar-augment --epochs 8 \\
+        --lbhash --bits 32 --backbone resnet8 --image-size 32 --transform cifar-augment --epochs 3 \\
         --out runs/cifar-csq_D-32
     lbhash index build runs/cifar-csq_D-32 --out idx
     lbhash serve idx --run runs/cifar-csq_D-32 &
     python docs/search_page_screenshot.py http://127.0.0.1:8000 \\
         ../shared/data/cifar10-jpg.tar.gz:test/cat/0007.jpg docs/search-page.png
 
-QUERY is an image file, or TARBALL:MEMBER (a query item of the run, not in its database).
+QUERY is an image file, or TARBALL:MEMBER (test/cat/0007.jpg is in that run's database: the
+first hit is itself, at distance 0).
 Needs selenium and Debian's chromium and chromium-driver (as tests/test_page_browser.py).
 """
 
@@ -43,7 +44,7 @@ def main() -> None:
     parser.add_argument("query", help="an image file, or TARBALL:MEMBER")
     parser.add_argument("out", type=Path)
     parser.add_argument("-k", type=int, default=12)
-    parser.add_argument("--size", default="1280,900", help="window width,height")
+    parser.add_argument("--size", default="1280,1200", help="window width,height")
     args = parser.parse_args()
 
     from selenium import webdriver
@@ -71,6 +72,7 @@ def main() -> None:
             wait.until(lambda d: done() >= 2)
             wait.until(lambda d: d.execute_script(
                 "return [...document.querySelectorAll('#grid img.thumb')].every(i => i.complete && i.naturalWidth)"))
+            driver.execute_script("window.scrollTo(0, 0)")
             time.sleep(0.5)
             png = driver.get_screenshot_as_png()
     finally:

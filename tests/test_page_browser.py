@@ -140,14 +140,16 @@ def test_the_page_in_a_real_browser(browser, served, tmp_path):
     first = cards()[0]
     assert first.get_attribute("data-id") == str(own_id)
     assert first.find_element(By.CSS_SELECTOR, ".distance").get_attribute("data-distance") == "0"
-    assert str(query) in first.find_element(By.CSS_SELECTOR, ".source").text
+    source = first.find_element(By.CSS_SELECTOR, ".source")
+    assert source.get_attribute("data-source") == str(query) and source.text == "train/red/" + query.name
     width, height, rgba = pixels_of_first_thumbnail()
     from PIL import Image
 
     expected = np.array(Image.open(query).convert("RGB"))
     np.testing.assert_array_equal(np.array(rgba, np.uint8).reshape(height, width, 4)[..., :3], expected)
     assert len(find(By.ID, "query-bits").text.replace(" ", "")) == 16
-    assert "the search took" in text_of("timing") and find(By.ID, "histogram").is_displayed()
+    assert "The search took" in text_of("timing") and find(By.ID, "histogram").is_displayed()
+    assert browser.execute_script("return document.getElementById('query-preview').naturalWidth") == 32
     for card in cards():  # the labels shown are the index's
         item_id = card.get_attribute("data-id")
         truth = httpx.get(f"{server.url}/items/{item_id}").json()["labels"]
@@ -181,7 +183,7 @@ def test_the_page_in_a_real_browser(browser, served, tmp_path):
     added = cards()[0]
     new_id = added.get_attribute("data-id")
     assert new_id == "48" and added.get_attribute("data-labels") == "3"
-    assert "uploaded: new-yellow.png" in added.find_element(By.CSS_SELECTOR, ".source").text
+    assert added.find_element(By.CSS_SELECTOR, ".source").text == "uploaded: new-yellow.png"
     browser.save_screenshot(str(ARTIFACTS / "3-added.png"))
     added.find_element(By.CSS_SELECTOR, "button.delete").click()
     wait.until(EC.alert_is_present())

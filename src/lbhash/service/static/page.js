@@ -109,6 +109,13 @@ function histogram(distances, bits) {
   return plot;
 }
 
+// An archive member as it is (TARBALL:MEMBER -> MEMBER), a file by its last three path parts.
+function shortSource(source) {
+  if (source.startsWith("uploaded: ") || / row \d+$/.test(source)) return source;
+  const member = /^.*?\.(?:tar|tar\.gz|tgz|tar\.bz2|tar\.xz):(.+)$/i.exec(source);
+  return member ? member[1] : source.split("/").slice(-3).join("/");
+}
+
 function bitsOf(hex) {
   const out = [];
   for (let i = 0; i < hex.length; i += 2) {
@@ -177,7 +184,7 @@ async function runSearch() {
   const hits = reply.results[0].hits;
   $("query-code-view").hidden = false;
   $("query-bits").textContent = bitsOf(q.code);
-  $("timing").textContent = `${hits.length} results for ${q.label}; the search took ${took.toFixed(1)} ms (round trip)`;
+  $("timing").textContent = `The search took ${took.toFixed(1)} ms (round trip).`;
   $("histogram").hidden = false;
   $("histogram-plot").replaceChildren(histogram(hits.map((h) => h.distance), state.bits));
   await showCards(hits);
@@ -220,7 +227,9 @@ function card(hit, rank, origin, added) {
       ? el("span", { class: "score", text: `score ${fmt(hit.score, 3)}` }) : null));
   }
   li.append(el("div", { class: "labels", text: `labels: ${labelText(hit.labels)}` }));
-  li.append(el("div", { class: "source", text: origin.source || "source not recorded" }));
+  const full = origin.source || "";
+  li.append(el("div", { class: "source", "data-source": full, title: full || "no source recorded",
+    text: full ? shortSource(full) : "source not recorded" }));
   const more = el("button", { type: "button", class: "secondary more", text: "More like this",
     "aria-label": `more like item ${hit.id}` });
   more.addEventListener("click", () => moreLike(hit.id));
@@ -276,6 +285,13 @@ async function guarded(task) {
   }
 }
 
+function preview(file) {  // the query image, shown from the browser's own copy (a blob: URL)
+  const img = $("query-preview");
+  if (img.src) URL.revokeObjectURL(img.src);
+  img.hidden = !file;
+  if (file) { img.src = URL.createObjectURL(file); img.alt = `query image ${file.name}`; }
+}
+
 function setUp() {
   for (const radio of document.querySelectorAll("input[name=mode]")) radio.addEventListener("change", showMode);
   $("search-form").addEventListener("submit", (e) => { e.preventDefault(); guarded(runSearch); });
@@ -283,6 +299,7 @@ function setUp() {
   $("query-file").addEventListener("change", () => {
     state.droppedFile = null; const f = $("query-file").files[0];
     $("query-file-name").textContent = f ? `chosen: ${f.name}` : "";
+    preview(f);
   });
   const drop = $("drop");
   drop.addEventListener("dragover", (e) => { e.preventDefault(); drop.classList.add("over"); });
@@ -290,7 +307,7 @@ function setUp() {
   drop.addEventListener("drop", (e) => {
     e.preventDefault(); drop.classList.remove("over");
     const f = e.dataTransfer.files[0];
-    if (f) { state.droppedFile = f; $("query-file-name").textContent = `dropped: ${f.name}`; }
+    if (f) { state.droppedFile = f; $("query-file-name").textContent = `dropped: ${f.name}`; preview(f); }
   });
   guarded(loadAbout);
 }
