@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.lbhash-installed
 TORCH  := torch==2.13.0
 
-.PHONY: install demo test test-slow test-milvus bench bench-search bench-service clean
+.PHONY: install demo test test-slow test-milvus test-browser bench bench-search bench-service clean
 
 # Re-installs only when the package metadata or the constraints change.
 $(STAMP): pyproject.toml constraints.txt
@@ -30,6 +30,11 @@ test-slow: install
 test-milvus: install
 	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[test,milvus]' 'milvus>=2.3,<2.4'
 	$(PY) -m pytest -q -m milvus tests/test_milvus.py
+
+# the search page in headless Chromium (Debian's chromium and chromium-driver: .ci/run installs them;
+# without them the test skips, saying why); screenshots in test-artifacts/browser
+test-browser: install
+	$(PY) -m pytest -q -rs -m browser tests/test_page_browser.py
 
 bench: install
 	$(PY) benchmarks/bench_evaluate.py

@@ -35,3 +35,14 @@ def shared_data() -> Path:
 @pytest.fixture
 def rng():
     return np.random.default_rng(12345)
+
+
+@pytest.fixture(scope="session")
+def tiny_image_run(tmp_path_factory):
+    """(image tree, run directory): a 16-bit CSQ run on generated PNGs (tests/page_helpers.py),
+    trained once per session for the search-page tests."""
+    from page_helpers import make_image_tree, train_tiny_run
+
+    root = tmp_path_factory.mktemp("tiny-image-run")
+    tree = make_image_tree(root / "imgs")
+    return tree, train_tiny_run(tree, root / "run")

@@ -21,6 +21,12 @@ MAX_CONNECTIONS = 256       # open connections and requests in progress (service
 MAX_HEADER_BYTES = 64 << 10  # request line and headers of one HTTP request (service); beyond it: 400
 HEADER_TIMEOUT_S = 10       # a connection's request headers must be complete this long after it opens
 KEEP_ALIVE_S = 5            # an idle keep-alive connection is closed after this long
+MAX_IMAGE_BYTES = 4 << 20   # one image the service keeps for its thumbnail (POST /items/image)
+MAX_IMAGE_PIXELS = 40_000_000  # a thumbnail's source image, width x height, checked before decoding
+THUMBNAIL_SIDE = 128        # GET /items/{id}/image: the longer side, at most (never enlarged)
+THUMBNAIL_DECODES_PER_S = 100  # thumbnail decodes per second (a burst of as many); beyond: wait, then 429
+THUMBNAIL_DECODERS = 2      # thumbnails decoded at once
+THUMBNAIL_CACHE_BYTES = 32 << 20  # the service's cache of thumbnails (least recently used dropped first)
 
 TABLE = {"max_k": MAX_K, "max_batch": MAX_BATCH, "max_class_id": MAX_CLASS_ID, "max_id": MAX_ID,
          "max_body_bytes": MAX_BODY_BYTES, "max_rerank_candidates": MAX_RERANK_CANDIDATES,

@@ -105,11 +105,24 @@ def build(source: Path, out: str, kind: str, part: str | None, nlist, nprobe, nh
     index.add(data["codes"], ids=ids, labels=data["labels"])
     if source.is_dir() and backend == "faiss" and sources.run_data(source):  # ids are positions in this data
         index.metadata["data"] = sources.run_data(source)
+        _record_sources(index, index.metadata["data"], ids)
     if backend == "faiss":
         index.save(out)
         if not index.is_trained:
             click.echo(f"note: the ivf index searches {searches(index)}", err=True)
     click.echo(f"indexed {len(ids)} {data['bits']}-bit codes ({backend} {kind}) into {out}")
+
+
+def _record_sources(index, data: str, ids) -> None:
+    """Record each item's file, member or row (lbhash.index.origins: thumbnails, `lbhash search`);
+    data that cannot be read now leaves the index without them, with a note."""
+    from lbhash.errors import InputError
+    from lbhash.index.origins import record_sources
+
+    try:
+        record_sources(index, data, ids)
+    except InputError as err:
+        click.echo(f"note: no item sources recorded ({err})", err=True)
 
 
 def _new_milvus(name: str, uri: str, bits: int, kind: str, given: dict, overwrite: bool):
@@ -135,12 +148,14 @@ def add(index_dir: Path, codes_file: Path, upsert: bool) -> None:
     """Add the codes of CODES_FILE (an `lbhash encode` .npz) to INDEX_DIR, atomically."""
     from lbhash.errors import InputError
     from lbhash.index import CodeIndex, sources
+    from lbhash.index.origins import forget_sources
 
     index = CodeIndex.load(index_dir)
     data = sources.codes_file(codes_file)
     if data["bits"] != index.bits:
         raise InputError(f"{codes_file} holds {data['bits']}-bit codes but {index_dir} holds {index.bits}-bit codes")
     ids = index.add(data["codes"], ids=data["ids"], labels=data["labels"], upsert=upsert)
+    forget_sources(index, ids)  # a replaced item's recorded image is no longer its own
     index.save(index_dir)
     click.echo(f"added {len(ids)} codes to {index_dir} ({index.ntotal} in all)")
 
@@ -156,11 +171,13 @@ def remove(index_dir: Path, ids_text: str | None, ids_file: Path | None) -> None
     how many ids it removed and which ones were not there (exit status 0).
     """
     from lbhash.index import CodeIndex
+    from lbhash.index.origins import forget_sources
 
     index = CodeIndex.load(index_dir)
     ids = read_ids(ids_text, ids_file)
     present = index.contains(ids)  # checks the ids too (integers, in range, no repeats)
     removed = index.remove(ids[present]) if present.any() else 0
+    forget_sources(index, ids[present])
     if removed:
         index.save(index_dir)
     line = f"removed {removed} item{'s' * (removed != 1)} from {index_dir} ({index.ntotal} left)"
@@ -200,6 +217,10 @@ def info(index_dir: Path, as_json: bool, backend: str, uri: str) -> None:
                    "params": index.params, "ntotal": index.ntotal, "num_classes": index.num_classes,
                    "exact": index.exact, "trained": index.is_trained, "searches": searches(index),
                    "next_id": index.next_id, "bytes_on_disk": directory_bytes(index_dir)}
+        from lbhash.index.origins import read_sources
+
+        record = read_sources(index)
+        summary["sources"] = f"{len(record)} items of {record.data}" if record else "none recorded"
     if as_json:
         click.echo(json.dumps(summary, indent=2))
     else:

@@ -87,7 +87,7 @@ def search(index_dir: str, codes_path, features_path, image_paths, run_dir, k: i
             rows += [(d[i >= 0], i[i >= 0]) for d, i in zip(dist, ids)]
     found = np.unique(np.concatenate([i for _, i in rows])) if rows else np.empty(0, np.int64)
     item_labels = dict(zip(found.tolist(), index.get(found)[1])) if len(found) else {}
-    source_of = _hit_sources(index, found, run_dir)
+    source_of = _hit_sources(index, found, run_dir, index_dir, backend)
     measure = "distances" if rerank_factor is None else "scores"  # re-ranked rows hold -score
     results = [{"query": q, "name": names[q], "ids": i.tolist(),
                 measure: (d if rerank_factor is None else -d).tolist(),
@@ -141,8 +141,18 @@ def _queries(index, codes_path, features_path, image_paths, run_dir, real: bool 
                                                                 [str(f) for f in files], real)
 
 
-def _hit_sources(index, ids, run_dir) -> dict:
-    """id -> the file it came from, for an index built from a run on image data whose run is given."""
+def _hit_sources(index, ids, run_dir, index_dir, backend: str) -> dict:
+    """id -> the file, member or row it came from: the index's own record (lbhash.index.origins),
+    else, for an index built from a run on image data whose run is given, that run's data."""
+    from lbhash.index.origins import read_sources
+    from lbhash.index.uploads import KeptImages, item_origin, media_dir_for
+
+    record = read_sources(index) if len(ids) else None
+    media = media_dir_for(index_dir) if backend == "faiss" else None
+    kept = KeptImages(media, writer=False) if media is not None and media.is_dir() else None
+    if record is not None or kept is not None:
+        found = {i: item_origin(i, record, kept)[0] for i in ids.tolist()}
+        return {i: s for i, s in found.items() if s is not None}
     data = getattr(index, "metadata", {}).get("data")
     if run_dir is None or data is None or not len(ids):
         return {}

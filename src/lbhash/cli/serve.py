@@ -40,13 +40,13 @@ from lbhash.limits import HEADER_TIMEOUT_S, MAX_BATCH, MAX_BODY_BYTES, MAX_CONNE
 def serve(index_dir: str, run_dir, host: str, port: int, compact_every: int, max_batch: int, max_k: int,
           max_body_mb: int, max_rerank_candidates: int, max_connections: int, header_timeout: float,
           backend: str, uri: str) -> None:
-    """Serve INDEX_DIR over HTTP (OpenAPI docs at /docs).
+    """Serve INDEX_DIR over HTTP: a search page at /, API docs at /docs.
 
     Every acknowledged change is in a write-ahead log (INDEX_DIR.wal beside the directory)
     before the answer, and is folded into the saved index periodically and on shutdown.
     Needs the 'serve' extra (pip install 'lbhash[serve]'); --backend milvus also the 'milvus' one.
     """
-    require_extra("lbhash serve", "serve", "fastapi", "uvicorn", ("python_multipart", "multipart"))
+    require_extra("lbhash serve", "serve", "fastapi", "uvicorn", ("python_multipart", "multipart"), "fastapi_offline")
     if backend == "milvus":
         require_extra("--backend milvus", "milvus", "pymilvus")
     import uvicorn
@@ -67,8 +67,8 @@ def serve(index_dir: str, run_dir, host: str, port: int, compact_every: int, max
         limits = Limits(max_body_bytes=max_body_mb << 20, max_batch=max_batch, max_k=max_k,
                         max_rerank_candidates=max_rerank_candidates)
         app = create_app(store, encoder, limits=limits)
-        click.echo(f"serving {store.ntotal} {store.bits}-bit codes on http://{host}:{port} (docs at /docs)",
-                   err=True)
+        click.echo(f"serving {store.ntotal} {store.bits}-bit codes on http://{host}:{port} "
+                   f"(search page at /, API docs at /docs)", err=True)
         server = uvicorn.Server(server_config(app, max_connections, header_timeout))
         # uvicorn stops gracefully on SIGTERM/SIGINT (its shutdown folds the log into the index),
         # then raises the signal again for the handler it found: a no-op one, so that an

@@ -4,6 +4,8 @@ Layout: index.faiss (FAISS's own binary-index format, readable by faiss.read_ind
 ids.npy (int64, ascending), labels.npy (bool multi-hot, (n, C)), and manifest.json (format
 version, bits, kind, parameters, counts, free-form metadata, and the SHA-256 and size of each
 file). manifest.json is written last, so a directory without one was never finished.
+Attachments (`index.attachments`, name -> bytes: e.g. sources.json, lbhash.index.origins) are
+written, checksummed and verified like the other files and listed under "attachments".
 
 Replacing an existing directory: the new one is written to a hidden sibling, every file and
 the directory are fsynced, and then the two are swapped in one step with renameat2
@@ -52,6 +54,8 @@ def save_index(index, path: str | os.PathLike) -> None:
             "ids.npy": _npy_bytes(index._rows.ids),
             "labels.npy": _npy_bytes(index._labels),
         }
+        attachments = dict(getattr(index, "attachments", None) or {})
+        blobs.update({name: bytes(data) for name, data in attachments.items() if _attachment_name(name)})
         files = {}
         for name, data in blobs.items():
             _write_synced(tmp / name, data)
@@ -60,7 +64,7 @@ def save_index(index, path: str | os.PathLike) -> None:
             "format": FORMAT, "version": VERSION, "bits": index.bits, "kind": index.kind,
             "params": index.params, "ntotal": index.ntotal, "num_classes": index.num_classes,
             "next_id": index.next_id, "trained": index.is_trained, "metadata": index.metadata,
-            "files": files,
+            "files": files, **({"attachments": sorted(attachments)} if attachments else {}),
         }
         _write_synced(tmp / MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())
         _fsync_dir(tmp)
@@ -77,7 +81,10 @@ def load_index(path: str | os.PathLike):
     _recover_interrupted_swap(path)
     manifest = read_manifest(path)
     blobs = {}
-    for name in FILES:
+    attached = manifest.get("attachments") or []
+    if not isinstance(attached, list) or not all(_attachment_name(n) for n in attached):
+        raise InputError(f"{path / MANIFEST}: 'attachments' must list plain file names")
+    for name in (*FILES, *attached):
         entry = manifest["files"].get(name)
         if not isinstance(entry, dict) or "sha256" not in entry:
             raise InputError(f"{path / MANIFEST}: no checksum for {name}")
@@ -109,6 +116,7 @@ def load_index(path: str | os.PathLike):
     index._engine, index._rows, index._labels = engine, Rows(ids, np.ascontiguousarray(codes)), labels
     index._next_id = int(manifest["next_id"])
     index.metadata = dict(manifest.get("metadata") or {})
+    index.attachments = {name: blobs[name] for name in attached}
     return index
 
 
@@ -132,6 +140,12 @@ def read_manifest(path: Path) -> dict:
     if manifest["kind"] not in ENGINES:
         raise InputError(f"{file}: unknown index kind {manifest['kind']!r}")
     return manifest
+
+
+def _attachment_name(name) -> bool:
+    """A plain file name of its own (no folder, not one of the index's files)."""
+    return (isinstance(name, str) and name not in FILES and name != MANIFEST and not name.startswith(".")
+            and name.replace("-", "").replace("_", "").replace(".", "").isalnum())
 
 
 def directory_bytes(path: str | os.PathLike) -> int:

@@ -1,7 +1,8 @@
 """The HTTP service: `create_app(index_dir_or_store, encoder=None)` -> a FastAPI app.
 
 Endpoints: POST /search, POST /search/image, POST /items, POST /items/image,
-GET /items/{id}, DELETE /items/{id}, GET /health, GET /stats (OpenAPI at /docs).
+GET /items/{id}, DELETE /items/{id}, GET /health, GET /stats (OpenAPI at /docs); the search
+page at / and its helpers (lbhash.service.page: /about, /sources, /items/{id}/image, /encode).
 Bad input is a 4xx with {"detail": one line}: 400 bad values, 404 unknown id, 409 id taken,
 413 body too large, 422 malformed request. Nothing else leaks: a bug is a bare 500.
 Searches may re-rank their Hamming top k * rerank_factor by the queries' real-valued outputs
@@ -27,6 +28,8 @@ from lbhash.index.rerank import check_real
 from lbhash.index.searcher import codes_of
 from lbhash.limits import MAX_ID, check_class_ids, check_ids, check_k
 from lbhash.service import models
+from lbhash.service.media import ItemMedia
+from lbhash.service.page import add_page
 from lbhash.service.store import Conflict, IndexStore, NotFound, lists_to_labels
 
 logger = logging.getLogger("lbhash")
@@ -61,9 +64,10 @@ def create_app(source, encoder=None, *, limits: Limits | None = None, compact_ev
         yield
         store.close()  # compacts: the log is folded into the saved index
 
-    app = FastAPI(title="lbhash search", lifespan=lifespan,
+    app = FastAPI(title="lbhash search", lifespan=lifespan, docs_url=None, redoc_url=None,  # offline: page.py
                   description="Hamming search over packed binary codes (docs/search.md).")
     app.state.store = store
+    media = ItemMedia(store)  # sources, thumbnails and the images added here (NAME.media/ beside the index)
     _install_error_handlers(app)
     app.add_middleware(BodyLimit, limit=limits.max_body_bytes)
 
@@ -174,7 +178,9 @@ def create_app(source, encoder=None, *, limits: Limits | None = None, compact_ev
         codes = to_codes(body.codes, body.features, "items")
         labels = None if body.labels is None else lists_to_labels(check_labels(body.labels), len(codes))
         given_ids = None if body.ids is None else check_ids(body.ids, "ids")
-        ids, seq = store.add(codes, ids=given_ids, labels=labels, upsert=body.upsert)
+        with media.adding(given_ids, body.upsert) as done:
+            ids, seq = store.add(codes, ids=given_ids, labels=labels, upsert=body.upsert)
+            done(ids)
         return models.ItemsResponse(ids=np.asarray(ids).tolist(), seq=seq, ntotal=store.ntotal)
 
     @app.post("/items/image", response_model=models.ItemsResponse, responses=_ERRORS)
@@ -183,13 +189,16 @@ def create_app(source, encoder=None, *, limits: Limits | None = None, compact_ev
         """Add uploaded images; `ids` comma-separated; `labels` per image, separated by ';'
         (e.g. "1,2;0")."""
         check_batch(len(files), "images")
-        codes = need_searcher("images").encode_image_files([f.file.read() for f in files],
-                                                           [f.filename or "upload" for f in files])
+        blobs, names = [f.file.read() for f in files], [f.filename or "upload" for f in files]
+        media.check_uploads(blobs, names)
+        codes = need_searcher("images").encode_image_files(blobs, names)
         label_lists = None if labels is None else [parse_ids(part, "labels", allow_empty=True)
                                                    for part in labels.split(";")]
         item_labels = None if label_lists is None else lists_to_labels(check_labels(label_lists), len(codes))
         given_ids = None if ids is None else parse_ids(ids, "ids")
-        added, seq = store.add(codes, ids=given_ids, labels=item_labels, upsert=upsert)
+        with media.adding(given_ids, upsert, blobs, names) as done:  # the images are kept for thumbnails
+            added, seq = store.add(codes, ids=given_ids, labels=item_labels, upsert=upsert)
+            done(added)
         return models.ItemsResponse(ids=np.asarray(added).tolist(), seq=seq, ntotal=store.ntotal)
 
     @app.get("/items/{item_id}", response_model=models.Item, responses=_ERRORS)
@@ -199,7 +208,8 @@ def create_app(source, encoder=None, *, limits: Limits | None = None, compact_ev
 
     @app.delete("/items/{item_id}", response_model=models.DeleteResponse, responses=_ERRORS)
     def delete_item(item_id: int = PathParam(..., ge=0, le=MAX_ID)):
-        seq = store.remove(np.array([item_id], np.int64))
+        with media.removing([item_id]):
+            seq = store.remove(np.array([item_id], np.int64))
         return models.DeleteResponse(id=item_id, seq=seq, ntotal=store.ntotal)
 
     @app.get("/health", response_model=models.Health)
@@ -211,6 +221,7 @@ def create_app(source, encoder=None, *, limits: Limits | None = None, compact_ev
         return models.Stats(**store.stats(), input_kind=None if searcher is None else searcher.input_kind,
                             limits=asdict(limits))
 
+    add_page(app, store, searcher, media, limits, feature_rows)
     return app
 
 

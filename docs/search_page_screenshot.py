@@ -1,0 +1,86 @@
+"""Photograph the search page (docs/search-page.png) with headless Chromium.
+
+How docs/search-page.png was made, from the repository root (CPU; a few minutes):
+
+    lbhash train --data cifar10:../shared/data/cifar10-jpg.tar.gz --protocol cifar10 --method csq \\
+        --lbhash --bits 32 --backbone resnet8 --image-size 32 --transform cifar-augment --epochs 3 \\
+        --out runs/cifar-csq_D-32
+    lbhash index build runs/cifar-csq_D-32 --out idx
+    lbhash serve idx --run runs/cifar-csq_D-32 &
+    python docs/search_page_screenshot.py http://127.0.0.1:8000 \\
+        ../shared/data/cifar10-jpg.tar.gz:test/cat/0007.jpg docs/search-page.png
+
+QUERY is an image file, or TARBALL:MEMBER (test/cat/0007.jpg is in that run's database: the
+first hit is itself, at distance 0).
+Needs selenium and Debian's chromium and chromium-driver (as tests/test_page_browser.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+from PIL import Image
+
+
+def query_file(spec: str, folder: Path) -> Path:
+    path, _, member = spec.partition(":")
+    if not member:
+        return Path(spec)
+    with tarfile.open(path) as tar:
+        data = tar.extractfile(tar.getmember(member)).read()
+    out = folder / Path(member).name
+    out.write_bytes(data)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("url")
+    parser.add_argument("query", help="an image file, or TARBALL:MEMBER")
+    parser.add_argument("out", type=Path)
+    parser.add_argument("-k", type=int, default=12)
+    parser.add_argument("--size", default="1280,1200", help="window width,height")
+    args = parser.parse_args()
+
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", f"--window-size={args.size}", "--hide-scrollbars"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            query = query_file(args.query, Path(tmp))
+            driver.get(args.url.rstrip("/") + "/")
+            wait = WebDriverWait(driver, 60)
+            done = lambda: int(driver.find_element(By.ID, "results").get_attribute("data-done") or 0)  # noqa: E731
+            wait.until(lambda d: done() >= 1)
+            driver.find_element(By.ID, "query-file").send_keys(str(query))
+            k = driver.find_element(By.ID, "how-value")
+            k.clear()
+            k.send_keys(str(args.k))
+            driver.find_element(By.ID, "search-button").click()
+            wait.until(lambda d: done() >= 2)
+            wait.until(lambda d: d.execute_script(
+                "return [...document.querySelectorAll('#grid img.thumb')].every(i => i.complete && i.naturalWidth)"))
+            driver.execute_script("window.scrollTo(0, 0)")
+            time.sleep(0.5)
+            png = driver.get_screenshot_as_png()
+    finally:
+        driver.quit()
+    image = Image.open(io.BytesIO(png)).convert("RGB").quantize(256)  # a palette keeps the file small
+    image.save(args.out, optimize=True)
+    print(f"{args.out}: {args.out.stat().st_size // 1024} KiB")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+"""Where each indexed item came from, and reading its image back from there alone.
+
+An index built from a run records, for each id, the item's source: the file under a folder,
+the member of a tarball (`TARBALL:MEMBER`), or the row of an image array or CIFAR pickle
+(`FILE row N`). The record is `sources.json`, an attachment of the index directory
+(lbhash.index.storage: written atomically with the index, covered by the manifest's checksums):
+
+    {"format": "lbhash-sources/1", "data": DATA SPEC (absolute paths), "class_names": [...] or null,
+     "prefix": common prefix of the sources, "ids": [...], "sources": [source minus prefix, ...]}
+
+An item's id is its position in that data set (a run numbers its items so). `DataImages`
+reads an item's pixels from the recorded data spec at the recorded position, and only after
+checking that the data set still names the recorded source there: no path from a request is
+ever opened. Feature data has no sources (its rows are not images): nothing is recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from lbhash.errors import InputError
+
+SOURCES = "sources.json"
+FORMAT = "lbhash-sources/1"
+_PATH_OPTIONS = ("root", "labels")
+
+
+def absolute_spec(spec: str) -> str:
+    """The data spec with its paths made absolute (an index is served from anywhere)."""
+    from lbhash.data.spec import parse_data_spec
+
+    parsed = parse_data_spec(spec)
+    if parsed.path is None:
+        return parsed.text
+    options = {k: (str(Path(v).expanduser().resolve()) if k in _PATH_OPTIONS else v)
+               for k, v in parsed.options.items()}
+    query = "&".join(f"{k}={v}" for k, v in options.items())
+    return f"{parsed.kind}:{Path(parsed.path).expanduser().resolve()}" + (f"?{query}" if query else "")
+
+
+def dataset_sources(dataset, spec: str, positions) -> list[str] | None:
+    """Sources of the items at `positions`: files and members, or rows of in-memory images;
+    None for feature data."""
+    if getattr(dataset, "input_kind", None) != "images":
+        return None
+    found = dataset.item_sources(positions)
+    if found is not None:
+        return [str(s) for s in found.tolist()]
+    name = Path(spec.partition(":")[2].partition("?")[0]).name or spec
+    return [f"{name} row {int(i)}" for i in positions]
+
+
+def record_sources(index, data_spec: str, ids) -> int:
+    """Record where the items `ids` (positions in `data_spec`) came from in `index`'s
+    attachments; returns how many were recorded (0 for feature data)."""
+    from lbhash.data import load_data
+
+    spec = absolute_spec(data_spec)
+    dataset = load_data(spec, labels_required=False)
+    ids = np.asarray(ids, np.int64)
+    if len(ids) and (ids.min() < 0 or ids.max() >= len(dataset)):
+        raise InputError(f"ids are not positions in {spec} ({len(dataset)} items)")
+    sources = dataset_sources(dataset, spec, ids)
+    if sources is None:
+        return 0
+    prefix = os.path.commonprefix(sources) if len(sources) > 1 else ""
+    body = {"format": FORMAT, "data": spec, "class_names": getattr(dataset, "class_names", None),
+            "prefix": prefix, "ids": ids.tolist(), "sources": [s[len(prefix):] for s in sources]}
+    attachments = dict(getattr(index, "attachments", None) or {})
+    attachments[SOURCES] = json.dumps(body, separators=(",", ":")).encode()
+    index.attachments = attachments
+    return len(ids)
+
+
+class SourceRecord:
+    """The parsed sources.json of an index: `data`, `class_names`, `source(id)`."""
+
+    def __init__(self, body: dict, where: str):
+        if not isinstance(body, dict) or body.get("format") != FORMAT:
+            raise InputError(f"{where}: not an lbhash sources record")
+        ids, sources = body.get("ids"), body.get("sources")
+        if not isinstance(ids, list) or not isinstance(sources, list) or len(ids) != len(sources):
+            raise InputError(f"{where}: 'ids' and 'sources' must be lists of one length")
+        self.data, self.class_names = str(body["data"]), body.get("class_names")
+        prefix = str(body.get("prefix", ""))
+        self._where = {int(i): prefix + str(s) for i, s in zip(ids, sources)}
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def source(self, item_id: int) -> str | None:
+        return self._where.get(int(item_id))
+
+
+def read_sources(index) -> SourceRecord | None:
+    """The index's sources record, or None when it has none."""
+    blob = (getattr(index, "attachments", None) or {}).get(SOURCES)
+    if blob is None:
+        return None
+    try:
+        return SourceRecord(json.loads(blob), SOURCES)
+    except (ValueError, UnicodeDecodeError, KeyError) as err:
+        raise InputError(f"{SOURCES}: not readable ({' '.join(str(err).split())})") from None
+
+
+def forget_sources(index, ids) -> None:
+    """Drop the records of `ids` (items removed or replaced: their old image is not theirs)."""
+    record = read_sources(index)
+    if record is None:
+        return
+    body = json.loads(index.attachments[SOURCES])
+    drop = set(np.asarray(ids, np.int64).tolist())
+    keep = [k for k, i in enumerate(body["ids"]) if i not in drop]
+    if len(keep) == len(body["ids"]):
+        return
+    body["ids"] = [body["ids"][k] for k in keep]
+    body["sources"] = [body["sources"][k] for k in keep]
+    index.attachments = {**index.attachments, SOURCES: json.dumps(body, separators=(",", ":")).encode()}
+
+
+class DataImages:
+    """Items' images read from a sources record's data set (loaded once, on first use)."""
+
+    def __init__(self, record: SourceRecord):
+        self.record = record
+        self._dataset, self._lock = None, threading.Lock()
+
+    def _data(self):
+        with self._lock:
+            if self._dataset is None:
+                from lbhash.data import load_data
+
+                self._dataset = load_data(self.record.data, labels_required=False)
+            return self._dataset
+
+    def warm(self) -> None:
+        """Load the data set ahead of the first read; a failure is left for that read to report."""
+        try:
+            self._data()
+        except Exception:  # noqa: BLE001 (reported, in one line, by the read that needs the data)
+            pass
+
+    def read(self, item_id: int) -> bytes | np.ndarray:
+        """Item `item_id`'s encoded bytes (files, members) or (H, W, 3) uint8 pixels (rows),
+        from its recorded source only; InputError when it has none or the data changed."""
+        item_id = int(item_id)
+        recorded = self.record.source(item_id)
+        if recorded is None:
+            raise InputError(f"item {item_id} has no recorded source")
+        dataset = self._data()
+        now = None
+        if 0 <= item_id < len(dataset):
+            now = dataset_sources(dataset, self.record.data, [item_id])[0]
+        if now != recorded:
+            raise InputError(f"item {item_id}: its recorded source {recorded} is no longer item {item_id} of "
+                             f"{self.record.data} (the data changed)")
+        if dataset.source is not None:
+            return dataset.source.read(item_id)
+        return np.asarray(dataset.pixels[item_id])

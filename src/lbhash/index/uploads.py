@@ -1,0 +1,141 @@
+"""Images added through the service, kept durably beside the index (`NAME.media/`, next to
+the index directory `NAME`, which compaction replaces whole, and its log `NAME.wal`).
+
+- `ID.item`: one image as uploaded: a JSON header line {"name", "bytes", "sha256"}, then the
+  bytes (at most lbhash.limits.MAX_IMAGE_BYTES). Written to a hidden temporary file and
+  fsynced before the item is added, renamed to its id (and the folder fsynced) after the add
+  is logged, before the answer: an acknowledged image survives kill -9. A crash between the
+  two leaves the item without an image, never with another's; temporaries are removed on open.
+- `gone.log`: ids whose recorded source (lbhash.index.origins) is no longer theirs (removed,
+  or replaced by an upsert), one a line, fsynced before the change; their `ID.item` is
+  deleted. An item's image is then: its `ID.item` if there is one, else nothing if its id is
+  gone, else its recorded source.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import uuid
+from pathlib import Path
+
+from lbhash.errors import InputError
+
+GONE = "gone.log"
+
+
+def media_dir_for(index_dir: str | os.PathLike) -> Path:
+    index_dir = Path(index_dir)
+    return index_dir.parent / f"{index_dir.name}.media"
+
+
+class KeptImages:
+    """The images of one index's `NAME.media/` folder, created by the first change;
+    `writer=False` (readers such as `lbhash search`) leaves temporaries alone."""
+
+    def __init__(self, directory: str | os.PathLike, writer: bool = True):
+        self.dir = Path(directory)
+        if writer and self.dir.is_dir():
+            for leftover in self.dir.glob(".tmp-*"):  # staged by a process that died before its add
+                leftover.unlink(missing_ok=True)
+        self.gone: set[int] = set()
+        path = self.dir / GONE
+        if path.is_file():
+            lines = path.read_bytes().split(b"\n")
+            for line in lines[:-1]:  # a torn last line (no newline) was never acknowledged
+                if line.strip().isdigit():
+                    self.gone.add(int(line))
+
+    def _create(self) -> None:
+        if not self.dir.is_dir():
+            self.dir.mkdir()
+            _fsync_dir(self.dir.parent)
+
+    def _item(self, item_id: int) -> Path:
+        return self.dir / f"{int(item_id)}.item"
+
+    def has(self, item_id: int) -> bool:
+        return self._item(item_id).is_file()
+
+    def stage(self, blob: bytes, name: str) -> Path:
+        """Write one image to a hidden temporary file, fsynced; `commit` names it after its id."""
+        header = {"name": str(name)[:255], "bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest()}
+        self._create()
+        path = self.dir / f".tmp-{uuid.uuid4().hex}"
+        with open(path, "wb") as fh:
+            fh.write(json.dumps(header).encode() + b"\n" + blob)
+            fh.flush()
+            os.fsync(fh.fileno())
+        return path
+
+    def commit(self, staged: list[Path], ids) -> None:
+        for path, item_id in zip(staged, ids):
+            os.replace(path, self._item(item_id))
+        _fsync_dir(self.dir)
+
+    def discard(self, staged: list[Path]) -> None:
+        for path in staged:
+            path.unlink(missing_ok=True)
+
+    def forget(self, ids) -> None:
+        """Mark ids gone (fsynced) and delete their kept images."""
+        ids = [int(i) for i in ids]
+        if not ids:
+            return
+        self._create()
+        with open(self.dir / GONE, "ab") as fh:
+            fh.write(b"".join(b"%d\n" % i for i in ids))
+            fh.flush()
+            os.fsync(fh.fileno())
+        self.gone.update(ids)
+        removed = False
+        for i in ids:
+            if self.has(i):
+                self._item(i).unlink()
+                removed = True
+        if removed:
+            _fsync_dir(self.dir)
+
+    def read(self, item_id: int) -> tuple[str, bytes] | None:
+        """(file name, bytes) of a kept image, checked against its header; None if none."""
+        path = self._item(item_id)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        head, _, blob = data.partition(b"\n")
+        try:
+            header = json.loads(head)
+            ok = header["bytes"] == len(blob) and header["sha256"] == hashlib.sha256(blob).hexdigest()
+        except (ValueError, KeyError, TypeError):
+            ok = False
+        if not ok:
+            raise InputError(f"{path}: damaged (its header does not match its bytes)")
+        return str(header["name"]), blob
+
+    def name(self, item_id: int) -> str | None:
+        """The file name a kept image was uploaded as (header only)."""
+        try:
+            with open(self._item(item_id), "rb") as fh:
+                return str(json.loads(fh.readline())["name"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+
+def item_origin(item_id: int, record, kept: KeptImages | None) -> tuple[str | None, str | None]:
+    """(where an item came from, how its image is read: "upload", "data" or None)."""
+    if kept is not None and kept.has(item_id):
+        return f"uploaded: {kept.name(item_id)}", "upload"
+    if kept is not None and int(item_id) in kept.gone:
+        return None, None
+    source = None if record is None else record.source(item_id)
+    return source, (None if source is None else "data")
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,215 @@
+"""Items' images in the service: where each came from, thumbnails, and the images it keeps.
+
+`ItemMedia(store)` reads the index's sources record (lbhash.index.origins) and the images
+added through the service (lbhash.index.uploads, `NAME.media/` beside the index). Thumbnails
+are decoded from an item's recorded source or kept bytes only; the id is the only thing a
+request gives. Decoding is bounded: at most THUMBNAIL_DECODERS at once and
+THUMBNAIL_DECODES_PER_S per second (a request waits up to 5 s for its turn, then gets 429),
+source images of at most MAX_IMAGE_PIXELS, and finished thumbnails are kept in a cache of
+THUMBNAIL_CACHE_BYTES (least recently used dropped first). A store without an index
+directory (Milvus) has no images: thumbnails are 404 and uploads are not kept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import threading
+import time
+from collections import OrderedDict
+
+import numpy as np
+from PIL import Image
+
+from lbhash import limits as table
+from lbhash.errors import InputError
+from lbhash.index.origins import DataImages, read_sources
+from lbhash.index.uploads import KeptImages, item_origin, media_dir_for
+from lbhash.service.store import NotFound
+
+WAIT_S = 5.0
+
+
+class TooBusy(Exception):
+    """More thumbnail decodes than the service's rate allows (HTTP 429)."""
+
+
+class DecodeGate:
+    """At most `slots` decodes at once and `rate` per second (a token bucket of `rate`); a
+    decode waits at most `wait_s` for its turn, then TooBusy."""
+
+    def __init__(self, rate: float, slots: int, wait_s: float = WAIT_S, clock=time.monotonic):
+        self.rate, self.clock, self.wait_s = float(rate), clock, wait_s
+        self.tokens, self.stamp = float(rate), clock()
+        self.slots = threading.BoundedSemaphore(slots)
+        self.lock = threading.Lock()
+
+    def _take(self, deadline: float) -> None:
+        while True:
+            with self.lock:
+                now = self.clock()
+                self.tokens = min(self.rate, self.tokens + (now - self.stamp) * self.rate)
+                self.stamp = now
+                if self.tokens >= 1:
+                    self.tokens -= 1
+                    return
+                wait = (1 - self.tokens) / self.rate
+            if now + wait > deadline:
+                raise TooBusy(f"more than {self.rate:g} thumbnail decodes per second; retry shortly")
+            time.sleep(wait)
+
+    @contextlib.contextmanager
+    def turn(self):
+        deadline = self.clock() + self.wait_s
+        self._take(deadline)
+        if not self.slots.acquire(timeout=max(0.0, deadline - self.clock())):
+            raise TooBusy(f"{table.THUMBNAIL_DECODERS} thumbnails are being decoded; retry shortly")
+        try:
+            yield
+        finally:
+            self.slots.release()
+
+
+def thumbnail_png(image: bytes | np.ndarray, where: str, side: int = table.THUMBNAIL_SIDE,
+                  max_pixels: int = table.MAX_IMAGE_PIXELS) -> bytes:
+    """A PNG of at most side x side pixels (aspect kept, never enlarged) of encoded bytes or an
+    (H, W, 3) uint8 array; RGB as training decodes it (other modes converted, alpha dropped)."""
+    try:
+        if isinstance(image, np.ndarray):
+            im = Image.fromarray(np.ascontiguousarray(image))
+        else:
+            im = Image.open(io.BytesIO(image))
+            if im.width * im.height > max_pixels:
+                raise InputError(f"{where}: {im.width} x {im.height} pixels, more than the {max_pixels} a "
+                                 "thumbnail is decoded from")
+            if im.format == "JPEG":
+                im.draft("RGB", (2 * side, 2 * side))  # decode big JPEGs at a reduced scale
+            im.load()
+        im = im if im.mode == "RGB" else im.convert("RGB")
+        im.thumbnail((side, side))
+        out = io.BytesIO()
+        im.save(out, format="PNG")
+        return out.getvalue()
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as err:
+        raise InputError(f"{where}: cannot decode image ({' '.join(str(err).split())})") from None
+
+
+class ThumbnailCache:
+    """Thumbnails by id, at most `limit` bytes in all (least recently used dropped first)."""
+
+    def __init__(self, limit: int):
+        self.limit, self.size, self.items = limit, 0, OrderedDict()
+        self.lock = threading.Lock()
+        self.generation = 0  # bumped by every change: a thumbnail made before one is not cached
+
+    def get(self, key: int) -> bytes | None:
+        with self.lock:
+            blob = self.items.get(key)
+            if blob is not None:
+                self.items.move_to_end(key)
+            return blob
+
+    def put(self, key: int, blob: bytes, generation: int) -> None:
+        with self.lock:
+            if generation != self.generation or len(blob) > self.limit:
+                return
+            self.size += len(blob) - len(self.items.pop(key, b""))
+            self.items[key] = blob
+            while self.size > self.limit:
+                _, old = self.items.popitem(last=False)
+                self.size -= len(old)
+
+    def drop(self, keys) -> None:
+        with self.lock:
+            self.generation += 1
+            for key in keys:
+                self.size -= len(self.items.pop(int(key), b""))
+
+
+class ItemMedia:
+    """Sources and thumbnails of a store's items, and the images added through the service."""
+
+    def __init__(self, store, rate: float = table.THUMBNAIL_DECODES_PER_S, slots: int = table.THUMBNAIL_DECODERS,
+                 cache_bytes: int = table.THUMBNAIL_CACHE_BYTES, max_image_bytes: int = table.MAX_IMAGE_BYTES):
+        self.store, self.max_image_bytes = store, max_image_bytes
+        index_dir = getattr(store, "index_dir", None)
+        self.record = read_sources(store.index) if index_dir is not None else None
+        self.kept = KeptImages(media_dir_for(index_dir)) if index_dir is not None else None
+        self.data = DataImages(self.record) if self.record is not None else None
+        if self.data is not None:  # load the data set now, in the background: the first page is quick
+            threading.Thread(target=self.data.warm, name="lbhash-sources", daemon=True).start()
+        self.gate, self.cache = DecodeGate(rate, slots), ThumbnailCache(cache_bytes)
+        self.changing = threading.Lock()  # a change of the store and of its images, one at a time
+
+    # --- reads ----------------------------------------------------------------------------
+
+    def origin(self, item_id: int) -> tuple[str | None, str | None]:
+        """(source shown for the item, "upload" | "data" | None: where its image is read)."""
+        return item_origin(item_id, self.record, self.kept)
+
+    def thumbnail(self, item_id: int) -> bytes:
+        self.store.get(np.array([item_id], np.int64))  # NotFound (404) for an id not in the index
+        cached = self.cache.get(item_id)
+        if cached is not None:
+            return cached
+        generation = self.cache.generation
+        source, how = self.origin(item_id)
+        if how is None:
+            raise NotFound(f"item {item_id} has no image (no source recorded for it)")
+        if how == "upload":
+            kept = self.kept.read(item_id)
+            if kept is None:  # deleted or replaced meanwhile
+                raise NotFound(f"item {item_id} has no image (no source recorded for it)")
+            image = kept[1]
+        else:
+            try:
+                image = self.data.read(item_id)  # the first read loads the data set (outside the gate)
+            except InputError as err:
+                raise NotFound(str(err)) from None
+        with self.gate.turn():
+            blob = thumbnail_png(image, source)
+        self.cache.put(item_id, blob, generation)
+        return blob
+
+    # --- changes (the service calls these around its store's changes) ----------------------
+
+    def check_uploads(self, blobs: list[bytes], names: list[str]) -> None:
+        for k, (blob, name) in enumerate(zip(blobs, names)):
+            if len(blob) > self.max_image_bytes:
+                raise InputError(f"files[{k}] ({name}) has {len(blob)} bytes; the service keeps images of at most "
+                                 f"{self.max_image_bytes} bytes (lbhash.limits.MAX_IMAGE_BYTES)")
+
+    def _forget(self, ids) -> None:
+        """Only ids with an image to lose are written down: other changes cost no disk write."""
+        ids = [int(i) for i in ids]
+        if self.kept is not None:
+            self.kept.forget([i for i in ids if self.origin(i)[1] is not None])
+        self.cache.drop(ids)
+
+    @contextlib.contextmanager
+    def removing(self, ids):
+        """Around a store's removal: the items' images are forgotten (fsynced) first."""
+        with self.changing:
+            self._forget(ids)
+            yield
+
+    @contextlib.contextmanager
+    def adding(self, ids=None, upsert: bool = False, blobs=None, names=None):
+        """Around a store's add: `with media.adding(...) as done: ids = store.add(...); done(ids)`.
+        Uploaded images are staged (fsynced) before the add and named after their ids after it."""
+        if blobs is not None:
+            self.check_uploads(blobs, names)
+        staged = [] if self.kept is None or blobs is None else [self.kept.stage(b, n) for b, n in zip(blobs, names)]
+        finished = []
+        with self.changing:
+            try:
+                if upsert and ids is not None:
+                    self._forget(ids)  # the replaced items' images are no longer theirs
+                yield finished.extend
+            except BaseException:
+                if staged:
+                    self.kept.discard(staged)
+                raise
+            if staged:
+                self.kept.commit(staged, finished)
+                self.cache.drop(finished)

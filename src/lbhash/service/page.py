@@ -1,0 +1,231 @@
+"""The search page at `/`, its JSON helpers, item thumbnails and the offline API docs.
+
+`add_page(app, ...)` adds to a service app:
+- `GET /`: the page (lbhash/service/static: plain HTML, JavaScript and CSS, no build step),
+  which uses only the JSON API below and the service's own endpoints;
+- `GET /about`: the index (backend, kind, bits, size, classes, data) and the run it serves
+  (method, bits, data; mAP, lower bound, precision-recall curve from its metrics.json);
+- `POST /sources`: where items came from (file, archive member, array row, or upload);
+- `GET /items/{id}/image`: an item's thumbnail (PNG), from its recorded source only;
+- `POST /encode`, `POST /encode/image`: the codes (hex) and real outputs of feature rows or
+  image files, through the attached run;
+- `GET /docs`, `GET /redoc`: Swagger UI and ReDoc from the assets of the `fastapi-offline`
+  package, served here: no request leaves the service.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+from fastapi import FastAPI, File, Path as PathParam, Request, UploadFile
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from lbhash.errors import InputError
+from lbhash.index.searcher import codes_of
+from lbhash.limits import MAX_ID, check_ids
+from lbhash.service.media import ItemMedia, TooBusy
+
+logger = logging.getLogger("lbhash")
+STATIC = Path(__file__).resolve().parent / "static"
+PAGE_FILES = {"page.js": "text/javascript", "page.css": "text/css"}
+DOC_FILES = {"swagger-ui-bundle.js": "text/javascript", "swagger-ui.css": "text/css",
+             "redoc.standalone.js": "text/javascript", "favicon.png": "image/png"}
+REDOC_LOGO = b"https://cdn.redoc.ly/redoc/logo-mini.svg"
+# the page asks for nothing but this server; inline scripts only on the docs pages (theirs)
+PAGE_CSP = ("default-src 'self'; img-src 'self' blob: data:; style-src 'self'; script-src 'self'; "
+            "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+DOCS_CSP = ("default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; "
+            "script-src 'self' 'unsafe-inline'; worker-src 'self' blob:; connect-src 'self'; object-src 'none'")
+
+
+class SourcesRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    ids: list[int] = Field(description="Item ids (at most the service's batch size).")
+
+
+class ItemSource(BaseModel):
+    id: int
+    source: str | None = Field(description="The item's file, archive member (TARBALL:MEMBER), array row "
+                                           "(FILE row N), or 'uploaded: NAME'; null when none is recorded.")
+    image: bool = Field(description="Whether GET /items/{id}/image has a thumbnail for it.")
+
+
+class SourcesResponse(BaseModel):
+    items: list[ItemSource]
+
+
+class EncodeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    features: list[list[int | float]] = Field(description="Feature rows, through the run's input contract.")
+
+
+class EncodeResponse(BaseModel):
+    codes: list[str] = Field(description="Packed codes in hex, as /search takes them.")
+    real: list[list[float]] = Field(description="The real outputs whose signs are the codes (/search's 'real').")
+
+
+class About(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    index: dict
+    run: dict | None
+    input_kind: str | None
+    limits: dict
+
+
+def add_page(app: FastAPI, store, searcher, media: ItemMedia, limits, feature_rows) -> None:
+    """Add the page, its helpers, thumbnails and offline docs to `app` (see the module doc).
+    `searcher`: the app's Searcher over the attached run (None without one); `feature_rows`:
+    the app's parsing of JSON feature rows."""
+    errors = {code: {"description": "one line: {\"detail\": \"...\"}"} for code in (400, 404, 422, 429)}
+
+    async def too_busy(request: Request, exc: TooBusy):
+        return JSONResponse({"detail": " ".join(str(exc).split())}, status_code=429, headers={"Retry-After": "1"})
+
+    app.add_exception_handler(TooBusy, too_busy)
+    app.state.media = media
+
+    @app.get("/", include_in_schema=False)
+    def page():
+        return HTMLResponse((STATIC / "index.html").read_text(), headers=_page_headers())
+
+    @app.get("/page/{name}", include_in_schema=False)
+    def page_file(name: str):
+        if name not in PAGE_FILES:  # a fixed list: no name from the request reaches the file system
+            return JSONResponse({"detail": f"no page file {name!r}"}, status_code=404)
+        return Response((STATIC / name).read_bytes(), media_type=PAGE_FILES[name], headers=_page_headers())
+
+    _add_docs(app)
+
+    def check_batch(n: int, what: str) -> None:
+        if n == 0:
+            raise InputError(f"no {what} given")
+        if n > limits.max_batch:
+            raise InputError(f"at most {limits.max_batch} {what} per request, got {n}")
+
+    def run_for(kind: str):
+        if searcher is None:
+            raise InputError(f"{kind} need a run attached to the service (lbhash serve --run RUN_DIR)")
+        if searcher.input_kind != kind:
+            raise InputError(f"the attached run encodes {searcher.input_kind}, not {kind}")
+        return searcher
+
+    def encoded(real: np.ndarray) -> EncodeResponse:
+        codes = codes_of(real)
+        return EncodeResponse(codes=[c.tobytes().hex() for c in codes], real=np.asarray(real, np.float64).tolist())
+
+    @app.get("/about", response_model=About)
+    def about():
+        """The index and the run the service serves, for the page's header."""
+        index = getattr(store, "index", None)
+        record = media.record
+        info = {**store.stats(), "data": (getattr(index, "metadata", None) or {}).get("data"),
+                "sources": 0 if record is None else len(record),
+                "class_names": None if record is None else record.class_names,
+                "keeps_uploads": media.kept is not None}
+        return About(index=info, run=run_summary(searcher), input_kind=None if searcher is None else searcher.input_kind,
+                     limits=asdict(limits))
+
+    @app.post("/sources", response_model=SourcesResponse, responses=errors)
+    def sources(body: SourcesRequest):
+        """Where each item came from, and whether it has a thumbnail."""
+        check_batch(len(body.ids), "ids")
+        items = []
+        for item_id in check_ids(body.ids, "ids"):
+            source, how = media.origin(item_id)
+            items.append(ItemSource(id=item_id, source=source, image=how is not None))
+        return SourcesResponse(items=items)
+
+    @app.get("/items/{item_id}/image", responses={200: {"content": {"image/png": {}}}, **errors},
+             response_class=Response)
+    def item_image(item_id: int = PathParam(..., ge=0, le=MAX_ID)):
+        """The item's thumbnail: a PNG of at most 128 x 128 pixels decoded from its recorded
+        source (or the image it was added with); 404 when it has none."""
+        return Response(media.thumbnail(item_id), media_type="image/png", headers={"Cache-Control": "no-cache"})
+
+    @app.post("/encode", response_model=EncodeResponse, responses=errors)
+    def encode(body: EncodeRequest):
+        """Codes and real outputs of feature rows (one forward pass of the attached run)."""
+        check_batch(len(body.features), "rows")
+        return encoded(run_for("features").encode(feature_rows(body.features), real=True, json_numbers=True))
+
+    @app.post("/encode/image", response_model=EncodeResponse, responses=errors)
+    def encode_image(files: list[UploadFile] = File(...)):
+        """Codes and real outputs of uploaded image files."""
+        check_batch(len(files), "images")
+        blobs, names = [f.file.read() for f in files], [f.filename or "upload" for f in files]
+        return encoded(run_for("images").encode_image_files(blobs, names, real=True))
+
+
+def run_summary(searcher) -> dict | None:
+    """The attached run: its method, bits and data, and its quality from metrics.json."""
+    encoder = None if searcher is None else searcher.encoder
+    cfg = getattr(encoder, "config_", None)
+    if cfg is None:
+        return None
+    metrics = getattr(encoder, "metrics_", None) or {}
+    asymmetric = metrics.get("asymmetric") if isinstance(metrics.get("asymmetric"), dict) else {}
+    return {"dir": str(Path(getattr(encoder, "run_dir_", "")).resolve()), "method": cfg.method, "lbhash": bool(cfg.lbhash),
+            "variant": cfg.variant, "bits": cfg.bits, "data": cfg.data, "protocol": cfg.protocol,
+            "input_kind": cfg.input_kind, "map": metrics.get("map"), "topk": metrics.get("topk"),
+            "n_query": metrics.get("n_query"), "n_db": metrics.get("n_db"),
+            "asymmetric_map": asymmetric.get("map"), "validation_map": metrics.get("validation_map"),
+            "lower_bound": metrics.get("lower_bound"), "pr_curve": metrics.get("pr_curve")}
+
+
+def _page_headers() -> dict:
+    return {"Content-Security-Policy": PAGE_CSP, "X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache"}
+
+
+def _add_docs(app: FastAPI) -> None:
+    """Swagger UI at /docs and ReDoc at /redoc, their assets served here (fastapi-offline)."""
+    from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html, get_swagger_ui_oauth2_redirect_html
+
+    try:
+        import fastapi_offline
+        assets = Path(fastapi_offline.__file__).resolve().parent / "static"
+    except ImportError:
+        assets = None
+    missing = "the offline API docs need the fastapi-offline package (pip install 'lbhash[serve]')"
+    headers = {"Content-Security-Policy": DOCS_CSP, "X-Content-Type-Options": "nosniff"}
+
+    @app.get("/docs-assets/{name}", include_in_schema=False)
+    def docs_asset(name: str):
+        if assets is None:
+            return JSONResponse({"detail": missing}, status_code=404)
+        if name not in DOC_FILES:  # a fixed list: no name from the request reaches the file system
+            return JSONResponse({"detail": f"no docs asset {name!r}"}, status_code=404)
+        data = (assets / name).read_bytes()
+        if name == "redoc.standalone.js":  # its footer logo is an image on Redocly's CDN: ours instead
+            data = data.replace(REDOC_LOGO, b"/docs-assets/favicon.png")
+        return Response(data, media_type=DOC_FILES[name], headers={"Cache-Control": "max-age=3600"})
+
+    @app.get("/docs", include_in_schema=False)
+    def swagger():
+        if assets is None:
+            return JSONResponse({"detail": missing}, status_code=404)
+        page = get_swagger_ui_html(openapi_url=app.openapi_url, title=f"{app.title} - Swagger UI",
+                                   oauth2_redirect_url="/docs/oauth2-redirect",
+                                   swagger_js_url="/docs-assets/swagger-ui-bundle.js",
+                                   swagger_css_url="/docs-assets/swagger-ui.css",
+                                   swagger_favicon_url="/docs-assets/favicon.png",
+                                   swagger_ui_parameters={"validatorUrl": None})
+        page.headers.update(headers)
+        return page
+
+    @app.get("/docs/oauth2-redirect", include_in_schema=False)
+    def swagger_redirect():
+        return get_swagger_ui_oauth2_redirect_html()
+
+    @app.get("/redoc", include_in_schema=False)
+    def redoc():
+        if assets is None:
+            return JSONResponse({"detail": missing}, status_code=404)
+        page = get_redoc_html(openapi_url=app.openapi_url, title=f"{app.title} - ReDoc",
+                              redoc_js_url="/docs-assets/redoc.standalone.js",
+                              redoc_favicon_url="/docs-assets/favicon.png", with_google_fonts=False)
+        page.headers.update(headers)
+        return page

@@ -1,0 +1,251 @@
+"""The search page's server side: item sources recorded by `index build`, thumbnails decoded
+from them only, images kept by the service, the page's JSON helpers and the offline docs."""
+
+import json
+import re
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from PIL import Image
+
+from helpers import cli
+from index_fakes import FakeEncoder
+from lbhash.index import CodeIndex
+from lbhash.index.origins import SOURCES, read_sources, record_sources
+from lbhash.index.uploads import media_dir_for
+from lbhash.service import create_app
+from lbhash.service.media import DecodeGate, ThumbnailCache, TooBusy
+from page_helpers import decoded, noisy, png_bytes
+
+STATIC = ("index.html", "page.js", "page.css")
+
+
+@pytest.fixture
+def built(tiny_image_run, tmp_path):
+    tree, run = tiny_image_run
+    result = cli("index", "build", run, "--out", tmp_path / "ix")
+    assert result.exit_code == 0, result.output
+    return tree, run, tmp_path / "ix"
+
+
+def one_line(reply, status, fragment):
+    assert reply.status_code == status, reply.text
+    detail = reply.json()["detail"]
+    assert fragment in detail and "\n" not in detail, detail
+    return detail
+
+
+def test_index_build_records_each_items_file_covered_by_the_manifest(built):
+    tree, run, ix = built
+    manifest = json.loads((ix / "manifest.json").read_text())
+    assert manifest["attachments"] == [SOURCES] and SOURCES in manifest["files"]
+    index = CodeIndex.load(ix)
+    record = read_sources(index)
+    ids = index._rows.ids
+    assert len(record) == len(ids) == 48 and record.class_names == ["blue", "green", "red", "yellow"]
+    from lbhash.data import load_data
+
+    data = load_data(f"images:{tree}")
+    for i in ids[:5].tolist():
+        assert record.source(i) == str(data.source.where(i)) and record.source(i).startswith(str(tree))
+    info = cli("index", "info", ix)
+    assert f"48 items of images:{tree}" in info.output
+    # a compaction or an `index add` keeps the record; `index remove` drops the removed ids
+    assert cli("index", "remove", ix, "--ids", int(ids[0])).exit_code == 0
+    again = read_sources(CodeIndex.load(ix))
+    assert len(again) == 47 and again.source(int(ids[0])) is None and again.source(int(ids[1])) is not None
+    # the record is checksummed like the index's own files
+    body = (ix / SOURCES).read_bytes()
+    (ix / SOURCES).write_bytes(body.replace(b"/train/", b"/trainX", 1))
+    result = cli("index", "info", ix)
+    assert result.exit_code == 2 and "sources.json: checksum mismatch" in result.output
+
+
+def test_cli_search_prints_the_recorded_source_beside_each_id(built, tmp_path):
+    tree, run, ix = built
+    query = tree / "test" / "red" / "000.png"
+    result = cli("search", ix, "--images", query, "--run", run, "-k", "3", "--json")
+    assert result.exit_code == 0, result.output
+    hits = json.loads(result.output)[0]
+    assert all(s.startswith(f"{tree}/train/red/") for s in hits["sources"])  # the run separates the colours
+    text = cli("search", ix, "--images", query, "--run", run, "-k", "2").output
+    assert re.search(rf"id \d+ +distance \d+ +labels 2 +{re.escape(str(tree))}/train/red/\d+\.png", text), text
+
+
+def test_thumbnails_are_the_recorded_images_pixel_for_pixel(built):
+    tree, run, ix = built
+    from lbhash.index.sources import load_encoder
+
+    with TestClient(create_app(ix, load_encoder(run))) as client:
+        ids = [h["id"] for h in client.post("/search", json={"codes": ["0000"], "k": 6}).json()["results"][0]["hits"]]
+        sources = client.post("/sources", json={"ids": ids}).json()["items"]
+        for item in sources:
+            reply = client.get(f"/items/{item['id']}/image")
+            assert reply.status_code == 200 and reply.headers["content-type"] == "image/png"
+            assert item["image"] and item["source"].startswith(str(tree))
+            pixels = decoded(reply.content)
+            assert pixels.shape == (32, 32, 3)
+            np.testing.assert_array_equal(pixels, np.array(Image.open(item["source"]).convert("RGB")))
+        about = client.get("/about").json()
+        assert about["index"]["sources"] == 48 and about["index"]["class_names"][2] == "red"
+        run_info = about["run"]
+        assert (run_info["variant"], run_info["bits"], run_info["input_kind"]) == ("csq", 16, "images")
+        assert 0 <= run_info["map"] <= 1 and set(run_info["lower_bound"]) >= {"min_inter", "max_intra", "ratio"}
+        assert len(run_info["pr_curve"]["precision"]) == 17
+
+
+def test_bad_ids_and_path_tricks_get_one_line_and_no_file(built):
+    tree, run, ix = built
+    (ix.parent / "secret.txt").write_text("TOP SECRET")
+    with TestClient(create_app(ix)) as client:
+        one_line(client.get("/items/999/image"), 404, "id 999 is not in the index")
+        one_line(client.get("/items/-1/image"), 422, "item_id")
+        one_line(client.get(f"/items/{2**63}/image"), 422, "item_id")
+        for path in ("/items/..%2F..%2Fsecret.txt/image", "/items/1%2F..%2F..%2Fsecret.txt/image",
+                     "/page/..%2F..%2Fsecret.txt", "/page/app.py", "/docs-assets/..%2Fcore.py",
+                     "/docs-assets/%2Fetc%2Fpasswd", "/items/%2E%2E/image"):
+            reply = client.get(path)
+            assert reply.status_code in (404, 422), (path, reply.status_code)
+            assert "TOP SECRET" not in reply.text and "root:" not in reply.text
+            assert "\n" not in reply.json()["detail"]
+        # a record that no longer names what the data holds at that position is refused, not followed
+        media = client.app.state.media
+        some_id = int(CodeIndex.load(ix)._rows.ids[0])
+        media.record._where[some_id] = str(ix.parent / "secret.txt")
+        one_line(client.get(f"/items/{some_id}/image"), 404, "is no longer item")
+
+
+def test_images_added_through_the_service_keep_their_bytes_across_restarts(tmp_path, rng):
+    encoder = FakeEncoder(bits=16, input_kind="images")
+    CodeIndex(16).save(tmp_path / "ix")
+    big, small = noisy(rng, (10, 200, 90), (200, 300)), noisy(rng, (220, 20, 20), (10, 20))
+    files = [("files", ("big.png", png_bytes(big), "image/png")), ("files", ("small.png", png_bytes(small), "image/png"))]
+    with TestClient(create_app(tmp_path / "ix", encoder)) as client:
+        reply = client.post("/items/image", files=files, data={"labels": "1;2"})
+        assert reply.status_code == 200 and reply.json()["ids"] == [0, 1], reply.text
+    np.save(tmp_path / "q.npy", encoder.encode(big[None]))  # `lbhash search` names kept images too
+    found = cli("search", tmp_path / "ix", "--codes", tmp_path / "q.npy", "-k", "1")
+    assert re.search(r"id 0 +distance 0 +labels 1 +uploaded: big\.png", found.output), found.output
+    with TestClient(create_app(tmp_path / "ix", encoder)) as client:  # a restart
+        thumb = decoded(client.get("/items/0/image").content)
+        expected = Image.fromarray(big)
+        expected.thumbnail((128, 128))
+        assert thumb.shape == (85, 128, 3)
+        np.testing.assert_array_equal(thumb, np.array(expected))
+        np.testing.assert_array_equal(decoded(client.get("/items/1/image").content), small)  # never enlarged
+        assert client.post("/sources", json={"ids": [0, 1]}).json()["items"] == [
+            {"id": 0, "source": "uploaded: big.png", "image": True},
+            {"id": 1, "source": "uploaded: small.png", "image": True}]
+        # an upsert by code replaces the item: its old image is no longer its own
+        assert client.post("/items", json={"codes": ["0000"], "ids": [1], "upsert": True}).status_code == 200
+        one_line(client.get("/items/1/image"), 404, "item 1 has no image")
+        # a 409 leaves the present item and its image alone; nothing staged is left behind
+        one_line(client.post("/items/image", files=files[1:], data={"ids": "0"}), 409, "already in the index")
+        assert client.get("/items/0/image").status_code == 200
+        assert client.delete("/items/0").status_code == 200
+        one_line(client.get("/items/0/image"), 404, "id 0 is not in the index")
+        # over the kept-image limit: refused before anything is added
+        from lbhash.limits import MAX_IMAGE_BYTES
+
+        huge = [("files", ("huge.png", b"\x89PNG" + bytes(MAX_IMAGE_BYTES), "image/png"))]
+        one_line(client.post("/items/image", files=huge), 400, "at most 4194304 bytes")
+        assert client.get("/health").json()["ntotal"] == 1
+    media = media_dir_for(tmp_path / "ix")
+    assert sorted(p.name for p in media.iterdir()) == ["gone.log"]  # 0 deleted, 1 replaced
+    assert media.joinpath("gone.log").read_text().split() == ["1", "0"]
+
+
+def test_encode_then_search_is_the_image_search(tmp_path, rng):
+    encoder = FakeEncoder(bits=16, input_kind="images")
+    images = [noisy(rng, c) for c in [(200, 30, 30)] * 5 + [(30, 30, 200)] * 5]
+    index = CodeIndex(16)
+    index.add(np.concatenate([encoder.encode(img[None]) for img in images]), labels=[0] * 5 + [1] * 5)
+    index.save(tmp_path / "ix")
+    query = ("files", ("q.png", png_bytes(images[7]), "image/png"))
+    with TestClient(create_app(tmp_path / "ix", encoder)) as client:
+        enc = client.post("/encode/image", files=[query]).json()
+        assert enc["codes"] == [encoder.encode(images[7][None])[0].tobytes().hex()]
+        by_codes = client.post("/search", json={"codes": enc["codes"], "k": 4, "labels": [[1]]}).json()
+        direct = client.post("/search/image", files=[query], data={"k": "4", "labels": "1"}).json()
+        assert by_codes == direct
+        assert {"id": 7, "distance": 0, "labels": [1]} in by_codes["results"][0]["hits"]
+        reranked = client.post("/search", json={"codes": enc["codes"], "real": enc["real"], "k": 3,
+                                                "rerank_factor": 3}).json()
+        assert reranked == client.post("/search/image", files=[query], data={"k": "3", "rerank_factor": "3"}).json()
+        one_line(client.post("/encode", json={"features": [[1.0] * 6]}), 400, "encodes images, not features")
+        one_line(client.post("/sources", json={"ids": []}), 400, "no ids given")
+        one_line(client.get("/items/3/image"), 404, "item 3 has no image")  # codes without sources
+
+
+def test_thumbnail_decoding_is_rate_limited_and_cached(tmp_path, rng):
+    encoder = FakeEncoder(bits=16, input_kind="images")
+    CodeIndex(16).save(tmp_path / "ix")
+    with TestClient(create_app(tmp_path / "ix", encoder)) as client:
+        files = [("files", (f"{i}.png", png_bytes(noisy(rng, (90, 90, 90))), "image/png")) for i in range(3)]
+        client.post("/items/image", files=files)
+        media = client.app.state.media
+        media.gate = DecodeGate(rate=1, slots=1, wait_s=0.05)  # one decode, then the next token is 1 s away
+        assert client.get("/items/0/image").status_code == 200
+        reply = client.get("/items/1/image")
+        one_line(reply, 429, "thumbnail decodes per second")
+        assert reply.headers["retry-after"] == "1"
+        assert client.get("/items/0/image").status_code == 200  # cached: no decode
+    clock = [0.0]
+    gate = DecodeGate(rate=2, slots=1, wait_s=0, clock=lambda: clock[0])
+    for _ in range(2):
+        with gate.turn():
+            pass
+    with pytest.raises(TooBusy):
+        with gate.turn():
+            pass
+    clock[0] = 0.5  # a token per half second
+    with gate.turn():
+        pass
+    cache = ThumbnailCache(limit=100)
+    for key in range(3):
+        cache.put(key, bytes(40), cache.generation)
+    assert cache.get(0) is None and cache.get(2) is not None and cache.size == 80
+    generation = cache.generation
+    cache.drop([2])
+    cache.put(2, bytes(10), generation)  # made before a change: not kept
+    assert cache.get(2) is None
+
+
+def test_the_page_and_the_docs_ask_only_this_server(tmp_path):
+    CodeIndex(16).save(tmp_path / "ix")
+    with TestClient(create_app(tmp_path / "ix")) as client:
+        page = client.get("/")
+        assert page.status_code == 200 and "connect-src 'self'" in page.headers["content-security-policy"]
+        for name in STATIC[1:]:
+            assert client.get(f"/page/{name}").status_code == 200
+        for path in ("/docs", "/redoc"):
+            html = client.get(path).text
+            assets = re.findall(r'(?:src|href)="([^"]+)"', html)
+            assert assets and all(a.startswith("/docs-assets/") for a in assets), assets
+            for asset in assets:
+                assert client.get(asset).status_code == 200
+        assert b"cdn.redoc.ly" not in client.get("/docs-assets/redoc.standalone.js").content
+        assert "fonts.googleapis" not in client.get("/redoc").text
+    from lbhash.service import page
+
+    for name in STATIC:  # nothing absolute but the SVG namespace (a name, never fetched)
+        text = (page.STATIC / name).read_text()
+        assert re.findall(r"https?://[^\s\"'`)]+", text) in ([], ["http://www.w3.org/2000/svg"]), name
+
+
+def test_a_feature_index_has_sources_but_no_thumbnails(tmp_path, rng):
+    encoder = FakeEncoder(dim=12, bits=16)
+    index = CodeIndex(16)
+    index.add(encoder.encode(rng.standard_normal((5, 12))))
+    np.savez(tmp_path / "f.npz", x=rng.standard_normal((5, 12)), y=np.arange(5) % 2)
+    assert record_sources(index, f"features:{tmp_path / 'f.npz'}", np.arange(5)) == 0  # rows are no images
+    index.save(tmp_path / "ix")
+    with TestClient(create_app(tmp_path / "ix", encoder)) as client:
+        assert client.post("/sources", json={"ids": [0]}).json()["items"] == [{"id": 0, "source": None, "image": False}]
+        one_line(client.get("/items/0/image"), 404, "item 0 has no image")
+        enc = client.post("/encode", json={"features": rng.standard_normal((2, 12)).tolist()}).json()
+        assert len(enc["codes"]) == 2 and len(enc["real"][0]) == 16
+        assert client.post("/items", json={"codes": enc["codes"][:1], "ids": [1], "upsert": True}).status_code == 200
+        assert client.delete("/items/2").status_code == 200
+    assert not media_dir_for(tmp_path / "ix").exists()  # changes of items without images write nothing more
