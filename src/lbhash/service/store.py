@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from lbhash.errors import InputError
-from lbhash.index import RERANK_FACTOR, CodeIndex, rerank_search
+from lbhash.index import RERANK_FACTOR, CodeIndex, SparseLabels, rerank_search
 from lbhash.service.rwlock import ReadWriteLock
 from lbhash.service.wal import WriteAheadLog
 
@@ -59,23 +59,17 @@ def own_index(index_dir: Path) -> int:
     return fd
 
 
-def labels_to_lists(rows: np.ndarray | None) -> list[list[int]] | None:
-    return None if rows is None else [np.flatnonzero(r).tolist() for r in rows]
+def labels_to_lists(rows: SparseLabels | None) -> list[list[int]] | None:
+    return None if rows is None else rows.to_lists()
 
 
-def lists_to_labels(lists: list[list[int]] | None, n: int) -> np.ndarray | None:
-    """Class-id lists (one per item) -> multi-hot rows; negative ids are refused."""
+def lists_to_labels(lists: list[list[int]] | None, n: int) -> SparseLabels | None:
+    """Class-id lists (one per item) -> sparse label sets; negative ids are refused."""
     if lists is None:
         return None
     if len(lists) != n:
         raise InputError(f"labels has {len(lists)} entries but there are {n} items")
-    width = 1 + max((c for row in lists for c in row), default=-1)
-    if any(c < 0 for row in lists for c in row):
-        raise InputError("labels must be non-negative class ids")
-    out = np.zeros((n, width), bool)
-    for r, row in enumerate(lists):
-        out[r, row] = True
-    return out
+    return SparseLabels.from_lists(lists)
 
 
 class IndexStore:
@@ -119,10 +113,11 @@ class IndexStore:
         with self.lock.read():
             return reranked_rows(self.index, queries, k, real, labels, factor)
 
-    def get(self, ids) -> tuple[np.ndarray, np.ndarray]:
+    def get(self, ids) -> tuple[np.ndarray, list[list[int]]]:
+        """(codes, class-id lists) of the given ids."""
         with self.lock.read():
             self._require_present(np.asarray(ids, np.int64))
-            return self.index.get(ids)
+            return self.index.get_codes(ids), self.index.labels_of(ids)
 
     def stats(self) -> dict:
         with self.lock.read():
@@ -230,8 +225,9 @@ class MilvusStore:
         return reranked_rows(self.index, queries, k, real, labels, factor)
 
     def get(self, ids):
+        """(codes, class-id lists) of the given ids."""
         try:
-            return self.index.get(ids)
+            return self.index.get_codes(ids), self.index.labels_of(ids)
         except InputError as err:
             if "is not in the index" in str(err):
                 raise NotFound(str(err)) from None
@@ -285,5 +281,5 @@ def reranked_rows(index, queries, k, real, labels=None, factor=RERANK_FACTOR):
 
 def _with_labels(index, rows):
     found = np.unique(np.concatenate([i for _, i in rows])) if rows else np.empty(0, np.int64)
-    label_rows = dict(zip(found.tolist(), index.get(found)[1])) if len(found) else {}
-    return [(d.tolist(), i.tolist(), [np.flatnonzero(label_rows[x]).tolist() for x in i.tolist()]) for d, i in rows]
+    label_lists = dict(zip(found.tolist(), index.labels_of(found))) if len(found) else {}
+    return [(d.tolist(), i.tolist(), [label_lists[x] for x in i.tolist()]) for d, i in rows]
