@@ -1,6 +1,7 @@
 """What the service serves: an index with a lock, a write-ahead log and compaction.
 
-`IndexStore` wraps a saved `CodeIndex` directory. A change is validated, appended to the log
+`IndexStore` wraps a saved `CodeIndex` directory and holds its writer lock
+(lbhash.index.writer_lock) while it is open. A change is validated, appended to the log
 and fsynced, then applied, then acknowledged; so an acknowledged change survives kill -9.
 On start the log records the saved index does not hold yet (sequence number above its
 manifest's "wal_seq") are replayed. Compaction saves the index atomically with the last
@@ -12,9 +13,7 @@ changes (in a background thread) and on close.
 
 from __future__ import annotations
 
-import fcntl
 import logging
-import os
 import threading
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import numpy as np
 
 from lbhash.errors import InputError
 from lbhash.index import RERANK_FACTOR, CodeIndex, SparseLabels, rerank_search
+from lbhash.index.writer_lock import writer_lock
 from lbhash.service.rwlock import ReadWriteLock
 from lbhash.service.wal import WriteAheadLog
 
@@ -42,23 +42,6 @@ def wal_path_for(index_dir: str | Path) -> Path:
     return index_dir.parent / f"{index_dir.name}.wal"
 
 
-def own_index(index_dir: Path) -> int:
-    """Hold an exclusive lock beside the index (`.NAME.serve.lock`; the directory itself is
-    swapped on save) for as long as the returned descriptor is open; a second server on the same
-    index fails at once with one line."""
-    path = index_dir.parent / f".{index_dir.name}.serve.lock"
-    if not index_dir.parent.is_dir():
-        raise InputError(f"{index_dir}: no such index directory")
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise InputError(f"{index_dir} is served by another process (it holds {path}); one server per index, "
-                         "or writes acknowledged by one would be lost when the other saves") from None
-    return fd
-
-
 def labels_to_lists(rows: SparseLabels | None) -> list[list[int]] | None:
     return None if rows is None else rows.to_lists()
 
@@ -77,11 +60,12 @@ class IndexStore:
 
     def __init__(self, index_dir: str | Path, compact_every: int = 1000, wal_path: str | Path | None = None):
         self.index_dir = Path(index_dir)
-        self._owner = own_index(self.index_dir)  # one writer per index, or acknowledged writes get lost
+        # one writer per index (lbhash.index.writer_lock), or acknowledged writes get lost
+        self._owner = writer_lock(self.index_dir, "lbhash serve")
         try:
             self._open(wal_path, compact_every)
         except BaseException:
-            os.close(self._owner)
+            self._owner.release()
             raise
 
     def _open(self, wal_path, compact_every: int) -> None:
@@ -179,7 +163,7 @@ class IndexStore:
             self.compact()
             self.wal.close()
         finally:
-            os.close(self._owner)  # the lock goes with the descriptor (and with the process, on kill -9)
+            self._owner.release()  # (the kernel drops it with the process too, on kill -9)
 
     def _maybe_compact(self) -> None:
         if self.pending < self.compact_every or (self._compactor and self._compactor.is_alive()):
