@@ -8,7 +8,7 @@ import pytest
 from index_reference import (allowed_rows, clustered_codes, hamming, in_range, near_queries,
                              random_codes, split_ranges, tie_aware_recall, top_k)
 from lbhash.errors import InputError
-from lbhash.index import PAD_DISTANCE, PAD_ID, CodeIndex
+from lbhash.index import PAD_DISTANCE, PAD_ID, CodeIndex, SparseLabels
 
 BITS = [8, 16, 32, 64, 128]
 
@@ -207,6 +207,82 @@ def test_label_filter(rng, kind, multilabel):
         assert split_ranges(lims, d, i) == in_range(queries, codes, ids, 4, allowed)
     else:
         assert all(allowed[q, row_of[int(x)]] for q in range(len(queries)) for x in i[lims[q]:lims[q + 1]])
+
+
+@pytest.mark.parametrize("kind", ["flat", "ivf", "multihash"])
+def test_label_filter_on_sparse_labels_with_large_ids_matches_brute_force(rng, kind):
+    """Issue 27, item 2: labels are kept sparsely; the filter (an item passes when it holds any
+    of the query's classes) stays exact, for class ids up to 65535, in every input form."""
+    bits, n, nq = 32, 1200, 40
+    codes, _ = clustered_codes(rng, n, bits, centers=20, max_flips=2)
+    ids = shuffled_ids(rng, n)
+    pool = rng.choice(65536, 12, replace=False)  # few classes, so that filters match something
+    pool[:2] = [0, 65535]
+    item_sets = [sorted(set(pool[rng.integers(0, 12, rng.integers(0, 4))].tolist())) for _ in range(n)]
+    query_sets = [sorted(set(pool[rng.integers(0, 12, rng.integers(1, 3))].tolist())) for _ in range(nq)]
+    query_sets[0], query_sets[1] = [], [12345]  # nothing passes: no class, a class nobody holds
+    allowed = np.array([[bool(set(q) & set(i)) for i in item_sets] for q in query_sets])
+    params = {"nlist": 8, "nprobe": 1} if kind == "ivf" else {}
+    index = CodeIndex(bits, kind, **params)
+    for part in np.array_split(np.arange(n), 3):  # out of id order: the merge path moves label rows
+        index.add(codes[part], ids=ids[part], labels=SparseLabels.from_lists([item_sets[r] for r in part]))
+    assert index.num_classes == 65536 and index._labels.nbytes < 8 * (n + 1) + 4 * 4 * n
+    order = np.argsort(ids)
+    assert index.labels_of(ids[order]) == [item_sets[r] for r in order]
+    queries = near_queries(rng, codes, nq)
+    dense_queries = np.zeros((nq, 65536), bool)
+    for q, row in enumerate(query_sets):
+        dense_queries[q, row] = True
+    k = 20
+    ref_d, ref_i = top_k(queries, codes, ids, k, allowed)
+    row_of = {int(i): r for r, i in enumerate(ids)}
+    for filters in (SparseLabels.from_lists(query_sets), dense_queries):
+        dist, got = index.search(queries, k, labels=filters)
+        lims, d, i = index.range_search(queries, 6, labels=filters)
+        if kind == "flat":
+            np.testing.assert_array_equal(got, ref_i)
+            np.testing.assert_array_equal(dist, ref_d)
+            assert split_ranges(lims, d, i) == in_range(queries, codes, ids, 6, allowed)
+        for q in range(nq):
+            found = [int(x) for x in got[q] if x >= 0]
+            assert all(allowed[q, row_of[x]] for x in found)
+            assert all(allowed[q, row_of[int(x)]] for x in i[lims[q]:lims[q + 1]])
+            if kind == "ivf":  # widening nprobe finds k matches wherever k exist
+                assert len(found) == min(k, allowed[q].sum())
+        assert (got[:2] == PAD_ID).all()
+    # class ids (one per query) filter as their sets do
+    single = np.array([row[0] if row else 7 for row in query_sets[2:]])
+    np.testing.assert_array_equal(index.search(queries[2:], k, labels=single)[1],
+                                  index.search(queries[2:], k, labels=SparseLabels.from_lists([[c] for c in single]))[1])
+
+
+def test_a_large_class_id_costs_its_own_label_not_a_matrix():
+    """Issue 27, item 2: add(code, labels=[65535]) on a 10,000-item index grew the labels to a
+    (10001, 65536) bool matrix (655 MB); sparse, they hold one int64 pointer per item and the ids."""
+    rng = np.random.default_rng(0)
+    index = CodeIndex(64)
+    index.add(random_codes(rng, 10_000, 64), labels=rng.integers(0, 10, 10_000))
+    index.add(random_codes(rng, 1, 64), labels=[65535])
+    labels = index._labels
+    assert labels.indptr.nbytes + labels.indices.nbytes < 1 << 20, (labels.indptr.nbytes, labels.indices.nbytes)
+    assert index.num_classes == 65536 and index.labels_of([10_000]) == [[65535]]
+    codes, dense = index.get([10_000])  # get keeps its multi-hot answer (one row, num_classes wide)
+    assert dense.shape == (1, 65536) and np.flatnonzero(dense[0]).tolist() == [65535]
+    np.testing.assert_array_equal(index.get_codes([10_000]), codes)
+    assert index.search(codes, 3, labels=[65535])[1][0].tolist() == [10_000, PAD_ID, PAD_ID]
+    index.remove([10_000])
+    assert index.num_classes == 65536 and index._labels.indices.nbytes == 4 * 10_000
+
+
+def test_sparse_labels_from_lists_sort_and_deduplicate():
+    rows = SparseLabels.from_lists([[5, 1, 5], [], [65535, 0]])
+    assert rows.to_lists() == [[1, 5], [], [0, 65535]] and rows.width == 65536
+    assert rows.take([2, 0]).to_lists() == [[0, 65535], [1, 5]]
+    assert rows.any_of([5]).tolist() == [True, False, False]
+    with pytest.raises(InputError, match="non-negative"):
+        SparseLabels.from_lists([[1, -1]])
+    with pytest.raises(InputError, match="class id 70000; class ids must be at most 65535"):
+        CodeIndex(16).add(np.zeros((1, 2), np.uint8), labels=SparseLabels.from_lists([[70000]]))
 
 
 @pytest.mark.parametrize("kind", ["flat", "ivf", "multihash"])

@@ -148,6 +148,37 @@ def test_add_and_remove(tmp_path, encoded, rng):
     assert CodeIndex.load(out).contains([1001, 1002, 5001]).tolist() == [False, False, True]
 
 
+def test_cli_writers_are_refused_while_another_writer_holds_the_index(tmp_path, encoded, rng):
+    """Issue 27: one writer per index. While another process holds the writer lock (simulated
+    here by this process taking it), `index add`, `index remove` and `index build --overwrite`
+    stop in one line naming the index and the holder's pid, exit 2, and change nothing; once
+    it is released they succeed."""
+    from lbhash.index.writer_lock import lock_path, writer_lock
+
+    path, _, _, _ = encoded
+    out = tmp_path / "ix"
+    run("index", "build", path, "--out", out)
+    more = tmp_path / "more.npz"
+    np.savez(more, codes=random_codes(rng, 2, 32), bits=np.int64(32), ids=np.array([5000, 5001]))
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    with writer_lock(out, "a test writer") as held:
+        assert lock_path(out).read_text() == f"{os.getpid()} a test writer\n"
+        for args in (("index", "add", out, more), ("index", "remove", out, "--ids", "1000"),
+                     ("index", "build", path, "--out", out, "--overwrite")):
+            one_line_error(run(*args), f"{out} is being changed by another process (pid {os.getpid()}, a test writer;",
+                           "one writer per index")
+        assert run("index", "info", out).exit_code == 0  # readers take no lock
+        assert run("search", out, "--codes", more, "-k", "1").exit_code == 0
+        assert held.fd is not None
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert not lock_path(out).exists()  # released: the lock file is gone with it
+    assert run("index", "add", out, more).exit_code == 0
+    assert run("index", "remove", out, "--ids", "1000").exit_code == 0
+    assert CodeIndex.load(out).contains([1000, 5000]).tolist() == [False, True]
+    assert run("index", "build", path, "--out", out, "--overwrite").exit_code == 0
+    assert CodeIndex.load(out).ntotal == 120 and sorted(os.listdir(tmp_path)) == ["enc.npz", "ix", "more.npz"]
+
+
 def test_search_features_and_images_with_a_run(tmp_path, rng, monkeypatch):
     from lbhash.index import sources
 

@@ -8,7 +8,7 @@ import pytest
 
 from index_reference import random_codes
 from lbhash.errors import InputError
-from lbhash.index import CodeIndex
+from lbhash.index import CodeIndex, SparseLabels
 from lbhash.index import storage
 
 
@@ -41,10 +41,12 @@ def test_round_trip(rng, tmp_path, kind, params):
     index.save(tmp_path / "ix")
     loaded = CodeIndex.load(tmp_path / "ix")
     same_index(index, loaded, random_codes(rng, 12, 32))
-    assert sorted(os.listdir(tmp_path / "ix")) == ["ids.npy", "index.faiss", "labels.npy", "manifest.json"]
+    assert sorted(os.listdir(tmp_path / "ix")) == ["ids.npy", "index.faiss", "labels_indices.npy",
+                                                   "labels_indptr.npy", "manifest.json"]
     assert os.listdir(tmp_path) == ["ix"]  # no temporary directory left
     manifest = json.loads((tmp_path / "ix" / "manifest.json").read_text())
-    assert manifest["kind"] == kind and manifest["ntotal"] == index.ntotal and manifest["version"] == 1
+    assert manifest["kind"] == kind and manifest["ntotal"] == index.ntotal and manifest["version"] == 2
+    assert set(manifest["files"]) == set(storage.FILES)
     # the loaded index keeps working: add, then save over the old directory
     loaded.add(random_codes(rng, 5, 32))
     loaded.save(tmp_path / "ix")
@@ -60,7 +62,7 @@ def test_faiss_file_is_faiss_format(rng, tmp_path):
     assert raw.ntotal == index.ntotal and raw.d == 32
 
 
-@pytest.mark.parametrize("name", ["index.faiss", "ids.npy", "labels.npy"])
+@pytest.mark.parametrize("name", storage.FILES)
 def test_tampered_file_is_refused_naming_it(rng, tmp_path, name):
     sample_index(rng).save(tmp_path / "ix")
     path = tmp_path / "ix" / name
@@ -160,3 +162,102 @@ def test_exchange_swaps_directories(tmp_path):
     if not storage._exchange(tmp_path / "a", tmp_path / "b"):
         pytest.skip("renameat2(RENAME_EXCHANGE) is not available here")
     assert (tmp_path / "a" / "x").read_text() == "b" and (tmp_path / "b" / "x").read_text() == "a"
+
+
+def write_version_1(index: CodeIndex, path):
+    """The layout every index had before format version 2: labels.npy, a dense bool multi-hot
+    (n, num_classes) matrix, beside index.faiss and ids.npy, with version 1 in the manifest."""
+    import hashlib
+
+    import faiss
+
+    path.mkdir()
+    blobs = {"index.faiss": faiss.serialize_index_binary(index._engine.faiss_index()).tobytes(),
+             "ids.npy": storage._npy_bytes(index.ids()),
+             "labels.npy": storage._npy_bytes(index.get(index.ids())[1])}
+    for name, data in blobs.items():
+        (path / name).write_bytes(data)
+    manifest = {"format": storage.FORMAT, "version": 1, "bits": index.bits, "kind": index.kind,
+                "params": index.params, "ntotal": index.ntotal, "num_classes": index.num_classes,
+                "next_id": index.next_id, "trained": index.is_trained, "metadata": index.metadata,
+                "files": {name: {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+                          for name, data in blobs.items()}}
+    (path / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+@pytest.mark.parametrize("kind, params", [("flat", {}), ("multihash", {"nhash": 2, "nflip": 1})])
+def test_an_index_written_in_the_old_dense_format_loads_and_searches_identically(rng, tmp_path, kind, params):
+    """Issue 27, item 2: version 1 directories (labels.npy) are read, their labels converted."""
+    index = CodeIndex(32, kind, **params)
+    n = 400
+    classes = [sorted(set(rng.choice(3000, rng.integers(0, 4), replace=False).tolist())) for _ in range(n)]
+    dense = np.zeros((n, 3000), bool)
+    for r, row in enumerate(classes):
+        dense[r, row] = True
+    index.add(random_codes(rng, n, 32), ids=rng.choice(4 * n, n, replace=False), labels=dense)
+    index.remove(index.ids()[::7])
+    index.metadata = {"wal_seq": 3}
+    write_version_1(index, tmp_path / "old")
+    loaded = CodeIndex.load(tmp_path / "old")
+    queries = random_codes(rng, 12, 32)
+    same_index(index, loaded, queries)
+    assert loaded.num_classes == 3000 and loaded.labels_of(loaded.ids()) == index.labels_of(index.ids())
+    rows = rng.integers(0, n, 12)
+    for filters in (dense[rows], SparseLabels.from_lists([classes[r] or [5] for r in rows])):
+        for x, y in zip(index.search(queries, 9, labels=filters), loaded.search(queries, 9, labels=filters)):
+            np.testing.assert_array_equal(x, y)
+        for x, y in zip(index.range_search(queries, 12, labels=filters),
+                        loaded.range_search(queries, 12, labels=filters)):
+            np.testing.assert_array_equal(x, y)
+    # saving writes version 2, and the dense file is gone
+    loaded.save(tmp_path / "old")
+    assert json.loads((tmp_path / "old" / "manifest.json").read_text())["version"] == 2
+    assert not (tmp_path / "old" / "labels.npy").exists()
+    same_index(index, CodeIndex.load(tmp_path / "old"), queries)
+
+
+def test_old_format_labels_are_still_verified(rng, tmp_path):
+    write_version_1(sample_index(rng), tmp_path / "old")
+    path = tmp_path / "old" / "labels.npy"
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0x01
+    path.write_bytes(bytes(data))
+    with pytest.raises(InputError, match="labels.npy: checksum mismatch"):
+        CodeIndex.load(tmp_path / "old")
+
+
+def rewrite(ix, name, arr):
+    """Replace one file of an index with matching checksums: only its contents can be refused."""
+    import hashlib
+
+    data = storage._npy_bytes(arr)
+    (ix / name).write_bytes(data)
+    manifest = json.loads((ix / "manifest.json").read_text())
+    manifest["files"][name] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+    (ix / "manifest.json").write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize("name, arr, fragment", [
+    ("labels_indices.npy", lambda ind: ind[::-1].copy(), "must ascend without repeats"),
+    ("labels_indices.npy", lambda ind: ind + 10, "outside 0..4"),
+    ("labels_indices.npy", lambda ind: ind.astype(np.float32), "int32 or int64"),
+    ("labels_indptr.npy", lambda ptr: ptr[:-1].copy(), "row pointers for"),
+    ("labels_indptr.npy", lambda ptr: ptr[::-1].copy(), "must rise from 0"),
+])
+def test_inconsistent_label_files_are_refused_in_one_line(rng, tmp_path, name, arr, fragment):
+    sample_index(rng).save(tmp_path / "ix")
+    rewrite(tmp_path / "ix", name, arr(np.load(tmp_path / "ix" / name)))
+    with pytest.raises(InputError, match=fragment) as err:
+        CodeIndex.load(tmp_path / "ix")
+    assert name in str(err.value) and "\n" not in str(err.value)
+
+
+def test_label_files_follow_the_labels_held_not_the_largest_class_id(rng, tmp_path):
+    index = CodeIndex(32)
+    index.add(random_codes(rng, 2000, 32))
+    index.add(random_codes(rng, 1, 32), labels=[65535])
+    index.save(tmp_path / "ix")
+    sizes = {name: (tmp_path / "ix" / name).stat().st_size for name in ("labels_indptr.npy", "labels_indices.npy")}
+    assert sizes["labels_indptr.npy"] < 8 * 2002 + 200 and sizes["labels_indices.npy"] < 4 + 200, sizes
+    loaded = CodeIndex.load(tmp_path / "ix")
+    assert loaded.num_classes == 65536 and loaded.labels_of([2000, 0]) == [[65535], []]

@@ -108,7 +108,7 @@ def test_a_second_server_on_the_same_index_is_refused(tmp_path, rng, server_fact
                              "--port", str(free_port())], env=env, capture_output=True, text=True, timeout=120)
     lines = second.stderr.strip().splitlines()
     assert second.returncode == 2 and len(lines) == 1, second.stderr
-    assert "is served by another process" in lines[0]
+    assert f"is served by another process (pid {first.proc.pid}, lbhash serve;" in lines[0]
     codes = random_codes(rng, 1, 32)
     answer = httpx.post(f"{first.url}/items", json={"codes": [codes[0].tobytes().hex()], "ids": [777777]}, timeout=30)
     assert answer.status_code == 200, answer.text
@@ -170,3 +170,28 @@ def test_headers_beyond_the_limit_are_refused(tmp_path, server_factory):
             pass
         assert sock.recv(64).startswith(b"HTTP/1.1 400")
     assert httpx.get(f"{server.url}/health", headers={"X-Fine": "a" * 1000}, timeout=10).status_code == 200
+
+
+def test_index_add_is_refused_while_a_server_holds_the_index(tmp_path, rng, server_factory):
+    """Issue 27: the server holds the index's writer lock; `lbhash index add` on the same index
+    stops in one line naming the server's pid (exit 2) and writes nothing, and succeeds once
+    the server has stopped."""
+    import numpy as np
+
+    from helpers import cli, one_line_error
+
+    codes = random_codes(rng, 3, 32)
+    index = CodeIndex(32)
+    index.add(codes[:1], ids=[1])
+    index.save(tmp_path / "ix")
+    np.savez(tmp_path / "more.npz", codes=codes[1:], bits=np.int64(32), ids=np.array([7, 8]), labels=[65535, 2])
+    server = server_factory(tmp_path / "ix", free_port())
+    one_line_error(cli("index", "add", tmp_path / "ix", tmp_path / "more.npz"),
+                   f"{tmp_path / 'ix'} is served by another process (pid {server.proc.pid}, lbhash serve;")
+    one_line_error(cli("index", "remove", tmp_path / "ix", "--ids", "1"), f"pid {server.proc.pid}")
+    assert httpx.get(f"{server.url}/stats", timeout=10).json()["ntotal"] == 1
+    server.kill(signal.SIGTERM)
+    assert server.proc.returncode == 0
+    result = cli("index", "add", tmp_path / "ix", tmp_path / "more.npz")
+    assert result.exit_code == 0, result.output
+    assert CodeIndex.load(tmp_path / "ix").labels_of([1, 7, 8]) == [[], [65535], [2]]

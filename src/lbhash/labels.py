@@ -1,6 +1,7 @@
 """Label conversion at the edge: integer class ids or multi-hot rows -> boolean multi-hot.
 
-Inside the library labels are always a 2-D multi-hot array (n, C). An item is relevant to a
+Inside the library labels are a 2-D multi-hot array (n, C), except in a search index, which
+keeps class-id sets sparsely (lbhash.index.sparse_labels). An item is relevant to a
 query when they share at least one label. Class ids must be dense (0..C-1 all used); sparse
 ids are remapped to 0..C-1 in increasing order, with a SparseClassIdsWarning, and at most
 MAX_CLASSES distinct ids are accepted (a stray id of 10^9 must not become a 10^9-column array).
@@ -39,8 +40,7 @@ def as_multihot(labels, name: str = "labels", num_classes: int | None = None,
                 )
             width = num_classes
         elif keep_ids:
-            if ids.size and int(ids.max()) > max_id:
-                raise InputError(f"{name} has class id {int(ids.max())}; class ids must be at most {max_id}")
+            ids = as_class_ids(ids, name, max_id)
             width = int(ids.max()) + 1 if ids.size else 0
         else:
             ids, width = dense_class_ids(ids, name)
@@ -109,6 +109,15 @@ def dense_class_ids(ids: np.ndarray, name: str) -> tuple[np.ndarray, int]:
     warnings.warn(SparseClassIdsWarning(f"{name}: class ids are not dense (largest {top}, {len(distinct)} used); "
                                         f"remapped to 0..{len(distinct) - 1} in increasing order"), stacklevel=3)
     return np.searchsorted(distinct, ids), len(distinct)
+
+
+def as_class_ids(labels, name: str = "labels", max_id: int | None = None) -> np.ndarray:
+    """A vector of non-negative integer class ids as int64, each at most `max_id` where given
+    (without building a multi-hot matrix: an index keeps them sparse)."""
+    ids = _as_class_ids(np.asarray(labels), name)
+    if max_id is not None and ids.size and int(ids.max()) > max_id:
+        raise InputError(f"{name} has class id {int(ids.max())}; class ids must be at most {max_id}")
+    return ids
 
 
 def _as_class_ids(arr: np.ndarray, name: str) -> np.ndarray:

@@ -57,7 +57,10 @@ def read_ids(value: str | None, path: Path | None) -> np.ndarray:
 
 @click.group("index")
 def index() -> None:
-    """Build and change search indexes over packed codes."""
+    """Build and change search indexes over packed codes.
+
+    build, add and remove hold the index's writer lock while they write: one writer per index
+    (a running `lbhash serve` included); a second one stops with exit status 2."""
 
 
 @index.command()
@@ -103,11 +106,17 @@ def build(source: Path, out: str, kind: str, part: str | None, nlist, nprobe, nh
             raise InputError(f"{out} exists: pass --overwrite to replace it")
         index = CodeIndex(data["bits"], kind, **given)
     index.add(data["codes"], ids=ids, labels=data["labels"])
-    if source.is_dir() and backend == "faiss" and sources.run_data(source):  # ids are positions in this data
-        index.metadata["data"] = sources.run_data(source)
-        _record_sources(index, index.metadata["data"], ids)
     if backend == "faiss":
-        index.save(out)
+        from lbhash.index.writer_lock import writer_lock
+
+        if source.is_dir() and sources.run_data(source):  # ids are positions in this data
+            index.metadata["data"] = sources.run_data(source)
+            _record_sources(index, index.metadata["data"], ids)
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        with writer_lock(out, "lbhash index build"):  # no server or other writer changes it meanwhile
+            if Path(out).exists() and not overwrite:  # made by another writer since the check above
+                raise InputError(f"{out} exists: pass --overwrite to replace it")
+            index.save(out)
         if not index.is_trained:
             click.echo(f"note: the ivf index searches {searches(index)}", err=True)
     click.echo(f"indexed {len(ids)} {data['bits']}-bit codes ({backend} {kind}) into {out}")
@@ -149,14 +158,16 @@ def add(index_dir: Path, codes_file: Path, upsert: bool) -> None:
     from lbhash.errors import InputError
     from lbhash.index import CodeIndex, sources
     from lbhash.index.origins import forget_sources
+    from lbhash.index.writer_lock import writer_lock
 
-    index = CodeIndex.load(index_dir)
-    data = sources.codes_file(codes_file)
-    if data["bits"] != index.bits:
-        raise InputError(f"{codes_file} holds {data['bits']}-bit codes but {index_dir} holds {index.bits}-bit codes")
-    ids = index.add(data["codes"], ids=data["ids"], labels=data["labels"], upsert=upsert)
-    forget_sources(index, ids)  # a replaced item's recorded image is no longer its own
-    index.save(index_dir)
+    with writer_lock(index_dir, "lbhash index add"):  # read, change and save with no other writer
+        index = CodeIndex.load(index_dir)
+        data = sources.codes_file(codes_file)
+        if data["bits"] != index.bits:
+            raise InputError(f"{codes_file} holds {data['bits']}-bit codes but {index_dir} holds {index.bits}-bit codes")
+        ids = index.add(data["codes"], ids=data["ids"], labels=data["labels"], upsert=upsert)
+        forget_sources(index, ids)  # a replaced item's recorded image is no longer its own
+        index.save(index_dir)
     click.echo(f"added {len(ids)} codes to {index_dir} ({index.ntotal} in all)")
 
 
@@ -172,14 +183,16 @@ def remove(index_dir: Path, ids_text: str | None, ids_file: Path | None) -> None
     """
     from lbhash.index import CodeIndex
     from lbhash.index.origins import forget_sources
+    from lbhash.index.writer_lock import writer_lock
 
-    index = CodeIndex.load(index_dir)
-    ids = read_ids(ids_text, ids_file)
-    present = index.contains(ids)  # checks the ids too (integers, in range, no repeats)
-    removed = index.remove(ids[present]) if present.any() else 0
-    forget_sources(index, ids[present])
-    if removed:
-        index.save(index_dir)
+    with writer_lock(index_dir, "lbhash index remove"):  # read, change and save with no other writer
+        index = CodeIndex.load(index_dir)
+        ids = read_ids(ids_text, ids_file)
+        present = index.contains(ids)  # checks the ids too (integers, in range, no repeats)
+        removed = index.remove(ids[present]) if present.any() else 0
+        forget_sources(index, ids[present])
+        if removed:
+            index.save(index_dir)
     line = f"removed {removed} item{'s' * (removed != 1)} from {index_dir} ({index.ntotal} left)"
     unknown = ids[~present]
     if len(unknown):

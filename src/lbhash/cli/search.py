@@ -65,15 +65,12 @@ def search(index_dir: str, codes_path, features_path, image_paths, run_dir, k: i
     if filter_labels is not None:  # checked before the index is read
         classes = check_class_ids(parse_int_list(filter_labels, "--filter-labels"), "--filter-labels")
     index = open_index(index_dir, backend, uri)
+    from lbhash.index.sparse_labels import SparseLabels  # lbhash.index loads FAISS: imported once it is needed
     names, queries = _queries(index, codes_path, features_path, image_paths, run_dir, rerank_factor is not None)
-    row = None
-    if classes is not None:
-        row = np.zeros(max(classes) + 1, bool)
-        row[classes] = True
     rows = []
     for start in range(0, len(queries), MAX_BATCH):  # bounded memory for any number of queries
         batch = queries[start:start + MAX_BATCH]
-        labels = None if row is None else np.tile(row, (len(batch), 1))
+        labels = None if classes is None else SparseLabels.from_lists([classes] * len(batch), "--filter-labels")
         if radius is not None:
             lims, dist, ids = index.range_search(batch, radius, labels)
             rows += [(dist[a:b], ids[a:b]) for a, b in zip(lims[:-1], lims[1:])]
@@ -86,12 +83,12 @@ def search(index_dir: str, codes_path, features_path, image_paths, run_dir, k: i
             dist, ids = index.search(batch, k, labels)
             rows += [(d[i >= 0], i[i >= 0]) for d, i in zip(dist, ids)]
     found = np.unique(np.concatenate([i for _, i in rows])) if rows else np.empty(0, np.int64)
-    item_labels = dict(zip(found.tolist(), index.get(found)[1])) if len(found) else {}
+    item_labels = dict(zip(found.tolist(), index.labels_of(found))) if len(found) else {}
     source_of = _hit_sources(index, found, run_dir, index_dir, backend)
     measure = "distances" if rerank_factor is None else "scores"  # re-ranked rows hold -score
     results = [{"query": q, "name": names[q], "ids": i.tolist(),
                 measure: (d if rerank_factor is None else -d).tolist(),
-                "labels": [np.flatnonzero(item_labels[x]).tolist() for x in i.tolist()],
+                "labels": [item_labels[x] for x in i.tolist()],
                 **({"sources": [source_of.get(x) for x in i.tolist()]} if source_of else {})}
                for q, (d, i) in enumerate(rows)]
     if as_json:

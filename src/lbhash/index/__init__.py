@@ -9,6 +9,7 @@ See docs/search.md for the kinds, their guarantees, persistence and the service.
 from lbhash.index.code_index import KINDS, PAD_DISTANCE, PAD_ID, RERANK_FACTOR, AddPlan, CodeIndex, threads_for
 from lbhash.index.rerank import rerank_search
 from lbhash.index.searcher import Searcher
+from lbhash.index.sparse_labels import SparseLabels
 
 
 def __getattr__(name):
@@ -19,5 +20,5 @@ def __getattr__(name):
     raise AttributeError(f"module 'lbhash.index' has no attribute {name!r}")
 
 
-__all__ = ["CodeIndex", "Searcher", "MilvusIndex", "AddPlan", "KINDS", "PAD_ID", "PAD_DISTANCE",
+__all__ = ["CodeIndex", "Searcher", "MilvusIndex", "AddPlan", "SparseLabels", "KINDS", "PAD_ID", "PAD_DISTANCE",
            "RERANK_FACTOR", "rerank_search", "threads_for"]

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from lbhash.errors import InputError
+from lbhash.index.sparse_labels import SparseLabels
+from lbhash.labels import as_class_ids, as_multihot
 from lbhash.limits import MAX_CLASS_ID, check_ids
-from lbhash.labels import as_multihot
 
 
 def check_bits(bits) -> int:
@@ -61,15 +62,28 @@ def item_ids(ids, n: int | None = None, name: str = "ids") -> np.ndarray:
     return out
 
 
-def label_rows(labels, n: int, name: str = "labels") -> np.ndarray:
-    """Class ids (n,) or multi-hot rows (n, C) -> boolean (n, C)."""
-    try:
-        # label ids identify classes across batches: kept as columns, so bounded by the limit
-        rows = as_multihot(labels, name, keep_ids=True, max_id=MAX_CLASS_ID)
-    except ValueError as err:
-        raise InputError(str(err)) from None
-    if rows.shape[1] > MAX_CLASS_ID + 1:
-        raise InputError(f"{name} has {rows.shape[1]} label columns; class ids must be at most {MAX_CLASS_ID}")
+def label_rows(labels, n: int, name: str = "labels") -> SparseLabels:
+    """Class ids (n,), multi-hot rows (n, C) or `SparseLabels` -> `SparseLabels` (n rows).
+
+    Class ids go straight to the sparse form: no (n, max id + 1) matrix is built on the way."""
+    if isinstance(labels, SparseLabels):
+        rows = labels.check(name)
+        if rows.indices.size and int(rows.indices.max()) > MAX_CLASS_ID:
+            raise InputError(f"{name} has class id {int(rows.indices.max())}; class ids must be at most {MAX_CLASS_ID}")
+    else:
+        try:
+            arr = np.asarray(labels)
+            if arr.ndim == 1:
+                # label ids identify classes across batches: kept as they are, so bounded by the limit
+                rows = SparseLabels.from_class_ids(as_class_ids(arr, name, MAX_CLASS_ID))
+            else:
+                dense = as_multihot(arr, name, keep_ids=True, max_id=MAX_CLASS_ID)
+                if dense.shape[1] > MAX_CLASS_ID + 1:
+                    raise InputError(f"{name} has {dense.shape[1]} label columns; class ids must be at most "
+                                     f"{MAX_CLASS_ID}")
+                rows = SparseLabels.from_dense(dense)
+        except ValueError as err:
+            raise InputError(str(err)) from None
     if len(rows) != n:
         raise InputError(f"{name} has {len(rows)} rows but there are {n} codes")
     return rows

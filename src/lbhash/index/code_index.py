@@ -18,6 +18,7 @@ from lbhash.errors import InputError
 from lbhash.index import _checks
 from lbhash.index._engines import FlatEngine, MultiHashEngine, Rows
 from lbhash.index._ivf import IVFEngine
+from lbhash.index.sparse_labels import SparseLabels
 
 ENGINES = {engine.kind: engine for engine in (FlatEngine, IVFEngine, MultiHashEngine)}
 PAD_ID = -1
@@ -48,7 +49,7 @@ class AddPlan:
 
     ids: np.ndarray
     codes: np.ndarray
-    labels: np.ndarray | None
+    labels: SparseLabels | None
     upsert: bool
 
 
@@ -79,7 +80,7 @@ class CodeIndex:
         self._kind, self._params = kind, merged
         self._engine = ENGINES[kind](self._bits, merged)
         self._rows = Rows(np.empty(0, np.int64), np.empty((0, self._bits // 8), np.uint8))
-        self._labels = np.zeros((0, 0), bool)
+        self._labels = SparseLabels.empty()  # sorted class-id sets per item, in id order (CSR)
         self._next_id = 0
         self.metadata: dict = {}  # free-form, saved in the manifest (the service keeps its log position)
 
@@ -106,7 +107,8 @@ class CodeIndex:
 
     @property
     def num_classes(self) -> int:
-        return self._labels.shape[1]
+        """One past the largest class id ever added (or the widest multi-hot rows added)."""
+        return self._labels.width
 
     @property
     def next_id(self) -> int:
@@ -145,7 +147,8 @@ class CodeIndex:
         """Add packed codes; return their ids.
 
         ids default to consecutive numbers after the largest id ever added. labels are class
-        ids (n,) or multi-hot rows (n, C). An id already present is an error unless
+        ids (n,), multi-hot rows (n, C) or `SparseLabels` (kept sparsely whatever the form: memory
+        follows the number of labels, not the largest class id). An id already present is an error unless
         upsert=True, which replaces its code and labels (labels=None: no labels).
         """
         plan = self.prepare_add(codes, ids, labels, upsert)
@@ -172,16 +175,12 @@ class CodeIndex:
             return
         order = np.argsort(plan.ids, kind="stable")
         ids, codes = plan.ids[order], plan.codes[order]
-        width = max(self.num_classes, 0 if plan.labels is None else plan.labels.shape[1])
-        labels = np.zeros((len(ids), width), bool)
-        if plan.labels is not None:
-            labels[:, :plan.labels.shape[1]] = plan.labels[order]
-        self._labels = _widen(self._labels, width)
+        labels = SparseLabels.empty(len(ids)) if plan.labels is None else plan.labels.take(order)
         present = self._present(ids)
         old = self._rows
         if not present.any() and (not len(old.ids) or ids[0] > old.ids[-1]):
             self._rows = Rows(np.concatenate([old.ids, ids]), np.concatenate([old.codes, codes]))
-            self._labels = np.concatenate([self._labels, labels])
+            self._labels = SparseLabels.concat([self._labels, labels])
             self._engine.on_append(self._rows, codes, ids)
         else:
             replaced = np.searchsorted(old.ids, ids[present])
@@ -190,7 +189,7 @@ class CodeIndex:
             merged_ids = np.concatenate([old.ids[keep], ids])
             merge = np.argsort(merged_ids, kind="stable")
             self._rows = Rows(merged_ids[merge], np.concatenate([old.codes[keep], codes])[merge])
-            self._labels = np.concatenate([self._labels[keep], labels])[merge]
+            self._labels = SparseLabels.concat([self._labels.take(np.flatnonzero(keep)), labels]).take(merge)
             self._engine.on_change(self._rows, replaced, ids[present], ids)
         self._next_id = max(self._next_id, int(ids[-1]) + 1)
 
@@ -209,7 +208,7 @@ class CodeIndex:
         keep = np.ones(self.ntotal, bool)
         keep[positions] = False
         self._rows = Rows(self._rows.ids[keep], self._rows.codes[keep])
-        self._labels = self._labels[keep]
+        self._labels = self._labels.take(np.flatnonzero(keep))
         self._engine.on_change(self._rows, np.sort(positions), ids, np.empty(0, np.int64))
         return len(ids)
 
@@ -234,17 +233,27 @@ class CodeIndex:
     # --- reading --------------------------------------------------------------------------
 
     def get(self, ids) -> tuple[np.ndarray, np.ndarray]:
-        """(codes (m, bits // 8), labels (m, num_classes) bool) of the given ids, in that order."""
-        ids = _checks.item_ids(ids)
-        positions = self._positions(ids)
-        return self._rows.codes[positions].copy(), self._labels[positions].copy()
+        """(codes (m, bits // 8), labels (m, num_classes) bool) of the given ids, in that order.
+
+        The labels come as multi-hot rows, m x num_classes bytes: for many ids or wide labels,
+        `get_codes` and `labels_of` give the same without the matrix."""
+        positions = self._positions(_checks.item_ids(ids))
+        return self._rows.codes[positions].copy(), self._labels.take(positions).to_dense(self.num_classes)
+
+    def get_codes(self, ids) -> np.ndarray:
+        """Codes (m, bits // 8) of the given ids, in that order."""
+        return self._rows.codes[self._positions(_checks.item_ids(ids))].copy()
+
+    def labels_of(self, ids) -> list[list[int]]:
+        """The class ids of each given item (ascending Python ints), in the order of `ids`."""
+        return self._labels.take(self._positions(_checks.item_ids(ids))).to_lists()
 
     def search(self, queries, k: int, labels=None, rerank=None,
                rerank_factor: int = RERANK_FACTOR) -> tuple[np.ndarray, np.ndarray]:
         """Top-k by Hamming distance: (distances int32 (nq, k), ids int64 (nq, k)).
 
         Rows are sorted by (distance, id) and padded with PAD_DISTANCE / PAD_ID. `labels`
-        (class ids (nq,) or multi-hot rows (nq, C)) keeps, for each query, only items that
+        (class ids (nq,), multi-hot rows (nq, C) or `SparseLabels`) keeps, for each query, only items that
         share at least one label with its row; a row without labels finds nothing.
 
         `rerank`: the queries' real-valued outputs (nq, bits), used as given (raw u, or
@@ -338,27 +347,16 @@ class CodeIndex:
             raise InputError(f"id {int(ids[~present][0])} is not in the index")
         return np.searchsorted(self._rows.ids, ids)
 
-    def _query_filters(self, labels, nq: int) -> np.ndarray | None:
+    def _query_filters(self, labels, nq: int) -> SparseLabels | None:
         if labels is None:
             return None
         return _checks.label_rows(labels, nq, "query labels")
 
-    def _groups(self, filters: np.ndarray | None, nq: int):
-        """(query numbers, allowed-items mask) per distinct label row (one group if none)."""
+    def _groups(self, filters: SparseLabels | None, nq: int):
+        """(query numbers, allowed-items mask) per distinct label row (one group if none).
+        An item is allowed when it holds at least one of the row's classes."""
         if filters is None:
             yield np.arange(nq), None
             return
-        uniq, inverse = np.unique(filters, axis=0, return_inverse=True)
-        for g, row in enumerate(uniq):
-            classes = np.flatnonzero(row)
-            classes = classes[classes < self.num_classes]
-            allowed = self._labels[:, classes].any(axis=1)
-            yield np.flatnonzero(inverse.ravel() == g), allowed
-
-
-def _widen(labels: np.ndarray, width: int) -> np.ndarray:
-    if labels.shape[1] >= width:
-        return labels
-    out = np.zeros((len(labels), width), bool)
-    out[:, :labels.shape[1]] = labels
-    return out
+        for classes, members in filters.groups():
+            yield members, self._labels.any_of(classes)

@@ -127,7 +127,7 @@ class MilvusIndex:
             present = self._existing(ids)
             if present:
                 raise InputError(f"id {min(present)} is already in the index (pass upsert=True to replace it)")
-        lists = [[] for _ in ids] if rows is None else [np.flatnonzero(r).tolist() for r in rows]
+        lists = [[] for _ in ids] if rows is None else rows.to_lists()
         step = 4096
         for start in range(0, len(ids), step):
             part = slice(start, start + step)
@@ -161,22 +161,42 @@ class MilvusIndex:
     # --- reading --------------------------------------------------------------------------
 
     def get(self, ids) -> tuple[np.ndarray, np.ndarray]:
+        """(codes, multi-hot labels (m, one past the largest class id among them))."""
+        ids, found = self._fetch(ids, ["code", "labels"])
+        lists = [found[i]["labels"] for i in ids]
+        width = max((max(row, default=-1) + 1 for row in lists), default=0)
+        labels = np.zeros((len(ids), width), bool)
+        for r, row in enumerate(lists):
+            labels[r, list(row)] = True
+        return self._codes(ids, found), labels
+
+    def get_codes(self, ids) -> np.ndarray:
+        ids, found = self._fetch(ids, ["code"])
+        return self._codes(ids, found)
+
+    def labels_of(self, ids) -> list[list[int]]:
+        """The class ids of each given item (ascending, without repeats), in the order of `ids`."""
+        ids, found = self._fetch(ids, ["labels"])
+        return [sorted({int(c) for c in found[i]["labels"]}) for i in ids]
+
+    def _fetch(self, ids, fields: list[str]) -> tuple[list[int], dict]:
+        """(ids as Python ints, {id: row with `fields`}); an id not in the collection is an error."""
         ids = _checks.item_ids(ids)
         found = {}
         for start in range(0, len(ids), MILVUS_CAP):
             chunk = ids[start:start + MILVUS_CAP].tolist()
-            for row in self._col.query(f"id in {chunk}", output_fields=["id", "code", "labels"],
+            for row in self._col.query(f"id in {chunk}", output_fields=["id", *fields],
                                        consistency_level="Strong", timeout=self._timeout):
                 found[int(row["id"])] = row
-        missing = [int(i) for i in ids if int(i) not in found]
+        ids = ids.tolist()
+        missing = [i for i in ids if i not in found]
         if missing:
             raise InputError(f"id {missing[0]} is not in the index")
-        codes = np.array([np.frombuffer(_code_bytes(found[int(i)]["code"]), np.uint8) for i in ids], np.uint8)
-        width = max((max(found[int(i)]["labels"], default=-1) + 1 for i in ids), default=0)
-        labels = np.zeros((len(ids), width), bool)
-        for r, i in enumerate(ids):
-            labels[r, list(found[int(i)]["labels"])] = True
-        return codes.reshape(len(ids), self._bits // 8), labels
+        return ids, found
+
+    def _codes(self, ids: list[int], found: dict) -> np.ndarray:
+        codes = np.array([np.frombuffer(_code_bytes(found[i]["code"]), np.uint8) for i in ids], np.uint8)
+        return codes.reshape(len(ids), self._bits // 8)
 
     def search(self, queries, k: int, labels=None, rerank=None, rerank_factor: int = RERANK_FACTOR):
         """As `CodeIndex.search`, re-ranking included (distances are then float64 -score)."""
@@ -242,8 +262,8 @@ class MilvusIndex:
         """A filter expression per query ("" for none, False where nothing can match)."""
         if labels is None:
             return [""] * nq
-        rows = _checks.label_rows(labels, nq, "query labels")
-        return [f"array_contains_any(labels, {np.flatnonzero(r).tolist()})" if r.any() else False for r in rows]
+        rows = _checks.label_rows(labels, nq, "query labels").to_lists()
+        return [f"array_contains_any(labels, {row})" if row else False for row in rows]
 
     def _search(self, queries, limit: int, extra: dict, expr: str):
         """Per query: a list of (distance, id)."""

@@ -40,7 +40,7 @@ def candidate_count(k: int, factor: int, ntotal: int) -> int:
 
 
 def rerank_search(index, queries, k, real, labels=None, factor=RERANK_FACTOR):
-    """Top-k of `index` (anything with bits, ntotal, search and get) re-ranked by `real`.
+    """Top-k of `index` (anything with bits, ntotal, search and get_codes) re-ranked by `real`.
 
     Returns (scores float64, distances int32, ids int64), each (nq, k): the asymmetric score,
     the Hamming distance to the query's code and the id of each hit, in (descending score, id)
@@ -51,7 +51,7 @@ def rerank_search(index, queries, k, real, labels=None, factor=RERANK_FACTOR):
     queries = _checks.packed_codes(queries, index.bits, "queries")
     real = check_real(real, len(queries), index.bits)
     dist, ids = index.search(queries, candidate_count(k, factor, index.ntotal), labels)
-    return rerank_candidates(real, dist, ids, lambda found: index.get(found)[0], k)
+    return rerank_candidates(real, dist, ids, index.get_codes, k)
 
 
 def rerank_candidates(real: np.ndarray, dist: np.ndarray, ids: np.ndarray, codes_of, k: int):

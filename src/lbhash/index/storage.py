@@ -1,9 +1,13 @@
 """Index directories: written whole or not at all, verified on load, never pickled.
 
-Layout: index.faiss (FAISS's own binary-index format, readable by faiss.read_index_binary),
-ids.npy (int64, ascending), labels.npy (bool multi-hot, (n, C)), and manifest.json (format
-version, bits, kind, parameters, counts, free-form metadata, and the SHA-256 and size of each
-file). manifest.json is written last, so a directory without one was never finished.
+Layout (format version 2): index.faiss (FAISS's own binary-index format, readable by
+faiss.read_index_binary), ids.npy (int64, ascending), the labels in CSR form (labels_indptr.npy:
+int64 (n + 1,); labels_indices.npy: int32 class ids, ascending and unique within each item; so
+their size follows the number of labels held, not the largest class id), and manifest.json
+(format version, bits, kind, parameters, counts, num_classes, free-form metadata, and the
+SHA-256 and size of each file). manifest.json is written last, so a directory without one was
+never finished. Version 1 directories (labels.npy, a bool multi-hot (n, C) matrix) are still
+read, their labels converted on load; the next save writes version 2.
 Attachments (`index.attachments`, name -> bytes: e.g. sources.json, lbhash.index.origins) are
 written, checksummed and verified like the other files and listed under "attachments".
 
@@ -34,11 +38,15 @@ import numpy as np
 from lbhash.errors import InputError
 from lbhash.index._engines import Rows
 from lbhash.index.code_index import ENGINES
+from lbhash.index.sparse_labels import SparseLabels
 
 FORMAT = "lbhash-code-index"
-VERSION = 1
+VERSION = 2
+READS = (1, 2)  # version 1: dense labels.npy, converted on load
 MANIFEST = "manifest.json"
-FILES = ("index.faiss", "ids.npy", "labels.npy")
+FILES = ("index.faiss", "ids.npy", "labels_indptr.npy", "labels_indices.npy")
+FILES_BY_VERSION = {1: ("index.faiss", "ids.npy", "labels.npy"), 2: FILES}
+ALL_FILES = {name for names in FILES_BY_VERSION.values() for name in names}
 
 
 def save_index(index, path: str | os.PathLike) -> None:
@@ -52,7 +60,8 @@ def save_index(index, path: str | os.PathLike) -> None:
         blobs = {
             "index.faiss": faiss.serialize_index_binary(index._engine.faiss_index()).tobytes(),
             "ids.npy": _npy_bytes(index._rows.ids),
-            "labels.npy": _npy_bytes(index._labels),
+            "labels_indptr.npy": _npy_bytes(index._labels.indptr),
+            "labels_indices.npy": _npy_bytes(index._labels.indices),
         }
         attachments = dict(getattr(index, "attachments", None) or {})
         blobs.update({name: bytes(data) for name, data in attachments.items() if _attachment_name(name)})
@@ -84,7 +93,7 @@ def load_index(path: str | os.PathLike):
     attached = manifest.get("attachments") or []
     if not isinstance(attached, list) or not all(_attachment_name(n) for n in attached):
         raise InputError(f"{path / MANIFEST}: 'attachments' must list plain file names")
-    for name in (*FILES, *attached):
+    for name in (*FILES_BY_VERSION[manifest["version"]], *attached):
         entry = manifest["files"].get(name)
         if not isinstance(entry, dict) or "sha256" not in entry:
             raise InputError(f"{path / MANIFEST}: no checksum for {name}")
@@ -96,7 +105,6 @@ def load_index(path: str | os.PathLike):
             raise InputError(f"{path / name}: checksum mismatch (the file is corrupt or was changed)")
         blobs[name] = data
     ids = _npy_load(blobs["ids.npy"], path / "ids.npy")
-    labels = _npy_load(blobs["labels.npy"], path / "labels.npy")
     bits, kind = manifest["bits"], manifest["kind"]
     try:
         faiss_index = faiss.deserialize_index_binary(np.frombuffer(blobs["index.faiss"], np.uint8))
@@ -105,8 +113,7 @@ def load_index(path: str | os.PathLike):
     index = CodeIndex(bits, kind, **manifest["params"])
     if ids.dtype != np.int64 or ids.ndim != 1 or (len(ids) > 1 and (np.diff(ids) <= 0).any()):
         raise InputError(f"{path / 'ids.npy'}: must hold ascending unique int64 ids")
-    if labels.dtype != bool or labels.ndim != 2 or len(labels) != len(ids):
-        raise InputError(f"{path / 'labels.npy'}: must be a bool array with one row per id ({len(ids)})")
+    labels = _load_labels(path, manifest, blobs, len(ids))
     if faiss_index.d != bits:
         raise InputError(f"{path / 'index.faiss'}: holds {faiss_index.d}-bit codes, the manifest says {bits}")
     engine, codes = ENGINES[kind].from_faiss(bits, index.params, faiss_index, ids)
@@ -132,8 +139,9 @@ def read_manifest(path: Path) -> dict:
         raise InputError(f"{file}: not valid JSON ({err})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise InputError(f"{file}: not an lbhash index manifest")
-    if manifest.get("version") != VERSION:
-        raise InputError(f"{file}: format version {manifest.get('version')!r}, this lbhash reads {VERSION}")
+    if manifest.get("version") not in READS:
+        raise InputError(f"{file}: format version {manifest.get('version')!r}, this lbhash reads "
+                         f"{' and '.join(map(str, READS))}")
     missing = [key for key in ("bits", "kind", "params", "ntotal", "next_id", "files") if key not in manifest]
     if missing:
         raise InputError(f"{file}: missing {', '.join(missing)}")
@@ -144,8 +152,23 @@ def read_manifest(path: Path) -> dict:
 
 def _attachment_name(name) -> bool:
     """A plain file name of its own (no folder, not one of the index's files)."""
-    return (isinstance(name, str) and name not in FILES and name != MANIFEST and not name.startswith(".")
+    return (isinstance(name, str) and name not in ALL_FILES and name != MANIFEST and not name.startswith(".")
             and name.replace("-", "").replace("_", "").replace(".", "").isalnum())
+
+
+def _load_labels(path: Path, manifest: dict, blobs: dict, n: int) -> SparseLabels:
+    if manifest["version"] == 1:  # a dense multi-hot matrix: converted once, on load
+        dense = _npy_load(blobs["labels.npy"], path / "labels.npy")
+        if dense.dtype != bool or dense.ndim != 2 or len(dense) != n:
+            raise InputError(f"{path / 'labels.npy'}: must be a bool array with one row per id ({n})")
+        return SparseLabels.from_dense(dense)
+    indptr = _npy_load(blobs["labels_indptr.npy"], path / "labels_indptr.npy")
+    indices = _npy_load(blobs["labels_indices.npy"], path / "labels_indices.npy")
+    width = manifest.get("num_classes")
+    if isinstance(width, bool) or not isinstance(width, int) or width < 0:
+        raise InputError(f"{path / MANIFEST}: num_classes must be a non-negative integer, got {width!r}")
+    where = f"{path / 'labels_indptr.npy'}, {path / 'labels_indices.npy'}"
+    return SparseLabels(indptr, indices, width).check(where, rows=n)
 
 
 def directory_bytes(path: str | os.PathLike) -> int:

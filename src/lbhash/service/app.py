@@ -204,7 +204,7 @@ def create_app(source, encoder=None, *, limits: Limits | None = None, compact_ev
     @app.get("/items/{item_id}", response_model=models.Item, responses=_ERRORS)
     def get_item(item_id: int = PathParam(..., ge=0, le=MAX_ID)):
         codes, labels = store.get(np.array([item_id], np.int64))
-        return models.Item(id=item_id, code=codes[0].tobytes().hex(), labels=np.flatnonzero(labels[0]).tolist())
+        return models.Item(id=item_id, code=codes[0].tobytes().hex(), labels=labels[0])
 
     @app.delete("/items/{item_id}", response_model=models.DeleteResponse, responses=_ERRORS)
     def delete_item(item_id: int = PathParam(..., ge=0, le=MAX_ID)):

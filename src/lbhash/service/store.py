@@ -1,6 +1,7 @@
 """What the service serves: an index with a lock, a write-ahead log and compaction.
 
-`IndexStore` wraps a saved `CodeIndex` directory. A change is validated, appended to the log
+`IndexStore` wraps a saved `CodeIndex` directory and holds its writer lock
+(lbhash.index.writer_lock) while it is open. A change is validated, appended to the log
 and fsynced, then applied, then acknowledged; so an acknowledged change survives kill -9.
 On start the log records the saved index does not hold yet (sequence number above its
 manifest's "wal_seq") are replayed. Compaction saves the index atomically with the last
@@ -12,16 +13,15 @@ changes (in a background thread) and on close.
 
 from __future__ import annotations
 
-import fcntl
 import logging
-import os
 import threading
 from pathlib import Path
 
 import numpy as np
 
 from lbhash.errors import InputError
-from lbhash.index import RERANK_FACTOR, CodeIndex, rerank_search
+from lbhash.index import RERANK_FACTOR, CodeIndex, SparseLabels, rerank_search
+from lbhash.index.writer_lock import writer_lock
 from lbhash.service.rwlock import ReadWriteLock
 from lbhash.service.wal import WriteAheadLog
 
@@ -42,40 +42,17 @@ def wal_path_for(index_dir: str | Path) -> Path:
     return index_dir.parent / f"{index_dir.name}.wal"
 
 
-def own_index(index_dir: Path) -> int:
-    """Hold an exclusive lock beside the index (`.NAME.serve.lock`; the directory itself is
-    swapped on save) for as long as the returned descriptor is open; a second server on the same
-    index fails at once with one line."""
-    path = index_dir.parent / f".{index_dir.name}.serve.lock"
-    if not index_dir.parent.is_dir():
-        raise InputError(f"{index_dir}: no such index directory")
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise InputError(f"{index_dir} is served by another process (it holds {path}); one server per index, "
-                         "or writes acknowledged by one would be lost when the other saves") from None
-    return fd
+def labels_to_lists(rows: SparseLabels | None) -> list[list[int]] | None:
+    return None if rows is None else rows.to_lists()
 
 
-def labels_to_lists(rows: np.ndarray | None) -> list[list[int]] | None:
-    return None if rows is None else [np.flatnonzero(r).tolist() for r in rows]
-
-
-def lists_to_labels(lists: list[list[int]] | None, n: int) -> np.ndarray | None:
-    """Class-id lists (one per item) -> multi-hot rows; negative ids are refused."""
+def lists_to_labels(lists: list[list[int]] | None, n: int) -> SparseLabels | None:
+    """Class-id lists (one per item) -> sparse label sets; negative ids are refused."""
     if lists is None:
         return None
     if len(lists) != n:
         raise InputError(f"labels has {len(lists)} entries but there are {n} items")
-    width = 1 + max((c for row in lists for c in row), default=-1)
-    if any(c < 0 for row in lists for c in row):
-        raise InputError("labels must be non-negative class ids")
-    out = np.zeros((n, width), bool)
-    for r, row in enumerate(lists):
-        out[r, row] = True
-    return out
+    return SparseLabels.from_lists(lists)
 
 
 class IndexStore:
@@ -83,11 +60,12 @@ class IndexStore:
 
     def __init__(self, index_dir: str | Path, compact_every: int = 1000, wal_path: str | Path | None = None):
         self.index_dir = Path(index_dir)
-        self._owner = own_index(self.index_dir)  # one writer per index, or acknowledged writes get lost
+        # one writer per index (lbhash.index.writer_lock), or acknowledged writes get lost
+        self._owner = writer_lock(self.index_dir, "lbhash serve")
         try:
             self._open(wal_path, compact_every)
         except BaseException:
-            os.close(self._owner)
+            self._owner.release()
             raise
 
     def _open(self, wal_path, compact_every: int) -> None:
@@ -119,10 +97,11 @@ class IndexStore:
         with self.lock.read():
             return reranked_rows(self.index, queries, k, real, labels, factor)
 
-    def get(self, ids) -> tuple[np.ndarray, np.ndarray]:
+    def get(self, ids) -> tuple[np.ndarray, list[list[int]]]:
+        """(codes, class-id lists) of the given ids."""
         with self.lock.read():
             self._require_present(np.asarray(ids, np.int64))
-            return self.index.get(ids)
+            return self.index.get_codes(ids), self.index.labels_of(ids)
 
     def stats(self) -> dict:
         with self.lock.read():
@@ -184,7 +163,7 @@ class IndexStore:
             self.compact()
             self.wal.close()
         finally:
-            os.close(self._owner)  # the lock goes with the descriptor (and with the process, on kill -9)
+            self._owner.release()  # (the kernel drops it with the process too, on kill -9)
 
     def _maybe_compact(self) -> None:
         if self.pending < self.compact_every or (self._compactor and self._compactor.is_alive()):
@@ -230,8 +209,9 @@ class MilvusStore:
         return reranked_rows(self.index, queries, k, real, labels, factor)
 
     def get(self, ids):
+        """(codes, class-id lists) of the given ids."""
         try:
-            return self.index.get(ids)
+            return self.index.get_codes(ids), self.index.labels_of(ids)
         except InputError as err:
             if "is not in the index" in str(err):
                 raise NotFound(str(err)) from None
@@ -285,5 +265,5 @@ def reranked_rows(index, queries, k, real, labels=None, factor=RERANK_FACTOR):
 
 def _with_labels(index, rows):
     found = np.unique(np.concatenate([i for _, i in rows])) if rows else np.empty(0, np.int64)
-    label_rows = dict(zip(found.tolist(), index.get(found)[1])) if len(found) else {}
-    return [(d.tolist(), i.tolist(), [np.flatnonzero(label_rows[x]).tolist() for x in i.tolist()]) for d, i in rows]
+    label_lists = dict(zip(found.tolist(), index.labels_of(found))) if len(found) else {}
+    return [(d.tolist(), i.tolist(), [label_lists[x] for x in i.tolist()]) for d, i in rows]
