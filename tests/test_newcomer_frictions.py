@@ -82,7 +82,7 @@ def test_a_run_says_what_it_loaded_and_prints_one_line_per_epoch_off_a_terminal(
     result = cli(*run_args(tmp_path / "run"))  # progress on (the default); CliRunner is no terminal
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    assert lines[0] == "profile recommended: differs from the paper in epochs 3 (paper 100)"
+    assert lines[0] == "profile recommended: differs from the paper in epochs 3 (paper 100), lr_step 0 (paper 10)"
     assert lines[1] == DIGITS_LINE and "\r" not in result.output
     epochs = [line for line in lines if line.startswith("csq epoch ")]
     assert [line.split(":")[0] for line in epochs] == ["csq epoch 1/3", "csq epoch 2/3", "csq epoch 3/3"]
