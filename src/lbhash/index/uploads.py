@@ -21,6 +21,7 @@ import uuid
 from pathlib import Path
 
 from lbhash.errors import InputError
+from lbhash.index.storage import _fsync_dir
 
 GONE = "gone.log"
 
@@ -131,11 +132,3 @@ def item_origin(item_id: int, record, kept: KeptImages | None) -> tuple[str | No
         return None, None
     source = None if record is None else record.source(item_id)
     return source, (None if source is None else "data")
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
