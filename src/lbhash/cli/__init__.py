@@ -1,4 +1,5 @@
-"""The `lbhash` command line. Commands import their heavy dependencies lazily."""
+"""The `lbhash` command line. Each command's module is imported only when that command runs, so
+commands that need no model (`--help`, `search --codes`, `index`, `evaluate`) never import torch."""
 
 from __future__ import annotations
 
@@ -8,23 +9,29 @@ import warnings
 import click
 
 from lbhash import __version__
-from lbhash.cli.centers import centers
-from lbhash.cli.common import LbhashGroup
-from lbhash.cli.demo import demo
-from lbhash.cli.encode import encode
-from lbhash.cli.evaluate import evaluate
-from lbhash.cli.index import index
-from lbhash.cli.methods import methods
-from lbhash.cli.report import report
-from lbhash.cli.reproduce import reproduce
-from lbhash.cli.search import search
-from lbhash.cli.serve import serve
-from lbhash.cli.toy import toy_mvb
-from lbhash.cli.train import train
+from lbhash.cli.common import LazyGroup
 from lbhash.errors import LbhashWarning
 
 
-@click.group(name="lbhash", cls=LbhashGroup, context_settings={"help_option_names": ["-h", "--help"]})
+# name -> (module under lbhash.cli, function, the line `lbhash --help` shows); a test checks that
+# each line is the start of its command's own help
+COMMANDS = {
+    "train": ("train", "train", "Train a hash model and write a run directory; --lbhash adds the paper's objective (Alg 1)."),
+    "encode": ("encode", "encode", "Encode data with the model of RUN_DIR into a codes file (docs/evaluation.md#codes-files)."),
+    "evaluate": ("evaluate", "evaluate", "Evaluate codes and print every metric."),
+    "index": ("index", "index", "Build and change search indexes over packed codes."),
+    "search": ("search", "search", "Search INDEX_DIR; print each query's ids, distances and labels."),
+    "serve": ("serve", "serve", "Serve INDEX_DIR over HTTP: a search page at /, API docs at /docs."),
+    "methods": ("methods", "methods", "List the hashing methods, their training defaults, _D objective options and constants."),
+    "reproduce": ("reproduce", "reproduce", "Run EXPERIMENT (grid, timing, centers, toy, bound, study, baselines) and write its tables into --out."),
+    "report": ("report", "report", "Write a markdown report with PNG figures from the result tables in DIRECTORY."),
+    "centers": ("centers", "centers", "Generate C class centers of BITS bits with a large minimum Hamming distance."),
+    "toy-mvb": ("toy", "toy_mvb", "Estimate a random multivariate Bernoulli with the block surrogate P_pi."),
+    "demo": ("demo", "demo", "Train CSQ and CSQ_D on the bundled digits data set and compare them."),
+}
+
+
+@click.group(name="lbhash", cls=LazyGroup, commands_table=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="lbhash")
 def main() -> None:
     """Learn, evaluate and search binary hash codes (lower-bound objective, NeurIPS 2022)."""
@@ -55,8 +62,3 @@ class _EchoHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         click.echo(record.getMessage(), err=True)
-
-
-for command in (train, encode, evaluate, index, search, serve, methods, reproduce, report, centers, toy_mvb,
-                demo):
-    main.add_command(command)

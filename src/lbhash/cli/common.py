@@ -8,6 +8,7 @@ exception is a bug and keeps its traceback.
 from __future__ import annotations
 
 import errno
+import importlib
 
 import click
 
@@ -52,6 +53,32 @@ class LbhashGroup(click.Group):
             if message is None:
                 raise
             raise OneLineError(message) from None
+
+
+class LazyGroup(LbhashGroup):
+    """A group whose commands are imported when used. `commands_table` maps a command's name to
+    (module under lbhash.cli, function name, the one line `--help` lists), so listing the
+    commands imports none of them."""
+
+    def __init__(self, *args, commands_table: dict[str, tuple[str, str, str]], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.commands_table = commands_table
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands_table, *self.commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in self.commands_table:
+            module, function, _ = self.commands_table[cmd_name]
+            self.add_command(getattr(importlib.import_module(f"lbhash.cli.{module}"), function), cmd_name)
+        return self.commands.get(cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        width = formatter.width - 6 - max(len(name) for name in self.list_commands(ctx))
+        rows = [(name, click.utils.make_default_short_help(self.commands_table[name][2], width))
+                for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
 
 def parse_topk(value: str) -> int | None:

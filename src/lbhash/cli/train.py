@@ -43,7 +43,7 @@ def parse_method_options(values: tuple[str, ...]) -> dict:
 @click.option("--quiet", is_flag=True, help="No data line, progress or epoch lines: only warnings, errors and "
                                             "the results.")
 def train(config_file, out, resume, quiet, method_option, hidden, topk, **flags) -> None:
-    """Train a hash model (Alg. 1 with --lbhash) and write a run directory.
+    """Train a hash model and write a run directory; --lbhash adds the paper's objective (Alg 1).
 
     The run directory holds config.yaml, split.npz, data.json, log.jsonl, checkpoint.pt,
     codes.npz and metrics.json. A line on stderr says what data was loaded; progress shows

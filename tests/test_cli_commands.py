@@ -1,0 +1,74 @@
+"""The command table of `lbhash`: each command is imported when it runs, `--help` lists them all
+from the table, and the commands that need no model never import torch."""
+
+import subprocess
+import sys
+import textwrap
+
+import click
+from click.testing import CliRunner
+import numpy as np
+import pytest
+
+from lbhash.cli import COMMANDS, main
+from lbhash.codes_file import save_codes_file
+
+
+def test_every_listed_line_starts_its_commands_own_help():
+    ctx = click.Context(main)
+    assert main.list_commands(ctx) == sorted(COMMANDS)
+    for name, (_, _, line) in COMMANDS.items():
+        command = main.get_command(ctx, name)
+        assert command is not None and command.name == name
+        own = " ".join((command.help or "").split())
+        assert own.startswith(line), f"{name}: the table says {line!r}, the command {own[:len(line) + 20]!r}"
+
+
+def test_an_unknown_command_is_a_usage_error():
+    result = CliRunner().invoke(main, ["trian"])
+    assert result.exit_code == 2
+    assert "No such command 'trian'" in result.output
+
+
+@pytest.fixture(scope="module")
+def codes_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("startup")
+    rng = np.random.default_rng(0)
+    queries = rng.integers(0, 256, (5, 4), dtype=np.uint8)
+    database = rng.integers(0, 256, (40, 4), dtype=np.uint8)
+    save_codes_file(root / "codes.npz", queries, database, rng.integers(0, 3, 5), rng.integers(0, 3, 40))
+    np.save(root / "q.npy", queries)
+    return root
+
+
+PROBE = textwrap.dedent("""
+    import sys
+    from lbhash.cli import main
+    try:
+        main(sys.argv[1:])
+    except SystemExit as stop:
+        code = stop.code
+    print("exit", code, "torch", "torch" in sys.modules, file=sys.stderr)
+""")
+
+NO_MODEL = [
+    ["--help"],
+    ["evaluate", "codes.npz", "--topk", "all"],
+    ["index", "build", "codes.npz", "--out", "idx"],
+    ["index", "info", "idx"],
+    ["search", "idx", "--codes", "q.npy", "-k", "3"],
+    ["index", "remove", "idx", "--ids", "1,2"],
+]
+
+
+def test_commands_that_need_no_model_do_not_import_torch(codes_dir):
+    for args in NO_MODEL:  # in order: build before info, search and remove
+        done = subprocess.run([sys.executable, "-c", PROBE, *args], cwd=codes_dir, capture_output=True, text=True,
+                              timeout=600)
+        assert done.stderr.splitlines()[-1] == "exit 0 torch False", (args, done.stderr[-2000:])
+
+
+def test_a_command_that_trains_imports_torch(codes_dir):
+    done = subprocess.run([sys.executable, "-c", PROBE, "train", "--help"], cwd=codes_dir, capture_output=True,
+                          text=True, timeout=600)
+    assert done.stderr.splitlines()[-1] == "exit 0 torch True"
