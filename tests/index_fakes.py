@@ -1,4 +1,8 @@
-"""A stand-in for the training layer's encoder: a fixed random projection and a sign."""
+"""Stand-ins: for the training layer's encoder (a fixed random projection and a sign), and for
+a Milvus server (`fake_milvus`: a MilvusIndex over a collection kept in a dict)."""
+
+import json
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -25,3 +29,59 @@ class FakeEncoder:
             raise ValueError(f"features have {x.shape[1]} columns, the encoder takes {self.dim}")
         u = x @ self.projection
         return u if real else pack(np.where(u >= 0, 1, -1))
+
+
+class FakeCollection:
+    """The pymilvus Collection calls MilvusIndex makes (query by id or count, insert, upsert,
+    delete, search), answered from a dict by brute force, so that MilvusIndex runs without a
+    server. Like Milvus, it returns ties in no particular order: here by descending id."""
+
+    def __init__(self):
+        self.rows = {}
+
+    def query(self, expr, output_fields, consistency_level=None, timeout=None):
+        if output_fields == ["count(*)"]:
+            return [{"count(*)": len(self.rows)}]
+        wanted = json.loads(expr.removeprefix("id in "))
+        return [{"id": i, **{f: self.rows[i][f] for f in output_fields if f != "id"}} for i in wanted if i in self.rows]
+
+    def insert(self, data, timeout=None):
+        for i, code, labels in zip(*data):
+            self.rows[i] = {"code": code, "labels": labels}
+
+    upsert = insert
+
+    def delete(self, expr, timeout=None):
+        for i in json.loads(expr.removeprefix("id in ")):
+            self.rows.pop(i, None)
+
+    def search(self, data, anns_field, param, limit, expr=None, consistency_level=None, timeout=None):
+        extra = param["params"]
+        low, high = extra.get("range_filter", 0), extra.get("radius", float("inf"))  # low <= d < high
+        classes = set(json.loads(expr[expr.index("["):-1])) if expr else set()  # array_contains_any(labels, [..])
+        results = []
+        for query in data:
+            hits = [SimpleNamespace(distance=float(_hamming(query, row["code"])), id=i) for i, row in self.rows.items()
+                    if not classes or classes & set(row["labels"])]
+            hits = [h for h in hits if low <= h.distance < high]
+            results.append(sorted(hits, key=lambda h: (h.distance, -h.id))[:limit])
+        return results
+
+
+def _hamming(a: bytes, b: bytes) -> int:
+    return int(np.unpackbits(np.frombuffer(a, np.uint8) ^ np.frombuffer(b, np.uint8)).sum())
+
+
+def fake_milvus(bits: int):
+    """A MilvusIndex over a FakeCollection (lbhash.index.milvus; no pymilvus, no server)."""
+    from lbhash.index.milvus import MilvusIndex
+
+    class FakeMilvusIndex(MilvusIndex):
+        def __init__(self):
+            self._bits, self._kind, self.nlist, self.nprobe = bits, "flat", 1024, 16
+            self._timeout, self.collection, self._col = 1.0, "fake", FakeCollection()
+
+        def close(self) -> None:
+            pass
+
+    return FakeMilvusIndex()

@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 from index_reference import clustered_codes, near_queries, random_codes
-from lbhash.errors import InputError
-from lbhash.index import CodeIndex
+from lbhash.errors import Conflict, InputError, NotFound
+from lbhash.index import CodeIndex, rerank_search
 
 pytestmark = pytest.mark.milvus
 PORT = 19530
@@ -161,10 +161,10 @@ def test_rerank_equals_faiss_flat(make_index):
     real = rng.choice([-1.0, -0.5, 0.25, 0.5, 1.0], size=(10, 32))  # exact sums: many ties
     qlabels = rng.integers(0, 3, 10)
     for factor in (1, 4):
-        assert_same(milvus.search(queries, 10, rerank=real, rerank_factor=factor),
-                    flat.search(queries, 10, rerank=real, rerank_factor=factor))
-        assert_same(milvus.search(queries, 10, labels=qlabels, rerank=real, rerank_factor=factor),
-                    flat.search(queries, 10, labels=qlabels, rerank=real, rerank_factor=factor))
+        assert_same(rerank_search(milvus, queries, 10, real, factor=factor),
+                    rerank_search(flat, queries, 10, real, factor=factor))
+        assert_same(rerank_search(milvus, queries, 10, real, qlabels, factor),
+                    rerank_search(flat, queries, 10, real, qlabels, factor))
 
 
 def test_writes_are_read_back_at_once(make_index):
@@ -178,9 +178,9 @@ def test_writes_are_read_back_at_once(make_index):
     queries = codes[:10]
     assert_same(milvus.search(queries, 15), flat.search(queries, 15))
     assert_same(milvus.get([5, 1000, 3]), flat.get([5, 1000, 3]))
-    with pytest.raises(InputError, match="id 7 is already in the index"):
+    with pytest.raises(Conflict, match="id 7 is already in the index"):
         milvus.add(codes[:1], ids=[7])
-    with pytest.raises(InputError, match="id 4 is not in the index"):
+    with pytest.raises(NotFound, match="id 4 is not in the index"):
         milvus.remove([4])
     with pytest.raises(InputError, match="needs explicit ids"):
         milvus.add(codes[:1])

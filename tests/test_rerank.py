@@ -1,44 +1,17 @@
-"""Re-ranked search (CodeIndex.search(..., rerank=...), the service, the real outputs of the
-encoder) against brute-force references written here, tie order included."""
+"""Re-ranked search (rerank_search over an index, Searcher.rerank_search, the service, the real
+outputs of the encoder) against brute-force references (index_reference.reranked), tie order
+included; and the deprecated `search(..., rerank=)` keywords."""
 
 import numpy as np
 import pytest
 
-from index_reference import clustered_codes, hamming, random_codes
+from index_reference import PAD_DISTANCE, clustered_codes, random_codes, reranked, signs_of
 from lbhash.errors import InputError
 from lbhash.evaluate import rank_asymmetric
 from lbhash.index import CodeIndex, rerank_search
 
 BITS = 16
 LEVELS = [-1.0, -0.5, 0.25, 0.5, 1.0]  # dyadic: every sum is exact, so equal scores are ties
-
-
-def signs_of(packed):
-    """+/-1 (n, bits) of packed codes, bit j = bit j % 8 (lowest first) of byte j // 8."""
-    return np.where(np.unpackbits(packed, axis=1, bitorder="little"), 1, -1)
-
-
-def reference(queries, real, codes, ids, k, factor, allowed=None):
-    """Per query: the Hamming top k * factor by (distance, id) among the allowed items, scored
-    in Python floats (each byte's bits lowest first, then the bytes in order), sorted by
-    (-score, id): [(score, distance, id), ...][:k]."""
-    dist = hamming(queries, codes)
-    b = signs_of(codes)
-    out = []
-    for q in range(len(queries)):
-        mask = np.ones(len(ids), bool) if allowed is None else allowed[q]
-        cands = sorted((int(dist[q, j]), int(ids[j]), j) for j in range(len(ids)) if mask[j])[:k * factor]
-        scored = []
-        for d, i, j in cands:
-            score = 0.0
-            for start in range(0, b.shape[1], 8):
-                part = 0.0
-                for r, s in zip(real[q, start:start + 8].tolist(), b[j, start:start + 8].tolist()):
-                    part += r * s
-                score += part
-            scored.append((score, d, i))
-        out.append(sorted(scored, key=lambda t: (-t[0], t[2]))[:k])
-    return out
 
 
 def assert_matches(got_scores, got_ids, expected, k):
@@ -66,16 +39,16 @@ def test_flat_rerank_matches_the_brute_force_reference_with_ties(tied, k, factor
     codes, ids, labels, queries, real = tied
     index = CodeIndex(BITS)
     index.add(codes, ids=ids, labels=labels)
-    dist, got = index.search(queries, k, rerank=real, rerank_factor=factor)
-    expected = reference(queries, real, codes, ids, k, factor)
-    assert dist.dtype == np.float64 and got.dtype == np.int64 and dist.shape == got.shape == (9, k)
-    assert_matches(-dist, got, expected, k)
+    scores, hamming_d, got = rerank_search(index, queries, k, real, factor=factor)
+    expected = reranked(queries, real, codes, ids, k, factor)
+    assert scores.dtype == np.float64 and hamming_d.dtype == np.int32 and got.dtype == np.int64
+    assert scores.shape == hamming_d.shape == got.shape == (9, k)
+    assert_matches(scores, got, expected, k)
     # the case must hold ties that only the id breaks, or the tie rule is untested
     assert any(r[t][0] == r[t + 1][0] for r in expected for t in range(len(r) - 1))
-    scores, hamming_d, ids3 = rerank_search(index, queries, k, real, factor=factor)
-    np.testing.assert_array_equal(ids3, got)
     for q, rows in enumerate(expected):
         assert hamming_d[q, :len(rows)].tolist() == [d for _, d, _ in rows]
+        assert (hamming_d[q, len(rows):] == PAD_DISTANCE).all()
 
 
 def test_label_filtered_rerank(tied):
@@ -84,11 +57,11 @@ def test_label_filtered_rerank(tied):
     index.add(codes, ids=ids, labels=labels)
     filters = np.arange(9) % 3
     filters[4] = 1
-    dist, got = index.search(queries, 6, labels=filters, rerank=real, rerank_factor=3)
+    scores, _, got = rerank_search(index, queries, 6, real, filters, 3)
     allowed = [labels == f for f in filters]
-    expected = reference(queries, real, codes, ids, 6, 3, allowed)
-    assert_matches(-dist, got, expected, 6)
-    unfiltered = index.search(queries, 6, rerank=real, rerank_factor=3)[1]
+    expected = reranked(queries, real, codes, ids, 6, 3, allowed)
+    assert_matches(scores, got, expected, 6)
+    unfiltered = rerank_search(index, queries, 6, real, factor=3)[2]
     assert (unfiltered != got).any()  # the filter changed something
 
 
@@ -100,19 +73,19 @@ def test_enough_candidates_give_the_full_asymmetric_ranking(rng):
     index = CodeIndex(BITS)
     index.add(codes)
     queries = np.packbits(real >= 0, axis=1, bitorder="little")
-    dist, got = index.search(queries, 90, rerank=real, rerank_factor=1)
+    found, _, got = rerank_search(index, queries, 90, real, factor=1)
     scores = real @ signs_of(codes).T
     numpy_order = np.lexsort((np.broadcast_to(np.arange(90), scores.shape), -scores), axis=1)
     np.testing.assert_array_equal(got, numpy_order)
-    np.testing.assert_array_equal(-dist, np.take_along_axis(scores, numpy_order, 1))
+    np.testing.assert_array_equal(found, np.take_along_axis(scores, numpy_order, 1))
     np.testing.assert_array_equal(got, rank_asymmetric(real, signs_of(codes)))
-    _, top5 = index.search(queries, 5, rerank=real, rerank_factor=90)
+    top5 = rerank_search(index, queries, 5, real, factor=90)[2]
     np.testing.assert_array_equal(top5, numpy_order[:, :5])
     # Gaussian outputs (no ties): the evaluation's ranking, scores equal to numpy's to rounding
     real = rng.standard_normal((12, BITS)).astype(np.float32)
-    dist, got = index.search(queries, 90, rerank=real, rerank_factor=2)
+    found, _, got = rerank_search(index, queries, 90, real, factor=2)
     np.testing.assert_array_equal(got, rank_asymmetric(real, signs_of(codes)))
-    np.testing.assert_allclose(-dist, np.sort(real.astype(np.float64) @ signs_of(codes).T, 1)[:, ::-1], atol=1e-9)
+    np.testing.assert_allclose(found, np.sort(real.astype(np.float64) @ signs_of(codes).T, 1)[:, ::-1], atol=1e-9)
 
 
 @pytest.mark.parametrize("kind, params", [("ivf", {"nlist": 4, "nprobe": 1}), ("multihash", {"nflip": 0})])
@@ -127,45 +100,45 @@ def test_every_kind_reranks_its_own_candidates(rng, kind, params):
     real = rng.choice(LEVELS, size=(6, BITS))
     for filters in (None, np.array([0, 1, 1, 0, 1, 0])):
         _, cand = index.search(queries, 12, labels=filters)
-        dist, got = index.search(queries, 4, labels=filters, rerank=real, rerank_factor=3)
+        scores, _, got = rerank_search(index, queries, 4, real, filters, 3)
         b = signs_of(codes)
         for q in range(6):
             pool = [int(i) for i in cand[q] if i >= 0]
             best = sorted(((float(real[q] @ b[i]), i) for i in pool), key=lambda t: (-t[0], t[1]))[:4]
             assert got[q, :len(best)].tolist() == [i for _, i in best]
-            assert (-dist[q, :len(best)]).tolist() == [s for s, _ in best]
+            assert scores[q, :len(best)].tolist() == [s for s, _ in best]
 
 
 def test_padding_small_and_empty_indexes(rng):
     index = CodeIndex(BITS)
     real = rng.standard_normal((2, BITS))
     queries = random_codes(rng, 2, BITS)
-    dist, ids = index.search(queries, 3, rerank=real)
-    assert (ids == -1).all() and np.isposinf(dist).all()
+    scores, dist, ids = rerank_search(index, queries, 3, real)
+    assert (ids == -1).all() and np.isneginf(scores).all() and (dist == PAD_DISTANCE).all()
     index.add(random_codes(rng, 2, BITS), ids=[5, 9])
-    dist, ids = index.search(queries, 3, rerank=real)
-    assert sorted(ids[0, :2].tolist()) == [5, 9] and ids[0, 2] == -1 and np.isposinf(dist[:, 2]).all()
-    assert np.isfinite(dist[:, :2]).all()
-    d0, i0 = index.search(queries[:0], 3, rerank=real[:0])
-    assert d0.shape == i0.shape == (0, 3)
+    scores, dist, ids = rerank_search(index, queries, 3, real)
+    assert sorted(ids[0, :2].tolist()) == [5, 9] and ids[0, 2] == -1 and np.isneginf(scores[:, 2]).all()
+    assert np.isfinite(scores[:, :2]).all() and (dist[:, 2] == PAD_DISTANCE).all()
+    s0, d0, i0 = rerank_search(index, queries[:0], 3, real[:0])
+    assert s0.shape == d0.shape == i0.shape == (0, 3)
 
 
-@pytest.mark.parametrize("kwargs, fragment", [
-    ({"rerank": np.zeros((3, BITS))}, r"rerank must have shape \(2, 16\)"),
-    ({"rerank": np.zeros((2, 8))}, r"rerank must have shape \(2, 16\)"),
-    ({"rerank": np.array([[np.nan] * BITS, [0.0] * BITS])}, "rerank holds NaN or inf in row 0"),
-    ({"rerank": np.array([[0.0] * BITS, [np.inf] * BITS])}, "rerank holds NaN or inf in row 1"),
-    ({"rerank": np.full((2, BITS), 1e307 * 2)}, "so that every score stays finite"),
-    ({"rerank": np.full((2, BITS), "a")}, "rerank must hold real numbers"),
-    ({"rerank": np.zeros((2, BITS)), "rerank_factor": 0}, "rerank_factor must be a positive integer"),
-    ({"rerank": np.zeros((2, BITS)), "rerank_factor": 2.0}, "rerank_factor must be a positive integer"),
-    ({"rerank_factor": True}, "rerank_factor must be a positive integer"),
+@pytest.mark.parametrize("real, factor, fragment", [
+    (np.zeros((3, BITS)), 4, r"rerank must have shape \(2, 16\)"),
+    (np.zeros((2, 8)), 4, r"rerank must have shape \(2, 16\)"),
+    (np.array([[np.nan] * BITS, [0.0] * BITS]), 4, "rerank holds NaN or inf in row 0"),
+    (np.array([[0.0] * BITS, [np.inf] * BITS]), 4, "rerank holds NaN or inf in row 1"),
+    (np.full((2, BITS), 1e307 * 2), 4, "so that every score stays finite"),
+    (np.full((2, BITS), "a"), 4, "rerank must hold real numbers"),
+    (np.zeros((2, BITS)), 0, "rerank_factor must be a positive integer"),
+    (np.zeros((2, BITS)), 2.0, "rerank_factor must be a positive integer"),
+    (np.zeros((2, BITS)), True, "rerank_factor must be a positive integer"),
 ])
-def test_bad_rerank_input_is_one_line(rng, kwargs, fragment):
+def test_bad_rerank_input_is_one_line(rng, real, factor, fragment):
     index = CodeIndex(BITS)
     index.add(random_codes(rng, 10, BITS))
     with pytest.raises(InputError, match=fragment) as err:
-        index.search(random_codes(rng, 2, BITS), 3, **kwargs)
+        rerank_search(index, random_codes(rng, 2, BITS), 3, real, factor=factor)
     assert "\n" not in str(err.value)
 
 
@@ -181,12 +154,43 @@ def test_searcher_reranks_by_the_encoders_real_outputs(rng):
     searcher = Searcher(index, encoder)
     real = encoder.encode(x, real=True)
     np.testing.assert_array_equal(codes_of(real), encoder.encode(x))
-    dist, ids = searcher.search(x, 5, rerank_factor=3)
-    ref_d, ref_i = index.search(encoder.encode(x), 5, rerank=real, rerank_factor=3)
-    np.testing.assert_array_equal(ids, ref_i)
-    np.testing.assert_array_equal(dist, ref_d)
-    expected = reference(encoder.encode(x), real, index.get(index.ids())[0], index.ids(), 5, 3)
-    assert_matches(-dist, ids, expected, 5)
+    scores, dist, ids = searcher.rerank_search(x, 5, factor=3)
+    for got, want in zip((scores, dist, ids), rerank_search(index, encoder.encode(x), 5, real, factor=3)):
+        np.testing.assert_array_equal(got, want)
+    expected = reranked(encoder.encode(x), real, index.get(index.ids())[0], index.ids(), 5, 3)
+    assert_matches(scores, ids, expected, 5)
+
+
+def test_the_deprecated_rerank_keywords_warn_and_answer_as_before(tied):
+    """`search(..., rerank=, rerank_factor=)` for one more release: a DeprecationWarning that
+    points at the caller, and the old answer (0.0 - score, ids)."""
+    from index_fakes import FakeEncoder
+    from lbhash.index import Searcher
+
+    codes, ids, labels, queries, real = tied
+    index = CodeIndex(BITS)
+    index.add(codes, ids=ids, labels=labels)
+    scores, _, want = rerank_search(index, queries, 5, real, labels[:9], 3)
+    with pytest.warns(DeprecationWarning, match="use lbhash.index.rerank_search") as caught:
+        dist, got = index.search(queries, 5, labels[:9], rerank=real, rerank_factor=3)
+    assert caught[0].filename == __file__
+    assert dist.dtype == np.float64 and not np.signbit(dist[scores == 0]).any()  # +0.0, never -0.0
+    np.testing.assert_array_equal(dist, 0.0 - scores)
+    np.testing.assert_array_equal(got, want)
+    with pytest.warns(DeprecationWarning):
+        np.testing.assert_array_equal(index.search(queries, 5, rerank=real)[1], rerank_search(index, queries, 5, real)[2])
+    with pytest.warns(DeprecationWarning):  # a factor alone is checked and re-ranks nothing, as before
+        np.testing.assert_array_equal(index.search(queries, 5, rerank_factor=2)[0], index.search(queries, 5)[0])
+    with pytest.warns(DeprecationWarning), pytest.raises(InputError, match="rerank_factor must be a positive integer"):
+        index.search(queries, 5, rerank_factor=True)
+    encoder = FakeEncoder(dim=12, bits=BITS)
+    x = np.random.default_rng(0).standard_normal((3, 12))
+    scores, _, want = Searcher(index, encoder).rerank_search(x, 4, factor=2)
+    with pytest.warns(DeprecationWarning, match="use Searcher.rerank_search") as caught:
+        dist, got = Searcher(index, encoder).search(x, 4, rerank_factor=2)
+    assert caught[0].filename == __file__
+    np.testing.assert_array_equal(dist, 0.0 - scores)
+    np.testing.assert_array_equal(got, want)
 
 
 # --- the encoder's real outputs --------------------------------------------------------------
@@ -272,7 +276,7 @@ def test_service_reranks_codes_with_real_and_features(served, rng):
             "labels": [[0], [1, 2], [0, 1, 2]]}
     results = hits(client.post("/search", json=body))
     scores, dist, ids = rerank_search(index, queries, 5, real, [[1, 0, 0], [0, 1, 1], [1, 1, 1]], 3)
-    expected = reference(queries, real, index.get(index.ids())[0], index.ids(), 5, 3,
+    expected = reranked(queries, real, index.get(index.ids())[0], index.ids(), 5, 3,
                          [labels == 0, labels > 0, labels >= 0])
     for q, result in enumerate(results):
         assert [h["id"] for h in result["hits"]] == ids[q].tolist() == [i for _, _, i in expected[q]]
@@ -280,10 +284,10 @@ def test_service_reranks_codes_with_real_and_features(served, rng):
         assert [h["distance"] for h in result["hits"]] == [d for _, d, _ in expected[q]]  # Hamming
         assert [h["labels"] for h in result["hits"]] == [[int(labels[i])] for i in ids[q]]
     default = hits(client.post("/search", json={"codes": body["codes"], "real": body["real"]}))
-    assert [[h["id"] for h in r["hits"]] for r in default] == index.search(queries, 10, rerank=real)[1].tolist()
+    assert [[h["id"] for h in r["hits"]] for r in default] == rerank_search(index, queries, 10, real)[2].tolist()
     x = rng.standard_normal((2, 12)).astype(np.float32)
     results = hits(client.post("/search", json={"features": x.tolist(), "k": 4, "rerank_factor": 2}))
-    _, want = index.search(encoder.encode(x), 4, rerank=encoder.encode(x, real=True), rerank_factor=2)
+    want = rerank_search(index, encoder.encode(x), 4, encoder.encode(x, real=True), factor=2)[2]
     assert [[h["id"] for h in r["hits"]] for r in results] == want.tolist()
     plain = hits(client.post("/search", json={"codes": body["codes"], "k": 2}))
     assert all("score" not in h for r in plain for h in r["hits"])
@@ -359,6 +363,8 @@ def test_milvus_holds_the_candidates_to_its_result_cap(rng):
         ntotal = 50_000
 
     with pytest.raises(InputError, match=r"k \* rerank_factor \(20000 candidates\) must be at most 16383"):
-        Unconnected().search(random_codes(rng, 2, BITS), 100, rerank=np.zeros((2, BITS)), rerank_factor=200)
+        rerank_search(Unconnected(), random_codes(rng, 2, BITS), 100, np.zeros((2, BITS)), factor=200)
     with pytest.raises(InputError, match="rerank_factor must be a positive integer"):
-        Unconnected().search(random_codes(rng, 2, BITS), 10, rerank_factor=0)
+        rerank_search(Unconnected(), random_codes(rng, 2, BITS), 10, np.zeros((2, BITS)), factor=0)
+    with pytest.raises(InputError, match="k must be at most 16383 with the milvus backend"):
+        Unconnected().search(random_codes(rng, 2, BITS), 20000)

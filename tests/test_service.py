@@ -12,7 +12,7 @@ from PIL import Image
 from index_fakes import FakeEncoder
 from index_reference import random_codes, top_k
 from lbhash.errors import InputError
-from lbhash.index import CodeIndex
+from lbhash.index import CodeIndex, plan_search
 from lbhash.service import IndexStore, Limits, create_app, wal_path_for
 
 BITS = 32
@@ -263,8 +263,8 @@ def test_concurrent_reads_and_writes(tmp_path, rng):
     def reader():
         try:
             for _ in range(100):
-                for dist, ids, _ in store.search(codes[:4], k=5):
-                    assert dist == sorted(dist) and len(set(ids)) == len(ids)
+                for hits in store.search(codes[:4], plan_search(5)):
+                    assert hits.distances == sorted(hits.distances) and len(set(hits.ids)) == len(hits.ids)
         except Exception as err:
             errors.append(err)
 

@@ -1,8 +1,10 @@
-"""The error type for bad user input.
+"""The error types for bad user input.
 
 `InputError` is raised at the edges (files, options, values a user gives). The command line
 prints it as one line and exits with status 2; every other exception is a bug and keeps its
 traceback. It subclasses ValueError, so `except ValueError` keeps working for callers.
+`NotFound` (an id not in an index) and `Conflict` (an id already in it) are InputErrors that
+the indexes raise and the service answers with 404 and 409.
 `require_extra` turns a missing optional dependency into such a line, naming the extra.
 `LbhashWarning` is the base of lbhash's warnings about input it accepted but changed.
 """
@@ -10,6 +12,14 @@ traceback. It subclasses ValueError, so `except ValueError` keeps working for ca
 
 class InputError(ValueError):
     """Bad input from a user: a file, an option or a value. The message names it."""
+
+
+class NotFound(InputError):
+    """An id that is not in the index (HTTP 404)."""
+
+
+class Conflict(InputError):
+    """An id that is already in the index, added without upsert (HTTP 409)."""
 
 
 class LbhashWarning(UserWarning):

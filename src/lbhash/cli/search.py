@@ -9,7 +9,7 @@ import click
 import numpy as np
 
 from lbhash.cli.index import backend_options, open_index
-from lbhash.limits import MAX_BATCH, MAX_CLASS_ID, MAX_K
+from lbhash.limits import MAX_CLASS_ID, MAX_K
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 
@@ -41,9 +41,32 @@ def search(index_dir: str, codes_path, features_path, image_paths, run_dir, k: i
     Limits (docs/search.md): k at most 1000, class ids 0 to 65535; queries are searched in
     batches of 1024.
     """
-    from lbhash.cli.common import parse_int_list
+    from lbhash.index.hits import Spelling, plan_search, search_hits  # lbhash.index loads FAISS: once needed
+
+    rerank = rerank_factor is not None
+    _check_query_options(codes_path, features_path, image_paths, run_dir, rerank)
+    spelling = Spelling(k="-k", radius="--radius", factor="--rerank-factor", rerank="--rerank-factor",
+                        classes="--filter-labels")
+    plan = plan_search(k, radius, rerank=rerank, factor=rerank_factor, spelling=spelling)
+    classes = None if filter_labels is None else _filter_classes(filter_labels)  # checked before the index is read
+    index = open_index(index_dir, backend, uri)
+    names, codes, real = _queries(index, codes_path, features_path, image_paths, run_dir, rerank)
+    hits = search_hits(index, codes, plan, classes=None if classes is None else [classes] * len(codes), real=real)
+    found = np.array(sorted({i for h in hits for i in h.ids}), np.int64)
+    source_of = _hit_sources(index, found, run_dir, index_dir, backend)
+    measure = "scores" if rerank else "distances"
+    results = [{"query": q, "name": names[q], "ids": h.ids, measure: h.scores if rerank else h.distances,
+                "labels": h.labels, **({"sources": [source_of.get(x) for x in h.ids]} if source_of else {})}
+               for q, h in enumerate(hits)]
+    if as_json:
+        click.echo(json.dumps(results, indent=1))
+    else:
+        _print_results(results, measure)
+
+
+def _check_query_options(codes_path, features_path, image_paths, run_dir, rerank: bool) -> None:
+    """Exactly one query source; a run to encode features or images; real outputs to re-rank by."""
     from lbhash.errors import InputError
-    from lbhash.limits import check_class_ids, check_k
 
     given = [name for name, value in (("--codes", codes_path), ("--features", features_path),
                                       ("--images", image_paths)) if value]
@@ -51,79 +74,62 @@ def search(index_dir: str, codes_path, features_path, image_paths, run_dir, k: i
         raise InputError("give exactly one of --codes, --features and --images")
     if given[0] != "--codes" and run_dir is None:
         raise InputError(f"{given[0]} needs --run RUN_DIR (the model that encodes the queries)")
-    if k is not None and radius is not None:
-        raise InputError(f"give either -k or --radius, not both (got -k {k} and --radius {radius})")
-    if radius is None:
-        k = check_k(10 if k is None else k, "-k")
-    if rerank_factor is not None:
-        if codes_path is not None or radius is not None:
-            raise InputError("--rerank-factor needs --features or --images (their real outputs) and top-k, "
-                             "not --codes or --radius")
-        if rerank_factor < 1:
-            raise InputError(f"--rerank-factor must be a positive integer, got {rerank_factor}")
-    classes = None
-    if filter_labels is not None:  # checked before the index is read
-        classes = check_class_ids(parse_int_list(filter_labels, "--filter-labels"), "--filter-labels")
-    index = open_index(index_dir, backend, uri)
-    from lbhash.index.sparse_labels import SparseLabels  # lbhash.index loads FAISS: imported once it is needed
-    names, queries = _queries(index, codes_path, features_path, image_paths, run_dir, rerank_factor is not None)
-    rows = []
-    for start in range(0, len(queries), MAX_BATCH):  # bounded memory for any number of queries
-        batch = queries[start:start + MAX_BATCH]
-        labels = None if classes is None else SparseLabels.from_lists([classes] * len(batch), "--filter-labels")
-        if radius is not None:
-            lims, dist, ids = index.range_search(batch, radius, labels)
-            rows += [(dist[a:b], ids[a:b]) for a, b in zip(lims[:-1], lims[1:])]
-        elif rerank_factor is not None:  # batch holds real outputs; distances are -score
-            from lbhash.index.searcher import codes_of
+    if rerank and codes_path is not None:
+        raise InputError("--rerank-factor needs --features or --images (their real outputs), not --codes")
 
-            dist, ids = index.search(codes_of(batch), k, labels, rerank=batch, rerank_factor=rerank_factor)
-            rows += [(d[i >= 0], i[i >= 0]) for d, i in zip(dist, ids)]
-        else:
-            dist, ids = index.search(batch, k, labels)
-            rows += [(d[i >= 0], i[i >= 0]) for d, i in zip(dist, ids)]
-    found = np.unique(np.concatenate([i for _, i in rows])) if rows else np.empty(0, np.int64)
-    item_labels = dict(zip(found.tolist(), index.labels_of(found))) if len(found) else {}
-    source_of = _hit_sources(index, found, run_dir, index_dir, backend)
-    measure = "distances" if rerank_factor is None else "scores"  # re-ranked rows hold -score
-    results = [{"query": q, "name": names[q], "ids": i.tolist(),
-                measure: (d if rerank_factor is None else -d).tolist(),
-                "labels": [item_labels[x] for x in i.tolist()],
-                **({"sources": [source_of.get(x) for x in i.tolist()]} if source_of else {})}
-               for q, (d, i) in enumerate(rows)]
-    if as_json:
-        click.echo(json.dumps(results, indent=1))
-        return
+
+def _filter_classes(text: str) -> list[int]:
+    from lbhash.cli.common import parse_int_list
+    from lbhash.index.hits import check_classes
+
+    return check_classes([parse_int_list(text, "--filter-labels")], "--filter-labels")[0]
+
+
+def _print_results(results: list[dict], measure: str) -> None:
     for result in results:
         click.echo(f"query {result['query']} ({result['name']}): {len(result['ids'])} results")
         sources = result.get("sources", [None] * len(result["ids"]))
         for rank, (i, d, lab, src) in enumerate(zip(result["ids"], result[measure], result["labels"], sources), 1):
-            where = f"distance {d:<4d}" if rerank_factor is None else f"score {d:<10.4f}"
+            where = f"distance {d:<4d}" if measure == "distances" else f"score {d:<10.4f}"
             click.echo(f"  {rank:4d}  id {i:<10d} {where} labels {','.join(map(str, lab)) or '-'}"
                        + (f"  {src}" if src else ""))
 
 
-def _queries(index, codes_path, features_path, image_paths, run_dir, real: bool = False):
-    """Names and packed codes of the queries (real=True: their real outputs instead)."""
-    from lbhash.errors import InputError
-
+def _queries(index, codes_path, features_path, image_paths, run_dir, rerank: bool):
+    """Names, packed codes and real outputs (rerank=True; else None) of the queries."""
     if codes_path is not None:
-        from lbhash.codes_file import load_codes_file, only_part, part
-
-        data = load_codes_file(codes_path, need=(), bits=index.bits)
-        if data["bits"] != index.bits:
-            raise InputError(f"{codes_path}: {data['bits']}-bit codes, but the index holds {index.bits}-bit codes")
-        fields = part(data, only_part(data, "query", codes_path))
-        return _names(fields), fields["codes"]
+        return (*_code_queries(index, codes_path), None)
     from lbhash.data import load_data
     from lbhash.index import Searcher
+    from lbhash.index.searcher import codes_of
     from lbhash.index.sources import load_encoder
 
     searcher = Searcher(index, load_encoder(run_dir))
     if features_path is not None:
         spec = features_path if features_path.startswith("features:") else f"features:{features_path}"
-        queries = load_data(spec, labels_required=False)
-        return [f"row {i}" for i in range(len(queries))], searcher.encode(queries, real)
+        inputs = load_data(spec, labels_required=False)
+        names, encoded = [f"row {i}" for i in range(len(inputs))], searcher.encode(inputs, rerank)
+    else:
+        files = _image_files(image_paths)
+        names = [str(f) for f in files]
+        encoded = searcher.encode_image_files([f.read_bytes() for f in files], names, rerank)
+    return (names, codes_of(encoded), encoded) if rerank else (names, encoded, None)
+
+
+def _code_queries(index, codes_path) -> tuple[list[str], np.ndarray]:
+    from lbhash.codes_file import load_codes_file, only_part, part
+    from lbhash.errors import InputError
+
+    data = load_codes_file(codes_path, need=(), bits=index.bits)
+    if data["bits"] != index.bits:
+        raise InputError(f"{codes_path}: {data['bits']}-bit codes, but the index holds {index.bits}-bit codes")
+    fields = part(data, only_part(data, "query", codes_path))
+    return _names(fields), fields["codes"]
+
+
+def _image_files(image_paths) -> list[Path]:
+    from lbhash.errors import InputError
+
     files = []
     for path in image_paths:
         if path.is_dir():
@@ -134,8 +140,7 @@ def _queries(index, codes_path, features_path, image_paths, run_dir, real: bool 
             raise InputError(f"{path}: no such file or directory")
     if not files:
         raise InputError("--images found no image files")
-    return [str(f) for f in files], searcher.encode_image_files([f.read_bytes() for f in files],
-                                                                [str(f) for f in files], real)
+    return files
 
 
 def _hit_sources(index, ids, run_dir, index_dir, backend: str) -> dict:

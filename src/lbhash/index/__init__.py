@@ -1,13 +1,17 @@
 """Search over packed binary codes (docs/search.md): `CodeIndex` (FAISS), `MilvusIndex` (a Milvus
 server, imported lazily), and `Searcher`, which encodes raw inputs before searching.
-`search(..., rerank=real)` re-ranks the Hamming candidates by the queries' real-valued outputs
-(`rerank_search`, lbhash.index.rerank).
+`rerank_search(index, queries, k, real)` re-ranks any backend's Hamming candidates by the
+queries' real-valued outputs (lbhash.index.rerank). `search_hits` (lbhash.index.hits) holds the
+rules of a search request that the command line and the service share.
 
 See docs/search.md for the kinds, their guarantees, persistence and the service.
 """
 
-from lbhash.index.code_index import KINDS, PAD_DISTANCE, PAD_ID, RERANK_FACTOR, AddPlan, CodeIndex, threads_for
-from lbhash.index.rerank import rerank_search
+from lbhash.index._kinds import KINDS
+from lbhash.index._padding import PAD_DISTANCE, PAD_ID
+from lbhash.index.code_index import AddPlan, CodeIndex, threads_for
+from lbhash.index.hits import Hits, SearchPlan, Spelling, check_classes, plan_search, search_hits
+from lbhash.index.rerank import RERANK_FACTOR, rerank_search
 from lbhash.index.searcher import Searcher
 from lbhash.index.sparse_labels import SparseLabels
 
@@ -21,4 +25,5 @@ def __getattr__(name):
 
 
 __all__ = ["CodeIndex", "Searcher", "MilvusIndex", "AddPlan", "SparseLabels", "KINDS", "PAD_ID", "PAD_DISTANCE",
-           "RERANK_FACTOR", "rerank_search", "threads_for"]
+           "RERANK_FACTOR", "rerank_search", "threads_for", "Hits", "SearchPlan", "Spelling", "check_classes",
+           "plan_search", "search_hits"]

@@ -14,17 +14,14 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from lbhash.errors import InputError
+from lbhash.errors import Conflict, InputError, NotFound
 from lbhash.index import _checks
-from lbhash.index._engines import FlatEngine, MultiHashEngine, Rows
-from lbhash.index._ivf import IVFEngine
+from lbhash.index._engines import Rows
+from lbhash.index._kinds import ENGINES, KINDS
+from lbhash.index._padding import PAD_DISTANCE, PAD_ID
+from lbhash.index.rerank import search_with_rerank_keywords
 from lbhash.index.sparse_labels import SparseLabels
-
-ENGINES = {engine.kind: engine for engine in (FlatEngine, IVFEngine, MultiHashEngine)}
-PAD_ID = -1
-PAD_DISTANCE = int(np.iinfo(np.int32).max)
-RERANK_FACTOR = 4  # Hamming candidates per result when a search re-ranks (docs/search.md)
-KINDS = tuple(ENGINES)
+from lbhash.index.storage import load_index, save_index
 
 
 @contextmanager
@@ -167,7 +164,7 @@ class CodeIndex:
         if not upsert and self.ntotal and n:
             present = self._present(ids)
             if present.any():
-                raise InputError(f"id {int(ids[present][0])} is already in the index (pass upsert=True to replace it)")
+                raise Conflict(f"id {int(ids[present][0])} is already in the index (pass upsert=True to replace it)")
         return AddPlan(ids, codes, rows, bool(upsert))
 
     def apply_add(self, plan: AddPlan) -> None:
@@ -248,26 +245,19 @@ class CodeIndex:
         """The class ids of each given item (ascending Python ints), in the order of `ids`."""
         return self._labels.take(self._positions(_checks.item_ids(ids))).to_lists()
 
-    def search(self, queries, k: int, labels=None, rerank=None,
-               rerank_factor: int = RERANK_FACTOR) -> tuple[np.ndarray, np.ndarray]:
+    def search(self, queries, k: int, labels=None, rerank=None, rerank_factor=None) -> tuple[np.ndarray, np.ndarray]:
         """Top-k by Hamming distance: (distances int32 (nq, k), ids int64 (nq, k)).
 
         Rows are sorted by (distance, id) and padded with PAD_DISTANCE / PAD_ID. `labels`
         (class ids (nq,), multi-hot rows (nq, C) or `SparseLabels`) keeps, for each query, only items that
         share at least one label with its row; a row without labels finds nothing.
 
-        `rerank`: the queries' real-valued outputs (nq, bits), used as given (raw u, or
-        np.tanh(u)). The top k * rerank_factor by Hamming distance (this search, filters
-        included) are re-ranked by the asymmetric score s = sum_j rerank_qj * b_j (b the item's
-        +/-1 code) and the best k returned: distances are then float64 **-s** (rows ascending,
-        so descending score, ties by id), padded with +inf / PAD_ID (lbhash.index.rerank).
+        Re-ranking by the queries' real outputs is `lbhash.index.rerank_search(index, ...)`.
+        `rerank` and `rerank_factor` are its deprecated spelling, kept for one release (a
+        DeprecationWarning; distances are then float64 -score).
         """
-        if rerank is not None:
-            from lbhash.index.rerank import rerank_search  # it imports this module
-
-            scores, _, ids = rerank_search(self, queries, k, rerank, labels, rerank_factor)
-            return 0.0 - scores, ids  # 0.0 - 0.0 is +0.0, where -scores would give -0.0
-        _checks.rerank_factor(rerank_factor)  # refused even when unused: a typo should not pass
+        if rerank is not None or rerank_factor is not None:
+            return search_with_rerank_keywords(self, queries, k, labels, rerank, rerank_factor)
         k = _checks.top_k(k)
         queries = _checks.packed_codes(queries, self._bits, "queries")
         filters = self._query_filters(labels, len(queries))
@@ -322,16 +312,12 @@ class CodeIndex:
 
     def save(self, path: str | Path) -> None:
         """Write the index directory atomically (see `lbhash.index.storage`)."""
-        from lbhash.index.storage import save_index
-
         save_index(self, path)
 
     @classmethod
     def load(cls, path: str | Path) -> "CodeIndex":
         """Read an index directory, verifying the checksum of every file."""
-        from lbhash.index.storage import load_index
-
-        return load_index(path)
+        return load_index(path, cls)
 
     # --- internals ------------------------------------------------------------------------
 
@@ -344,7 +330,7 @@ class CodeIndex:
     def _positions(self, ids: np.ndarray) -> np.ndarray:
         present = self._present(ids)
         if not present.all():
-            raise InputError(f"id {int(ids[~present][0])} is not in the index")
+            raise NotFound(f"id {int(ids[~present][0])} is not in the index")
         return np.searchsorted(self._rows.ids, ids)
 
     def _query_filters(self, labels, nq: int) -> SparseLabels | None:

@@ -13,9 +13,11 @@ past the cap are paged by distance (one search per distance); a single distance 
 than 16,384 items is refused. Milvus does not enforce unique primary keys, so ids are checked
 before every insert; it has no "largest id" query, so ids must be given.
 
-Re-ranking (`search(..., rerank=real)`) is `lbhash.index.rerank` as for `CodeIndex`: the
+Re-ranking (`rerank_search(index, ...)`, lbhash.index.rerank) works as for `CodeIndex`: the
 Hamming top k * rerank_factor from Milvus, their codes fetched by id, scored in Python; so
-k * rerank_factor (capped by the collection's size) is held to Milvus's cap as k is.
+k * rerank_factor (capped by the collection's size) is held to Milvus's cap as k is (`check_k`).
+An id missing from the collection raises `NotFound`, an id already in it `Conflict`
+(lbhash.errors), decided by querying the collection for the ids.
 """
 
 from __future__ import annotations
@@ -25,9 +27,10 @@ import uuid
 import numpy as np
 
 from lbhash._io import check_name
-from lbhash.errors import InputError, require_extra
+from lbhash.errors import Conflict, InputError, NotFound, require_extra
 from lbhash.index import _checks
-from lbhash.index.code_index import PAD_DISTANCE, PAD_ID, RERANK_FACTOR
+from lbhash.index._padding import PAD_DISTANCE, PAD_ID
+from lbhash.index.rerank import search_with_rerank_keywords
 
 MILVUS_CAP = 16384  # Milvus's limit on results per query (topk and range search alike)
 KINDS = {"flat": "BIN_FLAT", "ivf": "BIN_IVF_FLAT"}
@@ -126,7 +129,7 @@ class MilvusIndex:
         if not upsert:
             present = self._existing(ids)
             if present:
-                raise InputError(f"id {min(present)} is already in the index (pass upsert=True to replace it)")
+                raise Conflict(f"id {min(present)} is already in the index (pass upsert=True to replace it)")
         lists = [[] for _ in ids] if rows is None else rows.to_lists()
         step = 4096
         for start in range(0, len(ids), step):
@@ -143,7 +146,7 @@ class MilvusIndex:
         ids = _checks.item_ids(ids)
         missing = sorted(set(ids.tolist()) - self._existing(ids))
         if missing:
-            raise InputError(f"id {missing[0]} is not in the index")
+            raise NotFound(f"id {missing[0]} is not in the index")
         if len(ids):
             self._col.delete(f"id in {ids.tolist()}", timeout=self._timeout)
         return len(ids)
@@ -191,28 +194,26 @@ class MilvusIndex:
         ids = ids.tolist()
         missing = [i for i in ids if i not in found]
         if missing:
-            raise InputError(f"id {missing[0]} is not in the index")
+            raise NotFound(f"id {missing[0]} is not in the index")
         return ids, found
 
     def _codes(self, ids: list[int], found: dict) -> np.ndarray:
         codes = np.array([np.frombuffer(_code_bytes(found[i]["code"]), np.uint8) for i in ids], np.uint8)
         return codes.reshape(len(ids), self._bits // 8)
 
-    def search(self, queries, k: int, labels=None, rerank=None, rerank_factor: int = RERANK_FACTOR):
-        """As `CodeIndex.search`, re-ranking included (distances are then float64 -score)."""
-        factor = _checks.rerank_factor(rerank_factor)
-        if rerank is not None:
-            from lbhash.index.rerank import candidate_count, rerank_search
-
-            wanted = candidate_count(_checks.top_k(k), factor, self.ntotal)
-            if wanted > MILVUS_CAP - 1:
-                raise InputError(f"k * rerank_factor ({wanted} candidates) must be at most {MILVUS_CAP - 1} with "
-                                 f"the milvus backend (Milvus caps results at {MILVUS_CAP})")
-            scores, _, ids = rerank_search(self, queries, k, rerank, labels, factor)
-            return 0.0 - scores, ids
+    def check_k(self, k, name: str = "k") -> int:
+        """A number of results one Milvus search can return (`rerank_search` asks too)."""
         k = _checks.top_k(k)
         if k > MILVUS_CAP - 1:
-            raise InputError(f"k must be at most {MILVUS_CAP - 1} with the milvus backend (Milvus caps results at {MILVUS_CAP})")
+            raise InputError(f"{name} must be at most {MILVUS_CAP - 1} with the milvus backend (Milvus caps results "
+                             f"at {MILVUS_CAP})")
+        return k
+
+    def search(self, queries, k: int, labels=None, rerank=None, rerank_factor=None):
+        """As `CodeIndex.search` (its deprecated `rerank` keywords included)."""
+        if rerank is not None or rerank_factor is not None:
+            return search_with_rerank_keywords(self, queries, k, labels, rerank, rerank_factor)
+        k = self.check_k(k)
         queries = _checks.packed_codes(queries, self._bits, "queries")
         exprs = self._filters(labels, len(queries))
         dist = np.full((len(queries), k), PAD_DISTANCE, np.int32)

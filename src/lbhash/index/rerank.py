@@ -9,16 +9,24 @@ evaluation's rule (ties by database index) when ids are database positions. With
 candidates to hold every item, an exact (flat) index returns the full asymmetric ranking.
 
 The real outputs are used as given: pass the head's raw u, or np.tanh(u) for the tanh variant.
+
+Re-ranking is this function over a backend, never a mode of the backend's `search`, so that
+`search` always returns Hamming distances. `search(..., rerank=, rerank_factor=)` is its
+deprecated spelling (`search_with_rerank_keywords`), kept for one release.
 """
 
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 
 from lbhash.errors import InputError
 from lbhash.evaluate.asymmetric import CHUNK, candidate_scores, check_query_real
 from lbhash.index import _checks
-from lbhash.index.code_index import PAD_DISTANCE, PAD_ID, RERANK_FACTOR
+from lbhash.index._padding import PAD_DISTANCE, PAD_ID
+
+RERANK_FACTOR = 4  # Hamming candidates per result when a search re-ranks (docs/search.md)
 
 
 def check_real(real, nq: int, bits: int, name: str = "rerank") -> np.ndarray:
@@ -40,7 +48,8 @@ def candidate_count(k: int, factor: int, ntotal: int) -> int:
 
 
 def rerank_search(index, queries, k, real, labels=None, factor=RERANK_FACTOR):
-    """Top-k of `index` (anything with bits, ntotal, search and get_codes) re-ranked by `real`.
+    """Top-k of `index` (anything with bits, ntotal, search and get_codes; and check_k where
+    the backend caps its results, as Milvus does) re-ranked by `real`.
 
     Returns (scores float64, distances int32, ids int64), each (nq, k): the asymmetric score,
     the Hamming distance to the query's code and the id of each hit, in (descending score, id)
@@ -50,8 +59,25 @@ def rerank_search(index, queries, k, real, labels=None, factor=RERANK_FACTOR):
     factor = _checks.rerank_factor(factor)
     queries = _checks.packed_codes(queries, index.bits, "queries")
     real = check_real(real, len(queries), index.bits)
-    dist, ids = index.search(queries, candidate_count(k, factor, index.ntotal), labels)
+    wanted = candidate_count(k, factor, index.ntotal)
+    if hasattr(index, "check_k"):
+        index.check_k(wanted, f"k * rerank_factor ({wanted} candidates)")
+    dist, ids = index.search(queries, wanted, labels)
     return rerank_candidates(real, dist, ids, index.get_codes, k)
+
+
+def search_with_rerank_keywords(index, queries, k, labels, real, factor):
+    """`index.search(queries, k, labels, rerank=real, rerank_factor=factor)`, deprecated:
+    (-score float64, ids), the old return of a re-ranked search (0.0 - score, so that a zero
+    score reads +0.0). A factor without `real` is checked and re-ranks nothing, as before."""
+    warnings.warn(f"{type(index).__name__}.search(..., rerank=, rerank_factor=) is deprecated and goes in the next "
+                  "release: use lbhash.index.rerank_search(index, queries, k, real, labels, factor), which returns "
+                  "(scores, Hamming distances, ids)", DeprecationWarning, stacklevel=3)
+    factor = _checks.rerank_factor(RERANK_FACTOR if factor is None else factor)
+    if real is None:
+        return index.search(queries, k, labels)
+    scores, _, ids = rerank_search(index, queries, k, real, labels, factor)
+    return 0.0 - scores, ids
 
 
 def rerank_candidates(real: np.ndarray, dist: np.ndarray, ids: np.ndarray, codes_of, k: int):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import warnings
 
 import numpy as np
 
@@ -10,6 +11,7 @@ from lbhash.codes import pack, to_signs
 from lbhash.data import HashDataset
 from lbhash.data.image_sources import decode_image
 from lbhash.errors import InputError
+from lbhash.index.rerank import RERANK_FACTOR, rerank_search
 
 INPUT_KINDS = ("features", "images")
 
@@ -20,7 +22,7 @@ class Searcher:
     The encoder has `bits_` (int), `input_kind_` ("features" or "images") and
     `encode(X) -> packed uint8 (n, bits // 8)`, where X is float (n, d) for feature runs and
     uint8 (n, H, W, 3) for image runs (`lbhash.index.sources.load_encoder` gives one).
-    Re-ranking (`search(..., rerank_factor=m)`, `encode(..., real=True)`) also needs
+    Re-ranking (`rerank_search`, `encode(..., real=True)`) also needs
     `encode(X, real=True) -> float (n, bits)`: the real outputs whose signs are the codes.
     """
 
@@ -67,12 +69,22 @@ class Searcher:
         return self.encode(images, real)
 
     def search(self, inputs, k: int, labels=None, rerank_factor: int | None = None):
-        """`index.search` of the inputs' codes; with rerank_factor, the top k * rerank_factor
-        re-ranked by the inputs' real outputs (one forward pass gives both; docs/search.md)."""
+        """`index.search` of the inputs' codes. `rerank_factor` is deprecated (one release:
+        a DeprecationWarning, and (-score, ids) back): use `rerank_search`."""
         if rerank_factor is None:
             return self.index.search(self.encode(inputs), k, labels)
+        warnings.warn("Searcher.search(..., rerank_factor=) is deprecated and goes in the next release: use "
+                      "Searcher.rerank_search(inputs, k, labels, factor), which returns (scores, Hamming distances, "
+                      "ids)", DeprecationWarning, stacklevel=2)
+        scores, _, ids = self.rerank_search(inputs, k, labels, rerank_factor)
+        return 0.0 - scores, ids
+
+    def rerank_search(self, inputs, k: int, labels=None, factor: int = RERANK_FACTOR):
+        """`lbhash.index.rerank_search` of the inputs: the Hamming top k * factor re-ranked by
+        their real outputs (one forward pass gives codes and outputs; docs/search.md):
+        (scores, Hamming distances, ids)."""
         real = self.encode(inputs, real=True)
-        return self.index.search(codes_of(real), k, labels, rerank=real, rerank_factor=rerank_factor)
+        return rerank_search(self.index, codes_of(real), k, real, labels, factor)
 
     def range_search(self, inputs, radius: int, labels=None):
         return self.index.range_search(self.encode(inputs), radius, labels)

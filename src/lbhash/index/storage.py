@@ -37,7 +37,7 @@ import numpy as np
 
 from lbhash.errors import InputError
 from lbhash.index._engines import Rows
-from lbhash.index.code_index import ENGINES
+from lbhash.index._kinds import ENGINES
 from lbhash.index.sparse_labels import SparseLabels
 
 FORMAT = "lbhash-code-index"
@@ -83,9 +83,8 @@ def save_index(index, path: str | os.PathLike) -> None:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def load_index(path: str | os.PathLike):
-    from lbhash.index.code_index import CodeIndex
-
+def load_index(path: str | os.PathLike, index_class):
+    """The index saved at `path`, as an `index_class` (`CodeIndex`, which passes itself)."""
     path = Path(path)
     _recover_interrupted_swap(path)
     manifest = read_manifest(path)
@@ -110,7 +109,7 @@ def load_index(path: str | os.PathLike):
         faiss_index = faiss.deserialize_index_binary(np.frombuffer(blobs["index.faiss"], np.uint8))
     except RuntimeError as err:
         raise InputError(f"{path / 'index.faiss'}: not a readable FAISS binary index ({str(err).splitlines()[0]})") from None
-    index = CodeIndex(bits, kind, **manifest["params"])
+    index = index_class(bits, kind, **manifest["params"])
     if ids.dtype != np.int64 or ids.ndim != 1 or (len(ids) > 1 and (np.diff(ids) <= 0).any()):
         raise InputError(f"{path / 'ids.npy'}: must hold ascending unique int64 ids")
     labels = _load_labels(path, manifest, blobs, len(ids))

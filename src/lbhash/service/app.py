@@ -7,6 +7,11 @@ Bad input is a 4xx with {"detail": one line}: 400 bad values, 404 unknown id, 40
 413 body too large, 422 malformed request. Nothing else leaks: a bug is a bare 500.
 Searches may re-rank their Hamming top k * rerank_factor by the queries' real-valued outputs
 (lbhash.index.rerank); the hits then carry a `score`.
+
+The handlers are module-level functions: they decode a request (lbhash.service.decode), call
+the store (whose searches follow `lbhash.index.search_hits`, the rules `lbhash search` uses
+too) and shape the answer. What they share is on `app.state`: `store`, `searcher` (None
+without a run attached), `media` and `limits`.
 """
 
 from __future__ import annotations
@@ -17,22 +22,24 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-from fastapi import FastAPI, File, Form, HTTPException, Path as PathParam, Request, UploadFile
+from fastapi import APIRouter, FastAPI, File, Form, HTTPException, Path as PathParam, Request, UploadFile
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from lbhash import limits as table
-from lbhash.errors import InputError
-from lbhash.index import RERANK_FACTOR, Searcher
-from lbhash.index.rerank import check_real
-from lbhash.index.searcher import codes_of
-from lbhash.limits import MAX_ID, check_class_ids, check_ids, check_k
+from lbhash.errors import Conflict, InputError, NotFound
+from lbhash.index import Searcher, check_classes, plan_search
+from lbhash.limits import MAX_ID, check_ids
 from lbhash.service import models
+from lbhash.service.decode import (check_batch, encode_images, need_searcher, parse_ids, read_uploads,
+                                   reranked_queries, to_codes)
 from lbhash.service.media import ItemMedia
 from lbhash.service.page import add_page
-from lbhash.service.store import Conflict, IndexStore, NotFound, lists_to_labels
+from lbhash.service.store import IndexStore, lists_to_labels
 
 logger = logging.getLogger("lbhash")
+_ERRORS = {code: {"model": models.ErrorBody} for code in (400, 404, 409, 413, 422)}
+router = APIRouter()
 
 
 @dataclass(frozen=True)
@@ -55,9 +62,7 @@ class Limits:
 def create_app(source, encoder=None, *, limits: Limits | None = None, compact_every: int = 1000) -> FastAPI:
     """`source`: an index directory (served with a write-ahead log beside it) or a store
     (`IndexStore`, `MilvusStore`). `encoder` (from a run) enables feature and image queries."""
-    limits = limits or Limits()
     store = source if hasattr(source, "search") else IndexStore(Path(source), compact_every=compact_every)
-    searcher = Searcher(store, encoder) if encoder is not None else None
 
     @asynccontextmanager
     async def lifespan(app):
@@ -66,204 +71,125 @@ def create_app(source, encoder=None, *, limits: Limits | None = None, compact_ev
 
     app = FastAPI(title="lbhash search", lifespan=lifespan, docs_url=None, redoc_url=None,  # offline: page.py
                   description="Hamming search over packed binary codes (docs/search.md).")
-    app.state.store = store
-    media = ItemMedia(store)  # sources, thumbnails and the images added here (NAME.media/ beside the index)
+    app.state.store, app.state.limits = store, limits or Limits()
+    app.state.searcher = Searcher(store, encoder) if encoder is not None else None
+    app.state.media = ItemMedia(store)  # sources, thumbnails and the images added here (NAME.media/ beside the index)
     _install_error_handlers(app)
-    app.add_middleware(BodyLimit, limit=limits.max_body_bytes)
-
-    def check_batch(n: int, what: str) -> None:
-        if n == 0:
-            raise InputError(f"no {what} given")
-        if n > limits.max_batch:
-            raise InputError(f"at most {limits.max_batch} {what} per request, got {n}")
-
-    def check_labels(lists):
-        if lists is not None:
-            for row in lists:
-                check_class_ids(row, "labels")
-                if any(c > limits.max_class_id for c in row):
-                    raise InputError(f"labels must be class ids between 0 and {limits.max_class_id}, "
-                                     f"got {max(row)}")
-        return lists
-
-    def to_codes(hex_codes, features, what: str) -> np.ndarray:
-        if (hex_codes is None) == (features is None):
-            raise InputError(f"give {what} as exactly one of 'codes' and 'features'")
-        check_batch(len(hex_codes if features is None else features), what)
-        if hex_codes is not None:
-            return decode_hex(hex_codes, store.bits)
-        return need_searcher("features").encode(feature_rows(features), json_numbers=True)
-
-    def need_searcher(kind: str) -> Searcher:
-        if searcher is None:
-            raise InputError(f"{kind} need a run attached to the service (lbhash serve --run RUN_DIR)")
-        if searcher.input_kind != kind:
-            raise InputError(f"the attached run encodes {searcher.input_kind}, not {kind}")
-        return searcher
-
-    def run_search(codes, k, radius, label_lists, real=None, factor=None) -> models.SearchResponse:
-        if k is not None and radius is not None:
-            raise InputError("give either k or radius, not both")
-        if real is not None and radius is not None:
-            raise InputError("re-ranking orders a top k: give k, not radius, with 'real' or 'rerank_factor'")
-        k = 10 if k is None and radius is None else k
-        if k is not None:
-            check_k(k, "k", limits.max_k)
-        filters = None
-        if label_lists is not None:
-            filters = lists_to_labels(check_labels(label_lists), len(codes))
-        if real is None:
-            rows = store.search(codes, k=k, radius=radius, labels=filters)
-            return models.SearchResponse(results=[
-                models.QueryResult(hits=[models.Hit(id=i, distance=d, labels=lab) for d, i, lab in zip(*row)])
-                for row in rows])
-        factor = RERANK_FACTOR if factor is None else factor
-        if k * factor > limits.max_rerank_candidates:
-            raise InputError(f"k * rerank_factor must be at most {limits.max_rerank_candidates} (Hamming candidates "
-                             f"re-ranked per query), got {k} * {factor} = {k * factor}")
-        rows = store.rerank(codes, k, real, filters, factor)
-        return models.SearchResponse(results=[
-            models.QueryResult(hits=[models.Hit(id=i, distance=d, labels=lab, score=sc)
-                                     for d, i, lab, sc in zip(*row)])
-            for row in rows])
-
-    def reranked_queries(body: models.SearchRequest):
-        """(codes, real outputs) of a request that re-ranks: `real` beside `codes`, or the
-        attached run's outputs for `features` (one forward pass gives both)."""
-        if body.real is not None:
-            if body.codes is None:
-                raise InputError("'real' goes with 'codes' (with 'features', rerank_factor alone asks the attached "
-                                 "run for the real outputs)")
-            codes = to_codes(body.codes, body.features, "queries")
-            if len(body.real) != len(codes):
-                raise InputError(f"real has {len(body.real)} rows but there are {len(codes)} queries")
-            try:
-                real = np.asarray(body.real, dtype=np.float64)
-            except ValueError:
-                raise InputError("real must be lists of numbers of one length") from None
-            return codes, check_real(real, len(codes), store.bits, "real")
-        if body.features is None:
-            raise InputError("rerank_factor needs the queries' real outputs: 'real' beside 'codes', or "
-                             "'features' with a run attached")
-        check_batch(len(body.features), "queries")
-        real = need_searcher("features").encode(feature_rows(body.features), real=True, json_numbers=True)
-        return codes_of(real), real
-
-    @app.post("/search", response_model=models.SearchResponse, response_model_exclude_none=True,
-              responses=_ERRORS)
-    def search(body: models.SearchRequest):
-        if body.real is None and body.rerank_factor is None:
-            return run_search(to_codes(body.codes, body.features, "queries"), body.k, body.radius, body.labels)
-        codes, real = reranked_queries(body)
-        return run_search(codes, body.k, body.radius, body.labels, real, body.rerank_factor)
-
-    @app.post("/search/image", response_model=models.SearchResponse, response_model_exclude_none=True,
-              responses=_ERRORS)
-    def search_image(files: list[UploadFile] = File(...), k: int | None = Form(None, ge=1),
-                     radius: int | None = Form(None, ge=0), labels: str | None = Form(None),
-                     rerank_factor: int | None = Form(None, ge=1)):
-        """Query with uploaded image files; `labels`: comma-separated class ids for every query;
-        `rerank_factor`: re-rank the Hamming top k * rerank_factor by the images' real outputs."""
-        check_batch(len(files), "images")
-        searcher_ = need_searcher("images")
-        blobs, names = [f.file.read() for f in files], [f.filename or "upload" for f in files]
-        label_lists = None if labels is None else [parse_ids(labels, "labels")] * len(files)
-        if rerank_factor is None:
-            return run_search(searcher_.encode_image_files(blobs, names), k, radius, label_lists)
-        real = searcher_.encode_image_files(blobs, names, real=True)
-        return run_search(codes_of(real), k, radius, label_lists, real, rerank_factor)
-
-    @app.post("/items", response_model=models.ItemsResponse, responses=_ERRORS)
-    def add_items(body: models.ItemsRequest):
-        codes = to_codes(body.codes, body.features, "items")
-        labels = None if body.labels is None else lists_to_labels(check_labels(body.labels), len(codes))
-        given_ids = None if body.ids is None else check_ids(body.ids, "ids")
-        with media.adding(given_ids, body.upsert) as done:
-            ids, seq = store.add(codes, ids=given_ids, labels=labels, upsert=body.upsert)
-            done(ids)
-        return models.ItemsResponse(ids=np.asarray(ids).tolist(), seq=seq, ntotal=store.ntotal)
-
-    @app.post("/items/image", response_model=models.ItemsResponse, responses=_ERRORS)
-    def add_images(files: list[UploadFile] = File(...), ids: str | None = Form(None),
-                   labels: str | None = Form(None), upsert: bool = Form(False)):
-        """Add uploaded images; `ids` comma-separated; `labels` per image, separated by ';'
-        (e.g. "1,2;0")."""
-        check_batch(len(files), "images")
-        blobs, names = [f.file.read() for f in files], [f.filename or "upload" for f in files]
-        media.check_uploads(blobs, names)
-        codes = need_searcher("images").encode_image_files(blobs, names)
-        label_lists = None if labels is None else [parse_ids(part, "labels", allow_empty=True)
-                                                   for part in labels.split(";")]
-        item_labels = None if label_lists is None else lists_to_labels(check_labels(label_lists), len(codes))
-        given_ids = None if ids is None else parse_ids(ids, "ids")
-        with media.adding(given_ids, upsert, blobs, names) as done:  # the images are kept for thumbnails
-            added, seq = store.add(codes, ids=given_ids, labels=item_labels, upsert=upsert)
-            done(added)
-        return models.ItemsResponse(ids=np.asarray(added).tolist(), seq=seq, ntotal=store.ntotal)
-
-    @app.get("/items/{item_id}", response_model=models.Item, responses=_ERRORS)
-    def get_item(item_id: int = PathParam(..., ge=0, le=MAX_ID)):
-        codes, labels = store.get(np.array([item_id], np.int64))
-        return models.Item(id=item_id, code=codes[0].tobytes().hex(), labels=labels[0])
-
-    @app.delete("/items/{item_id}", response_model=models.DeleteResponse, responses=_ERRORS)
-    def delete_item(item_id: int = PathParam(..., ge=0, le=MAX_ID)):
-        with media.removing([item_id]):
-            seq = store.remove(np.array([item_id], np.int64))
-        return models.DeleteResponse(id=item_id, seq=seq, ntotal=store.ntotal)
-
-    @app.get("/health", response_model=models.Health)
-    def health():
-        return models.Health(status="ok", ntotal=store.ntotal)
-
-    @app.get("/stats", response_model=models.Stats)
-    def stats():
-        return models.Stats(**store.stats(), input_kind=None if searcher is None else searcher.input_kind,
-                            limits=asdict(limits))
-
-    add_page(app, store, searcher, media, limits, feature_rows)
+    app.add_middleware(BodyLimit, limit=app.state.limits.max_body_bytes)
+    app.include_router(router)
+    add_page(app)
     return app
 
 
-_ERRORS = {code: {"model": models.ErrorBody} for code in (400, 404, 409, 413, 422)}
+# --- searches -----------------------------------------------------------------------------------
 
 
-def feature_rows(features: list[list[int | float]]) -> np.ndarray:
-    """JSON feature rows as an array: int64 when every number is an integer (stored values for a
-    run trained on quantised features), else float64."""
-    try:
-        rows = np.asarray(features)
-    except (ValueError, OverflowError):
-        raise InputError("features must be lists of numbers of one length") from None
-    if rows.ndim != 2 or rows.dtype.kind not in "iuf":
-        raise InputError("features must be lists of numbers of one length")
-    return rows
+def run_search(state, codes, k, radius, label_lists, real=None, factor=None) -> models.SearchResponse:
+    """The hits of decoded queries (`real`: their real outputs, when the search re-ranks)."""
+    limits = state.limits
+    plan = plan_search(k, radius, rerank=real is not None, factor=factor, max_k=limits.max_k,
+                       max_candidates=limits.max_rerank_candidates)
+    classes = None if label_lists is None else check_classes(label_lists, "labels", limits.max_class_id)
+    hits = state.store.search(codes, plan, classes=classes, real=real)
+    return models.SearchResponse(results=[
+        models.QueryResult(hits=[models.Hit(id=i, distance=d, labels=lab, score=score)
+                                 for i, d, lab, score in query.rows()])
+        for query in hits])
 
 
-def decode_hex(hex_codes: list[str], bits: int) -> np.ndarray:
-    width = bits // 8
-    out = np.empty((len(hex_codes), width), np.uint8)
-    for row, text in enumerate(hex_codes):
-        try:
-            raw = bytes.fromhex(text)
-        except ValueError:
-            raise InputError(f"codes[{row}] is not a hex string") from None
-        if len(raw) != width:
-            raise InputError(f"codes[{row}] has {len(raw)} bytes, but the index holds {bits}-bit codes "
-                             f"({2 * width} hex digits)")
-        out[row] = np.frombuffer(raw, np.uint8)
-    return out
+@router.post("/search", response_model=models.SearchResponse, response_model_exclude_none=True, responses=_ERRORS)
+def search(body: models.SearchRequest, request: Request):
+    state = request.app.state
+    if body.real is None and body.rerank_factor is None:
+        codes, real = to_codes(state, body.codes, body.features, "queries"), None
+    else:
+        codes, real = reranked_queries(state, body)
+    return run_search(state, codes, body.k, body.radius, body.labels, real, body.rerank_factor)
 
 
-def parse_ids(text: str, name: str, allow_empty: bool = False) -> list[int]:
-    parts = [p.strip() for p in text.split(",") if p.strip()]
-    try:
-        values = [int(p) for p in parts]
-    except ValueError:
-        raise InputError(f"{name} must be comma-separated integers, got {text!r}") from None
-    if not values and not allow_empty:
-        raise InputError(f"{name} must list at least one integer")
-    return check_ids(values, name)
+@router.post("/search/image", response_model=models.SearchResponse, response_model_exclude_none=True,
+             responses=_ERRORS)
+def search_image(request: Request, files: list[UploadFile] = File(...), k: int | None = Form(None, ge=1),
+                 radius: int | None = Form(None, ge=0), labels: str | None = Form(None),
+                 rerank_factor: int | None = Form(None, ge=1)):
+    """Query with uploaded image files; `labels`: comma-separated class ids for every query;
+    `rerank_factor`: re-rank the Hamming top k * rerank_factor by the images' real outputs."""
+    state = request.app.state
+    check_batch(state.limits, len(files), "images")
+    searcher = need_searcher(state.searcher, "images")
+    blobs, names = read_uploads(files)
+    label_lists = None if labels is None else [parse_ids(labels, "labels")] * len(files)
+    codes, real = encode_images(searcher, blobs, names, real=rerank_factor is not None)
+    return run_search(state, codes, k, radius, label_lists, real, rerank_factor)
+
+
+# --- items --------------------------------------------------------------------------------------
+
+
+@router.post("/items", response_model=models.ItemsResponse, responses=_ERRORS)
+def add_items(body: models.ItemsRequest, request: Request):
+    state = request.app.state
+    codes = to_codes(state, body.codes, body.features, "items")
+    labels = None if body.labels is None else labels_of_items(state, body.labels, len(codes))
+    given_ids = None if body.ids is None else check_ids(body.ids, "ids")
+    with state.media.adding(given_ids, body.upsert) as done:
+        ids, seq = state.store.add(codes, ids=given_ids, labels=labels, upsert=body.upsert)
+        done(ids)
+    return models.ItemsResponse(ids=np.asarray(ids).tolist(), seq=seq, ntotal=state.store.ntotal)
+
+
+@router.post("/items/image", response_model=models.ItemsResponse, responses=_ERRORS)
+def add_images(request: Request, files: list[UploadFile] = File(...), ids: str | None = Form(None),
+               labels: str | None = Form(None), upsert: bool = Form(False)):
+    """Add uploaded images; `ids` comma-separated; `labels` per image, separated by ';'
+    (e.g. "1,2;0")."""
+    state = request.app.state
+    check_batch(state.limits, len(files), "images")
+    blobs, names = read_uploads(files)
+    state.media.check_uploads(blobs, names)
+    codes = need_searcher(state.searcher, "images").encode_image_files(blobs, names)
+    label_lists = None if labels is None else [parse_ids(part, "labels", allow_empty=True)
+                                               for part in labels.split(";")]
+    item_labels = None if label_lists is None else labels_of_items(state, label_lists, len(codes))
+    given_ids = None if ids is None else parse_ids(ids, "ids")
+    with state.media.adding(given_ids, upsert, blobs, names) as done:  # the images are kept for thumbnails
+        added, seq = state.store.add(codes, ids=given_ids, labels=item_labels, upsert=upsert)
+        done(added)
+    return models.ItemsResponse(ids=np.asarray(added).tolist(), seq=seq, ntotal=state.store.ntotal)
+
+
+def labels_of_items(state, lists: list[list[int]], n: int):
+    """The labels of n added items, as class-id lists in a request (one per item)."""
+    return lists_to_labels(check_classes(lists, "labels", state.limits.max_class_id), n)
+
+
+@router.get("/items/{item_id}", response_model=models.Item, responses=_ERRORS)
+def get_item(request: Request, item_id: int = PathParam(..., ge=0, le=MAX_ID)):
+    codes, labels = request.app.state.store.get(np.array([item_id], np.int64))
+    return models.Item(id=item_id, code=codes[0].tobytes().hex(), labels=labels[0])
+
+
+@router.delete("/items/{item_id}", response_model=models.DeleteResponse, responses=_ERRORS)
+def delete_item(request: Request, item_id: int = PathParam(..., ge=0, le=MAX_ID)):
+    state = request.app.state
+    with state.media.removing([item_id]):
+        seq = state.store.remove(np.array([item_id], np.int64))
+    return models.DeleteResponse(id=item_id, seq=seq, ntotal=state.store.ntotal)
+
+
+# --- the service ----------------------------------------------------------------------------------
+
+
+@router.get("/health", response_model=models.Health)
+def health(request: Request):
+    return models.Health(status="ok", ntotal=request.app.state.store.ntotal)
+
+
+@router.get("/stats", response_model=models.Stats)
+def stats(request: Request):
+    state = request.app.state
+    return models.Stats(**state.store.stats(), input_kind=None if state.searcher is None else state.searcher.input_kind,
+                        limits=asdict(state.limits))
 
 
 def _install_error_handlers(app: FastAPI) -> None:

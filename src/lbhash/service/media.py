@@ -22,10 +22,9 @@ import numpy as np
 from PIL import Image
 
 from lbhash import limits as table
-from lbhash.errors import InputError
+from lbhash.errors import InputError, NotFound
 from lbhash.index.origins import DataImages, read_sources
 from lbhash.index.uploads import KeptImages, item_origin, media_dir_for
-from lbhash.service.store import NotFound
 
 WAIT_S = 5.0
 

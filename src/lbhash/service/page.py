@@ -20,14 +20,14 @@ from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
-from fastapi import FastAPI, File, Path as PathParam, Request, UploadFile
+from fastapi import APIRouter, FastAPI, File, Path as PathParam, Request, UploadFile
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from lbhash.errors import InputError
 from lbhash.index.searcher import codes_of
 from lbhash.limits import MAX_ID, check_ids
-from lbhash.service.media import ItemMedia, TooBusy
+from lbhash.service.decode import check_batch, feature_rows, need_searcher, read_uploads
+from lbhash.service.media import TooBusy
 
 logger = logging.getLogger("lbhash")
 STATIC = Path(__file__).resolve().parent / "static"
@@ -40,6 +40,8 @@ PAGE_CSP = ("default-src 'self'; img-src 'self' blob: data:; style-src 'self'; s
             "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
 DOCS_CSP = ("default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; "
             "script-src 'self' 'unsafe-inline'; worker-src 'self' blob:; connect-src 'self'; object-src 'none'")
+ERRORS = {code: {"description": "one line: {\"detail\": \"...\"}"} for code in (400, 404, 422, 429)}
+router = APIRouter()
 
 
 class SourcesRequest(BaseModel):
@@ -76,88 +78,85 @@ class About(BaseModel):
     limits: dict
 
 
-def add_page(app: FastAPI, store, searcher, media: ItemMedia, limits, feature_rows) -> None:
-    """Add the page, its helpers, thumbnails and offline docs to `app` (see the module doc).
-    `searcher`: the app's Searcher over the attached run (None without one); `feature_rows`:
-    the app's parsing of JSON feature rows."""
-    errors = {code: {"description": "one line: {\"detail\": \"...\"}"} for code in (400, 404, 422, 429)}
-
-    async def too_busy(request: Request, exc: TooBusy):
-        return JSONResponse({"detail": " ".join(str(exc).split())}, status_code=429, headers={"Retry-After": "1"})
-
-    app.add_exception_handler(TooBusy, too_busy)
-    app.state.media = media
-
-    @app.get("/", include_in_schema=False)
-    def page():
-        return HTMLResponse((STATIC / "index.html").read_text(), headers=_page_headers())
-
-    @app.get("/page/{name}", include_in_schema=False)
-    def page_file(name: str):
-        if name not in PAGE_FILES:  # a fixed list: no name from the request reaches the file system
-            return JSONResponse({"detail": f"no page file {name!r}"}, status_code=404)
-        return Response((STATIC / name).read_bytes(), media_type=PAGE_FILES[name], headers=_page_headers())
-
+def add_page(app: FastAPI) -> None:
+    """Add the page, its helpers, thumbnails and offline docs to `app` (see the module doc);
+    the handlers read the app's `state`: store, searcher, media and limits."""
+    app.add_exception_handler(TooBusy, _too_busy)
+    app.include_router(router)
     _add_docs(app)
 
-    def check_batch(n: int, what: str) -> None:
-        if n == 0:
-            raise InputError(f"no {what} given")
-        if n > limits.max_batch:
-            raise InputError(f"at most {limits.max_batch} {what} per request, got {n}")
 
-    def run_for(kind: str):
-        if searcher is None:
-            raise InputError(f"{kind} need a run attached to the service (lbhash serve --run RUN_DIR)")
-        if searcher.input_kind != kind:
-            raise InputError(f"the attached run encodes {searcher.input_kind}, not {kind}")
-        return searcher
+async def _too_busy(request: Request, exc: TooBusy):
+    return JSONResponse({"detail": " ".join(str(exc).split())}, status_code=429, headers={"Retry-After": "1"})
 
-    def encoded(real: np.ndarray) -> EncodeResponse:
-        codes = codes_of(real)
-        return EncodeResponse(codes=[c.tobytes().hex() for c in codes], real=np.asarray(real, np.float64).tolist())
 
-    @app.get("/about", response_model=About)
-    def about():
-        """The index and the run the service serves, for the page's header."""
-        index = getattr(store, "index", None)
-        record = media.record
-        info = {**store.stats(), "data": (getattr(index, "metadata", None) or {}).get("data"),
-                "sources": 0 if record is None else len(record),
-                "class_names": None if record is None else record.class_names,
-                "keeps_uploads": media.kept is not None}
-        return About(index=info, run=run_summary(searcher), input_kind=None if searcher is None else searcher.input_kind,
-                     limits=asdict(limits))
+@router.get("/", include_in_schema=False)
+def page():
+    return HTMLResponse((STATIC / "index.html").read_text(), headers=_page_headers())
 
-    @app.post("/sources", response_model=SourcesResponse, responses=errors)
-    def sources(body: SourcesRequest):
-        """Where each item came from, and whether it has a thumbnail."""
-        check_batch(len(body.ids), "ids")
-        items = []
-        for item_id in check_ids(body.ids, "ids"):
-            source, how = media.origin(item_id)
-            items.append(ItemSource(id=item_id, source=source, image=how is not None))
-        return SourcesResponse(items=items)
 
-    @app.get("/items/{item_id}/image", responses={200: {"content": {"image/png": {}}}, **errors},
-             response_class=Response)
-    def item_image(item_id: int = PathParam(..., ge=0, le=MAX_ID)):
-        """The item's thumbnail: a PNG of at most 128 x 128 pixels decoded from its recorded
-        source (or the image it was added with); 404 when it has none."""
-        return Response(media.thumbnail(item_id), media_type="image/png", headers={"Cache-Control": "no-cache"})
+@router.get("/page/{name}", include_in_schema=False)
+def page_file(name: str):
+    if name not in PAGE_FILES:  # a fixed list: no name from the request reaches the file system
+        return JSONResponse({"detail": f"no page file {name!r}"}, status_code=404)
+    return Response((STATIC / name).read_bytes(), media_type=PAGE_FILES[name], headers=_page_headers())
 
-    @app.post("/encode", response_model=EncodeResponse, responses=errors)
-    def encode(body: EncodeRequest):
-        """Codes and real outputs of feature rows (one forward pass of the attached run)."""
-        check_batch(len(body.features), "rows")
-        return encoded(run_for("features").encode(feature_rows(body.features), real=True, json_numbers=True))
 
-    @app.post("/encode/image", response_model=EncodeResponse, responses=errors)
-    def encode_image(files: list[UploadFile] = File(...)):
-        """Codes and real outputs of uploaded image files."""
-        check_batch(len(files), "images")
-        blobs, names = [f.file.read() for f in files], [f.filename or "upload" for f in files]
-        return encoded(run_for("images").encode_image_files(blobs, names, real=True))
+@router.get("/about", response_model=About)
+def about(request: Request):
+    """The index and the run the service serves, for the page's header."""
+    state = request.app.state
+    index, record, searcher = getattr(state.store, "index", None), state.media.record, state.searcher
+    info = {**state.store.stats(), "data": (getattr(index, "metadata", None) or {}).get("data"),
+            "sources": 0 if record is None else len(record),
+            "class_names": None if record is None else record.class_names,
+            "keeps_uploads": state.media.kept is not None}
+    return About(index=info, run=run_summary(searcher), input_kind=None if searcher is None else searcher.input_kind,
+                 limits=asdict(state.limits))
+
+
+@router.post("/sources", response_model=SourcesResponse, responses=ERRORS)
+def sources(body: SourcesRequest, request: Request):
+    """Where each item came from, and whether it has a thumbnail."""
+    state = request.app.state
+    check_batch(state.limits, len(body.ids), "ids")
+    items = []
+    for item_id in check_ids(body.ids, "ids"):
+        source, how = state.media.origin(item_id)
+        items.append(ItemSource(id=item_id, source=source, image=how is not None))
+    return SourcesResponse(items=items)
+
+
+@router.get("/items/{item_id}/image", responses={200: {"content": {"image/png": {}}}, **ERRORS},
+            response_class=Response)
+def item_image(request: Request, item_id: int = PathParam(..., ge=0, le=MAX_ID)):
+    """The item's thumbnail: a PNG of at most 128 x 128 pixels decoded from its recorded
+    source (or the image it was added with); 404 when it has none."""
+    blob = request.app.state.media.thumbnail(item_id)
+    return Response(blob, media_type="image/png", headers={"Cache-Control": "no-cache"})
+
+
+@router.post("/encode", response_model=EncodeResponse, responses=ERRORS)
+def encode(body: EncodeRequest, request: Request):
+    """Codes and real outputs of feature rows (one forward pass of the attached run)."""
+    state = request.app.state
+    check_batch(state.limits, len(body.features), "rows")
+    searcher = need_searcher(state.searcher, "features")
+    return encoded(searcher.encode(feature_rows(body.features), real=True, json_numbers=True))
+
+
+@router.post("/encode/image", response_model=EncodeResponse, responses=ERRORS)
+def encode_image(request: Request, files: list[UploadFile] = File(...)):
+    """Codes and real outputs of uploaded image files."""
+    state = request.app.state
+    check_batch(state.limits, len(files), "images")
+    blobs, names = read_uploads(files)
+    return encoded(need_searcher(state.searcher, "images").encode_image_files(blobs, names, real=True))
+
+
+def encoded(real: np.ndarray) -> EncodeResponse:
+    codes = codes_of(real)
+    return EncodeResponse(codes=[c.tobytes().hex() for c in codes], real=np.asarray(real, np.float64).tolist())
 
 
 def run_summary(searcher) -> dict | None:

@@ -9,6 +9,8 @@ sequence number in its manifest and then empties the log: after every `compact_e
 changes (in a background thread) and on close.
 
 `MilvusStore` offers the same methods over a Milvus collection, which keeps its own log.
+Searches run `lbhash.index.search_hits` (the rules shared with `lbhash search`); an unknown id
+raises `NotFound` and a taken one `Conflict` (lbhash.errors), as the indexes themselves do.
 """
 
 from __future__ import annotations
@@ -19,21 +21,13 @@ from pathlib import Path
 
 import numpy as np
 
-from lbhash.errors import InputError
-from lbhash.index import RERANK_FACTOR, CodeIndex, SparseLabels, rerank_search
+from lbhash.errors import Conflict, InputError
+from lbhash.index import CodeIndex, Hits, SearchPlan, SparseLabels, search_hits
 from lbhash.index.writer_lock import writer_lock
 from lbhash.service.rwlock import ReadWriteLock
 from lbhash.service.wal import WriteAheadLog
 
 logger = logging.getLogger("lbhash")
-
-
-class NotFound(InputError):
-    """An id that is not in the index (HTTP 404)."""
-
-
-class Conflict(InputError):
-    """An id that is already in the index, without upsert (HTTP 409)."""
 
 
 def wal_path_for(index_dir: str | Path) -> Path:
@@ -87,20 +81,14 @@ class IndexStore:
 
     # --- reads ----------------------------------------------------------------------------
 
-    def search(self, queries, k=None, radius=None, labels=None):
-        """Per query: (distances, ids, labels of each hit), all read under one lock."""
+    def search(self, queries, plan: SearchPlan, *, classes=None, real=None) -> list[Hits]:
+        """`search_hits` of the queries: hits and their labels all read under one lock."""
         with self.lock.read():
-            return rows_with_labels(self.index, queries, k, radius, labels)
-
-    def rerank(self, queries, k, real, labels=None, factor=RERANK_FACTOR):
-        """Per query: (distances, ids, labels, scores) of the re-ranked top k, under one lock."""
-        with self.lock.read():
-            return reranked_rows(self.index, queries, k, real, labels, factor)
+            return search_hits(self.index, queries, plan, classes=classes, real=real)
 
     def get(self, ids) -> tuple[np.ndarray, list[list[int]]]:
-        """(codes, class-id lists) of the given ids."""
+        """(codes, class-id lists) of the given ids; NotFound for an id not in the index."""
         with self.lock.read():
-            self._require_present(np.asarray(ids, np.int64))
             return self.index.get_codes(ids), self.index.labels_of(ids)
 
     def stats(self) -> dict:
@@ -137,9 +125,7 @@ class IndexStore:
 
     def remove(self, ids) -> int:
         with self.lock.write():
-            ids = np.asarray(ids, np.int64)
-            self._require_present(ids)
-            ids = self.index.prepare_remove(ids)
+            ids = self.index.prepare_remove(np.asarray(ids, np.int64))  # NotFound for an id not in the index
             seq = self.wal.append({"op": "remove", "ids": ids.tolist()})
             self.index.remove(ids)
             self.pending += 1
@@ -171,11 +157,6 @@ class IndexStore:
         self._compactor = threading.Thread(target=self.compact, name="lbhash-compact", daemon=True)
         self._compactor.start()
 
-    def _require_present(self, ids: np.ndarray) -> None:
-        present = self.index.contains(ids)
-        if not present.all():
-            raise NotFound(f"id {int(ids[~present][0])} is not in the index")
-
     def _apply(self, record: dict) -> None:
         ids = np.array(record["ids"], np.int64)
         if record["op"] == "remove":
@@ -202,36 +183,18 @@ class MilvusStore:
     def ntotal(self) -> int:
         return self.index.ntotal
 
-    def search(self, queries, k=None, radius=None, labels=None):
-        return rows_with_labels(self.index, queries, k, radius, labels)
-
-    def rerank(self, queries, k, real, labels=None, factor=RERANK_FACTOR):
-        return reranked_rows(self.index, queries, k, real, labels, factor)
+    def search(self, queries, plan: SearchPlan, *, classes=None, real=None) -> list[Hits]:
+        return search_hits(self.index, queries, plan, classes=classes, real=real)
 
     def get(self, ids):
-        """(codes, class-id lists) of the given ids."""
-        try:
-            return self.index.get_codes(ids), self.index.labels_of(ids)
-        except InputError as err:
-            if "is not in the index" in str(err):
-                raise NotFound(str(err)) from None
-            raise
+        """(codes, class-id lists) of the given ids; NotFound for an id not in the collection."""
+        return self.index.get_codes(ids), self.index.labels_of(ids)
 
     def add(self, codes, ids=None, labels=None, upsert: bool = False):
-        try:
-            return self.index.add(codes, ids, labels, upsert), None
-        except InputError as err:
-            if "already in the index" in str(err):
-                raise Conflict(str(err)) from None
-            raise
+        return self.index.add(codes, ids, labels, upsert), None  # Conflict for an id taken (without upsert)
 
     def remove(self, ids):
-        try:
-            self.index.remove(ids)
-        except InputError as err:
-            if "is not in the index" in str(err):
-                raise NotFound(str(err)) from None
-            raise
+        self.index.remove(ids)  # NotFound for an id not in the collection
         return None
 
     def stats(self) -> dict:
@@ -242,28 +205,3 @@ class MilvusStore:
 
     def close(self) -> None:
         self.index.close()
-
-
-def rows_with_labels(index, queries, k=None, radius=None, labels=None):
-    """Per query: (distances, ids, class-id lists of each hit); call under the store's lock."""
-    if radius is None:
-        dist, ids = index.search(queries, k, labels)
-        rows = [(d[i >= 0], i[i >= 0]) for d, i in zip(dist, ids)]
-    else:
-        lims, dist, ids = index.range_search(queries, radius, labels)
-        rows = [(dist[a:b], ids[a:b]) for a, b in zip(lims[:-1], lims[1:])]
-    return _with_labels(index, rows)
-
-
-def reranked_rows(index, queries, k, real, labels=None, factor=RERANK_FACTOR):
-    """Per query: (Hamming distances, ids, class-id lists, asymmetric scores) of the top k
-    re-ranked by `real` (lbhash.index.rerank); call under the store's lock."""
-    scores, dist, ids = rerank_search(index, queries, k, real, labels, factor)
-    rows = _with_labels(index, [(d[i >= 0], i[i >= 0]) for d, i in zip(dist, ids)])
-    return [(*row, s[i >= 0].tolist()) for row, s, i in zip(rows, scores, ids)]
-
-
-def _with_labels(index, rows):
-    found = np.unique(np.concatenate([i for _, i in rows])) if rows else np.empty(0, np.int64)
-    label_lists = dict(zip(found.tolist(), index.labels_of(found))) if len(found) else {}
-    return [(d.tolist(), i.tolist(), [label_lists[x] for x in i.tolist()]) for d, i in rows]

@@ -1,0 +1,136 @@
+"""The rules of a search request, in one place for `lbhash search` and the HTTP service.
+
+`plan_search` checks a request's options before any work: top-k or every item within a
+radius, not both (k defaults to `DEFAULT_K`); k within the caller's limit; re-ranking orders a
+top k, and k * rerank_factor stays within the caller's cap on re-ranked candidates.
+`check_classes` checks class-id lists (a filter per query, or an item's labels).
+`search_hits` runs a plan on any backend (`CodeIndex`, `MilvusIndex`): the class-id filters
+become label rows, re-ranking is `rerank_search`, the padding is stripped, and the labels of
+every hit come from one lookup. Messages name the options as the caller spells them
+(`Spelling`: the service's JSON fields by default, the command line's flags in lbhash.cli).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from lbhash.errors import InputError
+from lbhash.index import _checks
+from lbhash.index.rerank import RERANK_FACTOR, rerank_search
+from lbhash.index.sparse_labels import SparseLabels
+from lbhash.limits import MAX_BATCH, MAX_CLASS_ID, MAX_K, check_class_ids, check_k
+
+DEFAULT_K = 10
+
+
+@dataclass(frozen=True)
+class Spelling:
+    """How a caller names the search options in its error messages."""
+
+    k: str = "k"
+    radius: str = "radius"
+    factor: str = "rerank_factor"
+    rerank: str = "'real' or 'rerank_factor'"  # what asks for re-ranking
+    classes: str = "labels"
+
+
+@dataclass(frozen=True)
+class SearchPlan:
+    """A checked search: the top `k` (radius None) or every item within `radius` (k None);
+    `factor`: re-rank the Hamming top k * factor by the queries' real outputs (None: don't)."""
+
+    k: int | None
+    radius: int | None
+    factor: int | None = None
+    spelling: Spelling = Spelling()
+
+
+@dataclass(frozen=True)
+class Hits:
+    """One query's results, padding stripped: ids, Hamming distances and class ids of the hits,
+    by (distance, id); re-ranked: by (descending score, id), with their `scores`."""
+
+    ids: list[int]
+    distances: list[int]
+    labels: list[list[int]]
+    scores: list[float] | None = None
+
+    def rows(self):
+        """(id, distance, class ids, score or None) of each hit."""
+        scores = [None] * len(self.ids) if self.scores is None else self.scores
+        return zip(self.ids, self.distances, self.labels, scores)
+
+
+def plan_search(k: int | None = None, radius: int | None = None, *, rerank: bool = False, factor: int | None = None,
+                spelling: Spelling = Spelling(), max_k: int = MAX_K,
+                max_candidates: int | None = None) -> SearchPlan:
+    """The plan of a request's options. `rerank`: the queries come with real outputs; `factor`
+    (default `RERANK_FACTOR`) applies only then. `max_candidates`: a cap on k * factor."""
+    names = spelling
+    if k is not None and radius is not None:
+        raise InputError(f"give either {names.k} or {names.radius}, not both "
+                         f"(got {names.k} {k} and {names.radius} {radius})")
+    if rerank and radius is not None:
+        raise InputError(f"re-ranking orders a top k: give {names.k}, not {names.radius}, with {names.rerank}")
+    if radius is not None:
+        return SearchPlan(None, _checks.radius_value(radius), None, spelling)
+    k = check_k(DEFAULT_K if k is None else k, names.k, max_k)
+    if not rerank:
+        return SearchPlan(k, None, None, spelling)
+    factor = RERANK_FACTOR if factor is None else _checks.positive_int(factor, names.factor)
+    if max_candidates is not None and k * factor > max_candidates:
+        raise InputError(f"{names.k} * {names.factor} must be at most {max_candidates} (Hamming candidates "
+                         f"re-ranked per query), got {k} * {factor} = {k * factor}")
+    return SearchPlan(k, None, factor, spelling)
+
+
+def check_classes(lists: list[list[int]], name: str = "labels", max_class_id: int = MAX_CLASS_ID) -> list[list[int]]:
+    """Class-id lists as given in a request or on a command line: each id from 0 to
+    `max_class_id` (a server may lower the table's limit)."""
+    for row in lists:
+        check_class_ids(row, name)
+        if any(c > max_class_id for c in row):
+            raise InputError(f"{name} must be class ids between 0 and {max_class_id}, got {max(row)}")
+    return lists
+
+
+def search_hits(index, queries: np.ndarray, plan: SearchPlan, *, classes: list[list[int]] | None = None,
+                real: np.ndarray | None = None) -> list[Hits]:
+    """`plan` run on `index` for packed `queries` (nq, bits // 8): one `Hits` per query.
+
+    `classes`: per query, the class ids an item must share one of (checked by `check_classes`);
+    `real`: the queries' real outputs (nq, bits), needed when the plan re-ranks. Queries go to
+    the index in batches of `MAX_BATCH` (bounded memory for any number of them)."""
+    if classes is not None and len(classes) != len(queries):
+        raise InputError(f"{plan.spelling.classes} has {len(classes)} entries but there are {len(queries)} queries")
+    if (plan.factor is None) != (real is None):
+        raise TypeError("real outputs go with a re-ranking plan, and only with one")
+    rows = []
+    for start in range(0, len(queries), MAX_BATCH):
+        part = slice(start, start + MAX_BATCH)
+        labels = None if classes is None else SparseLabels.from_lists(classes[part], plan.spelling.classes)
+        rows += _batch_rows(index, queries[part], plan, labels, None if real is None else real[part])
+    return _with_labels(index, rows)
+
+
+def _batch_rows(index, queries, plan: SearchPlan, labels, real) -> list[tuple]:
+    """Per query: (distances, ids, scores or None), padding stripped."""
+    if plan.radius is not None:
+        lims, dist, ids = index.range_search(queries, plan.radius, labels)
+        return [(dist[a:b], ids[a:b], None) for a, b in zip(lims[:-1], lims[1:])]
+    if plan.factor is None:
+        dist, ids = index.search(queries, plan.k, labels)
+        scores = [None] * len(ids)
+    else:
+        scores, dist, ids = rerank_search(index, queries, plan.k, real, labels, plan.factor)
+    return [(d[i >= 0], i[i >= 0], None if s is None else s[i >= 0]) for d, i, s in zip(dist, ids, scores)]
+
+
+def _with_labels(index, rows: list[tuple]) -> list[Hits]:
+    """The rows as `Hits`, the labels of all their items read in one lookup."""
+    found = np.unique(np.concatenate([i for _, i, _ in rows])) if rows else np.empty(0, np.int64)
+    label_lists = dict(zip(found.tolist(), index.labels_of(found))) if len(found) else {}
+    return [Hits(i.tolist(), d.tolist(), [label_lists[x] for x in i.tolist()], None if s is None else s.tolist())
+            for d, i, s in rows]

@@ -1,0 +1,148 @@
+"""The rules of a search request (lbhash.index.hits): the checks of `plan_search` and
+`check_classes`, and `search_hits` on CodeIndex and on MilvusIndex (over a fake collection)
+against the brute-force references of index_reference, tie order and labels included."""
+
+import numpy as np
+import pytest
+
+from index_fakes import fake_milvus
+from index_reference import clustered_codes, in_range, random_codes, reranked, top_k
+from lbhash.errors import InputError
+from lbhash.index import CodeIndex, SearchPlan, Spelling, check_classes, hits, plan_search, search_hits
+
+BITS = 16
+LEVELS = [-1.0, -0.5, 0.25, 0.5, 1.0]  # dyadic: every sum is exact, so equal scores are ties
+CLI = Spelling(k="-k", radius="--radius", factor="--rerank-factor", rerank="--rerank-factor",
+               classes="--filter-labels")
+
+
+# --- plan_search and check_classes ------------------------------------------------------------
+
+
+def test_plan_defaults():
+    assert plan_search() == SearchPlan(10, None, None)
+    assert plan_search(radius=3) == SearchPlan(None, 3, None)
+    assert plan_search(5, rerank=True) == SearchPlan(5, None, 4)
+    assert plan_search(rerank=True, factor=2) == SearchPlan(10, None, 2)
+    assert plan_search(5, factor=3).factor is None  # a factor without real outputs re-ranks nothing
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"k": 3, "radius": 2}, "give either k or radius, not both (got k 3 and radius 2)"),
+    ({"k": 3, "radius": 2, "spelling": CLI}, "give either -k or --radius, not both (got -k 3 and --radius 2)"),
+    ({"radius": 2, "rerank": True}, "re-ranking orders a top k: give k, not radius, with 'real' or 'rerank_factor'"),
+    ({"radius": 2, "rerank": True, "spelling": CLI},
+     "re-ranking orders a top k: give -k, not --radius, with --rerank-factor"),
+    ({"radius": -1}, "radius must be a non-negative integer, got -1"),
+    ({"k": 0, "spelling": CLI}, "-k must be a positive integer, got 0"),
+    ({"k": 51, "max_k": 50}, "k must be at most 50, got 51"),
+    ({"k": 1001}, "k must be at most 1000, got 1001"),
+    ({"rerank": True, "factor": 0, "spelling": CLI}, "--rerank-factor must be a positive integer, got 0"),
+    ({"k": 30, "rerank": True, "max_candidates": 100},
+     "k * rerank_factor must be at most 100 (Hamming candidates re-ranked per query), got 30 * 4 = 120"),
+])
+def test_plan_refusals_are_one_line_naming_the_option(kwargs, message):
+    with pytest.raises(InputError) as err:
+        plan_search(**kwargs)
+    assert str(err.value) == message
+
+
+def test_check_classes():
+    assert check_classes([[0, 65535], []]) == [[0, 65535], []]
+    with pytest.raises(InputError, match="^labels must be class ids between 0 and 65535, got -1$"):
+        check_classes([[2], [-1]])
+    with pytest.raises(InputError, match="^--filter-labels must be class ids between 0 and 9, got 12$"):
+        check_classes([[3, 12, 10]], "--filter-labels", max_class_id=9)
+
+
+# --- search_hits against brute force, on each backend ---------------------------------------------
+
+
+@pytest.fixture(params=["faiss", "milvus"])
+def indexed(request, rng):
+    """A backend holding clustered codes (many ties), ids out of order, 0 to 2 classes per item."""
+    codes, _ = clustered_codes(rng, 150, BITS, centers=8, max_flips=2)
+    ids = rng.permutation(5000)[:150].astype(np.int64)
+    classes = [sorted(set(rng.integers(0, 4, rng.integers(0, 3)).tolist())) for _ in range(150)]
+    index = CodeIndex(BITS) if request.param == "faiss" else fake_milvus(BITS)
+    index.add(codes, ids=ids, labels=_sparse(classes))
+    return index, codes, ids, classes
+
+
+def _sparse(lists):
+    from lbhash.index import SparseLabels
+
+    return SparseLabels.from_lists(lists)
+
+
+def _allowed(filters, classes):
+    return None if filters is None else np.array([[bool(set(f) & set(c)) for c in classes] for f in filters])
+
+
+@pytest.mark.parametrize("filters", [None, [[1], [0, 3], [], [2], [1, 2, 3]]])
+def test_top_k_hits_are_the_brute_force_rows_without_padding(indexed, rng, filters):
+    index, codes, ids, classes = indexed
+    queries = random_codes(rng, 5, BITS)
+    got = search_hits(index, queries, plan_search(12), classes=filters)
+    ref_d, ref_i = top_k(queries, codes, ids, 12, _allowed(filters, classes))
+    label_of = dict(zip(ids.tolist(), classes))
+    for q, row in enumerate(got):
+        keep = ref_i[q] >= 0
+        assert row.ids == ref_i[q][keep].tolist() and row.distances == ref_d[q][keep].tolist()
+        assert row.labels == [label_of[i] for i in row.ids] and row.scores is None
+    if filters is not None:
+        assert got[2].ids == []  # a query without classes finds nothing
+
+
+def test_range_hits_are_the_brute_force_runs(indexed, rng):
+    index, codes, ids, classes = indexed
+    queries = codes[:4]
+    filters = [[0], [1, 2], [3], [0, 1, 2, 3]]
+    for lists in (None, filters):
+        got = search_hits(index, queries, plan_search(radius=3), classes=lists)
+        assert [list(zip(h.distances, h.ids)) for h in got] == in_range(queries, codes, ids, 3,
+                                                                        _allowed(lists, classes))
+
+
+def test_reranked_hits_are_the_brute_force_ranking(indexed, rng):
+    index, codes, ids, classes = indexed
+    queries = random_codes(rng, 6, BITS)
+    real = rng.choice(LEVELS, size=(6, BITS))
+    filters = [[0], [1], [2, 3], [0, 1, 2, 3], [1], [3]]
+    for lists in (None, filters):
+        got = search_hits(index, queries, plan_search(5, rerank=True, factor=3), classes=lists, real=real)
+        expected = reranked(queries, real, codes, ids, 5, 3, _allowed(lists, classes))
+        for row, want in zip(got, expected):
+            assert row.ids == [i for _, _, i in want] and row.distances == [d for _, d, _ in want]
+            assert row.scores == [s for s, _, _ in want]  # bit for bit
+            assert list(row.rows()) == list(zip(row.ids, row.distances, row.labels, row.scores))
+
+
+def test_batches_give_the_same_hits_and_labels_come_from_one_lookup(monkeypatch, rng):
+    index = CodeIndex(BITS)
+    index.add(random_codes(rng, 60, BITS), labels=rng.integers(0, 3, 60))
+    queries = random_codes(rng, 10, BITS)
+    real = rng.standard_normal((10, BITS))
+    plans = [(plan_search(4), None), (plan_search(radius=5), None), (plan_search(4, rerank=True), real)]
+    whole = [search_hits(index, queries, plan, classes=[[0, 1]] * 10, real=r) for plan, r in plans]
+    lookups = []
+    monkeypatch.setattr(hits, "MAX_BATCH", 3)
+    monkeypatch.setattr(index, "labels_of", lambda found: lookups.append(found) or CodeIndex.labels_of(index, found))
+    for (plan, r), want in zip(plans, whole):
+        assert search_hits(index, queries, plan, classes=[[0, 1]] * 10, real=r) == want
+    assert len(lookups) == len(plans)  # one per search, over 4 batches each
+
+
+def test_search_hits_refusals(rng):
+    index = CodeIndex(BITS)
+    index.add(random_codes(rng, 5, BITS))
+    queries = random_codes(rng, 3, BITS)
+    with pytest.raises(InputError, match="^labels has 2 entries but there are 3 queries$"):
+        search_hits(index, queries, plan_search(2), classes=[[0], [1]])
+    with pytest.raises(InputError, match="^--filter-labels has 1 entries but there are 3 queries$"):
+        search_hits(index, queries, plan_search(2, spelling=CLI), classes=[[0]])
+    with pytest.raises(TypeError, match="real outputs go with a re-ranking plan"):
+        search_hits(index, queries, plan_search(2), real=np.zeros((3, BITS)))
+    with pytest.raises(TypeError, match="real outputs go with a re-ranking plan"):
+        search_hits(index, queries, plan_search(2, rerank=True))
+    assert search_hits(index, queries[:0], plan_search(2)) == []
