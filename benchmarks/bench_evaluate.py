@@ -119,7 +119,7 @@ def main() -> None:
 
     t_ours, ours = best_of(lambda: mean_average_precision(qp, dbp, ql, dbl, topk=args.topk, bits=args.bits))
     t_avg, ours_avg = best_of(lambda: mean_average_precision(qp, dbp, ql, dbl, topk=args.topk,
-                                                             ties="average", bits=args.bits))
+                                                             tie_averaged=True, bits=args.bits))
     t_pr, _ = best_of(lambda: precision_recall_curve(qp, dbp, ql, dbl, bits=args.bits))
     t_all, _ = best_of(lambda: evaluate_codes(qp, dbp, ql, dbl, bits=args.bits, topk=args.topk), 1)
     t0 = time.perf_counter()

@@ -52,8 +52,8 @@ def test_average_precision_multiword_codes(rng, bits):
 
 def test_packed_and_sign_codes_give_the_same_result(rng):
     q, d, ql, dl, _, _ = make_case(rng, 24, multilabel=True)
-    a = average_precision(q, d, ql, dl, topk=30, ties="average")
-    b = average_precision(pack(q), pack(d), ql, dl, topk=30, ties="average", bits=24)
+    a = average_precision(q, d, ql, dl, topk=30, tie_averaged=True)
+    b = average_precision(pack(q), pack(d), ql, dl, topk=30, tie_averaged=True, bits=24)
     np.testing.assert_array_equal(a, b)
 
 
@@ -87,7 +87,7 @@ def test_tie_averaged_ap_hand_computed(dist, rel, topk, expected):
         db[i, :k] = 1
     q = -np.ones((1, bits), dtype=np.int8)
     db_labels = np.array([[1, 0] if r else [0, 1] for r in rel])
-    got = average_precision(q, db, np.array([[1, 0]]), db_labels, topk=topk, ties="average")
+    got = average_precision(q, db, np.array([[1, 0]]), db_labels, topk=topk, tie_averaged=True)
     assert got[0] == pytest.approx(expected, abs=1e-12)
 
 
@@ -97,7 +97,7 @@ def test_tie_averaged_ap_matches_exhaustive_tie_orders(rng, topk):
         q, d, ql, dl, qm, dm = make_case(rng, 4, multilabel=True, n_query=5, n_db=7, classes=3)
         dist, rel = ref.distances(q, d), ref.relevance(qm, dm)
         expected = [ref.tie_averaged_ap_exact(dist[i], rel[i], topk) for i in range(len(q))]
-        got = average_precision(q, d, ql, dl, topk=topk, ties="average")
+        got = average_precision(q, d, ql, dl, topk=topk, tie_averaged=True)
         np.testing.assert_allclose(got, expected, atol=1e-9)
 
 
@@ -105,7 +105,7 @@ def test_tie_averaged_ap_matches_monte_carlo(rng):
     q, d, ql, dl, qm, dm = make_case(rng, 8, multilabel=False, n_query=4, n_db=120)
     dist, rel = ref.distances(q, d), ref.relevance(qm, dm)
     for topk in (None, 30):
-        got = average_precision(q, d, ql, dl, topk=topk, ties="average")
+        got = average_precision(q, d, ql, dl, topk=topk, tie_averaged=True)
         mc = [ref.tie_averaged_ap_monte_carlo(dist[i], rel[i], topk, 3000, rng) for i in range(len(q))]
         np.testing.assert_allclose(got, mc, atol=0.01)
         # the stable order is one draw among the tie orders, so it differs from the average
@@ -193,11 +193,11 @@ def test_lower_bound_exact_case_and_infinite_ratio():
 
 def test_evaluate_codes_agrees_with_single_metrics(rng):
     q, d, ql, dl, qm, dm = make_case(rng, 16, multilabel=True)
-    m = evaluate_codes(q, d, ql, dl, topk=40, ks=(10, 20), radius=1, knn=7, tie_average=True)
+    m = evaluate_codes(q, d, ql, dl, topk=40, ks=(10, 20), radius=1, knn=7, tie_averaged=True)
     assert "map_tie_averaged" not in evaluate_codes(q, d, ql, dl, topk=40)  # only when asked
     assert m["map"] == pytest.approx(mean_average_precision(q, d, ql, dl, topk=40), abs=1e-12)
     assert m["map_tie_averaged"] == pytest.approx(
-        mean_average_precision(q, d, ql, dl, topk=40, ties="average"), abs=1e-12)
+        mean_average_precision(q, d, ql, dl, topk=40, tie_averaged=True), abs=1e-12)
     p, _ = ref.precision_within_radius(q, d, qm, dm, 1)
     assert m["precision_within_radius"]["precision"] == pytest.approx(p, abs=1e-9)
     assert m["knn_accuracy"]["accuracy"] == pytest.approx(ref.knn_accuracy(q, d, qm, dm, 7))
@@ -207,9 +207,9 @@ def test_evaluate_codes_agrees_with_single_metrics(rng):
 def test_threads_do_not_change_results(rng, monkeypatch):
     q, d, ql, dl, _, _ = make_case(rng, 32, multilabel=False, n_query=40)
     monkeypatch.setenv("LBHASH_NUM_THREADS", "1")
-    one = average_precision(q, d, ql, dl, topk=20, ties="average")
+    one = average_precision(q, d, ql, dl, topk=20, tie_averaged=True)
     monkeypatch.setenv("LBHASH_NUM_THREADS", "3")
-    np.testing.assert_array_equal(average_precision(q, d, ql, dl, topk=20, ties="average"), one)
+    np.testing.assert_array_equal(average_precision(q, d, ql, dl, topk=20, tie_averaged=True), one)
 
 
 # --- bad input -------------------------------------------------------------------------------
@@ -243,7 +243,7 @@ def test_bad_topk(topk):
 
 def test_bad_ties_radius_ks_k_percentile():
     with pytest.raises(ValueError, match="ties must be 'index' or 'average', got 'random'"):
-        mean_average_precision(**GOOD, ties="random")
+        mean_average_precision(**GOOD, ties="random")  # the deprecated spelling keeps its check
     with pytest.raises(ValueError, match="radius must be a non-negative integer, got -1"):
         precision_within_radius(**GOOD, radius=-1)
     with pytest.raises(ValueError, match="ks must be a non-empty list of positive integers"):
@@ -268,9 +268,9 @@ def test_misleading_sample_falls_back_to_exact_cutoff(rng):
     dl = rng.integers(0, 2, n)
     qm, dm = ref.multihot(np.array([1]), 2), ref.multihot(dl, 2)
     for topk in (20001, 30000, None):
-        for ties in ("index", "average"):
-            got = average_precision(q, db, np.array([1]), dl, topk=topk, ties=ties)
-            if ties == "index":
+        for tie_averaged in (False, True):
+            got = average_precision(q, db, np.array([1]), dl, topk=topk, tie_averaged=tie_averaged)
+            if not tie_averaged:
                 np.testing.assert_allclose(got, ref.average_precision(q, db, qm, dm, topk), atol=1e-9)
             else:
                 mc = ref.tie_averaged_ap_monte_carlo(ref.distances(q, db)[0], ref.relevance(qm, dm)[0],
@@ -287,3 +287,20 @@ def test_classifier_accuracy():
     assert classifier_accuracy(scores, multi) == 0.5  # rows 0 and 2 predict a label they have
     with pytest.raises(ValueError, match="scores must have shape"):
         classifier_accuracy(scores[:3], [1, 0, 1, 2])
+
+
+def test_the_old_spellings_of_tie_averaging_warn_and_give_the_same_numbers(rng):
+    q, d = rng.choice([-1, 1], size=(6, 8)), rng.choice([-1, 1], size=(50, 8))
+    ql, dl = rng.integers(0, 3, 6), rng.integers(0, 3, 50)
+    for averaged, old in ((False, "index"), (True, "average")):
+        new = average_precision(q, d, ql, dl, topk=20, tie_averaged=averaged)
+        with pytest.warns(DeprecationWarning, match="tie_averaged"):
+            np.testing.assert_array_equal(average_precision(q, d, ql, dl, topk=20, ties=old), new)
+        with pytest.warns(DeprecationWarning, match="tie_averaged"):
+            np.testing.assert_array_equal(average_precision(q, d, ql, dl, 20, old), new)  # positional
+    with pytest.warns(DeprecationWarning, match="tie_averaged"):
+        old = evaluate_codes(q, d, ql, dl, topk=20, ks=(5,), tie_average=True)
+    new = evaluate_codes(q, d, ql, dl, topk=20, ks=(5,), tie_averaged=True)
+    assert old["map_tie_averaged"] == new["map_tie_averaged"]
+    assert new["map_tie_averaged"] == pytest.approx(float(np.mean(average_precision(q, d, ql, dl, topk=20,
+                                                                                     tie_averaged=True))))

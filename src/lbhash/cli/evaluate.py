@@ -78,7 +78,7 @@ def evaluate(codes_file: Path | None, queries: Path | None, database: Path | Non
             real = np.tanh(real.astype(np.float64))
     metrics = evaluate_codes(
         q["codes"], db["codes"], q["labels"], db["labels"], bits=q["bits"], topk=r, ks=parse_int_list(ks, "--ks"),
-        radius=radius, knn=knn, percentile=percentile, tie_average=tie_averaged, query_real=real)
+        radius=radius, knn=knn, percentile=percentile, tie_averaged=tie_averaged, query_real=real)
     click.echo(f"R = {'all' if r is None else r} ({where})")
     click.echo(format_metrics(metrics))
     if out is not None:

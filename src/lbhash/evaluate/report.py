@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any, Sequence
 
 import numpy as np
@@ -24,15 +25,20 @@ from lbhash.evaluate.retrieval import (
 
 def evaluate_codes(query_codes, db_codes, query_labels, db_labels, bits: int | None = None,
                    topk: int | None = None, ks: Sequence[int] = DEFAULT_KS, radius: int = 2,
-                   knn: int = 100, percentile: float = 99.9, tie_average: bool = False,
-                   query_real=None) -> dict[str, Any]:
+                   knn: int = 100, percentile: float = 99.9, tie_averaged: bool = False,
+                   query_real=None, *, tie_average: bool | None = None) -> dict[str, Any]:
     """Every metric of docs/evaluation.md for one query/database pair; the lower bound is on the
-    database. The tie-averaged mAP is computed only with `tie_average=True`. With `query_real`
+    database. The tie-averaged mAP is computed only with `tie_averaged=True`
+    (`tie_average`, its old name, still works for one release and warns). With `query_real`
     (the queries' real-valued outputs, (n_query, bits)), `asymmetric` also holds mAP@R and
     P@K of the asymmetric ranking (lbhash.evaluate.asymmetric).
 
     Floats that JSON cannot hold are stored as strings ("inf") or null (NaN).
     """
+    if tie_average is not None:
+        warnings.warn("evaluate_codes(tie_average=...) is deprecated: pass tie_averaged=...", DeprecationWarning,
+                      stacklevel=2)
+        tie_averaged = bool(tie_average)
     ks_arr = check_ks(ks)
     radius = check_non_negative_int(radius, "radius")
     check_percentile(percentile)
@@ -42,7 +48,7 @@ def evaluate_codes(query_codes, db_codes, query_labels, db_labels, bits: int | N
     top = check_topk(topk, inp.n_db)
     knn = check_positive_int(knn, "knn")
     real = None if query_real is None else check_query_real(query_real, inp.n_query, inp.bits)
-    ap_index, ap_average = average_precisions(inp, top, tie_average=tie_average)
+    ap_index, ap_average = average_precisions(inp, top, tie_averaged=tie_averaged)
     at_k = precision_recall_at_k(inp, ks_arr)
     curve = pr_curve(inp)
     ball = radius_precision(curve, radius)
@@ -53,7 +59,7 @@ def evaluate_codes(query_codes, db_codes, query_labels, db_labels, bits: int | N
         "n_db": inp.n_db,
         "topk": "all" if topk is None else int(topk),
         "map": float(ap_index.mean()),
-        **({"map_tie_averaged": float(ap_average.mean())} if tie_average else {}),
+        **({"map_tie_averaged": float(ap_average.mean())} if tie_averaged else {}),
         "precision_at_k": {"k": at_k.ks, "precision": at_k.precision, "recall": at_k.recall},
         "precision_within_radius": {"radius": int(radius), "precision": ball.precision,
                                     "empty_fraction": ball.empty_fraction},

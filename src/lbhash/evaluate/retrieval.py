@@ -8,6 +8,7 @@ every number is deterministic. Work streams over query chunks in parallel thread
 
 from __future__ import annotations
 
+import warnings
 from typing import Iterator, NamedTuple, Sequence
 
 import numpy as np
@@ -63,20 +64,32 @@ class RadiusPrecision(NamedTuple):
 
 
 def average_precision(query_codes, db_codes, query_labels, db_labels, topk=None,
-                      ties: str = "index", bits: int | None = None) -> np.ndarray:
+                      tie_averaged: bool = False, bits: int | None = None, *, ties: str | None = None) -> np.ndarray:
     """AP@topk of every query (the per-query form of `mean_average_precision`)."""
+    tie_averaged = tie_averaged_option(tie_averaged, ties)
+    inp = prepare(query_codes, db_codes, query_labels, db_labels, bits)
+    ap_index, ap_average = average_precisions(inp, topk, tie_averaged=tie_averaged)
+    return ap_average if tie_averaged else ap_index
+
+
+def tie_averaged_option(tie_averaged, ties: str | None) -> bool:
+    """`tie_averaged`, or the deprecated `ties="index"|"average"` spelling of it (one release)."""
+    if isinstance(tie_averaged, str):  # the old positional `ties`
+        tie_averaged, ties = False, tie_averaged
+    if ties is None:
+        return bool(tie_averaged)
     if ties not in ("index", "average"):
         raise InputError(f"ties must be 'index' or 'average', got {ties!r}")
-    inp = prepare(query_codes, db_codes, query_labels, db_labels, bits)
-    ap_index, ap_average = average_precisions(inp, topk, tie_average=ties == "average")
-    return ap_average if ties == "average" else ap_index
+    warnings.warn("ties='index'|'average' is deprecated: pass tie_averaged=False|True", DeprecationWarning,
+                  stacklevel=3)
+    return ties == "average"
 
 
-def average_precisions(inp: Retrieval, topk, tie_average: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Per-query AP with ties by index, and tie-averaged AP (empty unless tie_average)."""
+def average_precisions(inp: Retrieval, topk, tie_averaged: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Per-query AP with ties by index, and tie-averaged AP (empty unless tie_averaged)."""
     top = check_topk(topk, inp.n_db)
     ap_index = np.empty(inp.n_query)
-    ap_average = np.empty(inp.n_query if tie_average else 0)
+    ap_average = np.empty(inp.n_query if tie_averaged else 0)
 
     def work(a: int, b: int) -> None:
         if top == inp.n_db:  # R = all: two linear passes, nothing ordered
@@ -93,15 +106,17 @@ def average_precisions(inp: Retrieval, topk, tie_average: bool) -> tuple[np.ndar
 
 
 def mean_average_precision(query_codes, db_codes, query_labels, db_labels, topk=None,
-                           ties: str = "index", bits: int | None = None) -> float:
+                           tie_averaged: bool = False, bits: int | None = None, *,
+                           ties: str | None = None) -> float:
     """mAP@R (docs/evaluation.md): AP over the top R = `topk` items (None: the whole database).
 
     AP = mean over the relevant items within the top R of (relevant so far / rank); a query
-    with none scores 0 and still counts. ties="index" ranks tied items by database index;
-    ties="average" gives the exact expectation over random orders inside each tie.
+    with none scores 0 and still counts. Tied items are ranked by database index;
+    tie_averaged=True gives the exact expectation over random orders inside each tie instead.
     """
+    tie_averaged = tie_averaged_option(tie_averaged, ties)
     return float(np.mean(average_precision(query_codes, db_codes, query_labels, db_labels,
-                                           topk=topk, ties=ties, bits=bits)))
+                                           topk=topk, tie_averaged=tie_averaged, bits=bits)))
 
 
 def precision_recall_curve(query_codes, db_codes, query_labels, db_labels,
