@@ -2,6 +2,7 @@
 
 import sys
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,7 +18,7 @@ from lbhash.models import (
     create_image_model,
     register_backbone,
 )
-from lbhash.models import backbones as backbones_module
+import lbhash.models as models_package
 
 
 def one_line_error(excinfo, *needles: str) -> str:
@@ -335,6 +336,7 @@ def test_frozen_backbone_gets_no_gradients_and_keeps_batchnorm_statistics():
         assert all(p.grad is not None for p in model.head.parameters())
 
 
-def test_backbones_module_never_imports_torchvision_eagerly():
-    source = open(backbones_module.__file__).read()
-    assert "\nimport torchvision" not in source and "\nfrom torchvision" not in source
+def test_model_modules_never_import_torchvision_eagerly():
+    for path in Path(models_package.__file__).parent.glob("*.py"):
+        source = path.read_text()
+        assert "\nimport torchvision" not in source and "\nfrom torchvision" not in source, path.name

@@ -12,8 +12,8 @@ from lbhash.codes import unpack
 from lbhash.codes_file import load_codes_file
 from lbhash.data import load_data
 from lbhash.errors import InputError
-from lbhash.reproduce.baselines import BaselinesSpec, ranked_map
 from lbhash.reproduce.experiments import Context
+from lbhash.reproduce.experiments.baselines import BaselinesSpec, ranked_map
 
 
 def brute_ap(scores: np.ndarray, relevant: np.ndarray, top: int) -> float:

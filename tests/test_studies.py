@@ -9,8 +9,8 @@ import pytest
 from lbhash.errors import InputError
 from lbhash.methods.base import PAPER_LBHASH
 from lbhash.reproduce.experiments import Context
+from lbhash.reproduce.experiments.objective_study import StudySpec, setting_slug, setting_values
 from lbhash.reproduce.report import write_report
-from lbhash.reproduce.studies import StudySpec, setting_slug, setting_values
 from lbhash.reproduce.tables import STUDY_COLUMNS, STUDY_EPOCHS_COLUMNS
 
 

@@ -40,8 +40,6 @@ def reproduce(experiment, data, protocol, out, workers, methods, bits, seeds, ki
     Runs go to OUT/runs/EXPERIMENT/; a rerun skips finished runs and resumes unfinished ones.
     Build the report with `lbhash report OUT`.
     """
-    from lbhash.train.config import parse_yaml
-
     from lbhash._io import check_output_dir
     from lbhash.reproduce.experiments import Context, configure, validate
     from lbhash.reproduce.meta import META_FILE, read_meta, update_meta
@@ -50,31 +48,8 @@ def reproduce(experiment, data, protocol, out, workers, methods, bits, seeds, ki
         raise InputError(f"experiment {experiment} needs --data")
     if workers < 1:
         raise InputError(f"--workers must be a positive integer, got {workers}")
-    spec_values: dict = {}
-    if methods:
-        spec_values["methods"] = tuple(m.strip() for m in methods.split(",") if m.strip())
-    if bits:
-        spec_values["bits"] = tuple(parse_int_list(bits, "--bits"))
-    if seeds:
-        spec_values["seeds"] = tuple(parse_int_list(seeds, "--seeds"))
-    if kinds:
-        spec_values["kinds"] = tuple(k.strip() for k in kinds.split(",") if k.strip())
-    if study_name:
-        spec_values["study"] = study_name
-    if settings:
-        spec_values["settings"] = tuple(t.strip() for t in settings.split(";") if t.strip())
-    if test:
-        spec_values["test"] = True
-    if held_out is not None:
-        if experiment != "baselines":
-            raise InputError("--held-out applies to the baselines experiment only")
-        spec_values["held_out"] = held_out
-    overrides = {}
-    for item in options:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise InputError(f"--set must look like KEY=VALUE, got {item!r}")
-        overrides[key.strip().replace("-", "_")] = parse_yaml(value, f"--set {item}")
+    spec_values = _spec_values(experiment, methods, bits, seeds, kinds, study_name, settings, test, held_out)
+    overrides = _overrides(options)
     if epochs is not None:
         if experiment == "timing":
             spec_values["epochs"] = epochs
@@ -92,3 +67,40 @@ def reproduce(experiment, data, protocol, out, workers, methods, bits, seeds, ki
     key = f"study:{spec.study}" if experiment == "study" else experiment
     update_meta(out, key, spec, ctx, "lbhash " + " ".join(sys.argv[1:]))
     click.echo(f"{experiment}: tables written to {out}")
+
+
+def _spec_values(experiment, methods, bits, seeds, kinds, study_name, settings, test, held_out) -> dict:
+    """The experiment's own options given on the command line, as fields of its spec."""
+    values: dict = {}
+    if methods:
+        values["methods"] = tuple(m.strip() for m in methods.split(",") if m.strip())
+    if bits:
+        values["bits"] = tuple(parse_int_list(bits, "--bits"))
+    if seeds:
+        values["seeds"] = tuple(parse_int_list(seeds, "--seeds"))
+    if kinds:
+        values["kinds"] = tuple(k.strip() for k in kinds.split(",") if k.strip())
+    if study_name:
+        values["study"] = study_name
+    if settings:
+        values["settings"] = tuple(t.strip() for t in settings.split(";") if t.strip())
+    if test:
+        values["test"] = True
+    if held_out is not None:
+        if experiment != "baselines":
+            raise InputError("--held-out applies to the baselines experiment only")
+        values["held_out"] = held_out
+    return values
+
+
+def _overrides(options) -> dict:
+    """--set KEY=VALUE options: training values for every run."""
+    from lbhash.train.config import parse_yaml
+
+    overrides = {}
+    for item in options:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise InputError(f"--set must look like KEY=VALUE, got {item!r}")
+        overrides[key.strip().replace("-", "_")] = parse_yaml(value, f"--set {item}")
+    return overrides

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from lbhash.errors import InputError
-from lbhash.models.backbones import Backbone, register_backbone
+from lbhash.models.registry import Backbone, register_backbone
 
 DEFAULT_WIDTH = 1.5  # resnet20 at width 1.5 has 0.61 M parameters; width 1 is the original (0.27 M)
 

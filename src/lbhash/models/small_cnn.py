@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from lbhash.errors import InputError
-from lbhash.models.backbones import Backbone, register_backbone
+from lbhash.models.registry import Backbone, register_backbone
 
 STAGE_WIDTHS = (32, 64, 128, 256)
 

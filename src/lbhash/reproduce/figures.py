@@ -1,7 +1,9 @@
-"""The report's figures (PNG). matplotlib is imported lazily, and figures are drawn on a
-bare `Figure` (Agg canvas), so pyplot's global state and backend are never touched.
+"""The figures (PNG) of the report, the toy and the baselines summary. matplotlib is imported
+lazily, and figures are drawn on a bare `Figure` (Agg canvas), so pyplot's global state and
+backend are never touched.
 
-Inputs are already aggregated by the report; nothing here reads tables or computes statistics.
+Inputs are already aggregated (by the report, the toy, the baselines summary); nothing here
+reads tables or computes statistics.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ def color(index: int) -> str:
 
 
 def variant_line(view, method: str, variant: str, x, y) -> Line:
-    """The line of one variant of a `tables.GridView`: method colour, variant style."""
+    """The line of one variant of a `report.grid_view.GridView`: method colour, variant style."""
     return Line(view.label(method, variant), np.asarray(x), np.asarray(y),
                 color(view.methods.index(method)), view.style(method, variant))
 
@@ -219,6 +221,14 @@ def trace_plot(lines: Sequence[Line], path: Path, title: str, xlabel: str, ylabe
                     Line2D([], [], ls="", marker="*", ms=10, color="0.3", label="last epoch")]
         fig.legend(handles=handles, loc="outside right center", frameon=False)
         return _save(fig, path)
+
+
+def plot_window(real: np.ndarray) -> np.ndarray:
+    """The codes a plot shows: all of them up to 256, else the aligned 256-code window that
+    holds the likeliest code."""
+    k = len(real)
+    start = 0 if k <= 256 else int(np.argmax(real)) // 256 * 256
+    return np.arange(start, min(start + 256, k))
 
 
 def toy_plot(rows: Sequence[tuple[str, np.ndarray, dict[str, np.ndarray]]], path: Path) -> Path:

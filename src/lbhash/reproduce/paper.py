@@ -14,8 +14,8 @@ TABLE1_TIMING = {
     "ours": {16: 38.95, 32: 39.78, 64: 40.84},
 }
 
-TABLE2_NOTE = ("Paper Table 2 (Tab.mAP, Sec. 6.3), CIFAR-10 columns: mAP@54000 in %, ResNet-50 "
-               "trained end to end, mean of 5 runs.")
+# Paper Table 2 (Tab.mAP, Sec. 6.3), CIFAR-10 columns: mAP@54000 in %, ResNet-50 trained end to
+# end, mean of 5 runs.
 TABLE2_CIFAR10 = {
     "hashnet": {16: 63.0, 32: 81.5, 64: 84.7},
     "hashnet_D": {16: 79.1, 32: 82.3, 64: 85.3},

@@ -46,17 +46,30 @@ def parse_cell(cell: str, kind: str) -> Any:
     if kind == "str":
         return cell
     if kind == "bool":
-        if cell.lower() in ("true", "1"):
-            return True
-        if cell.lower() in ("false", "0"):
-            return False
-        raise InputError(f"cannot parse {cell!r} as True/False")
+        return _parse_bool(cell)
     if kind == "topk":
-        if cell.lower() == "all":
-            return "all"
-        if not cell.isdigit() or int(cell) <= 0:
-            raise InputError(f"cannot parse {cell!r} as 'all' or a positive integer")
-        return cell
+        return _parse_topk(cell)
+    return _parse_numeric(cell, kind, optional)
+
+
+def _parse_bool(cell: str) -> bool:
+    if cell.lower() in ("true", "1"):
+        return True
+    if cell.lower() in ("false", "0"):
+        return False
+    raise InputError(f"cannot parse {cell!r} as True/False")
+
+
+def _parse_topk(cell: str) -> str:
+    if cell.lower() == "all":
+        return "all"
+    if not cell.isdigit() or int(cell) <= 0:
+        raise InputError(f"cannot parse {cell!r} as 'all' or a positive integer")
+    return cell
+
+
+def _parse_numeric(cell: str, kind: str, optional: bool) -> int | float:
+    """int, float, frac or ratio; a non-empty optional frac may be NaN."""
     try:
         number = float(cell)
     except ValueError:

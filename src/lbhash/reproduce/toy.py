@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from lbhash.errors import InputError
+from lbhash.reproduce.figures import plot_window, toy_plot
 from lbhash.reproduce.paper import TOY_KL
 from lbhash.reproduce.stats import kl_divergence
 from lbhash.surrogate import BlockSurrogate, joint_distribution, marginal_product
@@ -312,19 +313,9 @@ def _jsonable(obj: Any) -> Any:
     return obj
 
 
-def plot_window(real: np.ndarray) -> np.ndarray:
-    """The codes a plot shows: all of them up to 256, else the aligned 256-code window that
-    holds the likeliest code."""
-    k = len(real)
-    start = 0 if k <= 256 else int(np.argmax(real)) // 256 * 256
-    return np.arange(start, min(start + 256, k))
-
-
 def plot_toy(result: ToyResult, path) -> None:
     """Real probabilities (bars) and the surrogate and naive estimates (steps): at 8 bits for
     the smallest and the largest N, above 8 bits the window of `plot_window` at the largest N."""
-    from lbhash.reproduce.figures import toy_plot
-
     ns = sorted(result.kl)
     shown = [ns[0], ns[-1]] if len(result.real) <= 256 and len(ns) > 1 else ns[-1:]
     codes = plot_window(result.real)

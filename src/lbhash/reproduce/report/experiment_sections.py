@@ -1,7 +1,7 @@
-"""Report sections of the studies that have a table of their own: the lower bound along
-training (bound.csv, paper Fig. 1), training time (timing.csv, Table 1), class centers
-(centers.csv, Table 5), the MVB toy (toy.json and toy_probs.npz) and the baselines on seen and
-unseen classes (baselines.csv, beyond the paper).
+"""Report sections of the experiments other than grid and study, each from a table of its
+own: the lower bound along training (bound.csv, paper Fig. 1), training time (timing.csv,
+Table 1), class centers (centers.csv, Table 5), the MVB toy (toy.json and toy_probs.npz) and
+the baselines on seen and unseen classes (baselines.csv, beyond the paper).
 
 Each returns [] when its table is absent.
 """
@@ -14,9 +14,9 @@ import numpy as np
 
 from lbhash.reproduce import figures as fig
 from lbhash.reproduce import paper
-from lbhash.reproduce.report_context import ReportContext, cell, md_table, num, pval
+from lbhash.reproduce.baselines_summary import baselines_figure, summary_lines
+from lbhash.reproduce.report.context import ReportContext, cell, md_table, num, pval
 from lbhash.reproduce.stats import kl_divergence, mean_std, spearman
-from lbhash.reproduce.toy import plot_window
 from lbhash.reproduce.tables import TIMING_VARIANTS
 
 _TOY_LABELS = {"surrogate": "surrogate (mean of block products)",
@@ -170,7 +170,7 @@ def toy_section(ctx: ReportContext) -> list[str]:
         rows = []
         for bits, pr in probs.items():
             k = len(pr["real"])
-            codes = plot_window(pr["real"])
+            codes = fig.plot_window(pr["real"])
             kls = [num(kl_divergence(pr["real"], pr[e]), 4) for e in ("surrogate", "naive")]
             rows.append((f"{bits} bits, codes {codes[0]}–{codes[-1]} of {k}: KL(real ‖ "
                          f"surrogate) = {kls[0]}, KL(real ‖ naive) = {kls[1]}", codes,
@@ -183,8 +183,6 @@ def toy_section(ctx: ReportContext) -> list[str]:
 
 
 def baselines_section(ctx: ReportContext) -> list[str]:
-    from lbhash.reproduce.baselines import baselines_figure, summary_lines
-
     t = ctx.tables.baselines
     if t is None:
         return []

@@ -1,4 +1,5 @@
-"""The paper's experiments as small declarative specs (paper Sec. 6.2-6.4, App. G; docs/reproduce.md).
+"""The paper's experiments as small declarative specs (paper Sec. 6.2-6.4, App. G; docs/reproduce.md),
+and the Context every spec runs in.
 
 Each spec expands into cells, which the runner trains (in parallel, resumably), and writes its
 tables into the output directory, from which `lbhash report` builds the report:
@@ -9,24 +10,26 @@ tables into the output directory, from which `lbhash report` builds the report:
 - centers (Table 5): CSQ_D with each center generator -> centers.csv
 - toy (Fig. 3, App. G): the MVB toy at 8 and 16 bits -> toy.json, toy_probs.npz
 - bound (Fig. 1): CSQ_D evaluated every epoch -> bound.csv
+
+The study and baselines specs (objective_study.py, baselines.py) build on these; the registry
+of all of them is lbhash.reproduce.experiments.registry.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
-
+from typing import Callable
 
 from lbhash._io import save_npz, write_json
-from lbhash.reproduce.collect import write_codes_sample, write_csv, write_grid_tables
+from lbhash.errors import InputError
+from lbhash.reproduce.experiments.collect import write_codes_sample, write_csv, write_grid_tables
 from lbhash.reproduce.runner import Cell, run_cells
-from lbhash.train.loop import read_log
-from lbhash.train.rundir import LOG
 from lbhash.reproduce.tables import (BOUND_COLUMNS, BOUND_FILE, CENTERS_COLUMNS, CENTERS_FILE,
                                      TIMING_COLUMNS, TIMING_FILE, TOY_FILE, TOY_PROBS_FILE)
-from lbhash.errors import InputError
+from lbhash.train.loop import read_log
+from lbhash.train.rundir import LOG
+
 
 def all_methods() -> tuple[str, ...]:
     """The paper's deep methods (its Table 2), in its row order. Methods beyond the paper
@@ -236,49 +239,3 @@ class ToySpec:
             ctx.report(f"toy {b} bits done")
         write_json(ctx.out / TOY_FILE, summary)
         save_npz(ctx.out / TOY_PROBS_FILE, **probs)
-
-
-def _study_spec():
-    from lbhash.reproduce.studies import StudySpec
-
-    return StudySpec()
-
-
-def _baselines_spec():
-    from lbhash.reproduce.baselines import BaselinesSpec
-
-    return BaselinesSpec()
-
-
-EXPERIMENTS: dict[str, Any] = {"grid": GridSpec(), "timing": TimingSpec(), "centers": CentersSpec(),
-                               "toy": ToySpec(), "bound": BoundSpec(), "study": _study_spec(),
-                               "baselines": _baselines_spec()}
-
-
-def validate(spec, ctx: Context) -> None:
-    """Every check of an experiment before it creates anything: its data spec (the file must
-    exist), its options, and the config of every run it would train."""
-    from pathlib import Path
-
-    from lbhash.data.spec import DATA_KINDS, parse_data_spec
-    from lbhash.train import make_config
-
-    if ctx.data:
-        parsed = parse_data_spec(ctx.data)
-        if DATA_KINDS[parsed.kind].takes_path and not Path(parsed.path).expanduser().exists():
-            raise InputError(f"--data {ctx.data}: {parsed.path}: no such file or directory")
-    for values in spec.configs(ctx):
-        make_config(values, "a run of this experiment")
-
-
-def configure(name: str, **values) -> Any:
-    """The named experiment's spec with some fields replaced (unknown fields are an error)."""
-    if name not in EXPERIMENTS:
-        raise InputError(f"unknown experiment {name!r}; available: {', '.join(EXPERIMENTS)}")
-    spec = EXPERIMENTS[name]
-    fields = {f.name for f in dataclasses.fields(spec)}
-    unknown = set(values) - fields
-    if unknown:
-        raise InputError(f"experiment {name} has no option(s) {', '.join(sorted(unknown))} "
-                         f"(it has {', '.join(sorted(fields))})")
-    return dataclasses.replace(spec, **values)

@@ -1,4 +1,5 @@
-"""Controlled studies of the _D objective: named settings x methods x bits x seeds.
+"""`lbhash reproduce study`: controlled studies of the _D objective, named settings x methods x
+bits x seeds (the report's section of them: lbhash.reproduce.report.objective_study_section).
 
 A setting is a string: `base` (the method alone), `paper` (the paper-faithful _D objective),
 `recommended` (the _D options of the method's recommended profile), or a comma-separated list
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 
 from lbhash._io import check_name
 from lbhash.errors import InputError
-from lbhash.reproduce.collect import write_csv
+from lbhash.reproduce.experiments.collect import write_csv
 from lbhash.reproduce.runner import Cell, run_cells
 from lbhash.reproduce.tables import (STUDY_COLUMNS, STUDY_EPOCHS_COLUMNS, STUDY_EPOCHS_FILE, STUDY_FILE,
                                      read_rows_if_present)

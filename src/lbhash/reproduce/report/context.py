@@ -2,7 +2,7 @@
 
 A section is a function `ReportContext -> list[str]` (its markdown lines, or [] when its
 tables are absent); it may draw figures into `ctx.figdir` and add findings for the section
-"Agreement with the paper". `lbhash.reproduce.report` runs the sections in order.
+"Agreement with the paper". lbhash.reproduce.report.writer runs the sections in order.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lbhash.reproduce.stats import mean_std
-from lbhash.reproduce.tables import GridView, Tables
+from lbhash.reproduce.report.grid_view import GridView
+from lbhash.reproduce.tables import Tables
 
 FIGURES_DIR = "figures"
 

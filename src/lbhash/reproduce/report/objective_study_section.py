@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from lbhash.reproduce import figures as fig
-from lbhash.reproduce.report_context import ReportContext, cell, md_table, signed
+from lbhash.reproduce.report.context import ReportContext, cell, md_table, signed
 from lbhash.reproduce.stats import mean_std
 
 

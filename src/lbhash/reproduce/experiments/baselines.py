@@ -1,6 +1,7 @@
 """The comparison a reviewer asks for: deep methods (with and without _D) against the
 closed-form baselines and float cosine kNN, on seen and unseen classes, ranked symmetrically
-(Hamming) and asymmetrically (the query's real outputs); docs/reproduce.md.
+(Hamming) and asymmetrically (the query's real outputs); docs/reproduce.md. This is
+`lbhash reproduce baselines`; lbhash.reproduce.baselines_summary turns its rows into tables.
 
 Every run trains under `unseen:K[:BASE]` (Sablayrolles et al., ICASSP 2017): K classes drawn by
 the seed are left out of training. One run therefore gives both numbers: retrieval among the
@@ -21,18 +22,16 @@ import numpy as np
 from lbhash.codes_file import load_codes_file
 from lbhash.errors import InputError
 from lbhash.evaluate import evaluate_codes
-from lbhash.reproduce.collect import write_csv
+from lbhash.reproduce.baselines_summary import baselines_figure, summary_lines
+from lbhash.reproduce.experiments.collect import write_csv
+from lbhash.reproduce.experiments.specs import GridSpec, variant_name
 from lbhash.reproduce.runner import run_cells
-from lbhash.reproduce.tables import BASELINES_COLUMNS, BASELINES_FILE
-
-# lbhash.reproduce.experiments is imported inside functions: its registry builds this spec
+from lbhash.reproduce.tables import BASELINES_COLUMNS, BASELINES_FILE, BASELINES_REFERENCE
 
 BASELINES = ("lsh", "pca", "itq", "linear")
 DEEP = ("csq", "orthohash")
 TOP = 1000  # the second cut-off beside R = all
-COLUMNS, CSV_FILE = BASELINES_COLUMNS, BASELINES_FILE
 MD_FILE, FIGURE_FILE = "baselines.md", "baselines.png"
-REFERENCE = "cosine-knn"
 PARTS = (("seen", "codes_seen.npz"), ("unseen", "codes.npz"))
 
 
@@ -59,8 +58,6 @@ class BaselinesSpec:
         return f"unseen:{k}" + (f":{ctx.protocol}" if ctx.protocol else "")
 
     def grid(self):
-        from lbhash.reproduce.experiments import GridSpec
-
         return GridSpec(methods=self.methods or default_methods(), bits=self.bits, seeds=self.seeds)
 
     def cells(self, ctx):
@@ -84,16 +81,15 @@ class BaselinesSpec:
         dataset = load_data(ctx.data)  # once: the float reference of every seed reads it
         for seed, run_dirs in sorted(splits.items()):
             rows += reference_rows(dataset, seed, run_dirs)
-        write_csv(ctx.out / CSV_FILE, COLUMNS, rows)
+        write_csv(ctx.out / BASELINES_FILE, BASELINES_COLUMNS, rows)
         write_summary(ctx.out / MD_FILE, rows)
         baselines_figure(rows, ctx.out / FIGURE_FILE)
-        ctx.report(f"baselines: {len(cells)} runs summarised in {CSV_FILE}, {MD_FILE} and {FIGURE_FILE}")
+        ctx.report(f"baselines: {len(cells)} runs summarised in {BASELINES_FILE}, {MD_FILE} and {FIGURE_FILE}")
 
 
 def run_rows(config: dict, run_dir: Path) -> list[dict]:
     """Seen and unseen classes x symmetric and asymmetric ranking of one finished run."""
     from lbhash.methods import method_class
-    from lbhash.reproduce.experiments import variant_name
 
     method, bits = config["method"], config["bits"]
     base = {"method": method, "variant": variant_name(method, config.get("lbhash", False)),
@@ -148,8 +144,8 @@ def reference_rows(dataset, seed: int, run_dirs: list[Path]) -> list[dict]:
         q, db = codes["query_ids"], codes["db_ids"]
         scores = x[q] @ x[db].T
         relevant = (labels[q] @ labels[db].T) > 0
-        rows.append({"method": REFERENCE, "variant": REFERENCE, "kind": "reference", "bits": 32 * x.shape[1],
-                     "bytes_per_item": 4 * x.shape[1], "seed": seed, "classes": classes, "ranking": "float",
+        rows.append({"method": BASELINES_REFERENCE, "variant": BASELINES_REFERENCE, "kind": "reference",
+                     "bits": 32 * x.shape[1], "bytes_per_item": 4 * x.shape[1], "seed": seed, "classes": classes, "ranking": "float",
                      "map_all": ranked_map(scores, relevant, len(db)),
                      "map_1000": ranked_map(scores, relevant, min(TOP, len(db))),
                      "precision_h2": None, "n_query": len(q), "n_database": len(db),
@@ -167,29 +163,6 @@ def ranked_map(scores: np.ndarray, relevant: np.ndarray, top: int) -> float:
     return float(np.where(found > 0, precision_sum / np.maximum(found, 1), 0.0).mean())
 
 
-def summary_table(rows: list[dict]) -> dict:
-    """{(variant, bits, classes, ranking): {metric: (mean, std, n)}} over seeds (std: ddof=1)."""
-    groups: dict = {}
-    for r in rows:
-        groups.setdefault((r["variant"], r["bits"], r["classes"], r["ranking"]), []).append(r)
-    out = {}
-    for key, group in groups.items():
-        out[key] = {}
-        for metric in ("map_all", "map_1000", "precision_h2"):
-            values = np.array([g[metric] for g in group if g[metric] is not None], dtype=float)
-            if len(values):
-                std = float(values.std(ddof=1)) if len(values) > 1 else float("nan")
-                out[key][metric] = (float(values.mean()), std, len(values))
-    return out
-
-
-def _fmt(cell) -> str:
-    if cell is None:
-        return ""
-    mean, std, n = cell
-    return f"{100 * mean:.1f}" + ("" if n < 2 else f" ± {100 * std:.1f}")
-
-
 def write_summary(path: Path, rows: list[dict]) -> None:
     """baselines.md: per code length, one row per variant, mean ± std (%) over seeds."""
     from lbhash._io import atomic_path
@@ -197,68 +170,3 @@ def write_summary(path: Path, rows: list[dict]) -> None:
     lines = ["# Baselines: seen and unseen classes, symmetric and asymmetric ranking", "", *summary_lines(rows)]
     with atomic_path(path) as tmp:
         Path(tmp).write_text("\n".join(lines))
-
-
-def summary_lines(rows: list[dict], level: str = "##") -> list[str]:
-    """The markdown of baselines.md below its title; `level` marks the per-bits headers."""
-    table = summary_table(rows)
-    variants = list(dict.fromkeys(r["variant"] for r in rows if r["kind"] != "reference"))
-    reference = [r for r in rows if r["kind"] == "reference"]
-    lines = ["mAP (%) as mean ± std over seeds (std with n-1); sym = Hamming ranking of the query's code, "
-             "asym = the database codes ranked by their inner product with the query's real outputs; "
-             "P@H<=2 does not depend on the ranking. Seen: queries and database of the training classes; "
-             "unseen: of the held-out classes.", ""]
-    header = ("| variant | seen mAP@all sym | asym | seen mAP@1000 sym | asym | seen P@H<=2 "
-              "| unseen mAP@all sym | asym | unseen mAP@1000 sym | asym | unseen P@H<=2 |")
-    for bits in sorted({r["bits"] for r in rows if r["kind"] != "reference"}):
-        lines += [f"{level} {bits} bits ({-(-bits // 8)} bytes per item)", "", header, "|---" * 11 + "|"]
-        for v in variants:
-            cells = []
-            for classes in ("seen", "unseen"):
-                sym, asym = table.get((v, bits, classes, "symmetric")), table.get((v, bits, classes, "asymmetric"))
-                if sym is None:
-                    cells += [""] * 5
-                    continue
-                cells += [_fmt(sym.get("map_all")), _fmt(asym.get("map_all")), _fmt(sym.get("map_1000")),
-                          _fmt(asym.get("map_1000")), _fmt(sym.get("precision_h2"))]
-            if any(cells):
-                lines.append(f"| {v} | " + " | ".join(cells) + " |")
-        lines.append("")
-    if reference:
-        dims = reference[0]["bytes_per_item"]
-        lines += [f"{level} Float cosine kNN on the raw features ({dims} bytes per item)", "",
-                  "| classes | mAP@all | mAP@1000 |", "|---|---|---|"]
-        for classes in ("seen", "unseen"):
-            s = table.get((REFERENCE, reference[0]["bits"], classes, "float"), {})
-            lines.append(f"| {classes} | {_fmt(s.get('map_all'))} | {_fmt(s.get('map_1000'))} |")
-        lines.append("")
-    return lines
-
-
-def baselines_figure(rows: list[dict], path: Path) -> Path:
-    """mAP@all against bytes per item, seen and unseen panels: a colour per variant, solid for
-    symmetric and dashed for asymmetric ranking, float cosine kNN as a dotted reference."""
-    from lbhash.reproduce.figures import Line, Panel, color, lines_plot
-
-    table = summary_table(rows)
-    variants = list(dict.fromkeys(r["variant"] for r in rows if r["kind"] != "reference"))
-    bits = sorted({r["bits"] for r in rows if r["kind"] != "reference"})
-    sizes = sorted({-(-b // 8) for b in bits})
-    panels = []
-    for classes in ("seen", "unseen"):
-        lines = []
-        for i, v in enumerate(variants):
-            for style, ranking in enumerate(("symmetric", "asymmetric")):
-                points = [(-(-b // 8), table[key]["map_all"][0]) for b in bits
-                          if (key := (v, b, classes, ranking)) in table]
-                if points:
-                    x, y = zip(*points)
-                    lines.append(Line(f"{v} ({ranking[:4]})", np.array(x), np.array(y), color(i), style))
-        for r in (r for r in rows if r["kind"] == "reference" and r["classes"] == classes):
-            mean = table[(REFERENCE, r["bits"], classes, "float")]["map_all"][0]
-            lines.append(Line(f"float cosine kNN ({r['bytes_per_item']} B)", np.array([sizes[0], sizes[-1]]),
-                              np.array([mean, mean]), "0.3", 2))
-            break
-        panels.append(Panel(f"{classes} classes", lines))
-    return lines_plot(panels, path, "mAP@all against code size (mean over seeds)", "bytes per item",
-                      ["mAP@all", "mAP@all"], xticks=sizes)

@@ -6,25 +6,26 @@ Each section appears only when its table is in the directory. Numbers are aggreg
 "Agreement with the paper", which is phrased from the numbers, never hard-coded.
 
 This module writes the header (Setup) and that last section and runs the others in order:
-they live in `sections_grid` (the sections built on grid.csv's runs) and `sections_studies`
-(the studies with a table of their own); `report_context` holds what they share.
+they live in `grid_sections` (the sections built on grid.csv's runs), `objective_study_section`
+(study.csv) and `experiment_sections` (the other experiments, each with a table of its own);
+`context` holds what they share.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from lbhash.reproduce import paper
-from lbhash.reproduce.report_context import FIGURES_DIR, ReportContext, md_table
-from lbhash.reproduce.report_context import cell, num, pval, signed  # noqa: F401 (re-exported)
-from lbhash.reproduce.sections_grid import (convergence_section, curves_section,
-                                            grid_section, ratio_section, tsne_section)
-from lbhash.reproduce.meta import DEFAULT_PROTOCOL, NO_EXPERIMENT, SETTINGS
-from lbhash.reproduce.sections_studies import (baselines_section, bound_section, centers_section,
-                                               timing_section, toy_section)
-from lbhash.reproduce.sections_study import study_section
-from lbhash.reproduce.tables import EXPERIMENT_FILES, GridView, load_tables
 from lbhash.errors import InputError
+from lbhash.reproduce import paper
+from lbhash.reproduce.meta import DEFAULT_PROTOCOL, NO_EXPERIMENT, SETTINGS
+from lbhash.reproduce.report.context import FIGURES_DIR, ReportContext, md_table
+from lbhash.reproduce.report.experiment_sections import (baselines_section, bound_section, centers_section,
+                                                         timing_section, toy_section)
+from lbhash.reproduce.report.grid_sections import (convergence_section, curves_section, grid_section,
+                                                   ratio_section, tsne_section)
+from lbhash.reproduce.report.grid_view import GridView
+from lbhash.reproduce.report.objective_study_section import study_section
+from lbhash.reproduce.tables import EXPERIMENT_FILES, load_tables
 
 SECTIONS = {
     "setup": "Setup", "grid": "Retrieval mAP (paper Table 2)",

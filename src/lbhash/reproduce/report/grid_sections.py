@@ -14,10 +14,10 @@ import numpy as np
 
 from lbhash.reproduce import figures as fig
 from lbhash.reproduce import paper
-from lbhash.reproduce.report_context import ReportContext, cell, md_table, num, pval, signed
+from lbhash.reproduce.report.context import ReportContext, cell, md_table, num, pval, signed
+from lbhash.reproduce.report.grid_view import GridView
 from lbhash.reproduce.stats import (confidence_band, group_mean, linear_fit, spearman,
                                     tsne_embedding)
-from lbhash.reproduce.tables import GridView
 
 
 def grid_section(ctx: ReportContext) -> list[str]:

@@ -1,0 +1,104 @@
+"""The backbone registry: images (B, 3, H, W) -> features (B, D), and image hash models.
+
+`create_backbone(name, pretrained=None, **options)` builds a registered backbone. Each name is
+registered with its defaults beside its factory (the way timm keeps a model's default config
+beside the model): the input side it was designed for and the name of its transform preset (the
+presets themselves are lbhash.data.transforms'), read without building it by
+`backbone_defaults(name)`. A model file registers its backbones with `@register_backbone`;
+lbhash.models imports every model file, so this module imports none of them.
+`pretrained` (lbhash.models.weights) is None (random initialisation), a path, or
+"torchvision[:TAG]" for torchvision's ImageNet weights already in the torch hub cache.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from typing import Callable, NamedTuple, Sequence
+
+from torch import nn
+
+from lbhash.errors import InputError
+from lbhash.models.hash_model import HashHead, HashModel
+from lbhash.models.weights import load_backbone_weights, resolve_weights
+
+
+class BackboneDefaults(NamedTuple):
+    image_size: int       # the input side the backbone was designed for
+    transform: str        # its transform preset (lbhash.data.transforms)
+
+
+_REGISTRY: dict[str, tuple[Callable[..., "Backbone"], BackboneDefaults]] = {}
+
+
+class Backbone(nn.Module):
+    """A feature extractor. Subclasses set `out_features` and may override the class defaults.
+
+    `source_prefixes_dropped`: keys of the source network's checkpoint (its classifier) that this
+    feature extractor does not hold; loading ignores them, so full torchvision files load as is.
+    `hub_weights`: torchvision weight tag -> accepted file names in the torch hub cache, first
+    tag the default.
+    """
+
+    out_features: int
+    default_image_size: int = 224     # set from the registry by create_backbone
+    transform_preset: str = "imagenet"
+    source_prefixes_dropped: tuple[str, ...] = ()
+    hub_weights: dict[str, tuple[str, ...]] = {}
+    name: str = ""
+    weights_source: str | None = None  # the file the weights came from, None for random init
+
+
+def register_backbone(name: str, image_size: int = 224, transform: str = "imagenet") -> Callable:
+    """Decorator registering `factory(**options) -> Backbone` under `name`, with its defaults."""
+
+    def decorate(factory: Callable[..., Backbone]) -> Callable[..., Backbone]:
+        if name in _REGISTRY:
+            raise InputError(f"backbone {name!r} is already registered")
+        _REGISTRY[name] = (factory, BackboneDefaults(image_size, transform))
+        return factory
+
+    return decorate
+
+
+def backbone_defaults(name: str) -> BackboneDefaults:
+    """The registered defaults of backbone `name`, without building it."""
+    return _entry(name)[1]
+
+
+def _entry(name: str):
+    if name not in _REGISTRY:
+        raise InputError(f"unknown backbone {name!r}; available: {', '.join(available_backbones())}")
+    return _REGISTRY[name]
+
+
+def available_backbones() -> list[str]:
+    """Registered names, including those whose optional dependency (torchvision) is missing."""
+    return sorted(_REGISTRY)
+
+
+def create_backbone(name: str, pretrained: str | os.PathLike | None = None, **options) -> Backbone:
+    """Build backbone `name` with its factory's `options`, then load `pretrained` weights if any."""
+    factory, defaults = _entry(name)
+    params = inspect.signature(factory).parameters
+    unknown = [k for k in options if k not in params]
+    if unknown and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        known = ", ".join(params) or "none"
+        raise InputError(f"backbone {name} has no option {unknown[0]!r}; its options: {known}")
+    model = factory(**options)
+    model.name = name
+    model.default_image_size, model.transform_preset = defaults
+    if pretrained is not None:
+        load_backbone_weights(model, resolve_weights(model, pretrained))
+    return model
+
+
+def create_image_model(backbone_name: str, bits: int, hidden: Sequence[int] = (),
+                       pretrained: str | os.PathLike | None = None, freeze_backbone: bool = False,
+                       dropout: float = 0.0, **backbone_options) -> HashModel:
+    """backbone -> hash head. The default head is one Linear layer from the features to `bits`
+    (the DeepHash convention); `hidden` adds Linear -> ReLU layers before it. With
+    `freeze_backbone` only the head trains and the backbone stays in eval mode."""
+    backbone = create_backbone(backbone_name, pretrained=pretrained, **backbone_options)
+    head = HashHead(backbone.out_features, bits, hidden, dropout)
+    return HashModel(head, backbone, freeze_backbone=freeze_backbone)

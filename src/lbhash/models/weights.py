@@ -1,0 +1,120 @@
+"""Backbone weights from local files, loaded safely (`torch.load(weights_only=True)` or
+safetensors): a path, or "torchvision[:TAG]" for torchvision's ImageNet weights already in the
+torch hub cache. Nothing here downloads. `model` is a registered backbone
+(lbhash.models.registry.Backbone: its `name`, `hub_weights` and `source_prefixes_dropped`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from lbhash.errors import InputError
+
+
+def resolve_weights(model: nn.Module, pretrained: str | os.PathLike) -> Path:
+    """A path as given, or "torchvision[:TAG]" -> the file in the torch hub cache."""
+    if not isinstance(pretrained, (str, os.PathLike)):
+        raise InputError(f"pretrained must be None, a file path or 'torchvision', got {pretrained!r}")
+    text = os.fspath(pretrained)
+    if text != "torchvision" and not text.startswith("torchvision:"):
+        return Path(text).expanduser()
+    if not model.hub_weights:
+        raise InputError(f"backbone {model.name} has no torchvision weights; pass pretrained=None or a file path")
+    tag = text.partition(":")[2] or next(iter(model.hub_weights))
+    if tag not in model.hub_weights:
+        raise InputError(f"backbone {model.name} has no torchvision weights {tag!r}; "
+                         f"known: {', '.join(model.hub_weights)}")
+    folder = Path(torch.hub.get_dir()) / "checkpoints"
+    names = model.hub_weights[tag]
+    for file_name in names:
+        if (folder / file_name).is_file():
+            return folder / file_name
+    # Never download: say which file to fetch and where it goes.
+    raise InputError(f"backbone {model.name}: torchvision weights {tag} are not in the torch hub cache; "
+                     f"lbhash does not download, so put {names[0]} (from https://download.pytorch.org/models/) "
+                     f"in {folder} or pass its path as pretrained")
+
+
+def first_line(err: BaseException) -> str:
+    lines = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {lines[0]}" if lines else type(err).__name__
+
+
+def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """Tensors of a weights file, read without unpickling arbitrary objects.
+
+    Accepts a plain state dict or one nested under "state_dict", "model" or "learner" (training
+    checkpoints, including lbhash's checkpoint.pt), and strips a "module." prefix (DataParallel).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: no such weights file")
+    if path.suffix == ".safetensors":
+        try:
+            from safetensors.torch import load_file
+        except ImportError as err:
+            raise InputError(f"{path}: reading .safetensors needs the safetensors package "
+                             f"({first_line(err)})") from None
+        try:
+            data = load_file(str(path), device="cpu")
+        except Exception as err:  # the library raises several types for bad files
+            raise InputError(f"{path}: not a readable safetensors file ({first_line(err)})") from None
+    else:
+        try:
+            data = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as err:  # UnpicklingError for unsafe content, RuntimeError for bad archives, ...
+            raise InputError(f"{path}: cannot load safely as a state dict ({first_line(err)})") from None
+    if isinstance(data, Mapping):
+        for key in ("state_dict", "model", "learner"):
+            if isinstance(data.get(key), Mapping):
+                data = data[key]
+                break
+    if not isinstance(data, Mapping) or not data or not all(
+            isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in data.items()):
+        raise InputError(f"{path}: not a state dict (expected a mapping of names to tensors, "
+                         f"got {type(data).__name__})")
+    if all(k.startswith("module.") for k in data):
+        data = {k[len("module."):]: v for k, v in data.items()}
+    return dict(data)
+
+
+def load_backbone_weights(model: nn.Module, path: str | os.PathLike) -> nn.Module:
+    """Load a weights file into `model` strictly; a hash model's file gives its backbone part.
+
+    Keys of the source network's classifier (`source_prefixes_dropped`) are ignored, and BatchNorm
+    step counters missing from old files keep their current values.
+    """
+    path = Path(path)
+    data = read_state_dict(path)
+    own = model.state_dict()
+    for prefix in ("backbone.", "model.backbone."):  # a HashModel, or lbhash's training Learner
+        if not own.keys() & data.keys() and any(k.startswith(prefix) for k in data):
+            data = {k[len(prefix):]: v for k, v in data.items() if k.startswith(prefix)}
+    data = {k: v for k, v in data.items() if not k.startswith(model.source_prefixes_dropped)}
+    for key in own.keys() - data.keys():
+        if key.endswith("num_batches_tracked"):
+            data[key] = own[key]
+    label = model.name or type(model).__name__
+    missing = [k for k in own if k not in data]
+    unexpected = sorted(data.keys() - own.keys())
+    if missing or unexpected:
+        parts = [f"{kind} keys {_few(keys)}" for kind, keys in (("missing", missing), ("unexpected", unexpected))
+                 if keys]
+        raise InputError(f"{path}: weights do not fit backbone {label}: {'; '.join(parts)}")
+    for key, value in own.items():
+        if data[key].shape != value.shape:
+            raise InputError(f"{path}: weight {key} has shape {tuple(data[key].shape)}, "
+                             f"backbone {label} needs {tuple(value.shape)}")
+    model.load_state_dict(data, strict=True)
+    model.weights_source = str(path)
+    return model
+
+
+def _few(keys: list[str], n: int = 3) -> str:
+    shown = ", ".join(keys[:n])
+    return f"[{shown}{f', ... +{len(keys) - n} more' if len(keys) > n else ''}]"
