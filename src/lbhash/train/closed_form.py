@@ -18,6 +18,7 @@ import time
 import numpy as np
 import torch
 
+from lbhash.codes import to_signs
 from lbhash.evaluate import lower_bound
 from lbhash.train.loop import Trainer, finite_or_str
 from lbhash.train.rundir import LOG
@@ -59,7 +60,7 @@ def fit_closed_form(trainer: Trainer) -> None:
     if fit.history:
         record["fit"] = fit.history
     if labels.any(0).sum() >= 2:
-        bound = lower_bound(torch.where(u >= 0, 1, -1).to(torch.int8).numpy(), labels)
+        bound = lower_bound(to_signs(u).numpy(), labels)
         record["train_lower_bound"] = {"min_inter": bound.min_inter, "max_intra": bound.max_intra,
                                        "ratio": finite_or_str(bound.ratio)}
     if trainer.validating:

@@ -26,6 +26,7 @@ import torch
 from tqdm import tqdm
 
 from lbhash._io import atomic_path, temporary_name
+from lbhash.codes import to_signs
 from lbhash.errors import InputError, require_extra
 
 from lbhash.evaluate import lower_bound, mean_average_precision
@@ -253,7 +254,7 @@ class Trainer:
                     raise NonFiniteError(f"epoch {epoch}, step {step}: loss part {k} is {value} (try a smaller "
                                          "learning rate or loss weight)")
                 sums[k] = sums.get(k, 0.0) + value * n
-            codes[index] = torch.where(u.detach() >= 0, 1, -1).to(torch.int8)
+            codes[index] = to_signs(u.detach())
             written[index] = True
         codes, written = codes.cpu().numpy(), written.cpu().numpy()
         learner.objective.on_epoch_end(epoch - 1)
