@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from lbhash.arrays import as_float32, first_nonfinite
 from lbhash.codes import pack
 from lbhash.codes_file import load_codes_file
 from lbhash.data import ArrayDataset, HashDataset, ImageDataset
@@ -243,8 +244,8 @@ def _features(arr: np.ndarray, name: str) -> np.ndarray:
                          f"got shape {arr.shape} dtype {arr.dtype}")
     if len(arr) == 0:
         raise InputError(f"{name} is empty")
-    x = np.ascontiguousarray(arr, dtype=np.float32)
-    if not np.isfinite(x).all():
-        row = int(np.flatnonzero(~np.isfinite(x).all(1))[0])
-        raise InputError(f"{name} contains NaN or inf at row {row}")
+    x = as_float32(arr)
+    bad = first_nonfinite(x)
+    if bad is not None:
+        raise InputError(f"{name} contains NaN or inf at row {bad[0]}")
     return x
