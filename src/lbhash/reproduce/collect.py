@@ -13,8 +13,7 @@ from lbhash._io import atomic_path, save_npz
 from lbhash.codes import unpack
 from lbhash.codes_file import load_codes_file
 from lbhash.reproduce.runner import Cell
-from lbhash.train.loop import read_log
-from lbhash.train.rundir import LOG
+from lbhash.train.rundir import LOG, read_log
 from lbhash.reproduce.tables import (CODES_FILE, CURVES_COLUMNS, CURVES_FILE, EPOCHS_COLUMNS, EPOCHS_FILE,
                                      GRID_COLUMNS, GRID_FILE)
 

@@ -22,8 +22,7 @@ from typing import Any, Callable
 from lbhash._io import save_npz, write_json
 from lbhash.reproduce.collect import write_codes_sample, write_csv, write_grid_tables
 from lbhash.reproduce.runner import Cell, run_cells
-from lbhash.train.loop import read_log
-from lbhash.train.rundir import LOG
+from lbhash.train.rundir import LOG, read_log
 from lbhash.reproduce.tables import (BOUND_COLUMNS, BOUND_FILE, CENTERS_COLUMNS, CENTERS_FILE,
                                      TIMING_COLUMNS, TIMING_FILE, TOY_FILE, TOY_PROBS_FILE)
 from lbhash.errors import InputError

@@ -37,8 +37,7 @@ from lbhash.labels import as_multihot_pair
 from lbhash.train.builder import input_options
 from lbhash.train.config import make_config
 from lbhash.train.encoder import encode
-from lbhash.train.loop import read_log
-from lbhash.train.rundir import CODES, CONFIG, LOG, load_input_form, load_run_model, read_metrics
+from lbhash.train.rundir import CODES, CONFIG, LOG, load_input_form, load_run_model, read_log, read_metrics
 from lbhash.train.run import train
 
 
