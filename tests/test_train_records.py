@@ -38,6 +38,7 @@ def test_train_run_returns_the_model_a_loaded_run_gives(tmp_path):
     result = train_run(TrainConfig(**FAST, epochs=2), run_dir)
     fitted, model_and_config = result.fitted, load_run_model(run_dir)
     assert fitted.config == model_and_config[1] and not fitted.model.training
+    assert all(param.grad is None for param in fitted.model.parameters())
     loaded = model_and_config[0].state_dict()
     for name, value in fitted.model.state_dict().items():
         assert value.device.type == "cpu" and torch.equal(value, loaded[name]), name

@@ -177,8 +177,7 @@ class HashEncoder(TransformerMixin, BaseEstimator):
         forward pass; the codes are `pack(to_signs(u))` (lbhash.codes: 0 -> +1). They are what
         asymmetric ranking and `CodeIndex.search(..., rerank=u)` score the codes with."""
         self._check_fitted("encode")
-        out = encode(self.model_, self._inputs(X, json_numbers), None, input_options(self.config_),
-                     batch_size=batch_size, real=real)
+        out = self._outputs(X, batch_size, real, json_numbers)
         return out if real else pack(out)
 
     def transform(self, X) -> np.ndarray:
@@ -186,8 +185,13 @@ class HashEncoder(TransformerMixin, BaseEstimator):
         with code_format="packed" (`encode`'s), int8 +/-1 (n, bits) with "signs"."""
         self._check_fitted("transform")
         _check_code_format(self.code_format)
-        signs = encode(self.model_, self._inputs(X), None, input_options(self.config_))
+        signs = self._outputs(X)
         return pack(signs) if self.code_format == "packed" else signs
+
+    def _outputs(self, X, batch_size: int | None = None, real: bool = False, json_numbers: bool = False):
+        """+/-1 int8 codes of the rows of X, or with real=True the head's float32 outputs."""
+        return encode(self.model_, self._inputs(X, json_numbers), None, input_options(self.config_),
+                      batch_size=batch_size, real=real)
 
     def save(self, path: str | Path) -> Path:
         """Write the fitted run as a run directory at `path` (a new directory, written atomically)."""

@@ -262,5 +262,7 @@ def _train_and_finish(run: OpenRun) -> TrainedRun | None:
 
 def _as_loaded(model: HashModel) -> HashModel:
     """The trained model as `load_run_model` would build it from the run: on the CPU, with
-    float32 weights, in eval mode (so that it encodes as a loaded run does, bit for bit)."""
+    float32 weights, in eval mode (so that it encodes as a loaded run does, bit for bit), and
+    without the last step's gradients."""
+    model.zero_grad(set_to_none=True)
     return model.to("cpu", torch.float32).eval()
