@@ -75,6 +75,38 @@ class HashEncoder(TransformerMixin, BaseEstimator):
     metrics, `n_validation`, `n_train` and the eval codes' lower bound; else the run summary).
     A 2-D uint8 X trains as raw feature values, with a warning (uint8 usually means pixels or
     quantized features).
+
+    Parameters
+    ----------
+    method : str
+        A registered method (`lbhash methods`), "csq" by default.
+    bits : int
+        Code length.
+    lbhash : bool
+        Add the paper's objective (the method's _D variant).
+    epochs : int, optional
+        Training epochs; None takes the recipe's.
+    seed : int
+        Seeds the split, the centers and the initialisation: the same seed, the same codes.
+    code_format : {"packed", "signs"}
+        What `transform` returns.
+    **options
+        Any other TrainConfig option.
+
+    Returns
+    -------
+    `fit` returns the encoder; `encode` / `transform` return packed uint8 codes (n, bits / 8),
+    the layout `lbhash.index.CodeIndex` and the codes files use.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_digits
+    >>> from lbhash import HashEncoder
+    >>> X, y = load_digits(return_X_y=True)
+    >>> encoder = HashEncoder(method="csq", bits=16, epochs=2, hidden=[64]).fit(X[:1000], y[:1000])
+    >>> codes = encoder.transform(X[1000:1005])
+    >>> codes.shape, codes.dtype.name
+    ((5, 2), 'uint8')
     """
 
     def __init__(self, method: str = "csq", bits: int = 64, lbhash: bool = False,
