@@ -14,6 +14,7 @@ from lbhash.data import (
     parse_protocol,
     save_split,
 )
+from helpers import cli, one_line_error
 from lbhash.labels import SparseClassIdsWarning, as_multihot
 
 COUNTS = np.array([20, 25, 30, 22, 40])
@@ -279,3 +280,32 @@ def test_each_named_cifar10_protocol_evaluates_at_its_sources_R(tmp_path):
     old = replace(deephash, topk=54000)
     save_split(tmp_path / "split.npz", old)
     assert load_split(tmp_path / "split.npz").topk == 54000
+
+
+# --- a part with one class: nothing to rank by, refused before the run writes ---------------------
+
+@pytest.fixture
+def one_class_features(tmp_path):
+    path = tmp_path / "oneclass.npz"
+    rng = np.random.default_rng(0)
+    np.savez(path, features=rng.normal(size=(300, 8)).astype(np.float32), labels=np.zeros(300, dtype=np.int64))
+    return path
+
+
+@pytest.mark.parametrize("method, part", [("lsh", "database"), ("pca", "database"), ("linear", "train"),
+                                          ("csq", "train")])
+def test_data_with_one_class_is_refused_before_the_run_writes(tmp_path, one_class_features, method, part):
+    out = tmp_path / "run"
+    result = cli("train", "--method", method, "--data", f"features:{one_class_features}", "--protocol",
+                 "random:200,50", "--bits", "8", "--epochs", "1", "--no-progress", "--out", out)
+    one_line_error(result, "oneclass.npz", f"the {part} part of split random:200,50",
+                   "1 class(es)", "at least 2")
+    assert not out.exists()
+
+
+def test_one_class_without_evaluation_trains(tmp_path, one_class_features):
+    out = tmp_path / "run"
+    result = cli("train", "--method", "lsh", "--data", f"features:{one_class_features}", "--protocol",
+                 "all-train", "--bits", "8", "--no-progress", "--out", out)
+    assert result.exit_code == 0, result.output
+    assert (out / "manifest.json").is_file()
