@@ -8,7 +8,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "lbhash"
 # lowest first; modules on one line share a level
 LAYERS = [
-    {"errors", "_io", "labels", "limits", "codes", "codes_file"},
+    {"errors", "_io", "checks", "labels", "limits", "codes", "codes_file"},
     {"centers"},
     {"surrogate"},
     {"methods"},

@@ -40,6 +40,7 @@ def test_earlier_formats_are_read(tmp_path, rng):
              query_index=[5, 6], db_index=[0, 1, 2], topk=-1)
     data = load_codes_file(run_file)
     assert data["query_ids"].tolist() == [5, 6] and data["db_ids"].tolist() == [0, 1, 2]
+    assert data["topk"] is None  # -1, the older spelling of the whole database
     enc_file = tmp_path / "enc.npz"
     np.savez(enc_file, codes=d, bits=8, ids=np.array(["x/a.png", "x/b.png", "y/c.png"]), labels=[0, 0, 1])
     data = load_codes_file(enc_file, need=())
@@ -62,7 +63,7 @@ def test_npy_of_signs_or_packed_codes_is_one_part(tmp_path, rng):
     (dict(codes=np.zeros((2, 1), np.uint8), bits=8, labels=[0, 1, 2]), "'labels' has 3 rows but 'codes' has 2"),
     (dict(codes=np.zeros((2, 1), np.uint8), bits=8, ids=[0.5, 1]), "'ids' must be integers, found 0.5"),
     (dict(codes=np.zeros((2, 1), np.uint8), bits=8, ids=[0, 1, 2]), "'ids' must be 2 integers"),
-    (dict(codes=np.zeros((2, 1), np.uint8), bits=8, topk=0), "'topk' must be a positive integer or -1"),
+    (dict(codes=np.zeros((2, 1), np.uint8), bits=8, topk=0), "'topk' must be a positive integer or 'all'"),
     (dict(codes=np.zeros((2, 1), np.uint8), bits=8, format="lbhash-codes/9"), "format 'lbhash-codes/9'"),
     (dict(bits=8, other=[1]), "holds no codes"),
 ])

@@ -68,7 +68,7 @@ def test_csq_and_the_majority_objective_use_the_tie_center():
     assert float(csq(u, torch.tensor(labels).float(), None).parts["center"]) == pytest.approx(float(bce), rel=1e-6)
     assert torch.equal(csq.state_dict()["tie_center"], ties)
     surrogate = BlockSurrogate(16)
-    obj = LowerBoundObjective(csq, torch.tensor(centers).float(), surrogate, mode="replace",
+    obj = LowerBoundObjective(csq, torch.tensor(centers).float(), surrogate, lbhash_mode="replace",
                               multilabel_target="majority", tie_center=ties)
     patterns, _ = obj._targets(torch.tensor(labels).float())
     assert torch.equal(patterns, surrogate.pattern_index(want))

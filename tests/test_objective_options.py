@@ -70,7 +70,7 @@ def test_fused_and_separate_paths_agree_without_dropout():
     torch.manual_seed(1)
     centers = torch.where(torch.randn(3, 16) >= 0, 1.0, -1.0)
     base = create_method("hashnet", 16, 3)
-    make = lambda fused: LowerBoundObjective(base, centers, BlockSurrogate(16, dropout=0.0), fused=fused)
+    make = lambda fused: LowerBoundObjective(base, centers, BlockSurrogate(16, dropout=0.0), fused_surrogate=fused)
     torch.manual_seed(2)
     fused = make(True)
     separate = make(False)
@@ -97,7 +97,7 @@ def test_redrawn_permutation_keeps_codes_and_centers_consistent():
     torch.manual_seed(0)
     centers = torch.where(torch.randn(4, 16) >= 0, 1.0, -1.0)
     obj = LowerBoundObjective(create_method("csq", 16, 4, centers=centers), centers, BlockSurrogate(16),
-                              assignment="redraw", redraw_every=2, seed=3, mode="replace").eval()
+                              block_assignment="redraw", block_redraw_every=2, seed=3, lbhash_mode="replace").eval()
     orders = []
     for epoch in range(6):
         obj.on_epoch_start(epoch)
@@ -113,7 +113,7 @@ def test_redrawn_permutation_keeps_codes_and_centers_consistent():
     assert not torch.equal(orders[0], orders[2]) and not torch.equal(orders[2], orders[4])
     assert sorted(orders[2].tolist()) == list(range(16))
     again = LowerBoundObjective(create_method("csq", 16, 4, centers=centers), centers, BlockSurrogate(16),
-                                assignment="redraw", redraw_every=2, seed=3, mode="replace")
+                                block_assignment="redraw", block_redraw_every=2, seed=3, lbhash_mode="replace")
     again.on_epoch_start(5)  # a resumed run redraws what the uninterrupted one had
     assert torch.equal(again.order, orders[5])
 
@@ -213,3 +213,24 @@ def test_tensorboard_logger_writes_event_files(tmp_path):
     out = tmp_path / "run"
     train(TrainConfig(**FAST, epochs=2, logger="tensorboard"), out)
     assert list((out / "tensorboard").glob("events.out.tfevents.*"))
+
+
+def test_the_objective_takes_the_configs_names_and_the_old_ones_warn():
+    import inspect
+
+    from lbhash.methods.lower_bound import OBJECTIVE_OPTIONS, OLD_NAMES
+
+    params = inspect.signature(LowerBoundObjective).parameters
+    assert set(OBJECTIVE_OPTIONS) <= set(params) and set(OBJECTIVE_OPTIONS) <= set(TrainConfig.model_fields)
+    centers = torch.where(torch.randn(4, 16, generator=torch.Generator().manual_seed(0)) >= 0, 1.0, -1.0)
+    new = dict(lbhash_weight=0.5, lbhash_mode="replace", lbhash_reduction="mean", surrogate_flips=2,
+               block_assignment="redraw", block_redraw_every=3, fused_surrogate=False)
+    made = LowerBoundObjective(create_method("csq", 16, 4, centers=centers), centers, BlockSurrogate(16), **new)
+    old = {short: new[long] for short, long in OLD_NAMES.items()}
+    with pytest.warns(DeprecationWarning, match="pass lbhash_weight="):
+        again = LowerBoundObjective(create_method("csq", 16, 4, centers=centers), centers, BlockSurrogate(16), **old)
+    for attribute in ("weight", "mode", "reduction", "flips", "assignment", "redraw_every", "fused"):
+        assert getattr(again, attribute) == getattr(made, attribute)
+    assert (made.weight, made.mode, made.flips, made.redraw_every) == (0.5, "replace", 2, 3)
+    with pytest.raises(TypeError, match="unexpected keyword argument.*wieght"):
+        LowerBoundObjective(create_method("csq", 16, 4, centers=centers), centers, BlockSurrogate(16), wieght=1)

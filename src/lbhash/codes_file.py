@@ -6,7 +6,7 @@ part name "items"), `query_` and `db_` for a run's queries and database.
 
     format       "lbhash-codes/2"
     bits         int scalar
-    topk         int scalar, optional: the R of mAP@R the codes are evaluated at (-1: all)
+    topk         optional: the R of mAP@R the codes are evaluated at, an int or "all" (older files: -1)
     <p>codes     packed uint8 (n, ceil(bits / 8)), FAISS bit layout
     <p>ids       int64 (n,): each item's position in its data set
     <p>labels    optional: class ids (n,) or multi-hot rows (n, C)
@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from lbhash import _io
+from lbhash.checks import WHOLE_DATABASE, topk_from_file, topk_to_file
 from lbhash.codes import as_packed
 from lbhash.errors import InputError
 from lbhash.labels import check_label_shape
@@ -64,7 +65,7 @@ def write_codes(path: str | os.PathLike, bits: int | None, parts: dict[str, dict
             if fields.get(field) is not None:
                 arrays[prefix + field] = np.asarray(fields[field])
     arrays["bits"] = np.int64(bits)
-    arrays["topk"] = np.int64(-1 if topk is None else topk)
+    arrays["topk"] = np.array(topk_to_file(topk))
     arrays.update({k: np.asarray(v) for k, v in extra.items()})
     _normalized(str(path), dict(arrays))  # what is written is what a reader accepts
     _io.save_npz(path, **arrays)
@@ -130,10 +131,7 @@ def _normalized(path: str, arrays: dict) -> dict:
     if bits.shape != () or bits.dtype.kind not in "iu" or int(bits) <= 0:
         raise InputError(f"{path}: 'bits' must be a positive integer scalar, got {bits!r}")
     data["bits"] = int(bits)
-    topk = np.asarray(data.get("topk", -1))
-    if topk.shape != () or topk.dtype.kind not in "iu" or not (int(topk) == -1 or int(topk) > 0):
-        raise InputError(f"{path}: 'topk' must be a positive integer or -1 (the whole database), got {topk!r}")
-    data["topk"] = None if int(topk) == -1 else int(topk)
+    data["topk"] = topk_from_file(np.asarray(data.get("topk", WHOLE_DATABASE)), path)
     data["topk_recorded"] = "topk" in arrays
     data["parts"] = [name for name, prefix in PARTS.items() if prefix + "codes" in data]
     if not data["parts"]:

@@ -9,6 +9,7 @@ before any work, with a one-line InputError naming the value.
 
 from __future__ import annotations
 
+from lbhash.checks import positive_int
 from lbhash.errors import InputError
 
 MAX_K = 1000                # results per query: CLI and service (the Python API allocates what it is asked)
@@ -35,8 +36,7 @@ TABLE = {"max_k": MAX_K, "max_batch": MAX_BATCH, "max_class_id": MAX_CLASS_ID, "
 
 
 def check_k(k: int, name: str = "k", limit: int = MAX_K) -> int:
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise InputError(f"{name} must be a positive integer, got {k!r}")
+    k = positive_int(k, name)
     if k > limit:
         raise InputError(f"{name} must be at most {limit}, got {k}")
     return k

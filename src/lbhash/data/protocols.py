@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from lbhash import _io
+from lbhash.checks import topk_from_file, topk_to_file
 from lbhash.data import unseen
 from lbhash.labels import as_multihot
 from lbhash.errors import InputError
@@ -305,13 +306,13 @@ def carve_validation(split: Split, labels, fraction: float, seed: int) -> Split:
 
 
 def save_split(path: str | os.PathLike, split: Split) -> None:
-    """Write a split to .npz atomically (no pickled objects; topk/num_items None -> -1)."""
+    """Write a split to .npz atomically (no pickled objects; topk None -> "all", num_items None -> -1)."""
     _io.save_npz(path, format=np.array(SPLIT_FORMAT), train=split.train, query=split.query,
                  database=split.database, validation=split.validation, seen_query=split.seen_query,
                  seen_database=split.seen_database, unseen_classes=split.unseen_classes,
                  protocol=np.array(split.protocol),
                  seed=np.array(split.seed, dtype=np.int64),
-                 topk=np.array(-1 if split.topk is None else split.topk, dtype=np.int64),
+                 topk=np.array(topk_to_file(split.topk)),
                  num_items=np.array(-1 if split.num_items is None else split.num_items, dtype=np.int64))
 
 
@@ -337,7 +338,8 @@ def load_split(path: str | os.PathLike) -> Split:
     if protocol.ndim != 0 or protocol.dtype.kind != "U":
         raise InputError(f"{path}: protocol must be a string")
     scalars = {}
-    for key in ("seed", "topk", "num_items"):
+    topk = topk_from_file(arrays["topk"], str(path))
+    for key in ("seed", "num_items"):
         value = arrays.get(key, np.array(-1))
         if value.ndim != 0 or value.dtype.kind not in "iu":
             raise InputError(f"{path}: {key} must be an integer scalar, got shape {value.shape} dtype {value.dtype}")
@@ -348,7 +350,7 @@ def load_split(path: str | os.PathLike) -> Split:
     if unseen_classes.ndim != 1 or (unseen_classes.size and unseen_classes.dtype.kind not in "iu"):
         raise InputError(f"{path}: unseen_classes must be a 1-D integer array")
     split = Split(**parts, unseen_classes=unseen_classes, protocol=str(protocol), seed=scalars["seed"],
-                  topk=None if scalars["topk"] < 0 else scalars["topk"],
+                  topk=topk,
                   num_items=None if scalars["num_items"] < 0 else scalars["num_items"])
     if split.num_items is not None:
         split.check(split.num_items, str(path))

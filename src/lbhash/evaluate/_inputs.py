@@ -9,6 +9,7 @@ from typing import Callable
 
 import numpy as np
 
+from lbhash.checks import positive_int
 from lbhash.codes import as_packed, as_words
 from lbhash.labels import as_multihot_pair
 from lbhash.errors import InputError
@@ -83,12 +84,6 @@ def check_topk(topk, n_db: int) -> int:
     return int(min(topk, n_db))
 
 
-def check_non_negative_int(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-        raise InputError(f"{name} must be a non-negative integer, got {value!r}")
-    return int(value)
-
-
 def check_ks(ks) -> np.ndarray:
     """Rank cut-offs K of P@K: a non-empty list of positive integers."""
     arr = np.asarray(ks)
@@ -104,12 +99,6 @@ def check_percentile(value) -> float:
     return float(value)
 
 
-def check_positive_int(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-        raise InputError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
-
-
 def num_threads() -> int:
     """Worker threads for the kernels: LBHASH_NUM_THREADS, else the CPUs this process may use."""
     env = os.environ.get("LBHASH_NUM_THREADS")
@@ -118,7 +107,7 @@ def num_threads() -> int:
             value = int(env)
         except ValueError:
             raise InputError(f"LBHASH_NUM_THREADS must be a positive integer, got {env!r}") from None
-        return check_positive_int(value, "LBHASH_NUM_THREADS")
+        return positive_int(value, "LBHASH_NUM_THREADS")
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux

@@ -8,8 +8,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from lbhash.checks import non_negative_int, positive_int
 from lbhash.errors import InputError
-from lbhash.evaluate._inputs import (check_ks, check_non_negative_int, check_percentile, check_positive_int,
+from lbhash.evaluate._inputs import (check_ks, check_percentile,
                                      check_topk, prepare)
 from lbhash.evaluate.asymmetric import asymmetric_metrics, check_query_real
 from lbhash.evaluate.bound import lower_bound
@@ -40,13 +41,13 @@ def evaluate_codes(query_codes, db_codes, query_labels, db_labels, bits: int | N
                       stacklevel=2)
         tie_averaged = bool(tie_average)
     ks_arr = check_ks(ks)
-    radius = check_non_negative_int(radius, "radius")
+    radius = non_negative_int(radius, "radius")
     check_percentile(percentile)
     inp = prepare(query_codes, db_codes, query_labels, db_labels, bits)
     if radius > inp.bits:
         raise InputError(f"radius must be at most bits={inp.bits}, got {radius}")
     top = check_topk(topk, inp.n_db)
-    knn = check_positive_int(knn, "knn")
+    knn = positive_int(knn, "knn")
     real = None if query_real is None else check_query_real(query_real, inp.n_query, inp.bits)
     ap_index, ap_average = average_precisions(inp, top, tie_averaged=tie_averaged)
     at_k = precision_recall_at_k(inp, ks_arr)

@@ -13,13 +13,12 @@ from typing import Iterator, NamedTuple, Sequence
 
 import numpy as np
 
+from lbhash.checks import non_negative_int, positive_int
 from lbhash.evaluate import _kernels
 from lbhash.labels import as_multihot
 from lbhash.evaluate._inputs import (
     Retrieval,
     check_ks,
-    check_non_negative_int,
-    check_positive_int,
     check_topk,
     for_query_ranges,
     prepare,
@@ -150,7 +149,7 @@ def pr_curve(inp: Retrieval) -> PRCurve:
 def precision_within_radius(query_codes, db_codes, query_labels, db_labels, radius: int = 2,
                             bits: int | None = None) -> RadiusPrecision:
     """P@H<=radius: precision among items within Hamming distance `radius` of the query."""
-    radius = check_non_negative_int(radius, "radius")
+    radius = non_negative_int(radius, "radius")
     curve = pr_curve(prepare(query_codes, db_codes, query_labels, db_labels, bits))
     return radius_precision(curve, radius)
 
@@ -194,7 +193,7 @@ def knn_accuracy(query_codes, db_codes, query_labels, db_labels, k: int = 100,
     smallest class id. A prediction is correct if the query has that label (if no
     neighbour has a label, there is no prediction and it counts as wrong).
     """
-    k = check_positive_int(k, "k")
+    k = positive_int(k, "k")
     return knn_vote_accuracy(prepare(query_codes, db_codes, query_labels, db_labels, bits), k)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from lbhash.checks import is_int, non_negative_int, positive_int
 from lbhash.errors import InputError
 from lbhash.index.sparse_labels import SparseLabels
 from lbhash.labels import as_class_ids, as_multihot
@@ -90,30 +91,14 @@ def label_rows(labels, n: int, name: str = "labels") -> SparseLabels:
 
 
 def top_k(k) -> int:
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k <= 0:
-        raise InputError(f"k must be a positive integer, got {k!r}")
-    return int(k)
+    return positive_int(k, "k")
 
 
 def rerank_factor(factor, name: str = "rerank_factor") -> int:
-    if isinstance(factor, bool) or not isinstance(factor, (int, np.integer)) or factor < 1:
+    if not is_int(factor) or factor < 1:
         raise InputError(f"{name} must be a positive integer (Hamming candidates per result), got {factor!r}")
     return int(factor)
 
 
 def radius_value(radius) -> int:
-    if isinstance(radius, bool) or not isinstance(radius, (int, np.integer)) or radius < 0:
-        raise InputError(f"radius must be a non-negative integer, got {radius!r}")
-    return int(radius)
-
-
-def positive_int(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-        raise InputError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
-
-
-def non_negative_int(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-        raise InputError(f"{name} must be a non-negative integer, got {value!r}")
-    return int(value)
+    return non_negative_int(radius, "radius")

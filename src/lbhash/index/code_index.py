@@ -14,6 +14,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 
+from lbhash.checks import non_negative_int, positive_int
 from lbhash.errors import Conflict, InputError, NotFound
 from lbhash.index import _checks
 from lbhash.index._engines import Rows
@@ -72,7 +73,7 @@ class CodeIndex:
             raise InputError(f"unknown parameter {unknown[0]!r} for a {kind} index (allowed: {allowed})")
         merged = dict(defaults)
         for name, value in params.items():
-            check = _checks.non_negative_int if name == "nflip" else _checks.positive_int
+            check = non_negative_int if name == "nflip" else positive_int
             merged[name] = check(value, name)
         self._kind, self._params = kind, merged
         self._engine = ENGINES[kind](self._bits, merged)
@@ -216,7 +217,7 @@ class CodeIndex:
             if name not in allowed:
                 raise InputError(f"{name!r} is not a search parameter of a {self._kind} index "
                                  f"(search parameters: {', '.join(allowed) or 'none'})")
-            check = _checks.non_negative_int if name == "nflip" else _checks.positive_int
+            check = non_negative_int if name == "nflip" else positive_int
             self._engine.set_search_param(name, check(value, name))
             self._params[name] = int(value)
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lbhash.checks import positive_int
 from lbhash.errors import InputError
 from lbhash.index import _checks
 from lbhash.index.rerank import RERANK_FACTOR, rerank_search
@@ -79,7 +80,7 @@ def plan_search(k: int | None = None, radius: int | None = None, *, rerank: bool
     k = check_k(DEFAULT_K if k is None else k, names.k, max_k)
     if not rerank:
         return SearchPlan(k, None, None, spelling)
-    factor = RERANK_FACTOR if factor is None else _checks.positive_int(factor, names.factor)
+    factor = RERANK_FACTOR if factor is None else positive_int(factor, names.factor)
     if max_candidates is not None and k * factor > max_candidates:
         raise InputError(f"{names.k} * {names.factor} must be at most {max_candidates} (Hamming candidates "
                          f"re-ranked per query), got {k} * {factor} = {k * factor}")

@@ -27,6 +27,7 @@ import uuid
 import numpy as np
 
 from lbhash._io import check_name
+from lbhash.checks import positive_int
 from lbhash.errors import Conflict, InputError, NotFound, require_extra
 from lbhash.index import _checks
 from lbhash.index._padding import PAD_DISTANCE, PAD_ID
@@ -53,7 +54,7 @@ class MilvusIndex:
         pm = _pymilvus()
         if kind not in KINDS:
             raise InputError(f"the milvus backend supports kinds {', '.join(KINDS)}, got {kind!r}")
-        self._kind, self.nlist, self.nprobe = kind, _checks.positive_int(nlist, "nlist"), _checks.positive_int(nprobe, "nprobe")
+        self._kind, self.nlist, self.nprobe = kind, positive_int(nlist, "nlist"), positive_int(nprobe, "nprobe")
         self._timeout, self._alias, self.collection = timeout, f"lbhash-{uuid.uuid4().hex[:8]}", collection
         try:
             pm.connections.connect(alias=self._alias, uri=uri, timeout=timeout)

@@ -6,12 +6,16 @@ favour ("replace"), together with L_pi, the surrogate's own training loss. Gradi
 apart: L_theta reaches the hash model only (pi frozen), L_pi reaches pi only, so one backward
 pass followed by a step of each optimizer performs lines 7-8 of Alg. 1.
 
+The keyword names are TrainConfig's (`lbhash train --lbhash-weight ...`), so a config's
+options pass through unchanged; the short names of earlier releases (`weight`, `mode`,
+`reduction`, `flips`, `assignment`, `redraw_every`, `fused`) still work for one release and warn.
+
 Options beyond the paper's text (each off in the paper-faithful setting):
-- `reduction`: L_theta summed over the u blocks (the paper's reading) or averaged;
-- `flips`: L_pi trains on the codes with this many random bits flipped per sample (input and
+- `lbhash_reduction`: L_theta summed over the u blocks (the paper's reading) or averaged;
+- `surrogate_flips`: L_pi trains on the codes with this many random bits flipped per sample (input and
   target flipped together), so that the surrogate stays informative around a center;
-- `assignment` of bits to blocks: "contiguous", one seeded "permuted" order, or "redraw" a
-  seeded permutation every `redraw_every` epochs (centers are permuted with the codes);
+- `block_assignment` of bits to blocks: "contiguous", one seeded "permuted" order, or "redraw" a
+  seeded permutation every `block_redraw_every` epochs (centers are permuted with the codes);
 - `multilabel_target`: L_theta against each positive label's center ("average", the paper), or
   against the bitwise majority of those centers ("majority", as CSQ does; ties take the bits of
   the fixed random `tie_center`, or +1 without one, as runs before it did);
@@ -22,6 +26,8 @@ forward pass of P_pi (`BlockSurrogate.fused_losses`); otherwise from two.
 """
 
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 import torch
@@ -37,15 +43,43 @@ ASSIGNMENTS = ("contiguous", "permuted", "redraw")
 MULTILABEL_TARGETS = ("average", "majority")
 
 
+# the keywords a TrainConfig passes as they are (its fields of the same names)
+OBJECTIVE_OPTIONS = ("lbhash_weight", "lbhash_mode", "theta_dropout", "lbhash_reduction", "surrogate_flips",
+                     "block_assignment", "block_redraw_every", "multilabel_target", "seed", "fused_surrogate",
+                     "multilabel_theta")
+# the keywords of earlier releases -> TrainConfig's names (kept one release, with a warning)
+OLD_NAMES = {"weight": "lbhash_weight", "mode": "lbhash_mode", "reduction": "lbhash_reduction",
+             "flips": "surrogate_flips", "assignment": "block_assignment", "redraw_every": "block_redraw_every",
+             "fused": "fused_surrogate"}
+
+
+def _renamed(old_names: dict) -> dict:
+    unknown = sorted(set(old_names) - set(OLD_NAMES))
+    if unknown:
+        raise TypeError(f"LowerBoundObjective got unexpected keyword argument(s) {', '.join(unknown)}")
+    for old in old_names:
+        warnings.warn(f"LowerBoundObjective({old}=...) is deprecated: pass {OLD_NAMES[old]}=...",
+                      DeprecationWarning, stacklevel=3)
+    return {OLD_NAMES[old]: value for old, value in old_names.items()}
+
+
 class LowerBoundObjective(nn.Module):
     """base loss (+ or instead of its center loss) + weight * L_theta, and L_pi."""
 
     def __init__(self, base: HashLoss, centers: torch.Tensor, surrogate: BlockSurrogate,
-                 weight: float = 1.0, mode: str = "add", theta_dropout: bool = True,
-                 reduction: str = "sum", flips: int = 0, assignment: str = "contiguous",
-                 redraw_every: int = 4, multilabel_target: str = "average", seed: int = 0,
-                 fused: bool = True, multilabel_theta: str = "sum", tie_center: torch.Tensor | None = None):
+                 lbhash_weight: float = 1.0, lbhash_mode: str = "add", theta_dropout: bool = True,
+                 lbhash_reduction: str = "sum", surrogate_flips: int = 0, block_assignment: str = "contiguous",
+                 block_redraw_every: int = 4, multilabel_target: str = "average", seed: int = 0,
+                 fused_surrogate: bool = True, multilabel_theta: str = "sum",
+                 tie_center: torch.Tensor | None = None, **old_names):
         super().__init__()
+        given = dict(lbhash_weight=lbhash_weight, lbhash_mode=lbhash_mode, lbhash_reduction=lbhash_reduction,
+                     surrogate_flips=surrogate_flips, block_assignment=block_assignment,
+                     block_redraw_every=block_redraw_every, fused_surrogate=fused_surrogate)
+        given.update(_renamed(old_names))
+        weight, mode, reduction = given["lbhash_weight"], given["lbhash_mode"], given["lbhash_reduction"]
+        flips, assignment = given["surrogate_flips"], given["block_assignment"]
+        redraw_every, fused = given["block_redraw_every"], given["fused_surrogate"]
         if mode not in MODES:
             raise InputError(f"lower-bound mode must be 'add' or 'replace', got {mode!r}")
         if mode == "replace" and base.center_part is None:

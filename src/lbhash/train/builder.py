@@ -20,6 +20,7 @@ from lbhash.data import HashDataset, InputOptions, Split, carve_validation, load
 from lbhash.errors import InputError
 from lbhash.methods import HashLoss, LowerBoundObjective, available_methods, create_method, method_class
 from lbhash.methods.csq import tie_center
+from lbhash.methods.lower_bound import OBJECTIVE_OPTIONS
 from lbhash.models import HashModel, create_feature_model, create_image_model
 from lbhash.surrogate import BlockSurrogate
 from lbhash.train.config import TrainConfig, resolve_config
@@ -133,11 +134,8 @@ def build_objective(cfg: TrainConfig, centers: torch.Tensor | None, num_classes:
     if not cfg.lbhash:
         return base
     surrogate = BlockSurrogate(cfg.bits, cfg.block_size, cfg.surrogate_hidden, cfg.surrogate_dropout)
-    return LowerBoundObjective(base, centers, surrogate, weight=cfg.lbhash_weight, mode=cfg.lbhash_mode,
-                               theta_dropout=cfg.theta_dropout, reduction=cfg.lbhash_reduction,
-                               flips=cfg.surrogate_flips, assignment=cfg.block_assignment,
-                               redraw_every=cfg.block_redraw_every, multilabel_target=cfg.multilabel_target,
-                               seed=cfg.seed, fused=cfg.fused_surrogate, multilabel_theta=cfg.multilabel_theta,
+    options = {name: getattr(cfg, name) for name in OBJECTIVE_OPTIONS}  # the same names on both sides
+    return LowerBoundObjective(base, centers, surrogate, **options,
                                tie_center=ties if cfg.multilabel_target == "majority" else None)
 
 

@@ -25,6 +25,8 @@ from lbhash.data.unseen import with_base
 from lbhash.errors import InputError
 from lbhash.methods import PROFILES, method_class, method_defaults
 from lbhash.methods.defaults import LBHASH_OPTIONS
+from lbhash.methods.lower_bound import ASSIGNMENTS, MODES, MULTILABEL_TARGETS
+from lbhash.surrogate import MULTILABEL_THETA, REDUCTIONS
 
 Optimizer = Literal["adam", "adamw", "sgd", "rmsprop"]
 PRECISIONS = ("32-true", "32", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true")
@@ -94,22 +96,22 @@ class TrainConfig(BaseModel):
                                             "relabelling of it.", "true or false")
     lbhash_weight: float | None = option(None, "lambda: the weight of L_theta.", "a positive number",
                                          shown="the method's", gt=0)
-    lbhash_reduction: Literal["sum", "mean"] | None = option(
-        None, "L_theta over the blocks: sum (the paper's reading) or mean.", "one of sum, mean",
+    lbhash_reduction: Literal[REDUCTIONS] | None = option(
+        None, "L_theta over the blocks: sum (the paper's reading) or mean.", f"one of {', '.join(REDUCTIONS)}",
         shown="the method's")
     surrogate_flips: int | None = option(None, "Random bits flipped per sample in the surrogate's training codes.",
                                          "a non-negative integer", shown="the method's", ge=0)
-    block_assignment: Literal["contiguous", "permuted", "redraw"] | None = option(
+    block_assignment: Literal[ASSIGNMENTS] | None = option(
         None, "Bits to surrogate blocks: contiguous, one seeded permutation, or a permutation redrawn every "
-              "block_redraw_every epochs.", "one of contiguous, permuted, redraw", shown="the method's")
+              "block_redraw_every epochs.", f"one of {', '.join(ASSIGNMENTS)}", shown="the method's")
     block_redraw_every: int = option(4, "Epochs between redraws of the bit-to-block permutation.",
                                      "a positive integer", ge=1)
-    multilabel_target: Literal["average", "majority"] | None = option(
+    multilabel_target: Literal[MULTILABEL_TARGETS] | None = option(
         None, "Multi-label L_theta: averaged over the positive labels' centers, or against their bitwise "
-              "majority.", "one of average, majority", shown="the method's")
-    multilabel_theta: Literal["sum", "mean"] | None = option(
+              "majority.", f"one of {', '.join(MULTILABEL_TARGETS)}", shown="the method's")
+    multilabel_theta: Literal[MULTILABEL_THETA] | None = option(
         None, "Multi-label L_theta against the positive labels' centers: their losses summed (the paper) or "
-              "averaged.", "one of sum, mean", shown="the profile's (sum: the paper's, also recommended)")
+              "averaged.", f"one of {', '.join(MULTILABEL_THETA)}", shown="the profile's (sum: the paper's, also recommended)")
     csq_ties: Literal["random-center", "plus-one"] = option(
         "random-center", "Tied bits of a multi-label item's majority target (CSQ, multilabel_target majority): "
                          "the bits of one fixed random center drawn from the seed (CSQ's reference) or +1.",
@@ -118,8 +120,8 @@ class TrainConfig(BaseModel):
                                                   "a number >= 0", shown="the method's", ge=0)
     fused_surrogate: bool = option(True, "L_pi and L_theta from one surrogate forward pass where possible.",
                                    "true or false")
-    lbhash_mode: Literal["add", "replace"] | None = option(
-        None, "Add L_theta to the method's loss, or replace its center loss.", "one of add, replace",
+    lbhash_mode: Literal[MODES] | None = option(
+        None, "Add L_theta to the method's loss, or replace its center loss.", f"one of {', '.join(MODES)}",
         shown="the method's")
     surrogate_lr: float = option(1e-3, "Learning rate of the surrogate P_pi (eta_1).", "a positive number", gt=0)
     block_size: int = option(8, "Bits per surrogate block.", "an integer from 1 to 16", ge=1, le=16)
