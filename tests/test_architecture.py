@@ -8,7 +8,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "lbhash"
 # lowest first; modules on one line share a level
 LAYERS = [
-    {"errors", "_io", "checks", "labels", "limits", "codes", "codes_file"},
+    {"errors", "_io", "arrays", "checks", "labels", "limits", "codes", "codes_file"},
     {"centers"},
     {"surrogate"},
     {"methods"},
@@ -79,3 +79,95 @@ def test_every_layer_of_this_test_exists():
     for names in LAYERS:
         for name in names:
             assert (PACKAGE / name).is_dir() or (PACKAGE / f"{name}.py").is_file(), name
+
+
+# ---- no module imports one that imports it back (imports inside functions count) ----
+
+def module_name(path: Path, package: Path) -> str:
+    parts = path.relative_to(package.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    """lbhash module -> the lbhash modules it imports anywhere in its text (relative imports
+    resolved; `from pkg import name` counts as pkg.name when that is a module, else as pkg)."""
+    paths = {module_name(p, package): p for p in package.rglob("*.py")}
+
+    def known(name: str) -> str | None:
+        while name and name not in paths:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph = {}
+    for name, path in paths.items():
+        own_package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets |= {known(a.name) for a in node.names if a.name.split(".")[0] == "lbhash"}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = own_package.split(".")[: len(own_package.split(".")) - node.level + 1]
+                    base = ".".join(up + ([node.module] if node.module else []))
+                if base.split(".")[0] != "lbhash":
+                    continue
+                targets |= {known(f"{base}.{a.name}") if f"{base}.{a.name}" in paths else known(base)
+                            for a in node.names}
+        graph[name] = {t for t in targets if t and t != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        top = stack.pop()
+                        on_stack.discard(top)
+                        component.append(top)
+                        if top == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+            elif child not in index:
+                index[child] = low[child] = len(index)
+                stack.append(child)
+                on_stack.add(child)
+                work.append((child, iter(sorted(graph[child]))))
+            elif child in on_stack:
+                low[node] = min(low[node], index[child])
+    return found
+
+
+def test_no_module_imports_one_that_imports_it_back():
+    assert cycles(import_graph()) == []
+
+
+def test_the_cycle_check_sees_a_cycle_through_an_import_inside_a_function(tmp_path):
+    package = tmp_path / "lbhash"
+    (package / "train").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "train" / "__init__.py").write_text("")
+    (package / "train" / "loop.py").write_text("from lbhash.train.run import go\n")
+    (package / "train" / "run.py").write_text("def go():\n    from . import summary\n")
+    (package / "train" / "summary.py").write_text("from lbhash.train import loop\n")
+    (package / "train" / "alone.py").write_text("import lbhash.train.loop\n")
+    graph = import_graph(package)
+    assert graph["lbhash.train.run"] == {"lbhash.train.summary"}
+    assert cycles(graph) == [["lbhash.train.loop", "lbhash.train.run", "lbhash.train.summary"]]

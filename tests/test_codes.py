@@ -9,6 +9,23 @@ def test_to_signs_maps_zero_to_plus_one():
     np.testing.assert_array_equal(C.to_signs([[-0.5, 0.0, 2.0, -0.0]]), [[-1, 1, 1, 1]])
 
 
+# hand-computed: bin(x) = +1 for x >= 0, so 0 and -0.0 give +1
+REALS = [[-0.5, 0.0, 2.0, -0.0], [1e-30, -1e-30, -3.0, 0.25]]
+SIGNS = [[-1, 1, 1, 1], [1, -1, -1, 1]]
+
+
+def test_to_signs_gives_one_rule_for_arrays_and_tensors():
+    import torch
+
+    arr = C.to_signs(np.array(REALS, dtype=np.float32))
+    assert isinstance(arr, np.ndarray) and arr.dtype == np.int8
+    np.testing.assert_array_equal(arr, SIGNS)
+    for dtype in (torch.float32, torch.float64, torch.bfloat16):
+        signs = C.to_signs(torch.tensor(REALS, dtype=dtype))
+        assert isinstance(signs, torch.Tensor) and signs.dtype == torch.int8
+        np.testing.assert_array_equal(signs.numpy(), SIGNS)
+
+
 def test_to_signs_rejects_nan():
     with pytest.raises(ValueError, match="NaN"):
         C.to_signs([[0.1, np.nan]])

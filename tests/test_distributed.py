@@ -18,7 +18,7 @@ def _ddp_worker(fabric, result_path):
     from lbhash.data.batches import ArrayBatches
     from lbhash.train.builder import Learner
     from lbhash.train.encoder import all_gather
-    from lbhash.train.loop import leave_process_group
+    from lbhash.train.processes import leave_process_group
 
     torch.manual_seed(0)
     bits, classes, n = 16, 4, 48

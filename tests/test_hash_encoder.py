@@ -1,9 +1,12 @@
 """The HashEncoder front door: fit and encode arrays, save and load run directories."""
 
+import copy
+
 import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
+from scipy import sparse
 
 from lbhash import HashEncoder, InputError
 from lbhash.cli import main
@@ -75,11 +78,53 @@ def test_save_then_load_gives_identical_codes(digits, fitted, tmp_path):
         fitted.save(path)
 
 
-def test_validation_arrays_give_validation_metrics(digits):
+def test_eval_set_arrays_give_validation_metrics(digits):
     x, y, xq, yq = digits
-    enc = HashEncoder(method="hashnet", bits=16, epochs=3, **FAST).fit(x, y, validation=(xq, yq))
+    enc = HashEncoder(method="hashnet", bits=16, epochs=3, **FAST).fit(x, y, eval_set=(xq, yq))
     assert enc.metrics_["n_validation"] == len(xq) and enc.metrics_["n_train"] == len(x)
     assert 0 < enc.metrics_["map"] <= 1
+    again = HashEncoder.load(enc.run_dir_)  # the same fitted attributes, read back from the run
+    assert again.metrics_ == enc.metrics_ and again.history_ == enc.history_ and again.config_ == enc.config_
+    assert again.input_form_ == enc.input_form_
+    np.testing.assert_array_equal(again.encode(xq), enc.encode(xq))
+
+
+def test_the_old_validation_keyword_warns_and_still_works(digits):
+    x, y, xq, yq = digits
+    params = dict(method="hashnet", bits=16, epochs=1, **FAST)
+    with pytest.warns(DeprecationWarning, match="eval_set=\\(X_val, y_val\\)"):
+        old = HashEncoder(**params).fit(x, y, validation=(xq, yq))
+    new = HashEncoder(**params).fit(x, y, eval_set=(xq, yq))
+    assert old.metrics_["map"] == new.metrics_["map"] and old.metrics_["n_validation"] == len(xq)
+    np.testing.assert_array_equal(old.encode(xq), new.encode(xq))
+    with pytest.raises(InputError, match="eval_set=\\(X_val, y_val\\) only"):
+        HashEncoder(**params).fit(x, y, eval_set=(xq, yq), validation=(xq, yq))
+
+
+def test_transform_gives_the_codes_for_a_pipeline(digits, fitted):
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    x, y, xq, _ = digits
+    np.testing.assert_array_equal(fitted.transform(xq), fitted.encode(xq))
+    signs = copy.copy(fitted).set_params(code_format="signs")  # the same fitted model
+    assert signs.transform(xq).dtype == np.int8
+    np.testing.assert_array_equal(signs.transform(xq), unpack(fitted.encode(xq), 32))
+    pipe = make_pipeline(StandardScaler(), HashEncoder(method="itq", bits=16, code_format="signs"))
+    codes = pipe.fit_transform(x, y)
+    assert codes.shape == (len(x), 16) and set(np.unique(codes)) == {-1, 1}
+    np.testing.assert_array_equal(pipe.transform(x[:50]), codes[:50])
+    with pytest.raises(InputError, match="code_format must be one of packed, signs"):
+        HashEncoder(method="itq", bits=16, code_format="bits").fit(x)
+
+
+def test_fit_transform_is_fit_then_transform(digits):
+    x, y, xq, yq = digits
+    params = dict(method="csq", bits=16, epochs=1, seed=3, **FAST)
+    codes = HashEncoder(**params).fit_transform(x, y, eval_set=(xq, yq))
+    enc = HashEncoder(**params).fit(x, y, eval_set=(xq, yq))
+    np.testing.assert_array_equal(codes, enc.transform(x))
+    assert codes.shape == (len(x), 2) and codes.dtype == np.uint8
 
 
 def test_load_reads_a_cli_run(tmp_path):
@@ -112,9 +157,13 @@ def test_bad_shapes_and_label_widths(digits, fitted):
         enc.fit(x.reshape(len(x), 8, 8), y)
     multi = np.eye(10, dtype=np.uint8)[y]
     with pytest.raises(InputError, match="y has 10 label columns but y_val has 8"):
-        enc.fit(x, multi, validation=(xq, np.eye(8, dtype=np.uint8)[yq % 8]))
+        enc.fit(x, multi, eval_set=(xq, np.eye(8, dtype=np.uint8)[yq % 8]))
     with pytest.raises(InputError, match="X_val items have shape"):
-        enc.fit(x, y, validation=(xq[:, :10], yq))
+        enc.fit(x, y, eval_set=(xq[:, :10], yq))
+    with pytest.raises(InputError, match="X is a sparse matrix"):
+        enc.fit(sparse.csr_matrix(x), y)
+    with pytest.raises(InputError, match="X is a sparse matrix"):
+        fitted.transform(sparse.csr_matrix(xq))
     with pytest.raises(InputError, match="X: 10 features per row, but the run was trained on 64"):
         fitted.encode(xq[:, :10])
     bad = xq.copy()

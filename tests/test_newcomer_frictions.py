@@ -48,12 +48,12 @@ def test_2d_uint8_features_warn_and_float_features_do_not(digits):
     assert not [w for w in caught if "uint8" in str(w.message)]
 
 
-# --- 14: fit(..., validation=...) names its metrics for what they measure --------------------------
+# --- 14: fit(..., eval_set=...) names its metrics for what they measure ----------------------------
 
 def test_validation_metrics_are_named_for_the_validation_items(digits):
     X, y = digits
     Xt, yt, Xv, yv = X[:1300], y[:1300], X[1300:], y[1300:]
-    enc = HashEncoder(epochs=2, **FAST).fit(Xt, yt, validation=(Xv, yv))
+    enc = HashEncoder(epochs=2, **FAST).fit(Xt, yt, eval_set=(Xv, yv))
     m = enc.metrics_
     assert "n_query" not in m and "n_db" not in m
     assert m["n_validation"] == len(Xv) == m["run"]["n_validation"] and m["n_train"] == len(Xt)

@@ -9,6 +9,8 @@ Conventions (README, "Codes"):
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from lbhash.labels import as_multihot
@@ -18,8 +20,15 @@ from lbhash.errors import InputError
 _CHUNK_BYTES = 64 << 20
 
 
-def to_signs(x, name: str = "x") -> np.ndarray:
-    """Binarise real outputs: +1 where x >= 0 (zero included), -1 elsewhere, as int8."""
+def to_signs(x, name: str = "x"):
+    """Binarise real outputs: +1 where x >= 0 (0 and -0.0 included), -1 elsewhere, as int8.
+
+    A torch tensor gives an int8 tensor on its own device, unchecked (a NaN gives -1; training
+    checks its losses instead, which needs no device sync per step); anything else gives a
+    numpy array, and a NaN in it is an InputError naming `name`."""
+    torch = sys.modules.get("torch")  # a tensor means torch is loaded: no import for numpy callers
+    if torch is not None and isinstance(x, torch.Tensor):
+        return torch.where(x >= 0, 1, -1).to(torch.int8)
     arr = np.asarray(x)
     if arr.dtype.kind == "f" and np.isnan(arr).any():
         raise InputError(f"{name} contains NaN at index {tuple(int(i) for i in np.argwhere(np.isnan(arr))[0])}")

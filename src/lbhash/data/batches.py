@@ -28,11 +28,12 @@ def shard_order(n: int, seed: int, rank: int, world_size: int) -> np.ndarray:
 
 
 class ArrayBatches:
-    """Batches of an in-memory training set; data live on `device` once, a batch is a gather."""
+    """Batches of an in-memory training set (float32 features, as ArrayDataset holds them); data
+    live on `device` once, a batch is a gather."""
 
     def __init__(self, x: np.ndarray, labels: np.ndarray, batch_size: int, device="cpu",
                  rank: int = 0, world_size: int = 1):
-        self.x = torch.as_tensor(np.ascontiguousarray(x, dtype=np.float32), device=device)
+        self.x = torch.as_tensor(x, device=device)
         self.y = torch.as_tensor(labels, dtype=torch.float32, device=device)
         self.n = len(self.x)
         self.batch_size, self.rank, self.world_size = batch_size, rank, world_size

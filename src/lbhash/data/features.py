@@ -15,6 +15,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from lbhash import _io
+from lbhash.arrays import as_float32, first_nonfinite
 from lbhash.data.array_memory import Copies, check_load_memory, float32_copies
 from lbhash.data.base import HashDataset, InputOptions, check_class_names, check_indices, split_flags
 from lbhash.errors import InputError
@@ -33,7 +34,8 @@ DEQUANTIZE_MODES = ("auto", "on", "off")
 class ArrayDataset(HashDataset):
     """An in-memory set of feature vectors plus labels.
 
-    `labels` may be given as class ids or 0/1 rows; it is stored as a boolean (n, C) array.
+    `x` is stored as C-contiguous float32 (the model's input type; no copy when it is that
+    already). `labels` may be given as class ids or 0/1 rows; it is stored as a boolean (n, C) array.
     `is_test` is the file's own train/test split (True = test), or None when it has none.
     """
 
@@ -53,9 +55,12 @@ class ArrayDataset(HashDataset):
         return self.quantization is not None
 
     def __post_init__(self) -> None:
-        self.x = np.asarray(self.x)
-        if self.x.ndim != 2:
-            raise InputError(f"{self.name}: features must have shape (n, d), got {self.x.shape}")
+        x = np.asarray(self.x)
+        if x.ndim != 2:
+            raise InputError(f"{self.name}: features must have shape (n, d), got {x.shape}")
+        if x.dtype.kind not in "biuf":
+            raise InputError(f"{self.name}: features must be numbers, got dtype {x.dtype}")
+        self.x = as_float32(x)
         self.labels = as_multihot(self.labels, f"{self.name}: labels")
         n = len(self.x)
         if len(self.labels) != n:
@@ -74,10 +79,9 @@ class ArrayDataset(HashDataset):
     def check_items(self, indices, skip_bad: bool = False) -> tuple[np.ndarray, int]:
         """Every feature of the items must be finite (skip_bad does not apply to features)."""
         idx = check_indices(self, indices)
-        step = max(1, (64 << 20) // max(1, self.x[:1].nbytes))  # blocks of rows: no copy of the whole set
-        for block in (idx[k:k + step] for k in range(0, len(idx), step)):
-            if not (finite := np.isfinite(self.x[block]).all(1)).all():
-                raise InputError(f"{self.name}: features contain NaN or inf at row {int(block[~finite][0])}")
+        bad = first_nonfinite(self.x, idx)
+        if bad is not None:
+            raise InputError(f"{self.name}: features contain NaN or inf at row {bad[0]}")
         return idx, 0
 
     def input_dim(self) -> int:
@@ -86,7 +90,7 @@ class ArrayDataset(HashDataset):
     def normalization(self, indices) -> tuple[np.ndarray, np.ndarray]:
         import torch  # the model's statistics are computed as torch computes them
 
-        rows = torch.from_numpy(np.ascontiguousarray(self.x[check_indices(self, indices)], dtype=np.float32))
+        rows = torch.from_numpy(self.x[check_indices(self, indices)])
         return rows.mean(0).numpy(), rows.std(0).numpy()
 
     def train_batches(self, indices, batch_size: int, device="cpu", rank: int = 0, world_size: int = 1,
@@ -121,7 +125,7 @@ def load_digits() -> ArrayDataset:
     from sklearn.datasets import load_digits as sk_load_digits
 
     raw = sk_load_digits()
-    return ArrayDataset(x=np.ascontiguousarray(raw.data, dtype=np.float32),
+    return ArrayDataset(x=raw.data,
                         labels=as_multihot(raw.target, num_classes=len(raw.target_names)),
                         is_test=None, name="digits",
                         class_names=[str(c) for c in raw.target_names], raw_dtype=str(raw.data.dtype))
@@ -379,7 +383,7 @@ def dequantize_values(x: np.ndarray, quantization: tuple[float, float] | None) -
     quantization. Training and every encoding path use this one rule, so that the same stored
     row gives the same model input bit for bit."""
     if quantization is None:
-        return np.ascontiguousarray(x, dtype=np.float32)
+        return as_float32(x)
     scale, zero_point = quantization
     out = x.astype(np.float32)  # a fresh array: the in-place steps below never touch x
     if zero_point:
@@ -389,9 +393,6 @@ def dequantize_values(x: np.ndarray, quantization: tuple[float, float] | None) -
 
 
 def _check_finite(x: np.ndarray, path: Path) -> None:
-    # Row sums are non-finite wherever a row holds NaN or inf (and rarely by overflow):
-    # a fast screen, confirmed on the flagged rows only.
-    rows = np.flatnonzero(~np.isfinite(x.sum(axis=1, dtype=np.float32)))
-    bad = rows[~np.isfinite(x[rows]).all(axis=1)]
-    if bad.size:  # also catches float64 values beyond float32's range
-        raise InputError(f"{path}: features contain NaN or inf (first at row {int(bad[0])})")
+    bad = first_nonfinite(x)  # x is float32: values beyond its range are infinite here
+    if bad is not None:
+        raise InputError(f"{path}: features contain NaN or inf (first at row {bad[0]})")

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from lbhash.arrays import as_float32, first_nonfinite
 from lbhash.data.features import ArrayDataset, dequantize_values
 from lbhash.errors import InputError
 
@@ -104,7 +105,7 @@ def conform_features(form: InputForm, x, where: str, raw_dtype: str | None = Non
         raise InputError(f"{where}: {raw} values, but the run was trained on {form.dtype} features; quantised "
                          "rows need their scale first ((x - zero_point) * scale), and values on the training "
                          "scale go in as floats (x.astype(np.float32))")
-    out = _finite(np.ascontiguousarray(arr, dtype=np.float32), where)
+    out = _finite(as_float32(arr), where)
     if form.quantization is not None:
         _check_feature_range(form, out, where)
     return out
@@ -121,13 +122,9 @@ def conform_dataset(form: InputForm, dataset, where: str):
 
 
 def _finite(x: np.ndarray, where: str) -> np.ndarray:
-    # rows whose sum is not finite hold NaN or inf (or overflow): a screen that copies nothing,
-    # confirmed on those rows only
-    with np.errstate(over="ignore", invalid="ignore"):
-        rows = np.flatnonzero(~np.isfinite(x.sum(axis=1, dtype=np.float32)))
-    bad = np.argwhere(~np.isfinite(x[rows]))
-    if len(bad):
-        r, c = int(rows[bad[0][0]]), int(bad[0][1])
+    bad = first_nonfinite(x)
+    if bad is not None:
+        r, c = bad
         raise InputError(f"{where}: holds {x[r, c]} at row {r}, column {c}; only finite numbers are allowed")
     return x
 

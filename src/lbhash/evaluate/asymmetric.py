@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from lbhash.codes import as_packed
+from lbhash.codes import as_packed, to_signs
 from lbhash.errors import InputError
 from lbhash.evaluate._inputs import Retrieval, check_ks, check_topk, for_query_ranges, prepare
 
@@ -131,5 +131,5 @@ def asymmetric_map(query_real, db_codes, query_labels, db_labels, bits: int | No
     """mAP@R under the asymmetric ranking (ties by database index); R = topk or the whole database."""
     _, nbits = as_packed(db_codes, bits, "db_codes")
     real = check_query_real(query_real, len(np.asarray(query_real)), nbits)
-    inp = prepare(np.where(real >= 0, 1, -1).astype(np.int8), db_codes, query_labels, db_labels, bits)
+    inp = prepare(to_signs(real, "query_real"), db_codes, query_labels, db_labels, bits)
     return asymmetric_metrics(inp, real, check_topk(topk, inp.n_db), check_ks([1]))["map"]

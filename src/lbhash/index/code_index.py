@@ -60,6 +60,35 @@ class CodeIndex:
     nprobe scanned (exact until trained, at 39 * nlist codes). multihash: range search exact;
     top-k exact wherever the k-th distance <= nhash * (nflip + 1) - 1. The engines'
     docstrings (`_ivf.IVFEngine`, `_engines.MultiHashEngine`) and docs/search.md say more.
+
+    Parameters
+    ----------
+    bits : int
+        Code length in bits, a multiple of 8 (codes are `bits // 8` bytes).
+    kind : {"flat", "ivf", "multihash"}
+        The FAISS structure behind the index.
+    **params
+        The kind's parameters (ivf: nlist, nprobe; multihash: nhash, nflip).
+
+    Returns
+    -------
+    `search` returns (distances int32 (nq, k), ids int64 (nq, k)), nearest first, ties by
+    ascending id, padded with distance -1 and id -1; `range_search` one (distances, ids) pair
+    per query. `lbhash.index.rerank_search` re-ranks by real-valued queries over any backend.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from lbhash.index import CodeIndex
+    >>> codes = np.array([[0b00000000], [0b00000011], [0b11111111]], dtype=np.uint8)
+    >>> index = CodeIndex(bits=8)
+    >>> index.add(codes, labels=[[0], [1], [1]])
+    array([0, 1, 2])
+    >>> distances, ids = index.search(codes[:1], k=2)
+    >>> distances.tolist(), ids.tolist()
+    ([[0, 2]], [[0, 1]])
+    >>> index.search(codes[:1], k=2, labels=[[1]])[1].tolist()  # only items of class 1
+    [[1, 2]]
     """
 
     def __init__(self, bits: int, kind: str = "flat", **params):

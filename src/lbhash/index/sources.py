@@ -45,7 +45,7 @@ def run_codes(run_dir: str | Path, part: str = "database") -> dict:
         verify_files(run_dir, (CODES,))
         data = load_codes_file(path, need=("db",))
         return _checked(path, data["bits"], part_fields(data, "db"))
-    from lbhash.train.rundir import encode_run
+    from lbhash.train.run_codes import encode_run
 
     encoded = encode_run(run_dir, None, "all", progress=False)
     return _checked(run_dir, encoded["bits"], encoded)

@@ -184,7 +184,39 @@ def available_methods() -> list[str]:
 def create_method(name: str, bits: int, num_classes: int, num_train: int | None = None,
                   centers: torch.Tensor | None = None, multi_label: bool = False,
                   **constants) -> HashLoss:
-    """Build a registered method; `constants` override its defaults (e.g. CSQ's quantization)."""
+    """Build a registered method; `constants` override its defaults (e.g. CSQ's quantization).
+
+    Parameters
+    ----------
+    name : str
+        A registered method (`lbhash.methods.available_methods()`), e.g. "csq", "dch".
+    bits, num_classes : int
+        Code length and number of classes.
+    num_train : int, optional
+        Training items; methods with a memory bank (`needs_index`) need it.
+    centers : torch.Tensor, optional
+        (num_classes, bits) +/-1 class centers, for methods that use them (CSQ).
+    multi_label : bool
+        Whether an item may hold several labels.
+    **constants
+        The method's constants, overriding its published defaults.
+
+    Returns
+    -------
+    HashLoss
+        A module called as `loss(u, labels, index) -> LossOutput(total, parts)`.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from lbhash.methods import create_method
+    >>> loss = create_method("dch", bits=16, num_classes=3)
+    >>> u = torch.randn(4, 16, generator=torch.Generator().manual_seed(0))
+    >>> labels = torch.eye(3)[[0, 0, 1, 2]]
+    >>> out = loss(u, labels, None)
+    >>> sorted(out.parts), bool(torch.isfinite(out.total))
+    (['pairwise', 'quantization'], True)
+    """
     cls = method_class(name)
     unknown = sorted(set(constants) - set(cls.constants()))
     if unknown:

@@ -64,7 +64,38 @@ def _renamed(old_names: dict) -> dict:
 
 
 class LowerBoundObjective(nn.Module):
-    """base loss (+ or instead of its center loss) + weight * L_theta, and L_pi."""
+    """base loss (+ or instead of its center loss) + lbhash_weight * L_theta, and L_pi.
+
+    Parameters
+    ----------
+    base : HashLoss
+        The method to wrap (`create_method(...)`).
+    centers : torch.Tensor
+        (num_classes, bits) +/-1 class centers (`lbhash.centers.generate_centers`).
+    surrogate : BlockSurrogate
+        P_pi over blocks of the code (`lbhash.surrogate.BlockSurrogate(bits)`).
+    lbhash_weight, lbhash_mode, ... :
+        The options of the module docstring, named as in `TrainConfig`.
+
+    Returns
+    -------
+    Called as `objective(u, labels, index)`, it gives the hash model's loss (a `LossOutput`);
+    `losses(u, labels, index)` gives that and (L_pi, pattern accuracy), L_pi for P_pi's own
+    optimizer. docs/contributing.md shows it in a training loop of one's own.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from lbhash.centers import generate_centers
+    >>> from lbhash.methods import LowerBoundObjective, create_method
+    >>> from lbhash.surrogate import BlockSurrogate
+    >>> centers = torch.as_tensor(generate_centers(16, 3, seed=0, cache=False), dtype=torch.float32)
+    >>> objective = LowerBoundObjective(create_method("dch", 16, 3), centers, BlockSurrogate(16))
+    >>> u = torch.randn(4, 16, generator=torch.Generator().manual_seed(0))
+    >>> theta_loss, (pi_loss, accuracy) = objective.losses(u, torch.eye(3)[[0, 0, 1, 2]], None)
+    >>> sorted(theta_loss.parts), pi_loss.ndim
+    (['lower_bound', 'pairwise', 'quantization'], 0)
+    """
 
     def __init__(self, base: HashLoss, centers: torch.Tensor, surrogate: BlockSurrogate,
                  lbhash_weight: float = 1.0, lbhash_mode: str = "add", theta_dropout: bool = True,

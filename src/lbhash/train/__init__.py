@@ -3,17 +3,24 @@ HashEncoder front door for arrays.
 
 - `config`: TrainConfig (validated), config files, `resolve_config`;
 - `builder`: the model, objective and experiment of a run (training and loading);
-- `loop`: the Alg. 1 loop on Lightning Fabric, with per-epoch metrics, checkpoints, resume;
+- `processes`: this process's rank, Lightning Fabric, the end of a process group;
+- `loop`: the Alg. 1 loop (`Trainer`), with per-epoch records, checkpoints, resume;
+- `closed_form`: the one fit of the closed-form baselines, recorded as the loop's epochs are;
+- `selection`: model selection on the validation share (`select: best-val`, patience);
 - `encoder`: model + data -> codes, on one process or several;
-- `run`: `train`, the one way to train a run end to end, and its metrics;
-- `rundir`: reading a run directory back (config, model, `encode_run`);
-- `hash_encoder`: `HashEncoder`, fit/encode/save/load on arrays;
+- `run`: `train`, the one way to train a run end to end: open the run, then train it;
+- `run_codes`: a run's codes: codes.npz at the end of training, `encode_run` afterwards;
+- `run_metrics`: metrics.json and the manifest of a finished run (`evaluate_run`);
+- `rundir`: a run directory's files, lock and manifest, and reading it back (config, log, model);
+- `summary`: what a run tells its user (the data line, epoch lines, the result line);
+- `hash_encoder`: `HashEncoder`, fit/transform/encode/save/load on arrays;
 - `timing`: time per epoch of several configurations, measured side by side.
 """
 
 from lbhash.train.config import TrainConfig, build_config, load_config_file, make_config, resolve_config
 from lbhash.train.hash_encoder import HashEncoder
-from lbhash.train.run import evaluate_run, train
+from lbhash.train.run import train
+from lbhash.train.run_metrics import evaluate_run
 
 __all__ = ["HashEncoder", "TrainConfig", "build_config", "evaluate_run", "load_config_file",
            "make_config", "resolve_config", "train"]

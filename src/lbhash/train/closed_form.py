@@ -5,22 +5,22 @@ closed-form. It reads the training items through the run's own first layer (the 
 standardisation, so the fit sees exactly what the head will see), asks the method for its
 linear map, writes it into the head (a single Linear layer), and records the fit as epoch 1:
 a log line (the method's loss parts, the fit's history, the training codes' lower bound, the
-validation mAP when there is a validation split) and the checkpoint. The loop then has no
+validation mAP when there is a validation split) and the checkpoint (`Trainer.record_epoch`, as
+the loop records its epochs). The loop then has no
 epoch left to run, and the run ends as every run does (codes, metrics, manifest), so its
 directory is one that `lbhash encode`, `HashEncoder.load` and `lbhash index build` read.
 """
 
 from __future__ import annotations
 
-import json
 import time
 
 import numpy as np
 import torch
 
+from lbhash.codes import to_signs
 from lbhash.evaluate import lower_bound
 from lbhash.train.loop import Trainer, finite_or_str
-from lbhash.train.rundir import LOG
 
 
 @torch.inference_mode()
@@ -59,13 +59,10 @@ def fit_closed_form(trainer: Trainer) -> None:
     if fit.history:
         record["fit"] = fit.history
     if labels.any(0).sum() >= 2:
-        bound = lower_bound(torch.where(u >= 0, 1, -1).to(torch.int8).numpy(), labels)
+        bound = lower_bound(to_signs(u).numpy(), labels)
         record["train_lower_bound"] = {"min_inter": bound.min_inter, "max_intra": bound.max_intra,
                                        "ratio": finite_or_str(bound.ratio)}
     if trainer.validating:
         record["eval"] = trainer.validate(1)
-    if trainer.fabric.is_global_zero:
-        with open(trainer.run_dir / LOG, "a") as fh:
-            fh.write(json.dumps(record, allow_nan=False) + "\n")
-    trainer.save_checkpoint(1)
+    trainer.record_epoch(1, record)
     trainer.start_epoch = 1

@@ -202,7 +202,7 @@ class TrainConfig(BaseModel):
         if self.lbhash and self.bits % self.block_size:
             raise InputError(f"bits={self.bits} is not divisible by the block size {self.block_size}")
         if (self.select == "best-val" or self.patience) and not self.validation:
-            raise InputError("select best-val and patience need a validation split (validation > 0)")
+            raise InputError("select best-val and patience need a validation split (validation > 0: a held-out share)")
         if method_class(self.method).closed_form:
             _check_closed_form(self)
         return self

@@ -6,7 +6,7 @@ gathered from the decoded pixel store, untransformed but for resizing and normal
 under the caller's autocast, on every intra-op thread torch has. Every
 path that produces codes (training, `lbhash encode`, HashEncoder, search) calls it; with
 `real=True` it returns the hash head's real outputs u instead (float32), from the same forward
-pass, so the codes are exactly `signs(u)` (u >= 0 -> +1, so 0 and -0.0 give +1): the input of
+pass, so the codes are exactly `lbhash.codes.to_signs(u)` (u >= 0 -> +1, so 0 and -0.0 give +1): the input of
 asymmetric ranking (lbhash.evaluate.asymmetric) and of a search's re-ranking.
 `encode_sharded` splits the items over the ranks of a process group: each rank encodes its
 contiguous share and rank 0 receives all codes in order (`all_gather`).
@@ -20,13 +20,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from lbhash.codes import to_signs
 from lbhash.data import HashDataset, InputOptions
 from lbhash.data.base import check_indices
-
-
-def signs(u: torch.Tensor) -> np.ndarray:
-    """bin(u) as int8 +/-1, with bin(0) = +1."""
-    return torch.where(u >= 0, 1, -1).to(torch.int8).cpu().numpy()
 
 
 def _input_dtype(model: nn.Module) -> torch.dtype:
@@ -54,7 +50,7 @@ def encode(model: nn.Module, dataset: HashDataset, indices=None, options: InputO
             with autocast():
                 u = model(x.to(dtype))
             # float32 holds bf16/fp16 outputs exactly: their signs are the codes' signs
-            out.append(u.float().cpu().numpy() if real else signs(u))
+            out.append(u.float().cpu().numpy() if real else to_signs(u).cpu().numpy())
     finally:
         model.train(was_training)
         if exact:

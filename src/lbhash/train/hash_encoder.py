@@ -8,9 +8,16 @@
     enc = HashEncoder.load("runs/csq_D-64")   # any run directory, `lbhash train`'s too
 
 `__init__` only stores its parameters; `fit` validates the arrays, trains with the same
-builder, loop and encoder as `lbhash train` (into a run directory), and sets the fitted
-attributes, which end in `_`. X is a float array (n, d) of features, or a uint8 array of
-images (n, H, W) or (n, H, W, C); y holds class ids (n,) or multi-hot rows (n, C).
+builder, loop and encoder as `lbhash train` (into a run directory), and keeps what training
+returns (model, config, history, metrics) as the fitted attributes, which end in `_`. X is a
+float array (n, d) of features, or a uint8 array of images (n, H, W) or (n, H, W, C); y holds
+class ids (n,) or multi-hot rows (n, C). As a scikit-learn transformer, `transform` gives the
+codes (packed, or +/-1 with `code_format="signs"`), so it is a step of a `Pipeline`.
+
+Two things are called "validation" elsewhere; here each has one name: `validation` (a
+TrainConfig option) is the share of the training items held out for model selection, and
+`fit(..., eval_set=(X_val, y_val))` gives the items searched among the training items for the
+final metrics (never seen during training).
 """
 
 from __future__ import annotations
@@ -23,7 +30,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.exceptions import NotFittedError as SklearnNotFittedError
 
+from lbhash.arrays import as_float32, first_nonfinite
 from lbhash.codes import pack
 from lbhash.codes_file import load_codes_file
 from lbhash.data import ArrayDataset, HashDataset, ImageDataset
@@ -33,77 +43,102 @@ from lbhash.errors import InputError
 from lbhash.evaluate import lower_bound
 from lbhash.evaluate.report import jsonable
 from lbhash.labels import as_multihot_pair
+from lbhash.methods import method_class
 from lbhash.train.builder import input_options
 from lbhash.train.config import make_config
 from lbhash.train.encoder import encode
-from lbhash.train.loop import read_log
-from lbhash.train.rundir import CODES, CONFIG, LOG, load_input_form, load_run_model, read_metrics
-from lbhash.train.run import train
-
+from lbhash.train.run import train_run
+from lbhash.train.rundir import CODES, CONFIG, METRICS, Fitted, read_fitted, read_metrics
 
 ARRAYS = "arrays"  # the data spec of a run trained by fit: arrays, not a file
+CODE_FORMATS = ("packed", "signs")
+OWN_PARAMS = ("method", "bits", "lbhash", "epochs", "seed", "progress", "code_format")
 
 
-class NotFittedError(InputError):
-    """encode or save was called before fit (or load)."""
+class NotFittedError(InputError, SklearnNotFittedError):
+    """encode, transform or save was called before fit (or load); scikit-learn's
+    NotFittedError too."""
 
 
-class HashEncoder:
+class HashEncoder(TransformerMixin, BaseEstimator):
     """Learn binary hash codes from arrays; encode new arrays into packed codes.
 
     Parameters are TrainConfig options (see docs/training.md): method, bits, lbhash, epochs,
-    seed and any other, e.g. lr=1e-4, batch_size=128, hidden=[512]. `progress` shows a bar
-    per epoch.
+    seed and any other, e.g. lr=1e-4, batch_size=128, hidden=[512], validation=0.1 (a share
+    held out for model selection). `progress` shows a bar per epoch. `code_format` is what
+    `transform` returns: "packed" uint8 codes (default) or "signs", int8 +/-1 (n, bits).
 
     Fitted attributes: `config_` (the resolved TrainConfig), `model_` (the torch hash model),
     `bits_`, `input_kind_` ("features" or "images"), `n_features_in_` (feature width, None
-    for images), `run_dir_` (where the run lives), `history_` (one record per epoch) and
-    `metrics_` (with `validation`: the validation items' metrics, `n_validation`, `n_train` and
-    the validation codes' lower bound; else the run summary). A 2-D uint8 X trains as raw
-    feature values, with a warning (uint8 usually means pixels or quantized features).
+    for images), `input_form_` (the input contract), `run_dir_` (where the run lives),
+    `history_` (one record per epoch) and `metrics_` (with `eval_set`: the eval items'
+    metrics, `n_validation`, `n_train` and the eval codes' lower bound; else the run summary).
+    A 2-D uint8 X trains as raw feature values, with a warning (uint8 usually means pixels or
+    quantized features).
     """
 
     def __init__(self, method: str = "csq", bits: int = 64, lbhash: bool = False,
-                 epochs: int | None = None, seed: int = 0, progress: bool = False, **options: Any):
+                 epochs: int | None = None, seed: int = 0, progress: bool = False, code_format: str = "packed",
+                 **options: Any):
         self.method, self.bits, self.lbhash, self.epochs, self.seed = method, bits, lbhash, epochs, seed
-        self.progress, self.options = progress, dict(options)
+        self.progress, self.code_format = progress, code_format
+        self._options = dict(options)  # private: scikit-learn sees only the parameters of the signature
 
     def get_params(self, deep: bool = True) -> dict[str, Any]:
-        return {"method": self.method, "bits": self.bits, "lbhash": self.lbhash, "epochs": self.epochs,
-                "seed": self.seed, "progress": self.progress, **self.options}
+        return {**{name: getattr(self, name) for name in OWN_PARAMS}, **self._options}
 
     def set_params(self, **params: Any) -> "HashEncoder":
         for key, value in params.items():
-            if key in ("method", "bits", "lbhash", "epochs", "seed", "progress"):
+            if key in OWN_PARAMS:
                 setattr(self, key, value)
             else:
-                self.options[key] = value
+                self._options[key] = value
         return self
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
         return f"HashEncoder({args})"
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.required = _needs_labels(self.method)
+        tags.transformer_tags.preserves_dtype = []  # codes are uint8 (or int8), whatever X is
+        return tags
+
+    def __sklearn_is_fitted__(self) -> bool:
+        return hasattr(self, "model_")
+
     # --- fit ----------------------------------------------------------------------------------
 
-    def fit(self, X, y=None, validation: tuple | None = None, run_dir: str | Path | None = None) -> "HashEncoder":
-        """Train on (X, y); `validation=(X_val, y_val)` adds validation mAP (the validation items
-        as queries against the training items). y=None (no labels) suits the unsupervised
-        methods only (lsh, pca, itq). The run is written to `run_dir` (default: a temporary
-        directory that lives as long as this object)."""
+    def fit(self, X, y=None, eval_set: tuple | None = None, run_dir: str | Path | None = None, *,
+            validation: tuple | None = None) -> "HashEncoder":
+        """Train on (X, y). `eval_set=(X_val, y_val)`: items searched among the training items
+        for the final metrics (`metrics_`), never seen during training. y=None (no labels)
+        suits the unsupervised methods only (lsh, pca, itq). The run is written to `run_dir`
+        (default: a temporary directory that lives as long as this object). `validation=` is
+        the old name of `eval_set` (deprecated)."""
+        eval_set = _eval_set(eval_set, validation)
         for key in ("data", "protocol"):
-            if key in self.options:
+            if key in self._options:
                 raise InputError(f"HashEncoder trains on the arrays given to fit; drop the option {key!r}")
-        dataset = arrays_dataset(X, y, validation)
-        cfg = make_config({**self.options, "method": self.method, "bits": self.bits, "lbhash": self.lbhash,
+        _check_code_format(self.code_format)
+        dataset = arrays_dataset(X, y, eval_set)
+        cfg = make_config({**self._options, "method": self.method, "bits": self.bits, "lbhash": self.lbhash,
                            "epochs": self.epochs, "seed": self.seed, "progress": self.progress,
-                           "data": ARRAYS, "protocol": "given" if validation is not None else "all-train"})
+                           "data": ARRAYS, "protocol": "given" if eval_set is not None else "all-train"})
         if run_dir is None:
             tmp = tempfile.mkdtemp(prefix="lbhash-encoder-")
             self._cleanup = weakref.finalize(self, shutil.rmtree, tmp, True)
             run_dir = Path(tmp) / "run"
-        train(cfg, run_dir, dataset=dataset)
-        return self._load_fitted(Path(run_dir))
+        result = train_run(cfg, run_dir, dataset=dataset)
+        metrics = result.metrics
+        if eval_set is not None and "map" in metrics:
+            metrics = eval_set_metrics(metrics, result.query_codes)
+        return self._set_fitted(Path(run_dir), result.fitted, metrics)
+
+    def fit_transform(self, X, y=None, **fit_params) -> np.ndarray:
+        """`fit(X, y, **fit_params)`, then the codes of X (`transform`)."""
+        return self.fit(X, y, **fit_params).transform(X)
 
     @classmethod
     def load(cls, run_dir: str | Path) -> "HashEncoder":
@@ -111,23 +146,20 @@ class HashEncoder:
         model_dir = Path(run_dir)
         if not (model_dir / CONFIG).is_file():
             raise InputError(f"{model_dir}: not a run directory (no {CONFIG})")
-        enc = cls()
-        enc._load_fitted(model_dir)
-        cfg = enc.config_
-        enc.method, enc.bits, enc.lbhash, enc.epochs, enc.seed = cfg.method, cfg.bits, cfg.lbhash, cfg.epochs, cfg.seed
-        return enc
+        fitted = read_fitted(model_dir)
+        metrics = read_metrics(model_dir) if (model_dir / METRICS).is_file() else {}
+        cfg = fitted.config
+        if cfg.data == ARRAYS and cfg.protocol == "given" and "map" in metrics:  # a fit with eval_set
+            metrics = eval_set_metrics(metrics, load_codes_file(model_dir / CODES))
+        enc = cls(method=cfg.method, bits=cfg.bits, lbhash=cfg.lbhash, epochs=cfg.epochs, seed=cfg.seed)
+        return enc._set_fitted(model_dir, fitted, metrics)
 
-    def _load_fitted(self, run_dir: Path) -> "HashEncoder":
-        self.model_, self.config_ = load_run_model(run_dir)
-        self.bits_ = self.config_.bits
-        self.input_kind_ = self.config_.input_kind
-        self.n_features_in_ = self.config_.input_dim
-        self.input_form_ = load_input_form(run_dir, self.config_)
-        self.run_dir_ = run_dir
-        self.history_ = read_log(run_dir / LOG)
-        self.metrics_ = read_metrics(run_dir) if (run_dir / "metrics.json").is_file() else {}
-        if self.config_.data == ARRAYS and self.config_.protocol == "given" and "map" in self.metrics_:
-            self.metrics_ = validation_metrics(self.metrics_, run_dir)
+    def _set_fitted(self, run_dir: Path, fitted: Fitted, metrics: dict[str, Any]) -> "HashEncoder":
+        """The fitted attributes, from a fit or a run directory alike."""
+        self.model_, self.config_, self.input_form_ = fitted.model, fitted.config, fitted.input_form
+        self.bits_, self.input_kind_ = fitted.config.bits, fitted.config.input_kind
+        self.n_features_in_ = fitted.config.input_dim
+        self.run_dir_, self.history_, self.metrics_ = run_dir, fitted.history, metrics
         return self
 
     # --- use ----------------------------------------------------------------------------------
@@ -145,9 +177,21 @@ class HashEncoder:
         forward pass; the codes are `pack(to_signs(u))` (lbhash.codes: 0 -> +1). They are what
         asymmetric ranking and `CodeIndex.search(..., rerank=u)` score the codes with."""
         self._check_fitted("encode")
-        out = encode(self.model_, self._inputs(X, json_numbers), None, input_options(self.config_),
-                     batch_size=batch_size, real=real)
+        out = self._outputs(X, batch_size, real, json_numbers)
         return out if real else pack(out)
+
+    def transform(self, X) -> np.ndarray:
+        """The codes of the rows of X, as a scikit-learn step: packed uint8 (n, ceil(bits / 8))
+        with code_format="packed" (`encode`'s), int8 +/-1 (n, bits) with "signs"."""
+        self._check_fitted("transform")
+        _check_code_format(self.code_format)
+        signs = self._outputs(X)
+        return pack(signs) if self.code_format == "packed" else signs
+
+    def _outputs(self, X, batch_size: int | None = None, real: bool = False, json_numbers: bool = False):
+        """+/-1 int8 codes of the rows of X, or with real=True the head's float32 outputs."""
+        return encode(self.model_, self._inputs(X, json_numbers), None, input_options(self.config_),
+                      batch_size=batch_size, real=real)
 
     def save(self, path: str | Path) -> Path:
         """Write the fitted run as a run directory at `path` (a new directory, written atomically)."""
@@ -172,7 +216,7 @@ class HashEncoder:
     def _inputs(self, X, json_numbers: bool = False) -> HashDataset:
         if isinstance(X, HashDataset):
             return conform_dataset(self.input_form_, X, X.name)
-        arr = np.asarray(X)
+        arr = _dense(X, "X")
         if self.input_kind_ == "images":
             pixels = as_rgb_images(arr, "X", "X")
             return ImageDataset(np.zeros((len(pixels), 0), bool), None, "X", pixels=pixels)
@@ -180,43 +224,69 @@ class HashEncoder:
         return ArrayDataset(features, np.zeros((len(features), 0), bool), None, "X")
 
 
-def validation_metrics(metrics: dict[str, Any], run_dir: Path) -> dict[str, Any]:
-    """The metrics of a fit with `validation`, named for what they measure: the validation items
-    (the run's queries) searched among the training items (its database). The lower bound is
-    that of the validation codes: the training items' own codes, which the model has fitted,
-    can sit on their centers (max_intra 0, ratio inf); `history_` keeps their bound per epoch."""
+def eval_set_metrics(metrics: dict[str, Any], query_codes: dict) -> dict[str, Any]:
+    """The metrics of a fit with `eval_set`, named for what they measure: the eval items (the
+    run's queries) searched among the training items (its database). The lower bound is that of
+    the eval codes (`query_codes`: codes.npz's query part): the training items' own codes, which
+    the model has fitted, can sit on their centers (max_intra 0, ratio inf); `history_` keeps
+    their bound per epoch. The names are those of the first release (`n_validation`, protocol
+    "validation")."""
     out = {k: v for k, v in metrics.items() if k not in ("n_query", "n_db", "lower_bound", "run")}
     out["n_validation"], out["n_train"] = metrics["n_query"], metrics["n_db"]
-    codes = load_codes_file(run_dir / CODES)
     percentile = metrics.get("lower_bound", {}).get("percentile", 99.9)
     try:
-        bound = lower_bound(codes["query_codes"], codes["query_labels"], percentile, codes["bits"])
+        bound = lower_bound(query_codes["query_codes"], query_codes["query_labels"], percentile, query_codes["bits"])
         out["lower_bound"] = jsonable({"codes": "validation", "percentile": percentile, "min_inter": bound.min_inter,
                                        "max_intra": bound.max_intra, "ratio": bound.ratio})
-    except InputError:  # fewer than two classes among the validation items: no bound
+    except InputError:  # fewer than two classes among the eval items: no bound
         pass
     out["run"] = {**metrics["run"], "protocol": "validation", "n_validation": metrics["n_query"]}
     return out
 
 
-def arrays_dataset(X, y, validation: tuple | None = None) -> HashDataset:
-    """Training arrays (and validation arrays after them, flagged as test items) as a data set;
+def _eval_set(eval_set: tuple | None, validation: tuple | None) -> tuple | None:
+    """fit's eval_set, also from its old name `validation` (with a DeprecationWarning)."""
+    if validation is None:
+        return eval_set
+    if eval_set is not None:
+        raise InputError("pass eval_set=(X_val, y_val) only; validation= is its old name")
+    warnings.warn("fit(validation=(X_val, y_val)) is deprecated and will be removed in the next release: pass "
+                  "eval_set=(X_val, y_val); the option validation=0.1 (HashEncoder(validation=...)) is the share "
+                  "held out for model selection", DeprecationWarning, stacklevel=3)
+    return validation
+
+
+def _check_code_format(code_format: str) -> None:
+    if code_format not in CODE_FORMATS:
+        raise InputError(f"code_format must be one of {', '.join(CODE_FORMATS)}, got {code_format!r}")
+
+
+def _needs_labels(method: str) -> bool:
+    try:
+        return method_class(method).needs_labels
+    except InputError:  # an unknown method: fit says so
+        return True
+
+
+def arrays_dataset(X, y, eval_set: tuple | None = None) -> HashDataset:
+    """Training arrays (and the eval_set arrays after them, flagged as test items) as a data set;
     y=None gives items without labels."""
+    X = _dense(X, "X")
     if y is None:  # unlabelled: zero label columns (the builder refuses supervised methods)
-        if validation is not None:
-            raise InputError("validation mAP needs labels: pass y with validation=(X_val, y_val)")
-        y = np.zeros((len(np.asarray(X)), 0), dtype=bool)
-    X, y = np.asarray(X), np.asarray(y)
+        if eval_set is not None:
+            raise InputError("eval_set's mAP needs labels: pass y with eval_set=(X_val, y_val)")
+        y = np.zeros((len(X), 0), dtype=bool)
+    y = np.asarray(y)
     if X.dtype == np.uint8 and X.ndim == 2:
         warnings.warn(f"X is a 2-D uint8 array {X.shape}: it trains as features with their raw values 0..255. "
                       "Quantised features need their scale first ((X - zero_point) * scale); images go in as "
                       "(n, H, W) or (n, H, W, C); X.astype(np.float32) trains on the raw values without "
                       "this warning", UserWarning, stacklevel=3)
     parts = [(X, y, "X", "y")]
-    if validation is not None:
-        if not isinstance(validation, (tuple, list)) or len(validation) != 2:
-            raise InputError("validation must be a pair (X_val, y_val)")
-        parts.append((np.asarray(validation[0]), np.asarray(validation[1]), "X_val", "y_val"))
+    if eval_set is not None:
+        if not isinstance(eval_set, (tuple, list)) or len(eval_set) != 2:
+            raise InputError("eval_set must be a pair (X_val, y_val)")
+        parts.append((_dense(eval_set[0], "X_val"), np.asarray(eval_set[1]), "X_val", "y_val"))
     images = X.dtype == np.uint8 and X.ndim in (3, 4)
     inputs = [as_rgb_images(x, name, name) if images else _features(x, name) for x, _, name, _ in parts]
     for x, (_, labels, name, label_name) in zip(inputs, parts):
@@ -237,14 +307,22 @@ def arrays_dataset(X, y, validation: tuple | None = None) -> HashDataset:
     return ArrayDataset(x, labels, is_test, ARRAYS, raw_dtype=str(X.dtype))
 
 
+def _dense(X, name: str) -> np.ndarray:
+    from scipy import sparse
+
+    if sparse.issparse(X):  # np.asarray would make an object array of one matrix
+        raise InputError(f"{name} is a sparse matrix; HashEncoder takes dense arrays ({name}.toarray())")
+    return np.asarray(X)
+
+
 def _features(arr: np.ndarray, name: str) -> np.ndarray:
     if arr.ndim != 2 or arr.dtype.kind not in "biuf":
         raise InputError(f"{name} must be a numeric array (n, d) of features, or uint8 images (n, H, W[, C]); "
                          f"got shape {arr.shape} dtype {arr.dtype}")
     if len(arr) == 0:
         raise InputError(f"{name} is empty")
-    x = np.ascontiguousarray(arr, dtype=np.float32)
-    if not np.isfinite(x).all():
-        row = int(np.flatnonzero(~np.isfinite(x).all(1))[0])
-        raise InputError(f"{name} contains NaN or inf at row {row}")
+    x = as_float32(arr)
+    bad = first_nonfinite(x)
+    if bad is not None:
+        raise InputError(f"{name} contains NaN or inf at row {bad[0]}")
     return x

@@ -14,7 +14,6 @@ and database lower bound of fresh query and database codes.
 from __future__ import annotations
 
 import json
-import logging
 import math
 import os
 import time
@@ -25,41 +24,20 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from lbhash._io import atomic_path, temporary_name
+from lbhash._io import temporary_name
+from lbhash.codes import to_signs
 from lbhash.errors import InputError, require_extra
-
 from lbhash.evaluate import lower_bound, mean_average_precision
 from lbhash.train.builder import Experiment, Learner, input_options
 from lbhash.train.encoder import all_gather, encode
 from lbhash.train.optim import load_scheduler_state, make_optimizer, make_scheduler
-from lbhash.train.rundir import CHECKPOINT, LOG, verify_zip
+from lbhash.train.processes import make_fabric
+from lbhash.train.rundir import CHECKPOINT, LOG, truncate_log, verify_zip
 from lbhash.train.selection import Selection
-
 
 
 def epoch_seed(seed: int, epoch: int) -> int:
     return int(np.random.SeedSequence([seed, epoch]).generate_state(1)[0])
-
-
-def process_rank() -> int:
-    """This process's global rank as launchers announce it, before any process group exists
-    (torchrun sets RANK; Lightning's launcher sets LOCAL_RANK and NODE_RANK in its children)."""
-    if "RANK" in os.environ:
-        return int(os.environ["RANK"])
-    local = int(os.environ.get("LOCAL_RANK", 0))
-    return int(os.environ.get("NODE_RANK", 0)) * max(1, int(os.environ.get("LOCAL_WORLD_SIZE", 1))) + local
-
-
-def make_fabric(accelerator: str, devices: int, precision: str, loggers=None):
-    from lightning.fabric import Fabric
-
-    logging.getLogger("lightning.fabric").setLevel(logging.WARNING)
-    fabric = Fabric(accelerator=accelerator, devices=devices, precision=precision, loggers=loggers)
-    fabric.launch()  # starts the other processes of a multi-device run (no-op under torchrun)
-    if fabric.world_size > 1 and fabric.device.type == "cpu":
-        # processes share the CPUs: one full intra-op pool each would oversubscribe them
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // fabric.world_size))
-    return fabric
 
 
 class NonFiniteError(InputError):
@@ -83,23 +61,17 @@ def make_loggers(cfg, run_dir: Path) -> list:
     return [TensorBoardLogger(root_dir=str(run_dir / "tensorboard"), name="", version="")]
 
 
-def leave_process_group(fabric) -> None:
-    """End a multi-process run cleanly. A gloo group still alive when the interpreter exits
-    can abort the process (its worker threads outlive Python), so every rank meets here and
-    destroys the group."""
-    import torch.distributed as dist
-
-    if fabric.world_size > 1 and dist.is_available() and dist.is_initialized():
-        fabric.barrier()
-        dist.destroy_process_group()
-
-
 class Trainer:
-    """Runs the epochs of one experiment into a run directory."""
+    """Runs the epochs of one experiment into a run directory.
 
-    def __init__(self, exp: Experiment, run_dir: Path, on_epoch_end: Callable[[int], None] | None = None):
+    `on_epoch_end(epoch, record)` is called after each trained epoch's checkpoint, with the
+    epoch's record as log.jsonl holds it. `history` holds the records of log.jsonl (on rank 0).
+    """
+
+    def __init__(self, exp: Experiment, run_dir: Path, on_epoch_end: Callable[[int, dict], None] | None = None):
         self.exp, self.cfg, self.run_dir = exp, exp.cfg, run_dir
         self.on_epoch_end = on_epoch_end
+        self.history: list[dict] = []
         cfg = self.cfg
         torch.set_flush_denormal(True)  # denormals slow CPU matmuls by orders of magnitude
         self.fabric = make_fabric(cfg.accelerator, cfg.devices, cfg.precision, make_loggers(cfg, run_dir))
@@ -143,7 +115,7 @@ class Trainer:
         if self.has_checkpoint():
             self.load_checkpoint()
         elif self.fabric.is_global_zero and (self.run_dir / LOG).exists():
-            _truncate_log(self.run_dir / LOG, 0)
+            truncate_log(self.run_dir / LOG, 0)
 
     def load_checkpoint(self) -> None:
         path = self.run_dir / CHECKPOINT
@@ -161,7 +133,7 @@ class Trainer:
             self.selection.load_state_dict(rest["selection"])
         self.start_epoch = int(rest["epoch"])
         if self.fabric.is_global_zero:
-            _truncate_log(self.run_dir / LOG, self.start_epoch)
+            self.history = truncate_log(self.run_dir / LOG, self.start_epoch)
 
     # --- training -----------------------------------------------------------------------
 
@@ -175,13 +147,24 @@ class Trainer:
                 record["eval"] = self.validate(epoch) if self.validating else self.evaluate()
             self.check_finite_parameters(epoch)
             if self.fabric.is_global_zero:
-                with open(self.run_dir / LOG, "a") as fh:
-                    fh.write(json.dumps(record, allow_nan=False) + "\n")
                 self.fabric.log_dict(flat_record(record), step=epoch)
-            self.save_checkpoint(epoch)
+            record = self.record_epoch(epoch, record)
             if self.on_epoch_end is not None:
-                self.on_epoch_end(epoch)
-        return read_log(self.run_dir / LOG)
+                self.on_epoch_end(epoch, record)
+        return self.history
+
+    def record_epoch(self, epoch: int, record: dict) -> dict:
+        """Append a finished epoch's record to log.jsonl and `history` (rank 0), then save the
+        checkpoint; return the record as the log holds it (JSON's types). The one way an
+        epoch is recorded, by the loop and by a closed-form fit."""
+        if self.fabric.is_global_zero:
+            line = json.dumps(record, allow_nan=False)
+            with open(self.run_dir / LOG, "a") as fh:
+                fh.write(line + "\n")
+            record = json.loads(line)
+            self.history.append(record)
+        self.save_checkpoint(epoch)
+        return record
 
     def check_finite_parameters(self, epoch: int) -> None:
         for name, param in self.learner.named_parameters():
@@ -253,7 +236,7 @@ class Trainer:
                     raise NonFiniteError(f"epoch {epoch}, step {step}: loss part {k} is {value} (try a smaller "
                                          "learning rate or loss weight)")
                 sums[k] = sums.get(k, 0.0) + value * n
-            codes[index] = torch.where(u.detach() >= 0, 1, -1).to(torch.int8)
+            codes[index] = to_signs(u.detach())
             written[index] = True
         codes, written = codes.cpu().numpy(), written.cpu().numpy()
         learner.objective.on_epoch_end(epoch - 1)
@@ -319,31 +302,3 @@ def flat_record(record: dict, prefix: str = "") -> dict[str, float]:
 def finite_or_str(x: float):
     """JSON has no infinity: an infinite ratio is stored as "inf"."""
     return x if math.isfinite(x) else "inf"
-
-
-def read_log(path: Path) -> list[dict]:
-    """The records of a run's log.jsonl, one per finished epoch ([] when there is none).
-
-    A torn last line (a write cut short by a kill) is dropped with a warning naming the file;
-    a bad line before it is an error naming the file and the line.
-    """
-    if not path.exists():
-        return []
-    lines = [line for line in path.read_text().splitlines() if line.strip()]
-    records = []
-    for number, line in enumerate(lines, 1):
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            if number < len(lines):
-                raise InputError(f"{path}:{number}: not a JSON log record") from None
-            logging.getLogger("lbhash").warning("%s: dropped a torn last line (%d bytes)", path, len(line))
-    return records
-
-
-def _truncate_log(path: Path, last_epoch: int) -> None:
-    """Drop log lines of epochs after the checkpoint (written just before a kill), and a torn one."""
-    kept = [r for r in read_log(path) if r["epoch"] <= last_epoch]
-    with atomic_path(path) as tmp:
-        tmp.write_text("".join(json.dumps(r, allow_nan=False) + "\n" for r in kept))
-

@@ -1,6 +1,11 @@
-"""A training run end to end: build, train, encode, evaluate, and write the run directory.
+"""A training run end to end: open the run directory, train, encode, evaluate, finish.
 
-`train` is the one way in, for `lbhash train`, the Python API (HashEncoder) and `reproduce`.
+`train` is the one way in, for `lbhash train`, the Python API (HashEncoder) and `reproduce`;
+`train_run` is the same and also returns what it trained (`TrainedRun`). Two steps, under the
+run's lock: `open_run` decides between a new run and a resumed one, checks everything, and
+writes a new run's first files; `_train_open_run` trains, writes the codes and the results, and
+marks a run failed where it failed for good.
+
 Run directory: config.yaml (resolved), split.npz, data.json (what was loaded), input.json (the
 input contract: the raw form of the training inputs, lbhash.data.input_form), log.jsonl (one
 line per epoch), checkpoint.pt (every epoch, atomic), codes.npz (the format `lbhash evaluate`
@@ -11,34 +16,53 @@ no codes.npz, and its metrics.json holds only the run summary.
 from __future__ import annotations
 
 import logging
-import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
 import torch
 
 from lbhash._io import write_json
-from lbhash.codes_file import load_codes_file, save_codes_file
-from lbhash.data import HashDataset, load_split, save_split
-from lbhash.data.input_form import form_of
+from lbhash.data import HashDataset, Split, load_split, save_split
+from lbhash.data.input_form import InputForm, form_of
 from lbhash.errors import InputError
-from lbhash.evaluate import classifier_accuracy, evaluate_codes, map_label
+from lbhash.evaluate import map_label
 from lbhash.methods import method_class
+from lbhash.models import HashModel
 from lbhash.train.builder import build_experiment
 from lbhash.train.closed_form import fit_closed_form
 from lbhash.train.config import TrainConfig, profile_line
-from lbhash.train.encoder import encode
+from lbhash.train.loop import NonFiniteError, Trainer, check_logger
+from lbhash.train.optim import check_extension
+from lbhash.train.processes import check_accelerator, leave_process_group, process_rank
+from lbhash.train.run_codes import write_codes
+from lbhash.train.run_metrics import finish_run
+from lbhash.train.rundir import (CHECKPOINT, CODES, CONFIG, INPUT_FORM, MANIFEST, SPLIT, Fitted, check_not_failed,
+                                 load_input_form, load_run_config, mark_failed, read_metrics, reopen_run, run_lock, save_run_config,
+                                 verify_files, verify_finished_run)
 from lbhash.train.summary import (DATA_SUMMARY, bars_on_terminal, data_summary, describe_data, epoch_lines,
                                   notices_to_stderr, result_line)
-from lbhash.train.loop import NonFiniteError, Trainer, check_logger, leave_process_group, process_rank, read_log
-from lbhash.train.optim import check_extension
-from lbhash.train.rundir import (CHECKPOINT, CODES, CODES_SEEN, CONFIG, INPUT_FORM, LOG, MANIFEST, METRICS, SPLIT,
-                                 check_accelerator, check_not_failed, load_run_config, mark_failed,
-                                 read_metrics, reopen_run, run_lock, save_run_config, verify_files,
-                                 verify_finished_run, write_manifest)
 
 logger = logging.getLogger("lbhash")
+
+
+@dataclass
+class TrainedRun:
+    """What `train_run` gives its caller: the run's metrics (metrics.json), and what this call
+    trained: the fitted model (None when the run had nothing left to train) and the query part
+    of codes.npz (`query_codes`, `query_labels`, `bits`; None without queries)."""
+    metrics: dict[str, Any]
+    fitted: Fitted | None = None
+    query_codes: dict | None = None
+
+
+@dataclass
+class OpenRun:
+    """A run ready to train: its trainer, and its config (as config.yaml holds it) and input
+    contract (input.json)."""
+    trainer: Trainer
+    config: TrainConfig
+    input_form: InputForm
 
 
 def train(cfg: TrainConfig | None, out: str | Path, resume: bool = False,
@@ -51,23 +75,46 @@ def train(cfg: TrainConfig | None, out: str | Path, resume: bool = False,
     and its metrics returned. With resume=True, `epochs` trains the run, finished or not,
     further to that many epochs in all, from its checkpoint (see `check_extension` for the
     schedule); config.yaml records the new total. `dataset` trains on a data set in memory
-    instead of loading `cfg.data`. It says what it does on the "lbhash"
+    instead of loading `cfg.data`. `on_epoch_end(epoch)` is called after each epoch's
+    checkpoint. It says what it does on the "lbhash"
     logger: the data it loaded, progress (bars on a terminal, else one line per epoch) and a
     summary at the end; where logging is not configured, those lines go to stderr (silence them
     with logging.getLogger("lbhash").setLevel(logging.WARNING)).
     """
-    finished = resume and epochs is None and (Path(out) / MANIFEST).is_file()  # nothing to train: no summary
-    with notices_to_stderr():
-        metrics = _train(cfg, out, resume, on_epoch_end, progress, dataset, epochs)
-        if metrics and "run" in metrics and not finished:
-            logger.info(result_line(metrics, Path(out)))
-        return metrics
+    result = train_run(cfg, out, resume, on_epoch_end, progress, dataset, epochs)
+    return {} if result is None else result.metrics
 
 
-def _train(cfg: TrainConfig | None, out: str | Path, resume: bool, on_epoch_end, progress: bool | None,
-           dataset: HashDataset | None, epochs: int | None) -> dict[str, Any]:
+def train_run(cfg: TrainConfig | None, out: str | Path, resume: bool = False,
+              on_epoch_end: Callable[[int], None] | None = None, progress: bool | None = None,
+              dataset: HashDataset | None = None, epochs: int | None = None) -> TrainedRun | None:
+    """`train`, returning what it trained (`TrainedRun`); None in the other processes."""
     out = Path(out)
+    finished = resume and epochs is None and (out / MANIFEST).is_file()  # nothing to train: no summary
+    with notices_to_stderr():
+        result = _train(cfg, out, resume, on_epoch_end, progress, dataset, epochs)
+        if result is not None and "run" in result.metrics and not finished:
+            logger.info(result_line(result.metrics, out))
+        return result
+
+
+def _train(cfg: TrainConfig | None, out: Path, resume: bool, on_epoch_end, progress: bool | None,
+           dataset: HashDataset | None, epochs: int | None) -> TrainedRun | None:
     first = process_rank() == 0  # only rank 0 locks and writes; the others follow it
+    _check_request(cfg, out, resume, epochs)
+    with run_lock(out, enabled=first):
+        if resume:
+            check_not_failed(out)
+            if _nothing_left(out, epochs):
+                return _left_as_it_is(out) if first else None
+            cfg = _resumed_config(out, epochs)
+        elif first and (out / CONFIG).exists():
+            raise InputError(f"{out} already holds a run: pass --resume to continue it, or choose another --out")
+        run = open_run(cfg, out, resume, epochs, progress, dataset, on_epoch_end)
+        return _train_open_run(run)
+
+
+def _check_request(cfg: TrainConfig | None, out: Path, resume: bool, epochs: int | None) -> None:
     if resume:
         if not (out / CONFIG).is_file():
             raise InputError(f"{out}: nothing to resume (no {CONFIG})")
@@ -75,83 +122,94 @@ def _train(cfg: TrainConfig | None, out: str | Path, resume: bool, on_epoch_end,
         raise InputError("no configuration given")
     elif epochs is not None:
         raise InputError("epochs= trains a run further: it needs resume=True (set cfg.epochs for a new run)")
-    with run_lock(out, enabled=first):
-        if resume:
-            check_not_failed(out)
-            if (out / MANIFEST).is_file():  # finished: every file must still be what it wrote
-                verify_finished_run(out)
-                if epochs is None:
-                    return _nothing_to_do(out, load_run_config(out)) if first else {}
-            else:
-                verify_files(out, (CONFIG, SPLIT, CHECKPOINT))
-                if epochs is None and (out / CODES).is_file():  # stopped after its codes were written
-                    return _finish(out) if first else {}
-            cfg = load_run_config(out)
-            if epochs is not None:  # checked before the run changes
-                check_extension(cfg, epochs, str(out))
-                cfg = cfg.replace(epochs=epochs)  # closed-form methods refuse any but 1
-        elif first and (out / CONFIG).exists():
-            raise InputError(f"{out} already holds a run: pass --resume to continue it, or choose another --out")
-        if progress is not None:
-            cfg = cfg.replace(progress=progress)
-        check_accelerator(cfg.accelerator)
-        check_logger(cfg.logger)
-        # every check happens before the run writes anything
-        exp = build_experiment(cfg, load_split(out / SPLIT) if resume else None, dataset)
-        if exp.skipped_images and first:
-            logger.warning("skipped %d unreadable image(s) (--skip-bad-images)", exp.skipped_images)
-        summary = data_summary(exp)
-        saved_cfg = exp.cfg
-        if exp.cfg.progress and not bars_on_terminal(True):  # a log file: one line per epoch, no bars
-            exp.cfg = exp.cfg.replace(progress=False)
-            if first:
-                on_epoch_end = epoch_lines(out / LOG, exp.cfg.variant, exp.cfg.epochs, on_epoch_end,
-                                           map_label(exp.topk, len(exp.split.database)))
-        trainer = Trainer(exp, out, on_epoch_end)
-        if trainer.fabric.is_global_zero and not (out / CONFIG).exists():
-            save_split(out / SPLIT, exp.split)
-            write_json(out / DATA_SUMMARY, summary)
-            write_json(out / INPUT_FORM, form_of(exp.dataset, exp.cfg.normalize, exp.cfg.image_size).to_dict())
-            save_run_config(out, saved_cfg)  # last: its presence marks a run
-        trainer.fabric.barrier()
-        trainer.resume_state()
-        if epochs is not None:
-            _reopen(out, trainer)
-        if first:  # every check has passed: what the run trains on
-            logger.info(profile_line(saved_cfg))
-            logger.info(describe_data(summary))
-        try:
-            return _train_and_finish(trainer, exp)
-        except (InputError, NonFiniteError) as err:
-            # deterministic: the same run would fail again, so --resume says why instead of retrying;
-            # anything else (a kill, a full disk, the caller's callback) leaves a run --resume continues
-            if trainer.fabric.is_global_zero:
-                mark_failed(out, str(err))
-            raise
 
 
-def _train_and_finish(trainer: Trainer, exp) -> dict[str, Any]:
-    if method_class(exp.cfg.method).closed_form:  # baselines: one fit, no epochs left
-        fit_closed_form(trainer)
-    trainer.fit()
-    trainer.restore_selected()
-    if trainer.fabric.is_global_zero and exp.cfg.test:
-        write_codes(trainer)
-    trainer.fabric.barrier()
-    for run_logger in trainer.fabric.loggers:
-        run_logger.finalize("success")
-    leave_process_group(trainer.fabric)
-    return _finish(trainer.run_dir) if trainer.fabric.is_global_zero else {}
+# --- opening a run ----------------------------------------------------------------------------
+
+def _nothing_left(out: Path, epochs: int | None) -> bool:
+    """Verify the files of a run to resume; True when it has nothing left to train: it is
+    finished, or it stopped after its codes were written (and `epochs` asks for no more)."""
+    if (out / MANIFEST).is_file():  # finished: every file must still be what it wrote
+        verify_finished_run(out)
+        return epochs is None
+    verify_files(out, (CONFIG, SPLIT, CHECKPOINT))
+    return epochs is None and (out / CODES).is_file()
 
 
-def _nothing_to_do(out: Path, cfg: TrainConfig) -> dict[str, Any]:
-    """The metrics of a finished run, with a line saying that it was left as it is."""
-    metrics = read_metrics(out)
+def _left_as_it_is(out: Path) -> TrainedRun:
+    """A finished run's metrics, with a line saying that it was left as it is; a run that
+    stopped after its codes gets its metrics and manifest."""
+    if not (out / MANIFEST).is_file():
+        return TrainedRun(finish_run(out))
+    cfg, metrics = load_run_config(out), read_metrics(out)
     trained = metrics.get("run", {}).get("epochs_trained", cfg.epochs)
     early = f" (stopped early: patience {cfg.patience})" if trained < cfg.epochs else ""
     logger.info("%s: already finished at epoch %d%s; nothing to do (--epochs N trains it further)",
                 out, trained, early)
-    return metrics
+    return TrainedRun(metrics)
+
+
+def _resumed_config(out: Path, epochs: int | None) -> TrainConfig:
+    cfg = load_run_config(out)
+    if epochs is not None:  # checked before the run changes
+        check_extension(cfg, epochs, str(out))
+        cfg = cfg.replace(epochs=epochs)  # closed-form methods refuse any but 1
+    return cfg
+
+
+def open_run(cfg: TrainConfig, out: Path, resume: bool, epochs: int | None, progress: bool | None,
+             dataset: HashDataset | None, on_epoch_end: Callable[[int], None] | None) -> OpenRun:
+    """Build the run's experiment and trainer; every check happens before the run writes
+    anything. A new run then writes its first files, a resumed one loads its checkpoint, and
+    one trained further (`epochs`) is reopened."""
+    first = process_rank() == 0
+    if progress is not None:
+        cfg = cfg.replace(progress=progress)
+    check_accelerator(cfg.accelerator)
+    check_logger(cfg.logger)
+    exp = build_experiment(cfg, load_split(out / SPLIT) if resume else None, dataset)
+    if exp.skipped_images and first:
+        logger.warning("skipped %d unreadable image(s) (--skip-bad-images)", exp.skipped_images)
+    summary, saved_cfg = data_summary(exp), exp.cfg
+    lines = None
+    if exp.cfg.progress and not bars_on_terminal(True):  # a log file: one line per epoch, no bars
+        exp.cfg = exp.cfg.replace(progress=False)
+        if first:
+            lines = epoch_lines(exp.cfg.variant, exp.cfg.epochs, map_label(exp.topk, len(exp.split.database)))
+    trainer = Trainer(exp, out, _at_epoch_end(lines, on_epoch_end))
+    form = form_of(exp.dataset, exp.cfg.normalize, exp.cfg.image_size)
+    if trainer.fabric.is_global_zero and not (out / CONFIG).exists():
+        _write_first_files(out, exp.split, summary, form, saved_cfg)
+    trainer.fabric.barrier()
+    trainer.resume_state()
+    if epochs is not None:
+        _reopen(out, trainer)
+    if first:  # every check has passed: what the run trains on
+        logger.info(profile_line(saved_cfg))
+        logger.info(describe_data(summary))
+    if resume and first:  # what the run directory holds (this call's progress= is not written)
+        saved_cfg = load_run_config(out)
+        form = load_input_form(out, saved_cfg)
+    return OpenRun(trainer, saved_cfg, form)
+
+
+def _at_epoch_end(lines: Callable[[int, dict], None] | None,
+                  on_epoch_end: Callable[[int], None] | None) -> Callable[[int, dict], None]:
+    """The trainer's epoch-end call: the epoch's line (where there are no bars), then the
+    caller's `on_epoch_end(epoch)`."""
+    def at_epoch_end(epoch: int, record: dict) -> None:
+        if lines is not None:
+            lines(epoch, record)
+        if on_epoch_end is not None:
+            on_epoch_end(epoch)
+    return at_epoch_end
+
+
+def _write_first_files(out: Path, split: Split, summary: dict, form: InputForm, cfg: TrainConfig) -> None:
+    save_split(out / SPLIT, split)
+    write_json(out / DATA_SUMMARY, summary)
+    write_json(out / INPUT_FORM, form.to_dict())
+    save_run_config(out, cfg)  # last: its presence marks a run
 
 
 def _reopen(out: Path, trainer: Trainer) -> None:
@@ -170,125 +228,41 @@ def _reopen(out: Path, trainer: Trainer) -> None:
     trainer.fabric.barrier()
 
 
-def _finish(out: Path) -> dict[str, Any]:
-    """metrics.json, then the manifest of every file, written last."""
-    metrics = evaluate_run(out)
-    write_manifest(out)
-    return metrics
+# --- training it ------------------------------------------------------------------------------
+
+def _train_open_run(run: OpenRun) -> TrainedRun | None:
+    trainer = run.trainer
+    try:
+        return _train_and_finish(run)
+    except (InputError, NonFiniteError) as err:
+        # deterministic: the same run would fail again, so --resume says why instead of retrying;
+        # anything else (a kill, a full disk, the caller's callback) leaves a run --resume continues
+        if trainer.fabric.is_global_zero:
+            mark_failed(trainer.run_dir, str(err))
+        raise
 
 
-def write_codes(trainer: Trainer) -> None:
-    """Encode query and database with the trained model into codes.npz (none without queries);
-    under unseen:K, first the seen-class query and database into codes_seen.npz."""
-    split = trainer.exp.split
-    if len(split.seen_query) and len(split.seen_database):
-        # the classifier knows the training classes only: its accuracy is a seen-class number
-        _write_codes_file(trainer, trainer.run_dir / CODES_SEEN, split.seen_query, split.seen_database, True)
-    if len(split.query) and len(split.database):  # written last: it marks the codes as done
-        _write_codes_file(trainer, trainer.run_dir / CODES, split.query, split.database,
-                          not len(split.unseen_classes))
-
-
-def _write_codes_file(trainer: Trainer, path: Path, query: np.ndarray, database: np.ndarray,
-                      with_scores: bool) -> None:
-    exp, ds = trainer.exp, trainer.exp.dataset
-    start = time.perf_counter()
-    # in float32 whatever the training precision: the codes every later path (the CPU, the
-    # service, HashEncoder) reproduces bit for bit; bf16 flips about 1% of items by a bit or two
-    model, device, progress = trainer.learner.model, trainer.fabric.device, trainer.cfg.progress
-    q = encode(model, ds, query, trainer.options, device, progress=progress)
-    db = encode(model, ds, database, trainer.options, device, progress=progress)
-    seconds = time.perf_counter() - start
-    ql, dl = ds.labels[query], ds.labels[database]
-    extra = {"query_real": query_outputs(trainer, query)}  # for asymmetric ranking
-    scores = classifier_scores(trainer, q) if with_scores else None
-    if scores is not None:  # methods with a classifier branch (GreedyHash, DSDH)
-        extra["query_scores"] = scores
-    # unseen:K parts hold some classes only: multi-hot rows keep the data set's class columns
-    multi_hot = ds.multi_label or bool(len(exp.split.unseen_classes))
-    for name, items in (("query", query), ("db", database)):
-        sources = ds.item_sources(items)
-        if sources is not None:
-            extra[f"{name}_sources"] = sources
-    save_codes_file(path, q, db, stored_labels(multi_hot, ql), stored_labels(multi_hot, dl), query_ids=query,
-                    db_ids=database, topk=exp.topk, encode_seconds=seconds, **extra)
-
-
-def query_outputs(trainer: Trainer, query: np.ndarray) -> np.ndarray:
-    """The hash head's real outputs u (float32) of the queries, in float32 without autocast:
-    `evaluate_codes(query_real=...)` ranks the database codes by their inner product with u."""
-    return encode(trainer.learner.model, trainer.exp.dataset, query, trainer.options, trainer.fabric.device,
-                  real=True)
-
-
-@torch.no_grad()
-def classifier_scores(trainer: Trainer, codes: np.ndarray) -> np.ndarray | None:
-    """Class scores of the method's own classifier for +/-1 codes, or None without one."""
-    objective = trainer.learner.objective
-    objective.eval()
-    scores = objective.classify(torch.as_tensor(codes, dtype=torch.float32, device=trainer.fabric.device))
-    if scores is None:
+def _train_and_finish(run: OpenRun) -> TrainedRun | None:
+    trainer = run.trainer
+    if method_class(trainer.cfg.method).closed_form:  # baselines: one fit, no epochs left
+        fit_closed_form(trainer)
+    trainer.fit()
+    trainer.restore_selected()
+    query_codes = write_codes(trainer) if trainer.fabric.is_global_zero and trainer.cfg.test else None
+    trainer.fabric.barrier()
+    for run_logger in trainer.fabric.loggers:
+        run_logger.finalize("success")
+    leave_process_group(trainer.fabric)
+    if not trainer.fabric.is_global_zero:
         return None
-    scores = scores.float().cpu().numpy()
-    columns = trainer.learner.label_columns
-    if columns is None:
-        return scores
-    # unseen:K: scores over the training classes, placed in their columns; held-out ones never win
-    lowest = np.finfo(np.float32).min  # finite: scores files hold no inf
-    full = np.full((len(scores), trainer.exp.dataset.num_classes), lowest, dtype=np.float32)
-    full[:, columns.cpu().numpy()] = scores
-    return full
+    metrics = finish_run(trainer.run_dir)
+    fitted = Fitted(_as_loaded(trainer.learner.model), run.config, run.input_form, trainer.history)
+    return TrainedRun(metrics, fitted, query_codes)
 
 
-def stored_labels(multi_label: bool, labels: np.ndarray) -> np.ndarray:
-    """Class ids for single-label data, multi-hot rows otherwise."""
-    return labels.astype(np.uint8) if multi_label else labels.argmax(1).astype(np.int64)
-
-
-def selection_summary(cfg: TrainConfig, log: list[dict]) -> dict[str, Any]:
-    """Which epoch the run kept, how many it trained, and the validation mAP of the kept one."""
-    trained = log[-1]["epoch"] if log else 0
-    validated = [(r["epoch"], r["eval"]["val_map"]) for r in log if "val_map" in r.get("eval", {})]
-    if not validated:
-        return {"select": cfg.select, "epochs_trained": trained, "selected_epoch": trained}
-    best = max(validated, key=lambda e: (e[1], -e[0]))  # the first epoch reaching the best mAP
-    kept = best if cfg.select == "best-val" else validated[-1]
-    return {"select": cfg.select, "epochs_trained": trained,
-            "selected_epoch": kept[0] if cfg.select == "best-val" else trained,
-            "validation_map": kept[1]}
-
-
-def _codes_metrics(codes: dict) -> dict[str, Any]:
-    metrics = evaluate_codes(codes["query_codes"], codes["db_codes"], codes["query_labels"],
-                             codes["db_labels"], bits=codes["bits"], topk=codes["topk"], tie_average=True,
-                             query_real=codes.get("query_real"))
-    if "query_scores" in codes:  # the method's own classifier, beside the kNN accuracy
-        metrics["classifier_accuracy"] = classifier_accuracy(codes["query_scores"], codes["query_labels"])
-    return metrics
-
-
-def evaluate_run(run_dir: str | Path) -> dict[str, Any]:
-    """Every metric of a finished run at its protocol's R, plus a summary of the run;
-    written to metrics.json in the run directory."""
-    run_dir = Path(run_dir)
-    cfg = load_run_config(run_dir)
-    codes = load_codes_file(run_dir / CODES) if (run_dir / CODES).is_file() else None
-    metrics: dict[str, Any] = {} if codes is None else _codes_metrics(codes)
-    if (run_dir / CODES_SEEN).is_file():  # unseen:K: the training classes' numbers beside
-        metrics["seen"] = _codes_metrics(load_codes_file(run_dir / CODES_SEEN))
-    log = read_log(run_dir / LOG)
-    split = load_split(run_dir / SPLIT)
-    seconds = [r["seconds"] for r in log]
-    metrics["run"] = {
-        "variant": cfg.variant, "method": cfg.method, "lbhash": cfg.lbhash, "bits": cfg.bits,
-        "data": cfg.data, "protocol": cfg.protocol, "seed": cfg.seed, "epochs": cfg.epochs,
-        "n_train": len(split.train), "n_validation": len(split.validation),
-        "seconds_per_epoch": float(np.mean(seconds)) if seconds else None,
-        "encode_seconds": float(codes["encode_seconds"]) if codes is not None and "encode_seconds" in codes
-        else None,
-        **selection_summary(cfg, log),
-    }
-    if len(split.unseen_classes):
-        metrics["run"]["unseen_classes"] = split.unseen_classes.tolist()
-    write_json(run_dir / METRICS, metrics)
-    return metrics
+def _as_loaded(model: HashModel) -> HashModel:
+    """The trained model as `load_run_model` would build it from the run: on the CPU, with
+    float32 weights, in eval mode (so that it encodes as a loaded run does, bit for bit), and
+    without the last step's gradients."""
+    model.zero_grad(set_to_none=True)
+    return model.to("cpu", torch.float32).eval()

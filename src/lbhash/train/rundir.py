@@ -1,5 +1,5 @@
-"""A run directory: its files, its lock and manifest, and reading it back (config, split, log,
-metrics, the trained model), and encoding data with it (`lbhash encode`).
+"""A run directory: its files, its lock and manifest, and reading it back (config, log,
+metrics, input contract, the trained model). Encoding data with a run is lbhash.train.run_codes.
 
 A run's model is rebuilt by the same builder that trained it (lbhash.train.builder), from the
 saved config.yaml and the normalisation statistics saved in its checkpoint. A finished run's
@@ -17,20 +17,18 @@ import logging
 import os
 import shutil
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-import numpy as np
 import torch
 import yaml
 
 from lbhash._io import atomic_path, write_json
-from lbhash.codes import pack, to_signs
-from lbhash.codes_file import write_codes
-from lbhash.data import load_data, load_split
-from lbhash.data.input_form import InputForm, conform_dataset
+from lbhash.data.input_form import InputForm
 from lbhash.errors import InputError
 from lbhash.models import HashModel
+from lbhash.train.builder import build_model
 from lbhash.train.config import LEGACY_VALUES, TrainConfig, make_config, parse_yaml
 
 CONFIG, SPLIT, LOG, CHECKPOINT, CODES, METRICS, BEST = (
@@ -198,6 +196,35 @@ def read_metrics(run_dir: str | Path) -> dict:
     return json.loads((Path(run_dir) / METRICS).read_text())
 
 
+def read_log(path: Path) -> list[dict]:
+    """The records of a run's log.jsonl, one per finished epoch ([] when there is none).
+
+    A torn last line (a write cut short by a kill) is dropped with a warning naming the file;
+    a bad line before it is an error naming the file and the line.
+    """
+    if not path.exists():
+        return []
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    records = []
+    for number, line in enumerate(lines, 1):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            if number < len(lines):
+                raise InputError(f"{path}:{number}: not a JSON log record") from None
+            logger.warning("%s: dropped a torn last line (%d bytes)", path, len(line))
+    return records
+
+
+def truncate_log(path: Path, last_epoch: int) -> list[dict]:
+    """Drop log lines of epochs after the checkpoint (written just before a kill), and a torn
+    one; return the records kept."""
+    kept = [r for r in read_log(path) if r["epoch"] <= last_epoch]
+    with atomic_path(path) as tmp:
+        tmp.write_text("".join(json.dumps(r, allow_nan=False) + "\n" for r in kept))
+    return kept
+
+
 def load_input_form(run_dir: str | Path, cfg: TrainConfig) -> InputForm:
     """The run's input contract; runs written before it existed get the form their config
     implies (no stored dtype: float rows as they are; a dequantised run refuses integer rows)."""
@@ -218,8 +245,6 @@ def load_input_form(run_dir: str | Path, cfg: TrainConfig) -> InputForm:
 
 def load_run_model(run_dir: str | Path) -> tuple[HashModel, TrainConfig]:
     """The trained hash model of a run (its last checkpoint) and the run's config."""
-    from lbhash.train.builder import build_model
-
     run_dir = Path(run_dir)
     check_not_failed(run_dir)
     verify_files(run_dir, (CONFIG, CHECKPOINT, BEST))
@@ -252,83 +277,23 @@ def load_run_model(run_dir: str | Path) -> tuple[HashModel, TrainConfig]:
     return model.eval(), cfg
 
 
-def encode_run(run_dir: str | Path, data: str | None = None, part: str = "all",
-               accelerator: str = "cpu", precision: str = "32-true", devices: int = 1,
-               progress: bool = True, real: bool = False) -> dict[str, np.ndarray] | None:
-    """Codes of a data set (default: the run's own) with a trained run's model.
+@dataclass
+class Fitted:
+    """A run's trained model as `HashEncoder` holds it: the model (eval mode, on the CPU, float32
+    weights, as `load_run_model` builds it), the run's config, its input contract and its log."""
+    model: HashModel
+    config: TrainConfig
+    input_form: InputForm
+    history: list[dict]
 
-    `part` selects the run's train/query/database items and needs the run's own data. Other
-    data goes through the run's input contract (lbhash.data.input_form) and needs no labels.
-    Returns the fields of a codes-file part (lbhash.codes_file): packed `codes`, `ids` (item
-    positions), `labels` (None without), `sources` (None for feature rows) and, with real=True,
-    `real` (float32 (n, bits), whose signs are the codes); plus `bits` and `topk`, the R of the
-    run's protocol. On a GPU the model runs in float32 by default, as training made the run's
-    codes, or under autocast in `precision` ("bf16-mixed", "16-mixed"): faster, but about 1% of
-    items then differ from the run's codes by a bit or two.
-    With devices > 1 the items are shared out over that many processes (Lightning Fabric, or
-    torchrun's); rank 0 returns everything, the other ranks None.
-    """
-    from lbhash.train.builder import evaluation_topk, input_options
-    from lbhash.train.encoder import encode_sharded
-    from lbhash.train.loop import leave_process_group, make_fabric
-    from lbhash.train.run import stored_labels
 
-    run_dir = Path(run_dir)
-    if part not in PARTS:
-        raise InputError(f"part must be one of {', '.join(PARTS)}, got {part!r}")
-    if accelerator not in ("cpu", "gpu"):
-        raise InputError(f"accelerator must be cpu or gpu, got {accelerator!r}")
-    check_accelerator(accelerator)
+def read_fitted(run_dir: str | Path) -> Fitted:
+    """The fitted model of a run directory, finished or checkpointed (`HashEncoder.load`)."""
     model, cfg = load_run_model(run_dir)
-    form = load_input_form(run_dir, cfg)
-    own = data is None or data == cfg.data
-    if part != "all" and not own:
-        raise InputError(f"--part {part} selects items of the run's split, so it needs the run's own data "
-                         f"({cfg.data}), not {data}")
-    split = load_split(run_dir / SPLIT)
-    dataset = conform_dataset(form, load_data(cfg.data if own else data, labels_required=False),
-                              cfg.data if own else data)
-    index = np.arange(len(dataset)) if part == "all" else getattr(split, part)
-    fabric = make_fabric(accelerator, devices, "32-true")
-    model.to(fabric.device)  # image models keep their channels-last layout
-    out = encode_sharded(fabric, model, dataset, index, input_options(cfg),
-                         _autocast(fabric.device, precision), progress, real=real)
-    leave_process_group(fabric)
-    if out is None:
-        return None
-    if out.shape[1] != cfg.bits:
-        raise InputError(f"the model gives {out.shape[1]} bits but the run has {cfg.bits}")
-    codes = to_signs(out) if real else out  # one forward pass: the codes are the signs
-    labelled = dataset.num_classes > 0
-    return {"codes": pack(codes), "bits": cfg.bits, "ids": np.asarray(index, np.int64),
-            "labels": stored_labels(dataset.multi_label, dataset.labels[index]) if labelled else None,
-            "sources": dataset.item_sources(index), "real": out if real else None,
-            "topk": evaluation_topk(cfg, split)}
+    return Fitted(model, cfg, load_input_form(run_dir, cfg), read_log(Path(run_dir) / LOG))
 
 
-def check_accelerator(accelerator: str) -> None:
-    """A GPU accelerator needs a GPU torch can use."""
-    if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
-        raise InputError(f"--accelerator {accelerator}: no GPU is available to torch (torch.cuda.is_available() "
-                         "is False); use --accelerator cpu")
-
-
-def save_encoded(path: str | Path, encoded: dict) -> None:
-    """Write `encode_run`'s result as a codes file of one part."""
-    fields = {k: v for k, v in encoded.items() if k not in ("bits", "topk")}
-    write_codes(path, encoded["bits"], {"items": fields}, topk=encoded["topk"])
-
-
-def _autocast(device: torch.device, precision: str):
-    """Mixed precision on a GPU (bf16 by default); the CPU always computes in float32."""
-    if device.type == "cuda" and "bf16" in precision:
-        return lambda: torch.autocast("cuda", dtype=torch.bfloat16)
-    if device.type == "cuda" and precision.startswith("16"):
-        return lambda: torch.autocast("cuda", dtype=torch.float16)
-    return contextlib.nullcontext
-
-
-__all__ = ["INPUT_FORM", "load_input_form", "CONFIG", "SPLIT", "LOG", "CHECKPOINT", "CODES", "CODES_SEEN", "METRICS",
-           "BEST", "MANIFEST", "STATUS", "PARTS", "check_accelerator", "encode_run", "load_run_config",
-           "load_run_model", "read_metrics", "reopen_run", "run_lock", "save_encoded", "save_run_config",
-           "verify_files", "verify_finished_run", "write_manifest"]
+__all__ = ["BEST", "CHECKPOINT", "CODES", "CODES_SEEN", "CONFIG", "INPUT_FORM", "LOG", "MANIFEST", "METRICS", "PARTS",
+           "SPLIT", "STATUS", "Fitted", "load_input_form", "load_run_config", "load_run_model", "read_fitted", "read_log",
+           "read_metrics", "reopen_run", "run_lock", "save_run_config", "truncate_log", "verify_files",
+           "verify_finished_run", "write_manifest"]

@@ -128,24 +128,16 @@ def bars_on_terminal(progress: bool) -> bool:
     return progress and sys.stderr.isatty()
 
 
-def epoch_lines(log_path: Path, variant: str, epochs: int, then: Callable[[int], None] | None,
-                map_r: str = "all") -> Callable[[int], None]:
-    """An epoch-end callback printing `VARIANT epoch E/N: loss L, S s` from the log record the
-    epoch just wrote, then calling `then`. Evaluation epochs add `mAP@R X` (R = `map_r`, as
+def epoch_lines(variant: str, epochs: int, map_r: str = "all") -> Callable[[int, dict], None]:
+    """An `on_epoch_end(epoch, record)` callback printing `VARIANT epoch E/N: loss L, S s` from
+    the epoch's log record. Evaluation epochs add `mAP@R X` (R = `map_r`, as
     `lbhash.evaluate.map_label` names it) or `validation mAP@all X`."""
-    from lbhash.train.loop import read_log
-
     names = {"map": f"mAP@{map_r}", "val_map": "validation mAP@all"}
 
-    def report(epoch: int) -> None:
-        records = [r for r in read_log(log_path) if r.get("epoch") == epoch]
-        if records:
-            r = records[-1]
-            extra = "".join(f", {names[key]} {r['eval'][key]:.4f}" for key in ("map", "val_map")
-                            if isinstance(r.get("eval", {}).get(key), float))
-            logger.info("%s epoch %d/%d: loss %.4f, %.1f s%s", variant, epoch, epochs,
-                        r["loss"].get("total", float("nan")), r["seconds"], extra)
-        if then is not None:
-            then(epoch)
+    def report(epoch: int, record: dict) -> None:
+        extra = "".join(f", {names[key]} {record['eval'][key]:.4f}" for key in ("map", "val_map")
+                        if isinstance(record.get("eval", {}).get(key), float))
+        logger.info("%s epoch %d/%d: loss %.4f, %.1f s%s", variant, epoch, epochs,
+                    record["loss"].get("total", float("nan")), record["seconds"], extra)
 
     return report

@@ -1,0 +1,53 @@
+"""The processes of a run: this process's rank before any process group exists, Lightning
+Fabric on one process or several (`make_fabric`), the clean end of a process group, and the
+check that a GPU accelerator has a GPU. Training (lbhash.train.loop) and encoding a run
+(lbhash.train.run_codes) both start their processes here.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import torch
+
+from lbhash.errors import InputError
+
+
+def process_rank() -> int:
+    """This process's global rank as launchers announce it, before any process group exists
+    (torchrun sets RANK; Lightning's launcher sets LOCAL_RANK and NODE_RANK in its children)."""
+    if "RANK" in os.environ:
+        return int(os.environ["RANK"])
+    local = int(os.environ.get("LOCAL_RANK", 0))
+    return int(os.environ.get("NODE_RANK", 0)) * max(1, int(os.environ.get("LOCAL_WORLD_SIZE", 1))) + local
+
+
+def make_fabric(accelerator: str, devices: int, precision: str, loggers=None):
+    from lightning.fabric import Fabric
+
+    logging.getLogger("lightning.fabric").setLevel(logging.WARNING)
+    fabric = Fabric(accelerator=accelerator, devices=devices, precision=precision, loggers=loggers)
+    fabric.launch()  # starts the other processes of a multi-device run (no-op under torchrun)
+    if fabric.world_size > 1 and fabric.device.type == "cpu":
+        # processes share the CPUs: one full intra-op pool each would oversubscribe them
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // fabric.world_size))
+    return fabric
+
+
+def leave_process_group(fabric) -> None:
+    """End a multi-process run cleanly. A gloo group still alive when the interpreter exits
+    can abort the process (its worker threads outlive Python), so every rank meets here and
+    destroys the group."""
+    import torch.distributed as dist
+
+    if fabric.world_size > 1 and dist.is_available() and dist.is_initialized():
+        fabric.barrier()
+        dist.destroy_process_group()
+
+
+def check_accelerator(accelerator: str) -> None:
+    """A GPU accelerator needs a GPU torch can use."""
+    if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+        raise InputError(f"--accelerator {accelerator}: no GPU is available to torch (torch.cuda.is_available() "
+                         "is False); use --accelerator cpu")

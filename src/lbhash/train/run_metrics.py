@@ -1,0 +1,73 @@
+"""A run's results: metrics.json (every metric of its codes at its protocol's R, and a summary
+of the run), then manifest.json, written last (`finish_run`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lbhash._io import write_json
+from lbhash.codes_file import load_codes_file
+from lbhash.data import load_split
+from lbhash.evaluate import classifier_accuracy, evaluate_codes
+from lbhash.train.config import TrainConfig
+from lbhash.train.rundir import CODES, CODES_SEEN, LOG, METRICS, SPLIT, load_run_config, read_log, write_manifest
+
+
+def finish_run(run_dir: Path) -> dict[str, Any]:
+    """metrics.json, then the manifest of every file, written last."""
+    metrics = evaluate_run(run_dir)
+    write_manifest(run_dir)
+    return metrics
+
+
+def selection_summary(cfg: TrainConfig, log: list[dict]) -> dict[str, Any]:
+    """Which epoch the run kept, how many it trained, and the validation mAP of the kept one."""
+    trained = log[-1]["epoch"] if log else 0
+    validated = [(r["epoch"], r["eval"]["val_map"]) for r in log if "val_map" in r.get("eval", {})]
+    if not validated:
+        return {"select": cfg.select, "epochs_trained": trained, "selected_epoch": trained}
+    best = max(validated, key=lambda e: (e[1], -e[0]))  # the first epoch reaching the best mAP
+    kept = best if cfg.select == "best-val" else validated[-1]
+    return {"select": cfg.select, "epochs_trained": trained,
+            "selected_epoch": kept[0] if cfg.select == "best-val" else trained,
+            "validation_map": kept[1]}
+
+
+def _codes_metrics(codes: dict) -> dict[str, Any]:
+    metrics = evaluate_codes(codes["query_codes"], codes["db_codes"], codes["query_labels"],
+                             codes["db_labels"], bits=codes["bits"], topk=codes["topk"], tie_averaged=True,
+                             query_real=codes.get("query_real"))
+    if "query_scores" in codes:  # the method's own classifier, beside the kNN accuracy
+        metrics["classifier_accuracy"] = classifier_accuracy(codes["query_scores"], codes["query_labels"])
+    return metrics
+
+
+def evaluate_run(run_dir: str | Path) -> dict[str, Any]:
+    """Every metric of a finished run at its protocol's R, plus a summary of the run;
+    written to metrics.json in the run directory."""
+    run_dir = Path(run_dir)
+    cfg = load_run_config(run_dir)
+    codes = load_codes_file(run_dir / CODES) if (run_dir / CODES).is_file() else None
+    metrics: dict[str, Any] = {} if codes is None else _codes_metrics(codes)
+    if (run_dir / CODES_SEEN).is_file():  # unseen:K: the training classes' numbers beside
+        metrics["seen"] = _codes_metrics(load_codes_file(run_dir / CODES_SEEN))
+    log = read_log(run_dir / LOG)
+    split = load_split(run_dir / SPLIT)
+    seconds = [r["seconds"] for r in log]
+    metrics["run"] = {
+        "variant": cfg.variant, "method": cfg.method, "lbhash": cfg.lbhash, "bits": cfg.bits,
+        "data": cfg.data, "protocol": cfg.protocol, "seed": cfg.seed, "epochs": cfg.epochs,
+        "n_train": len(split.train), "n_validation": len(split.validation),
+        "seconds_per_epoch": float(np.mean(seconds)) if seconds else None,
+        "encode_seconds": float(codes["encode_seconds"]) if codes is not None and "encode_seconds" in codes
+        else None,
+        **selection_summary(cfg, log),
+    }
+    if len(split.unseen_classes):
+        metrics["run"]["unseen_classes"] = split.unseen_classes.tolist()
+    write_json(run_dir / METRICS, metrics)
+    return metrics
