@@ -15,6 +15,7 @@ from lbhash.data import (
     save_split,
 )
 from helpers import cli, one_line_error
+from lbhash.errors import InputError
 from lbhash.labels import SparseClassIdsWarning, as_multihot
 
 COUNTS = np.array([20, 25, 30, 22, 40])
@@ -309,3 +310,27 @@ def test_one_class_without_evaluation_trains(tmp_path, one_class_features):
                  "all-train", "--bits", "8", "--no-progress", "--out", out)
     assert result.exit_code == 0, result.output
     assert (out / "manifest.json").is_file()
+
+
+# --- issue 19, 16: given:T, a subset of a file's own train part --------------------------------------
+
+class Items:
+    """The fields make_split reads: 10 train items and 4 test items, two classes."""
+
+    name = "items"
+    labels = np.eye(2, dtype=bool)[np.arange(14) % 2]
+    is_test = np.arange(14) >= 10
+
+
+def test_given_t_trains_on_a_seeded_sample_of_the_train_part():
+    full = make_split(Items, "given", seed=0)
+    part = make_split(Items, "given:4", seed=0)
+    assert len(part.train) == 4 and set(part.train) <= set(range(10)) and list(part.train) == sorted(part.train)
+    assert list(part.query) == [10, 11, 12, 13] and sorted(part.database) == list(range(10))
+    assert np.array_equal(part.query, full.query) and np.array_equal(part.database, full.database)
+    assert np.array_equal(part.train, make_split(Items, "given:4", seed=0).train)
+    assert any(not np.array_equal(part.train, make_split(Items, "given:4", seed=s).train) for s in range(1, 6))
+    with pytest.raises(InputError, match="'given:11' trains on 11 items.*has 10"):
+        make_split(Items, "given:11", seed=0)
+    with pytest.raises(InputError, match="at least 1"):
+        make_split(Items, "given:0", seed=0)
