@@ -46,3 +46,45 @@ def tiny_image_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("tiny-image-run")
     tree = make_image_tree(root / "imgs")
     return tree, train_tiny_run(tree, root / "run")
+
+
+@pytest.fixture
+def input_files(tmp_path):
+    """Input files and a 16-bit index, for the refusals of issue 19 (tests/test_cli_errors.py and
+    the units they name); every case must leave them as they were (helpers.snapshot)."""
+    import zipfile
+
+    from helpers import npy_bytes, npy_header_bytes
+    from lbhash.codes import pack
+    from lbhash.codes_file import save_codes_file
+    from lbhash.index import CodeIndex
+    from lbhash.limits import MAX_CLASS_ID
+
+    rng = np.random.default_rng(0)
+    signs = lambda n: rng.choice([-1, 1], (n, 16))  # noqa: E731
+    save_codes_file(tmp_path / "codes.npz", signs(20), signs(60), rng.integers(0, 4, 20), rng.integers(0, 4, 60))
+    q, d = pack(signs(300)), pack(signs(60))
+    np.savez(tmp_path / "q3d.npz", query_codes=q, db_codes=d, query_labels=rng.integers(0, 4, (300, 1, 1)),
+             db_labels=rng.integers(0, 4, 60), bits=16)
+    np.savez(tmp_path / "both3d.npz", query_codes=q, db_codes=d, query_labels=rng.integers(0, 4, (300, 1, 1)),
+             db_labels=rng.integers(0, 4, (60, 1, 1)), bits=16)
+    np.savez(tmp_path / "float_ids.npz", codes=pack(signs(3)), bits=16, ids=np.array([1.5, 2.5, 3.5]))
+    np.savez(tmp_path / "int_float_ids.npz", codes=pack(signs(3)), bits=16, ids=np.array([7.0, 8.0, 9.0]))
+    np.savez(tmp_path / "big_class.npz", codes=pack(signs(2)), bits=16, labels=np.array([1, MAX_CLASS_ID + 1]))
+    np.save(tmp_path / "q.npy", pack(signs(4)))
+    index = CodeIndex(16)
+    index.add(pack(signs(50)), labels=rng.integers(0, 4, 50))
+    index.save(tmp_path / "idx")
+    with zipfile.ZipFile(tmp_path / "wide.npz", "w") as archive:  # the issue's (30, 20,000,000) file
+        archive.writestr("x.npy", npy_header_bytes((30, 20_000_000)))
+        archive.writestr("labels.npy", npy_bytes(np.arange(30) % 2))
+    with zipfile.ZipFile(tmp_path / "huge.npz", "w") as archive:  # larger than any machine's memory
+        archive.writestr("x.npy", npy_header_bytes((30, 2 * 10**12)))
+        archive.writestr("labels.npy", npy_bytes(np.arange(30) % 2))
+    (tmp_path / "huge.npy").write_bytes(npy_header_bytes((30, 2 * 10**12)))
+    np.save(tmp_path / "labels.npy", np.arange(30) % 2)
+    lists = tmp_path / "lists"
+    lists.mkdir()
+    for name in ("train.txt", "test.txt", "database.txt"):
+        (lists / name).write_text(f"a.jpg 1 0\n{tmp_path}/imgs/b.jpg 0 1\n")
+    return tmp_path

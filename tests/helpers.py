@@ -1,5 +1,6 @@
 """Shared test helpers: random codes with many tied distances, a few loss steps on digits,
-shuffled training passes for memory-bank methods, and kill-and-resume runs."""
+shuffled training passes for memory-bank methods, kill-and-resume runs, the CLI in process and
+its one-line errors, and snapshots of folders that a refused command must leave alone."""
 
 import numpy as np
 import pytest
@@ -128,9 +129,64 @@ def cli(*args):
 
 
 def one_line_error(result, *fragments):
-    """A CLI result that failed with exit 2 and one line `error: ...` holding every fragment."""
-    assert result.exit_code == 2, result.output
+    """A CLI result (helpers.cli) that failed with exit 2, no traceback and one line `error: ...`
+    holding every fragment; returns that line (for checks on where a fragment sits in it)."""
+    assert result.exit_code == 2, (result.exit_code, result.output, result.exception)
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    assert "Traceback" not in result.output, result.output
     for fragment in fragments:
-        assert fragment in lines[0], lines[0]
+        assert fragment in lines[0], (fragment, lines[0])
+    return lines[0]
+
+
+def one_line_message(excinfo, *fragments):
+    """An exception (pytest.raises' excinfo) whose message is one line holding every fragment;
+    returns the message."""
+    message = str(excinfo.value)
+    assert "\n" not in message, message
+    for fragment in fragments:
+        assert fragment in message, message
+    return message
+
+
+def snapshot(root):
+    """Every file and folder under root, with the SHA-256 of each file: 'nothing changed'."""
+    import hashlib
+
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+            for p in sorted(root.rglob("*"))}
+
+
+def npy_header_bytes(shape, dtype=np.float64) -> bytes:
+    """An .npy header announcing `shape` with no data behind it: a huge array in a few bytes."""
+    import io
+
+    from numpy.lib import format as npy
+
+    out = io.BytesIO()
+    npy.write_array_header_1_0(out, {"descr": npy.dtype_to_descr(np.dtype(dtype)), "fortran_order": False,
+                                     "shape": shape})
+    return out.getvalue()
+
+
+def npy_bytes(arr) -> bytes:
+    import io
+
+    out = io.BytesIO()
+    np.save(out, arr)
+    return out.getvalue()
+
+
+def unfinished_run(path, epochs=3, kill_at=1):
+    """A CSQ_D run on digits stopped after epoch `kill_at` (its checkpoint written), as a kill
+    leaves it."""
+    from lbhash.train import TrainConfig, train
+
+    def die(epoch):
+        if epoch == kill_at:
+            raise Killed
+    with pytest.raises(Killed):
+        train(TrainConfig(data="digits", bits=16, hidden=[64], centers="hadamard", progress=False, lbhash=True,
+                          epochs=epochs), path, on_epoch_end=die)
+    return path

@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch import nn
 
+from helpers import one_line_message
 from lbhash.data.transforms import TRANSFORM_PRESETS
 from lbhash.models import (
     Backbone,
@@ -19,14 +20,6 @@ from lbhash.models import (
     register_backbone,
 )
 import lbhash.models as models_package
-
-
-def one_line_error(excinfo, *needles: str) -> str:
-    msg = str(excinfo.value)
-    assert "\n" not in msg, msg
-    for needle in needles:
-        assert needle in msg, msg
-    return msg
 
 
 def cifar_resnet_params(n: int, c1: int, c2: int, c3: int) -> int:
@@ -54,16 +47,16 @@ def test_registry_lists_and_rejects_names():
     assert {"resnet8", "resnet20", "resnet32", "cifar_resnet", "resnet50", "alexnet"} <= set(names)
     with pytest.raises(ValueError) as info:
         create_backbone("resnet18")
-    one_line_error(info, "'resnet18'", "resnet20", "alexnet")
+    one_line_message(info, "'resnet18'", "resnet20", "alexnet")
     with pytest.raises(ValueError) as info:
         create_backbone("resnet20", widht=2)
-    one_line_error(info, "resnet20", "'widht'", "width")
+    one_line_message(info, "resnet20", "'widht'", "width")
     with pytest.raises(ValueError) as info:
         register_backbone("resnet20")(lambda: None)
-    one_line_error(info, "resnet20")
+    one_line_message(info, "resnet20")
     with pytest.raises(ValueError) as info:
         create_backbone("cifar_resnet", depth=21)
-    one_line_error(info, "21")
+    one_line_message(info, "21")
 
 
 def test_every_backbone_names_a_transform_preset_of_the_data_layer():
@@ -159,7 +152,7 @@ def test_torchvision_backbone_or_one_line_error(name, dim):
     else:
         with pytest.raises(ValueError) as info:
             create_backbone(name)
-        one_line_error(info, name, "torchvision")
+        one_line_message(info, name, "torchvision")
 
 
 def test_torchvision_weights_absent_from_hub_cache(tmp_path, monkeypatch):
@@ -167,9 +160,9 @@ def test_torchvision_weights_absent_from_hub_cache(tmp_path, monkeypatch):
     with pytest.raises(ValueError) as info:
         create_backbone("resnet50", pretrained="torchvision")
     if torchvision_imports():
-        one_line_error(info, "resnet50-0676ba61.pth", str(tmp_path / "hub" / "checkpoints"))
+        one_line_message(info, "resnet50-0676ba61.pth", str(tmp_path / "hub" / "checkpoints"))
     else:
-        one_line_error(info, "torchvision")
+        one_line_message(info, "torchvision")
 
 
 def _fake_resnet(weights=None):
@@ -226,16 +219,16 @@ def test_torchvision_wrappers_drop_classifier_and_load_hub_file(fake_torchvision
             torch.testing.assert_close(model(x), expected)
     with pytest.raises(ValueError) as info:
         create_backbone("resnet50", pretrained="torchvision:IMAGENET1K_V2")  # not in the cache
-    one_line_error(info, "resnet50-11ad3fa6.pth", "does not download")
+    one_line_message(info, "resnet50-11ad3fa6.pth", "does not download")
     with pytest.raises(ValueError) as info:
         create_backbone("alexnet", pretrained="torchvision:V9")
-    one_line_error(info, "'V9'", "IMAGENET1K_V1")
+    one_line_message(info, "'V9'", "IMAGENET1K_V1")
 
 
 def test_no_torchvision_weights_for_cifar_resnet():
     with pytest.raises(ValueError) as info:
         create_backbone("resnet20", pretrained="torchvision")
-    one_line_error(info, "resnet20", "no torchvision weights")
+    one_line_message(info, "resnet20", "no torchvision weights")
 
 
 # ---------------------------------------------------------------- weights files
@@ -296,10 +289,10 @@ def test_bad_weights_files(tmp_path):
     for file_name, needle in cases.items():
         with pytest.raises(ValueError) as info:
             create_backbone("resnet8", pretrained=tmp_path / file_name)
-        one_line_error(info, str(tmp_path / file_name), *([needle] if needle else ["no such weights file"]))
+        one_line_message(info, str(tmp_path / file_name), *([needle] if needle else ["no such weights file"]))
     with pytest.raises(ValueError) as info:
         create_backbone("resnet20", pretrained=tmp_path / "other_depth.pth")
-    one_line_error(info, "missing keys [stage1.2.conv1.weight")
+    one_line_message(info, "missing keys [stage1.2.conv1.weight")
 
 
 # ---------------------------------------------------------------- image hash models

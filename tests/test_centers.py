@@ -14,6 +14,8 @@ from lbhash.centers import (
     plotkin_bound,
     select_centers,
 )
+from helpers import cli
+from lbhash import _io
 from lbhash.centers import _generate
 from lbhash.centers._greedy import enumerate_code, greedy_max_min
 from lbhash.cli.centers import centers as centers_command
@@ -248,6 +250,22 @@ def test_corrupt_or_wrong_cache_file_is_regenerated(cache_in_tmp):
     assert np.array_equal(generate_centers(16, 10, kind="random"), good)
     with np.load(path, allow_pickle=False) as data:  # rewritten with a valid set
         assert np.array_equal(data["centers"], good)
+
+
+def test_a_damaged_center_cache_is_named_and_regenerated(tmp_path, monkeypatch):
+    from lbhash.centers import generate_centers
+    from lbhash.centers._cache import cache_file
+
+    monkeypatch.setenv("LBHASH_CACHE_DIR", str(tmp_path / "cache"))
+    fresh = generate_centers(16, 4, kind="hadamard", seed=0)
+    path = cache_file("hadamard", 16, 4, 0)
+    path.write_bytes(path.read_bytes()[:100])
+    result = cli("centers", "--bits", "16", "--classes", "4", "--kind", "hadamard", "--out", tmp_path / "c.npy")
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.output.splitlines() if "damaged center cache" in line]
+    assert len(warnings) == 1 and str(path) in warnings[0], result.output
+    assert np.array_equal(np.load(tmp_path / "c.npy"), fresh)
+    assert np.array_equal(_io.load_npz(path)["centers"], fresh)  # written again, whole
 
 
 def test_no_cache_writes_nothing(cache_in_tmp):

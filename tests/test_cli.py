@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from helpers import one_line_error
 from lbhash import __version__
 from lbhash.cli import main
 from lbhash.codes_file import save_codes_file
@@ -64,7 +65,7 @@ def test_evaluate_out_option(codes_file, tmp_path):
     out = tmp_path / "sub" / "m.json"
     assert run("evaluate", str(path), "--out", str(out)).exit_code == 0
     assert json.loads(out.read_text())["topk"] == "all"
-    _one_line_error(run("evaluate", str(path), "--out", str(out)), "m.json: exists; pass --overwrite")
+    one_line_error(run("evaluate", str(path), "--out", str(out)), "m.json: exists; pass --overwrite")
     assert run("evaluate", str(path), "--out", str(out), "--overwrite").exit_code == 0
 
 
@@ -75,37 +76,29 @@ def test_evaluate_writes_nothing_without_out(codes_file):
     assert sorted(p.name for p in path.parent.iterdir()) == before
 
 
-def _one_line_error(result, *fragments):
-    assert result.exit_code == 2, result.output
-    lines = result.output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
-    for fragment in fragments:
-        assert fragment in lines[0]
-
-
 def test_evaluate_missing_key(tmp_path):
     path = tmp_path / "codes.npz"
     np.savez(path, query_codes=np.zeros((2, 2), np.uint8), db_codes=np.zeros((2, 2), np.uint8), bits=16)
-    _one_line_error(run("evaluate", str(path)), "codes.npz", "the queries have no labels", "--query-labels")
+    one_line_error(run("evaluate", str(path)), "codes.npz", "the queries have no labels", "--query-labels")
 
 
 def test_evaluate_bad_topk(codes_file):
     path, _ = codes_file
-    _one_line_error(run("evaluate", str(path), "--topk", "0"), "--topk", "'0'")
+    one_line_error(run("evaluate", str(path), "--topk", "0"), "--topk", "'0'")
 
 
 def test_evaluate_missing_and_corrupt_files(tmp_path):
-    _one_line_error(run("evaluate", str(tmp_path / "none.npz")), "none.npz: no such file")
+    one_line_error(run("evaluate", str(tmp_path / "none.npz")), "none.npz: no such file")
     bad = tmp_path / "bad.npz"
     bad.write_bytes(b"not a zip")
-    _one_line_error(run("evaluate", str(bad)), "bad.npz")
+    one_line_error(run("evaluate", str(bad)), "bad.npz")
 
 
 def test_evaluate_mismatched_bits_in_file(tmp_path):
     path = tmp_path / "codes.npz"
     np.savez(path, query_codes=np.zeros((2, 2), np.uint8), db_codes=np.zeros((3, 1), np.uint8),
              query_labels=[0, 1], db_labels=[0, 1, 1], bits=16)
-    _one_line_error(run("evaluate", str(path)), "db_codes", "bits=16 needs 2")
+    one_line_error(run("evaluate", str(path)), "db_codes", "bits=16 needs 2")
 
 
 def test_demo_trains_both_variants_and_prints_table(tmp_path):
@@ -157,7 +150,7 @@ def test_flags_reach_the_saved_config(tmp_path):
 
 def test_input_error_is_one_line_but_an_internal_error_keeps_its_traceback(codes_file, monkeypatch):
     path, _ = codes_file
-    _one_line_error(run("evaluate", str(path), "--knn", "0"), "knn must be a positive integer, got 0")
+    one_line_error(run("evaluate", str(path), "--knn", "0"), "knn must be a positive integer, got 0")
 
     def broken(*args, **kwargs):
         raise ValueError("an internal bug inside numpy")
@@ -169,8 +162,8 @@ def test_input_error_is_one_line_but_an_internal_error_keeps_its_traceback(codes
 
 
 def test_unparsable_option_values_are_one_line_errors():
-    _one_line_error(run("train", "--bits", "abc"), "--bits", "'abc'", "lbhash train --help")
-    _one_line_error(run("train", "--optimizer", "nadam"), "--optimizer", "nadam")
+    one_line_error(run("train", "--bits", "abc"), "--bits", "'abc'", "lbhash train --help")
+    one_line_error(run("train", "--optimizer", "nadam"), "--optimizer", "nadam")
 
 
 def test_training_docs_show_the_options_of_the_config():

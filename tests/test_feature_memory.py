@@ -14,7 +14,7 @@ import pytest
 import scipy.io as sio
 from numpy.lib import format as npy
 
-from helpers import cli, one_line_error
+from helpers import FAST_TRAIN, cli, one_line_error, snapshot
 from lbhash import _io
 from lbhash.data import load_data, load_features
 from lbhash.data.image_arrays import load_image_arrays
@@ -56,6 +56,16 @@ def test_the_float32_copy_of_a_large_file_is_counted(tmp_path, monkeypatch):
                  "--out", tmp_path / "run", "--no-progress")
     one_line_error(result, "big.npy", "(30, 20000000)", "uint8", "3.0 GB", "2.0 GB of memory available")
     assert not (tmp_path / "run").exists()
+
+
+def test_a_file_larger_than_free_memory_is_refused_from_its_header(input_files, monkeypatch):
+    """The issue's (30, 20,000,000) float64 file (4.8 GB) on a machine with 2 GB free."""
+    monkeypatch.setattr(_io, "available_memory", lambda: 2 * 10**9)
+    before = snapshot(input_files)
+    one_line_error(cli("train", *FAST_TRAIN, "--data", f"features:{input_files / 'wide.npz'}",
+                       "--out", input_files / "run"),
+                   "wide.npz", "'x' has shape (30, 20000000)", "float64, 4.8 GB", "2.0 GB of memory available")
+    assert snapshot(input_files) == before
 
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.float64, np.float32])

@@ -1,6 +1,8 @@
-"""The HashEncoder front door: fit and encode arrays, save and load run directories."""
+"""The HashEncoder front door: fit and encode arrays, save and load run directories, warn about
+uint8 features, and name fit's validation metrics for what they measure."""
 
 import copy
+import warnings
 
 import numpy as np
 import pytest
@@ -12,7 +14,7 @@ from lbhash import HashEncoder, InputError
 from lbhash.cli import main
 from lbhash.codes import unpack
 from lbhash.codes_file import load_codes_file
-from lbhash.evaluate import mean_average_precision
+from lbhash.evaluate import lower_bound, mean_average_precision
 from lbhash.train.hash_encoder import NotFittedError
 
 FAST = dict(hidden=[128], centers="hadamard", lr_step=0)
@@ -198,3 +200,47 @@ def test_orthohash_through_the_front_door(digits, tmp_path, lbhash):
     assert np.array_equal(unpack(codes, 16), np.where(real >= 0, 1, -1))
     enc.save(tmp_path / "run")
     assert np.array_equal(HashEncoder.load(tmp_path / "run").encode(xq), codes)
+
+
+# --- issue 19, 13 and 14: 2-D uint8 "features"; fit(..., eval_set=...) names its metrics ----------
+
+SMALL = dict(bits=16, hidden=[64], centers="hadamard")
+
+
+@pytest.fixture(scope="module")
+def all_digits():
+    from sklearn.datasets import load_digits
+
+    raw = load_digits()
+    return raw.data.astype(np.float32), raw.target
+
+
+def test_2d_uint8_features_warn_and_float_features_do_not(all_digits):
+    X, y = all_digits
+    with pytest.warns(UserWarning, match=r"2-D uint8 array \(1797, 64\).*raw values 0\.\.255.*astype"):
+        HashEncoder(epochs=1, **SMALL).fit(X.astype(np.uint8), y)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        HashEncoder(epochs=1, **SMALL).fit(X.astype(np.uint8).astype(np.float32), y)
+    assert not [w for w in caught if "uint8" in str(w.message)]
+
+
+def test_validation_metrics_are_named_for_the_validation_items(all_digits):
+    X, y = all_digits
+    Xt, yt, Xv, yv = X[:1300], y[:1300], X[1300:], y[1300:]
+    enc = HashEncoder(epochs=2, **SMALL).fit(Xt, yt, eval_set=(Xv, yv))
+    m = enc.metrics_
+    assert "n_query" not in m and "n_db" not in m
+    assert m["n_validation"] == len(Xv) == m["run"]["n_validation"] and m["n_train"] == len(Xt)
+    assert m["run"]["protocol"] == "validation"
+    expected = lower_bound(enc.encode(Xv), yv, 99.9, bits=16)  # the held-out codes, encoded again
+    assert m["lower_bound"] == {"codes": "validation", "percentile": 99.9, "min_inter": expected.min_inter,
+                                "max_intra": expected.max_intra, "ratio": expected.ratio}
+    assert expected.max_intra > 0  # held out: not sitting on the centers
+    assert HashEncoder.load(enc.run_dir_).metrics_ == m
+
+
+def test_without_validation_metrics_hold_the_run_summary_only(all_digits):
+    X, y = all_digits
+    m = HashEncoder(epochs=1, **SMALL).fit(X, y).metrics_
+    assert set(m) == {"run"} and m["run"]["n_train"] == len(X) and m["run"]["n_validation"] == 0

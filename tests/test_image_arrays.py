@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from helpers import cli
 from lbhash.data import load_data
 from lbhash.errors import InputError
 
@@ -81,3 +82,18 @@ def test_feature_kind_points_image_files_to_the_image_array_kind(tmp_path):
     np.savez(tmp_path / "imgs.npz", x=images[:10], labels=labels[:10])
     with pytest.raises(InputError, match="image-array:PATH"):
         load_data(f"features:{tmp_path / 'imgs.npz'}")
+
+
+def test_an_image_array_file_trains_on_part_of_its_train_split(tmp_path):
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "imgs.npz", x_train=rng.integers(0, 255, (60, 8, 8), dtype=np.uint8),
+             y_train=np.arange(60) % 3, x_test=rng.integers(0, 255, (12, 8, 8), dtype=np.uint8),
+             y_test=np.arange(12) % 3)
+    result = cli("train", "--data", f"image-array:{tmp_path / 'imgs.npz'}", "--protocol", "given:15", "--bits", 8,
+                 "--image-size", 8, "--batch-size", 16, "--epochs", 1, "--out", tmp_path / "run", "--no-progress")
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[1] == ("data image-array:" + str(tmp_path / "imgs.npz") + ": images, 72 items, "
+                                             "3 classes, 8x8 images -> 8x8 model input; split given:15: 15 train, "
+                                             "12 query, 60 database")
+    codes = np.load(tmp_path / "run" / "codes.npz")
+    assert sorted(codes["query_ids"]) == list(range(60, 72)) and sorted(codes["db_ids"]) == list(range(60))

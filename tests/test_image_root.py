@@ -177,3 +177,12 @@ def test_a_list_root_tarball_refuses_listed_links(tmp_path):
     assert len(ds) == 2 and ds.image(1).shape == (8, 8, 3)
     error_of(lambda: load_image_lists(list_dir(tmp_path / "up", ["a/0.png", "../t.tar"]), root=tar),
              "train.txt:2", f"leaves the image root {tar}")
+
+
+def test_list_file_paths_may_not_leave_the_image_root(tmp_path):
+    lists = tmp_path / "lists"
+    lists.mkdir()
+    for name in ("train.txt", "test.txt", "database.txt"):
+        (lists / name).write_text("a.jpg 1 0\n../../../../etc/passwd 0 1\n")
+    one_line_error(cli("train", "--data", f"list:{lists}", "--out", tmp_path / "run"),
+                   "train.txt:2", "leaves the image root")

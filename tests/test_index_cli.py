@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 from PIL import Image
 
-from helpers import one_line_error
+from helpers import cli as lbhash_cli, one_line_error
 from index_fakes import FakeEncoder
 from index_reference import random_codes, top_k
 from lbhash.cli.common import LbhashGroup
@@ -18,6 +18,7 @@ from lbhash.cli.index import index
 from lbhash.cli.search import search
 from lbhash.cli.serve import serve
 from lbhash.index import CodeIndex
+from lbhash.limits import MAX_K
 
 
 @click.group(cls=LbhashGroup)
@@ -266,3 +267,15 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, encoded, rng):
     (out / "ids.npy").write_bytes(b"tampered")
     one_line_error(run("index", "info", out), "ids.npy: checksum mismatch")
     one_line_error(run("serve", tmp_path / "none"), "no such index directory")
+
+
+def test_the_limits_leave_valid_searches_alone(input_files):
+    result = lbhash_cli("search", input_files / "idx", "--codes", input_files / "q.npy", "-k", MAX_K,
+                        "--filter-labels", "0,3", "--json")
+    assert result.exit_code == 0, result.output
+    index = CodeIndex.load(input_files / "idx")
+    dist, ids = index.search(np.load(input_files / "q.npy"), MAX_K, labels=np.tile([1, 0, 0, 1], (4, 1)))
+    import json
+
+    got = json.loads(result.output)
+    assert [r["ids"] for r in got] == [i[i >= 0].tolist() for i in ids]

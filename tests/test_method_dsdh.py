@@ -1,5 +1,6 @@
 """DSDH: the network loss against hand-computed values, the DCC update of codes B and
-classifier W against its own objective and independent solutions, and exact resume."""
+classifier W against its own objective and independent solutions (its gradient, constants,
+state and resume: tests/test_methods_all.py)."""
 
 import itertools
 import math
@@ -9,11 +10,8 @@ import pytest
 import torch
 
 import lbhash.methods.dsdh  # noqa: F401  (registers dsdh)
-from lbhash.train import train as train_and_evaluate
 from lbhash.methods import create_method
 from lbhash.methods.dsdh import b_sweep, w_step
-from helpers import assert_resume_matches, digits_subset, train_passes
-from lbhash.train import TrainConfig
 
 
 def likelihood_by_hand(bank_u, bank_y, u, y):
@@ -157,69 +155,3 @@ def test_classify_is_codes_times_w():
         for c in range(3):
             expected = sum(CODES[r][k] * W[k][c] for k in range(4))
             assert float(scores[r, c]) == pytest.approx(expected, abs=1e-5)
-
-
-def test_dsdh_gradient_matches_finite_differences():
-    torch.manual_seed(0)
-    loss = create_method("dsdh", bits=4, num_classes=3, num_train=6, eta=2.0).double()
-    random_bank(loss, 6, multi_label=True)
-    loss.update_codes()
-    bank = loss.U.clone()
-    u = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
-    labels = torch.tensor([[1.0, 0, 0], [0, 1.0, 1.0], [0, 0, 1.0]], dtype=torch.float64)
-    loss._remember = lambda *args: None  # hold the bank fixed while gradcheck perturbs u
-    f = lambda x: loss(x, labels, torch.tensor([5, 1, 2])).total
-    assert torch.autograd.gradcheck(f, (u,), eps=1e-6, atol=1e-6)
-    torch.testing.assert_close(loss.U, bank)  # all bank writes go through _remember
-
-
-def test_dsdh_rejects_bad_constants():
-    for name, value, message in [("nu", 0.0, "nu must be a finite number > 0, got 0.0"),
-                                 ("mu", -1.0, "mu must be a finite number > 0"),
-                                 ("eta", float("nan"), "eta must be a finite number >= 0, got nan"),
-                                 ("dcc_iter", 0, "dcc_iter must be a positive integer, got 0")]:
-        with pytest.raises(ValueError, match=message):
-            create_method("dsdh", bits=4, num_classes=3, num_train=5, **{name: value})
-
-
-def test_dsdh_loss_decreases_on_digits():
-    torch.manual_seed(0)
-    x, labels = digits_subset()
-    loss = create_method("dsdh", bits=16, num_classes=10, num_train=len(x))
-    head = torch.nn.Linear(64, 16)
-    with torch.no_grad():  # a first pass fills the bank, so that every pass below has B fitted
-        loss(head(x), labels, torch.arange(len(x)))
-    loss.on_epoch_end(0)
-    means = train_passes(loss, head, x, labels, passes=5)  # 20 steps
-    assert all(b < a for a, b in zip(means, means[1:])) and means[-1] < 0.9 * means[0], means
-
-
-def test_dsdh_state_dict_restores_codes_classifier_and_bank(tmp_path):
-    torch.manual_seed(1)
-    x, labels = digits_subset(128)
-    loss = create_method("dsdh", bits=8, num_classes=10, num_train=len(x))
-    head = torch.nn.Linear(64, 8)
-    train_passes(loss, head, x, labels, passes=2)
-    torch.save(loss.state_dict(), tmp_path / "state.pt")
-    torch.manual_seed(99)  # a fresh module starts from other random codes
-    fresh = create_method("dsdh", bits=8, num_classes=10, num_train=len(x))
-    assert not torch.equal(fresh.B, loss.B)
-    fresh.load_state_dict(torch.load(tmp_path / "state.pt", weights_only=True))
-    for name in ("U", "Y", "B", "W", "fitted"):
-        assert torch.equal(getattr(fresh, name), getattr(loss, name)), name
-    index = torch.tensor([3, 40, 77])
-    with torch.no_grad():
-        u = head(x[index])
-    a, b = loss(u, labels[index], index), fresh(u, labels[index], index)
-    assert float(a.parts["quantization"]) > 0
-    assert all(torch.equal(a.parts[k], b.parts[k]) for k in a.parts)
-    loss.on_epoch_end(2)
-    fresh.on_epoch_end(2)
-    assert torch.equal(fresh.B, loss.B) and torch.equal(fresh.W, loss.W)
-
-
-def test_dsdh_interrupted_run_resumes_to_the_same_codes(tmp_path, monkeypatch):
-    monkeypatch.setenv("LBHASH_CACHE_DIR", str(tmp_path / "cache"))
-    cfg = TrainConfig(data="digits", method="dsdh", bits=16, epochs=4, hidden=[64], progress=False,
-                      lr_step=0)
-    assert_resume_matches(train_and_evaluate, cfg, tmp_path)

@@ -7,7 +7,6 @@ import torch
 
 import lbhash.methods.greedyhash  # noqa: F401  (registers the method)
 from lbhash.methods import create_method
-from helpers import digits_loss_steps
 
 U = [[0.5, -1.0, 2.0, 0.1, -0.3],
      [-0.2, 0.4, 1.1, -0.9, 1.7],
@@ -153,13 +152,3 @@ def test_ce_needs_one_label_per_row():
         run(make(), U, MULTI)
     with pytest.raises(ValueError, match="batch row 2 has 0"):
         run(make(), U, [[1, 0, 0], [0, 1, 0], [0, 0, 0]])
-
-
-def test_loss_decreases_on_digits():
-    start, end = digits_loss_steps("greedyhash")
-    assert end < 0.8 * start
-
-
-def test_loss_decreases_on_digits_with_bce():
-    start, end = digits_loss_steps("greedyhash", classifier_loss="bce")
-    assert end < 0.95 * start

@@ -7,7 +7,6 @@ import torch
 
 import lbhash.methods.hashnet  # noqa: F401  (registers the method)
 from lbhash.methods import create_method
-from helpers import digits_loss_steps
 
 U = [[0.5, -1.0, 2.0, 0.1, -0.3, 0.7],
      [-0.2, 0.4, 1.1, -0.9, 0.0, 0.3],
@@ -94,32 +93,3 @@ def test_balance_weights_sum_each_kind_to_half():
     assert float((w * sim).sum()) == pytest.approx(9.0)
     assert float((w * (1 - sim)).sum()) == pytest.approx(9.0)
     assert torch.equal(balance_weights(torch.zeros(3, 3)), torch.ones(3, 3))
-
-
-def test_gradient_matches_finite_differences():
-    torch.manual_seed(0)
-    u = torch.randn(4, 6, dtype=torch.float64, requires_grad=True)
-    labels = torch.tensor(MULTI, dtype=torch.float64)
-    loss = create_method("hashnet", bits=6, num_classes=3)
-    loss.on_epoch_start(20)
-    assert torch.autograd.gradcheck(lambda x: loss(x, labels, None).total, (u,), eps=1e-6, atol=1e-6)
-
-
-def test_large_outputs_stay_finite():
-    u = torch.tensor(U) * 1e4
-    loss = create_method("hashnet", bits=6, num_classes=3, alpha=100.0)
-    out = loss(u.requires_grad_(), torch.tensor(SINGLE, dtype=torch.float32), None)
-    out.total.backward()
-    assert torch.isfinite(out.total) and torch.isfinite(u.grad).all()
-
-
-def test_bad_input():
-    with pytest.raises(ValueError, match="continuation_step must be a positive integer, got 0"):
-        create_method("hashnet", bits=6, num_classes=3, continuation_step=0)
-    with pytest.raises(ValueError, match=r"u must have shape \(batch, 6\)"):
-        run(create_method("hashnet", bits=6, num_classes=3), [[0.1] * 5], [[1, 0, 0]])
-
-
-def test_loss_decreases_on_digits():
-    start, end = digits_loss_steps("hashnet", bits=32)
-    assert end < 0.95 * start

@@ -1,7 +1,6 @@
 """OrthoHash against values computed by hand from its formula in docs/methods.md."""
 
 import math
-import re
 
 import pytest
 import torch
@@ -9,7 +8,6 @@ import torch
 import lbhash.methods.orthohash  # noqa: F401  (registers the method)
 from lbhash.methods import LowerBoundObjective, create_method
 from lbhash.surrogate import BlockSurrogate
-from helpers import digits_loss_steps
 
 U = [[0.5, -1.0, 2.0, 0.1],
      [-0.2, 0.4, 1.1, -0.9],
@@ -87,22 +85,6 @@ def test_unlabelled_rows_add_nothing():
     assert float(out.total) == pytest.approx(float(three.total) * 3 / 4, rel=1e-6)
 
 
-def test_zero_output_is_finite_with_finite_gradient():
-    u = torch.tensor([[0.0, 0.0, 0.0, 0.0]] + U[1:], requires_grad=True)
-    out = make(quantization=1.0)(u, torch.tensor(SINGLE, dtype=torch.float32), None)
-    out.total.backward()
-    assert torch.isfinite(out.total) and torch.isfinite(u.grad).all()
-
-
-@pytest.mark.parametrize("labels", [SINGLE, MULTI], ids=["single", "multi"])
-def test_gradient_matches_finite_differences(labels):
-    torch.manual_seed(0)
-    u = torch.randn(4, 4, dtype=torch.float64, requires_grad=True)
-    y = torch.tensor(labels, dtype=torch.float64)
-    loss = make(multi_label=labels is MULTI, scale=5.0, margin=0.3, quantization=0.5)
-    assert torch.autograd.gradcheck(lambda x: loss(x, y, None).total, (u,), eps=1e-6, atol=1e-6)
-
-
 def test_float64_stays_float64():
     out = run(make(quantization=0.7), U, SINGLE, dtype=torch.float64)
     assert out.total.dtype == torch.float64
@@ -120,27 +102,11 @@ def test_classify_is_the_cosine_to_each_class_code():
     assert loss.classify(codes).argmax(1).tolist() == [1, 2]
 
 
-@pytest.mark.parametrize("constants,message", [
-    ({"scale": 0}, "method orthohash: scale must be a finite number > 0, got 0.0"),
-    ({"scale": float("nan")}, "method orthohash: scale must be a finite number > 0, got nan"),
-    ({"scale": "big"}, "method orthohash: scale must be a number, got 'big'"),
-    ({"margin": -0.1}, "method orthohash: margin must be a finite number >= 0, got -0.1"),
-    ({"margin": 2.0}, "method orthohash: margin must be below 2, got 2.0"),
-    ({"quantization": -1}, "method orthohash: quantization must be a finite number >= 0, got -1.0"),
-    ({"quantization": float("inf")}, "method orthohash: quantization must be a finite number >= 0, got inf"),
-])
-def test_bad_constants(constants, message):
-    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
-        make(**constants)
-
-
-def test_bad_centers_and_shapes():
+def test_bad_centers():
     with pytest.raises(ValueError, match=r"method orthohash needs \(3, 4\) class centers"):
         create_method("orthohash", bits=4, num_classes=3)
     with pytest.raises(ValueError, match=r"method orthohash needs \(3, 4\) class centers"):
         create_method("orthohash", bits=4, num_classes=3, centers=torch.ones(3, 5))
-    with pytest.raises(ValueError, match=r"u must have shape \(batch, 4\)"):
-        run(make(), [[0.1] * 5], [[1, 0, 0]])
 
 
 def test_replace_mode_drops_the_classification_part():
@@ -151,12 +117,6 @@ def test_replace_mode_drops_the_classification_part():
     out = wrapped(u, y, None)
     assert set(out.parts) == {"quantization", "lower_bound"}
     assert float(out.parts["quantization"]) == pytest.approx(float(base(u, y, None).parts["quantization"]))
-
-
-def test_loss_decreases_on_digits():
-    centers = torch.where(torch.randn(10, 16, generator=torch.Generator().manual_seed(0)) >= 0, 1.0, -1.0)
-    start, end = digits_loss_steps("orthohash", centers=centers)
-    assert end < 0.8 * start
 
 
 @pytest.mark.parametrize("lbhash", [False, True], ids=["orthohash", "orthohash_D"])

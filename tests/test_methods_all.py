@@ -1,4 +1,7 @@
-"""Properties every registered method must have, and the defaults table in the docs."""
+"""Properties every registered method must have (the contract checks, in the spirit of
+scikit-learn's check_estimator: each runs over every registered method, with per-method inputs
+from a small table where a method needs its own), and the defaults table in the docs. The
+hand-computed values and method-specific behaviour live in tests/test_method_<name>.py."""
 
 import re
 from pathlib import Path
@@ -8,6 +11,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from helpers import assert_resume_matches, digits_loss_steps, digits_subset, train_passes
 from lbhash.cli import main
 from lbhash.cli.methods import markdown_table
 from lbhash.methods import PROFILES
@@ -19,12 +23,14 @@ DOCS = Path(__file__).resolve().parents[1] / "docs" / "methods.md"
 C, BITS, N = 4, 16, 12
 
 
-def make(name, multi_label=False):
+def make(name, multi_label=False, **constants):
+    """The method with its default constants (those given replace them), C classes of random
+    centers, BITS bits and a bank of N items."""
     torch.manual_seed(0)
     centers = torch.where(torch.randn(C, BITS) >= 0, 1.0, -1.0)
-    constants = method_defaults(name).constants
-    return create_method(name, BITS, C, num_train=N, centers=centers, multi_label=multi_label,
-                         **constants), centers
+    kwargs = {"num_train": N, "centers": centers, "multi_label": multi_label,
+              **method_defaults(name).constants, **constants}
+    return create_method(name, BITS, C, **kwargs), centers
 
 
 DEEP = [n for n in available_methods() if not method_class(n).closed_form]
@@ -173,3 +179,225 @@ def test_dbdh_trains_at_its_validated_learning_rate_unless_the_paper_profile_is_
     assert resolve_config(TrainConfig(data="digits", method="dbdh", defaults="paper"), dataset).lr == 1e-3
     assert resolve_config(TrainConfig(data="digits", method="dbdh", lr=0.01), dataset).lr == 0.01
     assert resolve_config(TrainConfig(data="digits", method="csq"), dataset).lr == 1e-3
+
+
+# --- the contract of a deep method ----------------------------------------------------------------
+
+SINGLE = torch.eye(C)[[0, 2, 0, 1]]
+MULTI = torch.tensor([[1.0, 1, 0, 0], [0, 0, 1, 0], [0, 1, 1, 1], [0, 0, 0, 0]])  # the last item has no label
+
+# (method, constants, the whole one-line message), each constant checked when the method is built
+BAD_CONSTANTS = [
+    ("dbdh", {"num_train": None}, "method dbdh keeps a memory bank of every training item and needs the "
+                                  "training-set size (num_train)"),
+    ("dbdh", {"p": 3}, "method dbdh: p must be 1 or 2, got 3"),
+    ("dbdh", {"alpha": -1}, "method dbdh: alpha must be a finite number >= 0, got -1.0"),
+    ("dch", {"gamma": 0}, "dch: gamma must be > 0, got 0"),
+    ("dsdh", {"nu": 0.0}, "method dsdh: nu must be a finite number > 0, got 0.0"),
+    ("dsdh", {"mu": -1.0}, "method dsdh: mu must be a finite number > 0, got -1.0"),
+    ("dsdh", {"eta": float("nan")}, "method dsdh: eta must be a finite number >= 0, got nan"),
+    ("dsdh", {"dcc_iter": 0}, "method dsdh: dcc_iter must be a positive integer, got 0"),
+    ("hashnet", {"continuation_step": 0}, "hashnet: continuation_step must be a positive integer, got 0"),
+    ("orthohash", {"scale": 0}, "method orthohash: scale must be a finite number > 0, got 0.0"),
+    ("orthohash", {"scale": float("nan")}, "method orthohash: scale must be a finite number > 0, got nan"),
+    ("orthohash", {"scale": "big"}, "method orthohash: scale must be a number, got 'big'"),
+    ("orthohash", {"margin": -0.1}, "method orthohash: margin must be a finite number >= 0, got -0.1"),
+    ("orthohash", {"margin": 2.0}, "method orthohash: margin must be below 2, got 2.0"),
+    ("orthohash", {"quantization": -1}, "method orthohash: quantization must be a finite number >= 0, got -1.0"),
+    ("orthohash", {"quantization": float("inf")},
+     "method orthohash: quantization must be a finite number >= 0, got inf"),
+]
+
+
+@pytest.mark.parametrize("name, constants, message", BAD_CONSTANTS,
+                         ids=[f"{n}-{'-'.join(c)}" for n, c, _ in BAD_CONSTANTS])
+def test_bad_constants(name, constants, message):
+    with pytest.raises(ValueError) as info:
+        make(name, **constants)
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize("name", DEEP)
+def test_bad_shapes(name):
+    loss, _ = make(name)
+    u, labels, index = torch.zeros(2, BITS), torch.eye(C)[[0, 1]], torch.tensor([0, 1])
+    with pytest.raises(ValueError, match=rf"^method {name}: u must have shape \(batch, {BITS}\), got \(2, 3\)$"):
+        loss(torch.zeros(2, 3), labels, index)
+    with pytest.raises(ValueError, match=rf"^method {name}: labels must have shape \(2, {C}\), got \(2, 2\)$"):
+        loss(u, torch.zeros(2, 2), index)
+
+
+@pytest.mark.parametrize("name", BANK_METHODS)
+def test_memory_bank_methods_check_the_index_range(name):
+    loss, _ = make(name)
+    u, labels = torch.zeros(2, BITS), torch.eye(C)[[0, 1]]
+    with pytest.raises(ValueError, match=rf"index values must lie in \[0, {N}\), got min 1, max {N}"):
+        loss(u, labels, torch.tensor([1, N]))
+    with pytest.raises(ValueError, match="index values"):
+        loss(u, labels, torch.tensor([-1, 2]))
+
+
+def fill_bank(loss):
+    """Write every row of a memory bank (outputs inside the clamp range of DBDH, every class),
+    then end an epoch (DSDH fits its codes B, so that its quantization term is in force)."""
+    gen = torch.Generator().manual_seed(0)
+    u = torch.rand(N, BITS, generator=gen, dtype=loss.U.dtype) * 1.6 - 0.8
+    loss(u, torch.eye(C, dtype=loss.Y.dtype)[torch.arange(N) % C], torch.arange(N))
+    loss.on_epoch_end(0)
+
+
+# (id, method, constants, the epoch whose schedule is in force)
+GRADIENT_CASES = [
+    ("csq", "csq", {}, None),
+    ("dbdh-p1", "dbdh", {"p": 1}, None),
+    ("dbdh-p2", "dbdh", {"p": 2}, None),
+    ("dch", "dch", {}, None),
+    ("dsdh", "dsdh", {"eta": 2.0}, None),
+    ("hashnet", "hashnet", {}, 20),  # the continuation scale has grown to sqrt(2)
+    ("orthohash", "orthohash", {"scale": 5.0, "margin": 0.3, "quantization": 0.5}, None),
+]
+# methods whose gradient is not the derivative of their loss, checked by hand in their own file
+STRAIGHT_THROUGH = {"greedyhash"}
+
+
+@pytest.mark.parametrize("name, constants, epoch", [c[1:] for c in GRADIENT_CASES], ids=[c[0] for c in GRADIENT_CASES])
+@pytest.mark.parametrize("multi_label", [False, True], ids=["single", "multi"])
+def test_gradient_matches_finite_differences(name, constants, epoch, multi_label):
+    loss = make(name, multi_label, **constants)[0].double()
+    if epoch is not None:
+        loss.on_epoch_start(epoch)
+    bank = method_class(name).needs_index
+    if bank:
+        fill_bank(loss)
+        before = loss.U.clone()
+        loss._remember = lambda *args: None  # hold the bank fixed while gradcheck perturbs u
+    labels = (MULTI if multi_label else SINGLE).double()
+    index = torch.tensor([5, 1, 2, 11])
+    torch.manual_seed(1)
+    u = torch.randn(4, BITS, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x: loss(x, labels, index).total, (u,), eps=1e-6, atol=1e-6)
+    if bank:
+        torch.testing.assert_close(loss.U, before)  # all bank writes go through _remember
+
+
+# constants under which extreme outputs are hardest for a method
+EXTREME = {"hashnet": {"alpha": 100.0}, "orthohash": {"quantization": 1.0}}
+
+
+def extreme_outputs(name, u):
+    loss, _ = make(name, **EXTREME.get(name, {}))
+    u.requires_grad_()
+    out = loss(u, SINGLE, torch.arange(4))
+    out.total.backward()
+    return out, u.grad
+
+
+@pytest.mark.parametrize("name", DEEP)
+def test_zero_output_is_finite_with_finite_gradient(name):
+    torch.manual_seed(1)
+    u = torch.randn(4, BITS)
+    u[1] = 0.0
+    out, grad = extreme_outputs(name, u)
+    assert torch.isfinite(out.total) and torch.isfinite(grad).all()
+
+
+@pytest.mark.parametrize("name", DEEP)
+def test_large_outputs_stay_finite(name):
+    torch.manual_seed(1)
+    out, grad = extreme_outputs(name, torch.randn(4, BITS) * 1e4)
+    assert torch.isfinite(out.total) and torch.isfinite(grad).all()
+
+
+# (id, method, constants, the loss after 20 full-batch Adam steps is below this fraction of the first)
+DIGITS_CASES = [
+    ("csq", "csq", {}, 0.9),
+    ("dch", "dch", {"bits": 32}, 0.95),
+    ("greedyhash", "greedyhash", {}, 0.8),
+    ("greedyhash-bce", "greedyhash", {"classifier_loss": "bce"}, 0.95),
+    ("hashnet", "hashnet", {"bits": 32}, 0.95),
+    ("orthohash", "orthohash", {}, 0.8),
+]
+
+
+@pytest.mark.parametrize("name, constants, factor", [c[1:] for c in DIGITS_CASES], ids=[c[0] for c in DIGITS_CASES])
+def test_loss_decreases_on_digits(name, constants, factor):
+    if method_class(name).uses_centers:  # 10 classes of random centers
+        bits = constants.get("bits", 16)
+        centers = torch.where(torch.randn(10, bits, generator=torch.Generator().manual_seed(0)) >= 0, 1.0, -1.0)
+        constants = {**constants, "centers": centers}
+    start, end = digits_loss_steps(name, **constants)
+    assert end < factor * start
+
+
+# memory-bank methods train over shuffled passes with their epoch hooks: (a first pass fills the
+# bank and ends an epoch, the mean loss of the last of 5 passes is below factor * first - margin)
+BANK_DIGITS = {
+    # the likelihood starts near log 2 and has a floor well above 0: expect steady, small steps
+    "dbdh": (False, 1.0, 0.02),
+    # the first pass fills the bank, so that every pass below has B fitted
+    "dsdh": (True, 0.9, 0.0),
+}
+
+
+@pytest.mark.parametrize("name", BANK_METHODS)
+def test_memory_bank_loss_decreases_on_digits(name):
+    fill_first, factor, margin = BANK_DIGITS[name]
+    torch.manual_seed(0)
+    x, labels = digits_subset()
+    loss = create_method(name, bits=16, num_classes=10, num_train=len(x))
+    head = torch.nn.Linear(64, 16)
+    if fill_first:
+        with torch.no_grad():
+            loss(head(x), labels, torch.arange(len(x)))
+        loss.on_epoch_end(0)
+    means = train_passes(loss, head, x, labels, passes=5)  # 20 steps
+    assert all(b < a for a, b in zip(means, means[1:])) and means[-1] < factor * means[0] - margin, means
+
+
+# (the state a memory-bank method saves, a part of it that a fresh module does not share:
+# DBDH's bank starts at zeros, DSDH's codes B at other random signs)
+BANK_STATE = {"dbdh": ({"U", "Y"}, "U"), "dsdh": ({"U", "Y", "B", "W", "fitted"}, "B")}
+
+
+@pytest.mark.parametrize("name", BANK_METHODS)
+def test_memory_bank_state_dict_restores_the_method_exactly(name, tmp_path):
+    names, fresh_differs = BANK_STATE[name]
+    torch.manual_seed(1)
+    x, labels = digits_subset(128)
+    loss = create_method(name, bits=8, num_classes=10, num_train=len(x))
+    head = torch.nn.Linear(64, 8)
+    train_passes(loss, head, x, labels, passes=2)
+    torch.save(loss.state_dict(), tmp_path / "state.pt")
+    torch.manual_seed(99)  # a fresh module starts from other random codes
+    fresh = create_method(name, bits=8, num_classes=10, num_train=len(x))
+    assert not torch.equal(getattr(fresh, fresh_differs), getattr(loss, fresh_differs))
+    fresh.load_state_dict(torch.load(tmp_path / "state.pt", weights_only=True))
+    assert set(fresh.state_dict()) == names
+    for key in names:
+        assert torch.equal(getattr(fresh, key), getattr(loss, key)), key
+    index = torch.tensor([3, 40, 77])
+    with torch.no_grad():
+        u = head(x[index])
+    a, b = loss(u, labels[index], index), fresh(u, labels[index], index)
+    assert all(float(a.parts[k]) > 0 for k in a.parts), a.parts  # every term is in force
+    assert all(torch.equal(a.parts[k], b.parts[k]) for k in a.parts)
+    loss.on_epoch_end(2)
+    fresh.on_epoch_end(2)
+    for key in names:
+        assert torch.equal(getattr(fresh, key), getattr(loss, key)), key
+
+
+@pytest.mark.parametrize("name", BANK_METHODS)
+def test_interrupted_run_resumes_to_the_same_codes(name, tmp_path, monkeypatch):
+    from lbhash.train import TrainConfig, train
+
+    monkeypatch.setenv("LBHASH_CACHE_DIR", str(tmp_path / "cache"))
+    cfg = TrainConfig(data="digits", method=name, bits=16, epochs=4, hidden=[64], progress=False, lr_step=0)
+    assert_resume_matches(train, cfg, tmp_path)
+
+
+def test_every_deep_method_has_its_rows_in_the_contract_tables():
+    """A new method adds its inputs to the tables above (or, for the gradient, says why not)."""
+    assert {c[1] for c in GRADIENT_CASES} | STRAIGHT_THROUGH == set(DEEP)
+    assert {c[1] for c in DIGITS_CASES} | set(BANK_DIGITS) == set(DEEP)
+    assert set(BANK_DIGITS) == set(BANK_STATE) == set(BANK_METHODS)

@@ -14,6 +14,8 @@ from lbhash.data import (
     parse_protocol,
     save_split,
 )
+from helpers import cli, one_line_error
+from lbhash.errors import InputError
 from lbhash.labels import SparseClassIdsWarning, as_multihot
 
 COUNTS = np.array([20, 25, 30, 22, 40])
@@ -279,3 +281,56 @@ def test_each_named_cifar10_protocol_evaluates_at_its_sources_R(tmp_path):
     old = replace(deephash, topk=54000)
     save_split(tmp_path / "split.npz", old)
     assert load_split(tmp_path / "split.npz").topk == 54000
+
+
+# --- a part with one class: nothing to rank by, refused before the run writes ---------------------
+
+@pytest.fixture
+def one_class_features(tmp_path):
+    path = tmp_path / "oneclass.npz"
+    rng = np.random.default_rng(0)
+    np.savez(path, features=rng.normal(size=(300, 8)).astype(np.float32), labels=np.zeros(300, dtype=np.int64))
+    return path
+
+
+@pytest.mark.parametrize("method, part", [("lsh", "database"), ("pca", "database"), ("linear", "train"),
+                                          ("csq", "train")])
+def test_data_with_one_class_is_refused_before_the_run_writes(tmp_path, one_class_features, method, part):
+    out = tmp_path / "run"
+    result = cli("train", "--method", method, "--data", f"features:{one_class_features}", "--protocol",
+                 "random:200,50", "--bits", "8", "--epochs", "1", "--no-progress", "--out", out)
+    one_line_error(result, "oneclass.npz", f"the {part} part of split random:200,50",
+                   "1 class(es)", "at least 2")
+    assert not out.exists()
+
+
+def test_one_class_without_evaluation_trains(tmp_path, one_class_features):
+    out = tmp_path / "run"
+    result = cli("train", "--method", "lsh", "--data", f"features:{one_class_features}", "--protocol",
+                 "all-train", "--bits", "8", "--no-progress", "--out", out)
+    assert result.exit_code == 0, result.output
+    assert (out / "manifest.json").is_file()
+
+
+# --- issue 19, 16: given:T, a subset of a file's own train part --------------------------------------
+
+class Items:
+    """The fields make_split reads: 10 train items and 4 test items, two classes."""
+
+    name = "items"
+    labels = np.eye(2, dtype=bool)[np.arange(14) % 2]
+    is_test = np.arange(14) >= 10
+
+
+def test_given_t_trains_on_a_seeded_sample_of_the_train_part():
+    full = make_split(Items, "given", seed=0)
+    part = make_split(Items, "given:4", seed=0)
+    assert len(part.train) == 4 and set(part.train) <= set(range(10)) and list(part.train) == sorted(part.train)
+    assert list(part.query) == [10, 11, 12, 13] and sorted(part.database) == list(range(10))
+    assert np.array_equal(part.query, full.query) and np.array_equal(part.database, full.database)
+    assert np.array_equal(part.train, make_split(Items, "given:4", seed=0).train)
+    assert any(not np.array_equal(part.train, make_split(Items, "given:4", seed=s).train) for s in range(1, 6))
+    with pytest.raises(InputError, match="'given:11' trains on 11 items.*has 10"):
+        make_split(Items, "given:11", seed=0)
+    with pytest.raises(InputError, match="at least 1"):
+        make_split(Items, "given:0", seed=0)

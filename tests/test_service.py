@@ -2,6 +2,7 @@
 
 import io
 import os
+import socket
 import threading
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 from PIL import Image
 
+from helpers import cli, one_line_error, snapshot
 from index_fakes import FakeEncoder
 from index_reference import random_codes, top_k
 from lbhash.errors import InputError
@@ -290,3 +292,14 @@ def test_the_test_client_imports_without_a_deprecation_warning():
     result = subprocess.run([sys.executable, "-W", "error", "-c", "import fastapi.testclient"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, f"install the test extra (make install): {result.stderr.strip()[-500:]}"
+
+
+def test_a_busy_port_is_one_line_and_touches_no_file(input_files):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        before = snapshot(input_files)
+        one_line_error(cli("serve", input_files / "idx", "--host", "127.0.0.1", "--port", port),
+                       f"--port {port}", f"127.0.0.1:{port}", "in use")
+    assert snapshot(input_files) == before  # no write-ahead log was created

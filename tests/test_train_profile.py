@@ -1,6 +1,10 @@
 """`lbhash train` needs --data (no silent toy set), and its first lines name the profile and
-what it changes from the paper."""
+what it changes from the paper, then what the run loaded (data.json); off a terminal it prints
+one line per epoch, and --quiet prints only the results."""
 
+import json
+
+import numpy as np
 import pytest
 from helpers import FAST_TRAIN, cli
 
@@ -101,3 +105,57 @@ def test_hash_encoder_and_lbhash_train_train_with_the_same_recipe(tmp_path):
     recipe = ("optimizer", "lr", "weight_decay", "lr_step", "lr_gamma", "schedule", "warmup_epochs", "batch_size")
     assert {k: getattr(enc.config_, k) for k in recipe} == {k: getattr(cli_cfg, k) for k in recipe}
     assert cli_cfg.lr == 3e-4 and cli_cfg.lr_step == 0
+
+
+# --- issue 19, 15: what a run loaded, --quiet, one line per epoch in a log ------------------------
+
+DIGITS_LINE = ("data digits: features, 1797 items, 10 classes, 64 features (used as stored); "
+               "split digits: 1000 train, 300 query, 1497 database")
+
+
+def run_args(out, *extra):
+    return ["train", "--data", "digits", "--bits", 16, "--hidden", 64, "--centers", "hadamard", "--epochs", 3,
+            "--eval-every", 2, "--out", out, *extra]
+
+
+def test_a_run_says_what_it_loaded_and_prints_one_line_per_epoch_off_a_terminal(tmp_path):
+    result = cli(*run_args(tmp_path / "run"))  # progress on (the default); CliRunner is no terminal
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0] == "profile recommended: differs from the paper in epochs 3 (paper 100), lr_step 0 (paper 10)"
+    assert lines[1] == DIGITS_LINE and "\r" not in result.output
+    epochs = [line for line in lines if line.startswith("csq epoch ")]
+    assert [line.split(":")[0] for line in epochs] == ["csq epoch 1/3", "csq epoch 2/3", "csq epoch 3/3"]
+    log = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    assert epochs[1] == (f"csq epoch 2/3: loss {log[1]['loss']['total']:.4f}, {log[1]['seconds']:.1f} s, "
+                         f"mAP@all {log[1]['eval']['map']:.4f}")
+    summary = json.loads((tmp_path / "run" / "data.json").read_text())
+    assert summary == {"data": "digits", "name": "digits", "kind": "features", "items": 1797, "classes": 10,
+                       "multi_label": False, "feature_dim": 64, "dequantized": False,
+                       "split": {"protocol": "digits", "seed": 0, "train": 1000, "query": 300, "database": 1497,
+                                 "validation": 0}}
+    resumed = cli("train", "--resume", "--out", tmp_path / "run")
+    assert resumed.exit_code == 0 and DIGITS_LINE not in resumed.output  # finished: nothing loaded
+
+
+def test_quiet_prints_only_the_results(tmp_path):
+    result = cli(*run_args(tmp_path / "run", "--quiet"))
+    assert result.exit_code == 0, result.output
+    assert "data digits" not in result.output and "epoch" not in result.output
+    assert result.output.splitlines()[0].startswith("codes ") and "mAP@all" in result.output
+    assert (tmp_path / "run" / "data.json").is_file()
+    both = cli(*run_args(tmp_path / "other", "--quiet", "--progress"))
+    assert both.exit_code == 2 and "--quiet" in both.output and not (tmp_path / "other").exists()
+
+
+def test_the_data_line_says_when_features_were_dequantized(tmp_path):
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "q.npz", x=rng.integers(0, 255, (120, 8), dtype=np.uint8), labels=np.arange(120) % 3,
+             is_test=np.arange(120) >= 100, scale=np.float32(0.02), zero_point=np.float32(128))
+    result = cli("train", "--data", f"features:{tmp_path / 'q.npz'}", "--protocol", "given", "--bits", 8,
+                 "--hidden", 16, "--epochs", 1, "--out", tmp_path / "run", "--no-progress")
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[1] == ("data features:" + str(tmp_path / "q.npz") + ": features, 120 items, "
+                                             "3 classes, 8 features (dequantized); split given: 100 train, "
+                                             "20 query, 100 database")
+    assert json.loads((tmp_path / "run" / "data.json").read_text())["dequantized"] is True

@@ -1,14 +1,20 @@
-"""Regression suite of bad inputs: every case gives exit status 2, one line `error: ...` that
-names the value, no traceback, and leaves no file behind (or works as documented)."""
+"""The CLI's one-line error path: bad input to any command gives exit status 2, one line
+`error: ...` that names the value, no traceback, and leaves every file as it was (or works as
+documented); so does a run whose files changed, and a missing optional dependency (one line
+naming the extra that installs it). Missing modules are simulated with sys.modules[name] = None,
+which makes every import of them fail as if they were not installed."""
 
 import shutil
+import sys
 
 import numpy as np
 import pytest
 import torch
 
-from helpers import FAST_TRAIN, cli
+from helpers import FAST_TRAIN, cli, one_line_error, snapshot
 from lbhash.codes_file import save_codes_file
+from lbhash.errors import InputError, require_extra
+from lbhash.limits import MAX_K
 
 
 @pytest.fixture(autouse=True)
@@ -20,14 +26,7 @@ def files_under(root):
     return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
 
 
-def one_line_error(result, *fragments):
-    assert result.exit_code == 2, (result.exit_code, result.output, result.exception)
-    lines = result.output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
-    assert "Traceback" not in result.output
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, lines[0])
-
+# --- options, config files, outputs and data of every command -------------------------------------
 
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
@@ -151,46 +150,90 @@ def test_edited_run_files_are_refused_naming_the_file(tmp_path, finished_run):
     assert not (tmp_path / "e.npz").exists()
 
 
-def test_sparse_class_ids_warn_as_a_python_warning():
-    import warnings
+# --- issue 19: values past the limits, array shapes and ids, paths in list files ------------------
+# (input_files: tests/conftest.py)
 
-    from lbhash.errors import LbhashWarning
-    from lbhash.labels import SparseClassIdsWarning, as_multihot
+# (id: the issue's point, arguments with {w} for the work folder, fragments the one line must hold)
+CASES_19 = [
+    ("1-evaluate-radius-over-bits", ["evaluate", "{w}/codes.npz", "--radius", "1000", "--out", "{w}/m.json"],
+     ["radius must be at most bits=16", "1000"]),
+    ("2-query-labels-3d", ["evaluate", "{w}/q3d.npz", "--out", "{w}/m.json"],
+     ["q3d.npz", "'query_labels'", "(300, 1, 1)"]),
+    ("2-both-labels-3d", ["evaluate", "{w}/both3d.npz", "--out", "{w}/m.json"],
+     ["both3d.npz", "'query_labels'", "(300, 1, 1)"]),
+    ("3-float-ids", ["index", "add", "{w}/idx", "{w}/float_ids.npz"], ["float_ids.npz", "'ids' must be integers", "1.5"]),
+    ("3-integral-float-ids", ["index", "add", "{w}/idx", "{w}/int_float_ids.npz"],
+     ["int_float_ids.npz", "'ids' must be integers", "float64"]),
+    ("4-remove-id-past-int64", ["index", "remove", "{w}/idx", "--ids", "99999999999999999999999"],
+     ["--ids", "99999999999999999999999", "int64"]),
+    ("5-search-k-huge", ["search", "{w}/idx", "--codes", "{w}/q.npy", "-k", "100000000000"],
+     ["-k must be at most 1000", "100000000000"]),
+    ("5-search-k-zero", ["search", "{w}/idx", "--codes", "{w}/q.npy", "-k", "0"], ["-k must be a positive integer", "0"]),
+    ("6-filter-class-huge", ["search", "{w}/idx", "--codes", "{w}/q.npy", "--filter-labels", "99999999999"],
+     ["--filter-labels", "between 0 and 65535", "99999999999"]),
+    ("6-filter-class-negative", ["search", "{w}/idx", "--codes", "{w}/q.npy", "--filter-labels", "2,-1"],
+     ["--filter-labels", "-1"]),
+    ("6-add-class-over-limit", ["index", "add", "{w}/idx", "{w}/big_class.npz"], ["class id 65536", "at most 65535"]),
+    ("7-features-beyond-memory", ["train", *FAST_TRAIN[2:], "--data", "features:{w}/huge.npz", "--out", "{w}/run"],
+     ["huge.npz", "'x'", "(30, 2000000000000)", "memory available"]),
+    ("7-npy-beyond-memory", ["train", *FAST_TRAIN[2:], "--data", "features:{w}/huge.npy?labels={w}/labels.npy",
+                             "--out", "{w}/run"], ["huge.npy", "(30, 2000000000000)", "memory available"]),
+    ("7-query-file-beyond-memory", ["search", "{w}/idx", "--codes", "{w}/huge.npy"],
+     ["huge.npy", "(30, 2000000000000)"]),
+    ("9-k-and-radius", ["search", "{w}/idx", "--codes", "{w}/q.npy", "-k", "5", "--radius", "2"],
+     ["either -k or --radius", "-k 5", "--radius 2"]),
+    ("11-absolute-list-path", ["train", "--data", "list:{w}/lists?root={w}/imgs", "--out", "{w}/run"],
+     ["train.txt:2", "absolute paths are not allowed", "/imgs/b.jpg"]),
+    ("serve-max-k-over-table", ["serve", "{w}/idx", "--max-k", str(MAX_K + 1)], ["--max-k", str(MAX_K + 1)]),
+]
 
-    assert issubclass(SparseClassIdsWarning, LbhashWarning) and issubclass(LbhashWarning, UserWarning)
-    with pytest.warns(SparseClassIdsWarning, match=r"^ids: class ids are not dense \(largest 5, 2 used\); "
-                                                   r"remapped to 0..1 in increasing order$"):
-        labels = as_multihot(np.array([0, 5, 5]), "ids")
-    np.testing.assert_array_equal(labels, [[1, 0], [0, 1], [0, 1]])
-    with warnings.catch_warnings():  # filters see it: ignored, or turned into an error
-        warnings.simplefilter("error", SparseClassIdsWarning)
-        with pytest.raises(SparseClassIdsWarning):
-            as_multihot(np.array([0, 5]), "ids")
-        warnings.simplefilter("ignore", SparseClassIdsWarning)
-        as_multihot(np.array([0, 5]), "ids")
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        as_multihot(np.array([1, 0, 1]), "ids")  # dense ids: no warning
+
+@pytest.mark.parametrize("args, fragments", [c[1:] for c in CASES_19], ids=[c[0] for c in CASES_19])
+def test_bad_input_is_one_line_and_changes_nothing(input_files, args, fragments):
+    before = snapshot(input_files)
+    one_line_error(cli(*[a.format(w=input_files) for a in args]), *fragments)
+    assert snapshot(input_files) == before
 
 
-def test_sparse_class_ids_are_remapped_with_a_warning(tmp_path):
-    rng = np.random.default_rng(1)
-    ids = np.where(rng.random(200) < 0.5, 0, 10**9)
-    np.savez(tmp_path / "f.npz", x=rng.normal(size=(200, 8)).astype(np.float32) + ids[:, None] / 10**9,
-             labels=ids, is_test=np.arange(200) >= 160)
-    result = cli("train", "--data", f"features:{tmp_path / 'f.npz'}", "--bits", "8", "--epochs", "1",
-                 "--hidden", "16", "--centers", "hadamard", "--out", tmp_path / "run", "--no-progress")
-    assert result.exit_code == 0, result.output
-    warned = [line for line in result.output.splitlines() if "class ids are not dense" in line]
-    assert len(warned) == 1 and warned[0].startswith("warning: ") and "(largest 1000000000, 2 used)" in warned[0]
-    codes = np.load(tmp_path / "run" / "codes.npz")
-    assert set(np.unique(codes["db_labels"])) == {0, 1}
+# --- a missing optional dependency ------------------------------------------------------------------
+
+def hide(monkeypatch, *names):
+    for name in names:
+        monkeypatch.setitem(sys.modules, name, None)
 
 
-def test_list_file_paths_may_not_leave_the_image_root(tmp_path):
-    lists = tmp_path / "lists"
-    lists.mkdir()
-    for name in ("train.txt", "test.txt", "database.txt"):
-        (lists / name).write_text("a.jpg 1 0\n../../../../etc/passwd 0 1\n")
-    one_line_error(cli("train", "--data", f"list:{lists}", "--out", tmp_path / "run"),
-                   "train.txt:2", "leaves the image root")
+SERVE = "lbhash serve needs the 'serve' extra: pip install 'lbhash[serve]'"
+MILVUS = "--backend milvus needs the 'milvus' extra: pip install 'lbhash[milvus]'"
+TENSORBOARD = "--logger tensorboard needs the 'tensorboard' extra: pip install 'lbhash[tensorboard]'"
+
+
+@pytest.mark.parametrize("module", ["uvicorn", "fastapi"])
+def test_serve_without_the_serve_extra(tmp_path, monkeypatch, module):
+    hide(monkeypatch, module)
+    result = cli("serve", tmp_path / "idx", "--port", "0")
+    assert one_line_error(result, SERVE).startswith(f"error: {SERVE}")
+    assert f"(no module {module})" in result.output
+
+
+def test_milvus_backend_without_pymilvus(monkeypatch):
+    hide(monkeypatch, "pymilvus")
+    assert one_line_error(cli("index", "info", "lbhash", "--backend", "milvus"), MILVUS).startswith(f"error: {MILVUS}")
+    assert one_line_error(cli("serve", "lbhash", "--backend", "milvus", "--port", "0"),
+                          MILVUS).startswith(f"error: {MILVUS}")
+
+
+def test_tensorboard_logger_without_tensorboardx(tmp_path, monkeypatch):
+    monkeypatch.setenv("LBHASH_CACHE_DIR", str(tmp_path / "cache"))
+    hide(monkeypatch, "tensorboardX", "tensorboard")  # Lightning writes with either
+    out = tmp_path / "run"
+    assert one_line_error(cli("train", *FAST_TRAIN, "--epochs", "1", "--logger", "tensorboard", "--out", out),
+                          TENSORBOARD).startswith(f"error: {TENSORBOARD}")
+    assert not out.exists()  # checked before the run writes anything
+
+
+def test_any_one_of_alternative_modules_will_do(monkeypatch):
+    hide(monkeypatch, "lbhash_no_such_module")
+    require_extra("x", "y", ("lbhash_no_such_module", "json"))
+    with pytest.raises(InputError, match=r"^x needs the 'y' extra: pip install 'lbhash\[y\]' \(no module "
+                                         r"lbhash_no_such_module or lbhash_no_such_module_2\)$"):
+        require_extra("x", "y", "json", ("lbhash_no_such_module", "lbhash_no_such_module_2"))

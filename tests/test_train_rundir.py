@@ -1,5 +1,6 @@
-"""Fault injection: a held lock, corrupted and malicious checkpoints, a full disk, torn log
-lines, killed writes, diverging training."""
+"""A run directory (lbhash.train.rundir) under faults: a held lock, corrupted and malicious
+checkpoints, a full disk while encoding, and runs that fail (diverging, or after their first
+write) marked failed so that resume and encode refuse them."""
 
 import errno
 import fcntl
@@ -13,10 +14,8 @@ import zipfile
 import numpy as np
 import pytest
 import torch
-from click.testing import CliRunner
 
-from lbhash._io import atomic_path
-from lbhash.cli import main
+from helpers import cli, one_line_error, unfinished_run
 from lbhash.train import TrainConfig, train
 
 FAST = dict(data="digits", bits=16, hidden=[64], centers="hadamard", progress=False, lbhash=True)
@@ -25,32 +24,6 @@ FAST = dict(data="digits", bits=16, hidden=[64], centers="hadamard", progress=Fa
 @pytest.fixture(autouse=True)
 def cache_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("LBHASH_CACHE_DIR", str(tmp_path.parent / "centers-cache"))
-
-
-def cli(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def one_line_error(result, *fragments):
-    assert result.exit_code == 2, (result.exit_code, result.output, result.exception)
-    lines = result.output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in result.output, result.output
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, lines[0])
-
-
-class Killed(Exception):
-    pass
-
-
-def unfinished_run(path, epochs=3, kill_at=1):
-    """A run stopped after epoch `kill_at` (its checkpoint written), as a kill leaves it."""
-    def die(epoch):
-        if epoch == kill_at:
-            raise Killed
-    with pytest.raises(Killed):
-        train(TrainConfig(**FAST, epochs=epochs), path, on_epoch_end=die)
-    return path
 
 
 def flip_tensor_bytes(checkpoint):
@@ -66,6 +39,8 @@ def flip_tensor_bytes(checkpoint):
         fh.seek(start)
         fh.write(bytes(b ^ 0xFF for b in data))
 
+
+# --- the lock: one process per run directory --------------------------------------------------------
 
 def test_a_held_lock_stops_a_second_process_at_once(tmp_path):
     out = tmp_path / "run"
@@ -96,6 +71,8 @@ def test_two_training_processes_on_one_directory(tmp_path):
         first.kill()
         first.wait()
 
+
+# --- checkpoints: checked against the manifest, or their zip CRCs, and never unpickled --------------
 
 def test_flipped_bytes_in_a_checkpoint_tensor_are_refused(tmp_path):
     finished = tmp_path / "finished"
@@ -146,44 +123,7 @@ def test_full_disk_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
-def test_torn_last_log_line_is_dropped_on_resume(tmp_path, caplog):
-    cut = unfinished_run(tmp_path / "cut", epochs=3, kill_at=2)
-    with open(cut / "log.jsonl", "a") as fh:
-        fh.write('{"epoch": 3, "lo')
-    with caplog.at_level("WARNING", logger="lbhash"):
-        train(None, cut, resume=True)
-    assert any("log.jsonl" in r.getMessage() and "torn" in r.getMessage() for r in caplog.records)
-    epochs = [json.loads(line)["epoch"] for line in (cut / "log.jsonl").read_text().splitlines()]
-    assert epochs == [1, 2, 3]
-
-
-def test_a_failure_before_the_first_checkpoint_does_not_duplicate_epochs(tmp_path):
-    cut = unfinished_run(tmp_path / "cut", epochs=3, kill_at=1)
-    (cut / "checkpoint.pt").unlink()  # as if killed between the log line and the checkpoint
-    train(None, cut, resume=True)
-    epochs = [json.loads(line)["epoch"] for line in (cut / "log.jsonl").read_text().splitlines()]
-    assert epochs == [1, 2, 3]
-
-
-def test_killed_writes_leave_no_temporaries_behind_for_long(tmp_path):
-    target = tmp_path / "x.json"
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    stale = tmp_path / f".x.json.{dead.pid}.abcd1234.tmp"
-    stale.write_bytes(b"")
-    live = tmp_path / f".x.json.{os.getpid()}.live.tmp"  # a write in progress elsewhere is kept
-    live.write_bytes(b"")
-    with atomic_path(target) as tmp:
-        tmp.write_text("{}")
-    assert not stale.exists() and live.exists() and target.read_text() == "{}"
-
-
-def test_stale_temporaries_in_a_run_directory_are_removed_on_resume(tmp_path):
-    cut = unfinished_run(tmp_path / "cut")
-    (cut / ".checkpoint.pt.424242.dead.tmp").write_bytes(b"")
-    train(None, cut, resume=True)
-    assert not list(cut.glob(".*.tmp"))
-
+# --- failed runs: status.json says so, and resume and encode refuse them --------------------------
 
 def test_a_diverging_run_stops_with_one_line_and_says_it_failed(tmp_path):
     out = tmp_path / "run"
@@ -196,33 +136,6 @@ def test_a_diverging_run_stops_with_one_line_and_says_it_failed(tmp_path):
         json.loads(line)  # strict JSON
     one_line_error(cli("train", "--resume", "--out", out), "failed run")
     one_line_error(cli("encode", out, "--out", tmp_path / "e.npz"), "failed run")
-
-
-@pytest.fixture
-def one_class_features(tmp_path):
-    path = tmp_path / "oneclass.npz"
-    rng = np.random.default_rng(0)
-    np.savez(path, features=rng.normal(size=(300, 8)).astype(np.float32), labels=np.zeros(300, dtype=np.int64))
-    return path
-
-
-@pytest.mark.parametrize("method, part", [("lsh", "database"), ("pca", "database"), ("linear", "train"),
-                                          ("csq", "train")])
-def test_data_with_one_class_is_refused_before_the_run_writes(tmp_path, one_class_features, method, part):
-    out = tmp_path / "run"
-    result = cli("train", "--method", method, "--data", f"features:{one_class_features}", "--protocol",
-                 "random:200,50", "--bits", "8", "--epochs", "1", "--no-progress", "--out", out)
-    one_line_error(result, "oneclass.npz", f"the {part} part of split random:200,50",
-                   "1 class(es)", "at least 2")
-    assert not out.exists()
-
-
-def test_one_class_without_evaluation_trains(tmp_path, one_class_features):
-    out = tmp_path / "run"
-    result = cli("train", "--method", "lsh", "--data", f"features:{one_class_features}", "--protocol",
-                 "all-train", "--bits", "8", "--no-progress", "--out", out)
-    assert result.exit_code == 0, result.output
-    assert (out / "manifest.json").is_file()
 
 
 def test_a_run_that_fails_after_its_first_write_is_marked_failed(tmp_path, monkeypatch):

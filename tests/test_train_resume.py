@@ -1,13 +1,17 @@
-"""`lbhash train --resume` on a finished run, and `--resume --epochs N`: training a run further."""
+"""Resuming a run (`lbhash train --resume`, `train(None, out, resume=True)`): an unfinished run
+continues where its last checkpoint left it (a torn log line, a kill before the first checkpoint,
+stale temporaries), a finished run says there is nothing to do once its files verify against its
+manifest, and `--resume --epochs N` trains a finished run further."""
 
 import json
+import shutil
 
 import numpy as np
 import pytest
 import torch
 import yaml
 
-from helpers import FAST_TRAIN, Killed, cli, one_line_error
+from helpers import FAST_TRAIN, Killed, cli, one_line_error, snapshot, unfinished_run
 from lbhash.codes_file import load_codes_file
 from lbhash.train import TrainConfig, train
 from lbhash.train.rundir import verify_finished_run
@@ -175,3 +179,92 @@ def test_a_run_that_stopped_early_is_not_trained_further(tmp_path, monkeypatch):
     one_line_error(cli("train", "--out", run, "--resume", "--epochs", "6"), "--epochs 6",
                     "stopped early at epoch 2", "patience 1")
     verify_finished_run(run)
+
+
+# --- an unfinished run continues from its last checkpoint -----------------------------------------
+
+def test_torn_last_log_line_is_dropped_on_resume(tmp_path, caplog):
+    cut = unfinished_run(tmp_path / "cut", epochs=3, kill_at=2)
+    with open(cut / "log.jsonl", "a") as fh:
+        fh.write('{"epoch": 3, "lo')
+    with caplog.at_level("WARNING", logger="lbhash"):
+        train(None, cut, resume=True)
+    assert any("log.jsonl" in r.getMessage() and "torn" in r.getMessage() for r in caplog.records)
+    epochs = [json.loads(line)["epoch"] for line in (cut / "log.jsonl").read_text().splitlines()]
+    assert epochs == [1, 2, 3]
+
+
+def test_a_failure_before_the_first_checkpoint_does_not_duplicate_epochs(tmp_path):
+    cut = unfinished_run(tmp_path / "cut", epochs=3, kill_at=1)
+    (cut / "checkpoint.pt").unlink()  # as if killed between the log line and the checkpoint
+    train(None, cut, resume=True)
+    epochs = [json.loads(line)["epoch"] for line in (cut / "log.jsonl").read_text().splitlines()]
+    assert epochs == [1, 2, 3]
+
+
+def test_stale_temporaries_in_a_run_directory_are_removed_on_resume(tmp_path):
+    cut = unfinished_run(tmp_path / "cut")
+    (cut / ".checkpoint.pt.424242.dead.tmp").write_bytes(b"")
+    train(None, cut, resume=True)
+    assert not list(cut.glob(".*.tmp"))
+
+
+# --- issue 19, 8: resuming a finished run verifies every file against its manifest ----------------
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """A finished CSQ_D run on digits that kept its best validation epoch (best.pt: the weights)."""
+    out = tmp_path_factory.mktemp("finished") / "R"
+    result = cli("train", *FAST_TRAIN, "--lbhash", "--epochs", "2", "--validation", "0.2",
+                 "--select", "best-val", "--eval-every", "1", "--out", out)
+    assert result.exit_code == 0, result.output
+    assert (out / "best.pt").is_file()
+    return out
+
+
+class Payload:
+    def __reduce__(self):
+        return (print, ("payload ran",))
+
+
+def corrupt(path, how):
+    data = path.read_bytes()
+    if how == "truncated":
+        path.write_bytes(data[: len(data) // 2])
+    elif how == "zeroed":
+        path.write_bytes(bytes(len(data)))
+    elif how == "flipped":
+        middle = len(data) // 2
+        path.write_bytes(data[:middle] + bytes(b ^ 0xFF for b in data[middle:middle + 8]) + data[middle + 8:])
+    elif how == "pickle":
+        import torch
+
+        torch.save({"learner": Payload()}, path)
+    elif how == "python-tag":
+        path.write_text("bits: !!python/object/apply:os.system ['echo payload ran']\n")
+
+
+@pytest.mark.parametrize("name, how", [
+    ("checkpoint.pt", "truncated"), ("checkpoint.pt", "zeroed"), ("checkpoint.pt", "flipped"),
+    ("checkpoint.pt", "pickle"), ("best.pt", "flipped"), ("best.pt", "pickle"), ("config.yaml", "python-tag"),
+    ("config.yaml", "truncated"), ("metrics.json", "zeroed"), ("codes.npz", "flipped"),
+])
+def test_resuming_a_changed_finished_run_is_refused(tmp_path, finished_run, name, how):
+    run = tmp_path / "R"
+    shutil.copytree(finished_run, run)
+    corrupt(run / name, how)
+    before = snapshot(run)
+    result = cli("train", "--resume", "--out", run)
+    one_line_error(result, name, "SHA-256")
+    assert "payload ran" not in result.output and snapshot(run) == before
+
+
+def test_resuming_an_intact_finished_run_reprints_its_metrics(tmp_path, finished_run):
+    run = tmp_path / "R"
+    shutil.copytree(finished_run, run)
+    (run / "best.pt").unlink()
+    one_line_error(cli("train", "--resume", "--out", run), "best.pt", "missing")
+    shutil.copy(finished_run / "best.pt", run / "best.pt")
+    before = snapshot(run)
+    result = cli("train", "--resume", "--out", run)
+    assert result.exit_code == 0 and "mAP@all" in result.output and snapshot(run) == before
