@@ -60,7 +60,7 @@ def test_registry():
 def make_d(mode, weight=0.7):
     torch.manual_seed(5)
     base = create_method("csq", bits=8, num_classes=3, centers=CENTERS)
-    return LowerBoundObjective(base, CENTERS, BlockSurrogate(8), weight=weight, mode=mode).eval()
+    return LowerBoundObjective(base, CENTERS, BlockSurrogate(8), lbhash_weight=weight, lbhash_mode=mode).eval()
 
 
 @pytest.mark.parametrize("mode", ["add", "replace"])
@@ -92,8 +92,8 @@ def test_one_backward_keeps_the_two_gradients_apart():
         head.zero_grad()
         wrapped.zero_grad()
         u = head(x)
-        theta = wrapped(u, labels, torch.arange(5)).total
-        pi = wrapped.loss_pi(u)[0]
+        out, (pi, _) = wrapped.losses(u, labels, torch.arange(5))
+        theta = out.total
         {"both": theta + pi, "theta": theta, "pi": pi}[which].backward()
         return ([p.grad.clone() if p.grad is not None else None for p in head.parameters()],
                 [p.grad.clone() if p.grad is not None else None for p in wrapped.surrogate.parameters()])
@@ -111,6 +111,6 @@ def test_one_backward_keeps_the_two_gradients_apart():
 def test_lbhash_wrapper_checks():
     base = create_method("csq", bits=8, num_classes=3, centers=CENTERS)
     with pytest.raises(ValueError, match="mode must be 'add' or 'replace', got 'swap'"):
-        LowerBoundObjective(base, CENTERS, BlockSurrogate(8), mode="swap")
+        LowerBoundObjective(base, CENTERS, BlockSurrogate(8), lbhash_mode="swap")
     with pytest.raises(ValueError, match="surrogate has 16 bits but the method has 8"):
         LowerBoundObjective(base, CENTERS, BlockSurrogate(16))

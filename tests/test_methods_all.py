@@ -50,7 +50,7 @@ def test_lbhash_adds_exactly_l_theta_for_every_method(name, multi_label):
     base, centers = make(name, multi_label)
     surrogate = BlockSurrogate(BITS)
     mode = method_defaults(name).lbhash_mode
-    wrapped = LowerBoundObjective(base, centers, surrogate, weight=0.5, mode=mode).eval()
+    wrapped = LowerBoundObjective(base, centers, surrogate, lbhash_weight=0.5, lbhash_mode=mode).eval()
     u = torch.randn(6, BITS)
     labels = torch.eye(C)[torch.tensor([0, 1, 2, 3, 0, 1])]
     if multi_label:

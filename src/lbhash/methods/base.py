@@ -84,7 +84,6 @@ class HashLoss(nn.Module):
     needs_index: ClassVar[bool] = False        # keeps per-sample state (a memory bank)
     single_label_only: ClassVar[bool] = False
     uses_centers: ClassVar[bool] = False       # needs class centers (lbhash.centers)
-    has_classifier: ClassVar[bool] = False
     needs_labels: ClassVar[bool] = True        # False: unsupervised, trains on unlabelled items
     closed_form: ClassVar[bool] = False        # fitted in one pass (`fit_projection`), no gradient steps
     lbhash_mode: ClassVar[str] = "add"         # how the _D objective combines with the loss

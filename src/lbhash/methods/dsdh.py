@@ -58,7 +58,6 @@ class DSDH(MemoryBankLoss):
     display_name = "DSDH"
     description = "Deep supervised discrete hashing: bank likelihood + codes and classifier by DCC"
     center_part = None
-    has_classifier = True
 
     def __init__(self, bits: int, num_classes: int, num_train: int | None = None,
                  centers: torch.Tensor | None = None, multi_label: bool = False,

@@ -38,7 +38,6 @@ class GreedyHash(HashLoss):
     name = "greedyhash"
     display_name = "GreedyHash"
     description = "GreedyHash: classifier on sign(u) with a straight-through gradient, cubic quantization"
-    has_classifier = True
     benchmark_recipe = Recipe(optimizer="sgd", lr=1e-3, weight_decay=5e-4, lr_step=30, epochs=200,
                               batch_size=64)
 

@@ -182,11 +182,6 @@ class LowerBoundObjective(nn.Module):
         parts["lower_bound"] = self.weight * theta
         return loss_output(parts), (pi, accuracy)
 
-    def loss_pi(self, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """L_pi alone on the detached outputs, and the surrogate's pattern accuracy."""
-        l = u if self.assignment == "contiguous" else u.index_select(1, self.order)
-        return self.surrogate.loss_pi(flip_bits(l, self.flips) if self.flips else l)
-
     def _targets(self, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Candidate patterns (P, u) and per-sample weights (B, P) of L_theta."""
         if self.multilabel_target == "average":

@@ -45,7 +45,6 @@ class OrthoHash(HashLoss):
     description = "OrthoHash: cross-entropy on scaled cosines to fixed class codes with an additive margin"
     center_part = "classification"
     uses_centers = True
-    has_classifier = True
     # "add", unlike CSQ: with "replace" nothing of OrthoHash would remain (its quantization
     # weight is 0), and OrthoHash_D would be L_theta alone, i.e. CSQ_D without CSQ's term.
     lbhash_mode = "add"
