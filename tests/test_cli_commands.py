@@ -72,3 +72,11 @@ def test_a_command_that_trains_imports_torch(codes_dir):
     done = subprocess.run([sys.executable, "-c", PROBE, "train", "--help"], cwd=codes_dir, capture_output=True,
                           text=True, timeout=600)
     assert done.stderr.splitlines()[-1] == "exit 0 torch True"
+
+
+def test_a_long_line_is_cut_at_a_word_with_an_ellipsis():
+    from lbhash.cli.common import short_line
+
+    assert short_line("Evaluate codes.", 40) == "Evaluate codes."
+    assert short_line("Search INDEX_DIR; print each query's ids", 20) == "Search INDEX_DIR..."
+    assert short_line("one two three four", 12) == "one two..."

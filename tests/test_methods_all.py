@@ -192,6 +192,7 @@ BAD_CONSTANTS = [
                                   "training-set size (num_train)"),
     ("dbdh", {"p": 3}, "method dbdh: p must be 1 or 2, got 3"),
     ("dbdh", {"alpha": -1}, "method dbdh: alpha must be a finite number >= 0, got -1.0"),
+    ("csq", {"quantization": -1}, "method csq: quantization must be a finite number >= 0, got -1"),
     ("dch", {"gamma": 0}, "dch: gamma must be > 0, got 0"),
     ("dsdh", {"nu": 0.0}, "method dsdh: nu must be a finite number > 0, got 0.0"),
     ("dsdh", {"mu": -1.0}, "method dsdh: mu must be a finite number > 0, got -1.0"),

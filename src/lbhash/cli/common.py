@@ -75,10 +75,16 @@ class LazyGroup(LbhashGroup):
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         width = formatter.width - 6 - max(len(name) for name in self.list_commands(ctx))
-        rows = [(name, click.utils.make_default_short_help(self.commands_table[name][2], width))
-                for name in self.list_commands(ctx)]
+        rows = [(name, short_line(self.commands_table[name][2], width)) for name in self.list_commands(ctx)]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
+
+
+def short_line(text: str, width: int) -> str:
+    """`text` cut at a word to fit `width`, with "..." when cut."""
+    if len(text) <= width:
+        return text
+    return text[: max(0, width - 2)].rsplit(" ", 1)[0].rstrip(" ,;:") + "..."  # a whole last word only
 
 
 def parse_topk(value: str) -> int | None:

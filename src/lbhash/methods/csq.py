@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -51,6 +53,8 @@ class CSQ(HashLoss):
         super().__init__(bits, num_classes, num_train, centers, multi_label)
         if centers is None or tuple(centers.shape) != (num_classes, bits):
             raise InputError(f"CSQ needs ({num_classes}, {bits}) class centers")
+        if not (isinstance(quantization, (int, float)) and math.isfinite(quantization) and quantization >= 0):
+            raise InputError(f"method csq: quantization must be a finite number >= 0, got {quantization!r}")
         self.quantization = float(quantization)
         self.register_buffer("centers", centers.float().clone())
 
