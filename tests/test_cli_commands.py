@@ -80,3 +80,9 @@ def test_a_long_line_is_cut_at_a_word_with_an_ellipsis():
     assert short_line("Evaluate codes.", 40) == "Evaluate codes."
     assert short_line("Search INDEX_DIR; print each query's ids", 20) == "Search INDEX_DIR..."
     assert short_line("one two three four", 12) == "one two..."
+
+
+def test_the_search_layer_loads_neither_torch_nor_the_metric_kernels():
+    code = "import sys, lbhash.index, lbhash.cli.search; print(sorted({'torch', 'numba'} & set(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr

@@ -7,26 +7,29 @@ which computes them all for a query/database pair; asymmetric_map and rank_asymm
 by the queries' real-valued outputs (lbhash.evaluate.asymmetric).
 """
 
-from lbhash.evaluate.asymmetric import asymmetric_map, rank_asymmetric
-from lbhash.evaluate.bound import LowerBound, lower_bound
-from lbhash.evaluate.report import evaluate_codes, format_metrics, map_label
-from lbhash.evaluate.retrieval import (
-    DEFAULT_KS,
-    PRCurve,
-    PrecisionAtK,
-    RadiusPrecision,
-    average_precision,
-    classifier_accuracy,
-    knn_accuracy,
-    mean_average_precision,
-    precision_at_k,
-    precision_recall_curve,
-    precision_within_radius,
-)
+import importlib
 
-__all__ = [
-    "DEFAULT_KS", "LowerBound", "PRCurve", "PrecisionAtK", "RadiusPrecision",
-    "asymmetric_map", "average_precision", "classifier_accuracy", "evaluate_codes", "format_metrics", "knn_accuracy", "lower_bound",
-    "map_label", "mean_average_precision", "precision_at_k", "precision_recall_curve",
-    "precision_within_radius", "rank_asymmetric",
-]
+# public name -> its module; imported on first use, so that `lbhash.evaluate.asymmetric` (which
+# search re-ranking needs) does not load the numba kernels of the ranking metrics
+_HOMES = {
+    "asymmetric_map": "asymmetric", "rank_asymmetric": "asymmetric",
+    "LowerBound": "bound", "lower_bound": "bound",
+    "evaluate_codes": "report", "format_metrics": "report", "map_label": "report",
+    **{name: "retrieval" for name in ("DEFAULT_KS", "PRCurve", "PrecisionAtK", "RadiusPrecision",
+                                      "average_precision", "classifier_accuracy", "knn_accuracy",
+                                      "mean_average_precision", "precision_at_k", "precision_recall_curve",
+                                      "precision_within_radius")},
+}
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str):
+    if name not in _HOMES:
+        raise AttributeError(f"module 'lbhash.evaluate' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"lbhash.evaluate.{_HOMES[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOMES})
