@@ -100,15 +100,6 @@ class Split:
         parts = PARTS if len(self.unseen_classes) else PARTS[:4]
         return {part: len(getattr(self, part)) for part in parts}
 
-    def describe(self) -> str:
-        r = "all" if self.topk is None else self.topk
-        text = (f"{self.protocol} (seed {self.seed}): {len(self.train)} train, {len(self.query)} query, "
-                f"{len(self.database)} database, default mAP@{r}")
-        if len(self.unseen_classes):
-            text += (f"; held-out classes {self.unseen_classes.tolist()}, seen classes: "
-                     f"{len(self.seen_query)} query, {len(self.seen_database)} database")
-        return text
-
     def check(self, num_items: int, name: str = "data set") -> None:
         """Raise if this split does not fit a data set of `num_items` items."""
         if self.num_items is not None and self.num_items != num_items:
