@@ -64,7 +64,7 @@ def _md_rows(block):
 # ---- the full report ----
 
 def test_report_has_every_section_and_valid_pngs(built):
-    path, text, _ = built
+    path, text = built
     for title in SECTIONS.values():
         assert f"## {title}\n" in text, title
     images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
@@ -83,7 +83,7 @@ def test_report_has_every_section_and_valid_pngs(built):
 
 
 def test_grid_cells_equal_independent_means(built, fixture_dir):
-    _, text, _ = built
+    _, text = built
     rows = list(csv.DictReader(open(fixture_dir / "grid.csv")))
     table = _md_rows(_section(text, "grid"))
     label = {"hashnet": "HashNet", "greedyhash": "GreedyHash", "csq": "CSQ"}
@@ -134,7 +134,7 @@ def test_baselines_cells_equal_independent_means(built, fixture_dir):
 
 
 def test_ratio_section_counts_infinite_runs(built, fixture_dir):
-    _, text, _ = built
+    _, text = built
     block = _section(text, "ratio")
     assert "1 run(s) with an infinite ratio" in block
     rows = [r for r in csv.DictReader(open(fixture_dir / "grid.csv")) if r["run_id"] != INF_RUN]
@@ -145,7 +145,7 @@ def test_ratio_section_counts_infinite_runs(built, fixture_dir):
 
 
 def test_agreement_is_derived_from_the_numbers(built):
-    _, text, _ = built
+    _, text = built
     block = _section(text, "agreement")
     # the fixture makes HashNet_D worse at 32 bits while the paper has it better
     assert "✘ HashNet_D" in block
