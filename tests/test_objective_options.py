@@ -227,8 +227,10 @@ def test_the_objective_takes_the_configs_names_and_the_old_ones_warn():
                block_assignment="redraw", block_redraw_every=3, fused_surrogate=False)
     made = LowerBoundObjective(create_method("csq", 16, 4, centers=centers), centers, BlockSurrogate(16), **new)
     old = {short: new[long] for short, long in OLD_NAMES.items()}
-    with pytest.warns(DeprecationWarning, match="pass lbhash_weight="):
+    with pytest.warns(DeprecationWarning) as warned:
         again = LowerBoundObjective(create_method("csq", 16, 4, centers=centers), centers, BlockSurrogate(16), **old)
+    assert sorted(str(w.message) for w in warned) == sorted(
+        f"LowerBoundObjective({short}=...) is deprecated: pass {long}=..." for short, long in OLD_NAMES.items())
     for attribute in ("weight", "mode", "reduction", "flips", "assignment", "redraw_every", "fused"):
         assert getattr(again, attribute) == getattr(made, attribute)
     assert (made.weight, made.mode, made.flips, made.redraw_every) == (0.5, "replace", 2, 3)
