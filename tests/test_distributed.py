@@ -61,6 +61,7 @@ def test_banks_and_surrogate_stay_identical_across_ranks(tmp_path):
     assert result["max_diff"] == 0.0
 
 
+@pytest.mark.slow  # two training processes, about 1 min; make test-slow
 @pytest.mark.parametrize("method", ["csq", "dbdh"])
 def test_two_process_cli_run_writes_one_run_directory(tmp_path, method):
     env = {**os.environ, "LBHASH_CACHE_DIR": str(tmp_path / "cache")}
@@ -84,6 +85,7 @@ def test_two_process_cli_run_writes_one_run_directory(tmp_path, method):
     assert [r["epoch"] for r in log] == [1, 2, 3, 4]
 
 
+@pytest.mark.slow  # torchrun and two processes, about 20 s; make test-slow
 def test_torchrun_launch(tmp_path):
     env = {**os.environ, "LBHASH_CACHE_DIR": str(tmp_path / "cache")}
     out = tmp_path / "run"
@@ -96,6 +98,7 @@ def test_torchrun_launch(tmp_path):
     assert json.loads((out / "metrics.json").read_text())["map"] > 0.5
 
 
+@pytest.mark.slow  # two processes, about 45 s; make test-slow
 def test_two_process_encode_writes_the_codes_of_one_process(tmp_path):
     env = {**os.environ, "LBHASH_CACHE_DIR": str(tmp_path / "cache")}
     run = tmp_path / "run"

@@ -101,6 +101,7 @@ def test_report_of_a_mixed_directory(tmp_path):
     assert "is not here: no data" not in text
 
 
+@pytest.mark.slow  # reports the committed results, about 40 s; make test-slow
 @pytest.mark.parametrize("where, own, expected", [
     ("tables", ("grid", "curves", "ratio", "convergence", "bound", "timing", "centers", "toy"),
      {"grid": ["D", "cifar10", "0, 1, 2", "50"], "toy": ["—", "—", "0", "—"], "bound": ["D", "cifar10", "0", "50"],

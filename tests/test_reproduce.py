@@ -54,6 +54,7 @@ def grid_command(out, epochs=2):
             "--epochs", str(epochs), "--out", str(out)] + FAST
 
 
+@pytest.mark.slow  # a killed grid runner, about 25 s; make test-slow
 def test_killed_grid_resumes_and_skips_finished_cells(tmp_path):
     out = tmp_path / "res"
     env = {**os.environ, "LBHASH_CACHE_DIR": str(tmp_path / "cache")}
