@@ -190,3 +190,23 @@ def unfinished_run(path, epochs=3, kill_at=1):
         train(TrainConfig(data="digits", bits=16, hidden=[64], centers="hadamard", progress=False, lbhash=True,
                           epochs=epochs), path, on_epoch_end=die)
     return path
+
+
+def run_bounded(cmd, *, env, timeout=300, cwd=None):
+    """Run cmd in its own process group; past `timeout` seconds kill the whole group (a
+    multi-process run's ranks included, which subprocess.run's own timeout leaves alive) and
+    fail with what it printed. Returns the CompletedProcess."""
+    import os
+    import signal
+    import subprocess
+
+    proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"{' '.join(map(str, cmd[:6]))} ... ran past {timeout} s and was killed; "
+                    f"its last output:\n{(out or '')[-1500:]}\n{(err or '')[-3000:]}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)

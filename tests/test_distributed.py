@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 import torch
 
+from helpers import run_bounded
+
 
 def _ddp_worker(fabric, result_path):
     """Each rank trains DBDH_D on its own shard; afterwards banks and parameters must agree."""
@@ -51,26 +53,31 @@ def _ddp_worker(fabric, result_path):
 
 
 def test_banks_and_surrogate_stay_identical_across_ranks(tmp_path):
-    from lightning.fabric import Fabric
-
-    fabric = Fabric(accelerator="cpu", devices=2, strategy="ddp_spawn")
-    fabric.launch(_ddp_worker, str(tmp_path / "result.json"))
-    result = json.loads((tmp_path / "result.json").read_text())
+    # a process of its own, bounded in time: a hung rank fails this test (with every thread's
+    # stack, from faulthandler) instead of stalling the suite
+    result_path = tmp_path / "result.json"
+    result = run_bounded([sys.executable, __file__, str(result_path)], env=_env(tmp_path), timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    result = json.loads(result_path.read_text())
     # every rank wrote every rank's batches into its bank, and DDP kept the parameters equal
     assert result["bank_rows_written"] == 48
     assert result["max_diff"] == 0.0
 
 
+def _env(tmp_path):
+    return {**os.environ, "LBHASH_CACHE_DIR": str(tmp_path / "cache"), "PYTHONFAULTHANDLER": "1"}
+
+
 @pytest.mark.slow  # two training processes, about 1 min; make test-slow
 @pytest.mark.parametrize("method", ["csq", "dbdh"])
 def test_two_process_cli_run_writes_one_run_directory(tmp_path, method):
-    env = {**os.environ, "LBHASH_CACHE_DIR": str(tmp_path / "cache")}
+    env = _env(tmp_path)
     runs = tmp_path / "runs"
     cmd = [sys.executable, "-m", "lbhash.cli", "train", "--data", "digits", "--method", method,
            "--lbhash", "--bits", "16", "--hidden", "128", "--centers", "hadamard", "--epochs", "4",
            "--lr", "1e-3", "--lr-step", "0", "--devices", "2", "--accelerator", "cpu", "--no-progress",
            "--out", str(runs / "run")]
-    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    result = run_bounded(cmd, env=env, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     assert [p.name for p in runs.iterdir()] == ["run"]
     metrics = json.loads((runs / "run" / "metrics.json").read_text())
@@ -87,12 +94,12 @@ def test_two_process_cli_run_writes_one_run_directory(tmp_path, method):
 
 @pytest.mark.slow  # torchrun and two processes, about 20 s; make test-slow
 def test_torchrun_launch(tmp_path):
-    env = {**os.environ, "LBHASH_CACHE_DIR": str(tmp_path / "cache")}
+    env = _env(tmp_path)
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "lbhash.cli",
            "train", "--data", "digits", "--bits", "16", "--hidden", "128", "--centers", "hadamard",
            "--epochs", "3", "--devices", "2", "--accelerator", "cpu", "--no-progress", "--out", str(out)]
-    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    result = run_bounded(cmd, env=env, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.count("run directory:") == 1
     assert json.loads((out / "metrics.json").read_text())["map"] > 0.5
@@ -100,16 +107,15 @@ def test_torchrun_launch(tmp_path):
 
 @pytest.mark.slow  # two processes, about 45 s; make test-slow
 def test_two_process_encode_writes_the_codes_of_one_process(tmp_path):
-    env = {**os.environ, "LBHASH_CACHE_DIR": str(tmp_path / "cache")}
+    env = _env(tmp_path)
     run = tmp_path / "run"
     base = [sys.executable, "-m", "lbhash.cli"]
     subprocess.run(base + ["train", "--data", "digits", "--bits", "16", "--hidden", "64", "--centers", "hadamard",
                            "--epochs", "1", "--no-progress", "--out", str(run)],
                    env=env, check=True, capture_output=True, timeout=600)
     for devices in ("1", "2"):
-        result = subprocess.run(base + ["encode", str(run), "--devices", devices, "--no-progress", "--real",
-                                        "--out", str(tmp_path / f"codes{devices}.npz")],
-                                env=env, capture_output=True, text=True, timeout=600)
+        result = run_bounded(base + ["encode", str(run), "--devices", devices, "--no-progress", "--real",
+                                     "--out", str(tmp_path / f"codes{devices}.npz")], env=env, timeout=600)
         assert result.returncode == 0, result.stderr[-2000:]
         assert result.stdout.count("encoded 1797 items") == 1  # rank 0 alone reports and writes
         assert "deprecated" not in result.stderr, result.stderr
@@ -121,3 +127,23 @@ def test_two_process_encode_writes_the_codes_of_one_process(tmp_path):
         assert two["real"].dtype == np.float32 and two["real"].shape == (1797, 16)
         np.testing.assert_allclose(one["real"], two["real"], rtol=1e-5, atol=1e-5)
         np.testing.assert_array_equal(np.packbits(two["real"] >= 0, axis=1, bitorder="little"), two["codes"])
+
+
+if __name__ == "__main__":  # the two-rank run of test_banks_and_surrogate_stay_identical_across_ranks
+    import faulthandler
+
+    from lightning.fabric import Fabric
+
+    faulthandler.dump_traceback_later(200, exit=True)  # a hang prints every thread's stack, then ends
+    Fabric(accelerator="cpu", devices=2, strategy="ddp_spawn").launch(_ddp_worker, sys.argv[1])
+
+
+def test_spawned_ranks_talk_over_loopback_unless_told_otherwise(monkeypatch):
+    from lbhash.train.processes import _gloo_over_loopback
+
+    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
+    _gloo_over_loopback()
+    assert os.environ["GLOO_SOCKET_IFNAME"] in ("lo", "lo0")
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "eth7")
+    _gloo_over_loopback()
+    assert os.environ["GLOO_SOCKET_IFNAME"] == "eth7"

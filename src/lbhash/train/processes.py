@@ -27,12 +27,28 @@ def make_fabric(accelerator: str, devices: int, precision: str, loggers=None):
     from lightning.fabric import Fabric
 
     logging.getLogger("lightning.fabric").setLevel(logging.WARNING)
+    if devices > 1 and "RANK" not in os.environ:
+        _gloo_over_loopback()
     fabric = Fabric(accelerator=accelerator, devices=devices, precision=precision, loggers=loggers)
     fabric.launch()  # starts the other processes of a multi-device run (no-op under torchrun)
     if fabric.world_size > 1 and fabric.device.type == "cpu":
         # processes share the CPUs: one full intra-op pool each would oversubscribe them
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // fabric.world_size))
     return fabric
+
+
+def _gloo_over_loopback() -> None:
+    """Processes that Lightning starts on this machine talk over the loopback interface: gloo
+    otherwise binds the address the host name resolves to, which on a misconfigured host (or a
+    sandbox) may accept a bind and never a connection. A GLOO_SOCKET_IFNAME set by the user wins;
+    torchrun launches (RANK set, possibly several machines) are left alone."""
+    import socket
+
+    if "GLOO_SOCKET_IFNAME" in os.environ or not hasattr(socket, "if_nameindex"):
+        return
+    loopback = [name for _, name in socket.if_nameindex() if name in ("lo", "lo0")]
+    if loopback:
+        os.environ["GLOO_SOCKET_IFNAME"] = loopback[0]  # inherited by the spawned ranks
 
 
 def leave_process_group(fabric) -> None:
