@@ -65,6 +65,33 @@ def test_large_database_head_of_ranking(rng):
                                    ref.average_precision(q, d, qm, dm, topk), atol=1e-9)
 
 
+@pytest.mark.parametrize("bits, multilabel", [(64, False), (64, True), (16, True), (128, False)])
+def test_whole_database_over_several_blocks(rng, bits, multilabel):
+    # R = all walks the database in blocks: more items than two blocks, a count that neither
+    # the block nor 4 divides, one-byte keys (up to 64 bits) and two-byte keys (128 bits)
+    from lbhash.evaluate._ap_all import BLOCK
+
+    q, d, ql, dl, qm, dm = make_case(rng, bits, multilabel, n_query=4, n_db=2 * BLOCK + 4003)
+    np.testing.assert_allclose(average_precision(q, d, ql, dl), ref.average_precision(q, d, qm, dm, None),
+                               rtol=0, atol=1e-12)
+
+
+def test_class_ids_and_label_words_give_identical_ap(rng):
+    # single-label data compares class ids; the label-word path must give the very same bits
+    import dataclasses
+
+    from lbhash.evaluate._inputs import prepare
+    from lbhash.evaluate.retrieval import average_precisions
+
+    q, d, ql, dl, _, _ = make_case(rng, 32, multilabel=False, n_query=9, n_db=3001, classes=7)
+    inp = prepare(q, d, ql, dl)
+    assert inp.db_class.shape == (3001,) and inp.db_class.dtype == np.uint8
+    words = dataclasses.replace(inp, q_class=inp.q_class[:0], db_class=inp.db_class[:0])
+    by_class, by_words = average_precisions(inp, None, True), average_precisions(words, None, True)
+    for a, b in zip(by_class, by_words):
+        np.testing.assert_array_equal(a, b)
+
+
 # --- tie-averaged AP -------------------------------------------------------------------------
 
 HAND_CASES = [

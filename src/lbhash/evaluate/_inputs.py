@@ -28,6 +28,8 @@ class Retrieval:
     db_label_words_t: np.ndarray  # (lw, n) uint64, word-major
     q_labels: np.ndarray     # (nq, C) bool
     db_labels: np.ndarray    # (n, C) bool
+    q_class: np.ndarray      # (nq,) class ids when every item has exactly one label, else empty
+    db_class: np.ndarray     # (n,)
 
     @property
     def n_query(self) -> int:
@@ -63,7 +65,18 @@ def prepare(query_codes, db_codes, query_labels, db_labels, bits=None) -> Retrie
         db_label_words_t=np.ascontiguousarray(db_label_words.T),
         q_labels=ql,
         db_labels=dl,
+        **dict(zip(("q_class", "db_class"), class_ids(ql, dl))),
     )
+
+
+def class_ids(*multihots: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Each row's one class id (the narrowest unsigned type) when every row of every array has
+    exactly one label, so that relevance is one comparison; else empty arrays."""
+    if not all(m.shape[1] > 0 and bool((m.sum(axis=1) == 1).all()) for m in multihots):
+        return tuple(np.empty(0, np.uint8) for _ in multihots)
+    classes = multihots[0].shape[1]
+    dtype = np.uint8 if classes <= 256 else np.uint16 if classes <= 65536 else np.uint32
+    return tuple(m.argmax(axis=1).astype(dtype) for m in multihots)
 
 
 def label_words(multihot: np.ndarray) -> np.ndarray:

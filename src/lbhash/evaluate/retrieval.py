@@ -14,7 +14,7 @@ from typing import Iterator, NamedTuple, Sequence
 import numpy as np
 
 from lbhash.checks import non_negative_int, positive_int
-from lbhash.evaluate import _kernels
+from lbhash.evaluate import _ap_all, _kernels
 from lbhash.labels import as_multihot
 from lbhash.evaluate._inputs import (
     Retrieval,
@@ -91,9 +91,10 @@ def average_precisions(inp: Retrieval, topk, tie_averaged: bool) -> tuple[np.nda
     ap_average = np.empty(inp.n_query if tie_averaged else 0)
 
     def work(a: int, b: int) -> None:
-        if top == inp.n_db:  # R = all: two linear passes, nothing ordered
-            _kernels.average_precision_all_chunk(
+        if top == inp.n_db:  # R = all: nothing ordered
+            _ap_all.average_precision_all_chunk(
                 inp.q_words[a:b], inp.db_t, inp.q_label_words[a:b], inp.db_label_words_t,
+                inp.q_class[a:b], inp.db_class, np.empty(_ap_all.BLOCK, _ap_all.key_dtype(inp.bits)),
                 ap_index[a:b], ap_average[a:b])
         else:
             _kernels.average_precision_chunk(

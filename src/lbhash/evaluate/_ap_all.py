@@ -1,0 +1,147 @@
+"""Numba kernel for AP over the whole database (R = all), docs/evaluation.md.
+
+Nothing is ordered. An item's rank is the number of items at smaller distances plus its
+position among the items at its own distance that come before it in index order (ties by
+index). Per query:
+
+1. keys: key = 2 * distance + relevant, one vectorised pass over a block of the codes (one
+   byte per item for codes of up to 64 bits);
+2. a walk over the block's keys, in index order, counts the items at each distance and, for the relevant items
+   only, records their distance and their position within it;
+3. the histogram gives the items before each distance, and the recorded relevant items,
+   summed in index order, give AP: the same divisions in the same order as a walk that
+   knew the histogram in advance, so the result is bit-identical to it.
+
+Memory per thread: one block of keys and the record of relevant items (up to 5 or 6 bytes
+per database item); popcount alone is the limit, see benchmarks/bench_evaluate_million.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from lbhash.evaluate._kernels import _fill_distances, _tie_averaged_ap
+
+
+BLOCK = 8192  # items per block: its keys (8 or 16 KB) stay in L1/L2 between keying and walking
+
+
+def key_dtype(bits: int):
+    """The narrowest unsigned type that holds 2 * distance + 1 for codes of `bits` bits."""
+    words = -(-bits // 64)
+    return np.uint8 if 2 * 64 * words + 1 <= 255 else np.uint16
+
+
+@njit(nogil=True, cache=True)
+def _keys(q_row, q_lab, q_class, db_t, db_labels_t, db_class, key):
+    """key[j] = 2 * distance(j) + relevant(j) for one block of the database (the arguments are
+    its slices). Relevance compares class ids when every item has exactly one label (db_class
+    sized), else ANDs the label bitmask words."""
+    _fill_distances(q_row, db_t, key)
+    n = key.shape[0]
+    if db_class.shape[0] > 0:
+        for j in range(n):
+            key[j] = (key[j] << 1) | (db_class[j] == q_class)
+        return
+    for j in range(n):
+        key[j] = key[j] << 1
+    for k in range(q_lab.shape[0]):
+        qk = q_lab[k]
+        for j in range(n):
+            key[j] |= (db_labels_t[k, j] & qk) != 0
+
+
+@njit(nogil=True, cache=True)
+def _walk(key, seen, rel_d, rel_pos, r):
+    """Count one block's items per key (seen: four interleaved rows of 2 * nbins counters,
+    so that neighbours with one key do not wait on one counter) and record each relevant
+    item's distance and its position among the earlier items at that distance, from record r
+    on. Returns the new number recorded."""
+    n = key.shape[0]
+    m = n - n % 4
+    row = seen.shape[0] // 4
+    for j in range(0, m, 4):
+        k0, k1, k2, k3 = key[j], key[j + 1], key[j + 2], key[j + 3]
+        if (k0 | k1 | k2 | k3) & 1:  # rare for many classes: one branch per four items
+            for t in range(4):
+                if key[j + t] & 1:
+                    d = key[j + t] >> 1
+                    position = 0
+                    for u in range(4):
+                        position += seen[u * row + 2 * d] + seen[u * row + 2 * d + 1]
+                    for u in range(t):  # the earlier items of this group of four
+                        position += (key[j + u] >> 1) == d
+                    rel_d[r] = d
+                    rel_pos[r] = position
+                    r += 1
+        seen[k0] += 1
+        seen[row + k1] += 1
+        seen[2 * row + k2] += 1
+        seen[3 * row + k3] += 1
+    for j in range(m, n):
+        k = key[j]
+        if k & 1:
+            d = k >> 1
+            position = 0
+            for u in range(4):
+                position += seen[u * row + 2 * d] + seen[u * row + 2 * d + 1]
+            rel_d[r] = d
+            rel_pos[r] = position
+            r += 1
+        seen[k] += 1
+    return r
+
+
+@njit(nogil=True, cache=True)
+def average_precision_all_chunk(q_words, db_t, q_labels, db_labels_t, q_class, db_class, key, ap_index,
+                                ap_average):
+    """AP over the whole database per query, ties by index (ap_index) and, if sized,
+    tie-averaged (ap_average). `key` is scratch of key_dtype(bits) and length BLOCK; q_class
+    and db_class are empty unless every item has exactly one label."""
+    n = db_t.shape[1]
+    nbins = 64 * db_t.shape[0] + 1
+    seen = np.empty(4 * 2 * nbins, np.int64)
+    rel_d = np.empty(n, key.dtype)
+    rel_pos = np.empty(n, np.int32)
+    hist = np.empty(nbins, np.int64)
+    rhist = np.empty(nbins, np.int64)
+    before = np.empty(nbins, np.int64)
+    rel_before = np.empty(nbins, np.int64)
+    rel_seen = np.empty(nbins, np.int64)
+    by_class = db_class.shape[0] > 0
+    want_average = ap_average.shape[0] > 0
+    for i in range(q_words.shape[0]):
+        seen[:] = 0
+        r = 0
+        for a in range(0, n, BLOCK):  # a block's keys stay in cache between the two passes
+            b = min(n, a + BLOCK)
+            _keys(q_words[i], q_labels[i], q_class[i] if by_class else 0, db_t[:, a:b], db_labels_t[:, a:b],
+                  db_class[a:b] if by_class else db_class, key[: b - a])
+            r = _walk(key[: b - a], seen, rel_d, rel_pos, r)
+        for d in range(nbins):
+            rhist[d] = 0
+            hist[d] = 0
+            for u in range(4):
+                rhist[d] += seen[u * 2 * nbins + 2 * d + 1]
+                hist[d] += seen[u * 2 * nbins + 2 * d] + seen[u * 2 * nbins + 2 * d + 1]
+            before[d] = 0 if d == 0 else before[d - 1] + hist[d - 1]
+            rel_before[d] = 0 if d == 0 else rel_before[d - 1] + rhist[d - 1]
+        if r == 0:
+            ap_index[i] = 0.0
+            if want_average:
+                ap_average[i] = 0.0
+            continue
+        rel_seen[:] = 0
+        total = 0.0
+        for t in range(r):  # index order: the order in which a single walk would add them
+            d = rel_d[t]
+            rel_seen[d] += 1
+            total += (rel_before[d] + rel_seen[d]) / (before[d] + rel_pos[t] + 1)
+        ap_index[i] = total / r
+        if want_average:
+            last = 0
+            for d in range(nbins):
+                if hist[d] > 0:
+                    last = d
+            ap_average[i] = _tie_averaged_ap(hist, rhist, last, n)
