@@ -1,0 +1,135 @@
+"""An epoch of lbhash's training loop against a minimal hand-written PyTorch loop, in one run.
+
+For each configuration, lbhash's `Trainer` and a hand-written loop train the same model and
+objective (built by the same builder with the same seed, so the same initial weights), with the
+same optimizers, batch size and data. The hand-written loop holds the data in memory as tensors
+(shuffled index slices, no loader, no statistics, no codes kept, no lower bound at the end of
+the epoch): what remains is the model's own arithmetic. Epochs of the two alternate, so both see
+the same machine state; the first epoch of each warms up and is left out of the medians.
+
+Configurations: CSQ and CSQ_D on features (32 and 64 bits, the 1024 -> 1024 -> bits head) and
+CSQ on 28 x 28 grayscale images with the smallcnn backbone (no augmentation).
+
+    python benchmarks/bench_train.py [--data features:PATH.npz] [--epochs 4] [--images 6000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from lbhash.train import TrainConfig
+from lbhash.train.builder import build_experiment, input_options
+from lbhash.train.loop import Trainer
+from lbhash.train.optim import make_optimizer
+
+
+def default_features(tmp: Path) -> tuple[str, str]:
+    shared = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "cifar10-mobilenetv1-features.npz"
+    if shared.is_file():
+        return f"features:{shared}", "cifar10"
+    rng = np.random.default_rng(0)  # stand-in with the shape of the CIFAR-10 features
+    path = tmp / "features.npz"
+    np.savez(path, x=rng.normal(size=(6000, 1024)).astype(np.float32), labels=rng.integers(0, 10, 6000),
+             is_test=np.arange(6000) >= 5000)
+    return f"features:{path}", "given"
+
+
+def digit_images(tmp: Path, n: int) -> str:
+    """n 28 x 28 grayscale images of 10 classes: a class pattern plus noise."""
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 10, n)
+    patterns = rng.integers(0, 256, size=(10, 28, 28))
+    noise = rng.integers(-40, 40, size=(n, 28, 28))
+    images = np.clip(patterns[labels] + noise, 0, 255).astype(np.uint8)
+    path = tmp / "images.npz"
+    np.savez(path, images=images, labels=labels, is_test=np.arange(n) >= int(0.9 * n))
+    return f"image-array:{path}"
+
+
+class HandLoop:
+    """The minimal loop: the experiment's learner and optimizers, the training data as tensors."""
+
+    def __init__(self, cfg: TrainConfig):
+        exp = build_experiment(cfg)
+        cfg = exp.cfg  # resolved: the method's learning rate, the backbone's defaults
+        self.learner = exp.learner
+        self.optimizers = [make_optimizer(cfg.optimizer, self.learner.theta_parameters(), cfg.lr, cfg.weight_decay)]
+        if self.learner.lower_bound is not None:
+            self.optimizers.append(make_optimizer("adam", self.learner.pi_parameters(), cfg.surrogate_lr,
+                                                  cfg.surrogate_weight_decay))
+        batches = exp.dataset.train_batches(exp.split.train, cfg.batch_size, options=input_options(exp.cfg))
+        xs, ys, order = zip(*batches.epoch(0))  # one pass to hold every model input in memory
+        position = torch.cat(order)
+        self.x = torch.cat(xs)[torch.argsort(position)]
+        self.y = torch.cat(ys)[torch.argsort(position)]
+        self.batch_size = cfg.batch_size
+
+    def epoch(self, seed: int) -> float:
+        start = time.perf_counter()
+        self.learner.train()
+        generator = torch.Generator().manual_seed(seed)
+        perm = torch.randperm(len(self.x), generator=generator)
+        for s in range(0, len(perm), self.batch_size):
+            index = perm[s:s + self.batch_size]
+            _, out, pi = self.learner(self.x[index], self.y[index], index)
+            loss = out.total if pi is None else out.total + pi[0]
+            for opt in self.optimizers:
+                opt.zero_grad(set_to_none=True)
+            loss.backward()
+            for opt in self.optimizers:
+                opt.step()
+        return time.perf_counter() - start
+
+
+def compare(cfg: TrainConfig, epochs: int) -> tuple[float, float, int]:
+    """Median seconds per epoch of lbhash's Trainer and of the hand loop, and steps per epoch."""
+    cfg = cfg.replace(epochs=epochs, lr_step=0, progress=False)
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer = Trainer(build_experiment(cfg), Path(tmp) / "run")
+        hand = HandLoop(cfg)
+        ours, theirs = [], []
+        for epoch in range(1, epochs + 1):
+            ours.append(trainer.train_epoch(epoch)["seconds"])
+            theirs.append(hand.epoch(epoch))
+        return float(np.median(ours[1:])), float(np.median(theirs[1:])), len(trainer.batches)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", default=None, help="a features: data spec (default: the CIFAR-10 features)")
+    p.add_argument("--epochs", type=int, default=4)
+    p.add_argument("--images", type=int, default=6000, help="synthetic 28 x 28 images (0: skip)")
+    args = p.parse_args()
+    print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; "
+          f"{torch.get_num_threads()} torch threads; median over epochs 2..{args.epochs}")
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        data, protocol = (args.data, "given") if args.data else default_features(tmp)
+        rows = []
+        for bits in (32, 64):
+            for lbhash in (False, True):
+                cfg = TrainConfig(data=data, protocol=protocol, method="csq", bits=bits, lbhash=lbhash)
+                rows.append((f"features {cfg.variant} {bits} bits", *compare(cfg, args.epochs)))
+        if args.images:
+            cfg = TrainConfig(data=digit_images(tmp, args.images), protocol="given", method="csq", bits=32,
+                              backbone="smallcnn", transform="cifar")
+            rows.append((f"28x28 images smallcnn CSQ 32 bits ({args.images} images)", *compare(cfg, args.epochs)))
+    print(f"{'configuration':<52} {'steps':>5} {'lbhash s/epoch':>15} {'hand loop':>10} {'ratio':>6}")
+    for name, ours, theirs, steps in rows:
+        print(f"{name:<52} {steps:>5} {ours:>15.3f} {theirs:>10.3f} {ours / theirs:>5.2f}x")
+    by_name = {name: ours / steps for name, ours, _, steps in rows}
+    for bits in (32, 64):
+        base, d = by_name[f"features csq {bits} bits"], by_name[f"features csq_D {bits} bits"]
+        print(f"_D step over CSQ step, features {bits} bits: {d / base:.2f}x")
+    print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()
