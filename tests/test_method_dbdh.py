@@ -76,16 +76,20 @@ def test_dbdh_balance_p1_is_absolute_p2_is_square():
     assert float(parts[2]) == pytest.approx(0.2 * (0.55 ** 2 + 0.475 ** 2) / 2, rel=1e-6)
 
 
-def bank_inputs(batch, n, bits, classes, scale=1.0, dtype=torch.float64, seed=0):
-    """Random u, multi-label batch labels and bank (some rows with several labels, some with
-    none: those are similar to nothing)."""
+def bank_inputs(batch, n, bits, classes, scale=1.0, dtype=torch.float64, seed=0, one_hot=False):
+    """Random u, batch labels and bank: multi-label (some rows with several labels, some with
+    none: those are similar to nothing), or one-hot rows when one_hot (and one unlabelled)."""
     gen = torch.Generator().manual_seed(seed)
     u = scale * torch.randn(batch, bits, generator=gen, dtype=dtype)
     bank_u = scale * torch.randn(n, bits, generator=gen)
-    labels = (torch.rand(batch, classes, generator=gen) < 0.3).float()
-    bank_y = (torch.rand(n, classes, generator=gen) < 0.3).float()
+    if one_hot:
+        labels = torch.eye(classes)[torch.randint(0, classes, (batch,), generator=gen)]
+        bank_y = torch.eye(classes)[torch.randint(0, classes, (n,), generator=gen)]
+    else:
+        labels = (torch.rand(batch, classes, generator=gen) < 0.3).float()
+        bank_y = (torch.rand(n, classes, generator=gen) < 0.3).float()
+        labels[1] = 1.0
     labels[0], bank_y[1] = 0.0, 0.0
-    labels[1] = 1.0
     return u, labels, bank_u, bank_y
 
 
@@ -103,9 +107,10 @@ def fused_and_plain(u, labels, bank_u, bank_y, block=None):
 
 @pytest.mark.parametrize("block", [None, 1, 7, 64, 1000], ids=lambda b: f"block{b}")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
-def test_fused_likelihood_and_gradient_match_the_plain_formula(block, dtype):
+@pytest.mark.parametrize("one_hot", [False, True], ids=["multi", "single"])
+def test_fused_likelihood_and_gradient_match_the_plain_formula(block, dtype, one_hot):
     # n = 300: blocks of 7 and 64 leave a short last block, 1000 exceeds the bank
-    u, labels, bank_u, bank_y = bank_inputs(9, 300, 16, 5, dtype=dtype)
+    u, labels, bank_u, bank_y = bank_inputs(9, 300, 16, 5, dtype=dtype, one_hot=one_hot)
     (loss, grad), (ref_loss, ref_grad) = fused_and_plain(u, labels, bank_u, bank_y, block)
     assert loss.dtype == grad.dtype == dtype
     tol = {"rtol": 1e-12, "atol": 1e-14} if dtype == torch.float64 else {"rtol": 1e-5, "atol": 1e-7}
@@ -180,7 +185,7 @@ def test_only_u_takes_a_gradient_and_only_once():
 
 def test_block_rows_keep_the_tile_within_its_budget():
     cpu = torch.device("cpu")
-    assert block_rows(64, cpu) == 2048 and block_rows(128, cpu) == 1024
+    assert block_rows(64, cpu) == 8192 and block_rows(128, cpu) == 4096
     assert block_rows(10 ** 6, cpu) == 64  # never fewer rows than one product group
     assert block_rows(64, torch.device("cuda")) == 1 << 18
 
