@@ -1,6 +1,7 @@
 """Shared test helpers: random codes with many tied distances, a few loss steps on digits,
-shuffled training passes for memory-bank methods, kill-and-resume runs, the CLI in process and
-its one-line errors, and snapshots of folders that a refused command must leave alone."""
+shuffled training passes for memory-bank methods and the bank likelihood's plain formula,
+kill-and-resume runs, the CLI in process and its one-line errors, and snapshots of folders that
+a refused command must leave alone."""
 
 import numpy as np
 import pytest
@@ -113,6 +114,40 @@ def train_passes(loss, head, x, labels, passes, batch=64, seed=0):
         loss.on_epoch_end(epoch)
         means.append(total / len(x))
     return means
+
+
+def plain_bank_likelihood(u, labels, bank_u, bank_y):
+    """The memory-bank likelihood as lbhash computed it before the fused pass (issue 31): plain
+    autograd over batch x bank temporaries, the reference for lbhash.methods.bank_likelihood."""
+    import torch
+
+    theta = 0.5 * (u @ bank_u.to(u.dtype).T)
+    s = ((labels.to(bank_y.dtype) @ bank_y.T) > 0).to(theta.dtype)
+    return (torch.log1p(torch.exp(-theta.abs())) + theta.clamp(min=0) - s * theta).mean()
+
+
+def bank_training(name, passes=3, n=240, bits=16, **constants):
+    """A bank method and a small head trained together for `passes` shuffled passes (seed 0) on
+    n synthetic items in 4 clusters, one in five with a second label and one in twenty with none;
+    returns (the +/-1 codes of every item, the per-pass mean losses, the method)."""
+    import torch
+
+    from lbhash.methods import create_method
+
+    gen = torch.Generator().manual_seed(0)
+    classes, dim = 4, 12
+    which = torch.randint(0, classes, (n,), generator=gen)
+    x = 2.0 * torch.randn(classes, dim, generator=gen)[which] + torch.randn(n, dim, generator=gen)
+    labels = torch.eye(classes)[which]
+    labels[torch.arange(0, n, 5), (which[::5] + 1) % classes] = 1.0
+    labels[torch.arange(3, n, 20)] = 0.0
+    torch.manual_seed(0)
+    loss = create_method(name, bits=bits, num_classes=classes, num_train=n, multi_label=True, **constants)
+    head = torch.nn.Sequential(torch.nn.Linear(dim, 32), torch.nn.ReLU(), torch.nn.Linear(32, bits))
+    means = train_passes(loss, head, x, labels, passes)
+    with torch.no_grad():
+        codes = torch.where(head(x) >= 0, 1, -1)
+    return codes, means, loss
 
 
 # a small, fast `lbhash train` on the digits set, for the CLI tests

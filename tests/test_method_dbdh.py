@@ -1,5 +1,6 @@
-"""DBDH: the memory-bank likelihood and balance term against hand-computed values (its
-gradient, constants, bank state and resume: tests/test_methods_all.py)."""
+"""DBDH: the memory-bank likelihood and balance term against hand-computed values, the fused
+likelihood pass (lbhash.methods.bank_likelihood) against the plain autograd formula it replaced
+(its gradient, constants, bank state and resume: tests/test_methods_all.py)."""
 
 import math
 
@@ -8,7 +9,11 @@ import pytest
 import torch
 
 import lbhash.methods.dbdh  # noqa: F401  (registers dbdh)
+from helpers import bank_training, plain_bank_likelihood
+from lbhash.errors import InputError
 from lbhash.methods import create_method
+from lbhash.methods.bank_likelihood import bank_likelihood, block_rows
+from lbhash.methods.dbdh import pairwise_likelihood
 
 
 def dbdh_by_hand(bank_u, bank_y, u, y, alpha, p):
@@ -69,3 +74,140 @@ def test_dbdh_balance_p1_is_absolute_p2_is_square():
         torch.tensor(u), labels, torch.tensor([2, 0])).parts["balance"] for p in (1, 2)}
     assert float(parts[1]) == pytest.approx(0.2 * (0.55 + 0.475) / 2, rel=1e-6)
     assert float(parts[2]) == pytest.approx(0.2 * (0.55 ** 2 + 0.475 ** 2) / 2, rel=1e-6)
+
+
+def bank_inputs(batch, n, bits, classes, scale=1.0, dtype=torch.float64, seed=0, one_hot=False):
+    """Random u, batch labels and bank: multi-label (some rows with several labels, some with
+    none: those are similar to nothing), or one-hot rows when one_hot (and one unlabelled)."""
+    gen = torch.Generator().manual_seed(seed)
+    u = scale * torch.randn(batch, bits, generator=gen, dtype=dtype)
+    bank_u = scale * torch.randn(n, bits, generator=gen)
+    if one_hot:
+        labels = torch.eye(classes)[torch.randint(0, classes, (batch,), generator=gen)]
+        bank_y = torch.eye(classes)[torch.randint(0, classes, (n,), generator=gen)]
+    else:
+        labels = (torch.rand(batch, classes, generator=gen) < 0.3).float()
+        bank_y = (torch.rand(n, classes, generator=gen) < 0.3).float()
+        labels[1] = 1.0
+    labels[0], bank_y[1] = 0.0, 0.0
+    return u, labels, bank_u, bank_y
+
+
+def fused_and_plain(u, labels, bank_u, bank_y, block=None):
+    """(loss, dL/du) of the fused pass and of the plain autograd formula."""
+    out = []
+    for fn in (lambda x: bank_likelihood(x, labels, bank_u, bank_y, block),
+               lambda x: plain_bank_likelihood(x, labels, bank_u, bank_y)):
+        x = u.detach().clone().requires_grad_()
+        value = fn(x)
+        value.backward()
+        out.append((value.detach(), x.grad))
+    return out
+
+
+@pytest.mark.parametrize("block", [None, 1, 7, 64, 1000], ids=lambda b: f"block{b}")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("one_hot", [False, True], ids=["multi", "single"])
+def test_fused_likelihood_and_gradient_match_the_plain_formula(block, dtype, one_hot):
+    # n = 300: blocks of 7 and 64 leave a short last block, 1000 exceeds the bank
+    u, labels, bank_u, bank_y = bank_inputs(9, 300, 16, 5, dtype=dtype, one_hot=one_hot)
+    (loss, grad), (ref_loss, ref_grad) = fused_and_plain(u, labels, bank_u, bank_y, block)
+    assert loss.dtype == grad.dtype == dtype
+    tol = {"rtol": 1e-12, "atol": 1e-14} if dtype == torch.float64 else {"rtol": 1e-5, "atol": 1e-7}
+    torch.testing.assert_close(loss, ref_loss, **tol)
+    torch.testing.assert_close(grad, ref_grad, **tol)
+
+
+def test_fused_likelihood_by_hand_with_unlabelled_rows():
+    # theta and s written out: rows without labels are similar to nothing, even to each other
+    u, bank_u = [[1.0, -2.0], [0.0, 0.0], [3.0, 1.0]], [[2.0, 1.0], [-1.0, -1.0]]
+    labels, bank_y = [[1, 1, 0], [0, 0, 0], [0, 0, 1]], [[0, 1, 0], [0, 0, 0]]
+    total = 0.0
+    for ui, yi in zip(u, labels):
+        for uj, yj in zip(bank_u, bank_y):
+            theta = 0.5 * (ui[0] * uj[0] + ui[1] * uj[1])
+            s = float(any(a and b for a, b in zip(yi, yj)))
+            total += math.log1p(math.exp(theta)) - s * theta
+    value = bank_likelihood(*(torch.tensor(t, dtype=torch.float64) for t in (u, labels, bank_u, bank_y)), 1)
+    assert float(value) == pytest.approx(total / 6, rel=1e-13)
+
+
+def test_huge_theta_neither_overflows_nor_loses_the_gradient():
+    # |theta| up to ~1e6: exp(theta) would overflow; sigmoid saturates to exactly 0 or 1
+    u, labels, bank_u, bank_y = bank_inputs(6, 50, 8, 3, scale=300.0, dtype=torch.float32)
+    (loss, grad), (ref_loss, ref_grad) = fused_and_plain(u, labels, bank_u, bank_y, 16)
+    assert torch.isfinite(loss) and torch.isfinite(grad).all()
+    assert float(loss) > 1e4
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=0)
+    torch.testing.assert_close(grad, ref_grad, rtol=1e-5, atol=1e-3)
+
+
+@pytest.mark.parametrize("block", [3, None])
+def test_fused_gradient_passes_gradcheck(block):
+    u, labels, bank_u, bank_y = bank_inputs(4, 20, 6, 3)
+    u.requires_grad_()
+    assert torch.autograd.gradcheck(lambda x: bank_likelihood(x, labels, bank_u, bank_y, block), (u,),
+                                    eps=1e-6, atol=1e-7)
+    # and against the plain formula's autograd gradient, scaled by an outer factor
+    (fused,) = torch.autograd.grad(3.0 * bank_likelihood(u, labels, bank_u, bank_y, block), u)
+    (plain,) = torch.autograd.grad(3.0 * plain_bank_likelihood(u, labels, bank_u, bank_y), u)
+    torch.testing.assert_close(fused, plain, rtol=1e-12, atol=1e-15)
+
+
+def test_bf16_outputs_are_computed_in_float32():
+    u, labels, bank_u, bank_y = bank_inputs(5, 40, 8, 3, dtype=torch.float32)
+    u16, bank16 = u.bfloat16(), bank_u.bfloat16()
+    x = u16.clone().requires_grad_()
+    value = bank_likelihood(x, labels, bank16, bank_y)
+    value.backward()
+    assert value.dtype == x.grad.dtype == torch.bfloat16
+    # the float32 formula on the same (bf16-rounded) numbers, rounded once at the end
+    (loss32, grad32), _ = fused_and_plain(u16.float(), labels, bank16.float(), bank_y)
+    assert float(value) == float(loss32.bfloat16())
+    torch.testing.assert_close(x.grad, grad32.bfloat16())
+
+
+def test_only_u_takes_a_gradient_and_only_once():
+    u, labels, bank_u, bank_y = bank_inputs(3, 10, 4, 2)
+    with pytest.raises(InputError, match="only u takes a gradient"):
+        bank_likelihood(u, labels, bank_u.requires_grad_(), bank_y)
+    bank_u.requires_grad_(False)
+    x = u.clone().requires_grad_()
+    with pytest.raises(RuntimeError, match="no second derivative"):
+        torch.autograd.grad(bank_likelihood(x, labels, bank_u, bank_y), x, create_graph=True)
+    for block in (0, -2, 2.5, True):
+        with pytest.raises(InputError, match="block must be a positive number of rows"):
+            bank_likelihood(x, labels, bank_u, bank_y, block)
+    # without a gradient to compute, the same value
+    with torch.no_grad():
+        assert float(bank_likelihood(x, labels, bank_u, bank_y)) == float(bank_likelihood(x, labels, bank_u, bank_y))
+
+
+def test_block_rows_keep_the_tile_within_its_budget():
+    cpu = torch.device("cpu")
+    assert block_rows(64, cpu) == 8192 and block_rows(128, cpu) == 4096
+    assert block_rows(10 ** 6, cpu) == 64  # never fewer rows than one product group
+    assert block_rows(64, torch.device("cuda")) == 1 << 18
+
+
+def test_pairwise_likelihood_is_the_fused_pass():
+    u, labels, bank_u, bank_y = bank_inputs(4, 30, 8, 3, dtype=torch.float32)
+    value = pairwise_likelihood(u.requires_grad_(), labels, bank_u, bank_y)
+    assert type(value.grad_fn).__name__ == "BankLikelihoodBackward"
+    torch.testing.assert_close(value, plain_bank_likelihood(u, labels, bank_u, bank_y))
+
+
+def test_dbdh_training_gives_the_same_codes_with_the_plain_formula(monkeypatch):
+    codes, means, _ = bank_training("dbdh")
+    calls = []
+
+    def plain(*args):
+        calls.append(1)
+        return plain_bank_likelihood(*args)
+
+    monkeypatch.setattr(lbhash.methods.dbdh, "bank_likelihood", plain)
+    plain_codes, plain_means, _ = bank_training("dbdh")
+    assert len(calls) == 3 * 4  # 3 passes of 4 batches went through the plain formula
+    assert means[-1] < 0.9 * means[0]  # it trained
+    assert torch.equal(codes, plain_codes)
+    np.testing.assert_allclose(means, plain_means, rtol=1e-5)

@@ -1,6 +1,7 @@
 """DSDH: the network loss against hand-computed values, the DCC update of codes B and
-classifier W against its own objective and independent solutions (its gradient, constants,
-state and resume: tests/test_methods_all.py)."""
+classifier W against its own objective and independent solutions, and training with the fused
+bank likelihood against the plain formula (its gradient, constants, state and resume:
+tests/test_methods_all.py)."""
 
 import itertools
 import math
@@ -9,7 +10,9 @@ import numpy as np
 import pytest
 import torch
 
+import lbhash.methods.dbdh
 import lbhash.methods.dsdh  # noqa: F401  (registers dsdh)
+from helpers import bank_training, plain_bank_likelihood
 from lbhash.methods import create_method
 from lbhash.methods.dsdh import b_sweep, w_step
 
@@ -155,3 +158,22 @@ def test_classify_is_codes_times_w():
         for c in range(3):
             expected = sum(CODES[r][k] * W[k][c] for k in range(4))
             assert float(scores[r, c]) == pytest.approx(expected, abs=1e-5)
+
+
+def test_dsdh_training_gives_the_same_codes_with_the_plain_formula(monkeypatch):
+    # the quantization term joins after the first DCC update, so 3 passes see both regimes
+    codes, means, loss = bank_training("dsdh")
+    calls = []
+
+    def plain(*args):
+        calls.append(1)
+        return plain_bank_likelihood(*args)
+
+    monkeypatch.setattr(lbhash.methods.dbdh, "bank_likelihood", plain)
+    plain_codes, plain_means, plain_loss = bank_training("dsdh")
+    assert len(calls) == 3 * 4  # 3 passes of 4 batches went through the plain formula
+    assert means[2] < 0.95 * means[1]  # it trained (pass 1 is the first with the quantization term)
+    assert torch.equal(codes, plain_codes)
+    assert torch.equal(loss.B, plain_loss.B)  # the DCC codes learned from the two banks
+    torch.testing.assert_close(loss.W, plain_loss.W, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(means, plain_means, rtol=1e-5)

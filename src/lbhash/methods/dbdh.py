@@ -14,18 +14,19 @@ import math
 import torch
 
 from lbhash.errors import InputError
+from lbhash.methods.bank_likelihood import bank_likelihood
 from lbhash.methods.base import BENCHMARK_RMSPROP, RECOMMENDED_RECIPE, HashLoss, register_method
 
 
 def pairwise_likelihood(u: torch.Tensor, labels: torch.Tensor, bank_u: torch.Tensor,
                         bank_y: torch.Tensor) -> torch.Tensor:
-    """mean over (batch x bank) of log(1 + exp(theta)) - s * theta, theta = 0.5 u U^T.
+    """mean over (batch x bank) of log(1 + exp(theta)) - s * theta, theta = 0.5 u U^T, s_ij =
+    [labels_i . Y_j > 0]; the gradient reaches u only.
 
-    Written as log(1 + exp(-|theta|)) + max(theta, 0) - s * theta, which never overflows.
+    One blockwise pass that never forms a batch x bank temporary and never overflows
+    (lbhash.methods.bank_likelihood).
     """
-    theta = 0.5 * (u @ bank_u.to(u.dtype).T)
-    s = ((labels.to(bank_y.dtype) @ bank_y.T) > 0).to(theta.dtype)
-    return (torch.log1p(torch.exp(-theta.abs())) + theta.clamp(min=0) - s * theta).mean()
+    return bank_likelihood(u, labels, bank_u, bank_y)
 
 
 def check_constant(method: str, name: str, value, low: float = 0.0, strict: bool = False) -> float:
