@@ -53,6 +53,57 @@ def test_round_trip(rng, tmp_path, kind, params):
     assert CodeIndex.load(tmp_path / "ix").ntotal == index.ntotal + 5
 
 
+@pytest.mark.parametrize("change", ["append", "upsert", "insert below the largest id", "remove"])
+def test_a_flat_index_loads_mapped_and_its_first_change_copies_it(rng, tmp_path, change):
+    # nothing is read into memory on load: FAISS searches the mapped file, the codes, ids and
+    # labels are read-only maps; any change then works as on an index built in memory
+    index = sample_index(rng, n=400)
+    index.save(tmp_path / "ix")
+    loaded = CodeIndex.load(tmp_path / "ix")
+    assert loaded._engine.mapped
+    for array in (loaded._rows.codes, loaded._rows.ids, loaded._labels.indptr, loaded._labels.indices):
+        assert isinstance(array, np.memmap) and not array.flags.writeable
+    queries = random_codes(rng, 12, 32)
+    same_index(index, loaded, queries)
+    new = random_codes(rng, 3, 32)
+    free = [i for i in range(int(index.ids()[-1])) if not index.contains([i])[0]]
+    ids = {"append": [10_000, 10_001, 10_002], "upsert": index.ids()[5:8],
+           "insert below the largest id": free[:3], "remove": None}[change]
+    for target in (index, loaded):
+        if ids is None:
+            target.remove(target.ids()[10:20])
+        else:
+            target.add(new, ids=ids, labels=np.array([1, 2, 3]), upsert=change == "upsert")
+    assert not loaded._engine.mapped
+    same_index(index, loaded, queries)
+    loaded.save(tmp_path / "ix")  # over the directory it was mapped from
+    same_index(index, CodeIndex.load(tmp_path / "ix"), queries)
+
+
+def test_an_empty_flat_index_loads(tmp_path):
+    CodeIndex(64).save(tmp_path / "ix")
+    loaded = CodeIndex.load(tmp_path / "ix")
+    assert loaded.ntotal == 0 and loaded.search(np.zeros((1, 8), np.uint8), 3)[1].tolist() == [[-1, -1, -1]]
+    loaded.add(np.ones((2, 8), np.uint8))
+    assert loaded.search(np.ones((1, 8), np.uint8), 3)[1].tolist() == [[0, 1, -1]]
+
+
+def test_a_flat_file_whose_codes_do_not_end_it_is_refused(rng, tmp_path):
+    # the codes are mapped from the end of index.faiss; extra bytes there (checksum updated, so
+    # only the layout check can see them) must not shift them silently
+    import hashlib
+
+    sample_index(rng, n=50).save(tmp_path / "ix")
+    faiss_file, manifest_file = tmp_path / "ix" / "index.faiss", tmp_path / "ix" / "manifest.json"
+    data = faiss_file.read_bytes() + b"\0" * 4
+    faiss_file.write_bytes(data)
+    manifest = json.loads(manifest_file.read_text())
+    manifest["files"]["index.faiss"] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+    manifest_file.write_text(json.dumps(manifest))
+    with pytest.raises(InputError, match="index.faiss"):
+        CodeIndex.load(tmp_path / "ix")
+
+
 def test_faiss_file_is_faiss_format(rng, tmp_path):
     import faiss
 

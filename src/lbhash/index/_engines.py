@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 import faiss
 import numpy as np
@@ -119,22 +120,27 @@ class FlatEngine(Engine):
     def __init__(self, bits: int, params: dict):
         super().__init__(bits, params)
         self.index = faiss.IndexBinaryFlat(bits)
+        self.mapped = False  # searching a memory-mapped index.faiss (see from_file)
 
     @staticmethod
     def defaults(bits: int) -> dict:
         return {}
 
     def reset(self, rows: Rows) -> None:
-        self.index.reset()
+        self.index = faiss.IndexBinaryFlat(self.bits)  # a new one: a mapped index cannot be cleared
+        self.mapped = False
         if len(rows.ids):
             self.index.add(rows.codes)
 
     def on_append(self, rows: Rows, codes: np.ndarray, ids: np.ndarray) -> None:
-        self.index.add(codes)
+        if self.mapped:  # FAISS cannot grow a mapped file: the first change copies it in (O(n) once)
+            self.reset(rows)
+        else:
+            self.index.add(codes)
 
     def on_change(self, rows: Rows, removed_positions: np.ndarray, removed_ids: np.ndarray,
                   added_ids: np.ndarray) -> None:
-        if len(added_ids):
+        if len(added_ids) or self.mapped:
             self.reset(rows)
         elif len(removed_positions):  # FAISS compacts in order, so positions still follow ids
             self.index.remove_ids(faiss.IDSelectorBatch(removed_positions.astype(np.int64)))
@@ -159,6 +165,30 @@ class FlatEngine(Engine):
             raise InputError(f"index.faiss holds a {type(index).__name__}, not the IndexBinaryFlat of a flat index")
         engine.index = index
         codes = faiss.vector_to_array(index.xb).reshape(index.ntotal, bits // 8)
+        return engine, codes
+
+    @classmethod
+    def from_file(cls, bits: int, params: dict, file: Path, ids: np.ndarray):
+        """Map index.faiss instead of reading it: FAISS searches the file's pages in place
+        (IO_FLAG_MMAP_IFC) and the codes are a read-only numpy map of the same bytes, which end
+        the file (FAISS writes an IndexBinaryFlat's code vector last). Nothing is copied until
+        the first change."""
+        try:
+            index = faiss.read_index_binary(str(file), faiss.IO_FLAG_MMAP_IFC)
+        except RuntimeError as err:
+            raise InputError(f"{file}: not a readable FAISS binary index ({str(err).splitlines()[0]})") from None
+        if not isinstance(index, faiss.IndexBinaryFlat) or index.d != bits:
+            return cls.from_faiss(bits, params, index, ids)  # the caller reports the mismatch
+        code_size, n = bits // 8, index.ntotal
+        offset = file.stat().st_size - n * code_size
+        length = np.fromfile(file, dtype="<u8", count=1, offset=offset - 8) if offset >= 8 else None
+        if length is None or int(length[0]) != n * code_size:
+            raise InputError(f"{file}: the code vector does not end the file (not an IndexBinaryFlat as FAISS writes it)")
+        codes = np.memmap(file, np.uint8, "r", offset, (n, code_size)) if n else np.empty((0, code_size), np.uint8)
+        if n and not (np.array_equal(codes[0], index.reconstruct(0)) and np.array_equal(codes[-1], index.reconstruct(n - 1))):
+            raise InputError(f"{file}: the mapped codes differ from FAISS's reading of them")
+        engine = cls(bits, params)
+        engine.index, engine.mapped = index, True
         return engine, codes
 
 

@@ -156,5 +156,5 @@ class SparseLabels:
             inner[boundaries[(boundaries > 0) & (boundaries < len(indices))] - 1] = False
             if not rising[inner].all():
                 raise InputError(f"{where}: the class ids of a row must ascend without repeats")
-        self.indices = indices.astype(INDEX_DTYPE)
+        self.indices = indices.astype(INDEX_DTYPE, copy=False)  # a file map stays a map
         return self

@@ -11,6 +11,12 @@ read, their labels converted on load; the next save writes version 2.
 Attachments (`index.attachments`, name -> bytes: e.g. sources.json, lbhash.index.origins) are
 written, checksummed and verified like the other files and listed under "attachments".
 
+Loading verifies every checksum (streamed), then maps the files rather than reading them:
+ids and labels are read-only numpy maps, and a flat index searches index.faiss in place. A
+directory is never changed in place (saves swap in a new one), so the verified bytes are the
+mapped ones. Memory on load: nothing in proportion to n for flat; ivf and multihash read their
+FAISS structures (about the file's size).
+
 Replacing an existing directory: the new one is written to a hidden sibling, every file and
 the directory are fsynced, and then the two are swapped in one step with renameat2
 (RENAME_EXCHANGE, Linux) and the old one is deleted. Where that call is missing, the old
@@ -21,6 +27,7 @@ one back. Either way a crash at any point leaves a complete old or new index loa
 
 from __future__ import annotations
 
+import concurrent.futures
 import ctypes
 import ctypes.util
 import errno
@@ -36,7 +43,7 @@ import faiss
 import numpy as np
 
 from lbhash.errors import InputError
-from lbhash.index._engines import Rows
+from lbhash.index._engines import FlatEngine, Rows
 from lbhash.index._kinds import ENGINES
 from lbhash.index.sparse_labels import SparseLabels
 
@@ -88,42 +95,66 @@ def load_index(path: str | os.PathLike, index_class):
     path = Path(path)
     _recover_interrupted_swap(path)
     manifest = read_manifest(path)
-    blobs = {}
     attached = manifest.get("attachments") or []
     if not isinstance(attached, list) or not all(_attachment_name(n) for n in attached):
         raise InputError(f"{path / MANIFEST}: 'attachments' must list plain file names")
-    for name in (*FILES_BY_VERSION[manifest["version"]], *attached):
-        entry = manifest["files"].get(name)
-        if not isinstance(entry, dict) or "sha256" not in entry:
-            raise InputError(f"{path / MANIFEST}: no checksum for {name}")
-        try:
-            data = (path / name).read_bytes()  # verified and parsed from the same bytes
-        except FileNotFoundError:
-            raise InputError(f"{path / name}: missing (the index directory is incomplete)") from None
-        if hashlib.sha256(data).hexdigest() != entry["sha256"]:
-            raise InputError(f"{path / name}: checksum mismatch (the file is corrupt or was changed)")
-        blobs[name] = data
-    ids = _npy_load(blobs["ids.npy"], path / "ids.npy")
+    _verify_checksums(path, manifest, (*FILES_BY_VERSION[manifest["version"]], *attached))
+    ids = _npy_map(path / "ids.npy")
     bits, kind = manifest["bits"], manifest["kind"]
-    try:
-        faiss_index = faiss.deserialize_index_binary(np.frombuffer(blobs["index.faiss"], np.uint8))
-    except RuntimeError as err:
-        raise InputError(f"{path / 'index.faiss'}: not a readable FAISS binary index ({str(err).splitlines()[0]})") from None
     index = index_class(bits, kind, **manifest["params"])
     if ids.dtype != np.int64 or ids.ndim != 1 or (len(ids) > 1 and (np.diff(ids) <= 0).any()):
         raise InputError(f"{path / 'ids.npy'}: must hold ascending unique int64 ids")
-    labels = _load_labels(path, manifest, blobs, len(ids))
-    if faiss_index.d != bits:
-        raise InputError(f"{path / 'index.faiss'}: holds {faiss_index.d}-bit codes, the manifest says {bits}")
-    engine, codes = ENGINES[kind].from_faiss(bits, index.params, faiss_index, ids)
+    labels = _load_labels(path, manifest, len(ids))
+    engine, codes = _load_engine(path / "index.faiss", bits, kind, index.params, ids)
     if len(codes) != len(ids) or manifest["ntotal"] != len(ids):
         raise InputError(f"{path / 'index.faiss'}: holds {len(codes)} codes but ids.npy has {len(ids)} "
                          f"and the manifest says {manifest['ntotal']}")
-    index._engine, index._rows, index._labels = engine, Rows(ids, np.ascontiguousarray(codes)), labels
+    index._engine, index._rows, index._labels = engine, Rows(ids, codes), labels
     index._next_id = int(manifest["next_id"])
     index.metadata = dict(manifest.get("metadata") or {})
-    index.attachments = {name: blobs[name] for name in attached}
+    index.attachments = {name: (path / name).read_bytes() for name in attached}
     return index
+
+
+def _verify_checksums(path: Path, manifest: dict, names) -> None:
+    """Hash every listed file against the manifest, streamed (no file is held in memory) and in
+    parallel threads (hashlib releases the GIL)."""
+    entries = {}
+    for name in names:
+        entry = manifest["files"].get(name)
+        if not isinstance(entry, dict) or "sha256" not in entry:
+            raise InputError(f"{path / MANIFEST}: no checksum for {name}")
+        if not (path / name).is_file():
+            raise InputError(f"{path / name}: missing (the index directory is incomplete)")
+        entries[name] = entry["sha256"]
+
+    def digest(name: str) -> str:
+        with open(path / name, "rb") as fh:
+            return hashlib.file_digest(fh, "sha256").hexdigest()
+
+    with concurrent.futures.ThreadPoolExecutor(min(4, len(entries))) as pool:
+        digests = dict(zip(entries, pool.map(digest, entries)))
+    for name, expected in entries.items():
+        if digests[name] != expected:
+            raise InputError(f"{path / name}: checksum mismatch (the file is corrupt or was changed)")
+
+
+def _load_engine(file: Path, bits: int, kind: str, params: dict, ids: np.ndarray):
+    """(engine, codes): a flat index maps its file (FlatEngine.from_file); the other kinds
+    deserialize FAISS's structures, which cannot be mapped."""
+    if kind == "flat":
+        engine, codes = FlatEngine.from_file(bits, params, file, ids)
+        if engine.index.d != bits:
+            raise InputError(f"{file}: holds {engine.index.d}-bit codes, the manifest says {bits}")
+        return engine, codes
+    try:
+        faiss_index = faiss.read_index_binary(str(file))
+    except RuntimeError as err:
+        raise InputError(f"{file}: not a readable FAISS binary index ({str(err).splitlines()[0]})") from None
+    if faiss_index.d != bits:
+        raise InputError(f"{file}: holds {faiss_index.d}-bit codes, the manifest says {bits}")
+    engine, codes = ENGINES[kind].from_faiss(bits, params, faiss_index, ids)
+    return engine, np.ascontiguousarray(codes)
 
 
 def read_manifest(path: Path) -> dict:
@@ -155,14 +186,14 @@ def _attachment_name(name) -> bool:
             and name.replace("-", "").replace("_", "").replace(".", "").isalnum())
 
 
-def _load_labels(path: Path, manifest: dict, blobs: dict, n: int) -> SparseLabels:
+def _load_labels(path: Path, manifest: dict, n: int) -> SparseLabels:
     if manifest["version"] == 1:  # a dense multi-hot matrix: converted once, on load
-        dense = _npy_load(blobs["labels.npy"], path / "labels.npy")
+        dense = _npy_map(path / "labels.npy")
         if dense.dtype != bool or dense.ndim != 2 or len(dense) != n:
             raise InputError(f"{path / 'labels.npy'}: must be a bool array with one row per id ({n})")
         return SparseLabels.from_dense(dense)
-    indptr = _npy_load(blobs["labels_indptr.npy"], path / "labels_indptr.npy")
-    indices = _npy_load(blobs["labels_indices.npy"], path / "labels_indices.npy")
+    indptr = _npy_map(path / "labels_indptr.npy")
+    indices = _npy_map(path / "labels_indices.npy")
     width = manifest.get("num_classes")
     if isinstance(width, bool) or not isinstance(width, int) or width < 0:
         raise InputError(f"{path / MANIFEST}: num_classes must be a non-negative integer, got {width!r}")
@@ -182,11 +213,12 @@ def _npy_bytes(arr: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def _npy_load(data: bytes, where: Path) -> np.ndarray:
+def _npy_map(file: Path) -> np.ndarray:
+    """A read-only map of a verified .npy file (its pages are read when used, never copied)."""
     try:
-        return np.load(io.BytesIO(data), allow_pickle=False)
+        return np.load(file, mmap_mode="r", allow_pickle=False)
     except (ValueError, OSError, EOFError) as err:
-        raise InputError(f"{where}: not a readable .npy array ({err})") from None
+        raise InputError(f"{file}: not a readable .npy array ({err})") from None
 
 
 def _write_synced(path: Path, data: bytes) -> None:
