@@ -167,16 +167,20 @@ def _command(words: list[str], line: int):
     """The click command that `lbhash WORDS...` names, and the words that name it."""
     from lbhash.cli import main
 
+    import click
+
     cmd, path = main, ["lbhash"]
     for word in words:
-        if not hasattr(cmd, "commands"):
+        if not isinstance(cmd, click.Group):
             break
-        names = word.split("|")
-        if not all(n in cmd.commands for n in names):
+        # get_command, as click resolves a name: lazy groups import a command when it is named
+        ctx = click.Context(cmd)
+        found = [cmd.get_command(ctx, n) for n in word.split("|")]
+        if not all(found):
             assert word.startswith("-"), f"README.md:{line}: `{' '.join(path)}` has no command {word!r}"
             break
         path.append(word)
-        cmd = cmd.commands[names[0]] if len(names) == 1 else [cmd.commands[n] for n in names]
+        cmd = found[0] if len(found) == 1 else found
         if isinstance(cmd, list):
             return cmd, path
     return [cmd], path
