@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from lbhash.evaluate._kernels import _fill_distances, _tie_averaged_ap
+from lbhash.evaluate._kernels import _popcount64, _tie_averaged_ap
 
 
 BLOCK = 8192  # items per block: its keys (8 or 16 KB) stay in L1/L2 between keying and walking
@@ -34,31 +34,40 @@ def key_dtype(bits: int):
 
 
 @njit(nogil=True, cache=True)
-def _keys(q_row, q_lab, q_class, db_t, db_labels_t, db_class, key):
-    """key[j] = 2 * distance(j) + relevant(j) for one block of the database (the arguments are
-    its slices). Relevance compares class ids when every item has exactly one label (db_class
-    sized), else ANDs the label bitmask words."""
-    _fill_distances(q_row, db_t, key)
-    n = key.shape[0]
-    if db_class.shape[0] > 0:
+def _keys(q_row, q_lab, q_class, db_t, db_labels_t, db_class, start, n, key):
+    """key[j] = 2 * distance + relevant for database item start + j, j < n. Relevance compares
+    class ids when every item has exactly one label (db_class sized), else ANDs the label
+    bitmask words. The loops read 1-D slices of 1-D rows and write the whole key buffer: over
+    those numba vectorises (2-D slices, or an offset added to each index, it does not)."""
+    words = db_t[0][start:start + n]
+    q0 = q_row[0]
+    for j in range(n):
+        key[j] = _popcount64(q0 ^ words[j])
+    for k in range(1, db_t.shape[0]):
+        words = db_t[k][start:start + n]
+        qk = q_row[k]
         for j in range(n):
-            key[j] = (key[j] << 1) | (db_class[j] == q_class)
+            key[j] += _popcount64(qk ^ words[j])
+    if db_class.shape[0] > 0:
+        classes = db_class[start:start + n]
+        for j in range(n):
+            key[j] = (key[j] << 1) | (classes[j] == q_class)
         return
     for j in range(n):
         key[j] = key[j] << 1
     for k in range(q_lab.shape[0]):
+        mask = db_labels_t[k][start:start + n]
         qk = q_lab[k]
         for j in range(n):
-            key[j] |= (db_labels_t[k, j] & qk) != 0
+            key[j] |= (mask[j] & qk) != 0
 
 
 @njit(nogil=True, cache=True)
-def _walk(key, seen, rel_d, rel_pos, r):
+def _walk(key, n, seen, rel_d, rel_pos, r):
     """Count one block's items per key (seen: four interleaved rows of 2 * nbins counters,
     so that neighbours with one key do not wait on one counter) and record each relevant
     item's distance and its position among the earlier items at that distance, from record r
-    on. Returns the new number recorded."""
-    n = key.shape[0]
+    on. Reads key[:n]. Returns the new number recorded."""
     m = n - n % 4
     row = seen.shape[0] // 4
     for j in range(0, m, 4):
@@ -116,9 +125,9 @@ def average_precision_all_chunk(q_words, db_t, q_labels, db_labels_t, q_class, d
         r = 0
         for a in range(0, n, BLOCK):  # a block's keys stay in cache between the two passes
             b = min(n, a + BLOCK)
-            _keys(q_words[i], q_labels[i], q_class[i] if by_class else 0, db_t[:, a:b], db_labels_t[:, a:b],
-                  db_class[a:b] if by_class else db_class, key[: b - a])
-            r = _walk(key[: b - a], seen, rel_d, rel_pos, r)
+            _keys(q_words[i], q_labels[i], q_class[i] if by_class else 0, db_t, db_labels_t, db_class, a, b - a,
+                  key)
+            r = _walk(key, b - a, seen, rel_d, rel_pos, r)
         for d in range(nbins):
             rhist[d] = 0
             hist[d] = 0
