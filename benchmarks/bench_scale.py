@@ -175,11 +175,17 @@ def main() -> None:
     p.add_argument("--hnsw-max", type=int, default=1_000_000,
                    help="largest n for faiss-hnsw (its build takes about 2 h per 10M codes on 2 cores)")
     p.add_argument("--multihash-max", type=int, default=10_000_000,
-                   help="largest n for multihash (about 430 bytes per code: 43 GB at 100M)")
+                   help="largest n for multihash (about 160-180 bytes per code at 10M: some 16 GB at 100M)")
     p.add_argument("--timeout", type=int, default=3600, help="seconds per child before it is abandoned")
     p.add_argument("--out", default=None, help="also write the rows as JSON")
+    p.add_argument("--figure", default=None, help="draw cost against n (log-log) into this PNG")
+    p.add_argument("--rows-from", nargs="*", default=None,
+                   help="draw --figure from the JSON rows of earlier runs (--out) instead of measuring")
     p.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.rows_from is not None:
+        draw([row for f in args.rows_from for row in json.loads(Path(f).read_text())], args.figure)
+        return
     if args.child:
         n, shape, kind, truth = args.child
         print(json.dumps(measure_child(int(n), shape, kind, args.queries, truth)))
@@ -223,6 +229,30 @@ def main() -> None:
     print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if args.out:
         Path(args.out).write_text(json.dumps(rows, indent=1) + "\n")
+    if args.figure:
+        draw(rows, args.figure)
+
+
+def draw(rows: list[dict], path: str) -> None:
+    """Single-query p50, build time and memory against n, one line per (kind, shape), log-log."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    for (key, label), ax in zip((("p50_ms", "single-query p50 (ms)"), ("build_s", "build (s)"),
+                                 ("memory_mb", "peak memory above the codes (MB)")), axes):
+        kinds = sorted({r["kind"] for r in rows})
+        for kind, shape in sorted({(r["kind"], r["shape"]) for r in rows}):
+            line = sorted((r["n"], r[key]) for r in rows if r["kind"] == kind and r["shape"] == shape)
+            ax.plot(*zip(*line), marker="o", linestyle="-" if shape == "clustered" else "--",
+                    color=plt.cm.tab10(kinds.index(kind) % 10), label=f"{kind} ({shape})")
+        ax.set(xscale="log", yscale="log", xlabel="codes (64 bits)", ylabel=label)
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 if __name__ == "__main__":
