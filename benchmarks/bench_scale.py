@@ -37,8 +37,6 @@ from pathlib import Path
 import numpy as np
 
 BITS = 64
-RAW = {"faiss-flat": "IndexBinaryFlat", "faiss-ivf": "IndexBinaryIVF", "faiss-multihash": "IndexBinaryMultiHash",
-       "faiss-hnsw": "IndexBinaryHNSW"}
 
 
 def make_codes(n: int, shape: str, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -58,18 +56,11 @@ def make_codes(n: int, shape: str, seed: int = 0) -> tuple[np.ndarray, np.ndarra
     return codes, labels
 
 
-def rss_mb() -> float:
+def status_mb(field: str) -> float:
+    """A memory field of /proc/self/status (VmRSS: resident now, VmHWM: its peak) in MB."""
     with open("/proc/self/status") as fh:
         for line in fh:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def peak_mb() -> float:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("VmHWM:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) / 1024
     return float("nan")
 
@@ -92,7 +83,7 @@ def measure_child(n: int, shape: str, kind: str, n_queries: int, folder: str) ->
     codes, labels = np.load(Path(folder) / "codes.npy"), np.load(Path(folder) / "labels.npy")
     truth_path = Path(folder) / "truth.npy"
     queries, _ = make_codes(n_queries, shape, seed=1)
-    base_rss = rss_mb()
+    base_rss = status_mb("VmRSS")
     reset_peak()
     out: dict = {"n": n, "shape": shape, "kind": kind}
     tmp = Path(tempfile.mkdtemp(prefix="bench-scale-"))
@@ -123,7 +114,7 @@ def measure_child(n: int, shape: str, kind: str, n_queries: int, folder: str) ->
         start = time.perf_counter()
         CodeIndex.load(tmp / "index")
         out["load_s"] = time.perf_counter() - start
-    out["memory_mb"] = peak_mb() - base_rss
+    out["memory_mb"] = status_mb("VmHWM") - base_rss
     subprocess.run(["rm", "-rf", str(tmp)], check=False)
     previous = faiss.omp_get_max_threads()
     faiss.omp_set_num_threads(1)
