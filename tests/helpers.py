@@ -245,3 +245,19 @@ def run_bounded(cmd, *, env, timeout=300, cwd=None):
         pytest.fail(f"{' '.join(map(str, cmd[:6]))} ... ran past {timeout} s and was killed; "
                     f"its last output:\n{(out or '')[-1500:]}\n{(err or '')[-3000:]}")
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def fused_and_plain_bank_training(monkeypatch, method: str):
+    """bank_training(method) with the fused bank likelihood, then with the plain formula patched in;
+    returns both results and how many steps went through the plain formula."""
+    import lbhash.methods.dbdh
+
+    fused = bank_training(method)
+    calls = []
+
+    def plain(*args):
+        calls.append(1)
+        return plain_bank_likelihood(*args)
+
+    monkeypatch.setattr(lbhash.methods.dbdh, "bank_likelihood", plain)
+    return fused, bank_training(method), len(calls)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import lbhash.methods.dbdh  # noqa: F401  (registers dbdh)
-from helpers import bank_training, plain_bank_likelihood
+from helpers import fused_and_plain_bank_training, plain_bank_likelihood
 from lbhash.errors import InputError
 from lbhash.methods import create_method
 from lbhash.methods.bank_likelihood import bank_likelihood, block_rows
@@ -198,16 +198,9 @@ def test_pairwise_likelihood_is_the_fused_pass():
 
 
 def test_dbdh_training_gives_the_same_codes_with_the_plain_formula(monkeypatch):
-    codes, means, _ = bank_training("dbdh")
-    calls = []
-
-    def plain(*args):
-        calls.append(1)
-        return plain_bank_likelihood(*args)
-
-    monkeypatch.setattr(lbhash.methods.dbdh, "bank_likelihood", plain)
-    plain_codes, plain_means, _ = bank_training("dbdh")
-    assert len(calls) == 3 * 4  # 3 passes of 4 batches went through the plain formula
+    (codes, means, _), (plain_codes, plain_means, _), calls = \
+        fused_and_plain_bank_training(monkeypatch, "dbdh")
+    assert calls == 3 * 4  # 3 passes of 4 batches went through the plain formula
     assert means[-1] < 0.9 * means[0]  # it trained
     assert torch.equal(codes, plain_codes)
     np.testing.assert_allclose(means, plain_means, rtol=1e-5)

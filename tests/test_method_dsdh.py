@@ -12,7 +12,7 @@ import torch
 
 import lbhash.methods.dbdh
 import lbhash.methods.dsdh  # noqa: F401  (registers dsdh)
-from helpers import bank_training, plain_bank_likelihood
+from helpers import fused_and_plain_bank_training
 from lbhash.methods import create_method
 from lbhash.methods.dsdh import b_sweep, w_step
 
@@ -162,16 +162,9 @@ def test_classify_is_codes_times_w():
 
 def test_dsdh_training_gives_the_same_codes_with_the_plain_formula(monkeypatch):
     # the quantization term joins after the first DCC update, so 3 passes see both regimes
-    codes, means, loss = bank_training("dsdh")
-    calls = []
-
-    def plain(*args):
-        calls.append(1)
-        return plain_bank_likelihood(*args)
-
-    monkeypatch.setattr(lbhash.methods.dbdh, "bank_likelihood", plain)
-    plain_codes, plain_means, plain_loss = bank_training("dsdh")
-    assert len(calls) == 3 * 4  # 3 passes of 4 batches went through the plain formula
+    (codes, means, loss), (plain_codes, plain_means, plain_loss), calls = \
+        fused_and_plain_bank_training(monkeypatch, "dsdh")
+    assert calls == 3 * 4  # 3 passes of 4 batches went through the plain formula
     assert means[2] < 0.95 * means[1]  # it trained (pass 1 is the first with the quantization term)
     assert torch.equal(codes, plain_codes)
     assert torch.equal(loss.B, plain_loss.B)  # the DCC codes learned from the two banks
