@@ -2,11 +2,15 @@
 
     python benchmarks/bench_service.py                     # 1,000,000 x 64-bit codes, 4 clients, 20 s
     python benchmarks/bench_service.py --n 100000 --clients 8 --seconds 10 --writes 0.05
+    python benchmarks/bench_service.py --churn 20          # searches while 20 changes/s go on
 
 Builds a flat index in a temporary directory, starts `lbhash serve` on a free port of
 127.0.0.1 (and stops it at the end), then runs --clients concurrent clients for --seconds,
 each sending one POST /search (one query, top-k) at a time; with --writes a share of the
-requests are POST /items instead. Reports requests per second, p50/p99 latency and errors.
+requests are POST /items instead. With --churn R one more client changes the index at a steady R
+changes per second, in turn: DELETE /items/{id} of a random item, POST /items of that id again
+with a new code (an id below the largest: a mid-range insert), and an upsert of another random
+item. Reports requests per second, p50/p99 latency and errors, for searches and for changes.
 """
 
 from __future__ import annotations
@@ -93,6 +97,48 @@ def client_loop(url, queries, args, deadline, seed, results, lock):
         results.append((latencies, errors))
 
 
+def churn_loop(url, args, deadline, results, lock):
+    """Steady changes: delete, re-add below the largest id, upsert; one every 1 / rate s."""
+    rng = np.random.default_rng(10**6 + args.seed)
+    latencies, errors, step = [], 0, 0
+    width = args.bits // 8
+    with httpx.Client(base_url=url, timeout=60) as client:
+        next_at = time.monotonic()
+        while time.monotonic() < deadline:
+            item = int(rng.integers(args.n))
+            code = rng.integers(0, 256, width, np.uint8).tobytes().hex()
+            start = time.perf_counter()
+            try:
+                if step % 3 == 0:
+                    reply = client.delete(f"/items/{item}")
+                    deleted = item
+                elif step % 3 == 1:
+                    reply = client.post("/items", json={"codes": [code], "ids": [deleted]})
+                else:
+                    reply = client.post("/items", json={"codes": [code], "ids": [item], "upsert": True})
+                ok = reply.status_code in (200, 404)  # 404: a random item already deleted
+            except httpx.HTTPError:
+                ok = False
+            if step % 3 == 0 and reply.status_code == 404:
+                step += 2  # nothing to re-add: go on with an upsert
+            else:
+                step += 1
+            latencies.append((time.perf_counter() - start) * 1000)
+            errors += not ok
+            next_at += 1 / args.churn
+            time.sleep(max(0.0, next_at - time.monotonic()))
+    with lock:
+        results.append((latencies, errors))
+
+
+def summary(latencies: np.ndarray, elapsed: float) -> str:
+    if not len(latencies):
+        return "no requests"
+    return (f"{len(latencies):,} requests, {len(latencies) / elapsed:,.0f} req/s, "
+            f"p50 {np.percentile(latencies, 50):.2f} ms, p99 {np.percentile(latencies, 99):.2f} ms, "
+            f"max {latencies.max():.1f} ms")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=1_000_000)
@@ -101,6 +147,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument("--writes", type=float, default=0.0, help="share of requests that add an item")
+    parser.add_argument("--churn", type=float, default=0.0, help="changes per second by one more client")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     print(f"load average at start: {load_average()}")
@@ -125,6 +172,9 @@ def main() -> None:
             deadline = time.monotonic() + args.seconds
             threads = [threading.Thread(target=client_loop, args=(url, queries, args, deadline, s, results, lock))
                        for s in range(args.clients)]
+            changes = []
+            if args.churn > 0:
+                threads.append(threading.Thread(target=churn_loop, args=(url, args, deadline, changes, lock)))
             started = time.monotonic()
             for t in threads:
                 t.start()
@@ -136,9 +186,11 @@ def main() -> None:
     latencies = np.concatenate([np.array(r[0]) for r in results])
     errors = sum(r[1] for r in results)
     print(f"{args.n:,} x {args.bits}-bit codes, {args.clients} clients, {elapsed:.1f} s, k={args.k}, "
-          f"writes {args.writes:.0%}: {len(latencies):,} requests, {len(latencies) / elapsed:,.0f} req/s, "
-          f"p50 {np.percentile(latencies, 50):.2f} ms, p99 {np.percentile(latencies, 99):.2f} ms, "
-          f"max {latencies.max():.1f} ms, errors {errors}")
+          f"writes {args.writes:.0%}: {summary(latencies, elapsed)}, errors {errors}")
+    if args.churn > 0:
+        change_ms = np.concatenate([np.array(r[0]) for r in changes])
+        print(f"changes at {args.churn:g}/s (delete, re-add below the largest id, upsert): "
+              f"{summary(change_ms, elapsed)}, errors {sum(r[1] for r in changes)}")
     print(f"load average at end: {load_average()}")
 
 

@@ -42,7 +42,7 @@ def test_index_build_records_each_items_file_covered_by_the_manifest(built):
     assert manifest["attachments"] == [SOURCES] and SOURCES in manifest["files"]
     index = CodeIndex.load(ix)
     record = read_sources(index)
-    ids = index._rows.ids
+    ids = index.ids()
     assert len(record) == len(ids) == 48 and record.class_names == ["blue", "green", "red", "yellow"]
     from lbhash.data import load_data
 
@@ -111,7 +111,7 @@ def test_bad_ids_and_path_tricks_get_one_line_and_no_file(built):
             assert "\n" not in reply.json()["detail"]
         # a record that no longer names what the data holds at that position is refused, not followed
         media = client.app.state.media
-        some_id = int(CodeIndex.load(ix)._rows.ids[0])
+        some_id = int(CodeIndex.load(ix).ids()[0])
         media.record._where[some_id] = str(ix.parent / "secret.txt")
         one_line(client.get(f"/items/{some_id}/image"), 404, "is no longer item")
 

@@ -75,6 +75,12 @@ class Engine:
     def _max_level(self) -> int:
         return 0
 
+    def rebuilt(self, rows: Rows) -> "Engine":
+        """A new engine of the same kind and parameters holding `rows` (O(n))."""
+        engine = type(self)(self.bits, dict(self.params))
+        engine.reset(rows)
+        return engine
+
     def filtered_knn(self, rows: Rows, queries: np.ndarray, k: int, allowed: np.ndarray):
         """Top-k candidates among allowed items: fetch more until k pass the mask, or the
         engine has nothing more to give at its widest setting."""
@@ -137,13 +143,6 @@ class FlatEngine(Engine):
             self.reset(rows)
         else:
             self.index.add(codes)
-
-    def on_change(self, rows: Rows, removed_positions: np.ndarray, removed_ids: np.ndarray,
-                  added_ids: np.ndarray) -> None:
-        if len(added_ids) or self.mapped:
-            self.reset(rows)
-        elif len(removed_positions):  # FAISS compacts in order, so positions still follow ids
-            self.index.remove_ids(faiss.IDSelectorBatch(removed_positions.astype(np.int64)))
 
     def knn(self, rows: Rows, queries: np.ndarray, k: int, allowed: np.ndarray | None):
         params, _bitmap = _selector(allowed)
@@ -240,16 +239,13 @@ class MultiHashEngine(Engine):
         index.nflip = self.nflip
         return index
 
-    def reset(self, rows: Rows) -> None:  # FAISS cannot remove from hash maps: rebuild
+    def reset(self, rows: Rows) -> None:
         self.index = self._new_index()
         if len(rows.ids):
             self.index.add(rows.codes)
 
     def on_append(self, rows: Rows, codes: np.ndarray, ids: np.ndarray) -> None:
         self.index.add(codes)
-
-    def on_change(self, rows, removed_positions, removed_ids, added_ids) -> None:
-        self.reset(rows)
 
     def _raw_knn(self, rows, queries, k, level):
         return self._with_flips(self.nflip, self.index.search, queries, k)

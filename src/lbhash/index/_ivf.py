@@ -89,15 +89,14 @@ class IVFEngine(Engine):
         else:
             self.index.add_with_ids(codes, ids)
 
-    def on_change(self, rows, removed_positions, removed_ids, added_ids) -> None:
+    def rebuilt(self, rows: Rows) -> "IVFEngine":
+        """A new engine with the same parameters and centroids (if trained) holding `rows`."""
         if self.buffer is not None:
-            self.buffer.on_change(rows, removed_positions, removed_ids, added_ids)
-            self._train_if_ready(rows)
-            return
-        if len(removed_ids):
-            self.index.remove_ids(faiss.IDSelectorBatch(removed_ids.astype(np.int64)))
-        if len(added_ids):
-            self.index.add_with_ids(rows.codes[ids_to_positions(rows, added_ids)], added_ids)
+            return super().rebuilt(rows)
+        engine = type(self)(self.bits, dict(self.params))
+        engine.index, engine.buffer = faiss.clone_binary_index(self.index), None
+        engine.reset(rows)
+        return engine
 
     def _search(self, queries, k, nprobe):
         return self.index.search(queries, k, params=faiss.SearchParametersIVF(nprobe=nprobe))

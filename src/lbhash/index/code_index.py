@@ -17,9 +17,9 @@ import numpy as np
 from lbhash.checks import non_negative_int, positive_int
 from lbhash.errors import Conflict, InputError, NotFound
 from lbhash.index import _checks
-from lbhash.index._engines import Rows
 from lbhash.index._kinds import ENGINES, KINDS
 from lbhash.index._padding import PAD_DISTANCE, PAD_ID
+from lbhash.index._segments import Segment, allowed_items, folded, fragment_limit, merged_topk, segment_knn
 from lbhash.index.rerank import search_with_rerank_keywords
 from lbhash.index.sparse_labels import SparseLabels
 from lbhash.index.storage import load_index, save_index
@@ -105,9 +105,11 @@ class CodeIndex:
             check = non_negative_int if name == "nflip" else positive_int
             merged[name] = check(value, name)
         self._kind, self._params = kind, merged
-        self._engine = ENGINES[kind](self._bits, merged)
-        self._rows = Rows(np.empty(0, np.int64), np.empty((0, self._bits // 8), np.uint8))
-        self._labels = SparseLabels.empty()  # sorted class-id sets per item, in id order (CSR)
+        # items by id in the kind's structure, and the changes not folded into it yet
+        # (lbhash.index._segments: tombstones, and a small exact tail for ids below the largest)
+        self._main = Segment(ENGINES[kind](self._bits, merged), np.empty(0, np.int64),
+                             np.empty((0, self._bits // 8), np.uint8), SparseLabels.empty(), ordered=True)
+        self._tail = Segment.empty_tail(self._bits)
         self._next_id = 0
         self.metadata: dict = {}  # free-form, saved in the manifest (the service keeps its log position)
 
@@ -127,7 +129,7 @@ class CodeIndex:
 
     @property
     def ntotal(self) -> int:
-        return len(self._rows.ids)
+        return self._main.alive + self._tail.alive
 
     def __len__(self) -> int:
         return self.ntotal
@@ -135,7 +137,7 @@ class CodeIndex:
     @property
     def num_classes(self) -> int:
         """One past the largest class id ever added (or the widest multi-hot rows added)."""
-        return self._labels.width
+        return max(self._main.width, self._tail.width)
 
     @property
     def next_id(self) -> int:
@@ -146,20 +148,22 @@ class CodeIndex:
     def exact(self) -> bool:
         """Whether a search now returns exactly the brute-force result: flat always, and an
         ivf index until it is trained (its codes wait in an exact buffer)."""
-        return self._engine.exact or not self.is_trained
+        return self._main.engine.exact or not self.is_trained
 
     @property
     def is_trained(self) -> bool:
-        return getattr(self._engine, "trained", True)
+        return getattr(self._main.engine, "trained", True)
 
     @property
     def train_size(self) -> int | None:
         """How many codes an untrained ivf index trains at (39 x nlist); None once trained
         and for the other kinds."""
-        return None if self.is_trained else self._engine.min_train
+        return None if self.is_trained else self._main.engine.min_train
 
     def ids(self) -> np.ndarray:
-        return self._rows.ids.copy()
+        """Every id held, ascending (a new array)."""
+        parts = [seg.rows.ids[seg.live()] if seg.ndead else seg.rows.ids for seg in (self._main, self._tail)]
+        return np.sort(np.concatenate(parts))
 
     def contains(self, ids) -> np.ndarray:
         """Which of the given ids are in the index (bool per id)."""
@@ -198,45 +202,42 @@ class CodeIndex:
         return AddPlan(ids, codes, rows, bool(upsert))
 
     def apply_add(self, plan: AddPlan) -> None:
+        """Apply a validated add: ids above the largest held are appended to the main segment,
+        the others (and every upsert's new copy) go to the tail; a replaced item dies.
+        Costs O(added items) amortised (lbhash.index._segments)."""
         if not len(plan.ids):
             return
         order = np.argsort(plan.ids, kind="stable")
         ids, codes = plan.ids[order], plan.codes[order]
         labels = SparseLabels.empty(len(ids)) if plan.labels is None else plan.labels.take(order)
-        present = self._present(ids)
-        old = self._rows
-        if not present.any() and (not len(old.ids) or ids[0] > old.ids[-1]):
-            self._rows = Rows(np.concatenate([old.ids, ids]), np.concatenate([old.codes, codes]))
-            self._labels = SparseLabels.concat([self._labels, labels])
-            self._engine.on_append(self._rows, codes, ids)
+        in_main, in_tail = self._main.positions(ids), self._tail.positions(ids)
+        self._main.kill(in_main[in_main >= 0])
+        self._tail.kill(in_tail[in_tail >= 0])
+        to_main = ids > self._main.last_id
+        if to_main.all():
+            self._main.append(ids, codes, labels)
         else:
-            replaced = np.searchsorted(old.ids, ids[present])
-            keep = np.ones(len(old.ids), bool)
-            keep[replaced] = False
-            merged_ids = np.concatenate([old.ids[keep], ids])
-            merge = np.argsort(merged_ids, kind="stable")
-            self._rows = Rows(merged_ids[merge], np.concatenate([old.codes[keep], codes])[merge])
-            self._labels = SparseLabels.concat([self._labels.take(np.flatnonzero(keep)), labels]).take(merge)
-            self._engine.on_change(self._rows, replaced, ids[present], ids)
+            for segment, part in ((self._main, np.flatnonzero(to_main)), (self._tail, np.flatnonzero(~to_main))):
+                segment.append(ids[part], codes[part], labels.take(part))
         self._next_id = max(self._next_id, int(ids[-1]) + 1)
+        self._fold_if_fragmented()
 
     def prepare_remove(self, ids) -> np.ndarray:
         """Validated ids to remove (every one must be present)."""
         ids = _checks.item_ids(ids)
-        self._positions(ids)
+        self._find(ids)
         return ids
 
     def remove(self, ids) -> int:
-        """Remove items by id; an unknown id is an error (nothing is removed then)."""
+        """Remove items by id; an unknown id is an error (nothing is removed then). The items
+        die in place (O(removed) amortised) and leave the FAISS structure when the index folds."""
         ids = self.prepare_remove(ids)
         if not len(ids):
             return 0
-        positions = self._positions(ids)
-        keep = np.ones(self.ntotal, bool)
-        keep[positions] = False
-        self._rows = Rows(self._rows.ids[keep], self._rows.codes[keep])
-        self._labels = self._labels.take(np.flatnonzero(keep))
-        self._engine.on_change(self._rows, np.sort(positions), ids, np.empty(0, np.int64))
+        for segment in (self._main, self._tail):
+            found = segment.positions(ids)
+            segment.kill(np.unique(found[found >= 0]))
+        self._fold_if_fragmented()
         return len(ids)
 
     def set_search_params(self, **params) -> None:
@@ -247,7 +248,7 @@ class CodeIndex:
                 raise InputError(f"{name!r} is not a search parameter of a {self._kind} index "
                                  f"(search parameters: {', '.join(allowed) or 'none'})")
             check = non_negative_int if name == "nflip" else positive_int
-            self._engine.set_search_param(name, check(value, name))
+            self._main.engine.set_search_param(name, check(value, name))
             self._params[name] = int(value)
 
     def train(self) -> None:
@@ -255,7 +256,8 @@ class CodeIndex:
         if self._kind != "ivf":
             raise InputError(f"a {self._kind} index needs no training")
         if not self.is_trained:
-            self._engine.train(self._rows)
+            self.apply_fold(self.prepare_fold())
+            self._main.engine.train(self._main.rows)
 
     # --- reading --------------------------------------------------------------------------
 
@@ -264,16 +266,16 @@ class CodeIndex:
 
         The labels come as multi-hot rows, m x num_classes bytes: for many ids or wide labels,
         `get_codes` and `labels_of` give the same without the matrix."""
-        positions = self._positions(_checks.item_ids(ids))
-        return self._rows.codes[positions].copy(), self._labels.take(positions).to_dense(self.num_classes)
+        found = self._find(_checks.item_ids(ids))
+        return self._codes_at(found), self._labels_at(found).to_dense(self.num_classes)
 
     def get_codes(self, ids) -> np.ndarray:
         """Codes (m, bits // 8) of the given ids, in that order."""
-        return self._rows.codes[self._positions(_checks.item_ids(ids))].copy()
+        return self._codes_at(self._find(_checks.item_ids(ids)))
 
     def labels_of(self, ids) -> list[list[int]]:
         """The class ids of each given item (ascending Python ints), in the order of `ids`."""
-        return self._labels.take(self._positions(_checks.item_ids(ids))).to_lists()
+        return self._labels_at(self._find(_checks.item_ids(ids))).to_lists()
 
     def search(self, queries, k: int, labels=None, rerank=None, rerank_factor=None) -> tuple[np.ndarray, np.ndarray]:
         """Top-k by Hamming distance: (distances int32 (nq, k), ids int64 (nq, k)).
@@ -296,10 +298,9 @@ class CodeIndex:
         if not self.ntotal or not len(queries):
             return dist, ids
         with threads_for(len(queries)):
-            for members, allowed in self._groups(filters, len(queries)):
-                if allowed is not None and not allowed.any():
-                    continue
-                d, i = self._engine.knn(self._rows, queries[members], k, allowed)
+            for members, classes in self._groups(filters, len(queries)):
+                d, i = merged_topk([segment_knn(seg, queries[members], k, classes) for seg in self._segments()],
+                                   len(members), k)
                 dist[members, :d.shape[1]], ids[members, :i.shape[1]] = d, i
         dist[ids < 0] = PAD_DISTANCE
         # engines return rows by distance; re-sort only rows where a tie is out of id order
@@ -326,13 +327,15 @@ class CodeIndex:
         parts_q, parts_d, parts_i = [np.empty(0, np.int64)], [np.empty(0, np.int32)], [np.empty(0, np.int64)]
         if self.ntotal and nq:
             with threads_for(nq):
-                for members, allowed in self._groups(filters, nq):
-                    if allowed is not None and not allowed.any():
-                        continue
-                    lims, d, i = self._engine.range(self._rows, queries[members], min(radius, self._bits), allowed)
-                    parts_q.append(np.repeat(members, np.diff(lims)))
-                    parts_d.append(d)
-                    parts_i.append(i)
+                for members, classes in self._groups(filters, nq):
+                    for seg in self._segments():
+                        allowed = allowed_items(seg, classes)
+                        if allowed is not None and not allowed.any():
+                            continue
+                        lims, d, i = seg.engine.range(seg.rows, queries[members], min(radius, self._bits), allowed)
+                        parts_q.append(np.repeat(members, np.diff(lims)))
+                        parts_d.append(d)
+                        parts_i.append(i)
         qidx, dist, ids = (np.concatenate(p) for p in (parts_q, parts_d, parts_i))
         order = np.lexsort((ids, dist, qidx))
         lims = np.concatenate([[0], np.cumsum(np.bincount(qidx, minlength=nq))]).astype(np.int64)
@@ -340,8 +343,19 @@ class CodeIndex:
 
     # --- persistence ----------------------------------------------------------------------
 
+    def prepare_fold(self) -> Segment:
+        """The live items as one main segment, without changing the index (O(n)): removed items
+        leave the FAISS structure and the tail (ids added below the largest) joins it."""
+        return folded(self._main, self._tail)
+
+    def apply_fold(self, main: Segment) -> None:
+        """Adopt what `prepare_fold` returned (O(1); no change may come between the two)."""
+        self._main, self._tail = main, Segment.empty_tail(self._bits, main.width)
+
     def save(self, path: str | Path) -> None:
-        """Write the index directory atomically (see `lbhash.index.storage`)."""
+        """Write the index directory atomically (see `lbhash.index.storage`), folding pending
+        changes first, so that the index searches as the saved one will."""
+        self.apply_fold(self.prepare_fold())
         save_index(self, path)
 
     @classmethod
@@ -351,17 +365,36 @@ class CodeIndex:
 
     # --- internals ------------------------------------------------------------------------
 
-    def _present(self, ids: np.ndarray) -> np.ndarray:
-        if not self.ntotal:
-            return np.zeros(len(ids), bool)
-        pos = np.minimum(np.searchsorted(self._rows.ids, ids), self.ntotal - 1)
-        return self._rows.ids[pos] == ids
+    def _segments(self) -> list[Segment]:
+        return [seg for seg in (self._main, self._tail) if seg.alive]
 
-    def _positions(self, ids: np.ndarray) -> np.ndarray:
-        present = self._present(ids)
-        if not present.all():
-            raise NotFound(f"id {int(ids[~present][0])} is not in the index")
-        return np.searchsorted(self._rows.ids, ids)
+    def _find(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(main positions, tail positions) of ids, -1 where not there; NotFound if in neither."""
+        in_main, in_tail = self._main.positions(ids), self._tail.positions(ids)
+        missing = (in_main < 0) & (in_tail < 0)
+        if missing.any():
+            raise NotFound(f"id {int(ids[missing][0])} is not in the index")
+        return in_main, in_tail
+
+    def _present(self, ids: np.ndarray) -> np.ndarray:
+        return (self._main.positions(ids) >= 0) | (self._tail.positions(ids) >= 0)
+
+    def _codes_at(self, found) -> np.ndarray:
+        in_main, in_tail = found
+        codes = np.empty((len(in_main), self._bits // 8), np.uint8)
+        for segment, pos in ((self._main, in_main), (self._tail, in_tail)):
+            codes[pos >= 0] = segment.rows.codes[pos[pos >= 0]]
+        return codes
+
+    def _labels_at(self, found) -> SparseLabels:
+        in_main, in_tail = found
+        parts = [seg.labels.take(pos[pos >= 0]) for seg, pos in ((self._main, in_main), (self._tail, in_tail))]
+        source = np.concatenate([np.flatnonzero(in_main >= 0), np.flatnonzero(in_main < 0)])
+        return SparseLabels.concat(parts, self.num_classes).take(np.argsort(source, kind="stable"))
+
+    def _fold_if_fragmented(self) -> None:
+        if self._main.ndead + len(self._tail) > fragment_limit(self.ntotal):
+            self.apply_fold(self.prepare_fold())
 
     def _query_filters(self, labels, nq: int) -> SparseLabels | None:
         if labels is None:
@@ -369,10 +402,10 @@ class CodeIndex:
         return _checks.label_rows(labels, nq, "query labels")
 
     def _groups(self, filters: SparseLabels | None, nq: int):
-        """(query numbers, allowed-items mask) per distinct label row (one group if none).
-        An item is allowed when it holds at least one of the row's classes."""
+        """(query numbers, class ids) per distinct label row (one group, classes None, if none).
+        An item passes when it holds at least one of the row's classes."""
         if filters is None:
             yield np.arange(nq), None
             return
         for classes, members in filters.groups():
-            yield members, self._labels.any_of(classes)
+            yield members, classes

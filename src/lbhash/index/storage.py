@@ -43,8 +43,9 @@ import faiss
 import numpy as np
 
 from lbhash.errors import InputError
-from lbhash.index._engines import FlatEngine, Rows
+from lbhash.index._engines import FlatEngine
 from lbhash.index._kinds import ENGINES
+from lbhash.index._segments import Segment
 from lbhash.index.sparse_labels import SparseLabels
 
 FORMAT = "lbhash-code-index"
@@ -62,13 +63,14 @@ def save_index(index, path: str | os.PathLike) -> None:
     _remove_leftovers(path)
     if path.exists() and not (path / MANIFEST).is_file():
         raise InputError(f"{path}: exists and is not an index directory; refusing to replace it")
+    saved = index._main  # CodeIndex.save folds first: the main segment holds every live item
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
     try:
         blobs = {
-            "index.faiss": faiss.serialize_index_binary(index._engine.faiss_index()).tobytes(),
-            "ids.npy": _npy_bytes(index._rows.ids),
-            "labels_indptr.npy": _npy_bytes(index._labels.indptr),
-            "labels_indices.npy": _npy_bytes(index._labels.indices),
+            "index.faiss": faiss.serialize_index_binary(saved.engine.faiss_index()).tobytes(),
+            "ids.npy": _npy_bytes(saved.rows.ids),
+            "labels_indptr.npy": _npy_bytes(saved.labels.indptr),
+            "labels_indices.npy": _npy_bytes(saved.labels.indices),
         }
         attachments = dict(getattr(index, "attachments", None) or {})
         blobs.update({name: bytes(data) for name, data in attachments.items() if _attachment_name(name)})
@@ -109,7 +111,7 @@ def load_index(path: str | os.PathLike, index_class):
     if len(codes) != len(ids) or manifest["ntotal"] != len(ids):
         raise InputError(f"{path / 'index.faiss'}: holds {len(codes)} codes but ids.npy has {len(ids)} "
                          f"and the manifest says {manifest['ntotal']}")
-    index._engine, index._rows, index._labels = engine, Rows(ids, codes), labels
+    index._main = Segment(engine, ids, codes, labels, ordered=True)
     index._next_id = int(manifest["next_id"])
     index.metadata = dict(manifest.get("metadata") or {})
     index.attachments = {name: (path / name).read_bytes() for name in attached}

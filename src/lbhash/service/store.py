@@ -8,6 +8,12 @@ manifest's "wal_seq") are replayed. Compaction saves the index atomically with t
 sequence number in its manifest and then empties the log: after every `compact_every`
 changes (in a background thread) and on close.
 
+Searches wait only for the in-memory part of a change (O(changed items) amortised,
+lbhash.index._segments), never for a disk: one change at a time holds `_changing` while it
+validates and fsyncs its log record, and takes the search lock only to apply it. Compaction
+holds `_changing` too (changes wait, searches go on): it folds the index's pending changes in
+a copy, swaps the copy in under the search lock (O(1)), and saves.
+
 `MilvusStore` offers the same methods over a Milvus collection, which keeps its own log.
 Searches run `lbhash.index.search_hits` (the rules shared with `lbhash search`); an unknown id
 raises `NotFound` and a taken one `Conflict` (lbhash.errors), as the indexes themselves do.
@@ -65,7 +71,7 @@ class IndexStore:
     def _open(self, wal_path, compact_every: int) -> None:
         self.index = CodeIndex.load(self.index_dir)
         self.lock = ReadWriteLock()
-        self._compacting = threading.Lock()
+        self._changing = threading.Lock()  # one change (or compaction) at a time
         self._compactor: threading.Thread | None = None
         self.compact_every = compact_every
         self.wal = WriteAheadLog(wal_path or wal_path_for(self.index_dir))
@@ -110,7 +116,7 @@ class IndexStore:
     # --- changes --------------------------------------------------------------------------
 
     def add(self, codes, ids=None, labels=None, upsert: bool = False) -> tuple[np.ndarray, int]:
-        with self.lock.write():
+        with self._changing:  # the only writer: reading the index needs no search lock
             if ids is not None and not upsert:
                 present = self.index.contains(np.asarray(ids))
                 if present.any():
@@ -118,27 +124,33 @@ class IndexStore:
             plan = self.index.prepare_add(codes, ids, labels, upsert)
             seq = self.wal.append({"op": "add", "ids": plan.ids.tolist(), "codes": [c.tobytes().hex() for c in plan.codes],
                                    "labels": labels_to_lists(plan.labels), "upsert": plan.upsert})
-            self.index.apply_add(plan)
+            with self.lock.write():
+                self.index.apply_add(plan)
             self.pending += 1
         self._maybe_compact()
         return plan.ids, seq
 
     def remove(self, ids) -> int:
-        with self.lock.write():
+        with self._changing:
             ids = self.index.prepare_remove(np.asarray(ids, np.int64))  # NotFound for an id not in the index
             seq = self.wal.append({"op": "remove", "ids": ids.tolist()})
-            self.index.remove(ids)
+            with self.lock.write():
+                self.index.remove(ids)
             self.pending += 1
         self._maybe_compact()
         return seq
 
     def compact(self) -> None:
-        """Save the index with the log's position, then empty the log."""
-        with self._compacting, self.lock.read():  # writers wait; searches go on
+        """Save the index with the log's position, then empty the log. Changes wait; searches
+        go on, and wait only for the O(1) swap of the folded index."""
+        with self._changing:
             if not self.pending:
                 return
+            folded = self.index.prepare_fold()  # O(n), in a copy: searches read the index meanwhile
+            with self.lock.write():
+                self.index.apply_fold(folded)
             self.index.metadata["wal_seq"] = self.wal.last_seq
-            self.index.save(self.index_dir)
+            self.index.save(self.index_dir)  # nothing left to fold: only reads the index
             self.wal.truncate()
             self.saved_seq, self.pending = self.wal.last_seq, 0
 

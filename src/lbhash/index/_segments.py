@@ -1,0 +1,233 @@
+"""The two segments of a `CodeIndex`, so that a change costs what it changes.
+
+The main segment holds the items in ascending id order in the index kind's FAISS structure;
+an add whose ids are all above its largest id is appended to it (FAISS appends too). Every
+other change goes elsewhere: a removal only marks the item dead (a tombstone), and an item
+whose id is below the main segment's largest (an upsert, a re-added id, an id in a gap) goes
+to the tail, a small exact flat segment in arrival order. `CodeIndex` merges both segments'
+results by (distance, id), and folds the tail and the dead items back into one main segment
+(`compacted`) once they pass `fragment_limit(n)`: O(n) once per n / 16 changes, at most
+262,144, so a change costs O(changed items) amortised up to 4M items.
+
+Arrays grow by doubling (`GrowingArray`), so an append copies only what it adds, amortised.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lbhash.index._engines import FlatEngine, Rows
+from lbhash.index.sparse_labels import SparseLabels
+
+FRAGMENT_SHARE = 16           # fold once dead + tail items pass n / 16 ...
+FRAGMENT_MIN = 1024           # ... but not before 1024 (small indexes would fold on every change)
+FRAGMENT_MAX = 262_144        # ... nor after 262,144 (the tail is scanned in full by each search)
+
+
+def fragment_limit(n: int) -> int:
+    """How many dead and tail items an index of n live items carries before it folds them."""
+    return int(min(max(n // FRAGMENT_SHARE, FRAGMENT_MIN), FRAGMENT_MAX))
+
+
+class GrowingArray:
+    """An array that appends in amortised O(added): capacity doubles, `view` is the filled part.
+    A read-only start (a file map) is copied into owned memory by the first append."""
+
+    def __init__(self, start: np.ndarray):
+        self._buf, self._n = start, len(start)
+
+    @property
+    def view(self) -> np.ndarray:
+        return self._buf[:self._n]
+
+    def __len__(self) -> int:
+        return self._n
+
+    def extend(self, values: np.ndarray) -> None:
+        need = self._n + len(values)
+        if need > len(self._buf) or not self._buf.flags.writeable:
+            grown = np.empty((max(need, 2 * len(self._buf), 16),) + self._buf.shape[1:], self._buf.dtype)
+            grown[:self._n] = self._buf[:self._n]
+            self._buf = grown
+        self._buf[self._n:need] = values
+        self._n = need
+
+
+class Segment:
+    """Items of one FAISS structure in insertion order: ids, codes, sparse labels, tombstones.
+
+    `ordered` segments (the main one) hold ascending ids, found by binary search; the tail
+    holds ids in arrival order, found through a dict (id -> position of its live copy).
+    Memory: the codes, 8 bytes of id, one byte of tombstone and the labels per item held."""
+
+    def __init__(self, engine, ids: np.ndarray, codes: np.ndarray, labels: SparseLabels, ordered: bool):
+        self.engine, self.ordered = engine, ordered
+        self._ids, self._codes = GrowingArray(ids), GrowingArray(codes)
+        self._indptr, self._indices = GrowingArray(labels.indptr), GrowingArray(labels.indices)
+        self.width = labels.width
+        self._dead: GrowingArray | None = None  # bool per item, made by the first removal
+        self.ndead = 0
+        self.ascending = True  # ids arrived in ascending order: FAISS's tie order is then the id order
+        self._where = None if ordered else {int(i): p for p, i in enumerate(ids.tolist())}
+
+    @classmethod
+    def empty_tail(cls, bits: int, width: int = 0) -> "Segment":
+        return cls(FlatEngine(bits, {}), np.empty(0, np.int64), np.empty((0, bits // 8), np.uint8),
+                   SparseLabels.empty(0, width), ordered=False)
+
+    # --- reading --------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    @property
+    def alive(self) -> int:
+        return len(self) - self.ndead
+
+    @property
+    def rows(self) -> Rows:
+        return Rows(self._ids.view, self._codes.view)
+
+    @property
+    def labels(self) -> SparseLabels:
+        return SparseLabels(self._indptr.view, self._indices.view, self.width)
+
+    @property
+    def last_id(self) -> int:
+        return int(self._ids.view[-1]) if len(self) else -1
+
+    def live(self) -> np.ndarray:
+        """Bool (len,): which positions hold live items (a new array)."""
+        return np.ones(len(self), bool) if self._dead is None else ~self._dead.view
+
+    @property
+    def dead(self) -> np.ndarray | None:
+        """Bool (len,): which positions hold removed items (the segment's own array); None
+        before the first removal."""
+        return None if self._dead is None else self._dead.view
+
+    def positions(self, ids: np.ndarray) -> np.ndarray:
+        """The position of each id's live item here, -1 where it has none."""
+        if not len(self) or not len(ids):
+            return np.full(len(ids), -1, np.int64)
+        if not self.ordered:
+            where = self._where
+            return np.fromiter((where.get(i, -1) for i in ids.tolist()), np.int64, len(ids))
+        held = self._ids.view
+        pos = np.minimum(np.searchsorted(held, ids), len(held) - 1)
+        found = held[pos] == ids
+        if self._dead is not None:
+            found &= ~self._dead.view[pos]
+        return np.where(found, pos, -1)
+
+    # --- changes --------------------------------------------------------------------------
+
+    def append(self, ids: np.ndarray, codes: np.ndarray, labels: SparseLabels) -> None:
+        """Add items (ids ascending within the call; above `last_id` for an ordered segment)."""
+        if not len(ids):
+            return
+        if len(self) and ids[0] <= self.last_id:
+            self.ascending = False
+        start = len(self)
+        offset = self._indptr.view[-1]
+        self._ids.extend(ids)
+        self._codes.extend(codes)
+        self._indptr.extend(labels.indptr[1:] + offset)
+        self._indices.extend(labels.indices)
+        self.width = max(self.width, labels.width)
+        if self._dead is not None:
+            self._dead.extend(np.zeros(len(ids), bool))
+        if self._where is not None:
+            self._where.update(zip(ids.tolist(), range(start, start + len(ids))))
+        self.engine.on_append(self.rows, codes, ids)
+
+    def kill(self, positions: np.ndarray) -> None:
+        """Mark live items dead; the FAISS structure keeps them until the index folds."""
+        if not len(positions):
+            return
+        if self._dead is None:
+            self._dead = GrowingArray(np.zeros(len(self), bool))
+        self._dead.view[positions] = True
+        self.ndead += len(positions)
+        if self._where is not None:
+            for i in self._ids.view[positions].tolist():
+                del self._where[i]
+
+
+# --- what `CodeIndex` does with segments ---------------------------------------------------
+
+def folded(main: Segment, tail: Segment) -> Segment:
+    """One ordered segment of the live items of both (a new one; neither is changed): O(n)."""
+    if not main.ndead and not len(tail):
+        return main  # nothing to fold
+    keep_main, keep_tail = np.flatnonzero(main.live()), np.flatnonzero(tail.live())
+    ids = np.concatenate([main.rows.ids[keep_main], tail.rows.ids[keep_tail]])
+    order = np.argsort(ids, kind="stable")
+    codes = np.concatenate([main.rows.codes[keep_main], tail.rows.codes[keep_tail]])[order]
+    labels = SparseLabels.concat([main.labels.take(keep_main), tail.labels.take(keep_tail)]).take(order)
+    rows = Rows(ids[order], codes)
+    return Segment(main.engine.rebuilt(rows), rows.ids, rows.codes, labels, ordered=True)
+
+
+def allowed_items(segment: Segment, classes) -> np.ndarray | None:
+    """The positions a search may return (live, and holding one of `classes` when given);
+    None when every position may be returned."""
+    if classes is None:
+        return segment.live() if segment.ndead else None
+    allowed = segment.labels.any_of(classes)
+    return allowed & segment.live() if segment.ndead else allowed
+
+
+def segment_knn(segment: Segment, queries: np.ndarray, k: int, classes) -> tuple[np.ndarray, np.ndarray]:
+    """The segment's top-k (distances, ids) for each query, -1 ids where it has fewer."""
+    rows, k = segment.rows, min(k, len(segment))
+    if classes is None and segment.ndead and segment.ordered:  # ordered: ascending, no ties to redo
+        return _knn_past_dead(segment, queries, k)
+    allowed = allowed_items(segment, classes)
+    if allowed is not None and not allowed.any():
+        return np.full((len(queries), 0), -1, np.int32), np.full((len(queries), 0), -1, np.int64)
+    dist, ids = segment.engine.knn(rows, queries, k, allowed)
+    if not segment.ascending and ids.shape[1]:  # FAISS broke ties by position: redo the k-th's ties by id
+        for q in np.flatnonzero(ids[:, -1] >= 0):
+            _, d, i = segment.engine.range(rows, queries[q:q + 1], int(dist[q, -1]), allowed)
+            order = np.lexsort((i, d))[:ids.shape[1]]
+            dist[q], ids[q] = d[order], i[order]
+    return dist, ids
+
+
+def _knn_past_dead(segment: Segment, queries: np.ndarray, k: int):
+    """Top-k of the live items of an ordered segment with tombstones: fetch a few more without
+    a filter (a FAISS scan with a selector costs about twice as much) and drop the dead; a row
+    left with fewer than k searches again with the live items as its filter."""
+    rows, dead = segment.rows, segment.dead
+    fetch = min(len(segment), k + min(segment.ndead, max(k, 32)))
+    dist, ids = segment.engine.knn(rows, queries, fetch, None)
+    gave_all = ids[:, -1] >= 0
+    ok = (ids >= 0) & ~dead[np.minimum(np.searchsorted(rows.ids, np.maximum(ids, 0)), len(dead) - 1)]
+    if ok[:, :k].all():  # the common case: no dead item among the first k
+        return dist[:, :k], ids[:, :k]
+    first = np.argsort(~ok, axis=1, kind="stable")[:, :k]  # the live ones, in their order
+    dist, ids, ok = (np.take_along_axis(a, first, 1) for a in (dist, ids, ok))
+    ids = np.where(ok, ids, -1)
+    short = np.flatnonzero(~ok[:, -1] & gave_all) if fetch < len(segment) else np.empty(0, np.int64)
+    if len(short):
+        d, i = segment.engine.knn(rows, queries[short], k, ~dead)
+        dist[short], ids[short] = -1, -1
+        dist[short, :d.shape[1]], ids[short, :i.shape[1]] = d, i
+    return dist, ids
+
+
+def merged_topk(parts: list[tuple[np.ndarray, np.ndarray]], nq: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of several (distances, ids) results merged into the k smallest by (distance, id)."""
+    parts = [p for p in parts if p[0].shape[1]]
+    if len(parts) == 1:
+        return parts[0]
+    if not parts:
+        return np.empty((nq, 0), np.int32), np.empty((nq, 0), np.int64)
+    dist = np.concatenate([p[0] for p in parts], axis=1).astype(np.int64)
+    ids = np.concatenate([p[1] for p in parts], axis=1)
+    dist[ids < 0] = np.iinfo(np.int64).max
+    order = np.lexsort((ids, dist), axis=1)[:, :k]
+    dist = np.take_along_axis(dist, order, 1)
+    ids = np.take_along_axis(ids, order, 1)
+    return np.where(ids < 0, -1, dist).astype(np.int32), ids
