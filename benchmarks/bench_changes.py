@@ -44,6 +44,41 @@ def timed(call, repeats: int) -> np.ndarray:
     return np.array(out)
 
 
+def measure(kind: str, codes: np.ndarray, queries: np.ndarray, args, rng) -> list[str]:
+    index = CodeIndex(args.bits, kind)
+    index.add(codes)
+    search = timed(lambda: index.search(queries[:1], 10), args.repeats)
+    removed: list[int] = []
+
+    def remove():
+        item = int(rng.integers(args.n))
+        while item in removed:
+            item = int(rng.integers(args.n))
+        index.remove([item])
+        removed.append(item)
+
+    def insert_below():
+        index.add(codes[:1], ids=[removed.pop()])
+
+    def upsert():
+        index.add(codes[:1], ids=[int(rng.integers(args.n))], upsert=True)
+
+    def append():
+        index.add(codes[:1])
+
+    rows = {"remove one id": timed(remove, args.repeats),
+            "insert one id below the largest": timed(insert_below, args.repeats),
+            "upsert one id": timed(upsert, args.repeats), "append one id": timed(append, args.repeats)}
+    after = timed(lambda: index.search(queries[rng.integers(len(queries))][None], 10), args.repeats)
+    base = float(np.median(search))
+    lines = [f"| {kind} | one search (k=10, one thread) | {base:.3f} | {search.max():.2f} | 1 |"]
+    lines += [f"| {kind} | {name} | {np.median(ms):.3f} | {ms.max():.2f} | {np.median(ms) / base:.3f} |"
+              for name, ms in rows.items()]
+    lines.append(f"| {kind} | one search, {3 * args.repeats} changes pending | {np.median(after):.3f} | "
+                 f"{after.max():.2f} | {np.median(after) / base:.2f} |")
+    return lines
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=1_000_000)
@@ -57,42 +92,11 @@ def main() -> None:
     width = args.bits // 8
     codes = clustered(rng, args.n, width)
     queries = clustered(rng, 200, width)
-    print(f"| kind | change | median ms | worst ms | median / one search |")
+    print("| kind | change | median ms | worst ms | median / one search |")
     print("|---|---|---|---|---|")
     for kind in args.kinds.split(","):
-        index = CodeIndex(args.bits, kind)
-        index.add(codes)
-        one = queries[:1]
-        search = timed(lambda: index.search(one, 10), args.repeats)
-        removed: list[int] = []
-
-        def remove():
-            item = int(rng.integers(args.n))
-            while item in removed:
-                item = int(rng.integers(args.n))
-            index.remove([item])
-            removed.append(item)
-
-        def insert_below():
-            index.add(codes[:1], ids=[removed.pop()])
-
-        def upsert():
-            index.add(codes[:1], ids=[int(rng.integers(args.n))], upsert=True)
-
-        def append():
-            index.add(codes[:1])
-
-        rows = {"remove one id": timed(remove, args.repeats),
-                "insert one id below the largest": timed(insert_below, args.repeats),
-                "upsert one id": timed(upsert, args.repeats), "append one id": timed(append, args.repeats)}
-        after = timed(lambda: index.search(queries[rng.integers(200)][None], 10), args.repeats)
-        base = float(np.median(search))
-        print(f"| {kind} | one search (k=10, one thread) | {base:.3f} | {search.max():.2f} | 1 |")
-        for name, ms in rows.items():
-            print(f"| {kind} | {name} | {np.median(ms):.3f} | {ms.max():.2f} | {np.median(ms) / base:.3f} |")
-        print(f"| {kind} | one search, {3 * args.repeats} changes pending | {np.median(after):.3f} | "
-              f"{after.max():.2f} | {np.median(after) / base:.2f} |")
-        del index
+        for line in measure(kind, codes, queries, args, rng):
+            print(line)
     print(f"load average at end: {load_average()}")
 
 

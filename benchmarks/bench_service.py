@@ -5,7 +5,8 @@
     python benchmarks/bench_service.py --churn 20          # searches while 20 changes/s go on
 
 Builds a flat index in a temporary directory, starts `lbhash serve` on a free port of
-127.0.0.1 (and stops it at the end), then runs --clients concurrent clients for --seconds,
+127.0.0.1 (and stops it at the end), then runs --clients concurrent clients (each its own
+process, started before the clock: their start-up is not counted) for --seconds,
 each sending one POST /search (one query, top-k) at a time; with --writes a share of the
 requests are POST /items instead. With --churn R one more client changes the index at a steady R
 changes per second, in turn: DELETE /items/{id} of a random item, POST /items of that id again
@@ -16,13 +17,15 @@ item. Reports requests per second, p50/p99 latency and errors, for searches and 
 from __future__ import annotations
 
 import argparse
+import http.client
+import json
+import multiprocessing
 import os
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -35,6 +38,7 @@ sys.path.insert(0, str(SRC))
 from lbhash.index import CodeIndex  # noqa: E402
 
 START_TIMEOUT_S = 180
+CLIENT_START_S = 20  # time for the client processes to start and import before the clock runs
 
 
 def load_average() -> str:
@@ -74,61 +78,77 @@ def stop_server(proc: subprocess.Popen) -> None:
             proc.wait(timeout=30)
 
 
-def client_loop(url, queries, args, deadline, seed, results, lock):
+def wait_until(begin: float) -> float:
+    """Sleep until `begin` (time.monotonic, the same clock in every process); the deadline."""
+    time.sleep(max(0.0, begin - time.monotonic()))
+    return begin
+
+
+class Client:
+    """One keep-alive HTTP/1.1 connection on http.client: far less CPU per request than httpx,
+    so the load generator takes less of the cores from the server it measures."""
+
+    def __init__(self, url: str):
+        host, port = url.rsplit("/", 1)[-1].split(":")
+        self.conn = http.client.HTTPConnection(host, int(port), timeout=60)
+
+    def call(self, method: str, path: str, payload=None) -> int:
+        """The reply's status; 0 when the connection failed (it reconnects on the next call)."""
+        body = None if payload is None else json.dumps(payload).encode()
+        try:
+            self.conn.request(method, path, body=body, headers={"Content-Type": "application/json"} if body else {})
+            reply = self.conn.getresponse()
+            reply.read()
+            return reply.status
+        except (http.client.HTTPException, OSError):
+            self.conn.close()
+            return 0
+
+
+def client_loop(url, queries, args, begin, seed, results):
     rng = np.random.default_rng(seed)
     latencies, errors, next_id = [], 0, 10**12 + seed * 10**9
-    with httpx.Client(base_url=url, timeout=30) as client:
-        while time.monotonic() < deadline:
-            q = queries[rng.integers(len(queries))].tobytes().hex()
-            write = rng.random() < args.writes
-            start = time.perf_counter()
-            try:
-                if write:
-                    reply = client.post("/items", json={"codes": [q], "ids": [next_id]})
-                    next_id += 1
-                else:
-                    reply = client.post("/search", json={"codes": [q], "k": args.k})
-                ok = reply.status_code == 200
-            except httpx.HTTPError:
-                ok = False
-            latencies.append((time.perf_counter() - start) * 1000)
-            errors += not ok
-    with lock:
-        results.append((latencies, errors))
+    client = Client(url)
+    deadline = wait_until(begin) + args.seconds
+    while time.monotonic() < deadline:
+        q = queries[rng.integers(len(queries))].tobytes().hex()
+        write = rng.random() < args.writes
+        start = time.perf_counter()
+        if write:
+            status = client.call("POST", "/items", {"codes": [q], "ids": [next_id]})
+            next_id += 1
+        else:
+            status = client.call("POST", "/search", {"codes": [q], "k": args.k})
+        latencies.append((time.perf_counter() - start) * 1000)
+        errors += status != 200
+    results.put(("search", latencies, errors))
 
 
-def churn_loop(url, args, deadline, results, lock):
+def churn_loop(url, args, begin, results):
     """Steady changes: delete, re-add below the largest id, upsert; one every 1 / rate s."""
     rng = np.random.default_rng(10**6 + args.seed)
     latencies, errors, step = [], 0, 0
     width = args.bits // 8
-    with httpx.Client(base_url=url, timeout=60) as client:
-        next_at = time.monotonic()
-        while time.monotonic() < deadline:
-            item = int(rng.integers(args.n))
-            code = rng.integers(0, 256, width, np.uint8).tobytes().hex()
-            start = time.perf_counter()
-            try:
-                if step % 3 == 0:
-                    reply = client.delete(f"/items/{item}")
-                    deleted = item
-                elif step % 3 == 1:
-                    reply = client.post("/items", json={"codes": [code], "ids": [deleted]})
-                else:
-                    reply = client.post("/items", json={"codes": [code], "ids": [item], "upsert": True})
-                ok = reply.status_code in (200, 404)  # 404: a random item already deleted
-            except httpx.HTTPError:
-                ok = False
-            if step % 3 == 0 and reply.status_code == 404:
-                step += 2  # nothing to re-add: go on with an upsert
-            else:
-                step += 1
-            latencies.append((time.perf_counter() - start) * 1000)
-            errors += not ok
-            next_at += 1 / args.churn
-            time.sleep(max(0.0, next_at - time.monotonic()))
-    with lock:
-        results.append((latencies, errors))
+    client = Client(url)
+    next_at = wait_until(begin)
+    deadline = begin + args.seconds
+    while time.monotonic() < deadline:
+        item = int(rng.integers(args.n))
+        code = rng.integers(0, 256, width, np.uint8).tobytes().hex()
+        start = time.perf_counter()
+        if step % 3 == 0:
+            status = client.call("DELETE", f"/items/{item}")
+            deleted = item
+        elif step % 3 == 1:
+            status = client.call("POST", "/items", {"codes": [code], "ids": [deleted]})
+        else:
+            status = client.call("POST", "/items", {"codes": [code], "ids": [item], "upsert": True})
+        step += 2 if step % 3 == 0 and status == 404 else 1  # 404: already deleted, nothing to re-add
+        latencies.append((time.perf_counter() - start) * 1000)
+        errors += status not in (200, 404)
+        next_at += 1 / args.churn
+        time.sleep(max(0.0, next_at - time.monotonic()))
+    results.put(("change", latencies, errors))
 
 
 def summary(latencies: np.ndarray, elapsed: float) -> str:
@@ -168,23 +188,26 @@ def main() -> None:
             with httpx.Client(base_url=url, timeout=30) as warm:
                 for q in queries[:50]:
                     warm.post("/search", json={"codes": [q.tobytes().hex()], "k": args.k})
-            results, lock = [], threading.Lock()
-            deadline = time.monotonic() + args.seconds
-            threads = [threading.Thread(target=client_loop, args=(url, queries, args, deadline, s, results, lock))
+            # each client is its own process, so that clients do not queue for one interpreter
+            context = multiprocessing.get_context("spawn")
+            results = context.Queue()
+            begin = time.monotonic() + CLIENT_START_S  # every client starts at once, after its imports
+            clients = [context.Process(target=client_loop, args=(url, queries, args, begin, s, results))
                        for s in range(args.clients)]
-            changes = []
             if args.churn > 0:
-                threads.append(threading.Thread(target=churn_loop, args=(url, args, deadline, changes, lock)))
-            started = time.monotonic()
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join(timeout=args.seconds + 120)
-            elapsed = time.monotonic() - started
+                clients.append(context.Process(target=churn_loop, args=(url, args, begin, results)))
+            for c in clients:
+                c.start()
+            reports = [results.get(timeout=CLIENT_START_S + args.seconds + 300) for _ in clients]
+            for c in clients:
+                c.join(timeout=60)
+            elapsed = args.seconds
         finally:
             stop_server(proc)
-    latencies = np.concatenate([np.array(r[0]) for r in results])
-    errors = sum(r[1] for r in results)
+    searches = [r for r in reports if r[0] == "search"]
+    changes = [r[1:] for r in reports if r[0] == "change"]
+    latencies = np.concatenate([np.array(r[1]) for r in searches])
+    errors = sum(r[2] for r in searches)
     print(f"{args.n:,} x {args.bits}-bit codes, {args.clients} clients, {elapsed:.1f} s, k={args.k}, "
           f"writes {args.writes:.0%}: {summary(latencies, elapsed)}, errors {errors}")
     if args.churn > 0:

@@ -34,6 +34,8 @@ class GrowingArray:
     A read-only start (a file map) is copied into owned memory by the first append."""
 
     def __init__(self, start: np.ndarray):
+        if isinstance(start, np.memmap):  # a plain view of the same pages: np.memmap's slicing runs Python code
+            start = start.view(np.ndarray)
         self._buf, self._n = start, len(start)
 
     @property

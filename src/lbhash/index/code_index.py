@@ -381,6 +381,8 @@ class CodeIndex:
 
     def _codes_at(self, found) -> np.ndarray:
         in_main, in_tail = found
+        if (in_main >= 0).all():
+            return self._main.rows.codes[in_main]
         codes = np.empty((len(in_main), self._bits // 8), np.uint8)
         for segment, pos in ((self._main, in_main), (self._tail, in_tail)):
             codes[pos >= 0] = segment.rows.codes[pos[pos >= 0]]
@@ -388,6 +390,8 @@ class CodeIndex:
 
     def _labels_at(self, found) -> SparseLabels:
         in_main, in_tail = found
+        if (in_main >= 0).all():
+            return self._main.labels.take(in_main).with_width(self.num_classes)
         parts = [seg.labels.take(pos[pos >= 0]) for seg, pos in ((self._main, in_main), (self._tail, in_tail))]
         source = np.concatenate([np.flatnonzero(in_main >= 0), np.flatnonzero(in_main < 0)])
         return SparseLabels.concat(parts, self.num_classes).take(np.argsort(source, kind="stable"))

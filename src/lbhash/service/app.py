@@ -16,6 +16,8 @@ without a run attached), `media` and `limits`.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
@@ -24,7 +26,7 @@ from pathlib import Path
 import numpy as np
 from fastapi import APIRouter, FastAPI, File, Form, HTTPException, Path as PathParam, Request, UploadFile
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from lbhash import limits as table
 from lbhash.errors import Conflict, InputError, NotFound
@@ -84,22 +86,29 @@ def create_app(source, encoder=None, *, limits: Limits | None = None, compact_ev
 # --- searches -----------------------------------------------------------------------------------
 
 
-def run_search(state, codes, k, radius, label_lists, real=None, factor=None) -> models.SearchResponse:
-    """The hits of decoded queries (`real`: their real outputs, when the search re-ranks)."""
+def run_search(state, codes, k, radius, label_lists, real=None, factor=None) -> Response:
+    """The hits of decoded queries (`real`: their real outputs, when the search re-ranks), as a
+    `SearchResponse` body encoded here: FastAPI's validation and encoding of a response model
+    took more CPU than a search of a million codes (docs/search.md, "The service's own cost")."""
     limits = state.limits
     plan = plan_search(k, radius, rerank=real is not None, factor=factor, max_k=limits.max_k,
                        max_candidates=limits.max_rerank_candidates)
     classes = None if label_lists is None else check_classes(label_lists, "labels", limits.max_class_id)
     hits = state.store.search(codes, plan, classes=classes, real=real)
-    return models.SearchResponse(results=[
-        models.QueryResult(hits=[models.Hit(id=i, distance=d, labels=lab, score=score)
-                                 for i, d, lab, score in query.rows()])
-        for query in hits])
+    results = [{"hits": [{"id": i, "distance": d, "labels": lab} if score is None else
+                         {"id": i, "distance": d, "labels": lab, "score": score}
+                         for i, d, lab, score in query.rows()]} for query in hits]
+    return Response(json.dumps({"results": results}, separators=(",", ":"), allow_nan=False),
+                    media_type="application/json")
 
 
 @router.post("/search", response_model=models.SearchResponse, response_model_exclude_none=True, responses=_ERRORS)
-def search(body: models.SearchRequest, request: Request):
-    state = request.app.state
+async def search(body: models.SearchRequest, request: Request):
+    # asyncio's own executor: starlette's run_in_threadpool (anyio) cost a fifth of a request's CPU
+    return await asyncio.get_running_loop().run_in_executor(None, search_body, body, request.app.state)
+
+
+def search_body(body: models.SearchRequest, state) -> Response:
     if body.real is None and body.rerank_factor is None:
         codes, real = to_codes(state, body.codes, body.features, "queries"), None
     else:
