@@ -6,7 +6,7 @@
 For each kind: builds the index (ids 0..n-1, clustered codes), then times --repeats of each
 change on its own: remove one random id, insert one id below the largest (a removed one,
 re-added), upsert one random id, append one id above the largest; then single-query searches
-(one thread) while those changes are pending. Prints the median and worst time of each, and
+(one thread) while those changes are pending, and one fold of them into the main segment. Prints the median and worst time of each, and
 each change's median as a multiple of the search's median, measured in the same run.
 """
 
@@ -76,6 +76,10 @@ def measure(kind: str, codes: np.ndarray, queries: np.ndarray, args, rng) -> lis
               for name, ms in rows.items()]
     lines.append(f"| {kind} | one search, {3 * args.repeats} changes pending | {np.median(after):.3f} | "
                  f"{after.max():.2f} | {np.median(after) / base:.2f} |")
+    if hasattr(index, "prepare_fold"):  # what the pending changes cost to fold into the main segment, once
+        fold = timed(lambda: index.apply_fold(index.prepare_fold()), 1)
+        lines.append(f"| {kind} | fold the pending changes (once, O(n)) | {fold[0]:.1f} | {fold[0]:.1f} | "
+                     f"{fold[0] / base:.1f} |")
     return lines
 
 

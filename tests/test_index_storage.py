@@ -237,8 +237,8 @@ def write_version_1(index: CodeIndex, path):
     path.mkdir()
     index.apply_fold(index.prepare_fold())  # the FAISS structure then holds exactly the live items
     blobs = {"index.faiss": faiss.serialize_index_binary(index._main.engine.faiss_index()).tobytes(),
-             "ids.npy": storage._npy_bytes(index.ids()),
-             "labels.npy": storage._npy_bytes(index.get(index.ids())[1])}
+             "ids.npy": npy_bytes(index.ids()),
+             "labels.npy": npy_bytes(index.get(index.ids())[1])}
     for name, data in blobs.items():
         (path / name).write_bytes(data)
     manifest = {"format": storage.FORMAT, "version": 1, "bits": index.bits, "kind": index.kind,
@@ -290,11 +290,18 @@ def test_old_format_labels_are_still_verified(rng, tmp_path):
         CodeIndex.load(tmp_path / "old")
 
 
+def npy_bytes(arr) -> bytes:
+    import io
+    buf = io.BytesIO()
+    np.save(buf, arr, allow_pickle=False)
+    return buf.getvalue()
+
+
 def rewrite(ix, name, arr):
     """Replace one file of an index with matching checksums: only its contents can be refused."""
     import hashlib
 
-    data = storage._npy_bytes(arr)
+    data = npy_bytes(arr)
     (ix / name).write_bytes(data)
     manifest = json.loads((ix / "manifest.json").read_text())
     manifest["files"][name] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}

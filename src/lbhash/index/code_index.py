@@ -207,9 +207,11 @@ class CodeIndex:
         Costs O(added items) amortised (lbhash.index._segments)."""
         if not len(plan.ids):
             return
-        order = np.argsort(plan.ids, kind="stable")
-        ids, codes = plan.ids[order], plan.codes[order]
-        labels = SparseLabels.empty(len(ids)) if plan.labels is None else plan.labels.take(order)
+        ids, codes, labels = plan.ids, plan.codes, plan.labels
+        if (np.diff(ids) <= 0).any():  # (ids in order, as numbered by default, need no sorted copies)
+            order = np.argsort(ids, kind="stable")
+            ids, codes, labels = ids[order], codes[order], None if labels is None else labels.take(order)
+        labels = SparseLabels.empty(len(ids)) if labels is None else labels
         in_main, in_tail = self._main.positions(ids), self._tail.positions(ids)
         self._main.kill(in_main[in_main >= 0])
         self._tail.kill(in_tail[in_tail >= 0])

@@ -17,6 +17,10 @@ directory is never changed in place (saves swap in a new one), so the verified b
 mapped ones. Memory on load: nothing in proportion to n for flat; ivf and multihash read their
 FAISS structures (about the file's size).
 
+Saving streams each file to disk (FAISS's writer, np.save) and then hashes it from there, so no
+file is held in memory whole; what a save holds in proportion to n is only the fold of pending
+changes, when there are any (CodeIndex.save, lbhash.index._segments).
+
 Replacing an existing directory: the new one is written to a hidden sibling, every file and
 the directory are fsynced, and then the two are swapped in one step with renameat2
 (RENAME_EXCHANGE, Linux) and the old one is deleted. Where that call is missing, the old
@@ -32,7 +36,6 @@ import ctypes
 import ctypes.util
 import errno
 import hashlib
-import io
 import json
 import os
 import shutil
@@ -66,25 +69,30 @@ def save_index(index, path: str | os.PathLike) -> None:
     saved = index._main  # CodeIndex.save folds first: the main segment holds every live item
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
     try:
-        blobs = {
-            "index.faiss": faiss.serialize_index_binary(saved.engine.faiss_index()).tobytes(),
-            "ids.npy": _npy_bytes(saved.rows.ids),
-            "labels_indptr.npy": _npy_bytes(saved.labels.indptr),
-            "labels_indices.npy": _npy_bytes(saved.labels.indices),
+        # each file is streamed to disk and then hashed from it: no file is ever held in memory
+        # whole (a serialised 100M-code index would be 0.8 GB of bytes, its ids as much again)
+        writers = {
+            "index.faiss": lambda fh: faiss.write_index_binary(saved.engine.faiss_index(),
+                                                               faiss.PyCallbackIOWriter(fh.write)),
+            "ids.npy": lambda fh: np.save(fh, saved.rows.ids, allow_pickle=False),
+            "labels_indptr.npy": lambda fh: np.save(fh, saved.labels.indptr, allow_pickle=False),
+            "labels_indices.npy": lambda fh: np.save(fh, saved.labels.indices, allow_pickle=False),
         }
         attachments = dict(getattr(index, "attachments", None) or {})
-        blobs.update({name: bytes(data) for name, data in attachments.items() if _attachment_name(name)})
-        files = {}
-        for name, data in blobs.items():
-            _write_synced(tmp / name, data)
-            files[name] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+        writers.update({name: (lambda fh, data=bytes(data): fh.write(data))
+                        for name, data in attachments.items() if _attachment_name(name)})
+        for name, write in writers.items():
+            _write_synced(tmp / name, write)
+        digests = _file_digests(tmp, writers)
+        files = {name: {"sha256": digests[name], "bytes": (tmp / name).stat().st_size} for name in writers}
         manifest = {
             "format": FORMAT, "version": VERSION, "bits": index.bits, "kind": index.kind,
             "params": index.params, "ntotal": index.ntotal, "num_classes": index.num_classes,
             "next_id": index.next_id, "trained": index.is_trained, "metadata": index.metadata,
             "files": files, **({"attachments": sorted(attachments)} if attachments else {}),
         }
-        _write_synced(tmp / MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())
+        text = (json.dumps(manifest, indent=2) + "\n").encode()
+        _write_synced(tmp / MANIFEST, lambda fh: fh.write(text))
         _fsync_dir(tmp)
         _replace_dir(tmp, path)
     finally:
@@ -130,15 +138,22 @@ def _verify_checksums(path: Path, manifest: dict, names) -> None:
             raise InputError(f"{path / name}: missing (the index directory is incomplete)")
         entries[name] = entry["sha256"]
 
+    digests = _file_digests(path, entries)
+    for name, expected in entries.items():
+        if digests[name] != expected:
+            raise InputError(f"{path / name}: checksum mismatch (the file is corrupt or was changed)")
+
+
+def _file_digests(path: Path, names) -> dict[str, str]:
+    """SHA-256 of each named file, streamed (no file is held in memory) and in parallel threads
+    (hashlib releases the GIL)."""
     def digest(name: str) -> str:
         with open(path / name, "rb") as fh:
             return hashlib.file_digest(fh, "sha256").hexdigest()
 
-    with concurrent.futures.ThreadPoolExecutor(min(4, len(entries))) as pool:
-        digests = dict(zip(entries, pool.map(digest, entries)))
-    for name, expected in entries.items():
-        if digests[name] != expected:
-            raise InputError(f"{path / name}: checksum mismatch (the file is corrupt or was changed)")
+    names = list(names)
+    with concurrent.futures.ThreadPoolExecutor(max(1, min(4, len(names)))) as pool:
+        return dict(zip(names, pool.map(digest, names)))
 
 
 def _load_engine(file: Path, bits: int, kind: str, params: dict, ids: np.ndarray):
@@ -209,12 +224,6 @@ def directory_bytes(path: str | os.PathLike) -> int:
 
 # --- file and directory plumbing ------------------------------------------------------------
 
-def _npy_bytes(arr: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    np.save(buf, arr, allow_pickle=False)
-    return buf.getvalue()
-
-
 def _npy_map(file: Path) -> np.ndarray:
     """A read-only map of a verified .npy file (its pages are read when used, never copied)."""
     try:
@@ -223,9 +232,10 @@ def _npy_map(file: Path) -> np.ndarray:
         raise InputError(f"{file}: not a readable .npy array ({err})") from None
 
 
-def _write_synced(path: Path, data: bytes) -> None:
+def _write_synced(path: Path, write) -> None:
+    """Create `path`, let `write(fh)` fill it, and fsync it."""
     with open(path, "wb") as fh:
-        fh.write(data)
+        write(fh)
         fh.flush()
         os.fsync(fh.fileno())
 
