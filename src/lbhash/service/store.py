@@ -30,7 +30,6 @@ import numpy as np
 from lbhash.errors import Conflict, InputError
 from lbhash.index import CodeIndex, Hits, SearchPlan, SparseLabels, search_hits
 from lbhash.index.writer_lock import writer_lock
-from lbhash.service.batching import SearchBatcher
 from lbhash.service.rwlock import ReadWriteLock
 from lbhash.service.wal import WriteAheadLog
 
@@ -73,7 +72,6 @@ class IndexStore:
         self.index = CodeIndex.load(self.index_dir)
         self.lock = ReadWriteLock()
         self._changing = threading.Lock()  # one change (or compaction) at a time
-        self._batcher = SearchBatcher(self._search_locked)
         self._compactor: threading.Thread | None = None
         self.compact_every = compact_every
         self.wal = WriteAheadLog(wal_path or wal_path_for(self.index_dir))
@@ -90,14 +88,7 @@ class IndexStore:
     # --- reads ----------------------------------------------------------------------------
 
     def search(self, queries, plan: SearchPlan, *, classes=None, real=None) -> list[Hits]:
-        """`search_hits` of the queries: hits and their labels all read under one lock. Lone
-        unfiltered queries go through the batcher, which joins those that arrive together
-        into one search (lbhash.service.batching)."""
-        if len(queries) == 1 and classes is None and real is None:
-            return self._batcher.search(queries, plan)
-        return self._search_locked(queries, plan, classes, real)
-
-    def _search_locked(self, queries, plan: SearchPlan, classes=None, real=None) -> list[Hits]:
+        """`search_hits` of the queries: hits and their labels all read under one lock."""
         with self.lock.read():
             return search_hits(self.index, queries, plan, classes=classes, real=real)
 
@@ -165,7 +156,6 @@ class IndexStore:
 
     def close(self) -> None:
         try:
-            self._batcher.close()
             if self._compactor is not None:
                 self._compactor.join(timeout=600)
             self.compact()
