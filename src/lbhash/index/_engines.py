@@ -81,6 +81,11 @@ class Engine:
         engine.reset(rows)
         return engine
 
+    def folded(self, rows: Rows, removed_ids: np.ndarray, added_ids: np.ndarray, added_codes: np.ndarray):
+        """A new engine holding `rows`: this one's items less `removed_ids`, plus the added
+        ones. This engine is not changed (searches may be reading it). By default a rebuild."""
+        return self.rebuilt(rows)
+
     def filtered_knn(self, rows: Rows, queries: np.ndarray, k: int, allowed: np.ndarray):
         """Top-k candidates among allowed items: fetch more until k pass the mask, or the
         engine has nothing more to give at its widest setting."""

@@ -89,6 +89,19 @@ class IVFEngine(Engine):
         else:
             self.index.add_with_ids(codes, ids)
 
+    def folded(self, rows: Rows, removed_ids: np.ndarray, added_ids: np.ndarray, added_codes: np.ndarray):
+        """A copy of the lists less the removed ids plus the added items: the centroids stay and
+        only the added codes are assigned (a rebuild assigns every code: 1.3 s per million)."""
+        if self.buffer is not None:
+            return self.rebuilt(rows)
+        engine = type(self)(self.bits, dict(self.params))
+        engine.index, engine.buffer = faiss.clone_binary_index(self.index), None
+        if len(removed_ids):
+            engine.index.remove_ids(faiss.IDSelectorBatch(removed_ids.astype(np.int64)))
+        if len(added_ids):
+            engine.index.add_with_ids(np.ascontiguousarray(added_codes), added_ids.astype(np.int64))
+        return engine
+
     def rebuilt(self, rows: Rows) -> "IVFEngine":
         """A new engine with the same parameters and centroids (if trained) holding `rows`."""
         if self.buffer is not None:

@@ -168,7 +168,9 @@ def folded(main: Segment, tail: Segment) -> Segment:
     codes = np.concatenate([main.rows.codes[keep_main], tail.rows.codes[keep_tail]])[order]
     labels = SparseLabels.concat([main.labels.take(keep_main), tail.labels.take(keep_tail)]).take(order)
     rows = Rows(ids[order], codes)
-    return Segment(main.engine.rebuilt(rows), rows.ids, rows.codes, labels, ordered=True)
+    removed = main.rows.ids[main.dead] if main.ndead else np.empty(0, np.int64)
+    engine = main.engine.folded(rows, removed, tail.rows.ids[keep_tail], tail.rows.codes[keep_tail])
+    return Segment(engine, rows.ids, rows.codes, labels, ordered=True)
 
 
 def allowed_items(segment: Segment, classes) -> np.ndarray | None:
