@@ -144,7 +144,7 @@ class FlatEngine(Engine):
             self.index.add(rows.codes)
 
     def on_append(self, rows: Rows, codes: np.ndarray, ids: np.ndarray) -> None:
-        if self.mapped:  # FAISS cannot grow a mapped file: the first change copies it in (O(n) once)
+        if self.mapped:  # FAISS cannot grow a mapped file: the first append copies it in (O(n) once)
             self.reset(rows)
         else:
             self.index.add(codes)
@@ -176,7 +176,7 @@ class FlatEngine(Engine):
         """Map index.faiss instead of reading it: FAISS searches the file's pages in place
         (IO_FLAG_MMAP_IFC) and the codes are a read-only numpy map of the same bytes, which end
         the file (FAISS writes an IndexBinaryFlat's code vector last). Nothing is copied until
-        the first change."""
+        the first append (removals and the tail leave the map alone: lbhash.index._segments)."""
         try:
             index = faiss.read_index_binary(str(file), faiss.IO_FLAG_MMAP_IFC)
         except RuntimeError as err:
