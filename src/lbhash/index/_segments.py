@@ -134,7 +134,7 @@ class Segment:
         offset = self._indptr.view[-1]
         self._ids.extend(ids)
         self._codes.extend(codes)
-        self._indptr.extend(labels.indptr[1:] + offset)
+        self._indptr.extend(labels.indptr[1:] + offset if offset else labels.indptr[1:])  # (no temporary)
         self._indices.extend(labels.indices)
         self.width = max(self.width, labels.width)
         if self._dead is not None:

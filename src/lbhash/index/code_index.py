@@ -208,10 +208,14 @@ class CodeIndex:
         if not len(plan.ids):
             return
         ids, codes, labels = plan.ids, plan.codes, plan.labels
-        if (np.diff(ids) <= 0).any():  # (ids in order, as numbered by default, need no sorted copies)
+        if (ids[1:] <= ids[:-1]).any():  # (ids in order, as numbered by default, need no sorted copies)
             order = np.argsort(ids, kind="stable")
             ids, codes, labels = ids[order], codes[order], None if labels is None else labels.take(order)
         labels = SparseLabels.empty(len(ids)) if labels is None else labels
+        if ids[0] > self._main.last_id:  # all above every id held (the tail's too): a pure append
+            self._main.append(ids, codes, labels)
+            self._next_id = max(self._next_id, int(ids[-1]) + 1)
+            return
         in_main, in_tail = self._main.positions(ids), self._tail.positions(ids)
         self._main.kill(in_main[in_main >= 0])
         self._tail.kill(in_tail[in_tail >= 0])
