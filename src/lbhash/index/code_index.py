@@ -361,7 +361,8 @@ class CodeIndex:
     def save(self, path: str | Path) -> None:
         """Write the index directory atomically (see `lbhash.index.storage`), folding pending
         changes first, so that the index searches as the saved one will."""
-        self.apply_fold(self.prepare_fold())
+        if self._main.ndead or len(self._tail):  # (otherwise nothing changes: a server saves while searching)
+            self.apply_fold(self.prepare_fold())
         save_index(self, path)
 
     @classmethod
