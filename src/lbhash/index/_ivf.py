@@ -94,8 +94,7 @@ class IVFEngine(Engine):
         only the added codes are assigned (a rebuild assigns every code: 1.3 s per million)."""
         if self.buffer is not None:
             return self.rebuilt(rows)
-        engine = type(self)(self.bits, dict(self.params))
-        engine.index, engine.buffer = faiss.clone_binary_index(self.index), None
+        engine = self._trained_copy()
         if len(removed_ids):
             engine.index.remove_ids(faiss.IDSelectorBatch(removed_ids.astype(np.int64)))
         if len(added_ids):
@@ -106,9 +105,14 @@ class IVFEngine(Engine):
         """A new engine with the same parameters and centroids (if trained) holding `rows`."""
         if self.buffer is not None:
             return super().rebuilt(rows)
+        engine = self._trained_copy()
+        engine.reset(rows)
+        return engine
+
+    def _trained_copy(self) -> "IVFEngine":
+        """A new engine with a copy of this trained one's centroids and lists (O(n))."""
         engine = type(self)(self.bits, dict(self.params))
         engine.index, engine.buffer = faiss.clone_binary_index(self.index), None
-        engine.reset(rows)
         return engine
 
     def _search(self, queries, k, nprobe):

@@ -6,7 +6,7 @@ other change goes elsewhere: a removal only marks the item dead (a tombstone), a
 whose id is below the main segment's largest (an upsert, a re-added id, an id in a gap) goes
 to the tail, a small exact flat segment in arrival order. `CodeIndex` merges both segments'
 results by (distance, id), and folds the tail and the dead items back into one main segment
-(`compacted`) once they pass `fragment_limit(n)`: O(n) once per n / 16 changes, at most
+(`folded`) once they pass `fragment_limit(n)`: O(n) once per n / 16 changes, at most
 262,144, so a change costs O(changed items) amortised up to 4M items.
 
 Arrays grow by doubling (`GrowingArray`), so an append copies only what it adds, amortised.
