@@ -11,7 +11,9 @@ each sending one POST /search (one query, top-k) at a time; with --writes a shar
 requests are POST /items instead. With --churn R one more client changes the index at a steady R
 changes per second, in turn: DELETE /items/{id} of a random item, POST /items of that id again
 with a new code (an id below the largest: a mid-range insert), and an upsert of another random
-item. Reports requests per second, p50/p99 latency and errors, for searches and for changes.
+item. Reports requests per second, p50/p99 latency and errors, for searches and for changes,
+and the server's CPU time per request (from /proc: on a small index, what HTTP, validation and
+encoding cost beside the search).
 """
 
 from __future__ import annotations
@@ -76,6 +78,12 @@ def stop_server(proc: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=30)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (all its threads) so far, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def wait_until(begin: float) -> float:
@@ -196,12 +204,14 @@ def main() -> None:
                        for s in range(args.clients)]
             if args.churn > 0:
                 clients.append(context.Process(target=churn_loop, args=(url, args, begin, results)))
+            server_cpu = cpu_seconds(proc.pid)
             for c in clients:
                 c.start()
             reports = [results.get(timeout=CLIENT_START_S + args.seconds + 300) for _ in clients]
             for c in clients:
                 c.join(timeout=60)
             elapsed = args.seconds
+            server_cpu = cpu_seconds(proc.pid) - server_cpu  # the clients' start-up is idle time for it
         finally:
             stop_server(proc)
     searches = [r for r in reports if r[0] == "search"]
@@ -210,6 +220,8 @@ def main() -> None:
     errors = sum(r[2] for r in searches)
     print(f"{args.n:,} x {args.bits}-bit codes, {args.clients} clients, {elapsed:.1f} s, k={args.k}, "
           f"writes {args.writes:.0%}: {summary(latencies, elapsed)}, errors {errors}")
+    requests = len(latencies) + sum(len(r[0]) for r in changes)
+    print(f"server CPU: {server_cpu:.1f} s, {1000 * server_cpu / max(requests, 1):.2f} ms per request")
     if args.churn > 0:
         change_ms = np.concatenate([np.array(r[0]) for r in changes])
         print(f"changes at {args.churn:g}/s (delete, re-add below the largest id, upsert): "

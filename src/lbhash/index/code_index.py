@@ -212,21 +212,19 @@ class CodeIndex:
             order = np.argsort(ids, kind="stable")
             ids, codes, labels = ids[order], codes[order], None if labels is None else labels.take(order)
         labels = SparseLabels.empty(len(ids)) if labels is None else labels
-        if ids[0] > self._main.last_id:  # all above every id held (the tail's too): a pure append
-            self._main.append(ids, codes, labels)
-            self._next_id = max(self._next_id, int(ids[-1]) + 1)
-            return
-        in_main, in_tail = self._main.positions(ids), self._tail.positions(ids)
-        self._main.kill(in_main[in_main >= 0])
-        self._tail.kill(in_tail[in_tail >= 0])
-        to_main = ids > self._main.last_id
-        if to_main.all():
-            self._main.append(ids, codes, labels)
-        else:
-            for segment, part in ((self._main, np.flatnonzero(to_main)), (self._tail, np.flatnonzero(~to_main))):
-                segment.append(ids[part], codes[part], labels.take(part))
+        # only ids up to the largest held can be held (the tail's are below it too): those are
+        # looked up, replaced, and go to the tail; the rest are appended to the main segment
+        below = int(np.searchsorted(ids, self._main.last_id, side="right"))
+        if below:
+            in_main, in_tail = self._main.positions(ids[:below]), self._tail.positions(ids[:below])
+            self._main.kill(in_main[in_main >= 0])
+            self._tail.kill(in_tail[in_tail >= 0])
+            self._tail.append(ids[:below], codes[:below], labels.take(np.arange(below)))
+            labels = labels.take(np.arange(below, len(ids)))
+        self._main.append(ids[below:], codes[below:], labels)
         self._next_id = max(self._next_id, int(ids[-1]) + 1)
-        self._fold_if_fragmented()
+        if below:
+            self._fold_if_fragmented()
 
     def prepare_remove(self, ids) -> np.ndarray:
         """Validated ids to remove (every one must be present)."""
@@ -241,8 +239,8 @@ class CodeIndex:
         if not len(ids):
             return 0
         for segment in (self._main, self._tail):
-            found = segment.positions(ids)
-            segment.kill(np.unique(found[found >= 0]))
+            found = segment.positions(ids)  # (ids are unique: so are their positions)
+            segment.kill(found[found >= 0])
         self._fold_if_fragmented()
         return len(ids)
 
