@@ -1,15 +1,18 @@
 """The HTTP server's own bounds (lbhash.limits): connections, header size, and a header timeout.
 
-uvicorn bounds concurrent connections (`limit_concurrency`: 503 beyond it), header size
-(`h11_max_incomplete_event_size`) and idle keep-alive connections, but it waits for a request's
-headers for ever: a client that opens connections and sends a byte a minute would hold them
-all. `HeaderTimeoutProtocol` closes a connection whose request headers are not complete
-`header_timeout` seconds after it opened, or after its previous response.
+`lbhash serve` parses HTTP with httptools (C, llhttp): with h11, uvicorn's pure-Python parser,
+a small search took about a tenth more server CPU (docs/search.md, "The service's own cost"). uvicorn
+bounds concurrent connections (`limit_concurrency`: 503 beyond it) and idle keep-alive
+connections, but with httptools it bounds neither the size of a request's headers nor the
+time they take. `BoundedHttpToolsProtocol` does both: more than `max_header_bytes` received
+before a request's headers are complete gets 400 and the connection is closed; so is a
+connection whose request headers are not complete `header_timeout` seconds after it opened,
+or after its previous response.
 """
 
 from __future__ import annotations
 
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from lbhash.limits import HEADER_TIMEOUT_S, KEEP_ALIVE_S, MAX_CONNECTIONS, MAX_HEADER_BYTES
 
@@ -18,22 +21,37 @@ def server_config(app, max_connections: int = MAX_CONNECTIONS, header_timeout: f
     """The uvicorn.Config of `lbhash serve` (its sockets are passed to Server.run)."""
     import uvicorn
 
-    protocol = type("BoundedH11Protocol", (HeaderTimeoutProtocol,), {"header_timeout": header_timeout})
+    protocol = type("ServeProtocol", (BoundedHttpToolsProtocol,), {"header_timeout": header_timeout})
     return uvicorn.Config(app, log_level="warning", http=protocol, limit_concurrency=max_connections,
-                          h11_max_incomplete_event_size=MAX_HEADER_BYTES, timeout_keep_alive=KEEP_ALIVE_S)
+                          timeout_keep_alive=KEEP_ALIVE_S)
 
 
-class HeaderTimeoutProtocol(H11Protocol):
+class BoundedHttpToolsProtocol(HttpToolsProtocol):
     header_timeout: float = HEADER_TIMEOUT_S
+    max_header_bytes: int = MAX_HEADER_BYTES
 
     def connection_made(self, transport) -> None:
         super().connection_made(transport)
+        self._awaiting_headers, self._header_bytes = True, 0
         self._arm_header_timer()
 
     def data_received(self, data: bytes) -> None:
+        if self._awaiting_headers:
+            self._header_bytes += len(data)
         super().data_received(data)
-        if self.cycle is not None and self.cycle is not self._waiting_after:  # a new request's headers are in
+        # llhttp keeps an unfinished header line in memory: the count bounds it, a chunk at most late
+        if self._awaiting_headers and self._header_bytes > self.max_header_bytes and not self.transport.is_closing():
             self._cancel_header_timer()
+            self.send_400_response(f"Request headers larger than {self.max_header_bytes} bytes.")
+
+    def on_headers_complete(self) -> None:
+        self._awaiting_headers, self._header_bytes = False, 0
+        self._cancel_header_timer()
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._awaiting_headers = True  # what follows on this connection is the next request's headers
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
@@ -46,8 +64,8 @@ class HeaderTimeoutProtocol(H11Protocol):
 
     def _arm_header_timer(self) -> None:
         self._cancel_header_timer()
-        self._waiting_after = self.cycle
-        self._header_timer = self.loop.call_later(self.header_timeout, self._headers_too_slow)
+        if self._awaiting_headers:
+            self._header_timer = self.loop.call_later(self.header_timeout, self._headers_too_slow)
 
     def _cancel_header_timer(self) -> None:
         timer = getattr(self, "_header_timer", None)
@@ -57,5 +75,5 @@ class HeaderTimeoutProtocol(H11Protocol):
 
     def _headers_too_slow(self) -> None:
         self._header_timer = None
-        if not self.transport.is_closing():
+        if self._awaiting_headers and not self.transport.is_closing():
             self.transport.close()
