@@ -8,9 +8,10 @@ the epoch): what remains is the model's own arithmetic. Epochs of the two altern
 the same machine state; the first epoch of each warms up and is left out of the medians.
 
 Configurations: CSQ and CSQ_D on features (32 and 64 bits, the 1024 -> 1024 -> bits head) and
-CSQ on 28 x 28 grayscale images with the smallcnn backbone (no augmentation).
+CSQ on 28 x 28 grayscale images with the smallcnn backbone (no augmentation). The _D step over
+CSQ's comes from hand loops of the two whose epochs alternate (`d_step_ratio`).
 
-    python benchmarks/bench_train.py [--data features:PATH.npz] [--epochs 4] [--images 6000]
+    python benchmarks/bench_train.py [--data features:PATH.npz] [--epochs 4] [--images 6000] [--rounds 8]
 """
 
 from __future__ import annotations
@@ -101,11 +102,23 @@ def compare(cfg: TrainConfig, epochs: int) -> tuple[float, float, int]:
         return float(np.median(ours[1:])), float(np.median(theirs[1:])), len(trainer.batches)
 
 
+def d_step_ratio(data: str, protocol: str, bits: int, rounds: int) -> tuple[float, float, float]:
+    """Hand loops of CSQ and CSQ_D with their epochs alternating, so that both see the same
+    machine state (this machine's speed drifts by up to 2x within minutes): the median seconds
+    per epoch of each, and the median of the per-round ratios. The first round warms up."""
+    loops = [HandLoop(TrainConfig(data=data, protocol=protocol, method="csq", bits=bits, lbhash=d))
+             for d in (False, True)]
+    seconds = [[loop.epoch(r) for loop in loops] for r in range(rounds + 1)][1:]
+    base, d = zip(*seconds)
+    return float(np.median(base)), float(np.median(d)), float(np.median([b / a for a, b in seconds]))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", default=None, help="a features: data spec (default: the CIFAR-10 features)")
     p.add_argument("--epochs", type=int, default=4)
     p.add_argument("--images", type=int, default=6000, help="synthetic 28 x 28 images (0: skip)")
+    p.add_argument("--rounds", type=int, default=8, help="alternating epochs for the _D step ratio")
     args = p.parse_args()
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; "
           f"{torch.get_num_threads()} torch threads; median over epochs 2..{args.epochs}")
@@ -121,13 +134,13 @@ def main() -> None:
             cfg = TrainConfig(data=digit_images(tmp, args.images), protocol="given", method="csq", bits=32,
                               backbone="smallcnn", transform="cifar")
             rows.append((f"28x28 images smallcnn CSQ 32 bits ({args.images} images)", *compare(cfg, args.epochs)))
+        d_rows = [(bits, *d_step_ratio(data, protocol, bits, args.rounds)) for bits in (32, 64)]
     print(f"{'configuration':<52} {'steps':>5} {'lbhash s/epoch':>15} {'hand loop':>10} {'ratio':>6}")
     for name, ours, theirs, steps in rows:
         print(f"{name:<52} {steps:>5} {ours:>15.3f} {theirs:>10.3f} {ours / theirs:>5.2f}x")
-    by_name = {name: ours / steps for name, ours, _, steps in rows}
-    for bits in (32, 64):
-        base, d = by_name[f"features csq {bits} bits"], by_name[f"features csq_D {bits} bits"]
-        print(f"_D step over CSQ step, features {bits} bits: {d / base:.2f}x")
+    for bits, base, d, ratio in d_rows:
+        print(f"_D step over CSQ step, features {bits} bits (hand loops, {args.rounds} alternating rounds): "
+              f"CSQ {base:.3f} s, CSQ_D {d:.3f} s per epoch; median ratio {ratio:.2f}x")
     print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
