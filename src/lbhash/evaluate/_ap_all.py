@@ -80,9 +80,9 @@ def _record(key, base, t, d, seen, rows, rel_d, rel_pos, r):
 @njit(inline="always", cache=True)
 def _walk_bytes(key, n, seen, rel_d, rel_pos, r):
     """_walk for one-byte keys (codes of up to 64 bits): reads eight keys as one word and
-    counts them in eight rows of `seen`, one row per byte, so that no two counts in a word
-    wait on one counter; one test per word finds the (rare) relevant items."""
-    row = seen.shape[0] // 8
+    counts them in the ROWS (eight) rows of `seen`, one row per byte, so that no two counts in
+    a word wait on one counter; one test per word finds the (rare) relevant items."""
+    row = seen.shape[0] // ROWS
     m = n - n % 8
     words = key[:m].view(np.uint64)
     relevant = np.uint64(0x0101010101010101)
@@ -92,7 +92,7 @@ def _walk_bytes(key, n, seen, rel_d, rel_pos, r):
             for t in range(8):
                 k = key[8 * w + t]
                 if k & 1:
-                    _record(key, 8 * w, t, k >> 1, seen, 8, rel_d, rel_pos, r)
+                    _record(key, 8 * w, t, k >> 1, seen, ROWS, rel_d, rel_pos, r)
                     r += 1
         seen[x & np.uint64(255)] += 1
         seen[row + ((x >> np.uint64(8)) & np.uint64(255))] += 1
@@ -105,7 +105,7 @@ def _walk_bytes(key, n, seen, rel_d, rel_pos, r):
     for j in range(m, n):
         k = key[j]
         if k & 1:
-            _record(key, j, 0, k >> 1, seen, 8, rel_d, rel_pos, r)
+            _record(key, j, 0, k >> 1, seen, ROWS, rel_d, rel_pos, r)
             r += 1
         seen[k] += 1
     return r
@@ -113,18 +113,18 @@ def _walk_bytes(key, n, seen, rel_d, rel_pos, r):
 
 @njit(inline="always", cache=True)
 def _walk(key, n, seen, rel_d, rel_pos, r):
-    """Count one block's items per key (keys of any width, four at a time into the first four
-    of the ROWS interleaved rows of 2 * nbins counters in `seen`) and record each relevant item's distance and its
-    position among the earlier items at that distance, from record r on. Reads key[:n].
-    Returns the new number recorded."""
-    row = seen.shape[0] // 8
+    """Count one block's items per key (keys of any width, four at a time, into the first four
+    of the ROWS interleaved rows of 2 * nbins counters in `seen`) and record each relevant
+    item's distance and its position among the earlier items at that distance, from record r
+    on. Reads key[:n]. Returns the new number recorded."""
+    row = seen.shape[0] // ROWS
     m = n - n % 4
     for j in range(0, m, 4):
         k0, k1, k2, k3 = key[j], key[j + 1], key[j + 2], key[j + 3]
         if (k0 | k1 | k2 | k3) & 1:  # rare for many classes: one branch per four items
             for t in range(4):
                 if key[j + t] & 1:
-                    _record(key, j, t, key[j + t] >> 1, seen, 8, rel_d, rel_pos, r)
+                    _record(key, j, t, key[j + t] >> 1, seen, ROWS, rel_d, rel_pos, r)
                     r += 1
         seen[k0] += 1
         seen[row + k1] += 1
@@ -133,7 +133,7 @@ def _walk(key, n, seen, rel_d, rel_pos, r):
     for j in range(m, n):
         k = key[j]
         if k & 1:
-            _record(key, j, 0, k >> 1, seen, 8, rel_d, rel_pos, r)
+            _record(key, j, 0, k >> 1, seen, ROWS, rel_d, rel_pos, r)
             r += 1
         seen[k] += 1
     return r
@@ -156,8 +156,8 @@ def average_precision_all_chunk(q_words, db_t, q_labels, db_labels_t, q_class, d
     rel_before = np.empty(nbins, np.int64)
     rel_seen = np.empty(nbins, np.int64)
     by_class = db_class.shape[0] > 0
-    no_class = np.zeros(1, q_class.dtype)[0]  # of q_class's type: a literal 0 would widen the
-    # comparison in _keys and stop it vectorising
+    # of q_class's type: a literal 0 would widen the comparison in _keys and stop it vectorising
+    no_class = np.zeros(1, q_class.dtype)[0]
     want_average = ap_average.shape[0] > 0
     for i in range(q_words.shape[0]):
         seen[:] = 0
