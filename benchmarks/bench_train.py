@@ -106,11 +106,11 @@ def d_step_ratio(data: str, protocol: str, bits: int, rounds: int) -> tuple[floa
     """Hand loops of CSQ and CSQ_D with their epochs alternating, so that both see the same
     machine state (this machine's speed drifts by up to 2x within minutes): the median seconds
     per epoch of each, and the median of the per-round ratios. The first round warms up."""
-    loops = [HandLoop(TrainConfig(data=data, protocol=protocol, method="csq", bits=bits, lbhash=d))
-             for d in (False, True)]
+    loops = [HandLoop(TrainConfig(data=data, protocol=protocol, method="csq", bits=bits, lbhash=lbhash))
+             for lbhash in (False, True)]
     seconds = [[loop.epoch(r) for loop in loops] for r in range(rounds + 1)][1:]
-    base, d = zip(*seconds)
-    return float(np.median(base)), float(np.median(d)), float(np.median([b / a for a, b in seconds]))
+    base, with_d = zip(*seconds)
+    return float(np.median(base)), float(np.median(with_d)), float(np.median([d / b for b, d in seconds]))
 
 
 def main() -> None:
