@@ -78,6 +78,18 @@ def _record(key, base, t, d, seen, rows, rel_d, rel_pos, r):
 
 
 @njit(inline="always", cache=True)
+def _walk_one_by_one(key, start, n, seen, rel_d, rel_pos, r):
+    """The walk of key[start:n] one key at a time: the few keys left after the wide steps."""
+    for j in range(start, n):
+        k = key[j]
+        if k & 1:
+            _record(key, j, 0, k >> 1, seen, ROWS, rel_d, rel_pos, r)
+            r += 1
+        seen[k] += 1
+    return r
+
+
+@njit(inline="always", cache=True)
 def _walk_bytes(key, n, seen, rel_d, rel_pos, r):
     """_walk for one-byte keys (codes of up to 64 bits): reads eight keys as one word and
     counts them in the ROWS (eight) rows of `seen`, one row per byte, so that no two counts in
@@ -102,13 +114,7 @@ def _walk_bytes(key, n, seen, rel_d, rel_pos, r):
         seen[5 * row + ((x >> np.uint64(40)) & np.uint64(255))] += 1
         seen[6 * row + ((x >> np.uint64(48)) & np.uint64(255))] += 1
         seen[7 * row + (x >> np.uint64(56))] += 1
-    for j in range(m, n):
-        k = key[j]
-        if k & 1:
-            _record(key, j, 0, k >> 1, seen, ROWS, rel_d, rel_pos, r)
-            r += 1
-        seen[k] += 1
-    return r
+    return _walk_one_by_one(key, m, n, seen, rel_d, rel_pos, r)
 
 
 @njit(inline="always", cache=True)
@@ -130,13 +136,7 @@ def _walk(key, n, seen, rel_d, rel_pos, r):
         seen[row + k1] += 1
         seen[2 * row + k2] += 1
         seen[3 * row + k3] += 1
-    for j in range(m, n):
-        k = key[j]
-        if k & 1:
-            _record(key, j, 0, k >> 1, seen, ROWS, rel_d, rel_pos, r)
-            r += 1
-        seen[k] += 1
-    return r
+    return _walk_one_by_one(key, m, n, seen, rel_d, rel_pos, r)
 
 
 @njit(nogil=True, cache=True)
