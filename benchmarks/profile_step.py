@@ -6,6 +6,12 @@ Builds the experiment exactly as `lbhash train` does (protocol per-class:T,Q, CS
 trains one warm-up epoch, times a second, profiles a third, and prints the operators by self
 CPU time, so that time outside the model's own arithmetic (data, copies, optimizer, Python)
 shows up by name.
+
+    python benchmarks/profile_step.py --d-diff 64 [--data features:PATH.npz]
+
+profiles instead one epoch each of bench_train's hand loops of CSQ and CSQ_D on features (the
+1024 -> 1024 -> bits head) and prints the operators by how much more self CPU time CSQ_D spent:
+where the _D step's extra time goes.
 """
 
 from __future__ import annotations
@@ -18,13 +24,20 @@ from pathlib import Path
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--data", required=True)
+    p.add_argument("--data", default=None, help="a data spec (with --d-diff: features, default the CIFAR-10 ones)")
     p.add_argument("--backbone", default="smallcnn")
     p.add_argument("--method", default="csq")
     p.add_argument("--lbhash", action="store_true")
     p.add_argument("--protocol", default="per-class:300,10")
     p.add_argument("--rows", type=int, default=20)
+    p.add_argument("--d-diff", type=int, default=None, metavar="BITS",
+                   help="profile the CSQ and CSQ_D hand loops at BITS bits and print the difference")
     args = p.parse_args()
+    if args.d_diff:
+        d_step_difference(args.d_diff, args.data, args.rows)
+        return
+    if args.data is None:
+        p.error("--data is required (except with --d-diff)")
 
     from torch.profiler import ProfilerActivity, profile
 
@@ -46,6 +59,29 @@ def main() -> None:
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             trainer.train_epoch(3)
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.rows))
+
+
+def d_step_difference(bits: int, data: str | None, rows: int) -> None:
+    from torch.profiler import ProfilerActivity, profile
+
+    from bench_train import HandLoop, default_features
+    from lbhash.train import TrainConfig
+
+    with tempfile.TemporaryDirectory() as tmp:
+        spec, protocol = (data, "given") if data else default_features(Path(tmp))
+        self_us = {}
+        for lbhash in (False, True):
+            loop = HandLoop(TrainConfig(data=spec, protocol=protocol, method="csq", bits=bits, lbhash=lbhash))
+            loop.epoch(0)  # warm-up
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                loop.epoch(1)
+            self_us[lbhash] = {e.key: e.self_cpu_time_total for e in prof.key_averages()}
+    base, with_d = self_us[False], self_us[True]
+    print(f"{bits} bits, one epoch, self CPU: CSQ {sum(base.values()) / 1e3:.0f} ms, "
+          f"CSQ_D {sum(with_d.values()) / 1e3:.0f} ms; operators by the time CSQ_D adds:")
+    extra = {key: with_d.get(key, 0) - base.get(key, 0) for key in base.keys() | with_d.keys()}
+    for key, us in sorted(extra.items(), key=lambda item: -item[1])[:rows]:
+        print(f"{us / 1e3:9.1f} ms  {key}")
 
 
 if __name__ == "__main__":

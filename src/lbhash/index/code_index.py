@@ -359,7 +359,7 @@ class CodeIndex:
     def save(self, path: str | Path) -> None:
         """Write the index directory atomically (see `lbhash.index.storage`), folding pending
         changes first, so that the index searches as the saved one will."""
-        if self._main.ndead or len(self._tail):  # (otherwise nothing changes: a server saves while searching)
+        if self._fragments:  # (otherwise nothing changes: a server saves while searching)
             self.apply_fold(self.prepare_fold())
         save_index(self, path)
 
@@ -401,8 +401,13 @@ class CodeIndex:
         source = np.concatenate([np.flatnonzero(in_main >= 0), np.flatnonzero(in_main < 0)])
         return SparseLabels.concat(parts, self.num_classes).take(np.argsort(source, kind="stable"))
 
+    @property
+    def _fragments(self) -> int:
+        """Items a fold would change: the dead ones and the tail's."""
+        return self._main.ndead + len(self._tail)
+
     def _fold_if_fragmented(self) -> None:
-        if self._main.ndead + len(self._tail) > fragment_limit(self.ntotal):
+        if self._fragments > fragment_limit(self.ntotal):
             self.apply_fold(self.prepare_fold())
 
     def _query_filters(self, labels, nq: int) -> SparseLabels | None:
