@@ -182,3 +182,27 @@ def test_default_initialisation_matches_linear_bounds():
     s = BlockSurrogate(8)
     assert s.w1.abs().max().item() <= 1 / math.sqrt(8)
     assert s.w2.abs().max().item() <= 1 / math.sqrt(256)
+
+
+@pytest.mark.parametrize("p, bits", [(0.5, 1), (0.25, 2), (0.0625, 4), (0.3, 16), (0.9, 16)])
+def test_dropout_mask_keeps_each_element_with_probability_one_minus_p(p, bits):
+    """The CPU mask draws 1, 2, 4 or 16 random bits per element; whatever it draws, each element is
+    kept with probability 1 - p (exactly, or to 1/65536 on the 16-bit path), independently of its
+    neighbours, and a kept element is scaled by 1 / its keep probability."""
+    from lbhash.surrogate import _dropout_mask
+
+    torch.manual_seed(0)
+    n_masks, shape = 40, (3, 50, 70)  # 10,500 elements: not a multiple of 8 or 64
+    masks = torch.stack([_dropout_mask(shape, p, torch.device("cpu")) for _ in range(n_masks)]).flatten(1)
+    keep = round(2 ** bits * (1 - p)) / 2 ** bits
+    assert torch.unique(masks).tolist() == [0.0, pytest.approx(1 / keep, rel=1e-6)]
+    kept = masks > 0
+    sigma = (keep * (1 - keep) / kept.numel()) ** 0.5
+    assert abs(kept.float().mean().item() - keep) < 5 * sigma
+    # neighbours (the same random byte at 1-4 bits) are independent: P(both kept) = keep^2
+    both = (kept[:, 1:] & kept[:, :-1]).float().mean().item()
+    assert abs(both - keep ** 2) < 5 * (keep ** 2 * (1 - keep ** 2) / kept[:, 1:].numel()) ** 0.5
+    # and each position has its own draws: none is kept or dropped in every mask
+    share = kept.float().mean(0)
+    assert share.min() > 0 or keep < 0.2
+    assert share.max() < 1 or keep > 0.8

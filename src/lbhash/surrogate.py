@@ -20,6 +20,7 @@ against five for the two separate passes of `loss_pi` and `loss_theta`.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -148,8 +149,7 @@ class BlockSurrogate(nn.Module):
             target = self.pattern_index(l >= 0).t().contiguous()        # (u, B)
             mask = None
             if self.training and self.dropout > 0:
-                shape = (self.blocks, l.shape[0], self.hidden)
-                mask = _dropout(torch.ones(shape, device=l.device), self.dropout)
+                mask = _dropout_mask((self.blocks, l.shape[0], self.hidden), self.dropout, l.device)
         loss_pi, loss_theta, accuracy = _FusedSurrogate.apply(
             l, self.w1, self.b1, self.w2, self.b2, target, target_patterns, weights, mask,
             _block_scale(self.blocks, reduction))
@@ -198,15 +198,18 @@ class _FusedSurrogate(torch.autograd.Function):
             dtype = torch.promote_types(l.dtype, torch.float32)           # float32, or float64
             x = l.to(dtype).reshape(batch, u, s).transpose(0, 1)          # (u, B, s)
             a1 = torch.baddbmm(b1.to(dtype), x, w1.to(dtype))             # (u, B, H)
-            hidden = F.silu(a1) if mask is None else F.silu(a1) * mask.to(dtype)
+            hidden = F.silu(a1)
+            if mask is not None:
+                mask = mask.to(dtype)
+                hidden.mul_(mask)
             logp = F.log_softmax(torch.baddbmm(b2.to(dtype), hidden, w2.to(dtype)), dim=-1)  # (u, B, K)
             weights = weights.to(dtype)
-            loss_pi = -logp.gather(2, target.unsqueeze(2)).sum() / batch
+            target_logp = logp.gather(2, target.unsqueeze(2)).squeeze(2)  # (u, B)
+            loss_pi = -target_logp.sum() / batch
             index = patterns.t().unsqueeze(1).expand(-1, batch, -1)       # (u, B, P)
             nll = -logp.gather(2, index).sum(0)                           # (B, P)
             loss_theta = (nll * weights).sum(1).mean() * scale
-            best = logp.amax(-1)
-            accuracy = (logp.gather(2, target.unsqueeze(2)).squeeze(2) >= best).float().mean()
+            accuracy = (target_logp >= logp.amax(-1)).float().mean()
         ctx.save_for_backward(x, a1, hidden, w1, w2, logp, target, patterns, weights, mask)
         ctx.scale, ctx.l_dtype = scale, l.dtype
         ctx.mark_non_differentiable(accuracy)
@@ -215,52 +218,68 @@ class _FusedSurrogate(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_pi, grad_theta, _):
+        # Passes over the (u, B, H) and (u, B, K) blocks are few on purpose: each costs about
+        # as much as a small matmul on the CPU. Scalar factors go on the small results.
         x, a1, hidden, w1, w2, logp, target, patterns, weights, mask = ctx.saved_tensors
         u, batch = target.shape
         grads = [None] * 10
         with torch.autocast(x.device.type, enabled=False):
+            w2 = w2.to(x.dtype)
             p = logp.exp()
-            w2_rows = w2.to(x.dtype).transpose(1, 2)                      # (u, K, H): row k = W2[:, k]
-            p_rows = torch.bmm(p, w2_rows)                                # (u, B, H): softmax @ W2^T
-            sig = torch.sigmoid(a1)
-            dsilu = sig * (1 + a1 * (1 - sig))
-            if mask is not None:
-                dsilu = dsilu * mask.to(x.dtype)
+            p_rows = torch.bmm(p, w2.transpose(1, 2))                     # (u, B, H): softmax @ W2^T
+            # silu'(a1), times the dropout mask, in one pass
+            dsilu = torch.ops.aten.silu_backward(torch.ones_like(a1) if mask is None else mask, a1)
+            blocks = torch.arange(u, device=x.device).unsqueeze(1)
             if grad_pi is not None and ctx.needs_input_grad[1]:   # L_pi -> pi: d/dz = p - onehot(target)
                 coef = grad_pi / batch
-                gz = p.scatter_add(2, target.unsqueeze(2), torch.full_like(target, -1, dtype=p.dtype).unsqueeze(2))
-                gz = gz * coef
-                target_rows = w2_rows.gather(1, target.unsqueeze(2).expand(-1, -1, w2_rows.shape[2]))
-                da1 = (p_rows - target_rows) * coef * dsilu
-                grads[1] = torch.bmm(x.transpose(1, 2), da1).to(w1.dtype)
-                grads[2] = da1.sum(1, keepdim=True).to(w1.dtype)
+                gz = p.mul_(coef).scatter_add_(2, target.unsqueeze(2), (-coef).expand(u, batch, 1).to(p.dtype))
+                da1 = (p_rows - w2[blocks, :, target]).mul_(dsilu)        # W2[:, target] of each row
+                grads[1] = (torch.bmm(x.transpose(1, 2), da1) * coef).to(w1.dtype)
+                grads[2] = (da1.sum(1, keepdim=True) * coef).to(w1.dtype)
                 grads[3] = torch.bmm(hidden.transpose(1, 2), gz).to(w2.dtype)
                 grads[4] = gz.sum(1, keepdim=True).to(w2.dtype)
             if grad_theta is not None and ctx.needs_input_grad[0]:   # L_theta -> l: d/dz = (sum w) p - sum w onehot
                 coef = grad_theta * ctx.scale / batch
-                candidate_rows = w2_rows.gather(1, patterns.t().unsqueeze(2).expand(-1, -1, w2_rows.shape[2]))
-                target_rows = torch.bmm(weights.expand(u, -1, -1), candidate_rows)   # (u, B, H)
-                total = weights.sum(1).view(1, batch, 1)                           # 1 for "mean" weights
-                da1 = (p_rows * total - target_rows) * coef * dsilu
-                dx = torch.bmm(da1, w1.to(x.dtype).transpose(1, 2))         # (u, B, s)
+                candidate_rows = w2[blocks, :, patterns.t()]              # (u, P, H)
+                total = weights.sum(1).view(1, batch, 1)                  # 1 for "mean" weights
+                da1 = torch.baddbmm(p_rows * total, weights.expand(u, -1, -1), candidate_rows, alpha=-1)
+                dx = torch.bmm(da1.mul_(dsilu), w1.to(x.dtype).transpose(1, 2)) * coef   # (u, B, s)
                 grads[0] = dx.transpose(0, 1).reshape(batch, -1).to(ctx.l_dtype)
         return tuple(grads)
 
 
 def _dropout(h: torch.Tensor, p: float) -> torch.Tensor:
-    """Dropout; on the CPU from 16 random bits per element.
+    return h * _dropout_mask(h.shape, p, h.device, h.dtype)
+
+
+def _dropout_mask(shape: tuple[int, ...], p: float, device: torch.device, dtype: torch.dtype = torch.float32
+                  ) -> torch.Tensor:
+    """Dropout's multipliers (0, or 1 / keep probability); on the CPU from few random bits.
 
     torch's CPU dropout draws one random number per element (about 2 ms for a 64-bit
-    surrogate's batch of 64, more than the surrogate's matmuls). Here each 64-bit draw gives
-    four 16-bit uniforms, so the keep probability is (1 - p) rounded to a multiple of 1/65536.
+    surrogate's batch of 64, more than the surrogate's matmuls). Here each element takes the
+    fewest of 1, 2, 4, 8 or 16 random bits that give its keep probability exactly (one bit
+    at the default p = 0.5), else 16 bits with (1 - p) rounded to a multiple of 1/65536;
+    below 16 bits each random byte becomes its elements' multipliers through a 256-row table.
     """
-    if h.device.type != "cpu":
-        return F.dropout(h, p, training=True)
-    n = h.numel()
-    words = torch.randint(-2**63, 2**63 - 1, ((n + 3) // 4,), dtype=torch.int64)
-    uniform16 = words.view(torch.int16)[:n].view(h.shape)  # uniform over [-32768, 32767]
-    keep = round(65536 * (1 - p))
-    return h * ((uniform16 < keep - 32768) * (65536 / keep))
+    if device.type != "cpu":
+        return F.dropout(torch.ones(shape, device=device, dtype=dtype), p, training=True)
+    bits = next((b for b in (1, 2, 4, 8) if ((1 - p) * 2 ** b).is_integer()), 16)
+    keep = round(2 ** bits * (1 - p))
+    n = math.prod(shape)
+    words = torch.randint(-2**63, 2**63 - 1, (-(-n * bits // 64),), dtype=torch.int64)
+    if bits == 16:
+        uniform16 = words.view(torch.int16)[:n]  # uniform over [-32768, 32767]
+        return (uniform16 < keep - 32768).to(dtype).mul_(65536 / keep).view(shape)
+    random_bytes = words.view(torch.uint8)[:-(-n * bits // 8)]
+    return _mask_table(bits, keep, dtype).index_select(0, random_bytes.int()).view(-1)[:n].view(shape)
+
+
+@functools.lru_cache(maxsize=16)
+def _mask_table(bits: int, keep: int, dtype: torch.dtype) -> torch.Tensor:
+    """(256, 8 // bits): the multipliers of the fields of each byte value, low bits first."""
+    fields = (torch.arange(256).unsqueeze(1) >> torch.arange(0, 8, bits)) & (2 ** bits - 1)
+    return torch.where(fields < keep, 2 ** bits / keep, 0.0).to(dtype)
 
 
 def joint_distribution(block_probs: np.ndarray) -> np.ndarray:
