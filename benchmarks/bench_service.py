@@ -13,7 +13,8 @@ changes per second, in turn: DELETE /items/{id} of a random item, POST /items of
 with a new code (an id below the largest: a mid-range insert), and an upsert of another random
 item. Reports requests per second, p50/p99 latency and errors, for searches and for changes,
 and the server's CPU time per request (from /proc: on a small index, what HTTP, validation and
-encoding cost beside the search).
+encoding cost beside the search), beside the CPU time the search clients took (the two share
+the machine's cores).
 """
 
 from __future__ import annotations
@@ -118,6 +119,7 @@ def client_loop(url, queries, args, begin, seed, results):
     latencies, errors, next_id = [], 0, 10**12 + seed * 10**9
     client = Client(url)
     deadline = wait_until(begin) + args.seconds
+    cpu = time.process_time()
     while time.monotonic() < deadline:
         q = queries[rng.integers(len(queries))].tobytes().hex()
         write = rng.random() < args.writes
@@ -129,7 +131,7 @@ def client_loop(url, queries, args, begin, seed, results):
             status = client.call("POST", "/search", {"codes": [q], "k": args.k})
         latencies.append((time.perf_counter() - start) * 1000)
         errors += status != 200
-    results.put(("search", latencies, errors))
+    results.put(("search", latencies, errors, time.process_time() - cpu))
 
 
 def churn_loop(url, args, begin, results):
@@ -218,10 +220,12 @@ def main() -> None:
     changes = [r[1:] for r in reports if r[0] == "change"]
     latencies = np.concatenate([np.array(r[1]) for r in searches])
     errors = sum(r[2] for r in searches)
+    client_cpu = sum(r[3] for r in searches)
     print(f"{args.n:,} x {args.bits}-bit codes, {args.clients} clients, {elapsed:.1f} s, k={args.k}, "
           f"writes {args.writes:.0%}: {summary(latencies, elapsed)}, errors {errors}")
     requests = len(latencies) + sum(len(r[0]) for r in changes)
-    print(f"server CPU: {server_cpu:.1f} s, {1000 * server_cpu / max(requests, 1):.2f} ms per request")
+    print(f"server CPU: {server_cpu:.1f} s, {1000 * server_cpu / max(requests, 1):.2f} ms per request; "
+          f"search clients' CPU: {client_cpu:.1f} s, {1000 * client_cpu / max(len(latencies), 1):.2f} ms per search")
     if args.churn > 0:
         change_ms = np.concatenate([np.array(r[0]) for r in changes])
         print(f"changes at {args.churn:g}/s (delete, re-add below the largest id, upsert): "
