@@ -18,6 +18,7 @@ floor that P_pi's large matmuls and its Adam step set (`SurrogateArithmetic`).
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import tempfile
 import time
@@ -55,6 +56,10 @@ def digit_images(tmp: Path, n: int) -> str:
     return f"image-array:{path}"
 
 
+def surrogate_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
+    return make_optimizer("adam", params, cfg.surrogate_lr, cfg.surrogate_weight_decay)
+
+
 class HandLoop:
     """The minimal loop: the experiment's learner and optimizers, the training data as tensors."""
 
@@ -62,10 +67,10 @@ class HandLoop:
         exp = build_experiment(cfg)
         cfg = exp.cfg  # resolved: the method's learning rate, the backbone's defaults
         self.learner = exp.learner
+        self.cfg = cfg
         self.optimizers = [make_optimizer(cfg.optimizer, self.learner.theta_parameters(), cfg.lr, cfg.weight_decay)]
         if self.learner.lower_bound is not None:
-            self.optimizers.append(make_optimizer("adam", self.learner.pi_parameters(), cfg.surrogate_lr,
-                                                  cfg.surrogate_weight_decay))
+            self.optimizers.append(surrogate_optimizer(self.learner.pi_parameters(), cfg))
         batches = exp.dataset.train_batches(exp.split.train, cfg.batch_size, options=input_options(exp.cfg))
         xs, ys, order = zip(*batches.epoch(0))  # one pass to hold every model input in memory
         position = torch.cat(order)
@@ -108,10 +113,10 @@ class SurrogateArithmetic:
     forward's output layer, softmax @ W2^T, and W2's gradient) and its Adam step, on random
     data of the step's shapes, as many steps as an epoch has. No elementwise work, no gathers."""
 
-    def __init__(self, loop: HandLoop, bits: int):
-        surrogate = loop.learner.lower_bound.surrogate
+    def __init__(self, loop: HandLoop):
+        surrogate = copy.deepcopy(loop.learner.lower_bound.surrogate)  # its steps leave the loop's P_pi alone
         self.params = list(surrogate.parameters())
-        self.optimizer = loop.optimizers[1]
+        self.optimizer = surrogate_optimizer(self.params, loop.cfg)
         self.steps = -(-len(loop.x) // loop.batch_size)
         u, hidden, patterns = surrogate.blocks, surrogate.hidden, surrogate.patterns
         self.hidden = torch.randn(u, loop.batch_size, hidden)
@@ -141,7 +146,7 @@ def d_step_ratio(data: str, protocol: str, bits: int, rounds: int) -> tuple[floa
     nothing but P_pi's large matmuls and its optimizer step were added. The first round warms up."""
     loops = [HandLoop(TrainConfig(data=data, protocol=protocol, method="csq", bits=bits, lbhash=lbhash))
              for lbhash in (False, True)]
-    floor = SurrogateArithmetic(loops[1], bits)
+    floor = SurrogateArithmetic(loops[1])
     seconds = [[run.epoch(r) for run in (*loops, floor)] for r in range(rounds + 1)][1:]
     base, with_d, _ = zip(*seconds)
     return (float(np.median(base)), float(np.median(with_d)), float(np.median([d / b for b, d, _ in seconds])),
