@@ -64,12 +64,12 @@ def _keys(q_row, q_lab, q_class, db_t, db_labels_t, db_class, start, n, key):
 
 
 @njit(inline="always", cache=True)
-def _record(key, base, t, d, seen, rows, rel_d, rel_pos, r):
+def _record(key, base, t, d, seen, rel_d, rel_pos, r):
     """Record relevant item base + t at distance d: its position among the items at d that
-    come before it (the rows of `seen` so far, plus key[base:base + t] not yet counted)."""
-    row = seen.shape[0] // rows
+    come before it (the ROWS rows of `seen` so far, plus key[base:base + t] not yet counted)."""
+    row = seen.shape[0] // ROWS
     position = 0
-    for u in range(rows):
+    for u in range(ROWS):
         position += seen[u * row + 2 * d] + seen[u * row + 2 * d + 1]
     for u in range(t):
         position += (key[base + u] >> 1) == d
@@ -83,7 +83,7 @@ def _walk_one_by_one(key, start, n, seen, rel_d, rel_pos, r):
     for j in range(start, n):
         k = key[j]
         if k & 1:
-            _record(key, j, 0, k >> 1, seen, ROWS, rel_d, rel_pos, r)
+            _record(key, j, 0, k >> 1, seen, rel_d, rel_pos, r)
             r += 1
         seen[k] += 1
     return r
@@ -104,7 +104,7 @@ def _walk_bytes(key, n, seen, rel_d, rel_pos, r):
             for t in range(8):
                 k = key[8 * w + t]
                 if k & 1:
-                    _record(key, 8 * w, t, k >> 1, seen, ROWS, rel_d, rel_pos, r)
+                    _record(key, 8 * w, t, k >> 1, seen, rel_d, rel_pos, r)
                     r += 1
         seen[x & np.uint64(255)] += 1
         seen[row + ((x >> np.uint64(8)) & np.uint64(255))] += 1
@@ -130,7 +130,7 @@ def _walk(key, n, seen, rel_d, rel_pos, r):
         if (k0 | k1 | k2 | k3) & 1:  # rare for many classes: one branch per four items
             for t in range(4):
                 if key[j + t] & 1:
-                    _record(key, j, t, key[j + t] >> 1, seen, ROWS, rel_d, rel_pos, r)
+                    _record(key, j, t, key[j + t] >> 1, seen, rel_d, rel_pos, r)
                     r += 1
         seen[k0] += 1
         seen[row + k1] += 1
