@@ -51,7 +51,7 @@ def popcount_pass(q: np.ndarray, db: np.ndarray) -> float:
     from numba import njit
 
     from lbhash.evaluate._inputs import for_query_ranges
-    from lbhash.evaluate._kernels import _popcount64
+    from lbhash.ranking import popcount64
 
     @njit(nogil=True)
     def sums(q_words, db_words, out):
@@ -59,7 +59,7 @@ def popcount_pass(q: np.ndarray, db: np.ndarray) -> float:
             a = q_words[i]
             total = 0
             for j in range(db_words.shape[0]):
-                total += _popcount64(a ^ db_words[j])
+                total += popcount64(a ^ db_words[j])
             out[i] = total
 
     q_words, db_words = q.view("<u8")[:, 0].copy(), db.view("<u8")[:, 0].copy()

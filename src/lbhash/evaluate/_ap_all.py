@@ -21,7 +21,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from lbhash.evaluate._kernels import _popcount64, _tie_averaged_ap
+from lbhash.evaluate._kernels import _tie_averaged_ap
+from lbhash.ranking import popcount64
 
 
 ROWS = 8  # interleaved counter rows in _walk and _walk_bytes
@@ -43,12 +44,12 @@ def _keys(q_row, q_lab, q_class, db_t, db_labels_t, db_class, start, n, key):
     words = db_t[0][start:start + n]
     q0 = q_row[0]
     for j in range(n):
-        key[j] = _popcount64(q0 ^ words[j])
+        key[j] = popcount64(q0 ^ words[j])
     for k in range(1, db_t.shape[0]):
         words = db_t[k][start:start + n]
         qk = q_row[k]
         for j in range(n):
-            key[j] += _popcount64(qk ^ words[j])
+            key[j] += popcount64(qk ^ words[j])
     if db_class.shape[0] > 0:
         classes = db_class[start:start + n]
         for j in range(n):

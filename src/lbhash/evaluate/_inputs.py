@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import concurrent.futures
 import os
 from dataclasses import dataclass
 from typing import Callable
@@ -11,6 +10,7 @@ import numpy as np
 
 from lbhash.checks import positive_int
 from lbhash.codes import as_packed, as_words
+from lbhash import ranking
 from lbhash.labels import as_multihot_pair
 from lbhash.errors import InputError
 
@@ -128,16 +128,5 @@ def num_threads() -> int:
 
 
 def for_query_ranges(n: int, work: Callable[[int, int], None]) -> None:
-    """Call work(start, stop) over ranges covering [0, n), in parallel threads.
-
-    The kernels release the GIL, so threads run truly in parallel.
-    """
-    threads = min(num_threads(), n)
-    if threads <= 1:
-        work(0, n)
-        return
-    step = max(1, -(-n // (threads * 4)))  # a few ranges per thread to balance the load
-    ranges = [(s, min(n, s + step)) for s in range(0, n, step)]
-    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
-        for future in [pool.submit(work, a, b) for a, b in ranges]:
-            future.result()
+    """Call work(start, stop) over ranges covering [0, n), in `num_threads()` parallel threads."""
+    ranking.for_query_ranges(n, work, num_threads())

@@ -1,9 +1,8 @@
 """Numba kernels for ranking by Hamming distance (docs/evaluation.md).
 
 Every kernel handles a chunk of queries against the whole database and releases the GIL, so
-chunks run in parallel threads. Distances are integers in [0, 64 * words], so a ranking is a
-counting sort: histogram the distances, find the bucket where the top T is reached, and order
-only the items up to that bucket (stable: ties keep database order).
+chunks run in parallel threads. The ranking itself (a counting sort over distances, ties in
+database order) is lbhash.ranking's, which a flat index shares.
 
 Shapes: q_words (nq, w) uint64; db_t (w, n) uint64, word-major so the distance loop
 vectorises; label words (., lw) uint64 bitmasks of the multi-hot labels.
@@ -16,31 +15,7 @@ import math
 import numpy as np
 from numba import njit
 
-_M1 = np.uint64(0x5555555555555555)
-_M2 = np.uint64(0x3333333333333333)
-_M4 = np.uint64(0x0F0F0F0F0F0F0F0F)
-_H01 = np.uint64(0x0101010101010101)
-
-
-@njit(inline="always", cache=True)
-def _popcount64(x):
-    # LLVM turns this into vectorised popcount instructions.
-    x = x - ((x >> np.uint64(1)) & _M1)
-    x = (x & _M2) + ((x >> np.uint64(2)) & _M2)
-    x = (x + (x >> np.uint64(4))) & _M4
-    return (x * _H01) >> np.uint64(56)
-
-
-@njit(nogil=True, cache=True)
-def _fill_distances(q_row, db_t, dist):
-    words, n = db_t.shape
-    q0 = q_row[0]
-    for j in range(n):
-        dist[j] = _popcount64(q0 ^ db_t[0, j])
-    for k in range(1, words):
-        qk = q_row[k]
-        for j in range(n):
-            dist[j] += _popcount64(qk ^ db_t[k, j])
+from lbhash.ranking import fill_distances, rank_distances
 
 
 @njit(inline="always", cache=True)
@@ -51,108 +26,11 @@ def _relevant(q_lab, db_lab, j):
     return 0
 
 
-@njit(nogil=True, cache=True)
-def _guess_cutoff(dist, top, sample_hist):
-    """A distance that very likely reaches the top `top`, from a strided sample of ~16k items.
-
-    Only a guess: `_rank` checks it against the exact histogram and redoes the pass if low.
-    """
-    n = dist.shape[0]
-    stride = max(1, n // 16384)
-    sample_hist[:] = 0
-    taken = 0
-    for j in range(0, n, stride):
-        sample_hist[dist[j]] += 1
-        taken += 1
-    need = top * taken / n
-    need = 1.1 * need + 3.0 * math.sqrt(need) + 1.0
-    last = sample_hist.shape[0] - 1
-    cum = 0
-    for d in range(last + 1):
-        cum += sample_hist[d]
-        if cum >= need:
-            return d
-    return last
-
-
-@njit(nogil=True, cache=True)
-def _collect_within(dist, limit, masks, cand):
-    """Write, in index order, the items at distance <= limit into cand; return their count.
-
-    Comparisons are packed into one 64-bit mask per 64 items (a vectorised loop), then the
-    set bits are read out: no branch per item, so no mispredictions at low hit rates.
-    """
-    n = dist.shape[0]
-    full = n // 64
-    for b in range(full):
-        mask = np.uint64(0)
-        base = b * 64
-        for k in range(64):
-            mask |= np.uint64(dist[base + k] <= limit) << np.uint64(k)
-        masks[b] = mask
-    m = 0
-    for b in range(full):
-        mask = masks[b]
-        while mask:
-            cand[m] = b * 64 + _popcount64((mask & -mask) - np.uint64(1))  # lowest set bit
-            m += 1
-            mask &= mask - np.uint64(1)
-    for j in range(full * 64, n):
-        if dist[j] <= limit:
-            cand[m] = j
-            m += 1
-    return m
-
-
-@njit(nogil=True, cache=True)
+@njit(inline="always", cache=True)
 def _rank(q_row, db_t, top, dist, hist, masks, cand, offsets, order):
-    """Rank the database for one query: order[:top] gets the nearest items, ties by index.
-
-    A counting sort restricted to the head of the ranking: collect the items within a
-    guessed cutoff distance, histogram only those, and sort only those. If the guess falls
-    short of `top` items, the full histogram gives the exact cutoff and we collect again.
-    Returns (cutoff, m): the distance of the last bucket reached and the number of
-    collected items cand[:m] (index order), which include every item at distance <= cutoff
-    and maybe farther ones, which callers skip. hist[d] is exact for d <= cutoff.
-    """
-    _fill_distances(q_row, db_t, dist)
-    nbins = hist.shape[0]
-    limit = _guess_cutoff(dist, top, hist)
-    m = _collect_within(dist, limit, masks, cand)
-    if m < top:  # rare: the sample misled the guess
-        hist[:] = 0
-        for j in range(dist.shape[0]):
-            hist[dist[j]] += 1
-        cum = 0
-        for d in range(nbins):
-            cum += hist[d]
-            if cum >= top:
-                limit = d
-                break
-        m = _collect_within(dist, limit, masks, cand)
-    hist[:] = 0
-    for c in range(m):
-        hist[dist[cand[c]]] += 1
-    cum = 0
-    cutoff = limit
-    for d in range(limit + 1):
-        offsets[d] = cum
-        cum += hist[d]
-        if cum >= top:
-            cutoff = d
-            break
-    # Branch-free placement: items past the cutoff go to a spare bucket, and positions past
-    # `top` to the spare slot order[top] (unpredictable branches cost more than the stores).
-    spare = nbins
-    offsets[spare] = top
-    for c in range(m):
-        j = cand[c]
-        d = dist[j]
-        b = d if d <= cutoff else spare
-        p = offsets[b]
-        order[min(p, top)] = j
-        offsets[b] = p + 1
-    return cutoff, m
+    """Rank the word-major database for one query (lbhash.ranking.rank_distances)."""
+    fill_distances(q_row, db_t, dist)
+    return rank_distances(dist, top, hist, masks, cand, offsets, order)
 
 
 @njit(cache=True)
@@ -277,7 +155,7 @@ def _distance_relevance_counts(q_row, q_lab, db_t, db_labels_t, dist, key, scrat
     db_labels_t is the label bitmask word-major (lw, n), so that the relevance pass vectorises.
     """
     n = dist.shape[0]
-    _fill_distances(q_row, db_t, dist)
+    fill_distances(q_row, db_t, dist)
     for j in range(n):
         key[j] = dist[j] << 1
     for k in range(q_lab.shape[0]):

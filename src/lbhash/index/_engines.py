@@ -16,6 +16,7 @@ import faiss
 import numpy as np
 
 from lbhash.errors import InputError
+from lbhash.ranking import for_query_ranges, nearest_rows_chunk
 
 
 @dataclass
@@ -34,6 +35,11 @@ def ids_to_positions(rows: Rows, ids: np.ndarray) -> np.ndarray:
     """Positions of ids known to be in rows (ids < 0, FAISS's padding, give -1)."""
     pos = np.searchsorted(rows.ids, ids)
     return np.where(ids >= 0, pos, -1)
+
+
+def _word_type(width: int):
+    """The widest unsigned type whose size divides a code's width in bytes (the scan's word)."""
+    return next(t for t in (np.uint64, np.uint32, np.uint16, np.uint8) if width % np.dtype(t).itemsize == 0)
 
 
 def _selector(allowed: np.ndarray | None):
@@ -150,8 +156,23 @@ class FlatEngine(Engine):
             self.index.add(codes)
 
     def knn(self, rows: Rows, queries: np.ndarray, k: int, allowed: np.ndarray | None):
-        params, _bitmap = _selector(allowed)
-        dist, pos = self.index.search(queries, min(k, len(rows.ids)), params=params)
+        """The scan of lbhash.ranking (a counting sort of the distances; the same result as
+        FAISS's heap scan, ties by position, in a quarter of its time on one query of a million
+        clustered 64-bit codes). Allocates per thread about n // 8 bytes, 8 per item untouched
+        but for the candidates, and 2n bytes more with a filter (`nearest_rows_chunk`)."""
+        n, nq = len(rows.ids), len(queries)
+        k = min(k, n)
+        dist, pos = np.empty((nq, k), np.int32), np.empty((nq, k), np.int64)
+        if k == 0 or nq == 0:
+            return dist, pos
+        word = _word_type(rows.codes.shape[1])
+        db, q = np.ascontiguousarray(rows.codes).view(word), np.ascontiguousarray(queries).view(word)
+        mask = np.empty(0, bool) if allowed is None else np.ascontiguousarray(allowed, bool)
+
+        def work(a: int, b: int) -> None:
+            nearest_rows_chunk(q[a:b], db, mask, self.bits + 1, pos[a:b], dist[a:b])
+
+        for_query_ranges(nq, work, faiss.omp_get_max_threads())
         return dist, positions_to_ids(rows, pos)
 
     def range(self, rows: Rows, queries: np.ndarray, radius: int, allowed: np.ndarray | None):

@@ -1,0 +1,300 @@
+"""Numba kernels that rank a database of packed codes by Hamming distance from one query.
+
+Distances are integers in [0, bits], so a ranking is a counting sort: histogram the distances,
+find the bucket where the top T is reached, and order only the items up to that bucket
+(stable: ties keep database order). The evaluation (lbhash.evaluate) ranks word-major
+databases, (w, n) uint64, so that its distance loop vectorises for any width; a flat index
+(lbhash.index) ranks its codes as stored, row-major (n, w) words of one unsigned type, which
+vectorises for one-word codes. Every kernel releases the GIL; `for_query_ranges` runs chunks of
+queries in parallel threads.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from typing import Callable
+
+import numpy as np
+from numba import njit
+
+_M1 = np.uint64(0x5555555555555555)
+_M2 = np.uint64(0x3333333333333333)
+_M4 = np.uint64(0x0F0F0F0F0F0F0F0F)
+_H01 = np.uint64(0x0101010101010101)
+_NO_DISTANCE = np.iinfo(np.int32).max  # FAISS's distance for a missing neighbour
+
+
+@njit(inline="always", cache=True)
+def popcount64(x):
+    # LLVM turns this into vectorised popcount instructions.
+    x = x - ((x >> np.uint64(1)) & _M1)
+    x = (x & _M2) + ((x >> np.uint64(2)) & _M2)
+    x = (x + (x >> np.uint64(4))) & _M4
+    return (x * _H01) >> np.uint64(56)
+
+
+@njit(nogil=True, cache=True)
+def fill_distances(q_row, db_t, dist):
+    """dist[j] = Hamming distance of q_row (w,) uint64 to item j of the word-major db_t (w, n)."""
+    words, n = db_t.shape
+    q0 = q_row[0]
+    for j in range(n):
+        dist[j] = popcount64(q0 ^ db_t[0, j])
+    for k in range(1, words):
+        qk = q_row[k]
+        for j in range(n):
+            dist[j] += popcount64(qk ^ db_t[k, j])
+
+
+@njit(nogil=True, cache=True)
+def fill_distances_rows(q_row, db_rows, dist):
+    """dist[j] = Hamming distance of q_row (w,) to row j of db_rows (n, w), both of one unsigned
+    word type (a code of 8, 16, 32 or 64 bits per word)."""
+    n, words = db_rows.shape
+    if words == 1:  # one contiguous column: the loop vectorises
+        column = db_rows.reshape(n)
+        q0 = np.uint64(q_row[0])
+        for j in range(n):
+            dist[j] = popcount64(q0 ^ np.uint64(column[j]))
+        return
+    for j in range(n):
+        total = np.uint64(0)
+        for k in range(words):
+            total += popcount64(np.uint64(q_row[k]) ^ np.uint64(db_rows[j, k]))
+        dist[j] = total
+
+
+@njit(nogil=True, cache=True)
+def _guess_cutoff(dist, top, sample_hist):
+    """A distance that very likely reaches the top `top`, from a strided sample of ~16k items.
+
+    Only a guess: `rank_distances` checks it against the exact histogram and redoes the pass if low.
+    """
+    n = dist.shape[0]
+    stride = max(1, n // 16384)
+    sample_hist[:] = 0
+    taken = 0
+    for j in range(0, n, stride):
+        sample_hist[dist[j]] += 1
+        taken += 1
+    need = top * taken / n
+    need = 1.1 * need + 3.0 * np.sqrt(need) + 1.0
+    last = sample_hist.shape[0] - 1
+    cum = 0
+    for d in range(last + 1):
+        cum += sample_hist[d]
+        if cum >= need:
+            return d
+    return last
+
+
+@njit(nogil=True, cache=True)
+def _collect_within(dist, limit, masks, cand):
+    """Write, in index order, the items at distance <= limit into cand; return their count.
+
+    Comparisons are packed into one 64-bit mask per 64 items (a vectorised loop), then the
+    set bits are read out: no branch per item, so no mispredictions at low hit rates.
+    """
+    n = dist.shape[0]
+    full = n // 64
+    for b in range(full):
+        mask = np.uint64(0)
+        base = b * 64
+        for k in range(64):
+            mask |= np.uint64(dist[base + k] <= limit) << np.uint64(k)
+        masks[b] = mask
+    m = 0
+    for b in range(full):
+        mask = masks[b]
+        while mask:
+            cand[m] = b * 64 + popcount64((mask & -mask) - np.uint64(1))  # lowest set bit
+            m += 1
+            mask &= mask - np.uint64(1)
+    for j in range(full * 64, n):
+        if dist[j] <= limit:
+            cand[m] = j
+            m += 1
+    return m
+
+
+@njit(nogil=True, cache=True)
+def rank_distances(dist, top, hist, masks, cand, offsets, order):
+    """Rank items by dist (n,): order[:top] gets the nearest items, ties by index (top <= n).
+
+    A counting sort restricted to the head of the ranking: collect the items within a
+    guessed cutoff distance, histogram only those, and sort only those. If the guess falls
+    short of `top` items, the full histogram gives the exact cutoff and we collect again.
+    Returns (cutoff, m): the distance of the last bucket reached and the number of
+    collected items cand[:m] (index order), which include every item at distance <= cutoff
+    and maybe farther ones, which callers skip. hist[d] is exact for d <= cutoff.
+    Buffers: hist (nbins,), masks (n // 64 + 1,), cand (n,), offsets (nbins + 1,), order (top + 1,).
+    """
+    nbins = hist.shape[0]
+    limit = _guess_cutoff(dist, top, hist)
+    m = _collect_within(dist, limit, masks, cand)
+    if m < top:  # rare: the sample misled the guess
+        hist[:] = 0
+        for j in range(dist.shape[0]):
+            hist[dist[j]] += 1
+        cum = 0
+        for d in range(nbins):
+            cum += hist[d]
+            if cum >= top:
+                limit = d
+                break
+        m = _collect_within(dist, limit, masks, cand)
+    hist[:] = 0
+    for c in range(m):
+        hist[dist[cand[c]]] += 1
+    cum = 0
+    cutoff = limit
+    for d in range(limit + 1):
+        offsets[d] = cum
+        cum += hist[d]
+        if cum >= top:
+            cutoff = d
+            break
+    # Branch-free placement: items past the cutoff go to a spare bucket, and positions past
+    # `top` to the spare slot order[top] (unpredictable branches cost more than the stores).
+    spare = nbins
+    offsets[spare] = top
+    for c in range(m):
+        j = cand[c]
+        d = dist[j]
+        b = d if d <= cutoff else spare
+        p = offsets[b]
+        order[min(p, top)] = j
+        offsets[b] = p + 1
+    return cutoff, m
+
+
+@njit(inline="always", cache=True)
+def _row_distance(q_row, db_rows, j):
+    total = np.uint64(0)
+    for k in range(db_rows.shape[1]):
+        total += popcount64(np.uint64(q_row[k]) ^ np.uint64(db_rows[j, k]))
+    return total
+
+
+@njit(inline="always", cache=True)
+def _sampled_cutoff(q_row, db_rows, top, sample_hist):
+    """`_guess_cutoff` from the distances of a strided sample of rows, computed here."""
+    n = db_rows.shape[0]
+    stride = max(1, n // 16384)
+    sample_hist[:] = 0
+    taken = 0
+    for j in range(0, n, stride):
+        sample_hist[_row_distance(q_row, db_rows, j)] += 1
+        taken += 1
+    need = top * taken / n
+    need = 1.1 * need + 3.0 * np.sqrt(need) + 1.0
+    cum = 0
+    for d in range(sample_hist.shape[0]):
+        cum += sample_hist[d]
+        if cum >= need:
+            return d
+    return sample_hist.shape[0] - 1
+
+
+@njit(inline="always", cache=True)
+def _collect_rows_within(q_row, db_rows, limit, masks, cand):
+    """`_collect_within` fused with the distances: rows within `limit` of q_row into cand, in
+    position order, without writing a distance per row. Returns their count."""
+    n, words = db_rows.shape
+    full = n // 64
+    if words == 1:  # one contiguous column: the loop vectorises
+        column = db_rows.reshape(n)
+        q0 = np.uint64(q_row[0])
+        for b in range(full):
+            mask = np.uint64(0)
+            base = b * 64
+            for k in range(64):
+                near = popcount64(q0 ^ np.uint64(column[base + k])) <= limit
+                mask |= np.uint64(near) << np.uint64(k)
+            masks[b] = mask
+    else:
+        for b in range(full):
+            mask = np.uint64(0)
+            base = b * 64
+            for k in range(64):
+                mask |= np.uint64(_row_distance(q_row, db_rows, base + k) <= limit) << np.uint64(k)
+            masks[b] = mask
+    m = 0
+    for b in range(full):
+        mask = masks[b]
+        while mask:
+            cand[m] = b * 64 + popcount64((mask & -mask) - np.uint64(1))  # lowest set bit
+            m += 1
+            mask &= mask - np.uint64(1)
+    for j in range(full * 64, n):
+        if _row_distance(q_row, db_rows, j) <= limit:
+            cand[m] = j
+            m += 1
+    return m
+
+
+@njit(nogil=True, cache=True)
+def nearest_rows_chunk(q_words, db_rows, allowed, excluded, out_pos, out_dist):
+    """The out_pos.shape[1] nearest rows of db_rows (n, w) to each query (nq, w), ties by position.
+
+    Without a filter (`allowed` empty), one pass over the rows keeps those within a cutoff
+    guessed from a sample, and only they are ranked (`rank_distances`). With `allowed` (n,)
+    bool, or when the guess falls short, every distance is written, an excluded row's as
+    `excluded` (bits + 1, past every real one), and rows at it come back as position -1 and
+    distance int32 max, as FAISS pads. Allocates per call n // 8 bytes of masks and 8 bytes
+    per row of candidates (only the candidates' pages are touched); a filtered or
+    short-guessed query also 2 bytes per row of distances.
+    """
+    n = db_rows.shape[0]
+    top = out_pos.shape[1]
+    nbins = excluded + 1
+    hist = np.empty(nbins, np.int64)
+    masks = np.empty(n // 64 + 1, np.uint64)
+    offsets = np.empty(nbins + 1, np.int64)
+    cand = np.empty(n, np.int64)
+    order = np.empty(top + 1, np.int64)
+    filtered = allowed.shape[0] > 0
+    for i in range(q_words.shape[0]):
+        q_row = q_words[i]
+        m = 0
+        if not filtered:
+            m = _collect_rows_within(q_row, db_rows, _sampled_cutoff(q_row, db_rows, top, hist), masks, cand)
+        if m >= top:  # rank the candidates alone: their order is the rows' order, so ties stay by position
+            near = np.empty(m, np.uint16)
+            for c in range(m):
+                near[c] = _row_distance(q_row, db_rows, cand[c])
+            rank_distances(near, top, hist, np.empty(m // 64 + 1, np.uint64), np.empty(m, np.int64), offsets, order)
+            for p in range(top):
+                out_pos[i, p] = cand[order[p]]
+                out_dist[i, p] = near[order[p]]
+            continue
+        dist = np.empty(n, np.uint16)
+        fill_distances_rows(q_row, db_rows, dist)
+        if filtered:
+            for j in range(n):
+                dist[j] = dist[j] if allowed[j] else excluded
+        rank_distances(dist, top, hist, masks, cand, offsets, order)
+        for p in range(top):
+            j = order[p]
+            if dist[j] == excluded:
+                out_pos[i, p] = -1
+                out_dist[i, p] = _NO_DISTANCE
+            else:
+                out_pos[i, p] = j
+                out_dist[i, p] = dist[j]
+
+
+def for_query_ranges(n: int, work: Callable[[int, int], None], threads: int) -> None:
+    """Call work(start, stop) over ranges covering [0, n), in up to `threads` parallel threads.
+
+    The kernels release the GIL, so threads run truly in parallel.
+    """
+    threads = min(threads, n)
+    if threads <= 1:
+        work(0, n)
+        return
+    step = max(1, -(-n // (threads * 4)))  # a few ranges per thread to balance the load
+    ranges = [(s, min(n, s + step)) for s in range(0, n, step)]
+    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+        for future in [pool.submit(work, a, b) for a, b in ranges]:
+            future.result()

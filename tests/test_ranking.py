@@ -1,0 +1,70 @@
+"""The flat index's scan (lbhash.ranking.nearest_rows_chunk, through FlatEngine.knn) against
+the brute-force reference, on the paths a plain search does not reach: codes of every word
+type and of several words, more rows than the guess samples, a filter, and a guess that
+falls short."""
+
+import numpy as np
+import pytest
+
+from index_reference import clustered_codes, top_k
+from lbhash.index._engines import FlatEngine, Rows
+
+PAD = np.iinfo(np.int32).max
+
+
+def knn(codes, queries, k, allowed=None, ids=None):
+    ids = np.arange(len(codes), dtype=np.int64) if ids is None else ids
+    return FlatEngine(codes.shape[1] * 8, {}).knn(Rows(ids, codes), queries, k, allowed)
+
+
+@pytest.mark.parametrize("bits", [8, 16, 24, 32, 48, 64, 128, 200])  # uint8 to uint64 words, 1 to 3 words
+@pytest.mark.parametrize("n", [63, 64, 1000, 20_001])  # 20,001: a strided sample, and a ragged last block
+def test_scan_equals_brute_force_with_ties_by_position(rng, bits, n):
+    codes, _ = clustered_codes(rng, n, bits, centers=5, max_flips=max(1, bits // 16))
+    queries = np.concatenate([codes[:2], clustered_codes(rng, 3, bits, centers=5, max_flips=2)[0]])
+    for k in (1, 10, n):
+        dist, ids = knn(codes, queries, k)
+        ref_d, ref_i = top_k(queries, codes, np.arange(n), k)
+        np.testing.assert_array_equal(ids, ref_i)
+        np.testing.assert_array_equal(dist, ref_d)
+
+
+@pytest.mark.parametrize("bits", [16, 64, 128])
+def test_a_filter_keeps_only_allowed_rows_and_pads_like_faiss(rng, bits):
+    n = 5000
+    codes, _ = clustered_codes(rng, n, bits, centers=4, max_flips=2)
+    queries = codes[:4]
+    for share in (0.5, 0.001, 0.0):
+        allowed = rng.random(n) < share
+        dist, ids = knn(codes, queries, 20, allowed)
+        ref_d, ref_i = top_k(queries, codes, np.arange(n), 20, np.tile(allowed, (len(queries), 1)))
+        np.testing.assert_array_equal(ids, ref_i)
+        np.testing.assert_array_equal(dist, ref_d)
+        assert (dist[ids < 0] == PAD).all() and (ids < 0).sum() == len(queries) * max(0, 20 - allowed.sum())
+
+
+def test_a_guess_that_falls_short_is_redone_exactly(rng):
+    # 40,000 rows are sampled every second row: 80 sampled rows equal to the query make the
+    # guessed cutoff 0, but only those 80 rows lie within it, fewer than k = 100
+    n, bits = 40_000, 64
+    query = rng.integers(0, 256, (1, bits // 8), np.uint8)
+    codes = np.repeat(query, n, axis=0)
+    codes[:, 0] ^= np.uint8(0b11111)      # distance 5
+    codes[1::2, 1] ^= np.uint8(0b111)     # odd rows: distance 8
+    codes[0:160:2] = query                # 80 sampled rows at distance 0
+    codes[1001] = query
+    codes[1001, 0] ^= np.uint8(1)         # an unsampled row at distance 1
+    dist, ids = knn(codes, query, 100)
+    ref_d, ref_i = top_k(query, codes, np.arange(n), 100)
+    np.testing.assert_array_equal(ids, ref_i)
+    np.testing.assert_array_equal(dist, ref_d)
+    assert ids[0, 80] == 1001 and dist[0, 81] == 5
+
+
+def test_positions_map_to_the_rows_ids(rng):
+    codes, _ = clustered_codes(rng, 300, 32, centers=3, max_flips=2)
+    ids = rng.choice(10**9, 300, replace=False).astype(np.int64)
+    dist, got = knn(codes, codes[:3], 300, ids=ids)
+    ref_d, ref_pos = top_k(codes[:3], codes, np.arange(300), 300)  # ties by position, not by id
+    np.testing.assert_array_equal(dist, ref_d)
+    np.testing.assert_array_equal(got, ids[ref_pos])
