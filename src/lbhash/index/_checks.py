@@ -57,9 +57,10 @@ def item_ids(ids, n: int | None = None, name: str = "ids") -> np.ndarray:
     if out.size and out.min() < 0:
         raise InputError(f"{name} must be non-negative, found {int(out.min())}")
     if out.size > 1:
-        uniq, counts = np.unique(out, return_counts=True)
-        if (counts > 1).any():
-            raise InputError(f"{name} holds id {int(uniq[counts > 1][0])} more than once")
+        ordered = np.sort(out)
+        repeated = ordered[1:][ordered[1:] == ordered[:-1]]
+        if repeated.size:
+            raise InputError(f"{name} holds id {int(repeated[0])} more than once")
     return out
 
 

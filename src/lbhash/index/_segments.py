@@ -201,7 +201,7 @@ def segment_knn(segment: Segment, queries: np.ndarray, k: int, classes) -> tuple
 
 def _knn_past_dead(segment: Segment, queries: np.ndarray, k: int):
     """Top-k of the live items of an ordered segment with tombstones: fetch a few more without
-    a filter (a FAISS scan with a selector costs about twice as much) and drop the dead; a row
+    a filter (a filtered scan writes every distance and builds the live mask) and drop the dead; a row
     left with fewer than k searches again with the live items as its filter."""
     rows, dead = segment.rows, segment.dead
     fetch = min(len(segment), k + min(segment.ndead, max(k, 32)))
