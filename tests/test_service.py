@@ -303,3 +303,71 @@ def test_a_busy_port_is_one_line_and_touches_no_file(input_files):
         one_line_error(cli("serve", input_files / "idx", "--host", "127.0.0.1", "--port", port),
                        f"--port {port}", f"127.0.0.1:{port}", "in use")
     assert snapshot(input_files) == before  # no write-ahead log was created
+
+
+def test_the_server_searches_once_before_its_first_request(tmp_path, rng, monkeypatch):
+    # a flat scan loads its compiled code on a process's first search: start-up pays it, not a client
+    index = CodeIndex(BITS)
+    index.add(random_codes(rng, 50, BITS))
+    index.save(tmp_path / "ix")
+    CodeIndex(BITS).save(tmp_path / "empty")
+    calls = []
+    original = CodeIndex.search
+    monkeypatch.setattr(CodeIndex, "search", lambda self, q, k, *a, **kw: calls.append((len(q), k)) or original(self, q, k, *a, **kw))
+    with TestClient(create_app(tmp_path / "ix")):
+        assert calls == [(1, 1)]
+    with TestClient(create_app(tmp_path / "empty")):
+        assert calls == [(1, 1)]  # nothing to scan in an empty index
+
+
+def test_offload_runs_jobs_in_its_threads_and_hands_back_results_and_errors():
+    import asyncio
+
+    from lbhash.service.offload import Offload
+
+    offload = Offload(threads=2)
+
+    def boom():
+        raise KeyError("k")
+
+    async def main():
+        names = await asyncio.gather(*(offload.run(lambda i=i: (i, threading.current_thread().name)) for i in range(20)))
+        with pytest.raises(KeyError):
+            await offload.run(boom)
+        return names
+
+    names = asyncio.run(main())
+    assert [i for i, _ in names] == list(range(20))
+    assert {name for _, name in names} <= {"lbhash-offload-0", "lbhash-offload-1"}
+    workers = list(offload._workers)
+    offload.close()
+    assert workers and not any(w.is_alive() for w in workers)
+
+
+def test_offload_drops_the_answer_of_a_request_that_was_cancelled():
+    import asyncio
+
+    from lbhash.service.offload import Offload
+
+    offload, release, finished = Offload(threads=1), threading.Event(), threading.Event()
+
+    def slow():
+        release.wait(10)
+        finished.set()
+        return 1
+
+    errors = []
+
+    async def main():
+        asyncio.get_running_loop().set_exception_handler(lambda loop, context: errors.append(context))
+        task = asyncio.ensure_future(offload.run(slow))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert await offload.run(lambda: 2) == 2  # the worker survived the cancelled job
+
+    asyncio.run(main())
+    assert finished.is_set() and errors == []  # no answer set on the cancelled future
+    offload.close()

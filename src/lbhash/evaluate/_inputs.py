@@ -10,7 +10,6 @@ import numpy as np
 
 from lbhash.checks import positive_int
 from lbhash.codes import as_packed, as_words
-from lbhash import ranking
 from lbhash.labels import as_multihot_pair
 from lbhash.errors import InputError
 
@@ -129,4 +128,6 @@ def num_threads() -> int:
 
 def for_query_ranges(n: int, work: Callable[[int, int], None]) -> None:
     """Call work(start, stop) over ranges covering [0, n), in `num_threads()` parallel threads."""
-    ranking.for_query_ranges(n, work, num_threads())
+    from lbhash.ranking import for_query_ranges as in_threads  # numba: only once a metric runs
+
+    in_threads(n, work, num_threads())

@@ -16,7 +16,6 @@ import faiss
 import numpy as np
 
 from lbhash.errors import InputError
-from lbhash.ranking import for_query_ranges, nearest_rows_chunk
 
 
 @dataclass
@@ -159,7 +158,12 @@ class FlatEngine(Engine):
         """The scan of lbhash.ranking (a counting sort of the distances; the same result as
         FAISS's heap scan, ties by position, in a quarter of its time on one query of a million
         clustered 64-bit codes). Allocates per thread about n // 8 bytes, 8 per item untouched
-        but for the candidates, and 2n bytes more with a filter (`nearest_rows_chunk`)."""
+        but for the candidates, and 2n bytes more with a filter (`nearest_rows_chunk`). The
+        first search in a process loads the compiled scan from numba's cache (about 1 s; about
+        10 s once after an install, when numba compiles it)."""
+        # numba loads with the first search, not with the index (`index info` and `build` need none)
+        from lbhash.ranking import for_query_ranges, nearest_rows_chunk
+
         n, nq = len(rows.ids), len(queries)
         k = min(k, n)
         dist, pos = np.empty((nq, k), np.int32), np.empty((nq, k), np.int64)

@@ -11,12 +11,11 @@ Searches may re-rank their Hamming top k * rerank_factor by the queries' real-va
 The handlers are module-level functions: they decode a request (lbhash.service.decode), call
 the store (whose searches follow `lbhash.index.search_hits`, the rules `lbhash search` uses
 too) and shape the answer. What they share is on `app.state`: `store`, `searcher` (None
-without a run attached), `media` and `limits`.
+without a run attached), `media`, `limits` and `offload` (the searches' threads).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from contextlib import asynccontextmanager
@@ -36,6 +35,7 @@ from lbhash.service import models
 from lbhash.service.decode import (check_batch, encode_images, need_searcher, parse_ids, read_uploads,
                                    reranked_queries, to_codes)
 from lbhash.service.media import ItemMedia
+from lbhash.service.offload import Offload
 from lbhash.service.page import add_page
 from lbhash.service.store import IndexStore, lists_to_labels
 
@@ -68,12 +68,16 @@ def create_app(source, encoder=None, *, limits: Limits | None = None, compact_ev
 
     @asynccontextmanager
     async def lifespan(app):
+        if isinstance(store, IndexStore):
+            await app.state.offload.run(store.warm)
         yield
+        app.state.offload.close()
         store.close()  # compacts: the log is folded into the saved index
 
     app = FastAPI(title="lbhash search", lifespan=lifespan, docs_url=None, redoc_url=None,  # offline: page.py
                   description="Hamming search over packed binary codes (docs/search.md).")
     app.state.store, app.state.limits = store, limits or Limits()
+    app.state.offload = Offload()  # the searches' worker threads
     app.state.searcher = Searcher(store, encoder) if encoder is not None else None
     app.state.media = ItemMedia(store)  # sources, thumbnails and the images added here (NAME.media/ beside the index)
     _install_error_handlers(app)
@@ -104,8 +108,8 @@ def run_search(state, codes, k, radius, label_lists, real=None, factor=None) -> 
 
 @router.post("/search", response_model=models.SearchResponse, response_model_exclude_none=True, responses=_ERRORS)
 async def search(body: models.SearchRequest, request: Request):
-    # asyncio's own executor: starlette's run_in_threadpool (anyio) cost a fifth of a request's CPU
-    return await asyncio.get_running_loop().run_in_executor(None, search_body, body, request.app.state)
+    # not starlette's run_in_threadpool (anyio: a fifth of a request's CPU) nor asyncio's executor
+    return await request.app.state.offload.run(search_body, body, request.app.state)
 
 
 def search_body(body: models.SearchRequest, state) -> Response:

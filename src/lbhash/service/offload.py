@@ -1,0 +1,69 @@
+"""Worker threads that run a request's blocking part off the event loop, with one handoff each way.
+
+asyncio's `run_in_executor` chains a concurrent.futures.Future to an asyncio one (a work item,
+two futures, their callbacks): in a `py-spy record --gil` profile of `lbhash serve` under four
+search clients that machinery held the GIL for about a sixth of its time. Here a job is a tuple
+on a queue and its answer one `call_soon_threadsafe` (docs/search.md, "The service's own cost").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import queue
+import threading
+
+
+class Offload:
+    """`await offload.run(fn, *args)`: fn(*args) in one of `threads` daemon threads, started on
+    first use; `close()` stops them once the jobs queued before it are done."""
+
+    def __init__(self, threads: int | None = None):
+        self.threads = threads or min(32, (os.cpu_count() or 1) + 4)  # run_in_executor's default
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._workers: list[threading.Thread] = []
+        self._start = threading.Lock()
+
+    async def run(self, fn, *args):
+        if not self._workers:
+            self._start_workers()
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        self._jobs.put((loop, done, fn, args))
+        return await done
+
+    def close(self) -> None:
+        with self._start:
+            workers, self._workers = self._workers, []
+        for _ in workers:
+            self._jobs.put(None)
+        for worker in workers:
+            worker.join()
+
+    def _start_workers(self) -> None:
+        with self._start:
+            while len(self._workers) < self.threads:
+                worker = threading.Thread(target=self._work, name=f"lbhash-offload-{len(self._workers)}", daemon=True)
+                worker.start()
+                self._workers.append(worker)
+
+    def _work(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            loop, done, fn, args = job
+            try:
+                result, error = fn(*args), None
+            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting request, which re-raises it
+                result, error = None, exc
+            try:
+                loop.call_soon_threadsafe(_settle, done, result, error)
+            except RuntimeError:  # the loop closed while the job ran: nobody awaits it any more
+                pass
+
+
+def _settle(done: asyncio.Future, result, error) -> None:
+    if done.cancelled():  # the client went away
+        return
+    if error is None:
+        done.set_result(result)
+    else:
+        done.set_exception(error)
