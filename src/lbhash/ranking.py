@@ -240,10 +240,11 @@ def nearest_rows_chunk(q_words, db_rows, allowed, excluded, out_pos, out_dist):
     Without a filter (`allowed` empty), one pass over the rows keeps those within a cutoff
     guessed from a sample, and only they are ranked (`rank_distances`). With `allowed` (n,)
     bool, or when the guess falls short, every distance is written, an excluded row's as
-    `excluded` (bits + 1, past every real one), and rows at it come back as position -1 and
-    distance int32 max, as FAISS pads. Allocates per call n // 8 bytes of masks and 8 bytes
-    per row of candidates (only the candidates' pages are touched); a filtered or
-    short-guessed query also 2 bytes per row of distances.
+    `excluded` (bits + 1, past every real one), and only as many rows as are allowed are
+    ranked; the places past them come back as position -1 and distance int32 max, as FAISS
+    pads. Allocates per call n // 8 bytes of masks and 8 bytes per row of candidates (only the
+    candidates' pages are touched); a filtered or short-guessed query also 2 bytes per row of
+    distances.
     """
     n = db_rows.shape[0]
     top = out_pos.shape[1]
@@ -254,6 +255,9 @@ def nearest_rows_chunk(q_words, db_rows, allowed, excluded, out_pos, out_dist):
     cand = np.empty(n, np.int64)
     order = np.empty(top + 1, np.int64)
     filtered = allowed.shape[0] > 0
+    reachable = top
+    if filtered:  # rank no further than the allowed rows: the excluded ones are never collected
+        reachable = min(top, np.count_nonzero(allowed))
     for i in range(q_words.shape[0]):
         q_row = q_words[i]
         m = 0
@@ -273,15 +277,15 @@ def nearest_rows_chunk(q_words, db_rows, allowed, excluded, out_pos, out_dist):
         if filtered:
             for j in range(n):
                 dist[j] = dist[j] if allowed[j] else excluded
-        rank_distances(dist, top, hist, masks, cand, offsets, order)
+        if reachable > 0:
+            rank_distances(dist, reachable, hist, masks, cand, offsets, order)
         for p in range(top):
-            j = order[p]
-            if dist[j] == excluded:
+            if p < reachable:
+                out_pos[i, p] = order[p]
+                out_dist[i, p] = dist[order[p]]
+            else:
                 out_pos[i, p] = -1
                 out_dist[i, p] = _NO_DISTANCE
-            else:
-                out_pos[i, p] = j
-                out_dist[i, p] = dist[j]
 
 
 def for_query_ranges(n: int, work: Callable[[int, int], None], threads: int) -> None:

@@ -157,10 +157,11 @@ class FlatEngine(Engine):
     def knn(self, rows: Rows, queries: np.ndarray, k: int, allowed: np.ndarray | None):
         """The scan of lbhash.ranking (a counting sort of the distances; the same result as
         FAISS's heap scan, ties by position, in a quarter of its time on one query of a million
-        clustered 64-bit codes). Allocates per thread about n // 8 bytes, 8 per item untouched
-        but for the candidates, and 2n bytes more with a filter (`nearest_rows_chunk`). The
-        first search in a process loads the compiled scan from numba's cache (about 1 s; about
-        10 s once after an install, when numba compiles it)."""
+        clustered 64-bit codes). Allocates per thread n // 8 bytes of masks and 8 bytes per item
+        of candidates, of which only the candidates' pages are touched, and with a filter 2 bytes
+        per item of distances (`nearest_rows_chunk`). The first search in a process loads the
+        compiled scan from numba's cache (about 1 s; about 10 s once after an install, when
+        numba compiles it)."""
         # numba loads with the first search, not with the index (`index info` and `build` need none)
         from lbhash.ranking import for_query_ranges, nearest_rows_chunk
 
