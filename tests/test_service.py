@@ -371,3 +371,27 @@ def test_offload_drops_the_answer_of_a_request_that_was_cancelled():
     asyncio.run(main())
     assert finished.is_set() and errors == []  # no answer set on the cancelled future
     offload.close()
+
+
+def test_serve_shortens_the_gil_switch_interval_while_it_runs(tmp_path, rng, monkeypatch):
+    import sys
+
+    import uvicorn
+
+    from lbhash.service.http import SWITCH_INTERVAL_S
+
+    index = CodeIndex(BITS)
+    index.add(random_codes(rng, 20, BITS))
+    index.save(tmp_path / "ix")
+    seen = []
+
+    def run(self, sockets=None):
+        seen.append(sys.getswitchinterval())
+        self.started = True
+
+    monkeypatch.setattr(uvicorn.Server, "run", run)
+    before = sys.getswitchinterval()
+    result = cli("serve", tmp_path / "ix", "--port", 0)
+    assert result.exit_code == 0, result.output
+    assert seen == [SWITCH_INTERVAL_S] and SWITCH_INTERVAL_S < before
+    assert sys.getswitchinterval() == before

@@ -53,7 +53,7 @@ def serve(index_dir: str, run_dir, host: str, port: int, compact_every: int, max
 
     from lbhash.cli.index import open_index
     from lbhash.service import IndexStore, Limits, MilvusStore, create_app
-    from lbhash.service.http import server_config
+    from lbhash.service.http import server_config, switch_interval
 
     sock = _listen(host, port)  # first: a busy port must leave the index and its log untouched
     try:
@@ -75,7 +75,8 @@ def serve(index_dir: str, run_dir, host: str, port: int, compact_every: int, max
         # orderly stop ends with status 0 instead of death by signal.
         previous = {sig: signal.signal(sig, _stopped) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
-            server.run(sockets=[sock])
+            with switch_interval():
+                server.run(sockets=[sock])
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
