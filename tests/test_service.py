@@ -305,19 +305,21 @@ def test_a_busy_port_is_one_line_and_touches_no_file(input_files):
     assert snapshot(input_files) == before  # no write-ahead log was created
 
 
-def test_the_server_searches_once_before_its_first_request(tmp_path, rng, monkeypatch):
-    # a flat scan loads its compiled code on a process's first search: start-up pays it, not a client
-    index = CodeIndex(BITS)
-    index.add(random_codes(rng, 50, BITS))
-    index.save(tmp_path / "ix")
-    CodeIndex(BITS).save(tmp_path / "empty")
-    calls = []
-    original = CodeIndex.search
-    monkeypatch.setattr(CodeIndex, "search", lambda self, q, k, *a, **kw: calls.append((len(q), k)) or original(self, q, k, *a, **kw))
-    with TestClient(create_app(tmp_path / "ix")):
-        assert calls == [(1, 1)]
-    with TestClient(create_app(tmp_path / "empty")):
-        assert calls == [(1, 1)]  # nothing to scan in an empty index
+def test_the_server_loads_the_scan_before_its_first_request(tmp_path, rng, monkeypatch):
+    # the exact scan loads its compiled code on a process's first use: start-up pays it, not a client
+    from lbhash.index._engines import FlatEngine
+
+    for name, kind, n in (("flat", "flat", 50), ("empty", "flat", 0), ("ivf", "ivf", 50)):
+        index = CodeIndex(BITS, kind)
+        index.add(random_codes(rng, n, BITS))
+        index.save(tmp_path / name)
+    scans = []
+    original = FlatEngine.knn
+    monkeypatch.setattr(FlatEngine, "knn", lambda self, *args: scans.append(len(args[1])) or original(self, *args))
+    for name in ("flat", "empty", "ivf"):
+        scans.clear()
+        with TestClient(create_app(tmp_path / name)):
+            assert scans and set(scans) == {1}, name  # one-query scans, before any request
 
 
 def test_offload_runs_jobs_in_its_threads_and_hands_back_results_and_errors():

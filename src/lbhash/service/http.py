@@ -23,7 +23,7 @@ from lbhash.limits import HEADER_TIMEOUT_S, KEEP_ALIVE_S, MAX_CONNECTIONS, MAX_H
 
 # A search runs without the GIL; the thread it ran on then waits for the GIL while the event
 # loop holds it, until the loop lets go or the interpreter's switch interval (5 ms by default)
-# forces a switch. 0.5 ms cut the p99 of bench_service.py in 4 of 5 interleaved pairs
+# forces a switch. 0.5 ms gave the lower p99 of bench_service.py in 6 of 8 interleaved pairs
 # (docs/search.md, "The service's own cost").
 SWITCH_INTERVAL_S = 0.0005
 

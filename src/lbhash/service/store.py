@@ -88,11 +88,10 @@ class IndexStore:
     # --- reads ----------------------------------------------------------------------------
 
     def warm(self) -> None:
-        """One search before the first request: a flat scan loads its compiled code (numba)
-        on a process's first search, about 1 s (lbhash.index._engines.FlatEngine.knn)."""
+        """Before the first request: the exact scan loads its compiled code (numba, about 1 s)
+        here rather than in a client's search (`CodeIndex.warm`)."""
         with self.lock.read():
-            if self.index.ntotal:
-                self.index.search(np.zeros((1, self.index.bits // 8), np.uint8), 1)
+            self.index.warm()
 
     def search(self, queries, plan: SearchPlan, *, classes=None, real=None) -> list[Hits]:
         """`search_hits` of the queries: hits and their labels all read under one lock."""
