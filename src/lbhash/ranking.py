@@ -64,12 +64,23 @@ def fill_distances_rows(q_row, db_rows, dist):
         dist[j] = total
 
 
+@njit(inline="always", cache=True)
+def _cutoff_from_sample(sample_hist, taken, n, top):
+    """The smallest distance whose sampled count reaches the top `top`'s share of the sample,
+    with a margin: only a guess, which `rank_distances` checks and redoes when it falls short."""
+    need = top * taken / n
+    need = 1.1 * need + 3.0 * np.sqrt(need) + 1.0
+    cum = 0
+    for d in range(sample_hist.shape[0]):
+        cum += sample_hist[d]
+        if cum >= need:
+            return d
+    return sample_hist.shape[0] - 1
+
+
 @njit(nogil=True, cache=True)
 def _guess_cutoff(dist, top, sample_hist):
-    """A distance that very likely reaches the top `top`, from a strided sample of ~16k items.
-
-    Only a guess: `rank_distances` checks it against the exact histogram and redoes the pass if low.
-    """
+    """A distance that very likely reaches the top `top`, from a strided sample of ~16k items."""
     n = dist.shape[0]
     stride = max(1, n // 16384)
     sample_hist[:] = 0
@@ -77,15 +88,7 @@ def _guess_cutoff(dist, top, sample_hist):
     for j in range(0, n, stride):
         sample_hist[dist[j]] += 1
         taken += 1
-    need = top * taken / n
-    need = 1.1 * need + 3.0 * np.sqrt(need) + 1.0
-    last = sample_hist.shape[0] - 1
-    cum = 0
-    for d in range(last + 1):
-        cum += sample_hist[d]
-        if cum >= need:
-            return d
-    return last
+    return _cutoff_from_sample(sample_hist, taken, n, top)
 
 
 @njit(nogil=True, cache=True)
@@ -186,14 +189,7 @@ def _sampled_cutoff(q_row, db_rows, top, sample_hist):
     for j in range(0, n, stride):
         sample_hist[_row_distance(q_row, db_rows, j)] += 1
         taken += 1
-    need = top * taken / n
-    need = 1.1 * need + 3.0 * np.sqrt(need) + 1.0
-    cum = 0
-    for d in range(sample_hist.shape[0]):
-        cum += sample_hist[d]
-        if cum >= need:
-            return d
-    return sample_hist.shape[0] - 1
+    return _cutoff_from_sample(sample_hist, taken, n, top)
 
 
 @njit(inline="always", cache=True)
