@@ -91,6 +91,20 @@ def _guess_cutoff(dist, top, sample_hist):
     return _cutoff_from_sample(sample_hist, taken, n, top)
 
 
+@njit(inline="always", cache=True)
+def _set_bits(masks, blocks, cand):
+    """The positions of the set bits of masks[:blocks] (bit k of word b: position 64 b + k)
+    into cand, ascending; returns their count."""
+    m = 0
+    for b in range(blocks):
+        mask = masks[b]
+        while mask:
+            cand[m] = b * 64 + popcount64((mask & -mask) - np.uint64(1))  # lowest set bit
+            m += 1
+            mask &= mask - np.uint64(1)
+    return m
+
+
 @njit(nogil=True, cache=True)
 def _collect_within(dist, limit, masks, cand):
     """Write, in index order, the items at distance <= limit into cand; return their count.
@@ -106,13 +120,7 @@ def _collect_within(dist, limit, masks, cand):
         for k in range(64):
             mask |= np.uint64(dist[base + k] <= limit) << np.uint64(k)
         masks[b] = mask
-    m = 0
-    for b in range(full):
-        mask = masks[b]
-        while mask:
-            cand[m] = b * 64 + popcount64((mask & -mask) - np.uint64(1))  # lowest set bit
-            m += 1
-            mask &= mask - np.uint64(1)
+    m = _set_bits(masks, full, cand)
     for j in range(full * 64, n):
         if dist[j] <= limit:
             cand[m] = j
@@ -215,13 +223,7 @@ def _collect_rows_within(q_row, db_rows, limit, masks, cand):
             for k in range(64):
                 mask |= np.uint64(_row_distance(q_row, db_rows, base + k) <= limit) << np.uint64(k)
             masks[b] = mask
-    m = 0
-    for b in range(full):
-        mask = masks[b]
-        while mask:
-            cand[m] = b * 64 + popcount64((mask & -mask) - np.uint64(1))  # lowest set bit
-            m += 1
-            mask &= mask - np.uint64(1)
+    m = _set_bits(masks, full, cand)
     for j in range(full * 64, n):
         if _row_distance(q_row, db_rows, j) <= limit:
             cand[m] = j
