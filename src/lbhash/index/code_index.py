@@ -17,7 +17,7 @@ import numpy as np
 from lbhash.checks import non_negative_int, positive_int
 from lbhash.errors import Conflict, InputError, NotFound
 from lbhash.index import _checks
-from lbhash.index._engines import Rows
+from lbhash.index._engines import FlatEngine, Rows
 from lbhash.index._kinds import ENGINES, KINDS
 from lbhash.index._padding import PAD_DISTANCE, PAD_ID
 from lbhash.index._segments import Segment, allowed_items, folded, fragment_limit, merged_topk, segment_knn
@@ -280,12 +280,10 @@ class CodeIndex:
 
     def warm(self) -> None:
         """Load the exact scan's compiled code (numba) now, not on the first search that needs
-        it (a flat index's every search; the tail's of any kind): about 1 s once per process."""
-        width = self._bits // 8
-        if self.ntotal:
-            self.search(np.zeros((1, width), np.uint8), 1)
-        Segment.empty_tail(self._bits).engine.knn(Rows(np.zeros(1, np.int64), np.zeros((1, width), np.uint8)),
-                                                  np.zeros((1, width), np.uint8), 1, None)
+        it (a flat index's every search; the tail's of any kind): one scan of one code, about
+        1 s once per process (other array types then load in about 20 ms each)."""
+        code = np.zeros((1, self._bits // 8), np.uint8)
+        FlatEngine(self._bits, {}).knn(Rows(np.zeros(1, np.int64), code), code, 1, None)
 
     def labels_of(self, ids) -> list[list[int]]:
         """The class ids of each given item (ascending Python ints), in the order of `ids`."""

@@ -132,10 +132,7 @@ def _batch_rows(index, queries, plan: SearchPlan, labels, real) -> list[tuple]:
 
 def _with_labels(index, rows: list[tuple]) -> list[Hits]:
     """The rows as `Hits`, the labels of all their items read in one lookup."""
-    if len(rows) == 1:
-        found = rows[0][1]  # one query's hits are distinct items
-    else:
-        found = np.unique(np.concatenate([i for _, i, _ in rows])) if rows else np.empty(0, np.int64)
+    found = np.unique(np.concatenate([i for _, i, _ in rows])) if rows else np.empty(0, np.int64)
     label_lists = dict(zip(found.tolist(), index.labels_of(found))) if len(found) else {}
     return [Hits(i.tolist(), d.tolist(), [label_lists[x] for x in i.tolist()], None if s is None else s.tolist())
             for d, i, s in rows]
