@@ -278,6 +278,14 @@ def test_a_large_class_id_costs_its_own_label_not_a_matrix():
     assert index.num_classes == 65536 and label_bytes(index) < 1 << 20 and not index.contains([10_000])[0]
 
 
+@pytest.mark.parametrize("count", [0, 1, 10, 64, 65, 300])
+def test_sparse_labels_lists_at_reads_the_rows_asked_for(rng, count):
+    lists = [sorted(set(rng.integers(0, 50, rng.integers(0, 4)).tolist())) for _ in range(500)]
+    rows = SparseLabels.from_lists(lists)
+    positions = rng.integers(0, 500, count)  # repeats too
+    assert rows.lists_at(positions) == [lists[p] for p in positions.tolist()]
+
+
 def test_sparse_labels_from_lists_sort_and_deduplicate():
     rows = SparseLabels.from_lists([[5, 1, 5], [], [65535, 0]])
     assert rows.to_lists() == [[1, 5], [], [0, 65535]] and rows.width == 65536
@@ -323,21 +331,35 @@ def test_add_remove_upsert_then_search(rng, kind):
     assert (np.diff(lims) == len(ids)).all() and set(i[:len(ids)].tolist()) == set(ids.tolist())
 
 
-def test_thread_count_is_one_for_a_single_query(rng, monkeypatch):
+@pytest.mark.parametrize("kind, method", [("multihash", "search"), ("flat", "range_search")])
+def test_faiss_runs_one_thread_for_a_single_query(rng, monkeypatch, kind, method):
+    index = CodeIndex(16, kind=kind)
+    index.add(random_codes(rng, 100, 16))
+    faiss_index, seen = index._main.engine.index, []
+    original = getattr(faiss_index, method)
+
+    def spy(queries, *args, **kwargs):
+        seen.append((len(queries), faiss.omp_get_max_threads()))
+        return original(queries, *args, **kwargs)
+
+    monkeypatch.setattr(faiss_index, method, spy)
+    faiss.omp_set_num_threads(2)
+    for nq in (1, 4):
+        queries = random_codes(rng, nq, 16)
+        index.search(queries, 3) if method == "search" else index.range_search(queries, 4)
+    assert {nq for nq, _ in seen} == {1, 4} and all(threads == (1 if nq == 1 else 2) for nq, threads in seen)
+    assert faiss.omp_get_max_threads() == 2
+
+
+def test_flat_scan_of_a_single_query_makes_no_openmp_call(rng, monkeypatch):
+    """Each OpenMP call through FAISS lets go of the GIL, which a busy server pays for."""
     index = CodeIndex(16)
     index.add(random_codes(rng, 100, 16))
-    seen = []
-    original = index._main.engine.knn
-
-    def spy(*args):
-        seen.append(faiss.omp_get_max_threads())
-        return original(*args)
-
-    monkeypatch.setattr(index._main.engine, "knn", spy)
-    faiss.omp_set_num_threads(2)
-    index.search(random_codes(rng, 1, 16), 3)
-    index.search(random_codes(rng, 4, 16), 3)
-    assert seen == [1, 2] and faiss.omp_get_max_threads() == 2
+    calls = []
+    for name in ("omp_get_max_threads", "omp_set_num_threads"):
+        monkeypatch.setattr(faiss, name, lambda *args, name=name: calls.append(name) or 2)
+    d, i = index.search(random_codes(rng, 1, 16), 3)
+    assert calls == [] and (i >= 0).all()
 
 
 BAD_CALLS = [

@@ -9,7 +9,8 @@ See docs/search.md for the kinds, their guarantees, persistence and the service.
 
 from lbhash.index._kinds import KINDS
 from lbhash.index._padding import PAD_DISTANCE, PAD_ID
-from lbhash.index.code_index import AddPlan, CodeIndex, threads_for
+from lbhash.index._engines import threads_for
+from lbhash.index.code_index import AddPlan, CodeIndex
 from lbhash.index.hits import Hits, SearchPlan, Spelling, check_classes, plan_search, search_hits
 from lbhash.index.rerank import RERANK_FACTOR, rerank_search
 from lbhash.index.searcher import Searcher

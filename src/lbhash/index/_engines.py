@@ -9,6 +9,7 @@ anyway). Engines return candidates; `CodeIndex` sorts them by (distance, id) and
 from __future__ import annotations
 
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +28,26 @@ class Rows:
 
 
 def positions_to_ids(rows: Rows, positions: np.ndarray) -> np.ndarray:
+    if positions.size and positions.min() >= 0:  # the common case: nothing padded
+        return rows.ids[positions]
     return np.where(positions >= 0, rows.ids[np.maximum(positions, 0)] if len(rows.ids) else -1, -1)
+
+
+@contextmanager
+def threads_for(num_queries: int):
+    """FAISS's OpenMP threads for a search of `num_queries`: one for a lone query (a parallel
+    scan of one query costs more in synchronisation than it saves on a busy machine), all for
+    a batch. The setting is per calling thread in OpenMP, and is restored afterwards. Only the
+    FAISS calls take it: each OpenMP call lets go of the GIL, which a busy server pays for."""
+    if num_queries != 1:
+        yield
+        return
+    previous = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    try:
+        yield
+    finally:
+        faiss.omp_set_num_threads(previous)
 
 
 def ids_to_positions(rows: Rows, ids: np.ndarray) -> np.ndarray:
@@ -177,12 +197,13 @@ class FlatEngine(Engine):
         def work(a: int, b: int) -> None:
             nearest_rows_chunk(q[a:b], db, mask, self.bits + 1, pos[a:b], dist[a:b])
 
-        for_query_ranges(nq, work, faiss.omp_get_max_threads())
+        for_query_ranges(nq, work, faiss.omp_get_max_threads() if nq > 1 else 1)
         return dist, positions_to_ids(rows, pos)
 
     def range(self, rows: Rows, queries: np.ndarray, radius: int, allowed: np.ndarray | None):
         params, _bitmap = _selector(allowed)
-        lims, dist, pos = self.index.range_search(queries, radius + 1, params=params)  # FAISS: d < radius
+        with threads_for(len(queries)):
+            lims, dist, pos = self.index.range_search(queries, radius + 1, params=params)  # FAISS: d < radius
         return range_to_ids(rows, lims, dist, pos, True)
 
     def faiss_index(self):
@@ -248,7 +269,8 @@ class MultiHashEngine(Engine):
         with self._flips:
             self.index.nflip = nflip
             try:
-                return call(*args)
+                with threads_for(len(args[0])):  # args[0]: the queries
+                    return call(*args)
             finally:
                 self.index.nflip = self.nflip
 
@@ -305,7 +327,8 @@ class MultiHashEngine(Engine):
         if radius <= self.guaranteed_radius:
             lims, dist, pos = self._with_flips(radius // self.nhash, self.index.range_search, queries, radius + 1)
         else:  # past the pigeonhole radius buckets can miss items: scan the storage instead
-            lims, dist, pos = self.index.storage.range_search(queries, radius + 1)
+            with threads_for(len(queries)):
+                lims, dist, pos = self.index.storage.range_search(queries, radius + 1)
         if allowed is not None:
             lims, dist, pos = keep_in_range(lims, dist, pos, allowed[pos])
         return range_to_ids(rows, lims, dist, pos, True)

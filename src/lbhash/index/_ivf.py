@@ -6,7 +6,8 @@ import faiss
 import numpy as np
 
 from lbhash.errors import InputError
-from lbhash.index._engines import Engine, FlatEngine, Rows, keep_in_range, ids_to_positions, range_to_ids
+from lbhash.index._engines import (Engine, FlatEngine, Rows, ids_to_positions, keep_in_range, range_to_ids,
+                                   threads_for)
 
 
 class IVFEngine(Engine):
@@ -116,7 +117,8 @@ class IVFEngine(Engine):
         return engine
 
     def _search(self, queries, k, nprobe):
-        return self.index.search(queries, k, params=faiss.SearchParametersIVF(nprobe=nprobe))
+        with threads_for(len(queries)):
+            return self.index.search(queries, k, params=faiss.SearchParametersIVF(nprobe=nprobe))
 
     def _raw_knn(self, rows, queries, k, level):
         return self._search(queries, k, min(self.nlist, self.nprobe << level))
@@ -131,7 +133,8 @@ class IVFEngine(Engine):
     def range(self, rows: Rows, queries: np.ndarray, radius: int, allowed: np.ndarray | None):
         if self.buffer is not None:
             return self.buffer.range(rows, queries, radius, allowed)
-        lims, dist, ids = self.index.range_search(queries, radius + 1)  # index.nprobe is set
+        with threads_for(len(queries)):
+            lims, dist, ids = self.index.range_search(queries, radius + 1)  # index.nprobe is set
         if allowed is not None:
             lims, dist, ids = keep_in_range(lims, dist, ids, allowed[ids_to_positions(rows, ids)])
         return range_to_ids(rows, lims, dist, ids, False)

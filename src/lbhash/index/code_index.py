@@ -7,11 +7,9 @@ maximum, FAISS's own padding value, which no real distance can reach).
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import faiss
 import numpy as np
 
 from lbhash.checks import non_negative_int, positive_int
@@ -24,22 +22,6 @@ from lbhash.index._segments import Segment, allowed_items, folded, fragment_limi
 from lbhash.index.rerank import search_with_rerank_keywords
 from lbhash.index.sparse_labels import SparseLabels
 from lbhash.index.storage import load_index, save_index
-
-
-@contextmanager
-def threads_for(num_queries: int):
-    """One OpenMP thread for a lone query (a parallel scan of one query costs more in
-    synchronisation than it saves on a busy machine), all threads for a batch. The setting is
-    per calling thread in OpenMP, and is restored afterwards."""
-    if num_queries != 1:
-        yield
-        return
-    previous = faiss.omp_get_max_threads()
-    faiss.omp_set_num_threads(1)
-    try:
-        yield
-    finally:
-        faiss.omp_set_num_threads(previous)
 
 
 @dataclass
@@ -287,7 +269,10 @@ class CodeIndex:
 
     def labels_of(self, ids) -> list[list[int]]:
         """The class ids of each given item (ascending Python ints), in the order of `ids`."""
-        return self._labels_at(self._find(_checks.item_ids(ids))).to_lists()
+        in_main, in_tail = self._find(_checks.item_ids(ids))
+        if (in_main >= 0).all():  # (every item in the main segment: no merge of two segments' rows)
+            return self._main.labels.lists_at(in_main)
+        return self._labels_at((in_main, in_tail)).to_lists()
 
     def search(self, queries, k: int, labels=None, rerank=None, rerank_factor=None) -> tuple[np.ndarray, np.ndarray]:
         """Top-k by Hamming distance: (distances int32 (nq, k), ids int64 (nq, k)).
@@ -309,11 +294,10 @@ class CodeIndex:
         ids = np.full((len(queries), k), PAD_ID, np.int64)
         if not self.ntotal or not len(queries):
             return dist, ids
-        with threads_for(len(queries)):
-            for members, classes in self._groups(filters, len(queries)):
-                d, i = merged_topk([segment_knn(seg, queries[members], k, classes) for seg in self._segments()],
-                                   len(members), k)
-                dist[members, :d.shape[1]], ids[members, :i.shape[1]] = d, i
+        for members, classes in self._groups(filters, len(queries)):
+            d, i = merged_topk([segment_knn(seg, queries[members], k, classes) for seg in self._segments()],
+                               len(members), k)
+            dist[members, :d.shape[1]], ids[members, :i.shape[1]] = d, i
         dist[ids < 0] = PAD_DISTANCE
         # engines return rows by distance; re-sort only rows where a tie is out of id order
         unsorted = ((dist[:, 1:] < dist[:, :-1])
@@ -338,16 +322,15 @@ class CodeIndex:
         filters = self._query_filters(labels, nq)
         parts_q, parts_d, parts_i = [np.empty(0, np.int64)], [np.empty(0, np.int32)], [np.empty(0, np.int64)]
         if self.ntotal and nq:
-            with threads_for(nq):
-                for members, classes in self._groups(filters, nq):
-                    for seg in self._segments():
-                        allowed = allowed_items(seg, classes)
-                        if allowed is not None and not allowed.any():
-                            continue
-                        lims, d, i = seg.engine.range(seg.rows, queries[members], min(radius, self._bits), allowed)
-                        parts_q.append(np.repeat(members, np.diff(lims)))
-                        parts_d.append(d)
-                        parts_i.append(i)
+            for members, classes in self._groups(filters, nq):
+                for seg in self._segments():
+                    allowed = allowed_items(seg, classes)
+                    if allowed is not None and not allowed.any():
+                        continue
+                    lims, d, i = seg.engine.range(seg.rows, queries[members], min(radius, self._bits), allowed)
+                    parts_q.append(np.repeat(members, np.diff(lims)))
+                    parts_d.append(d)
+                    parts_i.append(i)
         qidx, dist, ids = (np.concatenate(p) for p in (parts_q, parts_d, parts_i))
         order = np.lexsort((ids, dist, qidx))
         lims = np.concatenate([[0], np.cumsum(np.bincount(qidx, minlength=nq))]).astype(np.int64)

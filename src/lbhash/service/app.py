@@ -77,7 +77,7 @@ def create_app(source, encoder=None, *, limits: Limits | None = None, compact_ev
     app = FastAPI(title="lbhash search", lifespan=lifespan, docs_url=None, redoc_url=None,  # offline: page.py
                   description="Hamming search over packed binary codes (docs/search.md).")
     app.state.store, app.state.limits = store, limits or Limits()
-    app.state.offload = Offload()  # the searches' worker threads
+    app.state.offload = Offload(getattr(store, "search_threads", None))  # the searches' worker threads
     app.state.searcher = Searcher(store, encoder) if encoder is not None else None
     app.state.media = ItemMedia(store)  # sources, thumbnails and the images added here (NAME.media/ beside the index)
     _install_error_handlers(app)

@@ -22,6 +22,7 @@ raises `NotFound` and a taken one `Conflict` (lbhash.errors), as the indexes the
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from pathlib import Path
 
@@ -57,6 +58,9 @@ def lists_to_labels(lists: list[list[int]] | None, n: int) -> SparseLabels | Non
 
 class IndexStore:
     backend = "faiss"
+    # searches use a core each (the scan lets go of the GIL): more threads than cores only
+    # queue for the cores and the GIL (docs/search.md, "The service's own cost")
+    search_threads = os.cpu_count() or 1
 
     def __init__(self, index_dir: str | Path, compact_every: int = 1000, wal_path: str | Path | None = None):
         self.index_dir = Path(index_dir)
@@ -189,6 +193,7 @@ class MilvusStore:
     """The store interface over a Milvus collection (durable on its own: no log here)."""
 
     backend = "milvus"
+    search_threads = None  # searches wait on the network: Offload's default, more threads than cores
 
     def __init__(self, index):
         self.index = index
