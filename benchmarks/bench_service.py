@@ -130,8 +130,7 @@ class Client:
             data += self._receive()
         head, _, data = data.partition(b"\r\n\r\n")
         lines = head.split(b"\r\n")
-        fields = dict(line.split(b":", 1) for line in lines[1:])
-        fields = {name.strip().lower(): value.strip() for name, value in fields.items()}
+        fields = {name.strip().lower(): value.strip() for name, value in (line.split(b":", 1) for line in lines[1:])}
         if b"content-length" not in fields:
             raise ValueError(f"a reply without Content-Length: {lines[0]!r}")
         length = int(fields[b"content-length"])

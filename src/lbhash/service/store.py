@@ -93,9 +93,9 @@ class IndexStore:
 
     def warm(self) -> None:
         """Before the first request: the exact scan loads its compiled code (numba, about 1 s)
-        here rather than in a client's search (`CodeIndex.warm`)."""
-        with self.lock.read():
-            self.index.warm()
+        here rather than in a client's search (`CodeIndex.warm`, which reads nothing of the
+        index but its width: no lock)."""
+        self.index.warm()
 
     def search(self, queries, plan: SearchPlan, *, classes=None, real=None) -> list[Hits]:
         """`search_hits` of the queries: hits and their labels all read under one lock."""
