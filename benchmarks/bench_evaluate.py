@@ -105,7 +105,7 @@ def main() -> None:
 
     from lbhash.codes import pack
     from lbhash.evaluate import evaluate_codes, mean_average_precision, precision_recall_curve
-    from lbhash.evaluate._inputs import num_threads
+    from lbhash.cpus import num_threads
 
     q, db, ql, dbl = make_data(args.queries, args.db, args.bits, args.labels)
     qp, dbp = pack(q), pack(db)

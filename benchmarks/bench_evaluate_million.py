@@ -98,7 +98,7 @@ def main() -> None:
         child(args.queries, args.db)
         return
     from lbhash.evaluate import average_precision, mean_average_precision
-    from lbhash.evaluate._inputs import num_threads
+    from lbhash.cpus import num_threads
 
     q, db, ql, dbl = make_data(args.queries, args.db)
     print(f"load average at start: {load_average()}")

@@ -10,7 +10,6 @@ only when batches are made, so loading labels for a split stays light.
 from __future__ import annotations
 
 import io
-import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -20,6 +19,7 @@ from PIL import Image
 from lbhash.data.base import (HashDataset, InputOptions, check_class_names, check_indices,
                               split_flags)
 from lbhash.data.image_sources import decode_image, take
+from lbhash.cpus import usable_cpus
 from lbhash.errors import InputError
 from lbhash.labels import as_multihot
 
@@ -265,7 +265,7 @@ class ImageDataset(HashDataset):
             pixels[i] = img
             return None
 
-        workers = min(8, os.cpu_count() or 1)
+        workers = min(8, usable_cpus())
         with ThreadPoolExecutor(workers) as pool, tqdm(total=n, desc=f"decoding {self.name}", unit="img",
                                                        leave=False, disable=_quiet(n, progress)) as bar:
             for start in range(0, n, 1024):  # blocks: no million pending futures
@@ -295,7 +295,7 @@ class ImageDataset(HashDataset):
             return None
 
         bad = np.zeros(len(self), dtype=bool)
-        workers = workers or min(8, os.cpu_count() or 1)
+        workers = workers or min(8, usable_cpus())
         with ThreadPoolExecutor(workers) as pool, tqdm(total=len(idx), desc=f"checking {self.name}", unit="img",
                                                        leave=False, disable=_quiet(len(idx), progress)) as bar:
             for start in range(0, len(idx), 1024):  # blocks: no million pending futures

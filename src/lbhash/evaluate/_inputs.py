@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
-from lbhash.checks import positive_int
 from lbhash.codes import as_packed, as_words
+from lbhash.cpus import num_threads
 from lbhash.labels import as_multihot_pair
 from lbhash.errors import InputError
 
@@ -109,21 +108,6 @@ def check_percentile(value) -> float:
             and 50 <= value <= 100):
         raise InputError(f"percentile must be a number in [50, 100], got {value!r}")
     return float(value)
-
-
-def num_threads() -> int:
-    """Worker threads for the kernels: LBHASH_NUM_THREADS, else the CPUs this process may use."""
-    env = os.environ.get("LBHASH_NUM_THREADS")
-    if env:
-        try:
-            value = int(env)
-        except ValueError:
-            raise InputError(f"LBHASH_NUM_THREADS must be a positive integer, got {env!r}") from None
-        return positive_int(value, "LBHASH_NUM_THREADS")
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def for_query_ranges(n: int, work: Callable[[int, int], None]) -> None:

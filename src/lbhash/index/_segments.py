@@ -173,6 +173,28 @@ def folded(main: Segment, tail: Segment) -> Segment:
     return Segment(engine, rows.ids, rows.codes, labels, ordered=True)
 
 
+def codes_at(main: Segment, tail: Segment, found: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Codes of the items at `found` = (main positions, tail positions), -1 where an item is not
+    in that segment (every item is in one)."""
+    in_main, in_tail = found
+    if (in_main >= 0).all():
+        return main.rows.codes[in_main]
+    codes = np.empty((len(in_main), main.rows.codes.shape[1]), np.uint8)
+    for segment, pos in ((main, in_main), (tail, in_tail)):
+        codes[pos >= 0] = segment.rows.codes[pos[pos >= 0]]
+    return codes
+
+
+def labels_at(main: Segment, tail: Segment, found: tuple[np.ndarray, np.ndarray], width: int) -> SparseLabels:
+    """Labels of the items at `found` (as in `codes_at`), `width` classes wide."""
+    in_main, in_tail = found
+    if (in_main >= 0).all():
+        return main.labels.take(in_main).with_width(width)
+    parts = [seg.labels.take(pos[pos >= 0]) for seg, pos in ((main, in_main), (tail, in_tail))]
+    source = np.concatenate([np.flatnonzero(in_main >= 0), np.flatnonzero(in_main < 0)])
+    return SparseLabels.concat(parts, width).take(np.argsort(source, kind="stable"))
+
+
 def allowed_items(segment: Segment, classes) -> np.ndarray | None:
     """The positions a search may return (live, and holding one of `classes` when given);
     None when every position may be returned."""

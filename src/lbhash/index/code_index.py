@@ -18,7 +18,8 @@ from lbhash.index import _checks
 from lbhash.index._engines import FlatEngine, Rows
 from lbhash.index._kinds import ENGINES, KINDS
 from lbhash.index._padding import PAD_DISTANCE, PAD_ID
-from lbhash.index._segments import Segment, allowed_items, folded, fragment_limit, merged_topk, segment_knn
+from lbhash.index._segments import (Segment, allowed_items, codes_at, folded, fragment_limit, labels_at, merged_topk,
+                                    segment_knn)
 from lbhash.index.rerank import search_with_rerank_keywords
 from lbhash.index.sparse_labels import SparseLabels
 from lbhash.index.storage import load_index, save_index
@@ -254,11 +255,12 @@ class CodeIndex:
         The labels come as multi-hot rows, m x num_classes bytes: for many ids or wide labels,
         `get_codes` and `labels_of` give the same without the matrix."""
         found = self._find(_checks.item_ids(ids))
-        return self._codes_at(found), self._labels_at(found).to_dense(self.num_classes)
+        labels = labels_at(self._main, self._tail, found, self.num_classes)
+        return codes_at(self._main, self._tail, found), labels.to_dense(self.num_classes)
 
     def get_codes(self, ids) -> np.ndarray:
         """Codes (m, bits // 8) of the given ids, in that order."""
-        return self._codes_at(self._find(_checks.item_ids(ids)))
+        return codes_at(self._main, self._tail, self._find(_checks.item_ids(ids)))
 
     def warm(self) -> None:
         """Load the exact scan's compiled code (numba) now, not on the first search that needs
@@ -272,7 +274,7 @@ class CodeIndex:
         in_main, in_tail = self._find(_checks.item_ids(ids))
         if (in_main >= 0).all():  # (every item in the main segment: no merge of two segments' rows)
             return self._main.labels.lists_at(in_main)
-        return self._labels_at((in_main, in_tail)).to_lists()
+        return labels_at(self._main, self._tail, (in_main, in_tail), self.num_classes).to_lists()
 
     def search(self, queries, k: int, labels=None, rerank=None, rerank_factor=None) -> tuple[np.ndarray, np.ndarray]:
         """Top-k by Hamming distance: (distances int32 (nq, k), ids int64 (nq, k)).
@@ -374,23 +376,6 @@ class CodeIndex:
 
     def _present(self, ids: np.ndarray) -> np.ndarray:
         return (self._main.positions(ids) >= 0) | (self._tail.positions(ids) >= 0)
-
-    def _codes_at(self, found) -> np.ndarray:
-        in_main, in_tail = found
-        if (in_main >= 0).all():
-            return self._main.rows.codes[in_main]
-        codes = np.empty((len(in_main), self._bits // 8), np.uint8)
-        for segment, pos in ((self._main, in_main), (self._tail, in_tail)):
-            codes[pos >= 0] = segment.rows.codes[pos[pos >= 0]]
-        return codes
-
-    def _labels_at(self, found) -> SparseLabels:
-        in_main, in_tail = found
-        if (in_main >= 0).all():
-            return self._main.labels.take(in_main).with_width(self.num_classes)
-        parts = [seg.labels.take(pos[pos >= 0]) for seg, pos in ((self._main, in_main), (self._tail, in_tail))]
-        source = np.concatenate([np.flatnonzero(in_main >= 0), np.flatnonzero(in_main < 0)])
-        return SparseLabels.concat(parts, self.num_classes).take(np.argsort(source, kind="stable"))
 
     @property
     def _fragments(self) -> int:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from lbhash._io import check_name, write_json
+from lbhash.cpus import usable_cpus
 from lbhash.errors import InputError
 
 CELL = "cell.json"
@@ -118,7 +119,7 @@ def run_cells(cells: list[Cell], root: Path, workers: int = 1,
     report(f"{len(cells)} cells: {len(cells) - todo} finished, {todo} to run, {workers} worker(s)")
     if workers <= 1:
         return [run_cell(c, str(root), 0) for c in cells]
-    threads = max(1, (os.cpu_count() or 1) // workers)
+    threads = max(1, usable_cpus() // workers)
     # spawn: a forked child would inherit the parent's torch and numba thread pools
     with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
         futures = [pool.submit(run_cell, c, str(root), threads) for c in cells]

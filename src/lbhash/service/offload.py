@@ -9,9 +9,10 @@ on a queue and its answer one `call_soon_threadsafe` (docs/search.md, "The servi
 from __future__ import annotations
 
 import asyncio
-import os
 import queue
 import threading
+
+from lbhash.cpus import usable_cpus
 
 
 class Offload:
@@ -19,7 +20,7 @@ class Offload:
     first use; `close()` stops them once the jobs queued before it are done."""
 
     def __init__(self, threads: int | None = None):
-        self.threads = threads or min(32, (os.cpu_count() or 1) + 4)  # run_in_executor's default
+        self.threads = threads or min(32, usable_cpus() + 4)  # run_in_executor's default
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._workers: list[threading.Thread] = []
         self._start = threading.Lock()

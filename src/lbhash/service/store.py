@@ -22,12 +22,12 @@ raises `NotFound` and a taken one `Conflict` (lbhash.errors), as the indexes the
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from pathlib import Path
 
 import numpy as np
 
+from lbhash.cpus import usable_cpus
 from lbhash.errors import Conflict, InputError
 from lbhash.index import CodeIndex, Hits, SearchPlan, SparseLabels, search_hits
 from lbhash.index.writer_lock import writer_lock
@@ -60,7 +60,10 @@ class IndexStore:
     backend = "faiss"
     # searches use a core each (the scan lets go of the GIL): more threads than cores only
     # queue for the cores and the GIL (docs/search.md, "The service's own cost")
-    search_threads = os.cpu_count() or 1
+
+    @property
+    def search_threads(self) -> int:
+        return usable_cpus()
 
     def __init__(self, index_dir: str | Path, compact_every: int = 1000, wal_path: str | Path | None = None):
         self.index_dir = Path(index_dir)

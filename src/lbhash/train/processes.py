@@ -11,6 +11,7 @@ import os
 
 import torch
 
+from lbhash.cpus import usable_cpus
 from lbhash.errors import InputError
 
 
@@ -33,7 +34,7 @@ def make_fabric(accelerator: str, devices: int, precision: str, loggers=None):
     fabric.launch()  # starts the other processes of a multi-device run (no-op under torchrun)
     if fabric.world_size > 1 and fabric.device.type == "cpu":
         # processes share the CPUs: one full intra-op pool each would oversubscribe them
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // fabric.world_size))
+        torch.set_num_threads(max(1, usable_cpus() // fabric.world_size))
     return fabric
 
 
