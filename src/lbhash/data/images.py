@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from PIL import Image
 
+from lbhash.cpus import usable_cpus
 from lbhash.data.base import (HashDataset, InputOptions, check_class_names, check_indices,
                               split_flags)
 from lbhash.data.image_sources import decode_image, take
-from lbhash.cpus import usable_cpus
 from lbhash.errors import InputError
 from lbhash.labels import as_multihot
 

@@ -20,7 +20,7 @@ class Offload:
     first use; `close()` stops them once the jobs queued before it are done."""
 
     def __init__(self, threads: int | None = None):
-        self.threads = threads or min(32, usable_cpus() + 4)  # run_in_executor's default
+        self.threads = threads or min(32, usable_cpus() + 4)  # run_in_executor's default, over the usable CPUs
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._workers: list[threading.Thread] = []
         self._start = threading.Lock()

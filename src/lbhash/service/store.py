@@ -58,11 +58,11 @@ def lists_to_labels(lists: list[list[int]] | None, n: int) -> SparseLabels | Non
 
 class IndexStore:
     backend = "faiss"
-    # searches use a core each (the scan lets go of the GIL): more threads than cores only
-    # queue for the cores and the GIL (docs/search.md, "The service's own cost")
-
     @property
     def search_threads(self) -> int:
+        """One per CPU the process may use: a search takes a core (the scan lets go of the GIL),
+        and more threads than cores only queue for the cores and the GIL (docs/search.md,
+        "The service's own cost")."""
         return usable_cpus()
 
     def __init__(self, index_dir: str | Path, compact_every: int = 1000, wal_path: str | Path | None = None):
