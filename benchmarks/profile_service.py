@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import json
 import os
 import sys
@@ -30,23 +31,16 @@ from lbhash.service import models  # noqa: E402
 from lbhash.service.app import create_app, search_body  # noqa: E402
 
 
-def cpu_us(work, repeats: int) -> float:
-    """Median over 3 rounds of the CPU time per call, in microseconds."""
+async def cpu_us(work, repeats: int) -> float:
+    """Median over 3 rounds of the CPU time per call of `work()` (awaited when it returns an
+    awaitable), in microseconds."""
     rounds = []
     for _ in range(3):
         start = time.process_time()
         for _ in range(repeats):
-            work()
-        rounds.append((time.process_time() - start) / repeats * 1e6)
-    return float(np.median(rounds))
-
-
-async def async_cpu_us(work, repeats: int) -> float:
-    rounds = []
-    for _ in range(3):
-        start = time.process_time()
-        for _ in range(repeats):
-            await work()
+            result = work()
+            if inspect.isawaitable(result):
+                await result
         rounds.append((time.process_time() - start) / repeats * 1e6)
     return float(np.median(rounds))
 
@@ -90,12 +84,12 @@ async def profile(app, body: bytes, repeats: int) -> dict[str, float]:
         for _ in range(200):
             await request(app)()
         return {
-            "whole request (ASGI app)": await async_cpu_us(request(app), repeats),
-            "the same without FastAPI": await async_cpu_us(request(without_fastapi), repeats),
-            "validation (SearchRequest.model_validate_json)": cpu_us(
+            "whole request (ASGI app)": await cpu_us(request(app), repeats),
+            "the same without FastAPI": await cpu_us(request(without_fastapi), repeats),
+            "validation (SearchRequest.model_validate_json)": await cpu_us(
                 lambda: models.SearchRequest.model_validate_json(body), repeats),
-            "store search (search_hits, locks)": cpu_us(lambda: state.store.search(codes, plan), repeats),
-            "handoff to a search thread and back": await async_cpu_us(lambda: state.offload.run(int), repeats),
+            "store search (search_hits, locks)": await cpu_us(lambda: state.store.search(codes, plan), repeats),
+            "handoff to a search thread and back": await cpu_us(lambda: state.offload.run(int), repeats),
         }
 
 
