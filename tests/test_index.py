@@ -344,11 +344,17 @@ def test_faiss_runs_one_thread_for_a_single_query(rng, monkeypatch, kind, method
 
     monkeypatch.setattr(faiss_index, method, spy)
     faiss.omp_set_num_threads(2)
-    for nq in (1, 4):
-        queries = random_codes(rng, nq, 16)
-        index.search(queries, 3) if method == "search" else index.range_search(queries, 4)
-    assert {nq for nq, _ in seen} == {1, 4} and all(threads == (1 if nq == 1 else 2) for nq, threads in seen)
-    assert faiss.omp_get_max_threads() == 2
+    previous = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(3)  # a batch's count that no machine's default makes look like one
+    try:
+        for nq in (1, 4):
+            queries = random_codes(rng, nq, 16)
+            index.search(queries, 3) if method == "search" else index.range_search(queries, 4)
+        restored = faiss.omp_get_max_threads()
+    finally:
+        faiss.omp_set_num_threads(previous)
+    assert {nq for nq, _ in seen} == {1, 4} and all(threads == (1 if nq == 1 else 3) for nq, threads in seen)
+    assert restored == 3
 
 
 def test_flat_scan_of_a_single_query_makes_no_openmp_call(rng, monkeypatch):
