@@ -11,9 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset
 from lbhash.errors import InputError
+from lbhash.normalization import IMAGENET_MEAN, IMAGENET_STD
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 TRANSFORM_PRESETS = ("imagenet", "cifar", "cifar-augment")
 
 

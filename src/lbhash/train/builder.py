@@ -9,6 +9,7 @@ saved normalisation statistics.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -17,6 +18,7 @@ from torch import nn
 
 from lbhash.centers import generate_centers
 from lbhash.data import HashDataset, InputOptions, Split, carve_validation, load_data, make_split
+from lbhash.data.feature_cache import FrozenFeatures, with_frozen_features
 from lbhash.errors import InputError
 from lbhash.methods import HashLoss, LowerBoundObjective, available_methods, create_method, method_class
 from lbhash.methods.csq import tie_center
@@ -123,6 +125,20 @@ def build_model(cfg: TrainConfig, normalization=None, pretrained: bool = True) -
     return model.to(memory_format=torch.channels_last)
 
 
+def frozen_features(cfg: TrainConfig, dataset: HashDataset, model: HashModel, indices) -> FrozenFeatures:
+    """The data set with the frozen backbone's features of the items at `indices`, computed once
+    (on the run's accelerator when it has one) and cached (lbhash.data.feature_cache)."""
+    gpu = cfg.accelerator in ("gpu", "cuda", "auto") and torch.cuda.is_available()
+    device = torch.device("cuda" if gpu else "cpu")
+    backbone_device = next(model.backbone.parameters()).device
+    model.backbone.to(device)
+    try:
+        return with_frozen_features(dataset, model.backbone, indices, input_options(cfg), device,
+                                    progress=cfg.progress and sys.stderr.isatty())
+    finally:
+        model.backbone.to(backbone_device)
+
+
 def build_objective(cfg: TrainConfig, centers: torch.Tensor | None, num_classes: int, num_train: int,
                     multi_label: bool) -> HashLoss | LowerBoundObjective:
     base = create_method(cfg.method, cfg.bits, num_classes, num_train=num_train, centers=centers,
@@ -174,6 +190,9 @@ def build_experiment(cfg: TrainConfig, split: Split | None = None,
     check_head_size(cfg)  # before the features' statistics, which copy the training rows
     normalization = dataset.normalization(split.train) if cfg.normalize == "zscore" else None
     model = build_model(cfg, normalization)
+    if cfg.input_kind == "images" and cfg.freeze_backbone:
+        used = np.concatenate([split.train, split.query, split.database, split.validation])
+        dataset = frozen_features(cfg, dataset, model, used)
     objective = build_objective(cfg, centers, num_classes, len(split.train), dataset.multi_label)
     if cls.closed_form:
         objective.check_fit_inputs(len(split.train), cfg.input_dim)

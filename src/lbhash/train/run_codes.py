@@ -17,6 +17,7 @@ import torch
 from lbhash.codes import pack, to_signs
 from lbhash.codes_file import save_codes_file, write_codes as write_codes_file
 from lbhash.data import load_data, load_split
+from lbhash.data.feature_cache import with_frozen_features
 from lbhash.data.input_form import conform_dataset
 from lbhash.errors import InputError
 from lbhash.train.builder import evaluation_topk, input_options
@@ -138,6 +139,9 @@ def encode_run(run_dir: str | Path, data: str | None = None, part: str = "all",
     index = np.arange(len(dataset)) if part == "all" else getattr(split, part)
     fabric = make_fabric(accelerator, devices, "32-true")
     model.to(fabric.device)  # image models keep their channels-last layout
+    if cfg.input_kind == "images" and cfg.freeze_backbone:  # the cached features, computed once
+        dataset = with_frozen_features(dataset, model.backbone, index, input_options(cfg), fabric.device,
+                                       progress and fabric.is_global_zero)
     out = encode_sharded(fabric, model, dataset, index, input_options(cfg),
                          _autocast(fabric.device, precision), progress, real=real)
     leave_process_group(fabric)

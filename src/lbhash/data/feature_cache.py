@@ -1,0 +1,235 @@
+"""A frozen backbone's pooled features, computed once per (weights, transform, images) and kept.
+
+With a frozen backbone every epoch would push the same images through the same network: the
+features are computed once here, with a progress bar in images/s, and cached on disk, so that
+every epoch, later runs on the same data and backbone, `lbhash encode`, `lbhash index build` and
+the service's index reuse them; the head then trains at feature speed.
+
+An entry `<cache dir>/features/<key hash>/` holds `features.npy` ((n, D) float32, the items in
+the order asked) and `meta.json`. The key hashes the backbone's weights (a SHA-256 of its state
+dict's tensors: the weights' own checksum, so a fine-tuned backbone gets its own entry), its
+name, the evaluation transform (preset, size, and the input statistics), and the images: a
+SHA-256 of the decoded pixels of the items asked for when they sit in a pixel store, else the
+source's fingerprint (names, sizes, times; a tarball's hash) and the item positions. As in the
+pixel cache (lbhash.data.pixel_cache, whose helpers it shares), `meta.json` records the array's
+SHA-256, checked on every read; an entry is built in a temporary directory and renamed into
+place; a corrupt entry is rebuilt with a warning; a cache that cannot be written warns and
+keeps the features in memory. Features are float32 as the backbone gives them, so a cached
+item and the same image pushed through backbone and head give the same code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from lbhash.data.base import HashDataset, InputOptions, check_indices
+from lbhash.data.pixel_cache import (CacheUnavailable, _new_tmp, _publish, _remove, cache_root, file_sha256,
+                                     source_fingerprint)
+from lbhash.errors import InputError
+from lbhash.normalization import IMAGENET_MEAN, IMAGENET_STD
+
+FORMAT = 1
+PROGRESS_EVERY = 30.0  # seconds between progress lines when no bar is shown
+_LOG = logging.getLogger("lbhash")
+
+
+def weights_sha256(module: torch.nn.Module) -> str:
+    """SHA-256 over a module's state dict (names, dtypes, shapes and bytes, in order)."""
+    digest = hashlib.sha256()
+    for name, value in module.state_dict().items():
+        tensor = value.detach().cpu().contiguous().reshape(-1)
+        digest.update(f"{name}\0{tensor.dtype}\0{tuple(tensor.shape)}\0".encode())
+        digest.update(tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+    return digest.hexdigest()
+
+
+def images_key(dataset, idx: np.ndarray) -> dict:
+    """What identifies the images at `idx`: their decoded pixels' hash, or the source's fingerprint."""
+    if dataset.preload(progress=False):
+        digest = hashlib.sha256()
+        for start in range(0, len(idx), 4096):
+            digest.update(np.ascontiguousarray(dataset.pixels[idx[start:start + 4096]]).tobytes())
+        return {"pixels_sha256": digest.hexdigest(), "shape": list(dataset.pixels.shape[1:]), "n": len(idx)}
+    return {"source": source_fingerprint(dataset.source),
+            "items_sha256": hashlib.sha256(idx.astype("<i8").tobytes()).hexdigest()}
+
+
+def _entry_key(backbone, options: InputOptions, images: dict) -> dict:
+    transform = {"preset": options.transform, "image_size": options.image_size,
+                 "mean": IMAGENET_MEAN, "std": IMAGENET_STD}
+    return {"format": FORMAT, "backbone": getattr(backbone, "name", type(backbone).__name__),
+            "weights_sha256": weights_sha256(backbone), "transform": transform, "images": images}
+
+
+def backbone_features(dataset, backbone: torch.nn.Module, indices, options: InputOptions, device="cpu",
+                      progress: bool = False, batch_size: int | None = None) -> np.ndarray:
+    """The backbone's pooled features (len(indices), D) float32 of the image items at `indices`,
+    from the cache or computed (and cached) now."""
+    idx = check_indices(dataset, indices)
+    key = _entry_key(backbone, options, images_key(dataset, idx))
+    path = cache_root() / "features" / hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
+    try:
+        cached = _open_entry(path, len(idx))
+    except CacheUnavailable as why:
+        _LOG.warning("%s: the feature cache cannot be used: %s; computing in memory", cache_root(), why)
+        cached, path = None, None
+    if cached is not None:
+        _LOG.info("backbone features: %d items from the cache (%s)", len(idx), path.name)
+        return cached
+    features = _compute(dataset, backbone, idx, options, device, progress, batch_size)
+    if path is not None:
+        try:
+            _write_entry(path, features, key)
+        except CacheUnavailable as why:
+            _LOG.warning("%s: the feature cache cannot be written: %s; the features stay in memory", cache_root(), why)
+    return features
+
+
+@torch.inference_mode()
+def _compute(dataset, backbone, idx: np.ndarray, options: InputOptions, device, progress: bool,
+             batch_size: int | None) -> np.ndarray:
+    from tqdm import tqdm
+
+    was_training = backbone.training
+    backbone.eval()
+    dtype = next((p.dtype for p in backbone.parameters() if p.is_floating_point()), torch.float32)
+    out, start, said = [], time.perf_counter(), time.perf_counter()
+    bar = tqdm(total=len(idx), desc=f"backbone features ({getattr(backbone, 'name', '')})", unit="img",
+               disable=not progress, leave=False)
+    try:
+        for x in dataset.encode_batches(idx, options, device, False, batch_size):
+            out.append(backbone(x.to(dtype)).float().cpu().numpy())
+            bar.update(len(out[-1]))
+            if not progress and time.perf_counter() - said > PROGRESS_EVERY:  # a line where no bar shows
+                said, done = time.perf_counter(), sum(map(len, out))
+                rate = done / (said - start)
+                _LOG.info("backbone features: %d/%d images, %.1f images/s, %.0f s left", done, len(idx), rate,
+                          (len(idx) - done) / rate)
+    finally:
+        bar.close()
+        backbone.train(was_training)
+    features = np.concatenate(out) if out else np.empty((0, getattr(backbone, "out_features", 0)), np.float32)
+    seconds = time.perf_counter() - start
+    _LOG.info("backbone features: %d images in %.1f s (%.1f images/s)", len(idx), seconds,
+              len(idx) / max(seconds, 1e-9))
+    if not np.isfinite(features).all():
+        raise InputError(f"{dataset.name}: the backbone gave non-finite features (check the weights)")
+    return features
+
+
+def _open_entry(path, n: int) -> np.ndarray | None:
+    if not path.is_dir():
+        return None
+    try:
+        meta = json.loads((path / "meta.json").read_text())
+        file = path / "features.npy"
+        if meta.get("format") != FORMAT or file.stat().st_size != meta["bytes"]:
+            raise ValueError("size or format differs from its record")
+        if file_sha256(file) != meta["sha256"]:
+            raise ValueError("checksum differs from its record")
+        features = np.load(file, allow_pickle=False)
+        if features.dtype != np.float32 or features.ndim != 2 or len(features) != n:
+            raise ValueError(f"holds {features.dtype} {features.shape}, expected {n} rows of float32")
+    except (OSError, ValueError, KeyError, TypeError, json.JSONDecodeError) as err:
+        _remove(path)
+        if path.exists():
+            raise CacheUnavailable(f"its entry {path.name} is unusable ({err}) and cannot be removed") from None
+        _LOG.warning("%s: feature cache entry is unusable (%s); computing it again", path, err)
+        return None
+    return features
+
+
+def _write_entry(path, features: np.ndarray, key: dict) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = _new_tmp(path)
+    except OSError as err:
+        raise CacheUnavailable(err.strerror or str(err)) from None
+    try:
+        np.save(tmp / "features.npy", features, allow_pickle=False)
+        meta = {**key, "shape": list(features.shape), "bytes": (tmp / "features.npy").stat().st_size,
+                "sha256": file_sha256(tmp / "features.npy")}
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+        for name in ("features.npy", "meta.json"):
+            with open(tmp / name, "rb+") as fh:
+                os.fsync(fh.fileno())
+        try:
+            _publish(tmp, path)
+        except OSError as err:
+            if not path.is_dir():  # else another process published the same entry first
+                raise CacheUnavailable(err.strerror or str(err)) from None
+    except OSError as err:
+        raise CacheUnavailable(err.strerror or str(err)) from None
+    finally:
+        _remove(tmp)
+
+
+@dataclass(eq=False)
+class FrozenFeatures(HashDataset):
+    """An image data set seen through a frozen backbone: the items at `rows` >= 0 give their
+    cached features as model inputs (HashModel sends them to the head alone); labels, splits,
+    names and sources are the images'."""
+
+    images: HashDataset
+    features: np.ndarray        # (m, D) float32
+    rows: np.ndarray            # (n,) item -> row of `features`, -1 for items not computed
+    input_kind = "images"
+
+    def __post_init__(self) -> None:
+        for name in ("labels", "is_test", "name", "class_names", "parts", "topk"):
+            setattr(self, name, getattr(self.images, name))
+
+    @property
+    def multi_label(self) -> bool:
+        return self.images.multi_label
+
+    def _features(self, indices) -> np.ndarray:
+        idx = check_indices(self, indices)
+        rows = self.rows[idx]
+        if (rows < 0).any():
+            raise RuntimeError(f"{self.name}: item {int(idx[rows < 0][0])} has no computed backbone features")
+        return self.features[rows]
+
+    def subset(self, indices) -> "FrozenFeatures":
+        idx = check_indices(self, indices)
+        return FrozenFeatures(self.images.subset(idx), self.features, self.rows[idx])
+
+    def item_sources(self, indices):
+        return self.images.item_sources(indices)
+
+    def check_items(self, indices, skip_bad: bool = False):
+        return self.images.check_items(indices, skip_bad)
+
+    def native_side(self):
+        return self.images.native_side()
+
+    def train_batches(self, indices, batch_size: int, device="cpu", rank: int = 0, world_size: int = 1,
+                      options: InputOptions = InputOptions()):
+        from lbhash.data.batches import ArrayBatches
+
+        idx = check_indices(self, indices)
+        return ArrayBatches(self._features(idx), self.labels[idx], batch_size, device, rank, world_size)
+
+    def encode_batches(self, indices, options: InputOptions = InputOptions(), device="cpu",
+                       progress: bool = False, batch_size: int | None = None):
+        from lbhash.data.batches import array_inputs
+
+        return array_inputs(self._features(indices), batch_size or 1024, device)
+
+
+def with_frozen_features(dataset, backbone, indices, options: InputOptions, device="cpu",
+                         progress: bool = False) -> FrozenFeatures:
+    """`dataset` whose items at `indices` give the frozen backbone's (cached) features."""
+    idx = np.unique(check_indices(dataset, indices))
+    features = backbone_features(dataset, backbone, idx, options, device, progress)
+    rows = np.full(len(dataset), -1, dtype=np.int64)
+    rows[idx] = np.arange(len(idx))
+    return FrozenFeatures(dataset, features, rows)
