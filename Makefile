@@ -11,7 +11,7 @@ TORCH  := torch==2.13.0
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check $(TORCH)
-	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[test]'
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[test,pretrained]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -25,7 +25,9 @@ Setup (fixture `readme_inputs`), the files the README's commands name:
   with its keys feat (uint8), labels, is_test, scale, zero_point;
 - `queries.npy`: five raw uint8 `feat` rows of it, the first test row of each of the classes
   0 to 4;
-- `scene.npz`: a copy of ../shared/data/scene-multilabel.npz.
+- `scene.npz`: a copy of ../shared/data/scene-multilabel.npz;
+- `cifar-small.npz`: the first 100 training and 20 test JPEGs of each class of
+  ../shared/data/cifar10-jpg.tar.gz as an image array (benchmarks/cifar_small.py).
 
 The tests that need them skip when the shared data is missing. The Python blocks alone need
 only scikit-learn's digits and run in `make test`; the whole README in order (trainings,
@@ -351,12 +353,18 @@ def make_inputs(folder: Path, shared: Path) -> None:
     first_test = [np.flatnonzero(sliced_test & (sliced_labels == c))[0] for c in range(5)]
     np.save(folder / "queries.npy", feat[first_test])
     shutil.copyfile(shared / "scene-multilabel.npz", folder / "scene.npz")
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        from cifar_small import cifar_small
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    np.savez(folder / "cifar-small.npz", **cifar_small(str(shared / "cifar10-jpg.tar.gz"), 100, 20))
 
 
 @pytest.fixture
 def readme_inputs(tmp_path, monkeypatch):
     shared = shared_data_dir()
-    needed = ("cifar10-mobilenetv1-features.npz", "scene-multilabel.npz")
+    needed = ("cifar10-mobilenetv1-features.npz", "scene-multilabel.npz", "cifar10-jpg.tar.gz")
     missing = [n for n in needed if not (shared / n).is_file()]
     if missing:
         pytest.skip(f"shared data not found: {', '.join(str(shared / n) for n in missing)} "

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset
 from lbhash.errors import InputError
-from lbhash.normalization import IMAGENET_MEAN, IMAGENET_STD
+from lbhash.models.registry import IMAGENET_MEAN, IMAGENET_STD
 
 TRANSFORM_PRESETS = ("imagenet", "cifar", "cifar-augment")
 

@@ -23,9 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lbhash.normalization import IMAGENET_MEAN, IMAGENET_STD
 from lbhash.errors import InputError
-from lbhash.models.registry import Backbone, PackagedWeights, register_backbone
+from lbhash.models.registry import IMAGENET_MEAN, IMAGENET_STD, Backbone, PackagedWeights, register_backbone
 
 LITE_MEAN, LITE_STD = 127.0 / 255, 128.0 / 255   # (x - 127) / 128 on 0..255
 BN_EPS, BN_MOMENTUM = 1e-3, 0.01                  # TensorFlow's 0.99 decay

@@ -24,6 +24,12 @@ from lbhash.models.hash_model import HashHead, HashModel
 from lbhash.models.weights import load_backbone_weights, resolve_weights
 
 
+# The input statistics every image transform normalises with (ImageNet's RGB mean and std on
+# 0..1, lbhash.data.transforms): what image backbones receive.
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
 class PackagedWeights(NamedTuple):
     """ImageNet weights shipped inside a registry package: its distribution name (for pip), its
     import name, the file inside it and the file's SHA-256 (checked before loading)."""

