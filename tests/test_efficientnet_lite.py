@@ -14,7 +14,9 @@ from lbhash.models.registry import IMAGENET_MEAN, IMAGENET_STD
 from tests.helpers import one_line_message
 from tests.test_backbones import fake_torchvision, _fake_resnet  # noqa: F401 (a fixture)
 
-VARIANTS = [(0, "Lite0", 224), (1, "Lite1", 240), (2, "Lite2", 260)]
+# Lite1 and Lite2 build deeper networks at larger sides (7 s each here): make test-slow checks them
+VARIANTS = [(0, "Lite0", 224), pytest.param(1, "Lite1", 240, marks=pytest.mark.slow),
+            pytest.param(2, "Lite2", 260, marks=pytest.mark.slow)]
 
 
 def _needs(module: str):

@@ -25,9 +25,9 @@ def test_fine_tuning_moves_the_pretrained_backbone_and_skips_the_feature_cache(t
     from tests.test_feature_cache import _images
 
     monkeypatch.setattr(feature_cache, "_compute", lambda *a: pytest.fail("a trained backbone has no cached features"))
-    data = f"image-array:{_images(tmp_path / 'small.npz', n_per_class=8, test_per_class=2)}"
+    data = f"image-array:{_images(tmp_path / 'small.npz', n_per_class=6, test_per_class=1)}"
     cfg = TrainConfig(data=data, protocol="given", backbone="efficientnet_lite0", pretrained="imagenet",
-                      image_size=64, method="csq", bits=16, epochs=2, batch_size=8, progress=False)
+                      image_size=48, method="csq", bits=16, epochs=1, batch_size=8, progress=False)
     metrics = train(cfg, tmp_path / "run")
     assert np.isfinite(metrics["map"])
     model, _ = load_run_model(tmp_path / "run")
