@@ -2,11 +2,11 @@
 
 How docs/search-page.png was made, from the repository root (CPU; a few minutes):
 
-    lbhash train --data cifar10:../shared/data/cifar10-jpg.tar.gz --protocol cifar10 --method csq \\
-        --lbhash --bits 32 --backbone resnet8 --image-size 32 --transform cifar-augment --epochs 3 \\
-        --out runs/cifar-csq_D-32
-    lbhash index build runs/cifar-csq_D-32 --out idx
-    lbhash serve idx --run runs/cifar-csq_D-32 &
+    lbhash reproduce grid --data "cifar10:../shared/data/cifar10-jpg.tar.gz?cache=disk" --protocol cifar10 \\
+        --out runs/pretrained --seeds 0 --methods csq --bits 64 --epochs 50 --set backbone=efficientnet_lite0 \\
+        --set pretrained=imagenet --set freeze_backbone=true --set image_size=160 --set defaults=paper
+    lbhash index build runs/pretrained/runs/grid/csq_D-64bits-seed0 --out idx
+    lbhash serve idx --run runs/pretrained/runs/grid/csq_D-64bits-seed0 &
     python docs/search_page_screenshot.py http://127.0.0.1:8000 \\
         ../shared/data/cifar10-jpg.tar.gz:test/cat/0007.jpg docs/search-page.png
 
