@@ -48,6 +48,7 @@ def test_pooled_features_match_an_independent_implementation(variant, size):
         logits = reference._fc(theirs)
     assert mine.shape == (2, 1280)
     difference = (mine - theirs).abs().max().item()
+    print(f"lite{variant}: max |difference| {difference:.1e} on features up to {theirs.abs().max().item():.1f}")
     assert difference < 1e-4 * max(1.0, theirs.abs().max().item()), difference
     assert torch.isfinite(logits).all() and logits.std() > 0.1  # the classifier the features feed is alive
 
