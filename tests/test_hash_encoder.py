@@ -244,3 +244,17 @@ def test_without_validation_metrics_hold_the_run_summary_only(all_digits):
     X, y = all_digits
     m = HashEncoder(epochs=1, **SMALL).fit(X, y).metrics_
     assert set(m) == {"run"} and m["run"]["n_train"] == len(X) and m["run"]["n_validation"] == 0
+
+
+def test_set_params_refuses_unknown_names_as_scikit_learn_does():
+    enc = HashEncoder(method="csq", bits=16)
+    with pytest.raises(ValueError, match=r"invalid parameter 'nosuch' for HashEncoder; valid parameters: method, "):
+        enc.set_params(nosuch=1)
+    with pytest.raises(InputError, match="invalid parameter 'data'"):  # fit trains on its arrays
+        enc.set_params(data="digits")
+    assert enc.get_params()["bits"] == 16 and "nosuch" not in enc.get_params()
+    assert enc.set_params(bits=32, lr=1e-4).get_params()["lr"] == 1e-4 and enc.bits == 32
+    # values are checked by fit, never by __init__ or set_params (scikit-learn's rule)
+    odd = HashEncoder(method=-1, bits="helloworld", lr=[1]).set_params(seed={}, hidden=3.0)
+    with pytest.raises(InputError):
+        odd.fit(np.zeros((4, 2), np.float32), np.array([0, 0, 1, 1]))

@@ -56,6 +56,25 @@ def test_cells_hold_out_a_quarter_of_the_classes_by_default(tmp_path):
     assert "epochs" not in cells[0].config  # the closed-form baseline ignores epochs
 
 
+def test_a_bad_held_out_count_writes_nothing(tmp_path):
+    result = CliRunner().invoke(main, ["reproduce", "baselines", "--data", "digits", "--methods", "lsh", "--bits",
+                                       "16", "--seeds", "0", "--held-out", "0", "--out", str(tmp_path / "ob")])
+    assert result.exit_code == 2
+    assert result.output.strip() == "error: protocol 'unseen:0': K (held-out classes) must be at least 1, got 0"
+    assert not (tmp_path / "ob").exists()
+
+
+def test_a_closed_form_run_is_found_finished_by_a_rerun(tmp_path):
+    args = ["reproduce", "baselines", "--data", "digits", "--methods", "lsh", "--bits", "16", "--seeds", "0",
+            "--out", str(tmp_path / "ob")]  # no --protocol: the cell's is 'unseen:3', the run's 'unseen:3:digits'
+    first = CliRunner().invoke(main, args)
+    assert first.exit_code == 0, first.output
+    assert (tmp_path / "ob" / "runs" / "baselines" / "lsh-16bits-seed0" / "cell.json").is_file()
+    again = CliRunner().invoke(main, args)
+    assert again.exit_code == 0, again.output
+    assert "1 cells: 1 finished, 0 to run" in again.output
+
+
 @pytest.fixture(scope="module")
 def baselines_out(tmp_path_factory):
     out = tmp_path_factory.mktemp("baselines")

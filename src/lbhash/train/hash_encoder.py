@@ -45,7 +45,7 @@ from lbhash.evaluate.report import jsonable
 from lbhash.labels import as_multihot_pair
 from lbhash.methods import method_class
 from lbhash.train.builder import input_options
-from lbhash.train.config import make_config
+from lbhash.train.config import FIELDS, make_config
 from lbhash.train.encoder import encode
 from lbhash.train.run import train_run
 from lbhash.train.rundir import CODES, CONFIG, METRICS, Fitted, read_fitted, read_metrics
@@ -53,6 +53,7 @@ from lbhash.train.rundir import CODES, CONFIG, METRICS, Fitted, read_fitted, rea
 ARRAYS = "arrays"  # the data spec of a run trained by fit: arrays, not a file
 CODE_FORMATS = ("packed", "signs")
 OWN_PARAMS = ("method", "bits", "lbhash", "epochs", "seed", "progress", "code_format")
+FIT_DATA = ("data", "protocol")  # fit trains on its arrays: these options are refused
 
 
 class NotFittedError(InputError, SklearnNotFittedError):
@@ -120,6 +121,12 @@ class HashEncoder(TransformerMixin, BaseEstimator):
         return {**{name: getattr(self, name) for name in OWN_PARAMS}, **self._options}
 
     def set_params(self, **params: Any) -> "HashEncoder":
+        """Change parameters; an unknown name is a ValueError (InputError) naming the valid
+        ones, as scikit-learn's estimators do. Values are checked by fit."""
+        valid = OWN_PARAMS + tuple(f for f in FIELDS if f not in OWN_PARAMS and f not in FIT_DATA)
+        unknown = [key for key in params if key not in valid]
+        if unknown:
+            raise InputError(f"invalid parameter {unknown[0]!r} for HashEncoder; valid parameters: {', '.join(valid)}")
         for key, value in params.items():
             if key in OWN_PARAMS:
                 setattr(self, key, value)
@@ -150,7 +157,7 @@ class HashEncoder(TransformerMixin, BaseEstimator):
         (default: a temporary directory that lives as long as this object). `validation=` is
         the old name of `eval_set` (deprecated)."""
         eval_set = _eval_set(eval_set, validation)
-        for key in ("data", "protocol"):
+        for key in FIT_DATA:
             if key in self._options:
                 raise InputError(f"HashEncoder trains on the arrays given to fit; drop the option {key!r}")
         _check_code_format(self.code_format)

@@ -148,15 +148,13 @@ class Trainer:
             self.check_finite_parameters(epoch)
             if self.fabric.is_global_zero:
                 self.fabric.log_dict(flat_record(record), step=epoch)
-            record = self.record_epoch(epoch, record)
-            if self.on_epoch_end is not None:
-                self.on_epoch_end(epoch, record)
+            self.record_epoch(epoch, record)
         return self.history
 
     def record_epoch(self, epoch: int, record: dict) -> dict:
-        """Append a finished epoch's record to log.jsonl and `history` (rank 0), then save the
-        checkpoint; return the record as the log holds it (JSON's types). The one way an
-        epoch is recorded, by the loop and by a closed-form fit."""
+        """Append a finished epoch's record to log.jsonl and `history` (rank 0), save the
+        checkpoint and call `on_epoch_end`; return the record as the log holds it (JSON's
+        types). The one way an epoch is recorded, by the loop and by a closed-form fit."""
         if self.fabric.is_global_zero:
             line = json.dumps(record, allow_nan=False)
             with open(self.run_dir / LOG, "a") as fh:
@@ -164,6 +162,8 @@ class Trainer:
             record = json.loads(line)
             self.history.append(record)
         self.save_checkpoint(epoch)
+        if self.on_epoch_end is not None:
+            self.on_epoch_end(epoch, record)
         return record
 
     def check_finite_parameters(self, epoch: int) -> None:

@@ -21,6 +21,7 @@ EXPERIMENTS: dict[str, Any] = {"grid": GridSpec(), "timing": TimingSpec(), "cent
 def validate(spec, ctx: Context) -> None:
     """Every check of an experiment before it creates anything: its data spec (the file must
     exist), its options, and the config of every run it would train."""
+    from lbhash.data.protocols import parse_protocol
     from lbhash.data.spec import DATA_KINDS, parse_data_spec
     from lbhash.train import make_config
 
@@ -29,7 +30,9 @@ def validate(spec, ctx: Context) -> None:
         if DATA_KINDS[parsed.kind].takes_path and not Path(parsed.path).expanduser().exists():
             raise InputError(f"--data {ctx.data}: {parsed.path}: no such file or directory")
     for values in spec.configs(ctx):
-        make_config(values, "a run of this experiment")
+        cfg = make_config(values, "a run of this experiment")
+        if cfg.protocol:  # its form, which the run would check only after the first write
+            parse_protocol(cfg.protocol)
 
 
 def configure(name: str, **values) -> Any:
