@@ -8,6 +8,7 @@ and the first code over each field cost seconds.
 
 from __future__ import annotations
 
+import functools
 import math
 from functools import lru_cache
 from typing import Iterator
@@ -79,7 +80,22 @@ def bch_dimensions(m: int) -> dict[int, int]:
     return {k: dims[k] for k in sorted(dims) if k >= 1}
 
 
+def _keeps_thread_counts(build):
+    """galois' first field JIT-compiles numba ufuncs whose threading layer sets OpenMP's thread
+    count to its own (the CPU count), which is also torch's: a run whose centers were built
+    cold would train on other threads than one that read them from the cache. The counts of
+    every thread pool loaded before are restored after the build."""
+    @functools.wraps(build)
+    def wrapper(*args):
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(limits=None):  # changes nothing; restores the counts on exit
+            return build(*args)
+    return wrapper
+
+
 @lru_cache(maxsize=None)
+@_keeps_thread_counts
 def _bch_generator(n: int, k: int, delta: int) -> np.ndarray:
     # The two ends of the family need no field arithmetic (nor galois' compile time).
     if k == n:
@@ -137,6 +153,7 @@ def reed_solomon_field(bits: int, classes: int) -> int | None:
 
 
 @lru_cache(maxsize=None)
+@_keeps_thread_counts
 def _rs_binary_generator(m: int, symbols: int, k: int) -> np.ndarray:
     """Binary generator (k*m, symbols*m) of RS(2^m - 1, k) shortened to `symbols` symbols."""
     import galois  # heavy: only when Reed-Solomon centers are asked for
