@@ -24,7 +24,7 @@ test: install
 
 # the long suites (end-to-end trainings), and everything else once more
 test-slow: install
-	$(PY) -m pytest -q -m "not milvus"
+	$(PY) -m pytest -q -m "not milvus" --timeout 900
 
 # a real Milvus server (the PyPI package `milvus`), started and stopped by the tests on 127.0.0.1
 test-milvus: install

@@ -241,7 +241,11 @@ def run_bounded(cmd, *, env, timeout=300, cwd=None):
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
+        try:  # a process that left the group may still hold the pipes: do not wait on it for ever
+            out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = "", "(its output pipes stayed open after the kill)"
         pytest.fail(f"{' '.join(map(str, cmd[:6]))} ... ran past {timeout} s and was killed; "
                     f"its last output:\n{(out or '')[-1500:]}\n{(err or '')[-3000:]}")
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)

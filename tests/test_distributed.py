@@ -2,7 +2,6 @@
 
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -65,7 +64,9 @@ def test_banks_and_surrogate_stay_identical_across_ranks(tmp_path):
 
 
 def _env(tmp_path):
-    return {**os.environ, "LBHASH_CACHE_DIR": str(tmp_path / "cache"), "PYTHONFAULTHANDLER": "1"}
+    # a rank that waits on a stuck one fails with its stack after a minute, not after torch's 30
+    return {**os.environ, "LBHASH_CACHE_DIR": str(tmp_path / "cache"), "PYTHONFAULTHANDLER": "1",
+            "LBHASH_PROCESS_GROUP_TIMEOUT": "60"}
 
 
 @pytest.mark.slow  # two training processes, about 1 min; make test-slow
@@ -77,7 +78,7 @@ def test_two_process_cli_run_writes_one_run_directory(tmp_path, method):
            "--lbhash", "--bits", "16", "--hidden", "128", "--centers", "hadamard", "--epochs", "4",
            "--lr", "1e-3", "--lr-step", "0", "--devices", "2", "--accelerator", "cpu", "--no-progress",
            "--out", str(runs / "run")]
-    result = run_bounded(cmd, env=env, timeout=600)
+    result = run_bounded(cmd, env=env, timeout=240)
     assert result.returncode == 0, result.stderr[-2000:]
     assert [p.name for p in runs.iterdir()] == ["run"]
     metrics = json.loads((runs / "run" / "metrics.json").read_text())
@@ -99,7 +100,7 @@ def test_torchrun_launch(tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "lbhash.cli",
            "train", "--data", "digits", "--bits", "16", "--hidden", "128", "--centers", "hadamard",
            "--epochs", "3", "--devices", "2", "--accelerator", "cpu", "--no-progress", "--out", str(out)]
-    result = run_bounded(cmd, env=env, timeout=600)
+    result = run_bounded(cmd, env=env, timeout=240)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.count("run directory:") == 1
     assert json.loads((out / "metrics.json").read_text())["map"] > 0.5
@@ -110,12 +111,12 @@ def test_two_process_encode_writes_the_codes_of_one_process(tmp_path):
     env = _env(tmp_path)
     run = tmp_path / "run"
     base = [sys.executable, "-m", "lbhash.cli"]
-    subprocess.run(base + ["train", "--data", "digits", "--bits", "16", "--hidden", "64", "--centers", "hadamard",
-                           "--epochs", "1", "--no-progress", "--out", str(run)],
-                   env=env, check=True, capture_output=True, timeout=600)
+    trained = run_bounded(base + ["train", "--data", "digits", "--bits", "16", "--hidden", "64", "--centers",
+                                  "hadamard", "--epochs", "1", "--no-progress", "--out", str(run)], env=env, timeout=240)
+    assert trained.returncode == 0, trained.stderr[-2000:]
     for devices in ("1", "2"):
         result = run_bounded(base + ["encode", str(run), "--devices", devices, "--no-progress", "--real",
-                                     "--out", str(tmp_path / f"codes{devices}.npz")], env=env, timeout=600)
+                                     "--out", str(tmp_path / f"codes{devices}.npz")], env=env, timeout=240)
         assert result.returncode == 0, result.stderr[-2000:]
         assert result.stdout.count("encoded 1797 items") == 1  # rank 0 alone reports and writes
         assert "deprecated" not in result.stderr, result.stderr
@@ -147,3 +148,49 @@ def test_spawned_ranks_talk_over_loopback_unless_told_otherwise(monkeypatch):
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "eth7")
     _gloo_over_loopback()
     assert os.environ["GLOO_SOCKET_IFNAME"] == "eth7"
+
+
+STUCK_RANK = """
+import os, sys, time
+from lbhash.train.processes import make_fabric
+fabric = make_fabric("cpu", 2, "32-true")
+if fabric.global_rank == 1:  # stuck: never reaches the barrier; leaves when rank 0 (its parent) has gone
+    parent, end = os.getppid(), time.monotonic() + float(sys.argv[1])
+    while os.getppid() == parent and time.monotonic() < end:
+        time.sleep(0.2)
+else:
+    started = time.monotonic()
+    try:
+        fabric.barrier()
+    finally:
+        print(f"rank 0 waited {time.monotonic() - started:.0f} s", flush=True)
+"""
+
+
+@pytest.mark.slow  # two processes that wait on each other, about 30 s; make test-slow
+def test_a_rank_waiting_on_a_stuck_one_fails_with_its_stack_after_the_timeout(tmp_path):
+    # long enough for rank 1 to start and join (the rendezvous has the same limit), short enough to wait
+    env = {**_env(tmp_path), "LBHASH_PROCESS_GROUP_TIMEOUT": "20"}
+    script = tmp_path / "stuck.py"
+    script.write_text(STUCK_RANK)
+    result = run_bounded([sys.executable, str(script), "90"], env=env, timeout=120)
+    assert result.returncode != 0
+    waited = [line for line in result.stdout.splitlines() if line.startswith("rank 0 waited")]
+    assert waited and 15 <= int(waited[0].split()[3]) < 60, result.stdout  # the timeout ended it, not rank 1
+    assert "Traceback" in result.stderr and "barrier" in result.stderr, result.stderr[-2000:]
+
+
+def test_the_process_group_timeout_is_read_from_the_environment(monkeypatch):
+    from datetime import timedelta
+
+    from lbhash.errors import InputError
+    from lbhash.train.processes import process_group_timeout
+
+    monkeypatch.delenv("LBHASH_PROCESS_GROUP_TIMEOUT", raising=False)
+    assert process_group_timeout() == timedelta(minutes=30)
+    monkeypatch.setenv("LBHASH_PROCESS_GROUP_TIMEOUT", "45")
+    assert process_group_timeout() == timedelta(seconds=45)
+    for bad in ("0", "soon"):
+        monkeypatch.setenv("LBHASH_PROCESS_GROUP_TIMEOUT", bad)
+        with pytest.raises(InputError, match="LBHASH_PROCESS_GROUP_TIMEOUT must be a positive integer"):
+            process_group_timeout()

@@ -28,14 +28,38 @@ def make_fabric(accelerator: str, devices: int, precision: str, loggers=None):
     from lightning.fabric import Fabric
 
     logging.getLogger("lightning.fabric").setLevel(logging.WARNING)
-    if devices > 1 and "RANK" not in os.environ:
-        _gloo_over_loopback()
-    fabric = Fabric(accelerator=accelerator, devices=devices, precision=precision, loggers=loggers)
+    strategy = "auto"
+    if devices > 1:
+        if "RANK" not in os.environ:
+            _gloo_over_loopback()
+        from lightning.fabric.strategies import DDPStrategy
+
+        strategy = DDPStrategy(timeout=process_group_timeout())
+    fabric = Fabric(accelerator=accelerator, devices=devices, precision=precision, strategy=strategy,
+                    loggers=loggers)
     fabric.launch()  # starts the other processes of a multi-device run (no-op under torchrun)
     if fabric.world_size > 1 and fabric.device.type == "cpu":
         # processes share the CPUs: one full intra-op pool each would oversubscribe them
         torch.set_num_threads(max(1, usable_cpus() // fabric.world_size))
     return fabric
+
+
+def process_group_timeout():
+    """How long a collective waits for the other ranks before it fails with its stack:
+    LBHASH_PROCESS_GROUP_TIMEOUT seconds, else torch's default of 30 minutes (rank 0 may spend
+    minutes alone, evaluating, while the others wait at a barrier). Tests set a minute."""
+    from datetime import timedelta
+
+    from lbhash.checks import positive_int
+
+    env = os.environ.get("LBHASH_PROCESS_GROUP_TIMEOUT")
+    if not env:
+        return timedelta(minutes=30)
+    try:
+        value = int(env)
+    except ValueError:
+        raise InputError(f"LBHASH_PROCESS_GROUP_TIMEOUT must be a positive integer (seconds), got {env!r}") from None
+    return timedelta(seconds=positive_int(value, "LBHASH_PROCESS_GROUP_TIMEOUT"))
 
 
 def _gloo_over_loopback() -> None:
