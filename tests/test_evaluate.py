@@ -280,9 +280,9 @@ def test_bad_topk(topk):
         mean_average_precision(**GOOD, topk=topk)
 
 
-def test_bad_ties_radius_ks_k_percentile():
-    with pytest.raises(ValueError, match="ties must be 'index' or 'average', got 'random'"):
-        mean_average_precision(**GOOD, ties="random")  # the deprecated spelling keeps its check
+def test_bad_tie_averaged_radius_ks_k_percentile():
+    with pytest.raises(ValueError, match="tie_averaged must be True or False, got 'average'"):
+        mean_average_precision(**GOOD, tie_averaged="average")
     with pytest.raises(ValueError, match="radius must be a non-negative integer, got -1"):
         precision_within_radius(**GOOD, radius=-1)
     with pytest.raises(ValueError, match="ks must be a non-empty list of positive integers"):
@@ -326,20 +326,3 @@ def test_classifier_accuracy():
     assert classifier_accuracy(scores, multi) == 0.5  # rows 0 and 2 predict a label they have
     with pytest.raises(ValueError, match="scores must have shape"):
         classifier_accuracy(scores[:3], [1, 0, 1, 2])
-
-
-def test_the_old_spellings_of_tie_averaging_warn_and_give_the_same_numbers(rng):
-    q, d = rng.choice([-1, 1], size=(6, 8)), rng.choice([-1, 1], size=(50, 8))
-    ql, dl = rng.integers(0, 3, 6), rng.integers(0, 3, 50)
-    for averaged, old in ((False, "index"), (True, "average")):
-        new = average_precision(q, d, ql, dl, topk=20, tie_averaged=averaged)
-        with pytest.warns(DeprecationWarning, match="tie_averaged"):
-            np.testing.assert_array_equal(average_precision(q, d, ql, dl, topk=20, ties=old), new)
-        with pytest.warns(DeprecationWarning, match="tie_averaged"):
-            np.testing.assert_array_equal(average_precision(q, d, ql, dl, 20, old), new)  # positional
-    with pytest.warns(DeprecationWarning, match="tie_averaged"):
-        old = evaluate_codes(q, d, ql, dl, topk=20, ks=(5,), tie_average=True)
-    new = evaluate_codes(q, d, ql, dl, topk=20, ks=(5,), tie_averaged=True)
-    assert old["map_tie_averaged"] == new["map_tie_averaged"]
-    assert new["map_tie_averaged"] == pytest.approx(float(np.mean(average_precision(q, d, ql, dl, topk=20,
-                                                                                     tie_averaged=True))))

@@ -91,16 +91,10 @@ def test_eval_set_arrays_give_validation_metrics(digits):
     np.testing.assert_array_equal(again.encode(xq), enc.encode(xq))
 
 
-def test_the_old_validation_keyword_warns_and_still_works(digits):
+def test_fit_takes_the_eval_items_as_eval_set_only(digits):
     x, y, xq, yq = digits
-    params = dict(method="hashnet", bits=16, epochs=1, **FAST)
-    with pytest.warns(DeprecationWarning, match="eval_set=\\(X_val, y_val\\)"):
-        old = HashEncoder(**params).fit(x, y, validation=(xq, yq))
-    new = HashEncoder(**params).fit(x, y, eval_set=(xq, yq))
-    assert old.metrics_["map"] == new.metrics_["map"] and old.metrics_["n_validation"] == len(xq)
-    np.testing.assert_array_equal(old.encode(xq), new.encode(xq))
-    with pytest.raises(InputError, match="eval_set=\\(X_val, y_val\\) only"):
-        HashEncoder(**params).fit(x, y, eval_set=(xq, yq), validation=(xq, yq))
+    with pytest.raises(TypeError, match="unexpected keyword argument 'validation'"):
+        HashEncoder(method="hashnet", bits=16, epochs=1, **FAST).fit(x, y, validation=(xq, yq))
 
 
 def test_transform_gives_the_codes_for_a_pipeline(digits, fitted):

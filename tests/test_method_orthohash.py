@@ -130,8 +130,8 @@ def test_training_beats_an_untrained_model_by_a_wide_margin(lbhash, tmp_path, mo
     cfg = TrainConfig(data="digits", method="orthohash", lbhash=lbhash, bits=16, hidden=[128],
                       centers="hadamard", progress=False, epochs=6, lr_step=0)
     exp = build_experiment(cfg)
-    ds, split = exp.dataset, exp.split
-    untrained = mean_average_precision(encode(exp.model, ds, split.query), encode(exp.model, ds, split.database),
+    ds, split, model = exp.dataset, exp.split, exp.learner.model
+    untrained = mean_average_precision(encode(model, ds, split.query), encode(model, ds, split.database),
                                        ds.labels[split.query], ds.labels[split.database])
     metrics = train(cfg, tmp_path / "run")
     assert metrics["run"]["variant"] == "orthohash" + ("_D" if lbhash else "")

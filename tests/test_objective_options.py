@@ -215,10 +215,10 @@ def test_tensorboard_logger_writes_event_files(tmp_path):
     assert list((out / "tensorboard").glob("events.out.tfevents.*"))
 
 
-def test_the_objective_takes_the_configs_names_and_the_old_ones_warn():
+def test_the_objective_takes_the_configs_names():
     import inspect
 
-    from lbhash.methods.lower_bound import OBJECTIVE_OPTIONS, OLD_NAMES
+    from lbhash.methods.lower_bound import OBJECTIVE_OPTIONS
 
     params = inspect.signature(LowerBoundObjective).parameters
     assert set(OBJECTIVE_OPTIONS) <= set(params) and set(OBJECTIVE_OPTIONS) <= set(TrainConfig.model_fields)
@@ -226,13 +226,8 @@ def test_the_objective_takes_the_configs_names_and_the_old_ones_warn():
     new = dict(lbhash_weight=0.5, lbhash_mode="replace", lbhash_reduction="mean", surrogate_flips=2,
                block_assignment="redraw", block_redraw_every=3, fused_surrogate=False)
     made = LowerBoundObjective(create_method("csq", 16, 4, centers=centers), centers, BlockSurrogate(16), **new)
-    old = {short: new[long] for short, long in OLD_NAMES.items()}
-    with pytest.warns(DeprecationWarning) as warned:
-        again = LowerBoundObjective(create_method("csq", 16, 4, centers=centers), centers, BlockSurrogate(16), **old)
-    assert sorted(str(w.message) for w in warned) == sorted(
-        f"LowerBoundObjective({short}=...) is deprecated: pass {long}=..." for short, long in OLD_NAMES.items())
-    for attribute in ("weight", "mode", "reduction", "flips", "assignment", "redraw_every", "fused"):
-        assert getattr(again, attribute) == getattr(made, attribute)
-    assert (made.weight, made.mode, made.flips, made.redraw_every) == (0.5, "replace", 2, 3)
-    with pytest.raises(TypeError, match="unexpected keyword argument.*wieght"):
-        LowerBoundObjective(create_method("csq", 16, 4, centers=centers), centers, BlockSurrogate(16), wieght=1)
+    assert (made.weight, made.mode, made.reduction, made.flips) == (0.5, "replace", "mean", 2)
+    assert (made.assignment, made.redraw_every, made.fused) == ("redraw", 3, False)
+    for old in ("wieght", "weight"):  # a typo, and a short name of earlier versions
+        with pytest.raises(TypeError, match=f"unexpected keyword argument '{old}'"):
+            LowerBoundObjective(create_method("csq", 16, 4, centers=centers), centers, BlockSurrogate(16), **{old: 1})

@@ -1,6 +1,6 @@
 """Re-ranked search (rerank_search over an index, Searcher.rerank_search, the service, the real
 outputs of the encoder) against brute-force references (index_reference.reranked), tie order
-included; and the deprecated `search(..., rerank=)` keywords."""
+included."""
 
 import numpy as np
 import pytest
@@ -159,38 +159,6 @@ def test_searcher_reranks_by_the_encoders_real_outputs(rng):
         np.testing.assert_array_equal(got, want)
     expected = reranked(encoder.encode(x), real, index.get(index.ids())[0], index.ids(), 5, 3)
     assert_matches(scores, ids, expected, 5)
-
-
-def test_the_deprecated_rerank_keywords_warn_and_answer_as_before(tied):
-    """`search(..., rerank=, rerank_factor=)` for one more release: a DeprecationWarning that
-    points at the caller, and the old answer (0.0 - score, ids)."""
-    from index_fakes import FakeEncoder
-    from lbhash.index import Searcher
-
-    codes, ids, labels, queries, real = tied
-    index = CodeIndex(BITS)
-    index.add(codes, ids=ids, labels=labels)
-    scores, _, want = rerank_search(index, queries, 5, real, labels[:9], 3)
-    with pytest.warns(DeprecationWarning, match="use lbhash.index.rerank_search") as caught:
-        dist, got = index.search(queries, 5, labels[:9], rerank=real, rerank_factor=3)
-    assert caught[0].filename == __file__
-    assert dist.dtype == np.float64 and not np.signbit(dist[scores == 0]).any()  # +0.0, never -0.0
-    np.testing.assert_array_equal(dist, 0.0 - scores)
-    np.testing.assert_array_equal(got, want)
-    with pytest.warns(DeprecationWarning):
-        np.testing.assert_array_equal(index.search(queries, 5, rerank=real)[1], rerank_search(index, queries, 5, real)[2])
-    with pytest.warns(DeprecationWarning):  # a factor alone is checked and re-ranks nothing, as before
-        np.testing.assert_array_equal(index.search(queries, 5, rerank_factor=2)[0], index.search(queries, 5)[0])
-    with pytest.warns(DeprecationWarning), pytest.raises(InputError, match="rerank_factor must be a positive integer"):
-        index.search(queries, 5, rerank_factor=True)
-    encoder = FakeEncoder(dim=12, bits=BITS)
-    x = np.random.default_rng(0).standard_normal((3, 12))
-    scores, _, want = Searcher(index, encoder).rerank_search(x, 4, factor=2)
-    with pytest.warns(DeprecationWarning, match="use Searcher.rerank_search") as caught:
-        dist, got = Searcher(index, encoder).search(x, 4, rerank_factor=2)
-    assert caught[0].filename == __file__
-    np.testing.assert_array_equal(dist, 0.0 - scores)
-    np.testing.assert_array_equal(got, want)
 
 
 # --- the encoder's real outputs --------------------------------------------------------------

@@ -52,8 +52,8 @@ def test_training_beats_an_untrained_model_by_a_wide_margin(tmp_path):
     cfg = TrainConfig(**FAST, epochs=8, lbhash=True, lr_step=0)
     exp = build_experiment(cfg)
     ds, split = exp.dataset, exp.split
-    q = encode(exp.model, ds, split.query)
-    db = encode(exp.model, ds, split.database)
+    q = encode(exp.learner.model, ds, split.query)
+    db = encode(exp.learner.model, ds, split.database)
     untrained = mean_average_precision(q, db, ds.labels[split.query], ds.labels[split.database])
     trained = train(cfg, tmp_path / "run")["map"]
     assert trained > untrained + 0.3, (untrained, trained)

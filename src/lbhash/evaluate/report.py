@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import warnings
 from typing import Any, Sequence
 
 import numpy as np
@@ -27,19 +26,14 @@ from lbhash.evaluate.retrieval import (
 def evaluate_codes(query_codes, db_codes, query_labels, db_labels, bits: int | None = None,
                    topk: int | None = None, ks: Sequence[int] = DEFAULT_KS, radius: int = 2,
                    knn: int = 100, percentile: float = 99.9, tie_averaged: bool = False,
-                   query_real=None, *, tie_average: bool | None = None) -> dict[str, Any]:
+                   query_real=None) -> dict[str, Any]:
     """Every metric of docs/evaluation.md for one query/database pair; the lower bound is on the
-    database. The tie-averaged mAP is computed only with `tie_averaged=True`
-    (`tie_average`, its old name, still works for one release and warns). With `query_real`
+    database. The tie-averaged mAP is computed only with `tie_averaged=True`. With `query_real`
     (the queries' real-valued outputs, (n_query, bits)), `asymmetric` also holds mAP@R and
     P@K of the asymmetric ranking (lbhash.evaluate.asymmetric).
 
     Floats that JSON cannot hold are stored as strings ("inf") or null (NaN).
     """
-    if tie_average is not None:
-        warnings.warn("evaluate_codes(tie_average=...) is deprecated: pass tie_averaged=...", DeprecationWarning,
-                      stacklevel=2)
-        tie_averaged = bool(tie_average)
     ks_arr = check_ks(ks)
     radius = non_negative_int(radius, "radius")
     check_percentile(percentile)

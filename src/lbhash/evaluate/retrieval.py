@@ -8,7 +8,6 @@ every number is deterministic. Work streams over query chunks in parallel thread
 
 from __future__ import annotations
 
-import warnings
 from typing import Iterator, NamedTuple, Sequence
 
 import numpy as np
@@ -63,29 +62,17 @@ class RadiusPrecision(NamedTuple):
 
 
 def average_precision(query_codes, db_codes, query_labels, db_labels, topk=None,
-                      tie_averaged: bool = False, bits: int | None = None, *, ties: str | None = None) -> np.ndarray:
+                      tie_averaged: bool = False, bits: int | None = None) -> np.ndarray:
     """AP@topk of every query (the per-query form of `mean_average_precision`)."""
-    tie_averaged = tie_averaged_option(tie_averaged, ties)
     inp = prepare(query_codes, db_codes, query_labels, db_labels, bits)
     ap_index, ap_average = average_precisions(inp, topk, tie_averaged=tie_averaged)
     return ap_average if tie_averaged else ap_index
 
 
-def tie_averaged_option(tie_averaged, ties: str | None) -> bool:
-    """`tie_averaged`, or the deprecated `ties="index"|"average"` spelling of it (one release)."""
-    if isinstance(tie_averaged, str):  # the old positional `ties`
-        tie_averaged, ties = False, tie_averaged
-    if ties is None:
-        return bool(tie_averaged)
-    if ties not in ("index", "average"):
-        raise InputError(f"ties must be 'index' or 'average', got {ties!r}")
-    warnings.warn("ties='index'|'average' is deprecated: pass tie_averaged=False|True", DeprecationWarning,
-                  stacklevel=3)
-    return ties == "average"
-
-
 def average_precisions(inp: Retrieval, topk, tie_averaged: bool) -> tuple[np.ndarray, np.ndarray]:
     """Per-query AP with ties by index, and tie-averaged AP (empty unless tie_averaged)."""
+    if not isinstance(tie_averaged, (bool, np.bool_)):  # a string would pass as True
+        raise InputError(f"tie_averaged must be True or False, got {tie_averaged!r}")
     top = check_topk(topk, inp.n_db)
     ap_index = np.empty(inp.n_query)
     ap_average = np.empty(inp.n_query if tie_averaged else 0)
@@ -106,15 +93,13 @@ def average_precisions(inp: Retrieval, topk, tie_averaged: bool) -> tuple[np.nda
 
 
 def mean_average_precision(query_codes, db_codes, query_labels, db_labels, topk=None,
-                           tie_averaged: bool = False, bits: int | None = None, *,
-                           ties: str | None = None) -> float:
+                           tie_averaged: bool = False, bits: int | None = None) -> float:
     """mAP@R (docs/evaluation.md): AP over the top R = `topk` items (None: the whole database).
 
     AP = mean over the relevant items within the top R of (relevant so far / rank); a query
     with none scores 0 and still counts. Tied items are ranked by database index;
     tie_averaged=True gives the exact expectation over random orders inside each tie instead.
     """
-    tie_averaged = tie_averaged_option(tie_averaged, ties)
     return float(np.mean(average_precision(query_codes, db_codes, query_labels, db_labels,
                                            topk=topk, tie_averaged=tie_averaged, bits=bits)))
 

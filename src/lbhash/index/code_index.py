@@ -20,7 +20,6 @@ from lbhash.index._kinds import ENGINES, KINDS
 from lbhash.index._padding import PAD_DISTANCE, PAD_ID
 from lbhash.index._segments import (Segment, allowed_items, codes_at, folded, fragment_limit, labels_at, merged_topk,
                                     segment_knn)
-from lbhash.index.rerank import search_with_rerank_keywords
 from lbhash.index.sparse_labels import SparseLabels
 from lbhash.index.storage import load_index, save_index
 
@@ -57,8 +56,9 @@ class CodeIndex:
     Returns
     -------
     `search` returns (distances int32 (nq, k), ids int64 (nq, k)), nearest first, ties by
-    ascending id, padded with distance -1 and id -1; `range_search` one (distances, ids) pair
-    per query. `lbhash.index.rerank_search` re-ranks by real-valued queries over any backend.
+    ascending id, padded with distance `PAD_DISTANCE` (the int32 maximum) and id `PAD_ID` (-1);
+    `range_search` one (distances, ids) pair per query. `lbhash.index.rerank_search` re-ranks
+    by real-valued queries over any backend.
 
     Examples
     --------
@@ -276,7 +276,7 @@ class CodeIndex:
             return self._main.labels.lists_at(in_main)
         return labels_at(self._main, self._tail, (in_main, in_tail), self.num_classes).to_lists()
 
-    def search(self, queries, k: int, labels=None, rerank=None, rerank_factor=None) -> tuple[np.ndarray, np.ndarray]:
+    def search(self, queries, k: int, labels=None) -> tuple[np.ndarray, np.ndarray]:
         """Top-k by Hamming distance: (distances int32 (nq, k), ids int64 (nq, k)).
 
         Rows are sorted by (distance, id) and padded with PAD_DISTANCE / PAD_ID. `labels`
@@ -284,11 +284,7 @@ class CodeIndex:
         share at least one label with its row; a row without labels finds nothing.
 
         Re-ranking by the queries' real outputs is `lbhash.index.rerank_search(index, ...)`.
-        `rerank` and `rerank_factor` are its deprecated spelling, kept for one release (a
-        DeprecationWarning; distances are then float64 -score).
         """
-        if rerank is not None or rerank_factor is not None:
-            return search_with_rerank_keywords(self, queries, k, labels, rerank, rerank_factor)
         k = _checks.top_k(k)
         queries = _checks.packed_codes(queries, self._bits, "queries")
         filters = self._query_filters(labels, len(queries))

@@ -31,7 +31,6 @@ from lbhash.checks import positive_int
 from lbhash.errors import Conflict, InputError, NotFound, require_extra
 from lbhash.index import _checks
 from lbhash.index._padding import PAD_DISTANCE, PAD_ID
-from lbhash.index.rerank import search_with_rerank_keywords
 
 MILVUS_CAP = 16384  # Milvus's limit on results per query (topk and range search alike)
 KINDS = {"flat": "BIN_FLAT", "ivf": "BIN_IVF_FLAT"}
@@ -210,10 +209,8 @@ class MilvusIndex:
                              f"at {MILVUS_CAP})")
         return k
 
-    def search(self, queries, k: int, labels=None, rerank=None, rerank_factor=None):
-        """As `CodeIndex.search` (its deprecated `rerank` keywords included)."""
-        if rerank is not None or rerank_factor is not None:
-            return search_with_rerank_keywords(self, queries, k, labels, rerank, rerank_factor)
+    def search(self, queries, k: int, labels=None):
+        """As `CodeIndex.search`."""
         k = self.check_k(k)
         queries = _checks.packed_codes(queries, self._bits, "queries")
         exprs = self._filters(labels, len(queries))

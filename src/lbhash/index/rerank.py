@@ -11,13 +11,10 @@ candidates to hold every item, an exact (flat) index returns the full asymmetric
 The real outputs are used as given: pass the head's raw u, or np.tanh(u) for the tanh variant.
 
 Re-ranking is this function over a backend, never a mode of the backend's `search`, so that
-`search` always returns Hamming distances. `search(..., rerank=, rerank_factor=)` is its
-deprecated spelling (`search_with_rerank_keywords`), kept for one release.
+`search` always returns Hamming distances.
 """
 
 from __future__ import annotations
-
-import warnings
 
 import numpy as np
 
@@ -64,20 +61,6 @@ def rerank_search(index, queries, k, real, labels=None, factor=RERANK_FACTOR):
         index.check_k(wanted, f"k * rerank_factor ({wanted} candidates)")
     dist, ids = index.search(queries, wanted, labels)
     return rerank_candidates(real, dist, ids, index.get_codes, k)
-
-
-def search_with_rerank_keywords(index, queries, k, labels, real, factor):
-    """`index.search(queries, k, labels, rerank=real, rerank_factor=factor)`, deprecated:
-    (-score float64, ids), the old return of a re-ranked search (0.0 - score, so that a zero
-    score reads +0.0). A factor without `real` is checked and re-ranks nothing, as before."""
-    warnings.warn(f"{type(index).__name__}.search(..., rerank=, rerank_factor=) is deprecated and goes in the next "
-                  "release: use lbhash.index.rerank_search(index, queries, k, real, labels, factor), which returns "
-                  "(scores, Hamming distances, ids)", DeprecationWarning, stacklevel=3)
-    factor = _checks.rerank_factor(RERANK_FACTOR if factor is None else factor)
-    if real is None:
-        return index.search(queries, k, labels)
-    scores, _, ids = rerank_search(index, queries, k, real, labels, factor)
-    return 0.0 - scores, ids
 
 
 def rerank_candidates(real: np.ndarray, dist: np.ndarray, ids: np.ndarray, codes_of, k: int):

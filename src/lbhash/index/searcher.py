@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import warnings
 
 import numpy as np
 
@@ -68,16 +67,9 @@ class Searcher:
                 raise InputError(str(err)) from None
         return self.encode(images, real)
 
-    def search(self, inputs, k: int, labels=None, rerank_factor: int | None = None):
-        """`index.search` of the inputs' codes. `rerank_factor` is deprecated (one release:
-        a DeprecationWarning, and (-score, ids) back): use `rerank_search`."""
-        if rerank_factor is None:
-            return self.index.search(self.encode(inputs), k, labels)
-        warnings.warn("Searcher.search(..., rerank_factor=) is deprecated and goes in the next release: use "
-                      "Searcher.rerank_search(inputs, k, labels, factor), which returns (scores, Hamming distances, "
-                      "ids)", DeprecationWarning, stacklevel=2)
-        scores, _, ids = self.rerank_search(inputs, k, labels, rerank_factor)
-        return 0.0 - scores, ids
+    def search(self, inputs, k: int, labels=None):
+        """`index.search` of the inputs' codes (re-ranked: `rerank_search`)."""
+        return self.index.search(self.encode(inputs), k, labels)
 
     def rerank_search(self, inputs, k: int, labels=None, factor: int = RERANK_FACTOR):
         """`lbhash.index.rerank_search` of the inputs: the Hamming top k * factor re-ranked by

@@ -12,9 +12,6 @@ from lbhash.errors import InputError
 from lbhash.methods.base import HashLoss, Recipe, register_method
 
 
-TIE_RULES = ("random-center", "plus-one")
-
-
 def tie_center(bits: int, seed: int) -> torch.Tensor:
     """The fixed random +/-1 center whose bits break the ties of multi-label targets (CSQ's
     reference `label2center`: one random center drawn once per run), a function of the seed."""

@@ -7,8 +7,7 @@ apart: L_theta reaches the hash model only (pi frozen), L_pi reaches pi only, so
 pass followed by a step of each optimizer performs lines 7-8 of Alg. 1.
 
 The keyword names are TrainConfig's (`lbhash train --lbhash-weight ...`), so a config's
-options pass through unchanged; the short names of earlier releases (`weight`, `mode`,
-`reduction`, `flips`, `assignment`, `redraw_every`, `fused`) still work for one release and warn.
+options pass through unchanged.
 
 Options beyond the paper's text (each off in the paper-faithful setting):
 - `lbhash_reduction`: L_theta summed over the u blocks (the paper's reading) or averaged;
@@ -26,8 +25,6 @@ forward pass of P_pi (`BlockSurrogate.fused_losses`); otherwise from two.
 """
 
 from __future__ import annotations
-
-import warnings
 
 import numpy as np
 import torch
@@ -47,20 +44,6 @@ MULTILABEL_TARGETS = ("average", "majority")
 OBJECTIVE_OPTIONS = ("lbhash_weight", "lbhash_mode", "theta_dropout", "lbhash_reduction", "surrogate_flips",
                      "block_assignment", "block_redraw_every", "multilabel_target", "seed", "fused_surrogate",
                      "multilabel_theta")
-# the keywords of earlier releases -> TrainConfig's names (kept one release, with a warning)
-OLD_NAMES = {"weight": "lbhash_weight", "mode": "lbhash_mode", "reduction": "lbhash_reduction",
-             "flips": "surrogate_flips", "assignment": "block_assignment", "redraw_every": "block_redraw_every",
-             "fused": "fused_surrogate"}
-
-
-def _renamed(old_names: dict) -> dict:
-    unknown = sorted(set(old_names) - set(OLD_NAMES))
-    if unknown:
-        raise TypeError(f"LowerBoundObjective got unexpected keyword argument(s) {', '.join(unknown)}")
-    for old in old_names:
-        warnings.warn(f"LowerBoundObjective({old}=...) is deprecated: pass {OLD_NAMES[old]}=...",
-                      DeprecationWarning, stacklevel=3)
-    return {OLD_NAMES[old]: value for old, value in old_names.items()}
 
 
 class LowerBoundObjective(nn.Module):
@@ -102,15 +85,11 @@ class LowerBoundObjective(nn.Module):
                  lbhash_reduction: str = "sum", surrogate_flips: int = 0, block_assignment: str = "contiguous",
                  block_redraw_every: int = 4, multilabel_target: str = "average", seed: int = 0,
                  fused_surrogate: bool = True, multilabel_theta: str = "sum",
-                 tie_center: torch.Tensor | None = None, **old_names):
+                 tie_center: torch.Tensor | None = None):
         super().__init__()
-        given = dict(lbhash_weight=lbhash_weight, lbhash_mode=lbhash_mode, lbhash_reduction=lbhash_reduction,
-                     surrogate_flips=surrogate_flips, block_assignment=block_assignment,
-                     block_redraw_every=block_redraw_every, fused_surrogate=fused_surrogate)
-        given.update(_renamed(old_names))
-        weight, mode, reduction = given["lbhash_weight"], given["lbhash_mode"], given["lbhash_reduction"]
-        flips, assignment = given["surrogate_flips"], given["block_assignment"]
-        redraw_every, fused = given["block_redraw_every"], given["fused_surrogate"]
+        weight, mode, reduction = lbhash_weight, lbhash_mode, lbhash_reduction
+        flips, assignment = surrogate_flips, block_assignment
+        redraw_every, fused = block_redraw_every, fused_surrogate
         if mode not in MODES:
             raise InputError(f"lower-bound mode must be 'add' or 'replace', got {mode!r}")
         if mode == "replace" and base.center_part is None:

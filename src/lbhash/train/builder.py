@@ -77,10 +77,6 @@ class Experiment:
     learner: Learner
     skipped_images: int = 0
 
-    @property
-    def model(self) -> HashModel:
-        return self.learner.model
-
 
 def input_options(cfg: TrainConfig) -> InputOptions:
     """How the run's data set turns items into model inputs. Images are channels-last, as image

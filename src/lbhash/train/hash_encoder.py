@@ -149,14 +149,11 @@ class HashEncoder(TransformerMixin, BaseEstimator):
 
     # --- fit ----------------------------------------------------------------------------------
 
-    def fit(self, X, y=None, eval_set: tuple | None = None, run_dir: str | Path | None = None, *,
-            validation: tuple | None = None) -> "HashEncoder":
+    def fit(self, X, y=None, eval_set: tuple | None = None, run_dir: str | Path | None = None) -> "HashEncoder":
         """Train on (X, y). `eval_set=(X_val, y_val)`: items searched among the training items
         for the final metrics (`metrics_`), never seen during training. y=None (no labels)
         suits the unsupervised methods only (lsh, pca, itq). The run is written to `run_dir`
-        (default: a temporary directory that lives as long as this object). `validation=` is
-        the old name of `eval_set` (deprecated)."""
-        eval_set = _eval_set(eval_set, validation)
+        (default: a temporary directory that lives as long as this object)."""
         for key in FIT_DATA:
             if key in self._options:
                 raise InputError(f"HashEncoder trains on the arrays given to fit; drop the option {key!r}")
@@ -214,7 +211,7 @@ class HashEncoder(TransformerMixin, BaseEstimator):
 
         real=True: the hash head's real outputs u instead, float32 (n, bits), from the same
         forward pass; the codes are `pack(to_signs(u))` (lbhash.codes: 0 -> +1). They are what
-        asymmetric ranking and `CodeIndex.search(..., rerank=u)` score the codes with."""
+        asymmetric ranking and `lbhash.index.rerank_search(index, codes, k, u)` score the codes with."""
         self._check_fitted("encode")
         out = self._outputs(X, batch_size, real, json_numbers)
         return out if real else pack(out)
@@ -281,18 +278,6 @@ def eval_set_metrics(metrics: dict[str, Any], query_codes: dict) -> dict[str, An
         pass
     out["run"] = {**metrics["run"], "protocol": "validation", "n_validation": metrics["n_query"]}
     return out
-
-
-def _eval_set(eval_set: tuple | None, validation: tuple | None) -> tuple | None:
-    """fit's eval_set, also from its old name `validation` (with a DeprecationWarning)."""
-    if validation is None:
-        return eval_set
-    if eval_set is not None:
-        raise InputError("pass eval_set=(X_val, y_val) only; validation= is its old name")
-    warnings.warn("fit(validation=(X_val, y_val)) is deprecated and will be removed in the next release: pass "
-                  "eval_set=(X_val, y_val); the option validation=0.1 (HashEncoder(validation=...)) is the share "
-                  "held out for model selection", DeprecationWarning, stacklevel=3)
-    return validation
 
 
 def _check_code_format(code_format: str) -> None:
