@@ -3,6 +3,7 @@
 import io
 import json
 import os
+import socket
 
 import click
 import numpy as np
@@ -267,6 +268,10 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, encoded, rng):
     (out / "ids.npy").write_bytes(b"tampered")
     one_line_error(run("index", "info", out), "ids.npy: checksum mismatch")
     one_line_error(run("serve", tmp_path / "none"), "no such index directory")
+    with socket.socket() as busy:  # the input is checked before the port: a taken port does not hide it
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        one_line_error(run("serve", tmp_path / "none", "--port", busy.getsockname()[1]), "no such index directory")
 
 
 def test_the_limits_leave_valid_searches_alone(input_files):

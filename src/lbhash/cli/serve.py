@@ -55,7 +55,11 @@ def serve(index_dir: str, run_dir, host: str, port: int, compact_every: int, max
     from lbhash.service import IndexStore, Limits, MilvusStore, create_app
     from lbhash.service.http import server_config, switch_interval
 
-    sock = _listen(host, port)  # first: a busy port must leave the index and its log untouched
+    if backend != "milvus":  # read-only: a missing or broken index is named before the port is taken
+        from lbhash.index.storage import read_manifest
+
+        read_manifest(Path(index_dir))
+    sock = _listen(host, port)  # before opening: a busy port must leave the index and its log untouched
     try:
         encoder = None
         if run_dir is not None:
