@@ -68,6 +68,7 @@ def table_names(markdown: str, heading: str) -> list[str]:
     return [row.split("|")[1].strip() for row in rows[1:]]   # rows[0] is the header
 
 
+@pytest.mark.slow  # the CPU smoke run of the whole suite, about 25 s
 def test_smoke_suite_writes_json_and_markdown(smoke):
     done, out = smoke
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -84,6 +85,7 @@ def test_smoke_suite_writes_json_and_markdown(smoke):
     assert table_names(markdown, "CIFAR-10 end to end") == [r["name"] for r in result["e2e"]]
 
 
+@pytest.mark.slow  # the CPU smoke run of the whole suite, about 25 s
 def test_every_backbone_trains_a_step_or_needs_missing_torchvision(smoke):
     done, out = smoke
     rows = {r["name"]: r for r in json.loads((out / "gpu_suite.json").read_text())["backbones"]}
@@ -99,6 +101,7 @@ def test_every_backbone_trains_a_step_or_needs_missing_torchvision(smoke):
     assert rows["resnet20"]["status"] == rows["smallcnn"]["status"] == "ok"
 
 
+@pytest.mark.slow  # the CPU smoke run of the whole suite, about 25 s
 def test_end_to_end_runs_report_map_and_speed(smoke):
     done, out = smoke
     result = json.loads((out / "gpu_suite.json").read_text())

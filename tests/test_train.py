@@ -103,6 +103,7 @@ def test_interrupted_then_resumed_equals_uninterrupted(tmp_path):
     assert strip(full) == strip(cut)
 
 
+@pytest.mark.slow  # a real kill -9 of a training process, about 25 s; resume's fast tests: test_train_resume.py
 def test_killed_process_resumes_to_the_same_codes(tmp_path):
     args = ["train", "--data", "digits", "--bits", "16", "--hidden", "128", "--centers", "hadamard",
             "--lbhash", "--epochs", "40", "--eval-every", "0", "--no-progress"]

@@ -51,6 +51,7 @@ def test_a_held_lock_stops_a_second_process_at_once(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == [".lock"]
 
 
+@pytest.mark.slow  # two processes, about 20 s; the held lock's fast test is above
 def test_two_training_processes_on_one_directory(tmp_path):
     out = tmp_path / "run"
     env = {**os.environ, "LBHASH_CACHE_DIR": str(tmp_path / "cache")}
