@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
 import re
+import stat
 import tempfile
 import zipfile
 from contextlib import contextmanager
@@ -133,6 +136,27 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def open_own_file(path: str | os.PathLike, flags: int, mode: int = 0o644) -> int:
+    """A descriptor of the regular file at `path` (created with `os.O_CREAT`), never of what a
+    link there points to: a file lbhash writes beside an index (its lock, its log) that an
+    attacker replaced by a symbolic link, a FIFO or a device is refused in one line instead of
+    being truncated, overwritten or blocking for ever."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise InputError(f"{path}: is a symbolic link; lbhash does not follow links where it writes its "
+                             "own files (remove it)") from None
+        if err.errno in (errno.ENXIO, errno.EISDIR):  # a FIFO with no reader, opened for writing; a directory
+            raise InputError(f"{path}: is not a regular file (remove it)") from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise InputError(f"{path}: is not a regular file (remove it)")
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    return fd
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:

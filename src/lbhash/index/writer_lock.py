@@ -18,6 +18,7 @@ import os
 import time
 from pathlib import Path
 
+from lbhash._io import open_own_file
 from lbhash.errors import InputError
 
 
@@ -66,7 +67,7 @@ def writer_lock(index_dir: str | os.PathLike, holder: str) -> WriterLock:
 
 def _acquire(index_dir: Path, path: Path, holder: str) -> int:
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = open_own_file(path, os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

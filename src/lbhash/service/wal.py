@@ -14,6 +14,7 @@ import os
 import zlib
 from pathlib import Path
 
+from lbhash._io import open_own_file
 from lbhash.errors import InputError
 
 
@@ -21,17 +22,19 @@ class WriteAheadLog:
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
         self.records: list[dict] = []
-        good_bytes = self._read()
-        self._fh = open(self.path, "ab")
-        if self._fh.tell() != good_bytes:  # cut a torn tail before appending after it
+        self._fh = os.fdopen(open_own_file(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND), "a+b")
+        try:
+            self._fh.seek(0)
+            good_bytes = self._read(self._fh.read())
+        except BaseException:
+            self._fh.close()
+            raise
+        if self._fh.seek(0, os.SEEK_END) != good_bytes:  # cut a torn tail before appending after it
             self._fh.truncate(good_bytes)
             os.fsync(self._fh.fileno())
         self.last_seq = self.records[-1]["seq"] if self.records else 0
 
-    def _read(self) -> int:
-        if not self.path.exists():
-            return 0
-        data = self.path.read_bytes()
+    def _read(self, data: bytes) -> int:
         lines = data.split(b"\n")
         good = 0
         for number, line in enumerate(lines[:-1], start=1):
