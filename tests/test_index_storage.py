@@ -332,3 +332,17 @@ def test_label_files_follow_the_labels_held_not_the_largest_class_id(rng, tmp_pa
     assert sizes["labels_indptr.npy"] < 8 * 2002 + 200 and sizes["labels_indices.npy"] < 4 + 200, sizes
     loaded = CodeIndex.load(tmp_path / "ix")
     assert loaded.num_classes == 65536 and loaded.labels_of([2000, 0]) == [[65535], []]
+
+
+@pytest.mark.parametrize("bits", [64, 16])
+def test_a_manifest_whose_bits_disagree_with_the_codes_is_one_line(tmp_path, rng, bits):
+    from helpers import cli, one_line_error
+
+    index = CodeIndex(32)
+    index.add(random_codes(rng, 10, 32))
+    index.save(tmp_path / "idx")
+    manifest = json.loads((tmp_path / "idx" / "manifest.json").read_text())
+    (tmp_path / "idx" / "manifest.json").write_text(json.dumps({**manifest, "bits": bits}))
+    with pytest.raises(InputError, match=f"index.faiss: holds 32-bit codes, the manifest says {bits}"):
+        CodeIndex.load(tmp_path / "idx")
+    one_line_error(cli("index", "info", tmp_path / "idx"), f"holds 32-bit codes, the manifest says {bits}")

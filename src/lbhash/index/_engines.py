@@ -228,8 +228,10 @@ class FlatEngine(Engine):
             index = faiss.read_index_binary(str(file), faiss.IO_FLAG_MMAP_IFC)
         except RuntimeError as err:
             raise InputError(f"{file}: not a readable FAISS binary index ({str(err).splitlines()[0]})") from None
-        if not isinstance(index, faiss.IndexBinaryFlat) or index.d != bits:
-            return cls.from_faiss(bits, params, index, ids)  # the caller reports the mismatch
+        if index.d != bits:  # before any reshape by the manifest's bits
+            raise InputError(f"{file}: holds {index.d}-bit codes, the manifest says {bits}")
+        if not isinstance(index, faiss.IndexBinaryFlat):
+            return cls.from_faiss(bits, params, index, ids)  # which names the index type
         code_size, n = bits // 8, index.ntotal
         offset = file.stat().st_size - n * code_size
         length = np.fromfile(file, dtype="<u8", count=1, offset=offset - 8) if offset >= 8 else None

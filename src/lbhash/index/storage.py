@@ -160,10 +160,7 @@ def _load_engine(file: Path, bits: int, kind: str, params: dict, ids: np.ndarray
     """(engine, codes): a flat index maps its file (FlatEngine.from_file); the other kinds
     deserialize FAISS's structures, which cannot be mapped."""
     if kind == "flat":
-        engine, codes = FlatEngine.from_file(bits, params, file, ids)
-        if engine.index.d != bits:
-            raise InputError(f"{file}: holds {engine.index.d}-bit codes, the manifest says {bits}")
-        return engine, codes
+        return FlatEngine.from_file(bits, params, file, ids)
     try:
         faiss_index = faiss.read_index_binary(str(file))
     except RuntimeError as err:
