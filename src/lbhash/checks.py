@@ -7,6 +7,8 @@ which still reads as the whole database.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from lbhash.errors import InputError
@@ -17,6 +19,21 @@ WHOLE_DATABASE = "all"
 def is_int(value) -> bool:
     """An int or NumPy integer, and not a bool."""
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def positive_int_env(name: str, unit: str = "") -> int | None:
+    """The positive integer in environment variable `name`, or None where it is unset or empty;
+    anything else is one line naming the variable (and the value's `unit`, e.g. "seconds")."""
+    text = os.environ.get(name)
+    if not text:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value <= 0:
+        raise InputError(f"{name} must be a positive integer{f' ({unit})' if unit else ''}, got {text!r}")
+    return value
 
 
 def positive_int(value, name: str) -> int:

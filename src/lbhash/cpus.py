@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import os
 
-from lbhash.checks import positive_int
-from lbhash.errors import InputError
+from lbhash.checks import positive_int_env
 
 
 def usable_cpus() -> int:
@@ -23,11 +22,4 @@ def usable_cpus() -> int:
 
 def num_threads() -> int:
     """Worker threads for the evaluation kernels: LBHASH_NUM_THREADS, else `usable_cpus()`."""
-    env = os.environ.get("LBHASH_NUM_THREADS")
-    if not env:
-        return usable_cpus()
-    try:
-        value = int(env)
-    except ValueError:
-        raise InputError(f"LBHASH_NUM_THREADS must be a positive integer, got {env!r}") from None
-    return positive_int(value, "LBHASH_NUM_THREADS")
+    return positive_int_env("LBHASH_NUM_THREADS") or usable_cpus()

@@ -87,37 +87,35 @@ class LowerBoundObjective(nn.Module):
                  fused_surrogate: bool = True, multilabel_theta: str = "sum",
                  tie_center: torch.Tensor | None = None):
         super().__init__()
-        weight, mode, reduction = lbhash_weight, lbhash_mode, lbhash_reduction
-        flips, assignment = surrogate_flips, block_assignment
-        redraw_every, fused = block_redraw_every, fused_surrogate
-        if mode not in MODES:
-            raise InputError(f"lower-bound mode must be 'add' or 'replace', got {mode!r}")
-        if mode == "replace" and base.center_part is None:
+        if lbhash_mode not in MODES:
+            raise InputError(f"lower-bound mode must be 'add' or 'replace', got {lbhash_mode!r}")
+        if lbhash_mode == "replace" and base.center_part is None:
             raise InputError(f"method {base.name} has no center loss to replace; use mode 'add'")
         if tuple(centers.shape) != (base.num_classes, base.bits):
             raise InputError(f"centers must have shape ({base.num_classes}, {base.bits}), got {tuple(centers.shape)}")
         if surrogate.bits != base.bits:
             raise InputError(f"surrogate has {surrogate.bits} bits but the method has {base.bits}")
-        for name, value, allowed in (("reduction", reduction, REDUCTIONS), ("assignment", assignment, ASSIGNMENTS),
+        for name, value, allowed in (("reduction", lbhash_reduction, REDUCTIONS),
+                                     ("assignment", block_assignment, ASSIGNMENTS),
                                      ("multilabel_target", multilabel_target, MULTILABEL_TARGETS),
                                      ("multilabel_theta", multilabel_theta, MULTILABEL_THETA)):
             if value not in allowed:
                 raise InputError(f"lower-bound {name} must be one of {', '.join(allowed)}, got {value!r}")
-        if not 0 <= flips <= base.bits:
-            raise InputError(f"surrogate flips must be between 0 and bits={base.bits}, got {flips}")
-        if redraw_every < 1:
-            raise InputError(f"redraw_every must be a positive number of epochs, got {redraw_every}")
+        if not 0 <= surrogate_flips <= base.bits:
+            raise InputError(f"surrogate flips must be between 0 and bits={base.bits}, got {surrogate_flips}")
+        if block_redraw_every < 1:
+            raise InputError(f"redraw_every must be a positive number of epochs, got {block_redraw_every}")
         self.base, self.surrogate = base, surrogate
-        self.weight, self.mode, self.theta_dropout = float(weight), mode, theta_dropout
-        self.reduction, self.flips, self.assignment = reduction, int(flips), assignment
-        self.redraw_every, self.multilabel_target, self.seed = int(redraw_every), multilabel_target, int(seed)
-        self.fused, self.multilabel_theta = fused, multilabel_theta
+        self.weight, self.mode, self.theta_dropout = float(lbhash_weight), lbhash_mode, theta_dropout
+        self.reduction, self.flips, self.assignment = lbhash_reduction, int(surrogate_flips), block_assignment
+        self.redraw_every, self.multilabel_target, self.seed = int(block_redraw_every), multilabel_target, int(seed)
+        self.fused, self.multilabel_theta = fused_surrogate, multilabel_theta
         # saved with the run (checkpoint); None (no key) in runs with +1 ties
         self.register_buffer("tie_center", None if tie_center is None else tie_center.float().clone())
         self.register_buffer("centers", centers.float().clone())
         self.register_buffer("order", torch.arange(base.bits))  # bit j of block input = bit order[j]
         self.register_buffer("center_patterns", surrogate.pattern_index(self.centers))
-        if assignment == "permuted":
+        if block_assignment == "permuted":
             self.set_order(self.draw_order(0))
 
     @property

@@ -50,16 +50,9 @@ def process_group_timeout():
     minutes alone, evaluating, while the others wait at a barrier). Tests set a minute."""
     from datetime import timedelta
 
-    from lbhash.checks import positive_int
+    from lbhash.checks import positive_int_env
 
-    env = os.environ.get("LBHASH_PROCESS_GROUP_TIMEOUT")
-    if not env:
-        return timedelta(minutes=30)
-    try:
-        value = int(env)
-    except ValueError:
-        raise InputError(f"LBHASH_PROCESS_GROUP_TIMEOUT must be a positive integer (seconds), got {env!r}") from None
-    return timedelta(seconds=positive_int(value, "LBHASH_PROCESS_GROUP_TIMEOUT"))
+    return timedelta(seconds=positive_int_env("LBHASH_PROCESS_GROUP_TIMEOUT", "seconds") or 30 * 60)
 
 
 def _gloo_over_loopback() -> None:
