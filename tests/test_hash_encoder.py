@@ -80,12 +80,12 @@ def test_save_then_load_gives_identical_codes(digits, fitted, tmp_path):
         fitted.save(path)
 
 
-def test_eval_set_arrays_give_validation_metrics(digits):
+def test_eval_set_arrays_give_validation_metrics(digits, tmp_path):
     x, y, xq, yq = digits
     enc = HashEncoder(method="hashnet", bits=16, epochs=3, **FAST).fit(x, y, eval_set=(xq, yq))
     assert enc.metrics_["n_validation"] == len(xq) and enc.metrics_["n_train"] == len(x)
-    assert 0 < enc.metrics_["map"] <= 1
-    again = HashEncoder.load(enc.run_dir_)  # the same fitted attributes, read back from the run
+    assert 0 < enc.metrics_["map"] <= 1 and enc.run_dir_ is None  # trained in memory
+    again = HashEncoder.load(enc.save(tmp_path / "run"))  # the same fitted attributes, read back from the run
     assert again.metrics_ == enc.metrics_ and again.history_ == enc.history_ and again.config_ == enc.config_
     assert again.input_form_ == enc.input_form_
     np.testing.assert_array_equal(again.encode(xq), enc.encode(xq))
@@ -219,7 +219,7 @@ def test_2d_uint8_features_warn_and_float_features_do_not(all_digits):
     assert not [w for w in caught if "uint8" in str(w.message)]
 
 
-def test_validation_metrics_are_named_for_the_validation_items(all_digits):
+def test_validation_metrics_are_named_for_the_validation_items(all_digits, tmp_path):
     X, y = all_digits
     Xt, yt, Xv, yv = X[:1300], y[:1300], X[1300:], y[1300:]
     enc = HashEncoder(epochs=2, **SMALL).fit(Xt, yt, eval_set=(Xv, yv))
@@ -231,7 +231,7 @@ def test_validation_metrics_are_named_for_the_validation_items(all_digits):
     assert m["lower_bound"] == {"codes": "validation", "percentile": 99.9, "min_inter": expected.min_inter,
                                 "max_intra": expected.max_intra, "ratio": expected.ratio}
     assert expected.max_intra > 0  # held out: not sitting on the centers
-    assert HashEncoder.load(enc.run_dir_).metrics_ == m
+    assert HashEncoder.load(enc.save(tmp_path / "run")).metrics_ == m
 
 
 def test_without_validation_metrics_hold_the_run_summary_only(all_digits):

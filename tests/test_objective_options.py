@@ -178,7 +178,7 @@ def test_best_validation_selection_restores_that_epochs_weights(tmp_path):
 
 
 def test_selection_patience():
-    sel = Selection("unused", "last", patience=2)
+    sel = Selection("last", patience=2)
     stopped = []
     for epoch, val_map in enumerate([0.5, 0.6, 0.55, 0.54], start=1):
         sel.update(epoch, val_map, None, False)

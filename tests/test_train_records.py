@@ -5,12 +5,12 @@ import numpy as np
 import pytest
 import torch
 
-from lbhash.codes import pack
 from lbhash.codes_file import load_codes_file
 from lbhash.train import TrainConfig
 from lbhash.train.builder import build_experiment
 from lbhash.train.loop import Trainer
 from lbhash.train.run import train_run
+from lbhash.train.run_store import RunStore
 from lbhash.train.rundir import CODES, LOG, load_run_model, read_fitted, read_log, read_metrics
 
 FAST = dict(data="digits", bits=16, hidden=[32], centers="hadamard", lr_step=0, progress=False)
@@ -26,7 +26,7 @@ def test_on_epoch_end_gets_each_record_as_the_log_holds_it(tmp_path):
     run_dir.mkdir()
     seen = []
     exp = build_experiment(TrainConfig(**FAST, epochs=3, validation=0.1, eval_every=2))
-    trainer = Trainer(exp, run_dir, lambda epoch, record: seen.append((epoch, record)))
+    trainer = Trainer(exp, RunStore(run_dir), lambda epoch, record: seen.append((epoch, record)))
     history = trainer.fit()
     assert [epoch for epoch, _ in seen] == [1, 2, 3]
     assert [record for _, record in seen] == history == read_log(run_dir / LOG)
@@ -46,7 +46,7 @@ def test_train_run_returns_the_model_a_loaded_run_gives(tmp_path):
     assert result.metrics == read_metrics(run_dir)
     assert fitted.input_form == read_fitted(run_dir).input_form
     codes = load_codes_file(run_dir / CODES)
-    np.testing.assert_array_equal(pack(result.query_codes["query_codes"]), codes["query_codes"])
+    np.testing.assert_array_equal(result.query_codes["query_codes"], codes["query_codes"])
     again = train_run(None, run_dir, resume=True)  # finished: nothing trained, its metrics only
     assert again.fitted is None and again.metrics == result.metrics
 

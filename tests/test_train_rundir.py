@@ -143,7 +143,7 @@ def test_a_run_that_fails_after_its_first_write_is_marked_failed(tmp_path, monke
     import lbhash.train.run as run_module
     from lbhash.errors import InputError
 
-    def refused(trainer):
+    def refused(trainer, out):
         raise InputError("codes refused")
 
     monkeypatch.setattr(run_module, "write_codes", refused)
@@ -160,7 +160,7 @@ def test_a_transient_failure_leaves_a_run_that_resume_continues(tmp_path, monkey
 
     real = run_module.write_codes
 
-    def full_disk(trainer):
+    def full_disk(trainer, out):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(run_module, "write_codes", full_disk)

@@ -47,9 +47,16 @@ def save_codes_file(path: str | os.PathLike, query_codes, db_codes, query_labels
 
 def write_codes(path: str | os.PathLike, bits: int | None, parts: dict[str, dict], topk: int | None = None,
                 **extra) -> None:
-    """Write a codes file atomically. `parts` maps a part name (items, query, db) to its fields
-    (codes, ids, labels, sources, real, scores; None = absent); `extra` adds arrays, where
-    `query_ids=...` style names fill a part's fields too."""
+    """Write a codes file atomically (the arrays of `codes_arrays`)."""
+    _io.save_npz(path, **codes_arrays(bits, parts, topk, str(path), **extra))
+
+
+def codes_arrays(bits: int | None, parts: dict[str, dict], topk: int | None = None, where: str = "codes",
+                 **extra) -> dict[str, np.ndarray]:
+    """The arrays of a codes file, checked as a reader checks them (errors name `where`).
+    `parts` maps a part name (items, query, db) to its fields (codes, ids, labels, sources,
+    real, scores; None = absent); `extra` adds arrays, where `query_ids=...` style names fill a
+    part's fields too. `codes_from_arrays` reads them as `load_codes_file` reads the file."""
     for old, new in _LEGACY_IDS.items():
         if old in extra:
             extra[new] = extra.pop(old)
@@ -67,8 +74,13 @@ def write_codes(path: str | os.PathLike, bits: int | None, parts: dict[str, dict
     arrays["bits"] = np.int64(bits)
     arrays["topk"] = np.array(topk_to_file(topk))
     arrays.update({k: np.asarray(v) for k, v in extra.items()})
-    _normalized(str(path), dict(arrays))  # what is written is what a reader accepts
-    _io.save_npz(path, **arrays)
+    _normalized(where, dict(arrays))  # what is written is what a reader accepts
+    return arrays
+
+
+def codes_from_arrays(arrays: dict[str, np.ndarray], where: str = "codes") -> dict:
+    """A codes file's arrays held in memory, read as `load_codes_file` reads the file."""
+    return _normalized(where, arrays)
 
 
 def load_codes_file(path: str | os.PathLike, need: tuple[str, ...] = ("query", "db"),

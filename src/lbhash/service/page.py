@@ -167,7 +167,8 @@ def run_summary(searcher) -> dict | None:
         return None
     metrics = getattr(encoder, "metrics_", None) or {}
     asymmetric = metrics.get("asymmetric") if isinstance(metrics.get("asymmetric"), dict) else {}
-    return {"dir": str(Path(getattr(encoder, "run_dir_", "")).resolve()), "method": cfg.method, "lbhash": bool(cfg.lbhash),
+    run_dir = getattr(encoder, "run_dir_", None)
+    return {"dir": None if run_dir is None else str(Path(run_dir).resolve()), "method": cfg.method, "lbhash": bool(cfg.lbhash),
             "variant": cfg.variant, "bits": cfg.bits, "data": cfg.data, "protocol": cfg.protocol,
             "input_kind": cfg.input_kind, "map": metrics.get("map"), "topk": metrics.get("topk"),
             "n_query": metrics.get("n_query"), "n_db": metrics.get("n_db"),

@@ -7,9 +7,10 @@
     enc.save("runs/my-encoder")          # a normal run directory
     enc = HashEncoder.load("runs/csq_D-64")   # any run directory, `lbhash train`'s too
 
-`__init__` only stores its parameters; `fit` validates the arrays, trains with the same
-builder, loop and encoder as `lbhash train` (into a run directory), and keeps what training
-returns (model, config, history, metrics) as the fitted attributes, which end in `_`. X is a
+`__init__` only stores its parameters; `fit` validates the arrays, trains in memory with the
+same builder, loop and encoder as `lbhash train` (lbhash.train.fit; nothing is written unless
+`run_dir` asks for a run directory), and keeps what training returns (model, config, history,
+metrics) as the fitted attributes, which end in `_`. X is a
 float array (n, d) of features, or a uint8 array of images (n, H, W) or (n, H, W, C); y holds
 class ids (n,) or multi-hot rows (n, C). As a scikit-learn transformer, `transform` gives the
 codes (packed, or +/-1 with `code_format="signs"`), so it is a step of a `Pipeline`.
@@ -25,7 +26,6 @@ from __future__ import annotations
 import shutil
 import tempfile
 import warnings
-import weakref
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ from sklearn.exceptions import NotFittedError as SklearnNotFittedError
 
 from lbhash.arrays import as_float32, first_nonfinite
 from lbhash.codes import pack
-from lbhash.codes_file import load_codes_file
+from lbhash.codes_file import codes_from_arrays, load_codes_file
 from lbhash.data import ArrayDataset, HashDataset, ImageDataset
 from lbhash.data.image_arrays import as_rgb_images
 from lbhash.data.input_form import conform_dataset, conform_features
@@ -47,7 +47,8 @@ from lbhash.methods import method_class
 from lbhash.train.builder import input_options
 from lbhash.train.config import FIELDS, make_config
 from lbhash.train.encoder import encode
-from lbhash.train.run import train_run
+from lbhash.train.fit import fit as fit_in_memory
+from lbhash.train.run import train_run, write_run
 from lbhash.train.rundir import CODES, CONFIG, METRICS, Fitted, read_fitted, read_metrics
 
 ARRAYS = "arrays"  # the data spec of a run trained by fit: arrays, not a file
@@ -71,7 +72,8 @@ class HashEncoder(TransformerMixin, BaseEstimator):
 
     Fitted attributes: `config_` (the resolved TrainConfig), `model_` (the torch hash model),
     `bits_`, `input_kind_` ("features" or "images"), `n_features_in_` (feature width, None
-    for images), `input_form_` (the input contract), `run_dir_` (where the run lives),
+    for images), `input_form_` (the input contract), `run_dir_` (the run directory it was
+    trained into or loaded from; None for a fit in memory),
     `history_` (one record per epoch) and `metrics_` (with `eval_set`: the eval items'
     metrics, `n_validation`, `n_train` and the eval codes' lower bound; else the run summary).
     A 2-D uint8 X trains as raw feature values, with a warning (uint8 usually means pixels or
@@ -152,8 +154,9 @@ class HashEncoder(TransformerMixin, BaseEstimator):
     def fit(self, X, y=None, eval_set: tuple | None = None, run_dir: str | Path | None = None) -> "HashEncoder":
         """Train on (X, y). `eval_set=(X_val, y_val)`: items searched among the training items
         for the final metrics (`metrics_`), never seen during training. y=None (no labels)
-        suits the unsupervised methods only (lsh, pca, itq). The run is written to `run_dir`
-        (default: a temporary directory that lives as long as this object)."""
+        suits the unsupervised methods only (lsh, pca, itq). Training happens in memory and
+        writes nothing; `run_dir` trains into that run directory instead (a checkpoint per
+        epoch, resumable with `lbhash train --resume` where the data is a file)."""
         for key in FIT_DATA:
             if key in self._options:
                 raise InputError(f"HashEncoder trains on the arrays given to fit; drop the option {key!r}")
@@ -163,14 +166,17 @@ class HashEncoder(TransformerMixin, BaseEstimator):
                            "epochs": self.epochs, "seed": self.seed, "progress": self.progress,
                            "data": ARRAYS, "protocol": "given" if eval_set is not None else "all-train"})
         if run_dir is None:
-            tmp = tempfile.mkdtemp(prefix="lbhash-encoder-")
-            self._cleanup = weakref.finalize(self, shutil.rmtree, tmp, True)
-            run_dir = Path(tmp) / "run"
-        result = train_run(cfg, run_dir, dataset=dataset)
-        metrics = result.metrics
+            trained = fit_in_memory(cfg, dataset)
+            self._trained = trained  # what save writes
+            fitted, metrics, query_codes = trained.fitted, trained.metrics, trained.codes.get("all")
+            query_codes = None if query_codes is None else codes_from_arrays(query_codes)
+        else:
+            result = train_run(cfg, run_dir, dataset=dataset)
+            self._trained = None
+            fitted, metrics, query_codes = result.fitted, result.metrics, result.query_codes
         if eval_set is not None and "map" in metrics:
-            metrics = eval_set_metrics(metrics, result.query_codes)
-        return self._set_fitted(Path(run_dir), result.fitted, metrics)
+            metrics = eval_set_metrics(metrics, query_codes)
+        return self._set_fitted(None if run_dir is None else Path(run_dir), fitted, metrics)
 
     def fit_transform(self, X, y=None, **fit_params) -> np.ndarray:
         """`fit(X, y, **fit_params)`, then the codes of X (`transform`)."""
@@ -188,9 +194,10 @@ class HashEncoder(TransformerMixin, BaseEstimator):
         if cfg.data == ARRAYS and cfg.protocol == "given" and "map" in metrics:  # a fit with eval_set
             metrics = eval_set_metrics(metrics, load_codes_file(model_dir / CODES))
         enc = cls(method=cfg.method, bits=cfg.bits, lbhash=cfg.lbhash, epochs=cfg.epochs, seed=cfg.seed)
+        enc._trained = None
         return enc._set_fitted(model_dir, fitted, metrics)
 
-    def _set_fitted(self, run_dir: Path, fitted: Fitted, metrics: dict[str, Any]) -> "HashEncoder":
+    def _set_fitted(self, run_dir: Path | None, fitted: Fitted, metrics: dict[str, Any]) -> "HashEncoder":
         """The fitted attributes, from a fit or a run directory alike."""
         self.model_, self.config_, self.input_form_ = fitted.model, fitted.config, fitted.input_form
         self.bits_, self.input_kind_ = fitted.config.bits, fitted.config.input_kind
@@ -230,7 +237,9 @@ class HashEncoder(TransformerMixin, BaseEstimator):
                       batch_size=batch_size, real=real)
 
     def save(self, path: str | Path) -> Path:
-        """Write the fitted run as a run directory at `path` (a new directory, written atomically)."""
+        """Write the fitted run as a run directory at `path` (a new directory, written
+        atomically): the files `lbhash train` writes, which `HashEncoder.load`, `lbhash encode`
+        and `lbhash index build` read."""
         self._check_fitted("save")
         path = Path(path)
         if path.exists():
@@ -238,7 +247,10 @@ class HashEncoder(TransformerMixin, BaseEstimator):
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
         try:
-            shutil.copytree(self.run_dir_, tmp, dirs_exist_ok=True)
+            if getattr(self, "_trained", None) is not None:
+                write_run(tmp, self._trained)
+            else:
+                shutil.copytree(self.run_dir_, tmp, dirs_exist_ok=True)
             tmp.rename(path)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)

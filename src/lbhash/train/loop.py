@@ -1,4 +1,6 @@
-"""The training loop of Alg. 1 on Lightning Fabric, with logging, checkpoints and resume.
+"""The training loop of Alg. 1 on Lightning Fabric, in memory: records per epoch, model
+selection, and a `store` (the run directory, lbhash.train.run_store) when the caller wants
+each epoch's record and checkpoint written.
 
 Per batch: u = F_theta(x); loss = method loss (+ lambda * L_theta) + L_pi. L_theta reaches
 theta only (pi frozen) and L_pi reaches pi only (u detached), so one backward pass followed
@@ -15,24 +17,20 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
-from pathlib import Path
-from typing import Callable
+from typing import Callable, Protocol
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
-from lbhash._io import temporary_name
 from lbhash.codes import to_signs
 from lbhash.errors import InputError, require_extra
 from lbhash.evaluate import lower_bound, mean_average_precision
 from lbhash.train.builder import Experiment, Learner, input_options
 from lbhash.train.encoder import all_gather, encode
-from lbhash.train.optim import load_scheduler_state, make_optimizer, make_scheduler
+from lbhash.train.optim import make_optimizer, make_scheduler
 from lbhash.train.processes import make_fabric
-from lbhash.train.rundir import CHECKPOINT, LOG, truncate_log, verify_zip
 from lbhash.train.selection import Selection
 
 
@@ -44,37 +42,45 @@ class NonFiniteError(InputError):
     """A loss or a parameter became NaN or infinite: the run stops and is marked failed."""
 
 
-def check_logger(logger: str) -> None:
+def check_logger(logger: str, store: "EpochStore | None") -> None:
     """The logger's optional package, checked before a run starts: Lightning's TensorBoard
-    logger writes with tensorboard when it is installed, else with tensorboardX (our extra)."""
+    logger writes with tensorboard when it is installed, else with tensorboardX (our extra),
+    into a run directory."""
     if logger == "tensorboard":
+        if store is None:
+            raise InputError("logger tensorboard writes its event files into a run directory: train into one "
+                             "(lbhash train --out, or HashEncoder.fit(..., run_dir=...))")
         require_extra("--logger tensorboard", "tensorboard", ("tensorboardX", "tensorboard"))
 
 
-def make_loggers(cfg, run_dir: Path) -> list:
-    """Fabric loggers of the run: TensorBoard event files in RUN_DIR/tensorboard when asked."""
-    if cfg.logger != "tensorboard":
-        return []
-    check_logger(cfg.logger)
-    from lightning.fabric.loggers import TensorBoardLogger
+class EpochStore(Protocol):
+    """Where a trainer's epochs are written (the run directory): its loggers, the best
+    epoch's weights, and each finished epoch's record and checkpoint."""
+    best_path: object
 
-    return [TensorBoardLogger(root_dir=str(run_dir / "tensorboard"), name="", version="")]
+    def loggers(self, cfg) -> list: ...
+
+    def record(self, trainer: "Trainer", epoch: int, record: dict) -> None: ...
 
 
 class Trainer:
-    """Runs the epochs of one experiment into a run directory.
+    """Runs the epochs of one experiment, in memory, or into a `store` (a run directory).
 
-    `on_epoch_end(epoch, record)` is called after each trained epoch's checkpoint, with the
-    epoch's record as log.jsonl holds it. `history` holds the records of log.jsonl (on rank 0).
+    `on_epoch_end(epoch, record)` is called after each trained epoch (and its checkpoint, with
+    a store), with the epoch's record in JSON's types, as log.jsonl holds it. `history` holds
+    the records (on rank 0).
     """
 
-    def __init__(self, exp: Experiment, run_dir: Path, on_epoch_end: Callable[[int, dict], None] | None = None):
-        self.exp, self.cfg, self.run_dir = exp, exp.cfg, run_dir
+    def __init__(self, exp: Experiment, store: EpochStore | None = None,
+                 on_epoch_end: Callable[[int, dict], None] | None = None):
+        self.exp, self.cfg, self.store = exp, exp.cfg, store
         self.on_epoch_end = on_epoch_end
         self.history: list[dict] = []
         cfg = self.cfg
+        check_logger(cfg.logger, store)
         torch.set_flush_denormal(True)  # denormals slow CPU matmuls by orders of magnitude
-        self.fabric = make_fabric(cfg.accelerator, cfg.devices, cfg.precision, make_loggers(cfg, run_dir))
+        self.fabric = make_fabric(cfg.accelerator, cfg.devices, cfg.precision,
+                                  [] if store is None else store.loggers(cfg))
         learner: Learner = exp.learner
         opt_theta = make_optimizer(cfg.optimizer, learner.theta_parameters(), cfg.lr, cfg.weight_decay)
         optimizers = [opt_theta]
@@ -84,56 +90,18 @@ class Trainer:
                                              cfg.surrogate_weight_decay))
         self.learner, *self.optimizers = self.fabric.setup(learner, *optimizers)
         self.schedulers = [make_scheduler(o, cfg) for o in self.optimizers]
-        self.selection = Selection(run_dir, cfg.select, cfg.patience)
+        self.selection = Selection(cfg.select, cfg.patience, None if store is None else store.best_path)
         self.train_labels = exp.dataset.labels[exp.split.train]
         self.options = input_options(cfg)
         self.batches = exp.dataset.train_batches(exp.split.train, cfg.batch_size, self.fabric.device,
                                                  self.fabric.global_rank, self.fabric.world_size, self.options)
         self.start_epoch = 0
 
-    # --- checkpoints --------------------------------------------------------------------
-
     def state(self, epoch: int) -> dict:
+        """What a checkpoint holds after `epoch`: everything a resumed run continues from."""
         return {"learner": self.learner, "optimizers": [o.state_dict() for o in self.optimizers],
                 "schedulers": [s.state_dict() for s in self.schedulers], "epoch": epoch,
                 "selection": self.selection.state_dict()}
-
-    def save_checkpoint(self, epoch: int) -> None:
-        path = self.run_dir / CHECKPOINT
-        tmp = temporary_name(path)  # unique: only rank 0 writes it, and its lock keeps others out
-        self.fabric.save(tmp, self.state(epoch))
-        if self.fabric.is_global_zero:
-            os.replace(tmp, path)  # atomic: a kill never leaves a broken checkpoint
-        self.fabric.barrier()
-
-    def has_checkpoint(self) -> bool:
-        return (self.run_dir / CHECKPOINT).is_file()
-
-    def resume_state(self) -> None:
-        """Continue from the checkpoint; without one, from the start (dropping any log lines of
-        an epoch that had not reached its checkpoint)."""
-        if self.has_checkpoint():
-            self.load_checkpoint()
-        elif self.fabric.is_global_zero and (self.run_dir / LOG).exists():
-            truncate_log(self.run_dir / LOG, 0)
-
-    def load_checkpoint(self) -> None:
-        path = self.run_dir / CHECKPOINT
-        verify_zip(path)
-        state = {"learner": self.learner}
-        try:
-            rest = self.fabric.load(path, state, weights_only=True)
-        except Exception as err:  # unsafe content (refused, never run), a foreign file, another model's weights
-            raise InputError(f"{path}: not a checkpoint of this run ({type(err).__name__})") from None
-        for opt, sd in zip(self.optimizers, rest["optimizers"]):
-            opt.load_state_dict(sd)
-        for sched, sd in zip(self.schedulers, rest["schedulers"]):
-            load_scheduler_state(sched, sd, self.cfg)
-        if "selection" in rest:
-            self.selection.load_state_dict(rest["selection"])
-        self.start_epoch = int(rest["epoch"])
-        if self.fabric.is_global_zero:
-            self.history = truncate_log(self.run_dir / LOG, self.start_epoch)
 
     # --- training -----------------------------------------------------------------------
 
@@ -152,16 +120,14 @@ class Trainer:
         return self.history
 
     def record_epoch(self, epoch: int, record: dict) -> dict:
-        """Append a finished epoch's record to log.jsonl and `history` (rank 0), save the
-        checkpoint and call `on_epoch_end`; return the record as the log holds it (JSON's
-        types). The one way an epoch is recorded, by the loop and by a closed-form fit."""
+        """Append a finished epoch's record to `history` (rank 0) in JSON's types, hand it to
+        the store (log line and checkpoint) and call `on_epoch_end`; return the record. The one
+        way an epoch is recorded, by the loop and by a closed-form fit."""
         if self.fabric.is_global_zero:
-            line = json.dumps(record, allow_nan=False)
-            with open(self.run_dir / LOG, "a") as fh:
-                fh.write(line + "\n")
-            record = json.loads(line)
+            record = json.loads(json.dumps(record, allow_nan=False))
             self.history.append(record)
-        self.save_checkpoint(epoch)
+        if self.store is not None:
+            self.store.record(self, epoch, record)
         if self.on_epoch_end is not None:
             self.on_epoch_end(epoch, record)
         return record
@@ -199,8 +165,9 @@ class Trainer:
 
     def restore_selected(self) -> None:
         """Load the weights of the epoch `select: best-val` kept (a no-op for `last`)."""
-        if self.cfg.select == "best-val" and self.selection.path.is_file():
-            self.learner.model.load_state_dict(self.selection.best_weights())
+        best = self.selection.best() if self.cfg.select == "best-val" else None
+        if best is not None:
+            self.learner.model.load_state_dict(best["model"])
 
     def train_epoch(self, epoch: int) -> dict:
         cfg, learner = self.cfg, self.learner

@@ -1,10 +1,12 @@
-"""A training run end to end: open the run directory, train, encode, evaluate, finish.
+"""A run directory over the in-memory training core (lbhash.train.fit): open it, train,
+encode, evaluate, finish; and `write_run`, the same files from an in-memory fit.
 
-`train` is the one way in, for `lbhash train`, the Python API (HashEncoder) and `reproduce`;
-`train_run` is the same and also returns what it trained (`TrainedRun`). Two steps, under the
-run's lock: `open_run` decides between a new run and a resumed one, checks everything, and
-writes a new run's first files; `_train_open_run` trains, writes the codes and the results, and
-marks a run failed where it failed for good.
+`train` is the one way to train into a run directory, for `lbhash train`, `reproduce` and
+`HashEncoder.fit(..., run_dir=...)`; `train_run` is the same and also returns what it trained
+(`TrainedRun`). Two steps, under the run's lock: `open_run` decides between a new run and a
+resumed one, checks everything (the core's `prepare`, with the directory as its store), and
+writes a new run's first files; `_train_open_run` trains, writes the codes and the results,
+and marks a run failed where it failed for good.
 
 Run directory: config.yaml (resolved), split.npz, data.json (what was loaded), input.json (the
 input contract: the raw form of the training inputs, lbhash.data.input_form), log.jsonl (one
@@ -15,6 +17,7 @@ no codes.npz, and its metrics.json holds only the run summary.
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,26 +25,22 @@ from typing import Any, Callable
 
 import torch
 
-from lbhash._io import write_json
+from lbhash._io import atomic_path, save_npz, write_json
 from lbhash.data import HashDataset, Split, load_split, save_split
-from lbhash.data.input_form import InputForm, form_of
+from lbhash.data.input_form import InputForm
 from lbhash.errors import InputError
-from lbhash.evaluate import map_label
-from lbhash.methods import method_class
-from lbhash.models import HashModel
-from lbhash.train.builder import build_experiment
-from lbhash.train.closed_form import fit_closed_form
-from lbhash.train.config import TrainConfig, profile_line
-from lbhash.train.loop import NonFiniteError, Trainer, check_logger
+from lbhash.train.config import TrainConfig
+from lbhash.train.fit import Trained, announce, as_loaded, prepare, train_to_end
+from lbhash.train.loop import NonFiniteError, Trainer
 from lbhash.train.optim import check_extension
-from lbhash.train.processes import check_accelerator, leave_process_group, process_rank
+from lbhash.train.processes import leave_process_group, process_rank
 from lbhash.train.run_codes import write_codes
 from lbhash.train.run_metrics import finish_run
-from lbhash.train.rundir import (CHECKPOINT, CODES, CONFIG, INPUT_FORM, MANIFEST, SPLIT, Fitted, check_not_failed,
-                                 load_input_form, load_run_config, mark_failed, read_metrics, reopen_run, run_lock, save_run_config,
-                                 verify_files, verify_finished_run)
-from lbhash.train.summary import (DATA_SUMMARY, bars_on_terminal, data_summary, describe_data, epoch_lines,
-                                  notices_to_stderr, result_line)
+from lbhash.train.run_store import RunStore
+from lbhash.train.rundir import (BEST, CHECKPOINT, CODES, CODES_SEEN, CONFIG, INPUT_FORM, LOG, MANIFEST, SPLIT, Fitted,
+                                 check_not_failed, load_input_form, load_run_config, mark_failed, read_metrics,
+                                 reopen_run, run_lock, save_run_config, verify_files, verify_finished_run)
+from lbhash.train.summary import DATA_SUMMARY, notices_to_stderr, result_line
 
 logger = logging.getLogger("lbhash")
 
@@ -58,11 +57,12 @@ class TrainedRun:
 
 @dataclass
 class OpenRun:
-    """A run ready to train: its trainer, and its config (as config.yaml holds it) and input
-    contract (input.json)."""
+    """A run ready to train: its trainer, its config (as config.yaml holds it), its input
+    contract (input.json) and its directory."""
     trainer: Trainer
     config: TrainConfig
     input_form: InputForm
+    out: Path
 
 
 def train(cfg: TrainConfig | None, out: str | Path, resume: bool = False,
@@ -159,50 +159,25 @@ def _resumed_config(out: Path, epochs: int | None) -> TrainConfig:
 
 def open_run(cfg: TrainConfig, out: Path, resume: bool, epochs: int | None, progress: bool | None,
              dataset: HashDataset | None, on_epoch_end: Callable[[int], None] | None) -> OpenRun:
-    """Build the run's experiment and trainer; every check happens before the run writes
-    anything. A new run then writes its first files, a resumed one loads its checkpoint, and
-    one trained further (`epochs`) is reopened."""
+    """Build the run's experiment and trainer (`lbhash.train.fit.prepare`, with the run
+    directory as its store); every check happens before the run writes anything. A new run
+    then writes its first files, a resumed one loads its checkpoint, and one trained further
+    (`epochs`) is reopened."""
     first = process_rank() == 0
-    if progress is not None:
-        cfg = cfg.replace(progress=progress)
-    check_accelerator(cfg.accelerator)
-    check_logger(cfg.logger)
-    exp = build_experiment(cfg, load_split(out / SPLIT) if resume else None, dataset)
-    if exp.skipped_images and first:
-        logger.warning("skipped %d unreadable image(s) (--skip-bad-images)", exp.skipped_images)
-    summary, saved_cfg = data_summary(exp), exp.cfg
-    lines = None
-    if exp.cfg.progress and not bars_on_terminal(True):  # a log file: one line per epoch, no bars
-        exp.cfg = exp.cfg.replace(progress=False)
-        if first:
-            lines = epoch_lines(exp.cfg.variant, exp.cfg.epochs, map_label(exp.topk, len(exp.split.database)))
-    trainer = Trainer(exp, out, _at_epoch_end(lines, on_epoch_end))
-    form = form_of(exp.dataset, exp.cfg.normalize, exp.cfg.image_size)
+    store = RunStore(out)
+    run = prepare(cfg, load_split(out / SPLIT) if resume else None, dataset, progress, on_epoch_end, store)
+    trainer, saved_cfg, form = run.trainer, run.config, run.input_form
     if trainer.fabric.is_global_zero and not (out / CONFIG).exists():
-        _write_first_files(out, exp.split, summary, form, saved_cfg)
+        _write_first_files(out, trainer.exp.split, run.data_summary, form, saved_cfg)
     trainer.fabric.barrier()
-    trainer.resume_state()
+    store.resume(trainer)
     if epochs is not None:
         _reopen(out, trainer)
-    if first:  # every check has passed: what the run trains on
-        logger.info(profile_line(saved_cfg))
-        logger.info(describe_data(summary))
+    announce(run)
     if resume and first:  # what the run directory holds (this call's progress= is not written)
         saved_cfg = load_run_config(out)
         form = load_input_form(out, saved_cfg)
-    return OpenRun(trainer, saved_cfg, form)
-
-
-def _at_epoch_end(lines: Callable[[int, dict], None] | None,
-                  on_epoch_end: Callable[[int], None] | None) -> Callable[[int, dict], None]:
-    """The trainer's epoch-end call: the epoch's line (where there are no bars), then the
-    caller's `on_epoch_end(epoch)`."""
-    def at_epoch_end(epoch: int, record: dict) -> None:
-        if lines is not None:
-            lines(epoch, record)
-        if on_epoch_end is not None:
-            on_epoch_end(epoch)
-    return at_epoch_end
+    return OpenRun(trainer, saved_cfg, form, out)
 
 
 def _write_first_files(out: Path, split: Split, summary: dict, form: InputForm, cfg: TrainConfig) -> None:
@@ -238,31 +213,39 @@ def _train_open_run(run: OpenRun) -> TrainedRun | None:
         # deterministic: the same run would fail again, so --resume says why instead of retrying;
         # anything else (a kill, a full disk, the caller's callback) leaves a run --resume continues
         if trainer.fabric.is_global_zero:
-            mark_failed(trainer.run_dir, str(err))
+            mark_failed(run.out, str(err))
         raise
 
 
 def _train_and_finish(run: OpenRun) -> TrainedRun | None:
     trainer = run.trainer
-    if method_class(trainer.cfg.method).closed_form:  # baselines: one fit, no epochs left
-        fit_closed_form(trainer)
-    trainer.fit()
-    trainer.restore_selected()
-    query_codes = write_codes(trainer) if trainer.fabric.is_global_zero and trainer.cfg.test else None
+    train_to_end(trainer)
+    query_codes = write_codes(trainer, run.out) if trainer.fabric.is_global_zero and trainer.cfg.test else None
     trainer.fabric.barrier()
     for run_logger in trainer.fabric.loggers:
         run_logger.finalize("success")
     leave_process_group(trainer.fabric)
     if not trainer.fabric.is_global_zero:
         return None
-    metrics = finish_run(trainer.run_dir)
-    fitted = Fitted(_as_loaded(trainer.learner.model), run.config, run.input_form, trainer.history)
+    metrics = finish_run(run.out)
+    fitted = Fitted(as_loaded(trainer.learner.model), run.config, run.input_form, trainer.history)
     return TrainedRun(metrics, fitted, query_codes)
 
 
-def _as_loaded(model: HashModel) -> HashModel:
-    """The trained model as `load_run_model` would build it from the run: on the CPU, with
-    float32 weights, in eval mode (so that it encodes as a loaded run does, bit for bit), and
-    without the last step's gradients."""
-    model.zero_grad(set_to_none=True)
-    return model.to("cpu", torch.float32).eval()
+# --- a run directory from an in-memory fit ----------------------------------------------------
+
+def write_run(out: Path, trained: Trained) -> dict[str, Any]:
+    """Write what `lbhash.train.fit.fit` trained as a finished run directory `out` (a new, empty
+    directory): the files `lbhash train` writes, from memory. Returns its metrics.json."""
+    fitted = trained.fitted
+    _write_first_files(out, trained.split, trained.data_summary, fitted.input_form, fitted.config)
+    with atomic_path(out / LOG) as tmp:
+        tmp.write_text("".join(json.dumps(r, allow_nan=False) + "\n" for r in fitted.history))
+    for name, content in ((CHECKPOINT, trained.checkpoint), (BEST, trained.best)):
+        if content is not None:
+            with atomic_path(out / name) as tmp:
+                torch.save(content, tmp)
+    for part, name in (("seen", CODES_SEEN), ("all", CODES)):
+        if part in trained.codes:
+            save_npz(out / name, **trained.codes[part])
+    return finish_run(out)

@@ -1,5 +1,5 @@
-"""The codes of a run: codes.npz at the end of training (`write_codes`), and the codes of any
-data with a finished run's model (`encode_run`, `lbhash encode`, `save_encoded`).
+"""The codes of a run: codes.npz at the end of training (`write_codes`, of `split_codes`), and
+the codes of any data with a finished run's model (`encode_run`, `lbhash encode`, `save_encoded`).
 
 Both encode with the one encoder (lbhash.train.encoder) and store labels the same way
 (`stored_labels`), so that a run's own items encode to the codes its codes.npz holds.
@@ -8,99 +8,37 @@ Both encode with the one encoder (lbhash.train.encoder) and store labels the sam
 from __future__ import annotations
 
 import contextlib
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from lbhash._io import save_npz
 from lbhash.codes import pack, to_signs
-from lbhash.codes_file import save_codes_file, write_codes as write_codes_file
+from lbhash.codes_file import codes_from_arrays, write_codes as write_codes_file
 from lbhash.data import load_data, load_split
 from lbhash.data.feature_cache import with_frozen_features
 from lbhash.data.input_form import conform_dataset
 from lbhash.errors import InputError
 from lbhash.train.builder import evaluation_topk, input_options
-from lbhash.train.encoder import encode, encode_sharded
+from lbhash.train.encoder import encode_sharded
 from lbhash.train.loop import Trainer
+from lbhash.train.split_codes import split_codes, stored_labels
 from lbhash.train.processes import check_accelerator, leave_process_group, make_fabric
 from lbhash.train.rundir import CODES, CODES_SEEN, PARTS, SPLIT, load_input_form, load_run_model
 
 
 # --- at the end of training -------------------------------------------------------------------
 
-def write_codes(trainer: Trainer) -> dict | None:
-    """Encode query and database with the trained model into codes.npz (none without queries);
-    under unseen:K, first the seen-class query and database into codes_seen.npz. Returns the
-    query part of codes.npz as `load_codes_file` names it (`query_codes`, `query_labels`,
-    `bits`), or None without queries."""
-    split = trainer.exp.split
-    if len(split.seen_query) and len(split.seen_database):
-        # the classifier knows the training classes only: its accuracy is a seen-class number
-        _write_codes_file(trainer, trainer.run_dir / CODES_SEEN, split.seen_query, split.seen_database, True)
-    if not (len(split.query) and len(split.database)):
-        return None
-    # written last: it marks the codes as done
-    return _write_codes_file(trainer, trainer.run_dir / CODES, split.query, split.database,
-                             not len(split.unseen_classes))
-
-
-def _write_codes_file(trainer: Trainer, path: Path, query: np.ndarray, database: np.ndarray,
-                      with_scores: bool) -> dict:
-    exp, ds = trainer.exp, trainer.exp.dataset
-    start = time.perf_counter()
-    # in float32 whatever the training precision: the codes every later path (the CPU, the
-    # service, HashEncoder) reproduces bit for bit; bf16 flips about 1% of items by a bit or two
-    model, device, progress = trainer.learner.model, trainer.fabric.device, trainer.cfg.progress
-    q = encode(model, ds, query, trainer.options, device, progress=progress)
-    db = encode(model, ds, database, trainer.options, device, progress=progress)
-    seconds = time.perf_counter() - start
-    ql, dl = ds.labels[query], ds.labels[database]
-    extra = {"query_real": query_outputs(trainer, query)}  # for asymmetric ranking
-    scores = classifier_scores(trainer, q) if with_scores else None
-    if scores is not None:  # methods with a classifier branch (GreedyHash, DSDH)
-        extra["query_scores"] = scores
-    # unseen:K parts hold some classes only: multi-hot rows keep the data set's class columns
-    multi_hot = ds.multi_label or bool(len(exp.split.unseen_classes))
-    for name, items in (("query", query), ("db", database)):
-        sources = ds.item_sources(items)
-        if sources is not None:
-            extra[f"{name}_sources"] = sources
-    query_labels = stored_labels(multi_hot, ql)
-    save_codes_file(path, q, db, query_labels, stored_labels(multi_hot, dl), query_ids=query,
-                    db_ids=database, topk=exp.topk, encode_seconds=seconds, **extra)
-    return {"query_codes": q, "query_labels": query_labels, "bits": trainer.cfg.bits}
-
-
-def query_outputs(trainer: Trainer, query: np.ndarray) -> np.ndarray:
-    """The hash head's real outputs u (float32) of the queries, in float32 without autocast:
-    `evaluate_codes(query_real=...)` ranks the database codes by their inner product with u."""
-    return encode(trainer.learner.model, trainer.exp.dataset, query, trainer.options, trainer.fabric.device,
-                  real=True)
-
-
-@torch.no_grad()
-def classifier_scores(trainer: Trainer, codes: np.ndarray) -> np.ndarray | None:
-    """Class scores of the method's own classifier for +/-1 codes, or None without one."""
-    objective = trainer.learner.objective
-    objective.eval()
-    scores = objective.classify(torch.as_tensor(codes, dtype=torch.float32, device=trainer.fabric.device))
-    if scores is None:
-        return None
-    scores = scores.float().cpu().numpy()
-    columns = trainer.learner.label_columns
-    if columns is None:
-        return scores
-    # unseen:K: scores over the training classes, placed in their columns; held-out ones never win
-    lowest = np.finfo(np.float32).min  # finite: scores files hold no inf
-    full = np.full((len(scores), trainer.exp.dataset.num_classes), lowest, dtype=np.float32)
-    full[:, columns.cpu().numpy()] = scores
-    return full
-
-
-def stored_labels(multi_label: bool, labels: np.ndarray) -> np.ndarray:
-    """Class ids for single-label data, multi-hot rows otherwise."""
-    return labels.astype(np.uint8) if multi_label else labels.argmax(1).astype(np.int64)
+def write_codes(trainer: Trainer, run_dir: Path) -> dict | None:
+    """Encode query and database with the trained model (`split_codes`) into codes.npz (none
+    without queries); under unseen:K, first the seen-class parts into codes_seen.npz. Returns
+    codes.npz as `load_codes_file` reads it, or None without queries."""
+    files = split_codes(trainer)
+    for name, path in (("seen", CODES_SEEN), ("all", CODES)):  # codes.npz last: it marks the codes as done
+        if name in files:
+            save_npz(run_dir / path, **files[name])
+    return codes_from_arrays(files["all"], str(run_dir / CODES)) if "all" in files else None
 
 
 # --- with a finished run ----------------------------------------------------------------------

@@ -11,7 +11,7 @@ import numpy as np
 
 from lbhash._io import write_json
 from lbhash.codes_file import load_codes_file
-from lbhash.data import load_split
+from lbhash.data import Split, load_split
 from lbhash.evaluate import classifier_accuracy, evaluate_codes
 from lbhash.train.config import TrainConfig
 from lbhash.train.rundir import CODES, CODES_SEEN, LOG, METRICS, SPLIT, load_run_config, read_log, write_manifest
@@ -50,13 +50,20 @@ def evaluate_run(run_dir: str | Path) -> dict[str, Any]:
     """Every metric of a finished run at its protocol's R, plus a summary of the run;
     written to metrics.json in the run directory."""
     run_dir = Path(run_dir)
-    cfg = load_run_config(run_dir)
+    seen = load_codes_file(run_dir / CODES_SEEN) if (run_dir / CODES_SEEN).is_file() else None
     codes = load_codes_file(run_dir / CODES) if (run_dir / CODES).is_file() else None
+    metrics = run_metrics(load_run_config(run_dir), read_log(run_dir / LOG), load_split(run_dir / SPLIT), codes, seen)
+    write_json(run_dir / METRICS, metrics)
+    return metrics
+
+
+def run_metrics(cfg: TrainConfig, log: list[dict], split: Split, codes: dict | None,
+                seen: dict | None = None) -> dict[str, Any]:
+    """Every metric of a run's codes (`load_codes_file`'s dict of codes.npz, None without
+    queries; `seen`: of codes_seen.npz under unseen:K) and a summary of the run (metrics.json)."""
     metrics: dict[str, Any] = {} if codes is None else _codes_metrics(codes)
-    if (run_dir / CODES_SEEN).is_file():  # unseen:K: the training classes' numbers beside
-        metrics["seen"] = _codes_metrics(load_codes_file(run_dir / CODES_SEEN))
-    log = read_log(run_dir / LOG)
-    split = load_split(run_dir / SPLIT)
+    if seen is not None:  # unseen:K: the training classes' numbers beside
+        metrics["seen"] = _codes_metrics(seen)
     seconds = [r["seconds"] for r in log]
     metrics["run"] = {
         "variant": cfg.variant, "method": cfg.method, "lbhash": cfg.lbhash, "bits": cfg.bits,
@@ -69,5 +76,4 @@ def evaluate_run(run_dir: str | Path) -> dict[str, Any]:
     }
     if len(split.unseen_classes):
         metrics["run"]["unseen_classes"] = split.unseen_classes.tolist()
-    write_json(run_dir / METRICS, metrics)
     return metrics

@@ -109,8 +109,9 @@ def notices_to_stderr():
         logger.setLevel(level)
 
 
-def result_line(metrics: dict[str, Any], out: Path) -> str:
-    """One line at the end of a run: what it reached and where it is."""
+def result_line(metrics: dict[str, Any], out: Path | None = None) -> str:
+    """One line at the end of a run: what it reached and where it is (`out`: its run
+    directory; None for a fit in memory)."""
     run = metrics["run"]
     parts = [f"{run['variant']} {run['bits']} bits, {run['epochs_trained']} epochs"]
     if "map" in metrics:
@@ -120,7 +121,7 @@ def result_line(metrics: dict[str, Any], out: Path) -> str:
         parts.append(f"lower bound {ratio if isinstance(ratio, str) else format(ratio, '.3f')}")
     if run.get("seconds_per_epoch"):
         parts.append(f"{run['seconds_per_epoch']:.2f} s/epoch")
-    return f"done: {', '.join(parts)}; run directory {out}"
+    return f"done: {', '.join(parts)}" + ("" if out is None else f"; run directory {out}")
 
 
 def bars_on_terminal(progress: bool) -> bool:

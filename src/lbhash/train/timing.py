@@ -7,8 +7,6 @@ of them see the same machine state; nothing is written but a scratch directory. 
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -31,12 +29,10 @@ class EpochTimes(NamedTuple):
 def epoch_times(configs: dict[str, TrainConfig], epochs: int) -> dict[str, EpochTimes]:
     """Seconds of each of `epochs` epochs for every labelled configuration (learning-rate
     schedules off, no evaluation, no checkpoints)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        trainers = {label: Trainer(build_experiment(cfg.replace(epochs=epochs, lr_step=0, progress=False)),
-                                   Path(tmp) / label)
-                    for label, cfg in configs.items()}
-        seconds: dict[str, list[float]] = {label: [] for label in trainers}
-        for epoch in range(1, epochs + 1):
-            for label, trainer in trainers.items():
-                seconds[label].append(trainer.train_epoch(epoch)["seconds"])
+    trainers = {label: Trainer(build_experiment(cfg.replace(epochs=epochs, lr_step=0, progress=False)))
+                for label, cfg in configs.items()}  # in memory: nothing written
+    seconds: dict[str, list[float]] = {label: [] for label in trainers}
+    for epoch in range(1, epochs + 1):
+        for label, trainer in trainers.items():
+            seconds[label].append(trainer.train_epoch(epoch)["seconds"])
     return {label: EpochTimes(seconds[label], len(trainers[label].batches)) for label in trainers}

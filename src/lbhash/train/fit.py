@@ -1,0 +1,159 @@
+"""The training core, in memory: `fit` trains a model and its objective on a data set and
+returns what it trained (`Trained`), writing no file.
+
+`prepare` builds a run's experiment and trainer and `train_to_end` trains it (a closed-form
+fit or the epochs, then the kept epoch's weights): the run directory (lbhash.train.run) is a
+layer on top that passes a store to `prepare` and writes what the core computes.
+`HashEncoder.fit` uses `fit` alone.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from lbhash.codes_file import codes_from_arrays
+from lbhash.data import HashDataset, Split
+from lbhash.data.input_form import InputForm, form_of
+from lbhash.errors import InputError
+from lbhash.evaluate import map_label
+from lbhash.methods import method_class
+from lbhash.models import HashModel
+from lbhash.train.builder import build_experiment
+from lbhash.train.closed_form import fit_closed_form
+from lbhash.train.config import TrainConfig, profile_line
+from lbhash.train.loop import EpochStore, Trainer, check_logger
+from lbhash.train.processes import check_accelerator, leave_process_group, process_rank
+from lbhash.train.run_metrics import run_metrics
+from lbhash.train.rundir import Fitted
+from lbhash.train.split_codes import split_codes
+from lbhash.train.summary import (bars_on_terminal, data_summary, describe_data, epoch_lines, notices_to_stderr,
+                                  result_line)
+
+logger = logging.getLogger("lbhash")
+
+
+@dataclass
+class Prepared:
+    """A run ready to train: its trainer, the config it saves (config.yaml), its input
+    contract (input.json) and what it loaded (data.json)."""
+    trainer: Trainer
+    config: TrainConfig
+    input_form: InputForm
+    data_summary: dict
+
+
+@dataclass
+class Trained:
+    """What `fit` trained, in memory: the fitted model with its config, input contract and
+    history; the metrics a run directory's metrics.json would hold; and what that directory's
+    other files would hold (`lbhash.train.run.write_run` writes them): the codes-file arrays of
+    the split's query and database by part ("all", "seen" under unseen:K), the split, the data
+    summary, the last checkpoint's content and the kept epoch's weights (best.pt; None unless
+    `select: best-val`)."""
+    fitted: Fitted
+    metrics: dict[str, Any]
+    codes: dict[str, dict[str, np.ndarray]]
+    split: Split
+    data_summary: dict
+    checkpoint: dict
+    best: dict | None
+
+
+def prepare(cfg: TrainConfig, split: Split | None, dataset: HashDataset | None, progress: bool | None,
+            on_epoch_end: Callable[[int], None] | None, store: EpochStore | None = None) -> Prepared:
+    """Check the run's options, build its experiment (on `split`, or a new one) and its
+    trainer, writing nothing. `progress` overrides cfg.progress (it is not saved); where stderr
+    is not a terminal, progress is one line per epoch instead of bars."""
+    first = process_rank() == 0
+    if progress is not None:
+        cfg = cfg.replace(progress=progress)
+    check_accelerator(cfg.accelerator)
+    check_logger(cfg.logger, store)
+    exp = build_experiment(cfg, split, dataset)
+    if exp.skipped_images and first:
+        logger.warning("skipped %d unreadable image(s) (--skip-bad-images)", exp.skipped_images)
+    summary, saved_cfg = data_summary(exp), exp.cfg
+    lines = None
+    if exp.cfg.progress and not bars_on_terminal(True):  # a log file: one line per epoch, no bars
+        exp.cfg = exp.cfg.replace(progress=False)
+        if first:
+            lines = epoch_lines(exp.cfg.variant, exp.cfg.epochs, map_label(exp.topk, len(exp.split.database)))
+    trainer = Trainer(exp, store, _at_epoch_end(lines, on_epoch_end))
+    return Prepared(trainer, saved_cfg, form_of(exp.dataset, exp.cfg.normalize, exp.cfg.image_size), summary)
+
+
+def announce(run: Prepared) -> None:
+    """What the run trains on, once every check has passed (rank 0)."""
+    if process_rank() == 0:
+        logger.info(profile_line(run.config))
+        logger.info(describe_data(run.data_summary))
+
+
+def _at_epoch_end(lines: Callable[[int, dict], None] | None,
+                  on_epoch_end: Callable[[int], None] | None) -> Callable[[int, dict], None]:
+    """The trainer's epoch-end call: the epoch's line (where there are no bars), then the
+    caller's `on_epoch_end(epoch)`."""
+    def at_epoch_end(epoch: int, record: dict) -> None:
+        if lines is not None:
+            lines(epoch, record)
+        if on_epoch_end is not None:
+            on_epoch_end(epoch)
+    return at_epoch_end
+
+
+def train_to_end(trainer: Trainer) -> None:
+    """Train what is left: a closed-form method's one fit, else the epochs; then load the
+    weights of the epoch `select` keeps."""
+    if method_class(trainer.cfg.method).closed_form:  # baselines: one fit, no epochs left
+        fit_closed_form(trainer)
+    trainer.fit()
+    trainer.restore_selected()
+
+
+def fit(cfg: TrainConfig, dataset: HashDataset | None = None, progress: bool | None = None,
+        on_epoch_end: Callable[[int], None] | None = None) -> Trained:
+    """Train `cfg` on `dataset` (default: load cfg.data) in memory, on one device, and return
+    what it trained. It reports on the "lbhash" logger as `lbhash.train.train` does."""
+    if cfg.devices > 1:
+        raise InputError(f"devices={cfg.devices}: an in-memory fit trains in one process; `lbhash train "
+                         "--devices N` trains a run directory on several")
+    with notices_to_stderr():
+        run = prepare(cfg, None, dataset, progress, on_epoch_end)
+        trainer = run.trainer
+        announce(run)
+        train_to_end(trainer)
+        codes = split_codes(trainer) if trainer.cfg.test else {}
+        leave_process_group(trainer.fabric)
+        read = {part: codes_from_arrays(arrays, f"{part} codes") for part, arrays in codes.items()}
+        metrics = run_metrics(run.config, trainer.history, trainer.exp.split, read.get("all"), read.get("seen"))
+        model = as_loaded(trainer.learner.model)
+        epoch = trainer.history[-1]["epoch"] if trainer.history else 0
+        checkpoint = _on_cpu({**trainer.state(epoch), "learner": trainer.learner.state_dict()})
+        best = trainer.selection.best() if trainer.cfg.select == "best-val" else None
+        logger.info(result_line(metrics))
+    fitted = Fitted(model, run.config, run.input_form, trainer.history)
+    return Trained(fitted, metrics, codes, trainer.exp.split, run.data_summary, checkpoint, best)
+
+
+def as_loaded(model: HashModel) -> HashModel:
+    """The trained model as `load_run_model` would build it from the run: on the CPU, with
+    float32 weights, in eval mode (so that it encodes as a loaded run does, bit for bit), and
+    without the last step's gradients."""
+    model.zero_grad(set_to_none=True)
+    return model.to("cpu", torch.float32).eval()
+
+
+def _on_cpu(value):
+    """A checkpoint's content with every tensor on the CPU (detached)."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, dict):
+        return type(value)((k, _on_cpu(v)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return type(value)(_on_cpu(v) for v in value)
+    return value

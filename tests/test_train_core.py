@@ -1,0 +1,129 @@
+"""The in-memory training core (lbhash.train.fit): it writes nothing, and it trains exactly what
+a run directory trains; `write_run` writes its result as the files `lbhash train` writes."""
+
+import os
+import sys
+import tempfile
+
+import numpy as np
+import pytest
+import torch
+
+from lbhash import HashEncoder, InputError
+from lbhash.codes_file import load_codes_file
+from lbhash.train import TrainConfig
+from lbhash.train.fit import fit
+from lbhash.train.run import train_run, write_run
+from lbhash.train.rundir import CHECKPOINT, CODES, load_run_model, read_fitted, read_metrics, verify_finished_run
+
+FAST = dict(data="digits", bits=16, hidden=[32], centers="hadamard", lr_step=0, progress=False)
+TIMES = ("seconds", "seconds_per_epoch", "encode_seconds")
+
+_writes: list | None = None  # the audit hook below records writes while this is a list
+
+
+def _audit(event: str, args: tuple) -> None:
+    if _writes is None:
+        return
+    if event == "open":
+        path, mode, flags = args
+        writing = (mode is not None and any(c in str(mode) for c in "wax+")) or \
+            (mode is None and isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT))
+        if writing and isinstance(path, (str, bytes, os.PathLike)):
+            _writes.append((event, str(path)))
+    elif event in ("os.mkdir", "os.rename", "os.replace", "os.remove", "shutil.copyfile", "shutil.rmtree"):
+        _writes.append((event, str(args[0])))
+
+
+sys.addaudithook(_audit)  # hooks cannot be removed: it records only while _writes is a list
+
+
+def _files(*roots) -> set:
+    return {os.path.join(d, f) for root in roots for d, _, fs in os.walk(root) for f in fs} | \
+        {d for root in roots for d, _, _ in os.walk(root)}
+
+
+def _without_times(value):
+    if isinstance(value, dict):
+        return {k: _without_times(v) for k, v in value.items() if k not in TIMES}
+    if isinstance(value, list):
+        return [_without_times(v) for v in value]
+    return value
+
+
+def _watched(call) -> list:
+    global _writes
+    _writes = []
+    try:
+        call()
+        return [(event, path) for event, path in _writes if "__pycache__" not in path]  # Python's bytecode
+    finally:
+        _writes = None
+
+
+def test_hash_encoder_fit_writes_nothing(tmp_path, monkeypatch):
+    from sklearn.datasets import load_digits
+
+    X, y = load_digits(return_X_y=True)
+    home, temp, work = (tmp_path / name for name in ("home", "tmp", "work"))
+    for folder in (home, temp, work):
+        folder.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("LBHASH_CACHE_DIR", str(home / "cache"))
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    monkeypatch.chdir(work)
+    fit(TrainConfig(**FAST, epochs=1))  # imports (whose packages keep caches of their own) happen here
+
+    def encoder():
+        return HashEncoder(method="csq", bits=16, lbhash=True, epochs=2, hidden=[32], validation=0.1,
+                           select="best-val", eval_every=1)
+
+    # the first _D fit of a machine computes its class centers once, into lbhash's cache only
+    first = _watched(lambda: encoder().fit(X[:1200], y[:1200]))
+    assert first and all(path.startswith(str(home / "cache" / "centers")) for _, path in first)
+    before = _files(home, temp, work)
+    fitted = encoder()
+    assert _watched(lambda: fitted.fit(X[:1200], y[:1200], eval_set=(X[1200:], y[1200:]))) == []
+    assert _files(home, temp, work) == before
+    assert fitted.run_dir_ is None and 0 < fitted.metrics_["map"] <= 1 and len(fitted.history_) == 2
+
+
+def test_the_core_trains_what_a_run_directory_trains(tmp_path):
+    cfg = TrainConfig(**FAST, method="csq", lbhash=True, epochs=3, validation=0.1, select="best-val",
+                      eval_every=1)
+    trained = fit(cfg)
+    run = train_run(cfg, tmp_path / "run")
+    assert _without_times(trained.fitted.history) == _without_times(run.fitted.history)
+    assert _without_times(trained.metrics) == _without_times(run.metrics)
+    assert trained.fitted.config == run.fitted.config and trained.fitted.input_form == run.fitted.input_form
+    ours, theirs = trained.fitted.model.state_dict(), run.fitted.model.state_dict()
+    assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
+    disk = torch.load(tmp_path / "run" / CHECKPOINT, map_location="cpu", weights_only=True)
+    assert trained.checkpoint["learner"].keys() == disk["learner"].keys()
+    assert all(torch.equal(trained.checkpoint["learner"][k], disk["learner"][k]) for k in disk["learner"])
+    assert trained.checkpoint["epoch"] == disk["epoch"] == 3 and trained.checkpoint["selection"] == disk["selection"]
+    assert trained.best["epoch"] == disk["selection"]["best_epoch"]
+
+
+def test_write_run_gives_the_run_directory_of_the_fit(tmp_path):
+    cfg = TrainConfig(**FAST, method="dsdh", epochs=2)  # a classifier: codes.npz holds its scores
+    trained = fit(cfg)
+    out = tmp_path / "saved"
+    out.mkdir()
+    metrics = write_run(out, trained)
+    verify_finished_run(out)
+    assert metrics == read_metrics(out) == trained.metrics  # the same numbers from the files
+    loaded = read_fitted(out)
+    assert loaded.history == trained.fitted.history and loaded.config == trained.fitted.config
+    model, _ = load_run_model(out)
+    x = torch.from_numpy(np.random.default_rng(0).normal(size=(5, 64)).astype(np.float32))
+    assert torch.equal(model(x), trained.fitted.model(x))
+    codes = load_codes_file(out / CODES)
+    assert "query_scores" in codes and codes["bits"] == 16
+
+
+def test_an_in_memory_fit_refuses_what_needs_a_run_directory():
+    with pytest.raises(InputError, match="tensorboard writes its event files into a run directory"):
+        fit(TrainConfig(**FAST, epochs=1, logger="tensorboard"))
+    with pytest.raises(InputError, match="devices=2: an in-memory fit trains in one process"):
+        fit(TrainConfig(**FAST, epochs=1, devices=2))
