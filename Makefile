@@ -12,6 +12,7 @@ $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check $(TORCH)
 	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[test,pretrained]'
+	$(PY) -m lbhash.evaluate.warm  # the metrics' numba kernels, compiled once into numba's cache
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -19,12 +20,13 @@ install: $(STAMP)
 demo: install
 	$(VENV)/bin/lbhash demo
 
+# the fast suite; the browser, slow and Milvus suites are below (CI runs the browser suite too)
 test: install
-	$(PY) -m pytest -q -m "not slow and not milvus"
+	$(PY) -m pytest -q -m "not slow and not milvus and not browser"
 
 # the long suites (end-to-end trainings), and everything else once more
 test-slow: install
-	$(PY) -m pytest -q -m "not milvus" --timeout 900
+	$(PY) -m pytest -q -m "not milvus and not browser" --timeout 900
 
 # a real Milvus server (the PyPI package `milvus`), started and stopped by the tests on 127.0.0.1
 test-milvus: install

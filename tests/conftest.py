@@ -88,3 +88,26 @@ def input_files(tmp_path):
     for name in ("train.txt", "test.txt", "database.txt"):
         (lists / name).write_text(f"a.jpg 1 0\n{tmp_path}/imgs/b.jpg 0 1\n")
     return tmp_path
+
+
+_TRAINERS_BUILT = [0]
+
+
+@pytest.fixture(autouse=True, scope="session")
+def count_trainings():
+    """Counts the trainers this test process builds (each is one training), for the summary."""
+    from lbhash.train.loop import Trainer
+
+    init = Trainer.__init__
+
+    def counted(self, *args, **kwargs):
+        _TRAINERS_BUILT[0] += 1
+        init(self, *args, **kwargs)
+
+    Trainer.__init__ = counted
+    yield
+    Trainer.__init__ = init
+
+
+def pytest_terminal_summary(terminalreporter):
+    terminalreporter.write_line(f"trainings in the test process: {_TRAINERS_BUILT[0]} (subprocesses not counted)")

@@ -127,3 +127,17 @@ def test_an_in_memory_fit_refuses_what_needs_a_run_directory():
         fit(TrainConfig(**FAST, epochs=1, logger="tensorboard"))
     with pytest.raises(InputError, match="devices=2: an in-memory fit trains in one process"):
         fit(TrainConfig(**FAST, epochs=1, devices=2))
+
+
+def test_a_fit_asked_for_a_run_directory_trains_into_it(tmp_path):
+    from sklearn.datasets import load_digits
+
+    X, y = load_digits(return_X_y=True)
+    params = dict(method="csq", bits=16, epochs=2, hidden=[32], centers="hadamard")
+    on_disk = HashEncoder(**params).fit(X[:1200], y[:1200], eval_set=(X[1200:], y[1200:]), run_dir=tmp_path / "run")
+    in_memory = HashEncoder(**params).fit(X[:1200], y[:1200], eval_set=(X[1200:], y[1200:]))
+    assert on_disk.run_dir_ == tmp_path / "run" and (tmp_path / "run" / "manifest.json").is_file()
+    assert _without_times(on_disk.metrics_) == _without_times(in_memory.metrics_)
+    np.testing.assert_array_equal(on_disk.encode(X[1200:]), in_memory.encode(X[1200:]))
+    copy = on_disk.save(tmp_path / "copy")  # a copy of its directory
+    assert HashEncoder.load(copy).metrics_ == on_disk.metrics_

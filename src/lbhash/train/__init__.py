@@ -4,11 +4,14 @@ HashEncoder front door for arrays.
 - `config`: TrainConfig (validated), config files, `resolve_config`;
 - `builder`: the model, objective and experiment of a run (training and loading);
 - `processes`: this process's rank, Lightning Fabric, the end of a process group;
-- `loop`: the Alg. 1 loop (`Trainer`), with per-epoch records, checkpoints, resume;
+- `loop`: the Alg. 1 loop (`Trainer`), in memory, with per-epoch records and an optional store;
+- `fit`: the in-memory training core (`prepare`, `train_to_end`, `fit` -> `Trained`);
 - `closed_form`: the one fit of the closed-form baselines, recorded as the loop's epochs are;
 - `selection`: model selection on the validation share (`select: best-val`, patience);
 - `encoder`: model + data -> codes, on one process or several;
-- `run`: `train`, the one way to train a run end to end: open the run, then train it;
+- `run`: `train`, the run directory over the core: open the run, then train it; `write_run`;
+- `run_store`: the run directory as the core's store (log lines, checkpoints, best.pt, resume);
+- `split_codes`: the codes of a split's query and database, in memory;
 - `run_codes`: a run's codes: codes.npz at the end of training, `encode_run` afterwards;
 - `run_metrics`: metrics.json and the manifest of a finished run (`evaluate_run`);
 - `rundir`: a run directory's files, lock and manifest, and reading it back (config, log, model);
