@@ -119,6 +119,8 @@ def fit(cfg: TrainConfig, dataset: HashDataset | None = None, progress: bool | N
         on_epoch_end: Callable[[int], None] | None = None) -> Trained:
     """Train `cfg` on `dataset` (default: load cfg.data) in memory, on one device, and return
     what it trained. It reports on the "lbhash" logger as `lbhash.train.train` does."""
+    from lightning.fabric.utilities.apply_func import move_data_to_device  # Lightning loads with the first fit
+
     if cfg.devices > 1:
         raise InputError(f"devices={cfg.devices}: an in-memory fit trains in one process; `lbhash train "
                          "--devices N` trains a run directory on several")
@@ -133,7 +135,7 @@ def fit(cfg: TrainConfig, dataset: HashDataset | None = None, progress: bool | N
         metrics = run_metrics(run.config, trainer.history, trainer.exp.split, read.get("all"), read.get("seen"))
         model = as_loaded(trainer.learner.model)
         epoch = trainer.history[-1]["epoch"] if trainer.history else 0
-        checkpoint = _on_cpu({**trainer.state(epoch), "learner": trainer.learner.state_dict()})
+        checkpoint = move_data_to_device({**trainer.state(epoch), "learner": trainer.learner.state_dict()}, "cpu")
         best = trainer.selection.best() if trainer.cfg.select == "best-val" else None
         logger.info(result_line(metrics))
     fitted = Fitted(model, run.config, run.input_form, trainer.history)
@@ -146,14 +148,3 @@ def as_loaded(model: HashModel) -> HashModel:
     without the last step's gradients."""
     model.zero_grad(set_to_none=True)
     return model.to("cpu", torch.float32).eval()
-
-
-def _on_cpu(value):
-    """A checkpoint's content with every tensor on the CPU (detached)."""
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu()
-    if isinstance(value, dict):
-        return type(value)((k, _on_cpu(v)) for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return type(value)(_on_cpu(v) for v in value)
-    return value

@@ -165,14 +165,13 @@ class HashEncoder(TransformerMixin, BaseEstimator):
         cfg = make_config({**self._options, "method": self.method, "bits": self.bits, "lbhash": self.lbhash,
                            "epochs": self.epochs, "seed": self.seed, "progress": self.progress,
                            "data": ARRAYS, "protocol": "given" if eval_set is not None else "all-train"})
+        self._trained = None  # an in-memory fit: what save writes
         if run_dir is None:
-            trained = fit_in_memory(cfg, dataset)
-            self._trained = trained  # what save writes
-            fitted, metrics, query_codes = trained.fitted, trained.metrics, trained.codes.get("all")
+            self._trained = fit_in_memory(cfg, dataset)
+            fitted, metrics, query_codes = self._trained.fitted, self._trained.metrics, self._trained.codes.get("all")
             query_codes = None if query_codes is None else codes_from_arrays(query_codes)
         else:
             result = train_run(cfg, run_dir, dataset=dataset)
-            self._trained = None
             fitted, metrics, query_codes = result.fitted, result.metrics, result.query_codes
         if eval_set is not None and "map" in metrics:
             metrics = eval_set_metrics(metrics, query_codes)
@@ -194,7 +193,6 @@ class HashEncoder(TransformerMixin, BaseEstimator):
         if cfg.data == ARRAYS and cfg.protocol == "given" and "map" in metrics:  # a fit with eval_set
             metrics = eval_set_metrics(metrics, load_codes_file(model_dir / CODES))
         enc = cls(method=cfg.method, bits=cfg.bits, lbhash=cfg.lbhash, epochs=cfg.epochs, seed=cfg.seed)
-        enc._trained = None
         return enc._set_fitted(model_dir, fitted, metrics)
 
     def _set_fitted(self, run_dir: Path | None, fitted: Fitted, metrics: dict[str, Any]) -> "HashEncoder":
@@ -247,7 +245,7 @@ class HashEncoder(TransformerMixin, BaseEstimator):
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
         try:
-            if getattr(self, "_trained", None) is not None:
+            if self.run_dir_ is None:  # fitted in memory
                 write_run(tmp, self._trained)
             else:
                 shutil.copytree(self.run_dir_, tmp, dirs_exist_ok=True)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from pathlib import Path
 from typing import Callable, Protocol
 
 import numpy as np
@@ -43,9 +44,9 @@ class NonFiniteError(InputError):
 
 
 def check_logger(logger: str, store: "EpochStore | None") -> None:
-    """The logger's optional package, checked before a run starts: Lightning's TensorBoard
-    logger writes with tensorboard when it is installed, else with tensorboardX (our extra),
-    into a run directory."""
+    """The logger's optional package, checked before a run loads its data (`fit.prepare`):
+    Lightning's TensorBoard logger writes with tensorboard when it is installed, else with
+    tensorboardX (our extra), into a run directory (the store's `loggers`)."""
     if logger == "tensorboard":
         if store is None:
             raise InputError("logger tensorboard writes its event files into a run directory: train into one "
@@ -56,7 +57,7 @@ def check_logger(logger: str, store: "EpochStore | None") -> None:
 class EpochStore(Protocol):
     """Where a trainer's epochs are written (the run directory): its loggers, the best
     epoch's weights, and each finished epoch's record and checkpoint."""
-    best_path: object
+    best_path: Path
 
     def loggers(self, cfg) -> list: ...
 
@@ -77,7 +78,6 @@ class Trainer:
         self.on_epoch_end = on_epoch_end
         self.history: list[dict] = []
         cfg = self.cfg
-        check_logger(cfg.logger, store)
         torch.set_flush_denormal(True)  # denormals slow CPU matmuls by orders of magnitude
         self.fabric = make_fabric(cfg.accelerator, cfg.devices, cfg.precision,
                                   [] if store is None else store.loggers(cfg))
@@ -119,10 +119,10 @@ class Trainer:
             self.record_epoch(epoch, record)
         return self.history
 
-    def record_epoch(self, epoch: int, record: dict) -> dict:
+    def record_epoch(self, epoch: int, record: dict) -> None:
         """Append a finished epoch's record to `history` (rank 0) in JSON's types, hand it to
-        the store (log line and checkpoint) and call `on_epoch_end`; return the record. The one
-        way an epoch is recorded, by the loop and by a closed-form fit."""
+        the store (log line and checkpoint) and call `on_epoch_end`. The one way an epoch is
+        recorded, by the loop and by a closed-form fit."""
         if self.fabric.is_global_zero:
             record = json.loads(json.dumps(record, allow_nan=False))
             self.history.append(record)
@@ -130,7 +130,6 @@ class Trainer:
             self.store.record(self, epoch, record)
         if self.on_epoch_end is not None:
             self.on_epoch_end(epoch, record)
-        return record
 
     def check_finite_parameters(self, epoch: int) -> None:
         for name, param in self.learner.named_parameters():

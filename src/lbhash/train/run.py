@@ -17,7 +17,6 @@ no codes.npz, and its metrics.json holds only the run summary.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,7 @@ from typing import Any, Callable
 
 import torch
 
-from lbhash._io import atomic_path, save_npz, write_json
+from lbhash._io import atomic_path, write_json
 from lbhash.data import HashDataset, Split, load_split, save_split
 from lbhash.data.input_form import InputForm
 from lbhash.errors import InputError
@@ -34,12 +33,13 @@ from lbhash.train.fit import Trained, announce, as_loaded, prepare, train_to_end
 from lbhash.train.loop import NonFiniteError, Trainer
 from lbhash.train.optim import check_extension
 from lbhash.train.processes import leave_process_group, process_rank
-from lbhash.train.run_codes import write_codes
+from lbhash.train.run_codes import save_split_codes, write_codes
 from lbhash.train.run_metrics import finish_run
 from lbhash.train.run_store import RunStore
-from lbhash.train.rundir import (BEST, CHECKPOINT, CODES, CODES_SEEN, CONFIG, INPUT_FORM, LOG, MANIFEST, SPLIT, Fitted,
+from lbhash.train.rundir import (BEST, CHECKPOINT, CODES, CONFIG, INPUT_FORM, LOG, MANIFEST, SPLIT, Fitted,
                                  check_not_failed, load_input_form, load_run_config, mark_failed, read_metrics,
-                                 reopen_run, run_lock, save_run_config, verify_files, verify_finished_run)
+                                 reopen_run, run_lock, save_run_config, verify_files, verify_finished_run,
+                                 write_log)
 from lbhash.train.summary import DATA_SUMMARY, notices_to_stderr, result_line
 
 logger = logging.getLogger("lbhash")
@@ -239,13 +239,10 @@ def write_run(out: Path, trained: Trained) -> dict[str, Any]:
     directory): the files `lbhash train` writes, from memory. Returns its metrics.json."""
     fitted = trained.fitted
     _write_first_files(out, trained.split, trained.data_summary, fitted.input_form, fitted.config)
-    with atomic_path(out / LOG) as tmp:
-        tmp.write_text("".join(json.dumps(r, allow_nan=False) + "\n" for r in fitted.history))
+    write_log(out / LOG, fitted.history)
     for name, content in ((CHECKPOINT, trained.checkpoint), (BEST, trained.best)):
         if content is not None:
             with atomic_path(out / name) as tmp:
                 torch.save(content, tmp)
-    for part, name in (("seen", CODES_SEEN), ("all", CODES)):
-        if part in trained.codes:
-            save_npz(out / name, **trained.codes[part])
+    save_split_codes(out, trained.codes)
     return finish_run(out)

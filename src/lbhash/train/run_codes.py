@@ -23,9 +23,9 @@ from lbhash.errors import InputError
 from lbhash.train.builder import evaluation_topk, input_options
 from lbhash.train.encoder import encode_sharded
 from lbhash.train.loop import Trainer
-from lbhash.train.split_codes import split_codes, stored_labels
 from lbhash.train.processes import check_accelerator, leave_process_group, make_fabric
 from lbhash.train.rundir import CODES, CODES_SEEN, PARTS, SPLIT, load_input_form, load_run_model
+from lbhash.train.split_codes import split_codes, stored_labels
 
 
 # --- at the end of training -------------------------------------------------------------------
@@ -35,10 +35,15 @@ def write_codes(trainer: Trainer, run_dir: Path) -> dict | None:
     without queries); under unseen:K, first the seen-class parts into codes_seen.npz. Returns
     codes.npz as `load_codes_file` reads it, or None without queries."""
     files = split_codes(trainer)
-    for name, path in (("seen", CODES_SEEN), ("all", CODES)):  # codes.npz last: it marks the codes as done
-        if name in files:
-            save_npz(run_dir / path, **files[name])
+    save_split_codes(run_dir, files)
     return codes_from_arrays(files["all"], str(run_dir / CODES)) if "all" in files else None
+
+
+def save_split_codes(run_dir: Path, files: dict[str, dict[str, np.ndarray]]) -> None:
+    """`split_codes`' arrays as codes_seen.npz, then codes.npz (last: it marks the codes as done)."""
+    for part, name in (("seen", CODES_SEEN), ("all", CODES)):
+        if part in files:
+            save_npz(run_dir / name, **files[part])
 
 
 # --- with a finished run ----------------------------------------------------------------------

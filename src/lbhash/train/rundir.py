@@ -220,9 +220,14 @@ def truncate_log(path: Path, last_epoch: int) -> list[dict]:
     """Drop log lines of epochs after the checkpoint (written just before a kill), and a torn
     one; return the records kept."""
     kept = [r for r in read_log(path) if r["epoch"] <= last_epoch]
-    with atomic_path(path) as tmp:
-        tmp.write_text("".join(json.dumps(r, allow_nan=False) + "\n" for r in kept))
+    write_log(path, kept)
     return kept
+
+
+def write_log(path: Path, records: list[dict]) -> None:
+    """log.jsonl holding `records`, one line each, atomically."""
+    with atomic_path(path) as tmp:
+        tmp.write_text("".join(json.dumps(r, allow_nan=False) + "\n" for r in records))
 
 
 def load_input_form(run_dir: str | Path, cfg: TrainConfig) -> InputForm:
@@ -296,4 +301,4 @@ def read_fitted(run_dir: str | Path) -> Fitted:
 __all__ = ["BEST", "CHECKPOINT", "CODES", "CODES_SEEN", "CONFIG", "INPUT_FORM", "LOG", "MANIFEST", "METRICS", "PARTS",
            "SPLIT", "STATUS", "Fitted", "load_input_form", "load_run_config", "load_run_model", "read_fitted", "read_log",
            "read_metrics", "reopen_run", "run_lock", "save_run_config", "truncate_log", "verify_files",
-           "verify_finished_run", "write_manifest"]
+           "verify_finished_run", "write_log", "write_manifest"]

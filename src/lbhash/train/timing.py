@@ -1,7 +1,7 @@
 """Training time per epoch of several configurations, measured side by side.
 
 The configurations' epochs alternate (epoch 1 of each, then epoch 2 of each, ...), so that all
-of them see the same machine state; nothing is written but a scratch directory. Used by
+of them see the same machine state; nothing is written. Used by
 `lbhash reproduce timing` and benchmarks/bench_overhead.py.
 """
 
