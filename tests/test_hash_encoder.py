@@ -20,6 +20,13 @@ from lbhash.train.hash_encoder import NotFittedError
 FAST = dict(hidden=[128], centers="hadamard", lr_step=0)
 
 
+def held_out(y, share=0.1) -> int:
+    """Items the recommended profile holds out for validation: round(share * n) of each class's
+    n items, at least one of a class with two or more."""
+    counts = np.unique(y, return_counts=True)[1]
+    return int(sum(max(1, round(share * n)) for n in counts if n >= 2))
+
+
 @pytest.fixture(autouse=True)
 def cache_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("LBHASH_CACHE_DIR", str(tmp_path / "cache"))
@@ -83,7 +90,7 @@ def test_save_then_load_gives_identical_codes(digits, fitted, tmp_path):
 def test_eval_set_arrays_give_validation_metrics(digits, tmp_path):
     x, y, xq, yq = digits
     enc = HashEncoder(method="hashnet", bits=16, epochs=3, **FAST).fit(x, y, eval_set=(xq, yq))
-    assert enc.metrics_["n_validation"] == len(xq) and enc.metrics_["n_train"] == len(x)
+    assert enc.metrics_["n_validation"] == len(xq) and enc.metrics_["n_train"] == len(x) - held_out(y)
     assert 0 < enc.metrics_["map"] <= 1 and enc.run_dir_ is None  # trained in memory
     again = HashEncoder.load(enc.save(tmp_path / "run"))  # the same fitted attributes, read back from the run
     assert again.metrics_ == enc.metrics_ and again.history_ == enc.history_ and again.config_ == enc.config_
@@ -225,7 +232,8 @@ def test_validation_metrics_are_named_for_the_validation_items(all_digits, tmp_p
     enc = HashEncoder(epochs=2, **SMALL).fit(Xt, yt, eval_set=(Xv, yv))
     m = enc.metrics_
     assert "n_query" not in m and "n_db" not in m
-    assert m["n_validation"] == len(Xv) == m["run"]["n_validation"] and m["n_train"] == len(Xt)
+    assert m["n_validation"] == len(Xv) == m["run"]["n_validation"] and m["n_train"] == len(Xt) - held_out(yt)
+    assert m["run"]["n_held_out"] == held_out(yt)  # the share of Xt that chose the epoch
     assert m["run"]["protocol"] == "validation"
     expected = lower_bound(enc.encode(Xv), yv, 99.9, bits=16)  # the held-out codes, encoded again
     assert m["lower_bound"] == {"codes": "validation", "percentile": 99.9, "min_inter": expected.min_inter,
@@ -237,7 +245,7 @@ def test_validation_metrics_are_named_for_the_validation_items(all_digits, tmp_p
 def test_without_validation_metrics_hold_the_run_summary_only(all_digits):
     X, y = all_digits
     m = HashEncoder(epochs=1, **SMALL).fit(X, y).metrics_
-    assert set(m) == {"run"} and m["run"]["n_train"] == len(X) and m["run"]["n_validation"] == 0
+    assert set(m) == {"run"} and m["run"]["n_train"] == len(X) - held_out(y) and m["run"]["n_validation"] == held_out(y)
 
 
 def test_set_params_refuses_unknown_names_as_scikit_learn_does():

@@ -93,7 +93,10 @@ def test_an_image_array_file_trains_on_part_of_its_train_split(tmp_path):
                  "--image-size", 8, "--batch-size", 16, "--epochs", 1, "--out", tmp_path / "run", "--no-progress")
     assert result.exit_code == 0, result.output
     assert result.output.splitlines()[1] == ("data image-array:" + str(tmp_path / "imgs.npz") + ": images, 72 items, "
-                                             "3 classes, 8x8 images -> 8x8 model input; split given:15: 15 train, "
-                                             "12 query, 60 database")
+                                             "3 classes, 8x8 images -> 8x8 model input; split given:15: 12 train, "
+                                             "3 validation, 12 query, 57 database")  # one of each class's 5 held out
     codes = np.load(tmp_path / "run" / "codes.npz")
-    assert sorted(codes["query_ids"]) == list(range(60, 72)) and sorted(codes["db_ids"]) == list(range(60))
+    held = np.load(tmp_path / "run" / "split.npz")["validation"]
+    assert len(held) == 3 and set(held) < set(range(60)) and len(set(held % 3)) == 3  # one of each class
+    assert sorted(codes["query_ids"]) == list(range(60, 72))
+    assert sorted(codes["db_ids"]) == sorted(set(range(60)) - set(held))

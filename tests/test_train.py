@@ -62,13 +62,13 @@ def test_training_beats_an_untrained_model_by_a_wide_margin(tmp_path):
 def test_run_directory_contents(tmp_path):
     out = tmp_path / "run"
     metrics = train(TrainConfig(**FAST, epochs=3, lbhash=True, eval_every=2), out)
-    assert sorted(p.name for p in out.iterdir()) == [
-        ".lock", "checkpoint.pt", "codes.npz", "config.yaml", "data.json", "input.json", "log.jsonl", "manifest.json",
+    assert sorted(p.name for p in out.iterdir()) == [  # best.pt: the default keeps the best validation epoch
+        ".lock", "best.pt", "checkpoint.pt", "codes.npz", "config.yaml", "data.json", "input.json", "log.jsonl", "manifest.json",
         "metrics.json", "split.npz"]
     import hashlib
 
     manifest = json.loads((out / "manifest.json").read_text())["files"]
-    assert sorted(manifest) == ["checkpoint.pt", "codes.npz", "config.yaml", "data.json", "input.json", "log.jsonl", "metrics.json",
+    assert sorted(manifest) == ["best.pt", "checkpoint.pt", "codes.npz", "config.yaml", "data.json", "input.json", "log.jsonl", "metrics.json",
                                 "split.npz"]
     for name, entry in manifest.items():
         assert entry["sha256"] == hashlib.sha256((out / name).read_bytes()).hexdigest()
@@ -77,7 +77,7 @@ def test_run_directory_contents(tmp_path):
     log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
     assert [r["epoch"] for r in log] == [1, 2, 3]
     assert {"lower_bound", "quantization", "surrogate_pi", "pattern_accuracy", "total"} <= set(log[0]["loss"])
-    assert "ratio" in log[0]["train_lower_bound"] and "map" in log[1]["eval"]
+    assert "ratio" in log[0]["train_lower_bound"] and "val_map" in log[1]["eval"]
     # codes.npz is what `lbhash evaluate` reads, and it reproduces the run's mAP
     codes = load_codes_file(out / "codes.npz")
     again = mean_average_precision(codes["query_codes"], codes["db_codes"], codes["query_labels"],

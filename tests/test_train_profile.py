@@ -110,7 +110,7 @@ def test_hash_encoder_and_lbhash_train_train_with_the_same_recipe(tmp_path):
 # --- issue 19, 15: what a run loaded, --quiet, one line per epoch in a log ------------------------
 
 DIGITS_LINE = ("data digits: features, 1797 items, 10 classes, 64 features (used as stored); "
-               "split digits: 1000 train, 300 query, 1497 database")
+               "split digits: 900 train, 100 validation, 300 query, 1397 database")  # 10 per class held out
 
 
 def run_args(out, *extra):
@@ -122,18 +122,19 @@ def test_a_run_says_what_it_loaded_and_prints_one_line_per_epoch_off_a_terminal(
     result = cli(*run_args(tmp_path / "run"))  # progress on (the default); CliRunner is no terminal
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    assert lines[0] == "profile recommended: differs from the paper in epochs 3 (paper 100), lr_step 0 (paper 10)"
+    assert lines[0] == ("profile recommended: differs from the paper in epochs 3 (paper 100), lr_step 0 (paper 10), "
+                        "validation 0.1 (paper 0), eval_every 2 (paper 10)")
     assert lines[1] == DIGITS_LINE and "\r" not in result.output
     epochs = [line for line in lines if line.startswith("csq epoch ")]
     assert [line.split(":")[0] for line in epochs] == ["csq epoch 1/3", "csq epoch 2/3", "csq epoch 3/3"]
     log = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
     assert epochs[1] == (f"csq epoch 2/3: loss {log[1]['loss']['total']:.4f}, {log[1]['seconds']:.1f} s, "
-                         f"mAP@all {log[1]['eval']['map']:.4f}")
+                         f"validation mAP@all {log[1]['eval']['val_map']:.4f}")
     summary = json.loads((tmp_path / "run" / "data.json").read_text())
     assert summary == {"data": "digits", "name": "digits", "kind": "features", "items": 1797, "classes": 10,
                        "multi_label": False, "feature_dim": 64, "dequantized": False,
-                       "split": {"protocol": "digits", "seed": 0, "train": 1000, "query": 300, "database": 1497,
-                                 "validation": 0}}
+                       "split": {"protocol": "digits", "seed": 0, "train": 900, "query": 300, "database": 1397,
+                                 "validation": 100}}
     resumed = cli("train", "--resume", "--out", tmp_path / "run")
     assert resumed.exit_code == 0 and DIGITS_LINE not in resumed.output  # finished: nothing loaded
 
@@ -156,6 +157,67 @@ def test_the_data_line_says_when_features_were_dequantized(tmp_path):
                  "--hidden", 16, "--epochs", 1, "--out", tmp_path / "run", "--no-progress")
     assert result.exit_code == 0, result.output
     assert result.output.splitlines()[1] == ("data features:" + str(tmp_path / "q.npz") + ": features, 120 items, "
-                                             "3 classes, 8 features (dequantized); split given: 100 train, "
-                                             "20 query, 100 database")
+                                             "3 classes, 8 features (dequantized); split given: 91 train, "
+                                             "9 validation, 20 query, 91 database")  # 34/33/33 -> 3 each held out
     assert json.loads((tmp_path / "run" / "data.json").read_text())["dequantized"] is True
+
+
+# --- issue 42 item 8: the recommended profile keeps the best validation epoch ----------------------
+
+def _resolved(data=None, **values):
+    from lbhash.data import load_data
+    from lbhash.train.config import make_config, resolve_config
+
+    cfg = make_config({"data": "digits", **values})
+    return resolve_config(cfg, load_data("digits") if data is None else data)
+
+
+def test_the_recommended_profile_holds_out_a_tenth_and_keeps_the_best_validation_epoch():
+    cfg = _resolved()
+    assert (cfg.validation, cfg.select, cfg.eval_every) == (0.1, "best-val", 5)
+    for profile in ("paper", "benchmark"):  # the paper keeps its last epoch and all its training items
+        cfg = _resolved(defaults=profile)
+        assert (cfg.validation, cfg.select, cfg.eval_every) == (0.0, "last", 10)
+    assert (_resolved(validation=0.0).select, _resolved(select="last").validation) == ("last", 0.1)
+    assert _resolved(defaults="paper", validation=0.2).select == "best-val"  # a share you hold out chooses
+    itq = _resolved(method="itq")  # one closed-form pass: no epoch to choose
+    assert (itq.validation, itq.select) == (0.0, "last")
+    from lbhash import InputError
+
+    with pytest.raises(InputError, match="select best-val and patience need a validation split"):
+        _resolved(defaults="paper", select="best-val")
+
+
+def test_a_split_too_small_for_the_default_share_trains_on_every_item():
+    from lbhash.data.features import ArrayDataset
+
+    x = np.random.default_rng(0).normal(size=(6, 4)).astype(np.float32)
+    singles = ArrayDataset(x, np.eye(6, dtype=bool)[:, :6], np.array([0, 0, 0, 1, 1, 1], bool), "six")
+    cfg = _resolved(singles, protocol="given")  # one training item per class: none to spare
+    assert (cfg.validation, cfg.select) == (0.0, "last")
+    unlabelled = ArrayDataset(x, np.zeros((6, 0), bool), np.array([0, 0, 0, 1, 1, 1], bool), "none")
+    assert _resolved(unlabelled, method="csq", protocol="given").validation == 0.0
+    from lbhash import InputError
+    from lbhash.train.builder import build_experiment
+    from lbhash.train.config import make_config
+
+    with pytest.raises(InputError, match="leaves no validation"):  # a share asked for is not dropped
+        build_experiment(make_config({"data": "digits", "protocol": "given", "validation": 0.1}), dataset=singles)
+
+
+def test_the_default_run_keeps_its_best_validation_epoch(tmp_path, monkeypatch):
+    import torch
+
+    import lbhash.train.loop as loop
+    from lbhash.train.config import make_config
+    from lbhash.train.run import train
+
+    scripted = iter([0.1, 0.9, 0.5])  # validation mAP of epochs 1-3: the run keeps epoch 2
+    monkeypatch.setattr(loop, "mean_average_precision", lambda *args, **kw: next(scripted))
+    cfg = make_config({"data": "digits", "bits": 16, "hidden": [32], "centers": "hadamard", "epochs": 3,
+                       "eval_every": 1, "progress": False})
+    run = train(cfg, tmp_path / "run")["run"]
+    assert (run["select"], run["selected_epoch"], run["epochs_trained"], run["validation_map"]) == \
+        ("best-val", 2, 3, 0.9)
+    assert run["n_validation"] == 100  # 10 of each digit's 100 training items
+    assert torch.load(tmp_path / "run" / "best.pt", weights_only=True)["epoch"] == 2

@@ -53,12 +53,17 @@ class Recipe:
     batch_size: int = 64
     schedule: str = "step"     # "step" (x lr_gamma every lr_step epochs) or "cosine"
     warmup_epochs: int = 0     # linear warm-up epochs before the schedule
+    validation: float = 0.0    # share of each class's training items held out (a run then keeps
+                               # the epoch of best validation mAP unless told `select: last`)
+    eval_every: int = 10       # epochs between evaluations (validation, or test without one)
 
 
-# The recommended profile's recipe: the paper's with a constant learning rate. The paper's x0.1
+# The recommended profile's recipe: the paper's with a constant learning rate, keeping the epoch
+# of best validation mAP (10% of each class held out, evaluated every 5 epochs). The paper's x0.1
 # every 10 epochs leaves 1e-5 at epoch 20 whatever the budget; a constant rate uses every epoch
-# of 10, 30 or 100, and beat it on validation (docs/methods.md, "Defaults that train").
-RECOMMENDED_RECIPE = Recipe(lr_step=0)
+# of 10, 30 or 100, and beat it on validation, but its last epoch can be far from its best
+# (docs/methods.md, "Defaults that train" and "Which epoch a run keeps").
+RECOMMENDED_RECIPE = Recipe(lr_step=0, validation=0.1, eval_every=5)
 # The DeepHash-pytorch benchmark's RMSprop recipe, shared by most of its methods.
 BENCHMARK_RMSPROP = Recipe(optimizer="rmsprop", lr=1e-5, weight_decay=1e-5, lr_step=0, epochs=150,
                            batch_size=128)

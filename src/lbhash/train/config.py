@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from lbhash.centers import CENTER_KINDS
+from lbhash.data import carve_validation, make_split
 from lbhash.data.protocols import SOURCES as PROTOCOL_SOURCES
 from lbhash.data.unseen import PREFIX as UNSEEN_PREFIX
 from lbhash.data.unseen import with_base
@@ -32,7 +33,7 @@ Optimizer = Literal["adam", "adamw", "sgd", "rmsprop"]
 PRECISIONS = ("32-true", "32", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true")
 # filled from the method's defaults (under the `defaults` profile) when None
 METHOD_FIELDS = ("epochs", "batch_size", "optimizer", "lr", "weight_decay", "lr_step", "lr_gamma",
-                 "schedule", "warmup_epochs", "lbhash_mode", *LBHASH_OPTIONS)
+                 "schedule", "warmup_epochs", "validation", "eval_every", "lbhash_mode", *LBHASH_OPTIONS)
 MIN_NATIVE_SIDE = 16  # smaller square images are resized to the backbone's side
 DEFAULT_IMAGE_BACKBONE = "smallcnn"  # fast on a CPU; docs/models.md gives the rule
 DEFAULT_FEATURE_HIDDEN = [1024]
@@ -150,12 +151,14 @@ class TrainConfig(BaseModel):
                                    "true or false")
     normalize: Literal["zscore", "none"] = option("zscore", "Feature standardisation (features only).",
                                                   "one of zscore, none")
-    eval_every: int = option(10, "Evaluate every N epochs (0: only at the end).", "a non-negative integer", ge=0)
-    validation: float = option(0.0, "Share of the training items (per class) held out as a validation split.",
-                               "a number in [0, 0.5)", ge=0, lt=0.5)
-    select: Literal["last", "best-val"] = option(
-        "last", "The model a run keeps: the last epoch's, or the epoch with the best validation mAP.",
-        "one of last, best-val")
+    eval_every: int | None = option(None, "Evaluate every N epochs (0: only at the end).", "a non-negative integer",
+                                     shown="the profile's (recommended: 5; paper, benchmark: 10)", ge=0)
+    validation: float | None = option(
+        None, "Share of the training items (per class) held out as a validation split.", "a number in [0, 0.5)",
+        shown="the profile's (recommended: 0.1 for trained methods; paper, benchmark: 0)", ge=0, lt=0.5)
+    select: Literal["last", "best-val"] | None = option(
+        None, "The model a run keeps: the last epoch's, or the epoch with the best validation mAP.",
+        "one of last, best-val", shown="best-val with a validation split, else last")
     patience: int = option(0, "Stop after this many validation evaluations without a better mAP (0: never).",
                            "a non-negative integer", ge=0)
     test: bool = option(True, "Encode and evaluate the query and database at the end (off: a validation-only "
@@ -204,7 +207,7 @@ class TrainConfig(BaseModel):
     def _consistent(self):
         if self.lbhash and self.bits % self.block_size:
             raise InputError(f"bits={self.bits} is not divisible by the block size {self.block_size}")
-        if (self.select == "best-val" or self.patience) and not self.validation:
+        if (self.select == "best-val" or self.patience) and self.validation == 0:
             raise InputError("select best-val and patience need a validation split (validation > 0: a held-out share)")
         if method_class(self.method).closed_form:
             _check_closed_form(self)
@@ -348,13 +351,17 @@ def resolve_config(cfg: TrainConfig, dataset) -> TrainConfig:
 
     d = method_defaults(cfg.method, cfg.defaults)
     values = cfg.model_dump()
-    for name in METHOD_FIELDS:
-        if values[name] is None:
-            values[name] = d.lbhash[name] if name in LBHASH_OPTIONS else getattr(d, name)
-    values["method_options"] = {**d.constants, **_checked_method_options(cfg.method, cfg.method_options)}
     values["protocol"] = cfg.protocol or default_protocol(cfg.data, dataset)
     if values["protocol"].startswith(UNSEEN_PREFIX):  # unseen:K -> unseen:K:<the data set's own>
         values["protocol"] = with_base(values["protocol"], default_protocol(cfg.data, dataset))
+    if values["validation"] is None:
+        values["validation"] = _profile_validation(d.validation, values["protocol"], cfg.seed, dataset)
+    for name in METHOD_FIELDS:
+        if values[name] is None:
+            values[name] = d.lbhash[name] if name in LBHASH_OPTIONS else getattr(d, name)
+    if values["select"] is None:  # a validation split is there to choose the epoch a run keeps
+        values["select"] = "best-val" if values["validation"] else "last"
+    values["method_options"] = {**d.constants, **_checked_method_options(cfg.method, cfg.method_options)}
     values["input_kind"] = dataset.input_kind
     if dataset.input_kind == "features":
         if cfg.backbone is not None:
@@ -372,6 +379,22 @@ def resolve_config(cfg: TrainConfig, dataset) -> TrainConfig:
                       image_size=cfg.image_size or default_image_size(dataset, size, transform),
                       transform=cfg.transform or transform, input_dim=None)
     return make_config(values)
+
+
+def _profile_validation(share: float, protocol: str, seed: int, dataset) -> float:
+    """The profile's validation share where the split can give one: labelled training items,
+    and a class (or, multi-label, a tenth) to spare; else 0 (a run on a handful of items keeps
+    its last epoch rather than fail on an option nobody asked for)."""
+    if not share:
+        return 0.0
+    try:
+        split = make_split(dataset, protocol, seed)
+        if not dataset.labels[split.train].any(1).all():
+            return 0.0  # items without a label: nothing to measure a validation mAP with
+        carve_validation(split, dataset.labels, share, seed)
+    except InputError:
+        return 0.0  # the builder, which draws the same split, names a bad protocol
+    return share
 
 
 def default_image_size(dataset, backbone_size: int, preset: str) -> int:

@@ -276,7 +276,7 @@ def eval_set_metrics(metrics: dict[str, Any], query_codes: dict) -> dict[str, An
     the eval codes (`query_codes`: codes.npz's query part): the training items' own codes, which
     the model has fitted, can sit on their centers (max_intra 0, ratio inf); `history_` keeps
     their bound per epoch. The names are those of the first release (`n_validation`, protocol
-    "validation")."""
+    "validation"); the share of X held out to choose the epoch is `run.n_held_out`."""
     out = {k: v for k, v in metrics.items() if k not in ("n_query", "n_db", "lower_bound", "run")}
     out["n_validation"], out["n_train"] = metrics["n_query"], metrics["n_db"]
     percentile = metrics.get("lower_bound", {}).get("percentile", 99.9)
@@ -286,7 +286,8 @@ def eval_set_metrics(metrics: dict[str, Any], query_codes: dict) -> dict[str, An
                                        "max_intra": bound.max_intra, "ratio": bound.ratio})
     except InputError:  # fewer than two classes among the eval items: no bound
         pass
-    out["run"] = {**metrics["run"], "protocol": "validation", "n_validation": metrics["n_query"]}
+    out["run"] = {**metrics["run"], "protocol": "validation", "n_validation": metrics["n_query"],
+                  "n_held_out": metrics["run"]["n_validation"]}
     return out
 
 

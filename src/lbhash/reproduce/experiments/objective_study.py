@@ -81,8 +81,9 @@ class StudySpec:
                 values = setting_values(setting, method)
                 for b in self.bits:
                     for s in self.seeds:
-                        config = ctx.config(method=method, bits=b, seed=s)
-                        config = {**STUDY_DEFAULTS, **config, **values, "test": self.test}
+                        config = ctx.config(method=method, bits=b, seed=s)  # --set values win over the study's
+                        study = {k: v for k, v in STUDY_DEFAULTS.items() if k not in ctx.overrides}
+                        config = {**config, **study, **values, "test": self.test}
                         plan.append((method, setting, Cell(f"{method}-{setting_slug(setting)}-{b}bits-seed{s}",
                                                            config)))
         return plan

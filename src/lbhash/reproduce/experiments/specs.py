@@ -56,7 +56,9 @@ class Context:
         clash = sorted(set(values) & set(self.overrides))
         if clash:  # the experiment's own axes (method, bits, seed, centers ...) are not settable
             raise InputError(f"--set {clash[0]} conflicts with the experiment's own {clash[0]} values")
-        base = {"data": self.data, **({"protocol": self.protocol} if self.protocol else {})}
+        # the paper's split: every training item trains and the last epoch is kept, whatever the
+        # profile's default (an experiment, such as the studies, or --set may hold a share out)
+        base = {"data": self.data, **({"protocol": self.protocol} if self.protocol else {}), "validation": 0.0}
         return {**base, **values, **self.overrides}
 
     def runs(self, experiment: str) -> Path:
@@ -158,8 +160,11 @@ class BoundSpec:
 
     def cells(self, ctx: Context) -> list[Cell]:
         name = variant_name(self.method, self.lbhash)
+        # the test mAP beside the bound after every epoch: no held-out share, whose runs evaluate
+        # the validation items only
         return [Cell(f"{name}-{b}bits-seed{self.seed}",
-                     ctx.config(method=self.method, lbhash=self.lbhash, bits=b, seed=self.seed, eval_every=1))
+                     ctx.config(method=self.method, lbhash=self.lbhash, bits=b, seed=self.seed, eval_every=1,
+                                validation=0.0))
                 for b in self.bits]
 
     def configs(self, ctx: Context) -> list[dict]:
