@@ -41,6 +41,8 @@ def test_grid_expands_to_every_cell():
     # watching settings do not change a cell's identity; training settings do
     assert config_hash({**cell.config, "eval_every": 1}) == cell.config_hash
     assert config_hash({**cell.config, "epochs": 4}) != cell.config_hash
+    selecting = {**cell.config, "validation": 0.1}  # eval_every then decides which epochs can be kept
+    assert config_hash({**selecting, "eval_every": 1}) != config_hash(selecting)
 
 
 def test_default_grid_is_the_papers():

@@ -22,7 +22,8 @@ from lbhash.cpus import usable_cpus
 from lbhash.errors import InputError
 
 CELL = "cell.json"
-# values that change how a run is watched, not what it computes
+# values that change how a run is watched, not what it computes (eval_every only without a
+# validation split: with one, it decides which epochs can be kept)
 NOT_HASHED = {"progress", "eval_every", "num_workers"}
 
 
@@ -37,7 +38,8 @@ class Cell:
 
 
 def config_hash(config: dict) -> str:
-    relevant = {k: v for k, v in sorted(config.items()) if k not in NOT_HASHED}
+    watched = NOT_HASHED if config.get("validation") == 0 else NOT_HASHED - {"eval_every"}
+    relevant = {k: v for k, v in sorted(config.items()) if k not in watched}
     return hashlib.sha1(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
