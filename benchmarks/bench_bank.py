@@ -122,7 +122,7 @@ def part_features(args, folder: Path) -> None:
     from lbhash.train import TrainConfig
 
     data = feature_data(folder, args.n_features)
-    configs = {label: TrainConfig(data=data, protocol="given", method=method, bits=BITS, batch_size=BATCH)
+    configs = {label: TrainConfig(data=data, protocol="given", method=method, bits=BITS, batch_size=BATCH, validation=0.0)
                for label, (method, _) in FEATURE_VARIANTS.items()}
     seconds, steps = alternating_epochs(configs, {k: v[1] for k, v in FEATURE_VARIANTS.items()}, args.epochs, folder)
     plain_pass = likelihood_pass(plain_likelihood, steps, args.n_features)
@@ -145,7 +145,7 @@ def part_images(args, folder: Path) -> None:
     from lbhash.train import TrainConfig
 
     data = image_data(folder, args.n_images)
-    configs = {label: TrainConfig(data=data, protocol="given", bits=BITS, batch_size=BATCH, **values)
+    configs = {label: TrainConfig(data=data, protocol="given", bits=BITS, batch_size=BATCH, validation=0.0, **values)
                for label, values in IMAGE_VARIANTS.items()}
     seconds, steps = alternating_epochs(configs, dict.fromkeys(configs, False), 1, folder)
     print(f"images: {args.n_images:,} synthetic 28x28 gray images, smallcnn, {BITS} bits, batch {BATCH}, "

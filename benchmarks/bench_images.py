@@ -86,7 +86,7 @@ def measure(data: str, backbone: str, protocol: str, epochs: int, image_size: in
     from lbhash.train import TrainConfig, train
 
     start = time.perf_counter()
-    metrics = train(TrainConfig(data=data, protocol=protocol, method="csq", bits=32, epochs=epochs, backbone=backbone,
+    metrics = train(TrainConfig(data=data, protocol=protocol, method="csq", bits=32, epochs=epochs, validation=0.0, backbone=backbone,
                                 image_size=image_size, transform="cifar-augment", lr_step=0, eval_every=0,
                                 progress=False), out)
     log = [json.loads(line) for line in Path(out, "log.jsonl").read_text().splitlines()]

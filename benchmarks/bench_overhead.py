@@ -38,7 +38,7 @@ VARIANTS = {"CSQ": dict(lbhash=False), "CSQ_D": dict(lbhash=True),
 
 
 def measure(data: str, protocol: str | None, hidden: list[int], bits: int, epochs: int) -> tuple[int, dict]:
-    configs = {name: TrainConfig(data=data, protocol=protocol, method="csq", bits=bits, hidden=hidden, **values)
+    configs = {name: TrainConfig(data=data, protocol=protocol, method="csq", bits=bits, hidden=hidden, validation=0.0, **values)
                for name, values in VARIANTS.items()}
     times = epoch_times(configs, epochs)
     steps = times["CSQ"].steps_per_epoch

@@ -144,7 +144,7 @@ def d_step_ratio(data: str, protocol: str, bits: int, rounds: int) -> tuple[floa
     per epoch of each, the median of the per-round ratios, and the median per-round ratio of
     (CSQ + `SurrogateArithmetic`) to CSQ, the floor that the _D step's ratio could reach if
     nothing but P_pi's large matmuls and its optimizer step were added. The first round warms up."""
-    loops = [HandLoop(TrainConfig(data=data, protocol=protocol, method="csq", bits=bits, lbhash=lbhash))
+    loops = [HandLoop(TrainConfig(data=data, protocol=protocol, method="csq", bits=bits, lbhash=lbhash, validation=0.0))
              for lbhash in (False, True)]
     floor = SurrogateArithmetic(loops[1])
     seconds = [[run.epoch(r) for run in (*loops, floor)] for r in range(rounds + 1)][1:]
@@ -168,10 +168,10 @@ def main() -> None:
         rows = []
         for bits in (32, 64):
             for lbhash in (False, True):
-                cfg = TrainConfig(data=data, protocol=protocol, method="csq", bits=bits, lbhash=lbhash)
+                cfg = TrainConfig(data=data, protocol=protocol, method="csq", bits=bits, lbhash=lbhash, validation=0.0)
                 rows.append((f"features {cfg.variant} {bits} bits", *compare(cfg, args.epochs)))
         if args.images:
-            cfg = TrainConfig(data=digit_images(tmp, args.images), protocol="given", method="csq", bits=32,
+            cfg = TrainConfig(data=digit_images(tmp, args.images), protocol="given", method="csq", bits=32, validation=0.0,
                               backbone="smallcnn", transform="cifar")
             rows.append((f"28x28 images smallcnn CSQ 32 bits ({args.images} images)", *compare(cfg, args.epochs)))
         d_rows = [(bits, *d_step_ratio(data, protocol, bits, args.rounds)) for bits in (32, 64)]

@@ -197,7 +197,7 @@ def train_run(spec: str | Exception, run_dir: Path, settings: dict, **values) ->
     from lbhash.train import TrainConfig, train
 
     batch = {"batch_size": settings["batch_size"]} if settings["batch_size"] else {}
-    cfg = TrainConfig(data=usable(spec), bits=32, image_size=32, lr_step=0, progress=False, seed=0, centers="hadamard",
+    cfg = TrainConfig(data=usable(spec), bits=32, image_size=32, lr_step=0, validation=0.0, progress=False, seed=0, centers="hadamard",
                       accelerator=settings["accelerator"], precision=settings["precision"], **batch, **values)
     start = time.perf_counter()
     train(cfg, run_dir)

@@ -51,7 +51,7 @@ def main() -> None:
             np.savez(features, feat=feat, labels=arrays["labels"], is_test=arrays["is_test"])
             maps = []
             for seed in map(int, args.seeds.split(",")):
-                cfg = TrainConfig(data=f"features:{features}", protocol="given", method="csq", bits=64, epochs=30,
+                cfg = TrainConfig(data=f"features:{features}", protocol="given", method="csq", bits=64, epochs=30, validation=0.0,
                                   seed=seed, progress=False)
                 maps.append(train(cfg, Path(folder) / f"run-{size}-{seed}")["map"])
             print(f"{size:3d} px: validation mAP@all {100 * np.mean(maps):.1f} "

@@ -45,7 +45,7 @@ def main() -> None:
     from lbhash.train.builder import build_experiment
     from lbhash.train.loop import Trainer
 
-    cfg = TrainConfig(data=args.data, protocol=args.protocol, method=args.method, lbhash=args.lbhash, bits=32,
+    cfg = TrainConfig(data=args.data, protocol=args.protocol, method=args.method, lbhash=args.lbhash, bits=32, validation=0.0,
                       epochs=3, eval_every=0, test=False, progress=False, backbone=args.backbone)
     exp = build_experiment(cfg)
     with tempfile.TemporaryDirectory() as out:
@@ -71,7 +71,7 @@ def d_step_difference(bits: int, data: str | None, rows: int) -> None:
         spec, protocol = (data, "given") if data else default_features(Path(tmp))
         self_us = {}
         for lbhash in (False, True):
-            loop = HandLoop(TrainConfig(data=spec, protocol=protocol, method="csq", bits=bits, lbhash=lbhash))
+            loop = HandLoop(TrainConfig(data=spec, protocol=protocol, method="csq", bits=bits, lbhash=lbhash, validation=0.0))
             loop.epoch(0)  # warm-up
             with profile(activities=[ProfilerActivity.CPU]) as prof:
                 loop.epoch(1)
