@@ -21,8 +21,9 @@ def demo(out: Path, bits: str, epochs: int, seed: int) -> None:
     """Train CSQ and CSQ_D on the bundled digits data set and compare them.
 
     Digits (1,797 8x8 images as 64 features, 10 classes), protocol `digits`: per class 100
-    training and 30 query images, database = all but the queries. Prints mAP@all, the
-    lower-bound ratio of the database codes and the training time per epoch.
+    training and 30 query images, database = all but the queries, and 10 of each class's
+    training images held out to choose the epoch kept. Prints mAP@all, the lower-bound ratio
+    of the database codes and the training time per epoch.
 
     Both train with CSQ's recommended recipe (`lbhash methods`), as `lbhash train` does.
     """
@@ -49,8 +50,10 @@ def demo(out: Path, bits: str, epochs: int, seed: int) -> None:
             row[name] = (m["map"], float("inf") if ratio == "inf" else ratio,
                          m["run"]["seconds_per_epoch"])
         rows.append(row)
-    click.echo(f"\ndigits, protocol digits (1000 train / 300 query / 1497 database), seed {seed}, "
-               f"{epochs} epochs, lr {cfg.lr:g} {schedule_text(cfg)}, "
+    sizes = f"{m['run']['n_train']} train / {m['run']['n_validation']} validation / {m['n_query']} query / {m['n_db']}"
+    kept = "best validation epoch" if cfg.select == "best-val" else "last epoch"
+    click.echo(f"\ndigits, protocol digits ({sizes} database), seed {seed}, "
+               f"{epochs} epochs, lr {cfg.lr:g} {schedule_text(cfg)}, {kept} kept, "
                f"total {time.perf_counter() - start:.0f} s")
     click.echo(f"{'bits':>4}  {'mAP CSQ':>8} {'mAP CSQ_D':>9}  {'LB CSQ':>7} {'LB CSQ_D':>8}  "
                f"{'s/ep CSQ':>8} {'s/ep CSQ_D':>10}")
