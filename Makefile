@@ -25,8 +25,9 @@ test: install
 	$(PY) -m pytest -q -m "not slow and not milvus and not browser"
 
 # the long suites (end-to-end trainings), and everything else once more
+# the tests make test leaves out (end-to-end trainings, the whole README, several processes)
 test-slow: install
-	$(PY) -m pytest -q -m "not milvus and not browser" --timeout 900
+	$(PY) -m pytest -q -m "slow and not milvus and not browser" --timeout 900 $(PYTEST_ARGS)
 
 # a real Milvus server (the PyPI package `milvus`), started and stopped by the tests on 127.0.0.1
 test-milvus: install

@@ -138,6 +138,7 @@ def test_a_missing_tarball_is_one_line_naming_it(tmp_path):
     assert lines[0].startswith("error: no CIFAR-10 tarball") and str(tmp_path / "nope.tar.gz") in lines[0]
 
 
+@pytest.mark.slow  # the suite's script in a process of its own (3 s); make test-slow, in CI
 def test_a_failing_part_is_recorded_and_the_exit_status_says_so(tmp_path):
     data = synthetic_cifar(tmp_path / "tiny.tar", train=2, test=1)
     out = tmp_path / "out"
@@ -152,6 +153,7 @@ def test_a_failing_part_is_recorded_and_the_exit_status_says_so(tmp_path):
     assert "FAILED" in (out / "gpu_suite.md").read_text()
 
 
+@pytest.mark.slow  # the suite's script in a process of its own (3 s); make test-slow, in CI
 def test_parts_after_the_budget_are_skipped_not_failed(tmp_path):
     data = synthetic_cifar(tmp_path / "tiny.tar", train=2, test=1)
     out = tmp_path / "out"

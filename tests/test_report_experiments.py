@@ -87,6 +87,7 @@ def test_report_of_each_experiment_alone(tmp_path, experiment):
     assert meta["format"] == 2 and list(meta["experiments"]) == [key]
 
 
+@pytest.mark.slow  # five experiments run, about 6 s (each alone is in the fast suite); make test-slow, in CI
 def test_report_of_a_mixed_directory(tmp_path):
     out = tmp_path / "out"
     order = ["study", "baselines", "toy", "grid", "study"]  # a rerun (of finished cells) moves to the end

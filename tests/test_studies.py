@@ -100,6 +100,7 @@ def test_a_study_name_cannot_leave_out(tmp_path, name, monkeypatch):
     assert sorted(p.name for p in tmp_path.rglob("*")) == []  # nothing written anywhere
 
 
+@pytest.mark.slow  # two worker processes, about 6 s; make test-slow, in CI
 def test_a_validation_only_study_runs_on_two_workers(tmp_path):
     from lbhash.reproduce.runner import run_cells
 

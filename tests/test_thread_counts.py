@@ -24,6 +24,7 @@ train(TrainConfig(data="digits", bits=32, hidden=[64], centers="bch", lbhash=Tru
 """
 
 
+@pytest.mark.slow  # a fresh process that imports galois and JIT-compiles it, about 8 s; make test-slow, in CI
 def test_cold_centers_keep_the_thread_count(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "LBHASH_CACHE_DIR": str(tmp_path / "cache")}
     result = run_bounded([sys.executable, "-c", CENTERS], env=env, timeout=300)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import numpy as np
@@ -114,14 +115,21 @@ def _build(kind: str, bits: int, classes: int, seed: int, cache: bool,
 def _one_kind(kind: str, bits: int, classes: int, seed: int, canonical: bool) -> np.ndarray:
     if kind == "random":
         return random_centers(bits, classes, seed)
-    if kind == "hadamard":
-        centers = hadamard_centers(bits, classes)
-    else:
-        from lbhash.centers import _algebraic  # pulls in galois only when used
-
-        make = _algebraic.bch_centers if kind == "bch" else _algebraic.reed_solomon_centers
-        centers = make(bits, classes)
+    centers = hadamard_centers(bits, classes) if kind == "hadamard" else _algebraic_set(kind, bits, classes).copy()
     return centers if canonical else _relabel(centers, seed)
+
+
+@functools.lru_cache(maxsize=32)
+def _algebraic_set(kind: str, bits: int, classes: int) -> np.ndarray:
+    """The canonical BCH or Reed-Solomon set, built once per process: its search over codes
+    takes seconds (galois), and a process that trains with several seeds or cache
+    directories asks for it again (the on-disk cache holds the seeded sets)."""
+    from lbhash.centers import _algebraic  # pulls in galois only when used
+
+    make = _algebraic.bch_centers if kind == "bch" else _algebraic.reed_solomon_centers
+    centers = make(bits, classes)
+    centers.flags.writeable = False
+    return centers
 
 
 def _relabel(centers: np.ndarray, seed: int) -> np.ndarray:
