@@ -30,7 +30,7 @@ class Server:
 
     def __init__(self, index_dir: Path, port: int, *extra: str):
         self.index_dir, self.port, self.proc, self.extra = index_dir, port, None, [str(e) for e in extra]
-        self.url = f"http://127.0.0.1:{port}"
+        self.url, self.log = f"http://127.0.0.1:{port}", ""
 
     def start(self):
         env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
@@ -54,7 +54,8 @@ class Server:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(sig)
             self.proc.wait(timeout=30)
-        if self.proc is not None:
+        if self.proc is not None and not self.proc.stderr.closed:
+            self.log += self.proc.stderr.read().decode(errors="replace")  # what the server printed
             self.proc.stderr.close()
 
 

@@ -36,15 +36,25 @@ from lbhash.limits import HEADER_TIMEOUT_S, MAX_BATCH, MAX_BODY_BYTES, MAX_CONNE
 @click.option("--header-timeout", type=click.FloatRange(0.1, HEADER_TIMEOUT_S), default=HEADER_TIMEOUT_S,
               show_default=True, help="Seconds a connection may take to send a request's headers before it is "
                                       "closed (lbhash.limits: may only be lowered).")
+@click.option("--read-only", is_flag=True, help="Serve searches, items, thumbnails and the page; refuse every "
+                                                 "change (403).")
+@click.option("--write-key-file", type=click.Path(path_type=Path), help="File whose first line is the write key "
+              "[default: $LBHASH_WRITE_KEY]; every change must send it in the X-Lbhash-Key header.")
+@click.option("--read-key-file", type=click.Path(path_type=Path), help="File whose first line is the read key "
+              "[default: $LBHASH_READ_KEY]; searches and reads must send it (or the write key).")
 @backend_options
 def serve(index_dir: str, run_dir, host: str, port: int, compact_every: int, max_batch: int, max_k: int,
           max_body_mb: int, max_rerank_candidates: int, max_connections: int, header_timeout: float,
-          backend: str, uri: str) -> None:
+          read_only: bool, write_key_file, read_key_file, backend: str, uri: str) -> None:
     """Serve INDEX_DIR over HTTP: a search page at /, API docs at /docs.
 
     Every acknowledged change is in a write-ahead log (INDEX_DIR.wal beside the directory)
     before the answer, and is folded into the saved index periodically and on shutdown.
-    Needs the 'serve' extra (pip install 'lbhash[serve]'); --backend milvus also the 'milvus' one.
+    On a loopback address anyone on this machine may change the index unless a write key is
+    set; on any other address the service needs a write key or --read-only. Keys come from
+    files or the environment, never from the command line (docs/search.md, "Exposing the
+    service"). Needs the 'serve' extra (pip install 'lbhash[serve]'); --backend milvus also
+    the 'milvus' one.
     """
     require_extra("lbhash serve", "serve", "fastapi", "uvicorn", ("python_multipart", "multipart"), "fastapi_offline")
     if backend == "milvus":
@@ -53,8 +63,13 @@ def serve(index_dir: str, run_dir, host: str, port: int, compact_every: int, max
 
     from lbhash.cli.index import open_index
     from lbhash.service import IndexStore, Limits, MilvusStore, create_app
+    from lbhash.service.access import access_from_environment
     from lbhash.service.http import server_config, switch_interval
 
+    access = access_from_environment(read_only, write_key_file, read_key_file)
+    if access.open_for_writes and not _loopback(host):
+        raise InputError(f"--host {host}: anyone who reaches it could change the index; set a write key "
+                         "(LBHASH_WRITE_KEY or --write-key-file) or serve --read-only")
     if backend != "milvus":  # read-only: a missing or broken index is named before the port is taken
         from lbhash.index.storage import read_manifest
 
@@ -70,9 +85,12 @@ def serve(index_dir: str, run_dir, host: str, port: int, compact_every: int, max
                  else IndexStore(index_dir, compact_every=compact_every))
         limits = Limits(max_body_bytes=max_body_mb << 20, max_batch=max_batch, max_k=max_k,
                         max_rerank_candidates=max_rerank_candidates)
-        app = create_app(store, encoder, limits=limits)
+        app = create_app(store, encoder, limits=limits, access=access)
+        mode = ("read-only" if access.read_only else "changes need the write key" if access.write_key
+                else "open: anyone on this machine may change it")
         click.echo(f"serving {store.ntotal} {store.bits}-bit codes on http://{host}:{port} "
-                   f"(search page at /, API docs at /docs)", err=True)
+                   f"(search page at /, API docs at /docs; {mode}"
+                   f"{', reads need a key' if access.read_key else ''})", err=True)
         server = uvicorn.Server(server_config(app, max_connections, header_timeout))
         # uvicorn stops gracefully on SIGTERM/SIGINT (its shutdown folds the log into the index),
         # then raises the signal again for the handler it found: a no-op one, so that an
@@ -93,6 +111,18 @@ def serve(index_dir: str, run_dir, host: str, port: int, compact_every: int, max
 
 def _stopped(signum, frame) -> None:
     """Stand-in handler for the signal uvicorn raises again after its shutdown."""
+
+
+def _loopback(host: str) -> bool:
+    """True for a name or address that only this machine reaches (localhost, 127.0.0.0/8, ::1)."""
+    import ipaddress
+
+    if host.lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def _listen(host: str, port: int) -> socket.socket:

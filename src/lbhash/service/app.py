@@ -3,8 +3,9 @@
 Endpoints: POST /search, POST /search/image, POST /items, POST /items/image,
 GET /items/{id}, DELETE /items/{id}, GET /health, GET /stats (OpenAPI at /docs); the search
 page at / and its helpers (lbhash.service.page: /about, /sources, /items/{id}/image, /encode).
-Bad input is a 4xx with {"detail": one line}: 400 bad values, 404 unknown id, 409 id taken,
-413 body too large, 422 malformed request. Nothing else leaks: a bug is a bare 500.
+Bad input is a 4xx with {"detail": one line}: 400 bad values, 401 a key missing or wrong, 403
+a change refused (read-only, or from another web site), 404 unknown id, 409 id taken, 413 body
+too large, 422 malformed request (lbhash.service.access has the rules of keys). Nothing else leaks: a bug is a bare 500.
 Searches may re-rank their Hamming top k * rerank_factor by the queries' real-valued outputs
 (lbhash.index.rerank); the hits then carry a `score`.
 
@@ -32,6 +33,7 @@ from lbhash.errors import Conflict, InputError, NotFound
 from lbhash.index import Searcher, check_classes, plan_search
 from lbhash.limits import MAX_ID, check_ids
 from lbhash.service import models
+from lbhash.service.access import Access, AccessControl
 from lbhash.service.decode import (check_batch, encode_images, need_searcher, parse_ids, read_uploads,
                                    reranked_queries, to_codes)
 from lbhash.service.media import ItemMedia
@@ -61,9 +63,11 @@ class Limits:
                 raise InputError(f"{name} must be an integer from 1 to {ceiling} (lbhash.limits), got {value!r}")
 
 
-def create_app(source, encoder=None, *, limits: Limits | None = None, compact_every: int = 1000) -> FastAPI:
+def create_app(source, encoder=None, *, limits: Limits | None = None, compact_every: int = 1000,
+               access: Access | None = None) -> FastAPI:
     """`source`: an index directory (served with a write-ahead log beside it) or a store
-    (`IndexStore`, `MilvusStore`). `encoder` (from a run) enables feature and image queries."""
+    (`IndexStore`, `MilvusStore`). `encoder` (from a run) enables feature and image queries.
+    `access`: keys and read-only mode (lbhash.service.access; default: open, as on loopback)."""
     store = source if hasattr(source, "search") else IndexStore(Path(source), compact_every=compact_every)
 
     @asynccontextmanager
@@ -76,12 +80,13 @@ def create_app(source, encoder=None, *, limits: Limits | None = None, compact_ev
 
     app = FastAPI(title="lbhash search", lifespan=lifespan, docs_url=None, redoc_url=None,  # offline: page.py
                   description="Hamming search over packed binary codes (docs/search.md).")
-    app.state.store, app.state.limits = store, limits or Limits()
+    app.state.store, app.state.limits, app.state.access = store, limits or Limits(), access or Access()
     app.state.offload = Offload(getattr(store, "search_threads", None))  # the searches' worker threads
     app.state.searcher = Searcher(store, encoder) if encoder is not None else None
     app.state.media = ItemMedia(store)  # sources, thumbnails and the images added here (NAME.media/ beside the index)
     _install_error_handlers(app)
     app.add_middleware(BodyLimit, limit=app.state.limits.max_body_bytes)
+    app.add_middleware(AccessControl, access=app.state.access)  # outermost: refused before the body is read
     app.include_router(router)
     add_page(app)
     return app

@@ -76,6 +76,7 @@ class About(BaseModel):
     run: dict | None
     input_kind: str | None
     limits: dict
+    access: dict  # which keys the service asks for (lbhash.service.access), never the keys
 
 
 def add_page(app: FastAPI) -> None:
@@ -112,7 +113,7 @@ def about(request: Request):
             "class_names": None if record is None else record.class_names,
             "keeps_uploads": state.media.kept is not None}
     return About(index=info, run=run_summary(searcher), input_kind=None if searcher is None else searcher.input_kind,
-                 limits=asdict(state.limits))
+                 limits=asdict(state.limits), access=state.access.public())
 
 
 @router.post("/sources", response_model=SourcesResponse, responses=ERRORS)

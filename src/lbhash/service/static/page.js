@@ -6,14 +6,33 @@ const state = { about: null, classNames: null, droppedFile: null, bits: 0 };
 
 class ApiError extends Error {}
 
+// The service's key (docs/search.md, "Exposing the service"), asked for once per tab when the
+// service answers 401, and kept in this tab's sessionStorage only.
+const KEY_HEADER = "X-Lbhash-Key";
+function storedKey() { return sessionStorage.getItem("lbhash-key"); }
+function askForKey(detail) {
+  const key = window.prompt(`${detail}. Key:`);
+  if (key) sessionStorage.setItem("lbhash-key", key);
+  return Boolean(key);
+}
+function withKey(headers) {
+  const key = storedKey();
+  if (key) headers[KEY_HEADER] = key;
+  return headers;
+}
+
 // One request to the service; a failure becomes one line: what was asked, the status, the service's detail.
-async function api(method, path, body, form) {
-  const init = { method, headers: { Accept: "application/json" } };
+async function api(method, path, body, form, asked = false) {
+  const init = { method, headers: withKey({ Accept: "application/json" }) };
   if (form) init.body = form;
   else if (body !== undefined) { init.body = JSON.stringify(body); init.headers["Content-Type"] = "application/json"; }
   let reply;
   try { reply = await fetch(path, init); } catch (err) {
     throw new ApiError(`${method} ${path}: the service did not answer (${err.message})`);
+  }
+  if (reply.status === 401 && !asked) {
+    const detail = (await reply.clone().json().catch(() => ({}))).detail || "this service needs a key";
+    if (askForKey(detail)) return api(method, path, body, form, true);
   }
   const text = await reply.text();
   let data = null;
@@ -208,15 +227,25 @@ async function showCards(hits, added) {
   grid.setAttribute("aria-busy", "false");
 }
 
+// A thumbnail: its URL, or, when reads need a key (which an <img> cannot send), fetched with it.
+async function showThumbnail(img, url) {
+  if (!(state.about && state.about.access && state.about.access.read_key)) { img.src = url; return; }
+  try {
+    const reply = await fetch(url, { headers: withKey({}) });
+    if (!reply.ok) throw new Error(String(reply.status));
+    img.src = URL.createObjectURL(await reply.blob());
+  } catch (err) { img.dispatchEvent(new Event("error")); }
+}
+
 function card(hit, rank, origin, added) {
   const li = el("li", { class: "card", "data-id": String(hit.id), "data-labels": hit.labels.join(",") });
   if (origin.image) {
-    const img = el("img", { class: "thumb", src: `/items/${hit.id}/image`, loading: "lazy",
+    const img = el("img", { class: "thumb", loading: "lazy",
       alt: `item ${hit.id}${origin.source ? ": " + origin.source : ""}`, width: "128", height: "128" });
     let tries = 0;  // the service bounds thumbnail decoding (429 beyond it): try again a little later
-    img.addEventListener("error", () => {
-      if (++tries <= 3) setTimeout(() => { img.src = `/items/${hit.id}/image?try=${tries}`; }, 1000 * tries);
-    });
+    const load = () => showThumbnail(img, `/items/${hit.id}/image` + (tries ? `?try=${tries}` : ""));
+    img.addEventListener("error", () => { if (++tries <= 3) setTimeout(load, 1000 * tries); });
+    load();
     li.append(img);
   }
   li.append(el("div", { class: "row" }, el("strong", { class: "item-id", text: `id ${hit.id}` }),

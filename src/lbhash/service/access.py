@@ -1,0 +1,130 @@
+"""Who may read and change a served index: keys, read-only mode and cross-site requests.
+
+- `Access(write_key, read_key, read_only)`. With a write key, every change (POST /items,
+  POST /items/image, DELETE /items/{id}) must carry it in the `X-Lbhash-Key` header (401
+  otherwise); with a read key, so must every other API request (the read or the write key
+  will do). The page itself, its assets, /health and the API docs stay open: the page asks
+  for the key. Keys are compared in constant time and never logged.
+- `read_only`: every change gets 403.
+- A change that a browser sends from another site is refused (403) whatever the keys: a form
+  on any web page can POST to http://127.0.0.1:8000 without asking the server first (no CORS
+  preflight). The browser says where a request comes from: `Sec-Fetch-Site` (every current
+  browser), else `Origin`, compared with the request's own host; clients that are not
+  browsers send neither and pass. Go's net/http `CrossOriginProtection` uses the same rule.
+  CORS stays closed: the service sends no Access-Control-Allow-* header.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from fastapi.responses import JSONResponse
+
+from lbhash.errors import InputError
+
+KEY_HEADER = "X-Lbhash-Key"
+ENV_WRITE_KEY, ENV_READ_KEY = "LBHASH_WRITE_KEY", "LBHASH_READ_KEY"
+_CHANGE = re.compile(r"^/items(/image)?$")  # POST; DELETE /items/{id} is the other change
+_OPEN = re.compile(r"^(/|/page/[^/]+|/health|/docs|/docs-assets/[^/]+|/docs/oauth2-redirect|/redoc|/openapi\.json)$")
+MIN_KEY_CHARS = 16
+
+
+@dataclass(frozen=True)
+class Access:
+    write_key: str | None = None
+    read_key: str | None = None
+    read_only: bool = False
+
+    def __post_init__(self) -> None:
+        for name, key in (("write key", self.write_key), ("read key", self.read_key)):
+            if key is not None and (len(key) < MIN_KEY_CHARS or not key.isprintable() or key != key.strip()):
+                raise InputError(f"the {name} must be at least {MIN_KEY_CHARS} printable characters without "
+                                 "surrounding spaces")
+
+    def __repr__(self) -> str:  # never print a key
+        return (f"Access(write_key={'set' if self.write_key else None}, "
+                f"read_key={'set' if self.read_key else None}, read_only={self.read_only})")
+
+    @property
+    def open_for_writes(self) -> bool:
+        """Anyone who reaches the port may change the index."""
+        return not self.read_only and self.write_key is None
+
+    def public(self) -> dict:
+        """What the page may know: which keys are needed, never the keys."""
+        return {"read_only": self.read_only, "write_key": self.write_key is not None,
+                "read_key": self.read_key is not None}
+
+
+def access_from_environment(read_only: bool = False, write_key_file: Path | None = None,
+                            read_key_file: Path | None = None) -> Access:
+    """Keys from a file (its first line) or else from LBHASH_WRITE_KEY / LBHASH_READ_KEY."""
+    return Access(write_key=_key(write_key_file, ENV_WRITE_KEY, "--write-key-file"),
+                  read_key=_key(read_key_file, ENV_READ_KEY, "--read-key-file"), read_only=read_only)
+
+
+def _key(path: Path | None, env: str, option: str) -> str | None:
+    if path is None:
+        return os.environ.get(env) or None
+    try:
+        lines = Path(path).read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(f"{option} {path}: cannot read the key ({err.__class__.__name__})") from None
+    if not lines or not lines[0]:
+        raise InputError(f"{option} {path}: the file's first line holds no key")
+    return lines[0]
+
+
+class AccessControl:
+    """ASGI middleware applying an `Access` to every HTTP request (see the module docstring)."""
+
+    def __init__(self, app, access: Access):
+        self.app, self.access = app, access
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            refusal = self.refusal(scope)
+            if refusal is not None:
+                status, detail = refusal
+                headers = {"WWW-Authenticate": f'{KEY_HEADER} realm="lbhash"'} if status == 401 else None
+                await JSONResponse({"detail": detail}, status_code=status, headers=headers)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+    def refusal(self, scope) -> tuple[int, str] | None:
+        method, path, access = scope["method"], scope["path"], self.access
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        given = headers.get(KEY_HEADER.lower())
+        changes = (method == "POST" and _CHANGE.match(path)) or (method == "DELETE" and path.startswith("/items/"))
+        if changes:
+            if _cross_site(headers):
+                return 403, "a change from another web site is refused (the browser's Sec-Fetch-Site or Origin)"
+            if access.read_only:
+                return 403, "this service is read-only (lbhash serve --read-only): it accepts no changes"
+            if access.write_key is not None and not _same(given, access.write_key):
+                return 401, f"a change needs the write key in the {KEY_HEADER} header"
+            return None
+        if access.read_key is not None and not _OPEN.match(path):
+            if not (_same(given, access.read_key) or (access.write_key is not None and _same(given, access.write_key))):
+                return 401, f"this service needs its read key in the {KEY_HEADER} header"
+        return None
+
+
+def _same(given: str | None, key: str) -> bool:
+    return given is not None and hmac.compare_digest(given.encode(), key.encode())
+
+
+def _cross_site(headers: dict[str, str]) -> bool:
+    fetch_site = headers.get("sec-fetch-site")
+    if fetch_site is not None:
+        return fetch_site not in ("same-origin", "none")
+    origin = headers.get("origin")
+    if origin is None:
+        return False  # not a browser, or a browser's same-origin GET
+    parts = urlsplit(origin)
+    return origin == "null" or parts.netloc.lower() != headers.get("host", "").lower()

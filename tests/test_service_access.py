@@ -1,0 +1,130 @@
+"""Who may read and change a served index (issue 46, items 1-3): a write key, a read key,
+read-only mode, changes from other web sites refused, and `lbhash serve` off loopback only with
+a key or --read-only."""
+
+import httpx
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from helpers import cli
+
+from index_reference import random_codes
+from lbhash.codes import pack
+from lbhash.errors import InputError
+from lbhash.index import CodeIndex
+from lbhash.service import create_app
+from lbhash.service.access import Access
+from test_service_process import free_port, server_factory  # noqa: F401  (a fixture)
+
+WRITE, READ = "w" * 8 + "-write-key-123", "r" * 8 + "-read-key-4567"
+
+
+@pytest.fixture
+def index_dir(tmp_path, rng):
+    index = CodeIndex(16)
+    index.add(random_codes(rng, 20, 16), labels=rng.integers(0, 3, 20))
+    index.save(tmp_path / "ix")
+    return tmp_path / "ix"
+
+
+def add_body(n=1, start=100):
+    return {"codes": [pack(np.ones((1, 16), np.int8))[0].tobytes().hex()] * n, "ids": list(range(start, start + n))}
+
+
+def refused(reply, status, fragment):
+    assert reply.status_code == status, reply.text
+    detail = reply.json()["detail"]
+    assert fragment in detail and "\n" not in detail
+    return detail
+
+
+def test_with_a_write_key_changes_need_it_and_the_index_is_unchanged_without(index_dir):
+    with TestClient(create_app(index_dir, access=Access(write_key=WRITE))) as client:
+        for headers in ({}, {"X-Lbhash-Key": "wrong-key-of-some-length"}, {"X-Lbhash-Key": READ}):
+            refused(client.post("/items", json=add_body(), headers=headers), 401, "needs the write key")
+            refused(client.delete("/items/3", headers=headers), 401, "needs the write key")
+            assert client.get("/health").json()["ntotal"] == 20
+        assert client.get("/items/3").status_code == 200  # reads stay open without a read key
+        assert client.post("/items", json=add_body(), headers={"X-Lbhash-Key": WRITE}).status_code == 200
+        assert client.delete("/items/3", headers={"X-Lbhash-Key": WRITE}).status_code == 200
+        assert client.get("/health").json()["ntotal"] == 20  # one added, one deleted
+        assert client.get("/about").json()["access"] == {"read_only": False, "write_key": True, "read_key": False}
+
+
+def test_with_a_read_key_searches_need_a_key_but_the_page_does_not(index_dir):
+    with TestClient(create_app(index_dir, access=Access(write_key=WRITE, read_key=READ))) as client:
+        search = {"codes": [add_body()["codes"][0]], "k": 3}
+        refused(client.post("/search", json=search), 401, "needs its read key")
+        for path in ("/items/3", "/about", "/stats"):
+            refused(client.get(path), 401, "needs its read key")
+        for key in (READ, WRITE):  # the write key reads too
+            assert client.post("/search", json=search, headers={"X-Lbhash-Key": key}).status_code == 200
+        refused(client.delete("/items/3", headers={"X-Lbhash-Key": READ}), 401, "needs the write key")
+        for path in ("/", "/page/page.js", "/health", "/docs", "/openapi.json"):
+            assert client.get(path).status_code == 200, path
+        assert client.get("/stats", headers={"X-Lbhash-Key": READ}).status_code == 200
+
+
+def test_read_only_refuses_every_change_with_403_and_serves_reads(index_dir):
+    with TestClient(create_app(index_dir, access=Access(read_only=True))) as client:
+        refused(client.post("/items", json=add_body()), 403, "read-only")
+        refused(client.delete("/items/3"), 403, "read-only")
+        refused(client.post("/items/image", files={"files": ("a.png", b"x", "image/png")}), 403, "read-only")
+        assert client.get("/items/3").status_code == 200 and client.get("/health").json()["ntotal"] == 20
+        assert client.post("/search", json={"codes": [add_body()["codes"][0]], "k": 2}).status_code == 200
+
+
+@pytest.mark.parametrize("headers", [{"Sec-Fetch-Site": "cross-site"}, {"Sec-Fetch-Site": "same-site"},
+                                     {"Origin": "http://evil.example"}, {"Origin": "null"},
+                                     {"Origin": "http://testserver.evil.example"}])
+def test_a_change_from_another_site_is_refused_even_with_the_key(index_dir, headers):
+    for access, extra in ((Access(), {}), (Access(write_key=WRITE), {"X-Lbhash-Key": WRITE})):
+        with TestClient(create_app(index_dir, access=access)) as client:
+            refused(client.post("/items", json=add_body(), headers={**headers, **extra}), 403, "another web site")
+            refused(client.delete("/items/3", headers={**headers, **extra}), 403, "another web site")
+            form = client.post("/items/image", files={"files": ("a.png", b"x", "image/png")}, headers=headers)
+            refused(form, 403, "another web site")
+            assert client.get("/health").json()["ntotal"] == 20
+            assert "access-control-allow-origin" not in {k.lower() for k in form.headers}  # CORS stays closed
+
+
+def test_a_change_from_the_page_itself_or_a_program_passes(index_dir):
+    with TestClient(create_app(index_dir)) as client:  # open, as on loopback
+        same = [{"Sec-Fetch-Site": "same-origin"}, {"Sec-Fetch-Site": "none"}, {"Origin": "http://testserver"}, {}]
+        for i, headers in enumerate(same):
+            assert client.post("/items", json=add_body(start=100 + i), headers=headers).status_code == 200
+        assert client.get("/health").json()["ntotal"] == 24
+
+
+def test_keys_are_checked_never_shown():
+    access = Access(write_key=WRITE, read_key=READ)
+    assert WRITE not in repr(access) and READ not in repr(access) and WRITE not in str(access.public())
+    for bad in ("short", " " + WRITE, WRITE + "\n"):
+        with pytest.raises(InputError, match="at least 16 printable characters"):
+            Access(write_key=bad)
+
+
+def test_serve_off_loopback_needs_a_key_or_read_only(index_dir, tmp_path, monkeypatch):
+    monkeypatch.delenv("LBHASH_WRITE_KEY", raising=False)
+    port = free_port()
+    for host in ("0.0.0.0", "192.0.2.1"):
+        result = cli("serve", index_dir, "--host", host, "--port", port)
+        assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
+        assert f"--host {host}: anyone who reaches it could change the index" in result.output
+    result = cli("serve", index_dir, "--write-key-file", tmp_path / "missing", "--port", port)
+    assert result.exit_code == 2 and "--write-key-file" in result.output and "cannot read the key" in result.output
+    (tmp_path / "weak").write_text("abc\n")
+    result = cli("serve", index_dir, "--write-key-file", tmp_path / "weak", "--port", port)
+    assert result.exit_code == 2 and "at least 16 printable characters" in result.output
+    assert not (tmp_path / "ix.wal").exists()  # refused before the index was opened
+
+
+def test_a_served_index_with_a_write_key_from_the_environment(index_dir, server_factory, monkeypatch):  # noqa: F811
+    monkeypatch.setenv("LBHASH_WRITE_KEY", WRITE)
+    server = server_factory(index_dir, free_port())
+    reply = httpx.delete(f"{server.url}/items/3", timeout=10)
+    assert reply.status_code == 401 and reply.headers["www-authenticate"].startswith("X-Lbhash-Key")
+    assert httpx.delete(f"{server.url}/items/3", headers={"X-Lbhash-Key": WRITE}, timeout=10).status_code == 200
+    assert httpx.get(f"{server.url}/health", timeout=10).json()["ntotal"] == 19
+    server.kill()
+    assert WRITE not in server.log  # never logged
