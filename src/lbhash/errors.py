@@ -4,7 +4,8 @@
 prints it as one line and exits with status 2; every other exception is a bug and keeps its
 traceback. It subclasses ValueError, so `except ValueError` keeps working for callers.
 `NotFound` (an id not in an index) and `Conflict` (an id already in it) are InputErrors that
-the indexes raise and the service answers with 404 and 409.
+the indexes raise and the service answers with 404 and 409; `TooLarge` (an input over a size
+budget) gets 413.
 `require_extra` turns a missing optional dependency into such a line, naming the extra.
 `LbhashWarning` is the base of lbhash's warnings about input it accepted but changed.
 """
@@ -20,6 +21,10 @@ class NotFound(InputError):
 
 class Conflict(InputError):
     """An id that is already in the index, added without upsert (HTTP 409)."""
+
+
+class TooLarge(InputError):
+    """An input over a size budget, such as an upload's pixels (HTTP 413)."""
 
 
 class LbhashWarning(UserWarning):

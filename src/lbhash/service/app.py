@@ -29,7 +29,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
 from lbhash import limits as table
-from lbhash.errors import Conflict, InputError, NotFound
+from lbhash.errors import Conflict, InputError, NotFound, TooLarge
 from lbhash.index import Searcher, check_classes, plan_search
 from lbhash.limits import MAX_ID, check_ids
 from lbhash.service import models
@@ -218,6 +218,7 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     app.add_exception_handler(NotFound, one_line(404))
     app.add_exception_handler(Conflict, one_line(409))
+    app.add_exception_handler(TooLarge, one_line(413))
     app.add_exception_handler(InputError, one_line(400))
 
     async def invalid(request: Request, exc: RequestValidationError):

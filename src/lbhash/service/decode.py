@@ -8,13 +8,16 @@ and `limits`. Every refusal is a one-line InputError (HTTP 400).
 
 from __future__ import annotations
 
-import numpy as np
+import io
 
-from lbhash.errors import InputError
+import numpy as np
+from PIL import Image
+
+from lbhash.errors import InputError, TooLarge
 from lbhash.index import Searcher
 from lbhash.index.rerank import check_real
 from lbhash.index.searcher import codes_of
-from lbhash.limits import check_ids
+from lbhash.limits import MAX_IMAGE_PIXELS, MAX_REQUEST_PIXELS, check_ids
 from lbhash.service import models
 
 
@@ -78,8 +81,35 @@ def encode_images(searcher: Searcher, blobs: list[bytes], names: list[str],
 
 
 def read_uploads(files) -> tuple[list[bytes], list[str]]:
-    """The bytes and names of uploaded files ("upload" for a file sent without a name)."""
-    return [f.file.read() for f in files], [f.filename or "upload" for f in files]
+    """The bytes and names of uploaded files ("upload" for a file sent without a name), whose
+    pixels are within the budgets (`check_pixels`)."""
+    blobs, names = [f.file.read() for f in files], [f.filename or "upload" for f in files]
+    check_pixels(blobs, names)
+    return blobs, names
+
+
+def check_pixels(blobs: list[bytes], names: list[str], per_image: int = MAX_IMAGE_PIXELS,
+                 per_request: int = MAX_REQUEST_PIXELS) -> None:
+    """Width x height of each image, read from its header before anything decodes it: at most
+    `per_image` each and `per_request` together, else TooLarge (413). A PNG of 100 KB can
+    declare 6000 x 6000 pixels, 108 MB once decoded. Files that do not open are left to the
+    decoder, whose error names them."""
+    total = 0
+    for k, (blob, name) in enumerate(zip(blobs, names)):
+        try:
+            with Image.open(io.BytesIO(blob)) as im:  # reads the header, decodes nothing
+                width, height = im.size
+        except Image.DecompressionBombError:
+            raise TooLarge(f"files[{k}] ({name}) declares more pixels than Pillow opens") from None
+        except (OSError, SyntaxError, ValueError):
+            continue
+        if width * height > per_image:
+            raise TooLarge(f"files[{k}] ({name}) has {width} x {height} pixels; the service decodes images of at "
+                           f"most {per_image:,} pixels (lbhash.limits.MAX_IMAGE_PIXELS)")
+        total += width * height
+        if total > per_request:
+            raise TooLarge(f"files[0..{k}] hold {total:,} pixels together; one request may hold at most "
+                           f"{per_request:,} (lbhash.limits.MAX_REQUEST_PIXELS)")
 
 
 def feature_rows(features: list[list[int | float]]) -> np.ndarray:

@@ -1,0 +1,66 @@
+"""Uploads within a pixel budget (issue 46 item 4): each image's width x height is read from its
+header before anything decodes it, per image and per request; over budget is 413, and nothing
+is added."""
+
+import io
+import struct
+import zlib
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from PIL import Image
+
+from lbhash.errors import TooLarge
+from lbhash.limits import MAX_IMAGE_PIXELS, MAX_REQUEST_PIXELS
+from lbhash.service import create_app
+from lbhash.service.decode import check_pixels
+
+
+def png_header(width: int, height: int) -> bytes:
+    """A PNG whose header declares width x height (RGB) and whose data is one empty block: a
+    file of 60 bytes that a decoder would try to expand to width * height * 3 bytes."""
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"")) + chunk(b"IEND", b"")
+
+
+def real_png(side: int) -> bytes:
+    out = io.BytesIO()
+    Image.fromarray(np.zeros((side, side, 3), np.uint8)).save(out, format="PNG")
+    return out.getvalue()
+
+
+def test_the_header_decides_before_decoding(monkeypatch):
+    with Image.open(io.BytesIO(png_header(6000, 6000))) as im:  # the header alone gives the size
+        assert im.size == (6000, 6000)
+    decoded = []
+    monkeypatch.setattr(Image.Image, "load", lambda self: decoded.append(self.size))
+    with pytest.raises(TooLarge, match=r"files\[0\] \(big.png\) has 12000 x 12000 pixels.*40,000,000"):
+        check_pixels([png_header(12000, 12000)], ["big.png"])
+    # 20 images of 6000 x 6000: each within the per-image budget, far over the request's
+    with pytest.raises(TooLarge, match=r"files\[0..2\] hold 108,000,000 pixels together.*80,000,000"):
+        check_pixels([png_header(6000, 6000)] * 20, ["a.png"] * 20)
+    assert decoded == []  # nothing was decoded to decide
+    check_pixels([real_png(32)] * 3 + [b"not an image"], ["a", "b", "c", "d"])  # within: the decoder names bad files
+    assert 6000 * 6000 <= MAX_IMAGE_PIXELS < 12000 * 12000 and 20 * 6000 * 6000 > MAX_REQUEST_PIXELS
+
+
+def test_an_upload_over_budget_is_413_and_adds_nothing(tiny_image_run, tmp_path):
+    from helpers import cli
+    from lbhash.index.sources import load_encoder
+
+    _, run = tiny_image_run
+    assert cli("index", "build", run, "--out", tmp_path / "ix").exit_code == 0
+    with TestClient(create_app(tmp_path / "ix", load_encoder(run))) as client:
+        before = client.get("/health").json()["ntotal"]
+        files = [("files", (f"{i}.png", png_header(6000, 6000), "image/png")) for i in range(20)]
+        for path in ("/items/image", "/search/image"):
+            reply = client.post(path, files=files)
+            assert reply.status_code == 413 and "MAX_REQUEST_PIXELS" in reply.json()["detail"], reply.text
+        reply = client.post("/items/image", files=[("files", ("huge.png", png_header(12000, 12000), "image/png"))])
+        assert reply.status_code == 413 and "huge.png" in reply.json()["detail"]
+        assert client.get("/health").json()["ntotal"] == before
+        ok = client.post("/items/image", files=[("files", ("small.png", real_png(32), "image/png"))])
+        assert ok.status_code == 200 and client.get("/health").json()["ntotal"] == before + 1
