@@ -109,6 +109,9 @@ def build(source: Path, out: str, kind: str, part: str | None, nlist, nprobe, nh
     if backend == "faiss":
         from lbhash.index.writer_lock import writer_lock
 
+        model = sources.run_model(source) if source.is_dir() else None
+        if model is not None:  # the model whose codes these are: searches with --run check it
+            index.metadata[sources.MODEL_KEY] = model
         if source.is_dir() and sources.run_data(source):  # ids are positions in this data
             index.metadata["data"] = sources.run_data(source)
             _record_sources(index, index.metadata["data"], ids)

@@ -33,9 +33,11 @@ IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".ti
 @click.option("--rerank-factor", type=int, help="Re-rank the Hamming top k x M by the queries' real outputs "
                                              "(--features or --images only; docs/search.md).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--force", is_flag=True, help="Encode with --run even when its model did not make the index's codes.")
 @backend_options
 def search(index_dir: str, codes_path, features_path, image_paths, run_dir, k: int | None, radius: int | None,
-           filter_labels: str | None, rerank_factor: int | None, as_json: bool, backend: str, uri: str) -> None:
+           filter_labels: str | None, rerank_factor: int | None, as_json: bool, force: bool, backend: str,
+           uri: str) -> None:
     """Search INDEX_DIR; print each query's ids, distances and labels.
 
     Limits (docs/search.md): k at most 1000, class ids 0 to 65535; queries are searched in
@@ -50,6 +52,10 @@ def search(index_dir: str, codes_path, features_path, image_paths, run_dir, k: i
     plan = plan_search(k, radius, rerank=rerank, factor=rerank_factor, spelling=spelling)
     classes = None if filter_labels is None else _filter_classes(filter_labels)  # checked before the index is read
     index = open_index(index_dir, backend, uri)
+    if run_dir is not None and codes_path is None:
+        from lbhash.index.sources import check_index_model
+
+        check_index_model(getattr(index, "metadata", None), run_dir, index_dir, force)
     names, codes, real = _queries(index, codes_path, features_path, image_paths, run_dir, rerank)
     hits = search_hits(index, codes, plan, classes=None if classes is None else [classes] * len(codes), real=real)
     found = np.array(sorted({i for h in hits for i in h.ids}), np.int64)

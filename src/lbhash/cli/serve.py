@@ -36,6 +36,7 @@ from lbhash.limits import HEADER_TIMEOUT_S, MAX_BATCH, MAX_BODY_BYTES, MAX_CONNE
 @click.option("--header-timeout", type=click.FloatRange(0.1, HEADER_TIMEOUT_S), default=HEADER_TIMEOUT_S,
               show_default=True, help="Seconds a connection may take to send a request's headers before it is "
                                       "closed (lbhash.limits: may only be lowered).")
+@click.option("--force", is_flag=True, help="Serve --run even when its model did not make the index's codes.")
 @click.option("--read-only", is_flag=True, help="Serve searches, items, thumbnails and the page; refuse every "
                                                  "change (403).")
 @click.option("--write-key-file", type=click.Path(path_type=Path), help="File whose first line is the write key "
@@ -45,7 +46,7 @@ from lbhash.limits import HEADER_TIMEOUT_S, MAX_BATCH, MAX_BODY_BYTES, MAX_CONNE
 @backend_options
 def serve(index_dir: str, run_dir, host: str, port: int, compact_every: int, max_batch: int, max_k: int,
           max_body_mb: int, max_rerank_candidates: int, max_connections: int, header_timeout: float,
-          read_only: bool, write_key_file, read_key_file, backend: str, uri: str) -> None:
+          force: bool, read_only: bool, write_key_file, read_key_file, backend: str, uri: str) -> None:
     """Serve INDEX_DIR over HTTP: a search page at /, API docs at /docs.
 
     Every acknowledged change is in a write-ahead log (INDEX_DIR.wal beside the directory)
@@ -73,7 +74,11 @@ def serve(index_dir: str, run_dir, host: str, port: int, compact_every: int, max
     if backend != "milvus":  # read-only: a missing or broken index is named before the port is taken
         from lbhash.index.storage import read_manifest
 
-        read_manifest(Path(index_dir))
+        manifest = read_manifest(Path(index_dir))
+        if run_dir is not None:
+            from lbhash.index.sources import check_index_model
+
+            check_index_model(manifest.get("metadata"), run_dir, index_dir, force)
     sock = _listen(host, port)  # before opening: a busy port must leave the index and its log untouched
     try:
         encoder = None

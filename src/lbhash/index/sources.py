@@ -6,6 +6,9 @@ so that a change there is rewired here alone.
 - `run_codes(run_dir, part)`: the codes, ids and labels of a run's items.
 - `codes_file(path)`: the codes, ids, labels and sources of a codes file (lbhash.codes_file):
   `lbhash encode`'s output, or a run's codes.npz (its database).
+- `run_model(run_dir)` and `check_index_model(metadata, run_dir, index_dir, force)`: the model
+  an index's codes came from (recorded by `lbhash index build`), and the refusal to encode
+  queries for that index with another model.
 """
 
 from __future__ import annotations
@@ -18,6 +21,29 @@ from lbhash.errors import InputError
 from lbhash.index import _checks
 
 PARTS = ("database", "all")
+MODEL_KEY = "model"  # in an index's metadata: the run's model_identity at build time
+
+
+def run_model(run_dir: str | Path) -> dict | None:
+    """{"file", "sha256", "epoch"} of the weights a run encodes with; None for a directory
+    that holds codes but no trained run."""
+    from lbhash.train.rundir import CONFIG, model_identity
+
+    return model_identity(run_dir) if (Path(run_dir) / CONFIG).is_file() else None
+
+
+def check_index_model(metadata: dict, run_dir: str | Path, index_dir, force: bool = False) -> None:
+    """Refuse to encode queries for an index with a model other than the one that made its
+    codes: their distances would mean nothing (an item's own image far from itself). Indexes
+    built from a codes file, or before lbhash recorded the model, have nothing to compare."""
+    recorded = (metadata or {}).get(MODEL_KEY)
+    if force or not isinstance(recorded, dict):
+        return
+    now = run_model(run_dir)
+    if now is not None and now["sha256"] != recorded.get("sha256"):
+        raise InputError(f"{run_dir}: its model ({now['file']}, epoch {now['epoch']}) did not make the codes of "
+                         f"{index_dir} (epoch {recorded.get('epoch')}): rebuild the index with `lbhash index build "
+                         f"{run_dir} --out {index_dir} --overwrite`, or pass --force")
 
 
 def load_encoder(run_dir: str | Path):

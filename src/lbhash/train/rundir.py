@@ -248,6 +248,23 @@ def load_input_form(run_dir: str | Path, cfg: TrainConfig) -> InputForm:
                      image_size=cfg.image_size, channels=3 if cfg.input_kind == "images" else None)
 
 
+def model_identity(run_dir: str | Path) -> dict:
+    """The weights a run encodes with, as an index records them (`lbhash index build`):
+    {"file": best.pt or checkpoint.pt, "sha256", "epoch"}. A resumed run that trained on has
+    another identity, unless its kept epoch (best.pt) stayed the same."""
+    run_dir = Path(run_dir)
+    cfg = load_run_config(run_dir)
+    name = BEST if cfg.select == "best-val" and (run_dir / BEST).is_file() else CHECKPOINT
+    if not (run_dir / name).is_file():
+        raise InputError(f"{run_dir}: no {name} (the run has not finished an epoch)")
+    recorded = (read_manifest(run_dir) or {}).get(name, {}).get("sha256")
+    digest = recorded if isinstance(recorded, str) else sha256(run_dir / name)
+    epoch = None
+    if (run_dir / METRICS).is_file():
+        epoch = read_metrics(run_dir).get("run", {}).get("selected_epoch")
+    return {"file": name, "sha256": digest, "epoch": epoch}
+
+
 def load_run_model(run_dir: str | Path) -> tuple[HashModel, TrainConfig]:
     """The trained hash model of a run (its last checkpoint) and the run's config."""
     run_dir = Path(run_dir)

@@ -1,0 +1,53 @@
+"""An index knows which model made its codes (issue 46 item 6): `index build` records the run's
+weights; `search --run` and `serve --run` refuse a run that trained on since, unless --force."""
+
+import json
+
+import numpy as np
+from helpers import cli
+from sklearn.datasets import load_digits
+
+from lbhash.train.rundir import model_identity, sha256
+
+TRAIN = ["train", "--data", "digits", "--bits", 16, "--hidden", 32, "--centers", "hadamard", "--validation", 0,
+         "--no-progress"]
+
+
+def one_line(result, *fragments):
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and all(f in lines[0] for f in fragments), result.output
+    return lines[0]
+
+
+def test_a_search_with_a_model_that_did_not_make_the_index_is_refused(tmp_path):
+    run, ix, queries = tmp_path / "run", tmp_path / "ix", tmp_path / "q.npy"
+    np.save(queries, load_digits().data[:5].astype(np.float32))
+    assert cli(*TRAIN, "--epochs", 2, "--out", run).exit_code == 0
+    assert cli("index", "build", run, "--out", ix).exit_code == 0
+    recorded = json.loads((ix / "manifest.json").read_text())["metadata"]["model"]
+    assert recorded == {"file": "checkpoint.pt", "sha256": sha256(run / "checkpoint.pt"), "epoch": 2}
+    search = ["search", ix, "--features", queries, "--run", run, "--json"]
+    first = cli(*search)
+    assert first.exit_code == 0, first.output
+    assert cli("train", "--out", run, "--resume", "--epochs", 3).exit_code == 0  # the model moves on
+    assert model_identity(run)["epoch"] == 3 and model_identity(run)["sha256"] != recorded["sha256"]
+    line = one_line(cli(*search), str(run), "epoch 3", "did not make the codes of", "(epoch 2)",
+                    f"lbhash index build {run} --out {ix} --overwrite", "--force")
+    assert "Traceback" not in line
+    one_line(cli("serve", ix, "--run", run, "--port", 0), "did not make the codes of", "--force")
+    assert not (tmp_path / "ix.wal").exists()  # refused before the index was opened
+    assert cli(*search, "--force").exit_code == 0
+    assert cli("index", "build", run, "--out", ix, "--overwrite").exit_code == 0  # rebuilt: searches again
+    assert cli(*search).exit_code == 0
+    assert cli("search", ix, "--codes", run / "codes.npz").exit_code == 0  # codes need no model
+
+
+def test_an_index_of_a_codes_file_has_no_model_to_check(tmp_path):
+    run, ix, queries = tmp_path / "run", tmp_path / "ix", tmp_path / "q.npy"
+    np.save(queries, load_digits().data[:3].astype(np.float32))
+    assert cli(*TRAIN, "--epochs", 1, "--out", run).exit_code == 0
+    assert cli("encode", run, "--out", tmp_path / "c.npz", "--no-progress").exit_code == 0
+    assert cli("index", "build", tmp_path / "c.npz", "--out", ix).exit_code == 0
+    assert "model" not in json.loads((ix / "manifest.json").read_text())["metadata"]
+    assert cli("search", ix, "--features", queries, "--run", run).exit_code == 0
