@@ -11,6 +11,7 @@ import io
 import lzma
 import os
 import pickle
+import stat
 import tarfile
 import zlib
 from pathlib import Path
@@ -72,6 +73,34 @@ class FileSource:
                 return fh.read()
         except OSError as err:
             raise InputError(f"{path}: cannot read image ({err.strerror or _one_line(err)})") from None
+
+    def stamp(self, i: int) -> tuple[int, int]:
+        """(size, mtime in ns) of image i, as its file is now (what an index records)."""
+        info = os.stat(self.where(i))
+        return int(info.st_size), int(info.st_mtime_ns)
+
+    def read_guarded(self, i: int, max_bytes: int, stamp: tuple[int, int] | None = None) -> bytes:
+        """Image i for a server that must not be led elsewhere: the file, resolved, must still be
+        inside the root, a regular file (not a FIFO or a device, opened without blocking or
+        following a link), of at most `max_bytes`, and, with `stamp`, of the recorded size and
+        mtime (a swapped source is refused rather than shown)."""
+        path = self.where(i)
+        real = os.path.realpath(path)
+        if not ImageRoot(self.root).inside(real):
+            raise InputError(f"{path}: now leads out of the image root {self.root}")
+        try:
+            fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError as err:
+            raise InputError(f"{path}: cannot read image ({err.strerror or _one_line(err)})") from None
+        with os.fdopen(fd, "rb") as fh:
+            info = os.fstat(fh.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise InputError(f"{path}: not a regular file")
+            if info.st_size > max_bytes:
+                raise InputError(f"{path}: {info.st_size} bytes, more than the {max_bytes} a source is read up to")
+            if stamp is not None and (int(info.st_size), int(info.st_mtime_ns)) != tuple(stamp):
+                raise InputError(f"{path}: changed since the index was built (size or modification time)")
+            return fh.read(max_bytes + 1)[:max_bytes]
 
 
 class TarSource:

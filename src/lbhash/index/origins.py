@@ -6,12 +6,14 @@ the member of a tarball (`TARBALL:MEMBER`), or the row of an image array or CIFA
 (lbhash.index.storage: written atomically with the index, covered by the manifest's checksums):
 
     {"format": "lbhash-sources/1", "data": DATA SPEC (absolute paths), "class_names": [...] or null,
-     "prefix": common prefix of the sources, "ids": [...], "sources": [source minus prefix, ...]}
+     "prefix": common prefix of the sources, "ids": [...], "sources": [source minus prefix, ...],
+     "stamps": [[size, mtime_ns], ...] (files under a folder only; records before 2026-11-25 lack it)}
 
 An item's id is its position in that data set (a run numbers its items so). `DataImages`
 reads an item's pixels from the recorded data spec at the recorded position, and only after
 checking that the data set still names the recorded source there: no path from a request is
-ever opened. Feature data has no sources (its rows are not images): nothing is recorded.
+ever opened. A file under a folder is read only while it resolves inside the folder, is a
+regular file of at most MAX_SOURCE_BYTES, and has the size and mtime recorded at build time. Feature data has no sources (its rows are not images): nothing is recorded.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from lbhash.errors import InputError
+from lbhash.limits import MAX_SOURCE_BYTES
 
 SOURCES = "sources.json"
 FORMAT = "lbhash-sources/1"
@@ -71,6 +74,11 @@ def record_sources(index, data_spec: str, ids) -> int:
     prefix = os.path.commonprefix(sources) if len(sources) > 1 else ""
     body = {"format": FORMAT, "data": spec, "class_names": getattr(dataset, "class_names", None),
             "prefix": prefix, "ids": ids.tolist(), "sources": [s[len(prefix):] for s in sources]}
+    if hasattr(getattr(dataset, "source", None), "stamp"):  # files: a swapped one is refused later
+        try:
+            body["stamps"] = [list(dataset.source.stamp(int(i))) for i in ids]
+        except OSError as err:
+            raise InputError(f"cannot read the size of an image file ({err})") from None
     attachments = dict(getattr(index, "attachments", None) or {})
     attachments[SOURCES] = json.dumps(body, separators=(",", ":")).encode()
     index.attachments = attachments
@@ -89,6 +97,14 @@ class SourceRecord:
         self.data, self.class_names = str(body["data"]), body.get("class_names")
         prefix = str(body.get("prefix", ""))
         self._where = {int(i): prefix + str(s) for i, s in zip(ids, sources)}
+        stamps = body.get("stamps")
+        if stamps is not None and (not isinstance(stamps, list) or len(stamps) != len(ids)):
+            raise InputError(f"{where}: 'stamps' must be a list as long as 'ids'")
+        self._stamps = {} if stamps is None else {int(i): (int(s[0]), int(s[1])) for i, s in zip(ids, stamps)}
+
+    def stamp(self, item_id: int) -> tuple[int, int] | None:
+        """(size, mtime_ns) of the item's file when the index was built, or None."""
+        return self._stamps.get(int(item_id))
 
     def __len__(self) -> int:
         return len(self._where)
@@ -120,6 +136,8 @@ def forget_sources(index, ids) -> None:
         return
     body["ids"] = [body["ids"][k] for k in keep]
     body["sources"] = [body["sources"][k] for k in keep]
+    if "stamps" in body:
+        body["stamps"] = [body["stamps"][k] for k in keep]
     index.attachments = {**index.attachments, SOURCES: json.dumps(body, separators=(",", ":")).encode()}
 
 
@@ -159,6 +177,8 @@ class DataImages:
         if now != recorded:
             raise InputError(f"item {item_id}: its recorded source {recorded} is no longer item {item_id} of "
                              f"{self.record.data} (the data changed)")
+        if hasattr(dataset.source, "read_guarded"):  # a file under a folder: never followed elsewhere
+            return dataset.source.read_guarded(item_id, MAX_SOURCE_BYTES, self.record.stamp(item_id))
         if dataset.source is not None:
             return dataset.source.read(item_id)
         return np.asarray(dataset.pixels[item_id])
