@@ -346,3 +346,18 @@ def test_a_manifest_whose_bits_disagree_with_the_codes_is_one_line(tmp_path, rng
     with pytest.raises(InputError, match=f"index.faiss: holds 32-bit codes, the manifest says {bits}"):
         CodeIndex.load(tmp_path / "idx")
     one_line_error(cli("index", "info", tmp_path / "idx"), f"holds 32-bit codes, the manifest says {bits}")
+
+
+@pytest.mark.parametrize("n", [10, 3000])  # an ivf of nlist 4 trains at 156 codes: both sides of it
+def test_a_flat_index_whose_manifest_says_ivf_is_one_line(tmp_path, rng, n):
+    from helpers import cli, one_line_error
+
+    index = CodeIndex(16)
+    index.add(random_codes(rng, n, 16))
+    index.save(tmp_path / "idx")
+    manifest = json.loads((tmp_path / "idx" / "manifest.json").read_text())
+    (tmp_path / "idx" / "manifest.json").write_text(json.dumps({**manifest, "kind": "ivf",
+                                                                 "params": {"nlist": 4, "nprobe": 2}}))
+    with pytest.raises(InputError, match="not an ivf index|the manifest says trained"):
+        CodeIndex.load(tmp_path / "idx")
+    one_line_error(cli("index", "info", tmp_path / "idx"), "index.faiss")

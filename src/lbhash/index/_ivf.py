@@ -146,6 +146,9 @@ class IVFEngine(Engine):
     def from_faiss(cls, bits: int, params: dict, index, ids: np.ndarray):
         engine = cls(bits, params)
         if isinstance(index, faiss.IndexBinaryFlat):  # saved before training: the buffer
+            if index.ntotal >= engine.min_train:  # it would have trained: a flat index called ivf
+                raise InputError(f"index.faiss holds a IndexBinaryFlat of {index.ntotal} codes, not an ivf index "
+                                 f"(one of nlist={engine.nlist} trains at {engine.min_train} codes)")
             engine.buffer, codes = FlatEngine.from_faiss(bits, {}, index, ids)
             return engine, codes
         if not isinstance(index, faiss.IndexBinaryIVF):

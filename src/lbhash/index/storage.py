@@ -120,6 +120,11 @@ def load_index(path: str | os.PathLike, index_class):
         raise InputError(f"{path / 'index.faiss'}: holds {len(codes)} codes but ids.npy has {len(ids)} "
                          f"and the manifest says {manifest['ntotal']}")
     index._main = Segment(engine, ids, codes, labels, ordered=True)
+    if "trained" in manifest and manifest["trained"] is not index.is_trained:
+        raise InputError(f"{path / 'index.faiss'}: the {kind} index it holds is "
+                         f"{'' if index.is_trained else 'not '}trained, the manifest says "
+                         f"{'trained' if manifest['trained'] else 'untrained'} (the manifest's kind or trained "
+                         "was changed)")
     index._next_id = int(manifest["next_id"])
     index.metadata = dict(manifest.get("metadata") or {})
     index.attachments = {name: (path / name).read_bytes() for name in attached}
