@@ -64,3 +64,35 @@ def test_an_upload_over_budget_is_413_and_adds_nothing(tiny_image_run, tmp_path)
         assert client.get("/health").json()["ntotal"] == before
         ok = client.post("/items/image", files=[("files", ("small.png", real_png(32), "image/png"))])
         assert ok.status_code == 200 and client.get("/health").json()["ntotal"] == before + 1
+
+
+def test_uploads_beyond_the_media_budget_get_507_and_write_nothing(tiny_image_run, tmp_path):
+    from helpers import cli
+    from lbhash.index.sources import load_encoder
+    from lbhash.index.uploads import media_dir_for
+
+    _, run = tiny_image_run
+    assert cli("index", "build", run, "--out", tmp_path / "ix").exit_code == 0
+    media = media_dir_for(tmp_path / "ix")
+    small = real_png(32)
+    one = len(small) + 200  # an upload as kept: a header line of at most 200 bytes, then the bytes
+    encoder = load_encoder(run)
+    with TestClient(create_app(tmp_path / "ix", encoder, media_budget=2 * one)) as client:
+        before = client.get("/health").json()["ntotal"]
+        assert client.get("/stats").json()["media"] == {"bytes": 0, "budget": 2 * one}
+        first = client.post("/items/image", files=[("files", ("a.png", small, "image/png"))])
+        assert first.status_code == 200, first.text
+        kept = sum(p.stat().st_size for p in media.glob("*.item"))
+        assert client.get("/stats").json()["media"]["bytes"] == kept > len(small)
+        three = [("files", (f"{i}.png", small, "image/png")) for i in range(3)]
+        reply = client.post("/items/image", files=three)
+        assert reply.status_code == 507 and "budget" in reply.json()["detail"] and "\n" not in reply.json()["detail"]
+        assert client.get("/health").json()["ntotal"] == before + 1  # nothing added
+        assert sorted(p.name for p in media.iterdir()) == [f"{first.json()['ids'][0]}.item"]  # nothing staged left
+        assert client.get("/stats").json()["media"]["bytes"] == kept
+        assert client.delete(f"/items/{first.json()['ids'][0]}").status_code == 200  # its bytes are free again
+        assert client.get("/stats").json()["media"]["bytes"] == 0
+        assert client.post("/items/image", files=three[:2]).status_code == 200
+        used = client.get("/stats").json()["media"]["bytes"]
+    with TestClient(create_app(tmp_path / "ix", encoder, media_budget=2 * one)) as client:  # a restart counts again
+        assert client.get("/stats").json()["media"] == {"bytes": used, "budget": 2 * one}

@@ -23,6 +23,7 @@ MAX_HEADER_BYTES = 64 << 10  # request line and headers of one HTTP request (ser
 HEADER_TIMEOUT_S = 10       # a connection's request headers must be complete this long after it opens
 KEEP_ALIVE_S = 5            # an idle keep-alive connection is closed after this long
 MAX_IMAGE_BYTES = 4 << 20   # one image the service keeps for its thumbnail (POST /items/image)
+MEDIA_BUDGET_BYTES = 1 << 30  # the images one index keeps from uploads, together (lbhash serve --media-budget-mb)
 MAX_SOURCE_BYTES = 64 << 20  # a thumbnail's source file under an image folder: read up to this, never more
 MAX_IMAGE_PIXELS = 40_000_000  # one image, width x height: an upload or a thumbnail's source, read from its header
 MAX_REQUEST_PIXELS = 80_000_000  # the images of one upload or image search together (about 240 MB as RGB)

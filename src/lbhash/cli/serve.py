@@ -10,7 +10,8 @@ import click
 
 from lbhash.cli.index import backend_options
 from lbhash.errors import InputError, require_extra
-from lbhash.limits import HEADER_TIMEOUT_S, MAX_BATCH, MAX_BODY_BYTES, MAX_CONNECTIONS, MAX_K, MAX_RERANK_CANDIDATES
+from lbhash.limits import (HEADER_TIMEOUT_S, MAX_BATCH, MAX_BODY_BYTES, MAX_CONNECTIONS, MAX_K, MAX_RERANK_CANDIDATES,
+                           MEDIA_BUDGET_BYTES)
 
 
 @click.command()
@@ -36,6 +37,8 @@ from lbhash.limits import HEADER_TIMEOUT_S, MAX_BATCH, MAX_BODY_BYTES, MAX_CONNE
 @click.option("--header-timeout", type=click.FloatRange(0.1, HEADER_TIMEOUT_S), default=HEADER_TIMEOUT_S,
               show_default=True, help="Seconds a connection may take to send a request's headers before it is "
                                       "closed (lbhash.limits: may only be lowered).")
+@click.option("--media-budget-mb", type=click.IntRange(min=1), default=MEDIA_BUDGET_BYTES >> 20, show_default=True,
+              help="Most MiB of uploaded images the index keeps (NAME.media/); beyond it an upload gets 507.")
 @click.option("--force", is_flag=True, help="Serve --run even when its model did not make the index's codes.")
 @click.option("--read-only", is_flag=True, help="Serve searches, items, thumbnails and the page; refuse every "
                                                  "change (403).")
@@ -46,7 +49,7 @@ from lbhash.limits import HEADER_TIMEOUT_S, MAX_BATCH, MAX_BODY_BYTES, MAX_CONNE
 @backend_options
 def serve(index_dir: str, run_dir, host: str, port: int, compact_every: int, max_batch: int, max_k: int,
           max_body_mb: int, max_rerank_candidates: int, max_connections: int, header_timeout: float,
-          force: bool, read_only: bool, write_key_file, read_key_file, backend: str, uri: str) -> None:
+          media_budget_mb: int, force: bool, read_only: bool, write_key_file, read_key_file, backend: str, uri: str) -> None:
     """Serve INDEX_DIR over HTTP: a search page at /, API docs at /docs.
 
     Every acknowledged change is in a write-ahead log (INDEX_DIR.wal beside the directory)
@@ -90,7 +93,7 @@ def serve(index_dir: str, run_dir, host: str, port: int, compact_every: int, max
                  else IndexStore(index_dir, compact_every=compact_every))
         limits = Limits(max_body_bytes=max_body_mb << 20, max_batch=max_batch, max_k=max_k,
                         max_rerank_candidates=max_rerank_candidates)
-        app = create_app(store, encoder, limits=limits, access=access)
+        app = create_app(store, encoder, limits=limits, access=access, media_budget=media_budget_mb << 20)
         mode = ("read-only" if access.read_only else "changes need the write key" if access.write_key
                 else "open: anyone on this machine may change it")
         click.echo(f"serving {store.ntotal} {store.bits}-bit codes on http://{host}:{port} "

@@ -6,6 +6,9 @@ the index directory `NAME`, which compaction replaces whole, and its log `NAME.w
   fsynced before the item is added, renamed to its id (and the folder fsynced) after the add
   is logged, before the answer: an acknowledged image survives kill -9. A crash between the
   two leaves the item without an image, never with another's; temporaries are removed on open.
+- The kept images together hold at most a byte budget (`budget`, `lbhash serve
+  --media-budget-mb`): an upload that would pass it is refused (`OverBudget`) before any file
+  is written; `used` counts the bytes of the kept files and of those being staged.
 - `gone.log`: ids whose recorded source (lbhash.index.origins) is no longer theirs (removed,
   or replaced by an upsert), one a line, fsynced before the change; their `ID.item` is
   deleted. An item's image is then: its `ID.item` if there is one, else nothing if its id is
@@ -14,9 +17,11 @@ the index directory `NAME`, which compaction replaces whole, and its log `NAME.w
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import threading
 import uuid
 from pathlib import Path
 
@@ -24,6 +29,10 @@ from lbhash.errors import InputError
 from lbhash.index.storage import _fsync_dir
 
 GONE = "gone.log"
+
+
+class OverBudget(InputError):
+    """An upload beyond the byte budget of an index's kept images (HTTP 507)."""
 
 
 def media_dir_for(index_dir: str | os.PathLike) -> Path:
@@ -35,11 +44,13 @@ class KeptImages:
     """The images of one index's `NAME.media/` folder, created by the first change;
     `writer=False` (readers such as `lbhash search`) leaves temporaries alone."""
 
-    def __init__(self, directory: str | os.PathLike, writer: bool = True):
-        self.dir = Path(directory)
+    def __init__(self, directory: str | os.PathLike, writer: bool = True, budget: int | None = None):
+        self.dir, self.budget = Path(directory), budget
         if writer and self.dir.is_dir():
             for leftover in self.dir.glob(".tmp-*"):  # staged by a process that died before its add
                 leftover.unlink(missing_ok=True)
+        self._lock = threading.Lock()
+        self.used = sum(p.stat().st_size for p in self.dir.glob("*.item")) if self.dir.is_dir() else 0
         self.gone: set[int] = set()
         path = self.dir / GONE
         if path.is_file():
@@ -59,25 +70,57 @@ class KeptImages:
     def has(self, item_id: int) -> bool:
         return self._item(item_id).is_file()
 
-    def stage(self, blob: bytes, name: str) -> Path:
-        """Write one image to a hidden temporary file, fsynced; `commit` names it after its id."""
-        header = {"name": str(name)[:255], "bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest()}
-        self._create()
-        path = self.dir / f".tmp-{uuid.uuid4().hex}"
-        with open(path, "wb") as fh:
-            fh.write(json.dumps(header).encode() + b"\n" + blob)
-            fh.flush()
-            os.fsync(fh.fileno())
-        return path
+    def stage(self, blobs: list[bytes], names: list[str]) -> list[Path]:
+        """Write images to hidden temporary files, fsynced; `commit` names them after their ids.
+        Their bytes count against the budget from here on: beyond it, OverBudget and nothing
+        written."""
+        files = []
+        for blob, name in zip(blobs, names):
+            header = {"name": str(name)[:255], "bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest()}
+            files.append(json.dumps(header).encode() + b"\n" + blob)
+        self._reserve(sum(map(len, files)))
+        staged = []
+        try:
+            self._create()
+            for data in files:
+                staged.append(self.dir / f".tmp-{uuid.uuid4().hex}")
+                with open(staged[-1], "wb") as fh:
+                    fh.write(data)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+        except BaseException:
+            self.discard(staged, unreserve=sum(map(len, files)))
+            raise
+        return staged
+
+    def _reserve(self, size: int) -> None:
+        with self._lock:
+            if self.budget is not None and self.used + size > self.budget:
+                raise OverBudget(f"the index's kept images would hold {self.used + size} bytes, more than their "
+                                 f"budget of {self.budget} (lbhash serve --media-budget-mb); {self.used} used")
+            self.used += size
+
+    def _release(self, size: int) -> None:
+        with self._lock:
+            self.used -= size
 
     def commit(self, staged: list[Path], ids) -> None:
         for path, item_id in zip(staged, ids):
-            os.replace(path, self._item(item_id))
+            replaced = self._item(item_id)
+            if replaced.is_file():  # an upsert's new image: the old one's bytes are free
+                self._release(replaced.stat().st_size)
+            os.replace(path, replaced)
         _fsync_dir(self.dir)
 
-    def discard(self, staged: list[Path]) -> None:
+    def discard(self, staged: list[Path], unreserve: int | None = None) -> None:
+        """Delete staged files; their reserved bytes are released (`unreserve`: all that was
+        reserved, when some were never written)."""
+        freed = 0
         for path in staged:
-            path.unlink(missing_ok=True)
+            with contextlib.suppress(FileNotFoundError):
+                freed += path.stat().st_size
+                path.unlink()
+        self._release(freed if unreserve is None else unreserve)
 
     def forget(self, ids) -> None:
         """Mark ids gone (fsynced) and delete their kept images."""
@@ -93,6 +136,7 @@ class KeptImages:
         removed = False
         for i in ids:
             if self.has(i):
+                self._release(self._item(i).stat().st_size)
                 self._item(i).unlink()
                 removed = True
         if removed:

@@ -36,6 +36,7 @@ from lbhash.service import models
 from lbhash.service.access import Access, AccessControl
 from lbhash.service.decode import (check_batch, encode_images, need_searcher, parse_ids, read_uploads,
                                    reranked_queries, to_codes)
+from lbhash.index.uploads import OverBudget
 from lbhash.service.media import ItemMedia
 from lbhash.service.offload import Offload
 from lbhash.service.page import add_page
@@ -64,7 +65,7 @@ class Limits:
 
 
 def create_app(source, encoder=None, *, limits: Limits | None = None, compact_every: int = 1000,
-               access: Access | None = None) -> FastAPI:
+               access: Access | None = None, media_budget: int = table.MEDIA_BUDGET_BYTES) -> FastAPI:
     """`source`: an index directory (served with a write-ahead log beside it) or a store
     (`IndexStore`, `MilvusStore`). `encoder` (from a run) enables feature and image queries.
     `access`: keys and read-only mode (lbhash.service.access; default: open, as on loopback)."""
@@ -83,7 +84,7 @@ def create_app(source, encoder=None, *, limits: Limits | None = None, compact_ev
     app.state.store, app.state.limits, app.state.access = store, limits or Limits(), access or Access()
     app.state.offload = Offload(getattr(store, "search_threads", None))  # the searches' worker threads
     app.state.searcher = Searcher(store, encoder) if encoder is not None else None
-    app.state.media = ItemMedia(store)  # sources, thumbnails and the images added here (NAME.media/ beside the index)
+    app.state.media = ItemMedia(store, budget=media_budget)  # sources, thumbnails and the images added here (NAME.media/ beside the index)
     _install_error_handlers(app)
     app.add_middleware(BodyLimit, limit=app.state.limits.max_body_bytes)
     app.add_middleware(AccessControl, access=app.state.access)  # outermost: refused before the body is read
@@ -207,7 +208,7 @@ def health(request: Request):
 def stats(request: Request):
     state = request.app.state
     return models.Stats(**state.store.stats(), input_kind=None if state.searcher is None else state.searcher.input_kind,
-                        limits=asdict(state.limits))
+                        limits=asdict(state.limits), media=state.media.usage())
 
 
 def _install_error_handlers(app: FastAPI) -> None:
@@ -219,6 +220,7 @@ def _install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(NotFound, one_line(404))
     app.add_exception_handler(Conflict, one_line(409))
     app.add_exception_handler(TooLarge, one_line(413))
+    app.add_exception_handler(OverBudget, one_line(507))
     app.add_exception_handler(InputError, one_line(400))
 
     async def invalid(request: Request, exc: RequestValidationError):

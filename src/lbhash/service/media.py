@@ -129,16 +129,21 @@ class ItemMedia:
     """Sources and thumbnails of a store's items, and the images added through the service."""
 
     def __init__(self, store, rate: float = table.THUMBNAIL_DECODES_PER_S, slots: int = table.THUMBNAIL_DECODERS,
-                 cache_bytes: int = table.THUMBNAIL_CACHE_BYTES, max_image_bytes: int = table.MAX_IMAGE_BYTES):
+                 cache_bytes: int = table.THUMBNAIL_CACHE_BYTES, max_image_bytes: int = table.MAX_IMAGE_BYTES,
+                 budget: int = table.MEDIA_BUDGET_BYTES):
         self.store, self.max_image_bytes = store, max_image_bytes
         index_dir = getattr(store, "index_dir", None)
         self.record = read_sources(store.index) if index_dir is not None else None
-        self.kept = KeptImages(media_dir_for(index_dir)) if index_dir is not None else None
+        self.kept = KeptImages(media_dir_for(index_dir), budget=budget) if index_dir is not None else None
         self.data = DataImages(self.record) if self.record is not None else None
         if self.data is not None:  # load the data set now, in the background: the first page is quick
             threading.Thread(target=self.data.warm, name="lbhash-sources", daemon=True).start()
         self.gate, self.cache = DecodeGate(rate, slots), ThumbnailCache(cache_bytes)
         self.changing = threading.Lock()  # a change of the store and of its images, one at a time
+
+    def usage(self) -> dict | None:
+        """Bytes of the kept uploads and their budget (None for a store that keeps none)."""
+        return None if self.kept is None else {"bytes": self.kept.used, "budget": self.kept.budget}
 
     # --- reads ----------------------------------------------------------------------------
 
@@ -198,7 +203,7 @@ class ItemMedia:
         Uploaded images are staged (fsynced) before the add and named after their ids after it."""
         if blobs is not None:
             self.check_uploads(blobs, names)
-        staged = [] if self.kept is None or blobs is None else [self.kept.stage(b, n) for b, n in zip(blobs, names)]
+        staged = [] if self.kept is None or blobs is None else self.kept.stage(blobs, names)
         finished = []
         with self.changing:
             try:

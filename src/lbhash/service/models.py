@@ -91,6 +91,7 @@ class Stats(BaseModel):
     ntotal: int
     input_kind: str | None
     limits: dict[str, int]
+    media: dict | None = None  # bytes of the images kept from uploads and their budget
 
 
 class ErrorBody(BaseModel):
