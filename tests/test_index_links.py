@@ -1,5 +1,5 @@
-"""Files lbhash writes beside an index (its writer lock, the service's write-ahead log) are its
-own regular files: a symbolic link planted there (dangling or not), a FIFO or a directory is
+"""Files lbhash writes beside an index (its writer lock, the service's write-ahead log, the
+folder of kept uploads and its files) are its own regular files: a symbolic link planted there (dangling or not), a FIFO or a directory is
 refused in one line, and whatever it points to is left untouched, never truncated, written or
 created."""
 
@@ -70,3 +70,34 @@ def test_the_regular_files_still_work(index_dir, tmp_path):
     again = WriteAheadLog(tmp_path / "idx.wal")
     assert [r["op"] for r in again.records] == ["add", "delete"] and again.last_seq == 2
     again.close()
+
+
+# --- the images the service keeps beside an index (NAME.media/) -----------------------------------
+
+def test_links_in_the_media_folder_are_refused_and_their_targets_untouched(index_dir, victim, tmp_path):
+    from lbhash.index.uploads import KeptImages, media_dir_for
+
+    media = media_dir_for(index_dir)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    os.symlink(elsewhere, media)  # the whole folder
+    with pytest.raises(InputError, match=r"idx\.media: is not a folder of its own"):
+        KeptImages(media)
+    os.remove(media)
+    media.mkdir()
+    os.symlink(victim, media / "gone.log")  # the log of removed ids: appended to, never through a link
+    with pytest.raises(InputError, match="gone.log: is a symbolic link"):
+        KeptImages(media)
+    os.remove(media / "gone.log")
+    kept = KeptImages(media)  # opened, as a running server has it, before the link is planted
+    os.symlink(victim, media / "7.item")  # an upload's image
+    with pytest.raises(InputError, match=r"7\.item: is not a regular file"):
+        KeptImages(media)  # a server starting now refuses
+    assert not kept.has(7) and kept.name(7) is None
+    with pytest.raises(InputError, match="is a symbolic link"):
+        kept.read(7)
+    os.remove(media / "7.item")
+    os.mkfifo(media / "gone.log")  # would block a reader for ever
+    with pytest.raises(InputError, match="gone.log: is not a regular file"):
+        KeptImages(media)
+    assert victim.read_text() == "do not touch\n" and list(elsewhere.iterdir()) == []

@@ -25,6 +25,7 @@ import threading
 import uuid
 from pathlib import Path
 
+from lbhash._io import open_own_file
 from lbhash.errors import InputError
 from lbhash.index.storage import _fsync_dir
 
@@ -46,6 +47,9 @@ class KeptImages:
 
     def __init__(self, directory: str | os.PathLike, writer: bool = True, budget: int | None = None):
         self.dir, self.budget = Path(directory), budget
+        if self.dir.is_symlink() or (self.dir.exists() and not self.dir.is_dir()):
+            raise InputError(f"{self.dir}: is not a folder of its own (a link or a file); lbhash keeps uploads there "
+                             "and does not follow links (remove it)")
         if writer and self.dir.is_dir():
             for leftover in self.dir.glob(".tmp-*"):  # staged by a process that died before its add
                 leftover.unlink(missing_ok=True)
@@ -53,22 +57,28 @@ class KeptImages:
         self.used = sum(p.stat().st_size for p in self.dir.glob("*.item")) if self.dir.is_dir() else 0
         self.gone: set[int] = set()
         path = self.dir / GONE
-        if path.is_file():
-            lines = path.read_bytes().split(b"\n")
+        if path.exists() or path.is_symlink():
+            with os.fdopen(open_own_file(path, os.O_RDONLY), "rb") as fh:
+                lines = fh.read().split(b"\n")
             for line in lines[:-1]:  # a torn last line (no newline) was never acknowledged
                 if line.strip().isdigit():
                     self.gone.add(int(line))
+        if self.dir.is_dir():
+            for item in self.dir.glob("*.item"):
+                if item.is_symlink() or not item.is_file():
+                    raise InputError(f"{item}: is not a regular file (remove it); lbhash does not follow links")
 
     def _create(self) -> None:
-        if not self.dir.is_dir():
-            self.dir.mkdir()
+        if not self.dir.is_dir() or self.dir.is_symlink():
+            self.dir.mkdir()  # FileExistsError for a link planted since start: never written through
             _fsync_dir(self.dir.parent)
 
     def _item(self, item_id: int) -> Path:
         return self.dir / f"{int(item_id)}.item"
 
     def has(self, item_id: int) -> bool:
-        return self._item(item_id).is_file()
+        path = self._item(item_id)
+        return path.is_file() and not path.is_symlink()  # a link planted there is not an image of ours
 
     def stage(self, blobs: list[bytes], names: list[str]) -> list[Path]:
         """Write images to hidden temporary files, fsynced; `commit` names them after their ids.
@@ -84,7 +94,7 @@ class KeptImages:
             self._create()
             for data in files:
                 staged.append(self.dir / f".tmp-{uuid.uuid4().hex}")
-                with open(staged[-1], "wb") as fh:
+                with os.fdopen(open_own_file(staged[-1], os.O_WRONLY | os.O_CREAT | os.O_EXCL), "wb") as fh:
                     fh.write(data)
                     fh.flush()
                     os.fsync(fh.fileno())
@@ -128,7 +138,7 @@ class KeptImages:
         if not ids:
             return
         self._create()
-        with open(self.dir / GONE, "ab") as fh:
+        with os.fdopen(open_own_file(self.dir / GONE, os.O_WRONLY | os.O_CREAT | os.O_APPEND), "ab") as fh:
             fh.write(b"".join(b"%d\n" % i for i in ids))
             fh.flush()
             os.fsync(fh.fileno())
@@ -146,7 +156,8 @@ class KeptImages:
         """(file name, bytes) of a kept image, checked against its header; None if none."""
         path = self._item(item_id)
         try:
-            data = path.read_bytes()
+            with os.fdopen(open_own_file(path, os.O_RDONLY), "rb") as fh:
+                data = fh.read()
         except FileNotFoundError:
             return None
         head, _, blob = data.partition(b"\n")
@@ -162,9 +173,9 @@ class KeptImages:
     def name(self, item_id: int) -> str | None:
         """The file name a kept image was uploaded as (header only)."""
         try:
-            with open(self._item(item_id), "rb") as fh:
+            with os.fdopen(open_own_file(self._item(item_id), os.O_RDONLY), "rb") as fh:
                 return str(json.loads(fh.readline())["name"])
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError):  # InputError (a link) is a ValueError
             return None
 
 
