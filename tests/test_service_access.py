@@ -128,3 +128,16 @@ def test_a_served_index_with_a_write_key_from_the_environment(index_dir, server_
     assert httpx.get(f"{server.url}/health", timeout=10).json()["ntotal"] == 19
     server.kill()
     assert WRITE not in server.log  # never logged
+
+
+def test_numbers_in_a_request_are_json_numbers_not_booleans_or_strings(index_dir):
+    code = add_body()["codes"][0]
+    with TestClient(create_app(index_dir)) as client:
+        for body in ({"codes": [code], "k": 3, "labels": [[True]]}, {"codes": [code], "k": True},
+                     {"codes": [code], "k": "3"}, {"codes": [code], "k": 3, "labels": [[1.0]]}):
+            reply = client.post("/search", json=body)
+            assert reply.status_code == 422 and "\n" not in reply.json()["detail"], (body, reply.text)
+        assert client.post("/search", json={"codes": [code], "k": 3, "labels": [[1]]}).status_code == 200
+        for body in ({**add_body(), "ids": [True]}, {**add_body(), "labels": [[False]]}, {**add_body(), "upsert": 1}):
+            assert client.post("/items", json=body).status_code == 422, body
+        assert client.get("/health").json()["ntotal"] == 20

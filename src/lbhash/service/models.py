@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, Strict
+
+# Numbers in a request are JSON numbers: `true` is not class 1, "3" and 3.0 are not id 3
+Int = Annotated[int, Strict()]
+Float = Annotated[float, Strict()]  # an integer is a number too
+Number = Int | Float  # a feature value: integers are stored values of quantised features
 
 
 class _Strict(BaseModel):
@@ -17,18 +24,18 @@ class SearchRequest(_Strict):
     asymmetric score (docs/search.md, "Re-ranking")."""
 
     codes: list[str] | None = Field(None, description="One hex string per query, 2 digits per byte.")
-    features: list[list[int | float]] | None = Field(
+    features: list[list[Number]] | None = Field(
         None, description="One feature vector per query, through the run's input contract: for a run trained on "
                           "quantised features, rows of integers are stored values and rows with decimals are "
                           "feature values (docs/data.md#the-input-contract).")
-    k: int | None = Field(None, ge=1, description="Results per query (default 10).")
-    radius: int | None = Field(None, ge=0, description="Every item within this Hamming distance, inclusive.")
-    labels: list[list[int]] | None = Field(
+    k: Int | None = Field(None, ge=1, description="Results per query (default 10).")
+    radius: Int | None = Field(None, ge=0, description="Every item within this Hamming distance, inclusive.")
+    labels: list[list[Int]] | None = Field(
         None, description="Per query: class ids; only items with at least one of them are returned.")
-    real: list[list[float]] | None = Field(
+    real: list[list[Float]] | None = Field(
         None, description="Per query (with 'codes'): its real-valued outputs, one number per bit (raw u, or "
                           "tanh(u)); the hits are re-ranked by sum_j real_j * b_j (b the item's +/-1 code).")
-    rerank_factor: int | None = Field(
+    rerank_factor: Int | None = Field(
         None, ge=1, description="Hamming candidates per result that are re-ranked (default 4); with "
                                 "'features', asks for re-ranking.")
 
@@ -53,10 +60,10 @@ class ItemsRequest(_Strict):
     """Items as hex codes or feature vectors; ids default to numbers after the largest so far."""
 
     codes: list[str] | None = None
-    features: list[list[int | float]] | None = None
-    ids: list[int] | None = None
-    labels: list[list[int]] | None = Field(None, description="Per item: its class ids.")
-    upsert: bool = Field(False, description="Replace items whose id is already present.")
+    features: list[list[Number]] | None = None
+    ids: list[Int] | None = None
+    labels: list[list[Int]] | None = Field(None, description="Per item: its class ids.")
+    upsert: Annotated[bool, Strict()] = Field(False, description="Replace items whose id is already present.")
 
 
 class ItemsResponse(BaseModel):

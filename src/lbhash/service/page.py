@@ -28,6 +28,7 @@ from lbhash.index.searcher import codes_of
 from lbhash.limits import MAX_ID, check_ids
 from lbhash.service.decode import check_batch, feature_rows, need_searcher, read_uploads
 from lbhash.service.media import TooBusy
+from lbhash.service.models import Int, Number
 
 logger = logging.getLogger("lbhash")
 STATIC = Path(__file__).resolve().parent / "static"
@@ -46,7 +47,7 @@ router = APIRouter()
 
 class SourcesRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    ids: list[int] = Field(description="Item ids (at most the service's batch size).")
+    ids: list[Int] = Field(description="Item ids (at most the service's batch size).")
 
 
 class ItemSource(BaseModel):
@@ -62,7 +63,7 @@ class SourcesResponse(BaseModel):
 
 class EncodeRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    features: list[list[int | float]] = Field(description="Feature rows, through the run's input contract.")
+    features: list[list[Number]] = Field(description="Feature rows, through the run's input contract.")
 
 
 class EncodeResponse(BaseModel):
