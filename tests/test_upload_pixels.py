@@ -96,3 +96,22 @@ def test_uploads_beyond_the_media_budget_get_507_and_write_nothing(tiny_image_ru
         used = client.get("/stats").json()["media"]["bytes"]
     with TestClient(create_app(tmp_path / "ix", encoder, media_budget=2 * one)) as client:  # a restart counts again
         assert client.get("/stats").json()["media"] == {"bytes": used, "budget": 2 * one}
+
+
+def test_an_uploads_labels_are_class_ids_and_a_damaged_kept_image_is_404(tiny_image_run, tmp_path):
+    from helpers import cli
+    from lbhash.index.sources import load_encoder
+    from lbhash.index.uploads import media_dir_for
+
+    _, run = tiny_image_run
+    assert cli("index", "build", run, "--out", tmp_path / "ix").exit_code == 0
+    with TestClient(create_app(tmp_path / "ix", load_encoder(run))) as client:
+        for labels in ("-1", "70000"):
+            reply = client.post("/items/image", files=[("files", ("a.png", real_png(32), "image/png"))],
+                                data={"labels": labels})
+            assert reply.status_code == 400 and "class ids between 0 and 65535" in reply.json()["detail"], reply.text
+        added = client.post("/items/image", files=[("files", ("a.png", real_png(32), "image/png"))]).json()["ids"][0]
+        item = media_dir_for(tmp_path / "ix") / f"{added}.item"
+        item.write_bytes(item.read_bytes()[:-10])  # damaged on disk before its first thumbnail
+        reply = client.get(f"/items/{added}/image")
+        assert reply.status_code == 404 and "damaged" in reply.json()["detail"], reply.text

@@ -160,18 +160,20 @@ class ItemMedia:
         source, how = self.origin(item_id)
         if how is None:
             raise NotFound(f"item {item_id} has no image (no source recorded for it)")
-        if how == "upload":
-            kept = self.kept.read(item_id)
-            if kept is None:  # deleted or replaced meanwhile
-                raise NotFound(f"item {item_id} has no image (no source recorded for it)")
-            image = kept[1]
-        else:
-            try:
+        try:  # an image that cannot be read or decoded: the item has none to show (404, the reason)
+            if how == "upload":
+                kept = self.kept.read(item_id)
+                if kept is None:  # deleted or replaced meanwhile
+                    raise NotFound(f"item {item_id} has no image (no source recorded for it)")
+                image = kept[1]
+            else:
                 image = self.data.read(item_id)  # the first read loads the data set (outside the gate)
-            except InputError as err:
-                raise NotFound(str(err)) from None
-        with self.gate.turn():
-            blob = thumbnail_png(image, source)
+            with self.gate.turn():
+                blob = thumbnail_png(image, source)
+        except NotFound:
+            raise
+        except InputError as err:
+            raise NotFound(str(err)) from None
         self.cache.put(item_id, blob, generation)
         return blob
 
