@@ -284,8 +284,9 @@ def status_text(row: dict) -> str:
 
 def markdown(result: dict) -> str:
     s = result["settings"]
-    state = "running" if result["failed"] is None else "all parts ok" if not result["failed"] \
-        else "FAILED: " + ", ".join(result["failed"])
+    skipped = result.get("skipped") or []
+    state = ("running" if result["failed"] is None else "FAILED: " + ", ".join(result["failed"]) if result["failed"]
+             else f"ok, {len(skipped)} skipped: " + ", ".join(skipped) if skipped else "all parts ok")
     lines = [f"# lbhash GPU suite{' (smoke)' if result['smoke'] else ''}", "",
              f"{result['device']}, torch {result['torch']}, {result['date']}, `{result['command']}`: {state} "
              f"({result['total_seconds']:.0f} s). Runs: {s['accelerator']}, precision {s['precision']}.", "",
@@ -420,6 +421,7 @@ def run_suite(args, data: Path) -> int:
     rows = [(f"{part} {r['name']}", r) for part in ("backbones", "e2e") for r in result[part]]
     rows += [("target", result["target"]), ("timing", result["timing"])]
     result["failed"] = [label for label, r in rows if r["status"] == "failed"]
+    result["skipped"] = [label for label, r in rows if r["status"] == "skipped"]
     result["ok"] = not result["failed"]
     save()
     print("\n" + markdown(result) + f"\nwrote {out / 'gpu_suite.json'} and {out / 'gpu_suite.md'}", flush=True)

@@ -163,3 +163,5 @@ def test_parts_after_the_budget_are_skipped_not_failed(tmp_path):
     rows = result["backbones"] + result["e2e"] + [result["target"], result["timing"]]
     assert len(rows) == len(available_backbones()) + 5
     assert all(r["status"] == "skipped" and "budget" in r["reason"] for r in rows)
+    # the summary says so, not "all parts ok"
+    assert len(result["skipped"]) == len(rows) and f"ok, {len(rows)} skipped: " in (out / "gpu_suite.md").read_text()

@@ -147,3 +147,21 @@ def test_float_reference_is_cosine_knn_on_the_features(baselines_out):
                if r["variant"] == "cosine-knn" and r["seed"] == "0" and r["classes"] == "unseen")
     assert float(row["map_all"]) == pytest.approx(brute_map(q @ db.T, relevant, len(db)), abs=1e-9)
     assert int(row["bytes_per_item"]) == 4 * x.shape[1]
+
+
+def test_an_empty_list_option_is_refused_and_a_failed_first_run_leaves_no_folders(tmp_path, monkeypatch):
+    out = tmp_path / "o"
+    for flag in ("--settings", "--methods", "--kinds"):
+        result = CliRunner().invoke(main, ["reproduce", "study" if flag == "--settings" else "baselines",
+                                           "--data", "digits", flag, " ", "--out", str(out)])
+        assert result.exit_code == 2 and f"{flag} is empty" in result.output, result.output
+        assert not out.exists()
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a run failed")
+
+    monkeypatch.setattr("lbhash.reproduce.experiments.baselines.run_cells", broken)
+    result = CliRunner().invoke(main, ["reproduce", "baselines", "--data", "digits", "--methods", "lsh", "--bits",
+                                       "16", "--seeds", "0", "--out", str(out)])
+    assert isinstance(result.exception, RuntimeError)
+    assert not out.exists()  # no empty o/runs/baselines behind

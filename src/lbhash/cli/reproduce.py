@@ -62,8 +62,13 @@ def reproduce(experiment, data, protocol, out, workers, methods, bits, seeds, ki
     validate(spec, ctx)  # nothing is created before every option and run config is checked
     if (out / META_FILE).is_file():
         read_meta(out / META_FILE)  # a meta.json this run cannot update fails now, not after training
+    made = [p for p in (out, out / "runs") if not p.exists()]
     out.mkdir(parents=True, exist_ok=True)
-    spec.run(ctx)
+    try:
+        spec.run(ctx)
+    except BaseException:
+        _remove_empty(out / "runs", *reversed(made))  # a failed first run leaves no empty folders behind
+        raise
     key = f"study:{spec.study}" if experiment == "study" else experiment
     update_meta(out, key, spec, ctx, "lbhash " + " ".join(sys.argv[1:]))
     click.echo(f"{experiment}: tables written to {out}")
@@ -72,6 +77,10 @@ def reproduce(experiment, data, protocol, out, workers, methods, bits, seeds, ki
 def _spec_values(experiment, methods, bits, seeds, kinds, study_name, settings, test, held_out) -> dict:
     """The experiment's own options given on the command line, as fields of its spec."""
     values: dict = {}
+    for flag, given in (("--methods", methods), ("--kinds", kinds), ("--settings", settings), ("--bits", bits),
+                        ("--seeds", seeds)):
+        if given is not None and not given.replace(",", "").replace(";", "").strip():
+            raise InputError(f"{flag} is empty: leave it out for the experiment's default, or name at least one")
     if methods:
         values["methods"] = tuple(m.strip() for m in methods.split(",") if m.strip())
     if bits:
@@ -91,6 +100,18 @@ def _spec_values(experiment, methods, bits, seeds, kinds, study_name, settings, 
             raise InputError("--held-out applies to the baselines experiment only")
         values["held_out"] = held_out
     return values
+
+
+def _remove_empty(runs: Path, *made: Path) -> None:
+    """Remove the experiments' run folders under `runs` that hold nothing, then `made` (folders
+    this command created) when empty."""
+    if runs.is_dir():
+        for folder in runs.iterdir():
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
+    for folder in made:
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
 
 
 def _overrides(options) -> dict:
