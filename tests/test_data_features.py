@@ -382,3 +382,13 @@ def test_real_scene_multilabel(shared_data):
     assert ds.multi_label and ds.is_test.sum() == 1196 and not ds.is_test[:1211].any()
     assert ds.class_names == ["Beach", "Sunset", "FallFoliage", "Field", "Mountain", "Urban"]
     assert 1.0 < ds.labels.sum() / len(ds) < 1.2  # about 1.07 labels per image
+
+
+def test_scale_on_float_features_is_refused_not_applied_twice(tmp_path):
+    rows = np.array([[0.25, -1.5], [2.0, 0.0]], np.float32)  # feature values already
+    np.save(tmp_path / "f.npy", rows)
+    with raises("f.npy", "holds float features", "dequantize=on forces it"):
+        load_features(tmp_path / "f.npy", scale=0.02, labels_required=False)
+    np.testing.assert_array_equal(load_features(tmp_path / "f.npy", labels_required=False).x, rows)
+    forced = load_features(tmp_path / "f.npy", scale=2.0, dequantize="on", labels_required=False)
+    np.testing.assert_array_equal(forced.x, rows * 2)  # asked for explicitly

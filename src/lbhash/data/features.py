@@ -156,6 +156,10 @@ def load_features(path: str | os.PathLike, x_key: str | None = None, y_key: str 
     read = read_arrays(path, x_key, y_key, split_key, labels_path, _features, "features", FEATURE_KEYS,
                        labels_required, (float32_copies(quantized), "the float32 copy of its features"))
     quantization = _quantization(read.arrays, path, scale, zero_point, dequantize)
+    if quantization is not None and dequantize == "auto" and np.asarray(read.x).dtype.kind == "f":
+        # scaling float rows would scale features a second time, silently
+        raise InputError(f"{path}: holds float features ({np.asarray(read.x).dtype}), which are feature values "
+                         "already; scale and zero_point dequantise stored integers (dequantize=on forces it)")
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported by _check_finite
         x = dequantize_values(read.x, quantization)
         _check_finite(x, path)
