@@ -361,3 +361,15 @@ def test_a_flat_index_whose_manifest_says_ivf_is_one_line(tmp_path, rng, n):
     with pytest.raises(InputError, match="not an ivf index|the manifest says trained"):
         CodeIndex.load(tmp_path / "idx")
     one_line_error(cli("index", "info", tmp_path / "idx"), "index.faiss")
+
+
+@pytest.mark.parametrize("next_id", [3, 9, "10", True])  # ids 0..9: a default id at or below 9 would collide
+def test_a_manifest_whose_next_id_is_not_above_the_ids_is_one_line(tmp_path, rng, next_id):
+    index = CodeIndex(16)
+    index.add(random_codes(rng, 10, 16))
+    index.save(tmp_path / "idx")
+    manifest = json.loads((tmp_path / "idx" / "manifest.json").read_text())
+    assert manifest["next_id"] == 10
+    (tmp_path / "idx" / "manifest.json").write_text(json.dumps({**manifest, "next_id": next_id}))
+    with pytest.raises(InputError, match="next_id must be an integer above the largest id"):
+        CodeIndex.load(tmp_path / "idx")

@@ -125,7 +125,11 @@ def load_index(path: str | os.PathLike, index_class):
                          f"{'' if index.is_trained else 'not '}trained, the manifest says "
                          f"{'trained' if manifest['trained'] else 'untrained'} (the manifest's kind or trained "
                          "was changed)")
-    index._next_id = int(manifest["next_id"])
+    next_id = manifest["next_id"]
+    if isinstance(next_id, bool) or not isinstance(next_id, int) or (len(ids) and next_id <= int(ids[-1])):
+        raise InputError(f"{path / MANIFEST}: next_id must be an integer above the largest id "
+                         f"({int(ids[-1]) if len(ids) else 'none'}), got {next_id!r}")
+    index._next_id = next_id
     index.metadata = dict(manifest.get("metadata") or {})
     index.attachments = {name: (path / name).read_bytes() for name in attached}
     return index
