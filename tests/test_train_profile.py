@@ -221,3 +221,22 @@ def test_the_default_run_keeps_its_best_validation_epoch(tmp_path, monkeypatch):
         ("best-val", 2, 3, 0.9)
     assert run["n_validation"] == 100  # 10 of each digit's 100 training items
     assert torch.load(tmp_path / "run" / "best.pt", weights_only=True)["epoch"] == 2
+
+
+def test_epoch_lines_show_first_last_evaluated_and_a_line_every_ten_seconds(caplog):
+    import logging
+
+    from lbhash.train.summary import epoch_lines
+
+    now = [0.0]
+    report = epoch_lines("csq", 8, every_s=10.0, clock=lambda: now[0])
+    with caplog.at_level(logging.INFO, logger="lbhash"):
+        for epoch in range(1, 9):
+            now[0] += 4.0  # an epoch takes 4 s: a line at most every 10 s between the others
+            record = {"loss": {"total": 1.0 / epoch}, "seconds": 4.0}
+            if epoch == 6:
+                record["eval"] = {"val_map": 0.5}
+            report(epoch, record)
+    shown = [int(r.getMessage().split()[2].split("/")[0]) for r in caplog.records]
+    assert shown == [1, 4, 6, 8]  # first; 12 s after it; evaluated; last
+    assert caplog.records[2].getMessage() == "csq epoch 6/8: loss 0.1667, 4.0 s, validation mAP@all 0.5000"

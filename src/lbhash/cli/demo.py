@@ -42,8 +42,7 @@ def demo(out: Path, bits: str, epochs: int, seed: int) -> None:
             if run_dir.exists():
                 shutil.rmtree(run_dir)
             click.echo(f"training {name} at {b} bits ({epochs} epochs) -> {run_dir}")
-            cfg = TrainConfig(data="digits", method="csq", lbhash=lbhash, bits=b, epochs=epochs,
-                              seed=seed, progress=False)
+            cfg = TrainConfig(data="digits", method="csq", lbhash=lbhash, bits=b, epochs=epochs, seed=seed)
             m = train(cfg, run_dir)
             cfg = load_run_config(run_dir)  # resolved: the recipe it trained with
             ratio = m["lower_bound"]["ratio"]

@@ -67,7 +67,9 @@ class HashEncoder(TransformerMixin, BaseEstimator):
 
     Parameters are TrainConfig options (see docs/training.md): method, bits, lbhash, epochs,
     seed and any other, e.g. lr=1e-4, batch_size=128, hidden=[512], validation=0.1 (a share
-    held out for model selection). `progress` shows a bar per epoch. `code_format` is what
+    held out for model selection). `progress` (on by default) shows a bar per epoch on a
+    terminal, and elsewhere (a notebook's log, a file) a line for the first, last and evaluated
+    epochs and at least every 10 s; `progress=False` trains silently. `code_format` is what
     `transform` returns: "packed" uint8 codes (default) or "signs", int8 +/-1 (n, bits).
 
     Fitted attributes: `config_` (the resolved TrainConfig), `model_` (the torch hash model),
@@ -113,7 +115,7 @@ class HashEncoder(TransformerMixin, BaseEstimator):
     """
 
     def __init__(self, method: str = "csq", bits: int = 64, lbhash: bool = False,
-                 epochs: int | None = None, seed: int = 0, progress: bool = False, code_format: str = "packed",
+                 epochs: int | None = None, seed: int = 0, progress: bool = True, code_format: str = "packed",
                  **options: Any):
         self.method, self.bits, self.lbhash, self.epochs, self.seed = method, bits, lbhash, epochs, seed
         self.progress, self.code_format = progress, code_format

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -129,15 +130,26 @@ def bars_on_terminal(progress: bool) -> bool:
     return progress and sys.stderr.isatty()
 
 
-def epoch_lines(variant: str, epochs: int, map_r: str = "all") -> Callable[[int, dict], None]:
+LINE_EVERY_S = 10.0  # off a terminal: between two epoch lines that are neither first, last nor evaluated
+
+
+def epoch_lines(variant: str, epochs: int, map_r: str = "all",
+                every_s: float = LINE_EVERY_S, clock=time.monotonic) -> Callable[[int, dict], None]:
     """An `on_epoch_end(epoch, record)` callback printing `VARIANT epoch E/N: loss L, S s` from
-    the epoch's log record. Evaluation epochs add `mAP@R X` (R = `map_r`, as
-    `lbhash.evaluate.map_label` names it) or `validation mAP@all X`."""
+    the epoch's log record: for the first and the last epoch, every evaluation epoch (which adds
+    `mAP@R X`, R = `map_r` as `lbhash.evaluate.map_label` names it, or `validation mAP@all X`),
+    and otherwise once `every_s` seconds have passed since the last line, so that a long run
+    shows it is alive and a short one does not fill a log."""
     names = {"map": f"mAP@{map_r}", "val_map": "validation mAP@all"}
+    last = [-float("inf")]
 
     def report(epoch: int, record: dict) -> None:
-        extra = "".join(f", {names[key]} {record['eval'][key]:.4f}" for key in ("map", "val_map")
-                        if isinstance(record.get("eval", {}).get(key), float))
+        evaluated = [key for key in ("map", "val_map") if isinstance(record.get("eval", {}).get(key), float)]
+        now = clock()
+        if not (epoch in (1, epochs) or evaluated or now - last[0] >= every_s):
+            return
+        last[0] = now
+        extra = "".join(f", {names[key]} {record['eval'][key]:.4f}" for key in evaluated)
         logger.info("%s epoch %d/%d: loss %.4f, %.1f s%s", variant, epoch, epochs,
                     record["loss"].get("total", float("nan")), record["seconds"], extra)
 
