@@ -123,6 +123,9 @@ def test_the_page_in_a_real_browser(browser, served, tmp_path):
 
     browser.get(f"{server.url}/")
     wait.until(lambda d: text_of("ntotal") == "44" and done() == 1)  # 48 images less one of each class held out
+    page_text = browser.execute_script("return document.body.textContent")
+    chance = json.loads((Path(server.extra[-1]) / "metrics.json").read_text())["chance_map"]
+    assert f"; a random ranking: {chance:.3f})" in page_text, page_text[page_text.find("mAP"):][:200]
     record = read_sources(CodeIndex.load(root / "ix"))  # read only: the server owns it
     # the run puts a class's items at one code, and ties go by id: query with the red item of lowest id
     own_id = min(i for i in range(100) if (record.source(i) or "").startswith(f"{tree}/train/red/"))

@@ -61,6 +61,7 @@ def demo(out: Path, bits: str, epochs: int, seed: int) -> None:
         click.echo(f"{row['bits']:>4}  {m0:>8.4f} {m1:>9.4f}  {r0:>7.3f} {r1:>8.3f}  {t0:>8.3f} {t1:>10.3f}")
     click.echo("mAP: mAP@all over the database (ties by index); LB: min D_inter / max D_intra of "
                "the database codes (99.9th percentiles)")
+    click.echo(f"chance level: a random ranking has mAP@all {m['chance_map']:.4f} on these queries")
     search_demo(out / f"csq_d-{max(lengths)}bits")
 
 

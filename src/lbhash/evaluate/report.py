@@ -13,6 +13,7 @@ from lbhash.evaluate._inputs import (check_ks, check_percentile,
                                      check_topk, prepare)
 from lbhash.evaluate.asymmetric import asymmetric_metrics, check_query_real
 from lbhash.evaluate.bound import lower_bound
+from lbhash.evaluate.chance import chance_map
 from lbhash.evaluate.retrieval import (
     DEFAULT_KS,
     average_precisions,
@@ -54,6 +55,7 @@ def evaluate_codes(query_codes, db_codes, query_labels, db_labels, bits: int | N
         "n_db": inp.n_db,
         "topk": "all" if topk is None else int(topk),
         "map": float(ap_index.mean()),
+        "chance_map": chance_map(inp.q_labels, inp.db_labels),  # mAP@all of a random ranking
         **({"map_tie_averaged": float(ap_average.mean())} if tie_averaged else {}),
         "precision_at_k": {"k": at_k.ks, "precision": at_k.precision, "recall": at_k.recall},
         "precision_within_radius": {"radius": int(radius), "precision": ball.precision,
@@ -110,6 +112,8 @@ def format_metrics(metrics: dict[str, Any]) -> str:
         *([(f"mAP@{r} (tie-averaged)", f"{metrics['map_tie_averaged']:.4f}")]
           if "map_tie_averaged" in metrics else []),
         *([(f"mAP@{r} (asymmetric)", f"{metrics['asymmetric']['map']:.4f}")] if "asymmetric" in metrics else []),
+        *([("chance level (random ranking)", f"mAP@all {metrics['chance_map']:.4f}")]
+          if "chance_map" in metrics else []),
         (f"P@H<={ball['radius']}", f"{ball['precision']:.4f}  (empty balls: {100 * ball['empty_fraction']:.1f}%)"),
         (f"kNN accuracy (k={knn['k']})", f"{knn['accuracy']:.4f}"),
         *([("classifier accuracy", f"{metrics['classifier_accuracy']:.4f}")]

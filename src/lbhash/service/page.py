@@ -173,6 +173,7 @@ def run_summary(searcher) -> dict | None:
     return {"dir": None if run_dir is None else str(Path(run_dir).resolve()), "method": cfg.method, "lbhash": bool(cfg.lbhash),
             "variant": cfg.variant, "bits": cfg.bits, "data": cfg.data, "protocol": cfg.protocol,
             "input_kind": cfg.input_kind, "map": metrics.get("map"), "topk": metrics.get("topk"),
+            "chance_map": metrics.get("chance_map"),  # mAP@all of a random ranking (runs since 2026-11-25)
             "n_query": metrics.get("n_query"), "n_db": metrics.get("n_db"),
             "asymmetric_map": asymmetric.get("map"), "validation_map": metrics.get("validation_map"),
             "lower_bound": metrics.get("lower_bound"), "pr_curve": metrics.get("pr_curve")}
