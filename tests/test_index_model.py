@@ -51,3 +51,30 @@ def test_an_index_of_a_codes_file_has_no_model_to_check(tmp_path):
     assert cli("index", "build", tmp_path / "c.npz", "--out", ix).exit_code == 0
     assert "model" not in json.loads((ix / "manifest.json").read_text())["metadata"]
     assert cli("search", ix, "--features", queries, "--run", run).exit_code == 0
+
+
+def test_search_prints_the_query_label_class_names_and_marks_other_classes(tmp_path, tiny_image_run):
+    run, ix = tmp_path / "run", tmp_path / "ix"
+    assert cli(*TRAIN, "--epochs", 1, "--out", run).exit_code == 0
+    assert cli("index", "build", run, "--out", ix).exit_code == 0
+    result = cli("search", ix, "--codes", run / "codes.npz", "-k", 5)
+    assert result.exit_code == 0, result.output
+    codes = np.load(run / "codes.npz")
+    lines = result.output.splitlines()
+    heads = [k for k, line in enumerate(lines) if line.startswith("query ")]
+    assert len(heads) == len(codes["query_labels"])
+    for q in (0, 1, 7):
+        own = int(codes["query_labels"][q])
+        assert lines[heads[q]] == f"query {q} (row {q}, label {own}): 5 results"
+        for hit in lines[heads[q] + 1:heads[q] + 6]:
+            other = int(hit.split("labels ")[1].split()[0]) != own
+            assert hit[7] == ("x" if other else " "), hit
+    assert lines[-1] == "x: a hit of another class than its query"
+    data = json.loads(cli("search", ix, "--codes", run / "codes.npz", "-k", 2, "--json").output)
+    assert data[3]["query_labels"] == [int(codes["query_labels"][3])]
+    # an image index knows its class names: ids print with them
+    tree, image_run = tiny_image_run
+    assert cli("index", "build", image_run, "--out", tmp_path / "img").exit_code == 0
+    red = sorted((tree / "train" / "red").glob("*.png"))[0]
+    result = cli("search", tmp_path / "img", "--images", red, "--run", image_run, "-k", 3)
+    assert result.exit_code == 0 and "labels 2 red" in result.output, result.output

@@ -56,18 +56,19 @@ def search(index_dir: str, codes_path, features_path, image_paths, run_dir, k: i
         from lbhash.index.sources import check_index_model
 
         check_index_model(getattr(index, "metadata", None), run_dir, index_dir, force)
-    names, codes, real = _queries(index, codes_path, features_path, image_paths, run_dir, rerank)
+    names, codes, real, query_labels = _queries(index, codes_path, features_path, image_paths, run_dir, rerank)
     hits = search_hits(index, codes, plan, classes=None if classes is None else [classes] * len(codes), real=real)
     found = np.array(sorted({i for h in hits for i in h.ids}), np.int64)
     source_of = _hit_sources(index, found, run_dir, index_dir, backend)
     measure = "scores" if rerank else "distances"
     results = [{"query": q, "name": names[q], "ids": h.ids, measure: h.scores if rerank else h.distances,
-                "labels": h.labels, **({"sources": [source_of.get(x) for x in h.ids]} if source_of else {})}
+                "labels": h.labels, **({"sources": [source_of.get(x) for x in h.ids]} if source_of else {}),
+                **({"query_labels": query_labels[q]} if query_labels is not None else {})}
                for q, h in enumerate(hits)]
     if as_json:
         click.echo(json.dumps(results, indent=1))
     else:
-        _print_results(results, measure)
+        _print_results(results, measure, _class_names(index))
 
 
 def _check_query_options(codes_path, features_path, image_paths, run_dir, rerank: bool) -> None:
@@ -91,20 +92,41 @@ def _filter_classes(text: str) -> list[int]:
     return check_classes([parse_int_list(text, "--filter-labels")], "--filter-labels")[0]
 
 
-def _print_results(results: list[dict], measure: str) -> None:
+def _print_results(results: list[dict], measure: str, class_names: list[str] | None) -> None:
+    """Each query (with its label when known) and its hits; class ids with their names when the
+    index records them; a hit that shares no label with a labelled query is marked `x`."""
+    def named(labels) -> str:
+        return ",".join(f"{c} {class_names[c]}" if class_names and c < len(class_names) else str(c)
+                        for c in labels) or "-"
+
     for result in results:
-        click.echo(f"query {result['query']} ({result['name']}): {len(result['ids'])} results")
+        own = result.get("query_labels")
+        label = "" if own is None else f", label {named(own)}"
+        click.echo(f"query {result['query']} ({result['name']}{label}): {len(result['ids'])} results")
         sources = result.get("sources", [None] * len(result["ids"]))
         for rank, (i, d, lab, src) in enumerate(zip(result["ids"], result[measure], result["labels"], sources), 1):
             where = f"distance {d:<4d}" if measure == "distances" else f"score {d:<10.4f}"
-            click.echo(f"  {rank:4d}  id {i:<10d} {where} labels {','.join(map(str, lab)) or '-'}"
-                       + (f"  {src}" if src else ""))
+            other = "x" if own and not set(own) & set(lab) else " "
+            click.echo(f"  {rank:4d} {other} id {i:<10d} {where} labels {named(lab)}" + (f"  {src}" if src else ""))
+    if any(r.get("query_labels") for r in results):
+        click.echo("x: a hit of another class than its query")
+
+
+def _class_names(index) -> list[str] | None:
+    """The class names the index recorded from its run's data (None without a record)."""
+    from lbhash.index.origins import read_sources
+
+    record = read_sources(index)
+    names = None if record is None else record.class_names
+    return list(names) if names else None
 
 
 def _queries(index, codes_path, features_path, image_paths, run_dir, rerank: bool):
-    """Names, packed codes and real outputs (rerank=True; else None) of the queries."""
+    """Names, packed codes, real outputs (rerank=True; else None) and class-id lists (None
+    when the queries have no labels) of the queries."""
     if codes_path is not None:
-        return (*_code_queries(index, codes_path), None)
+        names, codes, labels = _code_queries(index, codes_path)
+        return names, codes, None, labels
     from lbhash.data import load_data
     from lbhash.index import Searcher
     from lbhash.index.searcher import codes_of
@@ -115,11 +137,21 @@ def _queries(index, codes_path, features_path, image_paths, run_dir, rerank: boo
         spec = features_path if features_path.startswith("features:") else f"features:{features_path}"
         inputs = load_data(spec, labels_required=False)
         names, encoded = [f"row {i}" for i in range(len(inputs))], searcher.encode(inputs, rerank)
+        labels = _label_lists(inputs.labels)
     else:
         files = _image_files(image_paths)
         names = [str(f) for f in files]
         encoded = searcher.encode_image_files([f.read_bytes() for f in files], names, rerank)
-    return (names, codes_of(encoded), encoded) if rerank else (names, encoded, None)
+        labels = None
+    return (names, codes_of(encoded), encoded, labels) if rerank else (names, encoded, None, labels)
+
+
+def _label_lists(labels) -> list[list[int]] | None:
+    """Class-id lists of (n, C) multi-hot rows; None when there are no label columns."""
+    rows = np.asarray(labels) if labels is not None else None
+    if rows is None or rows.ndim != 2 or rows.shape[1] == 0:
+        return None
+    return [np.flatnonzero(row).tolist() for row in rows]
 
 
 def _code_queries(index, codes_path) -> tuple[list[str], np.ndarray]:
@@ -130,7 +162,10 @@ def _code_queries(index, codes_path) -> tuple[list[str], np.ndarray]:
     if data["bits"] != index.bits:
         raise InputError(f"{codes_path}: {data['bits']}-bit codes, but the index holds {index.bits}-bit codes")
     fields = part(data, only_part(data, "query", codes_path))
-    return _names(fields), fields["codes"]
+    labels = fields.get("labels")
+    if labels is not None and np.asarray(labels).ndim == 1:  # class ids
+        labels = np.eye(int(np.max(labels)) + 1, dtype=bool)[np.asarray(labels)] if len(labels) else None
+    return _names(fields), fields["codes"], _label_lists(labels)
 
 
 def _image_files(image_paths) -> list[Path]:
