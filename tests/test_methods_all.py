@@ -172,7 +172,8 @@ def test_every_variant_trains_on_multi_label_data(name, lbhash, tmp_path, monkey
 
 def test_dbdh_trains_at_its_validated_learning_rate_unless_the_paper_profile_is_asked():
     from lbhash.data.spec import load_data
-    from lbhash.train.config import TrainConfig, resolve_config
+    from lbhash.train.config import TrainConfig
+    from lbhash.train.resolve import resolve_config
 
     dataset = load_data("digits")
     assert resolve_config(TrainConfig(data="digits", method="dbdh"), dataset).lr == 3e-4

@@ -166,7 +166,8 @@ def test_the_data_line_says_when_features_were_dequantized(tmp_path):
 
 def _resolved(data=None, **values):
     from lbhash.data import load_data
-    from lbhash.train.config import make_config, resolve_config
+    from lbhash.train.config import make_config
+    from lbhash.train.resolve import resolve_config
 
     cfg = make_config({"data": "digits", **values})
     return resolve_config(cfg, load_data("digits") if data is None else data)

@@ -1,7 +1,7 @@
 """Training: the typed config, one builder, one loop, one encoder, run directories, and the
 HashEncoder front door for arrays.
 
-- `config`: TrainConfig (validated), config files, `resolve_config`;
+- `config`: TrainConfig (validated), config files; `resolve`: `resolve_config`;
 - `builder`: the model, objective and experiment of a run (training and loading);
 - `processes`: this process's rank, Lightning Fabric, the end of a process group;
 - `loop`: the Alg. 1 loop (`Trainer`), in memory, with per-epoch records and an optional store;
@@ -20,7 +20,8 @@ HashEncoder front door for arrays.
 - `timing`: time per epoch of several configurations, measured side by side.
 """
 
-from lbhash.train.config import TrainConfig, build_config, load_config_file, make_config, resolve_config
+from lbhash.train.config import TrainConfig, build_config, load_config_file, make_config
+from lbhash.train.resolve import resolve_config
 from lbhash.train.hash_encoder import HashEncoder
 from lbhash.train.run import train
 from lbhash.train.run_metrics import evaluate_run

@@ -25,7 +25,8 @@ from lbhash.methods.csq import tie_center
 from lbhash.methods.lower_bound import OBJECTIVE_OPTIONS
 from lbhash.models import HashModel, create_feature_model, create_image_model
 from lbhash.surrogate import BlockSurrogate
-from lbhash.train.config import TrainConfig, resolve_config
+from lbhash.train.config import TrainConfig
+from lbhash.train.resolve import resolve_config
 
 
 class Learner(nn.Module):

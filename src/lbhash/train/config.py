@@ -3,7 +3,7 @@
 `TrainConfig` validates every value where it enters (strict types: no string for a number or a
 boolean, finite numbers, ranges, unknown keys rejected with the list of known ones) and says
 which option and value are wrong in one line (`InputError`). `None` means "the method's or
-the data's default"; `resolve_config` fills every such value in one place, from the method's
+the data's default"; `lbhash.train.resolve.resolve_config` fills every such value in one place, from the method's
 class and the data set, and returns the complete config a run saves and reloads. The command
 line options and their shown defaults are generated from these field definitions
 (lbhash.cli.options).
@@ -19,10 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from lbhash.centers import CENTER_KINDS
-from lbhash.data import carve_validation, make_split
 from lbhash.data.protocols import SOURCES as PROTOCOL_SOURCES
-from lbhash.data.unseen import PREFIX as UNSEEN_PREFIX
-from lbhash.data.unseen import with_base
 from lbhash.errors import InputError
 from lbhash.methods import PROFILES, method_class, method_defaults
 from lbhash.methods.defaults import LBHASH_OPTIONS
@@ -34,10 +31,6 @@ PRECISIONS = ("32-true", "32", "bf16-mixed", "16-mixed", "bf16-true", "16-true",
 # filled from the method's defaults (under the `defaults` profile) when None
 METHOD_FIELDS = ("epochs", "batch_size", "optimizer", "lr", "weight_decay", "lr_step", "lr_gamma",
                  "schedule", "warmup_epochs", "validation", "eval_every", "lbhash_mode", *LBHASH_OPTIONS)
-MIN_NATIVE_SIDE = 16  # smaller square images are resized to the backbone's side
-DEFAULT_IMAGE_BACKBONE = "smallcnn"  # fast on a CPU; docs/models.md gives the rule
-DEFAULT_FEATURE_HIDDEN = [1024]
-DEFAULT_PROTOCOL = {"digits": "digits", "cifar10": "cifar10"}  # data kind -> protocol
 
 
 def option(default: Any, help: str, expect: str, shown: str | None = None, cli: bool = True,
@@ -341,101 +334,4 @@ def build_config(file_values: dict[str, Any] | None = None,
     return make_config({**(file_values or {}), **flags})
 
 
-# --- resolution ---------------------------------------------------------------------------
-
-def resolve_config(cfg: TrainConfig, dataset) -> TrainConfig:
-    """The complete config of a run on `dataset` (a lbhash.data.HashDataset): every None that
-    has a default is filled, from the method's class, the data set and the backbone's
-    registered defaults. Nothing changes a config after this."""
-    from lbhash.models import backbone_defaults
-
-    d = method_defaults(cfg.method, cfg.defaults)
-    values = cfg.model_dump()
-    values["protocol"] = cfg.protocol or default_protocol(cfg.data, dataset)
-    if values["protocol"].startswith(UNSEEN_PREFIX):  # unseen:K -> unseen:K:<the data set's own>
-        values["protocol"] = with_base(values["protocol"], default_protocol(cfg.data, dataset))
-    if values["validation"] is None:
-        values["validation"] = _profile_validation(d.validation, values["protocol"], cfg.seed, dataset)
-    for name in METHOD_FIELDS:
-        if values[name] is None:
-            values[name] = d.lbhash[name] if name in LBHASH_OPTIONS else getattr(d, name)
-    if values["select"] is None:  # a validation split is there to choose the epoch a run keeps
-        values["select"] = "best-val" if values["validation"] else "last"
-    values["method_options"] = {**d.constants, **_checked_method_options(cfg.method, cfg.method_options)}
-    values["input_kind"] = dataset.input_kind
-    if dataset.input_kind == "features":
-        if cfg.backbone is not None:
-            raise InputError(f"--backbone {cfg.backbone} needs image data; {dataset.name} holds features")
-        if cfg.input_dim is not None and cfg.input_dim != dataset.input_dim():
-            raise InputError(f"{dataset.name} has {dataset.input_dim()} features per item, but the run "
-                             f"was made for {cfg.input_dim}")
-        values["input_dim"] = dataset.input_dim()
-        default_hidden = [] if method_class(cfg.method).closed_form else DEFAULT_FEATURE_HIDDEN
-        values["hidden"] = list(default_hidden if cfg.hidden is None else cfg.hidden)
-    else:
-        backbone = cfg.backbone or DEFAULT_IMAGE_BACKBONE
-        size, transform = backbone_defaults(backbone)
-        values.update(backbone=backbone, hidden=[] if cfg.hidden is None else list(cfg.hidden),
-                      image_size=cfg.image_size or default_image_size(dataset, size, transform),
-                      transform=cfg.transform or transform, input_dim=None)
-    return make_config(values)
-
-
-def _profile_validation(share: float, protocol: str, seed: int, dataset) -> float:
-    """The profile's validation share where the split can give one: labelled training items,
-    and a class (or, multi-label, a tenth) to spare; else 0 (a run on a handful of items keeps
-    its last epoch rather than fail on an option nobody asked for)."""
-    if not share:
-        return 0.0
-    try:
-        split = make_split(dataset, protocol, seed)
-        if not dataset.labels[split.train].any(1).all():
-            return 0.0  # items without a label: nothing to measure a validation mAP with
-        carve_validation(split, dataset.labels, share, seed)
-    except InputError:
-        return 0.0  # the builder, which draws the same split, names a bad protocol
-    return share
-
-
-def default_image_size(dataset, backbone_size: int, preset: str) -> int:
-    """The backbone's input side, except that for small-image backbones square images from
-    MIN_NATIVE_SIDE up to it keep their own side (28x28 digits train at 28: upscaling them to
-    32 would cost 30% more). ImageNet networks (preset imagenet) always get their own side:
-    they downsample 32x, and their weights learned objects at that scale (CIFAR-10's 32 px
-    pooled by EfficientNet-Lite0 at 32 give mAP 0.28 where 224 gives 0.8)."""
-    if preset == "imagenet":
-        return backbone_size
-    side = dataset.native_side()
-    return side if side is not None and MIN_NATIVE_SIDE <= side < backbone_size else backbone_size
-
-
-def default_protocol(data: str, dataset) -> str:
-    kind = data.split(":", 1)[0]
-    if kind in DEFAULT_PROTOCOL:
-        return DEFAULT_PROTOCOL[kind]
-    if dataset.parts is not None:
-        return "lists"
-    if dataset.is_test is not None:
-        return "given"
-    raise InputError(f"data {data!r} has no train/test split of its own: choose --protocol")
-
-
-def _checked_method_options(method: str, options: dict[str, Any]) -> dict[str, Any]:
-    """Known constant names, each with a value of its default's type."""
-    known = method_class(method).constants()
-    for name, value in options.items():
-        if name not in known:
-            raise InputError(f"method {method}: unexpected keyword argument {name!r} "
-                             f"(its constants: {', '.join(known) or 'none'})")
-        default = known[name]
-        ok = (isinstance(value, bool) if isinstance(default, bool)
-              else isinstance(value, int) and not isinstance(value, bool) if isinstance(default, int)
-              else isinstance(value, (int, float)) and not isinstance(value, bool) if isinstance(default, float)
-              else isinstance(value, type(default)))
-        if not ok:
-            raise InputError(f"method option {name} of {method} must be a {type(default).__name__}, got {value!r}")
-    return dict(options)
-
-
-__all__ = ["TrainConfig", "FIELDS", "build_config", "load_config_file", "make_config", "parse_yaml",
-           "resolve_config"]
+__all__ = ["TrainConfig", "FIELDS", "build_config", "load_config_file", "make_config", "parse_yaml"]
