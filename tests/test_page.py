@@ -70,7 +70,7 @@ def test_cli_search_prints_the_recorded_source_beside_each_id(built, tmp_path):
     hits = json.loads(result.output)[0]
     assert all(s.startswith(f"{tree}/train/red/") for s in hits["sources"])  # the run separates the colours
     text = cli("search", ix, "--images", query, "--run", run, "-k", "2").output
-    assert re.search(rf"id \d+ +distance \d+ +labels 2 +{re.escape(str(tree))}/train/red/\d+\.png", text), text
+    assert re.search(rf"id \d+ +distance \d+ +labels 2 red +{re.escape(str(tree))}/train/red/\d+\.png", text), text
 
 
 def test_thumbnails_are_the_recorded_images_pixel_for_pixel(built):
