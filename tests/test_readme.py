@@ -51,7 +51,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import write_cifar_small
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
@@ -337,24 +336,15 @@ def check_same_as_before(line: int, command: str, out: str, previous: dict) -> N
 
 
 def make_inputs(folder: Path, shared: Path) -> None:
-    """features.npz (3,000 rows of the CIFAR-10 features), queries.npy (5 raw uint8 rows of it)
-    and scene.npz (the scene multi-label set) in folder."""
-    with np.load(shared / "cifar10-mobilenetv1-features.npz") as f:
-        labels, is_test = f["labels"], f["is_test"]
-        rows = []
-        for part, count in ((False, 250), (True, 50)):
-            for c in range(10):
-                rows.append(np.flatnonzero((labels == c) & (is_test == part))[:count])
-        rows = np.concatenate(rows)
-        feat = f["feat"][rows]
-        np.savez(folder / "features.npz", feat=feat, labels=labels[rows], is_test=is_test[rows],
-                 scale=f["scale"], zero_point=f["zero_point"])
-    sliced_test = is_test[rows]
-    sliced_labels = labels[rows]
-    first_test = [np.flatnonzero(sliced_test & (sliced_labels == c))[0] for c in range(5)]
-    np.save(folder / "queries.npy", feat[first_test])
-    shutil.copyfile(shared / "scene-multilabel.npz", folder / "scene.npz")
-    write_cifar_small(shared / "cifar10-jpg.tar.gz", folder / "cifar-small.npz")
+    """The README's input files, written by the script the README names for them
+    (benchmarks/readme_inputs.py), so that the test and a reader make the same files."""
+    import importlib.util
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "readme_inputs.py"
+    spec = importlib.util.spec_from_file_location("readme_inputs", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.make_inputs(folder, shared)
 
 
 @pytest.fixture
