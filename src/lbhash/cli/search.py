@@ -59,7 +59,10 @@ def search(index_dir: str, codes_path, features_path, image_paths, run_dir, k: i
     names, codes, real, query_labels = _queries(index, codes_path, features_path, image_paths, run_dir, rerank)
     hits = search_hits(index, codes, plan, classes=None if classes is None else [classes] * len(codes), real=real)
     found = np.array(sorted({i for h in hits for i in h.ids}), np.int64)
-    source_of = _hit_sources(index, found, run_dir, index_dir, backend)
+    from lbhash.index.origins import read_sources
+
+    record = read_sources(index)  # sources and class names, parsed once
+    source_of = _hit_sources(index, record, found, run_dir, index_dir, backend)
     measure = "scores" if rerank else "distances"
     results = [{"query": q, "name": names[q], "ids": h.ids, measure: h.scores if rerank else h.distances,
                 "labels": h.labels, **({"sources": [source_of.get(x) for x in h.ids]} if source_of else {}),
@@ -68,7 +71,7 @@ def search(index_dir: str, codes_path, features_path, image_paths, run_dir, k: i
     if as_json:
         click.echo(json.dumps(results, indent=1))
     else:
-        _print_results(results, measure, _class_names(index))
+        _print_results(results, measure, (record.class_names or None) if record is not None else None)
 
 
 def _check_query_options(codes_path, features_path, image_paths, run_dir, rerank: bool) -> None:
@@ -112,15 +115,6 @@ def _print_results(results: list[dict], measure: str, class_names: list[str] | N
         click.echo("x: a hit of another class than its query")
 
 
-def _class_names(index) -> list[str] | None:
-    """The class names the index recorded from its run's data (None without a record)."""
-    from lbhash.index.origins import read_sources
-
-    record = read_sources(index)
-    names = None if record is None else record.class_names
-    return list(names) if names else None
-
-
 def _queries(index, codes_path, features_path, image_paths, run_dir, rerank: bool):
     """Names, packed codes, real outputs (rerank=True; else None) and class-id lists (None
     when the queries have no labels) of the queries."""
@@ -154,18 +148,18 @@ def _label_lists(labels) -> list[list[int]] | None:
     return [np.flatnonzero(row).tolist() for row in rows]
 
 
-def _code_queries(index, codes_path) -> tuple[list[str], np.ndarray]:
+def _code_queries(index, codes_path) -> tuple[list[str], np.ndarray, list[list[int]] | None]:
     from lbhash.codes_file import load_codes_file, only_part, part
     from lbhash.errors import InputError
+    from lbhash.labels import as_multihot
 
     data = load_codes_file(codes_path, need=(), bits=index.bits)
     if data["bits"] != index.bits:
         raise InputError(f"{codes_path}: {data['bits']}-bit codes, but the index holds {index.bits}-bit codes")
     fields = part(data, only_part(data, "query", codes_path))
     labels = fields.get("labels")
-    if labels is not None and np.asarray(labels).ndim == 1:  # class ids
-        labels = np.eye(int(np.max(labels)) + 1, dtype=bool)[np.asarray(labels)] if len(labels) else None
-    return _names(fields), fields["codes"], _label_lists(labels)
+    multi_hot = None if labels is None else as_multihot(labels, f"{codes_path}: query labels", keep_ids=True)
+    return _names(fields), fields["codes"], _label_lists(multi_hot)
 
 
 def _image_files(image_paths) -> list[Path]:
@@ -184,13 +178,12 @@ def _image_files(image_paths) -> list[Path]:
     return files
 
 
-def _hit_sources(index, ids, run_dir, index_dir, backend: str) -> dict:
-    """id -> the file, member or row it came from: the index's own record (lbhash.index.origins),
+def _hit_sources(index, record, ids, run_dir, index_dir, backend: str) -> dict:
+    """id -> the file, member or row it came from: the index's own `record` (lbhash.index.origins),
     else, for an index built from a run on image data whose run is given, that run's data."""
-    from lbhash.index.origins import read_sources
     from lbhash.index.uploads import KeptImages, item_origin, media_dir_for
 
-    record = read_sources(index) if len(ids) else None
+    record = record if len(ids) else None
     media = media_dir_for(index_dir) if backend == "faiss" else None
     kept = KeptImages(media, writer=False) if media is not None and media.is_dir() else None
     if record is not None or kept is not None:

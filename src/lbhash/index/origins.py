@@ -13,7 +13,8 @@ An item's id is its position in that data set (a run numbers its items so). `Dat
 reads an item's pixels from the recorded data spec at the recorded position, and only after
 checking that the data set still names the recorded source there: no path from a request is
 ever opened. A file under a folder is read only while it resolves inside the folder, is a
-regular file of at most MAX_SOURCE_BYTES, and has the size and mtime recorded at build time. Feature data has no sources (its rows are not images): nothing is recorded.
+regular file of at most MAX_SOURCE_BYTES, and has the size and mtime recorded at build time.
+Feature data has no sources (its rows are not images): nothing is recorded.
 """
 
 from __future__ import annotations

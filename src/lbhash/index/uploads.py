@@ -54,7 +54,7 @@ class KeptImages:
             for leftover in self.dir.glob(".tmp-*"):  # staged by a process that died before its add
                 leftover.unlink(missing_ok=True)
         self._lock = threading.Lock()
-        self.used = sum(p.stat().st_size for p in self.dir.glob("*.item")) if self.dir.is_dir() else 0
+        self.used = 0  # the kept files' bytes, counted below
         self.gone: set[int] = set()
         path = self.dir / GONE
         if path.exists() or path.is_symlink():
@@ -63,10 +63,10 @@ class KeptImages:
             for line in lines[:-1]:  # a torn last line (no newline) was never acknowledged
                 if line.strip().isdigit():
                     self.gone.add(int(line))
-        if self.dir.is_dir():
-            for item in self.dir.glob("*.item"):
-                if item.is_symlink() or not item.is_file():
-                    raise InputError(f"{item}: is not a regular file (remove it); lbhash does not follow links")
+        for item in self.dir.glob("*.item") if self.dir.is_dir() else ():
+            if item.is_symlink() or not item.is_file():
+                raise InputError(f"{item}: is not a regular file (remove it); lbhash does not follow links")
+            self.used += item.stat().st_size
 
     def _create(self) -> None:
         if not self.dir.is_dir() or self.dir.is_symlink():

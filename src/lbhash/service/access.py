@@ -98,9 +98,11 @@ class AccessControl:
 
     def refusal(self, scope) -> tuple[int, str] | None:
         method, path, access = scope["method"], scope["path"], self.access
+        changes = (method == "POST" and _CHANGE.match(path)) or (method == "DELETE" and path.startswith("/items/"))
+        if not changes and (access.read_key is None or _OPEN.match(path)):
+            return None  # a read of an open service: every search passes here, so nothing is decoded
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         given = headers.get(KEY_HEADER.lower())
-        changes = (method == "POST" and _CHANGE.match(path)) or (method == "DELETE" and path.startswith("/items/"))
         if changes:
             if _cross_site(headers):
                 return 403, "a change from another web site is refused (the browser's Sec-Fetch-Site or Origin)"
@@ -109,9 +111,8 @@ class AccessControl:
             if access.write_key is not None and not _same(given, access.write_key):
                 return 401, f"a change needs the write key in the {KEY_HEADER} header"
             return None
-        if access.read_key is not None and not _OPEN.match(path):
-            if not (_same(given, access.read_key) or (access.write_key is not None and _same(given, access.write_key))):
-                return 401, f"this service needs its read key in the {KEY_HEADER} header"
+        if not (_same(given, access.read_key) or (access.write_key is not None and _same(given, access.write_key))):
+            return 401, f"this service needs its read key in the {KEY_HEADER} header"
         return None
 
 

@@ -5,7 +5,8 @@ GET /items/{id}, DELETE /items/{id}, GET /health, GET /stats (OpenAPI at /docs);
 page at / and its helpers (lbhash.service.page: /about, /sources, /items/{id}/image, /encode).
 Bad input is a 4xx with {"detail": one line}: 400 bad values, 401 a key missing or wrong, 403
 a change refused (read-only, or from another web site), 404 unknown id, 409 id taken, 413 body
-too large, 422 malformed request (lbhash.service.access has the rules of keys). Nothing else leaks: a bug is a bare 500.
+or images too large, 422 malformed request; 507 uploads over their byte budget
+(lbhash.service.access has the rules of keys). Nothing else leaks: a bug is a bare 500.
 Searches may re-rank their Hamming top k * rerank_factor by the queries' real-valued outputs
 (lbhash.index.rerank); the hits then carry a `score`.
 
@@ -31,12 +32,12 @@ from fastapi.responses import JSONResponse, Response
 from lbhash import limits as table
 from lbhash.errors import Conflict, InputError, NotFound, TooLarge
 from lbhash.index import Searcher, check_classes, plan_search
-from lbhash.limits import MAX_ID, check_ids
+from lbhash.index.uploads import OverBudget
+from lbhash.limits import MAX_ID, check_class_ids, check_ids
 from lbhash.service import models
 from lbhash.service.access import Access, AccessControl
 from lbhash.service.decode import (check_batch, encode_images, need_searcher, parse_ids, read_uploads,
                                    reranked_queries, to_codes)
-from lbhash.index.uploads import OverBudget
 from lbhash.service.media import ItemMedia
 from lbhash.service.offload import Offload
 from lbhash.service.page import add_page
@@ -84,7 +85,8 @@ def create_app(source, encoder=None, *, limits: Limits | None = None, compact_ev
     app.state.store, app.state.limits, app.state.access = store, limits or Limits(), access or Access()
     app.state.offload = Offload(getattr(store, "search_threads", None))  # the searches' worker threads
     app.state.searcher = Searcher(store, encoder) if encoder is not None else None
-    app.state.media = ItemMedia(store, budget=media_budget)  # sources, thumbnails and the images added here (NAME.media/ beside the index)
+    # sources, thumbnails and the images added here (NAME.media/ beside the index)
+    app.state.media = ItemMedia(store, budget=media_budget)
     _install_error_handlers(app)
     app.add_middleware(BodyLimit, limit=app.state.limits.max_body_bytes)
     app.add_middleware(AccessControl, access=app.state.access)  # outermost: refused before the body is read
@@ -137,7 +139,7 @@ def search_image(request: Request, files: list[UploadFile] = File(...), k: int |
     check_batch(state.limits, len(files), "images")
     searcher = need_searcher(state.searcher, "images")
     blobs, names = read_uploads(files)
-    label_lists = None if labels is None else [parse_ids(labels, "labels")] * len(files)
+    label_lists = None if labels is None else [parse_ids(labels, "labels", check=check_class_ids)] * len(files)
     codes, real = encode_images(searcher, blobs, names, real=rerank_factor is not None)
     return run_search(state, codes, k, radius, label_lists, real, rerank_factor)
 
@@ -167,7 +169,7 @@ def add_images(request: Request, files: list[UploadFile] = File(...), ids: str |
     blobs, names = read_uploads(files)
     state.media.check_uploads(blobs, names)
     codes = need_searcher(state.searcher, "images").encode_image_files(blobs, names)
-    label_lists = None if labels is None else [parse_ids(part, "labels", allow_empty=True)
+    label_lists = None if labels is None else [parse_ids(part, "labels", allow_empty=True, check=check_class_ids)
                                                for part in labels.split(";")]
     item_labels = None if label_lists is None else labels_of_items(state, label_lists, len(codes))
     given_ids = None if ids is None else parse_ids(ids, "ids")

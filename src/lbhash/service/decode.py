@@ -17,7 +17,7 @@ from lbhash.errors import InputError, TooLarge
 from lbhash.index import Searcher
 from lbhash.index.rerank import check_real
 from lbhash.index.searcher import codes_of
-from lbhash.limits import MAX_IMAGE_PIXELS, MAX_REQUEST_PIXELS, check_class_ids, check_ids
+from lbhash.limits import MAX_IMAGE_PIXELS, MAX_REQUEST_PIXELS, check_ids
 from lbhash.service import models
 
 
@@ -139,9 +139,9 @@ def decode_hex(hex_codes: list[str], bits: int) -> np.ndarray:
     return out
 
 
-def parse_ids(text: str, name: str, allow_empty: bool = False) -> list[int]:
-    """Comma-separated integers of a form field: item ids, or class ids when `name` is labels
-    (each checked against its own range)."""
+def parse_ids(text: str, name: str, allow_empty: bool = False, check=check_ids) -> list[int]:
+    """Comma-separated integers of a form field, checked by `check`: item ids (`check_ids`) or
+    class ids (`check_class_ids`)."""
     parts = [p.strip() for p in text.split(",") if p.strip()]
     try:
         values = [int(p) for p in parts]
@@ -149,4 +149,4 @@ def parse_ids(text: str, name: str, allow_empty: bool = False) -> list[int]:
         raise InputError(f"{name} must be comma-separated integers, got {text!r}") from None
     if not values and not allow_empty:
         raise InputError(f"{name} must list at least one integer")
-    return check_class_ids(values, name) if name == "labels" else check_ids(values, name)
+    return check(values, name)

@@ -3,8 +3,9 @@
 `TrainConfig` validates every value where it enters (strict types: no string for a number or a
 boolean, finite numbers, ranges, unknown keys rejected with the list of known ones) and says
 which option and value are wrong in one line (`InputError`). `None` means "the method's or
-the data's default"; `lbhash.train.resolve.resolve_config` fills every such value in one place, from the method's
-class and the data set, and returns the complete config a run saves and reloads. The command
+the data's default"; `lbhash.train.resolve.resolve_config` fills every such value in one
+place, from the method's class and the data set, and returns the complete config a run saves
+and reloads. The command
 line options and their shown defaults are generated from these field definitions
 (lbhash.cli.options).
 """

@@ -141,14 +141,15 @@ def epoch_lines(variant: str, epochs: int, map_r: str = "all",
     and otherwise once `every_s` seconds have passed since the last line, so that a long run
     shows it is alive and a short one does not fill a log."""
     names = {"map": f"mAP@{map_r}", "val_map": "validation mAP@all"}
-    last = [-float("inf")]
+    last = -float("inf")
 
     def report(epoch: int, record: dict) -> None:
+        nonlocal last
         evaluated = [key for key in ("map", "val_map") if isinstance(record.get("eval", {}).get(key), float)]
         now = clock()
-        if not (epoch in (1, epochs) or evaluated or now - last[0] >= every_s):
+        if not (epoch in (1, epochs) or evaluated or now - last >= every_s):
             return
-        last[0] = now
+        last = now
         extra = "".join(f", {names[key]} {record['eval'][key]:.4f}" for key in evaluated)
         logger.info("%s epoch %d/%d: loss %.4f, %.1f s%s", variant, epoch, epochs,
                     record["loss"].get("total", float("nan")), record["seconds"], extra)
