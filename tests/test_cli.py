@@ -133,8 +133,9 @@ def test_train_options_are_the_config_fields_with_their_defaults():
         assert option.default is None  # not given: the config file and the defaults show through
     for option_name, field in config_names.items():
         assert f"[default: {shown_default(field)}]" in options[option_name].help, option_name
-    assert set(TrainConfig.model_fields) - set(cli_fields()) == {"method_options", "hidden", "topk",
-                                                                 "input_kind", "input_dim"}
+    assert set(TrainConfig.model_fields) - set(cli_fields()) == {"method_options", "hidden", "topk"}
+    # what the data decides is the resolved run's, never a user's option
+    assert not {"input_kind", "input_dim"} & set(TrainConfig.model_fields) and "--input-dim" not in options
 
 
 def test_flags_reach_the_saved_config(tmp_path):

@@ -12,7 +12,7 @@ import yaml
 from helpers import Killed
 
 from lbhash.centers import generate_centers
-from lbhash.methods import LowerBoundObjective, create_method
+from lbhash.methods import LowerBoundObjective, ObjectiveOptions, create_method
 from lbhash.methods.csq import majority_targets, tie_center
 from lbhash.surrogate import BlockSurrogate
 from lbhash.train import make_config, train
@@ -68,8 +68,8 @@ def test_csq_and_the_majority_objective_use_the_tie_center():
     assert float(csq(u, torch.tensor(labels).float(), None).parts["center"]) == pytest.approx(float(bce), rel=1e-6)
     assert torch.equal(csq.state_dict()["tie_center"], ties)
     surrogate = BlockSurrogate(16)
-    obj = LowerBoundObjective(csq, torch.tensor(centers).float(), surrogate, lbhash_mode="replace",
-                              multilabel_target="majority", tie_center=ties)
+    obj = LowerBoundObjective(csq, torch.tensor(centers).float(), surrogate,
+                              ObjectiveOptions(lbhash_mode="replace", multilabel_target="majority"), tie_center=ties)
     patterns, _ = obj._targets(torch.tensor(labels).float())
     assert torch.equal(patterns, surrogate.pattern_index(want))
     plain = create_method("csq", bits=16, num_classes=6, centers=torch.tensor(centers).float())

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import lbhash.methods.orthohash  # noqa: F401  (registers the method)
-from lbhash.methods import HashLoss, LowerBoundObjective, create_method
+from lbhash.methods import HashLoss, LowerBoundObjective, ObjectiveOptions, create_method
 from lbhash.surrogate import BlockSurrogate
 
 U = [[0.5, -1.0, 2.0, 0.1],
@@ -112,7 +112,7 @@ def test_bad_centers():
 def test_replace_mode_drops_the_classification_part():
     centers = torch.tensor(CENTERS, dtype=torch.float32).repeat(1, 2)  # 8 bits: one surrogate block
     base = create_method("orthohash", bits=8, num_classes=3, centers=centers, quantization=0.1)
-    wrapped = LowerBoundObjective(base, centers, BlockSurrogate(8), lbhash_mode="replace").eval()
+    wrapped = LowerBoundObjective(base, centers, BlockSurrogate(8), ObjectiveOptions(lbhash_mode="replace")).eval()
     u, y = torch.randn(4, 8), torch.tensor(SINGLE, dtype=torch.float32)
     out = wrapped(u, y, None)
     assert set(out.parts) == {"quantization", "lower_bound"}

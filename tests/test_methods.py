@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from lbhash.methods import LowerBoundObjective, available_methods, create_method
+from lbhash.methods import LowerBoundObjective, ObjectiveOptions, available_methods, create_method
 from lbhash.methods.csq import majority_targets
 from lbhash.surrogate import BlockSurrogate
 
@@ -60,7 +60,8 @@ def test_registry():
 def make_d(mode, weight=0.7):
     torch.manual_seed(5)
     base = create_method("csq", bits=8, num_classes=3, centers=CENTERS)
-    return LowerBoundObjective(base, CENTERS, BlockSurrogate(8), lbhash_weight=weight, lbhash_mode=mode).eval()
+    return LowerBoundObjective(base, CENTERS, BlockSurrogate(8),
+                               ObjectiveOptions(lbhash_weight=weight, lbhash_mode=mode)).eval()
 
 
 @pytest.mark.parametrize("mode", ["add", "replace"])
@@ -110,7 +111,7 @@ def test_one_backward_keeps_the_two_gradients_apart():
 
 def test_lbhash_wrapper_checks():
     base = create_method("csq", bits=8, num_classes=3, centers=CENTERS)
-    with pytest.raises(ValueError, match="mode must be 'add' or 'replace', got 'swap'"):
-        LowerBoundObjective(base, CENTERS, BlockSurrogate(8), lbhash_mode="swap")
+    with pytest.raises(ValueError, match="lbhash_mode must be one of add, replace, got 'swap'"):
+        LowerBoundObjective(base, CENTERS, BlockSurrogate(8), ObjectiveOptions(lbhash_mode="swap"))
     with pytest.raises(ValueError, match="surrogate has 16 bits but the method has 8"):
         LowerBoundObjective(base, CENTERS, BlockSurrogate(16))

@@ -15,7 +15,7 @@ from helpers import assert_resume_matches, digits_loss_steps, digits_subset, tra
 from lbhash.cli import main
 from lbhash.cli.methods import markdown_table
 from lbhash.methods import PROFILES
-from lbhash.methods import LowerBoundObjective, available_methods, create_method, method_class
+from lbhash.methods import LowerBoundObjective, ObjectiveOptions, available_methods, create_method, method_class
 from lbhash.methods.defaults import method_defaults
 from lbhash.surrogate import BlockSurrogate
 
@@ -50,7 +50,8 @@ def test_lbhash_adds_exactly_l_theta_for_every_method(name, multi_label):
     base, centers = make(name, multi_label)
     surrogate = BlockSurrogate(BITS)
     mode = method_defaults(name).lbhash_mode
-    wrapped = LowerBoundObjective(base, centers, surrogate, lbhash_weight=0.5, lbhash_mode=mode).eval()
+    wrapped = LowerBoundObjective(base, centers, surrogate,
+                                  ObjectiveOptions(lbhash_weight=0.5, lbhash_mode=mode)).eval()
     u = torch.randn(6, BITS)
     labels = torch.eye(C)[torch.tensor([0, 1, 2, 3, 0, 1])]
     if multi_label:

@@ -9,7 +9,8 @@ import torch.nn.functional as F
 
 from helpers import assert_resume_matches
 from lbhash.data import ArrayDataset, carve_validation, make_split
-from lbhash.methods import LowerBoundObjective, create_method
+from lbhash.errors import InputError
+from lbhash.methods import LowerBoundObjective, ObjectiveOptions, create_method
 from lbhash.methods.lower_bound import flip_bits
 from lbhash.surrogate import BlockSurrogate, _FusedSurrogate, theta_weights
 from lbhash.train import TrainConfig, train
@@ -70,7 +71,8 @@ def test_fused_and_separate_paths_agree_without_dropout():
     torch.manual_seed(1)
     centers = torch.where(torch.randn(3, 16) >= 0, 1.0, -1.0)
     base = create_method("hashnet", 16, 3)
-    make = lambda fused: LowerBoundObjective(base, centers, BlockSurrogate(16, dropout=0.0), fused_surrogate=fused)
+    make = lambda fused: LowerBoundObjective(base, centers, BlockSurrogate(16, dropout=0.0),
+                                             ObjectiveOptions(fused_surrogate=fused))
     torch.manual_seed(2)
     fused = make(True)
     separate = make(False)
@@ -96,8 +98,9 @@ def test_bit_flips_change_exactly_the_requested_number_of_bits(count):
 def test_redrawn_permutation_keeps_codes_and_centers_consistent():
     torch.manual_seed(0)
     centers = torch.where(torch.randn(4, 16) >= 0, 1.0, -1.0)
+    redraw = ObjectiveOptions(block_assignment="redraw", block_redraw_every=2, lbhash_mode="replace")
     obj = LowerBoundObjective(create_method("csq", 16, 4, centers=centers), centers, BlockSurrogate(16),
-                              block_assignment="redraw", block_redraw_every=2, seed=3, lbhash_mode="replace").eval()
+                              redraw, seed=3).eval()
     orders = []
     for epoch in range(6):
         obj.on_epoch_start(epoch)
@@ -113,7 +116,7 @@ def test_redrawn_permutation_keeps_codes_and_centers_consistent():
     assert not torch.equal(orders[0], orders[2]) and not torch.equal(orders[2], orders[4])
     assert sorted(orders[2].tolist()) == list(range(16))
     again = LowerBoundObjective(create_method("csq", 16, 4, centers=centers), centers, BlockSurrogate(16),
-                                block_assignment="redraw", block_redraw_every=2, seed=3, lbhash_mode="replace")
+                                redraw, seed=3)
     again.on_epoch_start(5)  # a resumed run redraws what the uninterrupted one had
     assert torch.equal(again.order, orders[5])
 
@@ -122,7 +125,7 @@ def test_multilabel_majority_target():
     torch.manual_seed(0)
     centers = torch.where(torch.randn(3, 16) >= 0, 1.0, -1.0)
     obj = LowerBoundObjective(create_method("dch", 16, 3), centers, BlockSurrogate(16),
-                              multilabel_target="majority").eval()
+                              ObjectiveOptions(multilabel_target="majority")).eval()
     labels = torch.tensor([[1.0, 1, 0], [1, 1, 1], [0, 0, 1]])
     u = torch.randn(3, 16)
     out, _ = obj.losses(u, labels, None)
@@ -215,19 +218,31 @@ def test_tensorboard_logger_writes_event_files(tmp_path):
     assert list((out / "tensorboard").glob("events.out.tfevents.*"))
 
 
-def test_the_objective_takes_the_configs_names():
-    import inspect
+def test_each_part_reads_its_own_option_set_of_a_config():
+    from lbhash.data.options import DataOptions
+    from lbhash.models.options import ModelOptions
+    from lbhash.surrogate import SurrogateOptions
 
-    from lbhash.methods.lower_bound import OBJECTIVE_OPTIONS
-
-    params = inspect.signature(LowerBoundObjective).parameters
-    assert set(OBJECTIVE_OPTIONS) <= set(params) and set(OBJECTIVE_OPTIONS) <= set(TrainConfig.model_fields)
+    cfg = TrainConfig(lbhash_weight=0.5, lbhash_mode="replace", lbhash_reduction="mean", surrogate_flips=2,
+                      block_assignment="redraw", block_redraw_every=3, fused_surrogate=False, hidden=[32],
+                      surrogate_hidden=64, image_size=40)
+    options = ObjectiveOptions.of(cfg)
+    assert set(ObjectiveOptions.model_fields) < set(TrainConfig.model_fields) and "hidden" not in ObjectiveOptions.model_fields
     centers = torch.where(torch.randn(4, 16, generator=torch.Generator().manual_seed(0)) >= 0, 1.0, -1.0)
-    new = dict(lbhash_weight=0.5, lbhash_mode="replace", lbhash_reduction="mean", surrogate_flips=2,
-               block_assignment="redraw", block_redraw_every=3, fused_surrogate=False)
-    made = LowerBoundObjective(create_method("csq", 16, 4, centers=centers), centers, BlockSurrogate(16), **new)
+    made = LowerBoundObjective(create_method("csq", 16, 4, centers=centers), centers, BlockSurrogate(16), options)
     assert (made.weight, made.mode, made.reduction, made.flips) == (0.5, "replace", "mean", 2)
     assert (made.assignment, made.redraw_every, made.fused) == ("redraw", 3, False)
-    for old in ("wieght", "weight"):  # a typo, and a short name of earlier versions
-        with pytest.raises(TypeError, match=f"unexpected keyword argument '{old}'"):
-            LowerBoundObjective(create_method("csq", 16, 4, centers=centers), centers, BlockSurrogate(16), **{old: 1})
+    assert (ModelOptions.of(cfg).hidden, SurrogateOptions.of(cfg).surrogate_hidden, DataOptions.of(cfg).image_size) \
+        == ([32], 64, 40)
+    # no option set shares a field with another: each option has one owner
+    sets = [b for b in TrainConfig.__mro__ if b.__name__.endswith("Options") and b.__name__ != "Options"]
+    assert len(sets) == 8 and sum(len(b.__annotations__) for b in sets) == len(TrainConfig.model_fields)
+
+
+def test_an_option_set_refuses_a_bad_value_in_one_line():
+    with pytest.raises(InputError, match=r"^lbhash_mode must be one of add, replace, got 'swap'$"):
+        ObjectiveOptions(lbhash_mode="swap")
+    with pytest.raises(InputError, match=r"^unknown option 'wieght' \(known: lbhash_mode, "):
+        ObjectiveOptions(wieght=1)
+    plain = LowerBoundObjective(create_method("dch", 16, 3), torch.ones(3, 16), BlockSurrogate(16))
+    assert (plain.weight, plain.mode, plain.reduction, plain.multilabel_theta) == (1.0, "add", "sum", "sum")

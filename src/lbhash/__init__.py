@@ -5,7 +5,7 @@ searching them.
     codes = HashEncoder(method="csq", bits=64, lbhash=True).fit(X, y).encode(X_new)
 
 Layers, lowest first; each imports only the layers before it (errors, _io, arrays, checks, cpus,
-labels, limits and ranking sit beside codes at the bottom):
+labels, limits, options and ranking sit beside codes at the bottom):
 codes -> centers -> surrogate -> methods -> models -> data -> evaluate -> train -> index -> reproduce -> service -> cli
 """
 

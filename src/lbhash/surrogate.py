@@ -27,11 +27,24 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+
 from lbhash.errors import InputError
+from lbhash.options import Options, option
 
 
 REDUCTIONS = ("sum", "mean")
 MULTILABEL_THETA = ("sum", "mean")  # L_theta over a sample's positive labels: the paper sums
+
+
+class SurrogateOptions(Options):
+    """P_pi's shape (blocks, hidden width, dropout) and its optimizer."""
+
+    surrogate_lr: float = option(1e-3, "Learning rate of the surrogate P_pi (eta_1).", "a positive number", gt=0)
+    surrogate_weight_decay: float | None = option(None, "Weight decay of the surrogate's optimizer.",
+                                                  "a number >= 0", shown="the method's", ge=0)
+    block_size: int = option(8, "Bits per surrogate block.", "an integer from 1 to 16", ge=1, le=16)
+    surrogate_hidden: int = option(256, "Hidden width of each block's MLP.", "a positive integer", ge=1)
+    surrogate_dropout: float = option(0.5, "Dropout in the surrogate's MLPs.", "a number in [0, 1)", ge=0, lt=1)
 
 
 class BlockSurrogate(nn.Module):

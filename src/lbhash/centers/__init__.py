@@ -22,10 +22,12 @@ from lbhash.centers._generate import (
     select_centers,
 )
 from lbhash.centers._simple import hadamard_centers, random_centers
+from lbhash.centers.options import CenterOptions
 
 __all__ = [
     "AUTO_ORDER",
     "CENTER_KINDS",
+    "CenterOptions",
     "CenterReport",
     "bch_centers",
     "cache_dir",

@@ -64,10 +64,15 @@ def config_options(func):
 
 
 def options_markdown() -> str:
-    """The config fields as a markdown table (docs/training.md shows it; a test compares)."""
+    """The config fields as a markdown table, with the option set (and its module) that owns
+    each (docs/training.md shows it; a test compares)."""
     from lbhash.train.config import TrainConfig
 
-    rows = ["| option | default | meaning |", "|---|---|---|"]
+    owner = {name: base for base in TrainConfig.__mro__[1:] if base.__name__.endswith("Options")
+             for name in vars(base).get("__annotations__", {})}
+    rows = ["| option | default | meaning | set |", "|---|---|---|---|"]
     for name, field in TrainConfig.model_fields.items():
-        rows.append(f"| `{name}` | {shown_default(name)} | {field.description} |")
+        base = owner[name]
+        rows.append(f"| `{name}` | {shown_default(name)} | {field.description} | "
+                    f"`{base.__name__}` ({base.__module__.removeprefix('lbhash.')}) |")
     return "\n".join(rows)

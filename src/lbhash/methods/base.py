@@ -89,6 +89,7 @@ class HashLoss(nn.Module):
     needs_index: ClassVar[bool] = False        # keeps per-sample state (a memory bank)
     single_label_only: ClassVar[bool] = False
     uses_centers: ClassVar[bool] = False       # needs class centers (lbhash.centers)
+    majority_targets: ClassVar[bool] = False   # a multi-label item's target: its centers' bitwise majority
     needs_labels: ClassVar[bool] = True        # False: unsupervised, trains on unlabelled items
     closed_form: ClassVar[bool] = False        # fitted in one pass (`fit_projection`), no gradient steps
     lbhash_mode: ClassVar[str] = "add"         # how the _D objective combines with the loss
@@ -119,6 +120,10 @@ class HashLoss(nn.Module):
                      index: torch.Tensor | None) -> dict[str, torch.Tensor]:
         """The method's formula: named, weighted loss parts of u (float32 or float64)."""
         raise NotImplementedError
+
+    def use_tie_center(self, center: torch.Tensor) -> None:
+        """Break ties of majority targets with this center's bits (methods with majority_targets)."""
+        raise InputError(f"method {self.name} has no majority targets whose ties a center could break")
 
     def _check_shapes(self, u: torch.Tensor, labels: torch.Tensor) -> None:
         if u.dim() != 2 or u.shape[1] != self.bits:

@@ -41,6 +41,7 @@ class CSQ(HashLoss):
     description = "Central similarity quantization: pull tanh outputs to class hash centers (BCE)"
     center_part = "center"
     uses_centers = True
+    majority_targets = True
     lbhash_mode = "replace"  # CSQ_D replaces the BCE center loss with L_theta, as in the paper
     benchmark_recipe = Recipe(optimizer="adam", lr=1e-3, lr_step=0, epochs=150, batch_size=128)
 

@@ -6,8 +6,8 @@ favour ("replace"), together with L_pi, the surrogate's own training loss. Gradi
 apart: L_theta reaches the hash model only (pi frozen), L_pi reaches pi only, so one backward
 pass followed by a step of each optimizer performs lines 7-8 of Alg. 1.
 
-The keyword names are TrainConfig's (`lbhash train --lbhash-weight ...`), so a config's
-options pass through unchanged.
+Its options are an `ObjectiveOptions` (the names of `lbhash train --lbhash-weight ...`), which a
+config composes: `ObjectiveOptions.of(config)` is a run's.
 
 Options beyond the paper's text (each off in the paper-faithful setting):
 - `lbhash_reduction`: L_theta summed over the u blocks (the paper's reading) or averaged;
@@ -26,13 +26,16 @@ forward pass of P_pi (`BlockSurrogate.fused_losses`); otherwise from two.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 import torch
 from torch import nn
 
 from lbhash.errors import InputError
-from lbhash.methods.base import HashLoss, LossOutput, loss_output
+from lbhash.methods.base import PAPER_LBHASH, HashLoss, LossOutput, loss_output
 from lbhash.methods.csq import majority_targets
+from lbhash.options import Options, option
 from lbhash.surrogate import MULTILABEL_THETA, REDUCTIONS, BlockSurrogate
 
 MODES = ("add", "replace")
@@ -40,10 +43,44 @@ ASSIGNMENTS = ("contiguous", "permuted", "redraw")
 MULTILABEL_TARGETS = ("average", "majority")
 
 
-# the keywords a TrainConfig passes as they are (its fields of the same names)
-OBJECTIVE_OPTIONS = ("lbhash_weight", "lbhash_mode", "theta_dropout", "lbhash_reduction", "surrogate_flips",
-                     "block_assignment", "block_redraw_every", "multilabel_target", "seed", "fused_surrogate",
-                     "multilabel_theta")
+class ObjectiveOptions(Options):
+    """The _D objective's options (the module docstring); None: the method's default under the
+    run's profile (lbhash.train.resolve), or the paper's where the objective is built directly."""
+
+    lbhash_mode: Literal[MODES] | None = option(
+        None, "Add L_theta to the method's loss, or replace its center loss.", f"one of {', '.join(MODES)}",
+        shown="the method's")
+    lbhash_weight: float | None = option(None, "lambda: the weight of L_theta.", "a positive number",
+                                         shown="the method's", gt=0)
+    lbhash_reduction: Literal[REDUCTIONS] | None = option(
+        None, "L_theta over the blocks: sum (the paper's reading) or mean.", f"one of {', '.join(REDUCTIONS)}",
+        shown="the method's")
+    surrogate_flips: int | None = option(None, "Random bits flipped per sample in the surrogate's training codes.",
+                                         "a non-negative integer", shown="the method's", ge=0)
+    block_assignment: Literal[ASSIGNMENTS] | None = option(
+        None, "Bits to surrogate blocks: contiguous, one seeded permutation, or a permutation redrawn every "
+              "block_redraw_every epochs.", f"one of {', '.join(ASSIGNMENTS)}", shown="the method's")
+    block_redraw_every: int = option(4, "Epochs between redraws of the bit-to-block permutation.",
+                                     "a positive integer", ge=1)
+    multilabel_target: Literal[MULTILABEL_TARGETS] | None = option(
+        None, "Multi-label L_theta: averaged over the positive labels' centers, or against their bitwise "
+              "majority.", f"one of {', '.join(MULTILABEL_TARGETS)}", shown="the method's")
+    multilabel_theta: Literal[MULTILABEL_THETA] | None = option(
+        None, "Multi-label L_theta against the positive labels' centers: their losses summed (the paper) or "
+              "averaged.", f"one of {', '.join(MULTILABEL_THETA)}",
+        shown="the profile's (sum: the paper's, also recommended)")
+    csq_ties: Literal["random-center", "plus-one"] = option(
+        "random-center", "Tied bits of a multi-label item's majority target (CSQ, multilabel_target majority): "
+                         "the bits of one fixed random center drawn from the seed (CSQ's reference) or +1.",
+        "one of random-center, plus-one")
+    fused_surrogate: bool = option(True, "L_pi and L_theta from one surrogate forward pass where possible.",
+                                   "true or false")
+    theta_dropout: bool = option(True, "Dropout active in the L_theta pass.", "true or false")
+
+    def filled(self, base: HashLoss) -> "ObjectiveOptions":
+        """These options with every None set to the paper's value for `base`."""
+        paper = {"lbhash_mode": base.lbhash_mode, **{k: v for k, v in PAPER_LBHASH.items() if k in type(self).model_fields}}
+        return self.model_copy(update={k: v for k, v in paper.items() if getattr(self, k) is None})
 
 
 class LowerBoundObjective(nn.Module):
@@ -57,8 +94,12 @@ class LowerBoundObjective(nn.Module):
         (num_classes, bits) +/-1 class centers (`lbhash.centers.generate_centers`).
     surrogate : BlockSurrogate
         P_pi over blocks of the code (`lbhash.surrogate.BlockSurrogate(bits)`).
-    lbhash_weight, lbhash_mode, ... :
-        The options of the module docstring, named as in `TrainConfig`.
+    options : ObjectiveOptions, optional
+        The options of the module docstring; None, or a None field: the paper's.
+    seed : int
+        Seeds the bit-to-block permutations.
+    tie_center : torch.Tensor, optional
+        The center whose bits break ties of majority targets (None: +1).
 
     Returns
     -------
@@ -81,41 +122,28 @@ class LowerBoundObjective(nn.Module):
     """
 
     def __init__(self, base: HashLoss, centers: torch.Tensor, surrogate: BlockSurrogate,
-                 lbhash_weight: float = 1.0, lbhash_mode: str = "add", theta_dropout: bool = True,
-                 lbhash_reduction: str = "sum", surrogate_flips: int = 0, block_assignment: str = "contiguous",
-                 block_redraw_every: int = 4, multilabel_target: str = "average", seed: int = 0,
-                 fused_surrogate: bool = True, multilabel_theta: str = "sum",
-                 tie_center: torch.Tensor | None = None):
+                 options: ObjectiveOptions | None = None, seed: int = 0, tie_center: torch.Tensor | None = None):
         super().__init__()
-        if lbhash_mode not in MODES:
-            raise InputError(f"lower-bound mode must be 'add' or 'replace', got {lbhash_mode!r}")
-        if lbhash_mode == "replace" and base.center_part is None:
+        o = (ObjectiveOptions() if options is None else options).filled(base)
+        if o.lbhash_mode == "replace" and base.center_part is None:
             raise InputError(f"method {base.name} has no center loss to replace; use mode 'add'")
         if tuple(centers.shape) != (base.num_classes, base.bits):
             raise InputError(f"centers must have shape ({base.num_classes}, {base.bits}), got {tuple(centers.shape)}")
         if surrogate.bits != base.bits:
             raise InputError(f"surrogate has {surrogate.bits} bits but the method has {base.bits}")
-        for name, value, allowed in (("reduction", lbhash_reduction, REDUCTIONS),
-                                     ("assignment", block_assignment, ASSIGNMENTS),
-                                     ("multilabel_target", multilabel_target, MULTILABEL_TARGETS),
-                                     ("multilabel_theta", multilabel_theta, MULTILABEL_THETA)):
-            if value not in allowed:
-                raise InputError(f"lower-bound {name} must be one of {', '.join(allowed)}, got {value!r}")
-        if not 0 <= surrogate_flips <= base.bits:
-            raise InputError(f"surrogate flips must be between 0 and bits={base.bits}, got {surrogate_flips}")
-        if block_redraw_every < 1:
-            raise InputError(f"redraw_every must be a positive number of epochs, got {block_redraw_every}")
-        self.base, self.surrogate = base, surrogate
-        self.weight, self.mode, self.theta_dropout = float(lbhash_weight), lbhash_mode, theta_dropout
-        self.reduction, self.flips, self.assignment = lbhash_reduction, int(surrogate_flips), block_assignment
-        self.redraw_every, self.multilabel_target, self.seed = int(block_redraw_every), multilabel_target, int(seed)
-        self.fused, self.multilabel_theta = fused_surrogate, multilabel_theta
+        if not 0 <= o.surrogate_flips <= base.bits:
+            raise InputError(f"surrogate flips must be between 0 and bits={base.bits}, got {o.surrogate_flips}")
+        self.base, self.surrogate, self.seed = base, surrogate, int(seed)
+        self.weight, self.mode, self.theta_dropout = float(o.lbhash_weight), o.lbhash_mode, o.theta_dropout
+        self.reduction, self.flips, self.assignment = o.lbhash_reduction, int(o.surrogate_flips), o.block_assignment
+        self.redraw_every, self.multilabel_target = o.block_redraw_every, o.multilabel_target
+        self.fused, self.multilabel_theta = o.fused_surrogate, o.multilabel_theta
         # saved with the run (checkpoint); None (no key) in runs with +1 ties
         self.register_buffer("tie_center", None if tie_center is None else tie_center.float().clone())
         self.register_buffer("centers", centers.float().clone())
         self.register_buffer("order", torch.arange(base.bits))  # bit j of block input = bit order[j]
         self.register_buffer("center_patterns", surrogate.pattern_index(self.centers))
-        if block_assignment == "permuted":
+        if o.block_assignment == "permuted":
             self.set_order(self.draw_order(0))
 
     @property

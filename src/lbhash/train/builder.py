@@ -22,10 +22,10 @@ from lbhash.data.feature_cache import FrozenFeatures, with_frozen_features
 from lbhash.errors import InputError
 from lbhash.methods import HashLoss, LowerBoundObjective, available_methods, create_method, method_class
 from lbhash.methods.csq import tie_center
-from lbhash.methods.lower_bound import OBJECTIVE_OPTIONS
+from lbhash.methods.lower_bound import ObjectiveOptions
 from lbhash.models import HashModel, create_feature_model, create_image_model
 from lbhash.surrogate import BlockSurrogate
-from lbhash.train.config import TrainConfig
+from lbhash.train.config import RunConfig, TrainConfig
 from lbhash.train.resolve import resolve_config
 
 
@@ -71,7 +71,7 @@ class Learner(nn.Module):
 
 @dataclass
 class Experiment:
-    cfg: TrainConfig         # resolved: no default left to fill
+    cfg: RunConfig           # resolved: no default left to fill
     dataset: HashDataset
     split: Split
     topk: int | None         # R of mAP@R (None: the whole database)
@@ -79,7 +79,7 @@ class Experiment:
     skipped_images: int = 0
 
 
-def input_options(cfg: TrainConfig) -> InputOptions:
+def input_options(cfg: RunConfig) -> InputOptions:
     """How the run's data set turns items into model inputs. Images are channels-last, as image
     models are (build_model): faster convolutions in oneDNN on the CPU and on GPU tensor cores."""
     return InputOptions(cfg.image_size, cfg.transform, cfg.num_workers, cfg.input_kind == "images")
@@ -89,12 +89,12 @@ def input_options(cfg: TrainConfig) -> InputOptions:
 MAX_HEAD_PARAMETERS = 1 << 28
 
 
-def head_parameters(cfg: TrainConfig) -> int:
+def head_parameters(cfg: RunConfig) -> int:
     widths = [cfg.input_dim or 0, *cfg.hidden, cfg.bits]
     return sum(a * b + b for a, b in zip(widths, widths[1:]))
 
 
-def check_head_size(cfg: TrainConfig) -> None:
+def check_head_size(cfg: RunConfig) -> None:
     """Refuse a feature head above MAX_HEAD_PARAMETERS, before anything is computed for it."""
     size = head_parameters(cfg)
     if cfg.input_kind == "features" and size > MAX_HEAD_PARAMETERS:
@@ -103,7 +103,7 @@ def check_head_size(cfg: TrainConfig) -> None:
                          "feature width or --hidden")
 
 
-def build_model(cfg: TrainConfig, normalization=None, pretrained: bool = True) -> HashModel:
+def build_model(cfg: RunConfig, normalization=None, pretrained: bool = True) -> HashModel:
     """The hash model of a resolved config.
 
     normalization: (mean, std) of the training features for a standardising first layer (None:
@@ -122,7 +122,7 @@ def build_model(cfg: TrainConfig, normalization=None, pretrained: bool = True) -
     return model.to(memory_format=torch.channels_last)
 
 
-def frozen_features(cfg: TrainConfig, dataset: HashDataset, model: HashModel, indices) -> FrozenFeatures:
+def frozen_features(cfg: RunConfig, dataset: HashDataset, model: HashModel, indices) -> FrozenFeatures:
     """The data set with the frozen backbone's features of the items at `indices`, computed once
     (on the run's accelerator when it has one) and cached (lbhash.data.feature_cache)."""
     gpu = cfg.accelerator in ("gpu", "cuda", "auto") and torch.cuda.is_available()
@@ -136,19 +136,18 @@ def frozen_features(cfg: TrainConfig, dataset: HashDataset, model: HashModel, in
         model.backbone.to(backbone_device)
 
 
-def build_objective(cfg: TrainConfig, centers: torch.Tensor | None, num_classes: int, num_train: int,
+def build_objective(cfg: RunConfig, centers: torch.Tensor | None, num_classes: int, num_train: int,
                     multi_label: bool) -> HashLoss | LowerBoundObjective:
     base = create_method(cfg.method, cfg.bits, num_classes, num_train=num_train, centers=centers,
                          multi_label=multi_label, **cfg.method_options)
     # CSQ's tie rule: the bits of one fixed random center drawn from the seed (None: ties -> +1)
     ties = tie_center(cfg.bits, cfg.seed) if cfg.csq_ties == "random-center" else None
-    if ties is not None and hasattr(base, "use_tie_center"):
+    if ties is not None and base.majority_targets:
         base.use_tie_center(ties)
     if not cfg.lbhash:
         return base
     surrogate = BlockSurrogate(cfg.bits, cfg.block_size, cfg.surrogate_hidden, cfg.surrogate_dropout)
-    options = {name: getattr(cfg, name) for name in OBJECTIVE_OPTIONS}  # the same names on both sides
-    return LowerBoundObjective(base, centers, surrogate, **options,
+    return LowerBoundObjective(base, centers, surrogate, ObjectiveOptions.of(cfg), seed=cfg.seed,
                                tie_center=ties if cfg.multilabel_target == "majority" else None)
 
 
@@ -196,7 +195,7 @@ def build_experiment(cfg: TrainConfig, split: Split | None = None,
     return Experiment(cfg, dataset, split, evaluation_topk(cfg, split), Learner(model, objective, columns), skipped)
 
 
-def _check_classes(cfg: TrainConfig, dataset: HashDataset, split: Split, learns_classes: bool) -> None:
+def _check_classes(cfg: RunConfig, dataset: HashDataset, split: Split, learns_classes: bool) -> None:
     """What the split's parts must hold, checked before a run writes anything: a method that
     learns classes needs two of them among the training items; evaluation (mAP and the lower
     bound) needs two among the database items."""
@@ -213,7 +212,7 @@ def _check_classes(cfg: TrainConfig, dataset: HashDataset, split: Split, learns_
                              f"class(es) with items; {who} needs at least 2{hint}")
 
 
-def evaluation_topk(cfg: TrainConfig, split) -> int | None:
+def evaluation_topk(cfg: RunConfig, split) -> int | None:
     """The R of mAP@R a run evaluates at: its --topk, else its protocol's (None: all)."""
     return None if cfg.topk == "all" else cfg.topk if cfg.topk is not None else split.topk
 

@@ -25,7 +25,7 @@ from lbhash.methods import method_class
 from lbhash.models import HashModel
 from lbhash.train.builder import build_experiment
 from lbhash.train.closed_form import fit_closed_form
-from lbhash.train.config import TrainConfig, profile_line
+from lbhash.train.config import RunConfig, TrainConfig, profile_line
 from lbhash.train.loop import EpochStore, Trainer, check_logger
 from lbhash.train.processes import check_accelerator, leave_process_group, process_rank
 from lbhash.train.run_metrics import run_metrics
@@ -42,7 +42,7 @@ class Prepared:
     """A run ready to train: its trainer, the config it saves (config.yaml), its input
     contract (input.json) and what it loaded (data.json)."""
     trainer: Trainer
-    config: TrainConfig
+    config: RunConfig
     input_form: InputForm
     data_summary: dict
 

@@ -72,7 +72,7 @@ class HashEncoder(TransformerMixin, BaseEstimator):
     epochs and at least every 10 s; `progress=False` trains silently. `code_format` is what
     `transform` returns: "packed" uint8 codes (default) or "signs", int8 +/-1 (n, bits).
 
-    Fitted attributes: `config_` (the resolved TrainConfig), `model_` (the torch hash model),
+    Fitted attributes: `config_` (the resolved RunConfig), `model_` (the torch hash model),
     `bits_`, `input_kind_` ("features" or "images"), `n_features_in_` (feature width, None
     for images), `input_form_` (the input contract), `run_dir_` (the run directory it was
     trained into or loaded from; None for a fit in memory),

@@ -14,7 +14,7 @@ from lbhash.data.unseen import with_base
 from lbhash.errors import InputError
 from lbhash.methods import method_class, method_defaults
 from lbhash.methods.defaults import LBHASH_OPTIONS
-from lbhash.train.config import METHOD_FIELDS, TrainConfig, make_config
+from lbhash.train.config import METHOD_FIELDS, RunConfig, TrainConfig, make_config
 
 MIN_NATIVE_SIDE = 16  # smaller square images are resized to the backbone's side
 DEFAULT_IMAGE_BACKBONE = "smallcnn"  # fast on a CPU; docs/models.md gives the rule
@@ -22,14 +22,17 @@ DEFAULT_FEATURE_HIDDEN = [1024]
 DEFAULT_PROTOCOL = {"digits": "digits", "cifar10": "cifar10"}  # data kind -> protocol
 
 
-def resolve_config(cfg: TrainConfig, dataset) -> TrainConfig:
+def resolve_config(cfg: TrainConfig, dataset) -> RunConfig:
     """The complete config of a run on `dataset` (a lbhash.data.HashDataset): every None that
     has a default is filled, from the method's class, the data set and the backbone's
-    registered defaults. Nothing changes a config after this."""
+    registered defaults, and the data set's input kind and width recorded. Nothing changes a
+    config after this. A RunConfig (a run resumed) must name the data set's width again."""
     from lbhash.models import backbone_defaults
 
     d = method_defaults(cfg.method, cfg.defaults)
     values = cfg.model_dump()
+    made_for = values.pop("input_dim", None)  # a RunConfig's: its data set's width
+    values.pop("input_kind", None)
     values["protocol"] = cfg.protocol or default_protocol(cfg.data, dataset)
     if values["protocol"].startswith(UNSEEN_PREFIX):  # unseen:K -> unseen:K:<the data set's own>
         values["protocol"] = with_base(values["protocol"], default_protocol(cfg.data, dataset))
@@ -45,9 +48,9 @@ def resolve_config(cfg: TrainConfig, dataset) -> TrainConfig:
     if dataset.input_kind == "features":
         if cfg.backbone is not None:
             raise InputError(f"--backbone {cfg.backbone} needs image data; {dataset.name} holds features")
-        if cfg.input_dim is not None and cfg.input_dim != dataset.input_dim():
+        if made_for is not None and made_for != dataset.input_dim():
             raise InputError(f"{dataset.name} has {dataset.input_dim()} features per item, but the run "
-                             f"was made for {cfg.input_dim}")
+                             f"was made for {made_for}")
         values["input_dim"] = dataset.input_dim()
         default_hidden = [] if method_class(cfg.method).closed_form else DEFAULT_FEATURE_HIDDEN
         values["hidden"] = list(default_hidden if cfg.hidden is None else cfg.hidden)
@@ -57,7 +60,7 @@ def resolve_config(cfg: TrainConfig, dataset) -> TrainConfig:
         values.update(backbone=backbone, hidden=[] if cfg.hidden is None else list(cfg.hidden),
                       image_size=cfg.image_size or default_image_size(dataset, size, transform),
                       transform=cfg.transform or transform, input_dim=None)
-    return make_config(values)
+    return make_config(values, kind=RunConfig)
 
 
 def _profile_validation(share: float, protocol: str, seed: int, dataset) -> float:

@@ -28,7 +28,7 @@ from lbhash._io import atomic_path, write_json
 from lbhash.data import HashDataset, Split, load_split, save_split
 from lbhash.data.input_form import InputForm
 from lbhash.errors import InputError
-from lbhash.train.config import TrainConfig
+from lbhash.train.config import RunConfig, TrainConfig
 from lbhash.train.fit import Trained, announce, as_loaded, prepare, train_to_end
 from lbhash.train.loop import NonFiniteError, Trainer
 from lbhash.train.optim import check_extension
@@ -60,7 +60,7 @@ class OpenRun:
     """A run ready to train: its trainer, its config (as config.yaml holds it), its input
     contract (input.json) and its directory."""
     trainer: Trainer
-    config: TrainConfig
+    config: RunConfig
     input_form: InputForm
     out: Path
 
@@ -149,7 +149,7 @@ def _left_as_it_is(out: Path) -> TrainedRun:
     return TrainedRun(metrics)
 
 
-def _resumed_config(out: Path, epochs: int | None) -> TrainConfig:
+def _resumed_config(out: Path, epochs: int | None) -> RunConfig:
     cfg = load_run_config(out)
     if epochs is not None:  # checked before the run changes
         check_extension(cfg, epochs, str(out))
@@ -180,7 +180,7 @@ def open_run(cfg: TrainConfig, out: Path, resume: bool, epochs: int | None, prog
     return OpenRun(trainer, saved_cfg, form, out)
 
 
-def _write_first_files(out: Path, split: Split, summary: dict, form: InputForm, cfg: TrainConfig) -> None:
+def _write_first_files(out: Path, split: Split, summary: dict, form: InputForm, cfg: RunConfig) -> None:
     save_split(out / SPLIT, split)
     write_json(out / DATA_SUMMARY, summary)
     write_json(out / INPUT_FORM, form.to_dict())

@@ -29,7 +29,7 @@ from lbhash.data.input_form import InputForm
 from lbhash.errors import InputError
 from lbhash.models import HashModel
 from lbhash.train.builder import build_model
-from lbhash.train.config import LEGACY_VALUES, TrainConfig, make_config, parse_yaml
+from lbhash.train.config import LEGACY_VALUES, RunConfig, make_config, parse_yaml
 
 CONFIG, SPLIT, LOG, CHECKPOINT, CODES, METRICS, BEST = (
     "config.yaml", "split.npz", "log.jsonl", "checkpoint.pt", "codes.npz", "metrics.json", "best.pt")
@@ -161,7 +161,7 @@ def check_not_failed(run_dir: Path) -> None:
         raise InputError(f"{run_dir} is a failed run ({status.get('error')}); start a new run with other settings")
 
 
-def load_run_config(run_dir: str | Path) -> TrainConfig:
+def load_run_config(run_dir: str | Path) -> RunConfig:
     """The resolved config a run saved."""
     path = Path(run_dir) / CONFIG
     if not path.is_file():
@@ -173,10 +173,12 @@ def load_run_config(run_dir: str | Path) -> TrainConfig:
     values = parse_yaml(text, str(path))
     if not isinstance(values, dict):
         raise InputError(f"{path}: not a run config (expected a mapping of option: value)")
-    return make_config({**LEGACY_VALUES, **values}, str(path))
+    if "input_kind" not in values:
+        raise InputError(f"{path}: no input_kind; the run was written by an older lbhash")
+    return make_config({**LEGACY_VALUES, **values}, str(path), kind=RunConfig)
 
 
-def save_run_config(run_dir: Path, cfg: TrainConfig) -> None:
+def save_run_config(run_dir: Path, cfg: RunConfig) -> None:
     """config.yaml, atomically (its presence marks a run)."""
     with atomic_path(Path(run_dir) / CONFIG) as tmp:
         tmp.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
@@ -230,7 +232,7 @@ def write_log(path: Path, records: list[dict]) -> None:
         tmp.write_text("".join(json.dumps(r, allow_nan=False) + "\n" for r in records))
 
 
-def load_input_form(run_dir: str | Path, cfg: TrainConfig) -> InputForm:
+def load_input_form(run_dir: str | Path, cfg: RunConfig) -> InputForm:
     """The run's input contract; runs written before it existed get the form their config
     implies (no stored dtype: float rows as they are; a dequantised run refuses integer rows)."""
     path = Path(run_dir) / INPUT_FORM
@@ -265,14 +267,12 @@ def model_identity(run_dir: str | Path) -> dict:
     return {"file": name, "sha256": digest, "epoch": epoch}
 
 
-def load_run_model(run_dir: str | Path) -> tuple[HashModel, TrainConfig]:
+def load_run_model(run_dir: str | Path) -> tuple[HashModel, RunConfig]:
     """The trained hash model of a run (its last checkpoint) and the run's config."""
     run_dir = Path(run_dir)
     check_not_failed(run_dir)
     verify_files(run_dir, (CONFIG, CHECKPOINT, BEST))
     cfg = load_run_config(run_dir)
-    if cfg.input_kind is None:
-        raise InputError(f"{run_dir / CONFIG}: no input_kind; the run was written by an older lbhash")
     path = run_dir / CHECKPOINT
     if not path.is_file():
         raise InputError(f"{run_dir}: no {CHECKPOINT} (the run has not finished an epoch)")
@@ -304,7 +304,7 @@ class Fitted:
     """A run's trained model as `HashEncoder` holds it: the model (eval mode, on the CPU, float32
     weights, as `load_run_model` builds it), the run's config, its input contract and its log."""
     model: HashModel
-    config: TrainConfig
+    config: RunConfig
     input_form: InputForm
     history: list[dict]
 

@@ -52,7 +52,7 @@ def target_balance(exp: Experiment) -> dict[str, Any] | None:
     base = objective if lower_bound is None else lower_bound.base
     if lower_bound is not None and lower_bound.multilabel_target == "majority":
         holder = lower_bound
-    elif base.name == "csq":
+    elif base.majority_targets:
         holder = base
     else:
         return None

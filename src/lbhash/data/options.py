@@ -1,0 +1,33 @@
+"""The data's options: what to load, how to split it, and how images become model inputs."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from lbhash.data.protocols import SOURCES as PROTOCOL_SOURCES
+from lbhash.options import Options, option
+
+
+class DataOptions(Options):
+    """The data set, its split protocol and how its items reach the model."""
+
+    # required by `lbhash train` (lbhash.cli.train); Python callers and `lbhash demo` get digits
+    data: str = option("digits", "Data spec, e.g. 'features:PATH.npz', 'cifar10:PATH' or 'digits' (the toy set; "
+                                 "see docs/data.md).", "a data spec string", shown="required", min_length=1)
+    protocol: str | None = option(None, "Split protocol (docs/data.md), each evaluated at its source's R: "
+                                        + "; ".join(f"{k} ({v})" for k, v in PROTOCOL_SOURCES.items())
+                                        + "; given:T, per-class:T,Q[,+train], random:T,Q (mAP@all); unseen:K[:BASE].",
+                                  "a protocol name",
+                                  shown="the data set's own")
+    image_size: int | None = option(None, "Image side after transforms.", "an integer >= 8",
+                                    shown="the backbone's (small-image backbones: square images from 16 px up to it keep their own)", ge=8)
+    transform: Literal["imagenet", "cifar", "cifar-augment"] | None = option(
+        None, "Image transform preset.", "one of imagenet, cifar, cifar-augment", shown="the backbone's")
+    num_workers: int = option(0, "DataLoader workers for image data.", "a non-negative integer", ge=0)
+    skip_bad_images: bool = option(False, "Drop unreadable images (counted) instead of stopping before training.",
+                                   "true or false")
+    normalize: Literal["zscore", "none"] = option("zscore", "Feature standardisation (features only).",
+                                                  "one of zscore, none")
+
+
+__all__ = ["DataOptions"]

