@@ -91,6 +91,7 @@ def input_files(tmp_path):
 
 
 _TRAINERS_BUILT = [0]
+_TRAININGS_BY_FILE: dict[str, int] = {}
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -102,6 +103,8 @@ def count_trainings():
 
     def counted(self, *args, **kwargs):
         _TRAINERS_BUILT[0] += 1
+        test = os.environ.get("PYTEST_CURRENT_TEST", "?").split("::")[0]
+        _TRAININGS_BY_FILE[test] = _TRAININGS_BY_FILE.get(test, 0) + 1
         init(self, *args, **kwargs)
 
     Trainer.__init__ = counted
@@ -110,4 +113,6 @@ def count_trainings():
 
 
 def pytest_terminal_summary(terminalreporter):
-    terminalreporter.write_line(f"trainings in the test process: {_TRAINERS_BUILT[0]} (subprocesses not counted)")
+    most = sorted(_TRAININGS_BY_FILE.items(), key=lambda item: -item[1])[:5]
+    terminalreporter.write_line(f"trainings in the test process: {_TRAINERS_BUILT[0]} (subprocesses not counted; "
+                                "most: " + ", ".join(f"{Path(f).name} {n}" for f, n in most) + ")")
