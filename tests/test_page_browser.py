@@ -1,6 +1,7 @@
 """The search page in a real browser: headless Chromium (Debian's chromium and chromedriver,
 driven by Selenium given the driver's path, so nothing downloads a browser) against
-`lbhash serve` on 127.0.0.1 over a small image index built from a run trained here.
+`lbhash serve` on 127.0.0.1 over a small image index built from a run trained here, and against
+a feature index served in the test process (tests/browser_helpers.py).
 
 Skips, saying why, when Selenium, Chromium or its driver is missing (`.ci/run` installs
 them; `make test-browser` runs this file alone). Screenshots go to $LBHASH_TEST_ARTIFACTS
@@ -412,7 +413,6 @@ def test_a_page_from_another_site_cannot_change_the_index(browser, served, tmp_p
 def test_the_page_asks_once_for_the_key_of_a_locked_service(browser, served, tmp_path, monkeypatch):
     """With a read key, the page asks for the key, then searches and shows thumbnails with it."""
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support import expected_conditions as EC
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -430,10 +430,10 @@ def test_the_page_asks_once_for_the_key_of_a_locked_service(browser, served, tmp
         browser.switch_to.alert.accept()
         wait.until(lambda d: d.find_element(By.ID, "ntotal").text == "44")
         query = next(Path(tree).rglob("*.png"))
-        browser.find_element(By.ID, "query-file").send_keys(str(query))
         k = browser.find_element(By.ID, "how-value")
         k.clear()
-        k.send_keys("3", Keys.ENTER)
+        k.send_keys("3")
+        browser.find_element(By.ID, "query-file").send_keys(str(query))  # which searches
         decoded = ("return [...document.querySelectorAll('#grid img.thumb')]"
                    ".map(i => i.complete && i.src.startsWith('blob:') ? i.naturalWidth : -1)")
         wait.until(lambda d: d.execute_script(decoded) == [32] * 3)  # fetched with the key

@@ -8,18 +8,19 @@
 import { api, withKey } from "./api.js";
 import { $, bitsView, el, fmt, labelText } from "./dom.js";
 
-export async function showCards(entries, ctx) {
-  const grid = $("grid");
-  grid.replaceChildren();
-  grid.setAttribute("aria-busy", "true");
+// The sources, codes and whether there is an image, of items by id (POST /sources).
+export async function origins(ids) {
   const where = {};
-  const ids = entries.map((e) => e.id);
   for (let i = 0; i < ids.length; i += 1000) {
     const reply = await api("POST", "/sources", { ids: ids.slice(i, i + 1000) });
     for (const item of reply.items) where[item.id] = item;
   }
-  for (const entry of entries) grid.append(card(entry, where[entry.id] || {}, ctx));
-  grid.setAttribute("aria-busy", "false");
+  return where;
+}
+
+// where: origins() of the entries' ids.
+export function showCards(entries, where, ctx) {
+  $("grid").replaceChildren(...entries.map((entry) => card(entry, where[entry.id] || {}, ctx)));
 }
 
 // An image: its URL, or, when reads need a key (which an <img> cannot send), fetched with it.

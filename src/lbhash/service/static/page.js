@@ -4,13 +4,14 @@
 
 import { readAddress, writeAddress } from "./address.js";
 import { ApiError, api } from "./api.js";
-import { showCards } from "./cards.js";
+import { origins, showCards } from "./cards.js";
 import { histogram, prPlot } from "./charts.js";
 import { $, bitsView, className, el, fmt } from "./dom.js";
 
 // file: the query image chosen or dropped; encoded: its /encode/image answer (a filter or k
-// changed searches again without encoding it again); searched: a search has shown results.
-const state = { about: null, names: null, bits: 0, file: null, encoded: null, searched: false };
+// changed searches again without encoding it again); searched: a search has shown results;
+// latest: the number of the last search started (an earlier one that ends later shows nothing).
+const state = { about: null, names: null, bits: 0, file: null, encoded: null, searched: false, latest: 0 };
 
 function status(message) { $("status").textContent = message; }
 function showError(err) {
@@ -139,6 +140,7 @@ async function queryCode() {  // -> {code, real|null, label, item|null, labels (
 }
 
 async function runSearch() {
+  const mine = ++state.latest;
   const how = howMany(), labels = chosenClasses();
   const q = await queryCode();
   status("Searching...");
@@ -158,12 +160,14 @@ async function runSearch() {
     entries.push({ id: q.item, labels: q.labels, badge: "query", kind: "query" });
   }
   entries.push(...hits.map((h, rank) => ({ ...h, badge: `#${rank + 1}`, kind: "hit" })));
+  const where = await origins(entries.map((e) => e.id));
+  if (mine !== state.latest) return;  // a later search has started: its results are the ones to show
   $("results-hint").textContent = "";
   $("query-code-view").hidden = false;
   $("query-bits").replaceChildren(bitsView(q.code));
   $("histogram").hidden = false;
   $("histogram-plot").replaceChildren(histogram(hits.map((h) => h.distance), state.bits));
-  await showCards(entries, cardContext(q.code));
+  showCards(entries, where, cardContext(q.code));
   state.searched = true;
   writeAddress({ mode: mode(), item: q.item, code: q.code, k: how.k, radius: how.radius, labels });
   $("timing").textContent = `The search took ${took.toFixed(1)} ms (round trip).`;
@@ -225,7 +229,8 @@ async function addImages() {
   $("ntotal").textContent = String(reply.ntotal);
   const items = await Promise.all(reply.ids.map((id) => api("GET", `/items/${id}`)));
   $("query-code-view").hidden = true; $("histogram").hidden = true;
-  await showCards(items.map((it) => ({ id: it.id, labels: it.labels, badge: "added", kind: "added" })), cardContext(null));
+  const entries = items.map((it) => ({ id: it.id, labels: it.labels, badge: "added", kind: "added" }));
+  showCards(entries, await origins(reply.ids), cardContext(null));
   status(`Added ${reply.ids.length} image(s) as id ${reply.ids.join(", ")}; the index holds ${reply.ntotal} codes.`);
   $("add-files").value = "";
 }
