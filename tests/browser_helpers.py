@@ -1,13 +1,60 @@
 """Helpers of the browser tests (tests/test_page_browser.py): the search page driven through
 Selenium, and a service app served by uvicorn in a thread of the test process."""
 
+import importlib.util
+import json
+import os
+import shutil
 import threading
 import time
 from contextlib import contextmanager
+from pathlib import Path
 
 from test_service_process import free_port
 
 WAIT_S = 30
+
+
+def _find(env: str, *names: str) -> str | None:
+    given = os.environ.get(env)
+    if given:
+        return given if Path(given).is_file() else None
+    return next((path for path in map(shutil.which, names) if path), None)
+
+
+CHROMIUM = _find("LBHASH_CHROMIUM", "chromium", "chromium-browser")
+CHROMEDRIVER = _find("LBHASH_CHROMEDRIVER", "chromedriver")
+MISSING = ("selenium is not installed (pip install -e '.[test]')" if importlib.util.find_spec("selenium") is None
+           else None if CHROMIUM and CHROMEDRIVER else
+           "headless Chromium is not installed: apt-get install chromium chromium-driver (found chromium: "
+           f"{CHROMIUM}, chromedriver: {CHROMEDRIVER}; or set LBHASH_CHROMIUM and LBHASH_CHROMEDRIVER)")
+
+
+def headless_chromium():
+    """The system's Chromium, headless, through its own driver (nothing downloads a browser),
+    logging its requests and console."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    os.environ.setdefault("SE_OFFLINE", "true")  # Selenium Manager, were it asked, may download nothing
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1366,900",
+                "--no-first-run", "--disable-background-networking", "--disable-component-update",
+                "--disable-sync", "--disable-default-apps", "--no-proxy-server"):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"performance": "ALL", "browser": "ALL"})
+    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)  # the given driver: no download
+
+
+def requests_seen(driver) -> list[str]:
+    """The URLs the browser asked for since the last call."""
+    urls = []
+    for entry in driver.get_log("performance"):
+        message = json.loads(entry["message"])["message"]
+        if message["method"] == "Network.requestWillBeSent":
+            urls.append(message["params"]["request"]["url"])
+    return urls
 
 # For each word of an element's text: on how many lines it lies (1: not broken).
 WORD_LINES = """
@@ -76,6 +123,18 @@ class PageDriver:
 
     def hit_ids(self) -> list[int]:
         return [int(c.get_attribute("data-id")) for c in self.all("#grid li.card.hit")]
+
+    def thumbnails(self) -> list[int]:
+        """The natural width of each result's thumbnail (-1: not loaded yet)."""
+        return self.js("return [...document.querySelectorAll('#grid img.thumb')].map(i => i.complete ? i.naturalWidth : -1)")
+
+    def first_thumbnail_pixels(self):
+        """(width, height, RGBA values) of the first result's thumbnail, as the browser decoded it."""
+        return self.js("""
+            const img = document.querySelector('#grid li.card img.thumb');
+            const c = document.createElement('canvas'); c.width = img.naturalWidth; c.height = img.naturalHeight;
+            const g = c.getContext('2d'); g.drawImage(img, 0, 0);
+            return [c.width, c.height, Array.from(g.getImageData(0, 0, c.width, c.height).data)];""")
 
     def error(self) -> str:
         return self.text("error") if self.by_id("error").is_displayed() else ""

@@ -8,7 +8,6 @@ them; `make test-browser` runs this file alone). Screenshots go to $LBHASH_TEST_
 (default: test-artifacts/browser in the repository).
 """
 
-import importlib.util
 import json
 import os
 import shutil
@@ -22,7 +21,7 @@ import pytest
 from helpers import cli
 from lbhash.index import CodeIndex
 from lbhash.index.origins import read_sources
-from browser_helpers import WAIT_S, PageDriver, served_in_thread
+from browser_helpers import MISSING, WAIT_S, PageDriver, headless_chromium, requests_seen, served_in_thread
 from page_helpers import noisy
 from test_service_process import Server, free_port
 
@@ -30,37 +29,13 @@ ARTIFACTS = Path(os.environ.get("LBHASH_TEST_ARTIFACTS", Path(__file__).resolve(
                                 / "browser"))
 
 
-def _find(env: str, *names: str) -> str | None:
-    given = os.environ.get(env)
-    if given:
-        return given if Path(given).is_file() else None
-    return next((path for path in map(shutil.which, names) if path), None)
-
-
-CHROMIUM = _find("LBHASH_CHROMIUM", "chromium", "chromium-browser")
-CHROMEDRIVER = _find("LBHASH_CHROMEDRIVER", "chromedriver")
-MISSING = ("selenium is not installed (pip install -e '.[test]')" if importlib.util.find_spec("selenium") is None
-           else None if CHROMIUM and CHROMEDRIVER else
-           "headless Chromium is not installed: apt-get install chromium chromium-driver (found chromium: "
-           f"{CHROMIUM}, chromedriver: {CHROMEDRIVER}; or set LBHASH_CHROMIUM and LBHASH_CHROMEDRIVER)")
 # checked before any fixture runs, so that a machine without a browser does not train the run
 pytestmark = [pytest.mark.browser, pytest.mark.skipif(MISSING is not None, reason=str(MISSING))]
 
 
 @pytest.fixture(scope="module")
 def browser():
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    os.environ.setdefault("SE_OFFLINE", "true")  # Selenium Manager, were it asked, may download nothing
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1366,900",
-                "--no-first-run", "--disable-background-networking", "--disable-component-update",
-                "--disable-sync", "--disable-default-apps", "--no-proxy-server"):
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"performance": "ALL", "browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)  # the given driver: no download
+    driver = headless_chromium()
     yield driver
     driver.quit()
 
@@ -75,15 +50,6 @@ def served(tmp_path_factory, tiny_image_run):
     server.kill()
 
 
-def requests_seen(driver) -> list[str]:
-    urls = []
-    for entry in driver.get_log("performance"):
-        message = json.loads(entry["message"])["message"]
-        if message["method"] == "Network.requestWillBeSent":
-            urls.append(message["params"]["request"]["url"])
-    return urls
-
-
 def test_the_page_in_a_real_browser(browser, served, tmp_path):
     """A chosen image searches at once; classes are picked by name; "more like this" marks its
     query and goes in the address, which reloads to the same results; an add, a delete and
@@ -96,16 +62,6 @@ def test_the_page_in_a_real_browser(browser, served, tmp_path):
     started = time.monotonic()
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page, seen = PageDriver(browser), []
-
-    def thumbnails_decoded():
-        return page.js("return [...document.querySelectorAll('#grid img.thumb')].map(i => i.complete ? i.naturalWidth : -1)")
-
-    def pixels_of_first_thumbnail():
-        return page.js("""
-            const img = document.querySelector('#grid li.card img.thumb');
-            const c = document.createElement('canvas'); c.width = img.naturalWidth; c.height = img.naturalHeight;
-            const g = c.getContext('2d'); g.drawImage(img, 0, 0);
-            return [c.width, c.height, Array.from(g.getImageData(0, 0, c.width, c.height).data)];""")
 
     page.open(f"{server.url}/")
     page.wait.until(lambda d: page.text("ntotal") == "44")  # 48 images less one of each class held out
@@ -124,16 +80,16 @@ def test_the_page_in_a_real_browser(browser, served, tmp_path):
     k.send_keys("5")
     page.act(page.by_id("query-file").send_keys, str(query))
     assert not page.error(), page.error()
-    page.wait.until(lambda d: len(page.cards()) == 5 and all(w > 0 for w in thumbnails_decoded()))
+    page.wait.until(lambda d: len(page.cards()) == 5 and all(w > 0 for w in page.thumbnails()))
     browser.save_screenshot(str(ARTIFACTS / "1-image-search.png"))
-    assert thumbnails_decoded() == [32] * 5  # real decoded 32x32 images
+    assert page.thumbnails() == [32] * 5  # real decoded 32x32 images
     assert page.text("status") == f"5 results for {query.name}." and browser.current_url.endswith("/?mode=image&k=5")
     first = page.cards()[0]
     assert first.get_attribute("data-id") == str(own_id) and "query" not in first.get_attribute("class")
     assert first.find_element(By.CSS_SELECTOR, ".distance").get_attribute("data-distance") == "0"
     source = first.find_element(By.CSS_SELECTOR, ".source")
     assert source.get_attribute("data-source") == str(query) and source.text == "train/red/" + query.name
-    width, height, rgba = pixels_of_first_thumbnail()
+    width, height, rgba = page.first_thumbnail_pixels()
     from PIL import Image
 
     expected = np.array(Image.open(query).convert("RGB"))
@@ -191,7 +147,7 @@ def test_the_page_in_a_real_browser(browser, served, tmp_path):
     page.by_id("add-labels").send_keys("3")
     page.act(page.by_id("add-button").click)
     assert page.text("ntotal") == "45" and page.text("status").startswith("Added 1 image(s) as id 48"), page.error()
-    page.wait.until(lambda d: len(page.cards()) == 1 and all(w > 0 for w in thumbnails_decoded()))
+    page.wait.until(lambda d: len(page.cards()) == 1 and all(w > 0 for w in page.thumbnails()))
     added = page.cards()[0]
     assert added.get_attribute("data-id") == "48" and added.get_attribute("data-labels") == "3"
     assert added.find_element(By.CSS_SELECTOR, ".source").text == "uploaded: new-yellow.png"
