@@ -143,6 +143,7 @@ async function runSearch() {
   const mine = ++state.latest;
   const how = howMany(), labels = chosenClasses();
   const q = await queryCode();
+  if (mine !== state.latest) return;  // a later search has started: its results are the ones to show
   status("Searching...");
   const body = { codes: [q.code] };
   // an item's own code is among its hits: ask for one more, shown apart as the query
@@ -161,7 +162,7 @@ async function runSearch() {
   }
   entries.push(...hits.map((h, rank) => ({ ...h, badge: `#${rank + 1}`, kind: "hit" })));
   const where = await origins(entries.map((e) => e.id));
-  if (mine !== state.latest) return;  // a later search has started: its results are the ones to show
+  if (mine !== state.latest) return;
   $("results-hint").textContent = "";
   $("query-code-view").hidden = false;
   $("query-bits").replaceChildren(bitsView(q.code));
