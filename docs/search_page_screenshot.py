@@ -64,11 +64,10 @@ def main() -> None:
             wait = WebDriverWait(driver, 60)
             done = lambda: int(driver.find_element(By.ID, "results").get_attribute("data-done") or 0)  # noqa: E731
             wait.until(lambda d: done() >= 1)
-            driver.find_element(By.ID, "query-file").send_keys(str(query))
             k = driver.find_element(By.ID, "how-value")
             k.clear()
             k.send_keys(str(args.k))
-            driver.find_element(By.ID, "search-button").click()
+            driver.find_element(By.ID, "query-file").send_keys(str(query))  # choosing the image searches
             wait.until(lambda d: done() >= 2)
             wait.until(lambda d: d.execute_script(
                 "return [...document.querySelectorAll('#grid img.thumb')].every(i => i.complete && i.naturalWidth)"))

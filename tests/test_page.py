@@ -18,7 +18,9 @@ from lbhash.service import create_app
 from lbhash.service.media import DecodeGate, ThumbnailCache, TooBusy
 from page_helpers import decoded, noisy, png_bytes
 
-STATIC = ("index.html", "page.js", "page.css")
+from lbhash.service.page import PAGE_FILES
+
+STATIC = ("index.html", *PAGE_FILES)
 
 
 @pytest.fixture
@@ -81,6 +83,7 @@ def test_thumbnails_are_the_recorded_images_pixel_for_pixel(built):
         ids = [h["id"] for h in client.post("/search", json={"codes": ["0000"], "k": 6}).json()["results"][0]["hits"]]
         sources = client.post("/sources", json={"ids": ids}).json()["items"]
         for item in sources:
+            assert item["code"] == client.get(f"/items/{item['id']}").json()["code"]
             reply = client.get(f"/items/{item['id']}/image")
             assert reply.status_code == 200 and reply.headers["content-type"] == "image/png"
             assert item["image"] and item["source"].startswith(str(tree))
@@ -135,9 +138,13 @@ def test_images_added_through_the_service_keep_their_bytes_across_restarts(tmp_p
         assert thumb.shape == (85, 128, 3)
         np.testing.assert_array_equal(thumb, np.array(expected))
         np.testing.assert_array_equal(decoded(client.get("/items/1/image").content), small)  # never enlarged
+        # the larger view: at most 512 px, so this one whole; a size it does not serve is refused
+        np.testing.assert_array_equal(decoded(client.get("/items/0/image?size=large").content), big)
+        one_line(client.get("/items/0/image?size=huge"), 422, "size")
         assert client.post("/sources", json={"ids": [0, 1]}).json()["items"] == [
-            {"id": 0, "source": "uploaded: big.png", "image": True},
-            {"id": 1, "source": "uploaded: small.png", "image": True}]
+            {"id": 0, "source": "uploaded: big.png", "image": True, "code": encoder.encode(big[None])[0].tobytes().hex()},
+            {"id": 1, "source": "uploaded: small.png", "image": True,
+             "code": encoder.encode(small[None])[0].tobytes().hex()}]
         # an upsert by code replaces the item: its old image is no longer its own
         assert client.post("/items", json={"codes": ["0000"], "ids": [1], "upsert": True}).status_code == 200
         one_line(client.get("/items/1/image"), 404, "item 1 has no image")
@@ -175,6 +182,9 @@ def test_encode_then_search_is_the_image_search(tmp_path, rng):
                                                 "rerank_factor": 3}).json()
         assert reranked == client.post("/search/image", files=[query], data={"k": "3", "rerank_factor": "3"}).json()
         one_line(client.post("/encode", json={"features": [[1.0] * 6]}), 400, "encodes images, not features")
+        text = ("files", ("notes.txt", b"not an image", "text/plain"))  # said without Pillow's repr of a buffer
+        assert client.post("/encode/image", files=[text]).json() == {
+            "detail": "notes.txt: cannot decode image (not an image in a format Pillow reads)"}
         one_line(client.post("/sources", json={"ids": []}), 400, "no ids given")
         one_line(client.get("/items/3/image"), 404, "item 3 has no image")  # codes without sources
 
@@ -218,6 +228,7 @@ def test_the_page_and_the_docs_ask_only_this_server(tmp_path):
     with TestClient(create_app(tmp_path / "ix")) as client:
         page = client.get("/")
         assert page.status_code == 200 and "connect-src 'self'" in page.headers["content-security-policy"]
+        assert client.get("/?item=3&k=5&labels=1,2").text == page.text  # an address the page wrote
         for name in STATIC[1:]:
             assert client.get(f"/page/{name}").status_code == 200
         for path in ("/docs", "/redoc"):
@@ -235,6 +246,22 @@ def test_the_page_and_the_docs_ask_only_this_server(tmp_path):
         assert re.findall(r"https?://[^\s\"'`)]+", text) in ([], ["http://www.w3.org/2000/svg"]), name
 
 
+def test_the_page_modules_import_only_served_files():
+    """page.js imports the other modules by relative name: each is a served page file, and
+    every served script is imported (none left behind)."""
+    from lbhash.service import page
+
+    imported = set()
+    for name in (n for n in PAGE_FILES if n.endswith(".js")):
+        text = (page.STATIC / name).read_text()
+        for target in re.findall(r'^import [^;]+ from "\./([\w.]+)";$', text, flags=re.M):
+            assert target in PAGE_FILES, (name, target)
+            imported.add(target)
+        assert "require(" not in text and not re.search(r"\bimport\(", text), name
+    assert imported == {n for n in PAGE_FILES if n.endswith(".js")} - {"page.js"}
+    assert '<script type="module" src="/page/page.js">' in (page.STATIC / "index.html").read_text()
+
+
 def test_a_feature_index_has_sources_but_no_thumbnails(tmp_path, rng):
     encoder = FakeEncoder(dim=12, bits=16)
     index = CodeIndex(16)
@@ -243,7 +270,9 @@ def test_a_feature_index_has_sources_but_no_thumbnails(tmp_path, rng):
     assert record_sources(index, f"features:{tmp_path / 'f.npz'}", np.arange(5)) == 0  # rows are no images
     index.save(tmp_path / "ix")
     with TestClient(create_app(tmp_path / "ix", encoder)) as client:
-        assert client.post("/sources", json={"ids": [0]}).json()["items"] == [{"id": 0, "source": None, "image": False}]
+        assert client.post("/sources", json={"ids": [0, 7]}).json()["items"] == [
+            {"id": 0, "source": None, "image": False, "code": index.get_codes([0])[0].tobytes().hex()},
+            {"id": 7, "source": None, "image": False, "code": None}]  # 7: not in the index
         one_line(client.get("/items/0/image"), 404, "item 0 has no image")
         enc = client.post("/encode", json={"features": rng.standard_normal((2, 12)).tolist()}).json()
         assert len(enc["codes"]) == 2 and len(enc["real"][0]) == 16

@@ -1,13 +1,13 @@
 """The search page in a real browser: headless Chromium (Debian's chromium and chromedriver,
 driven by Selenium given the driver's path, so nothing downloads a browser) against
-`lbhash serve` on 127.0.0.1 over a small image index built from a run trained here.
+`lbhash serve` on 127.0.0.1 over a small image index built from a run trained here, and against
+a feature index served in the test process (tests/browser_helpers.py).
 
 Skips, saying why, when Selenium, Chromium or its driver is missing (`.ci/run` installs
 them; `make test-browser` runs this file alone). Screenshots go to $LBHASH_TEST_ARTIFACTS
 (default: test-artifacts/browser in the repository).
 """
 
-import importlib.util
 import json
 import os
 import shutil
@@ -21,45 +21,21 @@ import pytest
 from helpers import cli
 from lbhash.index import CodeIndex
 from lbhash.index.origins import read_sources
+from browser_helpers import MISSING, WAIT_S, PageDriver, headless_chromium, requests_seen, served_in_thread
 from page_helpers import noisy
 from test_service_process import Server, free_port
 
 ARTIFACTS = Path(os.environ.get("LBHASH_TEST_ARTIFACTS", Path(__file__).resolve().parents[1] / "test-artifacts"
                                 / "browser"))
-WAIT_S = 30
 
 
-def _find(env: str, *names: str) -> str | None:
-    given = os.environ.get(env)
-    if given:
-        return given if Path(given).is_file() else None
-    return next((path for path in map(shutil.which, names) if path), None)
-
-
-CHROMIUM = _find("LBHASH_CHROMIUM", "chromium", "chromium-browser")
-CHROMEDRIVER = _find("LBHASH_CHROMEDRIVER", "chromedriver")
-MISSING = ("selenium is not installed (pip install -e '.[test]')" if importlib.util.find_spec("selenium") is None
-           else None if CHROMIUM and CHROMEDRIVER else
-           "headless Chromium is not installed: apt-get install chromium chromium-driver (found chromium: "
-           f"{CHROMIUM}, chromedriver: {CHROMEDRIVER}; or set LBHASH_CHROMIUM and LBHASH_CHROMEDRIVER)")
 # checked before any fixture runs, so that a machine without a browser does not train the run
 pytestmark = [pytest.mark.browser, pytest.mark.skipif(MISSING is not None, reason=str(MISSING))]
 
 
 @pytest.fixture(scope="module")
 def browser():
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    os.environ.setdefault("SE_OFFLINE", "true")  # Selenium Manager, were it asked, may download nothing
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1366,900",
-                "--no-first-run", "--disable-background-networking", "--disable-component-update",
-                "--disable-sync", "--disable-default-apps", "--no-proxy-server"):
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"performance": "ALL", "browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)  # the given driver: no download
+    driver = headless_chromium()
     yield driver
     driver.quit()
 
@@ -74,153 +50,265 @@ def served(tmp_path_factory, tiny_image_run):
     server.kill()
 
 
-def requests_seen(driver) -> list[str]:
-    urls = []
-    for entry in driver.get_log("performance"):
-        message = json.loads(entry["message"])["message"]
-        if message["method"] == "Network.requestWillBeSent":
-            urls.append(message["params"]["request"]["url"])
-    return urls
-
-
 def test_the_page_in_a_real_browser(browser, served, tmp_path):
+    """A chosen image searches at once; classes are picked by name; "more like this" marks its
+    query and goes in the address, which reloads to the same results; an add, a delete and
+    failures each leave only their own line, in plain words; the docs render offline."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support import expected_conditions as EC
-    from selenium.webdriver.support.ui import WebDriverWait
 
     server, tree, root = served
     started = time.monotonic()
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    wait = WebDriverWait(browser, WAIT_S)
-    find, find_all = browser.find_element, browser.find_elements
-    seen = []
+    page, seen = PageDriver(browser), []
 
-    def text_of(element_id):
-        return find(By.ID, element_id).text
-
-    def cards():
-        return find_all(By.CSS_SELECTOR, "#grid li.card")
-
-    def done():  # actions the page finished (it counts them)
-        return int(find(By.ID, "results").get_attribute("data-done") or 0)
-
-    def act(trigger, *args):
-        before = done()
-        trigger(*args)
-        wait.until(lambda d: done() > before)
-
-    def thumbnails_decoded():
-        return browser.execute_script(
-            "return [...document.querySelectorAll('#grid img.thumb')].map(i => i.complete ? i.naturalWidth : -1)")
-
-    def pixels_of_first_thumbnail():
-        return browser.execute_script("""
-            const img = document.querySelector('#grid li.card img.thumb');
-            const c = document.createElement('canvas'); c.width = img.naturalWidth; c.height = img.naturalHeight;
-            const g = c.getContext('2d'); g.drawImage(img, 0, 0);
-            return [c.width, c.height, Array.from(g.getImageData(0, 0, c.width, c.height).data)];""")
-
-    browser.get(f"{server.url}/")
-    wait.until(lambda d: text_of("ntotal") == "44" and done() == 1)  # 48 images less one of each class held out
-    page_text = browser.execute_script("return document.body.textContent")
+    page.open(f"{server.url}/")
+    page.wait.until(lambda d: page.text("ntotal") == "44")  # 48 images less one of each class held out
+    page_text = page.js("return document.body.textContent")
     chance = json.loads((Path(server.extra[-1]) / "metrics.json").read_text())["chance_map"]
     assert f"; a random ranking: {chance:.3f})" in page_text, page_text[page_text.find("mAP"):][:200]
+    assert page.by_id("add").is_displayed()  # an image index: images can be added
     record = read_sources(CodeIndex.load(root / "ix"))  # read only: the server owns it
     # the run puts a class's items at one code, and ties go by id: query with the red item of lowest id
     own_id = min(i for i in range(100) if (record.source(i) or "").startswith(f"{tree}/train/red/"))
     query = Path(record.source(own_id))
 
-    # 1. upload a query image (an indexed one), k = 5 by the keyboard (Enter submits the form)
-    find(By.ID, "query-file").send_keys(str(query))
-    k = find(By.ID, "how-value")
+    # 1. k = 5, then choosing the query image searches: no click
+    k = page.by_id("how-value")
     k.clear()
-    act(k.send_keys, "5", Keys.ENTER)
-    assert not find(By.ID, "error").is_displayed(), text_of("error")
-    wait.until(lambda d: len(cards()) == 5 and all(w > 0 for w in thumbnails_decoded()))
+    k.send_keys("5")
+    page.act(page.by_id("query-file").send_keys, str(query))
+    assert not page.error(), page.error()
+    page.wait.until(lambda d: len(page.cards()) == 5 and all(w > 0 for w in page.thumbnails()))
     browser.save_screenshot(str(ARTIFACTS / "1-image-search.png"))
-    assert thumbnails_decoded() == [32] * 5  # real decoded 32x32 images
-    first = cards()[0]
-    assert first.get_attribute("data-id") == str(own_id)
+    assert page.thumbnails() == [32] * 5  # real decoded 32x32 images
+    assert page.text("status") == f"5 results for {query.name}." and browser.current_url.endswith("/?mode=image&k=5")
+    first = page.cards()[0]
+    assert first.get_attribute("data-id") == str(own_id) and "query" not in first.get_attribute("class")
     assert first.find_element(By.CSS_SELECTOR, ".distance").get_attribute("data-distance") == "0"
     source = first.find_element(By.CSS_SELECTOR, ".source")
     assert source.get_attribute("data-source") == str(query) and source.text == "train/red/" + query.name
-    width, height, rgba = pixels_of_first_thumbnail()
+    width, height, rgba = page.first_thumbnail_pixels()
     from PIL import Image
 
     expected = np.array(Image.open(query).convert("RGB"))
     np.testing.assert_array_equal(np.array(rgba, np.uint8).reshape(height, width, 4)[..., :3], expected)
-    assert len(find(By.ID, "query-bits").text.replace(" ", "")) == 16
-    assert "The search took" in text_of("timing") and find(By.ID, "histogram").is_displayed()
-    assert browser.execute_script("return document.getElementById('query-preview').naturalWidth") == 32
-    for card in cards():  # the labels shown are the index's
-        item_id = card.get_attribute("data-id")
-        truth = httpx.get(f"{server.url}/items/{item_id}").json()["labels"]
-        assert card.get_attribute("data-labels") == ",".join(map(str, truth))
-        assert card.find_element(By.CSS_SELECTOR, ".labels").text.startswith(f"labels: {truth[0]} ")
+    assert len(page.text("query-bits").replace(" ", "")) == 16
+    assert "The search took" in page.text("timing") and page.by_id("histogram").is_displayed()
+    assert page.js("return document.getElementById('query-preview').naturalWidth") == 32
+    for card in page.cards():  # the labels and codes shown are the index's
+        truth = httpx.get(f"{server.url}/items/{card.get_attribute('data-id')}").json()
+        assert card.get_attribute("data-labels") == ",".join(map(str, truth["labels"]))
+        assert card.find_element(By.CSS_SELECTOR, ".labels").text.startswith(f"labels: {truth['labels'][0]} ")
+        assert card.find_element(By.CSS_SELECTOR, ".code").text == truth["code"]
     seen += requests_seen(browser)
 
-    # 2. a label filter leaves only that label
-    find(By.ID, "label-filter").send_keys("1")
-    act(find(By.ID, "search-button").click)
-    assert not find(By.ID, "error").is_displayed(), text_of("error")
-    wait.until(lambda d: all(c.get_attribute("data-labels") == "1" for c in cards()) and len(cards()) == 5)
-    assert "1 green" in cards()[0].find_element(By.CSS_SELECTOR, ".labels").text
-    browser.save_screenshot(str(ARTIFACTS / "2-label-filter.png"))
-    find(By.ID, "label-filter").clear()
+    # 2. a class picked by its name searches again and leaves only that class
+    page.by_id("options").find_element(By.TAG_NAME, "summary").click()
+    green = next(c for c in page.all("#class-list label") if c.text == "green")
+    page.act(green.click)
+    assert not page.error(), page.error()
+    assert all(c.get_attribute("data-labels") == "1" for c in page.cards()) and len(page.cards()) == 5
+    assert "1 green" in page.cards()[0].find_element(By.CSS_SELECTOR, ".labels").text
+    assert page.text("options-summary") == "1 green" and browser.current_url.endswith("&labels=1")
+    browser.save_screenshot(str(ARTIFACTS / "2-class-filter.png"))
+    page.act(green.click)  # all classes again (it searches again too)
+    page.by_id("options").find_element(By.TAG_NAME, "summary").click()
 
-    # 3. "more like this" from a card (the green item of lowest id: first among its ties), by the keyboard
-    target = cards()[0].get_attribute("data-id")
-    act(cards()[0].find_element(By.CSS_SELECTOR, "button.more").send_keys, Keys.ENTER)
-    assert cards()[0].get_attribute("data-id") == target and f"item {target}" in text_of("status")
-    assert cards()[0].find_element(By.CSS_SELECTOR, ".distance").get_attribute("data-distance") == "0"
+    # 3. "more like this" from a card, by the keyboard: the item is the query, marked, not a hit
+    target = int(page.cards()[1].get_attribute("data-id"))
+    page.act(page.cards()[1].find_element(By.CSS_SELECTOR, "button.more").send_keys, Keys.ENTER)
+    query_card = page.cards()[0]
+    assert query_card.get_attribute("data-id") == str(target) and "query" in query_card.get_attribute("class")
+    assert query_card.find_element(By.CSS_SELECTOR, ".badge").text == "query"
+    hits = page.hit_ids()
+    assert len(hits) == 5 and target not in hits and f"item {target}" in page.text("status")
+    same_code = [int(i) for i in CodeIndex.load(root / "ix").ids() if record.source(int(i)) and
+                 Path(record.source(int(i))).parent == Path(record.source(target)).parent and i != target]
+    assert hits == sorted(same_code)[:5]  # its own class, at distance 0, by id
+    assert browser.current_url.endswith(f"/?item={target}&k=5")
+    # the address is the result: loading it again searches again
+    page.open(browser.current_url, actions=2)
+    assert page.cards()[0].get_attribute("data-id") == str(target) and page.hit_ids() == hits
+    assert page.by_id("mode-item").is_selected() and page.by_id("how-value").get_attribute("value") == "5"
+    page.act(page.all("#grid li.hit button.more")[0].send_keys, Keys.ENTER)
+    assert browser.current_url.endswith(f"/?item={hits[0]}&k=5") and page.cards()[0].get_attribute("data-id") == str(hits[0])
+    page.act(browser.back)  # back: the address before, searched again
+    assert page.cards()[0].get_attribute("data-id") == str(target) and page.hit_ids() == hits
+    page.open(f"{server.url}/?item={target}&k=3&labels=2", actions=2)  # a link with a filter ticks its class
+    assert page.by_id("class-2").is_selected() and page.text("options-summary") == "2 red"
+    assert len(page.hit_ids()) == 3 and all(c.get_attribute("data-labels") == "2" for c in page.all("#grid li.hit"))
 
-    # 4. add an image, then delete it from its card; the page and the service agree
+    # 4. add an image: its own line; the next action's failure clears it and is said in plain words
     new_image = tmp_path / "new-yellow.png"
     Image.fromarray(noisy(np.random.default_rng(5), (220, 200, 40))).save(new_image)
-    find(By.ID, "add-files").send_keys(str(new_image))
-    find(By.ID, "add-labels").send_keys("3")
-    act(find(By.ID, "add-button").click)
-    assert text_of("ntotal") == "45" and text_of("status").startswith("Added"), text_of("error")
-    wait.until(lambda d: len(cards()) == 1 and all(w > 0 for w in thumbnails_decoded()))
-    added = cards()[0]
-    new_id = added.get_attribute("data-id")
-    assert new_id == "48" and added.get_attribute("data-labels") == "3"
+    page.by_id("add-files").send_keys(str(new_image))
+    page.by_id("add-labels").send_keys("3")
+    page.act(page.by_id("add-button").click)
+    assert page.text("ntotal") == "45" and page.text("status").startswith("Added 1 image(s) as id 48"), page.error()
+    page.wait.until(lambda d: len(page.cards()) == 1 and all(w > 0 for w in page.thumbnails()))
+    added = page.cards()[0]
+    assert added.get_attribute("data-id") == "48" and added.get_attribute("data-labels") == "3"
     assert added.find_element(By.CSS_SELECTOR, ".source").text == "uploaded: new-yellow.png"
     browser.save_screenshot(str(ARTIFACTS / "3-added.png"))
-    added.find_element(By.CSS_SELECTOR, "button.delete").click()
-    wait.until(EC.alert_is_present())
-    browser.switch_to.alert.accept()
-    wait.until(lambda d: text_of("ntotal") == "44" and not cards())
-    assert httpx.get(f"{server.url}/items/{new_id}").status_code == 404
-
-    # 5. a failed request says what went wrong, in the service's one line
-    find(By.ID, "mode-code").click()
-    find(By.ID, "query-code").send_keys("zz00")
-    act(find(By.ID, "search-button").click)
-    assert find(By.ID, "error").is_displayed()
-    assert "POST /search failed (400): codes[0] is not a hex string" in text_of("error")
+    page.by_id("mode-code").click()
+    page.by_id("query-code").send_keys("zz00")
+    page.act(page.by_id("search-button").click)
+    assert page.error() == "The search failed: the code is not a hex string."
+    assert page.by_id("error").get_attribute("data-detail") == "POST /search: 400 codes[0] is not a hex string"
+    assert page.text("status") == "" and "Added" not in page.text("search-form") + page.text("results")
     browser.save_screenshot(str(ARTIFACTS / "4-error.png"))
+    (tmp_path / "notes.txt").write_text("not an image")
+    page.by_id("mode-image").click()
+    page.act(page.by_id("query-file").send_keys, str(tmp_path / "notes.txt"))
+    assert page.error() == ("The image could not be encoded: notes.txt: cannot decode image (not an image in a "
+                            "format Pillow reads)."), page.error()
+    page.by_id("mode-item").click()
+    item = page.by_id("query-item")
+    item.clear()
+    page.act(item.send_keys, "999", Keys.ENTER)
+    assert page.error() == "Item 999 could not be read: id 999 is not in the index."
+    k = page.by_id("how-value")
+    k.clear()
+    page.act(k.send_keys, "0", Keys.ENTER)
+    assert page.error() == "k must be a whole number, 1 or more."
+    page.by_id("mode-code").click()
+    code = page.by_id("query-code")
+    code.clear()
+    code.send_keys(httpx.get(f"{server.url}/items/{own_id}").json()["code"])
+    k.clear()
+    page.act(k.send_keys, "1000000", Keys.ENTER)  # over the service's limit: its words
+    max_k = httpx.get(f"{server.url}/about").json()["limits"]["max_k"]
+    assert page.error() == f"The search failed: k must be at most {max_k}, got 1000000."
+
+    # 5. delete the added image from its card; the page and the service agree
+    page.open(f"{server.url}/?item=48&k=1", actions=2)
+    page.all("#grid li.query button.delete")[0].click()
+    page.wait.until(EC.alert_is_present())
+    browser.switch_to.alert.accept()
+    page.wait.until(lambda d: page.text("ntotal") == "44" and not page.all("#grid li.query"))
+    assert httpx.get(f"{server.url}/items/48").status_code == 404
+    assert page.text("status") == "Deleted item 48; the index holds 44 codes."
     seen += requests_seen(browser)
 
     # 6. the API docs render their operations offline
     browser.get(f"{server.url}/docs")
-    wait.until(lambda d: len(find_all(By.CSS_SELECTOR, ".opblock-summary-path")) >= 10)
-    paths = {e.text.replace("\u200b", "") for e in find_all(By.CSS_SELECTOR, ".opblock-summary-path")}
+    page.wait.until(lambda d: len(page.all(".opblock-summary-path")) >= 10)
+    paths = {e.text.replace("\u200b", "") for e in page.all(".opblock-summary-path")}
     assert {"/search", "/items/{item_id}/image", "/about"} <= paths, paths
     browser.save_screenshot(str(ARTIFACTS / "5-docs.png"))
     browser.get(f"{server.url}/redoc")
-    wait.until(lambda d: "/search/image" in d.find_element(By.TAG_NAME, "body").text)
+    page.wait.until(lambda d: "/search/image" in d.find_element(By.TAG_NAME, "body").text)
     browser.save_screenshot(str(ARTIFACTS / "6-redoc.png"))
     time.sleep(0.5)  # let late requests (fonts, logos) show in the log
     seen += requests_seen(browser)
 
     outside = [u for u in seen if not u.startswith((server.url + "/", "data:", "blob:" + server.url))]
     assert seen and not outside, outside
-    problems = [e["message"] for e in browser.get_log("browser")  # the 400 of step 5 is expected there
+    problems = [e["message"] for e in browser.get_log("browser")  # the 400s of step 4 are expected there
                 if "Content Security Policy" in e["message"] or "Uncaught" in e["message"]]
     assert not problems, problems
     print(f"browser test: {time.monotonic() - started:.1f} s in the browser; screenshots in {ARTIFACTS}")
+
+
+def test_a_drop_searches_and_a_link_to_a_code_reads_at_360_px(browser, served):
+    """A file dropped on the page searches; a link to a code searches; at 360 px nothing scrolls
+    sideways, the query bar stays in view, and "source not recorded" wraps between words."""
+    from selenium.webdriver.common.by import By
+
+    server, tree, root = served
+    page = PageDriver(browser)
+    record = read_sources(CodeIndex.load(root / "ix"))
+    blue = min(i for i in range(100) if (record.source(i) or "").startswith(f"{tree}/train/blue/"))
+    page.width(360)
+    try:
+        page.open(f"{server.url}/")
+        assert page.js("return window.innerWidth") == 360 and page.sideways() == 0
+        # the item's thumbnail is its image (32 x 32: never resized), so it lands on the item's own code
+        page.act(page.drop, "#drop", f"/items/{blue}/image", "dropped.png")
+        assert not page.error(), page.error()
+        assert page.text("status") == "10 results for dropped.png." and page.hit_ids()[0] == blue
+        assert page.by_id("query-preview").is_displayed() and page.sideways() == 0
+        browser.save_screenshot(str(ARTIFACTS / "7-drop-360px.png"))
+
+        # a link to a code; an item without a source among the hits
+        code = httpx.get(f"{server.url}/items/{blue}").json()["code"]
+        added = httpx.post(f"{server.url}/items", json={"codes": [code], "ids": [900], "labels": [[0]]})
+        assert added.status_code == 200, added.text
+        try:
+            page.open(f"{server.url}/?code={code}&k=20", actions=2)
+            assert page.by_id("mode-code").is_selected() and page.by_id("query-code").get_attribute("value") == code
+            assert len(page.hit_ids()) == 20 and 900 in page.hit_ids() and page.sideways() == 0
+            missing = page.all("#grid li[data-id='900'] .source")[0]
+            assert missing.text == "source not recorded"
+            page.js("arguments[0].style.width = '80px'", missing)  # narrower than the words together
+            assert page.word_lines(missing) == [1, 1, 1]  # each word on one line
+            assert page.js("return arguments[0].getBoundingClientRect().height", missing) > 1.5 * page.js(
+                "return parseFloat(getComputedStyle(arguments[0]).lineHeight)", missing)  # it did wrap
+            # the query bar stays in view at the foot of the results
+            page.js("window.scrollTo(0, document.scrollingElement.scrollHeight)")
+            bar = page.js("const r = document.getElementById('search-form').getBoundingClientRect();"
+                          "const b = document.getElementById('search-button').getBoundingClientRect();"
+                          "return [window.scrollY, r.top, b.bottom, window.innerHeight]")
+            assert bar[0] > 500 and bar[1] == 0 and bar[2] < bar[3], bar
+            page.by_id("options").find_element(By.TAG_NAME, "summary").click()
+            assert page.sideways() == 0
+            browser.save_screenshot(str(ARTIFACTS / "8-code-link-360px.png"))
+        finally:
+            assert httpx.delete(f"{server.url}/items/900").status_code == 200
+    finally:
+        page.width(None)
+
+
+def test_a_feature_index_page(browser, tmp_path, rng):
+    """An index of feature rows: no image form, classes by id, a row searches, "Details" shows
+    the code's bits with those differing from the query's marked, and the query item marked."""
+    from selenium.webdriver.common.by import By
+
+    from index_fakes import FakeEncoder
+    from lbhash.service import create_app
+
+    encoder = FakeEncoder(dim=12, bits=16)
+    rows = rng.standard_normal((30, 12))
+    codes = encoder.encode(rows)
+    index = CodeIndex(16)
+    index.add(codes, labels=np.arange(30) % 3)
+    index.save(tmp_path / "ix")
+    page = PageDriver(browser)
+    with served_in_thread(create_app(tmp_path / "ix", encoder)) as url:
+        page.open(f"{url}/")
+        assert not page.by_id("add").is_displayed() and not page.by_id("drop").is_displayed()
+        assert page.by_id("mode-features").is_selected() and not page.by_id("mode-image").is_enabled()
+        assert [c.get_attribute("textContent").strip() for c in page.all("#class-list label")] == [
+            "class 0", "class 1", "class 2"]
+        page.by_id("query-features").send_keys(", ".join(f"{x:.6f}" for x in rows[7]))
+        page.act(page.by_id("search-button").click)
+        assert not page.error(), page.error()
+        query_code = encoder.encode(rows[7:8].round(6))[0]
+        distances = np.unpackbits(codes ^ query_code, axis=1).sum(axis=1)
+        expected = sorted(range(30), key=lambda i: (distances[i], i))[:10]
+        assert page.hit_ids() == expected
+        assert not page.all("#grid img") and not page.all("#grid .source")  # no images, no sources to name
+        # the larger view of a hit that differs: its marked bits are where the codes differ
+        far = next(c for c in page.cards() if int(c.find_element(By.CSS_SELECTOR, ".distance").text.split()[1]) > 0)
+        far_id = int(far.get_attribute("data-id"))
+        far.find_element(By.CSS_SELECTOR, "button.view").click()
+        page.wait.until(lambda d: page.by_id("viewer").is_displayed())
+        differ = np.unpackbits(codes[far_id] ^ query_code, bitorder="little")
+        marked = page.js("return [...document.querySelectorAll('#viewer mark')].map(m => m.title)")
+        assert marked == [f"bit {j} differs" for j in np.flatnonzero(differ)] and len(marked) == distances[far_id]
+        page.by_id("viewer-close").click()
+        assert not page.by_id("viewer").is_displayed()
+        # a link to an item: the item first, marked, and not among its hits
+        page.width(360)
+        try:
+            page.open(f"{url}/?item=4&k=3", actions=2)
+            assert page.cards()[0].get_attribute("data-id") == "4" and "query" in page.cards()[0].get_attribute("class")
+            assert len(page.hit_ids()) == 3 and 4 not in page.hit_ids() and page.sideways() == 0
+            browser.save_screenshot(str(ARTIFACTS / "9-features-360px.png"))
+        finally:
+            page.width(None)
 
 
 ATTACK = """<!doctype html><html><body><p id="done">no</p>
@@ -281,7 +369,6 @@ def test_a_page_from_another_site_cannot_change_the_index(browser, served, tmp_p
 def test_the_page_asks_once_for_the_key_of_a_locked_service(browser, served, tmp_path, monkeypatch):
     """With a read key, the page asks for the key, then searches and shows thumbnails with it."""
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support import expected_conditions as EC
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -299,10 +386,10 @@ def test_the_page_asks_once_for_the_key_of_a_locked_service(browser, served, tmp
         browser.switch_to.alert.accept()
         wait.until(lambda d: d.find_element(By.ID, "ntotal").text == "44")
         query = next(Path(tree).rglob("*.png"))
-        browser.find_element(By.ID, "query-file").send_keys(str(query))
         k = browser.find_element(By.ID, "how-value")
         k.clear()
-        k.send_keys("3", Keys.ENTER)
+        k.send_keys("3")
+        browser.find_element(By.ID, "query-file").send_keys(str(query))  # which searches
         decoded = ("return [...document.querySelectorAll('#grid img.thumb')]"
                    ".map(i => i.complete && i.src.startsWith('blob:') ? i.naturalWidth : -1)")
         wait.until(lambda d: d.execute_script(decoded) == [32] * 3)  # fetched with the key

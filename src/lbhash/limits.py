@@ -28,6 +28,7 @@ MAX_SOURCE_BYTES = 64 << 20  # a thumbnail's source file under an image folder: 
 MAX_IMAGE_PIXELS = 40_000_000  # one image, width x height: an upload or a thumbnail's source, read from its header
 MAX_REQUEST_PIXELS = 80_000_000  # the images of one upload or image search together (about 240 MB as RGB)
 THUMBNAIL_SIDE = 128        # GET /items/{id}/image: the longer side, at most (never enlarged)
+VIEW_SIDE = 512             # GET /items/{id}/image?size=large (the page's larger view): the longer side, at most
 THUMBNAIL_DECODES_PER_S = 100  # thumbnail decodes per second (a burst of as many); beyond: wait, then 429
 THUMBNAIL_DECODERS = 2      # thumbnails decoded at once
 THUMBNAIL_CACHE_BYTES = 32 << 20  # the service's cache of thumbnails (least recently used dropped first)

@@ -46,7 +46,15 @@ def decode_image(data: bytes, where: str, draft: bool = False) -> np.ndarray:
             rgb = im if im.mode == "RGB" else im.convert("RGB")  # alpha is dropped, not blended
             return np.array(rgb)  # writable (asarray would wrap PIL's read-only bytes)
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as err:
-        raise InputError(f"{where}: cannot decode image ({_one_line(err)})") from None
+        raise InputError(f"{where}: cannot decode image ({image_error(err)})") from None
+
+
+def image_error(err: BaseException) -> str:
+    """Why an image did not decode, in one line, without Pillow's repr of the buffer it read
+    ("cannot identify image file <_io.BytesIO object at 0x...>")."""
+    if isinstance(err, Image.UnidentifiedImageError):
+        return "not an image in a format Pillow reads"
+    return _one_line(err)
 
 
 def _one_line(err: BaseException) -> str:

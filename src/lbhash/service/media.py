@@ -22,6 +22,7 @@ import numpy as np
 from PIL import Image
 
 from lbhash import limits as table
+from lbhash.data.image_sources import image_error
 from lbhash.errors import InputError, NotFound
 from lbhash.index.origins import DataImages, read_sources
 from lbhash.index.uploads import KeptImages, item_origin, media_dir_for
@@ -90,25 +91,26 @@ def thumbnail_png(image: bytes | np.ndarray, where: str, side: int = table.THUMB
         im.save(out, format="PNG")
         return out.getvalue()
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as err:
-        raise InputError(f"{where}: cannot decode image ({' '.join(str(err).split())})") from None
+        raise InputError(f"{where}: cannot decode image ({image_error(err)})") from None
 
 
 class ThumbnailCache:
-    """Thumbnails by id, at most `limit` bytes in all (least recently used dropped first)."""
+    """Thumbnails by key ((id, side) in the service), at most `limit` bytes in all (least
+    recently used dropped first)."""
 
     def __init__(self, limit: int):
         self.limit, self.size, self.items = limit, 0, OrderedDict()
         self.lock = threading.Lock()
         self.generation = 0  # bumped by every change: a thumbnail made before one is not cached
 
-    def get(self, key: int) -> bytes | None:
+    def get(self, key) -> bytes | None:
         with self.lock:
             blob = self.items.get(key)
             if blob is not None:
                 self.items.move_to_end(key)
             return blob
 
-    def put(self, key: int, blob: bytes, generation: int) -> None:
+    def put(self, key, blob: bytes, generation: int) -> None:
         with self.lock:
             if generation != self.generation or len(blob) > self.limit:
                 return
@@ -122,7 +124,7 @@ class ThumbnailCache:
         with self.lock:
             self.generation += 1
             for key in keys:
-                self.size -= len(self.items.pop(int(key), b""))
+                self.size -= len(self.items.pop(key, b""))
 
 
 class ItemMedia:
@@ -151,9 +153,10 @@ class ItemMedia:
         """(source shown for the item, "upload" | "data" | None: where its image is read)."""
         return item_origin(item_id, self.record, self.kept)
 
-    def thumbnail(self, item_id: int) -> bytes:
+    def thumbnail(self, item_id: int, side: int = table.THUMBNAIL_SIDE) -> bytes:
+        """A PNG of the item's image, its longer side at most `side` (THUMBNAIL_SIDE or VIEW_SIDE)."""
         self.store.get(np.array([item_id], np.int64))  # NotFound (404) for an id not in the index
-        cached = self.cache.get(item_id)
+        cached = self.cache.get((item_id, side))
         if cached is not None:
             return cached
         generation = self.cache.generation
@@ -169,12 +172,12 @@ class ItemMedia:
             else:
                 image = self.data.read(item_id)  # the first read loads the data set (outside the gate)
             with self.gate.turn():
-                blob = thumbnail_png(image, source)
+                blob = thumbnail_png(image, source, side)
         except NotFound:
             raise
         except InputError as err:
             raise NotFound(str(err)) from None
-        self.cache.put(item_id, blob, generation)
+        self.cache.put((item_id, side), blob, generation)
         return blob
 
     # --- changes (the service calls these around its store's changes) ----------------------
@@ -190,7 +193,7 @@ class ItemMedia:
         ids = [int(i) for i in ids]
         if self.kept is not None:
             self.kept.forget([i for i in ids if self.origin(i)[1] is not None])
-        self.cache.drop(ids)
+        self.cache.drop(_sizes_of(ids))
 
     @contextlib.contextmanager
     def removing(self, ids):
@@ -218,4 +221,9 @@ class ItemMedia:
                 raise
             if staged:
                 self.kept.commit(staged, finished)
-                self.cache.drop(finished)
+                self.cache.drop(_sizes_of(finished))
+
+
+def _sizes_of(ids) -> list[tuple[int, int]]:
+    """The cache keys of the items' images, in every size served."""
+    return [(int(i), side) for i in ids for side in (table.THUMBNAIL_SIDE, table.VIEW_SIDE)]

@@ -5,8 +5,10 @@
   which uses only the JSON API below and the service's own endpoints;
 - `GET /about`: the index (backend, kind, bits, size, classes, data) and the run it serves
   (method, bits, data; mAP, lower bound, precision-recall curve from its metrics.json);
-- `POST /sources`: where items came from (file, archive member, array row, or upload);
-- `GET /items/{id}/image`: an item's thumbnail (PNG), from its recorded source only;
+- `POST /sources`: where items came from (file, archive member, array row, or upload), and
+  their codes (hex);
+- `GET /items/{id}/image`: an item's thumbnail (PNG; `?size=large` for the page's larger
+  view), from its recorded source only;
 - `POST /encode`, `POST /encode/image`: the codes (hex) and real outputs of feature rows or
   image files, through the attached run;
 - `GET /docs`, `GET /redoc`: Swagger UI and ReDoc from the assets of the `fastapi-offline`
@@ -20,19 +22,25 @@ from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
-from fastapi import APIRouter, FastAPI, File, Path as PathParam, Request, UploadFile
+from typing import Literal
+
+from fastapi import APIRouter, FastAPI, File, Path as PathParam, Query, Request, UploadFile
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from lbhash.errors import NotFound
 from lbhash.index.searcher import codes_of
-from lbhash.limits import MAX_ID, check_ids
+from lbhash.limits import MAX_ID, THUMBNAIL_SIDE, VIEW_SIDE, check_ids
 from lbhash.service.decode import check_batch, feature_rows, need_searcher, read_uploads
 from lbhash.service.media import TooBusy
 from lbhash.service.models import Int, Number
 
 logger = logging.getLogger("lbhash")
 STATIC = Path(__file__).resolve().parent / "static"
-PAGE_FILES = {"page.js": "text/javascript", "page.css": "text/css"}
+# the page's modules (page.js imports the others) and its style
+PAGE_FILES = {**{name: "text/javascript" for name in ("page.js", "api.js", "dom.js", "charts.js", "cards.js",
+                                                      "address.js")}, "page.css": "text/css"}
+IMAGE_SIDES = {"small": THUMBNAIL_SIDE, "large": VIEW_SIDE}
 DOC_FILES = {"swagger-ui-bundle.js": "text/javascript", "swagger-ui.css": "text/css",
              "redoc.standalone.js": "text/javascript", "favicon.png": "image/png"}
 REDOC_LOGO = b"https://cdn.redoc.ly/redoc/logo-mini.svg"
@@ -55,6 +63,8 @@ class ItemSource(BaseModel):
     source: str | None = Field(description="The item's file, archive member (TARBALL:MEMBER), array row "
                                            "(FILE row N), or 'uploaded: NAME'; null when none is recorded.")
     image: bool = Field(description="Whether GET /items/{id}/image has a thumbnail for it.")
+    code: str | None = Field(description="The item's code (hex, as /search takes it); null when the id is "
+                                         "not in the index.")
 
 
 class SourcesResponse(BaseModel):
@@ -119,22 +129,27 @@ def about(request: Request):
 
 @router.post("/sources", response_model=SourcesResponse, responses=ERRORS)
 def sources(body: SourcesRequest, request: Request):
-    """Where each item came from, and whether it has a thumbnail."""
+    """Where each item came from, whether it has a thumbnail, and its code."""
     state = request.app.state
     check_batch(state.limits, len(body.ids), "ids")
     items = []
     for item_id in check_ids(body.ids, "ids"):
         source, how = state.media.origin(item_id)
-        items.append(ItemSource(id=item_id, source=source, image=how is not None))
+        try:  # an id deleted since the search that named it: no code
+            code = state.store.get(np.array([item_id], np.int64))[0][0].tobytes().hex()
+        except NotFound:
+            code = None
+        items.append(ItemSource(id=item_id, source=source, image=how is not None, code=code))
     return SourcesResponse(items=items)
 
 
 @router.get("/items/{item_id}/image", responses={200: {"content": {"image/png": {}}}, **ERRORS},
             response_class=Response)
-def item_image(request: Request, item_id: int = PathParam(..., ge=0, le=MAX_ID)):
-    """The item's thumbnail: a PNG of at most 128 x 128 pixels decoded from its recorded
-    source (or the image it was added with); 404 when it has none."""
-    blob = request.app.state.media.thumbnail(item_id)
+def item_image(request: Request, item_id: int = PathParam(..., ge=0, le=MAX_ID),
+               size: Literal["small", "large"] = Query("small")):
+    """The item's thumbnail: a PNG of at most 128 x 128 pixels (size=large: 512 x 512) decoded
+    from its recorded source (or the image it was added with); 404 when it has none."""
+    blob = request.app.state.media.thumbnail(item_id, IMAGE_SIDES[size])
     return Response(blob, media_type="image/png", headers={"Cache-Control": "no-cache"})
 
 

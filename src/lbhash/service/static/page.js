@@ -1,79 +1,51 @@
-// lbhash search page: plain JavaScript against the service's JSON API (same origin only).
-"use strict";
+// lbhash search page: plain JavaScript modules against the service's JSON API (same origin only).
+// This module holds the page's state, the header, the query bar and the actions; cards.js the
+// results, api.js the requests and their errors, address.js the query in the URL.
 
-const $ = (id) => document.getElementById(id);
-const state = { about: null, classNames: null, droppedFile: null, bits: 0 };
+import { readAddress, writeAddress } from "./address.js";
+import { ApiError, api } from "./api.js";
+import { origins, showCards } from "./cards.js";
+import { histogram, prPlot } from "./charts.js";
+import { $, bitsView, className, el, fmt } from "./dom.js";
 
-class ApiError extends Error {}
+// file: the query image chosen or dropped; encoded: its /encode/image answer (a filter or k
+// changed searches again without encoding it again); searched: a search has shown results;
+// latest: the number of the last search started (an earlier one that ends later shows nothing).
+const state = { about: null, names: null, bits: 0, file: null, encoded: null, searched: false, latest: 0 };
 
-// The service's key (docs/search.md, "Exposing the service"), asked for once per tab when the
-// service answers 401, and kept in this tab's sessionStorage only.
-const KEY_HEADER = "X-Lbhash-Key";
-function storedKey() { return sessionStorage.getItem("lbhash-key"); }
-function askForKey(detail) {
-  const key = window.prompt(`${detail}. Key:`);
-  if (key) sessionStorage.setItem("lbhash-key", key);
-  return Boolean(key);
-}
-function withKey(headers) {
-  const key = storedKey();
-  if (key) headers[KEY_HEADER] = key;
-  return headers;
-}
-
-// One request to the service; a failure becomes one line: what was asked, the status, the service's detail.
-async function api(method, path, body, form, asked = false) {
-  const init = { method, headers: withKey({ Accept: "application/json" }) };
-  if (form) init.body = form;
-  else if (body !== undefined) { init.body = JSON.stringify(body); init.headers["Content-Type"] = "application/json"; }
-  let reply;
-  try { reply = await fetch(path, init); } catch (err) {
-    throw new ApiError(`${method} ${path}: the service did not answer (${err.message})`);
-  }
-  if (reply.status === 401 && !asked) {
-    const detail = (await reply.clone().json().catch(() => ({}))).detail || "this service needs a key";
-    if (askForKey(detail)) return api(method, path, body, form, true);
-  }
-  const text = await reply.text();
-  let data = null;
-  try { data = text ? JSON.parse(text) : null; } catch (err) { data = null; }
-  if (!reply.ok) {
-    const detail = data && typeof data.detail === "string" ? data.detail : (text || reply.statusText);
-    throw new ApiError(`${method} ${path} failed (${reply.status}): ${detail}`);
-  }
-  return data;
-}
-
-function showError(message) { const box = $("error"); box.textContent = message; box.hidden = !message; }
 function status(message) { $("status").textContent = message; }
-function el(tag, attrs, ...children) {
-  const node = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs || {})) {
-    if (k === "class") node.className = v; else if (k === "text") node.textContent = v; else node.setAttribute(k, v);
-  }
-  for (const child of children) if (child !== null && child !== undefined) node.append(child);
-  return node;
+function showError(err) {
+  const box = $("error");
+  box.hidden = !err;
+  box.textContent = !err ? "" : (err instanceof ApiError ? err.message : `Something went wrong in the page: ${err.message}.`);
+  box.dataset.detail = err && err.detail ? err.detail : "";  // what the service said, for whoever runs it
+  box.title = box.dataset.detail;
 }
-const fmt = (x, digits = 4) => (typeof x === "number" ? x.toFixed(digits) : String(x));
-const labelText = (ids) => ids.length ? ids.map((c) => (state.classNames && state.classNames[c] !== undefined
-  ? `${c} ${state.classNames[c]}` : String(c))).join(", ") : "none";
 
+// Every action starts from a clean slate (no status or error of the last one left) and ends by
+// counting itself in #results[data-done] (what tests and scripts wait on).
+async function guarded(task) {
+  showError(null); status(""); $("timing").textContent = "";
+  try { await task(); } catch (err) { showError(err); status(""); } finally {
+    const results = $("results");
+    results.dataset.done = String(Number(results.dataset.done || 0) + 1);
+  }
+}
+
+// --- the header: index, run, precision-recall curve ------------------------------------------
 function facts(dl, rows) {
   dl.replaceChildren();
   for (const [name, value, id] of rows) dl.append(el("dt", { text: name }), el("dd", id ? { text: value, id } : { text: value }));
 }
 
-// --- the header: index, run, precision-recall curve ------------------------------------------
 async function loadAbout() {
   const about = await api("GET", "/about");
-  state.about = about; state.bits = about.index.bits;
-  const ix = about.index;
-  state.classNames = ix.class_names || null;
+  const ix = about.index, run = about.run, kind = about.input_kind;
+  Object.assign(state, { about, bits: ix.bits, names: ix.class_names || null });
   facts($("index-info"), [["backend", `${ix.backend} ${ix.kind}`], ["bits", String(ix.bits)],
     ["codes", `${ix.ntotal}`, "ntotal"], ["classes", String(ix.num_classes ?? "?")],
     ["data", ix.data || "not recorded"], ["thumbnails", ix.sources ? `${ix.sources} items with a recorded source`
-      : (ix.keeps_uploads ? "of added images" : "none")]]);
-  const run = about.run;
+      : (kind === "images" ? "of added images" : "none")]]);
   if (run) {
     const lb = run.lower_bound;
     facts($("run-info"), [["run", `${run.variant} (${run.lbhash ? "_D: with the lower-bound objective" : "without _D"})`],
@@ -83,192 +55,153 @@ async function loadAbout() {
       ["lower bound", lb ? `min D_inter ${fmt(lb.min_inter, 2)} / max D_intra ${fmt(lb.max_intra, 2)} = ${fmt(lb.ratio)}` : "not measured"]]);
     if (run.pr_curve) { $("pr").hidden = false; $("pr-plot").replaceChildren(prPlot(run.pr_curve)); }
   } else {
-    facts($("run-info"), [["run", about.input_kind ? `an encoder for ${about.input_kind}` : "none attached (hex codes and items only)"]]);
+    facts($("run-info"), [["run", kind ? `an encoder for ${kind}` : "none attached (codes and items only)"]]);
   }
-  if (state.classNames) $("class-names").textContent = "Classes: " + state.classNames.map((n, i) => `${i} ${n}`).join(", ");
-  const kind = about.input_kind;
+  classFilter(ix.num_classes || 0);
+  if (state.names) $("class-names").textContent = "Classes: " + state.names.map((n, i) => `${i} ${n}`).join(", ");
+  $("add").hidden = kind !== "images" || about.access.read_only;  // adding encodes images through the run
   $("mode-image").disabled = kind !== "images";
   $("mode-features").disabled = kind !== "features";
-  const first = kind === "images" ? "mode-image" : (kind === "features" ? "mode-features" : "mode-item");
-  $(first).checked = true;
+  $(kind === "images" ? "mode-image" : (kind === "features" ? "mode-features" : "mode-item")).checked = true;
+  $("results-hint").textContent = (kind === "images" ? "Choose or drop an image to search; or " : "Give ")
+    + "an item id, a code" + (kind === "features" ? " or a feature row" : "")
+    + ". Each result's \u201cMore like this\u201d searches with it; its picture or \u201cDetails\u201d shows more.";
   showMode();
 }
 
-const SVG = "http://www.w3.org/2000/svg";
-function svg(tag, attrs) { const n = document.createElementNS(SVG, tag); for (const [k, v] of Object.entries(attrs)) n.setAttribute(k, v); return n; }
-
-function prPlot(curve) {
-  const W = 260, H = 170, L = 34, B = 26, plot = svg("svg", { width: W, height: H, role: "img",
-    "aria-label": "precision against recall" });
-  const x = (r) => L + r * (W - L - 8), y = (p) => H - B - p * (H - B - 8);
-  const points = curve.recall.map((r, i) => [r, curve.precision[i]]).filter(([r, p]) => r !== null && p !== null);
-  plot.append(svg("line", { x1: L, y1: H - B, x2: W - 8, y2: H - B, class: "axis" }),
-    svg("line", { x1: L, y1: 8, x2: L, y2: H - B, class: "axis" }),
-    svg("polyline", { points: points.map(([r, p]) => `${x(r)},${y(p)}`).join(" "), class: "line" }));
-  for (const [t, tx, ty] of [["0", L - 4, H - B + 14], ["recall 1", W - 48, H - B + 14], ["1", L - 12, 14],
-    ["precision", L + 4, 14]]) { const n = svg("text", { x: tx, y: ty }); n.textContent = t; plot.append(n); }
-  return plot;
-}
-
-function histogram(distances, bits) {
-  const counts = new Array(bits + 1).fill(0);
-  for (const d of distances) if (d >= 0 && d <= bits) counts[d] += 1;
-  const W = Math.max(260, Math.min(640, 12 * (bits + 1) + 40)), H = 110, L = 28, B = 20;
-  const top = Math.max(...counts, 1), bw = (W - L - 4) / (bits + 1);
-  const plot = svg("svg", { width: W, height: H, role: "img", "aria-label": "number of results at each Hamming distance" });
-  counts.forEach((c, d) => {
-    if (!c) return;
-    const h = (c / top) * (H - B - 14);
-    const bar = svg("rect", { x: L + d * bw + 1, y: H - B - h, width: Math.max(bw - 2, 1), height: h, class: "bar" });
-    const tip = svg("title", {}); tip.textContent = `distance ${d}: ${c}`; bar.append(tip); plot.append(bar);
-  });
-  plot.append(svg("line", { x1: L, y1: H - B, x2: W - 4, y2: H - B, class: "axis" }));
-  for (const [t, tx, ty] of [["0", L, H - 6], [String(bits), W - 22, H - 6], [String(top), 2, 14]]) {
-    const n = svg("text", { x: tx, y: ty }); n.textContent = t; plot.append(n);
+// --- the class filter: boxes named by class ---------------------------------------------------
+function classFilter(numClasses) {
+  const list = $("class-list");
+  list.replaceChildren();
+  $("class-filter").hidden = !numClasses;
+  for (let c = 0; c < numClasses; c++) {
+    const box = el("input", { type: "checkbox", value: String(c), id: `class-${c}` });
+    box.addEventListener("change", () => { summarize(); if (state.searched) guarded(runSearch); });
+    const name = state.names && state.names[c] !== undefined ? state.names[c] : `class ${c}`;
+    list.append(el("label", { class: "chip", title: `class id ${c}` }, box, ` ${name}`));
   }
-  return plot;
+  summarize();
+}
+const classBoxes = () => [...document.querySelectorAll("#class-list input")];
+const chosenClasses = () => classBoxes().filter((b) => b.checked).map((b) => Number(b.value));
+function summarize() {
+  const chosen = chosenClasses();
+  $("options-summary").textContent = (chosen.length ? chosen.map((c) => className(c, state.names)).join(", ")
+    : "all classes") + ($("rerank").checked && !$("rerank").disabled ? "; re-ranked" : "");
 }
 
-// An archive member as it is (TARBALL:MEMBER -> MEMBER), a file by its last three path parts.
-function shortSource(source) {
-  if (source.startsWith("uploaded: ") || / row \d+$/.test(source)) return source;
-  const member = /^.*?\.(?:tar|tar\.gz|tgz|tar\.bz2|tar\.xz):(.+)$/i.exec(source);
-  return member ? member[1] : source.split("/").slice(-3).join("/");
-}
-
-function bitsOf(hex) {
-  const out = [];
-  for (let i = 0; i < hex.length; i += 2) {
-    const byte = parseInt(hex.slice(i, i + 2), 16);
-    let group = "";
-    for (let b = 0; b < 8; b++) group += (byte >> b) & 1;  // bit j is bit j % 8 of byte j / 8
-    out.push(group);
-  }
-  return out.join(" ");
-}
-
-// --- the query form ---------------------------------------------------------------------------
+// --- the query -----------------------------------------------------------------------------------
 const mode = () => (document.querySelector("input[name=mode]:checked") || {}).value;
 function showMode() {
   for (const panel of document.querySelectorAll(".mode-panel")) panel.hidden = panel.dataset.mode !== mode();
   const real = state.about && state.about.input_kind && (mode() === "image" || mode() === "features");
   $("rerank").disabled = !real; $("rerank-factor").disabled = !real;
   $("rerank-hint").textContent = real ? "" : "Re-ranking needs the query's real outputs: an image or a feature row through the attached run.";
+  summarize();
 }
 
-function numbers(text, what) {
-  const values = text.split(/[\s,]+/).filter(Boolean).map(Number);
-  if (values.some(Number.isNaN)) throw new ApiError(`${what}: not a list of numbers`);
-  return values;
+function howMany() {  // -> {k, radius}: one of them null
+  const text = $("how-value").value.trim() || "10", radius = $("how-radius").checked;
+  if (!/^\d+$/.test(text) || (!radius && Number(text) < 1)) {
+    throw new ApiError(radius ? "The radius must be a whole number, 0 or more." : "k must be a whole number, 1 or more.");
+  }
+  return radius ? { k: null, radius: Number(text) } : { k: Number(text), radius: null };
 }
 
-async function queryCode() {
-  // -> {code, real|null, label, item|null}
+async function queryCode() {  // -> {code, real|null, label, item|null, labels (of an item)}
   const m = mode();
   const wantReal = !$("rerank").disabled && $("rerank").checked;
   if (m === "image") {
-    const file = state.droppedFile || $("query-file").files[0];
-    if (!file) throw new ApiError("choose or drop an image first");
-    const form = new FormData(); form.append("files", file, file.name);
-    const enc = await api("POST", "/encode/image", undefined, form);
-    return { code: enc.codes[0], real: wantReal ? enc.real[0] : null, label: file.name };
+    const file = state.file;
+    if (!file) throw new ApiError("Choose or drop an image first.");
+    if (!state.encoded || state.encoded.file !== file) {
+      status(`Encoding ${file.name}...`);
+      const form = new FormData(); form.append("files", file, file.name);
+      state.encoded = { file, reply: await api("POST", "/encode/image", undefined, form) };
+    }
+    const enc = state.encoded.reply;
+    return { code: enc.codes[0], real: wantReal ? enc.real[0] : null, label: file.name, item: null };
   }
   if (m === "features") {
-    const row = numbers($("query-features").value, "feature row");
-    const enc = await api("POST", "/encode", { features: [row] });
-    return { code: enc.codes[0], real: wantReal ? enc.real[0] : null, label: "feature row" };
+    const values = $("query-features").value.split(/[\s,]+/).filter(Boolean).map(Number);
+    if (!values.length || values.some(Number.isNaN)) throw new ApiError("The feature row must be numbers separated by commas or spaces.");
+    const enc = await api("POST", "/encode", { features: [values] });
+    return { code: enc.codes[0], real: wantReal ? enc.real[0] : null, label: "the feature row", item: null };
   }
   if (m === "item") {
     const id = $("query-item").value.trim();
-    if (!/^\d+$/.test(id)) throw new ApiError("give an item id (a non-negative integer)");
+    if (!/^\d+$/.test(id)) throw new ApiError("Give an item id (a whole number, 0 or more).");
     const item = await api("GET", `/items/${id}`);
-    return { code: item.code, real: null, label: `item ${id}` };
+    return { code: item.code, real: null, label: `item ${id}`, item: Number(id), labels: item.labels };
   }
   const code = $("query-code").value.trim().replace(/\s+/g, "");
-  if (!code) throw new ApiError("paste a hex code first");
-  return { code, real: null, label: "hex code" };
+  if (!code) throw new ApiError("Paste a code (hex) first.");
+  return { code, real: null, label: "the code", item: null };
 }
 
 async function runSearch() {
-  showError(""); status("Searching...");
+  const mine = ++state.latest;
+  const how = howMany(), labels = chosenClasses();
   const q = await queryCode();
+  if (mine !== state.latest) return;  // a later search has started: its results are the ones to show
+  status("Searching...");
   const body = { codes: [q.code] };
-  const value = $("how-value").value.trim();
-  if (value !== "") { if ($("how-radius").checked) body.radius = Number(value); else body.k = Number(value); }
-  const filter = $("label-filter").value.trim();
-  if (filter) body.labels = [numbers(filter, "label filter")];
+  // an item's own code is among its hits: ask for one more, shown apart as the query
+  if (how.radius !== null) body.radius = how.radius;
+  else body.k = q.item === null ? how.k : Math.min(how.k + 1, state.about.limits.max_k);
+  if (labels.length) body.labels = [labels];
   if (q.real) { body.real = [q.real]; body.rerank_factor = Number($("rerank-factor").value || 4); }
   const started = performance.now();
   const reply = await api("POST", "/search", body);
   const took = performance.now() - started;
-  const hits = reply.results[0].hits;
+  let hits = reply.results[0].hits;
+  const entries = [];
+  if (q.item !== null) {
+    hits = hits.filter((h) => h.id !== q.item).slice(0, how.radius === null ? how.k : undefined);
+    entries.push({ id: q.item, labels: q.labels, badge: "query", kind: "query" });
+  }
+  entries.push(...hits.map((h, rank) => ({ ...h, badge: `#${rank + 1}`, kind: "hit" })));
+  const where = await origins(entries.map((e) => e.id));
+  if (mine !== state.latest) return;
+  $("results-hint").textContent = "";
   $("query-code-view").hidden = false;
-  $("query-bits").textContent = bitsOf(q.code);
-  $("timing").textContent = `The search took ${took.toFixed(1)} ms (round trip).`;
+  $("query-bits").replaceChildren(bitsView(q.code));
   $("histogram").hidden = false;
   $("histogram-plot").replaceChildren(histogram(hits.map((h) => h.distance), state.bits));
-  await showCards(hits);
-  status(`${hits.length} results for ${q.label}.`);
+  showCards(entries, where, cardContext(q.code));
+  state.searched = true;
+  writeAddress({ mode: mode(), item: q.item, code: q.code, k: how.k, radius: how.radius, labels });
+  $("timing").textContent = `The search took ${took.toFixed(1)} ms (round trip).`;
+  status(`${hits.length} results for ${q.label}` + (q.item !== null ? "; the query item is shown first, marked \u201cquery\u201d." : "."));
 }
 
-// --- result cards -----------------------------------------------------------------------------
-async function showCards(hits, added) {
-  const grid = $("grid");
-  grid.replaceChildren();
-  grid.setAttribute("aria-busy", "true");
-  const where = {};
-  if (hits.length) {
-    const ids = hits.map((h) => h.id);
-    for (let i = 0; i < ids.length; i += 1000) {
-      const reply = await api("POST", "/sources", { ids: ids.slice(i, i + 1000) });
-      for (const item of reply.items) where[item.id] = item;
-    }
+function cardContext(queryCode) {
+  const { about } = state;
+  return { names: state.names, keyed: about.access.read_key, queryCode, canChange: !about.access.read_only,
+    sources: Boolean(about.index.sources) || about.input_kind === "images", onMore: moreLike, onDelete: deleteItem };
+}
+
+// The query of the page's address (a shared or reloaded link): true when it can search again.
+function applyAddress() {
+  const a = readAddress();
+  const radio = ["image", "item", "code", "features"].includes(a.mode) ? $(`mode-${a.mode}`) : null;
+  if (radio && !radio.disabled) radio.checked = true;
+  if (a.item !== null) $("query-item").value = String(a.item);
+  if (a.code) $("query-code").value = a.code;
+  if (a.radius !== null || a.k !== null) {
+    $(a.radius !== null ? "how-radius" : "how-k").checked = true;
+    $("how-value").value = String(a.radius ?? a.k);
   }
-  hits.forEach((hit, rank) => grid.append(card(hit, rank, where[hit.id] || {}, added)));
-  grid.setAttribute("aria-busy", "false");
-}
-
-// A thumbnail: its URL, or, when reads need a key (which an <img> cannot send), fetched with it.
-async function showThumbnail(img, url) {
-  if (!(state.about && state.about.access && state.about.access.read_key)) { img.src = url; return; }
-  try {
-    const reply = await fetch(url, { headers: withKey({}) });
-    if (!reply.ok) throw new Error(String(reply.status));
-    img.src = URL.createObjectURL(await reply.blob());
-  } catch (err) { img.dispatchEvent(new Event("error")); }
-}
-
-function card(hit, rank, origin, added) {
-  const li = el("li", { class: "card", "data-id": String(hit.id), "data-labels": hit.labels.join(",") });
-  if (origin.image) {
-    const img = el("img", { class: "thumb", loading: "lazy",
-      alt: `item ${hit.id}${origin.source ? ": " + origin.source : ""}`, width: "128", height: "128" });
-    let tries = 0;  // the service bounds thumbnail decoding (429 beyond it): try again a little later
-    const load = () => showThumbnail(img, `/items/${hit.id}/image` + (tries ? `?try=${tries}` : ""));
-    img.addEventListener("error", () => { if (++tries <= 3) setTimeout(load, 1000 * tries); });
-    load();
-    li.append(img);
+  for (const box of classBoxes()) box.checked = a.labels.includes(Number(box.value));
+  showMode();
+  if (a.mode === "image" || a.mode === "features") {
+    $("results-hint").textContent = `An ${a.mode === "image" ? "image" : "feature row"} is not kept in the page's address: `
+      + "give it again to search (k and the filter are as the link had them).";
   }
-  li.append(el("div", { class: "row" }, el("strong", { class: "item-id", text: `id ${hit.id}` }),
-    el("span", { class: "rank", text: added ? "added" : `#${rank + 1}` })));
-  if (hit.distance !== undefined) {
-    li.append(el("div", { class: "row" }, el("span", { class: "distance", "data-distance": String(hit.distance),
-      text: `distance ${hit.distance}` }), hit.score !== undefined && hit.score !== null
-      ? el("span", { class: "score", text: `score ${fmt(hit.score, 3)}` }) : null));
-  }
-  li.append(el("div", { class: "labels", text: `labels: ${labelText(hit.labels)}` }));
-  const full = origin.source || "";
-  li.append(el("div", { class: "source", "data-source": full, title: full || "no source recorded",
-    text: full ? shortSource(full) : "source not recorded" }));
-  const more = el("button", { type: "button", class: "secondary more", text: "More like this",
-    "aria-label": `more like item ${hit.id}` });
-  more.addEventListener("click", () => moreLike(hit.id));
-  const del = el("button", { type: "button", class: "danger delete", text: "Delete", "aria-label": `delete item ${hit.id}` });
-  del.addEventListener("click", () => deleteItem(hit.id, li));
-  li.append(el("div", { class: "actions" }, more, del));
-  return li;
+  return Boolean(radio && radio.checked && (a.mode === "item" || a.mode === "code"));
 }
 
+// --- actions ---------------------------------------------------------------------------------
 async function moreLike(id) {
   $("mode-item").checked = true; $("query-item").value = String(id); showMode();
   await guarded(runSearch);
@@ -286,9 +219,8 @@ async function deleteItem(id, li) {
 }
 
 async function addImages() {
-  showError("");
   const files = $("add-files").files;
-  if (!files.length) throw new ApiError("choose images to add first");
+  if (!files.length) throw new ApiError("Choose images to add first.");
   const form = new FormData();
   for (const f of files) form.append("files", f, f.name);
   const text = $("add-labels").value.trim();
@@ -298,48 +230,50 @@ async function addImages() {
   $("ntotal").textContent = String(reply.ntotal);
   const items = await Promise.all(reply.ids.map((id) => api("GET", `/items/${id}`)));
   $("query-code-view").hidden = true; $("histogram").hidden = true;
-  $("timing").textContent = `Added ${reply.ids.length} image(s) as id ${reply.ids.join(", ")}`;
-  await showCards(items.map((it) => ({ id: it.id, labels: it.labels })), true);
-  status(`Added ${reply.ids.length} image(s); the index holds ${reply.ntotal} codes.`);
+  const entries = items.map((it) => ({ id: it.id, labels: it.labels, badge: "added", kind: "added" }));
+  showCards(entries, await origins(reply.ids), cardContext(null));
+  status(`Added ${reply.ids.length} image(s) as id ${reply.ids.join(", ")}; the index holds ${reply.ntotal} codes.`);
   $("add-files").value = "";
 }
 
-// Every action ends by counting itself in #results[data-done] (what tests and scripts wait on).
-async function guarded(task) {
-  try { await task(); } catch (err) {
-    showError(err instanceof ApiError ? err.message : `unexpected error: ${err.message}`);
-    status("");
-  } finally {
-    const results = $("results");
-    results.dataset.done = String(Number(results.dataset.done || 0) + 1);
-  }
-}
-
-function preview(file) {  // the query image, shown from the browser's own copy (a blob: URL)
-  const img = $("query-preview");
+// A chosen or dropped image searches at once.
+function chooseImage(file) {
+  state.file = file; state.encoded = null;
+  $("mode-image").checked = true; showMode();
+  const img = $("query-preview");  // shown from the browser's own copy (a blob: URL)
   if (img.src) URL.revokeObjectURL(img.src);
-  img.hidden = !file;
-  if (file) { img.src = URL.createObjectURL(file); img.alt = `query image ${file.name}`; }
+  img.src = URL.createObjectURL(file); img.alt = `query image ${file.name}`; img.hidden = false;
+  guarded(runSearch);
 }
 
-function setUp() {
+// A drop anywhere on the page (but on the add form's own file field) is an image query.
+function acceptDrops() {
+  const drop = $("drop"), ours = (e) => !$("mode-image").disabled && !(e.target.closest && e.target.closest("#add"));
+  document.addEventListener("dragover", (e) => { if (ours(e)) { e.preventDefault(); drop.classList.add("over"); } });
+  document.addEventListener("dragleave", (e) => { if (!e.relatedTarget) drop.classList.remove("over"); });
+  document.addEventListener("drop", (e) => {
+    drop.classList.remove("over");
+    if (!ours(e)) return;
+    e.preventDefault();
+    const file = e.dataTransfer && e.dataTransfer.files[0];
+    if (file) chooseImage(file);
+  });
+}
+
+async function setUp() {
   for (const radio of document.querySelectorAll("input[name=mode]")) radio.addEventListener("change", showMode);
+  $("rerank").addEventListener("change", summarize);
   $("search-form").addEventListener("submit", (e) => { e.preventDefault(); guarded(runSearch); });
   $("add-form").addEventListener("submit", (e) => { e.preventDefault(); guarded(addImages); });
-  $("query-file").addEventListener("change", () => {
-    state.droppedFile = null; const f = $("query-file").files[0];
-    $("query-file-name").textContent = f ? `chosen: ${f.name}` : "";
-    preview(f);
-  });
-  const drop = $("drop");
-  drop.addEventListener("dragover", (e) => { e.preventDefault(); drop.classList.add("over"); });
-  drop.addEventListener("dragleave", () => drop.classList.remove("over"));
-  drop.addEventListener("drop", (e) => {
-    e.preventDefault(); drop.classList.remove("over");
-    const f = e.dataTransfer.files[0];
-    if (f) { state.droppedFile = f; $("query-file-name").textContent = `dropped: ${f.name}`; preview(f); }
-  });
-  guarded(loadAbout);
+  $("query-file").addEventListener("change", () => { const f = $("query-file").files[0]; if (f) chooseImage(f); });
+  $("viewer-close").addEventListener("click", () => $("viewer").close());
+  acceptDrops();
+  // the sticky query bar's height, so that what the page scrolls to is not hidden under it
+  new ResizeObserver(([entry]) => document.documentElement.style.setProperty("--bar-height",
+    `${Math.ceil(entry.target.getBoundingClientRect().height)}px`)).observe($("search-form"));
+  window.addEventListener("popstate", () => { if (state.about && applyAddress()) guarded(runSearch); });
+  await guarded(loadAbout);
+  if (state.about && applyAddress()) await guarded(runSearch);
 }
 
-document.addEventListener("DOMContentLoaded", setUp);
+setUp();
