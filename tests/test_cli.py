@@ -110,6 +110,7 @@ def test_demo_trains_both_variants_and_prints_table(tmp_path):
     assert "protocol digits (900 train / 100 validation / 300 query / 1397 database)" in result.output
     assert "best validation epoch kept" in result.output
     assert "chance level: a random ranking has mAP@all 0.10" in result.output  # ten balanced digits
+    assert "LB's scale: 0: two class centers coincide, above 4: classes fully apart" in result.output
     for name in ("csq", "csq_D"):
         metrics = json.loads((tmp_path / f"{name.lower()}-16bits" / "metrics.json").read_text())
         assert metrics["bits"] == 16 and 0 < metrics["map"] <= 1

@@ -9,6 +9,7 @@ from lbhash.codes import pack
 from lbhash.evaluate import (
     average_precision,
     evaluate_codes,
+    format_metrics,
     knn_accuracy,
     lower_bound,
     mean_average_precision,
@@ -228,6 +229,54 @@ def test_lower_bound_exact_case_and_infinite_ratio():
     assert got == (4.0, 1.0, 4.0)
     same = lower_bound(codes[[0, 0, 2, 2]], [0, 0, 1, 1], percentile=100)
     assert same.max_intra == 0 and same.ratio == float("inf")
+
+
+def clustered_codes(rng, flips, n=120, classes=5, bits=64):
+    """Codes around random class centers, each bit flipped with probability flips / bits."""
+    centers = rng.choice([-1, 1], size=(classes, bits))
+    which = rng.integers(0, classes, n)
+    return centers[which] * np.where(rng.random((n, bits)) < flips / bits, -1, 1), which
+
+
+def test_a_ratio_above_4_ranks_every_class_first(rng):
+    """docs/evaluation.md: with the exact min and max, a ratio above 4 means every database code,
+    as a query, ranks all items of its class before every other item (AP 1, any tie order)."""
+    above = 0
+    for flips in (1, 2, 3, 5, 8) * 4:
+        codes, labels = clustered_codes(rng, flips)
+        if lower_bound(codes, labels, percentile=100).ratio > 4:
+            above += 1
+            assert average_precision(codes, codes, labels, labels).min() == 1.0
+    assert above >= 5  # the draws do reach above 4
+
+
+def test_a_multi_label_ratio_is_at_most_2(rng):
+    """An item of classes a and b lies within max D_intra of both centers, so min D_inter <=
+    2 max D_intra: on multi-label data the exact ratio never exceeds 2, however tight the codes."""
+    for flips in (0, 1, 3):
+        codes, which = clustered_codes(rng, flips)
+        labels = np.eye(5, dtype=bool)[which]
+        labels[:3, (which[:3] + 1) % 5] = True  # three items with a second label
+        assert lower_bound(codes, labels, percentile=100).ratio <= 2
+
+
+def test_a_ratio_of_exactly_4_does_not_separate():
+    """The 4 is tight: at exactly 4 a wrong-class item can tie with a right-class one."""
+    bits = np.array([[int(b) for b in word] for word in ("00000000", "11000000", "00110000",
+                                                          "11111111", "11111100", "00111111")])
+    codes, labels = 2 * bits - 1, np.array([0, 0, 0, 1, 1, 1])
+    assert lower_bound(codes, labels, percentile=100) == (8.0, 2.0, 4.0)
+    # query 11000000: itself at 0, 00000000 at 2, then 00110000 (its class) tied at 4 with
+    # 11111100: its third hit is 3rd or 4th, AP = (1 + 1 + (3/3 + 3/4) / 2) / 3
+    ap = average_precision(codes[1:2], codes, labels[1:2], labels, tie_averaged=True)
+    assert ap[0] == pytest.approx((2 + 0.875) / 3, abs=1e-12)
+
+
+def test_the_printed_lower_bound_comes_with_its_scale(rng):
+    q, d, ql, dl, _, _ = make_case(rng, 16, multilabel=False)
+    table = format_metrics(evaluate_codes(q, d, ql, dl)).splitlines()
+    row = next(i for i, line in enumerate(table) if line.startswith("lower bound (p99.9)"))
+    assert table[row + 1].strip() == "(0: two class centers coincide, above 4: classes fully apart)"
 
 
 def test_evaluate_codes_agrees_with_single_metrics(rng):

@@ -95,6 +95,7 @@ def test_thumbnails_are_the_recorded_images_pixel_for_pixel(built):
         run_info = about["run"]
         assert (run_info["variant"], run_info["bits"], run_info["input_kind"]) == ("csq", 16, "images")
         assert 0 <= run_info["map"] <= 1 and set(run_info["lower_bound"]) >= {"min_inter", "max_intra", "ratio"}
+        assert run_info["lower_bound"]["scale"].startswith("0: two class centers coincide")  # shown beside it
         assert 0.24 < run_info["chance_map"] < 0.35  # four balanced classes: about a quarter
         assert len(run_info["pr_curve"]["precision"]) == 17
 

@@ -240,3 +240,13 @@ def test_epoch_lines_show_first_last_evaluated_and_a_line_every_ten_seconds(capl
     shown = [int(r.getMessage().split()[2].split("/")[0]) for r in caplog.records]
     assert shown == [1, 4, 6, 8]  # first; 12 s after it; evaluated; last
     assert caplog.records[2].getMessage() == "csq epoch 6/8: loss 0.1667, 4.0 s, validation mAP@all 0.5000"
+
+
+def test_the_done_line_gives_the_lower_bound_its_scale():
+    from lbhash.train.summary import result_line
+
+    metrics = {"run": {"variant": "csq_D", "bits": 32, "epochs_trained": 100}, "map": 0.9281, "topk": "all",
+               "n_query": 300, "n_db": 1497, "lower_bound": {"ratio": 1.6667}}
+    assert result_line(metrics) == ("done: csq_D 32 bits, 100 epochs, mAP@all 0.9281 (300 queries, 1497 database "
+                                    "items), lower bound 1.667 (0: two class centers coincide, above 4: classes "
+                                    "fully apart)")

@@ -28,6 +28,7 @@ def demo(out: Path, bits: str, epochs: int, seed: int) -> None:
     Both train with CSQ's recommended recipe (`lbhash methods`), as `lbhash train` does.
     """
     from lbhash.cli.common import parse_int_list
+    from lbhash.evaluate import RATIO_SCALE
     from lbhash.methods.defaults import schedule_text
     from lbhash.train.rundir import load_run_config
     from lbhash.train import TrainConfig, train
@@ -61,6 +62,8 @@ def demo(out: Path, bits: str, epochs: int, seed: int) -> None:
         click.echo(f"{row['bits']:>4}  {m0:>8.4f} {m1:>9.4f}  {r0:>7.3f} {r1:>8.3f}  {t0:>8.3f} {t1:>10.3f}")
     click.echo("mAP: mAP@all over the database (ties by index); LB: min D_inter / max D_intra of "
                "the database codes (99.9th percentiles)")
+    click.echo(f"LB's scale: {RATIO_SCALE}; on the same data and bits a higher LB tends to go with a "
+               "higher mAP (docs/evaluation.md#reading-the-lower-bound)")
     click.echo(f"chance level: a random ranking has mAP@all {m['chance_map']:.4f} on these queries")
     search_demo(out / f"csq_d-{max(lengths)}bits")
 

@@ -5,10 +5,12 @@
 - `features`: ArrayDataset, feature files (.npz/.npy/.mat) and the bundled digits set;
 - `images`: ImageDataset and check_images; `image_loaders`: CIFAR-10 pickles, class-folder
   trees (on disk or in a tarball) and DeepHash list files; `image_arrays`: uint8 image arrays
-  in .npz files; `image_sources`: the readers; `pixel_cache`: the decoded-pixel store on
+  in .npz files; `image_sources`: the readers (`cifar_pickles`: CIFAR-10's python batches);
+  `per_class`: the `per-class=` part of each class; `pixel_cache`: the decoded-pixel store on
   disk; `batches`: training and encoding batches; `augment`: the transforms on whole batches;
 - `spec`: data-spec strings (`digits`, `features:PATH?x=feat&y=labels`, `cifar10:PATH`,
-  `images:PATH`, `image-array:PATH`, `list:DIR?root=PATH&preset=nuswide21`) and their registry;
+  `images:PATH?per-class=100`, `image-array:PATH`, `list:DIR?root=PATH&preset=nuswide21`) and
+  their registry;
 - `protocols`: seeded train/query/database splits (paper Sec. 6.1.1), saved with a run;
 - `transforms`: image transforms and the torch Dataset view (imports torch; not loaded here,
   so `import lbhash.data` stays light; its names are still reachable as attributes).

@@ -11,21 +11,23 @@ from pathlib import Path
 import numpy as np
 
 from lbhash.data.image_root import ImageRoot
+from lbhash.data.cifar_pickles import CIFAR_FILES, read_cifar_batches
 from lbhash.data.image_sources import (
-    CIFAR_FILES,
     BlobSource,
     FileSource,
     TarSource,
     class_tree,
+    compressed_tarball_names,
+    is_compressed,
     is_image_name,
     is_tarball,
     list_image_files,
     open_tarball,
-    read_cifar_batches,
     read_list_file,
     take,
 )
 from lbhash.data.images import ImageDataset
+from lbhash.data.per_class import PerClass, per_class_positions
 from lbhash.labels import as_multihot
 from lbhash.errors import InputError
 
@@ -48,67 +50,102 @@ LIST_PRESETS = {
 }
 
 
-def load_image_folder(path: str | os.PathLike, cache: str = "auto", name: str | None = None) -> ImageDataset:
+def load_image_folder(path: str | os.PathLike, cache: str = "auto", name: str | None = None,
+                      per_class: PerClass | None = None) -> ImageDataset:
     """A class-folder tree, on disk or in a tarball (.tar read in place, .tar.gz/.tgz/.tar.bz2/.tar.xz
     held in memory): `train/<class>/*` + `test/<class>/*` (or `val/`) sets is_test; `<class>/*`
     alone gives is_test None. Sorted class names give label ids. Items are ordered train then
-    test, by class, then by path.
+    test, by class, then by path. `per_class` keeps a part of each class (lbhash.data.per_class);
+    of a compressed tarball only that part is held in memory.
     """
     p = Path(path).expanduser()
     if p.is_dir():
         names = list_image_files(p)
         source = FileSource(p, names)
     elif is_tarball(p):
-        source = open_tarball(p, keep=is_image_name)
-        names = [n.decode("utf-8", "surrogateescape") for n in source.names]
+        source, names = _tarball_index(p, is_image_name, per_class)
     elif p.exists():
         raise InputError(f"{p}: not a directory or a tarball (.tar, .tar.gz, .tgz, .tar.bz2, .tar.xz)")
     else:
         raise InputError(f"{p}: no such file or directory")
-    return _tree_dataset(source, names, p, cache, name or f"images:{p.name}")
+    return _tree_dataset(source, names, p, cache, name or f"images:{p.name}", per_class)
 
 
-def _tree_dataset(source, names: list[str], p: Path, cache: str, name: str) -> ImageDataset:
+def _tarball_index(p: Path, keep, per_class: PerClass | None):
+    """(source, member names) of a tarball's wanted members; the source is None for a compressed
+    tarball of which only a part will be read (`_tree_dataset` reads it once that part is known)."""
+    if per_class is not None and is_compressed(p):
+        return None, compressed_tarball_names(p, keep)
+    source = open_tarball(p, keep=keep)
+    return source, [n.decode("utf-8", "surrogateescape") for n in source.names]
+
+
+def _tree_dataset(source, names: list[str], p: Path, cache: str, name: str,
+                  per_class: PerClass | None) -> ImageDataset:
     positions, ids, is_test, class_names = class_tree(names, str(p))
+    cache_key = f"tree:{p.resolve()}"
+    if per_class is not None:
+        kept = per_class_positions(ids, is_test, per_class, class_names, str(p))
+        positions, ids = positions[kept], ids[kept]
+        is_test = None if is_test is None else is_test[kept]
+        cache_key += f"?per-class={per_class.text}"
+    if source is None:  # a compressed tarball: one more pass, holding the chosen members only
+        wanted = [names[k] for k in positions]
+        source = open_tarball(p, keep=set(wanted).__contains__)
+        member = {n.decode("utf-8", "surrogateescape"): k for k, n in enumerate(source.names)}
+        positions = np.array([member[n] for n in wanted], dtype=np.int64)
     return ImageDataset(as_multihot(ids, num_classes=len(class_names)), is_test, name, class_names,
-                        source=take(source, positions), cache=cache, cache_key=f"tree:{p.resolve()}")
+                        source=take(source, positions), cache=cache, cache_key=cache_key)
 
 
-def load_cifar10(path: str | os.PathLike, cache: str = "auto") -> ImageDataset:
+def load_cifar10(path: str | os.PathLike, cache: str = "auto", per_class: PerClass | None = None) -> ImageDataset:
     """CIFAR-10 from the official python pickles (a `cifar-10-batches-py` directory, its parent,
-    or `cifar-10-python.tar.gz`) or from a class-folder tree / tarball with 10 classes.
+    or `cifar-10-python.tar.gz`) or from a class-folder tree / tarball with 10 classes;
+    `per_class` keeps a part of each class (lbhash.data.per_class).
     """
     p = Path(path).expanduser()
-    batches = tar = None
+    batches = names = None
     if p.is_dir():
         for d in (p, p / "cifar-10-batches-py"):
             if (d / "data_batch_1").is_file():
                 batches = (lambda b, d=d: _read_file(d / b)), (lambda b, d=d: str(d / b))
                 break
     elif is_tarball(p):
-        tar = open_tarball(p, keep=lambda n: is_image_name(n) or posixpath.basename(n) in CIFAR_FILES)
-        members = {}
-        for k, raw in enumerate(tar.names):
-            base = posixpath.basename(raw.decode("utf-8", "surrogateescape"))
-            if base in CIFAR_FILES:
-                members.setdefault(base, k)
-        if "data_batch_1" in members:
-            def read(b):
-                if b not in members:
-                    raise InputError(f"{p}: no member {b} (a CIFAR-10 python archive holds {', '.join(CIFAR_FILES)})")
-                return tar.read(members[b])
-            batches = read, (lambda b: tar.where(members[b]) if b in members else f"{p}:{b}")
+        tar, names = _tarball_index(p, lambda n: is_image_name(n) or posixpath.basename(n) in CIFAR_FILES, per_class)
+        if any(posixpath.basename(n) == "data_batch_1" for n in names):
+            batches = _tar_batches(p, tar)
     if batches is not None:
-        pixels, ids, is_test, names = read_cifar_batches(*batches)
-        ds = ImageDataset(as_multihot(ids, num_classes=len(names)), is_test, "cifar10", names, pixels=pixels)
-    elif tar is not None:  # a tarball of a class-folder tree: reuse the index just made
-        names = [n.decode("utf-8", "surrogateescape") for n in tar.names]
-        ds = _tree_dataset(tar, names, p, cache, "cifar10")
+        pixels, ids, is_test, class_names = read_cifar_batches(*batches)
+        ds = ImageDataset(as_multihot(ids, num_classes=len(class_names)), is_test, "cifar10", class_names,
+                          pixels=pixels)
+        if per_class is not None:
+            ds = ds.subset(per_class_positions(ids, is_test, per_class, class_names, str(p)))
+    elif names is not None:  # a tarball of a class-folder tree: reuse the index just made
+        ds = _tree_dataset(tar, names, p, cache, "cifar10", per_class)
     else:
-        ds = load_image_folder(p, cache, name="cifar10")
+        ds = load_image_folder(p, cache, name="cifar10", per_class=per_class)
     if ds.num_classes != 10:
         raise InputError(f"{p}: CIFAR-10 has 10 classes, found {ds.num_classes}")
     return ds
+
+
+def _tar_batches(p: Path, tar):
+    """read(name) and where(name) of the CIFAR-10 batch files in a tarball (`tar`: its index, or
+    None when only its names were listed: the batch files are read now)."""
+    if tar is None:
+        tar = open_tarball(p, keep=lambda n: posixpath.basename(n) in CIFAR_FILES)
+    members = {}
+    for k, raw in enumerate(tar.names):
+        base = posixpath.basename(raw.decode("utf-8", "surrogateescape"))
+        if base in CIFAR_FILES:
+            members.setdefault(base, k)
+
+    def read(b):
+        if b not in members:
+            raise InputError(f"{p}: no member {b} (a CIFAR-10 python archive holds {', '.join(CIFAR_FILES)})")
+        return tar.read(members[b])
+
+    return read, (lambda b: tar.where(members[b]) if b in members else f"{p}:{b}")
 
 
 def load_image_lists(directory: str | os.PathLike, root: str | os.PathLike | None = None,

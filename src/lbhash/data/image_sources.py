@@ -1,4 +1,4 @@
-"""Where images come from: files, tarballs, CIFAR-10 python pickles and DeepHash list files.
+"""Where images come from: files, tarballs and DeepHash list files (CIFAR-10 pickles: cifar_pickles).
 
 A source holds the encoded bytes of n images in data-set order: `read(i)` returns item i's
 bytes, `where(i)` names it in messages. Paths are kept in numpy byte arrays rather than lists
@@ -10,10 +10,10 @@ from __future__ import annotations
 import io
 import lzma
 import os
-import pickle
 import stat
 import tarfile
 import zlib
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -54,10 +54,10 @@ def image_error(err: BaseException) -> str:
     ("cannot identify image file <_io.BytesIO object at 0x...>")."""
     if isinstance(err, Image.UnidentifiedImageError):
         return "not an image in a format Pillow reads"
-    return _one_line(err)
+    return one_line(err)
 
 
-def _one_line(err: BaseException) -> str:
+def one_line(err: BaseException) -> str:
     return " ".join(str(err).split()) or type(err).__name__
 
 
@@ -80,7 +80,7 @@ class FileSource:
             with open(path, "rb") as fh:
                 return fh.read()
         except OSError as err:
-            raise InputError(f"{path}: cannot read image ({err.strerror or _one_line(err)})") from None
+            raise InputError(f"{path}: cannot read image ({err.strerror or one_line(err)})") from None
 
     def stamp(self, i: int) -> tuple[int, int]:
         """(size, mtime in ns) of image i, as its file is now (what an index records)."""
@@ -99,7 +99,7 @@ class FileSource:
         try:
             fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError as err:
-            raise InputError(f"{path}: cannot read image ({err.strerror or _one_line(err)})") from None
+            raise InputError(f"{path}: cannot read image ({err.strerror or one_line(err)})") from None
         with os.fdopen(fd, "rb") as fh:
             info = os.fstat(fh.fileno())
             if not stat.S_ISREG(info.st_mode):
@@ -167,6 +167,13 @@ def is_tarball(path: Path) -> bool:
     return path.is_file() and path.name.lower().endswith((".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz"))
 
 
+def is_compressed(path: Path) -> bool:
+    """A gzip, bzip2 or xz stream (by its first bytes): no random access to its members."""
+    with open(path, "rb") as fh:
+        magic = fh.read(6)
+    return magic[:2] == b"\x1f\x8b" or magic[:3] == b"BZh" or magic == b"\xfd7zXZ\x00"
+
+
 def open_tarball(path: Path, keep=None) -> TarSource:
     """Index a tarball's regular files (those `keep(name)` accepts), in the archive's order.
 
@@ -174,18 +181,12 @@ def open_tarball(path: Path, keep=None) -> TarSource:
     the wanted members' bytes in memory. Names lose a leading './'. A wanted member that is a
     link (symbolic or hard) is refused (lbhash.data.image_root.check_tar_member).
     """
-    try:
-        with open(path, "rb") as fh:
-            magic = fh.read(6)
-        compressed = magic[:2] == b"\x1f\x8b" or magic[:3] == b"BZh" or magic == b"\xfd7zXZ\x00"
-        if not compressed:
+    with _tar_errors(path):
+        if not is_compressed(path):
             return _index_plain_tar(path, keep)
         names, offsets, sizes, chunks, total = [], [], [], [], 0
         with tarfile.open(path, "r|*") as tf:
-            for m in tf:
-                name = _member_name(path, m, keep)
-                if name is None:
-                    continue
+            for name, m in _streamed_members(tf, path, keep):
                 data = tf.extractfile(m).read()
                 if len(data) != m.size:
                     raise EOFError("unexpected end of data")
@@ -200,8 +201,28 @@ def open_tarball(path: Path, keep=None) -> TarSource:
                 chunks.append(data)
         blob = np.frombuffer(b"".join(chunks), dtype=np.uint8)
         return BlobSource(path, _names(names), offsets, sizes, blob)
+
+
+def compressed_tarball_names(path: Path, keep=None) -> list[str]:
+    """The names `open_tarball` would keep, from one streaming pass that holds no member's bytes:
+    what a part of a compressed tarball is chosen from before only that part is read."""
+    with _tar_errors(path), tarfile.open(path, "r|*") as tf:
+        return [name for name, _ in _streamed_members(tf, path, keep)]
+
+
+def _streamed_members(tf: tarfile.TarFile, path: Path, keep):
+    for m in tf:
+        name = _member_name(path, m, keep)
+        if name is not None:
+            yield name, m
+
+
+@contextmanager
+def _tar_errors(path: Path):
+    try:
+        yield
     except (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError, OSError) as err:
-        raise InputError(f"{path}: truncated or corrupt tarball ({_one_line(err)})") from None
+        raise InputError(f"{path}: truncated or corrupt tarball ({one_line(err)})") from None
 
 
 def _index_plain_tar(path: Path, keep) -> TarSource:
@@ -295,85 +316,6 @@ def list_image_files(root: Path) -> list[str]:
     return _list_files(root, is_image_name)
 
 
-# --- CIFAR-10 python pickles -----------------------------------------------------------------
-
-CIFAR_TRAIN = tuple(f"data_batch_{k}" for k in range(1, 6))
-CIFAR_FILES = CIFAR_TRAIN + ("test_batch", "batches.meta")
-
-
-def _latin1_encode(text, encoding="latin1"):
-    # Python 3 pickles bytes at protocol 2 as _codecs.encode(str, "latin1"): only that is allowed
-    if not isinstance(text, str) or encoding not in ("latin1", "latin-1"):
-        raise pickle.UnpicklingError("only _codecs.encode(str, 'latin1') is allowed")
-    return text.encode("latin1")
-
-
-def _allowed_globals() -> dict:
-    probe = np.zeros(1, np.uint8)
-    reconstruct, frombuffer = probe.__reduce__()[0], probe.__reduce_ex__(5)[0]
-    allowed = {("numpy", "ndarray"): np.ndarray, ("numpy", "dtype"): np.dtype,
-               ("_codecs", "encode"): _latin1_encode}
-    for core in ("numpy.core", "numpy._core"):  # numpy 1 and 2 spell the module differently
-        allowed[(f"{core}.multiarray", "_reconstruct")] = reconstruct
-        allowed[(f"{core}.numeric", "_frombuffer")] = frombuffer
-    return allowed
-
-
-class _CifarUnpickler(pickle.Unpickler):
-    """Only numpy array reconstruction: never an arbitrary class or function."""
-
-    allowed = _allowed_globals()
-
-    def find_class(self, module, name):
-        obj = self.allowed.get((module, name))
-        if obj is None:
-            raise pickle.UnpicklingError(f"global {module}.{name} is not allowed")
-        return obj
-
-
-def _unpickle(data: bytes, where: str) -> dict:
-    try:
-        obj = _CifarUnpickler(io.BytesIO(data), encoding="bytes").load()
-    except Exception as err:  # whatever a malformed pickle raises, never run further
-        raise InputError(f"{where}: not a CIFAR-10 python batch ({_one_line(err)})") from None
-    if not isinstance(obj, dict):
-        raise InputError(f"{where}: not a CIFAR-10 python batch (holds {type(obj).__name__}, not a dict)")
-    return {(k.decode("latin1") if isinstance(k, bytes) else k): v for k, v in obj.items()}
-
-
-def _get(d: dict, key: str, where: str):
-    if key not in d:
-        raise InputError(f"{where}: no {key!r} entry (keys: {', '.join(map(str, d))})")
-    return d[key]
-
-
-def read_cifar_batches(read, where):
-    """CIFAR-10 python batches through read(name) -> bytes and where(name) -> str.
-
-    Returns pixels (n, 32, 32, 3) uint8, class ids, is_test and class names (train batches
-    1..5 first, then test_batch).
-    """
-    meta = _unpickle(read("batches.meta"), where("batches.meta"))
-    names = [n.decode("utf-8") if isinstance(n, bytes) else str(n)
-             for n in _get(meta, "label_names", where("batches.meta"))]
-    pixels, ids, test = [], [], []
-    for batch in CIFAR_FILES[:-1]:
-        d, w = _unpickle(read(batch), where(batch)), where(batch)
-        data = _get(d, "data", w)
-        if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072:
-            raise InputError(f"{w}: 'data' must be a uint8 (N, 3072) array, got "
-                             f"{getattr(data, 'dtype', type(data).__name__)} {getattr(data, 'shape', '')}")
-        labels = np.asarray(_get(d, "labels", w))
-        if labels.shape != (len(data),) or labels.dtype.kind not in "iu":
-            raise InputError(f"{w}: 'labels' must be {len(data)} integers, got shape {labels.shape}")
-        if len(labels) and (labels.min() < 0 or labels.max() >= len(names)):
-            raise InputError(f"{w}: label {int(labels.max())} out of range for {len(names)} class names")
-        pixels.append(data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))  # R, G, B planes -> HWC
-        ids.append(labels.astype(np.int64))
-        test.append(np.full(len(data), batch == "test_batch"))
-    return np.ascontiguousarray(np.concatenate(pixels)), np.concatenate(ids), np.concatenate(test), names
-
-
 # --- DeepHash list files ---------------------------------------------------------------------
 
 def read_list_file(path: Path, num_labels: int | None, root: ImageRoot):
@@ -386,7 +328,7 @@ def read_list_file(path: Path, num_labels: int | None, root: ImageRoot):
     try:
         text = path.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as err:
-        raise InputError(f"{path}: cannot read list file ({_one_line(err)})") from None
+        raise InputError(f"{path}: cannot read list file ({one_line(err)})") from None
     paths, rows, lines = [], [], []
     for lineno, line in enumerate(text.splitlines(), 1):
         tokens = line.split()

@@ -2,7 +2,8 @@
 
 Each kind is an entry of DATA_KINDS (kind name -> DataKind), so new sources plug in with
 `register_data_kind` without touching the parser. Image kinds: `cifar10:PATH`, `images:PATH`,
-`list:DIR?root=PATH&preset=NAME` (all take `cache=auto|on|disk|off`) and `image-array:PATH`.
+`list:DIR?root=PATH&preset=NAME` (all take `cache=auto|on|disk|off`; the first two also
+`per-class=N|F`, a part of each class) and `image-array:PATH`.
 Option values are taken literally (no %-decoding); a path may not contain '?'.
 """
 
@@ -16,6 +17,7 @@ from lbhash.data.features import DEQUANTIZE_MODES, load_digits, load_features
 from lbhash.data.image_arrays import load_image_arrays
 from lbhash.data.image_loaders import LIST_PRESETS, load_cifar10, load_image_folder, load_image_lists
 from lbhash.data.images import CACHE_MODES
+from lbhash.data.per_class import PerClass, parse_per_class
 from lbhash.errors import InputError
 
 
@@ -136,12 +138,18 @@ def _choice(spec: DataSpec, key: str, choices, default: str | None) -> str | Non
     return value
 
 
+def _per_class(spec: DataSpec) -> PerClass | None:
+    value = spec.options.get("per-class")
+    return None if value is None else parse_per_class(value, f"data spec {spec.text!r}")
+
+
 def _load_cifar10_spec(spec: DataSpec) -> HashDataset:
-    return load_cifar10(spec.path, cache=_choice(spec, "cache", CACHE_MODES, "auto"))
+    return load_cifar10(spec.path, cache=_choice(spec, "cache", CACHE_MODES, "auto"), per_class=_per_class(spec))
 
 
 def _load_images_spec(spec: DataSpec) -> HashDataset:
-    return load_image_folder(spec.path, cache=_choice(spec, "cache", CACHE_MODES, "auto"))
+    return load_image_folder(spec.path, cache=_choice(spec, "cache", CACHE_MODES, "auto"),
+                             per_class=_per_class(spec))
 
 
 def _load_list_spec(spec: DataSpec) -> HashDataset:
@@ -161,9 +169,9 @@ register_data_kind(DataKind("image-array", _load_image_arrays_spec, takes_path=T
                             options=("x", "y", "split", "labels"),
                             summary="images as uint8 arrays (N, H, W[, C]) in an .npz, with labels (MNIST, "
                                     "CIFAR as numpy)"))
-register_data_kind(DataKind("cifar10", _load_cifar10_spec, takes_path=True, options=("cache",),
+register_data_kind(DataKind("cifar10", _load_cifar10_spec, takes_path=True, options=("cache", "per-class"),
                             summary="CIFAR-10: python pickles, a class-folder tree or its tarball"))
-register_data_kind(DataKind("images", _load_images_spec, takes_path=True, options=("cache",),
+register_data_kind(DataKind("images", _load_images_spec, takes_path=True, options=("cache", "per-class"),
                             summary="a class-folder tree (train|test/<class>/* or <class>/*) or its tarball"))
 register_data_kind(DataKind("list", _load_list_spec, takes_path=True, options=("root", "preset", "cache"),
                             summary="DeepHash list files train.txt, test.txt, database.txt (preset "

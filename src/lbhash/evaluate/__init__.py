@@ -13,7 +13,7 @@ import importlib
 # search re-ranking needs) does not load the numba kernels of the ranking metrics
 _HOMES = {
     "asymmetric_map": "asymmetric", "rank_asymmetric": "asymmetric",
-    "LowerBound": "bound", "lower_bound": "bound", "chance_map": "chance",
+    "LowerBound": "bound", "lower_bound": "bound", "RATIO_SCALE": "bound", "chance_map": "chance",
     "evaluate_codes": "report", "format_metrics": "report", "map_label": "report",
     **{name: "retrieval" for name in ("DEFAULT_KS", "PRCurve", "PrecisionAtK", "RadiusPrecision",
                                       "average_precision", "classifier_accuracy", "knn_accuracy",

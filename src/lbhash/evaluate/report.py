@@ -12,7 +12,7 @@ from lbhash.errors import InputError
 from lbhash.evaluate._inputs import (check_ks, check_percentile,
                                      check_topk, prepare)
 from lbhash.evaluate.asymmetric import asymmetric_metrics, check_query_real
-from lbhash.evaluate.bound import lower_bound
+from lbhash.evaluate.bound import RATIO_SCALE, lower_bound
 from lbhash.evaluate.chance import chance_map
 from lbhash.evaluate.retrieval import (
     DEFAULT_KS,
@@ -99,7 +99,7 @@ def map_label(topk: int | str | None, n_db: int) -> str:
 
 def format_metrics(metrics: dict[str, Any]) -> str:
     """A plain-text table of the headline numbers of `evaluate_codes` (mAP@R named by
-    `map_label`)."""
+    `map_label`; the lower bound with its scale, RATIO_SCALE)."""
     r = map_label(metrics["topk"], metrics["n_db"])
     ball = metrics["precision_within_radius"]
     knn = metrics["knn_accuracy"]
@@ -120,6 +120,7 @@ def format_metrics(metrics: dict[str, Any]) -> str:
           if "classifier_accuracy" in metrics else []),
         (f"lower bound (p{lb['percentile']:g})",
          f"min D_inter {lb['min_inter']:.2f} / max D_intra {lb['max_intra']:.2f} = {ratio_text}"),
+        ("", f"({RATIO_SCALE})"),
     ]
     at_k = metrics["precision_at_k"]
     for k, p in zip(at_k["k"], at_k["precision"]):

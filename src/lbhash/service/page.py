@@ -29,6 +29,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from lbhash.errors import NotFound
+from lbhash.evaluate.bound import RATIO_SCALE
 from lbhash.index.searcher import codes_of
 from lbhash.limits import MAX_ID, THUMBNAIL_SIDE, VIEW_SIDE, check_ids
 from lbhash.service.decode import check_batch, feature_rows, need_searcher, read_uploads
@@ -191,7 +192,12 @@ def run_summary(searcher) -> dict | None:
             "chance_map": metrics.get("chance_map"),  # mAP@all of a random ranking (runs since 2026-11-25)
             "n_query": metrics.get("n_query"), "n_db": metrics.get("n_db"),
             "asymmetric_map": asymmetric.get("map"), "validation_map": metrics.get("validation_map"),
-            "lower_bound": metrics.get("lower_bound"), "pr_curve": metrics.get("pr_curve")}
+            "lower_bound": _with_scale(metrics.get("lower_bound")), "pr_curve": metrics.get("pr_curve")}
+
+
+def _with_scale(bound: dict | None) -> dict | None:
+    """The run's lower bound with what its ratio means (`scale`, shown beside it)."""
+    return None if not isinstance(bound, dict) else {**bound, "scale": RATIO_SCALE}
 
 
 def _page_headers() -> dict:

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from lbhash.evaluate.bound import RATIO_SCALE
 from lbhash.train.builder import Experiment
 
 DATA_SUMMARY = "data.json"
@@ -119,7 +120,7 @@ def result_line(metrics: dict[str, Any], out: Path | None = None) -> str:
         r = metrics["topk"]
         parts.append(f"mAP@{r} {metrics['map']:.4f} ({metrics['n_query']} queries, {metrics['n_db']} database items)")
         ratio = metrics["lower_bound"]["ratio"]
-        parts.append(f"lower bound {ratio if isinstance(ratio, str) else format(ratio, '.3f')}")
+        parts.append(f"lower bound {ratio if isinstance(ratio, str) else format(ratio, '.3f')} ({RATIO_SCALE})")
     if run.get("seconds_per_epoch"):
         parts.append(f"{run['seconds_per_epoch']:.2f} s/epoch")
     return f"done: {', '.join(parts)}" + ("" if out is None else f"; run directory {out}")

@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 
+from lbhash.evaluate.bound import RATIO_SCALE
 from lbhash.reproduce import figures as fig
 from lbhash.reproduce import paper
 from lbhash.reproduce.baselines_summary import baselines_figure, summary_lines
@@ -54,7 +55,7 @@ def bound_section(ctx: ReportContext) -> list[str]:
     fig.trace_plot(lines, ctx.figdir / "bound_per_epoch.png", "mAP vs lower-bound ratio along "
                    "training", "lower-bound ratio min D_inter / max D_intra", "mAP (%)")
     return ctx.image("bound_per_epoch.png", "One point per evaluated epoch, joined in epoch "
-                     "order (circle: first epoch, star: last).") + [
+                     f"order (circle: first epoch, star: last). The ratio's scale: {RATIO_SCALE}.") + [
         md_table(["run", "epochs (count)", "ratio first → last", "mAP % first → last",
                   "Spearman ρ (p)"], rows)]
 

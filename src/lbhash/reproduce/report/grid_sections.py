@@ -12,6 +12,7 @@ import time
 
 import numpy as np
 
+from lbhash.evaluate.bound import RATIO_SCALE
 from lbhash.reproduce import figures as fig
 from lbhash.reproduce import paper
 from lbhash.reproduce.report.context import ReportContext, cell, md_table, num, pval, signed
@@ -150,7 +151,7 @@ def ratio_section(ctx: ReportContext) -> list[str]:
                     [f"{b} bits" for b in bits], note)
     lines = ctx.image("map_vs_ratio.png", f"mAP against the lower-bound ratio, one point per "
                       f"run of grid.csv ({fit.n} points; {excluded}). Line: OLS fit; band: 95% "
-                      "confidence band of the mean response.")
+                      f"confidence band of the mean response. The ratio's scale: {RATIO_SCALE}.")
     lines += [f"OLS over {fit.n} runs: slope {fit.slope:.3f} mAP points per unit of ratio (95% "
               f"CI {fit.slope_ci[0]:.3f} to {fit.slope_ci[1]:.3f}), intercept {fit.intercept:.3f} "
               f"(95% CI {fit.intercept_ci[0]:.3f} to {fit.intercept_ci[1]:.3f}); Pearson r = "

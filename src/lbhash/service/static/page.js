@@ -52,7 +52,8 @@ async function loadAbout() {
       ["run bits", String(run.bits)], ["run data", run.data],
       ["mAP", run.map !== null && run.map !== undefined ? `${fmt(run.map)} (mAP@${run.topk}, ${run.n_query} queries`
         + (typeof run.chance_map === "number" ? `; a random ranking: ${fmt(run.chance_map, 3)})` : ")") : "not measured"],
-      ["lower bound", lb ? `min D_inter ${fmt(lb.min_inter, 2)} / max D_intra ${fmt(lb.max_intra, 2)} = ${fmt(lb.ratio)}` : "not measured"]]);
+      ["lower bound", lb ? `min D_inter ${fmt(lb.min_inter, 2)} / max D_intra ${fmt(lb.max_intra, 2)} = ${fmt(lb.ratio)}`
+        + (lb.scale ? ` (${lb.scale})` : "") : "not measured"]]);
     if (run.pr_curve) { $("pr").hidden = false; $("pr-plot").replaceChildren(prPlot(run.pr_curve)); }
   } else {
     facts($("run-info"), [["run", kind ? `an encoder for ${kind}` : "none attached (codes and items only)"]]);
