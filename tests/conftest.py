@@ -90,20 +90,18 @@ def input_files(tmp_path):
     return tmp_path
 
 
-_TRAINERS_BUILT = [0]
 _TRAININGS_BY_FILE: dict[str, int] = {}
 
 
 @pytest.fixture(autouse=True, scope="session")
 def count_trainings():
-    """Counts the trainers this test process builds (each is one training), for the summary."""
+    """Counts the trainers this test process builds (each is one training), by test file."""
     from lbhash.train.loop import Trainer
 
     init = Trainer.__init__
 
     def counted(self, *args, **kwargs):
-        _TRAINERS_BUILT[0] += 1
-        test = os.environ.get("PYTEST_CURRENT_TEST", "?").split("::")[0]
+        test = Path(os.environ.get("PYTEST_CURRENT_TEST", "?").split("::")[0]).name
         _TRAININGS_BY_FILE[test] = _TRAININGS_BY_FILE.get(test, 0) + 1
         init(self, *args, **kwargs)
 
@@ -112,7 +110,19 @@ def count_trainings():
     Trainer.__init__ = init
 
 
+def pytest_sessionfinish(session):
+    workeroutput = getattr(session.config, "workeroutput", None)  # a pytest-xdist worker reports its own
+    if workeroutput is not None:
+        workeroutput["trainings"] = dict(_TRAININGS_BY_FILE)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):  # pytest-xdist's controller: add up a worker's count
+    for test, count in getattr(node, "workeroutput", {}).get("trainings", {}).items():
+        _TRAININGS_BY_FILE[test] = _TRAININGS_BY_FILE.get(test, 0) + count
+
+
 def pytest_terminal_summary(terminalreporter):
-    most = sorted(_TRAININGS_BY_FILE.items(), key=lambda item: -item[1])[:5]
-    terminalreporter.write_line(f"trainings in the test process: {_TRAINERS_BUILT[0]} (subprocesses not counted; "
-                                "most: " + ", ".join(f"{Path(f).name} {n}" for f, n in most) + ")")
+    most = sorted(_TRAININGS_BY_FILE.items(), key=lambda item: -item[1])
+    terminalreporter.write_line(f"trainings in the test processes: {sum(_TRAININGS_BY_FILE.values())} (subprocesses "
+                                "not counted; by file: " + ", ".join(f"{f} {n}" for f, n in most) + ")")
