@@ -89,6 +89,9 @@ class TrainConfig(BaseModel):
     centers: Literal[CENTER_KINDS] = option("auto", "Center generator.", f"one of {', '.join(CENTER_KINDS)}")
     canonical_centers: bool = option(False, "Use the generator's canonical center set instead of a seeded "
                                             "relabelling of it.", "true or false")
+    neighbourhood_weight: float = option(
+        0.0, "Weight of the term keeping the input features' neighbourhoods in the code (any method, with or "
+             "without _D; 0: off; docs/methods.md).", "a number >= 0", ge=0)
     lbhash_weight: float | None = option(None, "lambda: the weight of L_theta.", "a positive number",
                                          shown="the method's", gt=0)
     lbhash_reduction: Literal[REDUCTIONS] | None = option(
@@ -235,6 +238,9 @@ def _check_closed_form(cfg: TrainConfig) -> None:
         kind = "an unsupervised baseline" if not method_class(name).needs_labels else "a baseline"
         raise InputError(f"method {name} is {kind} fitted in closed form: it has no gradient loss for "
                          "the _D objective (--lbhash) to join")
+    if cfg.neighbourhood_weight:
+        raise InputError(f"method {name} is fitted in closed form: it has no gradient loss for the "
+                         "neighbourhood term (neighbourhood_weight) to join")
     if cfg.epochs not in (None, 1):
         raise InputError(f"method {name} is fitted in closed form in one pass: epochs must be 1, got {cfg.epochs}")
     if cfg.hidden:
