@@ -236,7 +236,7 @@ def test_each_part_reads_its_own_option_set_of_a_config():
         == ([32], 64, 40)
     # no option set shares a field with another: each option has one owner
     sets = [b for b in TrainConfig.__mro__ if b.__name__.endswith("Options") and b.__name__ != "Options"]
-    assert len(sets) == 8 and sum(len(b.__annotations__) for b in sets) == len(TrainConfig.model_fields)
+    assert len(sets) >= 8 and sum(len(b.__annotations__) for b in sets) == len(TrainConfig.model_fields)
 
 
 def test_an_option_set_refuses_a_bad_value_in_one_line():

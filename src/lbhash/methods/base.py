@@ -91,6 +91,7 @@ class HashLoss(nn.Module):
     uses_centers: ClassVar[bool] = False       # needs class centers (lbhash.centers)
     majority_targets: ClassVar[bool] = False   # a multi-label item's target: its centers' bitwise majority
     needs_labels: ClassVar[bool] = True        # False: unsupervised, trains on unlabelled items
+    needs_features: ClassVar[bool] = False     # its loss reads the head's inputs: compute_loss(..., features=)
     closed_form: ClassVar[bool] = False        # fitted in one pass (`fit_projection`), no gradient steps
     lbhash_mode: ClassVar[str] = "add"         # how the _D objective combines with the loss
     recipe: ClassVar[Recipe] = Recipe()
@@ -107,18 +108,22 @@ class HashLoss(nn.Module):
             raise InputError(f"method {self.name} keeps a memory bank of every training item and "
                              "needs the training-set size (num_train)")
 
-    def forward(self, u: torch.Tensor, labels: torch.Tensor, index: torch.Tensor | None) -> LossOutput:
+    def forward(self, u: torch.Tensor, labels: torch.Tensor, index: torch.Tensor | None,
+                features: torch.Tensor | None = None) -> LossOutput:
+        """`features`: the batch's hash-head inputs (B, d), for methods that `needs_features`."""
         self._check_shapes(u, labels)
         if self.needs_index:
             index = self._check_index(index, len(u))
+        extra = {"features": self._check_features(features, len(u))} if self.needs_features else {}
         # Losses run in full precision even under mixed-precision training.
         with torch.autocast(u.device.type, enabled=False):
             u = u if u.dtype == torch.float64 else u.float()
-            return loss_output(self.compute_loss(u, labels, index))
+            return loss_output(self.compute_loss(u, labels, index, **extra))
 
     def compute_loss(self, u: torch.Tensor, labels: torch.Tensor,
                      index: torch.Tensor | None) -> dict[str, torch.Tensor]:
-        """The method's formula: named, weighted loss parts of u (float32 or float64)."""
+        """The method's formula: named, weighted loss parts of u (float32 or float64). A method
+        that `needs_features` also takes them: compute_loss(u, labels, index, features)."""
         raise NotImplementedError
 
     def use_tie_center(self, center: torch.Tensor) -> None:
@@ -144,6 +149,13 @@ class HashLoss(nn.Module):
             raise InputError(f"method {self.name}: index values must lie in [0, {self.num_train}), got "
                              f"min {int(index.min())}, max {int(index.max())}")
         return index
+
+    def _check_features(self, features: torch.Tensor | None, batch: int) -> torch.Tensor:
+        if features is None:
+            raise InputError(f"method {self.name} learns from the hash head's input features; none were given")
+        if features.dim() != 2 or len(features) != batch:
+            raise InputError(f"method {self.name}: features must have shape ({batch}, d), got {tuple(features.shape)}")
+        return features
 
     def on_epoch_start(self, epoch: int) -> None:
         """Called before each epoch (0-based), e.g. for continuation schedules."""

@@ -166,13 +166,14 @@ class LowerBoundObjective(nn.Module):
 
     # --- losses ---------------------------------------------------------------------------------
 
-    def forward(self, u: torch.Tensor, labels: torch.Tensor, index: torch.Tensor) -> LossOutput:
-        return self.losses(u, labels, index)[0]
+    def forward(self, u: torch.Tensor, labels: torch.Tensor, index: torch.Tensor,
+                features: torch.Tensor | None = None) -> LossOutput:
+        return self.losses(u, labels, index, features)[0]
 
-    def losses(self, u: torch.Tensor, labels: torch.Tensor, index: torch.Tensor
-               ) -> tuple[LossOutput, tuple[torch.Tensor, torch.Tensor]]:
-        """(the theta loss, (L_pi, pattern accuracy))."""
-        parts = dict(self.base(u, labels, index).parts)
+    def losses(self, u: torch.Tensor, labels: torch.Tensor, index: torch.Tensor,
+               features: torch.Tensor | None = None) -> tuple[LossOutput, tuple[torch.Tensor, torch.Tensor]]:
+        """(the theta loss, (L_pi, pattern accuracy)); `features` go to the base method."""
+        parts = dict(self.base(u, labels, index, features).parts)
         if self.mode == "replace":
             parts.pop(self.base.center_part)
         l = u if self.assignment == "contiguous" else u.index_select(1, self.order)

@@ -76,8 +76,12 @@ class HashModel(nn.Module):
         """Whether `x` is a batch of the frozen backbone's features rather than images."""
         return self.freeze_backbone and x.ndim == 2 and x.shape[1] == self.head.in_features
 
+    def head_inputs(self, x: torch.Tensor) -> torch.Tensor:
+        """What the head reads: the backbone's features of x (x itself when it already is them)."""
+        return x if self.takes_features(x) else self.backbone(x)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(x if self.takes_features(x) else self.backbone(x))
+        return self.head(self.head_inputs(x))
 
 
 def create_feature_model(in_features: int, bits: int, hidden: Sequence[int] = (1024,),

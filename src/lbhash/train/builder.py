@@ -20,9 +20,10 @@ from lbhash.centers import generate_centers
 from lbhash.data import HashDataset, InputOptions, Split, carve_validation, load_data, make_split
 from lbhash.data.feature_cache import FrozenFeatures, with_frozen_features
 from lbhash.errors import InputError
-from lbhash.methods import HashLoss, LowerBoundObjective, available_methods, create_method, method_class
+from lbhash.methods import HashLoss, LowerBoundObjective, available_methods, create_method, loss_output, method_class
 from lbhash.methods.csq import tie_center
 from lbhash.methods.lower_bound import ObjectiveOptions
+from lbhash.methods.neighbourhood import neighbourhood_distillation
 from lbhash.models import HashModel, create_feature_model, create_image_model
 from lbhash.surrogate import BlockSurrogate
 from lbhash.train.config import RunConfig, TrainConfig
@@ -34,12 +35,16 @@ class Learner(nn.Module):
 
     label_columns: the classes the objective knows (protocol unseen:K trains on all but K);
     the label rows of a batch are cut to them before the loss. None: every class.
+    neighbourhood_weight: above 0, the loss gains the part `neighbourhood`, this weight times
+    `neighbourhood_distillation` of the head's inputs and u (lbhash.methods.neighbourhood),
+    whatever the method and with or without _D.
     """
 
     def __init__(self, model: HashModel, objective: HashLoss | LowerBoundObjective,
-                 label_columns: np.ndarray | None = None):
+                 label_columns: np.ndarray | None = None, neighbourhood_weight: float = 0.0):
         super().__init__()
         self.model, self.objective = model, objective
+        self.neighbourhood_weight = float(neighbourhood_weight)
         columns = None if label_columns is None else torch.as_tensor(label_columns, dtype=torch.long)
         # not persistent: the split (split.npz) records the classes, checkpoints stay as they were
         self.register_buffer("label_columns", columns, persistent=False)
@@ -53,11 +58,18 @@ class Learner(nn.Module):
 
     def forward(self, x: torch.Tensor, labels: torch.Tensor, index: torch.Tensor):
         """(u, the theta loss, (L_pi, pattern accuracy) or None without the _D objective)."""
-        u = self.model(x)
+        features = self.model.head_inputs(x)
+        u = self.model.head(features)
         labels = self.objective_labels(labels)
+        features = features.detach()  # a fixed teacher: the features' neighbourhoods
         if self.lower_bound is None:
-            return u, self.objective(u, labels, index), None
-        out, pi = self.lower_bound.losses(u, labels, index)
+            out, pi = self.objective(u, labels, index, features), None
+        else:
+            out, pi = self.lower_bound.losses(u, labels, index, features)
+        if self.neighbourhood_weight:
+            with torch.autocast(u.device.type, enabled=False):
+                term = neighbourhood_distillation(features.float(), u.float())
+            out = loss_output({**out.parts, "neighbourhood": self.neighbourhood_weight * term})
         return u, out, pi
 
     def theta_parameters(self) -> list[nn.Parameter]:
@@ -165,6 +177,10 @@ def build_experiment(cfg: TrainConfig, split: Split | None = None,
     cls = method_class(cfg.method)
     if cls.single_label_only and dataset.multi_label:
         raise InputError(f"method {cfg.method} is single-label only, but {dataset.name} is multi-label")
+    if (cls.needs_features or cfg.neighbourhood_weight) and cfg.input_kind == "images" and not cfg.freeze_backbone:
+        who = f"method {cfg.method}" if cls.needs_features else f"neighbourhood_weight {cfg.neighbourhood_weight:g}"
+        raise InputError(f"{who} keeps the neighbourhoods of fixed input features: train on feature data or "
+                         "with --freeze-backbone, not on a backbone that learns")
     if cls.needs_labels and dataset.num_classes == 0:
         free = ", ".join(m for m in available_methods() if not method_class(m).needs_labels)
         raise InputError(f"method {cfg.method} learns from labels, but {dataset.name} has none "
@@ -192,7 +208,8 @@ def build_experiment(cfg: TrainConfig, split: Split | None = None,
     objective = build_objective(cfg, centers, num_classes, len(split.train), dataset.multi_label)
     if cls.closed_form:
         objective.check_fit_inputs(len(split.train), cfg.input_dim)
-    return Experiment(cfg, dataset, split, evaluation_topk(cfg, split), Learner(model, objective, columns), skipped)
+    learner = Learner(model, objective, columns, cfg.neighbourhood_weight)
+    return Experiment(cfg, dataset, split, evaluation_topk(cfg, split), learner, skipped)
 
 
 def _check_classes(cfg: RunConfig, dataset: HashDataset, split: Split, learns_classes: bool) -> None:

@@ -27,6 +27,7 @@ from lbhash.errors import InputError
 from lbhash.methods import method_class, method_defaults
 from lbhash.methods.defaults import LBHASH_OPTIONS
 from lbhash.methods.lower_bound import ObjectiveOptions
+from lbhash.methods.neighbourhood import NeighbourhoodOptions
 from lbhash.methods.options import MethodOptions
 from lbhash.models.options import ModelOptions
 from lbhash.options import option
@@ -39,8 +40,8 @@ METHOD_FIELDS = ("epochs", "batch_size", "optimizer", "lr", "weight_decay", "lr_
 
 
 # the fields come in the reverse order of the bases: data, method, recipe, centers, objective, ...
-class TrainConfig(RuntimeOptions, ModelOptions, SurrogateOptions, ObjectiveOptions, CenterOptions,
-                  RecipeOptions, MethodOptions, DataOptions):
+class TrainConfig(RuntimeOptions, ModelOptions, SurrogateOptions, ObjectiveOptions, NeighbourhoodOptions,
+                  CenterOptions, RecipeOptions, MethodOptions, DataOptions):
     """Everything a user chooses for a run. None means "the method's (or the data set's) default"."""
 
     @model_validator(mode="after")
@@ -91,6 +92,9 @@ def _check_closed_form(cfg: TrainConfig) -> None:
         kind = "an unsupervised baseline" if not method_class(name).needs_labels else "a baseline"
         raise InputError(f"method {name} is {kind} fitted in closed form: it has no gradient loss for "
                          "the _D objective (--lbhash) to join")
+    if cfg.neighbourhood_weight:
+        raise InputError(f"method {name} is fitted in closed form: it has no gradient loss for the "
+                         "neighbourhood term (neighbourhood_weight) to join")
     if cfg.epochs not in (None, 1):
         raise InputError(f"method {name} is fitted in closed form in one pass: epochs must be 1, got {cfg.epochs}")
     if cfg.hidden:

@@ -1,0 +1,101 @@
+"""Keeping the input features' neighbourhoods in the code: one loss, two uses (docs/methods.md,
+"Codes for classes nobody trained on").
+
+`neighbourhood_distillation(features, u)` compares, for every item of a batch, two
+distributions over the batch's other items: the teacher's, a softmax of the features' cosine
+similarities at a low temperature (it puts its mass on the item's nearest neighbours), and
+the student's, a softmax of the relaxed Hamming similarities `tanh(u_i) . tanh(u_j) / bits` (in
+[-1, 1]) at a higher one. The loss is the mean over items of KL(teacher || student): zero when
+the code's in-batch neighbour distribution is the features' one. It is listwise distillation
+of a ranking (in the spirit of relational and similarity-preserving knowledge distillation,
+Park et al. CVPR 2019, Tung and Mori ICCV 2019, applied to codes) rather than GreedyHash's or
+Bi-half's unsupervised regression of the code similarities onto the cosines: on a validation
+split of the CIFAR-10 MobileNet features the regression barely moved ITQ's codes, the KL with a
+sharp teacher lifted them above float kNN (docs/results/beyond).
+
+- `distill` (registered here) is a method without labels whose whole loss is this term: a
+  learned label-free code that keeps float kNN's ranking.
+- Any other method, with or without `_D`, adds it with a weight (`neighbourhood_weight`, the
+  learner's `neighbourhood` part): class centers pull codes together, this term keeps what
+  told the features' neighbours apart, which is what classes never trained on need.
+
+The features are the hash head's inputs, detached (for feature data, the standardised
+vectors), so the teacher is fixed by the data.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from lbhash.errors import InputError
+from lbhash.methods.base import HashLoss, Recipe, register_method
+from lbhash.options import Options, option
+
+# Chosen on a validation split (10% of the training items of each class, CIFAR-10 MobileNet
+# features, protocol cifar10, 64 bits, seed 0; docs/results/beyond/README.md).
+TEACHER_TEMPERATURE = 0.03
+STUDENT_TEMPERATURE = 0.5
+
+
+class NeighbourhoodOptions(Options):
+    """The weight of the neighbourhood term that any method may add (0: off)."""
+
+    neighbourhood_weight: float = option(
+        0.0, "Weight of the term keeping the input features' neighbourhoods in the code (any method, with or "
+             "without _D; 0: off; docs/methods.md).", "a number >= 0", ge=0)
+
+
+def neighbourhood_distillation(features: torch.Tensor, u: torch.Tensor,
+                               teacher_temperature: float = TEACHER_TEMPERATURE,
+                               student_temperature: float = STUDENT_TEMPERATURE) -> torch.Tensor:
+    """mean_i KL(p_i || q_i) over a batch of at least 2 items, with j != i:
+    p_ij = softmax_j(cos(f_i, f_j) / teacher_temperature),
+    q_ij = softmax_j((tanh(u_i) . tanh(u_j) / bits) / student_temperature).
+    Gradients reach u only."""
+    if len(u) < 2:
+        return u.sum() * 0.0  # no neighbour in the batch: nothing to keep
+    f = F.normalize(features.detach().to(u.dtype), dim=1)
+    h = torch.tanh(u)
+    others = ~torch.eye(len(u), dtype=torch.bool, device=u.device)
+    teacher = (f @ f.T / teacher_temperature)[others].view(len(u), -1)
+    student = (h @ h.T / (u.shape[1] * student_temperature))[others].view(len(u), -1)
+    log_p, log_q = F.log_softmax(teacher, dim=1), F.log_softmax(student, dim=1)
+    return (log_p.exp() * (log_p - log_q)).sum(1).mean()
+
+
+def _check_temperature(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise InputError(f"method distill: {name} must be a positive number, got {value!r}")
+    return float(value)
+
+
+# Label-free: no labels to select an epoch on, so no validation split; 30 epochs of batches of
+# 512 (a neighbour distribution needs neighbours in the batch) at a constant rate.
+DISTILL_RECIPE = Recipe(lr_step=0, epochs=30, batch_size=512, validation=0.0, eval_every=10)
+
+
+@register_method
+class Distill(HashLoss):
+    """L = neighbourhood_distillation(features, u): the code's in-batch neighbours, the features'."""
+
+    name = "distill"
+    display_name = "Distill"
+    description = ("Label-free: the features' cosine neighbourhoods distilled into Hamming similarities "
+                   "(KL of in-batch neighbour distributions)")
+    needs_labels = False
+    needs_features = True
+    recipe = benchmark_recipe = recommended_recipe = DISTILL_RECIPE
+
+    def __init__(self, bits: int, num_classes: int, num_train: int | None = None, centers=None,
+                 multi_label: bool = False, teacher_temperature: float = TEACHER_TEMPERATURE,
+                 student_temperature: float = STUDENT_TEMPERATURE):
+        super().__init__(bits, num_classes, num_train, centers, multi_label)
+        self.teacher_temperature = _check_temperature("teacher_temperature", teacher_temperature)
+        self.student_temperature = _check_temperature("student_temperature", student_temperature)
+
+    def compute_loss(self, u, labels, index, features=None):
+        return {"distillation": neighbourhood_distillation(features, u, self.teacher_temperature,
+                                                           self.student_temperature)}
