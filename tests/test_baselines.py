@@ -136,7 +136,7 @@ def run(*args):
     return CliRunner().invoke(main, [str(a) for a in args])
 
 
-@pytest.mark.parametrize("method", ["lsh", "pca", "itq", "linear"])
+@pytest.mark.parametrize("method", [pytest.param(m, marks=pytest.mark.slow) for m in ("lsh", "pca", "linear")] + ["itq"])
 def test_baseline_runs_are_deterministic_loadable_and_indexable(method, tmp_path):
     first, second = tmp_path / "a", tmp_path / "b"
     for out in (first, second):

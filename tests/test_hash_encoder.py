@@ -9,6 +9,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 from scipy import sparse
+from sklearn.base import clone
 
 from lbhash import HashEncoder, InputError
 from lbhash.cli import main
@@ -255,6 +256,7 @@ def test_set_params_refuses_unknown_names_as_scikit_learn_does():
     with pytest.raises(InputError, match="invalid parameter 'data'"):  # fit trains on its arrays
         enc.set_params(data="digits")
     assert enc.get_params()["bits"] == 16 and "nosuch" not in enc.get_params()
+    assert clone(enc).get_params() == enc.get_params()  # scikit-learn's clone rebuilds it from its parameters
     assert enc.set_params(bits=32, lr=1e-4).get_params()["lr"] == 1e-4 and enc.bits == 32
     # values are checked by fit, never by __init__ or set_params (scikit-learn's rule)
     odd = HashEncoder(method=-1, bits="helloworld", lr=[1]).set_params(seed={}, hidden=3.0)

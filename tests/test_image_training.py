@@ -43,6 +43,7 @@ def cache_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("LBHASH_CACHE_DIR", str(tmp_path / "cache"))
 
 
+@pytest.mark.slow  # 4 epochs; test_encode_reproduces_the_runs_database_codes trains the same data fast
 def test_small_cnn_trains_on_real_pixels(tree, tmp_path):
     out = tmp_path / "run"
     metrics = train_and_evaluate(TrainConfig(data=f"images:{tree}", epochs=4, **FAST), out)

@@ -144,7 +144,9 @@ def test_closed_form_fit_contract(name, multi_label):
         np.testing.assert_array_equal(fit.weight, blind.weight)
 
 
-@pytest.mark.parametrize("name", available_methods())
+# end to end for every variant in make test-slow; make test trains CSQ, CSQ_D and ITQ (and refuses ITQ_D)
+@pytest.mark.parametrize("name", [n if n in ("csq", "itq") else pytest.param(n, marks=pytest.mark.slow)
+                                  for n in available_methods()])
 @pytest.mark.parametrize("lbhash", [False, True])
 def test_every_variant_trains_on_multi_label_data(name, lbhash, tmp_path, monkeypatch):
     """Scene-like multi-label data (tiny, built here), end to end through the CLI."""

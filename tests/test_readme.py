@@ -377,9 +377,9 @@ def test_make_inputs_as_the_readme_describes(tmp_path):
             np.testing.assert_array_equal(q[c], test_rows[test_labels == c][0])
 
 
+@pytest.mark.slow  # test_readme_runs_in_order runs them too; this one needs only the digits set
 def test_readme_python_blocks(tmp_path, monkeypatch, capfd):
-    """The fast subset (make test): the Python blocks alone, in order, in one namespace. They
-    need only the digits set."""
+    """The Python blocks alone, in order, in one namespace. They need only the digits set."""
     monkeypatch.chdir(tmp_path)
     namespace = {"__name__": "__readme__"}
     blocks = [b for b in BLOCKS if b.runs_as_python]

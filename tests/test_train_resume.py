@@ -79,9 +79,9 @@ def test_two_plus_two_epochs_equal_four(tmp_path):
 
 @pytest.mark.parametrize("schedule, first, total, rates", [
     # a constant rate stays constant (checkpoints once stored epochs + 1 as its step)
-    (dict(lr_step=0), 1, 3, [1.0, 1.0, 1.0]),
+    pytest.param(dict(lr_step=0), 1, 3, [1.0, 1.0, 1.0], marks=pytest.mark.slow),
     # a warm-up of 2 epochs rises linearly, (e + 1) / 2, then the step schedule holds
-    (dict(lr_step=0, warmup_epochs=2), 1, 3, [0.5, 1.0, 1.0]),
+    pytest.param(dict(lr_step=0, warmup_epochs=2), 1, 3, [0.5, 1.0, 1.0], marks=pytest.mark.slow),
     # after a warm-up the steps count from its end: x0.1 every 2 epochs from epoch 2
     (dict(lr_step=2, lr_gamma=0.1, warmup_epochs=1), 2, 4, [1.0, 1.0, 1.0, 0.1]),
 ])
@@ -150,7 +150,8 @@ def test_epochs_without_resume_is_refused_in_python(tmp_path):
         train(TrainConfig(**FAST, epochs=1), tmp_path / "run", epochs=2)
 
 
-@pytest.mark.parametrize("topk, label", [("1497", "all"), ("all", "all"), ("100", "100")])
+@pytest.mark.parametrize("topk, label", [("1497", "all"), pytest.param("all", "all", marks=pytest.mark.slow),
+                                         ("100", "100")])
 def test_training_lines_and_table_name_r_alike(tmp_path, topk, label):
     # digits: 1497 database items, so R = 1497 is the whole database
     result = cli("train", *FAST_TRAIN[:-1], "--epochs", "2", "--eval-every", "1", "--topk", topk,
