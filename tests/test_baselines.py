@@ -184,7 +184,7 @@ def test_supervised_methods_need_labels():
     x, _ = blobs(60, 20)
     for method in ("linear", "csq"):
         with pytest.raises(InputError, match=f"method {method} learns from labels, but arrays has none "
-                                             r"\(methods without labels: itq, lsh, pca\)"):
+                                             r"\(methods without labels: distill, itq, lsh, pca\)"):
             HashEncoder(method=method, bits=16).fit(x)
 
 

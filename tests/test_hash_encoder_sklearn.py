@@ -31,7 +31,7 @@ NOT_APPLICABLE = {
     "check_dtype_object": "features must have a numeric dtype: object arrays (of numbers or strings) are "
                           "refused, never converted",
     "check_requires_y_none": "y=None with a supervised method is refused with a message that lists the "
-                             "methods that learn without labels (lsh, pca, itq)",
+                             "methods that learn without labels (distill, itq, lsh, pca)",
 }
 
 TINY = HashEncoder(method="csq", bits=8, epochs=1, hidden=[8], centers="hadamard", lr_step=0)

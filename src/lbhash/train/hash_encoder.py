@@ -156,7 +156,7 @@ class HashEncoder(TransformerMixin, BaseEstimator):
     def fit(self, X, y=None, eval_set: tuple | None = None, run_dir: str | Path | None = None) -> "HashEncoder":
         """Train on (X, y). `eval_set=(X_val, y_val)`: items searched among the training items
         for the final metrics (`metrics_`), never seen during training. y=None (no labels)
-        suits the unsupervised methods only (lsh, pca, itq). Training happens in memory and
+        suits the methods that learn without labels only (lsh, pca, itq, distill). Training happens in memory and
         writes nothing; `run_dir` trains into that run directory instead (a checkpoint per
         epoch, resumable with `lbhash train --resume` where the data is a file)."""
         for key in FIT_DATA:
