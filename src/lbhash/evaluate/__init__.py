@@ -14,7 +14,7 @@ import importlib
 _HOMES = {
     "asymmetric_map": "asymmetric", "rank_asymmetric": "asymmetric",
     "LowerBound": "bound", "lower_bound": "bound", "chance_map": "chance",
-    "evaluate_codes": "report", "format_metrics": "report", "map_label": "report",
+    "evaluate_codes": "report", "format_metrics": "formatting", "map_label": "formatting",
     **{name: "retrieval" for name in ("DEFAULT_KS", "PRCurve", "PrecisionAtK", "RadiusPrecision",
                                       "average_precision", "classifier_accuracy", "knn_accuracy",
                                       "mean_average_precision", "precision_at_k", "precision_recall_curve",
