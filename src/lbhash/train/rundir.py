@@ -266,23 +266,19 @@ def model_identity(run_dir: str | Path) -> dict:
 
 
 def load_run_model(run_dir: str | Path) -> tuple[HashModel, TrainConfig]:
-    """The trained hash model of a run (the epoch it selected, else its last checkpoint) and the
-    run's config. Only the files it reads are verified: a model's checkpoint.pt also holds the
-    optimizer state, which can be several times the weights of best.pt."""
+    """The trained hash model of a run (its last checkpoint) and the run's config."""
     run_dir = Path(run_dir)
     check_not_failed(run_dir)
-    verify_files(run_dir, (CONFIG,))
+    verify_files(run_dir, (CONFIG, CHECKPOINT, BEST))
     cfg = load_run_config(run_dir)
     if cfg.input_kind is None:
         raise InputError(f"{run_dir / CONFIG}: no input_kind; the run was written by an older lbhash")
     path = run_dir / CHECKPOINT
     if not path.is_file():
         raise InputError(f"{run_dir}: no {CHECKPOINT} (the run has not finished an epoch)")
-    if cfg.select == "best-val" and (run_dir / BEST).is_file():  # the model the run selected
-        path = run_dir / BEST
-    verify_files(run_dir, (path.name,))
     try:
-        if path.name == BEST:
+        if cfg.select == "best-val" and (run_dir / BEST).is_file():  # the model the run selected
+            path = run_dir / BEST
             weights = torch.load(path, map_location="cpu", weights_only=True)["model"]
         else:
             state = torch.load(path, map_location="cpu", weights_only=True)["learner"]
@@ -324,7 +320,7 @@ class TrainedRun:
 
 
 def read_fitted(run_dir: str | Path) -> Fitted:
-    """The fitted model of a run directory, finished or checkpointed (`HashEncoder.load`)."""
+    """The fitted model of a run directory, finished or checkpointed (`RunEncoder.load`)."""
     model, cfg = load_run_model(run_dir)
     return Fitted(model, cfg, load_input_form(run_dir, cfg), read_log(Path(run_dir) / LOG))
 
