@@ -3,6 +3,7 @@ commands that need no model (`--help`, `search --codes`, `index`, `evaluate`) ne
 
 from __future__ import annotations
 
+import gc
 import logging
 import warnings
 
@@ -41,6 +42,12 @@ def main() -> None:
         logger.setLevel(logging.INFO)
     if not isinstance(warnings.showwarning, _ShowWarning):
         warnings.showwarning = _ShowWarning(warnings.showwarning)
+    # a command's imports (torch, pydantic, FAISS) leave some 300,000 long-lived objects, which the
+    # default thresholds (700, 10, 10) scan in about 400 collections that find no garbage: 0.25 s
+    # of `lbhash encode`'s 2 s start-up, 0.06 s in 2 collections at 100,000 (docs/benchmarks.md#start-up)
+    threshold = gc.get_threshold()
+    gc.set_threshold(100_000, *threshold[1:])
+    click.get_current_context().call_on_close(lambda: gc.set_threshold(*threshold))
 
 
 class _ShowWarning:
