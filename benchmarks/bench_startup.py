@@ -8,9 +8,11 @@ Builds a small codes file and index in a temporary folder and trains a digits ru
 digits rows), then times (median of --repeat fresh processes, wall-clock and CPU seconds)
 `lbhash --help`, `index build`, `index info`, `search --codes` and `evaluate`; then, on the
 run, `train --resume` (finished: nothing to do), `encode` of the 5 rows, `search --features
---run` and `index info`; and `python -c "import torch"` as the reference: a command that
-imports torch takes at least that long. CPU seconds (user + system) approach the wall-clock
-time of an idle machine when the machine is busy.
+--run` and `index info`; and `python -c "import torch"` as the reference. A second line
+times torch's import alone, without the collection Python runs at exit over all of its objects
+(`gc.freeze` at exit, as the `lbhash` command does; lbhash.cli): the least a command that imports
+torch can take. CPU seconds (user + system) approach the wall-clock time of an idle machine
+when the machine is busy.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ RUN_COMMANDS = [["train", "--out", "run", "--resume"],
                 ["search", "run-idx", "--features", "rows5.npy", "--run", "run", "-k", "3"],
                 ["index", "info", "run-idx"]]
 RUN = "import sys; from lbhash.cli import main; main(sys.argv[1:])"
+TORCH_ALONE = "import atexit, gc, torch; atexit.register(gc.freeze)"
 
 
 def children_cpu() -> float:
@@ -85,6 +88,9 @@ def main() -> None:
         setup(work)
         torch_s, torch_cpu = median_seconds(["-c", "import torch"], work, repeat)
         print(f"reference: python -c 'import torch': {torch_s:.2f} s (CPU {torch_cpu:.2f} s)")
+        alone_s, alone_cpu = median_seconds(["-c", TORCH_ALONE], work, repeat)
+        print(f"torch's import without the exit collection: {alone_s:.2f} s ({alone_s / torch_s:.2f} x import torch); "
+              f"CPU {alone_cpu:.2f} s ({alone_cpu / torch_cpu:.2f} x)")
         for command in COMMANDS + RUN_COMMANDS:
             seconds, cpu = median_seconds(["-c", RUN, *command], work, repeat)
             print(f"lbhash {' '.join(command)}: {seconds:.2f} s ({seconds / torch_s:.2f} x import torch); "

@@ -7,7 +7,7 @@ which computes them all for a query/database pair; asymmetric_map and rank_asymm
 by the queries' real-valued outputs (lbhash.evaluate.asymmetric).
 """
 
-import importlib
+from lbhash._lazy import lazy_names
 
 # public name -> its module; imported on first use, so that `lbhash.evaluate.asymmetric` (which
 # search re-ranking needs) does not load the numba kernels of the ranking metrics
@@ -21,15 +21,4 @@ _HOMES = {
                                       "precision_within_radius")},
 }
 __all__ = sorted(_HOMES)
-
-
-def __getattr__(name: str):
-    if name not in _HOMES:
-        raise AttributeError(f"module 'lbhash.evaluate' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"lbhash.evaluate.{_HOMES[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_HOMES})
+__getattr__, __dir__ = lazy_names(__name__, _HOMES, globals())

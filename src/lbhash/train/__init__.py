@@ -22,7 +22,7 @@ HashEncoder front door for arrays.
 - `timing`: time per epoch of several configurations, measured side by side.
 """
 
-import importlib
+from lbhash._lazy import lazy_names
 
 # public name -> its module, imported on first use: a command that only reads a run (`lbhash
 # encode`, `search --run`) imports lbhash.train.<module> without the training loop, Lightning
@@ -31,15 +31,4 @@ _HOMES = {"HashEncoder": "hash_encoder", "TrainConfig": "config", "build_config"
           "load_config_file": "config", "make_config": "config", "resolve_config": "resolve",
           "train": "run", "evaluate_run": "run_metrics"}
 __all__ = sorted(_HOMES)
-
-
-def __getattr__(name: str):
-    if name not in _HOMES:
-        raise AttributeError(f"module 'lbhash.train' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"lbhash.train.{_HOMES[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_HOMES})
+__getattr__, __dir__ = lazy_names(__name__, _HOMES, globals())
