@@ -8,7 +8,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "lbhash"
 # lowest first; modules on one line share a level
 LAYERS = [
-    {"errors", "_io", "arrays", "checks", "cpus", "labels", "limits", "options", "codes", "codes_file", "ranking"},
+    {"errors", "_io", "_lazy", "arrays", "checks", "cpus", "labels", "limits", "options", "codes", "codes_file", "ranking"},
     {"centers"},
     {"surrogate"},
     {"methods"},

@@ -1,5 +1,6 @@
 """The command table of `lbhash`: each command is imported when it runs, `--help` lists them all
-from the table, and the commands that need no model never import torch."""
+from the table, the commands that need no model never import torch, and those that only read
+a trained run import neither Lightning, scikit-learn, numba nor the training loop."""
 
 import subprocess
 import sys
@@ -86,3 +87,35 @@ def test_the_search_layer_loads_neither_torch_nor_the_metric_kernels():
     code = "import sys, lbhash.index, lbhash.cli.search; print(sorted({'torch', 'numba'} & set(sys.modules)))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+READ_ONLY = textwrap.dedent("""
+    import sys
+    from lbhash.cli import main
+    WATCHED = ("lightning", "sklearn", "scipy", "numba", "lbhash.train.loop", "lbhash.train.fit",
+               "lbhash.train.run_training", "lbhash.train.hash_encoder")
+    for args in (["index", "info", "idx"], ["train", "--out", "run", "--resume"],
+                 ["encode", "run", "--data", "features:rows5.npy", "--out", "rows5.npz"],
+                 ["search", "idx", "--features", "rows5.npy", "--run", "run", "-k", "3"]):
+        main(args, standalone_mode=False)
+        print("after", args[0], "loaded", [m for m in WATCHED if m in sys.modules], file=sys.stderr)
+""")
+
+
+def test_commands_that_only_read_a_run_import_only_what_they_use(tmp_path):
+    """Issue 47 item 5, in one process (modules stay loaded, so each line covers the commands
+    before it): a finished run's --resume, encode and search --features --run of a digits run
+    load its model with torch, but not the training stack; a search this small scans with numpy."""
+    from helpers import FAST_TRAIN, cli
+    from lbhash.data import load_digits
+
+    assert cli("train", *FAST_TRAIN, "--epochs", "1", "--out", tmp_path / "run").exit_code == 0
+    assert cli("index", "build", tmp_path / "run", "--out", tmp_path / "idx").exit_code == 0
+    np.save(tmp_path / "rows5.npy", load_digits().x[:5])
+    done = subprocess.run([sys.executable, "-c", READ_ONLY], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [line for line in done.stderr.splitlines() if line.startswith("after ")]
+    assert lines == [f"after {name} loaded []" for name in ("index", "train", "encode", "search")], done.stderr
+    assert "nothing to do" in done.stderr and (tmp_path / "rows5.npz").is_file()
+    assert done.stdout.count(": 3 results") == 5  # the queries were encoded and searched

@@ -8,9 +8,17 @@ import pytest
 from index_reference import (allowed_rows, clustered_codes, hamming, in_range, near_queries,
                              random_codes, split_ranges, tie_aware_recall, top_k)
 from lbhash.errors import InputError
-from lbhash.index import PAD_DISTANCE, PAD_ID, CodeIndex, SparseLabels
+from lbhash.index import PAD_DISTANCE, PAD_ID, CodeIndex, SparseLabels, _engines
 
 BITS = [8, 16, 32, 64, 128]
+
+
+@pytest.fixture(params=["numpy", "ranking"])
+def flat_scan(request, monkeypatch):
+    """A flat search scans with numpy (`small_scan`) or with lbhash.ranking's kernel, whatever
+    its size (by default: numpy up to SMALL_SCAN codes x queries): both must be exact."""
+    monkeypatch.setattr(_engines, "SMALL_SCAN", 1 << 62 if request.param == "numpy" else 0)
+    return request.param
 
 
 def make_data(rng, kind, n, bits):
@@ -33,7 +41,7 @@ def filled(index_kind, bits, codes, ids, labels=None, **params):
 
 @pytest.mark.parametrize("bits", BITS)
 @pytest.mark.parametrize("data", ["random", "clustered"])
-def test_flat_top_k_equals_brute_force_with_tie_order(rng, bits, data):
+def test_flat_top_k_equals_brute_force_with_tie_order(rng, flat_scan, bits, data):
     codes = make_data(rng, data, 600, bits)
     ids = shuffled_ids(rng, 600)
     queries = np.concatenate([codes[:5], make_data(rng, data, 15, bits)])
@@ -46,7 +54,7 @@ def test_flat_top_k_equals_brute_force_with_tie_order(rng, bits, data):
         np.testing.assert_array_equal(dist, ref_d)
 
 
-def test_more_ties_at_kth_distance_than_k_resolved_by_id(rng):
+def test_more_ties_at_kth_distance_than_k_resolved_by_id(rng, flat_scan):
     # 8-bit codes over 2000 items: hundreds of items share each distance
     codes = random_codes(rng, 2000, 8)
     ids = shuffled_ids(rng, 2000)
@@ -60,7 +68,7 @@ def test_more_ties_at_kth_distance_than_k_resolved_by_id(rng):
     np.testing.assert_array_equal(dist, ref_d)
 
 
-def test_padding_value_and_empty_index():
+def test_padding_value_and_empty_index(flat_scan):
     index = CodeIndex(16)
     dist, ids = index.search(np.zeros((2, 2), np.uint8), 3)
     assert (ids == PAD_ID).all() and (dist == PAD_DISTANCE).all() and PAD_DISTANCE == 2**31 - 1
@@ -174,7 +182,7 @@ def test_ivf_untrained_below_threshold_is_exact_then_trains_itself(rng):
 
 @pytest.mark.parametrize("kind", ["flat", "ivf", "multihash"])
 @pytest.mark.parametrize("multilabel", [False, True])
-def test_label_filter(rng, kind, multilabel):
+def test_label_filter(rng, flat_scan, kind, multilabel):
     bits, n = 32, 1500
     codes, which = clustered_codes(rng, n, bits, centers=30, max_flips=2)
     ids = shuffled_ids(rng, n)
@@ -210,7 +218,7 @@ def test_label_filter(rng, kind, multilabel):
 
 
 @pytest.mark.parametrize("kind", ["flat", "ivf", "multihash"])
-def test_label_filter_on_sparse_labels_with_large_ids_matches_brute_force(rng, kind):
+def test_label_filter_on_sparse_labels_with_large_ids_matches_brute_force(rng, flat_scan, kind):
     """Issue 27, item 2: labels are kept sparsely; the filter (an item passes when it holds any
     of the query's classes) stays exact, for class ids up to 65535, in every input form."""
     bits, n, nq = 32, 1200, 40
@@ -298,7 +306,7 @@ def test_sparse_labels_from_lists_sort_and_deduplicate():
 
 
 @pytest.mark.parametrize("kind", ["flat", "ivf", "multihash"])
-def test_add_remove_upsert_then_search(rng, kind):
+def test_add_remove_upsert_then_search(rng, flat_scan, kind):
     bits = 16
     params = {"nlist": 4, "nprobe": 4} if kind == "ivf" else {}
     index = CodeIndex(bits, kind, **params)

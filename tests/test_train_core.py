@@ -13,7 +13,8 @@ from lbhash import HashEncoder, InputError
 from lbhash.codes_file import load_codes_file
 from lbhash.train import TrainConfig
 from lbhash.train.fit import fit
-from lbhash.train.run import train_run, write_run
+from lbhash.train.run import train_run
+from lbhash.train.run_training import write_run
 from lbhash.train.rundir import CHECKPOINT, CODES, load_run_model, read_fitted, read_metrics, verify_finished_run
 
 FAST = dict(data="digits", bits=16, hidden=[32], centers="hadamard", lr_step=0, progress=False)

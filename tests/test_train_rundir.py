@@ -140,7 +140,7 @@ def test_a_diverging_run_stops_with_one_line_and_says_it_failed(tmp_path):
 
 
 def test_a_run_that_fails_after_its_first_write_is_marked_failed(tmp_path, monkeypatch):
-    import lbhash.train.run as run_module
+    import lbhash.train.run_training as run_module
     from lbhash.errors import InputError
 
     def refused(trainer, out):
@@ -156,7 +156,7 @@ def test_a_run_that_fails_after_its_first_write_is_marked_failed(tmp_path, monke
 
 
 def test_a_transient_failure_leaves_a_run_that_resume_continues(tmp_path, monkeypatch):
-    import lbhash.train.run as run_module
+    import lbhash.train.run_training as run_module
 
     real = run_module.write_codes
 

@@ -4,7 +4,7 @@ searching them.
     from lbhash import HashEncoder
     codes = HashEncoder(method="csq", bits=64, lbhash=True).fit(X, y).encode(X_new)
 
-Layers, lowest first; each imports only the layers before it (errors, _io, arrays, checks, cpus,
+Layers, lowest first; each imports only the layers before it (errors, _io, _lazy, arrays, checks, cpus,
 labels, limits, options and ranking sit beside codes at the bottom):
 codes -> centers -> surrogate -> methods -> models -> data -> evaluate -> train -> index -> reproduce -> service -> cli
 """

@@ -51,6 +51,12 @@ def write_codes(path: str | os.PathLike, bits: int | None, parts: dict[str, dict
     _io.save_npz(path, **codes_arrays(bits, parts, topk, str(path), **extra))
 
 
+def stored_labels(multi_label: bool, labels: np.ndarray) -> np.ndarray:
+    """The labels a codes file stores of multi-hot rows: class ids for single-label data,
+    the rows themselves (uint8) otherwise."""
+    return labels.astype(np.uint8) if multi_label else labels.argmax(1).astype(np.int64)
+
+
 def codes_arrays(bits: int | None, parts: dict[str, dict], topk: int | None = None, where: str = "codes",
                  **extra) -> dict[str, np.ndarray]:
     """The arrays of a codes file, checked as a reader checks them (errors name `where`).

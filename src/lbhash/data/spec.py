@@ -41,6 +41,7 @@ class DataKind:
     takes_path: bool
     options: tuple[str, ...] = ()
     summary: str = ""
+    item_sources: bool = False     # its items name their file or member (HashDataset.item_sources)
 
 
 DATA_KINDS: dict[str, DataKind] = {}
@@ -169,10 +170,10 @@ register_data_kind(DataKind("image-array", _load_image_arrays_spec, takes_path=T
                             options=("x", "y", "split", "labels"),
                             summary="images as uint8 arrays (N, H, W[, C]) in an .npz, with labels (MNIST, "
                                     "CIFAR as numpy)"))
-register_data_kind(DataKind("cifar10", _load_cifar10_spec, takes_path=True, options=("cache", "per-class"),
+register_data_kind(DataKind("cifar10", _load_cifar10_spec, takes_path=True, options=("cache", "per-class"), item_sources=True,
                             summary="CIFAR-10: python pickles, a class-folder tree or its tarball"))
-register_data_kind(DataKind("images", _load_images_spec, takes_path=True, options=("cache", "per-class"),
+register_data_kind(DataKind("images", _load_images_spec, takes_path=True, options=("cache", "per-class"), item_sources=True,
                             summary="a class-folder tree (train|test/<class>/* or <class>/*) or its tarball"))
 register_data_kind(DataKind("list", _load_list_spec, takes_path=True, options=("root", "preset", "cache"),
-                            summary="DeepHash list files train.txt, test.txt, database.txt (preset "
+                            item_sources=True, summary="DeepHash list files train.txt, test.txt, database.txt (preset "
                                     "nuswide21 or imagenet100)"))

@@ -7,29 +7,18 @@ which computes them all for a query/database pair; asymmetric_map and rank_asymm
 by the queries' real-valued outputs (lbhash.evaluate.asymmetric).
 """
 
-import importlib
+from lbhash._lazy import lazy_names
 
 # public name -> its module; imported on first use, so that `lbhash.evaluate.asymmetric` (which
 # search re-ranking needs) does not load the numba kernels of the ranking metrics
 _HOMES = {
     "asymmetric_map": "asymmetric", "rank_asymmetric": "asymmetric",
-    "LowerBound": "bound", "lower_bound": "bound", "RATIO_SCALE": "bound", "chance_map": "chance",
-    "evaluate_codes": "report", "format_metrics": "report", "map_label": "report",
+    "LowerBound": "bound", "lower_bound": "bound", "RATIO_SCALE": "formatting", "chance_map": "chance",
+    "evaluate_codes": "report", "format_metrics": "formatting", "map_label": "formatting",
     **{name: "retrieval" for name in ("DEFAULT_KS", "PRCurve", "PrecisionAtK", "RadiusPrecision",
                                       "average_precision", "classifier_accuracy", "knn_accuracy",
                                       "mean_average_precision", "precision_at_k", "precision_recall_curve",
                                       "precision_within_radius")},
 }
 __all__ = sorted(_HOMES)
-
-
-def __getattr__(name: str):
-    if name not in _HOMES:
-        raise AttributeError(f"module 'lbhash.evaluate' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"lbhash.evaluate.{_HOMES[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_HOMES})
+__getattr__, __dir__ = lazy_names(__name__, _HOMES, globals())

@@ -13,8 +13,6 @@ from lbhash.errors import InputError
 
 # Rows of codes compared with the centers at once.
 _ROWS = 1 << 16
-# The ratio's scale, printed beside it (why 4: docs/evaluation.md, "Reading the lower bound").
-RATIO_SCALE = "0: two class centers coincide, above 4: classes fully apart"
 
 
 class LowerBound(NamedTuple):

@@ -17,6 +17,9 @@ import faiss
 import numpy as np
 
 from lbhash.errors import InputError
+from lbhash.index._padding import PAD_DISTANCE
+
+SMALL_SCAN = 1 << 14  # codes x queries that a flat search scans with numpy (FlatEngine.knn)
 
 
 @dataclass
@@ -59,6 +62,20 @@ def ids_to_positions(rows: Rows, ids: np.ndarray) -> np.ndarray:
 def _word_type(width: int):
     """The widest unsigned type whose size divides a code's width in bytes (the scan's word)."""
     return next(t for t in (np.uint64, np.uint32, np.uint16, np.uint8) if width % np.dtype(t).itemsize == 0)
+
+
+def small_scan(codes: np.ndarray, queries: np.ndarray, k: int, allowed: np.ndarray | None):
+    """(distances int32 (nq, k), positions int64 (nq, k)) of the k nearest of `codes` to each
+    query, by numpy: ascending distance, ties by position, and where fewer than k are `allowed`,
+    position -1 at distance PAD_DISTANCE: what FAISS and lbhash.ranking give. It holds nq x n x
+    bytes-per-code bytes at once: for at most SMALL_SCAN codes x queries."""
+    dist = np.bitwise_count(queries[:, None, :] ^ codes[None, :, :]).sum(axis=2, dtype=np.int32)
+    if allowed is not None:
+        dist[:, ~np.asarray(allowed, bool)] = PAD_DISTANCE
+    pos = np.argsort(dist, axis=1, kind="stable")[:, :k]
+    top = np.take_along_axis(dist, pos, axis=1)
+    pos[top == PAD_DISTANCE] = -1
+    return top, pos
 
 
 def _selector(allowed: np.ndarray | None):
@@ -175,21 +192,32 @@ class FlatEngine(Engine):
             self.index.add(codes)
 
     def knn(self, rows: Rows, queries: np.ndarray, k: int, allowed: np.ndarray | None):
+        """The exact top-k: a scan of at most SMALL_SCAN codes x queries with numpy
+        (`small_scan`, about a millisecond), a larger one with lbhash.ranking (`ranked_knn`),
+        whose compiled code takes about 1 s to load once per process: a one-shot search of a
+        small index (`lbhash search`) loads no numba. Both give FAISS's result."""
+        n, nq = len(rows.ids), len(queries)
+        k = min(k, n)
+        if k == 0 or nq == 0:
+            return np.empty((nq, k), np.int32), np.empty((nq, k), np.int64)
+        if n * nq <= SMALL_SCAN:
+            dist, pos = small_scan(rows.codes, queries, k, allowed)
+            return dist, positions_to_ids(rows, pos)
+        return self.ranked_knn(rows, queries, k, allowed)
+
+    def ranked_knn(self, rows: Rows, queries: np.ndarray, k: int, allowed: np.ndarray | None):
         """The scan of lbhash.ranking (a counting sort of the distances; the same result as
         FAISS's heap scan, ties by position, in a quarter of its time on one query of a million
         clustered 64-bit codes). Allocates per thread n // 8 bytes of masks and 8 bytes per item
         of candidates, of which only the candidates' pages are touched, and with a filter 2 bytes
         per item of distances (`nearest_rows_chunk`). The first search in a process loads the
         compiled scan from numba's cache (about 1 s; about 10 s once after an install, when
-        numba compiles it)."""
+        numba compiles it). 1 <= k <= len(rows.ids) and at least one query, as `knn` gives."""
         # numba loads with the first search, not with the index (`index info` and `build` need none)
         from lbhash.ranking import for_query_ranges, nearest_rows_chunk
 
-        n, nq = len(rows.ids), len(queries)
-        k = min(k, n)
+        nq = len(queries)
         dist, pos = np.empty((nq, k), np.int32), np.empty((nq, k), np.int64)
-        if k == 0 or nq == 0:
-            return dist, pos
         word = _word_type(rows.codes.shape[1])
         db, q = np.ascontiguousarray(rows.codes).view(word), np.ascontiguousarray(queries).view(word)
         mask = np.empty(0, bool) if allowed is None else np.ascontiguousarray(allowed, bool)

@@ -264,10 +264,11 @@ class CodeIndex:
 
     def warm(self) -> None:
         """Load the exact scan's compiled code (numba) now, not on the first search that needs
-        it (a flat index's every search; the tail's of any kind): one scan of one code, about
-        1 s once per process (other array types then load in about 20 ms each)."""
+        it (a flat index's search of more than SMALL_SCAN codes x queries; the tail's of any
+        kind): one scan of one code, about 1 s once per process (other array types then load in
+        about 20 ms each)."""
         code = np.zeros((1, self._bits // 8), np.uint8)
-        FlatEngine(self._bits, {}).knn(Rows(np.zeros(1, np.int64), code), code, 1, None)
+        FlatEngine(self._bits, {}).ranked_knn(Rows(np.zeros(1, np.int64), code), code, 1, None)
 
     def labels_of(self, ids) -> list[list[int]]:
         """The class ids of each given item (ascending Python ints), in the order of `ids`."""

@@ -47,13 +47,14 @@ def check_index_model(metadata: dict, run_dir: str | Path, index_dir, force: boo
 
 
 def load_encoder(run_dir: str | Path):
-    """The fitted encoder (lbhash.HashEncoder) of a trained run."""
-    from lbhash.train.hash_encoder import HashEncoder
+    """The fitted encoder of a trained run (lbhash.train.run_encoder.RunEncoder: HashEncoder's
+    attributes and `encode`, without scikit-learn or the training loop)."""
+    from lbhash.train.run_encoder import RunEncoder
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise InputError(f"{run_dir}: no such run directory")
-    return HashEncoder.load(run_dir)
+    return RunEncoder.load(run_dir)
 
 
 def run_codes(run_dir: str | Path, part: str = "database") -> dict:
@@ -88,10 +89,12 @@ def run_data(run_dir: str | Path) -> str | None:
 def item_sources(data_spec: str, ids) -> list[str | None]:
     """Where items of a data set came from (its file or archive member), by position; None
     for ids past its end (items added later) and for data without sources (feature rows)."""
-    from lbhash.data import load_data
+    from lbhash.data import DATA_KINDS, load_data, parse_data_spec
 
-    dataset = load_data(data_spec, labels_required=False)
     ids = [int(i) for i in ids]
+    if not DATA_KINDS[parse_data_spec(data_spec).kind].item_sources:  # feature rows: nothing to load
+        return [None] * len(ids)
+    dataset = load_data(data_spec, labels_required=False)
     inside = [i for i in ids if 0 <= i < len(dataset)]
     found = dataset.item_sources(inside) if inside else None
     where = {} if found is None else dict(zip(inside, found.tolist()))

@@ -29,7 +29,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from lbhash.errors import NotFound
-from lbhash.evaluate.bound import RATIO_SCALE
+from lbhash.evaluate.formatting import RATIO_SCALE
 from lbhash.index.searcher import codes_of
 from lbhash.limits import MAX_ID, THUMBNAIL_SIDE, VIEW_SIDE, check_ids
 from lbhash.service.decode import check_batch, feature_rows, need_searcher, read_uploads

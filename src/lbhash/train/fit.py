@@ -51,7 +51,7 @@ class Prepared:
 class Trained:
     """What `fit` trained, in memory: the fitted model with its config, input contract and
     history; the metrics a run directory's metrics.json would hold; and what that directory's
-    other files would hold (`lbhash.train.run.write_run` writes them): the codes-file arrays of
+    other files would hold (`lbhash.train.run_training.write_run` writes them): the codes-file arrays of
     the split's query and database by part ("all", "seen" under unseen:K), the split, the data
     summary, the last checkpoint's content and the kept epoch's weights (best.pt; None unless
     `select: best-val`)."""

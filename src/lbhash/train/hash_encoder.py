@@ -35,23 +35,17 @@ from sklearn.exceptions import NotFittedError as SklearnNotFittedError
 
 from lbhash.arrays import as_float32, first_nonfinite
 from lbhash.codes import pack
-from lbhash.codes_file import codes_from_arrays, load_codes_file
+from lbhash.codes_file import codes_from_arrays
 from lbhash.data import ArrayDataset, HashDataset, ImageDataset
 from lbhash.data.image_arrays import as_rgb_images
-from lbhash.data.input_form import conform_dataset, conform_features
 from lbhash.errors import InputError
-from lbhash.evaluate import lower_bound
-from lbhash.evaluate.report import jsonable
 from lbhash.labels import as_multihot_pair
 from lbhash.methods import method_class
-from lbhash.train.builder import input_options
 from lbhash.train.config import FIELDS, make_config
-from lbhash.train.encoder import encode
 from lbhash.train.fit import fit as fit_in_memory
-from lbhash.train.run import train_run, write_run
-from lbhash.train.rundir import CODES, CONFIG, METRICS, Fitted, read_fitted, read_metrics
-
-ARRAYS = "arrays"  # the data spec of a run trained by fit: arrays, not a file
+from lbhash.train.run import train_run
+from lbhash.train.run_training import write_run
+from lbhash.train.run_encoder import ARRAYS, RunEncoder, dense_array, eval_set_metrics
 CODE_FORMATS = ("packed", "signs")
 OWN_PARAMS = ("method", "bits", "lbhash", "epochs", "seed", "progress", "code_format")
 FIT_DATA = ("data", "protocol")  # fit trains on its arrays: these options are refused
@@ -62,7 +56,7 @@ class NotFittedError(InputError, SklearnNotFittedError):
     NotFittedError too."""
 
 
-class HashEncoder(TransformerMixin, BaseEstimator):
+class HashEncoder(RunEncoder, TransformerMixin, BaseEstimator):
     """Learn binary hash codes from arrays; encode new arrays into packed codes.
 
     Parameters are TrainConfig options (see docs/training.md): method, bits, lbhash, epochs,
@@ -183,45 +177,11 @@ class HashEncoder(TransformerMixin, BaseEstimator):
         """`fit(X, y, **fit_params)`, then the codes of X (`transform`)."""
         return self.fit(X, y, **fit_params).transform(X)
 
+    # --- load and encode: RunEncoder's -----------------------------------------------------------
+
     @classmethod
-    def load(cls, run_dir: str | Path) -> "HashEncoder":
-        """A fitted encoder from any finished (or checkpointed) run directory."""
-        model_dir = Path(run_dir)
-        if not (model_dir / CONFIG).is_file():
-            raise InputError(f"{model_dir}: not a run directory (no {CONFIG})")
-        fitted = read_fitted(model_dir)
-        metrics = read_metrics(model_dir) if (model_dir / METRICS).is_file() else {}
-        cfg = fitted.config
-        if cfg.data == ARRAYS and cfg.protocol == "given" and "map" in metrics:  # a fit with eval_set
-            metrics = eval_set_metrics(metrics, load_codes_file(model_dir / CODES))
-        enc = cls(method=cfg.method, bits=cfg.bits, lbhash=cfg.lbhash, epochs=cfg.epochs, seed=cfg.seed)
-        return enc._set_fitted(model_dir, fitted, metrics)
-
-    def _set_fitted(self, run_dir: Path | None, fitted: Fitted, metrics: dict[str, Any]) -> "HashEncoder":
-        """The fitted attributes, from a fit or a run directory alike."""
-        self.model_, self.config_, self.input_form_ = fitted.model, fitted.config, fitted.input_form
-        self.bits_, self.input_kind_ = fitted.config.bits, fitted.config.input_kind
-        self.n_features_in_ = fitted.config.input_dim
-        self.run_dir_, self.history_, self.metrics_ = run_dir, fitted.history, metrics
-        return self
-
-    # --- use ----------------------------------------------------------------------------------
-
-    def encode(self, X, batch_size: int | None = None, real: bool = False, json_numbers: bool = False) -> np.ndarray:
-        """Packed uint8 codes (n, bits // 8) of the rows of X (features or images).
-
-        X is an array, or a data set loaded from a file (lbhash.data.load_data). It goes through
-        the run's input contract (`input_form_`, docs/data.md#the-input-contract): rows in the
-        training data's stored form (e.g. quantised uint8) give the codes of those items, and
-        input in another form is converted by its rule or refused. json_numbers: the rows came
-        from JSON, whose integers a float-trained run takes as values.
-
-        real=True: the hash head's real outputs u instead, float32 (n, bits), from the same
-        forward pass; the codes are `pack(to_signs(u))` (lbhash.codes: 0 -> +1). They are what
-        asymmetric ranking and `lbhash.index.rerank_search(index, codes, k, u)` score the codes with."""
-        self._check_fitted("encode")
-        out = self._outputs(X, batch_size, real, json_numbers)
-        return out if real else pack(out)
+    def _unfitted(cls, cfg) -> "HashEncoder":
+        return cls(method=cfg.method, bits=cfg.bits, lbhash=cfg.lbhash, epochs=cfg.epochs, seed=cfg.seed)
 
     def transform(self, X) -> np.ndarray:
         """The codes of the rows of X, as a scikit-learn step: packed uint8 (n, ceil(bits / 8))
@@ -230,11 +190,6 @@ class HashEncoder(TransformerMixin, BaseEstimator):
         _check_code_format(self.code_format)
         signs = self._outputs(X)
         return pack(signs) if self.code_format == "packed" else signs
-
-    def _outputs(self, X, batch_size: int | None = None, real: bool = False, json_numbers: bool = False):
-        """+/-1 int8 codes of the rows of X, or with real=True the head's float32 outputs."""
-        return encode(self.model_, self._inputs(X, json_numbers), None, input_options(self.config_),
-                      batch_size=batch_size, real=real)
 
     def save(self, path: str | Path) -> Path:
         """Write the fitted run as a run directory at `path` (a new directory, written
@@ -261,37 +216,6 @@ class HashEncoder(TransformerMixin, BaseEstimator):
             raise NotFittedError(f"this HashEncoder is not fitted yet: call fit(X, y) or HashEncoder.load(run_dir) "
                                  f"before {what}")
 
-    def _inputs(self, X, json_numbers: bool = False) -> HashDataset:
-        if isinstance(X, HashDataset):
-            return conform_dataset(self.input_form_, X, X.name)
-        arr = _dense(X, "X")
-        if self.input_kind_ == "images":
-            pixels = as_rgb_images(arr, "X", "X")
-            return ImageDataset(np.zeros((len(pixels), 0), bool), None, "X", pixels=pixels)
-        features = conform_features(self.input_form_, arr, "X", json_numbers=json_numbers)
-        return ArrayDataset(features, np.zeros((len(features), 0), bool), None, "X")
-
-
-def eval_set_metrics(metrics: dict[str, Any], query_codes: dict) -> dict[str, Any]:
-    """The metrics of a fit with `eval_set`, named for what they measure: the eval items (the
-    run's queries) searched among the training items (its database). The lower bound is that of
-    the eval codes (`query_codes`: codes.npz's query part): the training items' own codes, which
-    the model has fitted, can sit on their centers (max_intra 0, ratio inf); `history_` keeps
-    their bound per epoch. The names are those of the first release (`n_validation`, protocol
-    "validation"); the share of X held out to choose the epoch is `run.n_held_out`."""
-    out = {k: v for k, v in metrics.items() if k not in ("n_query", "n_db", "lower_bound", "run")}
-    out["n_validation"], out["n_train"] = metrics["n_query"], metrics["n_db"]
-    percentile = metrics.get("lower_bound", {}).get("percentile", 99.9)
-    try:
-        bound = lower_bound(query_codes["query_codes"], query_codes["query_labels"], percentile, query_codes["bits"])
-        out["lower_bound"] = jsonable({"codes": "validation", "percentile": percentile, "min_inter": bound.min_inter,
-                                       "max_intra": bound.max_intra, "ratio": bound.ratio})
-    except InputError:  # fewer than two classes among the eval items: no bound
-        pass
-    out["run"] = {**metrics["run"], "protocol": "validation", "n_validation": metrics["n_query"],
-                  "n_held_out": metrics["run"]["n_validation"]}
-    return out
-
 
 def _check_code_format(code_format: str) -> None:
     if code_format not in CODE_FORMATS:
@@ -308,7 +232,7 @@ def _needs_labels(method: str) -> bool:
 def arrays_dataset(X, y, eval_set: tuple | None = None) -> HashDataset:
     """Training arrays (and the eval_set arrays after them, flagged as test items) as a data set;
     y=None gives items without labels."""
-    X = _dense(X, "X")
+    X = dense_array(X, "X")
     if y is None:  # unlabelled: zero label columns (the builder refuses supervised methods)
         if eval_set is not None:
             raise InputError("eval_set's mAP needs labels: pass y with eval_set=(X_val, y_val)")
@@ -323,7 +247,7 @@ def arrays_dataset(X, y, eval_set: tuple | None = None) -> HashDataset:
     if eval_set is not None:
         if not isinstance(eval_set, (tuple, list)) or len(eval_set) != 2:
             raise InputError("eval_set must be a pair (X_val, y_val)")
-        parts.append((_dense(eval_set[0], "X_val"), np.asarray(eval_set[1]), "X_val", "y_val"))
+        parts.append((dense_array(eval_set[0], "X_val"), np.asarray(eval_set[1]), "X_val", "y_val"))
     images = X.dtype == np.uint8 and X.ndim in (3, 4)
     inputs = [as_rgb_images(x, name, name) if images else _features(x, name) for x, _, name, _ in parts]
     for x, (_, labels, name, label_name) in zip(inputs, parts):
@@ -342,14 +266,6 @@ def arrays_dataset(X, y, eval_set: tuple | None = None) -> HashDataset:
     if images:
         return ImageDataset(labels, is_test, ARRAYS, pixels=x)
     return ArrayDataset(x, labels, is_test, ARRAYS, raw_dtype=str(X.dtype))
-
-
-def _dense(X, name: str) -> np.ndarray:
-    from scipy import sparse
-
-    if sparse.issparse(X):  # np.asarray would make an object array of one matrix
-        raise InputError(f"{name} is a sparse matrix; HashEncoder takes dense arrays ({name}.toarray())")
-    return np.asarray(X)
 
 
 def _features(arr: np.ndarray, name: str) -> np.ndarray:

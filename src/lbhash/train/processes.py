@@ -1,13 +1,15 @@
 """The processes of a run: this process's rank before any process group exists, Lightning
-Fabric on one process or several (`make_fabric`), the clean end of a process group, and the
-check that a GPU accelerator has a GPU. Training (lbhash.train.loop) and encoding a run
-(lbhash.train.run_codes) both start their processes here.
+Fabric on one process or several (`make_fabric`), the processes of an encoding
+(`encoding_processes`: this one alone needs no Lightning), the clean end of a process group,
+and the check that a GPU accelerator has a GPU. Training (lbhash.train.loop) and encoding a
+run (lbhash.train.run_codes) both start their processes here.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 
 import torch
 
@@ -42,6 +44,25 @@ def make_fabric(accelerator: str, devices: int, precision: str, loggers=None):
         # processes share the CPUs: one full intra-op pool each would oversubscribe them
         torch.set_num_threads(max(1, usable_cpus() // fabric.world_size))
     return fabric
+
+
+@dataclass(frozen=True)
+class OneProcess:
+    """This process alone, with what `encode_sharded` and `leave_process_group` read of a
+    Fabric: one device needs no process group, and importing Lightning takes longer than all
+    the rest of `lbhash encode` (docs/benchmarks.md#start-up)."""
+    device: torch.device
+    world_size: int = 1
+    global_rank: int = 0
+    is_global_zero: bool = True
+
+
+def encoding_processes(accelerator: str, devices: int):
+    """The processes that share an encoding: this one alone (`OneProcess`) on one device
+    outside a launcher, else Fabric's (`make_fabric`, which starts the others)."""
+    if devices == 1 and int(os.environ.get("WORLD_SIZE", "1")) == 1:
+        return OneProcess(torch.device("cuda", 0) if accelerator == "gpu" else torch.device("cpu"))
+    return make_fabric(accelerator, devices, "32-true")
 
 
 def process_group_timeout():

@@ -1,12 +1,12 @@
-"""A run directory over the in-memory training core (lbhash.train.fit): open it, train,
-encode, evaluate, finish; and `write_run`, the same files from an in-memory fit.
+"""Train into a run directory (`train`, `train_run`): decide between a new run, a resumed one
+and one with nothing left to train, then hand the run to lbhash.train.run_training.
 
 `train` is the one way to train into a run directory, for `lbhash train`, `reproduce` and
 `HashEncoder.fit(..., run_dir=...)`; `train_run` is the same and also returns what it trained
-(`TrainedRun`). Two steps, under the run's lock: `open_run` decides between a new run and a
-resumed one, checks everything (the core's `prepare`, with the directory as its store), and
-writes a new run's first files; `_train_open_run` trains, writes the codes and the results,
-and marks a run failed where it failed for good.
+(`TrainedRun`). Under the run's lock it checks the request and, for a resumed run, its files;
+a finished run is left as it is and its metrics returned without importing the training stack
+(the loop, Lightning, the metrics' numba kernels), so `lbhash train --out R --resume` on a
+finished run starts fast. Any other run is opened and trained (lbhash.train.run_training).
 
 Run directory: config.yaml (resolved), split.npz, data.json (what was loaded), input.json (the
 input contract: the raw form of the training inputs, lbhash.data.input_form), log.jsonl (one
@@ -18,51 +18,19 @@ no codes.npz, and its metrics.json holds only the run summary.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-import torch
-
-from lbhash._io import atomic_path, write_json
-from lbhash.data import HashDataset, Split, load_split, save_split
-from lbhash.data.input_form import InputForm
+from lbhash.data import HashDataset
 from lbhash.errors import InputError
 from lbhash.train.config import RunConfig, TrainConfig
-from lbhash.train.fit import Trained, announce, as_loaded, prepare, train_to_end
-from lbhash.train.loop import NonFiniteError, Trainer
 from lbhash.train.optim import check_extension
-from lbhash.train.processes import leave_process_group, process_rank
-from lbhash.train.run_codes import save_split_codes, write_codes
-from lbhash.train.run_metrics import finish_run
-from lbhash.train.run_store import RunStore
-from lbhash.train.rundir import (BEST, CHECKPOINT, CODES, CONFIG, INPUT_FORM, LOG, MANIFEST, SPLIT, Fitted,
-                                 check_not_failed, load_input_form, load_run_config, mark_failed, read_metrics,
-                                 reopen_run, run_lock, save_run_config, verify_files, verify_finished_run,
-                                 write_log)
-from lbhash.train.summary import DATA_SUMMARY, notices_to_stderr, result_line
+from lbhash.train.processes import process_rank
+from lbhash.train.rundir import (CHECKPOINT, CODES, CONFIG, MANIFEST, SPLIT, TrainedRun, check_not_failed,
+                                 load_run_config, read_metrics, run_lock, verify_files, verify_finished_run)
+from lbhash.train.summary import notices_to_stderr, result_line
 
 logger = logging.getLogger("lbhash")
-
-
-@dataclass
-class TrainedRun:
-    """What `train_run` gives its caller: the run's metrics (metrics.json), and what this call
-    trained: the fitted model (None when the run had nothing left to train) and the query part
-    of codes.npz (`query_codes`, `query_labels`, `bits`; None without queries)."""
-    metrics: dict[str, Any]
-    fitted: Fitted | None = None
-    query_codes: dict | None = None
-
-
-@dataclass
-class OpenRun:
-    """A run ready to train: its trainer, its config (as config.yaml holds it), its input
-    contract (input.json) and its directory."""
-    trainer: Trainer
-    config: RunConfig
-    input_form: InputForm
-    out: Path
 
 
 def train(cfg: TrainConfig | None, out: str | Path, resume: bool = False,
@@ -110,8 +78,10 @@ def _train(cfg: TrainConfig | None, out: Path, resume: bool, on_epoch_end, progr
             cfg = _resumed_config(out, epochs)
         elif first and (out / CONFIG).exists():
             raise InputError(f"{out} already holds a run: pass --resume to continue it, or choose another --out")
-        run = open_run(cfg, out, resume, epochs, progress, dataset, on_epoch_end)
-        return _train_open_run(run)
+        # the training stack (the loop, the metrics' numba kernels) is imported only to train
+        from lbhash.train.run_training import open_run, train_open_run
+
+        return train_open_run(open_run(cfg, out, resume, epochs, progress, dataset, on_epoch_end))
 
 
 def _check_request(cfg: TrainConfig | None, out: Path, resume: bool, epochs: int | None) -> None:
@@ -124,7 +94,7 @@ def _check_request(cfg: TrainConfig | None, out: Path, resume: bool, epochs: int
         raise InputError("epochs= trains a run further: it needs resume=True (set cfg.epochs for a new run)")
 
 
-# --- opening a run ----------------------------------------------------------------------------
+# --- a run to resume ----------------------------------------------------------------------------
 
 def _nothing_left(out: Path, epochs: int | None) -> bool:
     """Verify the files of a run to resume; True when it has nothing left to train: it is
@@ -140,6 +110,8 @@ def _left_as_it_is(out: Path) -> TrainedRun:
     """A finished run's metrics, with a line saying that it was left as it is; a run that
     stopped after its codes gets its metrics and manifest."""
     if not (out / MANIFEST).is_file():
+        from lbhash.train.run_metrics import finish_run  # evaluates the codes: the metrics' numba kernels
+
         return TrainedRun(finish_run(out))
     cfg, metrics = load_run_config(out), read_metrics(out)
     trained = metrics.get("run", {}).get("epochs_trained", cfg.epochs)
@@ -155,94 +127,3 @@ def _resumed_config(out: Path, epochs: int | None) -> RunConfig:
         check_extension(cfg, epochs, str(out))
         cfg = cfg.replace(epochs=epochs)  # closed-form methods refuse any but 1
     return cfg
-
-
-def open_run(cfg: TrainConfig, out: Path, resume: bool, epochs: int | None, progress: bool | None,
-             dataset: HashDataset | None, on_epoch_end: Callable[[int], None] | None) -> OpenRun:
-    """Build the run's experiment and trainer (`lbhash.train.fit.prepare`, with the run
-    directory as its store); every check happens before the run writes anything. A new run
-    then writes its first files, a resumed one loads its checkpoint, and one trained further
-    (`epochs`) is reopened."""
-    first = process_rank() == 0
-    store = RunStore(out)
-    run = prepare(cfg, load_split(out / SPLIT) if resume else None, dataset, progress, on_epoch_end, store)
-    trainer, saved_cfg, form = run.trainer, run.config, run.input_form
-    if trainer.fabric.is_global_zero and not (out / CONFIG).exists():
-        _write_first_files(out, trainer.exp.split, run.data_summary, form, saved_cfg)
-    trainer.fabric.barrier()
-    store.resume(trainer)
-    if epochs is not None:
-        _reopen(out, trainer)
-    announce(run)
-    if resume and first:  # what the run directory holds (this call's progress= is not written)
-        saved_cfg = load_run_config(out)
-        form = load_input_form(out, saved_cfg)
-    return OpenRun(trainer, saved_cfg, form, out)
-
-
-def _write_first_files(out: Path, split: Split, summary: dict, form: InputForm, cfg: RunConfig) -> None:
-    save_split(out / SPLIT, split)
-    write_json(out / DATA_SUMMARY, summary)
-    write_json(out / INPUT_FORM, form.to_dict())
-    save_run_config(out, cfg)  # last: its presence marks a run
-
-
-def _reopen(out: Path, trainer: Trainer) -> None:
-    """Before a run trains further to cfg.epochs: check that there is something to train, then
-    make it unfinished and record the new total in config.yaml."""
-    trained, cfg = trainer.start_epoch, trainer.cfg
-    if trainer.selection.stopped:
-        raise InputError(f"--epochs {cfg.epochs}: {out} stopped early at epoch {trained} (patience "
-                         f"{cfg.patience}: no better validation mAP); training it further would change nothing")
-    if cfg.epochs <= trained:
-        raise InputError(f"--epochs {cfg.epochs}: {out} has trained {trained} epoch(s) already; "
-                         f"--resume --epochs N trains it further, to N > {trained} epochs in all")
-    if trainer.fabric.is_global_zero:
-        reopen_run(out)  # first: a kill from here on leaves a run that --resume continues
-        save_run_config(out, load_run_config(out).replace(epochs=cfg.epochs))
-    trainer.fabric.barrier()
-
-
-# --- training it ------------------------------------------------------------------------------
-
-def _train_open_run(run: OpenRun) -> TrainedRun | None:
-    trainer = run.trainer
-    try:
-        return _train_and_finish(run)
-    except (InputError, NonFiniteError) as err:
-        # deterministic: the same run would fail again, so --resume says why instead of retrying;
-        # anything else (a kill, a full disk, the caller's callback) leaves a run --resume continues
-        if trainer.fabric.is_global_zero:
-            mark_failed(run.out, str(err))
-        raise
-
-
-def _train_and_finish(run: OpenRun) -> TrainedRun | None:
-    trainer = run.trainer
-    train_to_end(trainer)
-    query_codes = write_codes(trainer, run.out) if trainer.fabric.is_global_zero and trainer.cfg.test else None
-    trainer.fabric.barrier()
-    for run_logger in trainer.fabric.loggers:
-        run_logger.finalize("success")
-    leave_process_group(trainer.fabric)
-    if not trainer.fabric.is_global_zero:
-        return None
-    metrics = finish_run(run.out)
-    fitted = Fitted(as_loaded(trainer.learner.model), run.config, run.input_form, trainer.history)
-    return TrainedRun(metrics, fitted, query_codes)
-
-
-# --- a run directory from an in-memory fit ----------------------------------------------------
-
-def write_run(out: Path, trained: Trained) -> dict[str, Any]:
-    """Write what `lbhash.train.fit.fit` trained as a finished run directory `out` (a new, empty
-    directory): the files `lbhash train` writes, from memory. Returns its metrics.json."""
-    fitted = trained.fitted
-    _write_first_files(out, trained.split, trained.data_summary, fitted.input_form, fitted.config)
-    write_log(out / LOG, fitted.history)
-    for name, content in ((CHECKPOINT, trained.checkpoint), (BEST, trained.best)):
-        if content is not None:
-            with atomic_path(out / name) as tmp:
-                torch.save(content, tmp)
-    save_split_codes(out, trained.codes)
-    return finish_run(out)

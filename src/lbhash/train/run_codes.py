@@ -1,8 +1,8 @@
-"""The codes of a run: codes.npz at the end of training (`write_codes`, of `split_codes`), and
-the codes of any data with a finished run's model (`encode_run`, `lbhash encode`, `save_encoded`).
-
-Both encode with the one encoder (lbhash.train.encoder) and store labels the same way
-(`stored_labels`), so that a run's own items encode to the codes its codes.npz holds.
+"""The codes of any data with a finished run's model (`encode_run`, `lbhash encode`,
+`save_encoded`). codes.npz at the end of training is lbhash.train.split_codes'; both encode with
+the one encoder (lbhash.train.encoder) and store labels the same way
+(`lbhash.codes_file.stored_labels`), so that a run's own items encode to the codes its codes.npz
+holds. Nothing here imports the training loop or Lightning: `lbhash encode` starts fast.
 """
 
 from __future__ import annotations
@@ -13,40 +13,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lbhash._io import save_npz
 from lbhash.codes import pack, to_signs
-from lbhash.codes_file import codes_from_arrays, write_codes as write_codes_file
+from lbhash.codes_file import stored_labels, write_codes as write_codes_file
 from lbhash.data import load_data, load_split
 from lbhash.data.feature_cache import with_frozen_features
 from lbhash.data.input_form import conform_dataset
 from lbhash.errors import InputError
 from lbhash.train.builder import evaluation_topk, input_options
 from lbhash.train.encoder import encode_sharded
-from lbhash.train.loop import Trainer
-from lbhash.train.processes import check_accelerator, leave_process_group, make_fabric
-from lbhash.train.rundir import CODES, CODES_SEEN, PARTS, SPLIT, load_input_form, load_run_model
-from lbhash.train.split_codes import split_codes, stored_labels
+from lbhash.train.processes import check_accelerator, encoding_processes, leave_process_group
+from lbhash.train.rundir import PARTS, SPLIT, load_input_form, load_run_model
 
-
-# --- at the end of training -------------------------------------------------------------------
-
-def write_codes(trainer: Trainer, run_dir: Path) -> dict | None:
-    """Encode query and database with the trained model (`split_codes`) into codes.npz (none
-    without queries); under unseen:K, first the seen-class parts into codes_seen.npz. Returns
-    codes.npz as `load_codes_file` reads it, or None without queries."""
-    files = split_codes(trainer)
-    save_split_codes(run_dir, files)
-    return codes_from_arrays(files["all"], str(run_dir / CODES)) if "all" in files else None
-
-
-def save_split_codes(run_dir: Path, files: dict[str, dict[str, np.ndarray]]) -> None:
-    """`split_codes`' arrays as codes_seen.npz, then codes.npz (last: it marks the codes as done)."""
-    for part, name in (("seen", CODES_SEEN), ("all", CODES)):
-        if part in files:
-            save_npz(run_dir / name, **files[part])
-
-
-# --- with a finished run ----------------------------------------------------------------------
 
 def encode_run(run_dir: str | Path, data: str | None = None, part: str = "all",
                accelerator: str = "cpu", precision: str = "32-true", devices: int = 1,
@@ -62,7 +39,8 @@ def encode_run(run_dir: str | Path, data: str | None = None, part: str = "all",
     codes, or under autocast in `precision` ("bf16-mixed", "16-mixed"): faster, but about 1% of
     items then differ from the run's codes by a bit or two.
     With devices > 1 the items are shared out over that many processes (Lightning Fabric, or
-    torchrun's); rank 0 returns everything, the other ranks None.
+    torchrun's); rank 0 returns everything, the other ranks None. One device runs in this
+    process alone, without Lightning.
     """
     run_dir = Path(run_dir)
     if part not in PARTS:
@@ -80,7 +58,7 @@ def encode_run(run_dir: str | Path, data: str | None = None, part: str = "all",
     dataset = conform_dataset(form, load_data(cfg.data if own else data, labels_required=False),
                               cfg.data if own else data)
     index = np.arange(len(dataset)) if part == "all" else getattr(split, part)
-    fabric = make_fabric(accelerator, devices, "32-true")
+    fabric = encoding_processes(accelerator, devices)
     model.to(fabric.device)  # image models keep their channels-last layout
     if cfg.input_kind == "images" and cfg.freeze_backbone:  # the cached features, computed once
         dataset = with_frozen_features(dataset, model.backbone, index, input_options(cfg), fabric.device,

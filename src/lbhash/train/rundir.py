@@ -19,7 +19,7 @@ import shutil
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import torch
 import yaml
@@ -309,13 +309,23 @@ class Fitted:
     history: list[dict]
 
 
+@dataclass
+class TrainedRun:
+    """What `train_run` (lbhash.train.run) gives its caller: the run's metrics (metrics.json),
+    and what this call trained: the fitted model (None when the run had nothing left to train)
+    and the query part of codes.npz (`query_codes`, `query_labels`, `bits`; None without queries)."""
+    metrics: dict[str, Any]
+    fitted: Fitted | None = None
+    query_codes: dict | None = None
+
+
 def read_fitted(run_dir: str | Path) -> Fitted:
-    """The fitted model of a run directory, finished or checkpointed (`HashEncoder.load`)."""
+    """The fitted model of a run directory, finished or checkpointed (`RunEncoder.load`)."""
     model, cfg = load_run_model(run_dir)
     return Fitted(model, cfg, load_input_form(run_dir, cfg), read_log(Path(run_dir) / LOG))
 
 
 __all__ = ["BEST", "CHECKPOINT", "CODES", "CODES_SEEN", "CONFIG", "INPUT_FORM", "LOG", "MANIFEST", "METRICS", "PARTS",
-           "SPLIT", "STATUS", "Fitted", "load_input_form", "load_run_config", "load_run_model", "read_fitted", "read_log",
-           "read_metrics", "reopen_run", "run_lock", "save_run_config", "truncate_log", "verify_files",
-           "verify_finished_run", "write_log", "write_manifest"]
+           "SPLIT", "STATUS", "Fitted", "TrainedRun", "load_input_form", "load_run_config", "load_run_model",
+           "read_fitted", "read_log", "read_metrics", "reopen_run", "run_lock", "save_run_config", "truncate_log",
+           "verify_files", "verify_finished_run", "write_log", "write_manifest"]

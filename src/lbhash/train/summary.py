@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from lbhash.evaluate.bound import RATIO_SCALE
+from lbhash.evaluate.formatting import RATIO_SCALE
 from lbhash.train.builder import Experiment
 
 DATA_SUMMARY = "data.json"

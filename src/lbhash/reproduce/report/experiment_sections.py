@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from lbhash.evaluate.bound import RATIO_SCALE
+from lbhash.evaluate.formatting import RATIO_SCALE
 from lbhash.reproduce import figures as fig
 from lbhash.reproduce import paper
 from lbhash.reproduce.baselines_summary import baselines_figure, summary_lines

@@ -1,0 +1,130 @@
+"""`RunEncoder`: a trained run's model as an encoder of arrays, and no more: what `lbhash search
+--run` and the service load (lbhash.index.sources.load_encoder), and what `HashEncoder` adds
+fit and scikit-learn's API to. It imports neither scikit-learn nor the training loop, so a
+command that only reads a run starts in about the time torch takes to import
+(docs/benchmarks.md#start-up).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lbhash.codes import pack
+from lbhash.codes_file import load_codes_file
+from lbhash.data import ArrayDataset, HashDataset, ImageDataset
+from lbhash.data.image_arrays import as_rgb_images
+from lbhash.data.input_form import conform_dataset, conform_features
+from lbhash.errors import InputError
+from lbhash.train.builder import input_options
+from lbhash.train.encoder import encode
+from lbhash.train.rundir import CODES, CONFIG, METRICS, Fitted, read_fitted, read_metrics
+
+ARRAYS = "arrays"  # the data spec of a run trained by HashEncoder.fit: arrays, not a file
+
+
+class RunEncoder:
+    """Encode arrays with the model of a run directory: `RunEncoder.load(run_dir).encode(X)`.
+
+    Fitted attributes: `config_` (the run's RunConfig), `model_` (the torch hash model),
+    `bits_`, `input_kind_` ("features" or "images"), `n_features_in_` (feature width, None
+    for images), `input_form_` (the input contract), `run_dir_` (None for a fit in memory),
+    `history_` (one record per epoch) and `metrics_` (metrics.json; for a fit with an
+    `eval_set`, named for the eval items: `eval_set_metrics`).
+    """
+
+    @classmethod
+    def load(cls, run_dir: str | Path):
+        """A fitted encoder from any finished (or checkpointed) run directory."""
+        model_dir = Path(run_dir)
+        if not (model_dir / CONFIG).is_file():
+            raise InputError(f"{model_dir}: not a run directory (no {CONFIG})")
+        fitted = read_fitted(model_dir)
+        metrics = read_metrics(model_dir) if (model_dir / METRICS).is_file() else {}
+        cfg = fitted.config
+        if cfg.data == ARRAYS and cfg.protocol == "given" and "map" in metrics:  # a fit with eval_set
+            metrics = eval_set_metrics(metrics, load_codes_file(model_dir / CODES))
+        return cls._unfitted(cfg)._set_fitted(model_dir, fitted, metrics)
+
+    @classmethod
+    def _unfitted(cls, cfg):
+        """The instance `load` fills in (HashEncoder gives it the run's parameters)."""
+        return cls()
+
+    def _set_fitted(self, run_dir: Path | None, fitted: Fitted, metrics: dict[str, Any]):
+        """The fitted attributes, from a fit or a run directory alike."""
+        self.model_, self.config_, self.input_form_ = fitted.model, fitted.config, fitted.input_form
+        self.bits_, self.input_kind_ = fitted.config.bits, fitted.config.input_kind
+        self.n_features_in_ = fitted.config.input_dim
+        self.run_dir_, self.history_, self.metrics_ = run_dir, fitted.history, metrics
+        return self
+
+    def _check_fitted(self, what: str) -> None:
+        """A loaded encoder is fitted; HashEncoder, which starts unfitted, checks."""
+
+    def encode(self, X, batch_size: int | None = None, real: bool = False, json_numbers: bool = False) -> np.ndarray:
+        """Packed uint8 codes (n, bits // 8) of the rows of X (features or images).
+
+        X is an array, or a data set loaded from a file (lbhash.data.load_data). It goes through
+        the run's input contract (`input_form_`, docs/data.md#the-input-contract): rows in the
+        training data's stored form (e.g. quantised uint8) give the codes of those items, and
+        input in another form is converted by its rule or refused. json_numbers: the rows came
+        from JSON, whose integers a float-trained run takes as values.
+
+        real=True: the hash head's real outputs u instead, float32 (n, bits), from the same
+        forward pass; the codes are `pack(to_signs(u))` (lbhash.codes: 0 -> +1). They are what
+        asymmetric ranking and `lbhash.index.rerank_search(index, codes, k, u)` score the codes with."""
+        self._check_fitted("encode")
+        out = self._outputs(X, batch_size, real, json_numbers)
+        return out if real else pack(out)
+
+    def _outputs(self, X, batch_size: int | None = None, real: bool = False, json_numbers: bool = False):
+        """+/-1 int8 codes of the rows of X, or with real=True the head's float32 outputs."""
+        return encode(self.model_, self._inputs(X, json_numbers), None, input_options(self.config_),
+                      batch_size=batch_size, real=real)
+
+    def _inputs(self, X, json_numbers: bool = False) -> HashDataset:
+        if isinstance(X, HashDataset):
+            return conform_dataset(self.input_form_, X, X.name)
+        arr = dense_array(X, "X")
+        if self.input_kind_ == "images":
+            pixels = as_rgb_images(arr, "X", "X")
+            return ImageDataset(np.zeros((len(pixels), 0), bool), None, "X", pixels=pixels)
+        features = conform_features(self.input_form_, arr, "X", json_numbers=json_numbers)
+        return ArrayDataset(features, np.zeros((len(features), 0), bool), None, "X")
+
+
+def eval_set_metrics(metrics: dict[str, Any], query_codes: dict) -> dict[str, Any]:
+    """The metrics of a fit with `eval_set`, named for what they measure: the eval items (the
+    run's queries) searched among the training items (its database). The lower bound is that of
+    the eval codes (`query_codes`: codes.npz's query part): the training items' own codes, which
+    the model has fitted, can sit on their centers (max_intra 0, ratio inf); `history_` keeps
+    their bound per epoch. The names are those of the first release (`n_validation`, protocol
+    "validation"); the share of X held out to choose the epoch is `run.n_held_out`."""
+    from lbhash.evaluate import lower_bound
+    from lbhash.evaluate.report import jsonable
+
+    out = {k: v for k, v in metrics.items() if k not in ("n_query", "n_db", "lower_bound", "run")}
+    out["n_validation"], out["n_train"] = metrics["n_query"], metrics["n_db"]
+    percentile = metrics.get("lower_bound", {}).get("percentile", 99.9)
+    try:
+        bound = lower_bound(query_codes["query_codes"], query_codes["query_labels"], percentile, query_codes["bits"])
+        out["lower_bound"] = jsonable({"codes": "validation", "percentile": percentile, "min_inter": bound.min_inter,
+                                       "max_intra": bound.max_intra, "ratio": bound.ratio})
+    except InputError:  # fewer than two classes among the eval items: no bound
+        pass
+    out["run"] = {**metrics["run"], "protocol": "validation", "n_validation": metrics["n_query"],
+                  "n_held_out": metrics["run"]["n_validation"]}
+    return out
+
+
+def dense_array(X, name: str) -> np.ndarray:
+    """X as a dense array; a scipy sparse matrix is refused (np.asarray would make an object
+    array of one matrix)."""
+    sparse = sys.modules.get("scipy.sparse")  # without it imported, X cannot be one of its matrices
+    if sparse is not None and sparse.issparse(X):
+        raise InputError(f"{name} is a sparse matrix; HashEncoder takes dense arrays ({name}.toarray())")
+    return np.asarray(X)

@@ -1,0 +1,131 @@
+"""Training a run directory, once lbhash.train.run has decided there is something to train:
+`open_run` builds the run's trainer (the core's `prepare`, lbhash.train.fit, with the directory
+as its store), checks everything, and writes a new run's first files or loads a resumed run's
+checkpoint; `train_open_run` trains, writes the codes and the results, and marks a run failed
+where it failed for good. `write_run` writes the same files from an in-memory fit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from lbhash._io import atomic_path, write_json
+from lbhash.data import HashDataset, Split, load_split, save_split
+from lbhash.data.input_form import InputForm
+from lbhash.errors import InputError
+from lbhash.train.config import RunConfig, TrainConfig
+from lbhash.train.fit import Trained, announce, as_loaded, prepare, train_to_end
+from lbhash.train.loop import NonFiniteError, Trainer
+from lbhash.train.processes import leave_process_group, process_rank
+from lbhash.train.run_metrics import finish_run
+from lbhash.train.run_store import RunStore
+from lbhash.train.rundir import (BEST, CHECKPOINT, CONFIG, INPUT_FORM, LOG, SPLIT, Fitted, TrainedRun,
+                                 load_input_form, load_run_config, mark_failed, reopen_run, save_run_config,
+                                 write_log)
+from lbhash.train.split_codes import save_split_codes, write_codes
+from lbhash.train.summary import DATA_SUMMARY
+
+
+@dataclass
+class OpenRun:
+    """A run ready to train: its trainer, its config (as config.yaml holds it), its input
+    contract (input.json) and its directory."""
+    trainer: Trainer
+    config: RunConfig
+    input_form: InputForm
+    out: Path
+
+
+def open_run(cfg: TrainConfig, out: Path, resume: bool, epochs: int | None, progress: bool | None,
+             dataset: HashDataset | None, on_epoch_end: Callable[[int], None] | None) -> OpenRun:
+    """Build the run's experiment and trainer (`lbhash.train.fit.prepare`, with the run
+    directory as its store); every check happens before the run writes anything. A new run
+    then writes its first files, a resumed one loads its checkpoint, and one trained further
+    (`epochs`) is reopened."""
+    first = process_rank() == 0
+    store = RunStore(out)
+    run = prepare(cfg, load_split(out / SPLIT) if resume else None, dataset, progress, on_epoch_end, store)
+    trainer, saved_cfg, form = run.trainer, run.config, run.input_form
+    if trainer.fabric.is_global_zero and not (out / CONFIG).exists():
+        _write_first_files(out, trainer.exp.split, run.data_summary, form, saved_cfg)
+    trainer.fabric.barrier()
+    store.resume(trainer)
+    if epochs is not None:
+        _reopen(out, trainer)
+    announce(run)
+    if resume and first:  # what the run directory holds (this call's progress= is not written)
+        saved_cfg = load_run_config(out)
+        form = load_input_form(out, saved_cfg)
+    return OpenRun(trainer, saved_cfg, form, out)
+
+
+def _write_first_files(out: Path, split: Split, summary: dict, form: InputForm, cfg: RunConfig) -> None:
+    save_split(out / SPLIT, split)
+    write_json(out / DATA_SUMMARY, summary)
+    write_json(out / INPUT_FORM, form.to_dict())
+    save_run_config(out, cfg)  # last: its presence marks a run
+
+
+def _reopen(out: Path, trainer: Trainer) -> None:
+    """Before a run trains further to cfg.epochs: check that there is something to train, then
+    make it unfinished and record the new total in config.yaml."""
+    trained, cfg = trainer.start_epoch, trainer.cfg
+    if trainer.selection.stopped:
+        raise InputError(f"--epochs {cfg.epochs}: {out} stopped early at epoch {trained} (patience "
+                         f"{cfg.patience}: no better validation mAP); training it further would change nothing")
+    if cfg.epochs <= trained:
+        raise InputError(f"--epochs {cfg.epochs}: {out} has trained {trained} epoch(s) already; "
+                         f"--resume --epochs N trains it further, to N > {trained} epochs in all")
+    if trainer.fabric.is_global_zero:
+        reopen_run(out)  # first: a kill from here on leaves a run that --resume continues
+        save_run_config(out, load_run_config(out).replace(epochs=cfg.epochs))
+    trainer.fabric.barrier()
+
+
+# --- training it ------------------------------------------------------------------------------
+
+def train_open_run(run: OpenRun) -> TrainedRun | None:
+    trainer = run.trainer
+    try:
+        return _train_and_finish(run)
+    except (InputError, NonFiniteError) as err:
+        # deterministic: the same run would fail again, so --resume says why instead of retrying;
+        # anything else (a kill, a full disk, the caller's callback) leaves a run --resume continues
+        if trainer.fabric.is_global_zero:
+            mark_failed(run.out, str(err))
+        raise
+
+
+def _train_and_finish(run: OpenRun) -> TrainedRun | None:
+    trainer = run.trainer
+    train_to_end(trainer)
+    query_codes = write_codes(trainer, run.out) if trainer.fabric.is_global_zero and trainer.cfg.test else None
+    trainer.fabric.barrier()
+    for run_logger in trainer.fabric.loggers:
+        run_logger.finalize("success")
+    leave_process_group(trainer.fabric)
+    if not trainer.fabric.is_global_zero:
+        return None
+    metrics = finish_run(run.out)
+    fitted = Fitted(as_loaded(trainer.learner.model), run.config, run.input_form, trainer.history)
+    return TrainedRun(metrics, fitted, query_codes)
+
+
+# --- a run directory from an in-memory fit ----------------------------------------------------
+
+def write_run(out: Path, trained: Trained) -> dict[str, Any]:
+    """Write what `lbhash.train.fit.fit` trained as a finished run directory `out` (a new, empty
+    directory): the files `lbhash train` writes, from memory. Returns its metrics.json."""
+    fitted = trained.fitted
+    _write_first_files(out, trained.split, trained.data_summary, fitted.input_form, fitted.config)
+    write_log(out / LOG, fitted.history)
+    for name, content in ((CHECKPOINT, trained.checkpoint), (BEST, trained.best)):
+        if content is not None:
+            with atomic_path(out / name) as tmp:
+                torch.save(content, tmp)
+    save_split_codes(out, trained.codes)
+    return finish_run(out)
