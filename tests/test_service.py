@@ -307,6 +307,7 @@ def test_a_busy_port_is_one_line_and_touches_no_file(input_files):
 
 def test_the_server_loads_the_scan_before_its_first_request(tmp_path, rng, monkeypatch):
     # the exact scan loads its compiled code on a process's first use: start-up pays it, not a client
+    # (ranked_knn: the compiled scan; a small search's numpy scan loads nothing)
     from lbhash.index._engines import FlatEngine
 
     for name, kind, n in (("flat", "flat", 50), ("empty", "flat", 0), ("ivf", "ivf", 50)):
@@ -314,8 +315,9 @@ def test_the_server_loads_the_scan_before_its_first_request(tmp_path, rng, monke
         index.add(random_codes(rng, n, BITS))
         index.save(tmp_path / name)
     scans = []
-    original = FlatEngine.knn
-    monkeypatch.setattr(FlatEngine, "knn", lambda self, *args: scans.append(len(args[1])) or original(self, *args))
+    original = FlatEngine.ranked_knn
+    monkeypatch.setattr(FlatEngine, "ranked_knn",
+                        lambda self, *args: scans.append(len(args[1])) or original(self, *args))
     for name in ("flat", "empty", "ivf"):
         scans.clear()
         with TestClient(create_app(tmp_path / name)):
