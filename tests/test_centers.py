@@ -58,8 +58,10 @@ def check_center_array(codes, bits, classes):
 
 # --- the reference table ------------------------------------------------------------------------
 
+# make test checks the smallest columns; the rest (4-7 s each for the larger BCH searches) in make test-slow
 @pytest.mark.parametrize("kind", ["bch", "auto"])
-@pytest.mark.parametrize("bits, classes", list(REFERENCE_TABLE))
+@pytest.mark.parametrize("bits, classes", [size if size[0] <= 32 and size[1] <= 10 else pytest.param(*size, marks=pytest.mark.slow)
+                                           for size in REFERENCE_TABLE])
 def test_reaches_ebch_column(bits, classes, kind):
     codes = generate_centers(bits, classes, kind=kind, cache=False)
     check_center_array(codes, bits, classes)
@@ -152,7 +154,8 @@ def test_every_seed_relabels_without_changing_distances(kind, seed):
     assert not np.array_equal(b, generate_centers(16, 10, kind=kind, seed=seed + 1, cache=False))
 
 
-@pytest.mark.parametrize("bits, classes", [(12, 10), (24, 100), (128, 100), (13, 1000), (8, 100), (1, 2), (3, 5)])
+@pytest.mark.parametrize("bits, classes", [(12, 10), (24, 100), pytest.param(128, 100, marks=pytest.mark.slow), (13, 1000),
+                                           (8, 100), (1, 2), (3, 5)])
 def test_other_sizes(bits, classes):
     codes, kind = select_centers(bits, classes, cache=False)
     check_center_array(codes, bits, classes)

@@ -51,6 +51,7 @@ def _ddp_worker(fabric, result_path):
     leave_process_group(fabric)
 
 
+@pytest.mark.slow  # two processes training (13 s): the long distributed runs are make test-slow's
 def test_banks_and_surrogate_stay_identical_across_ranks(tmp_path):
     # a process of its own, bounded in time: a hung rank fails this test (with every thread's
     # stack, from faulthandler) instead of stalling the suite

@@ -126,6 +126,7 @@ def test_committed_results_of_the_first_format_still_report(tmp_path, where, own
     assert "is not here: no data" not in text
 
 
+@pytest.mark.slow  # reproduces two experiments end to end
 def test_a_new_experiment_joins_an_old_meta_json(tmp_path):
     out = tmp_path / "out"
     out.mkdir()

@@ -73,6 +73,7 @@ def server_factory(tmp_path):
         server.kill()
 
 
+@pytest.mark.slow  # a real server killed with SIGKILL and started again
 def test_acknowledged_writes_survive_kill_9(tmp_path, rng, server_factory):
     codes = random_codes(rng, 50, 32)
     index = CodeIndex(32)
