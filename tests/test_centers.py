@@ -58,10 +58,12 @@ def check_center_array(codes, bits, classes):
 
 # --- the reference table ------------------------------------------------------------------------
 
-# make test checks the smallest columns; the rest (4-7 s each for the larger BCH searches) in make test-slow
+# make test checks the smallest columns; the rest (3-7 s each for the larger BCH searches) in make test-slow
+SMALL_COLUMNS = [size if size[0] <= 32 and size[1] <= 10 else pytest.param(*size, marks=pytest.mark.slow)
+                 for size in REFERENCE_TABLE]
+
 @pytest.mark.parametrize("kind", ["bch", "auto"])
-@pytest.mark.parametrize("bits, classes", [size if size[0] <= 32 and size[1] <= 10 else pytest.param(*size, marks=pytest.mark.slow)
-                                           for size in REFERENCE_TABLE])
+@pytest.mark.parametrize("bits, classes", SMALL_COLUMNS)
 def test_reaches_ebch_column(bits, classes, kind):
     codes = generate_centers(bits, classes, kind=kind, cache=False)
     check_center_array(codes, bits, classes)
@@ -83,7 +85,7 @@ def test_random_is_near_random_column(bits, classes):
     assert brute_min(codes) >= REFERENCE_TABLE[bits, classes]["random"] - 1
 
 
-@pytest.mark.parametrize("bits, classes", list(REFERENCE_TABLE))
+@pytest.mark.parametrize("bits, classes", SMALL_COLUMNS)
 def test_plotkin_bound_matches_table_and_caps_every_set(bits, classes):
     assert plotkin_bound(bits, classes) == REFERENCE_TABLE[bits, classes]["plotkin"]
     assert plotkin_bound(bits, classes) == (bits * classes) // (2 * (classes - 1))
@@ -155,7 +157,7 @@ def test_every_seed_relabels_without_changing_distances(kind, seed):
 
 
 @pytest.mark.parametrize("bits, classes", [(12, 10), (24, 100), pytest.param(128, 100, marks=pytest.mark.slow), (13, 1000),
-                                           (8, 100), (1, 2), (3, 5)])
+                                           pytest.param(8, 100, marks=pytest.mark.slow), (1, 2), (3, 5)])
 def test_other_sizes(bits, classes):
     codes, kind = select_centers(bits, classes, cache=False)
     check_center_array(codes, bits, classes)
