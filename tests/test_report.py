@@ -157,6 +157,7 @@ def test_agreement_is_derived_from_the_numbers(built):
     assert re.search(r"✔ 16 bits: ours vs BCE \+5\.9% time per epoch", block)
 
 
+@pytest.mark.slow  # renders a whole report (3 s); test_report_has_every_section_and_valid_pngs renders one fast
 def test_timing_overhead_beyond_ten_percent_disagrees(fixture_dir, tmp_path):
     d = _copy(fixture_dir, tmp_path / "d")
     def slower(rows):
@@ -169,6 +170,7 @@ def test_timing_overhead_beyond_ten_percent_disagrees(fixture_dir, tmp_path):
     assert re.search(r"✘ 16 bits: ours vs BCE \+50\.0% time per epoch", block)
 
 
+@pytest.mark.slow  # renders a whole report (3 s) elsewhere
 def test_report_elsewhere_names_its_tables(fixture_dir, tmp_path):
     d = _copy(fixture_dir, tmp_path / "tables")
     out = tmp_path / "docs" / "report.md"

@@ -74,7 +74,7 @@ def assert_sections_of(text, experiments):
     assert found - own <= {"setup", "agreement"}, found - own  # nothing of the experiments not run
 
 
-@pytest.mark.parametrize("experiment", list(RUNS))
+@pytest.mark.parametrize("experiment", [e if e != "toy" else pytest.param(e, marks=pytest.mark.slow) for e in RUNS])
 def test_report_of_each_experiment_alone(tmp_path, experiment):
     out = tmp_path / "out"
     reproduce(experiment, out)
