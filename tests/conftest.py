@@ -110,18 +110,6 @@ def count_trainings():
     Trainer.__init__ = init
 
 
-def pytest_sessionfinish(session):
-    workeroutput = getattr(session.config, "workeroutput", None)  # a pytest-xdist worker reports its own
-    if workeroutput is not None:
-        workeroutput["trainings"] = dict(_TRAININGS_BY_FILE)
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_testnodedown(node, error):  # pytest-xdist's controller: add up a worker's count
-    for test, count in getattr(node, "workeroutput", {}).get("trainings", {}).items():
-        _TRAININGS_BY_FILE[test] = _TRAININGS_BY_FILE.get(test, 0) + count
-
-
 def pytest_terminal_summary(terminalreporter):
     most = sorted(_TRAININGS_BY_FILE.items(), key=lambda item: -item[1])
     terminalreporter.write_line(f"trainings in the test processes: {sum(_TRAININGS_BY_FILE.values())} (subprocesses "

@@ -53,3 +53,10 @@ def test_codes_and_split_files_write_all_for_the_whole_database(tmp_path):
         with np.load(tmp_path / "s.npz", allow_pickle=False) as raw:
             assert raw["topk"].item() == ("all" if topk is None else 9)
         assert load_split(tmp_path / "s.npz").topk == topk
+
+
+def test_one_line_collapses_a_message_and_names_an_empty_one_by_its_type():
+    from lbhash.errors import one_line
+
+    assert one_line(ValueError("bad value\n   at row 3\tcolumn 2")) == "bad value at row 3 column 2"
+    assert one_line(KeyError()) == "KeyError"

@@ -18,6 +18,7 @@ def flat_scan(request, monkeypatch):
     """A flat search scans with numpy (`small_scan`) or with lbhash.ranking's kernel, whatever
     its size (by default: numpy up to SMALL_SCAN codes x queries): both must be exact."""
     monkeypatch.setattr(_engines, "SMALL_SCAN", 1 << 62 if request.param == "numpy" else 0)
+    monkeypatch.setattr(_engines.FlatEngine, "compiled_scan_loaded", False)
     return request.param
 
 

@@ -32,6 +32,12 @@ class LbhashWarning(UserWarning):
     `catch_warnings` see it); the command line prints it as one line, `warning: ...`."""
 
 
+def one_line(err: BaseException) -> str:
+    """An exception's message on one line (its whitespace runs collapsed), or its type's name
+    when it has none."""
+    return " ".join(str(err).split()) or type(err).__name__
+
+
 def require_extra(what: str, extra: str, *modules: str | tuple[str, ...]) -> None:
     """Check that the optional modules `what` needs can be imported, else one line naming the
     extra that installs them: `WHAT needs the 'EXTRA' extra: pip install 'lbhash[EXTRA]'`.

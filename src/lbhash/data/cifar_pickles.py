@@ -8,8 +8,7 @@ import pickle
 
 import numpy as np
 
-from lbhash.data.image_sources import one_line
-from lbhash.errors import InputError
+from lbhash.errors import InputError, one_line
 
 CIFAR_TRAIN = tuple(f"data_batch_{k}" for k in range(1, 6))
 CIFAR_FILES = CIFAR_TRAIN + ("test_batch", "batches.meta")

@@ -20,7 +20,7 @@ import numpy as np
 from PIL import Image
 
 from lbhash.data.image_root import ImageRoot, check_tar_member, list_image_files as _list_files
-from lbhash.errors import InputError
+from lbhash.errors import InputError, one_line
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm", ".pbm")
 # Members of a compressed tarball are held in memory (gzip has no random access): at most this.
@@ -55,10 +55,6 @@ def image_error(err: BaseException) -> str:
     if isinstance(err, Image.UnidentifiedImageError):
         return "not an image in a format Pillow reads"
     return one_line(err)
-
-
-def one_line(err: BaseException) -> str:
-    return " ".join(str(err).split()) or type(err).__name__
 
 
 class FileSource:

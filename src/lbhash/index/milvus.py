@@ -28,7 +28,7 @@ import numpy as np
 
 from lbhash._io import check_name
 from lbhash.checks import positive_int
-from lbhash.errors import Conflict, InputError, NotFound, require_extra
+from lbhash.errors import Conflict, InputError, NotFound, one_line, require_extra
 from lbhash.index import _checks
 from lbhash.index._padding import PAD_DISTANCE, PAD_ID
 
@@ -58,7 +58,7 @@ class MilvusIndex:
         try:
             pm.connections.connect(alias=self._alias, uri=uri, timeout=timeout)
         except Exception as err:  # pymilvus raises several types for an unreachable server
-            raise InputError(f"cannot reach Milvus at {uri} ({_one_line(err)})") from None
+            raise InputError(f"cannot reach Milvus at {uri} ({one_line(err)})") from None
         if pm.utility.has_collection(collection, using=self._alias):
             self._col = pm.Collection(collection, using=self._alias)
             self._adopt_existing(bits)
@@ -302,7 +302,3 @@ def _code_bytes(value) -> bytes:
     if isinstance(value, list) and value and isinstance(value[0], (bytes, bytearray)):
         return bytes(value[0])
     return bytes(value)
-
-
-def _one_line(err: BaseException) -> str:
-    return " ".join(str(err).split())

@@ -9,7 +9,7 @@ import numpy as np
 from lbhash.codes import pack, to_signs
 from lbhash.data import HashDataset
 from lbhash.data.image_sources import decode_image
-from lbhash.errors import InputError
+from lbhash.errors import InputError, one_line
 from lbhash.index.rerank import RERANK_FACTOR, rerank_search
 
 INPUT_KINDS = ("features", "images")
@@ -87,7 +87,7 @@ class Searcher:
         try:
             out = self.encoder.encode(batch, real=True, **extra) if real else self.encoder.encode(batch, **extra)
         except ValueError as err:  # lbhash's convention: the input was refused
-            raise InputError(" ".join(str(err).split())) from None
+            raise InputError(one_line(err)) from None
         return self._checked_real(out, len(batch)) if real else self._checked(out, len(batch))
 
     def _checked(self, codes, n: int) -> np.ndarray:

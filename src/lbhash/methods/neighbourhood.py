@@ -35,7 +35,7 @@ from lbhash.methods.base import HashLoss, Recipe, register_method
 from lbhash.options import Options, option
 
 # Chosen on a validation split (10% of the training items of each class, CIFAR-10 MobileNet
-# features, protocol cifar10, 64 bits, seed 0; docs/results/beyond/README.md).
+# features, protocol cifar10, 64 bits, seed 0; docs/methods.md, "Codes for classes nobody trained on").
 TEACHER_TEMPERATURE = 0.03
 STUDENT_TEMPERATURE = 0.5
 

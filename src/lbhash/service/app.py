@@ -30,7 +30,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
 from lbhash import limits as table
-from lbhash.errors import Conflict, InputError, NotFound, TooLarge
+from lbhash.errors import Conflict, InputError, NotFound, TooLarge, one_line
 from lbhash.index import Searcher, check_classes, plan_search
 from lbhash.index.uploads import OverBudget
 from lbhash.limits import MAX_ID, check_class_ids, check_ids
@@ -214,16 +214,16 @@ def stats(request: Request):
 
 
 def _install_error_handlers(app: FastAPI) -> None:
-    def one_line(status: int):
+    def answer(status: int):
         async def handler(request: Request, exc: Exception):
-            return JSONResponse({"detail": " ".join(str(exc).split())}, status_code=status)
+            return JSONResponse({"detail": one_line(exc)}, status_code=status)
         return handler
 
-    app.add_exception_handler(NotFound, one_line(404))
-    app.add_exception_handler(Conflict, one_line(409))
-    app.add_exception_handler(TooLarge, one_line(413))
-    app.add_exception_handler(OverBudget, one_line(507))
-    app.add_exception_handler(InputError, one_line(400))
+    app.add_exception_handler(NotFound, answer(404))
+    app.add_exception_handler(Conflict, answer(409))
+    app.add_exception_handler(TooLarge, answer(413))
+    app.add_exception_handler(OverBudget, answer(507))
+    app.add_exception_handler(InputError, answer(400))
 
     async def invalid(request: Request, exc: RequestValidationError):
         first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}

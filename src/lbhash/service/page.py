@@ -28,7 +28,7 @@ from fastapi import APIRouter, FastAPI, File, Path as PathParam, Query, Request,
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from lbhash.errors import NotFound
+from lbhash.errors import NotFound, one_line
 from lbhash.evaluate.formatting import RATIO_SCALE
 from lbhash.index.searcher import codes_of
 from lbhash.limits import MAX_ID, THUMBNAIL_SIDE, VIEW_SIDE, check_ids
@@ -100,7 +100,7 @@ def add_page(app: FastAPI) -> None:
 
 
 async def _too_busy(request: Request, exc: TooBusy):
-    return JSONResponse({"detail": " ".join(str(exc).split())}, status_code=429, headers={"Retry-After": "1"})
+    return JSONResponse({"detail": one_line(exc)}, status_code=429, headers={"Retry-After": "1"})
 
 
 @router.get("/", include_in_schema=False)
