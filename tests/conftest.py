@@ -48,6 +48,14 @@ def tiny_image_run(tmp_path_factory):
     return tree, train_tiny_run(tree, root / "run")
 
 
+@pytest.fixture(scope="session")
+def runs(tmp_path_factory):
+    """The session's bank of small trained runs (tests/run_bank.py)."""
+    from run_bank import RunBank
+
+    return RunBank(tmp_path_factory.mktemp("run-bank"))
+
+
 @pytest.fixture
 def input_files(tmp_path):
     """Input files and a 16-bit index, for the refusals of issue 19 (tests/test_cli_errors.py and

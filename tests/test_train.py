@@ -16,7 +16,8 @@ from lbhash.cli import main
 from lbhash.codes_file import load_codes_file
 from lbhash.evaluate import mean_average_precision
 from lbhash.train import train
-from helpers import assert_resume_matches, one_line_error
+from helpers import one_line_error
+from run_bank import DIGITS
 from lbhash.train import TrainConfig, build_config, load_config_file
 from lbhash.train.builder import build_experiment
 from lbhash.train.encoder import encode
@@ -87,17 +88,20 @@ def test_run_directory_contents(tmp_path):
     assert cli("evaluate", out / "codes.npz", "--out", tmp_path / "m.json").exit_code == 0
 
 
-def test_same_seed_same_codes(tmp_path):
-    a = train(TrainConfig(**FAST, epochs=2, lbhash=True), tmp_path / "a")
-    b = train(TrainConfig(**FAST, epochs=2, lbhash=True), tmp_path / "b")
-    ca, cb = load_codes_file(tmp_path / "a" / "codes.npz"), load_codes_file(tmp_path / "b" / "codes.npz")
+def test_same_seed_same_codes(tmp_path, runs):
+    bank = runs.path("csq_D")  # the same config, trained earlier in this session
+    again = train(TrainConfig(**DIGITS, epochs=2, lbhash=True), tmp_path / "again")
+    ca, cb = load_codes_file(bank / "codes.npz"), load_codes_file(tmp_path / "again" / "codes.npz")
     np.testing.assert_array_equal(ca["db_codes"], cb["db_codes"])
-    assert a["map"] == b["map"]
+    assert json.loads((bank / "metrics.json").read_text())["map"] == again["map"]
 
 
-def test_interrupted_then_resumed_equals_uninterrupted(tmp_path):
-    cfg = TrainConfig(**FAST, epochs=4, lbhash=True, lr_step=2, eval_every=2)
-    full, cut = assert_resume_matches(train, cfg, tmp_path)
+def test_interrupted_then_resumed_equals_uninterrupted(tmp_path, runs):
+    full, cut = runs.path("csq_D-3"), runs.copy("cut-at-1", tmp_path / "cut")  # killed after epoch 1 of 3
+    train(None, cut, resume=True)
+    a, b = load_codes_file(full / "codes.npz"), load_codes_file(cut / "codes.npz")
+    np.testing.assert_array_equal(a["db_codes"], b["db_codes"])
+    np.testing.assert_array_equal(a["query_codes"], b["query_codes"])
     strip = lambda p: [{k: v for k, v in json.loads(x).items() if k != "seconds"}
                        for x in (p / "log.jsonl").read_text().splitlines()]
     assert strip(full) == strip(cut)
@@ -167,10 +171,8 @@ def test_bad_feature_files_leave_no_run_directory(bad_feature_files):
     assert not out.exists()
 
 
-def test_existing_run_needs_resume_and_resume_takes_no_options(tmp_path):
-    out = tmp_path / "run"
-    assert cli("train", "--data", "digits", "--bits", "16", "--epochs", "1", "--hidden", "64",
-               "--centers", "hadamard", "--out", out, "--no-progress").exit_code == 0
+def test_existing_run_needs_resume_and_resume_takes_no_options(tmp_path, runs):
+    out = runs.copy("csq", tmp_path / "run")
     one_line_error(cli("train", "--data", "digits", "--out", out, "--epochs", "1"), "already holds a run", "--resume")
     one_line_error(cli("train", "--out", out, "--resume", "--bits", "32"), "saved config")
     one_line_error(cli("train", "--out", tmp_path / "none", "--resume"), "nothing to resume")

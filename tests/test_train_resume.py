@@ -11,7 +11,7 @@ import pytest
 import torch
 import yaml
 
-from helpers import FAST_TRAIN, Killed, cli, one_line_error, snapshot, unfinished_run
+from helpers import FAST_TRAIN, Killed, cli, one_line_error, snapshot
 from lbhash.codes_file import load_codes_file
 from lbhash.train import TrainConfig, train
 from lbhash.train.rundir import verify_finished_run
@@ -42,19 +42,16 @@ def assert_finished_at(run, epochs):
     assert "mAP@all" in result.output  # the saved metrics, printed again
 
 
-def test_finished_run_says_there_is_nothing_to_do(tmp_path):
-    run = tmp_path / "run"
-    assert cli("train", *FAST_TRAIN, "--epochs", "1", "--out", run).exit_code == 0
+def test_finished_run_says_there_is_nothing_to_do(tmp_path, runs):
+    run = runs.copy("csq", tmp_path / "run")
     before = (run / "manifest.json").read_bytes()
-    assert_finished_at(run, 1)
+    assert_finished_at(run, 2)
     assert (run / "manifest.json").read_bytes() == before
 
 
-def test_two_plus_two_epochs_equal_four(tmp_path):
-    cfg = TrainConfig(**FAST, epochs=2, lr=1e-3, lr_step=3, lr_gamma=0.5)
-    straight, further = tmp_path / "straight", tmp_path / "further"
-    train(cfg.replace(epochs=4), straight)
-    train(cfg, further)
+def test_two_plus_two_epochs_equal_four(tmp_path, runs):
+    # the bank's "csq" and "csq-4": lr 1e-3, x0.5 after every 3 epochs; 2 epochs, then 2 more
+    straight, further = runs.path("csq-4"), runs.copy("csq", tmp_path / "further")
     result = cli("train", "--out", further, "--resume", "--epochs", "4")
     assert result.exit_code == 0, result.output
     log = log_of(further)
@@ -92,11 +89,8 @@ def test_schedules_continue_by_their_rule(tmp_path, schedule, first, total, rate
     assert [r["lr"] for r in log_of(run)] == pytest.approx([1e-3 * r for r in rates], rel=1e-12)
 
 
-def test_a_kill_while_training_further_leaves_a_resumable_run(tmp_path):
-    cfg = TrainConfig(**FAST, epochs=2, lr_step=3, lr_gamma=0.5)
-    straight, run = tmp_path / "straight", tmp_path / "run"
-    train(cfg.replace(epochs=4), straight)
-    train(cfg, run)
+def test_a_kill_while_training_further_leaves_a_resumable_run(tmp_path, runs):
+    straight, run = runs.path("csq-4"), runs.copy("csq", tmp_path / "run")
 
     def die(epoch):
         if epoch == 3:
@@ -115,10 +109,8 @@ def test_a_kill_while_training_further_leaves_a_resumable_run(tmp_path):
                                   load_codes_file(run / "codes.npz")["db_codes"])
 
 
-
-def test_refusals_leave_the_finished_run_as_it_was(tmp_path):
-    run = tmp_path / "run"
-    assert cli("train", *FAST_TRAIN, "--epochs", "2", "--out", run).exit_code == 0
+def test_refusals_leave_the_finished_run_as_it_was(tmp_path, runs):
+    run = runs.copy("csq", tmp_path / "run")
     files = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
     one_line_error(cli("train", "--out", run, "--resume", "--epochs", "2"), "--epochs 2", "trained 2 epoch",
                     "N > 2")
@@ -150,8 +142,9 @@ def test_epochs_without_resume_is_refused_in_python(tmp_path):
         train(TrainConfig(**FAST, epochs=1), tmp_path / "run", epochs=2)
 
 
+# one training fast; map_label's own cases are in test_cli.py
 @pytest.mark.parametrize("topk, label", [("1497", "all"), pytest.param("all", "all", marks=pytest.mark.slow),
-                                         ("100", "100")])
+                                         pytest.param("100", "100", marks=pytest.mark.slow)])
 def test_training_lines_and_table_name_r_alike(tmp_path, topk, label):
     # digits: 1497 database items, so R = 1497 is the whole database
     result = cli("train", *FAST_TRAIN[:-1], "--epochs", "2", "--eval-every", "1", "--topk", topk,
@@ -184,8 +177,8 @@ def test_a_run_that_stopped_early_is_not_trained_further(tmp_path, monkeypatch):
 
 # --- an unfinished run continues from its last checkpoint -----------------------------------------
 
-def test_torn_last_log_line_is_dropped_on_resume(tmp_path, caplog):
-    cut = unfinished_run(tmp_path / "cut", epochs=3, kill_at=2)
+def test_torn_last_log_line_is_dropped_on_resume(tmp_path, caplog, runs):
+    cut = runs.copy("cut-at-2", tmp_path / "cut")
     with open(cut / "log.jsonl", "a") as fh:
         fh.write('{"epoch": 3, "lo')
     with caplog.at_level("WARNING", logger="lbhash"):
@@ -195,16 +188,16 @@ def test_torn_last_log_line_is_dropped_on_resume(tmp_path, caplog):
     assert epochs == [1, 2, 3]
 
 
-def test_a_failure_before_the_first_checkpoint_does_not_duplicate_epochs(tmp_path):
-    cut = unfinished_run(tmp_path / "cut", epochs=3, kill_at=1)
+def test_a_failure_before_the_first_checkpoint_does_not_duplicate_epochs(tmp_path, runs):
+    cut = runs.copy("cut-at-1", tmp_path / "cut")
     (cut / "checkpoint.pt").unlink()  # as if killed between the log line and the checkpoint
     train(None, cut, resume=True)
     epochs = [json.loads(line)["epoch"] for line in (cut / "log.jsonl").read_text().splitlines()]
     assert epochs == [1, 2, 3]
 
 
-def test_stale_temporaries_in_a_run_directory_are_removed_on_resume(tmp_path):
-    cut = unfinished_run(tmp_path / "cut")
+def test_stale_temporaries_in_a_run_directory_are_removed_on_resume(tmp_path, runs):
+    cut = runs.copy("cut-at-1", tmp_path / "cut")
     (cut / ".checkpoint.pt.424242.dead.tmp").write_bytes(b"")
     train(None, cut, resume=True)
     assert not list(cut.glob(".*.tmp"))

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import cli, one_line_error, unfinished_run
+from helpers import cli, one_line_error
 from lbhash.train import TrainConfig, train
 
 FAST = dict(data="digits", bits=16, hidden=[64], centers="hadamard", progress=False, lbhash=True)
@@ -75,16 +75,15 @@ def test_two_training_processes_on_one_directory(tmp_path):
 
 # --- checkpoints: checked against the manifest, or their zip CRCs, and never unpickled --------------
 
-def test_flipped_bytes_in_a_checkpoint_tensor_are_refused(tmp_path):
-    finished = tmp_path / "finished"
-    train(TrainConfig(**FAST, epochs=2), finished)
+def test_flipped_bytes_in_a_checkpoint_tensor_are_refused(tmp_path, runs):
+    finished = runs.copy("csq_D", tmp_path / "finished")
     flip_tensor_bytes(finished / "checkpoint.pt")
     one_line_error(cli("encode", finished, "--out", tmp_path / "e.npz"), "checkpoint.pt", "SHA-256")
     from lbhash import HashEncoder
 
     with pytest.raises(ValueError, match="checkpoint.pt.*SHA-256"):
         HashEncoder.load(finished)
-    cut = unfinished_run(tmp_path / "cut")  # no manifest yet: the zip's own CRCs catch it
+    cut = runs.copy("cut-at-1", tmp_path / "cut")  # no manifest yet: the zip's own CRCs catch it
     flip_tensor_bytes(cut / "checkpoint.pt")
     one_line_error(cli("train", "--resume", "--out", cut), "checkpoint.pt", "corrupt")
     assert not (tmp_path / "e.npz").exists()
@@ -96,9 +95,9 @@ class Evil:
 
 
 @pytest.mark.parametrize("kind", ["malicious", "truncated", "empty"])
-def test_bad_checkpoints_on_resume(tmp_path, kind, monkeypatch):
+def test_bad_checkpoints_on_resume(tmp_path, kind, monkeypatch, runs):
     monkeypatch.chdir(tmp_path)
-    cut = unfinished_run(tmp_path / "cut")
+    cut = runs.copy("cut-at-1", tmp_path / "cut")
     path = cut / "checkpoint.pt"
     if kind == "malicious":
         torch.save({"learner": Evil()}, path)
@@ -111,9 +110,8 @@ def test_bad_checkpoints_on_resume(tmp_path, kind, monkeypatch):
     assert "weights_only=False" not in result.output and not (tmp_path / "evil-ran").exists()
 
 
-def test_full_disk_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
-    run = tmp_path / "run"
-    train(TrainConfig(**FAST, epochs=1), run)
+def test_full_disk_is_one_line_and_leaves_nothing(tmp_path, monkeypatch, runs):
+    run = runs.path("csq_D")  # encode only reads it
 
     def no_space(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "codes.npz"))

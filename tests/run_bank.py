@@ -1,0 +1,56 @@
+"""Runs trained once per test session and shared: a test that only reads a run takes the bank's
+copy (`runs.path(NAME)`), a test that changes one takes its own copy (`runs.copy(NAME, dest)`).
+The `runs` fixture (conftest.py) is the bank; what each name trains is in RECIPES."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+# the small digits runs of the fast suite: 16 bits, one hidden layer, Hadamard centers
+DIGITS = dict(data="digits", bits=16, hidden=[64], centers="hadamard", progress=False)
+
+
+def _finished(**changes):
+    def build(path):
+        from lbhash.train import TrainConfig, train
+
+        train(TrainConfig(**{**DIGITS, **changes}), path)
+    return build
+
+
+def _unfinished(epochs, kill_at):
+    def build(path):
+        from helpers import unfinished_run
+
+        unfinished_run(path, epochs=epochs, kill_at=kill_at)
+    return build
+
+
+RECIPES = {
+    "csq": _finished(epochs=2, lr=1e-3, lr_step=3, lr_gamma=0.5, eval_every=0),  # CSQ, 2 epochs
+    "csq-4": _finished(epochs=4, lr=1e-3, lr_step=3, lr_gamma=0.5, eval_every=0),  # the same, 4 epochs
+    "csq_D": _finished(epochs=2, lbhash=True),  # CSQ_D, 2 epochs
+    "csq_D-3": _finished(epochs=3, lbhash=True),  # CSQ_D, 3 epochs: what the cut runs finish as
+    "cut-at-1": _unfinished(epochs=3, kill_at=1),  # CSQ_D of 3 epochs killed after epoch 1
+    "cut-at-2": _unfinished(epochs=3, kill_at=2),  # ... after epoch 2
+}
+
+
+class RunBank:
+    def __init__(self, root: Path):
+        self.root = root
+        self.built: set[str] = set()
+
+    def path(self, name: str) -> Path:
+        """The bank's run NAME, trained on first use: read it, never change it."""
+        where = self.root / name
+        if name not in self.built:
+            RECIPES[name](where)
+            self.built.add(name)
+        return where
+
+    def copy(self, name: str, dest: Path) -> Path:
+        """A copy of run NAME at dest, for a test that changes it."""
+        shutil.copytree(self.path(name), dest)
+        return dest
