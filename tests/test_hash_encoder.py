@@ -7,12 +7,10 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from click.testing import CliRunner
 from scipy import sparse
 from sklearn.base import clone
 
 from lbhash import HashEncoder, InputError
-from lbhash.cli import main
 from lbhash.codes import unpack
 from lbhash.codes_file import load_codes_file
 from lbhash.evaluate import lower_bound, mean_average_precision
@@ -88,10 +86,10 @@ def test_save_then_load_gives_identical_codes(digits, fitted, tmp_path):
         fitted.save(path)
 
 
-def test_eval_set_arrays_give_validation_metrics(digits, tmp_path):
-    x, y, xq, yq = digits
-    enc = HashEncoder(method="hashnet", bits=16, epochs=3, **FAST).fit(x, y, eval_set=(xq, yq))
-    assert enc.metrics_["n_validation"] == len(xq) and enc.metrics_["n_train"] == len(x) - held_out(y)
+def test_eval_set_arrays_give_validation_metrics(all_digits, with_eval_set, tmp_path):
+    X, y = all_digits
+    enc, xq = with_eval_set, X[1300:]
+    assert enc.metrics_["n_validation"] == len(xq) and enc.metrics_["n_train"] == 1300 - held_out(y[:1300])
     assert 0 < enc.metrics_["map"] <= 1 and enc.run_dir_ is None  # trained in memory
     again = HashEncoder.load(enc.save(tmp_path / "run"))  # the same fitted attributes, read back from the run
     assert again.metrics_ == enc.metrics_ and again.history_ == enc.history_ and again.config_ == enc.config_
@@ -122,20 +120,15 @@ def test_transform_gives_the_codes_for_a_pipeline(digits, fitted):
         HashEncoder(method="itq", bits=16, code_format="bits").fit(x)
 
 
-def test_fit_transform_is_fit_then_transform(digits):
-    x, y, xq, yq = digits
-    params = dict(method="csq", bits=16, epochs=1, seed=3, **FAST)
-    codes = HashEncoder(**params).fit_transform(x, y, eval_set=(xq, yq))
-    enc = HashEncoder(**params).fit(x, y, eval_set=(xq, yq))
-    np.testing.assert_array_equal(codes, enc.transform(x))
-    assert codes.shape == (len(x), 2) and codes.dtype == np.uint8
+def test_fit_transform_is_fit_then_transform(all_digits, with_eval_set):
+    X, y = all_digits
+    codes = HashEncoder(epochs=2, **SMALL).fit_transform(X[:1300], y[:1300], eval_set=(X[1300:], y[1300:]))
+    np.testing.assert_array_equal(codes, with_eval_set.transform(X[:1300]))  # the same parameters, fit alone
+    assert codes.shape == (1300, 2) and codes.dtype == np.uint8
 
 
-def test_load_reads_a_cli_run(tmp_path):
-    out = tmp_path / "run"
-    result = CliRunner().invoke(main, ["train", "--data", "digits", "--bits", "16", "--epochs", "2", "--hidden", "64",
-                                       "--centers", "hadamard", "--out", str(out), "--no-progress"])
-    assert result.exit_code == 0, result.output
+def test_load_reads_a_cli_run(runs):
+    out = runs.path("csq")  # what `lbhash train --data digits ...` wrote
     from sklearn.datasets import load_digits
 
     x = load_digits().data.astype(np.float32)
@@ -193,7 +186,8 @@ def test_image_arrays_fit_encode_save_and_load(tmp_path):
         enc.encode(images[:5].astype(np.float32))
 
 
-@pytest.mark.parametrize("lbhash", [False, True])
+# the _D wrapper's front door: test_validation_metrics... (CSQ_D); orthohash_D trains in test_method_orthohash.py
+@pytest.mark.parametrize("lbhash", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_orthohash_through_the_front_door(digits, tmp_path, lbhash):
     x, y, xq, _ = digits
     enc = HashEncoder(method="orthohash", bits=16, lbhash=lbhash, epochs=2, seed=0, **FAST).fit(x, y)
@@ -217,20 +211,34 @@ def all_digits():
     return raw.data.astype(np.float32), raw.target
 
 
-def test_2d_uint8_features_warn_and_float_features_do_not(all_digits):
+@pytest.fixture(scope="module")
+def plain_fit(all_digits):
+    """(fitted, warnings): a 1-epoch fit on every digit, no eval_set, and the warnings it gave."""
+    X, y = all_digits
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        enc = HashEncoder(epochs=1, **SMALL).fit(X.astype(np.uint8).astype(np.float32), y)
+    return enc, list(caught)
+
+
+@pytest.fixture(scope="module")
+def with_eval_set(all_digits):
+    """A 2-epoch fit on the first 1300 digits with the other 497 as its eval_set."""
+    X, y = all_digits
+    return HashEncoder(epochs=2, **SMALL).fit(X[:1300], y[:1300], eval_set=(X[1300:], y[1300:]))
+
+
+def test_2d_uint8_features_warn_and_float_features_do_not(all_digits, plain_fit):
     X, y = all_digits
     with pytest.warns(UserWarning, match=r"2-D uint8 array \(1797, 64\).*raw values 0\.\.255.*astype"):
         HashEncoder(epochs=1, **SMALL).fit(X.astype(np.uint8), y)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        HashEncoder(epochs=1, **SMALL).fit(X.astype(np.uint8).astype(np.float32), y)
-    assert not [w for w in caught if "uint8" in str(w.message)]
+    assert not [w for w in plain_fit[1] if "uint8" in str(w.message)]  # the same values as float32
 
 
-def test_validation_metrics_are_named_for_the_validation_items(all_digits, tmp_path):
+def test_validation_metrics_are_named_for_the_validation_items(all_digits, with_eval_set, tmp_path):
     X, y = all_digits
     Xt, yt, Xv, yv = X[:1300], y[:1300], X[1300:], y[1300:]
-    enc = HashEncoder(epochs=2, **SMALL).fit(Xt, yt, eval_set=(Xv, yv))
+    enc = with_eval_set
     m = enc.metrics_
     assert "n_query" not in m and "n_db" not in m
     assert m["n_validation"] == len(Xv) == m["run"]["n_validation"] and m["n_train"] == len(Xt) - held_out(yt)
@@ -243,9 +251,9 @@ def test_validation_metrics_are_named_for_the_validation_items(all_digits, tmp_p
     assert HashEncoder.load(enc.save(tmp_path / "run")).metrics_ == m
 
 
-def test_without_validation_metrics_hold_the_run_summary_only(all_digits):
+def test_without_validation_metrics_hold_the_run_summary_only(all_digits, plain_fit):
     X, y = all_digits
-    m = HashEncoder(epochs=1, **SMALL).fit(X, y).metrics_
+    m = plain_fit[0].metrics_
     assert set(m) == {"run"} and m["run"]["n_train"] == len(X) - held_out(y) and m["run"]["n_validation"] == held_out(y)
 
 

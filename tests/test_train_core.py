@@ -73,7 +73,10 @@ def test_hash_encoder_fit_writes_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("LBHASH_CACHE_DIR", str(home / "cache"))
     monkeypatch.setattr(tempfile, "tempdir", str(temp))
     monkeypatch.chdir(work)
-    fit(TrainConfig(**FAST, epochs=1))  # imports (whose packages keep caches of their own) happen here
+    # the training stack's imports write their packages' own caches (Lightning -> torchmetrics ->
+    # matplotlib's config folder); import them first so that what is watched is the fit's writes
+    import lightning.pytorch  # noqa: F401
+    (home / "cache").mkdir()
 
     def encoder():
         return HashEncoder(method="csq", bits=16, lbhash=True, epochs=2, hidden=[32], validation=0.1,
@@ -81,7 +84,7 @@ def test_hash_encoder_fit_writes_nothing(tmp_path, monkeypatch):
 
     # the first _D fit of a machine computes its class centers once, into lbhash's cache only
     first = _watched(lambda: encoder().fit(X[:1200], y[:1200]))
-    assert first and all(path.startswith(str(home / "cache" / "centers")) for _, path in first)
+    assert first and all(path.startswith(str(home / "cache" / "centers")) for _, path in first), first
     before = _files(home, temp, work)
     fitted = encoder()
     assert _watched(lambda: fitted.fit(X[:1200], y[:1200], eval_set=(X[1200:], y[1200:]))) == []

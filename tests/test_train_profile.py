@@ -21,16 +21,14 @@ def test_train_without_data_is_refused_in_one_line(tmp_path):
     assert "[required]" in cli("train", "--help").output
 
 
-def test_data_from_a_config_file_is_enough(tmp_path):
-    (tmp_path / "c.yaml").write_text("data: digits\nepochs: 1\n")
-    result = cli("train", "--config", tmp_path / "c.yaml", *FAST_TRAIN[2:], "--out", tmp_path / "run")
-    assert result.exit_code == 0, result.output
-
-
 def test_first_line_names_the_profile_and_its_differences_from_the_paper(tmp_path):
+    from lbhash.train import make_config
+    from lbhash.train.config import profile_line
+
     paper = method_defaults("csq", "paper")
     assert paper.lbhash["multilabel_theta"] == "sum" and method_defaults("csq").lbhash["multilabel_theta"] == "sum"
-    result = cli("train", *FAST_TRAIN, "--method", "csq", "--lbhash", "--epochs", "1",
+    (tmp_path / "c.yaml").write_text("data: digits\nepochs: 1\n")  # data from a config file is enough
+    result = cli("train", "--config", tmp_path / "c.yaml", *FAST_TRAIN[2:], "--method", "csq", "--lbhash",
                  "--out", tmp_path / "rec")
     assert result.exit_code == 0, result.output
     first = result.output.splitlines()[0]
@@ -38,9 +36,9 @@ def test_first_line_names_the_profile_and_its_differences_from_the_paper(tmp_pat
     for part in ("epochs 1 (paper 100)", "lr_step 0 (paper 10)"):
         assert part in first, first
     assert "multilabel_theta" not in first  # the recommended _D objective is the paper's
-    result = cli("train", *FAST_TRAIN, "--method", "csq", "--defaults", "paper", "--epochs", "1",
-                 "--out", tmp_path / "paper1")
-    assert result.output.splitlines()[0] == "profile paper: differs from the paper in epochs 1 (paper 100)"
+    # the line is made before training (the run above printed it): the paper's profile without a run
+    assert profile_line(make_config({"data": "digits", "method": "csq", "defaults": "paper", "epochs": 1})) == \
+        "profile paper: differs from the paper in epochs 1 (paper 100)"
 
 
 def test_profile_line_of_the_papers_own_recipe():
@@ -94,15 +92,15 @@ def test_hash_encoder_and_lbhash_train_train_with_the_same_recipe(tmp_path):
     import numpy as np
 
     from lbhash import HashEncoder
-    from lbhash.train.rundir import load_run_config
+    from lbhash.data import load_data
+    from lbhash.train import build_config, resolve_config
 
     rng = np.random.default_rng(0)
     X, y = rng.normal(size=(60, 6)).astype(np.float32), np.repeat(np.arange(3), 20)
     enc = HashEncoder(method="dbdh", bits=8, epochs=1, hidden=[8]).fit(X, y)
-    result = cli("train", "--data", "digits", "--method", "dbdh", "--bits", "8", "--epochs", "1", "--hidden", "8",
-                 "--no-progress", "--out", tmp_path / "run")
-    assert result.exit_code == 0, result.output
-    cli_cfg = load_run_config(tmp_path / "run")
+    # what `lbhash train` resolves, without training: its flags -> build_config -> resolve_config
+    cli_cfg = resolve_config(build_config(None, {"data": "digits", "method": "dbdh", "bits": 8, "epochs": 1,
+                                                 "hidden": [8]}), load_data("digits"))
     recipe = ("optimizer", "lr", "weight_decay", "lr_step", "lr_gamma", "schedule", "warmup_epochs", "batch_size")
     assert {k: getattr(enc.config_, k) for k in recipe} == {k: getattr(cli_cfg, k) for k in recipe}
     assert cli_cfg.lr == 3e-4 and cli_cfg.lr_step == 0
@@ -151,16 +149,21 @@ def test_quiet_prints_only_the_results(tmp_path):
 
 
 def test_the_data_line_says_when_features_were_dequantized(tmp_path):
+    # the line a run prints second (test above), made from the experiment: no training needed
+    from lbhash.train import make_config
+    from lbhash.train.builder import build_experiment
+    from lbhash.train.summary import data_summary, describe_data
+
     rng = np.random.default_rng(0)
     np.savez(tmp_path / "q.npz", x=rng.integers(0, 255, (120, 8), dtype=np.uint8), labels=np.arange(120) % 3,
              is_test=np.arange(120) >= 100, scale=np.float32(0.02), zero_point=np.float32(128))
-    result = cli("train", "--data", f"features:{tmp_path / 'q.npz'}", "--protocol", "given", "--bits", 8,
-                 "--hidden", 16, "--epochs", 1, "--out", tmp_path / "run", "--no-progress")
-    assert result.exit_code == 0, result.output
-    assert result.output.splitlines()[1] == ("data features:" + str(tmp_path / "q.npz") + ": features, 120 items, "
-                                             "3 classes, 8 features (dequantized); split given: 91 train, "
-                                             "9 validation, 20 query, 91 database")  # 34/33/33 -> 3 each held out
-    assert json.loads((tmp_path / "run" / "data.json").read_text())["dequantized"] is True
+    exp = build_experiment(make_config({"data": f"features:{tmp_path / 'q.npz'}", "protocol": "given", "bits": 8,
+                                        "hidden": [16], "epochs": 1, "progress": False}))
+    summary = data_summary(exp)
+    assert describe_data(summary) == ("data features:" + str(tmp_path / "q.npz") + ": features, 120 items, "
+                                      "3 classes, 8 features (dequantized); split given: 91 train, "
+                                      "9 validation, 20 query, 91 database")  # 34/33/33 -> 3 each held out
+    assert summary["dequantized"] is True
 
 
 # --- issue 42 item 8: the recommended profile keeps the best validation epoch ----------------------
