@@ -153,6 +153,8 @@ def test_training_lines_and_table_name_r_alike(tmp_path, topk, label):
     epoch_1 = next(line for line in result.output.splitlines() if line.startswith("csq epoch 1/2"))
     assert epoch_1.split(", ")[-1].startswith(f"mAP@{label} 0.")
     assert f"mAP@{label} (ties by index)" in result.output
+    done = next(line for line in result.output.splitlines() if line.startswith("done: "))
+    assert f", mAP@{label} 0." in done  # the done line names R as the table does
     assert sum(line.startswith("mAP@") for line in result.output.splitlines()) == 3
     assert all(line.startswith(f"mAP@{label} ") for line in result.output.splitlines() if line.startswith("mAP@"))
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from lbhash.evaluate.formatting import RATIO_SCALE
+from lbhash.evaluate.formatting import RATIO_SCALE, map_label
 from lbhash.train.builder import Experiment
 
 DATA_SUMMARY = "data.json"
@@ -117,7 +117,7 @@ def result_line(metrics: dict[str, Any], out: Path | None = None) -> str:
     run = metrics["run"]
     parts = [f"{run['variant']} {run['bits']} bits, {run['epochs_trained']} epochs"]
     if "map" in metrics:
-        r = metrics["topk"]
+        r = map_label(metrics["topk"], metrics["n_db"])  # as the table below it names R
         parts.append(f"mAP@{r} {metrics['map']:.4f} ({metrics['n_query']} queries, {metrics['n_db']} database items)")
         ratio = metrics["lower_bound"]["ratio"]
         parts.append(f"lower bound {ratio if isinstance(ratio, str) else format(ratio, '.3f')} ({RATIO_SCALE})")
