@@ -188,3 +188,67 @@ def test_served_export_answers_as_the_run_and_never_loads_torch(digits_export, t
     assert about["run"]["method"] == "csq" and about["input_kind"] == "features" and status == 200
     assert "onnxruntime" in maps and "libtorch" not in maps
     assert "torch imported: False" in log, log
+
+
+def tree_images(tree, split="test"):
+    """The decoded images of the tiny run's PNG tree (one split), with their file names."""
+    from PIL import Image
+
+    files = sorted((tree / split).rglob("*.png"))
+    return files, np.stack([np.array(Image.open(f).convert("RGB")) for f in files])
+
+
+def test_search_takes_an_image_array_named_by_row(image_export, tmp_path):
+    """Issue 45 item 7: `lbhash search --images` reads image arrays (.npz, or an image-array:
+    spec), as the features reader's hint says; their rows are named `FILE row N`."""
+    tree, run = image_export.tree, image_export.run
+    files, images = tree_images(tree)
+    np.savez(tmp_path / "queries.npz", x=images[:4])  # x: a key both readers look for
+    assert cli("index", "build", run, "--out", tmp_path / "idx").exit_code == 0
+    each = [part for f in files[:4] for part in ("--images", f)]
+    by_files = json.loads(cli("search", tmp_path / "idx", *each, "--run", run, "--json").output)
+    for given in (tmp_path / "queries.npz", f"image-array:{tmp_path / 'queries.npz'}"):
+        result = cli("search", tmp_path / "idx", "--images", given, "--encoder", image_export.export, "--json")
+        assert result.exit_code == 0, result.output
+        rows = json.loads(result.output)
+        assert [r["name"] for r in rows] == [f"queries.npz row {i}" for i in range(4)]
+        assert [r["ids"] for r in rows] == [r["ids"] for r in by_files]
+    # the hint names something search takes
+    line = one_line_error(cli("search", tmp_path / "idx", "--features", tmp_path / "queries.npz", "--run", run),
+                          "must be 2-D", "image-array:PATH", "lbhash search --images PATH")
+    assert "images" in line
+
+
+def test_codes_of_an_image_array_carry_their_sources(image_export, tmp_path):
+    """Issue 45 item 7: a codes file encoded from an image array names each row, as an index
+    built from a run on it does (`FILE row N`)."""
+    _, images = tree_images(image_export.tree)
+    np.savez(tmp_path / "arr.npz", images=images[:3], labels=np.arange(3))
+    result = cli("encode", image_export.run, "--data", f"image-array:{tmp_path / 'arr.npz'}", "--out",
+                 tmp_path / "c.npz", "--no-progress")
+    assert result.exit_code == 0, result.output
+    encoded = load_codes_file(tmp_path / "c.npz", need=())
+    assert encoded["sources"].tolist() == ["arr.npz row 0", "arr.npz row 1", "arr.npz row 2"]
+    np.testing.assert_array_equal(encoded["codes"], ExportedEncoder.load(image_export.export).encode(images[:3]))
+
+
+def test_an_undecodable_image_is_named_without_pillows_buffer(image_export, tmp_path):
+    """Issue 45 item 7: one line naming the file, never `<_io.BytesIO object at 0x...>`: the
+    command line, the service's searches, adds and encodes."""
+    from fastapi.testclient import TestClient
+
+    from lbhash.service import create_app
+
+    bad = tmp_path / "holiday.jpg"
+    bad.write_bytes(b"this is not a JPEG")
+    assert cli("index", "build", image_export.run, "--out", tmp_path / "idx").exit_code == 0
+    for model in (["--run", image_export.run], ["--encoder", image_export.export]):
+        line = one_line_error(cli("search", tmp_path / "idx", "--images", bad, *model),
+                              "holiday.jpg: cannot decode image (not an image in a format Pillow reads)")
+        assert "BytesIO" not in line
+    with TestClient(create_app(tmp_path / "idx", ExportedEncoder.load(image_export.export))) as client:
+        for path in ("/search/image", "/items/image", "/encode/image"):
+            answer = client.post(path, files=[("files", ("holiday.jpg", bad.read_bytes(), "image/jpeg"))])
+            assert answer.status_code == 400, (path, answer.text)
+            detail = answer.json()["detail"]
+            assert detail == "holiday.jpg: cannot decode image (not an image in a format Pillow reads)", detail
