@@ -252,3 +252,18 @@ def test_an_undecodable_image_is_named_without_pillows_buffer(image_export, tmp_
             assert answer.status_code == 400, (path, answer.text)
             detail = answer.json()["detail"]
             assert detail == "holiday.jpg: cannot decode image (not an image in a format Pillow reads)", detail
+
+
+def test_the_serve_requirements_are_the_packages_dependencies():
+    """requirements-serve.txt (make test-serve-env) names only dependencies or serve extras of
+    pyproject.toml, with the same bounds, and no part of the training stack."""
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    declared = set(project["dependencies"]) | set(project["optional-dependencies"]["serve"])
+    wanted = [line.strip() for line in (root / "requirements-serve.txt").read_text().splitlines()
+              if line.strip() and not line.startswith("#")]
+    assert wanted and not set(wanted) - declared, set(wanted) - declared
+    assert not {w for w in wanted if w.split(">")[0] in ("torch", "lightning", "scikit-learn", "scipy")}
