@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.lbhash-installed
 TORCH  := torch==2.13.0
 
-.PHONY: install demo test test-slow test-milvus test-browser bench bench-search bench-service clean
+.PHONY: install demo test test-slow test-milvus test-browser test-serve-env bench bench-search bench-service clean
 
 # Re-installs only when the package metadata or the constraints change.
 $(STAMP): pyproject.toml constraints.txt
@@ -39,6 +39,19 @@ test-milvus: install
 test-browser: install
 	$(PY) -m pytest -q -rs -m browser tests/test_page_browser.py
 
+# an environment with only what `lbhash serve --encoder` needs (requirements-serve.txt; no torch), built
+# afresh in $(SERVE_VENV); the full one trains, exports and indexes a digits run for it (docs/export.md)
+SERVE_VENV := .venv-serve
+SERVE_FIXTURE := build/serve-env
+test-serve-env: install
+	rm -rf $(SERVE_VENV) $(SERVE_FIXTURE)
+	$(PYTHON) -m venv $(SERVE_VENV)
+	$(SERVE_VENV)/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt -r requirements-serve.txt pytest pytest-timeout
+	$(SERVE_VENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps -e .
+	$(PY) tests/serve_env_fixture.py $(SERVE_FIXTURE)
+	LBHASH_SERVE_ENV_FIXTURE=$(SERVE_FIXTURE) $(SERVE_VENV)/bin/python -m pytest -q -s --noconftest \
+		-p no:cacheprovider -o addopts="" tests/test_serve_env.py
+
 bench: install
 	$(PY) benchmarks/bench_evaluate.py
 
@@ -50,4 +63,4 @@ bench-service: install
 	$(PY) benchmarks/bench_service.py
 
 clean:
-	rm -rf $(VENV) src/*.egg-info .pytest_cache
+	rm -rf $(VENV) $(SERVE_VENV) build src/*.egg-info .pytest_cache

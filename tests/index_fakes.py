@@ -20,15 +20,24 @@ class FakeEncoder:
         x = np.asarray(images, np.float64) / 255.0
         return np.concatenate([x.mean(axis=(1, 2)), (x ** 2).mean(axis=(1, 2))], axis=1) - 0.3
 
-    def encode(self, x, real=False):
-        """Packed codes; real=True: the projections themselves (float64), whose signs they are."""
+    def encode(self, x, *, json_numbers=False):
+        """Packed codes: the signs of `embed`."""
+        return pack(np.where(self.embed(x) >= 0, 1, -1))
+
+    def embed(self, x, *, json_numbers=False):
+        """The projections themselves (float64)."""
         if self.input_kind_ == "images":
             x = self.features_of(x)
-        x = np.asarray(x, np.float64)
+        x = np.asarray(getattr(x, "x", x), np.float64)  # a feature data set: its rows
         if x.shape[1] != self.dim:
             raise ValueError(f"features have {x.shape[1]} columns, the encoder takes {self.dim}")
-        u = x @ self.projection
-        return u if real else pack(np.where(u >= 0, 1, -1))
+        return x @ self.projection
+
+    def identity(self):
+        return None
+
+    def run_info(self):
+        return None
 
 
 class FakeCollection:

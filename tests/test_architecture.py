@@ -14,6 +14,7 @@ LAYERS = [
     {"methods"},
     {"models"},
     {"data"},
+    {"encoders"},
     {"evaluate"},
     {"train"},
     {"index"},

@@ -191,7 +191,7 @@ def test_image_arrays_fit_encode_save_and_load(tmp_path):
 def test_orthohash_through_the_front_door(digits, tmp_path, lbhash):
     x, y, xq, _ = digits
     enc = HashEncoder(method="orthohash", bits=16, lbhash=lbhash, epochs=2, seed=0, **FAST).fit(x, y)
-    codes, real = enc.encode(xq), enc.encode(xq, real=True)
+    codes, real = enc.encode(xq), enc.embed(xq)
     assert codes.shape == (len(xq), 2) and real.shape == (len(xq), 16)
     assert np.array_equal(unpack(codes, 16), np.where(real >= 0, 1, -1))
     enc.save(tmp_path / "run")

@@ -224,7 +224,7 @@ def test_search_rerank_factor_orders_by_the_real_outputs(tmp_path, rng, monkeypa
                  "--rerank-factor", "100", "--json")
     assert result.exit_code == 0, result.output
     signs = unpack(encoder.encode(db), 32).astype(float)
-    for row, q in zip(json.loads(result.output), encoder.encode(queries, real=True)):
+    for row, q in zip(json.loads(result.output), encoder.embed(queries)):
         scores = signs @ q  # the factor covers the whole index: the full asymmetric ranking
         expected = sorted(range(80), key=lambda i: (-scores[i], i))[:5]
         assert row["ids"] == expected

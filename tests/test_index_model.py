@@ -7,7 +7,8 @@ import numpy as np
 from helpers import cli
 from sklearn.datasets import load_digits
 
-from lbhash.train.rundir import model_identity, sha256
+from lbhash._io import file_sha256 as sha256
+from lbhash.train.rundir import model_identity
 
 TRAIN = ["train", "--data", "digits", "--bits", 16, "--hidden", 32, "--centers", "hadamard", "--validation", 0,
          "--no-progress"]

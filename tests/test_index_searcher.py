@@ -73,18 +73,18 @@ def test_images_of_any_size_and_image_files(rng):
     np.testing.assert_array_equal(searcher.encode(images), expected)
     np.testing.assert_array_equal(searcher.encode(np.stack([images[0], images[2]])), expected[[0, 2]])
     files = [png_bytes(img) for img in images]
-    np.testing.assert_array_equal(searcher.encode_image_files(files, ["a.png", "b.png", "c.png"]), expected)
+    np.testing.assert_array_equal(searcher.encode(searcher.decode_images(files, ["a.png", "b.png", "c.png"])), expected)
     with pytest.raises(InputError, match="broken.jpg: cannot decode image"):
-        searcher.encode_image_files([b"not an image"], ["broken.jpg"])
+        searcher.decode_images([b"not an image"], ["broken.jpg"])
     with pytest.raises(InputError, match=r"images\[0\] must be uint8 \(H, W, 3\)"):
         searcher.encode([np.zeros((4, 4), np.uint8)])
     with pytest.raises(InputError, match="feature vectors, not images"):
-        Searcher(CodeIndex(32), FakeEncoder()).encode_image_files(files, ["a.png"] * 3)
+        Searcher(CodeIndex(32), FakeEncoder()).decode_images(files, ["a.png"] * 3)
 
 
 def test_broken_encoder_is_a_bug_not_input_error(rng):
     encoder = FakeEncoder(bits=32)
-    encoder.encode = lambda x: np.zeros((len(x), 3), np.uint8)
+    encoder.encode = lambda x, json_numbers=False: np.zeros((len(x), 3), np.uint8)
     with pytest.raises(RuntimeError, match="encoder returned uint8"):
         Searcher(CodeIndex(32), encoder).search(rng.standard_normal((2, 12)), 1)
 

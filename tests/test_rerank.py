@@ -152,7 +152,7 @@ def test_searcher_reranks_by_the_encoders_real_outputs(rng):
     index.add(random_codes(rng, 80, BITS))
     x = rng.standard_normal((4, 12)).astype(np.float32)  # what the Searcher feeds the encoder
     searcher = Searcher(index, encoder)
-    real = encoder.encode(x, real=True)
+    real = encoder.embed(x)
     np.testing.assert_array_equal(codes_of(real), encoder.encode(x))
     scores, dist, ids = searcher.rerank_search(x, 5, factor=3)
     for got, want in zip((scores, dist, ids), rerank_search(index, encoder.encode(x), 5, real, factor=3)):
@@ -185,7 +185,7 @@ def test_encode_real_gives_the_outputs_whose_signs_are_the_codes(itq_run, tmp_pa
 
     enc = HashEncoder.load(itq_run)
     x = load_data("digits").x[load_split(itq_run / "split.npz").query]
-    u = enc.encode(x, real=True)
+    u = enc.embed(x)
     assert u.dtype == np.float32 and u.shape == (len(x), 16)
     np.testing.assert_array_equal(pack(to_signs(u)), enc.encode(x))
     # the same outputs as the run saved for asymmetric evaluation (other batches: rounding only)
@@ -203,7 +203,7 @@ def test_encode_real_gives_the_outputs_whose_signs_are_the_codes(itq_run, tmp_pa
     with torch.no_grad():
         last.weight.zero_()
         last.bias.copy_(torch.tensor([0.0, -0.0, -1.0, 2.0] * 4))
-    u = enc.encode(x[:3], real=True)
+    u = enc.embed(x[:3])
     assert (u[:, [0, 1]] == 0).all() and (u[:, 2] == -1).all()
     np.testing.assert_array_equal(np.unpackbits(enc.encode(x[:3]), axis=1, bitorder="little")[:, :4],
                                   np.tile([1, 1, 0, 1], (3, 1)))
@@ -255,7 +255,7 @@ def test_service_reranks_codes_with_real_and_features(served, rng):
     assert [[h["id"] for h in r["hits"]] for r in default] == rerank_search(index, queries, 10, real)[2].tolist()
     x = rng.standard_normal((2, 12)).astype(np.float32)
     results = hits(client.post("/search", json={"features": x.tolist(), "k": 4, "rerank_factor": 2}))
-    want = rerank_search(index, encoder.encode(x), 4, encoder.encode(x, real=True), factor=2)[2]
+    want = rerank_search(index, encoder.encode(x), 4, encoder.embed(x), factor=2)[2]
     assert [[h["id"] for h in r["hits"]] for r in results] == want.tolist()
     plain = hits(client.post("/search", json={"codes": body["codes"], "k": 2}))
     assert all("score" not in h for r in plain for h in r["hits"])
@@ -312,7 +312,7 @@ def test_service_reranks_uploaded_images(tmp_path, rng):
         files.append(("files", (f"q{n}.png", buf.getvalue(), "image/png")))
     with TestClient(create_app(tmp_path / "ix", encoder)) as client:
         results = hits(client.post("/search/image", files=files, data={"k": "3", "rerank_factor": "5"}))
-    real = np.concatenate([encoder.encode(img[None], real=True) for img in images])
+    real = np.concatenate([encoder.embed(img[None]) for img in images])
     scores, _, ids = rerank_search(index, np.concatenate([encoder.encode(img[None]) for img in images]), 3, real,
                                    factor=5)
     assert [[h["id"] for h in r["hits"]] for r in results] == ids.tolist()

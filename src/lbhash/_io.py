@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import fcntl
 import json
 import os
@@ -157,6 +158,15 @@ def open_own_file(path: str | os.PathLike, flags: int, mode: int = 0o644) -> int
         raise InputError(f"{path}: is not a regular file (remove it)")
     fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
     return fd
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """The SHA-256 of a file, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:

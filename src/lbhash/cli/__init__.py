@@ -20,6 +20,7 @@ from lbhash.errors import LbhashWarning
 COMMANDS = {
     "train": ("train", "train", "Train a hash model and write a run directory; --lbhash adds the paper's objective (Alg 1)."),
     "encode": ("encode", "encode", "Encode data with the model of RUN_DIR into a codes file (docs/evaluation.md#codes-files)."),
+    "export": ("export", "export", "Export the model of RUN_DIR as ONNX, to encode queries without torch."),
     "evaluate": ("evaluate", "evaluate", "Evaluate codes and print every metric."),
     "index": ("index", "index", "Build and change search indexes over packed codes."),
     "search": ("search", "search", "Search INDEX_DIR; print each query's ids, distances and labels."),

@@ -9,9 +9,11 @@ import click
 import numpy as np
 
 from lbhash.cli.index import backend_options, open_index
+from lbhash.cli.query_encoder import check_model, encoder_options, load_query_encoder, model_source
 from lbhash.limits import MAX_CLASS_ID, MAX_K
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff")
+IMAGE_ARRAY_SUFFIXES = (".npz", ".npy", ".mat")  # --images: an image array, read as image-array:PATH
 
 
 @click.command()
@@ -24,8 +26,9 @@ IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".ti
                    "may add options); labels are not needed. Rows go through the run's input contract "
                    "(docs/data.md). Needs --run.")
 @click.option("--images", "image_paths", multiple=True, type=click.Path(path_type=Path),
-              help="Query image file or directory (repeatable); needs --run.")
-@click.option("--run", "run_dir", type=click.Path(path_type=Path), help="Trained run whose model encodes the queries.")
+              help="Query image file, directory of image files, or image array (a .npz/.npy/.mat file of uint8 "
+                   "images, or an image-array:PATH data spec) (repeatable); needs --run or --encoder.")
+@encoder_options
 @click.option("-k", "k", type=int, default=None, help=f"Results per query, at most {MAX_K}. [default: 10]")
 @click.option("--radius", type=int, help="Return every item within this Hamming distance instead of top-k.")
 @click.option("--filter-labels", help=f"Only items with at least one of these class ids (comma-separated, "
@@ -33,9 +36,10 @@ IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".ti
 @click.option("--rerank-factor", type=int, help="Re-rank the Hamming top k x M by the queries' real outputs "
                                              "(--features or --images only; docs/search.md).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@click.option("--force", is_flag=True, help="Encode with --run even when its model did not make the index's codes.")
+@click.option("--force", is_flag=True, help="Encode with --run (or --encoder) even when its model did not make the "
+                                           "index's codes.")
 @backend_options
-def search(index_dir: str, codes_path, features_path, image_paths, run_dir, k: int | None, radius: int | None,
+def search(index_dir: str, codes_path, features_path, image_paths, run_dir, export_path, k: int | None, radius: int | None,
            filter_labels: str | None, rerank_factor: int | None, as_json: bool, force: bool, backend: str,
            uri: str) -> None:
     """Search INDEX_DIR; print each query's ids, distances and labels.
@@ -46,17 +50,16 @@ def search(index_dir: str, codes_path, features_path, image_paths, run_dir, k: i
     from lbhash.index.hits import Spelling, plan_search, search_hits  # lbhash.index loads FAISS: once needed
 
     rerank = rerank_factor is not None
-    _check_query_options(codes_path, features_path, image_paths, run_dir, rerank)
+    _check_query_options(codes_path, features_path, image_paths, model_source(run_dir, export_path), rerank)
     spelling = Spelling(k="-k", radius="--radius", factor="--rerank-factor", rerank="--rerank-factor",
                         classes="--filter-labels")
     plan = plan_search(k, radius, rerank=rerank, factor=rerank_factor, spelling=spelling)
     classes = None if filter_labels is None else _filter_classes(filter_labels)  # checked before the index is read
     index = open_index(index_dir, backend, uri)
-    if run_dir is not None and codes_path is None:
-        from lbhash.index.sources import check_index_model
-
-        check_index_model(getattr(index, "metadata", None), run_dir, index_dir, force)
-    names, codes, real, query_labels = _queries(index, codes_path, features_path, image_paths, run_dir, rerank)
+    if codes_path is None:
+        check_model(getattr(index, "metadata", None), run_dir, export_path, index_dir, force)
+    encoder = None if codes_path is not None else load_query_encoder(run_dir, export_path)
+    names, codes, real, query_labels = _queries(index, codes_path, features_path, image_paths, encoder, rerank)
     hits = search_hits(index, codes, plan, classes=None if classes is None else [classes] * len(codes), real=real)
     found = np.array(sorted({i for h in hits for i in h.ids}), np.int64)
     from lbhash.index.origins import read_sources
@@ -74,16 +77,16 @@ def search(index_dir: str, codes_path, features_path, image_paths, run_dir, k: i
         _print_results(results, measure, (record.class_names or None) if record is not None else None)
 
 
-def _check_query_options(codes_path, features_path, image_paths, run_dir, rerank: bool) -> None:
-    """Exactly one query source; a run to encode features or images; real outputs to re-rank by."""
+def _check_query_options(codes_path, features_path, image_paths, model, rerank: bool) -> None:
+    """Exactly one query source; a model to encode features or images; real outputs to re-rank by."""
     from lbhash.errors import InputError
 
     given = [name for name, value in (("--codes", codes_path), ("--features", features_path),
                                       ("--images", image_paths)) if value]
     if len(given) != 1:
         raise InputError("give exactly one of --codes, --features and --images")
-    if given[0] != "--codes" and run_dir is None:
-        raise InputError(f"{given[0]} needs --run RUN_DIR (the model that encodes the queries)")
+    if given[0] != "--codes" and model is None:
+        raise InputError(f"{given[0]} needs --run RUN_DIR or --encoder EXPORT (the model that encodes the queries)")
     if rerank and codes_path is not None:
         raise InputError("--rerank-factor needs --features or --images (their real outputs), not --codes")
 
@@ -115,7 +118,7 @@ def _print_results(results: list[dict], measure: str, class_names: list[str] | N
         click.echo("x: a hit of another class than its query")
 
 
-def _queries(index, codes_path, features_path, image_paths, run_dir, rerank: bool):
+def _queries(index, codes_path, features_path, image_paths, encoder, rerank: bool):
     """Names, packed codes, real outputs (rerank=True; else None) and class-id lists (None
     when the queries have no labels) of the queries."""
     if codes_path is not None:
@@ -124,20 +127,38 @@ def _queries(index, codes_path, features_path, image_paths, run_dir, rerank: boo
     from lbhash.data import load_data
     from lbhash.index import Searcher
     from lbhash.index.searcher import codes_of
-    from lbhash.index.sources import load_encoder
 
-    searcher = Searcher(index, load_encoder(run_dir))
+    searcher = Searcher(index, encoder)
     if features_path is not None:
         spec = features_path if features_path.startswith("features:") else f"features:{features_path}"
         inputs = load_data(spec, labels_required=False)
-        names, encoded = [f"row {i}" for i in range(len(inputs))], searcher.encode(inputs, rerank)
-        labels = _label_lists(inputs.labels)
+        names, labels = [f"row {i}" for i in range(len(inputs))], _label_lists(inputs.labels)
     else:
-        files = _image_files(image_paths)
-        names = [str(f) for f in files]
-        encoded = searcher.encode_image_files([f.read_bytes() for f in files], names, rerank)
+        names, inputs = _image_queries(searcher, image_paths)
         labels = None
-    return (names, codes_of(encoded), encoded, labels) if rerank else (names, encoded, None, labels)
+    if not rerank:
+        return names, searcher.encode(inputs), None, labels
+    real = searcher.embed(inputs)
+    return names, codes_of(real), real, labels
+
+
+def _image_queries(searcher, image_paths) -> tuple[list[str], list[np.ndarray]]:
+    """The names and uint8 (H, W, 3) images of --images: files, the image files of
+    directories, and the rows of image arrays (named `FILE row N`, as an index names them)."""
+    from lbhash.data import load_data
+
+    names, images = [], []
+    for path in image_paths:
+        if str(path).startswith("image-array:") or path.suffix.lower() in IMAGE_ARRAY_SUFFIXES:
+            spec = str(path) if str(path).startswith("image-array:") else f"image-array:{path}"
+            data = load_data(spec, labels_required=False)
+            names += [str(s) for s in data.item_sources(None)]
+            images += list(data.pixels)
+        else:
+            files = _image_files([path])
+            names += [str(f) for f in files]
+            images += searcher.decode_images([f.read_bytes() for f in files], [str(f) for f in files])
+    return names, images
 
 
 def _label_lists(labels) -> list[list[int]] | None:
@@ -174,7 +195,7 @@ def _image_files(image_paths) -> list[Path]:
         else:
             raise InputError(f"{path}: no such file or directory")
     if not files:
-        raise InputError("--images found no image files")
+        raise InputError(f"--images {' '.join(map(str, image_paths))}: no image files there")
     return files
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from lbhash.cli.index import backend_options
+from lbhash.cli.query_encoder import check_model, encoder_options, load_query_encoder, model_source
 from lbhash.errors import InputError, require_extra
 from lbhash.limits import (HEADER_TIMEOUT_S, MAX_BATCH, MAX_BODY_BYTES, MAX_CONNECTIONS, MAX_K, MAX_RERANK_CANDIDATES,
                            MEDIA_BUDGET_BYTES)
@@ -16,8 +17,7 @@ from lbhash.limits import (HEADER_TIMEOUT_S, MAX_BATCH, MAX_BODY_BYTES, MAX_CONN
 
 @click.command()
 @click.argument("index_dir")
-@click.option("--run", "run_dir", type=click.Path(path_type=Path),
-              help="Trained run whose model encodes feature or image queries.")
+@encoder_options
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
 @click.option("--compact-every", type=click.IntRange(min=1), default=1000, show_default=True,
@@ -39,7 +39,8 @@ from lbhash.limits import (HEADER_TIMEOUT_S, MAX_BATCH, MAX_BODY_BYTES, MAX_CONN
                                       "closed (lbhash.limits: may only be lowered).")
 @click.option("--media-budget-mb", type=click.IntRange(min=1), default=MEDIA_BUDGET_BYTES >> 20, show_default=True,
               help="Most MiB of uploaded images the index keeps (NAME.media/); beyond it an upload gets 507.")
-@click.option("--force", is_flag=True, help="Serve --run even when its model did not make the index's codes.")
+@click.option("--force", is_flag=True, help="Serve --run (or --encoder) even when its model did not make the "
+                                           "index's codes.")
 @click.option("--read-only", is_flag=True, help="Serve searches, items, thumbnails and the page; refuse every "
                                                  "change (403).")
 @click.option("--write-key-file", type=click.Path(path_type=Path), help="File whose first line is the write key "
@@ -47,7 +48,7 @@ from lbhash.limits import (HEADER_TIMEOUT_S, MAX_BATCH, MAX_BODY_BYTES, MAX_CONN
 @click.option("--read-key-file", type=click.Path(path_type=Path), help="File whose first line is the read key "
               "[default: $LBHASH_READ_KEY]; searches and reads must send it (or the write key).")
 @backend_options
-def serve(index_dir: str, run_dir, host: str, port: int, compact_every: int, max_batch: int, max_k: int,
+def serve(index_dir: str, run_dir, export_path, host: str, port: int, compact_every: int, max_batch: int, max_k: int,
           max_body_mb: int, max_rerank_candidates: int, max_connections: int, header_timeout: float,
           media_budget_mb: int, force: bool, read_only: bool, write_key_file, read_key_file, backend: str, uri: str) -> None:
     """Serve INDEX_DIR over HTTP: a search page at /, API docs at /docs.
@@ -78,17 +79,12 @@ def serve(index_dir: str, run_dir, host: str, port: int, compact_every: int, max
         from lbhash.index.storage import read_manifest
 
         manifest = read_manifest(Path(index_dir))
-        if run_dir is not None:
-            from lbhash.index.sources import check_index_model
-
-            check_index_model(manifest.get("metadata"), run_dir, index_dir, force)
+        check_model(manifest.get("metadata"), run_dir, export_path, index_dir, force)
+    else:
+        model_source(run_dir, export_path)
     sock = _listen(host, port)  # before opening: a busy port must leave the index and its log untouched
     try:
-        encoder = None
-        if run_dir is not None:
-            from lbhash.index.sources import load_encoder
-
-            encoder = load_encoder(run_dir)
+        encoder = load_query_encoder(run_dir, export_path)
         store = (MilvusStore(open_index(index_dir, backend, uri)) if backend == "milvus"
                  else IndexStore(index_dir, compact_every=compact_every))
         limits = Limits(max_body_bytes=max_body_mb << 20, max_batch=max_batch, max_k=max_k,

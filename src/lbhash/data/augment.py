@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from lbhash.data.eval_images import resized_shape
 from lbhash.data.transforms import IMAGENET_MEAN, IMAGENET_STD, TRANSFORM_PRESETS
 from lbhash.errors import InputError
 
@@ -42,11 +43,7 @@ class BatchTransform:
 
     def resized_shape(self, h: int, w: int) -> tuple[int, int]:
         """The (h, w) the preset resizes an h x w image to before cropping."""
-        s = self.size
-        if self.preset != "imagenet":
-            return s, s
-        short = round(s * 256 / 224)  # Resize(int): shorter side, the other truncated
-        return (short, int(short * w / h)) if h <= w else (int(short * h / w), short)
+        return resized_shape(self.preset, self.size, h, w)
 
     def __call__(self, images: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         if images.dtype != torch.uint8 or images.ndim != 4 or images.shape[3] != 3:

@@ -278,7 +278,8 @@ def _pick(arrays: dict, path: Path, given: str | None, defaults: tuple[str, ...]
 def _features(arr: np.ndarray, path: Path, key: str) -> np.ndarray:
     arr = np.asarray(arr)
     if arr.ndim != 2:
-        hint = " (images? use the image-array data kind, image-array:PATH)" if arr.ndim in (3, 4) else ""
+        hint = (" (images? read them as an image array: the data spec image-array:PATH, or `lbhash search "
+                "--images PATH`)") if arr.ndim in (3, 4) else ""
         raise InputError(f"{path}: features {key!r} must be 2-D (n, d), got shape {arr.shape}{hint}")
     if arr.shape[0] == 0 or arr.shape[1] == 0:
         raise InputError(f"{path}: features {key!r} are empty, shape {arr.shape}")

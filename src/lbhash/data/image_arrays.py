@@ -31,7 +31,7 @@ def load_image_arrays(path: str | os.PathLike, x_key: str | None = None, y_key: 
     read = read_arrays(path, x_key, y_key, split_key, labels_path, as_rgb_images, "images", IMAGE_KEYS,
                        labels_required, (rgb_copies, "the RGB copy of its images"))
     return ImageDataset(read.labels, read.is_test, f"image-array:{path.name}", read.class_names,
-                        pixels=read.x)
+                        pixels=read.x, rows_of=path.name)
 
 
 def as_rgb_images(arr, where, key: str = "images") -> np.ndarray:

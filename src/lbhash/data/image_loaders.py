@@ -117,7 +117,7 @@ def load_cifar10(path: str | os.PathLike, cache: str = "auto", per_class: PerCla
     if batches is not None:
         pixels, ids, is_test, class_names = read_cifar_batches(*batches)
         ds = ImageDataset(as_multihot(ids, num_classes=len(class_names)), is_test, "cifar10", class_names,
-                          pixels=pixels)
+                          pixels=pixels, rows_of=p.name)
         if per_class is not None:
             ds = ds.subset(per_class_positions(ids, is_test, per_class, class_names, str(p)))
     elif names is not None:  # a tarball of a class-folder tree: reuse the index just made

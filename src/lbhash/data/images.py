@@ -38,6 +38,8 @@ class ImageDataset(HashDataset):
     `declared_multi_label` overrides the label-count rule of `multi_label` (presets set it).
     `cache` is "auto", "on", "disk" or "off" (see preload); `cache_key` names the source for
     the disk cache (the loaders set it: kind and absolute path; None: never on disk).
+    `rows_of`: the file whose rows `pixels` are (an image array, CIFAR-10's pickles): each item's
+    source is then `FILE row N`, N its position; None for pixels given in memory.
     """
 
     labels: np.ndarray
@@ -51,6 +53,7 @@ class ImageDataset(HashDataset):
     declared_multi_label: bool | None = None
     cache: str = "auto"
     cache_key: str | None = None
+    rows_of: str | None = None
     input_kind = "images"
     _bad: np.ndarray | None = field(default=None, init=False, repr=False)  # cache slots that failed
     _no_cache: bool = field(default=False, init=False, repr=False)
@@ -134,15 +137,18 @@ class ImageDataset(HashDataset):
         common = dict(labels=self.labels[idx], is_test=None if self.is_test is None else self.is_test[idx],
                       name=self.name, class_names=self.class_names, parts=parts, topk=self.topk,
                       declared_multi_label=self.declared_multi_label, cache=self.cache,
-                      cache_key=self.cache_key)
+                      cache_key=self.cache_key, rows_of=self.rows_of)
         if self.pixels is not None and self._bad is None:
             return ImageDataset(pixels=np.ascontiguousarray(self.pixels[idx]), **common)
         return ImageDataset(source=take(self.source, idx), **common)
 
     def item_sources(self, indices) -> np.ndarray | None:
-        """Each item's file (or TARBALL:MEMBER); None for pixels given in memory."""
+        """Each item's file (or TARBALL:MEMBER), or `FILE row N` for the rows of an image file
+        (`rows_of`); None for pixels given in memory."""
         idx = check_indices(self, indices)
-        return None if self.source is None else np.array([self.source.where(int(i)) for i in idx], dtype=str)
+        if self.source is None:
+            return None if self.rows_of is None else np.array([f"{self.rows_of} row {int(i)}" for i in idx], dtype=str)
+        return np.array([self.source.where(int(i)) for i in idx], dtype=str)
 
     def check_items(self, indices, skip_bad: bool = False) -> tuple[np.ndarray, int]:
         return check_images(self, indices, skip_bad=skip_bad)

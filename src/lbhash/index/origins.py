@@ -47,16 +47,13 @@ def absolute_spec(spec: str) -> str:
     return f"{parsed.kind}:{Path(parsed.path).expanduser().resolve()}" + (f"?{query}" if query else "")
 
 
-def dataset_sources(dataset, spec: str, positions) -> list[str] | None:
+def dataset_sources(dataset, positions) -> list[str] | None:
     """Sources of the items at `positions`: files and members, or rows of in-memory images;
     None for feature data."""
     if getattr(dataset, "input_kind", None) != "images":
         return None
     found = dataset.item_sources(positions)
-    if found is not None:
-        return [str(s) for s in found.tolist()]
-    name = Path(spec.partition(":")[2].partition("?")[0]).name or spec
-    return [f"{name} row {int(i)}" for i in positions]
+    return None if found is None else [str(s) for s in found.tolist()]
 
 
 def record_sources(index, data_spec: str, ids) -> int:
@@ -69,7 +66,7 @@ def record_sources(index, data_spec: str, ids) -> int:
     ids = np.asarray(ids, np.int64)
     if len(ids) and (ids.min() < 0 or ids.max() >= len(dataset)):
         raise InputError(f"ids are not positions in {spec} ({len(dataset)} items)")
-    sources = dataset_sources(dataset, spec, ids)
+    sources = dataset_sources(dataset, ids)
     if sources is None:
         return 0
     prefix = os.path.commonprefix(sources) if len(sources) > 1 else ""
@@ -174,7 +171,7 @@ class DataImages:
         dataset = self._data()
         now = None
         if 0 <= item_id < len(dataset):
-            now = dataset_sources(dataset, self.record.data, [item_id])[0]
+            now = dataset_sources(dataset, [item_id])[0]
         if now != recorded:
             raise InputError(f"item {item_id}: its recorded source {recorded} is no longer item {item_id} of "
                              f"{self.record.data} (the data changed)")

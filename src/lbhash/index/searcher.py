@@ -2,30 +2,26 @@
 
 from __future__ import annotations
 
-import inspect
-
 import numpy as np
 
 from lbhash.codes import pack, to_signs
 from lbhash.data import HashDataset
 from lbhash.data.image_sources import decode_image
+from lbhash.encoders import INPUT_KINDS, Encoder
 from lbhash.errors import InputError, one_line
 from lbhash.index.rerank import RERANK_FACTOR, rerank_search
 
-INPUT_KINDS = ("features", "images")
-
 
 class Searcher:
-    """An index and the encoder that made its codes.
+    """An index and the encoder that made its codes (`lbhash.encoders.Encoder`: a run's torch
+    model, `lbhash.index.sources.load_encoder`, or an export, `ExportedEncoder`).
 
-    The encoder has `bits_` (int), `input_kind_` ("features" or "images") and
-    `encode(X) -> packed uint8 (n, bits // 8)`, where X is float (n, d) for feature runs and
-    uint8 (n, H, W, 3) for image runs (`lbhash.index.sources.load_encoder` gives one).
-    Re-ranking (`rerank_search`, `encode(..., real=True)`) also needs
-    `encode(X, real=True) -> float (n, bits)`: the real outputs whose signs are the codes.
+    `encode(inputs)` gives packed codes and `embed(inputs)` the real outputs whose signs they
+    are, of feature rows, an image batch (uint8 (n, H, W, 3)) or a list of images of any sizes;
+    `decode_images` turns encoded files (JPEG, PNG, ...) into that list.
     """
 
-    def __init__(self, index, encoder):
+    def __init__(self, index, encoder: Encoder):
         kind = getattr(encoder, "input_kind_", None)
         if kind not in INPUT_KINDS:
             raise InputError(f"the encoder's input_kind_ must be one of {', '.join(INPUT_KINDS)}, got {kind!r}")
@@ -37,35 +33,22 @@ class Searcher:
     def input_kind(self) -> str:
         return self.encoder.input_kind_
 
-    def encode(self, inputs, real: bool = False, json_numbers: bool = False) -> np.ndarray:
-        """Packed codes of feature rows (an array, or a feature data set loaded from a file), an
-        image batch, or a list of images of any sizes; real=True: the encoder's real outputs
-        float32 (n, bits) instead (codes = their signs). Feature rows go through the run's input
-        contract (docs/data.md#the-input-contract); json_numbers: they came from JSON."""
-        if self.input_kind == "features":
-            if isinstance(inputs, HashDataset) and not hasattr(self.encoder, "input_form_"):
-                inputs = inputs.x  # an encoder without an input contract takes the rows
-            return self._encode_checked(inputs if isinstance(inputs, HashDataset) else check_features(inputs),
-                                        real, json_numbers)
-        images = check_images(inputs)
-        if isinstance(images, list):  # different sizes: one at a time
-            parts = [self._encode_checked(img[None], real) for img in images]
-            empty = np.empty((0, self.index.bits), np.float32) if real else np.empty((0, self.index.bits // 8), np.uint8)
-            return np.concatenate(parts) if parts else empty
-        return self._encode_checked(images, real)
+    def encode(self, inputs, json_numbers: bool = False) -> np.ndarray:
+        """Packed codes uint8 (n, bits // 8) of feature rows (an array, or a feature data set
+        loaded from a file), an image batch, or a list of images of any sizes. Feature rows go
+        through the run's input contract (docs/data.md#the-input-contract); json_numbers: they
+        came from JSON."""
+        return self._run(inputs, False, json_numbers)
 
-    def encode_image_files(self, blobs: list[bytes], names: list[str], real: bool = False) -> np.ndarray:
-        """Packed codes (or, real=True, real outputs) of encoded image files (JPEG, PNG, ...);
-        `names` appear in errors."""
+    def embed(self, inputs, json_numbers: bool = False) -> np.ndarray:
+        """The encoder's real outputs float32 (n, bits) of the same inputs (codes = their signs)."""
+        return self._run(inputs, True, json_numbers)
+
+    def decode_images(self, blobs: list[bytes], names: list[str]) -> list[np.ndarray]:
+        """uint8 (H, W, 3) images of encoded image files; `names` appear in errors."""
         if self.input_kind != "images":
             raise InputError("this run encodes feature vectors, not images")
-        images = []
-        for blob, name in zip(blobs, names):
-            try:
-                images.append(decode_image(blob, name))
-            except ValueError as err:
-                raise InputError(str(err)) from None
-        return self.encode(images, real)
+        return [decode_image(blob, name) for blob, name in zip(blobs, names)]
 
     def search(self, inputs, k: int, labels=None):
         """`index.search` of the inputs' codes (re-ranked: `rerank_search`)."""
@@ -75,34 +58,36 @@ class Searcher:
         """`lbhash.index.rerank_search` of the inputs: the Hamming top k * factor re-ranked by
         their real outputs (one forward pass gives codes and outputs; docs/search.md):
         (scores, Hamming distances, ids)."""
-        real = self.encode(inputs, real=True)
+        real = self.embed(inputs)
         return rerank_search(self.index, codes_of(real), k, real, labels, factor)
 
     def range_search(self, inputs, radius: int, labels=None):
         return self.index.range_search(self.encode(inputs), radius, labels)
 
-    def _encode_checked(self, batch, real: bool = False, json_numbers: bool = False):
-        takes = "json_numbers" in inspect.signature(self.encoder.encode).parameters
-        extra = {"json_numbers": True} if json_numbers and takes else {}  # encoders without the option still work
+    def _run(self, inputs, real: bool, json_numbers: bool) -> np.ndarray:
+        if self.input_kind == "features":
+            return self._checked(inputs if isinstance(inputs, HashDataset) else check_features(inputs), real,
+                                 json_numbers)
+        images = check_images(inputs)
+        if isinstance(images, list):  # different sizes: one at a time
+            parts = [self._checked(img[None], real) for img in images]
+            empty = np.empty((0, self.index.bits), np.float32) if real else np.empty((0, self.index.bits // 8), np.uint8)
+            return np.concatenate(parts) if parts else empty
+        return self._checked(images, real)
+
+    def _checked(self, batch, real: bool, json_numbers: bool = False) -> np.ndarray:
+        """The encoder's codes (or real outputs) of a batch, checked against its contract."""
         try:
-            out = self.encoder.encode(batch, real=True, **extra) if real else self.encoder.encode(batch, **extra)
+            out = np.asarray(self.encoder.embed(batch, json_numbers=json_numbers) if real
+                             else self.encoder.encode(batch, json_numbers=json_numbers))
         except ValueError as err:  # lbhash's convention: the input was refused
             raise InputError(one_line(err)) from None
-        return self._checked_real(out, len(batch)) if real else self._checked(out, len(batch))
-
-    def _checked(self, codes, n: int) -> np.ndarray:
-        codes = np.asarray(codes)
-        width = self.index.bits // 8
-        if codes.dtype != np.uint8 or codes.shape != (n, width):  # the encoder broke its contract
-            raise RuntimeError(f"encoder returned {codes.dtype} {codes.shape}, expected uint8 ({n}, {width})")
-        return codes
-
-    def _checked_real(self, real, n: int) -> np.ndarray:
-        real = np.asarray(real)
-        if real.dtype.kind != "f" or real.shape != (n, self.index.bits):  # the encoder broke its contract
-            raise RuntimeError(f"encoder returned real outputs {real.dtype} {real.shape}, "
-                               f"expected float ({n}, {self.index.bits})")
-        return real
+        n, bits = len(batch), self.index.bits
+        if real and (out.dtype.kind != "f" or out.shape != (n, bits)):  # the encoder broke its contract
+            raise RuntimeError(f"encoder returned real outputs {out.dtype} {out.shape}, expected float ({n}, {bits})")
+        if not real and (out.dtype != np.uint8 or out.shape != (n, bits // 8)):
+            raise RuntimeError(f"encoder returned {out.dtype} {out.shape}, expected uint8 ({n}, {bits // 8})")
+        return out
 
 
 def codes_of(real: np.ndarray) -> np.ndarray:

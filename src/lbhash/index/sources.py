@@ -1,14 +1,14 @@
 """Where codes and encoders come from. Every call into the training layer is in this module,
 so that a change there is rewired here alone.
 
-- `load_encoder(run_dir)`: a fitted encoder (attributes `bits_`, `input_kind_`; `encode(X)`
-  -> packed uint8 codes) for a run directory.
+- `load_encoder(run_dir)`: a run's torch model as an encoder (lbhash.encoders.Encoder), and
+  `load_exported(path)`: an export's (ONNX Runtime, no torch).
 - `run_codes(run_dir, part)`: the codes, ids and labels of a run's items.
 - `codes_file(path)`: the codes, ids, labels and sources of a codes file (lbhash.codes_file):
   `lbhash encode`'s output, or a run's codes.npz (its database).
-- `run_model(run_dir)` and `check_index_model(metadata, run_dir, index_dir, force)`: the model
-  an index's codes came from (recorded by `lbhash index build`), and the refusal to encode
-  queries for that index with another model.
+- `run_model(run_dir)` and `check_index_model(metadata, source, index_dir, force, exported)`: the
+  model an index's codes came from (recorded by `lbhash index build`), and the refusal to encode
+  queries for that index with another model (a run's, or an export's: `exported_model(path)`).
 """
 
 from __future__ import annotations
@@ -32,18 +32,21 @@ def run_model(run_dir: str | Path) -> dict | None:
     return model_identity(run_dir) if (Path(run_dir) / CONFIG).is_file() else None
 
 
-def check_index_model(metadata: dict, run_dir: str | Path, index_dir, force: bool = False) -> None:
+def check_index_model(metadata: dict, source: str | Path, index_dir, force: bool = False,
+                      exported: bool = False) -> None:
     """Refuse to encode queries for an index with a model other than the one that made its
-    codes: their distances would mean nothing (an item's own image far from itself). Indexes
-    built from a codes file, or before lbhash recorded the model, have nothing to compare."""
+    codes: their distances would mean nothing (an item's own image far from itself). `source`
+    is a run directory, or with `exported` an export (lbhash export). Indexes built from a codes
+    file, or before lbhash recorded the model, have nothing to compare."""
     recorded = (metadata or {}).get(MODEL_KEY)
     if force or not isinstance(recorded, dict):
         return
-    now = run_model(run_dir)
-    if now is not None and now["sha256"] != recorded.get("sha256"):
-        raise InputError(f"{run_dir}: its model ({now['file']}, epoch {now['epoch']}) did not make the codes of "
-                         f"{index_dir} (epoch {recorded.get('epoch')}): rebuild the index with `lbhash index build "
-                         f"{run_dir} --out {index_dir} --overwrite`, or pass --force")
+    now = exported_model(source) if exported else run_model(source)
+    if now is not None and now.get("sha256") != recorded.get("sha256"):
+        remedy = ("export the run that built it again (`lbhash export RUN_DIR --overwrite`)" if exported else
+                  f"rebuild the index with `lbhash index build {source} --out {index_dir} --overwrite`")
+        raise InputError(f"{source}: its model ({now.get('file')}, epoch {now.get('epoch')}) did not make the codes of "
+                         f"{index_dir} (epoch {recorded.get('epoch')}): {remedy}, or pass --force")
 
 
 def load_encoder(run_dir: str | Path):
@@ -55,6 +58,22 @@ def load_encoder(run_dir: str | Path):
     if not run_dir.is_dir():
         raise InputError(f"{run_dir}: no such run directory")
     return RunEncoder.load(run_dir)
+
+
+def load_exported(path: str | Path):
+    """The encoder of an export (lbhash.encoders.exported.ExportedEncoder: ONNX Runtime and
+    numpy, no torch): an export directory, or a run directory holding one (RUN_DIR/export)."""
+    from lbhash.encoders.exported import ExportedEncoder
+
+    return ExportedEncoder.load(path)
+
+
+def exported_model(path: str | Path) -> dict | None:
+    """The identity of the model an export holds (its run's, as an index records it)."""
+    from lbhash.encoders.exported import read_manifest
+
+    model = read_manifest(path).get("model")
+    return model if isinstance(model, dict) else None
 
 
 def run_codes(run_dir: str | Path, part: str = "database") -> dict:

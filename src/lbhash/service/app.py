@@ -168,7 +168,8 @@ def add_images(request: Request, files: list[UploadFile] = File(...), ids: str |
     check_batch(state.limits, len(files), "images")
     blobs, names = read_uploads(files)
     state.media.check_uploads(blobs, names)
-    codes = need_searcher(state.searcher, "images").encode_image_files(blobs, names)
+    searcher = need_searcher(state.searcher, "images")
+    codes = searcher.encode(searcher.decode_images(blobs, names))
     label_lists = None if labels is None else [parse_ids(part, "labels", allow_empty=True, check=check_class_ids)
                                                for part in labels.split(";")]
     item_labels = None if label_lists is None else labels_of_items(state, label_lists, len(codes))

@@ -66,17 +66,17 @@ def reranked_queries(state, body: models.SearchRequest) -> tuple[np.ndarray, np.
         raise InputError("rerank_factor needs the queries' real outputs: 'real' beside 'codes', or "
                          "'features' with a run attached")
     check_batch(state.limits, len(body.features), "queries")
-    real = need_searcher(state.searcher, "features").encode(feature_rows(body.features), real=True,
-                                                            json_numbers=True)
+    real = need_searcher(state.searcher, "features").embed(feature_rows(body.features), json_numbers=True)
     return codes_of(real), real
 
 
 def encode_images(searcher: Searcher, blobs: list[bytes], names: list[str],
                   real: bool) -> tuple[np.ndarray, np.ndarray | None]:
     """(codes, real outputs, or None when real=False) of uploaded image files."""
+    images = searcher.decode_images(blobs, names)
     if not real:
-        return searcher.encode_image_files(blobs, names), None
-    outputs = searcher.encode_image_files(blobs, names, real=True)
+        return searcher.encode(images), None
+    outputs = searcher.embed(images)
     return codes_of(outputs), outputs
 
 

@@ -160,7 +160,7 @@ def encode(body: EncodeRequest, request: Request):
     state = request.app.state
     check_batch(state.limits, len(body.features), "rows")
     searcher = need_searcher(state.searcher, "features")
-    return encoded(searcher.encode(feature_rows(body.features), real=True, json_numbers=True))
+    return encoded(searcher.embed(feature_rows(body.features), json_numbers=True))
 
 
 @router.post("/encode/image", response_model=EncodeResponse, responses=ERRORS)
@@ -169,7 +169,8 @@ def encode_image(request: Request, files: list[UploadFile] = File(...)):
     state = request.app.state
     check_batch(state.limits, len(files), "images")
     blobs, names = read_uploads(files)
-    return encoded(need_searcher(state.searcher, "images").encode_image_files(blobs, names, real=True))
+    searcher = need_searcher(state.searcher, "images")
+    return encoded(searcher.embed(searcher.decode_images(blobs, names)))
 
 
 def encoded(real: np.ndarray) -> EncodeResponse:
@@ -179,20 +180,8 @@ def encoded(real: np.ndarray) -> EncodeResponse:
 
 def run_summary(searcher) -> dict | None:
     """The attached run: its method, bits and data, and its quality from metrics.json."""
-    encoder = None if searcher is None else searcher.encoder
-    cfg = getattr(encoder, "config_", None)
-    if cfg is None:
-        return None
-    metrics = getattr(encoder, "metrics_", None) or {}
-    asymmetric = metrics.get("asymmetric") if isinstance(metrics.get("asymmetric"), dict) else {}
-    run_dir = getattr(encoder, "run_dir_", None)
-    return {"dir": None if run_dir is None else str(Path(run_dir).resolve()), "method": cfg.method, "lbhash": bool(cfg.lbhash),
-            "variant": cfg.variant, "bits": cfg.bits, "data": cfg.data, "protocol": cfg.protocol,
-            "input_kind": cfg.input_kind, "map": metrics.get("map"), "topk": metrics.get("topk"),
-            "chance_map": metrics.get("chance_map"),  # mAP@all of a random ranking (runs since 2026-11-25)
-            "n_query": metrics.get("n_query"), "n_db": metrics.get("n_db"),
-            "asymmetric_map": asymmetric.get("map"), "validation_map": metrics.get("validation_map"),
-            "lower_bound": _with_scale(metrics.get("lower_bound")), "pr_curve": metrics.get("pr_curve")}
+    info = None if searcher is None else searcher.encoder.run_info()
+    return None if info is None else {**info, "lower_bound": _with_scale(info.get("lower_bound"))}
 
 
 def _with_scale(bound: dict | None) -> dict | None:

@@ -3,7 +3,7 @@
     from lbhash import HashEncoder
     enc = HashEncoder(method="csq", bits=64, lbhash=True, epochs=30, seed=0).fit(X, y)
     codes = enc.encode(X_new)            # packed uint8 (n, bits // 8), FAISS bit layout
-    u = enc.encode(X_new, real=True)     # float32 (n, bits): the head's outputs, codes = signs
+    u = enc.embed(X_new)                 # float32 (n, bits): the head's outputs, codes = signs
     enc.save("runs/my-encoder")          # a normal run directory
     enc = HashEncoder.load("runs/csq_D-64")   # any run directory, `lbhash train`'s too
 

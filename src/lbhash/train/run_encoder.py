@@ -21,12 +21,13 @@ from lbhash.data.input_form import conform_dataset, conform_features
 from lbhash.errors import InputError
 from lbhash.train.builder import input_options
 from lbhash.train.encoder import encode
-from lbhash.train.rundir import CODES, CONFIG, METRICS, Fitted, read_fitted, read_metrics
+from lbhash.encoders import Encoder
+from lbhash.train.rundir import CODES, CONFIG, METRICS, Fitted, model_identity, read_fitted, read_metrics
 
 ARRAYS = "arrays"  # the data spec of a run trained by HashEncoder.fit: arrays, not a file
 
 
-class RunEncoder:
+class RunEncoder(Encoder):
     """Encode arrays with the model of a run directory: `RunEncoder.load(run_dir).encode(X)`.
 
     Fitted attributes: `config_` (the run's RunConfig), `model_` (the torch hash model),
@@ -65,21 +66,41 @@ class RunEncoder:
     def _check_fitted(self, what: str) -> None:
         """A loaded encoder is fitted; HashEncoder, which starts unfitted, checks."""
 
-    def encode(self, X, batch_size: int | None = None, real: bool = False, json_numbers: bool = False) -> np.ndarray:
+    def encode(self, X, *, json_numbers: bool = False, batch_size: int | None = None) -> np.ndarray:
         """Packed uint8 codes (n, bits // 8) of the rows of X (features or images).
 
         X is an array, or a data set loaded from a file (lbhash.data.load_data). It goes through
         the run's input contract (`input_form_`, docs/data.md#the-input-contract): rows in the
         training data's stored form (e.g. quantised uint8) give the codes of those items, and
         input in another form is converted by its rule or refused. json_numbers: the rows came
-        from JSON, whose integers a float-trained run takes as values.
-
-        real=True: the hash head's real outputs u instead, float32 (n, bits), from the same
-        forward pass; the codes are `pack(to_signs(u))` (lbhash.codes: 0 -> +1). They are what
-        asymmetric ranking and `lbhash.index.rerank_search(index, codes, k, u)` score the codes with."""
+        from JSON, whose integers a float-trained run takes as values."""
         self._check_fitted("encode")
-        out = self._outputs(X, batch_size, real, json_numbers)
-        return out if real else pack(out)
+        return pack(self._outputs(X, batch_size, False, json_numbers))
+
+    def embed(self, X, *, json_numbers: bool = False, batch_size: int | None = None) -> np.ndarray:
+        """The hash head's real outputs u of the rows of X, float32 (n, bits), from the forward
+        pass `encode` makes; the codes are `pack(to_signs(u))` (lbhash.codes: 0 -> +1). They are
+        what asymmetric ranking and `lbhash.index.rerank_search(index, codes, k, u)` score the
+        codes with."""
+        self._check_fitted("embed")
+        return self._outputs(X, batch_size, True, json_numbers)
+
+    def identity(self) -> dict | None:
+        """The weights the run encodes with, as an index records them (None: a fit in memory)."""
+        return None if self.run_dir_ is None else model_identity(self.run_dir_)
+
+    def run_info(self) -> dict | None:
+        """The run's method, bits, data and quality (metrics.json), as the search page shows them."""
+        cfg, metrics = self.config_, self.metrics_ or {}
+        asymmetric = metrics.get("asymmetric") if isinstance(metrics.get("asymmetric"), dict) else {}
+        return {"dir": None if self.run_dir_ is None else str(Path(self.run_dir_).resolve()), "method": cfg.method,
+                "lbhash": bool(cfg.lbhash), "variant": cfg.variant, "bits": cfg.bits, "data": cfg.data,
+                "protocol": cfg.protocol, "input_kind": cfg.input_kind, "map": metrics.get("map"),
+                "topk": metrics.get("topk"),
+                "chance_map": metrics.get("chance_map"),  # mAP@all of a random ranking (runs since 2026-11-25)
+                "n_query": metrics.get("n_query"), "n_db": metrics.get("n_db"),
+                "asymmetric_map": asymmetric.get("map"), "validation_map": metrics.get("validation_map"),
+                "lower_bound": metrics.get("lower_bound"), "pr_curve": metrics.get("pr_curve")}
 
     def _outputs(self, X, batch_size: int | None = None, real: bool = False, json_numbers: bool = False):
         """+/-1 int8 codes of the rows of X, or with real=True the head's float32 outputs."""

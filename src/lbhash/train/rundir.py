@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import logging
 import os
@@ -24,7 +23,7 @@ from typing import Any, Iterator
 import torch
 import yaml
 
-from lbhash._io import atomic_path, write_json
+from lbhash._io import atomic_path, file_sha256, write_json
 from lbhash.data.input_form import InputForm
 from lbhash.errors import InputError
 from lbhash.models import HashModel
@@ -79,17 +78,9 @@ def run_lock(out: Path, enabled: bool = True) -> Iterator[None]:
         os.close(fd)
 
 
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def write_manifest(run_dir: Path) -> None:
     """manifest.json with the SHA-256 and size of every file of a finished run (written last)."""
-    files = {p.name: {"sha256": sha256(p), "bytes": p.stat().st_size}
+    files = {p.name: {"sha256": file_sha256(p), "bytes": p.stat().st_size}
              for p in sorted(run_dir.iterdir()) if p.is_file() and not p.name.startswith(".")
              and p.name not in (MANIFEST, STATUS)}
     write_json(run_dir / MANIFEST, {"format": MANIFEST_FORMAT, "files": files})
@@ -128,7 +119,7 @@ def verify_files(run_dir: Path, names: tuple[str, ...]) -> None:
         if not path.is_file():
             continue
         if manifest is not None and name in manifest:
-            if sha256(path) != manifest[name].get("sha256"):
+            if file_sha256(path) != manifest[name].get("sha256"):
                 raise InputError(f"{path}: its SHA-256 does not match {MANIFEST}; the file was changed or is corrupt")
         elif name.endswith(".pt"):
             verify_zip(path)
@@ -260,7 +251,7 @@ def model_identity(run_dir: str | Path) -> dict:
     if not (run_dir / name).is_file():
         raise InputError(f"{run_dir}: no {name} (the run has not finished an epoch)")
     recorded = (read_manifest(run_dir) or {}).get(name, {}).get("sha256")
-    digest = recorded if isinstance(recorded, str) else sha256(run_dir / name)
+    digest = recorded if isinstance(recorded, str) else file_sha256(run_dir / name)
     epoch = None
     if (run_dir / METRICS).is_file():
         epoch = read_metrics(run_dir).get("run", {}).get("selected_epoch")

@@ -1,0 +1,133 @@
+"""A run exported by `lbhash export` (docs/export.md), encoding with ONNX Runtime and numpy.
+
+An export directory holds `model.onnx` (the run's model, inputs -> real outputs u, a dynamic
+batch axis) and `export.json` (EXPORT_FORMAT): the input contract (lbhash.data.input_form),
+for images the evaluation transform (preset, side, mean, std), bits, the model's identity
+(`model`: the file, SHA-256 and epoch an index records), the run's summary (`run`) and the
+ONNX file's SHA-256. Feature rows go through the run's input contract, images through
+lbhash.data.eval_images (the same pixels as training's CPU transform), both in numpy; ONNX
+Runtime runs the graph; the codes are the outputs' signs, packed here (lbhash.codes). Nothing
+here imports torch.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from lbhash._io import file_sha256
+from lbhash.codes import pack, to_signs
+from lbhash.data import HashDataset
+from lbhash.data.eval_images import eval_inputs
+from lbhash.data.image_arrays import as_rgb_images
+from lbhash.data.input_form import InputForm, conform_dataset, conform_features
+from lbhash.encoders import INPUT_KINDS
+from lbhash.errors import InputError, require_extra
+
+EXPORT_FORMAT = "lbhash-export/1"
+MANIFEST, MODEL = "export.json", "model.onnx"
+EXPORT_DIR = "export"  # a run's own export: RUN/export (lbhash export's default --out)
+INPUT_NAME, OUTPUT_NAME = "input", "u"
+BATCH = {"features": 1024, "images": 64}  # rows per ONNX Runtime call
+
+
+def export_dir_of(path: str | Path) -> Path:
+    """The export directory `path` names: an export itself, or a run directory holding one."""
+    path = Path(path)
+    if (path / MANIFEST).is_file():
+        return path
+    if (path / EXPORT_DIR / MANIFEST).is_file():
+        return path / EXPORT_DIR
+    if not path.exists():
+        raise InputError(f"{path}: no such export directory")
+    raise InputError(f"{path}: not an export (no {MANIFEST}, nor {EXPORT_DIR}/{MANIFEST}); "
+                     f"make one with `lbhash export RUN_DIR`")
+
+
+def read_manifest(path: str | Path) -> dict:
+    """The checked export.json of an export directory (or of a run directory's export)."""
+    where = export_dir_of(path) / MANIFEST
+    try:
+        manifest = json.loads(where.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise InputError(f"{where}: not readable as JSON ({err})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != EXPORT_FORMAT:
+        got = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
+        raise InputError(f"{where}: not an lbhash export of format {EXPORT_FORMAT} (format {got!r})")
+    form = InputForm.from_dict(manifest.get("input") or {}, str(where))
+    bits = manifest.get("bits")
+    if isinstance(bits, bool) or not isinstance(bits, int) or bits < 1 or form.kind not in INPUT_KINDS:
+        raise InputError(f"{where}: bits {bits!r} and input kind {form.kind!r} are not an encoder's")
+    if form.kind == "images" and not isinstance(manifest.get("images"), dict):
+        raise InputError(f"{where}: an image export without its transform ('images')")
+    return manifest
+
+
+class ExportedEncoder:
+    """`lbhash.encoders.Encoder` over an export directory: `ExportedEncoder.load(path)`."""
+
+    def __init__(self, directory: Path, manifest: dict, session):
+        self.directory, self.manifest, self.session = directory, manifest, session
+        self.input_form_ = InputForm.from_dict(manifest["input"], str(directory / MANIFEST))
+        self.bits_, self.input_kind_ = int(manifest["bits"]), self.input_form_.kind
+        self.n_features_in_ = self.input_form_.width if self.input_kind_ == "features" else None
+
+    @classmethod
+    def load(cls, path: str | Path, threads: int | None = None) -> "ExportedEncoder":
+        """The encoder of an export directory, or of a run directory's export; `threads`: ONNX
+        Runtime's intra-op threads (None: its default, one per core)."""
+        directory = export_dir_of(path)
+        manifest = read_manifest(directory)
+        model = directory / MODEL
+        if not model.is_file():
+            raise InputError(f"{model}: missing (the export is incomplete)")
+        if file_sha256(model) != (manifest.get("onnx") or {}).get("sha256"):
+            raise InputError(f"{model}: its SHA-256 does not match {MANIFEST}; the file was changed or is corrupt")
+        require_extra("an exported encoder", "serve", "onnxruntime")
+        import onnxruntime
+
+        options = onnxruntime.SessionOptions()
+        options.log_severity_level = 3  # errors only: no warnings on stderr per session
+        if threads is not None:
+            options.intra_op_num_threads = threads
+        try:
+            session = onnxruntime.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+        except Exception as err:  # ONNX Runtime raises its own classes for a file it cannot run
+            raise InputError(f"{model}: ONNX Runtime cannot load it ({str(err).splitlines()[0]})") from None
+        return cls(directory, manifest, session)
+
+    def encode(self, X, *, json_numbers: bool = False) -> np.ndarray:
+        return pack(to_signs(self.embed(X, json_numbers=json_numbers)))
+
+    def embed(self, X, *, json_numbers: bool = False) -> np.ndarray:
+        inputs = self._inputs(X, json_numbers)
+        step = BATCH[self.input_kind_]
+        parts = [self.session.run([OUTPUT_NAME], {INPUT_NAME: self._model_input(inputs[i:i + step])})[0]
+                 for i in range(0, len(inputs), step)]
+        return np.concatenate(parts) if parts else np.empty((0, self.bits_), np.float32)
+
+    def identity(self) -> dict | None:
+        return self.manifest.get("model")
+
+    def run_info(self) -> dict | None:
+        return self.manifest.get("run")
+
+    def _inputs(self, X, json_numbers: bool) -> np.ndarray:
+        """Feature rows as the model's float32 input, or uint8 RGB images (n, H, W, 3)."""
+        if isinstance(X, HashDataset):
+            data = conform_dataset(self.input_form_, X, X.name)
+            if self.input_kind_ == "features":
+                return data.x
+            return np.stack([data.image(i) for i in range(len(data))]) if len(data) else np.empty((0, 1, 1, 3), np.uint8)
+        arr = np.asarray(X)
+        if self.input_kind_ == "images":
+            return as_rgb_images(arr, "X", "X")
+        return conform_features(self.input_form_, arr, "X", json_numbers=json_numbers)
+
+    def _model_input(self, batch: np.ndarray) -> np.ndarray:
+        if self.input_kind_ == "features":
+            return np.ascontiguousarray(batch, np.float32)
+        images = self.manifest["images"]
+        return eval_inputs(batch, images["preset"], int(images["size"]), images["mean"], images["std"])

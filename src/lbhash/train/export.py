@@ -1,0 +1,95 @@
+"""`export_run`: a run's model as ONNX, with what serving it needs (docs/export.md).
+
+The graph is the run's HashModel from its model input to its real outputs u: feature rows
+(n, width) float32, after the input contract, or images (n, 3, s, s) float32 after the
+evaluation transform (lbhash.data.eval_images does that in numpy), the batch axis dynamic. A
+frozen backbone is exported with the head: the graph takes images, not cached features. The
+codes are u's signs, packed outside the graph (lbhash.codes). Written by torch's ONNX exporter
+(torch.export, which needs onnxscript: the `export` extra); read by lbhash.encoders.exported.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+
+from lbhash._io import atomic_path, file_sha256, write_json
+from lbhash.encoders.exported import (EXPORT_DIR, EXPORT_FORMAT, INPUT_NAME, MANIFEST, MODEL, OUTPUT_NAME,
+                                      read_manifest)
+from lbhash.errors import InputError, require_extra
+
+OPSET = 18
+
+
+def export_run(run_dir: str | Path, out: str | Path | None = None, overwrite: bool = False) -> Path:
+    """Write the run's model (model.onnx) and its manifest (export.json) to `out` (default:
+    RUN_DIR/export); returns the export directory. An existing export is replaced only with
+    `overwrite`; each file is written atomically, the manifest last (it holds the model's
+    SHA-256, so a reader never pairs a manifest with another model)."""
+    require_extra("lbhash export", "export", "onnx", "onnxscript")
+    from lbhash.train.run_encoder import RunEncoder
+
+    run_dir = Path(run_dir)
+    out = run_dir / EXPORT_DIR if out is None else Path(out)
+    if out.exists() and not overwrite:
+        raise InputError(f"{out}: already exists (pass --overwrite to replace it)")
+    if out.exists() and not (out / MANIFEST).is_file() and any(out.iterdir()):
+        raise InputError(f"{out}: a directory that is not an export; refusing to write into it")
+    encoder = RunEncoder.load(run_dir)
+    manifest = export_manifest(encoder)
+    out.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out / MODEL) as tmp:
+        _write_onnx(encoder, manifest, tmp)
+    manifest["onnx"] = {"file": MODEL, "sha256": file_sha256(out / MODEL), "opset": OPSET,
+                        "input": INPUT_NAME, "output": OUTPUT_NAME}
+    write_json(out / MANIFEST, manifest)
+    read_manifest(out)  # what a reader will check
+    return out
+
+
+def export_manifest(encoder) -> dict:
+    """What serving needs besides the graph: bits, the input contract, the image transform,
+    the model's identity (as an index records it) and the run's summary."""
+    from lbhash import __version__
+    from lbhash.data.images import _batch_transform
+    from lbhash.models.registry import IMAGENET_MEAN, IMAGENET_STD
+    from lbhash.train.builder import input_options
+
+    images = None
+    if encoder.input_kind_ == "images":
+        transform = _batch_transform(input_options(encoder.config_), train=False)
+        images = {"preset": transform.preset, "size": transform.size, "mean": list(IMAGENET_MEAN),
+                  "std": list(IMAGENET_STD)}
+    return {"format": EXPORT_FORMAT, "bits": int(encoder.bits_), "input": encoder.input_form_.to_dict(),
+            "images": images, "model": encoder.identity(), "run": encoder.run_info(), "lbhash": __version__}
+
+
+def _write_onnx(encoder, manifest: dict, path: Path) -> None:
+    """The model, traced on a batch of two model inputs, the batch axis dynamic."""
+    import torch
+
+    model = encoder.model_.eval()
+    if encoder.input_kind_ == "images":
+        size = manifest["images"]["size"]
+        example = torch.zeros(2, 3, size, size)
+    else:
+        example = torch.zeros(2, encoder.n_features_in_)
+    param = next(model.parameters(), None)
+    if param is not None:
+        example = example.to(param.dtype)
+    batch = torch.export.Dim("batch", min=1)
+    loggers = [logging.getLogger(name) for name in ("torch.onnx", "torch._dynamo", "torch.export")]
+    levels = [log.level for log in loggers]
+    for log in loggers:  # the exporter logs each optional op library it skips (torchvision's)
+        log.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # torch's own deprecations inside the exporter
+            program = torch.onnx.export(model, (example,), input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
+                                        dynamic_shapes=({0: batch},), opset_version=OPSET, dynamo=True,
+                                        verbose=False, optimize=True)
+    finally:
+        for log, level in zip(loggers, levels):
+            log.setLevel(level)
+    program.save(str(path))

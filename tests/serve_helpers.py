@@ -1,0 +1,77 @@
+"""`lbhash serve` in a child process on 127.0.0.1 (a free port, bounded waits), with only the
+standard library on the client side: tests/test_serve_env.py runs it in an environment
+without torch or httpx. The child reports at exit whether torch was imported."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+START_TIMEOUT_S = 60
+# run in the server process: at exit, one line saying whether torch was ever imported
+SERVE_CODE = ("import atexit, sys; atexit.register(lambda: sys.stderr.write("
+              "f'torch imported: {\"torch\" in sys.modules}\\n')); from lbhash.cli import main; main()")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def post_json(url: str, body: dict, timeout: float = 30) -> tuple[int, dict]:
+    request = urllib.request.Request(url, json.dumps(body).encode(), {"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+class ServeProcess:
+    """`lbhash serve INDEX --host 127.0.0.1 --port FREE ARGS...`; `stop()` ends it with SIGTERM
+    and returns what it printed on stderr."""
+
+    def __init__(self, index_dir, *args):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen([sys.executable, "-c", SERVE_CODE, "serve", str(index_dir), "--host", "127.0.0.1",
+                                      "--port", str(self.port), *map(str, args)], env=env,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = self.started + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"lbhash serve exited: {self.proc.stderr.read().decode()[-800:]}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/health", timeout=1):
+                    self.start_s = time.monotonic() - self.started
+                    return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"lbhash serve did not answer within {START_TIMEOUT_S} s")
+
+    def mapped_files(self) -> str:
+        """The files mapped into the server's memory (/proc/PID/maps)."""
+        return Path(f"/proc/{self.proc.pid}/maps").read_text()
+
+    def stop(self) -> str:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+        err = self.proc.stderr.read().decode(errors="replace")
+        self.proc.stderr.close()
+        return err
