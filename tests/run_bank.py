@@ -27,6 +27,35 @@ def _unfinished(epochs, kill_at):
     return build
 
 
+def _reproduced(experiment):
+    def build(path):
+        from click.testing import CliRunner
+
+        from lbhash.cli import main
+
+        result = CliRunner().invoke(main, ["reproduce", experiment, *REPRODUCED[experiment], "--out", str(path)])
+        assert result.exit_code == 0, result.output
+    return build
+
+
+TINY = ["--set", "hidden=[32]", "--set", "lr_step=0"]
+# `lbhash reproduce EXPERIMENT` at tiny size, each in its own output directory: the bank's run
+# "reproduce-EXPERIMENT" (tests/test_report_experiments.py gives the Setup row each one reports)
+REPRODUCED = {
+    "grid": ["--data", "digits", "--protocol", "digits", "--methods", "csq", "--bits", "16", "--seeds", "0",
+             "--epochs", "1", "--set", "centers=hadamard", *TINY],  # CSQ and CSQ_D
+    "bound": ["--data", "digits", "--bits", "16", "--epochs", "2", "--set", "centers=hadamard", *TINY],
+    "timing": ["--data", "digits", "--bits", "16", "--epochs", "2", "--set", "centers=hadamard", *TINY],
+    "centers": ["--data", "digits", "--kinds", "hadamard,random", "--bits", "16", "--seeds", "1", "--epochs", "1",
+                *TINY],
+    "toy": ["--bits", "8"],
+    # LSH, CSQ and CSQ_D at two seeds, on the default protocol with its 3 held-out classes
+    "baselines": ["--data", "digits", "--methods", "lsh,csq", "--bits", "16", "--seeds", "0,1", "--set", "epochs=1"],
+    # one seed: the spread over seeds is rendered from tables in tests/test_studies.py and test_report.py
+    "study": ["--study", "tiny", "--data", "digits", "--methods", "csq", "--settings", "base;paper", "--bits", "16",
+              "--seeds", "0", "--set", "epochs=2", "--set", "centers=hadamard", *TINY],
+}
+
 RECIPES = {
     "csq": _finished(epochs=2, lr=1e-3, lr_step=3, lr_gamma=0.5, eval_every=0),  # CSQ, 2 epochs
     "csq-4": _finished(epochs=4, lr=1e-3, lr_step=3, lr_gamma=0.5, eval_every=0),  # the same, 4 epochs
@@ -34,6 +63,7 @@ RECIPES = {
     "csq_D-3": _finished(epochs=3, lbhash=True),  # CSQ_D, 3 epochs: what the cut runs finish as
     "cut-at-1": _unfinished(epochs=3, kill_at=1),  # CSQ_D of 3 epochs killed after epoch 1
     "cut-at-2": _unfinished(epochs=3, kill_at=2),  # ... after epoch 2
+    **{f"reproduce-{experiment}": _reproduced(experiment) for experiment in REPRODUCED},
 }
 
 

@@ -107,7 +107,11 @@ def test_more_bits_than_feature_dimensions_is_an_input_error(method):
     x, y = blobs(50, 6)
     with pytest.raises(InputError, match=f"method {method}: bits=8 exceeds the 6 feature dimensions"):
         HashEncoder(method=method, bits=8).fit(x, y)
-    HashEncoder(method="lsh", bits=8).fit(x)  # random projections have no such limit
+
+
+def test_random_projections_take_more_bits_than_feature_dimensions():
+    x, _ = blobs(50, 6)
+    assert HashEncoder(method="lsh", bits=8).fit(x).encode(x).shape == (50, 1)
 
 
 # --- linear: ridge against a least-squares reference --------------------------------------------

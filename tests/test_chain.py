@@ -3,15 +3,15 @@ evaluate -> index build -> search (CLI and Python) -> serve over HTTP -> resume,
 taking the previous one's output unchanged, and the codes of one item identical on every path.
 
 One chain per data kind: quantised features (a slice of the shared CIFAR-10 MobileNet
-features, uint8 with a scale), multi-label features (the scene set) and images (a few
-CIFAR-10 JPEGs from the shared tarball in a class-folder tree)."""
+features, uint8 with a scale), multi-label features (the scene set) and images (the class-folder
+tree of generated PNGs and its run that the search-page tests share: conftest's tiny_image_run)."""
 
 import json
 import os
 import socket
+import shutil
 import subprocess
 import sys
-import tarfile
 import time
 
 import httpx
@@ -195,35 +195,10 @@ def test_multilabel_chain(tmp_path, shared_data):
     ok("train", "--out", run, "--resume")
 
 
-@pytest.fixture(scope="module")
-def image_tree(tmp_path_factory):
-    """A class-folder tree of 24 train and 8 test CIFAR-10 JPEGs (2 classes) from the shared tarball."""
-    from conftest import shared_data_dir
-
-    tarball = shared_data_dir() / "cifar10-jpg.tar.gz"
-    if not tarball.is_file():
-        pytest.skip(f"shared CIFAR-10 JPEGs not found at {tarball} (set LBHASH_SHARED_DATA)")
-    root = tmp_path_factory.mktemp("images")
-    wanted = {("train", "airplane"): 12, ("train", "ship"): 12, ("test", "airplane"): 4, ("test", "ship"): 4}
-    with tarfile.open(tarball) as archive:
-        for member in archive:
-            parts = member.name.split("/")[-3:]
-            if len(parts) == 3 and wanted.get(tuple(parts[:2]), 0) > 0 and member.isfile():
-                wanted[tuple(parts[:2])] -= 1
-                target = root.joinpath(*parts)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(archive.extractfile(member).read())
-            if not any(wanted.values()):
-                break
-    return root
-
-
-def test_image_chain(tmp_path, image_tree):
-    run = tmp_path / "run"
-    ok("train", "--data", f"images:{image_tree}", "--protocol", "given", "--method", "csq", "--out", run,
-       "--bits", "16", "--epochs", "1", "--no-progress", "--batch-size", "8", "--centers", "hadamard")
+def test_image_chain(tmp_path, tiny_image_run):
+    run = shutil.copytree(tiny_image_run[1], tmp_path / "run")  # the session's image run: resumed below
     codes = load_codes_file(run / "codes.npz")
-    assert codes["db_sources"].tolist()[0].endswith(".jpg")  # each item says where it came from
+    assert codes["db_sources"].tolist()[0].endswith(".png")  # each item says where it came from
     ok("encode", run, "--part", "database", "--out", tmp_path / "db.npz")
     db = load_codes_file(tmp_path / "db.npz", need=())
     np.testing.assert_array_equal(db["codes"], codes["db_codes"])
@@ -231,7 +206,8 @@ def test_image_chain(tmp_path, image_tree):
     ok("evaluate", "--queries", run / "codes.npz", "--database", tmp_path / "db.npz")
     ok("index", "build", tmp_path / "db.npz", "--out", tmp_path / "idx")
     files = [str(s) for s in codes["db_sources"][:3]]
-    hits = search_json(tmp_path / "idx", *[a for f in files for a in ("--images", f)], "--run", run, "-k", "24")
+    every = str(len(codes["db_ids"]))
+    hits = search_json(tmp_path / "idx", *[a for f in files for a in ("--images", f)], "--run", run, "-k", every)
     own = dict(zip(codes["db_sources"].tolist(), codes["db_ids"].tolist()))
     for name, row in zip(files, hits):
         assert row["name"] == name and row["distances"][0] == 0
@@ -239,9 +215,9 @@ def test_image_chain(tmp_path, image_tree):
     # an index built from the run names each hit's file when searched with the run
     ok("index", "build", run, "--out", tmp_path / "idx-run")
     refused("index", "build", run, "--out", run / "idx", fragment="only training writes")
-    named = search_json(tmp_path / "idx-run", "--images", files[0], "--run", run, "-k", "24")[0]
+    named = search_json(tmp_path / "idx-run", "--images", files[0], "--run", run, "-k", every)[0]
     assert dict(zip(named["ids"], named["sources"]))[own[files[0]]] == files[0]
     text = ok("search", tmp_path / "idx-run", "--images", files[0], "--run", run, "-k", "1")
-    assert text.count(".jpg") == 2  # the query's file and its hit's
+    assert text.count(".png") == 2  # the query's file and its hit's
     verify_finished_run(run)
     ok("train", "--out", run, "--resume")

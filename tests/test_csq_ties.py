@@ -105,6 +105,40 @@ def test_a_run_saves_its_tie_center_and_reports_the_bit_balance(multilabel_featu
     assert torch.equal(saved["learner"]["objective.tie_center"], tie_center(16, 7))
 
 
+OLD_RULES = {"multilabel_target": "majority", "csq_ties": "plus-one", "multilabel_theta": "mean"}
+
+
+def test_a_config_saved_before_the_options_loads_and_builds_their_old_rules(multilabel_features, tmp_path):
+    """config.yaml without csq_ties and multilabel_theta (keys in another order) loads as +1 ties and
+    the mean over labels, and builds objectives without a tie center; without them a new config
+    takes the random center."""
+    from lbhash.data import load_data
+    from lbhash.train.builder import build_objective
+    from lbhash.train.resolve import resolve_config
+    from lbhash.train.rundir import save_run_config
+
+    values = {"data": f"features:{multilabel_features}", "method": "csq", "lbhash": True, "bits": 16, "seed": 1}
+    dataset = load_data(values["data"])
+    save_run_config(tmp_path, resolve_config(make_config({**values, **OLD_RULES}), dataset))
+    config = tmp_path / "config.yaml"
+    saved = yaml.safe_load(config.read_text())
+    del saved["csq_ties"], saved["multilabel_theta"]
+    config.write_text(yaml.safe_dump(saved, sort_keys=True))
+    old = load_run_config(tmp_path)
+    assert (old.csq_ties, old.multilabel_theta, old.multilabel_target) == ("plus-one", "mean", "majority")
+    centers = torch.from_numpy(generate_centers(16, 4, kind="auto", seed=1)).float()
+    objective = build_objective(old, centers, 4, 240, multi_label=True)
+    assert objective.tie_center is None and objective.base.tie_center is None
+    assert objective.multilabel_theta == "mean"
+    new = resolve_config(make_config({**values, "multilabel_target": "majority"}), dataset)
+    assert new.csq_ties == "random-center"
+    built = build_objective(new, centers, 4, 240, multi_label=True)
+    assert torch.equal(built.tie_center, tie_center(16, 1)) and torch.equal(built.base.tie_center, tie_center(16, 1))
+
+
+# the resume from such a run, end to end (three trainings): make test-slow; the fast test above loads
+# and builds its rules, tests/test_train_resume.py resumes runs bit-exactly
+@pytest.mark.slow
 def test_runs_saved_before_the_options_keep_their_old_rules(multilabel_features, tmp_path):
     """An 'old' run: made with +1 ties and the mean over labels, its config.yaml then stripped
     of both keys as runs saved before them are, and its keys in another order; it loads with those rules and resumes to the

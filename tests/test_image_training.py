@@ -43,7 +43,7 @@ def cache_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("LBHASH_CACHE_DIR", str(tmp_path / "cache"))
 
 
-@pytest.mark.slow  # 4 epochs; test_encode_reproduces_the_runs_database_codes trains the same data fast
+@pytest.mark.slow  # 4 epochs; broken_tree_run (below) trains the same data fast
 def test_small_cnn_trains_on_real_pixels(tree, tmp_path):
     out = tmp_path / "run"
     metrics = train_and_evaluate(TrainConfig(data=f"images:{tree}", epochs=4, **FAST), out)
@@ -53,9 +53,26 @@ def test_small_cnn_trains_on_real_pixels(tree, tmp_path):
     assert metrics["n_query"] == 60 and metrics["n_db"] == 270  # 10 of each class's 100 held out for validation
 
 
-def test_encode_reproduces_the_runs_database_codes(tree, tmp_path):
-    out = tmp_path / "run"
-    train_and_evaluate(TrainConfig(data=f"images:{tree}", epochs=1, **FAST), out)
+@pytest.fixture(scope="module")
+def broken_tree_run(tree, tmp_path_factory):
+    """(the command, the tree with one unreadable training JPEG, the run `lbhash train
+    --skip-bad-images` made of it: 1 epoch of the small CNN)."""
+    import shutil
+
+    root = tmp_path_factory.mktemp("broken")
+    broken = shutil.copytree(tree, root / "tree")
+    (broken / "train" / "ship" / "0003.jpg").write_bytes(b"not a jpeg")
+    args = ["train", "--data", f"images:{broken}", "--protocol", "given", "--bits", "16", "--backbone",
+            "resnet8", "--image-size", "32", "--transform", "cifar-augment", "--epochs", "1",
+            "--centers", "hadamard", "--no-progress"]
+    result = CliRunner().invoke(main, args + ["--out", str(root / "run"), "--skip-bad-images"])
+    assert result.exit_code == 0, result.output
+    assert "skipped 1 unreadable image" in result.output
+    return args, root / "run"
+
+
+def test_encode_reproduces_the_runs_database_codes(broken_tree_run, tmp_path):
+    out = broken_tree_run[1]  # only read; its unreadable image is left out on every path
     codes = load_codes_file(out / "codes.npz")
     encoded = encode_run(out, part="database", progress=False)
     np.testing.assert_array_equal(encoded["codes"], codes["db_codes"])
@@ -68,19 +85,12 @@ def test_encode_reproduces_the_runs_database_codes(tree, tmp_path):
         assert str(q["sources"][0]).endswith(".jpg")  # image data: each item's file
 
 
-def test_bad_image_stops_before_training_unless_skipped(tree, tmp_path):
-    broken = tmp_path / "broken"
-    import shutil
-
-    shutil.copytree(tree, broken)
-    (broken / "train" / "ship" / "0003.jpg").write_bytes(b"not a jpeg")
-    args = ["train", "--data", f"images:{broken}", "--protocol", "given", "--bits", "16", "--backbone",
-            "resnet8", "--image-size", "32", "--transform", "cifar-augment", "--epochs", "1",
-            "--centers", "hadamard", "--no-progress"]
+def test_bad_image_stops_before_training_unless_skipped(broken_tree_run, tmp_path):
+    args, skipped = broken_tree_run
     result = CliRunner().invoke(main, args + ["--out", str(tmp_path / "a")])
     assert result.exit_code == 2 and "0003.jpg" in result.output
     assert not (tmp_path / "a").exists()
-    result = CliRunner().invoke(main, args + ["--out", str(tmp_path / "b"), "--skip-bad-images"])
-    assert result.exit_code == 0, result.output
-    assert "skipped 1 unreadable image" in result.output
-    assert json.loads((tmp_path / "b" / "metrics.json").read_text())["n_db"] == 269  # 300 less 30 held out, less the broken one
+    metrics = json.loads((skipped / "metrics.json").read_text())
+    assert metrics["n_db"] == 269  # 300 less 30 held out, less the broken one
+    assert not any("0003.jpg" in str(s) for s in load_codes_file(skipped / "codes.npz")["db_sources"]
+                   if "/ship/" in str(s))

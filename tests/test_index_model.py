@@ -10,10 +10,6 @@ from sklearn.datasets import load_digits
 from lbhash._io import file_sha256 as sha256
 from lbhash.train.rundir import model_identity
 
-TRAIN = ["train", "--data", "digits", "--bits", 16, "--hidden", 32, "--centers", "hadamard", "--validation", 0,
-         "--no-progress"]
-
-
 def one_line(result, *fragments):
     assert result.exit_code == 2, result.output
     lines = result.output.strip().splitlines()
@@ -21,19 +17,20 @@ def one_line(result, *fragments):
     return lines[0]
 
 
-def test_a_search_with_a_model_that_did_not_make_the_index_is_refused(tmp_path):
-    run, ix, queries = tmp_path / "run", tmp_path / "ix", tmp_path / "q.npy"
+def test_a_search_with_a_model_that_did_not_make_the_index_is_refused(tmp_path, runs):
+    ix, queries = tmp_path / "ix", tmp_path / "q.npy"
+    # CSQ of 1 epoch on every training item (no validation share: the last epoch is the model), trained on below
+    run = runs.copy("reproduce-grid", tmp_path / "grid") / "runs" / "grid" / "csq-16bits-seed0"
     np.save(queries, load_digits().data[:5].astype(np.float32))
-    assert cli(*TRAIN, "--epochs", 2, "--out", run).exit_code == 0
     assert cli("index", "build", run, "--out", ix).exit_code == 0
     recorded = json.loads((ix / "manifest.json").read_text())["metadata"]["model"]
-    assert recorded == {"file": "checkpoint.pt", "sha256": sha256(run / "checkpoint.pt"), "epoch": 2}
+    assert recorded == {"file": "checkpoint.pt", "sha256": sha256(run / "checkpoint.pt"), "epoch": 1}
     search = ["search", ix, "--features", queries, "--run", run, "--json"]
     first = cli(*search)
     assert first.exit_code == 0, first.output
-    assert cli("train", "--out", run, "--resume", "--epochs", 3).exit_code == 0  # the model moves on
-    assert model_identity(run)["epoch"] == 3 and model_identity(run)["sha256"] != recorded["sha256"]
-    line = one_line(cli(*search), str(run), "epoch 3", "did not make the codes of", "(epoch 2)",
+    assert cli("train", "--out", run, "--resume", "--epochs", 2).exit_code == 0  # the model moves on
+    assert model_identity(run)["epoch"] == 2 and model_identity(run)["sha256"] != recorded["sha256"]
+    line = one_line(cli(*search), str(run), "epoch 2", "did not make the codes of", "(epoch 1)",
                     f"lbhash index build {run} --out {ix} --overwrite", "--force")
     assert "Traceback" not in line
     one_line(cli("serve", ix, "--run", run, "--port", 0), "did not make the codes of", "--force")
@@ -44,19 +41,18 @@ def test_a_search_with_a_model_that_did_not_make_the_index_is_refused(tmp_path):
     assert cli("search", ix, "--codes", run / "codes.npz").exit_code == 0  # codes need no model
 
 
-def test_an_index_of_a_codes_file_has_no_model_to_check(tmp_path):
-    run, ix, queries = tmp_path / "run", tmp_path / "ix", tmp_path / "q.npy"
+def test_an_index_of_a_codes_file_has_no_model_to_check(tmp_path, runs):
+    ix, queries = tmp_path / "ix", tmp_path / "q.npy"
+    run = runs.path("csq")  # only read
     np.save(queries, load_digits().data[:3].astype(np.float32))
-    assert cli(*TRAIN, "--epochs", 1, "--out", run).exit_code == 0
     assert cli("encode", run, "--out", tmp_path / "c.npz", "--no-progress").exit_code == 0
     assert cli("index", "build", tmp_path / "c.npz", "--out", ix).exit_code == 0
     assert "model" not in json.loads((ix / "manifest.json").read_text())["metadata"]
     assert cli("search", ix, "--features", queries, "--run", run).exit_code == 0
 
 
-def test_search_prints_the_query_label_class_names_and_marks_other_classes(tmp_path, tiny_image_run):
-    run, ix = tmp_path / "run", tmp_path / "ix"
-    assert cli(*TRAIN, "--epochs", 1, "--out", run).exit_code == 0
+def test_search_prints_the_query_label_class_names_and_marks_other_classes(tmp_path, runs, tiny_image_run):
+    run, ix = runs.path("csq"), tmp_path / "ix"  # only read
     assert cli("index", "build", run, "--out", ix).exit_code == 0
     result = cli("search", ix, "--codes", run / "codes.npz", "-k", 5)
     assert result.exit_code == 0, result.output

@@ -119,7 +119,9 @@ def test_replace_mode_drops_the_classification_part():
     assert float(out.parts["quantization"]) == pytest.approx(float(base(u, y, None).parts["quantization"]))
 
 
-@pytest.mark.parametrize("lbhash", [False, True], ids=["orthohash", "orthohash_D"])
+# OrthoHash_D's in make test-slow: its objective is checked without training in
+# test_replace_mode_drops_the_classification_part and test_methods_all.py's test_lbhash_adds_exactly_l_theta_for_every_method
+@pytest.mark.parametrize("lbhash", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["orthohash", "orthohash_D"])
 def test_training_beats_an_untrained_model_by_a_wide_margin(lbhash, tmp_path, monkeypatch):
     from lbhash.evaluate import mean_average_precision
     from lbhash.train import TrainConfig, train

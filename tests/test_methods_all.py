@@ -144,10 +144,13 @@ def test_closed_form_fit_contract(name, multi_label):
         np.testing.assert_array_equal(fit.weight, blind.weight)
 
 
-# end to end for every variant in make test-slow; make test trains CSQ, CSQ_D and ITQ (and refuses ITQ_D)
-@pytest.mark.parametrize("name", [n if n in ("csq", "itq") else pytest.param(n, marks=pytest.mark.slow)
-                                  for n in available_methods()])
-@pytest.mark.parametrize("lbhash", [False, True])
+# end to end for every variant in make test-slow; make test trains CSQ_D and ITQ (and refuses ITQ_D); CSQ
+# on multi-label data: tests/test_csq_ties.py::test_a_run_saves_its_tie_center_and_reports_the_bit_balance
+FAST_VARIANTS = {("csq", True), ("itq", False), ("itq", True)}
+
+
+@pytest.mark.parametrize("name, lbhash", [(n, d) if (n, d) in FAST_VARIANTS else pytest.param(n, d, marks=pytest.mark.slow)
+                                          for d in (False, True) for n in available_methods()])
 def test_every_variant_trains_on_multi_label_data(name, lbhash, tmp_path, monkeypatch):
     """Scene-like multi-label data (tiny, built here), end to end through the CLI."""
     monkeypatch.setenv("LBHASH_CACHE_DIR", str(tmp_path / "cache"))
@@ -393,7 +396,9 @@ def test_memory_bank_state_dict_restores_the_method_exactly(name, tmp_path):
         assert torch.equal(getattr(fresh, key), getattr(loss, key)), key
 
 
-@pytest.mark.parametrize("name", BANK_METHODS)
+# DSDH's state (bank, codes B, W) holds DBDH's (bank): DBDH's resume in make test-slow, its state's round
+# trip in test_memory_bank_state_dict_restores_the_method_exactly
+@pytest.mark.parametrize("name", [n if n == "dsdh" else pytest.param(n, marks=pytest.mark.slow) for n in BANK_METHODS])
 def test_interrupted_run_resumes_to_the_same_codes(name, tmp_path, monkeypatch):
     from lbhash.train import TrainConfig, train
 

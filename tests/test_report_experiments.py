@@ -13,26 +13,20 @@ from lbhash.reproduce.experiments import Context, GridSpec
 from lbhash.reproduce.meta import update_meta
 from lbhash.reproduce.report import SECTIONS
 from report_fixture import write_fixture
+from run_bank import REPRODUCED
 
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
-FAST = ["--set", "hidden=[32]", "--set", "lr_step=0"]
 DEFAULT = "the data set's default"
-# experiment -> (reproduce arguments at tiny size, its Setup row: data, protocol, seeds, epochs)
-RUNS = {
-    "grid": (["--data", "digits", "--protocol", "digits", "--methods", "csq", "--bits", "16", "--seeds", "0",
-              "--epochs", "1", "--set", "centers=hadamard", *FAST], ["digits", "digits", "0", "1"]),
-    "bound": (["--data", "digits", "--bits", "16", "--epochs", "2", "--set", "centers=hadamard", *FAST],
-              ["digits", DEFAULT, "0", "2"]),
-    "timing": (["--data", "digits", "--bits", "16", "--epochs", "2", "--set", "centers=hadamard", *FAST],
-               ["digits", DEFAULT, "0", "2"]),
-    "centers": (["--data", "digits", "--kinds", "hadamard,random", "--bits", "16", "--seeds", "1", "--epochs", "1",
-                 *FAST], ["digits", DEFAULT, "1", "1"]),
-    "toy": (["--bits", "8"], ["—", "—", "0", "—"]),
-    "baselines": (["--data", "digits", "--methods", "lsh", "--bits", "16", "--seeds", "0"],
-                  ["digits", DEFAULT, "0", "method default"]),
-    "study": (["--study", "tiny", "--data", "digits", "--methods", "csq", "--settings", "base;paper", "--bits", "16",
-               "--seeds", "0,1", "--set", "epochs=2", "--set", "centers=hadamard", *FAST],
-              ["digits", DEFAULT, "0, 1", "2"]),
+# experiment -> its Setup row (data, protocol, seeds, epochs) as reproduced at tiny size by the
+# session's bank (tests/run_bank.py REPRODUCED, the run "reproduce-EXPERIMENT")
+SETUP = {
+    "grid": ["digits", "digits", "0", "1"],
+    "bound": ["digits", DEFAULT, "0", "2"],
+    "timing": ["digits", DEFAULT, "0", "2"],
+    "centers": ["digits", DEFAULT, "1", "1"],
+    "toy": ["—", "—", "0", "—"],
+    "baselines": ["digits", DEFAULT, "0, 1", "1"],
+    "study": ["digits", DEFAULT, "0", "2"],
 }
 # the report sections each experiment's tables feed ("setup" is always there, "agreement" may be)
 OWN = {"grid": {"grid", "curves", "ratio", "convergence", "tsne"}, "bound": {"bound"}, "timing": {"timing"},
@@ -44,8 +38,12 @@ def cache_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("LBHASH_CACHE_DIR", str(tmp_path / "cache"))
 
 
-def reproduce(experiment, out):
-    result = cli("reproduce", experiment, *RUNS[experiment][0], "--out", out)
+# the baselines of the mixed directory below: LSH alone, as cheap as a run gets
+LSH_ONLY = ["--data", "digits", "--methods", "lsh", "--bits", "16", "--seeds", "0"]
+
+
+def reproduce(experiment, out, args):
+    result = cli("reproduce", experiment, *args, "--out", out)
     assert result.exit_code == 0, result.output
 
 
@@ -74,14 +72,13 @@ def assert_sections_of(text, experiments):
     assert found - own <= {"setup", "agreement"}, found - own  # nothing of the experiments not run
 
 
-@pytest.mark.parametrize("experiment", [e if e != "toy" else pytest.param(e, marks=pytest.mark.slow) for e in RUNS])
-def test_report_of_each_experiment_alone(tmp_path, experiment):
-    out = tmp_path / "out"
-    reproduce(experiment, out)
+@pytest.mark.parametrize("experiment", [e if e != "toy" else pytest.param(e, marks=pytest.mark.slow) for e in SETUP])
+def test_report_of_each_experiment_alone(tmp_path, experiment, runs):
+    out = runs.copy(f"reproduce-{experiment}", tmp_path / "out")  # the report writes into it
     text = report(out)
     assert_sections_of(text, [experiment])
     key = "study:tiny" if experiment == "study" else experiment
-    assert setup_rows(text) == {key: RUNS[experiment][1]}
+    assert setup_rows(text) == {key: SETUP[experiment]}
     assert "is not here: no data" not in text
     meta = json.loads((out / "meta.json").read_text())
     assert meta["format"] == 2 and list(meta["experiments"]) == [key]
@@ -92,13 +89,14 @@ def test_report_of_a_mixed_directory(tmp_path):
     out = tmp_path / "out"
     order = ["study", "baselines", "toy", "grid", "study"]  # a rerun (of finished cells) moves to the end
     for experiment in order:
-        reproduce(experiment, out)
+        reproduce(experiment, out, LSH_ONLY if experiment == "baselines" else REPRODUCED[experiment])
     text = report(out)
     assert_sections_of(text, set(order))
     rows = setup_rows(text)
     assert list(rows) == ["baselines", "toy", "grid", "study:tiny"]
     for experiment in order:
-        assert rows["study:tiny" if experiment == "study" else experiment] == RUNS[experiment][1]
+        expected = ["digits", DEFAULT, "0", "method default"] if experiment == "baselines" else SETUP[experiment]
+        assert rows["study:tiny" if experiment == "study" else experiment] == expected
     assert "is not here: no data" not in text
 
 
@@ -132,7 +130,7 @@ def test_a_new_experiment_joins_an_old_meta_json(tmp_path):
     out.mkdir()
     shutil.copy(RESULTS / "tables" / "meta.json", out)  # five experiments, none of their tables
     old = json.loads((out / "meta.json").read_text())
-    reproduce("toy", out)
+    reproduce("toy", out, REPRODUCED["toy"])
     meta = json.loads((out / "meta.json").read_text())
     assert meta["format"] == 2 and list(meta["experiments"]) == ["grid", "bound", "timing", "centers", "toy"]
     assert meta["experiments"]["grid"]["command"] == old["commands"]["grid"]

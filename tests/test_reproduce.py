@@ -3,6 +3,7 @@
 import csv
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from click.testing import CliRunner
 from lbhash.cli import main
 from lbhash.reproduce.experiments import Context, GridSpec, configure
 from lbhash.reproduce.runner import Cell, cell_state, config_hash
+from run_bank import REPRODUCED
 
 FAST = ["--set", "hidden=[32]", "--set", "centers=hadamard", "--set", "lr_step=0"]
 
@@ -87,23 +89,23 @@ def test_killed_grid_resumes_and_skips_finished_cells(tmp_path):
                                                    "csq_D-16bits-seed0", "csq_D-16bits-seed1"]
 
 
-def test_a_directory_with_other_settings_is_refused(tmp_path):
-    out = tmp_path / "res"
-    assert CliRunner().invoke(main, grid_command(out)).exit_code == 0
-    result = CliRunner().invoke(main, grid_command(out, epochs=3))
+def test_a_directory_with_other_settings_is_refused(tmp_path, runs):
+    out = runs.copy("reproduce-grid", tmp_path / "res")  # csq and csq_D of 1 epoch, seed 0
+    again = ["reproduce", "grid", *REPRODUCED["grid"], "--out", str(out)]
+    rerun = CliRunner().invoke(main, again)
+    assert rerun.exit_code == 0 and "2 cells: 2 finished, 0 to run" in rerun.output, rerun.output
+    result = CliRunner().invoke(main, again + ["--epochs", "2"])
     assert result.exit_code == 2 and "holds a run with other settings" in result.output
 
 
-def test_runner_adopts_a_matching_run_made_by_hand(tmp_path):
-    from lbhash.train import train as train_and_evaluate
-    from lbhash.train import TrainConfig
-
-    cell = Cell("csq-16bits-seed0", {"data": "digits", "method": "csq", "lbhash": False, "bits": 16,
-                                     "seed": 0, "epochs": 1, "hidden": [32], "centers": "hadamard"})
-    run = tmp_path / "csq-16bits-seed0"
-    train_and_evaluate(TrainConfig(progress=False, **cell.config), run)
-    other = Cell(cell.name, {**cell.config, "epochs": 2})
-    with pytest.raises(ValueError, match="epochs=1"):
+def test_runner_adopts_a_matching_run_made_by_hand(tmp_path, runs):
+    run = runs.copy("csq", tmp_path / "csq-16bits-seed0")  # made by lbhash.train.train: no cell.json
+    # the bank's recipe (tests/run_bank.py): CSQ of 2 epochs, one hidden layer of 64
+    cell = Cell("csq-16bits-seed0", {"data": "digits", "method": "csq", "lbhash": False, "bits": 16, "seed": 0,
+                                     "epochs": 2, "hidden": [64], "centers": "hadamard", "lr": 1e-3, "lr_step": 3,
+                                     "lr_gamma": 0.5})
+    other = Cell(cell.name, {**cell.config, "epochs": 3})
+    with pytest.raises(ValueError, match="epochs=2"):
         cell_state(other, run)
     assert not (run / "cell.json").exists()
     assert cell_state(cell, run) == "finished"
@@ -112,26 +114,32 @@ def test_runner_adopts_a_matching_run_made_by_hand(tmp_path):
         cell_state(other, run)
 
 
-def test_tables_of_the_other_experiments(tmp_path):
-    out = tmp_path / "res"
-    common = ["--data", "digits", "--out", str(out)] + FAST
-    clash = CliRunner().invoke(main, ["reproduce", "centers", "--bits", "16", "--epochs", "1"] + common)
+def copy_runs(source, out, experiment):
+    """The finished runs of the bank's `reproduce EXPERIMENT` into out: a rerun there finds them."""
+    shutil.copytree(source / "runs" / experiment, out / "runs" / experiment)
+
+
+def test_tables_of_the_other_experiments(tmp_path, runs):
+    # timing retrains on every run: its tables come from the bank's directory; centers and bound
+    # find the bank's finished runs, and write their tables and meta.json records here
+    out = runs.copy("reproduce-timing", tmp_path / "res")
+    clash = CliRunner().invoke(main, ["reproduce", "centers", *REPRODUCED["centers"], "--set", "centers=hadamard",
+                                      "--out", str(out)])
     assert clash.exit_code == 2 and "--set centers conflicts" in clash.output
-    common = ["--data", "digits", "--out", str(out), "--set", "hidden=[32]", "--set", "lr_step=0"]
-    assert CliRunner().invoke(main, ["reproduce", "centers", "--kinds", "hadamard,random", "--bits", "16",
-                                     "--seeds", "0", "--epochs", "1"] + common).exit_code == 0
+    for experiment in ("centers", "bound"):
+        copy_runs(runs.path(f"reproduce-{experiment}"), out, experiment)
+        result = CliRunner().invoke(main, ["reproduce", experiment, *REPRODUCED[experiment], "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        assert "finished, 0 to run" in result.output
     centers = rows(out / "centers.csv")
     assert [(r["kind"], r["bits"]) for r in centers] == [("hadamard", "16"), ("random", "16")]
     assert float(centers[0]["min_distance"]) == 8.0  # 10 rows of [H; -H] at 16 bits
-    common += ["--set", "centers=hadamard"]
-    assert CliRunner().invoke(main, ["reproduce", "bound", "--bits", "16", "--epochs", "3"] + common).exit_code == 0
     bound = rows(out / "bound.csv")
-    assert [int(r["epoch"]) for r in bound] == [1, 2, 3]
-    assert CliRunner().invoke(main, ["reproduce", "timing", "--bits", "16", "--epochs", "2"] + common).exit_code == 0
+    assert [int(r["epoch"]) for r in bound] == [1, 2]
     timing = rows(out / "timing.csv")
     assert [r["variant"] for r in timing] == ["bce", "cauchy", "ours"] and float(timing[0]["ratio"]) == 1.0
     meta = json.loads((out / "meta.json").read_text())
-    assert list(meta["experiments"]) == ["centers", "bound", "timing"] and "torch" in meta["software"]
+    assert list(meta["experiments"]) == ["timing", "centers", "bound"] and "torch" in meta["software"]
     settings = {k: [e[s] for s in ("seeds", "epochs")] for k, e in meta["experiments"].items()}
-    assert settings == {"centers": [[0], 1], "bound": [[0], 3], "timing": [[0], 2]}  # as the commands give them
+    assert settings == {"centers": [[1], 1], "bound": [[0], 2], "timing": [[0], 2]}  # as the commands give them
     assert all(e["command"].startswith("lbhash ") for e in meta["experiments"].values())

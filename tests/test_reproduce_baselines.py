@@ -14,6 +14,7 @@ from lbhash.data import load_data
 from lbhash.errors import InputError
 from lbhash.reproduce.experiments import Context
 from lbhash.reproduce.experiments.baselines import BaselinesSpec, ranked_map
+from run_bank import REPRODUCED
 
 
 def brute_ap(scores: np.ndarray, relevant: np.ndarray, top: int) -> float:
@@ -64,25 +65,19 @@ def test_a_bad_held_out_count_writes_nothing(tmp_path):
     assert not (tmp_path / "ob").exists()
 
 
-def test_a_closed_form_run_is_found_finished_by_a_rerun(tmp_path):
-    args = ["reproduce", "baselines", "--data", "digits", "--methods", "lsh", "--bits", "16", "--seeds", "0",
-            "--out", str(tmp_path / "ob")]  # no --protocol: the cell's is 'unseen:3', the run's 'unseen:3:digits'
-    first = CliRunner().invoke(main, args)
-    assert first.exit_code == 0, first.output
-    assert (tmp_path / "ob" / "runs" / "baselines" / "lsh-16bits-seed0" / "cell.json").is_file()
-    again = CliRunner().invoke(main, args)
+def test_a_closed_form_run_is_found_finished_by_a_rerun(tmp_path, runs):
+    # the bank's run gave no --protocol: the cells' is 'unseen:3', the runs' 'unseen:3:digits'
+    out = runs.copy("reproduce-baselines", tmp_path / "ob")
+    assert (out / "runs" / "baselines" / "lsh-16bits-seed0" / "cell.json").is_file()
+    again = CliRunner().invoke(main, ["reproduce", "baselines", *REPRODUCED["baselines"], "--out", str(out)])
     assert again.exit_code == 0, again.output
-    assert "1 cells: 1 finished, 0 to run" in again.output
+    assert "6 cells: 6 finished, 0 to run" in again.output  # LSH, CSQ and CSQ_D at two seeds
 
 
-@pytest.fixture(scope="module")
-def baselines_out(tmp_path_factory):
-    out = tmp_path_factory.mktemp("baselines")
-    result = CliRunner().invoke(main, ["reproduce", "baselines", "--data", "digits", "--methods", "lsh,csq",
-                                       "--bits", "16", "--seeds", "0,1", "--held-out", "3", "--set", "epochs=1",
-                                       "--out", str(out)])
-    assert result.exit_code == 0, result.output
-    return out
+@pytest.fixture
+def baselines_out(runs):
+    """LSH, CSQ and CSQ_D of one epoch at seeds 0 and 1, the default 3 classes held out (tests/run_bank.py)."""
+    return runs.path("reproduce-baselines")
 
 
 def _rows(out):
