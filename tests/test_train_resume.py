@@ -109,9 +109,15 @@ def test_a_kill_while_training_further_leaves_a_resumable_run(tmp_path, runs):
                                   load_codes_file(run / "codes.npz")["db_codes"])
 
 
-def test_refusals_leave_the_finished_run_as_it_was(tmp_path, runs):
+def test_refusals_leave_the_finished_run_as_it_was(tmp_path, runs, monkeypatch):
+    from lbhash.train.loop import Trainer
+
     run = runs.copy("csq", tmp_path / "run")
     files = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a refused resume built a trainer: check the request first")
+    monkeypatch.setattr(Trainer, "__init__", no_model)
     one_line_error(cli("train", "--out", run, "--resume", "--epochs", "2"), "--epochs 2", "trained 2 epoch",
                     "N > 2")
     one_line_error(cli("train", "--out", run, "--resume", "--epochs", "3", "--bits", "32"),
@@ -172,6 +178,9 @@ def test_a_run_that_stopped_early_is_not_trained_further(tmp_path, monkeypatch):
     result = cli("train", "--out", run, "--resume")
     assert result.exit_code == 0 and f"{run}: already finished at epoch 2 (stopped early: patience 1); " \
                                       "nothing to do" in result.output
+    from lbhash.train.loop import Trainer
+
+    monkeypatch.setattr(Trainer, "__init__", lambda *a, **k: pytest.fail("the refusal built a trainer"))
     one_line_error(cli("train", "--out", run, "--resume", "--epochs", "6"), "--epochs 6",
                     "stopped early at epoch 2", "patience 1")
     verify_finished_run(run)

@@ -58,6 +58,17 @@ def check_extension(cfg, epochs: int, where: str) -> None:
                          f"further; train a new run with --epochs {epochs}")
 
 
+def check_further(cfg, epochs: int, trained: int, stopped: bool, where: str) -> None:
+    """A run that trained `trained` epochs (`stopped`: ended early by its patience) may be
+    trained further to `epochs` in all only past what it trained, and not after an early stop."""
+    if stopped:
+        raise InputError(f"--epochs {epochs}: {where} stopped early at epoch {trained} (patience "
+                         f"{cfg.patience}: no better validation mAP); training it further would change nothing")
+    if epochs <= trained:
+        raise InputError(f"--epochs {epochs}: {where} has trained {trained} epoch(s) already; "
+                         f"--resume --epochs N trains it further, to N > {trained} epochs in all")
+
+
 def lr_factor(epoch: int, cfg) -> float:
     """The learning-rate multiplier of 0-based epoch `epoch`."""
     warm = cfg.warmup_epochs or 0

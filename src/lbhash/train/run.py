@@ -24,7 +24,7 @@ from typing import Any, Callable
 from lbhash.data import HashDataset
 from lbhash.errors import InputError
 from lbhash.train.config import RunConfig, TrainConfig
-from lbhash.train.optim import check_extension
+from lbhash.train.optim import check_extension, check_further
 from lbhash.train.processes import process_rank
 from lbhash.train.rundir import (CHECKPOINT, CODES, CONFIG, MANIFEST, SPLIT, TrainedRun, check_not_failed,
                                  load_run_config, read_metrics, run_lock, verify_files, verify_finished_run)
@@ -123,7 +123,10 @@ def _left_as_it_is(out: Path) -> TrainedRun:
 
 def _resumed_config(out: Path, epochs: int | None) -> RunConfig:
     cfg = load_run_config(out)
-    if epochs is not None:  # checked before the run changes
+    if epochs is not None:  # checked before the run changes, and before a model is built
         check_extension(cfg, epochs, str(out))
-        cfg = cfg.replace(epochs=epochs)  # closed-form methods refuse any but 1
+        saved_epochs, cfg = cfg.epochs, cfg.replace(epochs=epochs)  # closed-form methods refuse any but 1
+        if (out / MANIFEST).is_file():  # finished and verified: its metrics say what it trained
+            trained = read_metrics(out).get("run", {}).get("epochs_trained", saved_epochs)
+            check_further(cfg, epochs, trained, trained < saved_epochs, str(out))
     return cfg

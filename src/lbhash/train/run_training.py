@@ -20,6 +20,7 @@ from lbhash.errors import InputError
 from lbhash.train.config import RunConfig, TrainConfig
 from lbhash.train.fit import Trained, announce, as_loaded, prepare, train_to_end
 from lbhash.train.loop import NonFiniteError, Trainer
+from lbhash.train.optim import check_further
 from lbhash.train.processes import leave_process_group, process_rank
 from lbhash.train.run_metrics import finish_run
 from lbhash.train.run_store import RunStore
@@ -73,13 +74,8 @@ def _write_first_files(out: Path, split: Split, summary: dict, form: InputForm, 
 def _reopen(out: Path, trainer: Trainer) -> None:
     """Before a run trains further to cfg.epochs: check that there is something to train, then
     make it unfinished and record the new total in config.yaml."""
-    trained, cfg = trainer.start_epoch, trainer.cfg
-    if trainer.selection.stopped:
-        raise InputError(f"--epochs {cfg.epochs}: {out} stopped early at epoch {trained} (patience "
-                         f"{cfg.patience}: no better validation mAP); training it further would change nothing")
-    if cfg.epochs <= trained:
-        raise InputError(f"--epochs {cfg.epochs}: {out} has trained {trained} epoch(s) already; "
-                         f"--resume --epochs N trains it further, to N > {trained} epochs in all")
+    cfg = trainer.cfg
+    check_further(cfg, cfg.epochs, trainer.start_epoch, trainer.selection.stopped, str(out))
     if trainer.fabric.is_global_zero:
         reopen_run(out)  # first: a kill from here on leaves a run that --resume continues
         save_run_config(out, load_run_config(out).replace(epochs=cfg.epochs))
