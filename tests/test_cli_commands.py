@@ -102,14 +102,14 @@ READ_ONLY = textwrap.dedent("""
 """)
 
 
-def test_commands_that_only_read_a_run_import_only_what_they_use(tmp_path):
+def test_commands_that_only_read_a_run_import_only_what_they_use(tmp_path, runs):
     """Issue 47 item 5, in one process (modules stay loaded, so each line covers the commands
     before it): a finished run's --resume, encode and search --features --run of a digits run
     load its model with torch, but not the training stack; a search this small scans with numpy."""
-    from helpers import FAST_TRAIN, cli
+    from helpers import cli
     from lbhash.data import load_digits
 
-    assert cli("train", *FAST_TRAIN, "--epochs", "1", "--out", tmp_path / "run").exit_code == 0
+    runs.copy("csq", tmp_path / "run")
     assert cli("index", "build", tmp_path / "run", "--out", tmp_path / "idx").exit_code == 0
     np.save(tmp_path / "rows5.npy", load_digits().x[:5])
     done = subprocess.run([sys.executable, "-c", READ_ONLY], cwd=tmp_path, capture_output=True, text=True,

@@ -188,15 +188,17 @@ def test_a_run_that_stopped_early_is_not_trained_further(tmp_path, monkeypatch):
 
 # --- an unfinished run continues from its last checkpoint -----------------------------------------
 
-def test_torn_last_log_line_is_dropped_on_resume(tmp_path, caplog, runs):
+def test_torn_last_log_line_and_stale_temporaries_are_dropped_on_resume(tmp_path, caplog, runs):
     cut = runs.copy("cut-at-2", tmp_path / "cut")
     with open(cut / "log.jsonl", "a") as fh:
         fh.write('{"epoch": 3, "lo')
+    (cut / ".checkpoint.pt.424242.dead.tmp").write_bytes(b"")  # a killed writer's temporary
     with caplog.at_level("WARNING", logger="lbhash"):
         train(None, cut, resume=True)
     assert any("log.jsonl" in r.getMessage() and "torn" in r.getMessage() for r in caplog.records)
     epochs = [json.loads(line)["epoch"] for line in (cut / "log.jsonl").read_text().splitlines()]
     assert epochs == [1, 2, 3]
+    assert not list(cut.glob(".*.tmp"))
 
 
 def test_a_failure_before_the_first_checkpoint_does_not_duplicate_epochs(tmp_path, runs):
@@ -205,13 +207,6 @@ def test_a_failure_before_the_first_checkpoint_does_not_duplicate_epochs(tmp_pat
     train(None, cut, resume=True)
     epochs = [json.loads(line)["epoch"] for line in (cut / "log.jsonl").read_text().splitlines()]
     assert epochs == [1, 2, 3]
-
-
-def test_stale_temporaries_in_a_run_directory_are_removed_on_resume(tmp_path, runs):
-    cut = runs.copy("cut-at-1", tmp_path / "cut")
-    (cut / ".checkpoint.pt.424242.dead.tmp").write_bytes(b"")
-    train(None, cut, resume=True)
-    assert not list(cut.glob(".*.tmp"))
 
 
 # --- issue 19, 8: resuming a finished run verifies every file against its manifest ----------------
