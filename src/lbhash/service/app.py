@@ -39,6 +39,7 @@ from lbhash.limits import MAX_ID, check_class_ids, check_ids
 from lbhash.service import models
 from lbhash.service.access import Access, AccessControl
 from lbhash.service.batching import MAX_ROWS, Query, SearchBatcher
+from lbhash.service.fast_search import FastSearch
 from lbhash.service.decode import (check_batch, encode_images, need_searcher, parse_ids, read_uploads,
                                    reranked_queries, to_codes)
 from lbhash.service.media import ItemMedia
@@ -96,6 +97,7 @@ def create_app(source, encoder=None, *, limits: Limits | None = None, compact_ev
     # sources, thumbnails and the images added here (NAME.media/ beside the index)
     app.state.media = ItemMedia(store, budget=media_budget)
     _install_error_handlers(app)
+    app.add_middleware(FastSearch, answer_search=answer_search)  # innermost: inside the keys and the body limit
     app.add_middleware(BodyLimit, limit=app.state.limits.max_body_bytes)
     app.add_middleware(AccessControl, access=app.state.access)  # outermost: refused before the body is read
     app.include_router(router)
@@ -136,7 +138,10 @@ def run_search(state, codes, k, radius, label_lists, real=None, factor=None) -> 
 @router.post("/search", response_model=models.SearchResponse, response_model_exclude_none=True, responses=_ERRORS)
 async def search(body: models.SearchRequest, request: Request):
     # decoded, searched (in a scan shared with the requests beside it) and encoded on the batcher's threads
-    state = request.app.state
+    return await answer_search(body, request.app.state)
+
+
+async def answer_search(body: models.SearchRequest, state) -> Response:
     rows = len(body.codes) if body.codes is not None else len(body.features or ())
     return await state.batcher.run(partial(search_body, body, state), hits_response, rows)
 
