@@ -25,7 +25,6 @@ The last line is the HTTP rate at the largest --clients over the in-process rate
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import shlex
 import os
@@ -181,7 +180,7 @@ def main() -> None:
     print(f"load average at start: {load_average()}")
     db, queries = make_codes(args, np.random.default_rng(args.seed))
     searches = [request_bytes("POST", "/search", {"codes": [q.tobytes().hex()], "k": args.k}) for q in queries]
-    lines, rates = [], {}
+    rates = {}
     with tempfile.TemporaryDirectory() as tmp:
         index = CodeIndex(args.bits)
         index.add(db)

@@ -22,8 +22,7 @@ from typing import Any, Callable
 import numpy as np
 
 from lbhash.index import Hits, SearchPlan
-
-MAX_ROWS = 256  # query rows per shared scan: a batch's latency grows with its rows
+from lbhash.limits import BATCH_ROWS as MAX_ROWS  # query rows per shared scan: its latency grows with them
 
 
 @dataclass(frozen=True)
