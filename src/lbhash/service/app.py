@@ -92,7 +92,9 @@ def create_app(source, encoder=None, *, limits: Limits | None = None, compact_ev
                   description="Hamming search over packed binary codes (docs/search.md).")
     app.state.store, app.state.limits, app.state.access = store, limits or Limits(), access or Access()
     app.state.offload = Offload(getattr(store, "search_threads", None))  # the searches' worker threads
-    app.state.batcher = SearchBatcher(store, window=batch_window, max_rows=batch_rows)  # /search's shared scans
+    # /search's shared scans: a batch in flight per core, so that one's Python overlaps the other's scan
+    app.state.batcher = SearchBatcher(store, window=batch_window, max_rows=batch_rows,
+                                      threads=getattr(store, "search_threads", None) or 1)
     app.state.searcher = Searcher(store, encoder) if encoder is not None else None
     # sources, thumbnails and the images added here (NAME.media/ beside the index)
     app.state.media = ItemMedia(store, budget=media_budget)
