@@ -137,7 +137,7 @@ def load_round(port: int, proc, searches: list[bytes], clients: int, args) -> tu
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
     workers = [context.Process(target=search_load, args=(port, searches, clients, args.seconds, args.writes,
-                                                          args.seed, results))]
+                                                          args.seed, results, args.bits // 8))]
     if args.churn > 0:
         workers.append(context.Process(target=churn_loop, args=(port, args.n, args.bits, args.churn, args.seconds,
                                                                 args.seed, results)))

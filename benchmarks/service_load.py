@@ -54,9 +54,9 @@ def connect(address) -> socket.socket:
 
 
 def search_load(port: int, searches: list[bytes], clients: int, seconds: float, writes: float, seed: int,
-                results) -> None:
+                results, width: int = 8) -> None:
     """`clients` connections sending requests for `seconds` (after all are connected): a search
-    from `searches`, or with probability `writes` a POST /items of a new id. Puts (latencies
+    from `searches`, or with probability `writes` a POST /items of a new id (a code of `width` bytes). Puts (latencies
     in ms, errors, CPU seconds of this process) on `results`."""
     rng = np.random.default_rng(seed)
     selector = selectors.DefaultSelector()
@@ -73,7 +73,7 @@ def search_load(port: int, searches: list[bytes], clients: int, seconds: float, 
     def send(sock) -> None:
         nonlocal next_id
         if writes and rng.random() < writes:
-            code = rng.integers(0, 256, 8, np.uint8).tobytes().hex()
+            code = rng.integers(0, 256, width, np.uint8).tobytes().hex()
             message = request_bytes("POST", "/items", {"codes": [code], "ids": [next_id]})
             next_id += 1
         else:
