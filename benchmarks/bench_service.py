@@ -1,27 +1,32 @@
-"""Load test of the HTTP search service on 127.0.0.1.
+"""Load test of the HTTP search service on 127.0.0.1, beside the same searches in process.
 
-    python benchmarks/bench_service.py                     # 1,000,000 x 64-bit codes, 4 clients, 20 s
+    python benchmarks/bench_service.py                     # 1,000,000 x 64-bit codes; 1, 4 and 32 clients
+    python benchmarks/bench_service.py --quick             # 100,000 codes, 5 s per round
     python benchmarks/bench_service.py --n 100000 --clients 8 --seconds 10 --writes 0.05
-    python benchmarks/bench_service.py --churn 20          # searches while 20 changes/s go on
+    python benchmarks/bench_service.py --clients 4 --churn 20 --no-encode   # searches while 20 changes/s go on
 
-Builds a flat index in a temporary directory, starts `lbhash serve` on a free port of
-127.0.0.1 (and stops it at the end), then runs --clients concurrent clients (each its own
-process, started before the clock: their start-up is not counted) for --seconds,
-each sending one POST /search (one query, top-k) at a time; with --writes a share of the
-requests are POST /items instead. With --churn R one more client changes the index at a steady R
-changes per second, in turn: DELETE /items/{id} of a random item, POST /items of that id again
-with a new code (an id below the largest: a mid-range insert), and an upsert of another random
-item. Reports requests per second, p50/p99 latency and errors, for searches and for changes,
-and the server's CPU time per request (from /proc: on a small index, what HTTP, validation and
-encoding cost beside the search), beside the CPU time the search clients took (the two share
-the machine's cores).
+Builds a flat index of random codes (--codes clustered: around 1,000 centers) in a temporary
+directory and first times, in this process, one-at-a-time searches of it through the store
+the service uses (`IndexStore.search`: one query, top-k, what a request searched before
+searches were batched). Then starts `lbhash serve` on a free port of 127.0.0.1 (stopped at the
+end) and, for each number in --clients, runs that many concurrent keep-alive connections for
+--seconds, each sending one POST /search (one query, top-k) at a time (benchmarks/service_load.py:
+one client process, epoll); with --writes a share of the requests are POST /items instead.
+With --churn R one more connection changes the index at a steady R changes per second, in
+turn: DELETE /items/{id} of a random item, POST /items of that id again with a new code (an id
+below the largest: a mid-range insert), and an upsert of another random item. Reports per
+round requests per second, p50/p99 latency and errors, and the server's CPU time per request
+(from /proc), beside the CPU the client process took; then the encoding rate of a small run
+through PyTorch and through ONNX Runtime (benchmarks/encode_rates.py; --no-encode skips it).
+The last line is the HTTP rate at the largest --clients over the in-process rate:
+`http32/inprocess = R`.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
+import shlex
 import os
 import signal
 import socket
@@ -37,10 +42,14 @@ import numpy as np
 SRC = Path(__file__).resolve().parents[1] / "src"
 sys.path.insert(0, str(SRC))
 
-from lbhash.index import CodeIndex  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from encode_rates import encode_rates  # noqa: E402
+from lbhash.index import CodeIndex, plan_search  # noqa: E402
+from lbhash.service import IndexStore  # noqa: E402
+from service_load import churn_loop, request_bytes, search_load  # noqa: E402
 
 START_TIMEOUT_S = 180
-CLIENT_START_S = 20  # time for the client processes to start and import before the clock runs
 
 
 def load_average() -> str:
@@ -53,10 +62,10 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_server(index_dir: Path, port: int) -> subprocess.Popen:
+def start_server(index_dir: Path, port: int, options: list[str]) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     proc = subprocess.Popen([sys.executable, "-c", "from lbhash.cli.serve import serve; serve()", str(index_dir),
-                             "--host", "127.0.0.1", "--port", str(port)], env=env)
+                             "--host", "127.0.0.1", "--port", str(port), *options], env=env)
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -86,115 +95,6 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def wait_until(begin: float) -> float:
-    """Sleep until `begin` (time.monotonic, the same clock in every process); the deadline."""
-    time.sleep(max(0.0, begin - time.monotonic()))
-    return begin
-
-
-class Client:
-    """One keep-alive HTTP/1.1 connection on a raw socket: a request is one `sendall`, a reply
-    is read by its Content-Length. http.client, which parses every reply's headers with the
-    email package, took 0.6-0.9 ms of CPU per search: a quarter of what the server it measures
-    took, on the same two cores."""
-
-    def __init__(self, url: str):
-        host, port = url.rsplit("/", 1)[-1].split(":")
-        self.address, self.host = (host, int(port)), host
-        self.sock: socket.socket | None = None
-        self.pending = b""  # bytes read past the previous reply
-
-    def call(self, method: str, path: str, payload=None) -> int:
-        """The reply's status; 0 when the connection failed (it reconnects on the next call)."""
-        body = b"" if payload is None else json.dumps(payload).encode()
-        head = (f"{method} {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Length: {len(body)}\r\n"
-                + ("Content-Type: application/json\r\n" if body else "") + "\r\n")
-        try:
-            if self.sock is None:
-                self.sock = socket.create_connection(self.address, timeout=60)
-                self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self.sock.sendall(head.encode() + body)
-            return self._reply()
-        except (OSError, ValueError):
-            self.close()
-            return 0
-
-    def close(self) -> None:
-        if self.sock is not None:
-            self.sock.close()
-        self.sock, self.pending = None, b""
-
-    def _reply(self) -> int:
-        data = self.pending
-        while b"\r\n\r\n" not in data:
-            data += self._receive()
-        head, _, data = data.partition(b"\r\n\r\n")
-        lines = head.split(b"\r\n")
-        fields = {name.strip().lower(): value.strip() for name, value in (line.split(b":", 1) for line in lines[1:])}
-        if b"content-length" not in fields:
-            raise ValueError(f"a reply without Content-Length: {lines[0]!r}")
-        length = int(fields[b"content-length"])
-        while len(data) < length:
-            data += self._receive()
-        self.pending = data[length:]
-        if fields.get(b"connection", b"").lower() == b"close":
-            self.close()
-        return int(lines[0].split()[1])
-
-    def _receive(self) -> bytes:
-        chunk = self.sock.recv(1 << 16)
-        if not chunk:
-            raise ConnectionError("the server closed the connection")
-        return chunk
-
-
-def client_loop(url, queries, args, begin, seed, results):
-    rng = np.random.default_rng(seed)
-    latencies, errors, next_id = [], 0, 10**12 + seed * 10**9
-    client = Client(url)
-    deadline = wait_until(begin) + args.seconds
-    cpu = time.process_time()
-    while time.monotonic() < deadline:
-        q = queries[rng.integers(len(queries))].tobytes().hex()
-        write = rng.random() < args.writes
-        start = time.perf_counter()
-        if write:
-            status = client.call("POST", "/items", {"codes": [q], "ids": [next_id]})
-            next_id += 1
-        else:
-            status = client.call("POST", "/search", {"codes": [q], "k": args.k})
-        latencies.append((time.perf_counter() - start) * 1000)
-        errors += status != 200
-    results.put(("search", latencies, errors, time.process_time() - cpu))
-
-
-def churn_loop(url, args, begin, results):
-    """Steady changes: delete, re-add below the largest id, upsert; one every 1 / rate s."""
-    rng = np.random.default_rng(10**6 + args.seed)
-    latencies, errors, step = [], 0, 0
-    width = args.bits // 8
-    client = Client(url)
-    next_at = wait_until(begin)
-    deadline = begin + args.seconds
-    while time.monotonic() < deadline:
-        item = int(rng.integers(args.n))
-        code = rng.integers(0, 256, width, np.uint8).tobytes().hex()
-        start = time.perf_counter()
-        if step % 3 == 0:
-            status = client.call("DELETE", f"/items/{item}")
-            deleted = item
-        elif step % 3 == 1:
-            status = client.call("POST", "/items", {"codes": [code], "ids": [deleted]})
-        else:
-            status = client.call("POST", "/items", {"codes": [code], "ids": [item], "upsert": True})
-        step += 2 if step % 3 == 0 and status == 404 else 1  # 404: already deleted, nothing to re-add
-        latencies.append((time.perf_counter() - start) * 1000)
-        errors += status not in (200, 404)
-        next_at += 1 / args.churn
-        time.sleep(max(0.0, next_at - time.monotonic()))
-    results.put(("change", latencies, errors))
-
-
 def summary(latencies: np.ndarray, elapsed: float) -> str:
     if not len(latencies):
         return "no requests"
@@ -203,68 +103,111 @@ def summary(latencies: np.ndarray, elapsed: float) -> str:
             f"max {latencies.max():.1f} ms")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--n", type=int, default=1_000_000)
-    parser.add_argument("--bits", type=int, default=64)
-    parser.add_argument("--k", type=int, default=10)
-    parser.add_argument("--clients", type=int, default=4)
-    parser.add_argument("--seconds", type=float, default=20)
-    parser.add_argument("--writes", type=float, default=0.0, help="share of requests that add an item")
-    parser.add_argument("--churn", type=float, default=0.0, help="changes per second by one more client")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
-    print(f"load average at start: {load_average()}")
-    rng = np.random.default_rng(args.seed)
+def inprocess_rate(index_dir: Path, queries: np.ndarray, k: int, seconds: float) -> tuple[float, float]:
+    """(searches per second, CPU ms per search) of one query at a time through `IndexStore.search`."""
+    store = IndexStore(index_dir)
+    try:
+        store.warm()
+        plan = plan_search(k)
+        for q in queries[:50]:
+            store.search(q[None], plan)
+        done, start, cpu = 0, time.perf_counter(), time.process_time()
+        while time.perf_counter() - start < seconds:
+            for q in queries[done % len(queries):][:100]:
+                store.search(q[None], plan)
+            done += 100
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+    finally:
+        store.close()
+    return done / elapsed, 1000 * cpu / done
+
+
+def make_codes(args, rng) -> tuple[np.ndarray, np.ndarray]:
     width = args.bits // 8
+    if args.codes == "random":
+        return rng.integers(0, 256, (args.n, width), np.uint8), rng.integers(0, 256, (1000, width), np.uint8)
     centers = rng.integers(0, 256, (1000, width), np.uint8)
     db = centers[rng.integers(0, 1000, args.n)] ^ (rng.random((args.n, width)) < 0.06).astype(np.uint8)
     queries = centers[rng.integers(0, 1000, 1000)] ^ (rng.random((1000, width)) < 0.06).astype(np.uint8)
+    return db, queries
+
+
+def load_round(port: int, proc, searches: list[bytes], clients: int, args) -> tuple[str, float]:
+    """One round of `clients` connections (and the churn's); its report line and its req/s."""
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    workers = [context.Process(target=search_load, args=(port, searches, clients, args.seconds, args.writes,
+                                                          args.seed, results, args.bits // 8))]
+    if args.churn > 0:
+        workers.append(context.Process(target=churn_loop, args=(port, args.n, args.bits, args.churn, args.seconds,
+                                                                args.seed, results)))
+    server_cpu = cpu_seconds(proc.pid)
+    for w in workers:
+        w.start()
+    reports = [results.get(timeout=args.seconds + 300) for _ in workers]
+    for w in workers:
+        w.join(timeout=60)
+    server_cpu = cpu_seconds(proc.pid) - server_cpu
+    latencies = np.array(reports[0][0])
+    requests = sum(len(r[0]) for r in reports)
+    line = (f"{clients:>2} clients: {summary(latencies, args.seconds)}, errors {reports[0][1]}; server CPU "
+            f"{1000 * server_cpu / max(requests, 1):.2f} ms per request, client process "
+            f"{1000 * reports[0][2] / max(len(latencies), 1):.3f} ms")
+    if args.churn > 0:
+        line += (f"\n    changes at {args.churn:g}/s (delete, re-add below the largest id, upsert): "
+                 f"{summary(np.array(reports[1][0]), args.seconds)}, errors {reports[1][1]}")
+    return line, len(latencies) / args.seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", type=int, default=None, help="codes in the index (default 1,000,000; --quick 100,000)")
+    parser.add_argument("--bits", type=int, default=64)
+    parser.add_argument("--codes", choices=["random", "clustered"], default="random")
+    parser.add_argument("--k", type=int, default=10)
+    parser.add_argument("--clients", default="1,4,32", help="comma-separated: one round per number")
+    parser.add_argument("--seconds", type=float, default=None, help="per round (default 15; --quick 5)")
+    parser.add_argument("--quick", action="store_true", help="a smaller index and shorter rounds")
+    parser.add_argument("--writes", type=float, default=0.0, help="share of requests that add an item")
+    parser.add_argument("--churn", type=float, default=0.0, help="changes per second on one more connection")
+    parser.add_argument("--serve-options", default="", help="more options of lbhash serve, as one string")
+    parser.add_argument("--no-encode", action="store_true", help="skip the encoding rates")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    args.n = args.n or (100_000 if args.quick else 1_000_000)
+    args.seconds = args.seconds or (5.0 if args.quick else 15.0)
+    clients = [int(c) for c in args.clients.split(",")]
+    print(f"load average at start: {load_average()}")
+    db, queries = make_codes(args, np.random.default_rng(args.seed))
+    searches = [request_bytes("POST", "/search", {"codes": [q.tobytes().hex()], "k": args.k}) for q in queries]
+    rates = {}
     with tempfile.TemporaryDirectory() as tmp:
         index = CodeIndex(args.bits)
         index.add(db)
         index.save(Path(tmp) / "ix")
         del index
+        inprocess, inprocess_cpu = inprocess_rate(Path(tmp) / "ix", queries, args.k, min(args.seconds, 10))
+        print(f"{args.n:,} x {args.bits}-bit {args.codes} codes, top-{args.k}, one query per request, "
+              f"{args.seconds:g} s per round")
+        print(f"in process, one at a time (IndexStore.search): {inprocess:,.0f} searches/s, "
+              f"{inprocess_cpu:.2f} ms CPU each")
         port = free_port()
-        proc = start_server(Path(tmp) / "ix", port)
+        proc = start_server(Path(tmp) / "ix", port, shlex.split(args.serve_options))
         try:
-            url = f"http://127.0.0.1:{port}"
-            with httpx.Client(base_url=url, timeout=30) as warm:
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as warm:
                 for q in queries[:50]:
                     warm.post("/search", json={"codes": [q.tobytes().hex()], "k": args.k})
-            # each client is its own process, so that clients do not queue for one interpreter
-            context = multiprocessing.get_context("spawn")
-            results = context.Queue()
-            begin = time.monotonic() + CLIENT_START_S  # every client starts at once, after its imports
-            clients = [context.Process(target=client_loop, args=(url, queries, args, begin, s, results))
-                       for s in range(args.clients)]
-            if args.churn > 0:
-                clients.append(context.Process(target=churn_loop, args=(url, args, begin, results)))
-            server_cpu = cpu_seconds(proc.pid)
             for c in clients:
-                c.start()
-            reports = [results.get(timeout=CLIENT_START_S + args.seconds + 300) for _ in clients]
-            for c in clients:
-                c.join(timeout=60)
-            elapsed = args.seconds
-            server_cpu = cpu_seconds(proc.pid) - server_cpu  # the clients' start-up is idle time for it
+                line, rates[c] = load_round(port, proc, searches, c, args)
+                print(line, flush=True)
         finally:
             stop_server(proc)
-    searches = [r for r in reports if r[0] == "search"]
-    changes = [r[1:] for r in reports if r[0] == "change"]
-    latencies = np.concatenate([np.array(r[1]) for r in searches])
-    errors = sum(r[2] for r in searches)
-    client_cpu = sum(r[3] for r in searches)
-    print(f"{args.n:,} x {args.bits}-bit codes, {args.clients} clients, {elapsed:.1f} s, k={args.k}, "
-          f"writes {args.writes:.0%}: {summary(latencies, elapsed)}, errors {errors}")
-    requests = len(latencies) + sum(len(r[0]) for r in changes)
-    print(f"server CPU: {server_cpu:.1f} s, {1000 * server_cpu / max(requests, 1):.2f} ms per request; "
-          f"search clients' CPU: {client_cpu:.1f} s, {1000 * client_cpu / max(len(latencies), 1):.2f} ms per search")
-    if args.churn > 0:
-        change_ms = np.concatenate([np.array(r[0]) for r in changes])
-        print(f"changes at {args.churn:g}/s (delete, re-add below the largest id, upsert): "
-              f"{summary(change_ms, elapsed)}, errors {sum(r[1] for r in changes)}")
+        if not args.no_encode:
+            for line in encode_rates(Path(tmp)):
+                print(line)
     print(f"load average at end: {load_average()}")
+    top = max(clients)
+    print(f"http{top}/inprocess = {rates[top] / inprocess:.2f}")
 
 
 if __name__ == "__main__":

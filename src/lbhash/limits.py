@@ -18,6 +18,7 @@ MAX_CLASS_ID = 65535        # class ids of labels and label filters, everywhere
 MAX_ID = 2**63 - 1          # item ids are non-negative int64, everywhere
 MAX_BODY_BYTES = 16 << 20   # one HTTP request body
 MAX_RERANK_CANDIDATES = 10_000  # k * rerank_factor: Hamming candidates re-scored per query (service)
+BATCH_ROWS = 256            # query rows of concurrent /search requests in one shared scan (lbhash serve --batch-rows)
 MAX_CONNECTIONS = 256       # open connections and requests in progress (service); beyond it: 503
 MAX_HEADER_BYTES = 64 << 10  # request line and headers of one HTTP request (service); beyond it: 400
 HEADER_TIMEOUT_S = 10       # a connection's request headers must be complete this long after it opens

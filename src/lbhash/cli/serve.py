@@ -11,7 +11,7 @@ import click
 from lbhash.cli.index import backend_options
 from lbhash.cli.query_encoder import check_model, encoder_options, load_query_encoder, model_source
 from lbhash.errors import InputError, require_extra
-from lbhash.limits import (HEADER_TIMEOUT_S, MAX_BATCH, MAX_BODY_BYTES, MAX_CONNECTIONS, MAX_K, MAX_RERANK_CANDIDATES,
+from lbhash.limits import (BATCH_ROWS, HEADER_TIMEOUT_S, MAX_BATCH, MAX_BODY_BYTES, MAX_CONNECTIONS, MAX_K, MAX_RERANK_CANDIDATES,
                            MEDIA_BUDGET_BYTES)
 
 
@@ -37,6 +37,11 @@ from lbhash.limits import (HEADER_TIMEOUT_S, MAX_BATCH, MAX_BODY_BYTES, MAX_CONN
 @click.option("--header-timeout", type=click.FloatRange(0.1, HEADER_TIMEOUT_S), default=HEADER_TIMEOUT_S,
               show_default=True, help="Seconds a connection may take to send a request's headers before it is "
                                       "closed (lbhash.limits: may only be lowered).")
+@click.option("--batch-window-ms", type=click.FloatRange(0, 100), default=0.0, show_default=True,
+              help="Milliseconds a shared scan waits for more /search requests after its first; 0: it takes only "
+                   "those that queued while the previous one ran (no wait when idle).")
+@click.option("--batch-rows", type=click.IntRange(1, MAX_BATCH), default=BATCH_ROWS, show_default=True,
+              help="Most query rows of concurrent /search requests searched in one scan.")
 @click.option("--media-budget-mb", type=click.IntRange(min=1), default=MEDIA_BUDGET_BYTES >> 20, show_default=True,
               help="Most MiB of uploaded images the index keeps (NAME.media/); beyond it an upload gets 507.")
 @click.option("--force", is_flag=True, help="Serve --run (or --encoder) even when its model did not make the "
@@ -50,7 +55,8 @@ from lbhash.limits import (HEADER_TIMEOUT_S, MAX_BATCH, MAX_BODY_BYTES, MAX_CONN
 @backend_options
 def serve(index_dir: str, run_dir, export_path, host: str, port: int, compact_every: int, max_batch: int, max_k: int,
           max_body_mb: int, max_rerank_candidates: int, max_connections: int, header_timeout: float,
-          media_budget_mb: int, force: bool, read_only: bool, write_key_file, read_key_file, backend: str, uri: str) -> None:
+          batch_window_ms: float, batch_rows: int, media_budget_mb: int, force: bool, read_only: bool, write_key_file,
+          read_key_file, backend: str, uri: str) -> None:
     """Serve INDEX_DIR over HTTP: a search page at /, API docs at /docs.
 
     Every acknowledged change is in a write-ahead log (INDEX_DIR.wal beside the directory)
@@ -89,7 +95,8 @@ def serve(index_dir: str, run_dir, export_path, host: str, port: int, compact_ev
                  else IndexStore(index_dir, compact_every=compact_every))
         limits = Limits(max_body_bytes=max_body_mb << 20, max_batch=max_batch, max_k=max_k,
                         max_rerank_candidates=max_rerank_candidates)
-        app = create_app(store, encoder, limits=limits, access=access, media_budget=media_budget_mb << 20)
+        app = create_app(store, encoder, limits=limits, access=access, media_budget=media_budget_mb << 20,
+                         batch_window=batch_window_ms / 1000, batch_rows=batch_rows)
         mode = ("read-only" if access.read_only else "changes need the write key" if access.write_key
                 else "open: anyone on this machine may change it")
         click.echo(f"serving {store.ntotal} {store.bits}-bit codes on http://{host}:{port} "

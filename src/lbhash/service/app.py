@@ -13,7 +13,8 @@ Searches may re-rank their Hamming top k * rerank_factor by the queries' real-va
 The handlers are module-level functions: they decode a request (lbhash.service.decode), call
 the store (whose searches follow `lbhash.index.search_hits`, the rules `lbhash search` uses
 too) and shape the answer. What they share is on `app.state`: `store`, `searcher` (None
-without a run attached), `media`, `limits` and `offload` (the searches' threads).
+without a run attached), `media`, `limits`, `offload` (the blocking work's threads) and
+`batcher` (lbhash.service.batching: concurrent `/search` requests share one scan).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import json
 import logging
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +38,8 @@ from lbhash.index.uploads import OverBudget
 from lbhash.limits import MAX_ID, check_class_ids, check_ids
 from lbhash.service import models
 from lbhash.service.access import Access, AccessControl
+from lbhash.service.batching import MAX_ROWS, Query, SearchBatcher
+from lbhash.service.fast_search import FastSearch
 from lbhash.service.decode import (check_batch, encode_images, need_searcher, parse_ids, read_uploads,
                                    reranked_queries, to_codes)
 from lbhash.service.media import ItemMedia
@@ -66,10 +70,13 @@ class Limits:
 
 
 def create_app(source, encoder=None, *, limits: Limits | None = None, compact_every: int = 1000,
-               access: Access | None = None, media_budget: int = table.MEDIA_BUDGET_BYTES) -> FastAPI:
+               access: Access | None = None, media_budget: int = table.MEDIA_BUDGET_BYTES,
+               batch_window: float = 0.0, batch_rows: int = MAX_ROWS) -> FastAPI:
     """`source`: an index directory (served with a write-ahead log beside it) or a store
     (`IndexStore`, `MilvusStore`). `encoder` (from a run) enables feature and image queries.
-    `access`: keys and read-only mode (lbhash.service.access; default: open, as on loopback)."""
+    `access`: keys and read-only mode (lbhash.service.access; default: open, as on loopback).
+    `batch_window` (seconds) and `batch_rows`: how `/search` requests share scans
+    (lbhash.service.batching)."""
     store = source if hasattr(source, "search") else IndexStore(Path(source), compact_every=compact_every)
 
     @asynccontextmanager
@@ -77,6 +84,7 @@ def create_app(source, encoder=None, *, limits: Limits | None = None, compact_ev
         if isinstance(store, IndexStore):
             await app.state.offload.run(store.warm)
         yield
+        app.state.batcher.close()
         app.state.offload.close()
         store.close()  # compacts: the log is folded into the saved index
 
@@ -84,10 +92,14 @@ def create_app(source, encoder=None, *, limits: Limits | None = None, compact_ev
                   description="Hamming search over packed binary codes (docs/search.md).")
     app.state.store, app.state.limits, app.state.access = store, limits or Limits(), access or Access()
     app.state.offload = Offload(getattr(store, "search_threads", None))  # the searches' worker threads
+    # /search's shared scans: a batch in flight per core, so that one's Python overlaps the other's scan
+    app.state.batcher = SearchBatcher(store, window=batch_window, max_rows=batch_rows,
+                                      threads=getattr(store, "search_threads", None) or 1)
     app.state.searcher = Searcher(store, encoder) if encoder is not None else None
     # sources, thumbnails and the images added here (NAME.media/ beside the index)
     app.state.media = ItemMedia(store, budget=media_budget)
     _install_error_handlers(app)
+    app.add_middleware(FastSearch, answer_search=answer_search)  # innermost: inside the keys and the body limit
     app.add_middleware(BodyLimit, limit=app.state.limits.max_body_bytes)
     app.add_middleware(AccessControl, access=app.state.access)  # outermost: refused before the body is read
     app.include_router(router)
@@ -98,15 +110,20 @@ def create_app(source, encoder=None, *, limits: Limits | None = None, compact_ev
 # --- searches -----------------------------------------------------------------------------------
 
 
-def run_search(state, codes, k, radius, label_lists, real=None, factor=None) -> Response:
-    """The hits of decoded queries (`real`: their real outputs, when the search re-ranks), as a
-    `SearchResponse` body encoded here: FastAPI's validation and encoding of a response model
-    took more CPU than a search of a million codes (docs/search.md, "The service's own cost")."""
+def search_query(state, codes, k, radius, label_lists, real=None, factor=None) -> Query:
+    """Decoded queries with their checked plan and filters (`real`: their real outputs, when
+    the search re-ranks)."""
     limits = state.limits
     plan = plan_search(k, radius, rerank=real is not None, factor=factor, max_k=limits.max_k,
                        max_candidates=limits.max_rerank_candidates)
     classes = None if label_lists is None else check_classes(label_lists, "labels", limits.max_class_id)
-    hits = state.store.search(codes, plan, classes=classes, real=real)
+    return Query(codes, plan, classes, real)
+
+
+def hits_response(hits) -> Response:
+    """The hits as a `SearchResponse` body encoded here: FastAPI's validation and encoding of a
+    response model took more CPU than a search of a million codes (docs/search.md, "The
+    service's own cost")."""
     results = [{"hits": [{"id": i, "distance": d, "labels": lab} if score is None else
                          {"id": i, "distance": d, "labels": lab, "score": score}
                          for i, d, lab, score in query.rows()]} for query in hits]
@@ -114,18 +131,29 @@ def run_search(state, codes, k, radius, label_lists, real=None, factor=None) -> 
                     media_type="application/json")
 
 
+def run_search(state, codes, k, radius, label_lists, real=None, factor=None) -> Response:
+    """A search of its own (no batch): `search_query`, the store's search, `hits_response`."""
+    query = search_query(state, codes, k, radius, label_lists, real, factor)
+    return hits_response(state.store.search(query.codes, query.plan, classes=query.classes, real=query.real))
+
+
 @router.post("/search", response_model=models.SearchResponse, response_model_exclude_none=True, responses=_ERRORS)
 async def search(body: models.SearchRequest, request: Request):
-    # not starlette's run_in_threadpool (anyio: a fifth of a request's CPU) nor asyncio's executor
-    return await request.app.state.offload.run(search_body, body, request.app.state)
+    # decoded, searched (in a scan shared with the requests beside it) and encoded on the batcher's threads
+    return await answer_search(body, request.app.state)
 
 
-def search_body(body: models.SearchRequest, state) -> Response:
+async def answer_search(body: models.SearchRequest, state) -> Response:
+    rows = len(body.codes) if body.codes is not None else len(body.features or ())
+    return await state.batcher.run(partial(search_body, body, state), hits_response, rows)
+
+
+def search_body(body: models.SearchRequest, state) -> Query:
     if body.real is None and body.rerank_factor is None:
         codes, real = to_codes(state, body.codes, body.features, "queries"), None
     else:
         codes, real = reranked_queries(state, body)
-    return run_search(state, codes, body.k, body.radius, body.labels, real, body.rerank_factor)
+    return search_query(state, codes, body.k, body.radius, body.labels, real, body.rerank_factor)
 
 
 @router.post("/search/image", response_model=models.SearchResponse, response_model_exclude_none=True,

@@ -1,0 +1,256 @@
+"""Concurrent searches gathered into shared scans (lbhash.service.batching): every request gets
+exactly its one-at-a-time answer (tie order, filters, radius, re-ranking, errors), in fewer scans."""
+
+import asyncio
+import threading
+
+import httpx
+import numpy as np
+import pytest
+
+from index_reference import random_codes, top_k
+from lbhash.errors import InputError
+from lbhash.index import CodeIndex, plan_search, search_hits
+from lbhash.service import Limits, create_app
+from lbhash.service.batching import Query, SearchBatcher
+
+BITS = 16  # few distinct distances over 300 items: many ties, whose order must survive batching
+WAIT_S = 30  # every wait in this file is bounded
+
+
+class GatedStore:
+    """A flat index's store whose first search waits for `gate`: the jobs sent meanwhile queue
+    for the next batch. Records the query rows of every search."""
+
+    backend = "faiss"
+
+    def __init__(self, index):
+        self.index, self.gate, self.calls = index, threading.Event(), []
+
+    def search(self, queries, plan, *, classes=None, real=None):
+        if not self.calls:
+            self.calls.append(None)
+            self.gate.wait(WAIT_S)
+            self.calls[0] = len(queries)
+        else:
+            self.calls.append(len(queries))
+        return search_hits(self.index, queries, plan, classes=classes, real=real)
+
+
+@pytest.fixture
+def index(rng):
+    codes = random_codes(rng, 300, BITS)
+    index = CodeIndex(BITS)
+    index.add(codes, labels=rng.integers(0, 4, 300))
+    return index, codes
+
+
+def rows(hits):
+    return [list(zip(h.ids, h.distances, h.labels)) for h in hits]
+
+
+async def gathered(batcher, store, queries):
+    """Run every Query through the batcher: the first alone, holding the gate until all the
+    others are queued. Returns per query its hits or the exception raised."""
+    async def one(q):
+        try:
+            return await batcher.run(lambda: q if isinstance(q, Query) else q(), lambda hits: hits,
+                                     len(q.codes) if isinstance(q, Query) else 1)
+        except Exception as exc:  # noqa: BLE001 - compared with the one-at-a-time error
+            return exc
+
+    async def until(done):
+        for _ in range(WAIT_S * 100):
+            if done():
+                return
+            await asyncio.sleep(0.01)
+
+    first = asyncio.ensure_future(one(queries[0]))
+    await until(lambda: store.calls)  # the first search is waiting at the gate
+    rest = [asyncio.ensure_future(one(q)) for q in queries[1:]]
+    await until(lambda: batcher.pending == len(rest))
+    store.gate.set()
+    return await asyncio.wait_for(asyncio.gather(first, *rest), WAIT_S)
+
+
+def test_jobs_queued_during_a_scan_share_the_next_one(index, rng):
+    index, codes = index
+    store = GatedStore(index)
+    batcher = SearchBatcher(store)
+    queries = random_codes(rng, 24, BITS)
+    ks = [1, 3, 10, 300, 7, 2] * 4  # different k share an exact index's scan: each is cut to its own
+    jobs = [Query(queries[i:i + 1], plan_search(ks[i])) for i in range(24)]
+    try:
+        results = asyncio.run(gathered(batcher, store, jobs))
+    finally:
+        batcher.close()
+    assert store.calls == [1, 23] and batcher.scans == 2
+    for i, hits in enumerate(results):
+        ref_d, ref_i = top_k(queries[i:i + 1], codes, np.arange(300), ks[i])
+        assert [h.ids for h in hits] == [ref_i[0][ref_i[0] >= 0].tolist()]
+        assert [h.distances for h in hits] == [ref_d[0][ref_i[0] >= 0].tolist()]
+        assert rows(hits) == rows(search_hits(index, queries[i:i + 1], plan_search(ks[i])))
+
+
+def test_a_batch_holds_at_most_max_rows(index, rng):
+    index, _ = index
+    store = GatedStore(index)
+    batcher = SearchBatcher(store, max_rows=4)
+    queries = random_codes(rng, 16, BITS)
+    sizes = [1, 2, 1, 3, 1, 1, 2, 5]  # the job of 5 rows is over the bound: it goes alone
+    jobs, start = [], 0
+    for n in sizes:
+        jobs.append(Query(queries[start:start + n], plan_search(5)))
+        start += n
+    try:
+        results = asyncio.run(gathered(batcher, store, jobs))
+    finally:
+        batcher.close()
+    assert store.calls == [1, 3, 4, 3, 5]  # taken in order, each batch up to 4 rows
+    for job, hits in zip(jobs, results):
+        assert rows(hits) == rows(search_hits(index, job.codes, job.plan))
+
+
+def test_the_window_waits_for_more_and_max_rows_ends_it(index, rng):
+    index, _ = index
+    queries = random_codes(rng, 3, BITS)
+    store = GatedStore(index)
+    store.gate.set()
+    # a window of a minute that three one-row jobs fill at once: answered without waiting it out
+    batcher = SearchBatcher(store, window=60, max_rows=3)
+
+    async def three():
+        return await asyncio.wait_for(asyncio.gather(*[
+            batcher.run(lambda i=i: Query(queries[i:i + 1], plan_search(4)), lambda hits: hits) for i in range(3)]),
+            WAIT_S)
+
+    try:
+        results = asyncio.run(three())
+    finally:
+        batcher.close()
+    assert store.calls == [3]
+    for i, hits in enumerate(results):
+        assert rows(hits) == rows(search_hits(index, queries[i:i + 1], plan_search(4)))
+
+
+def test_groups_filters_radius_and_reranking_and_keeps_errors_apart(index, rng):
+    index, codes = index
+    store = GatedStore(index)
+    batcher = SearchBatcher(store)
+    q = random_codes(rng, 8, BITS)
+    real = rng.standard_normal((8, BITS))
+
+    def bad_decode():
+        raise InputError("codes[0] is not a hex string")
+
+    jobs = [Query(q[0:1], plan_search(5)),
+            Query(q[1:3], plan_search(5), classes=[[1], [0, 2]]),
+            Query(q[3:4], plan_search(radius=3)),
+            Query(q[4:5], plan_search(radius=3), classes=[[3]]),
+            Query(q[5:6], plan_search(4, rerank=True, factor=3), real=real[5:6]),
+            Query(q[6:7], plan_search(4, rerank=True, factor=3), real=real[6:7]),
+            Query(q[7:8], plan_search(5), classes=[[2], [1]]),  # two filters for one query: its own error
+            bad_decode,  # fails while decoding: the others go on
+            Query(q[7:8], plan_search(2), classes=[[2]])]
+    try:
+        results = asyncio.run(gathered(batcher, store, jobs))
+    finally:
+        batcher.close()
+    for job, got in zip(jobs, results):
+        if job is bad_decode:
+            assert isinstance(got, InputError) and "hex" in str(got)
+            continue
+        try:
+            expected = search_hits(index, job.codes, job.plan, classes=job.classes, real=job.real)
+        except InputError as err:
+            assert isinstance(got, InputError) and str(got) == str(err)
+            continue
+        assert not isinstance(got, Exception), got
+        assert rows(got) == rows(expected)
+        assert [h.scores for h in got] == [h.scores for h in expected]
+    # the first alone; then the filtered top-k (4 rows) failed on the job with two filters and
+    # was searched job by job (2, 1, 1), then radius, filtered radius, and both re-ranked together
+    assert store.calls == [1, 4, 2, 1, 1, 1, 1, 2]
+
+
+# --- through the app -------------------------------------------------------------------------
+
+
+def requests_of(rng, codes, n=64):
+    """Search bodies of every kind, and a few bad ones."""
+    bodies = []
+    for i in range(n):
+        q = codes[rng.integers(300)] ^ rng.integers(0, 256, BITS // 8, np.uint8)
+        hexes = [q.tobytes().hex()]
+        kind = i % 8
+        if kind == 0:
+            bodies.append({"codes": hexes, "k": int(rng.integers(1, 40))})
+        elif kind == 1:
+            bodies.append({"codes": hexes, "radius": int(rng.integers(0, 4))})
+        elif kind == 2:
+            bodies.append({"codes": hexes, "k": 6, "labels": [[int(rng.integers(4))]]})
+        elif kind == 3:
+            bodies.append({"codes": hexes, "k": 5, "real": rng.standard_normal((1, BITS)).tolist(), "rerank_factor": 3})
+        elif kind == 4:
+            bodies.append({"codes": hexes + [codes[i].tobytes().hex()]})  # two queries, default k
+        elif kind == 5:
+            bodies.append({"codes": [hexes[0][:-2]], "k": 3})  # a code one byte short: 400
+        elif kind == 6:
+            bodies.append({"codes": hexes, "k": 50, "real": [[1.0] * BITS], "rerank_factor": 1000})  # over the cap
+        else:
+            bodies.append({"codes": hexes, "k": 0})  # refused by validation: 422
+    return bodies
+
+
+@pytest.mark.parametrize("kind", ["flat", "multihash"])
+def test_concurrent_requests_get_their_one_at_a_time_answers(tmp_path, rng, kind):
+    codes = random_codes(rng, 300, BITS)
+    index = CodeIndex(BITS, kind)
+    index.add(codes, labels=rng.integers(0, 4, 300))
+    index.save(tmp_path / "ix")
+    app = create_app(tmp_path / "ix", limits=Limits(max_k=100, max_rerank_candidates=500))
+    bodies = requests_of(rng, codes)
+
+    async def exchange():
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+                alone = [await client.post("/search", json=b) for b in bodies]
+                scans = app.state.batcher.scans
+                together = await asyncio.wait_for(
+                    asyncio.gather(*[client.post("/search", json=b) for b in bodies]), WAIT_S)
+                return alone, together, scans, app.state.batcher.scans - scans
+
+    alone, together, alone_scans, shared_scans = asyncio.run(exchange())
+    assert alone_scans == sum(r.status_code == 200 for r in alone)  # one scan each, one at a time
+    assert {r.status_code for r in alone} == {200, 400, 422}
+    for a, b in zip(alone, together):
+        assert (b.status_code, b.json()) == (a.status_code, a.json())
+    assert shared_scans < alone_scans  # requests shared scans
+
+
+def test_the_lean_path_answers_as_the_route_does(tmp_path, rng):
+    """POST /search with a JSON body skips FastAPI's routing (lbhash.service.fast_search); any
+    other content type goes through the route: the same answers, errors included, and the
+    route keeps its place in the OpenAPI schema."""
+    from fastapi.testclient import TestClient
+
+    codes = random_codes(rng, 300, BITS)
+    index = CodeIndex(BITS)
+    index.add(codes, labels=rng.integers(0, 4, 300))
+    index.save(tmp_path / "ix")
+    app = create_app(tmp_path / "ix", limits=Limits(max_k=100, max_body_bytes=4000))
+    with TestClient(app) as client:
+        schema = client.get("/openapi.json").json()
+        assert schema["paths"]["/search"]["post"]["requestBody"]["content"]["application/json"]["schema"] == {
+            "$ref": "#/components/schemas/SearchRequest"}
+        bodies = requests_of(rng, codes, 16) + [{"codes": ["00"] * 1000}]  # the last is over the body limit: 413
+        scans = app.state.batcher.scans
+        for body in bodies:
+            lean = client.post("/search", json=body)
+            routed = client.post("/search", content=lean.request.content,
+                                 headers={"content-type": "application/json; charset=utf-8"})
+            assert (lean.status_code, lean.json()) == (routed.status_code, routed.json())
+        assert {client.post("/search", json=b).status_code for b in bodies} == {200, 400, 413, 422}
+        assert client.post("/search", content=b"{not json", headers={"content-type": "application/json"}).status_code == 422
+        assert app.state.batcher.scans > scans  # both ways search through the batcher
