@@ -5,8 +5,7 @@
 Drives the ASGI app of `lbhash serve` directly (no HTTP parsing, no event-loop I/O) over a
 small flat index, so that the scan costs next to nothing, and times in the same run: the
 whole request through FastAPI, the same work without FastAPI (validation, the search on a
-search thread, the response), the same through FastAPI's route instead of the lean path
-(lbhash.service.fast_search), the body's validation alone, the store's search alone
+search thread, the response), the body's validation alone, the store's search alone
 (`search_hits` and the locks), and one handoff to a search thread and back. Everything but
 the scan holds the GIL; `bench_service.py` measures the same server under load.
 """
@@ -53,23 +52,18 @@ async def profile(app, body: bytes, repeats: int) -> dict[str, float]:
                          (b"content-type", b"application/json")],
              "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 2)}
 
-    # FastSearch takes bodies of exactly this type: another sends the request through FastAPI's route
-    routed = dict(scope, headers=[h if h[0] != b"content-type" else (b"content-type", b"application/json; charset=utf-8")
-                                  for h in scope["headers"]])
-
     async def receive():
         return {"type": "http.request", "body": body, "more_body": False}
 
     state = app.state
 
     async def without_fastapi(scope, receive, send):
-        """The same request's work without any middleware, FastAPI's routing, parsing and dependency
-        solving (what the app's own lean path, lbhash.service.fast_search, also skips but the first)."""
+        """The same request's work without FastAPI's routing, parsing and dependency solving."""
         parsed = models.SearchRequest.model_validate_json((await receive())["body"])
         response = await answer_search(parsed, state)
         await response(scope, receive, send)
 
-    def request(through, where=scope):
+    def request(through):
         async def call():
             status = []
 
@@ -77,7 +71,7 @@ async def profile(app, body: bytes, repeats: int) -> dict[str, float]:
                 if message["type"] == "http.response.start":
                     status.append(message["status"])
 
-            await through(dict(where), receive, send)
+            await through(dict(scope), receive, send)
             if status != [200]:
                 raise RuntimeError(f"/search answered {status}")
         return call
@@ -90,8 +84,7 @@ async def profile(app, body: bytes, repeats: int) -> dict[str, float]:
         for _ in range(200):
             await request(app)()
         return {
-            "whole request (ASGI app, lean path)": await cpu_us(request(app), repeats),
-            "whole request through FastAPI's route": await cpu_us(request(app, routed), repeats),
+            "whole request (ASGI app)": await cpu_us(request(app), repeats),
             "the same without FastAPI": await cpu_us(request(without_fastapi), repeats),
             "validation (SearchRequest.model_validate_json)": await cpu_us(
                 lambda: models.SearchRequest.model_validate_json(body), repeats),

@@ -227,30 +227,3 @@ def test_concurrent_requests_get_their_one_at_a_time_answers(tmp_path, rng, kind
     for a, b in zip(alone, together):
         assert (b.status_code, b.json()) == (a.status_code, a.json())
     assert shared_scans < alone_scans  # requests shared scans
-
-
-def test_the_lean_path_answers_as_the_route_does(tmp_path, rng):
-    """POST /search with a JSON body skips FastAPI's routing (lbhash.service.fast_search); any
-    other content type goes through the route: the same answers, errors included, and the
-    route keeps its place in the OpenAPI schema."""
-    from fastapi.testclient import TestClient
-
-    codes = random_codes(rng, 300, BITS)
-    index = CodeIndex(BITS)
-    index.add(codes, labels=rng.integers(0, 4, 300))
-    index.save(tmp_path / "ix")
-    app = create_app(tmp_path / "ix", limits=Limits(max_k=100, max_body_bytes=4000))
-    with TestClient(app) as client:
-        schema = client.get("/openapi.json").json()
-        assert schema["paths"]["/search"]["post"]["requestBody"]["content"]["application/json"]["schema"] == {
-            "$ref": "#/components/schemas/SearchRequest"}
-        bodies = requests_of(rng, codes, 16) + [{"codes": ["00"] * 1000}]  # the last is over the body limit: 413
-        scans = app.state.batcher.scans
-        for body in bodies:
-            lean = client.post("/search", json=body)
-            routed = client.post("/search", content=lean.request.content,
-                                 headers={"content-type": "application/json; charset=utf-8"})
-            assert (lean.status_code, lean.json()) == (routed.status_code, routed.json())
-        assert {client.post("/search", json=b).status_code for b in bodies} == {200, 400, 413, 422}
-        assert client.post("/search", content=b"{not json", headers={"content-type": "application/json"}).status_code == 422
-        assert app.state.batcher.scans > scans  # both ways search through the batcher

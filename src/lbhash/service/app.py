@@ -39,7 +39,6 @@ from lbhash.limits import MAX_ID, check_class_ids, check_ids
 from lbhash.service import models
 from lbhash.service.access import Access, AccessControl
 from lbhash.service.batching import MAX_ROWS, Query, SearchBatcher
-from lbhash.service.fast_search import FastSearch
 from lbhash.service.decode import (check_batch, encode_images, need_searcher, parse_ids, read_uploads,
                                    reranked_queries, to_codes)
 from lbhash.service.media import ItemMedia
@@ -99,7 +98,6 @@ def create_app(source, encoder=None, *, limits: Limits | None = None, compact_ev
     # sources, thumbnails and the images added here (NAME.media/ beside the index)
     app.state.media = ItemMedia(store, budget=media_budget)
     _install_error_handlers(app)
-    app.add_middleware(FastSearch, answer_search=answer_search)  # innermost: inside the keys and the body limit
     app.add_middleware(BodyLimit, limit=app.state.limits.max_body_bytes)
     app.add_middleware(AccessControl, access=app.state.access)  # outermost: refused before the body is read
     app.include_router(router)
