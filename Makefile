@@ -20,9 +20,10 @@ install: $(STAMP)
 demo: install
 	$(VENV)/bin/lbhash demo
 
-# the fast suite; the browser, slow and Milvus suites are below (CI runs the browser suite too)
+# the fast suite, in two worker processes of one thread each (a file's tests stay in one worker);
+# the browser, slow and Milvus suites are below (CI runs them too)
 test: install
-	$(PY) -m pytest -q -m "not slow and not milvus and not browser"
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile -m "not slow and not milvus and not browser"
 
 # the long suites (end-to-end trainings), and everything else once more
 # the tests make test leaves out (end-to-end trainings, the whole README, several processes)

@@ -118,7 +118,22 @@ def count_trainings():
     Trainer.__init__ = init
 
 
+def pytest_sessionfinish(session):
+    """A pytest-xdist worker hands its counts to the controller (`pytest_testnodedown`)."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        output["trainings_by_file"] = dict(_TRAININGS_BY_FILE)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    for test_file, count in getattr(node, "workeroutput", {}).get("trainings_by_file", {}).items():
+        _TRAININGS_BY_FILE[test_file] = _TRAININGS_BY_FILE.get(test_file, 0) + count
+
+
 def pytest_terminal_summary(terminalreporter):
+    if hasattr(terminalreporter.config, "workeroutput"):  # a worker: the controller prints the sum
+        return
     most = sorted(_TRAININGS_BY_FILE.items(), key=lambda item: -item[1])
     terminalreporter.write_line(f"trainings in the test processes: {sum(_TRAININGS_BY_FILE.values())} (subprocesses "
                                 "not counted; by file: " + ", ".join(f"{f} {n}" for f, n in most) + ")")
