@@ -14,7 +14,7 @@ from helpers import cli, one_line_error, snapshot
 from index_fakes import FakeEncoder
 from index_reference import random_codes, top_k
 from lbhash.errors import InputError
-from lbhash.index import CodeIndex, plan_search
+from lbhash.index import CodeIndex, Queries, plan_search
 from lbhash.service import IndexStore, Limits, create_app, wal_path_for
 
 BITS = 32
@@ -265,7 +265,7 @@ def test_concurrent_reads_and_writes(tmp_path, rng):
     def reader():
         try:
             for _ in range(100):
-                for hits in store.search(codes[:4], plan_search(5)):
+                for hits in store.search(Queries(codes[:4]), plan_search(5)):
                     assert hits.distances == sorted(hits.distances) and len(set(hits.ids)) == len(hits.ids)
         except Exception as err:
             errors.append(err)
