@@ -160,7 +160,9 @@ def test_image_search_and_add(tmp_path, rng):
         assert client.get("/items/40").json()["labels"] == [1, 2]
         reply = client.post("/search/image", files=[("files", ("q.png", png(images[3]), "image/png"))],
                             data={"k": "1", "labels": "2"})
-        assert reply.json()["results"][0]["hits"][0] == {"id": 40, "distance": 0, "labels": [1, 2]}
+        code = encoder.encode(images[3][None])[0].tobytes().hex()
+        assert reply.json()["results"] == [{"code": code, "hits": [  # with what /sources says of the hit
+            {"id": 40, "distance": 0, "labels": [1, 2], "source": "uploaded: d.png", "image": True, "code": code}]}]
         bad = client.post("/search/image", files=[("files", ("x.jpg", b"garbage", "image/jpeg"))])
         assert bad.status_code == 400 and "x.jpg: cannot decode image" in bad.json()["detail"]
 
