@@ -26,9 +26,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from lbhash.index import CodeIndex, plan_search  # noqa: E402
+from lbhash.index import CodeIndex, Queries, plan_search  # noqa: E402
 from lbhash.service import models  # noqa: E402
-from lbhash.service.app import answer_search, create_app  # noqa: E402
+from lbhash.service.app import create_app, hits_response, search_body  # noqa: E402
+from functools import partial  # noqa: E402
 
 
 async def cpu_us(work, repeats: int) -> float:
@@ -60,7 +61,8 @@ async def profile(app, body: bytes, repeats: int) -> dict[str, float]:
     async def without_fastapi(scope, receive, send):
         """The same request's work without FastAPI's routing, parsing and dependency solving."""
         parsed = models.SearchRequest.model_validate_json((await receive())["body"])
-        response = await answer_search(parsed, state)
+        response = await state.batcher.run(partial(search_body, parsed, state.store, state.encoder, state.limits),
+                                           hits_response)
         await response(scope, receive, send)
 
     def request(through):
@@ -88,7 +90,7 @@ async def profile(app, body: bytes, repeats: int) -> dict[str, float]:
             "the same without FastAPI": await cpu_us(request(without_fastapi), repeats),
             "validation (SearchRequest.model_validate_json)": await cpu_us(
                 lambda: models.SearchRequest.model_validate_json(body), repeats),
-            "store search (search_hits, locks)": await cpu_us(lambda: state.store.search(codes, plan), repeats),
+            "store search (search_hits, locks)": await cpu_us(lambda: state.store.search(Queries(codes), plan), repeats),
             "handoff to a search thread and back": await cpu_us(lambda: state.offload.run(int), repeats),
         }
 

@@ -89,6 +89,7 @@ def fake_milvus(bits: int):
         def __init__(self):
             self._bits, self._kind, self.nlist, self.nprobe = bits, "flat", 1024, 16
             self._timeout, self.collection, self._col = 1.0, "fake", FakeCollection()
+            self.metadata = {}
 
         def close(self) -> None:
             pass

@@ -247,7 +247,7 @@ def test_an_undecodable_image_is_named_without_pillows_buffer(image_export, tmp_
                               "holiday.jpg: cannot decode image (not an image in a format Pillow reads)")
         assert "BytesIO" not in line
     with TestClient(create_app(tmp_path / "idx", ExportedEncoder.load(image_export.export))) as client:
-        for path in ("/search/image", "/items/image", "/encode/image"):
+        for path in ("/search/image", "/items/image"):
             answer = client.post(path, files=[("files", ("holiday.jpg", bad.read_bytes(), "image/jpeg"))])
             assert answer.status_code == 400, (path, answer.text)
             detail = answer.json()["detail"]

@@ -111,25 +111,25 @@ def test_untrained_ivf_info_says_what_build_said(tmp_path, encoded, rng):
     assert (info["exact"], info["trained"], info["searches"]) == (False, True, "approximately")
 
 
-def test_remove_ignores_unknown_ids_and_says_so(tmp_path, encoded):
+def test_remove_refuses_unknown_ids_and_changes_nothing(tmp_path, encoded):
     path, _, ids, _ = encoded
     out = tmp_path / "ix"
     run("index", "build", path, "--out", out)
-    result = run("index", "remove", out, "--ids", "1000,99999999")
-    assert result.exit_code == 0, result.output
-    assert result.output.strip() == (f"removed 1 item from {out} (119 left); 1 id not in the index, "
-                                     "ignored: 99999999")
-    assert CodeIndex.load(out).contains([1000, 1001]).tolist() == [False, True]
     before = {p.name: p.read_bytes() for p in out.iterdir()}
-    result = run("index", "remove", out, "--ids", "1000")  # again: nothing to remove, nothing written
-    assert result.exit_code == 0 and result.output.strip() == (
-        f"removed 0 items from {out} (119 left); 1 id not in the index, ignored: 1000")
-    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    result = run("index", "remove", out, "--ids", "1000,99999999")
+    assert result.exit_code == 2 and result.output.strip() == "error: id 99999999 is not in the index"
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # 1000 was not removed either
+    assert CodeIndex.load(out).contains([1000]).tolist() == [True]
+    result = run("index", "remove", out, "--ids", "1000")
+    assert result.exit_code == 0 and result.output.strip() == f"removed 1 item from {out} (119 left)"
+    result = run("index", "remove", out, "--ids", "1000")  # again: the id is gone
+    assert result.exit_code == 2 and result.output.strip() == "error: id 1000 is not in the index"
     np.save(tmp_path / "ids.npy", np.arange(1001, 1011))
-    (tmp_path / "ids.txt").write_text("".join(f"{i}\n" for i in [1001, *range(1, 8)]))
+    (tmp_path / "ids.txt").write_text("".join(f"{i}\n" for i in [1011, 1, 2]))
     result = run("index", "remove", out, "--ids-file", tmp_path / "ids.txt")
-    assert result.output.strip().endswith("(118 left); 7 ids not in the index, ignored: 1, 2, 3, 4, 5, ...")
-    assert "removed 9 items" in run("index", "remove", out, "--ids-file", tmp_path / "ids.npy").output
+    assert result.exit_code == 2 and result.output.strip() == "error: id 1 is not in the index"
+    assert "removed 10 items" in run("index", "remove", out, "--ids-file", tmp_path / "ids.npy").output
+    assert CodeIndex.load(out).contains([1000, 1005, 1011]).tolist() == [False, False, True]
 
 
 def test_add_and_remove(tmp_path, encoded, rng):

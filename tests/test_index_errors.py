@@ -1,6 +1,7 @@
 """Typed answers for ids (lbhash.errors): `NotFound` for an id not in an index, `Conflict` for an
 id already in it, raised by CodeIndex and MilvusIndex themselves (here over a fake collection,
-tests/index_fakes.py) and answered 404 and 409 by the service over either backend."""
+tests/index_fakes.py), passed on by both stores and answered 404 and 409 by the service over
+either backend (`lbhash index remove`'s exit 2 is in tests/test_index_cli.py)."""
 
 import numpy as np
 import pytest
@@ -9,8 +10,8 @@ from fastapi.testclient import TestClient
 from index_fakes import fake_milvus
 from index_reference import random_codes
 from lbhash.errors import Conflict, InputError, NotFound
-from lbhash.index import CodeIndex
-from lbhash.service import MilvusStore, create_app
+from lbhash.index import Backend, CodeIndex
+from lbhash.service import IndexStore, MilvusStore, Store, create_app
 
 BITS = 16
 
@@ -49,6 +50,37 @@ def test_a_taken_id_is_a_conflict_unless_upsert(index, rng):
     assert index.ntotal == 5
     index.add(codes, ids=[9, 4], upsert=True)
     assert index.ntotal == 6 and index.get_codes([4]).tolist() == codes[1:].tolist()
+
+
+def test_both_backends_and_both_stores_have_one_interface(tmp_path):
+    CodeIndex(BITS).save(tmp_path / "ix")
+    store = IndexStore(tmp_path / "ix")
+    try:
+        for backend, own in ((CodeIndex(BITS), store), (fake_milvus(BITS), MilvusStore(fake_milvus(BITS)))):
+            assert isinstance(backend, Backend) and isinstance(own, Store) and isinstance(own.index, Backend)
+    finally:
+        store.close()
+    with pytest.raises(TypeError, match="an index directory or a lbhash.service.Store, not CodeIndex"):
+        create_app(CodeIndex(BITS))  # a backend is served through a store
+
+
+def test_index_store_refuses_an_unknown_id_before_logging_it(tmp_path, rng):
+    CodeIndex(BITS).save(tmp_path / "ix")
+    store = IndexStore(tmp_path / "ix")
+    try:
+        store.add(random_codes(rng, 3, BITS), ids=[1, 2, 3])
+        seq = store.wal.last_seq
+        with pytest.raises(NotFound, match="^id 7 is not in the index$"):
+            store.remove(np.array([2, 7]))
+        assert store.wal.last_seq == seq and store.ntotal == 3 and store.index.contains([2]).tolist() == [True]
+        assert store.remove(np.array([2])) == seq + 1
+    finally:
+        store.close()
+    reopened = IndexStore(tmp_path / "ix")  # what the log replays is what was acknowledged
+    try:
+        assert reopened.index.ids().tolist() == [1, 3]
+    finally:
+        reopened.close()
 
 
 def test_milvus_store_passes_the_typed_errors_on(rng):

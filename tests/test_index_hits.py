@@ -8,7 +8,7 @@ import pytest
 from index_fakes import fake_milvus
 from index_reference import clustered_codes, in_range, random_codes, reranked, top_k
 from lbhash.errors import InputError
-from lbhash.index import CodeIndex, SearchPlan, Spelling, check_classes, hits, plan_search, search_hits
+from lbhash.index import CodeIndex, Queries, SearchPlan, Spelling, check_classes, hits, plan_search, search_hits
 
 BITS = 16
 LEVELS = [-1.0, -0.5, 0.25, 0.5, 1.0]  # dyadic: every sum is exact, so equal scores are ties
@@ -83,7 +83,7 @@ def _allowed(filters, classes):
 def test_top_k_hits_are_the_brute_force_rows_without_padding(indexed, rng, filters):
     index, codes, ids, classes = indexed
     queries = random_codes(rng, 5, BITS)
-    got = search_hits(index, queries, plan_search(12), classes=filters)
+    got = search_hits(index, Queries(queries), plan_search(12), classes=filters)
     ref_d, ref_i = top_k(queries, codes, ids, 12, _allowed(filters, classes))
     label_of = dict(zip(ids.tolist(), classes))
     for q, row in enumerate(got):
@@ -99,7 +99,7 @@ def test_range_hits_are_the_brute_force_runs(indexed, rng):
     queries = codes[:4]
     filters = [[0], [1, 2], [3], [0, 1, 2, 3]]
     for lists in (None, filters):
-        got = search_hits(index, queries, plan_search(radius=3), classes=lists)
+        got = search_hits(index, Queries(queries), plan_search(radius=3), classes=lists)
         assert [list(zip(h.distances, h.ids)) for h in got] == in_range(queries, codes, ids, 3,
                                                                         _allowed(lists, classes))
 
@@ -110,7 +110,7 @@ def test_reranked_hits_are_the_brute_force_ranking(indexed, rng):
     real = rng.choice(LEVELS, size=(6, BITS))
     filters = [[0], [1], [2, 3], [0, 1, 2, 3], [1], [3]]
     for lists in (None, filters):
-        got = search_hits(index, queries, plan_search(5, rerank=True, factor=3), classes=lists, real=real)
+        got = search_hits(index, Queries(queries, real), plan_search(5, rerank=True, factor=3), classes=lists)
         expected = reranked(queries, real, codes, ids, 5, 3, _allowed(lists, classes))
         for row, want in zip(got, expected):
             assert row.ids == [i for _, _, i in want] and row.distances == [d for _, d, _ in want]
@@ -124,12 +124,12 @@ def test_batches_give_the_same_hits_and_labels_come_from_one_lookup(monkeypatch,
     queries = random_codes(rng, 10, BITS)
     real = rng.standard_normal((10, BITS))
     plans = [(plan_search(4), None), (plan_search(radius=5), None), (plan_search(4, rerank=True), real)]
-    whole = [search_hits(index, queries, plan, classes=[[0, 1]] * 10, real=r) for plan, r in plans]
+    whole = [search_hits(index, Queries(queries, r), plan, classes=[[0, 1]] * 10) for plan, r in plans]
     lookups = []
     monkeypatch.setattr(hits, "MAX_BATCH", 3)
     monkeypatch.setattr(index, "labels_of", lambda found: lookups.append(found) or CodeIndex.labels_of(index, found))
     for (plan, r), want in zip(plans, whole):
-        assert search_hits(index, queries, plan, classes=[[0, 1]] * 10, real=r) == want
+        assert search_hits(index, Queries(queries, r), plan, classes=[[0, 1]] * 10) == want
     assert len(lookups) == len(plans)  # one per search, over 4 batches each
 
 
@@ -138,11 +138,11 @@ def test_search_hits_refusals(rng):
     index.add(random_codes(rng, 5, BITS))
     queries = random_codes(rng, 3, BITS)
     with pytest.raises(InputError, match="^labels has 2 entries but there are 3 queries$"):
-        search_hits(index, queries, plan_search(2), classes=[[0], [1]])
+        search_hits(index, Queries(queries), plan_search(2), classes=[[0], [1]])
     with pytest.raises(InputError, match="^--filter-labels has 1 entries but there are 3 queries$"):
-        search_hits(index, queries, plan_search(2, spelling=CLI), classes=[[0]])
+        search_hits(index, Queries(queries), plan_search(2, spelling=CLI), classes=[[0]])
     with pytest.raises(TypeError, match="real outputs go with a re-ranking plan"):
-        search_hits(index, queries, plan_search(2), real=np.zeros((3, BITS)))
+        search_hits(index, Queries(queries, np.zeros((3, BITS))), plan_search(2))
     with pytest.raises(TypeError, match="real outputs go with a re-ranking plan"):
-        search_hits(index, queries, plan_search(2, rerank=True))
-    assert search_hits(index, queries[:0], plan_search(2)) == []
+        search_hits(index, Queries(queries), plan_search(2, rerank=True))
+    assert search_hits(index, Queries(queries[:0]), plan_search(2)) == []

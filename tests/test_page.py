@@ -165,29 +165,41 @@ def test_images_added_through_the_service_keep_their_bytes_across_restarts(tmp_p
     assert media.joinpath("gone.log").read_text().split() == ["1", "0"]
 
 
-def test_encode_then_search_is_the_image_search(tmp_path, rng):
+def test_an_image_search_is_one_request_with_the_hits_sources(tmp_path, rng):
+    """/search/image answers what /search with the image's code (and its real outputs) answers,
+    each hit with what /sources says of it, and the query's code: the page needs no more."""
     encoder = FakeEncoder(bits=16, input_kind="images")
     images = [noisy(rng, c) for c in [(200, 30, 30)] * 5 + [(30, 30, 200)] * 5]
-    index = CodeIndex(16)
-    index.add(np.concatenate([encoder.encode(img[None]) for img in images]), labels=[0] * 5 + [1] * 5)
-    index.save(tmp_path / "ix")
+    CodeIndex(16).save(tmp_path / "ix")
     query = ("files", ("q.png", png_bytes(images[7]), "image/png"))
+    code = encoder.encode(images[7][None])[0].tobytes().hex()
     with TestClient(create_app(tmp_path / "ix", encoder)) as client:
-        enc = client.post("/encode/image", files=[query]).json()
-        assert enc["codes"] == [encoder.encode(images[7][None])[0].tobytes().hex()]
-        by_codes = client.post("/search", json={"codes": enc["codes"], "k": 4, "labels": [[1]]}).json()
-        direct = client.post("/search/image", files=[query], data={"k": "4", "labels": "1"}).json()
-        assert by_codes == direct
-        assert {"id": 7, "distance": 0, "labels": [1]} in by_codes["results"][0]["hits"]
-        reranked = client.post("/search", json={"codes": enc["codes"], "real": enc["real"], "k": 3,
-                                                "rerank_factor": 3}).json()
-        assert reranked == client.post("/search/image", files=[query], data={"k": "3", "rerank_factor": "3"}).json()
-        one_line(client.post("/encode", json={"features": [[1.0] * 6]}), 400, "encodes images, not features")
+        files = [("files", (f"{i}.png", png_bytes(img), "image/png")) for i, img in enumerate(images[:9])]
+        assert client.post("/items/image", files=files, data={"labels": ";".join(["0"] * 5 + ["1"] * 4)}).status_code == 200
+        assert client.post("/items", json={"codes": [code], "ids": [9], "labels": [[1]]}).status_code == 200  # no image
+        direct = client.post("/search/image", files=[query], data={"k": "5", "labels": "1"}).json()["results"]
+        by_code = client.post("/search", json={"codes": [code], "k": 5, "labels": [[1]]}).json()["results"]
+        assert len(direct) == 1 and direct[0]["code"] == by_code[0]["code"] == code
+        hits = direct[0]["hits"]
+        assert [{k: h[k] for k in ("id", "distance", "labels")} for h in hits] == by_code[0]["hits"]
+        assert {"id": 7, "distance": 0, "labels": [1]} in by_code[0]["hits"] and {7, 9} <= {h["id"] for h in hits}
+        sources = client.post("/sources", json={"ids": [h["id"] for h in hits]}).json()["items"]
+        assert [{k: h[k] for k in ("id", "source", "image", "code")} for h in hits] == sources
+        assert {h["id"]: (h["source"], h["image"]) for h in hits}[7] == ("uploaded: 7.png", True)
+        assert {h["id"]: (h["source"], h["image"]) for h in hits}[9] == (None, False)
+        real = encoder.embed(images[7][None]).tolist()
+        reranked = client.post("/search", json={"codes": [code], "real": real, "k": 3, "rerank_factor": 3}).json()
+        one = client.post("/search/image", files=[query], data={"k": "3", "rerank_factor": "3"}).json()
+        assert [[{k: h[k] for k in ("id", "distance", "labels", "score")} for h in r["hits"]]
+                for r in one["results"]] == [r["hits"] for r in reranked["results"]]
         text = ("files", ("notes.txt", b"not an image", "text/plain"))  # said without Pillow's repr of a buffer
-        assert client.post("/encode/image", files=[text]).json() == {
+        assert client.post("/search/image", files=[text]).json() == {
             "detail": "notes.txt: cannot decode image (not an image in a format Pillow reads)"}
+        one_line(client.post("/search", json={"features": [[1.0] * 6]}), 400, "encodes images, not features")
+        for gone in ("/encode", "/encode/image"):  # the page's old two-step query: one way through now
+            assert client.post(gone, json={"features": [[1.0] * 6]}).status_code == 404
         one_line(client.post("/sources", json={"ids": []}), 400, "no ids given")
-        one_line(client.get("/items/3/image"), 404, "item 3 has no image")  # codes without sources
+        one_line(client.get("/items/9/image"), 404, "item 9 has no image")  # a code without a source
 
 
 def test_thumbnail_decoding_is_rate_limited_and_cached(tmp_path, rng):
@@ -275,8 +287,8 @@ def test_a_feature_index_has_sources_but_no_thumbnails(tmp_path, rng):
             {"id": 0, "source": None, "image": False, "code": index.get_codes([0])[0].tobytes().hex()},
             {"id": 7, "source": None, "image": False, "code": None}]  # 7: not in the index
         one_line(client.get("/items/0/image"), 404, "item 0 has no image")
-        enc = client.post("/encode", json={"features": rng.standard_normal((2, 12)).tolist()}).json()
-        assert len(enc["codes"]) == 2 and len(enc["real"][0]) == 16
-        assert client.post("/items", json={"codes": enc["codes"][:1], "ids": [1], "upsert": True}).status_code == 200
+        found = client.post("/search", json={"features": rng.standard_normal((2, 12)).tolist()}).json()["results"]
+        assert len(found) == 2 and len(found[0]["code"]) == 4  # each query's code: 16 bits, in hex
+        assert client.post("/items", json={"codes": [found[0]["code"]], "ids": [1], "upsert": True}).status_code == 200
         assert client.delete("/items/2").status_code == 200
     assert not media_dir_for(tmp_path / "ix").exists()  # changes of items without images write nothing more

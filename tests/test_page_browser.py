@@ -10,6 +10,7 @@ them; `make test-browser` runs this file alone). Screenshots go to $LBHASH_TEST_
 
 import json
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -75,13 +76,19 @@ def test_the_page_in_a_real_browser(browser, served, tmp_path):
     own_id = min(i for i in range(100) if (record.source(i) or "").startswith(f"{tree}/train/red/"))
     query = Path(record.source(own_id))
 
-    # 1. k = 5, then choosing the query image searches: no click
+    # 1. k = 5, then choosing the query image searches: no click, and one request (thumbnails aside)
     k = page.by_id("how-value")
     k.clear()
     k.send_keys("5")
+    seen += requests_seen(browser)
     page.act(page.by_id("query-file").send_keys, str(query))
     assert not page.error(), page.error()
     page.wait.until(lambda d: len(page.cards()) == 5 and all(w > 0 for w in page.thumbnails()))
+    asked = requests_seen(browser)
+    seen += asked
+    thumbnail = re.compile(r"/items/\d+/image")
+    assert [u[len(server.url):] for u in asked if u.startswith(server.url + "/") and not thumbnail.search(u)
+            ] == ["/search/image"], asked
     browser.save_screenshot(str(ARTIFACTS / "1-image-search.png"))
     assert page.thumbnails() == [32] * 5  # real decoded 32x32 images
     assert page.text("status") == f"5 results for {query.name}." and browser.current_url.endswith("/?mode=image&k=5")
@@ -163,7 +170,7 @@ def test_the_page_in_a_real_browser(browser, served, tmp_path):
     (tmp_path / "notes.txt").write_text("not an image")
     page.by_id("mode-image").click()
     page.act(page.by_id("query-file").send_keys, str(tmp_path / "notes.txt"))
-    assert page.error() == ("The image could not be encoded: notes.txt: cannot decode image (not an image in a "
+    assert page.error() == ("The image search failed: notes.txt: cannot decode image (not an image in a "
                             "format Pillow reads)."), page.error()
     page.by_id("mode-item").click()
     item = page.by_id("query-item")

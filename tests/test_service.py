@@ -14,7 +14,7 @@ from helpers import cli, one_line_error, snapshot
 from index_fakes import FakeEncoder
 from index_reference import random_codes, top_k
 from lbhash.errors import InputError
-from lbhash.index import CodeIndex, plan_search
+from lbhash.index import CodeIndex, Queries, plan_search
 from lbhash.service import IndexStore, Limits, create_app, wal_path_for
 
 BITS = 32
@@ -160,7 +160,9 @@ def test_image_search_and_add(tmp_path, rng):
         assert client.get("/items/40").json()["labels"] == [1, 2]
         reply = client.post("/search/image", files=[("files", ("q.png", png(images[3]), "image/png"))],
                             data={"k": "1", "labels": "2"})
-        assert reply.json()["results"][0]["hits"][0] == {"id": 40, "distance": 0, "labels": [1, 2]}
+        code = encoder.encode(images[3][None])[0].tobytes().hex()
+        assert reply.json()["results"] == [{"code": code, "hits": [  # with what /sources says of the hit
+            {"id": 40, "distance": 0, "labels": [1, 2], "source": "uploaded: d.png", "image": True, "code": code}]}]
         bad = client.post("/search/image", files=[("files", ("x.jpg", b"garbage", "image/jpeg"))])
         assert bad.status_code == 400 and "x.jpg: cannot decode image" in bad.json()["detail"]
 
@@ -265,7 +267,7 @@ def test_concurrent_reads_and_writes(tmp_path, rng):
     def reader():
         try:
             for _ in range(100):
-                for hits in store.search(codes[:4], plan_search(5)):
+                for hits in store.search(Queries(codes[:4]), plan_search(5)):
                     assert hits.distances == sorted(hits.distances) and len(set(hits.ids)) == len(hits.ids)
         except Exception as err:
             errors.append(err)

@@ -10,7 +10,7 @@ import pytest
 
 from index_reference import random_codes, top_k
 from lbhash.errors import InputError
-from lbhash.index import CodeIndex, plan_search, search_hits
+from lbhash.index import CodeIndex, Queries, plan_search, search_hits
 from lbhash.service import Limits, create_app
 from lbhash.service.batching import Query, SearchBatcher
 
@@ -27,14 +27,18 @@ class GatedStore:
     def __init__(self, index):
         self.index, self.gate, self.calls = index, threading.Event(), []
 
-    def search(self, queries, plan, *, classes=None, real=None):
+    def search(self, queries, plan, classes=None):
         if not self.calls:
             self.calls.append(None)
             self.gate.wait(WAIT_S)
             self.calls[0] = len(queries)
         else:
             self.calls.append(len(queries))
-        return search_hits(self.index, queries, plan, classes=classes, real=real)
+        return search_hits(self.index, queries, plan, classes)
+
+
+def make_query(codes, plan, classes=None, real=None) -> Query:
+    return Query(Queries(codes, real), plan, classes)
 
 
 @pytest.fixture
@@ -54,8 +58,8 @@ async def gathered(batcher, store, queries):
     others are queued. Returns per query its hits or the exception raised."""
     async def one(q):
         try:
-            return await batcher.run(lambda: q if isinstance(q, Query) else q(), lambda hits: hits,
-                                     len(q.codes) if isinstance(q, Query) else 1)
+            return await batcher.run(lambda: q if isinstance(q, Query) else q(), lambda query, hits: hits,
+                                     len(q.queries) if isinstance(q, Query) else 1)
         except Exception as exc:  # noqa: BLE001 - compared with the one-at-a-time error
             return exc
 
@@ -79,7 +83,7 @@ def test_jobs_queued_during_a_scan_share_the_next_one(index, rng):
     batcher = SearchBatcher(store)
     queries = random_codes(rng, 24, BITS)
     ks = [1, 3, 10, 300, 7, 2] * 4  # different k share an exact index's scan: each is cut to its own
-    jobs = [Query(queries[i:i + 1], plan_search(ks[i])) for i in range(24)]
+    jobs = [make_query(queries[i:i + 1], plan_search(ks[i])) for i in range(24)]
     try:
         results = asyncio.run(gathered(batcher, store, jobs))
     finally:
@@ -89,7 +93,7 @@ def test_jobs_queued_during_a_scan_share_the_next_one(index, rng):
         ref_d, ref_i = top_k(queries[i:i + 1], codes, np.arange(300), ks[i])
         assert [h.ids for h in hits] == [ref_i[0][ref_i[0] >= 0].tolist()]
         assert [h.distances for h in hits] == [ref_d[0][ref_i[0] >= 0].tolist()]
-        assert rows(hits) == rows(search_hits(index, queries[i:i + 1], plan_search(ks[i])))
+        assert rows(hits) == rows(search_hits(index, Queries(queries[i:i + 1]), plan_search(ks[i])))
 
 
 def test_a_batch_holds_at_most_max_rows(index, rng):
@@ -100,7 +104,7 @@ def test_a_batch_holds_at_most_max_rows(index, rng):
     sizes = [1, 2, 1, 3, 1, 1, 2, 5]  # the job of 5 rows is over the bound: it goes alone
     jobs, start = [], 0
     for n in sizes:
-        jobs.append(Query(queries[start:start + n], plan_search(5)))
+        jobs.append(make_query(queries[start:start + n], plan_search(5)))
         start += n
     try:
         results = asyncio.run(gathered(batcher, store, jobs))
@@ -108,7 +112,7 @@ def test_a_batch_holds_at_most_max_rows(index, rng):
         batcher.close()
     assert store.calls == [1, 3, 4, 3, 5]  # taken in order, each batch up to 4 rows
     for job, hits in zip(jobs, results):
-        assert rows(hits) == rows(search_hits(index, job.codes, job.plan))
+        assert rows(hits) == rows(search_hits(index, job.queries, job.plan))
 
 
 def test_the_window_waits_for_more_and_max_rows_ends_it(index, rng):
@@ -121,7 +125,7 @@ def test_the_window_waits_for_more_and_max_rows_ends_it(index, rng):
 
     async def three():
         return await asyncio.wait_for(asyncio.gather(*[
-            batcher.run(lambda i=i: Query(queries[i:i + 1], plan_search(4)), lambda hits: hits) for i in range(3)]),
+            batcher.run(lambda i=i: make_query(queries[i:i + 1], plan_search(4)), lambda query, hits: hits) for i in range(3)]),
             WAIT_S)
 
     try:
@@ -130,7 +134,7 @@ def test_the_window_waits_for_more_and_max_rows_ends_it(index, rng):
         batcher.close()
     assert store.calls == [3]
     for i, hits in enumerate(results):
-        assert rows(hits) == rows(search_hits(index, queries[i:i + 1], plan_search(4)))
+        assert rows(hits) == rows(search_hits(index, Queries(queries[i:i + 1]), plan_search(4)))
 
 
 def test_groups_filters_radius_and_reranking_and_keeps_errors_apart(index, rng):
@@ -143,15 +147,15 @@ def test_groups_filters_radius_and_reranking_and_keeps_errors_apart(index, rng):
     def bad_decode():
         raise InputError("codes[0] is not a hex string")
 
-    jobs = [Query(q[0:1], plan_search(5)),
-            Query(q[1:3], plan_search(5), classes=[[1], [0, 2]]),
-            Query(q[3:4], plan_search(radius=3)),
-            Query(q[4:5], plan_search(radius=3), classes=[[3]]),
-            Query(q[5:6], plan_search(4, rerank=True, factor=3), real=real[5:6]),
-            Query(q[6:7], plan_search(4, rerank=True, factor=3), real=real[6:7]),
-            Query(q[7:8], plan_search(5), classes=[[2], [1]]),  # two filters for one query: its own error
+    jobs = [make_query(q[0:1], plan_search(5)),
+            make_query(q[1:3], plan_search(5), classes=[[1], [0, 2]]),
+            make_query(q[3:4], plan_search(radius=3)),
+            make_query(q[4:5], plan_search(radius=3), classes=[[3]]),
+            make_query(q[5:6], plan_search(4, rerank=True, factor=3), real=real[5:6]),
+            make_query(q[6:7], plan_search(4, rerank=True, factor=3), real=real[6:7]),
+            make_query(q[7:8], plan_search(5), classes=[[2], [1]]),  # two filters for one query: its own error
             bad_decode,  # fails while decoding: the others go on
-            Query(q[7:8], plan_search(2), classes=[[2]])]
+            make_query(q[7:8], plan_search(2), classes=[[2]])]
     try:
         results = asyncio.run(gathered(batcher, store, jobs))
     finally:
@@ -161,7 +165,7 @@ def test_groups_filters_radius_and_reranking_and_keeps_errors_apart(index, rng):
             assert isinstance(got, InputError) and "hex" in str(got)
             continue
         try:
-            expected = search_hits(index, job.codes, job.plan, classes=job.classes, real=job.real)
+            expected = search_hits(index, job.queries, job.plan, job.classes)
         except InputError as err:
             assert isinstance(got, InputError) and str(got) == str(err)
             continue

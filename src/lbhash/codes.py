@@ -83,6 +83,29 @@ def as_packed(codes, bits: int | None = None, name: str = "codes") -> tuple[np.n
     return pack(arr, name), arr.shape[1]
 
 
+def to_hex(codes) -> list[str]:
+    """Packed codes (n, bytes) as hex strings, byte 0 first: how codes travel in JSON (the
+    service's requests and answers, its write-ahead log). The one spelling; `from_hex` reads it."""
+    return [row.tobytes().hex() for row in np.asarray(codes, np.uint8)]
+
+
+def from_hex(texts: list[str], bits: int, name: str = "codes") -> np.ndarray:
+    """Hex strings (`to_hex`) as packed uint8 codes (n, bits // 8); a string that is not hex or
+    not `bits` wide is an InputError naming `name[row]`."""
+    width = packed_width(bits)
+    out = np.empty((len(texts), width), np.uint8)
+    for row, text in enumerate(texts):
+        try:
+            raw = bytes.fromhex(text)
+        except ValueError:
+            raise InputError(f"{name}[{row}] is not a hex string") from None
+        if len(raw) != width:
+            raise InputError(f"{name}[{row}] has {len(raw)} bytes, but the index holds {bits}-bit codes "
+                             f"({2 * width} hex digits)")
+        out[row] = np.frombuffer(raw, np.uint8)
+    return out
+
+
 def as_words(packed: np.ndarray) -> np.ndarray:
     """View packed codes as uint64 words (n, ceil(bytes/8)), zero-padded: XOR/popcount layout."""
     n, nbytes = packed.shape

@@ -181,8 +181,8 @@ def add(index_dir: Path, codes_file: Path, upsert: bool) -> None:
 def remove(index_dir: Path, ids_text: str | None, ids_file: Path | None) -> None:
     """Remove items by id from INDEX_DIR, atomically.
 
-    An id that is not in the index changes nothing: the command removes the others and says
-    how many ids it removed and which ones were not there (exit status 0).
+    An id that is not in the index is an error (exit status 2), as everywhere: nothing is
+    removed then.
     """
     from lbhash.index import CodeIndex
     from lbhash.index.origins import forget_sources
@@ -191,17 +191,11 @@ def remove(index_dir: Path, ids_text: str | None, ids_file: Path | None) -> None
     with writer_lock(index_dir, "lbhash index remove"):  # read, change and save with no other writer
         index = CodeIndex.load(index_dir)
         ids = read_ids(ids_text, ids_file)
-        present = index.contains(ids)  # checks the ids too (integers, in range, no repeats)
-        removed = index.remove(ids[present]) if present.any() else 0
-        forget_sources(index, ids[present])
+        removed = index.remove(ids)  # NotFound for an id not in the index: nothing removed, nothing saved
+        forget_sources(index, ids)
         if removed:
             index.save(index_dir)
-    line = f"removed {removed} item{'s' * (removed != 1)} from {index_dir} ({index.ntotal} left)"
-    unknown = ids[~present]
-    if len(unknown):
-        shown = ", ".join(str(i) for i in unknown[:5]) + (", ..." if len(unknown) > 5 else "")
-        line += f"; {len(unknown)} id{'s' * (len(unknown) != 1)} not in the index, ignored: {shown}"
-    click.echo(line)
+    click.echo(f"removed {removed} item{'s' * (removed != 1)} from {index_dir} ({index.ntotal} left)")
 
 
 def searches(index) -> str:

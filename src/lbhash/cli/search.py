@@ -57,10 +57,10 @@ def search(index_dir: str, codes_path, features_path, image_paths, run_dir, expo
     classes = None if filter_labels is None else _filter_classes(filter_labels)  # checked before the index is read
     index = open_index(index_dir, backend, uri)
     if codes_path is None:
-        check_model(getattr(index, "metadata", None), run_dir, export_path, index_dir, force)
+        check_model(index.metadata, run_dir, export_path, index_dir, force)
     encoder = None if codes_path is not None else load_query_encoder(run_dir, export_path)
-    names, codes, real, query_labels = _queries(index, codes_path, features_path, image_paths, encoder, rerank)
-    hits = search_hits(index, codes, plan, classes=None if classes is None else [classes] * len(codes), real=real)
+    names, queries, query_labels = _queries(index, codes_path, features_path, image_paths, encoder, rerank)
+    hits = search_hits(index, queries, plan, None if classes is None else [classes] * len(queries))
     found = np.array(sorted({i for h in hits for i in h.ids}), np.int64)
     from lbhash.index.origins import read_sources
 
@@ -119,30 +119,28 @@ def _print_results(results: list[dict], measure: str, class_names: list[str] | N
 
 
 def _queries(index, codes_path, features_path, image_paths, encoder, rerank: bool):
-    """Names, packed codes, real outputs (rerank=True; else None) and class-id lists (None
+    """Names, `Queries` (with their real outputs when rerank=True) and class-id lists (None
     when the queries have no labels) of the queries."""
+    from lbhash.index.hits import Queries
+
     if codes_path is not None:
         names, codes, labels = _code_queries(index, codes_path)
-        return names, codes, None, labels
+        return names, Queries(codes), labels
     from lbhash.data import load_data
-    from lbhash.index import Searcher
-    from lbhash.index.searcher import codes_of
+    from lbhash.index import QueryEncoder
 
-    searcher = Searcher(index, encoder)
+    run = QueryEncoder(encoder, index.bits)
     if features_path is not None:
         spec = features_path if features_path.startswith("features:") else f"features:{features_path}"
         inputs = load_data(spec, labels_required=False)
         names, labels = [f"row {i}" for i in range(len(inputs))], _label_lists(inputs.labels)
     else:
-        names, inputs = _image_queries(searcher, image_paths)
+        names, inputs = _image_queries(run, image_paths)
         labels = None
-    if not rerank:
-        return names, searcher.encode(inputs), None, labels
-    real = searcher.embed(inputs)
-    return names, codes_of(real), real, labels
+    return names, run.queries(inputs, rerank=rerank), labels
 
 
-def _image_queries(searcher, image_paths) -> tuple[list[str], list[np.ndarray]]:
+def _image_queries(run, image_paths) -> tuple[list[str], list[np.ndarray]]:
     """The names and uint8 (H, W, 3) images of --images: files, the image files of
     directories, and the rows of image arrays (named `FILE row N`, as an index names them)."""
     from lbhash.data import load_data
@@ -157,7 +155,7 @@ def _image_queries(searcher, image_paths) -> tuple[list[str], list[np.ndarray]]:
         else:
             files = _image_files([path])
             names += [str(f) for f in files]
-            images += searcher.decode_images([f.read_bytes() for f in files], [str(f) for f in files])
+            images += run.decode_images([f.read_bytes() for f in files], [str(f) for f in files])
     return names, images
 
 
@@ -210,7 +208,7 @@ def _hit_sources(index, record, ids, run_dir, index_dir, backend: str) -> dict:
     if record is not None or kept is not None:
         found = {i: item_origin(i, record, kept)[0] for i in ids.tolist()}
         return {i: s for i, s in found.items() if s is not None}
-    data = getattr(index, "metadata", {}).get("data")
+    data = index.metadata.get("data")
     if run_dir is None or data is None or not len(ids):
         return {}
     from lbhash.index.sources import item_sources, run_data

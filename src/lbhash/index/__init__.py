@@ -1,8 +1,10 @@
-"""Search over packed binary codes (docs/search.md): `CodeIndex` (FAISS), `MilvusIndex` (a Milvus
-server, imported lazily), and `Searcher`, which encodes raw inputs before searching.
+"""Search over packed binary codes (docs/search.md): `Backend`, the one interface of a backend
+(lbhash.index.backend: `search` returns `TopK`, `range_search` `InRange`), which `CodeIndex`
+(FAISS) and `MilvusIndex` (a Milvus server, imported lazily) implement; `QueryEncoder`, which
+turns raw inputs into `Queries`, and `Searcher`, which searches a backend with them.
 `rerank_search(index, queries, k, real)` re-ranks any backend's Hamming candidates by the
-queries' real-valued outputs (lbhash.index.rerank). `search_hits` (lbhash.index.hits) holds the
-rules of a search request that the command line and the service share.
+queries' real-valued outputs (lbhash.index.rerank), returning `Reranked`. `search_hits`
+(lbhash.index.hits) is every search of the command line and the service: one `Hits` per query.
 
 See docs/search.md for the kinds, their guarantees, persistence and the service.
 """
@@ -10,10 +12,11 @@ See docs/search.md for the kinds, their guarantees, persistence and the service.
 from lbhash.index._kinds import KINDS
 from lbhash.index._padding import PAD_DISTANCE, PAD_ID
 from lbhash.index._engines import threads_for
+from lbhash.index.backend import Backend, InRange, Reranked, TopK
 from lbhash.index.code_index import AddPlan, CodeIndex
-from lbhash.index.hits import Hits, SearchPlan, Spelling, check_classes, plan_search, search_hits
+from lbhash.index.hits import Hits, Queries, SearchPlan, Spelling, check_classes, plan_search, search_hits
 from lbhash.index.rerank import RERANK_FACTOR, rerank_search
-from lbhash.index.searcher import Searcher
+from lbhash.index.searcher import QueryEncoder, Searcher
 from lbhash.index.sparse_labels import SparseLabels
 
 
@@ -25,6 +28,6 @@ def __getattr__(name):
     raise AttributeError(f"module 'lbhash.index' has no attribute {name!r}")
 
 
-__all__ = ["CodeIndex", "Searcher", "MilvusIndex", "AddPlan", "SparseLabels", "KINDS", "PAD_ID", "PAD_DISTANCE",
-           "RERANK_FACTOR", "rerank_search", "threads_for", "Hits", "SearchPlan", "Spelling", "check_classes",
+__all__ = ["Backend", "TopK", "InRange", "Reranked", "CodeIndex", "QueryEncoder", "Searcher", "MilvusIndex", "AddPlan", "SparseLabels", "KINDS", "PAD_ID", "PAD_DISTANCE",
+           "RERANK_FACTOR", "rerank_search", "threads_for", "Hits", "Queries", "SearchPlan", "Spelling", "check_classes",
            "plan_search", "search_hits"]

@@ -18,6 +18,7 @@ from lbhash.index import _checks
 from lbhash.index._engines import FlatEngine, Rows
 from lbhash.index._kinds import ENGINES, KINDS
 from lbhash.index._padding import PAD_DISTANCE, PAD_ID
+from lbhash.index.backend import Backend, InRange, TopK
 from lbhash.index._segments import (Segment, allowed_items, codes_at, folded, fragment_limit, labels_at, merged_topk,
                                     segment_knn)
 from lbhash.index.sparse_labels import SparseLabels
@@ -34,7 +35,7 @@ class AddPlan:
     upsert: bool
 
 
-class CodeIndex:
+class CodeIndex(Backend):
     """Packed binary codes (uint8, FAISS bit layout, `bits` a multiple of 8) with int64 ids.
 
     kind="flat" (default) is exact: it returns exactly the brute-force result, tie order
@@ -55,10 +56,11 @@ class CodeIndex:
 
     Returns
     -------
-    `search` returns (distances int32 (nq, k), ids int64 (nq, k)), nearest first, ties by
-    ascending id, padded with distance `PAD_DISTANCE` (the int32 maximum) and id `PAD_ID` (-1);
-    `range_search` one (distances, ids) pair per query. `lbhash.index.rerank_search` re-ranks
-    by real-valued queries over any backend.
+    `search` returns `TopK` (distances int32 (nq, k), ids int64 (nq, k)), nearest first, ties
+    by ascending id, padded with distance `PAD_DISTANCE` (the int32 maximum) and id `PAD_ID`
+    (-1); `range_search` `InRange` (lims, distances, ids), as FAISS's. The interface is
+    `lbhash.index.Backend`'s; `lbhash.index.rerank_search` re-ranks by real-valued queries over
+    any backend.
 
     Examples
     --------
@@ -114,9 +116,6 @@ class CodeIndex:
     @property
     def ntotal(self) -> int:
         return self._main.alive + self._tail.alive
-
-    def __len__(self) -> int:
-        return self.ntotal
 
     @property
     def num_classes(self) -> int:
@@ -277,8 +276,8 @@ class CodeIndex:
             return self._main.labels.lists_at(in_main)
         return labels_at(self._main, self._tail, (in_main, in_tail), self.num_classes).to_lists()
 
-    def search(self, queries, k: int, labels=None) -> tuple[np.ndarray, np.ndarray]:
-        """Top-k by Hamming distance: (distances int32 (nq, k), ids int64 (nq, k)).
+    def search(self, queries, k: int, labels=None) -> TopK:
+        """Top-k by Hamming distance: `TopK` (distances int32 (nq, k), ids int64 (nq, k)).
 
         Rows are sorted by (distance, id) and padded with PAD_DISTANCE / PAD_ID. `labels`
         (class ids (nq,), multi-hot rows (nq, C) or `SparseLabels`) keeps, for each query, only items that
@@ -292,7 +291,7 @@ class CodeIndex:
         dist = np.full((len(queries), k), PAD_DISTANCE, np.int32)
         ids = np.full((len(queries), k), PAD_ID, np.int64)
         if not self.ntotal or not len(queries):
-            return dist, ids
+            return TopK(dist, ids)
         for members, classes in self._groups(filters, len(queries)):
             d, i = merged_topk([segment_knn(seg, queries[members], k, classes) for seg in self._segments()],
                                len(members), k)
@@ -306,10 +305,10 @@ class CodeIndex:
             order = np.lexsort((ids[rows], dist[rows]), axis=1)
             dist[rows] = np.take_along_axis(dist[rows], order, 1)
             ids[rows] = np.take_along_axis(ids[rows], order, 1)
-        return dist, ids
+        return TopK(dist, ids)
 
-    def range_search(self, queries, radius: int, labels=None):
-        """Every item within `radius` (inclusive) of each query: (lims, distances, ids).
+    def range_search(self, queries, radius: int, labels=None) -> InRange:
+        """Every item within `radius` (inclusive) of each query: `InRange` (lims, distances, ids).
 
         As in FAISS, the results of query i are distances[lims[i]:lims[i+1]] and
         ids[lims[i]:lims[i+1]] (lims int64 (nq + 1,)); each run is sorted by (distance, id).
@@ -333,7 +332,7 @@ class CodeIndex:
         qidx, dist, ids = (np.concatenate(p) for p in (parts_q, parts_d, parts_i))
         order = np.lexsort((ids, dist, qidx))
         lims = np.concatenate([[0], np.cumsum(np.bincount(qidx, minlength=nq))]).astype(np.int64)
-        return lims, dist[order].astype(np.int32), ids[order].astype(np.int64)
+        return InRange(lims, dist[order].astype(np.int32), ids[order].astype(np.int64))
 
     # --- persistence ----------------------------------------------------------------------
 

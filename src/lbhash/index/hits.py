@@ -4,10 +4,13 @@
 radius, not both (k defaults to `DEFAULT_K`); k within the caller's limit; re-ranking orders a
 top k, and k * rerank_factor stays within the caller's cap on re-ranked candidates.
 `check_classes` checks class-id lists (a filter per query, or an item's labels).
-`search_hits` runs a plan on any backend (`CodeIndex`, `MilvusIndex`): the class-id filters
+`Queries` are a search's packed codes, with their real outputs when it re-ranks
+(`lbhash.index.searcher.QueryEncoder.queries` makes them from raw inputs).
+`search_hits` runs a plan on any `Backend` (`CodeIndex`, `MilvusIndex`): the class-id filters
 become label rows, re-ranking is `rerank_search`, the padding is stripped, and the labels of
-every hit come from one lookup. Messages name the options as the caller spells them
-(`Spelling`: the service's JSON fields by default, the command line's flags in lbhash.cli).
+every hit come from one lookup. Every search, `lbhash search`'s and the service's (whose stores
+call it under their lock), is this function. Messages name the options as the caller spells
+them (`Spelling`: the service's JSON fields by default, the command line's flags in lbhash.cli).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import numpy as np
 from lbhash.checks import positive_int
 from lbhash.errors import InputError
 from lbhash.index import _checks
+from lbhash.index.backend import Backend
 from lbhash.index.rerank import RERANK_FACTOR, rerank_search
 from lbhash.index.sparse_labels import SparseLabels
 from lbhash.limits import MAX_BATCH, MAX_CLASS_ID, MAX_K, check_class_ids, check_k
@@ -46,6 +50,18 @@ class SearchPlan:
     radius: int | None
     factor: int | None = None
     spelling: Spelling = Spelling()
+
+
+@dataclass(frozen=True)
+class Queries:
+    """A search's queries: packed `codes` uint8 (nq, bits // 8) and, for a search that re-ranks,
+    their `real` outputs (nq, bits), whose signs the codes are (or given beside them)."""
+
+    codes: np.ndarray
+    real: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.codes)
 
 
 @dataclass(frozen=True)
@@ -97,22 +113,23 @@ def check_classes(lists: list[list[int]], name: str = "labels", max_class_id: in
     return lists
 
 
-def search_hits(index, queries: np.ndarray, plan: SearchPlan, *, classes: list[list[int]] | None = None,
-                real: np.ndarray | None = None) -> list[Hits]:
-    """`plan` run on `index` for packed `queries` (nq, bits // 8): one `Hits` per query.
+def search_hits(index: Backend, queries: Queries, plan: SearchPlan, classes: list[list[int]] | None = None
+                ) -> list[Hits]:
+    """`plan` run on `index` for `queries`: one `Hits` per query.
 
     `classes`: per query, the class ids an item must share one of (checked by `check_classes`);
-    `real`: the queries' real outputs (nq, bits), needed when the plan re-ranks. Queries go to
+    the queries' real outputs are needed when the plan re-ranks, and only then. Queries go to
     the index in batches of `MAX_BATCH` (bounded memory for any number of them)."""
     if classes is not None and len(classes) != len(queries):
         raise InputError(f"{plan.spelling.classes} has {len(classes)} entries but there are {len(queries)} queries")
+    codes, real = queries.codes, queries.real
     if (plan.factor is None) != (real is None):
         raise TypeError("real outputs go with a re-ranking plan, and only with one")
     rows = []
-    for start in range(0, len(queries), MAX_BATCH):
+    for start in range(0, len(codes), MAX_BATCH):
         part = slice(start, start + MAX_BATCH)
         labels = None if classes is None else SparseLabels.from_lists(classes[part], plan.spelling.classes)
-        rows += _batch_rows(index, queries[part], plan, labels, None if real is None else real[part])
+        rows += _batch_rows(index, codes[part], plan, labels, None if real is None else real[part])
     return _with_labels(index, rows)
 
 

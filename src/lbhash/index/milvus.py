@@ -15,7 +15,8 @@ before every insert; it has no "largest id" query, so ids must be given.
 
 Re-ranking (`rerank_search(index, ...)`, lbhash.index.rerank) works as for `CodeIndex`: the
 Hamming top k * rerank_factor from Milvus, their codes fetched by id, scored in Python; so
-k * rerank_factor (capped by the collection's size) is held to Milvus's cap as k is (`check_k`).
+k * rerank_factor (capped by the collection's size) is held to Milvus's cap as k is (`check_k`,
+which every `Backend` has).
 An id missing from the collection raises `NotFound`, an id already in it `Conflict`
 (lbhash.errors), decided by querying the collection for the ids.
 """
@@ -31,6 +32,7 @@ from lbhash.checks import positive_int
 from lbhash.errors import Conflict, InputError, NotFound, one_line, require_extra
 from lbhash.index import _checks
 from lbhash.index._padding import PAD_DISTANCE, PAD_ID
+from lbhash.index.backend import Backend, InRange, TopK
 
 MILVUS_CAP = 16384  # Milvus's limit on results per query (topk and range search alike)
 KINDS = {"flat": "BIN_FLAT", "ivf": "BIN_IVF_FLAT"}
@@ -44,7 +46,9 @@ def _pymilvus():
     return pymilvus
 
 
-class MilvusIndex:
+class MilvusIndex(Backend):
+    """`lbhash.index.Backend` over a Milvus collection (the module's docstring says how)."""
+
     def __init__(self, bits: int | None, collection: str = "lbhash", uri: str = "http://127.0.0.1:19530",
                  kind: str = "flat", nlist: int = 1024, nprobe: int = 16, timeout: float = 30.0):
         """Open `collection` at `uri`, creating it when it does not exist (bits=None: open an
@@ -55,6 +59,7 @@ class MilvusIndex:
             raise InputError(f"the milvus backend supports kinds {', '.join(KINDS)}, got {kind!r}")
         self._kind, self.nlist, self.nprobe = kind, positive_int(nlist, "nlist"), positive_int(nprobe, "nprobe")
         self._timeout, self._alias, self.collection = timeout, f"lbhash-{uuid.uuid4().hex[:8]}", collection
+        self.metadata: dict = {}  # (a collection keeps no record of its codes' model or data)
         try:
             pm.connections.connect(alias=self._alias, uri=uri, timeout=timeout)
         except Exception as err:  # pymilvus raises several types for an unreachable server
@@ -114,9 +119,6 @@ class MilvusIndex:
     def ntotal(self) -> int:
         res = self._col.query(expr="", output_fields=["count(*)"], consistency_level="Strong", timeout=self._timeout)
         return int(res[0]["count(*)"])
-
-    def __len__(self) -> int:
-        return self.ntotal
 
     # --- changes --------------------------------------------------------------------------
 
@@ -202,14 +204,15 @@ class MilvusIndex:
         return codes.reshape(len(ids), self._bits // 8)
 
     def check_k(self, k, name: str = "k") -> int:
-        """A number of results one Milvus search can return (`rerank_search` asks too)."""
+        """A number of results one Milvus search can return (at most MILVUS_CAP - 1: a top k
+        fetches k + 1)."""
         k = _checks.top_k(k)
         if k > MILVUS_CAP - 1:
             raise InputError(f"{name} must be at most {MILVUS_CAP - 1} with the milvus backend (Milvus caps results "
                              f"at {MILVUS_CAP})")
         return k
 
-    def search(self, queries, k: int, labels=None):
+    def search(self, queries, k: int, labels=None) -> TopK:
         """As `CodeIndex.search`."""
         k = self.check_k(k)
         queries = _checks.packed_codes(queries, self._bits, "queries")
@@ -230,9 +233,9 @@ class MilvusIndex:
                 hits = sorted(hits)[:k]
                 dist[q, :len(hits)] = [h[0] for h in hits]
                 ids[q, :len(hits)] = [h[1] for h in hits]
-        return dist, ids
+        return TopK(dist, ids)
 
-    def range_search(self, queries, radius: int, labels=None):
+    def range_search(self, queries, radius: int, labels=None) -> InRange:
         radius = min(_checks.radius_value(radius), self._bits)
         queries = _checks.packed_codes(queries, self._bits, "queries")
         exprs = self._filters(labels, len(queries))
@@ -244,7 +247,7 @@ class MilvusIndex:
         lims = np.concatenate([[0], np.cumsum([len(h) for h in per_query])]).astype(np.int64)
         dist = np.array([h[0] for hits in per_query for h in hits], np.int32)
         ids = np.array([h[1] for hits in per_query for h in hits], np.int64)
-        return lims, dist, ids
+        return InRange(lims, dist, ids)
 
     # --- internals ------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from lbhash.errors import InputError
 from lbhash.evaluate.asymmetric import CHUNK, candidate_scores, check_query_real
 from lbhash.index import _checks
 from lbhash.index._padding import PAD_DISTANCE, PAD_ID
+from lbhash.index.backend import Backend, Reranked
 
 RERANK_FACTOR = 4  # Hamming candidates per result when a search re-ranks (docs/search.md)
 
@@ -44,26 +45,26 @@ def candidate_count(k: int, factor: int, ntotal: int) -> int:
     return max(1, min(k * factor, ntotal))
 
 
-def rerank_search(index, queries, k, real, labels=None, factor=RERANK_FACTOR):
-    """Top-k of `index` (anything with bits, ntotal, search and get_codes; and check_k where
-    the backend caps its results, as Milvus does) re-ranked by `real`.
+def rerank_search(index: Backend, queries, k, real, labels=None, factor=RERANK_FACTOR) -> Reranked:
+    """Top-k of `index` (any `Backend`; its `check_k` holds the candidates to its cap on
+    results, as Milvus has one) re-ranked by `real`.
 
-    Returns (scores float64, distances int32, ids int64), each (nq, k): the asymmetric score,
-    the Hamming distance to the query's code and the id of each hit, in (descending score, id)
-    order; rows with fewer than k hits are padded with -inf, PAD_DISTANCE and PAD_ID.
+    Returns `Reranked` (scores float64, distances int32, ids int64), each (nq, k): the
+    asymmetric score, the Hamming distance to the query's code and the id of each hit, in
+    (descending score, id) order; rows with fewer than k hits are padded with -inf,
+    PAD_DISTANCE and PAD_ID.
     """
     k = _checks.top_k(k)
     factor = _checks.rerank_factor(factor)
     queries = _checks.packed_codes(queries, index.bits, "queries")
     real = check_real(real, len(queries), index.bits)
     wanted = candidate_count(k, factor, index.ntotal)
-    if hasattr(index, "check_k"):
-        index.check_k(wanted, f"k * rerank_factor ({wanted} candidates)")
+    index.check_k(wanted, f"k * rerank_factor ({wanted} candidates)")
     dist, ids = index.search(queries, wanted, labels)
     return rerank_candidates(real, dist, ids, index.get_codes, k)
 
 
-def rerank_candidates(real: np.ndarray, dist: np.ndarray, ids: np.ndarray, codes_of, k: int):
+def rerank_candidates(real: np.ndarray, dist: np.ndarray, ids: np.ndarray, codes_of, k: int) -> Reranked:
     """Score candidate rows (dist, ids: (nq, c), ids < 0 are padding) and keep the best k.
     `codes_of(unique_ids)` gives their packed codes."""
     nq, c = ids.shape
@@ -72,7 +73,7 @@ def rerank_candidates(real: np.ndarray, dist: np.ndarray, ids: np.ndarray, codes
     out_i = np.full((nq, k), PAD_ID, np.int64)
     valid = ids >= 0
     if not valid.any():
-        return out_s, out_d, out_i
+        return Reranked(out_s, out_d, out_i)
     found = np.unique(ids[valid])
     codes = np.asarray(codes_of(found))
     keep = min(k, c)
@@ -89,4 +90,4 @@ def rerank_candidates(real: np.ndarray, dist: np.ndarray, ids: np.ndarray, codes
         out_s[s:e, :keep] = rows_s
         out_d[s:e, :keep] = np.where(rows_ok, np.take_along_axis(dist[s:e], order, 1), PAD_DISTANCE)
         out_i[s:e, :keep] = np.where(rows_ok, np.take_along_axis(ids[s:e], order, 1), PAD_ID)
-    return out_s, out_d, out_i
+    return Reranked(out_s, out_d, out_i)

@@ -1,4 +1,6 @@
-"""`Searcher`: search an index with raw inputs (feature vectors or images) through an encoder."""
+"""Raw inputs (feature vectors or images) through an encoder: `QueryEncoder` makes a search's
+`Queries` (what `lbhash search` and the service both search with), and `Searcher` searches a
+backend with them."""
 
 from __future__ import annotations
 
@@ -9,25 +11,28 @@ from lbhash.data import HashDataset
 from lbhash.data.image_sources import decode_image
 from lbhash.encoders import INPUT_KINDS, Encoder
 from lbhash.errors import InputError, one_line
+from lbhash.index.backend import Backend, InRange, Reranked, TopK
+from lbhash.index.hits import Queries
 from lbhash.index.rerank import RERANK_FACTOR, rerank_search
 
 
-class Searcher:
-    """An index and the encoder that made its codes (`lbhash.encoders.Encoder`: a run's torch
-    model, `lbhash.index.sources.load_encoder`, or an export, `ExportedEncoder`).
+class QueryEncoder:
+    """The encoder that made an index's `bits`-bit codes (`lbhash.encoders.Encoder`: a run's
+    torch model, `lbhash.index.sources.load_encoder`, or an export, `ExportedEncoder`).
 
     `encode(inputs)` gives packed codes and `embed(inputs)` the real outputs whose signs they
     are, of feature rows, an image batch (uint8 (n, H, W, 3)) or a list of images of any sizes;
-    `decode_images` turns encoded files (JPEG, PNG, ...) into that list.
+    `queries(inputs, rerank=...)` the `Queries` of a search (one forward pass); `decode_images`
+    turns encoded files (JPEG, PNG, ...) into that list.
     """
 
-    def __init__(self, index, encoder: Encoder):
+    def __init__(self, encoder: Encoder, bits: int):
         kind = getattr(encoder, "input_kind_", None)
         if kind not in INPUT_KINDS:
             raise InputError(f"the encoder's input_kind_ must be one of {', '.join(INPUT_KINDS)}, got {kind!r}")
-        if int(encoder.bits_) != index.bits:
-            raise InputError(f"the encoder makes {encoder.bits_}-bit codes but the index holds {index.bits}-bit codes")
-        self.index, self.encoder = index, encoder
+        if int(encoder.bits_) != bits:
+            raise InputError(f"the encoder makes {encoder.bits_}-bit codes but the index holds {bits}-bit codes")
+        self.encoder, self.bits = encoder, bits
 
     @property
     def input_kind(self) -> str:
@@ -44,25 +49,19 @@ class Searcher:
         """The encoder's real outputs float32 (n, bits) of the same inputs (codes = their signs)."""
         return self._run(inputs, True, json_numbers)
 
+    def queries(self, inputs, *, rerank: bool, json_numbers: bool = False) -> Queries:
+        """The `Queries` of the inputs: their codes, and (rerank=True) the real outputs they are
+        the signs of, from one forward pass."""
+        if not rerank:
+            return Queries(self.encode(inputs, json_numbers))
+        real = self.embed(inputs, json_numbers)
+        return Queries(codes_of(real), real)
+
     def decode_images(self, blobs: list[bytes], names: list[str]) -> list[np.ndarray]:
         """uint8 (H, W, 3) images of encoded image files; `names` appear in errors."""
         if self.input_kind != "images":
             raise InputError("this run encodes feature vectors, not images")
         return [decode_image(blob, name) for blob, name in zip(blobs, names)]
-
-    def search(self, inputs, k: int, labels=None):
-        """`index.search` of the inputs' codes (re-ranked: `rerank_search`)."""
-        return self.index.search(self.encode(inputs), k, labels)
-
-    def rerank_search(self, inputs, k: int, labels=None, factor: int = RERANK_FACTOR):
-        """`lbhash.index.rerank_search` of the inputs: the Hamming top k * factor re-ranked by
-        their real outputs (one forward pass gives codes and outputs; docs/search.md):
-        (scores, Hamming distances, ids)."""
-        real = self.embed(inputs)
-        return rerank_search(self.index, codes_of(real), k, real, labels, factor)
-
-    def range_search(self, inputs, radius: int, labels=None):
-        return self.index.range_search(self.encode(inputs), radius, labels)
 
     def _run(self, inputs, real: bool, json_numbers: bool) -> np.ndarray:
         if self.input_kind == "features":
@@ -71,7 +70,7 @@ class Searcher:
         images = check_images(inputs)
         if isinstance(images, list):  # different sizes: one at a time
             parts = [self._checked(img[None], real) for img in images]
-            empty = np.empty((0, self.index.bits), np.float32) if real else np.empty((0, self.index.bits // 8), np.uint8)
+            empty = np.empty((0, self.bits), np.float32) if real else np.empty((0, self.bits // 8), np.uint8)
             return np.concatenate(parts) if parts else empty
         return self._checked(images, real)
 
@@ -82,12 +81,36 @@ class Searcher:
                              else self.encoder.encode(batch, json_numbers=json_numbers))
         except ValueError as err:  # lbhash's convention: the input was refused
             raise InputError(one_line(err)) from None
-        n, bits = len(batch), self.index.bits
+        n, bits = len(batch), self.bits
         if real and (out.dtype.kind != "f" or out.shape != (n, bits)):  # the encoder broke its contract
             raise RuntimeError(f"encoder returned real outputs {out.dtype} {out.shape}, expected float ({n}, {bits})")
         if not real and (out.dtype != np.uint8 or out.shape != (n, bits // 8)):
             raise RuntimeError(f"encoder returned {out.dtype} {out.shape}, expected uint8 ({n}, {bits // 8})")
         return out
+
+
+class Searcher(QueryEncoder):
+    """A `Backend` and the encoder that made its codes: searches with raw inputs, returning what
+    the backend's own searches return."""
+
+    def __init__(self, index: Backend, encoder: Encoder):
+        if not isinstance(index, Backend):
+            raise TypeError(f"a Searcher searches a lbhash.index.Backend, not {type(index).__name__}")
+        super().__init__(encoder, index.bits)
+        self.index = index
+
+    def search(self, inputs, k: int, labels=None) -> TopK:
+        """`index.search` of the inputs' codes (re-ranked: `rerank_search`)."""
+        return self.index.search(self.encode(inputs), k, labels)
+
+    def rerank_search(self, inputs, k: int, labels=None, factor: int = RERANK_FACTOR) -> Reranked:
+        """`lbhash.index.rerank_search` of the inputs: the Hamming top k * factor re-ranked by
+        their real outputs (one forward pass gives codes and outputs; docs/search.md)."""
+        queries = self.queries(inputs, rerank=True)
+        return rerank_search(self.index, queries.codes, k, queries.real, labels, factor)
+
+    def range_search(self, inputs, radius: int, labels=None) -> InRange:
+        return self.index.range_search(self.encode(inputs), radius, labels)
 
 
 def codes_of(real: np.ndarray) -> np.ndarray:

@@ -1,7 +1,9 @@
-"""The HTTP search service (FastAPI): `create_app` and the stores it serves. Sits above
-`lbhash.index` and below `lbhash.cli`; see docs/search.md."""
+"""The HTTP search service (FastAPI): `create_app` and the stores it serves (`Store`, the one
+interface of `IndexStore` and `MilvusStore`). Sits above `lbhash.index` and below `lbhash.cli`;
+see docs/search.md."""
 
-from lbhash.service.app import Limits, create_app
-from lbhash.service.store import IndexStore, MilvusStore, wal_path_for
+from lbhash.service.app import create_app
+from lbhash.service.depends import Limits
+from lbhash.service.store import IndexStore, MilvusStore, Store, wal_path_for
 
-__all__ = ["create_app", "Limits", "IndexStore", "MilvusStore", "wal_path_for"]
+__all__ = ["create_app", "Limits", "Store", "IndexStore", "MilvusStore", "wal_path_for"]

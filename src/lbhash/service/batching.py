@@ -1,7 +1,7 @@
 """Concurrent `/search` requests gathered into one scan of the index (docs/search.md, "Batching").
 
 A request hands its job to `SearchBatcher.run`: `prepare()` (decode the body into a `Query`)
-and `answer(hits)` (the response). The batcher's threads take every job queued while their
+and `answer(query, hits)` (the response). The batcher's threads take every job queued while their
 previous batch ran (plus, with a `window`, what arrives that long after the first), up to
 `max_rows` query rows, decode them, and run one `store.search` per group of jobs that can share
 a scan: the same plan (an exact flat index also shares top-k scans of different k: its top-k is
@@ -21,25 +21,24 @@ from typing import Any, Callable
 
 import numpy as np
 
-from lbhash.index import Hits, SearchPlan
+from lbhash.index import Hits, Queries, SearchPlan
 from lbhash.limits import BATCH_ROWS as MAX_ROWS  # query rows per shared scan: its latency grows with them
 
 
 @dataclass(frozen=True)
 class Query:
-    """A decoded search: packed codes (nq, bits // 8), its plan, per-query class filters and
-    the real outputs of a re-ranking plan."""
+    """A decoded search: its queries (codes, and real outputs for a re-ranking plan), its plan
+    and per-query class filters."""
 
-    codes: np.ndarray
+    queries: Queries
     plan: SearchPlan
     classes: list[list[int]] | None = None
-    real: np.ndarray | None = None
 
 
 @dataclass
 class _Job:
     prepare: Callable[[], Query]
-    answer: Callable[[list[Hits]], Any]
+    answer: Callable[[Query, list[Hits]], Any]
     rows: int
     loop: asyncio.AbstractEventLoop
     done: asyncio.Future
@@ -49,7 +48,8 @@ class _Job:
 
 
 class SearchBatcher:
-    """`await batcher.run(prepare, answer)`: answer(hits of prepare()) computed in a shared scan.
+    """`await batcher.run(prepare, answer)`: answer(query, its hits), query = prepare(), searched
+    in a shared scan.
 
     `window`: seconds a batch waits for more jobs after its first (0: none; it still takes all
     that queued while the previous batch ran); `max_rows`: query rows per batch (a job with more
@@ -62,9 +62,9 @@ class SearchBatcher:
         self._cond = threading.Condition()
         self._workers: list[threading.Thread] = []
         self._closed = False
-        self._prefix = getattr(store, "backend", None) == "faiss" and getattr(getattr(store, "index", None), "kind", None) == "flat"
+        self._prefix = store.backend == "faiss" and store.index.kind == "flat"
 
-    async def run(self, prepare: Callable[[], Query], answer: Callable[[list[Hits]], Any], rows: int = 1):
+    async def run(self, prepare: Callable[[], Query], answer: Callable[[Query, list[Hits]], Any], rows: int = 1):
         """`rows`: the query rows the request gives (it bounds a batch before decoding)."""
         loop = asyncio.get_running_loop()
         job = _Job(prepare, answer, max(1, rows), loop, loop.create_future())
@@ -158,7 +158,7 @@ class SearchBatcher:
     def _alone(self, job: _Job) -> None:
         q = job.query
         self._count()
-        job.result = self.store.search(q.codes, q.plan, classes=q.classes, real=q.real)
+        job.result = self.store.search(q.queries, q.plan, q.classes)
 
     def _shared(self, group: list[_Job]) -> None:
         queries = [job.query for job in group]
@@ -166,13 +166,14 @@ class SearchBatcher:
         if plan.k is not None:
             plan = replace(plan, k=max(q.plan.k for q in queries))
         classes = None if queries[0].classes is None else [c for q in queries for c in q.classes]
-        real = None if queries[0].real is None else np.concatenate([q.real for q in queries])
+        real = None if queries[0].queries.real is None else np.concatenate([q.queries.real for q in queries])
+        together = Queries(np.concatenate([q.queries.codes for q in queries]), real)
         self._count()
-        hits = self.store.search(np.concatenate([q.codes for q in queries]), plan, classes=classes, real=real)
+        hits = self.store.search(together, plan, classes)
         start = 0
         for job, q in zip(group, queries):
-            rows = hits[start:start + len(q.codes)]
-            start += len(q.codes)
+            rows = hits[start:start + len(q.queries)]
+            start += len(q.queries)
             job.result = rows if q.plan.k in (None, plan.k) else [_first(h, q.plan.k) for h in rows]
 
 
@@ -181,7 +182,7 @@ def _prepare(job: _Job) -> None:
 
 
 def _answer(job: _Job) -> None:
-    job.result = job.answer(job.result)
+    job.result = job.answer(job.query, job.result)
 
 
 def _call(job: _Job, step: Callable[[_Job], None]) -> None:

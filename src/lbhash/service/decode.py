@@ -1,9 +1,9 @@
 """Decoding the service's requests into arrays: hex codes, JSON feature rows, comma-separated
-ids, uploaded files, and the queries of a search (codes, or the attached run's encoding of
+ids, uploaded files, and the `Queries` of a search (codes, or the attached run's encoding of
 features or images; with their real outputs when the search re-ranks).
 
-`state` is the app's state (`app.state`): `store`, `searcher` (None without a run attached)
-and `limits`. Every refusal is a one-line InputError (HTTP 400).
+The handlers pass what a decoding needs (the service's `Limits`, the index's bits, the attached
+run's `QueryEncoder` or None). Every refusal is a one-line InputError (HTTP 400).
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import io
 import numpy as np
 from PIL import Image
 
+from lbhash.codes import from_hex
 from lbhash.errors import InputError, TooLarge
-from lbhash.index import Searcher
+from lbhash.index import Queries, QueryEncoder
 from lbhash.index.rerank import check_real
-from lbhash.index.searcher import codes_of
 from lbhash.limits import MAX_IMAGE_PIXELS, MAX_REQUEST_PIXELS, check_ids
 from lbhash.service import models
 
@@ -28,56 +28,48 @@ def check_batch(limits, n: int, what: str) -> None:
         raise InputError(f"at most {limits.max_batch} {what} per request, got {n}")
 
 
-def need_searcher(searcher: Searcher | None, kind: str) -> Searcher:
+def need_encoder(encoder: QueryEncoder | None, kind: str) -> QueryEncoder:
     """The attached run, which must encode `kind` ("features" or "images")."""
-    if searcher is None:
+    if encoder is None:
         raise InputError(f"{kind} need a run attached to the service (lbhash serve --run RUN_DIR)")
-    if searcher.input_kind != kind:
-        raise InputError(f"the attached run encodes {searcher.input_kind}, not {kind}")
-    return searcher
+    if encoder.input_kind != kind:
+        raise InputError(f"the attached run encodes {encoder.input_kind}, not {kind}")
+    return encoder
 
 
-def to_codes(state, hex_codes, features, what: str) -> np.ndarray:
+def to_codes(hex_codes, features, what: str, limits, bits: int, encoder: QueryEncoder | None) -> np.ndarray:
     """Packed codes of a request that gives `hex_codes` or `features` (encoded by the run)."""
     if (hex_codes is None) == (features is None):
         raise InputError(f"give {what} as exactly one of 'codes' and 'features'")
-    check_batch(state.limits, len(hex_codes if features is None else features), what)
+    check_batch(limits, len(hex_codes if features is None else features), what)
     if hex_codes is not None:
-        return decode_hex(hex_codes, state.store.bits)
-    return need_searcher(state.searcher, "features").encode(feature_rows(features), json_numbers=True)
+        return from_hex(hex_codes, bits)
+    return need_encoder(encoder, "features").encode(feature_rows(features), json_numbers=True)
 
 
-def reranked_queries(state, body: models.SearchRequest) -> tuple[np.ndarray, np.ndarray]:
-    """(codes, real outputs) of a search that re-ranks: `real` beside `codes`, or the attached
-    run's outputs for `features` (one forward pass gives both)."""
+def search_queries(body: models.SearchRequest, limits, bits: int, encoder: QueryEncoder | None) -> Queries:
+    """The `Queries` of a /search body: its codes or its features' codes; when it re-ranks,
+    with `real` beside `codes`, or the attached run's outputs for `features` (one forward
+    pass gives both)."""
+    if body.real is None and body.rerank_factor is None:
+        return Queries(to_codes(body.codes, body.features, "queries", limits, bits, encoder))
     if body.real is not None:
         if body.codes is None:
             raise InputError("'real' goes with 'codes' (with 'features', rerank_factor alone asks the attached "
                              "run for the real outputs)")
-        codes = to_codes(state, body.codes, body.features, "queries")
+        codes = to_codes(body.codes, body.features, "queries", limits, bits, encoder)
         if len(body.real) != len(codes):
             raise InputError(f"real has {len(body.real)} rows but there are {len(codes)} queries")
         try:
             real = np.asarray(body.real, dtype=np.float64)
         except ValueError:
             raise InputError("real must be lists of numbers of one length") from None
-        return codes, check_real(real, len(codes), state.store.bits, "real")
+        return Queries(codes, check_real(real, len(codes), bits, "real"))
     if body.features is None:
         raise InputError("rerank_factor needs the queries' real outputs: 'real' beside 'codes', or "
                          "'features' with a run attached")
-    check_batch(state.limits, len(body.features), "queries")
-    real = need_searcher(state.searcher, "features").embed(feature_rows(body.features), json_numbers=True)
-    return codes_of(real), real
-
-
-def encode_images(searcher: Searcher, blobs: list[bytes], names: list[str],
-                  real: bool) -> tuple[np.ndarray, np.ndarray | None]:
-    """(codes, real outputs, or None when real=False) of uploaded image files."""
-    images = searcher.decode_images(blobs, names)
-    if not real:
-        return searcher.encode(images), None
-    outputs = searcher.embed(images)
-    return codes_of(outputs), outputs
+    check_batch(limits, len(body.features), "queries")
+    return need_encoder(encoder, "features").queries(feature_rows(body.features), rerank=True, json_numbers=True)
 
 
 def read_uploads(files) -> tuple[list[bytes], list[str]]:
@@ -122,21 +114,6 @@ def feature_rows(features: list[list[int | float]]) -> np.ndarray:
     if rows.ndim != 2 or rows.dtype.kind not in "iuf":
         raise InputError("features must be lists of numbers of one length")
     return rows
-
-
-def decode_hex(hex_codes: list[str], bits: int) -> np.ndarray:
-    width = bits // 8
-    out = np.empty((len(hex_codes), width), np.uint8)
-    for row, text in enumerate(hex_codes):
-        try:
-            raw = bytes.fromhex(text)
-        except ValueError:
-            raise InputError(f"codes[{row}] is not a hex string") from None
-        if len(raw) != width:
-            raise InputError(f"codes[{row}] has {len(raw)} bytes, but the index holds {bits}-bit codes "
-                             f"({2 * width} hex digits)")
-        out[row] = np.frombuffer(raw, np.uint8)
-    return out
 
 
 def parse_ids(text: str, name: str, allow_empty: bool = False, check=check_ids) -> list[int]:

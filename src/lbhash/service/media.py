@@ -134,7 +134,7 @@ class ItemMedia:
                  cache_bytes: int = table.THUMBNAIL_CACHE_BYTES, max_image_bytes: int = table.MAX_IMAGE_BYTES,
                  budget: int = table.MEDIA_BUDGET_BYTES):
         self.store, self.max_image_bytes = store, max_image_bytes
-        index_dir = getattr(store, "index_dir", None)
+        index_dir = store.index_dir
         self.record = read_sources(store.index) if index_dir is not None else None
         self.kept = KeptImages(media_dir_for(index_dir), budget=budget) if index_dir is not None else None
         self.data = DataImages(self.record) if self.record is not None else None

@@ -46,9 +46,15 @@ class Hit(BaseModel):
     labels: list[int]
     score: float | None = Field(None, description="Re-ranked searches: the asymmetric score (hits by descending "
                                                   "score, ties by id); otherwise absent.")
+    source: str | None = Field(None, description="/search/image: where the item came from, as /sources says; "
+                                                 "absent from /search.")
+    image: bool | None = Field(None, description="/search/image: whether GET /items/{id}/image has a thumbnail.")
+    code: str | None = Field(None, description="/search/image: the item's code (hex).")
 
 
 class QueryResult(BaseModel):
+    code: str = Field(description="The query's code (hex): as given, or the attached run's encoding of its "
+                                  "features or image.")
     hits: list[Hit]
 
 

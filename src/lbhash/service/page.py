@@ -6,11 +6,9 @@
 - `GET /about`: the index (backend, kind, bits, size, classes, data) and the run it serves
   (method, bits, data; mAP, lower bound, precision-recall curve from its metrics.json);
 - `POST /sources`: where items came from (file, archive member, array row, or upload), and
-  their codes (hex);
+  their codes (hex), as `item_details` gives them (`/search/image`'s hits carry them too);
 - `GET /items/{id}/image`: an item's thumbnail (PNG; `?size=large` for the page's larger
   view), from its recorded source only;
-- `POST /encode`, `POST /encode/image`: the codes (hex) and real outputs of feature rows or
-  image files, through the attached run;
 - `GET /docs`, `GET /redoc`: Swagger UI and ReDoc from the assets of the `fastapi-offline`
   package, served here: no request leaves the service.
 """
@@ -21,20 +19,23 @@ import logging
 from dataclasses import asdict
 from pathlib import Path
 
-import numpy as np
 from typing import Literal
 
-from fastapi import APIRouter, FastAPI, File, Path as PathParam, Query, Request, UploadFile
+import numpy as np
+from fastapi import APIRouter, FastAPI, Path as PathParam, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from lbhash.codes import to_hex
 from lbhash.errors import NotFound, one_line
 from lbhash.evaluate.formatting import RATIO_SCALE
-from lbhash.index.searcher import codes_of
+from lbhash.index import QueryEncoder
 from lbhash.limits import MAX_ID, THUMBNAIL_SIDE, VIEW_SIDE, check_ids
-from lbhash.service.decode import check_batch, feature_rows, need_searcher, read_uploads
-from lbhash.service.media import TooBusy
-from lbhash.service.models import Int, Number
+from lbhash.service.decode import check_batch
+from lbhash.service.depends import AccessDep, EncoderDep, LimitsDep, MediaDep, StoreDep
+from lbhash.service.media import ItemMedia, TooBusy
+from lbhash.service.models import Int
+from lbhash.service.store import Store
 
 logger = logging.getLogger("lbhash")
 STATIC = Path(__file__).resolve().parent / "static"
@@ -72,16 +73,6 @@ class SourcesResponse(BaseModel):
     items: list[ItemSource]
 
 
-class EncodeRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    features: list[list[Number]] = Field(description="Feature rows, through the run's input contract.")
-
-
-class EncodeResponse(BaseModel):
-    codes: list[str] = Field(description="Packed codes in hex, as /search takes them.")
-    real: list[list[float]] = Field(description="The real outputs whose signs are the codes (/search's 'real').")
-
-
 class About(BaseModel):
     model_config = ConfigDict(extra="allow")
     index: dict
@@ -93,7 +84,7 @@ class About(BaseModel):
 
 def add_page(app: FastAPI) -> None:
     """Add the page, its helpers, thumbnails and offline docs to `app` (see the module doc);
-    the handlers read the app's `state`: store, searcher, media and limits."""
+    the handlers take the store, encoder, media and limits as dependencies (lbhash.service.depends)."""
     app.add_exception_handler(TooBusy, _too_busy)
     app.include_router(router)
     _add_docs(app)
@@ -116,71 +107,56 @@ def page_file(name: str):
 
 
 @router.get("/about", response_model=About)
-def about(request: Request):
+def about(store: StoreDep, encoder: EncoderDep, limits: LimitsDep, media: MediaDep, access: AccessDep):
     """The index and the run the service serves, for the page's header."""
-    state = request.app.state
-    index, record, searcher = getattr(state.store, "index", None), state.media.record, state.searcher
-    info = {**state.store.stats(), "data": (getattr(index, "metadata", None) or {}).get("data"),
-            "sources": 0 if record is None else len(record),
-            "class_names": None if record is None else record.class_names,
-            "keeps_uploads": state.media.kept is not None}
-    return About(index=info, run=run_summary(searcher), input_kind=None if searcher is None else searcher.input_kind,
-                 limits=asdict(state.limits), access=state.access.public())
+    record = media.record
+    info = {**store.stats(), "data": store.metadata.get("data"), "sources": 0 if record is None else len(record),
+            "class_names": None if record is None else record.class_names, "keeps_uploads": media.kept is not None}
+    return About(index=info, run=run_summary(encoder), input_kind=None if encoder is None else encoder.input_kind,
+                 limits=asdict(limits), access=access.public())
 
 
 @router.post("/sources", response_model=SourcesResponse, responses=ERRORS)
-def sources(body: SourcesRequest, request: Request):
+def sources(body: SourcesRequest, store: StoreDep, limits: LimitsDep, media: MediaDep):
     """Where each item came from, whether it has a thumbnail, and its code."""
-    state = request.app.state
-    check_batch(state.limits, len(body.ids), "ids")
-    items = []
-    for item_id in check_ids(body.ids, "ids"):
-        source, how = state.media.origin(item_id)
-        try:  # an id deleted since the search that named it: no code
-            code = state.store.get(np.array([item_id], np.int64))[0][0].tobytes().hex()
-        except NotFound:
-            code = None
-        items.append(ItemSource(id=item_id, source=source, image=how is not None, code=code))
-    return SourcesResponse(items=items)
+    check_batch(limits, len(body.ids), "ids")
+    details = item_details(store, media, check_ids(body.ids, "ids"))
+    return SourcesResponse(items=[ItemSource(id=i, **details[i]) for i in body.ids])
+
+
+def item_details(store: Store, media: ItemMedia, ids: list[int]) -> dict[int, dict]:
+    """id -> {"source", "image" (whether it has a thumbnail), "code" (hex; None for an id not
+    in the index, such as one deleted since the search that named it)}."""
+    ids = sorted(set(ids))
+    try:
+        codes = dict(zip(ids, to_hex(store.get(np.array(ids, np.int64))[0]))) if ids else {}
+    except NotFound:  # (rare) one at a time, to tell which
+        codes = {}
+        for item_id in ids:
+            try:
+                codes[item_id] = to_hex(store.get(np.array([item_id], np.int64))[0])[0]
+            except NotFound:
+                pass
+    details = {}
+    for item_id in ids:
+        source, how = media.origin(item_id)
+        details[item_id] = {"source": source, "image": how is not None, "code": codes.get(item_id)}
+    return details
 
 
 @router.get("/items/{item_id}/image", responses={200: {"content": {"image/png": {}}}, **ERRORS},
             response_class=Response)
-def item_image(request: Request, item_id: int = PathParam(..., ge=0, le=MAX_ID),
+def item_image(media: MediaDep, item_id: int = PathParam(..., ge=0, le=MAX_ID),
                size: Literal["small", "large"] = Query("small")):
     """The item's thumbnail: a PNG of at most 128 x 128 pixels (size=large: 512 x 512) decoded
     from its recorded source (or the image it was added with); 404 when it has none."""
-    blob = request.app.state.media.thumbnail(item_id, IMAGE_SIDES[size])
+    blob = media.thumbnail(item_id, IMAGE_SIDES[size])
     return Response(blob, media_type="image/png", headers={"Cache-Control": "no-cache"})
 
 
-@router.post("/encode", response_model=EncodeResponse, responses=ERRORS)
-def encode(body: EncodeRequest, request: Request):
-    """Codes and real outputs of feature rows (one forward pass of the attached run)."""
-    state = request.app.state
-    check_batch(state.limits, len(body.features), "rows")
-    searcher = need_searcher(state.searcher, "features")
-    return encoded(searcher.embed(feature_rows(body.features), json_numbers=True))
-
-
-@router.post("/encode/image", response_model=EncodeResponse, responses=ERRORS)
-def encode_image(request: Request, files: list[UploadFile] = File(...)):
-    """Codes and real outputs of uploaded image files."""
-    state = request.app.state
-    check_batch(state.limits, len(files), "images")
-    blobs, names = read_uploads(files)
-    searcher = need_searcher(state.searcher, "images")
-    return encoded(searcher.embed(searcher.decode_images(blobs, names)))
-
-
-def encoded(real: np.ndarray) -> EncodeResponse:
-    codes = codes_of(real)
-    return EncodeResponse(codes=[c.tobytes().hex() for c in codes], real=np.asarray(real, np.float64).tolist())
-
-
-def run_summary(searcher) -> dict | None:
+def run_summary(encoder: QueryEncoder | None) -> dict | None:
     """The attached run: its method, bits and data, and its quality from metrics.json."""
-    info = None if searcher is None else searcher.encoder.run_info()
+    info = None if encoder is None else encoder.encoder.run_info()
     return None if info is None else {**info, "lower_bound": _with_scale(info.get("lower_bound"))}
 
 

@@ -15,21 +15,24 @@ holds `_changing` too (changes wait, searches go on): it folds the index's pendi
 a copy, swaps the copy in under the search lock (O(1)), and saves.
 
 `MilvusStore` offers the same methods over a Milvus collection, which keeps its own log.
-Searches run `lbhash.index.search_hits` (the rules shared with `lbhash search`); an unknown id
-raises `NotFound` and a taken one `Conflict` (lbhash.errors), as the indexes themselves do.
+`Store` is their one interface, which `create_app` takes. Searches run
+`lbhash.index.search_hits` (the rules shared with `lbhash search`); an unknown id raises
+`NotFound` and a taken one `Conflict` (lbhash.errors), as the indexes themselves do.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from abc import ABC, abstractmethod
 from pathlib import Path
 
 import numpy as np
 
+from lbhash.codes import from_hex, to_hex
 from lbhash.cpus import usable_cpus
 from lbhash.errors import Conflict, InputError
-from lbhash.index import CodeIndex, Hits, SearchPlan, SparseLabels, search_hits
+from lbhash.index import Backend, CodeIndex, Hits, Queries, SearchPlan, SparseLabels, search_hits
 from lbhash.index.writer_lock import writer_lock
 from lbhash.service.rwlock import ReadWriteLock
 from lbhash.service.wal import WriteAheadLog
@@ -56,8 +59,67 @@ def lists_to_labels(lists: list[list[int]] | None, n: int) -> SparseLabels | Non
     return SparseLabels.from_lists(lists)
 
 
-class IndexStore:
+class Store(ABC):
+    """What the service serves: a `Backend` (`index`) with what a server adds around it (a log,
+    locks). Changes answer the log's sequence number (None where the backend keeps its own)."""
+
+    backend: str  # "faiss" or "milvus", as /stats says
+    index: Backend
+    index_dir: Path | None = None  # the index's directory, beside which its media live (None: a server's)
+
+    @property
+    def bits(self) -> int:
+        return self.index.bits
+
+    @property
+    def ntotal(self) -> int:
+        return self.index.ntotal
+
+    @property
+    def search_threads(self) -> int | None:
+        """Threads for searches (None: `Offload`'s default)."""
+        return None
+
+    @property
+    def metadata(self) -> dict:
+        """The index's free-form record (its data spec, model, ...; `Backend.metadata`)."""
+        return self.index.metadata
+
+    def warm(self) -> None:
+        """Before the first request: load what the first search would wait for."""
+
+    @abstractmethod
+    def search(self, queries: Queries, plan: SearchPlan, classes: list[list[int]] | None = None) -> list[Hits]:
+        """`search_hits` of the queries on the index."""
+
+    @abstractmethod
+    def get(self, ids) -> tuple[np.ndarray, list[list[int]]]:
+        """(codes, class-id lists) of the given ids; NotFound for an id not held."""
+
+    @abstractmethod
+    def add(self, codes, ids=None, labels=None, upsert: bool = False) -> tuple[np.ndarray, int | None]:
+        """(ids, log sequence number); Conflict for an id held (without upsert)."""
+
+    @abstractmethod
+    def remove(self, ids) -> int | None:
+        """The log sequence number; NotFound for an id not held (nothing is removed then)."""
+
+    @abstractmethod
+    def stats(self) -> dict:
+        """What /stats shows of the index."""
+
+    def compact(self) -> None:
+        """Fold the log into the saved index (nothing where the backend keeps its own)."""
+
+    def close(self) -> None:
+        """Compact, and let go of the index."""
+
+
+class IndexStore(Store):
+    """A saved `CodeIndex` directory with its writer lock, write-ahead log and compaction."""
+
     backend = "faiss"
+
     @property
     def search_threads(self) -> int:
         """One per CPU the process may use: a search takes a core (the scan lets go of the GIL),
@@ -100,10 +162,10 @@ class IndexStore:
         index but its width: no lock)."""
         self.index.warm()
 
-    def search(self, queries, plan: SearchPlan, *, classes=None, real=None) -> list[Hits]:
+    def search(self, queries: Queries, plan: SearchPlan, classes: list[list[int]] | None = None) -> list[Hits]:
         """`search_hits` of the queries: hits and their labels all read under one lock."""
         with self.lock.read():
-            return search_hits(self.index, queries, plan, classes=classes, real=real)
+            return search_hits(self.index, queries, plan, classes)
 
     def get(self, ids) -> tuple[np.ndarray, list[list[int]]]:
         """(codes, class-id lists) of the given ids; NotFound for an id not in the index."""
@@ -118,14 +180,6 @@ class IndexStore:
                     "trained": self.index.is_trained, "last_seq": self.wal.last_seq,
                     "saved_seq": self.saved_seq, "pending_changes": self.pending}
 
-    @property
-    def bits(self) -> int:
-        return self.index.bits
-
-    @property
-    def ntotal(self) -> int:
-        return self.index.ntotal
-
     # --- changes --------------------------------------------------------------------------
 
     def add(self, codes, ids=None, labels=None, upsert: bool = False) -> tuple[np.ndarray, int]:
@@ -135,7 +189,7 @@ class IndexStore:
                 if present.any():
                     raise Conflict(f"id {int(np.asarray(ids)[present][0])} is already in the index (use upsert)")
             plan = self.index.prepare_add(codes, ids, labels, upsert)
-            seq = self.wal.append({"op": "add", "ids": plan.ids.tolist(), "codes": [c.tobytes().hex() for c in plan.codes],
+            seq = self.wal.append({"op": "add", "ids": plan.ids.tolist(), "codes": to_hex(plan.codes),
                                    "labels": labels_to_lists(plan.labels), "upsert": plan.upsert})
             with self.lock.write():
                 self.index.apply_add(plan)
@@ -187,30 +241,21 @@ class IndexStore:
         if record["op"] == "remove":
             self.index.remove(ids)
             return
-        codes = np.array([np.frombuffer(bytes.fromhex(h), np.uint8) for h in record["codes"]], np.uint8)
-        codes = codes.reshape(len(ids), self.index.bits // 8)
+        codes = from_hex(record["codes"], self.index.bits, f"{self.wal.path}: codes")
         self.index.add(codes, ids, lists_to_labels(record["labels"], len(ids)), upsert=record["upsert"])
 
 
-class MilvusStore:
-    """The store interface over a Milvus collection (durable on its own: no log here)."""
+class MilvusStore(Store):
+    """The store interface over a Milvus collection (durable on its own: no log here). Searches
+    wait on the network: `Offload`'s default threads, more than cores."""
 
     backend = "milvus"
-    search_threads = None  # searches wait on the network: Offload's default, more threads than cores
 
-    def __init__(self, index):
+    def __init__(self, index: Backend):
         self.index = index
 
-    @property
-    def bits(self) -> int:
-        return self.index.bits
-
-    @property
-    def ntotal(self) -> int:
-        return self.index.ntotal
-
-    def search(self, queries, plan: SearchPlan, *, classes=None, real=None) -> list[Hits]:
-        return search_hits(self.index, queries, plan, classes=classes, real=real)
+    def search(self, queries: Queries, plan: SearchPlan, classes: list[list[int]] | None = None) -> list[Hits]:
+        return search_hits(self.index, queries, plan, classes)
 
     def get(self, ids):
         """(codes, class-id lists) of the given ids; NotFound for an id not in the collection."""
@@ -225,9 +270,6 @@ class MilvusStore:
 
     def stats(self) -> dict:
         return self.index.stats()
-
-    def compact(self) -> None:
-        pass
 
     def close(self) -> None:
         self.index.close()

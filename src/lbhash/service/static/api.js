@@ -44,8 +44,8 @@ export async function api(method, path, body, form, asked = false) {
 }
 
 // What the page was doing when a request failed.
-const DOING = [["POST", /^\/search/, "The search failed"], ["POST", /^\/encode\/image$/, "The image could not be encoded"],
-  ["POST", /^\/encode$/, "The feature row could not be encoded"], ["GET", /^\/items\/(\d+)$/, "Item $1 could not be read"],
+const DOING = [["POST", /^\/search\/image$/, "The image search failed"], ["POST", /^\/search/, "The search failed"],
+  ["GET", /^\/items\/(\d+)$/, "Item $1 could not be read"],
   ["POST", /^\/items/, "Adding failed"], ["DELETE", /^\/items\/(\d+)$/, "Deleting item $1 failed"],
   ["GET", /^\/about$/, "The index's description could not be loaded"], ["POST", /^\/sources$/, "The results' sources could not be read"]];
 function doing(method, path) {

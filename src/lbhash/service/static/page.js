@@ -8,10 +8,10 @@ import { origins, showCards } from "./cards.js";
 import { histogram, prPlot } from "./charts.js";
 import { $, bitsView, className, el, fmt } from "./dom.js";
 
-// file: the query image chosen or dropped; encoded: its /encode/image answer (a filter or k
-// changed searches again without encoding it again); searched: a search has shown results;
+// file: the query image chosen or dropped (an image query is one request, /search/image, which
+// encodes it and answers the hits with their sources); searched: a search has shown results;
 // latest: the number of the last search started (an earlier one that ends later shows nothing).
-const state = { about: null, names: null, bits: 0, file: null, encoded: null, searched: false, latest: 0 };
+const state = { about: null, names: null, bits: 0, file: null, searched: false, latest: 0 };
 
 function status(message) { $("status").textContent = message; }
 function showError(err) {
@@ -109,69 +109,79 @@ function howMany() {  // -> {k, radius}: one of them null
   return radius ? { k: null, radius: Number(text) } : { k: Number(text), radius: null };
 }
 
-async function queryCode() {  // -> {code, real|null, label, item|null, labels (of an item)}
+// -> {label, item|null, labels (of an item), file|null, code|null, features|null}: what the bar asks
+async function theQuery() {
   const m = mode();
-  const wantReal = !$("rerank").disabled && $("rerank").checked;
   if (m === "image") {
-    const file = state.file;
-    if (!file) throw new ApiError("Choose or drop an image first.");
-    if (!state.encoded || state.encoded.file !== file) {
-      status(`Encoding ${file.name}...`);
-      const form = new FormData(); form.append("files", file, file.name);
-      state.encoded = { file, reply: await api("POST", "/encode/image", undefined, form) };
-    }
-    const enc = state.encoded.reply;
-    return { code: enc.codes[0], real: wantReal ? enc.real[0] : null, label: file.name, item: null };
+    if (!state.file) throw new ApiError("Choose or drop an image first.");
+    return { file: state.file, label: state.file.name, item: null };
   }
   if (m === "features") {
     const values = $("query-features").value.split(/[\s,]+/).filter(Boolean).map(Number);
     if (!values.length || values.some(Number.isNaN)) throw new ApiError("The feature row must be numbers separated by commas or spaces.");
-    const enc = await api("POST", "/encode", { features: [values] });
-    return { code: enc.codes[0], real: wantReal ? enc.real[0] : null, label: "the feature row", item: null };
+    return { features: values, label: "the feature row", item: null };
   }
   if (m === "item") {
     const id = $("query-item").value.trim();
     if (!/^\d+$/.test(id)) throw new ApiError("Give an item id (a whole number, 0 or more).");
     const item = await api("GET", `/items/${id}`);
-    return { code: item.code, real: null, label: `item ${id}`, item: Number(id), labels: item.labels };
+    return { code: item.code, label: `item ${id}`, item: Number(id), labels: item.labels };
   }
   const code = $("query-code").value.trim().replace(/\s+/g, "");
   if (!code) throw new ApiError("Paste a code (hex) first.");
-  return { code, real: null, label: "the code", item: null };
+  return { code, label: "the code", item: null };
+}
+
+// One request: /search/image for an image (the service encodes it: its code and real outputs
+// never travel through the page), else /search with the code or the feature row.
+function searchRequest(q, how, labels) {
+  // an item's own code is among its hits: ask for one more, shown apart as the query
+  const k = how.radius !== null ? null : (q.item === null ? how.k : Math.min(how.k + 1, state.about.limits.max_k));
+  const rerank = !$("rerank").disabled && $("rerank").checked ? Number($("rerank-factor").value || 4) : null;
+  if (q.file) {
+    const form = new FormData();
+    form.append("files", q.file, q.file.name);
+    if (k !== null) form.append("k", String(k)); else form.append("radius", String(how.radius));
+    if (labels.length) form.append("labels", labels.join(","));
+    if (rerank !== null) form.append("rerank_factor", String(rerank));
+    return ["/search/image", undefined, form];
+  }
+  const body = q.features ? { features: [q.features] } : { codes: [q.code] };
+  if (k !== null) body.k = k; else body.radius = how.radius;
+  if (labels.length) body.labels = [labels];
+  if (rerank !== null && q.features) body.rerank_factor = rerank;
+  return ["/search", body, undefined];
 }
 
 async function runSearch() {
   const mine = ++state.latest;
   const how = howMany(), labels = chosenClasses();
-  const q = await queryCode();
+  const q = await theQuery();
   if (mine !== state.latest) return;  // a later search has started: its results are the ones to show
-  status("Searching...");
-  const body = { codes: [q.code] };
-  // an item's own code is among its hits: ask for one more, shown apart as the query
-  if (how.radius !== null) body.radius = how.radius;
-  else body.k = q.item === null ? how.k : Math.min(how.k + 1, state.about.limits.max_k);
-  if (labels.length) body.labels = [labels];
-  if (q.real) { body.real = [q.real]; body.rerank_factor = Number($("rerank-factor").value || 4); }
+  status(q.file ? `Searching with ${q.file.name}...` : "Searching...");
+  const [path, body, form] = searchRequest(q, how, labels);
   const started = performance.now();
-  const reply = await api("POST", "/search", body);
+  const reply = await api("POST", path, body, form);
   const took = performance.now() - started;
-  let hits = reply.results[0].hits;
+  const result = reply.results[0];
+  let hits = result.hits;
   const entries = [];
   if (q.item !== null) {
     hits = hits.filter((h) => h.id !== q.item).slice(0, how.radius === null ? how.k : undefined);
     entries.push({ id: q.item, labels: q.labels, badge: "query", kind: "query" });
   }
   entries.push(...hits.map((h, rank) => ({ ...h, badge: `#${rank + 1}`, kind: "hit" })));
-  const where = await origins(entries.map((e) => e.id));
+  // /search/image's hits carry their sources; the others' are one request more
+  const where = q.file ? Object.fromEntries(hits.map((h) => [h.id, h])) : await origins(entries.map((e) => e.id));
   if (mine !== state.latest) return;
   $("results-hint").textContent = "";
   $("query-code-view").hidden = false;
-  $("query-bits").replaceChildren(bitsView(q.code));
+  $("query-bits").replaceChildren(bitsView(result.code));
   $("histogram").hidden = false;
   $("histogram-plot").replaceChildren(histogram(hits.map((h) => h.distance), state.bits));
-  showCards(entries, where, cardContext(q.code));
+  showCards(entries, where, cardContext(result.code));
   state.searched = true;
-  writeAddress({ mode: mode(), item: q.item, code: q.code, k: how.k, radius: how.radius, labels });
+  writeAddress({ mode: mode(), item: q.item, code: result.code, k: how.k, radius: how.radius, labels });
   $("timing").textContent = `The search took ${took.toFixed(1)} ms (round trip).`;
   status(`${hits.length} results for ${q.label}` + (q.item !== null ? "; the query item is shown first, marked \u201cquery\u201d." : "."));
 }
@@ -239,7 +249,7 @@ async function addImages() {
 
 // A chosen or dropped image searches at once.
 function chooseImage(file) {
-  state.file = file; state.encoded = null;
+  state.file = file;
   $("mode-image").checked = true; showMode();
   const img = $("query-preview");  // shown from the browser's own copy (a blob: URL)
   if (img.src) URL.revokeObjectURL(img.src);

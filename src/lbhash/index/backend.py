@@ -1,0 +1,113 @@
+"""`Backend`: the one interface of a search backend (`CodeIndex` on FAISS, `MilvusIndex`), as
+FAISS has one base class for its indexes; and the shapes of its results.
+
+A backend's `search` returns `TopK` (distances, ids) and its `range_search` `InRange` (lims,
+distances, ids): named tuples of FAISS's own arrays, so `dist, ids = index.search(q, k)` reads
+as it does with FAISS. `rerank_search` (lbhash.index.rerank) returns `Reranked` (scores,
+distances, ids). An id not held is `NotFound`, wherever it is given (get, remove); one already
+held, added without upsert, is `Conflict` (lbhash.errors).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import NamedTuple
+
+import numpy as np
+
+from lbhash.index import _checks
+
+
+class TopK(NamedTuple):
+    """Each query's top k: distances int32 (nq, k) and ids int64 (nq, k), by (distance, id),
+    padded with `PAD_DISTANCE` and `PAD_ID`."""
+
+    distances: np.ndarray
+    ids: np.ndarray
+
+
+class InRange(NamedTuple):
+    """Every item within a radius: query i's results are distances[lims[i]:lims[i+1]] and
+    ids[lims[i]:lims[i+1]] (lims int64 (nq + 1,)), by (distance, id)."""
+
+    lims: np.ndarray
+    distances: np.ndarray
+    ids: np.ndarray
+
+
+class Reranked(NamedTuple):
+    """A re-ranked top k: scores float64, Hamming distances int32 and ids int64, each (nq, k),
+    by (descending score, id), padded with -inf, `PAD_DISTANCE` and `PAD_ID`."""
+
+    scores: np.ndarray
+    distances: np.ndarray
+    ids: np.ndarray
+
+
+class Backend(ABC):
+    """Packed binary codes with int64 ids and labels, searched by Hamming distance.
+
+    Codes are uint8 (n, bits // 8) in the FAISS bit layout; ids non-negative int64; labels
+    class ids (n,), multi-hot rows (n, C) or `SparseLabels`, and a label filter keeps, per
+    query, the items sharing a label with its row (docs/search.md, "Concepts"). `metadata` is
+    a free-form record of where the codes came from (`CodeIndex` saves it in its manifest;
+    Milvus keeps none, so it starts empty there).
+    """
+
+    metadata: dict
+
+    @property
+    @abstractmethod
+    def bits(self) -> int:
+        """Code length in bits (a multiple of 8)."""
+
+    @property
+    @abstractmethod
+    def kind(self) -> str:
+        """The structure behind the index ("flat", "ivf", "multihash")."""
+
+    @property
+    @abstractmethod
+    def exact(self) -> bool:
+        """Whether a search now returns exactly the brute-force result."""
+
+    @property
+    @abstractmethod
+    def ntotal(self) -> int:
+        """Items held."""
+
+    def __len__(self) -> int:
+        return self.ntotal
+
+    @abstractmethod
+    def add(self, codes, ids=None, labels=None, upsert: bool = False) -> np.ndarray:
+        """Add codes; return their ids. An id held is `Conflict` unless upsert=True."""
+
+    @abstractmethod
+    def remove(self, ids) -> int:
+        """Remove items by id; return how many. An id not held is `NotFound`, and nothing is removed."""
+
+    @abstractmethod
+    def search(self, queries, k: int, labels=None) -> TopK:
+        """Top-k by Hamming distance."""
+
+    @abstractmethod
+    def range_search(self, queries, radius: int, labels=None) -> InRange:
+        """Every item within `radius` (inclusive) of each query."""
+
+    @abstractmethod
+    def get(self, ids) -> tuple[np.ndarray, np.ndarray]:
+        """(codes (m, bits // 8), multi-hot labels (m, C) bool) of the given ids, in that order."""
+
+    @abstractmethod
+    def get_codes(self, ids) -> np.ndarray:
+        """Codes (m, bits // 8) of the given ids, in that order."""
+
+    @abstractmethod
+    def labels_of(self, ids) -> list[list[int]]:
+        """The class ids of each given item (ascending Python ints), in the order of `ids`."""
+
+    def check_k(self, k, name: str = "k") -> int:
+        """A number of results one search may return (a backend that caps them, as Milvus
+        does, refuses more); `rerank_search` asks before it fetches its candidates."""
+        return _checks.top_k(k)
