@@ -3,7 +3,7 @@
 For bits in {16, 32, 48, 64} x classes in {10, 100}, builds each kind without the disk cache
 (seed 0) and prints a markdown table: min distance per kind ("-" where the kind does not
 apply), the kind `auto` picked, the Plotkin bound, the reference values and the time
-each row took (the first BCH/RS row includes galois' import and compile time).
+each row took.
 
     python benchmarks/bench_centers.py [--bits 16,32,48,64] [--classes 10,100] [--seed 0]
 """
@@ -16,7 +16,7 @@ import time
 from lbhash.centers import center_report, plotkin_bound, select_centers
 
 KINDS = ("hadamard", "bch", "reed_solomon", "random", "auto")
-# Reference values (galois 0.4.11, docs/centers.md): (bits, classes) -> eBCH, RS GF(16), Hadamard/CSQ, random.
+# Reference values (docs/centers.md): (bits, classes) -> eBCH, RS GF(16), Hadamard/CSQ, random.
 REFERENCE = {
     (16, 10): (8, 6, 8, 6), (16, 100): (6, 4, 2, 2), (32, 10): (16, 12, 16, 12),
     (32, 100): (12, 11, 8, 7), (48, 100): (18, 17, None, 13), (64, 100): (32, None, 32, 20),

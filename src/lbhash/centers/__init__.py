@@ -7,7 +7,7 @@
 Kinds: hadamard (rows of [H; -H]), bch (extended binary BCH codes, shortened/punctured,
 greedy max-min pick), reed_solomon (binary images of shortened RS codes, same pick), random
 (best of up to 1000 uniform draws) and auto. Results are cached on disk, see `cache_dir`.
-galois is imported only when a bch or reed_solomon set has to be built.
+bch and reed_solomon build their codes in numpy (`_fields`): no galois, no numba.
 """
 
 from lbhash.centers._algebraic import bch_centers, reed_solomon_centers

@@ -1,20 +1,20 @@
-"""BCH and Reed-Solomon center sets (docs/centers.md), built with `galois` and picked greedily.
+"""BCH and Reed-Solomon center sets (docs/centers.md), picked greedily from codes built in numpy.
 
 Both follow the same plan: list a few binary linear codes of length `bits` with at most 2^16
 codewords, enumerate each, pick `classes` codewords by farthest-first search and keep the
-set with the largest minimum distance. galois is imported here, lazily: its first import
-and the first code over each field cost seconds.
+set with the largest minimum distance. The generator matrices come from `_fields`, equal bit
+for bit to the galois ones lbhash used before (tests/test_code_fields.py).
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from functools import lru_cache
 from typing import Iterator
 
 import numpy as np
 
+from lbhash.centers._fields import MAX_DEGREE, bch_generator_matrix, element_bits, gf, reed_solomon_generator_matrix
 from lbhash.centers._greedy import MAX_DIMENSION, enumerate_code, greedy_max_min, words_to_signs
 from lbhash.errors import InputError
 
@@ -22,8 +22,10 @@ from lbhash.errors import InputError
 def bch_centers(bits: int, classes: int) -> np.ndarray:
     """Best greedy pick from extended binary BCH codes, shortened and/or punctured to `bits`."""
     m = max(2, math.ceil(math.log2(bits)))
+    if m > MAX_DEGREE:  # GF(2^16) is the largest field with a default (Matlab's) polynomial
+        raise InputError(f"bch centers need bits <= {1 << MAX_DEGREE}, got bits={bits}, classes={classes}")
     best = _best_pick(_bch_generators(bits, classes, m), bits, classes)
-    if best is None:  # too few codewords: shorten codes of the next length instead
+    if best is None and m < MAX_DEGREE:  # too few codewords: shorten codes of the next length instead
         best = _best_pick(_bch_generators(bits, classes, m + 1), bits, classes)
     if best is None:
         raise InputError(
@@ -80,36 +82,13 @@ def bch_dimensions(m: int) -> dict[int, int]:
     return {k: dims[k] for k in sorted(dims) if k >= 1}
 
 
-def _keeps_thread_counts(build):
-    """galois' first field JIT-compiles numba ufuncs whose threading layer sets OpenMP's thread
-    count to its own (the CPU count), which is also torch's: a run whose centers were built
-    cold would train on other threads than one that read them from the cache. The counts of
-    every thread pool loaded before are restored after the build."""
-    @functools.wraps(build)
-    def wrapper(*args):
-        from threadpoolctl import threadpool_limits
-
-        with threadpool_limits(limits=None):  # changes nothing; restores the counts on exit
-            return build(*args)
-    return wrapper
-
-
 @lru_cache(maxsize=None)
-@_keeps_thread_counts
 def _bch_generator(n: int, k: int, delta: int) -> np.ndarray:
-    # The two ends of the family need no field arithmetic (nor galois' compile time).
-    if k == n:
-        return np.eye(n, dtype=np.uint8)
-    if k == 1:
-        return np.ones((1, n), dtype=np.uint8)  # repetition code, design distance n
-    import galois  # heavy: only when BCH centers are asked for
-
-    # By design distance: galois.BCH(n, k) searches over distances, slowly for small k.
-    code = galois.BCH(n, d=delta)
-    if code.k != k:
-        raise RuntimeError(f"galois.BCH({n}, d={delta}) has k={code.k}, expected {k}")
-    # galois' systematic form is [I_k | P], which makes shortening a slice.
-    return np.asarray(code.G.view(np.ndarray), dtype=np.uint8)
+    gen = bch_generator_matrix(n.bit_length(), delta)
+    if gen.shape[0] != k:
+        raise RuntimeError(f"BCH({n}, d={delta}) has k={gen.shape[0]}, expected {k}")
+    # The systematic form [I_k | P] makes shortening a slice.
+    return gen
 
 
 def _bch_generators(bits: int, classes: int, m: int) -> Iterator[np.ndarray]:
@@ -142,7 +121,8 @@ def _bch_generators(bits: int, classes: int, m: int) -> Iterator[np.ndarray]:
 def reed_solomon_field(bits: int, classes: int) -> int | None:
     """m of the field GF(2^m) used for `bits`: the smallest m >= 4 (or, for short codes, any
     m >= 2) whose RS length 2^m - 1 holds ceil(bits/m) symbols, with a dimension k < that
-    length, 2^(k*m) >= classes and k*m <= 16. One field only: each costs galois seconds."""
+    length, 2^(k*m) >= classes and k*m <= 16. One field only: a rule from when each field
+    cost seconds of galois' JIT compilation, kept so that the centers stay as they were."""
     for m in [4, 5, 6, 7, 8, 3, 2]:
         symbols = math.ceil(bits / m)
         if symbols < 2 or symbols > (1 << m) - 1:
@@ -153,26 +133,26 @@ def reed_solomon_field(bits: int, classes: int) -> int | None:
 
 
 @lru_cache(maxsize=None)
-@_keeps_thread_counts
 def _rs_binary_generator(m: int, symbols: int, k: int) -> np.ndarray:
     """Binary generator (k*m, symbols*m) of RS(2^m - 1, k) shortened to `symbols` symbols."""
-    import galois  # heavy: only when Reed-Solomon centers are asked for
-
     n = (1 << m) - 1
     s = n - symbols
-    code = galois.ReedSolomon(n, k + s)
-    field = code.field
-    short = code.G[s:, s:]  # systematic [I | P]: shortening is a slice
-    alpha = field.primitive_element
+    field = gf(m)
+    short = reed_solomon_generator_matrix(m, k + s)[s:, s:]  # systematic [I | P]: shortening is a slice
     # The code is GF(2)-linear in its binary image; alpha^j * row (j < m) span it.
-    rows = [((alpha ** j) * short[i]).vector().reshape(-1) for i in range(k) for j in range(m)]
-    return np.asarray(np.stack(rows).view(np.ndarray), dtype=np.uint8)
+    rows = [element_bits(field, field.mul(field.exp[j], short[i])).reshape(-1) for i in range(k) for j in range(m)]
+    return np.stack(rows)
+
+
+def rs_dimensions(bits: int, classes: int, m: int) -> Iterator[tuple[int, int]]:
+    """(symbols, k) of the shortened RS codes over GF(2^m) tried for (bits, classes)."""
+    symbols = math.ceil(bits / m)
+    for k in range(1, min(symbols, MAX_DIMENSION // m + 1)):
+        if k * m >= math.log2(classes):
+            yield symbols, k
 
 
 def _rs_generators(bits: int, classes: int, m: int) -> Iterator[np.ndarray]:
-    symbols = math.ceil(bits / m)
-    for k in range(1, min(symbols, MAX_DIMENSION // m + 1)):
-        if k * m < math.log2(classes):
-            continue
+    for symbols, k in rs_dimensions(bits, classes, m):
         # The binary image has symbols*m >= bits positions; puncture the last ones.
         yield _rs_binary_generator(m, symbols, k)[:, :bits]

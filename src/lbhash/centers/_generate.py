@@ -122,9 +122,9 @@ def _one_kind(kind: str, bits: int, classes: int, seed: int, canonical: bool) ->
 @functools.lru_cache(maxsize=32)
 def _algebraic_set(kind: str, bits: int, classes: int) -> np.ndarray:
     """The canonical BCH or Reed-Solomon set, built once per process: its search over codes
-    takes seconds (galois), and a process that trains with several seeds or cache
-    directories asks for it again (the on-disk cache holds the seeded sets)."""
-    from lbhash.centers import _algebraic  # pulls in galois only when used
+    can take seconds, and a process that trains with several seeds or cache directories asks
+    for it again (the on-disk cache holds the seeded sets)."""
+    from lbhash.centers import _algebraic
 
     make = _algebraic.bch_centers if kind == "bch" else _algebraic.reed_solomon_centers
     centers = make(bits, classes)
