@@ -223,6 +223,9 @@ def test_bch_names_its_largest_length():
     # GF(2^16) is the largest field with a default primitive polynomial (Matlab's)
     with pytest.raises(ValueError, match="bch centers need bits <= 65536, got bits=70000, classes=10"):
         bch_centers(70000, 10)
+    with pytest.raises(ValueError, match="bits <= 65536"):  # past 1023 bits the class check overflowed a float
+        generate_centers(70000, 10, kind="bch", cache=False)
+    assert generate_centers(2048, 3, kind="random", cache=False).shape == (3, 2048)
 
 
 def test_report_rejects_bad_shape():

@@ -86,7 +86,7 @@ def _check_args(bits, classes, kind, seed) -> tuple[int, int, int]:
             raise InputError(f"{name} must be an integer >= {low}, got {value!r}")
     if kind not in CENTER_KINDS:
         raise InputError(f"kind must be one of {', '.join(CENTER_KINDS)}, got {kind!r}")
-    if classes > 2.0 ** bits:
+    if (classes - 1).bit_length() > bits:  # classes > 2^bits, without a float that overflows
         raise InputError(f"classes must be <= 2^bits for distinct centers, "
                          f"got bits={bits}, classes={classes}")
     return int(bits), int(classes), int(seed)
