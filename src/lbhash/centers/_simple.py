@@ -39,7 +39,7 @@ def random_centers(bits: int, classes: int, seed: int, draws: int | None = None)
     Each draw has distinct rows (duplicates are redrawn), so a set is usable even when the
     classes nearly fill the 2^bits possible codes. Ties between draws: the earliest.
     """
-    if classes > 2.0 ** bits:
+    if (classes - 1).bit_length() > bits:  # classes > 2^bits, without a float that overflows
         raise InputError(f"random centers need classes <= 2^bits, got bits={bits}, classes={classes}")
     draws = random_draws(bits, classes) if draws is None else draws
     rng = np.random.default_rng(seed)
