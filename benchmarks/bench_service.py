@@ -45,7 +45,7 @@ sys.path.insert(0, str(SRC))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from encode_rates import encode_rates  # noqa: E402
-from lbhash.index import CodeIndex, plan_search  # noqa: E402
+from lbhash.index import CodeIndex, Queries, plan_search  # noqa: E402
 from lbhash.service import IndexStore  # noqa: E402
 from service_load import churn_loop, request_bytes, search_load  # noqa: E402
 
@@ -110,11 +110,11 @@ def inprocess_rate(index_dir: Path, queries: np.ndarray, k: int, seconds: float)
         store.warm()
         plan = plan_search(k)
         for q in queries[:50]:
-            store.search(q[None], plan)
+            store.search(Queries(q[None]), plan)
         done, start, cpu = 0, time.perf_counter(), time.process_time()
         while time.perf_counter() - start < seconds:
             for q in queries[done % len(queries):][:100]:
-                store.search(q[None], plan)
+                store.search(Queries(q[None]), plan)
             done += 100
         elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     finally:
