@@ -28,16 +28,21 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
+import torch.nn.functional as F
 
 from lbhash.data import ArrayDataset, load_data, make_split
 from lbhash.evaluate import mean_average_precision
 from lbhash.reproduce.experiments.baselines import ranked_map
+from lbhash.methods.neighbourhood import STUDENT_TEMPERATURE, TEACHER_TEMPERATURE
+from lbhash.train import builder
 from lbhash.train.config import make_config
 from lbhash.train.encoder import encode
 from lbhash.train.fit import prepare, train_to_end
 
-RESCORE_CANDIDATES = 4000   # RERANK_FACTOR (4) x the 1,000 results of mAP@1000
+RESCORE_FACTOR = 4   # rescoring re-ranks RESCORE_FACTOR x R candidates for mAP@R
 TOP = 1000
+RESCORE_CANDIDATES = RESCORE_FACTOR * TOP
 WEIGHTS = (0.0, 0.3, 1.0, 3.0, 10.0)
 VALIDATION_PROTOCOL = "unseen:3:per-class:400,100,+train"
 
@@ -81,20 +86,40 @@ def validation_dataset(dataset, seed: int) -> ArrayDataset:
                         f"{dataset.name} (validation classes, seed {seed})")
 
 
-def curve_cells(weights) -> list[tuple[str, dict]]:
+def curve_cells(weights, baselines: bool = True) -> list[tuple[str, dict]]:
+    """CSQ_D at each weight, then (baselines) ITQ and Distill, which no weight or student changes."""
     cells = [(f"csq_D w={w:g}", {"method": "csq", "lbhash": True, "neighbourhood_weight": w}) for w in weights]
-    return cells + [("itq", {"method": "itq"}), ("distill", {"method": "distill"})]
+    return cells + ([("itq", {"method": "itq"}), ("distill", {"method": "distill"})] if baselines else [])
+
+
+def cosine_student_distillation(features: torch.Tensor, u: torch.Tensor,
+                                teacher_temperature: float = TEACHER_TEMPERATURE,
+                                student_temperature: float = STUDENT_TEMPERATURE) -> torch.Tensor:
+    """neighbourhood_distillation with the student's similarity cos(u_i, u_j) in place of
+    tanh(u_i) . tanh(u_j) / bits: a relaxation that does not saturate when the method drives
+    |u| up (CSQ_D's codes sit where tanh is flat, so the tanh student's gradient fades)."""
+    if len(u) < 2:
+        return u.sum() * 0.0
+    f = F.normalize(features.detach().to(u.dtype), dim=1)
+    h = F.normalize(u, dim=1)
+    others = ~torch.eye(len(u), dtype=torch.bool, device=u.device)
+    teacher = (f @ f.T / teacher_temperature)[others].view(len(u), -1)
+    student = (h @ h.T / student_temperature)[others].view(len(u), -1)
+    log_p, log_q = F.log_softmax(teacher, dim=1), F.log_softmax(student, dim=1)
+    return (log_p.exp() * (log_p - log_q)).sum(1).mean()
 
 
 def run_curve(args) -> None:
     """Each stage's rows go to curve-<stage>.csv; curve.md is made from every such file there."""
+    if args.student == "cosine":  # a prototype: the library's Learner calls the cosine student instead
+        builder.neighbourhood_distillation = cosine_student_distillation
     dataset = load_data(args.data)
     for stage in args.stages:
-        rows = []
+        rows = [r for r in read_rows(args.out / f"curve-{stage}.csv") if r["seed"] not in args.seeds]
         for seed in args.seeds:
             data = validation_dataset(dataset, seed) if stage == "validation" else dataset
             protocol = VALIDATION_PROTOCOL if stage == "validation" else "unseen:3:cifar10"
-            for name, values in curve_cells(args.weights):
+            for name, values in curve_cells(args.weights, args.student == "tanh"):
                 start = time.perf_counter()
                 extra = {} if values["method"] in ("itq", "distill") else {"epochs": args.epochs}
                 seen, unseen = seen_unseen(data, {"data": args.data, "bits": args.bits, **values, **extra},
@@ -109,6 +134,9 @@ def run_curve(args) -> None:
 
 
 def read_rows(path: Path) -> list[dict]:
+    """A curve csv's rows ([] when there is none yet)."""
+    if not path.is_file():
+        return []
     with open(path, newline="") as f:
         return [{**r, "seed": int(r["seed"]), "seen_map": float(r["seen_map"]), "unseen_map": float(r["unseen_map"])}
                 for r in csv.DictReader(f)]
@@ -125,8 +153,9 @@ def chosen_weight(rows: list[dict]) -> str:
 
 def write_curve_md(path: Path, rows: list[dict], args) -> None:
     chosen = chosen_weight(rows)
+    student = "" if args.student == "tanh" else " (student similarity: cos(u_i, u_j), the prototype relaxation)"
     lines = ["# Seen and unseen classes as the neighbourhood weight moves", "",
-             f"CSQ_D, {args.bits} bits, {args.epochs} epochs, seeds {', '.join(sorted({str(r['seed']) for r in rows}))}; "
+             f"Data `{args.data}`. CSQ_D{student}, {args.bits} bits, {args.epochs} epochs, seeds {', '.join(sorted({str(r['seed']) for r in rows}))}; "
              "mAP@all (%), mean ± std over seeds (a single value: one seed). Validation: the 7 training classes of unseen:3:cifar10 split again by "
              f"`{VALIDATION_PROTOCOL}`; test: `unseen:3:cifar10`. Chosen on validation (best mean of seen "
              f"and unseen): **{chosen}**.", "",
@@ -141,7 +170,9 @@ def write_curve_md(path: Path, rows: list[dict], args) -> None:
         mark = "**" if setting == chosen else ""
         lines.append(f"| {mark}{setting}{mark} | " + " | ".join(cells) + " |")
     lines += ["", f"Command: `python benchmarks/beyond_study.py curve --data {args.data} --out {args.out} "
-                  f"--seeds {','.join(map(str, args.seeds))} --stages {','.join(args.stages)}`", ""]
+                  f"--seeds {','.join(sorted({str(r['seed']) for r in rows}))}"
+                  + (f" --weights {','.join(f'{w:g}' for w in args.weights)}" if tuple(args.weights) != WEIGHTS else "")
+                  + (f" --student {args.student}" if args.student != "tanh" else "") + "`", ""]
     path.write_text("\n".join(lines))
 
 
@@ -171,44 +202,66 @@ def rescored(hamming: np.ndarray, cosine: np.ndarray, candidates: int = RESCORE_
     return out
 
 
-def label_free_rows(dataset, seed: int, bits_list, methods, data: str) -> list[dict]:
-    parts = split_parts(dataset, "cifar10", seed)
+def label_free_rows(dataset, seed: int, bits_list, methods, data: str, protocol: str = "cifar10",
+                    top: int = TOP) -> list[dict]:
+    parts = split_parts(dataset, protocol, seed)
     q, db = parts["query"], parts["database"]
     relevant = (dataset.labels[q].astype(np.float32) @ dataset.labels[db].astype(np.float32).T) > 0
     x = standardised(dataset, parts["train"])
     cosine = unit_rows(x[q]) @ unit_rows(x[db]).T
-    top = min(TOP, len(db))
+    top = min(top, len(db))
+    candidates = min(RESCORE_FACTOR * top, len(db))
+    counts = {"train": len(parts["train"]), "queries": len(q), "database": len(db), "top": top,
+              "candidates": candidates}
     rows = [{"seed": seed, "code": "float cosine kNN", "bits": 32 * x.shape[1],
-             "hamming_map": ranked_map(cosine, relevant, top), "rescored_map": None}]
+             "hamming_map": ranked_map(cosine, relevant, top), "rescored_map": None, **counts}]
     codes = {("sign of features", x.shape[1]): (np.where(x[q] >= 0, 1, -1), np.where(x[db] >= 0, 1, -1))}
     for method in methods:
         for bits in bits_list:
-            out = train_codes(dataset, {"data": data, "protocol": "cifar10", "seed": seed, "bits": bits,
+            out = train_codes(dataset, {"data": data, "protocol": protocol, "seed": seed, "bits": bits,
                                         "method": method}, {"query": q, "database": db})
             codes[(method, bits)] = (out["query"], out["database"])
     for (name, bits), (cq, cdb) in codes.items():
         scores = hamming_scores(cq, cdb)
         rows.append({"seed": seed, "code": name, "bits": bits, "hamming_map": ranked_map(scores, relevant, top),
-                     "rescored_map": ranked_map(rescored(scores, cosine), relevant, top)})
+                     "rescored_map": ranked_map(rescored(scores, cosine, candidates), relevant, top), **counts})
         print(f"seed {seed} {name} {bits}: {rows[-1]['hamming_map']:.4f} / rescored {rows[-1]['rescored_map']:.4f}",
               flush=True)
     return rows
 
 
+def read_label_free(path: Path) -> list[dict]:
+    """A label-free csv's rows ([] when there is none yet); files written before the counts
+    columns existed are protocol cifar10's."""
+    if not path.is_file():
+        return []
+    legacy = {"train": 5000, "queries": 1000, "database": 54000, "top": TOP, "candidates": RESCORE_CANDIDATES}
+    with open(path, newline="") as f:
+        return [{**legacy, **{k: v for k, v in r.items() if v != "" or k == "rescored_map"},
+                 "seed": int(r["seed"]), "bits": int(r["bits"]), "hamming_map": float(r["hamming_map"]),
+                 "rescored_map": float(r["rescored_map"]) if r["rescored_map"] else None}
+                for r in csv.DictReader(f)]
+
+
 def run_label_free(args) -> None:
     dataset = load_data(args.data)
-    rows = []
+    path = args.out / "label_free.csv"
+    rows = [r for r in read_label_free(path) if r["seed"] not in args.seeds]
     for seed in args.seeds:
-        rows += label_free_rows(dataset, seed, args.label_free_bits, args.methods, args.data)
-        write_rows(args.out / "label_free.csv", rows)
-    write_label_free_md(args.out / "label_free.md", rows, args)
+        rows += label_free_rows(dataset, seed, args.label_free_bits, args.methods, args.data, args.protocol,
+                                args.top)
+        rows.sort(key=lambda r: r["seed"])
+        write_rows(path, rows)
+    write_label_free_md(args.out / "label_free.md", read_label_free(path), args)
 
 
 def write_label_free_md(path: Path, rows: list[dict], args) -> None:
     seeds = sorted({r["seed"] for r in rows})
-    lines = ["# Label-free codes: mAP@1000 (%) by Hamming ranking and with float rescoring", "",
-             "Protocol cifar10 (5,000 training items, 1,000 queries, 54,000 database items), mean ± std over "
-             f"seeds {', '.join(map(str, seeds))} (a single value: one seed). Rescored: each query's top {RESCORE_CANDIDATES} by Hamming "
+    c = {k: int(rows[0][k]) for k in ("train", "queries", "database", "top", "candidates")}
+    lines = [f"# Label-free codes: mAP@{c['top']} (%) by Hamming ranking and with float rescoring", "",
+             f"Data `{args.data}`, protocol {args.protocol} ({c['train']:,} training items, {c['queries']:,} queries, "
+             f"{c['database']:,} database items), mean ± std over "
+             f"seeds {', '.join(map(str, seeds))} (a single value: one seed). Rescored: each query's top {c['candidates']:,} by Hamming "
              "re-ranked by the cosine of the standardised float features (the code plus the float vectors).", "",
              "| code | bits | bytes per item | Hamming | rescored |", "|---|---|---|---|---|"]
     for key in dict.fromkeys((r["code"], r["bits"]) for r in rows):
@@ -218,9 +271,10 @@ def write_label_free_md(path: Path, rows: list[dict], args) -> None:
             v = [r[metric] for r in group if r[metric] is not None]
             cells.append("" if not v else f"{100 * np.mean(v):.1f}" + (f" ± {100 * np.std(v, ddof=1):.1f}"
                                                                        if len(v) > 1 else ""))
-        lines.append(f"| {key[0]} | {key[1]} | {key[1] // 8} | " + " | ".join(cells) + " |")
+        lines.append(f"| {key[0]} | {key[1]} | {-(-key[1] // 8)} | " + " | ".join(cells) + " |")
+    extra = "" if (args.protocol, args.top) == ("cifar10", TOP) else f" --protocol {args.protocol} --top {args.top}"
     lines += ["", f"Command: `python benchmarks/beyond_study.py label-free --data {args.data} --out {args.out} "
-                  f"--seeds {','.join(map(str, seeds))}`", ""]
+                  f"--seeds {','.join(map(str, seeds))}{extra}`", ""]
     path.write_text("\n".join(lines))
 
 
@@ -245,9 +299,15 @@ def main() -> None:
     p.add_argument("--bits", type=int, default=64, help="curve: code length")
     p.add_argument("--epochs", type=int, default=30, help="curve: epochs of CSQ_D")
     p.add_argument("--weights", type=numbers, default=WEIGHTS, help="curve: neighbourhood weights")
+    p.add_argument("--student", choices=("tanh", "cosine"), default="tanh",
+                   help="curve: the neighbourhood term's student similarity (cosine: a prototype, this script only; "
+                        "its curve has no ITQ and Distill rows, which no student changes: read them beside "
+                        "the tanh curve's)")
     p.add_argument("--stages", type=lambda t: tuple(t.split(",")), default=("validation", "test"),
                    help="curve: validation, test or both (each writes its own csv)")
     p.add_argument("--label-free-bits", type=lambda t: numbers(t, int), default=(32, 64, 128))
+    p.add_argument("--protocol", default="cifar10", help="label-free: the split protocol")
+    p.add_argument("--top", type=int, default=TOP, help="label-free: R of mAP@R (rescoring re-ranks 4 R)")
     p.add_argument("--methods", type=lambda t: tuple(t.split(",")), default=("lsh", "pca", "itq", "distill"),
                    help="label-free: the learned codes")
     args = p.parse_args()
