@@ -158,7 +158,9 @@ def write_curve_md(path: Path, rows: list[dict], args) -> None:
     weights = sorted({float(r["setting"].split("=")[1]) for r in rows if r["setting"].startswith("csq_D w=")})
     student = "" if args.student == "tanh" else " (student similarity: cos(u_i, u_j), the prototype relaxation)"
     lines = ["# Seen and unseen classes as the neighbourhood weight moves", "",
-             f"Data `{args.data}`. CSQ_D{student}, {args.bits} bits, {args.epochs} epochs, seeds {', '.join(sorted({str(r['seed']) for r in rows}))}; "
+             f"Data `{args.data}`. CSQ_D{student}, {args.bits} bits, {args.epochs} epochs, validation seeds "
+             f"{', '.join(sorted({str(r['seed']) for r in rows if r['stage'] == 'validation'}))}, test seeds as the last "
+             "column says (rows with other seeds do not compare exactly); "
              "mAP@all (%), mean ± std over seeds (a single value: one seed). Validation: the 7 training classes of unseen:3:cifar10 split again by "
              f"`{VALIDATION_PROTOCOL}`; test: `unseen:3:cifar10`. Chosen on validation (best mean of seen "
              f"and unseen): **{chosen}**.", "",
@@ -292,7 +294,7 @@ def write_rows(path: Path, rows: list[dict]) -> None:
 
 
 def numbers(text: str, kind=float) -> tuple:
-    return tuple(kind(v) for v in text.split(","))
+    return tuple(kind(v) for v in text.split(",") if v)
 
 
 def main() -> None:
