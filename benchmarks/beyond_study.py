@@ -114,12 +114,14 @@ def run_curve(args) -> None:
     if args.student == "cosine":  # a prototype: the library's Learner calls the cosine student instead
         builder.neighbourhood_distillation = cosine_student_distillation
     dataset = load_data(args.data)
+    cells = curve_cells(args.weights, args.student == "tanh")
     for stage in args.stages:
-        rows = [r for r in read_rows(args.out / f"curve-{stage}.csv") if r["seed"] not in args.seeds]
+        redone = {(seed, name) for seed in args.seeds for name, _ in cells}
+        rows = [r for r in read_rows(args.out / f"curve-{stage}.csv") if (r["seed"], r["setting"]) not in redone]
         for seed in args.seeds:
             data = validation_dataset(dataset, seed) if stage == "validation" else dataset
             protocol = VALIDATION_PROTOCOL if stage == "validation" else "unseen:3:cifar10"
-            for name, values in curve_cells(args.weights, args.student == "tanh"):
+            for name, values in cells:
                 start = time.perf_counter()
                 extra = {} if values["method"] in ("itq", "distill") else {"epochs": args.epochs}
                 seen, unseen = seen_unseen(data, {"data": args.data, "bits": args.bits, **values, **extra},
@@ -153,13 +155,17 @@ def chosen_weight(rows: list[dict]) -> str:
 
 def write_curve_md(path: Path, rows: list[dict], args) -> None:
     chosen = chosen_weight(rows)
+    weights = sorted({float(r["setting"].split("=")[1]) for r in rows if r["setting"].startswith("csq_D w=")})
     student = "" if args.student == "tanh" else " (student similarity: cos(u_i, u_j), the prototype relaxation)"
     lines = ["# Seen and unseen classes as the neighbourhood weight moves", "",
-             f"Data `{args.data}`. CSQ_D{student}, {args.bits} bits, {args.epochs} epochs, seeds {', '.join(sorted({str(r['seed']) for r in rows}))}; "
+             f"Data `{args.data}`. CSQ_D{student}, {args.bits} bits, {args.epochs} epochs, validation seeds "
+             f"{', '.join(sorted({str(r['seed']) for r in rows if r['stage'] == 'validation'}))}, test seeds as the last "
+             "column says (rows with other seeds do not compare exactly); "
              "mAP@all (%), mean ± std over seeds (a single value: one seed). Validation: the 7 training classes of unseen:3:cifar10 split again by "
              f"`{VALIDATION_PROTOCOL}`; test: `unseen:3:cifar10`. Chosen on validation (best mean of seen "
              f"and unseen): **{chosen}**.", "",
-             "| setting | validation seen | validation unseen | test seen | test unseen |", "|---|---|---|---|---|"]
+             "| setting | validation seen | validation unseen | test seen | test unseen | test seeds |",
+             "|---|---|---|---|---|---|"]
     for setting in dict.fromkeys(r["setting"] for r in rows):
         cells = []
         for stage in ("validation", "test"):
@@ -168,10 +174,11 @@ def write_curve_md(path: Path, rows: list[dict], args) -> None:
                 cells.append(f"{100 * np.mean(v):.1f} ± {100 * np.std(v, ddof=1):.1f}" if len(v) > 1 else
                              (f"{100 * v[0]:.1f}" if v else ""))
         mark = "**" if setting == chosen else ""
+        cells.append(",".join(str(r["seed"]) for r in rows if r["stage"] == "test" and r["setting"] == setting))
         lines.append(f"| {mark}{setting}{mark} | " + " | ".join(cells) + " |")
     lines += ["", f"Command: `python benchmarks/beyond_study.py curve --data {args.data} --out {args.out} "
                   f"--seeds {','.join(sorted({str(r['seed']) for r in rows}))}"
-                  + (f" --weights {','.join(f'{w:g}' for w in args.weights)}" if tuple(args.weights) != WEIGHTS else "")
+                  + (f" --weights {','.join(f'{w:g}' for w in weights)}" if weights != sorted(WEIGHTS) else "")
                   + (f" --student {args.student}" if args.student != "tanh" else "") + "`", ""]
     path.write_text("\n".join(lines))
 
@@ -287,7 +294,7 @@ def write_rows(path: Path, rows: list[dict]) -> None:
 
 
 def numbers(text: str, kind=float) -> tuple:
-    return tuple(kind(v) for v in text.split(","))
+    return tuple(kind(v) for v in text.split(",") if v)
 
 
 def main() -> None:
