@@ -3,6 +3,7 @@ exactly its one-at-a-time answer (tie order, filters, radius, re-ranking, errors
 
 import asyncio
 import threading
+import time
 
 import httpx
 import numpy as np
@@ -206,6 +207,32 @@ def requests_of(rng, codes, n=64):
     return bodies
 
 
+def count_jobs(batcher):
+    """[the count of jobs handed to `batcher.run`], kept up to date."""
+    submitted = [0]
+    run = batcher.run
+
+    async def counted(*args, **kwargs):
+        submitted[0] += 1
+        return await run(*args, **kwargs)
+
+    batcher.run = counted
+    return submitted
+
+
+def gate_searches(store, ready):
+    """Every `store.search` waits (bounded) until ready()."""
+    search = store.search
+
+    def gated(*args, **kwargs):
+        deadline = time.monotonic() + WAIT_S
+        while not ready() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        return search(*args, **kwargs)
+
+    store.search = gated
+
+
 @pytest.mark.parametrize("kind", ["flat", "multihash"])
 def test_concurrent_requests_get_their_one_at_a_time_answers(tmp_path, rng, kind):
     codes = random_codes(rng, 300, BITS)
@@ -219,11 +246,17 @@ def test_concurrent_requests_get_their_one_at_a_time_answers(tmp_path, rng, kind
         async with app.router.lifespan_context(app):
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+                batcher = app.state.batcher
+                submitted = count_jobs(batcher)
                 alone = [await client.post("/search", json=b) for b in bodies]
-                scans = app.state.batcher.scans
+                scans, reaching = batcher.scans, submitted[0]
+                # every search of the concurrent round waits until all its jobs are queued: the
+                # round shares scans however fast the machine's event loop and threads run
+                submitted[0] = 0
+                gate_searches(batcher.store, lambda: submitted[0] >= reaching)
                 together = await asyncio.wait_for(
                     asyncio.gather(*[client.post("/search", json=b) for b in bodies]), WAIT_S)
-                return alone, together, scans, app.state.batcher.scans - scans
+                return alone, together, scans, batcher.scans - scans
 
     alone, together, alone_scans, shared_scans = asyncio.run(exchange())
     assert alone_scans == sum(r.status_code == 200 for r in alone)  # one scan each, one at a time
