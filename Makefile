@@ -33,15 +33,16 @@ test-slow: install
 # a real Milvus server (the PyPI package `milvus`), started and stopped by the tests on 127.0.0.1
 test-milvus: install
 	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[test,milvus]' 'milvus>=2.3,<2.4'
-	$(PY) -m pytest -q -m milvus tests/test_milvus.py
+	$(PY) -m pytest -q -m milvus tests/index/test_milvus.py
 
 # the search page in headless Chromium (Debian's chromium and chromium-driver: .ci/run installs them;
 # without them the test skips, saying why); screenshots in test-artifacts/browser
 test-browser: install
-	$(PY) -m pytest -q -rs -m browser tests/test_page_browser.py
+	$(PY) -m pytest -q -rs -m browser tests/service/test_page_browser.py
 
 # an environment with only what `lbhash serve --encoder` needs (requirements-serve.txt; no torch), built
-# afresh in $(SERVE_VENV); the full one trains, exports and indexes a digits run for it (docs/export.md)
+# afresh in $(SERVE_VENV); the full one trains, exports and indexes a digits run for it (docs/export.md);
+# the test runs without conftest.py, so PYTHONPATH gives it the shared helpers of tests/
 SERVE_VENV := .venv-serve
 SERVE_FIXTURE := build/serve-env
 test-serve-env: install
@@ -50,8 +51,8 @@ test-serve-env: install
 	$(SERVE_VENV)/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt -r requirements-serve.txt pytest pytest-timeout
 	$(SERVE_VENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps -e .
 	$(PY) tests/serve_env_fixture.py $(SERVE_FIXTURE)
-	LBHASH_SERVE_ENV_FIXTURE=$(SERVE_FIXTURE) $(SERVE_VENV)/bin/python -m pytest -q -s --noconftest \
-		-p no:cacheprovider -o addopts="" tests/test_serve_env.py
+	PYTHONPATH=tests LBHASH_SERVE_ENV_FIXTURE=$(SERVE_FIXTURE) $(SERVE_VENV)/bin/python -m pytest -q -s --noconftest \
+		-p no:cacheprovider -o addopts="" tests/service/test_serve_env.py
 
 bench: install
 	$(PY) benchmarks/bench_evaluate.py

@@ -12,7 +12,7 @@ How docs/search-page.png was made, from the repository root (CPU; a few minutes)
 
 QUERY is an image file, or TARBALL:MEMBER (test/cat/0007.jpg is in that run's database: the
 first hit is itself, at distance 0).
-Needs selenium and Debian's chromium and chromium-driver (as tests/test_page_browser.py).
+Needs selenium and Debian's chromium and chromium-driver (as tests/service/test_page_browser.py).
 """
 
 from __future__ import annotations

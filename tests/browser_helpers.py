@@ -1,4 +1,4 @@
-"""Helpers of the browser tests (tests/test_page_browser.py): the search page driven through
+"""Helpers of the browser tests (tests/service/test_page_browser.py): the search page driven through
 Selenium, and a service app served by uvicorn in a thread of the test process."""
 
 import importlib.util
@@ -10,7 +10,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from test_service_process import free_port
+from serve_helpers import free_port
 
 WAIT_S = 30
 

@@ -58,7 +58,7 @@ def runs(tmp_path_factory):
 
 @pytest.fixture
 def input_files(tmp_path):
-    """Input files and a 16-bit index, for the refusals of issue 19 (tests/test_cli_errors.py and
+    """Input files and a 16-bit index, for the refusals of issue 19 (tests/cli/test_cli_errors.py and
     the units they name); every case must leave them as they were (helpers.snapshot)."""
     import zipfile
 
@@ -137,3 +137,28 @@ def pytest_terminal_summary(terminalreporter):
     most = sorted(_TRAININGS_BY_FILE.items(), key=lambda item: -item[1])
     terminalreporter.write_line(f"trainings in the test processes: {sum(_TRAININGS_BY_FILE.values())} (subprocesses "
                                 "not counted; by file: " + ", ".join(f"{f} {n}" for f, n in most) + ")")
+
+
+@pytest.fixture
+def server_factory(tmp_path):
+    """make(index_dir, port, *extra): a started `lbhash serve` (serve_helpers.Server), killed after the test."""
+    from serve_helpers import Server
+
+    started = []
+
+    def make(index_dir, port, *extra):
+        server = Server(index_dir, port, *extra).start()
+        started.append(server)
+        return server
+
+    yield make
+    for server in started:
+        server.kill()
+
+
+@pytest.fixture
+def fake_torchvision(monkeypatch):
+    """torchvision's resnet50 and alexnet as small fakes (tests/model_fakes.py)."""
+    from model_fakes import install_fake_torchvision
+
+    install_fake_torchvision(monkeypatch)

@@ -281,3 +281,14 @@ def write_cifar_small(tarball, path, train: int = 100, test: int = 20):
     finally:
         sys.path.remove(benchmarks)
     np.savez(path, **cifar_small(str(tarball), train, test))
+
+
+def colour_class_images(path, n_per_class=12, classes=4, test_per_class=3, seed=0):
+    """Random images whose classes differ in colour, as an image-array file."""
+    rng = np.random.default_rng(seed)
+    labels = np.repeat(np.arange(classes), n_per_class)
+    base = rng.integers(0, 256, (classes, 1, 1, 3))
+    images = np.clip(base[labels] + rng.normal(0, 40, (len(labels), 32, 32, 3)), 0, 255).astype(np.uint8)
+    is_test = np.tile(np.arange(n_per_class) < test_per_class, classes)
+    np.savez(path, images=images, labels=labels, is_test=is_test)
+    return path

@@ -40,7 +40,7 @@ def _reproduced(experiment):
 
 TINY = ["--set", "hidden=[32]", "--set", "lr_step=0"]
 # `lbhash reproduce EXPERIMENT` at tiny size, each in its own output directory: the bank's run
-# "reproduce-EXPERIMENT" (tests/test_report_experiments.py gives the Setup row each one reports)
+# "reproduce-EXPERIMENT" (tests/reproduce/test_report_experiments.py gives the Setup row each one reports)
 REPRODUCED = {
     "grid": ["--data", "digits", "--protocol", "digits", "--methods", "csq", "--bits", "16", "--seeds", "0",
              "--epochs", "1", "--set", "centers=hadamard", *TINY],  # CSQ and CSQ_D
@@ -51,7 +51,7 @@ REPRODUCED = {
     "toy": ["--bits", "8"],
     # LSH, CSQ and CSQ_D at two seeds, on the default protocol with its 3 held-out classes
     "baselines": ["--data", "digits", "--methods", "lsh,csq", "--bits", "16", "--seeds", "0,1", "--set", "epochs=1"],
-    # one seed: the spread over seeds is rendered from tables in tests/test_studies.py and test_report.py
+    # one seed: the spread over seeds is rendered from tables in tests/reproduce/test_studies.py and test_report.py
     "study": ["--study", "tiny", "--data", "digits", "--methods", "csq", "--settings", "base;paper", "--bits", "16",
               "--seeds", "0", "--set", "epochs=2", "--set", "centers=hadamard", *TINY],
 }

@@ -1,4 +1,4 @@
-"""Make the inputs of tests/test_serve_env.py with the full environment (torch):
+"""Make the inputs of tests/service/test_serve_env.py with the full environment (torch):
 
     python tests/serve_env_fixture.py DIR
 

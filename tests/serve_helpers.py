@@ -1,5 +1,6 @@
 """`lbhash serve` in a child process on 127.0.0.1 (a free port, bounded waits), with only the
-standard library on the client side: tests/test_serve_env.py runs it in an environment
+standard library on the client side (`ServeProcess`, and `Server` for the service tests):
+tests/service/test_serve_env.py runs it in an environment
 without torch or httpx. The child reports at exit whether torch was imported."""
 
 import json
@@ -75,3 +76,37 @@ class ServeProcess:
         err = self.proc.stderr.read().decode(errors="replace")
         self.proc.stderr.close()
         return err
+
+
+class Server:
+    """`lbhash serve` in a child process; started and stopped by the test, bounded waits."""
+
+    def __init__(self, index_dir: Path, port: int, *extra: str):
+        self.index_dir, self.port, self.proc, self.extra = index_dir, port, None, [str(e) for e in extra]
+        self.url, self.log = f"http://127.0.0.1:{port}", ""
+
+    def start(self):
+        env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+        code = "from lbhash.cli.serve import serve; serve()"
+        self.proc = subprocess.Popen([sys.executable, "-c", code, str(self.index_dir), "--host", "127.0.0.1",
+                                      "--port", str(self.port), *self.extra], env=env,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited: {self.proc.stderr.read().decode()[-500:]}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/health", timeout=1):
+                    return self
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                time.sleep(0.2)
+        self.kill()
+        raise RuntimeError(f"server did not answer within {START_TIMEOUT_S} s")
+
+    def kill(self, sig=signal.SIGKILL):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=30)
+        if self.proc is not None and not self.proc.stderr.closed:
+            self.log += self.proc.stderr.read().decode(errors="replace")  # what the server printed
+            self.proc.stderr.close()

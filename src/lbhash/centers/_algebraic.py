@@ -3,7 +3,7 @@
 Both follow the same plan: list a few binary linear codes of length `bits` with at most 2^16
 codewords, enumerate each, pick `classes` codewords by farthest-first search and keep the
 set with the largest minimum distance. The generator matrices come from `_fields`, equal bit
-for bit to the galois ones lbhash used before (tests/test_code_fields.py).
+for bit to the galois ones lbhash used before (tests/centers/test_code_fields.py).
 """
 
 from __future__ import annotations

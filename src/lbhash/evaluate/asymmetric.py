@@ -7,7 +7,7 @@ confidence of each bit, and `score(q, d) = sum_j r_qj * b_dj` (b the database's 
 orders inside those ties. Rankings are by descending score, **ties by database index**, as
 everywhere in lbhash. The score is summed in float64 in one fixed order, so equal scores are
 equal bit for bit, on every machine, and a brute-force reference that adds in the same order
-gives the same ranking (tests/test_asymmetric.py): within each byte of the code (bits 8t to
+gives the same ranking (tests/evaluate/test_asymmetric.py): within each byte of the code (bits 8t to
 8t + 7) from its lowest bit up, then the byte sums from byte 0 up. That order lets a lookup
 table per query and byte (256 partial sums) replace eight multiply-adds by one gather.
 

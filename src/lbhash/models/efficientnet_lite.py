@@ -3,7 +3,7 @@ ImageNet-pretrained backbones that install from the package registry, 1280-d poo
 
 Written here rather than taken from `efficientnet-lite-pytorch` (a 2020 port that calls its own
 conversion "not thoroughly tested" and builds its padding for one fixed image size): about 100
-lines, any input size, and tests/test_efficientnet_lite.py compares its pooled features with
+lines, any input size, and tests/models/test_efficientnet_lite.py compares its pooled features with
 that package's on the same weights. Lite differs from EfficientNet-B*: ReLU6 instead of swish,
 no squeeze-and-excitation, and stem and head widths (32, 1280) that do not scale.
 

@@ -15,7 +15,7 @@ from lbhash.reproduce.report import SECTIONS
 from report_fixture import write_fixture
 from run_bank import REPRODUCED
 
-RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
+RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
 DEFAULT = "the data set's default"
 # experiment -> its Setup row (data, protocol, seeds, epochs) as reproduced at tiny size by the
 # session's bank (tests/run_bank.py REPRODUCED, the run "reproduce-EXPERIMENT")

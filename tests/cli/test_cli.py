@@ -177,6 +177,6 @@ def test_training_docs_show_the_options_of_the_config():
 
     from lbhash.cli.options import options_markdown
 
-    text = (Path(__file__).resolve().parents[1] / "docs" / "training.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "training.md").read_text()
     start = text.index("<!-- options -->\n") + len("<!-- options -->\n")
     assert text[start:].startswith(options_markdown() + "\n"), "regenerate the table with options_markdown()"

@@ -1,7 +1,7 @@
 """Typed answers for ids (lbhash.errors): `NotFound` for an id not in an index, `Conflict` for an
 id already in it, raised by CodeIndex and MilvusIndex themselves (here over a fake collection,
 tests/index_fakes.py), passed on by both stores and answered 404 and 409 by the service over
-either backend (`lbhash index remove`'s exit 2 is in tests/test_index_cli.py)."""
+either backend (`lbhash index remove`'s exit 2 is in tests/cli/test_index_cli.py)."""
 
 import numpy as np
 import pytest

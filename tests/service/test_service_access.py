@@ -14,7 +14,7 @@ from lbhash.errors import InputError
 from lbhash.index import CodeIndex
 from lbhash.service import create_app
 from lbhash.service.access import Access
-from test_service_process import free_port, server_factory  # noqa: F401  (a fixture)
+from serve_helpers import free_port
 
 WRITE, READ = "w" * 8 + "-write-key-123", "r" * 8 + "-read-key-4567"
 

@@ -20,10 +20,10 @@ def test_fine_tuning_moves_the_pretrained_backbone_and_skips_the_feature_cache(t
     from lbhash.train import TrainConfig, train
     from lbhash.train.run_codes import encode_run
     from lbhash.train.rundir import load_run_model
-    from tests.test_feature_cache import _images
+    from helpers import colour_class_images
 
     monkeypatch.setattr(feature_cache, "_compute", lambda *a: pytest.fail("a trained backbone has no cached features"))
-    data = f"image-array:{_images(tmp_path / 'small.npz', n_per_class=6, test_per_class=1)}"
+    data = f"image-array:{colour_class_images(tmp_path / 'small.npz', n_per_class=6, test_per_class=1)}"
     cfg = TrainConfig(data=data, protocol="given", backbone="efficientnet_lite0", pretrained="imagenet",
                       image_size=48, method="csq", bits=16, epochs=1, batch_size=8, progress=False)
     metrics = train(cfg, tmp_path / "run")

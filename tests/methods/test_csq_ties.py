@@ -137,7 +137,7 @@ def test_a_config_saved_before_the_options_loads_and_builds_their_old_rules(mult
 
 
 # the resume from such a run, end to end (three trainings): make test-slow; the fast test above loads
-# and builds its rules, tests/test_train_resume.py resumes runs bit-exactly
+# and builds its rules, tests/train/test_train_resume.py resumes runs bit-exactly
 @pytest.mark.slow
 def test_runs_saved_before_the_options_keep_their_old_rules(multilabel_features, tmp_path):
     """An 'old' run: made with +1 ties and the mean over labels, its config.yaml then stripped

@@ -42,7 +42,7 @@ def cache_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("LBHASH_CACHE_DIR", str(tmp_path / "cache"))
 
 
-# about 40 fits: make test-slow; tests/test_hash_encoder.py covers get/set_params, clone and fit_transform fast
+# about 40 fits: make test-slow; tests/train/test_hash_encoder.py covers get/set_params, clone and fit_transform fast
 @pytest.mark.slow
 @parametrize_with_checks([TINY], expected_failed_checks=lambda estimator: NOT_APPLICABLE)
 def test_scikit_learn_estimator_checks(estimator, check):

@@ -1,7 +1,7 @@
 """DSDH: the network loss against hand-computed values, the DCC update of codes B and
 classifier W against its own objective and independent solutions, and training with the fused
 bank likelihood against the plain formula (its gradient, constants, state and resume:
-tests/test_methods_all.py)."""
+tests/methods/test_methods_all.py)."""
 
 import itertools
 import math

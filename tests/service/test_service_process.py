@@ -6,71 +6,14 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 
 from index_reference import random_codes
+from serve_helpers import SRC, free_port
 from lbhash.index import CodeIndex
 from lbhash.service import wal_path_for
-
-SRC = Path(__file__).resolve().parents[1] / "src"
-START_TIMEOUT_S = 60
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class Server:
-    """`lbhash serve` in a child process; started and stopped by the test, bounded waits."""
-
-    def __init__(self, index_dir: Path, port: int, *extra: str):
-        self.index_dir, self.port, self.proc, self.extra = index_dir, port, None, [str(e) for e in extra]
-        self.url, self.log = f"http://127.0.0.1:{port}", ""
-
-    def start(self):
-        env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-        code = "from lbhash.cli.serve import serve; serve()"
-        self.proc = subprocess.Popen([sys.executable, "-c", code, str(self.index_dir), "--host", "127.0.0.1",
-                                      "--port", str(self.port), *self.extra], env=env,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited: {self.proc.stderr.read().decode()[-500:]}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
-                    return self
-            except httpx.TransportError:
-                time.sleep(0.2)
-        self.kill()
-        raise RuntimeError(f"server did not answer within {START_TIMEOUT_S} s")
-
-    def kill(self, sig=signal.SIGKILL):
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            self.proc.wait(timeout=30)
-        if self.proc is not None and not self.proc.stderr.closed:
-            self.log += self.proc.stderr.read().decode(errors="replace")  # what the server printed
-            self.proc.stderr.close()
-
-
-@pytest.fixture
-def server_factory(tmp_path):
-    started = []
-
-    def make(index_dir, port, *extra):
-        server = Server(index_dir, port, *extra).start()
-        started.append(server)
-        return server
-
-    yield make
-    for server in started:
-        server.kill()
 
 
 @pytest.mark.slow  # a real server killed with SIGKILL and started again

@@ -260,7 +260,7 @@ def test_the_serve_requirements_are_the_packages_dependencies():
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
     declared = set(project["dependencies"]) | set(project["optional-dependencies"]["serve"])
     wanted = [line.strip() for line in (root / "requirements-serve.txt").read_text().splitlines()

@@ -1,6 +1,6 @@
 """DBDH: the memory-bank likelihood and balance term against hand-computed values, the fused
 likelihood pass (lbhash.methods.bank_likelihood) against the plain autograd formula it replaced
-(its gradient, constants, bank state and resume: tests/test_methods_all.py)."""
+(its gradient, constants, bank state and resume: tests/methods/test_methods_all.py)."""
 
 import math
 

@@ -24,9 +24,9 @@ from lbhash.index import CodeIndex
 from lbhash.index.origins import read_sources
 from browser_helpers import MISSING, WAIT_S, PageDriver, headless_chromium, requests_seen, served_in_thread
 from page_helpers import noisy
-from test_service_process import Server, free_port
+from serve_helpers import Server, free_port
 
-ARTIFACTS = Path(os.environ.get("LBHASH_TEST_ARTIFACTS", Path(__file__).resolve().parents[1] / "test-artifacts"
+ARTIFACTS = Path(os.environ.get("LBHASH_TEST_ARTIFACTS", Path(__file__).resolve().parents[2] / "test-artifacts"
                                 / "browser"))
 
 

@@ -320,7 +320,7 @@ def test_service_reranks_uploaded_images(tmp_path, rng):
 
 
 def test_milvus_holds_the_candidates_to_its_result_cap(rng):
-    """Without a server: the refusal comes before any call to Milvus (tests/test_milvus.py
+    """Without a server: the refusal comes before any call to Milvus (tests/index/test_milvus.py
     compares re-ranked Milvus searches with CodeIndex's on a real server)."""
     from lbhash.index.milvus import MilvusIndex
 

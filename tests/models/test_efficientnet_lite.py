@@ -12,7 +12,7 @@ from lbhash.models import create_backbone, create_image_model
 from lbhash.models.efficientnet_lite import LITE_MEAN, LITE_STD, round_channels
 from lbhash.models.registry import IMAGENET_MEAN, IMAGENET_STD
 from tests.helpers import one_line_message
-from tests.test_backbones import fake_torchvision, _fake_resnet  # noqa: F401 (a fixture)
+from model_fakes import fake_resnet
 
 # Lite1 and Lite2 build deeper networks at larger sides (7 s each here): make test-slow checks them
 VARIANTS = [(0, 224), pytest.param(1, 240, marks=pytest.mark.slow), pytest.param(2, 260, marks=pytest.mark.slow)]
@@ -106,7 +106,7 @@ def test_pretrained_image_model_loads_the_packaged_file():
 
 def test_torchvision_weights_are_fetched_into_the_hub_cache(fake_torchvision, tmp_path, monkeypatch):  # noqa: F811
     monkeypatch.setenv("TORCH_HOME", str(tmp_path))
-    source = _fake_resnet()
+    source = fake_resnet()
     calls = []
 
     def fake_download(url, dst, hash_prefix=None, progress=True):

@@ -20,7 +20,7 @@ from lbhash.data import load_data, load_features
 from lbhash.data.image_arrays import load_image_arrays
 from lbhash.errors import InputError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def header_only_npy(path, shape, dtype):

@@ -1,7 +1,7 @@
 """Properties every registered method must have (the contract checks, in the spirit of
 scikit-learn's check_estimator: each runs over every registered method, with per-method inputs
 from a small table where a method needs its own), and the defaults table in the docs. The
-hand-computed values and method-specific behaviour live in tests/test_method_<name>.py."""
+hand-computed values and method-specific behaviour live in tests/methods/test_method_<name>.py."""
 
 import re
 from pathlib import Path
@@ -19,7 +19,7 @@ from lbhash.methods import LowerBoundObjective, ObjectiveOptions, available_meth
 from lbhash.methods.defaults import method_defaults
 from lbhash.surrogate import BlockSurrogate
 
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "methods.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "methods.md"
 C, BITS, N = 4, 16, 12
 
 
@@ -145,7 +145,7 @@ def test_closed_form_fit_contract(name, multi_label):
 
 
 # end to end for every variant in make test-slow; make test trains CSQ_D and ITQ (and refuses ITQ_D); CSQ
-# on multi-label data: tests/test_csq_ties.py::test_a_run_saves_its_tie_center_and_reports_the_bit_balance
+# on multi-label data: tests/methods/test_csq_ties.py::test_a_run_saves_its_tie_center_and_reports_the_bit_balance
 FAST_VARIANTS = {("csq", True), ("itq", False), ("itq", True)}
 
 

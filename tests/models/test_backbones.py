@@ -1,7 +1,5 @@
 """Backbone registry, CIFAR ResNets, optional torchvision backbones, weights files, image models."""
 
-import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -9,6 +7,7 @@ import torch
 from torch import nn
 
 from helpers import one_line_message
+from model_fakes import fake_alexnet, fake_resnet
 from lbhash.data.transforms import TRANSFORM_PRESETS
 from lbhash.models import (
     Backbone,
@@ -166,38 +165,6 @@ def test_torchvision_weights_absent_from_hub_cache(tmp_path, monkeypatch):
         one_line_message(info, "torchvision")
 
 
-def _fake_resnet(weights=None):
-    """The attribute structure of torchvision's ResNet, small."""
-    assert weights is None
-    net = nn.Module()
-    net.conv1, net.bn1, net.relu = nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU()
-    net.maxpool = nn.MaxPool2d(2)
-    net.layer1 = nn.Sequential(nn.Conv2d(8, 8, 3, padding=1), nn.ReLU())
-    net.layer2, net.layer3 = nn.Conv2d(8, 16, 1), nn.Conv2d(16, 16, 1)
-    net.layer4 = nn.Sequential(nn.Conv2d(16, 32, 1), nn.BatchNorm2d(32))
-    net.avgpool, net.fc = nn.AdaptiveAvgPool2d(1), nn.Linear(32, 10)
-    return net
-
-
-def _fake_alexnet(weights=None):
-    assert weights is None
-    net = nn.Module()
-    net.features = nn.Sequential(nn.Conv2d(3, 8, 3, stride=2), nn.ReLU(), nn.MaxPool2d(2))
-    net.avgpool = nn.AdaptiveAvgPool2d(2)
-    net.classifier = nn.Sequential(nn.Dropout(), nn.Linear(32, 24), nn.ReLU(), nn.Dropout(),
-                                   nn.Linear(24, 20), nn.ReLU(), nn.Linear(20, 10))
-    return net
-
-
-@pytest.fixture
-def fake_torchvision(monkeypatch):
-    models = types.SimpleNamespace(resnet50=_fake_resnet, alexnet=_fake_alexnet)
-    package = types.ModuleType("torchvision")
-    package.models = models
-    monkeypatch.setitem(sys.modules, "torchvision", package)
-    monkeypatch.setitem(sys.modules, "torchvision.models", models)
-
-
 def test_torchvision_wrappers_drop_classifier_and_load_hub_file(fake_torchvision, tmp_path, monkeypatch):
     monkeypatch.setenv("TORCH_HOME", str(tmp_path))
     torch.manual_seed(0)
@@ -206,7 +173,7 @@ def test_torchvision_wrappers_drop_classifier_and_load_hub_file(fake_torchvision
     cache.mkdir(parents=True)
     cases = [("resnet50", "resnet50-0676ba61.pth", 32), ("alexnet", "alexnet-owt-7be5be79.pth", 20)]
     for name, file_name, dim in cases:
-        source = (_fake_resnet if name == "resnet50" else _fake_alexnet)().eval()
+        source = (fake_resnet if name == "resnet50" else fake_alexnet)().eval()
         torch.save(source.state_dict(), cache / file_name)  # the full network's file, classifier included
         model = create_backbone(name, pretrained="torchvision").eval()
         assert model.out_features == dim and model.weights_source.endswith(file_name)

@@ -18,7 +18,7 @@ from PIL import Image
 from helpers import cli
 from lbhash.data import check_images, load_data, pixel_cache
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)

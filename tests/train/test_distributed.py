@@ -3,12 +3,15 @@
 import json
 import os
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from helpers import run_bounded
+
+TESTS = Path(__file__).resolve().parents[1]
 
 
 def _ddp_worker(fabric, result_path):
@@ -66,8 +69,10 @@ def test_banks_and_surrogate_stay_identical_across_ranks(tmp_path):
 
 def _env(tmp_path):
     # a rank that waits on a stuck one fails with its stack after a minute, not after torch's 30
+    # this file runs as a script from tests/train/: its shared helpers are one folder up
+    path = os.pathsep.join(p for p in (str(TESTS), os.environ.get("PYTHONPATH")) if p)
     return {**os.environ, "LBHASH_CACHE_DIR": str(tmp_path / "cache"), "PYTHONFAULTHANDLER": "1",
-            "LBHASH_PROCESS_GROUP_TIMEOUT": "60"}
+            "LBHASH_PROCESS_GROUP_TIMEOUT": "60", "PYTHONPATH": path}
 
 
 @pytest.mark.slow  # two training processes, about 1 min; make test-slow
