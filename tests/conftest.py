@@ -43,9 +43,11 @@ def tiny_image_run(tmp_path_factory):
     trained once per session for the search-page tests."""
     from page_helpers import make_image_tree, train_tiny_run
 
-    root = tmp_path_factory.mktemp("tiny-image-run")
-    tree = make_image_tree(root / "imgs")
-    return tree, train_tiny_run(tree, root / "run")
+    from run_bank import built_once
+
+    root = shared_tmp(tmp_path_factory, "tiny-image-run")
+    tree = built_once(root / "imgs", make_image_tree)
+    return tree, built_once(root / "run", lambda run: train_tiny_run(tree, run))
 
 
 @pytest.fixture(scope="session")
@@ -53,7 +55,15 @@ def runs(tmp_path_factory):
     """The session's bank of small trained runs (tests/run_bank.py)."""
     from run_bank import RunBank
 
-    return RunBank(tmp_path_factory.mktemp("run-bank"))
+    return RunBank(shared_tmp(tmp_path_factory, "run-bank"))
+
+
+def shared_tmp(tmp_path_factory, name: str) -> Path:
+    """A folder of this session: the same one for every pytest-xdist worker (their temporary
+    folders' parent), so that what one worker trained the others read."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return tmp_path_factory.getbasetemp().parent / name
+    return tmp_path_factory.mktemp(name)
 
 
 @pytest.fixture

@@ -1,11 +1,16 @@
 """Runs trained once per test session and shared: a test that only reads a run takes the bank's
 copy (`runs.path(NAME)`), a test that changes one takes its own copy (`runs.copy(NAME, dest)`).
-The `runs` fixture (conftest.py) is the bank; what each name trains is in RECIPES."""
+The `runs` fixture (conftest.py) is the bank; what each name trains is in RECIPES. Under
+pytest-xdist the workers share one bank: the first to need a run trains it, under a file lock,
+and the others wait for it instead of training it again."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import shutil
 from pathlib import Path
+from typing import Callable
 
 # the small digits runs of the fast suite: 16 bits, one hidden layer, Hadamard centers
 DIGITS = dict(data="digits", bits=16, hidden=[64], centers="hadamard", progress=False)
@@ -67,18 +72,38 @@ RECIPES = {
 }
 
 
+def built_once(where: Path, build: Callable[[Path], object]) -> Path:
+    """build(where) unless a finished build is there; one process at a time builds (a lock file
+    beside it), and a build that failed half-way is removed and made again."""
+    done = where.with_name(f".{where.name}.done")
+    if not done.exists():
+        where.parent.mkdir(parents=True, exist_ok=True)
+        with _locked(where.with_name(f".{where.name}.lock")):
+            if not done.exists():
+                if where.exists():
+                    shutil.rmtree(where)
+                build(where)
+                done.touch()
+    return where
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    with open(path, "a") as handle:  # the test's own timeout bounds the wait
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 class RunBank:
     def __init__(self, root: Path):
         self.root = root
-        self.built: set[str] = set()
 
     def path(self, name: str) -> Path:
         """The bank's run NAME, trained on first use: read it, never change it."""
-        where = self.root / name
-        if name not in self.built:
-            RECIPES[name](where)
-            self.built.add(name)
-        return where
+        return built_once(self.root / name, RECIPES[name])
 
     def copy(self, name: str, dest: Path) -> Path:
         """A copy of run NAME at dest, for a test that changes it."""
