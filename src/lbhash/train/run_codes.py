@@ -20,7 +20,7 @@ from lbhash.data.feature_cache import with_frozen_features
 from lbhash.data.input_form import conform_dataset
 from lbhash.errors import InputError
 from lbhash.train.builder import evaluation_topk, input_options
-from lbhash.train.encoder import encode_sharded
+from lbhash.train.encoder import embed_sharded, encode_sharded
 from lbhash.train.processes import check_accelerator, encoding_processes, leave_process_group
 from lbhash.train.rundir import PARTS, SPLIT, load_input_form, load_run_model
 
@@ -63,8 +63,8 @@ def encode_run(run_dir: str | Path, data: str | None = None, part: str = "all",
     if cfg.input_kind == "images" and cfg.freeze_backbone:  # the cached features, computed once
         dataset = with_frozen_features(dataset, model.backbone, index, input_options(cfg), fabric.device,
                                        progress and fabric.is_global_zero)
-    out = encode_sharded(fabric, model, dataset, index, input_options(cfg),
-                         _autocast(fabric.device, precision), progress, real=real)
+    sharded = embed_sharded if real else encode_sharded
+    out = sharded(fabric, model, dataset, index, input_options(cfg), _autocast(fabric.device, precision), progress)
     leave_process_group(fabric)
     if out is None:
         return None
