@@ -14,7 +14,7 @@ HashEncoder front door for arrays.
 - `run_training`: opening and training a run directory (`open_run`, `train_open_run`); `write_run`;
 - `run_store`: the run directory as the core's store (log lines, checkpoints, best.pt, resume);
 - `split_codes`: the codes of a split's query and database, in memory, and codes.npz;
-- `run_codes`: the codes of any data with a finished run's model (`encode_run`);
+- `run_codes`: the codes of any data with a finished run's model (`encode_run`, `embed_run`);
 - `run_metrics`: metrics.json and the manifest of a finished run (`evaluate_run`);
 - `rundir`: a run directory's files, lock and manifest, and reading it back (config, log, model);
 - `summary`: what a run tells its user (the data line, epoch lines, the result line);
