@@ -182,6 +182,7 @@ def test_encode_real_gives_the_outputs_whose_signs_are_the_codes(itq_run, tmp_pa
     from lbhash.codes_file import load_codes_file
     from lbhash.data import load_data, load_split
     from lbhash.train import HashEncoder
+    from lbhash.train.run_codes import embed_run, encode_run
 
     enc = HashEncoder.load(itq_run)
     x = load_data("digits").x[load_split(itq_run / "split.npz").query]
@@ -198,6 +199,12 @@ def test_encode_real_gives_the_outputs_whose_signs_are_the_codes(itq_run, tmp_pa
         assert data["real"].dtype == np.float32
         np.testing.assert_array_equal(data["codes"], pack(to_signs(data["real"])))
         np.testing.assert_allclose(data["real"], u, rtol=1e-6, atol=1e-6)
+        # the library: encode_run's part has no `real`; embed_run's adds it to the same codes
+        plain, with_real = (run(itq_run, part="query", progress=False) for run in (encode_run, embed_run))
+        assert "real" not in plain and with_real.keys() == plain.keys() | {"real"}
+        np.testing.assert_array_equal(plain["codes"], data["codes"])
+        np.testing.assert_array_equal(with_real["codes"], data["codes"])
+        np.testing.assert_array_equal(with_real["real"], data["real"])
     # ties at 0: outputs of exactly +0.0 and -0.0 are bit +1, as bin(0) = +1 everywhere
     last = [m for m in enc.model_.modules() if isinstance(m, torch.nn.Linear)][-1]
     with torch.no_grad():

@@ -37,10 +37,11 @@ def encode(run_dir: Path, data: str | None, part: str, out: Path, accelerator: s
     `lbhash evaluate`, `lbhash index build|add` and `lbhash search --codes` read it as it is.
     """
     from lbhash._io import check_new_output_file
-    from lbhash.train.run_codes import encode_run, save_encoded
+    from lbhash.train.run_codes import embed_run, encode_run, save_encoded
 
     check_new_output_file(out, "--out", overwrite)
-    encoded = encode_run(run_dir, data, part, accelerator, precision, devices, progress, real=real)
+    run = embed_run if real else encode_run  # --real: the codes and the outputs they are the signs of
+    encoded = run(run_dir, data, part, accelerator, precision, devices, progress)
     if encoded is None:  # another rank of a multi-process run
         return
     save_encoded(out, encoded)

@@ -43,11 +43,13 @@ class QueryEncoder:
         loaded from a file), an image batch, or a list of images of any sizes. Feature rows go
         through the run's input contract (docs/data.md#the-input-contract); json_numbers: they
         came from JSON."""
-        return self._run(inputs, False, json_numbers)
+        parts = [self._codes(batch, json_numbers) for batch in self._batches(inputs)]
+        return _joined(parts, np.empty((0, self.bits // 8), np.uint8))
 
     def embed(self, inputs, json_numbers: bool = False) -> np.ndarray:
         """The encoder's real outputs float32 (n, bits) of the same inputs (codes = their signs)."""
-        return self._run(inputs, True, json_numbers)
+        parts = [self._real(batch, json_numbers) for batch in self._batches(inputs)]
+        return _joined(parts, np.empty((0, self.bits), np.float32))
 
     def queries(self, inputs, *, rerank: bool, json_numbers: bool = False) -> Queries:
         """The `Queries` of the inputs: their codes, and (rerank=True) the real outputs they are
@@ -63,30 +65,45 @@ class QueryEncoder:
             raise InputError("this run encodes feature vectors, not images")
         return [decode_image(blob, name) for blob, name in zip(blobs, names)]
 
-    def _run(self, inputs, real: bool, json_numbers: bool) -> np.ndarray:
+    def _batches(self, inputs) -> list:
+        """The inputs, checked, as the batches the encoder takes: feature rows (or a data set)
+        and an image batch whole, a list of images of different sizes one at a time."""
         if self.input_kind == "features":
-            return self._checked(inputs if isinstance(inputs, HashDataset) else check_features(inputs), real,
-                                 json_numbers)
+            return [inputs if isinstance(inputs, HashDataset) else check_features(inputs)]
         images = check_images(inputs)
-        if isinstance(images, list):  # different sizes: one at a time
-            parts = [self._checked(img[None], real) for img in images]
-            empty = np.empty((0, self.bits), np.float32) if real else np.empty((0, self.bits // 8), np.uint8)
-            return np.concatenate(parts) if parts else empty
-        return self._checked(images, real)
+        return [img[None] for img in images] if isinstance(images, list) else [images]
 
-    def _checked(self, batch, real: bool, json_numbers: bool = False) -> np.ndarray:
-        """The encoder's codes (or real outputs) of a batch, checked against its contract."""
-        try:
-            out = np.asarray(self.encoder.embed(batch, json_numbers=json_numbers) if real
-                             else self.encoder.encode(batch, json_numbers=json_numbers))
-        except ValueError as err:  # lbhash's convention: the input was refused
-            raise InputError(one_line(err)) from None
-        n, bits = len(batch), self.bits
-        if real and (out.dtype.kind != "f" or out.shape != (n, bits)):  # the encoder broke its contract
-            raise RuntimeError(f"encoder returned real outputs {out.dtype} {out.shape}, expected float ({n}, {bits})")
-        if not real and (out.dtype != np.uint8 or out.shape != (n, bits // 8)):
-            raise RuntimeError(f"encoder returned {out.dtype} {out.shape}, expected uint8 ({n}, {bits // 8})")
+    def _codes(self, batch, json_numbers: bool) -> np.ndarray:
+        """The encoder's packed codes of a batch, checked against its contract."""
+        out = _refusing(self.encoder.encode, batch, json_numbers)
+        n, width = len(batch), self.bits // 8
+        if out.dtype != np.uint8 or out.shape != (n, width):  # the encoder broke its contract
+            raise RuntimeError(f"encoder returned {out.dtype} {out.shape}, expected uint8 ({n}, {width})")
         return out
+
+    def _real(self, batch, json_numbers: bool) -> np.ndarray:
+        """The encoder's real outputs of a batch, checked against its contract."""
+        out = _refusing(self.encoder.embed, batch, json_numbers)
+        n, bits = len(batch), self.bits
+        if out.dtype.kind != "f" or out.shape != (n, bits):  # the encoder broke its contract
+            raise RuntimeError(f"encoder returned real outputs {out.dtype} {out.shape}, expected float ({n}, {bits})")
+        return out
+
+
+def _refusing(method, batch, json_numbers: bool) -> np.ndarray:
+    """`method(batch)` as an array; a ValueError (lbhash's convention: the input was refused)
+    becomes a one-line InputError."""
+    try:
+        return np.asarray(method(batch, json_numbers=json_numbers))
+    except ValueError as err:
+        raise InputError(one_line(err)) from None
+
+
+def _joined(parts: list[np.ndarray], empty: np.ndarray) -> np.ndarray:
+    """The batches' rows in order: one batch as it is, none as `empty`."""
+    if len(parts) == 1:
+        return parts[0]
+    return np.concatenate(parts) if parts else empty
 
 
 class Searcher(QueryEncoder):

@@ -9,12 +9,12 @@ HashEncoder front door for arrays.
 - `fit`: the in-memory training core (`prepare`, `train_to_end`, `fit` -> `Trained`);
 - `closed_form`: the one fit of the closed-form baselines, recorded as the loop's epochs are;
 - `selection`: model selection on the validation share (`select: best-val`, patience);
-- `encoder`: model + data -> codes, on one process or several;
+- `encoder`: model + data -> codes (`encode`) or real outputs (`embed`), on one process or several;
 - `run`: `train`, the run directory over the core: a new run, a resumed one, or nothing left;
 - `run_training`: opening and training a run directory (`open_run`, `train_open_run`); `write_run`;
 - `run_store`: the run directory as the core's store (log lines, checkpoints, best.pt, resume);
 - `split_codes`: the codes of a split's query and database, in memory, and codes.npz;
-- `run_codes`: the codes of any data with a finished run's model (`encode_run`);
+- `run_codes`: the codes of any data with a finished run's model (`encode_run`, `embed_run`);
 - `run_metrics`: metrics.json and the manifest of a finished run (`evaluate_run`);
 - `rundir`: a run directory's files, lock and manifest, and reading it back (config, log, model);
 - `summary`: what a run tells its user (the data line, epoch lines, the result line);

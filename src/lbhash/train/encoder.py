@@ -1,15 +1,16 @@
-"""The one encoder: a model plus data items -> +/-1 codes, on one process or on several.
+"""The one encoder: a model plus data items -> +/-1 codes (`encode`) or the hash head's real
+outputs (`embed`), on one process or on several.
 
-`encode` runs the model under `torch.inference_mode`, in eval mode, batch by batch over the
-data set's encoding batches (lbhash.data.HashDataset.encode_batches: for images, large batches
-gathered from the decoded pixel store, untransformed but for resizing and normalisation),
-under the caller's autocast, on every intra-op thread torch has. Every
-path that produces codes (training, `lbhash encode`, HashEncoder, search) calls it; with
-`real=True` it returns the hash head's real outputs u instead (float32), from the same forward
-pass, so the codes are exactly `lbhash.codes.to_signs(u)` (u >= 0 -> +1, so 0 and -0.0 give +1): the input of
-asymmetric ranking (lbhash.evaluate.asymmetric) and of a search's re-ranking.
-`encode_sharded` splits the items over the ranks of a process group: each rank encodes its
-contiguous share and rank 0 receives all codes in order (`all_gather`).
+Both run one forward loop: the model under `torch.inference_mode`, in eval mode, batch by batch
+over the data set's encoding batches (lbhash.data.HashDataset.encode_batches: for images, large
+batches gathered from the decoded pixel store, untransformed but for resizing and
+normalisation), under the caller's autocast, on every intra-op thread torch has. Every path
+that produces codes (training, `lbhash encode`, HashEncoder, search) calls `encode`; `embed`
+returns the real outputs u (float32) of the same forward pass, and the codes are exactly
+`lbhash.codes.to_signs(u)` (u >= 0 -> +1, so 0 and -0.0 give +1): the input of asymmetric
+ranking (lbhash.evaluate.asymmetric) and of a search's re-ranking.
+`encode_sharded` and `embed_sharded` split the items over the ranks of a process group: each
+rank runs its contiguous share and rank 0 receives all rows in order (`all_gather`).
 """
 
 from __future__ import annotations
@@ -30,13 +31,31 @@ def _input_dtype(model: nn.Module) -> torch.dtype:
     return param.dtype if param is not None and param.is_floating_point() else torch.float32
 
 
-@torch.inference_mode()
 def encode(model: nn.Module, dataset: HashDataset, indices=None, options: InputOptions = InputOptions(),
            device="cpu", autocast=contextlib.nullcontext, progress: bool = False,
-           batch_size: int | None = None, real: bool = False) -> np.ndarray:
+           batch_size: int | None = None) -> np.ndarray:
     """+/-1 int8 codes (len(indices), bits) of the data set's items (default: all); batch_size
-    None takes the data set's own. real=True: the model's real outputs, float32 (len(indices),
-    bits), whose signs (>= 0 -> +1) are the codes."""
+    None takes the data set's own."""
+    return _forward(model, dataset, indices, options, device, autocast, progress, batch_size, to_signs)
+
+
+def embed(model: nn.Module, dataset: HashDataset, indices=None, options: InputOptions = InputOptions(),
+          device="cpu", autocast=contextlib.nullcontext, progress: bool = False,
+          batch_size: int | None = None) -> np.ndarray:
+    """The model's real outputs, float32 (len(indices), bits), of the items `encode` would
+    encode: its codes are their signs (>= 0 -> +1)."""
+    return _forward(model, dataset, indices, options, device, autocast, progress, batch_size, _float32)
+
+
+def _float32(u: torch.Tensor) -> torch.Tensor:
+    return u.float()  # float32 holds bf16/fp16 outputs exactly: their signs are the codes' signs
+
+
+@torch.inference_mode()
+def _forward(model: nn.Module, dataset: HashDataset, indices, options: InputOptions, device, autocast,
+             progress: bool, batch_size: int | None, per_batch) -> np.ndarray:
+    """The forward loop of `encode` and `embed`; `per_batch` turns each batch's outputs into
+    what they return (on the device: codes cross to the CPU as int8)."""
     was_training = model.training
     model.eval()
     dtype = _input_dtype(model)
@@ -49,14 +68,14 @@ def encode(model: nn.Module, dataset: HashDataset, indices=None, options: InputO
         for x in dataset.encode_batches(check_indices(dataset, indices), options, device, progress, batch_size):
             with autocast():
                 u = model(x.to(dtype))
-            # float32 holds bf16/fp16 outputs exactly: their signs are the codes' signs
-            out.append(u.float().cpu().numpy() if real else to_signs(u).cpu().numpy())
+            out.append(per_batch(u).cpu().numpy())
     finally:
         model.train(was_training)
         if exact:
             torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
-    bits = getattr(model, "bits", 0)
-    return np.concatenate(out) if out else np.empty((0, bits), dtype=np.float32 if real else np.int8)
+    if not out:  # no items: an empty array of the dtype the batches would have had
+        out.append(per_batch(torch.empty((0, getattr(model, "bits", 0)))).numpy())
+    return np.concatenate(out)
 
 
 def all_gather(fabric, tensor: torch.Tensor) -> torch.Tensor:
@@ -77,18 +96,31 @@ def all_gather(fabric, tensor: torch.Tensor) -> torch.Tensor:
 
 def encode_sharded(fabric, model: nn.Module, dataset: HashDataset, indices=None,
                    options: InputOptions = InputOptions(), autocast=contextlib.nullcontext,
-                   progress: bool = False, real: bool = False) -> np.ndarray | None:
+                   progress: bool = False) -> np.ndarray | None:
     """`encode` split over the processes of `fabric`: every rank encodes one contiguous share
-    of the items; rank 0 returns all codes (or real outputs) in item order, the other ranks None."""
+    of the items; rank 0 returns all codes in item order, the other ranks None."""
+    return _sharded(encode, fabric, model, dataset, indices, options, autocast, progress)
+
+
+def embed_sharded(fabric, model: nn.Module, dataset: HashDataset, indices=None,
+                  options: InputOptions = InputOptions(), autocast=contextlib.nullcontext,
+                  progress: bool = False) -> np.ndarray | None:
+    """`embed` split as `encode_sharded` splits `encode`: rank 0 returns all real outputs in
+    item order, the other ranks None."""
+    return _sharded(embed, fabric, model, dataset, indices, options, autocast, progress)
+
+
+def _sharded(run, fabric, model: nn.Module, dataset: HashDataset, indices, options: InputOptions, autocast,
+             progress: bool) -> np.ndarray | None:
+    """`run` (`encode` or `embed`) of this rank's share, gathered on rank 0."""
     idx = check_indices(dataset, indices)
     shares = np.array_split(idx, fabric.world_size)
-    mine = encode(model, dataset, shares[fabric.global_rank], options, fabric.device, autocast,
-                  progress and fabric.is_global_zero, real=real)
+    mine = run(model, dataset, shares[fabric.global_rank], options, fabric.device, autocast,
+               progress and fabric.is_global_zero)
     if fabric.world_size == 1:
         return mine
     longest = max(len(s) for s in shares)
-    padded = torch.zeros((longest, mine.shape[1] if mine.ndim == 2 else 0),
-                         dtype=torch.float32 if real else torch.int8)
+    padded = torch.zeros((longest, mine.shape[1]), dtype=torch.from_numpy(mine).dtype)
     padded[:len(mine)] = torch.from_numpy(mine)
     gathered = all_gather(fabric, padded.to(fabric.device)).cpu().numpy()  # (world, longest, bits)
     if not fabric.is_global_zero:

@@ -188,7 +188,7 @@ class HashEncoder(RunEncoder, TransformerMixin, BaseEstimator):
         with code_format="packed" (`encode`'s), int8 +/-1 (n, bits) with "signs"."""
         self._check_fitted("transform")
         _check_code_format(self.code_format)
-        signs = self._outputs(X)
+        signs = self._signs(X)
         return pack(signs) if self.code_format == "packed" else signs
 
     def save(self, path: str | Path) -> Path:

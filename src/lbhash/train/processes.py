@@ -48,9 +48,9 @@ def make_fabric(accelerator: str, devices: int, precision: str, loggers=None):
 
 @dataclass(frozen=True)
 class OneProcess:
-    """This process alone, with what `encode_sharded` and `leave_process_group` read of a
-    Fabric: one device needs no process group, and importing Lightning takes longer than all
-    the rest of `lbhash encode` (docs/benchmarks.md#start-up)."""
+    """This process alone, with what `encode_sharded` (and `embed_sharded`) and
+    `leave_process_group` read of a Fabric: one device needs no process group, and importing
+    Lightning takes longer than all the rest of `lbhash encode` (docs/benchmarks.md#start-up)."""
     device: torch.device
     world_size: int = 1
     global_rank: int = 0

@@ -1,5 +1,5 @@
-"""The codes of any data with a finished run's model (`encode_run`, `lbhash encode`,
-`save_encoded`). codes.npz at the end of training is lbhash.train.split_codes'; both encode with
+"""The codes of any data with a finished run's model (`encode_run`; `embed_run` adds the real
+outputs; `lbhash encode`, `save_encoded`). codes.npz at the end of training is lbhash.train.split_codes'; both encode with
 the one encoder (lbhash.train.encoder) and store labels the same way
 (`lbhash.codes_file.stored_labels`), so that a run's own items encode to the codes its codes.npz
 holds. Nothing here imports the training loop or Lightning: `lbhash encode` starts fast.
@@ -20,28 +20,51 @@ from lbhash.data.feature_cache import with_frozen_features
 from lbhash.data.input_form import conform_dataset
 from lbhash.errors import InputError
 from lbhash.train.builder import evaluation_topk, input_options
-from lbhash.train.encoder import encode_sharded
+from lbhash.train.encoder import embed_sharded, encode_sharded
 from lbhash.train.processes import check_accelerator, encoding_processes, leave_process_group
 from lbhash.train.rundir import PARTS, SPLIT, load_input_form, load_run_model
 
 
 def encode_run(run_dir: str | Path, data: str | None = None, part: str = "all",
                accelerator: str = "cpu", precision: str = "32-true", devices: int = 1,
-               progress: bool = True, real: bool = False) -> dict[str, np.ndarray] | None:
+               progress: bool = True) -> dict[str, np.ndarray] | None:
     """Codes of a data set (default: the run's own) with a trained run's model.
 
     `part` selects the run's train/query/database items and needs the run's own data. Other
     data goes through the run's input contract (lbhash.data.input_form) and needs no labels.
     Returns the fields of a codes-file part (lbhash.codes_file): packed `codes`, `ids` (item
-    positions), `labels` (None without), `sources` (None for feature rows) and, with real=True,
-    `real` (float32 (n, bits), whose signs are the codes); plus `bits` and `topk`, the R of the
-    run's protocol. On a GPU the model runs in float32 by default, as training made the run's
-    codes, or under autocast in `precision` ("bf16-mixed", "16-mixed"): faster, but about 1% of
-    items then differ from the run's codes by a bit or two.
+    positions), `labels` (None without), `sources` (None for feature rows); plus `bits` and
+    `topk`, the R of the run's protocol. On a GPU the model runs in float32 by default, as
+    training made the run's codes, or under autocast in `precision` ("bf16-mixed", "16-mixed"):
+    faster, but about 1% of items then differ from the run's codes by a bit or two.
     With devices > 1 the items are shared out over that many processes (Lightning Fabric, or
     torchrun's); rank 0 returns everything, the other ranks None. One device runs in this
     process alone, without Lightning.
     """
+    done = _run_forward(encode_sharded, run_dir, data, part, accelerator, precision, devices, progress)
+    if done is None:
+        return None
+    signs, fields = done
+    return {"codes": pack(signs), **fields}
+
+
+def embed_run(run_dir: str | Path, data: str | None = None, part: str = "all",
+              accelerator: str = "cpu", precision: str = "32-true", devices: int = 1,
+              progress: bool = True) -> dict[str, np.ndarray] | None:
+    """`encode_run`'s fields and `real`, the hash head's real outputs (float32 (n, bits)) from
+    the forward pass whose signs are the `codes` (0 -> +1): one pass gives both, so a
+    codes file with `real` (`lbhash encode --real`) always holds the signs of its outputs."""
+    done = _run_forward(embed_sharded, run_dir, data, part, accelerator, precision, devices, progress)
+    if done is None:
+        return None
+    real, fields = done
+    return {"codes": pack(to_signs(real)), **fields, "real": real}
+
+
+def _run_forward(sharded, run_dir: str | Path, data: str | None, part: str, accelerator: str, precision: str,
+                 devices: int, progress: bool) -> tuple[np.ndarray, dict] | None:
+    """`sharded` (`encode_sharded` or `embed_sharded`) of the items `encode_run` encodes, and
+    the codes-file fields but `codes` (None on ranks other than 0)."""
     run_dir = Path(run_dir)
     if part not in PARTS:
         raise InputError(f"part must be one of {', '.join(PARTS)}, got {part!r}")
@@ -63,23 +86,20 @@ def encode_run(run_dir: str | Path, data: str | None = None, part: str = "all",
     if cfg.input_kind == "images" and cfg.freeze_backbone:  # the cached features, computed once
         dataset = with_frozen_features(dataset, model.backbone, index, input_options(cfg), fabric.device,
                                        progress and fabric.is_global_zero)
-    out = encode_sharded(fabric, model, dataset, index, input_options(cfg),
-                         _autocast(fabric.device, precision), progress, real=real)
+    out = sharded(fabric, model, dataset, index, input_options(cfg), _autocast(fabric.device, precision), progress)
     leave_process_group(fabric)
     if out is None:
         return None
     if out.shape[1] != cfg.bits:
         raise InputError(f"the model gives {out.shape[1]} bits but the run has {cfg.bits}")
-    codes = to_signs(out) if real else out  # one forward pass: the codes are the signs
     labelled = dataset.num_classes > 0
-    return {"codes": pack(codes), "bits": cfg.bits, "ids": np.asarray(index, np.int64),
-            "labels": stored_labels(dataset.multi_label, dataset.labels[index]) if labelled else None,
-            "sources": dataset.item_sources(index), "real": out if real else None,
-            "topk": evaluation_topk(cfg, split)}
+    return out, {"bits": cfg.bits, "ids": np.asarray(index, np.int64),
+                 "labels": stored_labels(dataset.multi_label, dataset.labels[index]) if labelled else None,
+                 "sources": dataset.item_sources(index), "topk": evaluation_topk(cfg, split)}
 
 
 def save_encoded(path: str | Path, encoded: dict) -> None:
-    """Write `encode_run`'s result as a codes file of one part."""
+    """Write `encode_run`'s (or `embed_run`'s) result as a codes file of one part."""
     fields = {k: v for k, v in encoded.items() if k not in ("bits", "topk")}
     write_codes_file(path, encoded["bits"], {"items": fields}, topk=encoded["topk"])
 

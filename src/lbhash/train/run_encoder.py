@@ -20,7 +20,7 @@ from lbhash.data.image_arrays import as_rgb_images
 from lbhash.data.input_form import conform_dataset, conform_features
 from lbhash.errors import InputError
 from lbhash.train.builder import input_options
-from lbhash.train.encoder import encode
+from lbhash.train.encoder import embed, encode
 from lbhash.encoders import Encoder
 from lbhash.train.rundir import CODES, CONFIG, METRICS, Fitted, model_identity, read_fitted, read_metrics
 
@@ -75,7 +75,7 @@ class RunEncoder(Encoder):
         input in another form is converted by its rule or refused. json_numbers: the rows came
         from JSON, whose integers a float-trained run takes as values."""
         self._check_fitted("encode")
-        return pack(self._outputs(X, batch_size, False, json_numbers))
+        return pack(self._signs(X, batch_size, json_numbers))
 
     def embed(self, X, *, json_numbers: bool = False, batch_size: int | None = None) -> np.ndarray:
         """The hash head's real outputs u of the rows of X, float32 (n, bits), from the forward
@@ -83,7 +83,8 @@ class RunEncoder(Encoder):
         what asymmetric ranking and `lbhash.index.rerank_search(index, codes, k, u)` score the
         codes with."""
         self._check_fitted("embed")
-        return self._outputs(X, batch_size, True, json_numbers)
+        return embed(self.model_, self._inputs(X, json_numbers), None, input_options(self.config_),
+                     batch_size=batch_size)
 
     def identity(self) -> dict | None:
         """The weights the run encodes with, as an index records them (None: a fit in memory)."""
@@ -102,10 +103,11 @@ class RunEncoder(Encoder):
                 "asymmetric_map": asymmetric.get("map"), "validation_map": metrics.get("validation_map"),
                 "lower_bound": metrics.get("lower_bound"), "pr_curve": metrics.get("pr_curve")}
 
-    def _outputs(self, X, batch_size: int | None = None, real: bool = False, json_numbers: bool = False):
-        """+/-1 int8 codes of the rows of X, or with real=True the head's float32 outputs."""
+    def _signs(self, X, batch_size: int | None = None, json_numbers: bool = False) -> np.ndarray:
+        """+/-1 int8 codes (n, bits) of the rows of X: what `encode` packs (and HashEncoder's
+        transform returns as they are with code_format="signs")."""
         return encode(self.model_, self._inputs(X, json_numbers), None, input_options(self.config_),
-                      batch_size=batch_size, real=real)
+                      batch_size=batch_size)
 
     def _inputs(self, X, json_numbers: bool = False) -> HashDataset:
         if isinstance(X, HashDataset):

@@ -14,7 +14,7 @@ import torch
 
 from lbhash._io import save_npz
 from lbhash.codes_file import codes_arrays, codes_from_arrays, stored_labels
-from lbhash.train.encoder import encode
+from lbhash.train.encoder import embed, encode
 from lbhash.train.loop import Trainer
 from lbhash.train.rundir import CODES, CODES_SEEN
 
@@ -76,8 +76,7 @@ def _codes_file(trainer: Trainer, query: np.ndarray, database: np.ndarray, with_
 def query_outputs(trainer: Trainer, query: np.ndarray) -> np.ndarray:
     """The hash head's real outputs u (float32) of the queries, in float32 without autocast:
     `evaluate_codes(query_real=...)` ranks the database codes by their inner product with u."""
-    return encode(trainer.learner.model, trainer.exp.dataset, query, trainer.options, trainer.fabric.device,
-                  real=True)
+    return embed(trainer.learner.model, trainer.exp.dataset, query, trainer.options, trainer.fabric.device)
 
 
 @torch.no_grad()
