@@ -188,8 +188,8 @@ def test_a_run_that_stopped_early_is_not_trained_further(tmp_path, monkeypatch):
 
 # --- an unfinished run continues from its last checkpoint -----------------------------------------
 
-def test_torn_last_log_line_and_stale_temporaries_are_dropped_on_resume(tmp_path, caplog, runs):
-    cut = runs.copy("cut-at-2", tmp_path / "cut")
+def test_a_resume_after_a_torn_log_line_equals_the_uninterrupted_run(tmp_path, caplog, runs):
+    full, cut = runs.path("csq_D-3"), runs.copy("cut-at-2", tmp_path / "cut")  # killed after epoch 2 of 3
     with open(cut / "log.jsonl", "a") as fh:
         fh.write('{"epoch": 3, "lo')
     (cut / ".checkpoint.pt.424242.dead.tmp").write_bytes(b"")  # a killed writer's temporary
@@ -199,6 +199,13 @@ def test_torn_last_log_line_and_stale_temporaries_are_dropped_on_resume(tmp_path
     epochs = [json.loads(line)["epoch"] for line in (cut / "log.jsonl").read_text().splitlines()]
     assert epochs == [1, 2, 3]
     assert not list(cut.glob(".*.tmp"))
+    # the stale temporary and the torn line aside, the resumed run is the uninterrupted one
+    a, b = load_codes_file(full / "codes.npz"), load_codes_file(cut / "codes.npz")
+    np.testing.assert_array_equal(a["db_codes"], b["db_codes"])
+    np.testing.assert_array_equal(a["query_codes"], b["query_codes"])
+    strip = lambda p: [{k: v for k, v in json.loads(x).items() if k != "seconds"}
+                       for x in (p / "log.jsonl").read_text().splitlines()]
+    assert strip(full) == strip(cut)
 
 
 def test_a_failure_before_the_first_checkpoint_does_not_duplicate_epochs(tmp_path, runs):
