@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from lbhash._io import save_npz
+from lbhash.codes import to_signs
 from lbhash.codes_file import codes_arrays, codes_from_arrays, stored_labels
 from lbhash.train.encoder import embed, encode
 from lbhash.train.loop import Trainer
@@ -54,11 +55,13 @@ def _codes_file(trainer: Trainer, query: np.ndarray, database: np.ndarray, with_
     # in float32 whatever the training precision: the codes every later path (the CPU, the
     # service, HashEncoder) reproduces bit for bit; bf16 flips about 1% of items by a bit or two
     model, device, progress = trainer.learner.model, trainer.fabric.device, trainer.cfg.progress
-    q = encode(model, ds, query, trainer.options, device, progress=progress)
+    # one pass over the queries: their real outputs (for asymmetric ranking) and, as their signs, their codes
+    real = embed(model, ds, query, trainer.options, device, progress=progress)
+    q = to_signs(torch.from_numpy(real)).numpy()  # the tensor rule, as `encode` applies it
     db = encode(model, ds, database, trainer.options, device, progress=progress)
     seconds = time.perf_counter() - start
     ql, dl = ds.labels[query], ds.labels[database]
-    extra = {"query_real": query_outputs(trainer, query)}  # for asymmetric ranking
+    extra = {"query_real": real}
     scores = classifier_scores(trainer, q) if with_scores else None
     if scores is not None:  # methods with a classifier branch (GreedyHash, DSDH)
         extra["query_scores"] = scores
@@ -71,12 +74,6 @@ def _codes_file(trainer: Trainer, query: np.ndarray, database: np.ndarray, with_
     parts = {"query": {"codes": q, "labels": stored_labels(multi_hot, ql), "ids": query},
              "db": {"codes": db, "labels": stored_labels(multi_hot, dl), "ids": database}}
     return codes_arrays(None, parts, exp.topk, encode_seconds=seconds, **extra)
-
-
-def query_outputs(trainer: Trainer, query: np.ndarray) -> np.ndarray:
-    """The hash head's real outputs u (float32) of the queries, in float32 without autocast:
-    `evaluate_codes(query_real=...)` ranks the database codes by their inner product with u."""
-    return embed(trainer.learner.model, trainer.exp.dataset, query, trainer.options, trainer.fabric.device)
 
 
 @torch.no_grad()
