@@ -28,14 +28,10 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
 from lbhash.data import ArrayDataset, load_data, make_split
 from lbhash.evaluate import mean_average_precision
 from lbhash.reproduce.experiments.baselines import ranked_map
-from lbhash.methods.neighbourhood import STUDENT_TEMPERATURE, TEACHER_TEMPERATURE
-from lbhash.train import builder
 from lbhash.train.config import make_config
 from lbhash.train.encoder import encode
 from lbhash.train.fit import prepare, train_to_end
@@ -92,29 +88,13 @@ def curve_cells(weights, baselines: bool = True) -> list[tuple[str, dict]]:
     return cells + ([("itq", {"method": "itq"}), ("distill", {"method": "distill"})] if baselines else [])
 
 
-def cosine_student_distillation(features: torch.Tensor, u: torch.Tensor,
-                                teacher_temperature: float = TEACHER_TEMPERATURE,
-                                student_temperature: float = STUDENT_TEMPERATURE) -> torch.Tensor:
-    """neighbourhood_distillation with the student's similarity cos(u_i, u_j) in place of
-    tanh(u_i) . tanh(u_j) / bits: a relaxation that does not saturate when the method drives
-    |u| up (CSQ_D's codes sit where tanh is flat, so the tanh student's gradient fades)."""
-    if len(u) < 2:
-        return u.sum() * 0.0
-    f = F.normalize(features.detach().to(u.dtype), dim=1)
-    h = F.normalize(u, dim=1)
-    others = ~torch.eye(len(u), dtype=torch.bool, device=u.device)
-    teacher = (f @ f.T / teacher_temperature)[others].view(len(u), -1)
-    student = (h @ h.T / student_temperature)[others].view(len(u), -1)
-    log_p, log_q = F.log_softmax(teacher, dim=1), F.log_softmax(student, dim=1)
-    return (log_p.exp() * (log_p - log_q)).sum(1).mean()
-
-
 def run_curve(args) -> None:
     """Each stage's rows go to curve-<stage>.csv; curve.md is made from every such file there."""
-    if args.student == "cosine":  # a prototype: the library's Learner calls the cosine student instead
-        builder.neighbourhood_distillation = cosine_student_distillation
     dataset = load_data(args.data)
     cells = curve_cells(args.weights, args.student == "tanh")
+    for _, values in cells:
+        if values["method"] == "csq":
+            values["neighbourhood_student"] = args.student
     for stage in args.stages:
         redone = {(seed, name) for seed in args.seeds for name, _ in cells}
         rows = [r for r in read_rows(args.out / f"curve-{stage}.csv") if (r["seed"], r["setting"]) not in redone]
@@ -156,7 +136,7 @@ def chosen_weight(rows: list[dict]) -> str:
 def write_curve_md(path: Path, rows: list[dict], args) -> None:
     chosen = chosen_weight(rows)
     weights = sorted({float(r["setting"].split("=")[1]) for r in rows if r["setting"].startswith("csq_D w=")})
-    student = "" if args.student == "tanh" else " (student similarity: cos(u_i, u_j), the prototype relaxation)"
+    student = "" if args.student == "tanh" else " (neighbourhood_student cosine: the code similarity cos(u_i, u_j))"
     lines = ["# Seen and unseen classes as the neighbourhood weight moves", "",
              f"Data `{args.data}`. CSQ_D{student}, {args.bits} bits, {args.epochs} epochs, validation seeds "
              f"{', '.join(sorted({str(r['seed']) for r in rows if r['stage'] == 'validation'}))}, test seeds as the last "
@@ -174,7 +154,7 @@ def write_curve_md(path: Path, rows: list[dict], args) -> None:
                 cells.append(f"{100 * np.mean(v):.1f} ± {100 * np.std(v, ddof=1):.1f}" if len(v) > 1 else
                              (f"{100 * v[0]:.1f}" if v else ""))
         mark = "**" if setting == chosen else ""
-        cells.append(",".join(str(r["seed"]) for r in rows if r["stage"] == "test" and r["setting"] == setting))
+        cells.append(",".join(sorted(str(r["seed"]) for r in rows if r["stage"] == "test" and r["setting"] == setting)))
         lines.append(f"| {mark}{setting}{mark} | " + " | ".join(cells) + " |")
     lines += ["", f"Command: `python benchmarks/beyond_study.py curve --data {args.data} --out {args.out} "
                   f"--seeds {','.join(sorted({str(r['seed']) for r in rows}))}"
@@ -307,7 +287,7 @@ def main() -> None:
     p.add_argument("--epochs", type=int, default=30, help="curve: epochs of CSQ_D")
     p.add_argument("--weights", type=numbers, default=WEIGHTS, help="curve: neighbourhood weights")
     p.add_argument("--student", choices=("tanh", "cosine"), default="tanh",
-                   help="curve: the neighbourhood term's student similarity (cosine: a prototype, this script only; "
+                   help="curve: neighbourhood_student, the term's code similarity (cosine: "
                         "its curve has no ITQ and Distill rows, which no student changes: read them beside "
                         "the tanh curve's)")
     p.add_argument("--stages", type=lambda t: tuple(t.split(",")), default=("validation", "test"),

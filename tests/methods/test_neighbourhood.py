@@ -41,6 +41,24 @@ def test_distillation_on_three_items_by_hand():
     assert float(sharper) == pytest.approx((row1 + row2 + 0.007792) / 3, abs=2e-6)
 
 
+def test_the_cosine_student_on_three_items_by_hand():
+    features, u = hand_batch()
+    # cos(u1, u2) = 0, cos(u1, u3) = -1, cos(u2, u3) = 0, whatever |u|: at temperatures 1, row 1
+    # compares softmax(0, 0.7071) with softmax(0, -1) = (0.731059, 0.268941): KL 0.348676; row 2
+    # the same teacher with (1/2, 1/2): KL 0.058800; row 3 (1/2, 1/2) with softmax(-1, 0): KL 0.120115
+    value = neighbourhood_distillation(features, u, teacher_temperature=1.0, student_temperature=1.0,
+                                       student="cosine")
+    assert float(value) == pytest.approx((0.348676 + 0.058800 + 0.120115) / 3, abs=2e-6)
+    # the cosine does not saturate: the same codes three times longer give the same loss, where
+    # tanh's similarities move towards +/-1
+    longer = (u.detach() * 3).requires_grad_(True)
+    assert float(neighbourhood_distillation(features, longer, 1.0, 1.0, "cosine")) == pytest.approx(float(value))
+    assert float(neighbourhood_distillation(features, longer, 1.0, 1.0)) != pytest.approx(
+        float(neighbourhood_distillation(features, u, 1.0, 1.0)))
+    with pytest.raises(InputError, match="neighbourhood_student must be one of tanh, cosine, got 'sine'"):
+        neighbourhood_distillation(features, u, student="sine")
+
+
 def test_distillation_is_zero_when_the_code_ranks_as_the_features_and_reaches_u_only():
     features = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], requires_grad=True)
     # student logits equal the teacher's: tanh(u_i) . tanh(u_j) / bits / T_s = cos / T_t
@@ -122,6 +140,11 @@ def test_the_neighbourhood_term_joins_a_method_and_its_D_variant(method, lbhash)
     _, plain_out, _ = plain(x, labels, torch.arange(6))
     assert "neighbourhood" not in plain_out.parts
     assert set(out.parts) - set(plain_out.parts) == {"neighbourhood"}
+    # neighbourhood_student reaches the learner's term
+    cosine = learner_of(method=method, lbhash=lbhash, neighbourhood_weight=2.5, neighbourhood_student="cosine")
+    u, out, _ = cosine(x, labels, torch.arange(6))
+    expected = 2.5 * neighbourhood_distillation(cosine.model.head_inputs(x), u, student="cosine")
+    assert float(out.parts["neighbourhood"]) == pytest.approx(float(expected), rel=1e-6)
 
 
 def test_the_neighbourhood_term_is_refused_where_it_has_no_fixed_features_or_no_gradient(tmp_path):
@@ -129,6 +152,8 @@ def test_the_neighbourhood_term_is_refused_where_it_has_no_fixed_features_or_no_
         make_config({"data": "digits", "method": "itq", "neighbourhood_weight": 1.0})
     with pytest.raises(InputError, match="neighbourhood_weight must be a number >= 0"):
         make_config({"data": "digits", "neighbourhood_weight": -1.0})
+    with pytest.raises(InputError, match="neighbourhood_student must be one of tanh, cosine, got 'sine'"):
+        make_config({"data": "digits", "neighbourhood_weight": 1.0, "neighbourhood_student": "sine"})
     labels = np.repeat(np.arange(2), 6)
     images = np.random.default_rng(0).integers(0, 256, (12, 16, 16, 3)).astype(np.uint8)
     np.savez(tmp_path / "images.npz", images=images, labels=labels, is_test=np.tile(np.arange(6) < 2, 2))

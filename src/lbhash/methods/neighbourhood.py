@@ -4,8 +4,10 @@
 `neighbourhood_distillation(features, u)` compares, for every item of a batch, two
 distributions over the batch's other items: the teacher's, a softmax of the features' cosine
 similarities at a low temperature (it puts its mass on the item's nearest neighbours), and
-the student's, a softmax of the relaxed Hamming similarities `tanh(u_i) . tanh(u_j) / bits` (in
-[-1, 1]) at a higher one. The loss is the mean over items of KL(teacher || student): zero when
+the student's, a softmax of the code's similarities at a higher one: the relaxed Hamming
+similarity `tanh(u_i) . tanh(u_j) / bits` ("tanh"), or the cosine of u ("cosine"), both in
+[-1, 1]. Under a method that drives |u| large (CSQ_D) tanh is flat and its student's gradient
+fades; the cosine does not saturate, and it is the one that lifted unseen classes (docs/methods.md). The loss is the mean over items of KL(teacher || student): zero when
 the code's in-batch neighbour distribution is the features' one. It is listwise distillation
 of a ranking (in the spirit of relational and similarity-preserving knowledge distillation,
 Park et al. CVPR 2019, Tung and Mori ICCV 2019, applied to codes) rather than GreedyHash's or
@@ -26,6 +28,7 @@ vectors), so the teacher is fixed by the data.
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -40,29 +43,43 @@ TEACHER_TEMPERATURE = 0.03
 STUDENT_TEMPERATURE = 0.5
 
 
+STUDENTS = ("tanh", "cosine")
+
+
 class NeighbourhoodOptions(Options):
-    """The weight of the neighbourhood term that any method may add (0: off)."""
+    """The neighbourhood term that any method may add: its weight (0: off) and its student."""
 
     neighbourhood_weight: float = option(
         0.0, "Weight of the term keeping the input features' neighbourhoods in the code (any method, with or "
              "without _D; 0: off; docs/methods.md).", "a number >= 0", ge=0)
+    neighbourhood_student: Literal["tanh", "cosine"] = option(
+        "tanh", "The code similarity the neighbourhood term matches to the features': tanh(u_i) . tanh(u_j) / bits "
+                "or cos(u_i, u_j) (docs/methods.md).", "one of tanh, cosine")
 
 
 def neighbourhood_distillation(features: torch.Tensor, u: torch.Tensor,
                                teacher_temperature: float = TEACHER_TEMPERATURE,
-                               student_temperature: float = STUDENT_TEMPERATURE) -> torch.Tensor:
+                               student_temperature: float = STUDENT_TEMPERATURE,
+                               student: str = "tanh") -> torch.Tensor:
     """mean_i KL(p_i || q_i) over a batch of at least 2 items, with j != i:
     p_ij = softmax_j(cos(f_i, f_j) / teacher_temperature),
-    q_ij = softmax_j((tanh(u_i) . tanh(u_j) / bits) / student_temperature).
-    Gradients reach u only."""
+    q_ij = softmax_j(s(u_i, u_j) / student_temperature), s = tanh(u_i) . tanh(u_j) / bits
+    (student "tanh") or cos(u_i, u_j) ("cosine"). Gradients reach u only."""
+    if student not in STUDENTS:
+        raise InputError(f"neighbourhood_student must be one of {', '.join(STUDENTS)}, got {student!r}")
     if len(u) < 2:
         return u.sum() * 0.0  # no neighbour in the batch: nothing to keep
     f = F.normalize(features.detach().to(u.dtype), dim=1)
-    h = torch.tanh(u)
+    if student == "tanh":
+        h = torch.tanh(u)
+        similarity = h @ h.T / (u.shape[1] * student_temperature)
+    else:
+        h = F.normalize(u, dim=1)
+        similarity = h @ h.T / student_temperature
     others = ~torch.eye(len(u), dtype=torch.bool, device=u.device)
     teacher = (f @ f.T / teacher_temperature)[others].view(len(u), -1)
-    student = (h @ h.T / (u.shape[1] * student_temperature))[others].view(len(u), -1)
-    log_p, log_q = F.log_softmax(teacher, dim=1), F.log_softmax(student, dim=1)
+    student_logits = similarity[others].view(len(u), -1)
+    log_p, log_q = F.log_softmax(teacher, dim=1), F.log_softmax(student_logits, dim=1)
     return (log_p.exp() * (log_p - log_q)).sum(1).mean()
 
 

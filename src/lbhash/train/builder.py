@@ -37,14 +37,16 @@ class Learner(nn.Module):
     the label rows of a batch are cut to them before the loss. None: every class.
     neighbourhood_weight: above 0, the loss gains the part `neighbourhood`, this weight times
     `neighbourhood_distillation` of the head's inputs and u (lbhash.methods.neighbourhood),
-    whatever the method and with or without _D.
+    whatever the method and with or without _D; neighbourhood_student: its code similarity.
     """
 
     def __init__(self, model: HashModel, objective: HashLoss | LowerBoundObjective,
-                 label_columns: np.ndarray | None = None, neighbourhood_weight: float = 0.0):
+                 label_columns: np.ndarray | None = None, neighbourhood_weight: float = 0.0,
+                 neighbourhood_student: str = "tanh"):
         super().__init__()
         self.model, self.objective = model, objective
         self.neighbourhood_weight = float(neighbourhood_weight)
+        self.neighbourhood_student = neighbourhood_student
         columns = None if label_columns is None else torch.as_tensor(label_columns, dtype=torch.long)
         # not persistent: the split (split.npz) records the classes, checkpoints stay as they were
         self.register_buffer("label_columns", columns, persistent=False)
@@ -68,7 +70,7 @@ class Learner(nn.Module):
             out, pi = self.lower_bound.losses(u, labels, index, features)
         if self.neighbourhood_weight:
             with torch.autocast(u.device.type, enabled=False):
-                term = neighbourhood_distillation(features.float(), u.float())
+                term = neighbourhood_distillation(features.float(), u.float(), student=self.neighbourhood_student)
             out = loss_output({**out.parts, "neighbourhood": self.neighbourhood_weight * term})
         return u, out, pi
 
@@ -208,7 +210,7 @@ def build_experiment(cfg: TrainConfig, split: Split | None = None,
     objective = build_objective(cfg, centers, num_classes, len(split.train), dataset.multi_label)
     if cls.closed_form:
         objective.check_fit_inputs(len(split.train), cfg.input_dim)
-    learner = Learner(model, objective, columns, cfg.neighbourhood_weight)
+    learner = Learner(model, objective, columns, cfg.neighbourhood_weight, cfg.neighbourhood_student)
     return Experiment(cfg, dataset, split, evaluation_topk(cfg, split), learner, skipped)
 
 
