@@ -394,12 +394,13 @@ def test_offload_drops_the_answer_of_a_request_that_was_cancelled():
     offload.close()
 
 
-def test_serve_shortens_the_gil_switch_interval_while_it_runs(tmp_path, rng, monkeypatch):
+def test_serve_sets_the_interpreter_up_while_it_runs_and_restores_it(tmp_path, rng, monkeypatch):
+    import gc
     import sys
 
     import uvicorn
 
-    from lbhash.service.http import SWITCH_INTERVAL_S
+    from lbhash.service.http import FULL_COLLECTION_AFTER, SWITCH_INTERVAL_S
 
     index = CodeIndex(BITS)
     index.add(random_codes(rng, 20, BITS))
@@ -407,12 +408,14 @@ def test_serve_shortens_the_gil_switch_interval_while_it_runs(tmp_path, rng, mon
     seen = []
 
     def run(self, sockets=None):
-        seen.append(sys.getswitchinterval())
+        seen.append((sys.getswitchinterval(), gc.get_threshold()[2], gc.get_freeze_count() > 0))
         self.started = True
 
     monkeypatch.setattr(uvicorn.Server, "run", run)
-    before = sys.getswitchinterval()
+    before = (sys.getswitchinterval(), gc.get_threshold(), gc.get_freeze_count())
     result = cli("serve", tmp_path / "ix", "--port", 0)
     assert result.exit_code == 0, result.output
-    assert seen == [SWITCH_INTERVAL_S] and SWITCH_INTERVAL_S < before
-    assert sys.getswitchinterval() == before
+    # while serving: the short switch interval, rare full collections, start-up's objects frozen
+    assert seen == [(SWITCH_INTERVAL_S, FULL_COLLECTION_AFTER, True)]
+    assert SWITCH_INTERVAL_S < before[0] and FULL_COLLECTION_AFTER > before[1][2]
+    assert (sys.getswitchinterval(), gc.get_threshold(), gc.get_freeze_count()) == before

@@ -75,7 +75,7 @@ def serve(index_dir: str, run_dir, export_path, host: str, port: int, compact_ev
     from lbhash.cli.index import open_index
     from lbhash.service import IndexStore, Limits, MilvusStore, create_app
     from lbhash.service.access import access_from_environment
-    from lbhash.service.http import server_config, switch_interval
+    from lbhash.service.http import server_config, serving_interpreter
 
     access = access_from_environment(read_only, write_key_file, read_key_file)
     if access.open_for_writes and not _loopback(host):
@@ -108,7 +108,7 @@ def serve(index_dir: str, run_dir, export_path, host: str, port: int, compact_ev
         # orderly stop ends with status 0 instead of death by signal.
         previous = {sig: signal.signal(sig, _stopped) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
-            with switch_interval():
+            with serving_interpreter():
                 server.run(sockets=[sock])
         finally:
             for sig, handler in previous.items():

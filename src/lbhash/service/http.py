@@ -7,12 +7,13 @@ connections, but with httptools it bounds neither the size of a request's header
 time they take. `BoundedHttpToolsProtocol` does both: more than `max_header_bytes` received
 before a request's headers are complete gets 400 and the connection is closed; so is a
 connection whose request headers are not complete `header_timeout` seconds after it opened,
-or after its previous response. `switch_interval` shortens the GIL's switch interval while the
-server runs.
+or after its previous response. `serving_interpreter` sets the interpreter up for a server while
+it runs: a shorter GIL switch interval and rare full garbage collections.
 """
 
 from __future__ import annotations
 
+import gc
 import sys
 from contextlib import contextmanager
 
@@ -28,15 +29,32 @@ from lbhash.limits import HEADER_TIMEOUT_S, KEEP_ALIVE_S, MAX_CONNECTIONS, MAX_H
 SWITCH_INTERVAL_S = 0.0005
 
 
+# A full collection (generation 2) scans every object that has lived long: some 170,000 after
+# the imports and start-up (FastAPI, pydantic, numba), 60-80 ms holding the GIL. Under load
+# the requests in flight push enough objects through the young generations to start one about
+# every 0.5 s, and those collections found nothing to free; the requests that waited on them
+# made the p99 (bench_service.py at 1M codes and 32 clients: 62-91 ms, against 17-20 ms with
+# both settings below; docs/results/benchmarks/bench_service.md). So what start-up made is
+# frozen out of the collector's scans, and a full collection waits for 100 collections of the
+# middle generation instead of 10 (the young ones, which free a request's cycles, are as before).
+FULL_COLLECTION_AFTER = 100
+
+
 @contextmanager
-def switch_interval(seconds: float = SWITCH_INTERVAL_S):
-    """The interpreter's thread switch interval set to `seconds` while the server runs."""
-    previous = sys.getswitchinterval()
-    sys.setswitchinterval(seconds)
+def serving_interpreter(switch_interval: float = SWITCH_INTERVAL_S, full_collection_after: int = FULL_COLLECTION_AFTER):
+    """While the server runs: the GIL's switch interval `switch_interval`, everything alive at
+    its start frozen (`gc.freeze`), and a full collection only after `full_collection_after`
+    collections of the middle generation. All three are restored when it ends."""
+    previous_interval, previous_threshold = sys.getswitchinterval(), gc.get_threshold()
+    sys.setswitchinterval(switch_interval)
+    gc.freeze()
+    gc.set_threshold(previous_threshold[0], previous_threshold[1], full_collection_after)
     try:
         yield
     finally:
-        sys.setswitchinterval(previous)
+        gc.set_threshold(*previous_threshold)
+        gc.unfreeze()
+        sys.setswitchinterval(previous_interval)
 
 
 def server_config(app, max_connections: int = MAX_CONNECTIONS, header_timeout: float = HEADER_TIMEOUT_S):
