@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import lbhash.methods.dbdh  # noqa: F401  (registers dbdh)
+from hand_cases import TWO_BATCH_LABELS, U1, U2
 from helpers import fused_and_plain_bank_training, plain_bank_likelihood
 from lbhash.errors import InputError
 from lbhash.methods import create_method
@@ -42,14 +43,9 @@ def bank_after(writes, num_train, bits, classes):
     return bank_u, bank_y
 
 
-U1 = [[0.5, -1.7, 0.2, 0.9], [-0.3, 0.4, 1.3, -0.8]]
-U2 = [[1.2, 0.1, -0.6, -0.4], [-0.9, -0.2, 0.7, 2.5], [0.3, 0.8, -1.1, 0.05]]
 
 
-@pytest.mark.parametrize("labels1, labels2", [
-    ([[1, 0, 0], [0, 1, 0]], [[0, 1, 0], [1, 0, 0], [0, 0, 1]]),        # single-label
-    ([[1, 1, 0], [0, 1, 0]], [[0, 0, 1], [1, 0, 1], [0, 0, 0]]),        # multi-label, one unlabelled
-])
+@pytest.mark.parametrize("labels1, labels2", TWO_BATCH_LABELS)
 def test_dbdh_hand_computed_with_bank_update(labels1, labels2):
     loss = create_method("dbdh", bits=4, num_classes=3, num_train=6, alpha=0.3)
     i1, i2 = [0, 3], [1, 4, 3]  # row 3 is overwritten by the second batch; 2 and 5 stay empty

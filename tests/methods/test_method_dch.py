@@ -6,14 +6,9 @@ import pytest
 import torch
 
 import lbhash.methods.dch  # noqa: F401  (registers the method)
+from hand_cases import MULTI, SINGLE, U, run
 from lbhash.methods import create_method
 
-U = [[0.5, -1.0, 2.0, 0.1, -0.3, 0.7],
-     [-0.2, 0.4, 1.1, -0.9, 0.0, 0.3],
-     [1.5, -0.6, 0.2, 0.8, -1.2, -0.4],
-     [0.3, 0.9, -0.7, -1.1, 0.6, 0.05]]
-SINGLE = [[1, 0, 0], [0, 0, 1], [1, 0, 0], [0, 1, 0]]
-MULTI = [[1, 1, 0], [0, 0, 1], [0, 1, 1], [0, 0, 0]]  # the last item has no label
 
 
 def dot(a, b):
@@ -40,10 +35,6 @@ def dch_by_hand(u, labels, gamma, lam):
             pairwise += w * (sim[i][j] * math.log(d / gamma) + math.log(1 + gamma / d))
     quant = sum(math.log(1 + distance([abs(x) for x in row], [1.0] * bits, bits) / gamma) for row in u)
     return pairwise / (n * n), lam * quant / n
-
-
-def run(loss, u, labels):
-    return loss(torch.tensor(u), torch.tensor(labels, dtype=torch.float32), torch.arange(len(u)))
 
 
 @pytest.mark.parametrize("labels", [SINGLE, MULTI], ids=["single", "multi"])

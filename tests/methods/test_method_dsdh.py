@@ -12,6 +12,7 @@ import torch
 
 import lbhash.methods.dbdh
 import lbhash.methods.dsdh  # noqa: F401  (registers dsdh)
+from hand_cases import TWO_BATCH_LABELS, U1, U2
 from helpers import fused_and_plain_bank_training
 from lbhash.methods import create_method
 from lbhash.methods.dsdh import b_sweep, w_step
@@ -35,14 +36,9 @@ def objective(B, W, Y, U, ridge, fit):
 
 
 CODES = [[1, -1, 1, 1], [-1, -1, 1, -1], [1, 1, -1, -1], [-1, 1, 1, 1], [1, 1, 1, -1]]
-U1 = [[0.5, -1.7, 0.2, 0.9], [-0.3, 0.4, 1.3, -0.8]]
-U2 = [[1.2, 0.1, -0.6, -0.4], [-0.9, -0.2, 0.7, 2.5], [0.3, 0.8, -1.1, 0.05]]
 
 
-@pytest.mark.parametrize("labels1, labels2", [
-    ([[1, 0, 0], [0, 1, 0]], [[0, 1, 0], [1, 0, 0], [0, 0, 1]]),        # single-label
-    ([[1, 1, 0], [0, 1, 0]], [[0, 0, 1], [1, 0, 1], [0, 0, 0]]),        # multi-label, one unlabelled
-])
+@pytest.mark.parametrize("labels1, labels2", TWO_BATCH_LABELS)
 def test_dsdh_hand_computed_with_bank_update(labels1, labels2):
     loss = create_method("dsdh", bits=4, num_classes=3, num_train=5, eta=3.0)
     i1, i2 = [0, 3], [1, 4, 3]

@@ -6,14 +6,9 @@ import pytest
 import torch
 
 import lbhash.methods.hashnet  # noqa: F401  (registers the method)
+from hand_cases import MULTI, SINGLE, U, run
 from lbhash.methods import create_method
 
-U = [[0.5, -1.0, 2.0, 0.1, -0.3, 0.7],
-     [-0.2, 0.4, 1.1, -0.9, 0.0, 0.3],
-     [1.5, -0.6, 0.2, 0.8, -1.2, -0.4],
-     [0.3, 0.9, -0.7, -1.1, 0.6, 0.05]]
-SINGLE = [[1, 0, 0], [0, 0, 1], [1, 0, 0], [0, 1, 0]]
-MULTI = [[1, 1, 0], [0, 0, 1], [0, 1, 1], [0, 0, 0]]  # the last item has no label
 
 
 def hashnet_by_hand(u, labels, alpha, scale):
@@ -34,10 +29,6 @@ def hashnet_by_hand(u, labels, alpha, scale):
                 w = 1.0
             total += w * (math.log(1 + math.exp(dp)) - sim[i][j] * dp)
     return total / (n * n)
-
-
-def run(loss, u, labels):
-    return loss(torch.tensor(u), torch.tensor(labels, dtype=torch.float32), torch.arange(len(u)))
 
 
 @pytest.mark.parametrize("labels", [SINGLE, MULTI], ids=["single", "multi"])
