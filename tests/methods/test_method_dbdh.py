@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import lbhash.methods.dbdh  # noqa: F401  (registers dbdh)
-from hand_cases import TWO_BATCH_LABELS, U1, U2
+from hand_cases import TWO_BATCH_LABELS, U1, U2, bank_likelihood_by_hand
 from helpers import fused_and_plain_bank_training, plain_bank_likelihood
 from lbhash.errors import InputError
 from lbhash.methods import create_method
@@ -20,16 +20,9 @@ from lbhash.methods.dbdh import pairwise_likelihood
 def dbdh_by_hand(bank_u, bank_y, u, y, alpha, p):
     """Plain-Python DBDH on a batch whose (clamped) rows are already in the bank."""
     u = [[min(max(x, -1.0), 1.0) for x in row] for row in u]
-    total, count = 0.0, 0
-    for ui, yi in zip(u, y):
-        for uj, yj in zip(bank_u, bank_y):
-            theta = 0.5 * sum(a * b for a, b in zip(ui, uj))
-            s = 1.0 if sum(a * b for a, b in zip(yi, yj)) > 0 else 0.0
-            total += math.log(1 + math.exp(theta)) - s * theta
-            count += 1
     means = [sum(row) / len(row) for row in u]
     balance = sum((m * m if p == 2 else abs(m)) for m in means) / len(means)
-    return total / count, alpha * balance
+    return bank_likelihood_by_hand(bank_u, bank_y, u, y), alpha * balance
 
 
 def bank_after(writes, num_train, bits, classes):

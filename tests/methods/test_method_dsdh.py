@@ -12,21 +12,10 @@ import torch
 
 import lbhash.methods.dbdh
 import lbhash.methods.dsdh  # noqa: F401  (registers dsdh)
-from hand_cases import TWO_BATCH_LABELS, U1, U2
+from hand_cases import TWO_BATCH_LABELS, U1, U2, bank_likelihood_by_hand
 from helpers import fused_and_plain_bank_training
 from lbhash.methods import create_method
 from lbhash.methods.dsdh import b_sweep, w_step
-
-
-def likelihood_by_hand(bank_u, bank_y, u, y):
-    total, count = 0.0, 0
-    for ui, yi in zip(u, y):
-        for uj, yj in zip(bank_u, bank_y):
-            theta = 0.5 * sum(a * b for a, b in zip(ui, uj))
-            s = 1.0 if sum(a * b for a, b in zip(yi, yj)) > 0 else 0.0
-            total += math.log(1 + math.exp(theta)) - s * theta
-            count += 1
-    return total / count
 
 
 def objective(B, W, Y, U, ridge, fit):
@@ -49,7 +38,7 @@ def test_dsdh_hand_computed_with_bank_update(labels1, labels2):
     for index, u, y in [(i1, U1, labels1), (i2, U2, labels2)]:
         for i, urow, yrow in zip(index, u, y):
             bank_u[i], bank_y[i] = list(urow), list(yrow)  # no clamp in DSDH
-    likelihood = likelihood_by_hand(bank_u, bank_y, U2, labels2)
+    likelihood = bank_likelihood_by_hand(bank_u, bank_y, U2, labels2)
     assert float(before_fit.parts["likelihood"]) == pytest.approx(likelihood, rel=1e-5)
     assert float(before_fit.parts["quantization"]) == 0.0  # random B is not pulled on
     np.testing.assert_allclose(loss.U.numpy(), np.array(bank_u), atol=1e-7)
