@@ -7,8 +7,9 @@ similarities at a low temperature (it puts its mass on the item's nearest neighb
 the student's, a softmax of the code's similarities at a higher one: the relaxed Hamming
 similarity `tanh(u_i) . tanh(u_j) / bits` ("tanh"), or the cosine of u ("cosine"), both in
 [-1, 1]. Under a method that drives |u| large (CSQ_D) tanh is flat and its student's gradient
-fades; the cosine does not saturate, and it is the one that lifted unseen classes (docs/methods.md). The loss is the mean over items of KL(teacher || student): zero when
-the code's in-batch neighbour distribution is the features' one. It is listwise distillation
+fades; the cosine does not saturate, and it is the one that lifted unseen classes
+(docs/methods.md). The loss is the mean over items of KL(teacher || student): zero when the
+code's in-batch neighbour distribution is the features' one. It is listwise distillation
 of a ranking (in the spirit of relational and similarity-preserving knowledge distillation,
 Park et al. CVPR 2019, Tung and Mori ICCV 2019, applied to codes) rather than GreedyHash's or
 Bi-half's unsupervised regression of the code similarities onto the cosines: on a validation
@@ -28,7 +29,7 @@ vectors), so the teacher is fixed by the data.
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 import torch.nn.functional as F
@@ -43,7 +44,8 @@ TEACHER_TEMPERATURE = 0.03
 STUDENT_TEMPERATURE = 0.5
 
 
-STUDENTS = ("tanh", "cosine")
+Student = Literal["tanh", "cosine"]
+STUDENTS = get_args(Student)
 
 
 class NeighbourhoodOptions(Options):
@@ -52,7 +54,7 @@ class NeighbourhoodOptions(Options):
     neighbourhood_weight: float = option(
         0.0, "Weight of the term keeping the input features' neighbourhoods in the code (any method, with or "
              "without _D; 0: off; docs/methods.md).", "a number >= 0", ge=0)
-    neighbourhood_student: Literal["tanh", "cosine"] = option(
+    neighbourhood_student: Student = option(
         "tanh", "The code similarity the neighbourhood term matches to the features': tanh(u_i) . tanh(u_j) / bits "
                 "or cos(u_i, u_j) (docs/methods.md).", "one of tanh, cosine")
 

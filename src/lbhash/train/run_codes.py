@@ -1,8 +1,9 @@
 """The codes of any data with a finished run's model (`encode_run`; `embed_run` adds the real
-outputs; `lbhash encode`, `save_encoded`). codes.npz at the end of training is lbhash.train.split_codes'; both encode with
-the one encoder (lbhash.train.encoder) and store labels the same way
-(`lbhash.codes_file.stored_labels`), so that a run's own items encode to the codes its codes.npz
-holds. Nothing here imports the training loop or Lightning: `lbhash encode` starts fast.
+outputs; `lbhash encode`, `save_encoded`). codes.npz at the end of training is
+lbhash.train.split_codes'; both encode with the one encoder (lbhash.train.encoder) and store
+labels the same way (`lbhash.codes_file.stored_labels`), so that a run's own items encode to the
+codes its codes.npz holds. Nothing here imports the training loop or Lightning: `lbhash encode`
+starts fast.
 """
 
 from __future__ import annotations
