@@ -4,8 +4,9 @@
 
 Drives the ASGI app of `lbhash serve` directly (no HTTP parsing, no event-loop I/O) over a
 small flat index, so that the scan costs next to nothing, and times in the same run: the
-whole request through FastAPI, the same work without FastAPI (validation, the search on a
-search thread, the response), the body's validation alone, the store's search alone
+whole request through the app (FastAPI's middleware, then `SearchPath`, which answers a valid
+`/search` past FastAPI's routing), the same work with no middleware at all (validation, the
+search on a search thread, the response), the body's validation alone, the store's search alone
 (`search_hits` and the locks), and one handoff to a search thread and back. Everything but
 the scan holds the GIL; `bench_service.py` measures the same server under load.
 """
@@ -59,7 +60,7 @@ async def profile(app, body: bytes, repeats: int) -> dict[str, float]:
     state = app.state
 
     async def without_fastapi(scope, receive, send):
-        """The same request's work without FastAPI's routing, parsing and dependency solving."""
+        """The same request's work with no middleware: what SearchPath does, bare."""
         parsed = models.SearchRequest.model_validate_json((await receive())["body"])
         response = await state.batcher.run(partial(search_body, parsed, state.store, state.encoder, state.limits),
                                            hits_response)
@@ -86,8 +87,8 @@ async def profile(app, body: bytes, repeats: int) -> dict[str, float]:
         for _ in range(200):
             await request(app)()
         return {
-            "whole request (ASGI app)": await cpu_us(request(app), repeats),
-            "the same without FastAPI": await cpu_us(request(without_fastapi), repeats),
+            "whole request (the app, SearchPath)": await cpu_us(request(app), repeats),
+            "the same without any middleware": await cpu_us(request(without_fastapi), repeats),
             "validation (SearchRequest.model_validate_json)": await cpu_us(
                 lambda: models.SearchRequest.model_validate_json(body), repeats),
             "store search (search_hits, locks)": await cpu_us(lambda: state.store.search(Queries(codes), plan), repeats),

@@ -14,7 +14,8 @@ The handlers are module-level functions: they take what they use as FastAPI depe
 (lbhash.service.depends: the `Store`, the attached run's `QueryEncoder`, the `Limits`, ...),
 decode a request into `Queries` (lbhash.service.decode), call the store (whose searches are
 `lbhash.index.search_hits`, as `lbhash search`'s are) and shape the answer. `/search` requests
-that arrive together share one scan (lbhash.service.batching).
+that arrive together share one scan (lbhash.service.batching); a well-formed one is answered by
+the `SearchPath` middleware, past FastAPI's routing (its route documents it and gives its 422s).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 from fastapi import APIRouter, FastAPI, File, Form, HTTPException, Path as PathParam, Request, UploadFile
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
@@ -89,6 +91,7 @@ def create_app(source: str | Path | Store, encoder: Encoder | None = None, *, li
     # sources, thumbnails and the images added here (NAME.media/ beside the index)
     app.state.media = ItemMedia(store, budget=media_budget)
     _install_error_handlers(app)
+    app.add_middleware(SearchPath, state=app.state)  # innermost: behind the key and size checks
     app.add_middleware(BodyLimit, limit=app.state.limits.max_body_bytes)
     app.add_middleware(AccessControl, access=app.state.access)  # outermost: refused before the body is read
     app.include_router(router)
@@ -124,6 +127,13 @@ def hits_response(query: Query, hits, store: Store | None = None, media: ItemMed
 @router.post("/search", response_model=models.SearchResponse, response_model_exclude_none=True, responses=_ERRORS)
 async def search(body: models.SearchRequest, store: StoreDep, encoder: EncoderDep, limits: LimitsDep,
                  batcher: BatcherDep):
+    # a valid body is answered by SearchPath before it gets here; this route documents /search and
+    # gives the 422 of a body that does not validate
+    return await search_response(body, store, encoder, limits, batcher)
+
+
+async def search_response(body: models.SearchRequest, store: Store, encoder: QueryEncoder | None, limits: Limits,
+                          batcher: SearchBatcher) -> Response:
     # decoded, searched (in a scan shared with the requests beside it) and encoded on the batcher's threads
     rows = len(body.codes) if body.codes is not None else len(body.features or ())
     return await batcher.run(partial(search_body, body, store, encoder, limits), hits_response, rows)
@@ -220,17 +230,22 @@ def stats(store: StoreDep, encoder: EncoderDep, limits: LimitsDep, media: MediaD
                         limits=asdict(limits), media=media.usage())
 
 
+# what a bad request's error becomes (a 4xx with {"detail": one line}), here and in SearchPath
+ERROR_STATUS = {NotFound: 404, Conflict: 409, TooLarge: 413, OverBudget: 507, InputError: 400}
+
+
+def error_response(exc: Exception, status: int) -> JSONResponse:
+    return JSONResponse({"detail": one_line(exc)}, status_code=status)
+
+
 def _install_error_handlers(app: FastAPI) -> None:
     def answer(status: int):
         async def handler(request: Request, exc: Exception):
-            return JSONResponse({"detail": one_line(exc)}, status_code=status)
+            return error_response(exc, status)
         return handler
 
-    app.add_exception_handler(NotFound, answer(404))
-    app.add_exception_handler(Conflict, answer(409))
-    app.add_exception_handler(TooLarge, answer(413))
-    app.add_exception_handler(OverBudget, answer(507))
-    app.add_exception_handler(InputError, answer(400))
+    for kind, status in ERROR_STATUS.items():
+        app.add_exception_handler(kind, answer(status))
 
     async def invalid(request: Request, exc: RequestValidationError):
         first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
@@ -280,3 +295,72 @@ class BodyLimit:
             return message
 
         await self.app(scope, limited, send)
+
+
+class SearchPath:
+    """ASGI middleware that answers a well-formed `POST /search` itself, past FastAPI's routing,
+    dependencies and body handling, which cost more than the search of a million codes
+    (docs/search.md, "A lean /search"). It reads the body as the route would (JSON, validated into
+    `SearchRequest`) and runs the route's work (`search_body` on the batcher, `hits_response`);
+    its errors are the handlers' (`ERROR_STATUS`). A body that does not validate, or is not JSON,
+    goes on to the route, replayed, so that the 422 is FastAPI's own; the route also documents it."""
+
+    def __init__(self, app, state):
+        self.app, self.state = app, state
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != "/search" \
+                or not _json_content(scope["headers"]):
+            await self.app(scope, receive, send)
+            return
+        try:
+            raw = await _read_body(receive)
+        except HTTPException as exc:  # BodyLimit's, raised while reading
+            response = await http_exception_handler(None, exc)  # type: ignore[arg-type]  (it reads no request)
+            await response(scope, receive, send)
+            return
+        if raw is None:  # the client went away
+            return
+        try:
+            body = models.SearchRequest.model_validate(json.loads(raw))
+        except ValueError:  # not JSON, or not a SearchRequest: the route's 422
+            await self.app(scope, _replay(raw, receive), send)
+            return
+        state = self.state
+        try:
+            response = await search_response(body, state.store, state.encoder, state.limits, state.batcher)
+        except tuple(ERROR_STATUS) as exc:
+            response = error_response(exc, next(s for kind, s in ERROR_STATUS.items() if isinstance(exc, kind)))
+        await response(scope, receive, send)
+
+
+def _json_content(headers) -> bool:
+    """Whether FastAPI would parse the body as JSON: no content type, or application/json or /*+json."""
+    value = next((v for k, v in headers if k == b"content-type"), None)
+    if value is None:
+        return True
+    kind = value.split(b";", 1)[0].strip().lower()
+    return kind == b"application/json" or (kind.startswith(b"application/") and kind.endswith(b"+json"))
+
+
+async def _read_body(receive) -> bytes | None:
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+def _replay(raw: bytes, receive):
+    sent = False
+
+    async def replayed():
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": raw, "more_body": False}
+        return await receive()
+    return replayed
