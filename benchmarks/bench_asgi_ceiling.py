@@ -9,7 +9,9 @@ with the same 10-hit body: a bare ASGI callable (`raw_app`), and a FastAPI app w
 that validates the request into a pydantic model and returns the bytes (`fastapi_app`). Each is
 driven by the load generator of bench_service.py (benchmarks/service_load.py) with the same
 request bodies. Before them it times one-at-a-time searches in process (`IndexStore.search`, a
-flat index of --n random 64-bit codes), the denominator of bench_service.py's last line.
+flat index of --n random 64-bit codes), the denominator of bench_service.py's last line, and
+the scan alone (`CodeIndex.search`) per query for one query and for 32 in one call, whose rate
+bounds any service that scans (`scan/inprocess`: with no HTTP, no Python beside the scan).
 Prints per app req/s, p50/p99 and server CPU per request, and the ratio its rate would give:
 `ceiling/inprocess = R`. A service whose every request does a search, validation, batching
 and JSON cannot beat the FastAPI route's line.
@@ -79,11 +81,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         index = CodeIndex(64)
         index.add(rng.integers(0, 256, (args.n, 8), np.uint8))
+        alone, shared = (scan_ms(index, queries[:size]) for size in (1, 32))
+        print(f"CodeIndex.search, top-10: one query alone {alone:.3f} ms; 32 in one call (every thread) "
+              f"{shared:.3f} ms per query")
         index.save(Path(tmp) / "ix")
         del index
         inprocess, cpu = inprocess_rate(Path(tmp) / "ix", queries, 10, min(args.seconds, 10))
     print(f"in process, one at a time (IndexStore.search, {args.n:,} x 64-bit codes): {inprocess:,.0f} searches/s, "
           f"{cpu:.2f} ms CPU each; http{args.clients}/inprocess = 2 needs {2 * inprocess:,.0f} req/s")
+    # a service that did nothing but shared scans: the most any server path could reach
+    print(f"scans alone, 32 queries per call: {1000 / shared:,.0f} searches/s; "
+          f"scan/inprocess = {1000 / shared / inprocess:.2f}")
     searches = [request_bytes("POST", "/search", {"codes": [q.tobytes().hex()], "k": 10}) for q in queries]
     here = Path(__file__).resolve().parent
     for app in ("raw_app", "fastapi_app"):
@@ -109,6 +117,18 @@ def main() -> None:
               f"server CPU {1000 * server / max(len(latencies), 1):.3f} ms per request; "
               f"ceiling/inprocess = {rate / inprocess:.2f}", flush=True)
     print(f"load average at end: {load_average()}")
+
+
+def scan_ms(index, queries, seconds: float = 2.0) -> float:
+    """Milliseconds per query of `index.search(queries, 10)`, repeated for about `seconds`."""
+    import time
+
+    index.search(queries, 10)
+    calls, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        index.search(queries, 10)
+        calls += 1
+    return (time.perf_counter() - start) / calls / len(queries) * 1000
 
 
 def _wait_for(port: int, proc, timeout: float = 60.0) -> None:
