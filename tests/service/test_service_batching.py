@@ -264,3 +264,64 @@ def test_concurrent_requests_get_their_one_at_a_time_answers(tmp_path, rng, kind
     for a, b in zip(alone, together):
         assert (b.status_code, b.json()) == (a.status_code, a.json())
     assert shared_scans < alone_scans  # requests shared scans
+
+
+
+class ThreadRecordingStore:
+    """A flat index's store that records, per search, the OpenMP threads its calling thread may
+    use (what FAISS and the flat scan read) and whether the scan ran on that thread alone."""
+
+    backend = "faiss"
+
+    def __init__(self, index):
+        self.index, self.omp_threads, self.on_own_thread = index, [], []
+
+    def search(self, queries, plan, classes=None):
+        import faiss
+
+        from lbhash import ranking
+
+        self.omp_threads.append(faiss.omp_get_max_threads())
+        seen, real_for_query_ranges = set(), ranking.for_query_ranges
+
+        def recording(n, work, threads, **kwargs):
+            def recorded(a, b):
+                seen.add(threading.get_ident())
+                work(a, b)
+            real_for_query_ranges(n, recorded, threads, **kwargs)
+
+        ranking.for_query_ranges = recording
+        try:
+            return search_hits(self.index, queries, plan, classes)
+        finally:
+            ranking.for_query_ranges = real_for_query_ranges
+            self.on_own_thread.append(seen == {threading.get_ident()})
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_batch_thread_per_core_scans_on_its_own_thread(rng, monkeypatch, threads):
+    import faiss
+
+    real_work = SearchBatcher._work
+
+    def on_two_cores(batcher):  # each batch thread starts free to use two OpenMP threads, whatever the suite's setting
+        faiss.omp_set_num_threads(2)
+        real_work(batcher)
+
+    monkeypatch.setattr(SearchBatcher, "_work", on_two_cores)
+    codes = random_codes(rng, 20_000, 64)  # past the numpy scan: the compiled one, which may spread
+    index = CodeIndex(64)
+    index.add(codes)
+    store = ThreadRecordingStore(index)
+    batcher = SearchBatcher(store, threads=threads)
+    queries = random_codes(rng, 8, 64)
+    try:
+        hits = asyncio.run(asyncio.wait_for(batcher.run(lambda: make_query(queries, plan_search(5)),
+                                                        lambda query, found: found, 8), WAIT_S))
+    finally:
+        batcher.close()
+    ref_d, ref_i = top_k(queries, codes, np.arange(20_000), 5)
+    assert [h.ids for h in hits] == ref_i.tolist() and [h.distances for h in hits] == ref_d.tolist()
+    # a batch thread per core: each batch on its own thread; one batch thread: its scan uses both cores
+    assert store.omp_threads == [1 if threads > 1 else 2]
+    assert store.on_own_thread == [threads > 1]

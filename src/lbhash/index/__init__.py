@@ -11,7 +11,7 @@ See docs/search.md for the kinds, their guarantees, persistence and the service.
 
 from lbhash.index._kinds import KINDS
 from lbhash.index._padding import PAD_DISTANCE, PAD_ID
-from lbhash.index._engines import threads_for
+from lbhash.index._engines import search_on_this_thread, threads_for
 from lbhash.index.backend import Backend, InRange, Reranked, TopK
 from lbhash.index.code_index import AddPlan, CodeIndex
 from lbhash.index.hits import Hits, Queries, SearchPlan, Spelling, check_classes, plan_search, search_hits
@@ -29,5 +29,5 @@ def __getattr__(name):
 
 
 __all__ = ["Backend", "TopK", "InRange", "Reranked", "CodeIndex", "QueryEncoder", "Searcher", "MilvusIndex", "AddPlan", "SparseLabels", "KINDS", "PAD_ID", "PAD_DISTANCE",
-           "RERANK_FACTOR", "rerank_search", "threads_for", "Hits", "Queries", "SearchPlan", "Spelling", "check_classes",
+           "RERANK_FACTOR", "rerank_search", "search_on_this_thread", "threads_for", "Hits", "Queries", "SearchPlan", "Spelling", "check_classes",
            "plan_search", "search_hits"]

@@ -53,6 +53,14 @@ def threads_for(num_queries: int):
         faiss.omp_set_num_threads(previous)
 
 
+def search_on_this_thread() -> None:
+    """From now on every search this thread makes runs on this thread alone: FAISS's OpenMP
+    threads and the flat scan's (`FlatEngine.ranked_knn`) both follow OpenMP's setting, which is
+    the calling thread's. For a caller that keeps a search in flight per core itself (the
+    service's batcher): a search that spread over every core as well would only queue for them."""
+    faiss.omp_set_num_threads(1)
+
+
 def ids_to_positions(rows: Rows, ids: np.ndarray) -> np.ndarray:
     """Positions of ids known to be in rows (ids < 0, FAISS's padding, give -1)."""
     pos = np.searchsorted(rows.ids, ids)

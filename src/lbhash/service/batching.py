@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from lbhash.index import Hits, Queries, SearchPlan
+from lbhash.index import Hits, Queries, SearchPlan, search_on_this_thread
 from lbhash.limits import BATCH_ROWS as MAX_ROWS  # query rows per shared scan: its latency grows with them
 
 
@@ -99,6 +99,8 @@ class SearchBatcher:
             self._workers.append(worker)
 
     def _work(self) -> None:
+        if self.threads > 1:  # a batch in flight per thread already keeps the cores busy
+            search_on_this_thread()
         while (jobs := self._take()) is not None:
             for job in jobs:
                 _call(job, _prepare)
