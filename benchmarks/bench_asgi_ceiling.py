@@ -13,7 +13,9 @@ flat index of --n random 64-bit codes), the denominator of bench_service.py's la
 the scan alone (`CodeIndex.search`) per query for one query and for 32 in one call, whose rate
 bounds any service that scans (`scan/inprocess`: with no HTTP, no Python beside the scan).
 Prints per app req/s, p50/p99 and server CPU per request, and the ratio its rate would give:
-`ceiling/inprocess = R`. A service whose every request does a search, validation, batching
+`ceiling/inprocess = R`; then the most a service on that path could answer once each request
+also takes a shared scan's CPU: the machine's cores over the app's CPU per request, the shared
+scan's and the load generator's (which runs on the same cores), against the in-process rate. A service whose every request does a search, validation, batching
 and JSON cannot beat the FastAPI route's line.
 """
 
@@ -67,6 +69,7 @@ def main() -> None:
     import numpy as np
 
     from bench_service import cpu_seconds, free_port, inprocess_rate, load_average, stop_server, summary
+    from lbhash.cpus import usable_cpus
     from lbhash.index import CodeIndex
     from service_load import request_bytes, search_load
 
@@ -81,9 +84,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         index = CodeIndex(64)
         index.add(rng.integers(0, 256, (args.n, 8), np.uint8))
-        alone, shared = (scan_ms(index, queries[:size]) for size in (1, 32))
-        print(f"CodeIndex.search, top-10: one query alone {alone:.3f} ms; 32 in one call (every thread) "
-              f"{shared:.3f} ms per query")
+        (alone, alone_cpu), (shared, shared_cpu) = (scan_ms(index, queries[:size]) for size in (1, 32))
+        print(f"CodeIndex.search, top-10, per query: one query alone {alone:.3f} ms ({alone_cpu:.3f} ms CPU); "
+              f"32 in one call (every thread) {shared:.3f} ms ({shared_cpu:.3f} ms CPU)")
         index.save(Path(tmp) / "ix")
         del index
         inprocess, cpu = inprocess_rate(Path(tmp) / "ix", queries, 10, min(args.seconds, 10))
@@ -92,6 +95,7 @@ def main() -> None:
     # a service that did nothing but shared scans: the most any server path could reach
     print(f"scans alone, 32 queries per call: {1000 / shared:,.0f} searches/s; "
           f"scan/inprocess = {1000 / shared / inprocess:.2f}")
+    cores = usable_cpus()
     searches = [request_bytes("POST", "/search", {"codes": [q.tobytes().hex()], "k": 10}) for q in queries]
     here = Path(__file__).resolve().parent
     for app in ("raw_app", "fastapi_app"):
@@ -107,28 +111,34 @@ def main() -> None:
                                                                results))
             before = cpu_seconds(proc.pid)
             worker.start()
-            latencies, errors, _ = results.get(timeout=args.seconds + 300)
+            latencies, errors, client = results.get(timeout=args.seconds + 300)
             worker.join(timeout=60)
             server = cpu_seconds(proc.pid) - before
         finally:
             stop_server(proc)
-        rate = len(latencies) / args.seconds
+        rate, served = len(latencies) / args.seconds, max(len(latencies), 1)
+        server_ms, client_ms = 1000 * server / served, 1000 * client / served
+        # the two cores shared by this app's work per request, the shared scan's and the clients'
+        with_scan = cores * 1000 / (server_ms + shared_cpu + client_ms)
         print(f"{app}, {args.clients} clients: {summary(np.array(latencies), args.seconds)}, errors {errors}; "
-              f"server CPU {1000 * server / max(len(latencies), 1):.3f} ms per request; "
-              f"ceiling/inprocess = {rate / inprocess:.2f}", flush=True)
+              f"server CPU {server_ms:.3f} ms per request, client process {client_ms:.3f} ms; "
+              f"ceiling/inprocess = {rate / inprocess:.2f}; with a shared scan's CPU added, at most "
+              f"{with_scan:,.0f} req/s on {cores} cores: {with_scan / inprocess:.2f}", flush=True)
     print(f"load average at end: {load_average()}")
 
 
-def scan_ms(index, queries, seconds: float = 2.0) -> float:
-    """Milliseconds per query of `index.search(queries, 10)`, repeated for about `seconds`."""
+def scan_ms(index, queries, seconds: float = 2.0) -> tuple[float, float]:
+    """Milliseconds per query of `index.search(queries, 10)`, wall and CPU (all threads),
+    repeated for about `seconds`."""
     import time
 
     index.search(queries, 10)
-    calls, start = 0, time.perf_counter()
+    calls, start, cpu = 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - start < seconds:
         index.search(queries, 10)
         calls += 1
-    return (time.perf_counter() - start) / calls / len(queries) * 1000
+    per_query = calls * len(queries) / 1000
+    return (time.perf_counter() - start) / per_query, (time.process_time() - cpu) / per_query
 
 
 def _wait_for(port: int, proc, timeout: float = 60.0) -> None:
