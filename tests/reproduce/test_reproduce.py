@@ -102,8 +102,8 @@ def test_runner_adopts_a_matching_run_made_by_hand(tmp_path, runs):
     run = runs.copy("csq", tmp_path / "csq-16bits-seed0")  # made by lbhash.train.train: no cell.json
     # the bank's recipe (tests/run_bank.py): CSQ of 2 epochs, one hidden layer of 64
     cell = Cell("csq-16bits-seed0", {"data": "digits", "method": "csq", "lbhash": False, "bits": 16, "seed": 0,
-                                     "epochs": 2, "hidden": [64], "centers": "hadamard", "lr": 1e-3, "lr_step": 3,
-                                     "lr_gamma": 0.5})
+                                     "epochs": 2, "hidden": [64], "centers": "hadamard", "lr": 1e-3,
+                                     "warmup_epochs": 1, "lr_step": 2, "lr_gamma": 0.1})
     other = Cell(cell.name, {**cell.config, "epochs": 3})
     with pytest.raises(ValueError, match="epochs=2"):
         cell_state(other, run)
