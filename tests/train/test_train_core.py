@@ -62,33 +62,43 @@ def _watched(call) -> list:
         _writes = None
 
 
-def test_hash_encoder_fit_writes_nothing(tmp_path, monkeypatch):
+# CSQ_D with a validation share that chooses the epoch: the fits below
+PARAMS = dict(method="csq", bits=16, lbhash=True, epochs=2, hidden=[32], validation=0.1, select="best-val",
+              eval_every=1)
+
+
+@pytest.fixture(scope="module")
+def in_memory_fit(tmp_path_factory):
+    """What HashEncoder.fit writes, watched in a home, temporary and working folder of its own:
+    (the first _D fit's writes, the second fit's writes, the folders' files before and after it,
+    that second fit, on the first 1200 digits with the other 597 as its eval_set)."""
     from sklearn.datasets import load_digits
 
     X, y = load_digits(return_X_y=True)
-    home, temp, work = (tmp_path / name for name in ("home", "tmp", "work"))
-    for folder in (home, temp, work):
-        folder.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("LBHASH_CACHE_DIR", str(home / "cache"))
-    monkeypatch.setattr(tempfile, "tempdir", str(temp))
-    monkeypatch.chdir(work)
-    # the training stack's imports write their packages' own caches (Lightning -> torchmetrics ->
-    # matplotlib's config folder); import them first so that what is watched is the fit's writes
-    import lightning.pytorch  # noqa: F401
-    (home / "cache").mkdir()
+    home, temp, work = (tmp_path_factory.mktemp(name) for name in ("home", "tmp", "work"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HOME", str(home))
+        patch.setenv("LBHASH_CACHE_DIR", str(home / "cache"))
+        patch.setattr(tempfile, "tempdir", str(temp))
+        patch.chdir(work)
+        # the training stack's imports write their packages' own caches (Lightning -> torchmetrics ->
+        # matplotlib's config folder); import them first so that what is watched is the fit's writes
+        import lightning.pytorch  # noqa: F401
+        (home / "cache").mkdir()
+        # the first _D fit of a machine computes its class centers once
+        first = _watched(lambda: HashEncoder(**PARAMS).fit(X[:1200], y[:1200]))
+        before = _files(home, temp, work)
+        fitted = HashEncoder(**PARAMS)
+        second = _watched(lambda: fitted.fit(X[:1200], y[:1200], eval_set=(X[1200:], y[1200:])))
+        after = _files(home, temp, work)
+    return dict(home=home, first=first, second=second, before=before, after=after, fitted=fitted)
 
-    def encoder():
-        return HashEncoder(method="csq", bits=16, lbhash=True, epochs=2, hidden=[32], validation=0.1,
-                           select="best-val", eval_every=1)
 
-    # the first _D fit of a machine computes its class centers once, into lbhash's cache only
-    first = _watched(lambda: encoder().fit(X[:1200], y[:1200]))
-    assert first and all(path.startswith(str(home / "cache" / "centers")) for _, path in first), first
-    before = _files(home, temp, work)
-    fitted = encoder()
-    assert _watched(lambda: fitted.fit(X[:1200], y[:1200], eval_set=(X[1200:], y[1200:]))) == []
-    assert _files(home, temp, work) == before
+def test_hash_encoder_fit_writes_nothing(in_memory_fit):
+    first, fitted = in_memory_fit["first"], in_memory_fit["fitted"]
+    # the first _D fit's writes go into lbhash's cache only
+    assert first and all(path.startswith(str(in_memory_fit["home"] / "cache" / "centers")) for _, path in first), first
+    assert in_memory_fit["second"] == [] and in_memory_fit["after"] == in_memory_fit["before"]
     assert fitted.run_dir_ is None and 0 < fitted.metrics_["map"] <= 1 and len(fitted.history_) == 2
 
 
@@ -133,13 +143,12 @@ def test_an_in_memory_fit_refuses_what_needs_a_run_directory():
         fit(TrainConfig(**FAST, epochs=1, devices=2))
 
 
-def test_a_fit_asked_for_a_run_directory_trains_into_it(tmp_path):
+def test_a_fit_asked_for_a_run_directory_trains_into_it(tmp_path, in_memory_fit):
     from sklearn.datasets import load_digits
 
     X, y = load_digits(return_X_y=True)
-    params = dict(method="csq", bits=16, epochs=2, hidden=[32], centers="hadamard")
-    on_disk = HashEncoder(**params).fit(X[:1200], y[:1200], eval_set=(X[1200:], y[1200:]), run_dir=tmp_path / "run")
-    in_memory = HashEncoder(**params).fit(X[:1200], y[:1200], eval_set=(X[1200:], y[1200:]))
+    on_disk = HashEncoder(**PARAMS).fit(X[:1200], y[:1200], eval_set=(X[1200:], y[1200:]), run_dir=tmp_path / "run")
+    in_memory = in_memory_fit["fitted"]  # the same fit, in memory
     assert on_disk.run_dir_ == tmp_path / "run" and (tmp_path / "run" / "manifest.json").is_file()
     assert _without_times(on_disk.metrics_) == _without_times(in_memory.metrics_)
     np.testing.assert_array_equal(on_disk.encode(X[1200:]), in_memory.encode(X[1200:]))
