@@ -1,5 +1,6 @@
 """The in-memory training core (lbhash.train.fit): it writes nothing, and it trains exactly what
-a run directory trains; `write_run` writes its result as the files `lbhash train` writes."""
+a run directory trains (train_run, whose fitted model is the one a loaded run gives); `write_run`
+writes its result as the files `lbhash train` writes."""
 
 import os
 import sys
@@ -15,7 +16,8 @@ from lbhash.train import TrainConfig
 from lbhash.train.fit import fit
 from lbhash.train.run import train_run
 from lbhash.train.run_training import write_run
-from lbhash.train.rundir import CHECKPOINT, CODES, load_run_model, read_fitted, read_metrics, verify_finished_run
+from lbhash.train.rundir import (CHECKPOINT, CODES, LOG, load_run_model, read_fitted, read_log, read_metrics,
+                                 verify_finished_run)
 
 FAST = dict(data="digits", bits=16, hidden=[32], centers="hadamard", lr_step=0, progress=False)
 TIMES = ("seconds", "seconds_per_epoch", "encode_seconds")
@@ -102,21 +104,45 @@ def test_hash_encoder_fit_writes_nothing(in_memory_fit):
     assert fitted.run_dir_ is None and 0 < fitted.metrics_["map"] <= 1 and len(fitted.history_) == 2
 
 
-def test_the_core_trains_what_a_run_directory_trains(tmp_path):
+@pytest.fixture(scope="module")
+def run_of_a_config(tmp_path_factory):
+    """(cfg, run directory, train_run's result): CSQ_D of 3 epochs whose validation share chooses the epoch."""
     cfg = TrainConfig(**FAST, method="csq", lbhash=True, epochs=3, validation=0.1, select="best-val",
                       eval_every=1)
+    run_dir = tmp_path_factory.mktemp("core") / "run"
+    return cfg, run_dir, train_run(cfg, run_dir)
+
+
+def test_the_core_trains_what_a_run_directory_trains(run_of_a_config):
+    cfg, run_dir, run = run_of_a_config
     trained = fit(cfg)
-    run = train_run(cfg, tmp_path / "run")
     assert _without_times(trained.fitted.history) == _without_times(run.fitted.history)
     assert _without_times(trained.metrics) == _without_times(run.metrics)
     assert trained.fitted.config == run.fitted.config and trained.fitted.input_form == run.fitted.input_form
     ours, theirs = trained.fitted.model.state_dict(), run.fitted.model.state_dict()
     assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
-    disk = torch.load(tmp_path / "run" / CHECKPOINT, map_location="cpu", weights_only=True)
+    disk = torch.load(run_dir / CHECKPOINT, map_location="cpu", weights_only=True)
     assert trained.checkpoint["learner"].keys() == disk["learner"].keys()
     assert all(torch.equal(trained.checkpoint["learner"][k], disk["learner"][k]) for k in disk["learner"])
     assert trained.checkpoint["epoch"] == disk["epoch"] == 3 and trained.checkpoint["selection"] == disk["selection"]
     assert trained.best["epoch"] == disk["selection"]["best_epoch"]
+
+
+def test_train_run_returns_the_model_a_loaded_run_gives(run_of_a_config):
+    _, run_dir, result = run_of_a_config
+    fitted, model_and_config = result.fitted, load_run_model(run_dir)
+    assert fitted.config == model_and_config[1] and not fitted.model.training
+    assert all(param.grad is None for param in fitted.model.parameters())
+    loaded = model_and_config[0].state_dict()
+    for name, value in fitted.model.state_dict().items():
+        assert value.device.type == "cpu" and torch.equal(value, loaded[name]), name
+    assert fitted.history == read_log(run_dir / LOG) and len(fitted.history) == 3
+    assert result.metrics == read_metrics(run_dir)
+    assert fitted.input_form == read_fitted(run_dir).input_form
+    codes = load_codes_file(run_dir / CODES)
+    np.testing.assert_array_equal(result.query_codes["query_codes"], codes["query_codes"])
+    again = train_run(None, run_dir, resume=True)  # finished: nothing trained, its metrics only
+    assert again.fitted is None and again.metrics == result.metrics
 
 
 def test_write_run_gives_the_run_directory_of_the_fit(tmp_path):
