@@ -87,8 +87,8 @@ REPRODUCED = {
     "toy": ["--bits", "8"],
     # LSH, CSQ and CSQ_D at two seeds, on the default protocol with its 3 held-out classes
     "baselines": ["--data", "digits", "--methods", "lsh,csq", "--bits", "16", "--seeds", "0,1", "--set", "epochs=1"],
-    # one seed and one setting: the spread over seeds and the comparison of settings are rendered from tables
-    # in tests/reproduce/test_studies.py and test_report.py
+    # one seed and one setting: the spread over seeds (tests/reproduce/test_studies.py, test_report.py) and
+    # the comparison of two settings (test_studies.py) are rendered from tables those tests write
     "study": ["--study", "tiny", "--data", "digits", "--methods", "csq", "--settings", "base", "--bits", "16",
               "--seeds", "0", "--set", "epochs=2", "--set", "centers=hadamard", *TINY],
 }
