@@ -1,7 +1,7 @@
 """Shared test helpers: random codes with many tied distances, a few loss steps on digits,
 shuffled training passes for memory-bank methods and the bank likelihood's plain formula,
-kill-and-resume runs, the CLI in process and its one-line errors, and snapshots of folders that
-a refused command must leave alone."""
+cut copies of a run for resume tests, the CLI in process and its one-line errors, and
+snapshots of folders that a refused command must leave alone."""
 
 import numpy as np
 import pytest
@@ -34,21 +34,28 @@ class Killed(Exception):
     """Stands in for a process killed at the end of an epoch."""
 
 
+def copies_at(copies):
+    """An on_epoch_end that copies the run directory to copies[epoch] after that epoch: what a
+    kill then leaves (the epoch's log line and checkpoint written, nothing after them), while
+    the run trains on to its end. One training gives the finished run and its cut copies."""
+    import shutil
+
+    def copy(epoch, *record):
+        if epoch in copies:
+            root, dest = copies[epoch]
+            shutil.copytree(root, dest)
+    return copy
+
+
 def assert_resume_matches(run, cfg, root, kill_at=2):
-    """Train cfg uninterrupted and killed after epoch kill_at then resumed (with run, e.g.
-    lbhash.train.train); assert both give the same codes and return the two run directories."""
+    """Train cfg uninterrupted, keeping a copy of the run as a kill after epoch kill_at leaves
+    it (copies_at), then resume that copy (with run, e.g. lbhash.train.train); assert both give
+    the same codes and return the two run directories."""
     from lbhash.codes_file import load_codes_file
 
     full, cut = root / "full", root / "cut"
-    run(cfg, full)
-
-    def die(epoch):
-        if epoch == kill_at:
-            raise Killed
-
-    with pytest.raises(Killed):
-        run(cfg, cut, on_epoch_end=die)
-    assert not (cut / "codes.npz").exists()
+    run(cfg, full, on_epoch_end=copies_at({kill_at: (full, cut)}))
+    assert not (cut / "codes.npz").exists() and (cut / "checkpoint.pt").is_file()
     run(None, cut, resume=True)
     a, b = load_codes_file(full / "codes.npz"), load_codes_file(cut / "codes.npz")
     np.testing.assert_array_equal(a["db_codes"], b["db_codes"])
@@ -211,20 +218,6 @@ def npy_bytes(arr) -> bytes:
     out = io.BytesIO()
     np.save(out, arr)
     return out.getvalue()
-
-
-def unfinished_run(path, epochs=3, kill_at=1):
-    """A CSQ_D run on digits stopped after epoch `kill_at` (its checkpoint written), as a kill
-    leaves it."""
-    from lbhash.train import TrainConfig, train
-
-    def die(epoch):
-        if epoch == kill_at:
-            raise Killed
-    with pytest.raises(Killed):
-        train(TrainConfig(data="digits", bits=16, hidden=[64], centers="hadamard", progress=False, lbhash=True,
-                          epochs=epochs), path, on_epoch_end=die)
-    return path
 
 
 def run_bounded(cmd, *, env, timeout=300, cwd=None):

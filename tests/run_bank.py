@@ -24,11 +24,36 @@ def _finished(**changes):
     return build
 
 
-def _unfinished(epochs, kill_at):
+def _closed_form(method, **values):
     def build(path):
-        from helpers import unfinished_run
+        from lbhash.train import TrainConfig, train
 
-        unfinished_run(path, epochs=epochs, kill_at=kill_at)
+        train(TrainConfig(data="digits", method=method, bits=16, progress=False, **values), path)
+    return build
+
+
+def _finished_with_cuts(**changes):
+    """A finished run that left copies of itself after each epoch (helpers.copies_at): what a
+    kill after that epoch leaves, for the cut-at-N runs, without training them again."""
+    def build(path):
+        from helpers import copies_at
+        from lbhash.train import TrainConfig, train
+
+        cuts = _cuts_of(path)
+        shutil.rmtree(cuts, ignore_errors=True)  # of a build that failed half-way
+        cfg = TrainConfig(**{**DIGITS, **changes})
+        train(cfg, path, on_epoch_end=copies_at({e: (path, cuts / f"cut-at-{e}") for e in range(1, cfg.epochs)}))
+    return build
+
+
+def _cuts_of(path: Path) -> Path:
+    return path.with_name(f".{path.name}.cuts")
+
+
+def _cut(finished, epoch):
+    def build(path):
+        done = built_once(path.with_name(finished), RECIPES[finished])
+        shutil.copytree(_cuts_of(done) / f"cut-at-{epoch}", path)
     return build
 
 
@@ -38,6 +63,11 @@ def _reproduced(experiment):
 
         from lbhash.cli import main
 
+        if experiment in ADOPTED:  # a cell of the same values as another experiment's run: the runner adopts it
+            source, run, cell = ADOPTED[experiment]
+            made = built_once(path.with_name(f"reproduce-{source}"), RECIPES[f"reproduce-{source}"])
+            shutil.copytree(made / "runs" / source / run, path / "runs" / experiment / cell)
+            (path / "runs" / experiment / cell / "cell.json").unlink()  # as a run made by hand
         result = CliRunner().invoke(main, ["reproduce", experiment, *REPRODUCED[experiment], "--out", str(path)])
         assert result.exit_code == 0, result.output
     return build
@@ -47,27 +77,36 @@ TINY = ["--set", "hidden=[32]", "--set", "lr_step=0"]
 # `lbhash reproduce EXPERIMENT` at tiny size, each in its own output directory: the bank's run
 # "reproduce-EXPERIMENT" (tests/reproduce/test_report_experiments.py gives the Setup row each one reports)
 REPRODUCED = {
-    "grid": ["--data", "digits", "--protocol", "digits", "--methods", "csq", "--bits", "16", "--seeds", "0",
-             "--epochs", "1", "--set", "centers=hadamard", *TINY],  # CSQ and CSQ_D
+    # CSQ and CSQ_D, the test mAP after epoch 1 too (what bound's cell asks for)
+    "grid": ["--data", "digits", "--methods", "csq", "--bits", "16", "--seeds", "0", "--epochs", "2",
+             "--set", "centers=hadamard", "--set", "eval_every=1", *TINY],
     "bound": ["--data", "digits", "--bits", "16", "--epochs", "2", "--set", "centers=hadamard", *TINY],
     "timing": ["--data", "digits", "--bits", "16", "--epochs", "2", "--set", "centers=hadamard", *TINY],
-    "centers": ["--data", "digits", "--kinds", "hadamard,random", "--bits", "16", "--seeds", "1", "--epochs", "1",
+    "centers": ["--data", "digits", "--kinds", "hadamard,random", "--bits", "16", "--seeds", "0", "--epochs", "2",
                 *TINY],
     "toy": ["--bits", "8"],
     # LSH, CSQ and CSQ_D at two seeds, on the default protocol with its 3 held-out classes
     "baselines": ["--data", "digits", "--methods", "lsh,csq", "--bits", "16", "--seeds", "0,1", "--set", "epochs=1"],
-    # one seed: the spread over seeds is rendered from tables in tests/reproduce/test_studies.py and test_report.py
-    "study": ["--study", "tiny", "--data", "digits", "--methods", "csq", "--settings", "base;paper", "--bits", "16",
+    # one seed and one setting: the spread over seeds (tests/reproduce/test_studies.py, test_report.py) and
+    # the comparison of two settings (test_studies.py) are rendered from tables those tests write
+    "study": ["--study", "tiny", "--data", "digits", "--methods", "csq", "--settings", "base", "--bits", "16",
               "--seeds", "0", "--set", "epochs=2", "--set", "centers=hadamard", *TINY],
 }
 
+# experiment -> (experiment, its run, the cell): bound's cell and centers' Hadamard cell have the values
+# of the grid's CSQ_D run (eval_every aside, which a run without a validation share does not hash)
+ADOPTED = {"bound": ("grid", "csq_D-16bits-seed0", "csq_D-16bits-seed0"),
+           "centers": ("grid", "csq_D-16bits-seed0", "hadamard-16bits-seed0")}
+
 RECIPES = {
-    "csq": _finished(epochs=2, lr=1e-3, lr_step=3, lr_gamma=0.5, eval_every=0),  # CSQ, 2 epochs
-    "csq-4": _finished(epochs=4, lr=1e-3, lr_step=3, lr_gamma=0.5, eval_every=0),  # the same, 4 epochs
+    # CSQ, 2 epochs; lr 1e-3 warmed up for 1 epoch, then x0.1 every 2 epochs (a schedule resume continues)
+    "csq": _finished(epochs=2, lr=1e-3, warmup_epochs=1, lr_step=2, lr_gamma=0.1, eval_every=0),
+    "csq-4": _finished(epochs=4, lr=1e-3, warmup_epochs=1, lr_step=2, lr_gamma=0.1, eval_every=0),  # 4 epochs
     "csq_D": _finished(epochs=2, lbhash=True),  # CSQ_D, 2 epochs
-    "csq_D-3": _finished(epochs=3, lbhash=True),  # CSQ_D, 3 epochs: what the cut runs finish as
-    "cut-at-1": _unfinished(epochs=3, kill_at=1),  # CSQ_D of 3 epochs killed after epoch 1
-    "cut-at-2": _unfinished(epochs=3, kill_at=2),  # ... after epoch 2
+    "csq_D-3": _finished_with_cuts(epochs=3, lbhash=True),  # CSQ_D, 3 epochs: what the cut runs finish as
+    "cut-at-1": _cut("csq_D-3", 1),  # "csq_D-3" as a kill after epoch 1 leaves it
+    "cut-at-2": _cut("csq_D-3", 2),  # ... after epoch 2
+    "itq": _closed_form("itq", seed=3),  # ITQ at 16 bits, seed 3: `lbhash train --data digits --method itq ...`
     **{f"reproduce-{experiment}": _reproduced(experiment) for experiment in REPRODUCED},
 }
 

@@ -318,6 +318,10 @@ def test_run_without_augmentation_gives_the_per_image_paths_codes(real_images, t
         np.testing.assert_array_equal(a[key], b[key])
 
 
+# end to end in make test-slow; fast: resumed epochs see the same augmented batches
+# (test_epochs_are_seeded_and_resume_sees_the_same_batches), and a resumed run equals the
+# uninterrupted one (test_train_resume.py)
+@pytest.mark.slow
 def test_resumed_augmented_image_run_equals_uninterrupted(real_images, tmp_path):
     from helpers import assert_resume_matches
     from lbhash.train import TrainConfig, train

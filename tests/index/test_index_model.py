@@ -19,18 +19,18 @@ def one_line(result, *fragments):
 
 def test_a_search_with_a_model_that_did_not_make_the_index_is_refused(tmp_path, runs):
     ix, queries = tmp_path / "ix", tmp_path / "q.npy"
-    # CSQ of 1 epoch on every training item (no validation share: the last epoch is the model), trained on below
+    # CSQ of 2 epochs on every training item (no validation share: the last epoch is the model), trained on below
     run = runs.copy("reproduce-grid", tmp_path / "grid") / "runs" / "grid" / "csq-16bits-seed0"
     np.save(queries, load_digits().data[:5].astype(np.float32))
     assert cli("index", "build", run, "--out", ix).exit_code == 0
     recorded = json.loads((ix / "manifest.json").read_text())["metadata"]["model"]
-    assert recorded == {"file": "checkpoint.pt", "sha256": sha256(run / "checkpoint.pt"), "epoch": 1}
+    assert recorded == {"file": "checkpoint.pt", "sha256": sha256(run / "checkpoint.pt"), "epoch": 2}
     search = ["search", ix, "--features", queries, "--run", run, "--json"]
     first = cli(*search)
     assert first.exit_code == 0, first.output
-    assert cli("train", "--out", run, "--resume", "--epochs", 2).exit_code == 0  # the model moves on
-    assert model_identity(run)["epoch"] == 2 and model_identity(run)["sha256"] != recorded["sha256"]
-    line = one_line(cli(*search), str(run), "epoch 2", "did not make the codes of", "(epoch 1)",
+    assert cli("train", "--out", run, "--resume", "--epochs", 3).exit_code == 0  # the model moves on
+    assert model_identity(run)["epoch"] == 3 and model_identity(run)["sha256"] != recorded["sha256"]
+    line = one_line(cli(*search), str(run), "epoch 3", "did not make the codes of", "(epoch 2)",
                     f"lbhash index build {run} --out {ix} --overwrite", "--force")
     assert "Traceback" not in line
     one_line(cli("serve", ix, "--run", run, "--port", 0), "did not make the codes of", "--force")

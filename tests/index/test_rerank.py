@@ -164,13 +164,9 @@ def test_searcher_reranks_by_the_encoders_real_outputs(rng):
 # --- the encoder's real outputs --------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def itq_run(tmp_path_factory):
-    from lbhash.train import TrainConfig, train
-
-    run = tmp_path_factory.mktemp("rerank") / "run"
-    train(TrainConfig(data="digits", method="itq", bits=16, progress=False), run)
-    return run
+@pytest.fixture
+def itq_run(runs):
+    return runs.path("itq")  # only read
 
 
 def test_encode_real_gives_the_outputs_whose_signs_are_the_codes(itq_run, tmp_path):

@@ -119,9 +119,12 @@ def test_replace_mode_drops_the_classification_part():
     assert float(out.parts["quantization"]) == pytest.approx(float(base(u, y, None).parts["quantization"]))
 
 
-# OrthoHash_D's in make test-slow: its objective is checked without training in
-# test_replace_mode_drops_the_classification_part and test_methods_all.py's test_lbhash_adds_exactly_l_theta_for_every_method
-@pytest.mark.parametrize("lbhash", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["orthohash", "orthohash_D"])
+# in make test-slow; fast: OrthoHash's loss falls on digits (test_methods_all.py's test_loss_decreases_on_digits),
+# it trains end to end through HashEncoder (test_hash_encoder.py's test_orthohash_through_the_front_door), and
+# OrthoHash_D's objective is checked without training in test_replace_mode_drops_the_classification_part and
+# test_methods_all.py's test_lbhash_adds_exactly_l_theta_for_every_method
+@pytest.mark.slow
+@pytest.mark.parametrize("lbhash", [False, True], ids=["orthohash", "orthohash_D"])
 def test_training_beats_an_untrained_model_by_a_wide_margin(lbhash, tmp_path, monkeypatch):
     from lbhash.evaluate import mean_average_precision
     from lbhash.train import TrainConfig, train

@@ -20,10 +20,10 @@ DEFAULT = "the data set's default"
 # experiment -> its Setup row (data, protocol, seeds, epochs) as reproduced at tiny size by the
 # session's bank (tests/run_bank.py REPRODUCED, the run "reproduce-EXPERIMENT")
 SETUP = {
-    "grid": ["digits", "digits", "0", "1"],
+    "grid": ["digits", DEFAULT, "0", "2"],
     "bound": ["digits", DEFAULT, "0", "2"],
     "timing": ["digits", DEFAULT, "0", "2"],
-    "centers": ["digits", DEFAULT, "1", "1"],
+    "centers": ["digits", DEFAULT, "0", "2"],
     "toy": ["—", "—", "0", "—"],
     "baselines": ["digits", DEFAULT, "0, 1", "1"],
     "study": ["digits", DEFAULT, "0", "2"],

@@ -90,11 +90,11 @@ def test_killed_grid_resumes_and_skips_finished_cells(tmp_path):
 
 
 def test_a_directory_with_other_settings_is_refused(tmp_path, runs):
-    out = runs.copy("reproduce-grid", tmp_path / "res")  # csq and csq_D of 1 epoch, seed 0
+    out = runs.copy("reproduce-grid", tmp_path / "res")  # csq and csq_D of 2 epochs, seed 0
     again = ["reproduce", "grid", *REPRODUCED["grid"], "--out", str(out)]
     rerun = CliRunner().invoke(main, again)
     assert rerun.exit_code == 0 and "2 cells: 2 finished, 0 to run" in rerun.output, rerun.output
-    result = CliRunner().invoke(main, again + ["--epochs", "2"])
+    result = CliRunner().invoke(main, again + ["--epochs", "3"])
     assert result.exit_code == 2 and "holds a run with other settings" in result.output
 
 
@@ -102,8 +102,8 @@ def test_runner_adopts_a_matching_run_made_by_hand(tmp_path, runs):
     run = runs.copy("csq", tmp_path / "csq-16bits-seed0")  # made by lbhash.train.train: no cell.json
     # the bank's recipe (tests/run_bank.py): CSQ of 2 epochs, one hidden layer of 64
     cell = Cell("csq-16bits-seed0", {"data": "digits", "method": "csq", "lbhash": False, "bits": 16, "seed": 0,
-                                     "epochs": 2, "hidden": [64], "centers": "hadamard", "lr": 1e-3, "lr_step": 3,
-                                     "lr_gamma": 0.5})
+                                     "epochs": 2, "hidden": [64], "centers": "hadamard", "lr": 1e-3,
+                                     "warmup_epochs": 1, "lr_step": 2, "lr_gamma": 0.1})
     other = Cell(cell.name, {**cell.config, "epochs": 3})
     with pytest.raises(ValueError, match="epochs=2"):
         cell_state(other, run)
@@ -141,5 +141,5 @@ def test_tables_of_the_other_experiments(tmp_path, runs):
     meta = json.loads((out / "meta.json").read_text())
     assert list(meta["experiments"]) == ["timing", "centers", "bound"] and "torch" in meta["software"]
     settings = {k: [e[s] for s in ("seeds", "epochs")] for k, e in meta["experiments"].items()}
-    assert settings == {"centers": [[1], 1], "bound": [[0], 2], "timing": [[0], 2]}  # as the commands give them
+    assert settings == {"centers": [[0], 2], "bound": [[0], 2], "timing": [[0], 2]}  # as the commands give them
     assert all(e["command"].startswith("lbhash ") for e in meta["experiments"].values())

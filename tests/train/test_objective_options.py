@@ -200,22 +200,31 @@ def test_learning_rate_schedules():
     assert [lr_factor(e, step) for e in (0, 1, 3, 4)] == [1.0, 1.0, 1.0, pytest.approx(0.1)]
 
 
-def test_resume_is_bit_exact_with_every_option_on(tmp_path):
+@pytest.fixture(scope="module")
+def every_option_run(tmp_path_factory):
+    """(full, cut): a DCH_D run with every option on, tensorboard's logger among them (a test
+    dependency), and a copy cut after epoch 2 then resumed (helpers.assert_resume_matches)."""
+    import importlib.util
+
+    logger = "tensorboard" if importlib.util.find_spec("tensorboardX") else "none"
     cfg = TrainConfig(**FAST, lbhash=True, epochs=4, eval_every=1, validation=0.2, select="best-val", patience=3,
                       lbhash_reduction="mean", lbhash_weight=0.3, surrogate_flips=2, block_assignment="redraw",
                       block_redraw_every=1, schedule="cosine", warmup_epochs=1, optimizer="adamw",
-                      weight_decay=0.01, surrogate_weight_decay=0.01, method="dch")
-    full, cut = assert_resume_matches(train, cfg, tmp_path)
+                      weight_decay=0.01, surrogate_weight_decay=0.01, method="dch", logger=logger)
+    return assert_resume_matches(train, cfg, tmp_path_factory.mktemp("every-option"))
+
+
+def test_resume_is_bit_exact_with_every_option_on(every_option_run):
+    full, cut = every_option_run
     strip = lambda p: [{k: v for k, v in json.loads(x).items() if k != "seconds"}
                        for x in (p / "log.jsonl").read_text().splitlines()]
     assert strip(full) == strip(cut)
 
 
-def test_tensorboard_logger_writes_event_files(tmp_path):
+def test_tensorboard_logger_writes_event_files(every_option_run):
     pytest.importorskip("tensorboardX")
-    out = tmp_path / "run"
-    train(TrainConfig(**FAST, epochs=2, logger="tensorboard"), out)
-    assert list((out / "tensorboard").glob("events.out.tfevents.*"))
+    for run in every_option_run:  # the resumed run writes its epochs' events too
+        assert list((run / "tensorboard").glob("events.out.tfevents.*"))
 
 
 def test_each_part_reads_its_own_option_set_of_a_config():

@@ -1,5 +1,6 @@
 """The in-memory training core (lbhash.train.fit): it writes nothing, and it trains exactly what
-a run directory trains; `write_run` writes its result as the files `lbhash train` writes."""
+a run directory trains (train_run, whose fitted model is the one a loaded run gives); `write_run`
+writes its result as the files `lbhash train` writes."""
 
 import os
 import sys
@@ -15,7 +16,8 @@ from lbhash.train import TrainConfig
 from lbhash.train.fit import fit
 from lbhash.train.run import train_run
 from lbhash.train.run_training import write_run
-from lbhash.train.rundir import CHECKPOINT, CODES, load_run_model, read_fitted, read_metrics, verify_finished_run
+from lbhash.train.rundir import (CHECKPOINT, CODES, LOG, load_run_model, read_fitted, read_log, read_metrics,
+                                 verify_finished_run)
 
 FAST = dict(data="digits", bits=16, hidden=[32], centers="hadamard", lr_step=0, progress=False)
 TIMES = ("seconds", "seconds_per_epoch", "encode_seconds")
@@ -62,51 +64,85 @@ def _watched(call) -> list:
         _writes = None
 
 
-def test_hash_encoder_fit_writes_nothing(tmp_path, monkeypatch):
+# CSQ_D with a validation share that chooses the epoch: the fits below
+PARAMS = dict(method="csq", bits=16, lbhash=True, epochs=2, hidden=[32], validation=0.1, select="best-val",
+              eval_every=1)
+
+
+@pytest.fixture(scope="module")
+def in_memory_fit(tmp_path_factory):
+    """What HashEncoder.fit writes, watched in a home, temporary and working folder of its own:
+    (the first _D fit's writes, the second fit's writes, the folders' files before and after it,
+    that second fit, on the first 1200 digits with the other 597 as its eval_set)."""
     from sklearn.datasets import load_digits
 
     X, y = load_digits(return_X_y=True)
-    home, temp, work = (tmp_path / name for name in ("home", "tmp", "work"))
-    for folder in (home, temp, work):
-        folder.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("LBHASH_CACHE_DIR", str(home / "cache"))
-    monkeypatch.setattr(tempfile, "tempdir", str(temp))
-    monkeypatch.chdir(work)
-    # the training stack's imports write their packages' own caches (Lightning -> torchmetrics ->
-    # matplotlib's config folder); import them first so that what is watched is the fit's writes
-    import lightning.pytorch  # noqa: F401
-    (home / "cache").mkdir()
+    home, temp, work = (tmp_path_factory.mktemp(name) for name in ("home", "tmp", "work"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HOME", str(home))
+        patch.setenv("LBHASH_CACHE_DIR", str(home / "cache"))
+        patch.setattr(tempfile, "tempdir", str(temp))
+        patch.chdir(work)
+        # the training stack's imports write their packages' own caches (Lightning -> torchmetrics ->
+        # matplotlib's config folder); import them first so that what is watched is the fit's writes
+        import lightning.pytorch  # noqa: F401
+        (home / "cache").mkdir()
+        # the first _D fit of a machine computes its class centers once
+        first = _watched(lambda: HashEncoder(**PARAMS).fit(X[:1200], y[:1200]))
+        before = _files(home, temp, work)
+        fitted = HashEncoder(**PARAMS)
+        second = _watched(lambda: fitted.fit(X[:1200], y[:1200], eval_set=(X[1200:], y[1200:])))
+        after = _files(home, temp, work)
+    return dict(home=home, first=first, second=second, before=before, after=after, fitted=fitted)
 
-    def encoder():
-        return HashEncoder(method="csq", bits=16, lbhash=True, epochs=2, hidden=[32], validation=0.1,
-                           select="best-val", eval_every=1)
 
-    # the first _D fit of a machine computes its class centers once, into lbhash's cache only
-    first = _watched(lambda: encoder().fit(X[:1200], y[:1200]))
-    assert first and all(path.startswith(str(home / "cache" / "centers")) for _, path in first), first
-    before = _files(home, temp, work)
-    fitted = encoder()
-    assert _watched(lambda: fitted.fit(X[:1200], y[:1200], eval_set=(X[1200:], y[1200:]))) == []
-    assert _files(home, temp, work) == before
+def test_hash_encoder_fit_writes_nothing(in_memory_fit):
+    first, fitted = in_memory_fit["first"], in_memory_fit["fitted"]
+    # the first _D fit's writes go into lbhash's cache only
+    assert first and all(path.startswith(str(in_memory_fit["home"] / "cache" / "centers")) for _, path in first), first
+    assert in_memory_fit["second"] == [] and in_memory_fit["after"] == in_memory_fit["before"]
     assert fitted.run_dir_ is None and 0 < fitted.metrics_["map"] <= 1 and len(fitted.history_) == 2
 
 
-def test_the_core_trains_what_a_run_directory_trains(tmp_path):
+@pytest.fixture(scope="module")
+def run_of_a_config(tmp_path_factory):
+    """(cfg, run directory, train_run's result): CSQ_D of 3 epochs whose validation share chooses the epoch."""
     cfg = TrainConfig(**FAST, method="csq", lbhash=True, epochs=3, validation=0.1, select="best-val",
                       eval_every=1)
+    run_dir = tmp_path_factory.mktemp("core") / "run"
+    return cfg, run_dir, train_run(cfg, run_dir)
+
+
+def test_the_core_trains_what_a_run_directory_trains(run_of_a_config):
+    cfg, run_dir, run = run_of_a_config
     trained = fit(cfg)
-    run = train_run(cfg, tmp_path / "run")
     assert _without_times(trained.fitted.history) == _without_times(run.fitted.history)
     assert _without_times(trained.metrics) == _without_times(run.metrics)
     assert trained.fitted.config == run.fitted.config and trained.fitted.input_form == run.fitted.input_form
     ours, theirs = trained.fitted.model.state_dict(), run.fitted.model.state_dict()
     assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
-    disk = torch.load(tmp_path / "run" / CHECKPOINT, map_location="cpu", weights_only=True)
+    disk = torch.load(run_dir / CHECKPOINT, map_location="cpu", weights_only=True)
     assert trained.checkpoint["learner"].keys() == disk["learner"].keys()
     assert all(torch.equal(trained.checkpoint["learner"][k], disk["learner"][k]) for k in disk["learner"])
     assert trained.checkpoint["epoch"] == disk["epoch"] == 3 and trained.checkpoint["selection"] == disk["selection"]
     assert trained.best["epoch"] == disk["selection"]["best_epoch"]
+
+
+def test_train_run_returns_the_model_a_loaded_run_gives(run_of_a_config):
+    _, run_dir, result = run_of_a_config
+    fitted, model_and_config = result.fitted, load_run_model(run_dir)
+    assert fitted.config == model_and_config[1] and not fitted.model.training
+    assert all(param.grad is None for param in fitted.model.parameters())
+    loaded = model_and_config[0].state_dict()
+    for name, value in fitted.model.state_dict().items():
+        assert value.device.type == "cpu" and torch.equal(value, loaded[name]), name
+    assert fitted.history == read_log(run_dir / LOG) and len(fitted.history) == 3
+    assert result.metrics == read_metrics(run_dir)
+    assert fitted.input_form == read_fitted(run_dir).input_form
+    codes = load_codes_file(run_dir / CODES)
+    np.testing.assert_array_equal(result.query_codes["query_codes"], codes["query_codes"])
+    again = train_run(None, run_dir, resume=True)  # finished: nothing trained, its metrics only
+    assert again.fitted is None and again.metrics == result.metrics
 
 
 def test_write_run_gives_the_run_directory_of_the_fit(tmp_path):
@@ -133,13 +169,12 @@ def test_an_in_memory_fit_refuses_what_needs_a_run_directory():
         fit(TrainConfig(**FAST, epochs=1, devices=2))
 
 
-def test_a_fit_asked_for_a_run_directory_trains_into_it(tmp_path):
+def test_a_fit_asked_for_a_run_directory_trains_into_it(tmp_path, in_memory_fit):
     from sklearn.datasets import load_digits
 
     X, y = load_digits(return_X_y=True)
-    params = dict(method="csq", bits=16, epochs=2, hidden=[32], centers="hadamard")
-    on_disk = HashEncoder(**params).fit(X[:1200], y[:1200], eval_set=(X[1200:], y[1200:]), run_dir=tmp_path / "run")
-    in_memory = HashEncoder(**params).fit(X[:1200], y[:1200], eval_set=(X[1200:], y[1200:]))
+    on_disk = HashEncoder(**PARAMS).fit(X[:1200], y[:1200], eval_set=(X[1200:], y[1200:]), run_dir=tmp_path / "run")
+    in_memory = in_memory_fit["fitted"]  # the same fit, in memory
     assert on_disk.run_dir_ == tmp_path / "run" and (tmp_path / "run" / "manifest.json").is_file()
     assert _without_times(on_disk.metrics_) == _without_times(in_memory.metrics_)
     np.testing.assert_array_equal(on_disk.encode(X[1200:]), in_memory.encode(X[1200:]))

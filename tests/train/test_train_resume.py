@@ -49,17 +49,32 @@ def test_finished_run_says_there_is_nothing_to_do(tmp_path, runs):
     assert (run / "manifest.json").read_bytes() == before
 
 
-def test_two_plus_two_epochs_equal_four(tmp_path, runs):
-    # the bank's "csq" and "csq-4": lr 1e-3, x0.5 after every 3 epochs; 2 epochs, then 2 more
+def test_two_plus_two_epochs_equal_four_through_a_kill(tmp_path, runs, monkeypatch):
+    # the bank's "csq" and "csq-4": lr 1e-3, a warm-up of 1 epoch, then x0.1 every 2 epochs
+    from lbhash.train.loop import Trainer
+
     straight, further = runs.path("csq-4"), runs.copy("csq", tmp_path / "further")
-    result = cli("train", "--out", further, "--resume", "--epochs", "4")
+    record = Trainer.record_epoch
+
+    def killed_after_epoch_3(self, epoch, rec):
+        record(self, epoch, rec)
+        if epoch == 3:
+            raise Killed
+    monkeypatch.setattr(Trainer, "record_epoch", killed_after_epoch_3)
+    assert isinstance(cli("train", "--out", further, "--resume", "--epochs", "4").exception, Killed)
+    monkeypatch.setattr(Trainer, "record_epoch", record)
+    # killed while training further: no longer finished (no manifest, codes or metrics of the old
+    # total), the new total recorded, so that a plain --resume finishes it
+    assert not any((further / n).exists() for n in ("manifest.json", "codes.npz", "metrics.json"))
+    assert yaml.safe_load((further / "config.yaml").read_text())["epochs"] == 4
+    assert [r["epoch"] for r in log_of(further)] == [1, 2, 3]
+    result = cli("train", "--out", further, "--resume")
     assert result.exit_code == 0, result.output
     log = log_of(further)
     assert [r["epoch"] for r in log] == [1, 2, 3, 4]
-    # the step schedule continues its steps: x0.5 after every 3 epochs, counted from epoch 1
-    assert [r["lr"] for r in log] == [1e-3, 1e-3, 1e-3, 5e-4]
+    # the schedules continue by their rule: after a warm-up the steps count from its end
+    assert [r["lr"] for r in log] == pytest.approx([1e-3, 1e-3, 1e-3, 1e-4], rel=1e-12)
     assert [r["lr"] for r in log] == [r["lr"] for r in log_of(straight)]
-    assert yaml.safe_load((further / "config.yaml").read_text())["epochs"] == 4
     metrics = json.loads((further / "metrics.json").read_text())
     assert (metrics["run"]["epochs"], metrics["run"]["epochs_trained"]) == (4, 4)
     assert_finished_at(further, 4)
@@ -74,39 +89,21 @@ def test_two_plus_two_epochs_equal_four(tmp_path, runs):
     np.testing.assert_array_equal(ca["db_codes"], cb["db_codes"])
 
 
+# the third case's fast test is the one above, on the bank's runs of that schedule
 @pytest.mark.parametrize("schedule, first, total, rates", [
     # a constant rate stays constant (checkpoints once stored epochs + 1 as its step)
     pytest.param(dict(lr_step=0), 1, 3, [1.0, 1.0, 1.0], marks=pytest.mark.slow),
     # a warm-up of 2 epochs rises linearly, (e + 1) / 2, then the step schedule holds
     pytest.param(dict(lr_step=0, warmup_epochs=2), 1, 3, [0.5, 1.0, 1.0], marks=pytest.mark.slow),
     # after a warm-up the steps count from its end: x0.1 every 2 epochs from epoch 2
-    (dict(lr_step=2, lr_gamma=0.1, warmup_epochs=1), 2, 4, [1.0, 1.0, 1.0, 0.1]),
+    pytest.param(dict(lr_step=2, lr_gamma=0.1, warmup_epochs=1), 2, 4, [1.0, 1.0, 1.0, 0.1],
+                 marks=pytest.mark.slow),
 ])
 def test_schedules_continue_by_their_rule(tmp_path, schedule, first, total, rates):
     run = tmp_path / "run"
     train(TrainConfig(**FAST, epochs=first, lr=1e-3, **schedule), run)
     train(None, run, resume=True, epochs=total)
     assert [r["lr"] for r in log_of(run)] == pytest.approx([1e-3 * r for r in rates], rel=1e-12)
-
-
-def test_a_kill_while_training_further_leaves_a_resumable_run(tmp_path, runs):
-    straight, run = runs.path("csq-4"), runs.copy("csq", tmp_path / "run")
-
-    def die(epoch):
-        if epoch == 3:
-            raise Killed
-
-    with pytest.raises(Killed):
-        train(None, run, resume=True, epochs=4, on_epoch_end=die)
-    # no longer finished: no manifest, no codes or metrics of the old total
-    assert not any((run / n).exists() for n in ("manifest.json", "codes.npz", "metrics.json"))
-    assert yaml.safe_load((run / "config.yaml").read_text())["epochs"] == 4
-    assert [r["epoch"] for r in log_of(run)] == [1, 2, 3]
-    train(None, run, resume=True)  # a plain resume finishes the new total
-    assert [r["epoch"] for r in log_of(run)] == [1, 2, 3, 4]
-    assert_finished_at(run, 4)
-    np.testing.assert_array_equal(load_codes_file(straight / "codes.npz")["db_codes"],
-                                  load_codes_file(run / "codes.npz")["db_codes"])
 
 
 def test_refusals_leave_the_finished_run_as_it_was(tmp_path, runs, monkeypatch):
@@ -127,18 +124,26 @@ def test_refusals_leave_the_finished_run_as_it_was(tmp_path, runs, monkeypatch):
     assert_finished_at(run, 2)
 
 
-def test_cosine_runs_are_not_trained_further(tmp_path):
-    run = tmp_path / "run"
-    assert cli("train", *FAST_TRAIN, "--epochs", "1", "--schedule", "cosine", "--out", run).exit_code == 0
+@pytest.fixture(scope="module")
+def cosine_run(tmp_path_factory):
+    """(run, output): `lbhash train` of 2 epochs, cosine schedule, the test mAP every epoch (no
+    validation share), R = 1497: digits' whole database, so mAP@all."""
+    out = tmp_path_factory.mktemp("cosine") / "run"
+    result = cli("train", *FAST_TRAIN[:-1], "--epochs", "2", "--schedule", "cosine", "--eval-every", "1",
+                 "--topk", "1497", "--validation", "0", "--out", out)
+    assert result.exit_code == 0, result.output
+    return out, result.output
+
+
+def test_cosine_runs_are_not_trained_further(tmp_path, cosine_run):
+    run = shutil.copytree(cosine_run[0], tmp_path / "run")
     one_line_error(cli("train", "--out", run, "--resume", "--epochs", "3"), "--epochs 3", "cosine",
-                    "fixed by its 1 epochs")
-    assert_finished_at(run, 1)
+                    "fixed by its 2 epochs")
+    assert_finished_at(run, 2)
 
 
-def test_closed_form_baselines_have_one_epoch_only(tmp_path):
-    run = tmp_path / "run"
-    assert cli("train", "--data", "digits", "--method", "lsh", "--bits", "16", "--no-progress",
-               "--out", run).exit_code == 0
+def test_closed_form_baselines_have_one_epoch_only(tmp_path, runs):
+    run = runs.copy("itq", tmp_path / "run")
     one_line_error(cli("train", "--out", run, "--resume", "--epochs", "2"), "closed form", "epochs must be 1")
     assert_finished_at(run, 1)
 
@@ -148,32 +153,49 @@ def test_epochs_without_resume_is_refused_in_python(tmp_path):
         train(TrainConfig(**FAST, epochs=1), tmp_path / "run", epochs=2)
 
 
-# one training fast; map_label's own cases are in test_cli.py
-@pytest.mark.parametrize("topk, label", [("1497", "all"), pytest.param("all", "all", marks=pytest.mark.slow),
-                                         pytest.param("100", "100", marks=pytest.mark.slow)])
-def test_training_lines_and_table_name_r_alike(tmp_path, topk, label):
-    # digits: 1497 database items, so R = 1497 is the whole database
+def assert_lines_name_r(output, label):
+    epoch_1 = next(line for line in output.splitlines() if line.startswith("csq epoch 1/2"))
+    assert epoch_1.split(", ")[-1].startswith(f"mAP@{label} 0.")
+    assert f"mAP@{label} (ties by index)" in output
+    done = next(line for line in output.splitlines() if line.startswith("done: "))
+    assert f", mAP@{label} 0." in done  # the done line names R as the table does
+    assert sum(line.startswith("mAP@") for line in output.splitlines()) == 3
+    assert all(line.startswith(f"mAP@{label} ") for line in output.splitlines() if line.startswith("mAP@"))
+
+
+def test_training_lines_and_table_name_r_alike(cosine_run):
+    assert_lines_name_r(cosine_run[1], "all")  # --topk 1497: all of digits' database
+
+
+# the other ways of asking for R; map_label's own cases are in test_cli.py
+@pytest.mark.slow
+@pytest.mark.parametrize("topk, label", [("all", "all"), ("100", "100")])
+def test_training_lines_and_table_name_r_alike_for_each_topk(tmp_path, topk, label):
     result = cli("train", *FAST_TRAIN[:-1], "--epochs", "2", "--eval-every", "1", "--topk", topk,
                  "--validation", "0", "--out", tmp_path / "run")  # no validation: the test mAP every epoch
     assert result.exit_code == 0, result.output
-    epoch_1 = next(line for line in result.output.splitlines() if line.startswith("csq epoch 1/2"))
-    assert epoch_1.split(", ")[-1].startswith(f"mAP@{label} 0.")
-    assert f"mAP@{label} (ties by index)" in result.output
-    done = next(line for line in result.output.splitlines() if line.startswith("done: "))
-    assert f", mAP@{label} 0." in done  # the done line names R as the table does
-    assert sum(line.startswith("mAP@") for line in result.output.splitlines()) == 3
-    assert all(line.startswith(f"mAP@{label} ") for line in result.output.splitlines() if line.startswith("mAP@"))
+    assert_lines_name_r(result.output, label)
 
 
-def test_a_run_that_stopped_early_is_not_trained_further(tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def stopped_run(tmp_path_factory):
+    """A finished CSQ run on digits of 4 epochs that stopped early, after epoch 2, and kept its best
+    validation epoch (best.pt): validation mAP 1/epoch makes epoch 1 the best, and patience 1
+    stops the run after epoch 2. Issue 19's tests below change copies of it."""
     from lbhash.train.selection import Selection
 
     update = Selection.update
-    # validation mAP 1/epoch: epoch 1 is the best, and patience 1 stops the run after epoch 2
-    monkeypatch.setattr(Selection, "update", lambda self, epoch, val_map, model, is_writer:
-                        update(self, epoch, 1.0 / epoch, model, is_writer))
-    run = tmp_path / "run"
-    train(TrainConfig(**{**FAST, "eval_every": 1}, epochs=4, validation=0.2, patience=1), run)
+    run = tmp_path_factory.mktemp("stopped") / "R"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Selection, "update", lambda self, epoch, val_map, model, is_writer:
+                      update(self, epoch, 1.0 / epoch, model, is_writer))
+        train(TrainConfig(**{**FAST, "eval_every": 1}, epochs=4, validation=0.2, patience=1), run)
+    assert (run / "best.pt").is_file()
+    return run
+
+
+def test_a_run_that_stopped_early_is_not_trained_further(tmp_path, stopped_run, monkeypatch):
+    run = shutil.copytree(stopped_run, tmp_path / "R")
     assert [r["epoch"] for r in log_of(run)] == [1, 2]
     result = cli("train", "--out", run, "--resume")
     assert result.exit_code == 0 and f"{run}: already finished at epoch 2 (stopped early: patience 1); " \
@@ -218,17 +240,6 @@ def test_a_failure_before_the_first_checkpoint_does_not_duplicate_epochs(tmp_pat
 
 # --- issue 19, 8: resuming a finished run verifies every file against its manifest ----------------
 
-@pytest.fixture(scope="module")
-def finished_run(tmp_path_factory):
-    """A finished CSQ_D run on digits that kept its best validation epoch (best.pt: the weights)."""
-    out = tmp_path_factory.mktemp("finished") / "R"
-    result = cli("train", *FAST_TRAIN, "--lbhash", "--epochs", "2", "--validation", "0.2",
-                 "--select", "best-val", "--eval-every", "1", "--out", out)
-    assert result.exit_code == 0, result.output
-    assert (out / "best.pt").is_file()
-    return out
-
-
 class Payload:
     def __reduce__(self):
         return (print, ("payload ran",))
@@ -256,9 +267,9 @@ def corrupt(path, how):
     ("checkpoint.pt", "pickle"), ("best.pt", "flipped"), ("best.pt", "pickle"), ("config.yaml", "python-tag"),
     ("config.yaml", "truncated"), ("metrics.json", "zeroed"), ("codes.npz", "flipped"),
 ])
-def test_resuming_a_changed_finished_run_is_refused(tmp_path, finished_run, name, how):
+def test_resuming_a_changed_finished_run_is_refused(tmp_path, stopped_run, name, how):
     run = tmp_path / "R"
-    shutil.copytree(finished_run, run)
+    shutil.copytree(stopped_run, run)
     corrupt(run / name, how)
     before = snapshot(run)
     result = cli("train", "--resume", "--out", run)
@@ -266,12 +277,12 @@ def test_resuming_a_changed_finished_run_is_refused(tmp_path, finished_run, name
     assert "payload ran" not in result.output and snapshot(run) == before
 
 
-def test_resuming_an_intact_finished_run_reprints_its_metrics(tmp_path, finished_run):
+def test_resuming_an_intact_finished_run_reprints_its_metrics(tmp_path, stopped_run):
     run = tmp_path / "R"
-    shutil.copytree(finished_run, run)
+    shutil.copytree(stopped_run, run)
     (run / "best.pt").unlink()
     one_line_error(cli("train", "--resume", "--out", run), "best.pt", "missing")
-    shutil.copy(finished_run / "best.pt", run / "best.pt")
+    shutil.copy(stopped_run / "best.pt", run / "best.pt")
     before = snapshot(run)
     result = cli("train", "--resume", "--out", run)
     assert result.exit_code == 0 and "mAP@all" in result.output and snapshot(run) == before
