@@ -396,11 +396,10 @@ def test_memory_bank_state_dict_restores_the_method_exactly(name, tmp_path):
         assert torch.equal(getattr(fresh, key), getattr(loss, key)), key
 
 
-# end to end in make test-slow; fast: the bank methods' state round trip
-# (test_memory_bank_state_dict_restores_the_method_exactly), and a run's resume to the same codes
-# through the checkpoint, which holds the learner's state with its method's (test_train_resume.py)
-@pytest.mark.slow
-@pytest.mark.parametrize("name", BANK_METHODS)
+# DSDH's state (bank, codes B, W) holds DBDH's (bank): a bank method's state resumed through a real
+# checkpoint stays fast with DSDH (no CSQ run has a bank); DBDH's in make test-slow, its state's round
+# trip in test_memory_bank_state_dict_restores_the_method_exactly
+@pytest.mark.parametrize("name", [n if n == "dsdh" else pytest.param(n, marks=pytest.mark.slow) for n in BANK_METHODS])
 def test_interrupted_run_resumes_to_the_same_codes(name, tmp_path, monkeypatch):
     from lbhash.train import TrainConfig, train
 
