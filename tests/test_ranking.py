@@ -68,3 +68,38 @@ def test_positions_map_to_the_rows_ids(rng):
     ref_d, ref_pos = top_k(codes[:3], codes, np.arange(300), 300)  # ties by position, not by id
     np.testing.assert_array_equal(dist, ref_d)
     np.testing.assert_array_equal(got, ids[ref_pos])
+
+
+@pytest.mark.parametrize("bits", [16, 64, 128, 256, 320])  # vector rows of 1, 2 and 4 words; 5 words scalar
+def test_a_batch_of_queries_sharing_a_pass_equals_each_query_alone_on_read_only_codes(rng, bits):
+    # 40 queries: groups of 32 and 8 share the pass over the rows; between queries whose
+    # sampled guess holds, one whose guess falls short (80 sampled rows equal to it, as above)
+    n = 33_000
+    codes, _ = clustered_codes(rng, n, bits, centers=6, max_flips=max(1, bits // 16))
+    lonely = rng.integers(0, 256, bits // 8, np.uint8)
+    codes[0:160:2] = lonely
+    codes.setflags(write=False)  # a served index's codes are a read-only map
+    queries = np.concatenate([codes[rng.integers(0, n, 20)], lonely[None], clustered_codes(rng, 19, bits, 6, 3)[0]])
+    dist, ids = knn(codes, queries, 100)
+    alone = [knn(codes, q[None], 100) for q in queries]
+    np.testing.assert_array_equal(dist, np.concatenate([d for d, _ in alone]))
+    np.testing.assert_array_equal(ids, np.concatenate([i for _, i in alone]))
+    every = np.bitwise_count(queries[:, None, :] ^ codes[None]).sum(axis=2)  # numpy's brute force
+    ref_i = np.argsort(every, axis=1, kind="stable")[:, :100]
+    np.testing.assert_array_equal(ids, ref_i)
+    np.testing.assert_array_equal(dist, np.take_along_axis(every, ref_i, axis=1))
+    assert (dist[20] == 0).sum() == 80 and dist[20, 80] > 0  # the short guess was redone
+
+
+@pytest.mark.parametrize("n, threads, shared, ranges", [
+    (32, 2, 32, [(0, 16), (16, 32)]),            # each thread one range of 16: sharing beats balance
+    (1000, 2, 32, [(a, min(1000, a + 125)) for a in range(0, 1000, 125)]),  # 8 ranges of 125
+    (10, 2, 1, [(a, a + 2) for a in range(0, 10, 2)]),  # nothing shared: a few ranges per thread
+    (5, 1, 32, [(0, 5)]),
+])
+def test_query_ranges_keep_queries_that_share_a_pass_together(n, threads, shared, ranges):
+    from lbhash.ranking import for_query_ranges
+
+    seen = []
+    for_query_ranges(n, lambda a, b: seen.append((a, b)), threads, shared)
+    assert sorted(seen) == ranges

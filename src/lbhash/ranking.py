@@ -4,9 +4,10 @@ Distances are integers in [0, bits], so a ranking is a counting sort: histogram 
 find the bucket where the top T is reached, and order only the items up to that bucket
 (stable: ties keep database order). The evaluation (lbhash.evaluate) ranks word-major
 databases, (w, n) uint64, so that its distance loop vectorises for any width; a flat index
-(lbhash.index) ranks its codes as stored, row-major (n, w) words of one unsigned type, which
-vectorises for one-word codes. Every kernel releases the GIL; `for_query_ranges` runs chunks of
-queries in parallel threads.
+(lbhash.index) ranks its codes as stored, row-major (n, w) words of one unsigned type, compared
+64 rows at a time by explicit vector operations (`_near_mask`), by up to 32 queries per pass
+over the rows. Every kernel releases the GIL; `for_query_ranges` runs chunks of queries in
+parallel threads.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ import concurrent.futures
 from typing import Callable
 
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
 
 _M1 = np.uint64(0x5555555555555555)
 _M2 = np.uint64(0x3333333333333333)
@@ -200,29 +203,83 @@ def _sampled_cutoff(q_row, db_rows, top, sample_hist):
     return _cutoff_from_sample(sample_hist, taken, n, top)
 
 
+@intrinsic
+def _near_mask(typingctx, flat, base, tiled, limit, words):
+    """Bit k of a uint64 set when row k of the 64 rows of `words` words that start at flat[base]
+    is within `limit` of the query, whose words `tiled` repeats 64 times, as vector operations:
+    LLVM lowers them to the machine's widest popcount and compare, which numba's loop
+    vectoriser does not find for a packed mask (about 3 times fewer cycles per row). `words`
+    is a literal int; flat and tiled have one unsigned type; 0 <= limit <= the row's width."""
+    if not (isinstance(flat, types.Array) and isinstance(flat.dtype, types.Integer) and isinstance(tiled, types.Array)
+            and tiled.dtype == flat.dtype and isinstance(words, types.IntegerLiteral)):
+        return None
+    w = words.literal_value
+
+    def codegen(context, builder, signature, args):
+        flat_value, base_value, tiled_value, limit_value, _ = args
+        word = context.get_value_type(flat.dtype)
+        vector = ir.VectorType(word, 64 * w)
+        align = flat.dtype.bitwidth // 8
+
+        def load(array_type, array_value, offset):
+            data = context.make_array(array_type)(context, builder, value=array_value).data
+            return builder.load(builder.bitcast(builder.gep(data, [offset]), vector.as_pointer()), align=align)
+
+        name = f"llvm.ctpop.v{64 * w}i{word.width}"
+        popcount = builder.module.globals.get(name) or ir.Function(builder.module, ir.FunctionType(vector, [vector]), name)
+        if w == 1:  # one scalar load, broadcast: no second vector stream through the loop
+            first = context.make_array(tiled)(context, builder, value=tiled_value).data
+            query = builder.insert_element(ir.Constant(vector, ir.Undefined), builder.load(first), ir.Constant(ir.IntType(32), 0))
+            query = builder.shuffle_vector(query, ir.Constant(vector, ir.Undefined), ir.Constant(ir.VectorType(ir.IntType(32), 64), [0] * 64))
+        else:
+            query = load(tiled, tiled_value, ir.Constant(ir.IntType(64), 0))
+        counts = builder.call(popcount, [builder.xor(load(flat, flat_value, base_value), query)])
+        rows = ir.VectorType(word, 64)
+        distances = None
+        for k in range(w):  # a row's distance: the sum of its words' counts (w words of at most 64 bits fit any type)
+            lanes = ir.Constant(ir.VectorType(ir.IntType(32), 64), [j * w + k for j in range(64)])
+            part = builder.shuffle_vector(counts, ir.Constant(vector, ir.Undefined), lanes) if w > 1 else counts
+            distances = part if distances is None else builder.add(distances, part)
+        bound = builder.insert_element(ir.Constant(rows, ir.Undefined), builder.trunc(limit_value, word), ir.Constant(ir.IntType(32), 0))
+        bound = builder.shuffle_vector(bound, ir.Constant(rows, ir.Undefined), ir.Constant(ir.VectorType(ir.IntType(32), 64), [0] * 64))
+        return builder.bitcast(builder.icmp_unsigned("<=", distances, bound), ir.IntType(64))
+
+    return types.uint64(flat, base, tiled, limit, words), codegen
+
+
 @njit(inline="always", cache=True)
-def _collect_rows_within(q_row, db_rows, limit, masks, cand):
-    """`_collect_within` fused with the distances: rows within `limit` of q_row into cand, in
-    position order, without writing a distance per row. Returns their count."""
+def _fill_near_masks(tiled, db_rows, limit, masks, first, stop):
+    """masks[b] for blocks first <= b < stop: bit k set when row 64 b + k is within `limit` of
+    the query that `tiled` repeats 64 times (its words, one row after another)."""
     n, words = db_rows.shape
-    full = n // 64
-    if words == 1:  # one contiguous column: the loop vectorises
-        column = db_rows.reshape(n)
-        q0 = np.uint64(q_row[0])
-        for b in range(full):
-            mask = np.uint64(0)
-            base = b * 64
-            for k in range(64):
-                near = popcount64(q0 ^ np.uint64(column[base + k])) <= limit
-                mask |= np.uint64(near) << np.uint64(k)
-            masks[b] = mask
+    flat = db_rows.reshape(n * words)
+    clamped = min(limit, words * db_rows.itemsize * 8)
+    if words == 1:
+        for b in range(first, stop):
+            masks[b] = _near_mask(flat, b * 64, tiled, clamped, 1)
+    elif words == 2:
+        for b in range(first, stop):
+            masks[b] = _near_mask(flat, b * 128, tiled, clamped, 2)
+    elif words == 3:
+        for b in range(first, stop):
+            masks[b] = _near_mask(flat, b * 192, tiled, clamped, 3)
+    elif words == 4:
+        for b in range(first, stop):
+            masks[b] = _near_mask(flat, b * 256, tiled, clamped, 4)
     else:
-        for b in range(full):
+        for b in range(first, stop):
             mask = np.uint64(0)
-            base = b * 64
             for k in range(64):
-                mask |= np.uint64(_row_distance(q_row, db_rows, base + k) <= limit) << np.uint64(k)
+                mask |= np.uint64(_row_distance(tiled, db_rows, b * 64 + k) <= limit) << np.uint64(k)
             masks[b] = mask
+
+
+@njit(inline="always", cache=True)
+def _rows_from_masks(q_row, db_rows, limit, masks, cand):
+    """The rows that `masks` mark, then the rows past the last full block within `limit`, into
+    cand in position order; returns their count."""
+    n = db_rows.shape[0]
+    full = n // 64
     m = _set_bits(masks, full, cand)
     for j in range(full * 64, n):
         if _row_distance(q_row, db_rows, j) <= limit:
@@ -231,24 +288,53 @@ def _collect_rows_within(q_row, db_rows, limit, masks, cand):
     return m
 
 
+SHARED_PASS = 32  # queries whose masks one pass over the rows fills: 32 x n / 8 bytes
+_PASS_MASKS = 64 << 20  # bytes: past 16M rows fewer queries share a pass
+_BLOCK = 128  # mask words per block: 8,192 rows, in the core's cache while every query reads them
+
+
+@njit(inline="always", cache=True)
+def _share_a_pass(queries, db_rows, top, hist, limits, tiled, masks):
+    """For each query i: its guessed cutoff into limits[i], and into masks[i] the rows within
+    it, every block of rows compared with all the queries while it is in cache."""
+    full, words = db_rows.shape[0] // 64, db_rows.shape[1]
+    for i in range(queries.shape[0]):
+        limits[i] = _sampled_cutoff(queries[i], db_rows, top, hist)
+        for j in range(64 * words):
+            tiled[i, j] = queries[i, j % words]
+    step = _BLOCK if queries.shape[0] > 1 else full + 1  # a lone query streams the rows once
+    for b0 in range(0, full, step):
+        for i in range(queries.shape[0]):
+            _fill_near_masks(tiled[i], db_rows, limits[i], masks[i], b0, min(full, b0 + step))
+
+
 @njit(nogil=True, cache=True)
 def nearest_rows_chunk(q_words, db_rows, allowed, excluded, out_pos, out_dist):
     """The out_pos.shape[1] nearest rows of db_rows (n, w) to each query (nq, w), ties by position.
 
     Without a filter (`allowed` empty), one pass over the rows keeps those within a cutoff
-    guessed from a sample, and only they are ranked (`rank_distances`). With `allowed` (n,)
-    bool, or when the guess falls short, every distance is written, an excluded row's as
-    `excluded` (bits + 1, past every real one), and only as many rows as are allowed are
-    ranked; the places past them come back as position -1 and distance int32 max, as FAISS
-    pads. Allocates per call n // 8 bytes of masks and 8 bytes per row of candidates (only the
-    candidates' pages are touched); a filtered or short-guessed query also 2 bytes per row of
-    distances.
+    guessed from a sample, and only they are ranked (`rank_distances`). Up to 32 queries share
+    that pass: each block of rows is compared with all of them while it is in cache, which for
+    one-word codes costs a query about a third of a pass of its own. With `allowed` (n,) bool,
+    or when the guess falls short, every distance is written, an excluded row's as `excluded`
+    (bits + 1, past every real one), and only as many rows as are allowed are ranked; the places
+    past them come back as position -1 and distance int32 max, as FAISS pads. Allocates per
+    call n // 8 bytes of masks per query sharing a pass (at most 64 MiB: fewer share past 16M
+    rows) and 8 bytes per row of candidates (only the candidates' pages are touched); a
+    filtered or short-guessed query also 2 bytes per row of distances.
     """
     n = db_rows.shape[0]
+    nq = q_words.shape[0]
     top = out_pos.shape[1]
     nbins = excluded + 1
+    full = n // 64
     hist = np.empty(nbins, np.int64)
-    masks = np.empty(n // 64 + 1, np.uint64)
+    group = max(1, min(nq, SHARED_PASS, _PASS_MASKS // (8 * (full + 1))))
+    masks = np.empty((group, full + 1), np.uint64)
+    limits = np.empty(group, np.int64)
+    words = db_rows.shape[1]
+    tiled = np.empty((group, 64 * words), db_rows.dtype)
+    spare_masks = np.empty(full + 1, np.uint64)
     offsets = np.empty(nbins + 1, np.int64)
     cand = np.empty(n, np.int64)
     order = np.empty(top + 1, np.int64)
@@ -256,46 +342,53 @@ def nearest_rows_chunk(q_words, db_rows, allowed, excluded, out_pos, out_dist):
     reachable = top
     if filtered:  # rank no further than the allowed rows: the excluded ones are never collected
         reachable = min(top, np.count_nonzero(allowed))
-    for i in range(q_words.shape[0]):
-        q_row = q_words[i]
-        m = 0
+    for g0 in range(0, nq, group):
+        g1 = min(nq, g0 + group)
         if not filtered:
-            m = _collect_rows_within(q_row, db_rows, _sampled_cutoff(q_row, db_rows, top, hist), masks, cand)
-        if m >= top:  # rank the candidates alone: their order is the rows' order, so ties stay by position
-            near = np.empty(m, np.uint16)
-            for c in range(m):
-                near[c] = _row_distance(q_row, db_rows, cand[c])
-            rank_distances(near, top, hist, np.empty(m // 64 + 1, np.uint64), np.empty(m, np.int64), offsets, order)
+            _share_a_pass(q_words[g0:g1], db_rows, top, hist, limits, tiled, masks)
+        for i in range(g0, g1):
+            q_row = q_words[i]
+            m = 0
+            if not filtered:
+                m = _rows_from_masks(q_row, db_rows, limits[i - g0], masks[i - g0], cand)
+            if m >= top:  # rank the candidates alone: their order is the rows' order, so ties stay by position
+                near = np.empty(m, np.uint16)
+                for c in range(m):
+                    near[c] = _row_distance(q_row, db_rows, cand[c])
+                rank_distances(near, top, hist, np.empty(m // 64 + 1, np.uint64), np.empty(m, np.int64), offsets, order)
+                for p in range(top):
+                    out_pos[i, p] = cand[order[p]]
+                    out_dist[i, p] = near[order[p]]
+                continue
+            dist = np.empty(n, np.uint16)
+            fill_distances_rows(q_row, db_rows, dist)
+            if filtered:
+                for j in range(n):
+                    dist[j] = dist[j] if allowed[j] else excluded
+            if reachable > 0:
+                rank_distances(dist, reachable, hist, spare_masks, cand, offsets, order)
             for p in range(top):
-                out_pos[i, p] = cand[order[p]]
-                out_dist[i, p] = near[order[p]]
-            continue
-        dist = np.empty(n, np.uint16)
-        fill_distances_rows(q_row, db_rows, dist)
-        if filtered:
-            for j in range(n):
-                dist[j] = dist[j] if allowed[j] else excluded
-        if reachable > 0:
-            rank_distances(dist, reachable, hist, masks, cand, offsets, order)
-        for p in range(top):
-            if p < reachable:
-                out_pos[i, p] = order[p]
-                out_dist[i, p] = dist[order[p]]
-            else:
-                out_pos[i, p] = -1
-                out_dist[i, p] = _NO_DISTANCE
+                if p < reachable:
+                    out_pos[i, p] = order[p]
+                    out_dist[i, p] = dist[order[p]]
+                else:
+                    out_pos[i, p] = -1
+                    out_dist[i, p] = _NO_DISTANCE
 
 
-def for_query_ranges(n: int, work: Callable[[int, int], None], threads: int) -> None:
+def for_query_ranges(n: int, work: Callable[[int, int], None], threads: int, shared: int = 1) -> None:
     """Call work(start, stop) over ranges covering [0, n), in up to `threads` parallel threads.
 
-    The kernels release the GIL, so threads run truly in parallel.
+    The kernels release the GIL, so threads run truly in parallel. A range holds at least
+    `shared` queries where each thread still gets one (queries that share a pass over the rows:
+    `nearest_rows_chunk` takes 32).
     """
     threads = min(threads, n)
     if threads <= 1:
         work(0, n)
         return
-    step = max(1, -(-n // (threads * 4)))  # a few ranges per thread to balance the load
+    # a few ranges per thread to balance the load, but not fewer queries than share a pass
+    step = max(1, -(-n // (threads * 4)), min(shared, -(-n // threads)))
     ranges = [(s, min(n, s + step)) for s in range(0, n, step)]
     with concurrent.futures.ThreadPoolExecutor(threads) as pool:
         for future in [pool.submit(work, a, b) for a, b in ranges]:

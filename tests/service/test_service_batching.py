@@ -284,11 +284,11 @@ class ThreadRecordingStore:
         self.omp_threads.append(faiss.omp_get_max_threads())
         seen, real_for_query_ranges = set(), ranking.for_query_ranges
 
-        def recording(n, work, threads, **kwargs):
+        def recording(n, work, threads, *args):
             def recorded(a, b):
                 seen.add(threading.get_ident())
                 work(a, b)
-            real_for_query_ranges(n, recorded, threads, **kwargs)
+            real_for_query_ranges(n, recorded, threads, *args)
 
         ranking.for_query_ranges = recording
         try:

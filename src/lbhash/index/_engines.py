@@ -219,13 +219,15 @@ class FlatEngine(Engine):
     def ranked_knn(self, rows: Rows, queries: np.ndarray, k: int, allowed: np.ndarray | None):
         """The scan of lbhash.ranking (a counting sort of the distances; the same result as
         FAISS's heap scan, ties by position, in a quarter of its time on one query of a million
-        clustered 64-bit codes). Allocates per thread n // 8 bytes of masks and 8 bytes per item
-        of candidates, of which only the candidates' pages are touched, and with a filter 2 bytes
-        per item of distances (`nearest_rows_chunk`). The first search in a process loads the
+        clustered 64-bit codes; up to 32 queries share one pass over the codes, at about a third
+        of a lone query's cost each for random 64-bit codes). Allocates per thread n // 8 bytes
+        of masks per query sharing a pass (at most 64 MiB) and 8 bytes per item of candidates,
+        of which only the candidates' pages are touched, and with a filter 2 bytes per item of
+        distances (`nearest_rows_chunk`). The first search in a process loads the
         compiled scan from numba's cache (about 1 s; about 10 s once after an install, when
         numba compiles it). 1 <= k <= len(rows.ids) and at least one query, as `knn` gives."""
         # numba loads with the first search, not with the index (`index info` and `build` need none)
-        from lbhash.ranking import for_query_ranges, nearest_rows_chunk
+        from lbhash.ranking import SHARED_PASS, for_query_ranges, nearest_rows_chunk
 
         FlatEngine.compiled_scan_loaded = True
 
@@ -238,7 +240,7 @@ class FlatEngine(Engine):
         def work(a: int, b: int) -> None:
             nearest_rows_chunk(q[a:b], db, mask, self.bits + 1, pos[a:b], dist[a:b])
 
-        for_query_ranges(nq, work, faiss.omp_get_max_threads() if nq > 1 else 1)
+        for_query_ranges(nq, work, faiss.omp_get_max_threads() if nq > 1 else 1, SHARED_PASS)
         return dist, positions_to_ids(rows, pos)
 
     def range(self, rows: Rows, queries: np.ndarray, radius: int, allowed: np.ndarray | None):
