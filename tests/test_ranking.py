@@ -103,3 +103,16 @@ def test_query_ranges_keep_queries_that_share_a_pass_together(n, threads, shared
     seen = []
     for_query_ranges(n, lambda a, b: seen.append((a, b)), threads, shared)
     assert sorted(seen) == ranges
+
+
+def test_codes_at_an_unaligned_address_scan_as_aligned_ones(rng):
+    # a mapped index.faiss's codes start wherever FAISS's header ends: a uint64 view of them may
+    # be unaligned
+    codes, _ = clustered_codes(rng, 5000, 64, centers=4, max_flips=3)
+    buffer = np.empty(codes.size + 3, np.uint8)
+    shifted = buffer[3:].reshape(codes.shape)
+    shifted[:] = codes
+    assert not shifted.view(np.uint64).flags.aligned
+    queries = codes[rng.integers(0, 5000, 5)]
+    for got, expected in zip(knn(shifted, queries, 20), knn(codes, queries, 20)):
+        np.testing.assert_array_equal(got, expected)

@@ -219,10 +219,9 @@ def _near_mask(typingctx, flat, base, tiled, limit, words):
         flat_value, base_value, tiled_value, limit_value, _ = args
         word = context.get_value_type(flat.dtype)
         vector = ir.VectorType(word, 64 * w)
-        align = flat.dtype.bitwidth // 8
-
-        def load(array_type, array_value, offset):
+        def load(array_type, array_value, offset):  # an unaligned array (a mapped file's codes) promises one byte
             data = context.make_array(array_type)(context, builder, value=array_value).data
+            align = array_type.dtype.bitwidth // 8 if array_type.aligned else 1
             return builder.load(builder.bitcast(builder.gep(data, [offset]), vector.as_pointer()), align=align)
 
         name = f"llvm.ctpop.v{64 * w}i{word.width}"
