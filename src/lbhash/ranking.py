@@ -208,8 +208,8 @@ def _near_mask(typingctx, flat, base, tiled, limit, words):
     """Bit k of a uint64 set when row k of the 64 rows of `words` words that start at flat[base]
     is within `limit` of the query, whose words `tiled` repeats 64 times, as vector operations:
     LLVM lowers them to the machine's widest popcount and compare, which numba's loop
-    vectoriser does not find for a packed mask (about 3 times fewer cycles per row). `words`
-    is a literal int; flat and tiled have one unsigned type; 0 <= limit <= the row's width."""
+    vectoriser does not find for a packed mask. `words` is a literal int; flat and tiled have
+    one unsigned type; 0 <= limit <= the row's width."""
     if not (isinstance(flat, types.Array) and isinstance(flat.dtype, types.Integer) and isinstance(tiled, types.Array)
             and tiled.dtype == flat.dtype and isinstance(words, types.IntegerLiteral)):
         return None
@@ -219,6 +219,7 @@ def _near_mask(typingctx, flat, base, tiled, limit, words):
         flat_value, base_value, tiled_value, limit_value, _ = args
         word = context.get_value_type(flat.dtype)
         vector = ir.VectorType(word, 64 * w)
+
         def load(array_type, array_value, offset):  # an unaligned array (a mapped file's codes) promises one byte
             data = context.make_array(array_type)(context, builder, value=array_value).data
             align = array_type.dtype.bitwidth // 8 if array_type.aligned else 1
@@ -253,6 +254,7 @@ def _fill_near_masks(tiled, db_rows, limit, masks, first, stop):
     n, words = db_rows.shape
     flat = db_rows.reshape(n * words)
     clamped = min(limit, words * db_rows.itemsize * 8)
+    # a branch per width: the vector's width must be a literal when numba compiles the call
     if words == 1:
         for b in range(first, stop):
             masks[b] = _near_mask(flat, b * 64, tiled, clamped, 1)
@@ -313,8 +315,8 @@ def nearest_rows_chunk(q_words, db_rows, allowed, excluded, out_pos, out_dist):
 
     Without a filter (`allowed` empty), one pass over the rows keeps those within a cutoff
     guessed from a sample, and only they are ranked (`rank_distances`). Up to 32 queries share
-    that pass: each block of rows is compared with all of them while it is in cache, which for
-    one-word codes costs a query about a third of a pass of its own. With `allowed` (n,) bool,
+    that pass: each block of rows is compared with all of them while it is in cache, which costs
+    a query about 0.4 of a pass of its own (benchmarks/bench_scan_batch.py). With `allowed` (n,) bool,
     or when the guess falls short, every distance is written, an excluded row's as `excluded`
     (bits + 1, past every real one), and only as many rows as are allowed are ranked; the places
     past them come back as position -1 and distance int32 max, as FAISS pads. Allocates per
