@@ -25,15 +25,16 @@ from lbhash.index._engines import FlatEngine, Rows, search_on_this_thread  # noq
 
 
 def cpu_per_query(engine: FlatEngine, rows: Rows, queries: np.ndarray, k: int, batch: int, repeats: int):
-    """(the best round's CPU seconds per query, the answers' ids) searching `batch` queries per call."""
-    best, ids = float("inf"), None
+    """(the best round's CPU seconds per query, the answers' distances and ids) searching `batch`
+    queries per call."""
+    best, answers = float("inf"), None
     for _ in range(repeats):
         start, found = time.process_time(), []
         for a in range(0, len(queries), batch):
-            found.append(engine.ranked_knn(rows, queries[a:a + batch], k, None)[1])
+            found.append(engine.ranked_knn(rows, queries[a:a + batch], k, None))
         best = min(best, (time.process_time() - start) / len(queries))
-        ids = np.concatenate(found)
-    return best, ids
+        answers = tuple(np.concatenate(part) for part in zip(*found))
+    return best, answers
 
 
 def main() -> None:
@@ -54,9 +55,9 @@ def main() -> None:
         queries = rng.integers(0, 256, (args.queries, bits // 8), dtype=np.uint8)
         engine, rows = FlatEngine(bits, {}), Rows(np.arange(args.n, dtype=np.int64), codes)
         engine.ranked_knn(rows, queries[:2], args.k, None)  # load the compiled scan
-        alone, ids_alone = cpu_per_query(engine, rows, queries, args.k, 1, args.repeats)
-        shared, ids_shared = cpu_per_query(engine, rows, queries, args.k, args.batch, args.repeats)
-        if not np.array_equal(ids_alone, ids_shared):
+        alone, answers_alone = cpu_per_query(engine, rows, queries, args.k, 1, args.repeats)
+        shared, answers_shared = cpu_per_query(engine, rows, queries, args.k, args.batch, args.repeats)
+        if not all(np.array_equal(a, b) for a, b in zip(answers_alone, answers_shared)):
             sys.exit(f"{bits} bits: the batched answers differ from the one-at-a-time answers")
         print(f"{bits}-bit: one at a time {alone * 1e3:.3f} ms CPU per query, in calls of {args.batch} "
               f"{shared * 1e3:.3f} ms; alone/batched = {alone / shared:.2f}")
