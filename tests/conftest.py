@@ -108,45 +108,63 @@ def input_files(tmp_path):
     return tmp_path
 
 
-_TRAININGS_BY_FILE: dict[str, int] = {}
+# test file -> {kind: count}; the kinds: "gradient" (a trainer that trained an epoch or more),
+# "closed-form" (a trainer of a closed-form fit), "none" (stopped or refused before its first epoch)
+_TRAININGS_BY_FILE: dict[str, dict[str, int]] = {}
+KINDS = ("gradient", "closed-form", "none")
 
 
 @pytest.fixture(autouse=True, scope="session")
 def count_trainings():
-    """Counts the trainers this test process builds (each is one training), by test file."""
+    """Counts the trainers this test process builds, by test file and kind (KINDS); a trainer's
+    kind is known once it has trained, so each is tallied at the session's end."""
+    from lbhash.methods import method_class
     from lbhash.train.loop import Trainer
 
-    init = Trainer.__init__
+    init, train_epoch, built = Trainer.__init__, Trainer.train_epoch, []
 
-    def counted(self, *args, **kwargs):
+    def counted(self, exp, *args, **kwargs):
         test = Path(os.environ.get("PYTEST_CURRENT_TEST", "?").split("::")[0]).name
-        _TRAININGS_BY_FILE[test] = _TRAININGS_BY_FILE.get(test, 0) + 1
-        init(self, *args, **kwargs)
+        self._counted = [test, "closed-form" if method_class(exp.cfg.method).closed_form else "none"]
+        built.append(self._counted)
+        init(self, exp, *args, **kwargs)
 
-    Trainer.__init__ = counted
+    def epoch_counted(self, *args, **kwargs):
+        self._counted[1] = "gradient"
+        return train_epoch(self, *args, **kwargs)
+
+    Trainer.__init__, Trainer.train_epoch = counted, epoch_counted
     yield
-    Trainer.__init__ = init
+    Trainer.__init__, Trainer.train_epoch = init, train_epoch
+    for test, kind in built:
+        counts = _TRAININGS_BY_FILE.setdefault(test, dict.fromkeys(KINDS, 0))
+        counts[kind] += 1
 
 
 def pytest_sessionfinish(session):
     """A pytest-xdist worker hands its counts to the controller (`pytest_testnodedown`)."""
     output = getattr(session.config, "workeroutput", None)
     if output is not None:
-        output["trainings_by_file"] = dict(_TRAININGS_BY_FILE)
+        output["trainings_by_file"] = {test: dict(counts) for test, counts in _TRAININGS_BY_FILE.items()}
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node, error):
-    for test_file, count in getattr(node, "workeroutput", {}).get("trainings_by_file", {}).items():
-        _TRAININGS_BY_FILE[test_file] = _TRAININGS_BY_FILE.get(test_file, 0) + count
+    for test_file, counts in getattr(node, "workeroutput", {}).get("trainings_by_file", {}).items():
+        mine = _TRAININGS_BY_FILE.setdefault(test_file, dict.fromkeys(KINDS, 0))
+        for kind, count in counts.items():
+            mine[kind] += count
 
 
 def pytest_terminal_summary(terminalreporter):
     if hasattr(terminalreporter.config, "workeroutput"):  # a worker: the controller prints the sum
         return
-    most = sorted(_TRAININGS_BY_FILE.items(), key=lambda item: -item[1])
-    terminalreporter.write_line(f"trainings in the test processes: {sum(_TRAININGS_BY_FILE.values())} (subprocesses "
-                                "not counted; by file: " + ", ".join(f"{f} {n}" for f, n in most) + ")")
+    total = {kind: sum(counts[kind] for counts in _TRAININGS_BY_FILE.values()) for kind in KINDS}
+    most = sorted(((f, c["gradient"]) for f, c in _TRAININGS_BY_FILE.items() if c["gradient"]), key=lambda i: -i[1])
+    terminalreporter.write_line(
+        f"trainings in the test processes (subprocesses not counted): {total['gradient']} trained an epoch or more "
+        "(by file: " + ", ".join(f"{f} {n}" for f, n in most) + f"); {total['closed-form']} closed-form fits; "
+        f"{total['none']} trainers stopped or refused before their first epoch")
 
 
 @pytest.fixture

@@ -34,6 +34,23 @@ class Killed(Exception):
     """Stands in for a process killed at the end of an epoch."""
 
 
+def stop_before_the_first_epoch(monkeypatch) -> list:
+    """A training stops (Killed) once its trainer is built, before the first epoch: a run has
+    announced itself and written its first files by then. For tests of what a run prints,
+    saves or resolves first, without training one; returns the list the stopped trainers go to."""
+    import lbhash.train.fit as fit
+    import lbhash.train.run_training as run_training
+
+    stopped = []
+
+    def killed(trainer):
+        stopped.append(trainer)
+        raise Killed
+    monkeypatch.setattr(fit, "train_to_end", killed)
+    monkeypatch.setattr(run_training, "train_to_end", killed)
+    return stopped
+
+
 def copies_at(copies):
     """An on_epoch_end that copies the run directory to copies[epoch] after that epoch: what a
     kill then leaves (the epoch's log line and checkpoint written, nothing after them), while

@@ -27,14 +27,11 @@ from serve_helpers import ServeProcess, post_json
 
 
 @pytest.fixture(scope="session")
-def digits_export(tmp_path_factory):
-    """A 32-bit CSQ digits run, its export (RUN/export) and an index of its database."""
-    from lbhash.train import TrainConfig, train
-
+def digits_export(tmp_path_factory, runs):
+    """A copy of the bank's 16-bit CSQ digits run, its export (RUN/export) and an index of its
+    database."""
     root = tmp_path_factory.mktemp("digits-export")
-    run = root / "run"
-    train(TrainConfig(data="digits", method="csq", bits=32, epochs=3, hidden=(64,), centers="hadamard",
-                      progress=False), run)
+    run = runs.copy("csq", root / "run")
     export_run(run)
     assert cli("index", "build", run, "--out", root / "idx").exit_code == 0
     return SimpleNamespace(run=run, export=run / "export", idx=root / "idx", root=root)
@@ -106,7 +103,7 @@ def test_numpy_eval_transform_equals_the_torch_one(rng, preset, size, shapes):
 
 def test_the_manifest_says_what_serving_needs(digits_export, image_export):
     feature, image = (json.loads((p / MANIFEST).read_text()) for p in (digits_export.export, image_export.export))
-    assert feature["bits"] == 32 and feature["input"]["kind"] == "features" and feature["input"]["width"] == 64
+    assert feature["bits"] == 16 and feature["input"]["kind"] == "features" and feature["input"]["width"] == 64
     assert feature["images"] is None and feature["onnx"]["file"] == MODEL
     # the identity an index records, the one `serve --force` checks
     assert feature["model"] == CodeIndex.load(digits_export.idx).metadata["model"]

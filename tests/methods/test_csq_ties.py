@@ -9,14 +9,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 import yaml
-from helpers import Killed
+from helpers import Killed, stop_before_the_first_epoch
 
 from lbhash.centers import generate_centers
 from lbhash.methods import LowerBoundObjective, ObjectiveOptions, create_method
 from lbhash.methods.csq import majority_targets, tie_center
 from lbhash.surrogate import BlockSurrogate
 from lbhash.train import make_config, train
-from lbhash.train.rundir import CHECKPOINT, load_run_config
+from lbhash.train.rundir import load_run_config
 
 
 def brute_force_targets(centers: np.ndarray, labels: np.ndarray, ties: np.ndarray | None) -> np.ndarray:
@@ -89,11 +89,13 @@ def multilabel_features(tmp_path_factory):
     return path
 
 
-def test_a_run_saves_its_tie_center_and_reports_the_bit_balance(multilabel_features, tmp_path):
+def test_a_run_saves_its_tie_center_and_reports_the_bit_balance(multilabel_features, tmp_path, monkeypatch):
     cfg = make_config({"data": f"features:{multilabel_features}", "method": "csq", "bits": 16, "epochs": 1,
                        "seed": 7, "progress": False, "validation": 0.0})  # every item trains: the brute force's
-    train(cfg, tmp_path / "run")
-    saved = torch.load(tmp_path / "run" / CHECKPOINT, weights_only=True)
+    stopped = stop_before_the_first_epoch(monkeypatch)  # the rule and its summary are fixed before training
+    with pytest.raises(Killed):
+        train(cfg, tmp_path / "run")
+    learner = stopped[0].learner.state_dict()  # what each checkpoint saves as "learner"
     assert load_run_config(tmp_path / "run").csq_ties == "random-center"
     summary = json.loads((tmp_path / "run" / "data.json").read_text())["target_balance"]
     centers = generate_centers(16, 4, kind="auto", seed=7)
@@ -102,7 +104,7 @@ def test_a_run_saves_its_tie_center_and_reports_the_bit_balance(multilabel_featu
     assert summary["ties"] == "random-center" and summary["multi_label_items"] == 240
     assert summary["targets_plus"] == pytest.approx((want > 0).mean(), abs=1e-4)
     assert summary["centers_plus"] == pytest.approx((centers > 0).mean(), abs=1e-4)
-    assert torch.equal(saved["learner"]["objective.tie_center"], tie_center(16, 7))
+    assert torch.equal(learner["objective.tie_center"], tie_center(16, 7))
 
 
 OLD_RULES = {"multilabel_target": "majority", "csq_ties": "plus-one", "multilabel_theta": "mean"}

@@ -396,10 +396,11 @@ def test_memory_bank_state_dict_restores_the_method_exactly(name, tmp_path):
         assert torch.equal(getattr(fresh, key), getattr(loss, key)), key
 
 
-# DSDH's state (bank, codes B, W) holds DBDH's (bank): a bank method's state resumed through a real
-# checkpoint stays fast with DSDH (no CSQ run has a bank); DBDH's in make test-slow, its state's round
-# trip in test_memory_bank_state_dict_restores_the_method_exactly
-@pytest.mark.parametrize("name", [n if n == "dsdh" else pytest.param(n, marks=pytest.mark.slow) for n in BANK_METHODS])
+# every bank method through a real checkpoint in make test-slow; make test resumes DSDH (its state,
+# bank, codes B and W, holds DBDH's bank) with every option on (tests/train/test_objective_options.py),
+# and each state's round trip in test_memory_bank_state_dict_restores_the_method_exactly
+@pytest.mark.slow
+@pytest.mark.parametrize("name", BANK_METHODS)
 def test_interrupted_run_resumes_to_the_same_codes(name, tmp_path, monkeypatch):
     from lbhash.train import TrainConfig, train
 

@@ -68,6 +68,15 @@ def test_fit_beats_an_untrained_model_by_a_wide_margin(digits, fitted):
     assert len(fitted.history_) == 12 and fitted.config_.lbhash_mode == "replace"
 
 
+def test_stored_integers_are_refused_after_a_float_fit(digits, fitted):
+    """Fit on float features, then encode the raw uint8 rows: refused, not silently wrong."""
+    _, _, xq, _ = digits
+    assert fitted.input_form_.dtype == "float32" and fitted.input_form_.quantization is None
+    with pytest.raises(ValueError, match="uint8 values, but the run was trained on float32 features"):
+        fitted.encode(xq.astype(np.uint8))
+    np.testing.assert_array_equal(fitted.encode(xq), fitted.encode(xq.astype(np.float64)))
+
+
 def test_codes_are_packed_in_the_faiss_layout(digits, fitted):
     _, _, xq, _ = digits
     codes = fitted.encode(xq[:5])

@@ -154,15 +154,14 @@ def test_validation_split_is_disjoint_from_query_and_database_and_seeded():
     assert (per_class == 4).all()
 
 
-def test_best_validation_selection_restores_that_epochs_weights(tmp_path):
+def test_best_validation_selection_restores_that_epochs_weights(every_option_run):
     from lbhash.codes_file import load_codes_file
     from lbhash.data import load_data
     from lbhash.train.encoder import encode
     from lbhash.train.rundir import load_run_model
 
-    out = tmp_path / "run"
-    metrics = train(TrainConfig(**FAST, lbhash=True, epochs=5, eval_every=1, validation=0.2, select="best-val",
-                                lr=3e-3, lr_step=0), out)
+    out = every_option_run[0]  # validated every epoch on a share of 0.2, select best-val
+    metrics = json.loads((out / "metrics.json").read_text())
     log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
     val = {r["epoch"]: r["eval"]["val_map"] for r in log}
     best = max(val, key=lambda e: (val[e], -e))
@@ -202,15 +201,16 @@ def test_learning_rate_schedules():
 
 @pytest.fixture(scope="module")
 def every_option_run(tmp_path_factory):
-    """(full, cut): a DCH_D run with every option on, tensorboard's logger among them (a test
-    dependency), and a copy cut after epoch 2 then resumed (helpers.assert_resume_matches)."""
+    """(full, cut): a DSDH_D run with every option on, tensorboard's logger among them (a test
+    dependency), and a copy cut after epoch 2 then resumed (helpers.assert_resume_matches): DSDH
+    keeps a memory bank, codes B and a classifier W, which the resume must restore as well."""
     import importlib.util
 
     logger = "tensorboard" if importlib.util.find_spec("tensorboardX") else "none"
     cfg = TrainConfig(**FAST, lbhash=True, epochs=4, eval_every=1, validation=0.2, select="best-val", patience=3,
                       lbhash_reduction="mean", lbhash_weight=0.3, surrogate_flips=2, block_assignment="redraw",
                       block_redraw_every=1, schedule="cosine", warmup_epochs=1, optimizer="adamw",
-                      weight_decay=0.01, surrogate_weight_decay=0.01, method="dch", logger=logger)
+                      weight_decay=0.01, surrogate_weight_decay=0.01, method="dsdh", logger=logger)
     return assert_resume_matches(train, cfg, tmp_path_factory.mktemp("every-option"))
 
 

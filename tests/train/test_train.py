@@ -94,6 +94,9 @@ def test_run_directory_contents(csq_d_run, tmp_path):
     assert cli("evaluate", out / "codes.npz", "--out", tmp_path / "m.json").exit_code == 0
 
 
+# make test's same-seed checks are bit-exact too: the in-memory fit against the run directory
+# (test_train_core.py) and every resume against the uninterrupted run (test_train_resume.py)
+@pytest.mark.slow
 def test_same_seed_same_codes(tmp_path, runs):
     bank = runs.path("csq_D")  # the same config, trained earlier in this session
     again = train(TrainConfig(**DIGITS, epochs=2, lbhash=True), tmp_path / "again")

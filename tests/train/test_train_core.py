@@ -1,6 +1,8 @@
 """The in-memory training core (lbhash.train.fit): it writes nothing, and it trains exactly what
 a run directory trains (train_run, whose fitted model is the one a loaded run gives); `write_run`
-writes its result as the files `lbhash train` writes."""
+writes its result as the files `lbhash train` writes; what training hands back: each epoch's
+record to the trainer's `on_epoch_end(epoch, record)`, and the history (a closed-form fit's one
+record too)."""
 
 import os
 import sys
@@ -9,6 +11,7 @@ import tempfile
 import numpy as np
 import pytest
 import torch
+from helpers import Killed, stop_before_the_first_epoch
 
 from lbhash import HashEncoder, InputError
 from lbhash.codes_file import load_codes_file
@@ -72,7 +75,7 @@ PARAMS = dict(method="csq", bits=16, lbhash=True, epochs=2, hidden=[32], validat
 @pytest.fixture(scope="module")
 def in_memory_fit(tmp_path_factory):
     """What HashEncoder.fit writes, watched in a home, temporary and working folder of its own:
-    (the first _D fit's writes, the second fit's writes, the folders' files before and after it,
+    (the first _D fit's writes up to its first epoch, the second fit's writes, the folders' files before and after it,
     that second fit, on the first 1200 digits with the other 597 as its eval_set)."""
     from sklearn.datasets import load_digits
 
@@ -87,8 +90,11 @@ def in_memory_fit(tmp_path_factory):
         # matplotlib's config folder); import them first so that what is watched is the fit's writes
         import lightning.pytorch  # noqa: F401
         (home / "cache").mkdir()
-        # the first _D fit of a machine computes its class centers once
-        first = _watched(lambda: HashEncoder(**PARAMS).fit(X[:1200], y[:1200]))
+        # the first _D fit of a machine computes its class centers once, as it builds its
+        # objective: watched up to its first epoch, the whole second fit after it
+        with pytest.MonkeyPatch.context() as stop:
+            stop_before_the_first_epoch(stop)
+            first = _watched(lambda: pytest.raises(Killed, HashEncoder(**PARAMS).fit, X[:1200], y[:1200]))
         before = _files(home, temp, work)
         fitted = HashEncoder(**PARAMS)
         second = _watched(lambda: fitted.fit(X[:1200], y[:1200], eval_set=(X[1200:], y[1200:])))
@@ -98,7 +104,7 @@ def in_memory_fit(tmp_path_factory):
 
 def test_hash_encoder_fit_writes_nothing(in_memory_fit):
     first, fitted = in_memory_fit["first"], in_memory_fit["fitted"]
-    # the first _D fit's writes go into lbhash's cache only
+    # the first _D fit's writes (before its first epoch) go into lbhash's cache only
     assert first and all(path.startswith(str(in_memory_fit["home"] / "cache" / "centers")) for _, path in first), first
     assert in_memory_fit["second"] == [] and in_memory_fit["after"] == in_memory_fit["before"]
     assert fitted.run_dir_ is None and 0 < fitted.metrics_["map"] <= 1 and len(fitted.history_) == 2
@@ -106,16 +112,48 @@ def test_hash_encoder_fit_writes_nothing(in_memory_fit):
 
 @pytest.fixture(scope="module")
 def run_of_a_config(tmp_path_factory):
-    """(cfg, run directory, train_run's result): CSQ_D of 3 epochs whose validation share chooses the epoch."""
-    cfg = TrainConfig(**FAST, method="csq", lbhash=True, epochs=3, validation=0.1, select="best-val",
+    """(cfg, run directory, train_run's result, what the trainer's on_epoch_end was given): DSDH_D
+    of 3 epochs whose validation share chooses the epoch (a classifier: its codes file holds
+    scores as well)."""
+    from lbhash.train.loop import Trainer
+
+    cfg = TrainConfig(**FAST, method="dsdh", lbhash=True, epochs=3, validation=0.1, select="best-val",
                       eval_every=1)
-    run_dir = tmp_path_factory.mktemp("core") / "run"
-    return cfg, run_dir, train_run(cfg, run_dir)
+    run_dir, seen, init = tmp_path_factory.mktemp("core") / "run", [], Trainer.__init__
+
+    def watched(self, exp, store=None, on_epoch_end=None):
+        def at_epoch_end(epoch, record):
+            seen.append((epoch, record))
+            on_epoch_end(epoch, record)
+        init(self, exp, store, at_epoch_end)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Trainer, "__init__", watched)
+        result = train_run(cfg, run_dir)
+    return cfg, run_dir, result, seen
 
 
-def test_the_core_trains_what_a_run_directory_trains(run_of_a_config):
-    cfg, run_dir, run = run_of_a_config
-    trained = fit(cfg)
+def test_on_epoch_end_gets_each_record_as_the_log_holds_it(run_of_a_config):
+    _, run_dir, result, seen = run_of_a_config
+    assert [epoch for epoch, _ in seen] == [1, 2, 3]
+    assert [record for _, record in seen] == result.fitted.history == read_log(run_dir / LOG)
+    assert {"val_map", "best_val_map"} <= set(result.fitted.history[1]["eval"])
+
+
+def test_a_closed_form_fit_is_recorded_as_the_loop_records_an_epoch(tmp_path):
+    result = train_run(TrainConfig(data="digits", method="pca", bits=16, progress=False), tmp_path / "run")
+    assert result.fitted.history == read_log(tmp_path / "run" / LOG)
+    assert [r["epoch"] for r in result.fitted.history] == [1] and "loss" in result.fitted.history[0]
+
+
+@pytest.fixture(scope="module")
+def core_fit(run_of_a_config):
+    """The in-memory fit of run_of_a_config's cfg."""
+    return fit(run_of_a_config[0])
+
+
+def test_the_core_trains_what_a_run_directory_trains(run_of_a_config, core_fit):
+    cfg, run_dir, run, _ = run_of_a_config
+    trained = core_fit
     assert _without_times(trained.fitted.history) == _without_times(run.fitted.history)
     assert _without_times(trained.metrics) == _without_times(run.metrics)
     assert trained.fitted.config == run.fitted.config and trained.fitted.input_form == run.fitted.input_form
@@ -129,7 +167,7 @@ def test_the_core_trains_what_a_run_directory_trains(run_of_a_config):
 
 
 def test_train_run_returns_the_model_a_loaded_run_gives(run_of_a_config):
-    _, run_dir, result = run_of_a_config
+    _, run_dir, result, _ = run_of_a_config
     fitted, model_and_config = result.fitted, load_run_model(run_dir)
     assert fitted.config == model_and_config[1] and not fitted.model.training
     assert all(param.grad is None for param in fitted.model.parameters())
@@ -145,9 +183,8 @@ def test_train_run_returns_the_model_a_loaded_run_gives(run_of_a_config):
     assert again.fitted is None and again.metrics == result.metrics
 
 
-def test_write_run_gives_the_run_directory_of_the_fit(tmp_path):
-    cfg = TrainConfig(**FAST, method="dsdh", epochs=2)  # a classifier: codes.npz holds its scores
-    trained = fit(cfg)
+def test_write_run_gives_the_run_directory_of_the_fit(tmp_path, core_fit):
+    trained = core_fit
     out = tmp_path / "saved"
     out.mkdir()
     metrics = write_run(out, trained)

@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from helpers import FAST_TRAIN, cli
+from helpers import FAST_TRAIN, Killed, cli, stop_before_the_first_epoch
 
 from lbhash.methods import available_methods, method_class, method_defaults
 
@@ -21,22 +21,23 @@ def test_train_without_data_is_refused_in_one_line(tmp_path):
     assert "[required]" in cli("train", "--help").output
 
 
-def test_first_line_names_the_profile_and_its_differences_from_the_paper(tmp_path):
+def test_first_line_names_the_profile_and_its_differences_from_the_paper(tmp_path, monkeypatch):
     from lbhash.train import make_config
     from lbhash.train.config import profile_line
 
     paper = method_defaults("csq", "paper")
     assert paper.lbhash["multilabel_theta"] == "sum" and method_defaults("csq").lbhash["multilabel_theta"] == "sum"
     (tmp_path / "c.yaml").write_text("data: digits\nepochs: 1\n")  # data from a config file is enough
+    stop_before_the_first_epoch(monkeypatch)  # the line is printed before training
     result = cli("train", "--config", tmp_path / "c.yaml", *FAST_TRAIN[2:], "--method", "csq", "--lbhash",
                  "--out", tmp_path / "rec")
-    assert result.exit_code == 0, result.output
+    assert isinstance(result.exception, Killed), result.output
     first = result.output.splitlines()[0]
     assert first.startswith("profile recommended: differs from the paper in ")
     for part in ("epochs 1 (paper 100)", "lr_step 0 (paper 10)"):
         assert part in first, first
     assert "multilabel_theta" not in first  # the recommended _D objective is the paper's
-    # the line is made before training (the run above printed it): the paper's profile without a run
+    # the paper's profile, without a run
     assert profile_line(make_config({"data": "digits", "method": "csq", "defaults": "paper", "epochs": 1})) == \
         "profile paper: differs from the paper in epochs 1 (paper 100)"
 
@@ -88,7 +89,7 @@ def test_the_recommended_schedule_uses_every_epoch_and_the_paper_keeps_its_own(m
     assert _rates(paper, epochs) == pytest.approx([1e-3 * 0.1 ** (e // 10) for e in range(epochs)], rel=1e-9)
 
 
-def test_hash_encoder_and_lbhash_train_train_with_the_same_recipe(tmp_path):
+def test_hash_encoder_and_lbhash_train_train_with_the_same_recipe(monkeypatch):
     import numpy as np
 
     from lbhash import HashEncoder
@@ -97,12 +98,14 @@ def test_hash_encoder_and_lbhash_train_train_with_the_same_recipe(tmp_path):
 
     rng = np.random.default_rng(0)
     X, y = rng.normal(size=(60, 6)).astype(np.float32), np.repeat(np.arange(3), 20)
-    enc = HashEncoder(method="dbdh", bits=8, epochs=1, hidden=[8]).fit(X, y)
+    stopped = stop_before_the_first_epoch(monkeypatch)  # what fit resolves, before it trains
+    with pytest.raises(Killed):
+        HashEncoder(method="dbdh", bits=8, epochs=1, hidden=[8]).fit(X, y)
     # what `lbhash train` resolves, without training: its flags -> build_config -> resolve_config
     cli_cfg = resolve_config(build_config(None, {"data": "digits", "method": "dbdh", "bits": 8, "epochs": 1,
                                                  "hidden": [8]}), load_data("digits"))
     recipe = ("optimizer", "lr", "weight_decay", "lr_step", "lr_gamma", "schedule", "warmup_epochs", "batch_size")
-    assert {k: getattr(enc.config_, k) for k in recipe} == {k: getattr(cli_cfg, k) for k in recipe}
+    assert {k: getattr(stopped[0].cfg, k) for k in recipe} == {k: getattr(cli_cfg, k) for k in recipe}
     assert cli_cfg.lr == 3e-4 and cli_cfg.lr_step == 0
 
 
@@ -117,24 +120,39 @@ def run_args(out, *extra):
             "--eval-every", 2, "--out", out, *extra]
 
 
-def test_a_run_says_what_it_loaded_and_prints_one_line_per_epoch_off_a_terminal(tmp_path):
-    result = cli(*run_args(tmp_path / "run"))  # progress on (the default); CliRunner is no terminal
+@pytest.fixture(scope="module")
+def printed_run(tmp_path_factory):
+    """(run, output): `lbhash train` of 3 epochs evaluated at epochs 2 and 3, progress on (the
+    default; CliRunner is no terminal), its validation mAPs scripted as 0.9 then 0.5: the run
+    keeps epoch 2."""
+    import lbhash.train.loop as loop
+
+    scripted = iter([0.9, 0.5])
+    out = tmp_path_factory.mktemp("printed") / "run"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(loop, "mean_average_precision", lambda *args, **kw: next(scripted))
+        result = cli(*run_args(out))
     assert result.exit_code == 0, result.output
-    lines = result.output.splitlines()
+    return out, result.output
+
+
+def test_a_run_says_what_it_loaded_and_prints_one_line_per_epoch_off_a_terminal(printed_run):
+    run, output = printed_run
+    lines = output.splitlines()
     assert lines[0] == ("profile recommended: differs from the paper in epochs 3 (paper 100), lr_step 0 (paper 10), "
                         "validation 0.1 (paper 0), eval_every 2 (paper 10)")
-    assert lines[1] == DIGITS_LINE and "\r" not in result.output
+    assert lines[1] == DIGITS_LINE and "\r" not in output
     epochs = [line for line in lines if line.startswith("csq epoch ")]
     assert [line.split(":")[0] for line in epochs] == ["csq epoch 1/3", "csq epoch 2/3", "csq epoch 3/3"]
-    log = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
     assert epochs[1] == (f"csq epoch 2/3: loss {log[1]['loss']['total']:.4f}, {log[1]['seconds']:.1f} s, "
-                         f"validation mAP@all {log[1]['eval']['val_map']:.4f}")
-    summary = json.loads((tmp_path / "run" / "data.json").read_text())
+                         "validation mAP@all 0.9000")
+    summary = json.loads((run / "data.json").read_text())
     assert summary == {"data": "digits", "name": "digits", "kind": "features", "items": 1797, "classes": 10,
                        "multi_label": False, "feature_dim": 64, "dequantized": False,
                        "split": {"protocol": "digits", "seed": 0, "train": 900, "query": 300, "database": 1397,
                                  "validation": 100}}
-    resumed = cli("train", "--resume", "--out", tmp_path / "run")
+    resumed = cli("train", "--resume", "--out", run)
     assert resumed.exit_code == 0 and DIGITS_LINE not in resumed.output  # finished: nothing loaded
 
 
@@ -210,22 +228,17 @@ def test_a_split_too_small_for_the_default_share_trains_on_every_item():
         build_experiment(make_config({"data": "digits", "protocol": "given", "validation": 0.1}), dataset=singles)
 
 
-def test_the_default_run_keeps_its_best_validation_epoch(tmp_path, monkeypatch):
+def test_the_default_run_keeps_its_best_validation_epoch(printed_run):
     import torch
 
-    import lbhash.train.loop as loop
-    from lbhash.train.config import make_config
-    from lbhash.train.run import train
-
-    scripted = iter([0.1, 0.9, 0.5])  # validation mAP of epochs 1-3: the run keeps epoch 2
-    monkeypatch.setattr(loop, "mean_average_precision", lambda *args, **kw: next(scripted))
-    cfg = make_config({"data": "digits", "bits": 16, "hidden": [32], "centers": "hadamard", "epochs": 3,
-                       "eval_every": 1, "progress": False})
-    run = train(cfg, tmp_path / "run")["run"]
-    assert (run["select"], run["selected_epoch"], run["epochs_trained"], run["validation_map"]) == \
+    run, _ = printed_run  # the recommended profile's defaults; validation mAP 0.9 at epoch 2, 0.5 at 3
+    log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    assert [r["eval"]["val_map"] for r in log if "eval" in r] == [0.9, 0.5]
+    summary = json.loads((run / "metrics.json").read_text())["run"]
+    assert (summary["select"], summary["selected_epoch"], summary["epochs_trained"], summary["validation_map"]) == \
         ("best-val", 2, 3, 0.9)
-    assert run["n_validation"] == 100  # 10 of each digit's 100 training items
-    assert torch.load(tmp_path / "run" / "best.pt", weights_only=True)["epoch"] == 2
+    assert summary["n_validation"] == 100  # 10 of each digit's 100 training items
+    assert torch.load(run / "best.pt", weights_only=True)["epoch"] == 2
 
 
 def test_epoch_lines_show_first_last_evaluated_and_a_line_every_ten_seconds(caplog):

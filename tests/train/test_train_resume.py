@@ -11,7 +11,7 @@ import pytest
 import torch
 import yaml
 
-from helpers import FAST_TRAIN, Killed, cli, one_line_error, snapshot
+from helpers import FAST_TRAIN, Killed, cli, one_line_error, snapshot, stop_before_the_first_epoch
 from lbhash.codes_file import load_codes_file
 from lbhash.train import TrainConfig, train
 from lbhash.train.rundir import verify_finished_run
@@ -230,6 +230,16 @@ def test_a_resume_after_a_torn_log_line_equals_the_uninterrupted_run(tmp_path, c
     assert strip(full) == strip(cut)
 
 
+def test_a_failure_before_the_first_checkpoint_starts_again_from_an_empty_log(tmp_path, runs, monkeypatch):
+    cut = runs.copy("cut-at-1", tmp_path / "cut")
+    (cut / "checkpoint.pt").unlink()  # as if killed between the log line and the checkpoint
+    stop_before_the_first_epoch(monkeypatch)  # the resumed run, as it is about to train its epoch 1
+    with pytest.raises(Killed):
+        train(None, cut, resume=True)
+    assert (cut / "log.jsonl").read_text() == ""  # epoch 1's line is gone: the loop writes it again
+
+
+@pytest.mark.slow  # the resume trains all 3 epochs again; the fast test above stops it before its first
 def test_a_failure_before_the_first_checkpoint_does_not_duplicate_epochs(tmp_path, runs):
     cut = runs.copy("cut-at-1", tmp_path / "cut")
     (cut / "checkpoint.pt").unlink()  # as if killed between the log line and the checkpoint

@@ -141,16 +141,17 @@ def test_a_run_that_fails_after_its_first_write_is_marked_failed(tmp_path, monke
     import lbhash.train.run_training as run_module
     from lbhash.errors import InputError
 
-    def refused(trainer, out):
-        raise InputError("codes refused")
+    def refused(trainer):  # after the run's first files, before its first epoch
+        raise InputError("training refused")
 
-    monkeypatch.setattr(run_module, "write_codes", refused)
+    monkeypatch.setattr(run_module, "train_to_end", refused)
     out = tmp_path / "run"
-    with pytest.raises(InputError, match="codes refused"):
+    with pytest.raises(InputError, match="training refused"):
         train(TrainConfig(**FAST, epochs=1), out)
-    assert json.loads((out / "status.json").read_text()) == {"state": "failed", "error": "codes refused"}
+    assert (out / "config.yaml").is_file()
+    assert json.loads((out / "status.json").read_text()) == {"state": "failed", "error": "training refused"}
     assert not (out / "manifest.json").exists()
-    one_line_error(cli("train", "--resume", "--out", out), "failed run", "codes refused")
+    one_line_error(cli("train", "--resume", "--out", out), "failed run", "training refused")
 
 
 def test_a_transient_failure_leaves_a_run_that_resume_continues(tmp_path, monkeypatch):
