@@ -102,8 +102,9 @@ RECIPES = {
     # CSQ, 2 epochs; lr 1e-3 warmed up for 1 epoch, then x0.1 every 2 epochs (a schedule resume continues)
     "csq": _finished(epochs=2, lr=1e-3, warmup_epochs=1, lr_step=2, lr_gamma=0.1, eval_every=0),
     "csq-4": _finished(epochs=4, lr=1e-3, warmup_epochs=1, lr_step=2, lr_gamma=0.1, eval_every=0),  # 4 epochs
-    "csq_D": _finished(epochs=2, lbhash=True),  # CSQ_D, 2 epochs
-    "csq_D-3": _finished_with_cuts(epochs=3, lbhash=True),  # CSQ_D, 3 epochs: what the cut runs finish as
+    # CSQ_D, 3 epochs, validated every epoch (the recommended profile's share of 0.1, best.pt kept): the
+    # bank's finished _D run, and what the cut runs finish as
+    "csq_D-3": _finished_with_cuts(epochs=3, lbhash=True, eval_every=1),
     "cut-at-1": _cut("csq_D-3", 1),  # "csq_D-3" as a kill after epoch 1 leaves it
     "cut-at-2": _cut("csq_D-3", 2),  # ... after epoch 2
     "itq": _closed_form("itq", seed=3),  # ITQ at 16 bits, seed 3: `lbhash train --data digits --method itq ...`

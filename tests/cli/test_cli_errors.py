@@ -31,7 +31,7 @@ def files_under(root):
 @pytest.fixture
 def finished_run(runs):
     """A finished CSQ_D run on digits (the R of the issue, shorter): the run bank's, never changed."""
-    return runs.path("csq_D")
+    return runs.path("csq_D-3")
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import colour_class_images
+from helpers import Killed, colour_class_images, stop_before_the_first_epoch
 from lbhash.data import InputOptions, load_data
 from lbhash.data import feature_cache
 from lbhash.data.feature_cache import backbone_features, weights_sha256
@@ -128,7 +128,11 @@ def test_the_same_image_gets_the_same_code_on_every_path(frozen_run, monkeypatch
     encoder = HashEncoder.load(root / "run")  # what `lbhash serve` and `search` encode uploads with
     for batch_size in (1, 7, None):  # images through backbone and head, one at a time or in batches
         np.testing.assert_array_equal(encoder.encode(images, batch_size=batch_size), every["codes"])
-    train(cfg.replace(seed=1), root / "again")  # a later run on the same data and backbone
+    # a later run on the same data and backbone: a run computes its features as it builds its
+    # trainer (all of them, 48 images, on a cold cache), so it is stopped before its first epoch
+    stop_before_the_first_epoch(monkeypatch)
+    with pytest.raises(Killed):
+        train(cfg.replace(seed=1), root / "again")
     assert count.images == 0
 
 

@@ -11,6 +11,7 @@ import torch
 from scipy import sparse
 from sklearn.base import clone
 
+from helpers import Killed, stop_before_the_first_epoch
 from lbhash import HashEncoder, InputError
 from lbhash.codes import unpack
 from lbhash.codes_file import load_codes_file
@@ -130,10 +131,11 @@ def test_transform_gives_the_codes_for_a_pipeline(digits, fitted):
         HashEncoder(method="itq", bits=16, code_format="bits").fit(x)
 
 
-def test_fit_transform_is_fit_then_transform(all_digits, with_eval_set):
-    X, y = all_digits
-    codes = HashEncoder(epochs=2, **SMALL).fit_transform(X[:1300], y[:1300], eval_set=(X[1300:], y[1300:]))
-    np.testing.assert_array_equal(codes, with_eval_set.transform(X[:1300]))  # the same parameters, fit alone
+def test_fit_transform_is_fit_then_transform(all_digits):
+    X, y = all_digits  # ITQ: a fit of milliseconds, through the same fit and transform as a deep method's
+    codes = HashEncoder(method="itq", bits=16).fit_transform(X[:1300], y[:1300], eval_set=(X[1300:], y[1300:]))
+    alone = HashEncoder(method="itq", bits=16).fit(X[:1300], y[:1300], eval_set=(X[1300:], y[1300:]))
+    np.testing.assert_array_equal(codes, alone.transform(X[:1300]))  # the same parameters, fit alone
     assert codes.shape == (1300, 2) and codes.dtype == np.uint8
 
 
@@ -230,10 +232,14 @@ def fit_and_warnings(fit):
 
 @pytest.fixture(scope="module")
 def plain_fit(all_digits):
-    """(fitted, warnings): a 1-epoch fit on every digit as a 2-D uint8 array, no eval_set, and the
-    warnings it gave."""
+    """(trainer, warnings): a fit on every digit as a 2-D uint8 array, no eval_set, stopped as it
+    is about to train (the warnings come before), and the warnings it gave."""
     X, y = all_digits
-    return fit_and_warnings(lambda: HashEncoder(epochs=1, **SMALL).fit(X.astype(np.uint8), y))
+    with pytest.MonkeyPatch.context() as patch:
+        stopped = stop_before_the_first_epoch(patch)
+        _, caught = fit_and_warnings(lambda: pytest.raises(Killed, HashEncoder(epochs=1, **SMALL).fit,
+                                                           X.astype(np.uint8), y))
+    return stopped[0], caught
 
 
 @pytest.fixture(scope="module")
@@ -272,10 +278,10 @@ def test_validation_metrics_are_named_for_the_validation_items(all_digits, with_
     assert HashEncoder.load(enc.save(tmp_path / "run")).metrics_ == m
 
 
-def test_without_validation_metrics_hold_the_run_summary_only(all_digits, plain_fit):
-    X, y = all_digits
-    m = plain_fit[0].metrics_
-    assert set(m) == {"run"} and m["run"]["n_train"] == len(X) - held_out(y) and m["run"]["n_validation"] == held_out(y)
+def test_without_validation_metrics_hold_the_run_summary_only(digits, fitted):
+    x, y, _, _ = digits
+    m = fitted.metrics_  # fit without an eval_set
+    assert set(m) == {"run"} and m["run"]["n_train"] == len(x) - held_out(y) and m["run"]["n_validation"] == held_out(y)
 
 
 def test_set_params_refuses_unknown_names_as_scikit_learn_does():

@@ -76,7 +76,7 @@ def test_two_training_processes_on_one_directory(tmp_path):
 # --- checkpoints: checked against the manifest, or their zip CRCs, and never unpickled --------------
 
 def test_flipped_bytes_in_a_checkpoint_tensor_are_refused(tmp_path, runs):
-    finished = runs.copy("csq_D", tmp_path / "finished")
+    finished = runs.copy("csq_D-3", tmp_path / "finished")
     flip_tensor_bytes(finished / "checkpoint.pt")
     one_line_error(cli("encode", finished, "--out", tmp_path / "e.npz"), "checkpoint.pt", "SHA-256")
     from lbhash import HashEncoder
@@ -111,7 +111,7 @@ def test_bad_checkpoints_on_resume(tmp_path, kind, monkeypatch, runs):
 
 
 def test_full_disk_is_one_line_and_leaves_nothing(tmp_path, monkeypatch, runs):
-    run = runs.path("csq_D")  # encode only reads it
+    run = runs.path("csq_D-3")  # encode only reads it
 
     def no_space(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "codes.npz"))
