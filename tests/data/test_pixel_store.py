@@ -298,14 +298,46 @@ def test_encoding_batches_follow_the_pixel_budget_and_do_not_change_outputs(tmp_
 
 # --- runs through the store ----------------------------------------------------------------------
 
+IMAGE_RUN = dict(protocol="per-class:8,2", method="csq", bits=16, epochs=2, batch_size=8, eval_every=0, progress=False,
+                 centers="hadamard", backbone="smallcnn")
+
+
 def image_run(data, out, **kwargs):
     from lbhash.train import TrainConfig, train
 
-    cfg = TrainConfig(data=data, protocol="per-class:8,2", method="csq", bits=16, epochs=2, batch_size=8,
-                      eval_every=0, progress=False, centers="hadamard", backbone="smallcnn", **kwargs)
-    return train(cfg, out)
+    return train(TrainConfig(data=data, **IMAGE_RUN, **kwargs), out)
 
 
+def test_a_run_without_augmentation_feeds_the_per_image_paths_inputs(real_images, tmp_path):
+    """cache=off is the per-image path (DataLoader, per-image transforms) the store replaced: a
+    run's experiment on either gives the same training batches, epoch by epoch, and the same
+    inputs to encode (the loop is seeded per epoch, so equal inputs train to equal codes:
+    end to end below, in make test-slow)."""
+    from lbhash.train import TrainConfig
+    from lbhash.train.builder import build_experiment, input_options
+    from lbhash.train.loop import epoch_seed
+
+    tree = write_tree(tmp_path / "t", real_images * 2)
+    store, per_image = (build_experiment(TrainConfig(data=data, transform="cifar", **IMAGE_RUN))
+                        for data in (f"images:{tree}", f"images:{tree}?cache=off"))
+    np.testing.assert_array_equal(store.split.train, per_image.split.train)
+    assert len(store.split.train) == 21  # per-class:8,2 on 3 classes, less 1 of each class's 8 held out
+    options = input_options(store.cfg)
+    assert options == input_options(per_image.cfg)
+    batches = [exp.dataset.train_batches(exp.split.train, 8, "cpu", 0, 1, options) for exp in (store, per_image)]
+    for epoch in (1, 2):
+        pairs = list(zip(*(b.epoch(epoch_seed(0, epoch)) for b in batches), strict=True))
+        assert [len(x) for (x, _, _), _ in pairs] == [8, 8, 5]
+        for (xa, la, ia), (xb, lb, ib) in pairs:
+            torch.testing.assert_close(xa, xb, rtol=0, atol=0)
+            assert torch.equal(torch.as_tensor(la), torch.as_tensor(lb)) and torch.equal(torch.as_tensor(ia),
+                                                                                     torch.as_tensor(ib))
+    for ids in (store.split.query, store.split.database):
+        a, b = (torch.cat([batch for batch in exp.dataset.encode_batches(ids, options)]) for exp in (store, per_image))
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+@pytest.mark.slow  # two trainings; the fast test above compares what they are fed
 def test_run_without_augmentation_gives_the_per_image_paths_codes(real_images, tmp_path):
     """cache=off is the per-image path (DataLoader, per-image transforms) the store replaced."""
     from lbhash.codes_file import load_codes_file

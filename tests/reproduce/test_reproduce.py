@@ -120,7 +120,7 @@ def copy_runs(source, out, experiment):
 
 
 def test_tables_of_the_other_experiments(tmp_path, runs):
-    # timing retrains on every run: its tables come from the bank's directory; centers and bound
+    # timing times every run again: its tables come from the bank's directory; centers and bound
     # find the bank's finished runs, and write their tables and meta.json records here
     out = runs.copy("reproduce-timing", tmp_path / "res")
     clash = CliRunner().invoke(main, ["reproduce", "centers", *REPRODUCED["centers"], "--set", "centers=hadamard",
@@ -136,10 +136,25 @@ def test_tables_of_the_other_experiments(tmp_path, runs):
     assert float(centers[0]["min_distance"]) == 8.0  # 10 rows of [H; -H] at 16 bits
     bound = rows(out / "bound.csv")
     assert [int(r["epoch"]) for r in bound] == [1, 2]
+    # the bank's timing scripts its seconds (run_bank.SCRIPTED_SECONDS: 2.0, 2.5, 3.0 s after a 9 s
+    # first epoch); digits' 1000 training items (no validation share) in batches of 64
     timing = rows(out / "timing.csv")
-    assert [r["variant"] for r in timing] == ["bce", "cauchy", "ours"] and float(timing[0]["ratio"]) == 1.0
+    assert [(r["variant"], float(r["seconds_per_epoch"]), float(r["ratio"]), int(r["steps_per_epoch"]))
+            for r in timing] == [("bce", 2.0, 1.0, 16), ("cauchy", 2.5, 1.25, 16), ("ours", 3.0, 1.5, 16)]
     meta = json.loads((out / "meta.json").read_text())
     assert list(meta["experiments"]) == ["timing", "centers", "bound"] and "torch" in meta["software"]
     settings = {k: [e[s] for s in ("seeds", "epochs")] for k, e in meta["experiments"].items()}
     assert settings == {"centers": [[0], 2], "bound": [[0], 2], "timing": [[0], 2]}  # as the commands give them
     assert all(e["command"].startswith("lbhash ") for e in meta["experiments"].values())
+
+
+@pytest.mark.slow  # three trainings of 2 epochs; make test scripts the seconds (run_bank.SCRIPTED_SECONDS)
+def test_timing_measures_every_variants_epochs(tmp_path):
+    result = CliRunner().invoke(main, ["reproduce", "timing", *REPRODUCED["timing"], "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    timing = rows(tmp_path / "timing.csv")
+    assert [r["variant"] for r in timing] == ["bce", "cauchy", "ours"] and float(timing[0]["ratio"]) == 1.0
+    seconds = [float(r["seconds_per_epoch"]) for r in timing]
+    assert all(0 < s < 60 for s in seconds)
+    assert [float(r["ratio"]) for r in timing] == pytest.approx([s / seconds[0] for s in seconds], rel=1e-12)
+    assert {int(r["steps_per_epoch"]) for r in timing} == {16}
