@@ -30,6 +30,13 @@ def labels_for(rng, which, classes, multilabel):
     return out
 
 
+def held_out(y, share=0.1) -> int:
+    """Items the recommended profile holds out for validation: round(share * n) of each class's
+    n items, at least one of a class with two or more."""
+    counts = np.unique(y, return_counts=True)[1]
+    return int(sum(max(1, round(share * n)) for n in counts if n >= 2))
+
+
 class Killed(Exception):
     """Stands in for a process killed at the end of an epoch."""
 

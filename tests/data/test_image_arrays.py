@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from helpers import cli
+from helpers import Killed, cli, stop_before_the_first_epoch
 from lbhash.data import load_data
 from lbhash.errors import InputError
 
@@ -84,19 +84,22 @@ def test_feature_kind_points_image_files_to_the_image_array_kind(tmp_path):
         load_data(f"features:{tmp_path / 'imgs.npz'}")
 
 
-def test_an_image_array_file_trains_on_part_of_its_train_split(tmp_path):
+def test_an_image_array_file_trains_on_part_of_its_train_split(tmp_path, monkeypatch):
     rng = np.random.default_rng(0)
     np.savez(tmp_path / "imgs.npz", x_train=rng.integers(0, 255, (60, 8, 8), dtype=np.uint8),
              y_train=np.arange(60) % 3, x_test=rng.integers(0, 255, (12, 8, 8), dtype=np.uint8),
              y_test=np.arange(12) % 3)
+    stopped = stop_before_the_first_epoch(monkeypatch)  # the run's split and batches, as it is about to train
     result = cli("train", "--data", f"image-array:{tmp_path / 'imgs.npz'}", "--protocol", "given:15", "--bits", 8,
                  "--image-size", 8, "--batch-size", 16, "--epochs", 1, "--out", tmp_path / "run", "--no-progress")
-    assert result.exit_code == 0, result.output
+    assert isinstance(result.exception, Killed), result.output
     assert result.output.splitlines()[1] == ("data image-array:" + str(tmp_path / "imgs.npz") + ": images, 72 items, "
                                              "3 classes, 8x8 images -> 8x8 model input; split given:15: 12 train, "
                                              "3 validation, 12 query, 57 database")  # one of each class's 5 held out
-    codes = np.load(tmp_path / "run" / "codes.npz")
-    held = np.load(tmp_path / "run" / "split.npz")["validation"]
+    split = np.load(tmp_path / "run" / "split.npz")
+    held = split["validation"]
     assert len(held) == 3 and set(held) < set(range(60)) and len(set(held % 3)) == 3  # one of each class
-    assert sorted(codes["query_ids"]) == list(range(60, 72))
-    assert sorted(codes["db_ids"]) == sorted(set(range(60)) - set(held))
+    assert sorted(split["query"]) == list(range(60, 72))
+    assert sorted(split["database"]) == sorted(set(range(60)) - set(held))
+    x, labels, _ = next(iter(stopped[0].batches.epoch(0)))  # the 12 training images, 8x8 RGB
+    assert x.shape == (12, 3, 8, 8) and labels.shape == (12, 3)

@@ -11,21 +11,14 @@ import torch
 from scipy import sparse
 from sklearn.base import clone
 
-from helpers import Killed, stop_before_the_first_epoch
+from helpers import Killed, held_out, stop_before_the_first_epoch
 from lbhash import HashEncoder, InputError
 from lbhash.codes import unpack
 from lbhash.codes_file import load_codes_file
-from lbhash.evaluate import lower_bound, mean_average_precision
+from lbhash.evaluate import mean_average_precision
 from lbhash.train.hash_encoder import NotFittedError
 
 FAST = dict(hidden=[128], centers="hadamard", lr_step=0)
-
-
-def held_out(y, share=0.1) -> int:
-    """Items the recommended profile holds out for validation: round(share * n) of each class's
-    n items, at least one of a class with two or more."""
-    counts = np.unique(y, return_counts=True)[1]
-    return int(sum(max(1, round(share * n)) for n in counts if n >= 2))
 
 
 @pytest.fixture(autouse=True)
@@ -95,17 +88,6 @@ def test_save_then_load_gives_identical_codes(digits, fitted, tmp_path):
     assert again.get_params()["bits"] == 32 and again.config_ == fitted.config_
     with pytest.raises(InputError, match="already exists"):
         fitted.save(path)
-
-
-def test_eval_set_arrays_give_validation_metrics(all_digits, with_eval_set, tmp_path):
-    X, y = all_digits
-    enc, xq = with_eval_set, X[1300:]
-    assert enc.metrics_["n_validation"] == len(xq) and enc.metrics_["n_train"] == 1300 - held_out(y[:1300])
-    assert 0 < enc.metrics_["map"] <= 1 and enc.run_dir_ is None  # trained in memory
-    again = HashEncoder.load(enc.save(tmp_path / "run"))  # the same fitted attributes, read back from the run
-    assert again.metrics_ == enc.metrics_ and again.history_ == enc.history_ and again.config_ == enc.config_
-    assert again.input_form_ == enc.input_form_
-    np.testing.assert_array_equal(again.encode(xq), enc.encode(xq))
 
 
 def test_fit_takes_the_eval_items_as_eval_set_only(digits):
@@ -231,51 +213,23 @@ def fit_and_warnings(fit):
 
 
 @pytest.fixture(scope="module")
-def plain_fit(all_digits):
-    """(trainer, warnings): a fit on every digit as a 2-D uint8 array, no eval_set, stopped as it
-    is about to train (the warnings come before), and the warnings it gave."""
+def fit_warnings(all_digits):
+    """{dtype: warnings}: fits on every digit as a 2-D uint8 and as a float32 array, no eval_set,
+    each stopped as it is about to train (the warnings come before), and the warnings each gave."""
     X, y = all_digits
+    caught = {}
     with pytest.MonkeyPatch.context() as patch:
-        stopped = stop_before_the_first_epoch(patch)
-        _, caught = fit_and_warnings(lambda: pytest.raises(Killed, HashEncoder(epochs=1, **SMALL).fit,
-                                                           X.astype(np.uint8), y))
-    return stopped[0], caught
+        stop_before_the_first_epoch(patch)
+        for dtype in (np.uint8, np.float32):
+            fit = HashEncoder(epochs=1, **SMALL).fit
+            caught[dtype] = fit_and_warnings(lambda: pytest.raises(Killed, fit, X.astype(dtype), y))[1]
+    return caught
 
 
-@pytest.fixture(scope="module")
-def eval_set_fit(all_digits):
-    """(fitted, warnings): a 2-epoch fit on the first 1300 digits (float32) with the other 497 as its
-    eval_set, and the warnings it gave."""
-    X, y = all_digits
-    return fit_and_warnings(lambda: HashEncoder(epochs=2, **SMALL).fit(X[:1300], y[:1300],
-                                                                       eval_set=(X[1300:], y[1300:])))
-
-
-@pytest.fixture
-def with_eval_set(eval_set_fit):
-    return eval_set_fit[0]
-
-
-def test_2d_uint8_features_warn_and_float_features_do_not(plain_fit, eval_set_fit):
-    uint8 = [str(w.message) for w in plain_fit[1] if issubclass(w.category, UserWarning)]
+def test_2d_uint8_features_warn_and_float_features_do_not(fit_warnings):
+    uint8 = [str(w.message) for w in fit_warnings[np.uint8] if issubclass(w.category, UserWarning)]
     assert any(re.search(r"2-D uint8 array \(1797, 64\).*raw values 0\.\.255.*astype", m) for m in uint8), uint8
-    assert not [w for w in eval_set_fit[1] if "uint8" in str(w.message)]  # float32 features
-
-
-def test_validation_metrics_are_named_for_the_validation_items(all_digits, with_eval_set, tmp_path):
-    X, y = all_digits
-    Xt, yt, Xv, yv = X[:1300], y[:1300], X[1300:], y[1300:]
-    enc = with_eval_set
-    m = enc.metrics_
-    assert "n_query" not in m and "n_db" not in m
-    assert m["n_validation"] == len(Xv) == m["run"]["n_validation"] and m["n_train"] == len(Xt) - held_out(yt)
-    assert m["run"]["n_held_out"] == held_out(yt)  # the share of Xt that chose the epoch
-    assert m["run"]["protocol"] == "validation"
-    expected = lower_bound(enc.encode(Xv), yv, 99.9, bits=16)  # the held-out codes, encoded again
-    assert m["lower_bound"] == {"codes": "validation", "percentile": 99.9, "min_inter": expected.min_inter,
-                                "max_intra": expected.max_intra, "ratio": expected.ratio}
-    assert expected.max_intra > 0  # held out: not sitting on the centers
-    assert HashEncoder.load(enc.save(tmp_path / "run")).metrics_ == m
+    assert not [w for w in fit_warnings[np.float32] if "uint8" in str(w.message)]
 
 
 def test_without_validation_metrics_hold_the_run_summary_only(digits, fitted):

@@ -11,10 +11,11 @@ import tempfile
 import numpy as np
 import pytest
 import torch
-from helpers import Killed, stop_before_the_first_epoch
+from helpers import Killed, held_out, stop_before_the_first_epoch
 
 from lbhash import HashEncoder, InputError
 from lbhash.codes_file import load_codes_file
+from lbhash.evaluate import lower_bound
 from lbhash.train import TrainConfig
 from lbhash.train.fit import fit
 from lbhash.train.run import train_run
@@ -108,6 +109,26 @@ def test_hash_encoder_fit_writes_nothing(in_memory_fit):
     assert first and all(path.startswith(str(in_memory_fit["home"] / "cache" / "centers")) for _, path in first), first
     assert in_memory_fit["second"] == [] and in_memory_fit["after"] == in_memory_fit["before"]
     assert fitted.run_dir_ is None and 0 < fitted.metrics_["map"] <= 1 and len(fitted.history_) == 2
+
+
+def test_eval_set_arrays_give_validation_metrics(in_memory_fit, tmp_path):
+    from sklearn.datasets import load_digits
+
+    X, y = load_digits(return_X_y=True)
+    enc, xt, yt, xv, yv = in_memory_fit["fitted"], X[:1200], y[:1200], X[1200:], y[1200:]
+    m = enc.metrics_  # named for what they measure: the eval_set items searched among the training items
+    assert "n_query" not in m and "n_db" not in m
+    assert m["n_validation"] == len(xv) == m["run"]["n_validation"] and m["n_train"] == len(xt) - held_out(yt)
+    assert m["run"]["n_held_out"] == held_out(yt)  # the share of xt that chose the epoch
+    assert m["run"]["protocol"] == "validation" and 0 < m["map"] <= 1
+    expected = lower_bound(enc.encode(xv), yv, 99.9, bits=16)  # the held-out codes, encoded again
+    assert m["lower_bound"] == {"codes": "validation", "percentile": 99.9, "min_inter": expected.min_inter,
+                                "max_intra": expected.max_intra, "ratio": expected.ratio}
+    assert expected.max_intra > 0  # held out: not sitting on the centers
+    again = HashEncoder.load(enc.save(tmp_path / "run"))  # the same fitted attributes, read back from the run
+    assert again.metrics_ == m and again.history_ == enc.history_ and again.config_ == enc.config_
+    assert again.input_form_ == enc.input_form_
+    np.testing.assert_array_equal(again.encode(xv), enc.encode(xv))
 
 
 @pytest.fixture(scope="module")
@@ -206,7 +227,25 @@ def test_an_in_memory_fit_refuses_what_needs_a_run_directory():
         fit(TrainConfig(**FAST, epochs=1, devices=2))
 
 
-def test_a_fit_asked_for_a_run_directory_trains_into_it(tmp_path, in_memory_fit):
+def test_a_fit_asked_for_a_run_directory_trains_into_it(tmp_path, monkeypatch):
+    from sklearn.datasets import load_digits
+
+    X, y = load_digits(return_X_y=True)
+    stopped = stop_before_the_first_epoch(monkeypatch)  # a run directory's trainer, as it is about to train
+    with pytest.raises(Killed):
+        HashEncoder(**PARAMS).fit(X[:1200], y[:1200], eval_set=(X[1200:], y[1200:]), run_dir=tmp_path / "run")
+    assert stopped[0].store is not None and stopped[0].store.run_dir == tmp_path / "run"
+    assert {p.name for p in (tmp_path / "run").iterdir()} >= {"config.yaml", "split.npz", "input.json", "data.json"}
+    # what the split stores: the arrays' own 1200 training items (less the share that chooses the epoch)
+    # and the eval_set's 597 as queries searched among them
+    split = np.load(tmp_path / "run" / "split.npz")
+    assert len(split["train"]) + len(split["validation"]) == 1200 and sorted(split["query"]) == list(range(1200, 1797))
+
+
+# the whole fit into a run directory against the same fit in memory: make test-slow; make test's
+# equality of the two is the core's (test_the_core_trains_what_a_run_directory_trains, above)
+@pytest.mark.slow
+def test_a_fit_into_a_run_directory_equals_the_fit_in_memory(tmp_path, in_memory_fit):
     from sklearn.datasets import load_digits
 
     X, y = load_digits(return_X_y=True)
