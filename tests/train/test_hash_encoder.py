@@ -1,5 +1,6 @@
-"""The HashEncoder front door: fit and encode arrays, save and load run directories, warn about
-uint8 features, and name fit's validation metrics for what they measure."""
+"""The HashEncoder front door: fit and encode arrays, save and load run directories, and warn
+about uint8 features (fit's eval_set metrics, named for what they measure, are read from the
+watched in-memory fit of tests/train/test_train_core.py)."""
 
 import copy
 import re
@@ -180,7 +181,7 @@ def test_image_arrays_fit_encode_save_and_load(tmp_path):
         enc.encode(images[:5].astype(np.float32))
 
 
-# the _D wrapper's front door: test_validation_metrics... (CSQ_D); orthohash_D trains in test_method_orthohash.py
+# the _D wrapper's front door: test_train_core.py's fits (CSQ_D); orthohash_D trains in test_method_orthohash.py
 @pytest.mark.parametrize("lbhash", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_orthohash_through_the_front_door(digits, tmp_path, lbhash):
     x, y, xq, _ = digits
@@ -192,7 +193,7 @@ def test_orthohash_through_the_front_door(digits, tmp_path, lbhash):
     assert np.array_equal(HashEncoder.load(tmp_path / "run").encode(xq), codes)
 
 
-# --- issue 19, 13 and 14: 2-D uint8 "features"; fit(..., eval_set=...) names its metrics ----------
+# --- issue 19, 13 and 14: 2-D uint8 "features"; fit without an eval_set ----------------------------
 
 SMALL = dict(bits=16, hidden=[64], centers="hadamard")
 
