@@ -93,7 +93,7 @@ def _scripted_epoch_times():
         times = {}
         for label, cfg in configs.items():
             exp = build_experiment(cfg.replace(epochs=epochs, lr_step=0, progress=False))
-            steps = -(-len(exp.split.train) // exp.cfg.batch_size)
+            steps = len(exp.dataset.train_batches(exp.split.train, exp.cfg.batch_size))  # as the loop counts them
             times[label] = timing.EpochTimes([9.0] + [SCRIPTED_SECONDS[label]] * (epochs - 1), steps)
         return times
     real, timing.epoch_times = timing.epoch_times, scripted
