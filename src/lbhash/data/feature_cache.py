@@ -63,19 +63,23 @@ def images_key(dataset, idx: np.ndarray) -> dict:
             "items_sha256": hashlib.sha256(idx.astype("<i8").tobytes()).hexdigest()}
 
 
-def _entry_key(backbone, options: InputOptions, images: dict) -> dict:
+def _entry_key(backbone, options: InputOptions, images: dict, bf16: bool) -> dict:
     transform = {"preset": options.transform, "image_size": options.image_size,
                  "mean": IMAGENET_MEAN, "std": IMAGENET_STD}
-    return {"format": FORMAT, "backbone": getattr(backbone, "name", type(backbone).__name__),
-            "weights_sha256": weights_sha256(backbone), "transform": transform, "images": images}
+    key = {"format": FORMAT, "backbone": getattr(backbone, "name", type(backbone).__name__),
+           "weights_sha256": weights_sha256(backbone), "transform": transform, "images": images}
+    if bf16:  # float32 entries keep the key they always had
+        key["precision"] = "bf16"
+    return key
 
 
 def backbone_features(dataset, backbone: torch.nn.Module, indices, options: InputOptions, device="cpu",
-                      progress: bool = False, batch_size: int | None = None) -> np.ndarray:
+                      progress: bool = False, batch_size: int | None = None, bf16: bool = False) -> np.ndarray:
     """The backbone's pooled features (len(indices), D) float32 of the image items at `indices`,
-    from the cache or computed (and cached) now."""
+    from the cache or computed (and cached) now; `bf16`: under bf16 autocast (HashModel's
+    bf16_backbone), the float32 of its bf16 outputs."""
     idx = check_indices(dataset, indices)
-    key = _entry_key(backbone, options, images_key(dataset, idx))
+    key = _entry_key(backbone, options, images_key(dataset, idx), bf16)
     path = cache_root() / "features" / hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
     try:
         cached = _open_entry(path, len(idx))
@@ -85,7 +89,7 @@ def backbone_features(dataset, backbone: torch.nn.Module, indices, options: Inpu
     if cached is not None:
         _LOG.info("backbone features: %d items from the cache (%s)", len(idx), path.name)
         return cached
-    features = _compute(dataset, backbone, idx, options, device, progress, batch_size)
+    features = _compute(dataset, backbone, idx, options, device, progress, batch_size, bf16)
     if path is not None:
         try:
             _write_entry(path, features, key)
@@ -96,7 +100,7 @@ def backbone_features(dataset, backbone: torch.nn.Module, indices, options: Inpu
 
 @torch.inference_mode()
 def _compute(dataset, backbone, idx: np.ndarray, options: InputOptions, device, progress: bool,
-             batch_size: int | None) -> np.ndarray:
+             batch_size: int | None, bf16: bool) -> np.ndarray:
     from tqdm import tqdm
 
     was_training = backbone.training
@@ -107,7 +111,8 @@ def _compute(dataset, backbone, idx: np.ndarray, options: InputOptions, device, 
                disable=not progress, leave=False)
     try:
         for x in dataset.encode_batches(idx, options, device, False, batch_size or EXTRACT_BATCH):
-            out.append(backbone(x.to(dtype)).float().cpu().numpy())
+            with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16):
+                out.append(backbone(x.to(dtype)).float().cpu().numpy())
             bar.update(len(out[-1]))
             if not progress and time.perf_counter() - said > PROGRESS_EVERY:  # a line where no bar shows
                 said, done = time.perf_counter(), sum(map(len, out))
@@ -227,10 +232,10 @@ class FrozenFeatures(HashDataset):
 
 
 def with_frozen_features(dataset, backbone, indices, options: InputOptions, device="cpu",
-                         progress: bool = False) -> FrozenFeatures:
+                         progress: bool = False, bf16: bool = False) -> FrozenFeatures:
     """`dataset` whose items at `indices` give the frozen backbone's (cached) features."""
     idx = np.unique(check_indices(dataset, indices))
-    features = backbone_features(dataset, backbone, idx, options, device, progress)
+    features = backbone_features(dataset, backbone, idx, options, device, progress, bf16=bf16)
     rows = np.full(len(dataset), -1, dtype=np.int64)
     rows[idx] = np.arange(len(idx))
     return FrozenFeatures(dataset, features, rows)

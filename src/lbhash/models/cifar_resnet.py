@@ -63,6 +63,9 @@ class CifarResNet(Backbone):
     def _stage(cin: int, cout: int, blocks: int, stride: int) -> nn.Sequential:
         return nn.Sequential(BasicBlock(cin, cout, stride), *(BasicBlock(cout, cout) for _ in range(blocks - 1)))
 
+    def stages(self) -> list[nn.Module]:
+        return [self.stem, self.stage1, self.stage2, self.stage3]
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.stage3(self.stage2(self.stage1(self.stem(x))))
         return torch.flatten(self.pool(x), 1)

@@ -117,10 +117,11 @@ class EfficientNetLite(Backbone):
         self.register_buffer("input_scale", scale.view(1, 3, 1, 1), persistent=False)
         self.register_buffer("input_shift", shift.view(1, 3, 1, 1), persistent=False)
         self._conv_stem, self._bn0 = SameConv2d(3, STEM, 3, 2), _bn(STEM)
-        specs = []
+        specs, self.stage_repeats = [], []
         for i, st in enumerate(STAGES):
             fixed = i in (0, len(STAGES) - 1)  # Lite keeps the first and last stages' depth
             repeats = st.repeats if fixed else math.ceil(depth * st.repeats)
+            self.stage_repeats.append(repeats)
             cin = STEM if i == 0 else round_channels(st.channels_in, width)
             cout = round_channels(st.channels_out, width)
             for r in range(repeats):
@@ -129,6 +130,14 @@ class EfficientNetLite(Backbone):
             MBConv(*spec, drop=drop_connect * i / len(specs)) for i, spec in enumerate(specs))
         self._conv_head, self._bn1 = SameConv2d(specs[-1][1], HEAD, 1), _bn(HEAD)
         self.out_features = HEAD
+
+    def stages(self) -> list[nn.Module]:
+        """The stem, the seven stages of MBConv blocks, and the 1x1 head convolution: nine."""
+        groups, start = [nn.ModuleList([self._conv_stem, self._bn0])], 0
+        for count in self.stage_repeats:
+            groups.append(nn.ModuleList(self._blocks[start:start + count]))
+            start += count
+        return [*groups, nn.ModuleList([self._conv_head, self._bn1])]
 
     def input_affine(self, x: torch.Tensor) -> torch.Tensor:
         """ImageNet-normalised pixels -> the (x - 127) / 128 scaling the weights were trained on."""

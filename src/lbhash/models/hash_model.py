@@ -52,33 +52,78 @@ class HashModel(nn.Module):
 
     A frozen image backbone also takes its own pooled features (B, D): they go to the head
     alone. Training and encoding the items of a data set use this, with features the backbone
-    computed once (lbhash.data.feature_cache); new images (B, 3, H, W) go through both."""
+    computed once (lbhash.data.feature_cache); new images (B, 3, H, W) go through both.
 
-    def __init__(self, head: HashHead, backbone: nn.Module | None = None, freeze_backbone: bool = False):
+    Fine-tuning (lbhash.train, docs/models.md): `freeze_bn` keeps the backbone's BatchNorm
+    statistics (its layers stay in eval mode while the model trains); `train_stages` N > 0
+    freezes all but the backbone's last N stages (`Backbone.stages()`); `set_frozen` switches
+    the whole backbone off and on (the probe epochs, then fine-tuning). `bf16_backbone` runs
+    the backbone under bf16 autocast and gives the head float32 features, on every path that
+    calls the model, so training, cached features and later encodings agree.
+    """
+
+    def __init__(self, head: HashHead, backbone: nn.Module | None = None, freeze_backbone: bool = False,
+                 freeze_bn: bool = False, train_stages: int = 0, bf16_backbone: bool = False):
         super().__init__()
         self.backbone = backbone if backbone is not None else nn.Identity()
         self.head = head
-        self.freeze_backbone = freeze_backbone
-        if freeze_backbone:
-            self.backbone.requires_grad_(False)
+        self.freeze_bn, self.bf16_backbone = freeze_bn, bf16_backbone
+        stages = list(self.backbone.stages()) if hasattr(self.backbone, "stages") else [self.backbone]
+        if train_stages > len(stages):
+            raise InputError(f"train_stages {train_stages}: backbone {getattr(self.backbone, 'name', '')} has "
+                             f"{len(stages)} stage(s)")
+        # the stages that never train: all but the last train_stages (none when 0)
+        self._fixed = stages[:len(stages) - train_stages] if train_stages else []
+        self.built_frozen = freeze_backbone  # a frozen backbone's run never trains it
+        self.set_frozen(freeze_backbone)
 
     @property
     def bits(self) -> int:
         return self.head.bits
 
+    def set_frozen(self, frozen: bool) -> None:
+        """Freeze the whole backbone (no gradients, eval mode) or let its trainable stages learn."""
+        self.freeze_backbone = frozen
+        self.backbone.requires_grad_(not frozen)
+        for stage in self._fixed:
+            stage.requires_grad_(False)
+        self.train(self.training)
+
+    def trainable_backbone_parameters(self) -> list[nn.Parameter]:
+        """The backbone's parameters that train once it is not frozen (all but the fixed stages'),
+        whether or not it is frozen now; none for a backbone built frozen or without parameters."""
+        if self.built_frozen:
+            return []
+        fixed = {id(p) for stage in self._fixed for p in stage.parameters()}
+        return [p for p in self.backbone.parameters() if id(p) not in fixed]
+
     def train(self, mode: bool = True) -> "HashModel":
         super().train(mode)
         if self.freeze_backbone:
             self.backbone.eval()  # frozen: keep batch-norm statistics and dropout fixed
+            return self
+        for stage in self._fixed:
+            stage.eval()
+        if self.freeze_bn:
+            for module in self.backbone.modules():
+                if isinstance(module, nn.modules.batchnorm._BatchNorm):
+                    module.eval()
         return self
 
     def takes_features(self, x: torch.Tensor) -> bool:
         """Whether `x` is a batch of the frozen backbone's features rather than images."""
         return self.freeze_backbone and x.ndim == 2 and x.shape[1] == self.head.in_features
 
+    def backbone_features(self, x: torch.Tensor) -> torch.Tensor:
+        """The backbone's features of inputs x, in float32 (under bf16 autocast with bf16_backbone)."""
+        if not self.bf16_backbone:
+            return self.backbone(x)
+        with torch.autocast(x.device.type, dtype=torch.bfloat16):
+            return self.backbone(x).float()
+
     def head_inputs(self, x: torch.Tensor) -> torch.Tensor:
         """What the head reads: the backbone's features of x (x itself when it already is them)."""
-        return x if self.takes_features(x) else self.backbone(x)
+        return x if self.takes_features(x) else self.backbone_features(x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.head_inputs(x))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import field_validator
 
 from lbhash.options import Options, option
@@ -23,6 +25,18 @@ class ModelOptions(Options):
                                     "'imagenet', 'torchvision' or a file path")
     freeze_backbone: bool = option(False, "Train only the hash layers; a frozen backbone's features are computed "
                                           "once and cached (docs/models.md).", "true or false")
+
+    freeze_bn: bool | None = option(None, "Keep the backbone's BatchNorm statistics as they are (running mean and "
+                                          "variance not updated; its scales and shifts still train).",
+                                    "true or false", shown="on for a pretrained backbone that trains, else off")
+    train_stages: int | None = option(None, "Train only the backbone's last N stages (the earlier ones stay "
+                                            "frozen); 0 or none: every stage.", "a non-negative integer",
+                                      shown="every stage", ge=0)
+    backbone_precision: Literal["auto", "bf16", "fp32"] = option(
+        "auto", "The image backbone's arithmetic: bf16 autocast (the head stays float32) or float32; auto: "
+                "bf16 for a pretrained backbone where the device computes bf16 natively (AVX512-BF16 or AMX on "
+                "a CPU), else fp32. Every path that runs the model (training, features, encoding) uses it.",
+        "one of auto, bf16, fp32")
 
     @field_validator("hidden", mode="before")
     @classmethod

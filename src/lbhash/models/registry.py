@@ -66,6 +66,11 @@ class Backbone(nn.Module):
     weights_source: str | None = None  # the file the weights came from, None for random init
     weights_sha256: str | None = None  # that file's SHA-256
 
+    def stages(self) -> list[nn.Module]:
+        """The backbone's stages from input to output (what `train_stages` counts from the end):
+        the whole network as one stage unless a backbone says otherwise."""
+        return [self]
+
 
 def register_backbone(name: str, image_size: int = 224, transform: str = "imagenet") -> Callable:
     """Decorator registering `factory(**options) -> Backbone` under `name`, with its defaults."""
@@ -113,10 +118,13 @@ def create_backbone(name: str, pretrained: str | os.PathLike | None = None, **op
 
 def create_image_model(backbone_name: str, bits: int, hidden: Sequence[int] = (),
                        pretrained: str | os.PathLike | None = None, freeze_backbone: bool = False,
-                       dropout: float = 0.0, **backbone_options) -> HashModel:
+                       dropout: float = 0.0, freeze_bn: bool = False, train_stages: int = 0,
+                       bf16_backbone: bool = False, **backbone_options) -> HashModel:
     """backbone -> hash head. The default head is one Linear layer from the features to `bits`
     (the DeepHash convention); `hidden` adds Linear -> ReLU layers before it. With
-    `freeze_backbone` only the head trains and the backbone stays in eval mode."""
+    `freeze_backbone` only the head trains and the backbone stays in eval mode; `freeze_bn`,
+    `train_stages` and `bf16_backbone` are HashModel's."""
     backbone = create_backbone(backbone_name, pretrained=pretrained, **backbone_options)
     head = HashHead(backbone.out_features, bits, hidden, dropout)
-    return HashModel(head, backbone, freeze_backbone=freeze_backbone)
+    return HashModel(head, backbone, freeze_backbone=freeze_backbone, freeze_bn=freeze_bn,
+                     train_stages=train_stages, bf16_backbone=bf16_backbone)

@@ -74,10 +74,20 @@ class Learner(nn.Module):
             out = loss_output({**out.parts, "neighbourhood": self.neighbourhood_weight * term})
         return u, out, pi
 
-    def theta_parameters(self) -> list[nn.Parameter]:
-        """The hash model and any parameters of the method itself (e.g. a classifier)."""
+    def theta_parameters(self, backbone_lr_scale: float = 1.0) -> list[dict]:
+        """The parameter groups of the theta optimizer: the hash head and any parameters of the
+        method itself (e.g. a classifier) at the base rate, and the backbone's stages that train
+        at `backbone_lr_scale` times it (also while the probe epochs keep them frozen: they get
+        no gradient until the backbone trains). One group at scale 1, in the model's order, as
+        runs trained before the scale existed (their checkpoints hold one group)."""
         base = self.objective.base if self.lower_bound is not None else self.objective
-        return [p for p in (*self.model.parameters(), *base.parameters()) if p.requires_grad]
+        backbone = self.model.trainable_backbone_parameters()
+        held = {id(p) for p in backbone}
+        if backbone_lr_scale == 1:
+            return [{"params": [p for p in (*self.model.parameters(), *base.parameters())
+                                if p.requires_grad or id(p) in held]}]
+        head = [p for p in (*self.model.parameters(), *base.parameters()) if p.requires_grad and id(p) not in held]
+        return [{"params": head}] + ([{"params": backbone, "lr_scale": backbone_lr_scale}] if backbone else [])
 
     def pi_parameters(self) -> list[nn.Parameter]:
         return list(self.lower_bound.surrogate.parameters()) if self.lower_bound is not None else []
@@ -91,6 +101,8 @@ class Experiment:
     topk: int | None         # R of mAP@R (None: the whole database)
     learner: Learner
     skipped_images: int = 0
+    # fine-tuning's probe epochs train the head on these cached backbone features (None: no probe)
+    probe_dataset: HashDataset | None = None
 
 
 def input_options(cfg: RunConfig) -> InputOptions:
@@ -132,7 +144,9 @@ def build_model(cfg: RunConfig, normalization=None, pretrained: bool = True) -> 
         raise InputError(f"config has input_kind {cfg.input_kind!r}; resolve it against a data set first")
     model = create_image_model(cfg.backbone, cfg.bits, hidden=cfg.hidden,
                                pretrained=cfg.pretrained if pretrained else None,
-                               freeze_backbone=cfg.freeze_backbone, dropout=cfg.head_dropout)
+                               freeze_backbone=cfg.freeze_backbone, dropout=cfg.head_dropout,
+                               freeze_bn=cfg.freeze_bn, train_stages=cfg.train_stages,
+                               bf16_backbone=cfg.backbone_precision == "bf16")
     return model.to(memory_format=torch.channels_last)
 
 
@@ -145,7 +159,7 @@ def frozen_features(cfg: RunConfig, dataset: HashDataset, model: HashModel, indi
     model.backbone.to(device)
     try:
         return with_frozen_features(dataset, model.backbone, indices, input_options(cfg), device,
-                                    progress=cfg.progress and sys.stderr.isatty())
+                                    progress=cfg.progress and sys.stderr.isatty(), bf16=model.bf16_backbone)
     finally:
         model.backbone.to(backbone_device)
 
@@ -204,14 +218,17 @@ def build_experiment(cfg: TrainConfig, split: Split | None = None,
     check_head_size(cfg)  # before the features' statistics, which copy the training rows
     normalization = dataset.normalization(split.train) if cfg.normalize == "zscore" else None
     model = build_model(cfg, normalization)
+    probe_dataset = None
     if cfg.input_kind == "images" and cfg.freeze_backbone:
         used = np.concatenate([split.train, split.query, split.database, split.validation])
         dataset = frozen_features(cfg, dataset, model, used)
+    elif cfg.input_kind == "images" and cfg.probe_epochs:  # the probe reads what the pretrained backbone sees
+        probe_dataset = frozen_features(cfg, dataset, model, np.concatenate([split.train, split.validation]))
     objective = build_objective(cfg, centers, num_classes, len(split.train), dataset.multi_label)
     if cls.closed_form:
         objective.check_fit_inputs(len(split.train), cfg.input_dim)
     learner = Learner(model, objective, columns, cfg.neighbourhood_weight, cfg.neighbourhood_student)
-    return Experiment(cfg, dataset, split, evaluation_topk(cfg, split), learner, skipped)
+    return Experiment(cfg, dataset, split, evaluation_topk(cfg, split), learner, skipped, probe_dataset)
 
 
 def _check_classes(cfg: RunConfig, dataset: HashDataset, split: Split, learns_classes: bool) -> None:

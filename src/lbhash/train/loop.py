@@ -82,7 +82,8 @@ class Trainer:
         self.fabric = make_fabric(cfg.accelerator, cfg.devices, cfg.precision,
                                   [] if store is None else store.loggers(cfg))
         learner: Learner = exp.learner
-        opt_theta = make_optimizer(cfg.optimizer, learner.theta_parameters(), cfg.lr, cfg.weight_decay)
+        opt_theta = make_optimizer(cfg.optimizer, learner.theta_parameters(cfg.backbone_lr_scale), cfg.lr,
+                                   cfg.weight_decay)
         optimizers = [opt_theta]
         if learner.lower_bound is not None:
             optimizers.append(make_optimizer("adamw" if cfg.optimizer == "adamw" else "adam",
@@ -95,6 +96,10 @@ class Trainer:
         self.options = input_options(cfg)
         self.batches = exp.dataset.train_batches(exp.split.train, cfg.batch_size, self.fabric.device,
                                                  self.fabric.global_rank, self.fabric.world_size, self.options)
+        # fine-tuning's probe epochs: the head alone, on the pretrained backbone's cached features
+        self.probe_batches = None if exp.probe_dataset is None else exp.probe_dataset.train_batches(
+            exp.split.train, cfg.batch_size, self.fabric.device, self.fabric.global_rank, self.fabric.world_size,
+            self.options)
         self.start_epoch = 0
 
     def state(self, epoch: int) -> dict:
@@ -168,9 +173,16 @@ class Trainer:
         if best is not None:
             self.learner.model.load_state_dict(best["model"])
 
+    def probing(self, epoch: int) -> bool:
+        """Whether `epoch` (1-based) is one of fine-tuning's probe epochs (the backbone frozen)."""
+        return epoch <= self.cfg.probe_epochs
+
     def train_epoch(self, epoch: int) -> dict:
         cfg, learner = self.cfg, self.learner
         torch.manual_seed(epoch_seed(cfg.seed, epoch))
+        probing = self.probing(epoch)
+        if cfg.probe_epochs:
+            learner.model.set_frozen(probing)
         learner.train()
         learner.objective.on_epoch_start(epoch - 1)
         sums: dict[str, float] = {}
@@ -179,8 +191,9 @@ class Trainer:
         codes = torch.zeros((len(self.train_labels), cfg.bits), dtype=torch.int8, device=self.fabric.device)
         written = torch.zeros(len(self.train_labels), dtype=torch.bool, device=self.fabric.device)
         start = time.perf_counter()
-        batches = self.batches.epoch(epoch_seed(cfg.seed, epoch))
-        bar = tqdm(batches, total=len(self.batches), desc=f"{cfg.variant} epoch {epoch}/{cfg.epochs}",
+        source = self.probe_batches if probing and self.probe_batches is not None else self.batches
+        batches = source.epoch(epoch_seed(cfg.seed, epoch))
+        bar = tqdm(batches, total=len(source), desc=f"{cfg.variant} epoch {epoch}/{cfg.epochs}",
                    leave=False, disable=not cfg.progress or not self.fabric.is_global_zero)
         for step, (x, labels, index) in enumerate(bar, 1):
             u, out, pi = learner(x, labels, index)
@@ -216,7 +229,8 @@ class Trainer:
                                             reduce_op="sum")
             sums, seen = dict(zip(keys, totals[:-1].tolist())), float(totals[-1])
             codes = self._gather_codes(codes, written)
-        record = {"epoch": epoch, "lr": lr, "seconds": seconds,
+        record = {"epoch": epoch, "lr": lr, "seconds": seconds, **({"phase": "probe" if probing else "tune"}
+                                                                   if cfg.probe_epochs else {}),
                   "loss": {k: v / seen for k, v in sums.items()}}
         bound = lower_bound(codes, self.train_labels) if self.train_labels.any(0).sum() >= 2 else None
         if bound is not None:
@@ -235,8 +249,16 @@ class Trainer:
     def encode(self, index: np.ndarray, progress: bool = False) -> np.ndarray:
         """Codes of data-set items with the plain (unwrapped) model: no collective calls, so
         rank 0 may encode alone."""
-        return encode(self.learner.model, self.exp.dataset, index, self.options, self.fabric.device,
+        return encode(self.learner.model, self._encoding_dataset(index), index, self.options, self.fabric.device,
                       self.fabric.autocast, progress and self.cfg.progress)
+
+    def _encoding_dataset(self, index: np.ndarray):
+        """The probe's cached features while the backbone is frozen for it (when they cover
+        `index`: the training and validation items), else the run's own data."""
+        probe = self.exp.probe_dataset
+        if probe is not None and self.learner.model.freeze_backbone and (probe.rows[index] >= 0).all():
+            return probe
+        return self.exp.dataset
 
     def evaluate(self) -> dict:
         """mAP at R of fresh query and database codes, and the database codes' lower bound."""

@@ -16,6 +16,10 @@ from lbhash.errors import InputError
 
 
 def make_optimizer(kind: str, params, lr: float, weight_decay: float) -> torch.optim.Optimizer:
+    """`params`: parameters, or parameter groups; a group's `lr_scale` sets its rate to lr times it."""
+    params = list(params)
+    if params and isinstance(params[0], dict):
+        params = [{**g, "lr": lr * g["lr_scale"]} if "lr_scale" in g else g for g in params]
     if kind == "adam":
         return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay, fused=True)
     if kind == "adamw":

@@ -36,6 +36,13 @@ class RecipeOptions(Options):
               "(to 0 at the last epoch).", "one of step, cosine", shown="the method's")
     warmup_epochs: int | None = option(None, "Epochs of linear learning-rate warm-up before the schedule.",
                                        "a non-negative integer", shown="the method's", ge=0)
+    probe_epochs: int | None = option(
+        None, "Fine-tuning: the first N of the epochs train the head alone on the frozen backbone's cached features "
+              "(a linear probe, seconds per epoch); the backbone trains from epoch N + 1.", "a non-negative integer",
+        shown="the fine-tuning recipe's (docs/models.md) for a pretrained backbone that trains, else 0", ge=0)
+    backbone_lr_scale: float | None = option(
+        None, "The backbone's learning rate as a multiple of --lr (the head's).", "a positive number",
+        shown="the fine-tuning recipe's for a pretrained backbone, else 1", gt=0)
     eval_every: int | None = option(None, "Evaluate every N epochs (0: only at the end).", "a non-negative integer",
                                      shown="the profile's (recommended: 5; paper, benchmark: 10)", ge=0)
     validation: float | None = option(

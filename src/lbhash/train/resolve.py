@@ -20,6 +20,14 @@ MIN_NATIVE_SIDE = 16  # smaller square images are resized to the backbone's side
 DEFAULT_IMAGE_BACKBONE = "smallcnn"  # fast on a CPU; docs/models.md gives the rule
 DEFAULT_FEATURE_HIDDEN = [1024]
 DEFAULT_PROTOCOL = {"digits": "digits", "cifar10": "cifar10"}  # data kind -> protocol
+# The fine-tuning recipe of a pretrained backbone that trains, each part its own option
+# (docs/models.md, "Fine-tuning": the validation table that chose these): a linear probe on
+# the cached features first, then every stage at a tenth of the head's rate with the
+# pretrained BatchNorm statistics kept, and a validation mAP after every epoch.
+FINETUNE_PROBE_EPOCHS = 10
+FINETUNE_TUNE_EPOCHS = 4
+FINETUNE_LR_SCALE = 0.1
+FINETUNE_EVAL_EVERY = 1
 
 
 def resolve_config(cfg: TrainConfig, dataset) -> RunConfig:
@@ -43,6 +51,7 @@ def resolve_config(cfg: TrainConfig, dataset) -> RunConfig:
             values[name] = d.lbhash[name] if name in LBHASH_OPTIONS else getattr(d, name)
     if values["select"] is None:  # a validation split is there to choose the epoch a run keeps
         values["select"] = "best-val" if values["validation"] else "last"
+    _fill_backbone_recipe(values, cfg, dataset.input_kind)
     values["method_options"] = {**d.constants, **_checked_method_options(cfg.method, cfg.method_options)}
     values["input_kind"] = dataset.input_kind
     if dataset.input_kind == "features":
@@ -61,6 +70,45 @@ def resolve_config(cfg: TrainConfig, dataset) -> RunConfig:
                       image_size=cfg.image_size or default_image_size(dataset, size, transform),
                       transform=cfg.transform or transform, input_dim=None)
     return make_config(values, kind=RunConfig)
+
+
+def fine_tunes(cfg: TrainConfig, input_kind: str) -> bool:
+    """Whether a run trains a pretrained image backbone (the fine-tuning recipe's runs)."""
+    return input_kind == "images" and cfg.pretrained is not None and not cfg.freeze_backbone
+
+
+def _fill_backbone_recipe(values: dict[str, Any], cfg: TrainConfig, input_kind: str) -> None:
+    """The fine-tuning recipe's defaults for a pretrained backbone that trains (FINETUNE_*), the
+    neutral values otherwise, and the backbone's precision; refuses options that mean nothing
+    for the run (a probe without a backbone that trains, stages of feature data)."""
+    from lbhash.cpus import bf16_native
+
+    tunes = fine_tunes(cfg, input_kind)
+    learns = input_kind == "images" and not cfg.freeze_backbone
+    if cfg.probe_epochs and not learns:
+        raise InputError(f"probe_epochs {cfg.probe_epochs}: the probe epochs come before a backbone trains; "
+                         "this run has no image backbone that trains (features, or --freeze-backbone)")
+    if cfg.train_stages and not learns:
+        raise InputError(f"train_stages {cfg.train_stages}: this run has no image backbone that trains")
+    probe = cfg.probe_epochs if cfg.probe_epochs is not None else FINETUNE_PROBE_EPOCHS if tunes else 0
+    values["probe_epochs"] = probe
+    if probe and cfg.devices > 1:
+        raise InputError(f"probe_epochs {probe}: the probe epochs train on one process; with --devices "
+                         f"{cfg.devices} give --probe-epochs 0 (or train the probe first: --freeze-backbone)")
+    if tunes and cfg.epochs is None:
+        values["epochs"] = probe + FINETUNE_TUNE_EPOCHS
+    if tunes and cfg.eval_every is None:
+        values["eval_every"] = FINETUNE_EVAL_EVERY
+    if probe and probe >= values["epochs"]:
+        raise InputError(f"probe_epochs {probe} must be fewer than epochs ({values['epochs']}): the backbone "
+                         "trains after the probe (--freeze-backbone trains the head alone)")
+    values["backbone_lr_scale"] = (cfg.backbone_lr_scale if cfg.backbone_lr_scale is not None
+                                   else FINETUNE_LR_SCALE if tunes else 1.0)
+    values["freeze_bn"] = cfg.freeze_bn if cfg.freeze_bn is not None else tunes
+    values["train_stages"] = cfg.train_stages or 0
+    if cfg.backbone_precision == "auto":
+        native = bf16_native("cuda" if cfg.accelerator in ("gpu", "cuda") else "cpu")
+        values["backbone_precision"] = "bf16" if input_kind == "images" and cfg.pretrained and native else "fp32"
 
 
 def _profile_validation(share: float, protocol: str, seed: int, dataset) -> float:

@@ -86,7 +86,7 @@ def _run_forward(sharded, run_dir: str | Path, data: str | None, part: str, acce
     model.to(fabric.device)  # image models keep their channels-last layout
     if cfg.input_kind == "images" and cfg.freeze_backbone:  # the cached features, computed once
         dataset = with_frozen_features(dataset, model.backbone, index, input_options(cfg), fabric.device,
-                                       progress and fabric.is_global_zero)
+                                       progress and fabric.is_global_zero, bf16=model.bf16_backbone)
     out = sharded(fabric, model, dataset, index, input_options(cfg), _autocast(fabric.device, precision), progress)
     leave_process_group(fabric)
     if out is None:
