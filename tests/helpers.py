@@ -268,12 +268,12 @@ def run_bounded(cmd, *, env, timeout=300, cwd=None):
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
-def fused_and_plain_bank_training(monkeypatch, method: str):
-    """bank_training(method) with the fused bank likelihood, then with the plain formula patched in;
-    returns both results and how many steps went through the plain formula."""
+def fused_and_plain_bank_training(monkeypatch, method: str, **constants):
+    """bank_training(method, **constants) with the fused bank likelihood, then with the plain
+    formula patched in; returns both results and how many steps went through the plain formula."""
     import lbhash.methods.dbdh
 
-    fused = bank_training(method)
+    fused = bank_training(method, **constants)
     calls = []
 
     def plain(*args):
@@ -281,7 +281,7 @@ def fused_and_plain_bank_training(monkeypatch, method: str):
         return plain_bank_likelihood(*args)
 
     monkeypatch.setattr(lbhash.methods.dbdh, "bank_likelihood", plain)
-    return fused, bank_training(method), len(calls)
+    return fused, bank_training(method, **constants), len(calls)
 
 
 def write_cifar_small(tarball, path, train: int = 100, test: int = 20):
