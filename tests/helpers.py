@@ -154,7 +154,9 @@ def plain_bank_likelihood(u, labels, bank_u, bank_y):
 
     theta = 0.5 * (u @ bank_u.to(u.dtype).T)
     s = ((labels.to(bank_y.dtype) @ bank_y.T) > 0).to(theta.dtype)
-    return (torch.log1p(torch.exp(-theta.abs())) + theta.clamp(min=0) - s * theta).mean()
+    # softplus: its gradient at theta = 0 is sigmoid(0) - s, as the fused pass's (the stable form
+    # log1p(exp(-|theta|)) + max(theta, 0) takes the subgradient 1 - s there, and +/-1 codes meet 0 often)
+    return (torch.nn.functional.softplus(theta) - s * theta).mean()
 
 
 def bank_training(name, passes=3, n=240, bits=16, **constants):

@@ -293,12 +293,11 @@ def test_pairwise_likelihood_is_the_fused_pass():
 
 
 def test_dbdh_training_gives_the_same_codes_with_the_plain_formula(monkeypatch):
-    # with the clamp: +/-1 codes of even length make theta a whole number, often exactly 0, where
-    # the plain formula's autograd takes the subgradient 1 - s (abs'(0) = 0, clamp'(0) = 1) for
-    # the derivative sigmoid(0) - s = 0.5 - s that the fused pass gives; under the straight-through
-    # sign the codes then part (31 of 3,840 bits; none with a softplus-based plain formula)
+    # under the straight-through sign, +/-1 codes of even length make theta a whole number, often
+    # exactly 0: the plain reference is softplus-based, so its gradient there is sigmoid(0) - s,
+    # as the fused pass's (with the stable form's subgradient 1 - s, 31 of 3,840 bits parted)
     (codes, means, _), (plain_codes, plain_means, _), calls = \
-        fused_and_plain_bank_training(monkeypatch, "dbdh", binarize="clamp")
+        fused_and_plain_bank_training(monkeypatch, "dbdh")
     assert calls == 3 * 4  # 3 passes of 4 batches went through the plain formula
     assert means[-1] < 0.9 * means[0]  # it trained
     assert torch.equal(codes, plain_codes)
