@@ -302,3 +302,13 @@ def test_dbdh_training_gives_the_same_codes_with_the_plain_formula(monkeypatch):
     assert means[-1] < 0.9 * means[0]  # it trained
     assert torch.equal(codes, plain_codes)
     np.testing.assert_allclose(means, plain_means, rtol=1e-5)
+
+
+def test_each_profile_binarises_as_its_recipe_was_made():
+    from lbhash.methods import method_defaults
+
+    # the paper's sign for the paper-faithful profiles; the clamp the recommended 3e-4 recipe was validated with
+    assert method_defaults("dbdh", "paper").constants["binarize"] == "ste"
+    assert method_defaults("dbdh", "benchmark").constants["binarize"] == "ste"
+    assert method_defaults("dbdh", "recommended").constants["binarize"] == "clamp"
+    assert method_defaults("dsdh", "recommended").constants == method_defaults("dsdh", "paper").constants
