@@ -132,6 +132,23 @@ def profile_line(cfg: TrainConfig) -> str:
     return f"profile {cfg.defaults}: differs from the paper in {', '.join(differences)}"
 
 
+def backbone_line(cfg: "RunConfig") -> str | None:
+    """How a resolved image run uses its backbone, e.g. `backbone efficientnet_lite0 (imagenet
+    weights), bf16: fine-tuned, 10 probe epochs on cached features, then every stage at 0.1x
+    the head's rate, BatchNorm statistics kept`; None for feature runs."""
+    if cfg.input_kind != "images":
+        return None
+    weights = f" ({cfg.pretrained} weights)" if cfg.pretrained else " (random initialisation)"
+    head = f"backbone {cfg.backbone}{weights}, {cfg.backbone_precision}"
+    if cfg.freeze_backbone:
+        return f"{head}: frozen, its features computed once"
+    stages = f"its last {cfg.train_stages} stage(s)" if cfg.train_stages else "every stage"
+    probe = f"{cfg.probe_epochs} probe epochs on cached features, then " if cfg.probe_epochs else ""
+    rate = f" at {cfg.backbone_lr_scale:g}x the head's rate" if cfg.backbone_lr_scale != 1 else ""
+    statistics = ", BatchNorm statistics kept" if cfg.freeze_bn else ""
+    return f"{head}: {'fine-tuned' if cfg.pretrained else 'trained'}, {probe}{stages}{rate}{statistics}"
+
+
 def make_config(values: dict[str, Any], where: str = "", kind: type[TrainConfig] = TrainConfig) -> TrainConfig:
     """kind(**values) (a TrainConfig, or a RunConfig), every error one InputError line naming
     `where`, the option and the value."""
