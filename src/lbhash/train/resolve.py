@@ -23,7 +23,8 @@ DEFAULT_PROTOCOL = {"digits": "digits", "cifar10": "cifar10"}  # data kind -> pr
 # The fine-tuning recipe of a pretrained backbone that trains, each part its own option
 # (docs/models.md, "Fine-tuning": the validation table that chose these): a linear probe on
 # the cached features first, then every stage at a tenth of the head's rate with the
-# pretrained BatchNorm statistics kept, and a validation mAP after every epoch.
+# pretrained BatchNorm statistics kept, and a validation mAP after every epoch (with a
+# validation split: it is cheap, where a test evaluation encodes the whole database).
 FINETUNE_PROBE_EPOCHS = 10
 FINETUNE_TUNE_EPOCHS = 4
 FINETUNE_LR_SCALE = 0.1
@@ -97,7 +98,7 @@ def _fill_backbone_recipe(values: dict[str, Any], cfg: TrainConfig, input_kind: 
                          f"{cfg.devices} give --probe-epochs 0 (or train the probe first: --freeze-backbone)")
     if tunes and cfg.epochs is None:
         values["epochs"] = probe + FINETUNE_TUNE_EPOCHS
-    if tunes and cfg.eval_every is None:
+    if tunes and cfg.eval_every is None and values["validation"]:  # test evaluations would encode the database
         values["eval_every"] = FINETUNE_EVAL_EVERY
     if probe and probe >= values["epochs"]:
         raise InputError(f"probe_epochs {probe} must be fewer than epochs ({values['epochs']}): the backbone "
