@@ -70,6 +70,9 @@ def _write_onnx(encoder, manifest: dict, path: Path) -> None:
     import torch
 
     model = encoder.model_.eval()
+    # ONNX Runtime computes in float32 on the CPU: the graph is the float32 model (a bf16 backbone's
+    # run then differs in a share of its codes by a bit or two: docs/export.md)
+    model.bf16_backbone = False
     if encoder.input_kind_ == "images":
         size = manifest["images"]["size"]
         example = torch.zeros(2, 3, size, size)
