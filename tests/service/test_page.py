@@ -45,18 +45,19 @@ def test_index_build_records_each_items_file_covered_by_the_manifest(built):
     index = CodeIndex.load(ix)
     record = read_sources(index)
     ids = index.ids()
-    assert len(record) == len(ids) == 44 and record.class_names == ["blue", "green", "red", "yellow"]  # 48 less one of each class held out
+    # every training image, those held out for validation included (issue 60)
+    assert len(record) == len(ids) == 48 and record.class_names == ["blue", "green", "red", "yellow"]
     from lbhash.data import load_data
 
     data = load_data(f"images:{tree}")
     for i in ids[:5].tolist():
         assert record.source(i) == str(data.source.where(i)) and record.source(i).startswith(str(tree))
     info = cli("index", "info", ix)
-    assert f"44 items of images:{tree}" in info.output
+    assert f"48 items of images:{tree}" in info.output
     # a compaction or an `index add` keeps the record; `index remove` drops the removed ids
     assert cli("index", "remove", ix, "--ids", int(ids[0])).exit_code == 0
     again = read_sources(CodeIndex.load(ix))
-    assert len(again) == 43 and again.source(int(ids[0])) is None and again.source(int(ids[1])) is not None
+    assert len(again) == 47 and again.source(int(ids[0])) is None and again.source(int(ids[1])) is not None
     # the record is checksummed like the index's own files
     body = (ix / SOURCES).read_bytes()
     (ix / SOURCES).write_bytes(body.replace(b"/train/", b"/trainX", 1))
@@ -91,7 +92,7 @@ def test_thumbnails_are_the_recorded_images_pixel_for_pixel(built):
             assert pixels.shape == (32, 32, 3)
             np.testing.assert_array_equal(pixels, np.array(Image.open(item["source"]).convert("RGB")))
         about = client.get("/about").json()
-        assert about["index"]["sources"] == 44 and about["index"]["class_names"][2] == "red"
+        assert about["index"]["sources"] == 48 and about["index"]["class_names"][2] == "red"
         run_info = about["run"]
         assert (run_info["variant"], run_info["bits"], run_info["input_kind"]) == ("csq", 16, "images")
         assert 0 <= run_info["map"] <= 1 and set(run_info["lower_bound"]) >= {"min_inter", "max_intra", "ratio"}

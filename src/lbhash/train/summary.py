@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
+
 from lbhash.evaluate.formatting import RATIO_SCALE, map_label
 from lbhash.train.builder import Experiment
 
@@ -32,6 +34,8 @@ def data_summary(exp: Experiment) -> dict[str, Any]:
         out["stored_size"] = None if pixels is None else [int(pixels.shape[1]), int(pixels.shape[2])]
         out["image_size"] = cfg.image_size
     out["split"] = {"protocol": split.protocol, "seed": split.seed, **split.sizes()}
+    if len(split.validation):  # training items: database items wherever the protocol's database holds train
+        out["split"]["validation_in_database"] = int(np.isin(split.validation, split.database).sum())
     if exp.skipped_images:
         out["skipped_images"] = exp.skipped_images
     balance = target_balance(exp)
@@ -81,14 +85,25 @@ def describe_data(summary: dict[str, Any]) -> str:
         parts.append(("images of varying size" if stored is None else f"{stored[0]}x{stored[1]} images")
                      + f" -> {summary['image_size']}x{summary['image_size']} model input")
     split = summary["split"]
-    sizes = ", ".join(f"{split[p]} {p}" for p in ("train", "validation", "query", "database")
-                      if p != "validation" or split[p])
-    line = f"data {summary['data']}: {', '.join(parts)}; split {split['protocol']}: {sizes}"
+    line = f"data {summary['data']}: {', '.join(parts)}; split {split['protocol']}: {split_sizes(split)}"
     balance = summary.get("target_balance")
     if balance and balance["targets_plus"] is not None:
         line += (f"; +1 bits: {balance['targets_plus']:.1%} of the {balance['multi_label_items']} multi-label "
                  f"targets, {balance['centers_plus']:.1%} of the centers (ties: {balance['ties']})")
     return line
+
+
+def split_sizes(split: dict[str, Any]) -> str:
+    """The sizes of a split as data.json keeps them, e.g. `900 train, 100 validation, 300 query,
+    1497 database (validation included)`: the validation items are training items held out to
+    choose the epoch, and stay in the database wherever the protocol's holds the training items
+    (docs/data.md, "Split protocols"); the note is left out where it holds none of them."""
+    sizes = ", ".join(f"{split[p]} {p}" for p in ("train", "validation", "query", "database")
+                      if p != "validation" or split.get(p))
+    held = split.get("validation_in_database", 0)
+    if held:
+        sizes += " (validation included)" if held == split["validation"] else f" ({held} validation included)"
+    return sizes
 
 
 @contextlib.contextmanager
