@@ -15,6 +15,7 @@ from lbhash.errors import TooLarge
 from lbhash.limits import MAX_IMAGE_PIXELS, MAX_REQUEST_PIXELS
 from lbhash.service import create_app
 from lbhash.service.decode import check_pixels
+from serve_helpers import LOCAL
 
 
 def png_header(width: int, height: int) -> bytes:
@@ -53,7 +54,7 @@ def test_an_upload_over_budget_is_413_and_adds_nothing(tiny_image_run, tmp_path)
 
     _, run = tiny_image_run
     assert cli("index", "build", run, "--out", tmp_path / "ix").exit_code == 0
-    with TestClient(create_app(tmp_path / "ix", load_encoder(run))) as client:
+    with TestClient(create_app(tmp_path / "ix", load_encoder(run)), base_url=LOCAL) as client:
         before = client.get("/health").json()["ntotal"]
         files = [("files", (f"{i}.png", png_header(6000, 6000), "image/png")) for i in range(20)]
         for path in ("/items/image", "/search/image"):
@@ -77,7 +78,7 @@ def test_uploads_beyond_the_media_budget_get_507_and_write_nothing(tiny_image_ru
     small = real_png(32)
     one = len(small) + 200  # an upload as kept: a header line of at most 200 bytes, then the bytes
     encoder = load_encoder(run)
-    with TestClient(create_app(tmp_path / "ix", encoder, media_budget=2 * one)) as client:
+    with TestClient(create_app(tmp_path / "ix", encoder, media_budget=2 * one), base_url=LOCAL) as client:
         before = client.get("/health").json()["ntotal"]
         assert client.get("/stats").json()["media"] == {"bytes": 0, "budget": 2 * one}
         first = client.post("/items/image", files=[("files", ("a.png", small, "image/png"))])
@@ -94,7 +95,8 @@ def test_uploads_beyond_the_media_budget_get_507_and_write_nothing(tiny_image_ru
         assert client.get("/stats").json()["media"]["bytes"] == 0
         assert client.post("/items/image", files=three[:2]).status_code == 200
         used = client.get("/stats").json()["media"]["bytes"]
-    with TestClient(create_app(tmp_path / "ix", encoder, media_budget=2 * one)) as client:  # a restart counts again
+    # a restart counts again
+    with TestClient(create_app(tmp_path / "ix", encoder, media_budget=2 * one), base_url=LOCAL) as client:
         assert client.get("/stats").json()["media"] == {"bytes": used, "budget": 2 * one}
 
 
@@ -105,7 +107,7 @@ def test_an_uploads_labels_are_class_ids_and_a_damaged_kept_image_is_404(tiny_im
 
     _, run = tiny_image_run
     assert cli("index", "build", run, "--out", tmp_path / "ix").exit_code == 0
-    with TestClient(create_app(tmp_path / "ix", load_encoder(run))) as client:
+    with TestClient(create_app(tmp_path / "ix", load_encoder(run)), base_url=LOCAL) as client:
         for labels in ("-1", "70000"):
             reply = client.post("/items/image", files=[("files", ("a.png", real_png(32), "image/png"))],
                                 data={"labels": labels})

@@ -9,6 +9,7 @@ from fastapi.testclient import TestClient
 from index_reference import random_codes, top_k
 from lbhash.index import CodeIndex
 from lbhash.service import create_app, depends
+from serve_helpers import LOCAL
 
 BITS = 32
 
@@ -28,7 +29,7 @@ def counted(tmp_path, rng):
         return request.app.state.store
 
     app.dependency_overrides[depends.store] = store
-    with TestClient(app) as client:
+    with TestClient(app, base_url=LOCAL) as client:
         yield client, codes, calls
 
 

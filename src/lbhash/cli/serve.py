@@ -50,13 +50,17 @@ from lbhash.limits import (BATCH_ROWS, HEADER_TIMEOUT_S, MAX_BATCH, MAX_BODY_BYT
                                                  "change (403).")
 @click.option("--write-key-file", type=click.Path(path_type=Path), help="File whose first line is the write key "
               "[default: $LBHASH_WRITE_KEY]; every change must send it in the X-Lbhash-Key header.")
+@click.option("--allowed-hosts", multiple=True, metavar="NAMES",
+              help="Host names (comma-separated, repeatable; .example.com: that domain and the names under it) "
+                   "that requests may give in their Host header besides localhost, IP addresses and --host "
+                   "[default: $LBHASH_ALLOWED_HOSTS]; any other gets 403 (against DNS rebinding).")
 @click.option("--read-key-file", type=click.Path(path_type=Path), help="File whose first line is the read key "
               "[default: $LBHASH_READ_KEY]; searches and reads must send it (or the write key).")
 @backend_options
 def serve(index_dir: str, run_dir, export_path, host: str, port: int, compact_every: int, max_batch: int, max_k: int,
           max_body_mb: int, max_rerank_candidates: int, max_connections: int, header_timeout: float,
           batch_window_ms: float, batch_rows: int, media_budget_mb: int, force: bool, read_only: bool, write_key_file,
-          read_key_file, backend: str, uri: str) -> None:
+          allowed_hosts: tuple[str, ...], read_key_file, backend: str, uri: str) -> None:
     """Serve INDEX_DIR over HTTP: a search page at /, API docs at /docs.
 
     Every acknowledged change is in a write-ahead log (INDEX_DIR.wal beside the directory)
@@ -74,13 +78,14 @@ def serve(index_dir: str, run_dir, export_path, host: str, port: int, compact_ev
 
     from lbhash.cli.index import open_index
     from lbhash.service import IndexStore, Limits, MilvusStore, create_app
-    from lbhash.service.access import access_from_environment
+    from lbhash.service.access import HostNames, access_from_environment
     from lbhash.service.http import server_config, serving_interpreter
 
     access = access_from_environment(read_only, write_key_file, read_key_file)
     if access.open_for_writes and not _loopback(host):
         raise InputError(f"--host {host}: anyone who reaches it could change the index; set a write key "
                          "(LBHASH_WRITE_KEY or --write-key-file) or serve --read-only")
+    hosts = HostNames.for_server(host, allowed_hosts)
     if backend != "milvus":  # read-only: a missing or broken index is named before the port is taken
         from lbhash.index.storage import read_manifest
 
@@ -96,7 +101,7 @@ def serve(index_dir: str, run_dir, export_path, host: str, port: int, compact_ev
         limits = Limits(max_body_bytes=max_body_mb << 20, max_batch=max_batch, max_k=max_k,
                         max_rerank_candidates=max_rerank_candidates)
         app = create_app(store, encoder, limits=limits, access=access, media_budget=media_budget_mb << 20,
-                         batch_window=batch_window_ms / 1000, batch_rows=batch_rows)
+                         batch_window=batch_window_ms / 1000, batch_rows=batch_rows, allowed_hosts=hosts)
         mode = ("read-only" if access.read_only else "changes need the write key" if access.write_key
                 else "open: anyone on this machine may change it")
         click.echo(f"serving {store.ntotal} {store.bits}-bit codes on http://{host}:{port} "

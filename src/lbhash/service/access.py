@@ -12,11 +12,20 @@
   browser), else `Origin`, compared with the request's own host; clients that are not
   browsers send neither and pass. Go's net/http `CrossOriginProtection` uses the same rule.
   CORS stays closed: the service sends no Access-Control-Allow-* header.
+- Every request must name this server in its `Host` header (`HostNames`), else 403 (400
+  without one) before any route runs, reads and the page included: against DNS rebinding, where
+  a page of another site whose name is rebound to 127.0.0.1 is same-origin to the browser
+  (`Sec-Fetch-Site: same-origin`, `Origin` equal to `Host`) and only the Host names the other
+  site. Accepted: `localhost`, any IP address (an address is never rebound), the name the server
+  listens as, and the names of `--allowed-hosts` (or LBHASH_ALLOWED_HOSTS); with or without a
+  port. Jupyter and Vite check the same way.
 """
 
 from __future__ import annotations
 
+import functools
 import hmac
+import ipaddress
 import os
 import re
 from dataclasses import dataclass
@@ -29,6 +38,7 @@ from lbhash.errors import InputError
 
 KEY_HEADER = "X-Lbhash-Key"
 ENV_WRITE_KEY, ENV_READ_KEY = "LBHASH_WRITE_KEY", "LBHASH_READ_KEY"
+ENV_ALLOWED_HOSTS = "LBHASH_ALLOWED_HOSTS"
 _CHANGE = re.compile(r"^/items(/image)?$")  # POST; DELETE /items/{id} is the other change
 _OPEN = re.compile(r"^(/|/page/[^/]+|/health|/docs|/docs-assets/[^/]+|/docs/oauth2-redirect|/redoc|/openapi\.json)$")
 MIN_KEY_CHARS = 16
@@ -80,21 +90,108 @@ def _key(path: Path | None, env: str, option: str) -> str | None:
     return lines[0]
 
 
-class AccessControl:
-    """ASGI middleware applying an `Access` to every HTTP request (see the module docstring)."""
+_NAME = re.compile(r"^\.?[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*\.?$")
 
-    def __init__(self, app, access: Access):
-        self.app, self.access = app, access
+
+@dataclass(frozen=True)
+class HostNames:
+    """The names a request's `Host` may give (see the module docstring): `localhost`, any IP
+    address, and `names`, where ".example.com" stands for example.com and every name under it."""
+
+    names: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, names=(), where: str = "allowed hosts") -> "HostNames":
+        """Checked names: host names only (no port, scheme, path or wildcard), one line naming
+        `where` and the value otherwise."""
+        out = set()
+        for name in names:
+            text = str(name).strip().lower()
+            if not _NAME.match(text):
+                raise InputError(f"{where}: {str(name)!r} is not an allowed host name (a name such as "
+                                 "search.example or .example.com for a domain and the names under it; no "
+                                 "scheme, port, path or wildcard)")
+            out.add(text.rstrip("."))
+        return cls(frozenset(out))
+
+    @classmethod
+    def for_server(cls, host: str, given=()) -> "HostNames":
+        """The names of `lbhash serve --host HOST [--allowed-hosts ...]`: the --host when it is a
+        name, and the --allowed-hosts (comma-separated, repeatable) or else LBHASH_ALLOWED_HOSTS."""
+        where, text = ("--allowed-hosts", ",".join(given)) if given else \
+            (ENV_ALLOWED_HOSTS, os.environ.get(ENV_ALLOWED_HOSTS, ""))
+        values = [v for v in text.split(",") if v.strip()]
+        if given and not values:
+            raise InputError(f"--allowed-hosts {text!r}: no allowed host name given")
+        names = cls.of(values, where).names
+        if _address(host) is None and _NAME.match(host.strip().lower()):
+            names |= cls.of([host], "--host").names
+        return cls(names)
+
+    def allows(self, host: str | None) -> bool:
+        """Whether a `Host` header names this server."""
+        return host is not None and _allowed(self.names, host)
+
+
+@functools.lru_cache(maxsize=256)  # a server sees a few Host values: each is parsed once
+def _allowed(names: frozenset[str], host: str) -> bool:
+    name = _host_name(host)
+    if name is None:
+        return False
+    if name == "localhost" or _address(name) is not None or name in names:
+        return True
+    return any(n.startswith(".") and (name == n[1:] or name.endswith(n)) for n in names)
+
+
+def _host_name(host: str) -> str | None:
+    """The name of a `Host` header, lower case, without port and trailing dot (None: malformed)."""
+    host = host.strip().lower()
+    if host.startswith("["):  # [IPv6]:port
+        end = host.find("]")
+        rest = host[end + 1:]
+        if end < 0 or (rest and not (rest.startswith(":") and rest[1:].isdigit())):
+            return None
+        return host[1:end] if _address(host[1:end]) is not None else None
+    name, colon, port = host.rpartition(":") if host.count(":") == 1 else (host, "", "")
+    if colon and not port.isdigit():
+        return None
+    name = name.rstrip(".")
+    return name if name and _NAME.match(name) and not name.startswith(".") else None
+
+
+def _address(text: str):
+    try:
+        return ipaddress.ip_address(text.strip("[]"))
+    except ValueError:
+        return None
+
+
+class AccessControl:
+    """ASGI middleware applying an `Access` and the `HostNames` to every HTTP request (see the
+    module docstring)."""
+
+    def __init__(self, app, access: Access, hosts: HostNames = HostNames()):
+        self.app, self.access, self.hosts = app, access, hosts
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http":
-            refusal = self.refusal(scope)
+            refusal = self.host_refusal(scope) or self.refusal(scope)
             if refusal is not None:
                 status, detail = refusal
                 headers = {"WWW-Authenticate": f'{KEY_HEADER} realm="lbhash"'} if status == 401 else None
                 await JSONResponse({"detail": detail}, status_code=status, headers=headers)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+    def host_refusal(self, scope) -> tuple[int, str] | None:
+        host = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"host"), None)
+        if self.hosts.allows(host):
+            return None
+        if host is None or not host.strip():
+            return 400, "a request must name this server in its Host header"
+        shown = host if host.isprintable() and len(host) <= 200 else repr(host[:200])
+        return 403, (f"Host {shown} is not a name of this server (refused against DNS rebinding); if it is one, "
+                     f"start the server with --allowed-hosts NAME (or {ENV_ALLOWED_HOSTS})")
 
     def refusal(self, scope) -> tuple[int, str] | None:
         method, path, access = scope["method"], scope["path"], self.access

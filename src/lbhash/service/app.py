@@ -4,7 +4,7 @@ Endpoints: POST /search, POST /search/image, POST /items, POST /items/image,
 GET /items/{id}, DELETE /items/{id}, GET /health, GET /stats (OpenAPI at /docs); the search
 page at / and its helpers (lbhash.service.page: /about, /sources, /items/{id}/image).
 Bad input is a 4xx with {"detail": one line}: 400 bad values, 401 a key missing or wrong, 403
-a change refused (read-only, or from another web site), 404 unknown id, 409 id taken, 413 body
+a change refused (read-only, or from another web site) or a request naming another host, 404 unknown id, 409 id taken, 413 body
 or images too large, 422 malformed request; 507 uploads over their byte budget
 (lbhash.service.access has the rules of keys). Nothing else leaks: a bug is a bare 500.
 Searches may re-rank their Hamming top k * rerank_factor by the queries' real-valued outputs
@@ -41,7 +41,7 @@ from lbhash.index import Queries, QueryEncoder, check_classes, plan_search
 from lbhash.index.uploads import OverBudget
 from lbhash.limits import MAX_ID, check_class_ids, check_ids
 from lbhash.service import models
-from lbhash.service.access import Access, AccessControl
+from lbhash.service.access import Access, AccessControl, HostNames
 from lbhash.service.batching import MAX_ROWS, Query, SearchBatcher
 from lbhash.service.decode import check_batch, need_encoder, parse_ids, read_uploads, search_queries, to_codes
 from lbhash.service.depends import BatcherDep, EncoderDep, Limits, LimitsDep, MediaDep, StoreDep
@@ -58,12 +58,15 @@ router = APIRouter()
 def create_app(source: str | Path | Store, encoder: Encoder | None = None, *, limits: Limits | None = None,
                compact_every: int = 1000, access: Access | None = None,
                media_budget: int = table.MEDIA_BUDGET_BYTES, batch_window: float = 0.0,
-               batch_rows: int = MAX_ROWS) -> FastAPI:
+               batch_rows: int = MAX_ROWS, allowed_hosts=()) -> FastAPI:
     """`source`: an index directory (served with a write-ahead log beside it) or a `Store`
     (`IndexStore`, `MilvusStore`). `encoder` (from a run) enables feature and image queries.
     `access`: keys and read-only mode (lbhash.service.access; default: open, as on loopback).
+    `allowed_hosts`: the host names (or a `HostNames`) a request's `Host` may give besides
+    `localhost` and IP addresses; any other gets 403 (lbhash.service.access).
     `batch_window` (seconds) and `batch_rows`: how `/search` requests share scans
     (lbhash.service.batching)."""
+    hosts = allowed_hosts if isinstance(allowed_hosts, HostNames) else HostNames.of(allowed_hosts)
     if isinstance(source, Store):
         store = source
     elif isinstance(source, (str, Path)):
@@ -93,7 +96,8 @@ def create_app(source: str | Path | Store, encoder: Encoder | None = None, *, li
     _install_error_handlers(app)
     app.add_middleware(SearchPath, state=app.state)  # innermost: behind the key and size checks
     app.add_middleware(BodyLimit, limit=app.state.limits.max_body_bytes)
-    app.add_middleware(AccessControl, access=app.state.access)  # outermost: refused before the body is read
+    # outermost: a request for another host, or without the key, is refused before the body is read
+    app.add_middleware(AccessControl, access=app.state.access, hosts=hosts)
     app.include_router(router)
     add_page(app)
     return app
