@@ -28,6 +28,8 @@ MEDIA_BUDGET_BYTES = 1 << 30  # the images one index keeps from uploads, togethe
 MAX_SOURCE_BYTES = 64 << 20  # a thumbnail's source file under an image folder: read up to this, never more
 MAX_IMAGE_PIXELS = 40_000_000  # one image, width x height: an upload or a thumbnail's source, read from its header
 MAX_REQUEST_PIXELS = 80_000_000  # the images of one upload or image search together (about 240 MB as RGB)
+MAX_DECODING_PIXELS = 80_000_000  # images being decoded at once in the whole service (uploads and thumbnails):
+#                                   beyond it a decode waits up to 5 s, then 503 (lbhash serve --max-decoding-mpixels)
 THUMBNAIL_SIDE = 128        # GET /items/{id}/image: the longer side, at most (never enlarged)
 VIEW_SIDE = 512             # GET /items/{id}/image?size=large (the page's larger view): the longer side, at most
 THUMBNAIL_DECODES_PER_S = 100  # thumbnail decodes per second (a burst of as many); beyond: wait, then 429
@@ -37,7 +39,8 @@ THUMBNAIL_CACHE_BYTES = 32 << 20  # the service's cache of thumbnails (least rec
 TABLE = {"max_k": MAX_K, "max_batch": MAX_BATCH, "max_class_id": MAX_CLASS_ID, "max_id": MAX_ID,
          "max_body_bytes": MAX_BODY_BYTES, "max_rerank_candidates": MAX_RERANK_CANDIDATES,
          "max_connections": MAX_CONNECTIONS, "max_header_bytes": MAX_HEADER_BYTES,
-         "header_timeout_s": HEADER_TIMEOUT_S, "keep_alive_s": KEEP_ALIVE_S}
+         "header_timeout_s": HEADER_TIMEOUT_S, "keep_alive_s": KEEP_ALIVE_S,
+         "max_decoding_pixels": MAX_DECODING_PIXELS}
 
 
 def check_k(k: int, name: str = "k", limit: int = MAX_K) -> int:
