@@ -420,3 +420,13 @@ def test_serve_sets_the_interpreter_up_while_it_runs_and_restores_it(tmp_path, r
     assert seen == [(SWITCH_INTERVAL_S, FULL_COLLECTION_AFTER, True)]
     assert SWITCH_INTERVAL_S < before[0] and FULL_COLLECTION_AFTER > before[1][2]
     assert (sys.getswitchinterval(), gc.get_threshold(), gc.get_freeze_count()) == before
+
+
+def test_a_radius_search_over_max_k_hits_is_400_in_one_line(served):
+    """A radius search returns at most max_k hits per query, as k may ask (issue 60, item 9)."""
+    client, codes, _, _, _ = served
+    reply = client.post("/search", json={"codes": hexes(codes[:2]), "radius": BITS})  # all 200 items
+    assert reply.status_code == 400, reply.text
+    assert reply.json()["detail"] == ("radius 32 finds 200 items for query 0, more than the 100 a search returns per "
+                                      "query (as k): give a smaller radius, or k for the nearest")
+    assert client.post("/search", json={"codes": hexes(codes[:2]), "radius": 8}).status_code == 200
