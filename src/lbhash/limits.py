@@ -1,6 +1,7 @@
 """Search limits: one table for the Python API (lbhash.index), `lbhash index`/`lbhash search`
-and the HTTP service (docs/search.md, "Limits"). A bottom-layer module, so that the command
-line reads it without importing FAISS.
+and the HTTP service (docs/search.md, "Limits"), and the longest code (`MAX_BITS`, for
+training and centers: docs/training.md). A bottom-layer module, so that the command line
+reads it without importing FAISS.
 
 Each limit keeps a mistyped number from turning into a huge allocation (k = 10^11 asks for
 (nq, k) result arrays; class id 10^11 for a filter row of 10^11 columns) and is checked
@@ -12,6 +13,7 @@ from __future__ import annotations
 from lbhash.checks import positive_int
 from lbhash.errors import InputError
 
+MAX_BITS = 4096             # code length of a run (train --bits) and of centers (lbhash centers --bits)
 MAX_K = 1000                # results per query: CLI and service (the Python API allocates what it is asked)
 MAX_BATCH = 1024            # queries or items per service request; `lbhash search` works in batches of it
 MAX_CLASS_ID = 65535        # class ids of labels and label filters, everywhere
