@@ -339,6 +339,10 @@ class SearchPath:
             return
         try:
             body = models.SearchRequest.model_validate(json.loads(raw))
+        except RecursionError:  # JSON nested deeper than Python's reader goes ([[[...]]] 100,000 deep)
+            await error_response(InputError("the request body nests JSON too deeply to read"), 400)(
+                scope, receive, send)
+            return
         except ValueError:  # not JSON, or not a SearchRequest: the route's 422
             await self.app(scope, _replay(raw, receive), send)
             return
