@@ -2,6 +2,8 @@
 read-only mode, changes from other web sites refused, and `lbhash serve` off loopback only with
 a key or --read-only."""
 
+from pathlib import Path
+
 import httpx
 import numpy as np
 import pytest
@@ -213,3 +215,47 @@ def test_serve_refuses_a_bad_allowed_host_in_one_line(index_dir, monkeypatch):
     result = cli("serve", index_dir, "--port", free_port())
     assert result.exit_code == 2 and "LBHASH_ALLOWED_HOSTS" in result.output, result.output
     assert not (index_dir.parent / "ix.wal").exists()
+
+
+# --- keys from the environment and from files (issue 60, item 9) --------------------------------
+
+
+@pytest.mark.parametrize("env", ["LBHASH_WRITE_KEY", "LBHASH_READ_KEY"])
+@pytest.mark.parametrize("value", ["", "   "])
+def test_an_empty_key_in_the_environment_is_refused_not_an_open_server(index_dir, monkeypatch, env, value):
+    """LBHASH_WRITE_KEY= (set, but empty) meant "no key": a server open to every change."""
+    from lbhash.service.access import access_from_environment
+
+    monkeypatch.delenv("LBHASH_WRITE_KEY", raising=False)
+    monkeypatch.delenv("LBHASH_READ_KEY", raising=False)
+    monkeypatch.setenv(env, value)
+    with pytest.raises(InputError, match=f"^{env} is set but empty"):
+        access_from_environment()
+    result = cli("serve", index_dir, "--port", free_port())
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
+    assert f"{env} is set but empty" in result.output
+    assert not (index_dir.parent / "ix.wal").exists()
+
+
+def test_a_key_file_must_be_a_regular_file_of_bounded_size(index_dir, tmp_path, monkeypatch):
+    """A FIFO as the key file hung the start (nothing writes to it); /dev/zero read until memory
+    ran out. Only a regular file of at most 4 KiB is read (a link to one will do)."""
+    import os
+
+    from lbhash.service.access import access_from_environment
+
+    monkeypatch.delenv("LBHASH_WRITE_KEY", raising=False)
+    fifo = tmp_path / "key.fifo"
+    os.mkfifo(fifo)
+    big = tmp_path / "big.key"
+    big.write_text(WRITE + "\n" + "x" * 10_000)
+    for path, why in ((fifo, "not a regular file"), (Path("/dev/zero"), "not a regular file"),
+                      (tmp_path, "not a regular file"), (big, "more than 4096 bytes")):
+        with pytest.raises(InputError, match=f"--write-key-file {path}: .*{why}"):
+            access_from_environment(write_key_file=path)
+        result = cli("serve", index_dir, "--write-key-file", path, "--port", free_port())
+        assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1 and why in result.output
+    good = tmp_path / "good.key"
+    good.write_text(WRITE + "\n")
+    (tmp_path / "link.key").symlink_to(good)  # a secret mounted as a link (Kubernetes) is read
+    assert access_from_environment(write_key_file=tmp_path / "link.key").write_key == WRITE

@@ -28,6 +28,7 @@ import hmac
 import ipaddress
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -42,6 +43,7 @@ ENV_ALLOWED_HOSTS = "LBHASH_ALLOWED_HOSTS"
 _CHANGE = re.compile(r"^/items(/image)?$")  # POST; DELETE /items/{id} is the other change
 _OPEN = re.compile(r"^(/|/page/[^/]+|/health|/docs|/docs-assets/[^/]+|/docs/oauth2-redirect|/redoc|/openapi\.json)$")
 MIN_KEY_CHARS = 16
+MAX_KEY_FILE_BYTES = 4096  # a key file is read up to this: a key and a newline, never a stream
 
 
 @dataclass(frozen=True)
@@ -73,21 +75,51 @@ class Access:
 
 def access_from_environment(read_only: bool = False, write_key_file: Path | None = None,
                             read_key_file: Path | None = None) -> Access:
-    """Keys from a file (its first line) or else from LBHASH_WRITE_KEY / LBHASH_READ_KEY."""
+    """Keys from a file (its first line; a regular file of at most MAX_KEY_FILE_BYTES) or else
+    from LBHASH_WRITE_KEY / LBHASH_READ_KEY (set but empty is refused, never read as no key)."""
     return Access(write_key=_key(write_key_file, ENV_WRITE_KEY, "--write-key-file"),
                   read_key=_key(read_key_file, ENV_READ_KEY, "--read-key-file"), read_only=read_only)
 
 
 def _key(path: Path | None, env: str, option: str) -> str | None:
     if path is None:
-        return os.environ.get(env) or None
-    try:
-        lines = Path(path).read_text().splitlines()
-    except (OSError, UnicodeDecodeError) as err:
-        raise InputError(f"{option} {path}: cannot read the key ({err.__class__.__name__})") from None
+        value = os.environ.get(env)
+        if value is not None and not value.strip():  # set but empty: never "no key", an open server
+            raise InputError(f"{env} is set but empty: set a key of at least {MIN_KEY_CHARS} printable characters, "
+                             "or unset it")
+        return value
+    lines = _read_key_file(Path(path), option).splitlines()
     if not lines or not lines[0]:
         raise InputError(f"{option} {path}: the file's first line holds no key")
     return lines[0]
+
+
+def _read_key_file(path: Path, option: str) -> str:
+    """A key file's text: a regular file (a link to one will do) of at most MAX_KEY_FILE_BYTES.
+    Opened without blocking and checked on the open file: a FIFO would wait for a writer
+    forever, /dev/zero would be read until memory runs out."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as err:
+        raise InputError(f"{option} {path}: cannot read the key ({err.__class__.__name__})") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise InputError(f"{option} {path}: not a regular file (a key file is a file whose first line is the key)")
+        data = b""
+        while len(data) <= MAX_KEY_FILE_BYTES:
+            chunk = os.read(fd, MAX_KEY_FILE_BYTES + 1 - len(data))
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        os.close(fd)
+    if len(data) > MAX_KEY_FILE_BYTES:
+        raise InputError(f"{option} {path}: more than {MAX_KEY_FILE_BYTES} bytes (a key file is a file whose first "
+                         "line is the key)")
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        raise InputError(f"{option} {path}: cannot read the key (UnicodeDecodeError)") from None
 
 
 _NAME = re.compile(r"^\.?[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*\.?$")
