@@ -37,6 +37,7 @@ VIEW_SIDE = 512             # GET /items/{id}/image?size=large (the page's large
 THUMBNAIL_DECODES_PER_S = 100  # thumbnail decodes per second (a burst of as many); beyond: wait, then 429
 THUMBNAIL_DECODERS = 2      # thumbnails decoded at once
 THUMBNAIL_CACHE_BYTES = 32 << 20  # the service's cache of thumbnails (least recently used dropped first)
+MAX_KEY_FILE_BYTES = 4096   # a key file (lbhash serve --write-key-file): a regular file read up to this, never a stream
 
 TABLE = {"max_k": MAX_K, "max_batch": MAX_BATCH, "max_class_id": MAX_CLASS_ID, "max_id": MAX_ID,
          "max_body_bytes": MAX_BODY_BYTES, "max_rerank_candidates": MAX_RERANK_CANDIDATES,

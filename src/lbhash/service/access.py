@@ -36,6 +36,7 @@ from urllib.parse import urlsplit
 from fastapi.responses import JSONResponse
 
 from lbhash.errors import InputError
+from lbhash.limits import MAX_KEY_FILE_BYTES
 
 KEY_HEADER = "X-Lbhash-Key"
 ENV_WRITE_KEY, ENV_READ_KEY = "LBHASH_WRITE_KEY", "LBHASH_READ_KEY"
@@ -43,7 +44,6 @@ ENV_ALLOWED_HOSTS = "LBHASH_ALLOWED_HOSTS"
 _CHANGE = re.compile(r"^/items(/image)?$")  # POST; DELETE /items/{id} is the other change
 _OPEN = re.compile(r"^(/|/page/[^/]+|/health|/docs|/docs-assets/[^/]+|/docs/oauth2-redirect|/redoc|/openapi\.json)$")
 MIN_KEY_CHARS = 16
-MAX_KEY_FILE_BYTES = 4096  # a key file is read up to this: a key and a newline, never a stream
 
 
 @dataclass(frozen=True)
