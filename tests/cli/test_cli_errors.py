@@ -48,6 +48,7 @@ def work(tmp_path):
     (tmp_path / "method7.yaml").write_text("method: 7\n")
     (tmp_path / "options.yaml").write_text("method_options: [1, 2]\n")
     (tmp_path / "broken.yaml").write_text("bits: [16\n")
+    (tmp_path / "bits.yaml").write_text("bits: 4097\n")
     (tmp_path / "python.yaml").write_text("bits: !!python/object/apply:os.system ['true']\n")
     wide = np.zeros((40, 300_000), np.uint8)
     np.savez(tmp_path / "wide.npz", x=wide, labels=np.arange(40) % 2, is_test=np.arange(40) >= 30)
@@ -101,6 +102,13 @@ CASES = [
     ("reproduce-out-file", ["reproduce", "grid", "--data", "digits", "--out", "{w}/a_file"], ["a_file", "is a file"]),
     ("report-out-dir", ["report", "{w}", "--out", "{w}/existing_dir"], ["existing_dir", "directory"]),
     ("unparsable-int", ["train", "--epochs", "many"], ["--epochs", "'many'"]),
+    # issue 60, item 9: 103 s of center generation, then an ArrayMemoryError traceback
+    ("bits-huge", ["train", "--data", "digits", "--bits", "100000", "--out", "{w}/run"],
+     ["bits must be an integer from 1 to 4096", "100000"]),
+    ("bits-huge-config", ["train", "--data", "digits", "--config", "{w}/bits.yaml", "--out", "{w}/run"],
+     ["bits.yaml", "bits must be an integer from 1 to 4096", "4097"]),
+    ("centers-bits-huge", ["centers", "--bits", "100000", "--classes", "10"],
+     ["bits must be an integer from 1 to 4096", "100000"]),
 ]
 if not torch.cuda.is_available():
     CASES.append(("no-gpu", ["train", *FAST_TRAIN, "--accelerator", "gpu", "--out", "{w}/run"], ["--accelerator gpu", "GPU"]))

@@ -30,7 +30,8 @@ IMAGE_ARRAY_SUFFIXES = (".npz", ".npy", ".mat")  # --images: an image array, rea
                    "images, or an image-array:PATH data spec) (repeatable); needs --run or --encoder.")
 @encoder_options
 @click.option("-k", "k", type=int, default=None, help=f"Results per query, at most {MAX_K}. [default: 10]")
-@click.option("--radius", type=int, help="Return every item within this Hamming distance instead of top-k.")
+@click.option("--radius", type=int, help=f"Return every item within this Hamming distance instead of top-k (at most "
+                                        f"{MAX_K} per query, as -k: more is refused).")
 @click.option("--filter-labels", help=f"Only items with at least one of these class ids (comma-separated, "
                                       f"0 to {MAX_CLASS_ID}).")
 @click.option("--rerank-factor", type=int, help="Re-rank the Hamming top k x M by the queries' real outputs "
@@ -44,8 +45,8 @@ def search(index_dir: str, codes_path, features_path, image_paths, run_dir, expo
            uri: str) -> None:
     """Search INDEX_DIR; print each query's ids, distances and labels.
 
-    Limits (docs/search.md): k at most 1000, class ids 0 to 65535; queries are searched in
-    batches of 1024.
+    Limits (docs/search.md): k at most 1000, and at most 1000 items per query within --radius;
+    class ids 0 to 65535; queries are searched in batches of 1024.
     """
     from lbhash.index.hits import Spelling, plan_search, search_hits  # lbhash.index loads FAISS: once needed
 

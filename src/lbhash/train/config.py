@@ -160,8 +160,21 @@ def make_config(values: dict[str, Any], where: str = "", kind: type[TrainConfig]
 
 # --- config files -------------------------------------------------------------------------
 
+class _Aliases(yaml.YAMLError):
+    """An anchor or alias where lbhash reads YAML."""
+
+
 class _Loader(yaml.SafeLoader):
-    """YAML 1.1 reads 1e-3 (no dot) as a string; read it as the number everyone means."""
+    """YAML 1.1 reads 1e-3 (no dot) as a string; read it as the number everyone means. Anchors
+    and aliases are refused as they are met, before anything expands them: a config is option:
+    value, and 600 bytes of nested aliases ("billion laughs") expand to 9^9 strings, which the
+    checks of the values then ran through for minutes."""
+
+    def compose_node(self, parent, index):
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            raise _Aliases(f"line {event.start_mark.line + 1}")
+        return super().compose_node(parent, index)
 
 
 _Loader.add_implicit_resolver(
@@ -170,9 +183,13 @@ _Loader.add_implicit_resolver(
 
 
 def parse_yaml(text: str, where: str) -> Any:
-    """Safe YAML (no tags that build objects); one line naming `where` when it is not valid."""
+    """Safe YAML (no tags that build objects, no anchors or aliases); one line naming `where`
+    when it is not valid."""
     try:
         return yaml.load(text, Loader=_Loader)
+    except _Aliases as err:
+        raise InputError(f"{where}: YAML anchors and aliases (&NAME, *NAME) are not accepted ({err}); write "
+                         "each value out") from None
     except yaml.YAMLError as err:
         raise InputError(f"{where}: not valid YAML ({str(err).splitlines()[0]})") from None
 

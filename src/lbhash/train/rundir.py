@@ -172,7 +172,17 @@ def load_run_config(run_dir: str | Path) -> RunConfig:
 def save_run_config(run_dir: Path, cfg: RunConfig) -> None:
     """config.yaml, atomically (its presence marks a run)."""
     with atomic_path(Path(run_dir) / CONFIG) as tmp:
-        tmp.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+        tmp.write_text(plain_yaml(cfg.to_dict()))
+
+
+class _PlainDumper(yaml.SafeDumper):
+    def ignore_aliases(self, data) -> bool:  # parse_yaml refuses aliases: a value met twice is written twice
+        return True
+
+
+def plain_yaml(values: dict) -> str:
+    """`values` as YAML without anchors or aliases, in their order (what parse_yaml reads back)."""
+    return yaml.dump(values, Dumper=_PlainDumper, sort_keys=False)
 
 
 def reopen_run(run_dir: Path) -> None:
