@@ -3,7 +3,10 @@ so that a change there is rewired here alone.
 
 - `load_encoder(run_dir)`: a run's torch model as an encoder (lbhash.encoders.Encoder), and
   `load_exported(path)`: an export's (ONNX Runtime, no torch).
-- `run_codes(run_dir, part)`: the codes, ids and labels of a run's items.
+- `run_part(run_dir, part)`, `run_data(run_dir, data, part)` and `run_codes(run_dir, part, data)`:
+  which items of a run an index holds (every item of an all-train run), the data spec that
+  loads them from any working directory (or from where they moved: `--data`), and their
+  codes, ids and labels.
 - `codes_file(path)`: the codes, ids, labels and sources of a codes file (lbhash.codes_file):
   `lbhash encode`'s output, or a run's codes.npz (its database).
 - `run_model(run_dir)` and `check_index_model(metadata, source, index_dir, force, exported)`: the
@@ -76,33 +79,90 @@ def exported_model(path: str | Path) -> dict | None:
     return model if isinstance(model, dict) else None
 
 
-def run_codes(run_dir: str | Path, part: str = "database") -> dict:
-    """Codes of a run's items: part="database" reads its codes.npz; part="all" encodes
-    every item of its data with its model. ids are the items' positions in the data set."""
+def run_part(run_dir: str | Path, part: str | None = None) -> str:
+    """The part of a run an index holds: `part` as given, else "database" (its codes.npz),
+    except for a run without a database (protocol all-train: every item trained), whose index
+    is every item ("all"). A run with no codes to read is one line naming the fix."""
     run_dir = Path(run_dir)
-    if part not in PARTS:
+    if part is not None and part not in PARTS:
         raise InputError(f"--part must be one of {', '.join(PARTS)}, got {part!r}")
-    if part == "database":
-        from lbhash.train.rundir import CODES, verify_files
+    from lbhash.train.rundir import CODES, CONFIG, MANIFEST, load_run_config
 
-        path = run_dir / CODES
-        if not path.is_file():
-            raise InputError(f"{run_dir}: no codes.npz (not a finished run directory)")
-        verify_files(run_dir, (CODES,))
-        data = load_codes_file(path, need=("db",))
-        return _checked(path, data["bits"], part_fields(data, "db"))
-    from lbhash.train.run_codes import encode_run
+    if part == "all" or (run_dir / CODES).is_file():
+        return part or "database"
+    if not (run_dir / CONFIG).is_file():
+        raise InputError(f"{run_dir}: no codes.npz (not a run directory)")
+    if not (run_dir / MANIFEST).is_file():
+        raise InputError(f"{run_dir}: no codes.npz (the run has not finished; `lbhash train --out {run_dir} --resume` "
+                         "finishes it)")
+    protocol = load_run_config(run_dir).protocol
+    if protocol == "all-train" and part is None:
+        return "all"
+    why = ("protocol all-train has no database part" if protocol == "all-train"
+           else "the run trained with test: false, which writes no codes")
+    raise InputError(f"{run_dir}: no codes.npz ({why}); index every item of its data, encoded anew, with --part all")
 
-    encoded = encode_run(run_dir, None, "all", progress=False)
-    return _checked(run_dir, encoded["bits"], encoded)
+
+def run_codes(run_dir: str | Path, part: str = "database", data: str | None = None) -> dict:
+    """Codes of a run's items: part="database" reads its codes.npz; part="all" encodes every
+    item of its data with its model (`data`: the spec that loads it, `run_data`'s; default the
+    run's own). ids are the items' positions in the data set."""
+    run_dir = Path(run_dir)
+    part = run_part(run_dir, part)
+    if part == "all":
+        from lbhash.train.run_codes import encode_run
+
+        encoded = encode_run(run_dir, data, "all", progress=False)
+        return _checked(run_dir, encoded["bits"], encoded)
+    from lbhash.train.rundir import CODES, verify_files
+
+    path = run_dir / CODES
+    verify_files(run_dir, (CODES,))
+    codes = load_codes_file(path, need=("db",))
+    return _checked(path, codes["bits"], part_fields(codes, "db"))
 
 
-def run_data(run_dir: str | Path) -> str | None:
-    """The data spec a run trained on (its index ids are positions in that data); None for a
-    directory that holds codes but no run config."""
-    from lbhash.train.rundir import CONFIG, load_run_config
+def run_data(run_dir: str | Path, data: str | None = None, part: str | None = None) -> str | None:
+    """The data spec that loads a run's items from here (its index ids are positions in it):
+    `data`, the run's data at a new location, checked to hold as many items as the run's; else
+    the spec with absolute paths the run recorded (lbhash.train.rundir.run_data_spec). None for
+    a directory that holds codes but no run config. With `part` (an index is built), where the
+    data is read (to encode every item, or to record where image items came from) and its path
+    is not there, one line names the path and the fix: `--data` with where the data is now."""
+    from lbhash.data import absolute_spec, load_data, missing_paths, parse_data_spec
+    from lbhash.train.rundir import CONFIG, read_data_summary, run_data_spec
 
-    return load_run_config(run_dir).data if (Path(run_dir) / CONFIG).is_file() else None
+    if not (Path(run_dir) / CONFIG).is_file():
+        if data is not None:
+            raise InputError(f"--data applies to a run directory; {run_dir} is not one (no {CONFIG})")
+        return None
+    if data is None:
+        spec = run_data_spec(run_dir)
+        kind = parse_data_spec(spec).kind
+        missing = missing_paths(spec) if part == "all" or (part and has_sources(spec)) else []
+        if missing:
+            raise InputError(f"{run_dir}: its data is not at {missing[0]} any more (data {spec}); if it moved, "
+                             f"give its new location with --data {kind}:PATH")
+        return spec
+    missing = missing_paths(data)
+    if missing:
+        raise InputError(f"--data {data}: {missing[0]}: no such file or directory")
+    spec = absolute_spec(data)
+    items = read_data_summary(run_dir).get("items")
+    found = len(load_data(spec, labels_required=False))
+    if isinstance(items, int) and found != items:
+        raise InputError(f"--data {data}: {found} items, but {run_dir} trained on {items}: ids are positions in "
+                         "the run's data, so --data must be that data (moved), not other data")
+    return spec
+
+
+_FEATURE_KINDS = ("features", "digits")  # data kinds whose items are feature rows (lbhash.data.spec)
+
+
+def has_sources(data_spec: str) -> bool:
+    """Whether a data set's items are images with a source to record (a file, a member, a row of
+    an image array); feature rows have none."""
+    return data_spec.split(":", 1)[0] not in (*_FEATURE_KINDS, "arrays")
 
 
 def item_sources(data_spec: str, ids) -> list[str | None]:
