@@ -110,7 +110,7 @@ def build(source: Path, out: str, kind: str, part: str | None, data_spec: str | 
 
         refuse_inside_run(out, "--out")
         if Path(out).exists() and not overwrite:
-            raise InputError(f"{out} exists: pass --overwrite to replace it")
+            raise InputError(f"{out} exists: choose another --out to keep it, or pass --overwrite to replace it")
         index = CodeIndex(data["bits"], kind, **given)
     index.add(data["codes"], ids=ids, labels=data["labels"])
     if backend == "faiss":
@@ -126,7 +126,7 @@ def build(source: Path, out: str, kind: str, part: str | None, data_spec: str | 
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         with writer_lock(out, "lbhash index build"):  # no server or other writer changes it meanwhile
             if Path(out).exists() and not overwrite:  # made by another writer since the check above
-                raise InputError(f"{out} exists: pass --overwrite to replace it")
+                raise InputError(f"{out} exists: choose another --out to keep it, or pass --overwrite to replace it")
             index.save(out)
         if not index.is_trained:
             click.echo(f"note: the ivf index searches {searches(index)}", err=True)
@@ -155,7 +155,8 @@ def _new_milvus(name: str, uri: str, bits: int, kind: str, given: dict, overwrit
         raise InputError(f"--{sorted(set(given) - {'nlist', 'nprobe'})[0]} does not apply to the milvus backend")
     index = MilvusIndex(bits, collection=name, uri=uri, kind=kind, **given)
     if index.ntotal and not overwrite:
-        raise InputError(f"Milvus collection {name!r} already holds {index.ntotal} items: pass --overwrite to replace it")
+        raise InputError(f"Milvus collection {name!r} already holds {index.ntotal} items: choose another --out to "
+                         "keep them, or pass --overwrite to replace them")
     if index.ntotal or index.bits != bits:
         index.drop()
         index = MilvusIndex(bits, collection=name, uri=uri, kind=kind, **given)

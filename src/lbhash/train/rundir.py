@@ -266,8 +266,10 @@ def run_data_spec(run_dir: str | Path, cfg: RunConfig | None = None) -> str:
 
 def model_identity(run_dir: str | Path) -> dict:
     """The weights a run encodes with, as an index records them (`lbhash index build`):
-    {"file": best.pt or checkpoint.pt, "sha256", "epoch"}. A resumed run that trained on has
-    another identity, unless its kept epoch (best.pt) stayed the same."""
+    {"file": best.pt or checkpoint.pt, "sha256", "epoch"}, and what tells models apart for a
+    reader: the run ("run", its resolved directory), "variant", "bits", "input_kind" (features
+    or images), "backbone" (images) and "data" (run_data_spec). The SHA-256 is the identity: a
+    resumed run that trained on has another, unless its kept epoch (best.pt) stayed the same."""
     run_dir = Path(run_dir)
     cfg = load_run_config(run_dir)
     name = BEST if cfg.select == "best-val" and (run_dir / BEST).is_file() else CHECKPOINT
@@ -278,7 +280,9 @@ def model_identity(run_dir: str | Path) -> dict:
     epoch = None
     if (run_dir / METRICS).is_file():
         epoch = read_metrics(run_dir).get("run", {}).get("selected_epoch")
-    return {"file": name, "sha256": digest, "epoch": epoch}
+    return {"file": name, "sha256": digest, "epoch": epoch, "run": str(run_dir.resolve()), "variant": cfg.variant,
+            "bits": cfg.bits, "input_kind": cfg.input_kind,
+            "backbone": cfg.backbone if cfg.input_kind == "images" else None, "data": run_data_spec(run_dir, cfg)}
 
 
 def load_run_model(run_dir: str | Path) -> tuple[HashModel, RunConfig]:
