@@ -130,3 +130,20 @@ def test_moved_data_is_one_line_naming_the_path_and_the_fix(own_run, tmp_path, m
                        "items")
     finally:
         shutil.move(tmp_path / "away", photos)
+
+
+def test_a_run_that_recorded_only_the_typed_path_says_where_it_is_relative_to(own_run, tmp_path, monkeypatch):
+    """Runs made before the resolved path was recorded: the typed relative path is named as such."""
+    from lbhash.train.rundir import write_manifest
+
+    base, run = own_run
+    old = shutil.copytree(run, tmp_path / "old-run")
+    summary = json.loads((old / "data.json").read_text())
+    del summary["resolved"]
+    (old / "data.json").write_text(json.dumps(summary))
+    write_manifest(old)
+    monkeypatch.chdir(tmp_path)
+    one_line_error(cli("index", "build", old, "--out", tmp_path / "idx"), "not at ../data/photos",
+                   "relative to where the run trained", "--data images:PATH")
+    monkeypatch.chdir(base / "project")  # where it trained: found
+    assert cli("index", "build", old, "--out", tmp_path / "idx").exit_code == 0

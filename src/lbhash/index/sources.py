@@ -222,8 +222,11 @@ def run_data(run_dir: str | Path, data: str | None = None, part: str | None = No
         kind = parse_data_spec(spec).kind
         missing = missing_paths(spec) if part == "all" or (part and has_sources(spec)) else []
         if missing:
-            raise InputError(f"{run_dir}: its data is not at {missing[0]} any more (data {spec}); if it moved, "
-                             f"give its new location with --data {kind}:PATH")
+            typed = "" if Path(missing[0]).expanduser().is_absolute() else (
+                ", a path relative to where the run trained (runs before issue 60 recorded only that): run this there, "
+                "or")
+            raise InputError(f"{run_dir}: its data is not at {missing[0]} any more (data {spec}){typed or ';'} if it "
+                             f"moved, give its new location with --data {kind}:PATH")
         return spec
     missing = missing_paths(data)
     if missing:
