@@ -13,9 +13,10 @@ a Python block when it raises or prints a traceback. The message names the block
 README.md and shows the output.
 
 A block is skipped only when the line right before its fence is
-`<!-- readme-test: skip (reason) -->`. The skipped `lbhash serve` block is run here instead:
-the server starts in the background on 127.0.0.1 with a free port, the block's curl lines run
-against that port (bounded waits), and the server is stopped. The skipped synopsis block is
+`<!-- readme-test: skip (reason) -->`. The skipped `lbhash serve` blocks (the feature index's,
+and the last step of the own-folder recipe) are run here instead: each server starts in the
+background on 127.0.0.1 with a free port, the block's curl lines run against that port
+(bounded waits), and the server is stopped. The skipped synopsis block is
 checked against each command's --help (its commands and options exist).
 
 Setup (fixture `readme_inputs`), the files the README's commands name:
@@ -27,7 +28,9 @@ Setup (fixture `readme_inputs`), the files the README's commands name:
   0 to 4;
 - `scene.npz`: a copy of ../shared/data/scene-multilabel.npz;
 - `cifar-small.npz`: the first 100 training and 20 test JPEGs of each class of
-  ../shared/data/cifar10-jpg.tar.gz as an image array (benchmarks/cifar_small.py).
+  ../shared/data/cifar10-jpg.tar.gz as an image array (benchmarks/cifar_small.py);
+- `photos/`: a folder of one's own photos, `photos/<class>/NNNN.jpg` without a test part: the
+  first 40 training JPEGs of four classes of that tarball (benchmarks/cifar_small.py).
 
 The tests that need them skip when the shared data is missing. The Python blocks alone need
 only scikit-learn's digits and run in `make test`; the whole README in order (trainings,
@@ -151,7 +154,7 @@ def test_every_block_runs_or_says_why_not():
             assert lbhash_lines(b), (f"{where}: a shell block without `lbhash` command lines; run one "
                                      "or mark it <!-- readme-test: skip (reason) -->")
     skipped = [b for b in BLOCKS if b.skip]
-    assert len(skipped) <= 4, f"skip markers are for a few blocks only: {[b.line for b in skipped]}"
+    assert len(skipped) <= 5, f"skip markers are for a few blocks only: {[b.line for b in skipped]}"
 
 
 def test_commands_name_concrete_files():
@@ -375,6 +378,8 @@ def test_make_inputs_as_the_readme_describes(tmp_path):
         test_labels = f["labels"][f["is_test"]]
         for c in range(5):
             np.testing.assert_array_equal(q[c], test_rows[test_labels == c][0])
+    photos = sorted(p.relative_to(tmp_path / "photos") for p in (tmp_path / "photos").rglob("*") if p.is_file())
+    assert len(photos) == 160 and {p.parts[0] for p in photos} == {"airplane", "cat", "ship", "truck"}
 
 
 @pytest.mark.slow  # test_readme_runs_in_order runs them too; this one needs only the digits set
@@ -414,7 +419,8 @@ def test_readme_runs_in_order(readme_inputs, capfd):
             continue
         ran += 1
     assert ran >= 8
-    assert sum(is_serve_block(b) for b in BLOCKS) == 1, "README.md should show the service once, with curl"
+    # the service twice, with curl: over the feature index, and as the own-folder recipe's last step
+    assert sum(is_serve_block(b) for b in BLOCKS) == 2, "README.md should show the service twice, with curl"
     with capfd.disabled():
         print(f"\nREADME ran in {time.monotonic() - started:.0f} s; slowest steps:")
         for line, command, seconds in sorted(TIMES, key=lambda t: -t[2])[:6]:

@@ -65,7 +65,7 @@ def test_evaluate_out_option(codes_file, tmp_path):
     out = tmp_path / "sub" / "m.json"
     assert run("evaluate", str(path), "--out", str(out)).exit_code == 0
     assert json.loads(out.read_text())["topk"] == "all"
-    one_line_error(run("evaluate", str(path), "--out", str(out)), "m.json: exists; pass --overwrite")
+    one_line_error(run("evaluate", str(path), "--out", str(out)), "m.json: exists; choose another --out to keep it, or pass --overwrite")
     assert run("evaluate", str(path), "--out", str(out), "--overwrite").exit_code == 0
 
 

@@ -241,3 +241,25 @@ def test_any_one_of_alternative_modules_will_do(monkeypatch):
     with pytest.raises(InputError, match=r"^x needs the 'y' extra: pip install 'lbhash\[y\]' \(no module "
                                          r"lbhash_no_such_module or lbhash_no_such_module_2\)$"):
         require_extra("x", "y", "json", ("lbhash_no_such_module", "lbhash_no_such_module_2"))
+
+
+def test_no_refusal_advises_overwriting_alone():
+    """Issue 60 item 3: a refusal's advice is safe to follow as written. Wherever a message of
+    the package mentions --overwrite, it first offers the choice that keeps what is there (another
+    --out), and no message advises --overwrite as the remedy of another problem (a wrong model)."""
+    import ast
+    from pathlib import Path
+
+    import lbhash
+
+    found = []
+    for path in sorted(Path(lbhash.__file__).parent.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Raise) and node.exc is not None:
+                text = "".join(n.value for n in ast.walk(node.exc) if isinstance(n, ast.Constant)
+                               and isinstance(n.value, str))
+                if "--overwrite" in text:
+                    found.append((f"{path.name}:{node.lineno}", text))
+    assert len(found) >= 4, found  # the outputs of evaluate/encode, index build (twice, Milvus), export
+    for where, text in found:
+        assert "choose another" in text and text.index("choose another") < text.index("--overwrite"), (where, text)

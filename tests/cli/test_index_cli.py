@@ -241,7 +241,7 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, encoded, rng):
     run("index", "build", path, "--out", out)
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     one_line_error(run("index", "build", tmp_path / "none.npz", "--out", tmp_path / "x"), "none.npz: no such file")
-    one_line_error(run("index", "build", path, "--out", out), "exists: pass --overwrite")
+    one_line_error(run("index", "build", path, "--out", out), "exists: choose another --out to keep it, or pass --overwrite")
     one_line_error(run("index", "build", path, "--nlist", "4", "--out", tmp_path / "y"),
                    "unknown parameter 'nlist' for a flat index")
     one_line_error(run("index", "build", path, "--part", "all", "--out", tmp_path / "y"), "--part applies to a run")

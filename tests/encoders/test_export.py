@@ -148,8 +148,10 @@ def test_search_with_the_export_equals_search_with_the_run(digits_export, tmp_pa
     manifest = json.loads((other / MANIFEST).read_text())
     manifest["model"] = {**manifest["model"], "sha256": "0" * 64, "epoch": 99}
     (other / MANIFEST).write_text(json.dumps(manifest))
-    one_line_error(cli("search", digits_export.idx, "--features", tmp_path / "q.npy", "--encoder", other),
-                   "epoch 99) did not make the codes of", "lbhash export RUN_DIR --overwrite")
+    line = one_line_error(cli("search", digits_export.idx, "--features", tmp_path / "q.npy", "--encoder", other),
+                          "epoch 99, run", "did not make the codes of", f"--run {digits_export.run.resolve()}",
+                          f"lbhash export {digits_export.run.resolve()} --out {digits_export.run.resolve()}/export-new`")
+    assert "--overwrite" not in line  # the advice replaces no export: the run's own stays as it is
     assert cli("search", digits_export.idx, "--features", tmp_path / "q.npy", "--encoder", other, "--force").exit_code == 0
     one_line_error(cli("search", digits_export.idx, "--features", tmp_path / "q.npy", "--encoder", other,
                        "--run", digits_export.run), "at most one of --run and --encoder")

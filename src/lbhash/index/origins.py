@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import os
 import threading
-from pathlib import Path
 
 import numpy as np
 
@@ -31,20 +30,6 @@ from lbhash.limits import MAX_SOURCE_BYTES
 
 SOURCES = "sources.json"
 FORMAT = "lbhash-sources/1"
-_PATH_OPTIONS = ("root", "labels")
-
-
-def absolute_spec(spec: str) -> str:
-    """The data spec with its paths made absolute (an index is served from anywhere)."""
-    from lbhash.data.spec import parse_data_spec
-
-    parsed = parse_data_spec(spec)
-    if parsed.path is None:
-        return parsed.text
-    options = {k: (str(Path(v).expanduser().resolve()) if k in _PATH_OPTIONS else v)
-               for k, v in parsed.options.items()}
-    query = "&".join(f"{k}={v}" for k, v in options.items())
-    return f"{parsed.kind}:{Path(parsed.path).expanduser().resolve()}" + (f"?{query}" if query else "")
 
 
 def dataset_sources(dataset, positions) -> list[str] | None:
@@ -59,7 +44,7 @@ def dataset_sources(dataset, positions) -> list[str] | None:
 def record_sources(index, data_spec: str, ids) -> int:
     """Record where the items `ids` (positions in `data_spec`) came from in `index`'s
     attachments; returns how many were recorded (0 for feature data)."""
-    from lbhash.data import load_data
+    from lbhash.data import absolute_spec, load_data
 
     spec = absolute_spec(data_spec)
     dataset = load_data(spec, labels_required=False)

@@ -33,7 +33,8 @@ def export_run(run_dir: str | Path, out: str | Path | None = None, overwrite: bo
     run_dir = Path(run_dir)
     out = run_dir / EXPORT_DIR if out is None else Path(out)
     if out.exists() and not overwrite:
-        raise InputError(f"{out}: already exists (pass --overwrite to replace it)")
+        raise InputError(f"{out}: already exists (choose another --out to keep it, or pass --overwrite to "
+                         "replace it)")
     if out.exists() and not (out / MANIFEST).is_file() and any(out.iterdir()):
         raise InputError(f"{out}: a directory that is not an export; refusing to write into it")
     encoder = RunEncoder.load(run_dir)

@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from lbhash.data import absolute_spec, parse_data_spec
 from lbhash.evaluate.formatting import RATIO_SCALE, map_label
 from lbhash.train.builder import Experiment
 
@@ -22,10 +23,13 @@ logger = logging.getLogger("lbhash")
 
 
 def data_summary(exp: Experiment) -> dict[str, Any]:
-    """Data kind, items, classes, input shape, dequantisation and split sizes of a run."""
+    """Data kind, items, classes, input shape, dequantisation and split sizes of a run; with
+    `resolved`, the data spec with absolute paths (lbhash.train.rundir.run_data_spec reads it)."""
     ds, cfg, split = exp.dataset, exp.cfg, exp.split
     out: dict[str, Any] = {"data": cfg.data, "name": ds.name, "kind": ds.input_kind, "items": len(ds),
                            "classes": ds.num_classes, "multi_label": bool(ds.multi_label)}
+    if parse_data_spec(cfg.data).path is not None:  # the spec as typed is relative to where the run trained
+        out["resolved"] = absolute_spec(cfg.data)
     if ds.input_kind == "features":
         out["feature_dim"] = ds.input_dim()
         out["dequantized"] = bool(getattr(ds, "dequantized", False))
