@@ -31,7 +31,7 @@ def resolved(images, **values):
 def test_a_pretrained_backbone_that_trains_gets_the_recipe(images, monkeypatch):
     monkeypatch.setattr("lbhash.cpus.bf16_native", lambda device="cpu": True)
     cfg = resolved(images, backbone="efficientnet_lite0", pretrained="imagenet")
-    assert (cfg.probe_epochs, cfg.epochs, cfg.eval_every, cfg.validation) == (10, 14, 1, 0.1)
+    assert (cfg.probe_epochs, cfg.epochs, cfg.eval_every, cfg.validation) == (10, 18, 1, 0.1)
     assert resolved(images, backbone="efficientnet_lite0", pretrained="imagenet", validation=0).eval_every == 5
     assert (cfg.backbone_lr_scale, cfg.freeze_bn, cfg.train_stages, cfg.backbone_precision) == (0.1, True, 0, "bf16")
     # each part has its own option, and a given value is kept

@@ -28,7 +28,7 @@ DEFAULT_PROTOCOL = {"digits": "digits", "cifar10": "cifar10"}  # data kind -> pr
 # pretrained BatchNorm statistics kept, and a validation mAP after every epoch (with a
 # validation split: it is cheap, where a test evaluation encodes the whole database).
 FINETUNE_PROBE_EPOCHS = 10
-FINETUNE_TUNE_EPOCHS = 4
+FINETUNE_TUNE_EPOCHS = 8
 FINETUNE_LR_SCALE = 0.1
 FINETUNE_EVAL_EVERY = 1
 

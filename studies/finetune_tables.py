@@ -1,0 +1,112 @@
+"""The markdown tables of issue 57's fine-tuning experiments, from what `studies/finetune.sh` wrote.
+
+    python studies/finetune_tables.py OUT [--copy DEST]
+
+OUT is finetune.sh's output folder. Prints three tables: the recipe study (validation mAP of the
+epoch each run kept and of its last, seconds per fine-tuning epoch), the check (frozen against
+fine-tuned on the first 100 training and 100 test images per class), and the grid on protocol
+cifar10 (mAP@54000 per method, variant and code length, mean and sample std over the seeds
+finished so far, with the count). `--copy DEST` also copies the tables' sources (the study's
+per-run records, the check's metrics, grid.csv) into DEST as CSV, without run directories.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+import sys
+from pathlib import Path
+
+
+def _log(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines() if line.strip()]
+
+
+def study_rows(out: Path) -> list[dict]:
+    rows = []
+    for run in sorted((out / "study" / "runs" / "finetune").glob("*")):
+        if not (run / "metrics.json").is_file():
+            continue
+        meta = json.loads((run / "metrics.json").read_text())["run"]
+        records = _log(run)
+        tune = [r["seconds"] for r in records if r.get("phase") != "probe"]
+        setting = run.name.removeprefix("csq-").removesuffix("-64bits-seed0")
+        rows.append({"setting": setting, "epochs": len(records), "kept_epoch": meta["selected_epoch"],
+                     "val_map_kept": meta["validation_map"], "val_map_last": records[-1]["eval"]["val_map"],
+                     "tune_seconds_median": statistics.median(tune) if tune else 0.0})
+    return rows
+
+
+def check_rows(out: Path) -> list[dict]:
+    rows = []
+    for run in sorted((out / "check").glob("*")):
+        if not (run / "metrics.json").is_file():
+            continue
+        metrics = json.loads((run / "metrics.json").read_text())
+        records = _log(run)
+        rows.append({"run": run.name, "map": metrics["map"], "epochs": len(records),
+                     "train_seconds": sum(r["seconds"] for r in records),
+                     "encode_seconds": metrics["run"].get("encode_seconds")})
+    return rows
+
+
+def grid_rows(out: Path) -> list[dict]:
+    path = out / "grid" / "grid.csv"
+    if not path.is_file():
+        return []
+    with open(path, newline="") as fh:  # without the data spec: it names this machine's path
+        return [{k: v for k, v in row.items() if k != "data"} for row in csv.DictReader(fh)]
+
+
+def _md(rows: list[dict], columns: list[str]) -> str:
+    def cell(v):
+        return f"{v:.4f}" if isinstance(v, float) else str(v)
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    return "\n".join(lines + ["| " + " | ".join(cell(r[c]) for c in columns) + " |" for r in rows])
+
+
+def grid_table(rows: list[dict]) -> str:
+    cells: dict[tuple[str, int], list[float]] = {}
+    for r in rows:
+        cells.setdefault((r["variant"], int(r["bits"])), []).append(100 * float(r["map"]))
+    bits = sorted({b for _, b in cells})
+    variants = sorted({v for v, _ in cells}, key=lambda v: (v.removesuffix("_D"), v.endswith("_D")))
+    lines = ["| method | " + " | ".join(f"{b} bits" for b in bits) + " |", "|---|" + "---|" * len(bits)]
+    for v in variants:
+        values = []
+        for b in bits:
+            got = cells.get((v, b), [])
+            if not got:
+                values.append("—")
+            elif len(got) == 1:
+                values.append(f"{got[0]:.1f} (1 seed)")
+            else:
+                values.append(f"{statistics.mean(got):.1f} ± {statistics.stdev(got):.1f} ({len(got)} seeds)")
+        lines.append(f"| {v} | " + " | ".join(values) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--copy", type=Path)
+    args = parser.parse_args()
+    study, check, grid = study_rows(args.out), check_rows(args.out), grid_rows(args.out)
+    print("## study\n\n" + _md(study, ["setting", "epochs", "kept_epoch", "val_map_kept", "val_map_last",
+                                        "tune_seconds_median"]))
+    print("\n## check\n\n" + _md(check, ["run", "map", "epochs", "train_seconds", "encode_seconds"]))
+    print("\n## grid (mAP@54000, %)\n\n" + (grid_table(grid) if grid else "(no finished cell)"))
+    if args.copy:
+        args.copy.mkdir(parents=True, exist_ok=True)
+        for name, rows in (("study.csv", study), ("check.csv", check), ("grid.csv", grid)):
+            if rows:
+                with open(args.copy / name, "w", newline="") as fh:
+                    writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+                    writer.writeheader()
+                    writer.writerows(rows)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
