@@ -18,10 +18,13 @@ for step in $STEPS; do
       --settings 'base;base,freeze_bn=false;base,backbone_lr_scale=1;base,probe_epochs=0,epochs=4;base,train_stages=4;base,epochs=18' ;;
   check)  # issue 57's first criterion: frozen against fine-tuned, protocol given, validation 0, CSQ 64 bits
     for kind in frozen tuned; do
+      run="$OUT/check/$kind-128"
+      if [ -f "$run/metrics.json" ]; then echo "$kind: finished ($run)"; continue; fi
+      if [ -d "$run" ]; then lbhash train --out "$run" --resume; continue; fi
       flag=$([ $kind = frozen ] && echo --freeze-backbone || echo --no-freeze-backbone)
       /usr/bin/time -f "$kind %e s" lbhash train --data "$SMALL" --protocol given --validation 0 --method csq \
         --bits 64 --seed 0 --backbone efficientnet_lite0 --pretrained imagenet --image-size 128 $flag \
-        --out "$OUT/check/$kind-128" 2>&1 | tail -3
+        --out "$run" 2>&1 | tail -3
     done ;;
   csq64)  # CSQ and CSQ_D at 64 bits first (the grid's cells: grid64 reuses them)
     lbhash reproduce grid --data "cifar10:$TAR" --protocol cifar10 --out "$OUT/grid" --methods csq --bits 64 \
