@@ -9,7 +9,7 @@ from helpers import Killed, one_line_error, stop_before_the_first_epoch
 from lbhash import __version__
 from lbhash.cli import main
 from lbhash.codes_file import save_codes_file
-from lbhash.evaluate import evaluate_codes
+from lbhash.evaluate import RATIO_SCALE, evaluate_codes
 
 
 def run(*args):
@@ -110,7 +110,7 @@ def test_demo_trains_both_variants_and_prints_table(tmp_path):
     assert "protocol digits (900 train / 100 validation / 300 query / 1397 database)" in result.output
     assert "best validation epoch kept" in result.output
     assert "chance level: a random ranking has mAP@all 0.10" in result.output  # ten balanced digits
-    assert "LB's scale: 0: two class centers coincide, above 4: classes fully apart" in result.output
+    assert f"LB's scale: {RATIO_SCALE}" in result.output and "not the queries" in RATIO_SCALE
     for name in ("csq", "csq_D"):
         metrics = json.loads((tmp_path / f"{name.lower()}-16bits" / "metrics.json").read_text())
         assert metrics["bits"] == 16 and 0 < metrics["map"] <= 1
