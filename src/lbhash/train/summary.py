@@ -28,8 +28,10 @@ def data_summary(exp: Experiment) -> dict[str, Any]:
         out["feature_dim"] = ds.input_dim()
         out["dequantized"] = bool(getattr(ds, "dequantized", False))
     else:
-        pixels = getattr(ds, "pixels", None)
-        out["stored_size"] = None if pixels is None else [int(pixels.shape[1]), int(pixels.shape[2])]
+        images = getattr(ds, "images", ds)  # a frozen backbone's features: the images they came from
+        sizes = images.sizes() if hasattr(images, "sizes") else {}
+        out["stored_size"] = sizes.get("stored_size")  # [H, W] when every image has it, else None
+        out.update({k: v for k, v in sizes.items() if k != "stored_size"})
         out["image_size"] = cfg.image_size
     out["split"] = {"protocol": split.protocol, "seed": split.seed, **split.sizes()}
     if exp.skipped_images:
@@ -77,9 +79,14 @@ def describe_data(summary: dict[str, Any]) -> str:
         parts.append(f"{summary['feature_dim']} features "
                      + ("(dequantized)" if summary["dequantized"] else "(used as stored)"))
     else:
-        stored = summary["stored_size"]
-        parts.append(("images of varying size" if stored is None else f"{stored[0]}x{stored[1]} images")
-                     + f" -> {summary['image_size']}x{summary['image_size']} model input")
+        stored, first = summary["stored_size"], summary.get("first_size")
+        if stored is not None:
+            size = f"{stored[0]}x{stored[1]} images"
+        elif summary.get("varying"):
+            size = "images of varying size"
+        else:  # not decoded yet (or never: cache off): only the first image's size is known
+            size = "images" + (f", the first {first[0]}x{first[1]}" if first else "")
+        parts.append(f"{size} -> {summary['image_size']}x{summary['image_size']} model input")
     split = summary["split"]
     sizes = ", ".join(f"{split[p]} {p}" for p in ("train", "validation", "query", "database")
                       if p != "validation" or split[p])
