@@ -369,12 +369,38 @@ def test_make_inputs_as_the_readme_describes(tmp_path):
         assert f["feat"].shape == (3000, 1024) and f["feat"].dtype == np.uint8
         assert set(np.unique(f["is_test"])) == {False, True} and f["is_test"].sum() == 500
         assert np.bincount(f["labels"]).tolist() == [300] * 10
+        assert f["label_names"].tolist()[:3] == ["airplane", "automobile", "bird"]  # `lbhash search` names them
         q = np.load(tmp_path / "queries.npy")
         assert q.dtype == np.uint8 and q.shape == (5, 1024)
         test_rows = f["feat"][f["is_test"]]
         test_labels = f["labels"][f["is_test"]]
         for c in range(5):
             np.testing.assert_array_equal(q[c], test_rows[test_labels == c][0])
+
+
+def test_the_inputs_script_runs_from_anywhere_and_writes_only_where_told(tmp_path):
+    """`python benchmarks/readme_inputs.py OUT_DIR` from another directory finds the shared data
+    beside the checkout ($LBHASH_SHARED_DATA when set) and writes the four files into OUT_DIR and
+    nowhere else; without OUT_DIR it writes nothing (issue 60, item 7: it worked only from the
+    repository root and left four untracked files there)."""
+    shared = shared_data_dir()
+    if not all((shared / n).is_file() for n in ("cifar10-mobilenetv1-features.npz", "scene-multilabel.npz",
+                                                "cifar10-jpg.tar.gz")):
+        pytest.skip(f"shared data not found at {shared} (set LBHASH_SHARED_DATA)")
+    script = REPO / "benchmarks" / "readme_inputs.py"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {**os.environ, "LBHASH_SHARED_DATA": str(shared)}
+    refused = subprocess.run([sys.executable, str(script)], cwd=elsewhere, env=env, capture_output=True, text=True)
+    assert refused.returncode == 2 and "out" in refused.stderr and not any(elsewhere.iterdir())
+    done = subprocess.run([sys.executable, str(script), "inputs"], cwd=elsewhere, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["inputs"]
+    assert sorted(p.name for p in (elsewhere / "inputs").iterdir()) == sorted(
+        ["features.npz", "queries.npy", "scene.npz", "cifar-small.npz"])
+    assert not any((REPO / name).exists() for name in ("features.npz", "queries.npy", "scene.npz",
+                                                         "cifar-small.npz"))  # nothing left in the checkout
 
 
 @pytest.mark.slow  # test_readme_runs_in_order runs them too; this one needs only the digits set
