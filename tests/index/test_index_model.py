@@ -85,5 +85,5 @@ def test_feature_rows_given_to_an_image_run_are_refused_in_one_clear_line(tmp_pa
     assert cli("index", "build", image_run, "--out", ix).exit_code == 0
     np.save(tmp_path / "q.npy", np.zeros((2, 8), np.float32))
     line = one_line(cli("search", ix, "--features", tmp_path / "q.npy", "--run", image_run),
-                    "q.npy", "feature rows", "encodes images", "--images")
+                    "q.npy", "--features takes feature rows", "encodes images", "--images")
     assert "shape ()" not in line and "object" not in line

@@ -151,8 +151,8 @@ def _check_query_kind(kind: str, features_path, image_paths) -> None:
         what = features_path if features_path is not None else " ".join(map(str, image_paths))
         forms = {"--features": ("feature rows", "a .npy or feature file"),
                  "--images": ("images", "image files, folders of them or an image array")}
-        raise InputError(f"{given} {what}: {forms[given][0]}, but the run encodes {kind}; give its queries "
-                         f"with {wanted} ({forms[wanted][1]})")
+        raise InputError(f"{given} {what}: {given} takes {forms[given][0]}, but the run encodes {kind}; give "
+                         f"its queries with {wanted} ({forms[wanted][1]})")
 
 
 def _image_queries(run, image_paths) -> tuple[list[str], list[np.ndarray]]:
