@@ -45,6 +45,28 @@ def cifar_small(tarball: str, train: int, test: int) -> dict[str, np.ndarray]:
             "class_names": np.array(CLASSES)}
 
 
+def photo_folder(tarball: str, out, classes=("airplane", "cat", "ship", "truck"), per_class: int = 40) -> int:
+    """Write OUT/<class>/NNNN.jpg, the first `per_class` training JPEGs of each of `classes` as
+    they are in the tarball (bytes copied, not re-encoded): a folder of one's own photos, a
+    class-folder tree without a test part (the README's own-folder recipe). Returns the count."""
+    from pathlib import Path
+
+    out, left = Path(out), {c: per_class for c in classes}
+    with tarfile.open(tarball) as tar:
+        for member in tar:
+            parts = member.name.split("/")
+            if (member.isfile() and member.name.endswith(".jpg") and len(parts) >= 3 and parts[-3] == "train"
+                    and left.get(parts[-2], 0) > 0):
+                left[parts[-2]] -= 1
+                (out / parts[-2]).mkdir(parents=True, exist_ok=True)
+                (out / parts[-2] / parts[-1]).write_bytes(tar.extractfile(member).read())
+                if not any(left.values()):
+                    break
+    if any(left.values()):
+        raise SystemExit(f"{tarball}: too few training images of {', '.join(c for c, n in left.items() if n)}")
+    return per_class * len(classes)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("tarball")

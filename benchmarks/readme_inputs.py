@@ -7,11 +7,14 @@
 - `queries.npy`: the raw uint8 rows of the first test item of classes 0-4 in it;
 - `scene.npz`: a copy of the scene multi-label set;
 - `cifar-small.npz`: the first 100 training and 20 test JPEGs of each class of the CIFAR-10
-  tarball as an image array (benchmarks/cifar_small.py).
+  tarball as an image array (benchmarks/cifar_small.py);
+- `photos/`: a folder of one's own photos, a class-folder tree without a test part: the first
+  40 training JPEGs of airplane, cat, ship and truck (`photos/cat/0000.jpg`, ...).
 
 Usage: python benchmarks/readme_inputs.py OUT_DIR [--shared SHARED_DATA_DIR]
 
-It runs from any directory and writes the four files into OUT_DIR only (made if missing).
+It runs from any directory and writes the four files and `photos/` into OUT_DIR only (made if
+missing).
 SHARED_DATA_DIR defaults to $LBHASH_SHARED_DATA, else to ../shared/data beside this checkout
 (found from this script's place, not the current directory). About 2 s on 2 cores.
 """
@@ -28,10 +31,10 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from cifar_small import CLASSES, cifar_small  # noqa: E402  (beside this script)
+from cifar_small import CLASSES, cifar_small, photo_folder  # noqa: E402  (beside this script)
 
 FILES = ("cifar10-mobilenetv1-features.npz", "scene-multilabel.npz", "cifar10-jpg.tar.gz")
-WRITTEN = ("features.npz", "queries.npy", "scene.npz", "cifar-small.npz")
+WRITTEN = ("features.npz", "queries.npy", "scene.npz", "cifar-small.npz", "photos/")
 
 
 def default_shared() -> Path:
@@ -40,7 +43,8 @@ def default_shared() -> Path:
 
 
 def make_inputs(folder: Path, shared: Path) -> None:
-    """Write the four files WRITTEN into `folder` from the files of `shared` (FILES)."""
+    """Write the four files and the photos folder (WRITTEN) into `folder` from the files of
+    `shared` (FILES)."""
     missing = [name for name in FILES if not (shared / name).is_file()]
     if missing:
         print(f"error: {shared}: no {', '.join(missing)} (the shared data folder, see docs/data.md; "
@@ -59,11 +63,12 @@ def make_inputs(folder: Path, shared: Path) -> None:
     np.save(folder / "queries.npy", feat[first_test])
     shutil.copyfile(shared / FILES[1], folder / "scene.npz")
     np.savez(folder / "cifar-small.npz", **cifar_small(str(shared / FILES[2]), 100, 20))
+    photo_folder(str(shared / FILES[2]), folder / "photos")
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out", type=Path, help="the folder to write the four files into")
+    parser.add_argument("out", type=Path, help="the folder to write the files into")
     parser.add_argument("--shared", type=Path, default=None,
                         help="the shared data folder [default: $LBHASH_SHARED_DATA, else ../shared/data beside "
                              "this checkout]")

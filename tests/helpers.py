@@ -154,7 +154,9 @@ def plain_bank_likelihood(u, labels, bank_u, bank_y):
 
     theta = 0.5 * (u @ bank_u.to(u.dtype).T)
     s = ((labels.to(bank_y.dtype) @ bank_y.T) > 0).to(theta.dtype)
-    return (torch.log1p(torch.exp(-theta.abs())) + theta.clamp(min=0) - s * theta).mean()
+    # softplus: its gradient at theta = 0 is sigmoid(0) - s, as the fused pass's (the stable form
+    # log1p(exp(-|theta|)) + max(theta, 0) takes the subgradient 1 - s there, and +/-1 codes meet 0 often)
+    return (torch.nn.functional.softplus(theta) - s * theta).mean()
 
 
 def bank_training(name, passes=3, n=240, bits=16, **constants):
@@ -268,12 +270,12 @@ def run_bounded(cmd, *, env, timeout=300, cwd=None):
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
-def fused_and_plain_bank_training(monkeypatch, method: str):
-    """bank_training(method) with the fused bank likelihood, then with the plain formula patched in;
-    returns both results and how many steps went through the plain formula."""
+def fused_and_plain_bank_training(monkeypatch, method: str, **constants):
+    """bank_training(method, **constants) with the fused bank likelihood, then with the plain
+    formula patched in; returns both results and how many steps went through the plain formula."""
     import lbhash.methods.dbdh
 
-    fused = bank_training(method)
+    fused = bank_training(method, **constants)
     calls = []
 
     def plain(*args):
@@ -281,7 +283,7 @@ def fused_and_plain_bank_training(monkeypatch, method: str):
         return plain_bank_likelihood(*args)
 
     monkeypatch.setattr(lbhash.methods.dbdh, "bank_likelihood", plain)
-    return fused, bank_training(method), len(calls)
+    return fused, bank_training(method, **constants), len(calls)
 
 
 def write_cifar_small(tarball, path, train: int = 100, test: int = 20):

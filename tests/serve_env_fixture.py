@@ -20,6 +20,7 @@ from lbhash.service import create_app
 from lbhash.train import TrainConfig, train
 from lbhash.train.export import export_run
 from lbhash.train.run_encoder import RunEncoder
+from serve_helpers import LOCAL
 
 
 def make(out: Path) -> None:
@@ -33,7 +34,7 @@ def make(out: Path) -> None:
     main(["index", "build", str(run), "--out", str(out / "idx")], standalone_mode=False)
     rows = load_data("digits").x[[0, 11, 222, 1333]].tolist()
     bodies = [{"features": rows, "k": 10}, {"features": rows, "radius": 4, "labels": [[1, 3]] * 4}]
-    with TestClient(create_app(out / "idx", RunEncoder.load(run))) as client:
+    with TestClient(create_app(out / "idx", RunEncoder.load(run)), base_url=LOCAL) as client:
         answers = [client.post("/search", json=body).json() for body in bodies]
     (out / "expected.json").write_text(json.dumps({"requests": bodies, "answers": answers}))
 

@@ -16,6 +16,9 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 START_TIMEOUT_S = 60
+# the base URL of the tests' FastAPI TestClients: the service answers only requests whose Host
+# names it (lbhash.service.access.HostNames), and TestClient's own "testserver" does not
+LOCAL = "http://localhost"
 # run in the server process: at exit, one line saying whether torch was ever imported
 SERVE_CODE = ("import atexit, sys; atexit.register(lambda: sys.stderr.write("
               "f'torch imported: {\"torch\" in sys.modules}\\n')); from lbhash.cli import main; main()")

@@ -13,9 +13,10 @@ a Python block when it raises or prints a traceback. The message names the block
 README.md and shows the output.
 
 A block is skipped only when the line right before its fence is
-`<!-- readme-test: skip (reason) -->`. The skipped `lbhash serve` block is run here instead:
-the server starts in the background on 127.0.0.1 with a free port, the block's curl lines run
-against that port (bounded waits), and the server is stopped. The skipped synopsis block is
+`<!-- readme-test: skip (reason) -->`. The skipped `lbhash serve` blocks (the feature index's,
+and the last step of the own-folder recipe) are run here instead: each server starts in the
+background on 127.0.0.1 with a free port, the block's curl lines run against that port
+(bounded waits), and the server is stopped. The skipped synopsis block is
 checked against each command's --help (its commands and options exist).
 
 Setup (fixture `readme_inputs`), the files the README's commands name:
@@ -27,7 +28,9 @@ Setup (fixture `readme_inputs`), the files the README's commands name:
   0 to 4;
 - `scene.npz`: a copy of ../shared/data/scene-multilabel.npz;
 - `cifar-small.npz`: the first 100 training and 20 test JPEGs of each class of
-  ../shared/data/cifar10-jpg.tar.gz as an image array (benchmarks/cifar_small.py).
+  ../shared/data/cifar10-jpg.tar.gz as an image array (benchmarks/cifar_small.py);
+- `photos/`: a folder of one's own photos, `photos/<class>/NNNN.jpg` without a test part: the
+  first 40 training JPEGs of four classes of that tarball (benchmarks/cifar_small.py).
 
 The README's figures are checked against what its snippets print (FIGURES): a figure written
 with d decimals passes when it lies within half a unit of its last decimal plus FIGURE_SLACK
@@ -158,7 +161,7 @@ def test_every_block_runs_or_says_why_not():
             assert lbhash_lines(b), (f"{where}: a shell block without `lbhash` command lines; run one "
                                      "or mark it <!-- readme-test: skip (reason) -->")
     skipped = [b for b in BLOCKS if b.skip]
-    assert len(skipped) <= 4, f"skip markers are for a few blocks only: {[b.line for b in skipped]}"
+    assert len(skipped) <= 5, f"skip markers are for a few blocks only: {[b.line for b in skipped]}"
 
 
 def test_commands_name_concrete_files():
@@ -362,7 +365,7 @@ def _metric(run: str, *keys: str) -> Callable[[dict, Path, dict], float]:
 
 def _own_class_queries(namespace, cwd, outputs) -> int:
     """How many of the README's five feature queries (row r: the first test image of class r)
-    find their own class first."""
+    find their own class first (their first hit is of it)."""
     out = outputs["lbhash search idx --features queries.npy --run runs/csq_D-64 -k 10"]
     firsts = re.findall(r"^query (\d+) .*\n +1 .*? labels (\d+)", out, re.M)
     assert len(firsts) == 5, out
@@ -372,10 +375,10 @@ def _own_class_queries(namespace, cwd, outputs) -> int:
 FIGURES = [
     Figure(r'print\(metrics\["map"\]\) +# (\d\.\d+): the demo', lambda ns, cwd, out: ns["metrics"]["map"],
            python_only=True),
-    Figure(r"This run reaches mAP@all (\d\.\d+) on its 200 queries", _metric("runs/photos", "map")),
-    Figure(r"the run's mAP@all on its 500 queries is (\d\.\d+)", _metric("runs/csq_D-64", "map")),
-    Figure(r"its kNN accuracy (\d\.\d+)", _metric("runs/csq_D-64", "knn_accuracy", "accuracy")),
-    Figure(r"of these five test images (\d) find their own class", _own_class_queries),
+    Figure(r"This run reaches mAP@all\s+(\d\.\d+)\s+on its 200 queries", _metric("runs/photos", "map")),
+    Figure(r"the run's mAP@all on its\s+500 queries is\s+(\d\.\d+)", _metric("runs/csq_D-64", "map")),
+    Figure(r"its kNN accuracy\s+(\d\.\d+)", _metric("runs/csq_D-64", "knn_accuracy", "accuracy")),
+    Figure(r"of these five test images\s+(\d)\s+find their own class first", _own_class_queries),
 ]
 
 
@@ -452,12 +455,14 @@ def test_make_inputs_as_the_readme_describes(tmp_path):
         test_labels = f["labels"][f["is_test"]]
         for c in range(5):
             np.testing.assert_array_equal(q[c], test_rows[test_labels == c][0])
+    photos = sorted(p.relative_to(tmp_path / "photos") for p in (tmp_path / "photos").rglob("*") if p.is_file())
+    assert len(photos) == 160 and {p.parts[0] for p in photos} == {"airplane", "cat", "ship", "truck"}
 
 
 def test_the_inputs_script_runs_from_anywhere_and_writes_only_where_told(tmp_path):
     """`python benchmarks/readme_inputs.py OUT_DIR` from another directory finds the shared data
-    beside the checkout ($LBHASH_SHARED_DATA when set) and writes the four files into OUT_DIR and
-    nowhere else; without OUT_DIR it writes nothing (issue 60, item 7: it worked only from the
+    beside the checkout ($LBHASH_SHARED_DATA when set) and writes the four files and `photos/` into
+    OUT_DIR and nowhere else; without OUT_DIR it writes nothing (issue 60, item 7: it worked only from the
     repository root and left four untracked files there)."""
     shared = shared_data_dir()
     if not all((shared / n).is_file() for n in ("cifar10-mobilenetv1-features.npz", "scene-multilabel.npz",
@@ -473,10 +478,9 @@ def test_the_inputs_script_runs_from_anywhere_and_writes_only_where_told(tmp_pat
                           text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert sorted(p.name for p in elsewhere.iterdir()) == ["inputs"]
-    assert sorted(p.name for p in (elsewhere / "inputs").iterdir()) == sorted(
-        ["features.npz", "queries.npy", "scene.npz", "cifar-small.npz"])
-    assert not any((REPO / name).exists() for name in ("features.npz", "queries.npy", "scene.npz",
-                                                         "cifar-small.npz"))  # nothing left in the checkout
+    written = ("features.npz", "queries.npy", "scene.npz", "cifar-small.npz", "photos")
+    assert sorted(p.name for p in (elsewhere / "inputs").iterdir()) == sorted(written)
+    assert not any((REPO / name).exists() for name in written)  # nothing left in the checkout
 
 
 @pytest.mark.slow  # test_readme_runs_in_order runs them too; this one needs only the digits set
@@ -520,7 +524,8 @@ def test_readme_runs_in_order(readme_inputs, capfd):
             continue
         ran += 1
     assert ran >= 8
-    assert sum(is_serve_block(b) for b in BLOCKS) == 1, "README.md should show the service once, with curl"
+    # the service twice, with curl: over the feature index, and as the own-folder recipe's last step
+    assert sum(is_serve_block(b) for b in BLOCKS) == 2, "README.md should show the service twice, with curl"
     misses = figure_misses(namespace, readme_inputs, outputs, python_only=False)
     assert not misses, "the README's figures are not what its snippets print:\n" + "\n".join(misses)
     with capfd.disabled():

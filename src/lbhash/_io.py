@@ -78,7 +78,8 @@ def check_new_output_file(path: str | os.PathLike, option: str, overwrite: bool)
     path = check_output_file(path, option)
     refuse_inside_run(path, option)
     if path.exists() and not overwrite:
-        raise InputError(f"{option} {path}: exists; pass --overwrite to replace it")
+        raise InputError(f"{option} {path}: exists; choose another {option} to keep it, or pass --overwrite to "
+                         "replace it")
     return path
 
 

@@ -1,6 +1,7 @@
 """Search limits: one table for the Python API (lbhash.index), `lbhash index`/`lbhash search`
-and the HTTP service (docs/search.md, "Limits"). A bottom-layer module, so that the command
-line reads it without importing FAISS.
+and the HTTP service (docs/search.md, "Limits"), and the longest code (`MAX_BITS`, for
+training and centers: docs/training.md). A bottom-layer module, so that the command line
+reads it without importing FAISS.
 
 Each limit keeps a mistyped number from turning into a huge allocation (k = 10^11 asks for
 (nq, k) result arrays; class id 10^11 for a filter row of 10^11 columns) and is checked
@@ -12,6 +13,7 @@ from __future__ import annotations
 from lbhash.checks import positive_int
 from lbhash.errors import InputError
 
+MAX_BITS = 4096             # code length of a run (train --bits) and of centers (lbhash centers --bits)
 MAX_K = 1000                # results per query: CLI and service (the Python API allocates what it is asked)
 MAX_BATCH = 1024            # queries or items per service request; `lbhash search` works in batches of it
 MAX_CLASS_ID = 65535        # class ids of labels and label filters, everywhere
@@ -28,16 +30,20 @@ MEDIA_BUDGET_BYTES = 1 << 30  # the images one index keeps from uploads, togethe
 MAX_SOURCE_BYTES = 64 << 20  # a thumbnail's source file under an image folder: read up to this, never more
 MAX_IMAGE_PIXELS = 40_000_000  # one image, width x height: an upload or a thumbnail's source, read from its header
 MAX_REQUEST_PIXELS = 80_000_000  # the images of one upload or image search together (about 240 MB as RGB)
+MAX_DECODING_PIXELS = 80_000_000  # images being decoded at once in the whole service (uploads and thumbnails):
+#                                   beyond it a decode waits up to 5 s, then 503 (lbhash serve --max-decoding-mpixels)
 THUMBNAIL_SIDE = 128        # GET /items/{id}/image: the longer side, at most (never enlarged)
 VIEW_SIDE = 512             # GET /items/{id}/image?size=large (the page's larger view): the longer side, at most
 THUMBNAIL_DECODES_PER_S = 100  # thumbnail decodes per second (a burst of as many); beyond: wait, then 429
 THUMBNAIL_DECODERS = 2      # thumbnails decoded at once
 THUMBNAIL_CACHE_BYTES = 32 << 20  # the service's cache of thumbnails (least recently used dropped first)
+MAX_KEY_FILE_BYTES = 4096   # a key file (lbhash serve --write-key-file): a regular file read up to this, never a stream
 
 TABLE = {"max_k": MAX_K, "max_batch": MAX_BATCH, "max_class_id": MAX_CLASS_ID, "max_id": MAX_ID,
          "max_body_bytes": MAX_BODY_BYTES, "max_rerank_candidates": MAX_RERANK_CANDIDATES,
          "max_connections": MAX_CONNECTIONS, "max_header_bytes": MAX_HEADER_BYTES,
-         "header_timeout_s": HEADER_TIMEOUT_S, "keep_alive_s": KEEP_ALIVE_S}
+         "header_timeout_s": HEADER_TIMEOUT_S, "keep_alive_s": KEEP_ALIVE_S,
+         "max_decoding_pixels": MAX_DECODING_PIXELS}
 
 
 def check_k(k: int, name: str = "k", limit: int = MAX_K) -> int:

@@ -223,8 +223,10 @@ def test_bch_names_its_largest_length():
     # GF(2^16) is the largest field with a default primitive polynomial (Matlab's)
     with pytest.raises(ValueError, match="bch centers need bits <= 65536, got bits=70000, classes=10"):
         bch_centers(70000, 10)
-    with pytest.raises(ValueError, match="bits <= 65536"):  # past 1023 bits the class check overflowed a float
+    # generate_centers takes codes of at most MAX_BITS (4096), checked before any work (issue 60, item 9)
+    with pytest.raises(ValueError, match="^bits must be an integer from 1 to 4096, got 70000$"):
         generate_centers(70000, 10, kind="bch", cache=False)
+    assert generate_centers(4096, 2, kind="random", cache=False).shape == (2, 4096)
     assert generate_centers(2048, 3, kind="random", cache=False).shape == (3, 2048)
 
 

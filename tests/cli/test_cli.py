@@ -65,7 +65,7 @@ def test_evaluate_out_option(codes_file, tmp_path):
     out = tmp_path / "sub" / "m.json"
     assert run("evaluate", str(path), "--out", str(out)).exit_code == 0
     assert json.loads(out.read_text())["topk"] == "all"
-    one_line_error(run("evaluate", str(path), "--out", str(out)), "m.json: exists; pass --overwrite")
+    one_line_error(run("evaluate", str(path), "--out", str(out)), "m.json: exists; choose another --out to keep it, or pass --overwrite")
     assert run("evaluate", str(path), "--out", str(out), "--overwrite").exit_code == 0
 
 
@@ -106,8 +106,8 @@ def test_demo_trains_both_variants_and_prints_table(tmp_path):
     assert result.exit_code == 0, result.output
     row = [line for line in result.output.splitlines() if line.strip().startswith("16 ")]
     assert len(row) == 1 and len(row[0].split()) == 7
-    # the split the runs trained on: 10 of each digit's 100 training images held out
-    assert "protocol digits (900 train / 100 validation / 300 query / 1397 database)" in result.output
+    # the split the runs trained on: 10 of each digit's 100 training images held out, still database items
+    assert "split digits: 900 train, 100 validation, 300 query, 1497 database (validation included)" in result.output
     assert "best validation epoch kept" in result.output
     assert "chance level: a random ranking has mAP@all 0.10" in result.output  # ten balanced digits
     assert f"LB's scale: {RATIO_SCALE}" in result.output and "not the queries" in RATIO_SCALE

@@ -48,6 +48,7 @@ def work(tmp_path):
     (tmp_path / "method7.yaml").write_text("method: 7\n")
     (tmp_path / "options.yaml").write_text("method_options: [1, 2]\n")
     (tmp_path / "broken.yaml").write_text("bits: [16\n")
+    (tmp_path / "bits.yaml").write_text("bits: 4097\n")
     (tmp_path / "python.yaml").write_text("bits: !!python/object/apply:os.system ['true']\n")
     wide = np.zeros((40, 300_000), np.uint8)
     np.savez(tmp_path / "wide.npz", x=wide, labels=np.arange(40) % 2, is_test=np.arange(40) >= 30)
@@ -101,6 +102,13 @@ CASES = [
     ("reproduce-out-file", ["reproduce", "grid", "--data", "digits", "--out", "{w}/a_file"], ["a_file", "is a file"]),
     ("report-out-dir", ["report", "{w}", "--out", "{w}/existing_dir"], ["existing_dir", "directory"]),
     ("unparsable-int", ["train", "--epochs", "many"], ["--epochs", "'many'"]),
+    # issue 60, item 9: 103 s of center generation, then an ArrayMemoryError traceback
+    ("bits-huge", ["train", "--data", "digits", "--bits", "100000", "--out", "{w}/run"],
+     ["bits must be an integer from 1 to 4096", "100000"]),
+    ("bits-huge-config", ["train", "--data", "digits", "--config", "{w}/bits.yaml", "--out", "{w}/run"],
+     ["bits.yaml", "bits must be an integer from 1 to 4096", "4097"]),
+    ("centers-bits-huge", ["centers", "--bits", "100000", "--classes", "10"],
+     ["bits must be an integer from 1 to 4096", "100000"]),
 ]
 if not torch.cuda.is_available():
     CASES.append(("no-gpu", ["train", *FAST_TRAIN, "--accelerator", "gpu", "--out", "{w}/run"], ["--accelerator gpu", "GPU"]))
@@ -233,3 +241,25 @@ def test_any_one_of_alternative_modules_will_do(monkeypatch):
     with pytest.raises(InputError, match=r"^x needs the 'y' extra: pip install 'lbhash\[y\]' \(no module "
                                          r"lbhash_no_such_module or lbhash_no_such_module_2\)$"):
         require_extra("x", "y", "json", ("lbhash_no_such_module", "lbhash_no_such_module_2"))
+
+
+def test_no_refusal_advises_overwriting_alone():
+    """Issue 60 item 3: a refusal's advice is safe to follow as written. Wherever a message of
+    the package mentions --overwrite, it first offers the choice that keeps what is there (another
+    --out), and no message advises --overwrite as the remedy of another problem (a wrong model)."""
+    import ast
+    from pathlib import Path
+
+    import lbhash
+
+    found = []
+    for path in sorted(Path(lbhash.__file__).parent.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Raise) and node.exc is not None:
+                text = "".join(n.value for n in ast.walk(node.exc) if isinstance(n, ast.Constant)
+                               and isinstance(n.value, str))
+                if "--overwrite" in text:
+                    found.append((f"{path.name}:{node.lineno}", text))
+    assert len(found) >= 4, found  # the outputs of evaluate/encode, index build (twice, Milvus), export
+    for where, text in found:
+        assert "choose another" in text and text.index("choose another") < text.index("--overwrite"), (where, text)

@@ -241,7 +241,7 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, encoded, rng):
     run("index", "build", path, "--out", out)
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     one_line_error(run("index", "build", tmp_path / "none.npz", "--out", tmp_path / "x"), "none.npz: no such file")
-    one_line_error(run("index", "build", path, "--out", out), "exists: pass --overwrite")
+    one_line_error(run("index", "build", path, "--out", out), "exists: choose another --out to keep it, or pass --overwrite")
     one_line_error(run("index", "build", path, "--nlist", "4", "--out", tmp_path / "y"),
                    "unknown parameter 'nlist' for a flat index")
     one_line_error(run("index", "build", path, "--part", "all", "--out", tmp_path / "y"), "--part applies to a run")
@@ -284,3 +284,18 @@ def test_the_limits_leave_valid_searches_alone(input_files):
 
     got = json.loads(result.output)
     assert [r["ids"] for r in got] == [i[i >= 0].tolist() for i in ids]
+
+
+def test_search_radius_over_the_cap_is_one_line(tmp_path, rng):
+    """`lbhash search --radius` returns at most MAX_K items per query, as -k (issue 60, item 9)."""
+    codes = random_codes(rng, MAX_K + 5, 16)
+    index_ = CodeIndex(16)
+    index_.add(codes)
+    index_.save(tmp_path / "ix")
+    np.save(tmp_path / "q.npy", codes[:2])
+    line = one_line_error(run("search", tmp_path / "ix", "--codes", tmp_path / "q.npy", "--radius", "16"),
+                          f"--radius 16 finds {MAX_K + 5} items for query 0", f"more than the {MAX_K}",
+                          "a smaller --radius, or -k")
+    assert "Traceback" not in line
+    result = run("search", tmp_path / "ix", "--codes", tmp_path / "q.npy", "--radius", "1", "--json")
+    assert result.exit_code == 0, result.output

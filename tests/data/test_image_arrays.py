@@ -95,11 +95,12 @@ def test_an_image_array_file_trains_on_part_of_its_train_split(tmp_path, monkeyp
     assert isinstance(result.exception, Killed), result.output
     assert result.output.splitlines()[1] == ("data image-array:" + str(tmp_path / "imgs.npz") + ": images, 72 items, "
                                              "3 classes, 8x8 images -> 8x8 model input; split given:15: 12 train, "
-                                             "3 validation, 12 query, 57 database")  # one of each class's 5 held out
+                                             "3 validation, 12 query, 60 database (validation included)")
+    # one of each class's 5 training items held out, and still in the database: the whole train part
     split = np.load(tmp_path / "run" / "split.npz")
     held = split["validation"]
     assert len(held) == 3 and set(held) < set(range(60)) and len(set(held % 3)) == 3  # one of each class
     assert sorted(split["query"]) == list(range(60, 72))
-    assert sorted(split["database"]) == sorted(set(range(60)) - set(held))
+    assert sorted(split["database"]) == list(range(60))
     x, labels, _ = next(iter(stopped[0].batches.epoch(0)))  # the 12 training images, 8x8 RGB
     assert x.shape == (12, 3, 8, 8) and labels.shape == (12, 3)

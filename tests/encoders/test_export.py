@@ -23,7 +23,7 @@ from lbhash.encoders.exported import MANIFEST, MODEL, ExportedEncoder
 from lbhash.index import CodeIndex
 from lbhash.train.export import export_run
 from lbhash.train.run_encoder import RunEncoder
-from serve_helpers import ServeProcess, post_json
+from serve_helpers import LOCAL, ServeProcess, post_json
 
 
 @pytest.fixture(scope="session")
@@ -148,8 +148,10 @@ def test_search_with_the_export_equals_search_with_the_run(digits_export, tmp_pa
     manifest = json.loads((other / MANIFEST).read_text())
     manifest["model"] = {**manifest["model"], "sha256": "0" * 64, "epoch": 99}
     (other / MANIFEST).write_text(json.dumps(manifest))
-    one_line_error(cli("search", digits_export.idx, "--features", tmp_path / "q.npy", "--encoder", other),
-                   "epoch 99) did not make the codes of", "lbhash export RUN_DIR --overwrite")
+    line = one_line_error(cli("search", digits_export.idx, "--features", tmp_path / "q.npy", "--encoder", other),
+                          "epoch 99, run", "did not make the codes of", f"--run {digits_export.run.resolve()}",
+                          f"lbhash export {digits_export.run.resolve()} --out {digits_export.run.resolve()}/export-new`")
+    assert "--overwrite" not in line  # the advice replaces no export: the run's own stays as it is
     assert cli("search", digits_export.idx, "--features", tmp_path / "q.npy", "--encoder", other, "--force").exit_code == 0
     one_line_error(cli("search", digits_export.idx, "--features", tmp_path / "q.npy", "--encoder", other,
                        "--run", digits_export.run), "at most one of --run and --encoder")
@@ -167,7 +169,8 @@ def test_served_export_answers_as_the_run_and_never_loads_torch(digits_export, t
     rows = load_data("digits").x[[3, 500, 1200]].tolist()
     bodies = [{"features": rows, "k": 10}, {"features": rows, "k": 5, "rerank_factor": 4},
               {"features": rows, "radius": 3}]
-    with TestClient(create_app(digits_export.idx, RunEncoder.load(digits_export.run))) as client:  # as --run does
+    app = create_app(digits_export.idx, RunEncoder.load(digits_export.run))  # as --run does
+    with TestClient(app, base_url=LOCAL) as client:
         want = [client.post("/search", json=body).json() for body in bodies]
     server = ServeProcess(index_dir, "--encoder", digits_export.run, "--read-only")
     try:
@@ -242,7 +245,7 @@ def test_an_undecodable_image_is_named_without_pillows_buffer(image_export, tmp_
         line = one_line_error(cli("search", tmp_path / "idx", "--images", bad, *model),
                               "holiday.jpg: cannot decode image (not an image in a format Pillow reads)")
         assert "BytesIO" not in line
-    with TestClient(create_app(tmp_path / "idx", ExportedEncoder.load(image_export.export))) as client:
+    with TestClient(create_app(tmp_path / "idx", ExportedEncoder.load(image_export.export)), base_url=LOCAL) as client:
         for path in ("/search/image", "/items/image"):
             answer = client.post(path, files=[("files", ("holiday.jpg", bad.read_bytes(), "image/jpeg"))])
             assert answer.status_code == 400, (path, answer.text)

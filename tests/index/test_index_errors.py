@@ -12,6 +12,7 @@ from index_reference import random_codes
 from lbhash.errors import Conflict, InputError, NotFound
 from lbhash.index import Backend, CodeIndex
 from lbhash.service import IndexStore, MilvusStore, Store, create_app
+from serve_helpers import LOCAL
 
 BITS = 16
 
@@ -108,7 +109,7 @@ def test_the_service_answers_404_and_409_over_either_backend(tmp_path, rng):
                 {"codes": queries, "real": real, "k": 5, "rerank_factor": 2}]
     answers = {}
     for name, source in (("faiss", tmp_path / "ix"), ("milvus", MilvusStore(milvus))):
-        with TestClient(create_app(source)) as client:
+        with TestClient(create_app(source), base_url=LOCAL) as client:
             new = {"codes": [codes[0].tobytes().hex()], "ids": [3]}
             assert client.post("/items", json=new).status_code == 409
             assert "id 3 is already in the index" in client.post("/items", json=new).json()["detail"]

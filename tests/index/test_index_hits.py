@@ -21,7 +21,7 @@ CLI = Spelling(k="-k", radius="--radius", factor="--rerank-factor", rerank="--re
 
 def test_plan_defaults():
     assert plan_search() == SearchPlan(10, None, None)
-    assert plan_search(radius=3) == SearchPlan(None, 3, None)
+    assert plan_search(radius=3) == SearchPlan(None, 3, None, max_hits=1000)
     assert plan_search(5, rerank=True) == SearchPlan(5, None, 4)
     assert plan_search(rerank=True, factor=2) == SearchPlan(10, None, 2)
     assert plan_search(5, factor=3).factor is None  # a factor without real outputs re-ranks nothing
@@ -146,3 +146,50 @@ def test_search_hits_refusals(rng):
     with pytest.raises(TypeError, match="real outputs go with a re-ranking plan"):
         search_hits(index, Queries(queries), plan_search(2, rerank=True))
     assert search_hits(index, Queries(queries[:0]), plan_search(2)) == []
+
+
+# --- a radius search's hits are capped as k is (issue 60, item 9) -------------------------------
+
+
+def _crowded(rng):
+    """300 random codes and 60 copies of one more (ids 300-359), and queries of which the fourth
+    is that code: within radius 2 it finds at least 60 items, the others a few."""
+    codes = random_codes(rng, 301, BITS)
+    crowd = np.repeat(codes[300:], 60, axis=0)
+    index = CodeIndex(BITS)
+    index.add(np.concatenate([codes[:300], crowd]))
+    queries = np.concatenate([codes[:3], codes[300:], codes[3:5]])
+    return index, queries
+
+
+def test_a_radius_search_over_the_cap_is_refused_in_one_line(rng, monkeypatch):
+    """64 codes at radius 32 on 200,000 codes answered 517 MB: a radius search returns at most
+    the caller's cap on k per query (`plan_search`'s max_k), else one line naming the query."""
+    index, queries = _crowded(rng)
+    for spelling, names in ((CLI, ("--radius 2", "-k")), (Spelling(), ("radius 2", "k"))):
+        with pytest.raises(InputError) as err:
+            search_hits(index, Queries(queries), plan_search(radius=2, max_k=50, spelling=spelling))
+        found = len(in_range(queries[3:4], index.get_codes(np.arange(360)), np.arange(360), 2)[0])
+        assert str(err.value) == (f"{names[0]} finds {found} items for query 3, more than the 50 a search returns "
+                                  f"per query (as {names[1]}): give a smaller {names[0].split()[0]}, or {names[1]} "
+                                  "for the nearest")
+    within = search_hits(index, Queries(queries), plan_search(radius=2, max_k=100))
+    codes = index.get_codes(np.arange(360))
+    assert [list(zip(h.distances, h.ids)) for h in within] == in_range(queries, codes, np.arange(360), 2)
+    assert plan_search(radius=2).max_hits == 1000  # the command line's cap: MAX_K
+
+
+def test_a_capped_radius_search_holds_a_bounded_number_of_pairs(rng, monkeypatch):
+    """The queries go to the index in groups that can find at most RANGE_PAIRS (query, item)
+    pairs (one query at least), and the first query over the cap ends the search."""
+    index, queries = _crowded(rng)
+    calls = []
+    monkeypatch.setattr(hits, "RANGE_PAIRS", 2 * 360)
+    monkeypatch.setattr(index, "range_search", lambda q, r, labels=None: calls.append(len(q)) or
+                        CodeIndex.range_search(index, q, r, labels))
+    with pytest.raises(InputError, match="for query 3"):
+        search_hits(index, Queries(queries), plan_search(radius=2, max_k=50))
+    assert calls == [2, 2]  # queries 0-1, 2-3; never 4-5
+    calls.clear()
+    assert len(search_hits(index, Queries(queries), plan_search(radius=2, max_k=100))) == 6
+    assert calls == [2, 2, 2]

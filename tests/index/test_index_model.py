@@ -2,6 +2,7 @@
 weights; `search --run` and `serve --run` refuse a run that trained on since, unless --force."""
 
 import json
+import shlex
 
 import numpy as np
 from helpers import cli
@@ -24,20 +25,24 @@ def test_a_search_with_a_model_that_did_not_make_the_index_is_refused(tmp_path, 
     np.save(queries, load_digits().data[:5].astype(np.float32))
     assert cli("index", "build", run, "--out", ix).exit_code == 0
     recorded = json.loads((ix / "manifest.json").read_text())["metadata"]["model"]
-    assert recorded == {"file": "checkpoint.pt", "sha256": sha256(run / "checkpoint.pt"), "epoch": 2}
+    assert recorded == {"file": "checkpoint.pt", "sha256": sha256(run / "checkpoint.pt"), "epoch": 2,
+                        "run": str(run.resolve()), "variant": "csq", "bits": 16, "input_kind": "features",
+                        "backbone": None, "data": "digits"}
     search = ["search", ix, "--features", queries, "--run", run, "--json"]
     first = cli(*search)
     assert first.exit_code == 0, first.output
     assert cli("train", "--out", run, "--resume", "--epochs", 3).exit_code == 0  # the model moves on
     assert model_identity(run)["epoch"] == 3 and model_identity(run)["sha256"] != recorded["sha256"]
-    line = one_line(cli(*search), str(run), "epoch 3", "did not make the codes of", "(epoch 2)",
-                    f"lbhash index build {run} --out {ix} --overwrite", "--force")
-    assert "Traceback" not in line
+    line = one_line(cli(*search), str(run), "epoch 3", "did not make the codes of", "epoch 2",
+                    "trained on since", f"lbhash index build {run} --out {ix}-csq-16bits-seed0`", "--force")
+    assert "Traceback" not in line and "--overwrite" not in line  # the advice keeps the index it was given
     one_line(cli("serve", ix, "--run", run, "--port", 0), "did not make the codes of", "--force")
     assert not (tmp_path / "ix.wal").exists()  # refused before the index was opened
-    assert cli(*search, "--force").exit_code == 0
-    assert cli("index", "build", run, "--out", ix, "--overwrite").exit_code == 0  # rebuilt: searches again
-    assert cli(*search).exit_code == 0
+    forced = cli(*search, "--force")
+    assert forced.exit_code == 0 and "warning: " in forced.output and "--force" in forced.output, forced.output
+    built = cli("index", "build", run, "--out", f"{ix}-csq-16bits-seed0")  # the advice, as written: a new index
+    assert built.exit_code == 0, built.output
+    assert cli("search", f"{ix}-csq-16bits-seed0", *search[2:]).exit_code == 0
     assert cli("search", ix, "--codes", run / "codes.npz").exit_code == 0  # codes need no model
 
 
@@ -87,3 +92,46 @@ def test_feature_rows_given_to_an_image_run_are_refused_in_one_clear_line(tmp_pa
     line = one_line(cli("search", ix, "--features", tmp_path / "q.npy", "--run", image_run),
                     "q.npy", "--features takes feature rows", "encodes images", "--images")
     assert "shape ()" not in line and "object" not in line
+
+
+def test_another_run_is_refused_with_advice_that_keeps_the_index(tmp_path, runs, tiny_image_run):
+    """Issue 60 item 3: searching an index through another run (a typo away) names the run that
+    built it and a new index name; each piece of advice, run as written, leaves the index as it
+    was. Models are told apart by what they are (variant, bits, input kind, run), not by epoch."""
+    from helpers import snapshot
+
+    ix, queries = tmp_path / "ix", tmp_path / "q.npy"
+    mine, other = runs.path("csq"), runs.path("csq-4")  # only read: two feature runs of 16 bits
+    np.save(queries, load_digits().data[:3].astype(np.float32))
+    assert cli("index", "build", mine, "--out", ix).exit_code == 0
+    (tmp_path / f"ix-{other.name}").mkdir()  # that name is taken: the advice must pick a free one
+    before = snapshot(tmp_path)
+    line = one_line(cli("search", ix, "--features", queries, "--run", other), f"run {other.resolve()}",
+                    f"run {mine.resolve()}", "csq 16 bits on feature rows", f"--run {mine.resolve()}")
+    assert "--overwrite" not in line and f"--out {ix} " not in line and f"--out {ix}`" not in line
+    command = line.split("`")[1]
+    assert command == f"lbhash index build {other} --out {ix}-{other.name}-2", line
+    assert cli(*shlex.split(command)[1:]).exit_code == 0  # the advice, as written
+    assert snapshot(tmp_path / "ix") == {k[len("ix/"):]: v for k, v in before.items() if k.startswith("ix/")}
+    assert cli("search", ix, "--features", queries, "--run", mine.resolve()).exit_code == 0  # the other advice
+
+
+def test_an_image_index_is_never_searched_through_a_feature_model(tmp_path, runs, tiny_image_run):
+    """--force may search through another model of the same input kind (with a warning), never
+    through one that takes another kind of input: its codes cannot be compared."""
+    tree, image_run = tiny_image_run
+    features_run, ix, queries = runs.path("csq"), tmp_path / "img", tmp_path / "q.npy"
+    np.save(queries, load_digits().data[:3].astype(np.float32))
+    assert cli("index", "build", image_run, "--out", ix).exit_code == 0
+    for force in ([], ["--force"]):
+        line = one_line(cli("search", ix, "--features", queries, "--run", features_run, *force),
+                        "encodes feature rows", "are of images", "--force does not apply", f"--run {image_run.resolve()}")
+        assert "--overwrite" not in line
+        one_line(cli("serve", ix, "--run", features_run, "--port", 0, *force), "encodes feature rows", "are of images")
+    # an index built before lbhash recorded the input kind: the kind of its recorded data tells
+    from lbhash.index import CodeIndex
+
+    index = CodeIndex.load(ix)
+    index.metadata["model"] = {k: index.metadata["model"][k] for k in ("file", "sha256", "epoch")}
+    index.save(ix)
+    one_line(cli("search", ix, "--features", queries, "--run", features_run, "--force"), "are of images")

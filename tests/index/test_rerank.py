@@ -9,6 +9,7 @@ from index_reference import PAD_DISTANCE, clustered_codes, random_codes, reranke
 from lbhash.errors import InputError
 from lbhash.evaluate import rank_asymmetric
 from lbhash.index import CodeIndex, rerank_search
+from serve_helpers import LOCAL
 
 BITS = 16
 LEVELS = [-1.0, -0.5, 0.25, 0.5, 1.0]  # dyadic: every sum is exact, so equal scores are ties
@@ -230,7 +231,7 @@ def served(tmp_path, rng):
     index.save(tmp_path / "ix")
     encoder = FakeEncoder(dim=12, bits=BITS)
     limits = Limits(max_batch=20, max_k=50, max_rerank_candidates=100)
-    with TestClient(create_app(tmp_path / "ix", encoder, limits=limits)) as client:
+    with TestClient(create_app(tmp_path / "ix", encoder, limits=limits), base_url=LOCAL) as client:
         yield client, index, labels, encoder
 
 
@@ -313,7 +314,7 @@ def test_service_reranks_uploaded_images(tmp_path, rng):
         buf = io.BytesIO()
         Image.fromarray(img).save(buf, format="PNG")
         files.append(("files", (f"q{n}.png", buf.getvalue(), "image/png")))
-    with TestClient(create_app(tmp_path / "ix", encoder)) as client:
+    with TestClient(create_app(tmp_path / "ix", encoder), base_url=LOCAL) as client:
         results = hits(client.post("/search/image", files=files, data={"k": "3", "rerank_factor": "5"}))
     real = np.concatenate([encoder.embed(img[None]) for img in images])
     scores, _, ids = rerank_search(index, np.concatenate([encoder.encode(img[None]) for img in images]), 3, real,

@@ -15,6 +15,7 @@ from lbhash.errors import TooLarge
 from lbhash.limits import MAX_IMAGE_PIXELS, MAX_REQUEST_PIXELS
 from lbhash.service import create_app
 from lbhash.service.decode import check_pixels
+from serve_helpers import LOCAL
 
 
 def png_header(width: int, height: int) -> bytes:
@@ -53,7 +54,7 @@ def test_an_upload_over_budget_is_413_and_adds_nothing(tiny_image_run, tmp_path)
 
     _, run = tiny_image_run
     assert cli("index", "build", run, "--out", tmp_path / "ix").exit_code == 0
-    with TestClient(create_app(tmp_path / "ix", load_encoder(run))) as client:
+    with TestClient(create_app(tmp_path / "ix", load_encoder(run)), base_url=LOCAL) as client:
         before = client.get("/health").json()["ntotal"]
         files = [("files", (f"{i}.png", png_header(6000, 6000), "image/png")) for i in range(20)]
         for path in ("/items/image", "/search/image"):
@@ -77,7 +78,7 @@ def test_uploads_beyond_the_media_budget_get_507_and_write_nothing(tiny_image_ru
     small = real_png(32)
     one = len(small) + 200  # an upload as kept: a header line of at most 200 bytes, then the bytes
     encoder = load_encoder(run)
-    with TestClient(create_app(tmp_path / "ix", encoder, media_budget=2 * one)) as client:
+    with TestClient(create_app(tmp_path / "ix", encoder, media_budget=2 * one), base_url=LOCAL) as client:
         before = client.get("/health").json()["ntotal"]
         assert client.get("/stats").json()["media"] == {"bytes": 0, "budget": 2 * one}
         first = client.post("/items/image", files=[("files", ("a.png", small, "image/png"))])
@@ -94,7 +95,8 @@ def test_uploads_beyond_the_media_budget_get_507_and_write_nothing(tiny_image_ru
         assert client.get("/stats").json()["media"]["bytes"] == 0
         assert client.post("/items/image", files=three[:2]).status_code == 200
         used = client.get("/stats").json()["media"]["bytes"]
-    with TestClient(create_app(tmp_path / "ix", encoder, media_budget=2 * one)) as client:  # a restart counts again
+    # a restart counts again
+    with TestClient(create_app(tmp_path / "ix", encoder, media_budget=2 * one), base_url=LOCAL) as client:
         assert client.get("/stats").json()["media"] == {"bytes": used, "budget": 2 * one}
 
 
@@ -105,7 +107,7 @@ def test_an_uploads_labels_are_class_ids_and_a_damaged_kept_image_is_404(tiny_im
 
     _, run = tiny_image_run
     assert cli("index", "build", run, "--out", tmp_path / "ix").exit_code == 0
-    with TestClient(create_app(tmp_path / "ix", load_encoder(run))) as client:
+    with TestClient(create_app(tmp_path / "ix", load_encoder(run)), base_url=LOCAL) as client:
         for labels in ("-1", "70000"):
             reply = client.post("/items/image", files=[("files", ("a.png", real_png(32), "image/png"))],
                                 data={"labels": labels})
@@ -115,3 +117,78 @@ def test_an_uploads_labels_are_class_ids_and_a_damaged_kept_image_is_404(tiny_im
         item.write_bytes(item.read_bytes()[:-10])  # damaged on disk before its first thumbnail
         reply = client.get(f"/items/{added}/image")
         assert reply.status_code == 404 and "damaged" in reply.json()["detail"], reply.text
+
+
+def test_the_pixel_budget_holds_for_the_whole_server(tiny_image_run, tmp_path, monkeypatch):
+    """8 concurrent uploads, each within one request's budget, took a server to 8 GB (issue 60,
+    item 9): the pixels being decoded at once, over every request, stay within the server's
+    budget (`Limits.max_decoding_pixels`, set low here); a request waits for its turn, one that
+    does not get it in time gets 503 with Retry-After, and one over the server's budget 413."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from helpers import cli
+    from lbhash.index.searcher import QueryEncoder
+    from lbhash.index.sources import load_encoder
+    from lbhash.service import Limits
+
+    _, run = tiny_image_run
+    assert cli("index", "build", run, "--out", tmp_path / "ix").exit_code == 0
+    lock, decoding = threading.Lock(), {"now": 0, "most": 0, "calls": 0}
+    original = QueryEncoder.decode_images
+
+    def decode_images(self, blobs, names):  # counts the pixels being decoded at once
+        pixels = sum(Image.open(io.BytesIO(b)).size[0] * Image.open(io.BytesIO(b)).size[1] for b in blobs)
+        with lock:
+            decoding["now"] += pixels
+            decoding["most"], decoding["calls"] = max(decoding["most"], decoding["now"]), decoding["calls"] + 1
+        try:
+            time.sleep(0.1)  # a decode that takes a while: the requests beside it overlap it
+            return original(self, blobs, names)
+        finally:
+            with lock:
+                decoding["now"] -= pixels
+
+    monkeypatch.setattr(QueryEncoder, "decode_images", decode_images)
+    two = [("files", (f"{i}.png", real_png(32), "image/png")) for i in range(2)]
+    budget = 2 * 2 * 32 * 32  # two such requests at once
+    app = create_app(tmp_path / "ix", load_encoder(run), limits=Limits(max_decoding_pixels=budget))
+    with TestClient(app, base_url=LOCAL) as client:
+        before = client.get("/health").json()["ntotal"]
+
+        def upload(i):
+            if i % 2:
+                return client.post("/search/image", files=two, data={"k": "3"})
+            return client.post("/items/image", files=two)
+
+        with ThreadPoolExecutor(8) as pool:
+            replies = list(pool.map(upload, range(8)))
+        assert [r.status_code for r in replies] == [200] * 8, [r.text for r in replies]
+        assert decoding["calls"] == 8 and decoding["most"] <= budget, decoding
+        assert client.get("/health").json()["ntotal"] == before + 8
+        assert client.get("/stats").json()["limits"]["max_decoding_pixels"] == budget
+
+        app.state.decoding.wait_s = 0.2  # the server's budget taken: a request waits, then 503
+        with app.state.decoding.hold(budget, "the test"):
+            for path in ("/search/image", "/items/image"):
+                reply = client.post(path, files=two)
+                assert reply.status_code == 503 and reply.headers["retry-after"] == "1", reply.text
+                detail = reply.json()["detail"]
+                assert "pixels" in detail and "max_decoding_pixels" in detail and "\n" not in detail
+        five = [("files", (f"{i}.png", real_png(32), "image/png")) for i in range(5)]  # over the server's budget
+        reply = client.post("/items/image", files=five)
+        assert reply.status_code == 413 and "max_decoding_pixels" in reply.json()["detail"], reply.text
+        assert client.get("/health").json()["ntotal"] == before + 8
+        assert client.post("/items/image", files=two).status_code == 200  # the budget is free again
+
+
+def test_serve_lowers_the_pixels_decoded_at_once(tmp_path, server_factory):
+    import httpx
+
+    from lbhash.index import CodeIndex
+    from serve_helpers import free_port
+
+    CodeIndex(16).save(tmp_path / "ix")
+    server = server_factory(tmp_path / "ix", free_port(), "--max-decoding-mpixels", "5")
+    assert httpx.get(f"{server.url}/stats", timeout=10).json()["limits"]["max_decoding_pixels"] == 5_000_000

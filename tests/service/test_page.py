@@ -19,6 +19,7 @@ from lbhash.service.media import DecodeGate, ThumbnailCache, TooBusy
 from page_helpers import decoded, noisy, png_bytes
 
 from lbhash.service.page import PAGE_FILES
+from serve_helpers import LOCAL
 
 STATIC = ("index.html", *PAGE_FILES)
 
@@ -45,18 +46,19 @@ def test_index_build_records_each_items_file_covered_by_the_manifest(built):
     index = CodeIndex.load(ix)
     record = read_sources(index)
     ids = index.ids()
-    assert len(record) == len(ids) == 44 and record.class_names == ["blue", "green", "red", "yellow"]  # 48 less one of each class held out
+    # every training image, those held out for validation included (issue 60)
+    assert len(record) == len(ids) == 48 and record.class_names == ["blue", "green", "red", "yellow"]
     from lbhash.data import load_data
 
     data = load_data(f"images:{tree}")
     for i in ids[:5].tolist():
         assert record.source(i) == str(data.source.where(i)) and record.source(i).startswith(str(tree))
     info = cli("index", "info", ix)
-    assert f"44 items of images:{tree}" in info.output
+    assert f"48 items of images:{tree}" in info.output
     # a compaction or an `index add` keeps the record; `index remove` drops the removed ids
     assert cli("index", "remove", ix, "--ids", int(ids[0])).exit_code == 0
     again = read_sources(CodeIndex.load(ix))
-    assert len(again) == 43 and again.source(int(ids[0])) is None and again.source(int(ids[1])) is not None
+    assert len(again) == 47 and again.source(int(ids[0])) is None and again.source(int(ids[1])) is not None
     # the record is checksummed like the index's own files
     body = (ix / SOURCES).read_bytes()
     (ix / SOURCES).write_bytes(body.replace(b"/train/", b"/trainX", 1))
@@ -79,7 +81,7 @@ def test_thumbnails_are_the_recorded_images_pixel_for_pixel(built):
     tree, run, ix = built
     from lbhash.index.sources import load_encoder
 
-    with TestClient(create_app(ix, load_encoder(run))) as client:
+    with TestClient(create_app(ix, load_encoder(run)), base_url=LOCAL) as client:
         ids = [h["id"] for h in client.post("/search", json={"codes": ["0000"], "k": 6}).json()["results"][0]["hits"]]
         sources = client.post("/sources", json={"ids": ids}).json()["items"]
         for item in sources:
@@ -91,7 +93,7 @@ def test_thumbnails_are_the_recorded_images_pixel_for_pixel(built):
             assert pixels.shape == (32, 32, 3)
             np.testing.assert_array_equal(pixels, np.array(Image.open(item["source"]).convert("RGB")))
         about = client.get("/about").json()
-        assert about["index"]["sources"] == 44 and about["index"]["class_names"][2] == "red"
+        assert about["index"]["sources"] == 48 and about["index"]["class_names"][2] == "red"
         run_info = about["run"]
         assert (run_info["variant"], run_info["bits"], run_info["input_kind"]) == ("csq", 16, "images")
         assert 0 <= run_info["map"] <= 1 and set(run_info["lower_bound"]) >= {"min_inter", "max_intra", "ratio"}
@@ -103,7 +105,7 @@ def test_thumbnails_are_the_recorded_images_pixel_for_pixel(built):
 def test_bad_ids_and_path_tricks_get_one_line_and_no_file(built):
     tree, run, ix = built
     (ix.parent / "secret.txt").write_text("TOP SECRET")
-    with TestClient(create_app(ix)) as client:
+    with TestClient(create_app(ix), base_url=LOCAL) as client:
         one_line(client.get("/items/999/image"), 404, "id 999 is not in the index")
         one_line(client.get("/items/-1/image"), 422, "item_id")
         one_line(client.get(f"/items/{2**63}/image"), 422, "item_id")
@@ -126,13 +128,13 @@ def test_images_added_through_the_service_keep_their_bytes_across_restarts(tmp_p
     CodeIndex(16).save(tmp_path / "ix")
     big, small = noisy(rng, (10, 200, 90), (200, 300)), noisy(rng, (220, 20, 20), (10, 20))
     files = [("files", ("big.png", png_bytes(big), "image/png")), ("files", ("small.png", png_bytes(small), "image/png"))]
-    with TestClient(create_app(tmp_path / "ix", encoder)) as client:
+    with TestClient(create_app(tmp_path / "ix", encoder), base_url=LOCAL) as client:
         reply = client.post("/items/image", files=files, data={"labels": "1;2"})
         assert reply.status_code == 200 and reply.json()["ids"] == [0, 1], reply.text
     np.save(tmp_path / "q.npy", encoder.encode(big[None]))  # `lbhash search` names kept images too
     found = cli("search", tmp_path / "ix", "--codes", tmp_path / "q.npy", "-k", "1")
     assert re.search(r"id 0 +distance 0 +labels 1 +uploaded: big\.png", found.output), found.output
-    with TestClient(create_app(tmp_path / "ix", encoder)) as client:  # a restart
+    with TestClient(create_app(tmp_path / "ix", encoder), base_url=LOCAL) as client:  # a restart
         thumb = decoded(client.get("/items/0/image").content)
         expected = Image.fromarray(big)
         expected.thumbnail((128, 128))
@@ -173,7 +175,7 @@ def test_an_image_search_is_one_request_with_the_hits_sources(tmp_path, rng):
     CodeIndex(16).save(tmp_path / "ix")
     query = ("files", ("q.png", png_bytes(images[7]), "image/png"))
     code = encoder.encode(images[7][None])[0].tobytes().hex()
-    with TestClient(create_app(tmp_path / "ix", encoder)) as client:
+    with TestClient(create_app(tmp_path / "ix", encoder), base_url=LOCAL) as client:
         files = [("files", (f"{i}.png", png_bytes(img), "image/png")) for i, img in enumerate(images[:9])]
         assert client.post("/items/image", files=files, data={"labels": ";".join(["0"] * 5 + ["1"] * 4)}).status_code == 200
         assert client.post("/items", json={"codes": [code], "ids": [9], "labels": [[1]]}).status_code == 200  # no image
@@ -205,7 +207,7 @@ def test_an_image_search_is_one_request_with_the_hits_sources(tmp_path, rng):
 def test_thumbnail_decoding_is_rate_limited_and_cached(tmp_path, rng):
     encoder = FakeEncoder(bits=16, input_kind="images")
     CodeIndex(16).save(tmp_path / "ix")
-    with TestClient(create_app(tmp_path / "ix", encoder)) as client:
+    with TestClient(create_app(tmp_path / "ix", encoder), base_url=LOCAL) as client:
         files = [("files", (f"{i}.png", png_bytes(noisy(rng, (90, 90, 90))), "image/png")) for i in range(3)]
         client.post("/items/image", files=files)
         media = client.app.state.media
@@ -238,7 +240,7 @@ def test_thumbnail_decoding_is_rate_limited_and_cached(tmp_path, rng):
 
 def test_the_page_and_the_docs_ask_only_this_server(tmp_path):
     CodeIndex(16).save(tmp_path / "ix")
-    with TestClient(create_app(tmp_path / "ix")) as client:
+    with TestClient(create_app(tmp_path / "ix"), base_url=LOCAL) as client:
         page = client.get("/")
         assert page.status_code == 200 and "connect-src 'self'" in page.headers["content-security-policy"]
         assert client.get("/?item=3&k=5&labels=1,2").text == page.text  # an address the page wrote
@@ -282,7 +284,7 @@ def test_a_feature_index_has_sources_but_no_thumbnails(tmp_path, rng):
     np.savez(tmp_path / "f.npz", x=rng.standard_normal((5, 12)), y=np.arange(5) % 2)
     assert record_sources(index, f"features:{tmp_path / 'f.npz'}", np.arange(5)) == 0  # rows are no images
     index.save(tmp_path / "ix")
-    with TestClient(create_app(tmp_path / "ix", encoder)) as client:
+    with TestClient(create_app(tmp_path / "ix", encoder), base_url=LOCAL) as client:
         assert client.post("/sources", json={"ids": [0, 7]}).json()["items"] == [
             {"id": 0, "source": None, "image": False, "code": index.get_codes([0])[0].tobytes().hex()},
             {"id": 7, "source": None, "image": False, "code": None}]  # 7: not in the index
@@ -296,7 +298,8 @@ def test_a_feature_index_has_sources_but_no_thumbnails(tmp_path, rng):
 
 def test_a_feature_files_class_names_reach_the_search_and_the_page(tmp_path):
     """A features .npz with `label_names` (docs/data.md) names its classes in `lbhash search`
-    and on the page, as image data does (issue 60, item 6): `index build` records them."""
+    and on the page, as image data does (issue 60, item 6): the run records them (data.json) and
+    `index build` puts them in the index's sources.json."""
     from sklearn.datasets import load_digits
 
     x, y = load_digits(return_X_y=True)
@@ -307,6 +310,7 @@ def test_a_feature_files_class_names_reach_the_search_and_the_page(tmp_path):
     run, ix = tmp_path / "run", tmp_path / "ix"
     trained = cli("train", "--data", f"features:{data}", "--method", "linear", "--bits", 16, "--out", run, "--quiet")
     assert trained.exit_code == 0, trained.output
+    assert json.loads((run / "data.json").read_text())["class_names"] == names.tolist()  # the run carries them
     built = cli("index", "build", run, "--out", ix)
     assert built.exit_code == 0 and "note:" not in built.output, built.output
     assert read_sources(CodeIndex.load(ix)).class_names == names.tolist()
@@ -317,7 +321,7 @@ def test_a_feature_files_class_names_reach_the_search_and_the_page(tmp_path):
     assert "label 0 zero" in coded or "label 1 one" in coded, coded
     from lbhash.index.sources import load_encoder
 
-    with TestClient(create_app(ix, load_encoder(run))) as client:
+    with TestClient(create_app(ix, load_encoder(run)), base_url=LOCAL) as client:
         about = client.get("/about").json()
         assert about["index"]["class_names"] == names.tolist() and about["index"]["sources"] == 0
         assert client.get("/items/0/image").status_code == 404  # feature rows have no images

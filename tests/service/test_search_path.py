@@ -9,6 +9,7 @@ from fastapi.testclient import TestClient
 from index_reference import random_codes, top_k
 from lbhash.index import CodeIndex
 from lbhash.service import create_app, depends
+from serve_helpers import LOCAL
 
 BITS = 32
 
@@ -28,7 +29,7 @@ def counted(tmp_path, rng):
         return request.app.state.store
 
     app.dependency_overrides[depends.store] = store
-    with TestClient(app) as client:
+    with TestClient(app, base_url=LOCAL) as client:
         yield client, codes, calls
 
 
@@ -79,3 +80,17 @@ def test_the_route_still_documents_search(counted):
     assert schema["$ref"].endswith("/SearchRequest")
     assert operation["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].endswith("/SearchResponse")
     assert {"400", "413", "422"} <= set(operation["responses"])
+
+
+@pytest.mark.parametrize("path", ["/search", "/items", "/sources"])
+def test_json_nested_100000_deep_is_a_4xx_not_a_500(counted, path):
+    """Python's JSON reader gives up on deep nesting with a RecursionError, which the lean
+    /search path left to a bare 500 (issue 60, item 9)."""
+    client, codes, _ = counted
+    deep = "[" * 100_000 + "]" * 100_000
+    for body in (deep, '{"codes": %s, "k": 3}' % deep):
+        reply = client.post(path, content=body, headers={"content-type": "application/json"})
+        assert 400 <= reply.status_code < 500, (reply.status_code, reply.text[:300])
+        assert "\n" not in reply.json()["detail"]
+    reply = client.post("/search", json={"codes": [codes[0].tobytes().hex()], "k": 3})
+    assert reply.status_code == 200 and reply.json()["results"][0]["hits"][0]["id"] == 0

@@ -16,6 +16,7 @@ from index_reference import random_codes, top_k
 from lbhash.errors import InputError
 from lbhash.index import CodeIndex, Queries, plan_search
 from lbhash.service import IndexStore, Limits, create_app, wal_path_for
+from serve_helpers import LOCAL
 
 BITS = 32
 
@@ -29,7 +30,7 @@ def served(tmp_path, rng):
     index.save(tmp_path / "ix")
     encoder = FakeEncoder(dim=12, bits=BITS)
     app = create_app(tmp_path / "ix", encoder, limits=Limits(max_body_bytes=200_000, max_batch=50, max_k=100))
-    with TestClient(app) as client:
+    with TestClient(app, base_url=LOCAL) as client:
         yield client, codes, labels, tmp_path / "ix", encoder
 
 
@@ -153,7 +154,7 @@ def test_image_search_and_add(tmp_path, rng):
     index = CodeIndex(16)
     index.add(np.concatenate([encoder.encode(img[None]) for img in images[:3]]))
     index.save(tmp_path / "ix")
-    with TestClient(create_app(tmp_path / "ix", encoder)) as client:
+    with TestClient(create_app(tmp_path / "ix", encoder), base_url=LOCAL) as client:
         reply = client.post("/items/image", files=[("files", ("d.png", png(images[3]), "image/png"))],
                             data={"ids": "40", "labels": "1,2"})
         assert reply.status_code == 200, reply.text
@@ -236,7 +237,7 @@ def test_a_large_class_id_over_http_writes_small_label_files(tmp_path, rng):
     index = CodeIndex(BITS)
     index.add(codes[:2000], labels=rng.integers(0, 4, 2000))
     index.save(tmp_path / "ix")
-    with TestClient(create_app(tmp_path / "ix")) as client:
+    with TestClient(create_app(tmp_path / "ix"), base_url=LOCAL) as client:
         reply = client.post("/items", json={"codes": hexes(codes[2000:]), "labels": [[65535, 3, 65535]]})
         assert reply.status_code == 200 and reply.json()["ids"] == [2000], reply.text
         store = client.app.state.store
@@ -322,7 +323,7 @@ def test_the_server_loads_the_scan_before_its_first_request(tmp_path, rng, monke
                         lambda self, *args: scans.append(len(args[1])) or original(self, *args))
     for name in ("flat", "empty", "ivf"):
         scans.clear()
-        with TestClient(create_app(tmp_path / name)):
+        with TestClient(create_app(tmp_path / name), base_url=LOCAL):
             assert scans and set(scans) == {1}, name  # one-query scans, before any request
 
 
@@ -336,7 +337,7 @@ def test_searches_of_an_index_run_on_one_thread_per_usable_cpu(tmp_path, rng, mo
     index.save(tmp_path / "ix")
     monkeypatch.setattr(lbhash.cpus.os, "cpu_count", lambda: 8)  # Offload's own default would be 7 or 12
     monkeypatch.setattr(lbhash.cpus.os, "sched_getaffinity", lambda pid: {0, 2, 5}, raising=False)
-    with TestClient(create_app(tmp_path / "ix")) as client:
+    with TestClient(create_app(tmp_path / "ix"), base_url=LOCAL) as client:
         assert client.post("/search", json={"codes": [random_codes(rng, 1, BITS)[0].tobytes().hex()]}).status_code == 200
         assert len(client.app.state.offload._workers) == 3
 
@@ -419,3 +420,13 @@ def test_serve_sets_the_interpreter_up_while_it_runs_and_restores_it(tmp_path, r
     assert seen == [(SWITCH_INTERVAL_S, FULL_COLLECTION_AFTER, True)]
     assert SWITCH_INTERVAL_S < before[0] and FULL_COLLECTION_AFTER > before[1][2]
     assert (sys.getswitchinterval(), gc.get_threshold(), gc.get_freeze_count()) == before
+
+
+def test_a_radius_search_over_max_k_hits_is_400_in_one_line(served):
+    """A radius search returns at most max_k hits per query, as k may ask (issue 60, item 9)."""
+    client, codes, _, _, _ = served
+    reply = client.post("/search", json={"codes": hexes(codes[:2]), "radius": BITS})  # all 200 items
+    assert reply.status_code == 400, reply.text
+    assert reply.json()["detail"] == ("radius 32 finds 200 items for query 0, more than the 100 a search returns per "
+                                      "query (as k): give a smaller radius, or k for the nearest")
+    assert client.post("/search", json={"codes": hexes(codes[:2]), "radius": 8}).status_code == 200

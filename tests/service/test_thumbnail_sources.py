@@ -13,6 +13,7 @@ from lbhash.index import CodeIndex
 from lbhash.index.origins import DataImages, read_sources, record_sources
 from lbhash.service import create_app
 from page_helpers import make_image_tree
+from serve_helpers import LOCAL
 
 
 @pytest.fixture
@@ -51,7 +52,7 @@ def test_a_swapped_source_is_refused_and_its_target_untouched(indexed, tmp_path,
     before = outside.read_bytes()
     images = DataImages(read_sources(CodeIndex.load(ix)))
     images.read(1)  # the data set is loaded, as a running server has it, before the swap
-    with TestClient(create_app(ix)) as client:
+    with TestClient(create_app(ix), base_url=LOCAL) as client:
         assert client.get("/items/2/image").status_code == 200
         os.remove(path)
         if swap == "symlink out":

@@ -31,7 +31,8 @@ def resolved(images, **values):
 def test_a_pretrained_backbone_that_trains_gets_the_recipe(images, monkeypatch):
     monkeypatch.setattr("lbhash.cpus.bf16_native", lambda device="cpu": True)
     cfg = resolved(images, backbone="efficientnet_lite0", pretrained="imagenet")
-    assert (cfg.probe_epochs, cfg.epochs, cfg.eval_every) == (10, 14, 1)
+    assert (cfg.probe_epochs, cfg.epochs, cfg.eval_every, cfg.validation) == (10, 14, 1, 0.1)
+    assert resolved(images, backbone="efficientnet_lite0", pretrained="imagenet", validation=0).eval_every == 5
     assert (cfg.backbone_lr_scale, cfg.freeze_bn, cfg.train_stages, cfg.backbone_precision) == (0.1, True, 0, "bf16")
     # each part has its own option, and a given value is kept
     cfg = resolved(images, backbone="efficientnet_lite0", pretrained="imagenet", probe_epochs=0, epochs=3,
@@ -166,3 +167,20 @@ def test_bf16_features_have_their_own_cache_entries(images):
     assert "precision" not in _entry_key(backbone, options, {"n": 1}, False)  # float32 keys as before
     assert _entry_key(backbone, options, {"n": 1}, True)["precision"] == "bf16"
     assert np.all(np.isfinite(backbone(torch.zeros(1, 3, 32, 32)).detach().numpy()))
+
+
+def test_the_run_says_how_it_uses_its_backbone(images, monkeypatch):
+    from lbhash.train.config import backbone_line
+
+    monkeypatch.setattr("lbhash.cpus.bf16_native", lambda device="cpu": True)
+    assert backbone_line(resolved(images, backbone="efficientnet_lite0", pretrained="imagenet")) == (
+        "backbone efficientnet_lite0 (imagenet weights), bf16: fine-tuned, 10 probe epochs on cached features, "
+        "then every stage at 0.1x the head's rate, BatchNorm statistics kept")
+    assert backbone_line(resolved(images, backbone="efficientnet_lite0", pretrained="imagenet",
+                                  freeze_backbone=True)) == (
+        "backbone efficientnet_lite0 (imagenet weights), bf16: frozen, its features computed once")
+    assert backbone_line(resolved(images, backbone="resnet8", train_stages=2)) == (
+        "backbone resnet8 (random initialisation), fp32: trained, its last 2 stage(s)")
+    from lbhash.data import load_data
+
+    assert backbone_line(resolve_config(TrainConfig(data="digits", method="csq", bits=16), load_data("digits"))) is None

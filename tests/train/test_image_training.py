@@ -50,7 +50,7 @@ def test_small_cnn_trains_on_real_pixels(tree, tmp_path):
     log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
     assert log[-1]["loss"]["total"] < 0.8 * log[0]["loss"]["total"]
     assert metrics["map"] > 0.4  # 3 balanced classes: random codes give about 1/3
-    assert metrics["n_query"] == 60 and metrics["n_db"] == 270  # 10 of each class's 100 held out for validation
+    assert metrics["n_query"] == 60 and metrics["n_db"] == 300  # the 30 held out for validation included
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +91,6 @@ def test_bad_image_stops_before_training_unless_skipped(broken_tree_run, tmp_pat
     assert result.exit_code == 2 and "0003.jpg" in result.output
     assert not (tmp_path / "a").exists()
     metrics = json.loads((skipped / "metrics.json").read_text())
-    assert metrics["n_db"] == 269  # 300 less 30 held out, less the broken one
+    assert metrics["n_db"] == 299  # 300 (the 30 held out for validation included) less the broken one
     assert not any("0003.jpg" in str(s) for s in load_codes_file(skipped / "codes.npz")["db_sources"]
                    if "/ship/" in str(s))

@@ -136,7 +136,7 @@ def test_multilabel_majority_target():
     assert float(out.parts["lower_bound"]) == pytest.approx(float(by_hand), rel=1e-6)
 
 
-def test_validation_split_is_disjoint_from_query_and_database_and_seeded():
+def test_validation_split_is_no_query_leaves_the_database_as_drawn_and_is_seeded():
     rng = np.random.default_rng(0)
     labels = rng.integers(0, 5, 400)
     ds = ArrayDataset(np.zeros((400, 2), np.float32), labels, None, "toy")
@@ -144,8 +144,11 @@ def test_validation_split_is_disjoint_from_query_and_database_and_seeded():
         split = make_split(ds, protocol, 1)
         carved = carve_validation(split, ds.labels, 0.1, 1)
         v = carved.validation
-        assert len(v) and not np.intersect1d(v, carved.query).size and not np.intersect1d(v, carved.database).size
-        assert not np.intersect1d(v, carved.train).size
+        assert len(v) and not np.intersect1d(v, carved.query).size and not np.intersect1d(v, carved.train).size
+        # training items stay database items where the protocol's database holds them (issue 60)
+        np.testing.assert_array_equal(carved.database, split.database)
+        held = np.isin(v, carved.database)
+        assert held.all() if protocol != "per-class:40,10" else not held.any()
         np.testing.assert_array_equal(np.sort(np.concatenate([carved.train, v])), split.train)
         np.testing.assert_array_equal(carve_validation(split, ds.labels, 0.1, 1).validation, v)
         assert not np.array_equal(carve_validation(split, ds.labels, 0.1, 2).validation, v)

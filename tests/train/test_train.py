@@ -18,6 +18,7 @@ from lbhash.evaluate import mean_average_precision
 from lbhash.train import train
 from helpers import one_line_error
 from run_bank import DIGITS
+from lbhash.errors import InputError
 from lbhash.train import TrainConfig, build_config, load_config_file
 from lbhash.train.builder import build_experiment
 from lbhash.train.encoder import encode
@@ -47,6 +48,49 @@ def test_config_precedence_flags_over_file_over_defaults(tmp_path):
     path.write_text("bitz: 3\n")
     with pytest.raises(ValueError, match="c.yaml: unknown option 'bitz'"):
         load_config_file(path)
+
+
+# a "billion laughs": 9 levels of 9 aliases each, 9^9 strings once expanded, in 600 bytes
+LAUGHS = 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n' + "".join(
+    f"{b}: &{b} [{','.join([f'*{a}'] * 9)}]\n" for a, b in zip("abcdefgh", "bcdefghi")) + "method_options: {x: *i}\n"
+
+
+def test_a_config_of_yaml_aliases_is_refused_in_one_line(tmp_path):
+    """A 600-byte YAML of nested aliases (`--config`) printed pydantic tracebacks and ran past
+    120 s (issue 60, item 9): YAML anchors and aliases are refused where YAML is read, naming
+    the file, before anything expands them."""
+    from lbhash.train.config import parse_yaml
+
+    path = tmp_path / "laughs.yaml"
+    path.write_text(LAUGHS)
+    assert len(LAUGHS) < 700
+    with pytest.raises(InputError) as err:
+        load_config_file(path)
+    assert str(err.value).startswith(f"{path}: YAML anchors and aliases (&NAME, *NAME) are not accepted")
+    assert "\n" not in str(err.value)
+    for text in ("bits: &b 32\n", "bits: 32\nepochs: *b\n", "[*x]"):
+        with pytest.raises(InputError, match="^--set x: YAML anchors and aliases"):
+            parse_yaml(text, "--set x")
+    assert parse_yaml("bits: 32\nname: '&not *an alias'\n", "f") == {"bits": 32, "name": "&not *an alias"}
+
+
+def test_train_config_of_yaml_aliases_is_one_line_exit_2(tmp_path):
+    path = tmp_path / "laughs.yaml"
+    path.write_text(LAUGHS)
+    result = cli("train", "--data", "digits", "--config", path, "--out", tmp_path / "run")
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output[:2000]
+    assert "laughs.yaml" in result.output and "aliases" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_saved_run_config_has_no_aliases(tmp_path):
+    """A run's config.yaml is read back by the same reader, which refuses aliases: the writer
+    never makes them, even for values that are one object twice."""
+    from lbhash.train.rundir import plain_yaml
+
+    shared = [1, 2]
+    text = plain_yaml({"a": shared, "b": shared})
+    assert "&" not in text and "*" not in text and yaml.safe_load(text) == {"a": [1, 2], "b": [1, 2]}
 
 
 @pytest.fixture(scope="module")

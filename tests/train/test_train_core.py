@@ -118,7 +118,7 @@ def test_eval_set_arrays_give_validation_metrics(in_memory_fit, tmp_path):
     enc, xt, yt, xv, yv = in_memory_fit["fitted"], X[:1200], y[:1200], X[1200:], y[1200:]
     m = enc.metrics_  # named for what they measure: the eval_set items searched among the training items
     assert "n_query" not in m and "n_db" not in m
-    assert m["n_validation"] == len(xv) == m["run"]["n_validation"] and m["n_train"] == len(xt) - held_out(yt)
+    assert m["n_validation"] == len(xv) == m["run"]["n_validation"] and m["n_train"] == len(xt)
     assert m["run"]["n_held_out"] == held_out(yt)  # the share of xt that chose the epoch
     assert m["run"]["protocol"] == "validation" and 0 < m["map"] <= 1
     expected = lower_bound(enc.encode(xv), yv, 99.9, bits=16)  # the held-out codes, encoded again

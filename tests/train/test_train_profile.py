@@ -112,7 +112,8 @@ def test_hash_encoder_and_lbhash_train_train_with_the_same_recipe(monkeypatch):
 # --- issue 19, 15: what a run loaded, --quiet, one line per epoch in a log ------------------------
 
 DIGITS_LINE = ("data digits: features, 1797 items, 10 classes, 64 features (used as stored); "
-               "split digits: 900 train, 100 validation, 300 query, 1397 database")  # 10 per class held out
+               "split digits: 900 train, 100 validation, 300 query, 1497 database (validation included)")
+# 10 per class held out to choose the epoch, which stay in the database (issue 60)
 
 
 def run_args(out, *extra):
@@ -150,8 +151,8 @@ def test_a_run_says_what_it_loaded_and_prints_one_line_per_epoch_off_a_terminal(
     summary = json.loads((run / "data.json").read_text())
     assert summary == {"data": "digits", "name": "digits", "kind": "features", "items": 1797, "classes": 10,
                        "multi_label": False, "feature_dim": 64, "dequantized": False,
-                       "split": {"protocol": "digits", "seed": 0, "train": 900, "query": 300, "database": 1397,
-                                 "validation": 100}}
+                       "split": {"protocol": "digits", "seed": 0, "train": 900, "query": 300, "database": 1497,
+                                 "validation": 100, "validation_in_database": 100}}
     resumed = cli("train", "--resume", "--out", run)
     assert resumed.exit_code == 0 and DIGITS_LINE not in resumed.output  # finished: nothing loaded
 
@@ -180,7 +181,7 @@ def test_the_data_line_says_when_features_were_dequantized(tmp_path):
     summary = data_summary(exp)
     assert describe_data(summary) == ("data features:" + str(tmp_path / "q.npz") + ": features, 120 items, "
                                       "3 classes, 8 features (dequantized); split given: 91 train, "
-                                      "9 validation, 20 query, 91 database")  # 34/33/33 -> 3 each held out
+                                      "9 validation, 20 query, 100 database (validation included)")  # 34/33/33: 3 each
     assert summary["dequantized"] is True
 
 

@@ -10,6 +10,7 @@ import numpy as np
 from lbhash.centers import _cache
 from lbhash.centers._simple import hadamard_centers, pairwise_distance_stats, random_centers
 from lbhash.errors import InputError
+from lbhash.limits import MAX_BITS
 
 CENTER_KINDS = ("auto", "hadamard", "bch", "reed_solomon", "random")
 # Order in which `auto` tries the kinds; on equal min distance the earlier one wins.
@@ -84,6 +85,8 @@ def _check_args(bits, classes, kind, seed) -> tuple[int, int, int]:
     for name, value, low in (("bits", bits, 1), ("classes", classes, 2), ("seed", seed, 0)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
             raise InputError(f"{name} must be an integer >= {low}, got {value!r}")
+    if bits > MAX_BITS:  # checked before any work: 100,000 bits took 103 s, then an ArrayMemoryError
+        raise InputError(f"bits must be an integer from 1 to {MAX_BITS}, got {bits!r}")
     if kind not in CENTER_KINDS:
         raise InputError(f"kind must be one of {', '.join(CENTER_KINDS)}, got {kind!r}")
     if (classes - 1).bit_length() > bits:  # classes > 2^bits, without a float that overflows

@@ -19,7 +19,7 @@ def _parse_int(value: str, name: str) -> int:
 
 
 @click.command()
-@click.option("--bits", required=True, metavar="INTEGER", help="Code length in bits.")
+@click.option("--bits", required=True, metavar="INTEGER", help="Code length in bits (at most 4096).")
 @click.option("--classes", required=True, metavar="INTEGER", help="Number of classes C (codewords).")
 @click.option("--kind", default="auto", show_default=True, metavar="KIND",
               help=f"Generator: {KINDS_HELP}; auto takes the best by min distance.")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from pathlib import Path
@@ -22,8 +23,8 @@ def demo(out: Path, bits: str, epochs: int, seed: int) -> None:
 
     Digits (1,797 8x8 images as 64 features, 10 classes), protocol `digits`: per class 100
     training and 30 query images, database = all but the queries, and 10 of each class's
-    training images held out to choose the epoch kept. Prints mAP@all, the lower-bound ratio
-    of the database codes and the training time per epoch.
+    training images held out to choose the epoch kept (they stay in the database). Prints
+    mAP@all, the lower-bound ratio of the database codes and the training time per epoch.
 
     Both train with CSQ's recommended recipe (`lbhash methods`), as `lbhash train` does.
     """
@@ -32,6 +33,7 @@ def demo(out: Path, bits: str, epochs: int, seed: int) -> None:
     from lbhash.methods.defaults import schedule_text
     from lbhash.train.rundir import load_run_config
     from lbhash.train import TrainConfig, train
+    from lbhash.train.summary import DATA_SUMMARY, split_sizes
 
     lengths = parse_int_list(bits, "--bits")
     rows = []
@@ -50,9 +52,9 @@ def demo(out: Path, bits: str, epochs: int, seed: int) -> None:
             row[name] = (m["map"], float("inf") if ratio == "inf" else ratio,
                          m["run"]["seconds_per_epoch"])
         rows.append(row)
-    sizes = f"{m['run']['n_train']} train / {m['run']['n_validation']} validation / {m['n_query']} query / {m['n_db']}"
+    split = json.loads((run_dir / DATA_SUMMARY).read_text())["split"]
     kept = "best validation epoch" if cfg.select == "best-val" else "last epoch"
-    click.echo(f"\ndigits, protocol digits ({sizes} database), seed {seed}, "
+    click.echo(f"\ndigits, split {split['protocol']}: {split_sizes(split)}; seed {seed}, "
                f"{epochs} epochs, lr {cfg.lr:g} {schedule_text(cfg)}, {kept} kept, "
                f"total {time.perf_counter() - start:.0f} s")
     click.echo(f"{'bits':>4}  {'mAP CSQ':>8} {'mAP CSQ_D':>9}  {'LB CSQ':>7} {'LB CSQ_D':>8}  "

@@ -69,27 +69,34 @@ def index() -> None:
 @click.option("--kind", type=click.Choice(["flat", "ivf", "multihash"]), default="flat", show_default=True,
               help="flat: exact; ivf, multihash: approximate (docs/search.md).")
 @click.option("--part", type=click.Choice(["database", "all"]), default=None,
-              help="With a run directory: its database codes (codes.npz) or all items encoded anew. [default: database]")
+              help="With a run directory: its database codes (codes.npz) or all items encoded anew. [default: "
+                   "database; all for a run of protocol all-train, which has no database]")
+@click.option("--data", "data_spec", help="With a run directory: the run's data at its new location, when it moved "
+                                          "since training (a data spec, e.g. images:PATH).")
 @click.option("--nlist", type=int, help="ivf: number of lists. [default: 1024]")
 @click.option("--nprobe", type=int, help="ivf: lists scanned per query. [default: 16]")
 @click.option("--nhash", type=int, help="multihash: number of hash tables. [default: bits // 16]")
 @click.option("--nflip", type=int, help="multihash: bit flips probed per table. [default: 2]")
 @click.option("--overwrite", is_flag=True, help="Replace an existing index (atomically).")
 @backend_options
-def build(source: Path, out: str, kind: str, part: str | None, nlist, nprobe, nhash, nflip, overwrite: bool,
-          backend: str, uri: str) -> None:
+def build(source: Path, out: str, kind: str, part: str | None, data_spec: str | None, nlist, nprobe, nhash, nflip,
+          overwrite: bool, backend: str, uri: str) -> None:
     """Index the codes of SOURCE: a run directory, or an .npz from `lbhash encode`.
 
     Ids are the items' positions in the data set (or the file's integer `ids`); labels come
-    along for filtering.
+    along for filtering. A run's data is found from any working directory (the run records its
+    absolute path); data that moved since is given with --data.
     """
     from lbhash.errors import InputError
     from lbhash.index import sources
 
+    spec = None
     if source.is_dir():
-        data = sources.run_codes(source, part or "database")
-    elif part is not None:
-        raise InputError("--part applies to a run directory, not to a codes file")
+        part = sources.run_part(source, part)
+        spec = sources.run_data(source, data_spec, part)  # the run's data, found from here (None: not a run)
+        data = sources.run_codes(source, part, spec)
+    elif part is not None or data_spec is not None:
+        raise InputError(f"{'--part' if part is not None else '--data'} applies to a run directory, not to a codes file")
     else:
         data = sources.codes_file(source)
     ids = data["ids"] if data["ids"] is not None else np.arange(len(data["codes"]))
@@ -103,7 +110,7 @@ def build(source: Path, out: str, kind: str, part: str | None, nlist, nprobe, nh
 
         refuse_inside_run(out, "--out")
         if Path(out).exists() and not overwrite:
-            raise InputError(f"{out} exists: pass --overwrite to replace it")
+            raise InputError(f"{out} exists: choose another --out to keep it, or pass --overwrite to replace it")
         index = CodeIndex(data["bits"], kind, **given)
     index.add(data["codes"], ids=ids, labels=data["labels"])
     if backend == "faiss":
@@ -112,29 +119,36 @@ def build(source: Path, out: str, kind: str, part: str | None, nlist, nprobe, nh
         model = sources.run_model(source) if source.is_dir() else None
         if model is not None:  # the model whose codes these are: searches with --run check it
             index.metadata[sources.MODEL_KEY] = model
-        if source.is_dir() and sources.run_data(source):  # ids are positions in this data
-            index.metadata["data"] = sources.run_data(source)
-            _record_sources(index, index.metadata["data"], ids)
+        if spec is not None:  # ids are positions in this data
+            index.metadata["data"] = spec
+            if sources.has_sources(spec):
+                _record_sources(index, spec, ids)
+            else:  # feature rows: no sources, but the run may have recorded its classes' names
+                from lbhash.index.origins import record_class_names
+
+                record_class_names(index, spec, sources.run_class_names(source))
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         with writer_lock(out, "lbhash index build"):  # no server or other writer changes it meanwhile
             if Path(out).exists() and not overwrite:  # made by another writer since the check above
-                raise InputError(f"{out} exists: pass --overwrite to replace it")
+                raise InputError(f"{out} exists: choose another --out to keep it, or pass --overwrite to replace it")
             index.save(out)
         if not index.is_trained:
             click.echo(f"note: the ivf index searches {searches(index)}", err=True)
-    click.echo(f"indexed {len(ids)} {data['bits']}-bit codes ({backend} {kind}) into {out}")
+    every = " (every item of the run: --part all)" if source.is_dir() and part == "all" else ""
+    click.echo(f"indexed {len(ids)} {data['bits']}-bit codes ({backend} {kind}) into {out}{every}")
 
 
 def _record_sources(index, data: str, ids) -> None:
     """Record each item's file, member or row (lbhash.index.origins: thumbnails, `lbhash search`);
-    data that cannot be read now leaves the index without them, with a note."""
+    image data that cannot be read is one line naming the fix, before anything is written."""
     from lbhash.errors import InputError
     from lbhash.index.origins import record_sources
 
     try:
         record_sources(index, data, ids)
     except InputError as err:
-        click.echo(f"note: no item sources recorded ({err})", err=True)
+        raise InputError(f"cannot record where the items came from ({err}); if the data moved, give its new "
+                         "location with --data") from None
 
 
 def _new_milvus(name: str, uri: str, bits: int, kind: str, given: dict, overwrite: bool):
@@ -145,7 +159,8 @@ def _new_milvus(name: str, uri: str, bits: int, kind: str, given: dict, overwrit
         raise InputError(f"--{sorted(set(given) - {'nlist', 'nprobe'})[0]} does not apply to the milvus backend")
     index = MilvusIndex(bits, collection=name, uri=uri, kind=kind, **given)
     if index.ntotal and not overwrite:
-        raise InputError(f"Milvus collection {name!r} already holds {index.ntotal} items: pass --overwrite to replace it")
+        raise InputError(f"Milvus collection {name!r} already holds {index.ntotal} items: choose another --out to "
+                         "keep them, or pass --overwrite to replace them")
     if index.ntotal or index.bits != bits:
         index.drop()
         index = MilvusIndex(bits, collection=name, uri=uri, kind=kind, **given)

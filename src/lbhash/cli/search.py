@@ -12,7 +12,6 @@ from lbhash.cli.index import backend_options, open_index
 from lbhash.cli.query_encoder import check_model, encoder_options, load_query_encoder, model_source
 from lbhash.limits import MAX_CLASS_ID, MAX_K
 
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 IMAGE_ARRAY_SUFFIXES = (".npz", ".npy", ".mat")  # --images: an image array, read as image-array:PATH
 
 
@@ -26,11 +25,13 @@ IMAGE_ARRAY_SUFFIXES = (".npz", ".npy", ".mat")  # --images: an image array, rea
                    "may add options); labels are not needed. Rows go through the run's input contract "
                    "(docs/data.md). Needs --run.")
 @click.option("--images", "image_paths", multiple=True, type=click.Path(path_type=Path),
-              help="Query image file, directory of image files, or image array (a .npz/.npy/.mat file of uint8 "
-                   "images, or an image-array:PATH data spec) (repeatable); needs --run or --encoder.")
+              help="Query image file, folder of image files (its subfolders too: a class-folder tree), or image "
+                   "array (a .npz/.npy/.mat file of uint8 images, or an image-array:PATH data spec) (repeatable); "
+                   "needs --run or --encoder.")
 @encoder_options
 @click.option("-k", "k", type=int, default=None, help=f"Results per query, at most {MAX_K}. [default: 10]")
-@click.option("--radius", type=int, help="Return every item within this Hamming distance instead of top-k.")
+@click.option("--radius", type=int, help=f"Return every item within this Hamming distance instead of top-k (at most "
+                                        f"{MAX_K} per query, as -k: more is refused).")
 @click.option("--filter-labels", help=f"Only items with at least one of these class ids (comma-separated, "
                                       f"0 to {MAX_CLASS_ID}).")
 @click.option("--rerank-factor", type=int, help="Re-rank the Hamming top k x M by the queries' real outputs "
@@ -44,8 +45,8 @@ def search(index_dir: str, codes_path, features_path, image_paths, run_dir, expo
            uri: str) -> None:
     """Search INDEX_DIR; print each query's ids, distances and labels.
 
-    Limits (docs/search.md): k at most 1000, class ids 0 to 65535; queries are searched in
-    batches of 1024.
+    Limits (docs/search.md): k at most 1000, and at most 1000 items per query within --radius;
+    class ids 0 to 65535; queries are searched in batches of 1024.
     """
     from lbhash.index.hits import Spelling, plan_search, search_hits  # lbhash.index loads FAISS: once needed
 
@@ -197,12 +198,16 @@ def _code_queries(index, codes_path) -> tuple[list[str], np.ndarray, list[list[i
 
 
 def _image_files(image_paths) -> list[Path]:
+    """Image files, and the image files under folders: a class-folder tree of photos is searched
+    whole, by path (hidden files and folders left out, as training leaves them out)."""
+    from lbhash.data.image_sources import is_image_name
     from lbhash.errors import InputError
 
     files = []
     for path in image_paths:
         if path.is_dir():
-            files += sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+            files += sorted(p for p in path.rglob("*") if is_image_name(p.name) and p.is_file()
+                            and not any(part.startswith(".") for part in p.relative_to(path).parts))
         elif path.is_file():
             files.append(path)
         else:

@@ -11,8 +11,8 @@ import click
 from lbhash.cli.index import backend_options
 from lbhash.cli.query_encoder import check_model, encoder_options, load_query_encoder, model_source
 from lbhash.errors import InputError, require_extra
-from lbhash.limits import (BATCH_ROWS, HEADER_TIMEOUT_S, MAX_BATCH, MAX_BODY_BYTES, MAX_CONNECTIONS, MAX_K, MAX_RERANK_CANDIDATES,
-                           MEDIA_BUDGET_BYTES)
+from lbhash.limits import (BATCH_ROWS, HEADER_TIMEOUT_S, MAX_BATCH, MAX_BODY_BYTES, MAX_CONNECTIONS, MAX_DECODING_PIXELS,
+                           MAX_K, MAX_RERANK_CANDIDATES, MEDIA_BUDGET_BYTES)
 
 
 @click.command()
@@ -44,19 +44,27 @@ from lbhash.limits import (BATCH_ROWS, HEADER_TIMEOUT_S, MAX_BATCH, MAX_BODY_BYT
               help="Most query rows of concurrent /search requests searched in one scan.")
 @click.option("--media-budget-mb", type=click.IntRange(min=1), default=MEDIA_BUDGET_BYTES >> 20, show_default=True,
               help="Most MiB of uploaded images the index keeps (NAME.media/); beyond it an upload gets 507.")
+@click.option("--max-decoding-mpixels", type=click.IntRange(1, MAX_DECODING_PIXELS // 10**6),
+              default=MAX_DECODING_PIXELS // 10**6, show_default=True,
+              help="Most million pixels of images decoded at once, over every request (uploads and thumbnails); "
+                   "beyond them a decode waits up to 5 s, then 503 (lbhash.limits: may only be lowered).")
 @click.option("--force", is_flag=True, help="Serve --run (or --encoder) even when its model did not make the "
                                            "index's codes.")
 @click.option("--read-only", is_flag=True, help="Serve searches, items, thumbnails and the page; refuse every "
                                                  "change (403).")
 @click.option("--write-key-file", type=click.Path(path_type=Path), help="File whose first line is the write key "
               "[default: $LBHASH_WRITE_KEY]; every change must send it in the X-Lbhash-Key header.")
+@click.option("--allowed-hosts", multiple=True, metavar="NAMES",
+              help="Host names (comma-separated, repeatable; .example.com: that domain and the names under it) "
+                   "that requests may give in their Host header besides localhost, IP addresses and --host "
+                   "[default: $LBHASH_ALLOWED_HOSTS]; any other gets 403 (against DNS rebinding).")
 @click.option("--read-key-file", type=click.Path(path_type=Path), help="File whose first line is the read key "
               "[default: $LBHASH_READ_KEY]; searches and reads must send it (or the write key).")
 @backend_options
 def serve(index_dir: str, run_dir, export_path, host: str, port: int, compact_every: int, max_batch: int, max_k: int,
           max_body_mb: int, max_rerank_candidates: int, max_connections: int, header_timeout: float,
-          batch_window_ms: float, batch_rows: int, media_budget_mb: int, force: bool, read_only: bool, write_key_file,
-          read_key_file, backend: str, uri: str) -> None:
+          batch_window_ms: float, batch_rows: int, media_budget_mb: int, max_decoding_mpixels: int, force: bool,
+          read_only: bool, write_key_file, allowed_hosts: tuple[str, ...], read_key_file, backend: str, uri: str) -> None:
     """Serve INDEX_DIR over HTTP: a search page at /, API docs at /docs.
 
     Every acknowledged change is in a write-ahead log (INDEX_DIR.wal beside the directory)
@@ -74,13 +82,14 @@ def serve(index_dir: str, run_dir, export_path, host: str, port: int, compact_ev
 
     from lbhash.cli.index import open_index
     from lbhash.service import IndexStore, Limits, MilvusStore, create_app
-    from lbhash.service.access import access_from_environment
+    from lbhash.service.access import HostNames, access_from_environment
     from lbhash.service.http import server_config, serving_interpreter
 
     access = access_from_environment(read_only, write_key_file, read_key_file)
     if access.open_for_writes and not _loopback(host):
         raise InputError(f"--host {host}: anyone who reaches it could change the index; set a write key "
                          "(LBHASH_WRITE_KEY or --write-key-file) or serve --read-only")
+    hosts = HostNames.for_server(host, allowed_hosts)
     if backend != "milvus":  # read-only: a missing or broken index is named before the port is taken
         from lbhash.index.storage import read_manifest
 
@@ -94,9 +103,10 @@ def serve(index_dir: str, run_dir, export_path, host: str, port: int, compact_ev
         store = (MilvusStore(open_index(index_dir, backend, uri)) if backend == "milvus"
                  else IndexStore(index_dir, compact_every=compact_every))
         limits = Limits(max_body_bytes=max_body_mb << 20, max_batch=max_batch, max_k=max_k,
-                        max_rerank_candidates=max_rerank_candidates)
+                        max_rerank_candidates=max_rerank_candidates,
+                        max_decoding_pixels=max_decoding_mpixels * 10**6)
         app = create_app(store, encoder, limits=limits, access=access, media_budget=media_budget_mb << 20,
-                         batch_window=batch_window_ms / 1000, batch_rows=batch_rows)
+                         batch_window=batch_window_ms / 1000, batch_rows=batch_rows, allowed_hosts=hosts)
         mode = ("read-only" if access.read_only else "changes need the write key" if access.write_key
                 else "open: anyone on this machine may change it")
         click.echo(f"serving {store.ntotal} {store.bits}-bit codes on http://{host}:{port} "

@@ -42,7 +42,16 @@ from lbhash.data.protocols import (
     parse_protocol,
     save_split,
 )
-from lbhash.data.spec import DATA_KINDS, DataKind, DataSpec, load_data, parse_data_spec, register_data_kind
+from lbhash.data.spec import (
+    DATA_KINDS,
+    DataKind,
+    DataSpec,
+    absolute_spec,
+    load_data,
+    missing_paths,
+    parse_data_spec,
+    register_data_kind,
+)
 
 _TRANSFORM_NAMES = ("build_transforms", "TRANSFORM_PRESETS", "IMAGENET_MEAN", "IMAGENET_STD", "Compose",
                     "ToFloat", "Resize", "CenterCrop", "RandomCrop", "RandomHorizontalFlip", "Normalize",
@@ -51,7 +60,7 @@ _TRANSFORM_NAMES = ("build_transforms", "TRANSFORM_PRESETS", "IMAGENET_MEAN", "I
 __all__ = [
     "HashDataset", "InputOptions", "INPUT_KINDS", "load_image_arrays",
     "ArrayDataset", "load_features", "load_digits", "count_unlabelled", "load_data",
-    "parse_data_spec", "register_data_kind", "DataSpec", "DataKind", "DATA_KINDS",
+    "parse_data_spec", "register_data_kind", "DataSpec", "DataKind", "DATA_KINDS", "absolute_spec", "missing_paths",
     "ImageDataset", "check_images", "load_cifar10", "load_image_folder", "load_image_lists",
     "ListPreset", "LIST_PRESETS", "CACHE_MODES",
     "Split", "carve_validation", "make_split", "save_split", "load_split", "parse_protocol", "ProtocolSpec",

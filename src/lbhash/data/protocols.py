@@ -269,8 +269,11 @@ def carve_validation(split: Split, labels, fraction: float, seed: int) -> Split:
 
     Single-label data: round(fraction * n) items of each class's n training items (at least one
     for a class with two or more); multi-label data: round(fraction * n) of all n. The
-    validation items leave the training items and the database, so they are never query or
-    database items.
+    validation items leave the training items only: they are never queries, and the database
+    is the protocol's, unchanged (same items, same order). Where it holds the training items
+    (given, digits, per-class:T,Q,+train, random:T,Q, ...) it holds the validation items too,
+    so that every index of the run finds them; where it leaves them out (cifar10,
+    per-class:T,Q) the validation items stay out with them.
     """
     if not 0 < fraction < 0.5:
         raise InputError(f"validation must be a fraction in (0, 0.5), got {fraction!r}")
@@ -290,10 +293,7 @@ def carve_validation(split: Split, labels, fraction: float, seed: int) -> Split:
         raise InputError(f"validation {fraction} of {len(split.train)} training items leaves no validation "
                          "or no training items")
     validation = np.sort(split.train[chosen])
-    held = np.isin(split.database, validation)
-    seen_held = np.isin(split.seen_database, validation)  # unseen:K: its seen-class database
-    return replace(split, train=np.setdiff1d(split.train, validation), database=split.database[~held],
-                   validation=validation, seen_database=split.seen_database[~seen_held])
+    return replace(split, train=np.setdiff1d(split.train, validation), validation=validation)
 
 
 def save_split(path: str | os.PathLike, split: Split) -> None:

@@ -10,6 +10,7 @@ Option values are taken literally (no %-decoding); a path may not contain '?'.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Callable
 
 from lbhash.data.base import HashDataset
@@ -86,6 +87,30 @@ def parse_data_spec(spec: str) -> DataSpec:
                 raise InputError(f"data spec {text!r}: option {key!r} given twice")
             options[key] = value
     return DataSpec(text, kind.name, path, options)
+
+
+PATH_OPTIONS = ("root", "labels")  # options whose values are paths (list files' root, a labels file)
+
+
+def absolute_spec(spec: str) -> str:
+    """The data spec with its paths (the spec's own and PATH_OPTIONS') made absolute and resolved
+    against the current directory: it names the same files from any working directory (a run
+    records it beside the spec as typed; an index records it for its sources)."""
+    parsed = parse_data_spec(spec)
+    if parsed.path is None:
+        return parsed.text
+    options = {k: (str(Path(v).expanduser().resolve()) if k in PATH_OPTIONS else v)
+               for k, v in parsed.options.items()}
+    query = "&".join(f"{k}={v}" for k, v in options.items())
+    return f"{parsed.kind}:{Path(parsed.path).expanduser().resolve()}" + (f"?{query}" if query else "")
+
+
+def missing_paths(spec: str) -> list[str]:
+    """The paths a data spec names (its own, and PATH_OPTIONS') that do not exist."""
+    parsed = parse_data_spec(spec)
+    named = ([parsed.path] if parsed.path is not None else []) + [v for k, v in parsed.options.items()
+                                                                 if k in PATH_OPTIONS]
+    return [p for p in named if not Path(p).expanduser().exists()]
 
 
 def load_data(spec: str, labels_required: bool = True) -> HashDataset:

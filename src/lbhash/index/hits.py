@@ -1,8 +1,10 @@
 """The rules of a search request, in one place for `lbhash search` and the HTTP service.
 
 `plan_search` checks a request's options before any work: top-k or every item within a
-radius, not both (k defaults to `DEFAULT_K`); k within the caller's limit; re-ranking orders a
-top k, and k * rerank_factor stays within the caller's cap on re-ranked candidates.
+radius, not both (k defaults to `DEFAULT_K`); k within the caller's limit, and a radius search's
+hits per query too (`max_hits`: more is refused in one line, not cut, since a radius search
+promises every item within it); re-ranking orders a top k, and k * rerank_factor stays within
+the caller's cap on re-ranked candidates.
 `check_classes` checks class-id lists (a filter per query, or an item's labels).
 `Queries` are a search's packed codes, with their real outputs when it re-ranks
 (`lbhash.index.searcher.QueryEncoder.queries` makes them from raw inputs).
@@ -28,6 +30,11 @@ from lbhash.index.sparse_labels import SparseLabels
 from lbhash.limits import MAX_BATCH, MAX_CLASS_ID, MAX_K, check_class_ids, check_k
 
 DEFAULT_K = 10
+# (query, item) pairs one range search of a capped plan may find: its queries go to the index in
+# groups of RANGE_PAIRS // ntotal (one at least), and the first query over the cap ends the search,
+# so that a radius that takes in the whole index costs this much, not queries x items (64 codes at
+# radius 32 on 200,000 codes took 5.1 GB and answered 517 MB before the cap)
+RANGE_PAIRS = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -44,12 +51,14 @@ class Spelling:
 @dataclass(frozen=True)
 class SearchPlan:
     """A checked search: the top `k` (radius None) or every item within `radius` (k None);
-    `factor`: re-rank the Hamming top k * factor by the queries' real outputs (None: don't)."""
+    `factor`: re-rank the Hamming top k * factor by the queries' real outputs (None: don't);
+    `max_hits`: a radius search's most hits per query, more is refused (None: not capped)."""
 
     k: int | None
     radius: int | None
     factor: int | None = None
     spelling: Spelling = Spelling()
+    max_hits: int | None = None
 
 
 @dataclass(frozen=True)
@@ -84,7 +93,8 @@ def plan_search(k: int | None = None, radius: int | None = None, *, rerank: bool
                 spelling: Spelling = Spelling(), max_k: int = MAX_K,
                 max_candidates: int | None = None) -> SearchPlan:
     """The plan of a request's options. `rerank`: the queries come with real outputs; `factor`
-    (default `RERANK_FACTOR`) applies only then. `max_candidates`: a cap on k * factor."""
+    (default `RERANK_FACTOR`) applies only then. `max_k` caps k and a radius search's hits per
+    query alike; `max_candidates`: a cap on k * factor."""
     names = spelling
     if k is not None and radius is not None:
         raise InputError(f"give either {names.k} or {names.radius}, not both "
@@ -92,7 +102,7 @@ def plan_search(k: int | None = None, radius: int | None = None, *, rerank: bool
     if rerank and radius is not None:
         raise InputError(f"re-ranking orders a top k: give {names.k}, not {names.radius}, with {names.rerank}")
     if radius is not None:
-        return SearchPlan(None, _checks.radius_value(radius), None, spelling)
+        return SearchPlan(None, _checks.radius_value(radius), None, spelling, max_hits=check_k(max_k, "max_k"))
     k = check_k(DEFAULT_K if k is None else k, names.k, max_k)
     if not rerank:
         return SearchPlan(k, None, None, spelling)
@@ -119,24 +129,35 @@ def search_hits(index: Backend, queries: Queries, plan: SearchPlan, classes: lis
 
     `classes`: per query, the class ids an item must share one of (checked by `check_classes`);
     the queries' real outputs are needed when the plan re-ranks, and only then. Queries go to
-    the index in batches of `MAX_BATCH` (bounded memory for any number of them)."""
+    the index in batches of `MAX_BATCH` (bounded memory for any number of them), those of a
+    capped radius search in groups that find at most `RANGE_PAIRS` pairs (`plan.max_hits`)."""
     if classes is not None and len(classes) != len(queries):
         raise InputError(f"{plan.spelling.classes} has {len(classes)} entries but there are {len(queries)} queries")
     codes, real = queries.codes, queries.real
     if (plan.factor is None) != (real is None):
         raise TypeError("real outputs go with a re-ranking plan, and only with one")
-    rows = []
-    for start in range(0, len(codes), MAX_BATCH):
-        part = slice(start, start + MAX_BATCH)
+    rows, step = [], MAX_BATCH
+    if plan.radius is not None and plan.max_hits is not None:
+        step = max(1, min(MAX_BATCH, RANGE_PAIRS // max(1, index.ntotal)))
+    for start in range(0, len(codes), step):
+        part = slice(start, start + step)
         labels = None if classes is None else SparseLabels.from_lists(classes[part], plan.spelling.classes)
-        rows += _batch_rows(index, codes[part], plan, labels, None if real is None else real[part])
+        rows += _batch_rows(index, codes[part], plan, labels, None if real is None else real[part], start)
     return _with_labels(index, rows)
 
 
-def _batch_rows(index, queries, plan: SearchPlan, labels, real) -> list[tuple]:
-    """Per query: (distances, ids, scores or None), padding stripped."""
+def _batch_rows(index, queries, plan: SearchPlan, labels, real, start: int) -> list[tuple]:
+    """Per query: (distances, ids, scores or None), padding stripped. `start`: the number of the
+    batch's first query among the request's (for messages)."""
     if plan.radius is not None:
         lims, dist, ids = index.range_search(queries, plan.radius, labels)
+        counts = np.diff(lims)
+        over = np.flatnonzero(counts > plan.max_hits) if plan.max_hits is not None else ()
+        if len(over):
+            names = plan.spelling
+            raise InputError(f"{names.radius} {plan.radius} finds {counts[over[0]]} items for query {start + over[0]}, "
+                             f"more than the {plan.max_hits} a search returns per query (as {names.k}): give a "
+                             f"smaller {names.radius}, or {names.k} for the nearest")
         return [(dist[a:b], ids[a:b], None) for a, b in zip(lims[:-1], lims[1:])]
     if plan.factor is None:
         dist, ids = index.search(queries, plan.k, labels)

@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import os
 import threading
-from pathlib import Path
 
 import numpy as np
 
@@ -34,20 +33,6 @@ from lbhash.limits import MAX_SOURCE_BYTES
 
 SOURCES = "sources.json"
 FORMAT = "lbhash-sources/1"
-_PATH_OPTIONS = ("root", "labels")
-
-
-def absolute_spec(spec: str) -> str:
-    """The data spec with its paths made absolute (an index is served from anywhere)."""
-    from lbhash.data.spec import parse_data_spec
-
-    parsed = parse_data_spec(spec)
-    if parsed.path is None:
-        return parsed.text
-    options = {k: (str(Path(v).expanduser().resolve()) if k in _PATH_OPTIONS else v)
-               for k, v in parsed.options.items()}
-    query = "&".join(f"{k}={v}" for k, v in options.items())
-    return f"{parsed.kind}:{Path(parsed.path).expanduser().resolve()}" + (f"?{query}" if query else "")
 
 
 def dataset_sources(dataset, positions) -> list[str] | None:
@@ -63,7 +48,7 @@ def record_sources(index, data_spec: str, ids) -> int:
     """Record where the items `ids` (positions in `data_spec`) came from, and the data's class
     names, in `index`'s attachments; returns how many sources were recorded (0 for feature
     data, whose class names alone are recorded when it has them)."""
-    from lbhash.data import load_data
+    from lbhash.data import absolute_spec, load_data
 
     spec = absolute_spec(data_spec)
     dataset = load_data(spec, labels_required=False)
@@ -72,10 +57,7 @@ def record_sources(index, data_spec: str, ids) -> int:
         raise InputError(f"ids are not positions in {spec} ({len(dataset)} items)")
     sources = dataset_sources(dataset, ids)
     if sources is None:  # feature rows: no images, but their classes may have names
-        names = getattr(dataset, "class_names", None)
-        if names and names != [str(c) for c in range(len(names))]:  # digits' "0".."9" name nothing
-            _attach(index, {"format": FORMAT, "data": spec, "class_names": names, "prefix": "", "ids": [],
-                            "sources": []})
+        record_class_names(index, spec, getattr(dataset, "class_names", None))
         return 0
     prefix = os.path.commonprefix(sources) if len(sources) > 1 else ""
     body = {"format": FORMAT, "data": spec, "class_names": getattr(dataset, "class_names", None),
@@ -87,6 +69,17 @@ def record_sources(index, data_spec: str, ids) -> int:
             raise InputError(f"cannot read the size of an image file ({err})") from None
     _attach(index, body)
     return len(ids)
+
+
+def record_class_names(index, data_spec: str, names) -> None:
+    """Record the class names of feature data (no sources: its rows are not images) in `index`'s
+    attachments; nothing for no names, or names that are only the ids ("0".."9": the digits)."""
+    if not names or list(names) == [str(c) for c in range(len(names))]:
+        return
+    from lbhash.data import absolute_spec
+
+    _attach(index, {"format": FORMAT, "data": absolute_spec(data_spec), "class_names": [str(n) for n in names],
+                    "prefix": "", "ids": [], "sources": []})
 
 
 def _attach(index, body: dict) -> None:

@@ -3,12 +3,16 @@ so that a change there is rewired here alone.
 
 - `load_encoder(run_dir)`: a run's torch model as an encoder (lbhash.encoders.Encoder), and
   `load_exported(path)`: an export's (ONNX Runtime, no torch).
-- `run_codes(run_dir, part)`: the codes, ids and labels of a run's items.
+- `run_part(run_dir, part)`, `run_data(run_dir, data, part)` and `run_codes(run_dir, part, data)`:
+  which items of a run an index holds (every item of an all-train run), the data spec that
+  loads them from any working directory (or from where they moved: `--data`), and their
+  codes, ids and labels.
 - `codes_file(path)`: the codes, ids, labels and sources of a codes file (lbhash.codes_file):
   `lbhash encode`'s output, or a run's codes.npz (its database).
 - `run_model(run_dir)` and `check_index_model(metadata, source, index_dir, force, exported)`: the
   model an index's codes came from (recorded by `lbhash index build`), and the refusal to encode
-  queries for that index with another model (a run's, or an export's: `exported_model(path)`).
+  queries for that index with another model (a run's, or an export's: `exported_model(path)`),
+  whose advice never replaces what the user has.
 """
 
 from __future__ import annotations
@@ -25,8 +29,9 @@ MODEL_KEY = "model"  # in an index's metadata: the run's model_identity at build
 
 
 def run_model(run_dir: str | Path) -> dict | None:
-    """{"file", "sha256", "epoch"} of the weights a run encodes with; None for a directory
-    that holds codes but no trained run."""
+    """The identity of the weights a run encodes with (lbhash.train.rundir.model_identity: file,
+    sha256, epoch, run, variant, bits, input kind, ...); None for a directory that holds codes
+    but no trained run."""
     from lbhash.train.rundir import CONFIG, model_identity
 
     return model_identity(run_dir) if (Path(run_dir) / CONFIG).is_file() else None
@@ -37,16 +42,91 @@ def check_index_model(metadata: dict, source: str | Path, index_dir, force: bool
     """Refuse to encode queries for an index with a model other than the one that made its
     codes: their distances would mean nothing (an item's own image far from itself). `source`
     is a run directory, or with `exported` an export (lbhash export). Indexes built from a codes
-    file, or before lbhash recorded the model, have nothing to compare."""
+    file, or before lbhash recorded the model, have nothing to compare.
+
+    The refusal tells the two models apart by what identifies them (run, method, bits, input
+    kind, epoch) and its advice never replaces what the user has: the run that built the index,
+    or a new index under a name that is free. `force` searches anyway with a warning, except
+    across input kinds (an image index searched through a feature model): that is refused."""
     recorded = (metadata or {}).get(MODEL_KEY)
-    if force or not isinstance(recorded, dict):
+    if not isinstance(recorded, dict):
         return
     now = exported_model(source) if exported else run_model(source)
-    if now is not None and now.get("sha256") != recorded.get("sha256"):
-        remedy = ("export the run that built it again (`lbhash export RUN_DIR --overwrite`)" if exported else
-                  f"rebuild the index with `lbhash index build {source} --out {index_dir} --overwrite`")
-        raise InputError(f"{source}: its model ({now.get('file')}, epoch {now.get('epoch')}) did not make the codes of "
-                         f"{index_dir} (epoch {recorded.get('epoch')}): {remedy}, or pass --force")
+    if now is None or now.get("sha256") == recorded.get("sha256"):
+        return
+    mine, theirs = _input_kind(recorded, metadata), now.get("input_kind")
+    if mine and theirs and mine != theirs:
+        raise InputError(f"{source}: its model encodes {KIND_WORDS.get(theirs, theirs)} but the codes of {index_dir} "
+                         f"are of {KIND_WORDS.get(mine, mine)} ({describe_model(recorded)}); no search can compare "
+                         f"them (--force does not apply): {_remedy(recorded, source, index_dir, exported)}")
+    what = f"{source}: its model ({describe_model(now)}) did not make the codes of {index_dir} ({describe_model(recorded)})"
+    if force:
+        import warnings
+
+        from lbhash.errors import LbhashWarning
+
+        warnings.warn(f"{what}; searching anyway (--force): its codes and the index's are not comparable, "
+                      "so the hits may mean nothing", LbhashWarning, stacklevel=2)
+        return
+    raise InputError(f"{what}: {_remedy(recorded, source, index_dir, exported)}, or pass --force")
+
+
+KIND_WORDS = {"features": "feature rows", "images": "images"}
+
+
+def _input_kind(recorded: dict, metadata: dict) -> str | None:
+    """What the index's model took: recorded with it (indexes since issue 60), else read from the
+    data kind the index records (None when neither says)."""
+    if recorded.get("input_kind"):
+        return str(recorded["input_kind"])
+    data = (metadata or {}).get("data")
+    if not isinstance(data, str) or data.split(":", 1)[0] == "arrays":
+        return None
+    return "features" if data.split(":", 1)[0] in _FEATURE_KINDS else "images"
+
+
+def describe_model(model: dict) -> str:
+    """A model as a reader tells it apart: `csq_D 64 bits on images (efficientnet_lite0), epoch 5,
+    run /abs/runs/photos`; older records give what they hold (the epoch at least)."""
+    parts = []
+    if model.get("variant") and model.get("bits"):
+        on = f" on {KIND_WORDS.get(model.get('input_kind'), model.get('input_kind'))}" if model.get("input_kind") else ""
+        backbone = f" ({model['backbone']})" if model.get("backbone") else ""
+        parts.append(f"{model['variant']} {model['bits']} bits{on}{backbone}")
+    parts.append(f"epoch {model.get('epoch')}")
+    if model.get("run"):
+        parts.append(f"run {model['run']}")
+    return ", ".join(parts)
+
+
+def _remedy(recorded: dict, source, index_dir, exported: bool) -> str:
+    """Advice that is safe to follow as written: it names the run that built the index, or a
+    new index or export under a name nothing holds yet; it never overwrites either."""
+    built_by = recorded.get("run")
+    if exported:
+        if built_by is None:
+            return "pass --encoder an export of the run that built the index"
+        new = free_name(Path(built_by) / "export")
+        return (f"pass --run {built_by} (the run that built it), or export it to a new folder "
+                f"(`lbhash export {built_by} --out {new}`) and pass --encoder {new}")
+    run = Path(str(source))
+    fresh = f"index this run's codes under a new name (`lbhash index build {source} --out {free_name(index_dir, run)}`)"
+    if built_by is not None and run.resolve() == Path(built_by):
+        return f"the run trained on since the index was built; {fresh}"
+    if built_by is None:
+        return f"search with the run that built it, or {fresh}"
+    return f"search with the run that built it (--run {built_by}), or {fresh}"
+
+
+def free_name(path, run: Path | None = None) -> str:
+    """`PATH-RUNNAME` (or `PATH-new`), with -2, -3, ... until nothing is there: a new index or
+    export that replaces nothing."""
+    base = f"{path}-{run.name if run is not None and run.name else 'new'}"
+    name, n = base, 1
+    while Path(name).exists() or Path(f"{name}.wal").exists():
+        n += 1
+        name = f"{base}-{n}"
+    return name
 
 
 def load_encoder(run_dir: str | Path):
@@ -72,37 +152,109 @@ def exported_model(path: str | Path) -> dict | None:
     """The identity of the model an export holds (its run's, as an index records it)."""
     from lbhash.encoders.exported import read_manifest
 
-    model = read_manifest(path).get("model")
-    return model if isinstance(model, dict) else None
+    manifest = read_manifest(path)
+    model = manifest.get("model")
+    if not isinstance(model, dict):
+        return None
+    kind = (manifest.get("input") or {}).get("kind") if isinstance(manifest.get("input"), dict) else None
+    return {**model, "input_kind": kind} if kind and not model.get("input_kind") else model
 
 
-def run_codes(run_dir: str | Path, part: str = "database") -> dict:
-    """Codes of a run's items: part="database" reads its codes.npz; part="all" encodes
-    every item of its data with its model. ids are the items' positions in the data set."""
+def run_part(run_dir: str | Path, part: str | None = None) -> str:
+    """The part of a run an index holds: `part` as given, else "database" (its codes.npz),
+    except for a run without a database (protocol all-train: every item trained), whose index
+    is every item ("all"). A run with no codes to read is one line naming the fix."""
     run_dir = Path(run_dir)
-    if part not in PARTS:
+    if part is not None and part not in PARTS:
         raise InputError(f"--part must be one of {', '.join(PARTS)}, got {part!r}")
-    if part == "database":
-        from lbhash.train.rundir import CODES, verify_files
+    from lbhash.train.rundir import CODES, CONFIG, MANIFEST, load_run_config
 
-        path = run_dir / CODES
-        if not path.is_file():
-            raise InputError(f"{run_dir}: no codes.npz (not a finished run directory)")
-        verify_files(run_dir, (CODES,))
-        data = load_codes_file(path, need=("db",))
-        return _checked(path, data["bits"], part_fields(data, "db"))
-    from lbhash.train.run_codes import encode_run
+    if part == "all" or (run_dir / CODES).is_file():
+        return part or "database"
+    if not (run_dir / CONFIG).is_file():
+        raise InputError(f"{run_dir}: no codes.npz (not a run directory)")
+    if not (run_dir / MANIFEST).is_file():
+        raise InputError(f"{run_dir}: no codes.npz (the run has not finished; `lbhash train --out {run_dir} --resume` "
+                         "finishes it)")
+    protocol = load_run_config(run_dir).protocol
+    if protocol == "all-train" and part is None:
+        return "all"
+    why = ("protocol all-train has no database part" if protocol == "all-train"
+           else "the run trained with test: false, which writes no codes")
+    raise InputError(f"{run_dir}: no codes.npz ({why}); index every item of its data, encoded anew, with --part all")
 
-    encoded = encode_run(run_dir, None, "all", progress=False)
-    return _checked(run_dir, encoded["bits"], encoded)
+
+def run_codes(run_dir: str | Path, part: str = "database", data: str | None = None) -> dict:
+    """Codes of a run's items: part="database" reads its codes.npz; part="all" encodes every
+    item of its data with its model (`data`: the spec that loads it, `run_data`'s; default the
+    run's own). ids are the items' positions in the data set."""
+    run_dir = Path(run_dir)
+    part = run_part(run_dir, part)
+    if part == "all":
+        from lbhash.train.run_codes import encode_run
+
+        encoded = encode_run(run_dir, data, "all", progress=False)
+        return _checked(run_dir, encoded["bits"], encoded)
+    from lbhash.train.rundir import CODES, verify_files
+
+    path = run_dir / CODES
+    verify_files(run_dir, (CODES,))
+    codes = load_codes_file(path, need=("db",))
+    return _checked(path, codes["bits"], part_fields(codes, "db"))
 
 
-def run_data(run_dir: str | Path) -> str | None:
-    """The data spec a run trained on (its index ids are positions in that data); None for a
-    directory that holds codes but no run config."""
-    from lbhash.train.rundir import CONFIG, load_run_config
+def run_data(run_dir: str | Path, data: str | None = None, part: str | None = None) -> str | None:
+    """The data spec that loads a run's items from here (its index ids are positions in it):
+    `data`, the run's data at a new location, checked to hold as many items as the run's; else
+    the spec with absolute paths the run recorded (lbhash.train.rundir.run_data_spec). None for
+    a directory that holds codes but no run config. With `part` (an index is built), where the
+    data is read (to encode every item, or to record where image items came from) and its path
+    is not there, one line names the path and the fix: `--data` with where the data is now."""
+    from lbhash.data import absolute_spec, load_data, missing_paths, parse_data_spec
+    from lbhash.train.rundir import CONFIG, read_data_summary, run_data_spec
 
-    return load_run_config(run_dir).data if (Path(run_dir) / CONFIG).is_file() else None
+    if not (Path(run_dir) / CONFIG).is_file():
+        if data is not None:
+            raise InputError(f"--data applies to a run directory; {run_dir} is not one (no {CONFIG})")
+        return None
+    if data is None:
+        spec = run_data_spec(run_dir)
+        kind = parse_data_spec(spec).kind
+        missing = missing_paths(spec) if part == "all" or (part and has_sources(spec)) else []
+        if missing:
+            typed = "" if Path(missing[0]).expanduser().is_absolute() else (
+                ", a path relative to where the run trained (runs before issue 60 recorded only that): run this there, "
+                "or")
+            raise InputError(f"{run_dir}: its data is not at {missing[0]} any more (data {spec}){typed or ';'} if it "
+                             f"moved, give its new location with --data {kind}:PATH")
+        return spec
+    missing = missing_paths(data)
+    if missing:
+        raise InputError(f"--data {data}: {missing[0]}: no such file or directory")
+    spec = absolute_spec(data)
+    items = read_data_summary(run_dir).get("items")
+    found = len(load_data(spec, labels_required=False))
+    if isinstance(items, int) and found != items:
+        raise InputError(f"--data {data}: {found} items, but {run_dir} trained on {items}: ids are positions in "
+                         "the run's data, so --data must be that data (moved), not other data")
+    return spec
+
+
+def run_class_names(run_dir: str | Path) -> list[str] | None:
+    """The class names a run recorded of its data (data.json, runs since issue 60), or None."""
+    from lbhash.train.rundir import read_data_summary
+
+    names = read_data_summary(run_dir).get("class_names")
+    return [str(n) for n in names] if isinstance(names, list) else None
+
+
+_FEATURE_KINDS = ("features", "digits")  # data kinds whose items are feature rows (lbhash.data.spec)
+
+
+def has_sources(data_spec: str) -> bool:
+    """Whether a data set's items are images with a source to record (a file, a member, a row of
+    an image array); feature rows have none."""
+    return data_spec.split(":", 1)[0] not in (*_FEATURE_KINDS, "arrays")
 
 
 def item_sources(data_spec: str, ids) -> list[str | None]:

@@ -12,6 +12,8 @@ model's default config beside the model): its constants are its constructor's ke
 defaults, its training recipes are `recipe` (the paper's, shared by all methods),
 `benchmark_recipe` (the DeepHash-pytorch benchmark's) and `recommended_recipe` (the one our
 validation study supports), `recommended_lbhash` holds the _D options the study chose for it,
+`recommended_constants` the constants that recipe was validated with where they differ from the
+constructor's (paper-faithful) defaults,
 and `lbhash_mode` says how the _D objective combines with it (lbhash.methods.defaults).
 """
 
@@ -98,6 +100,7 @@ class HashLoss(nn.Module):
     benchmark_recipe: ClassVar[Recipe] = BENCHMARK_RMSPROP
     recommended_recipe: ClassVar[Recipe] = RECOMMENDED_RECIPE
     recommended_lbhash: ClassVar[dict] = {}         # overrides of PAPER_LBHASH
+    recommended_constants: ClassVar[dict] = {}      # the recommended profile's constants where they differ
 
     def __init__(self, bits: int, num_classes: int, num_train: int | None = None,
                  centers: torch.Tensor | None = None, multi_label: bool = False):

@@ -12,7 +12,9 @@ Profiles:
 - "benchmark": the optimizer settings of the DeepHash-pytorch benchmark the paper took the
   baselines from (RMSprop lr 1e-5 for most methods, SGD for GreedyHash, 150-200 epochs), with
   the paper-faithful _D objective.
-The method constants are the same in all: the defaults of the method's constructor.
+The method constants are the defaults of the method's constructor in all, except that the
+recommended profile takes a method's `recommended_constants` (the constants its recommended
+recipe was validated with: DBDH's clamp, docs/methods.md).
 """
 
 from __future__ import annotations
@@ -45,7 +47,8 @@ def method_defaults(name: str, profile: str = "recommended") -> MethodDefaults:
     recipe = {"recommended": cls.recommended_recipe, "paper": cls.recipe, "benchmark": cls.benchmark_recipe}[profile]
     lbhash = {**PAPER_LBHASH, **({**RECOMMENDED_LBHASH, **cls.recommended_lbhash} if profile == "recommended" else {})}
     return MethodDefaults(**dataclasses.asdict(recipe), lbhash_mode=cls.lbhash_mode, lbhash=lbhash,
-                          constants=cls.constants())
+                          constants={**cls.constants(),
+                                     **(cls.recommended_constants if profile == "recommended" else {})})
 
 
 def schedule_text(recipe) -> str:

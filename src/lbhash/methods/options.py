@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import field_validator
 
+from lbhash.limits import MAX_BITS
 from lbhash.methods.base import method_class
 from lbhash.methods.defaults import PROFILES
 from lbhash.options import Options, option
@@ -21,7 +22,8 @@ class MethodOptions(Options):
                        "paper-faithful recipe and _D objective) or 'benchmark' (the DeepHash benchmark's recipe).",
         f"one of {', '.join(PROFILES)}")
     lbhash: bool = option(False, "Train the method's _D variant (the paper's objective).", "true or false")
-    bits: int = option(64, "Code length.", "a positive integer", ge=1)
+    bits: int = option(64, f"Code length, at most {MAX_BITS} bits.", f"an integer from 1 to {MAX_BITS}", ge=1,
+                       le=MAX_BITS)
     method_options: dict[str, bool | int | float | str] = option(
         {}, "The method's constants, NAME=VALUE (e.g. quantization=1e-4).", "a mapping of constant names to values",
         shown="the method's", cli=False)

@@ -12,13 +12,23 @@
   browser), else `Origin`, compared with the request's own host; clients that are not
   browsers send neither and pass. Go's net/http `CrossOriginProtection` uses the same rule.
   CORS stays closed: the service sends no Access-Control-Allow-* header.
+- Every request must name this server in its `Host` header (`HostNames`), else 403 (400
+  without one) before any route runs, reads and the page included: against DNS rebinding, where
+  a page of another site whose name is rebound to 127.0.0.1 is same-origin to the browser
+  (`Sec-Fetch-Site: same-origin`, `Origin` equal to `Host`) and only the Host names the other
+  site. Accepted: `localhost`, any IP address (an address is never rebound), the name the server
+  listens as, and the names of `--allowed-hosts` (or LBHASH_ALLOWED_HOSTS); with or without a
+  port. Jupyter and Vite check the same way.
 """
 
 from __future__ import annotations
 
+import functools
 import hmac
+import ipaddress
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -26,9 +36,11 @@ from urllib.parse import urlsplit
 from fastapi.responses import JSONResponse
 
 from lbhash.errors import InputError
+from lbhash.limits import MAX_KEY_FILE_BYTES
 
 KEY_HEADER = "X-Lbhash-Key"
 ENV_WRITE_KEY, ENV_READ_KEY = "LBHASH_WRITE_KEY", "LBHASH_READ_KEY"
+ENV_ALLOWED_HOSTS = "LBHASH_ALLOWED_HOSTS"
 _CHANGE = re.compile(r"^/items(/image)?$")  # POST; DELETE /items/{id} is the other change
 _OPEN = re.compile(r"^(/|/page/[^/]+|/health|/docs|/docs-assets/[^/]+|/docs/oauth2-redirect|/redoc|/openapi\.json)$")
 MIN_KEY_CHARS = 16
@@ -63,38 +75,155 @@ class Access:
 
 def access_from_environment(read_only: bool = False, write_key_file: Path | None = None,
                             read_key_file: Path | None = None) -> Access:
-    """Keys from a file (its first line) or else from LBHASH_WRITE_KEY / LBHASH_READ_KEY."""
+    """Keys from a file (its first line; a regular file of at most MAX_KEY_FILE_BYTES) or else
+    from LBHASH_WRITE_KEY / LBHASH_READ_KEY (set but empty is refused, never read as no key)."""
     return Access(write_key=_key(write_key_file, ENV_WRITE_KEY, "--write-key-file"),
                   read_key=_key(read_key_file, ENV_READ_KEY, "--read-key-file"), read_only=read_only)
 
 
 def _key(path: Path | None, env: str, option: str) -> str | None:
     if path is None:
-        return os.environ.get(env) or None
-    try:
-        lines = Path(path).read_text().splitlines()
-    except (OSError, UnicodeDecodeError) as err:
-        raise InputError(f"{option} {path}: cannot read the key ({err.__class__.__name__})") from None
+        value = os.environ.get(env)
+        if value is not None and not value.strip():  # set but empty: never "no key", an open server
+            raise InputError(f"{env} is set but empty: set a key of at least {MIN_KEY_CHARS} printable characters, "
+                             "or unset it")
+        return value
+    lines = _read_key_file(Path(path), option).splitlines()
     if not lines or not lines[0]:
         raise InputError(f"{option} {path}: the file's first line holds no key")
     return lines[0]
 
 
-class AccessControl:
-    """ASGI middleware applying an `Access` to every HTTP request (see the module docstring)."""
+def _read_key_file(path: Path, option: str) -> str:
+    """A key file's text: a regular file (a link to one will do) of at most MAX_KEY_FILE_BYTES.
+    Opened without blocking and checked on the open file: a FIFO would wait for a writer
+    forever, /dev/zero would be read until memory runs out."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as err:
+        raise InputError(f"{option} {path}: cannot read the key ({err.__class__.__name__})") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise InputError(f"{option} {path}: not a regular file (a key file is a file whose first line is the key)")
+        data = b""
+        while len(data) <= MAX_KEY_FILE_BYTES:
+            chunk = os.read(fd, MAX_KEY_FILE_BYTES + 1 - len(data))
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        os.close(fd)
+    if len(data) > MAX_KEY_FILE_BYTES:
+        raise InputError(f"{option} {path}: more than {MAX_KEY_FILE_BYTES} bytes (a key file is a file whose first "
+                         "line is the key)")
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        raise InputError(f"{option} {path}: cannot read the key (UnicodeDecodeError)") from None
 
-    def __init__(self, app, access: Access):
-        self.app, self.access = app, access
+
+_NAME = re.compile(r"^\.?[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*\.?$")
+
+
+@dataclass(frozen=True)
+class HostNames:
+    """The names a request's `Host` may give (see the module docstring): `localhost`, any IP
+    address, and `names`, where ".example.com" stands for example.com and every name under it."""
+
+    names: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, names=(), where: str = "allowed hosts") -> "HostNames":
+        """Checked names: host names only (no port, scheme, path or wildcard), one line naming
+        `where` and the value otherwise."""
+        out = set()
+        for name in names:
+            text = str(name).strip().lower()
+            if not _NAME.match(text):
+                raise InputError(f"{where}: {str(name)!r} is not an allowed host name (a name such as "
+                                 "search.example or .example.com for a domain and the names under it; no "
+                                 "scheme, port, path or wildcard)")
+            out.add(text.rstrip("."))
+        return cls(frozenset(out))
+
+    @classmethod
+    def for_server(cls, host: str, given=()) -> "HostNames":
+        """The names of `lbhash serve --host HOST [--allowed-hosts ...]`: the --host when it is a
+        name, and the --allowed-hosts (comma-separated, repeatable) or else LBHASH_ALLOWED_HOSTS."""
+        where, text = ("--allowed-hosts", ",".join(given)) if given else \
+            (ENV_ALLOWED_HOSTS, os.environ.get(ENV_ALLOWED_HOSTS, ""))
+        values = [v for v in text.split(",") if v.strip()]
+        if given and not values:
+            raise InputError(f"--allowed-hosts {text!r}: no allowed host name given")
+        names = cls.of(values, where).names
+        if _address(host) is None and _NAME.match(host.strip().lower()):
+            names |= cls.of([host], "--host").names
+        return cls(names)
+
+    def allows(self, host: str | None) -> bool:
+        """Whether a `Host` header names this server."""
+        return host is not None and _allowed(self.names, host)
+
+
+@functools.lru_cache(maxsize=256)  # a server sees a few Host values: each is parsed once
+def _allowed(names: frozenset[str], host: str) -> bool:
+    name = _host_name(host)
+    if name is None:
+        return False
+    if name == "localhost" or _address(name) is not None or name in names:
+        return True
+    return any(n.startswith(".") and (name == n[1:] or name.endswith(n)) for n in names)
+
+
+def _host_name(host: str) -> str | None:
+    """The name of a `Host` header, lower case, without port and trailing dot (None: malformed)."""
+    host = host.strip().lower()
+    if host.startswith("["):  # [IPv6]:port
+        end = host.find("]")
+        rest = host[end + 1:]
+        if end < 0 or (rest and not (rest.startswith(":") and rest[1:].isdigit())):
+            return None
+        return host[1:end] if _address(host[1:end]) is not None else None
+    name, colon, port = host.rpartition(":") if host.count(":") == 1 else (host, "", "")
+    if colon and not port.isdigit():
+        return None
+    name = name.rstrip(".")
+    return name if name and _NAME.match(name) and not name.startswith(".") else None
+
+
+def _address(text: str):
+    try:
+        return ipaddress.ip_address(text.strip("[]"))
+    except ValueError:
+        return None
+
+
+class AccessControl:
+    """ASGI middleware applying an `Access` and the `HostNames` to every HTTP request (see the
+    module docstring)."""
+
+    def __init__(self, app, access: Access, hosts: HostNames = HostNames()):
+        self.app, self.access, self.hosts = app, access, hosts
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http":
-            refusal = self.refusal(scope)
+            refusal = self.host_refusal(scope) or self.refusal(scope)
             if refusal is not None:
                 status, detail = refusal
                 headers = {"WWW-Authenticate": f'{KEY_HEADER} realm="lbhash"'} if status == 401 else None
                 await JSONResponse({"detail": detail}, status_code=status, headers=headers)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+    def host_refusal(self, scope) -> tuple[int, str] | None:
+        host = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"host"), None)
+        if self.hosts.allows(host):
+            return None
+        if host is None or not host.strip():
+            return 400, "a request must name this server in its Host header"
+        shown = host if host.isprintable() and len(host) <= 200 else repr(host[:200])
+        return 403, (f"Host {shown} is not a name of this server (refused against DNS rebinding); if it is one, "
+                     f"start the server with --allowed-hosts NAME (or {ENV_ALLOWED_HOSTS})")
 
     def refusal(self, scope) -> tuple[int, str] | None:
         method, path, access = scope["method"], scope["path"], self.access

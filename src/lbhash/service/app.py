@@ -4,9 +4,11 @@ Endpoints: POST /search, POST /search/image, POST /items, POST /items/image,
 GET /items/{id}, DELETE /items/{id}, GET /health, GET /stats (OpenAPI at /docs); the search
 page at / and its helpers (lbhash.service.page: /about, /sources, /items/{id}/image).
 Bad input is a 4xx with {"detail": one line}: 400 bad values, 401 a key missing or wrong, 403
-a change refused (read-only, or from another web site), 404 unknown id, 409 id taken, 413 body
+a change refused (read-only, or from another web site) or a request naming another host, 404 unknown id, 409 id taken, 413 body
 or images too large, 422 malformed request; 507 uploads over their byte budget
-(lbhash.service.access has the rules of keys). Nothing else leaks: a bug is a bare 500.
+(lbhash.service.access has the rules of keys); 503 (Retry-After) when the images being decoded
+at once fill the service's pixel budget for longer than a request waits (lbhash.service.decode).
+Nothing else leaks: a bug is a bare 500.
 Searches may re-rank their Hamming top k * rerank_factor by the queries' real-valued outputs
 (lbhash.index.rerank); the hits then carry a `score`.
 
@@ -41,10 +43,11 @@ from lbhash.index import Queries, QueryEncoder, check_classes, plan_search
 from lbhash.index.uploads import OverBudget
 from lbhash.limits import MAX_ID, check_class_ids, check_ids
 from lbhash.service import models
-from lbhash.service.access import Access, AccessControl
+from lbhash.service.access import Access, AccessControl, HostNames
 from lbhash.service.batching import MAX_ROWS, Query, SearchBatcher
-from lbhash.service.decode import check_batch, need_encoder, parse_ids, read_uploads, search_queries, to_codes
-from lbhash.service.depends import BatcherDep, EncoderDep, Limits, LimitsDep, MediaDep, StoreDep
+from lbhash.service.decode import (DecodersBusy, PixelBudget, check_batch, need_encoder, parse_ids, read_uploads,
+                                  search_queries, to_codes)
+from lbhash.service.depends import BatcherDep, DecodingDep, EncoderDep, Limits, LimitsDep, MediaDep, StoreDep
 from lbhash.service.media import ItemMedia
 from lbhash.service.offload import Offload
 from lbhash.service.page import add_page, item_details
@@ -58,12 +61,15 @@ router = APIRouter()
 def create_app(source: str | Path | Store, encoder: Encoder | None = None, *, limits: Limits | None = None,
                compact_every: int = 1000, access: Access | None = None,
                media_budget: int = table.MEDIA_BUDGET_BYTES, batch_window: float = 0.0,
-               batch_rows: int = MAX_ROWS) -> FastAPI:
+               batch_rows: int = MAX_ROWS, allowed_hosts=()) -> FastAPI:
     """`source`: an index directory (served with a write-ahead log beside it) or a `Store`
     (`IndexStore`, `MilvusStore`). `encoder` (from a run) enables feature and image queries.
     `access`: keys and read-only mode (lbhash.service.access; default: open, as on loopback).
+    `allowed_hosts`: the host names (or a `HostNames`) a request's `Host` may give besides
+    `localhost` and IP addresses; any other gets 403 (lbhash.service.access).
     `batch_window` (seconds) and `batch_rows`: how `/search` requests share scans
     (lbhash.service.batching)."""
+    hosts = allowed_hosts if isinstance(allowed_hosts, HostNames) else HostNames.of(allowed_hosts)
     if isinstance(source, Store):
         store = source
     elif isinstance(source, (str, Path)):
@@ -88,12 +94,15 @@ def create_app(source: str | Path | Store, encoder: Encoder | None = None, *, li
     app.state.batcher = SearchBatcher(store, window=batch_window, max_rows=batch_rows,
                                       threads=store.search_threads or 1)
     app.state.encoder = QueryEncoder(encoder, store.bits) if encoder is not None else None
+    # the pixels of images decoded at once, over every request: uploads and thumbnails
+    app.state.decoding = PixelBudget(app.state.limits.max_decoding_pixels)
     # sources, thumbnails and the images added here (NAME.media/ beside the index)
-    app.state.media = ItemMedia(store, budget=media_budget)
+    app.state.media = ItemMedia(store, budget=media_budget, decoding=app.state.decoding)
     _install_error_handlers(app)
     app.add_middleware(SearchPath, state=app.state)  # innermost: behind the key and size checks
     app.add_middleware(BodyLimit, limit=app.state.limits.max_body_bytes)
-    app.add_middleware(AccessControl, access=app.state.access)  # outermost: refused before the body is read
+    # outermost: a request for another host, or without the key, is refused before the body is read
+    app.add_middleware(AccessControl, access=app.state.access, hosts=hosts)
     app.include_router(router)
     add_page(app)
     return app
@@ -146,7 +155,7 @@ def search_body(body: models.SearchRequest, store: Store, encoder: QueryEncoder 
 
 @router.post("/search/image", response_model=models.SearchResponse, response_model_exclude_none=True,
              responses=_ERRORS)
-def search_image(store: StoreDep, encoder: EncoderDep, limits: LimitsDep, media: MediaDep,
+def search_image(store: StoreDep, encoder: EncoderDep, limits: LimitsDep, media: MediaDep, decoding: DecodingDep,
                  files: list[UploadFile] = File(...), k: int | None = Form(None, ge=1),
                  radius: int | None = Form(None, ge=0), labels: str | None = Form(None),
                  rerank_factor: int | None = Form(None, ge=1)):
@@ -156,9 +165,10 @@ def search_image(store: StoreDep, encoder: EncoderDep, limits: LimitsDep, media:
     is this one request."""
     check_batch(limits, len(files), "images")
     run = need_encoder(encoder, "images")
-    blobs, names = read_uploads(files)
+    blobs, names, pixels = read_uploads(files)
     label_lists = None if labels is None else [parse_ids(labels, "labels", check=check_class_ids)] * len(files)
-    queries = run.queries(run.decode_images(blobs, names), rerank=rerank_factor is not None)
+    with decoding.hold(pixels, "the query images"):  # the service's pixels decoded at once
+        queries = run.queries(run.decode_images(blobs, names), rerank=rerank_factor is not None)
     query = search_query(limits, queries, k, radius, label_lists, rerank_factor)
     return hits_response(query, store.search(query.queries, query.plan, query.classes), store, media)
 
@@ -178,16 +188,17 @@ def add_items(body: models.ItemsRequest, store: StoreDep, encoder: EncoderDep, l
 
 
 @router.post("/items/image", response_model=models.ItemsResponse, responses=_ERRORS)
-def add_images(store: StoreDep, encoder: EncoderDep, limits: LimitsDep, media: MediaDep,
+def add_images(store: StoreDep, encoder: EncoderDep, limits: LimitsDep, media: MediaDep, decoding: DecodingDep,
                files: list[UploadFile] = File(...), ids: str | None = Form(None),
                labels: str | None = Form(None), upsert: bool = Form(False)):
     """Add uploaded images; `ids` comma-separated; `labels` per image, separated by ';'
     (e.g. "1,2;0")."""
     check_batch(limits, len(files), "images")
-    blobs, names = read_uploads(files)
+    blobs, names, pixels = read_uploads(files)
     media.check_uploads(blobs, names)
     run = need_encoder(encoder, "images")
-    codes = run.encode(run.decode_images(blobs, names))
+    with decoding.hold(pixels, "the uploaded images"):  # the service's pixels decoded at once
+        codes = run.encode(run.decode_images(blobs, names))
     label_lists = None if labels is None else [parse_ids(part, "labels", allow_empty=True, check=check_class_ids)
                                                for part in labels.split(";")]
     item_labels = None if label_lists is None else labels_of_items(limits, label_lists, len(codes))
@@ -254,6 +265,11 @@ def _install_error_handlers(app: FastAPI) -> None:
                             status_code=422)
 
     app.add_exception_handler(RequestValidationError, invalid)
+
+    async def busy(request: Request, exc: DecodersBusy):
+        return JSONResponse({"detail": one_line(exc)}, status_code=503, headers={"Retry-After": "1"})
+
+    app.add_exception_handler(DecodersBusy, busy)
 
     async def internal(request: Request, exc: Exception):
         logger.error("internal error", exc_info=exc)
@@ -323,6 +339,10 @@ class SearchPath:
             return
         try:
             body = models.SearchRequest.model_validate(json.loads(raw))
+        except RecursionError:  # JSON nested deeper than Python's reader goes ([[[...]]] 100,000 deep)
+            await error_response(InputError("the request body nests JSON too deeply to read"), 400)(
+                scope, receive, send)
+            return
         except ValueError:  # not JSON, or not a SearchRequest: the route's 422
             await self.app(scope, _replay(raw, receive), send)
             return

@@ -155,7 +155,7 @@ class SearchBatcher:
     def _key(self, query: Query) -> tuple:
         plan = query.plan
         k = None if self._prefix and plan.radius is None and plan.factor is None else plan.k
-        return k, plan.radius, plan.factor, plan.spelling, query.classes is None
+        return k, plan.radius, plan.factor, plan.spelling, plan.max_hits, query.classes is None
 
     def _alone(self, job: _Job) -> None:
         q = job.query

@@ -4,11 +4,20 @@ features or images; with their real outputs when the search re-ranks).
 
 The handlers pass what a decoding needs (the service's `Limits`, the index's bits, the attached
 run's `QueryEncoder` or None). Every refusal is a one-line InputError (HTTP 400).
+
+Images are decoded within two budgets of pixels (width x height, read from their headers):
+one request's (`check_pixels`), and the whole service's (`PixelBudget`, shared by every
+request's uploads and the thumbnails being decoded at once), so that concurrent uploads do not
+add up: 8 uploads of two 6000 x 6600 PNGs each, each within its request's budget, took a server
+without the second from 388 MB to 8.1 GB.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
+import threading
+import time
 
 import numpy as np
 from PIL import Image
@@ -17,8 +26,52 @@ from lbhash.codes import from_hex
 from lbhash.errors import InputError, TooLarge
 from lbhash.index import Queries, QueryEncoder
 from lbhash.index.rerank import check_real
-from lbhash.limits import MAX_IMAGE_PIXELS, MAX_REQUEST_PIXELS, check_ids
+from lbhash.limits import MAX_DECODING_PIXELS, MAX_IMAGE_PIXELS, MAX_REQUEST_PIXELS, check_ids
 from lbhash.service import models
+
+WAIT_S = 5.0  # the longest a decode waits for the service's pixel budget
+
+
+class DecodersBusy(Exception):
+    """The service's budget of pixels decoded at once is taken for longer than a decode waits
+    (HTTP 503, Retry-After)."""
+
+
+class PixelBudget:
+    """At most `limit` pixels of images being decoded at once, over every request of the
+    service: `with budget.hold(pixels, what): decode...` waits up to `wait_s` for room (first
+    come, first served), then DecodersBusy; more than `limit` pixels at all is TooLarge (413)."""
+
+    def __init__(self, limit: int = MAX_DECODING_PIXELS, wait_s: float = WAIT_S):
+        self.limit, self.wait_s, self.used = int(limit), wait_s, 0
+        self._room = threading.Condition()
+        self._queue: list[object] = []  # the waiting decodes, in arrival order
+
+    @contextlib.contextmanager
+    def hold(self, pixels: int, what: str):
+        if pixels > self.limit:
+            raise TooLarge(f"{what} holds {pixels:,} pixels; the service decodes at most {self.limit:,} at once "
+                           "(max_decoding_pixels)")
+        ticket, deadline = object(), time.monotonic() + self.wait_s
+        with self._room:
+            self._queue.append(ticket)
+            try:
+                while self._queue[0] is not ticket or self.used + pixels > self.limit:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise DecodersBusy(f"{what}: {self.used:,} of the service's {self.limit:,} pixels decoded at "
+                                           "once (max_decoding_pixels) are in use; retry shortly")
+                    self._room.wait(left)
+            finally:
+                self._queue.remove(ticket)
+                self._room.notify_all()
+            self.used += pixels
+        try:
+            yield
+        finally:
+            with self._room:
+                self.used -= pixels
+                self._room.notify_all()
 
 
 def check_batch(limits, n: int, what: str) -> None:
@@ -72,20 +125,20 @@ def search_queries(body: models.SearchRequest, limits, bits: int, encoder: Query
     return need_encoder(encoder, "features").queries(feature_rows(body.features), rerank=True, json_numbers=True)
 
 
-def read_uploads(files) -> tuple[list[bytes], list[str]]:
+def read_uploads(files) -> tuple[list[bytes], list[str], int]:
     """The bytes and names of uploaded files ("upload" for a file sent without a name), whose
-    pixels are within the budgets (`check_pixels`)."""
+    pixels are within a request's budgets (`check_pixels`), and their pixels together: what the
+    handler holds of the service's `PixelBudget` while it decodes them."""
     blobs, names = [f.file.read() for f in files], [f.filename or "upload" for f in files]
-    check_pixels(blobs, names)
-    return blobs, names
+    return blobs, names, check_pixels(blobs, names)
 
 
 def check_pixels(blobs: list[bytes], names: list[str], per_image: int = MAX_IMAGE_PIXELS,
-                 per_request: int = MAX_REQUEST_PIXELS) -> None:
+                 per_request: int = MAX_REQUEST_PIXELS) -> int:
     """Width x height of each image, read from its header before anything decodes it: at most
-    `per_image` each and `per_request` together, else TooLarge (413). A PNG of 100 KB can
-    declare 6000 x 6000 pixels, 108 MB once decoded. Files that do not open are left to the
-    decoder, whose error names them."""
+    `per_image` each and `per_request` together, else TooLarge (413); returns the total. A PNG
+    of 100 KB can declare 6000 x 6000 pixels, 108 MB once decoded. Files that do not open are
+    left to the decoder, whose error names them."""
     total = 0
     for k, (blob, name) in enumerate(zip(blobs, names)):
         try:
@@ -102,6 +155,7 @@ def check_pixels(blobs: list[bytes], names: list[str], per_image: int = MAX_IMAG
         if total > per_request:
             raise TooLarge(f"files[0..{k}] hold {total:,} pixels together; one request may hold at most "
                            f"{per_request:,} (lbhash.limits.MAX_REQUEST_PIXELS)")
+    return total
 
 
 def feature_rows(features: list[list[int | float]]) -> np.ndarray:

@@ -1,5 +1,5 @@
 """What the handlers take as FastAPI dependencies: the app's store, query encoder, `Limits`,
-item media, search batcher and access rules, each set once by `create_app` (on `app.state`,
+item media, search batcher, budget of decoded pixels and access rules, each set once by `create_app` (on `app.state`,
 which nothing else reads) and declared by the handlers that use it, e.g.
 `def get_item(store: StoreDep, ...)`.
 
@@ -19,6 +19,7 @@ from lbhash.errors import InputError
 from lbhash.index import QueryEncoder
 from lbhash.service.access import Access
 from lbhash.service.batching import SearchBatcher
+from lbhash.service.decode import PixelBudget
 from lbhash.service.media import ItemMedia
 from lbhash.service.store import Store
 
@@ -33,6 +34,7 @@ class Limits:
     max_k: int = table.MAX_K
     max_class_id: int = table.MAX_CLASS_ID
     max_rerank_candidates: int = table.MAX_RERANK_CANDIDATES
+    max_decoding_pixels: int = table.MAX_DECODING_PIXELS
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
@@ -58,6 +60,11 @@ async def media(request: Request) -> ItemMedia:
     return request.app.state.media
 
 
+async def decoding(request: Request) -> PixelBudget:
+    """The service's budget of pixels being decoded at once (lbhash.service.decode)."""
+    return request.app.state.decoding
+
+
 async def batcher(request: Request) -> SearchBatcher:
     return request.app.state.batcher
 
@@ -72,3 +79,4 @@ LimitsDep = Annotated[Limits, Depends(limits)]
 MediaDep = Annotated[ItemMedia, Depends(media)]
 AccessDep = Annotated[Access, Depends(access)]
 BatcherDep = Annotated[SearchBatcher, Depends(batcher)]
+DecodingDep = Annotated[PixelBudget, Depends(decoding)]

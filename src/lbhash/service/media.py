@@ -5,7 +5,8 @@ added through the service (lbhash.index.uploads, `NAME.media/` beside the index)
 are decoded from an item's recorded source or kept bytes only; the id is the only thing a
 request gives. Decoding is bounded: at most THUMBNAIL_DECODERS at once and
 THUMBNAIL_DECODES_PER_S per second (a request waits up to 5 s for its turn, then gets 429),
-source images of at most MAX_IMAGE_PIXELS, and finished thumbnails are kept in a cache of
+source images of at most MAX_IMAGE_PIXELS, decoded within the service's budget of pixels
+decoded at once (lbhash.service.decode.PixelBudget, shared with uploads), and finished thumbnails are kept in a cache of
 THUMBNAIL_CACHE_BYTES (least recently used dropped first). A store without an index
 directory (Milvus) has no images: thumbnails are 404 and uploads are not kept.
 """
@@ -26,6 +27,7 @@ from lbhash.data.image_sources import image_error
 from lbhash.errors import InputError, NotFound
 from lbhash.index.origins import DataImages, read_sources
 from lbhash.index.uploads import KeptImages, item_origin, media_dir_for
+from lbhash.service.decode import PixelBudget
 
 WAIT_S = 5.0
 
@@ -71,27 +73,32 @@ class DecodeGate:
 
 
 def thumbnail_png(image: bytes | np.ndarray, where: str, side: int = table.THUMBNAIL_SIDE,
-                  max_pixels: int = table.MAX_IMAGE_PIXELS) -> bytes:
+                  max_pixels: int = table.MAX_IMAGE_PIXELS, decoding: PixelBudget | None = None) -> bytes:
     """A PNG of at most side x side pixels (aspect kept, never enlarged) of encoded bytes or an
-    (H, W, 3) uint8 array; RGB as training decodes it (other modes converted, alpha dropped)."""
+    (H, W, 3) uint8 array; RGB as training decodes it (other modes converted, alpha dropped).
+    Encoded bytes are decoded within `decoding`, the service's budget of pixels decoded at once."""
     try:
         if isinstance(image, np.ndarray):
-            im = Image.fromarray(np.ascontiguousarray(image))
-        else:
-            im = Image.open(io.BytesIO(image))
-            if im.width * im.height > max_pixels:
-                raise InputError(f"{where}: {im.width} x {im.height} pixels, more than the {max_pixels} a "
-                                 "thumbnail is decoded from")
-            if im.format == "JPEG":
-                im.draft("RGB", (2 * side, 2 * side))  # decode big JPEGs at a reduced scale
+            return _png(Image.fromarray(np.ascontiguousarray(image)), side)
+        im = Image.open(io.BytesIO(image))
+        if im.width * im.height > max_pixels:
+            raise InputError(f"{where}: {im.width} x {im.height} pixels, more than the {max_pixels} a "
+                             "thumbnail is decoded from")
+        if im.format == "JPEG":
+            im.draft("RGB", (2 * side, 2 * side))  # decode big JPEGs at a reduced scale
+        with decoding.hold(im.width * im.height, where) if decoding is not None else contextlib.nullcontext():
             im.load()
-        im = im if im.mode == "RGB" else im.convert("RGB")
-        im.thumbnail((side, side))
-        out = io.BytesIO()
-        im.save(out, format="PNG")
-        return out.getvalue()
+            return _png(im, side)
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as err:
         raise InputError(f"{where}: cannot decode image ({image_error(err)})") from None
+
+
+def _png(im: Image.Image, side: int) -> bytes:
+    im = im if im.mode == "RGB" else im.convert("RGB")
+    im.thumbnail((side, side))
+    out = io.BytesIO()
+    im.save(out, format="PNG")
+    return out.getvalue()
 
 
 class ThumbnailCache:
@@ -132,8 +139,9 @@ class ItemMedia:
 
     def __init__(self, store, rate: float = table.THUMBNAIL_DECODES_PER_S, slots: int = table.THUMBNAIL_DECODERS,
                  cache_bytes: int = table.THUMBNAIL_CACHE_BYTES, max_image_bytes: int = table.MAX_IMAGE_BYTES,
-                 budget: int = table.MEDIA_BUDGET_BYTES):
+                 budget: int = table.MEDIA_BUDGET_BYTES, decoding: PixelBudget | None = None):
         self.store, self.max_image_bytes = store, max_image_bytes
+        self.decoding = decoding  # the service's budget of pixels decoded at once (None: no budget)
         index_dir = store.index_dir
         self.record = read_sources(store.index) if index_dir is not None else None
         self.kept = KeptImages(media_dir_for(index_dir), budget=budget) if index_dir is not None else None
@@ -172,7 +180,7 @@ class ItemMedia:
             else:
                 image = self.data.read(item_id)  # the first read loads the data set (outside the gate)
             with self.gate.turn():
-                blob = thumbnail_png(image, source, side)
+                blob = thumbnail_png(image, source, side, decoding=self.decoding)
         except NotFound:
             raise
         except InputError as err:

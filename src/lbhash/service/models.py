@@ -29,7 +29,8 @@ class SearchRequest(_Strict):
                           "quantised features, rows of integers are stored values and rows with decimals are "
                           "feature values (docs/data.md#the-input-contract).")
     k: Int | None = Field(None, ge=1, description="Results per query (default 10).")
-    radius: Int | None = Field(None, ge=0, description="Every item within this Hamming distance, inclusive.")
+    radius: Int | None = Field(None, ge=0, description="Every item within this Hamming distance, inclusive; at most "
+                                "the service's max_k per query, else 400.")
     labels: list[list[Int]] | None = Field(
         None, description="Per query: class ids; only items with at least one of them are returned.")
     real: list[list[Float]] | None = Field(

@@ -132,6 +132,23 @@ def profile_line(cfg: TrainConfig) -> str:
     return f"profile {cfg.defaults}: differs from the paper in {', '.join(differences)}"
 
 
+def backbone_line(cfg: "RunConfig") -> str | None:
+    """How a resolved image run uses its backbone, e.g. `backbone efficientnet_lite0 (imagenet
+    weights), bf16: fine-tuned, 10 probe epochs on cached features, then every stage at 0.1x
+    the head's rate, BatchNorm statistics kept`; None for feature runs."""
+    if cfg.input_kind != "images":
+        return None
+    weights = f" ({cfg.pretrained} weights)" if cfg.pretrained else " (random initialisation)"
+    head = f"backbone {cfg.backbone}{weights}, {cfg.backbone_precision}"
+    if cfg.freeze_backbone:
+        return f"{head}: frozen, its features computed once"
+    stages = f"its last {cfg.train_stages} stage(s)" if cfg.train_stages else "every stage"
+    probe = f"{cfg.probe_epochs} probe epochs on cached features, then " if cfg.probe_epochs else ""
+    rate = f" at {cfg.backbone_lr_scale:g}x the head's rate" if cfg.backbone_lr_scale != 1 else ""
+    statistics = ", BatchNorm statistics kept" if cfg.freeze_bn else ""
+    return f"{head}: {'fine-tuned' if cfg.pretrained else 'trained'}, {probe}{stages}{rate}{statistics}"
+
+
 def make_config(values: dict[str, Any], where: str = "", kind: type[TrainConfig] = TrainConfig) -> TrainConfig:
     """kind(**values) (a TrainConfig, or a RunConfig), every error one InputError line naming
     `where`, the option and the value."""
@@ -143,8 +160,21 @@ def make_config(values: dict[str, Any], where: str = "", kind: type[TrainConfig]
 
 # --- config files -------------------------------------------------------------------------
 
+class _Aliases(yaml.YAMLError):
+    """An anchor or alias where lbhash reads YAML."""
+
+
 class _Loader(yaml.SafeLoader):
-    """YAML 1.1 reads 1e-3 (no dot) as a string; read it as the number everyone means."""
+    """YAML 1.1 reads 1e-3 (no dot) as a string; read it as the number everyone means. Anchors
+    and aliases are refused as they are met, before anything expands them: a config is option:
+    value, and 600 bytes of nested aliases ("billion laughs") expand to 9^9 strings, which the
+    checks of the values then ran through for minutes."""
+
+    def compose_node(self, parent, index):
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            raise _Aliases(f"line {event.start_mark.line + 1}")
+        return super().compose_node(parent, index)
 
 
 _Loader.add_implicit_resolver(
@@ -153,9 +183,13 @@ _Loader.add_implicit_resolver(
 
 
 def parse_yaml(text: str, where: str) -> Any:
-    """Safe YAML (no tags that build objects); one line naming `where` when it is not valid."""
+    """Safe YAML (no tags that build objects, no anchors or aliases); one line naming `where`
+    when it is not valid."""
     try:
         return yaml.load(text, Loader=_Loader)
+    except _Aliases as err:
+        raise InputError(f"{where}: YAML anchors and aliases (&NAME, *NAME) are not accepted ({err}); write "
+                         "each value out") from None
     except yaml.YAMLError as err:
         raise InputError(f"{where}: not valid YAML ({str(err).splitlines()[0]})") from None
 

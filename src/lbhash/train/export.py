@@ -33,7 +33,8 @@ def export_run(run_dir: str | Path, out: str | Path | None = None, overwrite: bo
     run_dir = Path(run_dir)
     out = run_dir / EXPORT_DIR if out is None else Path(out)
     if out.exists() and not overwrite:
-        raise InputError(f"{out}: already exists (pass --overwrite to replace it)")
+        raise InputError(f"{out}: already exists (choose another --out to keep it, or pass --overwrite to "
+                         "replace it)")
     if out.exists() and not (out / MANIFEST).is_file() and any(out.iterdir()):
         raise InputError(f"{out}: a directory that is not an export; refusing to write into it")
     encoder = RunEncoder.load(run_dir)
@@ -70,6 +71,9 @@ def _write_onnx(encoder, manifest: dict, path: Path) -> None:
     import torch
 
     model = encoder.model_.eval()
+    # ONNX Runtime computes in float32 on the CPU: the graph is the float32 model (a bf16 backbone's
+    # run then differs in a share of its codes by a bit or two: docs/export.md)
+    model.bf16_backbone = False
     if encoder.input_kind_ == "images":
         size = manifest["images"]["size"]
         example = torch.zeros(2, 3, size, size)

@@ -25,7 +25,7 @@ from lbhash.methods import method_class
 from lbhash.models import HashModel
 from lbhash.train.builder import build_experiment
 from lbhash.train.closed_form import fit_closed_form
-from lbhash.train.config import RunConfig, TrainConfig, profile_line
+from lbhash.train.config import RunConfig, TrainConfig, backbone_line, profile_line
 from lbhash.train.loop import EpochStore, Trainer, check_logger
 from lbhash.train.processes import check_accelerator, leave_process_group, process_rank
 from lbhash.train.run_metrics import run_metrics
@@ -92,6 +92,8 @@ def announce(run: Prepared) -> None:
     if process_rank() == 0:
         logger.info(profile_line(run.config))
         logger.info(describe_data(run.data_summary))
+        if backbone_line(run.config):
+            logger.info(backbone_line(run.config))
 
 
 def _at_epoch_end(lines: Callable[[int, dict], None] | None,

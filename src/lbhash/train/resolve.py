@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from lbhash.data import carve_validation, make_split
 from lbhash.data.unseen import PREFIX as UNSEEN_PREFIX
 from lbhash.data.unseen import with_base
@@ -23,7 +25,8 @@ DEFAULT_PROTOCOL = {"digits": "digits", "cifar10": "cifar10"}  # data kind -> pr
 # The fine-tuning recipe of a pretrained backbone that trains, each part its own option
 # (docs/models.md, "Fine-tuning": the validation table that chose these): a linear probe on
 # the cached features first, then every stage at a tenth of the head's rate with the
-# pretrained BatchNorm statistics kept, and a validation mAP after every epoch.
+# pretrained BatchNorm statistics kept, and a validation mAP after every epoch (with a
+# validation split: it is cheap, where a test evaluation encodes the whole database).
 FINETUNE_PROBE_EPOCHS = 10
 FINETUNE_TUNE_EPOCHS = 4
 FINETUNE_LR_SCALE = 0.1
@@ -97,7 +100,7 @@ def _fill_backbone_recipe(values: dict[str, Any], cfg: TrainConfig, input_kind: 
                          f"{cfg.devices} give --probe-epochs 0 (or train the probe first: --freeze-backbone)")
     if tunes and cfg.epochs is None:
         values["epochs"] = probe + FINETUNE_TUNE_EPOCHS
-    if tunes and cfg.eval_every is None:
+    if tunes and cfg.eval_every is None and values["validation"]:  # test evaluations would encode the database
         values["eval_every"] = FINETUNE_EVAL_EVERY
     if probe and probe >= values["epochs"]:
         raise InputError(f"probe_epochs {probe} must be fewer than epochs ({values['epochs']}): the backbone "
@@ -147,7 +150,32 @@ def default_protocol(data: str, dataset) -> str:
         return "lists"
     if dataset.is_test is not None:
         return "given"
-    raise InputError(f"data {data!r} has no train/test split of its own: choose --protocol")
+    raise InputError(f"data {data!r} has no train/test split of its own; choose a protocol: "
+                     f"{suggest_protocols(dataset)} (docs/data.md#split-protocols)")
+
+
+def suggest_protocols(dataset) -> str:
+    """The protocols that suit a data set without a split of its own, with their exact flags:
+    all-train for a folder of one's own photos (every item trains and is indexed), and a split
+    that holds queries out to measure mAP, sized to this data's smallest class."""
+    everything = "`--protocol all-train` trains on every item and indexes them all (no evaluation)"
+    labels = np.asarray(dataset.labels, bool)
+    if labels.ndim != 2 or not labels.shape[1] or not len(labels):
+        return everything
+    if dataset.multi_label:
+        queries = max(1, min(1000, len(labels) // 10))
+        if len(labels) - queries < 1:
+            return everything
+        return (f"{everything}, or `--protocol random:{len(labels) - queries},{queries}` holds {queries} random items "
+                "out as queries to measure mAP (the rest train and are the database)")
+    counts = labels.sum(0)
+    smallest = int(counts[counts > 0].min())
+    if smallest < 2:
+        return everything
+    queries = max(1, min(100, smallest // 5))
+    train = min(500, smallest - queries)
+    return (f"{everything}, or `--protocol per-class:{train},{queries},+train` holds {queries} queries per class "
+            f"out to measure mAP (the smallest class has {smallest} items; the rest are the database)")
 
 
 def _checked_method_options(method: str, options: dict[str, Any]) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from lbhash.errors import InputError
 from lbhash.train.builder import evaluation_topk, input_options
 from lbhash.train.encoder import embed_sharded, encode_sharded
 from lbhash.train.processes import check_accelerator, encoding_processes, leave_process_group
-from lbhash.train.rundir import PARTS, SPLIT, load_input_form, load_run_model
+from lbhash.train.rundir import PARTS, SPLIT, load_input_form, load_run_model, run_data_spec
 
 
 def encode_run(run_dir: str | Path, data: str | None = None, part: str = "all",
@@ -74,13 +74,14 @@ def _run_forward(sharded, run_dir: str | Path, data: str | None, part: str, acce
     check_accelerator(accelerator)
     model, cfg = load_run_model(run_dir)
     form = load_input_form(run_dir, cfg)
-    own = data is None or data == cfg.data
+    own_spec = run_data_spec(run_dir, cfg)  # found from any working directory
+    own = data is None or data in (cfg.data, own_spec)
     if part != "all" and not own:
         raise InputError(f"--part {part} selects items of the run's split, so it needs the run's own data "
                          f"({cfg.data}), not {data}")
     split = load_split(run_dir / SPLIT)
-    dataset = conform_dataset(form, load_data(cfg.data if own else data, labels_required=False),
-                              cfg.data if own else data)
+    spec = own_spec if own else data
+    dataset = conform_dataset(form, load_data(spec, labels_required=False), spec)
     index = np.arange(len(dataset)) if part == "all" else getattr(split, part)
     fabric = encoding_processes(accelerator, devices)
     model.to(fabric.device)  # image models keep their channels-last layout

@@ -14,7 +14,7 @@ from typing import Any, Callable
 import torch
 
 from lbhash._io import atomic_path, write_json
-from lbhash.data import HashDataset, Split, load_split, save_split
+from lbhash.data import HashDataset, Split, load_data, load_split, save_split
 from lbhash.data.input_form import InputForm
 from lbhash.errors import InputError
 from lbhash.train.config import RunConfig, TrainConfig
@@ -25,8 +25,8 @@ from lbhash.train.processes import leave_process_group, process_rank
 from lbhash.train.run_metrics import finish_run
 from lbhash.train.run_store import RunStore
 from lbhash.train.rundir import (BEST, CHECKPOINT, CONFIG, INPUT_FORM, LOG, SPLIT, Fitted, TrainedRun,
-                                 load_input_form, load_run_config, mark_failed, reopen_run, save_run_config,
-                                 write_log)
+                                 load_input_form, load_run_config, mark_failed, reopen_run, run_data_spec,
+                                 save_run_config, write_log)
 from lbhash.train.split_codes import save_split_codes, write_codes
 from lbhash.train.summary import DATA_SUMMARY
 
@@ -49,6 +49,8 @@ def open_run(cfg: TrainConfig, out: Path, resume: bool, epochs: int | None, prog
     (`epochs`) is reopened."""
     first = process_rank() == 0
     store = RunStore(out)
+    if resume and dataset is None:  # the run's own data, found from any working directory
+        dataset = load_data(run_data_spec(out, cfg))
     run = prepare(cfg, load_split(out / SPLIT) if resume else None, dataset, progress, on_epoch_end, store)
     trainer, saved_cfg, form = run.trainer, run.config, run.input_form
     if trainer.fabric.is_global_zero and not (out / CONFIG).exists():

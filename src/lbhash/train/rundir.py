@@ -172,7 +172,17 @@ def load_run_config(run_dir: str | Path) -> RunConfig:
 def save_run_config(run_dir: Path, cfg: RunConfig) -> None:
     """config.yaml, atomically (its presence marks a run)."""
     with atomic_path(Path(run_dir) / CONFIG) as tmp:
-        tmp.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+        tmp.write_text(plain_yaml(cfg.to_dict()))
+
+
+class _PlainDumper(yaml.SafeDumper):
+    def ignore_aliases(self, data) -> bool:  # parse_yaml refuses aliases: a value met twice is written twice
+        return True
+
+
+def plain_yaml(values: dict) -> str:
+    """`values` as YAML without anchors or aliases, in their order (what parse_yaml reads back)."""
+    return yaml.dump(values, Dumper=_PlainDumper, sort_keys=False)
 
 
 def reopen_run(run_dir: Path) -> None:
@@ -241,10 +251,35 @@ def load_input_form(run_dir: str | Path, cfg: RunConfig) -> InputForm:
                      image_size=cfg.image_size, channels=3 if cfg.input_kind == "images" else None)
 
 
+def read_data_summary(run_dir: str | Path) -> dict:
+    """data.json, what the run loaded (lbhash.train.summary.data_summary), checked against the
+    manifest; {} for a run without one."""
+    path = Path(run_dir) / "data.json"
+    if not path.is_file():
+        return {}
+    verify_files(Path(run_dir), ("data.json",))
+    try:
+        values = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as err:
+        raise InputError(f"{path}: not readable JSON ({err})") from None
+    return values if isinstance(values, dict) else {}
+
+
+def run_data_spec(run_dir: str | Path, cfg: RunConfig | None = None) -> str:
+    """The data spec that loads a run's data from any working directory: the spec with absolute
+    paths that data.json records (`resolved`, runs since issue 60), else config.yaml's spec as
+    it was typed (relative paths then resolve against the current directory)."""
+    cfg = load_run_config(run_dir) if cfg is None else cfg
+    resolved = read_data_summary(run_dir).get("resolved")
+    return resolved if isinstance(resolved, str) and resolved else cfg.data
+
+
 def model_identity(run_dir: str | Path) -> dict:
     """The weights a run encodes with, as an index records them (`lbhash index build`):
-    {"file": best.pt or checkpoint.pt, "sha256", "epoch"}. A resumed run that trained on has
-    another identity, unless its kept epoch (best.pt) stayed the same."""
+    {"file": best.pt or checkpoint.pt, "sha256", "epoch"}, and what tells models apart for a
+    reader: the run ("run", its resolved directory), "variant", "bits", "input_kind" (features
+    or images), "backbone" (images) and "data" (run_data_spec). The SHA-256 is the identity: a
+    resumed run that trained on has another, unless its kept epoch (best.pt) stayed the same."""
     run_dir = Path(run_dir)
     cfg = load_run_config(run_dir)
     name = BEST if cfg.select == "best-val" and (run_dir / BEST).is_file() else CHECKPOINT
@@ -255,7 +290,9 @@ def model_identity(run_dir: str | Path) -> dict:
     epoch = None
     if (run_dir / METRICS).is_file():
         epoch = read_metrics(run_dir).get("run", {}).get("selected_epoch")
-    return {"file": name, "sha256": digest, "epoch": epoch}
+    return {"file": name, "sha256": digest, "epoch": epoch, "run": str(run_dir.resolve()), "variant": cfg.variant,
+            "bits": cfg.bits, "input_kind": cfg.input_kind,
+            "backbone": cfg.backbone if cfg.input_kind == "images" else None, "data": run_data_spec(run_dir, cfg)}
 
 
 def load_run_model(run_dir: str | Path) -> tuple[HashModel, RunConfig]:
@@ -318,5 +355,5 @@ def read_fitted(run_dir: str | Path) -> Fitted:
 
 __all__ = ["BEST", "CHECKPOINT", "CODES", "CODES_SEEN", "CONFIG", "INPUT_FORM", "LOG", "MANIFEST", "METRICS", "PARTS",
            "SPLIT", "STATUS", "Fitted", "TrainedRun", "load_input_form", "load_run_config", "load_run_model",
-           "read_fitted", "read_log", "read_metrics", "reopen_run", "run_lock", "save_run_config", "truncate_log",
-           "verify_files", "verify_finished_run", "write_log", "write_manifest"]
+           "read_data_summary", "read_fitted", "read_log", "read_metrics", "reopen_run", "run_data_spec", "run_lock",
+           "save_run_config", "truncate_log", "verify_files", "verify_finished_run", "write_log", "write_manifest"]

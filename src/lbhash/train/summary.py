@@ -12,6 +12,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
+
+from lbhash.data import absolute_spec, parse_data_spec
 from lbhash.evaluate.formatting import RATIO_SCALE, map_label
 from lbhash.train.builder import Experiment
 
@@ -20,10 +23,17 @@ logger = logging.getLogger("lbhash")
 
 
 def data_summary(exp: Experiment) -> dict[str, Any]:
-    """Data kind, items, classes, input shape, dequantisation and split sizes of a run."""
+    """Data kind, items, classes (and their names, where they are more than the ids), input
+    shape, dequantisation and split sizes of a run; with `resolved`, the data spec with absolute
+    paths (lbhash.train.rundir.run_data_spec reads it)."""
     ds, cfg, split = exp.dataset, exp.cfg, exp.split
     out: dict[str, Any] = {"data": cfg.data, "name": ds.name, "kind": ds.input_kind, "items": len(ds),
                            "classes": ds.num_classes, "multi_label": bool(ds.multi_label)}
+    if parse_data_spec(cfg.data).path is not None:  # the spec as typed is relative to where the run trained
+        out["resolved"] = absolute_spec(cfg.data)
+    names = getattr(ds, "class_names", None)
+    if names and list(names) != [str(c) for c in range(len(names))]:  # names that say more than the ids
+        out["class_names"] = [str(n) for n in names]  # index build records them (lbhash.index.origins)
     if ds.input_kind == "features":
         out["feature_dim"] = ds.input_dim()
         out["dequantized"] = bool(getattr(ds, "dequantized", False))
@@ -34,6 +44,8 @@ def data_summary(exp: Experiment) -> dict[str, Any]:
         out.update({k: v for k, v in sizes.items() if k != "stored_size"})
         out["image_size"] = cfg.image_size
     out["split"] = {"protocol": split.protocol, "seed": split.seed, **split.sizes()}
+    if len(split.validation):  # training items: database items wherever the protocol's database holds train
+        out["split"]["validation_in_database"] = int(np.isin(split.validation, split.database).sum())
     if exp.skipped_images:
         out["skipped_images"] = exp.skipped_images
     balance = target_balance(exp)
@@ -88,14 +100,25 @@ def describe_data(summary: dict[str, Any]) -> str:
             size = "images" + (f", the first {first[0]}x{first[1]}" if first else "")
         parts.append(f"{size} -> {summary['image_size']}x{summary['image_size']} model input")
     split = summary["split"]
-    sizes = ", ".join(f"{split[p]} {p}" for p in ("train", "validation", "query", "database")
-                      if p != "validation" or split[p])
-    line = f"data {summary['data']}: {', '.join(parts)}; split {split['protocol']}: {sizes}"
+    line = f"data {summary['data']}: {', '.join(parts)}; split {split['protocol']}: {split_sizes(split)}"
     balance = summary.get("target_balance")
     if balance and balance["targets_plus"] is not None:
         line += (f"; +1 bits: {balance['targets_plus']:.1%} of the {balance['multi_label_items']} multi-label "
                  f"targets, {balance['centers_plus']:.1%} of the centers (ties: {balance['ties']})")
     return line
+
+
+def split_sizes(split: dict[str, Any]) -> str:
+    """The sizes of a split as data.json keeps them, e.g. `900 train, 100 validation, 300 query,
+    1497 database (validation included)`: the validation items are training items held out to
+    choose the epoch, and stay in the database wherever the protocol's holds the training items
+    (docs/data.md, "Split protocols"); the note is left out where it holds none of them."""
+    sizes = ", ".join(f"{split[p]} {p}" for p in ("train", "validation", "query", "database")
+                      if p != "validation" or split.get(p))
+    held = split.get("validation_in_database", 0)
+    if held:
+        sizes += " (validation included)" if held == split["validation"] else f" ({held} validation included)"
+    return sizes
 
 
 @contextlib.contextmanager

@@ -1,0 +1,149 @@
+"""A user's own folder of photos to a search (issue 60, items 2 and 4): a class-folder tree
+without a test part trains, indexes and searches in three commands, from any working
+directory, and the refusals on the way name the exact fix."""
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import cli, one_line_error
+from PIL import Image
+
+from page_helpers import COLORS, noisy
+
+PER_CLASS = 8
+TRAIN = ["--backbone", "resnet8", "--image-size", 32, "--method", "csq", "--bits", 16, "--epochs", 2,
+         "--centers", "hadamard", "--batch-size", 16, "--no-progress"]
+
+
+def photo_folder(root: Path) -> Path:
+    """ROOT/<colour>/NNN.png: a class-folder tree with no train/test part, as a user's photos."""
+    rng = np.random.default_rng(3)
+    for name, color in COLORS.items():
+        (root / name).mkdir(parents=True, exist_ok=True)
+        for k in range(PER_CLASS):
+            Image.fromarray(noisy(rng, color)).save(root / name / f"{k:03d}.png")
+    return root
+
+
+@pytest.fixture(scope="module")
+def own_run(tmp_path_factory):
+    """(base, run): base/data/photos, and base/project/runs/photos trained from base/project on
+    the data spec as a user types it there (`images:../data/photos`), protocol all-train."""
+    base = tmp_path_factory.mktemp("own-folder")
+    photo_folder(base / "data" / "photos")
+    (base / "project").mkdir()
+    here = os.getcwd()
+    os.chdir(base / "project")
+    try:
+        done = cli("train", "--data", "images:../data/photos", "--protocol", "all-train", *TRAIN,
+                   "--out", "runs/photos")
+    finally:
+        os.chdir(here)
+    assert done.exit_code == 0, done.output
+    return base, base / "project" / "runs" / "photos"
+
+
+def test_training_a_folder_without_a_test_part_suggests_the_protocols(tmp_path, monkeypatch):
+    photo_folder(tmp_path / "photos")
+    monkeypatch.chdir(tmp_path)
+    line = one_line_error(cli("train", "--data", "images:photos", *TRAIN, "--out", "runs/x"),
+                          "--protocol all-train", "--protocol per-class:")
+    assert not (tmp_path / "runs" / "x").exists()
+    # the suggested per-class protocol fits this data: its split draws queries and a database
+    suggested = line.split("--protocol per-class:")[1].split()[0].rstrip(",;:.)`")
+    from lbhash.data import load_data, make_split
+
+    split = make_split(load_data("images:photos"), f"per-class:{suggested}", 0)
+    assert len(split.query) and len(split.database) == len(COLORS) * PER_CLASS - len(split.query)
+
+
+def test_an_all_train_run_indexes_every_item_without_part_all(own_run, tmp_path):
+    base, run = own_run
+    built = cli("index", "build", run, "--out", tmp_path / "idx")
+    assert built.exit_code == 0, built.output
+    assert f"indexed {len(COLORS) * PER_CLASS} 16-bit codes" in built.output, built.output
+    info = json.loads(cli("index", "info", tmp_path / "idx", "--json").output)
+    assert info["ntotal"] == len(COLORS) * PER_CLASS
+
+
+def test_search_images_takes_a_class_folder_tree(own_run, tmp_path, monkeypatch):
+    base, run = own_run
+    monkeypatch.chdir(base / "project")  # where the run trained
+    assert cli("index", "build", run, "--out", tmp_path / "idx", "--part", "all").exit_code == 0
+    result = cli("search", tmp_path / "idx", "--images", base / "data" / "photos", "--run", run, "-k", 3, "--json")
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.output)
+    names = [Path(q["name"]) for q in answer]
+    assert len(answer) == len(COLORS) * PER_CLASS
+    assert names == sorted((base / "data" / "photos").rglob("*.png"))
+    # each photo finds itself first (distance 0) among its indexed copies
+    assert all(q["distances"][0] == 0 for q in answer)
+
+
+def test_a_run_is_indexed_from_any_working_directory(own_run, tmp_path, monkeypatch):
+    """The run recorded `images:../data/photos` as typed in base/project; built from another
+    folder, the index still finds the photos: every item has its source, and --part all works."""
+    base, run = own_run
+    monkeypatch.chdir(tmp_path)
+    for part in (["--part", "all"], []):
+        out = tmp_path / f"idx{len(part)}"
+        built = cli("index", "build", run, "--out", out, *part)
+        assert built.exit_code == 0 and "note" not in built.output, built.output
+        info = json.loads(cli("index", "info", out, "--json").output)
+        assert info["sources"] == f"{len(COLORS) * PER_CLASS} items of images:{base / 'data' / 'photos'}", info
+        hits = json.loads(cli("search", out, "--images", base / "data" / "photos" / "red", "--run", run,
+                              "-k", 2, "--json").output)
+        for q in hits:
+            assert all(Path(s).is_file() and (base / "data" / "photos") in Path(s).parents for s in q["sources"]), q
+    summary = json.loads((run / "data.json").read_text())  # the spec as typed, and where it led
+    assert (summary["data"], summary["resolved"]) == ("images:../data/photos", f"images:{base / 'data' / 'photos'}")
+    assert cli("encode", run, "--out", tmp_path / "codes.npz", "--no-progress").exit_code == 0
+    copy = shutil.copytree(run, tmp_path / "copy")  # resumed from here: trains on, on the same photos
+    resumed = cli("train", "--out", copy, "--resume", "--epochs", 3, "--no-progress")
+    assert resumed.exit_code == 0, resumed.output
+
+
+def test_moved_data_is_one_line_naming_the_path_and_the_fix(own_run, tmp_path, monkeypatch):
+    base, run = own_run
+    photos, moved = base / "data" / "photos", tmp_path / "moved-photos"
+    shutil.copytree(photos, moved)
+    shutil.move(photos, tmp_path / "away")
+    try:
+        monkeypatch.chdir(tmp_path)
+        for part in (["--part", "all"], []):
+            line = one_line_error(cli("index", "build", run, "--out", tmp_path / "idx", *part),
+                                  str(photos), "--data")
+            assert "note" not in line
+            assert not (tmp_path / "idx").exists()
+        built = cli("index", "build", run, "--out", tmp_path / "idx", "--data", "images:moved-photos")
+        assert built.exit_code == 0, built.output
+        hits = json.loads(cli("search", tmp_path / "idx", "--images", moved / "red", "--run", run, "-k", 1,
+                              "--json").output)
+        assert all(moved in Path(q["sources"][0]).parents for q in hits), hits
+        # other data than the run's (another number of items) is refused, not indexed by position
+        (moved / "red" / "000.png").unlink()
+        one_line_error(cli("index", "build", run, "--out", tmp_path / "idx2", "--data", "images:moved-photos"),
+                       "items")
+    finally:
+        shutil.move(tmp_path / "away", photos)
+
+
+def test_a_run_that_recorded_only_the_typed_path_says_where_it_is_relative_to(own_run, tmp_path, monkeypatch):
+    """Runs made before the resolved path was recorded: the typed relative path is named as such."""
+    from lbhash.train.rundir import write_manifest
+
+    base, run = own_run
+    old = shutil.copytree(run, tmp_path / "old-run")
+    summary = json.loads((old / "data.json").read_text())
+    del summary["resolved"]
+    (old / "data.json").write_text(json.dumps(summary))
+    write_manifest(old)
+    monkeypatch.chdir(tmp_path)
+    one_line_error(cli("index", "build", old, "--out", tmp_path / "idx"), "not at ../data/photos",
+                   "relative to where the run trained", "--data images:PATH")
+    monkeypatch.chdir(base / "project")  # where it trained: found
+    assert cli("index", "build", old, "--out", tmp_path / "idx").exit_code == 0
