@@ -32,6 +32,12 @@ Setup (fixture `readme_inputs`), the files the README's commands name:
 - `photos/`: a folder of one's own photos, `photos/<class>/NNNN.jpg` without a test part: the
   first 40 training JPEGs of four classes of that tarball (benchmarks/cifar_small.py).
 
+The README's figures are checked against what its snippets print (FIGURES): a figure written
+with d decimals passes when it lies within half a unit of its last decimal plus FIGURE_SLACK
+(0.002: floating-point differences between CPUs and BLAS builds) of the measured value; a
+count must match exactly. The Python blocks' figures are checked by both tests below, the
+commands' by the whole run.
+
 The tests that need them skip when the shared data is missing. The Python blocks alone need
 only scikit-learn's digits and run in `make test`; the whole README in order (trainings,
 index, search, the service) is marked slow (`make test-slow`).
@@ -51,6 +57,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -335,6 +342,75 @@ def check_same_as_before(line: int, command: str, out: str, previous: dict) -> N
     previous[kind] = (line, out)
 
 
+# --- the README's figures against what its snippets print (issue 60, item 5) -----------------
+
+FIGURE_SLACK = 0.002  # beyond a figure's own rounding: float differences between machines
+
+
+@dataclass
+class Figure:
+    pattern: str  # a regular expression matching once in README.md; its group 1 is the figure
+    measured: Callable[[dict, Path, dict], float]  # (namespace, working directory, outputs) -> value
+    python_only: bool = False  # measured by the Python blocks alone (test_readme_python_blocks)
+
+
+def _metric(run: str, *keys: str) -> Callable[[dict, Path, dict], float]:
+    def read(namespace, cwd, outputs):
+        value = json.loads((cwd / run / "metrics.json").read_text())
+        for key in keys:
+            value = value[key]
+        return value
+    return read
+
+
+def _own_class_queries(namespace, cwd, outputs) -> int:
+    """How many of the README's five feature queries (row r: the first test image of class r)
+    find their own class first (their first hit is of it)."""
+    out = outputs["lbhash search idx --features queries.npy --run runs/csq_D-64 -k 10"]
+    firsts = re.findall(r"^query (\d+) .*\n +1 .*? labels (\d+)", out, re.M)
+    assert len(firsts) == 5, out
+    return sum(int(q) == int(c) for q, c in firsts)
+
+
+FIGURES = [
+    Figure(r'print\(metrics\["map"\]\) +# (\d\.\d+): the demo', lambda ns, cwd, out: ns["metrics"]["map"],
+           python_only=True),
+    Figure(r"This run reaches mAP@all\s+(\d\.\d+)\s+on its 200 queries", _metric("runs/photos", "map")),
+    Figure(r"the run's mAP@all on its\s+500 queries is\s+(\d\.\d+)", _metric("runs/csq_D-64", "map")),
+    Figure(r"its kNN accuracy\s+(\d\.\d+)", _metric("runs/csq_D-64", "knn_accuracy", "accuracy")),
+    Figure(r"of these five test images\s+(\d)\s+find their own class first", _own_class_queries),
+]
+
+
+def readme_figure(figure: Figure) -> tuple[int, str]:
+    """(README line, the figure as written) of a Figure; it must match exactly once."""
+    text = README.read_text(encoding="utf-8")
+    found = list(re.finditer(figure.pattern, text))
+    assert len(found) == 1, f"README.md: {len(found)} matches of {figure.pattern!r} (one expected)"
+    return text.count("\n", 0, found[0].start()) + 1, found[0].group(1)
+
+
+def figure_misses(namespace: dict, cwd: Path, outputs: dict, python_only: bool) -> list[str]:
+    """The figures that differ from what the snippets printed by more than their tolerance."""
+    misses = []
+    for figure in FIGURES:
+        if python_only and not figure.python_only:
+            continue
+        line, written = readme_figure(figure)
+        measured = figure.measured(namespace, cwd, outputs)
+        decimals = len(written.partition(".")[2])
+        allowed = 0.5 * 10 ** -decimals + FIGURE_SLACK if decimals else 0
+        if abs(float(written) - measured) > allowed + 1e-12:
+            misses.append(f"README.md:{line}: {written}, but the snippets measure {measured:.4f} "
+                          f"(tolerance {allowed:g})")
+    return misses
+
+
+def test_every_readme_figure_is_found_once():
+    for figure in FIGURES:
+        readme_figure(figure)
+
+
 # --- the fixtures and the tests that run ------------------------------------------------------
 
 
@@ -372,6 +448,7 @@ def test_make_inputs_as_the_readme_describes(tmp_path):
         assert f["feat"].shape == (3000, 1024) and f["feat"].dtype == np.uint8
         assert set(np.unique(f["is_test"])) == {False, True} and f["is_test"].sum() == 500
         assert np.bincount(f["labels"]).tolist() == [300] * 10
+        assert f["label_names"].tolist()[:3] == ["airplane", "automobile", "bird"]  # `lbhash search` names them
         q = np.load(tmp_path / "queries.npy")
         assert q.dtype == np.uint8 and q.shape == (5, 1024)
         test_rows = f["feat"][f["is_test"]]
@@ -380,6 +457,30 @@ def test_make_inputs_as_the_readme_describes(tmp_path):
             np.testing.assert_array_equal(q[c], test_rows[test_labels == c][0])
     photos = sorted(p.relative_to(tmp_path / "photos") for p in (tmp_path / "photos").rglob("*") if p.is_file())
     assert len(photos) == 160 and {p.parts[0] for p in photos} == {"airplane", "cat", "ship", "truck"}
+
+
+def test_the_inputs_script_runs_from_anywhere_and_writes_only_where_told(tmp_path):
+    """`python benchmarks/readme_inputs.py OUT_DIR` from another directory finds the shared data
+    beside the checkout ($LBHASH_SHARED_DATA when set) and writes the four files and `photos/` into
+    OUT_DIR and nowhere else; without OUT_DIR it writes nothing (issue 60, item 7: it worked only from the
+    repository root and left four untracked files there)."""
+    shared = shared_data_dir()
+    if not all((shared / n).is_file() for n in ("cifar10-mobilenetv1-features.npz", "scene-multilabel.npz",
+                                                "cifar10-jpg.tar.gz")):
+        pytest.skip(f"shared data not found at {shared} (set LBHASH_SHARED_DATA)")
+    script = REPO / "benchmarks" / "readme_inputs.py"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {**os.environ, "LBHASH_SHARED_DATA": str(shared)}
+    refused = subprocess.run([sys.executable, str(script)], cwd=elsewhere, env=env, capture_output=True, text=True)
+    assert refused.returncode == 2 and "out" in refused.stderr and not any(elsewhere.iterdir())
+    done = subprocess.run([sys.executable, str(script), "inputs"], cwd=elsewhere, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["inputs"]
+    written = ("features.npz", "queries.npy", "scene.npz", "cifar-small.npz", "photos")
+    assert sorted(p.name for p in (elsewhere / "inputs").iterdir()) == sorted(written)
+    assert not any((REPO / name).exists() for name in written)  # nothing left in the checkout
 
 
 @pytest.mark.slow  # test_readme_runs_in_order runs them too; this one needs only the digits set
@@ -394,6 +495,8 @@ def test_readme_python_blocks(tmp_path, monkeypatch, capfd):
     assert (tmp_path / "runs" / "my-encoder").is_dir() and (tmp_path / "my-index").exists()
     # the README's digits run trains to the demo's quality (CSQ_D, 32 bits: 0.978 at 50 epochs)
     assert namespace["metrics"]["map"] > 0.95, namespace["metrics"]["map"]
+    misses = figure_misses(namespace, tmp_path, {}, python_only=True)
+    assert not misses, "the README's figures are not what its snippets print:\n" + "\n".join(misses)
 
 
 @pytest.mark.slow
@@ -404,6 +507,7 @@ def test_readme_runs_in_order(readme_inputs, capfd):
     started = time.monotonic()
     ran = 0
     previous: dict[str, tuple[int, str]] = {}
+    outputs: dict[str, str] = {}  # command (without its comment) -> what it printed on stdout
     for block in BLOCKS:
         if block.runs_as_python:
             t = time.monotonic()
@@ -413,6 +517,7 @@ def test_readme_runs_in_order(readme_inputs, capfd):
             for line, command in block.commands():
                 out = run_shell(line, command, readme_inputs)
                 check_same_as_before(line, command, out, previous)
+                outputs[command.split(" #")[0].strip()] = out
         elif is_serve_block(block):
             run_serve_block(block, readme_inputs)
         else:
@@ -421,6 +526,8 @@ def test_readme_runs_in_order(readme_inputs, capfd):
     assert ran >= 8
     # the service twice, with curl: over the feature index, and as the own-folder recipe's last step
     assert sum(is_serve_block(b) for b in BLOCKS) == 2, "README.md should show the service twice, with curl"
+    misses = figure_misses(namespace, readme_inputs, outputs, python_only=False)
+    assert not misses, "the README's figures are not what its snippets print:\n" + "\n".join(misses)
     with capfd.disabled():
         print(f"\nREADME ran in {time.monotonic() - started:.0f} s; slowest steps:")
         for line, command, seconds in sorted(TIMES, key=lambda t: -t[2])[:6]:

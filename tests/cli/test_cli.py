@@ -9,7 +9,7 @@ from helpers import Killed, one_line_error, stop_before_the_first_epoch
 from lbhash import __version__
 from lbhash.cli import main
 from lbhash.codes_file import save_codes_file
-from lbhash.evaluate import evaluate_codes
+from lbhash.evaluate import RATIO_SCALE, evaluate_codes
 
 
 def run(*args):
@@ -110,7 +110,7 @@ def test_demo_trains_both_variants_and_prints_table(tmp_path):
     assert "split digits: 900 train, 100 validation, 300 query, 1497 database (validation included)" in result.output
     assert "best validation epoch kept" in result.output
     assert "chance level: a random ranking has mAP@all 0.10" in result.output  # ten balanced digits
-    assert "LB's scale: 0: two class centers coincide, above 4: classes fully apart" in result.output
+    assert f"LB's scale: {RATIO_SCALE}" in result.output and "not the queries" in RATIO_SCALE
     for name in ("csq", "csq_D"):
         metrics = json.loads((tmp_path / f"{name.lower()}-16bits" / "metrics.json").read_text())
         assert metrics["bits"] == 16 and 0 < metrics["map"] <= 1
@@ -137,6 +137,37 @@ def test_train_options_are_the_config_fields_with_their_defaults():
     assert set(TrainConfig.model_fields) - set(cli_fields()) == {"method_options", "hidden", "topk"}
     # what the data decides is the resolved run's, never a user's option
     assert not {"input_kind", "input_dim"} & set(TrainConfig.model_fields) and "--input-dim" not in options
+
+
+def test_train_help_groups_its_options_by_option_set_and_lists_each_once():
+    """`lbhash train --help` listed 63 options in one list (issue 60, item 7): they come in one
+    section per option set of TrainConfig (the run's own options first), and every option
+    appears exactly once, in the section of the option set that owns its field."""
+    import re
+
+    from lbhash.cli.options import SECTION_TITLES, field_owners
+    from lbhash.cli.train import train
+
+    text = run("train", "--help").output
+    heads = [(m.start(), m.group(1)) for m in re.finditer(r"^(\S[^\n]*):$", text, re.M)]
+    titles = [h for _, h in heads]
+    assert titles[:2] == ["Run", "Data"], titles
+    owners = field_owners()
+    expected = {"config_file": "Run", "out": "Run", "resume": "Run", "quiet": "Run"}
+    extra = {"method_option": "method_options", "hidden": "hidden", "topk": "topk"}
+    for param in train.params:
+        field = extra.get(param.name, param.name)
+        if field in owners:
+            expected[param.name] = SECTION_TITLES[owners[field].__name__]
+    assert set(titles) == set(expected.values()) and "Other options" not in titles, titles
+    assert len(expected) == len(train.params) > 60
+    ends = [start for start, _ in heads[1:]] + [len(text)]
+    for param in train.params:
+        flag = param.opts[0]
+        where = [title for (start, title), end in zip(heads, ends)
+                 if re.search(rf"^  {re.escape(flag)}(?![\w-])", text[start:end], re.M)]
+        assert where == [expected[param.name]], (flag, where)
+    assert re.search(r"^Run:\n(.*\n)*?  -h, --help", text, re.M)
 
 
 def test_flags_reach_the_saved_config(tmp_path, monkeypatch):

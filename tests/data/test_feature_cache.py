@@ -94,6 +94,34 @@ def test_a_corrupt_entry_is_computed_again_and_an_unwritable_cache_keeps_feature
     assert kept.shape == (48, 1280) and "Permission denied" in caplog.text
 
 
+def test_an_extraction_says_so_before_its_first_image(tmp_path, lite0, caplog):
+    """Off a terminal the first count came 30 s into an extraction, 43 s into a photo run (issue
+    60, item 7): a line says the extraction started before the backbone sees an image, and the
+    first count comes after PROGRESS_FIRST seconds."""
+    data = load_data(f"image-array:{colour_class_images(tmp_path / 'd.npz', seed=4)}")
+    seen = []
+    handle = lite0.register_forward_pre_hook(lambda module, args: seen.append([r.getMessage() for r in caplog.records]))
+    try:
+        with caplog.at_level(logging.INFO, logger="lbhash"):
+            backbone_features(data, lite0, None, OPTIONS)
+    finally:
+        handle.remove()
+    assert seen and any(m.startswith("backbone features: computing them for 48 images (efficientnet_lite0, 64 px)")
+                        for m in seen[0]), seen[:1]
+    assert feature_cache.PROGRESS_FIRST <= 10 < feature_cache.PROGRESS_EVERY
+
+
+def test_a_frozen_run_on_one_size_of_images_says_their_size(frozen_run):
+    """32x32 images of one size were reported as "images of varying size": the data line looked
+    for a pixel store on the frozen features' wrapper (issue 60, item 7)."""
+    from lbhash.train.summary import describe_data
+
+    root, _, _, _ = frozen_run
+    summary = json.loads((root / "run" / "data.json").read_text())
+    assert summary["stored_size"] == [32, 32], summary
+    assert "32x32 images -> 64x64 model input" in describe_data(summary)
+
+
 @pytest.fixture(scope="module")
 def frozen_run(tmp_path_factory):
     from lbhash.train import TrainConfig, train

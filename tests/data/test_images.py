@@ -496,3 +496,31 @@ def test_dataloader_workers(tmp_path, name, cache):
     assert torch.equal(torch.cat([b[0] for b in batches]), expect)
     again = pickle.loads(pickle.dumps(tds))  # what a spawn-started worker receives
     assert torch.equal(again[3][0], expect[3])
+
+
+def test_what_the_data_line_knows_of_image_sizes(tmp_path):
+    """One size is said once the images are decoded, varying sizes only once decoding met
+    another size, and before decoding the first image's size alone (issue 60, item 7: 32x32
+    images of one size were reported as "images of varying size")."""
+    from lbhash.data import load_data
+    from lbhash.train.summary import describe_data
+
+    def folder(name, sides):
+        for k, side in enumerate(sides):
+            (tmp_path / name / "a").mkdir(parents=True, exist_ok=True)
+            Image.new("RGB", (side, side), (k * 20, 0, 0)).save(tmp_path / name / "a" / f"{k}.png")
+        return load_data(f"images:{tmp_path / name}", labels_required=False)
+
+    def line(sizes):
+        summary = {"kind": "images", "items": 3, "classes": 1, "multi_label": False, "image_size": 64,
+                   "stored_size": sizes.get("stored_size"), **sizes,
+                   "split": {"protocol": "all-train", "train": 3, "validation": 0, "query": 0, "database": 3}}
+        return describe_data({"data": "d", **summary})
+
+    same = folder("same", [32, 32, 32])
+    assert same.sizes() == {"first_size": [32, 32]} and "images, the first 32x32 -> 64x64" in line(same.sizes())
+    assert same.preload() and same.sizes() == {"stored_size": [32, 32]}
+    assert "32x32 images -> 64x64" in line(same.sizes())
+    mixed = folder("mixed", [32, 40, 32])
+    assert not mixed.preload() and mixed.sizes() == {"varying": True}
+    assert "images of varying size -> 64x64" in line(mixed.sizes())

@@ -213,10 +213,9 @@ def test_search_takes_an_image_array_named_by_row(image_export, tmp_path):
         rows = json.loads(result.output)
         assert [r["name"] for r in rows] == [f"queries.npz row {i}" for i in range(4)]
         assert [r["ids"] for r in rows] == [r["ids"] for r in by_files]
-    # the hint names something search takes
-    line = one_line_error(cli("search", tmp_path / "idx", "--features", tmp_path / "queries.npz", "--run", run),
-                          "must be 2-D", "image-array:PATH", "lbhash search --images PATH")
-    assert "images" in line
+    # the hint names something search takes: an image run's queries are images (issue 60, item 7)
+    one_line_error(cli("search", tmp_path / "idx", "--features", tmp_path / "queries.npz", "--run", run),
+                   "queries.npz", "the run encodes images", "--images", "an image array")
 
 
 def test_codes_of_an_image_array_carry_their_sources(image_export, tmp_path):

@@ -273,10 +273,33 @@ def test_a_ratio_of_exactly_4_does_not_separate():
 
 
 def test_the_printed_lower_bound_comes_with_its_scale(rng):
+    """The bound is over the database codes and the mAP over the queries (issue 60, item 5): the
+    table says so beside the ratio, so that "above 4" next to a modest mAP reads as no contradiction."""
     q, d, ql, dl, _, _ = make_case(rng, 16, multilabel=False)
     table = format_metrics(evaluate_codes(q, d, ql, dl)).splitlines()
     row = next(i for i, line in enumerate(table) if line.startswith("lower bound (p99.9)"))
-    assert table[row + 1].strip() == "(0: two class centers coincide, above 4: classes fully apart)"
+    assert table[row + 1].strip() == ("(over the database items, not the queries; 0: two class centers coincide, "
+                                      "above 4: the database's classes fully apart)")
+
+
+def test_rank_cutoffs_at_or_above_the_database_size_are_not_printed_as_rankings(rng):
+    """P@K with K >= the database size is the share of relevant items whatever the ranking, and a
+    kNN vote of k >= the database size lets every item vote (issue 60, item 5): the table leaves
+    those P@K out and says why in one line, and names the kNN vote for what it is; metrics.json
+    keeps every value (docs/evaluation.md, "Printed tables")."""
+    q, d, ql, dl, _, _ = make_case(rng, 16, multilabel=False, n_db=50)
+    metrics = evaluate_codes(q, d, ql, dl, ks=(10, 49, 50, 100, 1000), knn=100)
+    table = format_metrics(metrics)
+    rows = dict(line.split(None, 1) for line in table.splitlines() if line.startswith("P@") and "P@H" not in line)
+    assert set(rows) == {"P@10", "P@49", "P@50..1000"}, table
+    assert rows["P@50..1000"].strip() == ("not shown: K >= the 50 database items (the share of relevant items, "
+                                          "whatever the ranking)")
+    knn = next(line for line in table.splitlines() if line.startswith("kNN"))
+    assert knn.endswith(f"{metrics['knn_accuracy']['accuracy']:.4f}  (k >= the 50 database items: every item votes)")
+    assert metrics["precision_at_k"]["k"] == [10, 49, 50, 100, 1000]  # the JSON keeps them all
+    small = format_metrics(evaluate_codes(q, d, ql, dl, ks=(10, 20), knn=10)).splitlines()
+    assert [r.split()[0] for r in small if r.startswith("P@") and "P@H" not in r] == ["P@10", "P@20"]
+    assert any(r.startswith("kNN accuracy (k=10)  ") and "votes" not in r for r in small)
 
 
 def test_evaluate_codes_agrees_with_single_metrics(rng):

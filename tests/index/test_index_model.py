@@ -82,6 +82,18 @@ def test_search_prints_the_query_label_class_names_and_marks_other_classes(tmp_p
     assert result.exit_code == 0 and "labels 2 red" in result.output, result.output
 
 
+def test_feature_rows_given_to_an_image_run_are_refused_in_one_clear_line(tmp_path, tiny_image_run):
+    """`search --features` with a run that encodes images said `got object with shape ()`
+    (issue 60, item 7): it now names what was given and what the run takes."""
+    tree, image_run = tiny_image_run
+    ix = tmp_path / "img"
+    assert cli("index", "build", image_run, "--out", ix).exit_code == 0
+    np.save(tmp_path / "q.npy", np.zeros((2, 8), np.float32))
+    line = one_line(cli("search", ix, "--features", tmp_path / "q.npy", "--run", image_run),
+                    "q.npy", "--features takes feature rows", "encodes images", "--images")
+    assert "shape ()" not in line and "object" not in line
+
+
 def test_another_run_is_refused_with_advice_that_keeps_the_index(tmp_path, runs, tiny_image_run):
     """Issue 60 item 3: searching an index through another run (a typo away) names the run that
     built it and a new index name; each piece of advice, run as written, leaves the index as it

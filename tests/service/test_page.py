@@ -97,7 +97,7 @@ def test_thumbnails_are_the_recorded_images_pixel_for_pixel(built):
         run_info = about["run"]
         assert (run_info["variant"], run_info["bits"], run_info["input_kind"]) == ("csq", 16, "images")
         assert 0 <= run_info["map"] <= 1 and set(run_info["lower_bound"]) >= {"min_inter", "max_intra", "ratio"}
-        assert run_info["lower_bound"]["scale"].startswith("0: two class centers coincide")  # shown beside it
+        assert run_info["lower_bound"]["scale"].startswith("over the database items")  # shown beside it
         assert 0.24 < run_info["chance_map"] < 0.35  # four balanced classes: about a quarter
         assert len(run_info["pr_curve"]["precision"]) == 17
 
@@ -294,3 +294,34 @@ def test_a_feature_index_has_sources_but_no_thumbnails(tmp_path, rng):
         assert client.post("/items", json={"codes": [found[0]["code"]], "ids": [1], "upsert": True}).status_code == 200
         assert client.delete("/items/2").status_code == 200
     assert not media_dir_for(tmp_path / "ix").exists()  # changes of items without images write nothing more
+
+
+def test_a_feature_files_class_names_reach_the_search_and_the_page(tmp_path):
+    """A features .npz with `label_names` (docs/data.md) names its classes in `lbhash search`
+    and on the page, as image data does (issue 60, item 6): the run records them (data.json) and
+    `index build` puts them in the index's sources.json."""
+    from sklearn.datasets import load_digits
+
+    x, y = load_digits(return_X_y=True)
+    names = np.array(["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"])
+    data = tmp_path / "digits-named.npz"
+    np.savez(data, x_train=x[100:].astype(np.float32), y_train=y[100:], x_test=x[:100].astype(np.float32),
+             y_test=y[:100], label_names=names)
+    run, ix = tmp_path / "run", tmp_path / "ix"
+    trained = cli("train", "--data", f"features:{data}", "--method", "linear", "--bits", 16, "--out", run, "--quiet")
+    assert trained.exit_code == 0, trained.output
+    assert json.loads((run / "data.json").read_text())["class_names"] == names.tolist()  # the run carries them
+    built = cli("index", "build", run, "--out", ix)
+    assert built.exit_code == 0 and "note:" not in built.output, built.output
+    assert read_sources(CodeIndex.load(ix)).class_names == names.tolist()
+    np.save(tmp_path / "q.npy", x[:3].astype(np.float32))
+    text = cli("search", ix, "--features", tmp_path / "q.npy", "--run", run, "-k", 2).output
+    assert re.search(r"labels \d (zero|one|two|three|four|five|six|seven|eight|nine)\b", text), text
+    coded = cli("search", ix, "--codes", run / "codes.npz", "-k", 2).output  # a run's queries: their labels named
+    assert "label 0 zero" in coded or "label 1 one" in coded, coded
+    from lbhash.index.sources import load_encoder
+
+    with TestClient(create_app(ix, load_encoder(run)), base_url=LOCAL) as client:
+        about = client.get("/about").json()
+        assert about["index"]["class_names"] == names.tolist() and about["index"]["sources"] == 0
+        assert client.get("/items/0/image").status_code == 404  # feature rows have no images

@@ -70,7 +70,8 @@ def test_the_page_in_a_real_browser(browser, served, tmp_path):
     chance = json.loads((Path(server.extra[-1]) / "metrics.json").read_text())["chance_map"]
     assert f"; a random ranking: {chance:.3f})" in page_text, page_text[page_text.find("mAP"):][:200]
     assert page.by_id("add").is_displayed()  # an image index: images can be added
-    assert "(0: two class centers coincide, above 4: classes fully apart)" in page_text  # the bound's scale
+    assert ("(over the database items, not the queries; 0: two class centers coincide, above 4: the "
+            "database's classes fully apart)") in page_text  # the bound's scale
     record = read_sources(CodeIndex.load(root / "ix"))  # read only: the server owns it
     # the run puts a class's items at one code, and ties go by id: query with the red item of lowest id
     own_id = min(i for i in range(100) if (record.source(i) or "").startswith(f"{tree}/train/red/"))

@@ -267,5 +267,5 @@ def test_the_done_line_gives_the_lower_bound_its_scale():
     metrics = {"run": {"variant": "csq_D", "bits": 32, "epochs_trained": 100}, "map": 0.9281, "topk": "all",
                "n_query": 300, "n_db": 1497, "lower_bound": {"ratio": 1.6667}}
     assert result_line(metrics) == ("done: csq_D 32 bits, 100 epochs, mAP@all 0.9281 (300 queries, 1497 database "
-                                    "items), lower bound 1.667 (0: two class centers coincide, above 4: classes "
-                                    "fully apart)")
+                                    "items), lower bound 1.667 (over the database items, not the queries; 0: two "
+                                    "class centers coincide, above 4: the database's classes fully apart)")

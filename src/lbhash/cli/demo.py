@@ -62,8 +62,8 @@ def demo(out: Path, bits: str, epochs: int, seed: int) -> None:
     for row in rows:
         (m0, r0, t0), (m1, r1, t1) = row["CSQ"], row["CSQ_D"]
         click.echo(f"{row['bits']:>4}  {m0:>8.4f} {m1:>9.4f}  {r0:>7.3f} {r1:>8.3f}  {t0:>8.3f} {t1:>10.3f}")
-    click.echo("mAP: mAP@all over the database (ties by index); LB: min D_inter / max D_intra of "
-               "the database codes (99.9th percentiles)")
+    click.echo("mAP: mAP@all of the queries, each searched in the database (ties by index); LB: "
+               "min D_inter / max D_intra of the database codes (99.9th percentiles)")
     click.echo(f"LB's scale: {RATIO_SCALE}; on the same data and bits a higher LB tends to go with a "
                "higher mAP (docs/evaluation.md#reading-the-lower-bound)")
     click.echo(f"chance level: a random ranking has mAP@all {m['chance_map']:.4f} on these queries")

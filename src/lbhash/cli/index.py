@@ -123,6 +123,10 @@ def build(source: Path, out: str, kind: str, part: str | None, data_spec: str | 
             index.metadata["data"] = spec
             if sources.has_sources(spec):
                 _record_sources(index, spec, ids)
+            else:  # feature rows: no sources, but the run may have recorded its classes' names
+                from lbhash.index.origins import record_class_names
+
+                record_class_names(index, spec, sources.run_class_names(source))
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         with writer_lock(out, "lbhash index build"):  # no server or other writer changes it meanwhile
             if Path(out).exists() and not overwrite:  # made by another writer since the check above

@@ -63,13 +63,68 @@ def config_options(func):
     return func
 
 
+def field_owners() -> dict[str, type]:
+    """Each config field's option set (the Options class that declares it)."""
+    from lbhash.train.config import TrainConfig
+
+    return {name: base for base in TrainConfig.__mro__[1:] if base.__name__.endswith("Options")
+            for name in vars(base).get("__annotations__", {})}
+
+
+# The --help section of each option set (lbhash train groups its options by them).
+SECTION_TITLES = {"DataOptions": "Data", "MethodOptions": "Method", "RecipeOptions": "Training recipe",
+                  "CenterOptions": "Class centers", "NeighbourhoodOptions": "Neighbourhood term",
+                  "ObjectiveOptions": "The _D objective (--lbhash)", "SurrogateOptions": "The surrogate P_pi (--lbhash)",
+                  "ModelOptions": "Model", "RuntimeOptions": "Runtime and output"}
+
+
+def config_sections(fields_of: dict[str, str]) -> list[tuple[str, list[str]]]:
+    """(title, parameter names) of each option set, in the config's field order: its
+    command-line fields, and the parameters `fields_of` maps to one of its fields (`lbhash
+    train`'s own --method-option, --hidden and --topk)."""
+    from lbhash.train.config import TrainConfig
+
+    owners = field_owners()
+    sections: dict[str, list[str]] = {}
+    for name in TrainConfig.model_fields:
+        sections.setdefault(owners[name].__name__, [])
+    for name in cli_fields():
+        sections[owners[name].__name__].append(name)
+    for param, field in fields_of.items():
+        sections[owners[field].__name__].append(param)
+    return [(SECTION_TITLES.get(base, base.removesuffix("Options")), names) for base, names in sections.items()
+            if names]
+
+
+class SectionedCommand(click.Command):
+    """A command whose --help lists its options in titled sections instead of one long list:
+    `sections` gives (title, parameter names), or a function returning them (called when help is
+    shown); options in no section come last, under "Other options"."""
+
+    def __init__(self, *args, sections=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.sections = sections
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        help_option = self.get_help_option(ctx)  # named "help" in sections, whatever click calls it
+        records = {("help" if p is help_option else p.name): p.get_help_record(ctx) for p in self.get_params(ctx)}
+        records = {name: record for name, record in records.items() if record is not None}
+        sections = self.sections() if callable(self.sections) else self.sections
+        placed: set[str] = set()
+        for title, names in [*sections, ("Other options", [n for n in records])]:
+            rows = [records[n] for n in names if n in records and n not in placed]
+            placed.update(names)
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
+
+
 def options_markdown() -> str:
     """The config fields as a markdown table, with the option set (and its module) that owns
     each (docs/training.md shows it; a test compares)."""
     from lbhash.train.config import TrainConfig
 
-    owner = {name: base for base in TrainConfig.__mro__[1:] if base.__name__.endswith("Options")
-             for name in vars(base).get("__annotations__", {})}
+    owner = field_owners()
     rows = ["| option | default | meaning | set |", "|---|---|---|---|"]
     for name, field in TrainConfig.model_fields.items():
         base = owner[name]

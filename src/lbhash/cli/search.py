@@ -131,6 +131,7 @@ def _queries(index, codes_path, features_path, image_paths, encoder, rerank: boo
     from lbhash.index import QueryEncoder
 
     run = QueryEncoder(encoder, index.bits)
+    _check_query_kind(run.input_kind, features_path, image_paths)
     if features_path is not None:
         spec = features_path if features_path.startswith("features:") else f"features:{features_path}"
         inputs = load_data(spec, labels_required=False)
@@ -139,6 +140,20 @@ def _queries(index, codes_path, features_path, image_paths, encoder, rerank: boo
         names, inputs = _image_queries(run, image_paths)
         labels = None
     return names, run.queries(inputs, rerank=rerank), labels
+
+
+def _check_query_kind(kind: str, features_path, image_paths) -> None:
+    """--features for a run on features, --images for a run on images: one line otherwise."""
+    from lbhash.errors import InputError
+
+    given, wanted = ("--features" if features_path is not None else "--images"), \
+        ("--features" if kind == "features" else "--images")
+    if given != wanted:
+        what = features_path if features_path is not None else " ".join(map(str, image_paths))
+        forms = {"--features": ("feature rows", "a .npy or feature file"),
+                 "--images": ("images", "image files, folders of them or an image array")}
+        raise InputError(f"{given} {what}: {given} takes {forms[given][0]}, but the run encodes {kind}; give "
+                         f"its queries with {wanted} ({forms[wanted][1]})")
 
 
 def _image_queries(run, image_paths) -> tuple[list[str], list[np.ndarray]]:

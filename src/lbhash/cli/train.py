@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from lbhash.cli.common import parse_int_list, parse_topk
-from lbhash.cli.options import config_options
+from lbhash.cli.options import SectionedCommand, config_options, config_sections
 from lbhash.errors import InputError
 
 
@@ -25,7 +25,12 @@ def parse_method_options(values: tuple[str, ...]) -> dict:
     return out
 
 
-@click.command()
+# --help: the run's own options first, then one section per option set of TrainConfig
+HELP_SECTIONS = lambda: [("Run", ["config_file", "out", "resume", "quiet", "help"]),  # noqa: E731
+                         *config_sections({"method_option": "method_options", "hidden": "hidden", "topk": "topk"})]
+
+
+@click.command(cls=SectionedCommand, sections=HELP_SECTIONS)
 @click.option("--config", "config_file", type=click.Path(path_type=Path),
               help="YAML file of options (keys as below, '-' or '_'); flags override it.")
 @config_options

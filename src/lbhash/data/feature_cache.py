@@ -38,6 +38,7 @@ from lbhash.models.registry import IMAGENET_MEAN, IMAGENET_STD
 
 FORMAT = 1
 PROGRESS_EVERY = 30.0  # seconds between progress lines when no bar is shown
+PROGRESS_FIRST = 10.0  # seconds to the first of them (a line says the extraction started)
 EXTRACT_BATCH = 64  # images per backbone pass: 1,024 at 160 px held 3 GB of activations
 _LOG = logging.getLogger("lbhash")
 
@@ -79,6 +80,9 @@ def backbone_features(dataset, backbone: torch.nn.Module, indices, options: Inpu
     from the cache or computed (and cached) now; `bf16`: under bf16 autocast (HashModel's
     bf16_backbone), the float32 of its bf16 outputs."""
     idx = check_indices(dataset, indices)
+    if getattr(dataset, "pixels", True) is None and getattr(dataset, "source", None) is not None:
+        _LOG.info("backbone features: decoding the %d images of %s first (their pixels key the feature cache)",
+                  len(dataset), dataset.name)
     key = _entry_key(backbone, options, images_key(dataset, idx), bf16)
     path = cache_root() / "features" / hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
     try:
@@ -106,7 +110,12 @@ def _compute(dataset, backbone, idx: np.ndarray, options: InputOptions, device, 
     was_training = backbone.training
     backbone.eval()
     dtype = next((p.dtype for p in backbone.parameters() if p.is_floating_point()), torch.float32)
-    out, start, said = [], time.perf_counter(), time.perf_counter()
+    out, start = [], time.perf_counter()
+    said = start - PROGRESS_EVERY + PROGRESS_FIRST  # the first count comes early, then one every PROGRESS_EVERY
+    if not progress:  # a line now: the first count comes only after PROGRESS_FIRST seconds
+        _LOG.info("backbone features: computing them for %d images (%s, %s px), once: later runs read them "
+                  "from the cache", len(idx), getattr(backbone, "name", type(backbone).__name__),
+                  options.image_size)
     bar = tqdm(total=len(idx), desc=f"backbone features ({getattr(backbone, 'name', '')})", unit="img",
                disable=not progress, leave=False)
     try:

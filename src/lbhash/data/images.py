@@ -57,6 +57,7 @@ class ImageDataset(HashDataset):
     input_kind = "images"
     _bad: np.ndarray | None = field(default=None, init=False, repr=False)  # cache slots that failed
     _no_cache: bool = field(default=False, init=False, repr=False)
+    _mixed: bool = field(default=False, init=False, repr=False)  # decoding met an image of another size
 
     def __post_init__(self) -> None:
         self.labels = as_multihot(self.labels, f"{self.name}: labels")
@@ -118,6 +119,18 @@ class ImageDataset(HashDataset):
         resized to whatever the run chooses)."""
         shape = self.pixels.shape[1:3] if self.pixels is not None else (self._first_shape() or (None, None))[:2]
         return int(shape[0]) if shape[0] is not None and shape[0] == shape[1] else None
+
+    def sizes(self) -> dict:
+        """What is known of the images' sizes, without decoding any: `{"stored_size": [H, W]}`
+        when they sit in the pixel store (one size), `{"varying": True}` when decoding met
+        another size, else `{"first_size": [H, W]}` from the first readable header (the others not
+        read yet), or `{}`."""
+        if self.pixels is not None:
+            return {"stored_size": [int(self.pixels.shape[1]), int(self.pixels.shape[2])]}
+        if self._mixed:
+            return {"varying": True}
+        first = self._first_shape()
+        return {} if first is None else {"first_size": [int(first[0]), int(first[1])]}
 
     def torch_dataset(self, indices=None, transform=None):
         """A torch Dataset whose item k is (transform(uint8 CHW tensor), float32 labels row, k).
@@ -285,6 +298,7 @@ class ImageDataset(HashDataset):
                         if self.cache == "on":
                             raise InputError(f"{self.source.where(i)}: is {result[1]}x{result[0]}, but cache=on "
                                              f"needs every image the size of the first ({shape[1]}x{shape[0]})")
+                        self._mixed = True
                         return None
                 bar.update(len(block))
         return bad

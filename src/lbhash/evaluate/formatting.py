@@ -7,7 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 # The lower bound's range, printed beside it (why 4: docs/evaluation.md, "Reading the lower bound").
-RATIO_SCALE = "0: two class centers coincide, above 4: classes fully apart"
+# It is measured on the database codes, while mAP averages over the queries: the scale says so,
+# so that a ratio above 4 beside a modest mAP does not read as a contradiction.
+RATIO_SCALE = ("over the database items, not the queries; 0: two class centers coincide, "
+               "above 4: the database's classes fully apart")
 
 
 def map_label(topk: int | str | None, n_db: int) -> str:
@@ -21,10 +24,16 @@ def map_label(topk: int | str | None, n_db: int) -> str:
 
 def format_metrics(metrics: dict[str, Any]) -> str:
     """A plain-text table of the headline numbers of `evaluate_codes` (mAP@R named by
-    `map_label`; the lower bound with its scale, RATIO_SCALE)."""
-    r = map_label(metrics["topk"], metrics["n_db"])
+    `map_label`; the lower bound with its scale, RATIO_SCALE).
+
+    A cut-off at or above the database size ranks nothing (docs/evaluation.md, "Printed
+    tables"): P@K for K >= n_db, the share of relevant items whatever the ranking, is left out
+    with one line saying so, and a kNN vote of k >= n_db is named as a vote of every item."""
+    n_db = metrics["n_db"]
+    r = map_label(metrics["topk"], n_db)
     ball = metrics["precision_within_radius"]
     knn = metrics["knn_accuracy"]
+    knn_note = "" if knn["k"] < n_db else f"  (k >= the {n_db} database items: every item votes)"
     lb = metrics["lower_bound"]
     ratio = lb["ratio"]
     ratio_text = "inf (max D_intra = 0)" if ratio == "inf" else f"{ratio:.4f}"
@@ -37,7 +46,7 @@ def format_metrics(metrics: dict[str, Any]) -> str:
         *([("chance level (random ranking)", f"mAP@all {metrics['chance_map']:.4f}")]
           if "chance_map" in metrics else []),
         (f"P@H<={ball['radius']}", f"{ball['precision']:.4f}  (empty balls: {100 * ball['empty_fraction']:.1f}%)"),
-        (f"kNN accuracy (k={knn['k']})", f"{knn['accuracy']:.4f}"),
+        (f"kNN accuracy (k={knn['k']})", f"{knn['accuracy']:.4f}{knn_note}"),
         *([("classifier accuracy", f"{metrics['classifier_accuracy']:.4f}")]
           if "classifier_accuracy" in metrics else []),
         (f"lower bound (p{lb['percentile']:g})",
@@ -46,6 +55,11 @@ def format_metrics(metrics: dict[str, Any]) -> str:
     ]
     at_k = metrics["precision_at_k"]
     for k, p in zip(at_k["k"], at_k["precision"]):
-        rows.append((f"P@{k}", f"{p:.4f}"))
+        if k < n_db:
+            rows.append((f"P@{k}", f"{p:.4f}"))
+    beyond = [k for k in at_k["k"] if k >= n_db]
+    if beyond:
+        rows.append((f"P@{beyond[0]}" + (f"..{beyond[-1]}" if len(beyond) > 1 else ""),
+                     f"not shown: K >= the {n_db} database items (the share of relevant items, whatever the ranking)"))
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)

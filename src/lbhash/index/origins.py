@@ -14,7 +14,10 @@ reads an item's pixels from the recorded data spec at the recorded position, and
 checking that the data set still names the recorded source there: no path from a request is
 ever opened. A file under a folder is read only while it resolves inside the folder, is a
 regular file of at most MAX_SOURCE_BYTES, and has the size and mtime recorded at build time.
-Feature data has no sources (its rows are not images): nothing is recorded.
+Feature data has no sources (its rows are not images): only its class names are recorded (a
+feature file's `label_names`, docs/data.md), with empty `ids` and `sources`, so that `lbhash
+search` and the page name its classes as they name an image set's; nothing is recorded for
+feature data without names, or whose names are only their ids ("0", "1", ...: the digits).
 """
 
 from __future__ import annotations
@@ -42,8 +45,9 @@ def dataset_sources(dataset, positions) -> list[str] | None:
 
 
 def record_sources(index, data_spec: str, ids) -> int:
-    """Record where the items `ids` (positions in `data_spec`) came from in `index`'s
-    attachments; returns how many were recorded (0 for feature data)."""
+    """Record where the items `ids` (positions in `data_spec`) came from, and the data's class
+    names, in `index`'s attachments; returns how many sources were recorded (0 for feature
+    data, whose class names alone are recorded when it has them)."""
     from lbhash.data import absolute_spec, load_data
 
     spec = absolute_spec(data_spec)
@@ -52,7 +56,8 @@ def record_sources(index, data_spec: str, ids) -> int:
     if len(ids) and (ids.min() < 0 or ids.max() >= len(dataset)):
         raise InputError(f"ids are not positions in {spec} ({len(dataset)} items)")
     sources = dataset_sources(dataset, ids)
-    if sources is None:
+    if sources is None:  # feature rows: no images, but their classes may have names
+        record_class_names(index, spec, getattr(dataset, "class_names", None))
         return 0
     prefix = os.path.commonprefix(sources) if len(sources) > 1 else ""
     body = {"format": FORMAT, "data": spec, "class_names": getattr(dataset, "class_names", None),
@@ -62,10 +67,25 @@ def record_sources(index, data_spec: str, ids) -> int:
             body["stamps"] = [list(dataset.source.stamp(int(i))) for i in ids]
         except OSError as err:
             raise InputError(f"cannot read the size of an image file ({err})") from None
+    _attach(index, body)
+    return len(ids)
+
+
+def record_class_names(index, data_spec: str, names) -> None:
+    """Record the class names of feature data (no sources: its rows are not images) in `index`'s
+    attachments; nothing for no names, or names that are only the ids ("0".."9": the digits)."""
+    if not names or list(names) == [str(c) for c in range(len(names))]:
+        return
+    from lbhash.data import absolute_spec
+
+    _attach(index, {"format": FORMAT, "data": absolute_spec(data_spec), "class_names": [str(n) for n in names],
+                    "prefix": "", "ids": [], "sources": []})
+
+
+def _attach(index, body: dict) -> None:
     attachments = dict(getattr(index, "attachments", None) or {})
     attachments[SOURCES] = json.dumps(body, separators=(",", ":")).encode()
     index.attachments = attachments
-    return len(ids)
 
 
 class SourceRecord:

@@ -68,6 +68,8 @@ class QueryEncoder:
     def _batches(self, inputs) -> list:
         """The inputs, checked, as the batches the encoder takes: feature rows (or a data set)
         and an image batch whole, a list of images of different sizes one at a time."""
+        if isinstance(inputs, HashDataset) and inputs.input_kind != self.input_kind:
+            raise InputError(f"{inputs.name}: holds {inputs.input_kind}, but the encoder encodes {self.input_kind}")
         if self.input_kind == "features":
             return [inputs if isinstance(inputs, HashDataset) else check_features(inputs)]
         images = check_images(inputs)

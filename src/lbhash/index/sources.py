@@ -240,6 +240,14 @@ def run_data(run_dir: str | Path, data: str | None = None, part: str | None = No
     return spec
 
 
+def run_class_names(run_dir: str | Path) -> list[str] | None:
+    """The class names a run recorded of its data (data.json, runs since issue 60), or None."""
+    from lbhash.train.rundir import read_data_summary
+
+    names = read_data_summary(run_dir).get("class_names")
+    return [str(n) for n in names] if isinstance(names, list) else None
+
+
 _FEATURE_KINDS = ("features", "digits")  # data kinds whose items are feature rows (lbhash.data.spec)
 
 

@@ -145,7 +145,7 @@ class ItemMedia:
         index_dir = store.index_dir
         self.record = read_sources(store.index) if index_dir is not None else None
         self.kept = KeptImages(media_dir_for(index_dir), budget=budget) if index_dir is not None else None
-        self.data = DataImages(self.record) if self.record is not None else None
+        self.data = DataImages(self.record) if self.record else None  # no sources (feature data): no images
         if self.data is not None:  # load the data set now, in the background: the first page is quick
             threading.Thread(target=self.data.warm, name="lbhash-sources", daemon=True).start()
         self.gate, self.cache = DecodeGate(rate, slots), ThumbnailCache(cache_bytes)

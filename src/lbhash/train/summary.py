@@ -23,19 +23,25 @@ logger = logging.getLogger("lbhash")
 
 
 def data_summary(exp: Experiment) -> dict[str, Any]:
-    """Data kind, items, classes, input shape, dequantisation and split sizes of a run; with
-    `resolved`, the data spec with absolute paths (lbhash.train.rundir.run_data_spec reads it)."""
+    """Data kind, items, classes (and their names, where they are more than the ids), input
+    shape, dequantisation and split sizes of a run; with `resolved`, the data spec with absolute
+    paths (lbhash.train.rundir.run_data_spec reads it)."""
     ds, cfg, split = exp.dataset, exp.cfg, exp.split
     out: dict[str, Any] = {"data": cfg.data, "name": ds.name, "kind": ds.input_kind, "items": len(ds),
                            "classes": ds.num_classes, "multi_label": bool(ds.multi_label)}
     if parse_data_spec(cfg.data).path is not None:  # the spec as typed is relative to where the run trained
         out["resolved"] = absolute_spec(cfg.data)
+    names = getattr(ds, "class_names", None)
+    if names and list(names) != [str(c) for c in range(len(names))]:  # names that say more than the ids
+        out["class_names"] = [str(n) for n in names]  # index build records them (lbhash.index.origins)
     if ds.input_kind == "features":
         out["feature_dim"] = ds.input_dim()
         out["dequantized"] = bool(getattr(ds, "dequantized", False))
     else:
-        pixels = getattr(ds, "pixels", None)
-        out["stored_size"] = None if pixels is None else [int(pixels.shape[1]), int(pixels.shape[2])]
+        images = getattr(ds, "images", ds)  # a frozen backbone's features: the images they came from
+        sizes = images.sizes() if hasattr(images, "sizes") else {}
+        out["stored_size"] = sizes.get("stored_size")  # [H, W] when every image has it, else None
+        out.update({k: v for k, v in sizes.items() if k != "stored_size"})
         out["image_size"] = cfg.image_size
     out["split"] = {"protocol": split.protocol, "seed": split.seed, **split.sizes()}
     if len(split.validation):  # training items: database items wherever the protocol's database holds train
@@ -85,9 +91,14 @@ def describe_data(summary: dict[str, Any]) -> str:
         parts.append(f"{summary['feature_dim']} features "
                      + ("(dequantized)" if summary["dequantized"] else "(used as stored)"))
     else:
-        stored = summary["stored_size"]
-        parts.append(("images of varying size" if stored is None else f"{stored[0]}x{stored[1]} images")
-                     + f" -> {summary['image_size']}x{summary['image_size']} model input")
+        stored, first = summary["stored_size"], summary.get("first_size")
+        if stored is not None:
+            size = f"{stored[0]}x{stored[1]} images"
+        elif summary.get("varying"):
+            size = "images of varying size"
+        else:  # not decoded yet (or never: cache off): only the first image's size is known
+            size = "images" + (f", the first {first[0]}x{first[1]}" if first else "")
+        parts.append(f"{size} -> {summary['image_size']}x{summary['image_size']} model input")
     split = summary["split"]
     line = f"data {summary['data']}: {', '.join(parts)}; split {split['protocol']}: {split_sizes(split)}"
     balance = summary.get("target_balance")
