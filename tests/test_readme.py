@@ -376,6 +376,7 @@ FIGURES = [
     Figure(r'print\(metrics\["map"\]\) +# (\d\.\d+): the demo', lambda ns, cwd, out: ns["metrics"]["map"],
            python_only=True),
     Figure(r"This run reaches mAP@all\s+(\d\.\d+)\s+on its 200 queries", _metric("runs/photos", "map")),
+    Figure(r"The fine-tuned run reaches mAP@all\s+(\d\.\d+)", _metric("runs/photos-tuned", "map")),
     Figure(r"the run's mAP@all on its\s+500 queries is\s+(\d\.\d+)", _metric("runs/csq_D-64", "map")),
     Figure(r"its kNN accuracy\s+(\d\.\d+)", _metric("runs/csq_D-64", "knn_accuracy", "accuracy")),
     Figure(r"of these five test images\s+(\d)\s+find their own class first", _own_class_queries),
