@@ -501,6 +501,7 @@ def test_readme_python_blocks(tmp_path, monkeypatch, capfd):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # every command in order: about 6 minutes on 2 idle cores, the fine-tuned photos half of it
 def test_readme_runs_in_order(readme_inputs, capfd):
     """Every block of README.md in order: Python blocks, command lines, the service."""
     TIMES.clear()
