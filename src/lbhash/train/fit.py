@@ -92,8 +92,9 @@ def announce(run: Prepared) -> None:
     if process_rank() == 0:
         logger.info(profile_line(run.config))
         logger.info(describe_data(run.data_summary))
-        if backbone_line(run.config):
-            logger.info(backbone_line(run.config))
+        backbone = backbone_line(run.config)
+        if backbone:
+            logger.info(backbone)
 
 
 def _at_epoch_end(lines: Callable[[int, dict], None] | None,
