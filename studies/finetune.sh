@@ -15,7 +15,7 @@ for step in $STEPS; do
   study)  # the recipe's defaults, chosen on the validation split (100 of the 1,000 training images)
     lbhash reproduce study --data "$SMALL" --protocol given --out "$OUT/study" --study finetune \
       --methods csq --bits 64 --seeds 0 "${TUNE[@]}" --set eval_every=1 \
-      --settings 'base;base,freeze_bn=false;base,backbone_lr_scale=1;base,probe_epochs=0,epochs=4;base,train_stages=4;base,epochs=18' ;;
+      --settings 'base;base,freeze_bn=false;base,backbone_lr_scale=1;base,probe_epochs=0,epochs=4;base,train_stages=4;base,epochs=18;base,augment=flip;base,train_stages=4,augment=flip' ;;
   check)  # issue 57's first criterion: frozen against fine-tuned, protocol given, validation 0, CSQ 64 bits
     for kind in frozen tuned; do
       run="$OUT/check/$kind-128"

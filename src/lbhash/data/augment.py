@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from lbhash.data.eval_images import resized_shape
-from lbhash.data.transforms import IMAGENET_MEAN, IMAGENET_STD, TRANSFORM_PRESETS
+from lbhash.data.transforms import AUGMENTS, IMAGENET_MEAN, IMAGENET_STD, TRANSFORM_PRESETS
 from lbhash.errors import InputError
 
 CIFAR_PADDING = 4
@@ -25,21 +25,28 @@ CIFAR_PADDING = 4
 class BatchTransform:
     """One preset's train or eval pipeline for batches of same-sized uint8 NHWC images."""
 
-    def __init__(self, preset: str, image_size: int, train: bool):
+    def __init__(self, preset: str, image_size: int, train: bool, augment: str = "crop-flip"):
         if preset not in TRANSFORM_PRESETS:
             raise InputError(f"unknown transform preset {preset!r} (known: {', '.join(TRANSFORM_PRESETS)})")
+        if augment not in AUGMENTS:
+            raise InputError(f"unknown augment {augment!r} (known: {', '.join(AUGMENTS)})")
         if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 1:
             raise InputError(f"image_size must be a positive integer, got {image_size!r}")
-        self.preset, self.size, self.train = preset, image_size, train
+        self.preset, self.size, self.train, self.augment = preset, image_size, train, augment
         self._stats: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def __repr__(self) -> str:
-        return f"BatchTransform({self.preset!r}, {self.size}, train={self.train})"
+        return f"BatchTransform({self.preset!r}, {self.size}, train={self.train}, augment={self.augment!r})"
 
     @property
     def random(self) -> bool:
-        """Whether the pipeline draws random crops and flips (the cifar preset never does)."""
-        return self.train and self.preset != "cifar"
+        """Whether the pipeline draws random flips (the cifar preset never does)."""
+        return self.train and self.preset != "cifar" and self.augment != "none"
+
+    @property
+    def crops(self) -> bool:
+        """Whether the pipeline draws random crops (augment crop-flip, in training)."""
+        return self.random and self.augment == "crop-flip"
 
     def resized_shape(self, h: int, w: int) -> tuple[int, int]:
         """The (h, w) the preset resizes an h x w image to before cropping."""
@@ -70,14 +77,17 @@ class BatchTransform:
 
     def _crop_flip(self, x: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
         s, (b, h, w) = self.size, x.shape[:3]
-        pad = CIFAR_PADDING if (self.train and self.preset == "cifar-augment") else 0
-        if not self.random and self.preset != "imagenet":
-            return x  # cifar (always) and cifar-augment (eval): the resized image as it is
+        pad = CIFAR_PADDING if (self.crops and self.preset == "cifar-augment") else 0
         if s > h + 2 * pad or s > w + 2 * pad:
             raise InputError(f"crop {s}x{s} is larger than the (padded) image {h + 2 * pad}x{w + 2 * pad}")
-        if not self.random:  # imagenet eval: the central window
+        if not self.crops:  # the evaluation pipeline's window (imagenet: central; cifar presets: all)
             top, left = (h - s) // 2, (w - s) // 2
-            return x[:, top:top + s, left:left + s]
+            x = x[:, top:top + s, left:left + s]
+            if not self.random:
+                return x
+            # flips only (augment flip): one draw per image from the epoch's generator
+            flip = torch.rand((b,), generator=generator, device=x.device) < 0.5
+            return torch.where(flip[:, None, None, None], x.flip(2), x)
         if pad:
             x = F.pad(x, (0, 0, pad, pad, pad, pad))
             h, w = h + 2 * pad, w + 2 * pad

@@ -24,6 +24,7 @@ class InputOptions(NamedTuple):
     transform: str | None = None    # transform preset (lbhash.data.transforms)
     num_workers: int = 0            # DataLoader worker processes
     channels_last: bool = False     # image batches in channels-last memory format
+    augment: str = "crop-flip"      # training augmentation: crop-flip, flip or none (lbhash.data.augment)
 
 
 class HashDataset:

@@ -369,13 +369,13 @@ def encode_batch_size(options: InputOptions, device="cpu") -> int:
 def _batch_transform(options: InputOptions, train: bool):
     from lbhash.data.augment import BatchTransform
 
-    return BatchTransform(options.transform or "cifar-augment", options.image_size or 32, train)
+    return BatchTransform(options.transform or "cifar-augment", options.image_size or 32, train, options.augment)
 
 
 def _transform(options: InputOptions, train: bool):
     from lbhash.data.transforms import build_transforms
 
-    return build_transforms(options.transform, options.image_size, train=train)
+    return build_transforms(options.transform, options.image_size, train=train, augment=options.augment)
 
 
 def _subset_parts(parts: dict[str, np.ndarray], idx: np.ndarray) -> dict[str, np.ndarray] | None:

@@ -23,6 +23,10 @@ class DataOptions(Options):
                                     shown="the backbone's (small-image backbones: square images from 16 px up to it keep their own)", ge=8)
     transform: Literal["imagenet", "cifar", "cifar-augment"] | None = option(
         None, "Image transform preset.", "one of imagenet, cifar, cifar-augment", shown="the backbone's")
+    augment: Literal["crop-flip", "flip", "none"] = option(
+        "crop-flip", "Training augmentation of images: the preset's random crop and flip, flips only, or none (flip "
+        "and none let --train-stages cache the frozen stages' activations; the cifar preset never augments).",
+        "one of crop-flip, flip, none")
     num_workers: int = option(0, "DataLoader workers for image data.", "a non-negative integer", ge=0)
     skip_bad_images: bool = option(False, "Drop unreadable images (counted) instead of stopping before training.",
                                    "true or false")

@@ -157,29 +157,39 @@ class Normalize:
         return f"Normalize(mean={self.values[0]}, std={self.values[1]})"
 
 
-def build_transforms(preset: str, image_size: int, train: bool) -> Compose:
+AUGMENTS = ("crop-flip", "flip", "none")
+
+
+def build_transforms(preset: str, image_size: int, train: bool, augment: str = "crop-flip") -> Compose:
     """The pipelines of docs/data.md; every one maps uint8 CHW to float32 (3, s, s), ImageNet-normalised.
 
     imagenet: train resize shorter side to round(s * 256 / 224), random crop s, flip; eval
     resize, center crop s. cifar: resize to (s, s) only, train and eval. cifar-augment (small
     CNNs at native size): train pad-4 random crop s + flip; eval nothing; both resize to (s, s)
-    first only if the image is not that size already.
+    first only if the image is not that size already. `augment` (training only): crop-flip is
+    the preset's; flip is the evaluation pipeline then a random flip; none is the evaluation
+    pipeline.
     """
     if preset not in TRANSFORM_PRESETS:
         raise InputError(f"unknown transform preset {preset!r} (known: {', '.join(TRANSFORM_PRESETS)})")
+    if augment not in AUGMENTS:
+        raise InputError(f"unknown augment {augment!r} (known: {', '.join(AUGMENTS)})")
     if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 1:
         raise InputError(f"image_size must be a positive integer, got {image_size!r}")
     s = image_size
+    crops = train and augment == "crop-flip"
     # geometry on uint8 (fast resize kernel, 4x less memory), then float and normalise
     if preset == "imagenet":
         steps = [Resize(round(s * 256 / 224))]
-        steps += [RandomCrop(s), RandomHorizontalFlip()] if train else [CenterCrop(s)]
+        steps += [RandomCrop(s), RandomHorizontalFlip()] if crops else [CenterCrop(s)]
     elif preset == "cifar":
         steps = [Resize((s, s))]
     else:
         steps = [Resize((s, s))]
-        if train:
+        if crops:
             steps += [RandomCrop(s, padding=4), RandomHorizontalFlip()]
+    if train and augment == "flip" and preset != "cifar":
+        steps.append(RandomHorizontalFlip())
     return Compose([*steps, ToFloat(), Normalize(IMAGENET_MEAN, IMAGENET_STD)])
 
 

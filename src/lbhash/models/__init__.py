@@ -9,7 +9,7 @@ import importlib
 import pkgutil
 
 from lbhash.models.cifar_resnet import CifarResNet
-from lbhash.models.hash_model import FeatureNorm, HashHead, HashModel, create_feature_model
+from lbhash.models.hash_model import FeatureNorm, HashHead, HashModel, StageInputs, create_feature_model
 from lbhash.models.registry import (
     Backbone,
     BackboneDefaults,
@@ -27,6 +27,7 @@ for _module in pkgutil.iter_modules(__path__):
 
 __all__ = [
     "Backbone", "BackboneDefaults", "CifarResNet", "SmallCNN", "backbone_defaults", "FeatureNorm", "HashHead", "HashModel",
+    "StageInputs",
     "available_backbones", "create_backbone", "create_feature_model", "create_image_model",
     "load_backbone_weights", "read_state_dict", "register_backbone",
 ]

@@ -66,9 +66,18 @@ class CifarResNet(Backbone):
     def stages(self) -> list[nn.Module]:
         return [self.stem, self.stage1, self.stage2, self.stage3]
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.stage3(self.stage2(self.stage1(self.stem(x))))
+    def prefix(self, x: torch.Tensor, stop: int) -> torch.Tensor:
+        for stage in self.stages()[:stop]:
+            x = stage(x)
+        return x
+
+    def forward_from(self, x: torch.Tensor, start: int) -> torch.Tensor:
+        for stage in self.stages()[start:]:
+            x = stage(x)
         return torch.flatten(self.pool(x), 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_from(x, 0)
 
 
 # trained at native size with a random crop (padding 4) and flip

@@ -143,12 +143,29 @@ class EfficientNetLite(Backbone):
         """ImageNet-normalised pixels -> the (x - 127) / 128 scaling the weights were trained on."""
         return x * self.input_scale + self.input_shift
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = F.relu6(self._bn0(self._conv_stem(self.input_affine(x))))
-        for block in self._blocks:
+    def _run_stage(self, i: int, x: torch.Tensor) -> torch.Tensor:
+        """Stage i of `stages()`: the stem (with the input scaling), a group of blocks, or the head."""
+        if i == 0:
+            return F.relu6(self._bn0(self._conv_stem(self.input_affine(x))))
+        if i == len(self.stage_repeats) + 1:
+            return F.relu6(self._bn1(self._conv_head(x)))
+        start = sum(self.stage_repeats[:i - 1])
+        for block in self._blocks[start:start + self.stage_repeats[i - 1]]:
             x = block(x)
-        x = F.relu6(self._bn1(self._conv_head(x)))
+        return x
+
+    def prefix(self, x: torch.Tensor, stop: int) -> torch.Tensor:
+        for i in range(stop):
+            x = self._run_stage(i, x)
+        return x
+
+    def forward_from(self, x: torch.Tensor, start: int) -> torch.Tensor:
+        for i in range(start, len(self.stage_repeats) + 2):
+            x = self._run_stage(i, x)
         return x.mean((2, 3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_from(x, 0)
 
 
 def _packaged(variant: int, sha256: str) -> PackagedWeights:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+import contextlib
+from typing import NamedTuple, Sequence
 
 import torch
 from torch import nn
@@ -45,6 +46,13 @@ class HashHead(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
+
+
+class StageInputs(NamedTuple):
+    """A batch of a backbone's activations after its first `start` stages (the frozen prefix
+    of a run that trains only the last stages), in place of images."""
+    activations: torch.Tensor
+    start: int
 
 
 class HashModel(nn.Module):
@@ -114,18 +122,34 @@ class HashModel(nn.Module):
         """Whether `x` is a batch of the frozen backbone's features rather than images."""
         return self.freeze_backbone and x.ndim == 2 and x.shape[1] == self.head.in_features
 
-    def backbone_features(self, x: torch.Tensor) -> torch.Tensor:
-        """The backbone's features of inputs x, in float32 (under bf16 autocast with bf16_backbone)."""
-        if not self.bf16_backbone:
-            return self.backbone(x)
-        with torch.autocast(x.device.type, dtype=torch.bfloat16):
-            return self.backbone(x).float()
+    @property
+    def fixed_stages(self) -> int:
+        """How many of the backbone's first stages never train (0 unless train_stages is set)."""
+        return len(self._fixed)
 
-    def head_inputs(self, x: torch.Tensor) -> torch.Tensor:
+    def _backbone_precision(self, device: torch.device):
+        return torch.autocast(device.type, dtype=torch.bfloat16) if self.bf16_backbone else contextlib.nullcontext()
+
+    @torch.no_grad()
+    def fixed_prefix(self, x: torch.Tensor) -> torch.Tensor:
+        """The activations of images x after the stages that never train, as training computes
+        them (eval mode, the backbone's precision): what a run may compute once and cache."""
+        with self._backbone_precision(x.device):
+            return self.backbone.prefix(x, self.fixed_stages)
+
+    def backbone_features(self, x: torch.Tensor | StageInputs) -> torch.Tensor:
+        """The backbone's features of images x (or of StageInputs: from its stage on), in
+        float32 (under bf16 autocast with bf16_backbone)."""
+        x, start = (x.activations, x.start) if isinstance(x, StageInputs) else (x, 0)
+        with self._backbone_precision(x.device):
+            features = self.backbone.forward_from(x, start) if start else self.backbone(x)
+        return features.float() if self.bf16_backbone else features
+
+    def head_inputs(self, x: torch.Tensor | StageInputs) -> torch.Tensor:
         """What the head reads: the backbone's features of x (x itself when it already is them)."""
-        return x if self.takes_features(x) else self.backbone_features(x)
+        return x if not isinstance(x, StageInputs) and self.takes_features(x) else self.backbone_features(x)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor | StageInputs) -> torch.Tensor:
         return self.head(self.head_inputs(x))
 
 

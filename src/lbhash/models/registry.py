@@ -17,6 +17,7 @@ import inspect
 import os
 from typing import Callable, NamedTuple, Sequence
 
+import torch
 from torch import nn
 
 from lbhash.errors import InputError
@@ -70,6 +71,19 @@ class Backbone(nn.Module):
         """The backbone's stages from input to output (what `train_stages` counts from the end):
         the whole network as one stage unless a backbone says otherwise."""
         return [self]
+
+    def prefix(self, x: torch.Tensor, stop: int) -> torch.Tensor:
+        """The activations after the first `stop` stages (x itself for 0), unpooled."""
+        if stop == 0:
+            return x
+        raise NotImplementedError(f"backbone {self.name or type(self).__name__} runs as one stage")
+
+    def forward_from(self, x: torch.Tensor, start: int) -> torch.Tensor:
+        """The pooled features of activations `x` after the first `start` stages (the whole
+        forward pass for 0): `forward_from(prefix(x, k), k)` is `forward(x)`."""
+        if start == 0:
+            return self(x)
+        raise NotImplementedError(f"backbone {self.name or type(self).__name__} runs as one stage")
 
 
 def register_backbone(name: str, image_size: int = 224, transform: str = "imagenet") -> Callable:

@@ -108,7 +108,7 @@ class Experiment:
 def input_options(cfg: RunConfig) -> InputOptions:
     """How the run's data set turns items into model inputs. Images are channels-last, as image
     models are (build_model): faster convolutions in oneDNN on the CPU and on GPU tensor cores."""
-    return InputOptions(cfg.image_size, cfg.transform, cfg.num_workers, cfg.input_kind == "images")
+    return InputOptions(cfg.image_size, cfg.transform, cfg.num_workers, cfg.input_kind == "images", cfg.augment)
 
 
 # A hash head larger than this (about 1 GB of float32 weights) is refused before it is built.

@@ -82,7 +82,8 @@ FIELDS = tuple(TrainConfig.model_fields)
 # config.yaml that lacks one is read with this value (lbhash.train.rundir.load_run_config), so
 # that it loads, resumes and encodes as it did; new runs get the field's default or profile's.
 LEGACY_VALUES = {"multilabel_theta": "mean", "csq_ties": "plus-one", "probe_epochs": 0, "backbone_lr_scale": 1.0,
-                 "freeze_bn": False, "train_stages": 0, "backbone_precision": "fp32"}
+                 "freeze_bn": False, "train_stages": 0, "backbone_precision": "fp32",
+                 "augment": "crop-flip"}
 
 
 def _check_closed_form(cfg: TrainConfig) -> None:
@@ -143,6 +144,8 @@ def backbone_line(cfg: "RunConfig") -> str | None:
     if cfg.freeze_backbone:
         return f"{head}: frozen, its features computed once"
     stages = f"its last {cfg.train_stages} stage(s)" if cfg.train_stages else "every stage"
+    if cfg.train_stages and (cfg.transform == "cifar" or cfg.augment != "crop-flip"):
+        stages += " (the frozen stages' activations computed once)"
     probe = f"{cfg.probe_epochs} probe epochs on cached features, then " if cfg.probe_epochs else ""
     rate = f" at {cfg.backbone_lr_scale:g}x the head's rate" if cfg.backbone_lr_scale != 1 else ""
     statistics = ", BatchNorm statistics kept" if cfg.freeze_bn else ""

@@ -16,6 +16,7 @@ and database lower bound of fresh query and database codes.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
 from pathlib import Path
@@ -31,8 +32,11 @@ from lbhash.evaluate import lower_bound, mean_average_precision
 from lbhash.train.builder import Experiment, Learner, input_options
 from lbhash.train.encoder import all_gather, encode
 from lbhash.train.optim import make_optimizer, make_scheduler
+from lbhash.train.prefix_cache import cache_prefix, prefix_cacheable
 from lbhash.train.processes import make_fabric
 from lbhash.train.selection import Selection
+
+logger = logging.getLogger("lbhash")
 
 
 def epoch_seed(seed: int, epoch: int) -> int:
@@ -100,6 +104,7 @@ class Trainer:
         self.probe_batches = None if exp.probe_dataset is None else exp.probe_dataset.train_batches(
             exp.split.train, cfg.batch_size, self.fabric.device, self.fabric.global_rank, self.fabric.world_size,
             self.options)
+        self._tune_batches = None  # the training batches once the backbone trains (set at its first epoch)
         self.start_epoch = 0
 
     def state(self, epoch: int) -> dict:
@@ -191,7 +196,7 @@ class Trainer:
         codes = torch.zeros((len(self.train_labels), cfg.bits), dtype=torch.int8, device=self.fabric.device)
         written = torch.zeros(len(self.train_labels), dtype=torch.bool, device=self.fabric.device)
         start = time.perf_counter()
-        source = self.probe_batches if probing and self.probe_batches is not None else self.batches
+        source = self.probe_batches if probing and self.probe_batches is not None else self.training_batches()
         batches = source.epoch(epoch_seed(cfg.seed, epoch))
         bar = tqdm(batches, total=len(source), desc=f"{cfg.variant} epoch {epoch}/{cfg.epochs}",
                    leave=False, disable=not cfg.progress or not self.fabric.is_global_zero)
@@ -203,7 +208,7 @@ class Trainer:
             self.fabric.backward(loss)
             for opt in self.optimizers:
                 opt.step()
-            n = len(x)
+            n = len(labels)
             seen += n
             parts = {**out.parts, "total": out.total}
             if pi is not None:
@@ -237,6 +242,24 @@ class Trainer:
             record["train_lower_bound"] = {"min_inter": bound.min_inter, "max_intra": bound.max_intra,
                                            "ratio": finite_or_str(bound.ratio)}
         return record
+
+    def training_batches(self):
+        """The batches of the epochs that train the model: the frozen prefix's cached activations
+        when only the last stages train and no random crop changes their input
+        (lbhash.train.prefix_cache), else the data set's own."""
+        if self._tune_batches is None:
+            cfg, model = self.cfg, self.learner.model
+            self._tune_batches = self.batches
+            if cfg.input_kind == "images" and not model.built_frozen and \
+                    prefix_cacheable(cfg.transform, cfg.augment, model.fixed_stages):
+                built = cache_prefix(model, self.exp.dataset, self.exp.split.train, self.options, cfg.batch_size,
+                                     self.fabric.device, self.fabric.global_rank, self.fabric.world_size,
+                                     cfg.progress and self.fabric.is_global_zero)
+                if isinstance(built, str):
+                    logger.warning(built)
+                else:
+                    self._tune_batches = built
+        return self._tune_batches
 
     def _gather_codes(self, codes: np.ndarray, written: np.ndarray) -> np.ndarray:
         """Each rank saw a shard of the training set: take every row from a rank that wrote it."""
