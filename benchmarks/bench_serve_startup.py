@@ -66,8 +66,9 @@ def main() -> None:
     args = parser.parse_args()
     from lbhash.cli import main as lbhash
 
-    from lbhash.train import TrainConfig, train
-    from lbhash.train.export import export_run
+    from lbhash.runs import train
+    from lbhash.train import TrainConfig
+    from lbhash.runs.export import export_run
 
     with tempfile.TemporaryDirectory() as tmp:
         run, idx = Path(tmp) / "run", Path(tmp) / "idx"

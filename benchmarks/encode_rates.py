@@ -41,9 +41,10 @@ def encode_rates(tmp: Path, rows: int = 20_000, images: int = 512) -> list[str]:
     """Lines reporting rows/s (features) and images/s of PyTorch and ONNX Runtime."""
     from lbhash.data import load_data
     from lbhash.encoders.exported import ExportedEncoder
-    from lbhash.train import TrainConfig, train
-    from lbhash.train.export import export_run
-    from lbhash.train.run_encoder import RunEncoder
+    from lbhash.runs import train
+    from lbhash.train import TrainConfig
+    from lbhash.runs.export import export_run
+    from lbhash.runs.encoder import RunEncoder
 
     feature_run, image_run = tmp / "digits-run", tmp / "image-run"
     train(TrainConfig(data="digits", method="csq", bits=32, epochs=1, hidden=(64,), centers="hadamard",

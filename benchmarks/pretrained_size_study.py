@@ -22,7 +22,8 @@ import numpy as np
 from lbhash.data import InputOptions, load_data
 from lbhash.data.feature_cache import backbone_features
 from lbhash.models import create_backbone
-from lbhash.train import TrainConfig, train
+from lbhash.runs import train
+from lbhash.train import TrainConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cifar_small import cifar_small  # noqa: E402

@@ -29,7 +29,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import Circle  # noqa: E402
 
 from lbhash.reproduce.stats import spearman  # noqa: E402
-from lbhash.train import TrainConfig, train  # noqa: E402
+from lbhash.runs import train  # noqa: E402
+from lbhash.train import TrainConfig
 
 BASELINES = ("lsh", "pca", "itq", "linear")
 DEEP = (("csq", False), ("csq", True), ("hashnet", False), ("dch", False))

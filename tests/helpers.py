@@ -46,7 +46,7 @@ def stop_before_the_first_epoch(monkeypatch) -> list:
     announced itself and written its first files by then. For tests of what a run prints,
     saves or resolves first, without training one; returns the list the stopped trainers go to."""
     import lbhash.train.fit as fit
-    import lbhash.train.run_training as run_training
+    import lbhash.runs.training as run_training
 
     stopped = []
 
@@ -73,7 +73,7 @@ def copies_at(copies):
 
 def assert_resume_matches(run, cfg, root, kill_at=2):
     """Train cfg uninterrupted, keeping a copy of the run as a kill after epoch kill_at leaves
-    it (copies_at), then resume that copy (with run, e.g. lbhash.train.train); assert both give
+    it (copies_at), then resume that copy (with run, e.g. lbhash.runs.train); assert both give
     the same codes and return the two run directories."""
     from lbhash.codes_file import load_codes_file
 

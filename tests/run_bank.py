@@ -18,7 +18,8 @@ DIGITS = dict(data="digits", bits=16, hidden=[64], centers="hadamard", progress=
 
 def _finished(**changes):
     def build(path):
-        from lbhash.train import TrainConfig, train
+        from lbhash.runs import train
+        from lbhash.train import TrainConfig
 
         train(TrainConfig(**{**DIGITS, **changes}), path)
     return build
@@ -26,7 +27,8 @@ def _finished(**changes):
 
 def _closed_form(method, **values):
     def build(path):
-        from lbhash.train import TrainConfig, train
+        from lbhash.runs import train
+        from lbhash.train import TrainConfig
 
         train(TrainConfig(data="digits", method=method, bits=16, progress=False, **values), path)
     return build
@@ -37,7 +39,8 @@ def _finished_with_cuts(**changes):
     kill after that epoch leaves, for the cut-at-N runs, without training them again."""
     def build(path):
         from helpers import copies_at
-        from lbhash.train import TrainConfig, train
+        from lbhash.runs import train
+        from lbhash.train import TrainConfig
 
         cuts = _cuts_of(path)
         shutil.rmtree(cuts, ignore_errors=True)  # of a build that failed half-way

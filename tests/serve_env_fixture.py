@@ -17,9 +17,10 @@ from fastapi.testclient import TestClient
 from lbhash.cli import main
 from lbhash.data import load_data
 from lbhash.service import create_app
-from lbhash.train import TrainConfig, train
-from lbhash.train.export import export_run
-from lbhash.train.run_encoder import RunEncoder
+from lbhash.runs import train
+from lbhash.train import TrainConfig
+from lbhash.runs.export import export_run
+from lbhash.runs.encoder import RunEncoder
 from serve_helpers import LOCAL
 
 

@@ -17,6 +17,7 @@ LAYERS = [
     {"encoders"},
     {"evaluate"},
     {"train"},
+    {"runs"},
     {"index"},
     {"reproduce"},
     {"service"},

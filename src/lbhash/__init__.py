@@ -6,7 +6,7 @@ searching them.
 
 Layers, lowest first; each imports only the layers before it (errors, _io, _lazy, arrays, checks, cpus,
 labels, limits, options and ranking sit beside codes at the bottom):
-codes -> centers -> surrogate -> methods -> models -> data -> encoders -> evaluate -> train -> index -> reproduce -> service -> cli
+codes -> centers -> surrogate -> methods -> models -> data -> encoders -> evaluate -> train -> runs -> index -> reproduce -> service -> cli
 """
 
 __version__ = "0.2.0"
@@ -17,7 +17,7 @@ __all__ = ["HashEncoder", "InputError", "__version__"]
 def __getattr__(name: str):
     # imported on first use: `import lbhash` stays light (no torch)
     if name == "HashEncoder":
-        from lbhash.train.hash_encoder import HashEncoder
+        from lbhash.runs.hash_encoder import HashEncoder
 
         return HashEncoder
     if name == "InputError":

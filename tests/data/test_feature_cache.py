@@ -124,7 +124,8 @@ def test_a_frozen_run_on_one_size_of_images_says_their_size(frozen_run):
 
 @pytest.fixture(scope="module")
 def frozen_run(tmp_path_factory):
-    from lbhash.train import TrainConfig, train
+    from lbhash.runs import train
+    from lbhash.train import TrainConfig
 
     root = tmp_path_factory.mktemp("frozen")
     data = f"image-array:{colour_class_images(root / 'small.npz', seed=3)}"
@@ -138,8 +139,8 @@ def test_the_same_image_gets_the_same_code_on_every_path(frozen_run, monkeypatch
     from lbhash import HashEncoder
     from lbhash.codes_file import load_codes_file
     from lbhash.index.sources import run_codes
-    from lbhash.train import train
-    from lbhash.train.run_codes import encode_run
+    from lbhash.runs import train
+    from lbhash.runs.codes import encode_run
 
     root, data, cfg, metrics = frozen_run
     assert 0 <= metrics["map"] <= 1
@@ -165,7 +166,7 @@ def test_the_same_image_gets_the_same_code_on_every_path(frozen_run, monkeypatch
 
 
 def test_encoding_other_images_computes_their_features_once(frozen_run, tmp_path, monkeypatch):
-    from lbhash.train.run_codes import encode_run
+    from lbhash.runs.codes import encode_run
 
     root, _, _, _ = frozen_run
     other = colour_class_images(tmp_path / "other.npz", n_per_class=5, seed=9)

@@ -21,8 +21,8 @@ from lbhash.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from lbhash.encoders import Encoder
 from lbhash.encoders.exported import MANIFEST, MODEL, ExportedEncoder
 from lbhash.index import CodeIndex
-from lbhash.train.export import export_run
-from lbhash.train.run_encoder import RunEncoder
+from lbhash.runs.export import export_run
+from lbhash.runs.encoder import RunEncoder
 from serve_helpers import LOCAL, ServeProcess, post_json
 
 

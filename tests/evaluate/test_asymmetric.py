@@ -138,7 +138,7 @@ def test_a_run_saves_the_queries_real_outputs_and_reports_asymmetric_metrics(run
     from lbhash.codes import unpack
     from lbhash.codes_file import load_codes_file
     from lbhash.data import load_data, load_split
-    from lbhash.train import HashEncoder
+    from lbhash.runs import HashEncoder
 
     run = runs.path("itq")  # ITQ at 16 bits on digits; only read
     metrics = json.loads((run / "metrics.json").read_text())

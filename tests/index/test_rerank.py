@@ -178,8 +178,8 @@ def test_encode_real_gives_the_outputs_whose_signs_are_the_codes(itq_run, tmp_pa
     from lbhash.codes import pack, to_signs
     from lbhash.codes_file import load_codes_file
     from lbhash.data import load_data, load_split
-    from lbhash.train import HashEncoder
-    from lbhash.train.run_codes import embed_run, encode_run
+    from lbhash.runs import HashEncoder
+    from lbhash.runs.codes import embed_run, encode_run
 
     enc = HashEncoder.load(itq_run)
     x = load_data("digits").x[load_split(itq_run / "split.npz").query]

@@ -127,7 +127,8 @@ def test_replace_mode_drops_the_classification_part():
 @pytest.mark.parametrize("lbhash", [False, True], ids=["orthohash", "orthohash_D"])
 def test_training_beats_an_untrained_model_by_a_wide_margin(lbhash, tmp_path, monkeypatch):
     from lbhash.evaluate import mean_average_precision
-    from lbhash.train import TrainConfig, train
+    from lbhash.runs import train
+    from lbhash.train import TrainConfig
     from lbhash.train.builder import build_experiment
     from lbhash.train.encoder import encode
 

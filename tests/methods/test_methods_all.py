@@ -405,7 +405,8 @@ def test_memory_bank_state_dict_restores_the_method_exactly(name, tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", BANK_METHODS)
 def test_interrupted_run_resumes_to_the_same_codes(name, tmp_path, monkeypatch):
-    from lbhash.train import TrainConfig, train
+    from lbhash.runs import train
+    from lbhash.train import TrainConfig
 
     monkeypatch.setenv("LBHASH_CACHE_DIR", str(tmp_path / "cache"))
     cfg = TrainConfig(data="digits", method=name, bits=16, epochs=4, hidden=[64], progress=False, lr_step=0)

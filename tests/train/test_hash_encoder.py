@@ -17,7 +17,7 @@ from lbhash import HashEncoder, InputError
 from lbhash.codes import unpack
 from lbhash.codes_file import load_codes_file
 from lbhash.evaluate import mean_average_precision
-from lbhash.train.hash_encoder import NotFittedError
+from lbhash.runs.hash_encoder import NotFittedError
 
 FAST = dict(hidden=[128], centers="hadamard", lr_step=0)
 

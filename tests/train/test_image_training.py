@@ -10,9 +10,9 @@ from conftest import shared_data_dir
 from lbhash.cli import main
 from lbhash.codes_file import load_codes_file
 from lbhash.data import load_data
-from lbhash.train import train as train_and_evaluate
+from lbhash.runs import train as train_and_evaluate
 from lbhash.train import TrainConfig
-from lbhash.train.run_codes import encode_run
+from lbhash.runs.codes import encode_run
 
 CLASSES = ("airplane", "automobile", "ship")
 FAST = dict(method="csq", bits=16, backbone="resnet8", image_size=32, transform="cifar-augment",

@@ -13,7 +13,8 @@ from lbhash.errors import InputError
 from lbhash.methods import LowerBoundObjective, ObjectiveOptions, create_method
 from lbhash.methods.lower_bound import flip_bits
 from lbhash.surrogate import BlockSurrogate, _FusedSurrogate, theta_weights
-from lbhash.train import TrainConfig, train
+from lbhash.runs import train
+from lbhash.train import TrainConfig
 from lbhash.train.optim import lr_factor
 from lbhash.train.selection import Selection
 
@@ -161,7 +162,7 @@ def test_best_validation_selection_restores_that_epochs_weights(every_option_run
     from lbhash.codes_file import load_codes_file
     from lbhash.data import load_data
     from lbhash.train.encoder import encode
-    from lbhash.train.rundir import load_run_model
+    from lbhash.runs.rundir import load_run_model
 
     out = every_option_run[0]  # validated every epoch on a share of 0.2, select best-val
     metrics = json.loads((out / "metrics.json").read_text())

@@ -21,10 +21,11 @@ def test_the_fine_tuning_recipe_probes_then_tunes_with_the_pretrained_statistics
     finished run gives again (through the bf16 backbone where the CPU has it)."""
     from lbhash.codes_file import load_codes_file
     from lbhash.models import create_backbone
-    from lbhash.train import TrainConfig, train
+    from lbhash.runs import train
+    from lbhash.train import TrainConfig
     from lbhash.train.loop import Trainer
-    from lbhash.train.run_codes import encode_run
-    from lbhash.train.rundir import load_run_config
+    from lbhash.runs.codes import encode_run
+    from lbhash.runs.rundir import load_run_config
     from helpers import colour_class_images
 
     seen = {}

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from lbhash.cli import main
 from lbhash.codes_file import load_codes_file
 from lbhash.evaluate import mean_average_precision
-from lbhash.train import train
+from lbhash.runs import train
 from helpers import one_line_error
 from run_bank import DIGITS
 from lbhash.errors import InputError
@@ -86,7 +86,7 @@ def test_train_config_of_yaml_aliases_is_one_line_exit_2(tmp_path):
 def test_a_saved_run_config_has_no_aliases(tmp_path):
     """A run's config.yaml is read back by the same reader, which refuses aliases: the writer
     never makes them, even for values that are one object twice."""
-    from lbhash.train.rundir import plain_yaml
+    from lbhash.runs.rundir import plain_yaml
 
     shared = [1, 2]
     text = plain_yaml({"a": shared, "b": shared})

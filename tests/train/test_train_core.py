@@ -18,9 +18,9 @@ from lbhash.codes_file import load_codes_file
 from lbhash.evaluate import lower_bound
 from lbhash.train import TrainConfig
 from lbhash.train.fit import fit
-from lbhash.train.run import train_run
-from lbhash.train.run_training import write_run
-from lbhash.train.rundir import (CHECKPOINT, CODES, LOG, load_run_model, read_fitted, read_log, read_metrics,
+from lbhash.runs.run import train_run
+from lbhash.runs.training import write_run
+from lbhash.runs.rundir import (CHECKPOINT, CODES, LOG, load_run_model, read_fitted, read_log, read_metrics,
                                  verify_finished_run)
 
 FAST = dict(data="digits", bits=16, hidden=[32], centers="hadamard", lr_step=0, progress=False)

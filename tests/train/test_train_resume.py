@@ -13,8 +13,9 @@ import yaml
 
 from helpers import FAST_TRAIN, Killed, cli, one_line_error, snapshot, stop_before_the_first_epoch
 from lbhash.codes_file import load_codes_file
-from lbhash.train import TrainConfig, train
-from lbhash.train.rundir import verify_finished_run
+from lbhash.runs import train
+from lbhash.train import TrainConfig
+from lbhash.runs.rundir import verify_finished_run
 
 FAST = dict(data="digits", bits=16, hidden=[64], centers="hadamard", progress=False, eval_every=0)
 

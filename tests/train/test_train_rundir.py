@@ -1,4 +1,4 @@
-"""A run directory (lbhash.train.rundir) under faults: a held lock, corrupted and malicious
+"""A run directory (lbhash.runs.rundir) under faults: a held lock, corrupted and malicious
 checkpoints, a full disk while encoding, and runs that fail (diverging, or after their first
 write) marked failed so that resume and encode refuse them."""
 
@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from helpers import cli, one_line_error
-from lbhash.train import TrainConfig, train
+from lbhash.runs import train
+from lbhash.train import TrainConfig
 
 FAST = dict(data="digits", bits=16, hidden=[64], centers="hadamard", progress=False, lbhash=True)
 
@@ -138,7 +139,7 @@ def test_a_diverging_run_stops_with_one_line_and_says_it_failed(tmp_path):
 
 
 def test_a_run_that_fails_after_its_first_write_is_marked_failed(tmp_path, monkeypatch):
-    import lbhash.train.run_training as run_module
+    import lbhash.runs.training as run_module
     from lbhash.errors import InputError
 
     def refused(trainer):  # after the run's first files, before its first epoch
@@ -155,7 +156,7 @@ def test_a_run_that_fails_after_its_first_write_is_marked_failed(tmp_path, monke
 
 
 def test_a_transient_failure_leaves_a_run_that_resume_continues(tmp_path, monkeypatch):
-    import lbhash.train.run_training as run_module
+    import lbhash.runs.training as run_module
 
     real = run_module.write_codes
 

@@ -31,8 +31,9 @@ def demo(out: Path, bits: str, epochs: int, seed: int) -> None:
     from lbhash.cli.common import parse_int_list
     from lbhash.evaluate import RATIO_SCALE
     from lbhash.methods.defaults import schedule_text
-    from lbhash.train.rundir import load_run_config
-    from lbhash.train import TrainConfig, train
+    from lbhash.runs.rundir import load_run_config
+    from lbhash.runs import train
+    from lbhash.train import TrainConfig
     from lbhash.train.summary import DATA_SUMMARY, split_sizes
 
     lengths = parse_int_list(bits, "--bits")

@@ -37,7 +37,7 @@ def encode(run_dir: Path, data: str | None, part: str, out: Path, accelerator: s
     `lbhash evaluate`, `lbhash index build|add` and `lbhash search --codes` read it as it is.
     """
     from lbhash._io import check_new_output_file
-    from lbhash.train.run_codes import embed_run, encode_run, save_encoded
+    from lbhash.runs.codes import embed_run, encode_run, save_encoded
 
     check_new_output_file(out, "--out", overwrite)
     run = embed_run if real else encode_run  # --real: the codes and the outputs they are the signs of

@@ -75,7 +75,7 @@ def train(config_file, out, resume, quiet, method_option, hidden, topk, **flags)
 def _train(config_file, out, resume, method_option, hidden, topk, flags) -> None:
     from lbhash.evaluate import format_metrics
     from lbhash.train import build_config, load_config_file
-    from lbhash.train import train as train_run
+    from lbhash.runs import train as train_run
 
     progress = flags.pop("progress")
     if resume:

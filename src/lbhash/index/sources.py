@@ -29,10 +29,10 @@ MODEL_KEY = "model"  # in an index's metadata: the run's model_identity at build
 
 
 def run_model(run_dir: str | Path) -> dict | None:
-    """The identity of the weights a run encodes with (lbhash.train.rundir.model_identity: file,
+    """The identity of the weights a run encodes with (lbhash.runs.rundir.model_identity: file,
     sha256, epoch, run, variant, bits, input kind, ...); None for a directory that holds codes
     but no trained run."""
-    from lbhash.train.rundir import CONFIG, model_identity
+    from lbhash.runs.rundir import CONFIG, model_identity
 
     return model_identity(run_dir) if (Path(run_dir) / CONFIG).is_file() else None
 
@@ -130,9 +130,9 @@ def free_name(path, run: Path | None = None) -> str:
 
 
 def load_encoder(run_dir: str | Path):
-    """The fitted encoder of a trained run (lbhash.train.run_encoder.RunEncoder: HashEncoder's
+    """The fitted encoder of a trained run (lbhash.runs.encoder.RunEncoder: HashEncoder's
     attributes and `encode`, without scikit-learn or the training loop)."""
-    from lbhash.train.run_encoder import RunEncoder
+    from lbhash.runs.encoder import RunEncoder
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -167,7 +167,7 @@ def run_part(run_dir: str | Path, part: str | None = None) -> str:
     run_dir = Path(run_dir)
     if part is not None and part not in PARTS:
         raise InputError(f"--part must be one of {', '.join(PARTS)}, got {part!r}")
-    from lbhash.train.rundir import CODES, CONFIG, MANIFEST, load_run_config
+    from lbhash.runs.rundir import CODES, CONFIG, MANIFEST, load_run_config
 
     if part == "all" or (run_dir / CODES).is_file():
         return part or "database"
@@ -191,11 +191,11 @@ def run_codes(run_dir: str | Path, part: str = "database", data: str | None = No
     run_dir = Path(run_dir)
     part = run_part(run_dir, part)
     if part == "all":
-        from lbhash.train.run_codes import encode_run
+        from lbhash.runs.codes import encode_run
 
         encoded = encode_run(run_dir, data, "all", progress=False)
         return _checked(run_dir, encoded["bits"], encoded)
-    from lbhash.train.rundir import CODES, verify_files
+    from lbhash.runs.rundir import CODES, verify_files
 
     path = run_dir / CODES
     verify_files(run_dir, (CODES,))
@@ -206,12 +206,12 @@ def run_codes(run_dir: str | Path, part: str = "database", data: str | None = No
 def run_data(run_dir: str | Path, data: str | None = None, part: str | None = None) -> str | None:
     """The data spec that loads a run's items from here (its index ids are positions in it):
     `data`, the run's data at a new location, checked to hold as many items as the run's; else
-    the spec with absolute paths the run recorded (lbhash.train.rundir.run_data_spec). None for
+    the spec with absolute paths the run recorded (lbhash.runs.rundir.run_data_spec). None for
     a directory that holds codes but no run config. With `part` (an index is built), where the
     data is read (to encode every item, or to record where image items came from) and its path
     is not there, one line names the path and the fix: `--data` with where the data is now."""
     from lbhash.data import absolute_spec, load_data, missing_paths, parse_data_spec
-    from lbhash.train.rundir import CONFIG, read_data_summary, run_data_spec
+    from lbhash.runs.rundir import CONFIG, read_data_summary, run_data_spec
 
     if not (Path(run_dir) / CONFIG).is_file():
         if data is not None:
@@ -242,7 +242,7 @@ def run_data(run_dir: str | Path, data: str | None = None, part: str | None = No
 
 def run_class_names(run_dir: str | Path) -> list[str] | None:
     """The class names a run recorded of its data (data.json, runs since issue 60), or None."""
-    from lbhash.train.rundir import read_data_summary
+    from lbhash.runs.rundir import read_data_summary
 
     names = read_data_summary(run_dir).get("class_names")
     return [str(n) for n in names] if isinstance(names, list) else None

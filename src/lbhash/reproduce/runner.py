@@ -60,7 +60,7 @@ def cell_state(cell: Cell, run_dir: Path) -> str:
 
 
 def _adopt(cell: Cell, run_dir: Path) -> None:
-    from lbhash.train.rundir import load_run_config
+    from lbhash.runs.rundir import load_run_config
 
     saved = load_run_config(run_dir).to_dict()
     for key, value in cell.config.items():
@@ -77,7 +77,8 @@ def run_cell(cell: Cell, root: str, threads: int) -> dict[str, Any]:
         import torch
 
         torch.set_num_threads(threads)
-    from lbhash.train import make_config, train
+    from lbhash.runs import train
+    from lbhash.train import make_config
 
     run_dir = Path(root) / cell.name
     state = cell_state(cell, run_dir)

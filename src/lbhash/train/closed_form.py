@@ -1,6 +1,6 @@
 """Training of the closed-form baselines (lsh, pca, itq, linear): one fit instead of epochs.
 
-`lbhash.train.train` calls `fit_closed_form` before the epoch loop when the run's method is
+`lbhash.runs.train` calls `fit_closed_form` before the epoch loop when the run's method is
 closed-form. It reads the training items through the run's own first layer (the feature
 standardisation, so the fit sees exactly what the head will see), asks the method for its
 linear map, writes it into the head (a single Linear layer), and records the fit as epoch 1:

@@ -79,7 +79,7 @@ class RunConfig(TrainConfig):
 
 FIELDS = tuple(TrainConfig.model_fields)
 # Options added after runs were saved without them: the value those runs used. A saved run's
-# config.yaml that lacks one is read with this value (lbhash.train.rundir.load_run_config), so
+# config.yaml that lacks one is read with this value (lbhash.runs.rundir.load_run_config), so
 # that it loads, resumes and encodes as it did; new runs get the field's default or profile's.
 LEGACY_VALUES = {"multilabel_theta": "mean", "csq_ties": "plus-one", "probe_epochs": 0, "backbone_lr_scale": 1.0,
                  "freeze_bn": False, "train_stages": 0, "backbone_precision": "fp32",

@@ -2,7 +2,7 @@
 returns what it trained (`Trained`), writing no file.
 
 `prepare` builds a run's experiment and trainer and `train_to_end` trains it (a closed-form
-fit or the epochs, then the kept epoch's weights): the run directory (lbhash.train.run) is a
+fit or the epochs, then the kept epoch's weights): the run directory (lbhash.runs.run) is a
 layer on top that passes a store to `prepare` and writes what the core computes.
 `HashEncoder.fit` uses `fit` alone.
 """
@@ -28,8 +28,7 @@ from lbhash.train.closed_form import fit_closed_form
 from lbhash.train.config import RunConfig, TrainConfig, backbone_line, profile_line
 from lbhash.train.loop import EpochStore, Trainer, check_logger
 from lbhash.train.processes import check_accelerator, leave_process_group, process_rank
-from lbhash.train.run_metrics import run_metrics
-from lbhash.train.rundir import Fitted
+from lbhash.train.results import Fitted, run_metrics
 from lbhash.train.split_codes import split_codes
 from lbhash.train.summary import (bars_on_terminal, data_summary, describe_data, epoch_lines, notices_to_stderr,
                                   result_line)
@@ -51,7 +50,7 @@ class Prepared:
 class Trained:
     """What `fit` trained, in memory: the fitted model with its config, input contract and
     history; the metrics a run directory's metrics.json would hold; and what that directory's
-    other files would hold (`lbhash.train.run_training.write_run` writes them): the codes-file arrays of
+    other files would hold (`lbhash.runs.training.write_run` writes them): the codes-file arrays of
     the split's query and database by part ("all", "seen" under unseen:K), the split, the data
     summary, the last checkpoint's content and the kept epoch's weights (best.pt; None unless
     `select: best-val`)."""
@@ -121,7 +120,7 @@ def train_to_end(trainer: Trainer) -> None:
 def fit(cfg: TrainConfig, dataset: HashDataset | None = None, progress: bool | None = None,
         on_epoch_end: Callable[[int], None] | None = None) -> Trained:
     """Train `cfg` on `dataset` (default: load cfg.data) in memory, on one device, and return
-    what it trained. It reports on the "lbhash" logger as `lbhash.train.train` does."""
+    what it trained. It reports on the "lbhash" logger as `lbhash.runs.train` does."""
     from lightning.fabric.utilities.apply_func import move_data_to_device  # Lightning loads with the first fit
 
     if cfg.devices > 1:

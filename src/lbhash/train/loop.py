@@ -1,5 +1,5 @@
 """The training loop of Alg. 1 on Lightning Fabric, in memory: records per epoch, model
-selection, and a `store` (the run directory, lbhash.train.run_store) when the caller wants
+selection, and a `store` (the run directory, lbhash.runs.store) when the caller wants
 each epoch's record and checkpoint written.
 
 Per batch: u = F_theta(x); loss = method loss (+ lambda * L_theta) + L_pi. L_theta reaches

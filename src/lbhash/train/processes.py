@@ -2,7 +2,7 @@
 Fabric on one process or several (`make_fabric`), the processes of an encoding
 (`encoding_processes`: this one alone needs no Lightning), the clean end of a process group,
 and the check that a GPU accelerator has a GPU. Training (lbhash.train.loop) and encoding a
-run (lbhash.train.run_codes) both start their processes here.
+run (lbhash.runs.codes) both start their processes here.
 """
 
 from __future__ import annotations

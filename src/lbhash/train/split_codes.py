@@ -1,39 +1,20 @@
 """The codes a trained model gives its split's query and database, in memory: the arrays of
 the run's codes files (`lbhash.codes_file.codes_arrays`), which an in-memory fit evaluates
-directly and a run directory writes at the end of training (`write_codes`: codes.npz, and
-codes_seen.npz under unseen:K).
+directly and a run directory writes at the end of training (lbhash.runs.training: codes.npz,
+and codes_seen.npz under unseen:K).
 """
 
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 
-from lbhash._io import save_npz
 from lbhash.codes import to_signs
-from lbhash.codes_file import codes_arrays, codes_from_arrays, stored_labels
+from lbhash.codes_file import codes_arrays, stored_labels
 from lbhash.train.encoder import embed, encode
 from lbhash.train.loop import Trainer
-from lbhash.train.rundir import CODES, CODES_SEEN
-
-
-def write_codes(trainer: Trainer, run_dir: Path) -> dict | None:
-    """Encode query and database with the trained model (`split_codes`) into codes.npz (none
-    without queries); under unseen:K, first the seen-class parts into codes_seen.npz. Returns
-    codes.npz as `load_codes_file` reads it, or None without queries."""
-    files = split_codes(trainer)
-    save_split_codes(run_dir, files)
-    return codes_from_arrays(files["all"], str(run_dir / CODES)) if "all" in files else None
-
-
-def save_split_codes(run_dir: Path, files: dict[str, dict[str, np.ndarray]]) -> None:
-    """`split_codes`' arrays as codes_seen.npz, then codes.npz (last: it marks the codes as done)."""
-    for part, name in (("seen", CODES_SEEN), ("all", CODES)):
-        if part in files:
-            save_npz(run_dir / name, **files[part])
 
 
 def split_codes(trainer: Trainer) -> dict[str, dict[str, np.ndarray]]:

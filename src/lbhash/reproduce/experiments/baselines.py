@@ -115,13 +115,13 @@ def run_rows(config: dict, run_dir: Path) -> list[dict]:
 
 def _held_out(run_dir: Path) -> str:
     from lbhash.data.protocols import load_split
-    from lbhash.train.rundir import SPLIT
+    from lbhash.runs.rundir import SPLIT
 
     return " ".join(str(int(c)) for c in load_split(run_dir / SPLIT).unseen_classes)
 
 
 def _protocol(run_dir: Path) -> str:
-    from lbhash.train.rundir import load_run_config
+    from lbhash.runs.rundir import load_run_config
 
     return load_run_config(run_dir).protocol
 

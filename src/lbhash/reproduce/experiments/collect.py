@@ -15,7 +15,7 @@ from lbhash.codes_file import load_codes_file
 from lbhash.reproduce.runner import Cell
 from lbhash.reproduce.tables import (CODES_FILE, CURVES_COLUMNS, CURVES_FILE, EPOCHS_COLUMNS, EPOCHS_FILE,
                                      GRID_COLUMNS, GRID_FILE)
-from lbhash.train.rundir import LOG, read_log
+from lbhash.runs.rundir import LOG, read_log
 
 
 def write_csv(path: Path, columns, rows: Iterable[dict[str, Any]]) -> None:

@@ -24,7 +24,7 @@ from lbhash.reproduce.experiments.collect import write_csv
 from lbhash.reproduce.runner import Cell, run_cells
 from lbhash.reproduce.tables import (STUDY_COLUMNS, STUDY_EPOCHS_COLUMNS, STUDY_EPOCHS_FILE, STUDY_FILE,
                                      read_rows_if_present)
-from lbhash.train.rundir import LOG, read_log
+from lbhash.runs.rundir import LOG, read_log
 
 PRESETS = ("base", "paper", "recommended")
 # what every study cell does unless the study says otherwise

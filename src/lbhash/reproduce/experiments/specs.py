@@ -27,7 +27,7 @@ from lbhash.reproduce.experiments.collect import write_codes_sample, write_csv, 
 from lbhash.reproduce.runner import Cell, run_cells
 from lbhash.reproduce.tables import (BOUND_COLUMNS, BOUND_FILE, CENTERS_COLUMNS, CENTERS_FILE,
                                      TIMING_COLUMNS, TIMING_FILE, TOY_FILE, TOY_PROBS_FILE)
-from lbhash.train.rundir import LOG, read_log
+from lbhash.runs.rundir import LOG, read_log
 
 
 def all_methods() -> tuple[str, ...]:

@@ -1,5 +1,5 @@
 """A run directory: its files, its lock and manifest, and reading it back (config, log,
-metrics, input contract, the trained model). Encoding data with a run is lbhash.train.run_codes.
+metrics, input contract, the trained model). Encoding data with a run is lbhash.runs.codes.
 
 A run's model is rebuilt by the same builder that trained it (lbhash.train.builder), from the
 saved config.yaml and the normalisation statistics saved in its checkpoint. A finished run's
@@ -29,6 +29,7 @@ from lbhash.errors import InputError
 from lbhash.models import HashModel
 from lbhash.train.builder import build_model
 from lbhash.train.config import LEGACY_VALUES, RunConfig, make_config, parse_yaml
+from lbhash.train.results import Fitted
 
 CONFIG, SPLIT, LOG, CHECKPOINT, CODES, METRICS, BEST = (
     "config.yaml", "split.npz", "log.jsonl", "checkpoint.pt", "codes.npz", "metrics.json", "best.pt")
@@ -328,18 +329,8 @@ def load_run_model(run_dir: str | Path) -> tuple[HashModel, RunConfig]:
 
 
 @dataclass
-class Fitted:
-    """A run's trained model as `HashEncoder` holds it: the model (eval mode, on the CPU, float32
-    weights, as `load_run_model` builds it), the run's config, its input contract and its log."""
-    model: HashModel
-    config: RunConfig
-    input_form: InputForm
-    history: list[dict]
-
-
-@dataclass
 class TrainedRun:
-    """What `train_run` (lbhash.train.run) gives its caller: the run's metrics (metrics.json),
+    """What `train_run` (lbhash.runs.run) gives its caller: the run's metrics (metrics.json),
     and what this call trained: the fitted model (None when the run had nothing left to train)
     and the query part of codes.npz (`query_codes`, `query_labels`, `bits`; None without queries)."""
     metrics: dict[str, Any]
@@ -354,6 +345,6 @@ def read_fitted(run_dir: str | Path) -> Fitted:
 
 
 __all__ = ["BEST", "CHECKPOINT", "CODES", "CODES_SEEN", "CONFIG", "INPUT_FORM", "LOG", "MANIFEST", "METRICS", "PARTS",
-           "SPLIT", "STATUS", "Fitted", "TrainedRun", "load_input_form", "load_run_config", "load_run_model",
+           "SPLIT", "STATUS", "TrainedRun", "load_input_form", "load_run_config", "load_run_model",
            "read_data_summary", "read_fitted", "read_log", "read_metrics", "reopen_run", "run_data_spec", "run_lock",
            "save_run_config", "truncate_log", "verify_files", "verify_finished_run", "write_log", "write_manifest"]

@@ -22,7 +22,8 @@ from lbhash.errors import InputError
 from lbhash.train.builder import input_options
 from lbhash.train.encoder import embed, encode
 from lbhash.encoders import Encoder
-from lbhash.train.rundir import CODES, CONFIG, METRICS, Fitted, model_identity, read_fitted, read_metrics
+from lbhash.runs.rundir import CODES, CONFIG, METRICS, model_identity, read_fitted, read_metrics
+from lbhash.train.results import Fitted
 
 ARRAYS = "arrays"  # the data spec of a run trained by HashEncoder.fit: arrays, not a file
 

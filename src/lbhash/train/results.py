@@ -1,27 +1,30 @@
-"""A run's results: metrics.json (every metric of its codes at its protocol's R, and a summary
-of the run), then manifest.json, written last (`finish_run`).
+"""What a training returns, in memory: the fitted model with its config, input contract and log
+(`Fitted`), and every metric of its codes with a summary of the run (`run_metrics`: what
+metrics.json holds, from arrays; a run directory writes it, lbhash.runs.metrics).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from lbhash._io import write_json
-from lbhash.codes_file import load_codes_file
-from lbhash.data import Split, load_split
-from lbhash.evaluate import classifier_accuracy, evaluate_codes
-from lbhash.train.config import TrainConfig
-from lbhash.train.rundir import CODES, CODES_SEEN, LOG, METRICS, SPLIT, load_run_config, read_log, write_manifest
+from lbhash.data import Split
+from lbhash.data.input_form import InputForm
+from lbhash.models import HashModel
+from lbhash.train.config import RunConfig, TrainConfig
 
 
-def finish_run(run_dir: Path) -> dict[str, Any]:
-    """metrics.json, then the manifest of every file, written last."""
-    metrics = evaluate_run(run_dir)
-    write_manifest(run_dir)
-    return metrics
+@dataclass
+class Fitted:
+    """A run's trained model as `HashEncoder` holds it: the model (eval mode, on the CPU, float32
+    weights, as `load_run_model` builds it), the run's config, its input contract and its log."""
+    model: HashModel
+    config: RunConfig
+    input_form: InputForm
+    history: list[dict]
+
 
 
 def selection_summary(cfg: TrainConfig, log: list[dict]) -> dict[str, Any]:
@@ -38,22 +41,14 @@ def selection_summary(cfg: TrainConfig, log: list[dict]) -> dict[str, Any]:
 
 
 def _codes_metrics(codes: dict) -> dict[str, Any]:
+    # here, not at the top: reading a run's Fitted must not load the metrics' numba kernels
+    from lbhash.evaluate import classifier_accuracy, evaluate_codes
+
     metrics = evaluate_codes(codes["query_codes"], codes["db_codes"], codes["query_labels"],
                              codes["db_labels"], bits=codes["bits"], topk=codes["topk"], tie_averaged=True,
                              query_real=codes.get("query_real"))
     if "query_scores" in codes:  # the method's own classifier, beside the kNN accuracy
         metrics["classifier_accuracy"] = classifier_accuracy(codes["query_scores"], codes["query_labels"])
-    return metrics
-
-
-def evaluate_run(run_dir: str | Path) -> dict[str, Any]:
-    """Every metric of a finished run at its protocol's R, plus a summary of the run;
-    written to metrics.json in the run directory."""
-    run_dir = Path(run_dir)
-    seen = load_codes_file(run_dir / CODES_SEEN) if (run_dir / CODES_SEEN).is_file() else None
-    codes = load_codes_file(run_dir / CODES) if (run_dir / CODES).is_file() else None
-    metrics = run_metrics(load_run_config(run_dir), read_log(run_dir / LOG), load_split(run_dir / SPLIT), codes, seen)
-    write_json(run_dir / METRICS, metrics)
     return metrics
 
 

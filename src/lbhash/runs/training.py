@@ -1,4 +1,4 @@
-"""Training a run directory, once lbhash.train.run has decided there is something to train:
+"""Training a run directory, once lbhash.runs.run has decided there is something to train:
 `open_run` builds the run's trainer (the core's `prepare`, lbhash.train.fit, with the directory
 as its store), checks everything, and writes a new run's first files or loads a resumed run's
 checkpoint; `train_open_run` trains, writes the codes and the results, and marks a run failed
@@ -11,23 +11,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 import torch
 
-from lbhash._io import atomic_path, write_json
+from lbhash._io import atomic_path, save_npz, write_json
+from lbhash.codes_file import codes_from_arrays
 from lbhash.data import HashDataset, Split, load_data, load_split, save_split
 from lbhash.data.input_form import InputForm
 from lbhash.errors import InputError
+from lbhash.runs.metrics import finish_run
+from lbhash.runs.rundir import (BEST, CHECKPOINT, CODES, CODES_SEEN, CONFIG, INPUT_FORM, LOG, SPLIT, TrainedRun,
+                                load_input_form, load_run_config, mark_failed, reopen_run, run_data_spec,
+                                save_run_config, write_log)
+from lbhash.runs.store import RunStore
 from lbhash.train.config import RunConfig, TrainConfig
 from lbhash.train.fit import Trained, announce, as_loaded, prepare, train_to_end
 from lbhash.train.loop import NonFiniteError, Trainer
 from lbhash.train.optim import check_further
 from lbhash.train.processes import leave_process_group, process_rank
-from lbhash.train.run_metrics import finish_run
-from lbhash.train.run_store import RunStore
-from lbhash.train.rundir import (BEST, CHECKPOINT, CONFIG, INPUT_FORM, LOG, SPLIT, Fitted, TrainedRun,
-                                 load_input_form, load_run_config, mark_failed, reopen_run, run_data_spec,
-                                 save_run_config, write_log)
-from lbhash.train.split_codes import save_split_codes, write_codes
+from lbhash.train.results import Fitted
+from lbhash.train.split_codes import split_codes
 from lbhash.train.summary import DATA_SUMMARY
 
 
@@ -127,3 +130,19 @@ def write_run(out: Path, trained: Trained) -> dict[str, Any]:
                 torch.save(content, tmp)
     save_split_codes(out, trained.codes)
     return finish_run(out)
+
+
+def write_codes(trainer: Trainer, run_dir: Path) -> dict | None:
+    """Encode query and database with the trained model (`split_codes`) into codes.npz (none
+    without queries); under unseen:K, first the seen-class parts into codes_seen.npz. Returns
+    codes.npz as `load_codes_file` reads it, or None without queries."""
+    files = split_codes(trainer)
+    save_split_codes(run_dir, files)
+    return codes_from_arrays(files["all"], str(run_dir / CODES)) if "all" in files else None
+
+
+def save_split_codes(run_dir: Path, files: dict[str, dict[str, np.ndarray]]) -> None:
+    """`split_codes`' arrays as codes_seen.npz, then codes.npz (last: it marks the codes as done)."""
+    for part, name in (("seen", CODES_SEEN), ("all", CODES)):
+        if part in files:
+            save_npz(run_dir / name, **files[part])

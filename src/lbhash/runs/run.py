@@ -1,12 +1,12 @@
 """Train into a run directory (`train`, `train_run`): decide between a new run, a resumed one
-and one with nothing left to train, then hand the run to lbhash.train.run_training.
+and one with nothing left to train, then hand the run to lbhash.runs.training.
 
 `train` is the one way to train into a run directory, for `lbhash train`, `reproduce` and
 `HashEncoder.fit(..., run_dir=...)`; `train_run` is the same and also returns what it trained
 (`TrainedRun`). Under the run's lock it checks the request and, for a resumed run, its files;
 a finished run is left as it is and its metrics returned without importing the training stack
 (the loop, Lightning, the metrics' numba kernels), so `lbhash train --out R --resume` on a
-finished run starts fast. Any other run is opened and trained (lbhash.train.run_training).
+finished run starts fast. Any other run is opened and trained (lbhash.runs.training).
 
 Run directory: config.yaml (resolved), split.npz, data.json (what was loaded), input.json (the
 input contract: the raw form of the training inputs, lbhash.data.input_form), log.jsonl (one
@@ -26,7 +26,7 @@ from lbhash.errors import InputError
 from lbhash.train.config import RunConfig, TrainConfig
 from lbhash.train.optim import check_extension, check_further
 from lbhash.train.processes import process_rank
-from lbhash.train.rundir import (CHECKPOINT, CODES, CONFIG, MANIFEST, SPLIT, TrainedRun, check_not_failed,
+from lbhash.runs.rundir import (CHECKPOINT, CODES, CONFIG, MANIFEST, SPLIT, TrainedRun, check_not_failed,
                                  load_run_config, read_metrics, run_lock, verify_files, verify_finished_run)
 from lbhash.train.summary import notices_to_stderr, result_line
 
@@ -79,7 +79,7 @@ def _train(cfg: TrainConfig | None, out: Path, resume: bool, on_epoch_end, progr
         elif first and (out / CONFIG).exists():
             raise InputError(f"{out} already holds a run: pass --resume to continue it, or choose another --out")
         # the training stack (the loop, the metrics' numba kernels) is imported only to train
-        from lbhash.train.run_training import open_run, train_open_run
+        from lbhash.runs.training import open_run, train_open_run
 
         return train_open_run(open_run(cfg, out, resume, epochs, progress, dataset, on_epoch_end))
 
@@ -110,7 +110,7 @@ def _left_as_it_is(out: Path) -> TrainedRun:
     """A finished run's metrics, with a line saying that it was left as it is; a run that
     stopped after its codes gets its metrics and manifest."""
     if not (out / MANIFEST).is_file():
-        from lbhash.train.run_metrics import finish_run  # evaluates the codes: the metrics' numba kernels
+        from lbhash.runs.metrics import finish_run  # evaluates the codes: the metrics' numba kernels
 
         return TrainedRun(finish_run(out))
     cfg, metrics = load_run_config(out), read_metrics(out)

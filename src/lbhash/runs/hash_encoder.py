@@ -41,11 +41,11 @@ from lbhash.data.image_arrays import as_rgb_images
 from lbhash.errors import InputError
 from lbhash.labels import as_multihot_pair
 from lbhash.methods import method_class
+from lbhash.runs.encoder import ARRAYS, RunEncoder, dense_array, eval_set_metrics
+from lbhash.runs.run import train_run
+from lbhash.runs.training import write_run
 from lbhash.train.config import FIELDS, make_config
 from lbhash.train.fit import fit as fit_in_memory
-from lbhash.train.run import train_run
-from lbhash.train.run_training import write_run
-from lbhash.train.run_encoder import ARRAYS, RunEncoder, dense_array, eval_set_metrics
 CODE_FORMATS = ("packed", "signs")
 OWN_PARAMS = ("method", "bits", "lbhash", "epochs", "seed", "progress", "code_format")
 FIT_DATA = ("data", "protocol")  # fit trains on its arrays: these options are refused

@@ -13,7 +13,7 @@ from lbhash._io import temporary_name
 from lbhash.errors import InputError
 from lbhash.train.loop import Trainer
 from lbhash.train.optim import load_scheduler_state
-from lbhash.train.rundir import BEST, CHECKPOINT, LOG, truncate_log, verify_zip
+from lbhash.runs.rundir import BEST, CHECKPOINT, LOG, truncate_log, verify_zip
 
 
 class RunStore:

@@ -23,7 +23,7 @@ from lbhash.errors import InputError
 from lbhash.train.builder import evaluation_topk, input_options
 from lbhash.train.encoder import embed_sharded, encode_sharded
 from lbhash.train.processes import check_accelerator, encoding_processes, leave_process_group
-from lbhash.train.rundir import PARTS, SPLIT, load_input_form, load_run_model, run_data_spec
+from lbhash.runs.rundir import PARTS, SPLIT, load_input_form, load_run_model, run_data_spec
 
 
 def encode_run(run_dir: str | Path, data: str | None = None, part: str = "all",

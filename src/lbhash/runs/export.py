@@ -28,7 +28,7 @@ def export_run(run_dir: str | Path, out: str | Path | None = None, overwrite: bo
     `overwrite`; each file is written atomically, the manifest last (it holds the model's
     SHA-256, so a reader never pairs a manifest with another model)."""
     require_extra("lbhash export", "export", "onnx", "onnxscript")
-    from lbhash.train.run_encoder import RunEncoder
+    from lbhash.runs.encoder import RunEncoder
 
     run_dir = Path(run_dir)
     out = run_dir / EXPORT_DIR if out is None else Path(out)

@@ -1,0 +1,23 @@
+"""The application layer of training: run directories over the in-memory core (lbhash.train),
+and the front doors that read and write them.
+
+- `run`: `train` (and `train_run`), the one way to train into a run directory: a new run, a
+  resumed one, or nothing left;
+- `training`: opening and training a run directory (`open_run`, `train_open_run`), `write_run`,
+  and its codes.npz;
+- `store`: the run directory as the core's store (log lines, checkpoints, best.pt, resume);
+- `rundir`: a run directory's files, lock and manifest, and reading it back (config, log, model);
+- `metrics`: metrics.json and the manifest of a finished run (`evaluate_run`);
+- `codes`: the codes of any data with a finished run's model (`encode_run`, `embed_run`);
+- `encoder`: `RunEncoder`, a run's model as an encoder of arrays (load, encode);
+- `hash_encoder`: `HashEncoder`, a RunEncoder with fit/transform/save, scikit-learn style;
+- `export`: a run's model as ONNX (`export_run`).
+"""
+
+from lbhash._lazy import lazy_names
+
+# public name -> its module, imported on first use: a command that only reads a run imports
+# lbhash.runs.<module> without the training loop, Lightning and scikit-learn
+_HOMES = {"HashEncoder": "hash_encoder", "train": "run", "train_run": "run", "evaluate_run": "metrics"}
+__all__ = sorted(_HOMES)
+__getattr__, __dir__ = lazy_names(__name__, _HOMES, globals())
