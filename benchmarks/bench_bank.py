@@ -22,6 +22,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
+from _smoke import parse_args  # beside this script
 
 BITS, BATCH, CLASSES = 32, 64, 10
 FEATURE_VARIANTS = {"CSQ": ("csq", False), "DSDH": ("dsdh", False), "DBDH": ("dbdh", False),
@@ -84,13 +85,13 @@ def image_data(folder: Path, n_train: int) -> str:
     return f"image-array:{path}"
 
 
-def alternating_epochs(configs: dict, plain: dict, epochs: int, folder: Path) -> tuple[dict, int]:
+def alternating_epochs(configs: dict, plain: dict, epochs: int) -> tuple[dict, int]:
     """Seconds of each epoch of each configuration, their epochs alternating (as
     lbhash.train.timing.epoch_times, with the formula switched per configuration)."""
     from lbhash.train.builder import build_experiment
     from lbhash.train.loop import Trainer
 
-    trainers = {label: Trainer(build_experiment(cfg.replace(epochs=epochs, lr_step=0, progress=False)), folder / label)
+    trainers = {label: Trainer(build_experiment(cfg.replace(epochs=epochs, lr_step=0, progress=False)))  # in memory
                 for label, cfg in configs.items()}
     seconds: dict[str, list[float]] = {label: [] for label in trainers}
     for epoch in range(1, epochs + 1):
@@ -124,7 +125,7 @@ def part_features(args, folder: Path) -> None:
     data = feature_data(folder, args.n_features)
     configs = {label: TrainConfig(data=data, protocol="given", method=method, bits=BITS, batch_size=BATCH, validation=0.0)
                for label, (method, _) in FEATURE_VARIANTS.items()}
-    seconds, steps = alternating_epochs(configs, {k: v[1] for k, v in FEATURE_VARIANTS.items()}, args.epochs, folder)
+    seconds, steps = alternating_epochs(configs, {k: v[1] for k, v in FEATURE_VARIANTS.items()}, args.epochs)
     plain_pass = likelihood_pass(plain_likelihood, steps, args.n_features)
     fused_pass = likelihood_pass(bank_likelihood, steps, args.n_features)
     print(f"features: {args.n_features:,} training items, 128-d, {CLASSES} classes, {BITS} bits, batch {BATCH}, "
@@ -147,7 +148,7 @@ def part_images(args, folder: Path) -> None:
     data = image_data(folder, args.n_images)
     configs = {label: TrainConfig(data=data, protocol="given", bits=BITS, batch_size=BATCH, validation=0.0, **values)
                for label, values in IMAGE_VARIANTS.items()}
-    seconds, steps = alternating_epochs(configs, dict.fromkeys(configs, False), 1, folder)
+    seconds, steps = alternating_epochs(configs, dict.fromkeys(configs, False), 1)
     print(f"images: {args.n_images:,} synthetic 28x28 gray images, smallcnn, {BITS} bits, batch {BATCH}, "
           f"{steps} steps, one epoch each (fused pass)")
     for label, (s,) in seconds.items():
@@ -161,7 +162,7 @@ def main() -> None:
     p.add_argument("--parts", default="features", help="comma-separated: features, images")
     p.add_argument("--n-features", type=int, default=40_000)
     p.add_argument("--n-images", type=int, default=60_000)
-    args = p.parse_args()
+    args = parse_args(p, n_features=1000, n_images=300, parts="features,images")
     os.environ["OMP_NUM_THREADS"] = str(args.threads)  # before torch is imported
     import torch
 

@@ -14,6 +14,7 @@ import argparse
 import time
 
 from lbhash.centers import center_report, plotkin_bound, select_centers
+from _smoke import parse_args  # beside this script
 
 KINDS = ("hadamard", "bch", "reed_solomon", "random", "auto")
 # Reference values (docs/centers.md): (bits, classes) -> eBCH, RS GF(16), Hadamard/CSQ, random.
@@ -28,7 +29,7 @@ def main() -> None:
     parser.add_argument("--bits", default="16,32,48,64")
     parser.add_argument("--classes", default="10,100")
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    args = parse_args(parser, bits="16", classes="10")
     bits_list = [int(b) for b in args.bits.split(",")]
     classes_list = [int(c) for c in args.classes.split(",")]
 

@@ -23,6 +23,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from lbhash.index import CodeIndex  # noqa: E402
+from _smoke import parse_args  # beside this script
 
 
 def load_average() -> str:
@@ -90,7 +91,7 @@ def main() -> None:
     p.add_argument("--kinds", default="flat,ivf,multihash")
     p.add_argument("--repeats", type=int, default=50)
     p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args()
+    args = parse_args(p, n=5000, repeats=3)
     print(f"load average at start: {load_average()}")
     rng = np.random.default_rng(args.seed)
     width = args.bits // 8

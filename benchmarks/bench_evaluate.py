@@ -23,6 +23,7 @@ import tempfile
 import time
 
 import numpy as np
+from _smoke import parse_args  # beside this script
 
 
 def make_data(n_query: int, n_db: int, bits: int, n_labels: int, seed: int = 0):
@@ -98,7 +99,7 @@ def main() -> None:
     parser.add_argument("--labels", type=int, default=21)
     parser.add_argument("--topk", type=int, default=5000)
     parser.add_argument("--child", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parse_args(parser, queries=20, db=2000, topk=100)
     if args.child:
         child(args.child, args.topk)
         return

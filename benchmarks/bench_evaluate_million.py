@@ -19,6 +19,7 @@ import sys
 import time
 
 import numpy as np
+from _smoke import parse_args  # beside this script
 
 
 def make_data(n_query: int, n_db: int, bits: int = 64, classes: int = 100, seed: int = 0):
@@ -93,7 +94,7 @@ def main() -> None:
     p.add_argument("--db", type=int, default=1_000_000)
     p.add_argument("--check", type=int, default=30, help="queries checked against the reference")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    args = p.parse_args()
+    args = parse_args(p, queries=20, db=5000, check=3)
     if args.child:
         child(args.queries, args.db)
         return

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -37,10 +38,15 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _smoke import parse_args, skip  # beside this script
 
 REPO = Path(__file__).resolve().parents[1]
 TARBALL = REPO.parent / "shared" / "data" / "cifar10-jpg.tar.gz"
 BASELINE = "776e773"  # main before the pixel store
+WORK = REPO / "runs" / "bench-images"
+# the runs' LBHASH_CACHE_DIR (None: in --work); --smoke keeps it in WORK, where the baseline's class centers
+# (some 25 s to draw at 32 bits) are drawn once, not in every smoke run
+CACHE: Path | None = None
 OLD_DEFAULT = "resnet20"  # the baseline's default image backbone
 BACKBONES = ("smallcnn", "resnet8", "resnet14", "resnet20", "resnet32", "resnet56", "resnet50", "alexnet")
 INPUTS = ("gray28", "rgb32")
@@ -66,6 +72,21 @@ def build_inputs(tarball: Path, folder: Path) -> dict[str, Path]:
     np.savez(paths["rgb32"], images=rgb[pick], labels=labels[pick])
     np.savez(paths["gray28"], images=gray[pick], labels=labels[pick])
     np.savez(paths["gray28-60k"], x_train=gray, y_train=labels, x_test=gray[pick[::3]], y_test=labels[pick[::3]])
+    return paths
+
+
+def synthetic_inputs(folder: Path, per_class: int) -> dict[str, Path]:
+    """--smoke: the same three files from random pixels with a class pattern, `per_class` images of
+    each class (the 60,000-image file too), so that no tarball is decoded."""
+    rng = np.random.default_rng(0)
+    labels = np.repeat(np.arange(10, dtype=np.uint8), per_class)
+    rgb = np.clip(rng.uniform(0, 255, (10, 32, 32, 3))[labels] * 0.6 + rng.uniform(0, 100, (len(labels), 32, 32, 3)),
+                  0, 255).astype(np.uint8)
+    gray = rgb[:, 2:30, 2:30].mean(-1).astype(np.uint8)
+    paths = {name: folder / f"{name}.npz" for name in (*INPUTS, "gray28-60k")}
+    np.savez(paths["rgb32"], images=rgb, labels=labels)
+    np.savez(paths["gray28"], images=gray, labels=labels)
+    np.savez(paths["gray28-60k"], x_train=gray, y_train=labels, x_test=gray[::3], y_test=labels[::3])
     return paths
 
 
@@ -102,7 +123,7 @@ def measure(data: str, backbone: str, protocol: str, epochs: int, image_size: in
 def run_measure(src: Path | None, folder: Path, **kwargs) -> dict:
     """`measure` in a fresh interpreter, with `src` (None: this checkout's) first on PYTHONPATH."""
     out = Path(tempfile.mkdtemp(dir=folder, prefix="run-")) / "run"
-    env = {**os.environ, "PYTHONPATH": str(src or REPO / "src"), "LBHASH_CACHE_DIR": str(folder / "cache")}
+    env = {**os.environ, "PYTHONPATH": str(src or REPO / "src"), "LBHASH_CACHE_DIR": str(CACHE or folder / "cache")}
     args = json.dumps({**kwargs, "out": str(out)})
     proc = subprocess.run([sys.executable, __file__, "--worker", args], env=env, capture_output=True, text=True)
     if proc.returncode:
@@ -116,20 +137,22 @@ def torchvision_ok() -> str | None:
 
 
 def part_backbones(args, inputs, folder: Path) -> list[dict]:
-    old_src = baseline_source(args.baseline, folder)
+    # with --smoke the baseline's source stays in --work's default folder: its numba kernels compile
+    # into it once, not in every smoke run
+    old_src = baseline_source(args.baseline, WORK if args.smoke else folder)
     missing_tv = torchvision_ok()
     rows = []
     for backbone in args.backbones:
-        for kind in INPUTS:
+        for kind in args.inputs:
             row = {"backbone": backbone, "input": kind}
             if backbone in ("resnet50", "alexnet") and missing_tv:
                 row["skipped"] = f"torchvision does not import ({missing_tv})"
                 rows.append(row)
                 print(row, flush=True)
                 continue
-            per_class = 100 if backbone == "smallcnn" else 64
+            per_class = args.per_class or (100 if backbone == "smallcnn" else 64)
             common = dict(data=f"image-array:{inputs[kind]}", backbone=backbone, epochs=2,
-                          protocol=f"per-class:{per_class},10", image_size=28 if kind == "gray28" else 32)
+                          protocol=f"per-class:{per_class},{args.queries}", image_size=28 if kind == "gray28" else 32)
             row["old"] = run_measure(old_src, folder, **common)
             if "unknown backbone" in row["old"].get("error", ""):  # new here: against the old default
                 row["old_backbone"] = OLD_DEFAULT
@@ -178,13 +201,26 @@ def main() -> None:
     p.add_argument("--backbones", default=",".join(BACKBONES), type=lambda s: s.split(","))
     p.add_argument("--baseline", default=BASELINE, help="git commit of the code to compare with")
     p.add_argument("--tarball", type=Path, default=TARBALL)
-    p.add_argument("--work", type=Path, default=REPO / "runs" / "bench-images", help="inputs, runs, cache")
+    p.add_argument("--work", type=Path, default=WORK, help="inputs, runs, cache")
     p.add_argument("--out", type=Path, default=REPO / "runs" / "bench-images" / "result")
-    args = p.parse_args()
-    if not args.tarball.is_file():
+    p.add_argument("--per-class", type=int, default=None,
+                   help="training images per class of each backbone run (default 100 for smallcnn, else 64)")
+    p.add_argument("--queries", type=int, default=10, help="query images per class of each backbone run")
+    p.add_argument("--inputs", default=list(INPUTS), type=lambda s: s.split(","), help="of " + ",".join(INPUTS))
+    args = parse_args(p, backbones=["smallcnn"], inputs=["gray28"], per_class=6, queries=2)
+    if args.smoke:  # synthetic pixels, 12 per class, in a temporary folder; the baseline must be in this clone
+        if subprocess.run(["git", "-C", str(REPO), "cat-file", "-e", f"{args.baseline}^{{commit}}"],
+                          capture_output=True).returncode:
+            skip(f"the baseline commit {args.baseline} is not in this clone (git archive extracts it)")
+        global CACHE
+        CACHE = WORK / "cache"
+        args.work = args.out = Path(tempfile.mkdtemp(prefix="bench-images-smoke-"))
+        inputs = synthetic_inputs(args.work, 12)
+    elif not args.tarball.is_file():
         sys.exit(f"error: {args.tarball}: not found (the CIFAR-10 JPEG tarball)")
-    args.work.mkdir(parents=True, exist_ok=True)
-    inputs = build_inputs(args.tarball, args.work)
+    else:
+        args.work.mkdir(parents=True, exist_ok=True)
+        inputs = build_inputs(args.tarball, args.work)
     rows = part_backbones(args, inputs, args.work) if args.part in ("all", "backbones") else []
     targets = part_targets(inputs, args.work) if args.part in ("all", "targets") else None
     text = table(rows, targets, args.baseline)
@@ -192,6 +228,8 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "bench_images.md").write_text(text + "\n")
     (args.out / "bench_images.json").write_text(json.dumps({"rows": rows, "targets": targets}, indent=1))
+    if args.smoke:
+        shutil.rmtree(args.work)
 
 
 if __name__ == "__main__":

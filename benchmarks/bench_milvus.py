@@ -25,12 +25,29 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_search import flip_bits  # noqa: E402
 from lbhash.index import CodeIndex  # noqa: E402
 from lbhash.index.milvus import MilvusIndex  # noqa: E402
+from _smoke import parse_args, skip  # beside this script
 
 
 def timed(fn):
     start = time.perf_counter()
     out = fn()
     return time.perf_counter() - start, out
+
+
+def milvus_missing(uri: str) -> str | None:
+    """Why the smoke run cannot reach Milvus at `uri` (None: it can)."""
+    import importlib.util
+    import socket
+    from urllib.parse import urlparse
+
+    if importlib.util.find_spec("pymilvus") is None:
+        return "pymilvus is not installed (pip install -e '.[milvus]'; make test-milvus runs a server)"
+    address = urlparse(uri)
+    try:
+        socket.create_connection((address.hostname or "127.0.0.1", address.port or 19530), timeout=2).close()
+    except OSError as e:
+        return f"no Milvus server answers at {uri} ({e.strerror or e})"
+    return None
 
 
 def main() -> None:
@@ -41,7 +58,11 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--settle", type=float, default=30, help="seconds to wait after inserting "
                         "(Milvus compacts new segments in the background)")
-    args = parser.parse_args()
+    args = parse_args(parser, n=2000, nq=5, settle=1.0)
+    if args.smoke:
+        reason = milvus_missing(args.uri)
+        if reason:
+            skip(reason)
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} cores)")
     rng = np.random.default_rng(0)
     centers = rng.integers(0, 256, (1000, 8), np.uint8)

@@ -20,16 +20,17 @@ import torch
 
 from lbhash.train import TrainConfig
 from lbhash.train.timing import epoch_times
+from _smoke import parse_args  # beside this script
 
 
-def default_data(tmp: Path) -> str:
+def default_data(tmp: Path, rows: int = 6000, shared_data: bool = True) -> str:
     shared = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "cifar10-mobilenetv1-features.npz"
-    if shared.is_file():
+    if shared_data and shared.is_file():
         return f"features:{shared}"
     rng = np.random.default_rng(0)  # stand-in with the same shape as the CIFAR-10 features
     path = tmp / "random.npz"
-    np.savez(path, x=rng.normal(size=(6000, 1024)).astype(np.float32),
-             labels=rng.integers(0, 10, 6000), is_test=np.arange(6000) >= 5000)
+    np.savez(path, x=rng.normal(size=(rows, 1024)).astype(np.float32),
+             labels=rng.integers(0, 10, rows), is_test=np.arange(rows) >= rows * 5 // 6)
     return f"features:{path}"
 
 
@@ -51,10 +52,13 @@ def main() -> None:
     p.add_argument("--protocol", default="cifar10")
     p.add_argument("--bits", type=int, default=64)
     p.add_argument("--epochs", type=int, default=5)
-    args = p.parse_args()
+    p.add_argument("--rows", type=int, default=6000,
+                   help="rows of the random stand-in features (used without --data when the shared features are "
+                        "missing, and always with --smoke)")
+    args = parse_args(p, epochs=2, rows=300)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        data = args.data or default_data(tmp)
+        data = args.data or default_data(tmp, args.rows, shared_data=not args.smoke)
         protocol = args.protocol if "cifar10-mobilenet" in data else "given"
         print(f"data {data}, protocol {protocol}, {args.bits} bits, batch 64, "
               f"{torch.get_num_threads()} torch threads; median over epochs 2..{args.epochs}")

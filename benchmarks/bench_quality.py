@@ -19,11 +19,12 @@ import numpy as np
 
 from lbhash.reproduce.runner import Cell, run_cells
 from lbhash.train.config import parse_yaml
+from _smoke import parse_args  # beside this script
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--data", required=True)
+    p.add_argument("--data", default=None, help="a data spec (required but with --smoke)")
     p.add_argument("--protocol", default=None)
     p.add_argument("--methods", default="csq")
     p.add_argument("--variants", default="base,d", help="base, d, or both")
@@ -35,7 +36,10 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--out", default="runs/bench-quality")
     p.add_argument("--title", default=None)
-    args = p.parse_args()
+    args = parse_args(p, data="digits", methods="csq", bits="16", seeds="0,1", epochs=1, workers=1,
+                      out="runs/bench-quality-smoke")
+    if args.data is None:
+        p.error("--data is required")
 
     out = Path(args.out)
     extra = {}

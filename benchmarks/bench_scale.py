@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _smoke import parse_args  # beside this script
 
 BITS = 64
 
@@ -174,7 +175,7 @@ def main() -> None:
     p.add_argument("--rows-from", nargs="*", default=None,
                    help="draw --figure from the JSON rows of earlier runs (--out) instead of measuring")
     p.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
-    args = p.parse_args()
+    args = parse_args(p, sizes="3000", queries=10, shapes="clustered", timeout=300)
     if args.rows_from is not None:
         draw([row for f in args.rows_from for row in json.loads(Path(f).read_text())], args.figure)
         return

@@ -22,6 +22,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from lbhash.index._engines import FlatEngine, Rows, search_on_this_thread  # noqa: E402
+from _smoke import parse_args  # beside this script
 
 
 def cpu_per_query(engine: FlatEngine, rows: Rows, queries: np.ndarray, k: int, batch: int, repeats: int):
@@ -46,7 +47,7 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    args = parse_args(parser, n=5000, bits="64", queries=16, batch=8, repeats=1)
     search_on_this_thread()
     rng = np.random.default_rng(args.seed)
     print(f"{args.n:,} random codes, top-{args.k}, {args.queries} queries, one thread, best of {args.repeats} rounds")

@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from lbhash.index import CodeIndex  # noqa: E402
 from lbhash.index.storage import directory_bytes  # noqa: E402
+from _smoke import parse_args  # beside this script
 
 
 def load_average() -> str:
@@ -192,7 +193,7 @@ def main() -> None:
     parser.add_argument("--ref-queries", type=int, default=100, help="queries checked against numpy")
     parser.add_argument("--latency-queries", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    args = parse_args(parser, n=5000, nq=20, k=10, nlist=16, nprobe=4, repeat=1, ref_queries=10, latency_queries=10)
     print(f"load average at start: {load_average()}; faiss {faiss.__version__}, "
           f"{faiss.omp_get_max_threads()} OpenMP threads")
     rng = np.random.default_rng(args.seed)

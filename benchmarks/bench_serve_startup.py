@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from _smoke import parse_args  # beside this script
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -60,10 +61,10 @@ def prefix_size(python: str) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--python-encoder", default=sys.executable)
-    args = parser.parse_args()
+    args = parse_args(parser, repeat=1)
     from lbhash.cli import main as lbhash
 
     from lbhash.runs import train
@@ -72,7 +73,8 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         run, idx = Path(tmp) / "run", Path(tmp) / "idx"
-        train(TrainConfig(data="digits", method="csq", bits=32, epochs=3, hidden=(64,), progress=False), run)
+        train(TrainConfig(data="digits", method="csq", bits=32, epochs=1 if args.smoke else 3, hidden=(64,),
+                          progress=False), run)
         export_run(run)
         lbhash(["index", "build", str(run), "--out", str(idx)], standalone_mode=False)
         times = {"--encoder": [], "--run": []}

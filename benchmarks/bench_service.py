@@ -48,6 +48,7 @@ from encode_rates import encode_rates  # noqa: E402
 from lbhash.index import CodeIndex, Queries, plan_search  # noqa: E402
 from lbhash.service import IndexStore  # noqa: E402
 from service_load import churn_loop, request_bytes, search_load  # noqa: E402
+from _smoke import parse_args  # beside this script
 
 START_TIMEOUT_S = 180
 
@@ -173,7 +174,7 @@ def main() -> None:
     parser.add_argument("--serve-options", default="", help="more options of lbhash serve, as one string")
     parser.add_argument("--no-encode", action="store_true", help="skip the encoding rates")
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    args = parse_args(parser, n=2000, seconds=1.0, clients="1,2", churn=2.0, writes=0.1)
     args.n = args.n or (100_000 if args.quick else 1_000_000)
     args.seconds = args.seconds or (5.0 if args.quick else 15.0)
     clients = [int(c) for c in args.clients.split(",")]
@@ -203,7 +204,7 @@ def main() -> None:
         finally:
             stop_server(proc)
         if not args.no_encode:
-            for line in encode_rates(Path(tmp)):
+            for line in encode_rates(Path(tmp), *((200, 16) if args.smoke else ())):
                 print(line)
     print(f"load average at end: {load_average()}")
     top = max(clients)

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from lbhash.codes_file import save_codes_file
+from _smoke import parse_args  # beside this script
 
 COMMANDS = [["--help"], ["index", "build", "codes.npz", "--out", "idx", "--overwrite"], ["index", "info", "idx"],
             ["search", "idx", "--codes", "q.npy", "-k", "3"], ["evaluate", "codes.npz"]]
@@ -60,7 +61,7 @@ def lbhash(args: list[str], cwd: Path) -> None:
     subprocess.run([sys.executable, "-c", RUN, *args], cwd=cwd, capture_output=True, check=True)
 
 
-def setup(work: Path) -> None:
+def setup(work: Path, warm: bool = True) -> None:
     """The codes file, index and queries of COMMANDS; the digits run, its index and 5 rows of RUN_COMMANDS."""
     from lbhash.data import load_digits
 
@@ -75,17 +76,18 @@ def setup(work: Path) -> None:
     lbhash(["train", "--data", "digits", "--method", "csq", "--bits", "16", "--epochs", "2", "--out", "run",
             "--no-progress"], work)
     lbhash(["index", "build", "run", "--out", "run-idx"], work)
-    for command in RUN_COMMANDS:
+    for command in RUN_COMMANDS if warm else ():  # not with --smoke
         lbhash(command, work)  # the first run of each: compiled kernels and file caches in place
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
-    repeat = parser.parse_args().repeat
+    args = parse_args(parser, repeat=1)
+    repeat = args.repeat
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        setup(work)
+        setup(work, warm=not args.smoke)
         torch_s, torch_cpu = median_seconds(["-c", "import torch"], work, repeat)
         print(f"reference: python -c 'import torch': {torch_s:.2f} s (CPU {torch_cpu:.2f} s)")
         alone_s, alone_cpu = median_seconds(["-c", TORCH_ALONE], work, repeat)

@@ -31,16 +31,17 @@ from lbhash.train import TrainConfig
 from lbhash.train.builder import build_experiment, input_options
 from lbhash.train.loop import Trainer
 from lbhash.train.optim import make_optimizer
+from _smoke import parse_args  # beside this script
 
 
-def default_features(tmp: Path) -> tuple[str, str]:
+def default_features(tmp: Path, rows: int = 6000, shared_data: bool = True) -> tuple[str, str]:
     shared = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "cifar10-mobilenetv1-features.npz"
-    if shared.is_file():
+    if shared_data and shared.is_file():
         return f"features:{shared}", "cifar10"
     rng = np.random.default_rng(0)  # stand-in with the shape of the CIFAR-10 features
     path = tmp / "features.npz"
-    np.savez(path, x=rng.normal(size=(6000, 1024)).astype(np.float32), labels=rng.integers(0, 10, 6000),
-             is_test=np.arange(6000) >= 5000)
+    np.savez(path, x=rng.normal(size=(rows, 1024)).astype(np.float32), labels=rng.integers(0, 10, rows),
+             is_test=np.arange(rows) >= rows * 5 // 6)
     return f"features:{path}", "given"
 
 
@@ -98,14 +99,13 @@ class HandLoop:
 def compare(cfg: TrainConfig, epochs: int) -> tuple[float, float, int]:
     """Median seconds per epoch of lbhash's Trainer and of the hand loop, and steps per epoch."""
     cfg = cfg.replace(epochs=epochs, lr_step=0, progress=False)
-    with tempfile.TemporaryDirectory() as tmp:
-        trainer = Trainer(build_experiment(cfg), Path(tmp) / "run")
-        hand = HandLoop(cfg)
-        ours, theirs = [], []
-        for epoch in range(1, epochs + 1):
-            ours.append(trainer.train_epoch(epoch)["seconds"])
-            theirs.append(hand.epoch(epoch))
-        return float(np.median(ours[1:])), float(np.median(theirs[1:])), len(trainer.batches)
+    trainer = Trainer(build_experiment(cfg))  # in memory, as lbhash.train.timing times epochs
+    hand = HandLoop(cfg)
+    ours, theirs = [], []
+    for epoch in range(1, epochs + 1):
+        ours.append(trainer.train_epoch(epoch)["seconds"])
+        theirs.append(hand.epoch(epoch))
+    return float(np.median(ours[1:])), float(np.median(theirs[1:])), len(trainer.batches)
 
 
 class SurrogateArithmetic:
@@ -159,12 +159,15 @@ def main() -> None:
     p.add_argument("--epochs", type=int, default=4)
     p.add_argument("--images", type=int, default=6000, help="synthetic 28 x 28 images (0: skip)")
     p.add_argument("--rounds", type=int, default=8, help="alternating epochs for the _D step ratio")
-    args = p.parse_args()
+    p.add_argument("--rows", type=int, default=6000,
+                   help="rows of the random stand-in features (used without --data when the shared features are "
+                        "missing, and always with --smoke)")
+    args = parse_args(p, epochs=2, images=200, rounds=1, rows=300)
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; "
           f"{torch.get_num_threads()} torch threads; median over epochs 2..{args.epochs}")
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        data, protocol = (args.data, "given") if args.data else default_features(tmp)
+        data, protocol = (args.data, "given") if args.data else default_features(tmp, args.rows, shared_data=not args.smoke)
         rows = []
         for bits in (32, 64):
             for lbhash in (False, True):

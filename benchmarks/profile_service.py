@@ -31,6 +31,7 @@ from lbhash.index import CodeIndex, Queries, plan_search  # noqa: E402
 from lbhash.service import models  # noqa: E402
 from lbhash.service.app import create_app, hits_response, search_body  # noqa: E402
 from functools import partial  # noqa: E402
+from _smoke import parse_args  # beside this script
 
 
 async def cpu_us(work, repeats: int) -> float:
@@ -100,7 +101,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=2000, help="codes in the index")
     parser.add_argument("--requests", type=int, default=3000, help="calls per timing round")
-    args = parser.parse_args()
+    args = parse_args(parser, n=200, requests=50)
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     rng = np.random.default_rng(0)
     codes = rng.integers(0, 256, (args.n, 8), np.uint8)

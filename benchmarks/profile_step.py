@@ -20,6 +20,7 @@ import argparse
 import tempfile
 import time
 from pathlib import Path
+from _smoke import parse_args  # beside this script
 
 
 def main() -> None:
@@ -32,43 +33,54 @@ def main() -> None:
     p.add_argument("--rows", type=int, default=20)
     p.add_argument("--d-diff", type=int, default=None, metavar="BITS",
                    help="profile the CSQ and CSQ_D hand loops at BITS bits and print the difference")
-    args = p.parse_args()
+    args = parse_args(p, protocol="per-class:8,2", rows=5)
+    if args.smoke:  # both profiles, on tiny synthetic data
+        from bench_train import digit_images
+
+        with tempfile.TemporaryDirectory() as tmp:
+            step_profile(args, args.data or digit_images(Path(tmp), 200))
+        d_step_difference(16, None, args.rows, stand_in=300)
+        return
     if args.d_diff:
         d_step_difference(args.d_diff, args.data, args.rows)
         return
     if args.data is None:
         p.error("--data is required (except with --d-diff)")
+    step_profile(args, args.data)
 
+
+def step_profile(args, data: str) -> None:
     from torch.profiler import ProfilerActivity, profile
 
     from lbhash.train import TrainConfig
     from lbhash.train.builder import build_experiment
     from lbhash.train.loop import Trainer
 
-    cfg = TrainConfig(data=args.data, protocol=args.protocol, method=args.method, lbhash=args.lbhash, bits=32, validation=0.0,
+    cfg = TrainConfig(data=data, protocol=args.protocol, method=args.method, lbhash=args.lbhash, bits=32, validation=0.0,
                       epochs=3, eval_every=0, test=False, progress=False, backbone=args.backbone)
     exp = build_experiment(cfg)
-    with tempfile.TemporaryDirectory() as out:
-        trainer = Trainer(exp, Path(out))
-        trainer.train_epoch(1)
-        start = time.perf_counter()
-        trainer.train_epoch(2)
-        seconds = time.perf_counter() - start
-        print(f"{exp.cfg.variant} {args.backbone} at {exp.cfg.image_size}px: {len(exp.split.train) / seconds:.0f} "
-              f"training images/s ({seconds:.2f} s for {len(exp.split.train)} images)")
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            trainer.train_epoch(3)
+    trainer = Trainer(exp)  # in memory
+    trainer.train_epoch(1)
+    start = time.perf_counter()
+    trainer.train_epoch(2)
+    seconds = time.perf_counter() - start
+    print(f"{exp.cfg.variant} {args.backbone} at {exp.cfg.image_size}px: {len(exp.split.train) / seconds:.0f} "
+          f"training images/s ({seconds:.2f} s for {len(exp.split.train)} images)")
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        trainer.train_epoch(3)
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.rows))
 
 
-def d_step_difference(bits: int, data: str | None, rows: int) -> None:
+def d_step_difference(bits: int, data: str | None, rows: int, stand_in: int | None = None) -> None:
+    """`stand_in`: that many rows of random features instead of the shared CIFAR-10 ones."""
     from torch.profiler import ProfilerActivity, profile
 
     from bench_train import HandLoop, default_features
     from lbhash.train import TrainConfig
 
     with tempfile.TemporaryDirectory() as tmp:
-        spec, protocol = (data, "given") if data else default_features(Path(tmp))
+        spec, protocol = (data, "given") if data else default_features(Path(tmp), stand_in or 6000,
+                                                                       shared_data=stand_in is None)
         self_us = {}
         for lbhash in (False, True):
             loop = HandLoop(TrainConfig(data=spec, protocol=protocol, method="csq", bits=bits, lbhash=lbhash, validation=0.0))

@@ -287,18 +287,18 @@ def fused_and_plain_bank_training(monkeypatch, method: str, **constants):
 
 
 def write_cifar_small(tarball, path, train: int = 100, test: int = 20):
-    """benchmarks/cifar_small.py's image array (the first `train` and `test` JPEGs of each
+    """tools/cifar_small.py's image array (the first `train` and `test` JPEGs of each
     class of the CIFAR-10 tarball) written to `path`: what the README's and the pretrained
     backbone's checks train on."""
     import sys
     from pathlib import Path
 
-    benchmarks = str(Path(__file__).resolve().parents[1] / "benchmarks")
-    sys.path.insert(0, benchmarks)
+    tools = str(Path(__file__).resolve().parents[1] / "tools")
+    sys.path.insert(0, tools)
     try:
         from cifar_small import cifar_small
     finally:
-        sys.path.remove(benchmarks)
+        sys.path.remove(tools)
     np.savez(path, **cifar_small(str(tarball), train, test))
 
 

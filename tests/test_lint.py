@@ -23,7 +23,7 @@ def ruff(*paths, config=None):
 
 
 def test_the_code_passes_the_pyflakes_rules():
-    result = ruff("src", "tests", "benchmarks", "studies")
+    result = ruff("src", "tests", "benchmarks", "studies", "tools")
     assert result.returncode == 0, result.stdout + result.stderr
 
 

@@ -28,9 +28,9 @@ Setup (fixture `readme_inputs`), the files the README's commands name:
   0 to 4;
 - `scene.npz`: a copy of ../shared/data/scene-multilabel.npz;
 - `cifar-small.npz`: the first 100 training and 20 test JPEGs of each class of
-  ../shared/data/cifar10-jpg.tar.gz as an image array (benchmarks/cifar_small.py);
+  ../shared/data/cifar10-jpg.tar.gz as an image array (tools/cifar_small.py);
 - `photos/`: a folder of one's own photos, `photos/<class>/NNNN.jpg` without a test part: the
-  first 40 training JPEGs of four classes of that tarball (benchmarks/cifar_small.py).
+  first 40 training JPEGs of four classes of that tarball (tools/cifar_small.py).
 
 The README's figures are checked against what its snippets print (FIGURES): a figure written
 with d decimals passes when it lies within half a unit of its last decimal plus FIGURE_SLACK
@@ -417,10 +417,10 @@ def test_every_readme_figure_is_found_once():
 
 def make_inputs(folder: Path, shared: Path) -> None:
     """The README's input files, written by the script the README names for them
-    (benchmarks/readme_inputs.py), so that the test and a reader make the same files."""
+    (tools/readme_inputs.py), so that the test and a reader make the same files."""
     import importlib.util
 
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "readme_inputs.py"
+    script = Path(__file__).resolve().parents[1] / "tools" / "readme_inputs.py"
     spec = importlib.util.spec_from_file_location("readme_inputs", script)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -461,7 +461,7 @@ def test_make_inputs_as_the_readme_describes(tmp_path):
 
 
 def test_the_inputs_script_runs_from_anywhere_and_writes_only_where_told(tmp_path):
-    """`python benchmarks/readme_inputs.py OUT_DIR` from another directory finds the shared data
+    """`python tools/readme_inputs.py OUT_DIR` from another directory finds the shared data
     beside the checkout ($LBHASH_SHARED_DATA when set) and writes the four files and `photos/` into
     OUT_DIR and nowhere else; without OUT_DIR it writes nothing (issue 60, item 7: it worked only from the
     repository root and left four untracked files there)."""
@@ -469,7 +469,7 @@ def test_the_inputs_script_runs_from_anywhere_and_writes_only_where_told(tmp_pat
     if not all((shared / n).is_file() for n in ("cifar10-mobilenetv1-features.npz", "scene-multilabel.npz",
                                                 "cifar10-jpg.tar.gz")):
         pytest.skip(f"shared data not found at {shared} (set LBHASH_SHARED_DATA)")
-    script = REPO / "benchmarks" / "readme_inputs.py"
+    script = REPO / "tools" / "readme_inputs.py"
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     env = {**os.environ, "LBHASH_SHARED_DATA": str(shared)}

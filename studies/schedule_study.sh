@@ -4,7 +4,7 @@
 # rate, cosine to 0 at the last epoch); base and the paper-faithful _D at 30 epochs on digits and
 # the scene set, base at 30 epochs on CIFAR-10 features and at 100 epochs on the scene set.
 # Validation splits only (studies hold out 10% of each class and never encode the queries).
-# Usage: bash benchmarks/schedule_study.sh OUT [WORKERS]   (about 1.5 h with 2 workers on 2 cores)
+# Usage: bash studies/schedule_study.sh OUT [WORKERS]   (about 1.5 h with 2 workers on 2 cores)
 set -euo pipefail
 OUT=${1:?usage: schedule_study.sh OUT [WORKERS]}
 WORKERS=${2:-2}

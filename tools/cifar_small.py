@@ -1,7 +1,7 @@
 """Cut a small CIFAR-10 image array from the JPEG tarball: the first N training and M test
 images of each class (members in name order), as an `image-array:` file with `is_test`.
 
-    python benchmarks/cifar_small.py ../shared/data/cifar10-jpg.tar.gz cifar-small.npz --train 100 --test 20
+    python tools/cifar_small.py ../shared/data/cifar10-jpg.tar.gz cifar-small.npz --train 100 --test 20
 
 Needs only numpy and Pillow; takes about a second.
 """

@@ -1,9 +1,9 @@
 """Codes for the classes nobody trained on (issue 44): the neighbourhood term's curve and the
 label-free code, on CIFAR-10 features (docs/methods.md, "Codes for classes nobody trained on").
 
-    python benchmarks/beyond_study.py curve --data features:../shared/data/cifar10-mobilenetv1-features.npz \\
+    python studies/beyond_study.py curve --data features:../shared/data/cifar10-mobilenetv1-features.npz \\
         --out docs/results/beyond
-    python benchmarks/beyond_study.py label-free --data features:../shared/data/cifar10-mobilenetv1-features.npz \\
+    python studies/beyond_study.py label-free --data features:../shared/data/cifar10-mobilenetv1-features.npz \\
         --out docs/results/beyond
 
 curve: CSQ_D at 64 bits with neighbourhood_weight on a grid, and ITQ and Distill beside it.
@@ -156,7 +156,7 @@ def write_curve_md(path: Path, rows: list[dict], args) -> None:
         mark = "**" if setting == chosen else ""
         cells.append(",".join(sorted(str(r["seed"]) for r in rows if r["stage"] == "test" and r["setting"] == setting)))
         lines.append(f"| {mark}{setting}{mark} | " + " | ".join(cells) + " |")
-    lines += ["", f"Command: `python benchmarks/beyond_study.py curve --data {args.data} --out {args.out} "
+    lines += ["", f"Command: `python studies/beyond_study.py curve --data {args.data} --out {args.out} "
                   f"--seeds {','.join(sorted({str(r['seed']) for r in rows}))}"
                   + (f" --weights {','.join(f'{w:g}' for w in weights)}" if weights != sorted(WEIGHTS) else "")
                   + (f" --student {args.student}" if args.student != "tanh" else "") + "`", ""]
@@ -260,7 +260,7 @@ def write_label_free_md(path: Path, rows: list[dict], args) -> None:
                                                                        if len(v) > 1 else ""))
         lines.append(f"| {key[0]} | {key[1]} | {-(-key[1] // 8)} | " + " | ".join(cells) + " |")
     extra = "" if (args.protocol, args.top) == ("cifar10", TOP) else f" --protocol {args.protocol} --top {args.top}"
-    lines += ["", f"Command: `python benchmarks/beyond_study.py label-free --data {args.data} --out {args.out} "
+    lines += ["", f"Command: `python studies/beyond_study.py label-free --data {args.data} --out {args.out} "
                   f"--seeds {','.join(map(str, seeds))}{extra}`", ""]
     path.write_text("\n".join(lines))
 

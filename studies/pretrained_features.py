@@ -2,7 +2,7 @@
 (`feat`, `labels`, `is_test`), for the experiments that take feature files only (the float kNN
 reference and the closed-form baselines of `lbhash reproduce baselines`).
 
-    python benchmarks/pretrained_features.py cifar10:../shared/data/cifar10-jpg.tar.gz lite0-160.npz \\
+    python studies/pretrained_features.py cifar10:../shared/data/cifar10-jpg.tar.gz lite0-160.npz \\
         --backbone efficientnet_lite0 --image-size 160
 
 The features come from lbhash's feature cache (lbhash.data.feature_cache), the same entry that

@@ -2,13 +2,13 @@
 classes nobody trained on"): CSQ_D with the neighbourhood term against CSQ_D and ITQ on seen and
 unseen classes, and the label-free Distill code against ITQ and the sign of the features.
 
-    python benchmarks/bench_beyond.py --quick
+    python studies/bench_beyond.py --quick
 
 --quick: seed 0, 64 bits, the CIFAR-10 MobileNet features (../shared/data, or --data). Seen and
 unseen: protocol unseen:3:cifar10, 30 epochs, mAP@all (%). Label-free: protocol cifar10,
 mAP@1000 (%); sign1024+rescore is the sign of the 1,024 standardised features, its top 4,000
 by Hamming re-ranked by the float cosine. The weight and the student (cosine) are the ones
-chosen on validation classes (benchmarks/beyond_study.py curve; docs/results/beyond/curve.md and
+chosen on validation classes (studies/beyond_study.py curve; docs/results/beyond/curve.md and
 cosine/curve.md), never on these.
 The last two lines:
 

@@ -1,6 +1,6 @@
 """Which input size for the frozen EfficientNet-Lite0 on CIFAR-10, chosen on training images only.
 
-    python benchmarks/pretrained_size_study.py ../shared/data/cifar10-jpg.tar.gz --sizes 128,160,224
+    python studies/pretrained_size_study.py ../shared/data/cifar10-jpg.tar.gz --sizes 128,160,224
 
 From the training split of the tarball: the first 100 images of each class train, the next 50
 of each class are the queries (a validation split: no test image is read). For each size it
@@ -25,7 +25,7 @@ from lbhash.models import create_backbone
 from lbhash.runs import train
 from lbhash.train import TrainConfig
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 from cifar_small import cifar_small  # noqa: E402
 
 

@@ -2,7 +2,7 @@
 feature table: mAP@54000 in %, mean ± sample std over seeds, from two `lbhash reproduce grid`
 outputs (their grid.csv).
 
-    python benchmarks/pretrained_table.py docs/results/pretrained/grid.csv docs/results/tables/grid.csv
+    python studies/pretrained_table.py docs/results/pretrained/grid.csv docs/results/tables/grid.csv
 
 Prints a Markdown table: one row per method and variant, for each code length the pretrained
 backbone's mAP, the MobileNet features' and the paper's.

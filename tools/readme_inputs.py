@@ -7,11 +7,11 @@
 - `queries.npy`: the raw uint8 rows of the first test item of classes 0-4 in it;
 - `scene.npz`: a copy of the scene multi-label set;
 - `cifar-small.npz`: the first 100 training and 20 test JPEGs of each class of the CIFAR-10
-  tarball as an image array (benchmarks/cifar_small.py);
+  tarball as an image array (tools/cifar_small.py);
 - `photos/`: a folder of one's own photos, a class-folder tree without a test part: the first
   40 training JPEGs of airplane, cat, ship and truck (`photos/cat/0000.jpg`, ...).
 
-Usage: python benchmarks/readme_inputs.py OUT_DIR [--shared SHARED_DATA_DIR]
+Usage: python tools/readme_inputs.py OUT_DIR [--shared SHARED_DATA_DIR]
 
 It runs from any directory and writes the four files and `photos/` into OUT_DIR only (made if
 missing).

@@ -1,4 +1,4 @@
-"""Issue 28, item 3: the schedule study's table (benchmarks/schedule_study.sh writes its inputs).
+"""Issue 28, item 3: the schedule study's table (studies/schedule_study.sh writes its inputs).
 
 Reads OUT/study.csv and OUT/study_epochs.csv of `lbhash reproduce study` and prints, per study
 (data x epochs) and setting family (base or the paper-faithful _D), the mean validation mAP (%)
@@ -6,7 +6,7 @@ of each schedule over methods and seeds: at the best-validation epoch (what a st
 at the last epoch (what a run with the default `select: last` keeps), with the mean sample std
 over seeds of the method cells, and the per-method means.
 
-    python benchmarks/schedule_table.py OUT > docs/results/schedule/schedule.md
+    python studies/schedule_table.py OUT > docs/results/schedule/schedule.md
 """
 
 from __future__ import annotations

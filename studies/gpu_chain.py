@@ -1,7 +1,7 @@
 """The journey on a CUDA device (issue 26): train -> encode -> evaluate -> index -> search, and
 whether the codes of one item agree along every path when the GPU computes under bf16.
 
-    python benchmarks/gpu_chain.py --features data/features-slice.npz --images data/images.tar --out DIR
+    python studies/gpu_chain.py --features data/features-slice.npz --images data/images.tar --out DIR
 
 For a feature run (the shared CIFAR-10 MobileNet features as stored: uint8 with a scale) and an
 image run (resnet20, channels_last, on a CIFAR-10 JPEG tarball), both trained on the GPU under

@@ -4,7 +4,7 @@
 # (sum over a sample's labels, against the mean it used to be), with CSQ's reference tie rule.
 # Same protocol as the earlier final-scene / final-features studies: validation split held out,
 # best-validation epoch kept, patience 3, 50 epochs, 3 seeds, queries evaluated once (--test).
-# Usage: bash benchmarks/final_comparison.sh OUT [WORKERS] [scene|features|all]
+# Usage: bash studies/final_comparison.sh OUT [WORKERS] [scene|features|all]
 #   (about 1 h with 2 workers on 2 cores)
 set -euo pipefail
 OUT=${1:?usage: final_comparison.sh OUT [WORKERS]}

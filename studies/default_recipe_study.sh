@@ -8,9 +8,9 @@
 #                  (evaluated every 5 epochs): what the schedule study selected with
 # on: the MobileNet feature file and the frozen pretrained EfficientNet-Lite0 (160 px) features
 # (protocol cifar10), the digits (protocol digits) and the scene set (protocol given).
-# Usage: bash benchmarks/default_recipe_study.sh OUT [EPOCHS] [WORKERS]
+# Usage: bash studies/default_recipe_study.sh OUT [EPOCHS] [WORKERS]
 #   DATASETS="mobilenet pretrained digits scene" RECIPES="constant-last step-last constant-best"
-#   then: python benchmarks/default_recipe_table.py OUT
+#   then: python studies/default_recipe_table.py OUT
 # About 40 min at 30 epochs with 2 workers on 2 cores once the image features are cached
 # (extracting them takes about 15 min the first time).
 set -euo pipefail

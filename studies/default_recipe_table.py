@@ -1,7 +1,7 @@
-"""The table of benchmarks/default_recipe_study.sh: per data set, recipe and variant, test mAP
+"""The table of studies/default_recipe_study.sh: per data set, recipe and variant, test mAP
 and the lower-bound ratio over seeds (mean +- sample std, and each seed's mAP).
 
-Usage: python benchmarks/default_recipe_table.py OUT   (OUT as given to the study)
+Usage: python studies/default_recipe_table.py OUT   (OUT as given to the study)
 """
 
 from __future__ import annotations
