@@ -70,6 +70,36 @@ def reranked(queries, real, codes, ids, k, factor, allowed=None):
     return out
 
 
+def rescored(queries, query_emb, codes, ids, emb, k, factor, allowed=None):
+    """Per query: the Hamming top k * factor by (distance, id) among the allowed items, scored
+    by cosine similarity in Python floats (dot / (norm * norm), 0 for a zero vector), sorted by
+    (-score, distance, id): [(score, distance, id), ...][:k]. Exact for the tests' vectors, whose
+    entries are 0 and +/-1 with four non-zeros (unit entries +/-0.5: float16 holds them)."""
+    dist = hamming(queries, codes)
+    out = []
+
+    def cosine(a, b):
+        a, b = [float(v) for v in a], [float(v) for v in b]
+        na, nb = sum(v * v for v in a) ** 0.5, sum(v * v for v in b) ** 0.5
+        return 0.0 if na == 0 or nb == 0 else sum(x * y for x, y in zip(a, b)) / (na * nb)
+
+    for q in range(len(queries)):
+        mask = np.ones(len(ids), bool) if allowed is None else allowed[q]
+        cands = sorted((int(dist[q, j]), int(ids[j]), j) for j in range(len(ids)) if mask[j])[:k * factor]
+        scored = [(cosine(query_emb[q], emb[j]), d, i) for d, i, j in cands]
+        out.append(sorted(scored, key=lambda t: (-t[0], t[1], t[2]))[:k])
+    return out
+
+
+def ternary_embeddings(rng, n, dim, nonzero=4):
+    """Rows of 0 and +/-1 with `nonzero` non-zeros: cosines are exact multiples of 1/nonzero, so
+    equal scores are ties between different items."""
+    out = np.zeros((n, dim))
+    for r in range(n):
+        out[r, rng.choice(dim, nonzero, replace=False)] = rng.choice([-1.0, 1.0], nonzero)
+    return out
+
+
 def random_codes(rng, n, bits):
     return rng.integers(0, 256, size=(n, bits // 8), dtype=np.uint8)
 
