@@ -208,7 +208,7 @@ def test_search_features_and_images_with_a_run(tmp_path, rng, monkeypatch):
                    "c.png: cannot decode image")
 
 
-def test_search_rerank_factor_orders_by_the_real_outputs(tmp_path, rng, monkeypatch):
+def test_search_rescore_factor_orders_by_the_real_outputs(tmp_path, rng, monkeypatch):
     from lbhash.codes import unpack
     from lbhash.index import sources
 
@@ -221,7 +221,7 @@ def test_search_rerank_factor_orders_by_the_real_outputs(tmp_path, rng, monkeypa
     queries = rng.standard_normal((3, 12))
     np.save(tmp_path / "q.npy", queries)
     result = run("search", tmp_path / "ix", "--features", tmp_path / "q.npy", "--run", tmp_path, "-k", "5",
-                 "--rerank-factor", "100", "--json")
+                 "--rescore-factor", "100", "--json")
     assert result.exit_code == 0, result.output
     signs = unpack(encoder.encode(db), 32).astype(float)
     for row, q in zip(json.loads(result.output), encoder.embed(queries)):
@@ -229,10 +229,10 @@ def test_search_rerank_factor_orders_by_the_real_outputs(tmp_path, rng, monkeypa
         expected = sorted(range(80), key=lambda i: (-scores[i], i))[:5]
         assert row["ids"] == expected
         assert row["scores"] == pytest.approx(scores[expected].tolist())
-    one_line_error(run("search", tmp_path / "ix", "--codes", tmp_path / "q.npy", "--rerank-factor", "2"),
-                   "--rerank-factor needs --features or --images")
+    one_line_error(run("search", tmp_path / "ix", "--codes", tmp_path / "q.npy", "--rescore-factor", "2"),
+                   "--rescore-factor needs --features or --images")
     one_line_error(run("search", tmp_path / "ix", "--features", tmp_path / "q.npy", "--run", tmp_path,
-                       "--rerank-factor", "0"), "--rerank-factor must be a positive integer, got 0")
+                       "--rescore-factor", "0"), "--rescore-factor must be a positive integer, got 0")
 
 
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, encoded, rng):

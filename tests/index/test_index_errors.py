@@ -106,7 +106,7 @@ def test_the_service_answers_404_and_409_over_either_backend(tmp_path, rng):
     queries = [c.tobytes().hex() for c in codes[:3]]
     real = rng.choice([-1.0, -0.5, 0.5, 1.0], size=(3, BITS)).tolist()
     searches = [{"codes": queries, "k": 7}, {"codes": queries, "radius": 4, "labels": [[0], [1, 2], [2]]},
-                {"codes": queries, "real": real, "k": 5, "rerank_factor": 2}]
+                {"codes": queries, "real": real, "k": 5, "rescore_factor": 2}]
     answers = {}
     for name, source in (("faiss", tmp_path / "ix"), ("milvus", MilvusStore(milvus))):
         with TestClient(create_app(source), base_url=LOCAL) as client:

@@ -12,7 +12,7 @@ from lbhash.index import CodeIndex, Queries, SearchPlan, Spelling, check_classes
 
 BITS = 16
 LEVELS = [-1.0, -0.5, 0.25, 0.5, 1.0]  # dyadic: every sum is exact, so equal scores are ties
-CLI = Spelling(k="-k", radius="--radius", factor="--rerank-factor", rerank="--rerank-factor",
+CLI = Spelling(k="-k", radius="--radius", factor="--rescore-factor", rerank="--rescore-factor",
                classes="--filter-labels")
 
 
@@ -30,16 +30,16 @@ def test_plan_defaults():
 @pytest.mark.parametrize("kwargs, message", [
     ({"k": 3, "radius": 2}, "give either k or radius, not both (got k 3 and radius 2)"),
     ({"k": 3, "radius": 2, "spelling": CLI}, "give either -k or --radius, not both (got -k 3 and --radius 2)"),
-    ({"radius": 2, "rerank": True}, "re-ranking orders a top k: give k, not radius, with 'real' or 'rerank_factor'"),
+    ({"radius": 2, "rerank": True}, "re-ranking orders a top k: give k, not radius, with 'real' or 'rescore_factor'"),
     ({"radius": 2, "rerank": True, "spelling": CLI},
-     "re-ranking orders a top k: give -k, not --radius, with --rerank-factor"),
+     "re-ranking orders a top k: give -k, not --radius, with --rescore-factor"),
     ({"radius": -1}, "radius must be a non-negative integer, got -1"),
     ({"k": 0, "spelling": CLI}, "-k must be a positive integer, got 0"),
     ({"k": 51, "max_k": 50}, "k must be at most 50, got 51"),
     ({"k": 1001}, "k must be at most 1000, got 1001"),
-    ({"rerank": True, "factor": 0, "spelling": CLI}, "--rerank-factor must be a positive integer, got 0"),
+    ({"rerank": True, "factor": 0, "spelling": CLI}, "--rescore-factor must be a positive integer, got 0"),
     ({"k": 30, "rerank": True, "max_candidates": 100},
-     "k * rerank_factor must be at most 100 (Hamming candidates re-ranked per query), got 30 * 4 = 120"),
+     "k * rescore_factor must be at most 100 (Hamming candidates re-ranked per query), got 30 * 4 = 120"),
 ])
 def test_plan_refusals_are_one_line_naming_the_option(kwargs, message):
     with pytest.raises(InputError) as err:

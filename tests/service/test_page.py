@@ -190,8 +190,8 @@ def test_an_image_search_is_one_request_with_the_hits_sources(tmp_path, rng):
         assert {h["id"]: (h["source"], h["image"]) for h in hits}[7] == ("uploaded: 7.png", True)
         assert {h["id"]: (h["source"], h["image"]) for h in hits}[9] == (None, False)
         real = encoder.embed(images[7][None]).tolist()
-        reranked = client.post("/search", json={"codes": [code], "real": real, "k": 3, "rerank_factor": 3}).json()
-        one = client.post("/search/image", files=[query], data={"k": "3", "rerank_factor": "3"}).json()
+        reranked = client.post("/search", json={"codes": [code], "real": real, "k": 3, "rescore_factor": 3}).json()
+        one = client.post("/search/image", files=[query], data={"k": "3", "rescore_factor": "3"}).json()
         assert [[{k: h[k] for k in ("id", "distance", "labels", "score")} for h in r["hits"]]
                 for r in one["results"]] == [r["hits"] for r in reranked["results"]]
         text = ("files", ("notes.txt", b"not an image", "text/plain"))  # said without Pillow's repr of a buffer

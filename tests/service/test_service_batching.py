@@ -195,13 +195,13 @@ def requests_of(rng, codes, n=64):
         elif kind == 2:
             bodies.append({"codes": hexes, "k": 6, "labels": [[int(rng.integers(4))]]})
         elif kind == 3:
-            bodies.append({"codes": hexes, "k": 5, "real": rng.standard_normal((1, BITS)).tolist(), "rerank_factor": 3})
+            bodies.append({"codes": hexes, "k": 5, "real": rng.standard_normal((1, BITS)).tolist(), "rescore_factor": 3})
         elif kind == 4:
             bodies.append({"codes": hexes + [codes[i].tobytes().hex()]})  # two queries, default k
         elif kind == 5:
             bodies.append({"codes": [hexes[0][:-2]], "k": 3})  # a code one byte short: 400
         elif kind == 6:
-            bodies.append({"codes": hexes, "k": 50, "real": [[1.0] * BITS], "rerank_factor": 1000})  # over the cap
+            bodies.append({"codes": hexes, "k": 50, "real": [[1.0] * BITS], "rescore_factor": 1000})  # over the cap
         else:
             bodies.append({"codes": hexes, "k": 0})  # refused by validation: 422
     return bodies
@@ -239,7 +239,7 @@ def test_concurrent_requests_get_their_one_at_a_time_answers(tmp_path, rng, kind
     index = CodeIndex(BITS, kind)
     index.add(codes, labels=rng.integers(0, 4, 300))
     index.save(tmp_path / "ix")
-    app = create_app(tmp_path / "ix", limits=Limits(max_k=100, max_rerank_candidates=500))
+    app = create_app(tmp_path / "ix", limits=Limits(max_k=100, max_rescore_candidates=500))
     bodies = requests_of(rng, codes)
 
     async def exchange():
