@@ -42,34 +42,6 @@ def split_ranges(lims, dist, ids):
     return [list(zip(dist[a:b].tolist(), ids[a:b].tolist())) for a, b in zip(lims[:-1], lims[1:])]
 
 
-def signs_of(packed):
-    """+/-1 (n, bits) of packed codes, bit j = bit j % 8 (lowest first) of byte j // 8."""
-    return np.where(np.unpackbits(packed, axis=1, bitorder="little"), 1, -1)
-
-
-def reranked(queries, real, codes, ids, k, factor, allowed=None):
-    """Per query: the Hamming top k * factor by (distance, id) among the allowed items, scored
-    in Python floats (each byte's bits lowest first, then the bytes in order), sorted by
-    (-score, id): [(score, distance, id), ...][:k]."""
-    dist = hamming(queries, codes)
-    b = signs_of(codes)
-    out = []
-    for q in range(len(queries)):
-        mask = np.ones(len(ids), bool) if allowed is None else allowed[q]
-        cands = sorted((int(dist[q, j]), int(ids[j]), j) for j in range(len(ids)) if mask[j])[:k * factor]
-        scored = []
-        for d, i, j in cands:
-            score = 0.0
-            for start in range(0, b.shape[1], 8):
-                part = 0.0
-                for r, s in zip(real[q, start:start + 8].tolist(), b[j, start:start + 8].tolist()):
-                    part += r * s
-                score += part
-            scored.append((score, d, i))
-        out.append(sorted(scored, key=lambda t: (-t[0], t[2]))[:k])
-    return out
-
-
 def rescored(queries, query_emb, codes, ids, emb, k, factor, allowed=None):
     """Per query: the Hamming top k * factor by (distance, id) among the allowed items, scored
     by cosine similarity in Python floats (dot / (norm * norm), 0 for a zero vector), sorted by
