@@ -63,11 +63,11 @@ def search(index_dir: str, codes_path, features_path, image_paths, run_dir, expo
     plan_search(k, radius, rescore=rescore_factor is not None, factor=rescore_factor, spelling=spelling)  # (checks)
     classes = None if filter_labels is None else _filter_classes(filter_labels)  # checked before the index is read
     index = open_index(index_dir, backend, uri)
-    rescore = _rescores(index, codes_path, radius, rescore_factor, no_rescore)
-    plan = plan_search(k, radius, rescore=rescore, factor=rescore_factor, spelling=spelling)
     if codes_path is None:
         check_model(index.metadata, run_dir, export_path, index_dir, force)
     encoder = None if codes_path is not None else load_query_encoder(run_dir, export_path)
+    rescore = _rescores(index, encoder, radius, rescore_factor, no_rescore)
+    plan = plan_search(k, radius, rescore=rescore, factor=rescore_factor, spelling=spelling)
     names, queries, query_labels = _queries(index, codes_path, features_path, image_paths, encoder, rescore)
     hits = search_hits(index, queries, plan, None if classes is None else [classes] * len(queries))
     found = np.array(sorted({i for h in hits for i in h.ids}), np.int64)
@@ -86,9 +86,10 @@ def search(index_dir: str, codes_path, features_path, image_paths, run_dir, expo
         _print_results(results, (record.class_names or None) if record is not None else None)
 
 
-def _rescores(index, codes_path, radius, factor, no_rescore: bool) -> bool:
+def _rescores(index, encoder, radius, factor, no_rescore: bool) -> bool:
     """Whether the search re-scores: by default where the index keeps embeddings and the queries
-    have theirs (--features, --images) for a top k; --rescore-factor asks for it."""
+    have theirs (--features, --images through an encoder that gives them) for a top k;
+    --rescore-factor asks for it."""
     from lbhash.errors import InputError
 
     if no_rescore:
@@ -98,7 +99,11 @@ def _rescores(index, codes_path, radius, factor, no_rescore: bool) -> bool:
             raise InputError(f"--rescore-factor: the index keeps no embeddings, so it cannot re-score; build it with "
                              f"its embeddings (`lbhash index build` keeps them by default) or leave out --rescore-factor")
         return False
-    return codes_path is None and radius is None
+    if factor is not None:
+        return True  # (an encoder without embeddings then says so in one line)
+    from lbhash.index import QueryEncoder
+
+    return encoder is not None and radius is None and QueryEncoder(encoder, index.bits).gives_embeddings
 
 
 def _check_query_options(codes_path, features_path, image_paths, model, factor, no_rescore: bool) -> None:

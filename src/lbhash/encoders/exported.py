@@ -73,6 +73,7 @@ class ExportedEncoder:
         self.input_form_ = InputForm.from_dict(manifest["input"], str(directory / MANIFEST))
         self.bits_, self.input_kind_ = int(manifest["bits"]), self.input_form_.kind
         self.n_features_in_ = self.input_form_.width if self.input_kind_ == "features" else None
+        self.gives_embeddings_ = self.input_kind_ == "features"  # an image graph ends at the hash layer
 
     @classmethod
     def load(cls, path: str | Path, threads: int | None = None) -> "ExportedEncoder":

@@ -40,6 +40,11 @@ class QueryEncoder:
     def input_kind(self) -> str:
         return self.encoder.input_kind_
 
+    @property
+    def gives_embeddings(self) -> bool:
+        """Whether the encoder gives embeddings (`outputs`; an image export's graph does not)."""
+        return callable(getattr(self.encoder, "outputs", None)) and getattr(self.encoder, "gives_embeddings_", True)
+
     def encode(self, inputs, json_numbers: bool = False) -> np.ndarray:
         """Packed codes uint8 (n, bits // 8) of feature rows (an array, or a feature data set
         loaded from a file), an image batch, or a list of images of any sizes. Feature rows go

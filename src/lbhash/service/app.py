@@ -169,7 +169,7 @@ def search_image(store: StoreDep, encoder: EncoderDep, limits: LimitsDep, media:
     run = need_encoder(encoder, "images")
     blobs, names, pixels = read_uploads(files)
     label_lists = None if labels is None else [parse_ids(labels, "labels", check=check_class_ids)] * len(files)
-    rescored = wants_rescore(rescore, rescore_factor, radius, store.index.embedding_dim, True)
+    rescored = wants_rescore(rescore, rescore_factor, radius, store.index.embedding_dim, run.gives_embeddings)
     with decoding.hold(pixels, "the query images"):  # the service's pixels decoded at once
         queries = run.queries(run.decode_images(blobs, names), rescore=rescored)
     query = search_query(limits, queries, k, radius, label_lists, rescore_factor)

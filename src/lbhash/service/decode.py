@@ -140,7 +140,8 @@ def search_queries(body: models.SearchRequest, limits, bits: int, encoder: Query
     (`wants_rescore`; `keeps`: the index's embedding width, None where it keeps none), with
     `embeddings` beside `codes`, or the attached run's embeddings of `features` (one forward
     pass gives both)."""
-    given = body.embeddings is not None or body.features is not None
+    given = body.embeddings is not None or (body.features is not None and encoder is not None
+                                            and encoder.gives_embeddings)
     if not wants_rescore(body.rescore, body.rescore_factor, body.radius, keeps, given):
         if body.embeddings is not None:
             raise InputError("'embeddings' are for re-scoring, which this search does not do")
