@@ -24,6 +24,7 @@ def test_plan_defaults():
     assert plan_search(5, rescore=True) == SearchPlan(5, None, 16)
     assert plan_search(rescore=True, factor=2) == SearchPlan(10, None, 2)
     assert plan_search(5, factor=3).factor is None  # a factor without re-scoring asks for nothing
+    assert plan_search(10, rescore=True, max_candidates=100).factor == 10  # the default, within the cap
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -37,8 +38,10 @@ def test_plan_defaults():
     ({"k": 51, "max_k": 50}, "k must be at most 50, got 51"),
     ({"k": 1001}, "k must be at most 1000, got 1001"),
     ({"rescore": True, "factor": 0, "spelling": CLI}, "--rescore-factor must be a positive integer, got 0"),
-    ({"k": 30, "rescore": True, "max_candidates": 100},
-     "k * rescore_factor must be at most 100 (Hamming candidates re-scored per query), got 30 * 16 = 480"),
+    ({"k": 30, "rescore": True, "factor": 4, "max_candidates": 100},
+     "k * rescore_factor must be at most 100 (Hamming candidates re-scored per query), got 30 * 4 = 120"),
+    ({"k": 101, "rescore": True, "max_k": 200, "max_candidates": 100},
+     "k * rescore_factor must be at most 100 (Hamming candidates re-scored per query), got 101 * 1 = 101"),
 ])
 def test_plan_refusals_are_one_line_naming_the_option(kwargs, message):
     with pytest.raises(InputError) as err:

@@ -93,7 +93,7 @@ def plan_search(k: int | None = None, radius: int | None = None, *, rescore: boo
                 spelling: Spelling = Spelling(), max_k: int = MAX_K,
                 max_candidates: int | None = None) -> SearchPlan:
     """The plan of a request's options. `rescore`: re-score by the queries' embeddings; `factor`
-    (default `RESCORE_FACTOR`) applies only then. `max_k` caps k and a radius search's hits per
+    (default `RESCORE_FACTOR`, or less where `max_candidates` / k is less) applies only then. `max_k` caps k and a radius search's hits per
     query alike; `max_candidates`: a cap on k * factor."""
     names = spelling
     if k is not None and radius is not None:
@@ -106,7 +106,10 @@ def plan_search(k: int | None = None, radius: int | None = None, *, rescore: boo
     k = check_k(DEFAULT_K if k is None else k, names.k, max_k)
     if not rescore:
         return SearchPlan(k, None, None, spelling)
-    factor = RESCORE_FACTOR if factor is None else positive_int(factor, names.factor)
+    if factor is None:  # the default, within the caller's cap where k allows
+        factor = RESCORE_FACTOR if max_candidates is None else max(1, min(RESCORE_FACTOR, max_candidates // k))
+    else:
+        factor = positive_int(factor, names.factor)
     if max_candidates is not None and k * factor > max_candidates:
         raise InputError(f"{names.k} * {names.factor} must be at most {max_candidates} (Hamming candidates "
                          f"re-scored per query), got {k} * {factor} = {k * factor}")

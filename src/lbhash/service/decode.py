@@ -142,7 +142,8 @@ def search_queries(body: models.SearchRequest, limits, bits: int, encoder: Query
     pass gives both)."""
     given = body.embeddings is not None or (body.features is not None and encoder is not None
                                             and encoder.gives_embeddings)
-    if not wants_rescore(body.rescore, body.rescore_factor, body.radius, keeps, given):
+    asked = body.rescore if body.rescore is not None or body.embeddings is None else True  # embeddings ask for it
+    if not wants_rescore(asked, body.rescore_factor, body.radius, keeps, given):
         if body.embeddings is not None:
             raise InputError("'embeddings' are for re-scoring, which this search does not do")
         return Queries(to_codes(body.codes, body.features, "queries", limits, bits, encoder)[0])
