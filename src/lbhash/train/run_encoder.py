@@ -80,7 +80,7 @@ class RunEncoder(Encoder):
     def embed(self, X, *, json_numbers: bool = False, batch_size: int | None = None) -> np.ndarray:
         """The hash head's real outputs u of the rows of X, float32 (n, bits), from the forward
         pass `encode` makes; the codes are `pack(to_signs(u))` (lbhash.codes: 0 -> +1). They are
-        what asymmetric ranking and `lbhash.index.rerank_search(index, codes, k, u)` score the
+        what asymmetric ranking (lbhash.evaluate.asymmetric) scores the
         codes with."""
         self._check_fitted("embed")
         return embed(self.model_, self._inputs(X, json_numbers), None, input_options(self.config_),
