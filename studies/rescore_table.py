@@ -63,7 +63,6 @@ def main() -> None:
     enc = HashEncoder(method="csq", bits=64, epochs=args.epochs, seed=0, progress=False).fit(x_db, y_db)
     print(f"fitted CSQ 64 bits in {time.time() - start:.0f} s")
     db_codes, q_codes = enc.encode(x_db), enc.encode(x_q)
-    n = len(x_db)
 
     def index_of(emb):
         index = CodeIndex(64)
@@ -80,6 +79,13 @@ def main() -> None:
     float_top10 = np.argsort(-(qu @ unit.T), axis=1, kind="stable")[:, :10]
     relevant = np.bincount(y_db, minlength=10)
 
+    rows = measure(index, index8, q_codes, x_q, y_q, y_db, float_top10, relevant)
+    print_table(rows, qu, unit, y_db, y_q, x_db.shape[1])
+
+
+def measure(index, index8, q_codes, x_q, y_q, y_db, float_top10, relevant) -> list[tuple]:
+    """One row per order: Hamming only, then each factor."""
+    n = len(y_db)
     rows = []
     for factor in (None, *FACTORS):
         ap1000, apall, rec, rec8 = [], [], [], []
@@ -101,17 +107,20 @@ def main() -> None:
         name = "Hamming only" if factor is None else str(factor)
         rows.append((name, np.mean(ap1000), np.mean(apall), np.mean(rec), np.mean(rec8), time.time() - t0))
         print(rows[-1], flush=True)
+    return rows
+
+
+def print_table(rows, qu, unit, y_db, y_q, d: int) -> None:
     # the ceiling: float cosine search over the same features
     cos_rank = np.argsort(-(qu @ unit.T), axis=1, kind="stable")
-    fl1000 = np.mean([average_precision(y_db[cos_rank[q]], y_q[q], 1000, 0) for q in range(len(x_q))])
-    flall = np.mean([average_precision(y_db[cos_rank[q]], y_q[q], None, 0) for q in range(len(x_q))])
+    fl1000 = np.mean([average_precision(y_db[cos_rank[q]], y_q[q], 1000, 0) for q in range(len(y_q))])
+    flall = np.mean([average_precision(y_db[cos_rank[q]], y_q[q], None, 0) for q in range(len(y_q))])
     print()
     print("| factor | mAP@1000 | mAP@all | recall@10 vs float (float16) | recall@10 (int8) | s for all queries |")
     print("|---|---|---|---|---|---|")
     for name, a, b, r, r8, s in rows:
         print(f"| {name} | {a:.4f} | {b:.4f} | {r:.3f} | {r8:.3f} | {s:.0f} |")
     print(f"| float cosine (ceiling) | {fl1000:.4f} | {flall:.4f} | 1.000 | - | - |")
-    d = x_db.shape[1]
     print(f"\nbytes per item: code 8, float16 embedding {2 * d}, int8 embedding {d} (+ {4 * d} bytes of scales per index)")
 
 

@@ -96,8 +96,8 @@ def _rescores(index, encoder, radius, factor, no_rescore: bool) -> bool:
         return False
     if index.embedding_dim is None:
         if factor is not None:
-            raise InputError(f"--rescore-factor: the index keeps no embeddings, so it cannot re-score; build it with "
-                             f"its embeddings (`lbhash index build` keeps them by default) or leave out --rescore-factor")
+            raise InputError("--rescore-factor: the index keeps no embeddings, so it cannot re-score; build it with "
+                             "its embeddings (`lbhash index build` keeps them by default) or leave out --rescore-factor")
         return False
     if factor is not None:
         return True  # (an encoder without embeddings then says so in one line)
