@@ -33,6 +33,11 @@ class FakeEncoder:
             raise ValueError(f"features have {x.shape[1]} columns, the encoder takes {self.dim}")
         return x @ self.projection
 
+    def outputs(self, x, *, json_numbers=False):
+        """(real outputs, embeddings): the embeddings are the features the projection reads."""
+        feats = self.features_of(x) if self.input_kind_ == "images" else np.asarray(getattr(x, "x", x), np.float64)
+        return self.embed(x), feats
+
     def identity(self):
         return None
 
@@ -55,8 +60,8 @@ class FakeCollection:
         return [{"id": i, **{f: self.rows[i][f] for f in output_fields if f != "id"}} for i in wanted if i in self.rows]
 
     def insert(self, data, timeout=None):
-        for i, code, labels in zip(*data):
-            self.rows[i] = {"code": code, "labels": labels}
+        for i, code, labels, *emb in zip(*data):
+            self.rows[i] = {"code": code, "labels": labels, **({"embedding": [emb[0].tobytes()]} if emb else {})}
 
     upsert = insert
 
@@ -81,7 +86,7 @@ def _hamming(a: bytes, b: bytes) -> int:
     return int(np.unpackbits(np.frombuffer(a, np.uint8) ^ np.frombuffer(b, np.uint8)).sum())
 
 
-def fake_milvus(bits: int):
+def fake_milvus(bits: int, embedding_dim=None):
     """A MilvusIndex over a FakeCollection (lbhash.index.milvus; no pymilvus, no server)."""
     from lbhash.index.milvus import MilvusIndex
 
@@ -89,7 +94,7 @@ def fake_milvus(bits: int):
         def __init__(self):
             self._bits, self._kind, self.nlist, self.nprobe = bits, "flat", 1024, 16
             self._timeout, self.collection, self._col = 1.0, "fake", FakeCollection()
-            self.metadata = {}
+            self.metadata, self._dim = {}, embedding_dim
 
         def close(self) -> None:
             pass

@@ -42,31 +42,33 @@ def split_ranges(lims, dist, ids):
     return [list(zip(dist[a:b].tolist(), ids[a:b].tolist())) for a, b in zip(lims[:-1], lims[1:])]
 
 
-def signs_of(packed):
-    """+/-1 (n, bits) of packed codes, bit j = bit j % 8 (lowest first) of byte j // 8."""
-    return np.where(np.unpackbits(packed, axis=1, bitorder="little"), 1, -1)
-
-
-def reranked(queries, real, codes, ids, k, factor, allowed=None):
+def rescored(queries, query_emb, codes, ids, emb, k, factor, allowed=None):
     """Per query: the Hamming top k * factor by (distance, id) among the allowed items, scored
-    in Python floats (each byte's bits lowest first, then the bytes in order), sorted by
-    (-score, id): [(score, distance, id), ...][:k]."""
+    by cosine similarity in Python floats (dot / (norm * norm), 0 for a zero vector), sorted by
+    (-score, distance, id): [(score, distance, id), ...][:k]. Exact for the tests' vectors, whose
+    entries are 0 and +/-1 with four non-zeros (unit entries +/-0.5: float16 holds them)."""
     dist = hamming(queries, codes)
-    b = signs_of(codes)
     out = []
+
+    def cosine(a, b):
+        a, b = [float(v) for v in a], [float(v) for v in b]
+        na, nb = sum(v * v for v in a) ** 0.5, sum(v * v for v in b) ** 0.5
+        return 0.0 if na == 0 or nb == 0 else sum(x * y for x, y in zip(a, b)) / (na * nb)
+
     for q in range(len(queries)):
         mask = np.ones(len(ids), bool) if allowed is None else allowed[q]
         cands = sorted((int(dist[q, j]), int(ids[j]), j) for j in range(len(ids)) if mask[j])[:k * factor]
-        scored = []
-        for d, i, j in cands:
-            score = 0.0
-            for start in range(0, b.shape[1], 8):
-                part = 0.0
-                for r, s in zip(real[q, start:start + 8].tolist(), b[j, start:start + 8].tolist()):
-                    part += r * s
-                score += part
-            scored.append((score, d, i))
-        out.append(sorted(scored, key=lambda t: (-t[0], t[2]))[:k])
+        scored = [(cosine(query_emb[q], emb[j]), d, i) for d, i, j in cands]
+        out.append(sorted(scored, key=lambda t: (-t[0], t[1], t[2]))[:k])
+    return out
+
+
+def ternary_embeddings(rng, n, dim, nonzero=4):
+    """Rows of 0 and +/-1 with `nonzero` non-zeros: cosines are exact multiples of 1/nonzero, so
+    equal scores are ties between different items."""
+    out = np.zeros((n, dim))
+    for r in range(n):
+        out[r, rng.choice(dim, nonzero, replace=False)] = rng.choice([-1.0, 1.0], nonzero)
     return out
 
 

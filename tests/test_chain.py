@@ -133,14 +133,19 @@ def test_feature_chain_with_dequantization(tmp_path, feature_slice):
 
     # index and search: stored rows, the whole training file, codes and the Python API agree
     ok("index", "build", run, "--out", tmp_path / "idx")
-    by_rows = search_json(tmp_path / "idx", "--features", tmp_path / "new.npy", "--run", run, "-k", "5")
+    by_rows = search_json(tmp_path / "idx", "--features", tmp_path / "new.npy", "--run", run, "-k", "5",
+                          "--no-rescore")
     by_codes = search_json(tmp_path / "idx", "--codes", tmp_path / "new.npz", "-k", "5")
+    # re-scored (the default: the index keeps the stored rows): each item finds itself first
+    rescored = search_json(tmp_path / "idx", "--features", tmp_path / "new.npy", "--run", run, "-k", "5")
+    assert [r["ids"][0] for r in rescored] == picks.tolist()
+    assert all(r["distances"][0] == 0 and r["scores"][0] > 0.999 for r in rescored)
     assert [r["ids"] for r in by_rows] == [r["ids"] for r in by_codes]
     for pick, row in zip(picks.tolist(), by_rows):
         assert row["distances"][0] == 0 and pick in [i for i, d in zip(row["ids"], row["distances"]) if d == 0]
         expected = hamming(code_of[pick][None], np.stack([code_of[i] for i in row["ids"]]))[0]
         assert row["distances"] == expected.tolist()
-    whole = search_json(tmp_path / "idx", "--features", path, "--run", run, "-k", "5")
+    whole = search_json(tmp_path / "idx", "--features", path, "--run", run, "-k", "5", "--no-rescore")
     assert [whole[i]["ids"] for i in picks.tolist()] == [r["ids"] for r in by_rows]
 
     from lbhash import HashEncoder
@@ -159,7 +164,7 @@ def test_feature_chain_with_dequantization(tmp_path, feature_slice):
         for rows in (stored[picks].tolist(), np.load(tmp_path / "real.npy").astype(float).tolist()):
             answer = httpx.post(url + "/search", json={"features": rows, "k": 5}, timeout=30)
             assert answer.status_code == 200, answer.text
-            assert [[h["id"] for h in r["hits"]] for r in answer.json()["results"]] == [r["ids"] for r in by_rows]
+            assert [[h["id"] for h in r["hits"]] for r in answer.json()["results"]] == [r["ids"] for r in rescored]
     finally:
         proc.terminate()
         proc.wait(timeout=30)

@@ -19,7 +19,7 @@ MAX_BATCH = 1024            # queries or items per service request; `lbhash sear
 MAX_CLASS_ID = 65535        # class ids of labels and label filters, everywhere
 MAX_ID = 2**63 - 1          # item ids are non-negative int64, everywhere
 MAX_BODY_BYTES = 16 << 20   # one HTTP request body
-MAX_RERANK_CANDIDATES = 10_000  # k * rerank_factor: Hamming candidates re-scored per query (service)
+MAX_RESCORE_CANDIDATES = 10_000  # k * rescore_factor: Hamming candidates re-scored per query (service)
 BATCH_ROWS = 256            # query rows of concurrent /search requests in one shared scan (lbhash serve --batch-rows)
 MAX_CONNECTIONS = 256       # open connections and requests in progress (service); beyond it: 503
 MAX_HEADER_BYTES = 64 << 10  # request line and headers of one HTTP request (service); beyond it: 400
@@ -40,7 +40,7 @@ THUMBNAIL_CACHE_BYTES = 32 << 20  # the service's cache of thumbnails (least rec
 MAX_KEY_FILE_BYTES = 4096   # a key file (lbhash serve --write-key-file): a regular file read up to this, never a stream
 
 TABLE = {"max_k": MAX_K, "max_batch": MAX_BATCH, "max_class_id": MAX_CLASS_ID, "max_id": MAX_ID,
-         "max_body_bytes": MAX_BODY_BYTES, "max_rerank_candidates": MAX_RERANK_CANDIDATES,
+         "max_body_bytes": MAX_BODY_BYTES, "max_rescore_candidates": MAX_RESCORE_CANDIDATES,
          "max_connections": MAX_CONNECTIONS, "max_header_bytes": MAX_HEADER_BYTES,
          "header_timeout_s": HEADER_TIMEOUT_S, "keep_alive_s": KEEP_ALIVE_S,
          "max_decoding_pixels": MAX_DECODING_PIXELS}

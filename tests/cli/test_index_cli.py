@@ -3,6 +3,7 @@
 import io
 import json
 import os
+import re
 import socket
 
 import click
@@ -13,7 +14,7 @@ from PIL import Image
 
 from helpers import cli as lbhash_cli, one_line_error
 from index_fakes import FakeEncoder
-from index_reference import random_codes, top_k
+from index_reference import hamming, random_codes, top_k
 from lbhash.cli.common import LbhashGroup
 from lbhash.cli.index import index
 from lbhash.cli.search import search
@@ -208,31 +209,44 @@ def test_search_features_and_images_with_a_run(tmp_path, rng, monkeypatch):
                    "c.png: cannot decode image")
 
 
-def test_search_rerank_factor_orders_by_the_real_outputs(tmp_path, rng, monkeypatch):
-    from lbhash.codes import unpack
+def test_search_rescores_by_the_embeddings_by_default(tmp_path, rng, monkeypatch):
     from lbhash.index import sources
 
     encoder = FakeEncoder(dim=12, bits=32)
     db = rng.standard_normal((80, 12))
     ix = CodeIndex(32)
-    ix.add(encoder.encode(db))
+    ix.add(encoder.encode(db), embeddings=db)
     ix.save(tmp_path / "ix")
     monkeypatch.setattr(sources, "load_encoder", lambda run_dir: encoder)
     queries = rng.standard_normal((3, 12))
     np.save(tmp_path / "q.npy", queries)
-    result = run("search", tmp_path / "ix", "--features", tmp_path / "q.npy", "--run", tmp_path, "-k", "5",
-                 "--rerank-factor", "100", "--json")
-    assert result.exit_code == 0, result.output
-    signs = unpack(encoder.encode(db), 32).astype(float)
-    for row, q in zip(json.loads(result.output), encoder.embed(queries)):
-        scores = signs @ q  # the factor covers the whole index: the full asymmetric ranking
-        expected = sorted(range(80), key=lambda i: (-scores[i], i))[:5]
-        assert row["ids"] == expected
-        assert row["scores"] == pytest.approx(scores[expected].tolist())
-    one_line_error(run("search", tmp_path / "ix", "--codes", tmp_path / "q.npy", "--rerank-factor", "2"),
-                   "--rerank-factor needs --features or --images")
+    cos = (queries / np.linalg.norm(queries, axis=1, keepdims=True)) @ (db / np.linalg.norm(db, axis=1, keepdims=True)).T
+    for extra in ([], ["--rescore-factor", "100"]):  # 16 x 5 = 80 candidates: the whole index either way
+        result = run("search", tmp_path / "ix", "--features", tmp_path / "q.npy", "--run", tmp_path, "-k", "5",
+                     "--json", *extra)
+        assert result.exit_code == 0, result.output
+        distances = hamming(encoder.encode(queries), encoder.encode(db))
+        for row, c, d in zip(json.loads(result.output), cos, distances):
+            expected = sorted(range(80), key=lambda i: -c[i])[:5]  # the float cosine ranking (no near ties here)
+            assert row["ids"] == expected and row["distances"] == d[expected].tolist()
+            assert row["scores"] == pytest.approx(c[expected].tolist(), abs=2e-3)
+    plain = run("search", tmp_path / "ix", "--features", tmp_path / "q.npy", "--run", tmp_path, "-k", "5",
+                "--json", "--no-rescore")
+    assert [r["ids"] for r in json.loads(plain.output)] == ix.search(encoder.encode(queries), 5).ids.tolist()
+    assert all("scores" not in r for r in json.loads(plain.output))
+    text = run("search", tmp_path / "ix", "--features", tmp_path / "q.npy", "--run", tmp_path, "-k", "2").output
+    assert re.search(r"id \d+ +distance \d+ +similarity 0\.\d{4} +labels", text), text
+    one_line_error(run("search", tmp_path / "ix", "--codes", tmp_path / "q.npy", "--rescore-factor", "2"),
+                   "--rescore-factor needs --features or --images")
     one_line_error(run("search", tmp_path / "ix", "--features", tmp_path / "q.npy", "--run", tmp_path,
-                       "--rerank-factor", "0"), "--rerank-factor must be a positive integer, got 0")
+                       "--rescore-factor", "0"), "--rescore-factor must be a positive integer, got 0")
+    one_line_error(run("search", tmp_path / "ix", "--features", tmp_path / "q.npy", "--run", tmp_path,
+                       "--rescore-factor", "2", "--no-rescore"), "give --rescore-factor or --no-rescore, not both")
+    ix = CodeIndex(32)
+    ix.add(encoder.encode(db))
+    ix.save(tmp_path / "plain")
+    one_line_error(run("search", tmp_path / "plain", "--features", tmp_path / "q.npy", "--run", tmp_path,
+                       "--rescore-factor", "2"), "--rescore-factor: the index keeps no embeddings")
 
 
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, encoded, rng):

@@ -138,7 +138,7 @@ def test_search_with_the_export_equals_search_with_the_run(digits_export, tmp_pa
         assert outputs[0] == outputs[1] == outputs[2] and len(outputs[0]) == 7
     # re-ranked: the same hits; the scores, sums of real outputs, agree to float32 rounding
     torch_run, exported = (json.loads(cli("search", digits_export.idx, "--features", tmp_path / "q.npy", *model,
-                                          "-k", 5, "--rerank-factor", 3, "--json").output)
+                                          "-k", 5, "--rescore-factor", 3, "--json").output)
                            for model in (["--run", digits_export.run], ["--encoder", digits_export.export]))
     assert [q["ids"] for q in torch_run] == [q["ids"] for q in exported]
     np.testing.assert_allclose([q["scores"] for q in torch_run], [q["scores"] for q in exported], rtol=1e-5)
@@ -167,7 +167,7 @@ def test_served_export_answers_as_the_run_and_never_loads_torch(digits_export, t
     index_dir = tmp_path / "idx"
     shutil.copytree(digits_export.idx, index_dir)
     rows = load_data("digits").x[[3, 500, 1200]].tolist()
-    bodies = [{"features": rows, "k": 10}, {"features": rows, "k": 5, "rerank_factor": 4},
+    bodies = [{"features": rows, "k": 10}, {"features": rows, "k": 5, "rescore_factor": 4},
               {"features": rows, "radius": 3}]
     app = create_app(digits_export.idx, RunEncoder.load(digits_export.run))  # as --run does
     with TestClient(app, base_url=LOCAL) as client:
@@ -206,7 +206,7 @@ def test_search_takes_an_image_array_named_by_row(image_export, tmp_path):
     np.savez(tmp_path / "queries.npz", x=images[:4])  # x: a key both readers look for
     assert cli("index", "build", run, "--out", tmp_path / "idx").exit_code == 0
     each = [part for f in files[:4] for part in ("--images", f)]
-    by_files = json.loads(cli("search", tmp_path / "idx", *each, "--run", run, "--json").output)
+    by_files = json.loads(cli("search", tmp_path / "idx", *each, "--run", run, "--json", "--no-rescore").output)
     for given in (tmp_path / "queries.npz", f"image-array:{tmp_path / 'queries.npz'}"):
         result = cli("search", tmp_path / "idx", "--images", given, "--encoder", image_export.export, "--json")
         assert result.exit_code == 0, result.output

@@ -8,7 +8,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from index_fakes import fake_milvus
-from index_reference import random_codes
+from index_reference import ternary_embeddings, random_codes
 from lbhash.errors import Conflict, InputError, NotFound
 from lbhash.index import Backend, CodeIndex
 from lbhash.service import IndexStore, MilvusStore, Store, create_app
@@ -98,19 +98,20 @@ def test_milvus_store_passes_the_typed_errors_on(rng):
 
 def test_the_service_answers_404_and_409_over_either_backend(tmp_path, rng):
     codes, labels = random_codes(rng, 30, BITS), rng.integers(0, 3, 30)
+    emb = ternary_embeddings(rng, 30, 6)
     faiss_index = CodeIndex(BITS)
-    faiss_index.add(codes, labels=labels)
+    faiss_index.add(codes, labels=labels, embeddings=emb)
     faiss_index.save(tmp_path / "ix")
-    milvus = fake_milvus(BITS)
-    milvus.add(codes, ids=np.arange(30), labels=labels)
+    milvus = fake_milvus(BITS, 6)
+    milvus.add(codes, ids=np.arange(30), labels=labels, embeddings=emb)
     queries = [c.tobytes().hex() for c in codes[:3]]
-    real = rng.choice([-1.0, -0.5, 0.5, 1.0], size=(3, BITS)).tolist()
+    q_emb = ternary_embeddings(rng, 3, 6).tolist()
     searches = [{"codes": queries, "k": 7}, {"codes": queries, "radius": 4, "labels": [[0], [1, 2], [2]]},
-                {"codes": queries, "real": real, "k": 5, "rerank_factor": 2}]
+                {"codes": queries, "embeddings": q_emb, "k": 5, "rescore_factor": 2}]
     answers = {}
     for name, source in (("faiss", tmp_path / "ix"), ("milvus", MilvusStore(milvus))):
         with TestClient(create_app(source), base_url=LOCAL) as client:
-            new = {"codes": [codes[0].tobytes().hex()], "ids": [3]}
+            new = {"codes": [codes[0].tobytes().hex()], "ids": [3], "embeddings": [[1.0] * 6]}
             assert client.post("/items", json=new).status_code == 409
             assert "id 3 is already in the index" in client.post("/items", json=new).json()["detail"]
             for method in ("get", "delete"):

@@ -6,13 +6,12 @@ import numpy as np
 import pytest
 
 from index_fakes import fake_milvus
-from index_reference import clustered_codes, in_range, random_codes, reranked, top_k
+from index_reference import clustered_codes, in_range, random_codes, rescored, ternary_embeddings, top_k
 from lbhash.errors import InputError
 from lbhash.index import CodeIndex, Queries, SearchPlan, Spelling, check_classes, hits, plan_search, search_hits
 
-BITS = 16
-LEVELS = [-1.0, -0.5, 0.25, 0.5, 1.0]  # dyadic: every sum is exact, so equal scores are ties
-CLI = Spelling(k="-k", radius="--radius", factor="--rerank-factor", rerank="--rerank-factor",
+BITS, DIM = 16, 6
+CLI = Spelling(k="-k", radius="--radius", factor="--rescore-factor", rescore="--rescore-factor",
                classes="--filter-labels")
 
 
@@ -22,24 +21,27 @@ CLI = Spelling(k="-k", radius="--radius", factor="--rerank-factor", rerank="--re
 def test_plan_defaults():
     assert plan_search() == SearchPlan(10, None, None)
     assert plan_search(radius=3) == SearchPlan(None, 3, None, max_hits=1000)
-    assert plan_search(5, rerank=True) == SearchPlan(5, None, 4)
-    assert plan_search(rerank=True, factor=2) == SearchPlan(10, None, 2)
-    assert plan_search(5, factor=3).factor is None  # a factor without real outputs re-ranks nothing
+    assert plan_search(5, rescore=True) == SearchPlan(5, None, 16)
+    assert plan_search(rescore=True, factor=2) == SearchPlan(10, None, 2)
+    assert plan_search(5, factor=3).factor is None  # a factor without re-scoring asks for nothing
+    assert plan_search(10, rescore=True, max_candidates=100).factor == 10  # the default, within the cap
 
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"k": 3, "radius": 2}, "give either k or radius, not both (got k 3 and radius 2)"),
     ({"k": 3, "radius": 2, "spelling": CLI}, "give either -k or --radius, not both (got -k 3 and --radius 2)"),
-    ({"radius": 2, "rerank": True}, "re-ranking orders a top k: give k, not radius, with 'real' or 'rerank_factor'"),
-    ({"radius": 2, "rerank": True, "spelling": CLI},
-     "re-ranking orders a top k: give -k, not --radius, with --rerank-factor"),
+    ({"radius": 2, "rescore": True}, "re-scoring orders a top k: give k, not radius, with rescore"),
+    ({"radius": 2, "rescore": True, "spelling": CLI},
+     "re-scoring orders a top k: give -k, not --radius, with --rescore-factor"),
     ({"radius": -1}, "radius must be a non-negative integer, got -1"),
     ({"k": 0, "spelling": CLI}, "-k must be a positive integer, got 0"),
     ({"k": 51, "max_k": 50}, "k must be at most 50, got 51"),
     ({"k": 1001}, "k must be at most 1000, got 1001"),
-    ({"rerank": True, "factor": 0, "spelling": CLI}, "--rerank-factor must be a positive integer, got 0"),
-    ({"k": 30, "rerank": True, "max_candidates": 100},
-     "k * rerank_factor must be at most 100 (Hamming candidates re-ranked per query), got 30 * 4 = 120"),
+    ({"rescore": True, "factor": 0, "spelling": CLI}, "--rescore-factor must be a positive integer, got 0"),
+    ({"k": 30, "rescore": True, "factor": 4, "max_candidates": 100},
+     "k * rescore_factor must be at most 100 (Hamming candidates re-scored per query), got 30 * 4 = 120"),
+    ({"k": 101, "rescore": True, "max_k": 200, "max_candidates": 100},
+     "k * rescore_factor must be at most 100 (Hamming candidates re-scored per query), got 101 * 1 = 101"),
 ])
 def test_plan_refusals_are_one_line_naming_the_option(kwargs, message):
     with pytest.raises(InputError) as err:
@@ -64,8 +66,10 @@ def indexed(request, rng):
     codes, _ = clustered_codes(rng, 150, BITS, centers=8, max_flips=2)
     ids = rng.permutation(5000)[:150].astype(np.int64)
     classes = [sorted(set(rng.integers(0, 4, rng.integers(0, 3)).tolist())) for _ in range(150)]
-    index = CodeIndex(BITS) if request.param == "faiss" else fake_milvus(BITS)
-    index.add(codes, ids=ids, labels=_sparse(classes))
+    index = CodeIndex(BITS) if request.param == "faiss" else fake_milvus(BITS, DIM)
+    emb = ternary_embeddings(rng, 150, DIM)
+    index.add(codes, ids=ids, labels=_sparse(classes), embeddings=emb)
+    index.emb = emb  # (the test's own record)
     return index, codes, ids, classes
 
 
@@ -104,14 +108,14 @@ def test_range_hits_are_the_brute_force_runs(indexed, rng):
                                                                         _allowed(lists, classes))
 
 
-def test_reranked_hits_are_the_brute_force_ranking(indexed, rng):
+def test_rescored_hits_are_the_brute_force_ranking(indexed, rng):
     index, codes, ids, classes = indexed
     queries = random_codes(rng, 6, BITS)
-    real = rng.choice(LEVELS, size=(6, BITS))
+    q_emb = ternary_embeddings(rng, 6, DIM)
     filters = [[0], [1], [2, 3], [0, 1, 2, 3], [1], [3]]
     for lists in (None, filters):
-        got = search_hits(index, Queries(queries, real), plan_search(5, rerank=True, factor=3), classes=lists)
-        expected = reranked(queries, real, codes, ids, 5, 3, _allowed(lists, classes))
+        got = search_hits(index, Queries(queries, q_emb), plan_search(5, rescore=True, factor=3), classes=lists)
+        expected = rescored(queries, q_emb, codes, ids, index.emb, 5, 3, _allowed(lists, classes))
         for row, want in zip(got, expected):
             assert row.ids == [i for _, _, i in want] and row.distances == [d for _, d, _ in want]
             assert row.scores == [s for s, _, _ in want]  # bit for bit
@@ -120,10 +124,10 @@ def test_reranked_hits_are_the_brute_force_ranking(indexed, rng):
 
 def test_batches_give_the_same_hits_and_labels_come_from_one_lookup(monkeypatch, rng):
     index = CodeIndex(BITS)
-    index.add(random_codes(rng, 60, BITS), labels=rng.integers(0, 3, 60))
+    index.add(random_codes(rng, 60, BITS), labels=rng.integers(0, 3, 60), embeddings=rng.standard_normal((60, DIM)))
     queries = random_codes(rng, 10, BITS)
-    real = rng.standard_normal((10, BITS))
-    plans = [(plan_search(4), None), (plan_search(radius=5), None), (plan_search(4, rerank=True), real)]
+    real = rng.standard_normal((10, DIM))
+    plans = [(plan_search(4), None), (plan_search(radius=5), None), (plan_search(4, rescore=True), real)]
     whole = [search_hits(index, Queries(queries, r), plan, classes=[[0, 1]] * 10) for plan, r in plans]
     lookups = []
     monkeypatch.setattr(hits, "MAX_BATCH", 3)
@@ -141,10 +145,10 @@ def test_search_hits_refusals(rng):
         search_hits(index, Queries(queries), plan_search(2), classes=[[0], [1]])
     with pytest.raises(InputError, match="^--filter-labels has 1 entries but there are 3 queries$"):
         search_hits(index, Queries(queries), plan_search(2, spelling=CLI), classes=[[0]])
-    with pytest.raises(TypeError, match="real outputs go with a re-ranking plan"):
+    with pytest.raises(TypeError, match="query embeddings go with a re-scoring plan"):
         search_hits(index, Queries(queries, np.zeros((3, BITS))), plan_search(2))
-    with pytest.raises(TypeError, match="real outputs go with a re-ranking plan"):
-        search_hits(index, Queries(queries), plan_search(2, rerank=True))
+    with pytest.raises(TypeError, match="query embeddings go with a re-scoring plan"):
+        search_hits(index, Queries(queries), plan_search(2, rescore=True))
     assert search_hits(index, Queries(queries[:0]), plan_search(2)) == []
 
 

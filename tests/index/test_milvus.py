@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from index_reference import clustered_codes, near_queries, random_codes
+from index_reference import clustered_codes, near_queries, random_codes, ternary_embeddings
 from lbhash.errors import Conflict, InputError, NotFound
-from lbhash.index import CodeIndex, rerank_search
+from lbhash.index import CodeIndex, rescore_search
 
 pytestmark = pytest.mark.milvus
 PORT = 19530
@@ -151,20 +151,26 @@ def test_ivf_with_every_list_probed_has_exact_distances(make_index):
     np.testing.assert_array_equal(milvus.search(queries, 20)[0], flat.search(queries, 20)[0])
 
 
-def test_rerank_equals_faiss_flat(make_index):
-    """Re-ranking runs in Python on the candidates Milvus returns: the same as CodeIndex's."""
+def test_rescore_equals_faiss_flat(make_index):
+    """Re-scoring runs in Python on the candidates Milvus returns and the embeddings it stored
+    beside them (FLOAT16_VECTOR): the same as CodeIndex's, ties included."""
     rng = np.random.default_rng(4)
     codes = clustered_codes(rng, 2000, 32, 20, 2)[0]
     labels = rng.integers(0, 3, 2000)
-    milvus, flat = both(make_index, 32, codes, rng.choice(10**6, 2000, replace=False), labels)
-    queries = near_queries(rng, codes, 10)
-    real = rng.choice([-1.0, -0.5, 0.25, 0.5, 1.0], size=(10, 32))  # exact sums: many ties
+    ids = rng.choice(10**6, 2000, replace=False)
+    emb = ternary_embeddings(rng, 2000, 8)  # exact cosines: many ties
+    milvus = make_index(32, embedding_dim=8)
+    milvus.add(codes, ids=ids, labels=labels, embeddings=emb)
+    flat = CodeIndex(32)
+    flat.add(codes, ids=ids, labels=labels, embeddings=emb)
+    np.testing.assert_array_equal(milvus.get_embeddings(ids[:50]), flat.get_embeddings(ids[:50]))
+    queries, q_emb = near_queries(rng, codes, 10), ternary_embeddings(rng, 10, 8)
     qlabels = rng.integers(0, 3, 10)
     for factor in (1, 4):
-        assert_same(rerank_search(milvus, queries, 10, real, factor=factor),
-                    rerank_search(flat, queries, 10, real, factor=factor))
-        assert_same(rerank_search(milvus, queries, 10, real, qlabels, factor),
-                    rerank_search(flat, queries, 10, real, qlabels, factor))
+        assert_same(rescore_search(milvus, queries, 10, q_emb, factor=factor),
+                    rescore_search(flat, queries, 10, q_emb, factor=factor))
+        assert_same(rescore_search(milvus, queries, 10, q_emb, qlabels, factor),
+                    rescore_search(flat, queries, 10, q_emb, qlabels, factor))
 
 
 def test_writes_are_read_back_at_once(make_index):

@@ -74,7 +74,7 @@ def test_cli_search_prints_the_recorded_source_beside_each_id(built, tmp_path):
     hits = json.loads(result.output)[0]
     assert all(s.startswith(f"{tree}/train/red/") for s in hits["sources"])  # the run separates the colours
     text = cli("search", ix, "--images", query, "--run", run, "-k", "2").output
-    assert re.search(rf"id \d+ +distance \d+ +labels 2 red +{re.escape(str(tree))}/train/red/\d+\.png", text), text
+    assert re.search(rf"id \d+ +distance \d+ +similarity [\d.]+ +labels 2 red +{re.escape(str(tree))}/train/red/\d+\.png", text), text
 
 
 def test_thumbnails_are_the_recorded_images_pixel_for_pixel(built):
@@ -168,18 +168,20 @@ def test_images_added_through_the_service_keep_their_bytes_across_restarts(tmp_p
 
 
 def test_an_image_search_is_one_request_with_the_hits_sources(tmp_path, rng):
-    """/search/image answers what /search with the image's code (and its real outputs) answers,
+    """/search/image answers what /search with the image's code (and its embedding) answers,
     each hit with what /sources says of it, and the query's code: the page needs no more."""
     encoder = FakeEncoder(bits=16, input_kind="images")
     images = [noisy(rng, c) for c in [(200, 30, 30)] * 5 + [(30, 30, 200)] * 5]
-    CodeIndex(16).save(tmp_path / "ix")
+    CodeIndex(16, embedding_dim=6).save(tmp_path / "ix")  # (the fake's image embeddings: 6 numbers)
     query = ("files", ("q.png", png_bytes(images[7]), "image/png"))
     code = encoder.encode(images[7][None])[0].tobytes().hex()
     with TestClient(create_app(tmp_path / "ix", encoder), base_url=LOCAL) as client:
         files = [("files", (f"{i}.png", png_bytes(img), "image/png")) for i, img in enumerate(images[:9])]
         assert client.post("/items/image", files=files, data={"labels": ";".join(["0"] * 5 + ["1"] * 4)}).status_code == 200
-        assert client.post("/items", json={"codes": [code], "ids": [9], "labels": [[1]]}).status_code == 200  # no image
-        direct = client.post("/search/image", files=[query], data={"k": "5", "labels": "1"}).json()["results"]
+        assert client.post("/items", json={"codes": [code], "ids": [9], "labels": [[1]],
+                                           "embeddings": [[0.5] * 6]}).status_code == 200  # no image
+        direct = client.post("/search/image", files=[query], data={"k": "5", "labels": "1", "rescore": "false"}
+                             ).json()["results"]
         by_code = client.post("/search", json={"codes": [code], "k": 5, "labels": [[1]]}).json()["results"]
         assert len(direct) == 1 and direct[0]["code"] == by_code[0]["code"] == code
         hits = direct[0]["hits"]
@@ -189,11 +191,12 @@ def test_an_image_search_is_one_request_with_the_hits_sources(tmp_path, rng):
         assert [{k: h[k] for k in ("id", "source", "image", "code")} for h in hits] == sources
         assert {h["id"]: (h["source"], h["image"]) for h in hits}[7] == ("uploaded: 7.png", True)
         assert {h["id"]: (h["source"], h["image"]) for h in hits}[9] == (None, False)
-        real = encoder.embed(images[7][None]).tolist()
-        reranked = client.post("/search", json={"codes": [code], "real": real, "k": 3, "rerank_factor": 3}).json()
-        one = client.post("/search/image", files=[query], data={"k": "3", "rerank_factor": "3"}).json()
+        embedding = encoder.outputs(images[7][None])[1].tolist()
+        rescored = client.post("/search", json={"codes": [code], "embeddings": embedding, "k": 3,
+                                                "rescore_factor": 3}).json()
+        one = client.post("/search/image", files=[query], data={"k": "3", "rescore_factor": "3"}).json()
         assert [[{k: h[k] for k in ("id", "distance", "labels", "score")} for h in r["hits"]]
-                for r in one["results"]] == [r["hits"] for r in reranked["results"]]
+                for r in one["results"]] == [r["hits"] for r in rescored["results"]]
         text = ("files", ("notes.txt", b"not an image", "text/plain"))  # said without Pillow's repr of a buffer
         assert client.post("/search/image", files=[text]).json() == {
             "detail": "notes.txt: cannot decode image (not an image in a format Pillow reads)"}

@@ -15,6 +15,7 @@ from lbhash.index import CodeIndex, Queries, plan_search, search_hits
 from lbhash.service import Limits, create_app
 from lbhash.service.batching import Query, SearchBatcher
 
+DIM = 5  # the embeddings' width
 BITS = 16  # few distinct distances over 300 items: many ties, whose order must survive batching
 WAIT_S = 30  # every wait in this file is bounded
 
@@ -46,7 +47,7 @@ def make_query(codes, plan, classes=None, real=None) -> Query:
 def index(rng):
     codes = random_codes(rng, 300, BITS)
     index = CodeIndex(BITS)
-    index.add(codes, labels=rng.integers(0, 4, 300))
+    index.add(codes, labels=rng.integers(0, 4, 300), embeddings=rng.standard_normal((300, DIM)))
     return index, codes
 
 
@@ -143,7 +144,7 @@ def test_groups_filters_radius_and_reranking_and_keeps_errors_apart(index, rng):
     store = GatedStore(index)
     batcher = SearchBatcher(store)
     q = random_codes(rng, 8, BITS)
-    real = rng.standard_normal((8, BITS))
+    real = rng.standard_normal((8, DIM))
 
     def bad_decode():
         raise InputError("codes[0] is not a hex string")
@@ -152,8 +153,8 @@ def test_groups_filters_radius_and_reranking_and_keeps_errors_apart(index, rng):
             make_query(q[1:3], plan_search(5), classes=[[1], [0, 2]]),
             make_query(q[3:4], plan_search(radius=3)),
             make_query(q[4:5], plan_search(radius=3), classes=[[3]]),
-            make_query(q[5:6], plan_search(4, rerank=True, factor=3), real=real[5:6]),
-            make_query(q[6:7], plan_search(4, rerank=True, factor=3), real=real[6:7]),
+            make_query(q[5:6], plan_search(4, rescore=True, factor=3), real=real[5:6]),
+            make_query(q[6:7], plan_search(4, rescore=True, factor=3), real=real[6:7]),
             make_query(q[7:8], plan_search(5), classes=[[2], [1]]),  # two filters for one query: its own error
             bad_decode,  # fails while decoding: the others go on
             make_query(q[7:8], plan_search(2), classes=[[2]])]
@@ -195,13 +196,14 @@ def requests_of(rng, codes, n=64):
         elif kind == 2:
             bodies.append({"codes": hexes, "k": 6, "labels": [[int(rng.integers(4))]]})
         elif kind == 3:
-            bodies.append({"codes": hexes, "k": 5, "real": rng.standard_normal((1, BITS)).tolist(), "rerank_factor": 3})
+            bodies.append({"codes": hexes, "k": 5, "embeddings": rng.standard_normal((1, DIM)).tolist(),
+                           "rescore_factor": 3})
         elif kind == 4:
             bodies.append({"codes": hexes + [codes[i].tobytes().hex()]})  # two queries, default k
         elif kind == 5:
             bodies.append({"codes": [hexes[0][:-2]], "k": 3})  # a code one byte short: 400
         elif kind == 6:
-            bodies.append({"codes": hexes, "k": 50, "real": [[1.0] * BITS], "rerank_factor": 1000})  # over the cap
+            bodies.append({"codes": hexes, "k": 50, "embeddings": [[1.0] * DIM], "rescore_factor": 1000})  # over the cap
         else:
             bodies.append({"codes": hexes, "k": 0})  # refused by validation: 422
     return bodies
@@ -237,9 +239,9 @@ def gate_searches(store, ready):
 def test_concurrent_requests_get_their_one_at_a_time_answers(tmp_path, rng, kind):
     codes = random_codes(rng, 300, BITS)
     index = CodeIndex(BITS, kind)
-    index.add(codes, labels=rng.integers(0, 4, 300))
+    index.add(codes, labels=rng.integers(0, 4, 300), embeddings=rng.standard_normal((300, DIM)))
     index.save(tmp_path / "ix")
-    app = create_app(tmp_path / "ix", limits=Limits(max_k=100, max_rerank_candidates=500))
+    app = create_app(tmp_path / "ix", limits=Limits(max_k=100, max_rescore_candidates=500))
     bodies = requests_of(rng, codes)
 
     async def exchange():

@@ -78,14 +78,18 @@ def index() -> None:
 @click.option("--nhash", type=int, help="multihash: number of hash tables. [default: bits // 16]")
 @click.option("--nflip", type=int, help="multihash: bit flips probed per table. [default: 2]")
 @click.option("--overwrite", is_flag=True, help="Replace an existing index (atomically).")
+@click.option("--no-embeddings", is_flag=True, help="With a run directory: keep codes only, not each item's embedding "
+                                                    "(searches then come in Hamming order; docs/search.md).")
 @backend_options
 def build(source: Path, out: str, kind: str, part: str | None, data_spec: str | None, nlist, nprobe, nhash, nflip,
-          overwrite: bool, backend: str, uri: str) -> None:
+          overwrite: bool, no_embeddings: bool, backend: str, uri: str) -> None:
     """Index the codes of SOURCE: a run directory, or an .npz from `lbhash encode`.
 
     Ids are the items' positions in the data set (or the file's integer `ids`); labels come
     along for filtering. A run's data is found from any working directory (the run records its
-    absolute path); data that moved since is given with --data.
+    absolute path); data that moved since is given with --data. From a run, the index also keeps
+    each item's embedding (the backbone's pooled features, or the input features), by which
+    searches re-score their Hamming candidates; --no-embeddings leaves them out.
     """
     from lbhash.errors import InputError
     from lbhash.index import sources
@@ -101,8 +105,10 @@ def build(source: Path, out: str, kind: str, part: str | None, data_spec: str | 
         data = sources.codes_file(source)
     ids = data["ids"] if data["ids"] is not None else np.arange(len(data["codes"]))
     given = {k: v for k, v in dict(nlist=nlist, nprobe=nprobe, nhash=nhash, nflip=nflip).items() if v is not None}
+    emb = None if no_embeddings or spec is None else _run_embeddings(source, ids, spec)
+    dim = None if emb is None else emb.shape[1]
     if backend == "milvus":
-        index = _new_milvus(out, uri, data["bits"], kind, given, overwrite)
+        index = _new_milvus(out, uri, data["bits"], kind, given, overwrite, dim)
     else:
         from lbhash.index import CodeIndex
 
@@ -112,7 +118,7 @@ def build(source: Path, out: str, kind: str, part: str | None, data_spec: str | 
         if Path(out).exists() and not overwrite:
             raise InputError(f"{out} exists: choose another --out to keep it, or pass --overwrite to replace it")
         index = CodeIndex(data["bits"], kind, **given)
-    index.add(data["codes"], ids=ids, labels=data["labels"])
+    index.add(data["codes"], ids=ids, labels=data["labels"], embeddings=emb)
     if backend == "faiss":
         from lbhash.index.writer_lock import writer_lock
 
@@ -135,7 +141,20 @@ def build(source: Path, out: str, kind: str, part: str | None, data_spec: str | 
         if not index.is_trained:
             click.echo(f"note: the ivf index searches {searches(index)}", err=True)
     every = " (every item of the run: --part all)" if source.is_dir() and part == "all" else ""
-    click.echo(f"indexed {len(ids)} {data['bits']}-bit codes ({backend} {kind}) into {out}{every}")
+    kept = f", with their {dim}-dimensional embeddings" if dim else ""
+    click.echo(f"indexed {len(ids)} {data['bits']}-bit codes ({backend} {kind}) into {out}{every}{kept}")
+
+
+def _run_embeddings(run_dir: Path, ids, spec: str):
+    """The embeddings the index keeps of a run's items (lbhash.runs.codes.item_embeddings),
+    passed in to the index; None for a directory of codes without a trained run."""
+    from lbhash.index import sources
+
+    if sources.run_model(run_dir) is None:
+        return None
+    from lbhash.runs.codes import item_embeddings
+
+    return item_embeddings(run_dir, ids, spec)
 
 
 def _record_sources(index, data: str, ids) -> None:
@@ -151,19 +170,19 @@ def _record_sources(index, data: str, ids) -> None:
                          "location with --data") from None
 
 
-def _new_milvus(name: str, uri: str, bits: int, kind: str, given: dict, overwrite: bool):
+def _new_milvus(name: str, uri: str, bits: int, kind: str, given: dict, overwrite: bool, dim: int | None = None):
     from lbhash.errors import InputError
     from lbhash.index.milvus import MilvusIndex
 
     if set(given) - {"nlist", "nprobe"}:
         raise InputError(f"--{sorted(set(given) - {'nlist', 'nprobe'})[0]} does not apply to the milvus backend")
-    index = MilvusIndex(bits, collection=name, uri=uri, kind=kind, **given)
+    index = MilvusIndex(bits, collection=name, uri=uri, kind=kind, **given, embedding_dim=dim)
     if index.ntotal and not overwrite:
         raise InputError(f"Milvus collection {name!r} already holds {index.ntotal} items: choose another --out to "
                          "keep them, or pass --overwrite to replace them")
-    if index.ntotal or index.bits != bits:
+    if index.ntotal or index.bits != bits or index.embedding_dim != dim:
         index.drop()
-        index = MilvusIndex(bits, collection=name, uri=uri, kind=kind, **given)
+        index = MilvusIndex(bits, collection=name, uri=uri, kind=kind, **given, embedding_dim=dim)
     return index
 
 
@@ -241,7 +260,8 @@ def info(index_dir: Path, as_json: bool, backend: str, uri: str) -> None:
         summary = {"backend": "faiss", "path": str(index_dir), "bits": index.bits, "kind": index.kind,
                    "params": index.params, "ntotal": index.ntotal, "num_classes": index.num_classes,
                    "exact": index.exact, "trained": index.is_trained, "searches": searches(index),
-                   "next_id": index.next_id, "bytes_on_disk": directory_bytes(index_dir)}
+                   "next_id": index.next_id, "embedding_dim": index.embedding_dim,
+                   "bytes_on_disk": directory_bytes(index_dir)}
         from lbhash.index.origins import read_sources
 
         record = read_sources(index)

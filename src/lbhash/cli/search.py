@@ -34,52 +34,80 @@ IMAGE_ARRAY_SUFFIXES = (".npz", ".npy", ".mat")  # --images: an image array, rea
                                         f"{MAX_K} per query, as -k: more is refused).")
 @click.option("--filter-labels", help=f"Only items with at least one of these class ids (comma-separated, "
                                       f"0 to {MAX_CLASS_ID}).")
-@click.option("--rerank-factor", type=int, help="Re-rank the Hamming top k x M by the queries' real outputs "
-                                             "(--features or --images only; docs/search.md).")
+@click.option("--rescore-factor", type=int, help="Re-score the Hamming top k x M by cosine similarity of the "
+                                                "embeddings (--features or --images, an index keeping embeddings; "
+                                                "docs/search.md). [default: 16]")
+@click.option("--no-rescore", is_flag=True, help="Hamming order only, even where the index keeps embeddings.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--force", is_flag=True, help="Encode with --run (or --encoder) even when its model did not make the "
                                            "index's codes.")
 @backend_options
 def search(index_dir: str, codes_path, features_path, image_paths, run_dir, export_path, k: int | None, radius: int | None,
-           filter_labels: str | None, rerank_factor: int | None, as_json: bool, force: bool, backend: str,
-           uri: str) -> None:
+           filter_labels: str | None, rescore_factor: int | None, no_rescore: bool, as_json: bool, force: bool,
+           backend: str, uri: str) -> None:
     """Search INDEX_DIR; print each query's ids, distances and labels.
+
+    Where the index keeps embeddings and the queries are --features or --images, the Hamming
+    top k x --rescore-factor are re-scored by cosine similarity of the embeddings (each hit shows
+    its similarity and its Hamming distance); --no-rescore keeps the Hamming order.
 
     Limits (docs/search.md): k at most 1000, and at most 1000 items per query within --radius;
     class ids 0 to 65535; queries are searched in batches of 1024.
     """
     from lbhash.index.hits import Spelling, plan_search, search_hits  # lbhash.index loads FAISS: once needed
 
-    rerank = rerank_factor is not None
-    _check_query_options(codes_path, features_path, image_paths, model_source(run_dir, export_path), rerank)
-    spelling = Spelling(k="-k", radius="--radius", factor="--rerank-factor", rerank="--rerank-factor",
+    _check_query_options(codes_path, features_path, image_paths, model_source(run_dir, export_path),
+                         rescore_factor, no_rescore)
+    spelling = Spelling(k="-k", radius="--radius", factor="--rescore-factor", rescore="--rescore-factor",
                         classes="--filter-labels")
-    plan = plan_search(k, radius, rerank=rerank, factor=rerank_factor, spelling=spelling)
+    plan_search(k, radius, rescore=rescore_factor is not None, factor=rescore_factor, spelling=spelling)  # (checks)
     classes = None if filter_labels is None else _filter_classes(filter_labels)  # checked before the index is read
     index = open_index(index_dir, backend, uri)
     if codes_path is None:
         check_model(index.metadata, run_dir, export_path, index_dir, force)
     encoder = None if codes_path is not None else load_query_encoder(run_dir, export_path)
-    names, queries, query_labels = _queries(index, codes_path, features_path, image_paths, encoder, rerank)
+    rescore = _rescores(index, encoder, radius, rescore_factor, no_rescore)
+    plan = plan_search(k, radius, rescore=rescore, factor=rescore_factor, spelling=spelling)
+    names, queries, query_labels = _queries(index, codes_path, features_path, image_paths, encoder, rescore)
     hits = search_hits(index, queries, plan, None if classes is None else [classes] * len(queries))
     found = np.array(sorted({i for h in hits for i in h.ids}), np.int64)
     from lbhash.index.origins import read_sources
 
     record = read_sources(index)  # sources and class names, parsed once
     source_of = _hit_sources(index, record, found, run_dir, index_dir, backend)
-    measure = "scores" if rerank else "distances"
-    results = [{"query": q, "name": names[q], "ids": h.ids, measure: h.scores if rerank else h.distances,
+    results = [{"query": q, "name": names[q], "ids": h.ids, "distances": h.distances,
+                **({"scores": h.scores} if rescore else {}),
                 "labels": h.labels, **({"sources": [source_of.get(x) for x in h.ids]} if source_of else {}),
                 **({"query_labels": query_labels[q]} if query_labels is not None else {})}
                for q, h in enumerate(hits)]
     if as_json:
         click.echo(json.dumps(results, indent=1))
     else:
-        _print_results(results, measure, (record.class_names or None) if record is not None else None)
+        _print_results(results, (record.class_names or None) if record is not None else None)
 
 
-def _check_query_options(codes_path, features_path, image_paths, model, rerank: bool) -> None:
-    """Exactly one query source; a model to encode features or images; real outputs to re-rank by."""
+def _rescores(index, encoder, radius, factor, no_rescore: bool) -> bool:
+    """Whether the search re-scores: by default where the index keeps embeddings and the queries
+    have theirs (--features, --images through an encoder that gives them) for a top k;
+    --rescore-factor asks for it."""
+    from lbhash.errors import InputError
+
+    if no_rescore:
+        return False
+    if index.embedding_dim is None:
+        if factor is not None:
+            raise InputError("--rescore-factor: the index keeps no embeddings, so it cannot re-score; build it with "
+                             "its embeddings (`lbhash index build` keeps them by default) or leave out --rescore-factor")
+        return False
+    if factor is not None:
+        return True  # (an encoder without embeddings then says so in one line)
+    from lbhash.index import QueryEncoder
+
+    return encoder is not None and radius is None and QueryEncoder(encoder, index.bits).gives_embeddings
+
+
+def _check_query_options(codes_path, features_path, image_paths, model, factor, no_rescore: bool) -> None:
+    """Exactly one query source; a model to encode features or images; embeddings to re-score by."""
     from lbhash.errors import InputError
 
     given = [name for name, value in (("--codes", codes_path), ("--features", features_path),
@@ -88,8 +116,10 @@ def _check_query_options(codes_path, features_path, image_paths, model, rerank: 
         raise InputError("give exactly one of --codes, --features and --images")
     if given[0] != "--codes" and model is None:
         raise InputError(f"{given[0]} needs --run RUN_DIR or --encoder EXPORT (the model that encodes the queries)")
-    if rerank and codes_path is not None:
-        raise InputError("--rerank-factor needs --features or --images (their real outputs), not --codes")
+    if factor is not None and no_rescore:
+        raise InputError("give --rescore-factor or --no-rescore, not both")
+    if factor is not None and codes_path is not None:
+        raise InputError("--rescore-factor needs --features or --images (their embeddings), not --codes")
 
 
 def _filter_classes(text: str) -> list[int]:
@@ -99,7 +129,7 @@ def _filter_classes(text: str) -> list[int]:
     return check_classes([parse_int_list(text, "--filter-labels")], "--filter-labels")[0]
 
 
-def _print_results(results: list[dict], measure: str, class_names: list[str] | None) -> None:
+def _print_results(results: list[dict], class_names: list[str] | None) -> None:
     """Each query (with its label when known) and its hits; class ids with their names when the
     index records them; a hit that shares no label with a labelled query is marked `x`."""
     def named(labels) -> str:
@@ -111,16 +141,18 @@ def _print_results(results: list[dict], measure: str, class_names: list[str] | N
         label = "" if own is None else f", label {named(own)}"
         click.echo(f"query {result['query']} ({result['name']}{label}): {len(result['ids'])} results")
         sources = result.get("sources", [None] * len(result["ids"]))
-        for rank, (i, d, lab, src) in enumerate(zip(result["ids"], result[measure], result["labels"], sources), 1):
-            where = f"distance {d:<4d}" if measure == "distances" else f"score {d:<10.4f}"
+        scores = result.get("scores", [None] * len(result["ids"]))
+        for rank, (i, d, s, lab, src) in enumerate(zip(result["ids"], result["distances"], scores, result["labels"],
+                                                       sources), 1):
+            where = f"distance {d:<4d}" + ("" if s is None else f" similarity {s:<7.4f}")
             other = "x" if own and not set(own) & set(lab) else " "
             click.echo(f"  {rank:4d} {other} id {i:<10d} {where} labels {named(lab)}" + (f"  {src}" if src else ""))
     if any(r.get("query_labels") for r in results):
         click.echo("x: a hit of another class than its query")
 
 
-def _queries(index, codes_path, features_path, image_paths, encoder, rerank: bool):
-    """Names, `Queries` (with their real outputs when rerank=True) and class-id lists (None
+def _queries(index, codes_path, features_path, image_paths, encoder, rescore: bool):
+    """Names, `Queries` (with their embeddings when rescore=True) and class-id lists (None
     when the queries have no labels) of the queries."""
     from lbhash.index.hits import Queries
 
@@ -139,7 +171,7 @@ def _queries(index, codes_path, features_path, image_paths, encoder, rerank: boo
     else:
         names, inputs = _image_queries(run, image_paths)
         labels = None
-    return names, run.queries(inputs, rerank=rerank), labels
+    return names, run.queries(inputs, rescore=rescore), labels
 
 
 def _check_query_kind(kind: str, features_path, image_paths) -> None:

@@ -12,7 +12,7 @@ from lbhash.cli.index import backend_options
 from lbhash.cli.query_encoder import check_model, encoder_options, load_query_encoder, model_source
 from lbhash.errors import InputError, require_extra
 from lbhash.limits import (BATCH_ROWS, HEADER_TIMEOUT_S, MAX_BATCH, MAX_BODY_BYTES, MAX_CONNECTIONS, MAX_DECODING_PIXELS,
-                           MAX_K, MAX_RERANK_CANDIDATES, MEDIA_BUDGET_BYTES)
+                           MAX_K, MAX_RESCORE_CANDIDATES, MEDIA_BUDGET_BYTES)
 
 
 @click.command()
@@ -28,8 +28,8 @@ from lbhash.limits import (BATCH_ROWS, HEADER_TIMEOUT_S, MAX_BATCH, MAX_BODY_BYT
               help="Most results per query (lbhash.limits: may only be lowered).")
 @click.option("--max-body-mb", type=click.IntRange(1, MAX_BODY_BYTES >> 20), default=MAX_BODY_BYTES >> 20,
               show_default=True, help="Largest request body in MiB (lbhash.limits: may only be lowered).")
-@click.option("--max-rerank-candidates", type=click.IntRange(1, MAX_RERANK_CANDIDATES), default=MAX_RERANK_CANDIDATES,
-              show_default=True, help="Most Hamming candidates (k * rerank_factor) a re-ranked search re-scores per "
+@click.option("--max-rescore-candidates", type=click.IntRange(1, MAX_RESCORE_CANDIDATES), default=MAX_RESCORE_CANDIDATES,
+              show_default=True, help="Most Hamming candidates (k * rescore_factor) a re-ranked search re-scores per "
                                       "query (lbhash.limits: may only be lowered).")
 @click.option("--max-connections", type=click.IntRange(1, MAX_CONNECTIONS), default=MAX_CONNECTIONS,
               show_default=True, help="Most open connections and requests in progress; beyond them the "
@@ -62,7 +62,7 @@ from lbhash.limits import (BATCH_ROWS, HEADER_TIMEOUT_S, MAX_BATCH, MAX_BODY_BYT
               "[default: $LBHASH_READ_KEY]; searches and reads must send it (or the write key).")
 @backend_options
 def serve(index_dir: str, run_dir, export_path, host: str, port: int, compact_every: int, max_batch: int, max_k: int,
-          max_body_mb: int, max_rerank_candidates: int, max_connections: int, header_timeout: float,
+          max_body_mb: int, max_rescore_candidates: int, max_connections: int, header_timeout: float,
           batch_window_ms: float, batch_rows: int, media_budget_mb: int, max_decoding_mpixels: int, force: bool,
           read_only: bool, write_key_file, allowed_hosts: tuple[str, ...], read_key_file, backend: str, uri: str) -> None:
     """Serve INDEX_DIR over HTTP: a search page at /, API docs at /docs.
@@ -103,7 +103,7 @@ def serve(index_dir: str, run_dir, export_path, host: str, port: int, compact_ev
         store = (MilvusStore(open_index(index_dir, backend, uri)) if backend == "milvus"
                  else IndexStore(index_dir, compact_every=compact_every))
         limits = Limits(max_body_bytes=max_body_mb << 20, max_batch=max_batch, max_k=max_k,
-                        max_rerank_candidates=max_rerank_candidates,
+                        max_rescore_candidates=max_rescore_candidates,
                         max_decoding_pixels=max_decoding_mpixels * 10**6)
         app = create_app(store, encoder, limits=limits, access=access, media_budget=media_budget_mb << 20,
                          batch_window=batch_window_ms / 1000, batch_rows=batch_rows, allowed_hosts=hosts)

@@ -36,6 +36,12 @@ class Encoder(Protocol):
         """float32 real outputs u (n, bits) of the model, from the same forward pass as the
         codes: `encode(X) == pack(to_signs(embed(X)))` (0 -> +1)."""
 
+    def outputs(self, X, *, json_numbers: bool = False) -> Any:
+        """(float32 real outputs u (n, bits), float32 embeddings (n, d)) from one forward pass:
+        the embeddings an index keeps to re-score by (an image model's pooled backbone features,
+        a feature model's input features after the input contract). Optional: an encoder without
+        it searches in Hamming order only."""
+
     def identity(self) -> dict | None:
         """The weights the encoder runs, as an index records them (`lbhash index build`:
         {"file", "sha256", "epoch"}); None when unknown (a fit in memory)."""

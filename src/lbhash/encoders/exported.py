@@ -73,6 +73,7 @@ class ExportedEncoder:
         self.input_form_ = InputForm.from_dict(manifest["input"], str(directory / MANIFEST))
         self.bits_, self.input_kind_ = int(manifest["bits"]), self.input_form_.kind
         self.n_features_in_ = self.input_form_.width if self.input_kind_ == "features" else None
+        self.gives_embeddings_ = self.input_kind_ == "features"  # an image graph ends at the hash layer
 
     @classmethod
     def load(cls, path: str | Path, threads: int | None = None) -> "ExportedEncoder":
@@ -102,11 +103,23 @@ class ExportedEncoder:
         return pack(to_signs(self.embed(X, json_numbers=json_numbers)))
 
     def embed(self, X, *, json_numbers: bool = False) -> np.ndarray:
-        inputs = self._inputs(X, json_numbers)
+        return self._run(self._inputs(X, json_numbers))
+
+    def _run(self, inputs: np.ndarray) -> np.ndarray:
+        """The graph's outputs u of conformed inputs, in batches."""
         step = BATCH[self.input_kind_]
         parts = [self.session.run([OUTPUT_NAME], {INPUT_NAME: self._model_input(inputs[i:i + step])})[0]
                  for i in range(0, len(inputs), step)]
         return np.concatenate(parts) if parts else np.empty((0, self.bits_), np.float32)
+
+    def outputs(self, X, *, json_numbers: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """(u, embeddings) of feature rows: the embeddings are the rows after the input contract,
+        as a run's own model gives them. An image export holds no backbone output: refused."""
+        if self.input_kind_ != "features":
+            raise InputError("an export of an image run gives no embeddings (its graph outputs the hash layer only): "
+                             "search in Hamming order (--no-rescore, rescore false), or search with --run")
+        inputs = self._inputs(X, json_numbers)
+        return self._run(inputs), np.asarray(inputs, np.float32)
 
     def identity(self) -> dict | None:
         return self.manifest.get("model")

@@ -2,8 +2,8 @@
 (lbhash.index.backend: `search` returns `TopK`, `range_search` `InRange`), which `CodeIndex`
 (FAISS) and `MilvusIndex` (a Milvus server, imported lazily) implement; `QueryEncoder`, which
 turns raw inputs into `Queries`, and `Searcher`, which searches a backend with them.
-`rerank_search(index, queries, k, real)` re-ranks any backend's Hamming candidates by the
-queries' real-valued outputs (lbhash.index.rerank), returning `Reranked`. `search_hits`
+`rescore_search(index, queries, k, embeddings)` re-scores any backend's Hamming candidates by
+cosine similarity to the embeddings it keeps (lbhash.index.rescore), returning `Reranked`. `search_hits`
 (lbhash.index.hits) is every search of the command line and the service: one `Hits` per query.
 
 See docs/search.md for the kinds, their guarantees, persistence and the service.
@@ -15,7 +15,7 @@ from lbhash.index._engines import search_on_this_thread, threads_for
 from lbhash.index.backend import Backend, InRange, Reranked, TopK
 from lbhash.index.code_index import AddPlan, CodeIndex
 from lbhash.index.hits import Hits, Queries, SearchPlan, Spelling, check_classes, plan_search, search_hits
-from lbhash.index.rerank import RERANK_FACTOR, rerank_search
+from lbhash.index.rescore import RESCORE_FACTOR, rescore_search
 from lbhash.index.searcher import QueryEncoder, Searcher
 from lbhash.index.sparse_labels import SparseLabels
 
@@ -29,5 +29,5 @@ def __getattr__(name):
 
 
 __all__ = ["Backend", "TopK", "InRange", "Reranked", "CodeIndex", "QueryEncoder", "Searcher", "MilvusIndex", "AddPlan", "SparseLabels", "KINDS", "PAD_ID", "PAD_DISTANCE",
-           "RERANK_FACTOR", "rerank_search", "search_on_this_thread", "threads_for", "Hits", "Queries", "SearchPlan", "Spelling", "check_classes",
+           "RESCORE_FACTOR", "rescore_search", "search_on_this_thread", "threads_for", "Hits", "Queries", "SearchPlan", "Spelling", "check_classes",
            "plan_search", "search_hits"]

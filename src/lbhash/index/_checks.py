@@ -95,7 +95,7 @@ def top_k(k) -> int:
     return positive_int(k, "k")
 
 
-def rerank_factor(factor, name: str = "rerank_factor") -> int:
+def rescore_factor(factor, name: str = "rescore_factor") -> int:
     if not is_int(factor) or factor < 1:
         raise InputError(f"{name} must be a positive integer (Hamming candidates per result), got {factor!r}")
     return int(factor)

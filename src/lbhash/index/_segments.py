@@ -56,15 +56,18 @@ class GrowingArray:
 
 
 class Segment:
-    """Items of one FAISS structure in insertion order: ids, codes, sparse labels, tombstones.
+    """Items of one FAISS structure in insertion order: ids, codes, sparse labels, tombstones,
+    and, where the index keeps them, unit embeddings (float16 (n, d), lbhash.index.rescore).
 
     `ordered` segments (the main one) hold ascending ids, found by binary search; the tail
     holds ids in arrival order, found through a dict (id -> position of its live copy).
     Memory: the codes, 8 bytes of id, one byte of tombstone and the labels per item held."""
 
-    def __init__(self, engine, ids: np.ndarray, codes: np.ndarray, labels: SparseLabels, ordered: bool):
+    def __init__(self, engine, ids: np.ndarray, codes: np.ndarray, labels: SparseLabels, ordered: bool,
+                 embeddings: np.ndarray | None = None):
         self.engine, self.ordered = engine, ordered
         self._ids, self._codes = GrowingArray(ids), GrowingArray(codes)
+        self._emb = None if embeddings is None else GrowingArray(embeddings)
         self._indptr, self._indices = GrowingArray(labels.indptr), GrowingArray(labels.indices)
         self.width = labels.width
         self._dead: GrowingArray | None = None  # bool per item, made by the first removal
@@ -73,9 +76,9 @@ class Segment:
         self._where = None if ordered else {int(i): p for p, i in enumerate(ids.tolist())}
 
     @classmethod
-    def empty_tail(cls, bits: int, width: int = 0) -> "Segment":
+    def empty_tail(cls, bits: int, width: int = 0, dim: int | None = None) -> "Segment":
         return cls(FlatEngine(bits, {}), np.empty(0, np.int64), np.empty((0, bits // 8), np.uint8),
-                   SparseLabels.empty(0, width), ordered=False)
+                   SparseLabels.empty(0, width), ordered=False, embeddings=empty_embeddings(dim))
 
     # --- reading --------------------------------------------------------------------------
 
@@ -89,6 +92,11 @@ class Segment:
     @property
     def rows(self) -> Rows:
         return Rows(self._ids.view, self._codes.view)
+
+    @property
+    def embeddings(self) -> np.ndarray | None:
+        """Unit embeddings float16 (len, d) by position; None where the index keeps none."""
+        return None if self._emb is None else self._emb.view
 
     @property
     def labels(self) -> SparseLabels:
@@ -124,16 +132,22 @@ class Segment:
 
     # --- changes --------------------------------------------------------------------------
 
-    def append(self, ids: np.ndarray, codes: np.ndarray, labels: SparseLabels) -> None:
-        """Add items (ids ascending within the call; above `last_id` for an ordered segment)."""
+    def append(self, ids: np.ndarray, codes: np.ndarray, labels: SparseLabels,
+               embeddings: np.ndarray | None = None) -> None:
+        """Add items (ids ascending within the call; above `last_id` for an ordered segment), with
+        their unit embeddings exactly when the segment keeps them."""
         if not len(ids):
             return
+        if (embeddings is None) != (self._emb is None):  # CodeIndex checks first: a bug otherwise
+            raise RuntimeError("codes and embeddings must be added together")
         if len(self) and ids[0] <= self.last_id:
             self.ascending = False
         start = len(self)
         offset = self._indptr.view[-1]
         self._ids.extend(ids)
         self._codes.extend(codes)
+        if self._emb is not None:
+            self._emb.extend(embeddings)
         self._indptr.extend(labels.indptr[1:] + offset if offset else labels.indptr[1:])  # (no temporary)
         self._indices.extend(labels.indices)
         self.width = max(self.width, labels.width)
@@ -167,10 +181,29 @@ def folded(main: Segment, tail: Segment) -> Segment:
     order = np.argsort(ids, kind="stable")
     codes = np.concatenate([main.rows.codes[keep_main], tail.rows.codes[keep_tail]])[order]
     labels = SparseLabels.concat([main.labels.take(keep_main), tail.labels.take(keep_tail)]).take(order)
+    embeddings = None
+    if main.embeddings is not None:
+        embeddings = np.concatenate([main.embeddings[keep_main], tail.embeddings[keep_tail]])[order]
     rows = Rows(ids[order], codes)
     removed = main.rows.ids[main.dead] if main.ndead else np.empty(0, np.int64)
     engine = main.engine.folded(rows, removed, tail.rows.ids[keep_tail], tail.rows.codes[keep_tail])
-    return Segment(engine, rows.ids, rows.codes, labels, ordered=True)
+    return Segment(engine, rows.ids, rows.codes, labels, ordered=True, embeddings=embeddings)
+
+
+def empty_embeddings(dim: int | None) -> np.ndarray | None:
+    """No embeddings of width `dim`, as a segment starts (None: the index keeps none)."""
+    return None if dim is None else np.empty((0, dim), np.float16)
+
+
+def embeddings_at(main: Segment, tail: Segment, found: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Stored embeddings of the items at `found`, as `codes_at` finds their codes."""
+    in_main, in_tail = found
+    if (in_main >= 0).all():
+        return main.embeddings[in_main]
+    out = np.empty((len(in_main), main.embeddings.shape[1]), main.embeddings.dtype)
+    for segment, pos in ((main, in_main), (tail, in_tail)):
+        out[pos >= 0] = segment.embeddings[pos[pos >= 0]]
+    return out
 
 
 def codes_at(main: Segment, tail: Segment, found: tuple[np.ndarray, np.ndarray]) -> np.ndarray:

@@ -3,7 +3,7 @@ FAISS has one base class for its indexes; and the shapes of its results.
 
 A backend's `search` returns `TopK` (distances, ids) and its `range_search` `InRange` (lims,
 distances, ids): named tuples of FAISS's own arrays, so `dist, ids = index.search(q, k)` reads
-as it does with FAISS. `rerank_search` (lbhash.index.rerank) returns `Reranked` (scores,
+as it does with FAISS. `rescore_search` (lbhash.index.rescore) returns `Reranked` (scores,
 distances, ids). An id not held is `NotFound`, wherever it is given (get, remove); one already
 held, added without upsert, is `Conflict` (lbhash.errors).
 """
@@ -36,8 +36,8 @@ class InRange(NamedTuple):
 
 
 class Reranked(NamedTuple):
-    """A re-ranked top k: scores float64, Hamming distances int32 and ids int64, each (nq, k),
-    by (descending score, id), padded with -inf, `PAD_DISTANCE` and `PAD_ID`."""
+    """A re-scored top k: cosine scores float64, Hamming distances int32 and ids int64, each
+    (nq, k), by (descending score, distance, id), padded with -inf, `PAD_DISTANCE` and `PAD_ID`."""
 
     scores: np.ndarray
     distances: np.ndarray
@@ -51,10 +51,20 @@ class Backend(ABC):
     class ids (n,), multi-hot rows (n, C) or `SparseLabels`, and a label filter keeps, per
     query, the items sharing a label with its row (docs/search.md, "Concepts"). `metadata` is
     a free-form record of where the codes came from (`CodeIndex` saves it in its manifest;
-    Milvus keeps none, so it starts empty there).
+    Milvus keeps none, so it starts empty there). A backend may keep one embedding per item
+    (`embedding_dim`, `get_embeddings`: lbhash.index.rescore), added and removed with its code.
     """
 
     metadata: dict
+
+    @property
+    def embedding_dim(self) -> int | None:
+        """The width of the embeddings kept beside the codes; None when none are kept."""
+        return None
+
+    def get_embeddings(self, ids) -> np.ndarray:
+        """Stored unit embeddings float16 (m, embedding_dim) of the given ids, in that order."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no embeddings")
 
     @property
     @abstractmethod
@@ -80,8 +90,9 @@ class Backend(ABC):
         return self.ntotal
 
     @abstractmethod
-    def add(self, codes, ids=None, labels=None, upsert: bool = False) -> np.ndarray:
-        """Add codes; return their ids. An id held is `Conflict` unless upsert=True."""
+    def add(self, codes, ids=None, labels=None, upsert: bool = False, embeddings=None) -> np.ndarray:
+        """Add codes (and their embeddings, where the backend keeps them); return their ids. An
+        id held is `Conflict` unless upsert=True."""
 
     @abstractmethod
     def remove(self, ids) -> int:
@@ -109,5 +120,5 @@ class Backend(ABC):
 
     def check_k(self, k, name: str = "k") -> int:
         """A number of results one search may return (a backend that caps them, as Milvus
-        does, refuses more); `rerank_search` asks before it fetches its candidates."""
+        does, refuses more); `rescore_search` asks before it fetches its candidates."""
         return _checks.top_k(k)

@@ -19,8 +19,9 @@ from lbhash.index._engines import FlatEngine, Rows
 from lbhash.index._kinds import ENGINES, KINDS
 from lbhash.index._padding import PAD_DISTANCE, PAD_ID
 from lbhash.index.backend import Backend, InRange, TopK
-from lbhash.index._segments import (Segment, allowed_items, codes_at, folded, fragment_limit, labels_at, merged_topk,
-                                    segment_knn)
+from lbhash.index._segments import (Segment, allowed_items, codes_at, embeddings_at, empty_embeddings, folded,
+                                    fragment_limit, labels_at, merged_topk, segment_knn)
+from lbhash.index.rescore import stored_embeddings
 from lbhash.index.sparse_labels import SparseLabels
 from lbhash.index.storage import load_index, save_index
 
@@ -33,6 +34,7 @@ class AddPlan:
     codes: np.ndarray
     labels: SparseLabels | None
     upsert: bool
+    embeddings: np.ndarray | None = None  # unit rows float16, as stored (lbhash.index.rescore)
 
 
 class CodeIndex(Backend):
@@ -59,8 +61,8 @@ class CodeIndex(Backend):
     `search` returns `TopK` (distances int32 (nq, k), ids int64 (nq, k)), nearest first, ties
     by ascending id, padded with distance `PAD_DISTANCE` (the int32 maximum) and id `PAD_ID`
     (-1); `range_search` `InRange` (lims, distances, ids), as FAISS's. The interface is
-    `lbhash.index.Backend`'s; `lbhash.index.rerank_search` re-ranks by real-valued queries over
-    any backend.
+    `lbhash.index.Backend`'s. An index keeps one embedding per item when its first add gives
+    them (or `embedding_dim` is given): `lbhash.index.rescore_search` re-scores by them.
 
     Examples
     --------
@@ -77,7 +79,7 @@ class CodeIndex(Backend):
     [[1, 2]]
     """
 
-    def __init__(self, bits: int, kind: str = "flat", **params):
+    def __init__(self, bits: int, kind: str = "flat", embedding_dim: int | None = None, **params):
         self._bits = _checks.check_bits(bits)
         if kind not in ENGINES:
             raise InputError(f"unknown index kind {kind!r} (known: {', '.join(KINDS)})")
@@ -93,9 +95,11 @@ class CodeIndex(Backend):
         self._kind, self._params = kind, merged
         # items by id in the kind's structure, and the changes not folded into it yet
         # (lbhash.index._segments: tombstones, and a small exact tail for ids below the largest)
+        dim = None if embedding_dim is None else positive_int(embedding_dim, "embedding_dim")
         self._main = Segment(ENGINES[kind](self._bits, merged), np.empty(0, np.int64),
-                             np.empty((0, self._bits // 8), np.uint8), SparseLabels.empty(), ordered=True)
-        self._tail = Segment.empty_tail(self._bits)
+                             np.empty((0, self._bits // 8), np.uint8), SparseLabels.empty(), ordered=True,
+                             embeddings=empty_embeddings(dim))
+        self._tail = Segment.empty_tail(self._bits, 0, dim)
         self._next_id = 0
         self.metadata: dict = {}  # free-form, saved in the manifest (the service keeps its log position)
 
@@ -116,6 +120,12 @@ class CodeIndex(Backend):
     @property
     def ntotal(self) -> int:
         return self._main.alive + self._tail.alive
+
+    @property
+    def embedding_dim(self) -> int | None:
+        """The width of the embeddings kept beside the codes; None when none are kept."""
+        emb = self._main.embeddings
+        return None if emb is None else emb.shape[1]
 
     @property
     def num_classes(self) -> int:
@@ -157,22 +167,25 @@ class CodeIndex(Backend):
 
     # --- changes --------------------------------------------------------------------------
 
-    def add(self, codes, ids=None, labels=None, upsert: bool = False) -> np.ndarray:
+    def add(self, codes, ids=None, labels=None, upsert: bool = False, embeddings=None) -> np.ndarray:
         """Add packed codes; return their ids.
 
         ids default to consecutive numbers after the largest id ever added. labels are class
         ids (n,), multi-hot rows (n, C) or `SparseLabels` (kept sparsely whatever the form: memory
         follows the number of labels, not the largest class id). An id already present is an error unless
-        upsert=True, which replaces its code and labels (labels=None: no labels).
+        upsert=True, which replaces its code and labels (labels=None: no labels). `embeddings`
+        (n, d) real rows go with the codes exactly when the index keeps them (the first add to an
+        empty index without `embedding_dim` decides); they are stored as float16 unit vectors.
         """
-        plan = self.prepare_add(codes, ids, labels, upsert)
+        plan = self.prepare_add(codes, ids, labels, upsert, embeddings)
         self.apply_add(plan)
         return plan.ids.copy()
 
-    def prepare_add(self, codes, ids=None, labels=None, upsert: bool = False) -> AddPlan:
+    def prepare_add(self, codes, ids=None, labels=None, upsert: bool = False, embeddings=None) -> AddPlan:
         """Validate an add against the current state without changing anything."""
         codes = _checks.packed_codes(codes, self._bits)
         n = len(codes)
+        units = stored_embeddings(embeddings, n, self.embedding_dim, bool(self.next_id or self.ntotal))
         if ids is None:
             ids = np.arange(self._next_id, self._next_id + n, dtype=np.int64)
         else:
@@ -182,7 +195,7 @@ class CodeIndex(Backend):
             present = self._present(ids)
             if present.any():
                 raise Conflict(f"id {int(ids[present][0])} is already in the index (pass upsert=True to replace it)")
-        return AddPlan(ids, codes, rows, bool(upsert))
+        return AddPlan(ids, codes, rows, bool(upsert), units)
 
     def apply_add(self, plan: AddPlan) -> None:
         """Apply a validated add: ids above the largest held are appended to the main segment,
@@ -190,10 +203,13 @@ class CodeIndex(Backend):
         Costs O(added items) amortised (lbhash.index._segments)."""
         if not len(plan.ids):
             return
-        ids, codes, labels = plan.ids, plan.codes, plan.labels
+        ids, codes, labels, emb = plan.ids, plan.codes, plan.labels, plan.embeddings
+        if emb is not None and self.embedding_dim is None:  # the first add with embeddings: they are kept
+            self._keep_embeddings(emb.shape[1])
         if (ids[1:] <= ids[:-1]).any():  # (ids in order, as numbered by default, need no sorted copies)
             order = np.argsort(ids, kind="stable")
             ids, codes, labels = ids[order], codes[order], None if labels is None else labels.take(order)
+            emb = None if emb is None else emb[order]
         labels = SparseLabels.empty(len(ids)) if labels is None else labels
         # only ids up to the largest held can be held (the tail's are below it too): those are
         # looked up, replaced, and go to the tail; the rest are appended to the main segment
@@ -202,9 +218,10 @@ class CodeIndex(Backend):
             in_main, in_tail = self._main.positions(ids[:below]), self._tail.positions(ids[:below])
             self._main.kill(in_main[in_main >= 0])
             self._tail.kill(in_tail[in_tail >= 0])
-            self._tail.append(ids[:below], codes[:below], labels.take(np.arange(below)))
+            self._tail.append(ids[:below], codes[:below], labels.take(np.arange(below)),
+                              None if emb is None else emb[:below])
             labels = labels.take(np.arange(below, len(ids)))
-        self._main.append(ids[below:], codes[below:], labels)
+        self._main.append(ids[below:], codes[below:], labels, None if emb is None else emb[below:])
         self._next_id = max(self._next_id, int(ids[-1]) + 1)
         if below:
             self._fold_if_fragmented()
@@ -261,6 +278,12 @@ class CodeIndex(Backend):
         """Codes (m, bits // 8) of the given ids, in that order."""
         return codes_at(self._main, self._tail, self._find(_checks.item_ids(ids)))
 
+    def get_embeddings(self, ids) -> np.ndarray:
+        """Stored unit embeddings float16 (m, embedding_dim) of the given ids, in that order."""
+        if self.embedding_dim is None:
+            raise InputError("the index keeps no embeddings")
+        return embeddings_at(self._main, self._tail, self._find(_checks.item_ids(ids)))
+
     def warm(self) -> None:
         """Load the exact scan's compiled code (numba) now, not on the first search that needs
         it (a flat index's search of more than SMALL_SCAN codes x queries; the tail's of any
@@ -283,7 +306,7 @@ class CodeIndex(Backend):
         (class ids (nq,), multi-hot rows (nq, C) or `SparseLabels`) keeps, for each query, only items that
         share at least one label with its row; a row without labels finds nothing.
 
-        Re-ranking by the queries' real outputs is `lbhash.index.rerank_search(index, ...)`.
+        Re-scoring by the queries' embeddings is `lbhash.index.rescore_search(index, ...)`.
         """
         k = _checks.top_k(k)
         queries = _checks.packed_codes(queries, self._bits, "queries")
@@ -343,7 +366,8 @@ class CodeIndex(Backend):
 
     def apply_fold(self, main: Segment) -> None:
         """Adopt what `prepare_fold` returned (O(1); no change may come between the two)."""
-        self._main, self._tail = main, Segment.empty_tail(self._bits, main.width)
+        dim = None if main.embeddings is None else main.embeddings.shape[1]
+        self._main, self._tail = main, Segment.empty_tail(self._bits, main.width, dim)
 
     def save(self, path: str | Path) -> None:
         """Write the index directory atomically (see `lbhash.index.storage`), folding pending
@@ -358,6 +382,12 @@ class CodeIndex(Backend):
         return load_index(path, cls)
 
     # --- internals ------------------------------------------------------------------------
+
+    def _keep_embeddings(self, dim: int) -> None:
+        """Start keeping `dim`-wide embeddings (an index that has held nothing)."""
+        self._main = Segment(self._main.engine, self._main.rows.ids, self._main.rows.codes, self._main.labels,
+                             ordered=True, embeddings=empty_embeddings(dim))
+        self._tail = Segment.empty_tail(self._bits, self._tail.width, dim)
 
     def _segments(self) -> list[Segment]:
         return [seg for seg in (self._main, self._tail) if seg.alive]

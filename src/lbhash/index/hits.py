@@ -3,13 +3,13 @@
 `plan_search` checks a request's options before any work: top-k or every item within a
 radius, not both (k defaults to `DEFAULT_K`); k within the caller's limit, and a radius search's
 hits per query too (`max_hits`: more is refused in one line, not cut, since a radius search
-promises every item within it); re-ranking orders a top k, and k * rerank_factor stays within
-the caller's cap on re-ranked candidates.
+promises every item within it); re-scoring orders a top k, and k * rescore_factor stays within
+the caller's cap on re-scored candidates.
 `check_classes` checks class-id lists (a filter per query, or an item's labels).
-`Queries` are a search's packed codes, with their real outputs when it re-ranks
-(`lbhash.index.searcher.QueryEncoder.queries` makes them from raw inputs).
+`Queries` are a search's packed codes, with their embeddings when it re-scores
+(`lbhash.index.searcher.QueryEncoder.queries` makes both from raw inputs, in one forward pass).
 `search_hits` runs a plan on any `Backend` (`CodeIndex`, `MilvusIndex`): the class-id filters
-become label rows, re-ranking is `rerank_search`, the padding is stripped, and the labels of
+become label rows, re-scoring is `rescore_search`, the padding is stripped, and the labels of
 every hit come from one lookup. Every search, `lbhash search`'s and the service's (whose stores
 call it under their lock), is this function. Messages name the options as the caller spells
 them (`Spelling`: the service's JSON fields by default, the command line's flags in lbhash.cli).
@@ -25,7 +25,7 @@ from lbhash.checks import positive_int
 from lbhash.errors import InputError
 from lbhash.index import _checks
 from lbhash.index.backend import Backend
-from lbhash.index.rerank import RERANK_FACTOR, rerank_search
+from lbhash.index.rescore import RESCORE_FACTOR, rescore_search
 from lbhash.index.sparse_labels import SparseLabels
 from lbhash.limits import MAX_BATCH, MAX_CLASS_ID, MAX_K, check_class_ids, check_k
 
@@ -43,15 +43,15 @@ class Spelling:
 
     k: str = "k"
     radius: str = "radius"
-    factor: str = "rerank_factor"
-    rerank: str = "'real' or 'rerank_factor'"  # what asks for re-ranking
+    factor: str = "rescore_factor"
+    rescore: str = "rescore"  # what asks for re-scoring
     classes: str = "labels"
 
 
 @dataclass(frozen=True)
 class SearchPlan:
     """A checked search: the top `k` (radius None) or every item within `radius` (k None);
-    `factor`: re-rank the Hamming top k * factor by the queries' real outputs (None: don't);
+    `factor`: re-score the Hamming top k * factor by the queries' embeddings (None: Hamming order);
     `max_hits`: a radius search's most hits per query, more is refused (None: not capped)."""
 
     k: int | None
@@ -63,11 +63,11 @@ class SearchPlan:
 
 @dataclass(frozen=True)
 class Queries:
-    """A search's queries: packed `codes` uint8 (nq, bits // 8) and, for a search that re-ranks,
-    their `real` outputs (nq, bits), whose signs the codes are (or given beside them)."""
+    """A search's queries: packed `codes` uint8 (nq, bits // 8) and, for a search that re-scores,
+    their `embeddings` (nq, d), from the forward pass that made the codes (or given beside them)."""
 
     codes: np.ndarray
-    real: np.ndarray | None = None
+    embeddings: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.codes)
@@ -76,7 +76,7 @@ class Queries:
 @dataclass(frozen=True)
 class Hits:
     """One query's results, padding stripped: ids, Hamming distances and class ids of the hits,
-    by (distance, id); re-ranked: by (descending score, id), with their `scores`."""
+    by (distance, id); re-scored: by (descending cosine score, distance, id), with their `scores`."""
 
     ids: list[int]
     distances: list[int]
@@ -89,27 +89,30 @@ class Hits:
         return zip(self.ids, self.distances, self.labels, scores)
 
 
-def plan_search(k: int | None = None, radius: int | None = None, *, rerank: bool = False, factor: int | None = None,
+def plan_search(k: int | None = None, radius: int | None = None, *, rescore: bool = False, factor: int | None = None,
                 spelling: Spelling = Spelling(), max_k: int = MAX_K,
                 max_candidates: int | None = None) -> SearchPlan:
-    """The plan of a request's options. `rerank`: the queries come with real outputs; `factor`
-    (default `RERANK_FACTOR`) applies only then. `max_k` caps k and a radius search's hits per
+    """The plan of a request's options. `rescore`: re-score by the queries' embeddings; `factor`
+    (default `RESCORE_FACTOR`, or less where `max_candidates` / k is less) applies only then. `max_k` caps k and a radius search's hits per
     query alike; `max_candidates`: a cap on k * factor."""
     names = spelling
     if k is not None and radius is not None:
         raise InputError(f"give either {names.k} or {names.radius}, not both "
                          f"(got {names.k} {k} and {names.radius} {radius})")
-    if rerank and radius is not None:
-        raise InputError(f"re-ranking orders a top k: give {names.k}, not {names.radius}, with {names.rerank}")
+    if rescore and radius is not None:
+        raise InputError(f"re-scoring orders a top k: give {names.k}, not {names.radius}, with {names.rescore}")
     if radius is not None:
         return SearchPlan(None, _checks.radius_value(radius), None, spelling, max_hits=check_k(max_k, "max_k"))
     k = check_k(DEFAULT_K if k is None else k, names.k, max_k)
-    if not rerank:
+    if not rescore:
         return SearchPlan(k, None, None, spelling)
-    factor = RERANK_FACTOR if factor is None else positive_int(factor, names.factor)
+    if factor is None:  # the default, within the caller's cap where k allows
+        factor = RESCORE_FACTOR if max_candidates is None else max(1, min(RESCORE_FACTOR, max_candidates // k))
+    else:
+        factor = positive_int(factor, names.factor)
     if max_candidates is not None and k * factor > max_candidates:
         raise InputError(f"{names.k} * {names.factor} must be at most {max_candidates} (Hamming candidates "
-                         f"re-ranked per query), got {k} * {factor} = {k * factor}")
+                         f"re-scored per query), got {k} * {factor} = {k * factor}")
     return SearchPlan(k, None, factor, spelling)
 
 
@@ -128,14 +131,14 @@ def search_hits(index: Backend, queries: Queries, plan: SearchPlan, classes: lis
     """`plan` run on `index` for `queries`: one `Hits` per query.
 
     `classes`: per query, the class ids an item must share one of (checked by `check_classes`);
-    the queries' real outputs are needed when the plan re-ranks, and only then. Queries go to
+    the queries' embeddings are needed when the plan re-scores, and only then. Queries go to
     the index in batches of `MAX_BATCH` (bounded memory for any number of them), those of a
     capped radius search in groups that find at most `RANGE_PAIRS` pairs (`plan.max_hits`)."""
     if classes is not None and len(classes) != len(queries):
         raise InputError(f"{plan.spelling.classes} has {len(classes)} entries but there are {len(queries)} queries")
-    codes, real = queries.codes, queries.real
+    codes, real = queries.codes, queries.embeddings
     if (plan.factor is None) != (real is None):
-        raise TypeError("real outputs go with a re-ranking plan, and only with one")
+        raise TypeError("query embeddings go with a re-scoring plan, and only with one")
     rows, step = [], MAX_BATCH
     if plan.radius is not None and plan.max_hits is not None:
         step = max(1, min(MAX_BATCH, RANGE_PAIRS // max(1, index.ntotal)))
@@ -163,7 +166,7 @@ def _batch_rows(index, queries, plan: SearchPlan, labels, real, start: int) -> l
         dist, ids = index.search(queries, plan.k, labels)
         scores = [None] * len(ids)
     else:
-        scores, dist, ids = rerank_search(index, queries, plan.k, real, labels, plan.factor)
+        scores, dist, ids = rescore_search(index, queries, plan.k, real, labels, plan.factor)
     found = ids >= 0
     return [(d[f], i[f], None if s is None else s[f]) for d, i, s, f in zip(dist, ids, scores, found)]
 

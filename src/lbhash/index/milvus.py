@@ -13,10 +13,12 @@ past the cap are paged by distance (one search per distance); a single distance 
 than 16,384 items is refused. Milvus does not enforce unique primary keys, so ids are checked
 before every insert; it has no "largest id" query, so ids must be given.
 
-Re-ranking (`rerank_search(index, ...)`, lbhash.index.rerank) works as for `CodeIndex`: the
-Hamming top k * rerank_factor from Milvus, their codes fetched by id, scored in Python; so
-k * rerank_factor (capped by the collection's size) is held to Milvus's cap as k is (`check_k`,
-which every `Backend` has).
+A collection made with `embedding_dim` also has a FLOAT16_VECTOR `embedding` (the unit rows
+a `CodeIndex` stores, lbhash.index.rescore; index FLAT, metric IP, never searched by Milvus),
+written in the same insert or upsert as the code and deleted with it. Re-scoring
+(`rescore_search(index, ...)`) works as for `CodeIndex`: the Hamming top k * rescore_factor from
+Milvus, their embeddings fetched by id, scored in Python; so k * rescore_factor (capped by the
+collection's size) is held to Milvus's cap as k is (`check_k`, which every `Backend` has).
 An id missing from the collection raises `NotFound`, an id already in it `Conflict`
 (lbhash.errors), decided by querying the collection for the ids.
 """
@@ -33,6 +35,7 @@ from lbhash.errors import Conflict, InputError, NotFound, one_line, require_extr
 from lbhash.index import _checks
 from lbhash.index._padding import PAD_DISTANCE, PAD_ID
 from lbhash.index.backend import Backend, InRange, TopK
+from lbhash.index.rescore import EMBEDDING_DTYPE, stored_embeddings
 
 MILVUS_CAP = 16384  # Milvus's limit on results per query (topk and range search alike)
 KINDS = {"flat": "BIN_FLAT", "ivf": "BIN_IVF_FLAT"}
@@ -50,9 +53,11 @@ class MilvusIndex(Backend):
     """`lbhash.index.Backend` over a Milvus collection (the module's docstring says how)."""
 
     def __init__(self, bits: int | None, collection: str = "lbhash", uri: str = "http://127.0.0.1:19530",
-                 kind: str = "flat", nlist: int = 1024, nprobe: int = 16, timeout: float = 30.0):
+                 kind: str = "flat", nlist: int = 1024, nprobe: int = 16, timeout: float = 30.0,
+                 embedding_dim: int | None = None):
         """Open `collection` at `uri`, creating it when it does not exist (bits=None: open an
-        existing collection only, taking its bits and kind)."""
+        existing collection only, taking its bits, kind and embedding width); a new collection
+        keeps embeddings of `embedding_dim` when given."""
         check_name(collection, "collection", milvus=True)
         pm = _pymilvus()
         if kind not in KINDS:
@@ -60,6 +65,7 @@ class MilvusIndex(Backend):
         self._kind, self.nlist, self.nprobe = kind, positive_int(nlist, "nlist"), positive_int(nprobe, "nprobe")
         self._timeout, self._alias, self.collection = timeout, f"lbhash-{uuid.uuid4().hex[:8]}", collection
         self.metadata: dict = {}  # (a collection keeps no record of its codes' model or data)
+        self._dim = None if embedding_dim is None else positive_int(embedding_dim, "embedding_dim")
         try:
             pm.connections.connect(alias=self._alias, uri=uri, timeout=timeout)
         except Exception as err:  # pymilvus raises several types for an unreachable server
@@ -80,11 +86,16 @@ class MilvusIndex(Backend):
             pm.FieldSchema("code", pm.DataType.BINARY_VECTOR, dim=self._bits),
             pm.FieldSchema("labels", pm.DataType.ARRAY, element_type=pm.DataType.INT64, max_capacity=4096),
         ]
+        if self._dim is not None:
+            fields.append(pm.FieldSchema("embedding", pm.DataType.FLOAT16_VECTOR, dim=self._dim))
         schema = pm.CollectionSchema(fields, description=f"lbhash codes, kind={self._kind}")
         col = pm.Collection(name, schema, using=self._alias, consistency_level="Strong")
         params = {"nlist": self.nlist} if self._kind == "ivf" else {}
         col.create_index("code", {"index_type": KINDS[self._kind], "metric_type": "HAMMING", "params": params},
                          timeout=self._timeout)
+        if self._dim is not None:  # Milvus loads a collection only with every vector field indexed
+            col.create_index("embedding", {"index_type": "FLAT", "metric_type": "IP", "params": {}},
+                             timeout=self._timeout)
         return col
 
     def _adopt_existing(self, bits: int | None) -> None:
@@ -95,6 +106,8 @@ class MilvusIndex(Backend):
         if bits is not None and int(dim) != bits:
             raise InputError(f"Milvus collection {self.collection!r} holds {dim}-bit codes, not {bits}")
         self._bits = int(dim)
+        kept = next((f for f in self._col.schema.fields if f.name == "embedding"), None)
+        self._dim = None if kept is None else int(kept.params.get("dim"))
         for index in self._col.indexes:
             found = {v: k for k, v in KINDS.items()}.get(index.params.get("index_type"))
             self._kind = found or self._kind
@@ -116,17 +129,22 @@ class MilvusIndex(Backend):
         return self._kind == "flat"
 
     @property
+    def embedding_dim(self) -> int | None:
+        return self._dim
+
+    @property
     def ntotal(self) -> int:
         res = self._col.query(expr="", output_fields=["count(*)"], consistency_level="Strong", timeout=self._timeout)
         return int(res[0]["count(*)"])
 
     # --- changes --------------------------------------------------------------------------
 
-    def add(self, codes, ids=None, labels=None, upsert: bool = False) -> np.ndarray:
+    def add(self, codes, ids=None, labels=None, upsert: bool = False, embeddings=None) -> np.ndarray:
         codes = _checks.packed_codes(codes, self._bits)
         if ids is None:
             raise InputError("the milvus backend needs explicit ids (Milvus cannot tell the largest id)")
         ids = _checks.item_ids(ids, len(codes))
+        units = stored_embeddings(embeddings, len(codes), self._dim, held=True)  # (its schema is fixed)
         rows = None if labels is None else _checks.label_rows(labels, len(codes))
         if not upsert:
             present = self._existing(ids)
@@ -137,6 +155,8 @@ class MilvusIndex(Backend):
         for start in range(0, len(ids), step):
             part = slice(start, start + step)
             data = [ids[part].tolist(), [c.tobytes() for c in codes[part]], lists[part]]
+            if units is not None:  # one write: the code and its embedding land together
+                data.append(list(units[part]))
             (self._col.upsert if upsert else self._col.insert)(data, timeout=self._timeout)
         if len(ids) >= FLUSH_AT:  # seal the new segments and wait for their index
             self._col.flush(timeout=self._timeout)
@@ -178,6 +198,14 @@ class MilvusIndex(Backend):
     def get_codes(self, ids) -> np.ndarray:
         ids, found = self._fetch(ids, ["code"])
         return self._codes(ids, found)
+
+    def get_embeddings(self, ids) -> np.ndarray:
+        """Stored unit embeddings float16 (m, embedding_dim) of the given ids, in that order."""
+        if self._dim is None:
+            raise InputError(f"Milvus collection {self.collection!r} keeps no embeddings")
+        ids, found = self._fetch(ids, ["embedding"])
+        rows = [np.frombuffer(_code_bytes(found[i]["embedding"]), EMBEDDING_DTYPE) for i in ids]
+        return np.array(rows, EMBEDDING_DTYPE).reshape(len(ids), self._dim)
 
     def labels_of(self, ids) -> list[list[int]]:
         """The class ids of each given item (ascending, without repeats), in the order of `ids`."""

@@ -13,7 +13,7 @@ from lbhash.encoders import INPUT_KINDS, Encoder
 from lbhash.errors import InputError, one_line
 from lbhash.index.backend import Backend, InRange, Reranked, TopK
 from lbhash.index.hits import Queries
-from lbhash.index.rerank import RERANK_FACTOR, rerank_search
+from lbhash.index.rescore import RESCORE_FACTOR, rescore_search
 
 
 class QueryEncoder:
@@ -22,7 +22,9 @@ class QueryEncoder:
 
     `encode(inputs)` gives packed codes and `embed(inputs)` the real outputs whose signs they
     are, of feature rows, an image batch (uint8 (n, H, W, 3)) or a list of images of any sizes;
-    `queries(inputs, rerank=...)` the `Queries` of a search (one forward pass); `decode_images`
+    `embeddings(inputs)` the codes and the embeddings an index keeps (the backbone's pooled
+    features, or the input features after the run's contract) from one forward pass;
+    `queries(inputs, rescore=...)` the `Queries` of a search (one forward pass); `decode_images`
     turns encoded files (JPEG, PNG, ...) into that list.
     """
 
@@ -38,6 +40,11 @@ class QueryEncoder:
     def input_kind(self) -> str:
         return self.encoder.input_kind_
 
+    @property
+    def gives_embeddings(self) -> bool:
+        """Whether the encoder gives embeddings (`outputs`; an image export's graph does not)."""
+        return callable(getattr(self.encoder, "outputs", None)) and getattr(self.encoder, "gives_embeddings_", True)
+
     def encode(self, inputs, json_numbers: bool = False) -> np.ndarray:
         """Packed codes uint8 (n, bits // 8) of feature rows (an array, or a feature data set
         loaded from a file), an image batch, or a list of images of any sizes. Feature rows go
@@ -51,13 +58,20 @@ class QueryEncoder:
         parts = [self._real(batch, json_numbers) for batch in self._batches(inputs)]
         return _joined(parts, np.empty((0, self.bits), np.float32))
 
-    def queries(self, inputs, *, rerank: bool, json_numbers: bool = False) -> Queries:
-        """The `Queries` of the inputs: their codes, and (rerank=True) the real outputs they are
-        the signs of, from one forward pass."""
-        if not rerank:
+    def embeddings(self, inputs, json_numbers: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """(packed codes, embeddings float32 (n, d)) of the inputs, from one forward pass: what an
+        index keeping embeddings stores per item, and what a query re-scores with."""
+        parts = [self._outputs(batch, json_numbers) for batch in self._batches(inputs)]
+        real = _joined([p[0] for p in parts], np.empty((0, self.bits), np.float32))
+        emb = _joined([p[1] for p in parts], np.empty((0, 1), np.float32))
+        return codes_of(real), emb
+
+    def queries(self, inputs, *, rescore: bool, json_numbers: bool = False) -> Queries:
+        """The `Queries` of the inputs: their codes, and (rescore=True) their embeddings, from
+        the same forward pass."""
+        if not rescore:
             return Queries(self.encode(inputs, json_numbers))
-        real = self.embed(inputs, json_numbers)
-        return Queries(codes_of(real), real)
+        return Queries(*self.embeddings(inputs, json_numbers))
 
     def decode_images(self, blobs: list[bytes], names: list[str]) -> list[np.ndarray]:
         """uint8 (H, W, 3) images of encoded image files; `names` appear in errors."""
@@ -92,6 +106,22 @@ class QueryEncoder:
         return out
 
 
+    def _outputs(self, batch, json_numbers: bool) -> tuple[np.ndarray, np.ndarray]:
+        """(real outputs, embeddings) of a batch, checked against the encoder's contract."""
+        outputs = getattr(self.encoder, "outputs", None)
+        if outputs is None:
+            raise InputError("this encoder gives no embeddings (an export of an image run keeps only the hash "
+                             "outputs): search in Hamming order (--no-rescore, rescore false), or search with --run")
+        try:
+            real, emb = (np.asarray(a) for a in outputs(batch, json_numbers=json_numbers))
+        except ValueError as err:
+            raise InputError(one_line(err)) from None
+        n = len(batch)
+        if real.shape != (n, self.bits) or emb.ndim != 2 or len(emb) != n:  # the encoder broke its contract
+            raise RuntimeError(f"encoder returned outputs {real.shape} and embeddings {emb.shape} for {n} inputs")
+        return real, emb
+
+
 def _refusing(method, batch, json_numbers: bool) -> np.ndarray:
     """`method(batch)` as an array; a ValueError (lbhash's convention: the input was refused)
     becomes a one-line InputError."""
@@ -119,14 +149,14 @@ class Searcher(QueryEncoder):
         self.index = index
 
     def search(self, inputs, k: int, labels=None) -> TopK:
-        """`index.search` of the inputs' codes (re-ranked: `rerank_search`)."""
+        """`index.search` of the inputs' codes (re-scored: `rescore_search`)."""
         return self.index.search(self.encode(inputs), k, labels)
 
-    def rerank_search(self, inputs, k: int, labels=None, factor: int = RERANK_FACTOR) -> Reranked:
-        """`lbhash.index.rerank_search` of the inputs: the Hamming top k * factor re-ranked by
-        their real outputs (one forward pass gives codes and outputs; docs/search.md)."""
-        queries = self.queries(inputs, rerank=True)
-        return rerank_search(self.index, queries.codes, k, queries.real, labels, factor)
+    def rescore_search(self, inputs, k: int, labels=None, factor: int = RESCORE_FACTOR) -> Reranked:
+        """`lbhash.index.rescore_search` of the inputs: the Hamming top k * factor re-scored by
+        their embeddings (one forward pass gives codes and embeddings; docs/search.md)."""
+        queries = self.queries(inputs, rescore=True)
+        return rescore_search(self.index, queries.codes, k, queries.embeddings, labels, factor)
 
     def range_search(self, inputs, radius: int, labels=None) -> InRange:
         return self.index.range_search(self.encode(inputs), radius, labels)

@@ -8,6 +8,9 @@ their size follows the number of labels held, not the largest class id), and man
 SHA-256 and size of each file). manifest.json is written last, so a directory without one was
 never finished. Version 1 directories (labels.npy, a bool multi-hot (n, C) matrix) are still
 read, their labels converted on load; the next save writes version 2.
+An index that keeps embeddings (lbhash.index.rescore) adds embeddings.npy: float16 unit rows
+(n, d), one per id in ids.npy's order, mapped like the codes; its count must be ids.npy's and
+the manifest's `embedding_dim` its width, or the load is refused in one line.
 Attachments (`index.attachments`, name -> bytes: e.g. sources.json, lbhash.index.origins) are
 written, checksummed and verified like the other files and listed under "attachments".
 
@@ -57,7 +60,8 @@ READS = (1, 2)  # version 1: dense labels.npy, converted on load
 MANIFEST = "manifest.json"
 FILES = ("index.faiss", "ids.npy", "labels_indptr.npy", "labels_indices.npy")
 FILES_BY_VERSION = {1: ("index.faiss", "ids.npy", "labels.npy"), 2: FILES}
-ALL_FILES = {name for names in FILES_BY_VERSION.values() for name in names}
+EMBEDDINGS = "embeddings.npy"  # only in an index that keeps embeddings
+ALL_FILES = {EMBEDDINGS, *(name for names in FILES_BY_VERSION.values() for name in names)}
 
 
 def save_index(index, path: str | os.PathLike) -> None:
@@ -78,6 +82,8 @@ def save_index(index, path: str | os.PathLike) -> None:
             "labels_indptr.npy": lambda fh: np.save(fh, saved.labels.indptr, allow_pickle=False),
             "labels_indices.npy": lambda fh: np.save(fh, saved.labels.indices, allow_pickle=False),
         }
+        if saved.embeddings is not None:
+            writers[EMBEDDINGS] = lambda fh: np.save(fh, saved.embeddings, allow_pickle=False)
         attachments = dict(getattr(index, "attachments", None) or {})
         writers.update({name: (lambda fh, data=bytes(data): fh.write(data))
                         for name, data in attachments.items() if _attachment_name(name)})
@@ -89,6 +95,7 @@ def save_index(index, path: str | os.PathLike) -> None:
             "format": FORMAT, "version": VERSION, "bits": index.bits, "kind": index.kind,
             "params": index.params, "ntotal": index.ntotal, "num_classes": index.num_classes,
             "next_id": index.next_id, "trained": index.is_trained, "metadata": index.metadata,
+            **({"embedding_dim": index.embedding_dim} if saved.embeddings is not None else {}),
             "files": files, **({"attachments": sorted(attachments)} if attachments else {}),
         }
         text = (json.dumps(manifest, indent=2) + "\n").encode()
@@ -108,10 +115,12 @@ def load_index(path: str | os.PathLike, index_class):
     attached = manifest.get("attachments") or []
     if not isinstance(attached, list) or not all(_attachment_name(n) for n in attached):
         raise InputError(f"{path / MANIFEST}: 'attachments' must list plain file names")
-    _verify_checksums(path, manifest, (*FILES_BY_VERSION[manifest["version"]], *attached))
+    dim = _embedding_dim(path, manifest)
+    kept = (EMBEDDINGS,) if dim is not None else ()
+    _verify_checksums(path, manifest, (*FILES_BY_VERSION[manifest["version"]], *kept, *attached))
     ids = _npy_map(path / "ids.npy")
     bits, kind = manifest["bits"], manifest["kind"]
-    index = index_class(bits, kind, **manifest["params"])
+    index = index_class(bits, kind, **manifest["params"], embedding_dim=dim)
     if ids.dtype != np.int64 or ids.ndim != 1 or (len(ids) > 1 and (np.diff(ids) <= 0).any()):
         raise InputError(f"{path / 'ids.npy'}: must hold ascending unique int64 ids")
     labels = _load_labels(path, manifest, len(ids))
@@ -119,7 +128,9 @@ def load_index(path: str | os.PathLike, index_class):
     if len(codes) != len(ids) or manifest["ntotal"] != len(ids):
         raise InputError(f"{path / 'index.faiss'}: holds {len(codes)} codes but ids.npy has {len(ids)} "
                          f"and the manifest says {manifest['ntotal']}")
-    index._main = Segment(engine, ids, codes, labels, ordered=True)
+    embeddings = None if dim is None else _load_embeddings(path / EMBEDDINGS, dim, len(ids))
+    index._main = Segment(engine, ids, codes, labels, ordered=True, embeddings=embeddings)
+    index._tail = Segment.empty_tail(bits, labels.width, dim)
     if "trained" in manifest and manifest["trained"] is not index.is_trained:
         raise InputError(f"{path / 'index.faiss'}: the {kind} index it holds is "
                          f"{'' if index.is_trained else 'not '}trained, the manifest says "
@@ -133,6 +144,29 @@ def load_index(path: str | os.PathLike, index_class):
     index.metadata = dict(manifest.get("metadata") or {})
     index.attachments = {name: (path / name).read_bytes() for name in attached}
     return index
+
+
+def _embedding_dim(path: Path, manifest: dict) -> int | None:
+    """The width of the embeddings the index keeps (None: it keeps none)."""
+    dim = manifest.get("embedding_dim")
+    listed = EMBEDDINGS in (manifest.get("files") or {})
+    if dim is None and not listed:
+        return None
+    if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1 or not listed:
+        raise InputError(f"{path / MANIFEST}: embedding_dim {dim!r} and the {EMBEDDINGS} entry must come together, "
+                         "embedding_dim a positive integer")
+    return dim
+
+
+def _load_embeddings(file: Path, dim: int, n: int) -> np.ndarray:
+    """The mapped embeddings of a verified file: float16 (n, dim), one per id, or one line."""
+    emb = _npy_map(file)
+    if emb.dtype != np.float16 or emb.ndim != 2 or emb.shape[1] != dim:
+        raise InputError(f"{file}: must hold float16 embeddings (n, {dim}), got {emb.dtype} {emb.shape}")
+    if len(emb) != n:
+        raise InputError(f"{file}: holds {len(emb)} embeddings but ids.npy has {n} codes; the embeddings and codes "
+                         "disagree (rebuild the index)")
+    return emb
 
 
 def _verify_checksums(path: Path, manifest: dict, names) -> None:

@@ -152,6 +152,14 @@ class HashModel(nn.Module):
     def forward(self, x: torch.Tensor | StageInputs) -> torch.Tensor:
         return self.head(self.head_inputs(x))
 
+    def forward_embedded(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(real outputs u, embedding) of one forward pass: the embedding an index keeps is the
+        backbone's pooled features of an image model, and the input itself (the features after
+        the run's input contract, before any standardisation) of a feature model."""
+        features = self.head_inputs(x)
+        image_model = not isinstance(self.backbone, (FeatureNorm, nn.Identity))
+        return self.head(features), (features if image_model else x).float()
+
 
 def create_feature_model(in_features: int, bits: int, hidden: Sequence[int] = (1024,),
                          dropout: float = 0.0, mean: torch.Tensor | None = None,

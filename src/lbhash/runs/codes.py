@@ -21,7 +21,7 @@ from lbhash.data.feature_cache import with_frozen_features
 from lbhash.data.input_form import conform_dataset
 from lbhash.errors import InputError
 from lbhash.train.builder import evaluation_topk, input_options
-from lbhash.train.encoder import embed_sharded, encode_sharded
+from lbhash.train.encoder import embed_sharded, embed_with_features, encode_sharded
 from lbhash.train.processes import check_accelerator, encoding_processes, leave_process_group
 from lbhash.runs.rundir import PARTS, SPLIT, load_input_form, load_run_model, run_data_spec
 
@@ -60,6 +60,23 @@ def embed_run(run_dir: str | Path, data: str | None = None, part: str = "all",
         return None
     real, fields = done
     return {"codes": pack(to_signs(real)), **fields, "real": real}
+
+
+def item_embeddings(run_dir: str | Path, ids, data: str | None = None, progress: bool = False) -> np.ndarray:
+    """The embeddings a search index keeps of a run's items (`ids`: positions in its data, or in
+    `data`, the same data moved): an image run's pooled backbone features (a frozen backbone's
+    from the feature cache, lbhash.data.feature_cache), a feature run's input features after its
+    input contract; float32 (n, d), from the forward pass that makes the codes
+    (lbhash.train.encoder.embed_with_features). One process, on the CPU."""
+    model, cfg = load_run_model(run_dir)
+    form = load_input_form(run_dir, cfg)
+    spec = data or run_data_spec(run_dir, cfg)
+    dataset = conform_dataset(form, load_data(spec, labels_required=False), spec)
+    ids = np.asarray(ids, np.int64)
+    if cfg.input_kind == "images" and cfg.freeze_backbone:  # the cached features, computed once
+        dataset = with_frozen_features(dataset, model.backbone, ids, input_options(cfg), "cpu", progress,
+                                       bf16=model.bf16_backbone)
+    return embed_with_features(model, dataset, ids, input_options(cfg), progress=progress)[1]
 
 
 def _run_forward(sharded, run_dir: str | Path, data: str | None, part: str, accelerator: str, precision: str,

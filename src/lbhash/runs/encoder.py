@@ -20,7 +20,7 @@ from lbhash.data.image_arrays import as_rgb_images
 from lbhash.data.input_form import conform_dataset, conform_features
 from lbhash.errors import InputError
 from lbhash.train.builder import input_options
-from lbhash.train.encoder import embed, encode
+from lbhash.train.encoder import embed, embed_with_features, encode
 from lbhash.encoders import Encoder
 from lbhash.runs.rundir import CODES, CONFIG, METRICS, model_identity, read_fitted, read_metrics
 from lbhash.train.results import Fitted
@@ -81,11 +81,20 @@ class RunEncoder(Encoder):
     def embed(self, X, *, json_numbers: bool = False, batch_size: int | None = None) -> np.ndarray:
         """The hash head's real outputs u of the rows of X, float32 (n, bits), from the forward
         pass `encode` makes; the codes are `pack(to_signs(u))` (lbhash.codes: 0 -> +1). They are
-        what asymmetric ranking and `lbhash.index.rerank_search(index, codes, k, u)` score the
+        what asymmetric ranking (lbhash.evaluate.asymmetric) scores the
         codes with."""
         self._check_fitted("embed")
         return embed(self.model_, self._inputs(X, json_numbers), None, input_options(self.config_),
                      batch_size=batch_size)
+
+    def outputs(self, X, *, json_numbers: bool = False, batch_size: int | None = None
+                ) -> tuple[np.ndarray, np.ndarray]:
+        """(real outputs u float32 (n, bits), embeddings float32 (n, d)) of the rows of X from one
+        forward pass: the embeddings are an image model's pooled backbone features, a feature
+        model's input features after the input contract (what an index keeps to re-score by)."""
+        self._check_fitted("outputs")
+        return embed_with_features(self.model_, self._inputs(X, json_numbers), None, input_options(self.config_),
+                                   batch_size=batch_size)
 
     def identity(self) -> dict | None:
         """The weights the run encodes with, as an index records them (None: a fit in memory)."""

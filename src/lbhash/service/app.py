@@ -9,8 +9,9 @@ or images too large, 422 malformed request; 507 uploads over their byte budget
 (lbhash.service.access has the rules of keys); 503 (Retry-After) when the images being decoded
 at once fill the service's pixel budget for longer than a request waits (lbhash.service.decode).
 Nothing else leaks: a bug is a bare 500.
-Searches may re-rank their Hamming top k * rerank_factor by the queries' real-valued outputs
-(lbhash.index.rerank); the hits then carry a `score`.
+Where the index keeps embeddings, searches re-score their Hamming top k * rescore_factor by
+cosine similarity to the queries' embeddings (lbhash.index.rescore; on by default, `rescore`
+false for Hamming order); the hits then carry a `score`. Added items bring their embeddings.
 
 The handlers are module-level functions: they take what they use as FastAPI dependencies
 (lbhash.service.depends: the `Store`, the attached run's `QueryEncoder`, the `Limits`, ...),
@@ -46,7 +47,7 @@ from lbhash.service import models
 from lbhash.service.access import Access, AccessControl, HostNames
 from lbhash.service.batching import MAX_ROWS, Query, SearchBatcher
 from lbhash.service.decode import (DecodersBusy, PixelBudget, check_batch, need_encoder, parse_ids, read_uploads,
-                                  search_queries, to_codes)
+                                  search_queries, to_codes, wants_rescore)
 from lbhash.service.depends import BatcherDep, DecodingDep, EncoderDep, Limits, LimitsDep, MediaDep, StoreDep
 from lbhash.service.media import ItemMedia
 from lbhash.service.offload import Offload
@@ -113,8 +114,8 @@ def create_app(source: str | Path | Store, encoder: Encoder | None = None, *, li
 
 def search_query(limits: Limits, queries: Queries, k, radius, label_lists, factor=None) -> Query:
     """Decoded queries with their checked plan and class filters."""
-    plan = plan_search(k, radius, rerank=queries.real is not None, factor=factor, max_k=limits.max_k,
-                       max_candidates=limits.max_rerank_candidates)
+    plan = plan_search(k, radius, rescore=queries.embeddings is not None, factor=factor, max_k=limits.max_k,
+                       max_candidates=limits.max_rescore_candidates)
     classes = None if label_lists is None else check_classes(label_lists, "labels", limits.max_class_id)
     return Query(queries, plan, classes)
 
@@ -149,8 +150,8 @@ async def search_response(body: models.SearchRequest, store: Store, encoder: Que
 
 
 def search_body(body: models.SearchRequest, store: Store, encoder: QueryEncoder | None, limits: Limits) -> Query:
-    queries = search_queries(body, limits, store.bits, encoder)
-    return search_query(limits, queries, body.k, body.radius, body.labels, body.rerank_factor)
+    queries = search_queries(body, limits, store.bits, encoder, store.index.embedding_dim)
+    return search_query(limits, queries, body.k, body.radius, body.labels, body.rescore_factor)
 
 
 @router.post("/search/image", response_model=models.SearchResponse, response_model_exclude_none=True,
@@ -158,18 +159,20 @@ def search_body(body: models.SearchRequest, store: Store, encoder: QueryEncoder 
 def search_image(store: StoreDep, encoder: EncoderDep, limits: LimitsDep, media: MediaDep, decoding: DecodingDep,
                  files: list[UploadFile] = File(...), k: int | None = Form(None, ge=1),
                  radius: int | None = Form(None, ge=0), labels: str | None = Form(None),
-                 rerank_factor: int | None = Form(None, ge=1)):
+                 rescore: bool | None = Form(None), rescore_factor: int | None = Form(None, ge=1)):
     """Query with uploaded image files; `labels`: comma-separated class ids for every query;
-    `rerank_factor`: re-rank the Hamming top k * rerank_factor by the images' real outputs.
+    where the index keeps embeddings, the Hamming top k * rescore_factor (default 16) are
+    re-scored by the images' embeddings, unless `rescore` is false.
     Each hit comes with its source, thumbnail and code, as /sources gives them: an image query
     is this one request."""
     check_batch(limits, len(files), "images")
     run = need_encoder(encoder, "images")
     blobs, names, pixels = read_uploads(files)
     label_lists = None if labels is None else [parse_ids(labels, "labels", check=check_class_ids)] * len(files)
+    rescored = wants_rescore(rescore, rescore_factor, radius, store.index.embedding_dim, run.gives_embeddings)
     with decoding.hold(pixels, "the query images"):  # the service's pixels decoded at once
-        queries = run.queries(run.decode_images(blobs, names), rerank=rerank_factor is not None)
-    query = search_query(limits, queries, k, radius, label_lists, rerank_factor)
+        queries = run.queries(run.decode_images(blobs, names), rescore=rescored)
+    query = search_query(limits, queries, k, radius, label_lists, rescore_factor)
     return hits_response(query, store.search(query.queries, query.plan, query.classes), store, media)
 
 
@@ -178,11 +181,12 @@ def search_image(store: StoreDep, encoder: EncoderDep, limits: LimitsDep, media:
 
 @router.post("/items", response_model=models.ItemsResponse, responses=_ERRORS)
 def add_items(body: models.ItemsRequest, store: StoreDep, encoder: EncoderDep, limits: LimitsDep, media: MediaDep):
-    codes = to_codes(body.codes, body.features, "items", limits, store.bits, encoder)
+    codes, emb = to_codes(body.codes, body.features, "items", limits, store.bits, encoder, body.embeddings,
+                          store.index.embedding_dim)
     labels = None if body.labels is None else labels_of_items(limits, body.labels, len(codes))
     given_ids = None if body.ids is None else check_ids(body.ids, "ids")
     with media.adding(given_ids, body.upsert) as done:
-        ids, seq = store.add(codes, ids=given_ids, labels=labels, upsert=body.upsert)
+        ids, seq = store.add(codes, ids=given_ids, labels=labels, upsert=body.upsert, embeddings=emb)
         done(ids)
     return models.ItemsResponse(ids=np.asarray(ids).tolist(), seq=seq, ntotal=store.ntotal)
 
@@ -198,13 +202,15 @@ def add_images(store: StoreDep, encoder: EncoderDep, limits: LimitsDep, media: M
     media.check_uploads(blobs, names)
     run = need_encoder(encoder, "images")
     with decoding.hold(pixels, "the uploaded images"):  # the service's pixels decoded at once
-        codes = run.encode(run.decode_images(blobs, names))
+        images = run.decode_images(blobs, names)
+        # codes and embeddings from one forward pass where the index keeps embeddings
+        codes, emb = run.embeddings(images) if store.index.embedding_dim is not None else (run.encode(images), None)
     label_lists = None if labels is None else [parse_ids(part, "labels", allow_empty=True, check=check_class_ids)
                                                for part in labels.split(";")]
     item_labels = None if label_lists is None else labels_of_items(limits, label_lists, len(codes))
     given_ids = None if ids is None else parse_ids(ids, "ids")
     with media.adding(given_ids, upsert, blobs, names) as done:  # the images are kept for thumbnails
-        added, seq = store.add(codes, ids=given_ids, labels=item_labels, upsert=upsert)
+        added, seq = store.add(codes, ids=given_ids, labels=item_labels, upsert=upsert, embeddings=emb)
         done(added)
     return models.ItemsResponse(ids=np.asarray(added).tolist(), seq=seq, ntotal=store.ntotal)
 
@@ -214,10 +220,12 @@ def labels_of_items(limits: Limits, lists: list[list[int]], n: int):
     return lists_to_labels(check_classes(lists, "labels", limits.max_class_id), n)
 
 
-@router.get("/items/{item_id}", response_model=models.Item, responses=_ERRORS)
+@router.get("/items/{item_id}", response_model=models.Item, response_model_exclude_none=True, responses=_ERRORS)
 def get_item(store: StoreDep, item_id: int = PathParam(..., ge=0, le=MAX_ID)):
     codes, labels = store.get(np.array([item_id], np.int64))
-    return models.Item(id=item_id, code=to_hex(codes)[0], labels=labels[0])
+    kept = None if store.index.embedding_dim is None else store.embeddings(np.array([item_id], np.int64))
+    return models.Item(id=item_id, code=to_hex(codes)[0], labels=labels[0],
+                       embedding=None if kept is None else kept[0].astype(float).tolist())
 
 
 @router.delete("/items/{item_id}", response_model=models.DeleteResponse, responses=_ERRORS)

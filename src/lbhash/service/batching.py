@@ -27,7 +27,7 @@ from lbhash.limits import BATCH_ROWS as MAX_ROWS  # query rows per shared scan: 
 
 @dataclass(frozen=True)
 class Query:
-    """A decoded search: its queries (codes, and real outputs for a re-ranking plan), its plan
+    """A decoded search: its queries (codes, and embeddings for a re-scoring plan), its plan
     and per-query class filters."""
 
     queries: Queries
@@ -168,7 +168,7 @@ class SearchBatcher:
         if plan.k is not None:
             plan = replace(plan, k=max(q.plan.k for q in queries))
         classes = None if queries[0].classes is None else [c for q in queries for c in q.classes]
-        real = None if queries[0].queries.real is None else np.concatenate([q.queries.real for q in queries])
+        real = None if queries[0].queries.embeddings is None else np.concatenate([q.queries.embeddings for q in queries])
         together = Queries(np.concatenate([q.queries.codes for q in queries]), real)
         self._count()
         hits = self.store.search(together, plan, classes)

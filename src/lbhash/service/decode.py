@@ -1,6 +1,7 @@
 """Decoding the service's requests into arrays: hex codes, JSON feature rows, comma-separated
 ids, uploaded files, and the `Queries` of a search (codes, or the attached run's encoding of
-features or images; with their real outputs when the search re-ranks).
+features or images; with their embeddings when the search re-scores, and the embeddings of
+added items where the index keeps them).
 
 The handlers pass what a decoding needs (the service's `Limits`, the index's bits, the attached
 run's `QueryEncoder` or None). Every refusal is a one-line InputError (HTTP 400).
@@ -25,7 +26,7 @@ from PIL import Image
 from lbhash.codes import from_hex
 from lbhash.errors import InputError, TooLarge
 from lbhash.index import Queries, QueryEncoder
-from lbhash.index.rerank import check_real
+from lbhash.index.rescore import check_embeddings
 from lbhash.limits import MAX_DECODING_PIXELS, MAX_IMAGE_PIXELS, MAX_REQUEST_PIXELS, check_ids
 from lbhash.service import models
 
@@ -90,39 +91,66 @@ def need_encoder(encoder: QueryEncoder | None, kind: str) -> QueryEncoder:
     return encoder
 
 
-def to_codes(hex_codes, features, what: str, limits, bits: int, encoder: QueryEncoder | None) -> np.ndarray:
-    """Packed codes of a request that gives `hex_codes` or `features` (encoded by the run)."""
+def to_codes(hex_codes, features, what: str, limits, bits: int, encoder: QueryEncoder | None,
+             embeddings=None, keeps: int | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """(packed codes, embeddings or None) of a request that gives `hex_codes` (with `embeddings`
+    where it has them) or `features` (encoded by the run; with their embeddings when `keeps`,
+    the index's embedding width, says the index keeps them: one forward pass gives both)."""
     if (hex_codes is None) == (features is None):
         raise InputError(f"give {what} as exactly one of 'codes' and 'features'")
     check_batch(limits, len(hex_codes if features is None else features), what)
     if hex_codes is not None:
-        return from_hex(hex_codes, bits)
-    return need_encoder(encoder, "features").encode(feature_rows(features), json_numbers=True)
-
-
-def search_queries(body: models.SearchRequest, limits, bits: int, encoder: QueryEncoder | None) -> Queries:
-    """The `Queries` of a /search body: its codes or its features' codes; when it re-ranks,
-    with `real` beside `codes`, or the attached run's outputs for `features` (one forward
-    pass gives both)."""
-    if body.real is None and body.rerank_factor is None:
-        return Queries(to_codes(body.codes, body.features, "queries", limits, bits, encoder))
-    if body.real is not None:
-        if body.codes is None:
-            raise InputError("'real' goes with 'codes' (with 'features', rerank_factor alone asks the attached "
-                             "run for the real outputs)")
-        codes = to_codes(body.codes, body.features, "queries", limits, bits, encoder)
-        if len(body.real) != len(codes):
-            raise InputError(f"real has {len(body.real)} rows but there are {len(codes)} queries")
+        codes = from_hex(hex_codes, bits)
+        if embeddings is None:
+            return codes, None
+        if len(embeddings) != len(codes):
+            raise InputError(f"embeddings has {len(embeddings)} rows but there are {len(codes)} {what}")
         try:
-            real = np.asarray(body.real, dtype=np.float64)
+            rows = np.asarray(embeddings, dtype=np.float64)
         except ValueError:
-            raise InputError("real must be lists of numbers of one length") from None
-        return Queries(codes, check_real(real, len(codes), bits, "real"))
-    if body.features is None:
-        raise InputError("rerank_factor needs the queries' real outputs: 'real' beside 'codes', or "
-                         "'features' with a run attached")
-    check_batch(limits, len(body.features), "queries")
-    return need_encoder(encoder, "features").queries(feature_rows(body.features), rerank=True, json_numbers=True)
+            raise InputError("embeddings must be lists of numbers of one length") from None
+        return codes, check_embeddings(rows, len(codes), keeps, "embeddings")
+    if embeddings is not None:
+        raise InputError("'embeddings' go with 'codes' (the attached run gives the embeddings of 'features')")
+    run = need_encoder(encoder, "features")
+    if keeps is None:
+        return run.encode(feature_rows(features), json_numbers=True), None
+    return run.embeddings(feature_rows(features), json_numbers=True)
+
+
+def wants_rescore(rescore: bool | None, factor: int | None, radius: int | None, keeps: int | None,
+                  has_embeddings: bool) -> bool:
+    """Whether a search re-scores: as asked (`rescore`, or a `rescore_factor` given), else by
+    default where the index keeps embeddings and the queries can have theirs, for a top k."""
+    if rescore is False:
+        if factor is not None:
+            raise InputError("rescore_factor goes with re-scoring; with rescore false the order is Hamming's")
+        return False
+    if rescore is None and factor is None:
+        return keeps is not None and radius is None and has_embeddings
+    if keeps is None:
+        raise InputError("the index keeps no embeddings, so it cannot re-score: search in Hamming order "
+                         "(rescore false), or build the index with its embeddings")
+    return True
+
+
+def search_queries(body: models.SearchRequest, limits, bits: int, encoder: QueryEncoder | None,
+                   keeps: int | None = None) -> Queries:
+    """The `Queries` of a /search body: its codes or its features' codes; when it re-scores
+    (`wants_rescore`; `keeps`: the index's embedding width, None where it keeps none), with
+    `embeddings` beside `codes`, or the attached run's embeddings of `features` (one forward
+    pass gives both)."""
+    given = body.embeddings is not None or (body.features is not None and encoder is not None
+                                            and encoder.gives_embeddings)
+    asked = body.rescore if body.rescore is not None or body.embeddings is None else True  # embeddings ask for it
+    if not wants_rescore(asked, body.rescore_factor, body.radius, keeps, given):
+        if body.embeddings is not None:
+            raise InputError("'embeddings' are for re-scoring, which this search does not do")
+        return Queries(to_codes(body.codes, body.features, "queries", limits, bits, encoder)[0])
+    if body.codes is not None and body.embeddings is None:
+        raise InputError("re-scoring needs the queries' embeddings: 'embeddings' beside 'codes', or 'features' "
+                         "with a run attached (or rescore false)")
+    return Queries(*to_codes(body.codes, body.features, "queries", limits, bits, encoder, body.embeddings, keeps))
 
 
 def read_uploads(files) -> tuple[list[bytes], list[str], int]:

@@ -33,7 +33,7 @@ class Limits:
     max_batch: int = table.MAX_BATCH
     max_k: int = table.MAX_K
     max_class_id: int = table.MAX_CLASS_ID
-    max_rerank_candidates: int = table.MAX_RERANK_CANDIDATES
+    max_rescore_candidates: int = table.MAX_RESCORE_CANDIDATES
     max_decoding_pixels: int = table.MAX_DECODING_PIXELS
 
     def __post_init__(self) -> None:

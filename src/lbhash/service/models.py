@@ -18,10 +18,11 @@ class _Strict(BaseModel):
 
 class SearchRequest(_Strict):
     """Queries as packed codes in hex (byte 0 first, FAISS bit layout) or as feature vectors
-    (needs a run attached to the service); top-`k`, or every item within `radius`. Re-ranking
-    (top-k only): `real` beside `codes`, or `rerank_factor` with `features` (the attached run
-    computes the real outputs); the Hamming top k * rerank_factor are re-ranked by the
-    asymmetric score (docs/search.md, "Re-ranking")."""
+    (needs a run attached to the service); top-`k`, or every item within `radius`. Re-scoring
+    (top-k only; on by default where the index keeps embeddings and the queries have theirs:
+    `features` through the attached run, or `embeddings` beside `codes`): the Hamming top
+    k * rescore_factor are re-scored by cosine similarity (docs/search.md, "Re-scoring");
+    `rescore: false` keeps the Hamming order."""
 
     codes: list[str] | None = Field(None, description="One hex string per query, 2 digits per byte.")
     features: list[list[Number]] | None = Field(
@@ -33,20 +34,23 @@ class SearchRequest(_Strict):
                                 "the service's max_k per query, else 400.")
     labels: list[list[Int]] | None = Field(
         None, description="Per query: class ids; only items with at least one of them are returned.")
-    real: list[list[Float]] | None = Field(
-        None, description="Per query (with 'codes'): its real-valued outputs, one number per bit (raw u, or "
-                          "tanh(u)); the hits are re-ranked by sum_j real_j * b_j (b the item's +/-1 code).")
-    rerank_factor: Int | None = Field(
-        None, ge=1, description="Hamming candidates per result that are re-ranked (default 4); with "
-                                "'features', asks for re-ranking.")
+    embeddings: list[list[Float]] | None = Field(
+        None, description="Per query (with 'codes'): its embedding, as wide as the index's (GET /stats: "
+                          "embedding_dim); the hits are re-scored by cosine similarity to the items' embeddings.")
+    rescore: Annotated[bool, Strict()] | None = Field(
+        None, description="Re-score the Hamming candidates by the embeddings (default: true where the index keeps "
+                          "embeddings and the queries have theirs); false: Hamming order only.")
+    rescore_factor: Int | None = Field(
+        None, ge=1, description="Hamming candidates per result that are re-scored (default 16).")
 
 
 class Hit(BaseModel):
     id: int
     distance: int = Field(description="Hamming distance to the query's code.")
     labels: list[int]
-    score: float | None = Field(None, description="Re-ranked searches: the asymmetric score (hits by descending "
-                                                  "score, ties by id); otherwise absent.")
+    score: float | None = Field(None, description="Re-scored searches: the cosine similarity of the query's and "
+                                                  "the item's embeddings (hits by descending score, ties by "
+                                                  "distance, then id); otherwise absent.")
     source: str | None = Field(None, description="/search/image: where the item came from, as /sources says; "
                                                  "absent from /search.")
     image: bool | None = Field(None, description="/search/image: whether GET /items/{id}/image has a thumbnail.")
@@ -70,6 +74,9 @@ class ItemsRequest(_Strict):
     features: list[list[Number]] | None = None
     ids: list[Int] | None = None
     labels: list[list[Int]] | None = Field(None, description="Per item: its class ids.")
+    embeddings: list[list[Float]] | None = Field(
+        None, description="Per item (with 'codes'), where the index keeps embeddings: its embedding; with "
+                          "'features', the attached run gives them.")
     upsert: Annotated[bool, Strict()] = Field(False, description="Replace items whose id is already present.")
 
 
@@ -83,6 +90,8 @@ class Item(BaseModel):
     id: int
     code: str
     labels: list[int]
+    embedding: list[float] | None = Field(None, description="Where the index keeps embeddings: the item's, as "
+                                                            "stored (unit length); /search takes it as is.")
 
 
 class DeleteResponse(BaseModel):

@@ -22,6 +22,8 @@ a copy, swaps the copy in under the search lock (O(1)), and saves.
 
 from __future__ import annotations
 
+import dataclasses
+
 import logging
 import threading
 from abc import ABC, abstractmethod
@@ -38,6 +40,23 @@ from lbhash.service.rwlock import ReadWriteLock
 from lbhash.service.wal import WriteAheadLog
 
 logger = logging.getLogger("lbhash")
+
+
+def logged_embeddings(record: dict, dim: int | None, n: int, where) -> np.ndarray | None:
+    """The stored embeddings (float16 (n, dim)) a log record carries, or None; a record whose
+    embeddings and codes disagree with each other or with the index is refused in one line."""
+    hexes = record.get("embeddings")
+    if (hexes is None) != (dim is None):
+        have = "carries embeddings" if hexes is not None else "carries no embeddings"
+        raise InputError(f"{where}: record {record.get('seq')} {have} but the index keeps "
+                         f"{'none' if dim is None else f'{dim}-dimensional ones'}; the log and the index disagree")
+    if hexes is None:
+        return None
+    rows = from_hex(hexes, 16 * dim, f"{where}: embeddings") if isinstance(hexes, list) else None
+    if rows is None or len(rows) != n:
+        raise InputError(f"{where}: record {record.get('seq')} holds {'no list of' if rows is None else len(rows)} "
+                         f"embeddings for {n} codes; the embeddings and codes disagree")
+    return rows.view(np.float16)
 
 
 def wal_path_for(index_dir: str | Path) -> Path:
@@ -96,9 +115,14 @@ class Store(ABC):
     def get(self, ids) -> tuple[np.ndarray, list[list[int]]]:
         """(codes, class-id lists) of the given ids; NotFound for an id not held."""
 
+    def embeddings(self, ids) -> np.ndarray:
+        """Stored unit embeddings (float16) of the given ids, where the index keeps them."""
+        return self.index.get_embeddings(ids)
+
     @abstractmethod
-    def add(self, codes, ids=None, labels=None, upsert: bool = False) -> tuple[np.ndarray, int | None]:
-        """(ids, log sequence number); Conflict for an id held (without upsert)."""
+    def add(self, codes, ids=None, labels=None, upsert: bool = False, embeddings=None) -> tuple[np.ndarray, int | None]:
+        """(ids, log sequence number); Conflict for an id held (without upsert). `embeddings` go
+        with the codes exactly where the index keeps them."""
 
     @abstractmethod
     def remove(self, ids) -> int | None:
@@ -172,25 +196,32 @@ class IndexStore(Store):
         with self.lock.read():
             return self.index.get_codes(ids), self.index.labels_of(ids)
 
+    def embeddings(self, ids) -> np.ndarray:
+        with self.lock.read():
+            return self.index.get_embeddings(ids)
+
     def stats(self) -> dict:
         with self.lock.read():
             return {"backend": self.backend, "bits": self.index.bits, "kind": self.index.kind,
                     "params": self.index.params, "ntotal": self.index.ntotal,
                     "num_classes": self.index.num_classes, "exact": self.index.exact,
+                    "embedding_dim": self.index.embedding_dim,
                     "trained": self.index.is_trained, "last_seq": self.wal.last_seq,
                     "saved_seq": self.saved_seq, "pending_changes": self.pending}
 
     # --- changes --------------------------------------------------------------------------
 
-    def add(self, codes, ids=None, labels=None, upsert: bool = False) -> tuple[np.ndarray, int]:
+    def add(self, codes, ids=None, labels=None, upsert: bool = False, embeddings=None) -> tuple[np.ndarray, int]:
         with self._changing:  # the only writer: reading the index needs no search lock
             if ids is not None and not upsert:
                 present = self.index.contains(np.asarray(ids))
                 if present.any():
                     raise Conflict(f"id {int(np.asarray(ids)[present][0])} is already in the index (use upsert)")
-            plan = self.index.prepare_add(codes, ids, labels, upsert)
+            plan = self.index.prepare_add(codes, ids, labels, upsert, embeddings)
+            # the embeddings as stored (float16 unit rows, hex): replay adds exactly these bytes
+            kept = {} if plan.embeddings is None else {"embeddings": to_hex(plan.embeddings.view(np.uint8))}
             seq = self.wal.append({"op": "add", "ids": plan.ids.tolist(), "codes": to_hex(plan.codes),
-                                   "labels": labels_to_lists(plan.labels), "upsert": plan.upsert})
+                                   "labels": labels_to_lists(plan.labels), "upsert": plan.upsert, **kept})
             with self.lock.write():
                 self.index.apply_add(plan)
             self.pending += 1
@@ -242,7 +273,10 @@ class IndexStore(Store):
             self.index.remove(ids)
             return
         codes = from_hex(record["codes"], self.index.bits, f"{self.wal.path}: codes")
-        self.index.add(codes, ids, lists_to_labels(record["labels"], len(ids)), upsert=record["upsert"])
+        stored = logged_embeddings(record, self.index.embedding_dim, len(ids), self.wal.path)
+        plan = self.index.prepare_add(codes, ids, lists_to_labels(record["labels"], len(ids)), record["upsert"],
+                                      None if stored is None else stored.astype(np.float32))
+        self.index.apply_add(plan if stored is None else dataclasses.replace(plan, embeddings=stored))
 
 
 class MilvusStore(Store):
@@ -261,8 +295,8 @@ class MilvusStore(Store):
         """(codes, class-id lists) of the given ids; NotFound for an id not in the collection."""
         return self.index.get_codes(ids), self.index.labels_of(ids)
 
-    def add(self, codes, ids=None, labels=None, upsert: bool = False):
-        return self.index.add(codes, ids, labels, upsert), None  # Conflict for an id taken (without upsert)
+    def add(self, codes, ids=None, labels=None, upsert: bool = False, embeddings=None):
+        return self.index.add(codes, ids, labels, upsert, embeddings), None  # Conflict for an id taken (without upsert)
 
     def remove(self, ids):
         self.index.remove(ids)  # NotFound for an id not in the collection

@@ -47,19 +47,30 @@ def embed(model: nn.Module, dataset: HashDataset, indices=None, options: InputOp
     return _forward(model, dataset, indices, options, device, autocast, progress, batch_size, _float32)
 
 
+def embed_with_features(model: nn.Module, dataset: HashDataset, indices=None, options: InputOptions = InputOptions(),
+                        device="cpu", autocast=contextlib.nullcontext, progress: bool = False,
+                        batch_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(real outputs float32 (n, bits), embeddings float32 (n, d)) of the items, from one forward
+    pass (`HashModel.forward_embedded`: an image model's pooled backbone features, a feature
+    model's input features): what a search index keeps per item and re-scores with."""
+    return _forward(model, dataset, indices, options, device, autocast, progress, batch_size, _float32,
+                    embedded=True)
+
+
 def _float32(u: torch.Tensor) -> torch.Tensor:
     return u.float()  # float32 holds bf16/fp16 outputs exactly: their signs are the codes' signs
 
 
 @torch.inference_mode()
 def _forward(model: nn.Module, dataset: HashDataset, indices, options: InputOptions, device, autocast,
-             progress: bool, batch_size: int | None, per_batch) -> np.ndarray:
+             progress: bool, batch_size: int | None, per_batch, embedded: bool = False):
     """The forward loop of `encode` and `embed`; `per_batch` turns each batch's outputs into
-    what they return (on the device: codes cross to the CPU as int8)."""
+    what they return (on the device: codes cross to the CPU as int8). `embedded`: also each
+    item's embedding (`HashModel.forward_embedded`), returned second."""
     was_training = model.training
     model.eval()
     dtype = _input_dtype(model)
-    out = []
+    out, emb = [], []
     exact = autocast is contextlib.nullcontext and torch.device(device).type == "cuda"
     tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     if exact:  # float32 means float32: TF32 products would move outputs near 0 across the sign
@@ -67,7 +78,11 @@ def _forward(model: nn.Module, dataset: HashDataset, indices, options: InputOpti
     try:
         for x in dataset.encode_batches(check_indices(dataset, indices), options, device, progress, batch_size):
             with autocast():
-                u = model(x.to(dtype))
+                if embedded:
+                    u, e = model.forward_embedded(x.to(dtype))
+                    emb.append(e.float().cpu().numpy())
+                else:
+                    u = model(x.to(dtype))
             out.append(per_batch(u).cpu().numpy())
     finally:
         model.train(was_training)
@@ -75,7 +90,8 @@ def _forward(model: nn.Module, dataset: HashDataset, indices, options: InputOpti
             torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
     if not out:  # no items: an empty array of the dtype the batches would have had
         out.append(per_batch(torch.empty((0, getattr(model, "bits", 0)))).numpy())
-    return np.concatenate(out)
+        emb.append(np.empty((0, 1), np.float32))
+    return (np.concatenate(out), np.concatenate(emb)) if embedded else np.concatenate(out)
 
 
 def all_gather(fabric, tensor: torch.Tensor) -> torch.Tensor:

@@ -88,16 +88,19 @@ const chosenClasses = () => classBoxes().filter((b) => b.checked).map((b) => Num
 function summarize() {
   const chosen = chosenClasses();
   $("options-summary").textContent = (chosen.length ? chosen.map((c) => className(c, state.names)).join(", ")
-    : "all classes") + ($("rerank").checked && !$("rerank").disabled ? "; re-ranked" : "");
+    : "all classes") + ($("rescore").checked && !$("rescore").disabled ? "; re-scored" : "");
 }
 
 // --- the query -----------------------------------------------------------------------------------
 const mode = () => (document.querySelector("input[name=mode]:checked") || {}).value;
 function showMode() {
   for (const panel of document.querySelectorAll(".mode-panel")) panel.hidden = panel.dataset.mode !== mode();
-  const real = state.about && state.about.input_kind && (mode() === "image" || mode() === "features");
-  $("rerank").disabled = !real; $("rerank-factor").disabled = !real;
-  $("rerank-hint").textContent = real ? "" : "Re-ranking needs the query's real outputs: an image or a feature row through the attached run.";
+  const kept = Boolean(state.about && state.about.index.embedding_dim);
+  const own = mode() === "item" || (state.about && state.about.input_kind && (mode() === "image" || mode() === "features"));
+  $("rescore").disabled = !(kept && own); $("rescore-factor").disabled = !(kept && own);
+  $("rescore-hint").textContent = !kept
+    ? "The index keeps no embeddings: results come in Hamming order, and items at the same distance in id order."
+    : (own ? "" : "Re-scoring needs the query's embedding: an image, a feature row through the attached run, or an item.");
   summarize();
 }
 
@@ -125,31 +128,37 @@ async function theQuery() {
     const id = $("query-item").value.trim();
     if (!/^\d+$/.test(id)) throw new ApiError("Give an item id (a whole number, 0 or more).");
     const item = await api("GET", `/items/${id}`);
-    return { code: item.code, label: `item ${id}`, item: Number(id), labels: item.labels };
+    return { code: item.code, label: `item ${id}`, item: Number(id), labels: item.labels, embedding: item.embedding };
   }
   const code = $("query-code").value.trim().replace(/\s+/g, "");
   if (!code) throw new ApiError("Paste a code (hex) first.");
   return { code, label: "the code", item: null };
 }
 
-// One request: /search/image for an image (the service encodes it: its code and real outputs
-// never travel through the page), else /search with the code or the feature row.
+// One request: /search/image for an image (the service encodes it: its code and embedding
+// never travel through the page), else /search with the code (an item's with its stored
+// embedding) or the feature row.
 function searchRequest(q, how, labels) {
   // an item's own code is among its hits: ask for one more, shown apart as the query
   const k = how.radius !== null ? null : (q.item === null ? how.k : Math.min(how.k + 1, state.about.limits.max_k));
-  const rerank = !$("rerank").disabled && $("rerank").checked ? Number($("rerank-factor").value || 4) : null;
+  const kept = Boolean(state.about.index.embedding_dim);
+  const rescore = !$("rescore").disabled && $("rescore").checked ? Number($("rescore-factor").value || 16) : null;
   if (q.file) {
     const form = new FormData();
     form.append("files", q.file, q.file.name);
     if (k !== null) form.append("k", String(k)); else form.append("radius", String(how.radius));
     if (labels.length) form.append("labels", labels.join(","));
-    if (rerank !== null) form.append("rerank_factor", String(rerank));
+    if (rescore !== null && k !== null) form.append("rescore_factor", String(rescore));
+    else if (kept) form.append("rescore", "false");
     return ["/search/image", undefined, form];
   }
   const body = q.features ? { features: [q.features] } : { codes: [q.code] };
   if (k !== null) body.k = k; else body.radius = how.radius;
   if (labels.length) body.labels = [labels];
-  if (rerank !== null && q.features) body.rerank_factor = rerank;
+  if (rescore !== null && k !== null && (q.features || q.embedding)) {
+    body.rescore_factor = rescore;
+    if (q.embedding) body.embeddings = [q.embedding];
+  } else if (kept && !q.code) body.rescore = false;
   return ["/search", body, undefined];
 }
 
@@ -183,7 +192,19 @@ async function runSearch() {
   state.searched = true;
   writeAddress({ mode: mode(), item: q.item, code: result.code, k: how.k, radius: how.radius, labels });
   $("timing").textContent = `The search took ${took.toFixed(1)} ms (round trip).`;
-  status(`${hits.length} results for ${q.label}` + (q.item !== null ? "; the query item is shown first, marked \u201cquery\u201d." : "."));
+  status(`${hits.length} results for ${q.label}` + (q.item !== null ? "; the query item is shown first, marked \u201cquery\u201d." : ".")
+    + tiesNote(hits));
+}
+
+// Hamming order only, and most hits share the query's code: their order says nothing about them
+function tiesNote(hits) {
+  if (!hits.length || hits.some((h) => h.score !== undefined)) return "";
+  const same = hits.filter((h) => h.distance === 0).length;
+  if (2 * same <= hits.length) return "";
+  const why = state.about.index.embedding_dim ? "re-scoring is off"
+    : "the index keeps no embeddings to tell them apart (build it with its embeddings to re-score)";
+  return ` ${same} of the ${hits.length} share the query's code exactly: at equal distance they come in id order, `
+    + `since ${why}.`;
 }
 
 function cardContext(queryCode) {
@@ -273,7 +294,7 @@ function acceptDrops() {
 
 async function setUp() {
   for (const radio of document.querySelectorAll("input[name=mode]")) radio.addEventListener("change", showMode);
-  $("rerank").addEventListener("change", summarize);
+  $("rescore").addEventListener("change", summarize);
   $("search-form").addEventListener("submit", (e) => { e.preventDefault(); guarded(runSearch); });
   $("add-form").addEventListener("submit", (e) => { e.preventDefault(); guarded(addImages); });
   $("query-file").addEventListener("change", () => { const f = $("query-file").files[0]; if (f) chooseImage(f); });

@@ -1,0 +1,141 @@
+"""Two-stage search: Hamming candidates re-scored by stored embeddings (docs/search.md, "Re-scoring").
+
+An index may keep one embedding per item beside its code (for an image run the backbone's pooled
+features, for a feature run its input features after the input contract). They are kept as
+unit vectors in float16 (`unit_rows`): cosine similarity is then a dot product, and the stored
+bytes of equal embeddings are equal, so equal items score equally bit for bit.
+
+`rescore_search(index, queries, k, embeddings)`: the index's own search (any kind, any backend,
+label filters included) returns each query's top `k * factor` candidates by Hamming distance
+(fewer when the index holds fewer items); each candidate is scored by the cosine similarity of
+the query's embedding and its own (`cosine_scores`, float64 sums of float32 products), and the best
+k are kept: **descending score, ties by ascending Hamming distance, then ascending id**. A query
+whose embedding is all zeros scores 0 everywhere and keeps the Hamming order.
+
+Nothing here imports beyond numpy and the index's own checks: the application side (an encoder,
+`lbhash.index.searcher.QueryEncoder`) passes the embeddings in.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lbhash.errors import InputError
+from lbhash.index import _checks
+from lbhash.index._padding import PAD_DISTANCE, PAD_ID
+from lbhash.index.backend import Backend, Reranked
+
+RESCORE_FACTOR = 16  # Hamming candidates per result when a search re-scores (docs/search.md, measured)
+EMBEDDING_DTYPE = np.dtype(np.float16)
+MAX_EMBEDDING_DIM = 65_536
+BUDGET = 1 << 22  # gathered embedding values scored at a time (about 32 MB in float64)
+
+
+def check_embeddings(x, n: int, dim: int | None = None, name: str = "embeddings") -> np.ndarray:
+    """Embeddings as float64 (n, d): 2-D real numbers, all finite, `dim` wide when given."""
+    arr = np.asarray(x)
+    if arr.dtype.kind not in "biuf" or arr.ndim != 2 or not 1 <= arr.shape[1] <= MAX_EMBEDDING_DIM:
+        raise InputError(f"{name} must be a 2-D array of real numbers (n, d) with 1 <= d <= {MAX_EMBEDDING_DIM}, "
+                         f"got {arr.dtype} with shape {arr.shape}")
+    if len(arr) != n:
+        raise InputError(f"{name} has {len(arr)} rows but there are {n} codes")
+    if dim is not None and arr.shape[1] != dim:
+        raise InputError(f"{name} are {arr.shape[1]}-dimensional but the index keeps {dim}-dimensional embeddings")
+    arr = arr.astype(np.float64)
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        r, c = (int(i) for i in np.argwhere(bad)[0])
+        raise InputError(f"{name} holds {arr[r, c]} at row {r}, column {c}; only finite numbers are allowed")
+    return arr
+
+
+def stored_embeddings(embeddings, n: int, dim: int | None, held: bool) -> np.ndarray | None:
+    """An add's embeddings as an index stores them (unit float16 rows), checked against what it
+    keeps: `dim` (None: none), `held` (it has held items, so it can no longer start keeping them)."""
+    if embeddings is None:
+        if dim is not None and n:
+            raise InputError(f"the index keeps a {dim}-dimensional embedding per item: give the items' embeddings "
+                             "with their codes")
+        return None
+    if dim is None and held:
+        raise InputError("the index keeps no embeddings (its first items came without them): add codes alone, "
+                         "or build a new index with embeddings")
+    return unit_rows(check_embeddings(embeddings, n, dim))
+
+
+def unit_rows(x: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length (float64 arithmetic; an all-zero row stays zero), as stored:
+    float16. A value too large for float64's square is scaled down first, so no row overflows."""
+    x = np.asarray(x, np.float64)
+    peak = np.abs(x).max(axis=1, keepdims=True) if x.size else np.ones((len(x), 1))
+    peak[peak == 0] = 1.0
+    scaled = x / peak
+    norm = np.sqrt((scaled * scaled).sum(axis=1, keepdims=True))
+    norm[norm == 0] = 1.0
+    return (scaled / norm).astype(EMBEDDING_DTYPE)
+
+
+def cosine_scores(queries: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Cosine similarity of unit `queries` (nq, d) and their candidates' stored unit `rows`
+    (nq, c, d), both float16 as stored: float64 (nq, c), the float64 sum of one pair's products
+    (exact: float16 values multiply exactly in float64). einsum without BLAS, so a pair's score
+    does not depend on what else is scored with it."""
+    q = np.ascontiguousarray(queries, EMBEDDING_DTYPE)
+    r = np.ascontiguousarray(rows, EMBEDDING_DTYPE)
+    return np.einsum("qcd,qd->qc", r, q, dtype=np.float64, casting="safe", optimize=False)
+
+
+def candidate_count(k: int, factor: int, ntotal: int) -> int:
+    """Hamming candidates to fetch: k * factor, at most the index's size (at least 1)."""
+    return max(1, min(k * factor, ntotal))
+
+
+def rescore_search(index: Backend, queries, k, embeddings, labels=None, factor=RESCORE_FACTOR) -> Reranked:
+    """Top-k of `index` (any `Backend` holding embeddings; its `check_k` holds the candidates to
+    its cap on results, as Milvus has one) re-scored by the queries' `embeddings` (nq, d).
+
+    Returns `Reranked` (scores float64, distances int32, ids int64), each (nq, k): the cosine
+    similarity, the Hamming distance to the query's code and the id of each hit, in (descending
+    score, distance, id) order; rows with fewer than k hits are padded with -inf, PAD_DISTANCE
+    and PAD_ID."""
+    k = _checks.top_k(k)
+    factor = _checks.rescore_factor(factor)
+    queries = _checks.packed_codes(queries, index.bits, "queries")
+    dim = index.embedding_dim
+    if dim is None:
+        raise InputError("the index keeps no embeddings, so it cannot re-score: search in Hamming order "
+                         "(--no-rescore, rescore false), or build the index with its embeddings")
+    query_units = unit_rows(check_embeddings(embeddings, len(queries), dim, "query embeddings"))
+    wanted = candidate_count(k, factor, index.ntotal)
+    index.check_k(wanted, f"k * rescore_factor ({wanted} candidates)")
+    dist, ids = index.search(queries, wanted, labels)
+    return rescore_candidates(query_units, dist, ids, index.get_embeddings, k)
+
+
+def rescore_candidates(query_units: np.ndarray, dist: np.ndarray, ids: np.ndarray, embeddings_of, k: int) -> Reranked:
+    """Score candidate rows (dist, ids: (nq, c), ids < 0 are padding) and keep the best k.
+    `embeddings_of(unique_ids)` gives their stored unit embeddings (m, d)."""
+    nq, c = ids.shape
+    out_s = np.full((nq, k), -np.inf)
+    out_d = np.full((nq, k), PAD_DISTANCE, np.int32)
+    out_i = np.full((nq, k), PAD_ID, np.int64)
+    valid = ids >= 0
+    if not valid.any():
+        return Reranked(out_s, out_d, out_i)
+    found = np.unique(ids[valid])
+    stored = np.asarray(embeddings_of(found))
+    keep = min(k, c)
+    step = max(1, BUDGET // max(1, c * stored.shape[1]))
+    for s in range(0, nq, step):  # bounded memory: (step, c, d) gathered rows
+        e = min(nq, s + step)
+        ok = valid[s:e]
+        where = np.searchsorted(found, np.where(ok, ids[s:e], found[0]))
+        scores = cosine_scores(query_units[s:e], stored[where])
+        scores[~ok] = -np.inf  # padding goes last (a real score is finite)
+        # ascending (-score, distance, id): equal scores in Hamming order, then by id
+        order = np.lexsort((ids[s:e], dist[s:e], -scores), axis=1)[:, :keep]
+        rows_ok = np.take_along_axis(ok, order, 1)
+        out_s[s:e, :keep] = np.take_along_axis(scores, order, 1)
+        out_d[s:e, :keep] = np.where(rows_ok, np.take_along_axis(dist[s:e], order, 1), PAD_DISTANCE)
+        out_i[s:e, :keep] = np.where(rows_ok, np.take_along_axis(ids[s:e], order, 1), PAD_ID)
+    return Reranked(out_s, out_d, out_i)

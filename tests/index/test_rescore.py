@@ -1,0 +1,238 @@
+"""Two-stage search (rescore_search over every backend, Searcher.rescore_search) against a
+brute-force reference (index_reference.rescored), tie order included; the embeddings an index
+keeps through changes, saves and loads, and the one-line refusals."""
+
+import json
+
+import numpy as np
+import pytest
+
+from index_fakes import FakeEncoder, fake_milvus
+from index_reference import PAD_DISTANCE, clustered_codes, random_codes, rescored, ternary_embeddings
+from lbhash.errors import InputError
+from lbhash.index import CodeIndex, Searcher, rescore_search
+from lbhash.index.rescore import unit_rows
+
+BITS, DIM = 16, 6
+
+
+def assert_matches(got, expected, k):
+    scores, dist, ids = got
+    for q, rows in enumerate(expected):
+        n = len(rows)
+        assert ids[q, :n].tolist() == [i for _, _, i in rows]
+        assert scores[q, :n].tolist() == [s for s, _, _ in rows]  # exact: the vectors' cosines are dyadic
+        assert dist[q, :n].tolist() == [d for _, d, _ in rows]
+        assert (ids[q, n:] == -1).all() and np.isneginf(scores[q, n:]).all() and (dist[q, n:] == PAD_DISTANCE).all()
+
+
+@pytest.fixture
+def tied(rng):
+    """Repeated codes and embeddings (ties in score and in distance), ids out of order, a zero
+    query embedding (every score 0: the Hamming order)."""
+    base, _ = clustered_codes(rng, 30, BITS, centers=6, max_flips=2)
+    pick = rng.integers(0, 30, 120)
+    codes = base[pick]
+    emb = ternary_embeddings(rng, 30, DIM)[pick % 11]
+    ids = rng.permutation(1000)[:120].astype(np.int64) * 7
+    labels = rng.integers(0, 3, 120)
+    queries = codes[rng.integers(0, 120, 9)] ^ rng.integers(0, 2, (9, BITS // 8), dtype=np.uint8)
+    q_emb = ternary_embeddings(rng, 9, DIM)
+    q_emb[3] = 0
+    return codes, ids, labels, emb, queries, q_emb
+
+
+def built(codes, ids, labels, emb, kind="flat", **params):
+    index = CodeIndex(BITS, kind, **params)
+    index.add(codes, ids=ids, labels=labels, embeddings=emb)
+    return index
+
+
+@pytest.mark.parametrize("k, factor", [(5, 1), (5, 4), (10, 3), (200, 2)])
+def test_flat_rescoring_matches_the_brute_force_reference_with_ties(tied, k, factor):
+    codes, ids, labels, emb, queries, q_emb = tied
+    got = rescore_search(built(codes, ids, labels, emb), queries, k, q_emb, factor=factor)
+    assert got.scores.dtype == np.float64 and got.distances.dtype == np.int32 and got.ids.dtype == np.int64
+    assert got.scores.shape == (9, k)
+    expected = rescored(queries, q_emb, codes, ids, emb, k, factor)
+    assert_matches(got, expected, k)
+    # the case must hold ties that the distance, and ties that only the id, break
+    pairs = [(r[t], r[t + 1]) for r in expected for t in range(len(r) - 1)]
+    assert k * factor < 20 or any(a[0] == b[0] and a[1] < b[1] for a, b in pairs)
+    assert k * factor < 20 or any(a[0] == b[0] and a[1] == b[1] for a, b in pairs)
+    zero = rescore_search(built(codes, ids, labels, emb), queries[3:4], k, q_emb[3:4], factor=factor)
+    hamming = built(codes, ids, labels, emb).search(queries[3:4], k)
+    assert zero.ids.tolist() == hamming.ids.tolist() and (zero.scores[zero.ids >= 0] == 0).all()
+
+
+def test_changed_index_rescores_as_its_contents(tied, rng):
+    """Upserts (the tail), removals (tombstones) and a fold keep each code with its embedding."""
+    codes, ids, labels, emb, queries, q_emb = tied
+    index = built(codes, ids, labels, emb)
+    codes, emb = codes.copy(), emb.copy()
+    for step in range(3):
+        pick = rng.choice(len(ids), 15, replace=False)
+        codes[pick] = random_codes(rng, 15, BITS)
+        emb[pick] = ternary_embeddings(rng, 15, DIM)
+        index.add(codes[pick], ids=ids[pick], labels=labels[pick], upsert=True, embeddings=emb[pick])
+    gone = rng.choice(len(ids), 10, replace=False)
+    index.remove(ids[gone])
+    keep = np.setdiff1d(np.arange(len(ids)), gone)
+    np.testing.assert_array_equal(index.get_embeddings(ids[keep]), unit_rows(emb[keep]))
+    expected = rescored(queries, q_emb, codes[keep], ids[keep], emb[keep], 6, 3)
+    assert_matches(rescore_search(index, queries, 6, q_emb, factor=3), expected, 6)
+    index.apply_fold(index.prepare_fold())
+    assert_matches(rescore_search(index, queries, 6, q_emb, factor=3), expected, 6)
+
+
+def test_label_filtered_rescoring(tied):
+    codes, ids, labels, emb, queries, q_emb = tied
+    filters = np.arange(9) % 3
+    got = rescore_search(built(codes, ids, labels, emb), queries, 6, q_emb, filters, 3)
+    assert_matches(got, rescored(queries, q_emb, codes, ids, emb, 6, 3, [labels == f for f in filters]), 6)
+
+
+@pytest.mark.parametrize("kind, params", [("ivf", {"nlist": 4, "nprobe": 1}), ("multihash", {"nflip": 0})])
+def test_every_kind_rescores_its_own_candidates(rng, kind, params):
+    """Approximate kinds: the re-scoring of exactly the candidates that kind's search returns."""
+    codes, _ = clustered_codes(rng, 400, BITS, centers=8, max_flips=3)
+    emb, labels = ternary_embeddings(rng, 400, DIM), rng.integers(0, 2, 400)
+    index = built(codes, np.arange(400), labels, emb, kind, **params)
+    assert index.is_trained
+    queries, q_emb = random_codes(rng, 6, BITS), ternary_embeddings(rng, 6, DIM)
+    for filters in (None, np.array([0, 1, 1, 0, 1, 0])):
+        dist, cand = index.search(queries, 12, labels=filters)
+        got = rescore_search(index, queries, 4, q_emb, filters, 3)
+        for q in range(6):
+            found = cand[q] >= 0
+            ref = rescored(queries[q:q + 1], q_emb[q:q + 1], index.get_codes(cand[q][found]), cand[q][found],
+                           emb[cand[q][found]], 4, 3)
+            assert_matches(tuple(a[q:q + 1] for a in got), ref, 4)
+
+
+def test_milvus_rescores_as_the_flat_index(tied):
+    """A MilvusIndex over the fake collection (no server): its embeddings travel with its codes,
+    and its re-scoring is the flat index's (tests/index/test_milvus.py repeats this on a server)."""
+    codes, ids, labels, emb, queries, q_emb = tied
+    milvus = fake_milvus(BITS, embedding_dim=DIM)
+    milvus.add(codes, ids=ids, labels=labels, embeddings=emb)
+    flat = built(codes, ids, labels, emb)
+    np.testing.assert_array_equal(milvus.get_embeddings(ids[::-1]), flat.get_embeddings(ids[::-1]))
+    for filters in (None, np.arange(9) % 3):
+        for a, b in zip(rescore_search(milvus, queries, 7, q_emb, filters, 4),
+                        rescore_search(flat, queries, 7, q_emb, filters, 4)):
+            np.testing.assert_array_equal(a, b)
+    with pytest.raises(InputError, match="keeps a 6-dimensional embedding per item"):
+        milvus.add(codes[:1], ids=[99999])
+    with pytest.raises(InputError, match="the index keeps no embeddings"):
+        fake_milvus(BITS).add(codes[:1], ids=[1], embeddings=emb[:1])
+
+
+def test_padding_small_and_empty_indexes(rng):
+    index = CodeIndex(BITS, embedding_dim=DIM)
+    queries, q_emb = random_codes(rng, 2, BITS), rng.standard_normal((2, DIM))
+    scores, dist, ids = rescore_search(index, queries, 3, q_emb)
+    assert (ids == -1).all() and np.isneginf(scores).all() and (dist == PAD_DISTANCE).all()
+    index.add(random_codes(rng, 2, BITS), ids=[5, 9], embeddings=rng.standard_normal((2, DIM)))
+    scores, dist, ids = rescore_search(index, queries, 3, q_emb)
+    assert sorted(ids[0, :2].tolist()) == [5, 9] and ids[0, 2] == -1 and np.isneginf(scores[:, 2]).all()
+    assert (np.abs(scores[:, :2]) <= 1.001).all()
+    assert rescore_search(index, queries[:0], 3, q_emb[:0]).ids.shape == (0, 3)
+
+
+def test_float_embeddings_score_their_cosine(rng):
+    """Gaussian embeddings: scores are the float cosine to float16's precision, in order."""
+    codes, emb = random_codes(rng, 50, BITS), rng.standard_normal((50, 32)) * 1e3
+    index = CodeIndex(BITS)
+    index.add(codes, embeddings=emb)
+    q = rng.standard_normal((3, 32))
+    scores, _, ids = rescore_search(index, codes[:3], 50, q, factor=1)
+    cos = (q / np.linalg.norm(q, axis=1, keepdims=True)) @ (emb / np.linalg.norm(emb, axis=1, keepdims=True)).T
+    np.testing.assert_allclose(scores, np.take_along_axis(cos, ids, 1), atol=2e-3)
+    assert (np.diff(scores, axis=1) <= 0).all()
+
+
+@pytest.mark.parametrize("q_emb, factor, fragment", [
+    (np.zeros((3, DIM)), 4, "query embeddings has 3 rows but there are 2 codes"),
+    (np.zeros((2, 5)), 4, "query embeddings are 5-dimensional but the index keeps 6-dimensional embeddings"),
+    (np.array([[np.nan] * DIM, [0.0] * DIM]), 4, "query embeddings holds nan at row 0, column 0"),
+    (np.full((2, DIM), "a"), 4, "query embeddings must be a 2-D array of real numbers"),
+    (np.zeros((2, DIM)), 0, "rescore_factor must be a positive integer"),
+    (np.zeros((2, DIM)), True, "rescore_factor must be a positive integer"),
+])
+def test_bad_rescore_input_is_one_line(rng, q_emb, factor, fragment):
+    index = CodeIndex(BITS)
+    index.add(random_codes(rng, 10, BITS), embeddings=rng.standard_normal((10, DIM)))
+    with pytest.raises(InputError, match=fragment) as err:
+        rescore_search(index, random_codes(rng, 2, BITS), 3, q_emb, factor=factor)
+    assert "\n" not in str(err.value)
+
+
+def test_codes_and_embeddings_go_together_or_are_refused(rng):
+    codes = random_codes(rng, 4, BITS)
+    plain = CodeIndex(BITS)
+    plain.add(codes)
+    kept = CodeIndex(BITS)
+    kept.add(codes, embeddings=np.ones((4, DIM)))
+    cases = [(lambda: plain.add(codes, embeddings=np.ones((4, DIM))), "the index keeps no embeddings"),
+             (lambda: kept.add(codes, ids=[7, 8, 9, 10]), "the index keeps a 6-dimensional embedding per item"),
+             (lambda: kept.add(codes, ids=[7, 8, 9, 10], embeddings=np.ones((3, DIM))), "embeddings has 3 rows"),
+             (lambda: kept.add(codes, ids=[7, 8, 9, 10], embeddings=np.ones((4, 5))), "are 5-dimensional"),
+             (lambda: rescore_search(plain, codes, 2, np.ones((4, DIM))), "the index keeps no embeddings, so it "
+                                                                          "cannot re-score"),
+             (lambda: plain.get_embeddings([0]), "the index keeps no embeddings")]
+    for call, fragment in cases:
+        with pytest.raises(InputError, match=fragment) as err:
+            call()
+        assert "\n" not in str(err.value)
+    assert kept.ntotal == 4 and plain.ntotal == 4  # nothing half-added
+
+
+def test_embeddings_are_saved_mapped_and_verified(tmp_path, rng):
+    codes, emb = random_codes(rng, 40, BITS), rng.standard_normal((40, DIM))
+    index = CodeIndex(BITS)
+    index.add(codes, embeddings=emb)
+    index.remove([3])
+    index.save(tmp_path / "ix")
+    loaded = CodeIndex.load(tmp_path / "ix")
+    from test_index_storage import maps_a_file
+    assert loaded.embedding_dim == DIM and maps_a_file(loaded._main.embeddings)
+    assert not loaded._main.embeddings.flags.writeable
+    ids = loaded.ids()
+    np.testing.assert_array_equal(loaded.get_embeddings(ids), unit_rows(emb[ids]))
+    manifest = json.loads((tmp_path / "ix" / "manifest.json").read_text())
+    assert manifest["embedding_dim"] == DIM and "embeddings.npy" in manifest["files"]
+    loaded.add(codes[:1], ids=[100], embeddings=emb[:1])  # a mapped start grows into memory
+    np.testing.assert_array_equal(loaded.get_embeddings([100, 0]), unit_rows(emb[[0, 0]]))
+    # one embedding too few, with a checksum that matches: the count is refused in one line
+    np.save(tmp_path / "ix" / "embeddings.npy", unit_rows(emb[ids[:-1]]))
+    from lbhash.index.storage import _file_digests
+    manifest["files"]["embeddings.npy"]["sha256"] = _file_digests(tmp_path / "ix", ["embeddings.npy"])["embeddings.npy"]
+    (tmp_path / "ix" / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(InputError, match="holds 38 embeddings but ids.npy has 39 codes; the embeddings and codes "
+                                         "disagree") as err:
+        CodeIndex.load(tmp_path / "ix")
+    assert "\n" not in str(err.value)
+    manifest.pop("embedding_dim")
+    (tmp_path / "ix" / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(InputError, match="embedding_dim None and the embeddings.npy entry must come together"):
+        CodeIndex.load(tmp_path / "ix")
+    index.save(tmp_path / "iy")
+    (tmp_path / "iy" / "embeddings.npy").write_bytes((tmp_path / "iy" / "embeddings.npy").read_bytes()[:-2] + b"xx")
+    with pytest.raises(InputError, match="embeddings.npy: checksum mismatch"):
+        CodeIndex.load(tmp_path / "iy")
+
+
+def test_searcher_rescores_by_the_encoders_embeddings(rng):
+    encoder = FakeEncoder(dim=12, bits=BITS)
+    x_db = rng.standard_normal((80, 12))
+    index = CodeIndex(BITS)
+    index.add(encoder.encode(x_db), embeddings=x_db)
+    x = rng.standard_normal((4, 12)).astype(np.float32)
+    searcher = Searcher(index, encoder)
+    codes, q_emb = searcher.embeddings(x)
+    np.testing.assert_array_equal(codes, encoder.encode(x))
+    np.testing.assert_array_equal(q_emb, x)
+    got = searcher.rescore_search(x, 5, factor=3)
+    for a, b in zip(got, rescore_search(index, encoder.encode(x), 5, x, factor=3)):
+        np.testing.assert_array_equal(a, b)
