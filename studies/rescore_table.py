@@ -57,7 +57,7 @@ def main() -> None:
     pick = np.concatenate([rng.choice(np.flatnonzero(test & (y == c)), per, replace=False) for c in range(10)])
     x_q, y_q = x[pick], y[pick]
 
-    from lbhash.train import HashEncoder
+    from lbhash import HashEncoder
 
     start = time.time()
     enc = HashEncoder(method="csq", bits=64, epochs=args.epochs, seed=0, progress=False).fit(x_db, y_db)

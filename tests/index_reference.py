@@ -42,8 +42,9 @@ def split_ranges(lims, dist, ids):
     return [list(zip(dist[a:b].tolist(), ids[a:b].tolist())) for a, b in zip(lims[:-1], lims[1:])]
 
 
-def rescored(queries, query_emb, codes, ids, emb, k, factor, allowed=None):
-    """Per query: the Hamming top k * factor by (distance, id) among the allowed items, scored
+def rescored(queries, query_emb, codes, ids, emb, k, factor, allowed=None, cap=10_000):
+    """Per query: the Hamming top k * factor by (distance, id) among the allowed items, and
+    every other allowed item as close as the last of them (when they are at most `cap`), scored
     by cosine similarity in Python floats (dot / (norm * norm), 0 for a zero vector), sorted by
     (-score, distance, id): [(score, distance, id), ...][:k]. Exact for the tests' vectors, whose
     entries are 0 and +/-1 with four non-zeros (unit entries +/-0.5: float16 holds them)."""
@@ -57,7 +58,11 @@ def rescored(queries, query_emb, codes, ids, emb, k, factor, allowed=None):
 
     for q in range(len(queries)):
         mask = np.ones(len(ids), bool) if allowed is None else allowed[q]
-        cands = sorted((int(dist[q, j]), int(ids[j]), j) for j in range(len(ids)) if mask[j])[:k * factor]
+        ranked = sorted((int(dist[q, j]), int(ids[j]), j) for j in range(len(ids)) if mask[j])
+        cands = ranked[:k * factor]
+        if len(ranked) > k * factor:
+            tied = [c for c in ranked if c[0] <= cands[-1][0]]
+            cands = tied if len(tied) <= cap else cands
         scored = [(cosine(query_emb[q], emb[j]), d, i) for d, i, j in cands]
         out.append(sorted(scored, key=lambda t: (-t[0], t[1], t[2]))[:k])
     return out

@@ -94,7 +94,8 @@ def test_label_filtered_rescoring(tied):
 
 @pytest.mark.parametrize("kind, params", [("ivf", {"nlist": 4, "nprobe": 1}), ("multihash", {"nflip": 0})])
 def test_every_kind_rescores_its_own_candidates(rng, kind, params):
-    """Approximate kinds: the re-scoring of exactly the candidates that kind's search returns."""
+    """Approximate kinds: the re-scoring of exactly the candidates that kind's search returns,
+    widened to what its own range search finds within the last candidate's distance."""
     codes, _ = clustered_codes(rng, 400, BITS, centers=8, max_flips=3)
     emb, labels = ternary_embeddings(rng, 400, DIM), rng.integers(0, 2, 400)
     index = built(codes, np.arange(400), labels, emb, kind, **params)
@@ -103,11 +104,19 @@ def test_every_kind_rescores_its_own_candidates(rng, kind, params):
     for filters in (None, np.array([0, 1, 1, 0, 1, 0])):
         dist, cand = index.search(queries, 12, labels=filters)
         got = rescore_search(index, queries, 4, q_emb, filters, 3)
+        widened = 0
         for q in range(6):
-            found = cand[q] >= 0
-            ref = rescored(queries[q:q + 1], q_emb[q:q + 1], index.get_codes(cand[q][found]), cand[q][found],
-                           emb[cand[q][found]], 4, 3)
+            pool = cand[q][cand[q] >= 0]
+            if cand[q, -1] >= 0:
+                row = None if filters is None else filters[q:q + 1]
+                near = index.range_search(queries[q:q + 1], int(dist[q, -1]), row).ids
+                widened += len(near) > len(pool)
+                pool = near if len(near) > len(pool) else pool
+            ref = rescored(queries[q:q + 1], q_emb[q:q + 1], index.get_codes(pool), pool, emb[pool], 4, len(pool))
             assert_matches(tuple(a[q:q + 1] for a in got), ref, 4)
+        # the ivf case holds ties at the boundary; multihash with nflip 0 finds only its query's
+        # own code bucket within any radius, so its candidates have nothing to widen to
+        assert widened or kind == "multihash"
 
 
 def test_milvus_rescores_as_the_flat_index(tied):

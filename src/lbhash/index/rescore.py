@@ -7,7 +7,10 @@ bytes of equal embeddings are equal, so equal items score equally bit for bit.
 
 `rescore_search(index, queries, k, embeddings)`: the index's own search (any kind, any backend,
 label filters included) returns each query's top `k * factor` candidates by Hamming distance
-(fewer when the index holds fewer items); each candidate is scored by the cosine similarity of
+(fewer when the index holds fewer items), widened to every item as close as the last of them
+(`with_boundary_ties`: center-based codes put a whole class at one distance, and the top
+k * factor of a tie taken by id would be the class's first ids, whatever the picture); each
+candidate is scored by the cosine similarity of
 the query's embedding and its own (`cosine_scores`, float64 sums of float32 products), and the best
 k are kept: **descending score, ties by ascending Hamming distance, then ascending id**. A query
 whose embedding is all zeros scores 0 everywhere and keeps the Hamming order.
@@ -24,6 +27,7 @@ from lbhash.errors import InputError
 from lbhash.index import _checks
 from lbhash.index._padding import PAD_DISTANCE, PAD_ID
 from lbhash.index.backend import Backend, Reranked
+from lbhash.limits import MAX_RESCORE_CANDIDATES
 
 RESCORE_FACTOR = 16  # Hamming candidates per result when a search re-scores (docs/search.md, measured)
 EMBEDDING_DTYPE = np.dtype(np.float16)
@@ -109,7 +113,38 @@ def rescore_search(index: Backend, queries, k, embeddings, labels=None, factor=R
     wanted = candidate_count(k, factor, index.ntotal)
     index.check_k(wanted, f"k * rescore_factor ({wanted} candidates)")
     dist, ids = index.search(queries, wanted, labels)
+    if wanted < index.ntotal:
+        dist, ids = with_boundary_ties(index, queries, dist, ids, labels)
     return rescore_candidates(query_units, dist, ids, index.get_embeddings, k)
+
+
+def with_boundary_ties(index: Backend, queries: np.ndarray, dist: np.ndarray, ids: np.ndarray, labels=None,
+                       cap: int = MAX_RESCORE_CANDIDATES) -> tuple[np.ndarray, np.ndarray]:
+    """Each full row of candidates (dist, ids (nq, c)) widened to every item within its last
+    distance (`range_search`, the same label filter), when those are at most `cap`; a row
+    whose ties exceed the cap keeps its c candidates (the first by id). Rows come back padded
+    to the longest, with PAD_DISTANCE and PAD_ID."""
+    full = ids[:, -1] >= 0
+    if not full.any():
+        return dist, ids
+    rows = None if labels is None else _checks.label_rows(labels, len(queries), "query labels")
+    wide: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    for radius in np.unique(dist[full, -1]):
+        members = np.flatnonzero(full & (dist[:, -1] == radius))
+        found = index.range_search(queries[members], int(radius), None if rows is None else rows.take(members))
+        for j, q in enumerate(members):
+            a, b = found.lims[j], found.lims[j + 1]
+            if ids.shape[1] < b - a <= cap:
+                wide[int(q)] = found.distances[a:b], found.ids[a:b]
+    if not wide:
+        return dist, ids
+    width = max(len(i) for _, i in wide.values())
+    out_d = np.full((len(ids), width), PAD_DISTANCE, np.int32)
+    out_i = np.full((len(ids), width), PAD_ID, np.int64)
+    out_d[:, :dist.shape[1]], out_i[:, :ids.shape[1]] = dist, ids
+    for q, (d, i) in wide.items():
+        out_d[q, :len(d)], out_i[q, :len(i)] = d, i
+    return out_d, out_i
 
 
 def rescore_candidates(query_units: np.ndarray, dist: np.ndarray, ids: np.ndarray, embeddings_of, k: int) -> Reranked:
