@@ -1,5 +1,6 @@
-"""Each layer imports only the layers below it; the README and the package docstring list the
-same layers in the same order."""
+"""Each layer imports only the layers below it, and the two engines are leaves: `index` imports
+only the bottom layer (codes in, neighbours out) and `train` nothing of `index` or `runs`. The
+README and the package docstring list the same layers in the same order."""
 
 import ast
 import re
@@ -17,8 +18,8 @@ LAYERS = [
     {"encoders"},
     {"evaluate"},
     {"train"},
-    {"runs"},
     {"index"},
+    {"runs"},
     {"reproduce"},
     {"service"},
     {"cli"},
@@ -66,6 +67,32 @@ def layer_line(text: str) -> list[str]:
     """The layers of the first 'codes -> centers -> ...' line of a text."""
     line = next(m.group(0) for m in map(ARROW.match, text.splitlines()) if m)
     return [part.strip().strip("`") for part in line.split("->")]
+
+
+# what an engine may import besides itself: index is a leaf over the bottom layer; train sits
+# below index and runs in LAYERS, so the order alone keeps it from them
+LEAVES = {"index": LAYERS[0]}
+
+
+def test_the_search_engine_imports_only_the_bottom_layer():
+    bad = []
+    for own, allowed in LEAVES.items():
+        for path in (PACKAGE / own).rglob("*.py"):
+            for target, line in imported_lbhash_modules(path):
+                if target != own and target not in allowed:
+                    bad.append(f"{path.relative_to(PACKAGE)}:{line} imports lbhash.{target}")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_leaf_rule_sees_an_import_of_data_from_index(tmp_path, monkeypatch):
+    package = tmp_path / "lbhash"
+    (package / "index").mkdir(parents=True)
+    (package / "index" / "x.py").write_text("from lbhash.data import load_data\nfrom lbhash.codes import pack\n")
+    monkeypatch.setattr(__import__(__name__), "PACKAGE", package)
+    import pytest
+
+    with pytest.raises(AssertionError, match="index/x.py:1 imports lbhash.data"):
+        test_the_search_engine_imports_only_the_bottom_layer()
 
 
 def test_readme_and_package_docstring_list_the_layers_of_this_test():

@@ -149,7 +149,8 @@ def test_feature_chain_with_dequantization(tmp_path, feature_slice):
     assert [whole[i]["ids"] for i in picks.tolist()] == [r["ids"] for r in by_rows]
 
     from lbhash import HashEncoder
-    from lbhash.index import CodeIndex, Searcher
+    from lbhash.index import CodeIndex
+    from lbhash.runs.searcher import Searcher
 
     enc = HashEncoder.load(run)
     np.testing.assert_array_equal(enc.encode(stored[picks]), new["codes"])

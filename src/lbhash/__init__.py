@@ -6,7 +6,7 @@ searching them.
 
 Layers, lowest first; each imports only the layers before it (errors, _io, _lazy, arrays, checks, cpus,
 labels, limits, options and ranking sit beside codes at the bottom):
-codes -> centers -> surrogate -> methods -> models -> data -> encoders -> evaluate -> train -> runs -> index -> reproduce -> service -> cli
+codes -> centers -> surrogate -> methods -> models -> data -> encoders -> evaluate -> train -> index -> runs -> reproduce -> service -> cli
 """
 
 __version__ = "0.2.0"

@@ -10,7 +10,8 @@ import pytest
 from index_fakes import FakeEncoder, fake_milvus
 from index_reference import PAD_DISTANCE, clustered_codes, random_codes, rescored, ternary_embeddings
 from lbhash.errors import InputError
-from lbhash.index import CodeIndex, Searcher, rescore_search
+from lbhash.index import CodeIndex, rescore_search
+from lbhash.runs.searcher import Searcher
 from lbhash.index.rescore import unit_rows
 
 BITS, DIM = 16, 6

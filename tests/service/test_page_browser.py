@@ -21,7 +21,7 @@ import pytest
 
 from helpers import cli
 from lbhash.index import CodeIndex
-from lbhash.index.origins import read_sources
+from lbhash.runs.origins import read_sources
 from browser_helpers import MISSING, WAIT_S, PageDriver, headless_chromium, requests_seen, served_in_thread
 from page_helpers import noisy
 from serve_helpers import Server, free_port

@@ -92,17 +92,17 @@ def build(source: Path, out: str, kind: str, part: str | None, data_spec: str | 
     searches re-score their Hamming candidates; --no-embeddings leaves them out.
     """
     from lbhash.errors import InputError
-    from lbhash.index import sources
+    from lbhash.runs import index_sources
 
     spec = None
     if source.is_dir():
-        part = sources.run_part(source, part)
-        spec = sources.run_data(source, data_spec, part)  # the run's data, found from here (None: not a run)
-        data = sources.run_codes(source, part, spec)
+        part = index_sources.run_part(source, part)
+        spec = index_sources.run_data(source, data_spec, part)  # the run's data, found from here (None: not a run)
+        data = index_sources.run_codes(source, part, spec)
     elif part is not None or data_spec is not None:
         raise InputError(f"{'--part' if part is not None else '--data'} applies to a run directory, not to a codes file")
     else:
-        data = sources.codes_file(source)
+        data = index_sources.codes_file(source)
     ids = data["ids"] if data["ids"] is not None else np.arange(len(data["codes"]))
     given = {k: v for k, v in dict(nlist=nlist, nprobe=nprobe, nhash=nhash, nflip=nflip).items() if v is not None}
     emb = None if no_embeddings or spec is None else _run_embeddings(source, ids, spec)
@@ -122,17 +122,17 @@ def build(source: Path, out: str, kind: str, part: str | None, data_spec: str | 
     if backend == "faiss":
         from lbhash.index.writer_lock import writer_lock
 
-        model = sources.run_model(source) if source.is_dir() else None
+        model = index_sources.run_model(source) if source.is_dir() else None
         if model is not None:  # the model whose codes these are: searches with --run check it
-            index.metadata[sources.MODEL_KEY] = model
+            index.metadata[index_sources.MODEL_KEY] = model
         if spec is not None:  # ids are positions in this data
             index.metadata["data"] = spec
-            if sources.has_sources(spec):
+            if index_sources.has_sources(spec):
                 _record_sources(index, spec, ids)
             else:  # feature rows: no sources, but the run may have recorded its classes' names
-                from lbhash.index.origins import record_class_names
+                from lbhash.runs.origins import record_class_names
 
-                record_class_names(index, spec, sources.run_class_names(source))
+                record_class_names(index, spec, index_sources.run_class_names(source))
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         with writer_lock(out, "lbhash index build"):  # no server or other writer changes it meanwhile
             if Path(out).exists() and not overwrite:  # made by another writer since the check above
@@ -148,9 +148,9 @@ def build(source: Path, out: str, kind: str, part: str | None, data_spec: str | 
 def _run_embeddings(run_dir: Path, ids, spec: str):
     """The embeddings the index keeps of a run's items (lbhash.runs.codes.item_embeddings),
     passed in to the index; None for a directory of codes without a trained run."""
-    from lbhash.index import sources
+    from lbhash.runs import index_sources
 
-    if sources.run_model(run_dir) is None:
+    if index_sources.run_model(run_dir) is None:
         return None
     from lbhash.runs.codes import item_embeddings
 
@@ -158,10 +158,10 @@ def _run_embeddings(run_dir: Path, ids, spec: str):
 
 
 def _record_sources(index, data: str, ids) -> None:
-    """Record each item's file, member or row (lbhash.index.origins: thumbnails, `lbhash search`);
+    """Record each item's file, member or row (lbhash.runs.origins: thumbnails, `lbhash search`);
     image data that cannot be read is one line naming the fix, before anything is written."""
     from lbhash.errors import InputError
-    from lbhash.index.origins import record_sources
+    from lbhash.runs.origins import record_sources
 
     try:
         record_sources(index, data, ids)
@@ -193,13 +193,14 @@ def _new_milvus(name: str, uri: str, bits: int, kind: str, given: dict, overwrit
 def add(index_dir: Path, codes_file: Path, upsert: bool) -> None:
     """Add the codes of CODES_FILE (an `lbhash encode` .npz) to INDEX_DIR, atomically."""
     from lbhash.errors import InputError
-    from lbhash.index import CodeIndex, sources
-    from lbhash.index.origins import forget_sources
+    from lbhash.index import CodeIndex
+    from lbhash.runs import index_sources
+    from lbhash.runs.origins import forget_sources
     from lbhash.index.writer_lock import writer_lock
 
     with writer_lock(index_dir, "lbhash index add"):  # read, change and save with no other writer
         index = CodeIndex.load(index_dir)
-        data = sources.codes_file(codes_file)
+        data = index_sources.codes_file(codes_file)
         if data["bits"] != index.bits:
             raise InputError(f"{codes_file} holds {data['bits']}-bit codes but {index_dir} holds {index.bits}-bit codes")
         ids = index.add(data["codes"], ids=data["ids"], labels=data["labels"], upsert=upsert)
@@ -219,7 +220,7 @@ def remove(index_dir: Path, ids_text: str | None, ids_file: Path | None) -> None
     removed then.
     """
     from lbhash.index import CodeIndex
-    from lbhash.index.origins import forget_sources
+    from lbhash.runs.origins import forget_sources
     from lbhash.index.writer_lock import writer_lock
 
     with writer_lock(index_dir, "lbhash index remove"):  # read, change and save with no other writer
@@ -262,7 +263,7 @@ def info(index_dir: Path, as_json: bool, backend: str, uri: str) -> None:
                    "exact": index.exact, "trained": index.is_trained, "searches": searches(index),
                    "next_id": index.next_id, "embedding_dim": index.embedding_dim,
                    "bytes_on_disk": directory_bytes(index_dir)}
-        from lbhash.index.origins import read_sources
+        from lbhash.runs.origins import read_sources
 
         record = read_sources(index)
         summary["sources"] = f"{len(record)} items of {record.data}" if record else "none recorded"

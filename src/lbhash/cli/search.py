@@ -71,7 +71,7 @@ def search(index_dir: str, codes_path, features_path, image_paths, run_dir, expo
     names, queries, query_labels = _queries(index, codes_path, features_path, image_paths, encoder, rescore)
     hits = search_hits(index, queries, plan, None if classes is None else [classes] * len(queries))
     found = np.array(sorted({i for h in hits for i in h.ids}), np.int64)
-    from lbhash.index.origins import read_sources
+    from lbhash.runs.origins import read_sources
 
     record = read_sources(index)  # sources and class names, parsed once
     source_of = _hit_sources(index, record, found, run_dir, index_dir, backend)
@@ -101,7 +101,7 @@ def _rescores(index, encoder, radius, factor, no_rescore: bool) -> bool:
         return False
     if factor is not None:
         return True  # (an encoder without embeddings then says so in one line)
-    from lbhash.index import QueryEncoder
+    from lbhash.runs.searcher import QueryEncoder
 
     return encoder is not None and radius is None and QueryEncoder(encoder, index.bits).gives_embeddings
 
@@ -160,7 +160,7 @@ def _queries(index, codes_path, features_path, image_paths, encoder, rescore: bo
         names, codes, labels = _code_queries(index, codes_path)
         return names, Queries(codes), labels
     from lbhash.data import load_data
-    from lbhash.index import QueryEncoder
+    from lbhash.runs.searcher import QueryEncoder
 
     run = QueryEncoder(encoder, index.bits)
     _check_query_kind(run.input_kind, features_path, image_paths)
@@ -250,7 +250,7 @@ def _image_files(image_paths) -> list[Path]:
 
 
 def _hit_sources(index, record, ids, run_dir, index_dir, backend: str) -> dict:
-    """id -> the file, member or row it came from: the index's own `record` (lbhash.index.origins),
+    """id -> the file, member or row it came from: the index's own `record` (lbhash.runs.origins),
     else, for an index built from a run on image data whose run is given, that run's data."""
     from lbhash.index.uploads import KeptImages, item_origin, media_dir_for
 
@@ -263,7 +263,7 @@ def _hit_sources(index, record, ids, run_dir, index_dir, backend: str) -> dict:
     data = index.metadata.get("data")
     if run_dir is None or data is None or not len(ids):
         return {}
-    from lbhash.index.sources import item_sources, run_data
+    from lbhash.runs.index_sources import item_sources, run_data
 
     if run_data(run_dir) != data:
         return {}

@@ -3,7 +3,7 @@ Runtime and numpy, no torch: lbhash.encoders.exported).
 
 Two implementations: a trained run's torch model (`lbhash.runs.encoder.RunEncoder`, and
 `HashEncoder`, which adds fit) and a run exported by `lbhash export` (`ExportedEncoder`).
-`lbhash.index.Searcher`, `lbhash search` and the service use either through this interface.
+`lbhash.runs.searcher.Searcher`, `lbhash search` and the service use either through this interface.
 This module imports nothing heavy (no numpy either), so that a layer may name the interface
 without loading a model's stack.
 """

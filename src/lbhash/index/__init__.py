@@ -1,7 +1,7 @@
 """Search over packed binary codes (docs/search.md): `Backend`, the one interface of a backend
 (lbhash.index.backend: `search` returns `TopK`, `range_search` `InRange`), which `CodeIndex`
-(FAISS) and `MilvusIndex` (a Milvus server, imported lazily) implement; `QueryEncoder`, which
-turns raw inputs into `Queries`, and `Searcher`, which searches a backend with them.
+(FAISS) and `MilvusIndex` (a Milvus server, imported lazily) implement. Codes and embeddings in,
+neighbours out: raw inputs become `Queries` above it (lbhash.runs.searcher).
 `rescore_search(index, queries, k, embeddings)` re-scores any backend's Hamming candidates by
 cosine similarity to the embeddings it keeps (lbhash.index.rescore), returning `Reranked`. `search_hits`
 (lbhash.index.hits) is every search of the command line and the service: one `Hits` per query.
@@ -16,7 +16,6 @@ from lbhash.index.backend import Backend, InRange, Reranked, TopK
 from lbhash.index.code_index import AddPlan, CodeIndex
 from lbhash.index.hits import Hits, Queries, SearchPlan, Spelling, check_classes, plan_search, search_hits
 from lbhash.index.rescore import RESCORE_FACTOR, rescore_search
-from lbhash.index.searcher import QueryEncoder, Searcher
 from lbhash.index.sparse_labels import SparseLabels
 
 
@@ -28,6 +27,6 @@ def __getattr__(name):
     raise AttributeError(f"module 'lbhash.index' has no attribute {name!r}")
 
 
-__all__ = ["Backend", "TopK", "InRange", "Reranked", "CodeIndex", "QueryEncoder", "Searcher", "MilvusIndex", "AddPlan", "SparseLabels", "KINDS", "PAD_ID", "PAD_DISTANCE",
+__all__ = ["Backend", "TopK", "InRange", "Reranked", "CodeIndex", "MilvusIndex", "AddPlan", "SparseLabels", "KINDS", "PAD_ID", "PAD_DISTANCE",
            "RESCORE_FACTOR", "rescore_search", "search_on_this_thread", "threads_for", "Hits", "Queries", "SearchPlan", "Spelling", "check_classes",
            "plan_search", "search_hits"]

@@ -7,7 +7,7 @@ promises every item within it); re-scoring orders a top k, and k * rescore_facto
 the caller's cap on re-scored candidates.
 `check_classes` checks class-id lists (a filter per query, or an item's labels).
 `Queries` are a search's packed codes, with their embeddings when it re-scores
-(`lbhash.index.searcher.QueryEncoder.queries` makes both from raw inputs, in one forward pass).
+(`lbhash.runs.searcher.QueryEncoder.queries` makes both from raw inputs, in one forward pass).
 `search_hits` runs a plan on any `Backend` (`CodeIndex`, `MilvusIndex`): the class-id filters
 become label rows, re-scoring is `rescore_search`, the padding is stripped, and the labels of
 every hit come from one lookup. Every search, `lbhash search`'s and the service's (whose stores

@@ -16,7 +16,7 @@ k are kept: **descending score, ties by ascending Hamming distance, then ascendi
 whose embedding is all zeros scores 0 everywhere and keeps the Hamming order.
 
 Nothing here imports beyond numpy and the index's own checks: the application side (an encoder,
-`lbhash.index.searcher.QueryEncoder`) passes the embeddings in.
+`lbhash.runs.searcher.QueryEncoder`) passes the embeddings in.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ read, their labels converted on load; the next save writes version 2.
 An index that keeps embeddings (lbhash.index.rescore) adds embeddings.npy: float16 unit rows
 (n, d), one per id in ids.npy's order, mapped like the codes; its count must be ids.npy's and
 the manifest's `embedding_dim` its width, or the load is refused in one line.
-Attachments (`index.attachments`, name -> bytes: e.g. sources.json, lbhash.index.origins) are
+Attachments (`index.attachments`, name -> bytes: e.g. sources.json, lbhash.runs.origins) are
 written, checksummed and verified like the other files and listed under "attachments".
 
 Loading verifies every checksum (streamed), then maps the files rather than reading them:

@@ -9,7 +9,7 @@ the index directory `NAME`, which compaction replaces whole, and its log `NAME.w
 - The kept images together hold at most a byte budget (`budget`, `lbhash serve
   --media-budget-mb`): an upload that would pass it is refused (`OverBudget`) before any file
   is written; `used` counts the bytes of the kept files and of those being staged.
-- `gone.log`: ids whose recorded source (lbhash.index.origins) is no longer theirs (removed,
+- `gone.log`: ids whose recorded source (lbhash.runs.origins) is no longer theirs (removed,
   or replaced by an upsert), one a line, fsynced before the change; their `ID.item` is
   deleted. An item's image is then: its `ID.item` if there is one, else nothing if its id is
   gone, else its recorded source.

@@ -1,5 +1,6 @@
-"""The application layer of training: run directories over the in-memory core (lbhash.train),
-and the front doors that read and write them.
+"""The application layer over the two engines: run directories over the in-memory training
+core (lbhash.train), the front doors that read and write them, and what turns runs and raw
+inputs into what the search engine (lbhash.index) takes.
 
 - `run`: `train` (and `train_run`), the one way to train into a run directory: a new run, a
   resumed one, or nothing left;
@@ -11,7 +12,11 @@ and the front doors that read and write them.
 - `codes`: the codes of any data with a finished run's model (`encode_run`, `embed_run`);
 - `encoder`: `RunEncoder`, a run's model as an encoder of arrays (load, encode);
 - `hash_encoder`: `HashEncoder`, a RunEncoder with fit/transform/save, scikit-learn style;
-- `export`: a run's model as ONNX (`export_run`).
+- `export`: a run's model as ONNX (`export_run`);
+- `searcher`: raw inputs to a search's `Queries` (`QueryEncoder`), and `Searcher`;
+- `index_sources`: what an index is built from: a run's items, codes, embeddings and model, a
+  codes file, and the check that queries use the index's model;
+- `origins`: where each indexed item came from, and reading its image back from there.
 """
 
 from lbhash._lazy import lazy_names

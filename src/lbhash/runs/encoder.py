@@ -1,5 +1,5 @@
 """`RunEncoder`: a trained run's model as an encoder of arrays, and no more: what `lbhash search
---run` and the service load (lbhash.index.sources.load_encoder), and what `HashEncoder` adds
+--run` and the service load (lbhash.runs.index_sources.load_encoder), and what `HashEncoder` adds
 fit and scikit-learn's API to. It imports neither scikit-learn nor the training loop, so a
 command that only reads a run starts in about the time torch takes to import
 (docs/benchmarks.md#start-up).

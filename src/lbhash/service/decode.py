@@ -25,7 +25,8 @@ from PIL import Image
 
 from lbhash.codes import from_hex
 from lbhash.errors import InputError, TooLarge
-from lbhash.index import Queries, QueryEncoder
+from lbhash.index import Queries
+from lbhash.runs.searcher import QueryEncoder
 from lbhash.index.rescore import check_embeddings
 from lbhash.limits import MAX_DECODING_PIXELS, MAX_IMAGE_PIXELS, MAX_REQUEST_PIXELS, check_ids
 from lbhash.service import models

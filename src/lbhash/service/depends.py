@@ -16,7 +16,7 @@ from fastapi import Depends, Request
 
 from lbhash import limits as table
 from lbhash.errors import InputError
-from lbhash.index import QueryEncoder
+from lbhash.runs.searcher import QueryEncoder
 from lbhash.service.access import Access
 from lbhash.service.batching import SearchBatcher
 from lbhash.service.decode import PixelBudget

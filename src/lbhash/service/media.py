@@ -1,6 +1,6 @@
 """Items' images in the service: where each came from, thumbnails, and the images it keeps.
 
-`ItemMedia(store)` reads the index's sources record (lbhash.index.origins) and the images
+`ItemMedia(store)` reads the index's sources record (lbhash.runs.origins) and the images
 added through the service (lbhash.index.uploads, `NAME.media/` beside the index). Thumbnails
 are decoded from an item's recorded source or kept bytes only; the id is the only thing a
 request gives. Decoding is bounded: at most THUMBNAIL_DECODERS at once and
@@ -25,7 +25,7 @@ from PIL import Image
 from lbhash import limits as table
 from lbhash.data.image_sources import image_error
 from lbhash.errors import InputError, NotFound
-from lbhash.index.origins import DataImages, read_sources
+from lbhash.runs.origins import DataImages, read_sources
 from lbhash.index.uploads import KeptImages, item_origin, media_dir_for
 from lbhash.service.decode import PixelBudget
 

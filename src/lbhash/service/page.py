@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from lbhash.codes import to_hex
 from lbhash.errors import NotFound, one_line
 from lbhash.evaluate.formatting import RATIO_SCALE
-from lbhash.index import QueryEncoder
+from lbhash.runs.searcher import QueryEncoder
 from lbhash.limits import MAX_ID, THUMBNAIL_SIDE, VIEW_SIDE, check_ids
 from lbhash.service.decode import check_batch
 from lbhash.service.depends import AccessDep, EncoderDep, LimitsDep, MediaDep, StoreDep
