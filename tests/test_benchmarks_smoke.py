@@ -51,6 +51,9 @@ EXPECTED = {
     "bench_overhead.py": [rf"hash head 1024-1024-bits .* CSQ_D +{NUMBER} ms \({NUMBER}x\) +CSQ_D two passes",
                           rf"backbone-like head 1024-4096-4096-bits .* \({NUMBER}x\)"],
     "bench_quality.py": [r"\| csq \| 0\.\d{4} \+/- 0\.\d{4} \|", r"\| csq_D \| 0\.\d{4} \+/- 0\.\d{4} \|"],
+    "bench_rescore.py": [rf"Hamming top 10 \(reference\): {NUMBER} ms/query x1\.00",
+                         rf"re-scored, factor 16: {NUMBER} ms/query x{NUMBER} \(\d+ candidates per query, median\)",
+                         r"bytes per item: code 8, embedding \d+ \(float16\)"],
     "bench_scale.py": [rf"3000 clustered {kind} +{NUMBER}" for kind in
                        ("faiss-flat", "flat", "ivf", "multihash", "faiss-ivf", "faiss-multihash", "faiss-hnsw")],
     "bench_scan_batch.py": [rf"64-bit: one at a time .* alone/batched = {NUMBER}"],
