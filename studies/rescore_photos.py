@@ -35,7 +35,7 @@ from cifar_small import cifar_small  # noqa: E402
 
 
 def lbhash(*args: str) -> None:
-    subprocess.run([sys.executable, "-m", "lbhash", *args], check=True)
+    subprocess.run([sys.executable, "-m", "lbhash.cli", *args], check=True)
 
 
 def average_precision(relevant: np.ndarray) -> float:
