@@ -3,8 +3,11 @@
 Run with `pytest -m milvus` (make test-milvus). The fixture starts `milvus-server` (PyPI
 package `milvus`, 2.3.x) on a temporary data directory and stops it afterwards, or uses the
 server at $LBHASH_MILVUS_URI. Without pymilvus, the server package, or a free port 19530 the
-tests skip and say why. Milvus 2.3 binds its ports on every interface and has no option to
-bind 127.0.0.1 only; the tests connect through 127.0.0.1.
+tests skip and say why; with LBHASH_MILVUS_REQUIRED=1 (make test-milvus, and so CI) they fail
+instead, so that a run that could not reach a server never reads as a pass.
+$LBHASH_MILVUS_SERVER names the milvus-server to start (default: the one on PATH or beside the
+Python). Milvus 2.3 binds its ports on every interface and has no option to bind 127.0.0.1
+only; the tests connect through 127.0.0.1.
 """
 
 import os
@@ -35,19 +38,30 @@ def _port_open(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
+def _unavailable(reason: str):
+    """Skip, saying why; fail instead where a Milvus run is required (LBHASH_MILVUS_REQUIRED=1)."""
+    if os.environ.get("LBHASH_MILVUS_REQUIRED", "") not in ("", "0"):
+        pytest.fail(f"LBHASH_MILVUS_REQUIRED is set, but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
 @pytest.fixture(scope="module")
 def milvus_uri(request, tmp_path_factory):
     if "milvus" not in (request.config.getoption("markexpr") or "") and "LBHASH_MILVUS_URI" not in os.environ:
         pytest.skip("Milvus integration tests run only when selected: pytest -m milvus (make test-milvus)")
-    pymilvus = pytest.importorskip("pymilvus", reason="pymilvus is not installed (pip install 'lbhash[milvus]')")
+    try:
+        import pymilvus
+    except ImportError:
+        _unavailable("pymilvus is not installed (pip install 'lbhash[milvus]')")
     if "LBHASH_MILVUS_URI" in os.environ:
         yield os.environ["LBHASH_MILVUS_URI"]
         return
-    server = shutil.which("milvus-server") or str(Path(sys.executable).parent / "milvus-server")
+    server = (os.environ.get("LBHASH_MILVUS_SERVER") or shutil.which("milvus-server")
+              or str(Path(sys.executable).parent / "milvus-server"))
     if not Path(server).is_file():
-        pytest.skip("milvus-server not found (pip install 'milvus>=2.3,<2.4')")
+        _unavailable(f"milvus-server not found at {server} (pip install 'milvus>=2.3,<2.4')")
     if _port_open(PORT):
-        pytest.skip(f"port {PORT} is already in use; set LBHASH_MILVUS_URI to use that server")
+        _unavailable(f"port {PORT} is already in use; set LBHASH_MILVUS_URI to use that server")
     data = tmp_path_factory.mktemp("milvus-data")
     log = open(data / "server.log", "wb")
     proc = subprocess.Popen([server, "--data", str(data)], stdout=log, stderr=subprocess.STDOUT,
@@ -69,7 +83,7 @@ def milvus_uri(request, tmp_path_factory):
             time.sleep(1)
         if not ready:
             tail = (data / "server.log").read_text(errors="replace")[-300:].replace("\n", " ")
-            pytest.skip(f"milvus-server did not start within {START_TIMEOUT_S} s (exit {proc.poll()}): {tail}")
+            _unavailable(f"milvus-server did not start within {START_TIMEOUT_S} s (exit {proc.poll()}): {tail}")
         yield uri
     finally:
         _stop_group(proc)
