@@ -61,7 +61,7 @@ class FakeCollection:
 
     def insert(self, data, timeout=None):
         for i, code, labels, *emb in zip(*data):
-            self.rows[i] = {"code": code, "labels": labels, **({"embedding": [emb[0].tobytes()]} if emb else {})}
+            self.rows[i] = {"code": code, "labels": labels, **({"embedding": emb[0]} if emb else {})}
 
     upsert = insert
 

@@ -167,7 +167,7 @@ def test_ivf_with_every_list_probed_has_exact_distances(make_index):
 
 def test_rescore_equals_faiss_flat(make_index):
     """Re-scoring runs in Python on the candidates Milvus returns and the embeddings it stored
-    beside them (FLOAT16_VECTOR): the same as CodeIndex's, ties included."""
+    beside them (base64 in a VARCHAR): the same as CodeIndex's, ties included."""
     rng = np.random.default_rng(4)
     codes = clustered_codes(rng, 2000, 32, 20, 2)[0]
     labels = rng.integers(0, 3, 2000)

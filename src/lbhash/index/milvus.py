@@ -13,9 +13,10 @@ past the cap are paged by distance (one search per distance); a single distance 
 than 16,384 items is refused. Milvus does not enforce unique primary keys, so ids are checked
 before every insert; it has no "largest id" query, so ids must be given.
 
-A collection made with `embedding_dim` also has a FLOAT16_VECTOR `embedding` (the unit rows
-a `CodeIndex` stores, lbhash.index.rescore; index FLAT, metric IP, never searched by Milvus),
-written in the same insert or upsert as the code and deleted with it. Re-scoring
+A collection made with `embedding_dim` also has an `embedding` field: the float16 unit rows a
+`CodeIndex` stores (lbhash.index.rescore), each row's bytes in base64 in a VARCHAR (Milvus 2.3
+holds one vector field per collection, the code; its description records the width), written
+in the same insert or upsert as the code and deleted with it; never searched by Milvus. Re-scoring
 (`rescore_search(index, ...)`) works as for `CodeIndex`: the Hamming top k * rescore_factor from
 Milvus, their embeddings fetched by id, scored in Python; so k * rescore_factor (capped by the
 collection's size) is held to Milvus's cap as k is (`check_k`, which every `Backend` has).
@@ -25,6 +26,7 @@ An id missing from the collection raises `NotFound`, an id already in it `Confli
 
 from __future__ import annotations
 
+import base64
 import uuid
 
 import numpy as np
@@ -66,6 +68,9 @@ class MilvusIndex(Backend):
         self._timeout, self._alias, self.collection = timeout, f"lbhash-{uuid.uuid4().hex[:8]}", collection
         self.metadata: dict = {}  # (a collection keeps no record of its codes' model or data)
         self._dim = None if embedding_dim is None else positive_int(embedding_dim, "embedding_dim")
+        if self._dim is not None and _b64_length(self._dim) > MAX_VARCHAR:
+            raise InputError(f"embedding_dim {self._dim}: a Milvus collection keeps embeddings of at most "
+                             f"{3 * (MAX_VARCHAR // 4) // 2} values (their base64 in a VARCHAR of {MAX_VARCHAR})")
         try:
             pm.connections.connect(alias=self._alias, uri=uri, timeout=timeout)
         except Exception as err:  # pymilvus raises several types for an unreachable server
@@ -87,15 +92,13 @@ class MilvusIndex(Backend):
             pm.FieldSchema("labels", pm.DataType.ARRAY, element_type=pm.DataType.INT64, max_capacity=4096),
         ]
         if self._dim is not None:
-            fields.append(pm.FieldSchema("embedding", pm.DataType.FLOAT16_VECTOR, dim=self._dim))
+            fields.append(pm.FieldSchema("embedding", pm.DataType.VARCHAR, max_length=_b64_length(self._dim),
+                                         description=f"{EMBEDDING_FIELD}{self._dim}"))
         schema = pm.CollectionSchema(fields, description=f"lbhash codes, kind={self._kind}")
         col = pm.Collection(name, schema, using=self._alias, consistency_level="Strong")
         params = {"nlist": self.nlist} if self._kind == "ivf" else {}
         col.create_index("code", {"index_type": KINDS[self._kind], "metric_type": "HAMMING", "params": params},
                          timeout=self._timeout)
-        if self._dim is not None:  # Milvus loads a collection only with every vector field indexed
-            col.create_index("embedding", {"index_type": "FLAT", "metric_type": "IP", "params": {}},
-                             timeout=self._timeout)
         return col
 
     def _adopt_existing(self, bits: int | None) -> None:
@@ -107,7 +110,9 @@ class MilvusIndex(Backend):
             raise InputError(f"Milvus collection {self.collection!r} holds {dim}-bit codes, not {bits}")
         self._bits = int(dim)
         kept = next((f for f in self._col.schema.fields if f.name == "embedding"), None)
-        self._dim = None if kept is None else int(kept.params.get("dim"))
+        if kept is not None and not str(kept.description).startswith(EMBEDDING_FIELD):
+            raise InputError(f"Milvus collection {self.collection!r} has an 'embedding' field lbhash did not write")
+        self._dim = None if kept is None else int(str(kept.description).removeprefix(EMBEDDING_FIELD))
         for index in self._col.indexes:
             found = {v: k for k, v in KINDS.items()}.get(index.params.get("index_type"))
             self._kind = found or self._kind
@@ -156,7 +161,7 @@ class MilvusIndex(Backend):
             part = slice(start, start + step)
             data = [ids[part].tolist(), [c.tobytes() for c in codes[part]], lists[part]]
             if units is not None:  # one write: the code and its embedding land together
-                data.append(list(units[part]))
+                data.append([base64.b64encode(row.tobytes()).decode("ascii") for row in units[part]])
             (self._col.upsert if upsert else self._col.insert)(data, timeout=self._timeout)
         if len(ids) >= FLUSH_AT:  # seal the new segments and wait for their index
             self._col.flush(timeout=self._timeout)
@@ -204,7 +209,7 @@ class MilvusIndex(Backend):
         if self._dim is None:
             raise InputError(f"Milvus collection {self.collection!r} keeps no embeddings")
         ids, found = self._fetch(ids, ["embedding"])
-        rows = [np.frombuffer(_code_bytes(found[i]["embedding"]), EMBEDDING_DTYPE) for i in ids]
+        rows = [np.frombuffer(base64.b64decode(found[i]["embedding"]), EMBEDDING_DTYPE) for i in ids]
         return np.array(rows, EMBEDDING_DTYPE).reshape(len(ids), self._dim)
 
     def labels_of(self, ids) -> list[list[int]]:
@@ -325,6 +330,15 @@ def _groups(exprs: list):
     for q, expr in enumerate(exprs):
         seen.setdefault(expr, []).append(q)
     return [(expr, np.array(members)) for expr, members in seen.items()]
+
+
+EMBEDDING_FIELD = "lbhash float16 unit rows, base64, dim="
+MAX_VARCHAR = 65_535  # Milvus's longest VARCHAR
+
+
+def _b64_length(dim: int) -> int:
+    """Characters of the base64 of one float16 row of `dim` values (Milvus's VARCHAR holds 65,535)."""
+    return 4 * -(-2 * dim // 3)
 
 
 def _code_bytes(value) -> bytes:
