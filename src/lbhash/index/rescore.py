@@ -29,7 +29,7 @@ from lbhash.index._padding import PAD_DISTANCE, PAD_ID
 from lbhash.index.backend import Backend, Reranked
 from lbhash.limits import MAX_RESCORE_CANDIDATES
 
-RESCORE_FACTOR = 16  # Hamming candidates per result when a search re-scores (docs/search.md, measured)
+RESCORE_FACTOR = 4  # Hamming candidates per result when a search re-scores (docs/search.md, "Measuring it")
 EMBEDDING_DTYPE = np.dtype(np.float16)
 MAX_EMBEDDING_DIM = 65_536
 BUDGET = 1 << 22  # gathered embedding values scored at a time (about 32 MB in float64)

@@ -162,7 +162,7 @@ def search_image(store: StoreDep, encoder: EncoderDep, limits: LimitsDep, media:
                  radius: int | None = Form(None, ge=0), labels: str | None = Form(None),
                  rescore: bool | None = Form(None), rescore_factor: int | None = Form(None, ge=1)):
     """Query with uploaded image files; `labels`: comma-separated class ids for every query;
-    where the index keeps embeddings, the Hamming top k * rescore_factor (default 16) are
+    where the index keeps embeddings, the Hamming top k * rescore_factor (default 4) are
     re-scored by the images' embeddings, unless `rescore` is false.
     Each hit comes with its source, thumbnail and code, as /sources gives them: an image query
     is this one request."""

@@ -41,7 +41,7 @@ class SearchRequest(_Strict):
         None, description="Re-score the Hamming candidates by the embeddings (default: true where the index keeps "
                           "embeddings and the queries have theirs); false: Hamming order only.")
     rescore_factor: Int | None = Field(
-        None, ge=1, description="Hamming candidates per result that are re-scored (default 16).")
+        None, ge=1, description="Hamming candidates per result that are re-scored (default 4).")
 
 
 class Hit(BaseModel):

@@ -142,7 +142,7 @@ function searchRequest(q, how, labels) {
   // an item's own code is among its hits: ask for one more, shown apart as the query
   const k = how.radius !== null ? null : (q.item === null ? how.k : Math.min(how.k + 1, state.about.limits.max_k));
   const kept = Boolean(state.about.index.embedding_dim);
-  const rescore = !$("rescore").disabled && $("rescore").checked ? Number($("rescore-factor").value || 16) : null;
+  const rescore = !$("rescore").disabled && $("rescore").checked ? Number($("rescore-factor").value || 4) : null;
   if (q.file) {
     const form = new FormData();
     form.append("files", q.file, q.file.name);
