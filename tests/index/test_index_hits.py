@@ -8,7 +8,7 @@ import pytest
 from index_fakes import fake_milvus
 from index_reference import clustered_codes, in_range, random_codes, rescored, ternary_embeddings, top_k
 from lbhash.errors import InputError
-from lbhash.index import CodeIndex, Queries, SearchPlan, Spelling, check_classes, hits, plan_search, search_hits
+from lbhash.index import RESCORE_FACTOR, CodeIndex, Queries, SearchPlan, Spelling, check_classes, hits, plan_search, search_hits
 
 BITS, DIM = 16, 6
 CLI = Spelling(k="-k", radius="--radius", factor="--rescore-factor", rescore="--rescore-factor",
@@ -21,10 +21,11 @@ CLI = Spelling(k="-k", radius="--radius", factor="--rescore-factor", rescore="--
 def test_plan_defaults():
     assert plan_search() == SearchPlan(10, None, None)
     assert plan_search(radius=3) == SearchPlan(None, 3, None, max_hits=1000)
-    assert plan_search(5, rescore=True) == SearchPlan(5, None, 16)
+    assert plan_search(5, rescore=True) == SearchPlan(5, None, RESCORE_FACTOR)
     assert plan_search(rescore=True, factor=2) == SearchPlan(10, None, 2)
     assert plan_search(5, factor=3).factor is None  # a factor without re-scoring asks for nothing
-    assert plan_search(10, rescore=True, max_candidates=100).factor == 10  # the default, within the cap
+    assert plan_search(10, rescore=True, max_candidates=100).factor == RESCORE_FACTOR  # the default, within the cap
+    assert plan_search(10, rescore=True, max_candidates=20).factor == 2  # lowered to fit the cap
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -14,7 +14,7 @@ from PIL import Image
 from index_fakes import FakeEncoder
 from index_reference import clustered_codes, random_codes, rescored, ternary_embeddings
 from lbhash.errors import InputError
-from lbhash.index import CodeIndex, rescore_search
+from lbhash.index import RESCORE_FACTOR, CodeIndex, rescore_search
 from lbhash.index.rescore import unit_rows
 from lbhash.service import IndexStore, Limits, create_app
 from serve_helpers import LOCAL
@@ -51,8 +51,10 @@ def test_service_rescores_codes_with_embeddings_and_features(served, rng):
         assert [(h["score"], h["distance"], h["id"]) for h in result["hits"]] == want  # ties: distance, then id
         assert [h["labels"] for h in result["hits"]] == [[int(labels[i])] for _, _, i in want]
     default = hits(client.post("/search", json={"codes": body["codes"], "embeddings": body["embeddings"]}))
-    # the default factor within the service's cap: 100 candidates for k = 10
-    assert [[h["id"] for h in r["hits"]] for r in default] == rescore_search(index, queries, 10, q_emb, factor=10).ids.tolist()
+    # the default factor, within the service's cap (100 candidates for k = 10)
+    factor = min(RESCORE_FACTOR, 100 // 10)
+    assert [[h["id"] for h in r["hits"]] for r in default] == rescore_search(index, queries, 10, q_emb,
+                                                                              factor=factor).ids.tolist()
     x = rng.standard_normal((2, DIM))
     results = hits(client.post("/search", json={"features": x.tolist(), "k": 4}))  # on by default
     want = rescore_search(index, encoder.encode(x), 4, x)
