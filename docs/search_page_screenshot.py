@@ -1,17 +1,15 @@
 """Photograph the search page (docs/search-page.png) with headless Chromium.
 
-How docs/search-page.png was made, from the repository root (CPU; a few minutes):
+How docs/search-page.png was made, from the repository root (CPU; about 10 minutes):
 
-    lbhash reproduce grid --data "cifar10:../shared/data/cifar10-jpg.tar.gz?cache=disk" --protocol cifar10 \\
-        --out runs/pretrained --seeds 0 --methods csq --bits 64 --epochs 50 --set backbone=efficientnet_lite0 \\
-        --set pretrained=imagenet --set freeze_backbone=true --set image_size=160 --set defaults=paper
-    lbhash index build runs/pretrained/runs/grid/csq_D-64bits-seed0 --out idx
-    lbhash serve idx --run runs/pretrained/runs/grid/csq_D-64bits-seed0 &
-    python docs/search_page_screenshot.py http://127.0.0.1:8000 \\
-        ../shared/data/cifar10-jpg.tar.gz:test/cat/0007.jpg docs/search-page.png
+    python studies/rescore_photos.py ../shared/data/cifar10-jpg.tar.gz OUT   # OUT/run and OUT/idx
+    lbhash serve OUT/idx --run OUT/run --port 8765 &
+    python docs/search_page_screenshot.py http://127.0.0.1:8765 \\
+        ../shared/data/cifar10-jpg.tar.gz:test/automobile/0007.jpg docs/search-page.png
 
-QUERY is an image file, or TARBALL:MEMBER (test/cat/0007.jpg is in that run's database: the
-first hit is itself, at distance 0).
+then cropped to its left 930 pixels (the results; the right column shows the machine's paths).
+QUERY is an image file, or TARBALL:MEMBER (test/automobile/0007.jpg is a query of that run, not
+in its database).
 Needs selenium and Debian's chromium and chromium-driver (as tests/service/test_page_browser.py).
 """
 
