@@ -7,7 +7,8 @@ epoch each run kept and of its last, seconds per fine-tuning epoch), the check (
 fine-tuned on the first 100 training and 100 test images per class), and the grid on protocol
 cifar10 (mAP@54000 per method, variant and code length, mean and sample std over the seeds
 finished so far, with the count). `--copy DEST` also copies the tables' sources (the study's
-per-run records, the check's metrics, grid.csv) into DEST as CSV, without run directories.
+per-run records, the check's metrics, grid.csv, each grid cell's epochs) into DEST as CSV, without
+run directories.
 """
 
 from __future__ import annotations
@@ -60,6 +61,16 @@ def grid_rows(out: Path) -> list[dict]:
         return [{k: v for k, v in row.items() if k != "data"} for row in csv.DictReader(fh)]
 
 
+def grid_epoch_rows(out: Path) -> list[dict]:
+    """Each finished grid cell's epochs: phase, seconds and validation mAP (from its log)."""
+    rows = []
+    for run in sorted((out / "grid" / "runs" / "grid").glob("*")):
+        if (run / "metrics.json").is_file():
+            rows += [{"cell": run.name, "epoch": r["epoch"], "phase": r.get("phase", ""), "seconds": r["seconds"],
+                      "val_map": r.get("eval", {}).get("val_map")} for r in _log(run)]
+    return rows
+
+
 def _md(rows: list[dict], columns: list[str]) -> str:
     def cell(v):
         return f"{v:.4f}" if isinstance(v, float) else str(v)
@@ -100,7 +111,8 @@ def main() -> None:
     print("\n## grid (mAP@54000, %)\n\n" + (grid_table(grid) if grid else "(no finished cell)"))
     if args.copy:
         args.copy.mkdir(parents=True, exist_ok=True)
-        for name, rows in (("study.csv", study), ("check.csv", check), ("grid.csv", grid)):
+        for name, rows in (("study.csv", study), ("check.csv", check), ("grid.csv", grid),
+                           ("grid-epochs.csv", grid_epoch_rows(args.out))):
             if rows:
                 with open(args.copy / name, "w", newline="") as fh:
                     writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
