@@ -13,7 +13,7 @@ keeps a feature run's input features). For Hamming order and for factors 1, 4, 1
 - int8 (a per-dimension scale, max |x| / 127) beside float16: recall@10 at each factor when the
   embeddings are first quantised to int8 (then stored and scored as the index does).
 
-Usage: python studies/rescore_table.py FEATURES.npz [--queries 200] [--epochs 30]
+Usage: python studies/rescore_table.py FEATURES.npz [--queries 200] [--epochs 30] [--lbhash]
 Prints a markdown table (docs/search.md, "Re-scoring: measured").
 """
 
@@ -47,6 +47,7 @@ def main() -> None:
     parser.add_argument("features")
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--epochs", type=int, default=30)
+    parser.add_argument("--lbhash", action="store_true", help="CSQ_D (the paper's objective) instead of CSQ")
     args = parser.parse_args()
     data = np.load(args.features)
     x = (data["feat"].astype(np.float32) - float(data["zero_point"])) * float(data["scale"])
@@ -60,8 +61,9 @@ def main() -> None:
     from lbhash import HashEncoder
 
     start = time.time()
-    enc = HashEncoder(method="csq", bits=64, epochs=args.epochs, seed=0, progress=False).fit(x_db, y_db)
-    print(f"fitted CSQ 64 bits in {time.time() - start:.0f} s")
+    enc = HashEncoder(method="csq", bits=64, lbhash=args.lbhash, epochs=args.epochs, seed=0,
+                      progress=False).fit(x_db, y_db)
+    print(f"fitted CSQ{'_D' if args.lbhash else ''} 64 bits in {time.time() - start:.0f} s")
     db_codes, q_codes = enc.encode(x_db), enc.encode(x_q)
 
     def index_of(emb):
