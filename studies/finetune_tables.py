@@ -7,8 +7,8 @@ epoch each run kept and of its last, seconds per fine-tuning epoch), the check (
 fine-tuned on the first 100 training and 100 test images per class), and the grid on protocol
 cifar10 (mAP@54000 per method, variant and code length, mean and sample std over the seeds
 finished so far, with the count). `--copy DEST` also copies the tables' sources (the study's
-per-run records, the check's metrics, grid.csv, each grid cell's epochs) into DEST as CSV, without
-run directories.
+per-run records, the check's metrics, grid.csv, each finished grid cell's metrics and epochs) into
+DEST as CSV, without run directories.
 """
 
 from __future__ import annotations
@@ -59,6 +59,18 @@ def grid_rows(out: Path) -> list[dict]:
         return []
     with open(path, newline="") as fh:  # without the data spec: it names this machine's path
         return [{k: v for k, v in row.items() if k != "data"} for row in csv.DictReader(fh)]
+
+
+def grid_cell_rows(out: Path) -> list[dict]:
+    """Each finished grid cell's metrics.json, also before its step has written grid.csv."""
+    rows = []
+    for run in sorted((out / "grid" / "runs" / "grid").glob("*")):
+        if (run / "metrics.json").is_file():
+            m = json.loads((run / "metrics.json").read_text())
+            rows.append({"cell": run.name, "map_54000": m["map"], "map_tie_averaged": m["map_tie_averaged"],
+                         "knn_accuracy": (m.get("knn_accuracy") or {}).get("accuracy"), "selected_epoch": m["run"]["selected_epoch"],
+                         "validation_map": m["run"].get("validation_map")})
+    return rows
 
 
 def grid_epoch_rows(out: Path) -> list[dict]:
@@ -112,7 +124,7 @@ def main() -> None:
     if args.copy:
         args.copy.mkdir(parents=True, exist_ok=True)
         for name, rows in (("study.csv", study), ("check.csv", check), ("grid.csv", grid),
-                           ("grid-epochs.csv", grid_epoch_rows(args.out))):
+                           ("grid-cells.csv", grid_cell_rows(args.out)), ("grid-epochs.csv", grid_epoch_rows(args.out))):
             if rows:
                 with open(args.copy / name, "w", newline="") as fh:
                     writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
