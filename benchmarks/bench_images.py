@@ -104,8 +104,12 @@ def baseline_source(commit: str, folder: Path) -> Path:
 
 def measure(data: str, backbone: str, protocol: str, epochs: int, image_size: int, out: str) -> dict:
     """One training run with whichever lbhash is importable; its images/s (runs in a subprocess)."""
-    from lbhash.runs import train
     from lbhash.train import TrainConfig
+
+    try:
+        from lbhash.runs import train
+    except ImportError:  # the old commit compared against: run directories were still lbhash.train's
+        from lbhash.train import train
 
     start = time.perf_counter()
     metrics = train(TrainConfig(data=data, protocol=protocol, method="csq", bits=32, epochs=epochs, validation=0.0, backbone=backbone,
