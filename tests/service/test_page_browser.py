@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from helpers import cli
-from lbhash.index import CodeIndex
+from lbhash.index import CodeIndex, rescore_search
 from lbhash.runs.origins import read_sources
 from browser_helpers import MISSING, WAIT_S, PageDriver, headless_chromium, requests_seen, served_in_thread
 from page_helpers import noisy
@@ -120,7 +120,8 @@ def test_the_page_in_a_real_browser(browser, served, tmp_path):
     assert not page.error(), page.error()
     assert all(c.get_attribute("data-labels") == "1" for c in page.cards()) and len(page.cards()) == 5
     assert "1 green" in page.cards()[0].find_element(By.CSS_SELECTOR, ".labels").text
-    assert page.text("options-summary") == "1 green" and browser.current_url.endswith("&labels=1")
+    # the index keeps the backbone's features, so an image search is re-scored by default
+    assert page.text("options-summary") == "1 green; re-scored" and browser.current_url.endswith("&labels=1")
     browser.save_screenshot(str(ARTIFACTS / "2-class-filter.png"))
     page.act(green.click)  # all classes again (it searches again too)
     page.by_id("options").find_element(By.TAG_NAME, "summary").click()
@@ -135,7 +136,11 @@ def test_the_page_in_a_real_browser(browser, served, tmp_path):
     assert len(hits) == 5 and target not in hits and f"item {target}" in page.text("status")
     same_code = [int(i) for i in CodeIndex.load(root / "ix").ids() if record.source(int(i)) and
                  Path(record.source(int(i))).parent == Path(record.source(target)).parent and i != target]
-    assert hits == sorted(same_code)[:5]  # its own class, at distance 0, by id
+    assert set(hits) <= set(same_code)  # its own class, at distance 0
+    # re-scored by the item's stored embedding (the index keeps them): the order of rescore_search
+    stored = CodeIndex.load(root / "ix")
+    want = rescore_search(stored, stored.get_codes([target]), 6, stored.get_embeddings([target]).astype(float)).ids[0]
+    assert hits == [int(i) for i in want if i != target][:5]
     assert browser.current_url.endswith(f"/?item={target}&k=5")
     # the address is the result: loading it again searches again
     page.open(browser.current_url, actions=2)
@@ -146,7 +151,7 @@ def test_the_page_in_a_real_browser(browser, served, tmp_path):
     page.act(browser.back)  # back: the address before, searched again
     assert page.cards()[0].get_attribute("data-id") == str(target) and page.hit_ids() == hits
     page.open(f"{server.url}/?item={target}&k=3&labels=2", actions=2)  # a link with a filter ticks its class
-    assert page.by_id("class-2").is_selected() and page.text("options-summary") == "2 red"
+    assert page.by_id("class-2").is_selected() and page.text("options-summary") == "2 red; re-scored"
     assert len(page.hit_ids()) == 3 and all(c.get_attribute("data-labels") == "2" for c in page.all("#grid li.hit"))
 
     # 4. add an image: its own line; the next action's failure clears it and is said in plain words
@@ -242,8 +247,10 @@ def test_a_drop_searches_and_a_link_to_a_code_reads_at_360_px(browser, served):
         browser.save_screenshot(str(ARTIFACTS / "7-drop-360px.png"))
 
         # a link to a code; an item without a source among the hits
-        code = httpx.get(f"{server.url}/items/{blue}").json()["code"]
-        added = httpx.post(f"{server.url}/items", json={"codes": [code], "ids": [900], "labels": [[0]]})
+        item = httpx.get(f"{server.url}/items/{blue}").json()
+        code = item["code"]  # the index keeps embeddings: an added item brings its own
+        added = httpx.post(f"{server.url}/items", json={"codes": [code], "embeddings": [item["embedding"]], "ids": [900],
+                                                        "labels": [[0]]})
         assert added.status_code == 200, added.text
         try:
             page.open(f"{server.url}/?code={code}&k=20", actions=2)
