@@ -33,16 +33,12 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 from cifar_small import cifar_small  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "studies"))
+from _ranking import average_precision  # noqa: E402
+
 
 def lbhash(*args: str) -> None:
     subprocess.run([sys.executable, "-m", "lbhash.cli", *args], check=True)
-
-
-def average_precision(relevant: np.ndarray) -> float:
-    if not relevant.any():
-        return 0.0
-    hits = np.cumsum(relevant)
-    return float((hits[relevant] / (np.flatnonzero(relevant) + 1)).mean())
 
 
 def main() -> None:

@@ -19,19 +19,17 @@ from __future__ import annotations
 
 import argparse
 
+import sys
+from pathlib import Path
+
 import numpy as np
 
-from lbhash import HashEncoder
-from lbhash.data import load_data, make_split
-from lbhash.evaluate import mean_average_precision
-from lbhash.index import CodeIndex, rescore_search
-
-
-def average_precision(relevant: np.ndarray) -> float:
-    if not relevant.any():
-        return 0.0
-    hits = np.cumsum(relevant)
-    return float((hits[relevant] / (np.flatnonzero(relevant) + 1)).mean())
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _ranking import average_precision  # noqa: E402
+from lbhash import HashEncoder  # noqa: E402
+from lbhash.data import load_data, make_split  # noqa: E402
+from lbhash.evaluate import mean_average_precision  # noqa: E402
+from lbhash.index import CodeIndex, rescore_search  # noqa: E402
 
 
 def main() -> None:

@@ -27,6 +27,15 @@ def shard_order(n: int, seed: int, rank: int, world_size: int) -> np.ndarray:
     return order[rank::world_size]
 
 
+def augmentation_generator(seed: int, rank: int, device) -> torch.Generator:
+    """The generator of an epoch's random crops and flips on one rank: seeded by (epoch seed,
+    rank) alone, so a resumed run, and the cached frozen stages (lbhash.train.prefix_cache),
+    draw the same ones."""
+    gen = torch.Generator(device)
+    gen.manual_seed(int(np.random.SeedSequence([seed, rank]).generate_state(1)[0]))
+    return gen
+
+
 class ArrayBatches:
     """Batches of an in-memory training set (float32 features, as ArrayDataset holds them); data
     live on `device` once, a batch is a gather."""
@@ -90,8 +99,7 @@ class PixelBatches:
 
     def epoch(self, seed: int) -> Iterator[Batch]:
         order = shard_order(self.n, seed, self.rank, self.world_size)
-        gen = torch.Generator(self.device)
-        gen.manual_seed(int(np.random.SeedSequence([seed, self.rank]).generate_state(1)[0]))
+        gen = augmentation_generator(seed, self.rank, self.device)
         index_all = torch.as_tensor(order, device=self.device)
         for start in range(0, len(order), self.batch_size):
             positions = order[start:start + self.batch_size]

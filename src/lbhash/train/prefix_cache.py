@@ -19,7 +19,7 @@ import torch
 from tqdm import tqdm
 
 from lbhash.data import HashDataset, InputOptions
-from lbhash.data.batches import shard_order
+from lbhash.data.batches import augmentation_generator, shard_order
 from lbhash.models import HashModel, StageInputs
 
 # the activations one run keeps in memory at most; a larger cache is not built (the line says so)
@@ -53,8 +53,7 @@ class PrefixBatches:
 
     def epoch(self, seed: int) -> Iterator:
         order = shard_order(self.n, seed, self.rank, self.world_size)
-        gen = torch.Generator(self.device)
-        gen.manual_seed(int(np.random.SeedSequence([seed, self.rank]).generate_state(1)[0]))
+        gen = augmentation_generator(seed, self.rank, self.device)
         index_all = torch.as_tensor(order, device=self.device)
         for start in range(0, len(order), self.batch_size):
             index = index_all[start:start + self.batch_size]
