@@ -1,35 +1,39 @@
-"""Each layer imports only the layers below it, and the two engines are leaves: `index` imports
-only the bottom layer (codes in, neighbours out) and `train` nothing of `index` or `runs`. The
-README and the package docstring list the same layers in the same order."""
+"""The import graph of `src/lbhash`, stated: which package may import which (siblings included),
+with the two engines as leaves (`index` imports only the bottom layer; `train` nothing of `index`
+or the application layer above it). docs/contributing.md draws the same graph; the README and
+the package docstring list the packages in an order that respects it."""
 
 import ast
 import re
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "lbhash"
-# lowest first; modules on one line share a level
-LAYERS = [
-    {"errors", "_io", "_lazy", "arrays", "checks", "cpus", "labels", "limits", "options", "codes", "codes_file", "ranking"},
-    {"centers"},
-    {"surrogate"},
-    {"methods"},
-    {"models"},
-    {"data"},
-    {"encoders"},
-    {"evaluate"},
-    {"train"},
-    {"index"},
-    {"runs"},
-    {"reproduce"},
-    {"service"},
-    {"cli"},
-]
-LEVEL = {name: i for i, names in enumerate(LAYERS) for name in names}
+# the bottom layer: modules every package may import (and which import only each other)
+BOTTOM = {"errors", "_io", "_lazy", "arrays", "checks", "cpus", "labels", "limits", "options", "codes", "codes_file",
+          "ranking"}
+# package -> the packages it may import besides the bottom layer and itself
+ALLOWED = {
+    "centers": set(),
+    "surrogate": set(),
+    "methods": {"surrogate"},
+    "models": set(),
+    "data": {"models"},
+    "encoders": {"data"},
+    "evaluate": set(),
+    "index": set(),  # the search engine: codes and embeddings in, neighbours out
+    "train": {"centers", "surrogate", "methods", "models", "data", "evaluate"},  # the training engine
+    "runs": {"train", "index", "data", "encoders", "evaluate", "methods", "models"},  # the application layer
+    "reproduce": {"runs", "train", "centers", "data", "evaluate", "methods", "surrogate"},
+    "service": {"runs", "index", "data", "encoders", "evaluate"},
+    "cli": {"runs", "index", "train", "reproduce", "service", "centers", "data", "evaluate", "methods"},
+}
+APPLICATION = {"runs", "reproduce", "service", "cli"}
 
 
-def top_module(path: Path) -> str:
-    rel = path.relative_to(PACKAGE)
-    return rel.parts[0].removesuffix(".py")
+def top_module(path: Path, package: Path) -> str:
+    return path.relative_to(package).parts[0].removesuffix(".py")
 
 
 def imported_lbhash_modules(path: Path):
@@ -47,67 +51,93 @@ def imported_lbhash_modules(path: Path):
                 yield parts[1], node.lineno
 
 
-def test_layers_import_only_lower_layers():
+def graph_violations(package: Path = PACKAGE) -> list[str]:
+    """Every import of one lbhash package by another that ALLOWED does not allow."""
     bad = []
-    for path in PACKAGE.rglob("*.py"):
-        if path.name == "__init__.py" and path.parent == PACKAGE:
+    for path in sorted(package.rglob("*.py")):
+        if path.parent == package and path.name == "__init__.py":
             continue
-        own = top_module(path)
-        assert own in LEVEL, f"{path.relative_to(PACKAGE)} is in no layer: add it to LAYERS"
+        own = top_module(path, package)
+        assert own in BOTTOM or own in ALLOWED, f"{path.relative_to(package)} is in no package of the graph"
+        allowed = BOTTOM | {own} | (set() if own in BOTTOM else ALLOWED[own])
         for target, line in imported_lbhash_modules(path):
-            if LEVEL[target] > LEVEL[own]:
-                bad.append(f"{path.relative_to(PACKAGE)}:{line} imports lbhash.{target}")
-    assert not bad, "\n".join(bad)
+            if target not in allowed:
+                bad.append(f"{path.relative_to(package)}:{line} imports lbhash.{target}")
+    return bad
+
+
+def test_every_import_follows_the_graph():
+    assert graph_violations() == []
+
+
+def test_the_graph_keeps_the_engines_leaves_and_has_no_cycle():
+    assert ALLOWED["index"] == set()
+    assert not ALLOWED["train"] & ({"index"} | APPLICATION)
+    assert all(not ALLOWED[name] & APPLICATION for name in ALLOWED if name not in APPLICATION)
+    order = topological_order()
+    assert sorted(order) == sorted(ALLOWED)
+
+
+def topological_order() -> list[str]:
+    """The packages, each after every package it may import (an error on a cycle)."""
+    done: list[str] = []
+    while len(done) < len(ALLOWED):
+        ready = [name for name in ALLOWED if name not in done and ALLOWED[name] <= set(done)]
+        assert ready, f"the graph has a cycle among {sorted(set(ALLOWED) - set(done))}"
+        done += sorted(ready)
+    return done
+
+
+@pytest.mark.parametrize("own, text, target", [
+    ("index", "from lbhash.data import load_data\nfrom lbhash.codes import pack\n", "data"),
+    ("index", "import lbhash.train.loop\n", "train"),
+    ("train", "from lbhash.runs.rundir import SPLIT\n", "runs"),
+    ("train", "from lbhash.index import CodeIndex\n", "index"),
+])
+def test_the_graph_check_sees_an_engine_import_it_forbids(tmp_path, own, text, target):
+    package = tmp_path / "lbhash"
+    (package / own).mkdir(parents=True)
+    (package / own / "x.py").write_text(text)
+    assert graph_violations(package) == [f"{own}/x.py:1 imports lbhash.{target}"]
 
 
 ARROW = re.compile(r"^\s*`?codes`? -> .*")
 
 
 def layer_line(text: str) -> list[str]:
-    """The layers of the first 'codes -> centers -> ...' line of a text."""
+    """The packages of the first 'codes -> centers -> ...' line of a text."""
     line = next(m.group(0) for m in map(ARROW.match, text.splitlines()) if m)
     return [part.strip().strip("`") for part in line.split("->")]
 
 
-# what an engine may import besides itself: index is a leaf over the bottom layer; train sits
-# below index and runs in LAYERS, so the order alone keeps it from them
-LEAVES = {"index": LAYERS[0]}
-
-
-def test_the_search_engine_imports_only_the_bottom_layer():
-    bad = []
-    for own, allowed in LEAVES.items():
-        for path in (PACKAGE / own).rglob("*.py"):
-            for target, line in imported_lbhash_modules(path):
-                if target != own and target not in allowed:
-                    bad.append(f"{path.relative_to(PACKAGE)}:{line} imports lbhash.{target}")
-    assert not bad, "\n".join(bad)
-
-
-def test_the_leaf_rule_sees_an_import_of_data_from_index(tmp_path, monkeypatch):
-    package = tmp_path / "lbhash"
-    (package / "index").mkdir(parents=True)
-    (package / "index" / "x.py").write_text("from lbhash.data import load_data\nfrom lbhash.codes import pack\n")
-    monkeypatch.setattr(__import__(__name__), "PACKAGE", package)
-    import pytest
-
-    with pytest.raises(AssertionError, match="index/x.py:1 imports lbhash.data"):
-        test_the_search_engine_imports_only_the_bottom_layer()
-
-
-def test_readme_and_package_docstring_list_the_layers_of_this_test():
+def test_readme_and_package_docstring_list_the_packages_in_an_order_the_graph_allows():
     import lbhash
 
-    expected = ["codes" if "codes" in names else sorted(names)[0] for names in LAYERS]
-    readme = (PACKAGE.parents[1] / "README.md").read_text()
-    assert layer_line(lbhash.__doc__) == expected
-    assert layer_line(readme) == expected
+    for where, text in (("lbhash.__doc__", lbhash.__doc__), ("README.md", (PACKAGE.parents[1] / "README.md").read_text())):
+        line = layer_line(text)
+        assert line[0] == "codes" and sorted(line[1:]) == sorted(ALLOWED), where
+        for i, name in enumerate(line[1:], 1):
+            assert ALLOWED[name] <= set(line[1:i]), f"{where}: {name} comes before what it imports"
 
 
-def test_every_layer_of_this_test_exists():
-    for names in LAYERS:
-        for name in names:
-            assert (PACKAGE / name).is_dir() or (PACKAGE / f"{name}.py").is_file(), name
+GRAPH_ROW = re.compile(r"^\| `(\w+)` \| (.*) \|$")
+
+
+def test_contributing_draws_this_graph():
+    text = (PACKAGE.parents[1] / "docs" / "contributing.md").read_text()
+    drawn = {}
+    table = text[text.index("| package | may import |"):]
+    for line in table[:table.index("\n\n")].splitlines():
+        match = GRAPH_ROW.match(line)
+        if match and match.group(1) in ALLOWED:
+            names = set(re.findall(r"`(\w+)`", match.group(2)))
+            drawn[match.group(1)] = names
+    assert drawn == ALLOWED
+
+
+def test_every_package_of_the_graph_exists():
+    for name in BOTTOM | set(ALLOWED):
+        assert (PACKAGE / name).is_dir() or (PACKAGE / f"{name}.py").is_file(), name
 
 
 # ---- no module imports one that imports it back (imports inside functions count) ----

@@ -4,7 +4,8 @@ searching them.
     from lbhash import HashEncoder
     codes = HashEncoder(method="csq", bits=64, lbhash=True).fit(X, y).encode(X_new)
 
-Layers, lowest first; each imports only the layers before it (errors, _io, _lazy, arrays, checks, cpus,
+Packages in an order where each imports only packages before it, and only those its row of the
+import graph allows (docs/contributing.md; errors, _io, _lazy, arrays, checks, cpus,
 labels, limits, options and ranking sit beside codes at the bottom):
 codes -> centers -> surrogate -> methods -> models -> data -> encoders -> evaluate -> train -> index -> runs -> reproduce -> service -> cli
 """
