@@ -12,6 +12,9 @@ part name "items"), `query_` and `db_` for a run's queries and database.
     <p>labels    optional: class ids (n,) or multi-hot rows (n, C)
     <p>sources   optional: str (n,): the file, archive member or array row of each item
     <p>real      optional: float32 (n, bits): the real outputs whose signs are the codes
+    <p>embeddings optional: float (n, d): each item's embedding from the same forward pass (the
+                 pooled backbone features, or the input features), which an index keeps to
+                 re-score its Hamming candidates
     <p>scores    optional: float (n, C): the method's own classifier scores
 
 Files written by earlier versions are read as well: `query_index`/`db_index` are the ids, and
@@ -34,7 +37,7 @@ from lbhash.labels import check_label_shape
 
 FORMAT = "lbhash-codes/2"
 PARTS = {"items": "", "query": "query_", "db": "db_"}
-FIELDS = ("codes", "ids", "labels", "sources", "real", "scores")
+FIELDS = ("codes", "ids", "labels", "sources", "real", "scores", "embeddings")
 _LEGACY_IDS = {"query_index": "query_ids", "db_index": "db_ids"}
 
 
@@ -188,8 +191,12 @@ def _check_part(path: str, data: dict, p: str) -> None:
         sources = data[p + "sources"]
         if sources.ndim != 1 or len(sources) != n or sources.dtype.kind not in "US":
             raise InputError(f"{path}: '{p}sources' must be {n} strings, got {sources.dtype} {sources.shape}")
-    for field, width in (("real", data["bits"]), ("scores", None)):
+    for field, width in (("real", data["bits"]), ("scores", None), ("embeddings", None)):
         arr = data.get(p + field)
         if arr is not None and (arr.ndim != 2 or len(arr) != n or (width and arr.shape[1] != width)):
             raise InputError(f"{path}: '{p}{field}' must have {n} rows" + (f" of {width}" if width else "")
                              + f", got shape {arr.shape}")
+    emb = data.get(p + "embeddings")
+    if emb is not None and (emb.dtype.kind != "f" or not np.isfinite(emb).all()):
+        raise InputError(f"{path}: '{p}embeddings' must be finite floats, got {emb.dtype}"
+                         + (" with non-finite values" if emb.dtype.kind == "f" else ""))

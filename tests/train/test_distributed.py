@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from sklearn.datasets import load_digits
 
 from helpers import run_bounded
 
@@ -121,7 +122,7 @@ def test_two_process_encode_writes_the_codes_of_one_process(tmp_path):
                                   "hadamard", "--epochs", "1", "--no-progress", "--out", str(run)], env=env, timeout=240)
     assert trained.returncode == 0, trained.stderr[-2000:]
     for devices in ("1", "2"):
-        result = run_bounded(base + ["encode", str(run), "--devices", devices, "--no-progress", "--real",
+        result = run_bounded(base + ["encode", str(run), "--devices", devices, "--no-progress", "--real", "--embeddings",
                                      "--out", str(tmp_path / f"codes{devices}.npz")], env=env, timeout=240)
         assert result.returncode == 0, result.stderr[-2000:]
         assert result.stdout.count("encoded 1797 items") == 1  # rank 0 alone reports and writes
@@ -134,6 +135,8 @@ def test_two_process_encode_writes_the_codes_of_one_process(tmp_path):
         assert two["real"].dtype == np.float32 and two["real"].shape == (1797, 16)
         np.testing.assert_allclose(one["real"], two["real"], rtol=1e-5, atol=1e-5)
         np.testing.assert_array_equal(np.packbits(two["real"] >= 0, axis=1, bitorder="little"), two["codes"])
+        # and the embeddings, each item's input row here (digits, a feature run)
+        np.testing.assert_array_equal(two["embeddings"], load_digits().data.astype(np.float32))
 
 
 if __name__ == "__main__":  # the two-rank run of test_banks_and_surrogate_stay_identical_across_ranks

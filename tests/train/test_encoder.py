@@ -8,7 +8,8 @@ from torch import nn
 
 from lbhash.codes import to_signs
 from lbhash.data import ArrayDataset
-from lbhash.train.encoder import embed, embed_sharded, encode, encode_sharded
+from lbhash.models.hash_model import create_feature_model
+from lbhash.train.encoder import embed, embed_sharded, embed_with_features, encode, encode_sharded
 from lbhash.train.processes import OneProcess
 
 BITS = 16
@@ -60,4 +61,9 @@ def test_one_process_shards_give_what_the_encoder_gives(model_and_data):
     model, ds = model_and_data
     fabric = OneProcess(torch.device("cpu"))
     np.testing.assert_array_equal(encode_sharded(fabric, model, ds), encode(model, ds))
-    np.testing.assert_array_equal(embed_sharded(fabric, model, ds), embed(model, ds))
+    hash_model = create_feature_model(8, BITS, hidden=[32])  # a model that gives its embeddings too
+    real, emb = embed_sharded(fabric, hash_model, ds)
+    want_real, want_emb = embed_with_features(hash_model, ds)
+    np.testing.assert_array_equal(real, want_real)
+    np.testing.assert_array_equal(emb, want_emb)
+    np.testing.assert_array_equal(emb, ds.x)  # a feature model's embedding is its input row

@@ -23,25 +23,30 @@ import click
                    "The CPU always uses float32.")
 @click.option("--real", is_flag=True,
               help="Also save the model's real-valued outputs (key 'real', float32 (n, bits)), whose signs are "
-                   "the codes: the input of asymmetric ranking and of search re-ranking.")
+                   "the codes: the input of asymmetric ranking.")
+@click.option("--embeddings", is_flag=True,
+              help="Also save each item's embedding from the same forward pass (key 'embeddings', float32 (n, d): "
+                   "the pooled backbone features, or the input features), which `lbhash index build|add` keep "
+                   "to re-score searches (docs/search.md).")
 @click.option("--overwrite", is_flag=True, help="Replace --out if it exists.")
 @click.option("--progress/--no-progress", default=True, show_default=True)
 def encode(run_dir: Path, data: str | None, part: str, out: Path, accelerator: str, devices: int,
-           precision: str, real: bool, overwrite: bool, progress: bool) -> None:
+           precision: str, real: bool, embeddings: bool, overwrite: bool, progress: bool) -> None:
     """Encode data with the model of RUN_DIR into a codes file (docs/evaluation.md#codes-files).
 
     The file holds one part: `codes` (packed uint8, FAISS bit layout), `ids` (the items'
     positions in the data), `labels` (when the data has them), `sources` (the file or archive
     member of image items), `bits`, and `topk`, the R of the run's protocol; with --real also
-    `real`, the real outputs of the same forward pass (the codes are their signs, 0 -> +1).
+    `real`, the real outputs of the same forward pass (the codes are their signs, 0 -> +1), and
+    with --embeddings also `embeddings`, each item's embedding from that pass.
     `lbhash evaluate`, `lbhash index build|add` and `lbhash search --codes` read it as it is.
     """
     from lbhash._io import check_new_output_file
-    from lbhash.runs.codes import embed_run, encode_run, save_encoded
+    from lbhash.runs.codes import encode_run, save_encoded
 
     check_new_output_file(out, "--out", overwrite)
-    run = embed_run if real else encode_run  # --real: the codes and the outputs they are the signs of
-    encoded = run(run_dir, data, part, accelerator, precision, devices, progress)
+    encoded = encode_run(run_dir, data, part, accelerator, precision, devices, progress, real=real,
+                         embeddings=embeddings)
     if encoded is None:  # another rank of a multi-process run
         return
     save_encoded(out, encoded)

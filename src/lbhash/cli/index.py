@@ -78,8 +78,8 @@ def index() -> None:
 @click.option("--nhash", type=int, help="multihash: number of hash tables. [default: bits // 16]")
 @click.option("--nflip", type=int, help="multihash: bit flips probed per table. [default: 2]")
 @click.option("--overwrite", is_flag=True, help="Replace an existing index (atomically).")
-@click.option("--no-embeddings", is_flag=True, help="With a run directory: keep codes only, not each item's embedding "
-                                                    "(searches then come in Hamming order; docs/search.md).")
+@click.option("--no-embeddings", is_flag=True, help="Keep codes only, not each item's embedding (searches then come "
+                                                    "in Hamming order; docs/search.md).")
 @backend_options
 def build(source: Path, out: str, kind: str, part: str | None, data_spec: str | None, nlist, nprobe, nhash, nflip,
           overwrite: bool, no_embeddings: bool, backend: str, uri: str) -> None:
@@ -89,7 +89,8 @@ def build(source: Path, out: str, kind: str, part: str | None, data_spec: str | 
     along for filtering. A run's data is found from any working directory (the run records its
     absolute path); data that moved since is given with --data. From a run, the index also keeps
     each item's embedding (the backbone's pooled features, or the input features), by which
-    searches re-score their Hamming candidates; --no-embeddings leaves them out.
+    searches re-score their Hamming candidates; from a codes file, the embeddings it holds
+    (`lbhash encode --embeddings`). --no-embeddings leaves them out.
     """
     from lbhash.errors import InputError
     from lbhash.runs import index_sources
@@ -105,7 +106,8 @@ def build(source: Path, out: str, kind: str, part: str | None, data_spec: str | 
         data = index_sources.codes_file(source)
     ids = data["ids"] if data["ids"] is not None else np.arange(len(data["codes"]))
     given = {k: v for k, v in dict(nlist=nlist, nprobe=nprobe, nhash=nhash, nflip=nflip).items() if v is not None}
-    emb = None if no_embeddings or spec is None else _run_embeddings(source, ids, spec)
+    emb = data["embeddings"] if spec is None else _run_embeddings(source, ids, spec)
+    emb = None if no_embeddings else emb
     dim = None if emb is None else emb.shape[1]
     if backend == "milvus":
         index = _new_milvus(out, uri, data["bits"], kind, given, overwrite, dim)
@@ -191,7 +193,10 @@ def _new_milvus(name: str, uri: str, bits: int, kind: str, given: dict, overwrit
 @click.argument("codes_file", type=click.Path(path_type=Path))
 @click.option("--upsert", is_flag=True, help="Replace items whose id is already present.")
 def add(index_dir: Path, codes_file: Path, upsert: bool) -> None:
-    """Add the codes of CODES_FILE (an `lbhash encode` .npz) to INDEX_DIR, atomically."""
+    """Add the codes of CODES_FILE (an `lbhash encode` .npz) to INDEX_DIR, atomically.
+
+    An index that keeps embeddings takes them from the file (`lbhash encode --embeddings`), so
+    that every item can be re-scored; a file without them is refused there."""
     from lbhash.errors import InputError
     from lbhash.index import CodeIndex
     from lbhash.runs import index_sources
@@ -203,7 +208,11 @@ def add(index_dir: Path, codes_file: Path, upsert: bool) -> None:
         data = index_sources.codes_file(codes_file)
         if data["bits"] != index.bits:
             raise InputError(f"{codes_file} holds {data['bits']}-bit codes but {index_dir} holds {index.bits}-bit codes")
-        ids = index.add(data["codes"], ids=data["ids"], labels=data["labels"], upsert=upsert)
+        if index.embedding_dim is not None and data["embeddings"] is None and len(data["codes"]):
+            raise InputError(f"{index_dir} keeps a {index.embedding_dim}-dimensional embedding per item but "
+                             f"{codes_file} holds none: encode with `lbhash encode --embeddings`")
+        ids = index.add(data["codes"], ids=data["ids"], labels=data["labels"], upsert=upsert,
+                        embeddings=data["embeddings"])
         forget_sources(index, ids)  # a replaced item's recorded image is no longer its own
         index.save(index_dir)
     click.echo(f"added {len(ids)} codes to {index_dir} ({index.ntotal} in all)")

@@ -9,7 +9,8 @@ inputs into what the search engine (lbhash.index) takes.
 - `store`: the run directory as the core's store (log lines, checkpoints, best.pt, resume);
 - `rundir`: a run directory's files, lock and manifest, and reading it back (config, log, model);
 - `metrics`: metrics.json and the manifest of a finished run (`evaluate_run`);
-- `codes`: the codes of any data with a finished run's model (`encode_run`, `embed_run`);
+- `codes`: the codes of any data with a finished run's model (`encode_run`, with its real outputs
+  and embeddings on request);
 - `encoder`: `RunEncoder`, a run's model as an encoder of arrays (load, encode);
 - `hash_encoder`: `HashEncoder`, a RunEncoder with fit/transform/save, scikit-learn style;
 - `export`: a run's model as ONNX (`export_run`);

@@ -1,5 +1,5 @@
-"""The codes of any data with a finished run's model (`encode_run`; `embed_run` adds the real
-outputs; `lbhash encode`, `save_encoded`). codes.npz at the end of training is
+"""The codes of any data with a finished run's model (`encode_run`, which adds on request the real
+outputs and the embeddings of the same forward pass; `lbhash encode`, `save_encoded`). codes.npz at the end of training is
 lbhash.train.split_codes'; both encode with the one encoder (lbhash.train.encoder) and store
 labels the same way (`lbhash.codes_file.stored_labels`), so that a run's own items encode to the
 codes its codes.npz holds. Nothing here imports the training loop or Lightning: `lbhash encode`
@@ -28,7 +28,7 @@ from lbhash.runs.rundir import PARTS, SPLIT, load_input_form, load_run_model, ru
 
 def encode_run(run_dir: str | Path, data: str | None = None, part: str = "all",
                accelerator: str = "cpu", precision: str = "32-true", devices: int = 1,
-               progress: bool = True) -> dict[str, np.ndarray] | None:
+               progress: bool = True, real: bool = False, embeddings: bool = False) -> dict[str, np.ndarray] | None:
     """Codes of a data set (default: the run's own) with a trained run's model.
 
     `part` selects the run's train/query/database items and needs the run's own data. Other
@@ -41,25 +41,22 @@ def encode_run(run_dir: str | Path, data: str | None = None, part: str = "all",
     With devices > 1 the items are shared out over that many processes (Lightning Fabric, or
     torchrun's); rank 0 returns everything, the other ranks None. One device runs in this
     process alone, without Lightning.
+    `real` adds the hash head's real outputs (float32 (n, bits)) whose signs are the codes (0 ->
+    +1), `embeddings` each item's embedding (float32 (n, d): the pooled backbone features, or
+    the input features after the input contract), both from the forward pass that makes the
+    codes, so that a codes file always holds the signs of its outputs and the embeddings of its
+    codes.
     """
-    done = _run_forward(encode_sharded, run_dir, data, part, accelerator, precision, devices, progress)
+    sharded = embed_sharded if real or embeddings else encode_sharded
+    done = _run_forward(sharded, run_dir, data, part, accelerator, precision, devices, progress)
     if done is None:
         return None
-    signs, fields = done
-    return {"codes": pack(signs), **fields}
-
-
-def embed_run(run_dir: str | Path, data: str | None = None, part: str = "all",
-              accelerator: str = "cpu", precision: str = "32-true", devices: int = 1,
-              progress: bool = True) -> dict[str, np.ndarray] | None:
-    """`encode_run`'s fields and `real`, the hash head's real outputs (float32 (n, bits)) from
-    the forward pass whose signs are the `codes` (0 -> +1): one pass gives both, so a
-    codes file with `real` (`lbhash encode --real`) always holds the signs of its outputs."""
-    done = _run_forward(embed_sharded, run_dir, data, part, accelerator, precision, devices, progress)
-    if done is None:
-        return None
-    real, fields = done
-    return {"codes": pack(to_signs(real)), **fields, "real": real}
+    out, fields = done
+    if not (real or embeddings):
+        return {"codes": pack(out), **fields}
+    outputs, embedded = out
+    return {"codes": pack(to_signs(outputs)), **fields, **({"real": outputs} if real else {}),
+            **({"embeddings": embedded} if embeddings else {})}
 
 
 def item_embeddings(run_dir: str | Path, ids, data: str | None = None, progress: bool = False) -> np.ndarray:
@@ -81,8 +78,8 @@ def item_embeddings(run_dir: str | Path, ids, data: str | None = None, progress:
 
 def _run_forward(sharded, run_dir: str | Path, data: str | None, part: str, accelerator: str, precision: str,
                  devices: int, progress: bool) -> tuple[np.ndarray, dict] | None:
-    """`sharded` (`encode_sharded` or `embed_sharded`) of the items `encode_run` encodes, and
-    the codes-file fields but `codes` (None on ranks other than 0)."""
+    """`sharded` (`encode_sharded`, or `embed_sharded` and its two arrays) of the items
+    `encode_run` encodes, and the codes-file fields but `codes` (None on ranks other than 0)."""
     run_dir = Path(run_dir)
     if part not in PARTS:
         raise InputError(f"part must be one of {', '.join(PARTS)}, got {part!r}")
@@ -109,8 +106,9 @@ def _run_forward(sharded, run_dir: str | Path, data: str | None, part: str, acce
     leave_process_group(fabric)
     if out is None:
         return None
-    if out.shape[1] != cfg.bits:
-        raise InputError(f"the model gives {out.shape[1]} bits but the run has {cfg.bits}")
+    width = (out[0] if isinstance(out, tuple) else out).shape[1]
+    if width != cfg.bits:
+        raise InputError(f"the model gives {width} bits but the run has {cfg.bits}")
     labelled = dataset.num_classes > 0
     return out, {"bits": cfg.bits, "ids": np.asarray(index, np.int64),
                  "labels": stored_labels(dataset.multi_label, dataset.labels[index]) if labelled else None,
@@ -118,7 +116,7 @@ def _run_forward(sharded, run_dir: str | Path, data: str | None, part: str, acce
 
 
 def save_encoded(path: str | Path, encoded: dict) -> None:
-    """Write `encode_run`'s (or `embed_run`'s) result as a codes file of one part."""
+    """Write `encode_run`'s result as a codes file of one part."""
     fields = {k: v for k, v in encoded.items() if k not in ("bits", "topk")}
     write_codes_file(path, encoded["bits"], {"items": fields}, topk=encoded["topk"])
 

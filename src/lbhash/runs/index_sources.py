@@ -279,9 +279,10 @@ def codes_file(path: str | Path) -> dict:
 
 
 def _checked(where, bits: int, fields: dict) -> dict:
-    """One part's codes, bits, ids, labels and sources, as an index takes them."""
+    """One part's codes, bits, ids, labels, sources and embeddings (None: absent), as an index
+    takes them."""
     ids = _checks.item_ids(fields["ids"], len(fields["codes"]), f"{where}: ids")
     if bits % 8:
         raise InputError(f"{where}: {bits}-bit codes; indexes hold codes of a multiple of 8 bits")
     return {"codes": fields["codes"], "bits": int(bits), "ids": ids, "labels": fields["labels"],
-            "sources": fields["sources"]}
+            "sources": fields["sources"], "embeddings": fields.get("embeddings")}

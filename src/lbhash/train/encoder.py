@@ -120,25 +120,31 @@ def encode_sharded(fabric, model: nn.Module, dataset: HashDataset, indices=None,
 
 def embed_sharded(fabric, model: nn.Module, dataset: HashDataset, indices=None,
                   options: InputOptions = InputOptions(), autocast=contextlib.nullcontext,
-                  progress: bool = False) -> np.ndarray | None:
-    """`embed` split as `encode_sharded` splits `encode`: rank 0 returns all real outputs in
-    item order, the other ranks None."""
-    return _sharded(embed, fabric, model, dataset, indices, options, autocast, progress)
+                  progress: bool = False) -> tuple[np.ndarray, np.ndarray] | None:
+    """`embed_with_features` split as `encode_sharded` splits `encode`: rank 0 returns all real
+    outputs and embeddings in item order, the other ranks None."""
+    return _sharded(embed_with_features, fabric, model, dataset, indices, options, autocast, progress)
 
 
 def _sharded(run, fabric, model: nn.Module, dataset: HashDataset, indices, options: InputOptions, autocast,
-             progress: bool) -> np.ndarray | None:
-    """`run` (`encode` or `embed`) of this rank's share, gathered on rank 0."""
+             progress: bool):
+    """`run` (`encode`, or `embed_with_features` and its two arrays) of this rank's share,
+    gathered on rank 0."""
     idx = check_indices(dataset, indices)
     shares = np.array_split(idx, fabric.world_size)
     mine = run(model, dataset, shares[fabric.global_rank], options, fabric.device, autocast,
                progress and fabric.is_global_zero)
     if fabric.world_size == 1:
         return mine
+    gathered = tuple(_gathered(fabric, part, shares) for part in mine) if isinstance(mine, tuple) \
+        else _gathered(fabric, mine, shares)
+    return gathered if fabric.is_global_zero else None
+
+
+def _gathered(fabric, mine: np.ndarray, shares: list[np.ndarray]) -> np.ndarray:
+    """Every rank's rows of one array, in item order (on every rank)."""
     longest = max(len(s) for s in shares)
     padded = torch.zeros((longest, mine.shape[1]), dtype=torch.from_numpy(mine).dtype)
     padded[:len(mine)] = torch.from_numpy(mine)
-    gathered = all_gather(fabric, padded.to(fabric.device)).cpu().numpy()  # (world, longest, bits)
-    if not fabric.is_global_zero:
-        return None
+    gathered = all_gather(fabric, padded.to(fabric.device)).cpu().numpy()  # (world, longest, width)
     return np.concatenate([gathered[r, :len(s)] for r, s in enumerate(shares)])
