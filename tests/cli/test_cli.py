@@ -120,7 +120,7 @@ def test_demo_trains_both_variants_and_prints_table(tmp_path):
 def test_train_options_are_the_config_fields_with_their_defaults():
     from lbhash.cli.options import cli_fields, shown_default
     from lbhash.cli.train import train
-    from lbhash.train import TrainConfig
+    from lbhash.train.config import FIELDS, SETS, TrainConfig
 
     options = {p.name: p for p in train.params if isinstance(p, click.Option)}
     explicit = {"config_file", "out", "resume", "quiet", "method_option", "hidden", "topk"}
@@ -134,9 +134,10 @@ def test_train_options_are_the_config_fields_with_their_defaults():
         assert option.default is None  # not given: the config file and the defaults show through
     for option_name, field in config_names.items():
         assert f"[default: {shown_default(field)}]" in options[option_name].help, option_name
-    assert set(TrainConfig.model_fields) - set(cli_fields()) == {"method_options", "hidden", "topk"}
-    # what the data decides is the resolved run's, never a user's option
-    assert not {"input_kind", "input_dim"} & set(TrainConfig.model_fields) and "--input-dim" not in options
+    assert set(FIELDS) - set(cli_fields()) == {"method_options", "hidden", "topk"}
+    # what the data decides is the resolved run's, never a user's option; the config's own fields are its sets
+    assert not {"input_kind", "input_dim"} & set(FIELDS) and "--input-dim" not in options
+    assert list(TrainConfig.model_fields) == list(SETS)
 
 
 def test_train_help_groups_its_options_by_option_set_and_lists_each_once():

@@ -74,7 +74,7 @@ PAPER_LBHASH = {"lbhash_weight": 1.0, "lbhash_reduction": "sum", "surrogate_flip
                 "block_assignment": "contiguous", "multilabel_target": "average",
                 "multilabel_theta": "sum", "surrogate_weight_decay": 0.0}
 # Constructor parameters every method takes; the others are the method's constants.
-COMMON_PARAMETERS = ("self", "bits", "num_classes", "num_train", "centers", "multi_label")
+COMMON_PARAMETERS = ("self", "bits", "num_classes", "num_train", "centers", "multi_label", "tie_center")
 
 
 class HashLoss(nn.Module):
@@ -128,10 +128,6 @@ class HashLoss(nn.Module):
         """The method's formula: named, weighted loss parts of u (float32 or float64). A method
         that `needs_features` also takes them: compute_loss(u, labels, index, features)."""
         raise NotImplementedError
-
-    def use_tie_center(self, center: torch.Tensor) -> None:
-        """Break ties of majority targets with this center's bits (methods with majority_targets)."""
-        raise InputError(f"method {self.name} has no majority targets whose ties a center could break")
 
     def _check_shapes(self, u: torch.Tensor, labels: torch.Tensor) -> None:
         if u.dim() != 2 or u.shape[1] != self.bits:
@@ -207,7 +203,7 @@ def available_methods() -> list[str]:
 
 def create_method(name: str, bits: int, num_classes: int, num_train: int | None = None,
                   centers: torch.Tensor | None = None, multi_label: bool = False,
-                  **constants) -> HashLoss:
+                  tie_center: torch.Tensor | None = None, **constants) -> HashLoss:
     """Build a registered method; `constants` override its defaults (e.g. CSQ's quantization).
 
     Parameters
@@ -222,6 +218,9 @@ def create_method(name: str, bits: int, num_classes: int, num_train: int | None 
         (num_classes, bits) +/-1 class centers, for methods that use them (CSQ).
     multi_label : bool
         Whether an item may hold several labels.
+    tie_center : torch.Tensor, optional
+        For a method with majority targets (CSQ): the center whose bits break their ties
+        (`lbhash.methods.csq.tie_center`); None: +1.
     **constants
         The method's constants, overriding its published defaults.
 
@@ -246,5 +245,6 @@ def create_method(name: str, bits: int, num_classes: int, num_train: int | None 
     if unknown:
         raise InputError(f"method {cls.name}: unexpected keyword argument {unknown[0]!r} "
                          f"(its constants: {', '.join(cls.constants()) or 'none'})")
+    ties = {"tie_center": tie_center} if cls.majority_targets else {}
     return cls(bits=bits, num_classes=num_classes, num_train=num_train, centers=centers,
-               multi_label=multi_label, **constants)
+               multi_label=multi_label, **ties, **constants)

@@ -319,7 +319,7 @@ def load_run_model(run_dir: str | Path) -> tuple[HashModel, RunConfig]:
         if "backbone.mean" not in weights or "backbone.std" not in weights:
             raise InputError(f"{path}: no normalisation statistics, but {CONFIG} says normalize: zscore")
         normalization = (weights["backbone.mean"], weights["backbone.std"])
-    model = build_model(cfg, normalization, pretrained=False)
+    model = build_model(cfg.model, cfg.bits, cfg.input_kind, cfg.input_dim, normalization, pretrained=False)
     try:
         model.load_state_dict(weights)
     except RuntimeError as err:

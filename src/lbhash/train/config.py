@@ -1,15 +1,18 @@
 """The training configuration: one typed model shared by the CLI, config files and Python.
 
-`TrainConfig` composes the option sets that each part declares beside itself (lbhash.options:
-the data's, the method choice, the recipe, the centers', the _D objective's, the surrogate's,
-the model's and the runtime's), so that a part reads its own set (`ObjectiveOptions.of(cfg)`)
-and the command line options and their shown defaults are generated from the same fields
-(lbhash.cli.options). Every value is validated where it enters (strict types, finite numbers,
-ranges, unknown keys rejected with the list of known ones), one line naming the option and
-value (`InputError`). `None` means "the method's or the data's default";
-`lbhash.train.resolve.resolve_config` fills every such value in one place and returns a
-`RunConfig`: the complete config a run saves and reloads, with what the data set decided
-(`input_kind`, `input_dim`), which a user never sets.
+`TrainConfig` holds one field per option set, each declared beside the part that reads it
+(`dataset`: lbhash.data.options, `hashing`: the method choice, `recipe`, `class_centers`,
+`neighbourhood`, `objective` (the _D objective), `surrogate`, `model` and `runtime`), and every
+factory takes its own set (lbhash.train.builder). A flat key (`TrainConfig(method="csq",
+bits=64)`, a config file's `lr: 0.01`, `--set lr=0.01`) goes to the one set that owns it (no
+key is in two sets), and reads back flat (`cfg.lr`, `cfg.to_dict()`: what config.yaml holds);
+a set may also be given whole (`TrainConfig(recipe={"lr": 0.01})`). The command line options
+and their shown defaults are generated from the same fields (lbhash.cli.options). Every value
+is validated where it enters (strict types, finite numbers, ranges, unknown keys rejected with
+the list of known ones), one line naming the option and value (`InputError`). `None` means
+"the method's or the data's default"; `lbhash.train.resolve.resolve_config` fills every such
+value in one place and returns a `RunConfig`: the complete config a run saves and reloads, with
+what the data set decided (`input_kind`, `input_dim`), which a user never sets.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
 from lbhash.centers import CenterOptions
 from lbhash.data.options import DataOptions
@@ -30,7 +33,7 @@ from lbhash.methods.lower_bound import ObjectiveOptions
 from lbhash.methods.neighbourhood import NeighbourhoodOptions
 from lbhash.methods.options import MethodOptions
 from lbhash.models.options import ModelOptions
-from lbhash.options import option
+from lbhash.options import Options, option
 from lbhash.surrogate import SurrogateOptions
 from lbhash.train.options import RecipeOptions, RuntimeOptions
 
@@ -38,33 +41,95 @@ from lbhash.train.options import RecipeOptions, RuntimeOptions
 METHOD_FIELDS = ("epochs", "batch_size", "optimizer", "lr", "weight_decay", "lr_step", "lr_gamma",
                  "schedule", "warmup_epochs", "validation", "eval_every", "lbhash_mode", *LBHASH_OPTIONS)
 
+# The option sets of a config, in the order config.yaml lists their keys.
+SETS: dict[str, type[Options]] = {
+    "dataset": DataOptions, "hashing": MethodOptions, "recipe": RecipeOptions, "class_centers": CenterOptions,
+    "neighbourhood": NeighbourhoodOptions, "objective": ObjectiveOptions, "surrogate": SurrogateOptions,
+    "model": ModelOptions, "runtime": RuntimeOptions}
+# each flat key's set: a key in two sets (or named like a set) could not be routed
+OWNERS = {name: key for key, cls in SETS.items() for name in cls.model_fields}
+assert len(OWNERS) == sum(len(cls.model_fields) for cls in SETS.values()) and not set(OWNERS) & set(SETS), \
+    "an option is declared by two option sets, or named like a set"
+FIELDS = tuple(OWNERS)  # every option's flat key
 
-# the fields come in the reverse order of the bases: data, method, recipe, centers, objective, ...
-class TrainConfig(RuntimeOptions, ModelOptions, SurrogateOptions, ObjectiveOptions, NeighbourhoodOptions,
-                  CenterOptions, RecipeOptions, MethodOptions, DataOptions):
-    """Everything a user chooses for a run. None means "the method's (or the data set's) default"."""
+
+def field_info(name: str):
+    """The pydantic field of the option `name` (its help, what it accepts, its shown default)."""
+    return SETS[OWNERS[name]].model_fields[name]
+
+
+class TrainConfig(Options):
+    """Everything a user chooses for a run, one option set per part. None means "the method's
+    (or the data set's) default"."""
+
+    dataset: DataOptions = Field(default_factory=DataOptions)
+    hashing: MethodOptions = Field(default_factory=MethodOptions)
+    recipe: RecipeOptions = Field(default_factory=RecipeOptions)
+    class_centers: CenterOptions = Field(default_factory=CenterOptions)
+    neighbourhood: NeighbourhoodOptions = Field(default_factory=NeighbourhoodOptions)
+    objective: ObjectiveOptions = Field(default_factory=ObjectiveOptions)
+    surrogate: SurrogateOptions = Field(default_factory=SurrogateOptions)
+    model: ModelOptions = Field(default_factory=ModelOptions)
+    runtime: RuntimeOptions = Field(default_factory=RuntimeOptions)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _route(cls, values: Any) -> Any:
+        """Flat keys to their sets (a set given whole, as a mapping or an Options, first), each
+        set built and checked in the order of SETS; then unknown keys, naming the known ones."""
+        if not isinstance(values, dict):
+            return values
+        nested: dict[str, dict] = {key: {} for key in SETS}
+        out, unknown = {}, []
+        for key, value in values.items():
+            if key in SETS:
+                if not isinstance(value, (dict, Options)):
+                    raise InputError(f"{key} must be a mapping of its options, got {value!r}")
+                nested[key] = {**(value.model_dump() if isinstance(value, Options) else value), **nested[key]}
+            elif key in OWNERS:
+                nested[OWNERS[key]][key] = value
+            elif key in cls.model_fields:
+                out[key] = value  # a RunConfig's input_kind and input_dim
+            else:
+                unknown.append(key)
+        for key, set_class in SETS.items():
+            out[key] = set_class(**nested[key])
+        if unknown:
+            known = [*FIELDS, *(k for k in cls.model_fields if k not in SETS)]
+            raise InputError(f"unknown option {unknown[0]!r} (known: {', '.join(known)})")
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        """An option read flat: `cfg.lr` is `cfg.recipe.lr`."""
+        owner = OWNERS.get(name)
+        if owner is None:
+            return super().__getattr__(name)
+        return getattr(self.__dict__[owner], name)
 
     @model_validator(mode="after")
     def _consistent(self):
-        if self.lbhash and self.bits % self.block_size:
-            raise InputError(f"bits={self.bits} is not divisible by the block size {self.block_size}")
-        if (self.select == "best-val" or self.patience) and self.validation == 0:
+        hashing, recipe = self.hashing, self.recipe
+        if hashing.lbhash and hashing.bits % self.surrogate.block_size:
+            raise InputError(f"bits={hashing.bits} is not divisible by the block size {self.surrogate.block_size}")
+        if (recipe.select == "best-val" or recipe.patience) and recipe.validation == 0:
             raise InputError("select best-val and patience need a validation split (validation > 0: a held-out share)")
-        if method_class(self.method).closed_form:
+        if method_class(hashing.method).closed_form:
             _check_closed_form(self)
         return self
 
     @property
     def variant(self) -> str:
         """The method's display name: e.g. csq or csq_D."""
-        return self.method + ("_D" if self.lbhash else "")
+        return self.hashing.method + ("_D" if self.hashing.lbhash else "")
 
     def to_dict(self) -> dict[str, Any]:
-        return self.model_dump()
+        """Every option flat, in the order of SETS (what config.yaml holds), then a RunConfig's own."""
+        flat = {name: value for key in SETS for name, value in getattr(self, key).model_dump().items()}
+        return {**flat, **{k: getattr(self, k) for k in type(self).model_fields if k not in SETS}}
 
     def replace(self, **values) -> "TrainConfig":
-        """A validated copy with `values` changed (of the same class)."""
-        return make_config({**self.model_dump(), **values}, kind=type(self))
+        """A validated copy with `values` (flat keys) changed (of the same class)."""
+        return make_config({**self.to_dict(), **values}, kind=type(self))
 
 
 class RunConfig(TrainConfig):
@@ -77,7 +142,6 @@ class RunConfig(TrainConfig):
                                    "a positive integer", cli=False, ge=1)
 
 
-FIELDS = tuple(TrainConfig.model_fields)
 # Options added after runs were saved without them: the value those runs used. A saved run's
 # config.yaml that lacks one is read with this value (lbhash.runs.rundir.load_run_config), so
 # that it loads, resumes and encodes as it did; new runs get the field's default or profile's.
@@ -221,4 +285,4 @@ def build_config(file_values: dict[str, Any] | None = None,
     return make_config({**(file_values or {}), **flags})
 
 
-__all__ = ["RunConfig", "TrainConfig", "FIELDS", "build_config", "load_config_file", "make_config", "parse_yaml"]
+__all__ = ["RunConfig", "TrainConfig", "FIELDS", "OWNERS", "SETS", "field_info", "build_config", "load_config_file", "make_config", "parse_yaml"]

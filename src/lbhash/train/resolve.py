@@ -41,7 +41,7 @@ def resolve_config(cfg: TrainConfig, dataset) -> RunConfig:
     from lbhash.models import backbone_defaults
 
     d = method_defaults(cfg.method, cfg.defaults)
-    values = cfg.model_dump()
+    values = cfg.to_dict()
     made_for = values.pop("input_dim", None)  # a RunConfig's: its data set's width
     values.pop("input_kind", None)
     values["protocol"] = cfg.protocol or default_protocol(cfg.data, dataset)
