@@ -9,18 +9,18 @@ only its formula and returns the named, weighted parts; LossOutput.total is thei
 
 Everything else a method brings lives on its class, beside the formula (the way timm keeps a
 model's default config beside the model): its constants are its constructor's keyword
-defaults, its training recipes are `recipe` (the paper's, shared by all methods),
-`benchmark_recipe` (the DeepHash-pytorch benchmark's) and `recommended_recipe` (the one our
-validation study supports), `recommended_lbhash` holds the _D options the study chose for it,
-`recommended_constants` the constants that recipe was validated with where they differ from the
-constructor's (paper-faithful) defaults,
-and `lbhash_mode` says how the _D objective combines with it (lbhash.methods.defaults).
+defaults, its training recipes, each a partial recipe (what it changes in PAPER_RECIPE, in the
+names of lbhash.methods.options.RecipeOptions), are `recipe` (the paper profile's: none, the
+setting shared by all methods), `benchmark_recipe` (the DeepHash-pytorch benchmark's) and
+`recommended_recipe` (the one our validation study supports), `recommended_lbhash` holds the _D
+options the study chose for it, `recommended_constants` the constants that recipe was validated
+with where they differ from the constructor's (paper-faithful) defaults,
+and `lbhash_mode` says how the _D objective combines with it (lbhash.methods.options).
 """
 
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
 
 import torch
@@ -38,37 +38,21 @@ def loss_output(parts: dict[str, torch.Tensor]) -> LossOutput:
     return LossOutput(sum(parts.values()), parts)
 
 
-@dataclass(frozen=True)
-class Recipe:
-    """How a method trains by default: optimizer, schedule, epochs and batch size.
-
-    The default instance is the paper's setting for every method, "Adam with default
-    configuration", lr 1e-3, batch 64, 100 epochs, lr x0.1 every 10 epochs (its App. G).
-    """
-
-    optimizer: str = "adam"
-    lr: float = 1e-3
-    weight_decay: float = 0.0
-    lr_step: int = 10          # epochs between learning-rate decays (0: never)
-    lr_gamma: float = 0.1      # decay factor
-    epochs: int = 100
-    batch_size: int = 64
-    schedule: str = "step"     # "step" (x lr_gamma every lr_step epochs) or "cosine"
-    warmup_epochs: int = 0     # linear warm-up epochs before the schedule
-    validation: float = 0.0    # share of each class's training items held out (a run then keeps
-                               # the epoch of best validation mAP unless told `select: last`)
-    eval_every: int = 10       # epochs between evaluations (validation, or test without one)
-
-
+# How a method trains by default: the paper's setting for every method, "Adam with default
+# configuration", lr 1e-3, batch 64, 100 epochs, lr x0.1 every 10 epochs (its App. G), every
+# item training (validation 0: no held-out share) and an evaluation every 10 epochs. A method's
+# recipes are partial: what they change in it (lbhash.methods.options.method_defaults).
+PAPER_RECIPE = {"epochs": 100, "batch_size": 64, "optimizer": "adam", "lr": 1e-3, "weight_decay": 0.0, "lr_step": 10,
+                "lr_gamma": 0.1, "schedule": "step", "warmup_epochs": 0, "validation": 0.0, "eval_every": 10}
 # The recommended profile's recipe: the paper's with a constant learning rate, keeping the epoch
 # of best validation mAP (10% of each class held out, evaluated every 5 epochs). The paper's x0.1
 # every 10 epochs leaves 1e-5 at epoch 20 whatever the budget; a constant rate uses every epoch
 # of 10, 30 or 100, and beat it on validation, but its last epoch can be far from its best
 # (docs/methods.md, "Defaults that train" and "Which epoch a run keeps").
-RECOMMENDED_RECIPE = Recipe(lr_step=0, validation=0.1, eval_every=5)
+RECOMMENDED_RECIPE = {"lr_step": 0, "validation": 0.1, "eval_every": 5}
 # The DeepHash-pytorch benchmark's RMSprop recipe, shared by most of its methods.
-BENCHMARK_RMSPROP = Recipe(optimizer="rmsprop", lr=1e-5, weight_decay=1e-5, lr_step=0, epochs=150,
-                           batch_size=128)
+BENCHMARK_RMSPROP = {"optimizer": "rmsprop", "lr": 1e-5, "weight_decay": 1e-5, "lr_step": 0, "epochs": 150,
+                     "batch_size": 128}
 # The _D objective as the paper's text reads (lbhash.methods.lower_bound has the options).
 PAPER_LBHASH = {"lbhash_weight": 1.0, "lbhash_reduction": "sum", "surrogate_flips": 0,
                 "block_assignment": "contiguous", "multilabel_target": "average",
@@ -96,9 +80,9 @@ class HashLoss(nn.Module):
     needs_features: ClassVar[bool] = False     # its loss reads the head's inputs: compute_loss(..., features=)
     closed_form: ClassVar[bool] = False        # fitted in one pass (`fit_projection`), no gradient steps
     lbhash_mode: ClassVar[str] = "add"         # how the _D objective combines with the loss
-    recipe: ClassVar[Recipe] = Recipe()
-    benchmark_recipe: ClassVar[Recipe] = BENCHMARK_RMSPROP
-    recommended_recipe: ClassVar[Recipe] = RECOMMENDED_RECIPE
+    recipe: ClassVar[dict] = {}                     # partial recipes: what they change in PAPER_RECIPE
+    benchmark_recipe: ClassVar[dict] = BENCHMARK_RMSPROP
+    recommended_recipe: ClassVar[dict] = RECOMMENDED_RECIPE
     recommended_lbhash: ClassVar[dict] = {}         # overrides of PAPER_LBHASH
     recommended_constants: ClassVar[dict] = {}      # the recommended profile's constants where they differ
 

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from lbhash.errors import InputError
-from lbhash.methods.base import HashLoss, Recipe, register_method
+from lbhash.methods.base import HashLoss, register_method
 
 
 TIE_RULES = ("random-center", "plus-one")
@@ -52,7 +52,7 @@ class CSQ(HashLoss):
     uses_centers = True
     majority_targets = True
     lbhash_mode = "replace"  # CSQ_D replaces the BCE center loss with L_theta, as in the paper
-    benchmark_recipe = Recipe(optimizer="adam", lr=1e-3, lr_step=0, epochs=150, batch_size=128)
+    benchmark_recipe = {"optimizer": "adam", "lr": 1e-3, "lr_step": 0, "epochs": 150, "batch_size": 128}
 
     def __init__(self, bits: int, num_classes: int, num_train: int | None = None,
                  centers: torch.Tensor | None = None, multi_label: bool = False,

@@ -28,18 +28,28 @@ from lbhash.centers import CenterOptions
 from lbhash.data.options import DataOptions
 from lbhash.errors import InputError
 from lbhash.methods import method_class, method_defaults
-from lbhash.methods.defaults import LBHASH_OPTIONS
 from lbhash.methods.lower_bound import ObjectiveOptions
 from lbhash.methods.neighbourhood import NeighbourhoodOptions
-from lbhash.methods.options import MethodOptions
+from lbhash.methods.options import MethodOptions, RecipeOptions
 from lbhash.models.options import ModelOptions
 from lbhash.options import Options, option
 from lbhash.surrogate import SurrogateOptions
-from lbhash.train.options import RecipeOptions, RuntimeOptions
 
-# filled from the method's defaults (under the `defaults` profile) when None
-METHOD_FIELDS = ("epochs", "batch_size", "optimizer", "lr", "weight_decay", "lr_step", "lr_gamma",
-                 "schedule", "warmup_epochs", "validation", "eval_every", "lbhash_mode", *LBHASH_OPTIONS)
+PRECISIONS = ("32-true", "32", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true")
+
+
+class RuntimeOptions(Options):
+    """Where and how the training runs: accelerator, processes, precision, progress and logging."""
+
+    logger: Literal["none", "tensorboard"] = option(
+        "none", "Also log the per-epoch records to TensorBoard (needs the tensorboard extra).",
+        "one of none, tensorboard")
+    accelerator: Literal["cpu", "gpu", "cuda", "auto"] = option("cpu", "cpu or gpu.", "one of cpu, gpu, cuda, auto")
+    devices: int = option(1, "Processes (devices) to train on.", "a positive integer", ge=1)
+    precision: Literal[PRECISIONS] = option("32-true", "Lightning precision, e.g. 32-true, bf16-mixed.",
+                                            f"one of {', '.join(PRECISIONS)}")
+    progress: bool = option(True, "Show a progress bar.", "true or false")
+
 
 # The option sets of a config, in the order config.yaml lists their keys.
 SETS: dict[str, type[Options]] = {
@@ -174,14 +184,11 @@ def paper_differences(cfg: TrainConfig) -> list[str]:
     """What a resolved config's recipe (and, for a _D run, its objective) sets otherwise than
     the paper profile does for its method, e.g. ['lr_step 0 (paper 10)', 'multilabel_theta mean
     (paper sum)']."""
-    paper = method_defaults(cfg.method, "paper")
-    names = [n for n in METHOD_FIELDS if n not in LBHASH_OPTIONS and n != "lbhash_mode"]
-    if cfg.lbhash:
-        names += ["lbhash_mode", *LBHASH_OPTIONS]
+    paper = method_defaults(cfg.method, "paper").options
+    names = [n for n in paper if cfg.lbhash or OWNERS[n] == "recipe"]
     out = []
     for name in names:
-        want = paper.lbhash[name] if name in LBHASH_OPTIONS else getattr(paper, name)
-        have = getattr(cfg, name)
+        want, have = paper[name], getattr(cfg, name)
         if have is not None and have != want:
             out.append(f"{name} {have:g} (paper {want:g})" if isinstance(have, float) and isinstance(want, float)
                        else f"{name} {have} (paper {want})")
