@@ -152,14 +152,6 @@ class RunConfig(TrainConfig):
                                    "a positive integer", cli=False, ge=1)
 
 
-# Options added after runs were saved without them: the value those runs used. A saved run's
-# config.yaml that lacks one is read with this value (lbhash.runs.rundir.load_run_config), so
-# that it loads, resumes and encodes as it did; new runs get the field's default or profile's.
-LEGACY_VALUES = {"multilabel_theta": "mean", "csq_ties": "plus-one", "probe_epochs": 0, "backbone_lr_scale": 1.0,
-                 "freeze_bn": False, "train_stages": 0, "backbone_precision": "fp32",
-                 "augment": "crop-flip"}
-
-
 def _check_closed_form(cfg: TrainConfig) -> None:
     """A closed-form baseline fits one linear map in one pass on one process: the options of
     gradient training that would change what it is are refused, not ignored."""
