@@ -146,20 +146,21 @@ def test_train_help_groups_its_options_by_option_set_and_lists_each_once():
     appears exactly once, in the section of the option set that owns its field."""
     import re
 
-    from lbhash.cli.options import SECTION_TITLES, field_owners
+    from lbhash.cli.options import SECTION_TITLES
     from lbhash.cli.train import train
+    from lbhash.train.config import OWNERS, SETS
 
     text = run("train", "--help").output
     heads = [(m.start(), m.group(1)) for m in re.finditer(r"^(\S[^\n]*):$", text, re.M)]
     titles = [h for _, h in heads]
     assert titles[:2] == ["Run", "Data"], titles
-    owners = field_owners()
+    assert list(SECTION_TITLES) == list(SETS)  # a title for each option set
     expected = {"config_file": "Run", "out": "Run", "resume": "Run", "quiet": "Run"}
     extra = {"method_option": "method_options", "hidden": "hidden", "topk": "topk"}
     for param in train.params:
         field = extra.get(param.name, param.name)
-        if field in owners:
-            expected[param.name] = SECTION_TITLES[owners[field].__name__]
+        if field in OWNERS:
+            expected[param.name] = SECTION_TITLES[OWNERS[field]]
     assert set(titles) == set(expected.values()) and "Other options" not in titles, titles
     assert len(expected) == len(train.params) > 60
     ends = [start for start, _ in heads[1:]] + [len(text)]

@@ -63,36 +63,22 @@ def config_options(func):
     return func
 
 
-def field_owners() -> dict[str, type]:
-    """Each config field's option set (the Options class that declares it)."""
-    from lbhash.train.config import OWNERS, SETS
-
-    return {name: SETS[key] for name, key in OWNERS.items()}
-
-
-# The --help section of each option set (lbhash train groups its options by them).
-SECTION_TITLES = {"DataOptions": "Data", "MethodOptions": "Method", "RecipeOptions": "Training recipe",
-                  "CenterOptions": "Class centers", "NeighbourhoodOptions": "Neighbourhood term",
-                  "ObjectiveOptions": "The _D objective (--lbhash)", "SurrogateOptions": "The surrogate P_pi (--lbhash)",
-                  "ModelOptions": "Model", "RuntimeOptions": "Runtime and output"}
+# The --help section of each option set of the config (lbhash train groups its options by them).
+SECTION_TITLES = {"dataset": "Data", "hashing": "Method", "recipe": "Training recipe", "class_centers": "Class centers",
+                  "neighbourhood": "Neighbourhood term", "objective": "The _D objective (--lbhash)",
+                  "surrogate": "The surrogate P_pi (--lbhash)", "model": "Model", "runtime": "Runtime and output"}
 
 
 def config_sections(fields_of: dict[str, str]) -> list[tuple[str, list[str]]]:
     """(title, parameter names) of each option set, in the config's field order: its
     command-line fields, and the parameters `fields_of` maps to one of its fields (`lbhash
     train`'s own --method-option, --hidden and --topk)."""
-    from lbhash.train.config import FIELDS
+    from lbhash.train.config import OWNERS, SETS
 
-    owners = field_owners()
-    sections: dict[str, list[str]] = {}
-    for name in FIELDS:
-        sections.setdefault(owners[name].__name__, [])
-    for name in cli_fields():
-        sections[owners[name].__name__].append(name)
-    for param, field in fields_of.items():
-        sections[owners[field].__name__].append(param)
-    return [(SECTION_TITLES.get(base, base.removesuffix("Options")), names) for base, names in sections.items()
-            if names]
+    sections: dict[str, list[str]] = {key: [] for key in SETS}
+    for param, field in [*((name, name) for name in cli_fields()), *fields_of.items()]:
+        sections[OWNERS[field]].append(param)
+    return [(SECTION_TITLES[key], names) for key, names in sections.items() if names]
 
 
 class SectionedCommand(click.Command):
@@ -121,12 +107,11 @@ class SectionedCommand(click.Command):
 def options_markdown() -> str:
     """The config fields as a markdown table, with the option set that owns each: its field in
     the config, its class and module (docs/training.md shows it; a test compares)."""
-    from lbhash.train.config import FIELDS, OWNERS, field_info
+    from lbhash.train.config import FIELDS, OWNERS, SETS, field_info
 
-    owner = field_owners()
     rows = ["| option | default | meaning | set |", "|---|---|---|---|"]
     for name in FIELDS:
-        field, base = field_info(name), owner[name]
+        field, base = field_info(name), SETS[OWNERS[name]]
         rows.append(f"| `{name}` | {shown_default(name)} | {field.description} | `{OWNERS[name]}`: "
                     f"`{base.__name__}` ({base.__module__.removeprefix('lbhash.')}) |")
     return "\n".join(rows)

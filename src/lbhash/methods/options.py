@@ -24,8 +24,7 @@ of RecipeOptions' names to the values that differ from the paper's setting (PAPE
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from pydantic import field_validator
 
@@ -35,10 +34,6 @@ from lbhash.methods.base import PAPER_LBHASH, PAPER_RECIPE, method_class
 from lbhash.options import Options, option
 
 PROFILES = ("recommended", "paper", "benchmark")
-Optimizer = Literal["adam", "adamw", "sgd", "rmsprop"]
-# The recommended profile's _D options for every method where they differ from the paper's (a
-# method's recommended_lbhash may override them): none, so far (docs/methods.md).
-RECOMMENDED_LBHASH: dict = {}
 
 
 class MethodOptions(Options):
@@ -70,8 +65,8 @@ class RecipeOptions(Options):
                        "a non-negative integer", ge=0)
     epochs: int | None = option(None, "Training epochs.", "a positive integer", shown="the method's", ge=1)
     batch_size: int | None = option(None, "Batch size.", "a positive integer", shown="the method's", ge=1)
-    optimizer: Optimizer | None = option(None, "Optimizer of the hash model.", "one of adam, adamw, sgd, rmsprop",
-                                         shown="the method's")
+    optimizer: Literal["adam", "adamw", "sgd", "rmsprop"] | None = option(
+        None, "Optimizer of the hash model.", "one of adam, adamw, sgd, rmsprop", shown="the method's")
     lr: float | None = option(None, "Learning rate of the hash model (eta_2).", "a positive number",
                               shown="the method's", gt=0)
     weight_decay: float | None = option(None, "Weight decay of the hash model.", "a number >= 0",
@@ -115,8 +110,7 @@ class RecipeOptions(Options):
         return value
 
 
-@dataclass(frozen=True)
-class MethodDefaults:
+class MethodDefaults(NamedTuple):
     """A method's defaults under a profile: its training recipe (every option of PAPER_RECIPE,
     as the profile sets it), how its _D objective combines with it, the _D objective's options
     (PAPER_LBHASH's names) and its constants."""
@@ -138,13 +132,13 @@ def method_defaults(name: str, profile: str = "recommended") -> MethodDefaults:
     if profile not in PROFILES:
         raise InputError(f"defaults profile must be one of {', '.join(PROFILES)}, got {profile!r}")
     recipe = {"recommended": cls.recommended_recipe, "paper": cls.recipe, "benchmark": cls.benchmark_recipe}[profile]
-    lbhash = {**PAPER_LBHASH, **({**RECOMMENDED_LBHASH, **cls.recommended_lbhash} if profile == "recommended" else {})}
     try:
         full = RecipeOptions(**{**PAPER_RECIPE, **recipe})
     except InputError as err:
         raise InputError(f"method {cls.name}: its {profile} recipe: {err}") from None
-    return MethodDefaults(full, cls.lbhash_mode, lbhash, {**cls.constants(), **(cls.recommended_constants
-                                                                                if profile == "recommended" else {})})
+    recommended = profile == "recommended"
+    return MethodDefaults(full, cls.lbhash_mode, {**PAPER_LBHASH, **(cls.recommended_lbhash if recommended else {})},
+                          {**cls.constants(), **(cls.recommended_constants if recommended else {})})
 
 
 def schedule_text(recipe) -> str:

@@ -37,11 +37,10 @@ MANIFEST, STATUS, LOCK = "manifest.json", "status.json", ".lock"
 INPUT_FORM = "input.json"  # the input contract (lbhash.data.input_form)
 CODES_SEEN = "codes_seen.npz"  # protocol unseen:K: the training classes' query and database
 MANIFEST_FORMAT = "lbhash-run/1"
-# The one upgrade of a saved config.yaml, which records every option of its run, resolved: the
-# options added after runs were saved (2026-11-23 to 11-25) and the value those runs used. A
-# file that lacks one was written before it and reads with that value, so that its run loads,
-# resumes and encodes as it did; a file that lacks any other option is refused, naming them. A
-# new option adds its old behaviour here (tests/train/test_train_rundir.py checks the list).
+# The one upgrade of a saved config.yaml (every option of its run, resolved): the options added
+# after runs were saved (2026-11-23 to 11-25), with the value those runs used, which a file that
+# lacks one reads (its run loads, resumes and encodes as it did); a file lacking another option is
+# refused, naming them. A new option adds its old value here (tests/train/test_train_rundir.py).
 ADDED_OPTIONS = {"multilabel_theta": "mean", "csq_ties": "plus-one", "neighbourhood_weight": 0.0,
                  "neighbourhood_student": "tanh", "probe_epochs": 0, "backbone_lr_scale": 1.0, "freeze_bn": False,
                  "train_stages": 0, "backbone_precision": "fp32", "augment": "crop-flip"}

@@ -119,14 +119,10 @@ def input_options(cfg: RunConfig) -> InputOptions:
 MAX_HEAD_PARAMETERS = 1 << 28
 
 
-def head_parameters(input_dim: int | None, hidden: list[int], bits: int) -> int:
-    widths = [input_dim or 0, *hidden, bits]
-    return sum(a * b + b for a, b in zip(widths, widths[1:]))
-
-
 def check_head_size(model: ModelOptions, bits: int, input_kind: str, input_dim: int | None) -> None:
     """Refuse a feature head above MAX_HEAD_PARAMETERS, before anything is computed for it."""
-    size = head_parameters(input_dim, model.hidden, bits)
+    widths = [input_dim or 0, *model.hidden, bits]
+    size = sum(a * b + b for a, b in zip(widths, widths[1:]))
     if input_kind == "features" and size > MAX_HEAD_PARAMETERS:
         raise InputError(f"a hash head for {input_dim} features with hidden {model.hidden} would have "
                          f"{size:,} parameters (at most {MAX_HEAD_PARAMETERS:,}); reduce the "
@@ -135,13 +131,10 @@ def check_head_size(model: ModelOptions, bits: int, input_kind: str, input_dim: 
 
 def build_model(model: ModelOptions, bits: int, input_kind: str, input_dim: int | None = None,
                 normalization=None, pretrained: bool = True) -> HashModel:
-    """The hash model of a resolved config's model options (`cfg.model`), for codes of `bits` bits
-    of the input its data set gives (`cfg.input_kind`, `cfg.input_dim`).
-
-    normalization: (mean, std) of the training features for a standardising first layer (None:
-    none). pretrained: load the backbone weights the options name (off when a run's own
-    checkpoint will overwrite them).
-    """
+    """The hash model of a resolved config's `model` set, for `bits`-bit codes of the input its data
+    set gives (`cfg.input_kind`, `cfg.input_dim`). normalization: (mean, std) of the training features
+    for a standardising first layer (None: none). pretrained: load the backbone weights the options
+    name (off when a run's own checkpoint will overwrite them)."""
     if input_kind == "features":
         check_head_size(model, bits, input_kind, input_dim)
         mean, std = (None, None) if normalization is None else (torch.as_tensor(v) for v in normalization)
@@ -200,8 +193,8 @@ def build_experiment(cfg: TrainConfig, split: Split | None = None,
     dataset = load_data(cfg.dataset.data) if dataset is None else dataset
     cfg = resolve_config(cfg, dataset)
     data, hashing, recipe, model_options = cfg.dataset, cfg.hashing, cfg.recipe, cfg.model
-    method, seed, images = hashing.method, recipe.seed, cfg.input_kind == "images"
-    weight = cfg.neighbourhood.neighbourhood_weight
+    method, bits, seed, weight = hashing.method, hashing.bits, recipe.seed, cfg.neighbourhood.neighbourhood_weight
+    images = cfg.input_kind == "images"
     if split is None:
         split = make_split(dataset, data.protocol, seed)
         if recipe.validation:
@@ -228,20 +221,17 @@ def build_experiment(cfg: TrainConfig, split: Split | None = None,
     columns = np.setdiff1d(np.arange(dataset.num_classes), split.unseen_classes) if len(split.unseen_classes) else None
     num_classes = dataset.num_classes if columns is None else len(columns)
     torch.manual_seed(seed)
-    centers = None
-    if hashing.lbhash or cls.uses_centers:
-        centers = build_centers(cfg.class_centers, hashing.bits, num_classes, seed)
-    # before the features' statistics, which copy the training rows
-    check_head_size(model_options, hashing.bits, cfg.input_kind, cfg.input_dim)
+    centers = build_centers(cfg.class_centers, bits, num_classes, seed) if hashing.lbhash or cls.uses_centers else None
+    check_head_size(model_options, bits, cfg.input_kind, cfg.input_dim)  # before the statistics copy the rows
     normalization = dataset.normalization(split.train) if data.normalize == "zscore" else None
-    model = build_model(model_options, hashing.bits, cfg.input_kind, cfg.input_dim, normalization)
+    model = build_model(model_options, bits, cfg.input_kind, cfg.input_dim, normalization)
     probe_dataset = None
     if images and model_options.freeze_backbone:
         used = np.concatenate([split.train, split.query, split.database, split.validation])
         dataset = frozen_features(cfg, dataset, model, used)
     elif images and recipe.probe_epochs:  # the probe reads what the pretrained backbone sees
         probe_dataset = frozen_features(cfg, dataset, model, np.concatenate([split.train, split.validation]))
-    ties = tie_center(hashing.bits, seed, cfg.objective.csq_ties)  # CSQ's tie rule (None: ties -> +1)
+    ties = tie_center(bits, seed, cfg.objective.csq_ties)  # CSQ's tie rule (None: ties -> +1)
     objective = build_method(hashing, centers, num_classes, len(split.train), dataset.multi_label, ties)
     if hashing.lbhash:
         objective = build_objective(cfg.objective, cfg.surrogate, objective, centers, seed, ties)

@@ -51,26 +51,9 @@ class RuntimeOptions(Options):
     progress: bool = option(True, "Show a progress bar.", "true or false")
 
 
-# The option sets of a config, in the order config.yaml lists their keys.
-SETS: dict[str, type[Options]] = {
-    "dataset": DataOptions, "hashing": MethodOptions, "recipe": RecipeOptions, "class_centers": CenterOptions,
-    "neighbourhood": NeighbourhoodOptions, "objective": ObjectiveOptions, "surrogate": SurrogateOptions,
-    "model": ModelOptions, "runtime": RuntimeOptions}
-# each flat key's set: a key in two sets (or named like a set) could not be routed
-OWNERS = {name: key for key, cls in SETS.items() for name in cls.model_fields}
-assert len(OWNERS) == sum(len(cls.model_fields) for cls in SETS.values()) and not set(OWNERS) & set(SETS), \
-    "an option is declared by two option sets, or named like a set"
-FIELDS = tuple(OWNERS)  # every option's flat key
-
-
-def field_info(name: str):
-    """The pydantic field of the option `name` (its help, what it accepts, its shown default)."""
-    return SETS[OWNERS[name]].model_fields[name]
-
-
 class TrainConfig(Options):
-    """Everything a user chooses for a run, one option set per part. None means "the method's
-    (or the data set's) default"."""
+    """Everything a user chooses for a run, one option set per part (in the order config.yaml
+    lists their options). None means "the method's (or the data set's) default"."""
 
     dataset: DataOptions = Field(default_factory=DataOptions)
     hashing: MethodOptions = Field(default_factory=MethodOptions)
@@ -134,12 +117,25 @@ class TrainConfig(Options):
 
     def to_dict(self) -> dict[str, Any]:
         """Every option flat, in the order of SETS (what config.yaml holds), then a RunConfig's own."""
-        flat = {name: value for key in SETS for name, value in getattr(self, key).model_dump().items()}
-        return {**flat, **{k: getattr(self, k) for k in type(self).model_fields if k not in SETS}}
+        return {k: v for key, value in self.model_dump().items()
+                for k, v in (value.items() if key in SETS else [(key, value)])}
 
     def replace(self, **values) -> "TrainConfig":
         """A validated copy with `values` (flat keys) changed (of the same class)."""
         return make_config({**self.to_dict(), **values}, kind=type(self))
+
+
+SETS: dict[str, type[Options]] = {name: f.annotation for name, f in TrainConfig.model_fields.items()}
+# each flat key's set: a key in two sets (or named like a set) could not be routed
+OWNERS = {name: key for key, cls in SETS.items() for name in cls.model_fields}
+assert len(OWNERS) == sum(len(cls.model_fields) for cls in SETS.values()) and not set(OWNERS) & set(SETS), \
+    "an option is declared by two option sets, or named like a set"
+FIELDS = tuple(OWNERS)  # every option's flat key
+
+
+def field_info(name: str):
+    """The pydantic field of the option `name` (its help, what it accepts, its shown default)."""
+    return SETS[OWNERS[name]].model_fields[name]
 
 
 class RunConfig(TrainConfig):
@@ -284,4 +280,5 @@ def build_config(file_values: dict[str, Any] | None = None,
     return make_config({**(file_values or {}), **flags})
 
 
-__all__ = ["RunConfig", "TrainConfig", "FIELDS", "OWNERS", "SETS", "field_info", "build_config", "load_config_file", "make_config", "parse_yaml"]
+__all__ = ["RunConfig", "TrainConfig", "FIELDS", "OWNERS", "SETS", "field_info", "build_config", "load_config_file",
+           "make_config", "parse_yaml"]
