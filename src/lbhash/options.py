@@ -1,7 +1,7 @@
 """Typed option sets: each part of lbhash declares the options it reads beside itself (the data
-in lbhash.data.options, the model in lbhash.models.options, the method choice and the _D
-objective in lbhash.methods, the centers and the surrogate in their modules, the recipe and
-the runtime in lbhash.train), and `lbhash.train.config.TrainConfig` holds one of each.
+in lbhash.data, the model in lbhash.models, the method choice, the recipe and the _D objective
+in lbhash.methods, the centers and the surrogate in their modules, the runtime in
+lbhash.train.config), and `lbhash.train.config.TrainConfig` holds one of each.
 
 Every field carries its help text, what it accepts (for one-line errors) and how the command
 line shows its default: the CLI flags and the docs' option table are generated from them.

@@ -232,8 +232,8 @@ def test_tensorboard_logger_writes_event_files(every_option_run):
 
 
 def test_each_part_reads_its_own_option_set_of_a_config():
-    from lbhash.data.options import DataOptions
-    from lbhash.models.options import ModelOptions
+    from lbhash.data import DataOptions
+    from lbhash.models import ModelOptions
     from lbhash.surrogate import SurrogateOptions
     from lbhash.train.config import FIELDS, OWNERS, SETS
 

@@ -38,10 +38,9 @@ def loss_output(parts: dict[str, torch.Tensor]) -> LossOutput:
     return LossOutput(sum(parts.values()), parts)
 
 
-# How a method trains by default: the paper's setting for every method, "Adam with default
-# configuration", lr 1e-3, batch 64, 100 epochs, lr x0.1 every 10 epochs (its App. G), every
-# item training (validation 0: no held-out share) and an evaluation every 10 epochs. A method's
-# recipes are partial: what they change in it (lbhash.methods.options.method_defaults).
+# The paper's recipe for every method, "Adam with default configuration", lr 1e-3, batch 64, 100
+# epochs, lr x0.1 every 10 epochs (its App. G), no held-out share, an evaluation every 10 epochs;
+# a method's recipes are partial: what they change in it (lbhash.methods.options.method_defaults).
 PAPER_RECIPE = {"epochs": 100, "batch_size": 64, "optimizer": "adam", "lr": 1e-3, "weight_decay": 0.0, "lr_step": 10,
                 "lr_gamma": 0.1, "schedule": "step", "warmup_epochs": 0, "validation": 0.0, "eval_every": 10}
 # The recommended profile's recipe: the paper's with a constant learning rate, keeping the epoch

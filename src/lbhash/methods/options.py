@@ -16,10 +16,8 @@ Profiles:
   the paper-faithful _D objective.
 The method constants are the defaults of the method's constructor in all, except that the
 recommended profile takes a method's `recommended_constants` (the constants its recommended
-recipe was validated with: DBDH's clamp, docs/methods.md).
-A method declares its recipes on its class as partial recipes (lbhash.methods.base): mappings
-of RecipeOptions' names to the values that differ from the paper's setting (PAPER_RECIPE);
-`method_defaults` validates them as RecipeOptions.
+recipe was validated with: DBDH's clamp, docs/methods.md). A class's recipes are partial (what
+they change in base.PAPER_RECIPE, by RecipeOptions' names); `method_defaults` checks them.
 """
 
 from __future__ import annotations

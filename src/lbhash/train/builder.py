@@ -27,7 +27,7 @@ from lbhash.methods.lower_bound import ObjectiveOptions
 from lbhash.methods.neighbourhood import NeighbourhoodOptions, neighbourhood_distillation
 from lbhash.methods.options import MethodOptions
 from lbhash.models import HashModel, create_feature_model, create_image_model
-from lbhash.models.options import ModelOptions
+from lbhash.models import ModelOptions
 from lbhash.surrogate import BlockSurrogate, SurrogateOptions
 from lbhash.train.config import RunConfig, TrainConfig
 from lbhash.train.resolve import resolve_config
@@ -46,10 +46,7 @@ class Learner(nn.Module):
     def __init__(self, model: HashModel, objective: HashLoss | LowerBoundObjective,
                  label_columns: np.ndarray | None = None, neighbourhood: NeighbourhoodOptions | None = None):
         super().__init__()
-        neighbourhood = neighbourhood or NeighbourhoodOptions()
-        self.model, self.objective = model, objective
-        self.neighbourhood_weight = float(neighbourhood.neighbourhood_weight)
-        self.neighbourhood_student = neighbourhood.neighbourhood_student
+        self.model, self.objective, self.neighbourhood = model, objective, neighbourhood or NeighbourhoodOptions()
         columns = None if label_columns is None else torch.as_tensor(label_columns, dtype=torch.long)
         # not persistent: the split (split.npz) records the classes, checkpoints stay as they were
         self.register_buffer("label_columns", columns, persistent=False)
@@ -71,10 +68,11 @@ class Learner(nn.Module):
             out, pi = self.objective(u, labels, index, features), None
         else:
             out, pi = self.lower_bound.losses(u, labels, index, features)
-        if self.neighbourhood_weight:
+        weight, student = self.neighbourhood.neighbourhood_weight, self.neighbourhood.neighbourhood_student
+        if weight:
             with torch.autocast(u.device.type, enabled=False):
-                term = neighbourhood_distillation(features.float(), u.float(), student=self.neighbourhood_student)
-            out = loss_output({**out.parts, "neighbourhood": self.neighbourhood_weight * term})
+                term = neighbourhood_distillation(features.float(), u.float(), student=student)
+            out = loss_output({**out.parts, "neighbourhood": weight * term})
         return u, out, pi
 
     def theta_parameters(self, backbone_lr_scale: float = 1.0) -> list[dict]:

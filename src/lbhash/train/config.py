@@ -1,9 +1,8 @@
 """The training configuration: one typed model shared by the CLI, config files and Python.
 
-`TrainConfig` holds one field per option set, each declared beside the part that reads it
-(`dataset`: lbhash.data.options, `hashing`: the method choice, `recipe`, `class_centers`,
-`neighbourhood`, `objective` (the _D objective), `surrogate`, `model` and `runtime`), and every
-factory takes its own set (lbhash.train.builder). A flat key (`TrainConfig(method="csq",
+`TrainConfig` holds one field per option set (`dataset`, `hashing`: the method choice, `recipe`,
+`class_centers`, ... `runtime`), each declared beside the part that reads it, and every factory
+takes its own set (lbhash.train.builder). A flat key (`TrainConfig(method="csq",
 bits=64)`, a config file's `lr: 0.01`, `--set lr=0.01`) goes to the one set that owns it (no
 key is in two sets), and reads back flat (`cfg.lr`, `cfg.to_dict()`: what config.yaml holds);
 a set may also be given whole (`TrainConfig(recipe={"lr": 0.01})`). The command line options
@@ -25,13 +24,13 @@ import yaml
 from pydantic import Field, model_validator
 
 from lbhash.centers import CenterOptions
-from lbhash.data.options import DataOptions
+from lbhash.data import DataOptions
 from lbhash.errors import InputError
 from lbhash.methods import method_class, method_defaults
 from lbhash.methods.lower_bound import ObjectiveOptions
 from lbhash.methods.neighbourhood import NeighbourhoodOptions
 from lbhash.methods.options import MethodOptions, RecipeOptions
-from lbhash.models.options import ModelOptions
+from lbhash.models import ModelOptions
 from lbhash.options import Options, option
 from lbhash.surrogate import SurrogateOptions
 
@@ -94,10 +93,8 @@ class TrainConfig(Options):
 
     def __getattr__(self, name: str) -> Any:
         """An option read flat: `cfg.lr` is `cfg.recipe.lr`."""
-        owner = OWNERS.get(name)
-        if owner is None:
-            return super().__getattr__(name)
-        return getattr(self.__dict__[owner], name)
+        owner = self.__dict__.get(OWNERS.get(name))
+        return super().__getattr__(name) if owner is None else getattr(owner, name)
 
     @model_validator(mode="after")
     def _consistent(self):
