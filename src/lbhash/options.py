@@ -1,7 +1,7 @@
 """Typed option sets: each part of lbhash declares the options it reads beside itself (the data
-in lbhash.data.options, the model in lbhash.models.options, the method choice and the _D
-objective in lbhash.methods, the centers and the surrogate in their modules, the recipe and
-the runtime in lbhash.train.recipe), and `lbhash.train.config.TrainConfig` composes them.
+in lbhash.data, the model in lbhash.models, the method choice, the recipe and the _D objective
+in lbhash.methods, the centers and the surrogate in their modules, the runtime in
+lbhash.train.config), and `lbhash.train.config.TrainConfig` holds one of each.
 
 Every field carries its help text, what it accepts (for one-line errors) and how the command
 line shows its default: the CLI flags and the docs' option table are generated from them.
@@ -28,8 +28,7 @@ def option(default: Any, help: str, expect: str, shown: str | None = None, cli: 
 
 class Options(BaseModel):
     """An option set: strict types (no string for a number), finite numbers, unknown keys refused,
-    frozen; a bad value is one InputError line naming the option and the value. `of(config)` is
-    the set's view of a config that composes it."""
+    frozen; a bad value is one InputError line naming the option and the value."""
 
     model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False, frozen=True)
 
@@ -38,11 +37,6 @@ class Options(BaseModel):
             super().__init__(**values)
         except ValidationError as err:
             raise InputError(error_line(type(self), err, values)) from None
-
-    @classmethod
-    def of(cls, config: BaseModel):
-        """This set's fields, read from `config` (a TrainConfig, which holds every set's)."""
-        return cls.model_construct(**{name: getattr(config, name) for name in cls.model_fields})
 
 
 def error_line(cls: type[BaseModel], err: ValidationError, values: dict[str, Any]) -> str:

@@ -120,7 +120,7 @@ def test_demo_trains_both_variants_and_prints_table(tmp_path):
 def test_train_options_are_the_config_fields_with_their_defaults():
     from lbhash.cli.options import cli_fields, shown_default
     from lbhash.cli.train import train
-    from lbhash.train import TrainConfig
+    from lbhash.train.config import FIELDS, SETS, TrainConfig
 
     options = {p.name: p for p in train.params if isinstance(p, click.Option)}
     explicit = {"config_file", "out", "resume", "quiet", "method_option", "hidden", "topk"}
@@ -134,9 +134,10 @@ def test_train_options_are_the_config_fields_with_their_defaults():
         assert option.default is None  # not given: the config file and the defaults show through
     for option_name, field in config_names.items():
         assert f"[default: {shown_default(field)}]" in options[option_name].help, option_name
-    assert set(TrainConfig.model_fields) - set(cli_fields()) == {"method_options", "hidden", "topk"}
-    # what the data decides is the resolved run's, never a user's option
-    assert not {"input_kind", "input_dim"} & set(TrainConfig.model_fields) and "--input-dim" not in options
+    assert set(FIELDS) - set(cli_fields()) == {"method_options", "hidden", "topk"}
+    # what the data decides is the resolved run's, never a user's option; the config's own fields are its sets
+    assert not {"input_kind", "input_dim"} & set(FIELDS) and "--input-dim" not in options
+    assert list(TrainConfig.model_fields) == list(SETS)
 
 
 def test_train_help_groups_its_options_by_option_set_and_lists_each_once():
@@ -145,20 +146,21 @@ def test_train_help_groups_its_options_by_option_set_and_lists_each_once():
     appears exactly once, in the section of the option set that owns its field."""
     import re
 
-    from lbhash.cli.options import SECTION_TITLES, field_owners
+    from lbhash.cli.options import SECTION_TITLES
     from lbhash.cli.train import train
+    from lbhash.train.config import OWNERS, SETS
 
     text = run("train", "--help").output
     heads = [(m.start(), m.group(1)) for m in re.finditer(r"^(\S[^\n]*):$", text, re.M)]
     titles = [h for _, h in heads]
     assert titles[:2] == ["Run", "Data"], titles
-    owners = field_owners()
+    assert list(SECTION_TITLES) == list(SETS)  # a title for each option set
     expected = {"config_file": "Run", "out": "Run", "resume": "Run", "quiet": "Run"}
     extra = {"method_option": "method_options", "hidden": "hidden", "topk": "topk"}
     for param in train.params:
         field = extra.get(param.name, param.name)
-        if field in owners:
-            expected[param.name] = SECTION_TITLES[owners[field].__name__]
+        if field in OWNERS:
+            expected[param.name] = SECTION_TITLES[OWNERS[field]]
     assert set(titles) == set(expected.values()) and "Other options" not in titles, titles
     assert len(expected) == len(train.params) > 60
     ends = [start for start, _ in heads[1:]] + [len(text)]

@@ -56,14 +56,14 @@ def test_tie_center_is_a_fixed_function_of_the_seed():
     a, b, c = tie_center(64, 3), tie_center(64, 3), tie_center(64, 4)
     assert torch.equal(a, b) and not torch.equal(a, c)
     assert set(a.tolist()) == {-1.0, 1.0}
+    assert torch.equal(tie_center(64, 3, "random-center"), a) and tie_center(64, 3, "plus-one") is None  # +1 ties
 
 
 def test_csq_and_the_majority_objective_use_the_tie_center():
     centers, labels = random_problem(5)
     ties = tie_center(16, 5)
     want = torch.tensor(brute_force_targets(centers, labels, ties.numpy())).float()
-    csq = create_method("csq", bits=16, num_classes=6, centers=torch.tensor(centers).float())
-    csq.use_tie_center(ties)
+    csq = create_method("csq", bits=16, num_classes=6, centers=torch.tensor(centers).float(), tie_center=ties)
     u = torch.randn(len(labels), 16)
     bce = F.binary_cross_entropy_with_logits(2 * u, (want + 1) / 2)
     assert float(csq(u, torch.tensor(labels).float(), None).parts["center"]) == pytest.approx(float(bce), rel=1e-6)
@@ -116,7 +116,7 @@ def test_a_config_saved_before_the_options_loads_and_builds_their_old_rules(mult
     the mean over labels, and builds objectives without a tie center; without them a new config
     takes the random center."""
     from lbhash.data import load_data
-    from lbhash.train.builder import build_objective
+    from lbhash.train.builder import build_experiment
     from lbhash.train.resolve import resolve_config
     from lbhash.runs.rundir import save_run_config
 
@@ -129,13 +129,12 @@ def test_a_config_saved_before_the_options_loads_and_builds_their_old_rules(mult
     config.write_text(yaml.safe_dump(saved, sort_keys=True))
     old = load_run_config(tmp_path)
     assert (old.csq_ties, old.multilabel_theta, old.multilabel_target) == ("plus-one", "mean", "majority")
-    centers = torch.from_numpy(generate_centers(16, 4, kind="auto", seed=1)).float()
-    objective = build_objective(old, centers, 4, 240, multi_label=True)
+    objective = build_experiment(old, dataset=dataset).learner.objective
     assert objective.tie_center is None and objective.base.tie_center is None
     assert objective.multilabel_theta == "mean"
     new = resolve_config(make_config({**values, "multilabel_target": "majority"}), dataset)
     assert new.csq_ties == "random-center"
-    built = build_objective(new, centers, 4, 240, multi_label=True)
+    built = build_experiment(new, dataset=dataset).learner.objective
     assert torch.equal(built.tie_center, tie_center(16, 1)) and torch.equal(built.base.tie_center, tie_center(16, 1))
 
 

@@ -16,7 +16,7 @@ from lbhash.cli import main
 from lbhash.cli.methods import markdown_table
 from lbhash.methods import PROFILES
 from lbhash.methods import LowerBoundObjective, ObjectiveOptions, available_methods, create_method, method_class
-from lbhash.methods.defaults import method_defaults
+from lbhash.methods import method_defaults
 from lbhash.surrogate import BlockSurrogate
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "methods.md"
@@ -418,3 +418,27 @@ def test_every_deep_method_has_its_rows_in_the_contract_tables():
     assert {c[1] for c in GRADIENT_CASES} | STRAIGHT_THROUGH == set(DEEP)
     assert {c[1] for c in DIGITS_CASES} | set(BANK_DIGITS) == set(DEEP)
     assert set(BANK_DIGITS) == set(BANK_STATE) == set(BANK_METHODS)
+
+
+@pytest.mark.parametrize("name", available_methods())
+def test_each_profile_recipe_is_a_partial_recipe_the_options_validate(name):
+    """A method's recipes are partial (what they change in the paper's setting), and its defaults
+    under a profile are that setting with them, checked as RecipeOptions."""
+    from lbhash.methods.base import PAPER_RECIPE
+    from lbhash.methods.options import RecipeOptions
+
+    cls = method_class(name)
+    for profile, partial in (("paper", cls.recipe), ("benchmark", cls.benchmark_recipe),
+                             ("recommended", cls.recommended_recipe)):
+        assert set(partial) <= set(PAPER_RECIPE), (profile, partial)
+        d = method_defaults(name, profile)
+        assert d.recipe == RecipeOptions(**{**PAPER_RECIPE, **partial})
+        assert {k: d.options[k] for k in partial} == partial
+
+
+def test_a_bad_recipe_of_a_method_is_one_line_naming_it(monkeypatch):
+    from lbhash.errors import InputError
+
+    monkeypatch.setattr(method_class("dch"), "benchmark_recipe", {"lr": -1.0})
+    with pytest.raises(InputError, match=r"^method dch: its benchmark recipe: lr must be a positive number, got -1.0$"):
+        method_defaults("dch", "benchmark")

@@ -50,7 +50,8 @@ def test_fit_beats_an_untrained_model_by_a_wide_margin(digits, fitted):
     x, y, xq, yq = digits
     trained = mean_average_precision(fitted.encode(xq), fitted.encode(x), yq, y, bits=32)
     torch.manual_seed(0)
-    untrained = build_model(fitted.config_, (x.mean(0), x.std(0) + 1e-6))
+    cfg = fitted.config_
+    untrained = build_model(cfg.model, cfg.bits, cfg.input_kind, cfg.input_dim, (x.mean(0), x.std(0) + 1e-6))
     from lbhash.train.encoder import encode
     from lbhash.data import ArrayDataset
 

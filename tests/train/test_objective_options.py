@@ -232,24 +232,33 @@ def test_tensorboard_logger_writes_event_files(every_option_run):
 
 
 def test_each_part_reads_its_own_option_set_of_a_config():
-    from lbhash.data.options import DataOptions
-    from lbhash.models.options import ModelOptions
+    from lbhash.data import DataOptions
+    from lbhash.models import ModelOptions
     from lbhash.surrogate import SurrogateOptions
+    from lbhash.train.config import FIELDS, OWNERS, SETS
 
     cfg = TrainConfig(lbhash_weight=0.5, lbhash_mode="replace", lbhash_reduction="mean", surrogate_flips=2,
                       block_assignment="redraw", block_redraw_every=3, fused_surrogate=False, hidden=[32],
                       surrogate_hidden=64, image_size=40)
-    options = ObjectiveOptions.of(cfg)
-    assert set(ObjectiveOptions.model_fields) < set(TrainConfig.model_fields) and "hidden" not in ObjectiveOptions.model_fields
+    options = cfg.objective  # the flat keys went to the set that owns them
+    assert type(options) is ObjectiveOptions and "hidden" not in ObjectiveOptions.model_fields
     centers = torch.where(torch.randn(4, 16, generator=torch.Generator().manual_seed(0)) >= 0, 1.0, -1.0)
     made = LowerBoundObjective(create_method("csq", 16, 4, centers=centers), centers, BlockSurrogate(16), options)
     assert (made.weight, made.mode, made.reduction, made.flips) == (0.5, "replace", "mean", 2)
     assert (made.assignment, made.redraw_every, made.fused) == ("redraw", 3, False)
-    assert (ModelOptions.of(cfg).hidden, SurrogateOptions.of(cfg).surrogate_hidden, DataOptions.of(cfg).image_size) \
-        == ([32], 64, 40)
+    assert (cfg.model, cfg.surrogate.surrogate_hidden, cfg.dataset) == \
+        (ModelOptions(hidden=[32]), 64, DataOptions(image_size=40))
+    assert type(cfg.surrogate) is SurrogateOptions and cfg.image_size == 40  # and each key reads back flat
     # no option set shares a field with another: each option has one owner
-    sets = [b for b in TrainConfig.__mro__ if b.__name__.endswith("Options") and b.__name__ != "Options"]
-    assert len(sets) >= 8 and sum(len(b.__annotations__) for b in sets) == len(TrainConfig.model_fields)
+    assert len(SETS) >= 8 and sum(len(c.model_fields) for c in SETS.values()) == len(FIELDS) == len(OWNERS)
+    # a set given whole, as a mapping or an option set, with flat keys over it
+    whole = TrainConfig(objective={"lbhash_weight": 0.5, "lbhash_mode": "add"}, lbhash_mode="replace",
+                        model=ModelOptions(hidden=[32]))
+    assert (whole.objective.lbhash_weight, whole.lbhash_mode, whole.hidden) == (0.5, "replace", [32])
+    assert whole.to_dict() == {**TrainConfig().to_dict(), "lbhash_weight": 0.5, "lbhash_mode": "replace",
+                               "hidden": [32]}
+    with pytest.raises(InputError, match=r"^lbhash_weight must be a positive number, got -1$"):
+        TrainConfig(objective={"lbhash_weight": -1})
 
 
 def test_an_option_set_refuses_a_bad_value_in_one_line():

@@ -48,6 +48,13 @@ def test_config_precedence_flags_over_file_over_defaults(tmp_path):
     path.write_text("bitz: 3\n")
     with pytest.raises(ValueError, match="c.yaml: unknown option 'bitz'"):
         load_config_file(path)
+    # an option set given whole (nested), with flat keys: the flags still win
+    path.write_text("recipe:\n  lr: 0.01\n  epochs: 7\nobjective: {lbhash_weight: 0.5}\nbits: 32\n")
+    cfg = build_config(load_config_file(path), {"epochs": 3})
+    assert (cfg.recipe.lr, cfg.epochs, cfg.objective.lbhash_weight, cfg.hashing.bits) == (0.01, 3, 0.5, 32)
+    path.write_text("recipe:\n  lr: fast\n")
+    with pytest.raises(InputError, match=r"c.yaml: lr must be a positive number, got 'fast'$"):
+        load_config_file(path)
 
 
 # a "billion laughs": 9 levels of 9 aliases each, 9^9 strings once expanded, in 600 bytes

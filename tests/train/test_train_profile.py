@@ -47,9 +47,7 @@ def test_profile_line_of_the_papers_own_recipe():
     from lbhash.train.config import profile_line
 
     values = {"method": "csq", "lbhash": True, "defaults": "paper",
-              "protocol": "digits", **{k: v for k, v in vars(method_defaults("csq", "paper")).items()
-                                        if k not in ("lbhash", "constants")},
-              **method_defaults("csq", "paper").lbhash}
+              "protocol": "digits", **method_defaults("csq", "paper").options}
     assert profile_line(make_config(values)) == "profile paper: the paper's recipe and _D objective"
 
 
@@ -79,8 +77,7 @@ def test_the_recommended_schedule_uses_every_epoch_and_the_paper_keeps_its_own(m
     def config(profile):
         d = method_defaults(method, profile)
         return make_config({"method": method, "defaults": profile, "protocol": "digits", "data": "digits",
-                            **{k: v for k, v in vars(d).items() if k not in ("lbhash", "constants")},
-                            "epochs": epochs})
+                            **d.recipe.model_dump(exclude_unset=True), "epochs": epochs})
 
     recommended = config("recommended")
     assert _rates(recommended, epochs) == [recommended.lr] * epochs  # the last epoch trains like the first

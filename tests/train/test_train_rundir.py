@@ -171,3 +171,42 @@ def test_a_transient_failure_leaves_a_run_that_resume_continues(tmp_path, monkey
     monkeypatch.setattr(run_module, "write_codes", real)
     metrics = train(None, out, resume=True)
     assert (out / "manifest.json").is_file() and metrics["map"] > 0
+
+
+# every option of a run's config.yaml since 2026-11-22, when runs first recorded their input kind;
+# the options added later are lbhash.runs.rundir.ADDED_OPTIONS, with the values those runs used
+FIRST_OPTIONS = (
+    "data", "protocol", "image_size", "transform", "num_workers", "skip_bad_images", "normalize", "method",
+    "defaults", "lbhash", "bits", "method_options", "seed", "epochs", "batch_size", "optimizer", "lr",
+    "weight_decay", "lr_step", "lr_gamma", "schedule", "warmup_epochs", "eval_every", "validation", "select",
+    "patience", "test", "topk", "centers", "canonical_centers", "lbhash_mode", "lbhash_weight", "lbhash_reduction",
+    "surrogate_flips", "block_assignment", "block_redraw_every", "multilabel_target", "fused_surrogate",
+    "theta_dropout", "surrogate_lr", "surrogate_weight_decay", "block_size", "surrogate_hidden",
+    "surrogate_dropout", "hidden", "head_dropout", "backbone", "pretrained", "freeze_backbone", "logger",
+    "accelerator", "devices", "precision", "progress")
+
+
+def test_a_saved_config_reads_its_added_options_as_its_run_used_them_and_refuses_others_missing(tmp_path):
+    """config.yaml records every option, resolved; one upgrade (ADDED_OPTIONS) gives a file written
+    before an option the value its run used; a file lacking another option is one line naming them."""
+    import yaml
+
+    from lbhash.data import load_data
+    from lbhash.errors import InputError
+    from lbhash.runs.rundir import ADDED_OPTIONS, load_run_config, save_run_config
+    from lbhash.train import make_config, resolve_config
+    from lbhash.train.config import FIELDS
+
+    assert sorted(FIELDS) == sorted([*FIRST_OPTIONS, *ADDED_OPTIONS]), "a new option: add its old value to ADDED_OPTIONS"
+    cfg = resolve_config(make_config({**FAST, "method": "dsdh", "neighbourhood_weight": 0.5}), load_data("digits"))
+    save_run_config(tmp_path, cfg)
+    path = tmp_path / "config.yaml"
+    saved = yaml.safe_load(path.read_text())
+    assert list(saved) == [*FIELDS, "input_kind", "input_dim"] and load_run_config(tmp_path) == cfg
+    path.write_text(yaml.safe_dump({k: v for k, v in saved.items() if k not in ADDED_OPTIONS}))
+    old = load_run_config(tmp_path)
+    assert old == cfg.replace(**ADDED_OPTIONS) and old.neighbourhood_weight == 0.0  # as runs before the options
+    path.write_text(yaml.safe_dump({k: v for k, v in saved.items() if k not in ("lr", "schedule", "csq_ties")}))
+    with pytest.raises(InputError, match=rf"^{path}: lacks the options lr, schedule; a run's config.yaml records every "
+                                         r"option \(add them with the values the run used\)$"):
+        load_run_config(tmp_path)

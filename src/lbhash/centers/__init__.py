@@ -7,8 +7,11 @@
 Kinds: hadamard (rows of [H; -H]), bch (extended binary BCH codes, shortened/punctured,
 greedy max-min pick), reed_solomon (binary images of shortened RS codes, same pick), random
 (best of up to 1000 uniform draws) and auto. Results are cached on disk, see `cache_dir`.
-bch and reed_solomon build their codes in numpy (`_fields`): no galois, no numba.
+bch and reed_solomon build their codes in numpy (`_fields`): no galois, no numba. A run's
+options of them are a `CenterOptions`: which generator, and whether the seed relabels its set.
 """
+
+from typing import Literal
 
 from lbhash.centers._algebraic import bch_centers, reed_solomon_centers
 from lbhash.centers._cache import cache_dir
@@ -22,7 +25,16 @@ from lbhash.centers._generate import (
     select_centers,
 )
 from lbhash.centers._simple import hadamard_centers, random_centers
-from lbhash.centers.options import CenterOptions
+from lbhash.options import Options, option
+
+
+class CenterOptions(Options):
+    """The center generator and whether the seed relabels its set."""
+
+    centers: Literal[CENTER_KINDS] = option("auto", "Center generator.", f"one of {', '.join(CENTER_KINDS)}")
+    canonical_centers: bool = option(False, "Use the generator's canonical center set instead of a seeded "
+                                            "relabelling of it.", "true or false")
+
 
 __all__ = [
     "AUTO_ORDER",

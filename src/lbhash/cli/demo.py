@@ -30,7 +30,7 @@ def demo(out: Path, bits: str, epochs: int, seed: int) -> None:
     """
     from lbhash.cli.common import parse_int_list
     from lbhash.evaluate import RATIO_SCALE
-    from lbhash.methods.defaults import schedule_text
+    from lbhash.methods.options import schedule_text
     from lbhash.runs.rundir import load_run_config
     from lbhash.runs import train
     from lbhash.train import TrainConfig

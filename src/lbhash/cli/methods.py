@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from lbhash.methods.defaults import PROFILES, schedule_text
+from lbhash.methods.options import PROFILES, schedule_text
 
 HEADER = ("method", "optimizer", "lr", "weight decay", "schedule", "epochs", "batch", "_D mode",
           "_D objective", "constants")
@@ -33,8 +33,9 @@ def defaults_rows(profile: str) -> list[tuple[str, ...]]:
         if method_class(name).closed_form:  # one fit: no optimizer, schedule or _D variant
             rows.append((name, "closed form", "-", "-", "-", "1", "-", "-", "-", constants or "-"))
             continue
-        rows.append((name, d.optimizer, f"{d.lr:g}", f"{d.weight_decay:g}", schedule_text(d), str(d.epochs),
-                     str(d.batch_size), d.lbhash_mode, _objective(d.lbhash), constants or "-"))
+        r = d.recipe
+        rows.append((name, r.optimizer, f"{r.lr:g}", f"{r.weight_decay:g}", schedule_text(r), str(r.epochs),
+                     str(r.batch_size), d.lbhash_mode, _objective(d.lbhash), constants or "-"))
     return rows
 
 

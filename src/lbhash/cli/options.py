@@ -1,6 +1,6 @@
-"""Command-line options generated from the TrainConfig field definitions.
+"""Command-line options generated from the fields of TrainConfig's option sets.
 
-Each config field marked for the command line becomes `--field-name` with the field's type
+Each option marked for the command line becomes `--field-name` with the field's type
 (integers, numbers, choices, on/off flags), its help text and its default as the config
 shows it, so the options and the config cannot drift apart.
 """
@@ -26,9 +26,9 @@ def _base_type(annotation):
 
 def shown_default(name: str) -> str:
     """The default of a config field as help texts show it."""
-    from lbhash.train.config import TrainConfig
+    from lbhash.train.config import field_info
 
-    field = TrainConfig.model_fields[name]
+    field = field_info(name)
     if "shown" in field.json_schema_extra:
         return field.json_schema_extra["shown"]
     default = field.default
@@ -38,18 +38,18 @@ def shown_default(name: str) -> str:
 
 
 def cli_fields() -> list[str]:
-    from lbhash.train.config import TrainConfig
+    from lbhash.train.config import FIELDS, field_info
 
-    return [name for name, f in TrainConfig.model_fields.items() if f.json_schema_extra["cli"]]
+    return [name for name in FIELDS if field_info(name).json_schema_extra["cli"]]
 
 
 def config_options(func):
     """Decorator: one click option per command-line field of TrainConfig, default None
     (not given), so that a config file's values and the defaults show through."""
-    from lbhash.train.config import TrainConfig
+    from lbhash.train.config import field_info
 
     for name in reversed(cli_fields()):
-        field = TrainConfig.model_fields[name]
+        field = field_info(name)
         flag = "--" + name.replace("_", "-")
         kind, choices = _base_type(field.annotation)
         shown = shown_default(name)
@@ -63,37 +63,22 @@ def config_options(func):
     return func
 
 
-def field_owners() -> dict[str, type]:
-    """Each config field's option set (the Options class that declares it)."""
-    from lbhash.train.config import TrainConfig
-
-    return {name: base for base in TrainConfig.__mro__[1:] if base.__name__.endswith("Options")
-            for name in vars(base).get("__annotations__", {})}
-
-
-# The --help section of each option set (lbhash train groups its options by them).
-SECTION_TITLES = {"DataOptions": "Data", "MethodOptions": "Method", "RecipeOptions": "Training recipe",
-                  "CenterOptions": "Class centers", "NeighbourhoodOptions": "Neighbourhood term",
-                  "ObjectiveOptions": "The _D objective (--lbhash)", "SurrogateOptions": "The surrogate P_pi (--lbhash)",
-                  "ModelOptions": "Model", "RuntimeOptions": "Runtime and output"}
+# The --help section of each option set of the config (lbhash train groups its options by them).
+SECTION_TITLES = {"dataset": "Data", "hashing": "Method", "recipe": "Training recipe", "class_centers": "Class centers",
+                  "neighbourhood": "Neighbourhood term", "objective": "The _D objective (--lbhash)",
+                  "surrogate": "The surrogate P_pi (--lbhash)", "model": "Model", "runtime": "Runtime and output"}
 
 
 def config_sections(fields_of: dict[str, str]) -> list[tuple[str, list[str]]]:
     """(title, parameter names) of each option set, in the config's field order: its
     command-line fields, and the parameters `fields_of` maps to one of its fields (`lbhash
     train`'s own --method-option, --hidden and --topk)."""
-    from lbhash.train.config import TrainConfig
+    from lbhash.train.config import OWNERS, SETS
 
-    owners = field_owners()
-    sections: dict[str, list[str]] = {}
-    for name in TrainConfig.model_fields:
-        sections.setdefault(owners[name].__name__, [])
-    for name in cli_fields():
-        sections[owners[name].__name__].append(name)
-    for param, field in fields_of.items():
-        sections[owners[field].__name__].append(param)
-    return [(SECTION_TITLES.get(base, base.removesuffix("Options")), names) for base, names in sections.items()
-            if names]
+    sections: dict[str, list[str]] = {key: [] for key in SETS}
+    for param, field in [*((name, name) for name in cli_fields()), *fields_of.items()]:
+        sections[OWNERS[field]].append(param)
+    return [(SECTION_TITLES[key], names) for key, names in sections.items() if names]
 
 
 class SectionedCommand(click.Command):
@@ -120,14 +105,13 @@ class SectionedCommand(click.Command):
 
 
 def options_markdown() -> str:
-    """The config fields as a markdown table, with the option set (and its module) that owns
-    each (docs/training.md shows it; a test compares)."""
-    from lbhash.train.config import TrainConfig
+    """The config fields as a markdown table, with the option set that owns each: its field in
+    the config, its class and module (docs/training.md shows it; a test compares)."""
+    from lbhash.train.config import FIELDS, OWNERS, SETS, field_info
 
-    owner = field_owners()
     rows = ["| option | default | meaning | set |", "|---|---|---|---|"]
-    for name, field in TrainConfig.model_fields.items():
-        base = owner[name]
-        rows.append(f"| `{name}` | {shown_default(name)} | {field.description} | "
+    for name in FIELDS:
+        field, base = field_info(name), SETS[OWNERS[name]]
+        rows.append(f"| `{name}` | {shown_default(name)} | {field.description} | `{OWNERS[name]}`: "
                     f"`{base.__name__}` ({base.__module__.removeprefix('lbhash.')}) |")
     return "\n".join(rows)

@@ -13,8 +13,11 @@
   their registry;
 - `protocols`: seeded train/query/database splits (paper Sec. 6.1.1), saved with a run;
 - `transforms`: image transforms and the torch Dataset view (imports torch; not loaded here,
-  so `import lbhash.data` stays light; its names are still reachable as attributes).
+  so `import lbhash.data` stays light; its names are still reachable as attributes);
+- `DataOptions` (here): a run's data options: what to load, how to split it, how items become inputs.
 """
+
+from typing import Literal
 
 from lbhash.data.base import INPUT_KINDS, HashDataset, InputOptions
 from lbhash.data.features import (
@@ -34,6 +37,7 @@ from lbhash.data.images import CACHE_MODES, ImageDataset, check_images
 from lbhash.data.protocols import (
     PARAMETRIC_PROTOCOLS,
     PROTOCOLS,
+    SOURCES as PROTOCOL_SOURCES,
     ProtocolSpec,
     Split,
     carve_validation,
@@ -52,6 +56,34 @@ from lbhash.data.spec import (
     parse_data_spec,
     register_data_kind,
 )
+from lbhash.options import Options, option
+
+
+class DataOptions(Options):
+    """The data set, its split protocol and how its items reach the model."""
+
+    # required by `lbhash train` (lbhash.cli.train); Python callers and `lbhash demo` get digits
+    data: str = option("digits", "Data spec, e.g. 'features:PATH.npz', 'cifar10:PATH' or 'digits' (the toy set; "
+                                 "see docs/data.md).", "a data spec string", shown="required", min_length=1)
+    protocol: str | None = option(None, "Split protocol (docs/data.md), each evaluated at its source's R: "
+                                        + "; ".join(f"{k} ({v})" for k, v in PROTOCOL_SOURCES.items())
+                                        + "; given:T, per-class:T,Q[,+train], random:T,Q (mAP@all); unseen:K[:BASE].",
+                                  "a protocol name",
+                                  shown="the data set's own")
+    image_size: int | None = option(None, "Image side after transforms.", "an integer >= 8",
+                                    shown="the backbone's (small-image backbones: square images from 16 px up to it keep their own)", ge=8)
+    transform: Literal["imagenet", "cifar", "cifar-augment"] | None = option(
+        None, "Image transform preset.", "one of imagenet, cifar, cifar-augment", shown="the backbone's")
+    augment: Literal["crop-flip", "flip", "none"] = option(
+        "crop-flip", "Training augmentation of images: the preset's random crop and flip, flips only, or none (flip "
+        "and none let --train-stages cache the frozen stages' activations; the cifar preset never augments).",
+        "one of crop-flip, flip, none")
+    num_workers: int = option(0, "DataLoader workers for image data.", "a non-negative integer", ge=0)
+    skip_bad_images: bool = option(False, "Drop unreadable images (counted) instead of stopping before training.",
+                                   "true or false")
+    normalize: Literal["zscore", "none"] = option("zscore", "Feature standardisation (features only).",
+                                                  "one of zscore, none")
+
 
 _TRANSFORM_NAMES = ("build_transforms", "TRANSFORM_PRESETS", "IMAGENET_MEAN", "IMAGENET_STD", "Compose",
                     "ToFloat", "Resize", "CenterCrop", "RandomCrop", "RandomHorizontalFlip", "Normalize",
@@ -66,7 +98,7 @@ __all__ = [
     "Split", "carve_validation", "make_split", "save_split", "load_split", "parse_protocol", "ProtocolSpec",
     "PROTOCOLS", "PARAMETRIC_PROTOCOLS",
     "FEATURE_KEYS", "LABEL_KEYS", "SPLIT_KEYS", "CLASS_NAME_KEYS", "DEQUANTIZE_MODES",
-    *_TRANSFORM_NAMES,
+    "DataOptions", *_TRANSFORM_NAMES,
 ]
 
 

@@ -10,21 +10,20 @@ import pkgutil
 from lbhash.methods.base import (
     HashLoss,
     LossOutput,
-    Recipe,
     available_methods,
     create_method,
     loss_output,
     method_class,
     register_method,
 )
-from lbhash.methods.defaults import LBHASH_OPTIONS, PROFILES, MethodDefaults, method_defaults
+from lbhash.methods.options import PROFILES, MethodDefaults, method_defaults
 from lbhash.methods.lower_bound import LowerBoundObjective, ObjectiveOptions
 
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = [
-    "LBHASH_OPTIONS", "PROFILES", "HashLoss", "LossOutput", "LowerBoundObjective", "MethodDefaults", "ObjectiveOptions", "Recipe",
+    "PROFILES", "HashLoss", "LossOutput", "LowerBoundObjective", "MethodDefaults", "ObjectiveOptions",
     "available_methods", "create_method", "loss_output", "method_class", "method_defaults",
     "register_method",
 ]

@@ -9,18 +9,18 @@ only its formula and returns the named, weighted parts; LossOutput.total is thei
 
 Everything else a method brings lives on its class, beside the formula (the way timm keeps a
 model's default config beside the model): its constants are its constructor's keyword
-defaults, its training recipes are `recipe` (the paper's, shared by all methods),
-`benchmark_recipe` (the DeepHash-pytorch benchmark's) and `recommended_recipe` (the one our
-validation study supports), `recommended_lbhash` holds the _D options the study chose for it,
-`recommended_constants` the constants that recipe was validated with where they differ from the
-constructor's (paper-faithful) defaults,
-and `lbhash_mode` says how the _D objective combines with it (lbhash.methods.defaults).
+defaults, its training recipes, each a partial recipe (what it changes in PAPER_RECIPE, in the
+names of lbhash.methods.options.RecipeOptions), are `recipe` (the paper profile's: none, the
+setting shared by all methods), `benchmark_recipe` (the DeepHash-pytorch benchmark's) and
+`recommended_recipe` (the one our validation study supports), `recommended_lbhash` holds the _D
+options the study chose for it, `recommended_constants` the constants that recipe was validated
+with where they differ from the constructor's (paper-faithful) defaults,
+and `lbhash_mode` says how the _D objective combines with it (lbhash.methods.options).
 """
 
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
 
 import torch
@@ -38,43 +38,26 @@ def loss_output(parts: dict[str, torch.Tensor]) -> LossOutput:
     return LossOutput(sum(parts.values()), parts)
 
 
-@dataclass(frozen=True)
-class Recipe:
-    """How a method trains by default: optimizer, schedule, epochs and batch size.
-
-    The default instance is the paper's setting for every method, "Adam with default
-    configuration", lr 1e-3, batch 64, 100 epochs, lr x0.1 every 10 epochs (its App. G).
-    """
-
-    optimizer: str = "adam"
-    lr: float = 1e-3
-    weight_decay: float = 0.0
-    lr_step: int = 10          # epochs between learning-rate decays (0: never)
-    lr_gamma: float = 0.1      # decay factor
-    epochs: int = 100
-    batch_size: int = 64
-    schedule: str = "step"     # "step" (x lr_gamma every lr_step epochs) or "cosine"
-    warmup_epochs: int = 0     # linear warm-up epochs before the schedule
-    validation: float = 0.0    # share of each class's training items held out (a run then keeps
-                               # the epoch of best validation mAP unless told `select: last`)
-    eval_every: int = 10       # epochs between evaluations (validation, or test without one)
-
-
+# The paper's recipe for every method, "Adam with default configuration", lr 1e-3, batch 64, 100
+# epochs, lr x0.1 every 10 epochs (its App. G), no held-out share, an evaluation every 10 epochs;
+# a method's recipes are partial: what they change in it (lbhash.methods.options.method_defaults).
+PAPER_RECIPE = {"epochs": 100, "batch_size": 64, "optimizer": "adam", "lr": 1e-3, "weight_decay": 0.0, "lr_step": 10,
+                "lr_gamma": 0.1, "schedule": "step", "warmup_epochs": 0, "validation": 0.0, "eval_every": 10}
 # The recommended profile's recipe: the paper's with a constant learning rate, keeping the epoch
 # of best validation mAP (10% of each class held out, evaluated every 5 epochs). The paper's x0.1
 # every 10 epochs leaves 1e-5 at epoch 20 whatever the budget; a constant rate uses every epoch
 # of 10, 30 or 100, and beat it on validation, but its last epoch can be far from its best
 # (docs/methods.md, "Defaults that train" and "Which epoch a run keeps").
-RECOMMENDED_RECIPE = Recipe(lr_step=0, validation=0.1, eval_every=5)
+RECOMMENDED_RECIPE = {"lr_step": 0, "validation": 0.1, "eval_every": 5}
 # The DeepHash-pytorch benchmark's RMSprop recipe, shared by most of its methods.
-BENCHMARK_RMSPROP = Recipe(optimizer="rmsprop", lr=1e-5, weight_decay=1e-5, lr_step=0, epochs=150,
-                           batch_size=128)
+BENCHMARK_RMSPROP = {"optimizer": "rmsprop", "lr": 1e-5, "weight_decay": 1e-5, "lr_step": 0, "epochs": 150,
+                     "batch_size": 128}
 # The _D objective as the paper's text reads (lbhash.methods.lower_bound has the options).
 PAPER_LBHASH = {"lbhash_weight": 1.0, "lbhash_reduction": "sum", "surrogate_flips": 0,
                 "block_assignment": "contiguous", "multilabel_target": "average",
                 "multilabel_theta": "sum", "surrogate_weight_decay": 0.0}
 # Constructor parameters every method takes; the others are the method's constants.
-COMMON_PARAMETERS = ("self", "bits", "num_classes", "num_train", "centers", "multi_label")
+COMMON_PARAMETERS = ("self", "bits", "num_classes", "num_train", "centers", "multi_label", "tie_center")
 
 
 class HashLoss(nn.Module):
@@ -96,9 +79,9 @@ class HashLoss(nn.Module):
     needs_features: ClassVar[bool] = False     # its loss reads the head's inputs: compute_loss(..., features=)
     closed_form: ClassVar[bool] = False        # fitted in one pass (`fit_projection`), no gradient steps
     lbhash_mode: ClassVar[str] = "add"         # how the _D objective combines with the loss
-    recipe: ClassVar[Recipe] = Recipe()
-    benchmark_recipe: ClassVar[Recipe] = BENCHMARK_RMSPROP
-    recommended_recipe: ClassVar[Recipe] = RECOMMENDED_RECIPE
+    recipe: ClassVar[dict] = {}                     # partial recipes: what they change in PAPER_RECIPE
+    benchmark_recipe: ClassVar[dict] = BENCHMARK_RMSPROP
+    recommended_recipe: ClassVar[dict] = RECOMMENDED_RECIPE
     recommended_lbhash: ClassVar[dict] = {}         # overrides of PAPER_LBHASH
     recommended_constants: ClassVar[dict] = {}      # the recommended profile's constants where they differ
 
@@ -128,10 +111,6 @@ class HashLoss(nn.Module):
         """The method's formula: named, weighted loss parts of u (float32 or float64). A method
         that `needs_features` also takes them: compute_loss(u, labels, index, features)."""
         raise NotImplementedError
-
-    def use_tie_center(self, center: torch.Tensor) -> None:
-        """Break ties of majority targets with this center's bits (methods with majority_targets)."""
-        raise InputError(f"method {self.name} has no majority targets whose ties a center could break")
 
     def _check_shapes(self, u: torch.Tensor, labels: torch.Tensor) -> None:
         if u.dim() != 2 or u.shape[1] != self.bits:
@@ -207,7 +186,7 @@ def available_methods() -> list[str]:
 
 def create_method(name: str, bits: int, num_classes: int, num_train: int | None = None,
                   centers: torch.Tensor | None = None, multi_label: bool = False,
-                  **constants) -> HashLoss:
+                  tie_center: torch.Tensor | None = None, **constants) -> HashLoss:
     """Build a registered method; `constants` override its defaults (e.g. CSQ's quantization).
 
     Parameters
@@ -222,6 +201,9 @@ def create_method(name: str, bits: int, num_classes: int, num_train: int | None 
         (num_classes, bits) +/-1 class centers, for methods that use them (CSQ).
     multi_label : bool
         Whether an item may hold several labels.
+    tie_center : torch.Tensor, optional
+        For a method with majority targets (CSQ): the center whose bits break their ties
+        (`lbhash.methods.csq.tie_center`); None: +1.
     **constants
         The method's constants, overriding its published defaults.
 
@@ -246,5 +228,6 @@ def create_method(name: str, bits: int, num_classes: int, num_train: int | None 
     if unknown:
         raise InputError(f"method {cls.name}: unexpected keyword argument {unknown[0]!r} "
                          f"(its constants: {', '.join(cls.constants()) or 'none'})")
+    ties = {"tie_center": tie_center} if cls.majority_targets else {}
     return cls(bits=bits, num_classes=num_classes, num_train=num_train, centers=centers,
-               multi_label=multi_label, **constants)
+               multi_label=multi_label, **ties, **constants)

@@ -19,10 +19,10 @@ import numpy as np
 import torch
 
 from lbhash.errors import InputError
-from lbhash.methods.base import HashLoss, Recipe
+from lbhash.methods.base import HashLoss
 
 # One pass over the training set; the optimizer fields are not used.
-CLOSED_FORM_RECIPE = Recipe(lr_step=0, epochs=1)
+CLOSED_FORM_RECIPE = {"lr_step": 0, "epochs": 1}
 CHUNK = 8192  # rows per float64 block: bounds the extra memory of the moments
 
 

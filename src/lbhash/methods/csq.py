@@ -9,12 +9,21 @@ import torch
 import torch.nn.functional as F
 
 from lbhash.errors import InputError
-from lbhash.methods.base import HashLoss, Recipe, register_method
+from lbhash.methods.base import HashLoss, register_method
 
 
-def tie_center(bits: int, seed: int) -> torch.Tensor:
-    """The fixed random +/-1 center whose bits break the ties of multi-label targets (CSQ's
-    reference `label2center`: one random center drawn once per run), a function of the seed."""
+TIE_RULES = ("random-center", "plus-one")
+
+
+def tie_center(bits: int, seed: int, rule: str = "random-center") -> torch.Tensor | None:
+    """CSQ's tie rule of multi-label majority targets (the option `csq_ties`): "random-center",
+    the fixed random +/-1 center whose bits break the ties (CSQ's reference `label2center`: one
+    random center drawn once per run), a function of the seed; "plus-one": None, ties take +1
+    (the rule of runs made before it)."""
+    if rule not in TIE_RULES:
+        raise InputError(f"csq_ties must be one of {', '.join(TIE_RULES)}, got {rule!r}")
+    if rule == "plus-one":
+        return None
     rng = np.random.default_rng([int(seed), 28, int(bits)])
     return torch.from_numpy(rng.integers(0, 2, bits) * 2.0 - 1).float()
 
@@ -43,11 +52,11 @@ class CSQ(HashLoss):
     uses_centers = True
     majority_targets = True
     lbhash_mode = "replace"  # CSQ_D replaces the BCE center loss with L_theta, as in the paper
-    benchmark_recipe = Recipe(optimizer="adam", lr=1e-3, lr_step=0, epochs=150, batch_size=128)
+    benchmark_recipe = {"optimizer": "adam", "lr": 1e-3, "lr_step": 0, "epochs": 150, "batch_size": 128}
 
     def __init__(self, bits: int, num_classes: int, num_train: int | None = None,
                  centers: torch.Tensor | None = None, multi_label: bool = False,
-                 quantization: float = 1e-4):
+                 tie_center: torch.Tensor | None = None, quantization: float = 1e-4):
         super().__init__(bits, num_classes, num_train, centers, multi_label)
         if centers is None or tuple(centers.shape) != (num_classes, bits):
             raise InputError(f"CSQ needs ({num_classes}, {bits}) class centers")
@@ -55,13 +64,9 @@ class CSQ(HashLoss):
             raise InputError(f"method csq: quantization must be a finite number >= 0, got {quantization!r}")
         self.quantization = float(quantization)
         self.register_buffer("centers", centers.float().clone())
-
-        # None: +1 ties (runs made before the reference rule; their checkpoints have no such key)
-        self.register_buffer("tie_center", None)
-
-    def use_tie_center(self, center: torch.Tensor) -> None:
-        """Break multi-label ties with this fixed center's bits; it is saved in checkpoints."""
-        self.tie_center = center.float().clone().to(self.centers.device)
+        # the bits that break multi-label ties (`tie_center`), saved in checkpoints; None: +1 ties
+        # (runs made before the reference rule; their checkpoints have no such key)
+        self.register_buffer("tie_center", None if tie_center is None else tie_center.float().clone())
 
     def compute_loss(self, u, labels, index):
         target = majority_targets(self.centers, labels, self.tie_center).to(u.dtype)

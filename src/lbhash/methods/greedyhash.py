@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lbhash.errors import InputError
-from lbhash.methods.base import HashLoss, Recipe, register_method
+from lbhash.methods.base import HashLoss, register_method
 
 CLASSIFIER_LOSSES = ("auto", "ce", "bce")
 
@@ -38,8 +38,8 @@ class GreedyHash(HashLoss):
     name = "greedyhash"
     display_name = "GreedyHash"
     description = "GreedyHash: classifier on sign(u) with a straight-through gradient, cubic quantization"
-    benchmark_recipe = Recipe(optimizer="sgd", lr=1e-3, weight_decay=5e-4, lr_step=30, epochs=200,
-                              batch_size=64)
+    benchmark_recipe = {"optimizer": "sgd", "lr": 1e-3, "weight_decay": 5e-4, "lr_step": 30, "epochs": 200,
+                        "batch_size": 64}
 
     def __init__(self, bits: int, num_classes: int, num_train: int | None = None,
                  centers: torch.Tensor | None = None, multi_label: bool = False,

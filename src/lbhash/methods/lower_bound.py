@@ -6,8 +6,8 @@ favour ("replace"), together with L_pi, the surrogate's own training loss. Gradi
 apart: L_theta reaches the hash model only (pi frozen), L_pi reaches pi only, so one backward
 pass followed by a step of each optimizer performs lines 7-8 of Alg. 1.
 
-Its options are an `ObjectiveOptions` (the names of `lbhash train --lbhash-weight ...`), which a
-config composes: `ObjectiveOptions.of(config)` is a run's.
+Its options are an `ObjectiveOptions` (the names of `lbhash train --lbhash-weight ...`): a
+config's `objective` set.
 
 Options beyond the paper's text (each off in the paper-faithful setting):
 - `lbhash_reduction`: L_theta summed over the u blocks (the paper's reading) or averaged;
@@ -34,7 +34,7 @@ from torch import nn
 
 from lbhash.errors import InputError
 from lbhash.methods.base import PAPER_LBHASH, HashLoss, LossOutput, loss_output
-from lbhash.methods.csq import majority_targets
+from lbhash.methods.csq import TIE_RULES, majority_targets
 from lbhash.options import Options, option
 from lbhash.surrogate import MULTILABEL_THETA, REDUCTIONS, BlockSurrogate
 
@@ -69,7 +69,7 @@ class ObjectiveOptions(Options):
         None, "Multi-label L_theta against the positive labels' centers: their losses summed (the paper) or "
               "averaged.", f"one of {', '.join(MULTILABEL_THETA)}",
         shown="the profile's (sum: the paper's, also recommended)")
-    csq_ties: Literal["random-center", "plus-one"] = option(
+    csq_ties: Literal[TIE_RULES] = option(
         "random-center", "Tied bits of a multi-label item's majority target (CSQ, multilabel_target majority): "
                          "the bits of one fixed random center drawn from the seed (CSQ's reference) or +1.",
         "one of random-center, plus-one")

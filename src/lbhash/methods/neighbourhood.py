@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from lbhash.errors import InputError
-from lbhash.methods.base import HashLoss, Recipe, register_method
+from lbhash.methods.base import HashLoss, register_method
 from lbhash.options import Options, option
 
 # Chosen on a validation split (10% of the training items of each class, CIFAR-10 MobileNet
@@ -93,7 +93,7 @@ def _check_temperature(name: str, value) -> float:
 
 # Label-free: no labels to select an epoch on, so no validation split; 30 epochs of batches of
 # 512 (a neighbour distribution needs neighbours in the batch) at a constant rate.
-DISTILL_RECIPE = Recipe(lr_step=0, epochs=30, batch_size=512, validation=0.0, eval_every=10)
+DISTILL_RECIPE = {"lr_step": 0, "epochs": 30, "batch_size": 512, "validation": 0.0, "eval_every": 10}
 
 
 @register_method

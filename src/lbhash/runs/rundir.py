@@ -28,7 +28,7 @@ from lbhash.data.input_form import InputForm
 from lbhash.errors import InputError
 from lbhash.models import HashModel
 from lbhash.train.builder import build_model
-from lbhash.train.config import LEGACY_VALUES, RunConfig, make_config, parse_yaml
+from lbhash.train.config import FIELDS, RunConfig, make_config, parse_yaml
 from lbhash.train.results import Fitted
 
 CONFIG, SPLIT, LOG, CHECKPOINT, CODES, METRICS, BEST = (
@@ -37,6 +37,13 @@ MANIFEST, STATUS, LOCK = "manifest.json", "status.json", ".lock"
 INPUT_FORM = "input.json"  # the input contract (lbhash.data.input_form)
 CODES_SEEN = "codes_seen.npz"  # protocol unseen:K: the training classes' query and database
 MANIFEST_FORMAT = "lbhash-run/1"
+# The one upgrade of a saved config.yaml (every option of its run, resolved): the options added
+# after runs were saved (2026-11-23 to 11-25), with the value those runs used, which a file that
+# lacks one reads (its run loads, resumes and encodes as it did); a file lacking another option is
+# refused, naming them. A new option adds its old value here (tests/train/test_train_rundir.py).
+ADDED_OPTIONS = {"multilabel_theta": "mean", "csq_ties": "plus-one", "neighbourhood_weight": 0.0,
+                 "neighbourhood_student": "tanh", "probe_epochs": 0, "backbone_lr_scale": 1.0, "freeze_bn": False,
+                 "train_stages": 0, "backbone_precision": "fp32", "augment": "crop-flip"}
 PARTS = ("all", "train", "query", "database")
 logger = logging.getLogger("lbhash")
 
@@ -167,7 +174,12 @@ def load_run_config(run_dir: str | Path) -> RunConfig:
         raise InputError(f"{path}: not a run config (expected a mapping of option: value)")
     if "input_kind" not in values:
         raise InputError(f"{path}: no input_kind; the run was written by an older lbhash")
-    return make_config({**LEGACY_VALUES, **values}, str(path), kind=RunConfig)
+    values = {**ADDED_OPTIONS, **values}
+    missing = [name for name in (*FIELDS, "input_dim") if name not in values]
+    if missing:
+        raise InputError(f"{path}: lacks the options {', '.join(missing)}; a run's {CONFIG} records every "
+                         "option (add them with the values the run used)")
+    return make_config(values, str(path), kind=RunConfig)
 
 
 def save_run_config(run_dir: Path, cfg: RunConfig) -> None:
@@ -319,7 +331,7 @@ def load_run_model(run_dir: str | Path) -> tuple[HashModel, RunConfig]:
         if "backbone.mean" not in weights or "backbone.std" not in weights:
             raise InputError(f"{path}: no normalisation statistics, but {CONFIG} says normalize: zscore")
         normalization = (weights["backbone.mean"], weights["backbone.std"])
-    model = build_model(cfg, normalization, pretrained=False)
+    model = build_model(cfg.model, cfg.bits, cfg.input_kind, cfg.input_dim, normalization, pretrained=False)
     try:
         model.load_state_dict(weights)
     except RuntimeError as err:

@@ -1,8 +1,8 @@
 """Training, in memory: the typed config, one builder, one loop, one encoder. It writes no run
 directory (lbhash.runs does, through the store it gives the loop).
 
-- `config`: TrainConfig (validated, composed of the parts' option sets), RunConfig (resolved),
-  config files; `options`: the recipe's and runtime's option sets; `resolve`: `resolve_config`;
+- `config`: TrainConfig (validated, one field per part's option set), RunConfig (resolved),
+  config files, the runtime's option set; `resolve`: `resolve_config`;
 - `builder`: the model, objective and experiment of a run (training and loading);
 - `processes`: this process's rank, Lightning Fabric, the end of a process group;
 - `loop`: the Alg. 1 loop (`Trainer`), in memory, with per-epoch records and an optional store;

@@ -2,9 +2,10 @@
 
 `build_experiment` loads the data (or takes a data set), resolves the config, draws or reuses
 the split, checks every item the run uses, and builds the model and objective, seeded, before
-any run directory exists, so bad input never leaves a half-written run behind. `build_model`
-is the same function a loaded run rebuilds its model with, from its saved config and its
-saved normalisation statistics.
+any run directory exists, so bad input never leaves a half-written run behind. Each part is
+made by a factory from its own option set (and the values the run derived, passed on):
+`build_model` (the same function a loaded run rebuilds its model with, from its saved config
+and its saved normalisation statistics), `build_centers`, `build_method`, `build_objective`.
 """
 
 from __future__ import annotations
@@ -16,16 +17,18 @@ import numpy as np
 import torch
 from torch import nn
 
-from lbhash.centers import generate_centers
+from lbhash.centers import CenterOptions, generate_centers
 from lbhash.data import HashDataset, InputOptions, Split, carve_validation, load_data, make_split
 from lbhash.data.feature_cache import FrozenFeatures, with_frozen_features
 from lbhash.errors import InputError
 from lbhash.methods import HashLoss, LowerBoundObjective, available_methods, create_method, loss_output, method_class
 from lbhash.methods.csq import tie_center
 from lbhash.methods.lower_bound import ObjectiveOptions
-from lbhash.methods.neighbourhood import neighbourhood_distillation
+from lbhash.methods.neighbourhood import NeighbourhoodOptions, neighbourhood_distillation
+from lbhash.methods.options import MethodOptions
 from lbhash.models import HashModel, create_feature_model, create_image_model
-from lbhash.surrogate import BlockSurrogate
+from lbhash.models import ModelOptions
+from lbhash.surrogate import BlockSurrogate, SurrogateOptions
 from lbhash.train.config import RunConfig, TrainConfig
 from lbhash.train.resolve import resolve_config
 
@@ -35,18 +38,15 @@ class Learner(nn.Module):
 
     label_columns: the classes the objective knows (protocol unseen:K trains on all but K);
     the label rows of a batch are cut to them before the loss. None: every class.
-    neighbourhood_weight: above 0, the loss gains the part `neighbourhood`, this weight times
-    `neighbourhood_distillation` of the head's inputs and u (lbhash.methods.neighbourhood),
-    whatever the method and with or without _D; neighbourhood_student: its code similarity.
+    neighbourhood: with a weight above 0, the loss gains the part `neighbourhood`, this weight
+    times `neighbourhood_distillation` of the head's inputs and u (lbhash.methods.neighbourhood),
+    whatever the method and with or without _D, with the set's code similarity (its student).
     """
 
     def __init__(self, model: HashModel, objective: HashLoss | LowerBoundObjective,
-                 label_columns: np.ndarray | None = None, neighbourhood_weight: float = 0.0,
-                 neighbourhood_student: str = "tanh"):
+                 label_columns: np.ndarray | None = None, neighbourhood: NeighbourhoodOptions | None = None):
         super().__init__()
-        self.model, self.objective = model, objective
-        self.neighbourhood_weight = float(neighbourhood_weight)
-        self.neighbourhood_student = neighbourhood_student
+        self.model, self.objective, self.neighbourhood = model, objective, neighbourhood or NeighbourhoodOptions()
         columns = None if label_columns is None else torch.as_tensor(label_columns, dtype=torch.long)
         # not persistent: the split (split.npz) records the classes, checkpoints stay as they were
         self.register_buffer("label_columns", columns, persistent=False)
@@ -68,10 +68,11 @@ class Learner(nn.Module):
             out, pi = self.objective(u, labels, index, features), None
         else:
             out, pi = self.lower_bound.losses(u, labels, index, features)
-        if self.neighbourhood_weight:
+        weight, student = self.neighbourhood.neighbourhood_weight, self.neighbourhood.neighbourhood_student
+        if weight:
             with torch.autocast(u.device.type, enabled=False):
-                term = neighbourhood_distillation(features.float(), u.float(), student=self.neighbourhood_student)
-            out = loss_output({**out.parts, "neighbourhood": self.neighbourhood_weight * term})
+                term = neighbourhood_distillation(features.float(), u.float(), student=student)
+            out = loss_output({**out.parts, "neighbourhood": weight * term})
         return u, out, pi
 
     def theta_parameters(self, backbone_lr_scale: float = 1.0) -> list[dict]:
@@ -108,126 +109,133 @@ class Experiment:
 def input_options(cfg: RunConfig) -> InputOptions:
     """How the run's data set turns items into model inputs. Images are channels-last, as image
     models are (build_model): faster convolutions in oneDNN on the CPU and on GPU tensor cores."""
-    return InputOptions(cfg.image_size, cfg.transform, cfg.num_workers, cfg.input_kind == "images", cfg.augment)
+    data = cfg.dataset
+    return InputOptions(data.image_size, data.transform, data.num_workers, cfg.input_kind == "images", data.augment)
 
 
 # A hash head larger than this (about 1 GB of float32 weights) is refused before it is built.
 MAX_HEAD_PARAMETERS = 1 << 28
 
 
-def head_parameters(cfg: RunConfig) -> int:
-    widths = [cfg.input_dim or 0, *cfg.hidden, cfg.bits]
-    return sum(a * b + b for a, b in zip(widths, widths[1:]))
-
-
-def check_head_size(cfg: RunConfig) -> None:
+def check_head_size(model: ModelOptions, bits: int, input_kind: str, input_dim: int | None) -> None:
     """Refuse a feature head above MAX_HEAD_PARAMETERS, before anything is computed for it."""
-    size = head_parameters(cfg)
-    if cfg.input_kind == "features" and size > MAX_HEAD_PARAMETERS:
-        raise InputError(f"a hash head for {cfg.input_dim} features with hidden {cfg.hidden} would have "
+    widths = [input_dim or 0, *model.hidden, bits]
+    size = sum(a * b + b for a, b in zip(widths, widths[1:]))
+    if input_kind == "features" and size > MAX_HEAD_PARAMETERS:
+        raise InputError(f"a hash head for {input_dim} features with hidden {model.hidden} would have "
                          f"{size:,} parameters (at most {MAX_HEAD_PARAMETERS:,}); reduce the "
                          "feature width or --hidden")
 
 
-def build_model(cfg: RunConfig, normalization=None, pretrained: bool = True) -> HashModel:
-    """The hash model of a resolved config.
-
-    normalization: (mean, std) of the training features for a standardising first layer (None:
-    none). pretrained: load the backbone weights the config names (off when a run's own
-    checkpoint will overwrite them).
-    """
-    if cfg.input_kind == "features":
-        check_head_size(cfg)
+def build_model(model: ModelOptions, bits: int, input_kind: str, input_dim: int | None = None,
+                normalization=None, pretrained: bool = True) -> HashModel:
+    """The hash model of a resolved config's `model` set, for `bits`-bit codes of the input its data
+    set gives (`cfg.input_kind`, `cfg.input_dim`). normalization: (mean, std) of the training features
+    for a standardising first layer (None: none). pretrained: load the backbone weights the options
+    name (off when a run's own checkpoint will overwrite them)."""
+    if input_kind == "features":
+        check_head_size(model, bits, input_kind, input_dim)
         mean, std = (None, None) if normalization is None else (torch.as_tensor(v) for v in normalization)
-        return create_feature_model(cfg.input_dim, cfg.bits, cfg.hidden, cfg.head_dropout, mean, std)
-    if cfg.input_kind != "images":
-        raise InputError(f"config has input_kind {cfg.input_kind!r}; resolve it against a data set first")
-    model = create_image_model(cfg.backbone, cfg.bits, hidden=cfg.hidden,
-                               pretrained=cfg.pretrained if pretrained else None,
-                               freeze_backbone=cfg.freeze_backbone, dropout=cfg.head_dropout,
-                               freeze_bn=cfg.freeze_bn, train_stages=cfg.train_stages,
-                               bf16_backbone=cfg.backbone_precision == "bf16")
-    return model.to(memory_format=torch.channels_last)
+        return create_feature_model(input_dim, bits, model.hidden, model.head_dropout, mean, std)
+    if input_kind != "images":
+        raise InputError(f"config has input_kind {input_kind!r}; resolve it against a data set first")
+    built = create_image_model(model.backbone, bits, hidden=model.hidden,
+                               pretrained=model.pretrained if pretrained else None,
+                               freeze_backbone=model.freeze_backbone, dropout=model.head_dropout,
+                               freeze_bn=model.freeze_bn, train_stages=model.train_stages,
+                               bf16_backbone=model.backbone_precision == "bf16")
+    return built.to(memory_format=torch.channels_last)
 
 
 def frozen_features(cfg: RunConfig, dataset: HashDataset, model: HashModel, indices) -> FrozenFeatures:
     """The data set with the frozen backbone's features of the items at `indices`, computed once
     (on the run's accelerator when it has one) and cached (lbhash.data.feature_cache)."""
-    gpu = cfg.accelerator in ("gpu", "cuda", "auto") and torch.cuda.is_available()
+    runtime = cfg.runtime
+    gpu = runtime.accelerator in ("gpu", "cuda", "auto") and torch.cuda.is_available()
     device = torch.device("cuda" if gpu else "cpu")
     backbone_device = next(model.backbone.parameters()).device
     model.backbone.to(device)
     try:
         return with_frozen_features(dataset, model.backbone, indices, input_options(cfg), device,
-                                    progress=cfg.progress and sys.stderr.isatty(), bf16=model.bf16_backbone)
+                                    progress=runtime.progress and sys.stderr.isatty(), bf16=model.bf16_backbone)
     finally:
         model.backbone.to(backbone_device)
 
 
-def build_objective(cfg: RunConfig, centers: torch.Tensor | None, num_classes: int, num_train: int,
-                    multi_label: bool) -> HashLoss | LowerBoundObjective:
-    base = create_method(cfg.method, cfg.bits, num_classes, num_train=num_train, centers=centers,
-                         multi_label=multi_label, **cfg.method_options)
-    # CSQ's tie rule: the bits of one fixed random center drawn from the seed (None: ties -> +1)
-    ties = tie_center(cfg.bits, cfg.seed) if cfg.csq_ties == "random-center" else None
-    if ties is not None and base.majority_targets:
-        base.use_tie_center(ties)
-    if not cfg.lbhash:
-        return base
-    surrogate = BlockSurrogate(cfg.bits, cfg.block_size, cfg.surrogate_hidden, cfg.surrogate_dropout)
-    return LowerBoundObjective(base, centers, surrogate, ObjectiveOptions.of(cfg), seed=cfg.seed,
-                               tie_center=ties if cfg.multilabel_target == "majority" else None)
+def build_centers(options: CenterOptions, bits: int, num_classes: int, seed: int) -> torch.Tensor:
+    """The (num_classes, bits) +/-1 class centers of a run (lbhash.centers)."""
+    return torch.from_numpy(generate_centers(bits, num_classes, kind=options.centers, seed=seed,
+                                             canonical=options.canonical_centers))
+
+
+def build_method(hashing: MethodOptions, centers: torch.Tensor | None, num_classes: int, num_train: int,
+                 multi_label: bool, ties: torch.Tensor | None = None) -> HashLoss:
+    """The method of a resolved config's `hashing` set, with its constants; `ties`: the center
+    whose bits break the ties of its majority targets, for a method that has them."""
+    return create_method(hashing.method, hashing.bits, num_classes, num_train=num_train, centers=centers,
+                         multi_label=multi_label, tie_center=ties, **hashing.method_options)
+
+
+def build_objective(options: ObjectiveOptions, surrogate: SurrogateOptions, base: HashLoss,
+                    centers: torch.Tensor, seed: int, ties: torch.Tensor | None = None) -> LowerBoundObjective:
+    """The _D objective around `base` (a resolved config's `objective` and `surrogate` sets)."""
+    block = BlockSurrogate(base.bits, surrogate.block_size, surrogate.surrogate_hidden, surrogate.surrogate_dropout)
+    return LowerBoundObjective(base, centers, block, options, seed=seed,
+                               tie_center=ties if options.multilabel_target == "majority" else None)
 
 
 def build_experiment(cfg: TrainConfig, split: Split | None = None,
                      dataset: HashDataset | None = None) -> Experiment:
     """Load data (unless given), resolve the config, draw (or reuse) the split, check the items
     and build the model and objective, seeded."""
-    dataset = load_data(cfg.data) if dataset is None else dataset
+    dataset = load_data(cfg.dataset.data) if dataset is None else dataset
     cfg = resolve_config(cfg, dataset)
+    data, hashing, recipe, model_options = cfg.dataset, cfg.hashing, cfg.recipe, cfg.model
+    method, bits, seed, weight = hashing.method, hashing.bits, recipe.seed, cfg.neighbourhood.neighbourhood_weight
+    images = cfg.input_kind == "images"
     if split is None:
-        split = make_split(dataset, cfg.protocol, cfg.seed)
-        if cfg.validation:
-            split = carve_validation(split, dataset.labels, cfg.validation, cfg.seed)
+        split = make_split(dataset, data.protocol, seed)
+        if recipe.validation:
+            split = carve_validation(split, dataset.labels, recipe.validation, seed)
     split.check(len(dataset), dataset.name)
-    cls = method_class(cfg.method)
+    cls = method_class(method)
     if cls.single_label_only and dataset.multi_label:
-        raise InputError(f"method {cfg.method} is single-label only, but {dataset.name} is multi-label")
-    if (cls.needs_features or cfg.neighbourhood_weight) and cfg.input_kind == "images" and not cfg.freeze_backbone:
-        who = f"method {cfg.method}" if cls.needs_features else f"neighbourhood_weight {cfg.neighbourhood_weight:g}"
+        raise InputError(f"method {method} is single-label only, but {dataset.name} is multi-label")
+    if (cls.needs_features or weight) and images and not model_options.freeze_backbone:
+        who = f"method {method}" if cls.needs_features else f"neighbourhood_weight {weight:g}"
         raise InputError(f"{who} keeps the neighbourhoods of fixed input features: train on feature data or "
                          "with --freeze-backbone, not on a backbone that learns")
     if cls.needs_labels and dataset.num_classes == 0:
         free = ", ".join(m for m in available_methods() if not method_class(m).needs_labels)
-        raise InputError(f"method {cfg.method} learns from labels, but {dataset.name} has none "
+        raise InputError(f"method {method} learns from labels, but {dataset.name} has none "
                          f"(methods without labels: {free})")
     unlabelled = np.flatnonzero(dataset.labels[split.train].sum(1) == 0)
-    if len(unlabelled) and (cfg.lbhash or cls.uses_centers):
+    if len(unlabelled) and (hashing.lbhash or cls.uses_centers):
         raise InputError(f"training item {int(split.train[unlabelled[0]])} of {dataset.name} has no label "
                          f"(an all-zero label row); {cfg.variant} needs a class for every training item")
-    split, skipped = _usable_items(dataset, split, cfg.skip_bad_images)
-    _check_classes(cfg, dataset, split, cls.needs_labels or cls.uses_centers or cfg.lbhash)
+    split, skipped = _usable_items(dataset, split, data.skip_bad_images)
+    _check_classes(cfg, dataset, split, cls.needs_labels or cls.uses_centers or hashing.lbhash)
     # unseen:K: centers, classifiers and label rows cover the training classes only
     columns = np.setdiff1d(np.arange(dataset.num_classes), split.unseen_classes) if len(split.unseen_classes) else None
     num_classes = dataset.num_classes if columns is None else len(columns)
-    torch.manual_seed(cfg.seed)
-    centers = None
-    if cfg.lbhash or cls.uses_centers:
-        centers = torch.from_numpy(generate_centers(cfg.bits, num_classes, kind=cfg.centers,
-                                                    seed=cfg.seed, canonical=cfg.canonical_centers))
-    check_head_size(cfg)  # before the features' statistics, which copy the training rows
-    normalization = dataset.normalization(split.train) if cfg.normalize == "zscore" else None
-    model = build_model(cfg, normalization)
+    torch.manual_seed(seed)
+    centers = build_centers(cfg.class_centers, bits, num_classes, seed) if hashing.lbhash or cls.uses_centers else None
+    check_head_size(model_options, bits, cfg.input_kind, cfg.input_dim)  # before the statistics copy the rows
+    normalization = dataset.normalization(split.train) if data.normalize == "zscore" else None
+    model = build_model(model_options, bits, cfg.input_kind, cfg.input_dim, normalization)
     probe_dataset = None
-    if cfg.input_kind == "images" and cfg.freeze_backbone:
+    if images and model_options.freeze_backbone:
         used = np.concatenate([split.train, split.query, split.database, split.validation])
         dataset = frozen_features(cfg, dataset, model, used)
-    elif cfg.input_kind == "images" and cfg.probe_epochs:  # the probe reads what the pretrained backbone sees
+    elif images and recipe.probe_epochs:  # the probe reads what the pretrained backbone sees
         probe_dataset = frozen_features(cfg, dataset, model, np.concatenate([split.train, split.validation]))
-    objective = build_objective(cfg, centers, num_classes, len(split.train), dataset.multi_label)
+    ties = tie_center(bits, seed, cfg.objective.csq_ties)  # CSQ's tie rule (None: ties -> +1)
+    objective = build_method(hashing, centers, num_classes, len(split.train), dataset.multi_label, ties)
+    if hashing.lbhash:
+        objective = build_objective(cfg.objective, cfg.surrogate, objective, centers, seed, ties)
     if cls.closed_form:
         objective.check_fit_inputs(len(split.train), cfg.input_dim)
-    learner = Learner(model, objective, columns, cfg.neighbourhood_weight, cfg.neighbourhood_student)
+    learner = Learner(model, objective, columns, cfg.neighbourhood)
     return Experiment(cfg, dataset, split, evaluation_topk(cfg, split), learner, skipped, probe_dataset)
 
 
@@ -238,19 +246,20 @@ def _check_classes(cfg: RunConfig, dataset: HashDataset, split: Split, learns_cl
     if not dataset.num_classes:
         return
     parts = [("train", split.train, f"{cfg.variant} learns to tell classes apart: it", "")] if learns_classes else []
-    if cfg.test and len(split.query) and len(split.database):
+    if cfg.recipe.test and len(split.query) and len(split.database):
         parts.append(("database", split.database, "evaluation (mAP, the lower bound)",
                       " (--protocol all-train trains without evaluating)"))
     for part, items, who, hint in parts:
         held = np.flatnonzero(dataset.labels[items].any(0))
         if len(held) < 2:
-            raise InputError(f"{dataset.name}: the {part} part of split {cfg.protocol} holds {len(held)} "
+            raise InputError(f"{dataset.name}: the {part} part of split {cfg.dataset.protocol} holds {len(held)} "
                              f"class(es) with items; {who} needs at least 2{hint}")
 
 
 def evaluation_topk(cfg: RunConfig, split) -> int | None:
     """The R of mAP@R a run evaluates at: its --topk, else its protocol's (None: all)."""
-    return None if cfg.topk == "all" else cfg.topk if cfg.topk is not None else split.topk
+    topk = cfg.recipe.topk
+    return None if topk == "all" else topk if topk is not None else split.topk
 
 
 def _usable_items(dataset: HashDataset, split: Split, skip_bad: bool) -> tuple[Split, int]:

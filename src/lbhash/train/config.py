@@ -1,15 +1,17 @@
 """The training configuration: one typed model shared by the CLI, config files and Python.
 
-`TrainConfig` composes the option sets that each part declares beside itself (lbhash.options:
-the data's, the method choice, the recipe, the centers', the _D objective's, the surrogate's,
-the model's and the runtime's), so that a part reads its own set (`ObjectiveOptions.of(cfg)`)
-and the command line options and their shown defaults are generated from the same fields
-(lbhash.cli.options). Every value is validated where it enters (strict types, finite numbers,
-ranges, unknown keys rejected with the list of known ones), one line naming the option and
-value (`InputError`). `None` means "the method's or the data's default";
-`lbhash.train.resolve.resolve_config` fills every such value in one place and returns a
-`RunConfig`: the complete config a run saves and reloads, with what the data set decided
-(`input_kind`, `input_dim`), which a user never sets.
+`TrainConfig` holds one field per option set (`dataset`, `hashing`: the method choice, `recipe`,
+`class_centers`, ... `runtime`), each declared beside the part that reads it, and every factory
+takes its own set (lbhash.train.builder). A flat key (`TrainConfig(method="csq",
+bits=64)`, a config file's `lr: 0.01`, `--set lr=0.01`) goes to the one set that owns it (no
+key is in two sets), and reads back flat (`cfg.lr`, `cfg.to_dict()`: what config.yaml holds);
+a set may also be given whole (`TrainConfig(recipe={"lr": 0.01})`). The command line options
+and their shown defaults are generated from the same fields (lbhash.cli.options). Every value
+is validated where it enters (strict types, finite numbers, ranges, unknown keys rejected with
+the list of known ones), one line naming the option and value (`InputError`). `None` means
+"the method's or the data's default"; `lbhash.train.resolve.resolve_config` fills every such
+value in one place and returns a `RunConfig`: the complete config a run saves and reloads, with
+what the data set decided (`input_kind`, `input_dim`), which a user never sets.
 """
 
 from __future__ import annotations
@@ -19,52 +21,118 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
 from lbhash.centers import CenterOptions
-from lbhash.data.options import DataOptions
+from lbhash.data import DataOptions
 from lbhash.errors import InputError
 from lbhash.methods import method_class, method_defaults
-from lbhash.methods.defaults import LBHASH_OPTIONS
 from lbhash.methods.lower_bound import ObjectiveOptions
 from lbhash.methods.neighbourhood import NeighbourhoodOptions
-from lbhash.methods.options import MethodOptions
-from lbhash.models.options import ModelOptions
-from lbhash.options import option
+from lbhash.methods.options import MethodOptions, RecipeOptions
+from lbhash.models import ModelOptions
+from lbhash.options import Options, option
 from lbhash.surrogate import SurrogateOptions
-from lbhash.train.options import RecipeOptions, RuntimeOptions
 
-# filled from the method's defaults (under the `defaults` profile) when None
-METHOD_FIELDS = ("epochs", "batch_size", "optimizer", "lr", "weight_decay", "lr_step", "lr_gamma",
-                 "schedule", "warmup_epochs", "validation", "eval_every", "lbhash_mode", *LBHASH_OPTIONS)
+PRECISIONS = ("32-true", "32", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true")
 
 
-# the fields come in the reverse order of the bases: data, method, recipe, centers, objective, ...
-class TrainConfig(RuntimeOptions, ModelOptions, SurrogateOptions, ObjectiveOptions, NeighbourhoodOptions,
-                  CenterOptions, RecipeOptions, MethodOptions, DataOptions):
-    """Everything a user chooses for a run. None means "the method's (or the data set's) default"."""
+class RuntimeOptions(Options):
+    """Where and how the training runs: accelerator, processes, precision, progress and logging."""
+
+    logger: Literal["none", "tensorboard"] = option(
+        "none", "Also log the per-epoch records to TensorBoard (needs the tensorboard extra).",
+        "one of none, tensorboard")
+    accelerator: Literal["cpu", "gpu", "cuda", "auto"] = option("cpu", "cpu or gpu.", "one of cpu, gpu, cuda, auto")
+    devices: int = option(1, "Processes (devices) to train on.", "a positive integer", ge=1)
+    precision: Literal[PRECISIONS] = option("32-true", "Lightning precision, e.g. 32-true, bf16-mixed.",
+                                            f"one of {', '.join(PRECISIONS)}")
+    progress: bool = option(True, "Show a progress bar.", "true or false")
+
+
+class TrainConfig(Options):
+    """Everything a user chooses for a run, one option set per part (in the order config.yaml
+    lists their options). None means "the method's (or the data set's) default"."""
+
+    dataset: DataOptions = Field(default_factory=DataOptions)
+    hashing: MethodOptions = Field(default_factory=MethodOptions)
+    recipe: RecipeOptions = Field(default_factory=RecipeOptions)
+    class_centers: CenterOptions = Field(default_factory=CenterOptions)
+    neighbourhood: NeighbourhoodOptions = Field(default_factory=NeighbourhoodOptions)
+    objective: ObjectiveOptions = Field(default_factory=ObjectiveOptions)
+    surrogate: SurrogateOptions = Field(default_factory=SurrogateOptions)
+    model: ModelOptions = Field(default_factory=ModelOptions)
+    runtime: RuntimeOptions = Field(default_factory=RuntimeOptions)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _route(cls, values: Any) -> Any:
+        """Flat keys to their sets (a set given whole, as a mapping or an Options, first), each
+        set built and checked in the order of SETS; then unknown keys, naming the known ones."""
+        if not isinstance(values, dict):
+            return values
+        nested: dict[str, dict] = {key: {} for key in SETS}
+        out, unknown = {}, []
+        for key, value in values.items():
+            if key in SETS:
+                if not isinstance(value, (dict, Options)):
+                    raise InputError(f"{key} must be a mapping of its options, got {value!r}")
+                nested[key] = {**(value.model_dump() if isinstance(value, Options) else value), **nested[key]}
+            elif key in OWNERS:
+                nested[OWNERS[key]][key] = value
+            elif key in cls.model_fields:
+                out[key] = value  # a RunConfig's input_kind and input_dim
+            else:
+                unknown.append(key)
+        for key, set_class in SETS.items():
+            out[key] = set_class(**nested[key])
+        if unknown:
+            known = [*FIELDS, *(k for k in cls.model_fields if k not in SETS)]
+            raise InputError(f"unknown option {unknown[0]!r} (known: {', '.join(known)})")
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        """An option read flat: `cfg.lr` is `cfg.recipe.lr`."""
+        owner = self.__dict__.get(OWNERS.get(name))
+        return super().__getattr__(name) if owner is None else getattr(owner, name)
 
     @model_validator(mode="after")
     def _consistent(self):
-        if self.lbhash and self.bits % self.block_size:
-            raise InputError(f"bits={self.bits} is not divisible by the block size {self.block_size}")
-        if (self.select == "best-val" or self.patience) and self.validation == 0:
+        hashing, recipe = self.hashing, self.recipe
+        if hashing.lbhash and hashing.bits % self.surrogate.block_size:
+            raise InputError(f"bits={hashing.bits} is not divisible by the block size {self.surrogate.block_size}")
+        if (recipe.select == "best-val" or recipe.patience) and recipe.validation == 0:
             raise InputError("select best-val and patience need a validation split (validation > 0: a held-out share)")
-        if method_class(self.method).closed_form:
+        if method_class(hashing.method).closed_form:
             _check_closed_form(self)
         return self
 
     @property
     def variant(self) -> str:
         """The method's display name: e.g. csq or csq_D."""
-        return self.method + ("_D" if self.lbhash else "")
+        return self.hashing.method + ("_D" if self.hashing.lbhash else "")
 
     def to_dict(self) -> dict[str, Any]:
-        return self.model_dump()
+        """Every option flat, in the order of SETS (what config.yaml holds), then a RunConfig's own."""
+        return {k: v for key, value in self.model_dump().items()
+                for k, v in (value.items() if key in SETS else [(key, value)])}
 
     def replace(self, **values) -> "TrainConfig":
-        """A validated copy with `values` changed (of the same class)."""
-        return make_config({**self.model_dump(), **values}, kind=type(self))
+        """A validated copy with `values` (flat keys) changed (of the same class)."""
+        return make_config({**self.to_dict(), **values}, kind=type(self))
+
+
+SETS: dict[str, type[Options]] = {name: f.annotation for name, f in TrainConfig.model_fields.items()}
+# each flat key's set: a key in two sets (or named like a set) could not be routed
+OWNERS = {name: key for key, cls in SETS.items() for name in cls.model_fields}
+assert len(OWNERS) == sum(len(cls.model_fields) for cls in SETS.values()) and not set(OWNERS) & set(SETS), \
+    "an option is declared by two option sets, or named like a set"
+FIELDS = tuple(OWNERS)  # every option's flat key
+
+
+def field_info(name: str):
+    """The pydantic field of the option `name` (its help, what it accepts, its shown default)."""
+    return SETS[OWNERS[name]].model_fields[name]
 
 
 class RunConfig(TrainConfig):
@@ -75,15 +143,6 @@ class RunConfig(TrainConfig):
         ..., "What the data gives the model (set from the data).", "features or images", cli=False)
     input_dim: int | None = option(None, "Width of the feature vectors (set from the data).",
                                    "a positive integer", cli=False, ge=1)
-
-
-FIELDS = tuple(TrainConfig.model_fields)
-# Options added after runs were saved without them: the value those runs used. A saved run's
-# config.yaml that lacks one is read with this value (lbhash.runs.rundir.load_run_config), so
-# that it loads, resumes and encodes as it did; new runs get the field's default or profile's.
-LEGACY_VALUES = {"multilabel_theta": "mean", "csq_ties": "plus-one", "probe_epochs": 0, "backbone_lr_scale": 1.0,
-                 "freeze_bn": False, "train_stages": 0, "backbone_precision": "fp32",
-                 "augment": "crop-flip"}
 
 
 def _check_closed_form(cfg: TrainConfig) -> None:
@@ -110,14 +169,11 @@ def paper_differences(cfg: TrainConfig) -> list[str]:
     """What a resolved config's recipe (and, for a _D run, its objective) sets otherwise than
     the paper profile does for its method, e.g. ['lr_step 0 (paper 10)', 'multilabel_theta mean
     (paper sum)']."""
-    paper = method_defaults(cfg.method, "paper")
-    names = [n for n in METHOD_FIELDS if n not in LBHASH_OPTIONS and n != "lbhash_mode"]
-    if cfg.lbhash:
-        names += ["lbhash_mode", *LBHASH_OPTIONS]
+    paper = method_defaults(cfg.method, "paper").options
+    names = [n for n in paper if cfg.lbhash or OWNERS[n] == "recipe"]
     out = []
     for name in names:
-        want = paper.lbhash[name] if name in LBHASH_OPTIONS else getattr(paper, name)
-        have = getattr(cfg, name)
+        want, have = paper[name], getattr(cfg, name)
         if have is not None and have != want:
             out.append(f"{name} {have:g} (paper {want:g})" if isinstance(have, float) and isinstance(want, float)
                        else f"{name} {have} (paper {want})")
@@ -221,4 +277,5 @@ def build_config(file_values: dict[str, Any] | None = None,
     return make_config({**(file_values or {}), **flags})
 
 
-__all__ = ["RunConfig", "TrainConfig", "FIELDS", "build_config", "load_config_file", "make_config", "parse_yaml"]
+__all__ = ["RunConfig", "TrainConfig", "FIELDS", "OWNERS", "SETS", "field_info", "build_config", "load_config_file",
+           "make_config", "parse_yaml"]

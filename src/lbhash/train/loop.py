@@ -79,30 +79,31 @@ class Trainer:
     def __init__(self, exp: Experiment, store: EpochStore | None = None,
                  on_epoch_end: Callable[[int, dict], None] | None = None):
         self.exp, self.cfg, self.store = exp, exp.cfg, store
+        self.recipe, self.progress = exp.cfg.recipe, exp.cfg.runtime.progress
         self.on_epoch_end = on_epoch_end
         self.history: list[dict] = []
-        cfg = self.cfg
+        recipe, runtime, surrogate = self.recipe, exp.cfg.runtime, exp.cfg.surrogate
         torch.set_flush_denormal(True)  # denormals slow CPU matmuls by orders of magnitude
-        self.fabric = make_fabric(cfg.accelerator, cfg.devices, cfg.precision,
-                                  [] if store is None else store.loggers(cfg))
+        self.fabric = make_fabric(runtime.accelerator, runtime.devices, runtime.precision,
+                                  [] if store is None else store.loggers(exp.cfg))
         learner: Learner = exp.learner
-        opt_theta = make_optimizer(cfg.optimizer, learner.theta_parameters(cfg.backbone_lr_scale), cfg.lr,
-                                   cfg.weight_decay)
+        opt_theta = make_optimizer(recipe.optimizer, learner.theta_parameters(recipe.backbone_lr_scale), recipe.lr,
+                                   recipe.weight_decay)
         optimizers = [opt_theta]
         if learner.lower_bound is not None:
-            optimizers.append(make_optimizer("adamw" if cfg.optimizer == "adamw" else "adam",
-                                             learner.pi_parameters(), cfg.surrogate_lr,
-                                             cfg.surrogate_weight_decay))
+            optimizers.append(make_optimizer("adamw" if recipe.optimizer == "adamw" else "adam",
+                                             learner.pi_parameters(), surrogate.surrogate_lr,
+                                             surrogate.surrogate_weight_decay))
         self.learner, *self.optimizers = self.fabric.setup(learner, *optimizers)
-        self.schedulers = [make_scheduler(o, cfg) for o in self.optimizers]
-        self.selection = Selection(cfg.select, cfg.patience, None if store is None else store.best_path)
+        self.schedulers = [make_scheduler(o, recipe) for o in self.optimizers]
+        self.selection = Selection(recipe.select, recipe.patience, None if store is None else store.best_path)
         self.train_labels = exp.dataset.labels[exp.split.train]
-        self.options = input_options(cfg)
-        self.batches = exp.dataset.train_batches(exp.split.train, cfg.batch_size, self.fabric.device,
+        self.options = input_options(exp.cfg)
+        self.batches = exp.dataset.train_batches(exp.split.train, recipe.batch_size, self.fabric.device,
                                                  self.fabric.global_rank, self.fabric.world_size, self.options)
         # fine-tuning's probe epochs: the head alone, on the pretrained backbone's cached features
         self.probe_batches = None if exp.probe_dataset is None else exp.probe_dataset.train_batches(
-            exp.split.train, cfg.batch_size, self.fabric.device, self.fabric.global_rank, self.fabric.world_size,
+            exp.split.train, recipe.batch_size, self.fabric.device, self.fabric.global_rank, self.fabric.world_size,
             self.options)
         self._tune_batches = None  # the training batches once the backbone trains (set at its first epoch)
         self.start_epoch = 0
@@ -116,8 +117,7 @@ class Trainer:
     # --- training -----------------------------------------------------------------------
 
     def fit(self) -> list[dict]:
-        cfg = self.cfg
-        for epoch in range(self.start_epoch + 1, cfg.epochs + 1):
+        for epoch in range(self.start_epoch + 1, self.recipe.epochs + 1):
             if self.selection.stopped:  # early stop (also when resuming after it)
                 break
             record = self.train_epoch(epoch)
@@ -153,10 +153,12 @@ class Trainer:
     def evaluates(self, epoch: int) -> bool:
         """Validation: every eval_every epochs and at the last. Test: every eval_every epochs
         but the last, which the final metrics cover."""
-        every = self.cfg.eval_every
+        recipe = self.recipe
+        every = recipe.eval_every
         if self.validating:
-            return (bool(every) and epoch % every == 0) or epoch == self.cfg.epochs
-        return bool(every) and epoch % every == 0 and epoch < self.cfg.epochs and len(self.exp.split.query) > 0 and self.cfg.test
+            return (bool(every) and epoch % every == 0) or epoch == recipe.epochs
+        return bool(every) and epoch % every == 0 and epoch < recipe.epochs and len(self.exp.split.query) > 0 \
+            and recipe.test
 
     def validate(self, epoch: int) -> dict:
         """mAP@all of the validation items against the training items; updates the selection."""
@@ -174,32 +176,33 @@ class Trainer:
 
     def restore_selected(self) -> None:
         """Load the weights of the epoch `select: best-val` kept (a no-op for `last`)."""
-        best = self.selection.best() if self.cfg.select == "best-val" else None
+        best = self.selection.best() if self.recipe.select == "best-val" else None
         if best is not None:
             self.learner.model.load_state_dict(best["model"])
 
     def probing(self, epoch: int) -> bool:
         """Whether `epoch` (1-based) is one of fine-tuning's probe epochs (the backbone frozen)."""
-        return epoch <= self.cfg.probe_epochs
+        return epoch <= self.recipe.probe_epochs
 
     def train_epoch(self, epoch: int) -> dict:
-        cfg, learner = self.cfg, self.learner
-        torch.manual_seed(epoch_seed(cfg.seed, epoch))
+        recipe, learner = self.recipe, self.learner
+        torch.manual_seed(epoch_seed(recipe.seed, epoch))
         probing = self.probing(epoch)
-        if cfg.probe_epochs:
+        if recipe.probe_epochs:
             learner.model.set_frozen(probing)
         learner.train()
         learner.objective.on_epoch_start(epoch - 1)
         sums: dict[str, float] = {}
         seen = 0
         # codes stay on the device until the epoch ends: no host copy per step
-        codes = torch.zeros((len(self.train_labels), cfg.bits), dtype=torch.int8, device=self.fabric.device)
+        codes = torch.zeros((len(self.train_labels), self.cfg.hashing.bits), dtype=torch.int8,
+                            device=self.fabric.device)
         written = torch.zeros(len(self.train_labels), dtype=torch.bool, device=self.fabric.device)
         start = time.perf_counter()
         source = self.probe_batches if probing and self.probe_batches is not None else self.training_batches()
-        batches = source.epoch(epoch_seed(cfg.seed, epoch))
-        bar = tqdm(batches, total=len(source), desc=f"{cfg.variant} epoch {epoch}/{cfg.epochs}",
-                   leave=False, disable=not cfg.progress or not self.fabric.is_global_zero)
+        batches = source.epoch(epoch_seed(recipe.seed, epoch))
+        bar = tqdm(batches, total=len(source), desc=f"{self.cfg.variant} epoch {epoch}/{recipe.epochs}",
+                   leave=False, disable=not self.progress or not self.fabric.is_global_zero)
         for step, (x, labels, index) in enumerate(bar, 1):
             u, out, pi = learner(x, labels, index)
             loss = out.total if pi is None else out.total + pi[0]
@@ -235,7 +238,7 @@ class Trainer:
             sums, seen = dict(zip(keys, totals[:-1].tolist())), float(totals[-1])
             codes = self._gather_codes(codes, written)
         record = {"epoch": epoch, "lr": lr, "seconds": seconds, **({"phase": "probe" if probing else "tune"}
-                                                                   if cfg.probe_epochs else {}),
+                                                                   if recipe.probe_epochs else {}),
                   "loss": {k: v / seen for k, v in sums.items()}}
         bound = lower_bound(codes, self.train_labels) if self.train_labels.any(0).sum() >= 2 else None
         if bound is not None:
@@ -248,13 +251,13 @@ class Trainer:
         when only the last stages train and no random crop changes their input
         (lbhash.train.prefix_cache), else the data set's own."""
         if self._tune_batches is None:
-            cfg, model = self.cfg, self.learner.model
+            data, model = self.cfg.dataset, self.learner.model
             self._tune_batches = self.batches
-            if cfg.input_kind == "images" and not model.built_frozen and \
-                    prefix_cacheable(cfg.transform, cfg.augment, model.fixed_stages):
-                built = cache_prefix(model, self.exp.dataset, self.exp.split.train, self.options, cfg.batch_size,
-                                     self.fabric.device, self.fabric.global_rank, self.fabric.world_size,
-                                     cfg.progress and self.fabric.is_global_zero)
+            if self.cfg.input_kind == "images" and not model.built_frozen and \
+                    prefix_cacheable(data.transform, data.augment, model.fixed_stages):
+                built = cache_prefix(model, self.exp.dataset, self.exp.split.train, self.options,
+                                     self.recipe.batch_size, self.fabric.device, self.fabric.global_rank,
+                                     self.fabric.world_size, self.progress and self.fabric.is_global_zero)
                 if isinstance(built, str):
                     logger.warning(built)
                 else:
@@ -273,7 +276,7 @@ class Trainer:
         """Codes of data-set items with the plain (unwrapped) model: no collective calls, so
         rank 0 may encode alone."""
         return encode(self.learner.model, self._encoding_dataset(index), index, self.options, self.fabric.device,
-                      self.fabric.autocast, progress and self.cfg.progress)
+                      self.fabric.autocast, progress and self.progress)
 
     def _encoding_dataset(self, index: np.ndarray):
         """The probe's cached features while the backbone is frozen for it (when they cover

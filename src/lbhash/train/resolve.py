@@ -15,8 +15,7 @@ from lbhash.data.unseen import PREFIX as UNSEEN_PREFIX
 from lbhash.data.unseen import with_base
 from lbhash.errors import InputError
 from lbhash.methods import method_class, method_defaults
-from lbhash.methods.defaults import LBHASH_OPTIONS
-from lbhash.train.config import METHOD_FIELDS, RunConfig, TrainConfig, make_config
+from lbhash.train.config import RunConfig, TrainConfig, make_config
 
 MIN_NATIVE_SIDE = 16  # smaller square images are resized to the backbone's side
 DEFAULT_IMAGE_BACKBONE = "smallcnn"  # fast on a CPU; docs/models.md gives the rule
@@ -41,17 +40,17 @@ def resolve_config(cfg: TrainConfig, dataset) -> RunConfig:
     from lbhash.models import backbone_defaults
 
     d = method_defaults(cfg.method, cfg.defaults)
-    values = cfg.model_dump()
+    values = cfg.to_dict()
     made_for = values.pop("input_dim", None)  # a RunConfig's: its data set's width
     values.pop("input_kind", None)
     values["protocol"] = cfg.protocol or default_protocol(cfg.data, dataset)
     if values["protocol"].startswith(UNSEEN_PREFIX):  # unseen:K -> unseen:K:<the data set's own>
         values["protocol"] = with_base(values["protocol"], default_protocol(cfg.data, dataset))
     if values["validation"] is None:
-        values["validation"] = _profile_validation(d.validation, values["protocol"], cfg.seed, dataset)
-    for name in METHOD_FIELDS:
+        values["validation"] = _profile_validation(d.recipe.validation, values["protocol"], cfg.seed, dataset)
+    for name, value in d.options.items():  # the profile's recipe and _D objective
         if values[name] is None:
-            values[name] = d.lbhash[name] if name in LBHASH_OPTIONS else getattr(d, name)
+            values[name] = value
     if values["select"] is None:  # a validation split is there to choose the epoch a run keeps
         values["select"] = "best-val" if values["validation"] else "last"
     _fill_backbone_recipe(values, cfg, dataset.input_kind)

@@ -57,7 +57,7 @@ def data_summary(exp: Experiment) -> dict[str, Any]:
 def target_balance(exp: Experiment) -> dict[str, Any] | None:
     """Where a run trains toward majority targets (CSQ, or `multilabel_target: majority`) on
     multi-label data: the share of +1 bits among the targets of its multi-label training items
-    and among the class centers, and the tie rule (`csq_ties`)."""
+    and among the class centers, and the tie rule (`csq_ties`: whether a center breaks the ties)."""
     import torch
 
     from lbhash.methods.csq import majority_targets
@@ -79,7 +79,8 @@ def target_balance(exp: Experiment) -> dict[str, Any] | None:
     centers = holder.centers
     targets = majority_targets(centers, multi, holder.tie_center)
     share = (lambda x: round(float((x > 0).float().mean()), 4) if len(x) else None)
-    return {"ties": exp.cfg.csq_ties, "multi_label_items": len(multi), "targets_plus": share(targets),
+    ties = "plus-one" if holder.tie_center is None else "random-center"
+    return {"ties": ties, "multi_label_items": len(multi), "targets_plus": share(targets),
             "centers_plus": share(centers)}
 
 
