@@ -64,7 +64,7 @@ async def profile(app, body: bytes, repeats: int) -> dict[str, float]:
         """The same request's work with no middleware: what SearchPath does, bare."""
         parsed = models.SearchRequest.model_validate_json((await receive())["body"])
         response = await state.batcher.run(partial(search_body, parsed, state.store, state.encoder, state.limits),
-                                           hits_response)
+                                           partial(hits_response, state.store, state.media))
         await response(scope, receive, send)
 
     def request(through):

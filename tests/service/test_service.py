@@ -245,7 +245,8 @@ def test_a_large_class_id_over_http_writes_small_label_files(tmp_path, rng):
         assert '"labels":[[3,65535]]' in wal_path_for(tmp_path / "ix").read_text()
         assert client.get("/items/2000").json() == {"id": 2000, "code": hexes(codes[2000:])[0], "labels": [3, 65535]}
         hits = client.post("/search", json={"codes": hexes(codes[2000:]), "k": 3, "labels": [[65535]]}).json()
-        assert hits["results"][0]["hits"] == [{"id": 2000, "distance": 0, "labels": [3, 65535]}]
+        assert hits["results"][0]["hits"] == [{"id": 2000, "distance": 0, "labels": [3, 65535], "source": None,
+                                               "image": False, "code": hexes(codes[2000:])[0]}]
     files = {f.name: f.stat().st_size for f in (tmp_path / "ix").iterdir()}
     assert "labels.npy" not in files and files["labels_indices.npy"] < 4 * 2002 + 200, files
     assert files["labels_indptr.npy"] < 8 * 2002 + 200 and sum(files.values()) < 200_000, files

@@ -121,12 +121,12 @@ def search_query(limits: Limits, queries: Queries, k, radius, label_lists, facto
     return Query(queries, plan, classes)
 
 
-def hits_response(query: Query, hits, store: Store | None = None, media: ItemMedia | None = None) -> Response:
+def hits_response(store: Store, media: ItemMedia, query: Query, hits) -> Response:
     """The hits of a query, as a `SearchResponse` body encoded here: FastAPI's validation and
     encoding of a response model took more CPU than a search of a million codes (docs/search.md,
-    "The service's own cost"). With `store` and `media`, each hit also carries its source,
-    whether it has a thumbnail, and its code (`item_details`)."""
-    details = {} if media is None else item_details(store, media, sorted({i for h in hits for i in h.ids}))
+    "The service's own cost"). Each hit carries its source, whether it has a thumbnail, and its
+    code (`item_details`), whichever search found it."""
+    details = item_details(store, media, sorted({i for h in hits for i in h.ids}))
     results = [{"code": code, "hits": [{"id": i, "distance": d, "labels": lab,
                                         **({} if score is None else {"score": score}), **details.get(i, {})}
                                        for i, d, lab, score in rows.rows()]}
@@ -137,17 +137,18 @@ def hits_response(query: Query, hits, store: Store | None = None, media: ItemMed
 
 @router.post("/search", response_model=models.SearchResponse, response_model_exclude_none=True, responses=_ERRORS)
 async def search(body: models.SearchRequest, store: StoreDep, encoder: EncoderDep, limits: LimitsDep,
-                 batcher: BatcherDep):
+                 batcher: BatcherDep, media: MediaDep):
     # a valid body is answered by SearchPath before it gets here; this route documents /search and
     # gives the 422 of a body that does not validate
-    return await search_response(body, store, encoder, limits, batcher)
+    return await search_response(body, store, encoder, limits, batcher, media)
 
 
 async def search_response(body: models.SearchRequest, store: Store, encoder: QueryEncoder | None, limits: Limits,
-                          batcher: SearchBatcher) -> Response:
+                          batcher: SearchBatcher, media: ItemMedia) -> Response:
     # decoded, searched (in a scan shared with the requests beside it) and encoded on the batcher's threads
     rows = len(body.codes) if body.codes is not None else len(body.features or ())
-    return await batcher.run(partial(search_body, body, store, encoder, limits), hits_response, rows)
+    return await batcher.run(partial(search_body, body, store, encoder, limits), partial(hits_response, store, media),
+                             rows)
 
 
 def search_body(body: models.SearchRequest, store: Store, encoder: QueryEncoder | None, limits: Limits) -> Query:
@@ -164,7 +165,7 @@ def search_image(store: StoreDep, encoder: EncoderDep, limits: LimitsDep, media:
     """Query with uploaded image files; `labels`: comma-separated class ids for every query;
     where the index keeps embeddings, the Hamming top k * rescore_factor (default 4) are
     re-scored by the images' embeddings, unless `rescore` is false.
-    Each hit comes with its source, thumbnail and code, as /sources gives them: an image query
+    Each hit comes with its source, thumbnail and code, as /search gives them: an image query
     is this one request."""
     check_batch(limits, len(files), "images")
     run = need_encoder(encoder, "images")
@@ -174,7 +175,7 @@ def search_image(store: StoreDep, encoder: EncoderDep, limits: LimitsDep, media:
     with decoding.hold(pixels, "the query images"):  # the service's pixels decoded at once
         queries = run.queries(run.decode_images(blobs, names), rescore=rescored)
     query = search_query(limits, queries, k, radius, label_lists, rescore_factor)
-    return hits_response(query, store.search(query.queries, query.plan, query.classes), store, media)
+    return hits_response(store, media, query, store.search(query.queries, query.plan, query.classes))
 
 
 # --- items --------------------------------------------------------------------------------------
@@ -357,7 +358,8 @@ class SearchPath:
             return
         state = self.state
         try:
-            response = await search_response(body, state.store, state.encoder, state.limits, state.batcher)
+            response = await search_response(body, state.store, state.encoder, state.limits, state.batcher,
+                                             state.media)
         except tuple(ERROR_STATUS) as exc:
             response = error_response(exc, next(s for kind, s in ERROR_STATUS.items() if isinstance(exc, kind)))
         await response(scope, receive, send)

@@ -51,10 +51,9 @@ class Hit(BaseModel):
     score: float | None = Field(None, description="Re-scored searches: the cosine similarity of the query's and "
                                                   "the item's embeddings (hits by descending score, ties by "
                                                   "distance, then id); otherwise absent.")
-    source: str | None = Field(None, description="/search/image: where the item came from, as /sources says; "
-                                                 "absent from /search.")
-    image: bool | None = Field(None, description="/search/image: whether GET /items/{id}/image has a thumbnail.")
-    code: str | None = Field(None, description="/search/image: the item's code (hex).")
+    source: str | None = Field(None, description="Where the item came from, as /sources says (null: not recorded).")
+    image: bool | None = Field(None, description="Whether GET /items/{id}/image has a thumbnail.")
+    code: str | None = Field(None, description="The item's code (hex); null for an item deleted since the search.")
 
 
 class QueryResult(BaseModel):

@@ -180,8 +180,9 @@ async function runSearch() {
     entries.push({ id: q.item, labels: q.labels, badge: "query", kind: "query" });
   }
   entries.push(...hits.map((h, rank) => ({ ...h, badge: `#${rank + 1}`, kind: "hit" })));
-  // /search/image's hits carry their sources; the others' are one request more
-  const where = q.file ? Object.fromEntries(hits.map((h) => [h.id, h])) : await origins(entries.map((e) => e.id));
+  // every search's hits carry their sources; a "more like this" item missing from its own hits is one request more
+  const where = Object.fromEntries(result.hits.map((h) => [h.id, h]));
+  if (q.item !== null && !(q.item in where)) Object.assign(where, await origins([q.item]));
   if (mine !== state.latest) return;
   $("results-hint").textContent = "";
   $("query-code-view").hidden = false;
