@@ -20,7 +20,7 @@ import numpy as np
 from lbhash.data import ArrayDataset, load_data, make_split
 from lbhash.evaluate import mean_average_precision
 from lbhash.train.config import make_config
-from lbhash.train.encoder import encode
+from lbhash.train.forward import encode
 from lbhash.train.fit import prepare, train_to_end
 
 RIDGES = (0.01, 0.1, 1.0, 10.0)

@@ -33,7 +33,7 @@ from lbhash.data import ArrayDataset, load_data, make_split
 from lbhash.evaluate import mean_average_precision
 from lbhash.reproduce.experiments.baselines import ranked_map
 from lbhash.train.config import make_config
-from lbhash.train.encoder import encode
+from lbhash.train.forward import encode
 from lbhash.train.fit import prepare, train_to_end
 
 RESCORE_FACTOR = 4   # rescoring re-ranks RESCORE_FACTOR x R candidates for mAP@R

@@ -21,7 +21,7 @@ from lbhash.codes_file import load_codes_file
 from lbhash.data import load_data, load_split
 from lbhash.evaluate import mean_average_precision
 from lbhash.train.builder import evaluation_topk, input_options
-from lbhash.train.encoder import encode
+from lbhash.train.forward import encode
 from lbhash.runs.rundir import load_run_model
 
 

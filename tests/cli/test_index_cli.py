@@ -183,7 +183,7 @@ def test_cli_writers_are_refused_while_another_writer_holds_the_index(tmp_path, 
 
 
 def test_search_features_and_images_with_a_run(tmp_path, rng, monkeypatch):
-    from lbhash.runs import index_sources
+    from lbhash.runs import index_inputs
 
     encoder = FakeEncoder(dim=12, bits=32)
     x = rng.standard_normal((50, 12))
@@ -191,12 +191,12 @@ def test_search_features_and_images_with_a_run(tmp_path, rng, monkeypatch):
     ix = CodeIndex(32)
     ix.add(encoder.encode(x))
     ix.save(tmp_path / "ix")
-    monkeypatch.setattr(index_sources, "load_encoder", lambda run_dir: encoder)
+    monkeypatch.setattr(index_inputs, "load_encoder", lambda run_dir: encoder)
     np.save(tmp_path / "f.npy", x[:2])
     result = run("search", tmp_path / "ix", "--features", tmp_path / "f.npy", "--run", tmp_path, "-k", "1", "--json")
     assert [r["distances"][0] for r in json.loads(result.output)] == [0, 0]
     image_encoder = FakeEncoder(bits=32, input_kind="images")
-    monkeypatch.setattr(index_sources, "load_encoder", lambda run_dir: image_encoder)
+    monkeypatch.setattr(index_inputs, "load_encoder", lambda run_dir: image_encoder)
     (tmp_path / "imgs").mkdir()
     for name in ("a", "b"):
         buf = io.BytesIO()
@@ -210,14 +210,14 @@ def test_search_features_and_images_with_a_run(tmp_path, rng, monkeypatch):
 
 
 def test_search_rescores_by_the_embeddings_by_default(tmp_path, rng, monkeypatch):
-    from lbhash.runs import index_sources
+    from lbhash.runs import index_inputs
 
     encoder = FakeEncoder(dim=12, bits=32)
     db = rng.standard_normal((80, 12))
     ix = CodeIndex(32)
     ix.add(encoder.encode(db), embeddings=db)
     ix.save(tmp_path / "ix")
-    monkeypatch.setattr(index_sources, "load_encoder", lambda run_dir: encoder)
+    monkeypatch.setattr(index_inputs, "load_encoder", lambda run_dir: encoder)
     queries = rng.standard_normal((3, 12))
     np.save(tmp_path / "q.npy", queries)
     cos = (queries / np.linalg.norm(queries, axis=1, keepdims=True)) @ (db / np.linalg.norm(db, axis=1, keepdims=True)).T

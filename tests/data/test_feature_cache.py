@@ -138,7 +138,7 @@ def frozen_run(tmp_path_factory):
 def test_the_same_image_gets_the_same_code_on_every_path(frozen_run, monkeypatch):
     from lbhash import HashEncoder
     from lbhash.codes_file import load_codes_file
-    from lbhash.runs.index_sources import run_codes
+    from lbhash.runs.index_inputs import run_codes
     from lbhash.runs import train
     from lbhash.runs.codes import encode_run
 

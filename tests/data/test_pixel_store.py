@@ -281,7 +281,7 @@ def test_encoding_batches_follow_the_pixel_budget_and_do_not_change_outputs(tmp_
     """2^17 pixels per batch on the CPU, 2^20 on a GPU; the batch size never changes an output."""
     from lbhash.data.images import encode_batch_size
     from lbhash.models import create_image_model
-    from lbhash.train.encoder import embed
+    from lbhash.train.forward import embed
 
     assert [encode_batch_size(InputOptions(s)) for s in (None, 32, 28, 224)] == [128, 128, 167, 8]
     assert [encode_batch_size(InputOptions(s), "cuda:0") for s in (32, 28)] == [1024, 1337]

@@ -94,7 +94,7 @@ def test_broken_encoder_is_a_bug_not_input_error(rng):
 def test_sources_of_a_real_trained_run(tmp_path):
     """A small digits run: its encoder reproduces its codes.npz, and run_codes reads it."""
     from lbhash.data import load_data
-    from lbhash.runs.index_sources import load_encoder, run_codes
+    from lbhash.runs.index_inputs import load_encoder, run_codes
 
     run = tmp_path / "run"
     subprocess.run([sys.executable, "-m", "lbhash.cli", "train", "--data", "digits", "--bits", "16",

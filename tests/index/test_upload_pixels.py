@@ -50,7 +50,7 @@ def test_the_header_decides_before_decoding(monkeypatch):
 
 def test_an_upload_over_budget_is_413_and_adds_nothing(tiny_image_run, tmp_path):
     from helpers import cli
-    from lbhash.runs.index_sources import load_encoder
+    from lbhash.runs.index_inputs import load_encoder
 
     _, run = tiny_image_run
     assert cli("index", "build", run, "--out", tmp_path / "ix").exit_code == 0
@@ -69,7 +69,7 @@ def test_an_upload_over_budget_is_413_and_adds_nothing(tiny_image_run, tmp_path)
 
 def test_uploads_beyond_the_media_budget_get_507_and_write_nothing(tiny_image_run, tmp_path):
     from helpers import cli
-    from lbhash.runs.index_sources import load_encoder
+    from lbhash.runs.index_inputs import load_encoder
     from lbhash.index.uploads import media_dir_for
 
     _, run = tiny_image_run
@@ -102,7 +102,7 @@ def test_uploads_beyond_the_media_budget_get_507_and_write_nothing(tiny_image_ru
 
 def test_an_uploads_labels_are_class_ids_and_a_damaged_kept_image_is_404(tiny_image_run, tmp_path):
     from helpers import cli
-    from lbhash.runs.index_sources import load_encoder
+    from lbhash.runs.index_inputs import load_encoder
     from lbhash.index.uploads import media_dir_for
 
     _, run = tiny_image_run
@@ -130,7 +130,7 @@ def test_the_pixel_budget_holds_for_the_whole_server(tiny_image_run, tmp_path, m
 
     from helpers import cli
     from lbhash.runs.searcher import QueryEncoder
-    from lbhash.runs.index_sources import load_encoder
+    from lbhash.runs.index_inputs import load_encoder
     from lbhash.service import Limits
 
     _, run = tiny_image_run

@@ -130,7 +130,7 @@ def test_training_beats_an_untrained_model_by_a_wide_margin(lbhash, tmp_path, mo
     from lbhash.runs import train
     from lbhash.train import TrainConfig
     from lbhash.train.builder import build_experiment
-    from lbhash.train.encoder import encode
+    from lbhash.train.forward import encode
 
     monkeypatch.setenv("LBHASH_CACHE_DIR", str(tmp_path / "cache"))
     cfg = TrainConfig(data="digits", method="orthohash", lbhash=lbhash, bits=16, hidden=[128],

@@ -22,7 +22,7 @@ def _ddp_worker(fabric, result_path):
     from lbhash.surrogate import BlockSurrogate
     from lbhash.data.batches import ArrayBatches
     from lbhash.train.builder import Learner
-    from lbhash.train.encoder import all_gather
+    from lbhash.train.forward import all_gather
     from lbhash.train.processes import leave_process_group
 
     torch.manual_seed(0)

@@ -52,7 +52,7 @@ def test_fit_beats_an_untrained_model_by_a_wide_margin(digits, fitted):
     torch.manual_seed(0)
     cfg = fitted.config_
     untrained = build_model(cfg.model, cfg.bits, cfg.input_kind, cfg.input_dim, (x.mean(0), x.std(0) + 1e-6))
-    from lbhash.train.encoder import encode
+    from lbhash.train.forward import encode
     from lbhash.data import ArrayDataset
 
     def codes(rows):

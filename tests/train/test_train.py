@@ -21,7 +21,7 @@ from run_bank import DIGITS
 from lbhash.errors import InputError
 from lbhash.train import TrainConfig, build_config, load_config_file
 from lbhash.train.builder import build_experiment
-from lbhash.train.encoder import encode
+from lbhash.train.forward import encode
 
 FAST = dict(data="digits", bits=16, hidden=[128], centers="hadamard", progress=False)
 

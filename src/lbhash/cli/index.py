@@ -93,17 +93,17 @@ def build(source: Path, out: str, kind: str, part: str | None, data_spec: str | 
     (`lbhash encode --embeddings`). --no-embeddings leaves them out.
     """
     from lbhash.errors import InputError
-    from lbhash.runs import index_sources
+    from lbhash.runs import index_inputs
 
     spec = None
     if source.is_dir():
-        part = index_sources.run_part(source, part)
-        spec = index_sources.run_data(source, data_spec, part)  # the run's data, found from here (None: not a run)
-        data = index_sources.run_codes(source, part, spec)
+        part = index_inputs.run_part(source, part)
+        spec = index_inputs.run_data(source, data_spec, part)  # the run's data, found from here (None: not a run)
+        data = index_inputs.run_codes(source, part, spec)
     elif part is not None or data_spec is not None:
         raise InputError(f"{'--part' if part is not None else '--data'} applies to a run directory, not to a codes file")
     else:
-        data = index_sources.codes_file(source)
+        data = index_inputs.codes_file(source)
     ids = data["ids"] if data["ids"] is not None else np.arange(len(data["codes"]))
     given = {k: v for k, v in dict(nlist=nlist, nprobe=nprobe, nhash=nhash, nflip=nflip).items() if v is not None}
     emb = data["embeddings"] if spec is None else _run_embeddings(source, ids, spec)
@@ -124,17 +124,17 @@ def build(source: Path, out: str, kind: str, part: str | None, data_spec: str | 
     if backend == "faiss":
         from lbhash.index.writer_lock import writer_lock
 
-        model = index_sources.run_model(source) if source.is_dir() else None
+        model = index_inputs.run_model(source) if source.is_dir() else None
         if model is not None:  # the model whose codes these are: searches with --run check it
-            index.metadata[index_sources.MODEL_KEY] = model
+            index.metadata[index_inputs.MODEL_KEY] = model
         if spec is not None:  # ids are positions in this data
             index.metadata["data"] = spec
-            if index_sources.has_sources(spec):
+            if index_inputs.has_sources(spec):
                 _record_sources(index, spec, ids)
             else:  # feature rows: no sources, but the run may have recorded its classes' names
                 from lbhash.runs.origins import record_class_names
 
-                record_class_names(index, spec, index_sources.run_class_names(source))
+                record_class_names(index, spec, index_inputs.run_class_names(source))
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         with writer_lock(out, "lbhash index build"):  # no server or other writer changes it meanwhile
             if Path(out).exists() and not overwrite:  # made by another writer since the check above
@@ -150,9 +150,9 @@ def build(source: Path, out: str, kind: str, part: str | None, data_spec: str | 
 def _run_embeddings(run_dir: Path, ids, spec: str):
     """The embeddings the index keeps of a run's items (lbhash.runs.codes.item_embeddings),
     passed in to the index; None for a directory of codes without a trained run."""
-    from lbhash.runs import index_sources
+    from lbhash.runs import index_inputs
 
-    if index_sources.run_model(run_dir) is None:
+    if index_inputs.run_model(run_dir) is None:
         return None
     from lbhash.runs.codes import item_embeddings
 
@@ -199,13 +199,13 @@ def add(index_dir: Path, codes_file: Path, upsert: bool) -> None:
     that every item can be re-scored; a file without them is refused there."""
     from lbhash.errors import InputError
     from lbhash.index import CodeIndex
-    from lbhash.runs import index_sources
+    from lbhash.runs import index_inputs
     from lbhash.runs.origins import forget_sources
     from lbhash.index.writer_lock import writer_lock
 
     with writer_lock(index_dir, "lbhash index add"):  # read, change and save with no other writer
         index = CodeIndex.load(index_dir)
-        data = index_sources.codes_file(codes_file)
+        data = index_inputs.codes_file(codes_file)
         if data["bits"] != index.bits:
             raise InputError(f"{codes_file} holds {data['bits']}-bit codes but {index_dir} holds {index.bits}-bit codes")
         if index.embedding_dim is not None and data["embeddings"] is None and len(data["codes"]):

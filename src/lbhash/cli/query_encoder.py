@@ -26,8 +26,8 @@ def model_source(run_dir: Path | None, export_path: Path | None) -> Path | None:
 
 
 def check_model(metadata: dict | None, run_dir: Path | None, export_path: Path | None, index_dir, force: bool) -> None:
-    """Refuse a model other than the one that made the index's codes (lbhash.runs.index_sources)."""
-    from lbhash.runs.index_sources import check_index_model
+    """Refuse a model other than the one that made the index's codes (lbhash.runs.index_inputs)."""
+    from lbhash.runs.index_inputs import check_index_model
 
     source = model_source(run_dir, export_path)
     if source is not None:
@@ -36,8 +36,8 @@ def check_model(metadata: dict | None, run_dir: Path | None, export_path: Path |
 
 def load_query_encoder(run_dir: Path | None, export_path: Path | None):
     """The encoder (lbhash.encoders.Encoder) of the run or export given; None without either."""
-    from lbhash.runs import index_sources
+    from lbhash.runs import index_inputs
 
     if model_source(run_dir, export_path) is None:
         return None
-    return index_sources.load_encoder(run_dir) if run_dir is not None else index_sources.load_exported(export_path)
+    return index_inputs.load_encoder(run_dir) if run_dir is not None else index_inputs.load_exported(export_path)

@@ -263,7 +263,7 @@ def _hit_sources(index, record, ids, run_dir, index_dir, backend: str) -> dict:
     data = index.metadata.get("data")
     if run_dir is None or data is None or not len(ids):
         return {}
-    from lbhash.runs.index_sources import item_sources, run_data
+    from lbhash.runs.index_inputs import item_sources, run_data
 
     if run_data(run_dir) != data:
         return {}

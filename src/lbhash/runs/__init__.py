@@ -15,7 +15,7 @@ inputs into what the search engine (lbhash.index) takes.
 - `hash_encoder`: `HashEncoder`, a RunEncoder with fit/transform/save, scikit-learn style;
 - `export`: a run's model as ONNX (`export_run`);
 - `searcher`: raw inputs to a search's `Queries` (`QueryEncoder`), and `Searcher`;
-- `index_sources`: what an index is built from: a run's items, codes, embeddings and model, a
+- `index_inputs`: what an index is built from: a run's items, codes, embeddings and model, a
   codes file, and the check that queries use the index's model;
 - `origins`: where each indexed item came from, and reading its image back from there.
 """

@@ -1,6 +1,6 @@
 """The codes of any data with a finished run's model (`encode_run`, which adds on request the real
 outputs and the embeddings of the same forward pass; `lbhash encode`, `save_encoded`). codes.npz at the end of training is
-lbhash.train.split_codes'; both encode with the one encoder (lbhash.train.encoder) and store
+lbhash.train.split_codes'; both encode with the one forward loop (lbhash.train.forward) and store
 labels the same way (`lbhash.codes_file.stored_labels`), so that a run's own items encode to the
 codes its codes.npz holds. Nothing here imports the training loop or Lightning: `lbhash encode`
 starts fast.
@@ -21,7 +21,7 @@ from lbhash.data.feature_cache import with_frozen_features
 from lbhash.data.input_form import conform_dataset
 from lbhash.errors import InputError
 from lbhash.train.builder import evaluation_topk, input_options
-from lbhash.train.encoder import embed_sharded, embed_with_features, encode_sharded
+from lbhash.train.forward import embed_sharded, embed_with_features, encode_sharded
 from lbhash.train.processes import check_accelerator, encoding_processes, leave_process_group
 from lbhash.runs.rundir import PARTS, SPLIT, load_input_form, load_run_model, run_data_spec
 
@@ -64,7 +64,7 @@ def item_embeddings(run_dir: str | Path, ids, data: str | None = None, progress:
     `data`, the same data moved): an image run's pooled backbone features (a frozen backbone's
     from the feature cache, lbhash.data.feature_cache), a feature run's input features after its
     input contract; float32 (n, d), from the forward pass that makes the codes
-    (lbhash.train.encoder.embed_with_features). One process, on the CPU."""
+    (lbhash.train.forward.embed_with_features). One process, on the CPU."""
     model, cfg = load_run_model(run_dir)
     form = load_input_form(run_dir, cfg)
     spec = data or run_data_spec(run_dir, cfg)

@@ -1,5 +1,5 @@
 """`RunEncoder`: a trained run's model as an encoder of arrays, and no more: what `lbhash search
---run` and the service load (lbhash.runs.index_sources.load_encoder), and what `HashEncoder` adds
+--run` and the service load (lbhash.runs.index_inputs.load_encoder), and what `HashEncoder` adds
 fit and scikit-learn's API to. It imports neither scikit-learn nor the training loop, so a
 command that only reads a run starts in about the time torch takes to import
 (docs/benchmarks.md#start-up).
@@ -20,7 +20,7 @@ from lbhash.data.image_arrays import as_rgb_images
 from lbhash.data.input_form import conform_dataset, conform_features
 from lbhash.errors import InputError
 from lbhash.train.builder import input_options
-from lbhash.train.encoder import embed, embed_with_features, encode
+from lbhash.train.forward import embed, embed_with_features, encode
 from lbhash.encoders import Encoder
 from lbhash.runs.rundir import CODES, CONFIG, METRICS, model_identity, read_fitted, read_metrics
 from lbhash.train.results import Fitted

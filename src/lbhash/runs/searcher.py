@@ -18,7 +18,7 @@ from lbhash.index.rescore import RESCORE_FACTOR, rescore_search
 
 class QueryEncoder:
     """The encoder that made an index's `bits`-bit codes (`lbhash.encoders.Encoder`: a run's
-    torch model, `lbhash.runs.index_sources.load_encoder`, or an export, `ExportedEncoder`).
+    torch model, `lbhash.runs.index_inputs.load_encoder`, or an export, `ExportedEncoder`).
 
     `encode(inputs)` gives packed codes and `embed(inputs)` the real outputs whose signs they
     are, of feature rows, an image batch (uint8 (n, H, W, 3)) or a list of images of any sizes;

@@ -1,5 +1,5 @@
-"""Training, in memory: the typed config, one builder, one loop, one encoder. It writes no run
-directory (lbhash.runs does, through the store it gives the loop).
+"""Training, in memory: the typed config, one builder, one loop, one forward loop over items
+(`forward`). It writes no run directory (lbhash.runs does, through the store it gives the loop).
 
 - `config`: TrainConfig (validated, one field per part's option set), RunConfig (resolved),
   config files, the runtime's option set; `resolve`: `resolve_config`;

@@ -30,7 +30,7 @@ from lbhash.codes import to_signs
 from lbhash.errors import InputError, require_extra
 from lbhash.evaluate import lower_bound, mean_average_precision
 from lbhash.train.builder import Experiment, Learner, input_options
-from lbhash.train.encoder import all_gather, encode
+from lbhash.train.forward import all_gather, encode
 from lbhash.train.optim import make_optimizer, make_scheduler
 from lbhash.train.prefix_cache import cache_prefix, prefix_cacheable
 from lbhash.train.processes import make_fabric

@@ -13,7 +13,7 @@ import torch
 
 from lbhash.codes import to_signs
 from lbhash.codes_file import codes_arrays, stored_labels
-from lbhash.train.encoder import embed, encode
+from lbhash.train.forward import embed, encode
 from lbhash.train.loop import Trainer
 
 

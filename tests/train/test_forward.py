@@ -1,4 +1,4 @@
-"""The one encoder (lbhash.train.encoder): `encode` gives int8 +/-1 codes, `embed` the float32
+"""The one forward loop (lbhash.train.forward): `encode` gives int8 +/-1 codes, `embed` the float32
 real outputs of the same forward loop, and the codes are exactly their signs."""
 
 import numpy as np
@@ -9,7 +9,7 @@ from torch import nn
 from lbhash.codes import to_signs
 from lbhash.data import ArrayDataset
 from lbhash.models.hash_model import create_feature_model
-from lbhash.train.encoder import embed, embed_sharded, embed_with_features, encode, encode_sharded
+from lbhash.train.forward import embed, embed_sharded, embed_with_features, encode, encode_sharded
 from lbhash.train.processes import OneProcess
 
 BITS = 16
