@@ -85,7 +85,7 @@ def _check_args(bits, classes, kind, seed) -> tuple[int, int, int]:
     for name, value, low in (("bits", bits, 1), ("classes", classes, 2), ("seed", seed, 0)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
             raise InputError(f"{name} must be an integer >= {low}, got {value!r}")
-    if bits > MAX_BITS:  # checked before any work: 100,000 bits took 103 s, then an ArrayMemoryError
+    if bits > MAX_BITS:  # checked before any work: far longer codes run for minutes, then out of memory
         raise InputError(f"bits must be an integer from 1 to {MAX_BITS}, got {bits!r}")
     if kind not in CENTER_KINDS:
         raise InputError(f"kind must be one of {', '.join(CENTER_KINDS)}, got {kind!r}")

@@ -165,6 +165,6 @@ def tsne_embedding(codes, labels, max_points: int = 5000, seed: int = 0, max_ite
     steps = "max_iter" if "max_iter" in inspect.signature(TSNE).parameters else "n_iter"
     tsne = TSNE(2, init="pca", perplexity=min(30.0, (len(codes) - 1) / 3), random_state=seed,
                 learning_rate="auto", **{steps: max_iter})
-    # small inputs: OpenMP hand-offs dominate and collapse on a busy machine (0.9 s -> 48 s)
+    # small inputs: OpenMP hand-offs dominate, and on a busy machine they stall the fit
     with threadpool_limits(1 if len(codes) < 2000 else None):
         return tsne.fit_transform(codes.astype(np.float32)), classes

@@ -108,7 +108,7 @@ class RunEncoder(Encoder):
                 "lbhash": bool(cfg.lbhash), "variant": cfg.variant, "bits": cfg.bits, "data": cfg.data,
                 "protocol": cfg.protocol, "input_kind": cfg.input_kind, "map": metrics.get("map"),
                 "topk": metrics.get("topk"),
-                "chance_map": metrics.get("chance_map"),  # mAP@all of a random ranking (runs since 2026-11-25)
+                "chance_map": metrics.get("chance_map"),  # mAP@all of a random ranking (absent from older runs)
                 "n_query": metrics.get("n_query"), "n_db": metrics.get("n_db"),
                 "asymmetric_map": asymmetric.get("map"), "validation_map": metrics.get("validation_map"),
                 "lower_bound": metrics.get("lower_bound"), "pr_curve": metrics.get("pr_curve")}

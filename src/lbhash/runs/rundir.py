@@ -38,7 +38,7 @@ INPUT_FORM = "input.json"  # the input contract (lbhash.data.input_form)
 CODES_SEEN = "codes_seen.npz"  # protocol unseen:K: the training classes' query and database
 MANIFEST_FORMAT = "lbhash-run/1"
 # The one upgrade of a saved config.yaml (every option of its run, resolved): the options added
-# after runs were saved (2026-11-23 to 11-25), with the value those runs used, which a file that
+# after runs were first saved, with the value those runs used, which a file that
 # lacks one reads (its run loads, resumes and encodes as it did); a file lacking another option is
 # refused, naming them. A new option adds its old value here (tests/train/test_train_rundir.py).
 ADDED_OPTIONS = {"multilabel_theta": "mean", "csq_ties": "plus-one", "neighbourhood_weight": 0.0,

@@ -23,20 +23,15 @@ from lbhash.limits import HEADER_TIMEOUT_S, KEEP_ALIVE_S, MAX_CONNECTIONS, MAX_H
 
 
 # A search runs without the GIL; the thread it ran on then waits for the GIL while the event
-# loop holds it, until the loop lets go or the interpreter's switch interval (5 ms by default)
-# forces a switch. 0.5 ms gave the lower p99 of bench_service.py in 6 of 8 interleaved pairs
-# (docs/search.md, "The service's own cost").
+# loop holds it, until the interpreter's switch interval forces a switch: a shorter interval
+# gave the lower p99 (docs/search.md, "The GIL's switch interval").
 SWITCH_INTERVAL_S = 0.0005
 
 
-# A full collection (generation 2) scans every object that has lived long: some 170,000 after
-# the imports and start-up (FastAPI, pydantic, numba), 60-80 ms holding the GIL. Under load
-# the requests in flight push enough objects through the young generations to start one about
-# every 0.5 s, and those collections found nothing to free; the requests that waited on them
-# made the p99 (bench_service.py at 1M codes and 32 clients: 62-91 ms, against 17-20 ms with
-# both settings below; docs/results/benchmarks/bench_service.md). So what start-up made is
-# frozen out of the collector's scans, and a full collection waits for 100 collections of the
-# middle generation instead of 10 (the young ones, which free a request's cycles, are as before).
+# Full collections scan every long-lived object that start-up made, find nothing to free and
+# hold the GIL meanwhile, which made the p99 under load: what start-up made is frozen out of the
+# collector's scans, and a full collection waits for more middle-generation collections
+# (docs/search.md, where the freeze and its measurements are).
 FULL_COLLECTION_AFTER = 100
 
 
