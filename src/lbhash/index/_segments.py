@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from lbhash.index._engines import FlatEngine, Rows
+from lbhash.index._padding import PAD_DISTANCE, PAD_ID
 from lbhash.index.sparse_labels import SparseLabels
 
 FRAGMENT_SHARE = 16           # fold once dead + tail items pass n / 16 ...
@@ -290,3 +291,57 @@ def merged_topk(parts: list[tuple[np.ndarray, np.ndarray]], nq: int, k: int) -> 
     dist = np.take_along_axis(dist, order, 1)
     ids = np.take_along_axis(ids, order, 1)
     return np.where(ids < 0, -1, dist).astype(np.int32), ids
+
+
+def query_groups(filters: SparseLabels | None, nq: int):
+    """(query numbers, class ids) per distinct label row (one group, classes None, if none).
+    An item passes when it holds at least one of the row's classes."""
+    if filters is None:
+        yield np.arange(nq), None
+        return
+    for classes, members in filters.groups():
+        yield members, classes
+
+
+def topk_over(segments: list[Segment], queries: np.ndarray, k: int, groups) -> tuple[np.ndarray, np.ndarray]:
+    """(distances int32 (nq, k), ids int64 (nq, k)) of the live segments' top k per query, by
+    (distance, id), padded with PAD_DISTANCE / PAD_ID; `groups`: `query_groups`."""
+    dist = np.full((len(queries), k), PAD_DISTANCE, np.int32)
+    ids = np.full((len(queries), k), PAD_ID, np.int64)
+    if not segments or not len(queries):
+        return dist, ids
+    for members, classes in groups:
+        d, i = merged_topk([segment_knn(seg, queries[members], k, classes) for seg in segments], len(members), k)
+        dist[members, :d.shape[1]], ids[members, :i.shape[1]] = d, i
+    dist[ids < 0] = PAD_DISTANCE
+    # engines return rows by distance; re-sort only rows where a tie is out of id order
+    unsorted = ((dist[:, 1:] < dist[:, :-1])
+                | ((dist[:, 1:] == dist[:, :-1]) & (ids[:, 1:] < ids[:, :-1]))).any(axis=1)
+    rows = np.flatnonzero(unsorted)
+    if len(rows):
+        order = np.lexsort((ids[rows], dist[rows]), axis=1)
+        dist[rows] = np.take_along_axis(dist[rows], order, 1)
+        ids[rows] = np.take_along_axis(ids[rows], order, 1)
+    return dist, ids
+
+
+def range_over(segments: list[Segment], queries: np.ndarray, radius: int, groups
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(lims, distances, ids) of every live item within `radius` of each query, FAISS's layout,
+    each query's run by (distance, id); `groups`: `query_groups`."""
+    nq = len(queries)
+    parts_q, parts_d, parts_i = [np.empty(0, np.int64)], [np.empty(0, np.int32)], [np.empty(0, np.int64)]
+    if segments and nq:
+        for members, classes in groups:
+            for seg in segments:
+                allowed = allowed_items(seg, classes)
+                if allowed is not None and not allowed.any():
+                    continue
+                lims, d, i = seg.engine.range(seg.rows, queries[members], radius, allowed)
+                parts_q.append(np.repeat(members, np.diff(lims)))
+                parts_d.append(d)
+                parts_i.append(i)
+    qidx, dist, ids = (np.concatenate(p) for p in (parts_q, parts_d, parts_i))
+    order = np.lexsort((ids, dist, qidx))
+    lims = np.concatenate([[0], np.cumsum(np.bincount(qidx, minlength=nq))]).astype(np.int64)
+    return lims, dist[order].astype(np.int32), ids[order].astype(np.int64)

@@ -17,10 +17,9 @@ from lbhash.errors import Conflict, InputError, NotFound
 from lbhash.index import _checks
 from lbhash.index._engines import FlatEngine, Rows
 from lbhash.index._kinds import ENGINES, KINDS
-from lbhash.index._padding import PAD_DISTANCE, PAD_ID
 from lbhash.index.backend import Backend, InRange, TopK
-from lbhash.index._segments import (Segment, allowed_items, codes_at, embeddings_at, empty_embeddings, folded,
-                                    fragment_limit, labels_at, merged_topk, segment_knn)
+from lbhash.index._segments import (Segment, codes_at, embeddings_at, empty_embeddings, folded, fragment_limit,
+                                    labels_at, query_groups, range_over, topk_over)
 from lbhash.index.rescore import stored_embeddings
 from lbhash.index.sparse_labels import SparseLabels
 from lbhash.index.storage import load_index, save_index
@@ -310,25 +309,8 @@ class CodeIndex(Backend):
         """
         k = _checks.top_k(k)
         queries = _checks.packed_codes(queries, self._bits, "queries")
-        filters = self._query_filters(labels, len(queries))
-        dist = np.full((len(queries), k), PAD_DISTANCE, np.int32)
-        ids = np.full((len(queries), k), PAD_ID, np.int64)
-        if not self.ntotal or not len(queries):
-            return TopK(dist, ids)
-        for members, classes in self._groups(filters, len(queries)):
-            d, i = merged_topk([segment_knn(seg, queries[members], k, classes) for seg in self._segments()],
-                               len(members), k)
-            dist[members, :d.shape[1]], ids[members, :i.shape[1]] = d, i
-        dist[ids < 0] = PAD_DISTANCE
-        # engines return rows by distance; re-sort only rows where a tie is out of id order
-        unsorted = ((dist[:, 1:] < dist[:, :-1])
-                    | ((dist[:, 1:] == dist[:, :-1]) & (ids[:, 1:] < ids[:, :-1]))).any(axis=1)
-        rows = np.flatnonzero(unsorted)
-        if len(rows):
-            order = np.lexsort((ids[rows], dist[rows]), axis=1)
-            dist[rows] = np.take_along_axis(dist[rows], order, 1)
-            ids[rows] = np.take_along_axis(ids[rows], order, 1)
-        return TopK(dist, ids)
+        groups = query_groups(self._query_filters(labels, len(queries)), len(queries))
+        return TopK(*topk_over(self._segments() if self.ntotal else [], queries, k, groups))
 
     def range_search(self, queries, radius: int, labels=None) -> InRange:
         """Every item within `radius` (inclusive) of each query: `InRange` (lims, distances, ids).
@@ -339,23 +321,8 @@ class CodeIndex(Backend):
         """
         radius = _checks.radius_value(radius)
         queries = _checks.packed_codes(queries, self._bits, "queries")
-        nq = len(queries)
-        filters = self._query_filters(labels, nq)
-        parts_q, parts_d, parts_i = [np.empty(0, np.int64)], [np.empty(0, np.int32)], [np.empty(0, np.int64)]
-        if self.ntotal and nq:
-            for members, classes in self._groups(filters, nq):
-                for seg in self._segments():
-                    allowed = allowed_items(seg, classes)
-                    if allowed is not None and not allowed.any():
-                        continue
-                    lims, d, i = seg.engine.range(seg.rows, queries[members], min(radius, self._bits), allowed)
-                    parts_q.append(np.repeat(members, np.diff(lims)))
-                    parts_d.append(d)
-                    parts_i.append(i)
-        qidx, dist, ids = (np.concatenate(p) for p in (parts_q, parts_d, parts_i))
-        order = np.lexsort((ids, dist, qidx))
-        lims = np.concatenate([[0], np.cumsum(np.bincount(qidx, minlength=nq))]).astype(np.int64)
-        return InRange(lims, dist[order].astype(np.int32), ids[order].astype(np.int64))
+        groups = query_groups(self._query_filters(labels, len(queries)), len(queries))
+        return InRange(*range_over(self._segments() if self.ntotal else [], queries, min(radius, self._bits), groups))
 
     # --- persistence ----------------------------------------------------------------------
 
@@ -416,12 +383,3 @@ class CodeIndex(Backend):
         if labels is None:
             return None
         return _checks.label_rows(labels, nq, "query labels")
-
-    def _groups(self, filters: SparseLabels | None, nq: int):
-        """(query numbers, class ids) per distinct label row (one group, classes None, if none).
-        An item passes when it holds at least one of the row's classes."""
-        if filters is None:
-            yield np.arange(nq), None
-            return
-        for classes, members in filters.groups():
-            yield members, classes
