@@ -19,7 +19,6 @@ from torch import nn
 
 from lbhash.errors import InputError
 
-PRETRAINED_WORDS = ("imagenet", "torchvision")
 TORCHVISION_URL = "https://download.pytorch.org/models/"
 
 
