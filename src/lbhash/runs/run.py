@@ -1,18 +1,9 @@
 """Train into a run directory (`train`, `train_run`): decide between a new run, a resumed one
 and one with nothing left to train, then hand the run to lbhash.runs.training.
 
-`train` is the one way to train into a run directory, for `lbhash train`, `reproduce` and
-`HashEncoder.fit(..., run_dir=...)`; `train_run` is the same and also returns what it trained
-(`TrainedRun`). Under the run's lock it checks the request and, for a resumed run, its files;
-a finished run is left as it is and its metrics returned without importing the training stack
-(the loop, Lightning, the metrics' numba kernels), so `lbhash train --out R --resume` on a
-finished run starts fast. Any other run is opened and trained (lbhash.runs.training).
-
-Run directory: config.yaml (resolved), split.npz, data.json (what was loaded), input.json (the
-input contract: the raw form of the training inputs, lbhash.data.input_form), log.jsonl (one
-line per epoch), checkpoint.pt (every epoch, atomic), codes.npz (the format `lbhash evaluate`
-reads) and metrics.json; a run without queries (protocol all-train) or with `test: false` has
-no codes.npz, and its metrics.json holds only the run summary.
+`train` is the one way to train into a run directory (`lbhash train`, `reproduce`,
+`HashEncoder.fit(..., run_dir=...)`). A finished run returns its metrics without importing the
+training stack, so `--resume` on it starts fast. The run directory's files: docs/training.md.
 """
 
 from __future__ import annotations
