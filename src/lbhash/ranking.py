@@ -1,13 +1,10 @@
 """Numba kernels that rank a database of packed codes by Hamming distance from one query.
 
 Distances are integers in [0, bits], so a ranking is a counting sort: histogram the distances,
-find the bucket where the top T is reached, and order only the items up to that bucket
-(stable: ties keep database order). The evaluation (lbhash.evaluate) ranks word-major
-databases, (w, n) uint64, so that its distance loop vectorises for any width; a flat index
-(lbhash.index) ranks its codes as stored, row-major (n, w) words of one unsigned type, compared
-64 rows at a time by explicit vector operations (`_near_mask`), by up to 32 queries per pass
-over the rows. Every kernel releases the GIL; `for_query_ranges` runs chunks of queries in
-parallel threads.
+find the bucket where the top T is reached, and order only the items up to it (ties keep
+database order). The evaluation ranks word-major (w, n) uint64 databases; a flat index ranks its
+row-major codes, 64 rows at a time (`_near_mask`), up to 32 queries per pass. Every kernel
+releases the GIL; `for_query_ranges` runs chunks of queries in parallel threads.
 """
 
 from __future__ import annotations

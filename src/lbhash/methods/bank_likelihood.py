@@ -3,10 +3,9 @@
     L = mean_ij softplus(theta_ij) - s_ij theta_ij,  theta = 0.5 u U^T,  s_ij = [labels_i . Y_j > 0]
     dL/du = 0.5 (sigmoid(theta) - s) U / (batch n)
 
-Written with autograd, each elementwise step and its backward writes a batch x n temporary and
-reads it back; that chain, not the two matrix products, was the step's cost. Here each block of bank rows forms its batch x block tile of theta, the mask, the loss and the block's
-share of dL/du while the tile is in cache; only the (batch x bits) gradient is kept, and backward
-scales it (docs/training.md, "Cost of the memory-bank methods").
+Each block of bank rows forms its tile of theta, the loss and its share of dL/du while the tile
+is in cache, instead of autograd's batch x n temporaries (docs/training.md, "Cost of the
+memory-bank methods").
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Backbone weights from local files, loaded safely (`torch.load(weights_only=True)` or
-safetensors): a path; "imagenet" for the ImageNet weights that a backbone's registry package
-carries (checked against the SHA-256 lbhash records); or "torchvision[:TAG]" for torchvision's
-ImageNet weights in the torch hub cache, fetched there as torchvision does when missing (the
-file's hash prefix checked). `model` is a registered backbone (lbhash.models.registry.Backbone:
-its `name`, `packaged_weights`, `hub_weights` and `source_prefixes_dropped`).
+safetensors): a path, "imagenet" (the weights a backbone's registry package carries, SHA-256
+checked) or "torchvision[:TAG]" (torchvision's weights in the torch hub cache, fetched when
+missing). `model` is a registered backbone (lbhash.models.registry.Backbone).
 """
 
 from __future__ import annotations
