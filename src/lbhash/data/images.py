@@ -32,14 +32,10 @@ _SKIP_HINT = "skip_bad=True (--skip-bad-images) leaves unreadable images out"
 class ImageDataset(HashDataset):
     """Images plus labels.
 
-    The pixels come either from `pixels` ((n, H, W, 3) uint8, decoded) or from `source`
-    (encoded bytes per item, see image_sources). `parts` is an explicit train/query/database
-    split given by the source (list files), `topk` a preset's default R, and
-    `declared_multi_label` overrides the label-count rule of `multi_label` (presets set it).
-    `cache` is "auto", "on", "disk" or "off" (see preload); `cache_key` names the source for
-    the disk cache (the loaders set it: kind and absolute path; None: never on disk).
-    `rows_of`: the file whose rows `pixels` are (an image array, CIFAR-10's pickles): each item's
-    source is then `FILE row N`, N its position; None for pixels given in memory.
+    The pixels come from `pixels` ((n, H, W, 3) uint8, decoded) or from `source` (encoded bytes per
+    item, see image_sources). `parts`: a train/query/database split given by the source; `topk`: a
+    preset's default R; `declared_multi_label` overrides the label-count rule; `cache` and
+    `cache_key`: see preload; `rows_of`: the file whose rows `pixels` are (sources `FILE row N`).
     """
 
     labels: np.ndarray

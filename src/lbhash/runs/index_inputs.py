@@ -30,15 +30,13 @@ def run_model(run_dir: str | Path) -> dict | None:
 
 def check_index_model(metadata: dict, source: str | Path, index_dir, force: bool = False,
                       exported: bool = False) -> None:
-    """Refuse to encode queries for an index with a model other than the one that made its
-    codes: their distances would mean nothing (an item's own image far from itself). `source`
-    is a run directory, or with `exported` an export (lbhash export). Indexes built from a codes
-    file, or before lbhash recorded the model, have nothing to compare.
+    """Refuse to encode queries for an index with a model other than the one that made its codes:
+    their distances would mean nothing. `source` is a run directory, or with `exported` an export.
 
-    The refusal tells the two models apart by what identifies them (run, method, bits, input
-    kind, epoch) and its advice never replaces what the user has: the run that built the index,
-    or a new index under a name that is free. `force` searches anyway with a warning, except
-    across input kinds (an image index searched through a feature model): that is refused."""
+    The refusal names what tells the two models apart (run, method, bits, input kind, epoch), and
+    its advice never replaces what the user has. `force` searches anyway with a warning, except
+    across input kinds, which is refused.
+    """
     recorded = (metadata or {}).get(MODEL_KEY)
     if not isinstance(recorded, dict):
         return

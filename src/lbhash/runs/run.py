@@ -30,15 +30,10 @@ def train(cfg: TrainConfig | None, out: str | Path, resume: bool = False,
     """Train into `out` (or continue the run there with resume=True) and return its metrics;
     {} in the other processes of a multi-process run (only rank 0 writes).
 
-    A finished run (its manifest written) is verified against its manifest, left as it is,
-    and its metrics returned. With resume=True, `epochs` trains the run, finished or not,
-    further to that many epochs in all, from its checkpoint (see `check_extension` for the
-    schedule); config.yaml records the new total. `dataset` trains on a data set in memory
-    instead of loading `cfg.data`. `on_epoch_end(epoch)` is called after each epoch's
-    checkpoint. It says what it does on the "lbhash"
-    logger: the data it loaded, progress (bars on a terminal, else one line per epoch) and a
-    summary at the end; where logging is not configured, those lines go to stderr (silence them
-    with logging.getLogger("lbhash").setLevel(logging.WARNING)).
+    A finished run is verified against its manifest and left as it is. With resume=True, `epochs`
+    trains the run further to that many epochs in all (`check_extension`). `dataset` trains on a
+    data set in memory instead of loading `cfg.data`; `on_epoch_end(epoch)` is called after each
+    epoch's checkpoint. Progress goes to the "lbhash" logger (stderr where logging is not configured).
     """
     result = train_run(cfg, out, resume, on_epoch_end, progress, dataset, epochs)
     return {} if result is None else result.metrics
