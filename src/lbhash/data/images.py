@@ -96,16 +96,8 @@ class ImageDataset(HashDataset):
         return decode_image(self.source.read(i), self.source.where(i))
 
     def preload(self, progress: bool | None = None) -> bool:
-        """Decode every image once into the pixel store `pixels` if the store rule allows; True if
-        stored.
-
-        Rule (docs/data.md): cache "off" never; otherwise when every image has the size of the
-        first: "auto" and "on" keep the decoded set in memory when it takes at most
-        `pixel_cache.memory_budget()` bytes, else memory-map it from the disk cache
-        (lbhash.data.pixel_cache); "disk" always goes through the disk cache, so later runs skip
-        decoding. At the first image of another size "auto" and "disk" fall back to per-item
-        decoding and "on" raises. Unreadable images do not stop it; reading one raises later.
-        """
+        """Decode every image once into the pixel store `pixels` if the store rule allows (docs/data.md);
+        True if stored. Unreadable images do not stop it; reading one raises later."""
         if self.pixels is None:
             self._build_store(None, True, progress)
         return self.pixels is not None

@@ -1,9 +1,8 @@
-"""The codes of any data with a finished run's model (`encode_run`, which adds on request the real
-outputs and the embeddings of the same forward pass; `lbhash encode`, `save_encoded`). codes.npz at the end of training is
-lbhash.train.split_codes'; both encode with the one forward loop (lbhash.train.forward) and store
-labels the same way (`lbhash.codes_file.stored_labels`), so that a run's own items encode to the
-codes its codes.npz holds. Nothing here imports the training loop or Lightning: `lbhash encode`
-starts fast.
+"""The codes of any data with a finished run's model (`encode_run`; `lbhash encode`, `save_encoded`).
+
+It encodes with the one forward loop (lbhash.train.forward) and stores labels as
+lbhash.train.split_codes does, so a run's own items encode to the codes its codes.npz holds.
+Nothing here imports the training loop or Lightning: `lbhash encode` starts fast.
 """
 
 from __future__ import annotations
