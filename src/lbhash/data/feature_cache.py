@@ -20,9 +20,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from lbhash._io import file_sha256
 from lbhash.data.base import HashDataset, InputOptions, check_indices
-from lbhash.data.pixel_cache import (CacheUnavailable, _new_tmp, _publish, _remove, cache_root, file_sha256,
-                                     source_fingerprint)
+from lbhash.data.pixel_cache import CacheUnavailable, _new_tmp, _publish, _remove, cache_root, source_fingerprint
 from lbhash.errors import InputError
 from lbhash.models.registry import IMAGENET_MEAN, IMAGENET_STD
 

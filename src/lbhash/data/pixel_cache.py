@@ -23,6 +23,8 @@ from typing import Callable
 
 import numpy as np
 
+from lbhash._io import file_sha256
+
 FORMAT = 1
 # decoded sets larger than this share of physical memory are memory-mapped from the disk cache
 MEMORY_FRACTION = 0.25
@@ -67,14 +69,6 @@ def source_fingerprint(source) -> dict:
         except OSError:
             listing.update(f"{path}\0missing\n".encode("utf-8", "surrogateescape"))
     return {"root": os.path.abspath(source.root), "files": listing.hexdigest(), "names": names, "n": len(source)}
-
-
-def file_sha256(path, chunk: int = 1 << 22) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def entry_dir(key: str, fingerprint: dict) -> Path:

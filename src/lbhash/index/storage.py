@@ -18,7 +18,6 @@ import concurrent.futures
 import ctypes
 import ctypes.util
 import errno
-import hashlib
 import json
 import os
 import shutil
@@ -28,6 +27,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 
+from lbhash._io import file_sha256
 from lbhash.errors import InputError
 from lbhash.index._engines import FlatEngine
 from lbhash.index._kinds import ENGINES
@@ -170,13 +170,9 @@ def _verify_checksums(path: Path, manifest: dict, names) -> None:
 def _file_digests(path: Path, names) -> dict[str, str]:
     """SHA-256 of each named file, streamed (no file is held in memory) and in parallel threads
     (hashlib releases the GIL)."""
-    def digest(name: str) -> str:
-        with open(path / name, "rb") as fh:
-            return hashlib.file_digest(fh, "sha256").hexdigest()
-
     names = list(names)
     with concurrent.futures.ThreadPoolExecutor(max(1, min(4, len(names)))) as pool:
-        return dict(zip(names, pool.map(digest, names)))
+        return dict(zip(names, pool.map(lambda name: file_sha256(path / name), names)))
 
 
 def _load_engine(file: Path, bits: int, kind: str, params: dict, ids: np.ndarray):

@@ -6,7 +6,6 @@ missing). `model` is a registered backbone (lbhash.models.registry.Backbone).
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import os
 from collections.abc import Mapping
@@ -15,6 +14,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from lbhash._io import file_sha256 as sha256_of_file
 from lbhash.errors import InputError
 
 TORCHVISION_URL = "https://download.pytorch.org/models/"
@@ -86,11 +86,7 @@ def file_sha256(path: str | os.PathLike) -> str:
     st = os.stat(path)
     key = (os.path.abspath(path), st.st_size, st.st_mtime_ns)
     if key not in _SHA_MEMO:
-        digest = hashlib.sha256()
-        with open(path, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(chunk)
-        _SHA_MEMO[key] = digest.hexdigest()
+        _SHA_MEMO[key] = sha256_of_file(path)
     return _SHA_MEMO[key]
 
 
