@@ -285,13 +285,10 @@ class FlatEngine(Engine):
 
 
 class MultiHashEngine(Engine):
-    """Multi-index hashing: `nhash` substrings of b = min(64, bits // nhash) bits, each probed
-    within `nflip` flips. By pigeonhole every item within G = nhash * (nflip + 1) - 1 of a
-    query shares a probed bucket with it, so range search up to G is exact and top-k is exact
-    whenever the k-th distance is at most G. Past G, range search falls back to a scan.
-
-    A range search probes only radius // nhash flips, the fewest that keep it exact. FAISS
-    reads the flip count from the index object, so calls that change it hold a lock.
+    """Multi-index hashing (docs/search.md): `nhash` substrings of b = min(64, bits // nhash) bits, each
+    probed within `nflip` flips, so search is exact up to G = nhash * (nflip + 1) - 1 (range search
+    past G scans). A range search probes only radius // nhash flips; FAISS reads the flip count from
+    the index object, so calls that change it hold a lock.
     """
 
     kind = "multihash"
