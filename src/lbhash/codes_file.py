@@ -1,25 +1,9 @@
 """Codes files: the one schema that every command writes and reads (docs/evaluation.md#codes-files).
 
-A codes file is an .npz holding `bits` and one or more parts. A part is a set of items and
-their packed codes; its arrays share a prefix: none for a plain set of items (`lbhash encode`,
-part name "items"), `query_` and `db_` for a run's queries and database.
-
-    format       "lbhash-codes/2"
-    bits         int scalar
-    topk         optional: the R of mAP@R the codes are evaluated at, an int or "all" (older files: -1)
-    <p>codes     packed uint8 (n, ceil(bits / 8)), FAISS bit layout
-    <p>ids       int64 (n,): each item's position in its data set
-    <p>labels    optional: class ids (n,) or multi-hot rows (n, C)
-    <p>sources   optional: str (n,): the file, archive member or array row of each item
-    <p>real      optional: float32 (n, bits): the real outputs whose signs are the codes
-    <p>embeddings optional: float (n, d): each item's embedding from the same forward pass (the
-                 pooled backbone features, or the input features), which an index keeps to
-                 re-score its Hamming candidates
-    <p>scores    optional: float (n, C): the method's own classifier scores
-
-Files written by earlier versions are read as well: `query_index`/`db_index` are the ids, and
-string `ids` (the files of image items) are the sources. A `.npy` file of +/-1 codes (or of
-packed uint8) reads as one part without labels.
+An .npz holding `format` ("lbhash-codes/2"), `bits`, an optional `topk` and one or more parts:
+a set of items whose arrays share a prefix (none for `lbhash encode`'s "items", `query_` and
+`db_` for a run's queries and database): `codes`, `ids`, and optionally `labels`, `sources`,
+`real`, `embeddings` and `scores`. Files of earlier versions and `.npy` code arrays are read too.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """The error types for bad user input.
 
-`InputError` is raised at the edges (files, options, values a user gives). The command line
-prints it as one line and exits with status 2; every other exception is a bug and keeps its
-traceback. It subclasses ValueError, so `except ValueError` keeps working for callers.
-`NotFound` (an id not in an index) and `Conflict` (an id already in it) are InputErrors that
-the indexes raise and the service answers with 404 and 409; `TooLarge` (an input over a size
-budget) gets 413.
-`require_extra` turns a missing optional dependency into such a line, naming the extra.
-`LbhashWarning` is the base of lbhash's warnings about input it accepted but changed.
+`InputError` (a ValueError) is raised at the edges; the command line prints it as one line and
+exits with status 2, and every other exception is a bug that keeps its traceback. `NotFound`,
+`Conflict` and `TooLarge` are InputErrors the service answers with 404, 409 and 413.
+`require_extra` names the extra of a missing optional dependency; `LbhashWarning` is the base
+of lbhash's warnings about input it accepted but changed.
 """
 
 

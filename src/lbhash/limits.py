@@ -1,11 +1,9 @@
 """Search limits: one table for the Python API (lbhash.index), `lbhash index`/`lbhash search`
-and the HTTP service (docs/search.md, "Limits"), and the longest code (`MAX_BITS`, for
-training and centers: docs/training.md). A bottom-layer module, so that the command line
-reads it without importing FAISS.
+and the HTTP service (docs/search.md, "Limits"), and the longest code (`MAX_BITS`). A
+bottom-layer module, so that the command line reads it without importing FAISS.
 
-Each limit keeps a mistyped number from turning into a huge allocation (k = 10^11 asks for
-(nq, k) result arrays; class id 10^11 for a filter row of 10^11 columns) and is checked
-before any work, with a one-line InputError naming the value.
+Each limit keeps a mistyped number from turning into a huge allocation, checked before any
+work with a one-line InputError naming the value.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""Typed option sets: each part of lbhash declares the options it reads beside itself (the data
-in lbhash.data, the model in lbhash.models, the method choice, the recipe and the _D objective
-in lbhash.methods, the centers and the surrogate in their modules, the runtime in
-lbhash.train.config), and `lbhash.train.config.TrainConfig` holds one of each.
-
-Every field carries its help text, what it accepts (for one-line errors) and how the command
-line shows its default: the CLI flags and the docs' option table are generated from them.
+"""Typed option sets: each part of lbhash declares the options it reads beside itself, and
+`lbhash.train.config.TrainConfig` holds one of each. Every field carries its help text, what it
+accepts and how its default is shown: the CLI flags and the docs' option table come from them.
 """
 
 from __future__ import annotations

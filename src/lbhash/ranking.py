@@ -1,13 +1,10 @@
 """Numba kernels that rank a database of packed codes by Hamming distance from one query.
 
 Distances are integers in [0, bits], so a ranking is a counting sort: histogram the distances,
-find the bucket where the top T is reached, and order only the items up to that bucket
-(stable: ties keep database order). The evaluation (lbhash.evaluate) ranks word-major
-databases, (w, n) uint64, so that its distance loop vectorises for any width; a flat index
-(lbhash.index) ranks its codes as stored, row-major (n, w) words of one unsigned type, compared
-64 rows at a time by explicit vector operations (`_near_mask`), by up to 32 queries per pass
-over the rows. Every kernel releases the GIL; `for_query_ranges` runs chunks of queries in
-parallel threads.
+find the bucket where the top T is reached, and order only the items up to it (ties keep
+database order). The evaluation ranks word-major (w, n) uint64 databases; a flat index ranks its
+row-major codes, 64 rows at a time (`_near_mask`), up to 32 queries per pass. Every kernel
+releases the GIL; `for_query_ranges` runs chunks of queries in parallel threads.
 """
 
 from __future__ import annotations
@@ -313,16 +310,12 @@ def _share_a_pass(queries, db_rows, top, hist, limits, tiled, masks):
 def nearest_rows_chunk(q_words, db_rows, allowed, excluded, out_pos, out_dist):
     """The out_pos.shape[1] nearest rows of db_rows (n, w) to each query (nq, w), ties by position.
 
-    Without a filter (`allowed` empty), one pass over the rows keeps those within a cutoff
-    guessed from a sample, and only they are ranked (`rank_distances`). Up to 32 queries share
-    that pass: each block of rows is compared with all of them while it is in cache, which costs
-    a query about 0.4 of a pass of its own (benchmarks/bench_scan_batch.py). With `allowed` (n,) bool,
-    or when the guess falls short, every distance is written, an excluded row's as `excluded`
-    (bits + 1, past every real one), and only as many rows as are allowed are ranked; the places
-    past them come back as position -1 and distance int32 max, as FAISS pads. Allocates per
-    call n // 8 bytes of masks per query sharing a pass (at most 64 MiB: fewer share past 16M
-    rows) and 8 bytes per row of candidates (only the candidates' pages are touched); a
-    filtered or short-guessed query also 2 bytes per row of distances.
+    Without a filter (`allowed` empty), one pass shared by up to 32 queries keeps the rows within a
+    cutoff guessed from a sample, and only they are ranked (`rank_distances`). With `allowed` (n,)
+    bool, or when the guess falls short, every distance is written (an excluded row's as `excluded`,
+    past every real one); places past the allowed rows come back as position -1 and distance int32
+    max, as FAISS pads. Allocates n // 8 bytes of masks per query sharing a pass (at most 64 MiB),
+    8 bytes per row of candidates, and for a filtered or short-guessed query 2 bytes per row.
     """
     n = db_rows.shape[0]
     nq = q_words.shape[0]

@@ -1,21 +1,11 @@
 """The surrogate posterior estimator P_pi (paper Sec. 5, App. E).
 
-The h real outputs l of a hash model are split into u = h / s blocks of s bits. For each
-block an MLP `Linear(s, hidden) -> SiLU -> Dropout -> Linear(hidden, 2^s)` gives the logits of
-a categorical distribution over the block's 2^s sign patterns. All u blocks run as one batched
-computation (stacked weights, `torch.baddbmm`). The joint probability of a full code is the
-product of its blocks' probabilities.
-
-- L_pi (Eq. 5) trains pi: cross-entropy of P_pi(l.detach()) against the pattern of bin(l).
-- L_theta (Eq. 6-7) trains the hash model: cross-entropy of P_pi(l) against the pattern of the
-  sample's class center, with pi frozen (its gradient reaches l only).
-Both losses sum over blocks and average over the batch (L_theta may also average over blocks).
-
-`fused_losses` computes both from ONE forward pass of P_pi (one dropout mask), with a backward
-that sends L_pi's gradient to pi only and L_theta's to l only. Its backward needs three large
-batched matmuls (the forward's output layer, the output layer's weight gradient, and the
-softmax times the output weights, from which both hidden gradients follow by gathers)
-against five for the two separate passes of `loss_pi` and `loss_theta`.
+The h real outputs of a hash model are split into u = h / s blocks of s bits; for each block an
+MLP `Linear(s, hidden) -> SiLU -> Dropout -> Linear(hidden, 2^s)` gives the logits over its 2^s
+sign patterns, all blocks in one batched computation (`torch.baddbmm`). L_pi (Eq. 5) trains pi
+on the detached codes, L_theta (Eq. 6-7) trains the hash model toward the class centers with pi
+frozen. `fused_losses` computes both from one forward pass, with three large batched matmuls in
+its backward against five for `loss_pi` and `loss_theta` apart.
 """
 
 from __future__ import annotations

@@ -4,11 +4,8 @@
     centers, kind = select_centers(48, 100)        # ... and which kind won
     center_report(centers, kind)                   # min / mean distance, Plotkin bound
 
-Kinds: hadamard (rows of [H; -H]), bch (extended binary BCH codes, shortened/punctured,
-greedy max-min pick), reed_solomon (binary images of shortened RS codes, same pick), random
-(best of up to 1000 uniform draws) and auto. Results are cached on disk, see `cache_dir`.
-bch and reed_solomon build their codes in numpy (`_fields`): no galois, no numba. A run's
-options of them are a `CenterOptions`: which generator, and whether the seed relabels its set.
+Kinds: hadamard, bch, reed_solomon (codes built in numpy, `_fields`), random and auto; results
+are cached on disk (`cache_dir`). A run's options of them are a `CenterOptions`.
 """
 
 from typing import Literal

@@ -1,15 +1,9 @@
 """GF(2^m) arithmetic and the generator matrices of binary BCH and Reed-Solomon codes, in numpy.
 
-The matrices are the ones galois 0.4.11 gives (`galois.BCH(n, d=delta).G`,
-`galois.ReedSolomon(n, k).G`), which lbhash used before, so that centers stay the same:
-- the field GF(2^m) is built on Matlab's default primitive polynomial (galois'
-  `matlab_primitive_poly(2, m)`, the default of both codes), with alpha = x as primitive element;
-- the codes are narrow-sense: their generator polynomial has the zeros alpha^1, alpha^2, ...;
-- the generator matrix is systematic, [I_k | P], with coefficients of the highest degree first:
-  row i is the codeword x^(n-1-i) + (x^(n-1-i) mod g(x)).
-
-Field elements are integers whose bit j is the coefficient of x^j; `element_bits` lists
-them highest coefficient first (galois' `FieldArray.vector()`). Polynomials are arrays of
+The matrices are the ones galois 0.4.11 gives (`galois.BCH(n, d=delta).G`, `galois.ReedSolomon(n, k).G`),
+which lbhash used before, so that centers stay the same: Matlab's default primitive polynomial,
+narrow-sense codes, systematic generator matrices [I_k | P] with the highest degree first.
+Field elements are integers whose bit j is the coefficient of x^j; polynomials are arrays of
 coefficients, highest degree first.
 """
 

@@ -1,20 +1,10 @@
-"""Data sets and split protocols.
+"""Data sets and split protocols (docs/data.md).
 
-- `base`: HashDataset, the contract every data set implements (labels, splits, subsets, the
-  model input it gives, training and encoding batches);
-- `features`: ArrayDataset, feature files (.npz/.npy/.mat) and the bundled digits set;
-- `images`: ImageDataset and check_images; `image_loaders`: CIFAR-10 pickles, class-folder
-  trees (on disk or in a tarball) and DeepHash list files; `image_arrays`: uint8 image arrays
-  in .npz files; `image_sources`: the readers (`cifar_pickles`: CIFAR-10's python batches);
-  `per_class`: the `per-class=` part of each class; `pixel_cache`: the decoded-pixel store on
-  disk; `batches`: training and encoding batches; `augment`: the transforms on whole batches;
-- `spec`: data-spec strings (`digits`, `features:PATH?x=feat&y=labels`, `cifar10:PATH`,
-  `images:PATH?per-class=100`, `image-array:PATH`, `list:DIR?root=PATH&preset=nuswide21`) and
-  their registry;
-- `protocols`: seeded train/query/database splits (paper Sec. 6.1.1), saved with a run;
-- `transforms`: image transforms and the torch Dataset view (imports torch; not loaded here,
-  so `import lbhash.data` stays light; its names are still reachable as attributes);
-- `DataOptions` (here): a run's data options: what to load, how to split it, how items become inputs.
+`base` (the HashDataset contract), `features`, `images` and its readers (`image_loaders`,
+`image_arrays`, `image_sources`, `cifar_pickles`, `per_class`, `pixel_cache`, `batches`,
+`augment`), `spec` (data-spec strings and their registry), `protocols` (seeded splits, paper
+Sec. 6.1.1) and `transforms` (imports torch, so it is not loaded here; its names are still
+reachable as attributes); `DataOptions` (here): a run's data options.
 """
 
 from typing import Literal

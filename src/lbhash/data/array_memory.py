@@ -1,14 +1,9 @@
 """The memory an array file needs once loaded, checked from its headers before any array is read.
 
-A feature or image-array file is read whole, and loading then copies its inputs: features
-become a float32 array (a copy unless they are float32 already and not dequantised), grayscale
-images are repeated into RGB, channels-first images are made channels-last, and a file stored
-as x_train/x_test is concatenated. `check_load_memory` adds those copies to the bytes of the
-file's arrays, as their .npy headers (or scipy's `whosmat` for a .mat file) describe them, and
-refuses a file whose total exceeds the memory available (`lbhash._io.available_memory`, the
-rule of every array file's check, `lbhash._io.check_fits_in_memory`): one line naming the
-file, the inputs' shape and dtype, the bytes needed and the bytes available, where numpy would
-otherwise fail part-way with a traceback (or the machine start swapping).
+`check_load_memory` adds the copies that loading makes (float32 features, RGB images,
+channels-last, concatenated splits) to the bytes the .npy headers (or `whosmat`) describe, and
+refuses in one line a file that does not fit (`lbhash._io.check_fits_in_memory`), where numpy
+would otherwise fail part-way or the machine start swapping.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """The transform presets on whole batches: uint8 (B, H, W, 3) in, normalised float32 (B, 3, s, s) out.
 
-`BatchTransform` does what `lbhash.data.transforms.build_transforms` does to one image (that
-module stays the reference), as a few tensor operations per batch on the batch's device:
-one resize of the batch, one gather that performs the random crop, its zero padding and the
-horizontal flip of every image at once, then float conversion and ImageNet normalisation.
-The result is channels-last in memory (the layout the gather produces); `.contiguous()` makes
-it NCHW. Without randomness (evaluation) the pixels equal the per-image pipeline's exactly
-on the CPU; random crops and flips have the same distribution, drawn from an explicit
-torch.Generator instead of per-image draws from torch's global RNG.
+`BatchTransform` does what `lbhash.data.transforms.build_transforms` does to one image (the
+reference) as a few tensor operations per batch: one resize, one gather for the random crop,
+padding and flip, then normalisation; the result is channels-last in memory. Evaluation pixels
+equal the per-image pipeline's exactly on the CPU; random crops and flips have the same
+distribution, drawn from an explicit torch.Generator.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """The evaluation transform of images in numpy: uint8 (n, H, W, 3) in, normalised float32
 (n, 3, s, s) out, without torch.
 
-What an exported encoder (lbhash.encoders.exported) feeds its model. It gives exactly the
-pixels of `lbhash.data.augment.BatchTransform`'s evaluation pipeline on the CPU (the tests
-compare them): the resize is a port of torch's uint8 antialiased bilinear kernel (the
-Pillow-SIMD convolution it uses: per axis, float64 triangle-filter weights normalised per output
-pixel, rounded to int16 at the largest precision that keeps them below 2**15, an int32 sum
-rounded back to uint8; the horizontal pass first), then the central crop of the imagenet preset,
-then float32 (x / 255 - mean) / std, the same IEEE operations in the same order.
+What an exported encoder (lbhash.encoders.exported) feeds its model: exactly the pixels of
+`BatchTransform`'s evaluation pipeline on the CPU (the tests compare them), with the resize a
+port of torch's uint8 antialiased bilinear kernel and the same IEEE operations in the same order.
 """
 
 from __future__ import annotations

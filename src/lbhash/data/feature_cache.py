@@ -1,21 +1,11 @@
 """A frozen backbone's pooled features, computed once per (weights, transform, images) and kept.
 
-With a frozen backbone every epoch would push the same images through the same network: the
-features are computed once here, with a progress bar in images/s, and cached on disk, so that
-every epoch, later runs on the same data and backbone, `lbhash encode`, `lbhash index build` and
-the service's index reuse them; the head then trains at feature speed.
-
-An entry `<cache dir>/features/<key hash>/` holds `features.npy` ((n, D) float32, the items in
-the order asked) and `meta.json`. The key hashes the backbone's weights (a SHA-256 of its state
-dict's tensors: the weights' own checksum, so a fine-tuned backbone gets its own entry), its
-name, the evaluation transform (preset, size, and the input statistics), and the images: a
-SHA-256 of the decoded pixels of the items asked for when they sit in a pixel store, else the
-source's fingerprint (names, sizes, times; a tarball's hash) and the item positions. As in the
-pixel cache (lbhash.data.pixel_cache, whose helpers it shares), `meta.json` records the array's
-SHA-256, checked on every read; an entry is built in a temporary directory and renamed into
-place; a corrupt entry is rebuilt with a warning; a cache that cannot be written warns and
-keeps the features in memory. Features are float32 as the backbone gives them, so a cached
-item and the same image pushed through backbone and head give the same code.
+With a frozen backbone every epoch would push the same images through the same network, so the
+features are cached on disk (`<cache dir>/features/<key hash>/`: features.npy and meta.json) and
+reused by later epochs, runs, `lbhash encode`, `lbhash index build` and the service. The key
+hashes the backbone's weights, its name, the evaluation transform and the images; entries are
+checked, built and replaced as the pixel cache's are (lbhash.data.pixel_cache, whose helpers
+it shares), and a cache that cannot be written keeps the features in memory.
 """
 
 from __future__ import annotations
@@ -30,9 +20,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from lbhash._io import file_sha256
 from lbhash.data.base import HashDataset, InputOptions, check_indices
-from lbhash.data.pixel_cache import (CacheUnavailable, _new_tmp, _publish, _remove, cache_root, file_sha256,
-                                     source_fingerprint)
+from lbhash.data.pixel_cache import CacheUnavailable, _new_tmp, _publish, _remove, cache_root, source_fingerprint
 from lbhash.errors import InputError
 from lbhash.models.registry import IMAGENET_MEAN, IMAGENET_STD
 

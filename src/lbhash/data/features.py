@@ -135,16 +135,12 @@ def load_features(path: str | os.PathLike, x_key: str | None = None, y_key: str 
                   split_key: str | None = None, labels_path: str | os.PathLike | None = None,
                   scale: float | None = None, zero_point: float | None = None,
                   dequantize: str = "auto", labels_required: bool = True) -> ArrayDataset:
-    """Load a feature file (.npz, .npy or MATLAB .mat up to v7) as an ArrayDataset.
+    """Load a feature file (.npz, .npy or MATLAB .mat up to v7) as an ArrayDataset (docs/data.md).
 
-    Keys not given are looked up in FEATURE_KEYS, LABEL_KEYS and SPLIT_KEYS order. A file
-    without a feature key but with x_train/x_test (and y_train/y_test) is read as train then
-    test, with is_test set. A .npy file holds the features only: labels come from
-    `labels_path` (.npy, or .npz/.mat read with `y_key`), which also overrides labels held
-    in the main file. Quantised features are dequantised as (x - zero_point) * scale: with
-    "auto" when the file holds both `scale` and `zero_point` or either argument is given,
-    always with "on" (zero_point defaults to 0), never with "off". labels_required=False reads
-    a file without labels as items with none (for encoding and search).
+    Keys not given are looked up in FEATURE_KEYS, LABEL_KEYS and SPLIT_KEYS order; x_train/x_test
+    files are read as train then test. `labels_path` gives (or overrides) the labels; quantised
+    features are dequantised as (x - zero_point) * scale ("auto", "on" or "off");
+    labels_required=False reads a file without labels as items with none.
     """
     path = Path(path).expanduser()
     if dequantize not in DEQUANTIZE_MODES:

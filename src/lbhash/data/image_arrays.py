@@ -1,11 +1,9 @@
 """Image arrays in an .npz (or .npy/.mat) file: the MNIST and "CIFAR as numpy" files many
 users have, read as an ImageDataset held in memory.
 
-Images are uint8 arrays (N, H, W) (grayscale), (N, H, W, C) with C = 1 or 3, or channels
-first (N, C, H, W) when that reading is unambiguous. Grayscale becomes RGB by repeating the
-channel, as PIL converts an "L" image, so that every backbone sees three channels. Keys,
-labels and splits are found as in feature files (lbhash.data.features): `images`/`x`/...
-with `labels`/`y`/... and an optional `is_test`, or x_train/x_test with y_train/y_test.
+Images are uint8 (N, H, W), (N, H, W, C) with C = 1 or 3, or unambiguously channels first;
+grayscale becomes RGB by repeating the channel. Keys, labels and splits are found as in feature
+files (lbhash.data.features).
 """
 
 from __future__ import annotations

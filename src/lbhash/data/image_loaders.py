@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lbhash.data.image_root import ImageRoot
+from lbhash.data.image_root import ImageRoot, list_image_files
 from lbhash.data.cifar_pickles import CIFAR_FILES, read_cifar_batches
 from lbhash.data.image_sources import (
     BlobSource,
@@ -21,7 +21,6 @@ from lbhash.data.image_sources import (
     is_compressed,
     is_image_name,
     is_tarball,
-    list_image_files,
     open_tarball,
     read_list_file,
     take,
@@ -60,7 +59,7 @@ def load_image_folder(path: str | os.PathLike, cache: str = "auto", name: str | 
     """
     p = Path(path).expanduser()
     if p.is_dir():
-        names = list_image_files(p)
+        names = list_image_files(p, is_image_name)
         source = FileSource(p, names)
     elif is_tarball(p):
         source, names = _tarball_index(p, is_image_name, per_class)

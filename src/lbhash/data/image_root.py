@@ -1,16 +1,9 @@
 """Where image bytes may come from: inside their image root, one check for every image source.
 
-Folders (`images:`, a class tree given to `cifar10:`), list files (`list:DIR`, paths under
-`root=`) and tarballs share it. A path is resolved, symlinks followed, and must stay inside the
-root's resolved path: a symlink to another file of the root is fine, one that leads out of it
-(to /etc/passwd, to an image elsewhere) is refused with one line naming the path and the root.
-It is an InputError at load time, never an unreadable image that `--skip-bad-images` leaves
-out: it is an unsafe source, not a bad image. A list file's path is relative to the root:
-an absolute path, or one whose `..` leaves the root, is refused the same way.
-
-A tarball is read in place by its regular members' offsets, so nothing outside it is ever
-read; its link members (symbolic or hard) are refused among the members a loader keeps, so a
-link can neither name a file outside nor stand in for another member (`check_tar_member`).
+A path is resolved (symlinks followed) and must stay inside the root's resolved path, else it
+is an InputError at load time naming path and root (an unsafe source, never a bad image that
+`--skip-bad-images` leaves out). A tarball is read in place by its members' offsets, and its
+link members are refused (`check_tar_member`).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from lbhash.data.image_root import ImageRoot, check_tar_member, list_image_files as _list_files
+from lbhash.data.image_root import ImageRoot, check_tar_member
 from lbhash.errors import InputError, one_line
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm", ".pbm")
@@ -304,12 +304,6 @@ def class_tree(names: list[str], where: str):
     class_ids = np.array([ids[cls[k]] for k in order], dtype=np.int64)
     is_test = np.array([test[k] for k in order], dtype=bool) if split else None
     return positions, class_ids, is_test, class_names
-
-
-def list_image_files(root: Path) -> list[str]:
-    """Relative posix paths of the image files under `root` (hidden files and folders skipped);
-    symlinks that leave the root are refused (lbhash.data.image_root)."""
-    return _list_files(root, is_image_name)
 
 
 # --- DeepHash list files ---------------------------------------------------------------------

@@ -32,14 +32,10 @@ _SKIP_HINT = "skip_bad=True (--skip-bad-images) leaves unreadable images out"
 class ImageDataset(HashDataset):
     """Images plus labels.
 
-    The pixels come either from `pixels` ((n, H, W, 3) uint8, decoded) or from `source`
-    (encoded bytes per item, see image_sources). `parts` is an explicit train/query/database
-    split given by the source (list files), `topk` a preset's default R, and
-    `declared_multi_label` overrides the label-count rule of `multi_label` (presets set it).
-    `cache` is "auto", "on", "disk" or "off" (see preload); `cache_key` names the source for
-    the disk cache (the loaders set it: kind and absolute path; None: never on disk).
-    `rows_of`: the file whose rows `pixels` are (an image array, CIFAR-10's pickles): each item's
-    source is then `FILE row N`, N its position; None for pixels given in memory.
+    The pixels come from `pixels` ((n, H, W, 3) uint8, decoded) or from `source` (encoded bytes per
+    item, see image_sources). `parts`: a train/query/database split given by the source; `topk`: a
+    preset's default R; `declared_multi_label` overrides the label-count rule; `cache` and
+    `cache_key`: see preload; `rows_of`: the file whose rows `pixels` are (sources `FILE row N`).
     """
 
     labels: np.ndarray
@@ -100,16 +96,8 @@ class ImageDataset(HashDataset):
         return decode_image(self.source.read(i), self.source.where(i))
 
     def preload(self, progress: bool | None = None) -> bool:
-        """Decode every image once into the pixel store `pixels` if the store rule allows; True if
-        stored.
-
-        Rule (docs/data.md): cache "off" never; otherwise when every image has the size of the
-        first: "auto" and "on" keep the decoded set in memory when it takes at most
-        `pixel_cache.memory_budget()` bytes, else memory-map it from the disk cache
-        (lbhash.data.pixel_cache); "disk" always goes through the disk cache, so later runs skip
-        decoding. At the first image of another size "auto" and "disk" fall back to per-item
-        decoding and "on" raises. Unreadable images do not stop it; reading one raises later.
-        """
+        """Decode every image once into the pixel store `pixels` if the store rule allows (docs/data.md);
+        True if stored. Unreadable images do not stop it; reading one raises later."""
         if self.pixels is None:
             self._build_store(None, True, progress)
         return self.pixels is not None

@@ -3,20 +3,8 @@ new inputs into the model's input (docs/data.md#the-input-contract).
 
 Training records an `InputForm` in the run (input.json); every path that encodes (lbhash
 encode, lbhash search, the service, Searcher, HashEncoder.encode) calls `conform_features`
-or `conform_images`. Rows in the training data's stored form give exactly the codes the run
-stored for those items. The rule for features:
-
-- the width must be the run's;
-- integer rows are stored values: a run trained on quantised features dequantises them with
-  its own scale and zero point (they must lie in its stored dtype's range); a run trained on
-  integer values takes them as they are; a run trained on float features refuses them,
-  because integers there are almost always quantised or pixel values;
-- float rows are feature values: for a run trained on quantised features they must lie in
-  the range its quantisation can represent (a float copy of the stored integers does not);
-- every value must be finite.
-
-Images: uint8, (n, H, W) grayscale or (n, H, W, 1|3) RGB; grayscale is repeated into three
-channels, other sizes are resized to the run's image size by its transform; floats are refused.
+or `conform_images`, so rows in the training data's stored form give exactly the codes the
+run stored for those items.
 """
 
 from __future__ import annotations

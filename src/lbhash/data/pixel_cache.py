@@ -1,22 +1,12 @@
 """The decoded-pixel store on disk: a memory-mapped uint8 .npy per image source, built once.
 
-An entry is a directory `<cache dir>/pixels/<key hash>/` holding `pixels.npy` ((n, H, W, 3)
-uint8), `bad.npy` (the items that could not be decoded) and `meta.json`. Its name hashes the
-data spec's identity (kind, absolute path, options) together with a fingerprint of the source:
-every file's name, size and modification time, plus the SHA-256 of a tarball's bytes. A changed,
-replaced or truncated source therefore gets a new entry and never reads a stale one.
-
-Safety: `meta.json` records the SHA-256 and size of `pixels.npy`, checked before the array is
-used; an entry that fails the check (corrupt, truncated, half-deleted) is removed with a warning
-and rebuilt. A cache that cannot be written (a read-only directory, no permission, a full disk,
-an unusable entry that cannot be removed) raises `CacheUnavailable`, never an error of its own:
-the caller decodes into memory instead (lbhash.data.images), with a warning naming the cache.
-Entries are built in a uniquely named temporary directory and renamed into place in one step,
-so two processes building the same entry at once never see each other's partial files: the
-first rename wins, the other keeps the winner's entry. Arrays are read with
-`allow_pickle=False` and JSON only: nothing read from the cache is executed.
-
-The cache directory is `$LBHASH_CACHE_DIR`, else `~/.cache/lbhash`.
+An entry `<cache dir>/pixels/<key hash>/` holds pixels.npy, bad.npy and meta.json; its name
+hashes the data spec and a fingerprint of the source (names, sizes, times; a tarball's SHA-256),
+so a changed source never reads a stale entry. meta.json's checksum is checked before use and a
+failing entry is rebuilt with a warning; entries are built in a temporary directory and renamed
+into place, so concurrent builders never see partial files. A cache that cannot be written
+raises `CacheUnavailable` and the caller decodes into memory. The cache directory is
+`$LBHASH_CACHE_DIR`, else `~/.cache/lbhash`.
 """
 
 from __future__ import annotations
@@ -32,6 +22,8 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+
+from lbhash._io import file_sha256
 
 FORMAT = 1
 # decoded sets larger than this share of physical memory are memory-mapped from the disk cache
@@ -77,14 +69,6 @@ def source_fingerprint(source) -> dict:
         except OSError:
             listing.update(f"{path}\0missing\n".encode("utf-8", "surrogateescape"))
     return {"root": os.path.abspath(source.root), "files": listing.hexdigest(), "names": names, "n": len(source)}
-
-
-def file_sha256(path, chunk: int = 1 << 22) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def entry_dir(key: str, fingerprint: dict) -> Path:

@@ -265,15 +265,11 @@ def _per_class(labels: np.ndarray, spec: ProtocolSpec, seed: int, name: str, cla
 
 
 def carve_validation(split: Split, labels, fraction: float, seed: int) -> Split:
-    """Hold out `fraction` of the training items as a validation split, seeded.
+    """Hold out `fraction` of the training items as a validation split, seeded (docs/data.md).
 
-    Single-label data: round(fraction * n) items of each class's n training items (at least one
-    for a class with two or more); multi-label data: round(fraction * n) of all n. The
-    validation items leave the training items only: they are never queries, and the database
-    is the protocol's, unchanged (same items, same order). Where it holds the training items
-    (given, digits, per-class:T,Q,+train, random:T,Q, ...) it holds the validation items too,
-    so that every index of the run finds them; where it leaves them out (cifar10,
-    per-class:T,Q) the validation items stay out with them.
+    Single-label data: round(fraction * n) items of each class (at least one of a class with two or
+    more); multi-label data: round(fraction * n) of all. Validation items are never queries and the
+    database stays the protocol's, unchanged.
     """
     if not 0 < fraction < 0.5:
         raise InputError(f"validation must be a fraction in (0, 0.5), got {fraction!r}")

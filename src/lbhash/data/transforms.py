@@ -162,14 +162,7 @@ AUGMENTS = ("crop-flip", "flip", "none")
 
 def build_transforms(preset: str, image_size: int, train: bool, augment: str = "crop-flip") -> Compose:
     """The pipelines of docs/data.md; every one maps uint8 CHW to float32 (3, s, s), ImageNet-normalised.
-
-    imagenet: train resize shorter side to round(s * 256 / 224), random crop s, flip; eval
-    resize, center crop s. cifar: resize to (s, s) only, train and eval. cifar-augment (small
-    CNNs at native size): train pad-4 random crop s + flip; eval nothing; both resize to (s, s)
-    first only if the image is not that size already. `augment` (training only): crop-flip is
-    the preset's; flip is the evaluation pipeline then a random flip; none is the evaluation
-    pipeline.
-    """
+    `augment` (training only): crop-flip is the preset's; flip and none start from the evaluation pipeline."""
     if preset not in TRANSFORM_PRESETS:
         raise InputError(f"unknown transform preset {preset!r} (known: {', '.join(TRANSFORM_PRESETS)})")
     if augment not in AUGMENTS:

@@ -1,11 +1,9 @@
 """What turns inputs into codes: the `Encoder` interface, and the exported encoder (ONNX
 Runtime and numpy, no torch: lbhash.encoders.exported).
 
-Two implementations: a trained run's torch model (`lbhash.runs.encoder.RunEncoder`, and
-`HashEncoder`, which adds fit) and a run exported by `lbhash export` (`ExportedEncoder`).
-`lbhash.runs.searcher.Searcher`, `lbhash search` and the service use either through this interface.
-This module imports nothing heavy (no numpy either), so that a layer may name the interface
-without loading a model's stack.
+Implementations: a run's torch model (`lbhash.runs.encoder.RunEncoder`, `HashEncoder`) and an
+export (`ExportedEncoder`). This module imports nothing heavy, so that a layer may name the
+interface without loading a model's stack.
 """
 
 from __future__ import annotations

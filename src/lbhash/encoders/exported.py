@@ -1,13 +1,9 @@
 """A run exported by `lbhash export` (docs/export.md), encoding with ONNX Runtime and numpy.
 
-An export directory holds `model.onnx` (the run's model, inputs -> real outputs u, a dynamic
-batch axis) and `export.json` (EXPORT_FORMAT): the input contract (lbhash.data.input_form),
-for images the evaluation transform (preset, side, mean, std), bits, the model's identity
-(`model`: the file, SHA-256 and epoch an index records), the run's summary (`run`) and the
-ONNX file's SHA-256. Feature rows go through the run's input contract, images through
-lbhash.data.eval_images (the same pixels as training's CPU transform), both in numpy; ONNX
-Runtime runs the graph; the codes are the outputs' signs, packed here (lbhash.codes). Nothing
-here imports torch.
+An export directory holds `model.onnx` and `export.json` (EXPORT_FORMAT: the input contract, the
+evaluation transform, bits, the model's identity, the run's summary and the ONNX file's SHA-256).
+Inputs go through the run's input contract or lbhash.data.eval_images, in numpy; the codes are
+the outputs' signs, packed here. Nothing here imports torch.
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
 """Numba kernel for AP over the whole database (R = all), docs/evaluation.md.
 
-Nothing is ordered. An item's rank is the number of items at smaller distances plus its
-position among the items at its own distance that come before it in index order (ties by
-index). Per query:
-
-1. keys: key = 2 * distance + relevant, one vectorised pass over a block of the codes (one
-   byte per item for codes of up to 64 bits);
-2. a walk over the block's keys, in index order, counts the items at each distance and, for the relevant items
-   only, records their distance and their position within it;
-3. the histogram gives the items before each distance, and the recorded relevant items,
-   summed in index order, give AP: the same divisions in the same order as a walk that
-   knew the histogram in advance, so the result is bit-identical to it.
-
-Memory per thread: one block of keys and the record of relevant items (up to 5 or 6 bytes
-per database item); popcount alone is the limit, see benchmarks/bench_evaluate_million.py.
+Nothing is sorted: an item's rank is the number of items at smaller distances plus its position
+among the earlier items at its own distance (ties by index). Per query, one pass computes
+keys 2 * distance + relevant, a walk counts the items at each distance and records the relevant
+ones, and the histogram then gives AP with the same divisions in the same order as a walk that
+knew it in advance, so the result is bit-identical to it.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """Asymmetric ranking: the database's codes ranked by their inner product with the query's
-real-valued output (the head's raw u, or tanh of it) instead of the query's code.
+real-valued output (the head's raw u, or tanh of it) instead of the query's code (docs/evaluation.md).
 
-Symmetric Hamming ranking puts every database item at the same distance into one tie; the
-center-based methods put whole classes at distance 0. The query's real output keeps the
-confidence of each bit, and `score(q, d) = sum_j r_qj * b_dj` (b the database's +/-1 code)
-orders inside those ties. Rankings are by descending score, **ties by database index**, as
-everywhere in lbhash. The score is summed in float64 in one fixed order, so equal scores are
-equal bit for bit, on every machine, and a brute-force reference that adds in the same order
-gives the same ranking (tests/evaluate/test_asymmetric.py): within each byte of the code (bits 8t to
-8t + 7) from its lowest bit up, then the byte sums from byte 0 up. That order lets a lookup
-table per query and byte (256 partial sums) replace eight multiply-adds by one gather.
-
-Only the ranking metrics change: mAP@R and P@K / recall@K. P@H<=r counts the items within
-Hamming radius r of the query's code and does not depend on the order.
+The real output keeps each bit's confidence, so it orders inside Hamming ties. Rankings are by
+descending score, ties by database index; the score is summed in float64 in one fixed order
+(within each byte from its lowest bit up, then the bytes in order), so equal scores are equal bit
+for bit and one lookup table per query and byte replaces eight multiply-adds by one gather.
+Only the ranking metrics change (mAP@R, P@K / recall@K); P@H<=r does not depend on the order.
 """
 
 from __future__ import annotations
@@ -68,17 +61,6 @@ def asymmetric_scores(query_real: np.ndarray, db_packed: np.ndarray) -> np.ndarr
     scores = np.zeros((len(query_real), len(db_packed)))
     for t in range(db_packed.shape[1]):
         scores += np.take(tables[:, t], db_packed[:, t], axis=1)
-    return scores
-
-
-def candidate_scores(query_real: np.ndarray, cand_packed: np.ndarray) -> np.ndarray:
-    """(nq, c) scores of each query's own candidates, cand_packed (nq, c, bytes): the same
-    tables and the same order of additions as `asymmetric_scores`, so a candidate scores
-    exactly what it scores against the whole database (the search's re-ranking relies on it)."""
-    tables = byte_tables(query_real)
-    scores = np.zeros(cand_packed.shape[:2])
-    for t in range(cand_packed.shape[2]):
-        scores += np.take_along_axis(tables[:, t], cand_packed[:, :, t].astype(np.intp), axis=1)
     return scores
 
 

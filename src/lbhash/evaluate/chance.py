@@ -1,13 +1,10 @@
-"""The mAP of a random ranking: the chance level printed beside every mAP.
+"""The mAP of a random ranking: the chance level printed beside every mAP (docs/evaluation.md).
 
-For a query with m relevant items among N, a ranking drawn uniformly at random has expected
-average precision (over the whole ranking)
+For a query with m relevant items among N, a uniformly random ranking has expected AP
 
     E[AP] = (H_N + (m - 1) (N - H_N) / (N - 1)) / N,     H_N = 1 + 1/2 + ... + 1/N,
 
-from AP = (1/m) sum_k rel_k P@k and E[rel_j rel_k] = m(m-1)/(N(N-1)) for j != k, m/N for
-j = k: about m/N, the share of relevant items (0.10 for ten balanced classes). A query with
-no relevant item has AP 0, as in `mean_average_precision`.
+about m/N; a query with no relevant item has AP 0, as in `mean_average_precision`.
 """
 
 from __future__ import annotations

@@ -172,13 +172,7 @@ def precision_recall_at_k(inp: Retrieval, ks_arr: np.ndarray) -> PrecisionAtK:
 
 def knn_accuracy(query_codes, db_codes, query_labels, db_labels, k: int = 100,
                  bits: int | None = None) -> float:
-    """Accuracy of a k-nearest-neighbour vote in Hamming space (docs/evaluation.md).
-
-    The k nearest database items (ties by index) vote for each of their labels. The class
-    with most votes wins; ties go to the smallest summed distance of its voters, then to the
-    smallest class id. A prediction is correct if the query has that label (if no
-    neighbour has a label, there is no prediction and it counts as wrong).
-    """
+    """Accuracy of a k-nearest-neighbour vote in Hamming space (docs/evaluation.md: the vote and its ties)."""
     k = positive_int(k, "k")
     return knn_vote_accuracy(prepare(query_codes, db_codes, query_labels, db_labels, bits), k)
 

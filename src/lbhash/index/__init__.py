@@ -1,12 +1,7 @@
-"""Search over packed binary codes (docs/search.md): `Backend`, the one interface of a backend
-(lbhash.index.backend: `search` returns `TopK`, `range_search` `InRange`), which `CodeIndex`
-(FAISS) and `MilvusIndex` (a Milvus server, imported lazily) implement. Codes and embeddings in,
-neighbours out: raw inputs become `Queries` above it (lbhash.runs.searcher).
-`rescore_search(index, queries, k, embeddings)` re-scores any backend's Hamming candidates by
-cosine similarity to the embeddings it keeps (lbhash.index.rescore), returning `Reranked`. `search_hits`
-(lbhash.index.hits) is every search of the command line and the service: one `Hits` per query.
-
-See docs/search.md for the kinds, their guarantees, persistence and the service.
+"""Search over packed binary codes (docs/search.md): `Backend`, the one interface that `CodeIndex`
+(FAISS) and `MilvusIndex` (imported lazily) implement; `rescore_search` (re-scoring by stored
+embeddings, lbhash.index.rescore) and `search_hits` (every search of the command line and the
+service, lbhash.index.hits). Raw inputs become `Queries` above it (lbhash.runs.searcher).
 """
 
 from lbhash.index._kinds import KINDS

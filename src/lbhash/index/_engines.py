@@ -217,15 +217,11 @@ class FlatEngine(Engine):
         return self.ranked_knn(rows, queries, k, allowed)
 
     def ranked_knn(self, rows: Rows, queries: np.ndarray, k: int, allowed: np.ndarray | None):
-        """The scan of lbhash.ranking (a counting sort of the distances; the same result as
-        FAISS's heap scan, ties by position, in a quarter of its time on one query of a million
-        clustered 64-bit codes; up to 32 queries share one pass over the codes, at about 0.4 of a
-        lone query's cost each for random 64-bit codes). Allocates per thread n // 8 bytes
-        of masks per query sharing a pass (at most 64 MiB) and 8 bytes per item of candidates,
-        of which only the candidates' pages are touched, and with a filter 2 bytes per item of
-        distances (`nearest_rows_chunk`). The first search in a process loads the
-        compiled scan from numba's cache (about 1 s; about 10 s once after an install, when
-        numba compiles it). 1 <= k <= len(rows.ids) and at least one query, as `knn` gives."""
+        """The scan of lbhash.ranking (a counting sort of the distances; the same result as FAISS's heap
+        scan, ties by position, in a fraction of its time), up to 32 queries per pass over the codes
+        (`nearest_rows_chunk` has its memory). The first search in a process loads the compiled scan
+        from numba's cache. 1 <= k <= len(rows.ids) and at least one query, as `knn` gives.
+        """
         # numba loads with the first search, not with the index (`index info` and `build` need none)
         from lbhash.ranking import SHARED_PASS, for_query_ranges, nearest_rows_chunk
 
@@ -289,13 +285,10 @@ class FlatEngine(Engine):
 
 
 class MultiHashEngine(Engine):
-    """Multi-index hashing: `nhash` substrings of b = min(64, bits // nhash) bits, each probed
-    within `nflip` flips. By pigeonhole every item within G = nhash * (nflip + 1) - 1 of a
-    query shares a probed bucket with it, so range search up to G is exact and top-k is exact
-    whenever the k-th distance is at most G. Past G, range search falls back to a scan.
-
-    A range search probes only radius // nhash flips, the fewest that keep it exact. FAISS
-    reads the flip count from the index object, so calls that change it hold a lock.
+    """Multi-index hashing (docs/search.md): `nhash` substrings of b = min(64, bits // nhash) bits, each
+    probed within `nflip` flips, so search is exact up to G = nhash * (nflip + 1) - 1 (range search
+    past G scans). A range search probes only radius // nhash flips; FAISS reads the flip count from
+    the index object, so calls that change it hold a lock.
     """
 
     kind = "multihash"

@@ -11,13 +11,9 @@ from lbhash.index._engines import (Engine, FlatEngine, Rows, ids_to_positions, k
 
 
 class IVFEngine(Engine):
-    """Inverted lists over `nlist` binary k-means centroids; a query scans its `nprobe`
-    nearest lists. Distances are exact; an item is found only if its list is probed.
-
-    Training needs codes: the engine trains itself on the first append (or fold) that brings the index
-    to at least 39 * nlist codes (FAISS's minimum for a sound k-means); until then items wait
-    in an exact flat buffer and every search is exact. Centroids are kept afterwards: later
-    codes are assigned to the nearest list (rebuild the index to re-train on new data).
+    """Inverted lists over `nlist` binary k-means centroids; a query scans its `nprobe` nearest lists
+    (docs/search.md). It trains itself on the first append (or fold) that brings the index to
+    39 * nlist codes; until then items wait in an exact flat buffer. Centroids are kept afterwards.
     """
 
     kind = "ivf"

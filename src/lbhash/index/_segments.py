@@ -1,15 +1,9 @@
 """The two segments of a `CodeIndex`, so that a change costs what it changes.
 
-The main segment holds the items in ascending id order in the index kind's FAISS structure;
-an add whose ids are all above its largest id is appended to it (FAISS appends too). Every
-other change goes elsewhere: a removal only marks the item dead (a tombstone), and an item
-whose id is below the main segment's largest (an upsert, a re-added id, an id in a gap) goes
-to the tail, a small exact flat segment in arrival order. `CodeIndex` merges both segments'
-results by (distance, id), and folds the tail and the dead items back into one main segment
-(`folded`) once they pass `fragment_limit(n)`: O(n) once per n / 16 changes, at most
-262,144, so a change costs O(changed items) amortised up to 4M items.
-
-Arrays grow by doubling (`GrowingArray`), so an append copies only what it adds, amortised.
+The main segment holds the items in ascending id order in the kind's FAISS structure (adds above
+its largest id are appended); removals are tombstones and other adds go to the tail, a small
+exact flat segment. Both are merged by (distance, id) and folded back into one main segment once
+they pass `fragment_limit(n)`, so a change costs O(changed items) amortised.
 """
 
 from __future__ import annotations

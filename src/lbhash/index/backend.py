@@ -1,11 +1,9 @@
 """`Backend`: the one interface of a search backend (`CodeIndex` on FAISS, `MilvusIndex`), as
 FAISS has one base class for its indexes; and the shapes of its results.
 
-A backend's `search` returns `TopK` (distances, ids) and its `range_search` `InRange` (lims,
-distances, ids): named tuples of FAISS's own arrays, so `dist, ids = index.search(q, k)` reads
-as it does with FAISS. `rescore_search` (lbhash.index.rescore) returns `Reranked` (scores,
-distances, ids). An id not held is `NotFound`, wherever it is given (get, remove); one already
-held, added without upsert, is `Conflict` (lbhash.errors).
+`search` returns `TopK` (distances, ids) and `range_search` `InRange` (lims, distances, ids),
+named tuples of FAISS's own arrays, so `dist, ids = index.search(q, k)` reads as with FAISS. An
+id not held is `NotFound`; one already held, added without upsert, is `Conflict` (lbhash.errors).
 """
 
 from __future__ import annotations

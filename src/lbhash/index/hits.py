@@ -1,18 +1,9 @@
 """The rules of a search request, in one place for `lbhash search` and the HTTP service.
 
-`plan_search` checks a request's options before any work: top-k or every item within a
-radius, not both (k defaults to `DEFAULT_K`); k within the caller's limit, and a radius search's
-hits per query too (`max_hits`: more is refused in one line, not cut, since a radius search
-promises every item within it); re-scoring orders a top k, and k * rescore_factor stays within
-the caller's cap on re-scored candidates.
-`check_classes` checks class-id lists (a filter per query, or an item's labels).
-`Queries` are a search's packed codes, with their embeddings when it re-scores
-(`lbhash.runs.searcher.QueryEncoder.queries` makes both from raw inputs, in one forward pass).
-`search_hits` runs a plan on any `Backend` (`CodeIndex`, `MilvusIndex`): the class-id filters
-become label rows, re-scoring is `rescore_search`, the padding is stripped, and the labels of
-every hit come from one lookup. Every search, `lbhash search`'s and the service's (whose stores
-call it under their lock), is this function. Messages name the options as the caller spells
-them (`Spelling`: the service's JSON fields by default, the command line's flags in lbhash.cli).
+`plan_search` checks a request's options before any work (top-k or radius, limits, re-scoring);
+`check_classes` checks class-id lists; `Queries` are a search's packed codes (with embeddings
+when it re-scores); `search_hits` runs a plan on any `Backend`. Every search, the CLI's and the
+service's, is this function; messages name the options as the caller spells them (`Spelling`).
 """
 
 from __future__ import annotations

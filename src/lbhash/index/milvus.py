@@ -1,27 +1,11 @@
 """`MilvusIndex`: the `CodeIndex` interface over a Milvus collection (pymilvus, imported lazily).
 
-The collection has an INT64 primary key `id`, a BINARY_VECTOR `code` (the packed bytes as
-they are: Hamming distance does not depend on the bit order) and an ARRAY<INT64> `labels` of
-class ids, filtered with array_contains_any. Index: BIN_FLAT (kind "flat", exact) or
-BIN_IVF_FLAT (kind "ivf"), metric HAMMING; every request asks for Strong consistency, so a
-search sees every write acknowledged before it.
-
-Milvus returns ties in no particular order and caps a search at 16,384 results per query.
-Top-k is made to follow (distance, id) order by fetching k + 1 and, when the (k+1)-th item
-ties the k-th, collecting every item at that distance with a range search. Range results
-past the cap are paged by distance (one search per distance); a single distance with more
-than 16,384 items is refused. Milvus does not enforce unique primary keys, so ids are checked
-before every insert; it has no "largest id" query, so ids must be given.
-
-A collection made with `embedding_dim` also has an `embedding` field: the float16 unit rows a
-`CodeIndex` stores (lbhash.index.rescore), each row's bytes in base64 in a VARCHAR (Milvus 2.3
-holds one vector field per collection, the code; its description records the width), written
-in the same insert or upsert as the code and deleted with it; never searched by Milvus. Re-scoring
-(`rescore_search(index, ...)`) works as for `CodeIndex`: the Hamming top k * rescore_factor from
-Milvus, their embeddings fetched by id, scored in Python; so k * rescore_factor (capped by the
-collection's size) is held to Milvus's cap as k is (`check_k`, which every `Backend` has).
-An id missing from the collection raises `NotFound`, an id already in it `Conflict`
-(lbhash.errors), decided by querying the collection for the ids.
+The collection has an INT64 `id`, a BINARY_VECTOR `code` and an ARRAY<INT64> `labels`
+(array_contains_any filters); BIN_FLAT ("flat") or BIN_IVF_FLAT ("ivf"), metric HAMMING, Strong
+consistency. Milvus orders ties arbitrarily and caps a search at 16,384 results, so top-k fetches
+k + 1 and collects a tie at the boundary with range searches paged by distance. Ids are checked
+before every insert (Milvus does not enforce unique keys). With `embedding_dim` the collection
+also keeps each item's float16 unit embedding in base64 in a VARCHAR, for `rescore_search`.
 """
 
 from __future__ import annotations

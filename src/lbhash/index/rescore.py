@@ -1,22 +1,10 @@
 """Two-stage search: Hamming candidates re-scored by stored embeddings (docs/search.md, "Re-scoring").
 
-An index may keep one embedding per item beside its code (for an image run the backbone's pooled
-features, for a feature run its input features after the input contract). They are kept as
-unit vectors in float16 (`unit_rows`): cosine similarity is then a dot product, and the stored
-bytes of equal embeddings are equal, so equal items score equally bit for bit.
-
-`rescore_search(index, queries, k, embeddings)`: the index's own search (any kind, any backend,
-label filters included) returns each query's top `k * factor` candidates by Hamming distance
-(fewer when the index holds fewer items), widened to every item as close as the last of them
-(`with_boundary_ties`: center-based codes put a whole class at one distance, and the top
-k * factor of a tie taken by id would be the class's first ids, whatever the picture); each
-candidate is scored by the cosine similarity of
-the query's embedding and its own (`cosine_scores`, float64 sums of float32 products), and the best
-k are kept: **descending score, ties by ascending Hamming distance, then ascending id**. A query
-whose embedding is all zeros scores 0 everywhere and keeps the Hamming order.
-
-Nothing here imports beyond numpy and the index's own checks: the application side (an encoder,
-`lbhash.runs.searcher.QueryEncoder`) passes the embeddings in.
+Embeddings are kept as float16 unit rows (`unit_rows`), so cosine similarity is a dot product
+and equal items score equally bit for bit. `rescore_search` takes the index's top `k * factor`
+by Hamming distance, widened to every item tied with the last (`with_boundary_ties`), scores
+them by cosine similarity and keeps the best k: descending score, ties by ascending Hamming
+distance, then ascending id. Nothing here imports beyond numpy: the caller passes the embeddings.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Item labels held sparsely: one sorted set of class ids per item, in CSR form.
 
 `SparseLabels(indptr, indices, width)`: the class ids of item i are
-`indices[indptr[i]:indptr[i + 1]]`, ascending and without repeats; `indptr` is int64 (n + 1,),
-`indices` int32. `width` is the number of classes the labels speak of (one past the largest
-class id ever given, or the column count of multi-hot rows): what `CodeIndex.num_classes`
-reports. Memory and files follow the number of labels held, never the largest class id: one
-item of class 65535 costs 4 bytes, not a 65,536-column row.
+`indices[indptr[i]:indptr[i + 1]]`, ascending and without repeats; `width` is one past the
+largest class id (`CodeIndex.num_classes`). Memory follows the number of labels held, never
+the largest class id.
 """
 
 from __future__ import annotations

@@ -1,35 +1,15 @@
-"""Index directories: written whole or not at all, verified on load, never pickled.
+"""Index directories: written whole or not at all, verified on load, never pickled (docs/search.md).
 
-Layout (format version 2): index.faiss (FAISS's own binary-index format, readable by
-faiss.read_index_binary), ids.npy (int64, ascending), the labels in CSR form (labels_indptr.npy:
-int64 (n + 1,); labels_indices.npy: int32 class ids, ascending and unique within each item; so
-their size follows the number of labels held, not the largest class id), and manifest.json
-(format version, bits, kind, parameters, counts, num_classes, free-form metadata, and the
-SHA-256 and size of each file). manifest.json is written last, so a directory without one was
-never finished. Version 1 directories (labels.npy, a bool multi-hot (n, C) matrix) are still
-read, their labels converted on load; the next save writes version 2.
-An index that keeps embeddings (lbhash.index.rescore) adds embeddings.npy: float16 unit rows
-(n, d), one per id in ids.npy's order, mapped like the codes; its count must be ids.npy's and
-the manifest's `embedding_dim` its width, or the load is refused in one line.
-Attachments (`index.attachments`, name -> bytes: e.g. sources.json, lbhash.runs.origins) are
-written, checksummed and verified like the other files and listed under "attachments".
+Format version 2: index.faiss, ids.npy, the labels in CSR form (labels_indptr.npy,
+labels_indices.npy), an optional embeddings.npy (float16 unit rows), attachments, and
+manifest.json (written last) with the SHA-256 and size of each file. Version 1 directories
+(labels.npy, a bool multi-hot matrix) are still read.
 
-Loading verifies every checksum (streamed), then maps the files rather than reading them:
-ids and labels are read-only numpy maps, and a flat index searches index.faiss in place. A
-directory is never changed in place (saves swap in a new one), so the verified bytes are the
-mapped ones. Memory on load: nothing in proportion to n for flat; ivf and multihash read their
-FAISS structures (about the file's size).
-
-Saving streams each file to disk (FAISS's writer, np.save) and then hashes it from there, so no
-file is held in memory whole; what a save holds in proportion to n is only the fold of pending
-changes, when there are any (CodeIndex.save, lbhash.index._segments).
-
-Replacing an existing directory: the new one is written to a hidden sibling, every file and
-the directory are fsynced, and then the two are swapped in one step with renameat2
-(RENAME_EXCHANGE, Linux) and the old one is deleted. Where that call is missing, the old
-directory is first renamed to a hidden `.NAME.old-*` sibling and the new one renamed into
-place; a crash between those two renames leaves no NAME, and `load_index` then puts the old
-one back. Either way a crash at any point leaves a complete old or new index loadable.
+Loading verifies every checksum, then maps the files rather than reading them; a directory is
+never changed in place, so the verified bytes are the mapped ones. Saving streams each file to
+disk and hashes it from there. A new directory replaces the old in one step (renameat2
+RENAME_EXCHANGE, else two renames that `load_index` can undo), so a crash at any point leaves a
+complete old or new index loadable.
 """
 
 from __future__ import annotations
@@ -38,7 +18,6 @@ import concurrent.futures
 import ctypes
 import ctypes.util
 import errno
-import hashlib
 import json
 import os
 import shutil
@@ -48,6 +27,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 
+from lbhash._io import file_sha256
 from lbhash.errors import InputError
 from lbhash.index._engines import FlatEngine
 from lbhash.index._kinds import ENGINES
@@ -190,13 +170,9 @@ def _verify_checksums(path: Path, manifest: dict, names) -> None:
 def _file_digests(path: Path, names) -> dict[str, str]:
     """SHA-256 of each named file, streamed (no file is held in memory) and in parallel threads
     (hashlib releases the GIL)."""
-    def digest(name: str) -> str:
-        with open(path / name, "rb") as fh:
-            return hashlib.file_digest(fh, "sha256").hexdigest()
-
     names = list(names)
     with concurrent.futures.ThreadPoolExecutor(max(1, min(4, len(names)))) as pool:
-        return dict(zip(names, pool.map(digest, names)))
+        return dict(zip(names, pool.map(lambda name: file_sha256(path / name), names)))
 
 
 def _load_engine(file: Path, bits: int, kind: str, params: dict, ids: np.ndarray):

@@ -1,18 +1,11 @@
 """Images added through the service, kept durably beside the index (`NAME.media/`, next to
-the index directory `NAME`, which compaction replaces whole, and its log `NAME.wal`).
+the index directory `NAME` and its log `NAME.wal`).
 
-- `ID.item`: one image as uploaded: a JSON header line {"name", "bytes", "sha256"}, then the
-  bytes (at most lbhash.limits.MAX_IMAGE_BYTES). Written to a hidden temporary file and
-  fsynced before the item is added, renamed to its id (and the folder fsynced) after the add
-  is logged, before the answer: an acknowledged image survives kill -9. A crash between the
-  two leaves the item without an image, never with another's; temporaries are removed on open.
-- The kept images together hold at most a byte budget (`budget`, `lbhash serve
-  --media-budget-mb`): an upload that would pass it is refused (`OverBudget`) before any file
-  is written; `used` counts the bytes of the kept files and of those being staged.
-- `gone.log`: ids whose recorded source (lbhash.runs.origins) is no longer theirs (removed,
-  or replaced by an upsert), one a line, fsynced before the change; their `ID.item` is
-  deleted. An item's image is then: its `ID.item` if there is one, else nothing if its id is
-  gone, else its recorded source.
+- `ID.item`: one image as uploaded (a JSON header line, then the bytes), staged and fsynced
+  before the add and renamed to its id before the answer: an acknowledged image survives kill -9.
+- `budget`: the bytes all kept images may hold; an upload past it is refused (`OverBudget`).
+- `gone.log`: ids whose recorded source is no longer theirs; an item's image is its `ID.item`,
+  else nothing if it is gone, else its recorded source.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
-"""One writer per index directory: an exclusive lock beside it, taken by every process that
-changes the index (`lbhash serve` for its lifetime; `lbhash index build/add/remove` while they
-read, change and save it). Readers (search, info) take none: saves are atomic.
+"""One writer per index directory: an exclusive `flock` on `.NAME.serve.lock` beside it, taken by
+every process that changes the index (readers take none: saves are atomic).
 
-The lock is `flock` on `.NAME.serve.lock` beside the directory NAME (beside, since a save swaps
-the directory whole; the name is the one `lbhash serve` has always used, so an older server
-still excludes newer writers). The holder writes "PID WHAT" into it, and a second writer is
-refused at once with one line naming the index and that pid. The kernel drops the lock when
-its process ends, kill -9 included; an orderly release also deletes the file. Taking the lock
-checks that the file it locked is still the one at that path (a release may have deleted it
-between the open and the lock), so two writers can never hold the lock on different files.
+The holder writes "PID WHAT" into it and a second writer is refused at once naming that pid; the
+kernel drops the lock when its process ends. Taking it checks that the locked file is still the
+one at that path, so two writers never hold locks on different files.
 """
 
 from __future__ import annotations

@@ -3,10 +3,9 @@
     L = mean_ij softplus(theta_ij) - s_ij theta_ij,  theta = 0.5 u U^T,  s_ij = [labels_i . Y_j > 0]
     dL/du = 0.5 (sigmoid(theta) - s) U / (batch n)
 
-Written with autograd, each elementwise step and its backward writes a batch x n temporary and
-reads it back; that chain, not the two matrix products, was the step's cost. Here each block of bank rows forms its batch x block tile of theta, the mask, the loss and the block's
-share of dL/du while the tile is in cache; only the (batch x bits) gradient is kept, and backward
-scales it (docs/training.md, "Cost of the memory-bank methods").
+Each block of bank rows forms its tile of theta, the loss and its share of dL/du while the tile
+is in cache, instead of autograd's batch x n temporaries (docs/training.md, "Cost of the
+memory-bank methods").
 """
 
 from __future__ import annotations
@@ -15,13 +14,9 @@ import torch
 
 from lbhash.errors import InputError
 
-# Elements of one batch x block tile: 2**19 float32 = 2 MiB, i.e. 8,192 bank rows at batch 64 and
-# 4,096 at 128. The tile and its two companions (mask, q) stay in the benchmark machine's 32 MiB
-# L3 (AMD EPYC); tiles that fit its 512 KiB L2 were slower, each block paying a dozen op calls.
-# Forward+backward against 40,000 rows, one thread (ms a step, best of 4, machine load ~4.6): at
-# batch 64, 1,024 rows 29.2, 2,048 20.2, 4,096 18.4, 8,192 17.1, 16,384 18.2; at batch 128,
-# 43.2, 37.9, 37.4, 39.6, 54.6. On a GPU (not timed) the budget only bounds the tile: a bank of
-# up to 262,144 rows at batch 64 is one block.
+# Elements of one batch x block tile: 2**19 float32 = 2 MiB (8,192 bank rows at batch 64), which
+# with its mask and q stays in a 32 MiB L3 (the measured sweep: docs/training.md, "Cost of the
+# memory-bank methods"); on a GPU the budget only bounds the tile.
 CPU_TILE_ELEMENTS = 1 << 19
 GPU_TILE_ELEMENTS = 1 << 24
 # sum(log q) is taken as log(prod q) over groups of this many q in [0.5, 1]: one log per group

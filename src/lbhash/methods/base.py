@@ -1,21 +1,10 @@
-"""The method interface, its shared work, and the registry.
+"""The method interface, its shared work, and the registry (docs/methods.md).
 
-A method is a loss module with one signature (as in pytorch-metric-learning):
-`loss(u, labels, index) -> LossOutput`, where u is the hash layer's raw output (B, bits),
-labels are multi-hot (B, C) and index holds the samples' stable positions in the training
-set (for memory banks). `HashLoss.forward` does what every method needs (shape and index
-checks, full precision under autocast) and calls the method's `compute_loss`, which holds
-only its formula and returns the named, weighted parts; LossOutput.total is their sum.
-
-Everything else a method brings lives on its class, beside the formula (the way timm keeps a
-model's default config beside the model): its constants are its constructor's keyword
-defaults, its training recipes, each a partial recipe (what it changes in PAPER_RECIPE, in the
-names of lbhash.methods.options.RecipeOptions), are `recipe` (the paper profile's: none, the
-setting shared by all methods), `benchmark_recipe` (the DeepHash-pytorch benchmark's) and
-`recommended_recipe` (the one our validation study supports), `recommended_lbhash` holds the _D
-options the study chose for it, `recommended_constants` the constants that recipe was validated
-with where they differ from the constructor's (paper-faithful) defaults,
-and `lbhash_mode` says how the _D objective combines with it (lbhash.methods.options).
+A method is a loss module with one signature, `loss(u, labels, index) -> LossOutput` (u the hash
+layer's raw output (B, bits), labels multi-hot (B, C), index the samples' positions in the
+training set, for memory banks). `HashLoss.forward` does the shared checks and calls the method's
+`compute_loss`, which holds only its formula. Everything else a method brings (constants,
+recipes, recommended _D options, `lbhash_mode`) lives on its class, beside the formula.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """Closed-form baselines: a linear map of the features fitted in one pass, then sign.
 
-LSH, PCA, ITQ and `linear` (ridge regression onto the class centers) have no gradient loss.
-Each fits `u = W x + b` on the run's normalised training features (`fit_projection`), and
-training writes it into the hash head, a single Linear layer (lbhash.train.closed_form). The
-run's model is then an ordinary hash model, so encoding, checkpoints, `HashEncoder.load`,
-indexes and the service treat a baseline exactly like a deep method.
-
-`compute_loss` is what the method minimises, evaluated on u: the training log reports it and
-the shared method tests call it; nothing is trained with it. The fits run in float64 numpy on
-the CPU, seeded by the run's seed only, so a baseline gives the same codes on every run.
+LSH, PCA, ITQ and `linear` fit `u = W x + b` on the run's normalised training features
+(`fit_projection`), which training writes into the hash head (lbhash.train.closed_form), so a
+baseline is an ordinary hash model everywhere else. `compute_loss` is only reported, never
+trained with; the fits run in float64 on the CPU, seeded by the run's seed.
 """
 
 from __future__ import annotations

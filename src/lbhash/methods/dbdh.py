@@ -1,17 +1,9 @@
 """DBDH: deep balanced discrete hashing (Zheng, Zhang and Lu, Neurocomputing 403, 2020).
 
-The pairwise likelihood compares each batch's codes with a memory bank holding the latest
-codes and labels of every training item. The bank is a set of registered buffers, so a
-checkpoint restores it exactly; every write goes through `_remember`, the one place that
-multi-device training wraps with an all-gather.
-
-DBDH's paper binarises inside the network with a straight-through estimator, b = sign(u)
-forward and the identity backward, and computes its loss, likelihood and balance term alike,
-on those discrete values ("discrete gradient propagation with the straight-through
-estimator"; "discrete values are calculated by combining the pairwise loss and a balance
-controlling term", its abstract). That is `binarize="ste"`, the default. The DeepHash-pytorch
-benchmark and the reimplementations after it clamp instead, u -> clamp(u, -1, 1), whose
-gradient is zero wherever |u| > 1: `binarize="clamp"` keeps that behaviour.
+The pairwise likelihood compares each batch's codes with a memory bank of registered buffers
+(every write goes through `_remember`, which multi-device training wraps with an all-gather).
+`binarize="ste"` (the default) is the paper's straight-through sign; `binarize="clamp"` is the
+DeepHash-pytorch benchmark's clamp(u, -1, 1) (docs/methods.md).
 """
 
 from __future__ import annotations

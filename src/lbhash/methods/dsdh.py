@@ -1,18 +1,12 @@
 """DSDH: deep supervised discrete hashing (Li et al., NeurIPS 2017).
 
-The network sees a pairwise likelihood against a memory bank (as DBDH, without the clamp)
-plus eta * mean((B_batch - u)^2), which ties its outputs to the binary codes B. B (num_train,
-bits) and a linear classifier W (bits, C) are learned once per epoch, after its last step, by
-discrete cyclic coordinate descent (DCC) on the epoch's bank U, Y:
+A pairwise likelihood against a memory bank plus eta * mean((B_batch - u)^2); B and a linear
+classifier W are learned once per epoch by discrete cyclic coordinate descent on the bank:
 
     min_{B, W}  ||Y - B W||^2 + (nu/mu) ||W||^2 + (eta/mu) ||B - U||^2,   B in {-1, +1}.
 
-The DeepHash-pytorch benchmark left out the eta term, so its classifier and codes never
-reached the network; it is included here. It starts after the first DCC update (the end of
-the first epoch): until then B is random noise, and eta = 55 would teach the network random
-codes that DCC then keeps, since P is dominated by (eta/mu) U (digits, 16 bits, 20 epochs: mAP
-0.55 with the term from the start, 0.66 with it from the first update). U, Y, B, W and that
-switch are registered buffers: a checkpoint restores them exactly.
+The eta term (left out by the DeepHash-pytorch benchmark) starts after the first update, since
+before it B is noise that DCC would keep. U, Y, B, W and that switch are registered buffers.
 """
 
 from __future__ import annotations

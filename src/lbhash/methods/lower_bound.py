@@ -1,27 +1,10 @@
 """The _D objective (paper Alg. 1): one wrapper that turns any method into its _D variant.
 
-It holds the surrogate P_pi and the class centers. `losses(u, labels, index)` gives the base
-method's loss plus lambda * L_theta ("add"), or with the method's own center loss dropped in its
-favour ("replace"), together with L_pi, the surrogate's own training loss. Gradients are kept
-apart: L_theta reaches the hash model only (pi frozen), L_pi reaches pi only, so one backward
-pass followed by a step of each optimizer performs lines 7-8 of Alg. 1.
-
-Its options are an `ObjectiveOptions` (the names of `lbhash train --lbhash-weight ...`): a
-config's `objective` set.
-
-Options beyond the paper's text (each off in the paper-faithful setting):
-- `lbhash_reduction`: L_theta summed over the u blocks (the paper's reading) or averaged;
-- `surrogate_flips`: L_pi trains on the codes with this many random bits flipped per sample (input and
-  target flipped together), so that the surrogate stays informative around a center;
-- `block_assignment` of bits to blocks: "contiguous", one seeded "permuted" order, or "redraw" a
-  seeded permutation every `block_redraw_every` epochs (centers are permuted with the codes);
-- `multilabel_target`: L_theta against each positive label's center ("average", the paper), or
-  against the bitwise majority of those centers ("majority", as CSQ does; ties take the bits of
-  the fixed random `tie_center`, or +1 without one, as runs before it did);
-- `multilabel_theta`: with "average" targets, the per-center losses of a sample's positive
-  labels summed ("sum", the paper: "the sum of multiple losses") or averaged ("mean").
-When dropout is shared by both terms and no bits are flipped, L_pi and L_theta come from one
-forward pass of P_pi (`BlockSurrogate.fused_losses`); otherwise from two.
+It holds the surrogate P_pi and the class centers; `losses(u, labels, index)` gives the method's
+loss plus lambda * L_theta ("add", or "replace" its center loss) and L_pi. L_theta reaches the
+hash model only and L_pi reaches pi only, so one backward pass and a step of each optimizer
+perform lines 7-8 of Alg. 1. Its options are an `ObjectiveOptions` (`lbhash train --lbhash-weight
+...`); those beyond the paper's text are off in the paper-faithful setting (docs/methods.md).
 """
 
 from __future__ import annotations

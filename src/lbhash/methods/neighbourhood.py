@@ -1,29 +1,11 @@
 """Keeping the input features' neighbourhoods in the code: one loss, two uses (docs/methods.md,
 "Codes for classes nobody trained on").
 
-`neighbourhood_distillation(features, u)` compares, for every item of a batch, two
-distributions over the batch's other items: the teacher's, a softmax of the features' cosine
-similarities at a low temperature (it puts its mass on the item's nearest neighbours), and
-the student's, a softmax of the code's similarities at a higher one: the relaxed Hamming
-similarity `tanh(u_i) . tanh(u_j) / bits` ("tanh"), or the cosine of u ("cosine"), both in
-[-1, 1]. Under a method that drives |u| large (CSQ_D) tanh is flat and its student's gradient
-fades; the cosine does not saturate, and it is the one that lifted unseen classes
-(docs/methods.md). The loss is the mean over items of KL(teacher || student): zero when the
-code's in-batch neighbour distribution is the features' one. It is listwise distillation
-of a ranking (in the spirit of relational and similarity-preserving knowledge distillation,
-Park et al. CVPR 2019, Tung and Mori ICCV 2019, applied to codes) rather than GreedyHash's or
-Bi-half's unsupervised regression of the code similarities onto the cosines: on a validation
-split of the CIFAR-10 MobileNet features the regression barely moved ITQ's codes, the KL with a
-sharp teacher lifted them above float kNN (docs/results/beyond).
-
-- `distill` (registered here) is a method without labels whose whole loss is this term: a
-  learned label-free code that keeps float kNN's ranking.
-- Any other method, with or without `_D`, adds it with a weight (`neighbourhood_weight`, the
-  learner's `neighbourhood` part): class centers pull codes together, this term keeps what
-  told the features' neighbours apart, which is what classes never trained on need.
-
-The features are the hash head's inputs, detached (for feature data, the standardised
-vectors), so the teacher is fixed by the data.
+`neighbourhood_distillation(features, u)` is the mean over a batch's items of KL(teacher ||
+student): the teacher a sharp softmax of the features' cosine similarities, the student a softer
+one of the codes' ("tanh": relaxed Hamming, or "cosine" of u, which does not saturate under CSQ_D).
+`distill` (registered here) is a label-free method whose whole loss is this term; any other
+method adds it with `neighbourhood_weight`. The features are the head's inputs, detached.
 """
 
 from __future__ import annotations

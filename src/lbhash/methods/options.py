@@ -1,23 +1,10 @@
-"""The method choice (which method, its variant (_D or not), code length, defaults profile and
-the method's own constants), the training recipe's options, and a method's defaults under a
-profile, read from the method's class (`method_defaults`).
+"""The method choice (method, _D or not, code length, defaults profile, the method's constants),
+the training recipe's options, and a method's defaults under a profile (`method_defaults`).
 
-Profiles:
-- "recommended" (the default): the recipe and _D options our validation study supports
-  (docs/methods.md, "When to use --lbhash"); each method may set its own (`recommended_recipe`,
-  `recommended_lbhash` on its class); so far its _D objective is the paper's (the mean of
-  L_theta over a multi-label sample's labels, measured against the paper's sum, was no better);
-- "paper": the paper-faithful setting: "Adam with default configuration", lr 1e-3, batch 64,
-  100 epochs, lr x0.1 every 10 epochs (its App. G), and the _D objective as the paper's text
-  reads (L_theta summed over blocks with weight 1, no bit flips, contiguous blocks, and summed
-  over a multi-label sample's positive labels: "the sum of multiple losses");
-- "benchmark": the optimizer settings of the DeepHash-pytorch benchmark the paper took the
-  baselines from (RMSprop lr 1e-5 for most methods, SGD for GreedyHash, 150-200 epochs), with
-  the paper-faithful _D objective.
-The method constants are the defaults of the method's constructor in all, except that the
-recommended profile takes a method's `recommended_constants` (the constants its recommended
-recipe was validated with: DBDH's clamp, docs/methods.md). A class's recipes are partial (what
-they change in base.PAPER_RECIPE, by RecipeOptions' names); `method_defaults` checks them.
+Profiles (docs/methods.md): "recommended" (the default: what our validation study supports,
+per method), "paper" (the paper-faithful recipe and _D objective) and "benchmark" (the
+DeepHash-pytorch benchmark's optimizers). A class's recipes are partial (what they change in
+base.PAPER_RECIPE, by RecipeOptions' names); `method_defaults` checks them.
 """
 
 from __future__ import annotations

@@ -1,22 +1,13 @@
 """OrthoHash: one cosine-similarity loss (Hoe et al., NeurIPS 2021, "One Loss for All").
 
-Each class has a fixed binary code c_k (the run's class centers, `--centers`). The logits are
-the scaled cosine similarities of the output u to those codes, with an additive margin taken
-off the item's own classes (CosFace style):
+The logits are scaled cosine similarities of u to each class's fixed code (the run's centers),
+with a CosFace margin on the item's own classes:
 
     z_k = scale * (cos(u, c_k) - margin * y_k)
     classification = mean_i  - sum_k t_ik log softmax(z_i)_k,   t_i = y_i / sum_k y_ik
 
-For single-label items t is the one-hot label, so this is the usual cross-entropy; for
-multi-label items it is the authors' default "label smoothing" form, the target spread evenly
-over the positive classes. An item without labels has t = 0 and adds nothing. The optional
-quantization term is the authors' "cs" form, 1 - cos(u, bin(u)), weighted 0 by default as in
-their code: pulling u toward a binary code's direction already pulls it toward the hypercube
-corners.
-
-Not included: the authors' BatchNorm after the hash layer (part of their network, not of
-the loss; lbhash's head is the run's model) and their codebook (random Bernoulli codes by
-default); the centers here come from lbhash.centers, like CSQ's.
+The optional quantization term is the authors' "cs" form, 1 - cos(u, bin(u)), weighted 0 by
+default as in their code. Their BatchNorm and codebook are not included (docs/methods.md).
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
-"""EfficientNet-Lite0/1/2 (Tan and Le, 2019; the Lite variants of TensorFlow's model garden):
-ImageNet-pretrained backbones that install from the package registry, 1280-d pooled features.
+"""EfficientNet-Lite0/1/2 (Tan and Le, 2019; TensorFlow's model garden): ImageNet-pretrained
+backbones that install from the package registry, 1280-d pooled features (docs/models.md).
 
-Written here rather than taken from `efficientnet-lite-pytorch` (a 2020 port that calls its own
-conversion "not thoroughly tested" and builds its padding for one fixed image size): about 100
-lines, any input size, and tests/models/test_efficientnet_lite.py compares its pooled features with
-that package's on the same weights. Lite differs from EfficientNet-B*: ReLU6 instead of swish,
-no squeeze-and-excitation, and stem and head widths (32, 1280) that do not scale.
-
-Convolutions pad as TensorFlow's 'SAME' does (asymmetric for stride 2 on even sides): the
-weights were trained that way, and PyTorch's symmetric padding would shift every stride-2 map by
-half a pixel. The weights expect inputs scaled as (x - 127) / 128 on 0..255; lbhash's
-transforms give ImageNet-normalised images, so `input_affine` maps one to the other first
-(exact up to rounding). Submodules keep the checkpoint's names, so the packaged file loads as is.
+Written here (about 100 lines, any input size) rather than taken from `efficientnet-lite-pytorch`;
+tests/models/test_efficientnet_lite.py compares its features with that package's. Convolutions
+pad as TensorFlow's 'SAME' does, as the weights were trained; `input_affine` maps ImageNet-normalised
+images to the (x - 127) / 128 the weights expect; submodules keep the checkpoint's names.
 """
 
 from __future__ import annotations

@@ -58,16 +58,11 @@ class StageInputs(NamedTuple):
 class HashModel(nn.Module):
     """backbone -> hash head. The backbone maps inputs to features (identity for features).
 
-    A frozen image backbone also takes its own pooled features (B, D): they go to the head
-    alone. Training and encoding the items of a data set use this, with features the backbone
-    computed once (lbhash.data.feature_cache); new images (B, 3, H, W) go through both.
-
-    Fine-tuning (lbhash.train, docs/models.md): `freeze_bn` keeps the backbone's BatchNorm
-    statistics (its layers stay in eval mode while the model trains); `train_stages` N > 0
-    freezes all but the backbone's last N stages (`Backbone.stages()`); `set_frozen` switches
-    the whole backbone off and on (the probe epochs, then fine-tuning). `bf16_backbone` runs
-    the backbone under bf16 autocast and gives the head float32 features, on every path that
-    calls the model, so training, cached features and later encodings agree.
+    A frozen image backbone also takes its own pooled features (B, D), cached once
+    (lbhash.data.feature_cache): they go to the head alone. Fine-tuning (docs/models.md):
+    `freeze_bn` keeps the backbone's BatchNorm statistics, `train_stages` N > 0 freezes all but its
+    last N stages, `set_frozen` switches the whole backbone off and on, and `bf16_backbone` runs it
+    under bf16 autocast on every path, so training, cached features and later encodings agree.
     """
 
     def __init__(self, head: HashHead, backbone: nn.Module | None = None, freeze_backbone: bool = False,

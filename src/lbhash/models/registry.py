@@ -1,14 +1,9 @@
 """The backbone registry: images (B, 3, H, W) -> features (B, D), and image hash models.
 
-`create_backbone(name, pretrained=None, **options)` builds a registered backbone. Each name is
-registered with its defaults beside its factory (the way timm keeps a model's default config
-beside the model): the input side it was designed for and the name of its transform preset (the
-presets themselves are lbhash.data.transforms'), read without building it by
-`backbone_defaults(name)`. A model file registers its backbones with `@register_backbone`;
-lbhash.models imports every model file, so this module imports none of them.
-`pretrained` (lbhash.models.weights) is None (random initialisation), a path, "imagenet" for
-the ImageNet weights a backbone's registry package carries (the `pretrained` extra), or
-"torchvision[:TAG]" for torchvision's ImageNet weights (the torch hub cache, fetched when missing).
+`create_backbone(name, pretrained=None, **options)` builds a registered backbone; each name is
+registered (`@register_backbone`) with its defaults beside its factory, read without building it
+by `backbone_defaults(name)`. lbhash.models imports every model file, so this module imports
+none. `pretrained`: lbhash.models.weights.
 """
 
 from __future__ import annotations

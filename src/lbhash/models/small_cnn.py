@@ -1,14 +1,9 @@
 """`smallcnn`: a plain four-stage CNN for small images (28x28, 32x32, gray or RGB) that trains
 at CPU speed.
 
-Each stage is a 3x3 convolution, a 2x2 max pool (all stages but the last), BatchNorm and
-ReLU; global average pooling gives D = 256w features (w = `width`). Pooling before
-BatchNorm and ReLU runs those memory-bound layers, and their backward passes, on a quarter of
-the activations (about 1.3x the training speed of conv-BN-ReLU-pool on 2 cores). At width 1 it
-has 388,896 parameters and about 15 M multiply-adds per 32x32 image (11 M at 28x28), a sixth
-of the default ResNet-20's 92 M, so a training step costs a fraction of ResNet-20's on 2 cores
-(docs/models.md has the measured images/s). Grayscale images arrive as three equal channels
-(lbhash.data.image_arrays), so one network serves both.
+Each stage is a 3x3 convolution, a 2x2 max pool (all but the last), BatchNorm and ReLU; global
+average pooling gives D = 256w features. Pooling first runs the memory-bound layers on a quarter
+of the activations (docs/models.md has the measured speed).
 """
 
 from __future__ import annotations

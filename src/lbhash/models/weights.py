@@ -1,14 +1,11 @@
 """Backbone weights from local files, loaded safely (`torch.load(weights_only=True)` or
-safetensors): a path; "imagenet" for the ImageNet weights that a backbone's registry package
-carries (checked against the SHA-256 lbhash records); or "torchvision[:TAG]" for torchvision's
-ImageNet weights in the torch hub cache, fetched there as torchvision does when missing (the
-file's hash prefix checked). `model` is a registered backbone (lbhash.models.registry.Backbone:
-its `name`, `packaged_weights`, `hub_weights` and `source_prefixes_dropped`).
+safetensors): a path, "imagenet" (the weights a backbone's registry package carries, SHA-256
+checked) or "torchvision[:TAG]" (torchvision's weights in the torch hub cache, fetched when
+missing). `model` is a registered backbone (lbhash.models.registry.Backbone).
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import os
 from collections.abc import Mapping
@@ -17,9 +14,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from lbhash._io import file_sha256 as sha256_of_file
 from lbhash.errors import InputError
 
-PRETRAINED_WORDS = ("imagenet", "torchvision")
 TORCHVISION_URL = "https://download.pytorch.org/models/"
 
 
@@ -89,11 +86,7 @@ def file_sha256(path: str | os.PathLike) -> str:
     st = os.stat(path)
     key = (os.path.abspath(path), st.st_size, st.st_mtime_ns)
     if key not in _SHA_MEMO:
-        digest = hashlib.sha256()
-        with open(path, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(chunk)
-        _SHA_MEMO[key] = digest.hexdigest()
+        _SHA_MEMO[key] = sha256_of_file(path)
     return _SHA_MEMO[key]
 
 

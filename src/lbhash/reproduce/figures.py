@@ -1,9 +1,6 @@
-"""The figures (PNG) of the report, the toy and the baselines summary. matplotlib is imported
-lazily, and figures are drawn on a bare `Figure` (Agg canvas), so pyplot's global state and
-backend are never touched.
-
-Inputs are already aggregated (by the report, the toy, the baselines summary); nothing here
-reads tables or computes statistics.
+"""The figures (PNG) of the report, the toy and the baselines summary, from aggregated inputs.
+matplotlib is imported lazily and figures are drawn on a bare `Figure` (Agg canvas), so
+pyplot's global state and backend are never touched.
 """
 
 from __future__ import annotations

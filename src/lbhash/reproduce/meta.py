@@ -1,15 +1,9 @@
 """meta.json: each experiment's own settings and command line, and the software that ran them.
 
-Format 2 (written since every experiment may start a directory):
-
-    {"format": 2, "software": {...}, "created": "...",
-     "experiments": {"grid": {"data": ..., "protocol": ..., "seeds": [...], "epochs": ...,
-                              "command": "...", "spec": {...}, "overrides": {...}}, ...}}
-
-An experiment records only the settings it has: the toy takes no data, protocol or epochs;
-"epochs" is "method default" when no --epochs or --set epochs was given (timing: the epochs
-measured). A study is keyed "study:NAME". Older files (one data/protocol/seeds/epochs for the
-whole directory, commands apart) are read into the same shape by `read_meta`.
+Format 2: {"format": 2, "software": {...}, "created": "...", "experiments": {"grid": {"data": ...,
+"protocol": ..., "seeds": [...], "epochs": ..., "command": "...", "spec": {...}, "overrides": {...}}}};
+an experiment records only the settings it has, and a study is keyed "study:NAME". Older files
+are read into the same shape by `read_meta`.
 """
 
 from __future__ import annotations

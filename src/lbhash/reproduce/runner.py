@@ -1,9 +1,8 @@
 """Run training cells in parallel processes, resumably.
 
-A cell is one training run: a name and the TrainConfig values that define it. Its run
-directory holds `cell.json` (the values and their hash). A rerun skips finished cells,
-continues unfinished ones from their last checkpoint (so a killed runner loses at most the
-epoch in progress), and refuses a directory whose run was made with other values.
+A cell is one training run: a name and the TrainConfig values that define it (`cell.json` in
+its run directory). A rerun skips finished cells, continues unfinished ones from their last
+checkpoint, and refuses a directory whose run was made with other values.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Parsing single values of the result files, for `lbhash.reproduce.tables`.
 
-A CSV column's kind is one of str, bool, int, float (finite), frac (a fraction in [0, 1]),
-ratio (>= 0, inf allowed) and topk ('all' or a positive integer); a trailing "?" lets a cell be
-empty, read as "" (str) or NaN. The parsers raise ValueError saying what is wrong, and the
-caller adds the file and the column or line; read_json names the file itself.
+A CSV column's kind is str, bool, int, float (finite), frac ([0, 1]), ratio (>= 0, inf allowed)
+or topk ('all' or a positive integer); a trailing "?" lets a cell be empty. The parsers raise
+ValueError saying what is wrong, and the caller adds the file and the column or line.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
-"""The MVB toy experiment (paper Sec. 6.2 Fig. "Toy", App. "Sanity16").
+"""The MVB toy experiment (paper Sec. 6.2 Fig. "Toy", App. "Sanity16"; docs/toy.md).
 
-A multivariate Bernoulli (MVB) over all 2^bits codes has joint probabilities softmax(z),
-z ~ N(0, 1) i.i.d. per code. A `BlockSurrogate` is trained with L_pi on inputs built from
-samples of it, and its estimate of the joint is the mean, over N fresh samples, of the
-Cartesian product of its block distributions. Every estimate is scored by KL(real || estimate)
-next to the naive product of per-bit marginals and the empirical histogram of the same N
-samples: the histogram is the sampling floor that a near-deterministic decoder of the sign
-pattern cannot beat by much.
+A multivariate Bernoulli over all 2^bits codes has joint probabilities softmax(z), z ~ N(0, 1)
+per code. A `BlockSurrogate` trained with L_pi on samples of it estimates the joint, scored by
+KL(real || estimate) next to the product of per-bit marginals and the empirical histogram of the
+same samples (the sampling floor).
 """
 
 from __future__ import annotations

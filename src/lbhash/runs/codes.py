@@ -1,9 +1,8 @@
-"""The codes of any data with a finished run's model (`encode_run`, which adds on request the real
-outputs and the embeddings of the same forward pass; `lbhash encode`, `save_encoded`). codes.npz at the end of training is
-lbhash.train.split_codes'; both encode with the one forward loop (lbhash.train.forward) and store
-labels the same way (`lbhash.codes_file.stored_labels`), so that a run's own items encode to the
-codes its codes.npz holds. Nothing here imports the training loop or Lightning: `lbhash encode`
-starts fast.
+"""The codes of any data with a finished run's model (`encode_run`; `lbhash encode`, `save_encoded`).
+
+It encodes with the one forward loop (lbhash.train.forward) and stores labels as
+lbhash.train.split_codes does, so a run's own items encode to the codes its codes.npz holds.
+Nothing here imports the training loop or Lightning: `lbhash encode` starts fast.
 """
 
 from __future__ import annotations
@@ -31,21 +30,13 @@ def encode_run(run_dir: str | Path, data: str | None = None, part: str = "all",
                progress: bool = True, real: bool = False, embeddings: bool = False) -> dict[str, np.ndarray] | None:
     """Codes of a data set (default: the run's own) with a trained run's model.
 
-    `part` selects the run's train/query/database items and needs the run's own data. Other
-    data goes through the run's input contract (lbhash.data.input_form) and needs no labels.
-    Returns the fields of a codes-file part (lbhash.codes_file): packed `codes`, `ids` (item
-    positions), `labels` (None without), `sources` (None for feature rows); plus `bits` and
-    `topk`, the R of the run's protocol. On a GPU the model runs in float32 by default, as
-    training made the run's codes, or under autocast in `precision` ("bf16-mixed", "16-mixed"):
-    faster, but about 1% of items then differ from the run's codes by a bit or two.
-    With devices > 1 the items are shared out over that many processes (Lightning Fabric, or
-    torchrun's); rank 0 returns everything, the other ranks None. One device runs in this
-    process alone, without Lightning.
-    `real` adds the hash head's real outputs (float32 (n, bits)) whose signs are the codes (0 ->
-    +1), `embeddings` each item's embedding (float32 (n, d): the pooled backbone features, or
-    the input features after the input contract), both from the forward pass that makes the
-    codes, so that a codes file always holds the signs of its outputs and the embeddings of its
-    codes.
+    `part` selects the run's train/query/database items (the run's own data); other data goes
+    through the run's input contract and needs no labels. Returns the fields of a codes-file part
+    (lbhash.codes_file) plus `bits` and `topk`. `precision` ("bf16-mixed", "16-mixed") runs a GPU
+    model under autocast: faster, but about 1% of items then differ from the run's codes by a bit
+    or two. With devices > 1 the items are shared out over processes and rank 0 returns everything
+    (the others None). `real` and `embeddings` add the head's real outputs and each item's
+    embedding from the same forward pass as the codes.
     """
     sharded = embed_sharded if real or embeddings else encode_sharded
     done = _run_forward(sharded, run_dir, data, part, accelerator, precision, devices, progress)

@@ -1,11 +1,9 @@
 """`export_run`: a run's model as ONNX, with what serving it needs (docs/export.md).
 
-The graph is the run's HashModel from its model input to its real outputs u: feature rows
-(n, width) float32, after the input contract, or images (n, 3, s, s) float32 after the
-evaluation transform (lbhash.data.eval_images does that in numpy), the batch axis dynamic. A
-frozen backbone is exported with the head: the graph takes images, not cached features. The
-codes are u's signs, packed outside the graph (lbhash.codes). Written by torch's ONNX exporter
-(torch.export, which needs onnxscript: the `export` extra); read by lbhash.encoders.exported.
+The graph maps the model input (feature rows after the input contract, or images after the
+evaluation transform; a dynamic batch axis) to the real outputs u, a frozen backbone included;
+the codes are u's signs, packed outside the graph. Written by torch's ONNX exporter (the `export`
+extra); read by lbhash.encoders.exported.
 """
 
 from __future__ import annotations

@@ -1,24 +1,9 @@
-"""`HashEncoder`: the front door for users who have arrays, in scikit-learn style.
+"""`HashEncoder`: the front door for users who have arrays, in scikit-learn style (README.md).
 
-    from lbhash import HashEncoder
-    enc = HashEncoder(method="csq", bits=64, lbhash=True, epochs=30, seed=0).fit(X, y)
-    codes = enc.encode(X_new)            # packed uint8 (n, bits // 8), FAISS bit layout
-    u = enc.embed(X_new)                 # float32 (n, bits): the head's outputs, codes = signs
-    enc.save("runs/my-encoder")          # a normal run directory
-    enc = HashEncoder.load("runs/csq_D-64")   # any run directory, `lbhash train`'s too
-
-`__init__` only stores its parameters; `fit` validates the arrays, trains in memory with the
-same builder, loop and encoder as `lbhash train` (lbhash.train.fit; nothing is written unless
-`run_dir` asks for a run directory), and keeps what training returns (model, config, history,
-metrics) as the fitted attributes, which end in `_`. X is a
-float array (n, d) of features, or a uint8 array of images (n, H, W) or (n, H, W, C); y holds
-class ids (n,) or multi-hot rows (n, C). As a scikit-learn transformer, `transform` gives the
-codes (packed, or +/-1 with `code_format="signs"`), so it is a step of a `Pipeline`.
-
-Two things are called "validation" elsewhere; here each has one name: `validation` (a
-TrainConfig option) is the share of the training items held out for model selection, and
-`fit(..., eval_set=(X_val, y_val))` gives the items searched among the training items for the
-final metrics (never seen during training).
+`fit` trains in memory with the same builder, loop and encoder as `lbhash train` (writing nothing
+unless `run_dir` asks) and keeps what training returns as attributes ending in `_`; `transform`
+gives the codes, so it is a `Pipeline` step. `validation` is the share held out for model
+selection; `fit(..., eval_set=...)` gives the items evaluated at the end, never seen in training.
 """
 
 from __future__ import annotations

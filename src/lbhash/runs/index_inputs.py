@@ -1,18 +1,9 @@
 """Where codes and encoders come from. Every call into the training layer is in this module,
 so that a change there is rewired here alone.
 
-- `load_encoder(run_dir)`: a run's torch model as an encoder (lbhash.encoders.Encoder), and
-  `load_exported(path)`: an export's (ONNX Runtime, no torch).
-- `run_part(run_dir, part)`, `run_data(run_dir, data, part)` and `run_codes(run_dir, part, data)`:
-  which items of a run an index holds (every item of an all-train run), the data spec that
-  loads them from any working directory (or from where they moved: `--data`), and their
-  codes, ids and labels.
-- `codes_file(path)`: the codes, ids, labels and sources of a codes file (lbhash.codes_file):
-  `lbhash encode`'s output, or a run's codes.npz (its database).
-- `run_model(run_dir)` and `check_index_model(metadata, source, index_dir, force, exported)`: the
-  model an index's codes came from (recorded by `lbhash index build`), and the refusal to encode
-  queries for that index with another model (a run's, or an export's: `exported_model(path)`),
-  whose advice never replaces what the user has.
+`load_encoder` / `load_exported` (a run's or an export's encoder), `run_part`, `run_data` and
+`run_codes` (which items of a run an index holds, and their codes), `codes_file`, and
+`run_model` / `check_index_model` (the refusal to encode an index's queries with another model).
 """
 
 from __future__ import annotations
@@ -39,15 +30,13 @@ def run_model(run_dir: str | Path) -> dict | None:
 
 def check_index_model(metadata: dict, source: str | Path, index_dir, force: bool = False,
                       exported: bool = False) -> None:
-    """Refuse to encode queries for an index with a model other than the one that made its
-    codes: their distances would mean nothing (an item's own image far from itself). `source`
-    is a run directory, or with `exported` an export (lbhash export). Indexes built from a codes
-    file, or before lbhash recorded the model, have nothing to compare.
+    """Refuse to encode queries for an index with a model other than the one that made its codes:
+    their distances would mean nothing. `source` is a run directory, or with `exported` an export.
 
-    The refusal tells the two models apart by what identifies them (run, method, bits, input
-    kind, epoch) and its advice never replaces what the user has: the run that built the index,
-    or a new index under a name that is free. `force` searches anyway with a warning, except
-    across input kinds (an image index searched through a feature model): that is refused."""
+    The refusal names what tells the two models apart (run, method, bits, input kind, epoch), and
+    its advice never replaces what the user has. `force` searches anyway with a warning, except
+    across input kinds, which is refused.
+    """
     recorded = (metadata or {}).get(MODEL_KEY)
     if not isinstance(recorded, dict):
         return

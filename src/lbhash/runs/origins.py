@@ -1,23 +1,16 @@
 """Where each indexed item came from, and reading its image back from there alone.
 
-An index built from a run records, for each id, the item's source: the file under a folder,
-the member of a tarball (`TARBALL:MEMBER`), or the row of an image array or CIFAR pickle
-(`FILE row N`). The record is `sources.json`, an attachment of the index directory
-(lbhash.index.storage: written atomically with the index, covered by the manifest's checksums):
+An index built from a run records each id's source (a file under a folder, `TARBALL:MEMBER`, or
+`FILE row N`) in `sources.json`, an attachment of the index directory:
 
     {"format": "lbhash-sources/1", "data": DATA SPEC (absolute paths), "class_names": [...] or null,
      "prefix": common prefix of the sources, "ids": [...], "sources": [source minus prefix, ...],
      "stamps": [[size, mtime_ns], ...] (files under a folder only; records before 2026-11-25 lack it)}
 
-An item's id is its position in that data set (a run numbers its items so). `DataImages`
-reads an item's pixels from the recorded data spec at the recorded position, and only after
-checking that the data set still names the recorded source there: no path from a request is
-ever opened. A file under a folder is read only while it resolves inside the folder, is a
-regular file of at most MAX_SOURCE_BYTES, and has the size and mtime recorded at build time.
-Feature data has no sources (its rows are not images): only its class names are recorded (a
-feature file's `label_names`, docs/data.md), with empty `ids` and `sources`, so that `lbhash
-search` and the page name its classes as they name an image set's; nothing is recorded for
-feature data without names, or whose names are only their ids ("0", "1", ...: the digits).
+`DataImages` reads an item from the recorded data spec at the recorded position only after
+checking that the data set still names that source there (a file must also stay inside its
+folder and keep its recorded size and mtime): no path from a request is ever opened. Feature
+data records only its class names, when it has real ones.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """Train into a run directory (`train`, `train_run`): decide between a new run, a resumed one
 and one with nothing left to train, then hand the run to lbhash.runs.training.
 
-`train` is the one way to train into a run directory, for `lbhash train`, `reproduce` and
-`HashEncoder.fit(..., run_dir=...)`; `train_run` is the same and also returns what it trained
-(`TrainedRun`). Under the run's lock it checks the request and, for a resumed run, its files;
-a finished run is left as it is and its metrics returned without importing the training stack
-(the loop, Lightning, the metrics' numba kernels), so `lbhash train --out R --resume` on a
-finished run starts fast. Any other run is opened and trained (lbhash.runs.training).
-
-Run directory: config.yaml (resolved), split.npz, data.json (what was loaded), input.json (the
-input contract: the raw form of the training inputs, lbhash.data.input_form), log.jsonl (one
-line per epoch), checkpoint.pt (every epoch, atomic), codes.npz (the format `lbhash evaluate`
-reads) and metrics.json; a run without queries (protocol all-train) or with `test: false` has
-no codes.npz, and its metrics.json holds only the run summary.
+`train` is the one way to train into a run directory (`lbhash train`, `reproduce`,
+`HashEncoder.fit(..., run_dir=...)`). A finished run returns its metrics without importing the
+training stack, so `--resume` on it starts fast. The run directory's files: docs/training.md.
 """
 
 from __future__ import annotations
@@ -39,15 +30,10 @@ def train(cfg: TrainConfig | None, out: str | Path, resume: bool = False,
     """Train into `out` (or continue the run there with resume=True) and return its metrics;
     {} in the other processes of a multi-process run (only rank 0 writes).
 
-    A finished run (its manifest written) is verified against its manifest, left as it is,
-    and its metrics returned. With resume=True, `epochs` trains the run, finished or not,
-    further to that many epochs in all, from its checkpoint (see `check_extension` for the
-    schedule); config.yaml records the new total. `dataset` trains on a data set in memory
-    instead of loading `cfg.data`. `on_epoch_end(epoch)` is called after each epoch's
-    checkpoint. It says what it does on the "lbhash"
-    logger: the data it loaded, progress (bars on a terminal, else one line per epoch) and a
-    summary at the end; where logging is not configured, those lines go to stderr (silence them
-    with logging.getLogger("lbhash").setLevel(logging.WARNING)).
+    A finished run is verified against its manifest and left as it is. With resume=True, `epochs`
+    trains the run further to that many epochs in all (`check_extension`). `dataset` trains on a
+    data set in memory instead of loading `cfg.data`; `on_epoch_end(epoch)` is called after each
+    epoch's checkpoint. Progress goes to the "lbhash" logger (stderr where logging is not configured).
     """
     result = train_run(cfg, out, resume, on_epoch_end, progress, dataset, epochs)
     return {} if result is None else result.metrics

@@ -1,10 +1,9 @@
 """A run directory: its files, its lock and manifest, and reading it back (config, log,
 metrics, input contract, the trained model). Encoding data with a run is lbhash.runs.codes.
 
-A run's model is rebuilt by the same builder that trained it (lbhash.train.builder), from the
-saved config.yaml and the normalisation statistics saved in its checkpoint. A finished run's
-manifest.json holds the SHA-256 of every file; readers verify the files they use against it,
-and, before a run finishes, the checkpoint against its own zip CRCs.
+A run's model is rebuilt by the builder that trained it, from config.yaml and its checkpoint's
+normalisation statistics. Readers verify the files they use against the manifest's SHA-256s
+(before a run finishes, the checkpoint against its zip CRCs).
 """
 
 from __future__ import annotations

@@ -17,15 +17,11 @@ from lbhash.index.rescore import RESCORE_FACTOR, rescore_search
 
 
 class QueryEncoder:
-    """The encoder that made an index's `bits`-bit codes (`lbhash.encoders.Encoder`: a run's
-    torch model, `lbhash.runs.index_inputs.load_encoder`, or an export, `ExportedEncoder`).
+    """The encoder that made an index's `bits`-bit codes (a run's torch model or an export).
 
-    `encode(inputs)` gives packed codes and `embed(inputs)` the real outputs whose signs they
-    are, of feature rows, an image batch (uint8 (n, H, W, 3)) or a list of images of any sizes;
-    `embeddings(inputs)` the codes and the embeddings an index keeps (the backbone's pooled
-    features, or the input features after the run's contract) from one forward pass;
-    `queries(inputs, rescore=...)` the `Queries` of a search (one forward pass); `decode_images`
-    turns encoded files (JPEG, PNG, ...) into that list.
+    `encode`, `embed` and `embeddings` of feature rows, an image batch or a list of images of any
+    sizes; `queries(inputs, rescore=...)` the `Queries` of a search in one forward pass;
+    `decode_images` turns encoded files (JPEG, PNG, ...) into that list.
     """
 
     def __init__(self, encoder: Encoder, bits: int):

@@ -1,24 +1,15 @@
-"""Who may read and change a served index: keys, read-only mode and cross-site requests.
+"""Who may read and change a served index: keys, read-only mode and cross-site requests (docs/search.md).
 
-- `Access(write_key, read_key, read_only)`. With a write key, every change (POST /items,
-  POST /items/image, DELETE /items/{id}) must carry it in the `X-Lbhash-Key` header (401
-  otherwise); with a read key, so must every other API request (the read or the write key
-  will do). The page itself, its assets, /health and the API docs stay open: the page asks
-  for the key. Keys are compared in constant time and never logged.
-- `read_only`: every change gets 403.
-- A change that a browser sends from another site is refused (403) whatever the keys: a form
-  on any web page can POST to http://127.0.0.1:8000 without asking the server first (no CORS
-  preflight). The browser says where a request comes from: `Sec-Fetch-Site` (every current
-  browser), else `Origin`, compared with the request's own host; clients that are not
-  browsers send neither and pass. Go's net/http `CrossOriginProtection` uses the same rule.
-  CORS stays closed: the service sends no Access-Control-Allow-* header.
-- Every request must name this server in its `Host` header (`HostNames`), else 403 (400
-  without one) before any route runs, reads and the page included: against DNS rebinding, where
-  a page of another site whose name is rebound to 127.0.0.1 is same-origin to the browser
-  (`Sec-Fetch-Site: same-origin`, `Origin` equal to `Host`) and only the Host names the other
-  site. Accepted: `localhost`, any IP address (an address is never rebound), the name the server
-  listens as, and the names of `--allowed-hosts` (or LBHASH_ALLOWED_HOSTS); with or without a
-  port. Jupyter and Vite check the same way.
+- `Access(write_key, read_key, read_only)`: with a write key every change must carry it in the
+  `X-Lbhash-Key` header (401 otherwise), with a read key so must every other API request; the
+  page, its assets, /health and the API docs stay open. Keys are compared in constant time and
+  never logged. `read_only`: every change gets 403.
+- A change a browser sends from another site (`Sec-Fetch-Site`, else `Origin` against the
+  request's host) is refused (403) whatever the keys, as Go's `CrossOriginProtection` does;
+  CORS stays closed.
+- Every request must name this server in its `Host` header (`HostNames`: localhost, any IP
+  address, the name it listens as, `--allowed-hosts`), else 403 (400 without one), against DNS
+  rebinding.
 """
 
 from __future__ import annotations

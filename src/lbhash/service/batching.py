@@ -1,14 +1,9 @@
 """Concurrent `/search` requests gathered into one scan of the index (docs/search.md, "Batching").
 
-A request hands its job to `SearchBatcher.run`: `prepare()` (decode the body into a `Query`)
-and `answer(query, hits)` (the response). The batcher's threads take every job queued while their
-previous batch ran (plus, with a `window`, what arrives that long after the first), up to
-`max_rows` query rows, decode them, and run one `store.search` per group of jobs that can share
-a scan: the same plan (an exact flat index also shares top-k scans of different k: its top-k is
-a prefix of its top-K), the same re-ranking, filtered or not. Each job gets back its own rows,
-cut to its own k, and its own error: when a shared scan raises, each of its jobs is searched
-alone, so that an error reaches only the request that one-at-a-time searching would give it.
-A batch searches under the store's read lock once, as a single request does.
+A request hands its job to `SearchBatcher.run` (`prepare()` decodes it, `answer(query, hits)`
+makes the response). The batcher's threads take every job queued while their previous batch ran,
+up to `max_rows` query rows, and run one `store.search` per group that can share a scan; each job
+gets back its own rows and its own error (a failed shared scan is retried one job at a time).
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """Decoding the service's requests into arrays: hex codes, JSON feature rows, comma-separated
-ids, uploaded files, and the `Queries` of a search (codes, or the attached run's encoding of
-features or images; with their embeddings when the search re-scores, and the embeddings of
-added items where the index keeps them).
+ids, uploaded files, and the `Queries` of a search. Every refusal is a one-line InputError (HTTP 400).
 
-The handlers pass what a decoding needs (the service's `Limits`, the index's bits, the attached
-run's `QueryEncoder` or None). Every refusal is a one-line InputError (HTTP 400).
-
-Images are decoded within two budgets of pixels (width x height, read from their headers):
-one request's (`check_pixels`), and the whole service's (`PixelBudget`, shared by every
-request's uploads and the thumbnails being decoded at once), so that concurrent uploads do not
-add up: 8 uploads of two 6000 x 6600 PNGs each, each within its request's budget, took a server
-without the second from 388 MB to 8.1 GB.
+Images are decoded within two budgets of pixels, read from their headers: one request's
+(`check_pixels`) and the whole service's (`PixelBudget`, shared with the thumbnails), so that
+concurrent uploads cannot add up.
 """
 
 from __future__ import annotations

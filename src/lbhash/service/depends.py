@@ -1,10 +1,6 @@
-"""What the handlers take as FastAPI dependencies: the app's store, query encoder, `Limits`,
-item media, search batcher, budget of decoded pixels and access rules, each set once by `create_app` (on `app.state`,
-which nothing else reads) and declared by the handlers that use it, e.g.
-`def get_item(store: StoreDep, ...)`.
-
-The functions are `async`, so that FastAPI calls them on the event loop: a plain function
-would cost each request a trip through its thread pool.
+"""What the handlers take as FastAPI dependencies, each set once by `create_app` on `app.state`
+and declared by the handlers that use it, e.g. `def get_item(store: StoreDep, ...)`. The
+functions are `async`, so FastAPI calls them on the event loop, not through its thread pool.
 """
 
 from __future__ import annotations

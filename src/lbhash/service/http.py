@@ -1,14 +1,9 @@
 """The HTTP server's own bounds (lbhash.limits): connections, header size, and a header timeout.
 
-`lbhash serve` parses HTTP with httptools (C, llhttp): with h11, uvicorn's pure-Python parser,
-a small search took about a tenth more server CPU (docs/search.md, "The service's own cost"). uvicorn
-bounds concurrent connections (`limit_concurrency`: 503 beyond it) and idle keep-alive
-connections, but with httptools it bounds neither the size of a request's headers nor the
-time they take. `BoundedHttpToolsProtocol` does both: more than `max_header_bytes` received
-before a request's headers are complete gets 400 and the connection is closed; so is a
-connection whose request headers are not complete `header_timeout` seconds after it opened,
-or after its previous response. `serving_interpreter` sets the interpreter up for a server while
-it runs: a shorter GIL switch interval and rare full garbage collections.
+`lbhash serve` parses HTTP with httptools (docs/search.md, "The service's own cost"), which bounds
+neither a request's header size nor the time its headers take: `BoundedHttpToolsProtocol` answers
+400 and closes past `max_header_bytes` or `header_timeout`. `serving_interpreter` sets the
+interpreter up for a server while it runs.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """Items' images in the service: where each came from, thumbnails, and the images it keeps.
 
-`ItemMedia(store)` reads the index's sources record (lbhash.runs.origins) and the images
-added through the service (lbhash.index.uploads, `NAME.media/` beside the index). Thumbnails
-are decoded from an item's recorded source or kept bytes only; the id is the only thing a
-request gives. Decoding is bounded: at most THUMBNAIL_DECODERS at once and
-THUMBNAIL_DECODES_PER_S per second (a request waits up to 5 s for its turn, then gets 429),
-source images of at most MAX_IMAGE_PIXELS, decoded within the service's budget of pixels
-decoded at once (lbhash.service.decode.PixelBudget, shared with uploads), and finished thumbnails are kept in a cache of
-THUMBNAIL_CACHE_BYTES (least recently used dropped first). A store without an index
-directory (Milvus) has no images: thumbnails are 404 and uploads are not kept.
+`ItemMedia(store)` reads the index's sources record (lbhash.runs.origins) and the images added
+through the service (lbhash.index.uploads). Thumbnails come from an item's recorded source or
+kept bytes only, decoded within bounds (THUMBNAIL_DECODERS, THUMBNAIL_DECODES_PER_S, 429 after
+5 s, MAX_IMAGE_PIXELS, the shared PixelBudget) and cached (THUMBNAIL_CACHE_BYTES, LRU). A store
+without an index directory (Milvus) has no images.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Worker threads that run a request's blocking part off the event loop, with one handoff each way.
 
-asyncio's `run_in_executor` chains a concurrent.futures.Future to an asyncio one (a work item,
-two futures, their callbacks): in a `py-spy record --gil` profile of `lbhash serve` under four
-search clients that machinery held the GIL for about a sixth of its time. Here a job is a tuple
-on a queue and its answer one `call_soon_threadsafe` (docs/search.md, "The service's own cost").
+`run_in_executor`'s futures and callbacks held the GIL for about a sixth of the service's time
+under load; here a job is a tuple on a queue and its answer one `call_soon_threadsafe`
+(docs/search.md, "The service's own cost").
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """The search page at `/`, its JSON helpers, item thumbnails and the offline API docs.
 
-`add_page(app, ...)` adds to a service app:
-- `GET /`: the page (lbhash/service/static: plain HTML, JavaScript and CSS, no build step),
-  which uses only the JSON API below and the service's own endpoints;
-- `GET /about`: the index (backend, kind, bits, size, classes, data) and the run it serves
-  (method, bits, data; mAP, lower bound, precision-recall curve from its metrics.json);
-- `POST /sources`: where items came from (file, archive member, array row, or upload), and
-  their codes (hex), as `item_details` gives them (`/search/image`'s hits carry them too);
-- `GET /items/{id}/image`: an item's thumbnail (PNG; `?size=large` for the page's larger
-  view), from its recorded source only;
-- `GET /docs`, `GET /redoc`: Swagger UI and ReDoc from the assets of the `fastapi-offline`
-  package, served here: no request leaves the service.
+`add_page(app, ...)` adds `GET /` (lbhash/service/static, no build step), `GET /about`, `POST
+/sources`, `GET /items/{id}/image` and `GET /docs`, `GET /redoc` (served from the assets of
+`fastapi-offline`: no request leaves the service).
 """
 
 from __future__ import annotations

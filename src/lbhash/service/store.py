@@ -1,23 +1,11 @@
 """What the service serves: an index with a lock, a write-ahead log and compaction.
 
-`IndexStore` wraps a saved `CodeIndex` directory and holds its writer lock
-(lbhash.index.writer_lock) while it is open. A change is validated, appended to the log
-and fsynced, then applied, then acknowledged; so an acknowledged change survives kill -9.
-On start the log records the saved index does not hold yet (sequence number above its
-manifest's "wal_seq") are replayed. Compaction saves the index atomically with the last
-sequence number in its manifest and then empties the log: after every `compact_every`
-changes (in a background thread) and on close.
-
-Searches wait only for the in-memory part of a change (O(changed items) amortised,
-lbhash.index._segments), never for a disk: one change at a time holds `_changing` while it
-validates and fsyncs its log record, and takes the search lock only to apply it. Compaction
-holds `_changing` too (changes wait, searches go on): it folds the index's pending changes in
-a copy, swaps the copy in under the search lock (O(1)), and saves.
-
-`MilvusStore` offers the same methods over a Milvus collection, which keeps its own log.
-`Store` is their one interface, which `create_app` takes. Searches run
-`lbhash.index.search_hits` (the rules shared with `lbhash search`); an unknown id raises
-`NotFound` and a taken one `Conflict` (lbhash.errors), as the indexes themselves do.
+`IndexStore` holds a saved `CodeIndex` directory's writer lock. A change is validated, appended to
+the log and fsynced, then applied and acknowledged, so it survives kill -9; on start the records
+past the manifest's "wal_seq" are replayed. Compaction (every `compact_every` changes and on
+close) folds the pending changes in a copy, swaps it in under the search lock and saves. Searches
+never wait for a disk. `MilvusStore` offers the same methods over a Milvus collection; `Store`
+is their one interface, and searches run `lbhash.index.search_hits`.
 """
 
 from __future__ import annotations

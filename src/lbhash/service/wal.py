@@ -1,10 +1,8 @@
 """The write-ahead log: every acknowledged change, fsynced before the answer.
 
-One record a line: 8 hex digits of CRC-32, a space, the JSON record, a newline. Records
-carry increasing sequence numbers; the saved index's manifest records the last one it
-includes (metadata "wal_seq"), so replay skips what the index already holds and a crash
-between saving and truncating the log applies nothing twice. A torn last line (a crash while
-appending, never acknowledged) is cut off on open; damage anywhere else is refused.
+One record a line: 8 hex digits of CRC-32, a space, the JSON record. Sequence numbers increase
+and the saved index records the last it holds ("wal_seq"), so replay applies nothing twice. A
+torn last line (never acknowledged) is cut off on open; damage anywhere else is refused.
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """The one builder: a run's model and objective, for training and for loading a run.
 
-`build_experiment` loads the data (or takes a data set), resolves the config, draws or reuses
-the split, checks every item the run uses, and builds the model and objective, seeded, before
-any run directory exists, so bad input never leaves a half-written run behind. Each part is
-made by a factory from its own option set (and the values the run derived, passed on):
-`build_model` (the same function a loaded run rebuilds its model with, from its saved config
-and its saved normalisation statistics), `build_centers`, `build_method`, `build_objective`.
+`build_experiment` loads the data, resolves the config, draws or reuses the split, checks the
+items and builds the model and objective, seeded, before any run directory exists, so bad input
+never leaves a half-written run. Each part comes from a factory of its own option set:
+`build_model` (also what a loaded run rebuilds its model with), `build_centers`, `build_method`,
+`build_objective`.
 """
 
 from __future__ import annotations

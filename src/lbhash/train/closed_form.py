@@ -1,14 +1,8 @@
 """Training of the closed-form baselines (lsh, pca, itq, linear): one fit instead of epochs.
 
-`lbhash.runs.train` calls `fit_closed_form` before the epoch loop when the run's method is
-closed-form. It reads the training items through the run's own first layer (the feature
-standardisation, so the fit sees exactly what the head will see), asks the method for its
-linear map, writes it into the head (a single Linear layer), and records the fit as epoch 1:
-a log line (the method's loss parts, the fit's history, the training codes' lower bound, the
-validation mAP when there is a validation split) and the checkpoint (`Trainer.record_epoch`, as
-the loop records its epochs). The loop then has no
-epoch left to run, and the run ends as every run does (codes, metrics, manifest), so its
-directory is one that `lbhash encode`, `HashEncoder.load` and `lbhash index build` read.
+`fit_closed_form` reads the training items through the run's own first layer (so the fit sees
+what the head will), writes the method's linear map into the head and records the fit as epoch 1
+(`Trainer.record_epoch`). The loop then has nothing left to run and the run ends as every run does.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
-"""The training configuration: one typed model shared by the CLI, config files and Python.
+"""The training configuration: one typed model shared by the CLI, config files and Python (docs/training.md).
 
-`TrainConfig` holds one field per option set (`dataset`, `hashing`: the method choice, `recipe`,
-`class_centers`, ... `runtime`), each declared beside the part that reads it, and every factory
-takes its own set (lbhash.train.builder). A flat key (`TrainConfig(method="csq",
-bits=64)`, a config file's `lr: 0.01`, `--set lr=0.01`) goes to the one set that owns it (no
-key is in two sets), and reads back flat (`cfg.lr`, `cfg.to_dict()`: what config.yaml holds);
-a set may also be given whole (`TrainConfig(recipe={"lr": 0.01})`). The command line options
-and their shown defaults are generated from the same fields (lbhash.cli.options). Every value
-is validated where it enters (strict types, finite numbers, ranges, unknown keys rejected with
-the list of known ones), one line naming the option and value (`InputError`). `None` means
-"the method's or the data's default"; `lbhash.train.resolve.resolve_config` fills every such
-value in one place and returns a `RunConfig`: the complete config a run saves and reloads, with
-what the data set decided (`input_kind`, `input_dim`), which a user never sets.
+`TrainConfig` holds one field per option set, each declared beside the part that reads it. A flat
+key (`TrainConfig(method="csq")`, `lr: 0.01`, `--set lr=0.01`) goes to the one set that owns it
+and reads back flat; a set may also be given whole. Every value is validated where it enters, in
+one line naming the option. `None` means "the method's or the data's default", filled in by
+`lbhash.train.resolve.resolve_config` into a `RunConfig`: the complete config a run saves.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """The training core, in memory: `fit` trains a model and its objective on a data set and
 returns what it trained (`Trained`), writing no file.
 
-`prepare` builds a run's experiment and trainer and `train_to_end` trains it (a closed-form
-fit or the epochs, then the kept epoch's weights): the run directory (lbhash.runs.run) is a
-layer on top that passes a store to `prepare` and writes what the core computes.
-`HashEncoder.fit` uses `fit` alone.
+`prepare` builds the experiment and trainer and `train_to_end` trains it; the run directory
+(lbhash.runs.run) is a layer on top that passes a store to `prepare`. `HashEncoder.fit` uses `fit`.
 """
 
 from __future__ import annotations

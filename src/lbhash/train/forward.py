@@ -1,18 +1,11 @@
 """The one forward loop over data items: a model plus items -> +/-1 codes (`encode`), the hash
 head's real outputs (`embed`), or those and each item's embedding (`embed_with_features`), on one
-process or on several. (Encoders, the objects that wrap a model for callers, are
-lbhash.encoders' interface and lbhash.runs' `RunEncoder`; this module is what they run.)
+process or on several.
 
-The model runs under `torch.inference_mode`, in eval mode, batch by batch over the data set's
-encoding batches (lbhash.data.HashDataset.encode_batches: for images, large batches gathered
-from the decoded pixel store, untransformed but for resizing and normalisation), under the
-caller's autocast, on every intra-op thread torch has. Every path that produces codes
-(training, `lbhash encode`, HashEncoder, search) calls `encode`; `embed` returns the real
-outputs u (float32) of the same forward pass, and the codes are exactly
-`lbhash.codes.to_signs(u)` (u >= 0 -> +1, so 0 and -0.0 give +1): the input of asymmetric
-ranking (lbhash.evaluate.asymmetric). `encode_sharded` and `embed_sharded` split the items over
-the ranks of a process group: each rank runs its contiguous share and rank 0 receives all rows
-in order (`all_gather`).
+The model runs under `torch.inference_mode` in eval mode over the data set's encoding batches.
+Every path that produces codes calls `encode`; the codes are exactly `lbhash.codes.to_signs(u)`
+of `embed`'s outputs. `encode_sharded` and `embed_sharded` split the items over a process group's
+ranks and gather them in order on rank 0.
 """
 
 from __future__ import annotations

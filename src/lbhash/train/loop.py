@@ -1,16 +1,10 @@
 """The training loop of Alg. 1 on Lightning Fabric, in memory: records per epoch, model
-selection, and a `store` (the run directory, lbhash.runs.store) when the caller wants
-each epoch's record and checkpoint written.
+selection, and a `store` (lbhash.runs.store) when the caller wants each epoch written.
 
-Per batch: u = F_theta(x); loss = method loss (+ lambda * L_theta) + L_pi. L_theta reaches
-theta only (pi frozen) and L_pi reaches pi only (u detached), so one backward pass followed
-by a step of the theta optimizer (eta_2) and of the pi optimizer (eta_1) performs lines 7-8
-of Alg. 1 with the o = P_pi(l) of line 6. Each epoch's randomness is seeded from (seed,
-epoch), so a resumed run continues exactly as an uninterrupted one. Every epoch logs the
-lower bound of the codes the training items got during it, and every `eval_every` epochs
-either the validation mAP (validation items as queries against the training items; with a
-validation split, test queries are never looked at before the end) or, without one, the mAP
-and database lower bound of fresh query and database codes.
+Per batch: u = F_theta(x); loss = method loss (+ lambda * L_theta) + L_pi, one backward pass and a
+step of each optimizer (lines 7-8 of Alg. 1). Each epoch's randomness is seeded from (seed, epoch),
+so a resumed run continues exactly; every `eval_every` epochs it logs the validation mAP, or
+without a validation split the mAP and lower bound of fresh query and database codes.
 """
 
 from __future__ import annotations

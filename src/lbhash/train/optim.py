@@ -1,10 +1,9 @@
 """Optimizers and learning-rate schedules of a run (the same schedule for both parameter sets).
 
-A run trained further (`lbhash train --resume --epochs N`) continues its schedule from the
-checkpoint: the step schedule (and its warm-up) does not depend on the total epochs, so
-epoch e gets the rate it would have had in a run of N epochs from the start. The cosine
-schedule's curve is fixed by the total epochs, so a cosine run is not trained further
-(`check_extension`)."""
+The step schedule does not depend on the total epochs, so a run trained further (`--resume
+--epochs N`) gets the rates of an N-epoch run; the cosine schedule's curve does, so a cosine run
+is not trained further (`check_extension`).
+"""
 
 from __future__ import annotations
 

@@ -1,13 +1,10 @@
 """The frozen prefix's activations, computed once: training batches for a run that trains only
 the backbone's last stages (`train_stages`) without random crops.
 
-The stages before the last `train_stages` never train and run in eval mode, so their output
-depends on the image alone. With augment `flip` or `none` (or the cifar preset, which never
-augments) a training image is one of two inputs, itself or its mirror, and the prefix of both
-is computed once, in the model's own precision; each tune epoch then runs only the stages that
-train. Flips are drawn as `lbhash.data.batches.PixelBatches` draws them (one generator per
-epoch and rank, one draw per image), so an epoch sees the same mirrors as without the cache.
-Random crops (augment `crop-flip`) give a new input every epoch: nothing is cached.
+The frozen stages run in eval mode, so with augment `flip` or `none` a training image is one of
+two inputs (itself or its mirror), whose prefix is computed once; flips are drawn as
+`lbhash.data.batches.PixelBatches` draws them, so an epoch sees the same mirrors. Random crops
+give a new input every epoch: nothing is cached.
 """
 
 from __future__ import annotations

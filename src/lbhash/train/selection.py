@@ -1,9 +1,6 @@
 """Model selection on the validation split: keep the epoch with the best validation mAP
-(`select: best-val`), and stop after `patience` evaluations without a better one.
-
-In memory the best model's weights are a CPU copy; with a `path` (a run directory's best.pt)
-they are written there atomically by rank 0, so a resumed run keeps the same choice. The
-selection's own state travels in the checkpoint.
+(`select: best-val`), and stop after `patience` evaluations without a better one. The best
+weights are a CPU copy, or best.pt written atomically by rank 0; the state travels in the checkpoint.
 """
 
 from __future__ import annotations

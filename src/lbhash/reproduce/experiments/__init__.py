@@ -1,11 +1,6 @@
-"""Running the experiments of `lbhash reproduce`: their specs, the registry by name, and the
-tidy tables they write (lbhash.reproduce.tables names them; the report reads only those).
-
-- specs: the Context and the paper's experiments (grid, timing, centers, toy, bound)
-- objective_study: studies of the _D objective (`reproduce study`)
-- baselines: deep methods against the closed-form baselines on seen and unseen classes
-- collect: grid.csv, curves.csv, epochs.csv and codes_sample.npz from finished runs
-- registry: EXPERIMENTS by name, `configure` and `validate`
+"""Running the experiments of `lbhash reproduce`: `specs` (the Context and the paper's
+experiments), `objective_study`, `baselines`, `collect` (the tables from finished runs) and
+`registry`; the tidy tables they write are named by lbhash.reproduce.tables.
 """
 
 from lbhash.reproduce.experiments.registry import EXPERIMENTS, configure, validate

@@ -1,13 +1,10 @@
-"""The comparison a reviewer asks for: deep methods (with and without _D) against the
-closed-form baselines and float cosine kNN, on seen and unseen classes, ranked symmetrically
-(Hamming) and asymmetrically (the query's real outputs); docs/reproduce.md. This is
-`lbhash reproduce baselines`; lbhash.reproduce.baselines_summary turns its rows into tables.
+"""`lbhash reproduce baselines`: deep methods (with and without _D) against the closed-form
+baselines and float cosine kNN, on seen and unseen classes, ranked symmetrically and
+asymmetrically (docs/reproduce.md; lbhash.reproduce.baselines_summary makes its tables).
 
-Every run trains under `unseen:K[:BASE]` (Sablayrolles et al., ICASSP 2017): K classes drawn by
-the seed are left out of training. One run therefore gives both numbers: retrieval among the
-held-out classes (codes.npz, "unseen") and among the training classes (codes_seen.npz, "seen").
-Results: baselines.csv (one row per run x classes x ranking, plus the float reference),
-baselines.md (mean and std over seeds) and baselines.png (mAP against bytes per item).
+Every run trains under `unseen:K[:BASE]`, so one run gives retrieval among the held-out classes
+(codes.npz) and among the training classes (codes_seen.npz). Results: baselines.csv,
+baselines.md and baselines.png.
 """
 
 from __future__ import annotations

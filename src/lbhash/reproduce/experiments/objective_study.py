@@ -1,16 +1,10 @@
 """`lbhash reproduce study`: controlled studies of the _D objective, named settings x methods x
-bits x seeds (the report's section of them: lbhash.reproduce.report.objective_study_section).
+bits x seeds (docs/reproduce.md; the report's section: lbhash.reproduce.report.objective_study_section).
 
-A setting is a string: `base` (the method alone), `paper` (the paper-faithful _D objective),
-`recommended` (the _D options of the method's recommended profile), or a comma-separated list
-of option assignments (`lbhash_reduction=mean,lbhash_weight=0.1`), which start from the
-paper-faithful _D objective unless `base` is among them (`base,schedule=cosine` changes the
-base method's recipe). Every value ends up explicit in the cell's config, so a finished cell
-is reused only by the same values.
-
-Studies select on the validation split: their cells hold out `validation` of the training
-items, keep the best-validation epoch and, unless `test` is set, never encode the queries.
-Results go to study.csv (one row per run) and study_epochs.csv (validation mAP per epoch).
+A setting is `base`, `paper`, `recommended`, or a comma-separated list of option assignments
+(`lbhash_reduction=mean,lbhash_weight=0.1`) on the paper-faithful _D objective (on the base
+method with `base` among them). Studies select on the validation split and, unless `test` is
+set, never encode the queries; results go to study.csv and study_epochs.csv.
 """
 
 from __future__ import annotations

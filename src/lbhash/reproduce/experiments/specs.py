@@ -1,18 +1,9 @@
 """The paper's experiments as small declarative specs (paper Sec. 6.2-6.4, App. G; docs/reproduce.md),
 and the Context every spec runs in.
 
-Each spec expands into cells, which the runner trains (in parallel, resumably), and writes its
-tables into the output directory, from which `lbhash report` builds the report:
-
-- grid (Tables 2-3): methods x {base, _D} x bits x seeds -> grid.csv, curves.csv, epochs.csv,
-  codes_sample.npz
-- timing (Table 1): seconds per epoch of BCE (CSQ), Cauchy (DCH) and ours (CSQ_D) -> timing.csv
-- centers (Table 5): CSQ_D with each center generator -> centers.csv
-- toy (Fig. 3, App. G): the MVB toy at 8 and 16 bits -> toy.json, toy_probs.npz
-- bound (Fig. 1): CSQ_D evaluated every epoch -> bound.csv
-
-The study and baselines specs (objective_study.py, baselines.py) build on these; the registry
-of all of them is lbhash.reproduce.experiments.registry.
+Each spec expands into cells, which the runner trains, and writes its tables: grid (Tables 2-3),
+timing (Table 1), centers (Table 5), toy (Fig. 3) and bound (Fig. 1). The study and baselines
+specs build on these; lbhash.reproduce.experiments.registry lists them all.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""Report sections of the experiments other than grid and study, each from a table of its
-own: the lower bound along training (bound.csv, paper Fig. 1), training time (timing.csv,
-Table 1), class centers (centers.csv, Table 5), the MVB toy (toy.json and toy_probs.npz) and
-the baselines on seen and unseen classes (baselines.csv, beyond the paper).
-
-Each returns [] when its table is absent.
+"""Report sections of the experiments other than grid and study, each from a table of its own
+(bound.csv, timing.csv, centers.csv, toy.json and toy_probs.npz, baselines.csv); each returns
+[] when its table is absent.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """`write_report`: a markdown report with PNG figures, written from the result tables alone.
 
-Each section appears only when its table is in the directory. Numbers are aggregated here
-(means and sample standard deviations over seeds); the paper's values come from
-`lbhash.reproduce.paper`. Sections with paper values add findings to the last section,
-"Agreement with the paper", which is phrased from the numbers, never hard-coded.
-
-This module writes the header (Setup) and that last section and runs the others in order:
-they live in `grid_sections` (the sections built on grid.csv's runs), `objective_study_section`
-(study.csv) and `experiment_sections` (the other experiments, each with a table of its own);
-`context` holds what they share.
+Each section appears only when its table is there; numbers are aggregated here, the paper's come
+from `lbhash.reproduce.paper`, and "Agreement with the paper" is phrased from the numbers. This
+module writes the header and that last section; the others are in `grid_sections`,
+`objective_study_section` and `experiment_sections`, with `context` holding what they share.
 """
 
 from __future__ import annotations
