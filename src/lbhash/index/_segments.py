@@ -3,7 +3,8 @@
 The main segment holds the items in ascending id order in the kind's FAISS structure (adds above
 its largest id are appended); removals are tombstones and other adds go to the tail, a small
 exact flat segment. Both are merged by (distance, id) and folded back into one main segment once
-they pass `fragment_limit(n)`, so a change costs O(changed items) amortised.
+they pass `fragment_limit(n)`, so a change costs O(changed items) amortised. A search runs over
+the live segments (`topk_over`, `range_over`), one group of queries per label row (`query_groups`).
 """
 
 from __future__ import annotations
