@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 import numpy as np
 
-from lbhash.cli.index import backend_options, open_index
+from lbhash.cli.index import backend_options
 from lbhash.cli.query_encoder import check_model, encoder_options, load_query_encoder, model_source
 from lbhash.limits import MAX_CLASS_ID, MAX_K
 
@@ -55,6 +55,7 @@ def search(index_dir: str, codes_path, features_path, image_paths, run_dir, expo
     class ids 0 to 65535; queries are searched in batches of 1024.
     """
     from lbhash.index.hits import Spelling, plan_search, search_hits  # lbhash.index loads FAISS: once needed
+    from lbhash.runs.index_dir import open_index
 
     _check_query_options(codes_path, features_path, image_paths, model_source(run_dir, export_path),
                          rescore_factor, no_rescore)

@@ -80,7 +80,7 @@ def serve(index_dir: str, run_dir, export_path, host: str, port: int, compact_ev
         require_extra("--backend milvus", "milvus", "pymilvus")
     import uvicorn
 
-    from lbhash.cli.index import open_index
+    from lbhash.runs.index_dir import open_index
     from lbhash.service import IndexStore, Limits, MilvusStore, create_app
     from lbhash.service.access import HostNames, access_from_environment
     from lbhash.service.http import server_config, serving_interpreter

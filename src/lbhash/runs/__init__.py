@@ -4,8 +4,9 @@ inputs into what the search engine (lbhash.index) takes.
 
 Modules: `run` (the one way to train into a run directory), `training`, `store`, `rundir`,
 `metrics`, `codes`, `encoder` (`RunEncoder`), `hash_encoder` (`HashEncoder`), `export` (ONNX),
-`searcher` (`QueryEncoder`, `Searcher`), `index_inputs` (what an index is built from) and
-`origins` (where each indexed item came from).
+`searcher` (`QueryEncoder`, `Searcher`), `index_dir` (an index directory: build, open, add,
+remove, describe), `index_inputs` (what an index is built from) and `origins` (where each
+indexed item came from).
 """
 
 from lbhash._lazy import lazy_names
