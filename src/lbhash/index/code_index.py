@@ -164,6 +164,12 @@ class CodeIndex(Backend):
     def __repr__(self) -> str:
         return f"CodeIndex(bits={self._bits}, kind={self._kind!r}, ntotal={self.ntotal}, params={self._params})"
 
+    def stats(self) -> dict:
+        """The index as `lbhash index info` and the service's /stats describe it (each adds its own)."""
+        return {"backend": "faiss", "bits": self._bits, "kind": self._kind, "params": self.params,
+                "ntotal": self.ntotal, "num_classes": self.num_classes, "exact": self.exact,
+                "trained": self.is_trained, "next_id": self.next_id, "embedding_dim": self.embedding_dim}
+
     # --- changes --------------------------------------------------------------------------
 
     def add(self, codes, ids=None, labels=None, upsert: bool = False, embeddings=None) -> np.ndarray:

@@ -136,10 +136,8 @@ class IndexDirectory:
 
         index = CodeIndex.load(self.path)
         record = read_sources(index)
-        return {"backend": "faiss", "path": str(self.path), "bits": index.bits, "kind": index.kind,
-                "params": index.params, "ntotal": index.ntotal, "num_classes": index.num_classes,
-                "exact": index.exact, "trained": index.is_trained, "searches": searches(index),
-                "next_id": index.next_id, "embedding_dim": index.embedding_dim,
+        stats = index.stats()
+        return {"backend": stats.pop("backend"), "path": str(self.path), **stats, "searches": searches(index),
                 "bytes_on_disk": directory_bytes(self.path),
                 "sources": f"{len(record)} items of {record.data}" if record else "none recorded"}
 

@@ -190,12 +190,8 @@ class IndexStore(Store):
 
     def stats(self) -> dict:
         with self.lock.read():
-            return {"backend": self.backend, "bits": self.index.bits, "kind": self.index.kind,
-                    "params": self.index.params, "ntotal": self.index.ntotal,
-                    "num_classes": self.index.num_classes, "exact": self.index.exact,
-                    "embedding_dim": self.index.embedding_dim,
-                    "trained": self.index.is_trained, "last_seq": self.wal.last_seq,
-                    "saved_seq": self.saved_seq, "pending_changes": self.pending}
+            return {**self.index.stats(), "last_seq": self.wal.last_seq, "saved_seq": self.saved_seq,
+                    "pending_changes": self.pending}
 
     # --- changes --------------------------------------------------------------------------
 
