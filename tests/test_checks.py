@@ -5,7 +5,7 @@ import re
 import numpy as np
 import pytest
 
-from lbhash.checks import non_negative_int, positive_int, topk_from_file, topk_to_file
+from lbhash.checks import non_negative_int, parse_int_list, positive_int, topk_from_file, topk_to_file
 from lbhash.codes_file import load_codes_file, save_codes_file
 from lbhash.data.protocols import Split, load_split, save_split
 from lbhash.errors import InputError
@@ -60,3 +60,12 @@ def test_one_line_collapses_a_message_and_names_an_empty_one_by_its_type():
 
     assert one_line(ValueError("bad value\n   at row 3\tcolumn 2")) == "bad value at row 3 column 2"
     assert one_line(KeyError()) == "KeyError"
+
+
+def test_one_parser_of_comma_separated_ids_for_the_command_line_and_the_service():
+    assert parse_int_list("3, 1,,-2 ", "--ids") == [3, 1, -2]
+    assert parse_int_list(" , ", "labels", allow_empty=True) == []
+    with pytest.raises(InputError, match=r"^--ids must be comma-separated integers, got '1,x'$"):
+        parse_int_list("1,x", "--ids")
+    with pytest.raises(InputError, match=r"^labels must list at least one integer, got ''$"):
+        parse_int_list("", "labels")

@@ -48,6 +48,17 @@ def non_negative_int(value, name: str) -> int:
     return int(value)
 
 
+def parse_int_list(text: str, name: str, allow_empty: bool = False) -> list[int]:
+    """Comma-separated integers of an option or form field (`name` in its errors)."""
+    try:
+        items = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise InputError(f"{name} must be comma-separated integers, got {text!r}") from None
+    if not items and not allow_empty:
+        raise InputError(f"{name} must list at least one integer, got {text!r}")
+    return items
+
+
 def topk_to_file(topk: int | None) -> int | str:
     """The R of mAP@R as files hold it: a positive integer, or "all"."""
     return WHOLE_DATABASE if topk is None else int(topk)

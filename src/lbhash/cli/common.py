@@ -98,13 +98,3 @@ def parse_topk(value: str) -> int | None:
     if topk <= 0:
         raise InputError(f"--topk must be a positive integer or 'all', got {value!r}")
     return topk
-
-
-def parse_int_list(value: str, name: str) -> list[int]:
-    try:
-        items = [int(v) for v in value.split(",") if v.strip()]
-    except ValueError:
-        raise InputError(f"{name} must be comma-separated integers, got {value!r}") from None
-    if not items:
-        raise InputError(f"{name} must list at least one integer, got {value!r}")
-    return items

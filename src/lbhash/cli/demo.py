@@ -28,7 +28,7 @@ def demo(out: Path, bits: str, epochs: int, seed: int) -> None:
 
     Both train with CSQ's recommended recipe (`lbhash methods`), as `lbhash train` does.
     """
-    from lbhash.cli.common import parse_int_list
+    from lbhash.checks import parse_int_list
     from lbhash.evaluate import RATIO_SCALE
     from lbhash.methods.options import schedule_text
     from lbhash.runs.rundir import load_run_config

@@ -8,7 +8,8 @@ import click
 
 import numpy as np
 
-from lbhash.cli.common import parse_int_list, parse_topk
+from lbhash.checks import parse_int_list
+from lbhash.cli.common import parse_topk
 from lbhash.errors import InputError
 
 

@@ -21,7 +21,7 @@ def backend_options(func):
 
 def read_ids(value: str | None, path: Path | None) -> np.ndarray:
     from lbhash import _io
-    from lbhash.cli.common import parse_int_list
+    from lbhash.checks import parse_int_list
     from lbhash.errors import InputError
     from lbhash.limits import check_ids
 

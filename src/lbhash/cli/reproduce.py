@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from lbhash.cli.common import parse_int_list
+from lbhash.checks import parse_int_list
 from lbhash.errors import InputError
 
 

@@ -124,7 +124,7 @@ def _check_query_options(codes_path, features_path, image_paths, model, factor, 
 
 
 def _filter_classes(text: str) -> list[int]:
-    from lbhash.cli.common import parse_int_list
+    from lbhash.checks import parse_int_list
     from lbhash.index.hits import check_classes
 
     return check_classes([parse_int_list(text, "--filter-labels")], "--filter-labels")[0]

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from lbhash.cli.common import parse_int_list, parse_topk
+from lbhash.checks import parse_int_list
+from lbhash.cli.common import parse_topk
 from lbhash.cli.options import SectionedCommand, config_options, config_sections
 from lbhash.errors import InputError
 

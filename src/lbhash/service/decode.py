@@ -16,6 +16,7 @@ import time
 import numpy as np
 from PIL import Image
 
+from lbhash.checks import parse_int_list
 from lbhash.codes import from_hex
 from lbhash.errors import InputError, TooLarge
 from lbhash.index import Queries
@@ -195,11 +196,4 @@ def feature_rows(features: list[list[int | float]]) -> np.ndarray:
 def parse_ids(text: str, name: str, allow_empty: bool = False, check=check_ids) -> list[int]:
     """Comma-separated integers of a form field, checked by `check`: item ids (`check_ids`) or
     class ids (`check_class_ids`)."""
-    parts = [p.strip() for p in text.split(",") if p.strip()]
-    try:
-        values = [int(p) for p in parts]
-    except ValueError:
-        raise InputError(f"{name} must be comma-separated integers, got {text!r}") from None
-    if not values and not allow_empty:
-        raise InputError(f"{name} must list at least one integer")
-    return check(values, name)
+    return check(parse_int_list(text, name, allow_empty), name)

@@ -21,7 +21,7 @@ import numpy as np
 
 from lbhash.codes import from_hex, to_hex
 from lbhash.cpus import usable_cpus
-from lbhash.errors import Conflict, InputError
+from lbhash.errors import InputError
 from lbhash.index import Backend, CodeIndex, Hits, Queries, SearchPlan, SparseLabels, search_hits
 from lbhash.index.writer_lock import writer_lock
 from lbhash.service.rwlock import ReadWriteLock
@@ -197,11 +197,7 @@ class IndexStore(Store):
 
     def add(self, codes, ids=None, labels=None, upsert: bool = False, embeddings=None) -> tuple[np.ndarray, int]:
         with self._changing:  # the only writer: reading the index needs no search lock
-            if ids is not None and not upsert:
-                present = self.index.contains(np.asarray(ids))
-                if present.any():
-                    raise Conflict(f"id {int(np.asarray(ids)[present][0])} is already in the index (use upsert)")
-            plan = self.index.prepare_add(codes, ids, labels, upsert, embeddings)
+            plan = self.index.prepare_add(codes, ids, labels, upsert, embeddings)  # Conflict for an id present
             # the embeddings as stored (float16 unit rows, hex): replay adds exactly these bytes
             kept = {} if plan.embeddings is None else {"embeddings": to_hex(plan.embeddings.view(np.uint8))}
             seq = self.wal.append({"op": "add", "ids": plan.ids.tolist(), "codes": to_hex(plan.codes),
