@@ -219,3 +219,30 @@ def test_range_past_the_result_cap_is_paged_or_refused(make_index):
     same.add(np.zeros((20000, 1), np.uint8), ids=np.arange(20000))
     with pytest.raises(InputError, match="more than 16384 items lie at distance 0"):
         same.range_search(np.zeros((1, 1), np.uint8), 1)
+
+
+def test_an_index_built_from_a_codes_file_into_milvus_searches_as_faiss(milvus_uri, tmp_path):
+    """`lbhash index build FILE --backend milvus` (lbhash.runs.index_dir.build_index): the codes,
+    labels and embeddings of an `lbhash encode --embeddings` file, searched and re-scored as the
+    FAISS directory built from the same file."""
+    from lbhash.runs.index_dir import build_index, open_index
+
+    rng = np.random.default_rng(5)
+    codes, labels = random_codes(rng, 300, 32), rng.integers(0, 4, 300)
+    emb = ternary_embeddings(rng, 300, 6)
+    path = tmp_path / "enc.npz"
+    np.savez(path, codes=codes, bits=np.int64(32), ids=np.arange(100, 400), labels=labels, embeddings=emb)
+    name = f"t_{uuid.uuid4().hex[:10]}"
+    built = build_index(path, name, backend="milvus", uri=milvus_uri)
+    try:
+        assert (built.count, built.bits, built.embedding_dim) == (300, 32, 6)
+        flat = build_index(path, str(tmp_path / "ix")).index
+        milvus = open_index(name, "milvus", milvus_uri)
+        assert milvus.ntotal == 300 and milvus.embedding_dim == 6
+        queries = codes[:8]
+        assert_same(milvus.search(queries, 12), flat.search(queries, 12))
+        assert_same(rescore_search(milvus, queries, 5, emb[:8]), rescore_search(flat, queries, 5, emb[:8]))
+        with pytest.raises(InputError, match="already holds 300 items"):
+            build_index(path, name, backend="milvus", uri=milvus_uri)
+    finally:
+        open_index(name, "milvus", milvus_uri).drop()
