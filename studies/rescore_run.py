@@ -64,10 +64,9 @@ def main() -> None:
     unit = x_db / np.linalg.norm(x_db, axis=1, keepdims=True)
     qu = x_q / np.linalg.norm(x_q, axis=1, keepdims=True)
     float_top10 = np.argsort(-(qu @ unit.T), axis=1, kind="stable")[:, :10]
-    relevant = np.bincount(y_db, minlength=int(y_db.max()) + 1)
     print(f"{args.run_dir.name}: {n} queries, {len(y_db)} database items, {x_db.shape[1]}-dimensional embeddings; "
           f"share of the database items with their class's most common code: {class_mode_share(db):.3f}", flush=True)
-    rows = measure(index, index8, q_codes, x_q, y_q, y_db, float_top10, relevant)
+    rows = measure(index, index8, q_codes, x_q, y_q, y_db, float_top10)
     print_table(rows, qu, unit, y_db, y_q, x_db.shape[1])
 
 

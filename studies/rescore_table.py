@@ -24,18 +24,10 @@ import time
 
 import numpy as np
 
+from _ranking import average_precision  # beside this script
 from lbhash.index import CodeIndex, rescore_search
 
 FACTORS = (1, 4, 16, 64)
-
-
-def average_precision(ranked_labels: np.ndarray, label: int, top: int | None, relevant_total: int) -> float:
-    """AP of one ranking (DeepHash's: the mean of precision at each relevant item within `top`)."""
-    rel = ranked_labels[:top] == label if top else ranked_labels == label
-    if not rel.any():
-        return 0.0
-    hits = np.cumsum(rel)
-    return float((hits[rel] / (np.flatnonzero(rel) + 1)).mean())
 
 
 def hamming_order(index: CodeIndex, q_code: np.ndarray, n: int) -> np.ndarray:
@@ -79,13 +71,12 @@ def main() -> None:
     unit = x_db / np.linalg.norm(x_db, axis=1, keepdims=True)
     qu = x_q / np.linalg.norm(x_q, axis=1, keepdims=True)
     float_top10 = np.argsort(-(qu @ unit.T), axis=1, kind="stable")[:, :10]
-    relevant = np.bincount(y_db, minlength=10)
 
-    rows = measure(index, index8, q_codes, x_q, y_q, y_db, float_top10, relevant)
+    rows = measure(index, index8, q_codes, x_q, y_q, y_db, float_top10)
     print_table(rows, qu, unit, y_db, y_q, x_db.shape[1])
 
 
-def measure(index, index8, q_codes, x_q, y_q, y_db, float_top10, relevant) -> list[tuple]:
+def measure(index, index8, q_codes, x_q, y_q, y_db, float_top10) -> list[tuple]:
     """One row per order: Hamming only, then each factor."""
     n = len(y_db)
     rows = []
@@ -102,8 +93,8 @@ def measure(index, index8, q_codes, x_q, y_q, y_db, float_top10, relevant) -> li
                 top10_8 = rescore_search(index8, q_codes[q:q + 1], 10, x_q[q:q + 1], factor=factor).ids[0]
             rest = full[~np.isin(full, top1000)]
             ranking = np.concatenate([top1000, rest])
-            ap1000.append(average_precision(y_db[top1000], y_q[q], 1000, relevant[y_q[q]]))
-            apall.append(average_precision(y_db[ranking], y_q[q], None, relevant[y_q[q]]))
+            ap1000.append(average_precision(y_db[top1000] == y_q[q]))
+            apall.append(average_precision(y_db[ranking] == y_q[q]))
             rec.append(len(set(top10.tolist()) & set(float_top10[q].tolist())) / 10)
             rec8.append(len(set(top10_8.tolist()) & set(float_top10[q].tolist())) / 10)
         name = "Hamming only" if factor is None else str(factor)
@@ -115,8 +106,8 @@ def measure(index, index8, q_codes, x_q, y_q, y_db, float_top10, relevant) -> li
 def print_table(rows, qu, unit, y_db, y_q, d: int) -> None:
     # the ceiling: float cosine search over the same features
     cos_rank = np.argsort(-(qu @ unit.T), axis=1, kind="stable")
-    fl1000 = np.mean([average_precision(y_db[cos_rank[q]], y_q[q], 1000, 0) for q in range(len(y_q))])
-    flall = np.mean([average_precision(y_db[cos_rank[q]], y_q[q], None, 0) for q in range(len(y_q))])
+    fl1000 = np.mean([average_precision(y_db[cos_rank[q, :1000]] == y_q[q]) for q in range(len(y_q))])
+    flall = np.mean([average_precision(y_db[cos_rank[q]] == y_q[q]) for q in range(len(y_q))])
     print()
     print("| factor | mAP@1000 | mAP@all | recall@10 vs float (float16) | recall@10 (int8) | s for all queries |")
     print("|---|---|---|---|---|---|")
