@@ -59,7 +59,9 @@ def build_index(source: Path, out: str, kind: str = "flat", part: str | None = N
     else:
         items = index_inputs.codes_file(source)
     ids = items["ids"] if items["ids"] is not None else np.arange(len(items["codes"]))
-    emb = items["embeddings"] if spec is None else _run_embeddings(source, ids, spec)
+    # the run's model, identified once (a checkpoint's SHA-256): its embeddings, and the index's record of it
+    model = index_inputs.run_model(source) if source.is_dir() else None
+    emb = items["embeddings"] if spec is None else _run_embeddings(source, ids, spec, model)
     emb = emb if embeddings else None
     dim = None if emb is None else emb.shape[1]
     if backend == "milvus":
@@ -75,7 +77,7 @@ def build_index(source: Path, out: str, kind: str = "flat", part: str | None = N
         raise InputError(f"{out} exists: choose another --out to keep it, or pass --overwrite to replace it")
     index = CodeIndex(items["bits"], kind, **params)
     index.add(items["codes"], ids=ids, labels=items["labels"], embeddings=emb)
-    _record_origins(index, source, spec, ids)
+    _record_origins(index, source, spec, ids, model)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     with writer_lock(out, "lbhash index build"):  # no server or other writer changes it meanwhile
         if Path(out).exists() and not overwrite:  # made by another writer since the check above
@@ -151,20 +153,19 @@ def searches(index) -> str:
     return "exactly" if index.exact else "approximately"
 
 
-def _run_embeddings(run_dir: Path, ids, spec: str):
+def _run_embeddings(run_dir: Path, ids, spec: str, model: dict | None):
     """The embeddings the index keeps of a run's items (lbhash.runs.codes.item_embeddings); None
-    for a directory of codes without a trained run."""
-    if index_inputs.run_model(run_dir) is None:
+    for a directory of codes without a trained run (`model` None)."""
+    if model is None:
         return None
     from lbhash.runs.codes import item_embeddings
 
     return item_embeddings(run_dir, ids, spec)
 
 
-def _record_origins(index, source: Path, spec: str | None, ids) -> None:
+def _record_origins(index, source: Path, spec: str | None, ids, model: dict | None) -> None:
     """The model that made a run's codes (searches with --run check it), the data its ids are
     positions in, and where each item came from (or the classes' names of feature rows)."""
-    model = index_inputs.run_model(source) if source.is_dir() else None
     if model is not None:
         index.metadata[index_inputs.MODEL_KEY] = model
     if spec is None:
