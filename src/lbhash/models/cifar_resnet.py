@@ -37,7 +37,7 @@ class BasicBlock(nn.Module):
 
 
 class CifarResNet(Backbone):
-    def __init__(self, depth: int = 20, width: float = DEFAULT_WIDTH, in_channels: int = 3):
+    def __init__(self, depth: int = 20, width: float = DEFAULT_WIDTH):
         super().__init__()
         if not isinstance(depth, int) or depth < 8 or (depth - 2) % 6:
             raise InputError(f"CIFAR ResNet depth must be 6n + 2 with n >= 1 (8, 14, 20, 32, ...), got {depth!r}")
@@ -45,19 +45,14 @@ class CifarResNet(Backbone):
             raise InputError(f"CIFAR ResNet width must be positive, got {width!r}")
         n = (depth - 2) // 6
         c1, c2, c3 = (max(1, round(16 * width * m)) for m in (1, 2, 4))
-        self.stem = nn.Sequential(_conv3x3(in_channels, c1), nn.BatchNorm2d(c1), nn.ReLU(inplace=True))
+        self.stem = nn.Sequential(_conv3x3(3, c1), nn.BatchNorm2d(c1), nn.ReLU(inplace=True))
         self.stage1 = self._stage(c1, c1, n, stride=1)
         self.stage2 = self._stage(c1, c2, n, stride=2)
         self.stage3 = self._stage(c2, c3, n, stride=2)
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.out_features = c3
         self.depth, self.width = depth, width
-        for m in self.modules():
-            if isinstance(m, nn.Conv2d):
-                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
-            elif isinstance(m, nn.BatchNorm2d):
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
+        self.init_conv_bn()
 
     @staticmethod
     def _stage(cin: int, cout: int, blocks: int, stride: int) -> nn.Sequential:

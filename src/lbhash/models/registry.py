@@ -62,6 +62,15 @@ class Backbone(nn.Module):
     weights_source: str | None = None  # the file the weights came from, None for random init
     weights_sha256: str | None = None  # that file's SHA-256
 
+    def init_conv_bn(self) -> None:
+        """He-normal convolutions (fan out), BatchNorm scale 1 and shift 0: the CNNs trained from scratch."""
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+            elif isinstance(m, nn.BatchNorm2d):
+                nn.init.ones_(m.weight)
+                nn.init.zeros_(m.bias)
+
     def stages(self) -> list[nn.Module]:
         """The backbone's stages from input to output (what `train_stages` counts from the end):
         the whole network as one stage unless a backbone says otherwise."""

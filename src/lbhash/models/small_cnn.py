@@ -18,12 +18,12 @@ STAGE_WIDTHS = (32, 64, 128, 256)
 
 
 class SmallCNN(Backbone):
-    def __init__(self, width: float = 1.0, in_channels: int = 3):
+    def __init__(self, width: float = 1.0):
         super().__init__()
         if not isinstance(width, (int, float)) or isinstance(width, bool) or not width > 0:
             raise InputError(f"smallcnn width must be a positive number, got {width!r}")
         layers: list[nn.Module] = []
-        cin = in_channels
+        cin = 3
         for k, base in enumerate(STAGE_WIDTHS):
             cout = max(1, round(base * width))
             layers.append(nn.Conv2d(cin, cout, 3, padding=1, bias=False))
@@ -34,12 +34,7 @@ class SmallCNN(Backbone):
         self.features = nn.Sequential(*layers)
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.out_features = cin
-        for m in self.modules():
-            if isinstance(m, nn.Conv2d):
-                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
-            elif isinstance(m, nn.BatchNorm2d):
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
+        self.init_conv_bn()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.flatten(self.pool(self.features(x)), 1)
