@@ -116,13 +116,13 @@ class PixelBatches:
 
 
 def pixel_inputs(pixels: np.ndarray, indices: np.ndarray, transform, batch_size: int, device="cpu",
-                 channels_last: bool = True, progress: bool = False, desc: str = "encoding") -> Iterator[torch.Tensor]:
+                 channels_last: bool = True, progress: bool = False) -> Iterator[torch.Tensor]:
     """The evaluation inputs of a pixel store's items at `indices`, in order, on `device`."""
     from tqdm import tqdm
 
     indices = np.asarray(indices, np.int64)
-    starts = range(0, len(indices), batch_size)
-    for start in tqdm(starts, desc=desc, unit="batch", leave=False, disable=not progress):
+    for start in tqdm(range(0, len(indices), batch_size), desc="encoding", unit="batch", leave=False,
+                      disable=not progress):
         x = transform(_host_batch(pixels, indices[start:start + batch_size], device))
         yield x if channels_last else x.contiguous()
 
@@ -158,14 +158,13 @@ def array_inputs(x: np.ndarray, batch_size: int, device="cpu") -> Iterator[torch
 
 
 def loader_inputs(dataset: Dataset, batch_size: int, device="cpu", num_workers: int = 0,
-                  channels_last: bool = False, progress: bool = False,
-                  desc: str = "encoding") -> Iterator[torch.Tensor]:
+                  channels_last: bool = False, progress: bool = False) -> Iterator[torch.Tensor]:
     """The inputs of a Dataset of (input, labels, position) items, in order, on `device`."""
     from tqdm import tqdm
 
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=num_workers,
                         pin_memory=str(device).startswith("cuda"))
-    for x, _, _ in tqdm(loader, desc=desc, leave=False, disable=not progress):
+    for x, _, _ in tqdm(loader, desc="encoding", leave=False, disable=not progress):
         x = x.to(device, non_blocking=True)
         if channels_last:
             x = x.contiguous(memory_format=torch.channels_last)

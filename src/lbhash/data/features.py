@@ -151,7 +151,7 @@ def load_features(path: str | os.PathLike, x_key: str | None = None, y_key: str 
         scale is not None or zero_point is not None or {"scale", "zero_point"} <= keys))
     read = read_arrays(path, x_key, y_key, split_key, labels_path, _features, "features", FEATURE_KEYS,
                        labels_required, (float32_copies(quantized), "the float32 copy of its features"))
-    quantization = _quantization(read.arrays, path, scale, zero_point, dequantize)
+    quantization = _quantization(read.arrays, path, scale, zero_point) if quantized(set(read.arrays)) else None
     if quantization is not None and dequantize == "auto" and np.asarray(read.x).dtype.kind == "f":
         # scaling float rows would scale features a second time, silently
         raise InputError(f"{path}: holds float features ({np.asarray(read.x).dtype}), which are feature values "
@@ -172,8 +172,7 @@ class LabelledArrays(NamedTuple):
 
 
 def read_arrays(path: Path, x_key, y_key, split_key, labels_path, check_x: Callable, what: str,
-                x_keys: tuple[str, ...], labels_required: bool = True,
-                copies: tuple[Copies, str] | None = None) -> LabelledArrays:
+                x_keys: tuple[str, ...], labels_required: bool, copies: tuple[Copies, str]) -> LabelledArrays:
     """Inputs, labels, split flags and class names of an array file (see load_features).
 
     `check_x(array, path, key)` validates the inputs; `what` names them in messages and
@@ -183,8 +182,7 @@ def read_arrays(path: Path, x_key, y_key, split_key, labels_path, check_x: Calla
     available memory before anything is read (lbhash.data.array_memory).
     """
     suffix = _check_file(path, f"{what} file")
-    if copies is not None:
-        check_load_memory(path, suffix, x_key, x_keys, *copies)
+    check_load_memory(path, suffix, x_key, x_keys, *copies)
     y_path, y_name = path, "y_train/y_test"  # the names used in label error messages
     if suffix == ".npy":
         for option, value in (("x_key", x_key), ("split_key", split_key)):
@@ -359,12 +357,8 @@ def _scalar(value, path: Path, key: str) -> float:
     return float(arr.ravel()[0])
 
 
-def _quantization(arrays: dict, path: Path, scale, zero_point, mode: str) -> tuple[float, float] | None:
-    """The (scale, zero_point) that turns the file's stored values into features, or None."""
-    in_file = "scale" in arrays and "zero_point" in arrays
-    given = scale is not None or zero_point is not None
-    if not (mode == "on" or (mode == "auto" and (given or in_file))):
-        return None
+def _quantization(arrays: dict, path: Path, scale, zero_point) -> tuple[float, float]:
+    """The (scale, zero_point) that turns the file's stored values into features."""
     if scale is None:
         if "scale" not in arrays:
             raise InputError(f"{path}: dequantising needs a scale: none given and the file has no 'scale' key")

@@ -78,9 +78,7 @@ class ImageDataset(HashDataset):
     @property
     def multi_label(self) -> bool:
         """The preset's declaration, else True if any item has other than one label."""
-        if self.declared_multi_label is not None:
-            return self.declared_multi_label
-        return bool((self.labels.sum(axis=1) != 1).any())
+        return super().multi_label if self.declared_multi_label is None else self.declared_multi_label
 
     def where(self, i: int) -> str:
         """Item i's file (or `tarball:member`) for messages."""

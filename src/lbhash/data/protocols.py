@@ -210,14 +210,11 @@ def _lists(dataset, spec: ProtocolSpec, name: str):
     if parts is None:
         raise InputError(f"protocol {spec.name!r} needs the data set's own train/query/database lists, but {name} "
                          "has none (list files give them); use 'given', 'per-class:T,Q' or 'random:T,Q'")
-    n = len(dataset.labels)
     out = []
     for part in ("train", "query", "database"):
         idx = np.asarray(parts[part], dtype=np.int64)
-        if idx.size == 0:
+        if idx.size == 0:  # ImageDataset checked the lists' indices; a subset may empty one
             raise InputError(f"protocol {spec.name!r}: the {part} list of {name} is empty")
-        if idx.min() < 0 or idx.max() >= n or len(np.unique(idx)) != len(idx):
-            raise InputError(f"protocol {spec.name!r}: the {part} list of {name} must hold unique indices below {n}")
         out.append(np.sort(idx))
     return tuple(out)
 
