@@ -51,12 +51,10 @@ LIST_PRESETS = {
 
 def load_image_folder(path: str | os.PathLike, cache: str = "auto", name: str | None = None,
                       per_class: PerClass | None = None) -> ImageDataset:
-    """A class-folder tree, on disk or in a tarball (.tar read in place, .tar.gz/.tgz/.tar.bz2/.tar.xz
-    held in memory): `train/<class>/*` + `test/<class>/*` (or `val/`) sets is_test; `<class>/*`
-    alone gives is_test None. Sorted class names give label ids. Items are ordered train then
-    test, by class, then by path. `per_class` keeps a part of each class (lbhash.data.per_class);
-    of a compressed tarball only that part is held in memory.
-    """
+    """A class-folder tree (lbhash.data.image_sources.class_tree), on disk or in a tarball (.tar read in
+    place, .tar.gz/.tgz/.tar.bz2/.tar.xz held in memory), items ordered train then test, by class, by path.
+    `per_class` keeps a part of each class (lbhash.data.per_class); of a compressed tarball only that part
+    is held in memory."""
     p = Path(path).expanduser()
     if p.is_dir():
         names = list_image_files(p, is_image_name)
@@ -98,10 +96,8 @@ def _tree_dataset(source, names: list[str], p: Path, cache: str, name: str,
 
 
 def load_cifar10(path: str | os.PathLike, cache: str = "auto", per_class: PerClass | None = None) -> ImageDataset:
-    """CIFAR-10 from the official python pickles (a `cifar-10-batches-py` directory, its parent,
-    or `cifar-10-python.tar.gz`) or from a class-folder tree / tarball with 10 classes;
-    `per_class` keeps a part of each class (lbhash.data.per_class).
-    """
+    """CIFAR-10 from the python pickles (a `cifar-10-batches-py` directory, its parent, or
+    `cifar-10-python.tar.gz`) or from a class-folder tree or tarball of 10 classes; `per_class` as above."""
     p = Path(path).expanduser()
     batches = names = None
     if p.is_dir():
@@ -149,22 +145,16 @@ def _tar_batches(p: Path, tar):
 
 def load_image_lists(directory: str | os.PathLike, root: str | os.PathLike | None = None,
                      preset: str | None = None, cache: str = "auto") -> ImageDataset:
-    """DeepHash list files: `train.txt`, `test.txt` (queries) and `database.txt` in `directory`.
-
-    Each line is `relative/path.jpg 0 1 0 ...`. Paths resolve against `root` (a directory or a
-    tarball; default `directory`) and must stay inside it (lbhash.data.image_root). The data
-    set holds each distinct path once, in order of first appearance (train, test, database);
-    `parts` gives each file's items and is_test marks test.txt items. A path listed twice must
-    carry the same labels.
-    """
+    """DeepHash list files `train.txt`, `test.txt` (queries) and `database.txt` in `directory`, lines
+    `relative/path.jpg 0 1 0 ...`, paths inside `root` (a directory or a tarball; default `directory`).
+    Each distinct path is one item (first appearance first; listed twice: the same labels), `parts`
+    gives each file's items and is_test marks test.txt's."""
     d = Path(directory).expanduser()
     if not d.is_dir():
         raise InputError(f"{d}: not a directory (expected one holding train.txt, test.txt and database.txt)")
-    pre = None
-    if preset is not None:
-        if preset not in LIST_PRESETS:
-            raise InputError(f"unknown list preset {preset!r} (known: {', '.join(LIST_PRESETS)})")
-        pre = LIST_PRESETS[preset]
+    if preset is not None and preset not in LIST_PRESETS:
+        raise InputError(f"unknown list preset {preset!r} (known: {', '.join(LIST_PRESETS)})")
+    pre = LIST_PRESETS.get(preset)
     num_labels = pre.num_labels if pre else None
     root_path = d if root is None else Path(root).expanduser()
     image_root = ImageRoot(root_path, on_disk=not is_tarball(root_path))  # a missing root: refused below

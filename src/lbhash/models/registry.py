@@ -27,8 +27,7 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 class PackagedWeights(NamedTuple):
-    """ImageNet weights shipped inside a registry package: its distribution name (for pip), its
-    import name, the file inside it and the file's SHA-256 (checked before loading)."""
+    """ImageNet weights shipped in a registry package (pip name, import name, file, SHA-256 checked first)."""
     distribution: str
     module: str
     file: str
@@ -138,10 +137,8 @@ def create_image_model(backbone_name: str, bits: int, hidden: Sequence[int] = ()
                        pretrained: str | os.PathLike | None = None, freeze_backbone: bool = False,
                        dropout: float = 0.0, freeze_bn: bool = False, train_stages: int = 0,
                        bf16_backbone: bool = False, **backbone_options) -> HashModel:
-    """backbone -> hash head. The default head is one Linear layer from the features to `bits`
-    (the DeepHash convention); `hidden` adds Linear -> ReLU layers before it. With
-    `freeze_backbone` only the head trains and the backbone stays in eval mode; `freeze_bn`,
-    `train_stages` and `bf16_backbone` are HashModel's."""
+    """backbone -> hash head: one Linear layer to `bits` (the DeepHash convention) after `hidden` Linear ->
+    ReLU layers; the other options are HashModel's."""
     backbone = create_backbone(backbone_name, pretrained=pretrained, **backbone_options)
     head = HashHead(backbone.out_features, bits, hidden, dropout)
     return HashModel(head, backbone, freeze_backbone=freeze_backbone, freeze_bn=freeze_bn,
