@@ -78,12 +78,8 @@ def _host_batch(pixels: np.ndarray, rows: np.ndarray, device) -> torch.Tensor:
 
 
 class PixelBatches:
-    """Batches of a decoded uint8 pixel store (n, H, W, 3): a gather of the batch's rows, then
-    the training transform on the whole batch (lbhash.data.augment) on `device`.
-
-    Crops and flips draw from a torch.Generator seeded by (epoch seed, rank): an epoch's
-    batches depend on nothing else, so a resumed run sees the same images.
-    """
+    """Batches of a decoded uint8 pixel store (n, H, W, 3): a gather of the batch's rows, then the training
+    transform (lbhash.data.augment) on the whole batch, its draws from `augmentation_generator`."""
 
     def __init__(self, pixels: np.ndarray, indices: np.ndarray, labels: np.ndarray, transform, batch_size: int,
                  device="cpu", rank: int = 0, world_size: int = 1, channels_last: bool = True):

@@ -1,4 +1,4 @@
-"""Where images come from: files, tarballs and DeepHash list files (CIFAR-10 pickles: cifar_pickles).
+"""Where images come from: files, tarballs and DeepHash list files (CIFAR-10 pickles: image_loaders).
 
 A source holds the encoded bytes of n images in data-set order: `read(i)` returns item i's
 bytes, `where(i)` names it in messages. Paths are kept in numpy byte arrays rather than lists

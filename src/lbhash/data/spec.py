@@ -93,9 +93,7 @@ PATH_OPTIONS = ("root", "labels")  # options whose values are paths (list files'
 
 
 def absolute_spec(spec: str) -> str:
-    """The data spec with its paths (the spec's own and PATH_OPTIONS') made absolute and resolved
-    against the current directory: it names the same files from any working directory (a run
-    records it beside the spec as typed; an index records it for its sources)."""
+    """The data spec with its paths (its own and PATH_OPTIONS') resolved: the same files from any directory."""
     parsed = parse_data_spec(spec)
     if parsed.path is None:
         return parsed.text

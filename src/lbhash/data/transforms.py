@@ -49,11 +49,8 @@ class ToFloat:
 
 
 class Resize:
-    """Bilinear resize with antialiasing (torch interpolate): an int sets the shorter side
-    (the longer one keeps the aspect ratio, truncated as torchvision does), (h, w) sets both.
-    uint8 input gives rounded uint8 (resize before ToFloat: faster), float gives float32. Same
-    size: returned unchanged.
-    """
+    """Antialiased bilinear resize: an int sets the shorter side (the longer one truncated, as torchvision
+    does), (h, w) both. uint8 gives rounded uint8 (faster before ToFloat), float gives float32."""
 
     def __init__(self, size):
         pair = _pair(size, "Resize")
@@ -192,10 +189,8 @@ def build_transforms(preset: str, image_size: int, train: bool, augment: str = "
 
 
 class TransformedImages(Dataset):
-    """Item k: (transform(image of indices[k] as uint8 CHW), labels row as float32, k).
-
-    Picklable for DataLoader workers: a tarball source reopens its file in each process.
-    """
+    """Item k: (transform(image of indices[k] as uint8 CHW), labels row as float32, k); picklable for
+    DataLoader workers (a tarball source reopens its file in each process)."""
 
     def __init__(self, dataset, indices: np.ndarray, transform=None):
         self.dataset, self.indices, self.transform = dataset, np.asarray(indices, np.int64), transform
