@@ -29,12 +29,9 @@ class InputOptions(NamedTuple):
 
 
 class HashDataset:
-    """Items with multi-hot labels, as training and encoding use them.
-
-    Subclasses set `labels` ((n, C) bool), `is_test` ((n,) bool or None: the data set's own
-    train/test split), `name`, `class_names`, and optionally `parts` (explicit train/query/
-    database index lists) and `topk` (a default R), and implement the methods below.
-    """
+    """Items with multi-hot labels, as training and encoding use them. Subclasses set `labels` ((n, C) bool),
+    `is_test` ((n,) bool or None: the data set's own split), `name`, `class_names`, and optionally `parts`
+    (train/query/database index lists) and `topk` (a default R), and implement the methods below."""
 
     input_kind: ClassVar[str] = ""   # "features" or "images"
     labels: np.ndarray

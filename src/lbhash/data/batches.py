@@ -36,7 +36,17 @@ def augmentation_generator(seed: int, rank: int, device) -> torch.Generator:
     return gen
 
 
-class ArrayBatches:
+class _Sharded:
+    """Batches of `n` items, each epoch's order sharded across ranks (shard_order)."""
+
+    def __init__(self, n: int, batch_size: int, rank: int, world_size: int):
+        self.n, self.batch_size, self.rank, self.world_size = n, batch_size, rank, world_size
+
+    def __len__(self) -> int:
+        return -(-len(shard_order(self.n, 0, self.rank, self.world_size)) // self.batch_size)
+
+
+class ArrayBatches(_Sharded):
     """Batches of an in-memory training set (float32 features, as ArrayDataset holds them); data
     live on `device` once, a batch is a gather."""
 
@@ -44,11 +54,7 @@ class ArrayBatches:
                  rank: int = 0, world_size: int = 1):
         self.x = torch.as_tensor(x, device=device)
         self.y = torch.as_tensor(labels, dtype=torch.float32, device=device)
-        self.n = len(self.x)
-        self.batch_size, self.rank, self.world_size = batch_size, rank, world_size
-
-    def __len__(self) -> int:
-        return -(-len(shard_order(self.n, 0, self.rank, self.world_size)) // self.batch_size)
+        super().__init__(len(self.x), batch_size, rank, world_size)
 
     def epoch(self, seed: int) -> Iterator[Batch]:
         order = torch.as_tensor(shard_order(self.n, seed, self.rank, self.world_size), device=self.x.device)
@@ -77,7 +83,7 @@ def _host_batch(pixels: np.ndarray, rows: np.ndarray, device) -> torch.Tensor:
     return batch
 
 
-class PixelBatches:
+class PixelBatches(_Sharded):
     """Batches of a decoded uint8 pixel store (n, H, W, 3): a gather of the batch's rows, then the training
     transform (lbhash.data.augment) on the whole batch, its draws from `augmentation_generator`."""
 
@@ -87,11 +93,7 @@ class PixelBatches:
         self.device, self.transform, self.channels_last = torch.device(device), transform, channels_last
         self.on_device = _pixel_tensor(pixels, self.device)
         self.y = torch.as_tensor(labels, dtype=torch.float32, device=self.device)
-        self.n = len(self.indices)
-        self.batch_size, self.rank, self.world_size = batch_size, rank, world_size
-
-    def __len__(self) -> int:
-        return -(-len(shard_order(self.n, 0, self.rank, self.world_size)) // self.batch_size)
+        super().__init__(len(self.indices), batch_size, rank, world_size)
 
     def epoch(self, seed: int) -> Iterator[Batch]:
         order = shard_order(self.n, seed, self.rank, self.world_size)
@@ -123,17 +125,13 @@ def pixel_inputs(pixels: np.ndarray, indices: np.ndarray, transform, batch_size:
         yield x if channels_last else x.contiguous()
 
 
-class LoaderBatches:
+class LoaderBatches(_Sharded):
     """Batches of a torch Dataset of (image, labels, position) items through a DataLoader."""
 
     def __init__(self, dataset: Dataset, batch_size: int, device="cpu", num_workers: int = 0,
                  rank: int = 0, world_size: int = 1, channels_last: bool = False):
-        self.dataset, self.n = dataset, len(dataset)
-        self.batch_size, self.device, self.num_workers = batch_size, device, num_workers
-        self.rank, self.world_size, self.channels_last = rank, world_size, channels_last
-
-    def __len__(self) -> int:
-        return -(-len(shard_order(self.n, 0, self.rank, self.world_size)) // self.batch_size)
+        super().__init__(len(dataset), batch_size, rank, world_size)
+        self.dataset, self.device, self.num_workers, self.channels_last = dataset, device, num_workers, channels_last
 
     def epoch(self, seed: int) -> Iterator[Batch]:
         order = shard_order(self.n, seed, self.rank, self.world_size).tolist()

@@ -54,14 +54,10 @@ class StageInputs(NamedTuple):
 
 
 class HashModel(nn.Module):
-    """backbone -> hash head. The backbone maps inputs to features (identity for features).
-
-    A frozen image backbone also takes its own pooled features (B, D), cached once
-    (lbhash.data.feature_cache): they go to the head alone. Fine-tuning (docs/models.md):
-    `freeze_bn` keeps the backbone's BatchNorm statistics, `train_stages` N > 0 freezes all but its
-    last N stages, `set_frozen` switches the whole backbone off and on, and `bf16_backbone` runs it
-    under bf16 autocast on every path, so training, cached features and later encodings agree.
-    """
+    """backbone (identity for features) -> hash head. A frozen image backbone also takes its own cached
+    pooled features (B, D), which go to the head alone. Fine-tuning (docs/models.md): `freeze_bn` keeps the
+    BatchNorm statistics, `train_stages` N > 0 freezes all but the last N stages, `set_frozen` switches the
+    whole backbone off and on, `bf16_backbone` runs it under bf16 autocast on every path (so they agree)."""
 
     def __init__(self, head: HashHead, backbone: nn.Module | None = None, freeze_backbone: bool = False,
                  freeze_bn: bool = False, train_stages: int = 0, bf16_backbone: bool = False):

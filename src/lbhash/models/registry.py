@@ -43,13 +43,10 @@ _REGISTRY: dict[str, tuple[Callable[..., "Backbone"], BackboneDefaults]] = {}
 
 
 class Backbone(nn.Module):
-    """A feature extractor. Subclasses set `out_features` and may override the class defaults.
-
-    `source_prefixes_dropped`: keys of the source network's checkpoint (its classifier) that this
-    feature extractor does not hold; loading ignores them, so full torchvision files load as is.
-    `hub_weights`: torchvision weight tag -> accepted file names in the torch hub cache, first
-    tag the default. `packaged_weights`: what pretrained="imagenet" loads (None: nothing).
-    """
+    """A feature extractor. Subclasses set `out_features` and may override the class defaults:
+    `source_prefixes_dropped`, the source checkpoint's keys it does not hold (its classifier: ignored when
+    loading); `hub_weights`, torchvision weight tag -> file names in the torch hub cache (the first tag
+    the default); `packaged_weights`, what pretrained="imagenet" loads (None: nothing)."""
 
     out_features: int
     default_image_size: int = 224     # set from the registry by create_backbone
@@ -71,8 +68,7 @@ class Backbone(nn.Module):
                 nn.init.zeros_(m.bias)
 
     def stages(self) -> list[nn.Module]:
-        """The backbone's stages from input to output (what `train_stages` counts from the end):
-        the whole network as one stage unless a backbone says otherwise."""
+        """The stages from input to output (`train_stages` counts from the end); by default one."""
         return [self]
 
     def prefix(self, x: torch.Tensor, stop: int) -> torch.Tensor:
@@ -82,8 +78,8 @@ class Backbone(nn.Module):
         raise NotImplementedError(f"backbone {self.name or type(self).__name__} runs as one stage")
 
     def forward_from(self, x: torch.Tensor, start: int) -> torch.Tensor:
-        """The pooled features of activations `x` after the first `start` stages (the whole
-        forward pass for 0): `forward_from(prefix(x, k), k)` is `forward(x)`."""
+        """The pooled features of activations `x` after the first `start` stages: `forward_from(prefix(x, k), k)`
+        is `forward(x)`."""
         if start == 0:
             return self(x)
         raise NotImplementedError(f"backbone {self.name or type(self).__name__} runs as one stage")
