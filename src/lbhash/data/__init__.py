@@ -1,10 +1,10 @@
 """Data sets and split protocols (docs/data.md).
 
 `base` (the HashDataset contract), `features`, `images` and its readers (`image_loaders`,
-`image_arrays`, `image_sources`, `cifar_pickles`, `per_class`, `pixel_cache`, `batches`,
-`augment`), `spec` (data-spec strings and their registry), `protocols` (seeded splits, paper
-Sec. 6.1.1) and `transforms` (imports torch, so it is not loaded here; its names are still
-reachable as attributes); `DataOptions` (here): a run's data options.
+`image_arrays`, `image_sources`, `per_class`, `pixel_cache`, `batches`, `augment`), `spec`
+(data-spec strings and their registry), `protocols` (seeded splits, paper Sec. 6.1.1) and
+`transforms` (imports torch, so it is not loaded here; its names are still reachable as
+attributes); `DataOptions` (here): a run's data options.
 """
 
 from typing import Literal

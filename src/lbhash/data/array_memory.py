@@ -41,10 +41,8 @@ def file_headers(path: Path, suffix: str) -> dict[str, tuple[tuple[int, ...], np
 
 def check_load_memory(path: Path, suffix: str, x_key: str | None, x_keys: tuple[str, ...], copies: Copies,
                       copy_what: str) -> None:
-    """Refuse, before reading it, a file whose arrays plus the copies loading makes of its
-    inputs (`copies`, described by `copy_what`) exceed the available memory. The inputs are
-    found as the loader finds them (`x_key`, else the first of `x_keys`, else x_train and
-    x_test); a file where they are not found is left to the loader's own message."""
+    """Refuse, before reading it, a file whose arrays plus the `copies` loading makes of its inputs (found as
+    the loader finds them; when not, the loader's message follows) exceed the available memory."""
     headers = file_headers(path, suffix)
     if not headers:
         return

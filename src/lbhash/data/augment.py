@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from lbhash.data.eval_images import resized_shape
-from lbhash.data.transforms import AUGMENTS, IMAGENET_MEAN, IMAGENET_STD, TRANSFORM_PRESETS
+from lbhash.data.transforms import IMAGENET_MEAN, IMAGENET_STD, check_pipeline
 from lbhash.errors import InputError
 
 CIFAR_PADDING = 4
@@ -23,12 +23,7 @@ class BatchTransform:
     """One preset's train or eval pipeline for batches of same-sized uint8 NHWC images."""
 
     def __init__(self, preset: str, image_size: int, train: bool, augment: str = "crop-flip"):
-        if preset not in TRANSFORM_PRESETS:
-            raise InputError(f"unknown transform preset {preset!r} (known: {', '.join(TRANSFORM_PRESETS)})")
-        if augment not in AUGMENTS:
-            raise InputError(f"unknown augment {augment!r} (known: {', '.join(AUGMENTS)})")
-        if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 1:
-            raise InputError(f"image_size must be a positive integer, got {image_size!r}")
+        check_pipeline(preset, image_size, augment)
         self.preset, self.size, self.train, self.augment = preset, image_size, train, augment
         self._stats: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
 

@@ -13,6 +13,7 @@ from typing import ClassVar, Iterator, NamedTuple
 import numpy as np
 
 from lbhash.errors import InputError
+from lbhash.labels import as_multihot
 
 INPUT_KINDS = ("features", "images")
 
@@ -28,12 +29,9 @@ class InputOptions(NamedTuple):
 
 
 class HashDataset:
-    """Items with multi-hot labels, as training and encoding use them.
-
-    Subclasses set `labels` ((n, C) bool), `is_test` ((n,) bool or None: the data set's own
-    train/test split), `name`, `class_names`, and optionally `parts` (explicit train/query/
-    database index lists) and `topk` (a default R), and implement the methods below.
-    """
+    """Items with multi-hot labels, as training and encoding use them. Subclasses set `labels` ((n, C) bool),
+    `is_test` ((n,) bool or None: the data set's own split), `name`, `class_names`, and optionally `parts`
+    (train/query/database index lists) and `topk` (a default R), and implement the methods below."""
 
     input_kind: ClassVar[str] = ""   # "features" or "images"
     labels: np.ndarray
@@ -54,6 +52,21 @@ class HashDataset:
     def multi_label(self) -> bool:
         """True if any item has a number of labels other than one (none counts too)."""
         return bool((self.labels.sum(axis=1) != 1).any())
+
+    def check_labels(self, n: int | None) -> None:
+        """Labels made bool (n, C) multi-hot (n: the items, None: as many as the labels), `is_test` and
+        `class_names` checked against them: each data set's __post_init__ calls it."""
+        self.labels = as_multihot(self.labels, f"{self.name}: labels")
+        n = len(self.labels) if n is None else n
+        if len(self.labels) != n:
+            raise InputError(f"{self.name}: {len(self.labels)} label rows for {n} items")
+        if self.is_test is not None:
+            self.is_test = split_flags(self.is_test, n, self.name, "is_test")
+        if self.class_names is not None:
+            self.class_names = [str(c) for c in self.class_names]
+            if len(self.class_names) != self.num_classes:
+                raise InputError(f"{self.name}: {len(self.class_names)} class names for {self.num_classes} "
+                                 "label columns")
 
     def subset(self, indices) -> "HashDataset":
         """The items at `indices`, class axis and names kept."""
@@ -118,12 +131,3 @@ def split_flags(arr, n: int, where, key: str) -> np.ndarray:
     if arr.dtype.kind not in "iuf" or not ((arr == 0) | (arr == 1)).all():
         raise InputError(f"{where}: split {key!r} must hold booleans or 0/1 (True = test item)")
     return arr.astype(bool)
-
-
-def check_class_names(names, num_classes: int, where: str) -> list[str] | None:
-    if names is None:
-        return None
-    names = [str(c) for c in names]
-    if len(names) != num_classes:
-        raise InputError(f"{where}: {len(names)} class names for {num_classes} label columns")
-    return names

@@ -36,7 +36,17 @@ def augmentation_generator(seed: int, rank: int, device) -> torch.Generator:
     return gen
 
 
-class ArrayBatches:
+class _Sharded:
+    """Batches of `n` items, each epoch's order sharded across ranks (shard_order)."""
+
+    def __init__(self, n: int, batch_size: int, rank: int, world_size: int):
+        self.n, self.batch_size, self.rank, self.world_size = n, batch_size, rank, world_size
+
+    def __len__(self) -> int:
+        return -(-len(shard_order(self.n, 0, self.rank, self.world_size)) // self.batch_size)
+
+
+class ArrayBatches(_Sharded):
     """Batches of an in-memory training set (float32 features, as ArrayDataset holds them); data
     live on `device` once, a batch is a gather."""
 
@@ -44,11 +54,7 @@ class ArrayBatches:
                  rank: int = 0, world_size: int = 1):
         self.x = torch.as_tensor(x, device=device)
         self.y = torch.as_tensor(labels, dtype=torch.float32, device=device)
-        self.n = len(self.x)
-        self.batch_size, self.rank, self.world_size = batch_size, rank, world_size
-
-    def __len__(self) -> int:
-        return -(-len(shard_order(self.n, 0, self.rank, self.world_size)) // self.batch_size)
+        super().__init__(len(self.x), batch_size, rank, world_size)
 
     def epoch(self, seed: int) -> Iterator[Batch]:
         order = torch.as_tensor(shard_order(self.n, seed, self.rank, self.world_size), device=self.x.device)
@@ -77,13 +83,9 @@ def _host_batch(pixels: np.ndarray, rows: np.ndarray, device) -> torch.Tensor:
     return batch
 
 
-class PixelBatches:
-    """Batches of a decoded uint8 pixel store (n, H, W, 3): a gather of the batch's rows, then
-    the training transform on the whole batch (lbhash.data.augment) on `device`.
-
-    Crops and flips draw from a torch.Generator seeded by (epoch seed, rank): an epoch's
-    batches depend on nothing else, so a resumed run sees the same images.
-    """
+class PixelBatches(_Sharded):
+    """Batches of a decoded uint8 pixel store (n, H, W, 3): a gather of the batch's rows, then the training
+    transform (lbhash.data.augment) on the whole batch, its draws from `augmentation_generator`."""
 
     def __init__(self, pixels: np.ndarray, indices: np.ndarray, labels: np.ndarray, transform, batch_size: int,
                  device="cpu", rank: int = 0, world_size: int = 1, channels_last: bool = True):
@@ -91,11 +93,7 @@ class PixelBatches:
         self.device, self.transform, self.channels_last = torch.device(device), transform, channels_last
         self.on_device = _pixel_tensor(pixels, self.device)
         self.y = torch.as_tensor(labels, dtype=torch.float32, device=self.device)
-        self.n = len(self.indices)
-        self.batch_size, self.rank, self.world_size = batch_size, rank, world_size
-
-    def __len__(self) -> int:
-        return -(-len(shard_order(self.n, 0, self.rank, self.world_size)) // self.batch_size)
+        super().__init__(len(self.indices), batch_size, rank, world_size)
 
     def epoch(self, seed: int) -> Iterator[Batch]:
         order = shard_order(self.n, seed, self.rank, self.world_size)
@@ -116,28 +114,24 @@ class PixelBatches:
 
 
 def pixel_inputs(pixels: np.ndarray, indices: np.ndarray, transform, batch_size: int, device="cpu",
-                 channels_last: bool = True, progress: bool = False, desc: str = "encoding") -> Iterator[torch.Tensor]:
+                 channels_last: bool = True, progress: bool = False) -> Iterator[torch.Tensor]:
     """The evaluation inputs of a pixel store's items at `indices`, in order, on `device`."""
     from tqdm import tqdm
 
     indices = np.asarray(indices, np.int64)
-    starts = range(0, len(indices), batch_size)
-    for start in tqdm(starts, desc=desc, unit="batch", leave=False, disable=not progress):
+    for start in tqdm(range(0, len(indices), batch_size), desc="encoding", unit="batch", leave=False,
+                      disable=not progress):
         x = transform(_host_batch(pixels, indices[start:start + batch_size], device))
         yield x if channels_last else x.contiguous()
 
 
-class LoaderBatches:
+class LoaderBatches(_Sharded):
     """Batches of a torch Dataset of (image, labels, position) items through a DataLoader."""
 
     def __init__(self, dataset: Dataset, batch_size: int, device="cpu", num_workers: int = 0,
                  rank: int = 0, world_size: int = 1, channels_last: bool = False):
-        self.dataset, self.n = dataset, len(dataset)
-        self.batch_size, self.device, self.num_workers = batch_size, device, num_workers
-        self.rank, self.world_size, self.channels_last = rank, world_size, channels_last
-
-    def __len__(self) -> int:
-        return -(-len(shard_order(self.n, 0, self.rank, self.world_size)) // self.batch_size)
+        super().__init__(len(dataset), batch_size, rank, world_size)
+        self.dataset, self.device, self.num_workers, self.channels_last = dataset, device, num_workers, channels_last
 
     def epoch(self, seed: int) -> Iterator[Batch]:
         order = shard_order(self.n, seed, self.rank, self.world_size).tolist()
@@ -158,14 +152,13 @@ def array_inputs(x: np.ndarray, batch_size: int, device="cpu") -> Iterator[torch
 
 
 def loader_inputs(dataset: Dataset, batch_size: int, device="cpu", num_workers: int = 0,
-                  channels_last: bool = False, progress: bool = False,
-                  desc: str = "encoding") -> Iterator[torch.Tensor]:
+                  channels_last: bool = False, progress: bool = False) -> Iterator[torch.Tensor]:
     """The inputs of a Dataset of (input, labels, position) items, in order, on `device`."""
     from tqdm import tqdm
 
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=num_workers,
                         pin_memory=str(device).startswith("cuda"))
-    for x, _, _ in tqdm(loader, desc=desc, leave=False, disable=not progress):
+    for x, _, _ in tqdm(loader, desc="encoding", leave=False, disable=not progress):
         x = x.to(device, non_blocking=True)
         if channels_last:
             x = x.contiguous(memory_format=torch.channels_last)

@@ -14,7 +14,7 @@ import numpy as np
 
 from lbhash.errors import InputError
 
-EVAL_PRESETS = ("imagenet", "cifar", "cifar-augment")
+TRANSFORM_PRESETS = ("imagenet", "cifar", "cifar-augment")
 
 
 def resized_shape(preset: str, size: int, h: int, w: int) -> tuple[int, int]:
@@ -29,8 +29,8 @@ def resized_shape(preset: str, size: int, h: int, w: int) -> tuple[int, int]:
 
 def eval_inputs(images: np.ndarray, preset: str, size: int, mean, std) -> np.ndarray:
     """Model inputs float32 (n, 3, size, size) of same-sized uint8 images (n, H, W, 3)."""
-    if preset not in EVAL_PRESETS:
-        raise InputError(f"unknown transform preset {preset!r} (known: {', '.join(EVAL_PRESETS)})")
+    if preset not in TRANSFORM_PRESETS:
+        raise InputError(f"unknown transform preset {preset!r} (known: {', '.join(TRANSFORM_PRESETS)})")
     if images.dtype != np.uint8 or images.ndim != 4 or images.shape[3] != 3:
         raise InputError(f"images must be uint8 (n, H, W, 3), got {images.dtype} {images.shape}")
     h, w = images.shape[1:3]

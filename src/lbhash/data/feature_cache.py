@@ -65,9 +65,8 @@ def _entry_key(backbone, options: InputOptions, images: dict, bf16: bool) -> dic
 
 def backbone_features(dataset, backbone: torch.nn.Module, indices, options: InputOptions, device="cpu",
                       progress: bool = False, batch_size: int | None = None, bf16: bool = False) -> np.ndarray:
-    """The backbone's pooled features (len(indices), D) float32 of the image items at `indices`,
-    from the cache or computed (and cached) now; `bf16`: under bf16 autocast (HashModel's
-    bf16_backbone), the float32 of its bf16 outputs."""
+    """The backbone's pooled float32 features (len(indices), D) of the items at `indices`, cached or computed
+    (and cached) now; `bf16`: under bf16 autocast (HashModel's bf16_backbone)."""
     idx = check_indices(dataset, indices)
     if getattr(dataset, "pixels", True) is None and getattr(dataset, "source", None) is not None:
         _LOG.info("backbone features: decoding the %d images of %s first (their pixels key the feature cache)",
@@ -180,9 +179,8 @@ def _write_entry(path, features: np.ndarray, key: dict) -> None:
 
 @dataclass(eq=False)
 class FrozenFeatures(HashDataset):
-    """An image data set seen through a frozen backbone: the items at `rows` >= 0 give their
-    cached features as model inputs (HashModel sends them to the head alone); labels, splits,
-    names and sources are the images'."""
+    """An image data set whose items at `rows` >= 0 give a frozen backbone's features as model inputs (for
+    the head alone); labels, splits, names and sources are the images'."""
 
     images: HashDataset
     features: np.ndarray        # (m, D) float32

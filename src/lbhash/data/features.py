@@ -17,7 +17,7 @@ import numpy as np
 from lbhash import _io
 from lbhash.arrays import as_float32, first_nonfinite
 from lbhash.data.array_memory import Copies, check_load_memory, float32_copies
-from lbhash.data.base import HashDataset, InputOptions, check_class_names, check_indices, split_flags
+from lbhash.data.base import HashDataset, InputOptions, check_indices, split_flags
 from lbhash.errors import InputError
 from lbhash.labels import as_multihot
 
@@ -32,12 +32,8 @@ DEQUANTIZE_MODES = ("auto", "on", "off")
 
 @dataclass(eq=False)
 class ArrayDataset(HashDataset):
-    """An in-memory set of feature vectors plus labels.
-
-    `x` is stored as C-contiguous float32 (the model's input type; no copy when it is that
-    already). `labels` may be given as class ids or 0/1 rows; it is stored as a boolean (n, C) array.
-    `is_test` is the file's own train/test split (True = test), or None when it has none.
-    """
+    """In-memory feature vectors `x` (kept as C-contiguous float32, copied only when not that) and labels
+    (class ids or 0/1 rows, kept as bool (n, C)); `is_test`: the file's own split (True = test) or None."""
 
     input_kind = "features"
     x: np.ndarray
@@ -61,13 +57,7 @@ class ArrayDataset(HashDataset):
         if x.dtype.kind not in "biuf":
             raise InputError(f"{self.name}: features must be numbers, got dtype {x.dtype}")
         self.x = as_float32(x)
-        self.labels = as_multihot(self.labels, f"{self.name}: labels")
-        n = len(self.x)
-        if len(self.labels) != n:
-            raise InputError(f"{self.name}: {len(self.labels)} label rows for {n} items")
-        if self.is_test is not None:
-            self.is_test = split_flags(self.is_test, n, self.name, "is_test")
-        self.class_names = check_class_names(self.class_names, self.num_classes, self.name)
+        self.check_labels(len(self.x))
 
     def subset(self, indices) -> ArrayDataset:
         """The items at `indices` (class axis and names kept), e.g. `ds.subset(split.train)`."""
@@ -108,20 +98,14 @@ class ArrayDataset(HashDataset):
 
 
 def count_unlabelled(data) -> int:
-    """Number of items with no label at all (a data set, or labels in any accepted form).
-
-    They are allowed in a data set (evaluation treats them as relevant to nothing), but
-    training code rejects them where a method needs a label.
-    """
+    """Number of items with no label (of a data set, or labels in any accepted form): evaluation takes
+    them as relevant to nothing; methods that need a label refuse them."""
     labels = data.labels if isinstance(data, HashDataset) else as_multihot(data)
     return int((~labels.any(axis=1)).sum())
 
 
 def load_digits() -> ArrayDataset:
-    """scikit-learn's bundled digits: 1797 items x 64 pixel features (0..16), 10 classes.
-
-    It ships inside scikit-learn (no download) and has no train/test split of its own.
-    """
+    """scikit-learn's bundled digits (no download): 1797 items x 64 pixel features (0..16), 10 classes, no split."""
     from sklearn.datasets import load_digits as sk_load_digits
 
     raw = sk_load_digits()
@@ -151,7 +135,7 @@ def load_features(path: str | os.PathLike, x_key: str | None = None, y_key: str 
         scale is not None or zero_point is not None or {"scale", "zero_point"} <= keys))
     read = read_arrays(path, x_key, y_key, split_key, labels_path, _features, "features", FEATURE_KEYS,
                        labels_required, (float32_copies(quantized), "the float32 copy of its features"))
-    quantization = _quantization(read.arrays, path, scale, zero_point, dequantize)
+    quantization = _quantization(read.arrays, path, scale, zero_point) if quantized(set(read.arrays)) else None
     if quantization is not None and dequantize == "auto" and np.asarray(read.x).dtype.kind == "f":
         # scaling float rows would scale features a second time, silently
         raise InputError(f"{path}: holds float features ({np.asarray(read.x).dtype}), which are feature values "
@@ -172,19 +156,15 @@ class LabelledArrays(NamedTuple):
 
 
 def read_arrays(path: Path, x_key, y_key, split_key, labels_path, check_x: Callable, what: str,
-                x_keys: tuple[str, ...], labels_required: bool = True,
-                copies: tuple[Copies, str] | None = None) -> LabelledArrays:
+                x_keys: tuple[str, ...], labels_required: bool, copies: tuple[Copies, str]) -> LabelledArrays:
     """Inputs, labels, split flags and class names of an array file (see load_features).
 
-    `check_x(array, path, key)` validates the inputs; `what` names them in messages and
-    `x_keys` are the keys tried when `x_key` is None. Without labels_required, a file with no
-    labels gives items with no label (zero label columns). `copies`: the copies the caller
-    makes of the inputs and their description, checked with the file's arrays against the
-    available memory before anything is read (lbhash.data.array_memory).
+    `check_x(array, path, key)` validates the inputs, `what` names them and `x_keys` are tried when
+    `x_key` is None. Without labels_required, a file without labels gives zero label columns.
+    `copies` (lbhash.data.array_memory): the copies the caller makes, checked against the memory first.
     """
     suffix = _check_file(path, f"{what} file")
-    if copies is not None:
-        check_load_memory(path, suffix, x_key, x_keys, *copies)
+    check_load_memory(path, suffix, x_key, x_keys, *copies)
     y_path, y_name = path, "y_train/y_test"  # the names used in label error messages
     if suffix == ".npy":
         for option, value in (("x_key", x_key), ("split_key", split_key)):
@@ -203,13 +183,11 @@ def read_arrays(path: Path, x_key, y_key, split_key, labels_path, check_x: Calla
             raw_y = None
             if labels_path is None:
                 y_name = _pick(arrays, path, y_key, LABEL_KEYS, "labels")
-                if y_name is None and not labels_required:
-                    raw_y = np.zeros((len(x), 0), dtype=bool)
-                elif y_name is None:
+                if y_name is not None:
+                    raw_y = _label_vector(arrays[y_name], len(x), path, y_name)
+                elif labels_required:
                     raise InputError(f"{path}: no labels: none of the keys {', '.join(LABEL_KEYS)} "
                                      f"(keys: {_keys(arrays)}); give y_key or labels_path")
-                else:
-                    raw_y = _label_vector(arrays[y_name], len(x), path, y_name)
             split_name = _pick(arrays, path, split_key, SPLIT_KEYS, "split")
             is_test = None if split_name is None else split_flags(arrays[split_name], len(x), path, split_name)
         elif "x_train" in arrays and "x_test" in arrays:
@@ -359,12 +337,8 @@ def _scalar(value, path: Path, key: str) -> float:
     return float(arr.ravel()[0])
 
 
-def _quantization(arrays: dict, path: Path, scale, zero_point, mode: str) -> tuple[float, float] | None:
-    """The (scale, zero_point) that turns the file's stored values into features, or None."""
-    in_file = "scale" in arrays and "zero_point" in arrays
-    given = scale is not None or zero_point is not None
-    if not (mode == "on" or (mode == "auto" and (given or in_file))):
-        return None
+def _quantization(arrays: dict, path: Path, scale, zero_point) -> tuple[float, float]:
+    """The (scale, zero_point) that turns the file's stored values into features."""
     if scale is None:
         if "scale" not in arrays:
             raise InputError(f"{path}: dequantising needs a scale: none given and the file has no 'scale' key")

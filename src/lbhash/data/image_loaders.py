@@ -1,9 +1,14 @@
 """Loaders of image data sets: CIFAR-10 pickles, class-folder trees and tarballs, DeepHash
-list files (with the nuswide21 / imagenet100 presets)."""
+list files (with the nuswide21 / imagenet100 presets).
+
+CIFAR-10's official python pickles (`data_batch_1..5`, `test_batch`, `batches.meta`) are read
+with an unpickler that resolves numpy's array reconstruction and nothing else."""
 
 from __future__ import annotations
 
+import io
 import os
+import pickle
 import posixpath
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,7 +16,6 @@ from pathlib import Path
 import numpy as np
 
 from lbhash.data.image_root import ImageRoot, list_image_files
-from lbhash.data.cifar_pickles import CIFAR_FILES, read_cifar_batches
 from lbhash.data.image_sources import (
     BlobSource,
     FileSource,
@@ -28,7 +32,83 @@ from lbhash.data.image_sources import (
 from lbhash.data.images import ImageDataset
 from lbhash.data.per_class import PerClass, per_class_positions
 from lbhash.labels import as_multihot
-from lbhash.errors import InputError
+from lbhash.errors import InputError, one_line
+
+CIFAR_FILES = (*(f"data_batch_{k}" for k in range(1, 6)), "test_batch", "batches.meta")
+
+
+def _latin1_encode(text, encoding="latin1"):
+    # Python 3 pickles bytes at protocol 2 as _codecs.encode(str, "latin1"): only that is allowed
+    if not isinstance(text, str) or encoding not in ("latin1", "latin-1"):
+        raise pickle.UnpicklingError("only _codecs.encode(str, 'latin1') is allowed")
+    return text.encode("latin1")
+
+
+def _allowed_globals() -> dict:
+    probe = np.zeros(1, np.uint8)
+    reconstruct, frombuffer = probe.__reduce__()[0], probe.__reduce_ex__(5)[0]
+    allowed = {("numpy", "ndarray"): np.ndarray, ("numpy", "dtype"): np.dtype,
+               ("_codecs", "encode"): _latin1_encode}
+    for core in ("numpy.core", "numpy._core"):  # numpy 1 and 2 spell the module differently
+        allowed[(f"{core}.multiarray", "_reconstruct")] = reconstruct
+        allowed[(f"{core}.numeric", "_frombuffer")] = frombuffer
+    return allowed
+
+
+class _CifarUnpickler(pickle.Unpickler):
+    """Only numpy array reconstruction: never an arbitrary class or function."""
+
+    allowed = _allowed_globals()
+
+    def find_class(self, module, name):
+        obj = self.allowed.get((module, name))
+        if obj is None:
+            raise pickle.UnpicklingError(f"global {module}.{name} is not allowed")
+        return obj
+
+
+def _unpickle(data: bytes, where: str) -> dict:
+    try:
+        obj = _CifarUnpickler(io.BytesIO(data), encoding="bytes").load()
+    except Exception as err:  # whatever a malformed pickle raises, never run further
+        raise InputError(f"{where}: not a CIFAR-10 python batch ({one_line(err)})") from None
+    if not isinstance(obj, dict):
+        raise InputError(f"{where}: not a CIFAR-10 python batch (holds {type(obj).__name__}, not a dict)")
+    return {(k.decode("latin1") if isinstance(k, bytes) else k): v for k, v in obj.items()}
+
+
+def _get(d: dict, key: str, where: str):
+    if key not in d:
+        raise InputError(f"{where}: no {key!r} entry (keys: {', '.join(map(str, d))})")
+    return d[key]
+
+
+def read_cifar_batches(read, where):
+    """CIFAR-10 python batches through read(name) -> bytes and where(name) -> str.
+
+    Returns pixels (n, 32, 32, 3) uint8, class ids, is_test and class names (train batches
+    1..5 first, then test_batch).
+    """
+    meta = _unpickle(read("batches.meta"), where("batches.meta"))
+    names = [n.decode("utf-8") if isinstance(n, bytes) else str(n)
+             for n in _get(meta, "label_names", where("batches.meta"))]
+    pixels, ids, test = [], [], []
+    for batch in CIFAR_FILES[:-1]:
+        d, w = _unpickle(read(batch), where(batch)), where(batch)
+        data = _get(d, "data", w)
+        if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072:
+            raise InputError(f"{w}: 'data' must be a uint8 (N, 3072) array, got "
+                             f"{getattr(data, 'dtype', type(data).__name__)} {getattr(data, 'shape', '')}")
+        labels = np.asarray(_get(d, "labels", w))
+        if labels.shape != (len(data),) or labels.dtype.kind not in "iu":
+            raise InputError(f"{w}: 'labels' must be {len(data)} integers, got shape {labels.shape}")
+        if len(labels) and (labels.min() < 0 or labels.max() >= len(names)):
+            raise InputError(f"{w}: label {int(labels.max())} out of range for {len(names)} class names")
+        pixels.append(data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))  # R, G, B planes -> HWC
+        ids.append(labels.astype(np.int64))
+        test.append(np.full(len(data), batch == "test_batch"))
+    return np.ascontiguousarray(np.concatenate(pixels)), np.concatenate(ids), np.concatenate(test), names
+
 
 LIST_FILES = (("train", "train.txt"), ("query", "test.txt"), ("database", "database.txt"))
 
@@ -51,12 +131,10 @@ LIST_PRESETS = {
 
 def load_image_folder(path: str | os.PathLike, cache: str = "auto", name: str | None = None,
                       per_class: PerClass | None = None) -> ImageDataset:
-    """A class-folder tree, on disk or in a tarball (.tar read in place, .tar.gz/.tgz/.tar.bz2/.tar.xz
-    held in memory): `train/<class>/*` + `test/<class>/*` (or `val/`) sets is_test; `<class>/*`
-    alone gives is_test None. Sorted class names give label ids. Items are ordered train then
-    test, by class, then by path. `per_class` keeps a part of each class (lbhash.data.per_class);
-    of a compressed tarball only that part is held in memory.
-    """
+    """A class-folder tree (lbhash.data.image_sources.class_tree), on disk or in a tarball (.tar read in
+    place, .tar.gz/.tgz/.tar.bz2/.tar.xz held in memory), items ordered train then test, by class, by path.
+    `per_class` keeps a part of each class (lbhash.data.per_class); of a compressed tarball only that part
+    is held in memory."""
     p = Path(path).expanduser()
     if p.is_dir():
         names = list_image_files(p, is_image_name)
@@ -98,10 +176,8 @@ def _tree_dataset(source, names: list[str], p: Path, cache: str, name: str,
 
 
 def load_cifar10(path: str | os.PathLike, cache: str = "auto", per_class: PerClass | None = None) -> ImageDataset:
-    """CIFAR-10 from the official python pickles (a `cifar-10-batches-py` directory, its parent,
-    or `cifar-10-python.tar.gz`) or from a class-folder tree / tarball with 10 classes;
-    `per_class` keeps a part of each class (lbhash.data.per_class).
-    """
+    """CIFAR-10 from the python pickles (a `cifar-10-batches-py` directory, its parent, or
+    `cifar-10-python.tar.gz`) or from a class-folder tree or tarball of 10 classes; `per_class` as above."""
     p = Path(path).expanduser()
     batches = names = None
     if p.is_dir():
@@ -149,22 +225,16 @@ def _tar_batches(p: Path, tar):
 
 def load_image_lists(directory: str | os.PathLike, root: str | os.PathLike | None = None,
                      preset: str | None = None, cache: str = "auto") -> ImageDataset:
-    """DeepHash list files: `train.txt`, `test.txt` (queries) and `database.txt` in `directory`.
-
-    Each line is `relative/path.jpg 0 1 0 ...`. Paths resolve against `root` (a directory or a
-    tarball; default `directory`) and must stay inside it (lbhash.data.image_root). The data
-    set holds each distinct path once, in order of first appearance (train, test, database);
-    `parts` gives each file's items and is_test marks test.txt items. A path listed twice must
-    carry the same labels.
-    """
+    """DeepHash list files `train.txt`, `test.txt` (queries) and `database.txt` in `directory`, lines
+    `relative/path.jpg 0 1 0 ...`, paths inside `root` (a directory or a tarball; default `directory`).
+    Each distinct path is one item (first appearance first; listed twice: the same labels), `parts`
+    gives each file's items and is_test marks test.txt's."""
     d = Path(directory).expanduser()
     if not d.is_dir():
         raise InputError(f"{d}: not a directory (expected one holding train.txt, test.txt and database.txt)")
-    pre = None
-    if preset is not None:
-        if preset not in LIST_PRESETS:
-            raise InputError(f"unknown list preset {preset!r} (known: {', '.join(LIST_PRESETS)})")
-        pre = LIST_PRESETS[preset]
+    if preset is not None and preset not in LIST_PRESETS:
+        raise InputError(f"unknown list preset {preset!r} (known: {', '.join(LIST_PRESETS)})")
+    pre = LIST_PRESETS.get(preset)
     num_labels = pre.num_labels if pre else None
     root_path = d if root is None else Path(root).expanduser()
     image_root = ImageRoot(root_path, on_disk=not is_tarball(root_path))  # a missing root: refused below

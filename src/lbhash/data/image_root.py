@@ -64,12 +64,8 @@ class ImageRoot:
 
 
 def list_image_files(root: Path, is_image_name) -> list[str]:
-    """Relative posix paths of the image files under `root` (hidden files and folders skipped).
-
-    Symlinks to files and folders are followed when they stay inside the root; one that leaves
-    it is an error (`leaves_root`), and so is a folder link back to a folder it is inside of (a
-    loop). A symlink that is neither a folder nor an image name is never read, so not checked.
-    """
+    """Relative posix paths of the image files under `root`, hidden ones skipped. Symlinks are followed inside
+    the root; one that leaves it, or a folder link to a folder it is inside of (a loop), is an error."""
     check = ImageRoot(root)
     out: list[str] = []
     stack = [("", check.real, frozenset([check.real]))]  # (relative prefix, resolved folder, its ancestors)

@@ -1,4 +1,4 @@
-"""Where images come from: files, tarballs and DeepHash list files (CIFAR-10 pickles: cifar_pickles).
+"""Where images come from: files, tarballs and DeepHash list files (CIFAR-10 pickles: image_loaders).
 
 A source holds the encoded bytes of n images in data-set order: `read(i)` returns item i's
 bytes, `where(i)` names it in messages. Paths are kept in numpy byte arrays rather than lists
@@ -33,11 +33,8 @@ def is_image_name(name: str) -> bool:
 
 
 def decode_image(data: bytes, where: str, draft: bool = False) -> np.ndarray:
-    """Decode to (H, W, 3) uint8 RGB; any other mode (L, P, RGBA, CMYK...) is converted.
-
-    `draft` lets JPEG decode at 1/8 scale: the whole entropy-coded stream is still read, so
-    truncation is still caught, several times faster (for validation only).
-    """
+    """Decode to (H, W, 3) uint8 RGB, converting other modes. `draft` (validation only) decodes JPEG at
+    1/8 scale, several times faster, still reading the whole stream (so truncation is caught)."""
     try:
         with Image.open(io.BytesIO(data)) as im:
             if draft:
@@ -171,12 +168,9 @@ def is_compressed(path: Path) -> bool:
 
 
 def open_tarball(path: Path, keep=None) -> TarSource:
-    """Index a tarball's regular files (those `keep(name)` accepts), in the archive's order.
-
-    Uncompressed: offsets only, read in place later. Compressed: one streaming pass that keeps
-    the wanted members' bytes in memory. Names lose a leading './'. A wanted member that is a
-    link (symbolic or hard) is refused (lbhash.data.image_root.check_tar_member).
-    """
+    """Index a tarball's regular files that `keep(name)` accepts, in the archive's order, a leading './'
+    dropped: offsets of an uncompressed one (read in place later), else the members' bytes from one
+    streaming pass. A wanted link member is refused (lbhash.data.image_root.check_tar_member)."""
     with _tar_errors(path):
         if not is_compressed(path):
             return _index_plain_tar(path, keep)
@@ -270,12 +264,9 @@ def take(source, order: np.ndarray):
 
 
 def class_tree(names: list[str], where: str):
-    """Read `train|test|val/<class>/...` or `<class>/...` relative paths as a labelled set.
-
-    Returns (positions into `names` in data-set order, class ids, is_test or None, class
-    names). Non-image files and hidden paths ('.x', macOS '._x') are ignored; a single
-    wrapping folder (e.g. `cifar10/train/...`) is looked through.
-    """
+    """(positions into `names` in data-set order, class ids, is_test or None, class names) of relative
+    paths `train|test|val/<class>/...` or `<class>/...`. Non-image files and hidden paths ('.x', macOS
+    '._x') are ignored; a single wrapping folder (e.g. `cifar10/train/...`) is looked through."""
     paths = [(i, n.split("/")) for i, n in enumerate(names)
              if is_image_name(n) and not any(p.startswith(".") for p in n.split("/"))]
     if not paths:
@@ -306,15 +297,9 @@ def class_tree(names: list[str], where: str):
     return positions, class_ids, is_test, class_names
 
 
-# --- DeepHash list files ---------------------------------------------------------------------
-
 def read_list_file(path: Path, num_labels: int | None, root: ImageRoot):
-    """Lines `relative/path.jpg 0 1 0 ...` -> (paths, (m, C) bool labels, line numbers).
-
-    Paths are normalised ('./a//b' -> 'a/b') and may not contain whitespace; they are relative
-    to the image root and may not leave it (`root.check`: no absolute paths, no '..' out of it,
-    no symlink out of it).
-    """
+    """Lines `relative/path.jpg 0 1 0 ...` -> (paths, (m, C) bool labels, line numbers). Paths, without
+    whitespace, are normalised ('./a//b' -> 'a/b') and may not leave the image root (`root.check`)."""
     try:
         text = path.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as err:

@@ -17,11 +17,9 @@ import numpy as np
 from PIL import Image
 
 from lbhash.cpus import usable_cpus
-from lbhash.data.base import (HashDataset, InputOptions, check_class_names, check_indices,
-                              split_flags)
+from lbhash.data.base import HashDataset, InputOptions, check_indices
 from lbhash.data.image_sources import decode_image, take
 from lbhash.errors import InputError
-from lbhash.labels import as_multihot
 
 CACHE_MODES = ("auto", "on", "disk", "off")
 PARTS = ("train", "query", "database")
@@ -56,11 +54,8 @@ class ImageDataset(HashDataset):
     _mixed: bool = field(default=False, init=False, repr=False)  # decoding met an image of another size
 
     def __post_init__(self) -> None:
-        self.labels = as_multihot(self.labels, f"{self.name}: labels")
+        self.check_labels(None)
         n = len(self.labels)
-        if self.is_test is not None:
-            self.is_test = split_flags(self.is_test, n, self.name, "is_test")
-        self.class_names = check_class_names(self.class_names, self.num_classes, self.name)
         if self.cache not in CACHE_MODES:
             raise InputError(f"{self.name}: cache must be one of {', '.join(CACHE_MODES)}, got {self.cache!r}")
         if (self.source is None) == (self.pixels is None):
@@ -78,9 +73,7 @@ class ImageDataset(HashDataset):
     @property
     def multi_label(self) -> bool:
         """The preset's declaration, else True if any item has other than one label."""
-        if self.declared_multi_label is not None:
-            return self.declared_multi_label
-        return bool((self.labels.sum(axis=1) != 1).any())
+        return super().multi_label if self.declared_multi_label is None else self.declared_multi_label
 
     def where(self, i: int) -> str:
         """Item i's file (or `tarball:member`) for messages."""
@@ -103,16 +96,13 @@ class ImageDataset(HashDataset):
         return self.pixels is not None
 
     def native_side(self) -> int | None:
-        """The side of the first image if it is square, else None (a set of mixed sizes is
-        resized to whatever the run chooses)."""
+        """The side of the first image if it is square, else None."""
         shape = self.pixels.shape[1:3] if self.pixels is not None else (self._first_shape() or (None, None))[:2]
         return int(shape[0]) if shape[0] is not None and shape[0] == shape[1] else None
 
     def sizes(self) -> dict:
-        """What is known of the images' sizes, without decoding any: `{"stored_size": [H, W]}`
-        when they sit in the pixel store (one size), `{"varying": True}` when decoding met
-        another size, else `{"first_size": [H, W]}` from the first readable header (the others not
-        read yet), or `{}`."""
+        """What is known of the sizes without decoding: `{"stored_size": [H, W]}` (the pixel store),
+        `{"varying": True}` (decoding met another size), `{"first_size": [H, W]}` (the first header) or `{}`."""
         if self.pixels is not None:
             return {"stored_size": [int(self.pixels.shape[1]), int(self.pixels.shape[2])]}
         if self._mixed:
@@ -121,16 +111,11 @@ class ImageDataset(HashDataset):
         return {} if first is None else {"first_size": [int(first[0]), int(first[1])]}
 
     def torch_dataset(self, indices=None, transform=None):
-        """A torch Dataset whose item k is (transform(uint8 CHW tensor), float32 labels row, k).
-
-        k is the position inside `indices` (default: all items). Preloads first (see preload).
-        """
+        """A torch Dataset of (transform(uint8 CHW), float32 labels, k), k the position in `indices`; preloads first."""
         from lbhash.data.transforms import TransformedImages
 
         self.preload()
         return TransformedImages(self, check_indices(self, indices), transform)
-
-    # --- the HashDataset contract ----------------------------------------------------------
 
     def subset(self, indices) -> ImageDataset:
         idx = check_indices(self, indices)
@@ -322,10 +307,9 @@ def check_images(dataset: ImageDataset, indices=None, skip_bad: bool = False, pr
     """Check that every image at `indices` (default all) can be read; run it before training.
 
     Returns (the readable indices, in the given order; the number of unreadable ones). An
-    unreadable image (missing, truncated, not an image) raises a ValueError naming its file,
-    or with skip_bad=True is counted and left out. A set that qualifies for the cache is
-    decoded into it here (all items). Others are decoded item by item in `workers` threads
-    (JPEG at reduced scale), about 1-2 ms per ImageNet-sized JPEG per thread.
+    unreadable image (missing, truncated, not an image) raises a ValueError naming its file, or
+    with skip_bad=True is counted and left out. A set that qualifies for the cache is decoded into
+    it (all items); others item by item in `workers` threads (JPEG at reduced scale).
     """
     idx = check_indices(dataset, indices)
     if dataset.source is None or not len(idx):

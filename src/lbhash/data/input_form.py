@@ -72,12 +72,9 @@ def form_of(dataset, normalize: str | None, image_size: int | None) -> InputForm
 
 def conform_features(form: InputForm, x, where: str, raw_dtype: str | None = None,
                      quantization: tuple[float, float] | None = None, json_numbers: bool = False) -> np.ndarray:
-    """float32 model input (n, width) of feature rows, by the module's rule.
-
-    `x` holds stored values of dtype `raw_dtype` (default: x's own), already dequantised by
-    `quantization` when a file gave its own. json_numbers: integers came from JSON, which has
-    no dtype, so a float run takes them as values.
-    """
+    """float32 model input (n, width) of feature rows `x`: stored values of dtype `raw_dtype` (default x's),
+    dequantised by `quantization` when a file gave its own. json_numbers: integers from JSON (no dtype),
+    which a float run takes as values."""
     arr = np.asarray(x)
     if arr.ndim != 2 or arr.dtype.kind not in "biuf" or 0 in arr.shape:
         raise InputError(f"{where}: features must be a non-empty 2-D array of numbers (n, d), "

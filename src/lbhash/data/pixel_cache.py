@@ -32,8 +32,7 @@ _LOG = logging.getLogger("lbhash")
 
 
 class CacheUnavailable(Exception):
-    """The disk cache cannot hold an entry here; the message says why (the caller decodes into
-    memory instead)."""
+    """The disk cache cannot hold an entry here (the message says why): the caller decodes into memory."""
 
 
 def cache_root() -> Path:

@@ -139,10 +139,7 @@ def parse_protocol(protocol: str) -> ProtocolSpec:
 
 
 def make_split(dataset, protocol: str, seed: int) -> Split:
-    """Draw the split of `protocol` over `dataset` (anything with `labels`, `is_test`, `name`).
-
-    The same seed gives the same split. Per-class protocols need single-label data.
-    """
+    """The split of `protocol` over `dataset` (anything with `labels`, `is_test`, `name`) drawn by `seed`."""
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise InputError(f"seed must be a non-negative integer, got {seed!r}")
     seed = int(seed)
@@ -210,14 +207,11 @@ def _lists(dataset, spec: ProtocolSpec, name: str):
     if parts is None:
         raise InputError(f"protocol {spec.name!r} needs the data set's own train/query/database lists, but {name} "
                          "has none (list files give them); use 'given', 'per-class:T,Q' or 'random:T,Q'")
-    n = len(dataset.labels)
     out = []
     for part in ("train", "query", "database"):
         idx = np.asarray(parts[part], dtype=np.int64)
-        if idx.size == 0:
+        if idx.size == 0:  # ImageDataset checked the lists' indices; a subset may empty one
             raise InputError(f"protocol {spec.name!r}: the {part} list of {name} is empty")
-        if idx.min() < 0 or idx.max() >= n or len(np.unique(idx)) != len(idx):
-            raise InputError(f"protocol {spec.name!r}: the {part} list of {name} must hold unique indices below {n}")
         out.append(np.sort(idx))
     return tuple(out)
 
@@ -236,7 +230,7 @@ def _random(n: int, spec: ProtocolSpec, seed: int, name: str):
 
 def _per_class(labels: np.ndarray, spec: ProtocolSpec, seed: int, name: str, class_names):
     per_item = labels.sum(axis=1)
-    hint = "use 'random:T,Q' or 'given'"
+    hint = "use 'random:T,Q' or 'given'"  # per-class protocols need single-label data
     if (per_item > 1).any():
         raise InputError(f"protocol {spec.name!r} draws per class and needs single-label data, but "
                          f"{int((per_item > 1).sum())} items of {name} have several labels; {hint}")
@@ -250,10 +244,9 @@ def _per_class(labels: np.ndarray, spec: ProtocolSpec, seed: int, name: str, cla
     short = np.flatnonzero(counts < need)
     if short.size:
         c = int(short[0])
-        label = f"class {c}" + (f" ({class_names[c]!r})" if class_names is not None else "")
         parts = f"{spec.train} train + {spec.query} query" + ("" if spec.include_train else " + 1 database")
-        raise InputError(f"protocol {spec.name!r}: {label} of {name} has {int(counts[c])} items, "
-                         f"needs at least {need} ({parts})")
+        raise InputError(f"protocol {spec.name!r}: {unseen.class_label(c, class_names)} of {name} has "
+                         f"{int(counts[c])} items, needs at least {need} ({parts})")
     # A random order, then grouped by class (stable): rank = position inside the class.
     perm = np.random.default_rng(seed).permutation(len(ids))
     order = perm[np.argsort(ids[perm], kind="stable")]
@@ -265,12 +258,8 @@ def _per_class(labels: np.ndarray, spec: ProtocolSpec, seed: int, name: str, cla
 
 
 def carve_validation(split: Split, labels, fraction: float, seed: int) -> Split:
-    """Hold out `fraction` of the training items as a validation split, seeded (docs/data.md).
-
-    Single-label data: round(fraction * n) items of each class (at least one of a class with two or
-    more); multi-label data: round(fraction * n) of all. Validation items are never queries and the
-    database stays the protocol's, unchanged.
-    """
+    """Hold out `fraction` of the training items as a seeded validation split (docs/data.md): round(fraction
+    * n) of each class (at least one of a class of two or more), of all for multi-label data."""
     if not 0 < fraction < 0.5:
         raise InputError(f"validation must be a fraction in (0, 0.5), got {fraction!r}")
     labels = as_multihot(labels, "labels")[split.train]
@@ -294,12 +283,9 @@ def carve_validation(split: Split, labels, fraction: float, seed: int) -> Split:
 
 def save_split(path: str | os.PathLike, split: Split) -> None:
     """Write a split to .npz atomically (no pickled objects; topk None -> "all", num_items None -> -1)."""
-    _io.save_npz(path, format=np.array(SPLIT_FORMAT), train=split.train, query=split.query,
-                 database=split.database, validation=split.validation, seen_query=split.seen_query,
-                 seen_database=split.seen_database, unseen_classes=split.unseen_classes,
-                 protocol=np.array(split.protocol),
-                 seed=np.array(split.seed, dtype=np.int64),
-                 topk=np.array(topk_to_file(split.topk)),
+    _io.save_npz(path, format=np.array(SPLIT_FORMAT), **{part: getattr(split, part) for part in PARTS},
+                 unseen_classes=split.unseen_classes, protocol=np.array(split.protocol),
+                 seed=np.array(split.seed, dtype=np.int64), topk=np.array(topk_to_file(split.topk)),
                  num_items=np.array(-1 if split.num_items is None else split.num_items, dtype=np.int64))
 
 
@@ -336,8 +322,7 @@ def load_split(path: str | os.PathLike) -> Split:
     unseen_classes = arrays.get("unseen_classes", np.zeros(0, np.int64))
     if unseen_classes.ndim != 1 or (unseen_classes.size and unseen_classes.dtype.kind not in "iu"):
         raise InputError(f"{path}: unseen_classes must be a 1-D integer array")
-    split = Split(**parts, unseen_classes=unseen_classes, protocol=str(protocol), seed=scalars["seed"],
-                  topk=topk,
+    split = Split(**parts, unseen_classes=unseen_classes, protocol=str(protocol), seed=scalars["seed"], topk=topk,
                   num_items=None if scalars["num_items"] < 0 else scalars["num_items"])
     if split.num_items is not None:
         split.check(split.num_items, str(path))

@@ -93,9 +93,7 @@ PATH_OPTIONS = ("root", "labels")  # options whose values are paths (list files'
 
 
 def absolute_spec(spec: str) -> str:
-    """The data spec with its paths (the spec's own and PATH_OPTIONS') made absolute and resolved
-    against the current directory: it names the same files from any working directory (a run
-    records it beside the spec as typed; an index records it for its sources)."""
+    """The data spec with its paths (its own and PATH_OPTIONS') resolved: the same files from any directory."""
     parsed = parse_data_spec(spec)
     if parsed.path is None:
         return parsed.text
@@ -132,13 +130,10 @@ def _number(spec: DataSpec, key: str) -> float | None:
 
 def _load_features_spec(spec: DataSpec) -> HashDataset:
     opts = spec.options
-    mode = opts.get("dequantize", "auto")
-    if mode not in DEQUANTIZE_MODES:
-        raise InputError(f"data spec {spec.text!r}: option dequantize must be one of "
-                         f"{', '.join(DEQUANTIZE_MODES)}, got {mode!r}")
     return load_features(spec.path, x_key=opts.get("x"), y_key=opts.get("y"), split_key=opts.get("split"),
                          labels_path=opts.get("labels"), scale=_number(spec, "scale"),
-                         zero_point=_number(spec, "zero_point"), dequantize=mode,
+                         zero_point=_number(spec, "zero_point"),
+                         dequantize=_choice(spec, "dequantize", DEQUANTIZE_MODES, "auto"),
                          labels_required=spec.labels_required)
 
 
@@ -151,10 +146,6 @@ def _load_image_arrays_spec(spec: DataSpec) -> HashDataset:
 def _refuse_arrays(spec: DataSpec) -> HashDataset:
     raise InputError("data 'arrays' stands for the in-memory arrays given to HashEncoder.fit; they cannot be "
                      "loaded from a spec (give --data SPEC to encode other data with such a run)")
-
-
-def _load_digits_spec(spec: DataSpec) -> HashDataset:
-    return load_digits()
 
 
 def _choice(spec: DataSpec, key: str, choices, default: str | None) -> str | None:
@@ -186,7 +177,7 @@ def _load_list_spec(spec: DataSpec) -> HashDataset:
 
 register_data_kind(DataKind("arrays", _refuse_arrays, takes_path=False,
                             summary="in-memory arrays given to HashEncoder.fit (not loadable)"))
-register_data_kind(DataKind("digits", _load_digits_spec, takes_path=False,
+register_data_kind(DataKind("digits", lambda spec: load_digits(), takes_path=False,
                             summary="scikit-learn's bundled digits (1797 x 64, 10 classes)"))
 register_data_kind(DataKind("features", _load_features_spec, takes_path=True,
                             options=("x", "y", "split", "labels", "scale", "zero_point", "dequantize"),

@@ -10,10 +10,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset
+
+from lbhash.data.eval_images import TRANSFORM_PRESETS
 from lbhash.errors import InputError
 from lbhash.models.registry import IMAGENET_MEAN, IMAGENET_STD
-
-TRANSFORM_PRESETS = ("imagenet", "cifar", "cifar-augment")
 
 
 def _pair(size, what: str) -> tuple[int, int]:
@@ -49,11 +49,8 @@ class ToFloat:
 
 
 class Resize:
-    """Bilinear resize with antialiasing (torch interpolate): an int sets the shorter side
-    (the longer one keeps the aspect ratio, truncated as torchvision does), (h, w) sets both.
-    uint8 input gives rounded uint8 (resize before ToFloat: faster), float gives float32. Same
-    size: returned unchanged.
-    """
+    """Antialiased bilinear resize: an int sets the shorter side (the longer one truncated, as torchvision
+    does), (h, w) both. uint8 gives rounded uint8 (faster before ToFloat), float gives float32."""
 
     def __init__(self, size):
         pair = _pair(size, "Resize")
@@ -160,15 +157,20 @@ class Normalize:
 AUGMENTS = ("crop-flip", "flip", "none")
 
 
-def build_transforms(preset: str, image_size: int, train: bool, augment: str = "crop-flip") -> Compose:
-    """The pipelines of docs/data.md; every one maps uint8 CHW to float32 (3, s, s), ImageNet-normalised.
-    `augment` (training only): crop-flip is the preset's; flip and none start from the evaluation pipeline."""
+def check_pipeline(preset: str, image_size: int, augment: str) -> None:
+    """The one-line errors of a preset, augment or image size that no pipeline has."""
     if preset not in TRANSFORM_PRESETS:
         raise InputError(f"unknown transform preset {preset!r} (known: {', '.join(TRANSFORM_PRESETS)})")
     if augment not in AUGMENTS:
         raise InputError(f"unknown augment {augment!r} (known: {', '.join(AUGMENTS)})")
     if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 1:
         raise InputError(f"image_size must be a positive integer, got {image_size!r}")
+
+
+def build_transforms(preset: str, image_size: int, train: bool, augment: str = "crop-flip") -> Compose:
+    """The pipelines of docs/data.md; every one maps uint8 CHW to float32 (3, s, s), ImageNet-normalised.
+    `augment` (training only): crop-flip is the preset's; flip and none start from the evaluation pipeline."""
+    check_pipeline(preset, image_size, augment)
     s = image_size
     crops = train and augment == "crop-flip"
     # geometry on uint8 (fast resize kernel, 4x less memory), then float and normalise
@@ -187,10 +189,8 @@ def build_transforms(preset: str, image_size: int, train: bool, augment: str = "
 
 
 class TransformedImages(Dataset):
-    """Item k: (transform(image of indices[k] as uint8 CHW), labels row as float32, k).
-
-    Picklable for DataLoader workers: a tarball source reopens its file in each process.
-    """
+    """Item k: (transform(image of indices[k] as uint8 CHW), labels row as float32, k); picklable for
+    DataLoader workers (a tarball source reopens its file in each process)."""
 
     def __init__(self, dataset, indices: np.ndarray, transform=None):
         self.dataset, self.indices, self.transform = dataset, np.asarray(indices, np.int64), transform

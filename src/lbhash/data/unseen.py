@@ -42,6 +42,10 @@ def with_base(protocol: str, base: str) -> str:
     return protocol
 
 
+def class_label(c: int, class_names) -> str:
+    return f"class {c}" + (f" ({class_names[c]!r})" if class_names is not None else "")
+
+
 def held_out_classes(num_classes: int, k: int, seed: int, protocol: str) -> np.ndarray:
     """The K held-out class ids (sorted), drawn from the seed alone."""
     if k >= num_classes:
@@ -65,15 +69,12 @@ def unseen_parts(labels: np.ndarray, train: np.ndarray, query: np.ndarray, datab
              "database": database[is_unseen[database]], "seen_query": query[~is_unseen[query]],
              "seen_database": database[~is_unseen[database]], "unseen_classes": unseen}
 
-    def label(c: int) -> str:
-        return f"class {c}" + (f" ({class_names[c]!r})" if class_names is not None else "")
-
     for c in range(labels.shape[1]):
         held = c in unseen
         needs = ("query", "database") if held else ("train",)
         for part in needs:
             if not (ids[parts[part]] == c).any():
                 kind = "held-out" if held else "training"
-                raise InputError(f"protocol {protocol!r}: {kind} {label(c)} of {name} has no {part} item "
-                                 "in the base split; it has too few items for this protocol")
+                raise InputError(f"protocol {protocol!r}: {kind} {class_label(c, class_names)} of {name} has no "
+                                 f"{part} item in the base split; it has too few items for this protocol")
     return parts

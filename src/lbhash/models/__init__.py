@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import field_validator
 
-from lbhash.models.cifar_resnet import CifarResNet
+from lbhash.models.cifar_resnet import CifarResNet, SmallCNN
 from lbhash.models.hash_model import FeatureNorm, HashHead, HashModel, StageInputs, create_feature_model
 from lbhash.models.registry import (
     Backbone,
@@ -22,7 +22,6 @@ from lbhash.models.registry import (
     create_image_model,
     register_backbone,
 )
-from lbhash.models.small_cnn import SmallCNN
 from lbhash.models.weights import load_backbone_weights, read_state_dict
 from lbhash.options import Options, option
 

@@ -1,10 +1,15 @@
-"""Small ResNets for 32x32 images (He et al. 2016, section 4.2): depth 6n + 2.
+"""Backbones for small images, trained from scratch: the CIFAR ResNets and `smallcnn`.
 
-A 3x3 stem, then three stages of n basic blocks with 16w, 32w and 64w channels (w the width
-multiplier; the second and third stages halve the resolution), global average pooling. Shortcuts
-that change shape are 1x1 convolutions with BatchNorm. Global pooling accepts any input size.
+CIFAR ResNets (He et al. 2016, section 4.2), depth 6n + 2: a 3x3 stem, then three stages of n
+basic blocks with 16w, 32w and 64w channels (w the width multiplier; the second and third stages
+halve the resolution), global average pooling. Shortcuts that change shape are 1x1 convolutions
+with BatchNorm. Global pooling accepts any input size.
+
+`smallcnn`: a plain four-stage CNN for small images (28x28, 32x32, gray or RGB) that trains at
+CPU speed. Each stage is a 3x3 convolution, a 2x2 max pool (all but the last), BatchNorm and ReLU;
+global average pooling gives D = 256w features. Pooling first runs the memory-bound layers on a
+quarter of the activations (docs/models.md has the measured speed).
 """
-
 from __future__ import annotations
 
 import torch
@@ -14,6 +19,7 @@ from lbhash.errors import InputError
 from lbhash.models.registry import Backbone, register_backbone
 
 DEFAULT_WIDTH = 1.5  # resnet20 at width 1.5 has 0.61 M parameters; width 1 is the original (0.27 M)
+STAGE_WIDTHS = (32, 64, 128, 256)  # smallcnn's, times its width
 
 
 def _conv3x3(cin: int, cout: int, stride: int = 1) -> nn.Conv2d:
@@ -37,7 +43,7 @@ class BasicBlock(nn.Module):
 
 
 class CifarResNet(Backbone):
-    def __init__(self, depth: int = 20, width: float = DEFAULT_WIDTH, in_channels: int = 3):
+    def __init__(self, depth: int = 20, width: float = DEFAULT_WIDTH):
         super().__init__()
         if not isinstance(depth, int) or depth < 8 or (depth - 2) % 6:
             raise InputError(f"CIFAR ResNet depth must be 6n + 2 with n >= 1 (8, 14, 20, 32, ...), got {depth!r}")
@@ -45,19 +51,14 @@ class CifarResNet(Backbone):
             raise InputError(f"CIFAR ResNet width must be positive, got {width!r}")
         n = (depth - 2) // 6
         c1, c2, c3 = (max(1, round(16 * width * m)) for m in (1, 2, 4))
-        self.stem = nn.Sequential(_conv3x3(in_channels, c1), nn.BatchNorm2d(c1), nn.ReLU(inplace=True))
+        self.stem = nn.Sequential(_conv3x3(3, c1), nn.BatchNorm2d(c1), nn.ReLU(inplace=True))
         self.stage1 = self._stage(c1, c1, n, stride=1)
         self.stage2 = self._stage(c1, c2, n, stride=2)
         self.stage3 = self._stage(c2, c3, n, stride=2)
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.out_features = c3
         self.depth, self.width = depth, width
-        for m in self.modules():
-            if isinstance(m, nn.Conv2d):
-                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
-            elif isinstance(m, nn.BatchNorm2d):
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
+        self.init_conv_bn()
 
     @staticmethod
     def _stage(cin: int, cout: int, blocks: int, stride: int) -> nn.Sequential:
@@ -80,11 +81,40 @@ class CifarResNet(Backbone):
         return self.forward_from(x, 0)
 
 
-# trained at native size with a random crop (padding 4) and flip
+class SmallCNN(Backbone):
+    def __init__(self, width: float = 1.0):
+        super().__init__()
+        if not isinstance(width, (int, float)) or isinstance(width, bool) or not width > 0:
+            raise InputError(f"smallcnn width must be a positive number, got {width!r}")
+        layers: list[nn.Module] = []
+        cin = 3
+        for k, base in enumerate(STAGE_WIDTHS):
+            cout = max(1, round(base * width))
+            layers.append(nn.Conv2d(cin, cout, 3, padding=1, bias=False))
+            if k < len(STAGE_WIDTHS) - 1:
+                layers.append(nn.MaxPool2d(2))
+            layers += [nn.BatchNorm2d(cout), nn.ReLU(inplace=True)]
+            cin = cout
+        self.features = nn.Sequential(*layers)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.out_features = cin
+        self.init_conv_bn()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.flatten(self.pool(self.features(x)), 1)
+
+
+# both trained at native size with a random crop (padding 4) and flip
 @register_backbone("cifar_resnet", image_size=32, transform="cifar-augment")
 def cifar_resnet(depth: int = 20, width: float = DEFAULT_WIDTH) -> Backbone:
     """CIFAR ResNet of any depth 6n + 2 and width multiplier."""
     return CifarResNet(depth, width)
+
+
+@register_backbone("smallcnn", image_size=32, transform="cifar-augment")
+def smallcnn(width: float = 1.0) -> Backbone:
+    """Four 3x3 conv (-max pool) -BN-ReLU stages (32/64/128/256 x width channels)."""
+    return SmallCNN(width)
 
 
 def _register_depth(depth: int) -> None:

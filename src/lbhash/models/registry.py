@@ -27,8 +27,7 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 class PackagedWeights(NamedTuple):
-    """ImageNet weights shipped inside a registry package: its distribution name (for pip), its
-    import name, the file inside it and the file's SHA-256 (checked before loading)."""
+    """ImageNet weights shipped in a registry package (pip name, import name, file, SHA-256 checked first)."""
     distribution: str
     module: str
     file: str
@@ -44,13 +43,10 @@ _REGISTRY: dict[str, tuple[Callable[..., "Backbone"], BackboneDefaults]] = {}
 
 
 class Backbone(nn.Module):
-    """A feature extractor. Subclasses set `out_features` and may override the class defaults.
-
-    `source_prefixes_dropped`: keys of the source network's checkpoint (its classifier) that this
-    feature extractor does not hold; loading ignores them, so full torchvision files load as is.
-    `hub_weights`: torchvision weight tag -> accepted file names in the torch hub cache, first
-    tag the default. `packaged_weights`: what pretrained="imagenet" loads (None: nothing).
-    """
+    """A feature extractor. Subclasses set `out_features` and may override the class defaults:
+    `source_prefixes_dropped`, the source checkpoint's keys it does not hold (its classifier: ignored when
+    loading); `hub_weights`, torchvision weight tag -> file names in the torch hub cache (the first tag
+    the default); `packaged_weights`, what pretrained="imagenet" loads (None: nothing)."""
 
     out_features: int
     default_image_size: int = 224     # set from the registry by create_backbone
@@ -62,9 +58,17 @@ class Backbone(nn.Module):
     weights_source: str | None = None  # the file the weights came from, None for random init
     weights_sha256: str | None = None  # that file's SHA-256
 
+    def init_conv_bn(self) -> None:
+        """He-normal convolutions (fan out), BatchNorm scale 1 and shift 0: the CNNs trained from scratch."""
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+            elif isinstance(m, nn.BatchNorm2d):
+                nn.init.ones_(m.weight)
+                nn.init.zeros_(m.bias)
+
     def stages(self) -> list[nn.Module]:
-        """The backbone's stages from input to output (what `train_stages` counts from the end):
-        the whole network as one stage unless a backbone says otherwise."""
+        """The stages from input to output (`train_stages` counts from the end); by default one."""
         return [self]
 
     def prefix(self, x: torch.Tensor, stop: int) -> torch.Tensor:
@@ -74,8 +78,8 @@ class Backbone(nn.Module):
         raise NotImplementedError(f"backbone {self.name or type(self).__name__} runs as one stage")
 
     def forward_from(self, x: torch.Tensor, start: int) -> torch.Tensor:
-        """The pooled features of activations `x` after the first `start` stages (the whole
-        forward pass for 0): `forward_from(prefix(x, k), k)` is `forward(x)`."""
+        """The pooled features of activations `x` after the first `start` stages: `forward_from(prefix(x, k), k)`
+        is `forward(x)`."""
         if start == 0:
             return self(x)
         raise NotImplementedError(f"backbone {self.name or type(self).__name__} runs as one stage")
@@ -129,10 +133,8 @@ def create_image_model(backbone_name: str, bits: int, hidden: Sequence[int] = ()
                        pretrained: str | os.PathLike | None = None, freeze_backbone: bool = False,
                        dropout: float = 0.0, freeze_bn: bool = False, train_stages: int = 0,
                        bf16_backbone: bool = False, **backbone_options) -> HashModel:
-    """backbone -> hash head. The default head is one Linear layer from the features to `bits`
-    (the DeepHash convention); `hidden` adds Linear -> ReLU layers before it. With
-    `freeze_backbone` only the head trains and the backbone stays in eval mode; `freeze_bn`,
-    `train_stages` and `bf16_backbone` are HashModel's."""
+    """backbone -> hash head: one Linear layer to `bits` (the DeepHash convention) after `hidden` Linear ->
+    ReLU layers; the other options are HashModel's."""
     backbone = create_backbone(backbone_name, pretrained=pretrained, **backbone_options)
     head = HashHead(backbone.out_features, bits, hidden, dropout)
     return HashModel(head, backbone, freeze_backbone=freeze_backbone, freeze_bn=freeze_bn,

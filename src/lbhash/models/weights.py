@@ -21,8 +21,7 @@ TORCHVISION_URL = "https://download.pytorch.org/models/"
 
 
 def resolve_weights(model: nn.Module, pretrained: str | os.PathLike) -> Path:
-    """A path as given; "imagenet" -> the packaged file; "torchvision[:TAG]" -> the file in the
-    torch hub cache (fetched when missing)."""
+    """The weights file `pretrained` names (see the module docstring)."""
     if not isinstance(pretrained, (str, os.PathLike)):
         raise InputError(f"pretrained must be None, 'imagenet', 'torchvision' or a file path, got {pretrained!r}")
     text = os.fspath(pretrained)
@@ -46,8 +45,7 @@ def resolve_weights(model: nn.Module, pretrained: str | os.PathLike) -> Path:
 
 
 def fetch_hub_file(file_name: str, folder: Path, who: str) -> Path:
-    """Download torchvision's `file_name` into the hub cache `folder` (a temporary file renamed
-    into place, its hash prefix checked, as torch.hub does); one line when it cannot."""
+    """Download torchvision's `file_name` into the hub cache `folder` as torch.hub does; one line when it cannot."""
     url, target = TORCHVISION_URL + file_name, folder / file_name
     prefix = file_name.rsplit(".", 1)[0].rpartition("-")[2]
     try:
@@ -96,11 +94,8 @@ def first_line(err: BaseException) -> str:
 
 
 def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
-    """Tensors of a weights file, read without unpickling arbitrary objects.
-
-    Accepts a plain state dict or one nested under "state_dict", "model" or "learner" (training
-    checkpoints, including lbhash's checkpoint.pt), and strips a "module." prefix (DataParallel).
-    """
+    """Tensors of a weights file, never unpickling objects: a state dict, or one under "state_dict", "model"
+    or "learner" (checkpoints, lbhash's checkpoint.pt too), a "module." prefix (DataParallel) stripped."""
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: no such weights file")
@@ -134,11 +129,8 @@ def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
 
 
 def load_backbone_weights(model: nn.Module, path: str | os.PathLike) -> nn.Module:
-    """Load a weights file into `model` strictly; a hash model's file gives its backbone part.
-
-    Keys of the source network's classifier (`source_prefixes_dropped`) are ignored, and BatchNorm
-    step counters missing from old files keep their current values.
-    """
+    """Load a weights file (of a hash model: its backbone part) into `model` strictly, but for the keys in
+    `source_prefixes_dropped` and BatchNorm step counters missing from old files (kept as they are)."""
     path = Path(path)
     data = read_state_dict(path)
     own = model.state_dict()
