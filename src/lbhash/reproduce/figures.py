@@ -45,7 +45,7 @@ def color(index: int) -> str:
 
 
 def variant_line(view, method: str, variant: str, x, y) -> Line:
-    """The line of one variant of a `report.grid_view.GridView`: method colour, variant style."""
+    """The line of one variant of a `report.context.GridView`: method colour, variant style."""
     return Line(view.label(method, variant), np.asarray(x), np.asarray(y),
                 color(view.methods.index(method)), view.style(method, variant))
 

@@ -1,5 +1,5 @@
 """Writing the report (`lbhash report`) from a directory's result tables alone: `writer`
-(`write_report`), `context` (what every section shares), `grid_view`, `grid_sections`,
+(`write_report`), `context` (what every section shares, and the grid view), `grid_sections`,
 `objective_study_section` and `experiment_sections`.
 """
 

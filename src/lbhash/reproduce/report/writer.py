@@ -13,12 +13,11 @@ from pathlib import Path
 from lbhash.errors import InputError
 from lbhash.reproduce import paper
 from lbhash.reproduce.meta import DEFAULT_PROTOCOL, NO_EXPERIMENT, SETTINGS
-from lbhash.reproduce.report.context import FIGURES_DIR, ReportContext, md_table
+from lbhash.reproduce.report.context import FIGURES_DIR, GridView, ReportContext, md_table
 from lbhash.reproduce.report.experiment_sections import (baselines_section, bound_section, centers_section,
                                                          timing_section, toy_section)
 from lbhash.reproduce.report.grid_sections import (convergence_section, curves_section, grid_section,
                                                    ratio_section, tsne_section)
-from lbhash.reproduce.report.grid_view import GridView
 from lbhash.reproduce.report.objective_study_section import study_section
 from lbhash.reproduce.tables import EXPERIMENT_FILES, load_tables
 
