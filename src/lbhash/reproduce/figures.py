@@ -11,6 +11,8 @@ from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
+from lbhash._io import atomic_path
+
 DPI = 100
 _PALETTE = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown",
             "tab:pink", "tab:gray", "tab:olive", "tab:cyan")
@@ -78,8 +80,6 @@ def _figure(width: float, height: float):
 
 
 def _save(fig, path: Path) -> Path:
-    from lbhash._io import atomic_path
-
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=DPI)
     return path
@@ -177,6 +177,7 @@ def scatter_fit(points: Sequence[Point], x_line: np.ndarray, y_line: np.ndarray,
 
 def tsne_plot(panels: Sequence[tuple[str, np.ndarray, np.ndarray]], path: Path, title: str) -> Path:
     """t-SNE embeddings, two per row (base, _D), coloured by class; class legend at the right."""
+    from matplotlib import colormaps
     from matplotlib.lines import Line2D
 
     with _style():
@@ -184,7 +185,9 @@ def tsne_plot(panels: Sequence[tuple[str, np.ndarray, np.ndarray]], path: Path, 
         fig = _figure(4.8 * cols + 1.6, 4.8 * -(-len(panels) // cols) + 0.4)
         axes = _grid(fig, len(panels), max_cols=cols)
         classes = np.unique(np.concatenate([c for _, _, c in panels]))
-        cmap = _class_colors(len(classes))
+        count = len(classes)
+        palette = colormaps["tab10" if count <= 10 else "tab20" if count <= 20 else "turbo"]
+        cmap = palette(np.linspace(0, 1, count)) if count > 20 else palette(np.arange(count) % palette.N)
         for ax, (name, xy, cls) in zip(axes, panels):
             index = np.searchsorted(classes, cls)
             ax.scatter(xy[:, 0], xy[:, 1], c=cmap[index], s=4, alpha=0.7, linewidths=0)
@@ -243,16 +246,6 @@ def toy_plot(rows: Sequence[tuple[str, np.ndarray, dict[str, np.ndarray]]], path
             ax.set(title=title, xlabel="code index (bit k has weight 2^k)", ylabel="probability")
             ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), frameon=False)
         return _save(fig, path)
-
-
-def _class_colors(count: int) -> np.ndarray:
-    from matplotlib import colormaps
-
-    name = "tab10" if count <= 10 else "tab20" if count <= 20 else "turbo"
-    cmap = colormaps[name]
-    if name == "turbo":
-        return cmap(np.linspace(0, 1, count))
-    return cmap(np.arange(count) % cmap.N)
 
 
 def setting_curves(panels: Sequence[Panel], path: Path, title: str, xlabel: str, ylabel: str) -> Path:

@@ -35,9 +35,6 @@ class Meta:
     software: dict[str, str] = field(default_factory=dict)
     created: str = ""
 
-    def commands(self) -> dict[str, str]:
-        return {k: e["command"] for k, e in self.experiments.items() if "command" in e}
-
 
 def read_json(path: Path) -> Any:
     try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from multiprocessing import get_context
@@ -83,11 +84,9 @@ def run_cell(cell: Cell, root: str, threads: int) -> dict[str, Any]:
     state = cell_state(cell, run_dir)
     if state == "finished":
         return json.loads((run_dir / "metrics.json").read_text())
-    if state == "new" and run_dir.exists():  # created but killed before its first file
-        import shutil
-
-        shutil.rmtree(run_dir)
     if state == "new":
+        if run_dir.exists():  # created but killed before its first file
+            shutil.rmtree(run_dir)
         run_dir.parent.mkdir(parents=True, exist_ok=True)
         return train(make_config({**cell.config, "progress": False}), run_dir, on_epoch_end=_mark(cell, run_dir))
     return train(None, run_dir, resume=True, progress=False)

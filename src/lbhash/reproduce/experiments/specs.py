@@ -162,8 +162,7 @@ class BoundSpec:
         return [c.config for c in self.cells(ctx)]
 
     def run(self, ctx: Context) -> None:
-        cells = self.cells(ctx)
-        root = ctx.runs("bound")
+        cells, root = self.cells(ctx), ctx.runs("bound")
         results = run_cells(cells, root, ctx.workers, ctx.report)
         rows = []
         for cell, m in zip(cells, results):

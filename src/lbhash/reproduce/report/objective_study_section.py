@@ -89,30 +89,17 @@ def _metric_table(rows, column: str, title: str) -> list[str]:
     columns = _columns(rows)
     settings = list(dict.fromkeys(rows["setting"]))
     full = _seeds_per_cell(rows, settings)
-    body = []
+    body, means = [], []
     for setting in settings:
-        out = [f"`{setting}`"]
-        for method, bits in columns:
-            sel = _cell_mask(rows, setting, method, bits)
-            out.append(cell(rows[column][sel], full) if sel.any() else "—")
-        body.append(out)
-    best = _best_marks(rows, column, settings, columns)
-    for i, marks in best.items():
-        body[i] = [body[i][0]] + [f"**{c}**" if j in marks else c for j, c in enumerate(body[i][1:])]
+        values = [rows[column][_cell_mask(rows, setting, method, bits)] for method, bits in columns]
+        body.append([f"`{setting}`"] + [cell(v, full) for v in values])
+        means.append([mean_std(v)[0] for v in values])
+    for j, column_means in enumerate(zip(*means), 1):  # the best mean of each column in bold
+        if not all(math.isnan(m) for m in column_means):
+            best = int(np.nanargmax(column_means))
+            body[best][j] = f"**{body[best][j]}**"
     header = ["setting"] + [f"{m} {b} bits" for m, b in columns]
     return [f"**{title}** (best mean per column in bold)", "", md_table(header, body), ""]
-
-
-def _best_marks(rows, column, settings, columns) -> dict[int, set[int]]:
-    marks: dict[int, set[int]] = {}
-    for j, (method, bits) in enumerate(columns):
-        means = []
-        for setting in settings:
-            sel = _cell_mask(rows, setting, method, bits)
-            means.append(mean_std(rows[column][sel])[0] if sel.any() else math.nan)
-        if not all(math.isnan(m) for m in means):
-            marks.setdefault(int(np.nanargmax(means)), set()).add(j)
-    return marks
 
 
 def _curves(ctx: ReportContext, study: str, rows) -> list[str]:

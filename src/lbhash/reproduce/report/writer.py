@@ -8,8 +8,11 @@ module writes the header and that last section; the others are in `grid_sections
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from pathlib import Path
 
+from lbhash._io import atomic_path
 from lbhash.errors import InputError
 from lbhash.reproduce import paper
 from lbhash.reproduce.meta import DEFAULT_PROTOCOL, NO_EXPERIMENT, SETTINGS
@@ -46,11 +49,6 @@ def write_report(directory: str | Path, out: str | Path | None = None, bits: int
     bits: bit length of the curves, convergence and t-SNE sections (default: the largest in
     grid.csv); tsne_pairs: base/_D pairs to embed; tsne_points: codes per embedding at most.
     """
-    import shutil
-    import tempfile
-
-    from lbhash._io import atomic_path
-
     tables = load_tables(directory)
     out = Path(out) if out is not None else tables.directory / "report.md"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -128,7 +126,7 @@ def _header(ctx: ReportContext, out: Path) -> list[str]:
                                                        for key, e in meta.experiments.items()]), ""]
     lines += [f"Tables last written {meta.created or '(not recorded)'}.", "", "**Software**", "",
               md_table(["package", "version"], [[k, str(v)] for k, v in meta.software.items()]), ""]
-    commands = meta.commands()
+    commands = {k: e["command"] for k, e in meta.experiments.items() if "command" in e}
     if commands:
         lines += ["**Commands that produced the tables**", "",
                   md_table(["table", "command"], [[k, f"`{v}`"] for k, v in commands.items()]
