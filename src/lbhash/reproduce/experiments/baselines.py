@@ -22,7 +22,7 @@ from lbhash.errors import InputError
 from lbhash.evaluate import evaluate_codes
 from lbhash.reproduce.baselines_summary import baselines_figure, summary_lines
 from lbhash.reproduce.experiments.collect import write_csv
-from lbhash.reproduce.experiments.specs import GridSpec, variant_name
+from lbhash.reproduce.experiments.specs import CellSpec, GridSpec, variant_name
 from lbhash.reproduce.runner import run_cells
 from lbhash.reproduce.tables import BASELINES_COLUMNS, BASELINES_FILE, BASELINES_REFERENCE
 
@@ -41,7 +41,7 @@ def default_methods() -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class BaselinesSpec:
+class BaselinesSpec(CellSpec):
     methods: tuple = ()          # empty: default_methods()
     bits: tuple = (16, 32, 64)
     seeds: tuple = (0, 1, 2)
@@ -63,9 +63,6 @@ class BaselinesSpec:
             raise InputError("--protocol: baselines hold classes out themselves; give the base protocol "
                              f"(e.g. cifar10), not {ctx.protocol!r}")
         return self.grid().cells(dataclasses.replace(ctx, protocol=self.protocol(ctx)))
-
-    def configs(self, ctx) -> list[dict]:
-        return [c.config for c in self.cells(ctx)]
 
     def run(self, ctx) -> None:
         cells, root = self.cells(ctx), ctx.runs("baselines")

@@ -1,5 +1,5 @@
 """`lbhash reproduce study`: controlled studies of the _D objective, named settings x methods x
-bits x seeds (docs/reproduce.md; the report's section: lbhash.reproduce.report.objective_study_section).
+bits x seeds (docs/reproduce.md; the report's section: lbhash.reproduce.report.experiment_sections.study_section).
 
 A setting is `base`, `paper`, `recommended`, or a comma-separated list of option assignments
 (`lbhash_reduction=mean,lbhash_weight=0.1`) on the paper-faithful _D objective (on the base

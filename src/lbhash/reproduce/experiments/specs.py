@@ -60,8 +60,15 @@ def variant_name(method: str, lbhash: bool) -> str:
     return method + ("_D" if lbhash else "")
 
 
+class CellSpec:
+    """A spec that trains its `cells(ctx)`: their configs are what `configs` gives to be checked first."""
+
+    def configs(self, ctx: Context) -> list[dict]:
+        return [c.config for c in self.cells(ctx)]
+
+
 @dataclass(frozen=True)
-class GridSpec:
+class GridSpec(CellSpec):
     methods: tuple = field(default_factory=all_methods)
     variants: tuple = (False, True)
     bits: tuple = (16, 32, 64)
@@ -85,9 +92,6 @@ class GridSpec:
                             config = {k: x for k, x in config.items() if k not in GRADIENT_ONLY}
                         cells.append(Cell(f"{variant_name(m, v)}-{b}bits-seed{s}", config))
         return cells
-
-    def configs(self, ctx: Context) -> list[dict]:
-        return [c.config for c in self.cells(ctx)]
 
     def run(self, ctx: Context) -> None:
         cells, root = self.cells(ctx), ctx.runs("grid")
@@ -143,7 +147,7 @@ class CentersSpec:
 
 
 @dataclass(frozen=True)
-class BoundSpec:
+class BoundSpec(CellSpec):
     method: str = "csq"
     lbhash: bool = True
     bits: tuple = (16, 32, 64)
@@ -157,9 +161,6 @@ class BoundSpec:
                      ctx.config(method=self.method, lbhash=self.lbhash, bits=b, seed=self.seed, eval_every=1,
                                 validation=0.0))
                 for b in self.bits]
-
-    def configs(self, ctx: Context) -> list[dict]:
-        return [c.config for c in self.cells(ctx)]
 
     def run(self, ctx: Context) -> None:
         cells, root = self.cells(ctx), ctx.runs("bound")

@@ -2,8 +2,8 @@
 
 Each section appears only when its table is there; numbers are aggregated here, the paper's come
 from `lbhash.reproduce.paper`, and "Agreement with the paper" is phrased from the numbers. This
-module writes the header and that last section; the others are in `grid_sections`,
-`objective_study_section` and `experiment_sections`, with `context` holding what they share.
+module writes the header and that last section; the others are in `grid_sections` and
+`experiment_sections`, with `context` holding what they share.
 """
 
 from __future__ import annotations
@@ -18,10 +18,9 @@ from lbhash.reproduce import paper
 from lbhash.reproduce.meta import DEFAULT_PROTOCOL, NO_EXPERIMENT, SETTINGS
 from lbhash.reproduce.report.context import FIGURES_DIR, GridView, ReportContext, md_table
 from lbhash.reproduce.report.experiment_sections import (baselines_section, bound_section, centers_section,
-                                                         timing_section, toy_section)
+                                                         study_section, timing_section, toy_section)
 from lbhash.reproduce.report.grid_sections import (convergence_section, curves_section, grid_section,
                                                    ratio_section, tsne_section)
-from lbhash.reproduce.report.objective_study_section import study_section
 from lbhash.reproduce.tables import EXPERIMENT_FILES, load_tables
 
 SECTIONS = {
