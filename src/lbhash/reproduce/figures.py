@@ -126,7 +126,7 @@ def panels_plot(panels: Sequence[Panel], path: Path, title: str, xlabel: str, yl
 
 
 def lines_plot(panels: Sequence[Panel], path: Path, title: str, xlabel: str,
-               ylabels: Sequence[str], xticks=None) -> Path:
+               ylabels: Sequence[str], xticks: Sequence) -> Path:
     """Side-by-side panels sharing one legend of all lines, placed right of the data."""
     with _style():
         fig = _figure(5.0 * len(panels) + 2.2, 4.2)
@@ -136,8 +136,7 @@ def lines_plot(panels: Sequence[Panel], path: Path, title: str, xlabel: str,
                 ax.plot(line.x, line.y, color=line.color, ls=_STYLES[line.style % len(_STYLES)],
                         marker=_MARKERS[line.style % len(_MARKERS)], ms=4, lw=1.5, label=line.label)
             ax.set(title=panel.title, xlabel=xlabel, ylabel=ylabel)
-            if xticks is not None:
-                ax.set_xticks(list(xticks))
+            ax.set_xticks(list(xticks))
         handles, labels = axes[0].get_legend_handles_labels()
         fig.legend(handles, labels, loc="outside right center", frameon=False)
         fig.suptitle(title)

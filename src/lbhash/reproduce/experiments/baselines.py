@@ -21,8 +21,7 @@ from lbhash.codes_file import load_codes_file
 from lbhash.errors import InputError
 from lbhash.evaluate import evaluate_codes
 from lbhash.reproduce.baselines_summary import baselines_figure, summary_lines
-from lbhash.reproduce.experiments.collect import write_csv
-from lbhash.reproduce.experiments.specs import CellSpec, GridSpec, variant_name
+from lbhash.reproduce.experiments.specs import CellSpec, GridSpec, variant_name, write_csv
 from lbhash.reproduce.runner import run_cells
 from lbhash.reproduce.tables import BASELINES_COLUMNS, BASELINES_FILE, BASELINES_REFERENCE
 

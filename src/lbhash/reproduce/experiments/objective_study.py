@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from lbhash._io import check_name
 from lbhash.errors import InputError
-from lbhash.reproduce.experiments.collect import write_csv
+from lbhash.reproduce.experiments.specs import write_csv
 from lbhash.reproduce.runner import Cell, run_cells
 from lbhash.reproduce.tables import (STUDY_COLUMNS, STUDY_EPOCHS_COLUMNS, STUDY_EPOCHS_FILE, STUDY_FILE,
                                      read_rows_if_present)
