@@ -147,37 +147,6 @@ def top_ranked_chunk(q_words, db_t, top, out_index, out_dist):
             out_dist[i, p] = dist[order[p]]
 
 
-@njit(inline="always", cache=True)
-def _distance_relevance_counts(q_row, q_lab, db_t, db_labels_t, dist, key, scratch, hist, rhist):
-    """For one query: dist (its distance to every item), key = 2 * distance + relevant, and
-    hist[d] / rhist[d] = the number of items / relevant items at distance d.
-
-    db_labels_t is the label bitmask word-major (lw, n), so that the relevance pass vectorises.
-    """
-    n = dist.shape[0]
-    fill_distances(q_row, db_t, dist)
-    for j in range(n):
-        key[j] = dist[j] << 1
-    for k in range(q_lab.shape[0]):
-        qk = q_lab[k]
-        for j in range(n):
-            key[j] |= np.uint16((db_labels_t[k, j] & qk) != 0)
-    # four interleaved histograms avoid store-to-load stalls on repeated keys
-    scratch[:] = 0
-    m = n - n % 4
-    for j in range(0, m, 4):
-        scratch[0, key[j]] += 1
-        scratch[1, key[j + 1]] += 1
-        scratch[2, key[j + 2]] += 1
-        scratch[3, key[j + 3]] += 1
-    for j in range(m, n):
-        scratch[0, key[j]] += 1
-    for d in range(hist.shape[0]):
-        near = scratch[0, 2 * d + 1] + scratch[1, 2 * d + 1] + scratch[2, 2 * d + 1] + scratch[3, 2 * d + 1]
-        hist[d] = scratch[0, 2 * d] + scratch[1, 2 * d] + scratch[2, 2 * d] + scratch[3, 2 * d] + near
-        rhist[d] = near
-
-
 @njit(nogil=True, cache=True)
 def radius_counts_chunk(q_words, db_t, q_labels, db_labels_t, out_hist, out_rhist):
     """Per query and distance d: number of database items, and of relevant ones, at d.
@@ -190,5 +159,25 @@ def radius_counts_chunk(q_words, db_t, q_labels, db_labels_t, out_hist, out_rhis
     key = np.empty(n, np.uint16)
     scratch = np.empty((4, 2 * out_hist.shape[1]), np.int64)
     for i in range(q_words.shape[0]):
-        _distance_relevance_counts(q_words[i], q_labels[i], db_t, db_labels_t, dist, key, scratch,
-                                   out_hist[i], out_rhist[i])
+        q_lab = q_labels[i]
+        fill_distances(q_words[i], db_t, dist)
+        for j in range(n):
+            key[j] = dist[j] << 1
+        for k in range(q_lab.shape[0]):
+            qk = q_lab[k]
+            for j in range(n):
+                key[j] |= np.uint16((db_labels_t[k, j] & qk) != 0)
+        # four interleaved histograms avoid store-to-load stalls on repeated keys
+        scratch[:] = 0
+        m = n - n % 4
+        for j in range(0, m, 4):
+            scratch[0, key[j]] += 1
+            scratch[1, key[j + 1]] += 1
+            scratch[2, key[j + 2]] += 1
+            scratch[3, key[j + 3]] += 1
+        for j in range(m, n):
+            scratch[0, key[j]] += 1
+        for d in range(out_hist.shape[1]):
+            near = scratch[0, 2 * d + 1] + scratch[1, 2 * d + 1] + scratch[2, 2 * d + 1] + scratch[3, 2 * d + 1]
+            out_hist[i, d] = scratch[0, 2 * d] + scratch[1, 2 * d] + scratch[2, 2 * d] + scratch[3, 2 * d] + near
+            out_rhist[i, d] = near

@@ -14,7 +14,7 @@ import csv
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -144,10 +144,8 @@ def load_tables(directory: str | Path) -> Tables:
         if run_id in seen:
             raise InputError(f"{directory / GRID_FILE}: duplicate run_id {run_id!r}")
         seen.add(run_id)
-    readers: list[tuple[str, str, Callable]] = [("codes", CODES_FILE, read_codes_sample),
-                                                ("toy", TOY_FILE, read_toy),
-                                                ("toy_probs", TOY_PROBS_FILE, read_toy_probs)]
-    for attr, name, reader in readers:
+    for attr, name, reader in (("codes", CODES_FILE, read_codes_sample), ("toy", TOY_FILE, read_toy),
+                               ("toy_probs", TOY_PROBS_FILE, read_toy_probs)):
         if (directory / name).is_file():
             setattr(tables, attr, reader(directory / name))
             tables.files.append(name)

@@ -196,10 +196,7 @@ def marginal_of_bits(joint: np.ndarray, bits: int) -> np.ndarray:
 
 def run_toy(cfg: ToyConfig | None = None, **overrides: Any) -> ToyResult:
     """The whole experiment for one bit length; same config, same numbers."""
-    if cfg is None:
-        cfg = ToyConfig(**overrides)
-    elif overrides:
-        cfg = replace(cfg, **overrides)
+    cfg = replace(cfg or ToyConfig(), **overrides)
     k = 2 ** cfg.bits
     real = random_mvb(cfg.bits, np.random.default_rng([cfg.seed, _REAL, cfg.bits]))
     true_marginals = marginal_of_bits(real, cfg.bits)

@@ -4,8 +4,6 @@ they write are named by lbhash.reproduce.tables.
 """
 
 from lbhash.reproduce.experiments.registry import EXPERIMENTS, configure, validate
-from lbhash.reproduce.experiments.specs import (BoundSpec, CentersSpec, Context, GridSpec, TimingSpec,
-                                                ToySpec, variant_name)
+from lbhash.reproduce.experiments.specs import Context, GridSpec
 
-__all__ = ["EXPERIMENTS", "BoundSpec", "CentersSpec", "Context", "GridSpec", "TimingSpec", "ToySpec",
-           "configure", "validate", "variant_name"]
+__all__ = ["EXPERIMENTS", "Context", "GridSpec", "configure", "validate"]
