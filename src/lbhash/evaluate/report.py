@@ -70,8 +70,7 @@ def jsonable(obj: Any) -> Any:
     if isinstance(obj, dict):
         return {k: jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple, np.ndarray)):
-        return [jsonable(v) for v in np.asarray(obj).tolist()] if isinstance(obj, np.ndarray) \
-            else [jsonable(v) for v in obj]
+        return [jsonable(v) for v in (obj.tolist() if isinstance(obj, np.ndarray) else obj)]
     if isinstance(obj, np.generic):
         obj = obj.item()
     if isinstance(obj, float):

@@ -188,18 +188,12 @@ def surrogate_joint(model: BlockSurrogate, l: np.ndarray, chunk: int = 8192) -> 
     return (acc.reshape(-1) / len(x)).numpy()
 
 
-def marginal_of_bits(joint: np.ndarray, bits: int) -> np.ndarray:
-    """P(bit k = +1) for k = 0..bits-1 under a joint over 2^bits codes."""
-    ones = (np.arange(len(joint))[:, None] >> np.arange(bits)) & 1
-    return joint @ ones
-
-
 def run_toy(cfg: ToyConfig | None = None, **overrides: Any) -> ToyResult:
     """The whole experiment for one bit length; same config, same numbers."""
     cfg = replace(cfg or ToyConfig(), **overrides)
     k = 2 ** cfg.bits
     real = random_mvb(cfg.bits, np.random.default_rng([cfg.seed, _REAL, cfg.bits]))
-    true_marginals = marginal_of_bits(real, cfg.bits)
+    true_marginals = real @ ((np.arange(k)[:, None] >> np.arange(cfg.bits)) & 1)  # P(bit j = +1), j < bits
     true_naive = joint_distribution(np.stack([1 - true_marginals, true_marginals], axis=1))
     blocks = cfg.bits // cfg.block_size
     true_block = (kl_divergence(real, joint_distribution(block_marginals(real, cfg.bits, cfg.block_size)))

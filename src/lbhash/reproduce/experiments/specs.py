@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import math
 from dataclasses import dataclass, field
+from itertools import product
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -88,15 +89,13 @@ class GridSpec(CellSpec):
         cells = []
         for m in self.methods:
             closed = method_class(m).closed_form
-            for v in self.variants:
+            for v, b, s in product(self.variants, self.bits, self.seeds):
                 if v and closed:
                     continue
-                for b in self.bits:
-                    for s in self.seeds:
-                        config = ctx.config(method=m, lbhash=v, bits=b, seed=s)
-                        if closed:
-                            config = {k: x for k, x in config.items() if k not in GRADIENT_ONLY}
-                        cells.append(Cell(f"{variant_name(m, v)}-{b}bits-seed{s}", config))
+                config = ctx.config(method=m, lbhash=v, bits=b, seed=s)
+                if closed:
+                    config = {k: x for k, x in config.items() if k not in GRADIENT_ONLY}
+                cells.append(Cell(f"{variant_name(m, v)}-{b}bits-seed{s}", config))
         return cells
 
     def run(self, ctx: Context) -> None:
