@@ -33,6 +33,15 @@ def _rank(q_row, db_t, top, dist, hist, masks, cand, offsets, order):
     return rank_distances(dist, top, hist, masks, cand, offsets, order)
 
 
+@njit(inline="always", cache=True)
+def _rank_scratch(db_t, top):
+    """The arrays `_rank` works in, for a database of n items: dist, hist, masks, cand, offsets, order."""
+    n = db_t.shape[1]
+    nbins = 64 * db_t.shape[0] + 1
+    return (np.empty(n, np.uint16), np.empty(nbins, np.int64), np.empty(n // 64 + 1, np.uint64),
+            np.empty(n, np.int32), np.empty(nbins + 1, np.int64), np.empty(top + 1, np.int64))
+
+
 @njit(cache=True)
 def _group_sums(before, size):
     """h1 = sum_{p=1..size} 1/(before+p) and h2 = sum_{p=1..size} (p-1)/(before+p)."""
@@ -100,15 +109,8 @@ def _tie_averaged_ap(hist, rhist, cutoff, top):
 @njit(nogil=True, cache=True)
 def average_precision_chunk(q_words, db_t, q_labels, db_labels, top, ap_index, ap_average):
     """AP@top per query with stable ties (ap_index), and tie-averaged (ap_average, if sized)."""
-    n = db_t.shape[1]
-    nbins = 64 * db_t.shape[0] + 1
-    dist = np.empty(n, np.uint16)
-    hist = np.empty(nbins, np.int64)
-    rhist = np.empty(nbins, np.int64)
-    masks = np.empty(n // 64 + 1, np.uint64)
-    offsets = np.empty(nbins + 1, np.int64)
-    cand = np.empty(n, np.int32)
-    order = np.empty(top + 1, np.int64)
+    dist, hist, masks, cand, offsets, order = _rank_scratch(db_t, top)
+    rhist = np.empty(hist.shape[0], np.int64)
     want_average = ap_average.shape[0] > 0
     for i in range(q_words.shape[0]):
         q_lab = q_labels[i]
@@ -132,14 +134,7 @@ def average_precision_chunk(q_words, db_t, q_labels, db_labels, top, ap_index, a
 @njit(nogil=True, cache=True)
 def top_ranked_chunk(q_words, db_t, top, out_index, out_dist):
     """Indices and distances of the `top` nearest items per query, ties in index order."""
-    n = db_t.shape[1]
-    nbins = 64 * db_t.shape[0] + 1
-    dist = np.empty(n, np.uint16)
-    hist = np.empty(nbins, np.int64)
-    masks = np.empty(n // 64 + 1, np.uint64)
-    offsets = np.empty(nbins + 1, np.int64)
-    cand = np.empty(n, np.int32)
-    order = np.empty(top + 1, np.int64)
+    dist, hist, masks, cand, offsets, order = _rank_scratch(db_t, top)
     for i in range(q_words.shape[0]):
         _rank(q_words[i], db_t, top, dist, hist, masks, cand, offsets, order)
         for p in range(top):

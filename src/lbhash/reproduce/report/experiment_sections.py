@@ -193,12 +193,15 @@ def study_section(ctx: ReportContext) -> list[str]:
              "paper-faithful _D objective, other settings list their _D options.", ""]
     for study in table.unique("study"):
         rows = table.select(table["study"] == study)
+        settings = list(dict.fromkeys(rows["setting"]))
+        # the most runs any cell has; cells with fewer say how many
+        full = max(int(_cell_mask(rows, s, m, b).sum()) for s in settings for m, b in _columns(rows))
         lines += [f"### {study}", ""]
-        lines += _metric_table(rows, "val_map", "validation mAP")
+        lines += _metric_table(rows, settings, full, "val_map", "validation mAP")
         lines += _summary(rows)
         if not np.isnan(rows["map"].astype(float)).all():
-            lines += _test_table(rows)
-        lines += _curves(ctx, study, rows)
+            lines += _test_table(rows, settings, full)
+        lines += _curves(ctx, study, rows, settings)
     return lines
 
 
@@ -221,12 +224,10 @@ def _summary(rows) -> list[str]:
     return ["Mean validation mAP over bit lengths and seeds, best first:", "", *out, ""]
 
 
-def _test_table(rows) -> list[str]:
+def _test_table(rows, settings: list[str], full: int) -> list[str]:
     """Test mAP with one row per method and bit length, each setting beside the others and, where
     the study has a `base` setting, each other setting's difference from it in points."""
-    settings = list(dict.fromkeys(rows["setting"]))
     others = [s for s in settings if s != "base"] if "base" in settings else []
-    full = _seeds_per_cell(rows, settings)
     body = []
     for method, bits in _columns(rows):
         values = {s: rows["map"][_cell_mask(rows, s, method, bits)].astype(float) for s in settings}
@@ -249,15 +250,8 @@ def _cell_mask(rows, setting: str, method: str, bits: int):
     return (rows["setting"] == setting) & (rows["method"] == method) & (rows["bits"] == bits)
 
 
-def _seeds_per_cell(rows, settings) -> int:
-    """The most runs any cell has; cells with fewer say how many."""
-    return max(int(_cell_mask(rows, s, m, b).sum()) for s in settings for m, b in _columns(rows))
-
-
-def _metric_table(rows, column: str, title: str) -> list[str]:
+def _metric_table(rows, settings: list[str], full: int, column: str, title: str) -> list[str]:
     columns = _columns(rows)
-    settings = list(dict.fromkeys(rows["setting"]))
-    full = _seeds_per_cell(rows, settings)
     body, means = [], []
     for setting in settings:
         values = [rows[column][_cell_mask(rows, setting, method, bits)] for method, bits in columns]
@@ -271,14 +265,13 @@ def _metric_table(rows, column: str, title: str) -> list[str]:
     return [f"**{title}** (best mean per column in bold)", "", md_table(header, body), ""]
 
 
-def _curves(ctx: ReportContext, study: str, rows) -> list[str]:
+def _curves(ctx: ReportContext, study: str, rows, settings: list[str]) -> list[str]:
     epochs = ctx.tables.study_epochs
     if epochs is None:
         return []
     epochs = epochs.select((epochs["study"] == study) & ~np.isnan(epochs["val_map"].astype(float)))
     if not len(epochs):
         return []
-    settings = list(dict.fromkeys(rows["setting"]))
     panels = []
     for method, bits in _columns(rows):
         lines = []
