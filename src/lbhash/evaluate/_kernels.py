@@ -33,6 +33,15 @@ def _rank(q_row, db_t, top, dist, hist, masks, cand, offsets, order):
     return rank_distances(dist, top, hist, masks, cand, offsets, order)
 
 
+@njit(inline="always", cache=True)
+def _rank_scratch(db_t, top):
+    """The arrays `_rank` works in, for a database of n items: dist, hist, masks, cand, offsets, order."""
+    n = db_t.shape[1]
+    nbins = 64 * db_t.shape[0] + 1
+    return (np.empty(n, np.uint16), np.empty(nbins, np.int64), np.empty(n // 64 + 1, np.uint64),
+            np.empty(n, np.int32), np.empty(nbins + 1, np.int64), np.empty(top + 1, np.int64))
+
+
 @njit(cache=True)
 def _group_sums(before, size):
     """h1 = sum_{p=1..size} 1/(before+p) and h2 = sum_{p=1..size} (p-1)/(before+p)."""
@@ -100,15 +109,8 @@ def _tie_averaged_ap(hist, rhist, cutoff, top):
 @njit(nogil=True, cache=True)
 def average_precision_chunk(q_words, db_t, q_labels, db_labels, top, ap_index, ap_average):
     """AP@top per query with stable ties (ap_index), and tie-averaged (ap_average, if sized)."""
-    n = db_t.shape[1]
-    nbins = 64 * db_t.shape[0] + 1
-    dist = np.empty(n, np.uint16)
-    hist = np.empty(nbins, np.int64)
-    rhist = np.empty(nbins, np.int64)
-    masks = np.empty(n // 64 + 1, np.uint64)
-    offsets = np.empty(nbins + 1, np.int64)
-    cand = np.empty(n, np.int32)
-    order = np.empty(top + 1, np.int64)
+    dist, hist, masks, cand, offsets, order = _rank_scratch(db_t, top)
+    rhist = np.empty(hist.shape[0], np.int64)
     want_average = ap_average.shape[0] > 0
     for i in range(q_words.shape[0]):
         q_lab = q_labels[i]
@@ -132,50 +134,12 @@ def average_precision_chunk(q_words, db_t, q_labels, db_labels, top, ap_index, a
 @njit(nogil=True, cache=True)
 def top_ranked_chunk(q_words, db_t, top, out_index, out_dist):
     """Indices and distances of the `top` nearest items per query, ties in index order."""
-    n = db_t.shape[1]
-    nbins = 64 * db_t.shape[0] + 1
-    dist = np.empty(n, np.uint16)
-    hist = np.empty(nbins, np.int64)
-    masks = np.empty(n // 64 + 1, np.uint64)
-    offsets = np.empty(nbins + 1, np.int64)
-    cand = np.empty(n, np.int32)
-    order = np.empty(top + 1, np.int64)
+    dist, hist, masks, cand, offsets, order = _rank_scratch(db_t, top)
     for i in range(q_words.shape[0]):
         _rank(q_words[i], db_t, top, dist, hist, masks, cand, offsets, order)
         for p in range(top):
             out_index[i, p] = order[p]
             out_dist[i, p] = dist[order[p]]
-
-
-@njit(inline="always", cache=True)
-def _distance_relevance_counts(q_row, q_lab, db_t, db_labels_t, dist, key, scratch, hist, rhist):
-    """For one query: dist (its distance to every item), key = 2 * distance + relevant, and
-    hist[d] / rhist[d] = the number of items / relevant items at distance d.
-
-    db_labels_t is the label bitmask word-major (lw, n), so that the relevance pass vectorises.
-    """
-    n = dist.shape[0]
-    fill_distances(q_row, db_t, dist)
-    for j in range(n):
-        key[j] = dist[j] << 1
-    for k in range(q_lab.shape[0]):
-        qk = q_lab[k]
-        for j in range(n):
-            key[j] |= np.uint16((db_labels_t[k, j] & qk) != 0)
-    # four interleaved histograms avoid store-to-load stalls on repeated keys
-    scratch[:] = 0
-    m = n - n % 4
-    for j in range(0, m, 4):
-        scratch[0, key[j]] += 1
-        scratch[1, key[j + 1]] += 1
-        scratch[2, key[j + 2]] += 1
-        scratch[3, key[j + 3]] += 1
-    for j in range(m, n):
-        scratch[0, key[j]] += 1
-    for d in range(hist.shape[0]):
-        near = scratch[0, 2 * d + 1] + scratch[1, 2 * d + 1] + scratch[2, 2 * d + 1] + scratch[3, 2 * d + 1]
-        hist[d] = scratch[0, 2 * d] + scratch[1, 2 * d] + scratch[2, 2 * d] + scratch[3, 2 * d] + near
-        rhist[d] = near
 
 
 @njit(nogil=True, cache=True)
@@ -190,5 +154,25 @@ def radius_counts_chunk(q_words, db_t, q_labels, db_labels_t, out_hist, out_rhis
     key = np.empty(n, np.uint16)
     scratch = np.empty((4, 2 * out_hist.shape[1]), np.int64)
     for i in range(q_words.shape[0]):
-        _distance_relevance_counts(q_words[i], q_labels[i], db_t, db_labels_t, dist, key, scratch,
-                                   out_hist[i], out_rhist[i])
+        q_lab = q_labels[i]
+        fill_distances(q_words[i], db_t, dist)
+        for j in range(n):
+            key[j] = dist[j] << 1
+        for k in range(q_lab.shape[0]):
+            qk = q_lab[k]
+            for j in range(n):
+                key[j] |= np.uint16((db_labels_t[k, j] & qk) != 0)
+        # four interleaved histograms avoid store-to-load stalls on repeated keys
+        scratch[:] = 0
+        m = n - n % 4
+        for j in range(0, m, 4):
+            scratch[0, key[j]] += 1
+            scratch[1, key[j + 1]] += 1
+            scratch[2, key[j + 2]] += 1
+            scratch[3, key[j + 3]] += 1
+        for j in range(m, n):
+            scratch[0, key[j]] += 1
+        for d in range(out_hist.shape[1]):
+            near = scratch[0, 2 * d + 1] + scratch[1, 2 * d + 1] + scratch[2, 2 * d + 1] + scratch[3, 2 * d + 1]
+            out_hist[i, d] = scratch[0, 2 * d] + scratch[1, 2 * d] + scratch[2, 2 * d] + scratch[3, 2 * d] + near
+            out_rhist[i, d] = near

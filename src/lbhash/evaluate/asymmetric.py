@@ -41,23 +41,17 @@ def check_query_real(query_real, n_query: int, bits: int, name: str = "query_rea
 _BYTE_SIGNS = np.where((np.arange(256)[:, None] >> np.arange(8)) & 1, 1.0, -1.0)
 
 
-def byte_tables(query_real: np.ndarray) -> np.ndarray:
-    """(nq, bytes, 256): the partial score of every byte value, its bits summed lowest first."""
-    nq, bits = query_real.shape
-    padded = np.zeros((nq, -(-bits // 8) * 8))
-    padded[:, :bits] = query_real  # padding bits score 0: they add exact zeros
-    blocks = padded.reshape(nq, -1, 8)
-    tables = np.zeros((nq, blocks.shape[1], 256))
-    for k in range(8):  # fixed order inside the byte
-        tables += blocks[:, :, k:k + 1] * _BYTE_SIGNS[:, k]
-    return tables
-
-
 def asymmetric_scores(query_real: np.ndarray, db_packed: np.ndarray) -> np.ndarray:
     """(nq, n) scores sum_j r_qj * b_dj of packed database codes, in the fixed order above.
 
     A fixed order makes equal scores exactly equal (a BLAS product may sum in any order)."""
-    tables = byte_tables(query_real)
+    nq, bits = query_real.shape
+    padded = np.zeros((nq, -(-bits // 8) * 8))
+    padded[:, :bits] = query_real  # padding bits score 0: they add exact zeros
+    blocks = padded.reshape(nq, -1, 8)
+    tables = np.zeros((nq, blocks.shape[1], 256))  # the partial score of every byte value
+    for k in range(8):  # fixed order inside the byte: lowest bit first
+        tables += blocks[:, :, k:k + 1] * _BYTE_SIGNS[:, k]
     scores = np.zeros((len(query_real), len(db_packed)))
     for t in range(db_packed.shape[1]):
         scores += np.take(tables[:, t], db_packed[:, t], axis=1)

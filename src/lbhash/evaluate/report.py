@@ -10,19 +10,12 @@ import numpy as np
 
 from lbhash.checks import non_negative_int, positive_int
 from lbhash.errors import InputError
-from lbhash.evaluate._inputs import (check_ks, check_percentile,
-                                     check_topk, prepare)
+from lbhash.evaluate._inputs import check_ks, check_percentile, check_topk, prepare
 from lbhash.evaluate.asymmetric import asymmetric_metrics, check_query_real
 from lbhash.evaluate.bound import lower_bound
 from lbhash.evaluate.chance import chance_map
-from lbhash.evaluate.retrieval import (
-    DEFAULT_KS,
-    average_precisions,
-    knn_vote_accuracy,
-    pr_curve,
-    precision_recall_at_k,
-    radius_precision,
-)
+from lbhash.evaluate.retrieval import (DEFAULT_KS, average_precisions, knn_vote_accuracy, pr_curve,
+                                      precision_recall_at_k, radius_precision)
 
 
 def evaluate_codes(query_codes, db_codes, query_labels, db_labels, bits: int | None = None,
@@ -77,8 +70,7 @@ def jsonable(obj: Any) -> Any:
     if isinstance(obj, dict):
         return {k: jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple, np.ndarray)):
-        return [jsonable(v) for v in np.asarray(obj).tolist()] if isinstance(obj, np.ndarray) \
-            else [jsonable(v) for v in obj]
+        return [jsonable(v) for v in (obj.tolist() if isinstance(obj, np.ndarray) else obj)]
     if isinstance(obj, np.generic):
         obj = obj.item()
     if isinstance(obj, float):

@@ -15,13 +15,7 @@ import numpy as np
 from lbhash.checks import non_negative_int, positive_int
 from lbhash.evaluate import _ap_all, _kernels
 from lbhash.labels import as_multihot
-from lbhash.evaluate._inputs import (
-    Retrieval,
-    check_ks,
-    check_topk,
-    for_query_ranges,
-    prepare,
-)
+from lbhash.evaluate._inputs import Retrieval, check_ks, check_topk, for_query_ranges, prepare
 from lbhash.errors import InputError
 
 # Largest (queries x ranked items) block that top-k based metrics hold at once.
@@ -161,7 +155,8 @@ def precision_recall_at_k(inp: Retrieval, ks_arr: np.ndarray) -> PrecisionAtK:
     prec_sum = np.zeros(len(cut))
     rec_sum = np.zeros(len(cut))
     for a, b, index, _ in _top_ranked(inp, int(cut.max())):
-        hits = np.cumsum(_relevance(inp, a, b, index), axis=1)[:, cut - 1]
+        relevant = ((inp.q_label_words[a:b, None, :] & inp.db_label_words[index]) != 0).any(axis=2)
+        hits = np.cumsum(relevant, axis=1)[:, cut - 1]
         prec_sum += (hits / cut).sum(axis=0)
         rel = totals[a:b] > 0
         rec_sum += (hits[rel] / totals[a:b][rel, None]).sum(axis=0)
@@ -239,11 +234,6 @@ def _radius_counts(inp: Retrieval) -> Iterator[tuple[np.ndarray, np.ndarray]]:
 
         for_query_ranges(b - a, work)
         yield hist[:, : inp.bits + 1], rhist[:, : inp.bits + 1]
-
-
-def _relevance(inp: Retrieval, a: int, b: int, index: np.ndarray) -> np.ndarray:
-    shared = inp.q_label_words[a:b, None, :] & inp.db_label_words[index]
-    return (shared != 0).any(axis=2)
 
 
 def _relevant_totals(inp: Retrieval) -> np.ndarray:

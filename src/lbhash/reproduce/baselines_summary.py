@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from lbhash.reproduce.figures import Line, Panel, color, lines_plot
+from lbhash.reproduce.stats import mean_std
 from lbhash.reproduce.tables import BASELINES_REFERENCE
 
 
@@ -20,12 +21,9 @@ def summary_table(rows: list[dict]) -> dict:
         groups.setdefault((r["variant"], r["bits"], r["classes"], r["ranking"]), []).append(r)
     out = {}
     for key, group in groups.items():
-        out[key] = {}
-        for metric in ("map_all", "map_1000", "precision_h2"):
-            values = np.array([g[metric] for g in group if g[metric] is not None], dtype=float)
-            if len(values):
-                std = float(values.std(ddof=1)) if len(values) > 1 else float("nan")
-                out[key][metric] = (float(values.mean()), std, len(values))
+        stats = {metric: mean_std([g[metric] for g in group if g[metric] is not None])
+                 for metric in ("map_all", "map_1000", "precision_h2")}
+        out[key] = {metric: cell for metric, cell in stats.items() if cell[2]}
     return out
 
 

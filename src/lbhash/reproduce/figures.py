@@ -11,6 +11,8 @@ from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
+from lbhash._io import atomic_path
+
 DPI = 100
 _PALETTE = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown",
             "tab:pink", "tab:gray", "tab:olive", "tab:cyan")
@@ -45,7 +47,7 @@ def color(index: int) -> str:
 
 
 def variant_line(view, method: str, variant: str, x, y) -> Line:
-    """The line of one variant of a `report.grid_view.GridView`: method colour, variant style."""
+    """The line of one variant of a `report.context.GridView`: method colour, variant style."""
     return Line(view.label(method, variant), np.asarray(x), np.asarray(y),
                 color(view.methods.index(method)), view.style(method, variant))
 
@@ -62,27 +64,20 @@ def method_panels(view, series: Callable) -> list[Panel]:
 
 
 @contextmanager
-def _style():
+def _drawing(path: Path, width: float, height: float, title: str | None = None):
+    """A figure in the report's style to draw on, given its title and saved to `path` at the end."""
     import matplotlib
+    from matplotlib.figure import Figure
 
     with matplotlib.rc_context({"font.size": 10, "axes.titlesize": 11, "axes.labelsize": 10,
                                 "legend.fontsize": 9, "xtick.labelsize": 9, "ytick.labelsize": 9,
                                 "axes.grid": True, "grid.alpha": 0.3, "savefig.facecolor": "white"}):
-        yield
-
-
-def _figure(width: float, height: float):
-    from matplotlib.figure import Figure
-
-    return Figure(figsize=(width, height), layout="constrained")
-
-
-def _save(fig, path: Path) -> Path:
-    from lbhash._io import atomic_path
-
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=DPI)
-    return path
+        fig = Figure(figsize=(width, height), layout="constrained")
+        yield fig
+        if title is not None:
+            fig.suptitle(title)
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format="png", dpi=DPI)
 
 
 def _grid(fig, count: int, max_cols: int = 3, **kw):
@@ -100,9 +95,8 @@ def panels_plot(panels: Sequence[Panel], path: Path, title: str, xlabel: str, yl
     from matplotlib.lines import Line2D
     from matplotlib.ticker import MaxNLocator
 
-    with _style():
-        cols = min(len(panels), 3)
-        fig = _figure(4.2 * cols + 0.5, 3.3 * -(-len(panels) // cols) + 0.8)
+    cols = min(len(panels), 3)
+    with _drawing(path, 4.2 * cols + 0.5, 3.3 * -(-len(panels) // cols) + 0.8, title) as fig:
         axes = _grid(fig, len(panels), sharex=True, sharey=True)
         for ax, panel in zip(axes, panels):
             for line in panel.lines:
@@ -121,27 +115,23 @@ def panels_plot(panels: Sequence[Panel], path: Path, title: str, xlabel: str, yl
                           marker=_MARKERS[i % len(_MARKERS)], label=text)
                    for i, text in enumerate(style_labels)]
         fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), frameon=False)
-        fig.suptitle(title)
-        return _save(fig, path)
+    return path
 
 
 def lines_plot(panels: Sequence[Panel], path: Path, title: str, xlabel: str,
-               ylabels: Sequence[str], xticks=None) -> Path:
+               ylabels: Sequence[str], xticks: Sequence) -> Path:
     """Side-by-side panels sharing one legend of all lines, placed right of the data."""
-    with _style():
-        fig = _figure(5.0 * len(panels) + 2.2, 4.2)
+    with _drawing(path, 5.0 * len(panels) + 2.2, 4.2, title) as fig:
         axes = _grid(fig, len(panels), max_cols=len(panels))
         for ax, panel, ylabel in zip(axes, panels, ylabels):
             for line in panel.lines:
                 ax.plot(line.x, line.y, color=line.color, ls=_STYLES[line.style % len(_STYLES)],
                         marker=_MARKERS[line.style % len(_MARKERS)], ms=4, lw=1.5, label=line.label)
             ax.set(title=panel.title, xlabel=xlabel, ylabel=ylabel)
-            if xticks is not None:
-                ax.set_xticks(list(xticks))
+            ax.set_xticks(list(xticks))
         handles, labels = axes[0].get_legend_handles_labels()
         fig.legend(handles, labels, loc="outside right center", frameon=False)
-        fig.suptitle(title)
-        return _save(fig, path)
+    return path
 
 
 def scatter_fit(points: Sequence[Point], x_line: np.ndarray, y_line: np.ndarray,
@@ -152,8 +142,7 @@ def scatter_fit(points: Sequence[Point], x_line: np.ndarray, y_line: np.ndarray,
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    with _style():
-        fig = _figure(9.0, 5.4)
+    with _drawing(path, 9.0, 5.4) as fig:
         ax = fig.subplots()
         ax.fill_between(x_line, band[0], band[1], color="0.6", alpha=0.3, lw=0)
         ax.plot(x_line, y_line, color="0.15", lw=1.5)
@@ -172,19 +161,21 @@ def scatter_fit(points: Sequence[Point], x_line: np.ndarray, y_line: np.ndarray,
         fig.legend(handles=handles, loc="outside right center", frameon=False)
         ax.text(0.01, 0.99, note, transform=ax.transAxes, va="top", ha="left", fontsize=9,
                 bbox=dict(boxstyle="round", fc="white", ec="0.7", alpha=0.85))
-        return _save(fig, path)
+    return path
 
 
 def tsne_plot(panels: Sequence[tuple[str, np.ndarray, np.ndarray]], path: Path, title: str) -> Path:
     """t-SNE embeddings, two per row (base, _D), coloured by class; class legend at the right."""
+    from matplotlib import colormaps
     from matplotlib.lines import Line2D
 
-    with _style():
-        cols = min(len(panels), 2)
-        fig = _figure(4.8 * cols + 1.6, 4.8 * -(-len(panels) // cols) + 0.4)
+    cols = min(len(panels), 2)
+    with _drawing(path, 4.8 * cols + 1.6, 4.8 * -(-len(panels) // cols) + 0.4, title) as fig:
         axes = _grid(fig, len(panels), max_cols=cols)
         classes = np.unique(np.concatenate([c for _, _, c in panels]))
-        cmap = _class_colors(len(classes))
+        count = len(classes)
+        palette = colormaps["tab10" if count <= 10 else "tab20" if count <= 20 else "turbo"]
+        cmap = palette(np.linspace(0, 1, count)) if count > 20 else palette(np.arange(count) % palette.N)
         for ax, (name, xy, cls) in zip(axes, panels):
             index = np.searchsorted(classes, cls)
             ax.scatter(xy[:, 0], xy[:, 1], c=cmap[index], s=4, alpha=0.7, linewidths=0)
@@ -196,16 +187,14 @@ def tsne_plot(panels: Sequence[tuple[str, np.ndarray, np.ndarray]], path: Path, 
             handles = [Line2D([], [], ls="", marker="o", color=cmap[i], label=f"class {c}")
                        for i, c in enumerate(classes)]
             fig.legend(handles=handles, loc="outside right center", frameon=False)
-        fig.suptitle(title)
-        return _save(fig, path)
+    return path
 
 
 def trace_plot(lines: Sequence[Line], path: Path, title: str, xlabel: str, ylabel: str) -> Path:
     """mAP against the ratio along epochs (paper Fig. 1): start hollow, end starred."""
     from matplotlib.lines import Line2D
 
-    with _style():
-        fig = _figure(8.5, 5.0)
+    with _drawing(path, 8.5, 5.0) as fig:
         ax = fig.subplots()
         for line in lines:
             ax.plot(line.x, line.y, color=line.color, marker=".", ms=5, lw=1.3, label=line.label)
@@ -217,7 +206,7 @@ def trace_plot(lines: Sequence[Line], path: Path, title: str, xlabel: str, ylabe
         handles += [Line2D([], [], ls="", marker="o", mfc="none", color="0.3", label="first epoch"),
                     Line2D([], [], ls="", marker="*", ms=10, color="0.3", label="last epoch")]
         fig.legend(handles=handles, loc="outside right center", frameon=False)
-        return _save(fig, path)
+    return path
 
 
 def plot_window(real: np.ndarray) -> np.ndarray:
@@ -231,8 +220,7 @@ def plot_window(real: np.ndarray) -> np.ndarray:
 def toy_plot(rows: Sequence[tuple[str, np.ndarray, dict[str, np.ndarray]]], path: Path) -> Path:
     """Real probabilities as bars, estimates as steps; one row per bit length (or window)."""
     colors = {"surrogate": "tab:blue", "naive": "tab:orange"}
-    with _style():
-        fig = _figure(12.0, 3.4 * len(rows) + 0.4)
+    with _drawing(path, 12.0, 3.4 * len(rows) + 0.4) as fig:
         axes = _grid(fig, len(rows), max_cols=1)
         for ax, (title, codes, probs) in zip(axes, rows):
             ax.bar(codes, probs["real"], width=1.0, color="0.7", label="real")
@@ -242,25 +230,14 @@ def toy_plot(rows: Sequence[tuple[str, np.ndarray, dict[str, np.ndarray]]], path
             ax.set_xlim(codes[0] - 1, codes[-1] + 1)
             ax.set(title=title, xlabel="code index (bit k has weight 2^k)", ylabel="probability")
             ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), frameon=False)
-        return _save(fig, path)
-
-
-def _class_colors(count: int) -> np.ndarray:
-    from matplotlib import colormaps
-
-    name = "tab10" if count <= 10 else "tab20" if count <= 20 else "turbo"
-    cmap = colormaps[name]
-    if name == "turbo":
-        return cmap(np.linspace(0, 1, count))
-    return cmap(np.arange(count) % cmap.N)
+    return path
 
 
 def setting_curves(panels: Sequence[Panel], path: Path, title: str, xlabel: str, ylabel: str) -> Path:
     """One subplot per panel, one coloured line per setting; one legend of the settings."""
-    with _style():
-        cols = min(len(panels), 4)
-        # wide enough for the title even with one panel
-        fig = _figure(max(3.8 * cols + 0.5, 0.09 * len(title)), 3.1 * -(-len(panels) // cols) + 1.2)
+    cols = min(len(panels), 4)
+    # wide enough for the title even with one panel
+    with _drawing(path, max(3.8 * cols + 0.5, 0.09 * len(title)), 3.1 * -(-len(panels) // cols) + 1.2, title) as fig:
         axes = _grid(fig, len(panels), max_cols=cols, sharey=True)
         labels: dict[str, object] = {}
         for ax, panel in zip(axes, panels):
@@ -273,5 +250,4 @@ def setting_curves(panels: Sequence[Panel], path: Path, title: str, xlabel: str,
             ax.set_ylabel(ylabel)
         fig.legend(list(labels.values()), list(labels), loc="outside lower center",
                    ncols=min(3, len(labels)), frameon=False)
-        fig.suptitle(title)
-        return _save(fig, path)
+    return path

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import json
 import platform
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +18,6 @@ from typing import Any
 
 from lbhash._io import write_json
 from lbhash.errors import InputError
-from lbhash.reproduce.tables_parse import read_json
 
 META_FILE = "meta.json"
 FORMAT = 2
@@ -35,8 +35,12 @@ class Meta:
     software: dict[str, str] = field(default_factory=dict)
     created: str = ""
 
-    def commands(self) -> dict[str, str]:
-        return {k: e["command"] for k, e in self.experiments.items() if "command" in e}
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise InputError(f"{path}: not valid JSON ({err})") from None
 
 
 def software_versions() -> dict[str, str]:

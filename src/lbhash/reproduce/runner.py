@@ -10,8 +10,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, Callable
@@ -66,7 +68,14 @@ def _adopt(cell: Cell, run_dir: Path) -> None:
         if key not in NOT_HASHED and saved.get(key) != value:
             raise InputError(f"{run_dir} holds a run with {key}={saved.get(key)!r}, but cell {cell.name} "
                              f"needs {value!r}; remove it or choose another --out")
-    write_json(run_dir / CELL, {"name": cell.name, "config_hash": cell.config_hash, "config": cell.config})
+    _mark(cell, run_dir)
+
+
+def _mark(cell: Cell, run_dir: Path, epoch: int | None = None) -> None:
+    """Write cell.json if it is not there; a new run calls it as each epoch ends (the run
+    directory exists after the first)."""
+    if not (run_dir / CELL).exists():
+        write_json(run_dir / CELL, {"name": cell.name, "config_hash": cell.config_hash, "config": cell.config})
 
 
 def run_cell(cell: Cell, root: str, threads: int) -> dict[str, Any]:
@@ -83,13 +92,11 @@ def run_cell(cell: Cell, root: str, threads: int) -> dict[str, Any]:
     state = cell_state(cell, run_dir)
     if state == "finished":
         return json.loads((run_dir / "metrics.json").read_text())
-    if state == "new" and run_dir.exists():  # created but killed before its first file
-        import shutil
-
-        shutil.rmtree(run_dir)
     if state == "new":
+        if run_dir.exists():  # created but killed before its first file
+            shutil.rmtree(run_dir)
         run_dir.parent.mkdir(parents=True, exist_ok=True)
-        return train(make_config({**cell.config, "progress": False}), run_dir, on_epoch_end=_mark(cell, run_dir))
+        return train(make_config({**cell.config, "progress": False}), run_dir, on_epoch_end=partial(_mark, cell, run_dir))
     return train(None, run_dir, resume=True, progress=False)
 
 
@@ -99,15 +106,6 @@ def _headline(metrics: dict[str, Any]) -> str:
         return f"mAP {metrics['map']:.4f}"
     val = metrics.get("run", {}).get("validation_map")
     return "no evaluation" if val is None else f"validation mAP {val:.4f}"
-
-
-def _mark(cell: Cell, run_dir: Path) -> Callable[[int], None]:
-    """Write cell.json once the run directory exists (after its first epoch)."""
-    def mark(epoch: int) -> None:
-        if not (run_dir / CELL).exists():
-            write_json(run_dir / CELL, {"name": cell.name, "config_hash": cell.config_hash,
-                                        "config": cell.config})
-    return mark
 
 
 def run_cells(cells: list[Cell], root: Path, workers: int = 1,

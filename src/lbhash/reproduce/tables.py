@@ -3,19 +3,23 @@
 The experiment runner writes these files and the report reads them; nothing else passes
 between the two. Every reader checks the columns and parses every value, and a problem is
 one ValueError naming the file and the column or line.
+
+A CSV column's kind is str, bool, int, float (finite), frac ([0, 1]), ratio (>= 0, inf allowed)
+or topk ('all' or a positive integer); a trailing "?" lets a cell be empty.
 """
 
 from __future__ import annotations
 
 import csv
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
-from lbhash.reproduce.meta import META_FILE, Meta, read_meta
-from lbhash.reproduce.tables_parse import column_array, parse_cell, parse_number, read_json
+from lbhash._io import load_npz
+from lbhash.reproduce.meta import META_FILE, Meta, read_json, read_meta
 from lbhash.errors import InputError
 
 GRID_FILE = "grid.csv"
@@ -54,8 +58,8 @@ BASELINES_REFERENCE = "cosine-knn"  # method and variant of the float cosine kNN
 TOY_PROB_KINDS = ("real", "surrogate", "naive")
 CODES_SUFFIX, LABELS_SUFFIX = "__codes", "__labels"
 
-# How each column is parsed; a trailing "?" lets a cell be empty (read as NaN or "").
-# "frac": a fraction in [0, 1] (mAP, accuracies, precisions; the report shows them in %).
+# How each column is parsed (see the module docstring); an empty optional cell reads as NaN or "".
+# "frac" holds mAP, accuracies and precisions, which the report shows in %.
 _KINDS: dict[str, dict[str, str]] = {
     GRID_FILE: dict(zip(GRID_COLUMNS, (
         "str", "str", "str", "bool", "int", "int", "str", "str", "int", "str?", "frac",
@@ -135,12 +139,13 @@ def load_tables(directory: str | Path) -> Tables:
                 setattr(tables, attr, table)
             else:
                 tables.empty.append(name)
-    if tables.grid is not None:
-        _check_unique(tables.grid, "run_id", directory / GRID_FILE)
-    readers: list[tuple[str, str, Callable]] = [("codes", CODES_FILE, read_codes_sample),
-                                                ("toy", TOY_FILE, read_toy),
-                                                ("toy_probs", TOY_PROBS_FILE, read_toy_probs)]
-    for attr, name, reader in readers:
+    seen: set[str] = set()
+    for run_id in [] if tables.grid is None else tables.grid["run_id"].tolist():
+        if run_id in seen:
+            raise InputError(f"{directory / GRID_FILE}: duplicate run_id {run_id!r}")
+        seen.add(run_id)
+    for attr, name, reader in (("codes", CODES_FILE, read_codes_sample), ("toy", TOY_FILE, read_toy),
+                               ("toy_probs", TOY_PROBS_FILE, read_toy_probs)):
         if (directory / name).is_file():
             setattr(tables, attr, reader(directory / name))
             tables.files.append(name)
@@ -203,9 +208,69 @@ def _read_rows(path: Path, reader, kinds: dict[str, str]) -> Table:
     return table
 
 
-def read_codes_sample(path: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    from lbhash._io import load_npz
+def parse_number(value: Any) -> float:
+    """A number from JSON: "inf" is +inf and null is NaN; anything else but a number is an error."""
+    if value == "inf":
+        return math.inf
+    if value is None:
+        return math.nan
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(f"expected a number, got {value!r}")
+    return float(value)
 
+
+def parse_cell(cell: str, kind: str) -> Any:
+    """One CSV cell parsed as `kind` (see the module docstring); the error says what is wrong,
+    and the caller adds the file and the column or line."""
+    optional = kind.endswith("?")
+    kind = kind.rstrip("?")
+    if cell == "":
+        if optional:
+            return "" if kind == "str" else math.nan
+        raise InputError("empty, expected a value")
+    if kind == "str":
+        return cell
+    if kind == "bool":
+        if cell.lower() not in ("true", "1", "false", "0"):
+            raise InputError(f"cannot parse {cell!r} as True/False")
+        return cell.lower() in ("true", "1")
+    if kind == "topk":
+        if cell.lower() == "all":
+            return "all"
+        if not cell.isdigit() or int(cell) <= 0:
+            raise InputError(f"cannot parse {cell!r} as 'all' or a positive integer")
+        return cell
+    return _parse_numeric(cell, kind, optional)
+
+
+def _parse_numeric(cell: str, kind: str, optional: bool) -> int | float:
+    """int, float, frac or ratio; a non-empty optional frac may be NaN."""
+    try:
+        number = float(cell)
+    except ValueError:
+        raise InputError(f"cannot parse {cell!r} as a number") from None
+    if kind == "int":
+        if not number.is_integer():
+            raise InputError(f"cannot parse {cell!r} as an integer")
+        return int(number)
+    if kind == "ratio" and not (number >= 0):  # +inf allowed, NaN and negatives not
+        raise InputError(f"{cell!r} is not a ratio >= 0 (inf allowed)")
+    if kind == "float" and not math.isfinite(number):
+        raise InputError(f"{cell!r} is not a finite number")
+    if kind == "frac" and not (0 <= number <= 1 or (optional and math.isnan(number))):
+        raise InputError(f"{cell!r} is not a fraction in [0, 1]")
+    return number
+
+
+def column_array(values: list, kind: str) -> np.ndarray:
+    """A column's parsed values as one array: object for str and topk, else bool, int or float."""
+    kind = kind.rstrip("?")
+    if kind in ("str", "topk"):
+        return np.array(values, dtype=object)
+    return np.array(values, dtype={"bool": bool, "int": np.int64}.get(kind, np.float64))
+
+
+def read_codes_sample(path: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     arrays = load_npz(path)
     out = {}
     for key in sorted(arrays):
@@ -259,8 +324,6 @@ def read_toy(path: Path) -> dict[int, dict[str, Any]]:
 
 def read_toy_probs(path: Path) -> dict[int, dict[str, np.ndarray]]:
     """toy_probs.npz: bits -> {real, surrogate, naive}, each of length 2^bits."""
-    from lbhash._io import load_npz
-
     arrays = load_npz(path)
     out: dict[int, dict[str, np.ndarray]] = {}
     for key, value in arrays.items():
@@ -275,11 +338,3 @@ def read_toy_probs(path: Path) -> dict[int, dict[str, np.ndarray]]:
         if missing:
             raise InputError(f"{path}: {bits} bits lacks {', '.join(f'{bits}__{k}' for k in missing)}")
     return dict(sorted(out.items()))
-
-
-def _check_unique(table: Table, column: str, path: Path) -> None:
-    seen = set()
-    for value in table[column].tolist():
-        if value in seen:
-            raise InputError(f"{path}: duplicate {column} {value!r}")
-        seen.add(value)

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from lbhash.errors import InputError
+from lbhash.evaluate.report import jsonable
 from lbhash.reproduce.figures import plot_window, toy_plot
 from lbhash.reproduce.paper import TOY_KL
 from lbhash.reproduce.stats import kl_divergence
@@ -76,12 +77,9 @@ class ToyResult:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (infinities as the string "inf"); estimates are left out."""
-        cfg = asdict(self.config)
-        cfg["eval_samples"] = list(cfg["eval_samples"])
-        k = len(self.real)
-        return _jsonable({
-            "config": cfg,
-            "codes": k,
+        return jsonable({
+            "config": asdict(self.config),
+            "codes": len(self.real),
             "blocks": self.config.bits // self.config.block_size,
             "kl_real_vs": {str(n): row for n, row in self.kl.items()},
             "true_marginal_product_kl": self.true_marginal_product_kl,
@@ -148,30 +146,25 @@ def train_surrogate(l: np.ndarray, cfg: ToyConfig) -> tuple[BlockSurrogate, dict
     # Steps this small are dominated by thread hand-offs, which collapse on a busy machine
     torch.set_num_threads(1)
     try:
-        model, stats = _fit(x, cfg)
+        with torch.random.fork_rng(devices=[]):  # seeded init, shuffles and dropout; global RNG untouched
+            torch.manual_seed(int(np.random.SeedSequence([cfg.seed, _TORCH, cfg.bits]).generate_state(1)[0]))
+            model = BlockSurrogate(cfg.bits, block_size=cfg.block_size)
+            opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, fused=True)
+            model.train()
+            start = time.perf_counter()
+            for _ in range(cfg.epochs):
+                total, correct = 0.0, 0.0
+                for batch in torch.randperm(len(x)).split(cfg.batch_size):
+                    loss, acc = model.loss_pi(x[batch])
+                    opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                    opt.step()
+                    total += loss.item() * len(batch)
+                    correct += acc.item() * len(batch)
+            seconds = time.perf_counter() - start
     finally:
         torch.set_num_threads(threads)
     model.eval()
-    return model, stats
-
-
-def _fit(x: torch.Tensor, cfg: ToyConfig) -> tuple[BlockSurrogate, dict[str, float]]:
-    with torch.random.fork_rng(devices=[]):  # seeded init, shuffles and dropout; global RNG untouched
-        torch.manual_seed(int(np.random.SeedSequence([cfg.seed, _TORCH, cfg.bits]).generate_state(1)[0]))
-        model = BlockSurrogate(cfg.bits, block_size=cfg.block_size)
-        opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, fused=True)
-        model.train()
-        start = time.perf_counter()
-        for _ in range(cfg.epochs):
-            total, correct = 0.0, 0.0
-            for batch in torch.randperm(len(x)).split(cfg.batch_size):
-                loss, acc = model.loss_pi(x[batch])
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                total += loss.item() * len(batch)
-                correct += acc.item() * len(batch)
-        seconds = time.perf_counter() - start
     return model, {"final_epoch_loss": total / len(x), "final_epoch_pattern_accuracy": correct / len(x),
                    "seconds": seconds, "steps": cfg.epochs * math.ceil(len(x) / cfg.batch_size)}
 
@@ -195,21 +188,12 @@ def surrogate_joint(model: BlockSurrogate, l: np.ndarray, chunk: int = 8192) -> 
     return (acc.reshape(-1) / len(x)).numpy()
 
 
-def marginal_of_bits(joint: np.ndarray, bits: int) -> np.ndarray:
-    """P(bit k = +1) for k = 0..bits-1 under a joint over 2^bits codes."""
-    ones = (np.arange(len(joint))[:, None] >> np.arange(bits)) & 1
-    return joint @ ones
-
-
 def run_toy(cfg: ToyConfig | None = None, **overrides: Any) -> ToyResult:
     """The whole experiment for one bit length; same config, same numbers."""
-    if cfg is None:
-        cfg = ToyConfig(**overrides)
-    elif overrides:
-        cfg = replace(cfg, **overrides)
+    cfg = replace(cfg or ToyConfig(), **overrides)
     k = 2 ** cfg.bits
     real = random_mvb(cfg.bits, np.random.default_rng([cfg.seed, _REAL, cfg.bits]))
-    true_marginals = marginal_of_bits(real, cfg.bits)
+    true_marginals = real @ ((np.arange(k)[:, None] >> np.arange(cfg.bits)) & 1)  # P(bit j = +1), j < bits
     true_naive = joint_distribution(np.stack([1 - true_marginals, true_marginals], axis=1))
     blocks = cfg.bits // cfg.block_size
     true_block = (kl_divergence(real, joint_distribution(block_marginals(real, cfg.bits, cfg.block_size)))
@@ -226,13 +210,9 @@ def run_toy(cfg: ToyConfig | None = None, **overrides: Any) -> ToyResult:
         l = make_inputs(signs, cfg.noise, rng)
         est = {"surrogate": surrogate_joint(model, l), "naive": marginal_product(signs),
                "histogram": histogram(index, k)}
-        kl[n] = {
-            "surrogate": kl_divergence(real, est["surrogate"]),
-            "naive": kl_divergence(real, est["naive"]),
-            "histogram": kl_divergence(real, est["histogram"]),
-            "histogram_jeffreys": kl_divergence(real, histogram(index, k, 0.5)),
-            "floor_asymptotic": (k - 1) / (2 * n),
-        }
+        kl[n] = {**{name: kl_divergence(real, p) for name, p in est.items()},
+                 "histogram_jeffreys": kl_divergence(real, histogram(index, k, 0.5)),
+                 "floor_asymptotic": (k - 1) / (2 * n)}
         unseen[n] = float(real[est["histogram"] == 0].sum())
         flipped[n] = float(np.mean((l >= 0) != (signs > 0)))
         estimates[n] = est
@@ -296,18 +276,6 @@ def paper_comparison(result: ToyResult) -> list[str]:
 
 def _fmt(v: float) -> str:
     return "inf" if math.isinf(v) else f"{v:.4f}"
-
-
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {k: _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, (float, np.floating)):
-        return "inf" if math.isinf(obj) else (None if math.isnan(obj) else float(obj))
-    if isinstance(obj, np.integer):
-        return int(obj)
-    return obj
 
 
 def plot_toy(result: ToyResult, path) -> None:

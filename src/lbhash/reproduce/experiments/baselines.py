@@ -16,12 +16,12 @@ from pathlib import Path
 
 import numpy as np
 
+from lbhash._io import atomic_path
 from lbhash.codes_file import load_codes_file
 from lbhash.errors import InputError
 from lbhash.evaluate import evaluate_codes
 from lbhash.reproduce.baselines_summary import baselines_figure, summary_lines
-from lbhash.reproduce.experiments.collect import write_csv
-from lbhash.reproduce.experiments.specs import GridSpec, variant_name
+from lbhash.reproduce.experiments.specs import CellSpec, GridSpec, variant_name, write_csv
 from lbhash.reproduce.runner import run_cells
 from lbhash.reproduce.tables import BASELINES_COLUMNS, BASELINES_FILE, BASELINES_REFERENCE
 
@@ -40,7 +40,7 @@ def default_methods() -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class BaselinesSpec:
+class BaselinesSpec(CellSpec):
     methods: tuple = ()          # empty: default_methods()
     bits: tuple = (16, 32, 64)
     seeds: tuple = (0, 1, 2)
@@ -63,9 +63,6 @@ class BaselinesSpec:
                              f"(e.g. cifar10), not {ctx.protocol!r}")
         return self.grid().cells(dataclasses.replace(ctx, protocol=self.protocol(ctx)))
 
-    def configs(self, ctx) -> list[dict]:
-        return [c.config for c in self.cells(ctx)]
-
     def run(self, ctx) -> None:
         cells, root = self.cells(ctx), ctx.runs("baselines")
         run_cells(cells, root, ctx.workers, ctx.report)
@@ -79,7 +76,9 @@ class BaselinesSpec:
         for seed, run_dirs in sorted(splits.items()):
             rows += reference_rows(dataset, seed, run_dirs)
         write_csv(ctx.out / BASELINES_FILE, BASELINES_COLUMNS, rows)
-        write_summary(ctx.out / MD_FILE, rows)
+        title = "# Baselines: seen and unseen classes, symmetric and asymmetric ranking"
+        with atomic_path(ctx.out / MD_FILE) as tmp:
+            Path(tmp).write_text("\n".join([title, "", *summary_lines(rows)]))
         baselines_figure(rows, ctx.out / FIGURE_FILE)
         ctx.report(f"baselines: {len(cells)} runs summarised in {BASELINES_FILE}, {MD_FILE} and {FIGURE_FILE}")
 
@@ -102,11 +101,9 @@ def run_rows(config: dict, run_dir: Path) -> list[dict]:
         shared = {**base, "classes": classes, "n_query": len(codes["query_codes"]),
                   "n_database": len(codes["db_codes"]), "held_out": _held_out(run_dir),
                   "protocol": _protocol(run_dir)}
-        rows.append({**shared, "ranking": "symmetric", "map_all": full["map"], "map_1000": cut["map"],
-                     "precision_h2": full["precision_within_radius"]["precision"]})
-        rows.append({**shared, "ranking": "asymmetric", "map_all": full["asymmetric"]["map"],
-                     "map_1000": cut["asymmetric"]["map"],
-                     "precision_h2": full["precision_within_radius"]["precision"]})
+        for ranking, whole, top in (("symmetric", full, cut), ("asymmetric", full["asymmetric"], cut["asymmetric"])):
+            rows.append({**shared, "ranking": ranking, "map_all": whole["map"], "map_1000": top["map"],
+                         "precision_h2": full["precision_within_radius"]["precision"]})
     return rows
 
 
@@ -158,12 +155,3 @@ def ranked_map(scores: np.ndarray, relevant: np.ndarray, top: int) -> float:
     found = hits[:, -1]
     precision_sum = (hits / np.arange(1, top + 1) * ranked).sum(1)
     return float(np.where(found > 0, precision_sum / np.maximum(found, 1), 0.0).mean())
-
-
-def write_summary(path: Path, rows: list[dict]) -> None:
-    """baselines.md: per code length, one row per variant, mean ± std (%) over seeds."""
-    from lbhash._io import atomic_path
-
-    lines = ["# Baselines: seen and unseen classes, symmetric and asymmetric ranking", "", *summary_lines(rows)]
-    with atomic_path(path) as tmp:
-        Path(tmp).write_text("\n".join(lines))

@@ -1,5 +1,5 @@
 """`lbhash reproduce study`: controlled studies of the _D objective, named settings x methods x
-bits x seeds (docs/reproduce.md; the report's section: lbhash.reproduce.report.objective_study_section).
+bits x seeds (docs/reproduce.md; the report's section: lbhash.reproduce.report.experiment_sections.study_section).
 
 A setting is `base`, `paper`, `recommended`, or a comma-separated list of option assignments
 (`lbhash_reduction=mean,lbhash_weight=0.1`) on the paper-faithful _D objective (on the base
@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from itertools import product
 
 from lbhash._io import check_name
 from lbhash.errors import InputError
-from lbhash.reproduce.experiments.collect import write_csv
+from lbhash.reproduce.experiments.specs import write_csv
 from lbhash.reproduce.runner import Cell, run_cells
 from lbhash.reproduce.tables import (STUDY_COLUMNS, STUDY_EPOCHS_COLUMNS, STUDY_EPOCHS_FILE, STUDY_FILE,
                                      read_rows_if_present)
@@ -70,16 +71,12 @@ class StudySpec:
     def plan(self, ctx) -> list[tuple[str, str, Cell]]:
         """(method, setting, cell) of every run."""
         plan = []
-        for method in self.methods:
-            for setting in self.settings:
-                values = setting_values(setting, method)
-                for b in self.bits:
-                    for s in self.seeds:
-                        config = ctx.config(method=method, bits=b, seed=s)  # --set values win over the study's
-                        study = {k: v for k, v in STUDY_DEFAULTS.items() if k not in ctx.overrides}
-                        config = {**config, **study, **values, "test": self.test}
-                        plan.append((method, setting, Cell(f"{method}-{setting_slug(setting)}-{b}bits-seed{s}",
-                                                           config)))
+        study = {k: v for k, v in STUDY_DEFAULTS.items() if k not in ctx.overrides}  # --set values win over the study's
+        for method, setting in product(self.methods, self.settings):
+            values = setting_values(setting, method)
+            for b, s in product(self.bits, self.seeds):
+                config = {**ctx.config(method=method, bits=b, seed=s), **study, **values, "test": self.test}
+                plan.append((method, setting, Cell(f"{method}-{setting_slug(setting)}-{b}bits-seed{s}", config)))
         return plan
 
     def configs(self, ctx) -> list[dict]:

@@ -1,23 +1,30 @@
 """The paper's experiments as small declarative specs (paper Sec. 6.2-6.4, App. G; docs/reproduce.md),
 and the Context every spec runs in.
 
-Each spec expands into cells, which the runner trains, and writes its tables: grid (Tables 2-3),
-timing (Table 1), centers (Table 5), toy (Fig. 3) and bound (Fig. 1). The study and baselines
-specs build on these; lbhash.reproduce.experiments.registry lists them all.
+Each spec expands into cells, which the runner trains, and writes its tables (`write_csv`): grid
+(Tables 2-3), timing (Table 1), centers (Table 5), toy (Fig. 3) and bound (Fig. 1). The study and
+baselines specs build on these; lbhash.reproduce.experiments.registry lists them all.
 """
 
 from __future__ import annotations
 
+import csv
+import math
 from dataclasses import dataclass, field
+from itertools import product
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Iterable
 
-from lbhash._io import save_npz, write_json
+import numpy as np
+
+from lbhash._io import atomic_path, save_npz, write_json
+from lbhash.codes import unpack
+from lbhash.codes_file import load_codes_file
 from lbhash.errors import InputError
-from lbhash.reproduce.experiments.collect import write_codes_sample, write_csv, write_grid_tables
 from lbhash.reproduce.runner import Cell, run_cells
-from lbhash.reproduce.tables import (BOUND_COLUMNS, BOUND_FILE, CENTERS_COLUMNS, CENTERS_FILE,
-                                     TIMING_COLUMNS, TIMING_FILE, TOY_FILE, TOY_PROBS_FILE)
+from lbhash.reproduce.tables import (BOUND_COLUMNS, BOUND_FILE, CENTERS_COLUMNS, CENTERS_FILE, CODES_FILE,
+                                     CURVES_COLUMNS, CURVES_FILE, EPOCHS_COLUMNS, EPOCHS_FILE, GRID_COLUMNS,
+                                     GRID_FILE, TIMING_COLUMNS, TIMING_FILE, TOY_FILE, TOY_PROBS_FILE)
 from lbhash.runs.rundir import LOG, read_log
 
 
@@ -60,8 +67,15 @@ def variant_name(method: str, lbhash: bool) -> str:
     return method + ("_D" if lbhash else "")
 
 
+class CellSpec:
+    """A spec that trains its `cells(ctx)`: their configs are what `configs` gives to be checked first."""
+
+    def configs(self, ctx: Context) -> list[dict]:
+        return [c.config for c in self.cells(ctx)]
+
+
 @dataclass(frozen=True)
-class GridSpec:
+class GridSpec(CellSpec):
     methods: tuple = field(default_factory=all_methods)
     variants: tuple = (False, True)
     bits: tuple = (16, 32, 64)
@@ -75,19 +89,14 @@ class GridSpec:
         cells = []
         for m in self.methods:
             closed = method_class(m).closed_form
-            for v in self.variants:
+            for v, b, s in product(self.variants, self.bits, self.seeds):
                 if v and closed:
                     continue
-                for b in self.bits:
-                    for s in self.seeds:
-                        config = ctx.config(method=m, lbhash=v, bits=b, seed=s)
-                        if closed:
-                            config = {k: x for k, x in config.items() if k not in GRADIENT_ONLY}
-                        cells.append(Cell(f"{variant_name(m, v)}-{b}bits-seed{s}", config))
+                config = ctx.config(method=m, lbhash=v, bits=b, seed=s)
+                if closed:
+                    config = {k: x for k, x in config.items() if k not in GRADIENT_ONLY}
+                cells.append(Cell(f"{variant_name(m, v)}-{b}bits-seed{s}", config))
         return cells
-
-    def configs(self, ctx: Context) -> list[dict]:
-        return [c.config for c in self.cells(ctx)]
 
     def run(self, ctx: Context) -> None:
         cells, root = self.cells(ctx), ctx.runs("grid")
@@ -143,7 +152,7 @@ class CentersSpec:
 
 
 @dataclass(frozen=True)
-class BoundSpec:
+class BoundSpec(CellSpec):
     method: str = "csq"
     lbhash: bool = True
     bits: tuple = (16, 32, 64)
@@ -158,12 +167,8 @@ class BoundSpec:
                                 validation=0.0))
                 for b in self.bits]
 
-    def configs(self, ctx: Context) -> list[dict]:
-        return [c.config for c in self.cells(ctx)]
-
     def run(self, ctx: Context) -> None:
-        cells = self.cells(ctx)
-        root = ctx.runs("bound")
+        cells, root = self.cells(ctx), ctx.runs("bound")
         results = run_cells(cells, root, ctx.workers, ctx.report)
         rows = []
         for cell, m in zip(cells, results):
@@ -234,3 +239,81 @@ class ToySpec:
             ctx.report(f"toy {b} bits done")
         write_json(ctx.out / TOY_FILE, summary)
         save_npz(ctx.out / TOY_PROBS_FILE, **probs)
+
+
+# ---- the tables of finished runs: grid.csv, curves.csv, epochs.csv, codes_sample.npz ----
+
+def write_csv(path: Path, columns, rows: Iterable[dict[str, Any]]) -> None:
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=columns)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: _cell(row.get(k)) for k in columns})
+
+
+def _cell(value):
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return value
+
+
+def grid_row(cell: Cell, metrics: dict) -> dict[str, Any]:
+    run, ball, bound = metrics["run"], metrics["precision_within_radius"], metrics["lower_bound"]
+    return {"run_id": cell.name, "method": run["method"], "variant": run["variant"],
+            "lbhash": run["lbhash"], "bits": run["bits"], "seed": run["seed"], "data": run["data"],
+            "protocol": run["protocol"], "epochs": run["epochs"], "config_hash": cell.config_hash,
+            "map": metrics["map"], "map_tie_averaged": metrics["map_tie_averaged"],
+            "topk": metrics["topk"], "knn_accuracy": metrics["knn_accuracy"]["accuracy"],
+            "classifier_accuracy": metrics.get("classifier_accuracy"),
+            "precision_h2": ball["precision"], "empty_h2": ball["empty_fraction"],
+            "lb_min_inter": bound["min_inter"], "lb_max_intra": bound["max_intra"],
+            "lb_ratio": bound["ratio"], "seconds_per_epoch": run["seconds_per_epoch"]}
+
+
+def curve_rows(cell: Cell, metrics: dict) -> list[dict[str, Any]]:
+    rows = []
+    pr, at_k = metrics["pr_curve"], metrics["precision_at_k"]
+    for name, xs, ys in (("pr_precision", pr["radius"], pr["precision"]),
+                         ("pr_recall", pr["radius"], pr["recall"]),
+                         ("pr_retrieved", pr["radius"], pr["retrieved_fraction"]),
+                         ("p_at_k", at_k["k"], at_k["precision"]),
+                         ("r_at_k", at_k["k"], at_k["recall"])):
+        rows += [{"run_id": cell.name, "curve": name, "x": x, "y": y} for x, y in zip(xs, ys)]
+    return rows
+
+
+def epoch_rows(cell: Cell, run_dir: Path, metrics: dict) -> list[dict[str, Any]]:
+    """Per epoch: mAP and database lower bound where evaluated (the last epoch from the final
+    metrics), the training codes' ratio and the mean loss."""
+    rows = []
+    for record in read_log(run_dir / LOG):
+        evaluation = record.get("eval", {})
+        rows.append({"run_id": cell.name, "epoch": record["epoch"], "map": evaluation.get("map"),
+                     "lb_ratio_db": evaluation.get("lower_bound_ratio"),
+                     "lb_ratio_train": record.get("train_lower_bound", {}).get("ratio"),
+                     "loss_total": record["loss"].get("total")})
+    if rows:
+        rows[-1]["map"] = metrics["map"]
+        rows[-1]["lb_ratio_db"] = metrics["lower_bound"]["ratio"]
+    return rows
+
+
+def write_grid_tables(out: Path, cells: list[Cell], root: Path, results: list[dict]) -> None:
+    """grid.csv (one row per run), curves.csv and epochs.csv of those runs."""
+    write_csv(out / GRID_FILE, GRID_COLUMNS, [grid_row(c, m) for c, m in zip(cells, results)])
+    write_csv(out / CURVES_FILE, CURVES_COLUMNS,
+              [row for c, m in zip(cells, results) for row in curve_rows(c, m)])
+    write_csv(out / EPOCHS_FILE, EPOCHS_COLUMNS,
+              [row for c, m in zip(cells, results) for row in epoch_rows(c, root / c.name, m)])
+
+
+def write_codes_sample(out: Path, runs: dict[str, Path], size: int = 5000, seed: int = 0) -> None:
+    """Up to `size` database codes (+/-1) and labels of each run, the same items for all."""
+    arrays = {}
+    for name, run_dir in runs.items():
+        codes = load_codes_file(run_dir / "codes.npz")
+        n = len(codes["db_codes"])
+        pick = np.sort(np.random.default_rng(seed).choice(n, size=min(size, n), replace=False))
+        arrays[f"{name}__codes"] = unpack(codes["db_codes"][pick], codes["bits"])
+        arrays[f"{name}__labels"] = codes["db_labels"][pick]
+    save_npz(out / CODES_FILE, **arrays)

@@ -15,8 +15,7 @@ import numpy as np
 from lbhash.evaluate.formatting import RATIO_SCALE
 from lbhash.reproduce import figures as fig
 from lbhash.reproduce import paper
-from lbhash.reproduce.report.context import ReportContext, cell, md_table, num, pval, signed
-from lbhash.reproduce.report.grid_view import GridView
+from lbhash.reproduce.report.context import GridView, ReportContext, cell, md_table, num, pval, signed
 from lbhash.reproduce.stats import (confidence_band, group_mean, linear_fit, spearman,
                                     tsne_embedding)
 

@@ -2,24 +2,25 @@
 
 Each section appears only when its table is there; numbers are aggregated here, the paper's come
 from `lbhash.reproduce.paper`, and "Agreement with the paper" is phrased from the numbers. This
-module writes the header and that last section; the others are in `grid_sections`,
-`objective_study_section` and `experiment_sections`, with `context` holding what they share.
+module writes the header and that last section; the others are in `grid_sections` and
+`experiment_sections`, with `context` holding what they share.
 """
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from pathlib import Path
 
+from lbhash._io import atomic_path
 from lbhash.errors import InputError
 from lbhash.reproduce import paper
 from lbhash.reproduce.meta import DEFAULT_PROTOCOL, NO_EXPERIMENT, SETTINGS
-from lbhash.reproduce.report.context import FIGURES_DIR, ReportContext, md_table
+from lbhash.reproduce.report.context import FIGURES_DIR, GridView, ReportContext, md_table
 from lbhash.reproduce.report.experiment_sections import (baselines_section, bound_section, centers_section,
-                                                         timing_section, toy_section)
+                                                         study_section, timing_section, toy_section)
 from lbhash.reproduce.report.grid_sections import (convergence_section, curves_section, grid_section,
                                                    ratio_section, tsne_section)
-from lbhash.reproduce.report.grid_view import GridView
-from lbhash.reproduce.report.objective_study_section import study_section
 from lbhash.reproduce.tables import EXPERIMENT_FILES, load_tables
 
 SECTIONS = {
@@ -47,11 +48,6 @@ def write_report(directory: str | Path, out: str | Path | None = None, bits: int
     bits: bit length of the curves, convergence and t-SNE sections (default: the largest in
     grid.csv); tsne_pairs: base/_D pairs to embed; tsne_points: codes per embedding at most.
     """
-    import shutil
-    import tempfile
-
-    from lbhash._io import atomic_path
-
     tables = load_tables(directory)
     out = Path(out) if out is not None else tables.directory / "report.md"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -129,7 +125,7 @@ def _header(ctx: ReportContext, out: Path) -> list[str]:
                                                        for key, e in meta.experiments.items()]), ""]
     lines += [f"Tables last written {meta.created or '(not recorded)'}.", "", "**Software**", "",
               md_table(["package", "version"], [[k, str(v)] for k, v in meta.software.items()]), ""]
-    commands = meta.commands()
+    commands = {k: e["command"] for k, e in meta.experiments.items() if "command" in e}
     if commands:
         lines += ["**Commands that produced the tables**", "",
                   md_table(["table", "command"], [[k, f"`{v}`"] for k, v in commands.items()]
