@@ -17,7 +17,7 @@ import faiss
 import numpy as np
 
 from lbhash.errors import InputError
-from lbhash.index._padding import PAD_DISTANCE
+from lbhash.index.backend import PAD_DISTANCE
 
 SMALL_SCAN = 1 << 14  # codes x queries that a flat search scans with numpy (FlatEngine.knn)
 

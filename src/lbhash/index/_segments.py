@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from lbhash.index._engines import FlatEngine, Rows
-from lbhash.index._padding import PAD_DISTANCE, PAD_ID
+from lbhash.index.backend import PAD_DISTANCE, PAD_ID
 from lbhash.index.sparse_labels import SparseLabels
 
 FRAGMENT_SHARE = 16           # fold once dead + tail items pass n / 16 ...

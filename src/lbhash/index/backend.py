@@ -15,6 +15,11 @@ import numpy as np
 
 from lbhash.index import _checks
 
+# how a top-k row shorter than k is padded, by every backend and by re-ranking: FAISS's own
+# padding distance (the int32 maximum, which no real distance can reach)
+PAD_ID = -1
+PAD_DISTANCE = int(np.iinfo(np.int32).max)
+
 
 class TopK(NamedTuple):
     """Each query's top k: distances int32 (nq, k) and ids int64 (nq, k), by (distance, id),

@@ -16,7 +16,7 @@ from lbhash.checks import non_negative_int, positive_int
 from lbhash.errors import Conflict, InputError, NotFound
 from lbhash.index import _checks
 from lbhash.index._engines import FlatEngine, Rows
-from lbhash.index._kinds import ENGINES, KINDS
+from lbhash.index._ivf import ENGINES, KINDS
 from lbhash.index.backend import Backend, InRange, TopK
 from lbhash.index._segments import (Segment, codes_at, embeddings_at, empty_embeddings, folded, fragment_limit,
                                     labels_at, query_groups, range_over, topk_over)

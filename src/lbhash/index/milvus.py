@@ -19,8 +19,7 @@ from lbhash._io import check_name
 from lbhash.checks import positive_int
 from lbhash.errors import Conflict, InputError, NotFound, one_line, require_extra
 from lbhash.index import _checks
-from lbhash.index._padding import PAD_DISTANCE, PAD_ID
-from lbhash.index.backend import Backend, InRange, TopK
+from lbhash.index.backend import PAD_DISTANCE, PAD_ID, Backend, InRange, TopK
 from lbhash.index.rescore import EMBEDDING_DTYPE, stored_embeddings
 
 MILVUS_CAP = 16384  # Milvus's limit on results per query (topk and range search alike)

@@ -13,8 +13,7 @@ import numpy as np
 
 from lbhash.errors import InputError
 from lbhash.index import _checks
-from lbhash.index._padding import PAD_DISTANCE, PAD_ID
-from lbhash.index.backend import Backend, Reranked
+from lbhash.index.backend import PAD_DISTANCE, PAD_ID, Backend, Reranked
 from lbhash.limits import MAX_RESCORE_CANDIDATES
 
 RESCORE_FACTOR = 4  # Hamming candidates per result when a search re-scores (docs/search.md, "Measuring it")

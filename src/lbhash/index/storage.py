@@ -30,7 +30,7 @@ import numpy as np
 from lbhash._io import file_sha256
 from lbhash.errors import InputError
 from lbhash.index._engines import FlatEngine
-from lbhash.index._kinds import ENGINES
+from lbhash.index._ivf import ENGINES
 from lbhash.index._segments import Segment
 from lbhash.index.sparse_labels import SparseLabels
 
