@@ -191,34 +191,25 @@ def empty_embeddings(dim: int | None) -> np.ndarray | None:
     return None if dim is None else np.empty((0, dim), np.float16)
 
 
-def embeddings_at(main: Segment, tail: Segment, found: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-    """Stored embeddings of the items at `found`, as `codes_at` finds their codes."""
-    in_main, in_tail = found
-    if (in_main >= 0).all():
-        return main.embeddings[in_main]
-    out = np.empty((len(in_main), main.embeddings.shape[1]), main.embeddings.dtype)
-    for segment, pos in ((main, in_main), (tail, in_tail)):
-        out[pos >= 0] = segment.embeddings[pos[pos >= 0]]
+def codes_at(main: Segment, tail: Segment, found: tuple[np.ndarray, np.ndarray], embeddings: bool = False
+             ) -> np.ndarray:
+    """Codes (or stored embeddings) of the items at `found` = (main positions, tail positions), -1
+    where an item is not in that segment (every item is in one)."""
+    arrays = [seg.embeddings if embeddings else seg.rows.codes for seg in (main, tail)]
+    if (found[0] >= 0).all():
+        return arrays[0][found[0]]
+    out = np.empty((len(found[0]), arrays[0].shape[1]), arrays[0].dtype)
+    for rows, pos in zip(arrays, found):
+        out[pos >= 0] = rows[pos[pos >= 0]]
     return out
-
-
-def codes_at(main: Segment, tail: Segment, found: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-    """Codes of the items at `found` = (main positions, tail positions), -1 where an item is not
-    in that segment (every item is in one)."""
-    in_main, in_tail = found
-    if (in_main >= 0).all():
-        return main.rows.codes[in_main]
-    codes = np.empty((len(in_main), main.rows.codes.shape[1]), np.uint8)
-    for segment, pos in ((main, in_main), (tail, in_tail)):
-        codes[pos >= 0] = segment.rows.codes[pos[pos >= 0]]
-    return codes
 
 
 def labels_at(main: Segment, tail: Segment, found: tuple[np.ndarray, np.ndarray], width: int) -> SparseLabels:
     """Labels of the items at `found` (as in `codes_at`), `width` classes wide."""
     in_main, in_tail = found
     if (in_main >= 0).all():
-        return main.labels.take(in_main).with_width(width)
+        labels = main.labels.take(in_main)
+        return SparseLabels(labels.indptr, labels.indices, max(labels.width, width))
     parts = [seg.labels.take(pos[pos >= 0]) for seg, pos in ((main, in_main), (tail, in_tail))]
     source = np.concatenate([np.flatnonzero(in_main >= 0), np.flatnonzero(in_main < 0)])
     return SparseLabels.concat(parts, width).take(np.argsort(source, kind="stable"))

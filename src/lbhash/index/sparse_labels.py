@@ -110,9 +110,6 @@ class SparseLabels:
         starts, ends = self.indptr[positions].tolist(), self.indptr[positions + 1].tolist()
         return [self.indices[a:b].tolist() for a, b in zip(starts, ends)]
 
-    def with_width(self, width: int) -> "SparseLabels":
-        return SparseLabels(self.indptr, self.indices, max(self.width, width))
-
     def to_dense(self, width: int | None = None) -> np.ndarray:
         """Boolean multi-hot rows (n, width); width defaults to self.width."""
         width = self.width if width is None else width
