@@ -137,7 +137,7 @@ class IVFEngine(Engine):
         return range_to_ids(rows, lims, dist, ids, False)
 
     def faiss_index(self):
-        return self.index if self.buffer is None else self.buffer.index
+        return self.index if self.buffer is None else self.buffer.faiss_index()
 
     @classmethod
     def from_faiss(cls, bits: int, params: dict, index, ids: np.ndarray):

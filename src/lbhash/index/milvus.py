@@ -135,7 +135,7 @@ class MilvusIndex(Backend):
         units = stored_embeddings(embeddings, len(codes), self._dim, held=True)  # (its schema is fixed)
         rows = None if labels is None else _checks.label_rows(labels, len(codes))
         if not upsert:
-            present = self._existing(ids)
+            present = set(self._rows(ids, []))
             if present:
                 raise Conflict(f"id {min(present)} is already in the index (pass upsert=True to replace it)")
         lists = [[] for _ in ids] if rows is None else rows.to_lists()
@@ -154,7 +154,7 @@ class MilvusIndex(Backend):
 
     def remove(self, ids) -> int:
         ids = _checks.item_ids(ids)
-        missing = sorted(set(ids.tolist()) - self._existing(ids))
+        missing = sorted(set(ids.tolist()) - set(self._rows(ids, [])))
         if missing:
             raise NotFound(f"id {missing[0]} is not in the index")
         if len(ids):
@@ -203,12 +203,7 @@ class MilvusIndex(Backend):
     def _fetch(self, ids, fields: list[str]) -> tuple[list[int], dict]:
         """(ids as Python ints, {id: row with `fields`}); an id not in the collection is an error."""
         ids = _checks.item_ids(ids)
-        found = {}
-        for start in range(0, len(ids), MILVUS_CAP):
-            chunk = ids[start:start + MILVUS_CAP].tolist()
-            for row in self._col.query(f"id in {chunk}", output_fields=["id", *fields],
-                                       consistency_level="Strong", timeout=self._timeout):
-                found[int(row["id"])] = row
+        found = self._rows(ids, fields)
         ids = ids.tolist()
         missing = [i for i in ids if i not in found]
         if missing:
@@ -267,14 +262,15 @@ class MilvusIndex(Backend):
 
     # --- internals ------------------------------------------------------------------------
 
-    def _existing(self, ids: np.ndarray) -> set[int]:
-        present = set()
+    def _rows(self, ids: np.ndarray, fields: list[str]) -> dict[int, dict]:
+        """{id: row with `fields`} of the given ids that the collection holds."""
+        found = {}
         for start in range(0, len(ids), MILVUS_CAP):
             chunk = ids[start:start + MILVUS_CAP].tolist()
-            rows = self._col.query(f"id in {chunk}", output_fields=["id"], consistency_level="Strong",
-                                   timeout=self._timeout)
-            present.update(int(r["id"]) for r in rows)
-        return present
+            for row in self._col.query(f"id in {chunk}", output_fields=["id", *fields],
+                                       consistency_level="Strong", timeout=self._timeout):
+                found[int(row["id"])] = row
+        return found
 
     def _filters(self, labels, nq: int) -> list:
         """A filter expression per query ("" for none, False where nothing can match)."""

@@ -67,10 +67,9 @@ def unit_rows(x: np.ndarray) -> np.ndarray:
 
 
 def cosine_scores(queries: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """Cosine similarity of unit `queries` (nq, d) and their candidates' stored unit `rows`
-    (nq, c, d), both float16 as stored: float64 (nq, c), the float64 sum of one pair's products
-    (exact: float16 values multiply exactly in float64). einsum without BLAS, so a pair's score
-    does not depend on what else is scored with it."""
+    """Cosine similarity float64 (nq, c) of unit float16 `queries` (nq, d) and candidate `rows` (nq, c, d):
+    float16 values multiply exactly in float64, and einsum without BLAS scores a pair alike whatever
+    else is scored with it."""
     q = np.ascontiguousarray(queries, EMBEDDING_DTYPE)
     r = np.ascontiguousarray(rows, EMBEDDING_DTYPE)
     return np.einsum("qcd,qd->qc", r, q, dtype=np.float64, casting="safe", optimize=False)
@@ -82,13 +81,9 @@ def candidate_count(k: int, factor: int, ntotal: int) -> int:
 
 
 def rescore_search(index: Backend, queries, k, embeddings, labels=None, factor=RESCORE_FACTOR) -> Reranked:
-    """Top-k of `index` (any `Backend` holding embeddings; its `check_k` holds the candidates to
-    its cap on results, as Milvus has one) re-scored by the queries' `embeddings` (nq, d).
-
-    Returns `Reranked` (scores float64, distances int32, ids int64), each (nq, k): the cosine
-    similarity, the Hamming distance to the query's code and the id of each hit, in (descending
-    score, distance, id) order; rows with fewer than k hits are padded with -inf, PAD_DISTANCE
-    and PAD_ID."""
+    """Top-k of `index` (any `Backend` holding embeddings; its `check_k` caps the candidates)
+    re-scored by the queries' `embeddings` (nq, d): `Reranked`, by (descending cosine score,
+    Hamming distance, id)."""
     k = _checks.top_k(k)
     factor = _checks.rescore_factor(factor)
     queries = _checks.packed_codes(queries, index.bits, "queries")

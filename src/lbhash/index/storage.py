@@ -29,7 +29,7 @@ import numpy as np
 
 from lbhash._io import file_sha256
 from lbhash.errors import InputError
-from lbhash.index._engines import FlatEngine
+from lbhash.index._engines import FlatEngine, read_faiss
 from lbhash.index._ivf import ENGINES
 from lbhash.index._segments import Segment
 from lbhash.index.sparse_labels import SparseLabels
@@ -150,8 +150,7 @@ def _load_embeddings(file: Path, dim: int, n: int) -> np.ndarray:
 
 
 def _verify_checksums(path: Path, manifest: dict, names) -> None:
-    """Hash every listed file against the manifest, streamed (no file is held in memory) and in
-    parallel threads (hashlib releases the GIL)."""
+    """Hash every listed file against the manifest (`_file_digests`)."""
     entries = {}
     for name in names:
         entry = manifest["files"].get(name)
@@ -180,13 +179,7 @@ def _load_engine(file: Path, bits: int, kind: str, params: dict, ids: np.ndarray
     deserialize FAISS's structures, which cannot be mapped."""
     if kind == "flat":
         return FlatEngine.from_file(bits, params, file, ids)
-    try:
-        faiss_index = faiss.read_index_binary(str(file))
-    except RuntimeError as err:
-        raise InputError(f"{file}: not a readable FAISS binary index ({str(err).splitlines()[0]})") from None
-    if faiss_index.d != bits:
-        raise InputError(f"{file}: holds {faiss_index.d}-bit codes, the manifest says {bits}")
-    engine, codes = ENGINES[kind].from_faiss(bits, params, faiss_index, ids)
+    engine, codes = ENGINES[kind].from_faiss(bits, params, read_faiss(file, bits), ids)
     return engine, np.ascontiguousarray(codes)
 
 
