@@ -50,7 +50,7 @@ from lbhash.service.batching import MAX_ROWS, Query, SearchBatcher
 from lbhash.service.decode import (DecodersBusy, PixelBudget, check_batch, need_encoder, parse_ids, read_uploads,
                                   search_queries, to_codes, wants_rescore)
 from lbhash.service.depends import BatcherDep, DecodingDep, EncoderDep, Limits, LimitsDep, MediaDep, StoreDep
-from lbhash.service.media import ItemMedia
+from lbhash.service.media import ItemMedia, TooBusy
 from lbhash.service.offload import Offload
 from lbhash.service.page import add_page, item_details
 from lbhash.service.store import IndexStore, Store, lists_to_labels
@@ -255,18 +255,21 @@ def stats(store: StoreDep, encoder: EncoderDep, limits: LimitsDep, media: MediaD
 ERROR_STATUS = {NotFound: 404, Conflict: 409, TooLarge: 413, OverBudget: 507, InputError: 400}
 
 
-def error_response(exc: Exception, status: int) -> JSONResponse:
-    return JSONResponse({"detail": one_line(exc)}, status_code=status)
+def error_response(exc: Exception, status: int, headers: dict | None = None) -> JSONResponse:
+    return JSONResponse({"detail": one_line(exc)}, status_code=status, headers=headers)
 
 
 def _install_error_handlers(app: FastAPI) -> None:
-    def answer(status: int):
+    def answer(status: int, headers: dict | None = None):
         async def handler(request: Request, exc: Exception):
-            return error_response(exc, status)
+            return error_response(exc, status, headers)
         return handler
 
     for kind, status in ERROR_STATUS.items():
         app.add_exception_handler(kind, answer(status))
+    # too much decoding at once (the pixel budget, the thumbnails' rate): retry shortly
+    app.add_exception_handler(DecodersBusy, answer(503, {"Retry-After": "1"}))
+    app.add_exception_handler(TooBusy, answer(429, {"Retry-After": "1"}))
 
     async def invalid(request: Request, exc: RequestValidationError):
         first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
@@ -276,21 +279,11 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     app.add_exception_handler(RequestValidationError, invalid)
 
-    async def busy(request: Request, exc: DecodersBusy):
-        return JSONResponse({"detail": one_line(exc)}, status_code=503, headers={"Retry-After": "1"})
-
-    app.add_exception_handler(DecodersBusy, busy)
-
     async def internal(request: Request, exc: Exception):
         logger.error("internal error", exc_info=exc)
         return JSONResponse({"detail": "internal error"}, status_code=500)
 
     app.add_exception_handler(Exception, internal)
-
-
-class _BodyTooLarge(HTTPException):
-    def __init__(self, limit: int):
-        super().__init__(413, f"request body larger than {limit} bytes")
 
 
 class BodyLimit:
@@ -317,7 +310,7 @@ class BodyLimit:
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.limit:
-                    raise _BodyTooLarge(self.limit)
+                    raise HTTPException(413, f"request body larger than {self.limit} bytes")
             return message
 
         await self.app(scope, limited, send)

@@ -18,6 +18,7 @@ import numpy as np
 
 from lbhash.index import Hits, Queries, SearchPlan, search_on_this_thread
 from lbhash.limits import BATCH_ROWS as MAX_ROWS  # query rows per shared scan: its latency grows with them
+from lbhash.service.offload import settle
 
 
 @dataclass(frozen=True)
@@ -210,9 +211,4 @@ def _settle(jobs: list[_Job]) -> None:
 
 def _deliver(jobs: list[_Job]) -> None:
     for job in jobs:
-        if job.done.cancelled():  # the client went away
-            continue
-        if job.error is None:
-            job.done.set_result(job.result)
-        else:
-            job.done.set_exception(job.error)
+        settle(job.done, job.result, job.error)
