@@ -76,8 +76,6 @@ class Segment:
         return cls(FlatEngine(bits, {}), np.empty(0, np.int64), np.empty((0, bits // 8), np.uint8),
                    SparseLabels.empty(0, width), ordered=False, embeddings=empty_embeddings(dim))
 
-    # --- reading --------------------------------------------------------------------------
-
     def __len__(self) -> int:
         return len(self._ids)
 
@@ -125,8 +123,6 @@ class Segment:
         if self._dead is not None:
             found &= ~self._dead.view[pos]
         return np.where(found, pos, -1)
-
-    # --- changes --------------------------------------------------------------------------
 
     def append(self, ids: np.ndarray, codes: np.ndarray, labels: SparseLabels,
                embeddings: np.ndarray | None = None) -> None:

@@ -96,8 +96,6 @@ class CodeIndex(Backend):
         self._next_id = 0
         self.metadata: dict = {}  # free-form, saved in the manifest (the service keeps its log position)
 
-    # --- properties -----------------------------------------------------------------------
-
     @property
     def bits(self) -> int:
         return self._bits
@@ -163,8 +161,6 @@ class CodeIndex(Backend):
         return {"backend": "faiss", "bits": self._bits, "kind": self._kind, "params": self.params,
                 "ntotal": self.ntotal, "num_classes": self.num_classes, "exact": self.exact,
                 "trained": self.is_trained, "next_id": self.next_id, "embedding_dim": self.embedding_dim}
-
-    # --- changes --------------------------------------------------------------------------
 
     def add(self, codes, ids=None, labels=None, upsert: bool = False, embeddings=None) -> np.ndarray:
         """Add packed codes; return their ids (by default numbered on from the largest id ever added).
@@ -262,8 +258,6 @@ class CodeIndex(Backend):
             self.apply_fold(self.prepare_fold())
             self._main.engine.train(self._main.rows)
 
-    # --- reading --------------------------------------------------------------------------
-
     def get(self, ids) -> tuple[np.ndarray, np.ndarray]:
         """(codes (m, bits // 8), labels (m, num_classes) bool) of the given ids, in that order
         (`get_codes` and `labels_of` give the same without the m x num_classes matrix)."""
@@ -307,8 +301,6 @@ class CodeIndex(Backend):
         segments, queries, groups = self._search_over(queries, labels)
         return InRange(*range_over(segments, queries, min(radius, self._bits), groups))
 
-    # --- persistence ----------------------------------------------------------------------
-
     def prepare_fold(self) -> Segment:
         """The live items as one main segment, without changing the index (O(n)): removed items
         leave the FAISS structure and the tail (ids added below the largest) joins it."""
@@ -330,8 +322,6 @@ class CodeIndex(Backend):
     def load(cls, path: str | Path) -> "CodeIndex":
         """Read an index directory, verifying the checksum of every file."""
         return load_index(path, cls)
-
-    # --- internals ------------------------------------------------------------------------
 
     def _find(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(main positions, tail positions) of ids, -1 where not there; NotFound if in neither."""

@@ -102,8 +102,6 @@ class MilvusIndex(Backend):
             if found == "ivf":
                 self.nlist = int(index.params.get("params", {}).get("nlist", self.nlist))
 
-    # --- properties -----------------------------------------------------------------------
-
     @property
     def bits(self) -> int:
         return self._bits
@@ -124,8 +122,6 @@ class MilvusIndex(Backend):
     def ntotal(self) -> int:
         res = self._col.query(expr="", output_fields=["count(*)"], consistency_level="Strong", timeout=self._timeout)
         return int(res[0]["count(*)"])
-
-    # --- changes --------------------------------------------------------------------------
 
     def add(self, codes, ids=None, labels=None, upsert: bool = False, embeddings=None) -> np.ndarray:
         codes = _checks.packed_codes(codes, self._bits)
@@ -170,8 +166,6 @@ class MilvusIndex(Backend):
 
     def close(self) -> None:
         _pymilvus().connections.disconnect(self._alias)
-
-    # --- reading --------------------------------------------------------------------------
 
     def get(self, ids) -> tuple[np.ndarray, np.ndarray]:
         """(codes, multi-hot labels (m, one past the largest class id among them))."""
@@ -259,8 +253,6 @@ class MilvusIndex(Backend):
         dist = np.array([h[0] for hits in per_query for h in hits], np.int32)
         ids = np.array([h[1] for hits in per_query for h in hits], np.int64)
         return InRange(lims, dist, ids)
-
-    # --- internals ------------------------------------------------------------------------
 
     def _rows(self, ids: np.ndarray, fields: list[str]) -> dict[int, dict]:
         """{id: row with `fields`} of the given ids that the collection holds."""

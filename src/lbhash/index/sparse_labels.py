@@ -27,8 +27,6 @@ class SparseLabels:
     def __init__(self, indptr: np.ndarray, indices: np.ndarray, width: int):
         self.indptr, self.indices, self.width = indptr, indices, int(width)
 
-    # --- construction ---------------------------------------------------------------------
-
     @classmethod
     def empty(cls, n: int = 0, width: int = 0) -> "SparseLabels":
         """n items without labels."""
@@ -78,8 +76,6 @@ class SparseLabels:
         indices = np.concatenate([np.empty(0, INDEX_DTYPE)] + [p.indices for p in parts]).astype(INDEX_DTYPE)
         widest = max([p.width for p in parts] + [0 if width is None else width])
         return SparseLabels(indptr, indices, widest)
-
-    # --- reading --------------------------------------------------------------------------
 
     def __len__(self) -> int:
         return len(self.indptr) - 1

@@ -151,8 +151,6 @@ class ItemMedia:
         """Bytes of the kept uploads and their budget (None for a store that keeps none)."""
         return None if self.kept is None else {"bytes": self.kept.used, "budget": self.kept.budget}
 
-    # --- reads ----------------------------------------------------------------------------
-
     def origin(self, item_id: int) -> tuple[str | None, str | None]:
         """(source shown for the item, "upload" | "data" | None: where its image is read)."""
         return item_origin(item_id, self.record, self.kept)

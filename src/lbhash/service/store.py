@@ -160,8 +160,6 @@ class IndexStore(Store):
         if replayed:
             logger.info(f"replayed {len(replayed)} logged changes into {self.index_dir}")
 
-    # --- reads ----------------------------------------------------------------------------
-
     def warm(self) -> None:
         """`CodeIndex.warm` (numba, about 1 s) here rather than in a client's search; it reads
         nothing of the index but its width: no lock."""
@@ -183,8 +181,6 @@ class IndexStore(Store):
         with self.lock.read():
             return {**super().stats(), "last_seq": self.wal.last_seq, "saved_seq": self.saved_seq,
                     "pending_changes": self.pending}
-
-    # --- changes --------------------------------------------------------------------------
 
     def add(self, codes, ids=None, labels=None, upsert: bool = False, embeddings=None) -> tuple[np.ndarray, int]:
         with self._changing:  # the only writer: reading the index needs no search lock
