@@ -52,12 +52,9 @@ class GrowingArray:
 
 
 class Segment:
-    """Items of one FAISS structure in insertion order: ids, codes, sparse labels, tombstones,
-    and, where the index keeps them, unit embeddings (float16 (n, d), lbhash.index.rescore).
-
-    `ordered` segments (the main one) hold ascending ids, found by binary search; the tail
-    holds ids in arrival order, found through a dict (id -> position of its live copy).
-    Memory: the codes, 8 bytes of id, one byte of tombstone and the labels per item held."""
+    """Items of one FAISS structure in insertion order: ids, codes, sparse labels, tombstones and,
+    where the index keeps them, unit embeddings. `ordered` segments (the main one) hold ascending
+    ids, found by binary search; the tail holds ids in arrival order, found through a dict."""
 
     def __init__(self, engine, ids: np.ndarray, codes: np.ndarray, labels: SparseLabels, ordered: bool,
                  embeddings: np.ndarray | None = None):
@@ -106,8 +103,7 @@ class Segment:
 
     @property
     def dead(self) -> np.ndarray | None:
-        """Bool (len,): which positions hold removed items (the segment's own array); None
-        before the first removal."""
+        """Bool (len,): which positions hold removed items (its own array; None before a removal)."""
         return None if self._dead is None else self._dead.view
 
     def positions(self, ids: np.ndarray) -> np.ndarray:
@@ -238,9 +234,8 @@ def segment_knn(segment: Segment, queries: np.ndarray, k: int, classes) -> tuple
 
 
 def _knn_past_dead(segment: Segment, queries: np.ndarray, k: int):
-    """Top-k of the live items of an ordered segment with tombstones: fetch a few more without
-    a filter (a filtered scan writes every distance and builds the live mask) and drop the dead; a row
-    left with fewer than k searches again with the live items as its filter."""
+    """Top-k of the live items of an ordered segment with tombstones: a few more fetched without a
+    filter (which costs a full scan) less the dead; a row left short searches again, filtered."""
     rows, dead = segment.rows, segment.dead
     fetch = min(len(segment), k + min(segment.ndead, max(k, 32)))
     dist, ids = segment.engine.knn(rows, queries, fetch, None)
@@ -278,11 +273,7 @@ def merged_topk(parts: list[tuple[np.ndarray, np.ndarray]], nq: int, k: int) -> 
 def query_groups(filters: SparseLabels | None, nq: int):
     """(query numbers, class ids) per distinct label row (one group, classes None, if none).
     An item passes when it holds at least one of the row's classes."""
-    if filters is None:
-        yield np.arange(nq), None
-        return
-    for classes, members in filters.groups():
-        yield members, classes
+    return [(np.arange(nq), None)] if filters is None else [(members, c) for c, members in filters.groups()]
 
 
 def topk_over(segments: list[Segment], queries: np.ndarray, k: int, groups) -> tuple[np.ndarray, np.ndarray]:

@@ -17,8 +17,8 @@ from lbhash.index import _checks
 from lbhash.index._engines import FlatEngine, Rows
 from lbhash.index._ivf import ENGINES, KINDS
 from lbhash.index.backend import Backend, InRange, TopK
-from lbhash.index._segments import (Segment, codes_at, empty_embeddings, folded, fragment_limit, labels_at, query_groups,
-                                    range_over, topk_over)
+from lbhash.index._segments import (Segment, codes_at, empty_embeddings, folded, fragment_limit, labels_at,
+                                    query_groups, range_over, topk_over)
 from lbhash.index.rescore import stored_embeddings
 from lbhash.index.sparse_labels import SparseLabels
 from lbhash.index.storage import load_index, save_index

@@ -52,9 +52,8 @@ class WriterLock:
 
 
 def writer_lock(index_dir: str | os.PathLike, holder: str) -> WriterLock:
-    """Take the index's writer lock now (`holder`: what holds it, e.g. "lbhash index add"), or
-    raise IndexBusy in one line naming the index and the holder's pid. Use it as a context
-    manager, or call `release()`."""
+    """Take the index's writer lock now (`holder`: e.g. "lbhash index add") or raise IndexBusy naming
+    the holder's pid; a context manager, or call `release()`."""
     return WriterLock(index_dir, holder)
 
 

@@ -23,8 +23,7 @@ from lbhash.service.offload import settle
 
 @dataclass(frozen=True)
 class Query:
-    """A decoded search: its queries (codes, and embeddings for a re-scoring plan), its plan
-    and per-query class filters."""
+    """A decoded search: its `Queries`, its plan and per-query class filters."""
 
     queries: Queries
     plan: SearchPlan
@@ -45,11 +44,9 @@ class _Job:
 
 class SearchBatcher:
     """`await batcher.run(prepare, answer)`: answer(query, its hits), query = prepare(), searched
-    in a shared scan.
-
-    `window`: seconds a batch waits for more jobs after its first (0: none; it still takes all
-    that queued while the previous batch ran); `max_rows`: query rows per batch (a job with more
-    runs alone); `threads`: batches in flight at once. `scans` counts the store's searches."""
+    in a shared scan. `window`: seconds a batch waits for more jobs after its first (0: none);
+    `max_rows`: query rows per batch (a job with more runs alone); `threads`: batches in flight
+    at once. `scans` counts the store's searches."""
 
     def __init__(self, store, window: float = 0.0, max_rows: int = MAX_ROWS, threads: int = 1):
         self.store, self.window, self.max_rows, self.threads = store, window, max_rows, threads

@@ -143,12 +143,10 @@ def item_image(media: MediaDep, item_id: int = PathParam(..., ge=0, le=MAX_ID),
 def run_summary(encoder: QueryEncoder | None) -> dict | None:
     """The attached run: its method, bits and data, and its quality from metrics.json."""
     info = None if encoder is None else encoder.encoder.run_info()
-    return None if info is None else {**info, "lower_bound": _with_scale(info.get("lower_bound"))}
-
-
-def _with_scale(bound: dict | None) -> dict | None:
-    """The run's lower bound with what its ratio means (`scale`, shown beside it)."""
-    return None if not isinstance(bound, dict) else {**bound, "scale": RATIO_SCALE}
+    if info is None:
+        return None
+    bound = info.get("lower_bound")  # with what its ratio means (`scale`, shown beside it)
+    return {**info, "lower_bound": {**bound, "scale": RATIO_SCALE} if isinstance(bound, dict) else None}
 
 
 def _page_headers() -> dict:

@@ -30,8 +30,8 @@ logger = logging.getLogger("lbhash")
 
 
 def logged_embeddings(record: dict, dim: int | None, n: int, where) -> np.ndarray | None:
-    """The stored embeddings (float16 (n, dim)) a log record carries, or None; a record whose
-    embeddings and codes disagree with each other or with the index is refused in one line."""
+    """The stored embeddings (float16 (n, dim)) a log record carries, or None; refused in one line
+    where they disagree with its codes or with the index."""
     hexes = record.get("embeddings")
     if (hexes is None) != (dim is None):
         have = "carries embeddings" if hexes is not None else "carries no embeddings"
@@ -62,8 +62,8 @@ def lists_to_labels(lists: list[list[int]] | None, n: int) -> SparseLabels | Non
 
 
 class Store(ABC):
-    """What the service serves: a `Backend` (`index`) with what a server adds around it (a log,
-    locks). Changes answer the log's sequence number (None where the backend keeps its own)."""
+    """A `Backend` (`index`) with what a server adds around it (a log, locks); changes answer the
+    log's sequence number (None where the backend keeps its own)."""
 
     backend: str  # "faiss" or "milvus", as /stats says
     index: Backend
@@ -187,8 +187,9 @@ class IndexStore(Store):
             plan = self.index.prepare_add(codes, ids, labels, upsert, embeddings)  # Conflict for an id present
             # the embeddings as stored (float16 unit rows, hex): replay adds exactly these bytes
             kept = {} if plan.embeddings is None else {"embeddings": to_hex(plan.embeddings.view(np.uint8))}
-            seq = self.wal.append({"op": "add", "ids": plan.ids.tolist(), "codes": to_hex(plan.codes),
-                                   "labels": None if plan.labels is None else plan.labels.to_lists(), "upsert": plan.upsert, **kept})
+            labels = None if plan.labels is None else plan.labels.to_lists()
+            seq = self.wal.append({"op": "add", "ids": plan.ids.tolist(), "codes": to_hex(plan.codes), "labels": labels,
+                                   "upsert": plan.upsert, **kept})
             with self.lock.write():
                 self.index.apply_add(plan)
             self.pending += 1
@@ -247,8 +248,8 @@ class IndexStore(Store):
 
 
 class MilvusStore(Store):
-    """The store interface over a Milvus collection (durable on its own: no log here). Searches
-    wait on the network: `Offload`'s default threads, more than cores."""
+    """A Milvus collection (durable on its own: no log). Its searches wait on the network:
+    `Offload`'s default threads, more than cores."""
 
     backend = "milvus"
 
