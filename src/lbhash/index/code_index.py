@@ -38,12 +38,10 @@ class AddPlan:
 class CodeIndex(Backend):
     """Packed binary codes (uint8, FAISS bit layout, `bits` a multiple of 8) with int64 ids.
 
-    kind="flat" (default) is exact: it returns exactly the brute-force result, tie order
-    included. kind="ivf" (params nlist, nprobe) and kind="multihash" (nhash, nflip) are
-    approximate. ivf: distances are exact, an item is found only if its list is among the
-    nprobe scanned (exact until trained, at 39 * nlist codes). multihash: range search exact;
-    top-k exact wherever the k-th distance <= nhash * (nflip + 1) - 1. The engines'
-    docstrings (`_ivf.IVFEngine`, `_engines.MultiHashEngine`) and docs/search.md say more.
+    kind="flat" (default) returns exactly the brute-force result, tie order included; "ivf" and
+    "multihash" are approximate: ivf finds an item only if its list is among the nprobe scanned
+    (exact until trained, at 39 * nlist codes), multihash is exact in range search and wherever
+    the k-th distance <= nhash * (nflip + 1) - 1 (docs/search.md, `IVFEngine`, `MultiHashEngine`).
 
     Parameters
     ----------
@@ -114,7 +112,6 @@ class CodeIndex(Backend):
 
     @property
     def embedding_dim(self) -> int | None:
-        """The width of the embeddings kept beside the codes; None when none are kept."""
         emb = self._main.embeddings
         return None if emb is None else emb.shape[1]
 
@@ -266,11 +263,9 @@ class CodeIndex(Backend):
         return codes_at(self._main, self._tail, found), labels.to_dense(self.num_classes)
 
     def get_codes(self, ids) -> np.ndarray:
-        """Codes (m, bits // 8) of the given ids, in that order."""
         return codes_at(self._main, self._tail, self._find(_checks.item_ids(ids)))
 
     def get_embeddings(self, ids) -> np.ndarray:
-        """Stored unit embeddings float16 (m, embedding_dim) of the given ids, in that order."""
         if self.embedding_dim is None:
             raise InputError("the index keeps no embeddings")
         return codes_at(self._main, self._tail, self._find(_checks.item_ids(ids)), embeddings=True)
@@ -282,7 +277,6 @@ class CodeIndex(Backend):
         FlatEngine(self._bits, {}).ranked_knn(Rows(np.zeros(1, np.int64), code), code, 1, None)
 
     def labels_of(self, ids) -> list[list[int]]:
-        """The class ids of each given item (ascending Python ints), in the order of `ids`."""
         in_main, in_tail = self._find(_checks.item_ids(ids))
         if (in_main >= 0).all():  # (every item in the main segment: no merge of two segments' rows)
             return self._main.labels.lists_at(in_main)

@@ -1,8 +1,7 @@
 """The rules of a search request, in one place for `lbhash search` and the HTTP service.
 
-`plan_search` checks a request's options before any work (top-k or radius, limits, re-scoring);
-`check_classes` checks class-id lists; `Queries` are a search's packed codes (with embeddings
-when it re-scores); `search_hits` runs a plan on any `Backend`. Every search, the CLI's and the
+`plan_search` checks a request's options before any work, `check_classes` its class-id lists;
+`search_hits` runs a plan on any `Backend` for `Queries`. Every search, the CLI's and the
 service's, is this function; messages name the options as the caller spells them (`Spelling`).
 """
 

@@ -1,11 +1,10 @@
 """`MilvusIndex`: the `CodeIndex` interface over a Milvus collection (pymilvus, imported lazily).
 
-The collection has an INT64 `id`, a BINARY_VECTOR `code` and an ARRAY<INT64> `labels`
-(array_contains_any filters); BIN_FLAT ("flat") or BIN_IVF_FLAT ("ivf"), metric HAMMING, Strong
-consistency. Milvus orders ties arbitrarily and caps a search at 16,384 results, so top-k fetches
-k + 1 and collects a tie at the boundary with range searches paged by distance. Ids are checked
-before every insert (Milvus does not enforce unique keys). With `embedding_dim` the collection
-also keeps each item's float16 unit embedding in base64 in a VARCHAR, for `rescore_search`.
+The collection has an INT64 `id`, a BINARY_VECTOR `code` and an ARRAY<INT64> `labels`; BIN_FLAT
+("flat") or BIN_IVF_FLAT ("ivf"), metric HAMMING, Strong consistency. Milvus orders ties arbitrarily
+and caps a search at 16,384 results: top-k fetches k + 1 and collects a boundary tie with range
+searches paged by distance. Ids are checked before every insert (Milvus does not enforce unique
+keys). With `embedding_dim` each item's float16 unit embedding is kept in base64 in a VARCHAR.
 """
 
 from __future__ import annotations
@@ -182,7 +181,6 @@ class MilvusIndex(Backend):
         return self._codes(ids, found)
 
     def get_embeddings(self, ids) -> np.ndarray:
-        """Stored unit embeddings float16 (m, embedding_dim) of the given ids, in that order."""
         if self._dim is None:
             raise InputError(f"Milvus collection {self.collection!r} keeps no embeddings")
         ids, found = self._fetch(ids, ["embedding"])
@@ -218,7 +216,6 @@ class MilvusIndex(Backend):
         return k
 
     def search(self, queries, k: int, labels=None) -> TopK:
-        """As `CodeIndex.search`."""
         k = self.check_k(k)
         queries = _checks.packed_codes(queries, self._bits, "queries")
         exprs = self._filters(labels, len(queries))

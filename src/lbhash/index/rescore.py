@@ -1,10 +1,8 @@
 """Two-stage search: Hamming candidates re-scored by stored embeddings (docs/search.md, "Re-scoring").
 
-Embeddings are kept as float16 unit rows (`unit_rows`), so cosine similarity is a dot product
-and equal items score equally bit for bit. `rescore_search` takes the index's top `k * factor`
-by Hamming distance, widened to every item tied with the last (`with_boundary_ties`), scores
-them by cosine similarity and keeps the best k: descending score, ties by ascending Hamming
-distance, then ascending id. Nothing here imports beyond numpy: the caller passes the embeddings.
+Embeddings are kept as float16 unit rows (`unit_rows`): cosine similarity is a dot product and
+equal items score equally bit for bit. `rescore_search` scores the Hamming top `k * factor`,
+widened to every item tied with the last (`with_boundary_ties`), and keeps the best k.
 """
 
 from __future__ import annotations

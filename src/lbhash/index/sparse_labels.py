@@ -1,9 +1,8 @@
 """Item labels held sparsely: one sorted set of class ids per item, in CSR form.
 
-`SparseLabels(indptr, indices, width)`: the class ids of item i are
-`indices[indptr[i]:indptr[i + 1]]`, ascending and without repeats; `width` is one past the
-largest class id (`CodeIndex.num_classes`). Memory follows the number of labels held, never
-the largest class id.
+`SparseLabels(indptr, indices, width)`: the class ids of item i, ascending and without repeats,
+are `indices[indptr[i]:indptr[i + 1]]`; `width` is one past the largest class id. Memory follows
+the number of labels held, never the largest class id.
 """
 
 from __future__ import annotations

@@ -1,15 +1,12 @@
 """Index directories: written whole or not at all, verified on load, never pickled (docs/search.md).
 
-Format version 2: index.faiss, ids.npy, the labels in CSR form (labels_indptr.npy,
-labels_indices.npy), an optional embeddings.npy (float16 unit rows), attachments, and
-manifest.json (written last) with the SHA-256 and size of each file. Version 1 directories
-(labels.npy, a bool multi-hot matrix) are still read.
+Format version 2: index.faiss, ids.npy, labels_indptr.npy and labels_indices.npy (CSR), an
+optional embeddings.npy (float16 unit rows), attachments, and manifest.json (written last) with
+each file's SHA-256 and size. Version 1 (labels.npy, a bool multi-hot matrix) is still read.
 
-Loading verifies every checksum, then maps the files rather than reading them; a directory is
-never changed in place, so the verified bytes are the mapped ones. Saving streams each file to
-disk and hashes it from there. A new directory replaces the old in one step (renameat2
-RENAME_EXCHANGE, else two renames that `load_index` can undo), so a crash at any point leaves a
-complete old or new index loadable.
+Loading verifies every checksum, then maps the files (never changed in place: the verified bytes
+are the mapped ones). A new directory replaces the old in one step (renameat2 RENAME_EXCHANGE,
+else two renames that `load_index` can undo), so a crash leaves a complete old or new index.
 """
 
 from __future__ import annotations
