@@ -4,10 +4,9 @@ embeddings, lbhash.index.rescore) and `search_hits` (every search of the command
 service, lbhash.index.hits). Raw inputs become `Queries` above it (lbhash.runs.searcher).
 """
 
-from lbhash.index._kinds import KINDS
-from lbhash.index._padding import PAD_DISTANCE, PAD_ID
+from lbhash.index._ivf import KINDS
 from lbhash.index._engines import search_on_this_thread, threads_for
-from lbhash.index.backend import Backend, InRange, Reranked, TopK
+from lbhash.index.backend import PAD_DISTANCE, PAD_ID, Backend, InRange, Reranked, TopK
 from lbhash.index.code_index import AddPlan, CodeIndex
 from lbhash.index.hits import Hits, Queries, SearchPlan, Spelling, check_classes, plan_search, search_hits
 from lbhash.index.rescore import RESCORE_FACTOR, rescore_search

@@ -17,7 +17,7 @@ import faiss
 import numpy as np
 
 from lbhash.errors import InputError
-from lbhash.index._padding import PAD_DISTANCE
+from lbhash.index.backend import PAD_DISTANCE
 
 SMALL_SCAN = 1 << 14  # codes x queries that a flat search scans with numpy (FlatEngine.knn)
 
@@ -38,10 +38,8 @@ def positions_to_ids(rows: Rows, positions: np.ndarray) -> np.ndarray:
 
 @contextmanager
 def threads_for(num_queries: int):
-    """FAISS's OpenMP threads for a search of `num_queries`: one for a lone query (a parallel
-    scan of one query costs more in synchronisation than it saves on a busy machine), all for
-    a batch. The setting is per calling thread in OpenMP, and is restored afterwards. Only the
-    FAISS calls take it: each OpenMP call lets go of the GIL, which a busy server pays for."""
+    """FAISS's OpenMP threads (the calling thread's setting, restored after): one for a lone query,
+    whose parallel scan costs more in synchronisation than it saves on a busy machine; all for a batch."""
     if num_queries != 1:
         yield
         return
@@ -54,11 +52,20 @@ def threads_for(num_queries: int):
 
 
 def search_on_this_thread() -> None:
-    """From now on every search this thread makes runs on this thread alone: FAISS's OpenMP
-    threads and the flat scan's (`FlatEngine.ranked_knn`) both follow OpenMP's setting, which is
-    the calling thread's. For a caller that keeps a search in flight per core itself (the
-    service's batcher): a search that spread over every core as well would only queue for them."""
+    """Every later search of this thread (FAISS's and `FlatEngine.ranked_knn`'s) runs on it alone: for a
+    caller that keeps a search in flight per core itself (the service's batcher)."""
     faiss.omp_set_num_threads(1)
+
+
+def read_faiss(file: Path, bits: int, flags: int = 0):
+    """The FAISS binary index in `file`, refused in one line unless it holds `bits`-bit codes."""
+    try:
+        index = faiss.read_index_binary(str(file), flags)
+    except RuntimeError as err:
+        raise InputError(f"{file}: not a readable FAISS binary index ({str(err).splitlines()[0]})") from None
+    if index.d != bits:  # before any reshape by the manifest's bits
+        raise InputError(f"{file}: holds {index.d}-bit codes, the manifest says {bits}")
+    return index
 
 
 def ids_to_positions(rows: Rows, ids: np.ndarray) -> np.ndarray:
@@ -73,10 +80,8 @@ def _word_type(width: int):
 
 
 def small_scan(codes: np.ndarray, queries: np.ndarray, k: int, allowed: np.ndarray | None):
-    """(distances int32 (nq, k), positions int64 (nq, k)) of the k nearest of `codes` to each
-    query, by numpy: ascending distance, ties by position, and where fewer than k are `allowed`,
-    position -1 at distance PAD_DISTANCE: what FAISS and lbhash.ranking give. It holds nq x n x
-    bytes-per-code bytes at once: for at most SMALL_SCAN codes x queries."""
+    """(distances int32 (nq, k), positions int64 (nq, k)) of the k nearest `codes` by numpy, as FAISS
+    gives them (position -1 at PAD_DISTANCE past the `allowed`); it holds nq x n x code bytes at once."""
     dist = np.bitwise_count(queries[:, None, :] ^ codes[None, :, :]).sum(axis=2, dtype=np.int32)
     if allowed is not None:
         dist[:, ~np.asarray(allowed, bool)] = PAD_DISTANCE
@@ -84,14 +89,6 @@ def small_scan(codes: np.ndarray, queries: np.ndarray, k: int, allowed: np.ndarr
     top = np.take_along_axis(dist, pos, axis=1)
     pos[top == PAD_DISTANCE] = -1
     return top, pos
-
-
-def _selector(allowed: np.ndarray | None):
-    """A FAISS bitmap selector over positions; the bitmap must outlive the search."""
-    if allowed is None:
-        return None, None
-    bitmap = np.packbits(allowed, bitorder="little")
-    return faiss.SearchParameters(sel=faiss.IDSelectorBitmap(bitmap)), bitmap
 
 
 def keep_in_range(lims, dist, keys, keep):
@@ -124,6 +121,9 @@ class Engine:
 
     def _max_level(self) -> int:
         return 0
+
+    def faiss_index(self):
+        return self.index
 
     def rebuilt(self, rows: Rows) -> "Engine":
         """A new engine of the same kind and parameters holding `rows` (O(n))."""
@@ -201,12 +201,9 @@ class FlatEngine(Engine):
             self.index.add(codes)
 
     def knn(self, rows: Rows, queries: np.ndarray, k: int, allowed: np.ndarray | None):
-        """The exact top-k: a scan of at most SMALL_SCAN codes x queries with numpy
-        (`small_scan`, about a millisecond), a larger one with lbhash.ranking (`ranked_knn`),
-        whose compiled code takes about 1 s to load once per process: a one-shot search of a
-        small index (`lbhash search`) loads no numba. Once the compiled scan is loaded (a served
-        index warms it), it scans every size: 0.05 ms where numpy takes about 1 ms. Both give
-        FAISS's result."""
+        """The exact top-k (FAISS's result): numpy's `small_scan` for at most SMALL_SCAN codes x
+        queries, so a one-shot search of a small index loads no numba (about 1 s); `ranked_knn`
+        otherwise, and for every size once it is loaded (0.05 ms where numpy takes 1 ms)."""
         n, nq = len(rows.ids), len(queries)
         k = min(k, n)
         if k == 0 or nq == 0:
@@ -217,11 +214,8 @@ class FlatEngine(Engine):
         return self.ranked_knn(rows, queries, k, allowed)
 
     def ranked_knn(self, rows: Rows, queries: np.ndarray, k: int, allowed: np.ndarray | None):
-        """The scan of lbhash.ranking (a counting sort of the distances; the same result as FAISS's heap
-        scan, ties by position, in a fraction of its time), up to 32 queries per pass over the codes
-        (`nearest_rows_chunk` has its memory). The first search in a process loads the compiled scan
-        from numba's cache. 1 <= k <= len(rows.ids) and at least one query, as `knn` gives.
-        """
+        """lbhash.ranking's counting-sort scan (FAISS's result, ties by position, in a fraction of its
+        time), up to 32 queries per pass; 1 <= k <= len(rows.ids) and a query at least, as `knn` gives."""
         # numba loads with the first search, not with the index (`index info` and `build` need none)
         from lbhash.ranking import SHARED_PASS, for_query_ranges, nearest_rows_chunk
 
@@ -240,13 +234,11 @@ class FlatEngine(Engine):
         return dist, positions_to_ids(rows, pos)
 
     def range(self, rows: Rows, queries: np.ndarray, radius: int, allowed: np.ndarray | None):
-        params, _bitmap = _selector(allowed)
+        bitmap = None if allowed is None else np.packbits(allowed, bitorder="little")  # outlives the search
+        params = None if bitmap is None else faiss.SearchParameters(sel=faiss.IDSelectorBitmap(bitmap))
         with threads_for(len(queries)):
             lims, dist, pos = self.index.range_search(queries, radius + 1, params=params)  # FAISS: d < radius
         return range_to_ids(rows, lims, dist, pos, True)
-
-    def faiss_index(self):
-        return self.index
 
     @classmethod
     def from_faiss(cls, bits: int, params: dict, index, ids: np.ndarray):
@@ -259,16 +251,9 @@ class FlatEngine(Engine):
 
     @classmethod
     def from_file(cls, bits: int, params: dict, file: Path, ids: np.ndarray):
-        """Map index.faiss instead of reading it: FAISS searches the file's pages in place
-        (IO_FLAG_MMAP_IFC) and the codes are a read-only numpy map of the same bytes, which end
-        the file (FAISS writes an IndexBinaryFlat's code vector last). Nothing is copied until
-        the first append (removals and the tail leave the map alone: lbhash.index._segments)."""
-        try:
-            index = faiss.read_index_binary(str(file), faiss.IO_FLAG_MMAP_IFC)
-        except RuntimeError as err:
-            raise InputError(f"{file}: not a readable FAISS binary index ({str(err).splitlines()[0]})") from None
-        if index.d != bits:  # before any reshape by the manifest's bits
-            raise InputError(f"{file}: holds {index.d}-bit codes, the manifest says {bits}")
+        """Map index.faiss: FAISS searches its pages in place and the codes are a read-only numpy map
+        of the code vector, which ends the file; nothing is copied until the first append."""
+        index = read_faiss(file, bits, faiss.IO_FLAG_MMAP_IFC)
         if not isinstance(index, faiss.IndexBinaryFlat):
             return cls.from_faiss(bits, params, index, ids)  # which names the index type
         code_size, n = bits // 8, index.ntotal
@@ -370,9 +355,6 @@ class MultiHashEngine(Engine):
         if allowed is not None:
             lims, dist, pos = keep_in_range(lims, dist, pos, allowed[pos])
         return range_to_ids(rows, lims, dist, pos, True)
-
-    def faiss_index(self):
-        return self.index
 
     @classmethod
     def from_faiss(cls, bits: int, params: dict, index, ids: np.ndarray):

@@ -1,4 +1,5 @@
-"""The ivf kind: FAISS IndexBinaryIVF under `CodeIndex`'s ids, with an exact buffer until trained."""
+"""The ivf kind: FAISS IndexBinaryIVF under `CodeIndex`'s ids, with an exact buffer until trained; and
+`ENGINES`, every kind's engine by name, which `CodeIndex` and `storage` both look up."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ import faiss
 import numpy as np
 
 from lbhash.errors import InputError
-from lbhash.index._engines import (Engine, FlatEngine, Rows, ids_to_positions, keep_in_range, range_to_ids,
-                                   threads_for)
+from lbhash.index._engines import (Engine, FlatEngine, MultiHashEngine, Rows, ids_to_positions, keep_in_range,
+                                   range_to_ids, threads_for)
 
 
 class IVFEngine(Engine):
@@ -136,7 +137,7 @@ class IVFEngine(Engine):
         return range_to_ids(rows, lims, dist, ids, False)
 
     def faiss_index(self):
-        return self.index if self.buffer is None else self.buffer.index
+        return self.index if self.buffer is None else self.buffer.faiss_index()
 
     @classmethod
     def from_faiss(cls, bits: int, params: dict, index, ids: np.ndarray):
@@ -170,3 +171,7 @@ def _codes_by_id(index, width: int, ids: np.ndarray) -> np.ndarray:
     if not np.array_equal(found_ids[order], ids):
         raise InputError(f"index.faiss holds {len(found_ids)} ids that do not match ids.npy ({len(ids)} ids)")
     return codes[order]
+
+
+ENGINES = {engine.kind: engine for engine in (FlatEngine, IVFEngine, MultiHashEngine)}
+KINDS = tuple(ENGINES)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from lbhash.index._engines import FlatEngine, Rows
-from lbhash.index._padding import PAD_DISTANCE, PAD_ID
+from lbhash.index.backend import PAD_DISTANCE, PAD_ID
 from lbhash.index.sparse_labels import SparseLabels
 
 FRAGMENT_SHARE = 16           # fold once dead + tail items pass n / 16 ...
@@ -52,12 +52,9 @@ class GrowingArray:
 
 
 class Segment:
-    """Items of one FAISS structure in insertion order: ids, codes, sparse labels, tombstones,
-    and, where the index keeps them, unit embeddings (float16 (n, d), lbhash.index.rescore).
-
-    `ordered` segments (the main one) hold ascending ids, found by binary search; the tail
-    holds ids in arrival order, found through a dict (id -> position of its live copy).
-    Memory: the codes, 8 bytes of id, one byte of tombstone and the labels per item held."""
+    """Items of one FAISS structure in insertion order: ids, codes, sparse labels, tombstones and,
+    where the index keeps them, unit embeddings. `ordered` segments (the main one) hold ascending
+    ids, found by binary search; the tail holds ids in arrival order, found through a dict."""
 
     def __init__(self, engine, ids: np.ndarray, codes: np.ndarray, labels: SparseLabels, ordered: bool,
                  embeddings: np.ndarray | None = None):
@@ -75,8 +72,6 @@ class Segment:
     def empty_tail(cls, bits: int, width: int = 0, dim: int | None = None) -> "Segment":
         return cls(FlatEngine(bits, {}), np.empty(0, np.int64), np.empty((0, bits // 8), np.uint8),
                    SparseLabels.empty(0, width), ordered=False, embeddings=empty_embeddings(dim))
-
-    # --- reading --------------------------------------------------------------------------
 
     def __len__(self) -> int:
         return len(self._ids)
@@ -108,8 +103,7 @@ class Segment:
 
     @property
     def dead(self) -> np.ndarray | None:
-        """Bool (len,): which positions hold removed items (the segment's own array); None
-        before the first removal."""
+        """Bool (len,): which positions hold removed items (its own array; None before a removal)."""
         return None if self._dead is None else self._dead.view
 
     def positions(self, ids: np.ndarray) -> np.ndarray:
@@ -125,8 +119,6 @@ class Segment:
         if self._dead is not None:
             found &= ~self._dead.view[pos]
         return np.where(found, pos, -1)
-
-    # --- changes --------------------------------------------------------------------------
 
     def append(self, ids: np.ndarray, codes: np.ndarray, labels: SparseLabels,
                embeddings: np.ndarray | None = None) -> None:
@@ -191,34 +183,25 @@ def empty_embeddings(dim: int | None) -> np.ndarray | None:
     return None if dim is None else np.empty((0, dim), np.float16)
 
 
-def embeddings_at(main: Segment, tail: Segment, found: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-    """Stored embeddings of the items at `found`, as `codes_at` finds their codes."""
-    in_main, in_tail = found
-    if (in_main >= 0).all():
-        return main.embeddings[in_main]
-    out = np.empty((len(in_main), main.embeddings.shape[1]), main.embeddings.dtype)
-    for segment, pos in ((main, in_main), (tail, in_tail)):
-        out[pos >= 0] = segment.embeddings[pos[pos >= 0]]
+def codes_at(main: Segment, tail: Segment, found: tuple[np.ndarray, np.ndarray], embeddings: bool = False
+             ) -> np.ndarray:
+    """Codes (or stored embeddings) of the items at `found` = (main positions, tail positions), -1
+    where an item is not in that segment (every item is in one)."""
+    arrays = [seg.embeddings if embeddings else seg.rows.codes for seg in (main, tail)]
+    if (found[0] >= 0).all():
+        return arrays[0][found[0]]
+    out = np.empty((len(found[0]), arrays[0].shape[1]), arrays[0].dtype)
+    for rows, pos in zip(arrays, found):
+        out[pos >= 0] = rows[pos[pos >= 0]]
     return out
-
-
-def codes_at(main: Segment, tail: Segment, found: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-    """Codes of the items at `found` = (main positions, tail positions), -1 where an item is not
-    in that segment (every item is in one)."""
-    in_main, in_tail = found
-    if (in_main >= 0).all():
-        return main.rows.codes[in_main]
-    codes = np.empty((len(in_main), main.rows.codes.shape[1]), np.uint8)
-    for segment, pos in ((main, in_main), (tail, in_tail)):
-        codes[pos >= 0] = segment.rows.codes[pos[pos >= 0]]
-    return codes
 
 
 def labels_at(main: Segment, tail: Segment, found: tuple[np.ndarray, np.ndarray], width: int) -> SparseLabels:
     """Labels of the items at `found` (as in `codes_at`), `width` classes wide."""
     in_main, in_tail = found
     if (in_main >= 0).all():
-        return main.labels.take(in_main).with_width(width)
+        labels = main.labels.take(in_main)
+        return SparseLabels(labels.indptr, labels.indices, max(labels.width, width))
     parts = [seg.labels.take(pos[pos >= 0]) for seg, pos in ((main, in_main), (tail, in_tail))]
     source = np.concatenate([np.flatnonzero(in_main >= 0), np.flatnonzero(in_main < 0)])
     return SparseLabels.concat(parts, width).take(np.argsort(source, kind="stable"))
@@ -251,9 +234,8 @@ def segment_knn(segment: Segment, queries: np.ndarray, k: int, classes) -> tuple
 
 
 def _knn_past_dead(segment: Segment, queries: np.ndarray, k: int):
-    """Top-k of the live items of an ordered segment with tombstones: fetch a few more without
-    a filter (a filtered scan writes every distance and builds the live mask) and drop the dead; a row
-    left with fewer than k searches again with the live items as its filter."""
+    """Top-k of the live items of an ordered segment with tombstones: a few more fetched without a
+    filter (which costs a full scan) less the dead; a row left short searches again, filtered."""
     rows, dead = segment.rows, segment.dead
     fetch = min(len(segment), k + min(segment.ndead, max(k, 32)))
     dist, ids = segment.engine.knn(rows, queries, fetch, None)
@@ -291,11 +273,7 @@ def merged_topk(parts: list[tuple[np.ndarray, np.ndarray]], nq: int, k: int) -> 
 def query_groups(filters: SparseLabels | None, nq: int):
     """(query numbers, class ids) per distinct label row (one group, classes None, if none).
     An item passes when it holds at least one of the row's classes."""
-    if filters is None:
-        yield np.arange(nq), None
-        return
-    for classes, members in filters.groups():
-        yield members, classes
+    return [(np.arange(nq), None)] if filters is None else [(members, c) for c, members in filters.groups()]
 
 
 def topk_over(segments: list[Segment], queries: np.ndarray, k: int, groups) -> tuple[np.ndarray, np.ndarray]:

@@ -15,6 +15,11 @@ import numpy as np
 
 from lbhash.index import _checks
 
+# how a top-k row shorter than k is padded, by every backend and by re-ranking: FAISS's own
+# padding distance (the int32 maximum, which no real distance can reach)
+PAD_ID = -1
+PAD_DISTANCE = int(np.iinfo(np.int32).max)
+
 
 class TopK(NamedTuple):
     """Each query's top k: distances int32 (nq, k) and ids int64 (nq, k), by (distance, id),
@@ -45,12 +50,11 @@ class Reranked(NamedTuple):
 class Backend(ABC):
     """Packed binary codes with int64 ids and labels, searched by Hamming distance.
 
-    Codes are uint8 (n, bits // 8) in the FAISS bit layout; ids non-negative int64; labels
-    class ids (n,), multi-hot rows (n, C) or `SparseLabels`, and a label filter keeps, per
-    query, the items sharing a label with its row (docs/search.md, "Concepts"). `metadata` is
-    a free-form record of where the codes came from (`CodeIndex` saves it in its manifest;
-    Milvus keeps none, so it starts empty there). A backend may keep one embedding per item
-    (`embedding_dim`, `get_embeddings`: lbhash.index.rescore), added and removed with its code.
+    Codes are uint8 (n, bits // 8) in the FAISS bit layout; ids non-negative int64; labels class
+    ids (n,), multi-hot rows (n, C) or `SparseLabels`; a label filter keeps, per query, the items
+    sharing a label with its row (docs/search.md, "Concepts"). `metadata`: a free-form record of
+    where the codes came from (empty on Milvus). A backend may keep one embedding per item
+    (`embedding_dim`, `get_embeddings`), added and removed with its code.
     """
 
     metadata: dict

@@ -1,8 +1,7 @@
 """`CodeIndex`: top-k and range search over packed binary codes with external ids and labels.
 
-Order of results (docs/search.md): ascending Hamming distance, ties by ascending id. Rows with fewer
-than k results are padded with id `PAD_ID` (-1) and distance `PAD_DISTANCE` (the int32
-maximum, FAISS's own padding value, which no real distance can reach).
+Results come by ascending Hamming distance, ties by ascending id (docs/search.md); short top-k rows
+are padded with `PAD_ID` and `PAD_DISTANCE`.
 """
 
 from __future__ import annotations
@@ -16,10 +15,10 @@ from lbhash.checks import non_negative_int, positive_int
 from lbhash.errors import Conflict, InputError, NotFound
 from lbhash.index import _checks
 from lbhash.index._engines import FlatEngine, Rows
-from lbhash.index._kinds import ENGINES, KINDS
+from lbhash.index._ivf import ENGINES, KINDS
 from lbhash.index.backend import Backend, InRange, TopK
-from lbhash.index._segments import (Segment, codes_at, embeddings_at, empty_embeddings, folded, fragment_limit,
-                                    labels_at, query_groups, range_over, topk_over)
+from lbhash.index._segments import (Segment, codes_at, empty_embeddings, folded, fragment_limit, labels_at,
+                                    query_groups, range_over, topk_over)
 from lbhash.index.rescore import stored_embeddings
 from lbhash.index.sparse_labels import SparseLabels
 from lbhash.index.storage import load_index, save_index
@@ -39,12 +38,10 @@ class AddPlan:
 class CodeIndex(Backend):
     """Packed binary codes (uint8, FAISS bit layout, `bits` a multiple of 8) with int64 ids.
 
-    kind="flat" (default) is exact: it returns exactly the brute-force result, tie order
-    included. kind="ivf" (params nlist, nprobe) and kind="multihash" (nhash, nflip) are
-    approximate. ivf: distances are exact, an item is found only if its list is among the
-    nprobe scanned (exact until trained, at 39 * nlist codes). multihash: range search exact;
-    top-k exact wherever the k-th distance <= nhash * (nflip + 1) - 1. The engines'
-    docstrings (`_ivf.IVFEngine`, `_engines.MultiHashEngine`) and docs/search.md say more.
+    kind="flat" (default) returns exactly the brute-force result, tie order included; "ivf" and
+    "multihash" are approximate: ivf finds an item only if its list is among the nprobe scanned
+    (exact until trained, at 39 * nlist codes), multihash is exact in range search and wherever
+    the k-th distance <= nhash * (nflip + 1) - 1 (docs/search.md, `IVFEngine`, `MultiHashEngine`).
 
     Parameters
     ----------
@@ -57,11 +54,9 @@ class CodeIndex(Backend):
 
     Returns
     -------
-    `search` returns `TopK` (distances int32 (nq, k), ids int64 (nq, k)), nearest first, ties
-    by ascending id, padded with distance `PAD_DISTANCE` (the int32 maximum) and id `PAD_ID`
-    (-1); `range_search` `InRange` (lims, distances, ids), as FAISS's. The interface is
-    `lbhash.index.Backend`'s. An index keeps one embedding per item when its first add gives
-    them (or `embedding_dim` is given): `lbhash.index.rescore_search` re-scores by them.
+    `search` returns `TopK` and `range_search` `InRange`, as `lbhash.index.Backend` says. An index
+    keeps one embedding per item when its first add gives them (or `embedding_dim` is given):
+    `lbhash.index.rescore_search` re-scores by them.
 
     Examples
     --------
@@ -87,10 +82,7 @@ class CodeIndex(Backend):
         if unknown:
             allowed = ", ".join(defaults) or "none"
             raise InputError(f"unknown parameter {unknown[0]!r} for a {kind} index (allowed: {allowed})")
-        merged = dict(defaults)
-        for name, value in params.items():
-            check = non_negative_int if name == "nflip" else positive_int
-            merged[name] = check(value, name)
+        merged = {**defaults, **{name: _param(name, value) for name, value in params.items()}}
         self._kind, self._params = kind, merged
         # items by id in the kind's structure, and the changes not folded into it yet
         # (lbhash.index._segments: tombstones, and a small exact tail for ids below the largest)
@@ -101,8 +93,6 @@ class CodeIndex(Backend):
         self._tail = Segment.empty_tail(self._bits, 0, dim)
         self._next_id = 0
         self.metadata: dict = {}  # free-form, saved in the manifest (the service keeps its log position)
-
-    # --- properties -----------------------------------------------------------------------
 
     @property
     def bits(self) -> int:
@@ -122,7 +112,6 @@ class CodeIndex(Backend):
 
     @property
     def embedding_dim(self) -> int | None:
-        """The width of the embeddings kept beside the codes; None when none are kept."""
         emb = self._main.embeddings
         return None if emb is None else emb.shape[1]
 
@@ -170,17 +159,13 @@ class CodeIndex(Backend):
                 "ntotal": self.ntotal, "num_classes": self.num_classes, "exact": self.exact,
                 "trained": self.is_trained, "next_id": self.next_id, "embedding_dim": self.embedding_dim}
 
-    # --- changes --------------------------------------------------------------------------
-
     def add(self, codes, ids=None, labels=None, upsert: bool = False, embeddings=None) -> np.ndarray:
-        """Add packed codes; return their ids.
+        """Add packed codes; return their ids (by default numbered on from the largest id ever added).
 
-        ids default to consecutive numbers after the largest id ever added. labels are class
-        ids (n,), multi-hot rows (n, C) or `SparseLabels` (kept sparsely whatever the form: memory
-        follows the number of labels, not the largest class id). An id already present is an error unless
-        upsert=True, which replaces its code and labels (labels=None: no labels). `embeddings`
-        (n, d) real rows go with the codes exactly when the index keeps them (the first add to an
-        empty index without `embedding_dim` decides); they are stored as float16 unit vectors.
+        Labels are kept sparsely whatever their form (memory follows the labels held, not the
+        largest class id); upsert=True replaces an item's code and labels (labels=None: none).
+        `embeddings` (n, d) go with the codes exactly when the index keeps them (the first add to
+        an empty index without `embedding_dim` decides); they are stored as float16 unit rows.
         """
         plan = self.prepare_add(codes, ids, labels, upsert, embeddings)
         self.apply_add(plan)
@@ -210,7 +195,10 @@ class CodeIndex(Backend):
             return
         ids, codes, labels, emb = plan.ids, plan.codes, plan.labels, plan.embeddings
         if emb is not None and self.embedding_dim is None:  # the first add with embeddings: they are kept
-            self._keep_embeddings(emb.shape[1])
+            main, dim = self._main, emb.shape[1]
+            self._main = Segment(main.engine, main.rows.ids, main.rows.codes, main.labels, ordered=True,
+                                 embeddings=empty_embeddings(dim))
+            self._tail = Segment.empty_tail(self._bits, self._tail.width, dim)
         if (ids[1:] <= ids[:-1]).any():  # (ids in order, as numbered by default, need no sorted copies)
             order = np.argsort(ids, kind="stable")
             ids, codes, labels = ids[order], codes[order], None if labels is None else labels.take(order)
@@ -256,8 +244,7 @@ class CodeIndex(Backend):
             if name not in allowed:
                 raise InputError(f"{name!r} is not a search parameter of a {self._kind} index "
                                  f"(search parameters: {', '.join(allowed) or 'none'})")
-            check = non_negative_int if name == "nflip" else positive_int
-            self._main.engine.set_search_param(name, check(value, name))
+            self._main.engine.set_search_param(name, _param(name, value))
             self._params[name] = int(value)
 
     def train(self) -> None:
@@ -268,69 +255,45 @@ class CodeIndex(Backend):
             self.apply_fold(self.prepare_fold())
             self._main.engine.train(self._main.rows)
 
-    # --- reading --------------------------------------------------------------------------
-
     def get(self, ids) -> tuple[np.ndarray, np.ndarray]:
-        """(codes (m, bits // 8), labels (m, num_classes) bool) of the given ids, in that order.
-
-        The labels come as multi-hot rows, m x num_classes bytes: for many ids or wide labels,
-        `get_codes` and `labels_of` give the same without the matrix."""
+        """(codes (m, bits // 8), labels (m, num_classes) bool) of the given ids, in that order
+        (`get_codes` and `labels_of` give the same without the m x num_classes matrix)."""
         found = self._find(_checks.item_ids(ids))
         labels = labels_at(self._main, self._tail, found, self.num_classes)
         return codes_at(self._main, self._tail, found), labels.to_dense(self.num_classes)
 
     def get_codes(self, ids) -> np.ndarray:
-        """Codes (m, bits // 8) of the given ids, in that order."""
         return codes_at(self._main, self._tail, self._find(_checks.item_ids(ids)))
 
     def get_embeddings(self, ids) -> np.ndarray:
-        """Stored unit embeddings float16 (m, embedding_dim) of the given ids, in that order."""
         if self.embedding_dim is None:
             raise InputError("the index keeps no embeddings")
-        return embeddings_at(self._main, self._tail, self._find(_checks.item_ids(ids)))
+        return codes_at(self._main, self._tail, self._find(_checks.item_ids(ids)), embeddings=True)
 
     def warm(self) -> None:
-        """Load the exact scan's compiled code (numba) now, not on the first search that needs
-        it (a flat index's search of more than SMALL_SCAN codes x queries; the tail's of any
-        kind): one scan of one code, about 1 s once per process (other array types then load in
-        about 20 ms each)."""
+        """Load the exact scan's compiled code (numba, about 1 s once per process) now, not in the
+        first search that needs it (`FlatEngine.knn`)."""
         code = np.zeros((1, self._bits // 8), np.uint8)
         FlatEngine(self._bits, {}).ranked_knn(Rows(np.zeros(1, np.int64), code), code, 1, None)
 
     def labels_of(self, ids) -> list[list[int]]:
-        """The class ids of each given item (ascending Python ints), in the order of `ids`."""
         in_main, in_tail = self._find(_checks.item_ids(ids))
         if (in_main >= 0).all():  # (every item in the main segment: no merge of two segments' rows)
             return self._main.labels.lists_at(in_main)
         return labels_at(self._main, self._tail, (in_main, in_tail), self.num_classes).to_lists()
 
     def search(self, queries, k: int, labels=None) -> TopK:
-        """Top-k by Hamming distance: `TopK` (distances int32 (nq, k), ids int64 (nq, k)).
-
-        Rows are sorted by (distance, id) and padded with PAD_DISTANCE / PAD_ID. `labels`
-        (class ids (nq,), multi-hot rows (nq, C) or `SparseLabels`) keeps, for each query, only items that
-        share at least one label with its row; a row without labels finds nothing.
-
-        Re-scoring by the queries' embeddings is `lbhash.index.rescore_search(index, ...)`.
-        """
+        """Top-k by Hamming distance (`TopK`). `labels` (class ids (nq,), multi-hot rows (nq, C) or
+        `SparseLabels`) keeps, per query, the items sharing a label with its row (none: nothing)."""
         k = _checks.top_k(k)
-        queries = _checks.packed_codes(queries, self._bits, "queries")
-        groups = query_groups(self._query_filters(labels, len(queries)), len(queries))
-        return TopK(*topk_over(self._segments() if self.ntotal else [], queries, k, groups))
+        segments, queries, groups = self._search_over(queries, labels)
+        return TopK(*topk_over(segments, queries, k, groups))
 
     def range_search(self, queries, radius: int, labels=None) -> InRange:
-        """Every item within `radius` (inclusive) of each query: `InRange` (lims, distances, ids).
-
-        As in FAISS, the results of query i are distances[lims[i]:lims[i+1]] and
-        ids[lims[i]:lims[i+1]] (lims int64 (nq + 1,)); each run is sorted by (distance, id).
-        `labels` filters as in `search`.
-        """
+        """Every item within `radius` (inclusive) of each query (`InRange`); `labels` as in `search`."""
         radius = _checks.radius_value(radius)
-        queries = _checks.packed_codes(queries, self._bits, "queries")
-        groups = query_groups(self._query_filters(labels, len(queries)), len(queries))
-        return InRange(*range_over(self._segments() if self.ntotal else [], queries, min(radius, self._bits), groups))
-
-    # --- persistence ----------------------------------------------------------------------
+        segments, queries, groups = self._search_over(queries, labels)
+        return InRange(*range_over(segments, queries, min(radius, self._bits), groups))
 
     def prepare_fold(self) -> Segment:
         """The live items as one main segment, without changing the index (O(n)): removed items
@@ -354,17 +317,6 @@ class CodeIndex(Backend):
         """Read an index directory, verifying the checksum of every file."""
         return load_index(path, cls)
 
-    # --- internals ------------------------------------------------------------------------
-
-    def _keep_embeddings(self, dim: int) -> None:
-        """Start keeping `dim`-wide embeddings (an index that has held nothing)."""
-        self._main = Segment(self._main.engine, self._main.rows.ids, self._main.rows.codes, self._main.labels,
-                             ordered=True, embeddings=empty_embeddings(dim))
-        self._tail = Segment.empty_tail(self._bits, self._tail.width, dim)
-
-    def _segments(self) -> list[Segment]:
-        return [seg for seg in (self._main, self._tail) if seg.alive]
-
     def _find(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(main positions, tail positions) of ids, -1 where not there; NotFound if in neither."""
         in_main, in_tail = self._main.positions(ids), self._tail.positions(ids)
@@ -385,7 +337,14 @@ class CodeIndex(Backend):
         if self._fragments > fragment_limit(self.ntotal):
             self.apply_fold(self.prepare_fold())
 
-    def _query_filters(self, labels, nq: int) -> SparseLabels | None:
-        if labels is None:
-            return None
-        return _checks.label_rows(labels, nq, "query labels")
+    def _search_over(self, queries, labels):
+        """(the live segments, the checked queries, their `query_groups`) of a search."""
+        queries = _checks.packed_codes(queries, self._bits, "queries")
+        filters = None if labels is None else _checks.label_rows(labels, len(queries), "query labels")
+        segments = [seg for seg in (self._main, self._tail) if seg.alive] if self.ntotal else []
+        return segments, queries, query_groups(filters, len(queries))
+
+
+def _param(name: str, value) -> int:
+    """A checked index parameter: nflip may be 0, the others are positive."""
+    return (non_negative_int if name == "nflip" else positive_int)(value, name)

@@ -1,8 +1,7 @@
 """The rules of a search request, in one place for `lbhash search` and the HTTP service.
 
-`plan_search` checks a request's options before any work (top-k or radius, limits, re-scoring);
-`check_classes` checks class-id lists; `Queries` are a search's packed codes (with embeddings
-when it re-scores); `search_hits` runs a plan on any `Backend`. Every search, the CLI's and the
+`plan_search` checks a request's options before any work, `check_classes` its class-id lists;
+`search_hits` runs a plan on any `Backend` for `Queries`. Every search, the CLI's and the
 service's, is this function; messages name the options as the caller spells them (`Spelling`).
 """
 
@@ -83,9 +82,9 @@ class Hits:
 def plan_search(k: int | None = None, radius: int | None = None, *, rescore: bool = False, factor: int | None = None,
                 spelling: Spelling = Spelling(), max_k: int = MAX_K,
                 max_candidates: int | None = None) -> SearchPlan:
-    """The plan of a request's options. `rescore`: re-score by the queries' embeddings; `factor`
-    (default `RESCORE_FACTOR`, or less where `max_candidates` / k is less) applies only then. `max_k` caps k and a radius search's hits per
-    query alike; `max_candidates`: a cap on k * factor."""
+    """The plan of a request's options. `factor` (default `RESCORE_FACTOR`, or less where
+    `max_candidates` / k is less) goes with `rescore` only; `max_k` caps k and a radius search's hits
+    per query alike; `max_candidates`: a cap on k * factor."""
     names = spelling
     if k is not None and radius is not None:
         raise InputError(f"give either {names.k} or {names.radius}, not both "
@@ -119,12 +118,9 @@ def check_classes(lists: list[list[int]], name: str = "labels", max_class_id: in
 
 def search_hits(index: Backend, queries: Queries, plan: SearchPlan, classes: list[list[int]] | None = None
                 ) -> list[Hits]:
-    """`plan` run on `index` for `queries`: one `Hits` per query.
-
-    `classes`: per query, the class ids an item must share one of (checked by `check_classes`);
-    the queries' embeddings are needed when the plan re-scores, and only then. Queries go to
-    the index in batches of `MAX_BATCH` (bounded memory for any number of them), those of a
-    capped radius search in groups that find at most `RANGE_PAIRS` pairs (`plan.max_hits`)."""
+    """`plan` run on `index` for `queries`: one `Hits` per query. `classes`: per query, the class ids
+    an item must share one of (`check_classes`). Queries go to the index in batches of `MAX_BATCH`,
+    those of a capped radius search in groups that find at most `RANGE_PAIRS` pairs."""
     if classes is not None and len(classes) != len(queries):
         raise InputError(f"{plan.spelling.classes} has {len(classes)} entries but there are {len(queries)} queries")
     codes, real = queries.codes, queries.embeddings
@@ -137,7 +133,11 @@ def search_hits(index: Backend, queries: Queries, plan: SearchPlan, classes: lis
         part = slice(start, start + step)
         labels = None if classes is None else SparseLabels.from_lists(classes[part], plan.spelling.classes)
         rows += _batch_rows(index, codes[part], plan, labels, None if real is None else real[part], start)
-    return _with_labels(index, rows)
+    # the labels of every hit, read in one lookup
+    found = np.unique(np.concatenate([i for _, i, _ in rows])) if rows else np.empty(0, np.int64)
+    label_lists = dict(zip(found.tolist(), index.labels_of(found))) if len(found) else {}
+    return [Hits(i.tolist(), d.tolist(), [label_lists[x] for x in i.tolist()], None if s is None else s.tolist())
+            for d, i, s in rows]
 
 
 def _batch_rows(index, queries, plan: SearchPlan, labels, real, start: int) -> list[tuple]:
@@ -160,11 +160,3 @@ def _batch_rows(index, queries, plan: SearchPlan, labels, real, start: int) -> l
         scores, dist, ids = rescore_search(index, queries, plan.k, real, labels, plan.factor)
     found = ids >= 0
     return [(d[f], i[f], None if s is None else s[f]) for d, i, s, f in zip(dist, ids, scores, found)]
-
-
-def _with_labels(index, rows: list[tuple]) -> list[Hits]:
-    """The rows as `Hits`, the labels of all their items read in one lookup."""
-    found = np.unique(np.concatenate([i for _, i, _ in rows])) if rows else np.empty(0, np.int64)
-    label_lists = dict(zip(found.tolist(), index.labels_of(found))) if len(found) else {}
-    return [Hits(i.tolist(), d.tolist(), [label_lists[x] for x in i.tolist()], None if s is None else s.tolist())
-            for d, i, s in rows]

@@ -1,11 +1,10 @@
 """`MilvusIndex`: the `CodeIndex` interface over a Milvus collection (pymilvus, imported lazily).
 
-The collection has an INT64 `id`, a BINARY_VECTOR `code` and an ARRAY<INT64> `labels`
-(array_contains_any filters); BIN_FLAT ("flat") or BIN_IVF_FLAT ("ivf"), metric HAMMING, Strong
-consistency. Milvus orders ties arbitrarily and caps a search at 16,384 results, so top-k fetches
-k + 1 and collects a tie at the boundary with range searches paged by distance. Ids are checked
-before every insert (Milvus does not enforce unique keys). With `embedding_dim` the collection
-also keeps each item's float16 unit embedding in base64 in a VARCHAR, for `rescore_search`.
+The collection has an INT64 `id`, a BINARY_VECTOR `code` and an ARRAY<INT64> `labels`; BIN_FLAT
+("flat") or BIN_IVF_FLAT ("ivf"), metric HAMMING, Strong consistency. Milvus orders ties arbitrarily
+and caps a search at 16,384 results: top-k fetches k + 1 and collects a boundary tie with range
+searches paged by distance. Ids are checked before every insert (Milvus does not enforce unique
+keys). With `embedding_dim` each item's float16 unit embedding is kept in base64 in a VARCHAR.
 """
 
 from __future__ import annotations
@@ -19,8 +18,7 @@ from lbhash._io import check_name
 from lbhash.checks import positive_int
 from lbhash.errors import Conflict, InputError, NotFound, one_line, require_extra
 from lbhash.index import _checks
-from lbhash.index._padding import PAD_DISTANCE, PAD_ID
-from lbhash.index.backend import Backend, InRange, TopK
+from lbhash.index.backend import PAD_DISTANCE, PAD_ID, Backend, InRange, TopK
 from lbhash.index.rescore import EMBEDDING_DTYPE, stored_embeddings
 
 MILVUS_CAP = 16384  # Milvus's limit on results per query (topk and range search alike)
@@ -103,8 +101,6 @@ class MilvusIndex(Backend):
             if found == "ivf":
                 self.nlist = int(index.params.get("params", {}).get("nlist", self.nlist))
 
-    # --- properties -----------------------------------------------------------------------
-
     @property
     def bits(self) -> int:
         return self._bits
@@ -126,8 +122,6 @@ class MilvusIndex(Backend):
         res = self._col.query(expr="", output_fields=["count(*)"], consistency_level="Strong", timeout=self._timeout)
         return int(res[0]["count(*)"])
 
-    # --- changes --------------------------------------------------------------------------
-
     def add(self, codes, ids=None, labels=None, upsert: bool = False, embeddings=None) -> np.ndarray:
         codes = _checks.packed_codes(codes, self._bits)
         if ids is None:
@@ -136,7 +130,7 @@ class MilvusIndex(Backend):
         units = stored_embeddings(embeddings, len(codes), self._dim, held=True)  # (its schema is fixed)
         rows = None if labels is None else _checks.label_rows(labels, len(codes))
         if not upsert:
-            present = self._existing(ids)
+            present = set(self._rows(ids, []))
             if present:
                 raise Conflict(f"id {min(present)} is already in the index (pass upsert=True to replace it)")
         lists = [[] for _ in ids] if rows is None else rows.to_lists()
@@ -155,7 +149,7 @@ class MilvusIndex(Backend):
 
     def remove(self, ids) -> int:
         ids = _checks.item_ids(ids)
-        missing = sorted(set(ids.tolist()) - self._existing(ids))
+        missing = sorted(set(ids.tolist()) - set(self._rows(ids, [])))
         if missing:
             raise NotFound(f"id {missing[0]} is not in the index")
         if len(ids):
@@ -172,8 +166,6 @@ class MilvusIndex(Backend):
     def close(self) -> None:
         _pymilvus().connections.disconnect(self._alias)
 
-    # --- reading --------------------------------------------------------------------------
-
     def get(self, ids) -> tuple[np.ndarray, np.ndarray]:
         """(codes, multi-hot labels (m, one past the largest class id among them))."""
         ids, found = self._fetch(ids, ["code", "labels"])
@@ -189,7 +181,6 @@ class MilvusIndex(Backend):
         return self._codes(ids, found)
 
     def get_embeddings(self, ids) -> np.ndarray:
-        """Stored unit embeddings float16 (m, embedding_dim) of the given ids, in that order."""
         if self._dim is None:
             raise InputError(f"Milvus collection {self.collection!r} keeps no embeddings")
         ids, found = self._fetch(ids, ["embedding"])
@@ -204,12 +195,7 @@ class MilvusIndex(Backend):
     def _fetch(self, ids, fields: list[str]) -> tuple[list[int], dict]:
         """(ids as Python ints, {id: row with `fields`}); an id not in the collection is an error."""
         ids = _checks.item_ids(ids)
-        found = {}
-        for start in range(0, len(ids), MILVUS_CAP):
-            chunk = ids[start:start + MILVUS_CAP].tolist()
-            for row in self._col.query(f"id in {chunk}", output_fields=["id", *fields],
-                                       consistency_level="Strong", timeout=self._timeout):
-                found[int(row["id"])] = row
+        found = self._rows(ids, fields)
         ids = ids.tolist()
         missing = [i for i in ids if i not in found]
         if missing:
@@ -230,7 +216,6 @@ class MilvusIndex(Backend):
         return k
 
     def search(self, queries, k: int, labels=None) -> TopK:
-        """As `CodeIndex.search`."""
         k = self.check_k(k)
         queries = _checks.packed_codes(queries, self._bits, "queries")
         exprs = self._filters(labels, len(queries))
@@ -266,16 +251,15 @@ class MilvusIndex(Backend):
         ids = np.array([h[1] for hits in per_query for h in hits], np.int64)
         return InRange(lims, dist, ids)
 
-    # --- internals ------------------------------------------------------------------------
-
-    def _existing(self, ids: np.ndarray) -> set[int]:
-        present = set()
+    def _rows(self, ids: np.ndarray, fields: list[str]) -> dict[int, dict]:
+        """{id: row with `fields`} of the given ids that the collection holds."""
+        found = {}
         for start in range(0, len(ids), MILVUS_CAP):
             chunk = ids[start:start + MILVUS_CAP].tolist()
-            rows = self._col.query(f"id in {chunk}", output_fields=["id"], consistency_level="Strong",
-                                   timeout=self._timeout)
-            present.update(int(r["id"]) for r in rows)
-        return present
+            for row in self._col.query(f"id in {chunk}", output_fields=["id", *fields],
+                                       consistency_level="Strong", timeout=self._timeout):
+                found[int(row["id"])] = row
+        return found
 
     def _filters(self, labels, nq: int) -> list:
         """A filter expression per query ("" for none, False where nothing can match)."""

@@ -1,10 +1,8 @@
 """Two-stage search: Hamming candidates re-scored by stored embeddings (docs/search.md, "Re-scoring").
 
-Embeddings are kept as float16 unit rows (`unit_rows`), so cosine similarity is a dot product
-and equal items score equally bit for bit. `rescore_search` takes the index's top `k * factor`
-by Hamming distance, widened to every item tied with the last (`with_boundary_ties`), scores
-them by cosine similarity and keeps the best k: descending score, ties by ascending Hamming
-distance, then ascending id. Nothing here imports beyond numpy: the caller passes the embeddings.
+Embeddings are kept as float16 unit rows (`unit_rows`): cosine similarity is a dot product and
+equal items score equally bit for bit. `rescore_search` scores the Hamming top `k * factor`,
+widened to every item tied with the last (`with_boundary_ties`), and keeps the best k.
 """
 
 from __future__ import annotations
@@ -13,8 +11,7 @@ import numpy as np
 
 from lbhash.errors import InputError
 from lbhash.index import _checks
-from lbhash.index._padding import PAD_DISTANCE, PAD_ID
-from lbhash.index.backend import Backend, Reranked
+from lbhash.index.backend import PAD_DISTANCE, PAD_ID, Backend, Reranked
 from lbhash.limits import MAX_RESCORE_CANDIDATES
 
 RESCORE_FACTOR = 4  # Hamming candidates per result when a search re-scores (docs/search.md, "Measuring it")
@@ -68,10 +65,9 @@ def unit_rows(x: np.ndarray) -> np.ndarray:
 
 
 def cosine_scores(queries: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """Cosine similarity of unit `queries` (nq, d) and their candidates' stored unit `rows`
-    (nq, c, d), both float16 as stored: float64 (nq, c), the float64 sum of one pair's products
-    (exact: float16 values multiply exactly in float64). einsum without BLAS, so a pair's score
-    does not depend on what else is scored with it."""
+    """Cosine similarity float64 (nq, c) of unit float16 `queries` (nq, d) and candidate `rows` (nq, c, d):
+    float16 values multiply exactly in float64, and einsum without BLAS scores a pair alike whatever
+    else is scored with it."""
     q = np.ascontiguousarray(queries, EMBEDDING_DTYPE)
     r = np.ascontiguousarray(rows, EMBEDDING_DTYPE)
     return np.einsum("qcd,qd->qc", r, q, dtype=np.float64, casting="safe", optimize=False)
@@ -83,13 +79,9 @@ def candidate_count(k: int, factor: int, ntotal: int) -> int:
 
 
 def rescore_search(index: Backend, queries, k, embeddings, labels=None, factor=RESCORE_FACTOR) -> Reranked:
-    """Top-k of `index` (any `Backend` holding embeddings; its `check_k` holds the candidates to
-    its cap on results, as Milvus has one) re-scored by the queries' `embeddings` (nq, d).
-
-    Returns `Reranked` (scores float64, distances int32, ids int64), each (nq, k): the cosine
-    similarity, the Hamming distance to the query's code and the id of each hit, in (descending
-    score, distance, id) order; rows with fewer than k hits are padded with -inf, PAD_DISTANCE
-    and PAD_ID."""
+    """Top-k of `index` (any `Backend` holding embeddings; its `check_k` caps the candidates)
+    re-scored by the queries' `embeddings` (nq, d): `Reranked`, by (descending cosine score,
+    Hamming distance, id)."""
     k = _checks.top_k(k)
     factor = _checks.rescore_factor(factor)
     queries = _checks.packed_codes(queries, index.bits, "queries")

@@ -1,9 +1,8 @@
 """Item labels held sparsely: one sorted set of class ids per item, in CSR form.
 
-`SparseLabels(indptr, indices, width)`: the class ids of item i are
-`indices[indptr[i]:indptr[i + 1]]`, ascending and without repeats; `width` is one past the
-largest class id (`CodeIndex.num_classes`). Memory follows the number of labels held, never
-the largest class id.
+`SparseLabels(indptr, indices, width)`: the class ids of item i, ascending and without repeats,
+are `indices[indptr[i]:indptr[i + 1]]`; `width` is one past the largest class id. Memory follows
+the number of labels held, never the largest class id.
 """
 
 from __future__ import annotations
@@ -26,8 +25,6 @@ class SparseLabels:
 
     def __init__(self, indptr: np.ndarray, indices: np.ndarray, width: int):
         self.indptr, self.indices, self.width = indptr, indices, int(width)
-
-    # --- construction ---------------------------------------------------------------------
 
     @classmethod
     def empty(cls, n: int = 0, width: int = 0) -> "SparseLabels":
@@ -79,8 +76,6 @@ class SparseLabels:
         widest = max([p.width for p in parts] + [0 if width is None else width])
         return SparseLabels(indptr, indices, widest)
 
-    # --- reading --------------------------------------------------------------------------
-
     def __len__(self) -> int:
         return len(self.indptr) - 1
 
@@ -109,9 +104,6 @@ class SparseLabels:
             return self.take(positions).to_lists()
         starts, ends = self.indptr[positions].tolist(), self.indptr[positions + 1].tolist()
         return [self.indices[a:b].tolist() for a, b in zip(starts, ends)]
-
-    def with_width(self, width: int) -> "SparseLabels":
-        return SparseLabels(self.indptr, self.indices, max(self.width, width))
 
     def to_dense(self, width: int | None = None) -> np.ndarray:
         """Boolean multi-hot rows (n, width); width defaults to self.width."""

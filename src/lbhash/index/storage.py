@@ -1,15 +1,12 @@
 """Index directories: written whole or not at all, verified on load, never pickled (docs/search.md).
 
-Format version 2: index.faiss, ids.npy, the labels in CSR form (labels_indptr.npy,
-labels_indices.npy), an optional embeddings.npy (float16 unit rows), attachments, and
-manifest.json (written last) with the SHA-256 and size of each file. Version 1 directories
-(labels.npy, a bool multi-hot matrix) are still read.
+Format version 2: index.faiss, ids.npy, labels_indptr.npy and labels_indices.npy (CSR), an
+optional embeddings.npy (float16 unit rows), attachments, and manifest.json (written last) with
+each file's SHA-256 and size. Version 1 (labels.npy, a bool multi-hot matrix) is still read.
 
-Loading verifies every checksum, then maps the files rather than reading them; a directory is
-never changed in place, so the verified bytes are the mapped ones. Saving streams each file to
-disk and hashes it from there. A new directory replaces the old in one step (renameat2
-RENAME_EXCHANGE, else two renames that `load_index` can undo), so a crash at any point leaves a
-complete old or new index loadable.
+Loading verifies every checksum, then maps the files (never changed in place: the verified bytes
+are the mapped ones). A new directory replaces the old in one step (renameat2 RENAME_EXCHANGE,
+else two renames that `load_index` can undo), so a crash leaves a complete old or new index.
 """
 
 from __future__ import annotations
@@ -29,8 +26,8 @@ import numpy as np
 
 from lbhash._io import file_sha256
 from lbhash.errors import InputError
-from lbhash.index._engines import FlatEngine
-from lbhash.index._kinds import ENGINES
+from lbhash.index._engines import FlatEngine, read_faiss
+from lbhash.index._ivf import ENGINES
 from lbhash.index._segments import Segment
 from lbhash.index.sparse_labels import SparseLabels
 
@@ -150,8 +147,7 @@ def _load_embeddings(file: Path, dim: int, n: int) -> np.ndarray:
 
 
 def _verify_checksums(path: Path, manifest: dict, names) -> None:
-    """Hash every listed file against the manifest, streamed (no file is held in memory) and in
-    parallel threads (hashlib releases the GIL)."""
+    """Hash every listed file against the manifest (`_file_digests`)."""
     entries = {}
     for name in names:
         entry = manifest["files"].get(name)
@@ -180,13 +176,7 @@ def _load_engine(file: Path, bits: int, kind: str, params: dict, ids: np.ndarray
     deserialize FAISS's structures, which cannot be mapped."""
     if kind == "flat":
         return FlatEngine.from_file(bits, params, file, ids)
-    try:
-        faiss_index = faiss.read_index_binary(str(file))
-    except RuntimeError as err:
-        raise InputError(f"{file}: not a readable FAISS binary index ({str(err).splitlines()[0]})") from None
-    if faiss_index.d != bits:
-        raise InputError(f"{file}: holds {faiss_index.d}-bit codes, the manifest says {bits}")
-    engine, codes = ENGINES[kind].from_faiss(bits, params, faiss_index, ids)
+    engine, codes = ENGINES[kind].from_faiss(bits, params, read_faiss(file, bits), ids)
     return engine, np.ascontiguousarray(codes)
 
 

@@ -74,9 +74,8 @@ class KeptImages:
         return path.is_file() and not path.is_symlink()  # a link planted there is not an image of ours
 
     def stage(self, blobs: list[bytes], names: list[str]) -> list[Path]:
-        """Write images to hidden temporary files, fsynced; `commit` names them after their ids.
-        Their bytes count against the budget from here on: beyond it, OverBudget and nothing
-        written."""
+        """Write images to hidden temporary files, fsynced, for `commit` to name after their ids; their
+        bytes count against the budget from here on (beyond it: OverBudget, nothing written)."""
         files = []
         for blob, name in zip(blobs, names):
             header = {"name": str(name)[:255], "bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest()}
@@ -87,10 +86,7 @@ class KeptImages:
             self._create()
             for data in files:
                 staged.append(self.dir / f".tmp-{uuid.uuid4().hex}")
-                with os.fdopen(open_own_file(staged[-1], os.O_WRONLY | os.O_CREAT | os.O_EXCL), "wb") as fh:
-                    fh.write(data)
-                    fh.flush()
-                    os.fsync(fh.fileno())
+                _write_synced(staged[-1], os.O_EXCL, data)
         except BaseException:
             self.discard(staged, unreserve=sum(map(len, files)))
             raise
@@ -116,8 +112,7 @@ class KeptImages:
         _fsync_dir(self.dir)
 
     def discard(self, staged: list[Path], unreserve: int | None = None) -> None:
-        """Delete staged files; their reserved bytes are released (`unreserve`: all that was
-        reserved, when some were never written)."""
+        """Delete staged files and release their bytes (`unreserve`: all reserved, some unwritten)."""
         freed = 0
         for path in staged:
             with contextlib.suppress(FileNotFoundError):
@@ -131,10 +126,7 @@ class KeptImages:
         if not ids:
             return
         self._create()
-        with os.fdopen(open_own_file(self.dir / GONE, os.O_WRONLY | os.O_CREAT | os.O_APPEND), "ab") as fh:
-            fh.write(b"".join(b"%d\n" % i for i in ids))
-            fh.flush()
-            os.fsync(fh.fileno())
+        _write_synced(self.dir / GONE, os.O_APPEND, b"".join(b"%d\n" % i for i in ids))
         self.gone.update(ids)
         removed = False
         for i in ids:
@@ -170,6 +162,15 @@ class KeptImages:
                 return str(json.loads(fh.readline())["name"])
         except (OSError, ValueError, KeyError, TypeError):  # InputError (a link) is a ValueError
             return None
+
+
+def _write_synced(path: Path, flags: int, data: bytes) -> None:
+    """Write `data` to `path` (created, opened with `flags`: O_EXCL or O_APPEND) and fsync it."""
+    mode = "ab" if flags & os.O_APPEND else "wb"
+    with os.fdopen(open_own_file(path, os.O_WRONLY | os.O_CREAT | flags), mode) as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
 
 
 def item_origin(item_id: int, record, kept: KeptImages | None) -> tuple[str | None, str | None]:

@@ -39,9 +39,7 @@ class WriterLock:
         if self.fd is None:
             return
         try:
-            os.unlink(self.path)  # still held: a newcomer creates and locks a new file
-        except FileNotFoundError:
-            pass
+            self.path.unlink(missing_ok=True)  # still held: a newcomer creates and locks a new file
         finally:
             os.close(self.fd)
             self.fd = None
@@ -54,9 +52,8 @@ class WriterLock:
 
 
 def writer_lock(index_dir: str | os.PathLike, holder: str) -> WriterLock:
-    """Take the index's writer lock now (`holder`: what holds it, e.g. "lbhash index add"), or
-    raise IndexBusy in one line naming the index and the holder's pid. Use it as a context
-    manager, or call `release()`."""
+    """Take the index's writer lock now (`holder`: e.g. "lbhash index add") or raise IndexBusy naming
+    the holder's pid; a context manager, or call `release()`."""
     return WriterLock(index_dir, holder)
 
 
@@ -71,7 +68,8 @@ def _acquire(index_dir: Path, path: Path, holder: str) -> int:
             finally:
                 os.close(fd)
         try:
-            same = _same_file(os.fstat(fd), os.stat(path))
+            held, named = os.fstat(fd), os.stat(path)
+            same = (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino)
         except FileNotFoundError:
             same = False
         if same:
@@ -80,10 +78,6 @@ def _acquire(index_dir: Path, path: Path, holder: str) -> int:
     os.ftruncate(fd, 0)
     os.write(fd, f"{os.getpid()} {holder}\n".encode())
     return fd
-
-
-def _same_file(a: os.stat_result, b: os.stat_result) -> bool:
-    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 def _busy(index_dir: Path, path: Path, fd: int) -> IndexBusy:

@@ -86,9 +86,8 @@ def _key(path: Path | None, env: str, option: str) -> str | None:
 
 
 def _read_key_file(path: Path, option: str) -> str:
-    """A key file's text: a regular file (a link to one will do) of at most MAX_KEY_FILE_BYTES.
-    Opened without blocking and checked on the open file: a FIFO would wait for a writer
-    forever, /dev/zero would be read until memory runs out."""
+    """A key file's text: a regular file (or a link to one) of at most MAX_KEY_FILE_BYTES, checked on
+    the open file, opened without blocking (a FIFO would wait forever, /dev/zero fill memory)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as err:

@@ -3,22 +3,17 @@
 Endpoints: POST /search, POST /search/image, POST /items, POST /items/image,
 GET /items/{id}, DELETE /items/{id}, GET /health, GET /stats (OpenAPI at /docs); the search
 page at / and its helpers (lbhash.service.page: /about, /sources, /items/{id}/image).
-Bad input is a 4xx with {"detail": one line}: 400 bad values, 401 a key missing or wrong, 403
-a change refused (read-only, or from another web site) or a request naming another host, 404 unknown id, 409 id taken, 413 body
-or images too large, 422 malformed request; 507 uploads over their byte budget
-(lbhash.service.access has the rules of keys); 503 (Retry-After) when the images being decoded
-at once fill the service's pixel budget for longer than a request waits (lbhash.service.decode).
-Nothing else leaks: a bug is a bare 500.
-Where the index keeps embeddings, searches re-score their Hamming top k * rescore_factor by
-cosine similarity to the queries' embeddings (lbhash.index.rescore; on by default, `rescore`
-false for Hamming order); the hits then carry a `score`. Added items bring their embeddings.
+Bad input is a 4xx with {"detail": one line}: 400 bad values, 401 a key missing or wrong
+(lbhash.service.access), 403 a change refused or a request naming another host, 404 unknown id,
+409 id taken, 413 body or images too large, 422 malformed request, 429 / 503 (Retry-After) too
+much decoding at once, 507 uploads over their byte budget. A bug is a bare 500.
+Where the index keeps embeddings, searches re-score by them (lbhash.index.rescore; `rescore`
+false for Hamming order) and hits carry a `score`; added items bring their embeddings.
 
-The handlers are module-level functions: they take what they use as FastAPI dependencies
-(lbhash.service.depends: the `Store`, the attached run's `QueryEncoder`, the `Limits`, ...),
-decode a request into `Queries` (lbhash.service.decode), call the store (whose searches are
-`lbhash.index.search_hits`, as `lbhash search`'s are) and shape the answer. `/search` requests
-that arrive together share one scan (lbhash.service.batching); a well-formed one is answered by
-the `SearchPath` middleware, past FastAPI's routing (its route documents it and gives its 422s).
+The handlers take what they use as FastAPI dependencies (lbhash.service.depends), decode a
+request into `Queries` (lbhash.service.decode), call the store (`lbhash.index.search_hits`, as
+`lbhash search` does) and shape the answer. `/search` requests that arrive together share one
+scan (lbhash.service.batching); a well-formed one is answered by the `SearchPath` middleware.
 """
 
 from __future__ import annotations
@@ -50,7 +45,7 @@ from lbhash.service.batching import MAX_ROWS, Query, SearchBatcher
 from lbhash.service.decode import (DecodersBusy, PixelBudget, check_batch, need_encoder, parse_ids, read_uploads,
                                   search_queries, to_codes, wants_rescore)
 from lbhash.service.depends import BatcherDep, DecodingDep, EncoderDep, Limits, LimitsDep, MediaDep, StoreDep
-from lbhash.service.media import ItemMedia
+from lbhash.service.media import ItemMedia, TooBusy
 from lbhash.service.offload import Offload
 from lbhash.service.page import add_page, item_details
 from lbhash.service.store import IndexStore, Store, lists_to_labels
@@ -64,13 +59,10 @@ def create_app(source: str | Path | Store, encoder: Encoder | None = None, *, li
                compact_every: int = 1000, access: Access | None = None,
                media_budget: int = table.MEDIA_BUDGET_BYTES, batch_window: float = 0.0,
                batch_rows: int = MAX_ROWS, allowed_hosts=()) -> FastAPI:
-    """`source`: an index directory (served with a write-ahead log beside it) or a `Store`
-    (`IndexStore`, `MilvusStore`). `encoder` (from a run) enables feature and image queries.
-    `access`: keys and read-only mode (lbhash.service.access; default: open, as on loopback).
-    `allowed_hosts`: the host names (or a `HostNames`) a request's `Host` may give besides
-    `localhost` and IP addresses; any other gets 403 (lbhash.service.access).
-    `batch_window` (seconds) and `batch_rows`: how `/search` requests share scans
-    (lbhash.service.batching)."""
+    """`source`: an index directory (served with a write-ahead log beside it) or a `Store`.
+    `encoder` (from a run) enables feature and image queries. `access` (default: open) and
+    `allowed_hosts` (names or a `HostNames`): lbhash.service.access. `batch_window` (seconds) and
+    `batch_rows`: how `/search` requests share scans (lbhash.service.batching)."""
     hosts = allowed_hosts if isinstance(allowed_hosts, HostNames) else HostNames.of(allowed_hosts)
     if isinstance(source, Store):
         store = source
@@ -89,7 +81,6 @@ def create_app(source: str | Path | Store, encoder: Encoder | None = None, *, li
 
     app = FastAPI(title="lbhash search", lifespan=lifespan, docs_url=None, redoc_url=None,  # offline: page.py
                   description="Hamming search over packed binary codes (docs/search.md).")
-    # what the handlers depend on (lbhash.service.depends)
     app.state.store, app.state.limits, app.state.access = store, limits or Limits(), access or Access()
     app.state.offload = Offload(store.search_threads)  # the blocking work's threads
     # /search's shared scans: a batch in flight per core, so that one's Python overlaps the other's scan
@@ -110,9 +101,6 @@ def create_app(source: str | Path | Store, encoder: Encoder | None = None, *, li
     return app
 
 
-# --- searches -----------------------------------------------------------------------------------
-
-
 def search_query(limits: Limits, queries: Queries, k, radius, label_lists, factor=None) -> Query:
     """Decoded queries with their checked plan and class filters."""
     plan = plan_search(k, radius, rescore=queries.embeddings is not None, factor=factor, max_k=limits.max_k,
@@ -122,10 +110,9 @@ def search_query(limits: Limits, queries: Queries, k, radius, label_lists, facto
 
 
 def hits_response(store: Store, media: ItemMedia, query: Query, hits) -> Response:
-    """The hits of a query, as a `SearchResponse` body encoded here: FastAPI's validation and
-    encoding of a response model took more CPU than a search of a million codes (docs/search.md,
-    "The service's own cost"). Each hit carries its source, whether it has a thumbnail, and its
-    code (`item_details`), whichever search found it."""
+    """The hits of a query with their `item_details`, as a `SearchResponse` body encoded here:
+    FastAPI's validation and encoding of it took more CPU than a search of a million codes
+    (docs/search.md, "The service's own cost")."""
     details = item_details(store, media, sorted({i for h in hits for i in h.ids}))
     results = [{"code": code, "hits": [{"id": i, "distance": d, "labels": lab,
                                         **({} if score is None else {"score": score}), **details.get(i, {})}
@@ -138,8 +125,7 @@ def hits_response(store: Store, media: ItemMedia, query: Query, hits) -> Respons
 @router.post("/search", response_model=models.SearchResponse, response_model_exclude_none=True, responses=_ERRORS)
 async def search(body: models.SearchRequest, store: StoreDep, encoder: EncoderDep, limits: LimitsDep,
                  batcher: BatcherDep, media: MediaDep):
-    # a valid body is answered by SearchPath before it gets here; this route documents /search and
-    # gives the 422 of a body that does not validate
+    # SearchPath answers a valid body: this route documents /search and gives the 422 of an invalid one
     return await search_response(body, store, encoder, limits, batcher, media)
 
 
@@ -176,9 +162,6 @@ def search_image(store: StoreDep, encoder: EncoderDep, limits: LimitsDep, media:
         queries = run.queries(run.decode_images(blobs, names), rescore=rescored)
     query = search_query(limits, queries, k, radius, label_lists, rescore_factor)
     return hits_response(store, media, query, store.search(query.queries, query.plan, query.classes))
-
-
-# --- items --------------------------------------------------------------------------------------
 
 
 @router.post("/items", response_model=models.ItemsResponse, responses=_ERRORS)
@@ -237,9 +220,6 @@ def delete_item(store: StoreDep, media: MediaDep, item_id: int = PathParam(..., 
     return models.DeleteResponse(id=item_id, seq=seq, ntotal=store.ntotal)
 
 
-# --- the service ----------------------------------------------------------------------------------
-
-
 @router.get("/health", response_model=models.Health)
 def health(store: StoreDep):
     return models.Health(status="ok", ntotal=store.ntotal)
@@ -255,18 +235,21 @@ def stats(store: StoreDep, encoder: EncoderDep, limits: LimitsDep, media: MediaD
 ERROR_STATUS = {NotFound: 404, Conflict: 409, TooLarge: 413, OverBudget: 507, InputError: 400}
 
 
-def error_response(exc: Exception, status: int) -> JSONResponse:
-    return JSONResponse({"detail": one_line(exc)}, status_code=status)
+def error_response(exc: Exception, status: int, headers: dict | None = None) -> JSONResponse:
+    return JSONResponse({"detail": one_line(exc)}, status_code=status, headers=headers)
 
 
 def _install_error_handlers(app: FastAPI) -> None:
-    def answer(status: int):
+    def answer(status: int, headers: dict | None = None):
         async def handler(request: Request, exc: Exception):
-            return error_response(exc, status)
+            return error_response(exc, status, headers)
         return handler
 
     for kind, status in ERROR_STATUS.items():
         app.add_exception_handler(kind, answer(status))
+    # too much decoding at once (the pixel budget, the thumbnails' rate): retry shortly
+    app.add_exception_handler(DecodersBusy, answer(503, {"Retry-After": "1"}))
+    app.add_exception_handler(TooBusy, answer(429, {"Retry-After": "1"}))
 
     async def invalid(request: Request, exc: RequestValidationError):
         first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
@@ -276,21 +259,11 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     app.add_exception_handler(RequestValidationError, invalid)
 
-    async def busy(request: Request, exc: DecodersBusy):
-        return JSONResponse({"detail": one_line(exc)}, status_code=503, headers={"Retry-After": "1"})
-
-    app.add_exception_handler(DecodersBusy, busy)
-
     async def internal(request: Request, exc: Exception):
         logger.error("internal error", exc_info=exc)
         return JSONResponse({"detail": "internal error"}, status_code=500)
 
     app.add_exception_handler(Exception, internal)
-
-
-class _BodyTooLarge(HTTPException):
-    def __init__(self, limit: int):
-        super().__init__(413, f"request body larger than {limit} bytes")
 
 
 class BodyLimit:
@@ -317,7 +290,7 @@ class BodyLimit:
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.limit:
-                    raise _BodyTooLarge(self.limit)
+                    raise HTTPException(413, f"request body larger than {self.limit} bytes")
             return message
 
         await self.app(scope, limited, send)
@@ -326,10 +299,8 @@ class BodyLimit:
 class SearchPath:
     """ASGI middleware that answers a well-formed `POST /search` itself, past FastAPI's routing,
     dependencies and body handling, which cost more than the search of a million codes
-    (docs/search.md, "A lean /search"). It reads the body as the route would (JSON, validated into
-    `SearchRequest`) and runs the route's work (`search_body` on the batcher, `hits_response`);
-    its errors are the handlers' (`ERROR_STATUS`). A body that does not validate, or is not JSON,
-    goes on to the route, replayed, so that the 422 is FastAPI's own; the route also documents it."""
+    (docs/search.md, "A lean /search"); its errors are the handlers' (`ERROR_STATUS`). A body
+    that is not a JSON `SearchRequest` goes on to the route, replayed, for FastAPI's own 422."""
 
     def __init__(self, app, state):
         self.app, self.state = app, state

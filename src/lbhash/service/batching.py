@@ -18,12 +18,12 @@ import numpy as np
 
 from lbhash.index import Hits, Queries, SearchPlan, search_on_this_thread
 from lbhash.limits import BATCH_ROWS as MAX_ROWS  # query rows per shared scan: its latency grows with them
+from lbhash.service.offload import settle
 
 
 @dataclass(frozen=True)
 class Query:
-    """A decoded search: its queries (codes, and embeddings for a re-scoring plan), its plan
-    and per-query class filters."""
+    """A decoded search: its `Queries`, its plan and per-query class filters."""
 
     queries: Queries
     plan: SearchPlan
@@ -44,11 +44,9 @@ class _Job:
 
 class SearchBatcher:
     """`await batcher.run(prepare, answer)`: answer(query, its hits), query = prepare(), searched
-    in a shared scan.
-
-    `window`: seconds a batch waits for more jobs after its first (0: none; it still takes all
-    that queued while the previous batch ran); `max_rows`: query rows per batch (a job with more
-    runs alone); `threads`: batches in flight at once. `scans` counts the store's searches."""
+    in a shared scan. `window`: seconds a batch waits for more jobs after its first (0: none);
+    `max_rows`: query rows per batch (a job with more runs alone); `threads`: batches in flight
+    at once. `scans` counts the store's searches."""
 
     def __init__(self, store, window: float = 0.0, max_rows: int = MAX_ROWS, threads: int = 1):
         self.store, self.window, self.max_rows, self.threads = store, window, max_rows, threads
@@ -210,9 +208,4 @@ def _settle(jobs: list[_Job]) -> None:
 
 def _deliver(jobs: list[_Job]) -> None:
     for job in jobs:
-        if job.done.cancelled():  # the client went away
-            continue
-        if job.error is None:
-            job.done.set_result(job.result)
-        else:
-            job.done.set_exception(job.error)
+        settle(job.done, job.result, job.error)

@@ -88,9 +88,8 @@ def need_encoder(encoder: QueryEncoder | None, kind: str) -> QueryEncoder:
 
 def to_codes(hex_codes, features, what: str, limits, bits: int, encoder: QueryEncoder | None,
              embeddings=None, keeps: int | None = None) -> tuple[np.ndarray, np.ndarray | None]:
-    """(packed codes, embeddings or None) of a request that gives `hex_codes` (with `embeddings`
-    where it has them) or `features` (encoded by the run; with their embeddings when `keeps`,
-    the index's embedding width, says the index keeps them: one forward pass gives both)."""
+    """(packed codes, embeddings or None) of a request's `hex_codes` (and `embeddings`) or `features`
+    (encoded by the run, with their embeddings where `keeps`, the index's embedding width, is set)."""
     if (hex_codes is None) == (features is None):
         raise InputError(f"give {what} as exactly one of 'codes' and 'features'")
     check_batch(limits, len(hex_codes if features is None else features), what)
@@ -131,10 +130,8 @@ def wants_rescore(rescore: bool | None, factor: int | None, radius: int | None, 
 
 def search_queries(body: models.SearchRequest, limits, bits: int, encoder: QueryEncoder | None,
                    keeps: int | None = None) -> Queries:
-    """The `Queries` of a /search body: its codes or its features' codes; when it re-scores
-    (`wants_rescore`; `keeps`: the index's embedding width, None where it keeps none), with
-    `embeddings` beside `codes`, or the attached run's embeddings of `features` (one forward
-    pass gives both)."""
+    """The `Queries` of a /search body: its codes or its features' codes, with their embeddings when
+    it re-scores (`wants_rescore`; `keeps`: the index's embedding width, None where it keeps none)."""
     given = body.embeddings is not None or (body.features is not None and encoder is not None
                                             and encoder.gives_embeddings)
     asked = body.rescore if body.rescore is not None or body.embeddings is None else True  # embeddings ask for it
@@ -149,19 +146,17 @@ def search_queries(body: models.SearchRequest, limits, bits: int, encoder: Query
 
 
 def read_uploads(files) -> tuple[list[bytes], list[str], int]:
-    """The bytes and names of uploaded files ("upload" for a file sent without a name), whose
-    pixels are within a request's budgets (`check_pixels`), and their pixels together: what the
-    handler holds of the service's `PixelBudget` while it decodes them."""
+    """(bytes, names ("upload" where a file has none), pixels together) of uploaded files, whose
+    pixels are within a request's budgets (`check_pixels`)."""
     blobs, names = [f.file.read() for f in files], [f.filename or "upload" for f in files]
     return blobs, names, check_pixels(blobs, names)
 
 
 def check_pixels(blobs: list[bytes], names: list[str], per_image: int = MAX_IMAGE_PIXELS,
                  per_request: int = MAX_REQUEST_PIXELS) -> int:
-    """Width x height of each image, read from its header before anything decodes it: at most
-    `per_image` each and `per_request` together, else TooLarge (413); returns the total. A PNG
-    of 100 KB can declare 6000 x 6000 pixels, 108 MB once decoded. Files that do not open are
-    left to the decoder, whose error names them."""
+    """The images' pixels together, read from their headers before anything decodes them (a PNG
+    of 100 KB can declare 108 MB of pixels): at most `per_image` each and `per_request` together,
+    else TooLarge (413). Files that do not open are left to the decoder, whose error names them."""
     total = 0
     for k, (blob, name) in enumerate(zip(blobs, names)):
         try:
@@ -182,8 +177,8 @@ def check_pixels(blobs: list[bytes], names: list[str], per_image: int = MAX_IMAG
 
 
 def feature_rows(features: list[list[int | float]]) -> np.ndarray:
-    """JSON feature rows as an array: int64 when every number is an integer (stored values for a
-    run trained on quantised features), else float64."""
+    """JSON feature rows as int64 when every number is an integer (stored values of quantised
+    features), else float64."""
     try:
         rows = np.asarray(features)
     except (ValueError, OverflowError):
@@ -194,6 +189,5 @@ def feature_rows(features: list[list[int | float]]) -> np.ndarray:
 
 
 def parse_ids(text: str, name: str, allow_empty: bool = False, check=check_ids) -> list[int]:
-    """Comma-separated integers of a form field, checked by `check`: item ids (`check_ids`) or
-    class ids (`check_class_ids`)."""
+    """Comma-separated integers of a form field, checked by `check` (`check_ids`, `check_class_ids`)."""
     return check(parse_int_list(text, name, allow_empty), name)

@@ -1,6 +1,5 @@
 """What the handlers take as FastAPI dependencies, each set once by `create_app` on `app.state`
-and declared by the handlers that use it, e.g. `def get_item(store: StoreDep, ...)`. The
-functions are `async`, so FastAPI calls them on the event loop, not through its thread pool.
+and declared by the handlers that use it, e.g. `def get_item(store: StoreDep, ...)`.
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ from lbhash.service.batching import SearchBatcher
 from lbhash.service.decode import PixelBudget
 from lbhash.service.media import ItemMedia
 from lbhash.service.store import Store
-
 
 
 @dataclass(frozen=True)
@@ -39,35 +37,21 @@ class Limits:
                 raise InputError(f"{name} must be an integer from 1 to {ceiling} (lbhash.limits), got {value!r}")
 
 
-async def store(request: Request) -> Store:
-    return request.app.state.store
+def _from_state(name: str):
+    """The dependency that gives `app.state.<name>`: `async`, so FastAPI calls it on the event
+    loop, not through its thread pool."""
+    async def dependency(request: Request):
+        return getattr(request.app.state, name)
+    return dependency
 
 
-async def encoder(request: Request) -> QueryEncoder | None:
-    """The attached run's encoder (None without one: codes only)."""
-    return request.app.state.encoder
-
-
-async def limits(request: Request) -> Limits:
-    return request.app.state.limits
-
-
-async def media(request: Request) -> ItemMedia:
-    return request.app.state.media
-
-
-async def decoding(request: Request) -> PixelBudget:
-    """The service's budget of pixels being decoded at once (lbhash.service.decode)."""
-    return request.app.state.decoding
-
-
-async def batcher(request: Request) -> SearchBatcher:
-    return request.app.state.batcher
-
-
-async def access(request: Request) -> Access:
-    return request.app.state.access
-
+store = _from_state("store")
+encoder = _from_state("encoder")  # the attached run's `QueryEncoder` (None without one: codes only)
+limits = _from_state("limits")
+media = _from_state("media")
+decoding = _from_state("decoding")  # the service's `PixelBudget` of pixels being decoded at once
+batcher = _from_state("batcher")
+access = _from_state("access")
 
 StoreDep = Annotated[Store, Depends(store)]
 EncoderDep = Annotated[QueryEncoder | None, Depends(encoder)]

@@ -1,9 +1,8 @@
 """The HTTP server's own bounds (lbhash.limits): connections, header size, and a header timeout.
 
-`lbhash serve` parses HTTP with httptools (docs/search.md, "The service's own cost"), which bounds
-neither a request's header size nor the time its headers take: `BoundedHttpToolsProtocol` answers
-400 and closes past `max_header_bytes` or `header_timeout`. `serving_interpreter` sets the
-interpreter up for a server while it runs.
+httptools (docs/search.md, "The service's own cost") bounds neither a request's header size nor
+the time its headers take: `BoundedHttpToolsProtocol` answers 400 and closes past either.
+`serving_interpreter` sets the interpreter up for a server while it runs.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """Items' images in the service: where each came from, thumbnails, and the images it keeps.
 
 `ItemMedia(store)` reads the index's sources record (lbhash.runs.origins) and the images added
-through the service (lbhash.index.uploads). Thumbnails come from an item's recorded source or
-kept bytes only, decoded within bounds (THUMBNAIL_DECODERS, THUMBNAIL_DECODES_PER_S, 429 after
-5 s, MAX_IMAGE_PIXELS, the shared PixelBudget) and cached (THUMBNAIL_CACHE_BYTES, LRU). A store
-without an index directory (Milvus) has no images.
+through the service (lbhash.index.uploads). Thumbnails are decoded within bounds (THUMBNAIL_*,
+MAX_IMAGE_PIXELS, the shared PixelBudget; 429 after 5 s) and cached (LRU). A store without an
+index directory (Milvus) has no images.
 """
 
 from __future__ import annotations
@@ -150,8 +149,6 @@ class ItemMedia:
     def usage(self) -> dict | None:
         """Bytes of the kept uploads and their budget (None for a store that keeps none)."""
         return None if self.kept is None else {"bytes": self.kept.used, "budget": self.kept.budget}
-
-    # --- reads ----------------------------------------------------------------------------
 
     def origin(self, item_id: int) -> tuple[str | None, str | None]:
         """(source shown for the item, "upload" | "data" | None: where its image is read)."""

@@ -55,12 +55,13 @@ class Offload:
             except BaseException as exc:  # noqa: BLE001 - handed to the awaiting request, which re-raises it
                 result, error = None, exc
             try:
-                loop.call_soon_threadsafe(_settle, done, result, error)
+                loop.call_soon_threadsafe(settle, done, result, error)
             except RuntimeError:  # the loop closed while the job ran: nobody awaits it any more
                 pass
 
 
-def _settle(done: asyncio.Future, result, error) -> None:
+def settle(done: asyncio.Future, result, error) -> None:
+    """Hand a job's result or error to the request awaiting `done` (on its event loop)."""
     if done.cancelled():  # the client went away
         return
     if error is None:

@@ -14,18 +14,18 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from fastapi import APIRouter, FastAPI, Path as PathParam, Query, Request
+from fastapi import APIRouter, FastAPI, Path as PathParam, Query
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from lbhash.codes import to_hex
-from lbhash.errors import NotFound, one_line
+from lbhash.errors import NotFound
 from lbhash.evaluate.formatting import RATIO_SCALE
 from lbhash.runs.searcher import QueryEncoder
 from lbhash.limits import MAX_ID, THUMBNAIL_SIDE, VIEW_SIDE, check_ids
 from lbhash.service.decode import check_batch
 from lbhash.service.depends import AccessDep, EncoderDep, LimitsDep, MediaDep, StoreDep
-from lbhash.service.media import ItemMedia, TooBusy
+from lbhash.service.media import ItemMedia
 from lbhash.service.models import Int
 from lbhash.service.store import Store
 
@@ -75,15 +75,9 @@ class About(BaseModel):
 
 
 def add_page(app: FastAPI) -> None:
-    """Add the page, its helpers, thumbnails and offline docs to `app` (see the module doc);
-    the handlers take the store, encoder, media and limits as dependencies (lbhash.service.depends)."""
-    app.add_exception_handler(TooBusy, _too_busy)
+    """Add the page, its helpers, thumbnails and offline docs to `app` (see the module doc)."""
     app.include_router(router)
     _add_docs(app)
-
-
-async def _too_busy(request: Request, exc: TooBusy):
-    return JSONResponse({"detail": one_line(exc)}, status_code=429, headers={"Retry-After": "1"})
 
 
 @router.get("/", include_in_schema=False)
@@ -149,12 +143,10 @@ def item_image(media: MediaDep, item_id: int = PathParam(..., ge=0, le=MAX_ID),
 def run_summary(encoder: QueryEncoder | None) -> dict | None:
     """The attached run: its method, bits and data, and its quality from metrics.json."""
     info = None if encoder is None else encoder.encoder.run_info()
-    return None if info is None else {**info, "lower_bound": _with_scale(info.get("lower_bound"))}
-
-
-def _with_scale(bound: dict | None) -> dict | None:
-    """The run's lower bound with what its ratio means (`scale`, shown beside it)."""
-    return None if not isinstance(bound, dict) else {**bound, "scale": RATIO_SCALE}
+    if info is None:
+        return None
+    bound = info.get("lower_bound")  # with what its ratio means (`scale`, shown beside it)
+    return {**info, "lower_bound": {**bound, "scale": RATIO_SCALE} if isinstance(bound, dict) else None}
 
 
 def _page_headers() -> dict:

@@ -11,7 +11,6 @@ is their one interface, and searches run `lbhash.index.search_hits`.
 from __future__ import annotations
 
 import dataclasses
-
 import logging
 import threading
 from abc import ABC, abstractmethod
@@ -31,8 +30,8 @@ logger = logging.getLogger("lbhash")
 
 
 def logged_embeddings(record: dict, dim: int | None, n: int, where) -> np.ndarray | None:
-    """The stored embeddings (float16 (n, dim)) a log record carries, or None; a record whose
-    embeddings and codes disagree with each other or with the index is refused in one line."""
+    """The stored embeddings (float16 (n, dim)) a log record carries, or None; refused in one line
+    where they disagree with its codes or with the index."""
     hexes = record.get("embeddings")
     if (hexes is None) != (dim is None):
         have = "carries embeddings" if hexes is not None else "carries no embeddings"
@@ -53,10 +52,6 @@ def wal_path_for(index_dir: str | Path) -> Path:
     return index_dir.parent / f"{index_dir.name}.wal"
 
 
-def labels_to_lists(rows: SparseLabels | None) -> list[list[int]] | None:
-    return None if rows is None else rows.to_lists()
-
-
 def lists_to_labels(lists: list[list[int]] | None, n: int) -> SparseLabels | None:
     """Class-id lists (one per item) -> sparse label sets; negative ids are refused."""
     if lists is None:
@@ -67,8 +62,8 @@ def lists_to_labels(lists: list[list[int]] | None, n: int) -> SparseLabels | Non
 
 
 class Store(ABC):
-    """What the service serves: a `Backend` (`index`) with what a server adds around it (a log,
-    locks). Changes answer the log's sequence number (None where the backend keeps its own)."""
+    """A `Backend` (`index`) with what a server adds around it (a log, locks); changes answer the
+    log's sequence number (None where the backend keeps its own)."""
 
     backend: str  # "faiss" or "milvus", as /stats says
     index: Backend
@@ -95,13 +90,13 @@ class Store(ABC):
     def warm(self) -> None:
         """Before the first request: load what the first search would wait for."""
 
-    @abstractmethod
     def search(self, queries: Queries, plan: SearchPlan, classes: list[list[int]] | None = None) -> list[Hits]:
         """`search_hits` of the queries on the index."""
+        return search_hits(self.index, queries, plan, classes)
 
-    @abstractmethod
     def get(self, ids) -> tuple[np.ndarray, list[list[int]]]:
         """(codes, class-id lists) of the given ids; NotFound for an id not held."""
+        return self.index.get_codes(ids), self.index.labels_of(ids)
 
     def embeddings(self, ids) -> np.ndarray:
         """Stored unit embeddings (float16) of the given ids, where the index keeps them."""
@@ -116,9 +111,9 @@ class Store(ABC):
     def remove(self, ids) -> int | None:
         """The log sequence number; NotFound for an id not held (nothing is removed then)."""
 
-    @abstractmethod
     def stats(self) -> dict:
         """What /stats shows of the index."""
+        return self.index.stats()
 
     def compact(self) -> None:
         """Fold the log into the saved index (nothing where the backend keeps its own)."""
@@ -134,9 +129,8 @@ class IndexStore(Store):
 
     @property
     def search_threads(self) -> int:
-        """One per CPU the process may use: a search takes a core (the scan lets go of the GIL),
-        and more threads than cores only queue for the cores and the GIL (docs/search.md,
-        "The service's own cost")."""
+        """One per usable CPU: a search takes a core (the scan lets go of the GIL), and more threads
+        would only queue for the cores and the GIL (docs/search.md, "The service's own cost")."""
         return usable_cpus()
 
     def __init__(self, index_dir: str | Path, compact_every: int = 1000, wal_path: str | Path | None = None):
@@ -166,42 +160,36 @@ class IndexStore(Store):
         if replayed:
             logger.info(f"replayed {len(replayed)} logged changes into {self.index_dir}")
 
-    # --- reads ----------------------------------------------------------------------------
-
     def warm(self) -> None:
-        """Before the first request: the exact scan loads its compiled code (numba, about 1 s)
-        here rather than in a client's search (`CodeIndex.warm`, which reads nothing of the
-        index but its width: no lock)."""
+        """`CodeIndex.warm` (numba, about 1 s) here rather than in a client's search; it reads
+        nothing of the index but its width: no lock."""
         self.index.warm()
 
     def search(self, queries: Queries, plan: SearchPlan, classes: list[list[int]] | None = None) -> list[Hits]:
-        """`search_hits` of the queries: hits and their labels all read under one lock."""
-        with self.lock.read():
-            return search_hits(self.index, queries, plan, classes)
+        with self.lock.read():  # hits and their labels all read under one lock
+            return super().search(queries, plan, classes)
 
     def get(self, ids) -> tuple[np.ndarray, list[list[int]]]:
-        """(codes, class-id lists) of the given ids; NotFound for an id not in the index."""
         with self.lock.read():
-            return self.index.get_codes(ids), self.index.labels_of(ids)
+            return super().get(ids)
 
     def embeddings(self, ids) -> np.ndarray:
         with self.lock.read():
-            return self.index.get_embeddings(ids)
+            return super().embeddings(ids)
 
     def stats(self) -> dict:
         with self.lock.read():
-            return {**self.index.stats(), "last_seq": self.wal.last_seq, "saved_seq": self.saved_seq,
+            return {**super().stats(), "last_seq": self.wal.last_seq, "saved_seq": self.saved_seq,
                     "pending_changes": self.pending}
-
-    # --- changes --------------------------------------------------------------------------
 
     def add(self, codes, ids=None, labels=None, upsert: bool = False, embeddings=None) -> tuple[np.ndarray, int]:
         with self._changing:  # the only writer: reading the index needs no search lock
             plan = self.index.prepare_add(codes, ids, labels, upsert, embeddings)  # Conflict for an id present
             # the embeddings as stored (float16 unit rows, hex): replay adds exactly these bytes
             kept = {} if plan.embeddings is None else {"embeddings": to_hex(plan.embeddings.view(np.uint8))}
-            seq = self.wal.append({"op": "add", "ids": plan.ids.tolist(), "codes": to_hex(plan.codes),
-                                   "labels": labels_to_lists(plan.labels), "upsert": plan.upsert, **kept})
+            labels = None if plan.labels is None else plan.labels.to_lists()
+            seq = self.wal.append({"op": "add", "ids": plan.ids.tolist(), "codes": to_hex(plan.codes), "labels": labels,
+                                   "upsert": plan.upsert, **kept})
             with self.lock.write():
                 self.index.apply_add(plan)
             self.pending += 1
@@ -260,20 +248,13 @@ class IndexStore(Store):
 
 
 class MilvusStore(Store):
-    """The store interface over a Milvus collection (durable on its own: no log here). Searches
-    wait on the network: `Offload`'s default threads, more than cores."""
+    """A Milvus collection (durable on its own: no log). Its searches wait on the network:
+    `Offload`'s default threads, more than cores."""
 
     backend = "milvus"
 
     def __init__(self, index: Backend):
         self.index = index
-
-    def search(self, queries: Queries, plan: SearchPlan, classes: list[list[int]] | None = None) -> list[Hits]:
-        return search_hits(self.index, queries, plan, classes)
-
-    def get(self, ids):
-        """(codes, class-id lists) of the given ids; NotFound for an id not in the collection."""
-        return self.index.get_codes(ids), self.index.labels_of(ids)
 
     def add(self, codes, ids=None, labels=None, upsert: bool = False, embeddings=None):
         return self.index.add(codes, ids, labels, upsert, embeddings), None  # Conflict for an id taken (without upsert)
@@ -281,9 +262,6 @@ class MilvusStore(Store):
     def remove(self, ids):
         self.index.remove(ids)  # NotFound for an id not in the collection
         return None
-
-    def stats(self) -> dict:
-        return self.index.stats()
 
     def close(self) -> None:
         self.index.close()
