@@ -63,8 +63,7 @@ def check_name(name: str, option: str, milvus: bool = False) -> str:
 
 
 def check_output_file(path: str | os.PathLike, option: str) -> Path:
-    """A path a command may write a file to, checked before any work: not a directory, and its
-    parent a directory (or creatable) that can be written."""
+    """A file a command may write, checked before any work: not a directory, its parent writable or creatable."""
     path = Path(path)
     if path.is_dir():
         raise InputError(f"{option} {path}: is a directory; give a file name")
@@ -92,8 +91,7 @@ def refuse_inside_run(path: str | os.PathLike, option: str) -> None:
 
 
 def check_output_dir(path: str | os.PathLike, option: str) -> Path:
-    """A directory a command may write into, checked before any work: not a file, and under a
-    directory that can be written."""
+    """A directory a command may write into, checked before any work: not a file, under a writable directory."""
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise InputError(f"{option} {path}: is a file, not a directory")
@@ -116,18 +114,15 @@ def temporary_name(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
 
 
-def remove_stale_temporaries(path: Path) -> int:
-    """Remove `.NAME.PID.*.tmp` files beside `path` whose process is gone; return how many."""
-    removed = 0
+def remove_stale_temporaries(path: Path) -> None:
+    """Remove `.NAME.PID.*.tmp` files beside `path` whose process is gone."""
     for tmp in path.parent.glob(f".{path.name}.*.tmp"):
         pid = tmp.name[len(path.name) + 2:].split(".", 1)[0]
         if pid.isdigit() and not _alive(int(pid)):
             try:
                 tmp.unlink()
-                removed += 1
             except OSError:
                 pass
-    return removed
 
 
 def _alive(pid: int) -> bool:
@@ -182,8 +177,7 @@ def save_npz(path: str | os.PathLike, **arrays: np.ndarray) -> None:
 
 
 def load_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
-    """Read every array of an .npz file without allowing pickled objects, after checking from
-    the arrays' headers that they fit in memory."""
+    """Every array of an .npz file, no pickled objects, once their headers show they fit in memory."""
     path = Path(path)
     check_fits_in_memory(path, _npz_headers(path))
     try:
@@ -196,8 +190,7 @@ def load_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
 
 
 def load_npy(path: str | os.PathLike) -> np.ndarray:
-    """Read one .npy array without allowing pickled objects, after checking from its header
-    that it fits in memory."""
+    """One .npy array, no pickled objects, once its header shows it fits in memory."""
     path = Path(path)
     check_fits_in_memory(path, _npy_headers(path))
     try:

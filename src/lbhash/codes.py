@@ -162,8 +162,6 @@ def class_centers(codes, labels, bits: int | None = None, num_classes: int | Non
     return centers, counts
 
 
-# --- validation helpers -------------------------------------------------------------------
-
 def _check_signs(arr: np.ndarray, name: str) -> None:
     if arr.dtype.kind not in "iuf":
         raise InputError(f"{name} must be +/-1 numbers, got dtype {arr.dtype}")

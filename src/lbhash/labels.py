@@ -68,10 +68,7 @@ def as_multihot_pair(a, b, names: tuple[str, str]) -> tuple[np.ndarray, np.ndarr
     a_arr, b_arr = np.asarray(a), np.asarray(b)
     for arr, name in zip((a_arr, b_arr), names):
         check_label_shape(arr, name)
-    width = None
-    for arr in (a_arr, b_arr):
-        if arr.ndim == 2:
-            width = arr.shape[1] if width is None else width
+    width = next((arr.shape[1] for arr in (a_arr, b_arr) if arr.ndim == 2), None)
     if a_arr.ndim == 2 and b_arr.ndim == 2 and a_arr.shape[1] != b_arr.shape[1]:
         raise InputError(
             f"{names[0]} has {a_arr.shape[1]} label columns but {names[1]} has {b_arr.shape[1]}"

@@ -58,10 +58,7 @@ def fill_distances_rows(q_row, db_rows, dist):
             dist[j] = popcount64(q0 ^ np.uint64(column[j]))
         return
     for j in range(n):
-        total = np.uint64(0)
-        for k in range(words):
-            total += popcount64(np.uint64(q_row[k]) ^ np.uint64(db_rows[j, k]))
-        dist[j] = total
+        dist[j] = _row_distance(q_row, db_rows, j)
 
 
 @njit(inline="always", cache=True)

@@ -89,7 +89,7 @@ class BlockSurrogate(nn.Module):
         x = l.reshape(-1, self.blocks, self.block_size).transpose(0, 1)  # (u, B, s)
         h = F.silu(torch.baddbmm(b1, x, w1.to(x.dtype)))
         if self.training and dropout and self.dropout > 0:
-            h = _dropout(h, self.dropout)
+            h = h * _dropout_mask(h.shape, self.dropout, h.device, h.dtype)
         return torch.baddbmm(b2, h, w2.to(h.dtype))
 
     def pattern_index(self, x: torch.Tensor) -> torch.Tensor:
@@ -153,10 +153,8 @@ class BlockSurrogate(nn.Module):
             mask = None
             if self.training and self.dropout > 0:
                 mask = _dropout_mask((self.blocks, l.shape[0], self.hidden), self.dropout, l.device)
-        loss_pi, loss_theta, accuracy = _FusedSurrogate.apply(
-            l, self.w1, self.b1, self.w2, self.b2, target, target_patterns, weights, mask,
-            _block_scale(self.blocks, reduction))
-        return loss_pi, loss_theta, accuracy
+        return _FusedSurrogate.apply(l, self.w1, self.b1, self.w2, self.b2, target, target_patterns, weights, mask,
+                                     _block_scale(self.blocks, reduction))
 
     @torch.no_grad()
     def block_probs(self, l: torch.Tensor) -> torch.Tensor:
@@ -249,10 +247,6 @@ class _FusedSurrogate(torch.autograd.Function):
                 dx = torch.bmm(da1.mul_(dsilu), w1.to(x.dtype).transpose(1, 2)) * coef   # (u, B, s)
                 grads[0] = dx.transpose(0, 1).reshape(batch, -1).to(ctx.l_dtype)
         return tuple(grads)
-
-
-def _dropout(h: torch.Tensor, p: float) -> torch.Tensor:
-    return h * _dropout_mask(h.shape, p, h.device, h.dtype)
 
 
 def _dropout_mask(shape: tuple[int, ...], p: float, device: torch.device, dtype: torch.dtype = torch.float32

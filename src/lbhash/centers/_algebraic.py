@@ -14,7 +14,8 @@ from typing import Iterator
 
 import numpy as np
 
-from lbhash.centers._fields import MAX_DEGREE, bch_generator_matrix, element_bits, gf, reed_solomon_generator_matrix
+from lbhash.centers._fields import (MAX_DEGREE, bch_generator_matrix, cyclotomic_coset, element_bits, gf,
+                                   reed_solomon_generator_matrix)
 from lbhash.centers._greedy import MAX_DIMENSION, enumerate_code, greedy_max_min, words_to_signs
 from lbhash.errors import InputError
 
@@ -60,8 +61,6 @@ def _best_pick(generators: Iterator[np.ndarray], bits: int, classes: int) -> np.
     return None if best_words is None else words_to_signs(best_words, bits)
 
 
-# --- BCH -----------------------------------------------------------------------------------
-
 def bch_dimensions(m: int) -> dict[int, int]:
     """{k: design distance} of the narrow-sense binary BCH codes of length n = 2^m - 1.
 
@@ -74,10 +73,7 @@ def bch_dimensions(m: int) -> dict[int, int]:
     zeros: set[int] = set()
     dims: dict[int, int] = {n: 1}
     for delta in range(2, n + 1):
-        i = delta - 1
-        while i not in zeros:  # add the cyclotomic coset of i
-            zeros.add(i)
-            i = 2 * i % n
+        zeros.update(cyclotomic_coset(delta - 1, n))
         dims[n - len(zeros)] = delta
     return {k: dims[k] for k in sorted(dims) if k >= 1}
 
@@ -116,18 +112,13 @@ def _bch_generators(bits: int, classes: int, m: int) -> Iterator[np.ndarray]:
             yield extended[s:, s: s + bits]
 
 
-# --- Reed-Solomon --------------------------------------------------------------------------
-
 def reed_solomon_field(bits: int, classes: int) -> int | None:
     """m of the field GF(2^m) used for `bits`: the smallest m >= 4 (or, for short codes, any
     m >= 2) whose RS length 2^m - 1 holds ceil(bits/m) symbols, with a dimension k < that
     length, 2^(k*m) >= classes and k*m <= 16. One field only: a rule from when each field
     cost seconds of galois' JIT compilation, kept so that the centers stay as they were."""
     for m in [4, 5, 6, 7, 8, 3, 2]:
-        symbols = math.ceil(bits / m)
-        if symbols < 2 or symbols > (1 << m) - 1:
-            continue
-        if any(k * m >= math.log2(classes) for k in range(1, min(symbols, MAX_DIMENSION // m + 1))):
+        if 2 <= math.ceil(bits / m) <= (1 << m) - 1 and next(rs_dimensions(bits, classes, m), None):
             return m
     return None
 

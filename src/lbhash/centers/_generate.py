@@ -31,10 +31,7 @@ class CenterReport(NamedTuple):
 
 def generate_centers(bits: int, num_classes: int, kind: str = "auto", seed: int = 0,
                      cache: bool = True, canonical: bool = False) -> np.ndarray:
-    """(num_classes, bits) int8 +/-1 class centers with a large minimum Hamming distance.
-
-    kind is one of CENTER_KINDS; see `select_centers`.
-    """
+    """(num_classes, bits) int8 +/-1 class centers with a large minimum Hamming distance (see `select_centers`)."""
     return select_centers(bits, num_classes, kind, seed, cache, canonical)[0]
 
 
@@ -78,8 +75,6 @@ def plotkin_bound(bits: int, classes: int) -> int:
     most bits*C / (2*(C-1)); the min is an integer no larger than the mean."""
     return bits * classes // (2 * (classes - 1))
 
-
-# --- internals -----------------------------------------------------------------------------
 
 def _check_args(bits, classes, kind, seed) -> tuple[int, int, int]:
     for name, value, low in (("bits", bits, 1), ("classes", classes, 2), ("seed", seed, 0)):

@@ -28,11 +28,6 @@ def hadamard_centers(bits: int, classes: int) -> np.ndarray:
     return np.concatenate([h, -h])[:classes]
 
 
-def random_draws(bits: int, classes: int) -> int:
-    """Number of draws of `random_centers`: 1000, fewer when classes^2 pairs get large."""
-    return int(max(1, min(_RANDOM_MAX_DRAWS, _RANDOM_PAIR_BUDGET // (classes * classes))))
-
-
 def random_centers(bits: int, classes: int, seed: int, draws: int | None = None) -> np.ndarray:
     """Best of `draws` sets of independent, uniform +/-1 codewords, by min pairwise distance.
 
@@ -41,7 +36,8 @@ def random_centers(bits: int, classes: int, seed: int, draws: int | None = None)
     """
     if (classes - 1).bit_length() > bits:  # classes > 2^bits, without a float that overflows
         raise InputError(f"random centers need classes <= 2^bits, got bits={bits}, classes={classes}")
-    draws = random_draws(bits, classes) if draws is None else draws
+    if draws is None:  # 1000, fewer when classes^2 pairs get large
+        draws = int(max(1, min(_RANDOM_MAX_DRAWS, _RANDOM_PAIR_BUDGET // (classes * classes))))
     rng = np.random.default_rng(seed)
     best, best_dist = None, -1
     for _ in range(draws):

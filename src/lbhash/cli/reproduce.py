@@ -105,11 +105,7 @@ def _spec_values(experiment, methods, bits, seeds, kinds, study_name, settings, 
 def _remove_empty(runs: Path, *made: Path) -> None:
     """Remove the experiments' run folders under `runs` that hold nothing, then `made` (folders
     this command created) when empty."""
-    if runs.is_dir():
-        for folder in runs.iterdir():
-            if folder.is_dir() and not any(folder.iterdir()):
-                folder.rmdir()
-    for folder in made:
+    for folder in [*(runs.iterdir() if runs.is_dir() else ()), *made]:
         if folder.is_dir() and not any(folder.iterdir()):
             folder.rmdir()
 

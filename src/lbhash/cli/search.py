@@ -10,6 +10,7 @@ import numpy as np
 
 from lbhash.cli.index import backend_options
 from lbhash.cli.query_encoder import check_model, encoder_options, load_query_encoder, model_source
+from lbhash.errors import InputError
 from lbhash.limits import MAX_CLASS_ID, MAX_K
 
 IMAGE_ARRAY_SUFFIXES = (".npz", ".npy", ".mat")  # --images: an image array, read as image-array:PATH
@@ -91,8 +92,6 @@ def _rescores(index, encoder, radius, factor, no_rescore: bool) -> bool:
     """Whether the search re-scores: by default where the index keeps embeddings and the queries
     have theirs (--features, --images through an encoder that gives them) for a top k;
     --rescore-factor asks for it."""
-    from lbhash.errors import InputError
-
     if no_rescore:
         return False
     if index.embedding_dim is None:
@@ -109,8 +108,6 @@ def _rescores(index, encoder, radius, factor, no_rescore: bool) -> bool:
 
 def _check_query_options(codes_path, features_path, image_paths, model, factor, no_rescore: bool) -> None:
     """Exactly one query source; a model to encode features or images; embeddings to re-score by."""
-    from lbhash.errors import InputError
-
     given = [name for name, value in (("--codes", codes_path), ("--features", features_path),
                                       ("--images", image_paths)) if value]
     if len(given) != 1:
@@ -177,8 +174,6 @@ def _queries(index, codes_path, features_path, image_paths, encoder, rescore: bo
 
 def _check_query_kind(kind: str, features_path, image_paths) -> None:
     """--features for a run on features, --images for a run on images: one line otherwise."""
-    from lbhash.errors import InputError
-
     given, wanted = ("--features" if features_path is not None else "--images"), \
         ("--features" if kind == "features" else "--images")
     if given != wanted:
@@ -218,7 +213,6 @@ def _label_lists(labels) -> list[list[int]] | None:
 
 def _code_queries(index, codes_path) -> tuple[list[str], np.ndarray, list[list[int]] | None]:
     from lbhash.codes_file import load_codes_file, only_part, part
-    from lbhash.errors import InputError
     from lbhash.labels import as_multihot
 
     data = load_codes_file(codes_path, need=(), bits=index.bits)
@@ -234,7 +228,6 @@ def _image_files(image_paths) -> list[Path]:
     """Image files, and the image files under folders: a class-folder tree of photos is searched
     whole, by path (hidden files and folders left out, as training leaves them out)."""
     from lbhash.data.image_sources import is_image_name
-    from lbhash.errors import InputError
 
     files = []
     for path in image_paths:

@@ -22,17 +22,13 @@ BINARIZE = ("ste", "clamp")
 
 def pairwise_likelihood(u: torch.Tensor, labels: torch.Tensor, bank_u: torch.Tensor,
                         bank_y: torch.Tensor) -> torch.Tensor:
-    """mean over (batch x bank) of log(1 + exp(theta)) - s * theta, theta = 0.5 u U^T, s_ij =
-    [labels_i . Y_j > 0]; the gradient reaches u only.
-
-    One blockwise pass that never forms a batch x bank temporary and never overflows
-    (lbhash.methods.bank_likelihood).
-    """
+    """mean over (batch x bank) of log(1 + exp(theta)) - s * theta, theta = 0.5 u U^T, s_ij = [labels_i . Y_j > 0],
+    in one blockwise pass (lbhash.methods.bank_likelihood); the gradient reaches u only."""
     return bank_likelihood(u, labels, bank_u, bank_y)
 
 
 def check_constant(method: str, name: str, value, low: float = 0.0, strict: bool = False) -> float:
-    """A finite float >= low (> low when strict), else a ValueError naming it."""
+    """A finite float >= low (> low when strict), else an InputError naming it."""
     try:
         value = float(value)
     except (TypeError, ValueError):

@@ -133,8 +133,6 @@ class LowerBoundObjective(nn.Module):
     def name(self) -> str:
         return f"{self.base.name}_D"
 
-    # --- the bit-to-block assignment ------------------------------------------------------------
-
     def draw_order(self, draw: int) -> torch.Tensor:
         """The seeded permutation number `draw` of the bits (a function of the seed and draw only,
         so that a resumed run redraws exactly what an uninterrupted one did)."""
@@ -146,8 +144,6 @@ class LowerBoundObjective(nn.Module):
         """Assign bit order[j] to block input j; the centers' patterns follow the same order."""
         self.order.copy_(order)
         self.center_patterns.copy_(self.surrogate.pattern_index(self.centers[:, self.order]))
-
-    # --- losses ---------------------------------------------------------------------------------
 
     def forward(self, u: torch.Tensor, labels: torch.Tensor, index: torch.Tensor,
                 features: torch.Tensor | None = None) -> LossOutput:
@@ -180,8 +176,6 @@ class LowerBoundObjective(nn.Module):
             raise InputError(f"L_theta needs at least one label per sample; batch row {row} has none")
         codes = majority_targets(self.centers, labels, self.tie_center)[:, self.order]            # (B, bits)
         return self.surrogate.pattern_index(codes), torch.eye(len(labels), device=labels.device)
-
-    # --- hooks ----------------------------------------------------------------------------------
 
     def on_epoch_start(self, epoch: int) -> None:
         if self.assignment == "redraw":
