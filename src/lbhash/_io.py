@@ -21,12 +21,9 @@ from lbhash.errors import InputError
 
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path beside `path`; rename it onto `path` only on success.
-
-    Readers never see a half-written file, and a failure leaves no file behind. The temporary
-    name holds this process's id, so that temporaries left by killed processes (`kill -9`
-    skips every clean-up) are recognised and removed by the next write to the same path.
-    """
+    """Yield a temporary path beside `path`; rename it onto `path` only on success: readers never see a
+    half-written file, and a failure leaves none. The temporary name holds this process's id, so that
+    those of killed processes (`kill -9` skips every clean-up) are removed by the next write there."""
     path = Path(path)
     if path.is_dir():
         raise InputError(f"{path}: is a directory, cannot write a file there")
@@ -202,8 +199,8 @@ def load_npy(path: str | os.PathLike) -> np.ndarray:
 
 
 def array_headers(path: str | os.PathLike) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-    """(shape, dtype) of every array of an .npz file, or of an .npy file's one array (key ''),
-    from their headers alone; InputError, as load_npz/load_npy give, for a file that is neither."""
+    """(shape, dtype) of every array of an .npz file, or of an .npy file's one array (key ''), from their
+    headers alone; InputError, as load_npz/load_npy give, for a file that is neither."""
     path = Path(path)
     return _npz_headers(path) if path.suffix.lower() == ".npz" else _npy_headers(path)
 
@@ -293,11 +290,9 @@ def _rlimit_headroom() -> list[int]:
 def check_fits_in_memory(path: Path, headers: dict[str, tuple[tuple[int, ...], np.dtype]], extra: int = 0,
                          extra_what: str = "", subject: tuple[str, tuple, np.dtype] | None = None) -> None:
     """Refuse a file whose arrays, as their headers describe them, exceed the available memory
-    (numpy would otherwise fail part-way with a traceback, or the machine start swapping).
-
-    `extra` bytes of copies the caller makes after reading (`extra_what` says which) count
-    too; `subject` (name, shape, dtype) is what the message then names (default: the largest
-    array)."""
+    (numpy would otherwise fail part-way with a traceback, or the machine start swapping). `extra`
+    bytes of copies the caller makes after reading (`extra_what` says which) count too; `subject`
+    (name, shape, dtype) is what the message then names (default: the largest array)."""
     sizes = {key: int(np.prod(shape, dtype=object)) * dtype.itemsize for key, (shape, dtype) in headers.items()}
     free = available_memory()
     need = sum(sizes.values()) + extra

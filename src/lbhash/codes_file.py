@@ -80,12 +80,10 @@ def load_codes_file(path: str | os.PathLike, need: tuple[str, ...] = ("query", "
                     bits: int | None = None) -> dict:
     """Read and check a codes file; every part named in `need` must be there.
 
-    Returns a dict with `bits` (int), `topk` (int R, or None for the whole database; the
-    file records one when `topk_recorded`),
-    `parts` (the part names present) and each part's arrays under their prefixed keys, ids
-    always filled in. A .npy file of codes is one part ("items"); `bits` reads packed uint8
-    codes of a width other than 8 x bytes.
-    """
+    Returns a dict with `bits` (int), `topk` (int R, or None for the whole database; the file records
+    one when `topk_recorded`), `parts` (the part names present) and each part's arrays under their
+    prefixed keys, ids always filled in. A .npy file of codes is one part ("items"); `bits` reads
+    packed uint8 codes of a width other than 8 x bytes."""
     path = Path(path)
     if path.suffix.lower() == ".npy":
         codes = _io.load_npy(path)

@@ -104,11 +104,8 @@ def _set_bits(masks, blocks, cand):
 
 @njit(nogil=True, cache=True)
 def _collect_within(dist, limit, masks, cand):
-    """Write, in index order, the items at distance <= limit into cand; return their count.
-
-    Comparisons are packed into one 64-bit mask per 64 items (a vectorised loop), then the
-    set bits are read out: no branch per item, so no mispredictions at low hit rates.
-    """
+    """Write, in index order, the items at distance <= limit into cand; return their count. One 64-bit
+    mask per 64 items (a vectorised loop), then its set bits: no branch, so no mispredictions, per item."""
     n = dist.shape[0]
     full = n // 64
     for b in range(full):
@@ -368,12 +365,9 @@ def nearest_rows_chunk(q_words, db_rows, allowed, excluded, out_pos, out_dist):
 
 
 def for_query_ranges(n: int, work: Callable[[int, int], None], threads: int, shared: int = 1) -> None:
-    """Call work(start, stop) over ranges covering [0, n), in up to `threads` parallel threads.
-
-    The kernels release the GIL, so threads run truly in parallel. A range holds at least
-    `shared` queries where each thread still gets one (queries that share a pass over the rows:
-    `nearest_rows_chunk` takes 32).
-    """
+    """Call work(start, stop) over ranges covering [0, n), in up to `threads` threads (the kernels release
+    the GIL). A range holds at least `shared` queries where each thread still gets one (queries that share
+    a pass over the rows: `nearest_rows_chunk` takes 32)."""
     threads = min(threads, n)
     if threads <= 1:
         work(0, n)

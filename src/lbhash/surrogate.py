@@ -71,11 +71,8 @@ class BlockSurrogate(nn.Module):
                 f"dropout={self.dropout}")
 
     def logits(self, l: torch.Tensor, frozen: bool = False, dropout: bool = True) -> torch.Tensor:
-        """Block logits (B, u, 2^s) of real outputs l (B, bits).
-
-        frozen: use detached parameters, so that gradients reach l but not pi.
-        dropout: apply dropout when the module is in training mode.
-        """
+        """Block logits (B, u, 2^s) of real outputs l (B, bits); `frozen`: detached parameters (gradients
+        reach l, not pi); `dropout`: dropout in training mode."""
         return self._block_logits(l, frozen, dropout).transpose(0, 1)
 
     def _block_logits(self, l: torch.Tensor, frozen: bool, dropout: bool) -> torch.Tensor:
@@ -98,10 +95,8 @@ class BlockSurrogate(nn.Module):
         return (blocks * self.powers).sum(-1)
 
     def loss_pi(self, l: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """L_pi and the pattern accuracy (share of blocks whose most likely pattern is right).
-
-        bin(l) maps 0 to +1, so the target pattern uses l >= 0.
-        """
+        """L_pi and the pattern accuracy (share of blocks whose most likely pattern is right); bin(l) maps
+        0 to +1, so the target pattern uses l >= 0."""
         l = l.detach()
         logits = self._block_logits(l, frozen=False, dropout=True)  # (u, B, K)
         target = self.pattern_index(l >= 0).t()                      # (u, B)
@@ -114,10 +109,8 @@ class BlockSurrogate(nn.Module):
 
     def pattern_nll(self, l: torch.Tensor, patterns: torch.Tensor, frozen: bool = True,
                     dropout: bool = True) -> torch.Tensor:
-        """-log P_pi(code | l) summed over blocks, for every candidate code: (B, P).
-
-        patterns: (P, u) block pattern indices of the candidate codes (e.g. class centers).
-        """
+        """-log P_pi(code | l) summed over blocks (B, P), for the candidate codes whose block patterns
+        are `patterns` (P, u), e.g. the class centers'."""
         logp = F.log_softmax(self._block_logits(l, frozen, dropout).float(), dim=-1)  # (u, B, K)
         index = patterns.t().unsqueeze(1).expand(-1, l.shape[0], -1)          # (u, B, P)
         return -logp.gather(2, index).sum(0)
@@ -139,12 +132,8 @@ class BlockSurrogate(nn.Module):
     def fused_losses(self, l: torch.Tensor, target_patterns: torch.Tensor, labels: torch.Tensor,
                      reduction: str = "sum", multilabel: str = "sum"
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(L_pi, L_theta, pattern accuracy) from one forward pass of P_pi.
-
-        The same values as `loss_pi(l)` and `loss_theta(l, target_patterns, labels, ...)` would
-        give with one shared dropout mask; L_pi's gradient reaches pi only and L_theta's reaches l
-        only, as there.
-        """
+        """(L_pi, L_theta, pattern accuracy) from one forward pass of P_pi: what `loss_pi` and `loss_theta`
+        give with one shared dropout mask, L_pi's gradient reaching pi only and L_theta's l only."""
         if l.dim() != 2 or l.shape[1] != self.bits:
             raise InputError(f"surrogate expects outputs of shape (batch, {self.bits}), got {tuple(l.shape)}")
         weights = theta_weights(labels, multilabel)
@@ -280,11 +269,8 @@ def _mask_table(bits: int, keep: int, dtype: torch.dtype) -> torch.Tensor:
 
 
 def joint_distribution(block_probs: np.ndarray) -> np.ndarray:
-    """Joint distribution over all 2^(u*s) codes from block distributions (u, 2^s).
-
-    The full pattern index is sum_j idx_j * 2^(s*j) (block j holds bits j*s .. j*s+s-1),
-    so the joint is the Kronecker product with the last block outermost.
-    """
+    """Joint distribution over all 2^(u*s) codes from block distributions (u, 2^s): the Kronecker
+    product, last block outermost (block j holds bits j*s .. j*s+s-1 of the pattern index)."""
     joint = np.ones(1)
     for probs in block_probs:
         joint = np.outer(probs, joint).ravel()

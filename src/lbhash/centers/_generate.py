@@ -37,15 +37,13 @@ def generate_centers(bits: int, num_classes: int, kind: str = "auto", seed: int 
 
 def select_centers(bits: int, num_classes: int, kind: str = "auto", seed: int = 0,
                    cache: bool = True, canonical: bool = False) -> tuple[np.ndarray, str]:
-    """Like `generate_centers`, also returning the kind that made the set (for kind="auto",
-    the winner among AUTO_ORDER by min pairwise distance, ties to the earlier kind).
+    """Like `generate_centers`, also returning the kind that made the set (for kind="auto", the winner
+    among AUTO_ORDER by min pairwise distance, ties to the earlier kind).
 
-    Deterministic for a given seed. `random` draws with the seed; the other kinds build one
-    canonical set and relabel it by a seeded isometry (rows, bit positions and bit signs
-    permuted/flipped), which leaves every pairwise distance unchanged; `canonical=True` keeps
-    the canonical set (whose Hadamard rows, for instance, repeat one 8-bit pattern in every
-    byte). With cache=True, sets are read from and written to `cache_dir()`.
-    """
+    Deterministic for a given seed. `random` draws with the seed; the other kinds build one canonical
+    set and relabel it by a seeded isometry (rows, bit positions and bit signs permuted/flipped), which
+    keeps every pairwise distance; `canonical=True` keeps the canonical set (whose Hadamard rows, for
+    instance, repeat one 8-bit pattern in every byte). cache=True reads and writes `cache_dir()`."""
     bits, classes, seed = _check_args(bits, num_classes, kind, seed)
     name = f"{kind}-canonical" if canonical else kind
     if cache:
@@ -69,10 +67,8 @@ def center_report(centers, kind: str | None = None) -> CenterReport:
 
 
 def plotkin_bound(bits: int, classes: int) -> int:
-    """floor(bits*C / (2*(C-1))): an upper bound on the min distance of any C codewords.
-
-    A bit position separates at most C^2/4 of the C(C-1)/2 pairs, so the mean distance is at
-    most bits*C / (2*(C-1)); the min is an integer no larger than the mean."""
+    """floor(bits*C / (2*(C-1))), an upper bound on the min distance of any C codewords: a bit separates at
+    most C^2/4 of the C(C-1)/2 pairs, so the mean distance is at most bits*C / (2*(C-1))."""
     return bits * classes // (2 * (classes - 1))
 
 

@@ -50,11 +50,8 @@ COMMON_PARAMETERS = ("self", "bits", "num_classes", "num_train", "centers", "mul
 
 
 class HashLoss(nn.Module):
-    """Base class of the hashing methods; subclasses implement `compute_loss`.
-
-    Class attributes describe what a method needs, so that the training loop and the _D
-    wrapper can check inputs at the edge instead of failing deep inside a loss.
-    """
+    """Base class of the hashing methods; subclasses implement `compute_loss`. Class attributes say what a
+    method needs, so that training and the _D wrapper check inputs at the edge, not deep inside a loss."""
 
     name: ClassVar[str] = ""
     display_name: ClassVar[str] = ""           # as papers print it, e.g. "HashNet"

@@ -30,12 +30,9 @@ def tie_center(bits: int, seed: int, rule: str = "random-center") -> torch.Tenso
 
 def majority_targets(centers: torch.Tensor, labels: torch.Tensor,
                      ties: torch.Tensor | None = None) -> torch.Tensor:
-    """Per sample, the bitwise majority (sign of the sum) of its positive labels' centers; a
-    tied bit takes that bit of `ties` (CSQ's reference rule), or +1 when `ties` is None (the
-    rule of runs made before it).
-
-    For single-label rows this is the class center itself.
-    """
+    """Per sample, the bitwise majority (sign of the sum) of its positive labels' centers (a single-label
+    row's class center); a tied bit takes that bit of `ties` (CSQ's reference rule), or +1 when `ties` is
+    None (the rule of runs made before it)."""
     votes = labels.float() @ centers.float()  # (B, bits): sum of +/-1 over positive labels
     tied = torch.ones_like(votes) if ties is None else ties.to(votes).expand_as(votes)
     return torch.where(votes > 0, 1.0, torch.where(votes < 0, -1.0, tied))
