@@ -24,12 +24,9 @@ class SparseClassIdsWarning(LbhashWarning):
 
 def as_multihot(labels, name: str = "labels", num_classes: int | None = None,
                 keep_ids: bool = False, max_id: int = MAX_CLASSES - 1) -> np.ndarray:
-    """Return labels as a boolean (n, C) multi-hot array.
-
-    `labels` is either a vector of non-negative integer class ids or a 2-D 0/1 matrix.
-    keep_ids: class id c is always column c (ids that name classes elsewhere, as in an index),
-    never remapped; ids must then be at most `max_id`.
-    """
+    """Labels (non-negative integer class ids (n,) or a 0/1 matrix (n, C)) as a boolean (n, C) multi-hot
+    array. keep_ids: class id c is always column c (ids that name classes elsewhere, as in an index),
+    never remapped; ids must then be at most `max_id`."""
     arr = np.asarray(labels)
     if arr.ndim == 1:
         ids = _as_class_ids(arr, name)

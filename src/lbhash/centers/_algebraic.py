@@ -62,12 +62,11 @@ def _best_pick(generators: Iterator[np.ndarray], bits: int, classes: int) -> np.
 
 
 def bch_dimensions(m: int) -> dict[int, int]:
-    """{k: design distance} of the narrow-sense binary BCH codes of length n = 2^m - 1.
+    """{k: design distance} of the narrow-sense binary BCH codes of length n = 2^m - 1, ascending k.
 
-    A code with design distance delta has the zeros alpha^1..alpha^(delta-1) and, with them,
-    their cyclotomic cosets; k = n - (number of zeros). Each k gets its largest delta (the
-    Bose distance). Ascending k. Design distance 1 (no zeros, k = n) is the whole space,
-    whose extension is the even-weight code: the fallback for many classes on few bits.
+    A code with design distance delta has the zeros alpha^1..alpha^(delta-1) and their cyclotomic
+    cosets; k = n - (number of zeros); each k gets its largest delta (the Bose distance). Delta 1 (k = n)
+    is the whole space, whose extension, the even-weight code, is the fallback for many classes on few bits.
     """
     n = (1 << m) - 1
     zeros: set[int] = set()
@@ -90,11 +89,10 @@ def _bch_generator(n: int, k: int, delta: int) -> np.ndarray:
 def _bch_generators(bits: int, classes: int, m: int) -> Iterator[np.ndarray]:
     """Generator matrices of length `bits`: eBCH(2^m, k) shortened by s, punctured by p.
 
-    m is first the smallest with 2^m >= bits. Shortening keeps the min distance and costs s
-    dimensions; puncturing keeps the dimension and may cost p in distance. We try pure
-    puncturing, pure shortening, and the two splits where the enumerated dimension is 16
-    or just enough for `classes`. Small k (large BCH distance) comes first, so that the
-    greedy search can prune the rest early.
+    m is first the smallest with 2^m >= bits. Shortening keeps the min distance and costs s dimensions;
+    puncturing keeps the dimension and may cost p in distance. We try pure puncturing, pure shortening,
+    and the two splits where the enumerated dimension is 16 or just enough for `classes`. Small k (large
+    BCH distance) comes first, so that the greedy search can prune the rest early.
     """
     n = (1 << m) - 1
     excess = n + 1 - bits

@@ -58,12 +58,12 @@ def methods(profile: str, markdown: bool) -> None:
         return
     click.echo(f"defaults profile: {profile} (every deep method also trains as <method>_D with --lbhash)\n")
     for name, opt, lr, wd, schedule, epochs, batch, mode, objective, constants in defaults_rows(profile):
-        click.echo(f"{name}: {method_class(name).description}")
-        if method_class(name).closed_form:
-            labels = "supervised" if method_class(name).needs_labels else "no labels"
-            click.echo(f"    fitted in closed form in one pass ({labels}); no _D variant")
-            click.echo(f"    constants: {constants}")
-            continue
-        click.echo(f"    {opt} lr {lr}, weight decay {wd}, lr schedule {schedule}, {epochs} epochs, batch {batch}")
-        click.echo(f"    _D: {mode} L_theta; {objective}")
+        cls = method_class(name)
+        click.echo(f"{name}: {cls.description}")
+        if cls.closed_form:
+            click.echo(f"    fitted in closed form in one pass ({'supervised' if cls.needs_labels else 'no labels'}); "
+                       "no _D variant")
+        else:
+            click.echo(f"    {opt} lr {lr}, weight decay {wd}, lr schedule {schedule}, {epochs} epochs, batch {batch}")
+            click.echo(f"    _D: {mode} L_theta; {objective}")
         click.echo(f"    constants: {constants}")

@@ -16,10 +16,9 @@ TIE_RULES = ("random-center", "plus-one")
 
 
 def tie_center(bits: int, seed: int, rule: str = "random-center") -> torch.Tensor | None:
-    """CSQ's tie rule of multi-label majority targets (the option `csq_ties`): "random-center",
-    the fixed random +/-1 center whose bits break the ties (CSQ's reference `label2center`: one
-    random center drawn once per run), a function of the seed; "plus-one": None, ties take +1
-    (the rule of runs made before it)."""
+    """CSQ's tie rule of multi-label majority targets (option `csq_ties`): "random-center", the seeded
+    random +/-1 center whose bits break the ties (CSQ's reference `label2center` draws one per run);
+    "plus-one": None, ties take +1 (the rule of runs made before it)."""
     if rule not in TIE_RULES:
         raise InputError(f"csq_ties must be one of {', '.join(TIE_RULES)}, got {rule!r}")
     if rule == "plus-one":

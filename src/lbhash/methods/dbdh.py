@@ -53,11 +53,8 @@ class MemoryBankLoss(HashLoss):
 
     @torch.no_grad()
     def _remember(self, u: torch.Tensor, labels: torch.Tensor, index: torch.Tensor) -> None:
-        """The only write to the bank: the batch's detached outputs and labels at its indices.
-
-        Under multi-process training every rank writes every rank's batch, so the banks (and
-        DSDH's codes learned from them) stay identical across ranks.
-        """
+        """The only write to the bank: the batch's detached outputs and labels at its indices. Every rank
+        writes every rank's batch, so the banks (and DSDH's codes learned from them) stay identical."""
         u, labels, index = _gather_across_ranks(u.detach(), labels, index)
         self.U[index] = u.to(self.U.dtype)
         self.Y[index] = labels.to(self.Y.dtype)
