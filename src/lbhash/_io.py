@@ -133,10 +133,9 @@ def _alive(pid: int) -> bool:
 
 
 def open_own_file(path: str | os.PathLike, flags: int, mode: int = 0o644) -> int:
-    """A descriptor of the regular file at `path` (created with `os.O_CREAT`), never of what a
-    link there points to: a file lbhash writes beside an index (its lock, its log) that an
-    attacker replaced by a symbolic link, a FIFO or a device is refused in one line instead of
-    being truncated, overwritten or blocking for ever."""
+    """A descriptor of the regular file at `path` (created with `os.O_CREAT`), never of what a link there points to: a
+    file lbhash writes beside an index (its lock, its log) that an attacker replaced by a symbolic link, a FIFO or a
+    device is refused in one line instead of being truncated, overwritten or blocking for ever."""
     try:
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
     except OSError as err:

@@ -1,8 +1,7 @@
 """The integer checks every layer shares, and the one spelling of "the whole database" in files.
 
-In memory the whole database is `None` (topk=None); in files it is the string "all"
-(config.yaml, metrics.json, codes.npz, split.npz). Files written before this rule hold -1,
-which still reads as the whole database.
+In memory the whole database is `None` (topk=None); in files it is the string "all" (config.yaml, metrics.json,
+codes.npz, split.npz). Files written before this rule hold -1, which still reads as the whole database.
 """
 
 from __future__ import annotations

@@ -60,9 +60,8 @@ def unpack(packed, bits: int, name: str = "codes") -> np.ndarray:
 def as_packed(codes, bits: int | None = None, name: str = "codes") -> tuple[np.ndarray, int]:
     """Accept +/-1 codes, booleans, or packed uint8; return (packed, bits).
 
-    Packed uint8 codes have 8 bits per byte unless `bits` says otherwise (e.g. bits=12 in 2 bytes).
-    Padding bits beyond `bits` must be 0 (else the codes were packed for another length), so that
-    they never count in a distance.
+    Packed uint8 codes have 8 bits per byte unless `bits` says otherwise (e.g. bits=12 in 2 bytes). Padding bits beyond
+    `bits` must be 0 (else the codes were packed for another length), so that they never count in a distance.
     """
     arr = np.asarray(codes)
     if arr.ndim != 2:

@@ -1,9 +1,8 @@
 """Label conversion at the edge: integer class ids or multi-hot rows -> boolean multi-hot.
 
-Inside the library labels are a 2-D multi-hot array (n, C), except in a search index, which
-keeps class-id sets sparsely (lbhash.index.sparse_labels). An item is relevant to a
-query when they share at least one label. Class ids must be dense (0..C-1 all used); sparse
-ids are remapped to 0..C-1 in increasing order, with a SparseClassIdsWarning, and at most
+Inside the library labels are a 2-D multi-hot array (n, C), except in a search index, which keeps class-id sets sparsely
+(lbhash.index.sparse_labels). An item is relevant to a query when they share at least one label. Class ids must be dense
+(0..C-1 all used); sparse ids are remapped to 0..C-1 in increasing order, with a SparseClassIdsWarning, and at most
 MAX_CLASSES distinct ids are accepted (a stray id of 10^9 must not become a 10^9-column array).
 """
 

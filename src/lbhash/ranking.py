@@ -1,10 +1,9 @@
 """Numba kernels that rank a database of packed codes by Hamming distance from one query.
 
-Distances are integers in [0, bits], so a ranking is a counting sort: histogram the distances,
-find the bucket where the top T is reached, and order only the items up to it (ties keep
-database order). The evaluation ranks word-major (w, n) uint64 databases; a flat index ranks its
-row-major codes, 64 rows at a time (`_near_mask`), up to 32 queries per pass. Every kernel
-releases the GIL; `for_query_ranges` runs chunks of queries in parallel threads.
+Distances are integers in [0, bits], so a ranking is a counting sort: histogram the distances, find the bucket where the
+top T is reached, and order only the items up to it (ties keep database order). The evaluation ranks word-major (w, n)
+uint64 databases; a flat index ranks its row-major codes, 64 rows at a time (`_near_mask`), up to 32 queries per pass.
+Every kernel releases the GIL; `for_query_ranges` runs chunks of queries in parallel threads.
 """
 
 from __future__ import annotations
@@ -126,13 +125,12 @@ def _collect_within(dist, limit, masks, cand):
 def rank_distances(dist, top, hist, masks, cand, offsets, order):
     """Rank items by dist (n,): order[:top] gets the nearest items, ties by index (top <= n).
 
-    A counting sort restricted to the head of the ranking: collect the items within a
-    guessed cutoff distance, histogram only those, and sort only those. If the guess falls
-    short of `top` items, the full histogram gives the exact cutoff and we collect again.
-    Returns (cutoff, m): the distance of the last bucket reached and the number of
-    collected items cand[:m] (index order), which include every item at distance <= cutoff
-    and maybe farther ones, which callers skip. hist[d] is exact for d <= cutoff.
-    Buffers: hist (nbins,), masks (n // 64 + 1,), cand (n,), offsets (nbins + 1,), order (top + 1,).
+    A counting sort restricted to the head of the ranking: collect the items within a guessed cutoff distance, histogram
+    only those, and sort only those. If the guess falls short of `top` items, the full histogram gives the exact cutoff
+    and we collect again. Returns (cutoff, m): the distance of the last bucket reached and the number of collected items
+    cand[:m] (index order), which include every item at distance <= cutoff and maybe farther ones, which callers skip.
+    hist[d] is exact for d <= cutoff. Buffers: hist (nbins,), masks (n // 64 + 1,), cand (n,), offsets (nbins + 1,),
+    order (top + 1,).
     """
     nbins = hist.shape[0]
     limit = _guess_cutoff(dist, top, hist)
@@ -196,11 +194,10 @@ def _sampled_cutoff(q_row, db_rows, top, sample_hist):
 
 @intrinsic
 def _near_mask(typingctx, flat, base, tiled, limit, words):
-    """Bit k of a uint64 set when row k of the 64 rows of `words` words that start at flat[base]
-    is within `limit` of the query, whose words `tiled` repeats 64 times, as vector operations:
-    LLVM lowers them to the machine's widest popcount and compare, which numba's loop
-    vectoriser does not find for a packed mask. `words` is a literal int; flat and tiled have
-    one unsigned type; 0 <= limit <= the row's width."""
+    """Bit k of a uint64 set when row k of the 64 rows of `words` words that start at flat[base] is within `limit` of
+    the query, whose words `tiled` repeats 64 times, as vector operations: LLVM lowers them to the machine's widest
+    popcount and compare, which numba's loop vectoriser does not find for a packed mask. `words` is a literal int; flat
+    and tiled have one unsigned type; 0 <= limit <= the row's width."""
     if not (isinstance(flat, types.Array) and isinstance(flat.dtype, types.Integer) and isinstance(tiled, types.Array)
             and tiled.dtype == flat.dtype and isinstance(words, types.IntegerLiteral)):
         return None
@@ -304,12 +301,11 @@ def _share_a_pass(queries, db_rows, top, hist, limits, tiled, masks):
 def nearest_rows_chunk(q_words, db_rows, allowed, excluded, out_pos, out_dist):
     """The out_pos.shape[1] nearest rows of db_rows (n, w) to each query (nq, w), ties by position.
 
-    Without a filter (`allowed` empty), one pass shared by up to 32 queries keeps the rows within a
-    cutoff guessed from a sample, and only they are ranked (`rank_distances`). With `allowed` (n,)
-    bool, or when the guess falls short, every distance is written (an excluded row's as `excluded`,
-    past every real one); places past the allowed rows come back as position -1 and distance int32
-    max, as FAISS pads. Allocates n // 8 bytes of masks per query sharing a pass (at most 64 MiB),
-    8 bytes per row of candidates, and for a filtered or short-guessed query 2 bytes per row.
+    Without a filter (`allowed` empty), one pass shared by up to 32 queries keeps the rows within a cutoff guessed from
+    a sample, and only they are ranked (`rank_distances`). With `allowed` (n,) bool, or when the guess falls short,
+    every distance is written (an excluded row's as `excluded`, past every real one); places past the allowed rows come
+    back as position -1 and distance int32 max, as FAISS pads. Allocates n // 8 bytes of masks per query sharing a pass
+    (at most 64 MiB), 8 bytes per row of candidates, and for a filtered or short-guessed query 2 bytes per row.
     """
     n = db_rows.shape[0]
     nq = q_words.shape[0]

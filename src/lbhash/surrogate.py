@@ -1,11 +1,10 @@
 """The surrogate posterior estimator P_pi (paper Sec. 5, App. E).
 
-The h real outputs of a hash model are split into u = h / s blocks of s bits; for each block an
-MLP `Linear(s, hidden) -> SiLU -> Dropout -> Linear(hidden, 2^s)` gives the logits over its 2^s
-sign patterns, all blocks in one batched computation (`torch.baddbmm`). L_pi (Eq. 5) trains pi
-on the detached codes, L_theta (Eq. 6-7) trains the hash model toward the class centers with pi
-frozen. `fused_losses` computes both from one forward pass, with three large batched matmuls in
-its backward against five for `loss_pi` and `loss_theta` apart.
+The h real outputs of a hash model are split into u = h / s blocks of s bits; for each block an MLP
+`Linear(s, hidden) -> SiLU -> Dropout -> Linear(hidden, 2^s)` gives the logits over its 2^s sign patterns, all blocks
+in one batched computation (`torch.baddbmm`). L_pi (Eq. 5) trains pi on the detached codes, L_theta (Eq. 6-7) trains
+the hash model toward the class centers with pi frozen. `fused_losses` computes both from one forward pass, with three
+large batched matmuls in its backward against five for `loss_pi` and `loss_theta` apart.
 """
 
 from __future__ import annotations
@@ -119,11 +118,10 @@ class BlockSurrogate(nn.Module):
                    dropout: bool = True, reduction: str = "sum", multilabel: str = "sum") -> torch.Tensor:
         """L_theta against the target codes of each sample, weighted with the sample's weights.
 
-        target_patterns: (P, u) pattern indices of P candidate codes (e.g. the class centers);
-        labels: (B, P) non-negative weights, e.g. 0/1 positive labels. multilabel: "sum" of the
-        per-center losses over a sample's positive labels (the paper: "the sum of multiple
-        losses") or their "mean" (each row normalised to sum 1). reduction: "sum" over blocks
-        (the paper's reading) or "mean". pi is frozen: the gradient reaches l only.
+        target_patterns: (P, u) pattern indices of P candidate codes (e.g. the class centers); labels: (B, P)
+        non-negative weights, e.g. 0/1 positive labels. multilabel: "sum" of the per-center losses over a sample's
+        positive labels (the paper: "the sum of multiple losses") or their "mean" (each row normalised to sum 1).
+        reduction: "sum" over blocks (the paper's reading) or "mean". pi is frozen: the gradient reaches l only.
         """
         weights = theta_weights(labels, multilabel)
         nll = self.pattern_nll(l, target_patterns, frozen=True, dropout=dropout)
@@ -152,9 +150,8 @@ class BlockSurrogate(nn.Module):
 
 
 def theta_weights(labels: torch.Tensor, multilabel: str = "sum") -> torch.Tensor:
-    """The per-candidate weights of L_theta: the rows of non-negative target weights as they
-    are ("sum": one loss per positive label, summed) or normalised to sum 1 ("mean"). An
-    empty row is an error."""
+    """The per-candidate weights of L_theta: the rows of non-negative target weights as they are ("sum": one loss per
+    positive label, summed) or normalised to sum 1 ("mean"). An empty row is an error."""
     if multilabel not in MULTILABEL_THETA:
         raise InputError(f"multilabel_theta must be one of {', '.join(MULTILABEL_THETA)}, got {multilabel!r}")
     labels = labels.to(torch.float32)
@@ -174,10 +171,9 @@ def _block_scale(blocks: int, reduction: str) -> float:
 class _FusedSurrogate(torch.autograd.Function):
     """L_pi and L_theta of one forward pass; see BlockSurrogate.fused_losses.
 
-    Inputs: l (B, h); the parameters w1 (u, s, H), b1 (u, 1, H), w2 (u, H, K), b2 (u, 1, K);
-    the L_pi targets (u, B) (patterns of bin(l)); the L_theta candidates (P, u) and weights
-    (B, P) (rows of any positive sum); the dropout mask (u, B, H) or None; the block scale of L_theta.
-    Computed in float32 outside autocast.
+    Inputs: l (B, h); the parameters w1 (u, s, H), b1 (u, 1, H), w2 (u, H, K), b2 (u, 1, K); the L_pi targets (u, B)
+    (patterns of bin(l)); the L_theta candidates (P, u) and weights (B, P) (rows of any positive sum); the dropout mask
+    (u, B, H) or None; the block scale of L_theta. Computed in float32 outside autocast.
     """
 
     @staticmethod
@@ -242,10 +238,9 @@ def _dropout_mask(shape: tuple[int, ...], p: float, device: torch.device, dtype:
                   ) -> torch.Tensor:
     """Dropout's multipliers (0, or 1 / keep probability); on the CPU from few random bits.
 
-    torch's CPU dropout draws one random number per element (about 2 ms for a 64-bit
-    surrogate's batch of 64, more than the surrogate's matmuls). Here each element takes the
-    fewest of 1, 2, 4, 8 or 16 random bits that give its keep probability exactly (one bit
-    at the default p = 0.5), else 16 bits with (1 - p) rounded to a multiple of 1/65536;
+    torch's CPU dropout draws one random number per element (about 2 ms for a 64-bit surrogate's batch of 64, more than
+    the surrogate's matmuls). Here each element takes the fewest of 1, 2, 4, 8 or 16 random bits that give its keep
+    probability exactly (one bit at the default p = 0.5), else 16 bits with (1 - p) rounded to a multiple of 1/65536;
     below 16 bits each random byte becomes its elements' multipliers through a 256-row table.
     """
     if device.type != "cpu":

@@ -111,10 +111,10 @@ def _bch_generators(bits: int, classes: int, m: int) -> Iterator[np.ndarray]:
 
 
 def reed_solomon_field(bits: int, classes: int) -> int | None:
-    """m of the field GF(2^m) used for `bits`: the smallest m >= 4 (or, for short codes, any
-    m >= 2) whose RS length 2^m - 1 holds ceil(bits/m) symbols, with a dimension k < that
-    length, 2^(k*m) >= classes and k*m <= 16. One field only: a rule from when each field
-    cost seconds of galois' JIT compilation, kept so that the centers stay as they were."""
+    """m of the field GF(2^m) used for `bits`: the smallest m >= 4 (or, for short codes, any m >= 2) whose RS
+    length 2^m - 1 holds ceil(bits/m) symbols, with a dimension k < that length, 2^(k*m) >= classes and k*m <= 16.
+    One field only: a rule from when each field cost seconds of galois' JIT compilation, kept so that the centers
+    stay as they were."""
     for m in [4, 5, 6, 7, 8, 3, 2]:
         if 2 <= math.ceil(bits / m) <= (1 << m) - 1 and next(rs_dimensions(bits, classes, m), None):
             return m

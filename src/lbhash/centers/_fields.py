@@ -1,10 +1,9 @@
 """GF(2^m) arithmetic and the generator matrices of binary BCH and Reed-Solomon codes, in numpy.
 
-The matrices are the ones galois 0.4.11 gives (`galois.BCH(n, d=delta).G`, `galois.ReedSolomon(n, k).G`),
-which lbhash used before, so that centers stay the same: Matlab's default primitive polynomial,
-narrow-sense codes, systematic generator matrices [I_k | P] with the highest degree first.
-Field elements are integers whose bit j is the coefficient of x^j; polynomials are arrays of
-coefficients, highest degree first.
+The matrices are the ones galois 0.4.11 gives (`galois.BCH(n, d=delta).G`, `galois.ReedSolomon(n, k).G`), which lbhash
+used before, so that centers stay the same: Matlab's default primitive polynomial, narrow-sense codes, systematic
+generator matrices [I_k | P] with the highest degree first. Field elements are integers whose bit j is the coefficient
+of x^j; polynomials are arrays of coefficients, highest degree first.
 """
 
 from __future__ import annotations

@@ -35,10 +35,9 @@ def words_to_signs(words: np.ndarray, bits: int) -> np.ndarray:
 def greedy_max_min(words: np.ndarray, count: int, stop_at: int = -1) -> tuple[np.ndarray, int] | None:
     """Farthest-first pick of `count` rows of `words` (64-bit packed codes): (indices, min pairwise distance).
 
-    Starts from row 0; each step adds the candidate farthest from the picked set (ties: lowest index).
-    The running minimum only shrinks, so the search returns None as soon as it falls to `stop_at` or
-    below: a caller holding a set with min distance `stop_at` cannot gain from this one. Each step is
-    one vectorised popcount over all candidates."""
+    Starts from row 0; each step adds the candidate farthest from the picked set (ties: lowest index). The running
+    minimum only shrinks, so the search returns None as soon as it falls to `stop_at` or below: a caller holding a set
+    with min distance `stop_at` cannot gain from this one. Each step is one vectorised popcount over all candidates."""
     n = len(words)
     if count > n:
         return None

@@ -1,8 +1,7 @@
 """Shared CLI plumbing: one error path, and the parsers of list-valued options.
 
-User mistakes (lbhash.errors.InputError, a missing or unreadable file, a full disk, an option
-click cannot parse) print one line, `error: ...`, and exit with status 2. Every other
-exception is a bug and keeps its traceback.
+User mistakes (lbhash.errors.InputError, a missing or unreadable file, a full disk, an option click cannot parse) print
+one line, `error: ...`, and exit with status 2. Every other exception is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -56,9 +55,8 @@ class LbhashGroup(click.Group):
 
 
 class LazyGroup(LbhashGroup):
-    """A group whose commands are imported when used. `commands_table` maps a command's name to
-    (module under lbhash.cli, function name, the one line `--help` lists), so listing the
-    commands imports none of them."""
+    """A group whose commands are imported when used. `commands_table` maps a command's name to (module under
+    lbhash.cli, function name, the one line `--help` lists), so listing the commands imports none of them."""
 
     def __init__(self, *args, commands_table: dict[str, tuple[str, str, str]], **kwargs):
         super().__init__(*args, **kwargs)

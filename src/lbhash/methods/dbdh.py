@@ -1,9 +1,8 @@
 """DBDH: deep balanced discrete hashing (Zheng, Zhang and Lu, Neurocomputing 403, 2020).
 
-The pairwise likelihood compares each batch's codes with a memory bank of registered buffers
-(every write goes through `_remember`, which multi-device training wraps with an all-gather).
-`binarize="ste"` (the default) is the paper's straight-through sign; `binarize="clamp"` is the
-DeepHash-pytorch benchmark's clamp(u, -1, 1) (docs/methods.md).
+The pairwise likelihood compares each batch's codes with a memory bank of registered buffers (every write goes through
+`_remember`, which multi-device training wraps with an all-gather). `binarize="ste"` (the default) is the paper's
+straight-through sign; `binarize="clamp"` is the DeepHash-pytorch benchmark's clamp(u, -1, 1) (docs/methods.md).
 """
 
 from __future__ import annotations

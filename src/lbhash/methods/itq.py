@@ -1,9 +1,8 @@
 """ITQ: iterative quantization (Gong and Lazebnik, CVPR 2011), an unsupervised baseline.
 
-V = the centred features projected on their `bits` leading principal directions; starting
-from a seeded random rotation R, alternate B = bin(V R) and the orthogonal Procrustes step
-R = argmin ||B - V R||_F (SVD of B^T V = U S W^T gives R = W U^T). Each step minimises the
-quantization error exactly given the other, so it never increases.
+V = the centred features projected on their `bits` leading principal directions; starting from a seeded random
+rotation R, alternate B = bin(V R) and the orthogonal Procrustes step R = argmin ||B - V R||_F (SVD of B^T V =
+U S W^T gives R = W U^T). Each step minimises the quantization error exactly given the other, so it never increases.
 """
 
 from __future__ import annotations
