@@ -173,7 +173,5 @@ def _check_packed(arr: np.ndarray, bits: int, name: str) -> np.ndarray:
     if arr.dtype != np.uint8 or arr.ndim != 2:
         raise InputError(f"packed {name} must be a 2-D uint8 array, got {arr.dtype} with shape {arr.shape}")
     if arr.shape[1] != packed_width(bits):
-        raise InputError(
-            f"packed {name} has {arr.shape[1]} bytes per code, but bits={bits} needs {packed_width(bits)}"
-        )
+        raise InputError(f"packed {name} has {arr.shape[1]} bytes per code, but bits={bits} needs {packed_width(bits)}")
     return arr

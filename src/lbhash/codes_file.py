@@ -76,8 +76,7 @@ def codes_from_arrays(arrays: dict[str, np.ndarray], where: str = "codes") -> di
     return _normalized(where, arrays)
 
 
-def load_codes_file(path: str | os.PathLike, need: tuple[str, ...] = ("query", "db"),
-                    bits: int | None = None) -> dict:
+def load_codes_file(path: str | os.PathLike, need: tuple[str, ...] = ("query", "db"), bits: int | None = None) -> dict:
     """Read and check a codes file; every part named in `need` must be there.
 
     Returns a dict with `bits` (int), `topk` (int R, or None for the whole database; the file records

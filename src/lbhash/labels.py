@@ -31,9 +31,7 @@ def as_multihot(labels, name: str = "labels", num_classes: int | None = None,
         ids = _as_class_ids(arr, name)
         if num_classes is not None:
             if ids.size and int(ids.max()) >= num_classes:
-                raise InputError(
-                    f"{name} has class id {int(ids.max())}, but there are only {num_classes} classes"
-                )
+                raise InputError(f"{name} has class id {int(ids.max())}, but there are only {num_classes} classes")
             width = num_classes
         elif keep_ids:
             ids = as_class_ids(ids, name, max_id)
@@ -66,9 +64,7 @@ def as_multihot_pair(a, b, names: tuple[str, str]) -> tuple[np.ndarray, np.ndarr
         check_label_shape(arr, name)
     width = next((arr.shape[1] for arr in (a_arr, b_arr) if arr.ndim == 2), None)
     if a_arr.ndim == 2 and b_arr.ndim == 2 and a_arr.shape[1] != b_arr.shape[1]:
-        raise InputError(
-            f"{names[0]} has {a_arr.shape[1]} label columns but {names[1]} has {b_arr.shape[1]}"
-        )
+        raise InputError(f"{names[0]} has {a_arr.shape[1]} label columns but {names[1]} has {b_arr.shape[1]}")
     if width is None:  # both integer vectors: one dense class axis for both
         ids = [_as_class_ids(x, n) for x, n in zip((a_arr, b_arr), names)]
         joint, width = dense_class_ids(np.concatenate(ids), f"{names[0]} and {names[1]}")

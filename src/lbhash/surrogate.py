@@ -99,8 +99,7 @@ class BlockSurrogate(nn.Module):
         l = l.detach()
         logits = self._block_logits(l, frozen=False, dropout=True)  # (u, B, K)
         target = self.pattern_index(l >= 0).t()                      # (u, B)
-        loss = F.cross_entropy(logits.view(-1, self.patterns), target.reshape(-1),
-                               reduction="sum") / l.shape[0]
+        loss = F.cross_entropy(logits.view(-1, self.patterns), target.reshape(-1), reduction="sum") / l.shape[0]
         # the target is the most likely pattern iff its logit reaches the maximum (faster than argmax)
         detached = logits.detach()
         accuracy = (detached.gather(2, target.unsqueeze(2)).squeeze(2) >= detached.amax(-1)).float().mean()

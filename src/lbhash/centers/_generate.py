@@ -86,8 +86,7 @@ def _check_args(bits, classes, kind, seed) -> tuple[int, int, int]:
     return int(bits), int(classes), int(seed)
 
 
-def _build(kind: str, bits: int, classes: int, seed: int, cache: bool,
-           canonical: bool) -> tuple[np.ndarray, str]:
+def _build(kind: str, bits: int, classes: int, seed: int, cache: bool, canonical: bool) -> tuple[np.ndarray, str]:
     if kind != "auto":
         return _one_kind(kind, bits, classes, seed, canonical), kind
     best, best_kind, best_dist, reasons = None, None, -1, []

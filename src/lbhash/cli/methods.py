@@ -28,8 +28,7 @@ def defaults_rows(profile: str) -> list[tuple[str, ...]]:
     rows = []
     for name in available_methods():
         d = method_defaults(name, profile)
-        constants = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
-                              for k, v in d.constants.items())
+        constants = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in d.constants.items())
         if method_class(name).closed_form:  # one fit: no optimizer, schedule or _D variant
             rows.append((name, "closed form", "-", "-", "-", "1", "-", "-", "-", constants or "-"))
             continue

@@ -56,8 +56,7 @@ def reproduce(experiment, data, protocol, out, workers, methods, bits, seeds, ki
         else:
             overrides["epochs"] = epochs
     spec = configure(experiment, **spec_values)
-    ctx = Context(data=data or "", out=out, protocol=protocol, workers=workers, overrides=overrides,
-                  report=click.echo)
+    ctx = Context(data=data or "", out=out, protocol=protocol, workers=workers, overrides=overrides, report=click.echo)
     check_output_dir(out, "--out")
     validate(spec, ctx)  # nothing is created before every option and run config is checked
     if (out / META_FILE).is_file():

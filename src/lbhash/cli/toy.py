@@ -68,8 +68,7 @@ def toy_mvb(bits: str, train_samples: int, eval_samples: str, noise: float, epoc
         result = run_toy(cfg)
         png = out / f"toy_mvb_{cfg.bits}bit.png"
         plot_toy(result, png)
-        record[str(cfg.bits)] = {**result.to_dict(), "seconds": time.perf_counter() - start,
-                                 "plot": png.name}
+        record[str(cfg.bits)] = {**result.to_dict(), "seconds": time.perf_counter() - start, "plot": png.name}
         click.echo("")
         click.echo(format_table(result))
         for line in paper_comparison(result):

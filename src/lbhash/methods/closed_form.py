@@ -50,8 +50,7 @@ def cross_moment(x: np.ndarray, mean: np.ndarray, other: np.ndarray | None = Non
 
 def project(x: np.ndarray, mean: np.ndarray, directions: np.ndarray) -> np.ndarray:
     """(x - mean) @ directions in float64 blocks: (n, k)."""
-    return np.concatenate([(x[s:s + CHUNK].astype(np.float64) - mean) @ directions
-                           for s in range(0, len(x), CHUNK)])
+    return np.concatenate([(x[s:s + CHUNK].astype(np.float64) - mean) @ directions for s in range(0, len(x), CHUNK)])
 
 
 def principal_directions(x: np.ndarray, mean: np.ndarray, k: int) -> np.ndarray:

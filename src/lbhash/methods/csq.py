@@ -27,8 +27,7 @@ def tie_center(bits: int, seed: int, rule: str = "random-center") -> torch.Tenso
     return torch.from_numpy(rng.integers(0, 2, bits) * 2.0 - 1).float()
 
 
-def majority_targets(centers: torch.Tensor, labels: torch.Tensor,
-                     ties: torch.Tensor | None = None) -> torch.Tensor:
+def majority_targets(centers: torch.Tensor, labels: torch.Tensor, ties: torch.Tensor | None = None) -> torch.Tensor:
     """Per sample, the bitwise majority (sign of the sum) of its positive labels' centers (a single-label
     row's class center); a tied bit takes that bit of `ties` (CSQ's reference rule), or +1 when `ties` is
     None (the rule of runs made before it)."""

@@ -53,6 +53,5 @@ class ITQ(ClosedFormHash):
     def fit_projection(self, x: np.ndarray, labels: np.ndarray, seed: int) -> ClosedFormFit:
         mean = feature_mean(x)
         directions = principal_directions(x, mean, self.bits)
-        rotation, errors = itq_rotation(project(x, mean, directions), random_rotation(self.bits, seed),
-                                        self.iterations)
+        rotation, errors = itq_rotation(project(x, mean, directions), random_rotation(self.bits, seed), self.iterations)
         return affine(directions @ rotation, mean, {"quantization": errors})
