@@ -40,7 +40,9 @@ def reed_solomon_centers(bits: int, classes: int) -> np.ndarray:
     best = None
     m = reed_solomon_field(bits, classes)
     if m is not None:
-        best = _best_pick(_rs_generators(bits, classes, m), bits, classes)
+        # the binary image has symbols*m >= bits positions: puncture the last ones
+        generators = (_rs_binary_generator(m, symbols, k)[:, :bits] for symbols, k in rs_dimensions(bits, classes, m))
+        best = _best_pick(generators, bits, classes)
     if best is None:
         raise InputError(
             f"reed_solomon centers need a shortened RS code over GF(2^m), m <= 8, with "
@@ -139,9 +141,3 @@ def rs_dimensions(bits: int, classes: int, m: int) -> Iterator[tuple[int, int]]:
     for k in range(1, min(symbols, MAX_DIMENSION // m + 1)):
         if k * m >= math.log2(classes):
             yield symbols, k
-
-
-def _rs_generators(bits: int, classes: int, m: int) -> Iterator[np.ndarray]:
-    for symbols, k in rs_dimensions(bits, classes, m):
-        # The binary image has symbols*m >= bits positions; puncture the last ones.
-        yield _rs_binary_generator(m, symbols, k)[:, :bits]

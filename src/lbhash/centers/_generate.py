@@ -87,8 +87,15 @@ def _check_args(bits, classes, kind, seed) -> tuple[int, int, int]:
 
 
 def _build(kind: str, bits: int, classes: int, seed: int, cache: bool, canonical: bool) -> tuple[np.ndarray, str]:
+    if kind == "random":
+        return random_centers(bits, classes, seed), kind
     if kind != "auto":
-        return _one_kind(kind, bits, classes, seed, canonical), kind
+        centers = hadamard_centers(bits, classes) if kind == "hadamard" else _algebraic_set(kind, bits, classes).copy()
+        if not canonical:  # a seeded distance-preserving relabelling
+            rng = np.random.default_rng(seed)
+            flips = np.where(rng.random(bits) < 0.5, -1, 1).astype(np.int8)
+            centers = np.ascontiguousarray(centers[rng.permutation(classes)][:, rng.permutation(bits)] * flips)
+        return centers, kind
     best, best_kind, best_dist, reasons = None, None, -1, []
     for candidate in AUTO_ORDER:
         try:
@@ -105,13 +112,6 @@ def _build(kind: str, bits: int, classes: int, seed: int, cache: bool, canonical
     return best, best_kind
 
 
-def _one_kind(kind: str, bits: int, classes: int, seed: int, canonical: bool) -> np.ndarray:
-    if kind == "random":
-        return random_centers(bits, classes, seed)
-    centers = hadamard_centers(bits, classes) if kind == "hadamard" else _algebraic_set(kind, bits, classes).copy()
-    return centers if canonical else _relabel(centers, seed)
-
-
 @functools.lru_cache(maxsize=32)
 def _algebraic_set(kind: str, bits: int, classes: int) -> np.ndarray:
     """The canonical BCH or Reed-Solomon set, built once per process: its search over codes
@@ -123,11 +123,3 @@ def _algebraic_set(kind: str, bits: int, classes: int) -> np.ndarray:
     centers = make(bits, classes)
     centers.flags.writeable = False
     return centers
-
-
-def _relabel(centers: np.ndarray, seed: int) -> np.ndarray:
-    """A seeded distance-preserving relabelling of a center set."""
-    rng = np.random.default_rng(seed)
-    classes, bits = centers.shape
-    flips = np.where(rng.random(bits) < 0.5, -1, 1).astype(np.int8)
-    return np.ascontiguousarray(centers[rng.permutation(classes)][:, rng.permutation(bits)] * flips)

@@ -25,20 +25,6 @@ class OneLineError(click.ClickException):
         click.echo(f"error: {self.format_message()}", err=True, file=file)
 
 
-def user_error_message(err: BaseException) -> str | None:
-    """The one-line message of a user mistake, or None for a bug."""
-    if isinstance(err, InputError):
-        return str(err)
-    if isinstance(err, click.UsageError) and not isinstance(err, OneLineError):
-        where = f" (see `{err.ctx.command_path} --help`)" if err.ctx is not None else ""
-        return err.format_message().replace("\n", " ") + where
-    if isinstance(err, OSError) and (isinstance(err, USER_OS_ERRORS) or err.errno in (errno.ENOSPC, errno.EDQUOT,
-                                                                                      errno.EROFS)):
-        name = err.filename if err.filename is not None else ""
-        return f"{name}: {err.strerror or err}" if name else str(err.strerror or err)
-    return None
-
-
 class LbhashGroup(click.Group):
     """Turns user mistakes into a one-line message with exit 2 (see the module docstring)."""
 
@@ -48,8 +34,16 @@ class LbhashGroup(click.Group):
         except (click.exceptions.Exit, click.Abort, OneLineError):
             raise
         except Exception as err:  # noqa: BLE001 - re-raised unless it is a user mistake
-            message = user_error_message(err)
-            if message is None:
+            if isinstance(err, InputError):
+                message = str(err)
+            elif isinstance(err, click.UsageError):
+                where = f" (see `{err.ctx.command_path} --help`)" if err.ctx is not None else ""
+                message = err.format_message().replace("\n", " ") + where
+            elif isinstance(err, OSError) and (isinstance(err, USER_OS_ERRORS)
+                                               or err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS)):
+                name = err.filename if err.filename is not None else ""
+                message = f"{name}: {err.strerror or err}" if name else str(err.strerror or err)
+            else:
                 raise
             raise OneLineError(message) from None
 
@@ -92,7 +86,7 @@ def parse_topk(value: str) -> int | None:
     try:
         topk = int(value)
     except ValueError:
-        raise InputError(f"--topk must be a positive integer or 'all', got {value!r}") from None
+        topk = 0
     if topk <= 0:
         raise InputError(f"--topk must be a positive integer or 'all', got {value!r}")
     return topk

@@ -82,12 +82,11 @@ class DBDH(MemoryBankLoss):
     description = "Deep balanced discrete hashing: pairwise likelihood against a memory bank + bit balance"
     center_part = None
     benchmark_recipe = {**BENCHMARK_RMSPROP, "lr_step": 50}
-    # With the clamp, Adam at 1e-3 collapses the codes (validation mAP 41.6 at 32 bits); 3e-4 was
-    # best on the validation split (docs/methods.md, "When to use --lbhash"), for the base method
-    # and _D alike. The recommended profile keeps the recipe that study validated, the clamp with
-    # it: the straight-through sign was not part of it (at 3e-4 on protocol cifar10, MobileNet
-    # features, 32 bits, seed 0, 20 epochs, it gave 43.2 mAP against the clamp's 61.4). The paper
-    # and benchmark profiles take the paper's sign.
+    # With the clamp, Adam at 1e-3 collapses the codes (validation mAP 41.6 at 32 bits); 3e-4 was best on the validation
+    # split (docs/methods.md, "When to use --lbhash"), for the base method and _D alike. The recommended profile keeps
+    # the recipe that study validated, the clamp with it: the straight-through sign was not part of it (at 3e-4 on
+    # protocol cifar10, MobileNet features, 32 bits, seed 0, 20 epochs, it gave 43.2 mAP against the clamp's 61.4). The
+    # paper and benchmark profiles take the paper's sign.
     recommended_recipe = {**RECOMMENDED_RECIPE, "lr": 3e-4}
     recommended_constants = {"binarize": "clamp"}
 

@@ -19,7 +19,7 @@ from lbhash.errors import InputError
 from lbhash.methods.base import PAPER_LBHASH, HashLoss, LossOutput, loss_output
 from lbhash.methods.csq import TIE_RULES, majority_targets
 from lbhash.options import Options, option
-from lbhash.surrogate import MULTILABEL_THETA, REDUCTIONS, BlockSurrogate
+from lbhash.surrogate import MULTILABEL_THETA, REDUCTIONS, BlockSurrogate, theta_weights
 
 MODES = ("add", "replace")
 ASSIGNMENTS = ("contiguous", "permuted", "redraw")
@@ -171,9 +171,7 @@ class LowerBoundObjective(nn.Module):
         """Candidate patterns (P, u) and per-sample weights (B, P) of L_theta."""
         if self.multilabel_target == "average":
             return self.center_patterns, labels
-        if bool((labels.sum(1) == 0).any()):
-            row = int(torch.nonzero(labels.sum(1) == 0)[0, 0])
-            raise InputError(f"L_theta needs at least one label per sample; batch row {row} has none")
+        theta_weights(labels)  # its check: every sample has a label
         codes = majority_targets(self.centers, labels, self.tie_center)[:, self.order]            # (B, bits)
         return self.surrogate.pattern_index(codes), torch.eye(len(labels), device=labels.device)
 
