@@ -48,9 +48,8 @@ _MILVUS_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,254}")  # Milvus's own rule 
 
 
 def check_name(name: str, option: str, milvus: bool = False) -> str:
-    """A name that becomes a path component (a study, a cell, a collection): letters, digits and
-    '_', '.', '+', '-', never '..', so it cannot climb out of its folder or name another place;
-    Milvus collection names follow Milvus's stricter rule."""
+    """A name that becomes a path component (a study, a cell, a collection): letters, digits and '_', '.', '+', '-',
+    never '..', so it cannot climb out of its folder; Milvus collection names follow Milvus's stricter rule."""
     pattern = _MILVUS_NAME if milvus else _NAME
     if not isinstance(name, str) or not pattern.fullmatch(name) or ".." in name:
         rule = ("a letter or '_', then letters, digits and '_' (Milvus's rule), at most 255" if milvus else

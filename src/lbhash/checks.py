@@ -21,8 +21,7 @@ def is_int(value) -> bool:
 
 
 def positive_int_env(name: str, unit: str = "") -> int | None:
-    """The positive integer in environment variable `name`, or None where it is unset or empty;
-    anything else is one line naming the variable (and the value's `unit`, e.g. "seconds")."""
+    """The positive integer in environment variable `name` (None: unset or empty), else one line naming it."""
     text = os.environ.get(name)
     if not text:
         return None

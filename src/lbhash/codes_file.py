@@ -39,8 +39,7 @@ def write_codes(path: str | os.PathLike, bits: int | None, parts: dict[str, dict
 
 
 def stored_labels(multi_label: bool, labels: np.ndarray) -> np.ndarray:
-    """The labels a codes file stores of multi-hot rows: class ids for single-label data,
-    the rows themselves (uint8) otherwise."""
+    """The labels a codes file stores of multi-hot rows: class ids for single-label data, else the rows (uint8)."""
     return labels.astype(np.uint8) if multi_label else labels.argmax(1).astype(np.int64)
 
 

@@ -73,8 +73,7 @@ def as_multihot_pair(a, b, names: tuple[str, str]) -> tuple[np.ndarray, np.ndarr
 
 
 def check_label_shape(arr: np.ndarray, name: str) -> None:
-    """Labels are class ids (n,) or multi-hot rows (n, C); anything deeper is refused here,
-    before numpy fails on it with a message that names nothing."""
+    """Labels are class ids (n,) or multi-hot rows (n, C): anything deeper is refused here, not by numpy later."""
     if arr.ndim not in (1, 2):
         raise InputError(f"{name} must be a vector of class ids (n,) or an (n, C) multi-hot matrix, "
                          f"got shape {arr.shape}")
@@ -101,8 +100,7 @@ def dense_class_ids(ids: np.ndarray, name: str) -> tuple[np.ndarray, int]:
 
 
 def as_class_ids(labels, name: str = "labels", max_id: int | None = None) -> np.ndarray:
-    """A vector of non-negative integer class ids as int64, each at most `max_id` where given
-    (without building a multi-hot matrix: an index keeps them sparse)."""
+    """Non-negative integer class ids as int64, each at most `max_id` where given (an index keeps them sparse)."""
     ids = _as_class_ids(np.asarray(labels), name)
     if max_id is not None and ids.size and int(ids.max()) > max_id:
         raise InputError(f"{name} has class id {int(ids.max())}; class ids must be at most {max_id}")

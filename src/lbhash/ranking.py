@@ -47,8 +47,7 @@ def fill_distances(q_row, db_t, dist):
 
 @njit(nogil=True, cache=True)
 def fill_distances_rows(q_row, db_rows, dist):
-    """dist[j] = Hamming distance of q_row (w,) to row j of db_rows (n, w), both of one unsigned
-    word type (a code of 8, 16, 32 or 64 bits per word)."""
+    """dist[j] = Hamming distance of q_row (w,) to row j of db_rows (n, w), both of one unsigned word type."""
     n, words = db_rows.shape
     if words == 1:  # one contiguous column: the loop vectorises
         column = db_rows.reshape(n)
@@ -89,8 +88,7 @@ def _guess_cutoff(dist, top, sample_hist):
 
 @njit(inline="always", cache=True)
 def _set_bits(masks, blocks, cand):
-    """The positions of the set bits of masks[:blocks] (bit k of word b: position 64 b + k)
-    into cand, ascending; returns their count."""
+    """The positions of the set bits of masks[:blocks] (bit k of word b: 64 b + k) into cand, ascending; their count."""
     m = 0
     for b in range(blocks):
         mask = masks[b]
@@ -237,8 +235,7 @@ def _near_mask(typingctx, flat, base, tiled, limit, words):
 
 @njit(inline="always", cache=True)
 def _fill_near_masks(tiled, db_rows, limit, masks, first, stop):
-    """masks[b] for blocks first <= b < stop: bit k set when row 64 b + k is within `limit` of
-    the query that `tiled` repeats 64 times (its words, one row after another)."""
+    """masks[b], first <= b < stop: bit k set when row 64 b + k is within `limit` of the query (`tiled`: 64 copies)."""
     n, words = db_rows.shape
     flat = db_rows.reshape(n * words)
     clamped = min(limit, words * db_rows.itemsize * 8)
@@ -265,8 +262,7 @@ def _fill_near_masks(tiled, db_rows, limit, masks, first, stop):
 
 @njit(inline="always", cache=True)
 def _rows_from_masks(q_row, db_rows, limit, masks, cand):
-    """The rows that `masks` mark, then the rows past the last full block within `limit`, into
-    cand in position order; returns their count."""
+    """The rows `masks` marks, then those past the last full block within `limit`, into cand in order; their count."""
     n = db_rows.shape[0]
     full = n // 64
     m = _set_bits(masks, full, cand)
@@ -284,8 +280,8 @@ _BLOCK = 128  # mask words per block: 8,192 rows, in the core's cache while ever
 
 @njit(inline="always", cache=True)
 def _share_a_pass(queries, db_rows, top, hist, limits, tiled, masks):
-    """For each query i: its guessed cutoff into limits[i], and into masks[i] the rows within
-    it, every block of rows compared with all the queries while it is in cache."""
+    """For each query i: its guessed cutoff into limits[i] and the rows within it into masks[i], each block of rows
+    compared with every query while it is in cache."""
     full, words = db_rows.shape[0] // 64, db_rows.shape[1]
     for i in range(queries.shape[0]):
         limits[i] = _sampled_cutoff(queries[i], db_rows, top, hist)
