@@ -145,8 +145,7 @@ def _print_results(results: list[dict], class_names: list[str] | None) -> None:
 
 
 def _queries(index, codes_path, features_path, image_paths, encoder, rescore: bool):
-    """Names, `Queries` (with their embeddings when rescore=True) and class-id lists (None
-    when the queries have no labels) of the queries."""
+    """The queries' names, `Queries` (with embeddings when rescore=True) and class-id lists (None: no labels)."""
     from lbhash.index.hits import Queries
 
     if codes_path is not None:

@@ -93,8 +93,7 @@ class HashLoss(nn.Module):
 
     def compute_loss(self, u: torch.Tensor, labels: torch.Tensor,
                      index: torch.Tensor | None) -> dict[str, torch.Tensor]:
-        """The method's formula: named, weighted loss parts of u (float32 or float64). A method
-        that `needs_features` also takes them: compute_loss(u, labels, index, features)."""
+        """The method's formula: named, weighted loss parts of u (float32 or float64), and of `features` if needed."""
         raise NotImplementedError
 
     def _check_shapes(self, u: torch.Tensor, labels: torch.Tensor) -> None:

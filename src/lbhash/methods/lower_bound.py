@@ -134,8 +134,7 @@ class LowerBoundObjective(nn.Module):
         return f"{self.base.name}_D"
 
     def draw_order(self, draw: int) -> torch.Tensor:
-        """The seeded permutation number `draw` of the bits (a function of the seed and draw only,
-        so that a resumed run redraws exactly what an uninterrupted one did)."""
+        """The seeded permutation number `draw` of the bits: a resumed run redraws what an uninterrupted one did."""
         rng = np.random.default_rng([self.seed, 7, draw])
         return torch.from_numpy(rng.permutation(self.base.bits)).to(self.order.device)
 
