@@ -10,19 +10,11 @@ labels, limits, options and ranking sit beside codes at the bottom):
 codes -> centers -> surrogate -> methods -> models -> data -> encoders -> evaluate -> train -> index -> runs -> reproduce -> service -> cli
 """
 
+from lbhash._lazy import lazy_names
+
 __version__ = "0.2.0"
 
 __all__ = ["HashEncoder", "InputError", "__version__"]
 
-
-def __getattr__(name: str):
-    # imported on first use: `import lbhash` stays light (no torch)
-    if name == "HashEncoder":
-        from lbhash.runs.hash_encoder import HashEncoder
-
-        return HashEncoder
-    if name == "InputError":
-        from lbhash.errors import InputError
-
-        return InputError
-    raise AttributeError(f"module 'lbhash' has no attribute {name!r}")
+# imported on first use: `import lbhash` stays light (no torch)
+__getattr__ = lazy_names(__name__, {"HashEncoder": "runs.hash_encoder", "InputError": "errors"}, globals())[0]

@@ -21,12 +21,9 @@ from lbhash.errors import InputError
 
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path beside `path`; rename it onto `path` only on success.
-
-    Readers never see a half-written file, and a failure leaves no file behind. The temporary
-    name holds this process's id, so that temporaries left by killed processes (`kill -9`
-    skips every clean-up) are recognised and removed by the next write to the same path.
-    """
+    """Yield a temporary path beside `path`; rename it onto `path` only on success: readers never see a
+    half-written file, and a failure leaves none. The temporary name holds this process's id, so that
+    those of killed processes (`kill -9` skips every clean-up) are removed by the next write there."""
     path = Path(path)
     if path.is_dir():
         raise InputError(f"{path}: is a directory, cannot write a file there")
@@ -51,9 +48,8 @@ _MILVUS_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,254}")  # Milvus's own rule 
 
 
 def check_name(name: str, option: str, milvus: bool = False) -> str:
-    """A name that becomes a path component (a study, a cell, a collection): letters, digits and
-    '_', '.', '+', '-', never '..', so it cannot climb out of its folder or name another place;
-    Milvus collection names follow Milvus's stricter rule."""
+    """A name that becomes a path component (a study, a cell, a collection): letters, digits and '_', '.', '+', '-',
+    never '..', so it cannot climb out of its folder; Milvus collection names follow Milvus's stricter rule."""
     pattern = _MILVUS_NAME if milvus else _NAME
     if not isinstance(name, str) or not pattern.fullmatch(name) or ".." in name:
         rule = ("a letter or '_', then letters, digits and '_' (Milvus's rule), at most 255" if milvus else
@@ -63,8 +59,7 @@ def check_name(name: str, option: str, milvus: bool = False) -> str:
 
 
 def check_output_file(path: str | os.PathLike, option: str) -> Path:
-    """A path a command may write a file to, checked before any work: not a directory, and its
-    parent a directory (or creatable) that can be written."""
+    """A file a command may write, checked before any work: not a directory, its parent writable or creatable."""
     path = Path(path)
     if path.is_dir():
         raise InputError(f"{option} {path}: is a directory; give a file name")
@@ -92,8 +87,7 @@ def refuse_inside_run(path: str | os.PathLike, option: str) -> None:
 
 
 def check_output_dir(path: str | os.PathLike, option: str) -> Path:
-    """A directory a command may write into, checked before any work: not a file, and under a
-    directory that can be written."""
+    """A directory a command may write into, checked before any work: not a file, under a writable directory."""
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise InputError(f"{option} {path}: is a file, not a directory")
@@ -116,18 +110,15 @@ def temporary_name(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
 
 
-def remove_stale_temporaries(path: Path) -> int:
-    """Remove `.NAME.PID.*.tmp` files beside `path` whose process is gone; return how many."""
-    removed = 0
+def remove_stale_temporaries(path: Path) -> None:
+    """Remove `.NAME.PID.*.tmp` files beside `path` whose process is gone."""
     for tmp in path.parent.glob(f".{path.name}.*.tmp"):
         pid = tmp.name[len(path.name) + 2:].split(".", 1)[0]
         if pid.isdigit() and not _alive(int(pid)):
             try:
                 tmp.unlink()
-                removed += 1
             except OSError:
                 pass
-    return removed
 
 
 def _alive(pid: int) -> bool:
@@ -141,10 +132,9 @@ def _alive(pid: int) -> bool:
 
 
 def open_own_file(path: str | os.PathLike, flags: int, mode: int = 0o644) -> int:
-    """A descriptor of the regular file at `path` (created with `os.O_CREAT`), never of what a
-    link there points to: a file lbhash writes beside an index (its lock, its log) that an
-    attacker replaced by a symbolic link, a FIFO or a device is refused in one line instead of
-    being truncated, overwritten or blocking for ever."""
+    """A descriptor of the regular file at `path` (created with `os.O_CREAT`), never of what a link there points to: a
+    file lbhash writes beside an index (its lock, its log) that an attacker replaced by a symbolic link, a FIFO or a
+    device is refused in one line instead of being truncated, overwritten or blocking for ever."""
     try:
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
     except OSError as err:
@@ -182,8 +172,7 @@ def save_npz(path: str | os.PathLike, **arrays: np.ndarray) -> None:
 
 
 def load_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
-    """Read every array of an .npz file without allowing pickled objects, after checking from
-    the arrays' headers that they fit in memory."""
+    """Every array of an .npz file, no pickled objects, once their headers show they fit in memory."""
     path = Path(path)
     check_fits_in_memory(path, _npz_headers(path))
     try:
@@ -196,8 +185,7 @@ def load_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
 
 
 def load_npy(path: str | os.PathLike) -> np.ndarray:
-    """Read one .npy array without allowing pickled objects, after checking from its header
-    that it fits in memory."""
+    """One .npy array, no pickled objects, once its header shows it fits in memory."""
     path = Path(path)
     check_fits_in_memory(path, _npy_headers(path))
     try:
@@ -209,8 +197,8 @@ def load_npy(path: str | os.PathLike) -> np.ndarray:
 
 
 def array_headers(path: str | os.PathLike) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-    """(shape, dtype) of every array of an .npz file, or of an .npy file's one array (key ''),
-    from their headers alone; InputError, as load_npz/load_npy give, for a file that is neither."""
+    """(shape, dtype) of every array of an .npz file, or of an .npy file's one array (key ''), from their
+    headers alone; InputError, as load_npz/load_npy give, for a file that is neither."""
     path = Path(path)
     return _npz_headers(path) if path.suffix.lower() == ".npz" else _npy_headers(path)
 
@@ -300,11 +288,9 @@ def _rlimit_headroom() -> list[int]:
 def check_fits_in_memory(path: Path, headers: dict[str, tuple[tuple[int, ...], np.dtype]], extra: int = 0,
                          extra_what: str = "", subject: tuple[str, tuple, np.dtype] | None = None) -> None:
     """Refuse a file whose arrays, as their headers describe them, exceed the available memory
-    (numpy would otherwise fail part-way with a traceback, or the machine start swapping).
-
-    `extra` bytes of copies the caller makes after reading (`extra_what` says which) count
-    too; `subject` (name, shape, dtype) is what the message then names (default: the largest
-    array)."""
+    (numpy would otherwise fail part-way with a traceback, or the machine start swapping). `extra`
+    bytes of copies the caller makes after reading (`extra_what` says which) count too; `subject`
+    (name, shape, dtype) is what the message then names (default: the largest array)."""
     sizes = {key: int(np.prod(shape, dtype=object)) * dtype.itemsize for key, (shape, dtype) in headers.items()}
     free = available_memory()
     need = sum(sizes.values()) + extra

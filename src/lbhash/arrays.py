@@ -18,10 +18,9 @@ def as_float32(x) -> np.ndarray:
 
 
 def first_nonfinite(x: np.ndarray, rows: np.ndarray | None = None) -> tuple[int, int] | None:
-    """(row, column) of the first NaN or infinity of a 2-D array, in the order of `rows` (default:
-    every row), or None when all are finite. Row sums screen without copying the array (a sum is
-    not finite wherever its row holds NaN or inf, and rarely by overflow); the rows they flag are
-    confirmed value by value."""
+    """(row, column) of the first NaN or infinity of a 2-D array, in the order of `rows` (default: every row), or None
+    when all are finite. Row sums screen without copying the array (a sum is not finite wherever its row holds NaN or
+    inf, and rarely by overflow); the rows they flag are confirmed value by value."""
     if rows is None:
         return _first_in(x, np.arange(len(x)))
     step = max(1, _BLOCK_BYTES // max(1, x[:1].nbytes))

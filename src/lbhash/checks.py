@@ -1,8 +1,7 @@
 """The integer checks every layer shares, and the one spelling of "the whole database" in files.
 
-In memory the whole database is `None` (topk=None); in files it is the string "all"
-(config.yaml, metrics.json, codes.npz, split.npz). Files written before this rule hold -1,
-which still reads as the whole database.
+In memory the whole database is `None` (topk=None); in files it is the string "all" (config.yaml, metrics.json,
+codes.npz, split.npz). Files written before this rule hold -1, which still reads as the whole database.
 """
 
 from __future__ import annotations
@@ -22,8 +21,7 @@ def is_int(value) -> bool:
 
 
 def positive_int_env(name: str, unit: str = "") -> int | None:
-    """The positive integer in environment variable `name`, or None where it is unset or empty;
-    anything else is one line naming the variable (and the value's `unit`, e.g. "seconds")."""
+    """The positive integer in environment variable `name` (None: unset or empty), else one line naming it."""
     text = os.environ.get(name)
     if not text:
         return None

@@ -60,10 +60,8 @@ def unpack(packed, bits: int, name: str = "codes") -> np.ndarray:
 def as_packed(codes, bits: int | None = None, name: str = "codes") -> tuple[np.ndarray, int]:
     """Accept +/-1 codes, booleans, or packed uint8; return (packed, bits).
 
-    Packed uint8 codes have 8 bits per byte unless `bits` says otherwise (a length that is not
-    a multiple of 8, e.g. bits=12 in 2 bytes).
-    Padding bits beyond `bits` in the last byte must be 0 (a set one means the codes were
-    packed for another length), so that they never count in a distance.
+    Packed uint8 codes have 8 bits per byte unless `bits` says otherwise (e.g. bits=12 in 2 bytes). Padding bits beyond
+    `bits` must be 0 (else the codes were packed for another length), so that they never count in a distance.
     """
     arr = np.asarray(codes)
     if arr.ndim != 2:
@@ -124,10 +122,8 @@ def popcount(codes, bits: int | None = None) -> np.ndarray:
 
 
 def hamming_distance(a, b, bits: int | None = None) -> np.ndarray:
-    """All pairwise Hamming distances (len(a), len(b)) as int32.
-
-    Popcount of XOR on packed 64-bit words, in row chunks so that temporaries stay bounded.
-    """
+    """All pairwise Hamming distances (len(a), len(b)) as int32: popcount of XOR on 64-bit words, in row
+    chunks so that temporaries stay bounded."""
     pa, bits_a = as_packed(a, bits, "a")
     pb, bits_b = as_packed(b, bits, "b")
     if bits_a != bits_b:
@@ -142,12 +138,9 @@ def hamming_distance(a, b, bits: int | None = None) -> np.ndarray:
 
 
 def class_centers(codes, labels, bits: int | None = None, num_classes: int | None = None):
-    """Bitwise-majority center of each class (paper Sec. 4), ties -> +1.
-
-    Multi-label items count for every one of their labels. Returns (centers, counts):
-    centers is int8 +/-1 (C, bits); counts[c] is the number of items of class c (a class
-    without items gets an all +1 row and count 0).
-    """
+    """Bitwise-majority center of each class (paper Sec. 4), ties -> +1; multi-label items count for every
+    label. Returns int8 +/-1 centers (C, bits) and counts[c], the items of class c (a class without
+    items gets an all +1 row and count 0)."""
     packed, bits = as_packed(codes, bits)
     onehot = as_multihot(labels, "labels", num_classes)
     if len(onehot) != len(packed):
@@ -161,8 +154,6 @@ def class_centers(codes, labels, bits: int | None = None, num_classes: int | Non
     centers = np.where(2 * positives >= counts[:, None], 1, -1).astype(np.int8)
     return centers, counts
 
-
-# --- validation helpers -------------------------------------------------------------------
 
 def _check_signs(arr: np.ndarray, name: str) -> None:
     if arr.dtype.kind not in "iuf":
@@ -182,7 +173,5 @@ def _check_packed(arr: np.ndarray, bits: int, name: str) -> np.ndarray:
     if arr.dtype != np.uint8 or arr.ndim != 2:
         raise InputError(f"packed {name} must be a 2-D uint8 array, got {arr.dtype} with shape {arr.shape}")
     if arr.shape[1] != packed_width(bits):
-        raise InputError(
-            f"packed {name} has {arr.shape[1]} bytes per code, but bits={bits} needs {packed_width(bits)}"
-        )
+        raise InputError(f"packed {name} has {arr.shape[1]} bytes per code, but bits={bits} needs {packed_width(bits)}")
     return arr

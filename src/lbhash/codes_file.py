@@ -39,8 +39,7 @@ def write_codes(path: str | os.PathLike, bits: int | None, parts: dict[str, dict
 
 
 def stored_labels(multi_label: bool, labels: np.ndarray) -> np.ndarray:
-    """The labels a codes file stores of multi-hot rows: class ids for single-label data,
-    the rows themselves (uint8) otherwise."""
+    """The labels a codes file stores of multi-hot rows: class ids for single-label data, else the rows (uint8)."""
     return labels.astype(np.uint8) if multi_label else labels.argmax(1).astype(np.int64)
 
 
@@ -76,16 +75,13 @@ def codes_from_arrays(arrays: dict[str, np.ndarray], where: str = "codes") -> di
     return _normalized(where, arrays)
 
 
-def load_codes_file(path: str | os.PathLike, need: tuple[str, ...] = ("query", "db"),
-                    bits: int | None = None) -> dict:
+def load_codes_file(path: str | os.PathLike, need: tuple[str, ...] = ("query", "db"), bits: int | None = None) -> dict:
     """Read and check a codes file; every part named in `need` must be there.
 
-    Returns a dict with `bits` (int), `topk` (int R, or None for the whole database; the
-    file records one when `topk_recorded`),
-    `parts` (the part names present) and each part's arrays under their prefixed keys, ids
-    always filled in. A .npy file of codes is one part ("items"); `bits` reads packed uint8
-    codes of a width other than 8 x bytes.
-    """
+    Returns a dict with `bits` (int), `topk` (int R, or None for the whole database; the file records
+    one when `topk_recorded`), `parts` (the part names present) and each part's arrays under their
+    prefixed keys, ids always filled in. A .npy file of codes is one part ("items"); `bits` reads
+    packed uint8 codes of a width other than 8 x bytes."""
     path = Path(path)
     if path.suffix.lower() == ".npy":
         codes = _io.load_npy(path)

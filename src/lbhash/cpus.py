@@ -12,8 +12,7 @@ from lbhash.checks import positive_int_env
 
 
 def usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity), or the machine's count where the
-    system does not say."""
+    """The CPUs this process may run on (its affinity), or the machine's count where the system does not say."""
     try:
         return len(os.sched_getaffinity(0)) or 1
     except AttributeError:  # not on Linux

@@ -1,10 +1,9 @@
 """The error types for bad user input.
 
-`InputError` (a ValueError) is raised at the edges; the command line prints it as one line and
-exits with status 2, and every other exception is a bug that keeps its traceback. `NotFound`,
-`Conflict` and `TooLarge` are InputErrors the service answers with 404, 409 and 413.
-`require_extra` names the extra of a missing optional dependency; `LbhashWarning` is the base
-of lbhash's warnings about input it accepted but changed.
+`InputError` (a ValueError) is raised at the edges; the command line prints it as one line and exits with status 2, and
+every other exception is a bug that keeps its traceback. `NotFound`, `Conflict` and `TooLarge` are InputErrors the
+service answers with 404, 409 and 413. `require_extra` names the extra of a missing optional dependency; `LbhashWarning`
+is the base of lbhash's warnings about input it accepted but changed.
 """
 
 
@@ -30,8 +29,7 @@ class LbhashWarning(UserWarning):
 
 
 def one_line(err: BaseException) -> str:
-    """An exception's message on one line (its whitespace runs collapsed), or its type's name
-    when it has none."""
+    """An exception's message on one line (its whitespace runs collapsed), or its type's name when it has none."""
     return " ".join(str(err).split()) or type(err).__name__
 
 

@@ -1,9 +1,8 @@
 """Label conversion at the edge: integer class ids or multi-hot rows -> boolean multi-hot.
 
-Inside the library labels are a 2-D multi-hot array (n, C), except in a search index, which
-keeps class-id sets sparsely (lbhash.index.sparse_labels). An item is relevant to a
-query when they share at least one label. Class ids must be dense (0..C-1 all used); sparse
-ids are remapped to 0..C-1 in increasing order, with a SparseClassIdsWarning, and at most
+Inside the library labels are a 2-D multi-hot array (n, C), except in a search index, which keeps class-id sets sparsely
+(lbhash.index.sparse_labels). An item is relevant to a query when they share at least one label. Class ids must be dense
+(0..C-1 all used); sparse ids are remapped to 0..C-1 in increasing order, with a SparseClassIdsWarning, and at most
 MAX_CLASSES distinct ids are accepted (a stray id of 10^9 must not become a 10^9-column array).
 """
 
@@ -24,20 +23,15 @@ class SparseClassIdsWarning(LbhashWarning):
 
 def as_multihot(labels, name: str = "labels", num_classes: int | None = None,
                 keep_ids: bool = False, max_id: int = MAX_CLASSES - 1) -> np.ndarray:
-    """Return labels as a boolean (n, C) multi-hot array.
-
-    `labels` is either a vector of non-negative integer class ids or a 2-D 0/1 matrix.
-    keep_ids: class id c is always column c (ids that name classes elsewhere, as in an index),
-    never remapped; ids must then be at most `max_id`.
-    """
+    """Labels (non-negative integer class ids (n,) or a 0/1 matrix (n, C)) as a boolean (n, C) multi-hot
+    array. keep_ids: class id c is always column c (ids that name classes elsewhere, as in an index),
+    never remapped; ids must then be at most `max_id`."""
     arr = np.asarray(labels)
     if arr.ndim == 1:
         ids = _as_class_ids(arr, name)
         if num_classes is not None:
             if ids.size and int(ids.max()) >= num_classes:
-                raise InputError(
-                    f"{name} has class id {int(ids.max())}, but there are only {num_classes} classes"
-                )
+                raise InputError(f"{name} has class id {int(ids.max())}, but there are only {num_classes} classes")
             width = num_classes
         elif keep_ids:
             ids = as_class_ids(ids, name, max_id)
@@ -68,14 +62,9 @@ def as_multihot_pair(a, b, names: tuple[str, str]) -> tuple[np.ndarray, np.ndarr
     a_arr, b_arr = np.asarray(a), np.asarray(b)
     for arr, name in zip((a_arr, b_arr), names):
         check_label_shape(arr, name)
-    width = None
-    for arr in (a_arr, b_arr):
-        if arr.ndim == 2:
-            width = arr.shape[1] if width is None else width
+    width = next((arr.shape[1] for arr in (a_arr, b_arr) if arr.ndim == 2), None)
     if a_arr.ndim == 2 and b_arr.ndim == 2 and a_arr.shape[1] != b_arr.shape[1]:
-        raise InputError(
-            f"{names[0]} has {a_arr.shape[1]} label columns but {names[1]} has {b_arr.shape[1]}"
-        )
+        raise InputError(f"{names[0]} has {a_arr.shape[1]} label columns but {names[1]} has {b_arr.shape[1]}")
     if width is None:  # both integer vectors: one dense class axis for both
         ids = [_as_class_ids(x, n) for x, n in zip((a_arr, b_arr), names)]
         joint, width = dense_class_ids(np.concatenate(ids), f"{names[0]} and {names[1]}")
@@ -84,8 +73,7 @@ def as_multihot_pair(a, b, names: tuple[str, str]) -> tuple[np.ndarray, np.ndarr
 
 
 def check_label_shape(arr: np.ndarray, name: str) -> None:
-    """Labels are class ids (n,) or multi-hot rows (n, C); anything deeper is refused here,
-    before numpy fails on it with a message that names nothing."""
+    """Labels are class ids (n,) or multi-hot rows (n, C): anything deeper is refused here, not by numpy later."""
     if arr.ndim not in (1, 2):
         raise InputError(f"{name} must be a vector of class ids (n,) or an (n, C) multi-hot matrix, "
                          f"got shape {arr.shape}")
@@ -112,8 +100,7 @@ def dense_class_ids(ids: np.ndarray, name: str) -> tuple[np.ndarray, int]:
 
 
 def as_class_ids(labels, name: str = "labels", max_id: int | None = None) -> np.ndarray:
-    """A vector of non-negative integer class ids as int64, each at most `max_id` where given
-    (without building a multi-hot matrix: an index keeps them sparse)."""
+    """Non-negative integer class ids as int64, each at most `max_id` where given (an index keeps them sparse)."""
     ids = _as_class_ids(np.asarray(labels), name)
     if max_id is not None and ids.size and int(ids.max()) > max_id:
         raise InputError(f"{name} has class id {int(ids.max())}; class ids must be at most {max_id}")

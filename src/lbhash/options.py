@@ -12,8 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from lbhash.errors import InputError
 
 
-def option(default: Any, help: str, expect: str, shown: str | None = None, cli: bool = True,
-           **constraints) -> Any:
+def option(default: Any, help: str, expect: str, shown: str | None = None, cli: bool = True, **constraints) -> Any:
     """A field: its default, help text, what it accepts (for messages) and the default as the
     command line shows it (None: the default itself)."""
     extra = {"expect": expect, "cli": cli}

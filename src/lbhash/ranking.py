@@ -1,10 +1,9 @@
 """Numba kernels that rank a database of packed codes by Hamming distance from one query.
 
-Distances are integers in [0, bits], so a ranking is a counting sort: histogram the distances,
-find the bucket where the top T is reached, and order only the items up to it (ties keep
-database order). The evaluation ranks word-major (w, n) uint64 databases; a flat index ranks its
-row-major codes, 64 rows at a time (`_near_mask`), up to 32 queries per pass. Every kernel
-releases the GIL; `for_query_ranges` runs chunks of queries in parallel threads.
+Distances are integers in [0, bits], so a ranking is a counting sort: histogram the distances, find the bucket where the
+top T is reached, and order only the items up to it (ties keep database order). The evaluation ranks word-major (w, n)
+uint64 databases; a flat index ranks its row-major codes, 64 rows at a time (`_near_mask`), up to 32 queries per pass.
+Every kernel releases the GIL; `for_query_ranges` runs chunks of queries in parallel threads.
 """
 
 from __future__ import annotations
@@ -48,8 +47,7 @@ def fill_distances(q_row, db_t, dist):
 
 @njit(nogil=True, cache=True)
 def fill_distances_rows(q_row, db_rows, dist):
-    """dist[j] = Hamming distance of q_row (w,) to row j of db_rows (n, w), both of one unsigned
-    word type (a code of 8, 16, 32 or 64 bits per word)."""
+    """dist[j] = Hamming distance of q_row (w,) to row j of db_rows (n, w), both of one unsigned word type."""
     n, words = db_rows.shape
     if words == 1:  # one contiguous column: the loop vectorises
         column = db_rows.reshape(n)
@@ -58,10 +56,7 @@ def fill_distances_rows(q_row, db_rows, dist):
             dist[j] = popcount64(q0 ^ np.uint64(column[j]))
         return
     for j in range(n):
-        total = np.uint64(0)
-        for k in range(words):
-            total += popcount64(np.uint64(q_row[k]) ^ np.uint64(db_rows[j, k]))
-        dist[j] = total
+        dist[j] = _row_distance(q_row, db_rows, j)
 
 
 @njit(inline="always", cache=True)
@@ -93,8 +88,7 @@ def _guess_cutoff(dist, top, sample_hist):
 
 @njit(inline="always", cache=True)
 def _set_bits(masks, blocks, cand):
-    """The positions of the set bits of masks[:blocks] (bit k of word b: position 64 b + k)
-    into cand, ascending; returns their count."""
+    """The positions of the set bits of masks[:blocks] (bit k of word b: 64 b + k) into cand, ascending; their count."""
     m = 0
     for b in range(blocks):
         mask = masks[b]
@@ -107,11 +101,8 @@ def _set_bits(masks, blocks, cand):
 
 @njit(nogil=True, cache=True)
 def _collect_within(dist, limit, masks, cand):
-    """Write, in index order, the items at distance <= limit into cand; return their count.
-
-    Comparisons are packed into one 64-bit mask per 64 items (a vectorised loop), then the
-    set bits are read out: no branch per item, so no mispredictions at low hit rates.
-    """
+    """Write, in index order, the items at distance <= limit into cand; return their count. One 64-bit
+    mask per 64 items (a vectorised loop), then its set bits: no branch, so no mispredictions, per item."""
     n = dist.shape[0]
     full = n // 64
     for b in range(full):
@@ -132,13 +123,12 @@ def _collect_within(dist, limit, masks, cand):
 def rank_distances(dist, top, hist, masks, cand, offsets, order):
     """Rank items by dist (n,): order[:top] gets the nearest items, ties by index (top <= n).
 
-    A counting sort restricted to the head of the ranking: collect the items within a
-    guessed cutoff distance, histogram only those, and sort only those. If the guess falls
-    short of `top` items, the full histogram gives the exact cutoff and we collect again.
-    Returns (cutoff, m): the distance of the last bucket reached and the number of
-    collected items cand[:m] (index order), which include every item at distance <= cutoff
-    and maybe farther ones, which callers skip. hist[d] is exact for d <= cutoff.
-    Buffers: hist (nbins,), masks (n // 64 + 1,), cand (n,), offsets (nbins + 1,), order (top + 1,).
+    A counting sort restricted to the head of the ranking: collect the items within a guessed cutoff distance, histogram
+    only those, and sort only those. If the guess falls short of `top` items, the full histogram gives the exact cutoff
+    and we collect again. Returns (cutoff, m): the distance of the last bucket reached and the number of collected items
+    cand[:m] (index order), which include every item at distance <= cutoff and maybe farther ones, which callers skip.
+    hist[d] is exact for d <= cutoff. Buffers: hist (nbins,), masks (n // 64 + 1,), cand (n,), offsets (nbins + 1,),
+    order (top + 1,).
     """
     nbins = hist.shape[0]
     limit = _guess_cutoff(dist, top, hist)
@@ -202,11 +192,10 @@ def _sampled_cutoff(q_row, db_rows, top, sample_hist):
 
 @intrinsic
 def _near_mask(typingctx, flat, base, tiled, limit, words):
-    """Bit k of a uint64 set when row k of the 64 rows of `words` words that start at flat[base]
-    is within `limit` of the query, whose words `tiled` repeats 64 times, as vector operations:
-    LLVM lowers them to the machine's widest popcount and compare, which numba's loop
-    vectoriser does not find for a packed mask. `words` is a literal int; flat and tiled have
-    one unsigned type; 0 <= limit <= the row's width."""
+    """Bit k of a uint64 set when row k of the 64 rows of `words` words that start at flat[base] is within `limit` of
+    the query, whose words `tiled` repeats 64 times, as vector operations: LLVM lowers them to the machine's widest
+    popcount and compare, which numba's loop vectoriser does not find for a packed mask. `words` is a literal int; flat
+    and tiled have one unsigned type; 0 <= limit <= the row's width."""
     if not (isinstance(flat, types.Array) and isinstance(flat.dtype, types.Integer) and isinstance(tiled, types.Array)
             and tiled.dtype == flat.dtype and isinstance(words, types.IntegerLiteral)):
         return None
@@ -246,8 +235,7 @@ def _near_mask(typingctx, flat, base, tiled, limit, words):
 
 @njit(inline="always", cache=True)
 def _fill_near_masks(tiled, db_rows, limit, masks, first, stop):
-    """masks[b] for blocks first <= b < stop: bit k set when row 64 b + k is within `limit` of
-    the query that `tiled` repeats 64 times (its words, one row after another)."""
+    """masks[b], first <= b < stop: bit k set when row 64 b + k is within `limit` of the query (`tiled`: 64 copies)."""
     n, words = db_rows.shape
     flat = db_rows.reshape(n * words)
     clamped = min(limit, words * db_rows.itemsize * 8)
@@ -274,8 +262,7 @@ def _fill_near_masks(tiled, db_rows, limit, masks, first, stop):
 
 @njit(inline="always", cache=True)
 def _rows_from_masks(q_row, db_rows, limit, masks, cand):
-    """The rows that `masks` mark, then the rows past the last full block within `limit`, into
-    cand in position order; returns their count."""
+    """The rows `masks` marks, then those past the last full block within `limit`, into cand in order; their count."""
     n = db_rows.shape[0]
     full = n // 64
     m = _set_bits(masks, full, cand)
@@ -293,8 +280,8 @@ _BLOCK = 128  # mask words per block: 8,192 rows, in the core's cache while ever
 
 @njit(inline="always", cache=True)
 def _share_a_pass(queries, db_rows, top, hist, limits, tiled, masks):
-    """For each query i: its guessed cutoff into limits[i], and into masks[i] the rows within
-    it, every block of rows compared with all the queries while it is in cache."""
+    """For each query i: its guessed cutoff into limits[i] and the rows within it into masks[i], each block of rows
+    compared with every query while it is in cache."""
     full, words = db_rows.shape[0] // 64, db_rows.shape[1]
     for i in range(queries.shape[0]):
         limits[i] = _sampled_cutoff(queries[i], db_rows, top, hist)
@@ -310,12 +297,11 @@ def _share_a_pass(queries, db_rows, top, hist, limits, tiled, masks):
 def nearest_rows_chunk(q_words, db_rows, allowed, excluded, out_pos, out_dist):
     """The out_pos.shape[1] nearest rows of db_rows (n, w) to each query (nq, w), ties by position.
 
-    Without a filter (`allowed` empty), one pass shared by up to 32 queries keeps the rows within a
-    cutoff guessed from a sample, and only they are ranked (`rank_distances`). With `allowed` (n,)
-    bool, or when the guess falls short, every distance is written (an excluded row's as `excluded`,
-    past every real one); places past the allowed rows come back as position -1 and distance int32
-    max, as FAISS pads. Allocates n // 8 bytes of masks per query sharing a pass (at most 64 MiB),
-    8 bytes per row of candidates, and for a filtered or short-guessed query 2 bytes per row.
+    Without a filter (`allowed` empty), one pass shared by up to 32 queries keeps the rows within a cutoff guessed from
+    a sample, and only they are ranked (`rank_distances`). With `allowed` (n,) bool, or when the guess falls short,
+    every distance is written (an excluded row's as `excluded`, past every real one); places past the allowed rows come
+    back as position -1 and distance int32 max, as FAISS pads. Allocates n // 8 bytes of masks per query sharing a pass
+    (at most 64 MiB), 8 bytes per row of candidates, and for a filtered or short-guessed query 2 bytes per row.
     """
     n = db_rows.shape[0]
     nq = q_words.shape[0]
@@ -371,12 +357,9 @@ def nearest_rows_chunk(q_words, db_rows, allowed, excluded, out_pos, out_dist):
 
 
 def for_query_ranges(n: int, work: Callable[[int, int], None], threads: int, shared: int = 1) -> None:
-    """Call work(start, stop) over ranges covering [0, n), in up to `threads` parallel threads.
-
-    The kernels release the GIL, so threads run truly in parallel. A range holds at least
-    `shared` queries where each thread still gets one (queries that share a pass over the rows:
-    `nearest_rows_chunk` takes 32).
-    """
+    """Call work(start, stop) over ranges covering [0, n), in up to `threads` threads (the kernels release
+    the GIL). A range holds at least `shared` queries where each thread still gets one (queries that share
+    a pass over the rows: `nearest_rows_chunk` takes 32)."""
     threads = min(threads, n)
     if threads <= 1:
         work(0, n)

@@ -1,11 +1,10 @@
 """The surrogate posterior estimator P_pi (paper Sec. 5, App. E).
 
-The h real outputs of a hash model are split into u = h / s blocks of s bits; for each block an
-MLP `Linear(s, hidden) -> SiLU -> Dropout -> Linear(hidden, 2^s)` gives the logits over its 2^s
-sign patterns, all blocks in one batched computation (`torch.baddbmm`). L_pi (Eq. 5) trains pi
-on the detached codes, L_theta (Eq. 6-7) trains the hash model toward the class centers with pi
-frozen. `fused_losses` computes both from one forward pass, with three large batched matmuls in
-its backward against five for `loss_pi` and `loss_theta` apart.
+The h real outputs of a hash model are split into u = h / s blocks of s bits; for each block an MLP
+`Linear(s, hidden) -> SiLU -> Dropout -> Linear(hidden, 2^s)` gives the logits over its 2^s sign patterns, all blocks
+in one batched computation (`torch.baddbmm`). L_pi (Eq. 5) trains pi on the detached codes, L_theta (Eq. 6-7) trains
+the hash model toward the class centers with pi frozen. `fused_losses` computes both from one forward pass, with three
+large batched matmuls in its backward against five for `loss_pi` and `loss_theta` apart.
 """
 
 from __future__ import annotations
@@ -71,11 +70,8 @@ class BlockSurrogate(nn.Module):
                 f"dropout={self.dropout}")
 
     def logits(self, l: torch.Tensor, frozen: bool = False, dropout: bool = True) -> torch.Tensor:
-        """Block logits (B, u, 2^s) of real outputs l (B, bits).
-
-        frozen: use detached parameters, so that gradients reach l but not pi.
-        dropout: apply dropout when the module is in training mode.
-        """
+        """Block logits (B, u, 2^s) of real outputs l (B, bits); `frozen`: detached parameters (gradients
+        reach l, not pi); `dropout`: dropout in training mode."""
         return self._block_logits(l, frozen, dropout).transpose(0, 1)
 
     def _block_logits(self, l: torch.Tensor, frozen: bool, dropout: bool) -> torch.Tensor:
@@ -89,7 +85,7 @@ class BlockSurrogate(nn.Module):
         x = l.reshape(-1, self.blocks, self.block_size).transpose(0, 1)  # (u, B, s)
         h = F.silu(torch.baddbmm(b1, x, w1.to(x.dtype)))
         if self.training and dropout and self.dropout > 0:
-            h = _dropout(h, self.dropout)
+            h = h * _dropout_mask(h.shape, self.dropout, h.device, h.dtype)
         return torch.baddbmm(b2, h, w2.to(h.dtype))
 
     def pattern_index(self, x: torch.Tensor) -> torch.Tensor:
@@ -98,15 +94,12 @@ class BlockSurrogate(nn.Module):
         return (blocks * self.powers).sum(-1)
 
     def loss_pi(self, l: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """L_pi and the pattern accuracy (share of blocks whose most likely pattern is right).
-
-        bin(l) maps 0 to +1, so the target pattern uses l >= 0.
-        """
+        """L_pi and the pattern accuracy (share of blocks whose most likely pattern is right); bin(l) maps
+        0 to +1, so the target pattern uses l >= 0."""
         l = l.detach()
         logits = self._block_logits(l, frozen=False, dropout=True)  # (u, B, K)
         target = self.pattern_index(l >= 0).t()                      # (u, B)
-        loss = F.cross_entropy(logits.view(-1, self.patterns), target.reshape(-1),
-                               reduction="sum") / l.shape[0]
+        loss = F.cross_entropy(logits.view(-1, self.patterns), target.reshape(-1), reduction="sum") / l.shape[0]
         # the target is the most likely pattern iff its logit reaches the maximum (faster than argmax)
         detached = logits.detach()
         accuracy = (detached.gather(2, target.unsqueeze(2)).squeeze(2) >= detached.amax(-1)).float().mean()
@@ -114,10 +107,8 @@ class BlockSurrogate(nn.Module):
 
     def pattern_nll(self, l: torch.Tensor, patterns: torch.Tensor, frozen: bool = True,
                     dropout: bool = True) -> torch.Tensor:
-        """-log P_pi(code | l) summed over blocks, for every candidate code: (B, P).
-
-        patterns: (P, u) block pattern indices of the candidate codes (e.g. class centers).
-        """
+        """-log P_pi(code | l) summed over blocks (B, P), for the candidate codes whose block patterns
+        are `patterns` (P, u), e.g. the class centers'."""
         logp = F.log_softmax(self._block_logits(l, frozen, dropout).float(), dim=-1)  # (u, B, K)
         index = patterns.t().unsqueeze(1).expand(-1, l.shape[0], -1)          # (u, B, P)
         return -logp.gather(2, index).sum(0)
@@ -126,11 +117,10 @@ class BlockSurrogate(nn.Module):
                    dropout: bool = True, reduction: str = "sum", multilabel: str = "sum") -> torch.Tensor:
         """L_theta against the target codes of each sample, weighted with the sample's weights.
 
-        target_patterns: (P, u) pattern indices of P candidate codes (e.g. the class centers);
-        labels: (B, P) non-negative weights, e.g. 0/1 positive labels. multilabel: "sum" of the
-        per-center losses over a sample's positive labels (the paper: "the sum of multiple
-        losses") or their "mean" (each row normalised to sum 1). reduction: "sum" over blocks
-        (the paper's reading) or "mean". pi is frozen: the gradient reaches l only.
+        target_patterns: (P, u) pattern indices of P candidate codes (e.g. the class centers); labels: (B, P)
+        non-negative weights, e.g. 0/1 positive labels. multilabel: "sum" of the per-center losses over a sample's
+        positive labels (the paper: "the sum of multiple losses") or their "mean" (each row normalised to sum 1).
+        reduction: "sum" over blocks (the paper's reading) or "mean". pi is frozen: the gradient reaches l only.
         """
         weights = theta_weights(labels, multilabel)
         nll = self.pattern_nll(l, target_patterns, frozen=True, dropout=dropout)
@@ -139,12 +129,8 @@ class BlockSurrogate(nn.Module):
     def fused_losses(self, l: torch.Tensor, target_patterns: torch.Tensor, labels: torch.Tensor,
                      reduction: str = "sum", multilabel: str = "sum"
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(L_pi, L_theta, pattern accuracy) from one forward pass of P_pi.
-
-        The same values as `loss_pi(l)` and `loss_theta(l, target_patterns, labels, ...)` would
-        give with one shared dropout mask; L_pi's gradient reaches pi only and L_theta's reaches l
-        only, as there.
-        """
+        """(L_pi, L_theta, pattern accuracy) from one forward pass of P_pi: what `loss_pi` and `loss_theta`
+        give with one shared dropout mask, L_pi's gradient reaching pi only and L_theta's l only."""
         if l.dim() != 2 or l.shape[1] != self.bits:
             raise InputError(f"surrogate expects outputs of shape (batch, {self.bits}), got {tuple(l.shape)}")
         weights = theta_weights(labels, multilabel)
@@ -153,10 +139,8 @@ class BlockSurrogate(nn.Module):
             mask = None
             if self.training and self.dropout > 0:
                 mask = _dropout_mask((self.blocks, l.shape[0], self.hidden), self.dropout, l.device)
-        loss_pi, loss_theta, accuracy = _FusedSurrogate.apply(
-            l, self.w1, self.b1, self.w2, self.b2, target, target_patterns, weights, mask,
-            _block_scale(self.blocks, reduction))
-        return loss_pi, loss_theta, accuracy
+        return _FusedSurrogate.apply(l, self.w1, self.b1, self.w2, self.b2, target, target_patterns, weights, mask,
+                                     _block_scale(self.blocks, reduction))
 
     @torch.no_grad()
     def block_probs(self, l: torch.Tensor) -> torch.Tensor:
@@ -165,9 +149,8 @@ class BlockSurrogate(nn.Module):
 
 
 def theta_weights(labels: torch.Tensor, multilabel: str = "sum") -> torch.Tensor:
-    """The per-candidate weights of L_theta: the rows of non-negative target weights as they
-    are ("sum": one loss per positive label, summed) or normalised to sum 1 ("mean"). An
-    empty row is an error."""
+    """The per-candidate weights of L_theta: the rows of non-negative target weights as they are ("sum": one loss per
+    positive label, summed) or normalised to sum 1 ("mean"). An empty row is an error."""
     if multilabel not in MULTILABEL_THETA:
         raise InputError(f"multilabel_theta must be one of {', '.join(MULTILABEL_THETA)}, got {multilabel!r}")
     labels = labels.to(torch.float32)
@@ -187,10 +170,9 @@ def _block_scale(blocks: int, reduction: str) -> float:
 class _FusedSurrogate(torch.autograd.Function):
     """L_pi and L_theta of one forward pass; see BlockSurrogate.fused_losses.
 
-    Inputs: l (B, h); the parameters w1 (u, s, H), b1 (u, 1, H), w2 (u, H, K), b2 (u, 1, K);
-    the L_pi targets (u, B) (patterns of bin(l)); the L_theta candidates (P, u) and weights
-    (B, P) (rows of any positive sum); the dropout mask (u, B, H) or None; the block scale of L_theta.
-    Computed in float32 outside autocast.
+    Inputs: l (B, h); the parameters w1 (u, s, H), b1 (u, 1, H), w2 (u, H, K), b2 (u, 1, K); the L_pi targets (u, B)
+    (patterns of bin(l)); the L_theta candidates (P, u) and weights (B, P) (rows of any positive sum); the dropout mask
+    (u, B, H) or None; the block scale of L_theta. Computed in float32 outside autocast.
     """
 
     @staticmethod
@@ -251,18 +233,13 @@ class _FusedSurrogate(torch.autograd.Function):
         return tuple(grads)
 
 
-def _dropout(h: torch.Tensor, p: float) -> torch.Tensor:
-    return h * _dropout_mask(h.shape, p, h.device, h.dtype)
-
-
 def _dropout_mask(shape: tuple[int, ...], p: float, device: torch.device, dtype: torch.dtype = torch.float32
                   ) -> torch.Tensor:
     """Dropout's multipliers (0, or 1 / keep probability); on the CPU from few random bits.
 
-    torch's CPU dropout draws one random number per element (about 2 ms for a 64-bit
-    surrogate's batch of 64, more than the surrogate's matmuls). Here each element takes the
-    fewest of 1, 2, 4, 8 or 16 random bits that give its keep probability exactly (one bit
-    at the default p = 0.5), else 16 bits with (1 - p) rounded to a multiple of 1/65536;
+    torch's CPU dropout draws one random number per element (about 2 ms for a 64-bit surrogate's batch of 64, more than
+    the surrogate's matmuls). Here each element takes the fewest of 1, 2, 4, 8 or 16 random bits that give its keep
+    probability exactly (one bit at the default p = 0.5), else 16 bits with (1 - p) rounded to a multiple of 1/65536;
     below 16 bits each random byte becomes its elements' multipliers through a 256-row table.
     """
     if device.type != "cpu":
@@ -286,11 +263,8 @@ def _mask_table(bits: int, keep: int, dtype: torch.dtype) -> torch.Tensor:
 
 
 def joint_distribution(block_probs: np.ndarray) -> np.ndarray:
-    """Joint distribution over all 2^(u*s) codes from block distributions (u, 2^s).
-
-    The full pattern index is sum_j idx_j * 2^(s*j) (block j holds bits j*s .. j*s+s-1),
-    so the joint is the Kronecker product with the last block outermost.
-    """
+    """Joint distribution over all 2^(u*s) codes from block distributions (u, 2^s): the Kronecker
+    product, last block outermost (block j holds bits j*s .. j*s+s-1 of the pattern index)."""
     joint = np.ones(1)
     for probs in block_probs:
         joint = np.outer(probs, joint).ravel()

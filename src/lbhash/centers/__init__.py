@@ -12,15 +12,8 @@ from typing import Literal
 
 from lbhash.centers._algebraic import bch_centers, reed_solomon_centers
 from lbhash.centers._cache import cache_dir
-from lbhash.centers._generate import (
-    AUTO_ORDER,
-    CENTER_KINDS,
-    CenterReport,
-    center_report,
-    generate_centers,
-    plotkin_bound,
-    select_centers,
-)
+from lbhash.centers._generate import (AUTO_ORDER, CENTER_KINDS, CenterReport, center_report, generate_centers,
+                                      plotkin_bound, select_centers)
 from lbhash.centers._simple import hadamard_centers, random_centers
 from lbhash.options import Options, option
 
@@ -34,17 +27,6 @@ class CenterOptions(Options):
 
 
 __all__ = [
-    "AUTO_ORDER",
-    "CENTER_KINDS",
-    "CenterOptions",
-    "CenterReport",
-    "bch_centers",
-    "cache_dir",
-    "center_report",
-    "generate_centers",
-    "hadamard_centers",
-    "plotkin_bound",
-    "random_centers",
-    "reed_solomon_centers",
-    "select_centers",
+    "AUTO_ORDER", "CENTER_KINDS", "CenterOptions", "CenterReport", "bch_centers", "cache_dir", "center_report",
+    "generate_centers", "hadamard_centers", "plotkin_bound", "random_centers", "reed_solomon_centers", "select_centers",
 ]

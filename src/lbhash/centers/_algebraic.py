@@ -14,7 +14,8 @@ from typing import Iterator
 
 import numpy as np
 
-from lbhash.centers._fields import MAX_DEGREE, bch_generator_matrix, element_bits, gf, reed_solomon_generator_matrix
+from lbhash.centers._fields import (MAX_DEGREE, bch_generator_matrix, cyclotomic_coset, element_bits, gf,
+                                   reed_solomon_generator_matrix)
 from lbhash.centers._greedy import MAX_DIMENSION, enumerate_code, greedy_max_min, words_to_signs
 from lbhash.errors import InputError
 
@@ -39,7 +40,9 @@ def reed_solomon_centers(bits: int, classes: int) -> np.ndarray:
     best = None
     m = reed_solomon_field(bits, classes)
     if m is not None:
-        best = _best_pick(_rs_generators(bits, classes, m), bits, classes)
+        # the binary image has symbols*m >= bits positions: puncture the last ones
+        generators = (_rs_binary_generator(m, symbols, k)[:, :bits] for symbols, k in rs_dimensions(bits, classes, m))
+        best = _best_pick(generators, bits, classes)
     if best is None:
         raise InputError(
             f"reed_solomon centers need a shortened RS code over GF(2^m), m <= 8, with "
@@ -60,24 +63,18 @@ def _best_pick(generators: Iterator[np.ndarray], bits: int, classes: int) -> np.
     return None if best_words is None else words_to_signs(best_words, bits)
 
 
-# --- BCH -----------------------------------------------------------------------------------
-
 def bch_dimensions(m: int) -> dict[int, int]:
-    """{k: design distance} of the narrow-sense binary BCH codes of length n = 2^m - 1.
+    """{k: design distance} of the narrow-sense binary BCH codes of length n = 2^m - 1, ascending k.
 
-    A code with design distance delta has the zeros alpha^1..alpha^(delta-1) and, with them,
-    their cyclotomic cosets; k = n - (number of zeros). Each k gets its largest delta (the
-    Bose distance). Ascending k. Design distance 1 (no zeros, k = n) is the whole space,
-    whose extension is the even-weight code: the fallback for many classes on few bits.
+    A code with design distance delta has the zeros alpha^1..alpha^(delta-1) and their cyclotomic
+    cosets; k = n - (number of zeros); each k gets its largest delta (the Bose distance). Delta 1 (k = n)
+    is the whole space, whose extension, the even-weight code, is the fallback for many classes on few bits.
     """
     n = (1 << m) - 1
     zeros: set[int] = set()
     dims: dict[int, int] = {n: 1}
     for delta in range(2, n + 1):
-        i = delta - 1
-        while i not in zeros:  # add the cyclotomic coset of i
-            zeros.add(i)
-            i = 2 * i % n
+        zeros.update(cyclotomic_coset(delta - 1, n))
         dims[n - len(zeros)] = delta
     return {k: dims[k] for k in sorted(dims) if k >= 1}
 
@@ -94,11 +91,10 @@ def _bch_generator(n: int, k: int, delta: int) -> np.ndarray:
 def _bch_generators(bits: int, classes: int, m: int) -> Iterator[np.ndarray]:
     """Generator matrices of length `bits`: eBCH(2^m, k) shortened by s, punctured by p.
 
-    m is first the smallest with 2^m >= bits. Shortening keeps the min distance and costs s
-    dimensions; puncturing keeps the dimension and may cost p in distance. We try pure
-    puncturing, pure shortening, and the two splits where the enumerated dimension is 16
-    or just enough for `classes`. Small k (large BCH distance) comes first, so that the
-    greedy search can prune the rest early.
+    m is first the smallest with 2^m >= bits. Shortening keeps the min distance and costs s dimensions;
+    puncturing keeps the dimension and may cost p in distance. We try pure puncturing, pure shortening,
+    and the two splits where the enumerated dimension is 16 or just enough for `classes`. Small k (large
+    BCH distance) comes first, so that the greedy search can prune the rest early.
     """
     n = (1 << m) - 1
     excess = n + 1 - bits
@@ -116,18 +112,13 @@ def _bch_generators(bits: int, classes: int, m: int) -> Iterator[np.ndarray]:
             yield extended[s:, s: s + bits]
 
 
-# --- Reed-Solomon --------------------------------------------------------------------------
-
 def reed_solomon_field(bits: int, classes: int) -> int | None:
-    """m of the field GF(2^m) used for `bits`: the smallest m >= 4 (or, for short codes, any
-    m >= 2) whose RS length 2^m - 1 holds ceil(bits/m) symbols, with a dimension k < that
-    length, 2^(k*m) >= classes and k*m <= 16. One field only: a rule from when each field
-    cost seconds of galois' JIT compilation, kept so that the centers stay as they were."""
+    """m of the field GF(2^m) used for `bits`: the smallest m >= 4 (or, for short codes, any m >= 2) whose RS
+    length 2^m - 1 holds ceil(bits/m) symbols, with a dimension k < that length, 2^(k*m) >= classes and k*m <= 16.
+    One field only: a rule from when each field cost seconds of galois' JIT compilation, kept so that the centers
+    stay as they were."""
     for m in [4, 5, 6, 7, 8, 3, 2]:
-        symbols = math.ceil(bits / m)
-        if symbols < 2 or symbols > (1 << m) - 1:
-            continue
-        if any(k * m >= math.log2(classes) for k in range(1, min(symbols, MAX_DIMENSION // m + 1))):
+        if 2 <= math.ceil(bits / m) <= (1 << m) - 1 and next(rs_dimensions(bits, classes, m), None):
             return m
     return None
 
@@ -150,9 +141,3 @@ def rs_dimensions(bits: int, classes: int, m: int) -> Iterator[tuple[int, int]]:
     for k in range(1, min(symbols, MAX_DIMENSION // m + 1)):
         if k * m >= math.log2(classes):
             yield symbols, k
-
-
-def _rs_generators(bits: int, classes: int, m: int) -> Iterator[np.ndarray]:
-    for symbols, k in rs_dimensions(bits, classes, m):
-        # The binary image has symbols*m >= bits positions; puncture the last ones.
-        yield _rs_binary_generator(m, symbols, k)[:, :bits]

@@ -30,14 +30,10 @@ def cache_file(kind: str, bits: int, classes: int, seed: int) -> Path:
     return cache_dir() / f"{kind}-b{bits}-c{classes}-s{seed}-v{CACHE_VERSION}.npz"
 
 
-def load(kind: str, bits: int, classes: int, seed: int, valid_kinds,
-         asked: str | None = None) -> tuple[np.ndarray, str] | None:
+def load(kind: str, bits: int, classes: int, seed: int, valid_kinds, asked: str) -> tuple[np.ndarray, str] | None:
     """The cached (centers, kind that made them), or None when absent, unreadable or invalid;
     a damaged entry is named in a warning (it is then generated and written again).
-
-    `kind` names the cache entry; `asked` is the generator kind it must have come from
-    (default: `kind`; "auto" accepts any)."""
-    asked = kind if asked is None else asked
+    `kind` names the cache entry; `asked` is the generator kind it must have come from ("auto": any)."""
     path = cache_file(kind, bits, classes, seed)
     if not path.is_file():
         return None

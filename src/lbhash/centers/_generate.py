@@ -31,24 +31,19 @@ class CenterReport(NamedTuple):
 
 def generate_centers(bits: int, num_classes: int, kind: str = "auto", seed: int = 0,
                      cache: bool = True, canonical: bool = False) -> np.ndarray:
-    """(num_classes, bits) int8 +/-1 class centers with a large minimum Hamming distance.
-
-    kind is one of CENTER_KINDS; see `select_centers`.
-    """
+    """(num_classes, bits) int8 +/-1 class centers with a large minimum Hamming distance (see `select_centers`)."""
     return select_centers(bits, num_classes, kind, seed, cache, canonical)[0]
 
 
 def select_centers(bits: int, num_classes: int, kind: str = "auto", seed: int = 0,
                    cache: bool = True, canonical: bool = False) -> tuple[np.ndarray, str]:
-    """Like `generate_centers`, also returning the kind that made the set (for kind="auto",
-    the winner among AUTO_ORDER by min pairwise distance, ties to the earlier kind).
+    """Like `generate_centers`, also returning the kind that made the set (for kind="auto", the winner
+    among AUTO_ORDER by min pairwise distance, ties to the earlier kind).
 
-    Deterministic for a given seed. `random` draws with the seed; the other kinds build one
-    canonical set and relabel it by a seeded isometry (rows, bit positions and bit signs
-    permuted/flipped), which leaves every pairwise distance unchanged; `canonical=True` keeps
-    the canonical set (whose Hadamard rows, for instance, repeat one 8-bit pattern in every
-    byte). With cache=True, sets are read from and written to `cache_dir()`.
-    """
+    Deterministic for a given seed. `random` draws with the seed; the other kinds build one canonical
+    set and relabel it by a seeded isometry (rows, bit positions and bit signs permuted/flipped), which
+    keeps every pairwise distance; `canonical=True` keeps the canonical set (whose Hadamard rows, for
+    instance, repeat one 8-bit pattern in every byte). cache=True reads and writes `cache_dir()`."""
     bits, classes, seed = _check_args(bits, num_classes, kind, seed)
     name = f"{kind}-canonical" if canonical else kind
     if cache:
@@ -72,14 +67,10 @@ def center_report(centers, kind: str | None = None) -> CenterReport:
 
 
 def plotkin_bound(bits: int, classes: int) -> int:
-    """floor(bits*C / (2*(C-1))): an upper bound on the min distance of any C codewords.
-
-    A bit position separates at most C^2/4 of the C(C-1)/2 pairs, so the mean distance is at
-    most bits*C / (2*(C-1)); the min is an integer no larger than the mean."""
+    """floor(bits*C / (2*(C-1))), an upper bound on the min distance of any C codewords: a bit separates at
+    most C^2/4 of the C(C-1)/2 pairs, so the mean distance is at most bits*C / (2*(C-1))."""
     return bits * classes // (2 * (classes - 1))
 
-
-# --- internals -----------------------------------------------------------------------------
 
 def _check_args(bits, classes, kind, seed) -> tuple[int, int, int]:
     for name, value, low in (("bits", bits, 1), ("classes", classes, 2), ("seed", seed, 0)):
@@ -95,10 +86,16 @@ def _check_args(bits, classes, kind, seed) -> tuple[int, int, int]:
     return int(bits), int(classes), int(seed)
 
 
-def _build(kind: str, bits: int, classes: int, seed: int, cache: bool,
-           canonical: bool) -> tuple[np.ndarray, str]:
+def _build(kind: str, bits: int, classes: int, seed: int, cache: bool, canonical: bool) -> tuple[np.ndarray, str]:
+    if kind == "random":
+        return random_centers(bits, classes, seed), kind
     if kind != "auto":
-        return _one_kind(kind, bits, classes, seed, canonical), kind
+        centers = hadamard_centers(bits, classes) if kind == "hadamard" else _algebraic_set(kind, bits, classes).copy()
+        if not canonical:  # a seeded distance-preserving relabelling
+            rng = np.random.default_rng(seed)
+            flips = np.where(rng.random(bits) < 0.5, -1, 1).astype(np.int8)
+            centers = np.ascontiguousarray(centers[rng.permutation(classes)][:, rng.permutation(bits)] * flips)
+        return centers, kind
     best, best_kind, best_dist, reasons = None, None, -1, []
     for candidate in AUTO_ORDER:
         try:
@@ -115,13 +112,6 @@ def _build(kind: str, bits: int, classes: int, seed: int, cache: bool,
     return best, best_kind
 
 
-def _one_kind(kind: str, bits: int, classes: int, seed: int, canonical: bool) -> np.ndarray:
-    if kind == "random":
-        return random_centers(bits, classes, seed)
-    centers = hadamard_centers(bits, classes) if kind == "hadamard" else _algebraic_set(kind, bits, classes).copy()
-    return centers if canonical else _relabel(centers, seed)
-
-
 @functools.lru_cache(maxsize=32)
 def _algebraic_set(kind: str, bits: int, classes: int) -> np.ndarray:
     """The canonical BCH or Reed-Solomon set, built once per process: its search over codes
@@ -133,11 +123,3 @@ def _algebraic_set(kind: str, bits: int, classes: int) -> np.ndarray:
     centers = make(bits, classes)
     centers.flags.writeable = False
     return centers
-
-
-def _relabel(centers: np.ndarray, seed: int) -> np.ndarray:
-    """A seeded distance-preserving relabelling of a center set."""
-    rng = np.random.default_rng(seed)
-    classes, bits = centers.shape
-    flips = np.where(rng.random(bits) < 0.5, -1, 1).astype(np.int8)
-    return np.ascontiguousarray(centers[rng.permutation(classes)][:, rng.permutation(bits)] * flips)

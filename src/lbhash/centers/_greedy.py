@@ -12,11 +12,8 @@ MAX_DIMENSION = 16
 
 
 def enumerate_code(generator: np.ndarray) -> np.ndarray:
-    """All 2^k codewords of the binary code spanned by the 0/1 rows of `generator` (k, n).
-
-    Returns them as 64-bit words (2^k, ceil(n/64)) in the layout of `lbhash.codes.as_words`;
-    codeword i is the XOR of the rows whose bit is set in i (row 0 = the all-zero word).
-    """
+    """All 2^k codewords of the binary code spanned by the 0/1 rows of `generator` (k, n), as 64-bit words
+    (2^k, ceil(n/64)) (`lbhash.codes.as_words`); codeword i is the XOR of the rows whose bit is set in i."""
     gen = np.asarray(generator, dtype=np.uint8)
     k = gen.shape[0]
     if k > MAX_DIMENSION:
@@ -36,15 +33,11 @@ def words_to_signs(words: np.ndarray, bits: int) -> np.ndarray:
 
 
 def greedy_max_min(words: np.ndarray, count: int, stop_at: int = -1) -> tuple[np.ndarray, int] | None:
-    """Farthest-first pick of `count` rows of `words` (64-bit packed codes).
+    """Farthest-first pick of `count` rows of `words` (64-bit packed codes): (indices, min pairwise distance).
 
-    Starts from row 0; each step adds the candidate whose distance to the picked set is
-    largest (ties: lowest index, so the result is deterministic). Returns (indices, min
-    pairwise distance of the pick). The running minimum can only shrink, so the search gives
-    up and returns None as soon as it falls to `stop_at` or below: a caller that already holds
-    a set with min distance `stop_at` cannot gain from this one. Each step is one vectorised
-    popcount over all candidates, O(count * len(words)) in total.
-    """
+    Starts from row 0; each step adds the candidate farthest from the picked set (ties: lowest index). The running
+    minimum only shrinks, so the search returns None as soon as it falls to `stop_at` or below: a caller holding a set
+    with min distance `stop_at` cannot gain from this one. Each step is one vectorised popcount over all candidates."""
     n = len(words)
     if count > n:
         return None

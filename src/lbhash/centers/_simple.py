@@ -13,11 +13,8 @@ _RANDOM_MAX_DRAWS = 1000
 
 
 def hadamard_centers(bits: int, classes: int) -> np.ndarray:
-    """The first `classes` rows of [H; -H], H = scipy.linalg.hadamard(bits) (CSQ's centers).
-
-    Rows of H are mutually at distance bits/2 and a row is at distance `bits` from its
-    negation, so the min distance is bits/2 (bits when classes = 2 and bits = 1).
-    """
+    """The first `classes` rows of [H; -H], H = scipy.linalg.hadamard(bits) (CSQ's centers): min distance
+    bits/2 (1 at bits = 1), as rows of H are mutually at bits/2 and at `bits` from their negations."""
     if bits & (bits - 1) or classes > 2 * bits:
         raise InputError(
             "hadamard centers need bits to be a power of 2 and classes <= 2*bits, "
@@ -28,20 +25,13 @@ def hadamard_centers(bits: int, classes: int) -> np.ndarray:
     return np.concatenate([h, -h])[:classes]
 
 
-def random_draws(bits: int, classes: int) -> int:
-    """Number of draws of `random_centers`: 1000, fewer when classes^2 pairs get large."""
-    return int(max(1, min(_RANDOM_MAX_DRAWS, _RANDOM_PAIR_BUDGET // (classes * classes))))
-
-
 def random_centers(bits: int, classes: int, seed: int, draws: int | None = None) -> np.ndarray:
-    """Best of `draws` sets of independent, uniform +/-1 codewords, by min pairwise distance.
-
-    Each draw has distinct rows (duplicates are redrawn), so a set is usable even when the
-    classes nearly fill the 2^bits possible codes. Ties between draws: the earliest.
-    """
+    """Best of `draws` sets of uniform +/-1 codewords by min pairwise distance (ties: the earliest). Each
+    draw has distinct rows (duplicates are redrawn), usable even when the classes nearly fill 2^bits."""
     if (classes - 1).bit_length() > bits:  # classes > 2^bits, without a float that overflows
         raise InputError(f"random centers need classes <= 2^bits, got bits={bits}, classes={classes}")
-    draws = random_draws(bits, classes) if draws is None else draws
+    if draws is None:  # 1000, fewer when classes^2 pairs get large
+        draws = int(max(1, min(_RANDOM_MAX_DRAWS, _RANDOM_PAIR_BUDGET // (classes * classes))))
     rng = np.random.default_rng(seed)
     best, best_dist = None, -1
     for _ in range(draws):

@@ -48,14 +48,11 @@ def main() -> None:
 
 
 def _collect_less() -> None:
-    """Fewer collections of the cyclic garbage collector, which a command's imports (torch,
-    pydantic, FAISS) make slow and useless: they leave some 300,000 long-lived objects.
-
-    While the command runs, the first threshold is 100,000 instead of 700 (restored when it
-    ends): about 400 collections that find no garbage become 2. At exit, everything still alive
-    is frozen (`gc.freeze`), so the interpreter's last collection does not scan it: 0.5 s of a
-    2 s `lbhash encode` (docs/benchmarks.md#start-up). By then the command has closed its files
-    and ended its process groups, and Python promises no finalizer to what is alive at exit."""
+    """Fewer collections of the cyclic garbage collector, which a command's imports (torch, pydantic,
+    FAISS) make slow and useless: they leave some 300,000 long-lived objects. While the command runs,
+    the first threshold is 100,000 instead of 700 (about 400 collections that find no garbage become 2).
+    At exit everything still alive is frozen, so the interpreter's last collection does not scan it:
+    0.5 s of a 2 s `lbhash encode` (docs/benchmarks.md#start-up); no finalizer is promised there."""
     threshold = gc.get_threshold()
     gc.set_threshold(100_000, *threshold[1:])
     click.get_current_context().call_on_close(lambda: gc.set_threshold(*threshold))

@@ -29,8 +29,7 @@ def _parse_int(value: str, name: str) -> int:
               help="Write the (C, bits) int8 +/-1 array here as .npy.")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the on-disk cache.")
 @click.option("--canonical", is_flag=True, help="The generator's canonical set, not a seeded relabelling of it.")
-def centers(bits: str, classes: str, kind: str, seed: str, out: Path | None, no_cache: bool,
-            canonical: bool) -> None:
+def centers(bits: str, classes: str, kind: str, seed: str, out: Path | None, no_cache: bool, canonical: bool) -> None:
     """Generate C class centers of BITS bits with a large minimum Hamming distance.
 
     Prints the kind used, the min and mean pairwise distance and the Plotkin bound

@@ -1,8 +1,7 @@
 """Shared CLI plumbing: one error path, and the parsers of list-valued options.
 
-User mistakes (lbhash.errors.InputError, a missing or unreadable file, a full disk, an option
-click cannot parse) print one line, `error: ...`, and exit with status 2. Every other
-exception is a bug and keeps its traceback.
+User mistakes (lbhash.errors.InputError, a missing or unreadable file, a full disk, an option click cannot parse) print
+one line, `error: ...`, and exit with status 2. Every other exception is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -26,20 +25,6 @@ class OneLineError(click.ClickException):
         click.echo(f"error: {self.format_message()}", err=True, file=file)
 
 
-def user_error_message(err: BaseException) -> str | None:
-    """The one-line message of a user mistake, or None for a bug."""
-    if isinstance(err, InputError):
-        return str(err)
-    if isinstance(err, click.UsageError) and not isinstance(err, OneLineError):
-        where = f" (see `{err.ctx.command_path} --help`)" if err.ctx is not None else ""
-        return err.format_message().replace("\n", " ") + where
-    if isinstance(err, OSError) and (isinstance(err, USER_OS_ERRORS) or err.errno in (errno.ENOSPC, errno.EDQUOT,
-                                                                                      errno.EROFS)):
-        name = err.filename if err.filename is not None else ""
-        return f"{name}: {err.strerror or err}" if name else str(err.strerror or err)
-    return None
-
-
 class LbhashGroup(click.Group):
     """Turns user mistakes into a one-line message with exit 2 (see the module docstring)."""
 
@@ -49,16 +34,23 @@ class LbhashGroup(click.Group):
         except (click.exceptions.Exit, click.Abort, OneLineError):
             raise
         except Exception as err:  # noqa: BLE001 - re-raised unless it is a user mistake
-            message = user_error_message(err)
-            if message is None:
+            if isinstance(err, InputError):
+                message = str(err)
+            elif isinstance(err, click.UsageError):
+                where = f" (see `{err.ctx.command_path} --help`)" if err.ctx is not None else ""
+                message = err.format_message().replace("\n", " ") + where
+            elif isinstance(err, OSError) and (isinstance(err, USER_OS_ERRORS)
+                                               or err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS)):
+                name = err.filename if err.filename is not None else ""
+                message = f"{name}: {err.strerror or err}" if name else str(err.strerror or err)
+            else:
                 raise
             raise OneLineError(message) from None
 
 
 class LazyGroup(LbhashGroup):
-    """A group whose commands are imported when used. `commands_table` maps a command's name to
-    (module under lbhash.cli, function name, the one line `--help` lists), so listing the
-    commands imports none of them."""
+    """A group whose commands are imported when used. `commands_table` maps a command's name to (module under
+    lbhash.cli, function name, the one line `--help` lists), so listing the commands imports none of them."""
 
     def __init__(self, *args, commands_table: dict[str, tuple[str, str, str]], **kwargs):
         super().__init__(*args, **kwargs)
@@ -94,7 +86,7 @@ def parse_topk(value: str) -> int | None:
     try:
         topk = int(value)
     except ValueError:
-        raise InputError(f"--topk must be a positive integer or 'all', got {value!r}") from None
+        topk = 0
     if topk <= 0:
         raise InputError(f"--topk must be a positive integer or 'all', got {value!r}")
     return topk

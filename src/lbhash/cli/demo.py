@@ -50,8 +50,7 @@ def demo(out: Path, bits: str, epochs: int, seed: int) -> None:
             m = train(cfg, run_dir)
             cfg = load_run_config(run_dir)  # resolved: the recipe it trained with
             ratio = m["lower_bound"]["ratio"]
-            row[name] = (m["map"], float("inf") if ratio == "inf" else ratio,
-                         m["run"]["seconds_per_epoch"])
+            row[name] = (m["map"], float("inf") if ratio == "inf" else ratio, m["run"]["seconds_per_epoch"])
         rows.append(row)
     split = json.loads((run_dir / DATA_SUMMARY).read_text())["split"]
     kept = "best validation epoch" if cfg.select == "best-val" else "last epoch"

@@ -28,8 +28,7 @@ def defaults_rows(profile: str) -> list[tuple[str, ...]]:
     rows = []
     for name in available_methods():
         d = method_defaults(name, profile)
-        constants = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
-                              for k, v in d.constants.items())
+        constants = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in d.constants.items())
         if method_class(name).closed_form:  # one fit: no optimizer, schedule or _D variant
             rows.append((name, "closed form", "-", "-", "-", "1", "-", "-", "-", constants or "-"))
             continue
@@ -58,12 +57,12 @@ def methods(profile: str, markdown: bool) -> None:
         return
     click.echo(f"defaults profile: {profile} (every deep method also trains as <method>_D with --lbhash)\n")
     for name, opt, lr, wd, schedule, epochs, batch, mode, objective, constants in defaults_rows(profile):
-        click.echo(f"{name}: {method_class(name).description}")
-        if method_class(name).closed_form:
-            labels = "supervised" if method_class(name).needs_labels else "no labels"
-            click.echo(f"    fitted in closed form in one pass ({labels}); no _D variant")
-            click.echo(f"    constants: {constants}")
-            continue
-        click.echo(f"    {opt} lr {lr}, weight decay {wd}, lr schedule {schedule}, {epochs} epochs, batch {batch}")
-        click.echo(f"    _D: {mode} L_theta; {objective}")
+        cls = method_class(name)
+        click.echo(f"{name}: {cls.description}")
+        if cls.closed_form:
+            click.echo(f"    fitted in closed form in one pass ({'supervised' if cls.needs_labels else 'no labels'}); "
+                       "no _D variant")
+        else:
+            click.echo(f"    {opt} lr {lr}, weight decay {wd}, lr schedule {schedule}, {epochs} epochs, batch {batch}")
+            click.echo(f"    _D: {mode} L_theta; {objective}")
         click.echo(f"    constants: {constants}")

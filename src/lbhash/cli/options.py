@@ -1,8 +1,7 @@
 """Command-line options generated from the fields of TrainConfig's option sets.
 
-Each option marked for the command line becomes `--field-name` with the field's type
-(integers, numbers, choices, on/off flags), its help text and its default as the config
-shows it, so the options and the config cannot drift apart.
+Each option marked for the command line becomes `--field-name` with the field's type (integers, numbers, choices, on/off
+flags), its help text and its default as the config shows it, so the options and the config cannot drift apart.
 """
 
 from __future__ import annotations
@@ -70,9 +69,8 @@ SECTION_TITLES = {"dataset": "Data", "hashing": "Method", "recipe": "Training re
 
 
 def config_sections(fields_of: dict[str, str]) -> list[tuple[str, list[str]]]:
-    """(title, parameter names) of each option set, in the config's field order: its
-    command-line fields, and the parameters `fields_of` maps to one of its fields (`lbhash
-    train`'s own --method-option, --hidden and --topk)."""
+    """(title, parameter names) of each option set, in the config's field order: its command-line fields, and the
+    parameters `fields_of` maps to one of its fields (`lbhash train`'s own --method-option, --hidden and --topk)."""
     from lbhash.train.config import OWNERS, SETS
 
     sections: dict[str, list[str]] = {key: [] for key in SETS}

@@ -19,8 +19,7 @@ import click
               help="How many base/_D pairs of codes_sample.npz to embed with t-SNE.")
 @click.option("--tsne-points", default=5000, show_default=True, type=click.IntRange(min=10),
               help="At most this many codes per t-SNE embedding (a seeded subsample).")
-def report(directory: Path, out: Path | None, bits: int | None, tsne_pairs: int,
-           tsne_points: int) -> None:
+def report(directory: Path, out: Path | None, bits: int | None, tsne_pairs: int, tsne_points: int) -> None:
     """Write a markdown report with PNG figures from the result tables in DIRECTORY.
 
     DIRECTORY holds meta.json and the tables of any mix of `lbhash reproduce` experiments:
@@ -33,6 +32,5 @@ def report(directory: Path, out: Path | None, bits: int | None, tsne_pairs: int,
     from lbhash.reproduce.report import write_report
 
     check_output_file(out if out is not None else directory / "report.md", "--out")
-    path = write_report(directory, out=out, bits=bits, tsne_pairs=tsne_pairs,
-                        tsne_points=tsne_points)
+    path = write_report(directory, out=out, bits=bits, tsne_pairs=tsne_pairs, tsne_points=tsne_points)
     click.echo(str(path))

@@ -56,8 +56,7 @@ def reproduce(experiment, data, protocol, out, workers, methods, bits, seeds, ki
         else:
             overrides["epochs"] = epochs
     spec = configure(experiment, **spec_values)
-    ctx = Context(data=data or "", out=out, protocol=protocol, workers=workers, overrides=overrides,
-                  report=click.echo)
+    ctx = Context(data=data or "", out=out, protocol=protocol, workers=workers, overrides=overrides, report=click.echo)
     check_output_dir(out, "--out")
     validate(spec, ctx)  # nothing is created before every option and run config is checked
     if (out / META_FILE).is_file():
@@ -105,11 +104,7 @@ def _spec_values(experiment, methods, bits, seeds, kinds, study_name, settings, 
 def _remove_empty(runs: Path, *made: Path) -> None:
     """Remove the experiments' run folders under `runs` that hold nothing, then `made` (folders
     this command created) when empty."""
-    if runs.is_dir():
-        for folder in runs.iterdir():
-            if folder.is_dir() and not any(folder.iterdir()):
-                folder.rmdir()
-    for folder in made:
+    for folder in [*(runs.iterdir() if runs.is_dir() else ()), *made]:
         if folder.is_dir() and not any(folder.iterdir()):
             folder.rmdir()
 

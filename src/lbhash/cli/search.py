@@ -8,8 +8,10 @@ from pathlib import Path
 import click
 import numpy as np
 
+from lbhash.checks import parse_int_list
 from lbhash.cli.index import backend_options
 from lbhash.cli.query_encoder import check_model, encoder_options, load_query_encoder, model_source
+from lbhash.errors import InputError
 from lbhash.limits import MAX_CLASS_ID, MAX_K
 
 IMAGE_ARRAY_SUFFIXES = (".npz", ".npy", ".mat")  # --images: an image array, read as image-array:PATH
@@ -54,7 +56,7 @@ def search(index_dir: str, codes_path, features_path, image_paths, run_dir, expo
     Limits (docs/search.md): k at most 1000, and at most 1000 items per query within --radius;
     class ids 0 to 65535; queries are searched in batches of 1024.
     """
-    from lbhash.index.hits import Spelling, plan_search, search_hits  # lbhash.index loads FAISS: once needed
+    from lbhash.index.hits import Spelling, check_classes, plan_search, search_hits  # loads FAISS: once needed
     from lbhash.runs.index_dir import open_index
 
     _check_query_options(codes_path, features_path, image_paths, model_source(run_dir, export_path),
@@ -62,7 +64,8 @@ def search(index_dir: str, codes_path, features_path, image_paths, run_dir, expo
     spelling = Spelling(k="-k", radius="--radius", factor="--rescore-factor", rescore="--rescore-factor",
                         classes="--filter-labels")
     plan_search(k, radius, rescore=rescore_factor is not None, factor=rescore_factor, spelling=spelling)  # (checks)
-    classes = None if filter_labels is None else _filter_classes(filter_labels)  # checked before the index is read
+    classes = (None if filter_labels is None  # checked before the index is read
+               else check_classes([parse_int_list(filter_labels, "--filter-labels")], "--filter-labels")[0])
     index = open_index(index_dir, backend, uri)
     if codes_path is None:
         check_model(index.metadata, run_dir, export_path, index_dir, force)
@@ -91,8 +94,6 @@ def _rescores(index, encoder, radius, factor, no_rescore: bool) -> bool:
     """Whether the search re-scores: by default where the index keeps embeddings and the queries
     have theirs (--features, --images through an encoder that gives them) for a top k;
     --rescore-factor asks for it."""
-    from lbhash.errors import InputError
-
     if no_rescore:
         return False
     if index.embedding_dim is None:
@@ -109,8 +110,6 @@ def _rescores(index, encoder, radius, factor, no_rescore: bool) -> bool:
 
 def _check_query_options(codes_path, features_path, image_paths, model, factor, no_rescore: bool) -> None:
     """Exactly one query source; a model to encode features or images; embeddings to re-score by."""
-    from lbhash.errors import InputError
-
     given = [name for name, value in (("--codes", codes_path), ("--features", features_path),
                                       ("--images", image_paths)) if value]
     if len(given) != 1:
@@ -121,13 +120,6 @@ def _check_query_options(codes_path, features_path, image_paths, model, factor, 
         raise InputError("give --rescore-factor or --no-rescore, not both")
     if factor is not None and codes_path is not None:
         raise InputError("--rescore-factor needs --features or --images (their embeddings), not --codes")
-
-
-def _filter_classes(text: str) -> list[int]:
-    from lbhash.checks import parse_int_list
-    from lbhash.index.hits import check_classes
-
-    return check_classes([parse_int_list(text, "--filter-labels")], "--filter-labels")[0]
 
 
 def _print_results(results: list[dict], class_names: list[str] | None) -> None:
@@ -153,8 +145,7 @@ def _print_results(results: list[dict], class_names: list[str] | None) -> None:
 
 
 def _queries(index, codes_path, features_path, image_paths, encoder, rescore: bool):
-    """Names, `Queries` (with their embeddings when rescore=True) and class-id lists (None
-    when the queries have no labels) of the queries."""
+    """The queries' names, `Queries` (with embeddings when rescore=True) and class-id lists (None: no labels)."""
     from lbhash.index.hits import Queries
 
     if codes_path is not None:
@@ -177,8 +168,6 @@ def _queries(index, codes_path, features_path, image_paths, encoder, rescore: bo
 
 def _check_query_kind(kind: str, features_path, image_paths) -> None:
     """--features for a run on features, --images for a run on images: one line otherwise."""
-    from lbhash.errors import InputError
-
     given, wanted = ("--features" if features_path is not None else "--images"), \
         ("--features" if kind == "features" else "--images")
     if given != wanted:
@@ -218,7 +207,6 @@ def _label_lists(labels) -> list[list[int]] | None:
 
 def _code_queries(index, codes_path) -> tuple[list[str], np.ndarray, list[list[int]] | None]:
     from lbhash.codes_file import load_codes_file, only_part, part
-    from lbhash.errors import InputError
     from lbhash.labels import as_multihot
 
     data = load_codes_file(codes_path, need=(), bits=index.bits)
@@ -227,14 +215,15 @@ def _code_queries(index, codes_path) -> tuple[list[str], np.ndarray, list[list[i
     fields = part(data, only_part(data, "query", codes_path))
     labels = fields.get("labels")
     multi_hot = None if labels is None else as_multihot(labels, f"{codes_path}: query labels", keep_ids=True)
-    return _names(fields), fields["codes"], _label_lists(multi_hot)
+    sources = fields["sources"]
+    names = [f"row {i}" for i in range(len(fields["codes"]))] if sources is None else [str(x) for x in sources]
+    return names, fields["codes"], _label_lists(multi_hot)
 
 
 def _image_files(image_paths) -> list[Path]:
     """Image files, and the image files under folders: a class-folder tree of photos is searched
     whole, by path (hidden files and folders left out, as training leaves them out)."""
     from lbhash.data.image_sources import is_image_name
-    from lbhash.errors import InputError
 
     files = []
     for path in image_paths:
@@ -270,9 +259,3 @@ def _hit_sources(index, record, ids, run_dir, index_dir, backend: str) -> dict:
         return {}
     found = item_sources(data, ids)
     return {i: s for i, s in zip(ids.tolist(), found) if s is not None}
-
-
-def _names(fields: dict) -> list[str]:
-    if fields["sources"] is not None:
-        return [str(x) for x in fields["sources"]]
-    return [f"row {i}" for i in range(len(fields["codes"]))]

@@ -22,13 +22,6 @@ INPUTS_NOTE = (
 )
 
 
-def parse_bits(value: str) -> list[int]:
-    choices = {"8": [8], "16": [16], "both": [8, 16]}
-    if value.lower() not in choices:
-        raise InputError(f"--bits must be 8, 16 or both, got {value!r}")
-    return choices[value.lower()]
-
-
 @click.command("toy-mvb")
 @click.option("--bits", default="both", show_default=True, help="8, 16 (two blocks of 8) or both.")
 @click.option("--train-samples", default=10_000, show_default=True, type=int,
@@ -57,10 +50,13 @@ def toy_mvb(bits: str, train_samples: int, eval_samples: str, noise: float, epoc
     from lbhash.reproduce.toy import ToyConfig, format_table, paper_comparison, plot_toy, run_toy
 
     # Validate every setting before any training starts
+    choices = {"8": [8], "16": [16], "both": [8, 16]}
+    if bits.lower() not in choices:
+        raise InputError(f"--bits must be 8, 16 or both, got {bits!r}")
     configs = [ToyConfig(bits=b, train_samples=train_samples,
                          eval_samples=tuple(parse_int_list(eval_samples, "--eval-samples")),
                          noise=noise, epochs=epochs, batch_size=batch_size, seed=seed)
-               for b in parse_bits(bits)]
+               for b in choices[bits.lower()]]
     click.echo(INPUTS_NOTE)
     record = {}
     for cfg in configs:
@@ -68,8 +64,7 @@ def toy_mvb(bits: str, train_samples: int, eval_samples: str, noise: float, epoc
         result = run_toy(cfg)
         png = out / f"toy_mvb_{cfg.bits}bit.png"
         plot_toy(result, png)
-        record[str(cfg.bits)] = {**result.to_dict(), "seconds": time.perf_counter() - start,
-                                 "plot": png.name}
+        record[str(cfg.bits)] = {**result.to_dict(), "seconds": time.perf_counter() - start, "plot": png.name}
         click.echo("")
         click.echo(format_table(result))
         for line in paper_comparison(result):

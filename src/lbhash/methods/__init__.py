@@ -7,15 +7,8 @@ module of the package (decorated with `@register_method`): adding one is one new
 import importlib
 import pkgutil
 
-from lbhash.methods.base import (
-    HashLoss,
-    LossOutput,
-    available_methods,
-    create_method,
-    loss_output,
-    method_class,
-    register_method,
-)
+from lbhash.methods.base import (HashLoss, LossOutput, available_methods, create_method, loss_output, method_class,
+                                 register_method)
 from lbhash.methods.options import PROFILES, MethodDefaults, method_defaults
 from lbhash.methods.lower_bound import LowerBoundObjective, ObjectiveOptions
 

@@ -63,11 +63,8 @@ def bank_likelihood(u: torch.Tensor, labels: torch.Tensor, bank_u: torch.Tensor,
 def likelihood_and_gradient(u: torch.Tensor, labels: torch.Tensor, bank_u: torch.Tensor, bank_y: torch.Tensor,
                             block: int | None = None, need_grad: bool = True
                             ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The loss (u's dtype) and dL/du (None unless need_grad), one pass over the bank's blocks.
-
-    bf16 and float16 are computed in float32 (a 64-factor product in bf16 would lose the loss);
-    float32 and float64 in their own precision, as the autograd formula was.
-    """
+    """The loss (u's dtype) and dL/du (None unless need_grad), one pass over the bank's blocks; bf16 and
+    float16 in float32 (a 64-factor product in bf16 would lose the loss), float32 and float64 as they are."""
     if block is not None and (isinstance(block, bool) or not isinstance(block, int) or block < 1):
         raise InputError(f"bank likelihood: block must be a positive number of rows, got {block!r}")
     dtype = torch.promote_types(u.dtype, torch.float32)

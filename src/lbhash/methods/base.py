@@ -32,11 +32,10 @@ def loss_output(parts: dict[str, torch.Tensor]) -> LossOutput:
 # a method's recipes are partial: what they change in it (lbhash.methods.options.method_defaults).
 PAPER_RECIPE = {"epochs": 100, "batch_size": 64, "optimizer": "adam", "lr": 1e-3, "weight_decay": 0.0, "lr_step": 10,
                 "lr_gamma": 0.1, "schedule": "step", "warmup_epochs": 0, "validation": 0.0, "eval_every": 10}
-# The recommended profile's recipe: the paper's with a constant learning rate, keeping the epoch
-# of best validation mAP (10% of each class held out, evaluated every 5 epochs). The paper's x0.1
-# every 10 epochs leaves 1e-5 at epoch 20 whatever the budget; a constant rate uses every epoch
-# of 10, 30 or 100, and beat it on validation, but its last epoch can be far from its best
-# (docs/methods.md, "Defaults that train" and "Which epoch a run keeps").
+# The recommended profile's recipe: the paper's with a constant learning rate, keeping the epoch of best validation mAP
+# (10% of each class held out, evaluated every 5 epochs). The paper's x0.1 every 10 epochs leaves 1e-5 at epoch 20
+# whatever the budget; a constant rate uses every epoch of 10, 30 or 100, and beat it on validation, but its last epoch
+# can be far from its best (docs/methods.md, "Defaults that train" and "Which epoch a run keeps").
 RECOMMENDED_RECIPE = {"lr_step": 0, "validation": 0.1, "eval_every": 5}
 # The DeepHash-pytorch benchmark's RMSprop recipe, shared by most of its methods.
 BENCHMARK_RMSPROP = {"optimizer": "rmsprop", "lr": 1e-5, "weight_decay": 1e-5, "lr_step": 0, "epochs": 150,
@@ -50,11 +49,8 @@ COMMON_PARAMETERS = ("self", "bits", "num_classes", "num_train", "centers", "mul
 
 
 class HashLoss(nn.Module):
-    """Base class of the hashing methods; subclasses implement `compute_loss`.
-
-    Class attributes describe what a method needs, so that the training loop and the _D
-    wrapper can check inputs at the edge instead of failing deep inside a loss.
-    """
+    """Base class of the hashing methods; subclasses implement `compute_loss`. Class attributes say what a
+    method needs, so that training and the _D wrapper check inputs at the edge, not deep inside a loss."""
 
     name: ClassVar[str] = ""
     display_name: ClassVar[str] = ""           # as papers print it, e.g. "HashNet"
@@ -97,8 +93,7 @@ class HashLoss(nn.Module):
 
     def compute_loss(self, u: torch.Tensor, labels: torch.Tensor,
                      index: torch.Tensor | None) -> dict[str, torch.Tensor]:
-        """The method's formula: named, weighted loss parts of u (float32 or float64). A method
-        that `needs_features` also takes them: compute_loss(u, labels, index, features)."""
+        """The method's formula: named, weighted loss parts of u (float32 or float64), and of `features` if needed."""
         raise NotImplementedError
 
     def _check_shapes(self, u: torch.Tensor, labels: torch.Tensor) -> None:

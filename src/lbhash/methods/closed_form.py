@@ -1,9 +1,8 @@
 """Closed-form baselines: a linear map of the features fitted in one pass, then sign.
 
-LSH, PCA, ITQ and `linear` fit `u = W x + b` on the run's normalised training features
-(`fit_projection`), which training writes into the hash head (lbhash.train.closed_form), so a
-baseline is an ordinary hash model everywhere else. `compute_loss` is only reported, never
-trained with; the fits run in float64 on the CPU, seeded by the run's seed.
+LSH, PCA, ITQ and `linear` fit `u = W x + b` on the run's normalised training features (`fit_projection`), which
+training writes into the hash head (lbhash.train.closed_form), so a baseline is an ordinary hash model everywhere else.
+`compute_loss` is only reported, never trained with; the fits run in float64 on the CPU, seeded by the run's seed.
 """
 
 from __future__ import annotations
@@ -51,14 +50,12 @@ def cross_moment(x: np.ndarray, mean: np.ndarray, other: np.ndarray | None = Non
 
 def project(x: np.ndarray, mean: np.ndarray, directions: np.ndarray) -> np.ndarray:
     """(x - mean) @ directions in float64 blocks: (n, k)."""
-    return np.concatenate([(x[s:s + CHUNK].astype(np.float64) - mean) @ directions
-                           for s in range(0, len(x), CHUNK)])
+    return np.concatenate([(x[s:s + CHUNK].astype(np.float64) - mean) @ directions for s in range(0, len(x), CHUNK)])
 
 
 def principal_directions(x: np.ndarray, mean: np.ndarray, k: int) -> np.ndarray:
-    """The k leading eigenvectors (d, k) of the centred scatter matrix, by decreasing
-    eigenvalue; each column's largest-magnitude entry is made positive so that the result does
-    not depend on the eigensolver's arbitrary signs."""
+    """The k leading eigenvectors (d, k) of the centred scatter matrix, by decreasing eigenvalue; each column's
+    largest-magnitude entry is made positive so that the result does not depend on the eigensolver's arbitrary signs."""
     values, vectors = np.linalg.eigh(cross_moment(x, mean))
     order = np.argsort(-values, kind="stable")[:k]
     top = vectors[:, order]

@@ -16,10 +16,9 @@ TIE_RULES = ("random-center", "plus-one")
 
 
 def tie_center(bits: int, seed: int, rule: str = "random-center") -> torch.Tensor | None:
-    """CSQ's tie rule of multi-label majority targets (the option `csq_ties`): "random-center",
-    the fixed random +/-1 center whose bits break the ties (CSQ's reference `label2center`: one
-    random center drawn once per run), a function of the seed; "plus-one": None, ties take +1
-    (the rule of runs made before it)."""
+    """CSQ's tie rule of multi-label majority targets (option `csq_ties`): "random-center", the seeded
+    random +/-1 center whose bits break the ties (CSQ's reference `label2center` draws one per run);
+    "plus-one": None, ties take +1 (the rule of runs made before it)."""
     if rule not in TIE_RULES:
         raise InputError(f"csq_ties must be one of {', '.join(TIE_RULES)}, got {rule!r}")
     if rule == "plus-one":
@@ -28,14 +27,10 @@ def tie_center(bits: int, seed: int, rule: str = "random-center") -> torch.Tenso
     return torch.from_numpy(rng.integers(0, 2, bits) * 2.0 - 1).float()
 
 
-def majority_targets(centers: torch.Tensor, labels: torch.Tensor,
-                     ties: torch.Tensor | None = None) -> torch.Tensor:
-    """Per sample, the bitwise majority (sign of the sum) of its positive labels' centers; a
-    tied bit takes that bit of `ties` (CSQ's reference rule), or +1 when `ties` is None (the
-    rule of runs made before it).
-
-    For single-label rows this is the class center itself.
-    """
+def majority_targets(centers: torch.Tensor, labels: torch.Tensor, ties: torch.Tensor | None = None) -> torch.Tensor:
+    """Per sample, the bitwise majority (sign of the sum) of its positive labels' centers (a single-label
+    row's class center); a tied bit takes that bit of `ties` (CSQ's reference rule), or +1 when `ties` is
+    None (the rule of runs made before it)."""
     votes = labels.float() @ centers.float()  # (B, bits): sum of +/-1 over positive labels
     tied = torch.ones_like(votes) if ties is None else ties.to(votes).expand_as(votes)
     return torch.where(votes > 0, 1.0, torch.where(votes < 0, -1.0, tied))

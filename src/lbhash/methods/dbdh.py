@@ -1,9 +1,8 @@
 """DBDH: deep balanced discrete hashing (Zheng, Zhang and Lu, Neurocomputing 403, 2020).
 
-The pairwise likelihood compares each batch's codes with a memory bank of registered buffers
-(every write goes through `_remember`, which multi-device training wraps with an all-gather).
-`binarize="ste"` (the default) is the paper's straight-through sign; `binarize="clamp"` is the
-DeepHash-pytorch benchmark's clamp(u, -1, 1) (docs/methods.md).
+The pairwise likelihood compares each batch's codes with a memory bank of registered buffers (every write goes through
+`_remember`, which multi-device training wraps with an all-gather). `binarize="ste"` (the default) is the paper's
+straight-through sign; `binarize="clamp"` is the DeepHash-pytorch benchmark's clamp(u, -1, 1) (docs/methods.md).
 """
 
 from __future__ import annotations
@@ -22,17 +21,13 @@ BINARIZE = ("ste", "clamp")
 
 def pairwise_likelihood(u: torch.Tensor, labels: torch.Tensor, bank_u: torch.Tensor,
                         bank_y: torch.Tensor) -> torch.Tensor:
-    """mean over (batch x bank) of log(1 + exp(theta)) - s * theta, theta = 0.5 u U^T, s_ij =
-    [labels_i . Y_j > 0]; the gradient reaches u only.
-
-    One blockwise pass that never forms a batch x bank temporary and never overflows
-    (lbhash.methods.bank_likelihood).
-    """
+    """mean over (batch x bank) of log(1 + exp(theta)) - s * theta, theta = 0.5 u U^T, s_ij = [labels_i . Y_j > 0],
+    in one blockwise pass (lbhash.methods.bank_likelihood); the gradient reaches u only."""
     return bank_likelihood(u, labels, bank_u, bank_y)
 
 
 def check_constant(method: str, name: str, value, low: float = 0.0, strict: bool = False) -> float:
-    """A finite float >= low (> low when strict), else a ValueError naming it."""
+    """A finite float >= low (> low when strict), else an InputError naming it."""
     try:
         value = float(value)
     except (TypeError, ValueError):
@@ -57,11 +52,8 @@ class MemoryBankLoss(HashLoss):
 
     @torch.no_grad()
     def _remember(self, u: torch.Tensor, labels: torch.Tensor, index: torch.Tensor) -> None:
-        """The only write to the bank: the batch's detached outputs and labels at its indices.
-
-        Under multi-process training every rank writes every rank's batch, so the banks (and
-        DSDH's codes learned from them) stay identical across ranks.
-        """
+        """The only write to the bank: the batch's detached outputs and labels at its indices. Every rank
+        writes every rank's batch, so the banks (and DSDH's codes learned from them) stay identical."""
         u, labels, index = _gather_across_ranks(u.detach(), labels, index)
         self.U[index] = u.to(self.U.dtype)
         self.Y[index] = labels.to(self.Y.dtype)
@@ -90,12 +82,11 @@ class DBDH(MemoryBankLoss):
     description = "Deep balanced discrete hashing: pairwise likelihood against a memory bank + bit balance"
     center_part = None
     benchmark_recipe = {**BENCHMARK_RMSPROP, "lr_step": 50}
-    # With the clamp, Adam at 1e-3 collapses the codes (validation mAP 41.6 at 32 bits); 3e-4 was
-    # best on the validation split (docs/methods.md, "When to use --lbhash"), for the base method
-    # and _D alike. The recommended profile keeps the recipe that study validated, the clamp with
-    # it: the straight-through sign was not part of it (at 3e-4 on protocol cifar10, MobileNet
-    # features, 32 bits, seed 0, 20 epochs, it gave 43.2 mAP against the clamp's 61.4). The paper
-    # and benchmark profiles take the paper's sign.
+    # With the clamp, Adam at 1e-3 collapses the codes (validation mAP 41.6 at 32 bits); 3e-4 was best on the validation
+    # split (docs/methods.md, "When to use --lbhash"), for the base method and _D alike. The recommended profile keeps
+    # the recipe that study validated, the clamp with it: the straight-through sign was not part of it (at 3e-4 on
+    # protocol cifar10, MobileNet features, 32 bits, seed 0, 20 epochs, it gave 43.2 mAP against the clamp's 61.4). The
+    # paper and benchmark profiles take the paper's sign.
     recommended_recipe = {**RECOMMENDED_RECIPE, "lr": 3e-4}
     recommended_constants = {"binarize": "clamp"}
 

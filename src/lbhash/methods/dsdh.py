@@ -31,11 +31,8 @@ def w_step(B: torch.Tensor, Y: torch.Tensor, ridge: float) -> torch.Tensor:
 
 
 def b_sweep(B: torch.Tensor, W: torch.Tensor, Y: torch.Tensor, U: torch.Tensor, fit: float) -> torch.Tensor:
-    """One cyclic pass over the bits, in place: column k <- sign(P_k - B_{-k} W_{-k} w_k).
-
-    With P = Y W^T + fit U. Each column is the exact minimiser given the others, since
-    ||b_k||^2 = num_train is constant; sign(0) -> +1.
-    """
+    """One cyclic pass over the bits, in place: column k <- sign(P_k - B_{-k} W_{-k} w_k), P = Y W^T + fit U;
+    each column is the exact minimiser given the others (||b_k||^2 = num_train is constant); sign(0) -> +1."""
     P = Y @ W.T + fit * U
     Q = W @ W.T  # B_{-k} W_{-k} w_k = B Q[:, k] - b_k Q[k, k]
     for k in range(B.shape[1]):
@@ -82,11 +79,8 @@ class DSDH(MemoryBankLoss):
 
     @torch.no_grad()
     def update_codes(self, trace: bool = False) -> list[float]:
-        """dcc_iter rounds of (W-step, B-sweep) on the current bank; writes B and W.
-
-        With trace, returns the objective before and after every step (each never larger
-        than the one before it, up to rounding); else an empty list.
-        """
+        """dcc_iter rounds of (W-step, B-sweep) on the current bank; writes B and W. With trace, returns the
+        objective before and after every step (each never above the one before, up to rounding), else []."""
         ridge, fit = self.nu / self.mu, self.eta / self.mu
         # float32 at least (a bf16 module would lose the ridge solve), outside any autocast
         dtype = torch.promote_types(self.B.dtype, torch.float32)

@@ -1,9 +1,8 @@
 """ITQ: iterative quantization (Gong and Lazebnik, CVPR 2011), an unsupervised baseline.
 
-V = the centred features projected on their `bits` leading principal directions; starting
-from a seeded random rotation R, alternate B = bin(V R) and the orthogonal Procrustes step
-R = argmin ||B - V R||_F (SVD of B^T V = U S W^T gives R = W U^T). Each step minimises the
-quantization error exactly given the other, so it never increases.
+V = the centred features projected on their `bits` leading principal directions; starting from a seeded random
+rotation R, alternate B = bin(V R) and the orthogonal Procrustes step R = argmin ||B - V R||_F (SVD of B^T V =
+U S W^T gives R = W U^T). Each step minimises the quantization error exactly given the other, so it never increases.
 """
 
 from __future__ import annotations
@@ -14,13 +13,6 @@ from lbhash.errors import InputError
 from lbhash.methods.base import register_method
 from lbhash.methods.closed_form import (ClosedFormFit, ClosedFormHash, affine, bin_np, feature_mean,
                                         principal_directions, project)
-
-
-def random_rotation(k: int, seed: int) -> np.ndarray:
-    """A seeded random orthogonal (k, k) matrix: Q of the QR of a Gaussian matrix, its
-    columns' signs fixed by R's diagonal (so Q is uniquely defined by the draw)."""
-    q, r = np.linalg.qr(np.random.default_rng(seed).standard_normal((k, k)))
-    return q * np.where(np.diag(r) < 0, -1.0, 1.0)
 
 
 def itq_rotation(v: np.ndarray, rotation: np.ndarray, iterations: int) -> tuple[np.ndarray, list[float]]:
@@ -54,6 +46,9 @@ class ITQ(ClosedFormHash):
     def fit_projection(self, x: np.ndarray, labels: np.ndarray, seed: int) -> ClosedFormFit:
         mean = feature_mean(x)
         directions = principal_directions(x, mean, self.bits)
-        rotation, errors = itq_rotation(project(x, mean, directions), random_rotation(self.bits, seed),
-                                        self.iterations)
+        # the start: a seeded random rotation, Q of the QR of a Gaussian matrix, its columns' signs fixed by R's
+        # diagonal (so that Q is uniquely defined by the draw)
+        q, r = np.linalg.qr(np.random.default_rng(seed).standard_normal((self.bits, self.bits)))
+        start = q * np.where(np.diag(r) < 0, -1.0, 1.0)
+        rotation, errors = itq_rotation(project(x, mean, directions), start, self.iterations)
         return affine(directions @ rotation, mean, {"quantization": errors})

@@ -16,13 +16,6 @@ from lbhash.methods.base import register_method
 from lbhash.methods.closed_form import ClosedFormFit, ClosedFormHash, cross_moment, feature_mean
 
 
-def mean_center_targets(labels: np.ndarray, centers: np.ndarray) -> np.ndarray:
-    """Per item, the mean of its positive labels' centers (float64, (n, bits))."""
-    labels = np.asarray(labels, dtype=np.float64)
-    counts = labels.sum(1, keepdims=True)
-    return (labels @ centers) / np.maximum(counts, 1)
-
-
 @register_method
 class Linear(ClosedFormHash):
     """u = W x + b, the ridge regression onto the class centers (see the module docstring)."""
@@ -49,7 +42,8 @@ class Linear(ClosedFormHash):
         return {"regression": ((u - target) ** 2).mean()}
 
     def fit_projection(self, x: np.ndarray, labels: np.ndarray, seed: int) -> ClosedFormFit:
-        targets = mean_center_targets(labels, self.centers.double().numpy())
+        labels = np.asarray(labels, dtype=np.float64)  # targets: each item's mean of its labels' centers
+        targets = (labels @ self.centers.double().numpy()) / np.maximum(labels.sum(1, keepdims=True), 1)
         mean_x, mean_t = feature_mean(x), targets.mean(0)
         n, d = x.shape
         gram = cross_moment(x, mean_x) / n + self.ridge * np.eye(d)

@@ -19,7 +19,7 @@ from lbhash.errors import InputError
 from lbhash.methods.base import PAPER_LBHASH, HashLoss, LossOutput, loss_output
 from lbhash.methods.csq import TIE_RULES, majority_targets
 from lbhash.options import Options, option
-from lbhash.surrogate import MULTILABEL_THETA, REDUCTIONS, BlockSurrogate
+from lbhash.surrogate import MULTILABEL_THETA, REDUCTIONS, BlockSurrogate, theta_weights
 
 MODES = ("add", "replace")
 ASSIGNMENTS = ("contiguous", "permuted", "redraw")
@@ -133,11 +133,8 @@ class LowerBoundObjective(nn.Module):
     def name(self) -> str:
         return f"{self.base.name}_D"
 
-    # --- the bit-to-block assignment ------------------------------------------------------------
-
     def draw_order(self, draw: int) -> torch.Tensor:
-        """The seeded permutation number `draw` of the bits (a function of the seed and draw only,
-        so that a resumed run redraws exactly what an uninterrupted one did)."""
+        """The seeded permutation number `draw` of the bits: a resumed run redraws what an uninterrupted one did."""
         rng = np.random.default_rng([self.seed, 7, draw])
         return torch.from_numpy(rng.permutation(self.base.bits)).to(self.order.device)
 
@@ -146,8 +143,6 @@ class LowerBoundObjective(nn.Module):
         """Assign bit order[j] to block input j; the centers' patterns follow the same order."""
         self.order.copy_(order)
         self.center_patterns.copy_(self.surrogate.pattern_index(self.centers[:, self.order]))
-
-    # --- losses ---------------------------------------------------------------------------------
 
     def forward(self, u: torch.Tensor, labels: torch.Tensor, index: torch.Tensor,
                 features: torch.Tensor | None = None) -> LossOutput:
@@ -175,13 +170,9 @@ class LowerBoundObjective(nn.Module):
         """Candidate patterns (P, u) and per-sample weights (B, P) of L_theta."""
         if self.multilabel_target == "average":
             return self.center_patterns, labels
-        if bool((labels.sum(1) == 0).any()):
-            row = int(torch.nonzero(labels.sum(1) == 0)[0, 0])
-            raise InputError(f"L_theta needs at least one label per sample; batch row {row} has none")
+        theta_weights(labels)  # its check: every sample has a label
         codes = majority_targets(self.centers, labels, self.tie_center)[:, self.order]            # (B, bits)
         return self.surrogate.pattern_index(codes), torch.eye(len(labels), device=labels.device)
-
-    # --- hooks ----------------------------------------------------------------------------------
 
     def on_epoch_start(self, epoch: int) -> None:
         if self.assignment == "redraw":

@@ -1,11 +1,10 @@
-"""Keeping the input features' neighbourhoods in the code: one loss, two uses (docs/methods.md,
-"Codes for classes nobody trained on").
+"""Keeping the input features' neighbourhoods in the code: one loss, two uses (docs/methods.md, "Codes for classes
+nobody trained on").
 
-`neighbourhood_distillation(features, u)` is the mean over a batch's items of KL(teacher ||
-student): the teacher a sharp softmax of the features' cosine similarities, the student a softer
-one of the codes' ("tanh": relaxed Hamming, or "cosine" of u, which does not saturate under CSQ_D).
-`distill` (registered here) is a label-free method whose whole loss is this term; any other
-method adds it with `neighbourhood_weight`. The features are the head's inputs, detached.
+`neighbourhood_distillation(features, u)` is the mean over a batch's items of KL(teacher || student): the teacher a
+sharp softmax of the features' cosine similarities, the student a softer one of the codes' ("tanh": relaxed Hamming, or
+"cosine" of u, which does not saturate under CSQ_D). `distill` (registered here) is a label-free method whose whole loss
+is this term; any other method adds it with `neighbourhood_weight`. The features are the head's inputs, detached.
 """
 
 from __future__ import annotations

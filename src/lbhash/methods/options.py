@@ -1,10 +1,9 @@
-"""The method choice (method, _D or not, code length, defaults profile, the method's constants),
-the training recipe's options, and a method's defaults under a profile (`method_defaults`).
+"""The method choice (method, _D or not, code length, defaults profile, the method's constants), the training recipe's
+options, and a method's defaults under a profile (`method_defaults`).
 
-Profiles (docs/methods.md): "recommended" (the default: what our validation study supports,
-per method), "paper" (the paper-faithful recipe and _D objective) and "benchmark" (the
-DeepHash-pytorch benchmark's optimizers). A class's recipes are partial (what they change in
-base.PAPER_RECIPE, by RecipeOptions' names); `method_defaults` checks them.
+Profiles (docs/methods.md): "recommended" (the default: what our validation study supports, per method), "paper" (the
+paper-faithful recipe and _D objective) and "benchmark" (the DeepHash-pytorch benchmark's optimizers). A class's recipes
+are partial (what they change in base.PAPER_RECIPE, by RecipeOptions' names); `method_defaults` checks them.
 """
 
 from __future__ import annotations
@@ -96,9 +95,8 @@ class RecipeOptions(Options):
 
 
 class MethodDefaults(NamedTuple):
-    """A method's defaults under a profile: its training recipe (every option of PAPER_RECIPE,
-    as the profile sets it), how its _D objective combines with it, the _D objective's options
-    (PAPER_LBHASH's names) and its constants."""
+    """A method's defaults under a profile: its training recipe (every option of PAPER_RECIPE, as the profile sets it),
+    how its _D objective combines with it, the _D objective's options (PAPER_LBHASH's names) and its constants."""
 
     recipe: RecipeOptions
     lbhash_mode: str
