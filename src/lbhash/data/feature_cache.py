@@ -13,16 +13,14 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import time
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from lbhash._io import file_sha256
 from lbhash.data.base import HashDataset, InputOptions, check_indices
-from lbhash.data.pixel_cache import CacheUnavailable, _new_tmp, _publish, _remove, cache_root, source_fingerprint
+from lbhash.data.pixel_cache import CacheUnavailable, _publish, cache_root, read_entry, source_fingerprint, write_entry
 from lbhash.errors import InputError
 from lbhash.models.registry import IMAGENET_MEAN, IMAGENET_STD
 
@@ -131,50 +129,21 @@ def _compute(dataset, backbone, idx: np.ndarray, options: InputOptions, device, 
 
 
 def _open_entry(path, n: int) -> np.ndarray | None:
-    if not path.is_dir():
-        return None
-    try:
-        meta = json.loads((path / "meta.json").read_text())
-        file = path / "features.npy"
-        if meta.get("format") != FORMAT or file.stat().st_size != meta["bytes"]:
-            raise ValueError("size or format differs from its record")
-        if file_sha256(file) != meta["sha256"]:
-            raise ValueError("checksum differs from its record")
+    def load(file) -> np.ndarray:
         features = np.load(file, allow_pickle=False)
         if features.dtype != np.float32 or features.ndim != 2 or len(features) != n:
             raise ValueError(f"holds {features.dtype} {features.shape}, expected {n} rows of float32")
-    except (OSError, ValueError, KeyError, TypeError, json.JSONDecodeError) as err:
-        _remove(path)
-        if path.exists():
-            raise CacheUnavailable(f"its entry {path.name} is unusable ({err}) and cannot be removed") from None
-        _LOG.warning("%s: feature cache entry is unusable (%s); computing it again", path, err)
-        return None
-    return features
+        return features
+
+    return read_entry(path, "features.npy", FORMAT, "", load, "feature cache entry is unusable (%s); computing it again")
 
 
 def _write_entry(path, features: np.ndarray, key: dict) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = _new_tmp(path)
-    except OSError as err:
-        raise CacheUnavailable(err.strerror or str(err)) from None
-    try:
+    def write(tmp) -> dict:
         np.save(tmp / "features.npy", features, allow_pickle=False)
-        meta = {**key, "shape": list(features.shape), "bytes": (tmp / "features.npy").stat().st_size,
-                "sha256": file_sha256(tmp / "features.npy")}
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
-        for name in ("features.npy", "meta.json"):
-            with open(tmp / name, "rb+") as fh:
-                os.fsync(fh.fileno())
-        try:
-            _publish(tmp, path)
-        except OSError as err:
-            if not path.is_dir():  # else another process published the same entry first
-                raise CacheUnavailable(err.strerror or str(err)) from None
-    except OSError as err:
-        raise CacheUnavailable(err.strerror or str(err)) from None
-    finally:
-        _remove(tmp)
+        return {**key, "shape": list(features.shape)}
+
+    write_entry(path, "features.npy", "", write, _publish, "{reason}", "{reason}")
 
 
 @dataclass(eq=False)

@@ -19,7 +19,7 @@ import os
 import shutil
 import uuid
 from pathlib import Path
-from typing import Callable
+from typing import Callable, TypeVar
 
 import numpy as np
 
@@ -29,6 +29,7 @@ FORMAT = 1
 # decoded sets larger than this share of physical memory are memory-mapped from the disk cache
 MEMORY_FRACTION = 0.25
 _LOG = logging.getLogger("lbhash")
+T = TypeVar("T")
 
 
 class CacheUnavailable(Exception):
@@ -79,29 +80,38 @@ def open_entry(path: Path, n: int, shape: tuple[int, int, int] | None = None,
                in_memory: bool = False) -> tuple[np.ndarray, np.ndarray] | None:
     """(pixels, bad) of a verified entry, memory-mapped read-only (or read into memory); None
     when there is no entry. A corrupt entry is removed with a warning, and None returned."""
-    if not path.is_dir():
-        return None
-    try:
-        meta = json.loads((path / "meta.json").read_text())
-        pixels_file = path / "pixels.npy"
-        if meta.get("format") != FORMAT or pixels_file.stat().st_size != meta["pixels_bytes"]:
-            raise ValueError("size or format differs from its record")
-        if file_sha256(pixels_file) != meta["pixels_sha256"]:
-            raise ValueError("checksum differs from its record")
+    def load(pixels_file: Path) -> tuple[np.ndarray, np.ndarray]:
         pixels = np.load(pixels_file, mmap_mode=None if in_memory else "r", allow_pickle=False)
         bad = np.load(path / "bad.npy", allow_pickle=False)
         if (pixels.dtype != np.uint8 or pixels.ndim != 4 or len(pixels) != n or bad.shape != (n,)
                 or bad.dtype != bool or (shape is not None and pixels.shape[1:] != shape)):
             raise ValueError(f"holds {pixels.dtype} {pixels.shape}, expected {n} images")
+        if in_memory:
+            pixels.flags.writeable = False
+        return pixels, bad
+
+    return read_entry(path, "pixels.npy", FORMAT, "pixels_", load, "pixel cache entry is unusable (%s); rebuilding it")
+
+
+def read_entry(path: Path, file: str, fmt: int, prefix: str, load: Callable[[Path], T], unusable: str) -> T | None:
+    """`load(path / file)` once the file matches meta.json's format, size and SHA-256 (keys `prefix` + "bytes",
+    "sha256"; load raises ValueError for contents it refuses); None when there is no entry. A corrupt
+    entry is removed with the warning `unusable` % why, and None returned. Shared with the feature cache."""
+    if not path.is_dir():
+        return None
+    try:
+        meta = json.loads((path / "meta.json").read_text())
+        if meta.get("format") != fmt or (path / file).stat().st_size != meta[prefix + "bytes"]:
+            raise ValueError("size or format differs from its record")
+        if file_sha256(path / file) != meta[prefix + "sha256"]:
+            raise ValueError("checksum differs from its record")
+        return load(path / file)
     except (OSError, ValueError, KeyError, TypeError, json.JSONDecodeError) as err:
         _remove(path)
         if path.exists():
             raise CacheUnavailable(f"its entry {path.name} is unusable ({err}) and cannot be removed") from None
-        _LOG.warning("%s: pixel cache entry is unusable (%s); rebuilding it", path, err)
+        _LOG.warning("%s: " + unusable, path, err)
         return None
-    if in_memory:
-        pixels.flags.writeable = False
-    return pixels, bad
 
 
 def build_entry(path: Path, n: int, shape: tuple[int, int, int], fill: Callable[[np.ndarray], np.ndarray | None],
@@ -109,12 +119,7 @@ def build_entry(path: Path, n: int, shape: tuple[int, int, int], fill: Callable[
     """Create the entry: `fill(pixels)` decodes into a writable (n, *shape) memory map and returns
     the unreadable mask (None: give up, nothing is kept). Returns open_entry's result.
     CacheUnavailable when the cache cannot be written (its message says why)."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = _new_tmp(path)
-    except OSError as err:
-        raise CacheUnavailable(f"cannot write in it ({_reason(err)})") from None
-    try:
+    def write(tmp: Path) -> dict | None:
         pixels = np.lib.format.open_memmap(tmp / "pixels.npy", mode="w+", dtype=np.uint8, shape=(n, *shape))
         _reserve(tmp / "pixels.npy")
         bad = fill(pixels)
@@ -123,22 +128,45 @@ def build_entry(path: Path, n: int, shape: tuple[int, int, int], fill: Callable[
         pixels.flush()
         del pixels
         np.save(tmp / "bad.npy", np.asarray(bad, dtype=bool), allow_pickle=False)
-        meta = {"format": FORMAT, **record, "shape": [n, *shape],
-                "pixels_bytes": (tmp / "pixels.npy").stat().st_size, "pixels_sha256": file_sha256(tmp / "pixels.npy")}
+        return {"format": FORMAT, **record, "shape": [n, *shape]}
+
+    if not write_entry(path, "pixels.npy", "pixels_", write, _publish, "cannot write in it ({reason})",
+                       "cannot create its entry {name} ({reason})"):
+        return None
+    return open_entry(path, n, shape, in_memory)
+
+
+def write_entry(path: Path, file: str, prefix: str, write: Callable[[Path], dict | None],
+                publish: Callable[[Path, Path], None], unwritable: str, uncreatable: str) -> bool:
+    """Build an entry in a temporary directory beside `path`: `write(tmp)` writes its files there and
+    returns the record for meta.json (None: give up, nothing is kept; False returned), to which `file`'s
+    size and SHA-256 are added; all are synced and `publish` renames the directory to `path`.
+    CacheUnavailable with `unwritable` or (publishing) `uncreatable`, formatted with the reason and the
+    entry's name, when the cache cannot be written. Shared with the feature cache."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = _new_tmp(path)
+    except OSError as err:
+        raise CacheUnavailable(unwritable.format(reason=_reason(err))) from None
+    try:
+        meta = write(tmp)
+        if meta is None:
+            return False
+        meta.update({prefix + "bytes": (tmp / file).stat().st_size, prefix + "sha256": file_sha256(tmp / file)})
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
-        for name in ("pixels.npy", "bad.npy", "meta.json"):
+        for name in os.listdir(tmp):
             with open(tmp / name, "rb+") as fh:
                 os.fsync(fh.fileno())
         try:
-            _publish(tmp, path)  # atomic; fails if another process finished first
+            publish(tmp, path)  # atomic; fails if another process finished first
         except OSError as err:
             if not path.is_dir():
-                raise CacheUnavailable(f"cannot create its entry {path.name} ({_reason(err)})") from None
+                raise CacheUnavailable(uncreatable.format(reason=_reason(err), name=path.name)) from None
     except OSError as err:
-        raise CacheUnavailable(f"cannot write in it ({_reason(err)})") from None
+        raise CacheUnavailable(unwritable.format(reason=_reason(err))) from None
     finally:
         _remove(tmp)
-    return open_entry(path, n, shape, in_memory)
+    return True
 
 
 def _reason(err: OSError) -> str:

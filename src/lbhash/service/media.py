@@ -74,26 +74,24 @@ def thumbnail_png(image: bytes | np.ndarray, where: str, side: int = table.THUMB
     Encoded bytes are decoded within `decoding`, the service's budget of pixels decoded at once."""
     try:
         if isinstance(image, np.ndarray):
-            return _png(Image.fromarray(np.ascontiguousarray(image)), side)
-        im = Image.open(io.BytesIO(image))
-        if im.width * im.height > max_pixels:
-            raise InputError(f"{where}: {im.width} x {im.height} pixels, more than the {max_pixels} a "
-                             "thumbnail is decoded from")
-        if im.format == "JPEG":
-            im.draft("RGB", (2 * side, 2 * side))  # decode big JPEGs at a reduced scale
-        with decoding.hold(im.width * im.height, where) if decoding is not None else contextlib.nullcontext():
+            im, hold = Image.fromarray(np.ascontiguousarray(image)), contextlib.nullcontext()
+        else:
+            im = Image.open(io.BytesIO(image))
+            if im.width * im.height > max_pixels:
+                raise InputError(f"{where}: {im.width} x {im.height} pixels, more than the {max_pixels} a "
+                                 "thumbnail is decoded from")
+            if im.format == "JPEG":
+                im.draft("RGB", (2 * side, 2 * side))  # decode big JPEGs at a reduced scale
+            hold = decoding.hold(im.width * im.height, where) if decoding is not None else contextlib.nullcontext()
+        with hold:
             im.load()
-            return _png(im, side)
+            im = im if im.mode == "RGB" else im.convert("RGB")
+            im.thumbnail((side, side))
+            out = io.BytesIO()
+            im.save(out, format="PNG")
+            return out.getvalue()
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as err:
         raise InputError(f"{where}: cannot decode image ({image_error(err)})") from None
-
-
-def _png(im: Image.Image, side: int) -> bytes:
-    im = im if im.mode == "RGB" else im.convert("RGB")
-    im.thumbnail((side, side))
-    out = io.BytesIO()
-    im.save(out, format="PNG")
-    return out.getvalue()
 
 
 class ThumbnailCache:

@@ -162,13 +162,21 @@ def _add_docs(app: FastAPI) -> None:
         assets = Path(fastapi_offline.__file__).resolve().parent / "static"
     except ImportError:
         assets = None
-    missing = "the offline API docs need the fastapi-offline package (pip install 'lbhash[serve]')"
     headers = {"Content-Security-Policy": DOCS_CSP, "X-Content-Type-Options": "nosniff"}
+
+    @app.get("/docs/oauth2-redirect", include_in_schema=False)
+    def swagger_redirect():
+        return get_swagger_ui_oauth2_redirect_html()
+
+    if assets is None:  # the docs, the ReDoc page and their assets: one answer
+        missing = "the offline API docs need the fastapi-offline package (pip install 'lbhash[serve]')"
+        for route in ("/docs-assets/{name}", "/docs", "/redoc"):
+            app.add_api_route(route, lambda: JSONResponse({"detail": missing}, status_code=404),
+                              include_in_schema=False)
+        return
 
     @app.get("/docs-assets/{name}", include_in_schema=False)
     def docs_asset(name: str):
-        if assets is None:
-            return JSONResponse({"detail": missing}, status_code=404)
         if name not in DOC_FILES:  # a fixed list: no name from the request reaches the file system
             return JSONResponse({"detail": f"no docs asset {name!r}"}, status_code=404)
         data = (assets / name).read_bytes()
@@ -178,8 +186,6 @@ def _add_docs(app: FastAPI) -> None:
 
     @app.get("/docs", include_in_schema=False)
     def swagger():
-        if assets is None:
-            return JSONResponse({"detail": missing}, status_code=404)
         page = get_swagger_ui_html(openapi_url=app.openapi_url, title=f"{app.title} - Swagger UI",
                                    oauth2_redirect_url="/docs/oauth2-redirect",
                                    swagger_js_url="/docs-assets/swagger-ui-bundle.js",
@@ -189,14 +195,8 @@ def _add_docs(app: FastAPI) -> None:
         page.headers.update(headers)
         return page
 
-    @app.get("/docs/oauth2-redirect", include_in_schema=False)
-    def swagger_redirect():
-        return get_swagger_ui_oauth2_redirect_html()
-
     @app.get("/redoc", include_in_schema=False)
     def redoc():
-        if assets is None:
-            return JSONResponse({"detail": missing}, status_code=404)
         page = get_redoc_html(openapi_url=app.openapi_url, title=f"{app.title} - ReDoc",
                               redoc_js_url="/docs-assets/redoc.standalone.js",
                               redoc_favicon_url="/docs-assets/favicon.png", with_google_fonts=False)
