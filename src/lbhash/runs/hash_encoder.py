@@ -19,14 +19,15 @@ from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.exceptions import NotFittedError as SklearnNotFittedError
 
 from lbhash.arrays import as_float32, first_nonfinite
-from lbhash.codes import pack
+from lbhash.codes import unpack
 from lbhash.codes_file import codes_from_arrays
 from lbhash.data import ArrayDataset, HashDataset, ImageDataset
 from lbhash.data.image_arrays import as_rgb_images
 from lbhash.errors import InputError
 from lbhash.labels import as_multihot_pair
 from lbhash.methods import method_class
-from lbhash.runs.encoder import ARRAYS, RunEncoder, dense_array, eval_set_metrics
+from lbhash.encoders import dense_array
+from lbhash.runs.encoder import ARRAYS, RunEncoder, eval_set_metrics
 from lbhash.runs.run import train_run
 from lbhash.runs.training import write_run
 from lbhash.train.config import FIELDS, make_config
@@ -173,8 +174,8 @@ class HashEncoder(RunEncoder, TransformerMixin, BaseEstimator):
         with code_format="packed" (`encode`'s), int8 +/-1 (n, bits) with "signs"."""
         self._check_fitted("transform")
         _check_code_format(self.code_format)
-        signs = self._signs(X)
-        return pack(signs) if self.code_format == "packed" else signs
+        codes = self.encode(X)
+        return codes if self.code_format == "packed" else unpack(codes, self.bits_)
 
     def save(self, path: str | Path) -> Path:
         """Write the fitted run as a run directory at `path` (a new directory, written
