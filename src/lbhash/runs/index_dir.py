@@ -61,7 +61,11 @@ def build_index(source: Path, out: str, kind: str = "flat", part: str | None = N
     ids = items["ids"] if items["ids"] is not None else np.arange(len(items["codes"]))
     # the run's model, identified once (a checkpoint's SHA-256): its embeddings, and the index's record of it
     model = index_inputs.run_model(source) if source.is_dir() else None
-    emb = items["embeddings"] if spec is None else _run_embeddings(source, ids, spec, model)
+    emb = items["embeddings"]
+    if spec is not None:  # a run (so `model` is known): its items' embeddings, from the pass that made their codes
+        from lbhash.runs.codes import item_embeddings
+
+        emb = item_embeddings(source, ids, spec)
     emb = emb if embeddings else None
     dim = None if emb is None else emb.shape[1]
     if backend == "milvus":
@@ -151,16 +155,6 @@ def searches(index) -> str:
         return (f"exactly until trained (it trains its lists once it holds {index.train_size} codes = "
                 f"{index.train_size // nlist} x nlist {nlist}, and holds {index.ntotal}), then approximately")
     return "exactly" if index.exact else "approximately"
-
-
-def _run_embeddings(run_dir: Path, ids, spec: str, model: dict | None):
-    """The embeddings the index keeps of a run's items (lbhash.runs.codes.item_embeddings); None
-    for a directory of codes without a trained run (`model` None)."""
-    if model is None:
-        return None
-    from lbhash.runs.codes import item_embeddings
-
-    return item_embeddings(run_dir, ids, spec)
 
 
 def _record_origins(index, source: Path, spec: str | None, ids, model: dict | None) -> None:

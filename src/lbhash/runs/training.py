@@ -92,28 +92,23 @@ def _reopen(out: Path, trainer: Trainer) -> None:
 def train_open_run(run: OpenRun) -> TrainedRun | None:
     trainer = run.trainer
     try:
-        return _train_and_finish(run)
+        train_to_end(trainer)
+        query_codes = write_codes(trainer, run.out) if trainer.fabric.is_global_zero and trainer.cfg.test else None
+        trainer.fabric.barrier()
+        for run_logger in trainer.fabric.loggers:
+            run_logger.finalize("success")
+        leave_process_group(trainer.fabric)
+        if not trainer.fabric.is_global_zero:
+            return None
+        metrics = finish_run(run.out)
+        fitted = Fitted(as_loaded(trainer.learner.model), run.config, run.input_form, trainer.history)
+        return TrainedRun(metrics, fitted, query_codes)
     except (InputError, NonFiniteError) as err:
         # deterministic: the same run would fail again, so --resume says why instead of retrying;
         # anything else (a kill, a full disk, the caller's callback) leaves a run --resume continues
         if trainer.fabric.is_global_zero:
             mark_failed(run.out, str(err))
         raise
-
-
-def _train_and_finish(run: OpenRun) -> TrainedRun | None:
-    trainer = run.trainer
-    train_to_end(trainer)
-    query_codes = write_codes(trainer, run.out) if trainer.fabric.is_global_zero and trainer.cfg.test else None
-    trainer.fabric.barrier()
-    for run_logger in trainer.fabric.loggers:
-        run_logger.finalize("success")
-    leave_process_group(trainer.fabric)
-    if not trainer.fabric.is_global_zero:
-        return None
-    metrics = finish_run(run.out)
-    fitted = Fitted(as_loaded(trainer.learner.model), run.config, run.input_form, trainer.history)
-    return TrainedRun(metrics, fitted, query_codes)
 
 
 # --- a run directory from an in-memory fit ----------------------------------------------------

@@ -269,6 +269,3 @@ def build_config(file_values: dict[str, Any] | None = None,
     flags = {k: v for k, v in (flag_values or {}).items() if v is not None}
     return make_config({**(file_values or {}), **flags})
 
-
-__all__ = ["RunConfig", "TrainConfig", "FIELDS", "OWNERS", "SETS", "field_info", "build_config", "load_config_file",
-           "make_config", "parse_yaml"]

@@ -268,17 +268,12 @@ class Trainer:
 
     def encode(self, index: np.ndarray, progress: bool = False) -> np.ndarray:
         """Codes of data-set items with the plain (unwrapped) model: no collective calls, so
-        rank 0 may encode alone."""
-        return encode(self.learner.model, self._encoding_dataset(index), index, self.options, self.fabric.device,
-                      self.fabric.autocast, progress and self.progress)
-
-    def _encoding_dataset(self, index: np.ndarray):
-        """The probe's cached features while the backbone is frozen for it (when they cover
-        `index`: the training and validation items), else the run's own data."""
+        rank 0 may encode alone. While the backbone is frozen for the probe, from its cached
+        features where they cover `index` (the training and validation items)."""
         probe = self.exp.probe_dataset
-        if probe is not None and self.learner.model.freeze_backbone and (probe.rows[index] >= 0).all():
-            return probe
-        return self.exp.dataset
+        frozen = probe is not None and self.learner.model.freeze_backbone and (probe.rows[index] >= 0).all()
+        return encode(self.learner.model, probe if frozen else self.exp.dataset, index, self.options,
+                      self.fabric.device, self.fabric.autocast, progress and self.progress)
 
     def evaluate(self) -> dict:
         """mAP at R of fresh query and database codes, and the database codes' lower bound."""
