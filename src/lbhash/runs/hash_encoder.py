@@ -124,14 +124,15 @@ class HashEncoder(RunEncoder, TransformerMixin, BaseEstimator):
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
-        tags.target_tags.required = _needs_labels(self.method)
+        try:
+            tags.target_tags.required = method_class(self.method).needs_labels
+        except InputError:  # an unknown method: fit says so
+            tags.target_tags.required = True
         tags.transformer_tags.preserves_dtype = []  # codes are uint8 (or int8), whatever X is
         return tags
 
     def __sklearn_is_fitted__(self) -> bool:
         return hasattr(self, "model_")
-
-    # --- fit ----------------------------------------------------------------------------------
 
     def fit(self, X, y=None, eval_set: tuple | None = None, run_dir: str | Path | None = None) -> "HashEncoder":
         """Train on (X, y). `eval_set=(X_val, y_val)`: items searched among the training items
@@ -158,12 +159,6 @@ class HashEncoder(RunEncoder, TransformerMixin, BaseEstimator):
         if eval_set is not None and "map" in metrics:
             metrics = eval_set_metrics(metrics, query_codes)
         return self._set_fitted(None if run_dir is None else Path(run_dir), fitted, metrics)
-
-    def fit_transform(self, X, y=None, **fit_params) -> np.ndarray:
-        """`fit(X, y, **fit_params)`, then the codes of X (`transform`)."""
-        return self.fit(X, y, **fit_params).transform(X)
-
-    # --- load and encode: RunEncoder's -----------------------------------------------------------
 
     @classmethod
     def _unfitted(cls, cfg) -> "HashEncoder":
@@ -206,13 +201,6 @@ class HashEncoder(RunEncoder, TransformerMixin, BaseEstimator):
 def _check_code_format(code_format: str) -> None:
     if code_format not in CODE_FORMATS:
         raise InputError(f"code_format must be one of {', '.join(CODE_FORMATS)}, got {code_format!r}")
-
-
-def _needs_labels(method: str) -> bool:
-    try:
-        return method_class(method).needs_labels
-    except InputError:  # an unknown method: fit says so
-        return True
 
 
 def arrays_dataset(X, y, eval_set: tuple | None = None) -> HashDataset:

@@ -42,10 +42,7 @@ class QueryEncoder:
         return self.encoder.gives_embeddings_
 
     def encode(self, inputs, json_numbers: bool = False) -> np.ndarray:
-        """Packed codes uint8 (n, bits // 8) of feature rows (an array, or a feature data set
-        loaded from a file), an image batch, or a list of images of any sizes. Feature rows go
-        through the run's input contract (docs/data.md#the-input-contract); json_numbers: they
-        came from JSON."""
+        """Packed codes uint8 (n, bits // 8) of the inputs; json_numbers: they came from JSON."""
         return self.encoder.encode(inputs, json_numbers=json_numbers)
 
     def embed(self, inputs, json_numbers: bool = False) -> np.ndarray:

@@ -234,11 +234,7 @@ class Trainer:
         record = {"epoch": epoch, "lr": lr, "seconds": seconds, **({"phase": "probe" if probing else "tune"}
                                                                    if recipe.probe_epochs else {}),
                   "loss": {k: v / seen for k, v in sums.items()}}
-        bound = lower_bound(codes, self.train_labels) if self.train_labels.any(0).sum() >= 2 else None
-        if bound is not None:
-            record["train_lower_bound"] = {"min_inter": bound.min_inter, "max_intra": bound.max_intra,
-                                           "ratio": finite_or_str(bound.ratio)}
-        return record
+        return {**record, **train_bound(codes, self.train_labels)}
 
     def training_batches(self):
         """The batches of the epochs that train the model: the frozen prefix's cached activations
@@ -300,6 +296,15 @@ def flat_record(record: dict, prefix: str = "") -> dict[str, float]:
         elif isinstance(value, (int, float)) and not isinstance(value, bool) and key != "epoch":
             out[name] = float(value)
     return out
+
+
+def train_bound(codes: np.ndarray, labels: np.ndarray) -> dict:
+    """The training codes' lower bound as an epoch's record keeps it; {} with fewer than two classes."""
+    if labels.any(0).sum() < 2:
+        return {}
+    bound = lower_bound(codes, labels)
+    return {"train_lower_bound": {"min_inter": bound.min_inter, "max_intra": bound.max_intra,
+                                  "ratio": finite_or_str(bound.ratio)}}
 
 
 def finite_or_str(x: float):
