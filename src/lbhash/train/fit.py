@@ -8,6 +8,7 @@ returns what it trained (`Trained`), writing no file.
 from __future__ import annotations
 
 import logging
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -28,8 +29,7 @@ from lbhash.train.loop import EpochStore, Trainer, check_logger
 from lbhash.train.processes import check_accelerator, leave_process_group, process_rank
 from lbhash.train.results import Fitted, run_metrics
 from lbhash.train.split_codes import split_codes
-from lbhash.train.summary import (bars_on_terminal, data_summary, describe_data, epoch_lines, notices_to_stderr,
-                                  result_line)
+from lbhash.train.summary import data_summary, describe_data, epoch_lines, notices_to_stderr, result_line
 
 logger = logging.getLogger("lbhash")
 
@@ -76,7 +76,7 @@ def prepare(cfg: TrainConfig, split: Split | None, dataset: HashDataset | None, 
         logger.warning("skipped %d unreadable image(s) (--skip-bad-images)", exp.skipped_images)
     summary, saved_cfg = data_summary(exp), exp.cfg
     lines = None
-    if exp.cfg.progress and not bars_on_terminal(True):  # a log file: one line per epoch, no bars
+    if exp.cfg.progress and not sys.stderr.isatty():  # a log file, which bars' redraws fill: one line per epoch
         exp.cfg = exp.cfg.replace(progress=False)
         if first:
             lines = epoch_lines(exp.cfg.variant, exp.cfg.epochs, map_label(exp.topk, len(exp.split.database)))

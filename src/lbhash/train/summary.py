@@ -157,11 +157,6 @@ def result_line(metrics: dict[str, Any], out: Path | None = None) -> str:
     return f"done: {', '.join(parts)}" + ("" if out is None else f"; run directory {out}")
 
 
-def bars_on_terminal(progress: bool) -> bool:
-    """Progress bars only where stderr is a terminal; elsewhere their redraws fill logs."""
-    return progress and sys.stderr.isatty()
-
-
 LINE_EVERY_S = 10.0  # off a terminal: between two epoch lines that are neither first, last nor evaluated
 
 
