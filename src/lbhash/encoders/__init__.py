@@ -1,9 +1,6 @@
-"""What turns inputs into codes: the `Encoder` base class, and the exported encoder (ONNX
-Runtime and numpy, no torch: lbhash.encoders.exported).
-
-Subclasses: a run's torch model (`lbhash.runs.encoder.RunEncoder`, `HashEncoder`) and an export
-(`ExportedEncoder`). This module imports nothing heavy, so that a layer may name the interface
-without loading a model's stack.
+"""What turns inputs into codes: the `Encoder` base class, which a run's torch model
+(`lbhash.runs.encoder.RunEncoder`, `HashEncoder`) and an export (lbhash.encoders.exported: ONNX
+Runtime and numpy) subclass. Nothing here imports torch: a layer may name it without a model's stack.
 """
 
 from __future__ import annotations
@@ -46,13 +43,11 @@ class Encoder(ABC):
         batch_size: rows per model call (None: the subclass's own)."""
 
     def encode(self, X, *, json_numbers: bool = False, batch_size: int | None = None) -> np.ndarray:
-        """Packed uint8 codes (n, bits // 8), FAISS bit layout (lbhash.codes.pack): the signs of
-        `embed`'s outputs (0 -> +1)."""
+        """Packed uint8 codes (n, bits // 8) (lbhash.codes.pack) of the signs of `embed`'s outputs (0 -> +1)."""
         return pack(to_signs(self._run(X, json_numbers, batch_size, "encode")[0], "real outputs"))
 
     def embed(self, X, *, json_numbers: bool = False, batch_size: int | None = None) -> np.ndarray:
-        """float32 real outputs u (n, bits) of the model, from the same forward pass as the
-        codes: `encode(X) == pack(to_signs(embed(X)))`."""
+        """float32 real outputs u (n, bits), from the forward pass that gives the codes."""
         return self._run(X, json_numbers, batch_size, "embed")[0]
 
     def outputs(self, X, *, json_numbers: bool = False, batch_size: int | None = None

@@ -95,8 +95,7 @@ class ExportedEncoder(Encoder):
 
     def outputs(self, X, *, json_numbers: bool = False, batch_size: int | None = None
                 ) -> tuple[np.ndarray, np.ndarray]:
-        """(u, embeddings) of feature rows: the embeddings are the rows after the input contract,
-        as a run's own model gives them. An image export holds no backbone output: refused."""
+        """(u, the feature rows after the input contract); an image export has no backbone output: refused."""
         if not self.gives_embeddings_:
             raise InputError("an export of an image run gives no embeddings (its graph outputs the hash layer only): "
                              "search in Hamming order (--no-rescore, rescore false), or search with --run")

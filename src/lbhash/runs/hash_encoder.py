@@ -1,9 +1,6 @@
 """`HashEncoder`: the front door for users who have arrays, in scikit-learn style (README.md).
-
-`fit` trains in memory with the same builder, loop and encoder as `lbhash train` (writing nothing
-unless `run_dir` asks) and keeps what training returns as attributes ending in `_`; `transform`
-gives the codes, so it is a `Pipeline` step. `validation` is the share held out for model
-selection; `fit(..., eval_set=...)` gives the items evaluated at the end, never seen in training.
+`fit` trains in memory with the builder, loop and encoder of `lbhash train` (writing nothing
+unless `run_dir` asks); `transform` gives the codes, so it is a `Pipeline` step.
 """
 
 from __future__ import annotations
@@ -38,8 +35,7 @@ FIT_DATA = ("data", "protocol")  # fit trains on its arrays: these options are r
 
 
 class NotFittedError(InputError, SklearnNotFittedError):
-    """encode, transform or save was called before fit (or load); scikit-learn's
-    NotFittedError too."""
+    """encode, transform or save before fit (or load); scikit-learn's NotFittedError too."""
 
 
 class HashEncoder(RunEncoder, TransformerMixin, BaseEstimator):

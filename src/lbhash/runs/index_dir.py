@@ -19,8 +19,7 @@ from lbhash.runs import index_inputs
 
 @dataclass(frozen=True)
 class Built:
-    """What `build_index` made: the index, how many items, their code length and embedding width
-    (None: codes only), and how it searches (`searches`)."""
+    """What `build_index` made (`embedding_dim` None: codes only; `searches`: how it searches)."""
 
     index: object
     count: int
@@ -30,8 +29,7 @@ class Built:
 
 
 def open_index(target: str | Path, backend: str = "faiss", uri: str | None = None):
-    """A saved CodeIndex directory, or an existing Milvus collection (at `uri`; None: MilvusIndex's
-    default)."""
+    """A saved CodeIndex directory, or an existing Milvus collection (at `uri`; None: its default)."""
     if backend == "milvus":
         from lbhash.index.milvus import MilvusIndex
 

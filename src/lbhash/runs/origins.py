@@ -29,8 +29,7 @@ FORMAT = "lbhash-sources/1"
 
 
 def dataset_sources(dataset, positions) -> list[str] | None:
-    """Sources of the items at `positions`: files and members, or rows of in-memory images;
-    None for feature data."""
+    """Sources of the items at `positions` (files, members, rows of images); None for feature data."""
     if getattr(dataset, "input_kind", None) != "images":
         return None
     found = dataset.item_sources(positions)

@@ -255,8 +255,7 @@ def load_input_form(run_dir: str | Path, cfg: RunConfig) -> InputForm:
 
 
 def read_data_summary(run_dir: str | Path) -> dict:
-    """data.json, what the run loaded (lbhash.train.summary.data_summary), checked against the
-    manifest; {} for a run without one."""
+    """data.json, what the run loaded (train.summary.data_summary), checked; {} for a run without one."""
     return _read_checked_json(run_dir, "data.json") if (Path(run_dir) / "data.json").is_file() else {}
 
 

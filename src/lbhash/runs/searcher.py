@@ -46,18 +46,16 @@ class QueryEncoder:
         return self.encoder.encode(inputs, json_numbers=json_numbers)
 
     def embed(self, inputs, json_numbers: bool = False) -> np.ndarray:
-        """The encoder's real outputs float32 (n, bits) of the same inputs (codes = their signs)."""
+        """The encoder's real outputs float32 (n, bits), whose signs are the codes."""
         return self.encoder.embed(inputs, json_numbers=json_numbers)
 
     def embeddings(self, inputs, json_numbers: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        """(packed codes, embeddings float32 (n, d)) of the inputs, from one forward pass: what an
-        index keeping embeddings stores per item, and what a query re-scores with."""
+        """(packed codes, embeddings float32 (n, d)) of the inputs, from one forward pass."""
         real, emb = self.encoder.outputs(inputs, json_numbers=json_numbers)
         return pack(to_signs(real, "real outputs")), emb
 
     def queries(self, inputs, *, rescore: bool, json_numbers: bool = False) -> Queries:
-        """The `Queries` of the inputs: their codes, and (rescore=True) their embeddings, from
-        the same forward pass."""
+        """The `Queries` of the inputs: their codes, and (rescore=True) their embeddings, from one forward pass."""
         if not rescore:
             return Queries(self.encode(inputs, json_numbers))
         return Queries(*self.embeddings(inputs, json_numbers))

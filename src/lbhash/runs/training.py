@@ -36,8 +36,7 @@ from lbhash.train.summary import DATA_SUMMARY
 
 @dataclass
 class OpenRun:
-    """A run ready to train: its trainer, its config (as config.yaml holds it), its input
-    contract (input.json) and its directory."""
+    """A run ready to train, with what its config.yaml and input.json hold."""
     trainer: Trainer
     config: RunConfig
     input_form: InputForm

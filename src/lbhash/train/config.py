@@ -202,8 +202,7 @@ def backbone_line(cfg: "RunConfig") -> str | None:
 
 
 def make_config(values: dict[str, Any], where: str = "", kind: type[TrainConfig] = TrainConfig) -> TrainConfig:
-    """kind(**values) (a TrainConfig, or a RunConfig), every error one InputError line naming
-    `where`, the option and the value."""
+    """kind(**values) (a TrainConfig or a RunConfig), every error one InputError line naming `where`."""
     try:
         return kind(**values)
     except InputError as err:

@@ -36,8 +36,7 @@ logger = logging.getLogger("lbhash")
 
 @dataclass
 class Prepared:
-    """A run ready to train: its trainer, the config it saves (config.yaml), its input
-    contract (input.json) and what it loaded (data.json)."""
+    """A run ready to train, with what its config.yaml, input.json and data.json hold."""
     trainer: Trainer
     config: RunConfig
     input_form: InputForm
@@ -46,12 +45,9 @@ class Prepared:
 
 @dataclass
 class Trained:
-    """What `fit` trained, in memory: the fitted model with its config, input contract and
-    history; the metrics a run directory's metrics.json would hold; and what that directory's
-    other files would hold (`lbhash.runs.training.write_run` writes them): the codes-file arrays of
-    the split's query and database by part ("all", "seen" under unseen:K), the split, the data
-    summary, the last checkpoint's content and the kept epoch's weights (best.pt; None unless
-    `select: best-val`)."""
+    """What `fit` trained, in memory: the fitted model, its metrics.json's metrics, and what the
+    other files of a run directory would hold (lbhash.runs.training.write_run writes them; `best`:
+    best.pt's, None unless `select: best-val`)."""
     fitted: Fitted
     metrics: dict[str, Any]
     codes: dict[str, dict[str, np.ndarray]]

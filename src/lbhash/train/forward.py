@@ -20,16 +20,14 @@ from lbhash.data.base import check_indices
 def encode(model: nn.Module, dataset: HashDataset, indices=None, options: InputOptions = InputOptions(),
            device="cpu", autocast=contextlib.nullcontext, progress: bool = False,
            batch_size: int | None = None) -> np.ndarray:
-    """+/-1 int8 codes (len(indices), bits) of the data set's items (default: all); batch_size
-    None takes the data set's own."""
+    """+/-1 int8 codes (len(indices), bits) of the items (default: all); batch_size None: the data set's own."""
     return _forward(model, dataset, indices, options, device, autocast, progress, batch_size, to_signs)
 
 
 def embed(model: nn.Module, dataset: HashDataset, indices=None, options: InputOptions = InputOptions(),
           device="cpu", autocast=contextlib.nullcontext, progress: bool = False,
           batch_size: int | None = None) -> np.ndarray:
-    """The model's real outputs, float32 (len(indices), bits), of the items `encode` would
-    encode: its codes are their signs (>= 0 -> +1)."""
+    """The model's real outputs u, float32 (len(indices), bits), whose signs are `encode`'s codes."""
     return _forward(model, dataset, indices, options, device, autocast, progress, batch_size, torch.Tensor.float)
 
 
@@ -105,15 +103,13 @@ def encode_sharded(fabric, model: nn.Module, dataset: HashDataset, indices=None,
 def embed_sharded(fabric, model: nn.Module, dataset: HashDataset, indices=None,
                   options: InputOptions = InputOptions(), autocast=contextlib.nullcontext,
                   progress: bool = False) -> tuple[np.ndarray, np.ndarray] | None:
-    """`embed_with_features` split as `encode_sharded` splits `encode`: rank 0 returns all real
-    outputs and embeddings in item order, the other ranks None."""
+    """`embed_with_features` split as `encode_sharded` splits `encode`."""
     return _sharded(embed_with_features, fabric, model, dataset, indices, options, autocast, progress)
 
 
 def _sharded(run, fabric, model: nn.Module, dataset: HashDataset, indices, options: InputOptions, autocast,
              progress: bool):
-    """`run` (`encode`, or `embed_with_features` and its two arrays) of this rank's share,
-    gathered on rank 0."""
+    """`run` of this rank's share, gathered on rank 0."""
     idx = check_indices(dataset, indices)
     shares = np.array_split(idx, fabric.world_size)
     mine = run(model, dataset, shares[fabric.global_rank], options, fabric.device, autocast,
