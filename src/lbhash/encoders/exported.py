@@ -1,9 +1,8 @@
-"""A run exported by `lbhash export` (docs/export.md), encoding with ONNX Runtime and numpy.
-
-An export directory holds `model.onnx` and `export.json` (EXPORT_FORMAT: the input contract, the
-evaluation transform, bits, the model's identity, the run's summary and the ONNX file's SHA-256).
-Inputs go through the run's input contract or lbhash.data.eval_images, in numpy; the codes are
-the outputs' signs, packed here. Nothing here imports torch.
+"""A run exported by `lbhash export` (docs/export.md), encoding with ONNX Runtime and numpy, no
+torch: an export directory holds `model.onnx` and `export.json` (EXPORT_FORMAT: the input contract,
+the evaluation transform, bits, the model's identity, the run's summary and the ONNX file's
+SHA-256). lbhash.encoders.Encoder checks and batches the inputs; here, the evaluation transform in
+numpy (lbhash.data.eval_images) and the ONNX Runtime call.
 """
 
 from __future__ import annotations

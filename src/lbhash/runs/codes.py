@@ -1,7 +1,6 @@
-"""The codes of any data with a finished run's model (`encode_run`; `lbhash encode`, `save_encoded`).
-
-It encodes with the one forward loop (lbhash.train.forward) and stores labels as
-lbhash.train.split_codes does, so a run's own items encode to the codes its codes.npz holds.
+"""The codes of any data with a finished run's model (`encode_run`; `lbhash encode`,
+`save_encoded`), through the one forward loop (lbhash.train.forward) and with labels stored as
+lbhash.train.split_codes stores them, so a run's own items encode to the codes of its codes.npz.
 Nothing here imports the training loop or Lightning: `lbhash encode` starts fast.
 """
 

@@ -1,7 +1,6 @@
-"""`RunEncoder`: a trained run's model as an encoder of arrays, and no more: what `lbhash search
---run` and the service load (lbhash.runs.index_inputs.load_encoder), and what `HashEncoder` adds
-fit and scikit-learn's API to. It imports neither scikit-learn nor the training loop, so a
-command that only reads a run starts in about the time torch takes to import
+"""`RunEncoder`: a trained run's model as an encoder, what `lbhash search --run` and the service
+load and what `HashEncoder` adds fit and scikit-learn's API to. It imports neither scikit-learn nor
+the training loop, so a command that only reads a run starts in about the time torch takes to import
 (docs/benchmarks.md#start-up).
 """
 

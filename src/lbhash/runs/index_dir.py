@@ -1,10 +1,7 @@
-"""An index directory (or a Milvus collection) as the application layer owns it: built from a run
-or a codes file (`build_index`), opened (`open_index`), changed by a codes file or ids
-(`IndexDirectory.add`, `remove`) and described (`describe`). The command line's `lbhash index` is
-these calls; the search engine below (lbhash.index) knows only arrays.
-
-Every change holds the index's writer lock (lbhash.index.writer_lock): one writer per index, a
-running `lbhash serve` included.
+"""An index directory (or a Milvus collection) as the application layer owns it: built, opened,
+changed and described, which is `lbhash index`; the search engine below (lbhash.index) knows only
+arrays. Every change holds the index's writer lock (lbhash.index.writer_lock): one writer per index,
+a running `lbhash serve` included.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""Where codes and encoders come from. Every call into the training layer is in this module,
-so that a change there is rewired here alone.
-
-`load_encoder` / `load_exported` (a run's or an export's encoder), `run_part`, `run_data` and
-`run_codes` (which items of a run an index holds, and their codes), `codes_file`, and
-`run_model` / `check_index_model` (the refusal to encode an index's queries with another model).
+"""Where codes and encoders come from: every call into the training layer is here, so that a change
+there is rewired here alone; and the refusal to encode an index's queries with another model
+(`check_index_model`).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""Training a run directory, once lbhash.runs.run has decided there is something to train:
-`open_run` builds the run's trainer (the core's `prepare`, lbhash.train.fit, with the directory
-as its store), checks everything, and writes a new run's first files or loads a resumed run's
-checkpoint; `train_open_run` trains, writes the codes and the results, and marks a run failed
-where it failed for good. `write_run` writes the same files from an in-memory fit.
+"""Training a run directory once lbhash.runs.run has decided there is something to train: `open_run`
+builds its trainer (lbhash.train.fit.prepare, the directory as its store) and writes a new run's
+first files or loads a resumed one's checkpoint; `train_open_run` trains, writes the codes and
+results, and marks a run failed where it failed for good; `write_run` writes the same files from an
+in-memory fit.
 """
 
 from __future__ import annotations

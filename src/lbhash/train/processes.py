@@ -1,8 +1,6 @@
-"""The processes of a run: this process's rank before any process group exists, Lightning
-Fabric on one process or several (`make_fabric`), the processes of an encoding
-(`encoding_processes`: this one alone needs no Lightning), the clean end of a process group,
-and the check that a GPU accelerator has a GPU. Training (lbhash.train.loop) and encoding a
-run (lbhash.runs.codes) both start their processes here.
+"""The processes of a run: this process's rank before any process group exists, Lightning Fabric on
+one process or several, an encoding's processes (this one alone needs no Lightning), the clean end
+of a process group, and the check that a GPU accelerator has a GPU.
 """
 
 from __future__ import annotations
