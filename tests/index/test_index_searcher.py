@@ -90,6 +90,18 @@ class BrokenEncoder(FakeEncoder):
         return np.zeros((len(inputs), 3), np.uint8), None
 
 
+class RefusingEncoder(FakeEncoder):
+    """A model that refuses its batch with a ValueError of two lines."""
+
+    def _forward(self, inputs, embedded, batch_size):
+        raise ValueError("the model refuses\n  these rows")
+
+
+def test_an_encoders_refusal_is_one_input_error_line(rng):
+    with pytest.raises(InputError, match="^the model refuses these rows$"):
+        Searcher(CodeIndex(32), RefusingEncoder(bits=32)).search(rng.standard_normal((2, 12)), 1)
+
+
 def test_broken_encoder_is_a_bug_not_input_error(rng):
     with pytest.raises(RuntimeError, match=r"encoder returned real outputs uint8 \(2, 3\)"):
         Searcher(CodeIndex(32), BrokenEncoder(bits=32)).search(rng.standard_normal((2, 12)), 1)
