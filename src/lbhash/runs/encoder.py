@@ -24,14 +24,9 @@ ARRAYS = "arrays"  # the data spec of a run trained by HashEncoder.fit: arrays, 
 
 
 class RunEncoder(Encoder):
-    """Encode arrays with the model of a run directory: `RunEncoder.load(run_dir).encode(X)`.
-
-    Fitted attributes: `config_` (the run's RunConfig), `model_` (the torch hash model),
-    `bits_`, `input_kind_` ("features" or "images"), `n_features_in_` (feature width, None
-    for images), `input_form_` (the input contract), `run_dir_` (None for a fit in memory),
-    `history_` (one record per epoch) and `metrics_` (metrics.json; for a fit with an
-    `eval_set`, named for the eval items: `eval_set_metrics`).
-    """
+    """Encode with the model of a run directory: `RunEncoder.load(run_dir).encode(X)`. Its fitted
+    attributes are HashEncoder's (`config_`, `model_`, `bits_`, `input_kind_`, `n_features_in_`,
+    `input_form_`, `run_dir_`, `history_`, `metrics_`)."""
 
     @classmethod
     def load(cls, run_dir: str | Path):

@@ -174,14 +174,10 @@ class Trainer:
         if best is not None:
             self.learner.model.load_state_dict(best["model"])
 
-    def probing(self, epoch: int) -> bool:
-        """Whether `epoch` (1-based) is one of fine-tuning's probe epochs (the backbone frozen)."""
-        return epoch <= self.recipe.probe_epochs
-
     def train_epoch(self, epoch: int) -> dict:
         recipe, learner = self.recipe, self.learner
         torch.manual_seed(epoch_seed(recipe.seed, epoch))
-        probing = self.probing(epoch)
+        probing = epoch <= recipe.probe_epochs  # one of fine-tuning's probe epochs: the backbone frozen
         if recipe.probe_epochs:
             learner.model.set_frozen(probing)
         learner.train()
