@@ -34,7 +34,7 @@ class Encoder(ABC):
     bits_: int
     input_kind_: str
     input_form_: InputForm
-    gives_embeddings_ = True  # whether `outputs` gives embeddings (an image export's graph does not)
+    no_embeddings_: str | None = None  # why `outputs` is refused (an image export's graph has none); None: it is not
 
     @abstractmethod
     def _forward(self, inputs, embedded: bool, batch_size: int | None) -> tuple[np.ndarray, np.ndarray | None]:
@@ -55,6 +55,8 @@ class Encoder(ABC):
         """(float32 real outputs u (n, bits), float32 embeddings (n, d)) from one forward pass:
         the embeddings an index keeps to re-score by (an image model's pooled backbone features,
         a feature model's input features after the input contract)."""
+        if self.no_embeddings_ is not None:
+            raise InputError(self.no_embeddings_)
         return self._run(X, json_numbers, batch_size, "outputs")
 
     def identity(self) -> dict | None:

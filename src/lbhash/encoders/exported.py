@@ -66,7 +66,9 @@ class ExportedEncoder(Encoder):
         self.input_form_ = InputForm.from_dict(manifest["input"], str(directory / MANIFEST))
         self.bits_, self.input_kind_ = int(manifest["bits"]), self.input_form_.kind
         self.n_features_in_ = self.input_form_.width if self.input_kind_ == "features" else None
-        self.gives_embeddings_ = self.input_kind_ == "features"  # an image graph ends at the hash layer
+        if self.input_kind_ == "images":  # its graph ends at the hash layer; a feature export's embeddings are its rows
+            self.no_embeddings_ = ("an export of an image run gives no embeddings (its graph outputs the hash layer "
+                                   "only): search in Hamming order (--no-rescore, rescore false), or search with --run")
 
     @classmethod
     def load(cls, path: str | Path, threads: int | None = None) -> "ExportedEncoder":
@@ -91,14 +93,6 @@ class ExportedEncoder(Encoder):
         except Exception as err:  # ONNX Runtime raises its own classes for a file it cannot run
             raise InputError(f"{model}: ONNX Runtime cannot load it ({str(err).splitlines()[0]})") from None
         return cls(directory, manifest, session)
-
-    def outputs(self, X, *, json_numbers: bool = False, batch_size: int | None = None
-                ) -> tuple[np.ndarray, np.ndarray]:
-        """(u, the feature rows after the input contract); an image export has no backbone output: refused."""
-        if not self.gives_embeddings_:
-            raise InputError("an export of an image run gives no embeddings (its graph outputs the hash layer only): "
-                             "search in Hamming order (--no-rescore, rescore false), or search with --run")
-        return super().outputs(X, json_numbers=json_numbers, batch_size=batch_size)
 
     def _forward(self, inputs, embedded: bool, batch_size: int | None) -> tuple[np.ndarray, np.ndarray | None]:
         if isinstance(inputs, HashDataset):

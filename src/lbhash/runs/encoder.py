@@ -17,7 +17,7 @@ from lbhash.errors import InputError
 from lbhash.train.builder import input_options
 from lbhash.train.forward import embed, embed_with_features
 from lbhash.encoders import Encoder
-from lbhash.runs.rundir import CODES, CONFIG, METRICS, model_identity, read_fitted, read_metrics
+from lbhash.runs.rundir import CODES, METRICS, model_identity, read_fitted, read_metrics
 from lbhash.train.results import Fitted
 
 ARRAYS = "arrays"  # the data spec of a run trained by HashEncoder.fit: arrays, not a file
@@ -32,9 +32,7 @@ class RunEncoder(Encoder):
     def load(cls, run_dir: str | Path):
         """A fitted encoder from any finished (or checkpointed) run directory."""
         model_dir = Path(run_dir)
-        if not (model_dir / CONFIG).is_file():
-            raise InputError(f"{model_dir}: not a run directory (no {CONFIG})")
-        fitted = read_fitted(model_dir)
+        fitted = read_fitted(model_dir)  # without a config.yaml: "not a run directory" (rundir.load_run_config)
         metrics = read_metrics(model_dir) if (model_dir / METRICS).is_file() else {}
         cfg = fitted.config
         if cfg.data == ARRAYS and cfg.protocol == "given" and "map" in metrics:  # a fit with eval_set

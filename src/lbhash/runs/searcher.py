@@ -39,7 +39,7 @@ class QueryEncoder:
     @property
     def gives_embeddings(self) -> bool:
         """Whether the encoder gives embeddings (`outputs`; an image export's graph does not)."""
-        return self.encoder.gives_embeddings_
+        return self.encoder.no_embeddings_ is None
 
     def encode(self, inputs, json_numbers: bool = False) -> np.ndarray:
         """Packed codes uint8 (n, bits // 8) of the inputs; json_numbers: they came from JSON."""
@@ -68,8 +68,7 @@ class QueryEncoder:
 
 
 class Searcher(QueryEncoder):
-    """A `Backend` and the encoder that made its codes: searches with raw inputs, returning what
-    the backend's own searches return."""
+    """A `Backend` and the encoder that made its codes: searches raw inputs, as the backend's searches return."""
 
     def __init__(self, index: Backend, encoder: Encoder):
         if not isinstance(index, Backend):

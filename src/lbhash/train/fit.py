@@ -76,7 +76,14 @@ def prepare(cfg: TrainConfig, split: Split | None, dataset: HashDataset | None, 
         exp.cfg = exp.cfg.replace(progress=False)
         if first:
             lines = epoch_lines(exp.cfg.variant, exp.cfg.epochs, map_label(exp.topk, len(exp.split.database)))
-    trainer = Trainer(exp, store, _at_epoch_end(lines, on_epoch_end))
+
+    def at_epoch_end(epoch: int, record: dict) -> None:  # the epoch's line (where there are no bars), then the caller's
+        if lines is not None:
+            lines(epoch, record)
+        if on_epoch_end is not None:
+            on_epoch_end(epoch)
+
+    trainer = Trainer(exp, store, at_epoch_end)
     return Prepared(trainer, saved_cfg, form_of(exp.dataset, exp.cfg.normalize, exp.cfg.image_size), summary)
 
 
@@ -90,25 +97,15 @@ def announce(run: Prepared) -> None:
             logger.info(backbone)
 
 
-def _at_epoch_end(lines: Callable[[int, dict], None] | None,
-                  on_epoch_end: Callable[[int], None] | None) -> Callable[[int, dict], None]:
-    """The trainer's epoch-end call: the epoch's line (where there are no bars), then the
-    caller's `on_epoch_end(epoch)`."""
-    def at_epoch_end(epoch: int, record: dict) -> None:
-        if lines is not None:
-            lines(epoch, record)
-        if on_epoch_end is not None:
-            on_epoch_end(epoch)
-    return at_epoch_end
-
-
 def train_to_end(trainer: Trainer) -> None:
     """Train what is left: a closed-form method's one fit, else the epochs; then load the
     weights of the epoch `select` keeps."""
     if method_class(trainer.cfg.method).closed_form:  # baselines: one fit, no epochs left
         fit_closed_form(trainer)
     trainer.fit()
-    trainer.restore_selected()
+    best = trainer.selection.best() if trainer.recipe.select == "best-val" else None
+    if best is not None:
+        trainer.learner.model.load_state_dict(best["model"])
 
 
 def fit(cfg: TrainConfig, dataset: HashDataset | None = None, progress: bool | None = None,

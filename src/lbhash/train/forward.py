@@ -95,8 +95,7 @@ def all_gather(fabric, tensor: torch.Tensor) -> torch.Tensor:
 def encode_sharded(fabric, model: nn.Module, dataset: HashDataset, indices=None,
                    options: InputOptions = InputOptions(), autocast=contextlib.nullcontext,
                    progress: bool = False) -> np.ndarray | None:
-    """`encode` split over the processes of `fabric`: every rank encodes one contiguous share
-    of the items; rank 0 returns all codes in item order, the other ranks None."""
+    """`encode` split over the processes of `fabric`: rank 0 returns all codes in item order, the others None."""
     return _sharded(encode, fabric, model, dataset, indices, options, autocast, progress)
 
 

@@ -168,12 +168,6 @@ class Trainer:
         self.selection.load_state_dict(state)
         return result
 
-    def restore_selected(self) -> None:
-        """Load the weights of the epoch `select: best-val` kept (a no-op for `last`)."""
-        best = self.selection.best() if self.recipe.select == "best-val" else None
-        if best is not None:
-            self.learner.model.load_state_dict(best["model"])
-
     def train_epoch(self, epoch: int) -> dict:
         recipe, learner = self.recipe, self.learner
         torch.manual_seed(epoch_seed(recipe.seed, epoch))

@@ -56,8 +56,7 @@ class OneProcess:
 
 
 def encoding_processes(accelerator: str, devices: int):
-    """The processes that share an encoding: this one alone (`OneProcess`) on one device
-    outside a launcher, else Fabric's (`make_fabric`, which starts the others)."""
+    """This process alone (`OneProcess`) on one device outside a launcher, else Fabric's (`make_fabric`)."""
     if devices == 1 and int(os.environ.get("WORLD_SIZE", "1")) == 1:
         return OneProcess(torch.device("cuda", 0) if accelerator == "gpu" else torch.device("cpu"))
     return make_fabric(accelerator, devices, "32-true")

@@ -62,9 +62,8 @@ def target_balance(exp: Experiment) -> dict[str, Any] | None:
 
     from lbhash.methods.csq import majority_targets
 
-    objective = exp.learner.objective
     lower_bound = exp.learner.lower_bound
-    base = objective if lower_bound is None else lower_bound.base
+    base = exp.learner.objective if lower_bound is None else lower_bound.base
     if lower_bound is not None and lower_bound.multilabel_target == "majority":
         holder = lower_bound
     elif base.majority_targets:
