@@ -6,43 +6,27 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from lbhash.codes import pack
+from lbhash.data.input_form import InputForm
+from lbhash.encoders import Encoder
 
 
-class FakeEncoder:
+class FakeEncoder(Encoder):
+    """Features (or images' per-channel means and mean squares) through a fixed random projection."""
+
     def __init__(self, dim=12, bits=32, input_kind="features", seed=0):
         self.bits_, self.input_kind_ = bits, input_kind
         self.dim = 6 if input_kind == "images" else dim
+        self.input_form_ = InputForm(input_kind, None, self.dim if input_kind == "features" else None)
         self.projection = np.random.default_rng(seed).standard_normal((self.dim, bits))
 
-    def features_of(self, images):
-        """Images -> per-channel means and mean squares (any image size)."""
-        x = np.asarray(images, np.float64) / 255.0
-        return np.concatenate([x.mean(axis=(1, 2)), (x ** 2).mean(axis=(1, 2))], axis=1) - 0.3
-
-    def encode(self, x, *, json_numbers=False):
-        """Packed codes: the signs of `embed`."""
-        return pack(np.where(self.embed(x) >= 0, 1, -1))
-
-    def embed(self, x, *, json_numbers=False):
-        """The projections themselves (float64)."""
+    def _forward(self, inputs, embedded, batch_size):
+        """(the projections themselves (float64), the features the projection reads)."""
         if self.input_kind_ == "images":
-            x = self.features_of(x)
-        x = np.asarray(getattr(x, "x", x), np.float64)  # a feature data set: its rows
-        if x.shape[1] != self.dim:
-            raise ValueError(f"features have {x.shape[1]} columns, the encoder takes {self.dim}")
-        return x @ self.projection
-
-    def outputs(self, x, *, json_numbers=False):
-        """(real outputs, embeddings): the embeddings are the features the projection reads."""
-        feats = self.features_of(x) if self.input_kind_ == "images" else np.asarray(getattr(x, "x", x), np.float64)
-        return self.embed(x), feats
-
-    def identity(self):
-        return None
-
-    def run_info(self):
-        return None
+            x = np.asarray(inputs, np.float64) / 255.0  # any image size
+            feats = np.concatenate([x.mean(axis=(1, 2)), (x ** 2).mean(axis=(1, 2))], axis=1) - 0.3
+        else:
+            feats = np.asarray(getattr(inputs, "x", inputs), np.float64)  # a feature data set: its rows
+        return feats @ self.projection, (feats if embedded else None)
 
 
 class FakeCollection:

@@ -83,11 +83,28 @@ def test_images_of_any_size_and_image_files(rng):
         Searcher(CodeIndex(32), FakeEncoder()).decode_images(files, ["a.png"] * 3)
 
 
+class BrokenEncoder(FakeEncoder):
+    """Breaks the contract of `Encoder._forward`: integer outputs, too few of them."""
+
+    def _forward(self, inputs, embedded, batch_size):
+        return np.zeros((len(inputs), 3), np.uint8), None
+
+
+class RefusingEncoder(FakeEncoder):
+    """A model that refuses its batch with a ValueError of two lines."""
+
+    def _forward(self, inputs, embedded, batch_size):
+        raise ValueError("the model refuses\n  these rows")
+
+
+def test_an_encoders_refusal_is_one_input_error_line(rng):
+    with pytest.raises(InputError, match="^the model refuses these rows$"):
+        Searcher(CodeIndex(32), RefusingEncoder(bits=32)).search(rng.standard_normal((2, 12)), 1)
+
+
 def test_broken_encoder_is_a_bug_not_input_error(rng):
-    encoder = FakeEncoder(bits=32)
-    encoder.encode = lambda x, json_numbers=False: np.zeros((len(x), 3), np.uint8)
-    with pytest.raises(RuntimeError, match="encoder returned uint8"):
-        Searcher(CodeIndex(32), encoder).search(rng.standard_normal((2, 12)), 1)
+    with pytest.raises(RuntimeError, match=r"encoder returned real outputs uint8 \(2, 3\)"):
+        Searcher(CodeIndex(32), BrokenEncoder(bits=32)).search(rng.standard_normal((2, 12)), 1)
 
 
 @pytest.mark.slow

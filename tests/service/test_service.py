@@ -96,7 +96,7 @@ BAD_REQUESTS = [
     ("post", "/search", {"json": {"codes": ["zz00ff00"]}}, 400, "codes[0] is not a hex string"),
     ("post", "/search", {"content": '{"features": [[NaN, 1,1,1,1,1,1,1,1,1,1,1]]}',
                          "headers": {"content-type": "application/json"}}, 400, "holds nan at row 0, column 0"),
-    ("post", "/search", {"json": {"features": [[1.0] * 5]}}, 400, "features have 5 columns"),
+    ("post", "/search", {"json": {"features": [[1.0] * 5]}}, 400, "5 features per row, but the run was trained on 12"),
     ("post", "/search", {"json": {"features": [[1.0] * 12, [1.0] * 11]}}, 400, "of one length"),
     ("post", "/search", {"json": {"codes": ["00000000"], "k": 101}}, 400, "k must be at most 100"),
     ("post", "/search", {"json": {"codes": ["00000000"], "k": 0}}, 422, "body.k"),

@@ -1,9 +1,8 @@
-"""A run exported by `lbhash export` (docs/export.md), encoding with ONNX Runtime and numpy.
-
-An export directory holds `model.onnx` and `export.json` (EXPORT_FORMAT: the input contract, the
-evaluation transform, bits, the model's identity, the run's summary and the ONNX file's SHA-256).
-Inputs go through the run's input contract or lbhash.data.eval_images, in numpy; the codes are
-the outputs' signs, packed here. Nothing here imports torch.
+"""A run exported by `lbhash export` (docs/export.md), encoding with ONNX Runtime and numpy, no
+torch: an export directory holds `model.onnx` and `export.json` (EXPORT_FORMAT: the input contract,
+the evaluation transform, bits, the model's identity, the run's summary and the ONNX file's
+SHA-256). lbhash.encoders.Encoder checks and batches the inputs; here, the evaluation transform in
+numpy (lbhash.data.eval_images) and the ONNX Runtime call.
 """
 
 from __future__ import annotations
@@ -14,12 +13,10 @@ from pathlib import Path
 import numpy as np
 
 from lbhash._io import file_sha256
-from lbhash.codes import pack, to_signs
 from lbhash.data import HashDataset
 from lbhash.data.eval_images import eval_inputs
-from lbhash.data.image_arrays import as_rgb_images
-from lbhash.data.input_form import InputForm, conform_dataset, conform_features
-from lbhash.encoders import INPUT_KINDS
+from lbhash.data.input_form import InputForm
+from lbhash.encoders import INPUT_KINDS, Encoder
 from lbhash.errors import InputError, require_extra
 
 EXPORT_FORMAT = "lbhash-export/1"
@@ -61,7 +58,7 @@ def read_manifest(path: str | Path) -> dict:
     return manifest
 
 
-class ExportedEncoder:
+class ExportedEncoder(Encoder):
     """`lbhash.encoders.Encoder` over an export directory: `ExportedEncoder.load(path)`."""
 
     def __init__(self, directory: Path, manifest: dict, session):
@@ -69,7 +66,9 @@ class ExportedEncoder:
         self.input_form_ = InputForm.from_dict(manifest["input"], str(directory / MANIFEST))
         self.bits_, self.input_kind_ = int(manifest["bits"]), self.input_form_.kind
         self.n_features_in_ = self.input_form_.width if self.input_kind_ == "features" else None
-        self.gives_embeddings_ = self.input_kind_ == "features"  # an image graph ends at the hash layer
+        if self.input_kind_ == "images":  # its graph ends at the hash layer; a feature export's embeddings are its rows
+            self.no_embeddings_ = ("an export of an image run gives no embeddings (its graph outputs the hash layer "
+                                   "only): search in Hamming order (--no-rescore, rescore false), or search with --run")
 
     @classmethod
     def load(cls, path: str | Path, threads: int | None = None) -> "ExportedEncoder":
@@ -95,45 +94,25 @@ class ExportedEncoder:
             raise InputError(f"{model}: ONNX Runtime cannot load it ({str(err).splitlines()[0]})") from None
         return cls(directory, manifest, session)
 
-    def encode(self, X, *, json_numbers: bool = False) -> np.ndarray:
-        return pack(to_signs(self.embed(X, json_numbers=json_numbers)))
-
-    def embed(self, X, *, json_numbers: bool = False) -> np.ndarray:
-        return self._run(self._inputs(X, json_numbers))
-
-    def _run(self, inputs: np.ndarray) -> np.ndarray:
-        """The graph's outputs u of conformed inputs, in batches."""
-        step = BATCH[self.input_kind_]
+    def _forward(self, inputs, embedded: bool, batch_size: int | None) -> tuple[np.ndarray, np.ndarray | None]:
+        if isinstance(inputs, HashDataset):
+            if self.input_kind_ == "features":
+                inputs = inputs.x
+            elif len(inputs):
+                inputs = np.stack([inputs.image(i) for i in range(len(inputs))])
+            else:
+                inputs = np.empty((0, 1, 1, 3), np.uint8)
+        step = batch_size or BATCH[self.input_kind_]
         parts = [self.session.run([OUTPUT_NAME], {INPUT_NAME: self._model_input(inputs[i:i + step])})[0]
                  for i in range(0, len(inputs), step)]
-        return np.concatenate(parts) if parts else np.empty((0, self.bits_), np.float32)
-
-    def outputs(self, X, *, json_numbers: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        """(u, embeddings) of feature rows: the embeddings are the rows after the input contract,
-        as a run's own model gives them. An image export holds no backbone output: refused."""
-        if self.input_kind_ != "features":
-            raise InputError("an export of an image run gives no embeddings (its graph outputs the hash layer only): "
-                             "search in Hamming order (--no-rescore, rescore false), or search with --run")
-        inputs = self._inputs(X, json_numbers)
-        return self._run(inputs), np.asarray(inputs, np.float32)
+        u = np.concatenate(parts) if parts else np.empty((0, self.bits_), np.float32)
+        return u, (np.asarray(inputs, np.float32) if embedded else None)
 
     def identity(self) -> dict | None:
         return self.manifest.get("model")
 
     def run_info(self) -> dict | None:
         return self.manifest.get("run")
-
-    def _inputs(self, X, json_numbers: bool) -> np.ndarray:
-        """Feature rows as the model's float32 input, or uint8 RGB images (n, H, W, 3)."""
-        if isinstance(X, HashDataset):
-            data = conform_dataset(self.input_form_, X, X.name)
-            if self.input_kind_ == "features":
-                return data.x
-            return np.stack([data.image(i) for i in range(len(data))]) if len(data) else np.empty((0, 1, 1, 3), np.uint8)
-        arr = np.asarray(X)
-        if self.input_kind_ == "images":
-            return as_rgb_images(arr, "X", "X")
-        return conform_features(self.input_form_, arr, "X", json_numbers=json_numbers)
 
     def _model_input(self, batch: np.ndarray) -> np.ndarray:
         if self.input_kind_ == "features":

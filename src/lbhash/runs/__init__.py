@@ -1,12 +1,8 @@
-"""The application layer over the two engines: run directories over the in-memory training
-core (lbhash.train), the front doors that read and write them, and what turns runs and raw
-inputs into what the search engine (lbhash.index) takes.
-
-Modules: `run` (the one way to train into a run directory), `training`, `store`, `rundir`,
-`metrics`, `codes`, `encoder` (`RunEncoder`), `hash_encoder` (`HashEncoder`), `export` (ONNX),
-`searcher` (`QueryEncoder`, `Searcher`), `index_dir` (an index directory: build, open, add,
-remove, describe), `index_inputs` (what an index is built from) and `origins` (where each
-indexed item came from).
+"""The application layer over the two engines: run directories over the in-memory training core
+(lbhash.train), their front doors, and what turns runs and raw inputs into what the search engine
+(lbhash.index) takes. Modules: `run` (the one way to train into a run directory), `training`,
+`store`, `rundir`, `metrics`, `codes`, `encoder`, `hash_encoder`, `export`, `searcher`, `index_dir`,
+`index_inputs` and `origins`.
 """
 
 from lbhash._lazy import lazy_names

@@ -1,7 +1,6 @@
-"""The codes of any data with a finished run's model (`encode_run`; `lbhash encode`, `save_encoded`).
-
-It encodes with the one forward loop (lbhash.train.forward) and stores labels as
-lbhash.train.split_codes does, so a run's own items encode to the codes its codes.npz holds.
+"""The codes of any data with a finished run's model (`encode_run`; `lbhash encode`,
+`save_encoded`), through the one forward loop (lbhash.train.forward) and with labels stored as
+lbhash.train.split_codes stores them, so a run's own items encode to the codes of its codes.npz.
 Nothing here imports the training loop or Lightning: `lbhash encode` starts fast.
 """
 
@@ -51,11 +50,9 @@ def encode_run(run_dir: str | Path, data: str | None = None, part: str = "all",
 
 
 def item_embeddings(run_dir: str | Path, ids, data: str | None = None, progress: bool = False) -> np.ndarray:
-    """The embeddings a search index keeps of a run's items (`ids`: positions in its data, or in
-    `data`, the same data moved): an image run's pooled backbone features (a frozen backbone's
-    from the feature cache, lbhash.data.feature_cache), a feature run's input features after its
-    input contract; float32 (n, d), from the forward pass that makes the codes
-    (lbhash.train.forward.embed_with_features). One process, on the CPU."""
+    """The embeddings an index keeps of a run's items (`ids`: positions in its data, or in `data`,
+    the same data moved), float32 (n, d), from the forward pass of their codes (a frozen backbone's
+    from the feature cache); one process, on the CPU."""
     model, cfg = load_run_model(run_dir)
     form = load_input_form(run_dir, cfg)
     spec = data or run_data_spec(run_dir, cfg)

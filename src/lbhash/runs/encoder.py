@@ -1,50 +1,38 @@
-"""`RunEncoder`: a trained run's model as an encoder of arrays, and no more: what `lbhash search
---run` and the service load (lbhash.runs.index_inputs.load_encoder), and what `HashEncoder` adds
-fit and scikit-learn's API to. It imports neither scikit-learn nor the training loop, so a
-command that only reads a run starts in about the time torch takes to import
+"""`RunEncoder`: a trained run's model as an encoder, what `lbhash search --run` and the service
+load and what `HashEncoder` adds fit and scikit-learn's API to. It imports neither scikit-learn nor
+the training loop, so a command that only reads a run starts in about the time torch takes to import
 (docs/benchmarks.md#start-up).
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from lbhash.codes import pack
 from lbhash.codes_file import load_codes_file
-from lbhash.data import ArrayDataset, HashDataset, ImageDataset
-from lbhash.data.image_arrays import as_rgb_images
-from lbhash.data.input_form import conform_dataset, conform_features
+from lbhash.data import ArrayDataset, ImageDataset
 from lbhash.errors import InputError
 from lbhash.train.builder import input_options
-from lbhash.train.forward import embed, embed_with_features, encode
+from lbhash.train.forward import embed, embed_with_features
 from lbhash.encoders import Encoder
-from lbhash.runs.rundir import CODES, CONFIG, METRICS, model_identity, read_fitted, read_metrics
+from lbhash.runs.rundir import CODES, METRICS, model_identity, read_fitted, read_metrics
 from lbhash.train.results import Fitted
 
 ARRAYS = "arrays"  # the data spec of a run trained by HashEncoder.fit: arrays, not a file
 
 
 class RunEncoder(Encoder):
-    """Encode arrays with the model of a run directory: `RunEncoder.load(run_dir).encode(X)`.
-
-    Fitted attributes: `config_` (the run's RunConfig), `model_` (the torch hash model),
-    `bits_`, `input_kind_` ("features" or "images"), `n_features_in_` (feature width, None
-    for images), `input_form_` (the input contract), `run_dir_` (None for a fit in memory),
-    `history_` (one record per epoch) and `metrics_` (metrics.json; for a fit with an
-    `eval_set`, named for the eval items: `eval_set_metrics`).
-    """
+    """Encode with the model of a run directory: `RunEncoder.load(run_dir).encode(X)`. Its fitted
+    attributes are HashEncoder's (`config_`, `model_`, `bits_`, `input_kind_`, `n_features_in_`,
+    `input_form_`, `run_dir_`, `history_`, `metrics_`)."""
 
     @classmethod
     def load(cls, run_dir: str | Path):
         """A fitted encoder from any finished (or checkpointed) run directory."""
         model_dir = Path(run_dir)
-        if not (model_dir / CONFIG).is_file():
-            raise InputError(f"{model_dir}: not a run directory (no {CONFIG})")
-        fitted = read_fitted(model_dir)
+        fitted = read_fitted(model_dir)  # without a config.yaml: "not a run directory" (rundir.load_run_config)
         metrics = read_metrics(model_dir) if (model_dir / METRICS).is_file() else {}
         cfg = fitted.config
         if cfg.data == ARRAYS and cfg.protocol == "given" and "map" in metrics:  # a fit with eval_set
@@ -64,37 +52,17 @@ class RunEncoder(Encoder):
         self.run_dir_, self.history_, self.metrics_ = run_dir, fitted.history, metrics
         return self
 
-    def _check_fitted(self, what: str) -> None:
-        """A loaded encoder is fitted; HashEncoder, which starts unfitted, checks."""
-
-    def encode(self, X, *, json_numbers: bool = False, batch_size: int | None = None) -> np.ndarray:
-        """Packed uint8 codes (n, bits // 8) of the rows of X (features or images).
-
-        X is an array, or a data set loaded from a file (lbhash.data.load_data). It goes through
-        the run's input contract (`input_form_`, docs/data.md#the-input-contract): rows in the
-        training data's stored form (e.g. quantised uint8) give the codes of those items, and
-        input in another form is converted by its rule or refused. json_numbers: the rows came
-        from JSON, whose integers a float-trained run takes as values."""
-        self._check_fitted("encode")
-        return pack(self._signs(X, batch_size, json_numbers))
-
-    def embed(self, X, *, json_numbers: bool = False, batch_size: int | None = None) -> np.ndarray:
-        """The hash head's real outputs u of the rows of X, float32 (n, bits), from the forward
-        pass `encode` makes; the codes are `pack(to_signs(u))` (lbhash.codes: 0 -> +1). They are
-        what asymmetric ranking (lbhash.evaluate.asymmetric) scores the
-        codes with."""
-        self._check_fitted("embed")
-        return embed(self.model_, self._inputs(X, json_numbers), None, input_options(self.config_),
-                     batch_size=batch_size)
-
-    def outputs(self, X, *, json_numbers: bool = False, batch_size: int | None = None
-                ) -> tuple[np.ndarray, np.ndarray]:
-        """(real outputs u float32 (n, bits), embeddings float32 (n, d)) of the rows of X from one
-        forward pass: the embeddings are an image model's pooled backbone features, a feature
-        model's input features after the input contract (what an index keeps to re-score by)."""
-        self._check_fitted("outputs")
-        return embed_with_features(self.model_, self._inputs(X, json_numbers), None, input_options(self.config_),
-                                   batch_size=batch_size)
+    def _forward(self, inputs, embedded: bool, batch_size: int | None) -> tuple[np.ndarray, np.ndarray | None]:
+        if isinstance(inputs, np.ndarray):  # conformed rows or images: a data set of them
+            labels = np.zeros((len(inputs), 0), bool)
+            if self.input_kind_ == "images":
+                inputs = ImageDataset(labels, None, "X", pixels=inputs)
+            else:
+                inputs = ArrayDataset(inputs, labels, None, "X")
+        options = input_options(self.config_)
+        if embedded:
+            return embed_with_features(self.model_, inputs, None, options, batch_size=batch_size)
+        return embed(self.model_, inputs, None, options, batch_size=batch_size), None
 
     def identity(self) -> dict | None:
         """The weights the run encodes with, as an index records them (None: a fit in memory)."""
@@ -112,22 +80,6 @@ class RunEncoder(Encoder):
                 "n_query": metrics.get("n_query"), "n_db": metrics.get("n_db"),
                 "asymmetric_map": asymmetric.get("map"), "validation_map": metrics.get("validation_map"),
                 "lower_bound": metrics.get("lower_bound"), "pr_curve": metrics.get("pr_curve")}
-
-    def _signs(self, X, batch_size: int | None = None, json_numbers: bool = False) -> np.ndarray:
-        """+/-1 int8 codes (n, bits) of the rows of X: what `encode` packs (and HashEncoder's
-        transform returns as they are with code_format="signs")."""
-        return encode(self.model_, self._inputs(X, json_numbers), None, input_options(self.config_),
-                      batch_size=batch_size)
-
-    def _inputs(self, X, json_numbers: bool = False) -> HashDataset:
-        if isinstance(X, HashDataset):
-            return conform_dataset(self.input_form_, X, X.name)
-        arr = dense_array(X, "X")
-        if self.input_kind_ == "images":
-            pixels = as_rgb_images(arr, "X", "X")
-            return ImageDataset(np.zeros((len(pixels), 0), bool), None, "X", pixels=pixels)
-        features = conform_features(self.input_form_, arr, "X", json_numbers=json_numbers)
-        return ArrayDataset(features, np.zeros((len(features), 0), bool), None, "X")
 
 
 def eval_set_metrics(metrics: dict[str, Any], query_codes: dict) -> dict[str, Any]:
@@ -152,12 +104,3 @@ def eval_set_metrics(metrics: dict[str, Any], query_codes: dict) -> dict[str, An
     out["run"] = {**metrics["run"], "protocol": "validation", "n_validation": metrics["n_query"],
                   "n_held_out": metrics["run"]["n_validation"]}
     return out
-
-
-def dense_array(X, name: str) -> np.ndarray:
-    """X as a dense array; a scipy sparse matrix is refused (np.asarray would make an object
-    array of one matrix)."""
-    sparse = sys.modules.get("scipy.sparse")  # without it imported, X cannot be one of its matrices
-    if sparse is not None and sparse.issparse(X):
-        raise InputError(f"{name} is a sparse matrix; HashEncoder takes dense arrays ({name}.toarray())")
-    return np.asarray(X)

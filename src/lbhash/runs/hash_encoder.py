@@ -1,9 +1,6 @@
 """`HashEncoder`: the front door for users who have arrays, in scikit-learn style (README.md).
-
-`fit` trains in memory with the same builder, loop and encoder as `lbhash train` (writing nothing
-unless `run_dir` asks) and keeps what training returns as attributes ending in `_`; `transform`
-gives the codes, so it is a `Pipeline` step. `validation` is the share held out for model
-selection; `fit(..., eval_set=...)` gives the items evaluated at the end, never seen in training.
+`fit` trains in memory with the builder, loop and encoder of `lbhash train` (writing nothing
+unless `run_dir` asks); `transform` gives the codes, so it is a `Pipeline` step.
 """
 
 from __future__ import annotations
@@ -19,14 +16,15 @@ from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.exceptions import NotFittedError as SklearnNotFittedError
 
 from lbhash.arrays import as_float32, first_nonfinite
-from lbhash.codes import pack
+from lbhash.codes import unpack
 from lbhash.codes_file import codes_from_arrays
 from lbhash.data import ArrayDataset, HashDataset, ImageDataset
 from lbhash.data.image_arrays import as_rgb_images
 from lbhash.errors import InputError
 from lbhash.labels import as_multihot_pair
 from lbhash.methods import method_class
-from lbhash.runs.encoder import ARRAYS, RunEncoder, dense_array, eval_set_metrics
+from lbhash.encoders import dense_array
+from lbhash.runs.encoder import ARRAYS, RunEncoder, eval_set_metrics
 from lbhash.runs.run import train_run
 from lbhash.runs.training import write_run
 from lbhash.train.config import FIELDS, make_config
@@ -37,8 +35,7 @@ FIT_DATA = ("data", "protocol")  # fit trains on its arrays: these options are r
 
 
 class NotFittedError(InputError, SklearnNotFittedError):
-    """encode, transform or save was called before fit (or load); scikit-learn's
-    NotFittedError too."""
+    """encode, transform or save before fit (or load); scikit-learn's NotFittedError too."""
 
 
 class HashEncoder(RunEncoder, TransformerMixin, BaseEstimator):
@@ -123,14 +120,15 @@ class HashEncoder(RunEncoder, TransformerMixin, BaseEstimator):
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
-        tags.target_tags.required = _needs_labels(self.method)
+        try:
+            tags.target_tags.required = method_class(self.method).needs_labels
+        except InputError:  # an unknown method: fit says so
+            tags.target_tags.required = True
         tags.transformer_tags.preserves_dtype = []  # codes are uint8 (or int8), whatever X is
         return tags
 
     def __sklearn_is_fitted__(self) -> bool:
         return hasattr(self, "model_")
-
-    # --- fit ----------------------------------------------------------------------------------
 
     def fit(self, X, y=None, eval_set: tuple | None = None, run_dir: str | Path | None = None) -> "HashEncoder":
         """Train on (X, y). `eval_set=(X_val, y_val)`: items searched among the training items
@@ -158,12 +156,6 @@ class HashEncoder(RunEncoder, TransformerMixin, BaseEstimator):
             metrics = eval_set_metrics(metrics, query_codes)
         return self._set_fitted(None if run_dir is None else Path(run_dir), fitted, metrics)
 
-    def fit_transform(self, X, y=None, **fit_params) -> np.ndarray:
-        """`fit(X, y, **fit_params)`, then the codes of X (`transform`)."""
-        return self.fit(X, y, **fit_params).transform(X)
-
-    # --- load and encode: RunEncoder's -----------------------------------------------------------
-
     @classmethod
     def _unfitted(cls, cfg) -> "HashEncoder":
         return cls(method=cfg.method, bits=cfg.bits, lbhash=cfg.lbhash, epochs=cfg.epochs, seed=cfg.seed)
@@ -173,8 +165,8 @@ class HashEncoder(RunEncoder, TransformerMixin, BaseEstimator):
         with code_format="packed" (`encode`'s), int8 +/-1 (n, bits) with "signs"."""
         self._check_fitted("transform")
         _check_code_format(self.code_format)
-        signs = self._signs(X)
-        return pack(signs) if self.code_format == "packed" else signs
+        codes = self.encode(X)
+        return codes if self.code_format == "packed" else unpack(codes, self.bits_)
 
     def save(self, path: str | Path) -> Path:
         """Write the fitted run as a run directory at `path` (a new directory, written
@@ -205,13 +197,6 @@ class HashEncoder(RunEncoder, TransformerMixin, BaseEstimator):
 def _check_code_format(code_format: str) -> None:
     if code_format not in CODE_FORMATS:
         raise InputError(f"code_format must be one of {', '.join(CODE_FORMATS)}, got {code_format!r}")
-
-
-def _needs_labels(method: str) -> bool:
-    try:
-        return method_class(method).needs_labels
-    except InputError:  # an unknown method: fit says so
-        return True
 
 
 def arrays_dataset(X, y, eval_set: tuple | None = None) -> HashDataset:

@@ -1,10 +1,7 @@
-"""An index directory (or a Milvus collection) as the application layer owns it: built from a run
-or a codes file (`build_index`), opened (`open_index`), changed by a codes file or ids
-(`IndexDirectory.add`, `remove`) and described (`describe`). The command line's `lbhash index` is
-these calls; the search engine below (lbhash.index) knows only arrays.
-
-Every change holds the index's writer lock (lbhash.index.writer_lock): one writer per index, a
-running `lbhash serve` included.
+"""An index directory (or a Milvus collection) as the application layer owns it: built, opened,
+changed and described, which is `lbhash index`; the search engine below (lbhash.index) knows only
+arrays. Every change holds the index's writer lock (lbhash.index.writer_lock): one writer per index,
+a running `lbhash serve` included.
 """
 
 from __future__ import annotations
@@ -19,8 +16,7 @@ from lbhash.runs import index_inputs
 
 @dataclass(frozen=True)
 class Built:
-    """What `build_index` made: the index, how many items, their code length and embedding width
-    (None: codes only), and how it searches (`searches`)."""
+    """What `build_index` made (`embedding_dim` None: codes only; `searches`: how it searches)."""
 
     index: object
     count: int
@@ -30,8 +26,7 @@ class Built:
 
 
 def open_index(target: str | Path, backend: str = "faiss", uri: str | None = None):
-    """A saved CodeIndex directory, or an existing Milvus collection (at `uri`; None: MilvusIndex's
-    default)."""
+    """A saved CodeIndex directory, or an existing Milvus collection (at `uri`; None: its default)."""
     if backend == "milvus":
         from lbhash.index.milvus import MilvusIndex
 
@@ -61,7 +56,11 @@ def build_index(source: Path, out: str, kind: str = "flat", part: str | None = N
     ids = items["ids"] if items["ids"] is not None else np.arange(len(items["codes"]))
     # the run's model, identified once (a checkpoint's SHA-256): its embeddings, and the index's record of it
     model = index_inputs.run_model(source) if source.is_dir() else None
-    emb = items["embeddings"] if spec is None else _run_embeddings(source, ids, spec, model)
+    emb = items["embeddings"]
+    if spec is not None:  # a run (so `model` is known): its items' embeddings, from the pass that made their codes
+        from lbhash.runs.codes import item_embeddings
+
+        emb = item_embeddings(source, ids, spec)
     emb = emb if embeddings else None
     dim = None if emb is None else emb.shape[1]
     if backend == "milvus":
@@ -151,16 +150,6 @@ def searches(index) -> str:
         return (f"exactly until trained (it trains its lists once it holds {index.train_size} codes = "
                 f"{index.train_size // nlist} x nlist {nlist}, and holds {index.ntotal}), then approximately")
     return "exactly" if index.exact else "approximately"
-
-
-def _run_embeddings(run_dir: Path, ids, spec: str, model: dict | None):
-    """The embeddings the index keeps of a run's items (lbhash.runs.codes.item_embeddings); None
-    for a directory of codes without a trained run (`model` None)."""
-    if model is None:
-        return None
-    from lbhash.runs.codes import item_embeddings
-
-    return item_embeddings(run_dir, ids, spec)
 
 
 def _record_origins(index, source: Path, spec: str | None, ids, model: dict | None) -> None:

@@ -1,9 +1,6 @@
-"""Where codes and encoders come from. Every call into the training layer is in this module,
-so that a change there is rewired here alone.
-
-`load_encoder` / `load_exported` (a run's or an export's encoder), `run_part`, `run_data` and
-`run_codes` (which items of a run an index holds, and their codes), `codes_file`, and
-`run_model` / `check_index_model` (the refusal to encode an index's queries with another model).
+"""Where codes and encoders come from: every call into the training layer is here, so that a change
+there is rewired here alone; and the refusal to encode an index's queries with another model
+(`check_index_model`).
 """
 
 from __future__ import annotations
@@ -20,9 +17,7 @@ MODEL_KEY = "model"  # in an index's metadata: the run's model_identity at build
 
 
 def run_model(run_dir: str | Path) -> dict | None:
-    """The identity of the weights a run encodes with (lbhash.runs.rundir.model_identity: file,
-    sha256, epoch, run, variant, bits, input kind, ...); None for a directory that holds codes
-    but no trained run."""
+    """The identity of the weights a run encodes with (rundir.model_identity); None for a directory of codes."""
     from lbhash.runs.rundir import CONFIG, model_identity
 
     return model_identity(run_dir) if (Path(run_dir) / CONFIG).is_file() else None
@@ -119,8 +114,7 @@ def free_name(path, run: Path | None = None) -> str:
 
 
 def load_encoder(run_dir: str | Path):
-    """The fitted encoder of a trained run (lbhash.runs.encoder.RunEncoder: HashEncoder's
-    attributes and `encode`, without scikit-learn or the training loop)."""
+    """The fitted encoder of a trained run (lbhash.runs.encoder.RunEncoder)."""
     from lbhash.runs.encoder import RunEncoder
 
     run_dir = Path(run_dir)
@@ -130,8 +124,7 @@ def load_encoder(run_dir: str | Path):
 
 
 def load_exported(path: str | Path):
-    """The encoder of an export (lbhash.encoders.exported.ExportedEncoder: ONNX Runtime and
-    numpy, no torch): an export directory, or a run directory holding one (RUN_DIR/export)."""
+    """The encoder of an export, or of a run directory's export (lbhash.encoders.exported.ExportedEncoder)."""
     from lbhash.encoders.exported import ExportedEncoder
 
     return ExportedEncoder.load(path)

@@ -22,8 +22,7 @@ def finish_run(run_dir: Path) -> dict[str, Any]:
 
 
 def evaluate_run(run_dir: str | Path) -> dict[str, Any]:
-    """Every metric of a finished run at its protocol's R, plus a summary of the run;
-    written to metrics.json in the run directory."""
+    """Every metric of a finished run and a summary of it, written to its metrics.json."""
     run_dir = Path(run_dir)
     seen = load_codes_file(run_dir / CODES_SEEN) if (run_dir / CODES_SEEN).is_file() else None
     codes = load_codes_file(run_dir / CODES) if (run_dir / CODES).is_file() else None

@@ -29,8 +29,7 @@ FORMAT = "lbhash-sources/1"
 
 
 def dataset_sources(dataset, positions) -> list[str] | None:
-    """Sources of the items at `positions`: files and members, or rows of in-memory images;
-    None for feature data."""
+    """Sources of the items at `positions` (files, members, rows of images); None for feature data."""
     if getattr(dataset, "input_kind", None) != "images":
         return None
     found = dataset.item_sources(positions)
@@ -130,11 +129,10 @@ def forget_sources(index, ids) -> None:
     keep = [k for k, i in enumerate(body["ids"]) if i not in drop]
     if len(keep) == len(body["ids"]):
         return
-    body["ids"] = [body["ids"][k] for k in keep]
-    body["sources"] = [body["sources"][k] for k in keep]
-    if "stamps" in body:
-        body["stamps"] = [body["stamps"][k] for k in keep]
-    index.attachments = {**index.attachments, SOURCES: json.dumps(body, separators=(",", ":")).encode()}
+    for key in ("ids", "sources", "stamps"):
+        if key in body:
+            body[key] = [body[key][k] for k in keep]
+    _attach(index, body)
 
 
 class DataImages:

@@ -143,19 +143,15 @@ def verify_zip(path: Path) -> None:
         raise InputError(f"{path}: corrupt (the CRC of {bad} does not match; the file changed on disk)")
 
 
-def run_status(run_dir: Path) -> dict | None:
-    """status.json of a run that failed ({"state": "failed", "error": ...}), else None."""
-    path = Path(run_dir) / STATUS
-    return json.loads(path.read_text()) if path.is_file() else None
-
-
 def mark_failed(run_dir: Path, error: str) -> None:
     write_json(Path(run_dir) / STATUS, {"state": "failed", "error": error})
 
 
 def check_not_failed(run_dir: Path) -> None:
-    status = run_status(run_dir)
-    if status is not None:
+    """Refuse a run whose status.json says it failed ({"state": "failed", "error": ...})."""
+    path = Path(run_dir) / STATUS
+    if path.is_file():
+        status = json.loads(path.read_text())
         raise InputError(f"{run_dir} is a failed run ({status.get('error')}); start a new run with other settings")
 
 
@@ -250,12 +246,7 @@ def load_input_form(run_dir: str | Path, cfg: RunConfig) -> InputForm:
     implies (no stored dtype: float rows as they are; a dequantised run refuses integer rows)."""
     path = Path(run_dir) / INPUT_FORM
     if path.is_file():
-        verify_files(Path(run_dir), (INPUT_FORM,))
-        try:
-            values = json.loads(path.read_text())
-        except (ValueError, UnicodeDecodeError) as err:
-            raise InputError(f"{path}: not readable JSON ({err})") from None
-        return InputForm.from_dict(values if isinstance(values, dict) else {}, str(path))
+        return InputForm.from_dict(_read_checked_json(run_dir, INPUT_FORM), str(path))
     summary = Path(run_dir) / "data.json"
     dequantized = summary.is_file() and bool(json.loads(summary.read_text()).get("dequantized"))
     return InputForm(cfg.input_kind, "float32" if dequantized else None, cfg.input_dim,
@@ -264,12 +255,14 @@ def load_input_form(run_dir: str | Path, cfg: RunConfig) -> InputForm:
 
 
 def read_data_summary(run_dir: str | Path) -> dict:
-    """data.json, what the run loaded (lbhash.train.summary.data_summary), checked against the
-    manifest; {} for a run without one."""
-    path = Path(run_dir) / "data.json"
-    if not path.is_file():
-        return {}
-    verify_files(Path(run_dir), ("data.json",))
+    """data.json, what the run loaded (train.summary.data_summary), checked; {} for a run without one."""
+    return _read_checked_json(run_dir, "data.json") if (Path(run_dir) / "data.json").is_file() else {}
+
+
+def _read_checked_json(run_dir: str | Path, name: str) -> dict:
+    """A JSON object of the run, checked against the manifest ({} for another JSON value)."""
+    path = Path(run_dir) / name
+    verify_files(Path(run_dir), (name,))
     try:
         values = json.loads(path.read_text())
     except (ValueError, UnicodeDecodeError) as err:
@@ -354,8 +347,3 @@ def read_fitted(run_dir: str | Path) -> Fitted:
     model, cfg = load_run_model(run_dir)
     return Fitted(model, cfg, load_input_form(run_dir, cfg), read_log(Path(run_dir) / LOG))
 
-
-__all__ = ["BEST", "CHECKPOINT", "CODES", "CODES_SEEN", "CONFIG", "INPUT_FORM", "LOG", "MANIFEST", "METRICS", "PARTS",
-           "SPLIT", "STATUS", "TrainedRun", "load_input_form", "load_run_config", "load_run_model",
-           "read_data_summary", "read_fitted", "read_log", "read_metrics", "reopen_run", "run_data_spec", "run_lock",
-           "save_run_config", "truncate_log", "verify_files", "verify_finished_run", "write_log", "write_manifest"]

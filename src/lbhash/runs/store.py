@@ -36,9 +36,6 @@ class RunStore:
         if trainer.fabric.is_global_zero:
             with open(self.run_dir / LOG, "a") as fh:
                 fh.write(json.dumps(record, allow_nan=False) + "\n")
-        self.save_checkpoint(trainer, epoch)
-
-    def save_checkpoint(self, trainer: Trainer, epoch: int) -> None:
         path = self.run_dir / CHECKPOINT
         tmp = temporary_name(path)  # unique: only rank 0 writes it, and its lock keeps others out
         trainer.fabric.save(tmp, trainer.state(epoch))
@@ -49,13 +46,11 @@ class RunStore:
     def resume(self, trainer: Trainer) -> None:
         """Continue from the checkpoint; without one, from the start (dropping any log lines of
         an epoch that had not reached its checkpoint)."""
-        if (self.run_dir / CHECKPOINT).is_file():
-            self.load_checkpoint(trainer)
-        elif trainer.fabric.is_global_zero and (self.run_dir / LOG).exists():
-            truncate_log(self.run_dir / LOG, 0)
-
-    def load_checkpoint(self, trainer: Trainer) -> None:
         path = self.run_dir / CHECKPOINT
+        if not path.is_file():
+            if trainer.fabric.is_global_zero and (self.run_dir / LOG).exists():
+                truncate_log(self.run_dir / LOG, 0)
+            return
         verify_zip(path)
         state = {"learner": trainer.learner}
         try:

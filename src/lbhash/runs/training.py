@@ -1,8 +1,8 @@
-"""Training a run directory, once lbhash.runs.run has decided there is something to train:
-`open_run` builds the run's trainer (the core's `prepare`, lbhash.train.fit, with the directory
-as its store), checks everything, and writes a new run's first files or loads a resumed run's
-checkpoint; `train_open_run` trains, writes the codes and the results, and marks a run failed
-where it failed for good. `write_run` writes the same files from an in-memory fit.
+"""Training a run directory once lbhash.runs.run has decided there is something to train: `open_run`
+builds its trainer (lbhash.train.fit.prepare, the directory as its store) and writes a new run's
+first files or loads a resumed one's checkpoint; `train_open_run` trains, writes the codes and
+results, and marks a run failed where it failed for good; `write_run` writes the same files from an
+in-memory fit.
 """
 
 from __future__ import annotations
@@ -36,8 +36,7 @@ from lbhash.train.summary import DATA_SUMMARY
 
 @dataclass
 class OpenRun:
-    """A run ready to train: its trainer, its config (as config.yaml holds it), its input
-    contract (input.json) and its directory."""
+    """A run ready to train, with what its config.yaml and input.json hold."""
     trainer: Trainer
     config: RunConfig
     input_form: InputForm
@@ -92,28 +91,23 @@ def _reopen(out: Path, trainer: Trainer) -> None:
 def train_open_run(run: OpenRun) -> TrainedRun | None:
     trainer = run.trainer
     try:
-        return _train_and_finish(run)
+        train_to_end(trainer)
+        query_codes = write_codes(trainer, run.out) if trainer.fabric.is_global_zero and trainer.cfg.test else None
+        trainer.fabric.barrier()
+        for run_logger in trainer.fabric.loggers:
+            run_logger.finalize("success")
+        leave_process_group(trainer.fabric)
+        if not trainer.fabric.is_global_zero:
+            return None
+        metrics = finish_run(run.out)
+        fitted = Fitted(as_loaded(trainer.learner.model), run.config, run.input_form, trainer.history)
+        return TrainedRun(metrics, fitted, query_codes)
     except (InputError, NonFiniteError) as err:
         # deterministic: the same run would fail again, so --resume says why instead of retrying;
         # anything else (a kill, a full disk, the caller's callback) leaves a run --resume continues
         if trainer.fabric.is_global_zero:
             mark_failed(run.out, str(err))
         raise
-
-
-def _train_and_finish(run: OpenRun) -> TrainedRun | None:
-    trainer = run.trainer
-    train_to_end(trainer)
-    query_codes = write_codes(trainer, run.out) if trainer.fabric.is_global_zero and trainer.cfg.test else None
-    trainer.fabric.barrier()
-    for run_logger in trainer.fabric.loggers:
-        run_logger.finalize("success")
-    leave_process_group(trainer.fabric)
-    if not trainer.fabric.is_global_zero:
-        return None
-    metrics = finish_run(run.out)
-    fitted = Fitted(as_loaded(trainer.learner.model), run.config, run.input_form, trainer.history)
-    return TrainedRun(metrics, fitted, query_codes)
 
 
 # --- a run directory from an in-memory fit ----------------------------------------------------

@@ -1,9 +1,7 @@
-"""Training, in memory: the typed config, one builder, one loop, one forward loop over items
-(`forward`). It writes no run directory (lbhash.runs does, through the store it gives the loop).
-
-Modules: `config`, `resolve`, `builder`, `processes`, `loop` (the Alg. 1 loop, `Trainer`), `fit`
-(the in-memory training core), `closed_form`, `selection`, `forward`, `split_codes`, `results`,
-`prefix_cache`, `summary` and `timing`.
+"""Training, in memory: it writes no run directory (lbhash.runs does, through the store it gives the
+loop). Modules: `config`, `resolve`, `builder`, `processes`, `loop` (`Trainer`), `fit` (the core),
+`closed_form`, `selection`, `forward`, `split_codes`, `results`, `prefix_cache`, `summary` and
+`timing`.
 """
 
 from lbhash._lazy import lazy_names

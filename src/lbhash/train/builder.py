@@ -1,10 +1,9 @@
 """The one builder: a run's model and objective, for training and for loading a run.
 
-`build_experiment` loads the data, resolves the config, draws or reuses the split, checks the
-items and builds the model and objective, seeded, before any run directory exists, so bad input
-never leaves a half-written run. Each part comes from a factory of its own option set:
-`build_model` (also what a loaded run rebuilds its model with), `build_centers`, `build_method`,
-`build_objective`.
+`build_experiment` loads the data, resolves the config, draws or reuses the split, checks the items
+and builds the model and objective, seeded, before any run directory exists, so bad input never
+leaves a half-written run. Each part comes from a factory of its own option set (`build_model`,
+which a loaded run rebuilds its model with, too).
 """
 
 from __future__ import annotations

@@ -13,8 +13,7 @@ import numpy as np
 import torch
 
 from lbhash.codes import to_signs
-from lbhash.evaluate import lower_bound
-from lbhash.train.loop import Trainer, finite_or_str
+from lbhash.train.loop import Trainer, train_bound
 
 
 @torch.inference_mode()
@@ -52,10 +51,7 @@ def fit_closed_form(trainer: Trainer) -> None:
     record = {"epoch": 1, "seconds": time.perf_counter() - start, "loss": parts}
     if fit.history:
         record["fit"] = fit.history
-    if labels.any(0).sum() >= 2:
-        bound = lower_bound(to_signs(u).numpy(), labels)
-        record["train_lower_bound"] = {"min_inter": bound.min_inter, "max_intra": bound.max_intra,
-                                       "ratio": finite_or_str(bound.ratio)}
+    record.update(train_bound(to_signs(u).numpy(), labels))
     if trainer.validating:
         record["eval"] = trainer.validate(1)
     trainer.record_epoch(1, record)

@@ -158,25 +158,16 @@ def _check_closed_form(cfg: TrainConfig) -> None:
                          f"got {cfg.devices}")
 
 
-def paper_differences(cfg: TrainConfig) -> list[str]:
-    """What a resolved config's recipe (and, for a _D run, its objective) sets otherwise than
-    the paper profile does for its method, e.g. ['lr_step 0 (paper 10)', 'multilabel_theta mean
-    (paper sum)']."""
-    paper = method_defaults(cfg.method, "paper").options
-    names = [n for n in paper if cfg.lbhash or OWNERS[n] == "recipe"]
-    out = []
-    for name in names:
+def profile_line(cfg: TrainConfig) -> str:
+    """The run's profile and what its recipe (and, for a _D run, its objective) sets otherwise than
+    the paper profile does for its method, e.g. `profile recommended: differs from the paper in
+    lr_step 0 (paper 10)`."""
+    paper, differences = method_defaults(cfg.method, "paper").options, []
+    for name in (n for n in paper if cfg.lbhash or OWNERS[n] == "recipe"):
         want, have = paper[name], getattr(cfg, name)
         if have is not None and have != want:
-            out.append(f"{name} {have:g} (paper {want:g})" if isinstance(have, float) and isinstance(want, float)
-                       else f"{name} {have} (paper {want})")
-    return out
-
-
-def profile_line(cfg: TrainConfig) -> str:
-    """The run's profile and what it changes from the paper, e.g. `profile recommended: differs
-    from the paper in lr_step 0 (paper 10)`."""
-    differences = paper_differences(cfg)
+            differences.append(f"{name} {have:g} (paper {want:g})" if isinstance(have, float) and isinstance(want, float)
+                               else f"{name} {have} (paper {want})")
     if not differences:
         return f"profile {cfg.defaults}: the paper's recipe" + (" and _D objective" if cfg.lbhash else "")
     return f"profile {cfg.defaults}: differs from the paper in {', '.join(differences)}"
@@ -202,8 +193,7 @@ def backbone_line(cfg: "RunConfig") -> str | None:
 
 
 def make_config(values: dict[str, Any], where: str = "", kind: type[TrainConfig] = TrainConfig) -> TrainConfig:
-    """kind(**values) (a TrainConfig, or a RunConfig), every error one InputError line naming
-    `where`, the option and the value."""
+    """kind(**values) (a TrainConfig or a RunConfig), every error one InputError line naming `where`."""
     try:
         return kind(**values)
     except InputError as err:
@@ -269,6 +259,3 @@ def build_config(file_values: dict[str, Any] | None = None,
     flags = {k: v for k, v in (flag_values or {}).items() if v is not None}
     return make_config({**(file_values or {}), **flags})
 
-
-__all__ = ["RunConfig", "TrainConfig", "FIELDS", "OWNERS", "SETS", "field_info", "build_config", "load_config_file",
-           "make_config", "parse_yaml"]

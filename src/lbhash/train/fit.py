@@ -8,6 +8,7 @@ returns what it trained (`Trained`), writing no file.
 from __future__ import annotations
 
 import logging
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -28,16 +29,14 @@ from lbhash.train.loop import EpochStore, Trainer, check_logger
 from lbhash.train.processes import check_accelerator, leave_process_group, process_rank
 from lbhash.train.results import Fitted, run_metrics
 from lbhash.train.split_codes import split_codes
-from lbhash.train.summary import (bars_on_terminal, data_summary, describe_data, epoch_lines, notices_to_stderr,
-                                  result_line)
+from lbhash.train.summary import data_summary, describe_data, epoch_lines, notices_to_stderr, result_line
 
 logger = logging.getLogger("lbhash")
 
 
 @dataclass
 class Prepared:
-    """A run ready to train: its trainer, the config it saves (config.yaml), its input
-    contract (input.json) and what it loaded (data.json)."""
+    """A run ready to train, with what its config.yaml, input.json and data.json hold."""
     trainer: Trainer
     config: RunConfig
     input_form: InputForm
@@ -46,12 +45,9 @@ class Prepared:
 
 @dataclass
 class Trained:
-    """What `fit` trained, in memory: the fitted model with its config, input contract and
-    history; the metrics a run directory's metrics.json would hold; and what that directory's
-    other files would hold (`lbhash.runs.training.write_run` writes them): the codes-file arrays of
-    the split's query and database by part ("all", "seen" under unseen:K), the split, the data
-    summary, the last checkpoint's content and the kept epoch's weights (best.pt; None unless
-    `select: best-val`)."""
+    """What `fit` trained, in memory: the fitted model, its metrics.json's metrics, and what the
+    other files of a run directory would hold (lbhash.runs.training.write_run writes them; `best`:
+    best.pt's, None unless `select: best-val`)."""
     fitted: Fitted
     metrics: dict[str, Any]
     codes: dict[str, dict[str, np.ndarray]]
@@ -76,11 +72,18 @@ def prepare(cfg: TrainConfig, split: Split | None, dataset: HashDataset | None, 
         logger.warning("skipped %d unreadable image(s) (--skip-bad-images)", exp.skipped_images)
     summary, saved_cfg = data_summary(exp), exp.cfg
     lines = None
-    if exp.cfg.progress and not bars_on_terminal(True):  # a log file: one line per epoch, no bars
+    if exp.cfg.progress and not sys.stderr.isatty():  # a log file, which bars' redraws fill: one line per epoch
         exp.cfg = exp.cfg.replace(progress=False)
         if first:
             lines = epoch_lines(exp.cfg.variant, exp.cfg.epochs, map_label(exp.topk, len(exp.split.database)))
-    trainer = Trainer(exp, store, _at_epoch_end(lines, on_epoch_end))
+
+    def at_epoch_end(epoch: int, record: dict) -> None:  # the epoch's line (where there are no bars), then the caller's
+        if lines is not None:
+            lines(epoch, record)
+        if on_epoch_end is not None:
+            on_epoch_end(epoch)
+
+    trainer = Trainer(exp, store, at_epoch_end)
     return Prepared(trainer, saved_cfg, form_of(exp.dataset, exp.cfg.normalize, exp.cfg.image_size), summary)
 
 
@@ -94,25 +97,15 @@ def announce(run: Prepared) -> None:
             logger.info(backbone)
 
 
-def _at_epoch_end(lines: Callable[[int, dict], None] | None,
-                  on_epoch_end: Callable[[int], None] | None) -> Callable[[int, dict], None]:
-    """The trainer's epoch-end call: the epoch's line (where there are no bars), then the
-    caller's `on_epoch_end(epoch)`."""
-    def at_epoch_end(epoch: int, record: dict) -> None:
-        if lines is not None:
-            lines(epoch, record)
-        if on_epoch_end is not None:
-            on_epoch_end(epoch)
-    return at_epoch_end
-
-
 def train_to_end(trainer: Trainer) -> None:
     """Train what is left: a closed-form method's one fit, else the epochs; then load the
     weights of the epoch `select` keeps."""
     if method_class(trainer.cfg.method).closed_form:  # baselines: one fit, no epochs left
         fit_closed_form(trainer)
     trainer.fit()
-    trainer.restore_selected()
+    best = trainer.selection.best() if trainer.recipe.select == "best-val" else None
+    if best is not None:
+        trainer.learner.model.load_state_dict(best["model"])
 
 
 def fit(cfg: TrainConfig, dataset: HashDataset | None = None, progress: bool | None = None,

@@ -1,11 +1,7 @@
-"""The one forward loop over data items: a model plus items -> +/-1 codes (`encode`), the hash
-head's real outputs (`embed`), or those and each item's embedding (`embed_with_features`), on one
-process or on several.
-
-The model runs under `torch.inference_mode` in eval mode over the data set's encoding batches.
-Every path that produces codes calls `encode`; the codes are exactly `lbhash.codes.to_signs(u)`
-of `embed`'s outputs. `encode_sharded` and `embed_sharded` split the items over a process group's
-ranks and gather them in order on rank 0.
+"""The one forward loop over data items, in eval mode under `torch.inference_mode`: +/-1 codes
+(`encode`, exactly `lbhash.codes.to_signs` of `embed`'s outputs), the hash head's real outputs
+(`embed`), or those and each item's embedding (`embed_with_features`); `encode_sharded` and
+`embed_sharded` split the items over a process group's ranks and gather them in order on rank 0.
 """
 
 from __future__ import annotations
@@ -21,25 +17,18 @@ from lbhash.data import HashDataset, InputOptions
 from lbhash.data.base import check_indices
 
 
-def _input_dtype(model: nn.Module) -> torch.dtype:
-    param = next(model.parameters(), None)
-    return param.dtype if param is not None and param.is_floating_point() else torch.float32
-
-
 def encode(model: nn.Module, dataset: HashDataset, indices=None, options: InputOptions = InputOptions(),
            device="cpu", autocast=contextlib.nullcontext, progress: bool = False,
            batch_size: int | None = None) -> np.ndarray:
-    """+/-1 int8 codes (len(indices), bits) of the data set's items (default: all); batch_size
-    None takes the data set's own."""
+    """+/-1 int8 codes (len(indices), bits) of the items (default: all); batch_size None: the data set's own."""
     return _forward(model, dataset, indices, options, device, autocast, progress, batch_size, to_signs)
 
 
 def embed(model: nn.Module, dataset: HashDataset, indices=None, options: InputOptions = InputOptions(),
           device="cpu", autocast=contextlib.nullcontext, progress: bool = False,
           batch_size: int | None = None) -> np.ndarray:
-    """The model's real outputs, float32 (len(indices), bits), of the items `encode` would
-    encode: its codes are their signs (>= 0 -> +1)."""
-    return _forward(model, dataset, indices, options, device, autocast, progress, batch_size, _float32)
+    """The model's real outputs u, float32 (len(indices), bits), whose signs are `encode`'s codes."""
+    return _forward(model, dataset, indices, options, device, autocast, progress, batch_size, torch.Tensor.float)
 
 
 def embed_with_features(model: nn.Module, dataset: HashDataset, indices=None, options: InputOptions = InputOptions(),
@@ -48,23 +37,21 @@ def embed_with_features(model: nn.Module, dataset: HashDataset, indices=None, op
     """(real outputs float32 (n, bits), embeddings float32 (n, d)) of the items, from one forward
     pass (`HashModel.forward_embedded`: an image model's pooled backbone features, a feature
     model's input features): what a search index keeps per item and re-scores with."""
-    return _forward(model, dataset, indices, options, device, autocast, progress, batch_size, _float32,
+    return _forward(model, dataset, indices, options, device, autocast, progress, batch_size, torch.Tensor.float,
                     embedded=True)
-
-
-def _float32(u: torch.Tensor) -> torch.Tensor:
-    return u.float()  # float32 holds bf16/fp16 outputs exactly: their signs are the codes' signs
 
 
 @torch.inference_mode()
 def _forward(model: nn.Module, dataset: HashDataset, indices, options: InputOptions, device, autocast,
              progress: bool, batch_size: int | None, per_batch, embedded: bool = False):
     """The forward loop of `encode` and `embed`; `per_batch` turns each batch's outputs into
-    what they return (on the device: codes cross to the CPU as int8). `embedded`: also each
-    item's embedding (`HashModel.forward_embedded`), returned second."""
+    what they return, on the device (codes cross to the CPU as int8; float32 holds bf16/fp16
+    outputs exactly, so their signs are the codes'). `embedded`: also each item's embedding
+    (`HashModel.forward_embedded`), returned second."""
     was_training = model.training
     model.eval()
-    dtype = _input_dtype(model)
+    param = next(model.parameters(), None)
+    dtype = param.dtype if param is not None and param.is_floating_point() else torch.float32
     out, emb = [], []
     exact = autocast is contextlib.nullcontext and torch.device(device).type == "cuda"
     tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
@@ -108,23 +95,20 @@ def all_gather(fabric, tensor: torch.Tensor) -> torch.Tensor:
 def encode_sharded(fabric, model: nn.Module, dataset: HashDataset, indices=None,
                    options: InputOptions = InputOptions(), autocast=contextlib.nullcontext,
                    progress: bool = False) -> np.ndarray | None:
-    """`encode` split over the processes of `fabric`: every rank encodes one contiguous share
-    of the items; rank 0 returns all codes in item order, the other ranks None."""
+    """`encode` split over the processes of `fabric`: rank 0 returns all codes in item order, the others None."""
     return _sharded(encode, fabric, model, dataset, indices, options, autocast, progress)
 
 
 def embed_sharded(fabric, model: nn.Module, dataset: HashDataset, indices=None,
                   options: InputOptions = InputOptions(), autocast=contextlib.nullcontext,
                   progress: bool = False) -> tuple[np.ndarray, np.ndarray] | None:
-    """`embed_with_features` split as `encode_sharded` splits `encode`: rank 0 returns all real
-    outputs and embeddings in item order, the other ranks None."""
+    """`embed_with_features` split as `encode_sharded` splits `encode`."""
     return _sharded(embed_with_features, fabric, model, dataset, indices, options, autocast, progress)
 
 
 def _sharded(run, fabric, model: nn.Module, dataset: HashDataset, indices, options: InputOptions, autocast,
              progress: bool):
-    """`run` (`encode`, or `embed_with_features` and its two arrays) of this rank's share,
-    gathered on rank 0."""
+    """`run` of this rank's share, gathered on rank 0."""
     idx = check_indices(dataset, indices)
     shares = np.array_split(idx, fabric.world_size)
     mine = run(model, dataset, shares[fabric.global_rank], options, fabric.device, autocast,

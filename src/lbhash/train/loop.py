@@ -168,20 +168,10 @@ class Trainer:
         self.selection.load_state_dict(state)
         return result
 
-    def restore_selected(self) -> None:
-        """Load the weights of the epoch `select: best-val` kept (a no-op for `last`)."""
-        best = self.selection.best() if self.recipe.select == "best-val" else None
-        if best is not None:
-            self.learner.model.load_state_dict(best["model"])
-
-    def probing(self, epoch: int) -> bool:
-        """Whether `epoch` (1-based) is one of fine-tuning's probe epochs (the backbone frozen)."""
-        return epoch <= self.recipe.probe_epochs
-
     def train_epoch(self, epoch: int) -> dict:
         recipe, learner = self.recipe, self.learner
         torch.manual_seed(epoch_seed(recipe.seed, epoch))
-        probing = self.probing(epoch)
+        probing = epoch <= recipe.probe_epochs  # one of fine-tuning's probe epochs: the backbone frozen
         if recipe.probe_epochs:
             learner.model.set_frozen(probing)
         learner.train()
@@ -234,11 +224,7 @@ class Trainer:
         record = {"epoch": epoch, "lr": lr, "seconds": seconds, **({"phase": "probe" if probing else "tune"}
                                                                    if recipe.probe_epochs else {}),
                   "loss": {k: v / seen for k, v in sums.items()}}
-        bound = lower_bound(codes, self.train_labels) if self.train_labels.any(0).sum() >= 2 else None
-        if bound is not None:
-            record["train_lower_bound"] = {"min_inter": bound.min_inter, "max_intra": bound.max_intra,
-                                           "ratio": finite_or_str(bound.ratio)}
-        return record
+        return {**record, **train_bound(codes, self.train_labels)}
 
     def training_batches(self):
         """The batches of the epochs that train the model: the frozen prefix's cached activations
@@ -268,17 +254,12 @@ class Trainer:
 
     def encode(self, index: np.ndarray, progress: bool = False) -> np.ndarray:
         """Codes of data-set items with the plain (unwrapped) model: no collective calls, so
-        rank 0 may encode alone."""
-        return encode(self.learner.model, self._encoding_dataset(index), index, self.options, self.fabric.device,
-                      self.fabric.autocast, progress and self.progress)
-
-    def _encoding_dataset(self, index: np.ndarray):
-        """The probe's cached features while the backbone is frozen for it (when they cover
-        `index`: the training and validation items), else the run's own data."""
+        rank 0 may encode alone. While the backbone is frozen for the probe, from its cached
+        features where they cover `index` (the training and validation items)."""
         probe = self.exp.probe_dataset
-        if probe is not None and self.learner.model.freeze_backbone and (probe.rows[index] >= 0).all():
-            return probe
-        return self.exp.dataset
+        frozen = probe is not None and self.learner.model.freeze_backbone and (probe.rows[index] >= 0).all()
+        return encode(self.learner.model, probe if frozen else self.exp.dataset, index, self.options,
+                      self.fabric.device, self.fabric.autocast, progress and self.progress)
 
     def evaluate(self) -> dict:
         """mAP at R of fresh query and database codes, and the database codes' lower bound."""
@@ -305,6 +286,15 @@ def flat_record(record: dict, prefix: str = "") -> dict[str, float]:
         elif isinstance(value, (int, float)) and not isinstance(value, bool) and key != "epoch":
             out[name] = float(value)
     return out
+
+
+def train_bound(codes: np.ndarray, labels: np.ndarray) -> dict:
+    """The training codes' lower bound as an epoch's record keeps it; {} with fewer than two classes."""
+    if labels.any(0).sum() < 2:
+        return {}
+    bound = lower_bound(codes, labels)
+    return {"train_lower_bound": {"min_inter": bound.min_inter, "max_intra": bound.max_intra,
+                                  "ratio": finite_or_str(bound.ratio)}}
 
 
 def finite_or_str(x: float):

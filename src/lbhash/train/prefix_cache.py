@@ -41,10 +41,6 @@ class PrefixBatches:
         self.batch_size, self.rank, self.world_size = batch_size, rank, world_size
         self.channels_last = channels_last
 
-    @property
-    def nbytes(self) -> int:
-        return sum(a.numel() * a.element_size() for a in self.activations)
-
     def __len__(self) -> int:
         return -(-len(shard_order(self.n, 0, self.rank, self.world_size)) // self.batch_size)
 

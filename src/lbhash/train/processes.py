@@ -1,8 +1,6 @@
-"""The processes of a run: this process's rank before any process group exists, Lightning
-Fabric on one process or several (`make_fabric`), the processes of an encoding
-(`encoding_processes`: this one alone needs no Lightning), the clean end of a process group,
-and the check that a GPU accelerator has a GPU. Training (lbhash.train.loop) and encoding a
-run (lbhash.runs.codes) both start their processes here.
+"""The processes of a run: this process's rank before any process group exists, Lightning Fabric on
+one process or several, an encoding's processes (this one alone needs no Lightning), the clean end
+of a process group, and the check that a GPU accelerator has a GPU.
 """
 
 from __future__ import annotations
@@ -58,8 +56,7 @@ class OneProcess:
 
 
 def encoding_processes(accelerator: str, devices: int):
-    """The processes that share an encoding: this one alone (`OneProcess`) on one device
-    outside a launcher, else Fabric's (`make_fabric`, which starts the others)."""
+    """This process alone (`OneProcess`) on one device outside a launcher, else Fabric's (`make_fabric`)."""
     if devices == 1 and int(os.environ.get("WORLD_SIZE", "1")) == 1:
         return OneProcess(torch.device("cuda", 0) if accelerator == "gpu" else torch.device("cpu"))
     return make_fabric(accelerator, devices, "32-true")

@@ -74,19 +74,14 @@ def resolve_config(cfg: TrainConfig, dataset) -> RunConfig:
     return make_config(values, kind=RunConfig)
 
 
-def fine_tunes(cfg: TrainConfig, input_kind: str) -> bool:
-    """Whether a run trains a pretrained image backbone (the fine-tuning recipe's runs)."""
-    return input_kind == "images" and cfg.pretrained is not None and not cfg.freeze_backbone
-
-
 def _fill_backbone_recipe(values: dict[str, Any], cfg: TrainConfig, input_kind: str) -> None:
     """The fine-tuning recipe's defaults for a pretrained backbone that trains (FINETUNE_*), the
     neutral values otherwise, and the backbone's precision; refuses options that mean nothing
     for the run (a probe without a backbone that trains, stages of feature data)."""
     from lbhash.cpus import bf16_native
 
-    tunes = fine_tunes(cfg, input_kind)
     learns = input_kind == "images" and not cfg.freeze_backbone
+    tunes = learns and cfg.pretrained is not None  # a pretrained backbone that trains: the fine-tuning recipe
     if cfg.probe_epochs and not learns:
         raise InputError(f"probe_epochs {cfg.probe_epochs}: the probe epochs come before a backbone trains; "
                          "this run has no image backbone that trains (features, or --freeze-backbone)")

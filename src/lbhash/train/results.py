@@ -1,6 +1,5 @@
-"""What a training returns, in memory: the fitted model with its config, input contract and log
-(`Fitted`), and every metric of its codes with a summary of the run (`run_metrics`: what
-metrics.json holds, from arrays; a run directory writes it, lbhash.runs.metrics).
+"""What a training returns, in memory: the fitted model (`Fitted`), and the metrics of its codes
+with a summary of the run (`run_metrics`: what metrics.json holds).
 """
 
 from __future__ import annotations

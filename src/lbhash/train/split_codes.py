@@ -1,7 +1,6 @@
-"""The codes a trained model gives its split's query and database, in memory: the arrays of
-the run's codes files (`lbhash.codes_file.codes_arrays`), which an in-memory fit evaluates
-directly and a run directory writes at the end of training (lbhash.runs.training: codes.npz,
-and codes_seen.npz under unseen:K).
+"""The codes a trained model gives its split's query and database, in memory: the arrays of the
+run's codes files (`lbhash.codes_file.codes_arrays`), which an in-memory fit evaluates and a run
+directory writes (codes.npz, and codes_seen.npz under unseen:K).
 """
 
 from __future__ import annotations

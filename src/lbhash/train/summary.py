@@ -62,9 +62,8 @@ def target_balance(exp: Experiment) -> dict[str, Any] | None:
 
     from lbhash.methods.csq import majority_targets
 
-    objective = exp.learner.objective
     lower_bound = exp.learner.lower_bound
-    base = objective if lower_bound is None else lower_bound.base
+    base = exp.learner.objective if lower_bound is None else lower_bound.base
     if lower_bound is not None and lower_bound.multilabel_target == "majority":
         holder = lower_bound
     elif base.majority_targets:
@@ -155,11 +154,6 @@ def result_line(metrics: dict[str, Any], out: Path | None = None) -> str:
     if run.get("seconds_per_epoch"):
         parts.append(f"{run['seconds_per_epoch']:.2f} s/epoch")
     return f"done: {', '.join(parts)}" + ("" if out is None else f"; run directory {out}")
-
-
-def bars_on_terminal(progress: bool) -> bool:
-    """Progress bars only where stderr is a terminal; elsewhere their redraws fill logs."""
-    return progress and sys.stderr.isatty()
 
 
 LINE_EVERY_S = 10.0  # off a terminal: between two epoch lines that are neither first, last nor evaluated

@@ -1,8 +1,6 @@
-"""Training time per epoch of several configurations, measured side by side.
-
-The configurations' epochs alternate (epoch 1 of each, then epoch 2 of each, ...), so that all
-of them see the same machine state; nothing is written. Used by
-`lbhash reproduce timing` and benchmarks/bench_overhead.py.
+"""Training time per epoch of several configurations, their epochs alternating so that all see the
+same machine state; nothing is written. Used by `lbhash reproduce timing` and
+benchmarks/bench_overhead.py.
 """
 
 from __future__ import annotations
