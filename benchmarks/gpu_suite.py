@@ -194,14 +194,14 @@ def check_backbone(name: str, device, batch: int, bf16: bool, tv_reason: str | N
 def train_run(spec: str | Exception, run_dir: Path, settings: dict, **values) -> dict:
     """One `lbhash.runs.train` run; its speed and quality from metrics.json and log.jsonl."""
     import yaml
-    from lbhash.runs import train
+    from lbhash.runs import RunDirectory
     from lbhash.train import TrainConfig
 
     batch = {"batch_size": settings["batch_size"]} if settings["batch_size"] else {}
     cfg = TrainConfig(data=usable(spec), bits=32, image_size=32, lr_step=0, validation=0.0, progress=False, seed=0, centers="hadamard",
                       accelerator=settings["accelerator"], precision=settings["precision"], **batch, **values)
     start = time.perf_counter()
-    train(cfg, run_dir)
+    RunDirectory(run_dir).train(cfg)
     wall = time.perf_counter() - start
     metrics = json.loads((run_dir / "metrics.json").read_text())
     run = metrics["run"]
