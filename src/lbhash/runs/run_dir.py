@@ -17,8 +17,8 @@ from lbhash.errors import InputError
 from lbhash.train.config import RunConfig, TrainConfig
 from lbhash.train.optim import check_extension, check_further
 from lbhash.train.processes import process_rank
-from lbhash.runs.rundir import (CHECKPOINT, CODES, CONFIG, MANIFEST, SPLIT, TrainedRun, check_not_failed,
-                                 load_run_config, read_metrics, run_lock, verify_files, verify_finished_run)
+from lbhash.runs.rundir import (CHECKPOINT, CODES, CONFIG, LOG, MANIFEST, SPLIT, TrainedRun, check_not_failed,
+                                 load_run_config, read_log, read_metrics, run_lock, verify_files, verify_finished_run)
 from lbhash.train.summary import notices_to_stderr, result_line
 
 logger = logging.getLogger("lbhash")
@@ -27,7 +27,7 @@ EpochHook = Callable[[int], None]
 
 class RunDirectory:
     """A run directory, the one way to each file job of a run: `RunDirectory(out).train(cfg)`,
-    `.resume()`, `.config()`, `.metrics()`, `.encoder()`, `.encode()`, `.export()`."""
+    `.resume()`, `.config()`, `.metrics()`, `.log()`, `.encoder()`, `.encode()`, `.export()`."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -59,6 +59,10 @@ class RunDirectory:
     def metrics(self) -> dict[str, Any]:
         """The finished run's metrics (metrics.json)."""
         return read_metrics(self.path)
+
+    def log(self) -> list[dict]:
+        """The run's record of each epoch (log.jsonl)."""
+        return read_log(self.path / LOG)
 
     def encoder(self):
         """The run's model as an encoder (`RunEncoder`: what search and the service load)."""
