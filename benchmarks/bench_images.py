@@ -107,9 +107,15 @@ def measure(data: str, backbone: str, protocol: str, epochs: int, image_size: in
     from lbhash.train import TrainConfig
 
     try:
-        from lbhash.runs import train
-    except ImportError:  # the old commit compared against: run directories were still lbhash.train's
-        from lbhash.train import train
+        from lbhash.runs import RunDirectory
+
+        def train(cfg, out):
+            return RunDirectory(out).train(cfg)
+    except ImportError:  # an older commit compared against: lbhash.runs.train, or lbhash.train's before it
+        try:
+            from lbhash.runs import train
+        except ImportError:
+            from lbhash.train import train
 
     start = time.perf_counter()
     metrics = train(TrainConfig(data=data, protocol=protocol, method="csq", bits=32, epochs=epochs, validation=0.0, backbone=backbone,

@@ -67,15 +67,14 @@ def main() -> None:
     args = parse_args(parser, repeat=1)
     from lbhash.cli import main as lbhash
 
-    from lbhash.runs import train
+    from lbhash.runs import RunDirectory
     from lbhash.train import TrainConfig
-    from lbhash.runs.export import export_run
 
     with tempfile.TemporaryDirectory() as tmp:
         run, idx = Path(tmp) / "run", Path(tmp) / "idx"
-        train(TrainConfig(data="digits", method="csq", bits=32, epochs=1 if args.smoke else 3, hidden=(64,),
-                          progress=False), run)
-        export_run(run)
+        RunDirectory(run).train(TrainConfig(data="digits", method="csq", bits=32, epochs=1 if args.smoke else 3, hidden=(64,),
+                          progress=False))
+        RunDirectory(run).export()
         lbhash(["index", "build", str(run), "--out", str(idx)], standalone_mode=False)
         times = {"--encoder": [], "--run": []}
         for _ in range(args.repeat):

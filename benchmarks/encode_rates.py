@@ -41,17 +41,16 @@ def encode_rates(tmp: Path, rows: int = 20_000, images: int = 512) -> list[str]:
     """Lines reporting rows/s (features) and images/s of PyTorch and ONNX Runtime."""
     from lbhash.data import load_data
     from lbhash.encoders.exported import ExportedEncoder
-    from lbhash.runs import train
+    from lbhash.runs import RunDirectory
     from lbhash.train import TrainConfig
-    from lbhash.runs.export import export_run
     from lbhash.runs.encoder import RunEncoder
 
     feature_run, image_run = tmp / "digits-run", tmp / "image-run"
-    train(TrainConfig(data="digits", method="csq", bits=32, epochs=1, hidden=(64,), centers="hadamard",
-                      progress=False), feature_run)
-    train(TrainConfig(data=f"images:{_tree(tmp / 'imgs')}", epochs=1, method="csq", bits=16, backbone="resnet8",
+    RunDirectory(feature_run).train(TrainConfig(data="digits", method="csq", bits=32, epochs=1, hidden=(64,), centers="hadamard",
+                      progress=False))
+    RunDirectory(image_run).train(TrainConfig(data=f"images:{_tree(tmp / 'imgs')}", epochs=1, method="csq", bits=16, backbone="resnet8",
                       image_size=32, transform="cifar-augment", protocol="given", centers="hadamard", lr_step=0,
-                      progress=False, batch_size=16), image_run)
+                      progress=False, batch_size=16))
     x = load_data("digits", labels_required=False).x
     feature_rows = x[np.arange(rows) % len(x)]
     pngs = sorted((tmp / "imgs" / "train").rglob("*.png"))
@@ -60,7 +59,7 @@ def encode_rates(tmp: Path, rows: int = 20_000, images: int = 512) -> list[str]:
     for what, run, data, batch, unit in (("digits features, 32-bit MLP", feature_run, feature_rows, 1024, "rows"),
                                          ("32 px images, 16-bit ResNet-8", image_run, pixels, 64, "images")):
         torch_rate, torch_codes = _rate(RunEncoder.load(run).encode, data, batch)
-        onnx_rate, onnx_codes = _rate(ExportedEncoder.load(export_run(run)).encode, data, batch)
+        onnx_rate, onnx_codes = _rate(ExportedEncoder.load(RunDirectory(run).export()).encode, data, batch)
         agree = float((torch_codes == onnx_codes).all(axis=1).mean())
         lines.append(f"encoding {what}, batches of {batch}: PyTorch {torch_rate:,.0f} {unit}/s, ONNX Runtime "
                      f"{onnx_rate:,.0f} {unit}/s (x{onnx_rate / torch_rate:.2f}; codes equal for {agree:.1%})")

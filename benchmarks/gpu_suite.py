@@ -6,7 +6,7 @@ Parts, each recorded as ok, failed (with its error's first line; the suite goes 
 (with the reason): (1) backbones: every registered image backbone trains one step on a random
 batch of 64 at its own image size, channels_last, under bf16 autocast, with finite loss,
 gradients and weights (torchvision's are skipped when torchvision does not import); (2) e2e:
-CIFAR-10 pixels end to end at 32x32 (`lbhash.runs.train`, protocol cifar10, 32 bits, 5 epochs,
+CIFAR-10 pixels end to end at 32x32 (`RunDirectory.train`, protocol cifar10, 32 bits, 5 epochs,
 bf16-mixed): CSQ and CSQ_D with resnet20, CSQ with smallcnn, giving training and encoding
 images/s and test mAP; (3) target: resnet20 on protocol cifar10-2, the issue's "one epoch of the
 50,000 training images in under 10 s" (reported, never asserted); (4) timing: the paper's Table
@@ -192,16 +192,16 @@ def check_backbone(name: str, device, batch: int, bf16: bool, tv_reason: str | N
 
 
 def train_run(spec: str | Exception, run_dir: Path, settings: dict, **values) -> dict:
-    """One `lbhash.runs.train` run; its speed and quality from metrics.json and log.jsonl."""
+    """One `RunDirectory.train` run; its speed and quality from metrics.json and log.jsonl."""
     import yaml
-    from lbhash.runs import train
+    from lbhash.runs import RunDirectory
     from lbhash.train import TrainConfig
 
     batch = {"batch_size": settings["batch_size"]} if settings["batch_size"] else {}
     cfg = TrainConfig(data=usable(spec), bits=32, image_size=32, lr_step=0, validation=0.0, progress=False, seed=0, centers="hadamard",
                       accelerator=settings["accelerator"], precision=settings["precision"], **batch, **values)
     start = time.perf_counter()
-    train(cfg, run_dir)
+    RunDirectory(run_dir).train(cfg)
     wall = time.perf_counter() - start
     metrics = json.loads((run_dir / "metrics.json").read_text())
     run = metrics["run"]

@@ -29,7 +29,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import Circle  # noqa: E402
 
 from lbhash.reproduce.stats import spearman  # noqa: E402
-from lbhash.runs import train  # noqa: E402
+from lbhash.runs import RunDirectory  # noqa: E402
 from lbhash.train import TrainConfig
 
 BASELINES = ("lsh", "pca", "itq", "linear")
@@ -51,8 +51,8 @@ def measure(folder: Path) -> list[dict]:
     for method, lbhash, bits, epochs in runs():
         name = method + ("_D" if lbhash else "")
         start = time.perf_counter()
-        metrics = train(TrainConfig(data="digits", method=method, lbhash=lbhash, bits=bits, epochs=epochs,
-                                    seed=0, progress=False), folder / f"{name}-{bits}-{epochs}")
+        metrics = RunDirectory(folder / f"{name}-{bits}-{epochs}").train(TrainConfig(data="digits", method=method, lbhash=lbhash, bits=bits, epochs=epochs,
+                                    seed=0, progress=False))
         bound = metrics["lower_bound"]
         rows.append({"name": name, "bits": bits, "epochs": epochs, "map": metrics["map"],
                      "ratio": float(bound["ratio"]), "chance": metrics["chance_map"]})

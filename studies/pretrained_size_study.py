@@ -22,7 +22,7 @@ import numpy as np
 from lbhash.data import InputOptions, load_data
 from lbhash.data.feature_cache import backbone_features
 from lbhash.models import create_backbone
-from lbhash.runs import train
+from lbhash.runs import RunDirectory
 from lbhash.train import TrainConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
@@ -54,7 +54,7 @@ def main() -> None:
             for seed in map(int, args.seeds.split(",")):
                 cfg = TrainConfig(data=f"features:{features}", protocol="given", method="csq", bits=64, epochs=30, validation=0.0,
                                   seed=seed, progress=False)
-                maps.append(train(cfg, Path(folder) / f"run-{size}-{seed}")["map"])
+                maps.append(RunDirectory(Path(folder) / f"run-{size}-{seed}").train(cfg)["map"])
             print(f"{size:3d} px: validation mAP@all {100 * np.mean(maps):.1f} "
                   f"({', '.join(f'{100 * m:.1f}' for m in maps)}), extraction {rate:.1f} images/s", flush=True)
 

@@ -1,7 +1,7 @@
 """Issue 58: two-stage search measured on a finished run's own split (a photo run of protocol
 `cifar10`, say: 1,000 queries against 54,000 database items).
 
-The run's query and database parts are encoded once with their embeddings (`encode_run(...,
+The run's query and database parts are encoded once with their embeddings (`RunDirectory.encode(...,
 embeddings=True)`, what `lbhash encode --embeddings` writes; kept in OUT so that a second call
 only measures), the database indexed with them as `lbhash index build` keeps them, and each
 query searched with its own embedding. The measures are studies/rescore_table.py's: mAP@1000,
@@ -26,9 +26,9 @@ def encoded(run_dir: Path, part: str, out: Path) -> dict:
     """The part's codes, labels and embeddings, encoded once (float32 embeddings, as the file holds them)."""
     path = out / f"{part}.npz"
     if not path.exists():
-        from lbhash.runs.codes import encode_run, save_encoded
+        from lbhash.runs import RunDirectory
 
-        save_encoded(path, encode_run(run_dir, part=part, embeddings=True))
+        RunDirectory(run_dir).encode(part=part, embeddings=True, out=path)
     with np.load(path) as f:
         return {k: f[k] for k in ("codes", "labels", "embeddings")}
 

@@ -71,16 +71,17 @@ def copies_at(copies):
     return copy
 
 
-def assert_resume_matches(run, cfg, root, kill_at=2):
+def assert_resume_matches(cfg, root, kill_at=2):
     """Train cfg uninterrupted, keeping a copy of the run as a kill after epoch kill_at leaves
-    it (copies_at), then resume that copy (with run, e.g. lbhash.runs.train); assert both give
-    the same codes and return the two run directories."""
+    it (copies_at), then resume that copy (lbhash.runs.RunDirectory); assert both give the same
+    codes and return the two run directories."""
     from lbhash.codes_file import load_codes_file
+    from lbhash.runs import RunDirectory
 
     full, cut = root / "full", root / "cut"
-    run(cfg, full, on_epoch_end=copies_at({kill_at: (full, cut)}))
+    RunDirectory(full).train(cfg, on_epoch_end=copies_at({kill_at: (full, cut)}))
     assert not (cut / "codes.npz").exists() and (cut / "checkpoint.pt").is_file()
-    run(None, cut, resume=True)
+    RunDirectory(cut).resume()
     a, b = load_codes_file(full / "codes.npz"), load_codes_file(cut / "codes.npz")
     np.testing.assert_array_equal(a["db_codes"], b["db_codes"])
     np.testing.assert_array_equal(a["query_codes"], b["query_codes"])

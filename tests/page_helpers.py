@@ -28,12 +28,12 @@ def make_image_tree(root: Path, train: int = 12, test: int = 3, seed: int = 0) -
 
 def train_tiny_run(tree: Path, out: Path, epochs: int = 2) -> Path:
     """A CSQ run of 16 bits on the tree (a CIFAR ResNet-8; a few seconds on a CPU)."""
-    from lbhash.runs import train
+    from lbhash.runs import RunDirectory
     from lbhash.train import TrainConfig
 
-    train(TrainConfig(data=f"images:{tree}", epochs=epochs, method="csq", bits=16, backbone="resnet8",
+    RunDirectory(out).train(TrainConfig(data=f"images:{tree}", epochs=epochs, method="csq", bits=16, backbone="resnet8",
                       image_size=32, transform="cifar-augment", protocol="given", centers="hadamard", lr_step=0,
-                      progress=False, batch_size=16), out)
+                      progress=False, batch_size=16))
     return out
 
 

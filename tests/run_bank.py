@@ -18,19 +18,19 @@ DIGITS = dict(data="digits", bits=16, hidden=[64], centers="hadamard", progress=
 
 def _finished(**changes):
     def build(path):
-        from lbhash.runs import train
+        from lbhash.runs import RunDirectory
         from lbhash.train import TrainConfig
 
-        train(TrainConfig(**{**DIGITS, **changes}), path)
+        RunDirectory(path).train(TrainConfig(**{**DIGITS, **changes}))
     return build
 
 
 def _closed_form(method, **values):
     def build(path):
-        from lbhash.runs import train
+        from lbhash.runs import RunDirectory
         from lbhash.train import TrainConfig
 
-        train(TrainConfig(data="digits", method=method, bits=16, progress=False, **values), path)
+        RunDirectory(path).train(TrainConfig(data="digits", method=method, bits=16, progress=False, **values))
     return build
 
 
@@ -39,13 +39,13 @@ def _finished_with_cuts(**changes):
     kill after that epoch leaves, for the cut-at-N runs, without training them again."""
     def build(path):
         from helpers import copies_at
-        from lbhash.runs import train
+        from lbhash.runs import RunDirectory
         from lbhash.train import TrainConfig
 
         cuts = _cuts_of(path)
         shutil.rmtree(cuts, ignore_errors=True)  # of a build that failed half-way
         cfg = TrainConfig(**{**DIGITS, **changes})
-        train(cfg, path, on_epoch_end=copies_at({e: (path, cuts / f"cut-at-{e}") for e in range(1, cfg.epochs)}))
+        RunDirectory(path).train(cfg, on_epoch_end=copies_at({e: (path, cuts / f"cut-at-{e}") for e in range(1, cfg.epochs)}))
     return build
 
 

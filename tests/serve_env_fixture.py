@@ -17,9 +17,8 @@ from fastapi.testclient import TestClient
 from lbhash.cli import main
 from lbhash.data import load_data
 from lbhash.service import create_app
-from lbhash.runs import train
+from lbhash.runs import RunDirectory
 from lbhash.train import TrainConfig
-from lbhash.runs.export import export_run
 from lbhash.runs.encoder import RunEncoder
 from serve_helpers import LOCAL
 
@@ -29,9 +28,9 @@ def make(out: Path) -> None:
         shutil.rmtree(out)
     out.mkdir(parents=True)
     run = out / "run"
-    train(TrainConfig(data="digits", method="csq", bits=32, epochs=3, hidden=(64,), centers="hadamard",
-                      progress=False), run)
-    export_run(run)
+    RunDirectory(run).train(TrainConfig(data="digits", method="csq", bits=32, epochs=3, hidden=(64,), centers="hadamard",
+                      progress=False))
+    RunDirectory(run).export()
     main(["index", "build", str(run), "--out", str(out / "idx")], standalone_mode=False)
     rows = load_data("digits").x[[0, 11, 222, 1333]].tolist()
     bodies = [{"features": rows, "k": 10}, {"features": rows, "radius": 4, "labels": [[1, 3]] * 4}]

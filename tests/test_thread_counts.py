@@ -21,10 +21,10 @@ after = torch.get_num_threads(), sorted((p["filepath"], p["num_threads"]) for p 
 print("threads", before[0], after[0], before[1] == after[1])
 """
 SCRIPT = CENTERS + """
-from lbhash.runs import train
+from lbhash.runs import RunDirectory
 from lbhash.train import TrainConfig
-train(TrainConfig(data="digits", bits=32, hidden=[64], centers="bch", lbhash=True, epochs=1, progress=False,
-                  eval_every=0), sys.argv[1])
+RunDirectory(sys.argv[1]).train(TrainConfig(data="digits", bits=32, hidden=[64], centers="bch", lbhash=True,
+                                            epochs=1, progress=False, eval_every=0))
 """
 
 

@@ -124,14 +124,14 @@ def test_a_frozen_run_on_one_size_of_images_says_their_size(frozen_run):
 
 @pytest.fixture(scope="module")
 def frozen_run(tmp_path_factory):
-    from lbhash.runs import train
+    from lbhash.runs import RunDirectory
     from lbhash.train import TrainConfig
 
     root = tmp_path_factory.mktemp("frozen")
     data = f"image-array:{colour_class_images(root / 'small.npz', seed=3)}"
     cfg = TrainConfig(data=data, protocol="given", backbone="efficientnet_lite0", pretrained="imagenet",
                       freeze_backbone=True, image_size=64, method="csq", bits=16, epochs=3, progress=False)
-    metrics = train(cfg, root / "run")
+    metrics = RunDirectory(root / "run").train(cfg)
     return root, data, cfg, metrics
 
 
@@ -139,14 +139,13 @@ def test_the_same_image_gets_the_same_code_on_every_path(frozen_run, monkeypatch
     from lbhash import HashEncoder
     from lbhash.codes_file import load_codes_file
     from lbhash.runs.index_inputs import run_codes
-    from lbhash.runs import train
-    from lbhash.runs.codes import encode_run
+    from lbhash.runs import RunDirectory
 
     root, data, cfg, metrics = frozen_run
     assert 0 <= metrics["map"] <= 1
     stored = load_codes_file(root / "run" / "codes.npz")
     count = Counting(monkeypatch)
-    every = encode_run(root / "run", progress=False)  # `lbhash encode`: the cached features
+    every = RunDirectory(root / "run").encode(progress=False)  # `lbhash encode`: the cached features
     assert count.images == 0
     indexed = run_codes(root / "run", part="all")  # `lbhash index build --part all`
     assert count.images == 0
@@ -161,17 +160,17 @@ def test_the_same_image_gets_the_same_code_on_every_path(frozen_run, monkeypatch
     # trainer (all of them, 48 images, on a cold cache), so it is stopped before its first epoch
     stop_before_the_first_epoch(monkeypatch)
     with pytest.raises(Killed):
-        train(cfg.replace(seed=1), root / "again")
+        RunDirectory(root / "again").train(cfg.replace(seed=1))
     assert count.images == 0
 
 
 def test_encoding_other_images_computes_their_features_once(frozen_run, tmp_path, monkeypatch):
-    from lbhash.runs.codes import encode_run
+    from lbhash.runs import RunDirectory
 
     root, _, _, _ = frozen_run
     other = colour_class_images(tmp_path / "other.npz", n_per_class=5, seed=9)
     count = Counting(monkeypatch)
-    first = encode_run(root / "run", f"image-array:{other}", progress=False)
-    second = encode_run(root / "run", f"image-array:{other}", progress=False)
+    first = RunDirectory(root / "run").encode(f"image-array:{other}", progress=False)
+    second = RunDirectory(root / "run").encode(f"image-array:{other}", progress=False)
     assert count.images == 20
     np.testing.assert_array_equal(first["codes"], second["codes"])

@@ -303,10 +303,10 @@ IMAGE_RUN = dict(protocol="per-class:8,2", method="csq", bits=16, epochs=2, batc
 
 
 def image_run(data, out, **kwargs):
-    from lbhash.runs import train
+    from lbhash.runs import RunDirectory
     from lbhash.train import TrainConfig
 
-    return train(TrainConfig(data=data, **IMAGE_RUN, **kwargs), out)
+    return RunDirectory(out).train(TrainConfig(data=data, **IMAGE_RUN, **kwargs))
 
 
 def test_a_run_without_augmentation_feeds_the_per_image_paths_inputs(real_images, tmp_path):
@@ -357,10 +357,9 @@ def test_run_without_augmentation_gives_the_per_image_paths_codes(real_images, t
 @pytest.mark.slow
 def test_resumed_augmented_image_run_equals_uninterrupted(real_images, tmp_path):
     from helpers import assert_resume_matches
-    from lbhash.runs import train
     from lbhash.train import TrainConfig
 
     tree = write_tree(tmp_path / "t", real_images * 2)
     cfg = TrainConfig(data=f"images:{tree}", protocol="per-class:8,2", method="csq", lbhash=True, bits=16, epochs=3,
                       batch_size=8, eval_every=0, progress=False, centers="hadamard", backbone="smallcnn")
-    assert_resume_matches(train, cfg, tmp_path)
+    assert_resume_matches(cfg, tmp_path)

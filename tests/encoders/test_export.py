@@ -21,7 +21,7 @@ from lbhash.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from lbhash.encoders import Encoder
 from lbhash.encoders.exported import MANIFEST, MODEL, ExportedEncoder
 from lbhash.index import CodeIndex
-from lbhash.runs.export import export_run
+from lbhash.runs import RunDirectory
 from lbhash.runs.encoder import RunEncoder
 from serve_helpers import LOCAL, ServeProcess, post_json
 
@@ -32,7 +32,7 @@ def digits_export(tmp_path_factory, runs):
     database."""
     root = tmp_path_factory.mktemp("digits-export")
     run = runs.copy("csq", root / "run")
-    export_run(run)
+    RunDirectory(run).export()
     assert cli("index", "build", run, "--out", root / "idx").exit_code == 0
     return SimpleNamespace(run=run, export=run / "export", idx=root / "idx", root=root)
 
@@ -42,7 +42,7 @@ def image_export(tiny_image_run, tmp_path_factory):
     """The session's tiny image run (CIFAR ResNet-8, 32 px PNGs) exported elsewhere."""
     tree, run = tiny_image_run
     out = tmp_path_factory.mktemp("image-export") / "export"
-    export_run(run, out)
+    RunDirectory(run).export(out)
     return SimpleNamespace(tree=tree, run=run, export=out)
 
 

@@ -171,7 +171,7 @@ def train_cli(method, out):
 
 
 def test_itq_runs_are_deterministic_loadable_and_indexable(tmp_path, runs):
-    # the bank's "itq" is that command's run, made by lbhash.runs.train
+    # the bank's "itq" is that command's run, made by RunDirectory.train
     first = train_cli("itq", tmp_path / "a")
     assert_deterministic_loadable_and_indexable("itq", first, runs.path("itq"), tmp_path)
 

@@ -15,7 +15,7 @@ from lbhash.centers import generate_centers
 from lbhash.methods import LowerBoundObjective, ObjectiveOptions, create_method
 from lbhash.methods.csq import majority_targets, tie_center
 from lbhash.surrogate import BlockSurrogate
-from lbhash.runs import train
+from lbhash.runs import RunDirectory
 from lbhash.train import make_config
 from lbhash.runs.rundir import load_run_config
 
@@ -95,7 +95,7 @@ def test_a_run_saves_its_tie_center_and_reports_the_bit_balance(multilabel_featu
                        "seed": 7, "progress": False, "validation": 0.0})  # every item trains: the brute force's
     stopped = stop_before_the_first_epoch(monkeypatch)  # the rule and its summary are fixed before training
     with pytest.raises(Killed):
-        train(cfg, tmp_path / "run")
+        RunDirectory(tmp_path / "run").train(cfg)
     learner = stopped[0].learner.state_dict()  # what each checkpoint saves as "learner"
     assert load_run_config(tmp_path / "run").csq_ties == "random-center"
     summary = json.loads((tmp_path / "run" / "data.json").read_text())["target_balance"]
@@ -149,21 +149,21 @@ def test_runs_saved_before_the_options_keep_their_old_rules(multilabel_features,
               "epochs": 2, "seed": 1, "progress": False, "multilabel_target": "majority",
               "csq_ties": "plus-one", "multilabel_theta": "mean"}
     cfg = make_config(values)
-    train(cfg, tmp_path / "full")
+    RunDirectory(tmp_path / "full").train(cfg)
 
     def die(epoch):
         if epoch == 1:
             raise Killed
 
     with pytest.raises(Killed):
-        train(cfg, tmp_path / "cut", on_epoch_end=die)
+        RunDirectory(tmp_path / "cut").train(cfg, on_epoch_end=die)
     config = tmp_path / "cut" / "config.yaml"
     saved = yaml.safe_load(config.read_text())
     del saved["csq_ties"], saved["multilabel_theta"]
     config.write_text(yaml.safe_dump(saved, sort_keys=True))  # key order is free: it changed with the option sets
     old = load_run_config(tmp_path / "cut")
     assert (old.csq_ties, old.multilabel_theta) == ("plus-one", "mean")
-    train(None, tmp_path / "cut", resume=True)
+    RunDirectory(tmp_path / "cut").resume()
     a, b = (np.load(tmp_path / d / "codes.npz") for d in ("full", "cut"))
     np.testing.assert_array_equal(a["db_codes"], b["db_codes"])
     np.testing.assert_array_equal(a["query_codes"], b["query_codes"])

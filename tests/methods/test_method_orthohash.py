@@ -127,7 +127,7 @@ def test_replace_mode_drops_the_classification_part():
 @pytest.mark.parametrize("lbhash", [False, True], ids=["orthohash", "orthohash_D"])
 def test_training_beats_an_untrained_model_by_a_wide_margin(lbhash, tmp_path, monkeypatch):
     from lbhash.evaluate import mean_average_precision
-    from lbhash.runs import train
+    from lbhash.runs import RunDirectory
     from lbhash.train import TrainConfig
     from lbhash.train.builder import build_experiment
     from lbhash.train.forward import encode
@@ -139,7 +139,7 @@ def test_training_beats_an_untrained_model_by_a_wide_margin(lbhash, tmp_path, mo
     ds, split, model = exp.dataset, exp.split, exp.learner.model
     untrained = mean_average_precision(encode(model, ds, split.query), encode(model, ds, split.database),
                                        ds.labels[split.query], ds.labels[split.database])
-    metrics = train(cfg, tmp_path / "run")
+    metrics = RunDirectory(tmp_path / "run").train(cfg)
     assert metrics["run"]["variant"] == "orthohash" + ("_D" if lbhash else "")
     assert metrics["map"] > untrained + 0.3, (untrained, metrics["map"])
     assert metrics["classifier_accuracy"] > 0.8

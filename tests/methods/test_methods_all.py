@@ -405,12 +405,11 @@ def test_memory_bank_state_dict_restores_the_method_exactly(name, tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", BANK_METHODS)
 def test_interrupted_run_resumes_to_the_same_codes(name, tmp_path, monkeypatch):
-    from lbhash.runs import train
     from lbhash.train import TrainConfig
 
     monkeypatch.setenv("LBHASH_CACHE_DIR", str(tmp_path / "cache"))
     cfg = TrainConfig(data="digits", method=name, bits=16, epochs=4, hidden=[64], progress=False, lr_step=0)
-    assert_resume_matches(train, cfg, tmp_path)
+    assert_resume_matches(cfg, tmp_path)
 
 
 def test_every_deep_method_has_its_rows_in_the_contract_tables():

@@ -99,7 +99,7 @@ def test_a_directory_with_other_settings_is_refused(tmp_path, runs):
 
 
 def test_runner_adopts_a_matching_run_made_by_hand(tmp_path, runs):
-    run = runs.copy("csq", tmp_path / "csq-16bits-seed0")  # made by lbhash.runs.train: no cell.json
+    run = runs.copy("csq", tmp_path / "csq-16bits-seed0")  # made by RunDirectory.train: no cell.json
     # the bank's recipe (tests/run_bank.py): CSQ of 2 epochs, one hidden layer of 64
     cell = Cell("csq-16bits-seed0", {"data": "digits", "method": "csq", "lbhash": False, "bits": 16, "seed": 0,
                                      "epochs": 2, "hidden": [64], "centers": "hadamard", "lr": 1e-3,

@@ -10,9 +10,8 @@ from conftest import shared_data_dir
 from lbhash.cli import main
 from lbhash.codes_file import load_codes_file
 from lbhash.data import load_data
-from lbhash.runs import train as train_and_evaluate
+from lbhash.runs import RunDirectory
 from lbhash.train import TrainConfig
-from lbhash.runs.codes import encode_run
 
 CLASSES = ("airplane", "automobile", "ship")
 FAST = dict(method="csq", bits=16, backbone="resnet8", image_size=32, transform="cifar-augment",
@@ -46,7 +45,7 @@ def cache_dir(tmp_path, monkeypatch):
 @pytest.mark.slow  # 4 epochs; broken_tree_run (below) trains the same data fast
 def test_small_cnn_trains_on_real_pixels(tree, tmp_path):
     out = tmp_path / "run"
-    metrics = train_and_evaluate(TrainConfig(data=f"images:{tree}", epochs=4, **FAST), out)
+    metrics = RunDirectory(out).train(TrainConfig(data=f"images:{tree}", epochs=4, **FAST))
     log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
     assert log[-1]["loss"]["total"] < 0.8 * log[0]["loss"]["total"]
     assert metrics["map"] > 0.4  # 3 balanced classes: random codes give about 1/3
@@ -74,7 +73,7 @@ def broken_tree_run(tree, tmp_path_factory):
 def test_encode_reproduces_the_runs_database_codes(broken_tree_run, tmp_path):
     out = broken_tree_run[1]  # only read; its unreadable image is left out on every path
     codes = load_codes_file(out / "codes.npz")
-    encoded = encode_run(out, part="database", progress=False)
+    encoded = RunDirectory(out).encode(part="database", progress=False)
     np.testing.assert_array_equal(encoded["codes"], codes["db_codes"])
     np.testing.assert_array_equal(encoded["labels"], codes["db_labels"])
     result = CliRunner().invoke(main, ["encode", str(out), "--part", "query", "--out", str(tmp_path / "q.npz"),

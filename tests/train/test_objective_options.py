@@ -13,7 +13,6 @@ from lbhash.errors import InputError
 from lbhash.methods import LowerBoundObjective, ObjectiveOptions, create_method
 from lbhash.methods.lower_bound import flip_bits
 from lbhash.surrogate import BlockSurrogate, _FusedSurrogate, theta_weights
-from lbhash.runs import train
 from lbhash.train import TrainConfig
 from lbhash.train.optim import lr_factor
 from lbhash.train.selection import Selection
@@ -215,7 +214,7 @@ def every_option_run(tmp_path_factory):
                       lbhash_reduction="mean", lbhash_weight=0.3, surrogate_flips=2, block_assignment="redraw",
                       block_redraw_every=1, schedule="cosine", warmup_epochs=1, optimizer="adamw",
                       weight_decay=0.01, surrogate_weight_decay=0.01, method="dsdh", logger=logger)
-    return assert_resume_matches(train, cfg, tmp_path_factory.mktemp("every-option"))
+    return assert_resume_matches(cfg, tmp_path_factory.mktemp("every-option"))
 
 
 def test_resume_is_bit_exact_with_every_option_on(every_option_run):

@@ -21,10 +21,9 @@ def test_the_fine_tuning_recipe_probes_then_tunes_with_the_pretrained_statistics
     finished run gives again (through the bf16 backbone where the CPU has it)."""
     from lbhash.codes_file import load_codes_file
     from lbhash.models import create_backbone
-    from lbhash.runs import train
+    from lbhash.runs import RunDirectory
     from lbhash.train import TrainConfig
     from lbhash.train.loop import Trainer
-    from lbhash.runs.codes import encode_run
     from lbhash.runs.rundir import load_run_config
     from helpers import colour_class_images
 
@@ -45,7 +44,7 @@ def test_the_fine_tuning_recipe_probes_then_tunes_with_the_pretrained_statistics
     cfg = TrainConfig(data=data, protocol="given", backbone="efficientnet_lite0", pretrained="imagenet",
                       image_size=48, method="csq", bits=16, probe_epochs=1, epochs=2, batch_size=8,
                       validation=0, progress=False)
-    metrics = train(cfg, tmp_path / "run")
+    metrics = RunDirectory(tmp_path / "run").train(cfg)
     assert np.isfinite(metrics["map"])
     saved = load_run_config(tmp_path / "run")
     assert (saved.probe_epochs, saved.backbone_lr_scale, saved.freeze_bn, saved.train_stages) == (1, 0.1, True, 0)
@@ -62,7 +61,7 @@ def test_the_fine_tuning_recipe_probes_then_tunes_with_the_pretrained_statistics
     moved = [k for k in weights if not torch.equal(tuned[k], pretrained[k])]
     assert len(moved) > 0.9 * len(weights)  # convolutions, batch-norm scales and shifts
     stored = load_codes_file(tmp_path / "run" / "codes.npz")
-    again = encode_run(tmp_path / "run", progress=False)
+    again = RunDirectory(tmp_path / "run").encode(progress=False)
     np.testing.assert_array_equal(again["codes"][stored["db_ids"]], stored["db_codes"])
 
 

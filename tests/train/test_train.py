@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from lbhash.cli import main
 from lbhash.codes_file import load_codes_file
 from lbhash.evaluate import mean_average_precision
-from lbhash.runs import train
+from lbhash.runs import RunDirectory
 from helpers import one_line_error
 from run_bank import DIGITS
 from lbhash.errors import InputError
@@ -105,7 +105,7 @@ def csq_d_run(tmp_path_factory):
     """(config, run directory, metrics): CSQ_D of 8 epochs, evaluated every other epoch."""
     cfg = TrainConfig(**FAST, epochs=8, lbhash=True, lr_step=0, eval_every=2)
     out = tmp_path_factory.mktemp("csq-d") / "run"
-    return cfg, out, train(cfg, out)
+    return cfg, out, RunDirectory(out).train(cfg)
 
 
 # make test's check of the same kind: HashEncoder's fit, through the same core
@@ -154,7 +154,7 @@ def test_run_directory_contents(runs, tmp_path):
 @pytest.mark.slow
 def test_same_seed_same_codes(tmp_path, runs):
     bank = runs.path("csq_D-3")  # the same config, trained earlier in this session
-    again = train(TrainConfig(**DIGITS, epochs=3, lbhash=True, eval_every=1), tmp_path / "again")
+    again = RunDirectory(tmp_path / "again").train(TrainConfig(**DIGITS, epochs=3, lbhash=True, eval_every=1))
     ca, cb = load_codes_file(bank / "codes.npz"), load_codes_file(tmp_path / "again" / "codes.npz")
     np.testing.assert_array_equal(ca["db_codes"], cb["db_codes"])
     assert json.loads((bank / "metrics.json").read_text())["map"] == again["map"]

@@ -1,5 +1,5 @@
 """The in-memory training core (lbhash.train.fit): it writes nothing, and it trains exactly what
-a run directory trains (train_run, whose fitted model is the one a loaded run gives); `write_run`
+a run directory trains (`RunDirectory.fit`, whose fitted model is the one a loaded run gives); `write_run`
 writes its result as the files `lbhash train` writes; what training hands back: each epoch's
 record to the trainer's `on_epoch_end(epoch, record)`, and the history (a closed-form fit's one
 record too)."""
@@ -18,7 +18,7 @@ from lbhash.codes_file import load_codes_file
 from lbhash.evaluate import lower_bound
 from lbhash.train import TrainConfig
 from lbhash.train.fit import fit
-from lbhash.runs.run import train_run
+from lbhash.runs import RunDirectory
 from lbhash.runs.training import write_run
 from lbhash.runs.rundir import (CHECKPOINT, CODES, LOG, load_run_model, read_fitted, read_log, read_metrics,
                                  verify_finished_run)
@@ -133,7 +133,7 @@ def test_eval_set_arrays_give_validation_metrics(in_memory_fit, tmp_path):
 
 @pytest.fixture(scope="module")
 def run_of_a_config(tmp_path_factory):
-    """(cfg, run directory, train_run's result, what the trainer's on_epoch_end was given): DSDH_D
+    """(cfg, run directory, RunDirectory.fit's result, what the trainer's on_epoch_end was given): DSDH_D
     of 3 epochs whose validation share chooses the epoch (a classifier: its codes file holds
     scores as well)."""
     from lbhash.train.loop import Trainer
@@ -149,7 +149,7 @@ def run_of_a_config(tmp_path_factory):
         init(self, exp, store, at_epoch_end)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(Trainer, "__init__", watched)
-        result = train_run(cfg, run_dir)
+        result = RunDirectory(run_dir).fit(cfg)
     return cfg, run_dir, result, seen
 
 
@@ -161,7 +161,7 @@ def test_on_epoch_end_gets_each_record_as_the_log_holds_it(run_of_a_config):
 
 
 def test_a_closed_form_fit_is_recorded_as_the_loop_records_an_epoch(tmp_path):
-    result = train_run(TrainConfig(data="digits", method="pca", bits=16, progress=False), tmp_path / "run")
+    result = RunDirectory(tmp_path / "run").fit(TrainConfig(data="digits", method="pca", bits=16, progress=False))
     assert result.fitted.history == read_log(tmp_path / "run" / LOG)
     assert [r["epoch"] for r in result.fitted.history] == [1] and "loss" in result.fitted.history[0]
 
@@ -187,7 +187,7 @@ def test_the_core_trains_what_a_run_directory_trains(run_of_a_config, core_fit):
     assert trained.best["epoch"] == disk["selection"]["best_epoch"]
 
 
-def test_train_run_returns_the_model_a_loaded_run_gives(run_of_a_config):
+def test_fit_returns_the_model_a_loaded_run_gives(run_of_a_config):
     _, run_dir, result, _ = run_of_a_config
     fitted, model_and_config = result.fitted, load_run_model(run_dir)
     assert fitted.config == model_and_config[1] and not fitted.model.training
@@ -200,8 +200,8 @@ def test_train_run_returns_the_model_a_loaded_run_gives(run_of_a_config):
     assert fitted.input_form == read_fitted(run_dir).input_form
     codes = load_codes_file(run_dir / CODES)
     np.testing.assert_array_equal(result.query_codes["query_codes"], codes["query_codes"])
-    again = train_run(None, run_dir, resume=True)  # finished: nothing trained, its metrics only
-    assert again.fitted is None and again.metrics == result.metrics
+    again = RunDirectory(run_dir).resume()  # finished: nothing trained, its metrics only
+    assert again == result.metrics
 
 
 def test_write_run_gives_the_run_directory_of_the_fit(tmp_path, core_fit):

@@ -1,4 +1,4 @@
-"""Resuming a run (`lbhash train --resume`, `train(None, out, resume=True)`): an unfinished run
+"""Resuming a run (`lbhash train --resume`, `RunDirectory(out).resume()`): an unfinished run
 continues where its last checkpoint left it (a torn log line, a kill before the first checkpoint,
 stale temporaries), a finished run says there is nothing to do once its files verify against its
 manifest, and `--resume --epochs N` trains a finished run further."""
@@ -13,7 +13,7 @@ import yaml
 
 from helpers import FAST_TRAIN, Killed, cli, one_line_error, snapshot, stop_before_the_first_epoch
 from lbhash.codes_file import load_codes_file
-from lbhash.runs import train
+from lbhash.runs import RunDirectory
 from lbhash.train import TrainConfig
 from lbhash.runs.rundir import verify_finished_run
 
@@ -94,8 +94,8 @@ def test_two_plus_two_epochs_equal_four_through_a_kill(tmp_path, runs, monkeypat
 ])
 def test_schedules_continue_by_their_rule(tmp_path, schedule, first, total, rates):
     run = tmp_path / "run"
-    train(TrainConfig(**FAST, epochs=first, lr=1e-3, **schedule), run)
-    train(None, run, resume=True, epochs=total)
+    RunDirectory(run).train(TrainConfig(**FAST, epochs=first, lr=1e-3, **schedule))
+    RunDirectory(run).resume(epochs=total)
     assert [r["lr"] for r in log_of(run)] == pytest.approx([1e-3 * r for r in rates], rel=1e-12)
 
 
@@ -141,11 +141,6 @@ def test_closed_form_baselines_have_one_epoch_only(tmp_path, runs):
     assert_finished_at(run, 1)
 
 
-def test_epochs_without_resume_is_refused_in_python(tmp_path):
-    with pytest.raises(ValueError, match="needs resume=True"):
-        train(TrainConfig(**FAST, epochs=1), tmp_path / "run", epochs=2)
-
-
 def assert_lines_name_r(output, label):
     epoch_1 = next(line for line in output.splitlines() if line.startswith("csq epoch 1/2"))
     assert epoch_1.split(", ")[-1].startswith(f"mAP@{label} 0.")
@@ -182,7 +177,7 @@ def stopped_run(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(Selection, "update", lambda self, epoch, val_map, model, is_writer:
                       update(self, epoch, 1.0 / epoch, model, is_writer))
-        train(TrainConfig(**{**FAST, "eval_every": 1}, epochs=4, validation=0.2, patience=1), run)
+        RunDirectory(run).train(TrainConfig(**{**FAST, "eval_every": 1}, epochs=4, validation=0.2, patience=1))
     assert (run / "best.pt").is_file()
     return run
 
@@ -209,7 +204,7 @@ def test_a_resume_after_a_torn_log_line_equals_the_uninterrupted_run(tmp_path, c
         fh.write('{"epoch": 3, "lo')
     (cut / ".checkpoint.pt.424242.dead.tmp").write_bytes(b"")  # a killed writer's temporary
     with caplog.at_level("WARNING", logger="lbhash"):
-        train(None, cut, resume=True)
+        RunDirectory(cut).resume()
     assert any("log.jsonl" in r.getMessage() and "torn" in r.getMessage() for r in caplog.records)
     epochs = [json.loads(line)["epoch"] for line in (cut / "log.jsonl").read_text().splitlines()]
     assert epochs == [1, 2, 3]
@@ -228,7 +223,7 @@ def test_a_failure_before_the_first_checkpoint_starts_again_from_an_empty_log(tm
     (cut / "checkpoint.pt").unlink()  # as if killed between the log line and the checkpoint
     stop_before_the_first_epoch(monkeypatch)  # the resumed run, as it is about to train its epoch 1
     with pytest.raises(Killed):
-        train(None, cut, resume=True)
+        RunDirectory(cut).resume()
     assert (cut / "log.jsonl").read_text() == ""  # epoch 1's line is gone: the loop writes it again
 
 
@@ -236,7 +231,7 @@ def test_a_failure_before_the_first_checkpoint_starts_again_from_an_empty_log(tm
 def test_a_failure_before_the_first_checkpoint_does_not_duplicate_epochs(tmp_path, runs):
     cut = runs.copy("cut-at-1", tmp_path / "cut")
     (cut / "checkpoint.pt").unlink()  # as if killed between the log line and the checkpoint
-    train(None, cut, resume=True)
+    RunDirectory(cut).resume()
     epochs = [json.loads(line)["epoch"] for line in (cut / "log.jsonl").read_text().splitlines()]
     assert epochs == [1, 2, 3]
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from helpers import cli, one_line_error
-from lbhash.runs import train
+from lbhash.runs import RunDirectory
 from lbhash.train import TrainConfig
 
 FAST = dict(data="digits", bits=16, hidden=[64], centers="hadamard", progress=False, lbhash=True)
@@ -148,7 +148,7 @@ def test_a_run_that_fails_after_its_first_write_is_marked_failed(tmp_path, monke
     monkeypatch.setattr(run_module, "train_to_end", refused)
     out = tmp_path / "run"
     with pytest.raises(InputError, match="training refused"):
-        train(TrainConfig(**FAST, epochs=1), out)
+        RunDirectory(out).train(TrainConfig(**FAST, epochs=1))
     assert (out / "config.yaml").is_file()
     assert json.loads((out / "status.json").read_text()) == {"state": "failed", "error": "training refused"}
     assert not (out / "manifest.json").exists()
@@ -166,10 +166,10 @@ def test_a_transient_failure_leaves_a_run_that_resume_continues(tmp_path, monkey
     monkeypatch.setattr(run_module, "write_codes", full_disk)
     out = tmp_path / "run"
     with pytest.raises(OSError):
-        train(TrainConfig(**FAST, epochs=1), out)
+        RunDirectory(out).train(TrainConfig(**FAST, epochs=1))
     assert not (out / "status.json").exists()
     monkeypatch.setattr(run_module, "write_codes", real)
-    metrics = train(None, out, resume=True)
+    metrics = RunDirectory(out).resume()
     assert (out / "manifest.json").is_file() and metrics["map"] > 0
 
 

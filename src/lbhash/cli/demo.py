@@ -31,8 +31,7 @@ def demo(out: Path, bits: str, epochs: int, seed: int) -> None:
     from lbhash.checks import parse_int_list
     from lbhash.evaluate import RATIO_SCALE
     from lbhash.methods.options import schedule_text
-    from lbhash.runs.rundir import load_run_config
-    from lbhash.runs import train
+    from lbhash.runs import RunDirectory
     from lbhash.train import TrainConfig
     from lbhash.train.summary import DATA_SUMMARY, split_sizes
 
@@ -47,8 +46,8 @@ def demo(out: Path, bits: str, epochs: int, seed: int) -> None:
                 shutil.rmtree(run_dir)
             click.echo(f"training {name} at {b} bits ({epochs} epochs) -> {run_dir}")
             cfg = TrainConfig(data="digits", method="csq", lbhash=lbhash, bits=b, epochs=epochs, seed=seed)
-            m = train(cfg, run_dir)
-            cfg = load_run_config(run_dir)  # resolved: the recipe it trained with
+            m = RunDirectory(run_dir).train(cfg)
+            cfg = RunDirectory(run_dir).config()  # resolved: the recipe it trained with
             ratio = m["lower_bound"]["ratio"]
             row[name] = (m["map"], float("inf") if ratio == "inf" else ratio, m["run"]["seconds_per_epoch"])
         rows.append(row)

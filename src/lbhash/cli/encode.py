@@ -41,13 +41,10 @@ def encode(run_dir: Path, data: str | None, part: str, out: Path, accelerator: s
     with --embeddings also `embeddings`, each item's embedding from that pass.
     `lbhash evaluate`, `lbhash index build|add` and `lbhash search --codes` read it as it is.
     """
-    from lbhash._io import check_new_output_file
-    from lbhash.runs.codes import encode_run, save_encoded
+    from lbhash.runs import RunDirectory
 
-    check_new_output_file(out, "--out", overwrite)
-    encoded = encode_run(run_dir, data, part, accelerator, precision, devices, progress, real=real,
-                         embeddings=embeddings)
+    encoded = RunDirectory(run_dir).encode(data, part, accelerator, precision, devices, progress, real=real,
+                                           embeddings=embeddings, out=out, overwrite=overwrite)
     if encoded is None:  # another rank of a multi-process run
         return
-    save_encoded(out, encoded)
     click.echo(f"encoded {len(encoded['codes'])} items to {encoded['bits']}-bit codes: {out}")

@@ -21,7 +21,7 @@ def export(run_dir: Path, out: Path | None, overwrite: bool) -> None:
     `lbhash serve INDEX --encoder EXPORT` and `lbhash search --encoder EXPORT` then encode
     queries with ONNX Runtime and numpy, without torch; the codes equal the run's. Needs the
     'export' extra (pip install 'lbhash[export]')."""
-    from lbhash.runs.export import export_run
+    from lbhash.runs import RunDirectory
 
-    done = export_run(run_dir, out, overwrite)
+    done = RunDirectory(run_dir).export(out, overwrite)
     click.echo(f"exported {run_dir} to {done} (model.onnx, export.json)", err=True)

@@ -75,7 +75,7 @@ def train(config_file, out, resume, quiet, method_option, hidden, topk, **flags)
 
 def _train(config_file, out, resume, method_option, hidden, topk, flags) -> None:
     from lbhash.evaluate import format_metrics
-    from lbhash import runs
+    from lbhash.runs import RunDirectory
     from lbhash.train import build_config, load_config_file
 
     progress = flags.pop("progress")
@@ -87,7 +87,7 @@ def _train(config_file, out, resume, method_option, hidden, topk, flags) -> None
         if given or method_option or hidden or topk:
             raise InputError("--resume continues a run with its saved config; drop the other options "
                              "(--epochs N alone trains it further)")
-        metrics = runs.train(None, out, resume=True, progress=progress, epochs=epochs)
+        metrics = RunDirectory(out).resume(epochs=epochs, progress=progress)
     else:
         flags["method_options"] = parse_method_options(method_option) or None
         flags["hidden"] = parse_int_list(hidden, "--hidden") if hidden else None
@@ -100,7 +100,7 @@ def _train(config_file, out, resume, method_option, hidden, topk, flags) -> None
         cfg = build_config(file_values, flags)
         if out is None:
             out = Path("runs") / f"{cfg.variant}-{cfg.bits}bits-seed{cfg.seed}"
-        metrics = runs.train(cfg, out)
+        metrics = RunDirectory(out).train(cfg)
     if metrics:  # empty in the other processes of a multi-process run
         if "map" in metrics:
             click.echo(format_metrics(metrics))

@@ -61,9 +61,9 @@ def cell_state(cell: Cell, run_dir: Path) -> str:
 
 
 def _adopt(cell: Cell, run_dir: Path) -> None:
-    from lbhash.runs.rundir import load_run_config
+    from lbhash.runs import RunDirectory
 
-    saved = load_run_config(run_dir).to_dict()
+    saved = RunDirectory(run_dir).config().to_dict()
     for key, value in cell.config.items():
         if key not in NOT_HASHED and saved.get(key) != value:
             raise InputError(f"{run_dir} holds a run with {key}={saved.get(key)!r}, but cell {cell.name} "
@@ -85,7 +85,7 @@ def run_cell(cell: Cell, root: str, threads: int) -> dict[str, Any]:
         import torch
 
         torch.set_num_threads(threads)
-    from lbhash.runs import train
+    from lbhash.runs import RunDirectory
     from lbhash.train import make_config
 
     run_dir = Path(root) / cell.name
@@ -96,8 +96,9 @@ def run_cell(cell: Cell, root: str, threads: int) -> dict[str, Any]:
         if run_dir.exists():  # created but killed before its first file
             shutil.rmtree(run_dir)
         run_dir.parent.mkdir(parents=True, exist_ok=True)
-        return train(make_config({**cell.config, "progress": False}), run_dir, on_epoch_end=partial(_mark, cell, run_dir))
-    return train(None, run_dir, resume=True, progress=False)
+        return RunDirectory(run_dir).train(make_config({**cell.config, "progress": False}),
+                                           on_epoch_end=partial(_mark, cell, run_dir))
+    return RunDirectory(run_dir).resume(progress=False)
 
 
 def _headline(metrics: dict[str, Any]) -> str:

@@ -1,6 +1,6 @@
 """The application layer over the two engines: run directories over the in-memory training core
 (lbhash.train), their front doors, and what turns runs and raw inputs into what the search engine
-(lbhash.index) takes. Modules: `run` (the one way to train into a run directory), `training`,
+(lbhash.index) takes. Modules: `run_dir` (`RunDirectory`: the one way to each file job of a run), `training`,
 `store`, `rundir`, `metrics`, `codes`, `encoder`, `hash_encoder`, `export`, `searcher`, `index_dir`,
 `index_inputs` and `origins`.
 """
@@ -9,6 +9,6 @@ from lbhash._lazy import lazy_names
 
 # public name -> its module, imported on first use: a command that only reads a run imports
 # lbhash.runs.<module> without the training loop, Lightning and scikit-learn
-_HOMES = {"HashEncoder": "hash_encoder", "train": "run", "train_run": "run", "evaluate_run": "metrics"}
+_HOMES = {"HashEncoder": "hash_encoder", "RunDirectory": "run_dir"}
 __all__ = sorted(_HOMES)
 __getattr__, __dir__ = lazy_names(__name__, _HOMES, globals())

@@ -1,5 +1,5 @@
-"""The codes of any data with a finished run's model (`encode_run`; `lbhash encode`,
-`save_encoded`), through the one forward loop (lbhash.train.forward) and with labels stored as
+"""The codes of any data with a finished run's model (the forward pass of `RunDirectory.encode`,
+`lbhash encode`), through the one forward loop (lbhash.train.forward) and with labels stored as
 lbhash.train.split_codes stores them, so a run's own items encode to the codes of its codes.npz.
 Nothing here imports the training loop or Lightning: `lbhash encode` starts fast.
 """
@@ -12,41 +12,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lbhash.codes import pack, to_signs
-from lbhash.codes_file import stored_labels, write_codes as write_codes_file
+from lbhash.codes_file import stored_labels
 from lbhash.data import load_data, load_split
 from lbhash.data.feature_cache import with_frozen_features
 from lbhash.data.input_form import conform_dataset
 from lbhash.errors import InputError
 from lbhash.train.builder import evaluation_topk, input_options
-from lbhash.train.forward import embed_sharded, embed_with_features, encode_sharded
+from lbhash.train.forward import embed_with_features
 from lbhash.train.processes import check_accelerator, encoding_processes, leave_process_group
 from lbhash.runs.rundir import PARTS, SPLIT, load_input_form, load_run_model, run_data_spec
-
-
-def encode_run(run_dir: str | Path, data: str | None = None, part: str = "all",
-               accelerator: str = "cpu", precision: str = "32-true", devices: int = 1,
-               progress: bool = True, real: bool = False, embeddings: bool = False) -> dict[str, np.ndarray] | None:
-    """Codes of a data set (default: the run's own) with a trained run's model.
-
-    `part` selects the run's train/query/database items (the run's own data); other data goes
-    through the run's input contract and needs no labels. Returns the fields of a codes-file part
-    (lbhash.codes_file) plus `bits` and `topk`. `precision` ("bf16-mixed", "16-mixed") runs a GPU
-    model under autocast: faster, but about 1% of items then differ from the run's codes by a bit
-    or two. With devices > 1 the items are shared out over processes and rank 0 returns everything
-    (the others None). `real` and `embeddings` add the head's real outputs and each item's
-    embedding from the same forward pass as the codes.
-    """
-    sharded = embed_sharded if real or embeddings else encode_sharded
-    done = _run_forward(sharded, run_dir, data, part, accelerator, precision, devices, progress)
-    if done is None:
-        return None
-    out, fields = done
-    if not (real or embeddings):
-        return {"codes": pack(out), **fields}
-    outputs, embedded = out
-    return {"codes": pack(to_signs(outputs)), **fields, **({"real": outputs} if real else {}),
-            **({"embeddings": embedded} if embeddings else {})}
 
 
 def item_embeddings(run_dir: str | Path, ids, data: str | None = None, progress: bool = False) -> np.ndarray:
@@ -64,10 +38,10 @@ def item_embeddings(run_dir: str | Path, ids, data: str | None = None, progress:
     return embed_with_features(model, dataset, ids, input_options(cfg), progress=progress)[1]
 
 
-def _run_forward(sharded, run_dir: str | Path, data: str | None, part: str, accelerator: str, precision: str,
+def run_forward(sharded, run_dir: str | Path, data: str | None, part: str, accelerator: str, precision: str,
                  devices: int, progress: bool) -> tuple[np.ndarray, dict] | None:
     """`sharded` (`encode_sharded`, or `embed_sharded` and its two arrays) of the items
-    `encode_run` encodes, and the codes-file fields but `codes` (None on ranks other than 0)."""
+    `RunDirectory.encode` encodes, and the codes-file fields but `codes` (None on ranks other than 0)."""
     run_dir = Path(run_dir)
     if part not in PARTS:
         raise InputError(f"part must be one of {', '.join(PARTS)}, got {part!r}")
@@ -101,12 +75,6 @@ def _run_forward(sharded, run_dir: str | Path, data: str | None, part: str, acce
     return out, {"bits": cfg.bits, "ids": np.asarray(index, np.int64),
                  "labels": stored_labels(dataset.multi_label, dataset.labels[index]) if labelled else None,
                  "sources": dataset.item_sources(index), "topk": evaluation_topk(cfg, split)}
-
-
-def save_encoded(path: str | Path, encoded: dict) -> None:
-    """Write `encode_run`'s result as a codes file of one part."""
-    fields = {k: v for k, v in encoded.items() if k not in ("bits", "topk")}
-    write_codes_file(path, encoded["bits"], {"items": fields}, topk=encoded["topk"])
 
 
 def _autocast(device: torch.device, precision: str):

@@ -1,4 +1,4 @@
-"""`export_run`: a run's model as ONNX, with what serving it needs (docs/export.md).
+"""A run's model as ONNX (`RunDirectory.export`, `lbhash export`), with what serving it needs (docs/export.md).
 
 The graph maps the model input (feature rows after the input contract, or images after the
 evaluation transform; a dynamic batch axis) to the real outputs u, a frozen backbone included;
@@ -12,39 +12,9 @@ import logging
 import warnings
 from pathlib import Path
 
-from lbhash._io import atomic_path, file_sha256, write_json
-from lbhash.encoders.exported import (EXPORT_DIR, EXPORT_FORMAT, INPUT_NAME, MANIFEST, MODEL, OUTPUT_NAME,
-                                      read_manifest)
-from lbhash.errors import InputError, require_extra
+from lbhash.encoders.exported import EXPORT_FORMAT, INPUT_NAME, OUTPUT_NAME
 
 OPSET = 18
-
-
-def export_run(run_dir: str | Path, out: str | Path | None = None, overwrite: bool = False) -> Path:
-    """Write the run's model (model.onnx) and its manifest (export.json) to `out` (default:
-    RUN_DIR/export); returns the export directory. An existing export is replaced only with
-    `overwrite`; each file is written atomically, the manifest last (it holds the model's
-    SHA-256, so a reader never pairs a manifest with another model)."""
-    require_extra("lbhash export", "export", "onnx", "onnxscript")
-    from lbhash.runs.encoder import RunEncoder
-
-    run_dir = Path(run_dir)
-    out = run_dir / EXPORT_DIR if out is None else Path(out)
-    if out.exists() and not overwrite:
-        raise InputError(f"{out}: already exists (choose another --out to keep it, or pass --overwrite to "
-                         "replace it)")
-    if out.exists() and not (out / MANIFEST).is_file() and any(out.iterdir()):
-        raise InputError(f"{out}: a directory that is not an export; refusing to write into it")
-    encoder = RunEncoder.load(run_dir)
-    manifest = export_manifest(encoder)
-    out.mkdir(parents=True, exist_ok=True)
-    with atomic_path(out / MODEL) as tmp:
-        _write_onnx(encoder, manifest, tmp)
-    manifest["onnx"] = {"file": MODEL, "sha256": file_sha256(out / MODEL), "opset": OPSET,
-                        "input": INPUT_NAME, "output": OUTPUT_NAME}
-    write_json(out / MANIFEST, manifest)
-    read_manifest(out)  # what a reader will check
-    return out
 
 
 def export_manifest(encoder) -> dict:
@@ -64,7 +34,7 @@ def export_manifest(encoder) -> dict:
             "images": images, "model": encoder.identity(), "run": encoder.run_info(), "lbhash": __version__}
 
 
-def _write_onnx(encoder, manifest: dict, path: Path) -> None:
+def write_onnx(encoder, manifest: dict, path: Path) -> None:
     """The model, traced on a batch of two model inputs, the batch axis dynamic."""
     import torch
 

@@ -25,7 +25,7 @@ from lbhash.labels import as_multihot_pair
 from lbhash.methods import method_class
 from lbhash.encoders import dense_array
 from lbhash.runs.encoder import ARRAYS, RunEncoder, eval_set_metrics
-from lbhash.runs.run import train_run
+from lbhash.runs.run_dir import RunDirectory
 from lbhash.runs.training import write_run
 from lbhash.train.config import FIELDS, make_config
 from lbhash.train.fit import fit as fit_in_memory
@@ -150,7 +150,7 @@ class HashEncoder(RunEncoder, TransformerMixin, BaseEstimator):
             fitted, metrics, query_codes = self._trained.fitted, self._trained.metrics, self._trained.codes.get("all")
             query_codes = None if query_codes is None else codes_from_arrays(query_codes)
         else:
-            result = train_run(cfg, run_dir, dataset=dataset)
+            result = RunDirectory(run_dir).fit(cfg, dataset=dataset)
             fitted, metrics, query_codes = result.fitted, result.metrics, result.query_codes
         if eval_set is not None and "map" in metrics:
             metrics = eval_set_metrics(metrics, query_codes)

@@ -114,13 +114,13 @@ def free_name(path, run: Path | None = None) -> str:
 
 
 def load_encoder(run_dir: str | Path):
-    """The fitted encoder of a trained run (lbhash.runs.encoder.RunEncoder)."""
-    from lbhash.runs.encoder import RunEncoder
+    """The fitted encoder of a trained run (`RunDirectory.encoder`: a RunEncoder)."""
+    from lbhash.runs.run_dir import RunDirectory
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise InputError(f"{run_dir}: no such run directory")
-    return RunEncoder.load(run_dir)
+    return RunDirectory(run_dir).encoder()
 
 
 def load_exported(path: str | Path):
@@ -173,9 +173,9 @@ def run_codes(run_dir: str | Path, part: str = "database", data: str | None = No
     run_dir = Path(run_dir)
     part = run_part(run_dir, part)
     if part == "all":
-        from lbhash.runs.codes import encode_run
+        from lbhash.runs.run_dir import RunDirectory
 
-        encoded = encode_run(run_dir, data, "all", progress=False)
+        encoded = RunDirectory(run_dir).encode(data, "all", progress=False)
         return _checked(run_dir, encoded["bits"], encoded)
     from lbhash.runs.rundir import CODES, verify_files
 

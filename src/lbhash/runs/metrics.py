@@ -15,17 +15,11 @@ from lbhash.train.results import run_metrics
 
 
 def finish_run(run_dir: Path) -> dict[str, Any]:
-    """metrics.json, then the manifest of every file, written last."""
-    metrics = evaluate_run(run_dir)
-    write_manifest(run_dir)
-    return metrics
-
-
-def evaluate_run(run_dir: str | Path) -> dict[str, Any]:
-    """Every metric of a finished run and a summary of it, written to its metrics.json."""
-    run_dir = Path(run_dir)
+    """Every metric of a finished run and a summary of it (metrics.json), then the manifest of
+    every file, written last."""
     seen = load_codes_file(run_dir / CODES_SEEN) if (run_dir / CODES_SEEN).is_file() else None
     codes = load_codes_file(run_dir / CODES) if (run_dir / CODES).is_file() else None
     metrics = run_metrics(load_run_config(run_dir), read_log(run_dir / LOG), load_split(run_dir / SPLIT), codes, seen)
     write_json(run_dir / METRICS, metrics)
+    write_manifest(run_dir)
     return metrics

@@ -1,5 +1,5 @@
 """A run directory: its files, its lock and manifest, and reading it back (config, log,
-metrics, input contract, the trained model). Encoding data with a run is lbhash.runs.codes.
+metrics, input contract, the trained model). Encoding data with a run is `RunDirectory.encode` (lbhash.runs.run_dir).
 
 A run's model is rebuilt by the builder that trained it, from config.yaml and its checkpoint's
 normalisation statistics. Readers verify the files they use against the manifest's SHA-256s
@@ -334,7 +334,7 @@ def load_run_model(run_dir: str | Path) -> tuple[HashModel, RunConfig]:
 
 @dataclass
 class TrainedRun:
-    """What `train_run` (lbhash.runs.run) gives its caller: the run's metrics (metrics.json),
+    """What `RunDirectory.fit` (lbhash.runs.run_dir) gives its caller: the run's metrics (metrics.json),
     and what this call trained: the fitted model (None when the run had nothing left to train)
     and the query part of codes.npz (`query_codes`, `query_labels`, `bits`; None without queries)."""
     metrics: dict[str, Any]

@@ -1,4 +1,4 @@
-"""Training a run directory once lbhash.runs.run has decided there is something to train: `open_run`
+"""Training a run directory once lbhash.runs.run_dir has decided there is something to train: `open_run`
 builds its trainer (lbhash.train.fit.prepare, the directory as its store) and writes a new run's
 first files or loads a resumed one's checkpoint; `train_open_run` trains, writes the codes and
 results, and marks a run failed where it failed for good; `write_run` writes the same files from an

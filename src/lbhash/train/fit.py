@@ -2,7 +2,7 @@
 returns what it trained (`Trained`), writing no file.
 
 `prepare` builds the experiment and trainer and `train_to_end` trains it; the run directory
-(lbhash.runs.run) is a layer on top that passes a store to `prepare`. `HashEncoder.fit` uses `fit`.
+(lbhash.runs.run_dir) is a layer on top that passes a store to `prepare`. `HashEncoder.fit` uses `fit`.
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def train_to_end(trainer: Trainer) -> None:
 def fit(cfg: TrainConfig, dataset: HashDataset | None = None, progress: bool | None = None,
         on_epoch_end: Callable[[int], None] | None = None) -> Trained:
     """Train `cfg` on `dataset` (default: load cfg.data) in memory, on one device, and return
-    what it trained. It reports on the "lbhash" logger as `lbhash.runs.train` does."""
+    what it trained. It reports on the "lbhash" logger as `RunDirectory.train` (lbhash.runs) does."""
     from lightning.fabric.utilities.apply_func import move_data_to_device  # Lightning loads with the first fit
 
     if cfg.devices > 1:

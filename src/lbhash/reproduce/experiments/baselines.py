@@ -115,9 +115,9 @@ def _held_out(run_dir: Path) -> str:
 
 
 def _protocol(run_dir: Path) -> str:
-    from lbhash.runs.rundir import load_run_config
+    from lbhash.runs import RunDirectory
 
-    return load_run_config(run_dir).protocol
+    return RunDirectory(run_dir).config().protocol
 
 
 def reference_rows(dataset, seed: int, run_dirs: list[Path]) -> list[dict]:

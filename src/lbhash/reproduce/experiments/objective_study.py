@@ -19,7 +19,7 @@ from lbhash.reproduce.experiments.specs import write_csv
 from lbhash.reproduce.runner import Cell, run_cells
 from lbhash.reproduce.tables import (STUDY_COLUMNS, STUDY_EPOCHS_COLUMNS, STUDY_EPOCHS_FILE, STUDY_FILE,
                                      read_rows_if_present)
-from lbhash.runs.rundir import LOG, read_log
+from lbhash.runs.run_dir import RunDirectory
 
 PRESETS = ("base", "paper", "recommended")
 # what every study cell does unless the study says otherwise
@@ -93,7 +93,7 @@ class StudySpec:
                          "val_map": run.get("validation_map"), "selected_epoch": run["selected_epoch"],
                          "epochs_trained": run["epochs_trained"], "map": m.get("map"),
                          "config_hash": cell.config_hash})
-            for record in read_log(root / cell.name / LOG):
+            for record in RunDirectory(root / cell.name).log():
                 e = record.get("eval", {})
                 epochs.append({"study": self.study, "run_id": cell.name, "epoch": record["epoch"],
                                "val_map": e.get("val_map"), "loss_total": record["loss"].get("total")})

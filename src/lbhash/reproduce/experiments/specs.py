@@ -25,7 +25,7 @@ from lbhash.reproduce.runner import Cell, run_cells
 from lbhash.reproduce.tables import (BOUND_COLUMNS, BOUND_FILE, CENTERS_COLUMNS, CENTERS_FILE, CODES_FILE,
                                      CURVES_COLUMNS, CURVES_FILE, EPOCHS_COLUMNS, EPOCHS_FILE, GRID_COLUMNS,
                                      GRID_FILE, TIMING_COLUMNS, TIMING_FILE, TOY_FILE, TOY_PROBS_FILE)
-from lbhash.runs.rundir import LOG, read_log
+from lbhash.runs.run_dir import RunDirectory
 
 
 def all_methods() -> tuple[str, ...]:
@@ -172,7 +172,7 @@ class BoundSpec(CellSpec):
         results = run_cells(cells, root, ctx.workers, ctx.report)
         rows = []
         for cell, m in zip(cells, results):
-            for record in read_log(root / cell.name / LOG):
+            for record in RunDirectory(root / cell.name).log():
                 e = record.get("eval")
                 if e:
                     rows.append({"run_id": cell.name, "bits": cell.config["bits"], "epoch": record["epoch"],
@@ -286,7 +286,7 @@ def epoch_rows(cell: Cell, run_dir: Path, metrics: dict) -> list[dict[str, Any]]
     """Per epoch: mAP and database lower bound where evaluated (the last epoch from the final
     metrics), the training codes' ratio and the mean loss."""
     rows = []
-    for record in read_log(run_dir / LOG):
+    for record in RunDirectory(run_dir).log():
         evaluation = record.get("eval", {})
         rows.append({"run_id": cell.name, "epoch": record["epoch"], "map": evaluation.get("map"),
                      "lb_ratio_db": evaluation.get("lower_bound_ratio"),

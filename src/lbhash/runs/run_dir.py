@@ -1,0 +1,217 @@
+"""A run directory as the application layer owns it (`RunDirectory`): trained, resumed, read,
+encoded with and exported, which is `lbhash train`, `encode` and `export`; the training engine
+below (lbhash.train) writes no files. Training decides between a new run, a resumed one and one
+with nothing left to train, then hands the run to lbhash.runs.training; a finished run returns
+its metrics without importing the training stack, so `--resume` on it starts fast. The run
+directory's files: docs/training.md.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Callable
+
+from lbhash.data import HashDataset
+from lbhash.errors import InputError
+from lbhash.train.config import RunConfig, TrainConfig
+from lbhash.train.optim import check_extension, check_further
+from lbhash.train.processes import process_rank
+from lbhash.runs.rundir import (CHECKPOINT, CODES, CONFIG, LOG, MANIFEST, SPLIT, TrainedRun, check_not_failed,
+                                 load_run_config, read_log, read_metrics, run_lock, verify_files, verify_finished_run)
+from lbhash.train.summary import notices_to_stderr, result_line
+
+logger = logging.getLogger("lbhash")
+EpochHook = Callable[[int], None]
+
+
+class RunDirectory:
+    """A run directory, the one way to each file job of a run: `RunDirectory(out).train(cfg)`,
+    `.resume()`, `.config()`, `.metrics()`, `.log()`, `.encoder()`, `.encode()`, `.export()`."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def train(self, cfg: TrainConfig, on_epoch_end: EpochHook | None = None, progress: bool | None = None,
+              dataset: HashDataset | None = None) -> dict[str, Any]:
+        """Train a new run here and return its metrics; {} in the other processes of a
+        multi-process run (only rank 0 writes). `dataset` trains on a data set in memory instead of
+        loading `cfg.data`; `on_epoch_end(epoch)` is called after each epoch's checkpoint. Progress
+        goes to the "lbhash" logger (stderr where logging is not configured)."""
+        return _metrics(self.fit(cfg, on_epoch_end, progress, dataset))
+
+    def fit(self, cfg: TrainConfig, on_epoch_end: EpochHook | None = None, progress: bool | None = None,
+            dataset: HashDataset | None = None) -> TrainedRun | None:
+        """`train`, returning what it trained (`TrainedRun`: the fitted model too); None in the other processes."""
+        return _train_run(cfg, self.path, False, on_epoch_end, progress, dataset, None)
+
+    def resume(self, epochs: int | None = None, progress: bool | None = None,
+               on_epoch_end: EpochHook | None = None) -> dict[str, Any]:
+        """Continue the run here from its last checkpoint, with its saved config, and return its
+        metrics. A finished run is verified against its manifest and left as it is; `epochs` trains
+        the run, finished or not, further to that many epochs in all (`check_extension`)."""
+        return _metrics(_train_run(None, self.path, True, on_epoch_end, progress, None, epochs))
+
+    def config(self) -> RunConfig:
+        """The run's saved config (config.yaml), resolved."""
+        return load_run_config(self.path)
+
+    def metrics(self) -> dict[str, Any]:
+        """The finished run's metrics (metrics.json)."""
+        return read_metrics(self.path)
+
+    def log(self) -> list[dict]:
+        """The run's record of each epoch (log.jsonl)."""
+        return read_log(self.path / LOG)
+
+    def encoder(self):
+        """The run's model as an encoder (`RunEncoder`: what search and the service load)."""
+        from lbhash.runs.encoder import RunEncoder
+
+        return RunEncoder.load(self.path)
+
+    def encode(self, data: str | None = None, part: str = "all", accelerator: str = "cpu", precision: str = "32-true",
+               devices: int = 1, progress: bool = True, real: bool = False, embeddings: bool = False,
+               out: str | Path | None = None, overwrite: bool = False) -> dict | None:
+        """Codes of a data set (default: the run's own) with the run's model (`lbhash encode`).
+
+        `part` selects the run's train/query/database items (the run's own data); other data goes
+        through the run's input contract and needs no labels. Returns the fields of a codes-file part
+        (lbhash.codes_file) plus `bits` and `topk`, and writes them to `out` as a codes file of one
+        part where given (checked first: an existing file is replaced only with `overwrite`).
+        `precision` ("bf16-mixed", "16-mixed") runs a GPU model under autocast: faster, but about 1%
+        of items then differ from the run's codes by a bit or two. With devices > 1 the items are
+        shared out over processes and rank 0 returns everything (the others None). `real` and
+        `embeddings` add the head's real outputs and each item's embedding from the same forward pass.
+        """
+        from lbhash._io import check_new_output_file
+        from lbhash.codes import pack, to_signs
+        from lbhash.codes_file import write_codes
+        from lbhash.runs.codes import run_forward
+        from lbhash.train.forward import embed_sharded, encode_sharded
+
+        if out is not None:
+            check_new_output_file(out, "--out", overwrite)
+        sharded = embed_sharded if real or embeddings else encode_sharded
+        done = run_forward(sharded, self.path, data, part, accelerator, precision, devices, progress)
+        if done is None:
+            return None
+        outputs, fields = done
+        if not (real or embeddings):
+            encoded = {"codes": pack(outputs), **fields}
+        else:
+            outputs, embedded = outputs
+            encoded = {"codes": pack(to_signs(outputs)), **fields, **({"real": outputs} if real else {}),
+                       **({"embeddings": embedded} if embeddings else {})}
+        if out is not None:
+            part_fields = {k: v for k, v in encoded.items() if k not in ("bits", "topk")}
+            write_codes(out, encoded["bits"], {"items": part_fields}, topk=encoded["topk"])
+        return encoded
+
+    def export(self, out: str | Path | None = None, overwrite: bool = False) -> Path:
+        """Write the run's model as ONNX (model.onnx) and its manifest (export.json) to `out` (default:
+        RUN_DIR/export; docs/export.md); returns the export directory. An existing export is replaced
+        only with `overwrite`; each file is written atomically, the manifest last (it holds the model's
+        SHA-256, so a reader never pairs a manifest with another model)."""
+        from lbhash._io import atomic_path, file_sha256, write_json
+        from lbhash.encoders.exported import EXPORT_DIR, INPUT_NAME, MANIFEST as EXPORTED, MODEL, OUTPUT_NAME
+        from lbhash.encoders.exported import read_manifest
+        from lbhash.errors import require_extra
+
+        require_extra("lbhash export", "export", "onnx", "onnxscript")
+        from lbhash.runs.export import OPSET, export_manifest, write_onnx
+
+        out = self.path / EXPORT_DIR if out is None else Path(out)
+        if out.exists() and not overwrite:
+            raise InputError(f"{out}: already exists (choose another --out to keep it, or pass --overwrite to "
+                             "replace it)")
+        if out.exists() and not (out / EXPORTED).is_file() and any(out.iterdir()):
+            raise InputError(f"{out}: a directory that is not an export; refusing to write into it")
+        encoder = self.encoder()
+        manifest = export_manifest(encoder)
+        out.mkdir(parents=True, exist_ok=True)
+        with atomic_path(out / MODEL) as tmp:
+            write_onnx(encoder, manifest, tmp)
+        manifest["onnx"] = {"file": MODEL, "sha256": file_sha256(out / MODEL), "opset": OPSET,
+                            "input": INPUT_NAME, "output": OUTPUT_NAME}
+        write_json(out / EXPORTED, manifest)
+        read_manifest(out)  # what a reader will check
+        return out
+
+
+def _metrics(result: TrainedRun | None) -> dict[str, Any]:
+    return {} if result is None else result.metrics
+
+
+def _train_run(cfg: TrainConfig | None, out: Path, resume: bool, on_epoch_end: EpochHook | None,
+               progress: bool | None, dataset: HashDataset | None, epochs: int | None) -> TrainedRun | None:
+    finished = resume and epochs is None and (out / MANIFEST).is_file()  # nothing to train: no summary
+    with notices_to_stderr():
+        result = _train(cfg, out, resume, on_epoch_end, progress, dataset, epochs)
+        if result is not None and "run" in result.metrics and not finished:
+            logger.info(result_line(result.metrics, out))
+        return result
+
+
+def _train(cfg: TrainConfig | None, out: Path, resume: bool, on_epoch_end, progress: bool | None,
+           dataset: HashDataset | None, epochs: int | None) -> TrainedRun | None:
+    first = process_rank() == 0  # only rank 0 locks and writes; the others follow it
+    _check_request(cfg, out, resume)
+    with run_lock(out, enabled=first):
+        if resume:
+            check_not_failed(out)
+            if _nothing_left(out, epochs):
+                return _left_as_it_is(out) if first else None
+            cfg = _resumed_config(out, epochs)
+        elif first and (out / CONFIG).exists():
+            raise InputError(f"{out} already holds a run: pass --resume to continue it, or choose another --out")
+        # the training stack (the loop, the metrics' numba kernels) is imported only to train
+        from lbhash.runs.training import open_run, train_open_run
+
+        return train_open_run(open_run(cfg, out, resume, epochs, progress, dataset, on_epoch_end))
+
+
+def _check_request(cfg: TrainConfig | None, out: Path, resume: bool) -> None:
+    if resume:
+        if not (out / CONFIG).is_file():
+            raise InputError(f"{out}: nothing to resume (no {CONFIG})")
+    elif cfg is None:
+        raise InputError("no configuration given")
+
+
+# --- a run to resume ----------------------------------------------------------------------------
+
+def _nothing_left(out: Path, epochs: int | None) -> bool:
+    """Verify the files of a run to resume; True when it has nothing left to train: it is
+    finished, or it stopped after its codes were written (and `epochs` asks for no more)."""
+    if (out / MANIFEST).is_file():  # finished: every file must still be what it wrote
+        verify_finished_run(out)
+        return epochs is None
+    verify_files(out, (CONFIG, SPLIT, CHECKPOINT))
+    return epochs is None and (out / CODES).is_file()
+
+
+def _left_as_it_is(out: Path) -> TrainedRun:
+    """A finished run's metrics, with a line saying that it was left as it is; a run that
+    stopped after its codes gets its metrics and manifest."""
+    if not (out / MANIFEST).is_file():
+        from lbhash.runs.metrics import finish_run  # evaluates the codes: the metrics' numba kernels
+
+        return TrainedRun(finish_run(out))
+    cfg, metrics = load_run_config(out), read_metrics(out)
+    trained = metrics.get("run", {}).get("epochs_trained", cfg.epochs)
+    early = f" (stopped early: patience {cfg.patience})" if trained < cfg.epochs else ""
+    logger.info("%s: already finished at epoch %d%s; nothing to do (--epochs N trains it further)",
+                out, trained, early)
+    return TrainedRun(metrics)
+
+
+def _resumed_config(out: Path, epochs: int | None) -> RunConfig:
+    cfg = load_run_config(out)
+    if epochs is not None:  # checked before the run changes, and before a model is built
+        check_extension(cfg, epochs, str(out))
+        saved_epochs, cfg = cfg.epochs, cfg.replace(epochs=epochs)  # closed-form methods refuse any but 1
+        if (out / MANIFEST).is_file():  # finished and verified: its metrics say what it trained
+            trained = read_metrics(out).get("run", {}).get("epochs_trained", saved_epochs)
+            check_further(cfg, epochs, trained, trained < saved_epochs, str(out))
+    return cfg
