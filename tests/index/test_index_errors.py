@@ -11,7 +11,8 @@ from index_fakes import fake_milvus
 from index_reference import ternary_embeddings, random_codes
 from lbhash.errors import Conflict, InputError, NotFound
 from lbhash.index import Backend, CodeIndex
-from lbhash.service import IndexStore, MilvusStore, Store, create_app
+from lbhash.runs.index_store import IndexStore, MilvusStore, Store
+from lbhash.service import create_app
 from serve_helpers import LOCAL
 
 BITS = 16
@@ -61,7 +62,7 @@ def test_both_backends_and_both_stores_have_one_interface(tmp_path):
             assert isinstance(backend, Backend) and isinstance(own, Store) and isinstance(own.index, Backend)
     finally:
         store.close()
-    with pytest.raises(TypeError, match="an index directory or a lbhash.service.Store, not CodeIndex"):
+    with pytest.raises(TypeError, match="an index directory or a lbhash.runs.index_store.Store, not CodeIndex"):
         create_app(CodeIndex(BITS))  # a backend is served through a store
 
 

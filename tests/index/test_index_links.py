@@ -10,8 +10,8 @@ import pytest
 from lbhash.errors import InputError
 from lbhash.index import CodeIndex
 from lbhash.index.writer_lock import lock_path, writer_lock
-from lbhash.service.store import IndexStore
-from lbhash.service.wal import WriteAheadLog
+from lbhash.runs.index_store import IndexStore
+from lbhash.runs.wal import WriteAheadLog
 
 
 @pytest.fixture

@@ -16,7 +16,8 @@ from index_reference import clustered_codes, random_codes, rescored, ternary_emb
 from lbhash.errors import InputError
 from lbhash.index import RESCORE_FACTOR, CodeIndex, rescore_search
 from lbhash.index.rescore import unit_rows
-from lbhash.service import IndexStore, Limits, create_app
+from lbhash.runs.index_store import IndexStore
+from lbhash.service import Limits, create_app
 from serve_helpers import LOCAL
 
 BITS, DIM = 16, 12  # DIM: the fake feature encoder's width, its embeddings

@@ -81,7 +81,8 @@ def serve(index_dir: str, run_dir, export_path, host: str, port: int, compact_ev
     import uvicorn
 
     from lbhash.runs.index_dir import open_index
-    from lbhash.service import IndexStore, Limits, MilvusStore, create_app
+    from lbhash.runs.index_store import IndexStore, MilvusStore
+    from lbhash.service import Limits, create_app
     from lbhash.service.access import HostNames, access_from_environment
     from lbhash.service.http import server_config, serving_interpreter
 

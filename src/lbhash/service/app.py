@@ -48,7 +48,7 @@ from lbhash.service.depends import BatcherDep, DecodingDep, EncoderDep, Limits, 
 from lbhash.service.media import ItemMedia, TooBusy
 from lbhash.service.offload import Offload
 from lbhash.service.page import add_page, item_details
-from lbhash.service.store import IndexStore, Store, lists_to_labels
+from lbhash.runs.index_store import IndexStore, Store, lists_to_labels
 
 logger = logging.getLogger("lbhash")
 _ERRORS = {code: {"model": models.ErrorBody} for code in (400, 404, 409, 413, 422)}
@@ -69,7 +69,7 @@ def create_app(source: str | Path | Store, encoder: Encoder | None = None, *, li
     elif isinstance(source, (str, Path)):
         store = IndexStore(Path(source), compact_every=compact_every)
     else:
-        raise TypeError(f"create_app serves an index directory or a lbhash.service.Store, not {type(source).__name__}")
+        raise TypeError(f"create_app serves an index directory or a lbhash.runs.index_store.Store, not {type(source).__name__}")
 
     @asynccontextmanager
     async def lifespan(app):

@@ -16,7 +16,7 @@ from lbhash.service.access import Access
 from lbhash.service.batching import SearchBatcher
 from lbhash.service.decode import PixelBudget
 from lbhash.service.media import ItemMedia
-from lbhash.service.store import Store
+from lbhash.runs.index_store import Store
 
 
 @dataclass(frozen=True)

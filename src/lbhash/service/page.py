@@ -27,7 +27,7 @@ from lbhash.service.decode import check_batch
 from lbhash.service.depends import AccessDep, EncoderDep, LimitsDep, MediaDep, StoreDep
 from lbhash.service.media import ItemMedia
 from lbhash.service.models import Int
-from lbhash.service.store import Store
+from lbhash.runs.index_store import Store
 
 logger = logging.getLogger("lbhash")
 STATIC = Path(__file__).resolve().parent / "static"

@@ -23,8 +23,8 @@ from lbhash.cpus import usable_cpus
 from lbhash.errors import InputError
 from lbhash.index import Backend, CodeIndex, Hits, Queries, SearchPlan, SparseLabels, search_hits
 from lbhash.index.writer_lock import writer_lock
-from lbhash.service.rwlock import ReadWriteLock
-from lbhash.service.wal import WriteAheadLog
+from lbhash.runs.rwlock import ReadWriteLock
+from lbhash.runs.wal import WriteAheadLog
 
 logger = logging.getLogger("lbhash")
 
