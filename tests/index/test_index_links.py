@@ -75,7 +75,7 @@ def test_the_regular_files_still_work(index_dir, tmp_path):
 # --- the images the service keeps beside an index (NAME.media/) -----------------------------------
 
 def test_links_in_the_media_folder_are_refused_and_their_targets_untouched(index_dir, victim, tmp_path):
-    from lbhash.index.uploads import KeptImages, media_dir_for
+    from lbhash.runs.uploads import KeptImages, media_dir_for
 
     media = media_dir_for(index_dir)
     elsewhere = tmp_path / "elsewhere"

@@ -70,7 +70,7 @@ def test_an_upload_over_budget_is_413_and_adds_nothing(tiny_image_run, tmp_path)
 def test_uploads_beyond_the_media_budget_get_507_and_write_nothing(tiny_image_run, tmp_path):
     from helpers import cli
     from lbhash.runs.index_inputs import load_encoder
-    from lbhash.index.uploads import media_dir_for
+    from lbhash.runs.uploads import media_dir_for
 
     _, run = tiny_image_run
     assert cli("index", "build", run, "--out", tmp_path / "ix").exit_code == 0
@@ -103,7 +103,7 @@ def test_uploads_beyond_the_media_budget_get_507_and_write_nothing(tiny_image_ru
 def test_an_uploads_labels_are_class_ids_and_a_damaged_kept_image_is_404(tiny_image_run, tmp_path):
     from helpers import cli
     from lbhash.runs.index_inputs import load_encoder
-    from lbhash.index.uploads import media_dir_for
+    from lbhash.runs.uploads import media_dir_for
 
     _, run = tiny_image_run
     assert cli("index", "build", run, "--out", tmp_path / "ix").exit_code == 0

@@ -13,7 +13,7 @@ from helpers import cli
 from index_fakes import FakeEncoder
 from lbhash.index import CodeIndex
 from lbhash.runs.origins import SOURCES, read_sources, record_sources
-from lbhash.index.uploads import media_dir_for
+from lbhash.runs.uploads import media_dir_for
 from lbhash.service import create_app
 from lbhash.service.media import DecodeGate, ThumbnailCache, TooBusy
 from page_helpers import decoded, noisy, png_bytes

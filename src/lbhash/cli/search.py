@@ -242,7 +242,7 @@ def _image_files(image_paths) -> list[Path]:
 def _hit_sources(index, record, ids, run_dir, index_dir, backend: str) -> dict:
     """id -> the file, member or row it came from: the index's own `record` (lbhash.runs.origins),
     else, for an index built from a run on image data whose run is given, that run's data."""
-    from lbhash.index.uploads import KeptImages, item_origin, media_dir_for
+    from lbhash.runs.uploads import KeptImages, item_origin, media_dir_for
 
     record = record if len(ids) else None
     media = media_dir_for(index_dir) if backend == "faiss" else None

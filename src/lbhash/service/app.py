@@ -37,7 +37,7 @@ from lbhash.encoders import Encoder
 from lbhash.errors import Conflict, InputError, NotFound, TooLarge, one_line
 from lbhash.index import Queries, check_classes, plan_search
 from lbhash.runs.searcher import QueryEncoder
-from lbhash.index.uploads import OverBudget
+from lbhash.runs.uploads import OverBudget
 from lbhash.limits import MAX_ID, check_class_ids, check_ids
 from lbhash.service import models
 from lbhash.service.access import Access, AccessControl, HostNames
