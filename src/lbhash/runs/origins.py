@@ -1,4 +1,4 @@
-"""Where each indexed item came from, and reading its image back from there alone.
+"""Where each indexed item came from, reading its image back from there alone, and thumbnails.
 
 An index built from a run records each id's source (a file under a folder, `TARBALL:MEMBER`, or
 `FILE row N`) in `sources.json`, an attachment of the index directory:
@@ -15,6 +15,8 @@ data records only its class names, when it has real ones.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import threading
@@ -22,7 +24,7 @@ import threading
 import numpy as np
 
 from lbhash.errors import InputError
-from lbhash.limits import MAX_SOURCE_BYTES
+from lbhash.limits import MAX_IMAGE_PIXELS, MAX_SOURCE_BYTES, THUMBNAIL_SIDE
 
 SOURCES = "sources.json"
 FORMAT = "lbhash-sources/1"
@@ -176,3 +178,35 @@ class DataImages:
         if dataset.source is not None:
             return dataset.source.read(item_id)
         return np.asarray(dataset.pixels[item_id])
+
+
+def thumbnail_png(image: bytes | np.ndarray, where: str, side: int = THUMBNAIL_SIDE,
+                  max_pixels: int = MAX_IMAGE_PIXELS, decoding=None) -> bytes:
+    """A PNG of at most side x side pixels (aspect kept, never enlarged) of encoded bytes or an
+    (H, W, 3) uint8 array; RGB as training decodes it (other modes converted, alpha dropped).
+    Encoded bytes are decoded within `decoding` (its `hold(pixels, where)`: the service's budget of
+    pixels decoded at once)."""
+    from PIL import Image
+
+    try:
+        if isinstance(image, np.ndarray):
+            im, hold = Image.fromarray(np.ascontiguousarray(image)), contextlib.nullcontext()
+        else:
+            im = Image.open(io.BytesIO(image))
+            if im.width * im.height > max_pixels:
+                raise InputError(f"{where}: {im.width} x {im.height} pixels, more than the {max_pixels} a "
+                                 "thumbnail is decoded from")
+            if im.format == "JPEG":
+                im.draft("RGB", (2 * side, 2 * side))  # decode big JPEGs at a reduced scale
+            hold = decoding.hold(im.width * im.height, where) if decoding is not None else contextlib.nullcontext()
+        with hold:
+            im.load()
+            im = im if im.mode == "RGB" else im.convert("RGB")
+            im.thumbnail((side, side))
+            out = io.BytesIO()
+            im.save(out, format="PNG")
+            return out.getvalue()
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as err:
+        from lbhash.data.image_sources import image_error
+
+        raise InputError(f"{where}: cannot decode image ({image_error(err)})") from None

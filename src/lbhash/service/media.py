@@ -9,18 +9,15 @@ index directory (Milvus) has no images.
 from __future__ import annotations
 
 import contextlib
-import io
 import threading
 import time
 from collections import OrderedDict
 
 import numpy as np
-from PIL import Image
 
 from lbhash import limits as table
-from lbhash.data.image_sources import image_error
 from lbhash.errors import InputError, NotFound
-from lbhash.runs.origins import DataImages, read_sources
+from lbhash.runs.origins import DataImages, read_sources, thumbnail_png
 from lbhash.runs.uploads import KeptImages, item_origin, media_dir_for
 from lbhash.service.decode import PixelBudget
 
@@ -65,33 +62,6 @@ class DecodeGate:
             yield
         finally:
             self.slots.release()
-
-
-def thumbnail_png(image: bytes | np.ndarray, where: str, side: int = table.THUMBNAIL_SIDE,
-                  max_pixels: int = table.MAX_IMAGE_PIXELS, decoding: PixelBudget | None = None) -> bytes:
-    """A PNG of at most side x side pixels (aspect kept, never enlarged) of encoded bytes or an
-    (H, W, 3) uint8 array; RGB as training decodes it (other modes converted, alpha dropped).
-    Encoded bytes are decoded within `decoding`, the service's budget of pixels decoded at once."""
-    try:
-        if isinstance(image, np.ndarray):
-            im, hold = Image.fromarray(np.ascontiguousarray(image)), contextlib.nullcontext()
-        else:
-            im = Image.open(io.BytesIO(image))
-            if im.width * im.height > max_pixels:
-                raise InputError(f"{where}: {im.width} x {im.height} pixels, more than the {max_pixels} a "
-                                 "thumbnail is decoded from")
-            if im.format == "JPEG":
-                im.draft("RGB", (2 * side, 2 * side))  # decode big JPEGs at a reduced scale
-            hold = decoding.hold(im.width * im.height, where) if decoding is not None else contextlib.nullcontext()
-        with hold:
-            im.load()
-            im = im if im.mode == "RGB" else im.convert("RGB")
-            im.thumbnail((side, side))
-            out = io.BytesIO()
-            im.save(out, format="PNG")
-            return out.getvalue()
-    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as err:
-        raise InputError(f"{where}: cannot decode image ({image_error(err)})") from None
 
 
 class ThumbnailCache:
