@@ -14,7 +14,7 @@ TAR=$1; OUT=$2; SECONDS_LEFT=${3:-540}
 ACC=${SMOKE_ACCELERATOR:-gpu}; SIZE=${SMOKE_SIZE:-224}
 read -r -a SETS <<< "${SMOKE_SETS:-}"
 start=$(date +%s)
-mkdir -p "$OUT/work"
+mkdir -p "$OUT/cells"
 LOG="$OUT/gpu.log"
 say() { echo "[$(($(date +%s) - start)) s] $*" | tee -a "$LOG"; }
 left() { echo $((SECONDS_LEFT - ($(date +%s) - start))); }
@@ -29,16 +29,16 @@ say "$(python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch
       torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")')"
 python3 -c 'import lbhash.cli' || { say "lbhash does not import"; exit 1; }
 
-grid() {  # grid NAME LOGNAME WORKERS SECONDS [ARGS...]: cells of OUT/work/NAME, stopped after SECONDS
+grid() {  # grid NAME LOGNAME WORKERS SECONDS [ARGS...]: cells of OUT/cells/NAME, stopped after SECONDS
   local name=$1 log=$2 workers=$3 limit=$4; shift 4
-  timeout -k 10 -s INT "$limit" python3 -m lbhash.cli reproduce grid "${COMMON[@]}" --out "$OUT/work/$name" \
-    --workers "$workers" "$@" > "$OUT/work/$log.log" 2>&1
-  say "$log: exit $? ($(grep -c '^done ' "$OUT/work/$log.log") cells done)"
+  timeout -k 10 -s INT "$limit" python3 -m lbhash.cli reproduce grid "${COMMON[@]}" --out "$OUT/cells/$name" \
+    --workers "$workers" "$@" > "$OUT/cells/$log.log" 2>&1
+  say "$log: exit $? ($(grep -c '^done ' "$OUT/cells/$log.log") cells done)"
 }
 pack() {
   # a grid stopped by its deadline leaves its spawned cells running (the device machine is ours alone)
   [ "$ACC" = gpu ] && pkill -f '[m]ultiprocessing.spawn' 2>/dev/null
-  (cd "$OUT/work" && find . \( -name metrics.json -o -name log.jsonl -o -name config.yaml -o -name cell.json \
+  (cd "$OUT/cells" && find . \( -name metrics.json -o -name log.jsonl -o -name config.yaml -o -name cell.json \
      -o -name grid.csv -o -name '*.log' \) -print0 | tar --null -czf "$OUT/records.tar.gz" -T -)
 }
 
