@@ -5,8 +5,8 @@
 Each SRC is a folder holding `fp32/` and `bf16/` grid folders (a `grid.csv`, or only the finished
 cells' `runs/grid/*/metrics.json` when the deadline stopped the grid first), or a grid folder itself
 (its `meta.json` names its precision). Writes DEST/grid.csv (one row per cell and precision, the
-grid's columns plus `precision`, `selected_epoch` and `validation_map` where the cell's metrics
-came back) and prints the markdown table: mAP@54000 per method and variant, float32 and bf16.
+grid's columns plus `precision`; `selected_epoch`, `validation_map`, the median seconds of a
+fine-tuning epoch and the seconds of the final encoding where the cell's metrics and log came back) and prints the markdown table: mAP@54000 per method and variant, float32 and bf16.
 """
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import statistics
 from pathlib import Path
 
 COLUMNS = ["precision", "method", "variant", "bits", "seed", "epochs", "map", "lb_ratio", "seconds_per_epoch",
-           "selected_epoch", "validation_map"]
+           "selected_epoch", "validation_map", "tune_seconds_median", "encode_seconds"]
 
 
 def _precision_of(grid: Path) -> str:
@@ -39,7 +40,10 @@ def grid_rows(grid: Path, precision: str) -> dict[tuple, dict]:
                                     "bits": m["bits"], "seed": run["seed"], "epochs": run["epochs_trained"],
                                     "map": m["map"], "lb_ratio": m["lower_bound"]["ratio"],
                                     "seconds_per_epoch": run["seconds_per_epoch"]})
-        row.update(selected_epoch=run["selected_epoch"], validation_map=run["validation_map"])
+        log = [json.loads(line) for line in (path.parent / "log.jsonl").read_text().splitlines() if line.strip()]
+        tune = [r["seconds"] for r in log if r.get("phase") == "tune"]
+        row.update(selected_epoch=run["selected_epoch"], validation_map=run["validation_map"],
+                   tune_seconds_median=statistics.median(tune) if tune else "", encode_seconds=run["encode_seconds"])
     return rows
 
 
@@ -54,7 +58,7 @@ def main() -> None:
         for grid in grids:
             precision = _precision_of(grid) if (grid / "meta.json").is_file() else grid.name
             for key, row in grid_rows(grid, precision).items():
-                rows.setdefault(key, {}).update(row)
+                rows.setdefault(key, {}).update({k: v for k, v in row.items() if v != ""})  # a rerun keeps both's records
     args.dest.mkdir(parents=True, exist_ok=True)
     with (args.dest / "grid.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, COLUMNS, extrasaction="ignore")

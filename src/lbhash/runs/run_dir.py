@@ -179,8 +179,6 @@ def _check_request(cfg: TrainConfig | None, out: Path, resume: bool) -> None:
         raise InputError("no configuration given")
 
 
-# --- a run to resume ----------------------------------------------------------------------------
-
 def _nothing_left(out: Path, epochs: int | None) -> bool:
     """Verify the files of a run to resume; True when it has nothing left to train: it is
     finished, or it stopped after its codes were written (and `epochs` asks for no more)."""
