@@ -13,7 +13,8 @@ from index_reference import random_codes, top_k
 from lbhash.errors import InputError
 from lbhash.index import CodeIndex, Queries, plan_search, search_hits
 from lbhash.service import Limits, create_app
-from lbhash.service.batching import Query, SearchBatcher
+from lbhash.runs.serving import Search
+from lbhash.service.batching import SearchBatcher
 
 DIM = 5  # the embeddings' width
 BITS = 16  # few distinct distances over 300 items: many ties, whose order must survive batching
@@ -39,8 +40,8 @@ class GatedStore:
         return search_hits(self.index, queries, plan, classes)
 
 
-def make_query(codes, plan, classes=None, real=None) -> Query:
-    return Query(Queries(codes, real), plan, classes)
+def make_query(codes, plan, classes=None, real=None) -> Search:
+    return Search(Queries(codes, real), plan, classes)
 
 
 @pytest.fixture
@@ -56,12 +57,12 @@ def rows(hits):
 
 
 async def gathered(batcher, store, queries):
-    """Run every Query through the batcher: the first alone, holding the gate until all the
+    """Run every Search through the batcher: the first alone, holding the gate until all the
     others are queued. Returns per query its hits or the exception raised."""
     async def one(q):
         try:
-            return await batcher.run(lambda: q if isinstance(q, Query) else q(), lambda query, hits: hits,
-                                     len(q.queries) if isinstance(q, Query) else 1)
+            return await batcher.run(lambda: q if isinstance(q, Search) else q(), lambda query, hits: hits,
+                                     len(q.queries) if isinstance(q, Search) else 1)
         except Exception as exc:  # noqa: BLE001 - compared with the one-at-a-time error
             return exc
 

@@ -14,6 +14,7 @@ import dataclasses
 import logging
 import threading
 from abc import ABC, abstractmethod
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,6 @@ from lbhash.cpus import usable_cpus
 from lbhash.errors import InputError
 from lbhash.index import Backend, CodeIndex, Hits, Queries, SearchPlan, SparseLabels, search_hits
 from lbhash.index.writer_lock import writer_lock
-from lbhash.runs.rwlock import ReadWriteLock
 from lbhash.runs.wal import WriteAheadLog
 
 logger = logging.getLogger("lbhash")
@@ -59,6 +59,44 @@ def lists_to_labels(lists: list[list[int]] | None, n: int) -> SparseLabels | Non
     if len(lists) != n:
         raise InputError(f"labels has {len(lists)} entries but there are {n} items")
     return SparseLabels.from_lists(lists)
+
+
+class ReadWriteLock:
+    """A readers-writer lock: many searches at once, one change at a time, writers first."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._readers, self._waiting_writers, self._writer = 0, 0, False
+
+    @contextmanager
+    def read(self):
+        with self._cond:
+            # a waiting writer goes first, so a stream of searches cannot starve writes
+            self._cond.wait_for(lambda: not (self._writer or self._waiting_writers))
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                if not self._readers:
+                    self._cond.notify_all()
+
+    @contextmanager
+    def write(self):
+        with self._cond:
+            self._waiting_writers += 1
+            try:
+                self._cond.wait_for(lambda: not (self._writer or self._readers))
+            finally:
+                self._waiting_writers -= 1
+            self._writer = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writer = False
+                self._cond.notify_all()
 
 
 class Store(ABC):
@@ -155,8 +193,7 @@ class IndexStore(Store):
         for record in replayed:
             self._apply(record)
         self.wal.last_seq = max(saved, self.wal.last_seq)
-        self.saved_seq = saved
-        self.pending = len(replayed)
+        self.saved_seq, self.pending = saved, len(replayed)
         if replayed:
             logger.info(f"replayed {len(replayed)} logged changes into {self.index_dir}")
 
@@ -260,8 +297,7 @@ class MilvusStore(Store):
         return self.index.add(codes, ids, labels, upsert, embeddings), None  # Conflict for an id taken (without upsert)
 
     def remove(self, ids):
-        self.index.remove(ids)  # NotFound for an id not in the collection
-        return None
+        self.index.remove(ids)  # NotFound for an id not in the collection (no log: no sequence number)
 
     def close(self) -> None:
         self.index.close()

@@ -53,9 +53,8 @@ class KeptImages:
         if path.exists() or path.is_symlink():
             with os.fdopen(open_own_file(path, os.O_RDONLY), "rb") as fh:
                 lines = fh.read().split(b"\n")
-            for line in lines[:-1]:  # a torn last line (no newline) was never acknowledged
-                if line.strip().isdigit():
-                    self.gone.add(int(line))
+            # a torn last line (no newline) was never acknowledged
+            self.gone.update(int(line) for line in lines[:-1] if line.strip().isdigit())
         for item in self.dir.glob("*.item") if self.dir.is_dir() else ():
             if item.is_symlink() or not item.is_file():
                 raise InputError(f"{item}: is not a regular file (remove it); lbhash does not follow links")

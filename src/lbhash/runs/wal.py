@@ -33,8 +33,7 @@ class WriteAheadLog:
         self.last_seq = self.records[-1]["seq"] if self.records else 0
 
     def _read(self, data: bytes) -> int:
-        lines = data.split(b"\n")
-        good = 0
+        lines, good = data.split(b"\n"), 0
         for number, line in enumerate(lines[:-1], start=1):
             record = _parse(line)
             if record is None:

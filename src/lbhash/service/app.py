@@ -7,13 +7,13 @@ Bad input is a 4xx with {"detail": one line}: 400 bad values, 401 a key missing 
 (lbhash.service.access), 403 a change refused or a request naming another host, 404 unknown id,
 409 id taken, 413 body or images too large, 422 malformed request, 429 / 503 (Retry-After) too
 much decoding at once, 507 uploads over their byte budget. A bug is a bare 500.
-Where the index keeps embeddings, searches re-score by them (lbhash.index.rescore; `rescore`
-false for Hamming order) and hits carry a `score`; added items bring their embeddings.
+Where the index keeps embeddings, searches re-score by them (`rescore` false for Hamming order)
+and hits carry a `score`; added items bring their embeddings.
 
-The handlers take what they use as FastAPI dependencies (lbhash.service.depends), decode a
-request into `Queries` (lbhash.service.decode), call the store (`lbhash.index.search_hits`, as
-`lbhash search` does) and shape the answer. `/search` requests that arrive together share one
-scan (lbhash.service.batching); a well-formed one is answered by the `SearchPath` middleware.
+The handlers take what they use as FastAPI dependencies (lbhash.service.depends), decode a request
+(lbhash.service.decode) for the application layer (lbhash.runs.index_store's `Store`,
+lbhash.runs.serving's `Search`) and shape its answer. `/search` requests that arrive together share
+one scan (lbhash.service.batching); a well-formed one is answered by the `SearchPath` middleware.
 """
 
 from __future__ import annotations
@@ -35,20 +35,20 @@ from lbhash import limits as table
 from lbhash.codes import to_hex
 from lbhash.encoders import Encoder
 from lbhash.errors import Conflict, InputError, NotFound, TooLarge, one_line
-from lbhash.index import Queries, check_classes, plan_search
-from lbhash.runs.searcher import QueryEncoder
-from lbhash.runs.uploads import OverBudget
 from lbhash.limits import MAX_ID, check_class_ids, check_ids
+from lbhash.runs.index_store import IndexStore, Store
+from lbhash.runs.searcher import QueryEncoder
+from lbhash.runs.serving import Search, item_labels
+from lbhash.runs.uploads import OverBudget
 from lbhash.service import models
 from lbhash.service.access import Access, AccessControl, HostNames
-from lbhash.service.batching import MAX_ROWS, Query, SearchBatcher
-from lbhash.service.decode import (DecodersBusy, PixelBudget, check_batch, need_encoder, parse_ids, read_uploads,
-                                  search_queries, to_codes, wants_rescore)
+from lbhash.service.batching import MAX_ROWS, SearchBatcher
+from lbhash.service.decode import (DecodersBusy, PixelBudget, check_batch, decode_search, need_encoder, parse_ids,
+                                  read_uploads, to_codes, wants_rescore)
 from lbhash.service.depends import BatcherDep, DecodingDep, EncoderDep, Limits, LimitsDep, MediaDep, StoreDep
 from lbhash.service.media import ItemMedia, TooBusy
 from lbhash.service.offload import Offload
 from lbhash.service.page import add_page, item_details
-from lbhash.runs.index_store import IndexStore, Store, lists_to_labels
 
 logger = logging.getLogger("lbhash")
 _ERRORS = {code: {"model": models.ErrorBody} for code in (400, 404, 409, 413, 422)}
@@ -101,15 +101,7 @@ def create_app(source: str | Path | Store, encoder: Encoder | None = None, *, li
     return app
 
 
-def search_query(limits: Limits, queries: Queries, k, radius, label_lists, factor=None) -> Query:
-    """Decoded queries with their checked plan and class filters."""
-    plan = plan_search(k, radius, rescore=queries.embeddings is not None, factor=factor, max_k=limits.max_k,
-                       max_candidates=limits.max_rescore_candidates)
-    classes = None if label_lists is None else check_classes(label_lists, "labels", limits.max_class_id)
-    return Query(queries, plan, classes)
-
-
-def hits_response(store: Store, media: ItemMedia, query: Query, hits) -> Response:
+def hits_response(store: Store, media: ItemMedia, search: Search, hits) -> Response:
     """The hits of a query with their `item_details`, as a `SearchResponse` body encoded here:
     FastAPI's validation and encoding of it took more CPU than a search of a million codes
     (docs/search.md, "The service's own cost")."""
@@ -117,7 +109,7 @@ def hits_response(store: Store, media: ItemMedia, query: Query, hits) -> Respons
     results = [{"code": code, "hits": [{"id": i, "distance": d, "labels": lab,
                                         **({} if score is None else {"score": score}), **details.get(i, {})}
                                        for i, d, lab, score in rows.rows()]}
-               for code, rows in zip(to_hex(query.queries.codes), hits)]
+               for code, rows in zip(to_hex(search.queries.codes), hits)]
     return Response(json.dumps({"results": results}, separators=(",", ":"), allow_nan=False),
                     media_type="application/json")
 
@@ -133,13 +125,8 @@ async def search_response(body: models.SearchRequest, store: Store, encoder: Que
                           batcher: SearchBatcher, media: ItemMedia) -> Response:
     # decoded, searched (in a scan shared with the requests beside it) and encoded on the batcher's threads
     rows = len(body.codes) if body.codes is not None else len(body.features or ())
-    return await batcher.run(partial(search_body, body, store, encoder, limits), partial(hits_response, store, media),
-                             rows)
-
-
-def search_body(body: models.SearchRequest, store: Store, encoder: QueryEncoder | None, limits: Limits) -> Query:
-    queries = search_queries(body, limits, store.bits, encoder, store.index.embedding_dim)
-    return search_query(limits, queries, body.k, body.radius, body.labels, body.rescore_factor)
+    search = partial(decode_search, body, limits, store.bits, encoder, store.index.embedding_dim)
+    return await batcher.run(search, partial(hits_response, store, media), rows)
 
 
 @router.post("/search/image", response_model=models.SearchResponse, response_model_exclude_none=True,
@@ -148,11 +135,10 @@ def search_image(store: StoreDep, encoder: EncoderDep, limits: LimitsDep, media:
                  files: list[UploadFile] = File(...), k: int | None = Form(None, ge=1),
                  radius: int | None = Form(None, ge=0), labels: str | None = Form(None),
                  rescore: bool | None = Form(None), rescore_factor: int | None = Form(None, ge=1)):
-    """Query with uploaded image files; `labels`: comma-separated class ids for every query;
-    where the index keeps embeddings, the Hamming top k * rescore_factor (default 4) are
-    re-scored by the images' embeddings, unless `rescore` is false.
-    Each hit comes with its source, thumbnail and code, as /search gives them: an image query
-    is this one request."""
+    """Query with uploaded image files; `labels`: comma-separated class ids for every query; where
+    the index keeps embeddings, the Hamming top k * rescore_factor (default 4) are re-scored by the
+    images' embeddings, unless `rescore` is false. Each hit comes with its source, thumbnail and
+    code, as /search gives them: an image query is this one request."""
     check_batch(limits, len(files), "images")
     run = need_encoder(encoder, "images")
     blobs, names, pixels = read_uploads(files)
@@ -160,15 +146,15 @@ def search_image(store: StoreDep, encoder: EncoderDep, limits: LimitsDep, media:
     rescored = wants_rescore(rescore, rescore_factor, radius, store.index.embedding_dim, run.gives_embeddings)
     with decoding.hold(pixels, "the query images"):  # the service's pixels decoded at once
         queries = run.queries(run.decode_images(blobs, names), rescore=rescored)
-    query = search_query(limits, queries, k, radius, label_lists, rescore_factor)
-    return hits_response(store, media, query, store.search(query.queries, query.plan, query.classes))
+    search = Search.checked(limits, queries.codes, queries.embeddings, k, radius, label_lists, rescore_factor)
+    return hits_response(store, media, search, search.run(store))
 
 
 @router.post("/items", response_model=models.ItemsResponse, responses=_ERRORS)
 def add_items(body: models.ItemsRequest, store: StoreDep, encoder: EncoderDep, limits: LimitsDep, media: MediaDep):
     codes, emb = to_codes(body.codes, body.features, "items", limits, store.bits, encoder, body.embeddings,
                           store.index.embedding_dim)
-    labels = None if body.labels is None else labels_of_items(limits, body.labels, len(codes))
+    labels = None if body.labels is None else item_labels(body.labels, len(codes), limits.max_class_id)
     given_ids = None if body.ids is None else check_ids(body.ids, "ids")
     with media.adding(given_ids, body.upsert) as done:
         ids, seq = store.add(codes, ids=given_ids, labels=labels, upsert=body.upsert, embeddings=emb)
@@ -192,17 +178,12 @@ def add_images(store: StoreDep, encoder: EncoderDep, limits: LimitsDep, media: M
         codes, emb = run.embeddings(images) if store.index.embedding_dim is not None else (run.encode(images), None)
     label_lists = None if labels is None else [parse_ids(part, "labels", allow_empty=True, check=check_class_ids)
                                                for part in labels.split(";")]
-    item_labels = None if label_lists is None else labels_of_items(limits, label_lists, len(codes))
+    sets = None if label_lists is None else item_labels(label_lists, len(codes), limits.max_class_id)
     given_ids = None if ids is None else parse_ids(ids, "ids")
     with media.adding(given_ids, upsert, blobs, names) as done:  # the images are kept for thumbnails
-        added, seq = store.add(codes, ids=given_ids, labels=item_labels, upsert=upsert, embeddings=emb)
+        added, seq = store.add(codes, ids=given_ids, labels=sets, upsert=upsert, embeddings=emb)
         done(added)
     return models.ItemsResponse(ids=np.asarray(added).tolist(), seq=seq, ntotal=store.ntotal)
-
-
-def labels_of_items(limits: Limits, lists: list[list[int]], n: int):
-    """The labels of n added items, as class-id lists in a request (one per item)."""
-    return lists_to_labels(check_classes(lists, "labels", limits.max_class_id), n)
 
 
 @router.get("/items/{item_id}", response_model=models.Item, response_model_exclude_none=True, responses=_ERRORS)
@@ -357,12 +338,8 @@ async def _read_body(receive) -> bytes | None:
 
 
 def _replay(raw: bytes, receive):
-    sent = False
+    first = [{"type": "http.request", "body": raw, "more_body": False}]
 
     async def replayed():
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": raw, "more_body": False}
-        return await receive()
+        return first.pop() if first else await receive()
     return replayed

@@ -1,9 +1,9 @@
 """Concurrent `/search` requests gathered into one scan of the index (docs/search.md, "Batching").
 
-A request hands its job to `SearchBatcher.run` (`prepare()` decodes it, `answer(query, hits)`
+A request hands its job to `SearchBatcher.run` (`prepare()` decodes it, `answer(search, hits)`
 makes the response). The batcher's threads take every job queued while their previous batch ran,
-up to `max_rows` query rows, and run one `store.search` per group that can share a scan; each job
-gets back its own rows and its own error (a failed shared scan is retried one job at a time).
+up to `max_rows` query rows, and run one scan per group that can share it (lbhash.runs.serving);
+each job gets back its own rows and its own error (a failed shared scan is retried one job at a time).
 """
 
 from __future__ import annotations
@@ -11,39 +11,34 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Callable
 
-import numpy as np
-
-from lbhash.index import Hits, Queries, SearchPlan, search_on_this_thread
 from lbhash.limits import BATCH_ROWS as MAX_ROWS  # query rows per shared scan: its latency grows with them
+from lbhash.runs.serving import Search, start_batch_thread
 from lbhash.service.offload import settle
-
-
-@dataclass(frozen=True)
-class Query:
-    """A decoded search: its `Queries`, its plan and per-query class filters."""
-
-    queries: Queries
-    plan: SearchPlan
-    classes: list[list[int]] | None = None
 
 
 @dataclass
 class _Job:
-    prepare: Callable[[], Query]
-    answer: Callable[[Query, list[Hits]], Any]
+    prepare: Callable[[], Search]
+    answer: Callable[[Search, list], Any]
     rows: int
     loop: asyncio.AbstractEventLoop
     done: asyncio.Future
-    query: Query | None = None
+    search: Search | None = None
     result: Any = None
     error: BaseException | None = None
 
+    def decode(self) -> None:
+        self.search = self.prepare()
+
+    def respond(self) -> None:
+        self.result = self.answer(self.search, self.result)
+
 
 class SearchBatcher:
-    """`await batcher.run(prepare, answer)`: answer(query, its hits), query = prepare(), searched
+    """`await batcher.run(prepare, answer)`: answer(search, its hits), search = prepare(), run
     in a shared scan. `window`: seconds a batch waits for more jobs after its first (0: none);
     `max_rows`: query rows per batch (a job with more runs alone); `threads`: batches in flight
     at once. `scans` counts the store's searches."""
@@ -55,9 +50,8 @@ class SearchBatcher:
         self._cond = threading.Condition()
         self._workers: list[threading.Thread] = []
         self._closed = False
-        self._prefix = store.backend == "faiss" and store.index.kind == "flat"
 
-    async def run(self, prepare: Callable[[], Query], answer: Callable[[Query, list[Hits]], Any], rows: int = 1):
+    async def run(self, prepare: Callable[[], Search], answer: Callable[[Search, list], Any], rows: int = 1):
         """`rows`: the query rows the request gives (it bounds a batch before decoding)."""
         loop = asyncio.get_running_loop()
         job = _Job(prepare, answer, max(1, rows), loop, loop.create_future())
@@ -92,15 +86,13 @@ class SearchBatcher:
             self._workers.append(worker)
 
     def _work(self) -> None:
-        if self.threads > 1:  # a batch in flight per thread already keeps the cores busy
-            search_on_this_thread()
+        start_batch_thread(self.threads)
         while (jobs := self._take()) is not None:
             for job in jobs:
-                _call(job, _prepare)
+                _call(job, _Job.decode)
             self._search(jobs)
             for job in jobs:
-                if job.error is None:
-                    _call(job, _answer)
+                _call(job, _Job.respond)  # (skips a job with an error)
             _settle(jobs)
 
     def _take(self) -> list[_Job] | None:
@@ -130,7 +122,7 @@ class SearchBatcher:
         groups: dict[tuple, list[_Job]] = {}
         for job in jobs:
             if job.error is None:
-                groups.setdefault(self._key(job.query), []).append(job)
+                groups.setdefault(job.search.scan_key(self.store), []).append(job)
         for group in groups.values():
             if len(group) > 1:
                 try:
@@ -145,39 +137,16 @@ class SearchBatcher:
         with self._cond:
             self.scans += 1
 
-    def _key(self, query: Query) -> tuple:
-        plan = query.plan
-        k = None if self._prefix and plan.radius is None and plan.factor is None else plan.k
-        return k, plan.radius, plan.factor, plan.spelling, plan.max_hits, query.classes is None
-
     def _alone(self, job: _Job) -> None:
-        q = job.query
         self._count()
-        job.result = self.store.search(q.queries, q.plan, q.classes)
+        job.result = job.search.run(self.store)
 
     def _shared(self, group: list[_Job]) -> None:
-        queries = [job.query for job in group]
-        plan = queries[0].plan
-        if plan.k is not None:
-            plan = replace(plan, k=max(q.plan.k for q in queries))
-        classes = None if queries[0].classes is None else [c for q in queries for c in q.classes]
-        real = None if queries[0].queries.embeddings is None else np.concatenate([q.queries.embeddings for q in queries])
-        together = Queries(np.concatenate([q.queries.codes for q in queries]), real)
+        searches = [job.search for job in group]
+        joined = Search.joined(searches)
         self._count()
-        hits = self.store.search(together, plan, classes)
-        start = 0
-        for job, q in zip(group, queries):
-            rows = hits[start:start + len(q.queries)]
-            start += len(q.queries)
-            job.result = rows if q.plan.k in (None, plan.k) else [_first(h, q.plan.k) for h in rows]
-
-
-def _prepare(job: _Job) -> None:
-    job.query = job.prepare()
-
-
-def _answer(job: _Job) -> None:
-    job.result = job.answer(job.query, job.result)
+        for job, hits in zip(group, joined.split(joined.run(self.store), searches)):
+            job.result = hits
 
 
 def _call(job: _Job, step: Callable[[_Job], None]) -> None:
@@ -188,10 +157,6 @@ def _call(job: _Job, step: Callable[[_Job], None]) -> None:
         step(job)
     except BaseException as exc:  # noqa: BLE001 - handed to the awaiting request, which re-raises it
         job.error = exc
-
-
-def _first(hits: Hits, k: int) -> Hits:
-    return Hits(hits.ids[:k], hits.distances[:k], hits.labels[:k], None if hits.scores is None else hits.scores[:k])
 
 
 def _settle(jobs: list[_Job]) -> None:

@@ -1,5 +1,5 @@
 """Decoding the service's requests into arrays: hex codes, JSON feature rows, comma-separated
-ids, uploaded files, and the `Queries` of a search. Every refusal is a one-line InputError (HTTP 400).
+ids, uploaded files, and a search request's checked `Search`. Every refusal is a one-line InputError (HTTP 400).
 
 Images are decoded within two budgets of pixels, read from their headers: one request's
 (`check_pixels`) and the whole service's (`PixelBudget`, shared with the thumbnails), so that
@@ -19,9 +19,8 @@ from PIL import Image
 from lbhash.checks import parse_int_list
 from lbhash.codes import from_hex
 from lbhash.errors import InputError, TooLarge
-from lbhash.index import Queries
 from lbhash.runs.searcher import QueryEncoder
-from lbhash.index.rescore import check_embeddings
+from lbhash.runs.serving import Search, given_embeddings
 from lbhash.limits import MAX_DECODING_PIXELS, MAX_IMAGE_PIXELS, MAX_REQUEST_PIXELS, check_ids
 from lbhash.service import models
 
@@ -95,15 +94,7 @@ def to_codes(hex_codes, features, what: str, limits, bits: int, encoder: QueryEn
     check_batch(limits, len(hex_codes if features is None else features), what)
     if hex_codes is not None:
         codes = from_hex(hex_codes, bits)
-        if embeddings is None:
-            return codes, None
-        if len(embeddings) != len(codes):
-            raise InputError(f"embeddings has {len(embeddings)} rows but there are {len(codes)} {what}")
-        try:
-            rows = np.asarray(embeddings, dtype=np.float64)
-        except ValueError:
-            raise InputError("embeddings must be lists of numbers of one length") from None
-        return codes, check_embeddings(rows, len(codes), keeps, "embeddings")
+        return codes, None if embeddings is None else given_embeddings(embeddings, len(codes), what, keeps)
     if embeddings is not None:
         raise InputError("'embeddings' go with 'codes' (the attached run gives the embeddings of 'features')")
     run = need_encoder(encoder, "features")
@@ -128,21 +119,22 @@ def wants_rescore(rescore: bool | None, factor: int | None, radius: int | None, 
     return True
 
 
-def search_queries(body: models.SearchRequest, limits, bits: int, encoder: QueryEncoder | None,
-                   keeps: int | None = None) -> Queries:
-    """The `Queries` of a /search body: its codes or its features' codes, with their embeddings when
-    it re-scores (`wants_rescore`; `keeps`: the index's embedding width, None where it keeps none)."""
+def decode_search(body: models.SearchRequest, limits, bits: int, encoder: QueryEncoder | None,
+                  keeps: int | None = None) -> Search:
+    """The checked `Search` of a /search body: its codes or its features' codes, with their embeddings
+    when it re-scores (`wants_rescore`; `keeps`: the index's embedding width, None where it keeps none)."""
     given = body.embeddings is not None or (body.features is not None and encoder is not None
                                             and encoder.gives_embeddings)
     asked = body.rescore if body.rescore is not None or body.embeddings is None else True  # embeddings ask for it
-    if not wants_rescore(asked, body.rescore_factor, body.radius, keeps, given):
-        if body.embeddings is not None:
-            raise InputError("'embeddings' are for re-scoring, which this search does not do")
-        return Queries(to_codes(body.codes, body.features, "queries", limits, bits, encoder)[0])
-    if body.codes is not None and body.embeddings is None:
+    rescored = wants_rescore(asked, body.rescore_factor, body.radius, keeps, given)
+    if body.embeddings is not None and not rescored:
+        raise InputError("'embeddings' are for re-scoring, which this search does not do")
+    if rescored and body.codes is not None and body.embeddings is None:
         raise InputError("re-scoring needs the queries' embeddings: 'embeddings' beside 'codes', or 'features' "
                          "with a run attached (or rescore false)")
-    return Queries(*to_codes(body.codes, body.features, "queries", limits, bits, encoder, body.embeddings, keeps))
+    codes, emb = to_codes(body.codes, body.features, "queries", limits, bits, encoder, body.embeddings,
+                          keeps if rescored else None)  # (the features' embeddings only where it re-scores)
+    return Search.checked(limits, codes, emb, body.k, body.radius, body.labels, body.rescore_factor)
 
 
 def read_uploads(files) -> tuple[list[bytes], list[str], int]:

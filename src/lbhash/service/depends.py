@@ -1,6 +1,5 @@
-"""What the handlers take as FastAPI dependencies, each set once by `create_app` on `app.state`
-and declared by the handlers that use it, e.g. `def get_item(store: StoreDep, ...)`.
-"""
+"""What the handlers take as FastAPI dependencies, each set once by `create_app` on `app.state` and
+declared by the handlers that use it, e.g. `def get_item(store: StoreDep, ...)`."""
 
 from __future__ import annotations
 

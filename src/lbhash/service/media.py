@@ -130,16 +130,11 @@ class ItemMedia:
             return cached
         generation = self.cache.generation
         source, how = self.origin(item_id)
-        if how is None:
-            raise NotFound(f"item {item_id} has no image (no source recorded for it)")
         try:  # an image that cannot be read or decoded: the item has none to show (404, the reason)
-            if how == "upload":
-                kept = self.kept.read(item_id)
-                if kept is None:  # deleted or replaced meanwhile
-                    raise NotFound(f"item {item_id} has no image (no source recorded for it)")
-                image = kept[1]
-            else:
-                image = self.data.read(item_id)  # the first read loads the data set (outside the gate)
+            kept = self.kept.read(item_id) if how == "upload" else None  # None: deleted or replaced meanwhile
+            if how is None or (how == "upload" and kept is None):
+                raise NotFound(f"item {item_id} has no image (no source recorded for it)")
+            image = kept[1] if kept is not None else self.data.read(item_id)  # the first read loads the data set
             with self.gate.turn():
                 blob = thumbnail_png(image, source, side, decoding=self.decoding)
         except NotFound:

@@ -7,10 +7,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import asdict
 from pathlib import Path
-
 from typing import Literal
 
 import numpy as np
@@ -20,14 +20,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from lbhash.codes import to_hex
 from lbhash.errors import NotFound
-from lbhash.evaluate.formatting import RATIO_SCALE
-from lbhash.runs.searcher import QueryEncoder
 from lbhash.limits import MAX_ID, THUMBNAIL_SIDE, VIEW_SIDE, check_ids
 from lbhash.service.decode import check_batch
 from lbhash.service.depends import AccessDep, EncoderDep, LimitsDep, MediaDep, StoreDep
 from lbhash.service.media import ItemMedia
 from lbhash.service.models import Int
 from lbhash.runs.index_store import Store
+from lbhash.runs.serving import run_summary
 
 logger = logging.getLogger("lbhash")
 STATIC = Path(__file__).resolve().parent / "static"
@@ -119,15 +118,10 @@ def item_details(store: Store, media: ItemMedia, ids: list[int]) -> dict[int, di
     except NotFound:  # (rare) one at a time, to tell which
         codes = {}
         for item_id in ids:
-            try:
+            with contextlib.suppress(NotFound):
                 codes[item_id] = to_hex(store.get(np.array([item_id], np.int64))[0])[0]
-            except NotFound:
-                pass
-    details = {}
-    for item_id in ids:
-        source, how = media.origin(item_id)
-        details[item_id] = {"source": source, "image": how is not None, "code": codes.get(item_id)}
-    return details
+    origins = {i: media.origin(i) for i in ids}  # (source, how its image is read)
+    return {i: {"source": s, "image": how is not None, "code": codes.get(i)} for i, (s, how) in origins.items()}
 
 
 @router.get("/items/{item_id}/image", responses={200: {"content": {"image/png": {}}}, **ERRORS},
@@ -138,15 +132,6 @@ def item_image(media: MediaDep, item_id: int = PathParam(..., ge=0, le=MAX_ID),
     from its recorded source (or the image it was added with); 404 when it has none."""
     blob = media.thumbnail(item_id, IMAGE_SIDES[size])
     return Response(blob, media_type="image/png", headers={"Cache-Control": "no-cache"})
-
-
-def run_summary(encoder: QueryEncoder | None) -> dict | None:
-    """The attached run: its method, bits and data, and its quality from metrics.json."""
-    info = None if encoder is None else encoder.encoder.run_info()
-    if info is None:
-        return None
-    bound = info.get("lower_bound")  # with what its ratio means (`scale`, shown beside it)
-    return {**info, "lower_bound": {**bound, "scale": RATIO_SCALE} if isinstance(bound, dict) else None}
 
 
 def _page_headers() -> dict:
