@@ -26,7 +26,7 @@ ALLOWED = {
     "train": {"centers", "surrogate", "methods", "models", "data", "evaluate"},  # the training engine
     "runs": {"train", "index", "data", "encoders", "evaluate", "methods", "models"},  # the application layer
     "reproduce": {"runs", "train", "centers", "data", "evaluate", "methods", "surrogate"},
-    "service": {"runs", "index", "encoders", "evaluate"},
+    "service": {"runs", "encoders"},
     "cli": {"runs", "index", "train", "reproduce", "service", "centers", "data", "evaluate", "methods"},
 }
 APPLICATION = {"runs", "reproduce", "service", "cli"}
