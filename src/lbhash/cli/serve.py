@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from lbhash.cli.index import backend_options
-from lbhash.cli.query_encoder import check_model, encoder_options, load_query_encoder, model_source
+from lbhash.cli.search import encoder_options, model_source
 from lbhash.errors import InputError, require_extra
 from lbhash.limits import (BATCH_ROWS, HEADER_TIMEOUT_S, MAX_BATCH, MAX_BODY_BYTES, MAX_CONNECTIONS, MAX_DECODING_PIXELS,
                            MAX_K, MAX_RESCORE_CANDIDATES, MEDIA_BUDGET_BYTES)
@@ -80,7 +80,8 @@ def serve(index_dir: str, run_dir, export_path, host: str, port: int, compact_ev
         require_extra("--backend milvus", "milvus", "pymilvus")
     import uvicorn
 
-    from lbhash.runs.index_dir import open_index
+    from lbhash.runs.index_dir import open_index, saved_metadata
+    from lbhash.runs.index_inputs import check_index_model, query_encoder
     from lbhash.runs.index_store import IndexStore, MilvusStore
     from lbhash.service import Limits, create_app
     from lbhash.service.access import HostNames, access_from_environment
@@ -91,16 +92,13 @@ def serve(index_dir: str, run_dir, export_path, host: str, port: int, compact_ev
         raise InputError(f"--host {host}: anyone who reaches it could change the index; set a write key "
                          "(LBHASH_WRITE_KEY or --write-key-file) or serve --read-only")
     hosts = HostNames.for_server(host, allowed_hosts)
-    if backend != "milvus":  # read-only: a missing or broken index is named before the port is taken
-        from lbhash.index.storage import read_manifest
-
-        manifest = read_manifest(Path(index_dir))
-        check_model(manifest.get("metadata"), run_dir, export_path, index_dir, force)
-    else:
-        model_source(run_dir, export_path)
+    # read-only: a missing or broken index is named before the port is taken
+    metadata = saved_metadata(index_dir) if backend != "milvus" else None
+    model_source(run_dir, export_path)
+    check_index_model(metadata, index_dir, run_dir, export_path, force)
     sock = _listen(host, port)  # before opening: a busy port must leave the index and its log untouched
     try:
-        encoder = load_query_encoder(run_dir, export_path)
+        encoder = query_encoder(run_dir, export_path)
         store = (MilvusStore(open_index(index_dir, backend, uri)) if backend == "milvus"
                  else IndexStore(index_dir, compact_every=compact_every))
         limits = Limits(max_body_bytes=max_body_mb << 20, max_batch=max_batch, max_k=max_k,

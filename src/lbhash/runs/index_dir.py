@@ -11,8 +11,14 @@ from pathlib import Path
 
 import numpy as np
 
+from lbhash._io import refuse_inside_run
 from lbhash.errors import InputError
+from lbhash.index import CodeIndex
+from lbhash.index.storage import directory_bytes, read_manifest
+from lbhash.index.writer_lock import writer_lock
 from lbhash.runs import index_inputs
+from lbhash.runs.origins import forget_sources, read_sources, record_class_names, record_sources
+
 
 @dataclass(frozen=True)
 class Built:
@@ -31,9 +37,12 @@ def open_index(target: str | Path, backend: str = "faiss", uri: str | None = Non
         from lbhash.index.milvus import MilvusIndex
 
         return MilvusIndex(None, collection=str(target), **_at(uri))
-    from lbhash.index import CodeIndex
-
     return CodeIndex.load(target)
+
+
+def saved_metadata(index_dir: str | Path) -> dict | None:
+    """The metadata of a saved index directory, from its manifest alone (a missing or broken index is named)."""
+    return read_manifest(Path(index_dir)).get("metadata")
 
 
 def build_index(source: Path, out: str, kind: str = "flat", part: str | None = None, data: str | None = None,
@@ -67,10 +76,6 @@ def build_index(source: Path, out: str, kind: str = "flat", part: str | None = N
         index = _new_milvus(out, uri, items["bits"], kind, params, overwrite, dim)
         index.add(items["codes"], ids=ids, labels=items["labels"], embeddings=emb)
         return Built(index, len(ids), items["bits"], dim, None)
-    from lbhash._io import refuse_inside_run
-    from lbhash.index import CodeIndex
-    from lbhash.index.writer_lock import writer_lock
-
     refuse_inside_run(out, "--out")
     if Path(out).exists() and not overwrite:
         raise InputError(f"{out} exists: choose another --out to keep it, or pass --overwrite to replace it")
@@ -94,10 +99,6 @@ class IndexDirectory:
     def add(self, codes_file: str | Path, upsert: bool = False) -> tuple[np.ndarray, int]:
         """Add the items of a codes file (`lbhash encode`): (their ids, the index's count after).
         An index that keeps embeddings takes them from the file; a file without them is refused."""
-        from lbhash.index import CodeIndex
-        from lbhash.index.writer_lock import writer_lock
-        from lbhash.runs.origins import forget_sources
-
         with writer_lock(self.path, "lbhash index add"):  # read, change and save with no other writer
             index = CodeIndex.load(self.path)
             items = index_inputs.codes_file(codes_file)
@@ -116,10 +117,6 @@ class IndexDirectory:
     def remove(self, ids: np.ndarray) -> tuple[int, int]:
         """Remove items by id: (how many, the index's count after). An id not in the index is
         NotFound, and nothing is removed or saved."""
-        from lbhash.index import CodeIndex
-        from lbhash.index.writer_lock import writer_lock
-        from lbhash.runs.origins import forget_sources
-
         with writer_lock(self.path, "lbhash index remove"):  # read, change and save with no other writer
             index = CodeIndex.load(self.path)
             removed = index.remove(ids)
@@ -131,10 +128,6 @@ class IndexDirectory:
     def describe(self) -> dict:
         """What `lbhash index info` prints: kind, size, how it searches, embeddings, bytes on disk
         and the sources it records (its files' checksums verified on the way)."""
-        from lbhash.index import CodeIndex
-        from lbhash.index.storage import directory_bytes
-        from lbhash.runs.origins import read_sources
-
         index = CodeIndex.load(self.path)
         record = read_sources(index)
         stats = index.stats()
@@ -160,8 +153,6 @@ def _record_origins(index, source: Path, spec: str | None, ids, model: dict | No
     if spec is None:
         return
     index.metadata["data"] = spec
-    from lbhash.runs.origins import record_class_names, record_sources
-
     if not index_inputs.has_sources(spec):  # feature rows: no sources, but the run may have named its classes
         record_class_names(index, spec, index_inputs.run_class_names(source))
         return

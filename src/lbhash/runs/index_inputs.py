@@ -23,17 +23,18 @@ def run_model(run_dir: str | Path) -> dict | None:
     return model_identity(run_dir) if (Path(run_dir) / CONFIG).is_file() else None
 
 
-def check_index_model(metadata: dict, source: str | Path, index_dir, force: bool = False,
-                      exported: bool = False) -> None:
+def check_index_model(metadata: dict | None, index_dir, run_dir: Path | None = None, export_path: Path | None = None,
+                      force: bool = False) -> None:
     """Refuse to encode queries for an index with a model other than the one that made its codes:
-    their distances would mean nothing. `source` is a run directory, or with `exported` an export.
+    their distances would mean nothing. The model is a run directory's or an export's (at most one).
 
     The refusal names what tells the two models apart (run, method, bits, input kind, epoch), and
     its advice never replaces what the user has. `force` searches anyway with a warning, except
     across input kinds, which is refused.
     """
-    recorded = (metadata or {}).get(MODEL_KEY)
-    if not isinstance(recorded, dict):
+    recorded, exported = (metadata or {}).get(MODEL_KEY), run_dir is None
+    source = export_path if exported else run_dir
+    if not isinstance(recorded, dict) or source is None:
         return
     now = exported_model(source) if exported else run_model(source)
     if now is None or now.get("sha256") == recorded.get("sha256"):
@@ -121,6 +122,13 @@ def load_encoder(run_dir: str | Path):
     if not run_dir.is_dir():
         raise InputError(f"{run_dir}: no such run directory")
     return RunDirectory(run_dir).encoder()
+
+
+def query_encoder(run_dir: Path | None = None, export_path: Path | None = None):
+    """The encoder of the run or else the export given (lbhash.encoders.Encoder); None without either."""
+    if run_dir is not None:
+        return load_encoder(run_dir)
+    return None if export_path is None else load_exported(export_path)
 
 
 def load_exported(path: str | Path):

@@ -1,28 +1,31 @@
 """Raw inputs (feature vectors or images) through an encoder: `QueryEncoder` makes a search's
-`Queries` (what `lbhash search` and the service both search with), and `Searcher` searches a
-backend with them."""
+`Queries` (what `lbhash search` and the service both search with), `Searcher` searches a backend
+with them, and `search_index` is the search of an index with queries from files (`lbhash search`)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from lbhash.codes import pack, to_signs
-from lbhash.data.image_sources import decode_image
+from lbhash.data.image_sources import decode_image, is_image_name
 from lbhash.encoders import INPUT_KINDS, Encoder
 from lbhash.errors import InputError
 from lbhash.index.backend import Backend, InRange, Reranked, TopK
-from lbhash.index.hits import Queries
+from lbhash.index.hits import Queries, Spelling, check_classes, plan_search, search_hits
 from lbhash.index.rescore import RESCORE_FACTOR, rescore_search
+from lbhash.runs import index_inputs
+from lbhash.runs.index_dir import open_index
+from lbhash.runs.origins import read_sources
+
+IMAGE_ARRAY_SUFFIXES = (".npz", ".npy", ".mat")  # images: an image array, read as image-array:PATH
 
 
 class QueryEncoder:
-    """The encoder that made an index's `bits`-bit codes (a run's torch model or an export).
-
-    `encode`, `embed` and `embeddings` of feature rows, an image batch or a list of images of any
-    sizes (the encoder checks them: lbhash.encoders.Encoder); `queries(inputs, rescore=...)` the
-    `Queries` of a search in one forward pass; `decode_images` turns encoded files (JPEG, PNG, ...)
-    into that list.
-    """
+    """The encoder that made an index's `bits`-bit codes (a run's torch model or an export); its
+    methods take feature rows, an image batch or a list of images of any sizes (the encoder checks them)."""
 
     def __init__(self, encoder: Encoder, bits: int):
         kind = getattr(encoder, "input_kind_", None)
@@ -88,3 +91,174 @@ class Searcher(QueryEncoder):
 
     def range_search(self, inputs, radius: int, labels=None) -> InRange:
         return self.index.range_search(self.encode(inputs), radius, labels)
+
+
+@dataclass(frozen=True)
+class Names(Spelling):
+    """How the caller names the search options and the query sources in its messages."""
+
+    features: str = "features"
+    images: str = "images"
+
+
+@dataclass(frozen=True)
+class Found:
+    """`search_index`'s answer: per query a dict (query, name, ids, distances, scores when re-scored,
+    labels, sources when known, query_labels when known); the index's class names (None: unnamed)."""
+
+    results: list[dict]
+    class_names: list[str] | None
+
+
+def search_index(index_dir, backend: str = "faiss", uri: str | None = None, *, codes: Path | None = None,
+                 features: str | None = None, images=(), run_dir: Path | None = None, export_path: Path | None = None,
+                 force: bool = False, k: int | None = None, radius: int | None = None, classes: list[int] | None = None,
+                 factor: int | None = None, rescore: bool = True, names: Names = Names()) -> Found:
+    """Search a saved index (or Milvus collection) with the queries of one source: a codes file
+    (`codes`), feature rows (`features`) or `images` (files, folders, image arrays), these encoded
+    by the run or export that made the index's codes (another is refused; `force`: warned).
+    The options are checked before the index is read. Re-scores by default where the index keeps
+    embeddings and the queries have theirs, for a top k; `factor` asks for it, rescore=False never."""
+    plan_search(k, radius, rescore=factor is not None, factor=factor, spelling=names)  # (checks)
+    classes = None if classes is None else check_classes([classes], names.classes)[0]
+    index = open_index(index_dir, backend, uri)
+    if codes is None:
+        index_inputs.check_index_model(index.metadata, index_dir, run_dir, export_path, force)
+    encoder = None if codes is not None else index_inputs.query_encoder(run_dir, export_path)
+    rescore = _rescores(index, encoder, radius, factor, rescore, names)
+    plan = plan_search(k, radius, rescore=rescore, factor=factor, spelling=names)
+    query_names, queries, query_labels = _queries(index, codes, features, images, encoder, rescore, names)
+    hits = search_hits(index, queries, plan, None if classes is None else [classes] * len(queries))
+    found = np.array(sorted({i for h in hits for i in h.ids}), np.int64)
+    record = read_sources(index)  # sources and class names, parsed once
+    source_of = _hit_sources(index, record, found, run_dir, index_dir, backend)
+    results = [{"query": q, "name": query_names[q], "ids": h.ids, "distances": h.distances,
+                **({"scores": h.scores} if rescore else {}),
+                "labels": h.labels, **({"sources": [source_of.get(x) for x in h.ids]} if source_of else {}),
+                **({"query_labels": query_labels[q]} if query_labels is not None else {})}
+               for q, h in enumerate(hits)]
+    return Found(results, (record.class_names or None) if record is not None else None)
+
+
+def _rescores(index, encoder, radius, factor, rescore: bool, names: Names) -> bool:
+    """Whether the search re-scores: by default where the index keeps embeddings and the queries
+    have theirs (feature rows, images through an encoder that gives them) for a top k; `factor`
+    asks for it."""
+    if not rescore:
+        return False
+    if index.embedding_dim is None:
+        if factor is not None:
+            raise InputError(f"{names.factor}: the index keeps no embeddings, so it cannot re-score; build it with "
+                             f"its embeddings (`lbhash index build` keeps them by default) or leave out {names.factor}")
+        return False
+    if factor is not None:
+        return True  # (an encoder without embeddings then says so in one line)
+    return encoder is not None and radius is None and QueryEncoder(encoder, index.bits).gives_embeddings
+
+
+def _queries(index, codes, features, images, encoder, rescore: bool, names: Names):
+    """The queries' names, `Queries` (with embeddings when rescore=True) and class-id lists (None: no labels)."""
+    if codes is not None:
+        query_names, packed, labels = _code_queries(index, codes)
+        return query_names, Queries(packed), labels
+    from lbhash.data import load_data
+
+    run = QueryEncoder(encoder, index.bits)
+    _check_query_kind(run.input_kind, features, images, names)
+    if features is not None:
+        spec = features if features.startswith("features:") else f"features:{features}"
+        inputs = load_data(spec, labels_required=False)
+        query_names, labels = [f"row {i}" for i in range(len(inputs))], _label_lists(inputs.labels)
+    else:
+        query_names, inputs = _image_queries(run, images, names)
+        labels = None
+    return query_names, run.queries(inputs, rescore=rescore), labels
+
+
+def _check_query_kind(kind: str, features, images, names: Names) -> None:
+    """Feature rows for a run on features, images for a run on images: one line otherwise."""
+    given, wanted = (names.features if features is not None else names.images), \
+        (names.features if kind == "features" else names.images)
+    if given != wanted:
+        what = features if features is not None else " ".join(map(str, images))
+        forms = {names.features: ("feature rows", "a .npy or feature file"),
+                 names.images: ("images", "image files, folders of them or an image array")}
+        raise InputError(f"{given} {what}: {given} takes {forms[given][0]}, but the run encodes {kind}; give "
+                         f"its queries with {wanted} ({forms[wanted][1]})")
+
+
+def _image_queries(run, images, names: Names) -> tuple[list[str], list[np.ndarray]]:
+    """The names and uint8 (H, W, 3) images of `images`: files, the image files of directories,
+    and the rows of image arrays (named `FILE row N`, as an index names them)."""
+    from lbhash.data import load_data
+
+    query_names, pixels = [], []
+    for path in map(Path, images):
+        if str(path).startswith("image-array:") or path.suffix.lower() in IMAGE_ARRAY_SUFFIXES:
+            spec = str(path) if str(path).startswith("image-array:") else f"image-array:{path}"
+            data = load_data(spec, labels_required=False)
+            query_names += [str(s) for s in data.item_sources(None)]
+            pixels += list(data.pixels)
+        else:
+            files = _image_files([path], names)
+            query_names += [str(f) for f in files]
+            pixels += run.decode_images([f.read_bytes() for f in files], [str(f) for f in files])
+    return query_names, pixels
+
+
+def _label_lists(labels) -> list[list[int]] | None:
+    """Class-id lists of (n, C) multi-hot rows; None when there are no label columns."""
+    rows = np.asarray(labels) if labels is not None else None
+    if rows is None or rows.ndim != 2 or rows.shape[1] == 0:
+        return None
+    return [np.flatnonzero(row).tolist() for row in rows]
+
+
+def _code_queries(index, codes_path) -> tuple[list[str], np.ndarray, list[list[int]] | None]:
+    from lbhash.codes_file import load_codes_file, only_part, part
+    from lbhash.labels import as_multihot
+
+    data = load_codes_file(codes_path, need=(), bits=index.bits)
+    if data["bits"] != index.bits:
+        raise InputError(f"{codes_path}: {data['bits']}-bit codes, but the index holds {index.bits}-bit codes")
+    fields = part(data, only_part(data, "query", codes_path))
+    labels = fields.get("labels")
+    multi_hot = None if labels is None else as_multihot(labels, f"{codes_path}: query labels", keep_ids=True)
+    sources = fields["sources"]
+    names = [f"row {i}" for i in range(len(fields["codes"]))] if sources is None else [str(x) for x in sources]
+    return names, fields["codes"], _label_lists(multi_hot)
+
+
+def _image_files(images, names: Names) -> list[Path]:
+    """Image files, and the image files under folders: a class-folder tree of photos is searched
+    whole, by path (hidden files and folders left out, as training leaves them out)."""
+    files = []
+    for path in images:
+        if path.is_dir():
+            files += sorted(p for p in path.rglob("*") if is_image_name(p.name) and p.is_file()
+                            and not any(part.startswith(".") for part in p.relative_to(path).parts))
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise InputError(f"{path}: no such file or directory")
+    if not files:
+        raise InputError(f"{names.images} {' '.join(map(str, images))}: no image files there")
+    return files
+
+
+def _hit_sources(index, record, ids, run_dir, index_dir, backend: str) -> dict:
+    """id -> the file, member or row it came from: the index's own `record` (lbhash.runs.origins),
+    else, for an index built from a run on image data whose run is given, that run's data."""
+    from lbhash.runs.uploads import KeptImages, item_origin, media_dir_for
+
+    record = record if len(ids) else None
+    media = media_dir_for(index_dir) if backend == "faiss" else None
+    kept = KeptImages(media, writer=False) if media is not None and media.is_dir() else None
+    if record is not None or kept is not None:
+        found = {i: item_origin(i, record, kept)[0] for i in ids.tolist()}
+        return {i: s for i, s in found.items() if s is not None}
+    data = index.metadata.get("data")
+    if run_dir is None or data is None or not len(ids) or index_inputs.run_data(run_dir) != data:
+        return {}
+    found = index_inputs.item_sources(data, ids)
+    return {i: s for i, s in zip(ids.tolist(), found) if s is not None}
