@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from lbhash.reproduce.runner import Cell, run_cells
-from lbhash.train.config import parse_yaml
+from lbhash.runs.train_options import parse_yaml
 from _smoke import parse_args  # beside this script
 
 

@@ -13,10 +13,10 @@ from click.testing import CliRunner
 
 from helpers import assert_resume_matches, digits_loss_steps, digits_subset, train_passes
 from lbhash.cli import main
-from lbhash.cli.methods import markdown_table
 from lbhash.methods import PROFILES
 from lbhash.methods import LowerBoundObjective, ObjectiveOptions, available_methods, create_method, method_class
 from lbhash.methods import method_defaults
+from lbhash.runs.train_options import methods_markdown
 from lbhash.surrogate import BlockSurrogate
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "methods.md"
@@ -98,7 +98,7 @@ def test_docs_show_the_defaults_table_of_the_code(profile):
     marker = f"<!-- defaults:{profile} -->\n"
     assert marker in text
     table = text.split(marker, 1)[1].split("\n\n", 1)[0].strip()
-    assert table == markdown_table(profile)
+    assert table == methods_markdown(profile)
 
 
 def test_methods_command_lists_every_method():

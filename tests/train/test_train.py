@@ -19,7 +19,8 @@ from lbhash.runs import RunDirectory
 from helpers import one_line_error
 from run_bank import DIGITS
 from lbhash.errors import InputError
-from lbhash.train import TrainConfig, build_config, load_config_file
+from lbhash.runs.train_options import build_config, load_config_file
+from lbhash.train import TrainConfig
 from lbhash.train.builder import build_experiment
 from lbhash.train.forward import encode
 
@@ -66,7 +67,7 @@ def test_a_config_of_yaml_aliases_is_refused_in_one_line(tmp_path):
     """A 600-byte YAML of nested aliases (`--config`) printed pydantic tracebacks and ran past
     120 s (issue 60, item 9): YAML anchors and aliases are refused where YAML is read, naming
     the file, before anything expands them."""
-    from lbhash.train.config import parse_yaml
+    from lbhash.runs.train_options import parse_yaml
 
     path = tmp_path / "laughs.yaml"
     path.write_text(LAUGHS)

@@ -91,7 +91,8 @@ def test_hash_encoder_and_lbhash_train_train_with_the_same_recipe(monkeypatch):
 
     from lbhash import HashEncoder
     from lbhash.data import load_data
-    from lbhash.train import build_config, resolve_config
+    from lbhash.runs.train_options import build_config
+    from lbhash.train import resolve_config
 
     rng = np.random.default_rng(0)
     X, y = rng.normal(size=(60, 6)).astype(np.float32), np.repeat(np.arange(3), 20)

@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+
 from lbhash.errors import InputError
+from lbhash.runs.metrics import make_centers
 
 KINDS_HELP = "auto, hadamard, bch, reed_solomon or random"
 
@@ -35,23 +37,5 @@ def centers(bits: str, classes: str, kind: str, seed: str, out: Path | None, no_
     Prints the kind used, the min and mean pairwise distance and the Plotkin bound
     floor(bits*C / (2*(C-1))), which no set of C codewords can exceed.
     """
-    import numpy as np
-
-    from lbhash._io import atomic_path, check_output_file
-    from lbhash.centers import center_report, select_centers
-
-    if out is not None:
-        check_output_file(out, "--out")
-    codes, made_by = select_centers(_parse_int(bits, "--bits"), _parse_int(classes, "--classes"),
-                                    kind, _parse_int(seed, "--seed"), cache=not no_cache, canonical=canonical)
-    report = center_report(codes, made_by)
-    chosen = f"{made_by} (chosen by auto)" if kind == "auto" else made_by
-    click.echo(f"kind: {chosen}")
-    click.echo(f"bits: {report.bits}, classes: {report.classes}")
-    click.echo(f"min pairwise distance: {report.min_distance}")
-    click.echo(f"mean pairwise distance: {report.mean_distance:.3f}")
-    click.echo(f"Plotkin bound on the min distance: {report.plotkin_bound}")
-    if out is not None:
-        with atomic_path(out) as tmp, open(tmp, "wb") as fh:  # np.save on a name would add .npy
-            np.save(fh, codes)
-        click.echo(f"wrote {out}")
+    click.echo("\n".join(make_centers(_parse_int(bits, "--bits"), _parse_int(classes, "--classes"), kind,
+                                       _parse_int(seed, "--seed"), out, cache=not no_cache, canonical=canonical)))

@@ -6,11 +6,10 @@ from pathlib import Path
 
 import click
 
-import numpy as np
-
 from lbhash.checks import parse_int_list
 from lbhash.cli.common import parse_topk
 from lbhash.errors import InputError
+from lbhash.runs.metrics import evaluate_files
 
 
 @click.command()
@@ -47,76 +46,18 @@ def evaluate(codes_file: Path | None, queries: Path | None, database: Path | Non
              overwrite: bool) -> None:
     """Evaluate codes and print every metric.
 
-    CODES_FILE is a codes file with a query and a database part (a run's codes.npz; see
-    docs/evaluation.md#codes-files). Or give --queries and --database: each a codes file
-    (`lbhash encode`'s output, say) or a .npy of +/-1 or packed codes, with labels from the
-    file or from --query-labels/--database-labels. mAP is at the R the files record unless
-    --topk says otherwise. Nothing is written unless --out names a file.
+    CODES_FILE is a codes file with a query and a database part (a run's codes.npz; see docs/evaluation.md#codes-files).
+    Or give --queries and --database: each a codes file (`lbhash encode`'s output, say) or a .npy of +/-1 or packed
+    codes, with labels from the file or from --query-labels/--database-labels. mAP is at the R the files record
+    unless --topk says otherwise. Nothing is written unless --out names a file.
     """
-    from lbhash._io import check_new_output_file, write_json
-    from lbhash.evaluate import evaluate_codes, format_metrics
-
     if (codes_file is None) == (queries is None and database is None):
         raise InputError("give a codes file, or --queries and --database (not both)")
     if codes_file is None and (queries is None or database is None):
         raise InputError(f"--{'queries' if queries is None else 'database'} is missing: give both "
                          "--queries and --database")
-    if out is not None:
-        check_new_output_file(out, "--out", overwrite)
-    q_path, db_path = (codes_file, codes_file) if codes_file is not None else (queries, database)
-    q = _side(q_path, "query", query_labels, "--query-labels", bits, codes_file is not None)
-    db = _side(db_path, "db", database_labels, "--database-labels", bits, codes_file is not None)
-    if q["bits"] != db["bits"]:
-        raise InputError(f"{q_path} holds {q['bits']}-bit codes but {db_path} holds {db['bits']}-bit codes")
-    r, where = _resolve_topk(topk, q, db)
-    real = None
-    if asymmetric is not None:
-        if q["real"] is None:
-            raise InputError(f"{q_path}: --asymmetric needs the queries' real-valued outputs (the query part's "
-                             "`real`: lbhash encode --real, or a run's codes.npz)")
-        real = q["real"]
-        if asymmetric == "tanh" and real.dtype.kind in "iuf":  # other dtypes: refused by evaluate_codes
-            real = np.tanh(real.astype(np.float64))
-    metrics = evaluate_codes(
-        q["codes"], db["codes"], q["labels"], db["labels"], bits=q["bits"], topk=r, ks=parse_int_list(ks, "--ks"),
-        radius=radius, knn=knn, percentile=percentile, tie_averaged=tie_averaged, query_real=real)
-    click.echo(f"R = {'all' if r is None else r} ({where})")
-    click.echo(format_metrics(metrics))
-    if out is not None:
-        write_json(out, metrics)
-        click.echo(f"wrote {out}")
-
-
-def _side(path: Path, name: str, labels_path: Path | None, option: str, bits: int | None, both: bool) -> dict:
-    """One side (queries or database) of an evaluation: its codes, labels, real outputs and R."""
-    from lbhash import _io
-    from lbhash.codes_file import load_codes_file, only_part, part
-
-    data = load_codes_file(path, need=(name,) if both else (), bits=bits)
-    fields = part(data, name if both else only_part(data, name, path))
-    labels = fields["labels"]
-    if labels_path is not None:
-        labels = _io.load_npy(labels_path) if labels_path.suffix == ".npy" else None
-        if labels is None:
-            raise InputError(f"{option} {labels_path}: must be a .npy file of class ids or multi-hot rows")
-        if len(labels) != len(fields["codes"]):
-            raise InputError(f"{option} {labels_path}: {len(labels)} rows for {len(fields['codes'])} codes in {path}")
-    if labels is None:
-        what = "queries" if name == "query" else "database items"
-        raise InputError(f"{path}: the {what} have no labels, which evaluation needs (give {option} FILE, "
-                         "or encode labelled data)")
-    return {"codes": fields["codes"], "labels": labels, "real": fields["real"], "bits": data["bits"],
-            "topk": data["topk"], "has_topk": data["topk_recorded"], "path": path}
-
-
-def _resolve_topk(topk: str | None, q: dict, db: dict) -> tuple[int | None, str]:
-    if topk is not None:
-        return parse_topk(topk), "--topk"
-    recorded = {s["path"]: s["topk"] for s in (q, db) if s["has_topk"]}
-    values = set(recorded.values())
-    if len(values) > 1:
-        listed = ", ".join(f"{p}: {v or 'all'}" for p, v in recorded.items())
-        raise InputError(f"the files record different R ({listed}); choose one with --topk")
-    if not values:
-        return None, "no R recorded: the whole database"
-    return values.pop(), f"recorded in {', '.join(map(str, dict.fromkeys(recorded)))}"
+    r = None if topk is None else ("all" if parse_topk(topk) is None else parse_topk(topk))
+    click.echo("\n".join(evaluate_files(
+        codes_file or queries, codes_file or database, codes_file is not None, query_labels, database_labels, bits, r,
+        asymmetric, out, overwrite, ks=parse_int_list(ks, "--ks"), radius=radius, knn=knn, percentile=percentile,
+        tie_averaged=tie_averaged)))

@@ -75,25 +75,15 @@ def reproduce(experiment, data, protocol, out, workers, methods, bits, seeds, ki
 
 def _spec_values(experiment, methods, bits, seeds, kinds, study_name, settings, test, held_out) -> dict:
     """The experiment's own options given on the command line, as fields of its spec."""
-    values: dict = {}
     for flag, given in (("--methods", methods), ("--kinds", kinds), ("--settings", settings), ("--bits", bits),
                         ("--seeds", seeds)):
         if given is not None and not given.replace(",", "").replace(";", "").strip():
             raise InputError(f"{flag} is empty: leave it out for the experiment's default, or name at least one")
-    if methods:
-        values["methods"] = tuple(m.strip() for m in methods.split(",") if m.strip())
-    if bits:
-        values["bits"] = tuple(parse_int_list(bits, "--bits"))
-    if seeds:
-        values["seeds"] = tuple(parse_int_list(seeds, "--seeds"))
-    if kinds:
-        values["kinds"] = tuple(k.strip() for k in kinds.split(",") if k.strip())
-    if study_name:
-        values["study"] = study_name
-    if settings:
-        values["settings"] = tuple(t.strip() for t in settings.split(";") if t.strip())
-    if test:
-        values["test"] = True
+    words = lambda text, sep: tuple(w.strip() for w in text.split(sep) if w.strip())  # noqa: E731
+    values = {"methods": methods and words(methods, ","), "bits": bits and tuple(parse_int_list(bits, "--bits")),
+              "seeds": seeds and tuple(parse_int_list(seeds, "--seeds")), "kinds": kinds and words(kinds, ","),
+              "study": study_name, "settings": settings and words(settings, ";"), "test": test}
+    values = {key: value for key, value in values.items() if value}  # the experiment's defaults for the others
     if held_out is not None:
         if experiment != "baselines":
             raise InputError("--held-out applies to the baselines experiment only")
@@ -111,7 +101,7 @@ def _remove_empty(runs: Path, *made: Path) -> None:
 
 def _overrides(options) -> dict:
     """--set KEY=VALUE options: training values for every run."""
-    from lbhash.train.config import parse_yaml
+    from lbhash.runs.train_options import parse_yaml
 
     overrides = {}
     for item in options:

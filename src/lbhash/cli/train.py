@@ -11,12 +11,11 @@ from lbhash.checks import parse_int_list
 from lbhash.cli.common import parse_topk
 from lbhash.cli.options import SectionedCommand, config_options, config_sections
 from lbhash.errors import InputError
+from lbhash.runs.train_options import parse_yaml
 
 
 def parse_method_options(values: tuple[str, ...]) -> dict:
     """NAME=VALUE pairs; values are read as YAML scalars, so numbers and booleans keep their type."""
-    from lbhash.train.config import parse_yaml
-
     out = {}
     for item in values:
         key, sep, raw = item.partition("=")
@@ -51,14 +50,13 @@ HELP_SECTIONS = lambda: [("Run", ["config_file", "out", "resume", "quiet", "help
 def train(config_file, out, resume, quiet, method_option, hidden, topk, **flags) -> None:
     """Train a hash model and write a run directory; --lbhash adds the paper's objective (Alg 1).
 
-    The run directory holds config.yaml, split.npz, data.json, log.jsonl, checkpoint.pt,
-    codes.npz and metrics.json. A line on stderr says what data was loaded; progress shows
-    bars on a terminal, and one line per epoch elsewhere (a log file).
+    The run directory holds config.yaml, split.npz, data.json, log.jsonl, checkpoint.pt, codes.npz and
+    metrics.json. A line on stderr says what data was loaded; progress shows bars on a terminal, and one
+    line per epoch elsewhere (a log file).
 
-    --out R --resume continues an interrupted run; on a finished run it prints the saved
-    metrics and says there is nothing to do. --out R --resume --epochs N trains R further to
-    N epochs in all (the step schedule continues its steps; a cosine run is refused, its curve
-    being fixed by its epochs).
+    --out R --resume continues an interrupted run; on a finished run it prints the saved metrics and says
+    there is nothing to do. --out R --resume --epochs N trains R further to N epochs in all (the step
+    schedule continues its steps; a cosine run is refused, its curve being fixed by its epochs).
     """
     logger = logging.getLogger("lbhash")
     level = logger.level
@@ -74,9 +72,7 @@ def train(config_file, out, resume, quiet, method_option, hidden, topk, **flags)
 
 
 def _train(config_file, out, resume, method_option, hidden, topk, flags) -> None:
-    from lbhash.evaluate import format_metrics
-    from lbhash.runs import RunDirectory
-    from lbhash.train import build_config, load_config_file
+    from lbhash.runs.run_dir import train_from_options  # the run directory's stack: only to train
 
     progress = flags.pop("progress")
     if resume:
@@ -87,21 +83,12 @@ def _train(config_file, out, resume, method_option, hidden, topk, flags) -> None
         if given or method_option or hidden or topk:
             raise InputError("--resume continues a run with its saved config; drop the other options "
                              "(--epochs N alone trains it further)")
-        metrics = RunDirectory(out).resume(epochs=epochs, progress=progress)
+        lines = train_from_options(out, resume=True, epochs=epochs, progress=progress)
     else:
         flags["method_options"] = parse_method_options(method_option) or None
         flags["hidden"] = parse_int_list(hidden, "--hidden") if hidden else None
         flags["topk"] = ("all" if parse_topk(topk) is None else parse_topk(topk)) if topk else None
         flags["progress"] = progress
-        file_values = load_config_file(config_file) if config_file else {}
-        if flags.get("data") is None and "data" not in file_values:
-            raise InputError("--data is required, e.g. --data features:PATH.npz (see docs/data.md); "
-                             "`lbhash demo` trains on the toy digits set")
-        cfg = build_config(file_values, flags)
-        if out is None:
-            out = Path("runs") / f"{cfg.variant}-{cfg.bits}bits-seed{cfg.seed}"
-        metrics = RunDirectory(out).train(cfg)
-    if metrics:  # empty in the other processes of a multi-process run
-        if "map" in metrics:
-            click.echo(format_metrics(metrics))
-        click.echo(f"run directory: {out}")
+        lines = train_from_options(out, config_file, flags)
+    for line in lines:
+        click.echo(line)

@@ -1,9 +1,9 @@
 """The application layer over the two engines: run directories over the in-memory training core
 (lbhash.train), their front doors, and what turns runs and raw inputs into what the search engine
 (lbhash.index) takes. Modules: `run_dir` (`RunDirectory`: the one way to each file job of a run), `training`,
-`store`, `rundir`, `metrics`, `codes`, `encoder`, `hash_encoder`, `export`, `searcher`, `index_dir`,
-`index_store` (with `wal` and `rwlock`: the live index the service serves), `uploads` (the images it keeps
-beside an index), `index_inputs` and `origins`.
+`rundir`, `train_options` (config files and flags), `metrics`, `demo`, `codes`, `encoder`, `hash_encoder`,
+`searcher`, `index_dir`, `index_store` (with `wal` and `rwlock`: the live index the service serves), `uploads`
+(the images it keeps beside an index), `index_inputs` and `origins`.
 """
 
 from lbhash._lazy import lazy_names

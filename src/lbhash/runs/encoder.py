@@ -75,9 +75,8 @@ class RunEncoder(Encoder):
         return {"dir": None if self.run_dir_ is None else str(Path(self.run_dir_).resolve()), "method": cfg.method,
                 "lbhash": bool(cfg.lbhash), "variant": cfg.variant, "bits": cfg.bits, "data": cfg.data,
                 "protocol": cfg.protocol, "input_kind": cfg.input_kind, "map": metrics.get("map"),
-                "topk": metrics.get("topk"),
+                "topk": metrics.get("topk"), "n_query": metrics.get("n_query"), "n_db": metrics.get("n_db"),
                 "chance_map": metrics.get("chance_map"),  # mAP@all of a random ranking (absent from older runs)
-                "n_query": metrics.get("n_query"), "n_db": metrics.get("n_db"),
                 "asymmetric_map": asymmetric.get("map"), "validation_map": metrics.get("validation_map"),
                 "lower_bound": metrics.get("lower_bound"), "pr_curve": metrics.get("pr_curve")}
 

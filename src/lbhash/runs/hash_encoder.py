@@ -48,14 +48,12 @@ class HashEncoder(RunEncoder, TransformerMixin, BaseEstimator):
     epochs and at least every 10 s; `progress=False` trains silently. `code_format` is what
     `transform` returns: "packed" uint8 codes (default) or "signs", int8 +/-1 (n, bits).
 
-    Fitted attributes: `config_` (the resolved RunConfig), `model_` (the torch hash model),
-    `bits_`, `input_kind_` ("features" or "images"), `n_features_in_` (feature width, None
-    for images), `input_form_` (the input contract), `run_dir_` (the run directory it was
-    trained into or loaded from; None for a fit in memory),
-    `history_` (one record per epoch) and `metrics_` (with `eval_set`: the eval items'
-    metrics, `n_validation`, `n_train` and the eval codes' lower bound; else the run summary).
-    A 2-D uint8 X trains as raw feature values, with a warning (uint8 usually means pixels or
-    quantized features).
+    Fitted attributes: `config_` (the resolved RunConfig), `model_` (the torch hash model), `bits_`,
+    `input_kind_` ("features" or "images"), `n_features_in_` (feature width, None for images), `input_form_`
+    (the input contract), `run_dir_` (the run directory it was trained into or loaded from; None for a fit
+    in memory), `history_` (one record per epoch) and `metrics_` (with `eval_set`: the eval items' metrics,
+    `n_validation`, `n_train` and the eval codes' lower bound; else the run summary). A 2-D uint8 X
+    trains as raw feature values, with a warning (uint8 usually means pixels or quantized features).
 
     Parameters
     ----------

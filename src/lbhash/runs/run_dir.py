@@ -1,19 +1,25 @@
-"""A run directory as the application layer owns it (`RunDirectory`): trained, resumed, read,
-encoded with and exported, which is `lbhash train`, `encode` and `export`; the training engine
-below (lbhash.train) writes no files. Training decides between a new run, a resumed one and one
-with nothing left to train, then hands the run to lbhash.runs.training; a finished run returns
-its metrics without importing the training stack, so `--resume` on it starts fast. The run
-directory's files: docs/training.md.
-"""
+"""A run directory as the application layer owns it (`RunDirectory`): trained, resumed, read, encoded with and
+exported, which is `lbhash train`, `encode` and `export`; the training engine below (lbhash.train) writes no
+files. Training decides between a new run, a resumed one and one with nothing left to train, then hands the run
+to lbhash.runs.training; a finished run returns its metrics without importing the training stack, so `--resume`
+on it starts fast. The run directory's files: docs/training.md."""
 
 from __future__ import annotations
 
 import logging
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
+from lbhash._io import atomic_path, check_new_output_file, file_sha256, write_json
+from lbhash.codes import pack, to_signs
+from lbhash.codes_file import write_codes
 from lbhash.data import HashDataset
-from lbhash.errors import InputError
+from lbhash.encoders.exported import (EXPORT_DIR, EXPORT_FORMAT, INPUT_NAME, MANIFEST as EXPORTED, MODEL, OUTPUT_NAME,
+                                      read_manifest)
+from lbhash.errors import InputError, require_extra
+from lbhash.runs.metrics import finish_run  # imports the metrics' numba kernels only to evaluate
+from lbhash.runs.train_options import build_config, load_config_file
 from lbhash.train.config import RunConfig, TrainConfig
 from lbhash.train.optim import check_extension, check_further
 from lbhash.train.processes import process_rank
@@ -26,8 +32,7 @@ EpochHook = Callable[[int], None]
 
 
 class RunDirectory:
-    """A run directory, the one way to each file job of a run: `RunDirectory(out).train(cfg)`,
-    `.resume()`, `.config()`, `.metrics()`, `.log()`, `.encoder()`, `.encode()`, `.export()`."""
+    """A run directory, the one way to each file job of a run: `RunDirectory(out).train(cfg)`, `.resume()`, ..."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -84,9 +89,6 @@ class RunDirectory:
         shared out over processes and rank 0 returns everything (the others None). `real` and
         `embeddings` add the head's real outputs and each item's embedding from the same forward pass.
         """
-        from lbhash._io import check_new_output_file
-        from lbhash.codes import pack, to_signs
-        from lbhash.codes_file import write_codes
         from lbhash.runs.codes import run_forward
         from lbhash.train.forward import embed_sharded, encode_sharded
 
@@ -113,14 +115,7 @@ class RunDirectory:
         RUN_DIR/export; docs/export.md); returns the export directory. An existing export is replaced
         only with `overwrite`; each file is written atomically, the manifest last (it holds the model's
         SHA-256, so a reader never pairs a manifest with another model)."""
-        from lbhash._io import atomic_path, file_sha256, write_json
-        from lbhash.encoders.exported import EXPORT_DIR, INPUT_NAME, MANIFEST as EXPORTED, MODEL, OUTPUT_NAME
-        from lbhash.encoders.exported import read_manifest
-        from lbhash.errors import require_extra
-
         require_extra("lbhash export", "export", "onnx", "onnxscript")
-        from lbhash.runs.export import OPSET, export_manifest, write_onnx
-
         out = self.path / EXPORT_DIR if out is None else Path(out)
         if out.exists() and not overwrite:
             raise InputError(f"{out}: already exists (choose another --out to keep it, or pass --overwrite to "
@@ -128,15 +123,91 @@ class RunDirectory:
         if out.exists() and not (out / EXPORTED).is_file() and any(out.iterdir()):
             raise InputError(f"{out}: a directory that is not an export; refusing to write into it")
         encoder = self.encoder()
-        manifest = export_manifest(encoder)
+        manifest = _export_manifest(encoder)
         out.mkdir(parents=True, exist_ok=True)
         with atomic_path(out / MODEL) as tmp:
-            write_onnx(encoder, manifest, tmp)
+            _write_onnx(encoder, manifest, tmp)
         manifest["onnx"] = {"file": MODEL, "sha256": file_sha256(out / MODEL), "opset": OPSET,
                             "input": INPUT_NAME, "output": OUTPUT_NAME}
         write_json(out / EXPORTED, manifest)
         read_manifest(out)  # what a reader will check
         return out
+
+
+def train_from_options(out: Path | None, config_file: Path | None = None, flags: dict[str, Any] | None = None,
+                       resume: bool = False, epochs: int | None = None, progress: bool | None = None) -> list[str]:
+    """`lbhash train`: a new run of `build_config(config_file's values, flags)` in `out` (runs/<variant>-<bits>bits-
+    seed<seed> by default), or with `resume` the run in `out` continued (to `epochs` in all); the lines it prints."""
+    from lbhash.evaluate import format_metrics
+
+    if resume:
+        metrics = RunDirectory(out).resume(epochs=epochs, progress=progress)
+    else:
+        file_values = load_config_file(config_file) if config_file else {}
+        if flags.get("data") is None and "data" not in file_values:
+            raise InputError("--data is required, e.g. --data features:PATH.npz (see docs/data.md); "
+                             "`lbhash demo` trains on the toy digits set")
+        cfg = build_config(file_values, flags)
+        out = out if out is not None else Path("runs") / f"{cfg.variant}-{cfg.bits}bits-seed{cfg.seed}"
+        metrics = RunDirectory(out).train(cfg)
+    shown = [format_metrics(metrics)] if "map" in metrics else []
+    return shown + [f"run directory: {out}"] if metrics else []  # no metrics: another process of a multi-process run
+
+
+# --- `export`'s ONNX graph (read by lbhash.encoders.exported): the model input (rows after the input contract,
+# or images after the evaluation transform; a dynamic batch axis) to the real outputs u, a frozen backbone included
+
+OPSET = 18
+
+
+def _export_manifest(encoder) -> dict:
+    """What serving needs besides the graph: bits, the input contract, the image transform,
+    the model's identity (as an index records it) and the run's summary."""
+    from lbhash import __version__
+    from lbhash.data.images import _batch_transform
+    from lbhash.models.registry import IMAGENET_MEAN, IMAGENET_STD
+    from lbhash.train.builder import input_options
+
+    images = None
+    if encoder.input_kind_ == "images":
+        transform = _batch_transform(input_options(encoder.config_), train=False)
+        images = {"preset": transform.preset, "size": transform.size, "mean": list(IMAGENET_MEAN),
+                  "std": list(IMAGENET_STD)}
+    return {"format": EXPORT_FORMAT, "bits": int(encoder.bits_), "input": encoder.input_form_.to_dict(),
+            "images": images, "model": encoder.identity(), "run": encoder.run_info(), "lbhash": __version__}
+
+
+def _write_onnx(encoder, manifest: dict, path: Path) -> None:
+    """The model, traced on a batch of two model inputs, the batch axis dynamic."""
+    import torch
+
+    model = encoder.model_.eval()
+    # ONNX Runtime computes in float32 on the CPU: the graph is the float32 model (a bf16 backbone's
+    # run then differs in a share of its codes by a bit or two: docs/export.md)
+    model.bf16_backbone = False
+    if encoder.input_kind_ == "images":
+        size = manifest["images"]["size"]
+        example = torch.zeros(2, 3, size, size)
+    else:
+        example = torch.zeros(2, encoder.n_features_in_)
+    param = next(model.parameters(), None)
+    if param is not None:
+        example = example.to(param.dtype)
+    batch = torch.export.Dim("batch", min=1)
+    loggers = [logging.getLogger(name) for name in ("torch.onnx", "torch._dynamo", "torch.export")]
+    levels = [log.level for log in loggers]
+    for log in loggers:  # the exporter logs each optional op library it skips (torchvision's)
+        log.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # torch's own deprecations inside the exporter
+            program = torch.onnx.export(model, (example,), input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
+                                        dynamic_shapes=({0: batch},), opset_version=OPSET, dynamo=True,
+                                        verbose=False, optimize=True)
+    finally:
+        for log, level in zip(loggers, levels):
+            log.setLevel(level)
+    program.save(str(path))
 
 
 def _metrics(result: TrainedRun | None) -> dict[str, Any]:
@@ -193,8 +264,6 @@ def _left_as_it_is(out: Path) -> TrainedRun:
     """A finished run's metrics, with a line saying that it was left as it is; a run that
     stopped after its codes gets its metrics and manifest."""
     if not (out / MANIFEST).is_file():
-        from lbhash.runs.metrics import finish_run  # evaluates the codes: the metrics' numba kernels
-
         return TrainedRun(finish_run(out))
     cfg, metrics = load_run_config(out), read_metrics(out)
     trained = metrics.get("run", {}).get("epochs_trained", cfg.epochs)

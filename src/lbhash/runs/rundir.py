@@ -1,10 +1,9 @@
-"""A run directory: its files, its lock and manifest, and reading it back (config, log,
-metrics, input contract, the trained model). Encoding data with a run is `RunDirectory.encode` (lbhash.runs.run_dir).
+"""A run directory: its files, its lock and manifest, and reading it back (config, log, metrics, input
+contract, the trained model). Encoding data with a run is `RunDirectory.encode` (lbhash.runs.run_dir).
 
-A run's model is rebuilt by the builder that trained it, from config.yaml and its checkpoint's
-normalisation statistics. Readers verify the files they use against the manifest's SHA-256s
-(before a run finishes, the checkpoint against its zip CRCs).
-"""
+A run's model is rebuilt by the builder that trained it, from config.yaml and its checkpoint's normalisation
+statistics. Readers verify the files they use against the manifest's SHA-256s (before a run finishes, the
+checkpoint against its zip CRCs)."""
 
 from __future__ import annotations
 
@@ -26,8 +25,9 @@ from lbhash._io import atomic_path, file_sha256, write_json
 from lbhash.data.input_form import InputForm
 from lbhash.errors import InputError
 from lbhash.models import HashModel
+from lbhash.runs.train_options import parse_yaml
 from lbhash.train.builder import build_model
-from lbhash.train.config import FIELDS, RunConfig, make_config, parse_yaml
+from lbhash.train.config import FIELDS, RunConfig, make_config
 from lbhash.train.results import Fitted
 
 CONFIG, SPLIT, LOG, CHECKPOINT, CODES, METRICS, BEST = (

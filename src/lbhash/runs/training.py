@@ -1,12 +1,11 @@
 """Training a run directory once lbhash.runs.run_dir has decided there is something to train: `open_run`
-builds its trainer (lbhash.train.fit.prepare, the directory as its store) and writes a new run's
-first files or loads a resumed one's checkpoint; `train_open_run` trains, writes the codes and
-results, and marks a run failed where it failed for good; `write_run` writes the same files from an
-in-memory fit.
-"""
+builds its trainer (lbhash.train.fit.prepare, the directory as its `RunStore`), then `train_open_run`
+trains it; `write_run` writes the same files from an in-memory fit."""
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -14,7 +13,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from lbhash._io import atomic_path, save_npz, write_json
+from lbhash._io import atomic_path, save_npz, temporary_name, write_json
 from lbhash.codes_file import codes_from_arrays
 from lbhash.data import HashDataset, Split, load_data, load_split, save_split
 from lbhash.data.input_form import InputForm
@@ -22,12 +21,11 @@ from lbhash.errors import InputError
 from lbhash.runs.metrics import finish_run
 from lbhash.runs.rundir import (BEST, CHECKPOINT, CODES, CODES_SEEN, CONFIG, INPUT_FORM, LOG, SPLIT, TrainedRun,
                                 load_input_form, load_run_config, mark_failed, reopen_run, run_data_spec,
-                                save_run_config, write_log)
-from lbhash.runs.store import RunStore
+                                save_run_config, truncate_log, verify_zip, write_log)
 from lbhash.train.config import RunConfig, TrainConfig
 from lbhash.train.fit import Trained, announce, as_loaded, prepare, train_to_end
 from lbhash.train.loop import NonFiniteError, Trainer
-from lbhash.train.optim import check_further
+from lbhash.train.optim import check_further, load_scheduler_state
 from lbhash.train.processes import leave_process_group, process_rank
 from lbhash.train.results import Fitted
 from lbhash.train.split_codes import split_codes
@@ -84,6 +82,58 @@ def _reopen(out: Path, trainer: Trainer) -> None:
         reopen_run(out)  # first: a kill from here on leaves a run that --resume continues
         save_run_config(out, load_run_config(out).replace(epochs=cfg.epochs))
     trainer.fabric.barrier()
+
+
+class RunStore:
+    """The files a trainer writes into run directory `run_dir` while it trains."""
+
+    def __init__(self, run_dir: Path):
+        self.run_dir = Path(run_dir)
+        self.best_path = self.run_dir / BEST
+
+    def loggers(self, cfg) -> list:
+        """Fabric loggers of the run: TensorBoard event files in RUN_DIR/tensorboard when asked."""
+        if cfg.logger != "tensorboard":
+            return []
+        from lightning.fabric.loggers import TensorBoardLogger
+
+        return [TensorBoardLogger(root_dir=str(self.run_dir / "tensorboard"), name="", version="")]
+
+    def record(self, trainer: Trainer, epoch: int, record: dict) -> None:
+        """The epoch's log line (rank 0), then its checkpoint."""
+        if trainer.fabric.is_global_zero:
+            with open(self.run_dir / LOG, "a") as fh:
+                fh.write(json.dumps(record, allow_nan=False) + "\n")
+        path = self.run_dir / CHECKPOINT
+        tmp = temporary_name(path)  # unique: only rank 0 writes it, and its lock keeps others out
+        trainer.fabric.save(tmp, trainer.state(epoch))
+        if trainer.fabric.is_global_zero:
+            os.replace(tmp, path)  # atomic: a kill never leaves a broken checkpoint
+        trainer.fabric.barrier()
+
+    def resume(self, trainer: Trainer) -> None:
+        """Continue from the checkpoint; without one, from the start (dropping any log lines of
+        an epoch that had not reached its checkpoint)."""
+        path = self.run_dir / CHECKPOINT
+        if not path.is_file():
+            if trainer.fabric.is_global_zero and (self.run_dir / LOG).exists():
+                truncate_log(self.run_dir / LOG, 0)
+            return
+        verify_zip(path)
+        state = {"learner": trainer.learner}
+        try:
+            rest = trainer.fabric.load(path, state, weights_only=True)
+        except Exception as err:  # unsafe content (refused, never run), a foreign file, another model's weights
+            raise InputError(f"{path}: not a checkpoint of this run ({type(err).__name__})") from None
+        for opt, sd in zip(trainer.optimizers, rest["optimizers"]):
+            opt.load_state_dict(sd)
+        for sched, sd in zip(trainer.schedulers, rest["schedulers"]):
+            load_scheduler_state(sched, sd, trainer.cfg)
+        if "selection" in rest:
+            trainer.selection.load_state_dict(rest["selection"])
+        trainer.start_epoch = int(rest["epoch"])
+        if trainer.fabric.is_global_zero:
+            trainer.history = truncate_log(self.run_dir / LOG, trainer.start_epoch)
 
 
 # --- training it ------------------------------------------------------------------------------

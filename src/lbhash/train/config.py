@@ -9,11 +9,8 @@ one line naming the option. `None` means "the method's or the data's default", f
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import Field, model_validator
 
 from lbhash.centers import CenterOptions
@@ -123,11 +120,6 @@ assert len(OWNERS) == sum(len(cls.model_fields) for cls in SETS.values()) and no
 FIELDS = tuple(OWNERS)  # every option's flat key
 
 
-def field_info(name: str):
-    """The pydantic field of the option `name` (its help, what it accepts, its shown default)."""
-    return SETS[OWNERS[name]].model_fields[name]
-
-
 class RunConfig(TrainConfig):
     """A resolved config (lbhash.train.resolve.resolve_config): every default filled in, and what
     the data set decided, which a loaded run rebuilds its model from."""
@@ -198,64 +190,3 @@ def make_config(values: dict[str, Any], where: str = "", kind: type[TrainConfig]
         return kind(**values)
     except InputError as err:
         raise InputError(f"{where}: {err}" if where else str(err)) from None
-
-
-# --- config files -------------------------------------------------------------------------
-
-class _Aliases(yaml.YAMLError):
-    """An anchor or alias where lbhash reads YAML."""
-
-
-class _Loader(yaml.SafeLoader):
-    """YAML 1.1 reads 1e-3 (no dot) as a string; read it as the number everyone means. Anchors
-    and aliases are refused as they are met, before anything expands them: a config is option:
-    value, and 600 bytes of nested aliases ("billion laughs") expand to 9^9 strings, which the
-    checks of the values then ran through for minutes."""
-
-    def compose_node(self, parent, index):
-        event = self.peek_event()
-        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
-            raise _Aliases(f"line {event.start_mark.line + 1}")
-        return super().compose_node(parent, index)
-
-
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789"))
-
-
-def parse_yaml(text: str, where: str) -> Any:
-    """Safe YAML (no tags that build objects, no anchors or aliases); one line naming `where`
-    when it is not valid."""
-    try:
-        return yaml.load(text, Loader=_Loader)
-    except _Aliases as err:
-        raise InputError(f"{where}: YAML anchors and aliases (&NAME, *NAME) are not accepted ({err}); write "
-                         "each value out") from None
-    except yaml.YAMLError as err:
-        raise InputError(f"{where}: not valid YAML ({str(err).splitlines()[0]})") from None
-
-
-def load_config_file(path: str | Path) -> dict[str, Any]:
-    """Read a YAML config; keys may use '-' or '_'. Unknown keys and bad values are errors."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{path}: no such config file")
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as err:
-        raise InputError(f"{path}: cannot read the config file ({err})") from None
-    raw = parse_yaml(text, str(path)) or {}
-    if not isinstance(raw, dict):
-        raise InputError(f"{path}: a config file must be a mapping of option: value")
-    out = {str(key).replace("-", "_"): value for key, value in raw.items()}
-    make_config(out, str(path))  # every key and value checked here, naming the file
-    return out
-
-
-def build_config(file_values: dict[str, Any] | None = None,
-                 flag_values: dict[str, Any] | None = None) -> TrainConfig:
-    """Defaults, overridden by the config file, overridden by explicit flags (None: not given)."""
-    flags = {k: v for k, v in (flag_values or {}).items() if v is not None}
-    return make_config({**(file_values or {}), **flags})
-

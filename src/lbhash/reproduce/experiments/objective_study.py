@@ -30,7 +30,8 @@ def setting_values(setting: str, method: str) -> dict:
     """The config values of one setting for one method (see the module docstring)."""
     from lbhash.methods import method_defaults
     from lbhash.methods.base import PAPER_LBHASH
-    from lbhash.train.config import FIELDS, parse_yaml
+    from lbhash.runs.train_options import parse_yaml
+    from lbhash.train.config import FIELDS
 
     values: dict = {"lbhash": True, **PAPER_LBHASH}
     for token in (t.strip() for t in setting.split(",") if t.strip()):

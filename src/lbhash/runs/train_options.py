@@ -1,0 +1,163 @@
+"""The options of a training run as users give and read them (lbhash.train.config declares them and
+reads no file): YAML (config files, `--set` values), a TrainConfig from a config file and flags
+(`build_config`, which `lbhash train` trains: lbhash.runs.run_dir.train_from_options), what each
+option is on the command line and in the docs (`option_schema`), each method's defaults (`methods_text`)."""
+
+from __future__ import annotations
+
+import functools
+import re
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from lbhash.errors import InputError
+from lbhash.methods import available_methods, method_class, method_defaults
+from lbhash.methods.options import schedule_text
+from lbhash.train.config import FIELDS, OWNERS, SETS, TrainConfig, make_config
+
+
+class _Aliases(yaml.YAMLError):
+    """An anchor or alias where lbhash reads YAML."""
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML 1.1 reads 1e-3 (no dot) as a string; read it as the number everyone means. Anchors
+    and aliases are refused as they are met, before anything expands them: a config is option:
+    value, and 600 bytes of nested aliases ("billion laughs") expand to 9^9 strings, which the
+    checks of the values then ran through for minutes."""
+
+    def compose_node(self, parent, index):
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            raise _Aliases(f"line {event.start_mark.line + 1}")
+        return super().compose_node(parent, index)
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"))
+
+
+def parse_yaml(text: str, where: str) -> Any:
+    """Safe YAML (no tags that build objects, no anchors or aliases); one line naming `where`
+    when it is not valid."""
+    try:
+        return yaml.load(text, Loader=_Loader)
+    except _Aliases as err:
+        raise InputError(f"{where}: YAML anchors and aliases (&NAME, *NAME) are not accepted ({err}); write "
+                         "each value out") from None
+    except yaml.YAMLError as err:
+        raise InputError(f"{where}: not valid YAML ({str(err).splitlines()[0]})") from None
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """Read a YAML config; keys may use '-' or '_'. Unknown keys and bad values are errors."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: no such config file")
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(f"{path}: cannot read the config file ({err})") from None
+    raw = parse_yaml(text, str(path)) or {}
+    if not isinstance(raw, dict):
+        raise InputError(f"{path}: a config file must be a mapping of option: value")
+    out = {str(key).replace("-", "_"): value for key, value in raw.items()}
+    make_config(out, str(path))  # every key and value checked here, naming the file
+    return out
+
+
+def build_config(file_values: dict[str, Any] | None = None,
+                 flag_values: dict[str, Any] | None = None) -> TrainConfig:
+    """Defaults, overridden by the config file, overridden by explicit flags (None: not given)."""
+    flags = {k: v for k, v in (flag_values or {}).items() if v is not None}
+    return make_config({**(file_values or {}), **flags})
+
+
+@dataclass(frozen=True)
+class OptionInfo:
+    """An option of TrainConfig as help texts and the docs show it."""
+    owner: str  # the option set that declares it: a field of TrainConfig
+    declared_by: tuple[str, str]  # that set's class and module
+    help: str
+    default: str  # on/off, none, required or the value
+    kind: Any  # the annotation without None: int, float, bool, str, a Literal (`choices`), ...
+    choices: list[str] | None
+    cli: bool  # a flag of `lbhash train` (the others have flags of their own: --method-option, ...)
+
+
+@functools.cache
+def option_schema() -> dict[str, OptionInfo]:
+    """Every option of TrainConfig by its flat key, in the order config.yaml lists them."""
+    schema = {}
+    for name in FIELDS:
+        owner, field = SETS[OWNERS[name]], SETS[OWNERS[name]].model_fields[name]
+        default = field.json_schema_extra.get("shown", field.default)
+        if isinstance(default, bool):
+            default = "on" if default else "off"
+        args = [a for a in typing.get_args(field.annotation) if a is not type(None)]  # X | None: X
+        optional = typing.get_origin(field.annotation) in (typing.Union, types.UnionType) and len(args) == 1
+        kind = args[0] if optional else field.annotation
+        choices = [str(a) for a in typing.get_args(kind)] if typing.get_origin(kind) is Literal else None
+        schema[name] = OptionInfo(OWNERS[name], (owner.__name__, owner.__module__.removeprefix("lbhash.")),
+                                  field.description, "none" if default is None else str(default), kind, choices,
+                                  field.json_schema_extra["cli"])
+    return schema
+
+
+HEADER = ("method", "optimizer", "lr", "weight decay", "schedule", "epochs", "batch", "_D mode",
+          "_D objective", "constants")
+
+
+def _objective(options: dict) -> str:
+    """The _D options in a short form, e.g. 'lambda 1, sum, 0 flips, contiguous
+    blocks, average target, sum over labels'."""
+    text = (f"lambda {options['lbhash_weight']:g}, {options['lbhash_reduction']}, "
+            f"{options['surrogate_flips']} flips, {options['block_assignment']} blocks, "
+            f"{options['multilabel_target']} target, {options['multilabel_theta']} over labels")
+    if options["surrogate_weight_decay"]:
+        text += f", surrogate wd {options['surrogate_weight_decay']:g}"
+    return text
+
+
+def _defaults_rows(profile: str) -> list[tuple[str, ...]]:
+    """One row per method: its recipe, _D mode and options, and constants."""
+    rows = []
+    for name in available_methods():
+        d = method_defaults(name, profile)
+        constants = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in d.constants.items())
+        if method_class(name).closed_form:  # one fit: no optimizer, schedule or _D variant
+            rows.append((name, "closed form", "-", "-", "-", "1", "-", "-", "-", constants or "-"))
+            continue
+        r = d.recipe
+        rows.append((name, r.optimizer, f"{r.lr:g}", f"{r.weight_decay:g}", schedule_text(r), str(r.epochs),
+                     str(r.batch_size), d.lbhash_mode, _objective(d.lbhash), constants or "-"))
+    return rows
+
+
+def methods_markdown(profile: str) -> str:
+    """Each method's defaults under `profile` as a markdown table (docs/methods.md shows them)."""
+    lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+    lines += ["| " + " | ".join(row) + " |" for row in _defaults_rows(profile)]
+    return "\n".join(lines)
+
+
+def methods_text(profile: str) -> str:
+    """Each method with its description and defaults under `profile`, as `lbhash methods` lists them."""
+    lines = [f"defaults profile: {profile} (every deep method also trains as <method>_D with --lbhash)\n"]
+    for name, opt, lr, wd, schedule, epochs, batch, mode, objective, constants in _defaults_rows(profile):
+        cls = method_class(name)
+        lines.append(f"{name}: {cls.description}")
+        if cls.closed_form:
+            lines.append(f"    fitted in closed form in one pass ({'supervised' if cls.needs_labels else 'no labels'})"
+                         "; no _D variant")
+        else:
+            lines += [f"    {opt} lr {lr}, weight decay {wd}, lr schedule {schedule}, {epochs} epochs, batch {batch}",
+                      f"    _D: {mode} L_theta; {objective}"]
+        lines.append(f"    constants: {constants}")
+    return "\n".join(lines)
