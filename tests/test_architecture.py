@@ -24,10 +24,10 @@ ALLOWED = {
     "evaluate": set(),
     "index": set(),  # the search engine: codes and embeddings in, neighbours out
     "train": {"centers", "surrogate", "methods", "models", "data", "evaluate"},  # the training engine
-    "runs": {"train", "index", "data", "encoders", "evaluate", "methods", "models"},  # the application layer
+    "runs": {"train", "index", "data", "encoders", "evaluate", "methods", "models", "centers"},  # the application layer
     "reproduce": {"runs", "train", "centers", "data", "evaluate", "methods", "surrogate"},
     "service": {"runs", "encoders"},
-    "cli": {"runs", "index", "train", "reproduce", "service", "centers", "data", "evaluate", "methods"},
+    "cli": {"runs", "reproduce", "service"},  # the commands parse and print; the application layer does the job
 }
 APPLICATION = {"runs", "reproduce", "service", "cli"}
 

@@ -2,7 +2,7 @@
 (lbhash.train), their front doors, and what turns runs and raw inputs into what the search engine
 (lbhash.index) takes. Modules: `run_dir` (`RunDirectory`: the one way to each file job of a run), `training`,
 `rundir`, `train_options` (config files and flags), `metrics`, `demo`, `codes`, `encoder`, `hash_encoder`,
-`searcher`, `index_dir`, `index_store` (with `wal` and `rwlock`: the live index the service serves), `uploads`
+`searcher`, `index_dir`, `index_store` (with `wal`: the live index the service serves), `serving` (what the service asks of the engines), `uploads`
 (the images it keeps beside an index), `index_inputs` and `origins`.
 """
 
