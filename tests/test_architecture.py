@@ -230,3 +230,31 @@ def test_the_cycle_check_sees_a_cycle_through_an_import_inside_a_function(tmp_pa
     graph = import_graph(package)
     assert graph["lbhash.train.run"] == {"lbhash.train.summary"}
     assert cycles(graph) == [["lbhash.train.loop", "lbhash.train.run", "lbhash.train.summary"]]
+
+
+FILE_CALLS = {"open", "save", "load", "savez", "savez_compressed", "write_text", "read_text", "write_bytes",
+              "read_bytes", "dump", "mkdir", "unlink", "os.replace", "os.rename", "os.remove"}
+
+
+def file_calls(package: Path) -> list[str]:
+    """Calls that read or write files (by name: open, torch.save, np.load, Path.write_text, ...)."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+                owner = getattr(getattr(node.func, "value", None), "id", "")
+                if name in FILE_CALLS or f"{owner}.{name}" in FILE_CALLS:
+                    found.append(f"{path.relative_to(package.parent)}:{node.lineno} {name}")
+    return found
+
+
+def test_the_training_engine_does_no_file_io():
+    """lbhash.train writes and reads through the store it is given (lbhash.runs.training.RunStore)."""
+    assert file_calls(PACKAGE / "train") == []
+
+
+def test_the_file_io_check_sees_a_save(tmp_path):
+    (tmp_path / "train").mkdir()
+    (tmp_path / "train" / "x.py").write_text("import torch\ntorch.save({}, 'best.pt')\n")
+    assert file_calls(tmp_path / "train") == ["train/x.py:2 save"]

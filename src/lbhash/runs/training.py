@@ -89,7 +89,17 @@ class RunStore:
 
     def __init__(self, run_dir: Path):
         self.run_dir = Path(run_dir)
-        self.best_path = self.run_dir / BEST
+
+    def save_best(self, best: dict) -> None:
+        """best.pt, atomically (a kill never leaves half of it)."""
+        path = self.run_dir / BEST
+        tmp = temporary_name(path)
+        torch.save(best, tmp)
+        os.replace(tmp, path)
+
+    def load_best(self) -> dict | None:
+        path = self.run_dir / BEST
+        return torch.load(path, map_location="cpu", weights_only=True) if path.is_file() else None
 
     def loggers(self, cfg) -> list:
         """Fabric loggers of the run: TensorBoard event files in RUN_DIR/tensorboard when asked."""

@@ -13,7 +13,6 @@ import json
 import logging
 import math
 import time
-from pathlib import Path
 from typing import Callable, Protocol
 
 import numpy as np
@@ -55,9 +54,12 @@ def check_logger(logger: str, store: "EpochStore | None") -> None:
 class EpochStore(Protocol):
     """Where a trainer's epochs are written (the run directory): its loggers, the best
     epoch's weights, and each finished epoch's record and checkpoint."""
-    best_path: Path
 
     def loggers(self, cfg) -> list: ...
+
+    def save_best(self, best: dict) -> None: ...
+
+    def load_best(self) -> dict | None: ...
 
     def record(self, trainer: "Trainer", epoch: int, record: dict) -> None: ...
 
@@ -90,7 +92,7 @@ class Trainer:
                                              surrogate.surrogate_weight_decay))
         self.learner, *self.optimizers = self.fabric.setup(learner, *optimizers)
         self.schedulers = [make_scheduler(o, recipe) for o in self.optimizers]
-        self.selection = Selection(recipe.select, recipe.patience, None if store is None else store.best_path)
+        self.selection = Selection(recipe.select, recipe.patience, store)
         self.train_labels = exp.dataset.labels[exp.split.train]
         self.options = input_options(exp.cfg)
         self.batches = exp.dataset.train_batches(exp.split.train, recipe.batch_size, self.fabric.device,

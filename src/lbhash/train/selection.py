@@ -1,19 +1,16 @@
 """Model selection on the validation split: keep the epoch with the best validation mAP
 (`select: best-val`), and stop after `patience` evaluations without a better one. The best
-weights are a CPU copy, or best.pt written atomically by rank 0; the state travels in the checkpoint.
+weights are a CPU copy, or go to the trainer's store (rank 0 only); the state travels in the checkpoint.
 """
 
 from __future__ import annotations
-
-import os
-from pathlib import Path
 
 import torch
 
 
 class Selection:
-    def __init__(self, select: str, patience: int, path: Path | None = None):
-        self.path, self.select, self.patience = None if path is None else Path(path), select, patience
+    def __init__(self, select: str, patience: int, store=None):
+        self.store, self.select, self.patience = store, select, patience  # store: save_best, load_best
         self.best_map, self.best_epoch, self.since_best, self.stopped = -1.0, 0, 0, False
         self._best: dict | None = None  # in memory (no path): the best epoch's weights
 
@@ -30,13 +27,10 @@ class Selection:
         return improved
 
     def _keep(self, best: dict) -> None:
-        if self.path is None:
-            best["model"] = {k: v.detach().to("cpu", copy=True) for k, v in best["model"].items()}
-            self._best = best
-            return
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        torch.save(best, tmp)
-        os.replace(tmp, self.path)
+        if self.store is not None:
+            return self.store.save_best(best)
+        best["model"] = {k: v.detach().to("cpu", copy=True) for k, v in best["model"].items()}
+        self._best = best
 
     def state_dict(self) -> dict:
         return {"best_map": self.best_map, "best_epoch": self.best_epoch, "since_best": self.since_best,
@@ -47,7 +41,5 @@ class Selection:
         self.since_best, self.stopped = int(state["since_best"]), bool(state["stopped"])
 
     def best(self) -> dict | None:
-        """What best.pt holds ({"model", "epoch", "val_map"}), or None when nothing was kept."""
-        if self.path is None:
-            return self._best
-        return torch.load(self.path, map_location="cpu", weights_only=True) if self.path.is_file() else None
+        """The best epoch's {"model", "epoch", "val_map"}, or None when nothing was kept."""
+        return self._best if self.store is None else self.store.load_best()
