@@ -29,7 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from lbhash.index import CodeIndex, Queries, plan_search  # noqa: E402
 from lbhash.service import models  # noqa: E402
-from lbhash.service.app import create_app, hits_response, search_body  # noqa: E402
+from lbhash.service.app import create_app, hits_response  # noqa: E402
+from lbhash.service.decode import decode_search  # noqa: E402
 from functools import partial  # noqa: E402
 from _smoke import parse_args  # beside this script
 
@@ -63,8 +64,9 @@ async def profile(app, body: bytes, repeats: int) -> dict[str, float]:
     async def without_fastapi(scope, receive, send):
         """The same request's work with no middleware: what SearchPath does, bare."""
         parsed = models.SearchRequest.model_validate_json((await receive())["body"])
-        response = await state.batcher.run(partial(search_body, parsed, state.store, state.encoder, state.limits),
-                                           partial(hits_response, state.store, state.media))
+        search = partial(decode_search, parsed, state.limits, state.store.bits, state.encoder,
+                         state.store.index.embedding_dim)
+        response = await state.batcher.run(search, partial(hits_response, state.store, state.media))
         await response(scope, receive, send)
 
     def request(through):
