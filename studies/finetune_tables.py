@@ -91,9 +91,12 @@ def _md(rows: list[dict], columns: list[str]) -> str:
 
 
 def grid_table(rows: list[dict]) -> str:
+    """Mean ± std over seeds of each finished cell (grid-cells rows: `csq_D-64bits-seed0`), so that a
+    step still running shows what it has finished."""
     cells: dict[tuple[str, int], list[float]] = {}
     for r in rows:
-        cells.setdefault((r["variant"], int(r["bits"])), []).append(100 * float(r["map"]))
+        variant, bits, _ = r["cell"].split("-")
+        cells.setdefault((variant, int(bits.removesuffix("bits"))), []).append(100 * float(r["map_54000"]))
     bits = sorted({b for _, b in cells})
     variants = sorted({v for v, _ in cells}, key=lambda v: (v.removesuffix("_D"), v.endswith("_D")))
     lines = ["| method | " + " | ".join(f"{b} bits" for b in bits) + " |", "|---|" + "---|" * len(bits)]
@@ -116,15 +119,15 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--copy", type=Path)
     args = parser.parse_args()
-    study, check, grid = study_rows(args.out), check_rows(args.out), grid_rows(args.out)
+    study, check, grid, cells = study_rows(args.out), check_rows(args.out), grid_rows(args.out), grid_cell_rows(args.out)
     print("## study\n\n" + _md(study, ["setting", "epochs", "kept_epoch", "val_map_kept", "val_map_last",
                                         "tune_seconds_median"]))
     print("\n## check\n\n" + _md(check, ["run", "map", "epochs", "train_seconds", "encode_seconds"]))
-    print("\n## grid (mAP@54000, %)\n\n" + (grid_table(grid) if grid else "(no finished cell)"))
+    print("\n## grid (mAP@54000, %)\n\n" + (grid_table(cells) if cells else "(no finished cell)"))
     if args.copy:
         args.copy.mkdir(parents=True, exist_ok=True)
         for name, rows in (("study.csv", study), ("check.csv", check), ("grid.csv", grid),
-                           ("grid-cells.csv", grid_cell_rows(args.out)), ("grid-epochs.csv", grid_epoch_rows(args.out))):
+                           ("grid-cells.csv", cells), ("grid-epochs.csv", grid_epoch_rows(args.out))):
             if rows:
                 with open(args.copy / name, "w", newline="") as fh:
                     writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
