@@ -144,7 +144,7 @@ def train_from_options(out: Path | None, config_file: Path | None = None, flags:
         metrics = RunDirectory(out).resume(epochs=epochs, progress=progress)
     else:
         file_values = load_config_file(config_file) if config_file else {}
-        if flags.get("data") is None and "data" not in file_values:
+        if (flags or {}).get("data") is None and "data" not in file_values:
             raise InputError("--data is required, e.g. --data features:PATH.npz (see docs/data.md); "
                              "`lbhash demo` trains on the toy digits set")
         cfg = build_config(file_values, flags)
