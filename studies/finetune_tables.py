@@ -83,6 +83,13 @@ def grid_epoch_rows(out: Path) -> list[dict]:
     return rows
 
 
+def _read_csv(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
 def _md(rows: list[dict], columns: list[str]) -> str:
     def cell(v):
         return f"{v:.4f}" if isinstance(v, float) else str(v)
@@ -126,6 +133,8 @@ def main() -> None:
     print("\n## grid (mAP@54000, %)\n\n" + (grid_table(cells) if cells else "(no finished cell)"))
     if args.copy:
         args.copy.mkdir(parents=True, exist_ok=True)
+        # each `reproduce grid` step writes the grid.csv of its own cells: the copy keeps every step's
+        grid = list({r["run_id"]: r for r in _read_csv(args.copy / "grid.csv") + grid}.values())
         for name, rows in (("study.csv", study), ("check.csv", check), ("grid.csv", grid),
                            ("grid-cells.csv", cells), ("grid-epochs.csv", grid_epoch_rows(args.out))):
             if rows:
