@@ -25,7 +25,7 @@ from lbhash._io import atomic_path, file_sha256, write_json
 from lbhash.data.input_form import InputForm
 from lbhash.errors import InputError
 from lbhash.models import HashModel
-from lbhash.runs.train_options import parse_yaml
+from lbhash.runs.train_options import read_yaml_mapping
 from lbhash.train.builder import build_model
 from lbhash.train.config import FIELDS, RunConfig, make_config
 from lbhash.train.results import Fitted
@@ -160,12 +160,8 @@ def load_run_config(run_dir: str | Path) -> RunConfig:
     path = Path(run_dir) / CONFIG
     if not path.is_file():
         raise InputError(f"{run_dir}: not a run directory (no {CONFIG})")
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as err:
-        raise InputError(f"{path}: cannot read ({err})") from None
-    values = parse_yaml(text, str(path))
-    if not isinstance(values, dict):
+    values = read_yaml_mapping(path, "not a run config (expected a mapping of option: value)")
+    if not values:  # an empty file: a run always saves its options
         raise InputError(f"{path}: not a run config (expected a mapping of option: value)")
     if "input_kind" not in values:
         raise InputError(f"{path}: no input_kind; the run was written by an older lbhash")

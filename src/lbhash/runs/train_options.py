@@ -55,18 +55,24 @@ def parse_yaml(text: str, where: str) -> Any:
         raise InputError(f"{where}: not valid YAML ({str(err).splitlines()[0]})") from None
 
 
+def read_yaml_mapping(path: Path, not_mapping: str) -> dict:
+    """The mapping a YAML file holds ({} when empty); one line naming `path` when it cannot be read,
+    is not valid YAML, or is not a mapping (`not_mapping` says what it should be)."""
+    try:
+        values = parse_yaml(path.read_text(), str(path))
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(f"{path}: cannot read it ({err})") from None
+    if not isinstance(values if values is not None else {}, dict):
+        raise InputError(f"{path}: {not_mapping}")
+    return values or {}
+
+
 def load_config_file(path: str | Path) -> dict[str, Any]:
     """Read a YAML config; keys may use '-' or '_'. Unknown keys and bad values are errors."""
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: no such config file")
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as err:
-        raise InputError(f"{path}: cannot read the config file ({err})") from None
-    raw = parse_yaml(text, str(path)) or {}
-    if not isinstance(raw, dict):
-        raise InputError(f"{path}: a config file must be a mapping of option: value")
+    raw = read_yaml_mapping(path, "a config file must be a mapping of option: value")
     out = {str(key).replace("-", "_"): value for key, value in raw.items()}
     make_config(out, str(path))  # every key and value checked here, naming the file
     return out
