@@ -1,4 +1,4 @@
-"""Shared test helpers: random codes with many tied distances, a few loss steps on digits,
+"""Shared test helpers: ValueErrors holding every fragment, image list files, random codes with many tied distances, a few loss steps on digits,
 shuffled training passes for memory-bank methods and the bank likelihood's plain formula,
 cut copies of a run for resume tests, the CLI in process and its one-line errors, and
 snapshots of folders that a refused command must leave alone."""
@@ -312,3 +312,33 @@ def colour_class_images(path, n_per_class=12, classes=4, test_per_class=3, seed=
     is_test = np.tile(np.arange(n_per_class) < test_per_class, classes)
     np.savez(path, images=images, labels=labels, is_test=is_test)
     return path
+
+
+def raises(*parts):
+    """pytest.raises for a ValueError whose message holds every part, in any order."""
+    import re
+
+    return pytest.raises(ValueError, match="(?s)" + "".join(f"(?=.*{re.escape(str(p))})" for p in parts))
+
+
+def write_image_lists(d, files, num_labels=10):
+    """The `list:` format: for each file name, rows of (image path, set of label columns set to 1)."""
+    d.mkdir(parents=True, exist_ok=True)
+    for fname, rows in files.items():
+        lines = [path + " " + " ".join("1" if k in labels else "0" for k in range(num_labels)) for path, labels in rows]
+        (d / fname).write_text("\n".join(lines) + "\n")
+    return d
+
+
+def make_list_set(tmp_path, num_labels=3, labels=None):
+    """Six 8x8 images under tmp_path/imgs/c0..c2 and train/test/database lists of them in tmp_path/lists."""
+    from PIL import Image
+
+    imgs = tmp_path / "imgs"
+    for k in range(6):
+        (imgs / f"c{k % 3}").mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (8, 8), (40 * k, 0, 0)).save(imgs / f"c{k % 3}" / f"{k}.png")
+    labels = labels or [{k % num_labels} for k in range(6)]
+    rows = [(f"c{k % 3}/{k}.png", labels[k]) for k in range(6)]
+    return write_image_lists(tmp_path / "lists", {"train.txt": rows[:2], "test.txt": rows[2:4],
+                                                  "database.txt": rows[:2] + rows[4:]}, num_labels)

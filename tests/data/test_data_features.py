@@ -1,9 +1,9 @@
 import functools
-import re
 
 import numpy as np
 import pytest
 import scipy.io
+from helpers import raises
 
 from lbhash.data import (
     DATA_KINDS,
@@ -27,11 +27,6 @@ def npz(tmp_path, name="d.npz", **arrays):
     path = tmp_path / name
     np.savez(path, **arrays)
     return path
-
-
-def raises(*parts):
-    """pytest.raises(ValueError) whose message holds every part literally."""
-    return pytest.raises(ValueError, match="(?s)" + "".join(f"(?=.*{re.escape(str(p))})" for p in parts))
 
 
 # --- .npz files, keys and labels ---------------------------------------------------------

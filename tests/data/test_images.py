@@ -1,9 +1,8 @@
-"""Image data sets: every source format, caching, bad input, the lists protocol, DataLoader."""
+"""Image data sets: every source format, caching, bad input, DataLoader (list files: test_image_lists.py)."""
 
 import io
 import os
 import pickle
-import re
 import shutil
 import tarfile
 
@@ -11,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 from conftest import shared_data_dir
+from helpers import make_list_set, one_line_message, raises, write_image_lists
 from PIL import Image
 from torch.utils.data import DataLoader
 
 from lbhash.data import (
-    LIST_PRESETS,
     ImageDataset,
     build_transforms,
     check_images,
@@ -29,14 +28,6 @@ from lbhash.data import pixel_cache
 
 CIFAR_NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 TRAIN_PER_CLASS, TEST_PER_CLASS = 3, 1
-
-
-def raises(*parts):
-    return pytest.raises(ValueError, match="(?s)" + "".join(f"(?=.*{re.escape(str(p))})" for p in parts))
-
-
-def one_line(excinfo):
-    assert "\n" not in str(excinfo.value)
 
 
 # --- real images: the shared CIFAR-10 tarball, read once -------------------------------------
@@ -166,7 +157,7 @@ def test_pickles_refuse_foreign_globals(tmp_path, trees):
         pickle.dump({b"data": Evil()}, fh, protocol=2)
     with raises("data_batch_3", "not a CIFAR-10 python batch", "is not allowed") as exc:
         load_cifar10(bad)
-    one_line(exc)
+    one_line_message(exc)
     assert not marker.exists()
     shutil.copy(trees / "cifar-10-batches-py" / "data_batch_3", bad)
     (bad / "test_batch").unlink()
@@ -215,20 +206,12 @@ def test_real_tarball_order_matches_the_feature_file(real_cifar):
 
 # --- list files -----------------------------------------------------------------------------------
 
-def write_lists(d, files, num_labels=10):
-    d.mkdir(parents=True, exist_ok=True)
-    for fname, rows in files.items():
-        lines = [path + " " + " ".join("1" if k in labels else "0" for k in range(num_labels)) for path, labels in rows]
-        (d / fname).write_text("\n".join(lines) + "\n")
-    return d
-
-
 def test_list_files_load_the_same_images(sample, trees, tmp_path):
     rel = [f"png/{s[0]}/{s[1]}/{os.path.splitext(os.path.basename(s[2]))[0]}.png" for s in sample]
     rows = [(r, {CIFAR_NAMES.index(s[1])}) for r, s in zip(rel, sample)]
     train = [r for r, s in zip(rows, sample) if s[0] == "train"]
     test = [r for r, s in zip(rows, sample) if s[0] == "test"]
-    lists = write_lists(tmp_path / "lists", {"train.txt": train[:10], "test.txt": test,
+    lists = write_image_lists(tmp_path / "lists", {"train.txt": train[:10], "test.txt": test,
                                              "database.txt": [("./" + p, c) for p, c in train]})
     for spec in (f"list:{lists}?root={trees}", f"list:{lists}?root={trees / 'lists.tar'}"):
         if spec.endswith(".tar"):
@@ -246,67 +229,6 @@ def test_list_files_load_the_same_images(sample, trees, tmp_path):
         np.testing.assert_array_equal(pixels(ds), px[order])
         np.testing.assert_array_equal(ds.labels.argmax(axis=1), ids[order])
         np.testing.assert_array_equal(np.flatnonzero(ds.is_test), np.arange(10, 20))
-
-
-def test_lists_protocol(tmp_path):
-    d = make_list_set(tmp_path)
-    ds = load_data(f"list:{d}?root={tmp_path / 'imgs'}")
-    s = make_split(ds, "lists", seed=3)
-    assert (len(s.train), len(s.query), len(s.database), s.topk) == (2, 2, 4, None)
-    np.testing.assert_array_equal(s.train, [0, 1])
-    np.testing.assert_array_equal(s.query, [2, 3])
-    np.testing.assert_array_equal(np.sort(s.database), [0, 1, 4, 5])  # train items are database items
-    np.testing.assert_array_equal(make_split(ds, "lists", seed=3).database, s.database)
-    with raises("protocol 'lists'", "images:", "has none"):
-        make_split(load_image_folder(tmp_path / "imgs"), "lists", 0)
-    assert make_split(ds, "given", 0).sizes() == {"train": 4, "query": 2, "database": 4, "validation": 0}
-
-
-def make_list_set(tmp_path, num_labels=3, labels=None):
-    imgs = tmp_path / "imgs"
-    for k in range(6):
-        (imgs / f"c{k % 3}").mkdir(parents=True, exist_ok=True)
-        Image.new("RGB", (8, 8), (40 * k, 0, 0)).save(imgs / f"c{k % 3}" / f"{k}.png")
-    labels = labels or [{k % num_labels} for k in range(6)]
-    rows = [(f"c{k % 3}/{k}.png", labels[k]) for k in range(6)]
-    return write_lists(tmp_path / "lists", {"train.txt": rows[:2], "test.txt": rows[2:4],
-                                            "database.txt": rows[:2] + rows[4:]}, num_labels)
-
-
-def test_list_presets(tmp_path):
-    multi = [{0, 5}, {1}, {2, 20}, {3}, {4}, {7, 8}]
-    d = make_list_set(tmp_path / "nus", 21, multi)
-    ds = load_data(f"list:{d}?root={tmp_path / 'nus' / 'imgs'}&preset=nuswide21")
-    assert ds.name == "nuswide21" and ds.topk == 5000 and ds.multi_label and ds.num_classes == 21
-    assert make_split(ds, "lists", 0).topk == 5000
-    d = make_list_set(tmp_path / "inet", 100)
-    ds = load_data(f"list:{d}?root={tmp_path / 'inet' / 'imgs'}&preset=imagenet100")
-    assert ds.topk == 1000 and not ds.multi_label and make_split(ds, "lists", 0).topk == 1000
-    assert LIST_PRESETS["imagenet100"].num_labels == 100
-    with raises("train.txt:1", "3 label values, expected 21"):
-        load_image_lists(make_list_set(tmp_path / "few", 3), preset="nuswide21")
-    with raises("train.txt:1", "2 labels", "single-label"):
-        load_image_lists(make_list_set(tmp_path / "two", 100, multi), preset="imagenet100")
-    with raises("option preset must be one of", "nuswide21", "'coco'"):
-        load_data(f"list:{d}?preset=coco")
-
-
-def test_list_file_errors(tmp_path):
-    d = make_list_set(tmp_path)
-    text = (d / "database.txt").read_text().splitlines()
-    (d / "database.txt").write_text("\n".join(text[:2] + ["c1/4.png 0 1"] + text[3:]) + "\n")
-    with raises("database.txt:3", "2 label values, expected 3") as exc:
-        load_image_lists(d, root=tmp_path / "imgs")
-    one_line(exc)
-    (d / "database.txt").write_text("\n".join(text[:3] + ["c2/5.png 0 2 0"]) + "\n")
-    with raises("database.txt:4", "label value '2' is not 0 or 1"):
-        load_image_lists(d, root=tmp_path / "imgs")
-    (d / "database.txt").write_text("\n".join(["c0/0.png 0 0 1"] + text[1:]) + "\n")
-    with raises("database.txt:1", "c0/0.png has other labels than at", "train.txt:1"):
-        load_image_lists(d, root=tmp_path / "imgs")
-    (d / "database.txt").unlink()
-    with raises("no database.txt"):
-        load_image_lists(d)
 
 
 # --- bad images ---------------------------------------------------------------------------------
@@ -329,7 +251,7 @@ def test_missing_and_corrupt_images(tmp_path, sizes):
     (root / "c1" / "3.png").write_bytes(data[:len(data) // 2])  # truncated
     with raises(str(root / "c0" / "2.png"), "cannot decode image", "skip_bad=True") as exc:
         check_images(ds)
-    one_line(exc)
+    one_line_message(exc)
     ok, bad = check_images(ds, skip_bad=True)
     np.testing.assert_array_equal(ok, [0, 2, 3, 5])
     assert bad == 2
@@ -339,23 +261,6 @@ def test_missing_and_corrupt_images(tmp_path, sizes):
     with raises(str(root / "c1" / "3.png"), "cannot decode image"):
         ds.image(4)
     assert (ds.pixels is not None) == (len(set(sizes)) == 1)  # same sizes: checking filled the cache
-
-
-def test_missing_image_in_list(tmp_path):
-    d = make_list_set(tmp_path)
-    os.remove(tmp_path / "imgs" / "c1" / "4.png")
-    ds = load_image_lists(d, root=tmp_path / "imgs")
-    with raises(str(tmp_path / "imgs" / "c1" / "4.png"), "cannot read image") as exc:
-        check_images(ds)
-    one_line(exc)
-    ok, bad = check_images(ds, skip_bad=True)
-    np.testing.assert_array_equal(ok, [0, 1, 2, 3, 5])
-    assert bad == 1
-    with tarfile.open(tmp_path / "imgs.tar", "w") as tf:
-        tf.add(tmp_path / "imgs", arcname=".")
-    ds = load_image_lists(d, root=tmp_path / "imgs.tar")
-    with raises("imgs.tar:c1/4.png", "no such member"):
-        check_images(ds)
 
 
 def test_truncated_jpeg_lazy_check(tmp_path):
@@ -399,7 +304,7 @@ def test_truncated_tarballs(trees, tmp_path):
         cut.write_bytes(data[:len(data) // 2])
         with raises(str(cut), "truncated or corrupt tarball") as exc:
             load_data(f"images:{cut}")
-        one_line(exc)
+        one_line_message(exc)
     with raises("no such file or directory"):
         load_data(f"images:{tmp_path / 'none.tar.gz'}")
 
@@ -410,7 +315,7 @@ def test_corrupt_tarballs(tmp_path, name, data):
     (tmp_path / name).write_bytes(data)
     with raises(str(tmp_path / name), "truncated or corrupt tarball") as exc:
         load_data(f"images:{tmp_path / name}")
-    one_line(exc)
+    one_line_message(exc)
 
 
 def test_class_tree_rules(tmp_path):

@@ -1,5 +1,3 @@
-import re
-
 import numpy as np
 import pytest
 
@@ -14,15 +12,11 @@ from lbhash.data import (
     parse_protocol,
     save_split,
 )
-from helpers import cli, one_line_error
+from helpers import cli, one_line_error, raises
 from lbhash.errors import InputError
 from lbhash.labels import SparseClassIdsWarning, as_multihot
 
 COUNTS = np.array([20, 25, 30, 22, 40])
-
-
-def raises(*parts):
-    return pytest.raises(ValueError, match="(?s)" + "".join(f"(?=.*{re.escape(str(p))})" for p in parts))
 
 
 def toy(counts=COUNTS, is_test=None, names=None, seed=0):

@@ -1,10 +1,9 @@
 """Image transforms: shapes, value ranges, exact pixels, randomness and DataLoader workers."""
 
-import re
-
 import numpy as np
 import pytest
 import torch
+from helpers import raises
 from torch.utils.data import DataLoader, Dataset
 
 from lbhash.data.transforms import (
@@ -22,10 +21,6 @@ from lbhash.data.transforms import (
 
 MEAN = torch.tensor(IMAGENET_MEAN).view(3, 1, 1)
 STD = torch.tensor(IMAGENET_STD).view(3, 1, 1)
-
-
-def raises(*parts):
-    return pytest.raises(ValueError, match="(?s)" + "".join(f"(?=.*{re.escape(str(p))})" for p in parts))
 
 
 def grid(h, w, channels=3):
