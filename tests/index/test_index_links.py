@@ -101,3 +101,39 @@ def test_links_in_the_media_folder_are_refused_and_their_targets_untouched(index
     with pytest.raises(InputError, match="gone.log: is not a regular file"):
         KeptImages(media)
     assert victim.read_text() == "do not touch\n" and list(elsewhere.iterdir()) == []
+
+
+def test_concurrent_first_uploads_share_the_new_media_folder(tmp_path, monkeypatch):
+    """The first uploads of a server arriving together: each found no folder and created it, and all
+    but one failed with FileExistsError (a 500 in test_upload_pixels). A slow mkdir widens that window."""
+    import threading
+    import time
+    from pathlib import Path
+
+    from lbhash.runs.uploads import KeptImages
+
+    kept = KeptImages(tmp_path / "ix.media")
+    real_mkdir, start = Path.mkdir, threading.Barrier(4)
+
+    def slow_mkdir(self, *args, **kwargs):
+        time.sleep(0.2)
+        return real_mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", slow_mkdir)
+    staged, errors = [], []
+
+    def upload(i):
+        start.wait()
+        try:
+            staged.append(kept.stage([b"image %d" % i], [f"{i}.png"]))
+        except Exception as exc:  # collected for the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=upload, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert errors == [] and len(staged) == 4
+    kept.commit([s[0] for s in staged], range(4))
+    assert sorted(p.name for p in (tmp_path / "ix.media").iterdir()) == ["0.item", "1.item", "2.item", "3.item"]

@@ -61,9 +61,10 @@ class KeptImages:
             self.used += item.stat().st_size
 
     def _create(self) -> None:
-        if not self.dir.is_dir() or self.dir.is_symlink():
-            self.dir.mkdir()  # FileExistsError for a link planted since start: never written through
-            _fsync_dir(self.dir.parent)
+        with self._lock:  # concurrent first uploads: one creates the folder, the others see it
+            if not self.dir.is_dir() or self.dir.is_symlink():
+                self.dir.mkdir()  # FileExistsError for a link planted since start: never written through
+                _fsync_dir(self.dir.parent)
 
     def _item(self, item_id: int) -> Path:
         return self.dir / f"{int(item_id)}.item"
