@@ -121,6 +121,38 @@ def grid_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def paired_table(rows: list[dict]) -> str:
+    """Each base against its `_D` cell of the same bits and seed (a seed draws one split for both):
+    the seeds' mAP@54000 and their paired differences, for every (base, bits) with two seeds or more."""
+    maps = {r["cell"]: 100 * float(r["map_54000"]) for r in rows}
+    lines = ["| cell | seeds | base | _D | _D - base | mean |", "|---|---|---|---|---|---|"]
+    for cell in sorted(maps):
+        variant, bits, seed = cell.split("-")
+        if variant.endswith("_D") or seed != "seed0":
+            continue
+        seeds = [s for s in range(10) if f"{variant}-{bits}-seed{s}" in maps and f"{variant}_D-{bits}-seed{s}" in maps]
+        if len(seeds) < 2:
+            continue
+        base = [maps[f"{variant}-{bits}-seed{s}"] for s in seeds]
+        with_d = [maps[f"{variant}_D-{bits}-seed{s}"] for s in seeds]
+        diffs = [d - b for b, d in zip(base, with_d)]
+        lines.append(f"| {variant} {bits} | {', '.join(map(str, seeds))} | {', '.join(f'{x:.1f}' for x in base)} | "
+                     f"{', '.join(f'{x:.1f}' for x in with_d)} | {' / '.join(f'{x:+.1f}' for x in diffs)} | "
+                     f"{statistics.mean(diffs):+.1f} |")
+    return "\n".join(lines)
+
+
+def hours_line(epochs: list[dict]) -> str:
+    """The fastest fine-tuning epoch over the cells (the idle speed) and the recorded epochs' sum."""
+    fastest: dict[str, float] = {}
+    for r in epochs:
+        if r["phase"] == "tune":
+            fastest[r["cell"]] = min(fastest.get(r["cell"], float("inf")), float(r["seconds"]))
+    total = sum(float(r["seconds"]) for r in epochs) / 3600
+    return (f"{len({r['cell'] for r in epochs})} cells; fastest fine-tuning epoch per cell "
+            f"{min(fastest.values()):.0f}-{max(fastest.values()):.0f} s; recorded epochs sum to {total:.1f} h")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
@@ -130,13 +162,18 @@ def main() -> None:
     print("## study\n\n" + _md(study, ["setting", "epochs", "kept_epoch", "val_map_kept", "val_map_last",
                                         "tune_seconds_median"]))
     print("\n## check\n\n" + _md(check, ["run", "map", "epochs", "train_seconds", "encode_seconds"]))
+    epochs = grid_epoch_rows(args.out)
     print("\n## grid (mAP@54000, %)\n\n" + (grid_table(cells) if cells else "(no finished cell)"))
+    if cells:
+        print("\n## paired by seed (mAP@54000, %)\n\n" + paired_table(cells))
+    if epochs:
+        print("\n## hours\n\n" + hours_line(epochs))
     if args.copy:
         args.copy.mkdir(parents=True, exist_ok=True)
         # each `reproduce grid` step writes the grid.csv of its own cells: the copy keeps every step's
         grid = list({r["run_id"]: r for r in _read_csv(args.copy / "grid.csv") + grid}.values())
         for name, rows in (("study.csv", study), ("check.csv", check), ("grid.csv", grid),
-                           ("grid-cells.csv", cells), ("grid-epochs.csv", grid_epoch_rows(args.out))):
+                           ("grid-cells.csv", cells), ("grid-epochs.csv", epochs)):
             if rows:
                 with open(args.copy / name, "w", newline="") as fh:
                     writer = csv.DictWriter(fh, fieldnames=list(rows[0]))

@@ -1,10 +1,14 @@
-"""Shared test helpers: ValueErrors holding every fragment, image list files, random codes with many tied distances, a few loss steps on digits,
+"""Shared test helpers: random codes with many tied distances, a few loss steps on digits,
 shuffled training passes for memory-bank methods and the bank likelihood's plain formula,
 cut copies of a run for resume tests, the CLI in process and its one-line errors, and
-snapshots of folders that a refused command must leave alone."""
+snapshots of folders that a refused command must leave alone, ValueErrors holding every fragment,
+and image list files (`list:` data)."""
+
+import re
 
 import numpy as np
 import pytest
+from PIL import Image
 
 
 def tied_codes(rng, n, bits, pool=8, flip=0.08):
@@ -316,8 +320,6 @@ def colour_class_images(path, n_per_class=12, classes=4, test_per_class=3, seed=
 
 def raises(*parts):
     """pytest.raises for a ValueError whose message holds every part, in any order."""
-    import re
-
     return pytest.raises(ValueError, match="(?s)" + "".join(f"(?=.*{re.escape(str(p))})" for p in parts))
 
 
@@ -332,8 +334,6 @@ def write_image_lists(d, files, num_labels=10):
 
 def make_list_set(tmp_path, num_labels=3, labels=None):
     """Six 8x8 images under tmp_path/imgs/c0..c2 and train/test/database lists of them in tmp_path/lists."""
-    from PIL import Image
-
     imgs = tmp_path / "imgs"
     for k in range(6):
         (imgs / f"c{k % 3}").mkdir(parents=True, exist_ok=True)
