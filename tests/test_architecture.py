@@ -12,7 +12,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "lbhash"
 # the bottom layer: modules every package may import (and which import only each other)
 BOTTOM = {"errors", "_io", "_lazy", "arrays", "checks", "cpus", "labels", "limits", "options", "codes", "codes_file",
-          "ranking"}
+          "ranking", "instance"}
 # package -> the packages it may import besides the bottom layer and itself
 ALLOWED = {
     "centers": set(),

@@ -42,7 +42,9 @@ def one_line(reply, status, fragment):
 def test_index_build_records_each_items_file_covered_by_the_manifest(built):
     tree, run, ix = built
     manifest = json.loads((ix / "manifest.json").read_text())
-    assert manifest["attachments"] == [SOURCES] and SOURCES in manifest["files"]
+    # the sources record beside the instance transform (docs/search.md, "Instance codes"), both checksummed
+    assert manifest["attachments"] == sorted([SOURCES, "instance-transform.npz"]) and SOURCES in manifest["files"]
+    assert "instance-transform.npz" in manifest["files"]
     index = CodeIndex.load(ix)
     record = read_sources(index)
     ids = index.ids()
@@ -74,7 +76,9 @@ def test_cli_search_prints_the_recorded_source_beside_each_id(built, tmp_path):
     hits = json.loads(result.output)[0]
     assert all(s.startswith(f"{tree}/train/red/") for s in hits["sources"])  # the run separates the colours
     text = cli("search", ix, "--images", query, "--run", run, "-k", "2").output
-    assert re.search(rf"id \d+ +distance \d+ +similarity [\d.]+ +labels 2 red +{re.escape(str(tree))}/train/red/\d+\.png", text), text
+    # ranked by both codes (the index keeps instance codes): score, class and instance distances
+    assert re.search(rf"id \d+ +score [\d.]+ +distance \d+ +instance \d+ +labels 2 red +{re.escape(str(tree))}/train/red/\d+\.png",
+                     text), text
 
 
 def test_thumbnails_are_the_recorded_images_pixel_for_pixel(built):

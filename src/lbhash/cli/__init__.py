@@ -24,6 +24,7 @@ COMMANDS = {
     "evaluate": ("evaluate", "evaluate", "Evaluate codes and print every metric."),
     "index": ("index", "index", "Build and change search indexes over packed codes."),
     "search": ("search", "search", "Search INDEX_DIR; print each query's ids, distances and labels."),
+    "duplicates": ("search", "duplicates", "Edit indexed photos, search the copies, report how often the original comes first."),
     "serve": ("serve", "serve", "Serve INDEX_DIR over HTTP: a search page at /, API docs at /docs."),
     "methods": ("methods", "methods", "List the hashing methods, their training defaults, _D objective options and constants."),
     "reproduce": ("reproduce", "reproduce", "Run EXPERIMENT (grid, timing, centers, toy, bound, study, baselines) and write its tables into --out."),

@@ -8,6 +8,8 @@ from pathlib import Path
 import click
 import numpy as np
 
+from lbhash.runs.instance_codes import INSTANCE_BITS
+
 BACKENDS = ("faiss", "milvus")
 DEFAULT_URI = "http://127.0.0.1:19530"
 
@@ -69,9 +71,13 @@ def index() -> None:
 @click.option("--overwrite", is_flag=True, help="Replace an existing index (atomically).")
 @click.option("--no-embeddings", is_flag=True, help="Keep codes only, not each item's embedding (searches then come "
                                                     "in Hamming order; docs/search.md).")
+@click.option("--instance-bits", type=int, default=INSTANCE_BITS, show_default=True,
+              help="Length of the instance code kept beside each class code, made from the item's embedding "
+                   "(a multiple of 8, at most the embedding's width: the default is cut to it; 0: none; docs/search.md, "
+                   "\"Instance codes\").")
 @backend_options
 def build(source: Path, out: str, kind: str, part: str | None, data_spec: str | None, nlist, nprobe, nhash, nflip,
-          overwrite: bool, no_embeddings: bool, backend: str, uri: str) -> None:
+          overwrite: bool, no_embeddings: bool, instance_bits: int, backend: str, uri: str) -> None:
     """Index the codes of SOURCE: a run directory, or an .npz from `lbhash encode`.
 
     Ids are the items' positions in the data set (or the file's integer `ids`); labels come
@@ -79,16 +85,20 @@ def build(source: Path, out: str, kind: str, part: str | None, data_spec: str | 
     absolute path); data that moved since is given with --data. From a run, the index also keeps
     each item's embedding (the backbone's pooled features, or the input features), by which
     searches re-score their Hamming candidates; from a codes file, the embeddings it holds
-    (`lbhash encode --embeddings`). --no-embeddings leaves them out.
+    (`lbhash encode --embeddings`). --no-embeddings leaves them out. Where there are embeddings, the
+    index also keeps an instance code per item (--instance-bits), its transform fitted on the run's
+    training items: searches then rank by both codes (docs/search.md, "Instance codes").
     """
     from lbhash.runs.index_dir import build_index
 
     given = {k: v for k, v in dict(nlist=nlist, nprobe=nprobe, nhash=nhash, nflip=nflip).items() if v is not None}
-    built = build_index(source, out, kind, part, data_spec, given, overwrite, not no_embeddings, backend, uri)
+    built = build_index(source, out, kind, part, data_spec, given, overwrite, not no_embeddings, backend, uri,
+                        instance_bits)
     if backend == "faiss" and not built.index.is_trained:
         click.echo(f"note: the ivf index searches {built.searches}", err=True)
     every = " (every item of the run: --part all)" if source.is_dir() and part == "all" else ""
     kept = f", with their {built.embedding_dim}-dimensional embeddings" if built.embedding_dim else ""
+    kept += f", with {built.instance_bits}-bit instance codes" if built.instance_bits else ""
     click.echo(f"indexed {built.count} {built.bits}-bit codes ({backend} {kind}) into {out}{every}{kept}")
 
 

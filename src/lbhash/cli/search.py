@@ -13,6 +13,7 @@ from lbhash.checks import parse_int_list
 from lbhash.cli.index import backend_options
 from lbhash.errors import InputError
 from lbhash.limits import MAX_CLASS_ID, MAX_K
+from lbhash.runs.instance_codes import BLEND_FACTOR, LOOKS_LIKE
 
 
 def encoder_options(func):
@@ -52,19 +53,25 @@ def model_source(run_dir: Path | None, export_path: Path | None) -> Path | None:
 @click.option("--rescore-factor", type=int, help="Re-score the Hamming top k x M by cosine similarity of the "
                                                 "embeddings (--features or --images, an index keeping embeddings; "
                                                 "docs/search.md). [default: 16]")
-@click.option("--no-rescore", is_flag=True, help="Hamming order only, even where the index keeps embeddings.")
+@click.option("--no-rescore", is_flag=True, help="Hamming order only, even where the index keeps embeddings or "
+                                                "instance codes.")
+@click.option("--looks-like", type=float, default=None,
+              help=f"Where the index keeps instance codes: from 0 (same class first) to 1 (looks like first) "
+                   f"(docs/search.md, \"Instance codes\"). [default: {LOOKS_LIKE}]")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--force", is_flag=True, help="Encode with --run (or --encoder) even when its model did not make the "
                                            "index's codes.")
 @backend_options
 def search(index_dir: str, codes_path, features_path, image_paths, run_dir, export_path, k: int | None, radius: int | None,
-           filter_labels: str | None, rescore_factor: int | None, no_rescore: bool, as_json: bool, force: bool,
-           backend: str, uri: str) -> None:
+           filter_labels: str | None, rescore_factor: int | None, no_rescore: bool, looks_like: float | None,
+           as_json: bool, force: bool, backend: str, uri: str) -> None:
     """Search INDEX_DIR; print each query's ids, distances and labels.
 
     Where the index keeps embeddings and the queries are --features or --images, the Hamming
     top k x --rescore-factor are re-scored by cosine similarity of the embeddings (each hit shows
-    its similarity and its Hamming distance); --no-rescore keeps the Hamming order.
+    its similarity and its Hamming distance); --no-rescore keeps the Hamming order. Where the index
+    keeps instance codes too, the candidates of both codes are ranked by one score (--looks-like;
+    each hit shows its score, both distances, and `=` when it is the same picture as the query).
 
     Limits (docs/search.md): k at most 1000, and at most 1000 items per query within --radius;
     class ids 0 to 65535; queries are searched in batches of 1024.
@@ -73,12 +80,14 @@ def search(index_dir: str, codes_path, features_path, image_paths, run_dir, expo
 
     _check_query_options(codes_path, features_path, image_paths, model_source(run_dir, export_path),
                          rescore_factor, no_rescore)
+    if looks_like is not None and no_rescore:
+        raise InputError("give --looks-like or --no-rescore, not both")
     names = Names(k="-k", radius="--radius", factor="--rescore-factor", rescore="--rescore-factor",
-                  classes="--filter-labels", features="--features", images="--images")
+                  classes="--filter-labels", looks_like="--looks-like", features="--features", images="--images")
     found = search_index(index_dir, backend, uri, codes=codes_path, features=features_path, images=image_paths,
                          run_dir=run_dir, export_path=export_path, force=force, k=k, radius=radius,
                          classes=None if filter_labels is None else parse_int_list(filter_labels, "--filter-labels"),
-                         factor=rescore_factor, rescore=not no_rescore, names=names)
+                         factor=rescore_factor, rescore=not no_rescore, names=names, looks_like=looks_like)
     if as_json:
         click.echo(json.dumps(found.results, indent=1))
     else:
@@ -112,10 +121,63 @@ def _print_results(results: list[dict], class_names: list[str] | None) -> None:
         click.echo(f"query {result['query']} ({result['name']}{label}): {len(result['ids'])} results")
         sources = result.get("sources", [None] * len(result["ids"]))
         scores = result.get("scores", [None] * len(result["ids"]))
-        for rank, (i, d, s, lab, src) in enumerate(zip(result["ids"], result["distances"], scores, result["labels"],
-                                                       sources), 1):
-            where = f"distance {d:<4d}" + ("" if s is None else f" similarity {s:<7.4f}")
+        blended = "same" in result
+        inst = result.get("instance_distances", [None] * len(result["ids"]))
+        same = result.get("same", [False] * len(result["ids"]))
+        for rank, (i, d, s, di, eq, lab, src) in enumerate(zip(result["ids"], result["distances"], scores, inst, same,
+                                                               result["labels"], sources), 1):
+            if blended:
+                where = f"score {s:<7.4f} distance {d:<4d} instance {di:<4d}"
+            else:
+                where = f"distance {d:<4d}" + ("" if s is None else f" similarity {min(s, 1.0):<7.4f}")
             other = "x" if own and not set(own) & set(lab) else " "
-            click.echo(f"  {rank:4d} {other} id {i:<10d} {where} labels {named(lab)}" + (f"  {src}" if src else ""))
+            mark = "=" if eq else " "
+            click.echo(f"  {rank:4d} {other}{mark} id {i:<10d} {where} labels {named(lab)}" + (f"  {src}" if src else ""))
     if any(r.get("query_labels") for r in results):
         click.echo("x: a hit of another class than its query")
+    if any(r.get("same") for r in results):
+        click.echo("=: the same picture as its query (an edited copy or a duplicate; docs/search.md)")
+    if any("same" in r for r in results):
+        click.echo("score: (1 - looks_like) x class agreement + looks_like x similarity (docs/search.md, "
+                   "\"Instance codes\"): hits come by score, not by distance")
+
+
+@click.command()
+@click.argument("index_dir")
+@encoder_options
+@click.option("--items", type=int, default=200, show_default=True, help="Indexed photos to edit (a seeded sample).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sample.")
+@click.option("--edits", default="jpeg,flip,crop,colour,resize", show_default=True,
+              help="Comma-separated edits (docs/search.md, \"Finding the picture\").")
+@click.option("--looks-like", type=float, default=LOOKS_LIKE, show_default=True,
+              help="The ranking's parameter, from 0 (same class first) to 1 (looks like first).")
+@click.option("--factor", type=int, default=BLEND_FACTOR, show_default=True,
+              help="Candidates per result from each of the two codes.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def duplicates(index_dir: str, run_dir, export_path, items: int, seed: int, edits: str, looks_like: float, factor: int,
+               as_json: bool) -> None:
+    """Edit indexed photos, search the copies, report how often the original comes first.
+
+    Each of --items indexed photos is edited (JPEG quality 50, mirrored, cropped, recoloured,
+    resized), encoded by the run (or export) that made INDEX_DIR's codes, and searched in each order
+    the index can rank by: `hamming` (the class code alone), `codes` (both codes, no float read) and
+    `blend` (the default ranking, by cosine where the index keeps float rows). Per edit: recall@1 and
+    recall@10 of the original, class P@10 and mAP@100, ms per query; bytes per item of each order.
+    """
+    from lbhash.runs.duplicates import evaluate_duplicates
+
+    if model_source(run_dir, export_path) is None:
+        raise InputError("give --run RUN_DIR or --encoder EXPORT (the model that made the index's codes)")
+    names = [e.strip() for e in edits.split(",") if e.strip()]
+    report = evaluate_duplicates(index_dir, run_dir, export_path, items, seed, names, looks_like, factor)
+    if as_json:
+        click.echo(json.dumps(report, indent=1))
+        return
+    click.echo(f"{report['items']} photos x {len(report['edits'])} edits (seed {seed}), looks_like {looks_like}, "
+               f"factor {factor}; encoding {report['encode_ms_per_query']:.1f} ms a query")
+    click.echo(f"{'order':8s} {'edit':7s} {'recall@1':>8s} {'recall@10':>9s} {'class P@10':>10s} {'mAP@100':>8s} "
+               f"{'ms/query':>8s} {'bytes/item':>10s}")
+    for order, row in report["orders"].items():
+        for edit, m in row["edits"].items():
+            click.echo(f"{order:8s} {edit:7s} {m['recall@1']:8.3f} {m['recall@10']:9.3f} {m['class_p@10']:10.3f} "
+                       f"{m['map@100']:8.4f} {m['ms_per_query']:8.2f} {row['bytes_per_item']:10d}")

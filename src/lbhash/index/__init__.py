@@ -10,6 +10,7 @@ from lbhash.index.backend import PAD_DISTANCE, PAD_ID, Backend, InRange, Reranke
 from lbhash.index.code_index import AddPlan, CodeIndex
 from lbhash.index.hits import Hits, Queries, SearchPlan, Spelling, check_classes, plan_search, search_hits
 from lbhash.index.rescore import RESCORE_FACTOR, rescore_search
+from lbhash.index.blend import BLEND_FACTOR, LOOKS_LIKE, Blended, blended_search
 from lbhash.index.sparse_labels import SparseLabels
 
 
@@ -22,5 +23,5 @@ def __getattr__(name):
 
 
 __all__ = ["Backend", "TopK", "InRange", "Reranked", "CodeIndex", "MilvusIndex", "AddPlan", "SparseLabels", "KINDS", "PAD_ID", "PAD_DISTANCE",
-           "RESCORE_FACTOR", "rescore_search", "search_on_this_thread", "threads_for", "Hits", "Queries", "SearchPlan", "Spelling", "check_classes",
+           "RESCORE_FACTOR", "rescore_search", "BLEND_FACTOR", "LOOKS_LIKE", "Blended", "blended_search", "search_on_this_thread", "threads_for", "Hits", "Queries", "SearchPlan", "Spelling", "check_classes",
            "plan_search", "search_hits"]

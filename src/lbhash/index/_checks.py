@@ -11,10 +11,30 @@ from lbhash.labels import as_class_ids, as_multihot
 from lbhash.limits import MAX_CLASS_ID, check_ids
 
 
-def check_bits(bits) -> int:
+def check_bits(bits, name: str = "bits") -> int:
     if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)) or bits <= 0 or bits % 8:
-        raise InputError(f"bits must be a positive multiple of 8, got {bits!r}")
+        raise InputError(f"{name} must be a positive multiple of 8, got {bits!r}")
     return int(bits)
+
+
+def instance_codes(codes, n: int, bits: int | None, held: bool) -> np.ndarray | None:
+    """An add's instance codes checked against what the index keeps: `bits` (None: none), `held` (it
+    has held items, so it can no longer start keeping them)."""
+    if codes is None:
+        if bits is not None and n:
+            raise InputError(f"the index keeps a {bits}-bit instance code per item: give the items' instance codes "
+                             "with their codes")
+        return None
+    if bits is None:
+        if held:
+            raise InputError("the index keeps no instance codes (its first items came without them): add codes "
+                             "alone, or build a new index with instance codes")
+        width = np.asarray(codes).shape[-1] if np.asarray(codes).ndim == 2 else 0
+        bits = check_bits(width * 8, "instance codes' bits")
+    arr = packed_codes(codes, bits, "instance codes")
+    if len(arr) != n:
+        raise InputError(f"instance codes has {len(arr)} rows but there are {n} codes")
+    return arr
 
 
 def packed_codes(codes, bits: int, name: str = "codes") -> np.ndarray:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from lbhash.codes import hamming_distance
 from lbhash.index._engines import FlatEngine, Rows
 from lbhash.index.backend import PAD_DISTANCE, PAD_ID
 from lbhash.index.sparse_labels import SparseLabels
@@ -53,14 +54,15 @@ class GrowingArray:
 
 class Segment:
     """Items of one FAISS structure in insertion order: ids, codes, sparse labels, tombstones and,
-    where the index keeps them, unit embeddings. `ordered` segments (the main one) hold ascending
+    where the index keeps them, unit embeddings and instance codes (lbhash.instance). `ordered` segments (the main one) hold ascending
     ids, found by binary search; the tail holds ids in arrival order, found through a dict."""
 
     def __init__(self, engine, ids: np.ndarray, codes: np.ndarray, labels: SparseLabels, ordered: bool,
-                 embeddings: np.ndarray | None = None):
+                 embeddings: np.ndarray | None = None, instance: np.ndarray | None = None):
         self.engine, self.ordered = engine, ordered
         self._ids, self._codes = GrowingArray(ids), GrowingArray(codes)
         self._emb = None if embeddings is None else GrowingArray(embeddings)
+        self._inst = None if instance is None else GrowingArray(instance)
         self._indptr, self._indices = GrowingArray(labels.indptr), GrowingArray(labels.indices)
         self.width = labels.width
         self._dead: GrowingArray | None = None  # bool per item, made by the first removal
@@ -69,9 +71,19 @@ class Segment:
         self._where = None if ordered else {int(i): p for p, i in enumerate(ids.tolist())}
 
     @classmethod
-    def empty_tail(cls, bits: int, width: int = 0, dim: int | None = None) -> "Segment":
+    def empty_tail(cls, bits: int, width: int = 0, dim: int | None = None,
+                   instance_bits: int | None = None) -> "Segment":
         return cls(FlatEngine(bits, {}), np.empty(0, np.int64), np.empty((0, bits // 8), np.uint8),
-                   SparseLabels.empty(0, width), ordered=False, embeddings=empty_embeddings(dim))
+                   SparseLabels.empty(0, width), ordered=False, embeddings=empty_embeddings(dim),
+                   instance=empty_instance(instance_bits))
+
+    def with_payloads(self, dim: int | None, instance_bits: int | None) -> "Segment":
+        """This empty segment keeping embeddings of width `dim` and instance codes of `instance_bits`
+        (None: none), for the first add that brings them."""
+        if len(self):  # CodeIndex checks first: a bug otherwise
+            raise RuntimeError("only an empty segment starts keeping embeddings or instance codes")
+        return Segment(self.engine, self.rows.ids, self.rows.codes, self.labels, self.ordered,
+                       empty_embeddings(dim), empty_instance(instance_bits))
 
     def __len__(self) -> int:
         return len(self._ids)
@@ -88,6 +100,11 @@ class Segment:
     def embeddings(self) -> np.ndarray | None:
         """Unit embeddings float16 (len, d) by position; None where the index keeps none."""
         return None if self._emb is None else self._emb.view
+
+    @property
+    def instance(self) -> np.ndarray | None:
+        """Packed instance codes uint8 (len, instance_bits // 8) by position; None where the index keeps none."""
+        return None if self._inst is None else self._inst.view
 
     @property
     def labels(self) -> SparseLabels:
@@ -121,13 +138,13 @@ class Segment:
         return np.where(found, pos, -1)
 
     def append(self, ids: np.ndarray, codes: np.ndarray, labels: SparseLabels,
-               embeddings: np.ndarray | None = None) -> None:
+               embeddings: np.ndarray | None = None, instance: np.ndarray | None = None) -> None:
         """Add items (ids ascending within the call; above `last_id` for an ordered segment), with
-        their unit embeddings exactly when the segment keeps them."""
+        their unit embeddings and instance codes exactly when the segment keeps them."""
         if not len(ids):
             return
-        if (embeddings is None) != (self._emb is None):  # CodeIndex checks first: a bug otherwise
-            raise RuntimeError("codes and embeddings must be added together")
+        if (embeddings is None) != (self._emb is None) or (instance is None) != (self._inst is None):
+            raise RuntimeError("codes, embeddings and instance codes must be added together")  # CodeIndex checks first
         if len(self) and ids[0] <= self.last_id:
             self.ascending = False
         start = len(self)
@@ -136,6 +153,8 @@ class Segment:
         self._codes.extend(codes)
         if self._emb is not None:
             self._emb.extend(embeddings)
+        if self._inst is not None:
+            self._inst.extend(instance)
         self._indptr.extend(labels.indptr[1:] + offset if offset else labels.indptr[1:])  # (no temporary)
         self._indices.extend(labels.indices)
         self.width = max(self.width, labels.width)
@@ -169,13 +188,12 @@ def folded(main: Segment, tail: Segment) -> Segment:
     order = np.argsort(ids, kind="stable")
     codes = np.concatenate([main.rows.codes[keep_main], tail.rows.codes[keep_tail]])[order]
     labels = SparseLabels.concat([main.labels.take(keep_main), tail.labels.take(keep_tail)]).take(order)
-    embeddings = None
-    if main.embeddings is not None:
-        embeddings = np.concatenate([main.embeddings[keep_main], tail.embeddings[keep_tail]])[order]
+    payloads = [None if main_rows is None else np.concatenate([main_rows[keep_main], tail_rows[keep_tail]])[order]
+                for main_rows, tail_rows in ((main.embeddings, tail.embeddings), (main.instance, tail.instance))]
     rows = Rows(ids[order], codes)
     removed = main.rows.ids[main.dead] if main.ndead else np.empty(0, np.int64)
     engine = main.engine.folded(rows, removed, tail.rows.ids[keep_tail], tail.rows.codes[keep_tail])
-    return Segment(engine, rows.ids, rows.codes, labels, ordered=True, embeddings=embeddings)
+    return Segment(engine, rows.ids, rows.codes, labels, ordered=True, embeddings=payloads[0], instance=payloads[1])
 
 
 def empty_embeddings(dim: int | None) -> np.ndarray | None:
@@ -183,11 +201,19 @@ def empty_embeddings(dim: int | None) -> np.ndarray | None:
     return None if dim is None else np.empty((0, dim), np.float16)
 
 
-def codes_at(main: Segment, tail: Segment, found: tuple[np.ndarray, np.ndarray], embeddings: bool = False
+def empty_instance(bits: int | None) -> np.ndarray | None:
+    """No instance codes of `bits` bits, as a segment starts (None: the index keeps none)."""
+    return None if bits is None else np.empty((0, bits // 8), np.uint8)
+
+
+FIELDS = ("codes", "embeddings", "instance")
+
+
+def codes_at(main: Segment, tail: Segment, found: tuple[np.ndarray, np.ndarray], field: str = "codes"
              ) -> np.ndarray:
-    """Codes (or stored embeddings) of the items at `found` = (main positions, tail positions), -1
-    where an item is not in that segment (every item is in one)."""
-    arrays = [seg.embeddings if embeddings else seg.rows.codes for seg in (main, tail)]
+    """Codes (or stored embeddings, or instance codes: `field`) of the items at `found` = (main
+    positions, tail positions), -1 where an item is not in that segment (every item is in one)."""
+    arrays = [seg.rows.codes if field == "codes" else getattr(seg, field) for seg in (main, tail)]
     if (found[0] >= 0).all():
         return arrays[0][found[0]]
     out = np.empty((len(found[0]), arrays[0].shape[1]), arrays[0].dtype)
@@ -205,6 +231,39 @@ def labels_at(main: Segment, tail: Segment, found: tuple[np.ndarray, np.ndarray]
     parts = [seg.labels.take(pos[pos >= 0]) for seg, pos in ((main, in_main), (tail, in_tail))]
     source = np.concatenate([np.flatnonzero(in_main >= 0), np.flatnonzero(in_main < 0)])
     return SparseLabels.concat(parts, width).take(np.argsort(source, kind="stable"))
+
+
+class InstanceView:
+    """A segment seen through its instance codes: what `segment_knn` reads (rows, tombstones,
+    labels), with an exact scan over the instance codes as its engine."""
+
+    def __init__(self, segment: Segment, bits: int):
+        self._segment, self.engine = segment, ScanEngine(bits, {})
+        self.ordered, self.ascending = segment.ordered, segment.ascending
+        self.ndead, self.dead, self.labels = segment.ndead, segment.dead, segment.labels
+
+    def __len__(self) -> int:
+        return len(self._segment)
+
+    @property
+    def rows(self) -> Rows:
+        return Rows(self._segment.rows.ids, self._segment.instance)
+
+    def live(self) -> np.ndarray:
+        return self._segment.live()
+
+
+class ScanEngine(FlatEngine):
+    """An exact scan of rows it does not copy (`FlatEngine.knn` reads only the rows); range by numpy."""
+
+    def range(self, rows: Rows, queries: np.ndarray, radius: int, allowed: np.ndarray | None):
+        dist = hamming_distance(queries, rows.codes, self.bits)
+        keep = dist <= radius
+        if allowed is not None:
+            keep &= allowed[None, :]
+        q, pos = np.nonzero(keep)
+        lims = np.concatenate([[0], np.cumsum(np.bincount(q, minlength=len(queries)))]).astype(np.int64)
+        return lims, dist[q, pos].astype(np.int32), rows.ids[pos].astype(np.int64)
 
 
 def allowed_items(segment: Segment, classes) -> np.ndarray | None:

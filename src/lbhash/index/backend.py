@@ -54,7 +54,8 @@ class Backend(ABC):
     ids (n,), multi-hot rows (n, C) or `SparseLabels`; a label filter keeps, per query, the items
     sharing a label with its row (docs/search.md, "Concepts"). `metadata`: a free-form record of
     where the codes came from (empty on Milvus). A backend may keep one embedding per item
-    (`embedding_dim`, `get_embeddings`), added and removed with its code.
+    (`embedding_dim`, `get_embeddings`) and one instance code per item (`instance_bits`,
+    `get_instance_codes`, `instance_search`), added and removed with its code.
     """
 
     metadata: dict
@@ -67,6 +68,19 @@ class Backend(ABC):
     def get_embeddings(self, ids) -> np.ndarray:
         """Stored unit embeddings float16 (m, embedding_dim) of the given ids, in that order."""
         raise NotImplementedError(f"{type(self).__name__} keeps no embeddings")
+
+    @property
+    def instance_bits(self) -> int | None:
+        """The length of the instance codes kept beside the class codes (lbhash.instance); None when none are kept."""
+        return None
+
+    def get_instance_codes(self, ids) -> np.ndarray:
+        """Packed instance codes uint8 (m, instance_bits // 8) of the given ids, in that order."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no instance codes")
+
+    def instance_search(self, queries, k: int, labels=None) -> TopK:
+        """Top-k by the Hamming distance of instance codes, by (distance, id), as `search` pads."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no instance codes")
 
     @property
     @abstractmethod
@@ -92,9 +106,9 @@ class Backend(ABC):
         return self.ntotal
 
     @abstractmethod
-    def add(self, codes, ids=None, labels=None, upsert: bool = False, embeddings=None) -> np.ndarray:
-        """Add codes (and their embeddings, where the backend keeps them); return their ids. An
-        id held is `Conflict` unless upsert=True."""
+    def add(self, codes, ids=None, labels=None, upsert: bool = False, embeddings=None, instance=None) -> np.ndarray:
+        """Add codes (and their embeddings and instance codes, where the backend keeps them); return
+        their ids. An id held is `Conflict` unless upsert=True."""
 
     @abstractmethod
     def remove(self, ids) -> int:

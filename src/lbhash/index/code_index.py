@@ -17,8 +17,8 @@ from lbhash.index import _checks
 from lbhash.index._engines import FlatEngine, Rows
 from lbhash.index._ivf import ENGINES, KINDS
 from lbhash.index.backend import Backend, InRange, TopK
-from lbhash.index._segments import (Segment, codes_at, empty_embeddings, folded, fragment_limit, labels_at,
-                                    query_groups, range_over, topk_over)
+from lbhash.index._segments import (InstanceView, Segment, codes_at, empty_embeddings, empty_instance, folded,
+                                    fragment_limit, labels_at, query_groups, range_over, topk_over)
 from lbhash.index.rescore import stored_embeddings
 from lbhash.index.sparse_labels import SparseLabels
 from lbhash.index.storage import load_index, save_index
@@ -33,6 +33,7 @@ class AddPlan:
     labels: SparseLabels | None
     upsert: bool
     embeddings: np.ndarray | None = None  # unit rows float16, as stored (lbhash.index.rescore)
+    instance: np.ndarray | None = None    # packed instance codes uint8 (n, instance_bits // 8)
 
 
 class CodeIndex(Backend):
@@ -56,7 +57,9 @@ class CodeIndex(Backend):
     -------
     `search` returns `TopK` and `range_search` `InRange`, as `lbhash.index.Backend` says. An index
     keeps one embedding per item when its first add gives them (or `embedding_dim` is given):
-    `lbhash.index.rescore_search` re-scores by them.
+    `lbhash.index.rescore_search` re-scores by them; and one instance code per item (a second packed
+    code, `instance_bits` long: lbhash.instance) when its first add gives them (or `instance_bits` is
+    given): `instance_search` searches them, `lbhash.index.blended_search` ranks by both codes.
 
     Examples
     --------
@@ -73,7 +76,8 @@ class CodeIndex(Backend):
     [[1, 2]]
     """
 
-    def __init__(self, bits: int, kind: str = "flat", embedding_dim: int | None = None, **params):
+    def __init__(self, bits: int, kind: str = "flat", embedding_dim: int | None = None,
+                 instance_bits: int | None = None, **params):
         self._bits = _checks.check_bits(bits)
         if kind not in ENGINES:
             raise InputError(f"unknown index kind {kind!r} (known: {', '.join(KINDS)})")
@@ -87,10 +91,11 @@ class CodeIndex(Backend):
         # items by id in the kind's structure, and the changes not folded into it yet
         # (lbhash.index._segments: tombstones, and a small exact tail for ids below the largest)
         dim = None if embedding_dim is None else positive_int(embedding_dim, "embedding_dim")
+        ibits = None if instance_bits is None else _checks.check_bits(instance_bits, "instance_bits")
         self._main = Segment(ENGINES[kind](self._bits, merged), np.empty(0, np.int64),
                              np.empty((0, self._bits // 8), np.uint8), SparseLabels.empty(), ordered=True,
-                             embeddings=empty_embeddings(dim))
-        self._tail = Segment.empty_tail(self._bits, 0, dim)
+                             embeddings=empty_embeddings(dim), instance=empty_instance(ibits))
+        self._tail = Segment.empty_tail(self._bits, 0, dim, ibits)
         self._next_id = 0
         self.metadata: dict = {}  # free-form, saved in the manifest (the service keeps its log position)
 
@@ -114,6 +119,11 @@ class CodeIndex(Backend):
     def embedding_dim(self) -> int | None:
         emb = self._main.embeddings
         return None if emb is None else emb.shape[1]
+
+    @property
+    def instance_bits(self) -> int | None:
+        inst = self._main.instance
+        return None if inst is None else inst.shape[1] * 8
 
     @property
     def num_classes(self) -> int:
@@ -157,25 +167,30 @@ class CodeIndex(Backend):
         """The index as `lbhash index info` and the service's /stats describe it (each adds its own)."""
         return {"backend": "faiss", "bits": self._bits, "kind": self._kind, "params": self.params,
                 "ntotal": self.ntotal, "num_classes": self.num_classes, "exact": self.exact,
-                "trained": self.is_trained, "next_id": self.next_id, "embedding_dim": self.embedding_dim}
+                "trained": self.is_trained, "next_id": self.next_id, "embedding_dim": self.embedding_dim,
+                "instance_bits": self.instance_bits}
 
-    def add(self, codes, ids=None, labels=None, upsert: bool = False, embeddings=None) -> np.ndarray:
+    def add(self, codes, ids=None, labels=None, upsert: bool = False, embeddings=None, instance=None) -> np.ndarray:
         """Add packed codes; return their ids (by default numbered on from the largest id ever added).
 
         Labels are kept sparsely whatever their form (memory follows the labels held, not the
         largest class id); upsert=True replaces an item's code and labels (labels=None: none).
         `embeddings` (n, d) go with the codes exactly when the index keeps them (the first add to
         an empty index without `embedding_dim` decides); they are stored as float16 unit rows.
+        `instance` (n, instance_bits // 8) packed instance codes, likewise.
         """
-        plan = self.prepare_add(codes, ids, labels, upsert, embeddings)
+        plan = self.prepare_add(codes, ids, labels, upsert, embeddings, instance)
         self.apply_add(plan)
         return plan.ids.copy()
 
-    def prepare_add(self, codes, ids=None, labels=None, upsert: bool = False, embeddings=None) -> AddPlan:
+    def prepare_add(self, codes, ids=None, labels=None, upsert: bool = False, embeddings=None,
+                    instance=None) -> AddPlan:
         """Validate an add against the current state without changing anything."""
         codes = _checks.packed_codes(codes, self._bits)
         n = len(codes)
-        units = stored_embeddings(embeddings, n, self.embedding_dim, bool(self.next_id or self.ntotal))
+        held = bool(self.next_id or self.ntotal)
+        units = stored_embeddings(embeddings, n, self.embedding_dim, held)
+        instance = _checks.instance_codes(instance, n, self.instance_bits, held)
         if ids is None:
             ids = np.arange(self._next_id, self._next_id + n, dtype=np.int64)
         else:
@@ -185,7 +200,7 @@ class CodeIndex(Backend):
             present = self._present(ids)
             if present.any():
                 raise Conflict(f"id {int(ids[present][0])} is already in the index (pass upsert=True to replace it)")
-        return AddPlan(ids, codes, rows, bool(upsert), units)
+        return AddPlan(ids, codes, rows, bool(upsert), units, instance)
 
     def apply_add(self, plan: AddPlan) -> None:
         """Apply a validated add: ids above the largest held are appended to the main segment,
@@ -193,16 +208,18 @@ class CodeIndex(Backend):
         Costs O(added items) amortised (lbhash.index._segments)."""
         if not len(plan.ids):
             return
-        ids, codes, labels, emb = plan.ids, plan.codes, plan.labels, plan.embeddings
-        if emb is not None and self.embedding_dim is None:  # the first add with embeddings: they are kept
-            main, dim = self._main, emb.shape[1]
-            self._main = Segment(main.engine, main.rows.ids, main.rows.codes, main.labels, ordered=True,
-                                 embeddings=empty_embeddings(dim))
-            self._tail = Segment.empty_tail(self._bits, self._tail.width, dim)
+        ids, codes, labels, emb, inst = plan.ids, plan.codes, plan.labels, plan.embeddings, plan.instance
+        starts = (emb is not None and self.embedding_dim is None, inst is not None and self.instance_bits is None)
+        if any(starts):  # the first add with embeddings or instance codes: they are kept
+            dim = emb.shape[1] if emb is not None else None
+            ibits = inst.shape[1] * 8 if inst is not None else None
+            self._main = self._main.with_payloads(dim, ibits)
+            self._tail = self._tail.with_payloads(dim, ibits)
         if (ids[1:] <= ids[:-1]).any():  # (ids in order, as numbered by default, need no sorted copies)
             order = np.argsort(ids, kind="stable")
             ids, codes, labels = ids[order], codes[order], None if labels is None else labels.take(order)
             emb = None if emb is None else emb[order]
+            inst = None if inst is None else inst[order]
         labels = SparseLabels.empty(len(ids)) if labels is None else labels
         # only ids up to the largest held can be held (the tail's are below it too): those are
         # looked up, replaced, and go to the tail; the rest are appended to the main segment
@@ -212,9 +229,10 @@ class CodeIndex(Backend):
             self._main.kill(in_main[in_main >= 0])
             self._tail.kill(in_tail[in_tail >= 0])
             self._tail.append(ids[:below], codes[:below], labels.take(np.arange(below)),
-                              None if emb is None else emb[:below])
+                              None if emb is None else emb[:below], None if inst is None else inst[:below])
             labels = labels.take(np.arange(below, len(ids)))
-        self._main.append(ids[below:], codes[below:], labels, None if emb is None else emb[below:])
+        self._main.append(ids[below:], codes[below:], labels, None if emb is None else emb[below:],
+                          None if inst is None else inst[below:])
         self._next_id = max(self._next_id, int(ids[-1]) + 1)
         if below:
             self._fold_if_fragmented()
@@ -268,7 +286,24 @@ class CodeIndex(Backend):
     def get_embeddings(self, ids) -> np.ndarray:
         if self.embedding_dim is None:
             raise InputError("the index keeps no embeddings")
-        return codes_at(self._main, self._tail, self._find(_checks.item_ids(ids)), embeddings=True)
+        return codes_at(self._main, self._tail, self._find(_checks.item_ids(ids)), "embeddings")
+
+    def get_instance_codes(self, ids) -> np.ndarray:
+        if self.instance_bits is None:
+            raise InputError("the index keeps no instance codes")
+        return codes_at(self._main, self._tail, self._find(_checks.item_ids(ids)), "instance")
+
+    def instance_search(self, queries, k: int, labels=None) -> TopK:
+        """Top-k by the Hamming distance of instance codes (`queries` packed, instance_bits long): an
+        exact scan for every kind, by (distance, id); `labels` as in `search`."""
+        if self.instance_bits is None:
+            raise InputError("the index keeps no instance codes")
+        k = _checks.top_k(k)
+        queries = _checks.packed_codes(queries, self.instance_bits, "instance queries")
+        filters = None if labels is None else _checks.label_rows(labels, len(queries), "query labels")
+        views = [InstanceView(seg, self.instance_bits) for seg in (self._main, self._tail) if seg.alive] \
+            if self.ntotal else []
+        return TopK(*topk_over(views, queries, k, query_groups(filters, len(queries))))
 
     def warm(self) -> None:
         """Load the exact scan's compiled code (numba, about 1 s once per process) now, not in the
@@ -303,7 +338,8 @@ class CodeIndex(Backend):
     def apply_fold(self, main: Segment) -> None:
         """Adopt what `prepare_fold` returned (O(1); no change may come between the two)."""
         dim = None if main.embeddings is None else main.embeddings.shape[1]
-        self._main, self._tail = main, Segment.empty_tail(self._bits, main.width, dim)
+        ibits = None if main.instance is None else main.instance.shape[1] * 8
+        self._main, self._tail = main, Segment.empty_tail(self._bits, main.width, dim, ibits)
 
     def save(self, path: str | Path) -> None:
         """Write the index directory atomically (see `lbhash.index.storage`), folding pending

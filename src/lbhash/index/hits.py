@@ -15,6 +15,7 @@ from lbhash.checks import positive_int
 from lbhash.errors import InputError
 from lbhash.index import _checks
 from lbhash.index.backend import Backend
+from lbhash.index.blend import BLEND_FACTOR, LOOKS_LIKE, blended_search, check_looks_like
 from lbhash.index.rescore import RESCORE_FACTOR, rescore_search
 from lbhash.index.sparse_labels import SparseLabels
 from lbhash.limits import MAX_BATCH, MAX_CLASS_ID, MAX_K, check_class_ids, check_k
@@ -36,28 +37,36 @@ class Spelling:
     factor: str = "rescore_factor"
     rescore: str = "rescore"  # what asks for re-scoring
     classes: str = "labels"
+    looks_like: str = "looks_like"
 
 
 @dataclass(frozen=True)
 class SearchPlan:
     """A checked search: the top `k` (radius None) or every item within `radius` (k None);
     `factor`: re-score the Hamming top k * factor by the queries' embeddings (None: Hamming order);
-    `max_hits`: a radius search's most hits per query, more is refused (None: not capped)."""
+    `max_hits`: a radius search's most hits per query, more is refused (None: not capped);
+    `looks_like`: rank by both codes (lbhash.index.blend), `factor` candidates per result from each
+    (None: no blend)."""
 
     k: int | None
     radius: int | None
     factor: int | None = None
     spelling: Spelling = Spelling()
     max_hits: int | None = None
+    looks_like: float | None = None
 
 
 @dataclass(frozen=True)
 class Queries:
     """A search's queries: packed `codes` uint8 (nq, bits // 8) and, for a search that re-scores,
-    their `embeddings` (nq, d), from the forward pass that made the codes (or given beside them)."""
+    their `embeddings` (nq, d), from the forward pass that made the codes (or given beside them); for
+    a blended search their packed `instance` codes (lbhash.instance), with embeddings where the index
+    keeps them, and `center` (d,), the instance transform's mean, which the blend's cosine centres on."""
 
     codes: np.ndarray
     embeddings: np.ndarray | None = None
+    instance: np.ndarray | None = None
+    center: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.codes)
@@ -66,12 +75,16 @@ class Queries:
 @dataclass(frozen=True)
 class Hits:
     """One query's results, padding stripped: ids, Hamming distances and class ids of the hits,
-    by (distance, id); re-scored: by (descending cosine score, distance, id), with their `scores`."""
+    by (distance, id); re-scored: by (descending cosine score, distance, id), with their `scores`;
+    blended: by (descending score, distance, instance distance, id), with `scores`, `instance_distances`
+    and `same` (the hit is the same picture as the query)."""
 
     ids: list[int]
     distances: list[int]
     labels: list[list[int]]
     scores: list[float] | None = None
+    instance_distances: list[int] | None = None
+    same: list[bool] | None = None
 
     def rows(self):
         """(id, distance, class ids, score or None) of each hit."""
@@ -81,11 +94,27 @@ class Hits:
 
 def plan_search(k: int | None = None, radius: int | None = None, *, rescore: bool = False, factor: int | None = None,
                 spelling: Spelling = Spelling(), max_k: int = MAX_K,
-                max_candidates: int | None = None) -> SearchPlan:
+                max_candidates: int | None = None, blend: bool = False, looks_like: float | None = None) -> SearchPlan:
     """The plan of a request's options. `factor` (default `RESCORE_FACTOR`, or less where
     `max_candidates` / k is less) goes with `rescore` only; `max_k` caps k and a radius search's hits
-    per query alike; `max_candidates`: a cap on k * factor."""
+    per query alike; `max_candidates`: a cap on k * factor. blend=True: rank by both codes
+    (`looks_like`, default `LOOKS_LIKE`; `factor`, default `BLEND_FACTOR`), in place of re-scoring."""
     names = spelling
+    if looks_like is not None:
+        check_looks_like(looks_like, names.looks_like)
+        if not blend:
+            raise InputError(f"{names.looks_like} ranks by the class and the instance codes: the index keeps no "
+                             "instance codes, or the search keeps the Hamming order (build the index with its "
+                             f"instance codes, or leave out {names.looks_like})")
+    if blend:
+        if radius is not None:
+            raise InputError(f"a blended ranking orders a top k: give {names.k}, not {names.radius}")
+        k = check_k(DEFAULT_K if k is None else k, names.k, max_k)
+        factor = BLEND_FACTOR if factor is None else positive_int(factor, names.factor)
+        if max_candidates is not None and k * factor > max_candidates:
+            raise InputError(f"{names.k} * {names.factor} must be at most {max_candidates} (candidates per query "
+                             f"from each code), got {k} * {factor} = {k * factor}")
+        return SearchPlan(k, None, factor, spelling, looks_like=LOOKS_LIKE if looks_like is None else float(looks_like))
     if k is not None and radius is not None:
         raise InputError(f"give either {names.k} or {names.radius}, not both "
                          f"(got {names.k} {k} and {names.radius} {radius})")
@@ -123,26 +152,37 @@ def search_hits(index: Backend, queries: Queries, plan: SearchPlan, classes: lis
     those of a capped radius search in groups that find at most `RANGE_PAIRS` pairs."""
     if classes is not None and len(classes) != len(queries):
         raise InputError(f"{plan.spelling.classes} has {len(classes)} entries but there are {len(queries)} queries")
-    codes, real = queries.codes, queries.embeddings
-    if (plan.factor is None) != (real is None):
-        raise TypeError("query embeddings go with a re-scoring plan, and only with one")
+    codes, real, inst = queries.codes, queries.embeddings, queries.instance
+    if plan.looks_like is not None:
+        if inst is None:
+            raise TypeError("a blended plan needs the queries' instance codes")
+    elif (plan.factor is None) != (real is None) or inst is not None:
+        raise TypeError("query embeddings go with a re-scoring plan, and only with one; instance codes with a blend")
     rows, step = [], MAX_BATCH
     if plan.radius is not None and plan.max_hits is not None:
         step = max(1, min(MAX_BATCH, RANGE_PAIRS // max(1, index.ntotal)))
     for start in range(0, len(codes), step):
         part = slice(start, start + step)
         labels = None if classes is None else SparseLabels.from_lists(classes[part], plan.spelling.classes)
-        rows += _batch_rows(index, codes[part], plan, labels, None if real is None else real[part], start)
+        rows += _batch_rows(index, codes[part], plan, labels, None if real is None else real[part], start,
+                            None if inst is None else inst[part], queries.center)
     # the labels of every hit, read in one lookup
-    found = np.unique(np.concatenate([i for _, i, _ in rows])) if rows else np.empty(0, np.int64)
+    found = np.unique(np.concatenate([row[1] for row in rows])) if rows else np.empty(0, np.int64)
     label_lists = dict(zip(found.tolist(), index.labels_of(found))) if len(found) else {}
-    return [Hits(i.tolist(), d.tolist(), [label_lists[x] for x in i.tolist()], None if s is None else s.tolist())
-            for d, i, s in rows]
+    return [_hits(row, label_lists) for row in rows]
 
 
-def _batch_rows(index, queries, plan: SearchPlan, labels, real, start: int) -> list[tuple]:
-    """Per query: (distances, ids, scores or None), padding stripped. `start`: the number of the
-    batch's first query among the request's (for messages)."""
+def _hits(row: tuple, label_lists: dict) -> Hits:
+    """A `_batch_rows` row as `Hits`."""
+    dist, ids, scores, *blend = row
+    extra = (blend[0][0].tolist(), blend[0][1].tolist()) if blend else (None, None)
+    return Hits(ids.tolist(), dist.tolist(), [label_lists[x] for x in ids.tolist()],
+                None if scores is None else scores.tolist(), *extra)
+
+
+def _batch_rows(index, queries, plan: SearchPlan, labels, real, start: int, inst=None, center=None) -> list[tuple]:
+    """Per query: (distances, ids, scores or None[, (instance distances, same)]), padding stripped.
+    `start`: the number of the batch's first query among the request's (for messages)."""
     if plan.radius is not None:
         lims, dist, ids = index.range_search(queries, plan.radius, labels)
         counts = np.diff(lims)
@@ -153,6 +193,11 @@ def _batch_rows(index, queries, plan: SearchPlan, labels, real, start: int) -> l
                              f"more than the {plan.max_hits} a search returns per query (as {names.k}): give a "
                              f"smaller {names.radius}, or {names.k} for the nearest")
         return [(dist[a:b], ids[a:b], None) for a, b in zip(lims[:-1], lims[1:])]
+    if plan.looks_like is not None:
+        got = blended_search(index, queries, plan.k, inst, real, labels, plan.factor, plan.looks_like, center)
+        found = got.ids >= 0
+        return [(d[f], i[f], s[f], (di[f], same[f]))
+                for d, i, s, di, same, f in zip(got.distances, got.ids, got.scores, got.instance_distances, got.same, found)]
     if plan.factor is None:
         dist, ids = index.search(queries, plan.k, labels)
         scores = [None] * len(ids)

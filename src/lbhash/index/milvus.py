@@ -122,7 +122,10 @@ class MilvusIndex(Backend):
         res = self._col.query(expr="", output_fields=["count(*)"], consistency_level="Strong", timeout=self._timeout)
         return int(res[0]["count(*)"])
 
-    def add(self, codes, ids=None, labels=None, upsert: bool = False, embeddings=None) -> np.ndarray:
+    def add(self, codes, ids=None, labels=None, upsert: bool = False, embeddings=None, instance=None) -> np.ndarray:
+        if instance is not None:  # (docs/search.md, "Instance codes": not on Milvus yet)
+            raise InputError("the milvus backend keeps no instance codes yet: build the index without them "
+                             "(--instance-bits 0), or use the faiss backend")
         codes = _checks.packed_codes(codes, self._bits)
         if ids is None:
             raise InputError("the milvus backend needs explicit ids (Milvus cannot tell the largest id)")

@@ -1,7 +1,8 @@
 """Index directories: written whole or not at all, verified on load, never pickled (docs/search.md).
 
 Format version 2: index.faiss, ids.npy, labels_indptr.npy and labels_indices.npy (CSR), an
-optional embeddings.npy (float16 unit rows), attachments, and manifest.json (written last) with
+optional embeddings.npy (float16 unit rows), an optional instance_codes.npy (packed uint8 instance
+codes, lbhash.instance), attachments, and manifest.json (written last) with
 each file's SHA-256 and size. Version 1 (labels.npy, a bool multi-hot matrix) is still read.
 
 Loading verifies every checksum, then maps the files (never changed in place: the verified bytes
@@ -38,7 +39,8 @@ MANIFEST = "manifest.json"
 FILES = ("index.faiss", "ids.npy", "labels_indptr.npy", "labels_indices.npy")
 FILES_BY_VERSION = {1: ("index.faiss", "ids.npy", "labels.npy"), 2: FILES}
 EMBEDDINGS = "embeddings.npy"  # only in an index that keeps embeddings
-ALL_FILES = {EMBEDDINGS, *(name for names in FILES_BY_VERSION.values() for name in names)}
+INSTANCE = "instance_codes.npy"  # only in an index that keeps instance codes
+ALL_FILES = {EMBEDDINGS, INSTANCE, *(name for names in FILES_BY_VERSION.values() for name in names)}
 
 
 def save_index(index, path: str | os.PathLike) -> None:
@@ -61,6 +63,8 @@ def save_index(index, path: str | os.PathLike) -> None:
         }
         if saved.embeddings is not None:
             writers[EMBEDDINGS] = lambda fh: np.save(fh, saved.embeddings, allow_pickle=False)
+        if saved.instance is not None:
+            writers[INSTANCE] = lambda fh: np.save(fh, saved.instance, allow_pickle=False)
         attachments = dict(getattr(index, "attachments", None) or {})
         writers.update({name: (lambda fh, data=bytes(data): fh.write(data))
                         for name, data in attachments.items() if _attachment_name(name)})
@@ -73,6 +77,7 @@ def save_index(index, path: str | os.PathLike) -> None:
             "params": index.params, "ntotal": index.ntotal, "num_classes": index.num_classes,
             "next_id": index.next_id, "trained": index.is_trained, "metadata": index.metadata,
             **({"embedding_dim": index.embedding_dim} if saved.embeddings is not None else {}),
+            **({"instance_bits": index.instance_bits} if saved.instance is not None else {}),
             "files": files, **({"attachments": sorted(attachments)} if attachments else {}),
         }
         text = (json.dumps(manifest, indent=2) + "\n").encode()
@@ -93,11 +98,12 @@ def load_index(path: str | os.PathLike, index_class):
     if not isinstance(attached, list) or not all(_attachment_name(n) for n in attached):
         raise InputError(f"{path / MANIFEST}: 'attachments' must list plain file names")
     dim = _embedding_dim(path, manifest)
-    kept = (EMBEDDINGS,) if dim is not None else ()
+    ibits = _instance_bits(path, manifest)
+    kept = (*((EMBEDDINGS,) if dim is not None else ()), *((INSTANCE,) if ibits is not None else ()))
     _verify_checksums(path, manifest, (*FILES_BY_VERSION[manifest["version"]], *kept, *attached))
     ids = _npy_map(path / "ids.npy")
     bits, kind = manifest["bits"], manifest["kind"]
-    index = index_class(bits, kind, **manifest["params"], embedding_dim=dim)
+    index = index_class(bits, kind, **manifest["params"], embedding_dim=dim, instance_bits=ibits)
     if ids.dtype != np.int64 or ids.ndim != 1 or (len(ids) > 1 and (np.diff(ids) <= 0).any()):
         raise InputError(f"{path / 'ids.npy'}: must hold ascending unique int64 ids")
     labels = _load_labels(path, manifest, len(ids))
@@ -106,8 +112,9 @@ def load_index(path: str | os.PathLike, index_class):
         raise InputError(f"{path / 'index.faiss'}: holds {len(codes)} codes but ids.npy has {len(ids)} "
                          f"and the manifest says {manifest['ntotal']}")
     embeddings = None if dim is None else _load_embeddings(path / EMBEDDINGS, dim, len(ids))
-    index._main = Segment(engine, ids, codes, labels, ordered=True, embeddings=embeddings)
-    index._tail = Segment.empty_tail(bits, labels.width, dim)
+    instance = None if ibits is None else _load_instance(path / INSTANCE, ibits, len(ids))
+    index._main = Segment(engine, ids, codes, labels, ordered=True, embeddings=embeddings, instance=instance)
+    index._tail = Segment.empty_tail(bits, labels.width, dim, ibits)
     if "trained" in manifest and manifest["trained"] is not index.is_trained:
         raise InputError(f"{path / 'index.faiss'}: the {kind} index it holds is "
                          f"{'' if index.is_trained else 'not '}trained, the manifest says "
@@ -133,6 +140,29 @@ def _embedding_dim(path: Path, manifest: dict) -> int | None:
         raise InputError(f"{path / MANIFEST}: embedding_dim {dim!r} and the {EMBEDDINGS} entry must come together, "
                          "embedding_dim a positive integer")
     return dim
+
+
+def _instance_bits(path: Path, manifest: dict) -> int | None:
+    """The length of the instance codes the index keeps (None: it keeps none)."""
+    bits = manifest.get("instance_bits")
+    listed = INSTANCE in (manifest.get("files") or {})
+    if bits is None and not listed:
+        return None
+    if isinstance(bits, bool) or not isinstance(bits, int) or bits < 8 or bits % 8 or not listed:
+        raise InputError(f"{path / MANIFEST}: instance_bits {bits!r} and the {INSTANCE} entry must come together, "
+                         "instance_bits a positive multiple of 8")
+    return bits
+
+
+def _load_instance(file: Path, bits: int, n: int) -> np.ndarray:
+    """The mapped instance codes of a verified file: uint8 (n, bits // 8), one per id, or one line."""
+    codes = _npy_map(file)
+    if codes.dtype != np.uint8 or codes.ndim != 2 or codes.shape[1] != bits // 8:
+        raise InputError(f"{file}: must hold packed uint8 instance codes (n, {bits // 8}), got {codes.dtype} {codes.shape}")
+    if len(codes) != n:
+        raise InputError(f"{file}: holds {len(codes)} instance codes but ids.npy has {n} codes; the two codes "
+                         "disagree (rebuild the index)")
+    return codes
 
 
 def _load_embeddings(file: Path, dim: int, n: int) -> np.ndarray:

@@ -16,19 +16,23 @@ from lbhash.errors import InputError
 from lbhash.index import CodeIndex
 from lbhash.index.storage import directory_bytes, read_manifest
 from lbhash.index.writer_lock import writer_lock
+from lbhash.instance import INSTANCE_BITS
 from lbhash.runs import index_inputs
+from lbhash.runs.instance_codes import attach, fit_transform, index_transform, instance_of
 from lbhash.runs.origins import forget_sources, read_sources, record_class_names, record_sources
 
 
 @dataclass(frozen=True)
 class Built:
-    """What `build_index` made (`embedding_dim` None: codes only; `searches`: how it searches)."""
+    """What `build_index` made (`embedding_dim` None: no float rows; `instance_bits` None: no instance
+    codes; `searches`: how it searches)."""
 
     index: object
     count: int
     bits: int
     embedding_dim: int | None
     searches: str | None  # a FAISS index's `searches(index)`; None for Milvus
+    instance_bits: int | None = None
 
 
 def open_index(target: str | Path, backend: str = "faiss", uri: str | None = None):
@@ -47,11 +51,13 @@ def saved_metadata(index_dir: str | Path) -> dict | None:
 
 def build_index(source: Path, out: str, kind: str = "flat", part: str | None = None, data: str | None = None,
                 params: dict | None = None, overwrite: bool = False, embeddings: bool = True,
-                backend: str = "faiss", uri: str | None = None) -> Built:
+                backend: str = "faiss", uri: str | None = None, instance_bits: int | None = INSTANCE_BITS) -> Built:
     """Index the codes of `source`: a run directory (its database, or every item with part="all";
     `data`: the run's data where it moved since) or a codes file (lbhash.codes_file). From a run
     the index keeps each item's embedding, from a codes file the ones it holds
-    (`lbhash encode --embeddings`); embeddings=False keeps codes only. `params`: the kind's."""
+    (`lbhash encode --embeddings`); embeddings=False keeps no float rows. Where there are embeddings,
+    it keeps an `instance_bits`-bit instance code per item (None or 0: none; lbhash.instance), its
+    transform fitted on the run's training items (a codes file: on its items). `params`: the kind's."""
     source, params = Path(source), dict(params or {})
     spec = None
     if source.is_dir():
@@ -70,6 +76,8 @@ def build_index(source: Path, out: str, kind: str = "flat", part: str | None = N
         from lbhash.runs.codes import item_embeddings
 
         emb = item_embeddings(source, ids, spec)
+    transform, fitted_on = _instance_transform(source, spec, ids, emb, instance_bits, backend)
+    instance = None if transform is None else transform.apply(emb)
     emb = emb if embeddings else None
     dim = None if emb is None else emb.shape[1]
     if backend == "milvus":
@@ -80,15 +88,50 @@ def build_index(source: Path, out: str, kind: str = "flat", part: str | None = N
     if Path(out).exists() and not overwrite:
         raise InputError(f"{out} exists: choose another --out to keep it, or pass --overwrite to replace it")
     index = CodeIndex(items["bits"], kind, **params)
-    index.add(items["codes"], ids=ids, labels=items["labels"], embeddings=emb)
+    index.add(items["codes"], ids=ids, labels=items["labels"], embeddings=emb, instance=instance)
+    if transform is not None:
+        attach(index, transform, fitted_on)
     _record_origins(index, source, spec, ids, model)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     with writer_lock(out, "lbhash index build"):  # no server or other writer changes it meanwhile
         if Path(out).exists() and not overwrite:  # made by another writer since the check above
             raise InputError(f"{out} exists: choose another --out to keep it, or pass --overwrite to replace it")
         index.save(out)
-    return Built(index, len(ids), items["bits"], dim, searches(index))
+    return Built(index, len(ids), items["bits"], dim, searches(index), index.instance_bits)
 
+
+def _instance_transform(source: Path, spec: str | None, ids: np.ndarray, emb, bits: int | None, backend: str):
+    """(the instance transform of a new index, what it was fitted on), or (None, None) for none:
+    `bits` None or 0, or no embeddings to make them from (a codes file without them: only the
+    default is left out quietly; an explicit length is refused). The default length is cut to the
+    embeddings' width where that is less."""
+    if not bits:
+        return None, None
+    if backend == "milvus":
+        if bits != INSTANCE_BITS:
+            raise InputError("--instance-bits: the milvus backend keeps no instance codes yet (give --instance-bits 0)")
+        return None, None
+    if emb is None:
+        if bits != INSTANCE_BITS:
+            raise InputError(f"--instance-bits {bits}: {source} holds no embeddings to make instance codes from "
+                             "(encode with `lbhash encode --embeddings`)")
+        return None, None
+    if bits == INSTANCE_BITS and emb.shape[1] < bits:  # the default: at most one bit per dimension
+        bits = emb.shape[1] // 8 * 8
+        if not bits:
+            return None, None
+    if spec is None:  # a codes file: its own items are all there is
+        return fit_transform(emb, bits), f"the {len(emb)} items of {source.name}"
+    train = index_inputs.run_training_items(source)
+    inside = np.isin(train, ids)
+    rows = np.searchsorted(np.sort(ids), train[inside])
+    order = np.argsort(ids, kind="stable")
+    parts = [np.asarray(emb)[order[rows]]]
+    if not inside.all():  # training items the index leaves out: their embeddings from the same pass
+        from lbhash.runs.codes import item_embeddings
+
+        parts.append(item_embeddings(source, train[~inside], spec))
+    return fit_transform(np.concatenate(parts), bits), f"the run's {len(train)} training items"
 
 class IndexDirectory:
     """A saved CodeIndex directory, changed under its writer lock and saved atomically."""
@@ -98,7 +141,8 @@ class IndexDirectory:
 
     def add(self, codes_file: str | Path, upsert: bool = False) -> tuple[np.ndarray, int]:
         """Add the items of a codes file (`lbhash encode`): (their ids, the index's count after).
-        An index that keeps embeddings takes them from the file; a file without them is refused."""
+        An index that keeps embeddings or instance codes takes them from the file's embeddings; a file
+        without them is refused."""
         with writer_lock(self.path, "lbhash index add"):  # read, change and save with no other writer
             index = CodeIndex.load(self.path)
             items = index_inputs.codes_file(codes_file)
@@ -108,8 +152,12 @@ class IndexDirectory:
             if index.embedding_dim is not None and items["embeddings"] is None and len(items["codes"]):
                 raise InputError(f"{self.path} keeps a {index.embedding_dim}-dimensional embedding per item but "
                                  f"{codes_file} holds none: encode with `lbhash encode --embeddings`")
+            transform = index_transform(index, str(self.path))
+            instance = instance_of(transform, items["embeddings"], len(items["codes"]), str(codes_file))
+            # an index that keeps instance codes but no float rows takes the embeddings for its codes only
+            emb = None if transform is not None and index.embedding_dim is None else items["embeddings"]
             ids = index.add(items["codes"], ids=items["ids"], labels=items["labels"], upsert=upsert,
-                            embeddings=items["embeddings"])
+                            embeddings=emb, instance=instance)
             forget_sources(index, ids)  # a replaced item's recorded image is no longer its own
             index.save(self.path)
         return ids, index.ntotal
@@ -126,14 +174,28 @@ class IndexDirectory:
         return removed, index.ntotal
 
     def describe(self) -> dict:
-        """What `lbhash index info` prints: kind, size, how it searches, embeddings, bytes on disk
-        and the sources it records (its files' checksums verified on the way)."""
+        """What `lbhash index info` prints: kind, size, how it searches, embeddings, instance codes,
+        bytes per item, bytes on disk and the sources it records (its files' checksums verified on the way)."""
         index = CodeIndex.load(self.path)
         record = read_sources(index)
+        transform = index_transform(index, str(self.path))
         stats = index.stats()
         return {"backend": stats.pop("backend"), "path": str(self.path), **stats, "searches": searches(index),
-                "bytes_on_disk": directory_bytes(self.path),
+                "instance_transform": None if transform is None else index.metadata["instance"],
+                **bytes_per_item(index, self.path), "bytes_on_disk": directory_bytes(self.path),
                 "sources": f"{len(record)} items of {record.data}" if record else "none recorded"}
+
+
+def bytes_per_item(index, path: Path | None = None) -> dict:
+    """What one item costs: `code_bytes_per_item` (its class and instance codes, searched in memory),
+    `float_bytes_per_item` (its float16 embedding: mapped on disk, read for a search's final candidates
+    only; 0 when the index keeps none) and, for a saved index, `bytes_per_item_on_disk` (every file,
+    ids and labels included, over the items held)."""
+    out = {"code_bytes_per_item": index.bits // 8 + (index.instance_bits or 0) // 8,
+           "float_bytes_per_item": 2 * (index.embedding_dim or 0)}
+    if path is not None and index.ntotal:
+        out["bytes_per_item_on_disk"] = round(directory_bytes(path) / index.ntotal, 1)
+    return out
 
 
 def searches(index) -> str:

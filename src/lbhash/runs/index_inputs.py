@@ -193,6 +193,14 @@ def run_codes(run_dir: str | Path, part: str = "database", data: str | None = No
     return _checked(path, codes["bits"], part_fields(codes, "db"))
 
 
+def run_training_items(run_dir: str | Path):
+    """The positions in its data of the items a run trained on (its split's train part), int64 ascending."""
+    from lbhash.data import load_split
+    from lbhash.runs.rundir import SPLIT
+
+    return load_split(Path(run_dir) / SPLIT).train
+
+
 def run_data(run_dir: str | Path, data: str | None = None, part: str | None = None) -> str | None:
     """The data spec that loads a run's items from here (its index ids are positions in it):
     `data`, the run's data at a new location, checked to hold as many items as the run's; else

@@ -24,6 +24,8 @@ from lbhash.cpus import usable_cpus
 from lbhash.errors import InputError
 from lbhash.index import Backend, CodeIndex, Hits, Queries, SearchPlan, SparseLabels, search_hits
 from lbhash.index.writer_lock import writer_lock
+from lbhash.instance import InstanceTransform
+from lbhash.runs.instance_codes import index_transform, instance_of
 from lbhash.runs.wal import WriteAheadLog
 
 logger = logging.getLogger("lbhash")
@@ -106,6 +108,7 @@ class Store(ABC):
     backend: str  # "faiss" or "milvus", as /stats says
     index: Backend
     index_dir: Path | None = None  # the index's directory, beside which its media live (None: a server's)
+    transform: InstanceTransform | None = None  # the index's instance transform (None: it keeps no instance codes)
 
     @property
     def bits(self) -> int:
@@ -183,6 +186,7 @@ class IndexStore(Store):
 
     def _open(self, wal_path, compact_every: int) -> None:
         self.index = CodeIndex.load(self.index_dir)
+        self.transform = index_transform(self.index, str(self.index_dir))  # (None: no instance codes)
         self.lock = ReadWriteLock()
         self._changing = threading.Lock()  # one change (or compaction) at a time
         self._compactor: threading.Thread | None = None
@@ -221,9 +225,14 @@ class IndexStore(Store):
 
     def add(self, codes, ids=None, labels=None, upsert: bool = False, embeddings=None) -> tuple[np.ndarray, int]:
         with self._changing:  # the only writer: reading the index needs no search lock
-            plan = self.index.prepare_add(codes, ids, labels, upsert, embeddings)  # Conflict for an id present
-            # the embeddings as stored (float16 unit rows, hex): replay adds exactly these bytes
+            instance = instance_of(self.transform, embeddings, len(codes), "the items")
+            if self.transform is not None and self.index.embedding_dim is None:
+                embeddings = None  # (their instance codes made, the float rows are not kept)
+            plan = self.index.prepare_add(codes, ids, labels, upsert, embeddings, instance)  # Conflict for an id present
+            # the embeddings as stored (float16 unit rows, hex) and the instance codes: replay adds exactly these bytes
             kept = {} if plan.embeddings is None else {"embeddings": to_hex(plan.embeddings.view(np.uint8))}
+            if plan.instance is not None:
+                kept["instance"] = to_hex(plan.instance)
             labels = None if plan.labels is None else plan.labels.to_lists()
             seq = self.wal.append({"op": "add", "ids": plan.ids.tolist(), "codes": to_hex(plan.codes), "labels": labels,
                                    "upsert": plan.upsert, **kept})
@@ -279,8 +288,12 @@ class IndexStore(Store):
             return
         codes = from_hex(record["codes"], self.index.bits, f"{self.wal.path}: codes")
         stored = logged_embeddings(record, self.index.embedding_dim, len(ids), self.wal.path)
+        ibits = self.index.instance_bits
+        if ibits is not None and "instance" not in record:
+            raise InputError(f"{self.wal.path}: an add of {len(ids)} items without the instance codes the index keeps")
+        instance = None if ibits is None else from_hex(record["instance"], ibits, f"{self.wal.path}: instance codes")
         plan = self.index.prepare_add(codes, ids, lists_to_labels(record["labels"], len(ids)), record["upsert"],
-                                      None if stored is None else stored.astype(np.float32))
+                                      None if stored is None else stored.astype(np.float32), instance)
         self.index.apply_add(plan if stored is None else dataclasses.replace(plan, embeddings=stored))
 
 

@@ -14,10 +14,13 @@ from lbhash.data.image_sources import decode_image, is_image_name
 from lbhash.encoders import INPUT_KINDS, Encoder
 from lbhash.errors import InputError
 from lbhash.index.backend import Backend, InRange, Reranked, TopK
+from lbhash.index.blend import BLEND_FACTOR, LOOKS_LIKE, Blended, blended_search
 from lbhash.index.hits import Queries, Spelling, check_classes, plan_search, search_hits
 from lbhash.index.rescore import RESCORE_FACTOR, rescore_search
+from lbhash.instance import InstanceTransform
 from lbhash.runs import index_inputs
 from lbhash.runs.index_dir import open_index
+from lbhash.runs.instance_codes import index_transform
 from lbhash.runs.origins import read_sources
 
 IMAGE_ARRAY_SUFFIXES = (".npz", ".npy", ".mat")  # images: an image array, read as image-array:PATH
@@ -57,8 +60,14 @@ class QueryEncoder:
         real, emb = self.encoder.outputs(inputs, json_numbers=json_numbers)
         return pack(to_signs(real, "real outputs")), emb
 
-    def queries(self, inputs, *, rescore: bool, json_numbers: bool = False) -> Queries:
-        """The `Queries` of the inputs: their codes, and (rescore=True) their embeddings, from one forward pass."""
+    def queries(self, inputs, *, rescore: bool, json_numbers: bool = False,
+                instance: InstanceTransform | None = None) -> Queries:
+        """The `Queries` of the inputs: their codes, (rescore=True) their embeddings and (`instance`, an
+        index's transform) their instance codes, from one forward pass."""
+        if instance is not None:
+            codes, emb = self.embeddings(inputs, json_numbers)
+            return Queries(codes, emb if rescore else None, instance.apply(emb, "query embeddings"),
+                           instance.mean if rescore else None)
         if not rescore:
             return Queries(self.encode(inputs, json_numbers))
         return Queries(*self.embeddings(inputs, json_numbers))
@@ -89,6 +98,18 @@ class Searcher(QueryEncoder):
         queries = self.queries(inputs, rescore=True)
         return rescore_search(self.index, queries.codes, k, queries.embeddings, labels, factor)
 
+    def blended_search(self, inputs, k: int, labels=None, factor: int = BLEND_FACTOR,
+                       looks_like: float = LOOKS_LIKE) -> Blended:
+        """`lbhash.index.blended_search` of the inputs: candidates from their class and instance codes,
+        scored with the cosine of their embeddings where the index keeps them (docs/search.md)."""
+        transform = index_transform(self.index)
+        if transform is None:
+            raise InputError("the index keeps no instance codes: build it with them (`lbhash index build "
+                             "--instance-bits`), or search with `search` or `rescore_search`")
+        queries = self.queries(inputs, rescore=self.index.embedding_dim is not None, instance=transform)
+        return blended_search(self.index, queries.codes, k, queries.instance, queries.embeddings, labels, factor,
+                              looks_like, queries.center)
+
     def range_search(self, inputs, radius: int, labels=None) -> InRange:
         return self.index.range_search(self.encode(inputs), radius, labels)
 
@@ -113,31 +134,54 @@ class Found:
 def search_index(index_dir, backend: str = "faiss", uri: str | None = None, *, codes: Path | None = None,
                  features: str | None = None, images=(), run_dir: Path | None = None, export_path: Path | None = None,
                  force: bool = False, k: int | None = None, radius: int | None = None, classes: list[int] | None = None,
-                 factor: int | None = None, rescore: bool = True, names: Names = Names()) -> Found:
+                 factor: int | None = None, rescore: bool = True, names: Names = Names(),
+                 looks_like: float | None = None) -> Found:
     """Search a saved index (or Milvus collection) with the queries of one source: a codes file
     (`codes`), feature rows (`features`) or `images` (files, folders, image arrays), these encoded
     by the run or export that made the index's codes (another is refused; `force`: warned).
     The options are checked before the index is read. Re-scores by default where the index keeps
-    embeddings and the queries have theirs, for a top k; `factor` asks for it, rescore=False never."""
+    embeddings and the queries have theirs, for a top k; `factor` asks for it, rescore=False never.
+    Where the index keeps instance codes and the queries have embeddings, the ranking blends both
+    codes instead (`looks_like`; docs/search.md, "Instance codes"); rescore=False: Hamming order."""
     plan_search(k, radius, rescore=factor is not None, factor=factor, spelling=names)  # (checks)
+    if looks_like is not None:
+        from lbhash.index.blend import check_looks_like
+
+        check_looks_like(looks_like, names.looks_like)
     classes = None if classes is None else check_classes([classes], names.classes)[0]
     index = open_index(index_dir, backend, uri)
     if codes is None:
         index_inputs.check_index_model(index.metadata, index_dir, run_dir, export_path, force)
     encoder = None if codes is not None else index_inputs.query_encoder(run_dir, export_path)
-    rescore = _rescores(index, encoder, radius, factor, rescore, names)
-    plan = plan_search(k, radius, rescore=rescore, factor=factor, spelling=names)
-    query_names, queries, query_labels = _queries(index, codes, features, images, encoder, rescore, names)
+    transform = _blends(index, encoder, radius, rescore)
+    if transform is not None:  # the blend scores by cosine where the index keeps float rows
+        rescore = index.embedding_dim is not None
+    else:
+        rescore = _rescores(index, encoder, radius, factor, rescore, names)
+    plan = plan_search(k, radius, rescore=rescore and transform is None, factor=factor, spelling=names,
+                       blend=transform is not None, looks_like=looks_like)
+    query_names, queries, query_labels = _queries(index, codes, features, images, encoder, rescore, names, transform)
     hits = search_hits(index, queries, plan, None if classes is None else [classes] * len(queries))
     found = np.array(sorted({i for h in hits for i in h.ids}), np.int64)
     record = read_sources(index)  # sources and class names, parsed once
     source_of = _hit_sources(index, record, found, run_dir, index_dir, backend)
     results = [{"query": q, "name": query_names[q], "ids": h.ids, "distances": h.distances,
-                **({"scores": h.scores} if rescore else {}),
+                **({"scores": h.scores} if h.scores is not None else {}),
+                **({"instance_distances": h.instance_distances, "same": h.same} if h.same is not None else {}),
                 "labels": h.labels, **({"sources": [source_of.get(x) for x in h.ids]} if source_of else {}),
                 **({"query_labels": query_labels[q]} if query_labels is not None else {})}
                for q, h in enumerate(hits)]
     return Found(results, (record.class_names or None) if record is not None else None)
+
+
+def _blends(index, encoder, radius, rescore: bool) -> InstanceTransform | None:
+    """The index's instance transform when the search ranks by both codes: the index keeps instance
+    codes, the queries have embeddings to make theirs (feature rows, images through an encoder that
+    gives them), a top k, and the Hamming order was not asked for (rescore=False); else None."""
+    transform = index_transform(index)
+    if transform is None or not rescore or radius is not None or encoder is None:
+        return None
+    return transform if QueryEncoder(encoder, index.bits).gives_embeddings else None
 
 
 def _rescores(index, encoder, radius, factor, rescore: bool, names: Names) -> bool:
@@ -156,8 +200,10 @@ def _rescores(index, encoder, radius, factor, rescore: bool, names: Names) -> bo
     return encoder is not None and radius is None and QueryEncoder(encoder, index.bits).gives_embeddings
 
 
-def _queries(index, codes, features, images, encoder, rescore: bool, names: Names):
-    """The queries' names, `Queries` (with embeddings when rescore=True) and class-id lists (None: no labels)."""
+def _queries(index, codes, features, images, encoder, rescore: bool, names: Names,
+             transform: InstanceTransform | None = None):
+    """The queries' names, `Queries` (with embeddings when rescore=True, instance codes with a
+    `transform`) and class-id lists (None: no labels)."""
     if codes is not None:
         query_names, packed, labels = _code_queries(index, codes)
         return query_names, Queries(packed), labels
@@ -172,7 +218,7 @@ def _queries(index, codes, features, images, encoder, rescore: bool, names: Name
     else:
         query_names, inputs = _image_queries(run, images, names)
         labels = None
-    return query_names, run.queries(inputs, rescore=rescore), labels
+    return query_names, run.queries(inputs, rescore=rescore, instance=transform), labels
 
 
 def _check_query_kind(kind: str, features, images, names: Names) -> None:

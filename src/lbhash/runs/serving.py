@@ -25,13 +25,16 @@ class Search:
     classes: list[list[int]] | None = None
 
     @classmethod
-    def checked(cls, limits, codes: np.ndarray, embeddings: np.ndarray | None, k, radius, labels, factor) -> Search:
+    def checked(cls, limits, codes: np.ndarray, embeddings: np.ndarray | None, k, radius, labels, factor,
+                blend: Queries | None = None, looks_like: float | None = None) -> Search:
         """A request's search of packed `codes` (re-scored by their `embeddings` where given), checked
-        against the service's `limits` (max_k, max_rescore_candidates, max_class_id)."""
-        plan = plan_search(k, radius, rescore=embeddings is not None, factor=factor, max_k=limits.max_k,
-                           max_candidates=limits.max_rescore_candidates)
+        against the service's `limits` (max_k, max_rescore_candidates, max_class_id); `blend`: the
+        queries with their instance codes, ranked by both codes (`looks_like`) instead."""
+        plan = plan_search(k, radius, rescore=embeddings is not None and blend is None, factor=factor,
+                           max_k=limits.max_k, max_candidates=limits.max_rescore_candidates, blend=blend is not None,
+                           looks_like=looks_like)
         classes = None if labels is None else check_classes(labels, "labels", limits.max_class_id)
-        return cls(Queries(codes, embeddings), plan, classes)
+        return cls(blend if blend is not None else Queries(codes, embeddings), plan, classes)
 
     def run(self, store: Store) -> list[Hits]:
         """Its hits in `store` (a scan of its own): one `Hits` per query."""
@@ -42,7 +45,7 @@ class Search:
         plan = self.plan
         prefix = store.backend == "faiss" and store.index.kind == "flat" and plan.radius is None and plan.factor is None
         k = None if prefix else plan.k
-        return k, plan.radius, plan.factor, plan.spelling, plan.max_hits, self.classes is None
+        return k, plan.radius, plan.factor, plan.spelling, plan.max_hits, self.classes is None, plan.looks_like
 
     @classmethod
     def joined(cls, searches: list[Search]) -> Search:
@@ -51,7 +54,9 @@ class Search:
         plan = first.plan if first.plan.k is None else replace(first.plan, k=max(s.plan.k for s in searches))
         classes = None if first.classes is None else [c for s in searches for c in s.classes]
         real = None if first.queries.embeddings is None else np.concatenate([s.queries.embeddings for s in searches])
-        return cls(Queries(np.concatenate([s.queries.codes for s in searches]), real), plan, classes)
+        inst = None if first.queries.instance is None else np.concatenate([s.queries.instance for s in searches])
+        return cls(Queries(np.concatenate([s.queries.codes for s in searches]), real, inst, first.queries.center),
+                   plan, classes)
 
     def split(self, hits: list[Hits], searches: list[Search]) -> list[list[Hits]]:
         """Each of the `searches` joined here its own rows of this search's `hits`, cut to its own k."""
@@ -60,7 +65,8 @@ class Search:
             rows, k = hits[start:start + len(search.queries)], search.plan.k
             start += len(search.queries)
             parts.append(rows if k in (None, self.plan.k) else
-                         [Hits(h.ids[:k], h.distances[:k], h.labels[:k], None if h.scores is None else h.scores[:k])
+                         [Hits(*(None if part is None else part[:k] for part in
+                                 (h.ids, h.distances, h.labels, h.scores, h.instance_distances, h.same)))
                           for h in rows])
         return parts
 

@@ -107,8 +107,11 @@ def hits_response(store: Store, media: ItemMedia, search: Search, hits) -> Respo
     (docs/search.md, "The service's own cost")."""
     details = item_details(store, media, sorted({i for h in hits for i in h.ids}))
     results = [{"code": code, "hits": [{"id": i, "distance": d, "labels": lab,
-                                        **({} if score is None else {"score": score}), **details.get(i, {})}
-                                       for i, d, lab, score in rows.rows()]}
+                                        **({} if score is None else {"score": score}),
+                                        **({} if rows.same is None else {"instance_distance": rows.instance_distances[r],
+                                                                         "same": rows.same[r]}),
+                                        **details.get(i, {})}
+                                       for r, (i, d, lab, score) in enumerate(rows.rows())]}
                for code, rows in zip(to_hex(search.queries.codes), hits)]
     return Response(json.dumps({"results": results}, separators=(",", ":"), allow_nan=False),
                     media_type="application/json")
@@ -125,7 +128,7 @@ async def search_response(body: models.SearchRequest, store: Store, encoder: Que
                           batcher: SearchBatcher, media: ItemMedia) -> Response:
     # decoded, searched (in a scan shared with the requests beside it) and encoded on the batcher's threads
     rows = len(body.codes) if body.codes is not None else len(body.features or ())
-    search = partial(decode_search, body, limits, store.bits, encoder, store.index.embedding_dim)
+    search = partial(decode_search, body, limits, store.bits, encoder, store.index.embedding_dim, store.transform)
     return await batcher.run(search, partial(hits_response, store, media), rows)
 
 
@@ -134,19 +137,29 @@ async def search_response(body: models.SearchRequest, store: Store, encoder: Que
 def search_image(store: StoreDep, encoder: EncoderDep, limits: LimitsDep, media: MediaDep, decoding: DecodingDep,
                  files: list[UploadFile] = File(...), k: int | None = Form(None, ge=1),
                  radius: int | None = Form(None, ge=0), labels: str | None = Form(None),
-                 rescore: bool | None = Form(None), rescore_factor: int | None = Form(None, ge=1)):
+                 rescore: bool | None = Form(None), rescore_factor: int | None = Form(None, ge=1),
+                 looks_like: float | None = Form(None, ge=0, le=1)):
     """Query with uploaded image files; `labels`: comma-separated class ids for every query; where
     the index keeps embeddings, the Hamming top k * rescore_factor (default 4) are re-scored by the
-    images' embeddings, unless `rescore` is false. Each hit comes with its source, thumbnail and
+    images' embeddings, unless `rescore` is false; where it keeps instance codes, the candidates of
+    both codes are ranked by one score instead (`looks_like`, from 0, same class first, to 1, looks
+    like first; docs/search.md, "Instance codes"). Each hit comes with its source, thumbnail and
     code, as /search gives them: an image query is this one request."""
     check_batch(limits, len(files), "images")
     run = need_encoder(encoder, "images")
     blobs, names, pixels = read_uploads(files)
     label_lists = None if labels is None else [parse_ids(labels, "labels", check=check_class_ids)] * len(files)
-    rescored = wants_rescore(rescore, rescore_factor, radius, store.index.embedding_dim, run.gives_embeddings)
+    blend = store.transform if rescore is not False and radius is None and run.gives_embeddings else None
+    rescored = blend is None and wants_rescore(rescore, rescore_factor, radius, store.index.embedding_dim,
+                                               run.gives_embeddings)
+    if looks_like is not None and blend is None:
+        raise InputError("looks_like ranks by the class and the instance codes: the index keeps no instance codes, "
+                         "or the search keeps the Hamming order")
     with decoding.hold(pixels, "the query images"):  # the service's pixels decoded at once
-        queries = run.queries(run.decode_images(blobs, names), rescore=rescored)
-    search = Search.checked(limits, queries.codes, queries.embeddings, k, radius, label_lists, rescore_factor)
+        queries = run.queries(run.decode_images(blobs, names), rescore=rescored or (
+            blend is not None and store.index.embedding_dim is not None), instance=blend)
+    search = Search.checked(limits, queries.codes, queries.embeddings, k, radius, label_lists, rescore_factor,
+                            queries if blend is not None else None, looks_like)
     return hits_response(store, media, search, search.run(store))
 
 
@@ -175,7 +188,8 @@ def add_images(store: StoreDep, encoder: EncoderDep, limits: LimitsDep, media: M
     with decoding.hold(pixels, "the uploaded images"):  # the service's pixels decoded at once
         images = run.decode_images(blobs, names)
         # codes and embeddings from one forward pass where the index keeps embeddings
-        codes, emb = run.embeddings(images) if store.index.embedding_dim is not None else (run.encode(images), None)
+        kept = store.index.embedding_dim is not None or store.transform is not None
+        codes, emb = run.embeddings(images) if kept else (run.encode(images), None)
     label_lists = None if labels is None else [parse_ids(part, "labels", allow_empty=True, check=check_class_ids)
                                                for part in labels.split(";")]
     sets = None if label_lists is None else item_labels(label_lists, len(codes), limits.max_class_id)

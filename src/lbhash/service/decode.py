@@ -20,7 +20,7 @@ from lbhash.checks import parse_int_list
 from lbhash.codes import from_hex
 from lbhash.errors import InputError, TooLarge
 from lbhash.runs.searcher import QueryEncoder
-from lbhash.runs.serving import Search, given_embeddings
+from lbhash.runs.serving import Queries, Search, given_embeddings
 from lbhash.limits import MAX_DECODING_PIXELS, MAX_IMAGE_PIXELS, MAX_REQUEST_PIXELS, check_ids
 from lbhash.service import models
 
@@ -120,11 +120,21 @@ def wants_rescore(rescore: bool | None, factor: int | None, radius: int | None, 
 
 
 def decode_search(body: models.SearchRequest, limits, bits: int, encoder: QueryEncoder | None,
-                  keeps: int | None = None) -> Search:
+                  keeps: int | None = None, transform=None) -> Search:
     """The checked `Search` of a /search body: its codes or its features' codes, with their embeddings
-    when it re-scores (`wants_rescore`; `keeps`: the index's embedding width, None where it keeps none)."""
+    when it re-scores (`wants_rescore`; `keeps`: the index's embedding width, None where it keeps none);
+    ranked by both codes where the index keeps instance codes (`transform`) and the queries have embeddings."""
     given = body.embeddings is not None or (body.features is not None and encoder is not None
                                             and encoder.gives_embeddings)
+    if transform is not None and given and body.rescore is not False and body.radius is None:
+        codes, emb = to_codes(body.codes, body.features, "queries", limits, bits, encoder, body.embeddings,
+                              transform.dim)
+        kept = keeps is not None
+        blend = Queries(codes, emb if kept else None, transform.apply(emb, "embeddings"), transform.mean if kept else None)
+        return Search.checked(limits, codes, None, body.k, None, body.labels, body.rescore_factor, blend, body.looks_like)
+    if body.looks_like is not None:
+        raise InputError("looks_like ranks by the class and the instance codes: the index keeps no instance codes, "
+                         "the queries have no embeddings, or the search keeps the Hamming order")
     asked = body.rescore if body.rescore is not None or body.embeddings is None else True  # embeddings ask for it
     rescored = wants_rescore(asked, body.rescore_factor, body.radius, keeps, given)
     if body.embeddings is not None and not rescored:

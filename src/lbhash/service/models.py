@@ -41,7 +41,11 @@ class SearchRequest(_Strict):
         None, description="Re-score the Hamming candidates by the embeddings (default: true where the index keeps "
                           "embeddings and the queries have theirs); false: Hamming order only.")
     rescore_factor: Int | None = Field(
-        None, ge=1, description="Hamming candidates per result that are re-scored (default 4).")
+        None, ge=1, description="Hamming candidates per result that are re-scored (default 4); where the index "
+                                "keeps instance codes, candidates per result from each code.")
+    looks_like: Float | None = Field(
+        None, ge=0, le=1, description="Where the index keeps instance codes: the ranking from 0 (same class first) "
+                                      "to 1 (looks like first) (docs/search.md, \"Instance codes\").")
 
 
 class Hit(BaseModel):
@@ -51,6 +55,10 @@ class Hit(BaseModel):
     score: float | None = Field(None, description="Re-scored searches: the cosine similarity of the query's and "
                                                   "the item's embeddings (hits by descending score, ties by "
                                                   "distance, then id); otherwise absent.")
+    instance_distance: int | None = Field(None, description="Where the index keeps instance codes: the Hamming distance "
+                                                         "of the query's and the item's instance codes.")
+    same: bool | None = Field(None, description="Where the index keeps instance codes: the item is the same picture "
+                                                "as the query (an edited copy or a duplicate).")
     source: str | None = Field(None, description="Where the item came from, as /sources says (null: not recorded).")
     image: bool | None = Field(None, description="Whether GET /items/{id}/image has a thumbnail.")
     code: str | None = Field(None, description="The item's code (hex); null for an item deleted since the search.")

@@ -1,0 +1,161 @@
+"""Instance codes: a compact binary code of an item's embedding, kept beside its class code so that a
+search finds the very picture as well as its class (docs/search.md, "Instance codes").
+
+The class code of a center-based method (CSQ, the paper's `_D`) collapses a class onto one code, so
+it cannot tell two photos of a class apart. The instance code keeps what the embedding says about
+the item itself: the unit embedding, centred on the training mean, projected on its top principal
+directions and rotated to balance the bits (ITQ, Gong and Lazebnik 2011), then signed. The Hamming
+distance of two instance codes estimates the angle of the two embeddings.
+
+`InstanceTransform.fit` learns it from embeddings (a run's training items); `apply` gives packed
+uint8 codes in the FAISS bit layout; `to_bytes` / `from_bytes` are the file an index keeps
+(`instance-transform.npz`, checksummed with the index's other files). Numpy only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from dataclasses import dataclass
+
+import numpy as np
+
+from lbhash.codes import pack
+from lbhash.errors import InputError
+
+INSTANCE_BITS = 256          # the default length (docs/search.md, "Choosing the defaults": measured on validation items)
+MIN_INSTANCE_BITS = 8
+MAX_INSTANCE_BITS = 4096
+METHODS = ("itq", "pca")     # ITQ rotation after PCA (default), or the PCA directions alone
+ITQ_ITERATIONS = 50
+FILE_NAME = "instance-transform.npz"
+# the ranking by both codes (lbhash.index.blend), its defaults chosen on validation items (docs/search.md,
+# "Choosing the defaults")
+LOOKS_LIKE = 0.8        # from 0 (same class first) to 1 (looks like first)
+BLEND_FACTOR = 4        # candidates per result from each of the two codes
+# a hit is the same picture when its cosine is at least SAME_COSINE (float rows kept) or its instance
+# distance at most SAME_INSTANCE of the instance bits (codes alone)
+SAME_COSINE = 0.65
+SAME_INSTANCE = 0.15
+_FORMAT = "lbhash-instance-transform-1"
+
+
+def check_instance_bits(bits, dim: int | None = None, name: str = "--instance-bits") -> int:
+    """An instance-code length: a multiple of 8 from MIN_INSTANCE_BITS to MAX_INSTANCE_BITS, and at most
+    the embedding width `dim` (PCA keeps at most that many directions)."""
+    if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)) or bits % 8 or \
+            not MIN_INSTANCE_BITS <= bits <= MAX_INSTANCE_BITS:
+        raise InputError(f"{name} must be a multiple of 8 from {MIN_INSTANCE_BITS} to {MAX_INSTANCE_BITS}, got {bits!r}")
+    if dim is not None and bits > dim:
+        raise InputError(f"{name} {bits} is more than the embeddings' width {dim}: an instance code has at most one "
+                         f"bit per dimension; give {name} {dim // 8 * 8} or less")
+    return int(bits)
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    """Rows of float64 `x` scaled to unit length (a zero row stays zero)."""
+    norm = np.sqrt((x * x).sum(axis=1, keepdims=True))
+    norm[norm == 0] = 1.0
+    return x / norm
+
+
+def _embeddings(x, dim: int | None, name: str) -> np.ndarray:
+    arr = np.asarray(x)
+    if arr.dtype.kind not in "biuf" or arr.ndim != 2 or (dim is not None and arr.shape[1] != dim):
+        want = f"(n, {dim})" if dim is not None else "(n, d)"
+        raise InputError(f"{name} must be a 2-D array of real numbers {want}, got {arr.dtype} with shape {arr.shape}")
+    arr = arr.astype(np.float64)
+    if not np.isfinite(arr).all():
+        r, c = (int(i) for i in np.argwhere(~np.isfinite(arr))[0])
+        raise InputError(f"{name} holds {arr[r, c]} at row {r}, column {c}; only finite numbers are allowed")
+    return arr
+
+
+@dataclass(frozen=True)
+class InstanceTransform:
+    """Embedding (n, dim) -> packed instance code (n, bits // 8): sign((unit(x) - mean) @ projection)."""
+
+    mean: np.ndarray        # float64 (dim,)
+    projection: np.ndarray  # float64 (dim, bits)
+    method: str
+
+    @property
+    def dim(self) -> int:
+        return int(self.projection.shape[0])
+
+    @property
+    def bits(self) -> int:
+        return int(self.projection.shape[1])
+
+    @classmethod
+    def fit(cls, embeddings, bits: int = INSTANCE_BITS, method: str = "itq", seed: int = 0) -> "InstanceTransform":
+        """Learn the transform from `embeddings` (n, dim), n >= 2: PCA of the centred unit rows, then
+        (method "itq") the rotation that minimises the quantisation error, from a random orthogonal start
+        (`seed`). Directions beyond the data's rank (n <= bits) are random orthogonal ones."""
+        if method not in METHODS:
+            raise InputError(f"instance method must be one of {', '.join(METHODS)}, got {method!r}")
+        x = _unit(_embeddings(embeddings, None, "embeddings"))
+        bits = check_instance_bits(bits, x.shape[1])
+        if len(x) < 2:
+            raise InputError(f"an instance transform is fitted on at least 2 embeddings, got {len(x)}")
+        mean = x.mean(axis=0)
+        centred = x - mean
+        rng = np.random.default_rng(seed)
+        # principal directions: right singular vectors (at most min(n, dim) of them)
+        _, s, vt = np.linalg.svd(centred, full_matrices=False)
+        rank = int((s > s[0] * 1e-9).sum()) if len(s) and s[0] > 0 else 0
+        directions = vt[:min(rank, bits)].T
+        if directions.shape[1] < bits:  # complete with random directions orthogonal to them
+            extra = rng.standard_normal((x.shape[1], bits - directions.shape[1]))
+            extra -= directions @ (directions.T @ extra)
+            q, _ = np.linalg.qr(extra)
+            directions = np.hstack([directions, q])
+        projection = directions
+        if method == "itq":
+            v = centred @ directions
+            rotation, _ = np.linalg.qr(rng.standard_normal((bits, bits)))
+            for _ in range(ITQ_ITERATIONS):
+                b = np.where(v @ rotation >= 0, 1.0, -1.0)
+                u, _, wt = np.linalg.svd(v.T @ b)
+                rotation = u @ wt
+            projection = directions @ rotation
+        return cls(mean, np.ascontiguousarray(projection), method)
+
+    def apply(self, embeddings, name: str = "embeddings") -> np.ndarray:
+        """Packed uint8 instance codes (n, bits // 8) of `embeddings` (n, dim) (0 -> bit 1, as class codes)."""
+        x = _unit(_embeddings(embeddings, self.dim, name))
+        real = (x - self.mean) @ self.projection
+        return pack(np.where(real >= 0, 1, -1).astype(np.int8))
+
+    def to_bytes(self) -> bytes:
+        """The transform as an .npz file's bytes (no pickles)."""
+        out = io.BytesIO()
+        np.savez(out, format=np.array(_FORMAT), method=np.array(self.method), mean=self.mean,
+                 projection=self.projection)
+        return out.getvalue()
+
+    @classmethod
+    def from_bytes(cls, data: bytes, where: str = FILE_NAME) -> "InstanceTransform":
+        """Read `to_bytes`'s file; anything else is one line naming `where`."""
+        try:
+            with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+                fields = {name: npz[name] for name in ("format", "method", "mean", "projection")}
+        except (ValueError, OSError, KeyError, EOFError) as err:
+            raise InputError(f"{where}: not an instance transform ({err})") from None
+        mean, projection, method = fields["mean"], fields["projection"], str(fields["method"])
+        if str(fields["format"]) != _FORMAT or method not in METHODS or mean.dtype != np.float64 or \
+                projection.dtype != np.float64 or mean.ndim != 1 or projection.ndim != 2 or \
+                projection.shape[0] != len(mean) or not np.isfinite(projection).all() or not np.isfinite(mean).all():
+            raise InputError(f"{where}: not an instance transform of this lbhash (format {str(fields['format'])!r}, "
+                             f"mean {mean.dtype} {mean.shape}, projection {projection.dtype} {projection.shape})")
+        check_instance_bits(projection.shape[1], len(mean), f"{where}: its length")
+        return cls(mean, projection, method)
+
+    def digest(self) -> str:
+        """SHA-256 of the method and arrays (not of `to_bytes`, whose zip entries carry a time): the
+        transform's identity."""
+        h = hashlib.sha256(self.method.encode())
+        for arr in (self.mean, self.projection):
+            h.update(repr(arr.shape).encode())
+            h.update(np.ascontiguousarray(arr, "<f8").tobytes())
+        return h.hexdigest()

@@ -1,0 +1,139 @@
+"""Near-duplicate evaluation (`lbhash index duplicates`; docs/search.md, "Finding the picture"): edited
+copies of indexed photos (lbhash.data.edits) searched through the model that made the index, and how
+often the original comes first, with the class precision of the same searches.
+
+For each edit and each order, over the same sampled items:
+- `recall@1`, `recall@10`: the share of copies whose original is the first hit, among the first 10;
+- `class_p@10`: the share of the first 10 hits that share a label with the original;
+- `map@100`: class mAP of the first 100 hits (AP over the relevant hits among them);
+- `ms_per_query`: the searches' time per query (both k = 10 and k = 100 searches; the encoding apart).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from lbhash.data.edits import EDITS, check_edits, edited
+from lbhash.data.image_sources import decode_image
+from lbhash.errors import InputError
+from lbhash.index.blend import blended_search
+from lbhash.index.hits import Queries
+from lbhash.runs import index_inputs
+from lbhash.runs.index_dir import bytes_per_item, open_index
+from lbhash.runs.instance_codes import BLEND_FACTOR, LOOKS_LIKE, index_transform
+from lbhash.runs.origins import DataImages, read_sources
+
+ORDERS = ("hamming", "codes", "blend")  # class code alone; both codes alone; the default ranking
+DEFAULT_ITEMS = 200
+K, MAP_K = 10, 100
+
+
+@dataclass(frozen=True)
+class Copies:
+    """The sampled originals (`ids`, their class-id lists) and, per edit, the `Queries` of their copies."""
+
+    ids: np.ndarray
+    labels: list[list[int]]
+    queries: dict[str, Queries]
+    encode_seconds: float
+
+
+def make_copies(index, encoder, items: int = DEFAULT_ITEMS, seed: int = 0, edits=tuple(EDITS)) -> Copies:
+    """Edited copies of `items` indexed photos (a seeded sample of those whose source the index records),
+    encoded by `encoder` (a `QueryEncoder`) with their embeddings and instance codes."""
+    from lbhash.runs.searcher import QueryEncoder
+
+    edits = check_edits(edits)
+    if isinstance(items, bool) or not isinstance(items, int) or items < 1:
+        raise InputError(f"--items must be a positive integer, got {items!r}")
+    record = read_sources(index)
+    if record is None:
+        raise InputError("the index records no sources of its items (not built from a run on images): there are no "
+                         "photos to edit")
+    held = np.array(sorted(i for i in index.ids().tolist() if record.source(i) is not None), np.int64)
+    if not len(held):
+        raise InputError("the index records no sources of its items: there are no photos to edit")
+    ids = np.sort(np.random.default_rng(seed).choice(held, min(items, len(held)), replace=False))
+    reader = DataImages(record)
+    originals = []
+    for i in ids.tolist():
+        blob = reader.read(i)
+        originals.append(decode_image(blob, record.source(i)) if isinstance(blob, bytes) else np.asarray(blob))
+    run = encoder if isinstance(encoder, QueryEncoder) else QueryEncoder(encoder, index.bits)
+    transform = index_transform(index)
+    start, queries = time.perf_counter(), {}
+    for name in edits:
+        copies = [edited(img, name) for img in originals]
+        queries[name] = run.queries(copies, rescore=True, instance=transform)
+    return Copies(ids, index.labels_of(ids), queries, time.perf_counter() - start)
+
+
+def ranked_ids(index, queries: Queries, order: str, k: int, looks_like: float = LOOKS_LIKE,
+               factor: int = BLEND_FACTOR) -> np.ndarray:
+    """The ids (nq, k) of the queries' top k in `order` (ORDERS)."""
+    if order == "hamming":
+        return index.search(queries.codes, k).ids
+    if queries.instance is None:
+        raise InputError(f"order {order!r} ranks by instance codes, and the index keeps none")
+    emb = queries.embeddings if order == "blend" and index.embedding_dim is not None else None
+    return blended_search(index, queries.codes, k, queries.instance, emb, None, factor, looks_like,
+                          queries.center if emb is not None else None).ids
+
+
+def measure(index, copies: Copies, order: str, looks_like: float = LOOKS_LIKE, factor: int = BLEND_FACTOR) -> dict:
+    """Per edit: recall@1, recall@10, class_p@10, map@100 and ms_per_query of `order` (the module's list)."""
+    out = {}
+    for name, queries in copies.queries.items():
+        start = time.perf_counter()
+        top = ranked_ids(index, queries, order, K, looks_like, factor)
+        wide = ranked_ids(index, queries, order, MAP_K, looks_like, factor)
+        seconds = time.perf_counter() - start
+        label_of = dict(zip(*_labels(index, np.concatenate([top.ravel(), wide.ravel()]))))
+        relevant = np.array([[bool(set(label_of.get(h, ())) & set(own)) for h in row]
+                             for row, own in zip(top, copies.labels)])
+        out[name] = {"recall@1": float(np.mean(top[:, 0] == copies.ids)),
+                     "recall@10": float(np.mean((top == copies.ids[:, None]).any(axis=1))),
+                     "class_p@10": float(relevant.mean()),
+                     "map@100": float(np.mean([_ap([bool(set(label_of.get(h, ())) & set(own)) for h in row])
+                                               for row, own in zip(wide, copies.labels)])),
+                     "ms_per_query": 1000 * seconds / (2 * len(copies.ids))}
+    return out
+
+
+def _labels(index, ids: np.ndarray):
+    found = np.unique(ids[ids >= 0])
+    return found.tolist(), index.labels_of(found)
+
+
+def _ap(relevant: list[bool]) -> float:
+    """AP of one ranked list over the relevant hits in it (0 when none)."""
+    hits = np.cumsum(relevant)
+    rel = np.asarray(relevant, bool)
+    return float((hits[rel] / (np.flatnonzero(rel) + 1)).mean()) if rel.any() else 0.0
+
+
+def evaluate_duplicates(index_dir, run_dir: Path | None = None, export_path: Path | None = None, items: int = DEFAULT_ITEMS,
+                        seed: int = 0, edits=tuple(EDITS), looks_like: float = LOOKS_LIKE,
+                        factor: int = BLEND_FACTOR) -> dict:
+    """`lbhash index duplicates`: the report of every order the index can rank by (ORDERS), per edit,
+    with the bytes per item each order reads and the encoding time per query."""
+    index = open_index(index_dir)
+    index_inputs.check_index_model(index.metadata, index_dir, run_dir, export_path, False)
+    copies = make_copies(index, index_inputs.query_encoder(run_dir, export_path), items, seed, edits)
+    sizes = bytes_per_item(index)
+    orders = [o for o in ORDERS if o == "hamming" or index.instance_bits is not None]
+    if index.embedding_dim is None and "blend" in orders:
+        orders.remove("blend")  # (the same as "codes" without float rows)
+    report = {"items": len(copies.ids), "seed": seed, "edits": list(copies.queries), "looks_like": looks_like,
+              "factor": factor, "encode_ms_per_query": 1000 * copies.encode_seconds / (len(copies.ids) * len(copies.queries)),
+              "orders": {}}
+    for order in orders:
+        code_bytes = index.bits // 8 + (0 if order == "hamming" else (index.instance_bits or 0) // 8)
+        floats = sizes["float_bytes_per_item"] if order == "blend" else 0
+        report["orders"][order] = {"bytes_per_item": code_bytes + floats, "in_memory": code_bytes,
+                                   "edits": measure(index, copies, order, looks_like, factor)}
+    return report

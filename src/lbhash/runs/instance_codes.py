@@ -1,0 +1,71 @@
+"""An index's instance codes as the application layer makes them (docs/search.md, "Instance codes"):
+the transform fitted on a run's training embeddings when `lbhash index build` indexes the run, kept in
+the index directory (`instance-transform.npz`, checksummed with its other files, its identity in the
+index's metadata), and applied to every embedding that comes in: the items added, the queries.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lbhash.errors import InputError
+from lbhash.instance import BLEND_FACTOR, FILE_NAME, INSTANCE_BITS, LOOKS_LIKE, InstanceTransform, check_instance_bits
+
+__all__ = ["BLEND_FACTOR", "INSTANCE_BITS", "LOOKS_LIKE", "attach", "fit_transform", "index_transform", "instance_of"]
+
+METADATA_KEY = "instance"
+MAX_FIT_ITEMS = 20_000  # training embeddings a transform is fitted on at most (a seeded sample beyond)
+
+
+def fit_transform(embeddings: np.ndarray, bits: int = INSTANCE_BITS, seed: int = 0) -> InstanceTransform:
+    """The transform of `bits`-bit instance codes fitted on `embeddings` (at most MAX_FIT_ITEMS of
+    them, a seeded sample)."""
+    check_instance_bits(bits, embeddings.shape[1])
+    if len(embeddings) > MAX_FIT_ITEMS:
+        rows = np.sort(np.random.default_rng(seed).choice(len(embeddings), MAX_FIT_ITEMS, replace=False))
+        embeddings = embeddings[rows]
+    return InstanceTransform.fit(embeddings, bits, seed=seed)
+
+
+def attach(index, transform: InstanceTransform, fitted_on: str) -> None:
+    """Keep `transform` in `index` (an attachment, written and checksummed with the index) and its
+    identity in the index's metadata."""
+    attachments = dict(getattr(index, "attachments", None) or {})
+    attachments[FILE_NAME] = transform.to_bytes()
+    index.attachments = attachments
+    index.metadata[METADATA_KEY] = {"bits": transform.bits, "method": transform.method, "dim": transform.dim,
+                                    "sha256": transform.digest(), "fitted_on": fitted_on}
+
+
+def index_transform(index, where: str = "the index") -> InstanceTransform | None:
+    """The instance transform an index keeps (None: it keeps no instance codes), checked against the
+    identity its metadata records and the codes it holds; one line otherwise."""
+    record = (index.metadata or {}).get(METADATA_KEY)
+    blob = (getattr(index, "attachments", None) or {}).get(FILE_NAME)
+    bits = index.instance_bits
+    if record is None and blob is None and bits is None:
+        return None
+    if blob is None or not isinstance(record, dict):
+        missing = FILE_NAME if blob is None else f"its metadata's {METADATA_KEY!r} record"
+        raise InputError(f"{where} keeps instance codes but not {missing}: rebuild it with `lbhash index build`")
+    transform = InstanceTransform.from_bytes(blob, f"{where}: {FILE_NAME}")
+    if transform.digest() != record.get("sha256"):
+        raise InputError(f"{where}: {FILE_NAME} is not the instance transform its instance codes were made with "
+                         "(its SHA-256 differs from the metadata's): rebuild the index")
+    if transform.bits != bits:
+        raise InputError(f"{where}: its instance transform makes {transform.bits}-bit codes but it holds "
+                         f"{bits}-bit instance codes")
+    return transform
+
+
+def instance_of(transform: InstanceTransform | None, embeddings, n: int, what: str) -> np.ndarray | None:
+    """The instance codes of `n` items added with `embeddings` to an index with `transform` (None: it
+    keeps none); an index that keeps them refuses items without embeddings in one line."""
+    if transform is None:
+        return None
+    if embeddings is None:
+        if not n:
+            return np.empty((0, transform.bits // 8), np.uint8)
+        raise InputError(f"the index keeps a {transform.bits}-bit instance code per item, made from its embedding: "
+                         f"{what} must give the items' embeddings")
+    return transform.apply(embeddings, f"{what}: embeddings")

@@ -1,0 +1,188 @@
+"""Instance codes (lbhash.instance) kept beside the class codes, and the ranking by both
+(lbhash.index.blend), against brute-force references computed here with plain numpy."""
+
+import json
+
+import numpy as np
+import pytest
+
+from lbhash.errors import InputError
+from lbhash.index import CodeIndex, SparseLabels, blended_search
+from lbhash.index import blend as blend_module
+from lbhash.instance import InstanceTransform, check_instance_bits
+
+KINDS = [("flat", {}), ("ivf", {"nlist": 4, "nprobe": 2}), ("multihash", {"nhash": 1})]
+
+
+def popcount_distances(q: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Hamming distances (nq, n) of packed rows, by unpacking every bit."""
+    return (np.unpackbits(q[:, None, :], axis=2) != np.unpackbits(rows[None, :, :], axis=2)).sum(axis=2)
+
+
+def tied_items(n=400, seed=0):
+    """Class codes of 8 bits drawn from 4 values (hundreds tie), 16-bit instance codes, 3 labels."""
+    rng = np.random.default_rng(seed)
+    codes = rng.choice(np.array([0, 1, 3, 255], np.uint8), size=(n, 1))
+    inst = rng.integers(0, 256, (n, 2), dtype=np.uint8)
+    inst[::7] = inst[0]  # ties in the instance codes too
+    return codes, inst, rng.integers(0, 3, n)
+
+
+def test_the_transform_gives_balanced_codes_that_keep_neighbours_and_round_trips():
+    rng = np.random.default_rng(0)
+    base = rng.standard_normal((300, 64))
+    t = InstanceTransform.fit(base, 32, seed=0)
+    codes = t.apply(base)
+    assert codes.shape == (300, 4) and codes.dtype == np.uint8
+    assert abs(np.unpackbits(codes).mean() - 0.5) < 0.05  # ITQ balances the bits
+    near = t.apply(base + 0.05 * rng.standard_normal(base.shape))  # a slightly moved copy of each row
+    d = popcount_distances(near, codes)
+    assert (d.argmin(axis=1) == np.arange(300)).mean() > 0.95  # its own row is the nearest
+    again = InstanceTransform.from_bytes(t.to_bytes())
+    assert again.digest() == t.digest() and np.array_equal(again.apply(base), codes)
+    assert np.array_equal(InstanceTransform.fit(base, 32, seed=0).apply(base), codes)  # seeded: the same
+
+
+def test_the_transform_refuses_bad_lengths_and_files():
+    with pytest.raises(InputError, match="multiple of 8"):
+        check_instance_bits(12)
+    with pytest.raises(InputError, match="more than the embeddings' width 16"):
+        InstanceTransform.fit(np.random.default_rng(0).standard_normal((50, 16)), 32)
+    with pytest.raises(InputError, match="not an instance transform"):
+        InstanceTransform.from_bytes(b"not a zip", "x.npz")
+    t = InstanceTransform.fit(np.random.default_rng(0).standard_normal((50, 16)), 8)
+    with pytest.raises(InputError, match=r"must be a 2-D array of real numbers \(n, 16\)"):
+        t.apply(np.zeros((2, 15)))
+    with pytest.raises(InputError, match="holds nan"):
+        t.apply(np.full((1, 16), np.nan))
+
+
+@pytest.mark.parametrize("kind,params", KINDS)
+def test_instance_search_is_the_brute_force_order_with_changes_filters_and_a_reload(kind, params, tmp_path):
+    codes, inst, labels = tied_items()
+    index = CodeIndex(8, kind, **params)
+    index.add(codes, labels=labels, instance=inst)
+    index.remove(np.arange(0, 400, 5))
+    index.add(codes[:30], ids=np.arange(0, 150, 5), labels=labels[:30], instance=inst[:30], upsert=True)
+    q = inst[[0, 3, 9]]
+    for filters in (None, [[1], [0, 2], [2]]):
+        dist, ids = index.instance_search(q, 25, None if filters is None else SparseLabels.from_lists(filters))
+        held = index.ids()
+        d = popcount_distances(q, index.get_instance_codes(held))
+        for r in range(3):
+            ok = np.ones(len(held), bool) if filters is None else \
+                np.array([bool(set(lab) & set(filters[r])) for lab in index.labels_of(held)])
+            order = np.lexsort((held[ok], d[r][ok]))[:25]
+            assert ids[r].tolist() == held[ok][order].tolist() and dist[r].tolist() == d[r][ok][order].tolist()
+    index.save(tmp_path / "ix")
+    again = CodeIndex.load(tmp_path / "ix")
+    assert again.instance_bits == 16 and again.stats()["instance_bits"] == 16
+    np.testing.assert_array_equal(again.instance_search(q, 25).ids, index.instance_search(q, 25).ids)
+
+
+def test_instance_codes_come_with_every_add_or_none():
+    codes, inst, _ = tied_items(20)
+    index = CodeIndex(8)
+    index.add(codes[:10], instance=inst[:10])
+    with pytest.raises(InputError, match="keeps a 16-bit instance code per item"):
+        index.add(codes[10:])
+    with pytest.raises(InputError, match=r"instance codes has 3 bytes per code \(24 bits\), but the index holds 16-bit"):
+        index.add(codes[10:], instance=np.zeros((10, 3), np.uint8))
+    with pytest.raises(InputError, match="instance codes has 9 rows but there are 10 codes"):
+        index.add(codes[10:], instance=inst[10:19])
+    plain = CodeIndex(8)
+    plain.add(codes[:10])
+    with pytest.raises(InputError, match="keeps no instance codes"):
+        plain.add(codes[10:], instance=inst[10:])
+    assert index.ntotal == 10 and plain.ntotal == 10  # nothing added by a refused add
+
+
+def test_a_tampered_or_mismatched_instance_file_is_refused_in_one_line(tmp_path):
+    codes, inst, _ = tied_items(20)
+    index = CodeIndex(8)
+    index.add(codes, instance=inst)
+    index.save(tmp_path / "ix")
+    file = tmp_path / "ix" / "instance_codes.npy"
+    data = bytearray(file.read_bytes())
+    data[-1] ^= 1
+    file.write_bytes(bytes(data))
+    with pytest.raises(InputError, match="instance_codes.npy: checksum mismatch"):
+        CodeIndex.load(tmp_path / "ix")
+    index.save(tmp_path / "iy")
+    manifest = json.loads((tmp_path / "iy" / "manifest.json").read_text())
+    manifest.pop("instance_bits")
+    (tmp_path / "iy" / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(InputError, match="instance_bits None and the instance_codes.npy entry must come together"):
+        CodeIndex.load(tmp_path / "iy")
+
+
+def brute_blend(index, q, qi, k, looks_like, factor, emb=None, center=None):
+    """The blend's ranking recomputed from its definition (docs/search.md, "Instance codes")."""
+    held = index.ids()
+    dc = popcount_distances(q, index.get_codes(held))
+    di = popcount_distances(qi, index.get_instance_codes(held))
+    out = []
+    for r in range(len(q)):
+        wanted = min(k * factor, len(held))
+        by_class = held[np.lexsort((held, dc[r]))[:wanted]]
+        by_look = held[np.lexsort((held, di[r]))[:wanted]]
+        cand = np.union1d(by_class, by_look)
+        pos = np.searchsorted(held, cand)
+        if emb is None:
+            sim = np.cos(np.pi * di[r][pos] / index.instance_bits)
+        else:
+            stored = index.get_embeddings(cand).astype(np.float64) - center
+            query = emb[r] / np.linalg.norm(emb[r])
+            query = query.astype(np.float16).astype(np.float64) - center
+            sim = stored @ query / np.linalg.norm(stored, axis=1) / np.linalg.norm(query)
+        sharp = np.sign(sim) * np.abs(sim) ** blend_module.SIMILARITY_POWER
+        score = (1 - looks_like) * (1 - 2 * dc[r][pos] / index.bits) + looks_like * sharp
+        order = np.lexsort((cand, di[r][pos], dc[r][pos], -score))[:k]
+        out.append((cand[order], score[order]))
+    return out
+
+
+@pytest.mark.parametrize("kind,params", KINDS)
+@pytest.mark.parametrize("looks_like", [0.0, 0.5, 1.0])
+def test_the_blend_is_its_definition_on_every_kind_ties_included(kind, params, looks_like):
+    codes, inst, labels = tied_items()
+    index = CodeIndex(8, kind, **params)
+    index.add(codes, labels=labels, instance=inst)
+    q, qi = codes[[0, 1, 2, 3]], inst[[0, 5, 7, 11]]
+    got = blended_search(index, q, 10, qi, looks_like=looks_like, factor=3)
+    for r, (ids, scores) in enumerate(brute_blend(index, q, qi, 10, looks_like, 3)):
+        assert got.ids[r].tolist() == ids.tolist()
+        np.testing.assert_allclose(got.scores[r], scores, rtol=0, atol=1e-12)
+    if looks_like == 0.0:  # same class first: the class distances never decrease down a row
+        assert (np.diff(got.distances, axis=1) >= 0).all()
+
+
+def test_the_blend_scores_by_centred_cosine_where_the_index_keeps_floats():
+    codes, inst, _ = tied_items(200)
+    emb = np.abs(np.random.default_rng(3).standard_normal((200, 12)))  # all positive, as pooled features are
+    index = CodeIndex(8)
+    index.add(codes, embeddings=emb, instance=inst)
+    center = emb.mean(axis=0) / np.linalg.norm(emb.mean(axis=0))
+    q, qi, qe = codes[:3], inst[:3], emb[:3] * 2.0  # (scale does not matter: unit rows)
+    got = blended_search(index, q, 10, qi, qe, looks_like=0.7, factor=4, center=center)
+    for r, (ids, scores) in enumerate(brute_blend(index, q, qi, 10, 0.7, 4, qe, center)):
+        assert got.ids[r].tolist() == ids.tolist()
+        np.testing.assert_allclose(got.scores[r], scores, atol=1e-9)
+    assert got.ids[:, 0].tolist() == [0, 1, 2] and got.same[:, 0].all()  # each finds itself, marked the same picture
+
+
+def test_the_blend_refuses_bad_parameters_in_one_line():
+    codes, inst, _ = tied_items(20)
+    index = CodeIndex(8)
+    index.add(codes, instance=inst)
+    for bad in (-0.1, 1.5, float("nan"), True):
+        with pytest.raises(InputError, match="looks_like must be a number from 0"):
+            blended_search(index, codes[:1], 5, inst[:1], looks_like=bad)
+    with pytest.raises(InputError, match="there are 1 queries but 2 instance queries"):
+        blended_search(index, codes[:1], 5, inst[:2])
+    with pytest.raises(InputError, match="keeps no embeddings, so it cannot score by cosine"):
+        blended_search(index, codes[:1], 5, inst[:1], np.ones((1, 4)))
+    plain = CodeIndex(8)
+    plain.add(codes)
+    with pytest.raises(InputError, match="keeps no instance codes"):
+        blended_search(plain, codes[:1], 5, inst[:1])
