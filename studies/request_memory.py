@@ -42,30 +42,55 @@ def ties(nq: int, k: int, factor: int, n: int = 200_000) -> str:
 
 
 def body(what: str, n: int) -> str:
-    from fastapi.testclient import TestClient
-
-    from lbhash.index import CodeIndex
-    from lbhash.runs.index_store import IndexStore
-    from lbhash.service import create_app
+    """The server (`lbhash serve`, keyless, in its own process) answering one bad body: its peak
+    RSS (VmHWM) over its size before the request."""
+    import socket
+    import subprocess
     import tempfile
+    import urllib.error
+    import urllib.request
     from pathlib import Path
 
-    with tempfile.TemporaryDirectory() as tmp:
+    from lbhash.index import CodeIndex
+
+    data = ({"codes": [1] * n} if what == "elements" else {"codes": ["00" * 8], **{f"x{i}": 1 for i in range(n)}})
+    raw = json.dumps(data, separators=(",", ":")).encode()
+    del data
+    with tempfile.TemporaryDirectory() as tmp, socket.socket() as s:
         index = CodeIndex(64)
         index.add(np.zeros((10, 8), np.uint8))
         index.save(Path(tmp) / "ix")
-        client = TestClient(create_app(IndexStore(Path(tmp) / "ix")), base_url="http://localhost")
-        with client:
-            client.post("/search", json={"codes": ["00" * 8], "k": 1})
-            data = ({"codes": [1] * n} if what == "elements" else
-                    {"codes": ["00" * 8], **{f"x{i}": 1 for i in range(n)}})
-            raw = json.dumps(data).encode()
-            del data
-            base, start = peak_mb(), time.perf_counter()
-            answer = client.post("/search", content=raw, headers={"content-type": "application/json"})
-            return (f"body: {n:,} bad {what} ({len(raw) / 1e6:.1f} MB): {answer.status_code} in "
-                    f"{time.perf_counter() - start:.1f} s, peak RSS +{peak_mb() - base:.0f} MB, "
-                    f"detail {len(answer.text)} chars: {answer.json()['detail'][:120]}")
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()
+        server = subprocess.Popen([sys.executable, "-m", "lbhash.cli", "serve", str(Path(tmp) / "ix"), "--port",
+                                   str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            for _ in range(600):
+                try:
+                    urllib.request.urlopen(url + "/health", timeout=1).read()
+                    break
+                except OSError:
+                    time.sleep(0.1)
+
+            def memory(field: str) -> float:
+                text = Path(f"/proc/{server.pid}/status").read_text()
+                return int(next(line.split()[1] for line in text.splitlines() if line.startswith(field))) / 1024
+
+            base, start = memory("VmRSS"), time.perf_counter()
+            request = urllib.request.Request(url + "/search", raw, {"content-type": "application/json"})
+            try:
+                status, detail = 200, urllib.request.urlopen(request, timeout=600).read()
+            except urllib.error.HTTPError as err:
+                status, detail = err.code, json.loads(err.read())["detail"]
+            took = time.perf_counter() - start
+            return (f"body: {n:,} bad {what} ({len(raw) / 1e6:.1f} MB): {status} in {took:.1f} s, server peak RSS "
+                    f"{memory('VmHWM') - base:+.0f} MB over its {base:.0f} MB; detail {len(detail)} chars: "
+                    f"{detail[:100]}")
+        finally:
+            server.terminate()
+            server.wait(60)
 
 
 if __name__ == "__main__":
