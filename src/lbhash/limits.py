@@ -30,6 +30,10 @@ MAX_IMAGE_PIXELS = 40_000_000  # one image, width x height: an upload or a thumb
 MAX_REQUEST_PIXELS = 80_000_000  # the images of one upload or image search together (about 240 MB as RGB)
 MAX_DECODING_PIXELS = 80_000_000  # images being decoded at once in the whole service (uploads and thumbnails):
 #                                   beyond it a decode waits up to 5 s, then 503 (lbhash serve --max-decoding-mpixels)
+# the image formats decoded (Pillow's names): each decodes its first frame at the size its header
+# gives, which the pixel budgets count; a container of several images (ICO, ICNS, ...) is refused
+# before it decodes anything, since the image it decodes need not be the size its header gives
+IMAGE_FORMATS = ("JPEG", "PNG", "BMP", "GIF", "WEBP", "TIFF", "PPM")  # (JPEG's reader opens MPO too)
 THUMBNAIL_SIDE = 128        # GET /items/{id}/image: the longer side, at most (never enlarged)
 VIEW_SIDE = 512             # GET /items/{id}/image?size=large (the page's larger view): the longer side, at most
 THUMBNAIL_DECODES_PER_S = 100  # thumbnail decodes per second (a burst of as many); beyond: wait, then 429

@@ -246,3 +246,46 @@ def test_searcher_rescores_by_the_encoders_embeddings(rng):
     got = searcher.rescore_search(x, 5, factor=3)
     for a, b in zip(got, rescore_search(index, encoder.encode(x), 5, x, factor=3)):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_tied_class_rescored_holds_a_bounded_number_of_pairs(rng, monkeypatch):
+    """Issue 69, item 1: 20,000 items sharing one code (more ties than MAX_RESCORE_CANDIDATES), 256
+    queries at distance 1, k 1, factor 1. Every search and range search of the request finds at most
+    `PAIRS` (query, item) pairs, and numpy's peak stays within the budget's bytes, however many queries
+    come; the answers are those of each query alone. Before, the boundary's ties were range-searched
+    for all 256 queries at once (2,572,800 pairs), then dropped for passing the cap."""
+    import tracemalloc
+
+    from lbhash.index import rescore
+
+    n, nq, dim, budget = 20_000, 256, 4, 40_000
+    index = CodeIndex(64)
+    index.add(np.zeros((n, 8), np.uint8), embeddings=rng.standard_normal((n, dim)))
+    near = np.zeros((50, 8), np.uint8)
+    near[:, 0] = 3
+    index.add(near, ids=np.arange(n, n + 50), embeddings=rng.standard_normal((50, dim)))
+    queries = np.zeros((nq, 8), np.uint8)
+    queries[:, 0] = 1  # distance 1 from the class, 1 from the 50 (a tie of 50 + 20,000 at 1)
+    queries[nq // 2:, 0] = 7  # distance 1 from the 50 alone (the class at 3): widened to those 50
+    q_emb = rng.standard_normal((nq, dim))
+    alone = [rescore_search(index, queries[q:q + 1], 1, q_emb[q:q + 1], factor=1) for q in (0, nq - 1)]
+    monkeypatch.setattr(rescore, "PAIRS", budget, raising=False)  # (raising: the test runs on the code before)
+    found = []
+    for name in ("search", "range_search"):
+        def counted(*args, _call=getattr(index, name), **kwargs):
+            result = _call(*args, **kwargs)
+            found.append(result.ids.size)
+            return result
+        monkeypatch.setattr(index, name, counted)
+    tracemalloc.start()
+    try:
+        got = rescore_search(index, queries, 1, q_emb, factor=1)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert max(found) <= budget and sum(found) >= nq * n // 2  # every query was still looked at
+    assert peak < 100 * budget  # bytes (1.4 MB); the 2,572,800 pairs at once took 175 MB
+    for q, one in zip((0, nq - 1), alone):
+        for a, b in zip(got, one):
+            np.testing.assert_array_equal(a[q:q + 1], b)
+    assert got.ids[0, 0] == 0 and got.ids[-1, 0] >= n  # ties over the cap: the first by id; 50: widened

@@ -4,6 +4,7 @@ is added."""
 
 import io
 import struct
+import warnings
 import zlib
 
 import numpy as np
@@ -31,6 +32,56 @@ def real_png(side: int) -> bytes:
     out = io.BytesIO()
     Image.fromarray(np.zeros((side, side, 3), np.uint8)).save(out, format="PNG")
     return out.getvalue()
+
+
+def icns_holding(png: bytes) -> bytes:
+    """An ICNS whose one entry says 16 x 16 (`icp4`) and holds `png`, whatever its size."""
+    block = b"icp4" + struct.pack(">I", 8 + len(png)) + png
+    return b"icns" + struct.pack(">I", 8 + len(block)) + block
+
+
+def ico_holding(png: bytes) -> bytes:
+    """An ICO whose one entry says 16 x 16 and holds `png`, whatever its size."""
+    return struct.pack("<HHH", 0, 1, 1) + struct.pack("<BBBBHHII", 16, 16, 0, 0, 1, 32, len(png), 22) + png
+
+
+def spy_on_decodes(monkeypatch, limit: int) -> list:
+    """The sizes of the images Pillow decodes from here on; one over `limit` pixels fails the test."""
+    decoded, load = [], Image.Image.load
+
+    def loading(self):
+        decoded.append(self.size)
+        assert self.size[0] * self.size[1] <= limit, f"decoded {self.size[0]} x {self.size[1]} pixels"
+        return load(self)
+    monkeypatch.setattr(Image.Image, "load", loading)
+    return decoded
+
+
+def test_a_container_whose_header_lies_is_refused_before_it_decodes(monkeypatch):
+    """Issue 69, item 2: an ICNS (or ICO) that says 16 x 16 and holds a 1500 x 1500 PNG passed the pixel
+    budgets, which count the header's pixels, and Pillow decoded the 2.25 Mpx inside (a 12000 x 12000 PNG:
+    144 Mpx). A format outside IMAGE_FORMATS is refused in one line before anything decodes."""
+    from lbhash.data.image_sources import decode_image
+    from lbhash.errors import InputError
+    from lbhash.runs.origins import thumbnail_png
+
+    inner = real_png(1500)
+    cases = ((icns_holding(inner), "ICNS"), (ico_holding(inner), "ICO"))
+    for blob, kind in cases:
+        assert len(blob) < 20_000
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (Pillow's ICO reader decodes the PNG on opening, and warns)
+            with Image.open(io.BytesIO(blob)) as im:
+                assert im.format == kind
+    spy_on_decodes(monkeypatch, 1_000_000)
+    for blob, kind in cases:
+        check_pixels([blob], ["icon"], per_image=1_000_000)  # within the budget by its header (ICNS)...
+        for decode in (lambda: decode_image(blob, "icon"), lambda: thumbnail_png(blob, "icon")):
+            with pytest.raises(InputError, match=f"icon: cannot decode image \\({kind} is not decoded, only JPEG, "
+                                                 "PNG, BMP, GIF, WEBP, TIFF, PPM: a container of several") as err:
+                decode()  # ... and refused before it decodes
+            assert "\n" not in str(err.value)
+    assert decode_image(real_png(8), "ok").shape == (8, 8, 3)
 
 
 def test_the_header_decides_before_decoding(monkeypatch):
@@ -65,6 +116,28 @@ def test_an_upload_over_budget_is_413_and_adds_nothing(tiny_image_run, tmp_path)
         assert client.get("/health").json()["ntotal"] == before
         ok = client.post("/items/image", files=[("files", ("small.png", real_png(32), "image/png"))])
         assert ok.status_code == 200 and client.get("/health").json()["ntotal"] == before + 1
+
+
+def test_a_lying_container_uploaded_is_400_and_nothing_decodes(tiny_image_run, tmp_path, monkeypatch):
+    """Issue 69, item 2, over HTTP: `/items/image` and `/search/image` refuse an ICNS that says 16 x 16
+    and holds a 1500 x 1500 PNG (and an ICO alike) in one line naming the file, before Pillow decodes
+    the PNG, and nothing is added."""
+    from helpers import cli
+    from lbhash.runs.index_inputs import load_encoder
+
+    _, run = tiny_image_run
+    assert cli("index", "build", run, "--out", tmp_path / "ix").exit_code == 0
+    inner = real_png(1500)
+    with TestClient(create_app(tmp_path / "ix", load_encoder(run)), base_url=LOCAL) as client:
+        before = client.get("/health").json()["ntotal"]
+        decoded = spy_on_decodes(monkeypatch, 1_000_000)
+        for name, blob, kind in (("icon.icns", icns_holding(inner), "ICNS"), ("icon.ico", ico_holding(inner), "ICO")):
+            for path in ("/items/image", "/search/image"):
+                reply = client.post(path, files=[("files", (name, blob, "image/png"))])
+                detail = reply.json()["detail"]
+                assert reply.status_code == 400 and "\n" not in detail, reply.text
+                assert detail.startswith(f"{name}: cannot decode image ({kind} is not decoded, only JPEG"), detail
+        assert decoded == [] and client.get("/health").json()["ntotal"] == before
 
 
 def test_uploads_beyond_the_media_budget_get_507_and_write_nothing(tiny_image_run, tmp_path):

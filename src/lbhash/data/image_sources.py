@@ -21,6 +21,7 @@ from PIL import Image
 
 from lbhash.data.image_root import ImageRoot, check_tar_member
 from lbhash.errors import InputError, one_line
+from lbhash.limits import IMAGE_FORMATS
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm", ".pbm")
 # Members of a compressed tarball are held in memory (gzip has no random access): at most this.
@@ -32,11 +33,44 @@ def is_image_name(name: str) -> bool:
     return name.lower().endswith(IMAGE_EXTENSIONS)
 
 
+class RefusedFormat(ValueError):
+    """An image in a format lbhash does not decode (`IMAGE_FORMATS`)."""
+
+
+def open_image(data: bytes) -> Image.Image:
+    """Pillow's image of encoded bytes, its header read and nothing decoded, in one of
+    `lbhash.limits.IMAGE_FORMATS` (whose header gives the pixels a decode makes), else
+    RefusedFormat naming the format. Only those formats' readers are tried: an ICNS that says
+    16 x 16 can hold a PNG of 12000 x 12000, which Pillow decodes whole past every budget that
+    counts the header's pixels, and Pillow's ICO reader decodes its largest image on opening."""
+    try:
+        return Image.open(io.BytesIO(data), formats=IMAGE_FORMATS)
+    except Image.UnidentifiedImageError:
+        kind = format_by_signature(data)
+        if kind is None:
+            raise
+        raise RefusedFormat(f"{kind} is not decoded, only {', '.join(IMAGE_FORMATS)}: a container of several "
+                            "images, such as ICO or ICNS, need not decode to the size its header gives") from None
+
+
+def format_by_signature(data: bytes) -> str | None:
+    """The format Pillow would read `data` as, from its first 16 bytes alone (each reader's
+    signature test, as `Image.open` makes it), opening nothing; None where no reader knows it."""
+    Image.init()
+    prefix = data[:16]
+    for kind, (_, accept) in Image.OPEN.items():
+        found = accept(prefix) if accept is not None else False
+        if found and not isinstance(found, (str, bytes)):  # (a str is a reader's warning, not a match)
+            return kind
+    return None
+
+
 def decode_image(data: bytes, where: str, draft: bool = False) -> np.ndarray:
-    """Decode to (H, W, 3) uint8 RGB, converting other modes. `draft` (validation only) decodes JPEG at
+    """Decode to (H, W, 3) uint8 RGB, converting other modes; a format outside `IMAGE_FORMATS`
+    is refused before it decodes (`open_image`). `draft` (validation only) decodes JPEG at
     1/8 scale, several times faster, still reading the whole stream (so truncation is caught)."""
     try:
-        with Image.open(io.BytesIO(data)) as im:
+        with open_image(data) as im:
             if draft:
                 im.draft("RGB", (1, 1))
             im.load()

@@ -9,7 +9,6 @@ only when batches are made, so loading labels for a split stays light.
 
 from __future__ import annotations
 
-import io
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -18,7 +17,7 @@ from PIL import Image
 
 from lbhash.cpus import usable_cpus
 from lbhash.data.base import HashDataset, InputOptions, check_indices
-from lbhash.data.image_sources import decode_image, take
+from lbhash.data.image_sources import decode_image, open_image, take
 from lbhash.errors import InputError
 
 CACHE_MODES = ("auto", "on", "disk", "off")
@@ -181,7 +180,7 @@ class ImageDataset(HashDataset):
         """(H, W, 3) of the first image whose header reads (None: none of the first 16)."""
         for i in range(min(len(self), 16)):
             try:
-                with Image.open(io.BytesIO(self.source.read(i))) as im:
+                with open_image(self.source.read(i)) as im:  # (the header only)
                     w, h = im.size
                 return h, w, 3
             except (ValueError, OSError, SyntaxError, Image.DecompressionBombError):

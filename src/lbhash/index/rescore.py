@@ -18,6 +18,12 @@ RESCORE_FACTOR = 4  # Hamming candidates per result when a search re-scores (doc
 EMBEDDING_DTYPE = np.dtype(np.float16)
 MAX_EMBEDDING_DIM = 65_536
 BUDGET = 1 << 22  # gathered embedding values scored at a time (about 32 MB in float64)
+# (query, item) pairs a re-scored search holds at once, whatever its number of queries: the queries
+# go through all stages (candidates, the boundary's ties, the scores) in groups of PAIRS //
+# max(k * factor, MAX_RESCORE_CANDIDATES) (one at least), and the ties are range-searched in
+# groups of PAIRS // ntotal (one at least), sized before the work. Before it, 256 queries on a
+# class of 200,000 items sharing one code range-searched 51.2 million pairs at once (3.4 GB).
+PAIRS = 1 << 20
 
 
 def check_embeddings(x, n: int, dim: int | None = None, name: str = "embeddings") -> np.ndarray:
@@ -81,7 +87,8 @@ def candidate_count(k: int, factor: int, ntotal: int) -> int:
 def rescore_search(index: Backend, queries, k, embeddings, labels=None, factor=RESCORE_FACTOR) -> Reranked:
     """Top-k of `index` (any `Backend` holding embeddings; its `check_k` caps the candidates)
     re-scored by the queries' `embeddings` (nq, d): `Reranked`, by (descending cosine score,
-    Hamming distance, id)."""
+    Hamming distance, id). The queries go in groups that hold at most `PAIRS` (query, candidate)
+    pairs (one query at least): a query's answer does not depend on the others."""
     k = _checks.top_k(k)
     factor = _checks.rescore_factor(factor)
     queries = _checks.packed_codes(queries, index.bits, "queries")
@@ -92,10 +99,18 @@ def rescore_search(index: Backend, queries, k, embeddings, labels=None, factor=R
     query_units = unit_rows(check_embeddings(embeddings, len(queries), dim, "query embeddings"))
     wanted = candidate_count(k, factor, index.ntotal)
     index.check_k(wanted, f"k * rescore_factor ({wanted} candidates)")
-    dist, ids = index.search(queries, wanted, labels)
-    if wanted < index.ntotal:
-        dist, ids = with_boundary_ties(index, queries, dist, ids, labels)
-    return rescore_candidates(query_units, dist, ids, index.get_embeddings, k)
+    rows = None if labels is None else _checks.label_rows(labels, len(queries), "query labels")
+    widen = wanted < index.ntotal
+    step = max(1, PAIRS // max(wanted, MAX_RESCORE_CANDIDATES if widen else 1))
+    parts = []
+    for start in range(0, max(1, len(queries)), step):  # (an empty batch is one empty group)
+        part = slice(start, start + step)
+        group = None if rows is None else rows.take(np.arange(len(queries))[part])
+        dist, ids = index.search(queries[part], wanted, group)
+        if widen:
+            dist, ids = with_boundary_ties(index, queries[part], dist, ids, group)
+        parts.append(rescore_candidates(query_units[part], dist, ids, index.get_embeddings, k))
+    return Reranked(*(np.concatenate([p[i] for p in parts]) for i in range(3)))
 
 
 def with_boundary_ties(index: Backend, queries: np.ndarray, dist: np.ndarray, ids: np.ndarray, labels=None,
@@ -103,19 +118,23 @@ def with_boundary_ties(index: Backend, queries: np.ndarray, dist: np.ndarray, id
     """Each full row of candidates (dist, ids (nq, c)) widened to every item within its last
     distance (`range_search`, the same label filter), when those are at most `cap`; a row
     whose ties exceed the cap keeps its c candidates (the first by id). Rows come back padded
-    to the longest, with PAD_DISTANCE and PAD_ID."""
+    to the longest, with PAD_DISTANCE and PAD_ID. The range searches go in groups of
+    `PAIRS // ntotal` queries (one at least), so that no more pairs are found at once."""
     full = ids[:, -1] >= 0
     if not full.any():
         return dist, ids
     rows = None if labels is None else _checks.label_rows(labels, len(queries), "query labels")
+    step = max(1, PAIRS // max(1, index.ntotal))
     wide: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for radius in np.unique(dist[full, -1]):
-        members = np.flatnonzero(full & (dist[:, -1] == radius))
-        found = index.range_search(queries[members], int(radius), None if rows is None else rows.take(members))
-        for j, q in enumerate(members):
-            a, b = found.lims[j], found.lims[j + 1]
-            if ids.shape[1] < b - a <= cap:
-                wide[int(q)] = found.distances[a:b], found.ids[a:b]
+        same = np.flatnonzero(full & (dist[:, -1] == radius))
+        for members in (same[s:s + step] for s in range(0, len(same), step)):
+            found = index.range_search(queries[members], int(radius), None if rows is None else rows.take(members))
+            for j, q in enumerate(members):
+                a, b = found.lims[j], found.lims[j + 1]
+                if ids.shape[1] < b - a <= cap:
+                    wide[int(q)] = found.distances[a:b].copy(), found.ids[a:b].copy()  # (not views of all found)
+            del found
     if not wide:
         return dist, ids
     width = max(len(i) for _, i in wide.values())
@@ -137,16 +156,20 @@ def rescore_candidates(query_units: np.ndarray, dist: np.ndarray, ids: np.ndarra
     valid = ids >= 0
     if not valid.any():
         return Reranked(out_s, out_d, out_i)
-    found = np.unique(ids[valid])
-    stored = np.asarray(embeddings_of(found))
-    keep = min(k, c)
-    step = max(1, BUDGET // max(1, c * stored.shape[1]))
-    for s in range(0, nq, step):  # bounded memory: (step, c, d) gathered rows
+    keep, d = min(k, c), query_units.shape[1]
+    step = max(1, BUDGET // max(1, c * d))
+    for s in range(0, nq, step):  # bounded memory: (step, c, d) gathered rows, or (1, BUDGET // d, d)
         e = min(nq, s + step)
         ok = valid[s:e]
-        where = np.searchsorted(found, np.where(ok, ids[s:e], found[0]))
-        scores = cosine_scores(query_units[s:e], stored[where])
-        scores[~ok] = -np.inf  # padding goes last (a real score is finite)
+        scores = np.full((e - s, c), -np.inf)  # padding goes last (a real score is finite)
+        cols = max(1, BUDGET // max(1, (e - s) * d))
+        for t in range(0, c, cols):
+            block, block_ok = ids[s:e, t:t + cols], ok[:, t:t + cols]
+            if block_ok.any():  # the embeddings of this block only: never all candidates' at once
+                found = np.unique(block[block_ok])
+                stored = np.asarray(embeddings_of(found))
+                where = np.searchsorted(found, np.where(block_ok, block, found[0]))
+                scores[:, t:t + cols] = np.where(block_ok, cosine_scores(query_units[s:e], stored[where]), -np.inf)
         # ascending (-score, distance, id): equal scores in Hamming order, then by id
         order = np.lexsort((ids[s:e], dist[s:e], -scores), axis=1)[:, :keep]
         rows_ok = np.take_along_axis(ok, order, 1)

@@ -192,7 +192,9 @@ def thumbnail_png(image: bytes | np.ndarray, where: str, side: int = THUMBNAIL_S
         if isinstance(image, np.ndarray):
             im, hold = Image.fromarray(np.ascontiguousarray(image)), contextlib.nullcontext()
         else:
-            im = Image.open(io.BytesIO(image))
+            from lbhash.data.image_sources import open_image
+
+            im = open_image(image)  # (a format that may decode more than its header says is refused)
             if im.width * im.height > max_pixels:
                 raise InputError(f"{where}: {im.width} x {im.height} pixels, more than the {max_pixels} a "
                                  "thumbnail is decoded from")

@@ -5,7 +5,8 @@ GET /items/{id}, DELETE /items/{id}, GET /health, GET /stats (OpenAPI at /docs);
 page at / and its helpers (lbhash.service.page: /about, /sources, /items/{id}/image).
 Bad input is a 4xx with {"detail": one line}: 400 bad values, 401 a key missing or wrong
 (lbhash.service.access), 403 a change refused or a request naming another host, 404 unknown id,
-409 id taken, 413 body or images too large, 422 malformed request, 429 / 503 (Retry-After) too
+409 id taken, 413 body or images too large, 422 malformed request (its first errors named, a JSON
+body checked in bounded memory first: lbhash.service.bodies), 429 / 503 (Retry-After) too
 much decoding at once, 507 uploads over their byte budget. A bug is a bare 500.
 Where the index keeps embeddings, searches re-score by them (`rescore` false for Hamming order)
 and hits carry a `score`; added items bring their embeddings.
@@ -43,6 +44,7 @@ from lbhash.runs.uploads import OverBudget
 from lbhash.service import models
 from lbhash.service.access import Access, AccessControl, HostNames
 from lbhash.service.batching import MAX_ROWS, SearchBatcher
+from lbhash.service.bodies import MAX_ERRORS, BodyErrors, CheckedBody, check_body, error_line, json_content
 from lbhash.service.decode import (DecodersBusy, PixelBudget, check_batch, decode_search, need_encoder, parse_ids,
                                   read_uploads, to_codes, wants_rescore)
 from lbhash.service.depends import BatcherDep, DecodingDep, EncoderDep, Limits, LimitsDep, MediaDep, StoreDep
@@ -52,7 +54,7 @@ from lbhash.service.page import add_page, item_details
 
 logger = logging.getLogger("lbhash")
 _ERRORS = {code: {"model": models.ErrorBody} for code in (400, 404, 409, 413, 422)}
-router = APIRouter()
+router = APIRouter(route_class=CheckedBody)  # JSON bodies checked in bounded memory first (bodies.py)
 
 
 def create_app(source: str | Path | Store, encoder: Encoder | None = None, *, limits: Limits | None = None,
@@ -247,10 +249,11 @@ def _install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(TooBusy, answer(429, {"Retry-After": "1"}))
 
     async def invalid(request: Request, exc: RequestValidationError):
-        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
-        where = ".".join(str(part) for part in first.get("loc", ()))
-        return JSONResponse({"detail": f"{where}: {first.get('msg')}" if where else str(first.get("msg"))},
-                            status_code=422)
+        # (a JSON body's list elements and keys were checked first, so these errors are few: bodies.py)
+        errors = exc.errors() or [{"loc": (), "msg": "invalid request"}]
+        named = [f"{'.'.join(map(str, e.get('loc', ())))}: {e.get('msg')}" if e.get("loc") else str(e.get("msg"))
+                 for e in errors[:MAX_ERRORS]]
+        return JSONResponse({"detail": error_line(named, len(errors))}, status_code=422)
 
     app.add_exception_handler(RequestValidationError, invalid)
 
@@ -302,7 +305,7 @@ class SearchPath:
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != "/search" \
-                or not _json_content(scope["headers"]):
+                or not json_content(scope["headers"]):
             await self.app(scope, receive, send)
             return
         try:
@@ -314,10 +317,15 @@ class SearchPath:
         if raw is None:  # the client went away
             return
         try:
-            body = models.SearchRequest.model_validate(json.loads(raw))
+            data = json.loads(raw)
+            check_body(data, models.SearchRequest)  # its list elements and keys, in bounded memory
+            body = models.SearchRequest.model_validate(data)
         except RecursionError:  # JSON nested deeper than Python's reader goes ([[[...]]] 100,000 deep)
             await error_response(InputError("the request body nests JSON too deeply to read"), 400)(
                 scope, receive, send)
+            return
+        except BodyErrors as exc:  # a 422 naming the first errors
+            await error_response(exc, 422)(scope, receive, send)
             return
         except ValueError:  # not JSON, or not a SearchRequest: the route's 422
             await self.app(scope, _replay(raw, receive), send)
@@ -329,15 +337,6 @@ class SearchPath:
         except tuple(ERROR_STATUS) as exc:
             response = error_response(exc, next(s for kind, s in ERROR_STATUS.items() if isinstance(exc, kind)))
         await response(scope, receive, send)
-
-
-def _json_content(headers) -> bool:
-    """Whether FastAPI would parse the body as JSON: no content type, or application/json or /*+json."""
-    value = next((v for k, v in headers if k == b"content-type"), None)
-    if value is None:
-        return True
-    kind = value.split(b";", 1)[0].strip().lower()
-    return kind == b"application/json" or (kind.startswith(b"application/") and kind.endswith(b"+json"))
 
 
 async def _read_body(receive) -> bytes | None:

@@ -21,7 +21,7 @@ from lbhash.codes import from_hex
 from lbhash.errors import InputError, TooLarge
 from lbhash.runs.searcher import QueryEncoder
 from lbhash.runs.serving import Queries, Search, given_embeddings
-from lbhash.limits import MAX_DECODING_PIXELS, MAX_IMAGE_PIXELS, MAX_REQUEST_PIXELS, check_ids
+from lbhash.limits import IMAGE_FORMATS, MAX_DECODING_PIXELS, MAX_IMAGE_PIXELS, MAX_REQUEST_PIXELS, check_ids
 from lbhash.service import models
 
 WAIT_S = 5.0  # the longest a decode waits for the service's pixel budget
@@ -162,7 +162,9 @@ def check_pixels(blobs: list[bytes], names: list[str], per_image: int = MAX_IMAG
     total = 0
     for k, (blob, name) in enumerate(zip(blobs, names)):
         try:
-            with Image.open(io.BytesIO(blob)) as im:  # reads the header, decodes nothing
+            # reads the header, decodes nothing: only the readers of the formats decoded are tried (Pillow's
+            # ICO reader decodes on opening); a file in another is refused by the decoder, in one line
+            with Image.open(io.BytesIO(blob), formats=IMAGE_FORMATS) as im:
                 width, height = im.size
         except Image.DecompressionBombError:
             raise TooLarge(f"files[{k}] ({name}) declares more pixels than Pillow opens") from None
