@@ -8,6 +8,9 @@ from pathlib import Path
 import click
 import numpy as np
 
+from lbhash.cli.common import StatedDefault
+from lbhash.runs.defaults import index_default_text
+
 BACKENDS = ("faiss", "milvus")
 DEFAULT_URI = "http://127.0.0.1:19530"
 
@@ -62,10 +65,14 @@ def index() -> None:
                    "database; all for a run of protocol all-train, which has no database]")
 @click.option("--data", "data_spec", help="With a run directory: the run's data at its new location, when it moved "
                                           "since training (a data spec, e.g. images:PATH).")
-@click.option("--nlist", type=int, help="ivf: number of lists. [default: 1024]")
-@click.option("--nprobe", type=int, help="ivf: lists scanned per query. [default: 16]")
-@click.option("--nhash", type=int, help="multihash: number of hash tables. [default: bits // 16]")
-@click.option("--nflip", type=int, help="multihash: bit flips probed per table. [default: 2]")
+@click.option("--nlist", type=int, help="ivf: number of lists.", cls=StatedDefault,
+              stated=lambda: index_default_text("ivf", "nlist"))
+@click.option("--nprobe", type=int, help="ivf: lists scanned per query.", cls=StatedDefault,
+              stated=lambda: index_default_text("ivf", "nprobe"))
+@click.option("--nhash", type=int, help="multihash: number of hash tables.", cls=StatedDefault,
+              stated=lambda: index_default_text("multihash", "nhash"))
+@click.option("--nflip", type=int, help="multihash: bit flips probed per table.", cls=StatedDefault,
+              stated=lambda: index_default_text("multihash", "nflip"))
 @click.option("--overwrite", is_flag=True, help="Replace an existing index (atomically).")
 @click.option("--no-embeddings", is_flag=True, help="Keep codes only, not each item's embedding (searches then come "
                                                     "in Hamming order; docs/search.md).")

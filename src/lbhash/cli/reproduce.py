@@ -8,7 +8,21 @@ from pathlib import Path
 import click
 
 from lbhash.checks import parse_int_list
+from lbhash.cli.common import StatedDefault
 from lbhash.errors import InputError
+
+
+def default_seeds() -> str:
+    """The seeds of each experiment that has several, as `--seeds` states its default: '0..4 for grid, ...'."""
+    from lbhash.reproduce.experiments.registry import EXPERIMENTS
+
+    experiments: dict[tuple, list[str]] = {}
+    for name, spec in EXPERIMENTS.items():
+        if hasattr(spec, "seeds"):
+            experiments.setdefault(tuple(spec.seeds), []).append(name)
+    shown = lambda seeds: f"{seeds[0]}..{seeds[-1]}" if seeds == tuple(range(seeds[0], seeds[-1] + 1)) \
+        else ",".join(map(str, seeds))  # noqa: E731
+    return ", ".join(f"{shown(seeds)} for {' and '.join(names)}" for seeds, names in experiments.items())
 
 
 @click.command()
@@ -22,7 +36,7 @@ from lbhash.errors import InputError
                                 "baselines) only when named. [default: the paper's six deep methods; baselines: "
                                 "lsh, pca, itq, linear, csq, orthohash]")
 @click.option("--bits", help="Comma-separated code lengths. [default: the experiment's]")
-@click.option("--seeds", help="Comma-separated seeds. [default: 0..4 for grid, 0..2 for centers and baselines]")
+@click.option("--seeds", help="Comma-separated seeds.", cls=StatedDefault, stated=default_seeds)
 @click.option("--kinds", help="centers: comma-separated generators. [default: all five]")
 @click.option("--study", "study_name", help="study: its name (rows of study.csv, runs/NAME/).")
 @click.option("--settings", help="study: settings separated by ';', e.g. 'base;paper;lbhash_reduction=mean,"

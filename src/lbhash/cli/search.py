@@ -10,9 +10,11 @@ from pathlib import Path
 import click
 
 from lbhash.checks import parse_int_list
+from lbhash.cli.common import StatedDefault
 from lbhash.cli.index import backend_options
 from lbhash.errors import InputError
 from lbhash.limits import MAX_CLASS_ID, MAX_K
+from lbhash.runs.defaults import search_default
 
 
 def encoder_options(func):
@@ -44,14 +46,16 @@ def model_source(run_dir: Path | None, export_path: Path | None) -> Path | None:
                    "array (a .npz/.npy/.mat file of uint8 images, or an image-array:PATH data spec) (repeatable); "
                    "needs --run or --encoder.")
 @encoder_options
-@click.option("-k", "k", type=int, default=None, help=f"Results per query, at most {MAX_K}. [default: 10]")
+@click.option("-k", "k", type=int, default=None, help=f"Results per query, at most {MAX_K}.", cls=StatedDefault,
+              stated=lambda: search_default("k"))
 @click.option("--radius", type=int, help=f"Return every item within this Hamming distance instead of top-k (at most "
                                         f"{MAX_K} per query, as -k: more is refused).")
 @click.option("--filter-labels", help=f"Only items with at least one of these class ids (comma-separated, "
                                       f"0 to {MAX_CLASS_ID}).")
 @click.option("--rescore-factor", type=int, help="Re-score the Hamming top k x M by cosine similarity of the "
                                                 "embeddings (--features or --images, an index keeping embeddings; "
-                                                "docs/search.md). [default: 16]")
+                                                "docs/search.md).", cls=StatedDefault,
+              stated=lambda: search_default("rescore_factor"))
 @click.option("--no-rescore", is_flag=True, help="Hamming order only, even where the index keeps embeddings.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--force", is_flag=True, help="Encode with --run (or --encoder) even when its model did not make the "

@@ -48,6 +48,8 @@ from lbhash.data.spec import (
 )
 from lbhash.options import Options, option
 
+MIN_NATIVE_SIDE = 16  # square images from this side up to the backbone's keep their own; smaller ones are resized to it
+
 
 class DataOptions(Options):
     """The data set, its split protocol and how its items reach the model."""
@@ -61,7 +63,7 @@ class DataOptions(Options):
                                   "a protocol name",
                                   shown="the data set's own")
     image_size: int | None = option(None, "Image side after transforms.", "an integer >= 8",
-                                    shown="the backbone's (small-image backbones: square images from 16 px up to it keep their own)", ge=8)
+                                    shown=f"the backbone's (small-image backbones: square images from {MIN_NATIVE_SIDE} px up to it keep their own)", ge=8)
     transform: Literal["imagenet", "cifar", "cifar-augment"] | None = option(
         None, "Image transform preset.", "one of imagenet, cifar, cifar-augment", shown="the backbone's")
     augment: Literal["crop-flip", "flip", "none"] = option(
