@@ -147,3 +147,59 @@ def test_a_run_that_recorded_only_the_typed_path_says_where_it_is_relative_to(ow
                    "relative to where the run trained", "--data images:PATH")
     monkeypatch.chdir(base / "project")  # where it trained: found
     assert cli("index", "build", old, "--out", tmp_path / "idx").exit_code == 0
+
+
+def _encoded(path: Path) -> dict:
+    from lbhash.codes_file import load_codes_file, only_part, part
+
+    data = load_codes_file(path, need=())
+    return part(data, only_part(data, "query", path))
+
+
+def test_encode_takes_what_search_images_takes(own_run, tmp_path):
+    """Issue 68 item 7: `lbhash encode` refused a flat folder of photos ("not inside a class folder")
+    that `lbhash search --images` takes. It takes the same inputs with --images (image files, folders,
+    image arrays, in order), and --data images:FOLDER encodes a flat folder too: without labels where
+    there are no class folders, with the class folders' labels where there are, and each photo gets
+    the code the run gives it as an item of its own data."""
+    base, run = own_run
+    photos = base / "data" / "photos"
+    assert cli("encode", run, "--out", tmp_path / "own.npz", "--no-progress").exit_code == 0
+    own = _encoded(tmp_path / "own.npz")
+    code_of = {Path(s).relative_to(photos).as_posix(): c.tobytes() for s, c in zip(own["sources"], own["codes"])}
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    for name in code_of:
+        shutil.copy(photos / name, flat / name.replace("/", "-"))
+    for args in (["--images", flat], ["--data", f"images:{flat}"]):
+        out = tmp_path / f"flat{args[0]}.npz"
+        done = cli("encode", run, *args, "--out", out, "--no-progress")
+        assert done.exit_code == 0, done.output
+        encoded = _encoded(out)
+        assert encoded["labels"] is None and encoded["ids"].tolist() == list(range(len(code_of)))
+        assert [Path(s).name for s in encoded["sources"]] == sorted(n.replace("/", "-") for n in code_of)
+        assert [c.tobytes() for c in encoded["codes"]] == [code_of[Path(s).name.replace("-", "/", 1)]
+                                                          for s in encoded["sources"]]
+    # a class-folder tree: labelled by its folders, as the run's own items are
+    assert cli("encode", run, "--images", photos, "--out", tmp_path / "tree.npz", "--no-progress").exit_code == 0
+    tree = _encoded(tmp_path / "tree.npz")
+    assert np.array_equal(tree["labels"], own["labels"]) and np.array_equal(tree["codes"], own["codes"])
+    # files and an image array, in the order given (the array's rows named as search names them)
+    np.save(tmp_path / "rows.npy", np.stack([np.asarray(Image.open(photos / "red" / "001.png").convert("RGB"))] * 2))
+    files = [photos / "red" / "000.png", photos / "blue" / "003.png"]
+    done = cli("encode", run, "--images", files[0], "--images", tmp_path / "rows.npy", "--images", files[1],
+               "--out", tmp_path / "mixed.npz", "--no-progress")
+    assert done.exit_code == 0, done.output
+    mixed = _encoded(tmp_path / "mixed.npz")
+    assert [str(s) for s in mixed["sources"]] == [str(files[0]), "rows.npy row 0", "rows.npy row 1", str(files[1])]
+    assert [c.tobytes() for c in mixed["codes"]] == [code_of["red/000.png"], code_of["red/001.png"],
+                                                     code_of["red/001.png"], code_of["blue/003.png"]]
+    assert mixed["labels"] is None
+    one_line_error(cli("encode", run, "--images", flat, "--data", f"images:{flat}", "--out", tmp_path / "x.npz"),
+                   "--images", "--data")
+    one_line_error(cli("encode", run, "--images", tmp_path / "none", "--out", tmp_path / "x.npz"),
+                   "--images", "none: no such file or directory")
+    assert not (tmp_path / "x.npz").exists()
+    # a class-folder tree is still required to train on
+    one_line_error(cli("train", "--data", f"images:{flat}", "--protocol", "all-train", *TRAIN,
+                       "--out", tmp_path / "runs" / "x"), "not inside a class folder")

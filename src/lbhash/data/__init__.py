@@ -42,6 +42,7 @@ from lbhash.data.spec import (
     DataSpec,
     absolute_spec,
     load_data,
+    load_image_inputs,
     missing_paths,
     parse_data_spec,
     register_data_kind,
@@ -83,7 +84,7 @@ _TRANSFORM_NAMES = ("build_transforms", "TRANSFORM_PRESETS", "IMAGENET_MEAN", "I
 
 __all__ = [
     "HashDataset", "InputOptions", "INPUT_KINDS", "load_image_arrays",
-    "ArrayDataset", "load_features", "load_digits", "count_unlabelled", "load_data",
+    "ArrayDataset", "load_features", "load_digits", "count_unlabelled", "load_data", "load_image_inputs",
     "parse_data_spec", "register_data_kind", "DataSpec", "DataKind", "DATA_KINDS", "absolute_spec", "missing_paths",
     "ImageDataset", "check_images", "load_cifar10", "load_image_folder", "load_image_lists",
     "ListPreset", "LIST_PRESETS", "CACHE_MODES",
