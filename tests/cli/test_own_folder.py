@@ -203,3 +203,72 @@ def test_encode_takes_what_search_images_takes(own_run, tmp_path):
     # a class-folder tree is still required to train on
     one_line_error(cli("train", "--data", f"images:{flat}", "--protocol", "all-train", *TRAIN,
                        "--out", tmp_path / "runs" / "x"), "not inside a class folder")
+
+
+def command_of(args):
+    """The click command that `lbhash ARGS` runs (a group's subcommand followed)."""
+    import click
+
+    from lbhash.cli import main
+
+    command, ctx, words = main, None, [str(a) for a in args]
+    while isinstance(command, click.Group):
+        ctx = click.Context(command)
+        command, words = command.get_command(ctx, words[0]), words[1:]
+    return command
+
+
+def accepted_options(args) -> set[str]:
+    return {opt for p in command_of(args).params for opt in (*p.opts, *p.secondary_opts) if opt.startswith("--")}
+
+
+def named_options(line: str) -> list[str]:
+    import re
+
+    return re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", line)
+
+
+def test_every_bad_image_refusal_advises_an_option_its_command_takes(own_run, tmp_path, monkeypatch):
+    """Issue 69 item 6: a folder with a bad image trains with --skip-bad-images, then `index build`
+    and `encode` failed on the same file and advised --skip-bad-images, which they did not take.
+    Each command that can meet an unreadable image refuses it in one line naming the file; every
+    option the line names is one that command accepts, and following the advice works: the bad
+    photo is left out, counted, and the others keep their codes."""
+    from helpers import Killed, stop_before_the_first_epoch
+
+    base, run = own_run
+    bad = shutil.copytree(base / "data" / "photos", tmp_path / "bad")
+    (bad / "red" / "003.png").write_bytes(b"not a png")
+    monkeypatch.chdir(tmp_path)
+    refusals = {
+        "train": ["train", "--data", f"images:{bad}", "--protocol", "all-train", *TRAIN, "--out", tmp_path / "r"],
+        "reproduce": ["reproduce", "grid", "--data", f"images:{bad}", "--protocol", "all-train", "--methods", "csq",
+                      "--bits", 16, "--seeds", 0, "--epochs", 1, "--set", "backbone=resnet8", "--set", "image_size=32",
+                      "--set", "centers=hadamard", "--out", tmp_path / "rep"],
+        "encode --data": ["encode", run, "--data", f"images:{bad}", "--out", tmp_path / "d.npz", "--no-progress"],
+        "encode --images": ["encode", run, "--images", bad, "--out", tmp_path / "i.npz", "--no-progress"],
+        "index build": ["index", "build", run, "--data", f"images:{bad}", "--out", tmp_path / "idx"],
+    }
+    for name, args in refusals.items():
+        result = cli(*args)
+        errors = [line for line in result.output.splitlines() if line.startswith("error: ")]
+        assert result.exit_code == 2 and len(errors) == 1 and "Traceback" not in result.output, (name, result.output)
+        line = errors[0]  # (reproduce says what it will run first)
+        assert str(bad / "red" / "003.png") in line, (name, line)
+        advised = named_options(line)
+        assert "--skip-bad-images" in advised, (name, line)
+        assert set(advised) <= accepted_options(args), (name, set(advised) - accepted_options(args), line)
+    # the advice, followed
+    assert cli("encode", run, "--out", tmp_path / "own.npz", "--no-progress").exit_code == 0
+    own = _encoded(tmp_path / "own.npz")
+    sources = [Path(s).relative_to(base / "data" / "photos").as_posix() for s in own["sources"]]
+    for name in ("encode --data", "encode --images"):
+        done = cli(*refusals[name], "--skip-bad-images")
+        assert done.exit_code == 0 and "skipped 1 unreadable image(s) (--skip-bad-images)" in done.output, done.output
+        encoded = _encoded(refusals[name][-2])
+        kept = [k for k, s in enumerate(sources) if s != "red/003.png"]
+        assert encoded["ids"].tolist() == kept and np.array_equal(encoded["codes"], own["codes"][kept])
+    built = cli(*refusals["index build"], "--skip-bad-images")
+    assert built.exit_code == 0 and f"indexed {len(sources) - 1} 16-bit codes" in built.output, built.output
+    stop_before_the_first_epoch(monkeypatch)  # past the check of every image: training would start
+    assert isinstance(cli(*refusals["train"], "--skip-bad-images").exception, Killed)

@@ -33,10 +33,13 @@ import click
               help="Also save each item's embedding from the same forward pass (key 'embeddings', float32 (n, d): "
                    "the pooled backbone features, or the input features), which `lbhash index build|add` keep "
                    "to re-score searches (docs/search.md).")
+@click.option("--skip-bad-images", is_flag=True, help="Leave unreadable images out (counted; their ids are missing "
+                                                      "from the file), as `lbhash train --skip-bad-images` does; a "
+                                                      "run trained with it does so on its own data.")
 @click.option("--overwrite", is_flag=True, help="Replace --out if it exists.")
 @click.option("--progress/--no-progress", default=True, show_default=True)
 def encode(run_dir: Path, data: str | None, image_paths: tuple[Path, ...], part: str, out: Path, accelerator: str, devices: int,
-           precision: str, real: bool, embeddings: bool, overwrite: bool, progress: bool) -> None:
+           precision: str, real: bool, embeddings: bool, skip_bad_images: bool, overwrite: bool, progress: bool) -> None:
     """Encode data with the model of RUN_DIR into a codes file (docs/evaluation.md#codes-files).
 
     The file holds one part: `codes` (packed uint8, FAISS bit layout), `ids` (the items'
@@ -49,7 +52,8 @@ def encode(run_dir: Path, data: str | None, image_paths: tuple[Path, ...], part:
     from lbhash.runs import RunDirectory
 
     encoded = RunDirectory(run_dir).encode(data, part, accelerator, precision, devices, progress, real=real,
-                                           embeddings=embeddings, out=out, overwrite=overwrite, images=image_paths)
+                                           embeddings=embeddings, out=out, overwrite=overwrite, images=image_paths,
+                                           skip_bad_images=skip_bad_images)
     if encoded is None:  # another rank of a multi-process run
         return
     click.echo(f"encoded {len(encoded['codes'])} items to {encoded['bits']}-bit codes: {out}")

@@ -74,11 +74,13 @@ def index() -> None:
 @click.option("--nflip", type=int, help="multihash: bit flips probed per table.", cls=StatedDefault,
               stated=lambda: index_default_text("multihash", "nflip"))
 @click.option("--overwrite", is_flag=True, help="Replace an existing index (atomically).")
+@click.option("--skip-bad-images", is_flag=True, help="With a run directory: leave its unreadable images out of the "
+                                                      "items encoded anew (as `lbhash train --skip-bad-images`).")
 @click.option("--no-embeddings", is_flag=True, help="Keep codes only, not each item's embedding (searches then come "
                                                     "in Hamming order; docs/search.md).")
 @backend_options
 def build(source: Path, out: str, kind: str, part: str | None, data_spec: str | None, nlist, nprobe, nhash, nflip,
-          overwrite: bool, no_embeddings: bool, backend: str, uri: str) -> None:
+          overwrite: bool, skip_bad_images: bool, no_embeddings: bool, backend: str, uri: str) -> None:
     """Index the codes of SOURCE: a run directory, or an .npz from `lbhash encode`.
 
     Ids are the items' positions in the data set (or the file's integer `ids`); labels come
@@ -91,7 +93,8 @@ def build(source: Path, out: str, kind: str, part: str | None, data_spec: str | 
     from lbhash.runs.index_dir import build_index
 
     given = {k: v for k, v in dict(nlist=nlist, nprobe=nprobe, nhash=nhash, nflip=nflip).items() if v is not None}
-    built = build_index(source, out, kind, part, data_spec, given, overwrite, not no_embeddings, backend, uri)
+    built = build_index(source, out, kind, part, data_spec, given, overwrite, not no_embeddings, backend, uri,
+                        skip_bad_images=skip_bad_images)
     if backend == "faiss" and not built.index.is_trained:
         click.echo(f"note: the ivf index searches {built.searches}", err=True)
     every = " (every item of the run: --part all)" if source.is_dir() and part == "all" else ""

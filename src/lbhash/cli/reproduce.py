@@ -45,10 +45,12 @@ def default_seeds() -> str:
 @click.option("--epochs", type=int, help="Training epochs (timing: epochs measured). [default: the method's]")
 @click.option("--held-out", type=int, help="baselines: classes held out of training (unseen:K). "
               "[default: a quarter of the classes, rounded up]")
+@click.option("--skip-bad-images", is_flag=True, help="Every run drops unreadable images (counted) instead of stopping "
+                                                      "(--set skip_bad_images=true).")
 @click.option("--set", "options", multiple=True, metavar="KEY=VALUE",
               help="A training option for every run, e.g. lr_step=0 (repeatable).")
 def reproduce(experiment, data, protocol, out, workers, methods, bits, seeds, kinds, study_name, settings,
-              test, epochs, held_out, options) -> None:
+              test, epochs, held_out, skip_bad_images, options) -> None:
     """Run EXPERIMENT (grid, timing, centers, toy, bound, study, baselines) and write its tables into --out.
 
     Runs go to OUT/runs/EXPERIMENT/; a rerun skips finished runs and resumes unfinished ones.
@@ -64,6 +66,8 @@ def reproduce(experiment, data, protocol, out, workers, methods, bits, seeds, ki
         raise InputError(f"--workers must be a positive integer, got {workers}")
     spec_values = _spec_values(experiment, methods, bits, seeds, kinds, study_name, settings, test, held_out)
     overrides = _overrides(options)
+    if skip_bad_images:
+        overrides["skip_bad_images"] = True
     if epochs is not None:
         if experiment == "timing":
             spec_values["epochs"] = epochs

@@ -7,6 +7,7 @@ Nothing here imports the training loop or Lightning: `lbhash encode` starts fast
 from __future__ import annotations
 
 import contextlib
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,8 @@ from lbhash.train.builder import evaluation_topk, input_options
 from lbhash.train.forward import embed_with_features
 from lbhash.train.processes import check_accelerator, encoding_processes, leave_process_group
 from lbhash.runs.rundir import PARTS, SPLIT, load_input_form, load_run_model, run_data_spec
+
+logger = logging.getLogger("lbhash")
 
 
 def item_embeddings(run_dir: str | Path, ids, data: str | None = None, progress: bool = False) -> np.ndarray:
@@ -39,11 +42,13 @@ def item_embeddings(run_dir: str | Path, ids, data: str | None = None, progress:
 
 
 def run_forward(sharded, run_dir: str | Path, data: str | None, part: str, accelerator: str, precision: str,
-                devices: int, progress: bool, images=()) -> tuple[np.ndarray, dict] | None:
+                devices: int, progress: bool, images=(), skip_bad_images: bool = False) -> tuple[np.ndarray, dict] | None:
     """`sharded` (`encode_sharded`, or `embed_sharded` and its two arrays) of the items
     `RunDirectory.encode` encodes, and the codes-file fields but `codes` (None on ranks other than 0).
     `images`: image inputs as `lbhash search --images` takes them (lbhash.data.load_image_inputs), in
-    their order, instead of a data spec; labelled only where they are one labelled input."""
+    their order, instead of a data spec; labelled only where they are one labelled input.
+    `skip_bad_images` (or a run trained with it, on its own data) leaves unreadable images out, counted
+    in a warning: their ids are missing from the fields."""
     run_dir = Path(run_dir)
     if part not in PARTS:
         raise InputError(f"part must be one of {', '.join(PARTS)}, got {part!r}")
@@ -55,6 +60,9 @@ def run_forward(sharded, run_dir: str | Path, data: str | None, part: str, accel
     model, cfg = load_run_model(run_dir)
     split = load_split(run_dir / SPLIT)
     inputs = _inputs(run_dir, cfg, data, part, split, images)
+    own = not images and (data is None or data in (cfg.data, run_data_spec(run_dir, cfg)))
+    if skip_bad_images or (own and cfg.skip_bad_images):
+        inputs = _readable(inputs, "--skip-bad-images" if skip_bad_images else "the run's skip_bad_images")
     fabric = encoding_processes(accelerator, devices)
     model.to(fabric.device)  # image models keep their channels-last layout
     outs = []
@@ -90,13 +98,27 @@ def _inputs(run_dir: Path, cfg, data: str | None, part: str, split, images) -> l
     return [(dataset, np.arange(len(dataset)) if part == "all" else getattr(split, part))]
 
 
+def _readable(inputs: list[tuple], why: str) -> list[tuple]:
+    """The inputs without their unreadable images (data sets of features are kept whole)."""
+    kept, skipped = [], 0
+    for dataset, index in inputs:
+        good, bad = dataset.check_items(index, skip_bad=True)
+        kept.append((dataset, np.asarray(good, np.int64)))
+        skipped += bad
+    if skipped:
+        logger.warning("skipped %d unreadable image(s) (%s)", skipped, why)
+    return kept
+
+
 def _fields(inputs: list[tuple], renumber: bool) -> dict:
     """The codes-file fields `ids`, `labels` and `sources` of the inputs' items, in order: ids are the
-    items' positions (in all the inputs where `renumber`), labels those of a single labelled input."""
+    items' positions (in all the inputs, one after the other, where `renumber`), labels those of a
+    single labelled input."""
     dataset, index = inputs[0]
     labelled = len(inputs) == 1 and dataset.num_classes > 0
     sources = [d.item_sources(i) for d, i in inputs]
-    ids = np.arange(sum(len(i) for _, i in inputs)) if renumber else index
+    starts = np.cumsum([0] + [len(d) for d, _ in inputs[:-1]])
+    ids = np.concatenate([start + i for start, (_, i) in zip(starts, inputs)]) if renumber else index
     return {"ids": np.asarray(ids, np.int64),
             "labels": stored_labels(dataset.multi_label, dataset.labels[index]) if labelled else None,
             "sources": None if any(s is None for s in sources) else np.concatenate(sources)}
