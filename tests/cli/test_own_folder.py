@@ -272,3 +272,30 @@ def test_every_bad_image_refusal_advises_an_option_its_command_takes(own_run, tm
     assert built.exit_code == 0 and f"indexed {len(sources) - 1} 16-bit codes" in built.output, built.output
     stop_before_the_first_epoch(monkeypatch)  # past the check of every image: training would start
     assert isinstance(cli(*refusals["train"], "--skip-bad-images").exception, Killed)
+
+
+def test_the_search_page_shows_the_quality_an_all_train_run_measured(own_run, tmp_path):
+    """Issue 69 item 8: the page said "mAP not measured" for the own-folder flow while the run's
+    metrics.json held its validation mAP: a run without queries (protocol all-train) records it
+    under `run`, and the run's summary read it from the top level only. /about now carries it
+    with the number of held-out items, and the page shows it in place of the query mAP."""
+    pytest.importorskip("fastapi", reason="the service needs the serve extra")
+    from fastapi.testclient import TestClient
+
+    import lbhash.service
+    from lbhash.runs.index_inputs import load_encoder
+    from lbhash.service import create_app
+    from serve_helpers import LOCAL
+
+    base, run = own_run
+    recorded = json.loads((run / "metrics.json").read_text())["run"]
+    assert 0 <= recorded["validation_map"] <= 1 and recorded["n_validation"] > 0
+    assert cli("index", "build", run, "--out", tmp_path / "idx").exit_code == 0
+    with TestClient(create_app(tmp_path / "idx", load_encoder(run)), base_url=LOCAL) as client:
+        about = client.get("/about").json()["run"]
+    assert about["map"] is None and about["protocol"] == "all-train"  # no query part: no query mAP
+    assert (about["validation_map"], about.get("n_validation")) == (recorded["validation_map"],
+                                                                    recorded["n_validation"])
+    page = (Path(lbhash.service.__file__).parent / "static" / "page.js").read_text()
+    shown = page[page.index('["mAP"'):page.index('["lower bound"')]
+    assert shown.index("run.validation_map") < shown.index('"not measured"')  # shown before giving up
