@@ -164,6 +164,20 @@ def test_every_block_runs_or_says_why_not():
     assert len(skipped) <= 5, f"skip markers are for a few blocks only: {[b.line for b in skipped]}"
 
 
+def test_the_first_commands_say_how_to_enter_the_venv():
+    """Issue 69 item 7: the first command after `make` failed (`No module named 'PIL'`): the README
+    never said to activate .venv. The block that makes it ends by activating it, before any block
+    that runs `lbhash` or `python`, and the text says how to do without activating."""
+    first_use = next(b for b in BLOCKS if b.lang == "python" or any(
+        c.startswith(("lbhash", "python ")) for _, c in b.commands()))
+    setup = next(b for b in BLOCKS if any(c.startswith("make ") for _, c in b.commands()))
+    assert setup.line < first_use.line
+    assert setup.commands()[-1][1].split(" #")[0].strip() == ". .venv/bin/activate", setup.commands()
+    text = README.read_text()
+    assert text.index("`.venv/bin/lbhash`") < text.index(first_use.text)
+    assert (REPO / "Makefile").read_text().count("-m venv $(VENV)") == 1  # the .venv the line activates
+
+
 def test_commands_name_concrete_files():
     """Runnable commands hold no placeholders (PATH, RUN, RUN_DIR, HOST, ...): a reader pastes them."""
     for b in BLOCKS:

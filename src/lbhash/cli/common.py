@@ -72,6 +72,22 @@ class LazyGroup(LbhashGroup):
             formatter.write_dl(rows)
 
 
+class StatedDefault(click.Option):
+    """An option left out by default (None: the code applies its own value) whose help ends with
+    `[default: ...]` as `stated()` gives it when the help is shown: read from the constant the code
+    uses, so that a changed constant cannot leave the help stale (tests/cli/test_help_defaults.py)."""
+
+    def __init__(self, *args, stated, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.stated = stated
+
+    def get_help_record(self, ctx: click.Context):
+        record = super().get_help_record(ctx)
+        if record is None:
+            return None
+        return record[0], f"{record[1]}  [default: {self.stated()}]".lstrip()
+
+
 def short_line(text: str, width: int) -> str:
     """`text` cut at a word to fit `width`, with "..." when cut."""
     if len(text) <= width:

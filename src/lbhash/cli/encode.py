@@ -11,6 +11,11 @@ import click
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option("--data", help="Data spec to encode (see docs/data.md); labels are not needed, and feature rows go "
                             "through the run's input contract. [default: the run's own data]")
+@click.option("--images", "image_paths", multiple=True, type=click.Path(path_type=Path),
+              help="Instead of --data: an image file, a folder of image files (its subfolders too; labelled by "
+                   "its class folders where it is a class-folder tree), or an image array (a .npz/.npy/.mat file "
+                   "of uint8 images, or an image-array:PATH data spec) (repeatable): what `lbhash search --images` "
+                   "takes, encoded in the order given.")
 @click.option("--part", type=click.Choice(["all", "train", "query", "database"]), default="all",
               show_default=True, help="With the run's own data: which part of its split.")
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Output .npz file.")
@@ -28,10 +33,13 @@ import click
               help="Also save each item's embedding from the same forward pass (key 'embeddings', float32 (n, d): "
                    "the pooled backbone features, or the input features), which `lbhash index build|add` keep "
                    "to re-score searches (docs/search.md).")
+@click.option("--skip-bad-images", is_flag=True, help="Leave unreadable images out (counted; their ids are missing "
+                                                      "from the file), as `lbhash train --skip-bad-images` does; a "
+                                                      "run trained with it does so on its own data.")
 @click.option("--overwrite", is_flag=True, help="Replace --out if it exists.")
 @click.option("--progress/--no-progress", default=True, show_default=True)
-def encode(run_dir: Path, data: str | None, part: str, out: Path, accelerator: str, devices: int,
-           precision: str, real: bool, embeddings: bool, overwrite: bool, progress: bool) -> None:
+def encode(run_dir: Path, data: str | None, image_paths: tuple[Path, ...], part: str, out: Path, accelerator: str, devices: int,
+           precision: str, real: bool, embeddings: bool, skip_bad_images: bool, overwrite: bool, progress: bool) -> None:
     """Encode data with the model of RUN_DIR into a codes file (docs/evaluation.md#codes-files).
 
     The file holds one part: `codes` (packed uint8, FAISS bit layout), `ids` (the items'
@@ -44,7 +52,8 @@ def encode(run_dir: Path, data: str | None, part: str, out: Path, accelerator: s
     from lbhash.runs import RunDirectory
 
     encoded = RunDirectory(run_dir).encode(data, part, accelerator, precision, devices, progress, real=real,
-                                           embeddings=embeddings, out=out, overwrite=overwrite)
+                                           embeddings=embeddings, out=out, overwrite=overwrite, images=image_paths,
+                                           skip_bad_images=skip_bad_images)
     if encoded is None:  # another rank of a multi-process run
         return
     click.echo(f"encoded {len(encoded['codes'])} items to {encoded['bits']}-bit codes: {out}")

@@ -8,6 +8,8 @@ from pathlib import Path
 import click
 import numpy as np
 
+from lbhash.cli.common import StatedDefault
+from lbhash.runs.defaults import index_default_text
 from lbhash.runs.instance_codes import INSTANCE_BITS
 
 BACKENDS = ("faiss", "milvus")
@@ -64,20 +66,27 @@ def index() -> None:
                    "database; all for a run of protocol all-train, which has no database]")
 @click.option("--data", "data_spec", help="With a run directory: the run's data at its new location, when it moved "
                                           "since training (a data spec, e.g. images:PATH).")
-@click.option("--nlist", type=int, help="ivf: number of lists. [default: 1024]")
-@click.option("--nprobe", type=int, help="ivf: lists scanned per query. [default: 16]")
-@click.option("--nhash", type=int, help="multihash: number of hash tables. [default: bits // 16]")
-@click.option("--nflip", type=int, help="multihash: bit flips probed per table. [default: 2]")
+@click.option("--nlist", type=int, help="ivf: number of lists.", cls=StatedDefault,
+              stated=lambda: index_default_text("ivf", "nlist"))
+@click.option("--nprobe", type=int, help="ivf: lists scanned per query.", cls=StatedDefault,
+              stated=lambda: index_default_text("ivf", "nprobe"))
+@click.option("--nhash", type=int, help="multihash: number of hash tables.", cls=StatedDefault,
+              stated=lambda: index_default_text("multihash", "nhash"))
+@click.option("--nflip", type=int, help="multihash: bit flips probed per table.", cls=StatedDefault,
+              stated=lambda: index_default_text("multihash", "nflip"))
 @click.option("--overwrite", is_flag=True, help="Replace an existing index (atomically).")
+@click.option("--skip-bad-images", is_flag=True, help="With a run directory: leave its unreadable images out of the "
+                                                      "items encoded anew (as `lbhash train --skip-bad-images`).")
 @click.option("--no-embeddings", is_flag=True, help="Keep codes only, not each item's embedding (searches then come "
                                                     "in Hamming order; docs/search.md).")
-@click.option("--instance-bits", type=int, default=INSTANCE_BITS, show_default=True,
+@click.option("--instance-bits", type=int, default=INSTANCE_BITS, cls=StatedDefault, stated=lambda: str(INSTANCE_BITS),
               help="Length of the instance code kept beside each class code, made from the item's embedding "
                    "(a multiple of 8, at most the embedding's width: the default is cut to it; 0: none; docs/search.md, "
                    "\"Instance codes\").")
 @backend_options
 def build(source: Path, out: str, kind: str, part: str | None, data_spec: str | None, nlist, nprobe, nhash, nflip,
-          overwrite: bool, no_embeddings: bool, instance_bits: int, backend: str, uri: str) -> None:
+          overwrite: bool, skip_bad_images: bool, no_embeddings: bool, instance_bits: int, backend: str,
+          uri: str) -> None:
     """Index the codes of SOURCE: a run directory, or an .npz from `lbhash encode`.
 
     Ids are the items' positions in the data set (or the file's integer `ids`); labels come
@@ -93,7 +102,7 @@ def build(source: Path, out: str, kind: str, part: str | None, data_spec: str | 
 
     given = {k: v for k, v in dict(nlist=nlist, nprobe=nprobe, nhash=nhash, nflip=nflip).items() if v is not None}
     built = build_index(source, out, kind, part, data_spec, given, overwrite, not no_embeddings, backend, uri,
-                        instance_bits)
+                        skip_bad_images=skip_bad_images, instance_bits=instance_bits)
     if backend == "faiss" and not built.index.is_trained:
         click.echo(f"note: the ivf index searches {built.searches}", err=True)
     every = " (every item of the run: --part all)" if source.is_dir() and part == "all" else ""

@@ -8,7 +8,21 @@ from pathlib import Path
 import click
 
 from lbhash.checks import parse_int_list
+from lbhash.cli.common import StatedDefault
 from lbhash.errors import InputError
+
+
+def default_seeds() -> str:
+    """The seeds of each experiment that has several, as `--seeds` states its default: '0..4 for grid, ...'."""
+    from lbhash.reproduce.experiments.registry import EXPERIMENTS
+
+    experiments: dict[tuple, list[str]] = {}
+    for name, spec in EXPERIMENTS.items():
+        if hasattr(spec, "seeds"):
+            experiments.setdefault(tuple(spec.seeds), []).append(name)
+    shown = lambda seeds: f"{seeds[0]}..{seeds[-1]}" if seeds == tuple(range(seeds[0], seeds[-1] + 1)) \
+        else ",".join(map(str, seeds))  # noqa: E731
+    return ", ".join(f"{shown(seeds)} for {' and '.join(names)}" for seeds, names in experiments.items())
 
 
 @click.command()
@@ -22,7 +36,7 @@ from lbhash.errors import InputError
                                 "baselines) only when named. [default: the paper's six deep methods; baselines: "
                                 "lsh, pca, itq, linear, csq, orthohash]")
 @click.option("--bits", help="Comma-separated code lengths. [default: the experiment's]")
-@click.option("--seeds", help="Comma-separated seeds. [default: 0..4 for grid, 0..2 for centers and baselines]")
+@click.option("--seeds", help="Comma-separated seeds.", cls=StatedDefault, stated=default_seeds)
 @click.option("--kinds", help="centers: comma-separated generators. [default: all five]")
 @click.option("--study", "study_name", help="study: its name (rows of study.csv, runs/NAME/).")
 @click.option("--settings", help="study: settings separated by ';', e.g. 'base;paper;lbhash_reduction=mean,"
@@ -31,10 +45,12 @@ from lbhash.errors import InputError
 @click.option("--epochs", type=int, help="Training epochs (timing: epochs measured). [default: the method's]")
 @click.option("--held-out", type=int, help="baselines: classes held out of training (unseen:K). "
               "[default: a quarter of the classes, rounded up]")
+@click.option("--skip-bad-images", is_flag=True, help="Every run drops unreadable images (counted) instead of stopping "
+                                                      "(--set skip_bad_images=true).")
 @click.option("--set", "options", multiple=True, metavar="KEY=VALUE",
               help="A training option for every run, e.g. lr_step=0 (repeatable).")
 def reproduce(experiment, data, protocol, out, workers, methods, bits, seeds, kinds, study_name, settings,
-              test, epochs, held_out, options) -> None:
+              test, epochs, held_out, skip_bad_images, options) -> None:
     """Run EXPERIMENT (grid, timing, centers, toy, bound, study, baselines) and write its tables into --out.
 
     Runs go to OUT/runs/EXPERIMENT/; a rerun skips finished runs and resumes unfinished ones.
@@ -50,6 +66,8 @@ def reproduce(experiment, data, protocol, out, workers, methods, bits, seeds, ki
         raise InputError(f"--workers must be a positive integer, got {workers}")
     spec_values = _spec_values(experiment, methods, bits, seeds, kinds, study_name, settings, test, held_out)
     overrides = _overrides(options)
+    if skip_bad_images:
+        overrides["skip_bad_images"] = True
     if epochs is not None:
         if experiment == "timing":
             spec_values["epochs"] = epochs

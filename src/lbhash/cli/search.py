@@ -10,10 +10,12 @@ from pathlib import Path
 import click
 
 from lbhash.checks import parse_int_list
+from lbhash.cli.common import StatedDefault
 from lbhash.cli.index import backend_options
 from lbhash.errors import InputError
 from lbhash.limits import MAX_CLASS_ID, MAX_K
 from lbhash.runs.instance_codes import BLEND_FACTOR, LOOKS_LIKE
+from lbhash.runs.defaults import search_default
 
 
 def encoder_options(func):
@@ -45,19 +47,21 @@ def model_source(run_dir: Path | None, export_path: Path | None) -> Path | None:
                    "array (a .npz/.npy/.mat file of uint8 images, or an image-array:PATH data spec) (repeatable); "
                    "needs --run or --encoder.")
 @encoder_options
-@click.option("-k", "k", type=int, default=None, help=f"Results per query, at most {MAX_K}. [default: 10]")
+@click.option("-k", "k", type=int, default=None, help=f"Results per query, at most {MAX_K}.", cls=StatedDefault,
+              stated=lambda: search_default("k"))
 @click.option("--radius", type=int, help=f"Return every item within this Hamming distance instead of top-k (at most "
                                         f"{MAX_K} per query, as -k: more is refused).")
 @click.option("--filter-labels", help=f"Only items with at least one of these class ids (comma-separated, "
                                       f"0 to {MAX_CLASS_ID}).")
 @click.option("--rescore-factor", type=int, help="Re-score the Hamming top k x M by cosine similarity of the "
                                                 "embeddings (--features or --images, an index keeping embeddings; "
-                                                "docs/search.md). [default: 16]")
+                                                "docs/search.md).", cls=StatedDefault,
+              stated=lambda: search_default("rescore_factor"))
 @click.option("--no-rescore", is_flag=True, help="Hamming order only, even where the index keeps embeddings or "
                                                 "instance codes.")
 @click.option("--looks-like", type=float, default=None,
-              help=f"Where the index keeps instance codes: from 0 (same class first) to 1 (looks like first) "
-                   f"(docs/search.md, \"Instance codes\"). [default: {LOOKS_LIKE}]")
+              help="Where the index keeps instance codes: from 0 (same class first) to 1 (looks like first) "
+                   "(docs/search.md, \"Instance codes\").", cls=StatedDefault, stated=lambda: str(LOOKS_LIKE))
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--force", is_flag=True, help="Encode with --run (or --encoder) even when its model did not make the "
                                            "index's codes.")
@@ -145,14 +149,16 @@ def _print_results(results: list[dict], class_names: list[str] | None) -> None:
 @click.command()
 @click.argument("index_dir")
 @encoder_options
-@click.option("--items", type=int, default=200, show_default=True, help="Indexed photos to edit (a seeded sample).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sample.")
+@click.option("--items", type=int, default=None, help="Indexed photos to edit (a seeded sample).", cls=StatedDefault,
+              stated=lambda: str(_duplicates_default("items")))
+@click.option("--seed", type=int, default=None, help="Seed of the sample.", cls=StatedDefault,
+              stated=lambda: str(_duplicates_default("seed")))
 @click.option("--edits", default="jpeg,flip,crop,colour,resize", show_default=True,
               help="Comma-separated edits (docs/search.md, \"Finding the picture\").")
-@click.option("--looks-like", type=float, default=LOOKS_LIKE, show_default=True,
-              help="The ranking's parameter, from 0 (same class first) to 1 (looks like first).")
-@click.option("--factor", type=int, default=BLEND_FACTOR, show_default=True,
-              help="Candidates per result from each of the two codes.")
+@click.option("--looks-like", type=float, default=LOOKS_LIKE, help="The ranking's parameter, from 0 (same class "
+              "first) to 1 (looks like first).", cls=StatedDefault, stated=lambda: str(LOOKS_LIKE))
+@click.option("--factor", type=int, default=BLEND_FACTOR, help="Candidates per result from each of the two codes.",
+              cls=StatedDefault, stated=lambda: str(BLEND_FACTOR))
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def duplicates(index_dir: str, run_dir, export_path, items: int, seed: int, edits: str, looks_like: float, factor: int,
                as_json: bool) -> None:
@@ -169,6 +175,8 @@ def duplicates(index_dir: str, run_dir, export_path, items: int, seed: int, edit
     if model_source(run_dir, export_path) is None:
         raise InputError("give --run RUN_DIR or --encoder EXPORT (the model that made the index's codes)")
     names = [e.strip() for e in edits.split(",") if e.strip()]
+    items = _duplicates_default("items") if items is None else items
+    seed = _duplicates_default("seed") if seed is None else seed
     report = evaluate_duplicates(index_dir, run_dir, export_path, items, seed, names, looks_like, factor)
     if as_json:
         click.echo(json.dumps(report, indent=1))
@@ -181,3 +189,12 @@ def duplicates(index_dir: str, run_dir, export_path, items: int, seed: int, edit
         for edit, m in row["edits"].items():
             click.echo(f"{order:8s} {edit:7s} {m['recall@1']:8.3f} {m['recall@10']:9.3f} {m['class_p@10']:10.3f} "
                        f"{m['map@100']:8.4f} {m['ms_per_query']:8.2f} {row['bytes_per_item']:10d}")
+
+
+def _duplicates_default(name: str):
+    """`evaluate_duplicates`' own default of `name` (read when asked: it loads the search engine)."""
+    import inspect
+
+    from lbhash.runs.duplicates import evaluate_duplicates
+
+    return inspect.signature(evaluate_duplicates).parameters[name].default

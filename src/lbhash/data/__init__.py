@@ -42,11 +42,14 @@ from lbhash.data.spec import (
     DataSpec,
     absolute_spec,
     load_data,
+    load_image_inputs,
     missing_paths,
     parse_data_spec,
     register_data_kind,
 )
 from lbhash.options import Options, option
+
+MIN_NATIVE_SIDE = 16  # square images from this side up to the backbone's keep their own; smaller ones are resized to it
 
 
 class DataOptions(Options):
@@ -61,7 +64,7 @@ class DataOptions(Options):
                                   "a protocol name",
                                   shown="the data set's own")
     image_size: int | None = option(None, "Image side after transforms.", "an integer >= 8",
-                                    shown="the backbone's (small-image backbones: square images from 16 px up to it keep their own)", ge=8)
+                                    shown=f"the backbone's (small-image backbones: square images from {MIN_NATIVE_SIDE} px up to it keep their own)", ge=8)
     transform: Literal["imagenet", "cifar", "cifar-augment"] | None = option(
         None, "Image transform preset.", "one of imagenet, cifar, cifar-augment", shown="the backbone's")
     augment: Literal["crop-flip", "flip", "none"] = option(
@@ -81,7 +84,7 @@ _TRANSFORM_NAMES = ("build_transforms", "TRANSFORM_PRESETS", "IMAGENET_MEAN", "I
 
 __all__ = [
     "HashDataset", "InputOptions", "INPUT_KINDS", "load_image_arrays",
-    "ArrayDataset", "load_features", "load_digits", "count_unlabelled", "load_data",
+    "ArrayDataset", "load_features", "load_digits", "count_unlabelled", "load_data", "load_image_inputs",
     "parse_data_spec", "register_data_kind", "DataSpec", "DataKind", "DATA_KINDS", "absolute_spec", "missing_paths",
     "ImageDataset", "check_images", "load_cifar10", "load_image_folder", "load_image_lists",
     "ListPreset", "LIST_PRESETS", "CACHE_MODES",

@@ -130,11 +130,12 @@ LIST_PRESETS = {
 
 
 def load_image_folder(path: str | os.PathLike, cache: str = "auto", name: str | None = None,
-                      per_class: PerClass | None = None) -> ImageDataset:
+                      per_class: PerClass | None = None, labels_required: bool = True) -> ImageDataset:
     """A class-folder tree (lbhash.data.image_sources.class_tree), on disk or in a tarball (.tar read in
     place, .tar.gz/.tgz/.tar.bz2/.tar.xz held in memory), items ordered train then test, by class, by path.
     `per_class` keeps a part of each class (lbhash.data.per_class); of a compressed tarball only that part
-    is held in memory."""
+    is held in memory. Without `labels_required` (encoding, search), a folder of images outside class
+    folders loads as unlabelled items, by path."""
     p = Path(path).expanduser()
     if p.is_dir():
         names = list_image_files(p, is_image_name)
@@ -145,7 +146,7 @@ def load_image_folder(path: str | os.PathLike, cache: str = "auto", name: str | 
         raise InputError(f"{p}: not a directory or a tarball (.tar, .tar.gz, .tgz, .tar.bz2, .tar.xz)")
     else:
         raise InputError(f"{p}: no such file or directory")
-    return _tree_dataset(source, names, p, cache, name or f"images:{p.name}", per_class)
+    return _tree_dataset(source, names, p, cache, name or f"images:{p.name}", per_class, labels_required)
 
 
 def _tarball_index(p: Path, keep, per_class: PerClass | None):
@@ -158,8 +159,8 @@ def _tarball_index(p: Path, keep, per_class: PerClass | None):
 
 
 def _tree_dataset(source, names: list[str], p: Path, cache: str, name: str,
-                  per_class: PerClass | None) -> ImageDataset:
-    positions, ids, is_test, class_names = class_tree(names, str(p))
+                  per_class: PerClass | None, labels_required: bool = True) -> ImageDataset:
+    positions, ids, is_test, class_names = class_tree(names, str(p), labels_required or per_class is not None)
     cache_key = f"tree:{p.resolve()}"
     if per_class is not None:
         kept = per_class_positions(ids, is_test, per_class, class_names, str(p))
@@ -171,7 +172,8 @@ def _tree_dataset(source, names: list[str], p: Path, cache: str, name: str,
         source = open_tarball(p, keep=set(wanted).__contains__)
         member = {n.decode("utf-8", "surrogateescape"): k for k, n in enumerate(source.names)}
         positions = np.array([member[n] for n in wanted], dtype=np.int64)
-    return ImageDataset(as_multihot(ids, num_classes=len(class_names)), is_test, name, class_names,
+    labels = np.zeros((len(positions), 0), bool) if ids is None else as_multihot(ids, num_classes=len(class_names))
+    return ImageDataset(labels, is_test, name, class_names,
                         source=take(source, positions), cache=cache, cache_key=cache_key)
 
 

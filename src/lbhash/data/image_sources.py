@@ -297,10 +297,12 @@ def take(source, order: np.ndarray):
     return BlobSource(*args, source.blob) if isinstance(source, BlobSource) else TarSource(*args)
 
 
-def class_tree(names: list[str], where: str):
+def class_tree(names: list[str], where: str, labels_required: bool = True):
     """(positions into `names` in data-set order, class ids, is_test or None, class names) of relative
     paths `train|test|val/<class>/...` or `<class>/...`. Non-image files and hidden paths ('.x', macOS
-    '._x') are ignored; a single wrapping folder (e.g. `cifar10/train/...`) is looked through."""
+    '._x') are ignored; a single wrapping folder (e.g. `cifar10/train/...`) is looked through. Without
+    `labels_required`, a folder whose images are not all inside class folders (a flat folder of photos)
+    gives every image, by path, with no classes (class ids None)."""
     paths = [(i, n.split("/")) for i, n in enumerate(names)
              if is_image_name(n) and not any(p.startswith(".") for p in n.split("/"))]
     if not paths:
@@ -318,6 +320,8 @@ def class_tree(names: list[str], where: str):
             raise InputError(f"{where}: unexpected top-level folder {extra[0]!r} beside train/test")
     depth = 3 if split else 2
     for i, p in paths:
+        if len(p) < depth and not labels_required:  # no classes: every image, by path
+            return np.array(sorted((i for i, _ in paths), key=names.__getitem__), dtype=np.int64), None, None, []
         if len(p) < depth:
             raise InputError(f"{where}: image {names[i]!r} is not inside a class folder")
     cls = [p[depth - 2] for _, p in paths]

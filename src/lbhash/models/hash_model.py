@@ -10,6 +10,9 @@ from torch import nn
 
 from lbhash.errors import InputError
 
+# the hash head's hidden widths on feature vectors unless a run gives its own (`--hidden`)
+FEATURE_HIDDEN = (1024,)
+
 
 class FeatureNorm(nn.Module):
     """(x - mean) / std, statistics of the training split saved in the model (later encodings agree)."""
@@ -26,7 +29,7 @@ class FeatureNorm(nn.Module):
 class HashHead(nn.Module):
     """MLP from features to `bits` real outputs: [Linear -> ReLU (-> Dropout)] * len(hidden) -> Linear."""
 
-    def __init__(self, in_features: int, bits: int, hidden: Sequence[int] = (1024,), dropout: float = 0.0):
+    def __init__(self, in_features: int, bits: int, hidden: Sequence[int] = FEATURE_HIDDEN, dropout: float = 0.0):
         super().__init__()
         if in_features < 1 or bits < 1 or any(h < 1 for h in hidden):
             raise InputError(f"hash head sizes must be positive, got in={in_features}, hidden={list(hidden)}, bits={bits}")
@@ -147,7 +150,7 @@ class HashModel(nn.Module):
         return self.head(features), (features if image_model else x).float()
 
 
-def create_feature_model(in_features: int, bits: int, hidden: Sequence[int] = (1024,),
+def create_feature_model(in_features: int, bits: int, hidden: Sequence[int] = FEATURE_HIDDEN,
                          dropout: float = 0.0, mean: torch.Tensor | None = None,
                          std: torch.Tensor | None = None) -> HashModel:
     """A hash model for feature vectors, with optional standardisation as its first layer."""

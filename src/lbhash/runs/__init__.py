@@ -3,7 +3,8 @@
 (lbhash.index) takes. Modules: `run_dir` (`RunDirectory`: the one way to each file job of a run), `training`,
 `rundir`, `train_options` (config files and flags), `metrics`, `demo`, `codes`, `encoder`, `hash_encoder`,
 `searcher`, `index_dir`, `index_store` (with `wal`: the live index the service serves), `serving` (what the service asks of the engines), `uploads`
-(the images it keeps beside an index), `index_inputs` and `origins`.
+(the images it keeps beside an index), `index_inputs`, `origins` and `defaults` (the values searches and indexes take
+for options left out, which help texts state).
 """
 
 from lbhash._lazy import lazy_names

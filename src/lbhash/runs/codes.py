@@ -7,13 +7,14 @@ Nothing here imports the training loop or Lightning: `lbhash encode` starts fast
 from __future__ import annotations
 
 import contextlib
+import logging
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from lbhash.codes_file import stored_labels
-from lbhash.data import load_data, load_split
+from lbhash.data import load_data, load_image_inputs, load_split
 from lbhash.data.feature_cache import with_frozen_features
 from lbhash.data.input_form import conform_dataset
 from lbhash.errors import InputError
@@ -21,6 +22,8 @@ from lbhash.train.builder import evaluation_topk, input_options
 from lbhash.train.forward import embed_with_features
 from lbhash.train.processes import check_accelerator, encoding_processes, leave_process_group
 from lbhash.runs.rundir import PARTS, SPLIT, load_input_form, load_run_model, run_data_spec
+
+logger = logging.getLogger("lbhash")
 
 
 def item_embeddings(run_dir: str | Path, ids, data: str | None = None, progress: bool = False) -> np.ndarray:
@@ -39,42 +42,86 @@ def item_embeddings(run_dir: str | Path, ids, data: str | None = None, progress:
 
 
 def run_forward(sharded, run_dir: str | Path, data: str | None, part: str, accelerator: str, precision: str,
-                 devices: int, progress: bool) -> tuple[np.ndarray, dict] | None:
+                devices: int, progress: bool, images=(), skip_bad_images: bool = False) -> tuple[np.ndarray, dict] | None:
     """`sharded` (`encode_sharded`, or `embed_sharded` and its two arrays) of the items
-    `RunDirectory.encode` encodes, and the codes-file fields but `codes` (None on ranks other than 0)."""
+    `RunDirectory.encode` encodes, and the codes-file fields but `codes` (None on ranks other than 0).
+    `images`: image inputs as `lbhash search --images` takes them (lbhash.data.load_image_inputs), in
+    their order, instead of a data spec; labelled only where they are one labelled input.
+    `skip_bad_images` (or a run trained with it, on its own data) leaves unreadable images out, counted
+    in a warning: their ids are missing from the fields."""
     run_dir = Path(run_dir)
     if part not in PARTS:
         raise InputError(f"part must be one of {', '.join(PARTS)}, got {part!r}")
     if accelerator not in ("cpu", "gpu"):
         raise InputError(f"accelerator must be cpu or gpu, got {accelerator!r}")
+    if images and (data is not None or part != "all"):
+        raise InputError(f"--images encodes the images given: leave out {'--data' if data is not None else '--part'}")
     check_accelerator(accelerator)
     model, cfg = load_run_model(run_dir)
+    split = load_split(run_dir / SPLIT)
+    inputs = _inputs(run_dir, cfg, data, part, split, images)
+    own = not images and (data is None or data in (cfg.data, run_data_spec(run_dir, cfg)))
+    if skip_bad_images or (own and cfg.skip_bad_images):
+        inputs = _readable(inputs, "--skip-bad-images" if skip_bad_images else "the run's skip_bad_images")
+    fabric = encoding_processes(accelerator, devices)
+    model.to(fabric.device)  # image models keep their channels-last layout
+    outs = []
+    for dataset, index in inputs:
+        if cfg.input_kind == "images" and cfg.freeze_backbone:  # the cached features, computed once
+            dataset = with_frozen_features(dataset, model.backbone, index, input_options(cfg), fabric.device,
+                                           progress and fabric.is_global_zero, bf16=model.bf16_backbone)
+        outs.append(sharded(fabric, model, dataset, index, input_options(cfg), _autocast(fabric.device, precision),
+                            progress))
+    leave_process_group(fabric)
+    if outs[0] is None:
+        return None
+    out = tuple(np.concatenate(parts) for parts in zip(*outs)) if isinstance(outs[0], tuple) else np.concatenate(outs)
+    width = (out[0] if isinstance(out, tuple) else out).shape[1]
+    if width != cfg.bits:
+        raise InputError(f"the model gives {width} bits but the run has {cfg.bits}")
+    return out, {"bits": cfg.bits, **_fields(inputs, bool(images)), "topk": evaluation_topk(cfg, split)}
+
+
+def _inputs(run_dir: Path, cfg, data: str | None, part: str, split, images) -> list[tuple]:
+    """(data set in the run's input form, the positions to encode) of each input."""
     form = load_input_form(run_dir, cfg)
+    if images:
+        return [(conform_dataset(form, dataset, f"--images {dataset.name}"), np.arange(len(dataset)))
+                for dataset in load_image_inputs(images)]
     own_spec = run_data_spec(run_dir, cfg)  # found from any working directory
     own = data is None or data in (cfg.data, own_spec)
     if part != "all" and not own:
         raise InputError(f"--part {part} selects items of the run's split, so it needs the run's own data "
                          f"({cfg.data}), not {data}")
-    split = load_split(run_dir / SPLIT)
     spec = own_spec if own else data
     dataset = conform_dataset(form, load_data(spec, labels_required=False), spec)
-    index = np.arange(len(dataset)) if part == "all" else getattr(split, part)
-    fabric = encoding_processes(accelerator, devices)
-    model.to(fabric.device)  # image models keep their channels-last layout
-    if cfg.input_kind == "images" and cfg.freeze_backbone:  # the cached features, computed once
-        dataset = with_frozen_features(dataset, model.backbone, index, input_options(cfg), fabric.device,
-                                       progress and fabric.is_global_zero, bf16=model.bf16_backbone)
-    out = sharded(fabric, model, dataset, index, input_options(cfg), _autocast(fabric.device, precision), progress)
-    leave_process_group(fabric)
-    if out is None:
-        return None
-    width = (out[0] if isinstance(out, tuple) else out).shape[1]
-    if width != cfg.bits:
-        raise InputError(f"the model gives {width} bits but the run has {cfg.bits}")
-    labelled = dataset.num_classes > 0
-    return out, {"bits": cfg.bits, "ids": np.asarray(index, np.int64),
-                 "labels": stored_labels(dataset.multi_label, dataset.labels[index]) if labelled else None,
-                 "sources": dataset.item_sources(index), "topk": evaluation_topk(cfg, split)}
+    return [(dataset, np.arange(len(dataset)) if part == "all" else getattr(split, part))]
+
+
+def _readable(inputs: list[tuple], why: str) -> list[tuple]:
+    """The inputs without their unreadable images (data sets of features are kept whole)."""
+    kept, skipped = [], 0
+    for dataset, index in inputs:
+        good, bad = dataset.check_items(index, skip_bad=True)
+        kept.append((dataset, np.asarray(good, np.int64)))
+        skipped += bad
+    if skipped:
+        logger.warning("skipped %d unreadable image(s) (%s)", skipped, why)
+    return kept
+
+
+def _fields(inputs: list[tuple], renumber: bool) -> dict:
+    """The codes-file fields `ids`, `labels` and `sources` of the inputs' items, in order: ids are the
+    items' positions (in all the inputs, one after the other, where `renumber`), labels those of a
+    single labelled input."""
+    dataset, index = inputs[0]
+    labelled = len(inputs) == 1 and dataset.num_classes > 0
+    sources = [d.item_sources(i) for d, i in inputs]
+    starts = np.cumsum([0] + [len(d) for d, _ in inputs[:-1]])
+    ids = np.concatenate([start + i for start, (_, i) in zip(starts, inputs)]) if renumber else index
+    return {"ids": np.asarray(ids, np.int64),
+            "labels": stored_labels(dataset.multi_label, dataset.labels[index]) if labelled else None,
+            "sources": None if any(s is None for s in sources) else np.concatenate(sources)}
 
 
 def _autocast(device: torch.device, precision: str):

@@ -72,12 +72,17 @@ class RunEncoder(Encoder):
         """The run's method, bits, data and quality (metrics.json), as the search page shows them."""
         cfg, metrics = self.config_, self.metrics_ or {}
         asymmetric = metrics.get("asymmetric") if isinstance(metrics.get("asymmetric"), dict) else {}
+        run = metrics.get("run") if isinstance(metrics.get("run"), dict) else {}  # the training's own record
         return {"dir": None if self.run_dir_ is None else str(Path(self.run_dir_).resolve()), "method": cfg.method,
                 "lbhash": bool(cfg.lbhash), "variant": cfg.variant, "bits": cfg.bits, "data": cfg.data,
                 "protocol": cfg.protocol, "input_kind": cfg.input_kind, "map": metrics.get("map"),
                 "topk": metrics.get("topk"), "n_query": metrics.get("n_query"), "n_db": metrics.get("n_db"),
                 "chance_map": metrics.get("chance_map"),  # mAP@all of a random ranking (absent from older runs)
-                "asymmetric_map": asymmetric.get("map"), "validation_map": metrics.get("validation_map"),
+                "asymmetric_map": asymmetric.get("map"),
+                # the kept epoch's mAP on the held-out validation items, under `run` in metrics.json: the
+                # only quality a run without queries (protocol all-train) measures
+                "validation_map": metrics.get("validation_map", run.get("validation_map")),
+                "n_validation": run.get("n_validation"),
                 "lower_bound": metrics.get("lower_bound"), "pr_curve": metrics.get("pr_curve")}
 
 

@@ -51,19 +51,21 @@ def saved_metadata(index_dir: str | Path) -> dict | None:
 
 def build_index(source: Path, out: str, kind: str = "flat", part: str | None = None, data: str | None = None,
                 params: dict | None = None, overwrite: bool = False, embeddings: bool = True,
-                backend: str = "faiss", uri: str | None = None, instance_bits: int | None = INSTANCE_BITS) -> Built:
+                backend: str = "faiss", uri: str | None = None, skip_bad_images: bool = False,
+                instance_bits: int | None = INSTANCE_BITS) -> Built:
     """Index the codes of `source`: a run directory (its database, or every item with part="all";
     `data`: the run's data where it moved since) or a codes file (lbhash.codes_file). From a run
     the index keeps each item's embedding, from a codes file the ones it holds
     (`lbhash encode --embeddings`); embeddings=False keeps no float rows. Where there are embeddings,
     it keeps an `instance_bits`-bit instance code per item (None or 0: none; lbhash.instance), its
-    transform fitted on the run's training items (a codes file: on its items). `params`: the kind's."""
+    transform fitted on the run's training items (a codes file: on its items). `params`: the kind's.
+    `skip_bad_images`: a run's unreadable images are left out of the items encoded anew."""
     source, params = Path(source), dict(params or {})
     spec = None
     if source.is_dir():
         part = index_inputs.run_part(source, part)
         spec = index_inputs.run_data(source, data, part)  # the run's data, found from here (None: not a run)
-        items = index_inputs.run_codes(source, part, spec)
+        items = index_inputs.run_codes(source, part, spec, skip_bad_images)
     elif part is not None or data is not None:
         raise InputError(f"{'--part' if part is not None else '--data'} applies to a run directory, not to a codes file")
     else:

@@ -174,16 +174,17 @@ def run_part(run_dir: str | Path, part: str | None = None) -> str:
     raise InputError(f"{run_dir}: no codes.npz ({why}); index every item of its data, encoded anew, with --part all")
 
 
-def run_codes(run_dir: str | Path, part: str = "database", data: str | None = None) -> dict:
+def run_codes(run_dir: str | Path, part: str = "database", data: str | None = None,
+              skip_bad_images: bool = False) -> dict:
     """Codes of a run's items: part="database" reads its codes.npz; part="all" encodes every
     item of its data with its model (`data`: the spec that loads it, `run_data`'s; default the
-    run's own). ids are the items' positions in the data set."""
+    run's own; `skip_bad_images`: but its unreadable images). ids are the items' positions in the data set."""
     run_dir = Path(run_dir)
     part = run_part(run_dir, part)
     if part == "all":
         from lbhash.runs.run_dir import RunDirectory
 
-        encoded = RunDirectory(run_dir).encode(data, "all", progress=False)
+        encoded = RunDirectory(run_dir).encode(data, "all", progress=False, skip_bad_images=skip_bad_images)
         return _checked(run_dir, encoded["bits"], encoded)
     from lbhash.runs.rundir import CODES, verify_files
 

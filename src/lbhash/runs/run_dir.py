@@ -77,11 +77,15 @@ class RunDirectory:
 
     def encode(self, data: str | None = None, part: str = "all", accelerator: str = "cpu", precision: str = "32-true",
                devices: int = 1, progress: bool = True, real: bool = False, embeddings: bool = False,
-               out: str | Path | None = None, overwrite: bool = False) -> dict | None:
+               out: str | Path | None = None, overwrite: bool = False, images=(),
+               skip_bad_images: bool = False) -> dict | None:
         """Codes of a data set (default: the run's own) with the run's model (`lbhash encode`).
 
         `part` selects the run's train/query/database items (the run's own data); other data goes
-        through the run's input contract and needs no labels. Returns the fields of a codes-file part
+        through the run's input contract and needs no labels. `images` (instead of `data`): image
+        files, folders and image arrays, as `lbhash search --images` takes them (a folder without class
+        folders gives unlabelled items). `skip_bad_images` leaves unreadable images out (counted), as
+        training does; a run trained with it does so on its own data. Returns the fields of a codes-file part
         (lbhash.codes_file) plus `bits` and `topk`, and writes them to `out` as a codes file of one
         part where given (checked first: an existing file is replaced only with `overwrite`).
         `precision` ("bf16-mixed", "16-mixed") runs a GPU model under autocast: faster, but about 1%
@@ -95,7 +99,8 @@ class RunDirectory:
         if out is not None:
             check_new_output_file(out, "--out", overwrite)
         sharded = embed_sharded if real or embeddings else encode_sharded
-        done = run_forward(sharded, self.path, data, part, accelerator, precision, devices, progress)
+        done = run_forward(sharded, self.path, data, part, accelerator, precision, devices, progress, images,
+                           skip_bad_images)
         if done is None:
             return None
         outputs, fields = done

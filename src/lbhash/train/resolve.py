@@ -10,16 +10,16 @@ from typing import Any
 
 import numpy as np
 
-from lbhash.data import carve_validation, make_split
+from lbhash.data import MIN_NATIVE_SIDE, carve_validation, make_split
 from lbhash.data.unseen import PREFIX as UNSEEN_PREFIX
 from lbhash.data.unseen import with_base
 from lbhash.errors import InputError
 from lbhash.methods import method_class, method_defaults
+from lbhash.models import FEATURE_HIDDEN
+from lbhash.models import IMAGE_BACKBONE as DEFAULT_IMAGE_BACKBONE
 from lbhash.train.config import RunConfig, TrainConfig, make_config
 
-MIN_NATIVE_SIDE = 16  # smaller square images are resized to the backbone's side
-DEFAULT_IMAGE_BACKBONE = "smallcnn"  # fast on a CPU; docs/models.md gives the rule
-DEFAULT_FEATURE_HIDDEN = [1024]
+DEFAULT_FEATURE_HIDDEN = list(FEATURE_HIDDEN)
 DEFAULT_PROTOCOL = {"digits": "digits", "cifar10": "cifar10"}  # data kind -> protocol
 # The fine-tuning recipe of a pretrained backbone that trains, each part its own option
 # (docs/models.md, "Fine-tuning": the validation table that chose these): a linear probe on

@@ -51,7 +51,10 @@ async function loadAbout() {
     facts($("run-info"), [["run", `${run.variant} (${run.lbhash ? "_D: with the lower-bound objective" : "without _D"})`],
       ["run bits", String(run.bits)], ["run data", run.data],
       ["mAP", run.map !== null && run.map !== undefined ? `${fmt(run.map)} (mAP@${run.topk}, ${run.n_query} queries`
-        + (typeof run.chance_map === "number" ? `; a random ranking: ${fmt(run.chance_map, 3)})` : ")") : "not measured"],
+        + (typeof run.chance_map === "number" ? `; a random ranking: ${fmt(run.chance_map, 3)})` : ")")
+        : typeof run.validation_map === "number" ? `${fmt(run.validation_map)} (validation mAP@all: `
+          + `${run.n_validation ?? "the"} held-out training items searched among the others; no query part`
+          + (run.protocol ? `, protocol ${run.protocol})` : ")") : "not measured"],
       ["lower bound", lb ? `min D_inter ${fmt(lb.min_inter, 2)} / max D_intra ${fmt(lb.max_intra, 2)} = ${fmt(lb.ratio)}`
         + (lb.scale ? ` (${lb.scale})` : "") : "not measured"]]);
     if (run.pr_curve) { $("pr").hidden = false; $("pr-plot").replaceChildren(prPlot(run.pr_curve)); }
