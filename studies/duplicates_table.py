@@ -1,0 +1,91 @@
+"""Issue 68's near-duplicate tables (docs/search.md, "Finding the picture"): CIFAR-10 JPEGs as a
+class-folder tree, the README's own-folder recipe, `lbhash index build` with its defaults, then
+`lbhash duplicates` (each index's orders, per edit).
+
+    python studies/duplicates_table.py ../shared/data/cifar10-jpg.tar.gz OUT --start 0 --seed 0       # validation
+    python studies/duplicates_table.py ../shared/data/cifar10-jpg.tar.gz OUT --start 2000 --seed 1    # held out
+
+`--start S`: the training JPEGs S to S + 149 of each class (in name order); the defaults were chosen
+on `--start 0` (with `--sweep`: looks_like, factor and SIMILARITY_POWER, printed per edit as
+recall@1/class P@10) and reported on `--start 2000`. Also builds the index without float rows
+(`--no-embeddings`). About 5 minutes per start on 2 idle cores (features, 30 epochs, two indexes,
+1,000 copies encoded); the sweep about 10 more.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+PER_CLASS = 150
+
+
+def lbhash(*args: str) -> None:
+    subprocess.run([sys.executable, "-m", "lbhash.cli", *args], check=True)
+
+
+def photo_tree(tarball: str, out: Path, start: int) -> None:
+    """The training JPEGs start..start + PER_CLASS - 1 of each class, as they are in the tarball."""
+    with tarfile.open(tarball) as tar:
+        members = sorted((m for m in tar.getmembers() if m.isfile() and m.name.endswith(".jpg")
+                          and m.name.split("/")[-3] == "train"), key=lambda m: m.name)
+        by_class: dict[str, list] = {}
+        for m in members:
+            by_class.setdefault(m.name.split("/")[-2], []).append(m)
+        for cls, found in by_class.items():
+            (out / cls).mkdir(parents=True, exist_ok=True)
+            for m in found[start:start + PER_CLASS]:
+                (out / cls / Path(m.name).name).write_bytes(tar.extractfile(m).read())
+
+
+def sweep(index_dir: Path, run: Path, seed: int) -> None:
+    from lbhash.index import CodeIndex, blend
+    from lbhash.runs import index_inputs
+    from lbhash.runs.duplicates import make_copies, measure
+
+    index = CodeIndex.load(index_dir)
+    copies = make_copies(index, index_inputs.query_encoder(run), 200, seed)
+
+    def line(report: dict) -> str:
+        return " ".join(f"{e}:{m['recall@1']:.3f}/{m['class_p@10']:.3f}" for e, m in report.items())
+
+    print("hamming", line(measure(index, copies, "hamming")), flush=True)
+    for power in (1, 2, 3):
+        blend.SIMILARITY_POWER = power
+        for factor in (4, 16):
+            for looks_like in (0.3, 0.5, 0.6, 0.7, 0.8, 0.9):
+                for order in ("codes", "blend"):
+                    print(f"power {power} factor {factor} looks_like {looks_like} {order}",
+                          line(measure(index, copies, order, looks_like, factor)), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("tarball")
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--start", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--sweep", action="store_true")
+    args = parser.parse_args()
+    out = args.out
+    photos, run = out / "photos", out / "run"
+    if not photos.exists():
+        photo_tree(args.tarball, photos, args.start)
+    if not (run / "metrics.json").exists():
+        lbhash("train", "--data", f"images:{photos}", "--protocol", "all-train", "--backbone", "efficientnet_lite0",
+               "--pretrained", "imagenet", "--freeze-backbone", "--image-size", "160", "--method", "csq",
+               "--bits", "64", "--epochs", "30", "--seed", "0", "--out", str(run))
+    for name, extra in (("idx", ()), ("idx-codes", ("--no-embeddings",))):
+        if not (out / name).exists():
+            lbhash("index", "build", str(run), "--out", str(out / name), *extra)
+        lbhash("index", "info", str(out / name))
+        lbhash("duplicates", str(out / name), "--run", str(run), "--items", "200", "--seed", str(args.seed))
+    if args.sweep:
+        sweep(out / "idx", run, args.seed)
+
+
+if __name__ == "__main__":
+    main()
