@@ -56,7 +56,7 @@ def expected_defaults() -> dict[tuple[str, str], str]:
     recommended, paper, benchmark = (method_defaults("csq", profile).recipe for profile in
                                      ("recommended", "paper", "benchmark"))
     assert paper.eval_every == benchmark.eval_every and paper.validation == benchmark.validation
-    from lbhash.instance import BLEND_FACTOR, INSTANCE_BITS, LOOKS_LIKE
+    from lbhash.instance import INSTANCE_BITS, LOOKS_LIKE
     from lbhash.runs.duplicates import evaluate_duplicates
 
     duplicates = {name: p.default for name, p in inspect.signature(evaluate_duplicates).parameters.items()}

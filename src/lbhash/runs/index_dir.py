@@ -126,14 +126,13 @@ def _instance_transform(source: Path, spec: str | None, ids: np.ndarray, emb, bi
         return fit_transform(emb, bits), f"the {len(emb)} items of {source.name}"
     train = index_inputs.run_training_items(source)
     inside = np.isin(train, ids)
-    rows = np.searchsorted(np.sort(ids), train[inside])
-    order = np.argsort(ids, kind="stable")
-    parts = [np.asarray(emb)[order[rows]]]
-    if not inside.all():  # training items the index leaves out: their embeddings from the same pass
-        from lbhash.runs.codes import item_embeddings
+    if inside.sum() >= 2:  # the training items the index holds (an image skipped as unreadable is not read again)
+        order = np.argsort(ids, kind="stable")
+        rows = order[np.searchsorted(ids[order], train[inside])]
+        return fit_transform(np.asarray(emb)[rows], bits), f"the run's {int(inside.sum())} training items in the index"
+    from lbhash.runs.codes import item_embeddings  # an index of other items: the training items' own pass
 
-        parts.append(item_embeddings(source, train[~inside], spec))
-    return fit_transform(np.concatenate(parts), bits), f"the run's {len(train)} training items"
+    return fit_transform(item_embeddings(source, train, spec), bits), f"the run's {len(train)} training items"
 
 class IndexDirectory:
     """A saved CodeIndex directory, changed under its writer lock and saved atomically."""
