@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from _smoke import parse_args
-from lbhash.index import CodeIndex, rescore_search
-from lbhash.index.rescore import candidate_count, with_boundary_ties
+from lbhash.index import CodeIndex, blended_search
+from lbhash.index.rescore import with_boundary_ties
 
 BITS = 64
 
@@ -71,9 +71,9 @@ def main() -> None:
         print(f"bytes per item: code {BITS // 8}, embedding {2 * args.dim} (float16)")
         print(f"Hamming top 10 (reference): {hamming:.2f} ms/query x1.00")
         for factor in (1, 4, 16):
-            ms = per_query_ms(lambda q: rescore_search(index, q_codes[q:q + 1], 10, q_emb[q:q + 1], factor=factor),
-                              args.queries)
-            wanted = candidate_count(10, factor, index.ntotal)
+            ms = per_query_ms(lambda q: blended_search(index, q_codes[q:q + 1], 10, embeddings=q_emb[q:q + 1],
+                                                       factor=factor), args.queries)
+            wanted = max(1, min(10 * factor, index.ntotal))
             dist, ids = index.search(q_codes, wanted)
             widened = (with_boundary_ties(index, q_codes, dist, ids)[1] >= 0).sum(1)
             print(f"re-scored, factor {factor}: {ms:.2f} ms/query x{ms / hamming:.2f} "

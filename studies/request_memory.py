@@ -1,7 +1,7 @@
 """Issue 69, items 1, 3 and 4: the memory one small request takes, measured in a fresh process per case.
 
 - `ties`: a flat index of 200,000 items sharing one 64-bit code (8-d embeddings), NQ queries at
-  distance 1 with their embeddings, re-scored (`rescore_search`, what `lbhash search` and
+  distance 1 with their embeddings, ranked by their embeddings (`blended_search`, what `lbhash search` and
   `POST /search` run): the growth of the process's peak RSS over a warmed process.
 - `body`: `POST /search` (a TestClient over a keyless in-memory service) with a body that names
   N bad elements (`{"codes": [1, 1, ...]}`) or N unknown keys: the peak RSS growth and the status.
@@ -25,7 +25,7 @@ def peak_mb() -> float:
 
 
 def ties(nq: int, k: int, factor: int, n: int = 200_000) -> str:
-    from lbhash.index import CodeIndex, rescore_search
+    from lbhash.index import CodeIndex, blended_search
 
     rng = np.random.default_rng(0)
     index = CodeIndex(64)
@@ -34,9 +34,9 @@ def ties(nq: int, k: int, factor: int, n: int = 200_000) -> str:
     queries[:, 0] = 1
     q_emb = rng.standard_normal((nq, 8))
     index.warm()
-    rescore_search(index, queries[:1], 1, q_emb[:1])  # compiled and warmed before the baseline
+    blended_search(index, queries[:1], 1, embeddings=q_emb[:1])  # compiled and warmed before the baseline
     base, start = peak_mb(), time.perf_counter()
-    rescore_search(index, queries, k, q_emb, factor=factor)
+    blended_search(index, queries, k, embeddings=q_emb, factor=factor)
     return (f"ties: {n:,} items of one code, {nq} queries, k {k}, factor {factor}: peak RSS +{peak_mb() - base:.0f} MB, "
             f"{time.perf_counter() - start:.1f} s")
 

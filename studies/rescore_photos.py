@@ -67,6 +67,7 @@ def main() -> None:
 def measure(data: Path, run: Path, idx: Path) -> None:
     from lbhash.index import CodeIndex
     from lbhash.runs.encoder import RunEncoder
+    from lbhash.index import blended_search
     from lbhash.runs.searcher import Searcher
 
     arrays = np.load(data)
@@ -77,7 +78,7 @@ def measure(data: Path, run: Path, idx: Path) -> None:
     db_labels = labels[ids]  # an item's id is its position in the data set
     q_images, q_labels = images[is_test], labels[is_test]
     n = len(ids)
-    queries = searcher.queries(q_images, rescore=True)
+    queries = searcher.queries(q_images, rank=True)
     stored = index.get_embeddings(ids).astype(np.float64)
     q_units = queries.embeddings / np.linalg.norm(queries.embeddings, axis=1, keepdims=True)
     cosine = q_units @ stored.T
@@ -100,8 +101,8 @@ def measure(data: Path, run: Path, idx: Path) -> None:
             name, top10, head = "Hamming only", hamming[:, :10], hamming[:, :top]
         else:
             name = f"re-scored, factor {factor}"
-            top10 = searcher.rescore_search(q_images, 10, factor=factor).ids
-            head = searcher.rescore_search(q_images, top, factor=factor).ids
+            top10 = blended_search(index, queries.codes, 10, embeddings=queries.embeddings, factor=factor).ids
+            head = blended_search(index, queries.codes, top, embeddings=queries.embeddings, factor=factor).ids
         same = np.mean([top10[q, :8].tolist() == first8[q_labels[q]] for q in range(len(q_labels))])
         recall = np.mean([len(set(top10[q].tolist()) & set(float_top10[q].tolist())) / 10
                           for q in range(len(q_labels))])

@@ -40,6 +40,10 @@ EXPECTED = {
                          for kind in ("flat", "ivf", "multihash")
                          for change in ("remove one id", "insert one id below the largest", "upsert one id",
                                         "append one id", r"fold the pending changes \(once, O\(n\)\)")],
+    "bench_blend.py": [rf"class code alone, top 10 \(reference\): {NUMBER} ms/query x1\.00",
+                       rf"both codes, no float read: {NUMBER} ms/query x{NUMBER}",
+                       rf"the default ranking \(both codes, floats\): {NUMBER} ms/query x{NUMBER}",
+                       r"codes in memory 40 bytes per item", r"peak memory: \d+ MB"],
     "bench_evaluate.py": [r"mAP@100: lbhash [\d.]+ +reference [\d.]+ +agree", rf"speed-up +{NUMBER} x",
                           r"peak memory .* MB RSS"],
     "bench_evaluate_million.py": [rf"mAP@all takes {NUMBER}x it", rf"R = all costs {NUMBER}x R = 5000",

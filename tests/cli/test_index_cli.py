@@ -229,13 +229,16 @@ def test_search_rescores_by_the_embeddings_by_default(tmp_path, rng, monkeypatch
         for row, c, d in zip(json.loads(result.output), cos, distances):
             expected = sorted(range(80), key=lambda i: -c[i])[:5]  # the float cosine ranking (no near ties here)
             assert row["ids"] == expected and row["distances"] == d[expected].tolist()
-            assert row["scores"] == pytest.approx(c[expected].tolist(), abs=2e-3)
+            # looks_like 1 without instance codes: the cosine, cubed (docs/search.md, "Ranking")
+            assert np.cbrt(row["scores"]) == pytest.approx(c[expected].tolist(), abs=2e-3)
+            assert row["same"] == [False] * 5 and "instance_distances" not in row
     plain = run("search", tmp_path / "ix", "--features", tmp_path / "q.npy", "--run", tmp_path, "-k", "5",
                 "--json", "--no-rescore")
     assert [r["ids"] for r in json.loads(plain.output)] == ix.search(encoder.encode(queries), 5).ids.tolist()
     assert all("scores" not in r for r in json.loads(plain.output))
     text = run("search", tmp_path / "ix", "--features", tmp_path / "q.npy", "--run", tmp_path, "-k", "2").output
-    assert re.search(r"id \d+ +distance \d+ +similarity 0\.\d{4} +labels", text), text
+    assert re.search(r"id \d+ +score -?0\.\d{4} +distance \d+ +labels", text), text
+    assert "hits come by score, not by Hamming distance" in text
     one_line_error(run("search", tmp_path / "ix", "--codes", tmp_path / "q.npy", "--rescore-factor", "2"),
                    "--rescore-factor needs --features or --images")
     one_line_error(run("search", tmp_path / "ix", "--features", tmp_path / "q.npy", "--run", tmp_path,
@@ -246,7 +249,12 @@ def test_search_rescores_by_the_embeddings_by_default(tmp_path, rng, monkeypatch
     ix.add(encoder.encode(db))
     ix.save(tmp_path / "plain")
     one_line_error(run("search", tmp_path / "plain", "--features", tmp_path / "q.npy", "--run", tmp_path,
-                       "--rescore-factor", "2"), "--rescore-factor: the index keeps no embeddings")
+                       "--rescore-factor", "2"), "--rescore-factor, --looks-like: the index keeps neither embeddings "
+                                                 "nor instance codes")
+    one_line_error(run("search", tmp_path / "plain", "--features", tmp_path / "q.npy", "--run", tmp_path,
+                       "--looks-like", "0.5"), "the index keeps neither embeddings nor instance codes")
+    one_line_error(run("search", tmp_path / "ix", "--codes", tmp_path / "q.npy", "--looks-like", "0.5"),
+                   "--looks-like needs --features or --images")
 
 
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, encoded, rng):

@@ -21,28 +21,33 @@ CLI = Spelling(k="-k", radius="--radius", factor="--rescore-factor", rescore="--
 def test_plan_defaults():
     assert plan_search() == SearchPlan(10, None, None)
     assert plan_search(radius=3) == SearchPlan(None, 3, None, max_hits=1000)
-    assert plan_search(5, rescore=True) == SearchPlan(5, None, RESCORE_FACTOR)
-    assert plan_search(rescore=True, factor=2) == SearchPlan(10, None, 2)
+    assert plan_search(5, rank=True) == SearchPlan(5, None, RESCORE_FACTOR)
+    assert plan_search(rank=True, factor=2) == SearchPlan(10, None, 2)
     assert plan_search(5, factor=3).factor is None  # a factor without re-scoring asks for nothing
-    assert plan_search(10, rescore=True, max_candidates=100).factor == RESCORE_FACTOR  # the default, within the cap
-    assert plan_search(10, rescore=True, max_candidates=20).factor == 2  # lowered to fit the cap
+    assert plan_search(10, rank=True, max_candidates=100).factor == RESCORE_FACTOR  # the default, within the cap
+    assert plan_search(10, rank=True, max_candidates=20).factor == 2  # lowered to fit the cap
 
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"k": 3, "radius": 2}, "give either k or radius, not both (got k 3 and radius 2)"),
     ({"k": 3, "radius": 2, "spelling": CLI}, "give either -k or --radius, not both (got -k 3 and --radius 2)"),
-    ({"radius": 2, "rescore": True}, "re-scoring orders a top k: give k, not radius, with rescore"),
-    ({"radius": 2, "rescore": True, "spelling": CLI},
-     "re-scoring orders a top k: give -k, not --radius, with --rescore-factor"),
+    ({"radius": 2, "rank": True}, "a ranked search orders a top k: give k, not radius, with rescore"),
+    ({"radius": 2, "rank": True, "spelling": CLI},
+     "a ranked search orders a top k: give -k, not --radius, with --rescore-factor"),
+    ({"looks_like": 0.5}, "looks_like ranks by the instance codes and the embeddings: the index keeps neither, the "
+                          "queries have none, or the search keeps the Hamming order (leave out looks_like, or build "
+                          "the index with its instance codes)"),
+    ({"looks_like": 1.5, "rank": True}, "looks_like must be a number from 0 (same class first) to 1 (looks like "
+                                        "first), got 1.5"),
     ({"radius": -1}, "radius must be a non-negative integer, got -1"),
     ({"k": 0, "spelling": CLI}, "-k must be a positive integer, got 0"),
     ({"k": 51, "max_k": 50}, "k must be at most 50, got 51"),
     ({"k": 1001}, "k must be at most 1000, got 1001"),
-    ({"rescore": True, "factor": 0, "spelling": CLI}, "--rescore-factor must be a positive integer, got 0"),
-    ({"k": 30, "rescore": True, "factor": 4, "max_candidates": 100},
-     "k * rescore_factor must be at most 100 (Hamming candidates re-scored per query), got 30 * 4 = 120"),
-    ({"k": 101, "rescore": True, "max_k": 200, "max_candidates": 100},
-     "k * rescore_factor must be at most 100 (Hamming candidates re-scored per query), got 101 * 1 = 101"),
+    ({"rank": True, "factor": 0, "spelling": CLI}, "--rescore-factor must be a positive integer, got 0"),
+    ({"k": 30, "rank": True, "factor": 4, "max_candidates": 100},
+     "k * rescore_factor must be at most 100 (candidates ranked per query from each code), got 30 * 4 = 120"),
+    ({"k": 101, "rank": True, "max_k": 200, "max_candidates": 100},
+     "k * rescore_factor must be at most 100 (candidates ranked per query from each code), got 101 * 1 = 101"),
 ])
 def test_plan_refusals_are_one_line_naming_the_option(kwargs, message):
     with pytest.raises(InputError) as err:
@@ -115,11 +120,12 @@ def test_rescored_hits_are_the_brute_force_ranking(indexed, rng):
     q_emb = ternary_embeddings(rng, 6, DIM)
     filters = [[0], [1], [2, 3], [0, 1, 2, 3], [1], [3]]
     for lists in (None, filters):
-        got = search_hits(index, Queries(queries, q_emb), plan_search(5, rescore=True, factor=3), classes=lists)
+        got = search_hits(index, Queries(queries, q_emb), plan_search(5, rank=True, factor=3), classes=lists)
         expected = rescored(queries, q_emb, codes, ids, index.emb, 5, 3, _allowed(lists, classes))
         for row, want in zip(got, expected):
             assert row.ids == [i for _, _, i in want] and row.distances == [d for _, d, _ in want]
-            assert row.scores == [s for s, _, _ in want]  # bit for bit
+            assert row.scores == [s ** 3 for s, _, _ in want]  # bit for bit (looks_like 1: the cosine cubed)
+            assert row.same == [False] * len(want) and row.instance_distances is None  # no instance codes
             assert list(row.rows()) == list(zip(row.ids, row.distances, row.labels, row.scores))
 
 
@@ -128,7 +134,7 @@ def test_batches_give_the_same_hits_and_labels_come_from_one_lookup(monkeypatch,
     index.add(random_codes(rng, 60, BITS), labels=rng.integers(0, 3, 60), embeddings=rng.standard_normal((60, DIM)))
     queries = random_codes(rng, 10, BITS)
     real = rng.standard_normal((10, DIM))
-    plans = [(plan_search(4), None), (plan_search(radius=5), None), (plan_search(4, rescore=True), real)]
+    plans = [(plan_search(4), None), (plan_search(radius=5), None), (plan_search(4, rank=True), real)]
     whole = [search_hits(index, Queries(queries, r), plan, classes=[[0, 1]] * 10) for plan, r in plans]
     lookups = []
     monkeypatch.setattr(hits, "MAX_BATCH", 3)
@@ -146,10 +152,10 @@ def test_search_hits_refusals(rng):
         search_hits(index, Queries(queries), plan_search(2), classes=[[0], [1]])
     with pytest.raises(InputError, match="^--filter-labels has 1 entries but there are 3 queries$"):
         search_hits(index, Queries(queries), plan_search(2, spelling=CLI), classes=[[0]])
-    with pytest.raises(TypeError, match="query embeddings go with a re-scoring plan"):
+    with pytest.raises(TypeError, match="query embeddings and instance codes go with a ranked plan"):
         search_hits(index, Queries(queries, np.zeros((3, BITS))), plan_search(2))
-    with pytest.raises(TypeError, match="query embeddings go with a re-scoring plan"):
-        search_hits(index, Queries(queries), plan_search(2, rescore=True))
+    with pytest.raises(InputError, match="^a ranked search needs the queries' embeddings or instance codes"):
+        search_hits(index, Queries(queries), plan_search(2, rank=True))
     assert search_hits(index, Queries(queries[:0]), plan_search(2)) == []
 
 

@@ -25,7 +25,7 @@ import pytest
 
 from index_reference import clustered_codes, near_queries, random_codes, ternary_embeddings
 from lbhash.errors import Conflict, InputError, NotFound
-from lbhash.index import CodeIndex, rescore_search
+from lbhash.index import CodeIndex, blended_search
 
 pytestmark = pytest.mark.milvus
 PORT = 19530
@@ -181,10 +181,10 @@ def test_rescore_equals_faiss_flat(make_index):
     queries, q_emb = near_queries(rng, codes, 10), ternary_embeddings(rng, 10, 8)
     qlabels = rng.integers(0, 3, 10)
     for factor in (1, 4):
-        assert_same(rescore_search(milvus, queries, 10, q_emb, factor=factor),
-                    rescore_search(flat, queries, 10, q_emb, factor=factor))
-        assert_same(rescore_search(milvus, queries, 10, q_emb, qlabels, factor),
-                    rescore_search(flat, queries, 10, q_emb, qlabels, factor))
+        assert_same(blended_search(milvus, queries, 10, embeddings=q_emb, factor=factor),
+                    blended_search(flat, queries, 10, embeddings=q_emb, factor=factor))
+        assert_same(blended_search(milvus, queries, 10, embeddings=q_emb, labels=qlabels, factor=factor),
+                    blended_search(flat, queries, 10, embeddings=q_emb, labels=qlabels, factor=factor))
 
 
 def test_writes_are_read_back_at_once(make_index):
@@ -241,7 +241,7 @@ def test_an_index_built_from_a_codes_file_into_milvus_searches_as_faiss(milvus_u
         assert milvus.ntotal == 300 and milvus.embedding_dim == 6
         queries = codes[:8]
         assert_same(milvus.search(queries, 12), flat.search(queries, 12))
-        assert_same(rescore_search(milvus, queries, 5, emb[:8]), rescore_search(flat, queries, 5, emb[:8]))
+        assert_same(blended_search(milvus, queries, 5, embeddings=emb[:8]), blended_search(flat, queries, 5, embeddings=emb[:8]))
         with pytest.raises(InputError, match="already holds 300 items"):
             build_index(path, name, backend="milvus", uri=milvus_uri)
     finally:

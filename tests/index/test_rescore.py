@@ -1,8 +1,10 @@
-"""Two-stage search (rescore_search over every backend, Searcher.rescore_search) against a
-brute-force reference (index_reference.rescored), tie order included; the embeddings an index
-keeps through changes, saves and loads, and the one-line refusals."""
+"""The ranking by stored embeddings alone (blended_search without instance codes, looks_like 1: the
+Hamming top k * factor and the boundary's ties re-scored by cosine) over every backend and through a
+Searcher, against a brute-force reference (index_reference.rescored), tie order included; the
+embeddings an index keeps through changes, saves and loads, and the one-line refusals."""
 
 import json
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -10,11 +12,24 @@ import pytest
 from index_fakes import FakeEncoder, fake_milvus
 from index_reference import PAD_DISTANCE, clustered_codes, random_codes, rescored, ternary_embeddings
 from lbhash.errors import InputError
-from lbhash.index import CodeIndex, rescore_search
+from lbhash.index import CodeIndex, blended_search
 from lbhash.runs.searcher import Searcher
 from lbhash.index.rescore import unit_rows
 
 BITS, DIM = 16, 6
+
+
+class Ranked(NamedTuple):
+    scores: np.ndarray
+    distances: np.ndarray
+    ids: np.ndarray
+
+
+def by_cosine(index, queries, k, q_emb, labels=None, factor=4) -> Ranked:
+    """The ranking with the queries' embeddings alone (no instance codes, the default looks_like 1)."""
+    got = blended_search(index, queries, k, embeddings=q_emb, labels=labels, factor=factor)
+    assert not got.same.any() and (got.instance_distances == PAD_DISTANCE).all()  # nothing calibrated to mark
+    return Ranked(got.scores, got.distances, got.ids)
 
 
 def assert_matches(got, expected, k):
@@ -22,7 +37,8 @@ def assert_matches(got, expected, k):
     for q, rows in enumerate(expected):
         n = len(rows)
         assert ids[q, :n].tolist() == [i for _, _, i in rows]
-        assert scores[q, :n].tolist() == [s for s, _, _ in rows]  # exact: the vectors' cosines are dyadic
+        # exact: the vectors' cosines are dyadic; the score is the cosine cubed at looks_like 1
+        assert scores[q, :n].tolist() == [s ** 3 for s, _, _ in rows]
         assert dist[q, :n].tolist() == [d for _, d, _ in rows]
         assert (ids[q, n:] == -1).all() and np.isneginf(scores[q, n:]).all() and (dist[q, n:] == PAD_DISTANCE).all()
 
@@ -52,7 +68,7 @@ def built(codes, ids, labels, emb, kind="flat", **params):
 @pytest.mark.parametrize("k, factor", [(5, 1), (5, 4), (10, 3), (200, 2)])
 def test_flat_rescoring_matches_the_brute_force_reference_with_ties(tied, k, factor):
     codes, ids, labels, emb, queries, q_emb = tied
-    got = rescore_search(built(codes, ids, labels, emb), queries, k, q_emb, factor=factor)
+    got = by_cosine(built(codes, ids, labels, emb), queries, k, q_emb, factor=factor)
     assert got.scores.dtype == np.float64 and got.distances.dtype == np.int32 and got.ids.dtype == np.int64
     assert got.scores.shape == (9, k)
     expected = rescored(queries, q_emb, codes, ids, emb, k, factor)
@@ -61,7 +77,7 @@ def test_flat_rescoring_matches_the_brute_force_reference_with_ties(tied, k, fac
     pairs = [(r[t], r[t + 1]) for r in expected for t in range(len(r) - 1)]
     assert k * factor < 20 or any(a[0] == b[0] and a[1] < b[1] for a, b in pairs)
     assert k * factor < 20 or any(a[0] == b[0] and a[1] == b[1] for a, b in pairs)
-    zero = rescore_search(built(codes, ids, labels, emb), queries[3:4], k, q_emb[3:4], factor=factor)
+    zero = by_cosine(built(codes, ids, labels, emb), queries[3:4], k, q_emb[3:4], factor=factor)
     hamming = built(codes, ids, labels, emb).search(queries[3:4], k)
     assert zero.ids.tolist() == hamming.ids.tolist() and (zero.scores[zero.ids >= 0] == 0).all()
 
@@ -81,15 +97,15 @@ def test_changed_index_rescores_as_its_contents(tied, rng):
     keep = np.setdiff1d(np.arange(len(ids)), gone)
     np.testing.assert_array_equal(index.get_embeddings(ids[keep]), unit_rows(emb[keep]))
     expected = rescored(queries, q_emb, codes[keep], ids[keep], emb[keep], 6, 3)
-    assert_matches(rescore_search(index, queries, 6, q_emb, factor=3), expected, 6)
+    assert_matches(by_cosine(index, queries, 6, q_emb, factor=3), expected, 6)
     index.apply_fold(index.prepare_fold())
-    assert_matches(rescore_search(index, queries, 6, q_emb, factor=3), expected, 6)
+    assert_matches(by_cosine(index, queries, 6, q_emb, factor=3), expected, 6)
 
 
 def test_label_filtered_rescoring(tied):
     codes, ids, labels, emb, queries, q_emb = tied
     filters = np.arange(9) % 3
-    got = rescore_search(built(codes, ids, labels, emb), queries, 6, q_emb, filters, 3)
+    got = by_cosine(built(codes, ids, labels, emb), queries, 6, q_emb, filters, 3)
     assert_matches(got, rescored(queries, q_emb, codes, ids, emb, 6, 3, [labels == f for f in filters]), 6)
 
 
@@ -104,7 +120,7 @@ def test_every_kind_rescores_its_own_candidates(rng, kind, params):
     queries, q_emb = random_codes(rng, 6, BITS), ternary_embeddings(rng, 6, DIM)
     for filters in (None, np.array([0, 1, 1, 0, 1, 0])):
         dist, cand = index.search(queries, 12, labels=filters)
-        got = rescore_search(index, queries, 4, q_emb, filters, 3)
+        got = by_cosine(index, queries, 4, q_emb, filters, 3)
         widened = 0
         for q in range(6):
             pool = cand[q][cand[q] >= 0]
@@ -129,8 +145,8 @@ def test_milvus_rescores_as_the_flat_index(tied):
     flat = built(codes, ids, labels, emb)
     np.testing.assert_array_equal(milvus.get_embeddings(ids[::-1]), flat.get_embeddings(ids[::-1]))
     for filters in (None, np.arange(9) % 3):
-        for a, b in zip(rescore_search(milvus, queries, 7, q_emb, filters, 4),
-                        rescore_search(flat, queries, 7, q_emb, filters, 4)):
+        for a, b in zip(by_cosine(milvus, queries, 7, q_emb, filters, 4),
+                        by_cosine(flat, queries, 7, q_emb, filters, 4)):
             np.testing.assert_array_equal(a, b)
     with pytest.raises(InputError, match="keeps a 6-dimensional embedding per item"):
         milvus.add(codes[:1], ids=[99999])
@@ -141,13 +157,13 @@ def test_milvus_rescores_as_the_flat_index(tied):
 def test_padding_small_and_empty_indexes(rng):
     index = CodeIndex(BITS, embedding_dim=DIM)
     queries, q_emb = random_codes(rng, 2, BITS), rng.standard_normal((2, DIM))
-    scores, dist, ids = rescore_search(index, queries, 3, q_emb)
+    scores, dist, ids = by_cosine(index, queries, 3, q_emb)
     assert (ids == -1).all() and np.isneginf(scores).all() and (dist == PAD_DISTANCE).all()
     index.add(random_codes(rng, 2, BITS), ids=[5, 9], embeddings=rng.standard_normal((2, DIM)))
-    scores, dist, ids = rescore_search(index, queries, 3, q_emb)
+    scores, dist, ids = by_cosine(index, queries, 3, q_emb)
     assert sorted(ids[0, :2].tolist()) == [5, 9] and ids[0, 2] == -1 and np.isneginf(scores[:, 2]).all()
     assert (np.abs(scores[:, :2]) <= 1.001).all()
-    assert rescore_search(index, queries[:0], 3, q_emb[:0]).ids.shape == (0, 3)
+    assert by_cosine(index, queries[:0], 3, q_emb[:0]).ids.shape == (0, 3)
 
 
 def test_float_embeddings_score_their_cosine(rng):
@@ -156,9 +172,9 @@ def test_float_embeddings_score_their_cosine(rng):
     index = CodeIndex(BITS)
     index.add(codes, embeddings=emb)
     q = rng.standard_normal((3, 32))
-    scores, _, ids = rescore_search(index, codes[:3], 50, q, factor=1)
+    scores, _, ids = by_cosine(index, codes[:3], 50, q, factor=1)
     cos = (q / np.linalg.norm(q, axis=1, keepdims=True)) @ (emb / np.linalg.norm(emb, axis=1, keepdims=True)).T
-    np.testing.assert_allclose(scores, np.take_along_axis(cos, ids, 1), atol=2e-3)
+    np.testing.assert_allclose(np.cbrt(scores), np.take_along_axis(cos, ids, 1), atol=2e-3)
     assert (np.diff(scores, axis=1) <= 0).all()
 
 
@@ -174,7 +190,7 @@ def test_bad_rescore_input_is_one_line(rng, q_emb, factor, fragment):
     index = CodeIndex(BITS)
     index.add(random_codes(rng, 10, BITS), embeddings=rng.standard_normal((10, DIM)))
     with pytest.raises(InputError, match=fragment) as err:
-        rescore_search(index, random_codes(rng, 2, BITS), 3, q_emb, factor=factor)
+        by_cosine(index, random_codes(rng, 2, BITS), 3, q_emb, factor=factor)
     assert "\n" not in str(err.value)
 
 
@@ -188,8 +204,8 @@ def test_codes_and_embeddings_go_together_or_are_refused(rng):
              (lambda: kept.add(codes, ids=[7, 8, 9, 10]), "the index keeps a 6-dimensional embedding per item"),
              (lambda: kept.add(codes, ids=[7, 8, 9, 10], embeddings=np.ones((3, DIM))), "embeddings has 3 rows"),
              (lambda: kept.add(codes, ids=[7, 8, 9, 10], embeddings=np.ones((4, 5))), "are 5-dimensional"),
-             (lambda: rescore_search(plain, codes, 2, np.ones((4, DIM))), "the index keeps no embeddings, so it "
-                                                                          "cannot re-score"),
+             (lambda: by_cosine(plain, codes, 2, np.ones((4, DIM))), "the index keeps no embeddings, so it "
+                                                                     "cannot score by cosine"),
              (lambda: plain.get_embeddings([0]), "the index keeps no embeddings")]
     for call, fragment in cases:
         with pytest.raises(InputError, match=fragment) as err:
@@ -243,8 +259,8 @@ def test_searcher_rescores_by_the_encoders_embeddings(rng):
     codes, q_emb = searcher.embeddings(x)
     np.testing.assert_array_equal(codes, encoder.encode(x))
     np.testing.assert_array_equal(q_emb, x)
-    got = searcher.rescore_search(x, 5, factor=3)
-    for a, b in zip(got, rescore_search(index, encoder.encode(x), 5, x, factor=3)):
+    got = searcher.blended_search(x, 5, factor=3)
+    for a, b in zip((got.scores, got.distances, got.ids), by_cosine(index, encoder.encode(x), 5, x, factor=3)):
         np.testing.assert_array_equal(a, b)
 
 
@@ -256,7 +272,7 @@ def test_a_tied_class_rescored_holds_a_bounded_number_of_pairs(rng, monkeypatch)
     for all 256 queries at once (2,572,800 pairs), then dropped for passing the cap."""
     import tracemalloc
 
-    from lbhash.index import rescore
+    from lbhash.index import blend, rescore
 
     n, nq, dim, budget = 20_000, 256, 4, 40_000
     index = CodeIndex(64)
@@ -268,8 +284,9 @@ def test_a_tied_class_rescored_holds_a_bounded_number_of_pairs(rng, monkeypatch)
     queries[:, 0] = 1  # distance 1 from the class, 1 from the 50 (a tie of 50 + 20,000 at 1)
     queries[nq // 2:, 0] = 7  # distance 1 from the 50 alone (the class at 3): widened to those 50
     q_emb = rng.standard_normal((nq, dim))
-    alone = [rescore_search(index, queries[q:q + 1], 1, q_emb[q:q + 1], factor=1) for q in (0, nq - 1)]
-    monkeypatch.setattr(rescore, "PAIRS", budget, raising=False)  # (raising: the test runs on the code before)
+    alone = [by_cosine(index, queries[q:q + 1], 1, q_emb[q:q + 1], factor=1) for q in (0, nq - 1)]
+    for module in (rescore, blend):
+        monkeypatch.setattr(module, "PAIRS", budget, raising=False)  # (raising: the test runs on the code before)
     found = []
     for name in ("search", "range_search"):
         def counted(*args, _call=getattr(index, name), **kwargs):
@@ -279,7 +296,7 @@ def test_a_tied_class_rescored_holds_a_bounded_number_of_pairs(rng, monkeypatch)
         monkeypatch.setattr(index, name, counted)
     tracemalloc.start()
     try:
-        got = rescore_search(index, queries, 1, q_emb, factor=1)
+        got = by_cosine(index, queries, 1, q_emb, factor=1)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

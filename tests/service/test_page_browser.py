@@ -20,7 +20,10 @@ import numpy as np
 import pytest
 
 from helpers import cli
-from lbhash.index import CodeIndex, rescore_search
+from lbhash.index import CodeIndex, blended_search
+from lbhash.instance import LOOKS_LIKE
+from lbhash.runs.instance_codes import index_transform
+from lbhash.runs.searcher import ranked_queries
 from lbhash.runs.origins import read_sources
 from browser_helpers import MISSING, WAIT_S, PageDriver, headless_chromium, requests_seen, served_in_thread
 from page_helpers import noisy
@@ -96,6 +99,8 @@ def test_the_page_in_a_real_browser(browser, served, tmp_path):
     first = page.cards()[0]
     assert first.get_attribute("data-id") == str(own_id) and "query" not in first.get_attribute("class")
     assert first.find_element(By.CSS_SELECTOR, ".distance").get_attribute("data-distance") == "0"
+    # the very picture, ranked by both codes and the floats: marked as such
+    assert first.find_elements(By.CSS_SELECTOR, ".badge.same"), "the query picture itself is not marked"
     source = first.find_element(By.CSS_SELECTOR, ".source")
     assert source.get_attribute("data-source") == str(query) and source.text == "train/red/" + query.name
     width, height, rgba = page.first_thumbnail_pixels()
@@ -137,9 +142,14 @@ def test_the_page_in_a_real_browser(browser, served, tmp_path):
     same_code = [int(i) for i in CodeIndex.load(root / "ix").ids() if record.source(int(i)) and
                  Path(record.source(int(i))).parent == Path(record.source(target)).parent and i != target]
     assert set(hits) <= set(same_code)  # its own class, at distance 0
-    # re-scored by the item's stored embedding (the index keeps them): the order of rescore_search
+    # ranked by the item's stored embedding and its instance code (the index keeps both): blended_search's order
     stored = CodeIndex.load(root / "ix")
-    want = rescore_search(stored, stored.get_codes([target]), 6, stored.get_embeddings([target]).astype(float)).ids[0]
+    q = ranked_queries(stored.get_codes([target]), stored.get_embeddings([target]).astype(float), True,
+                       index_transform(stored))
+    want = blended_search(stored, q.codes, 6, q.instance, q.embeddings, center=q.center).ids[0]
+    assert q.instance is not None and page.js("return document.getElementById('looks-like').value") == str(LOOKS_LIKE)
+    first_hit = page.all("#grid li.hit")[0]
+    assert first_hit.find_element(By.CSS_SELECTOR, ".score").text.startswith("score ")
     assert hits == [int(i) for i in want if i != target][:5]
     assert browser.current_url.endswith(f"/?item={target}&k=5")
     # the address is the result: loading it again searches again

@@ -154,8 +154,8 @@ def test_groups_filters_radius_and_reranking_and_keeps_errors_apart(index, rng):
             make_query(q[1:3], plan_search(5), classes=[[1], [0, 2]]),
             make_query(q[3:4], plan_search(radius=3)),
             make_query(q[4:5], plan_search(radius=3), classes=[[3]]),
-            make_query(q[5:6], plan_search(4, rescore=True, factor=3), real=real[5:6]),
-            make_query(q[6:7], plan_search(4, rescore=True, factor=3), real=real[6:7]),
+            make_query(q[5:6], plan_search(4, rank=True, factor=3), real=real[5:6]),
+            make_query(q[6:7], plan_search(4, rank=True, factor=3), real=real[6:7]),
             make_query(q[7:8], plan_search(5), classes=[[2], [1]]),  # two filters for one query: its own error
             bad_decode,  # fails while decoding: the others go on
             make_query(q[7:8], plan_search(2), classes=[[2]])]

@@ -1,5 +1,5 @@
 """The service over an index that keeps embeddings: re-scored searches (codes with embeddings,
-features, uploaded images) against rescore_search and the brute-force reference, adds that keep
+features, uploaded images) against blended_search and the brute-force reference, adds that keep
 codes and embeddings together through the write-ahead log, and the one-line refusals."""
 
 import io
@@ -14,7 +14,7 @@ from PIL import Image
 from index_fakes import FakeEncoder
 from index_reference import clustered_codes, random_codes, rescored, ternary_embeddings
 from lbhash.errors import InputError
-from lbhash.index import RESCORE_FACTOR, CodeIndex, rescore_search
+from lbhash.index import RESCORE_FACTOR, CodeIndex, blended_search
 from lbhash.index.rescore import unit_rows
 from lbhash.runs.index_store import IndexStore
 from lbhash.service import Limits, create_app
@@ -49,16 +49,18 @@ def test_service_rescores_codes_with_embeddings_and_features(served, rng):
     results = hits(client.post("/search", json=body))
     expected = rescored(queries, q_emb, codes, np.arange(150), emb, 5, 3, [labels == 0, labels > 0, labels >= 0])
     for result, want in zip(results, expected):
-        assert [(h["score"], h["distance"], h["id"]) for h in result["hits"]] == want  # ties: distance, then id
+        # looks_like 1 without instance codes: the cosine (cubed) decides; ties: distance, then id
+        assert [(h["score"], h["distance"], h["id"]) for h in result["hits"]] == [(s ** 3, d, i) for s, d, i in want]
+        assert all(h["same"] is False and "instance_distance" not in h for h in result["hits"])
         assert [h["labels"] for h in result["hits"]] == [[int(labels[i])] for _, _, i in want]
     default = hits(client.post("/search", json={"codes": body["codes"], "embeddings": body["embeddings"]}))
     # the default factor, within the service's cap (100 candidates for k = 10)
     factor = min(RESCORE_FACTOR, 100 // 10)
-    assert [[h["id"] for h in r["hits"]] for r in default] == rescore_search(index, queries, 10, q_emb,
-                                                                              factor=factor).ids.tolist()
+    assert [[h["id"] for h in r["hits"]] for r in default] == blended_search(index, queries, 10,
+                                                                              embeddings=q_emb, factor=factor).ids.tolist()
     x = rng.standard_normal((2, DIM))
     results = hits(client.post("/search", json={"features": x.tolist(), "k": 4}))  # on by default
-    want = rescore_search(index, encoder.encode(x), 4, x)
+    want = blended_search(index, encoder.encode(x), 4, embeddings=x)
     assert [[h["id"] for h in r["hits"]] for r in results] == want.ids.tolist()
     assert [[h["score"] for h in r["hits"]] for r in results] == want.scores.tolist()
     plain = hits(client.post("/search", json={"features": x.tolist(), "k": 4, "rescore": False}))
@@ -77,10 +79,14 @@ BAD = [
     ({"codes": ["0000"], "embeddings": [[float("nan")] + [0.0] * 11]}, 400, "embeddings holds nan at row 0"),
     ({"codes": ["0000"], "embeddings": [[0.5] * 12], "radius": 2}, 400, "give k, not radius"),
     ({"codes": ["0000"], "embeddings": [[0.5] * 12], "k": 30, "rescore_factor": 4}, 400, "at most 100"),
-    ({"codes": ["0000"], "rescore_factor": 2}, 400, "re-scoring needs the queries' embeddings"),
-    ({"codes": ["0000"], "rescore": True}, 400, "re-scoring needs the queries' embeddings"),
-    ({"codes": ["0000"], "embeddings": [[0.5] * 12], "rescore": False}, 400, "'embeddings' are for re-scoring"),
-    ({"features": [[0.0] * 12], "rescore": False, "rescore_factor": 3}, 400, "rescore_factor goes with re-scoring"),
+    ({"codes": ["0000"], "rescore_factor": 2}, 400, "a ranked search needs the queries' embeddings"),
+    ({"codes": ["0000"], "rescore": True}, 400, "a ranked search needs the queries' embeddings"),
+    ({"codes": ["0000"], "looks_like": 0.5}, 400, "a ranked search needs the queries' embeddings"),
+    ({"codes": ["0000"], "embeddings": [[0.5] * 12], "rescore": False}, 400, "'embeddings' are for a ranked search"),
+    ({"features": [[0.0] * 12], "rescore": False, "rescore_factor": 3}, 400,
+     "rescore_factor and looks_like go with a ranked search"),
+    ({"features": [[0.0] * 12], "rescore": False, "looks_like": 1}, 400,
+     "rescore_factor and looks_like go with a ranked search"),
     ({"features": [[0.0] * 12], "embeddings": [[0.5] * 12]}, 400, "'embeddings' go with 'codes'"),
     ({"codes": ["0000"], "embeddings": [[0.5] * 12], "rescore_factor": 0}, 422, "rescore_factor"),
 ]
@@ -181,7 +187,7 @@ def test_uploaded_images_are_added_and_searched_with_their_embeddings(tmp_path, 
                                   unit_rows(np.concatenate([encoder.outputs(s)[1] for s in stack[:10]])))
     q_codes = np.concatenate([encoder.encode(s) for s in stack[10:]])
     q_emb = np.concatenate([encoder.outputs(s)[1] for s in stack[10:]])
-    want = rescore_search(index, q_codes, 3, q_emb, factor=2)
+    want = blended_search(index, q_codes, 3, embeddings=q_emb, factor=2)
     assert [[h["id"] for h in r["hits"]] for r in results] == want.ids.tolist()
     assert [[h["score"] for h in r["hits"]] for r in results] == want.scores.tolist()
     assert [[h["id"] for h in r["hits"]] for r in plain] == index.search(q_codes, 3).ids.tolist()

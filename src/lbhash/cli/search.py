@@ -14,7 +14,7 @@ from lbhash.cli.common import StatedDefault
 from lbhash.cli.index import backend_options
 from lbhash.errors import InputError
 from lbhash.limits import MAX_CLASS_ID, MAX_K
-from lbhash.runs.instance_codes import BLEND_FACTOR, LOOKS_LIKE
+from lbhash.runs.instance_codes import LOOKS_LIKE
 from lbhash.runs.defaults import search_default
 
 
@@ -53,15 +53,16 @@ def model_source(run_dir: Path | None, export_path: Path | None) -> Path | None:
                                         f"{MAX_K} per query, as -k: more is refused).")
 @click.option("--filter-labels", help=f"Only items with at least one of these class ids (comma-separated, "
                                       f"0 to {MAX_CLASS_ID}).")
-@click.option("--rescore-factor", type=int, help="Re-score the Hamming top k x M by cosine similarity of the "
-                                                "embeddings (--features or --images, an index keeping embeddings; "
-                                                "docs/search.md).", cls=StatedDefault,
+@click.option("--rescore-factor", type=int, help="Rank the top k x M candidates of each code (--features or --images, "
+                                                "an index keeping embeddings or instance codes; docs/search.md, "
+                                                "\"Ranking\").", cls=StatedDefault,
               stated=lambda: search_default("rescore_factor"))
 @click.option("--no-rescore", is_flag=True, help="Hamming order only, even where the index keeps embeddings or "
                                                 "instance codes.")
 @click.option("--looks-like", type=float, default=None,
-              help="Where the index keeps instance codes: from 0 (same class first) to 1 (looks like first) "
-                   "(docs/search.md, \"Instance codes\").", cls=StatedDefault, stated=lambda: str(LOOKS_LIKE))
+              help="The ranking's parameter, from 0 (same class first) to 1 (looks like first) (docs/search.md, "
+                   "\"Ranking\"); the default is 1 where the index keeps no instance codes.", cls=StatedDefault,
+              stated=lambda: str(LOOKS_LIKE))
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--force", is_flag=True, help="Encode with --run (or --encoder) even when its model did not make the "
                                            "index's codes.")
@@ -71,11 +72,10 @@ def search(index_dir: str, codes_path, features_path, image_paths, run_dir, expo
            as_json: bool, force: bool, backend: str, uri: str) -> None:
     """Search INDEX_DIR; print each query's ids, distances and labels.
 
-    Where the index keeps embeddings and the queries are --features or --images, the Hamming
-    top k x --rescore-factor are re-scored by cosine similarity of the embeddings (each hit shows
-    its similarity and its Hamming distance); --no-rescore keeps the Hamming order. Where the index
-    keeps instance codes too, the candidates of both codes are ranked by one score (--looks-like;
-    each hit shows its score, both distances, and `=` when it is the same picture as the query).
+    Where the index keeps instance codes or embeddings and the queries are --features or --images,
+    the top k x --rescore-factor candidates of the class code and of the instance code are ranked by
+    one score (--looks-like; each hit shows its score, its distances, and `=` when it is the same
+    picture as the query); --no-rescore keeps the Hamming order.
 
     Limits (docs/search.md): k at most 1000, and at most 1000 items per query within --radius;
     class ids 0 to 65535; queries are searched in batches of 1024.
@@ -83,9 +83,7 @@ def search(index_dir: str, codes_path, features_path, image_paths, run_dir, expo
     from lbhash.runs.searcher import Names, search_index  # loads FAISS: once needed
 
     _check_query_options(codes_path, features_path, image_paths, model_source(run_dir, export_path),
-                         rescore_factor, no_rescore)
-    if looks_like is not None and no_rescore:
-        raise InputError("give --looks-like or --no-rescore, not both")
+                         rescore_factor, no_rescore, looks_like)
     names = Names(k="-k", radius="--radius", factor="--rescore-factor", rescore="--rescore-factor",
                   classes="--filter-labels", looks_like="--looks-like", features="--features", images="--images")
     found = search_index(index_dir, backend, uri, codes=codes_path, features=features_path, images=image_paths,
@@ -98,7 +96,8 @@ def search(index_dir: str, codes_path, features_path, image_paths, run_dir, expo
         _print_results(found.results, found.class_names)
 
 
-def _check_query_options(codes_path, features_path, image_paths, model, factor, no_rescore: bool) -> None:
+def _check_query_options(codes_path, features_path, image_paths, model, factor, no_rescore: bool,
+                         looks_like: float | None) -> None:
     """Exactly one query source; a model to encode features or images; embeddings to re-score by."""
     given = [name for name, value in (("--codes", codes_path), ("--features", features_path),
                                       ("--images", image_paths)) if value]
@@ -108,8 +107,12 @@ def _check_query_options(codes_path, features_path, image_paths, model, factor, 
         raise InputError(f"{given[0]} needs --run RUN_DIR or --encoder EXPORT (the model that encodes the queries)")
     if factor is not None and no_rescore:
         raise InputError("give --rescore-factor or --no-rescore, not both")
+    if looks_like is not None and no_rescore:
+        raise InputError("give --looks-like or --no-rescore, not both")
     if factor is not None and codes_path is not None:
         raise InputError("--rescore-factor needs --features or --images (their embeddings), not --codes")
+    if looks_like is not None and codes_path is not None:
+        raise InputError("--looks-like needs --features or --images (their embeddings), not --codes")
 
 
 def _print_results(results: list[dict], class_names: list[str] | None) -> None:
@@ -125,15 +128,12 @@ def _print_results(results: list[dict], class_names: list[str] | None) -> None:
         click.echo(f"query {result['query']} ({result['name']}{label}): {len(result['ids'])} results")
         sources = result.get("sources", [None] * len(result["ids"]))
         scores = result.get("scores", [None] * len(result["ids"]))
-        blended = "same" in result
         inst = result.get("instance_distances", [None] * len(result["ids"]))
         same = result.get("same", [False] * len(result["ids"]))
         for rank, (i, d, s, di, eq, lab, src) in enumerate(zip(result["ids"], result["distances"], scores, inst, same,
                                                                result["labels"], sources), 1):
-            if blended:
-                where = f"score {s:<7.4f} distance {d:<4d} instance {di:<4d}"
-            else:
-                where = f"distance {d:<4d}" + ("" if s is None else f" similarity {min(s, 1.0):<7.4f}")
+            where = f"distance {d:<4d}" if s is None else f"score {s:<7.4f} distance {d:<4d}"
+            where += "" if di is None else f" instance {di:<4d}"
             other = "x" if own and not set(own) & set(lab) else " "
             mark = "=" if eq else " "
             click.echo(f"  {rank:4d} {other}{mark} id {i:<10d} {where} labels {named(lab)}" + (f"  {src}" if src else ""))
@@ -141,9 +141,9 @@ def _print_results(results: list[dict], class_names: list[str] | None) -> None:
         click.echo("x: a hit of another class than its query")
     if any(r.get("same") for r in results):
         click.echo("=: the same picture as its query (an edited copy or a duplicate; docs/search.md)")
-    if any("same" in r for r in results):
-        click.echo("score: (1 - looks_like) x class agreement + looks_like x similarity (docs/search.md, "
-                   "\"Instance codes\"): hits come by score, not by distance")
+    if any("scores" in r for r in results):
+        click.echo("score: (1 - looks_like) x class agreement + looks_like x similarity^3 (docs/search.md, "
+                   "\"Ranking\"): hits come by score, not by Hamming distance")
 
 
 @click.command()
@@ -157,8 +157,8 @@ def _print_results(results: list[dict], class_names: list[str] | None) -> None:
               help="Comma-separated edits (docs/search.md, \"Finding the picture\").")
 @click.option("--looks-like", type=float, default=LOOKS_LIKE, help="The ranking's parameter, from 0 (same class "
               "first) to 1 (looks like first).", cls=StatedDefault, stated=lambda: str(LOOKS_LIKE))
-@click.option("--factor", type=int, default=BLEND_FACTOR, help="Candidates per result from each of the two codes.",
-              cls=StatedDefault, stated=lambda: str(BLEND_FACTOR))
+@click.option("--factor", type=int, default=None, help="Candidates per result from each of the two codes.",
+              cls=StatedDefault, stated=lambda: str(_duplicates_default("factor")))
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def duplicates(index_dir: str, run_dir, export_path, items: int, seed: int, edits: str, looks_like: float, factor: int,
                as_json: bool) -> None:
@@ -177,6 +177,7 @@ def duplicates(index_dir: str, run_dir, export_path, items: int, seed: int, edit
     names = [e.strip() for e in edits.split(",") if e.strip()]
     items = _duplicates_default("items") if items is None else items
     seed = _duplicates_default("seed") if seed is None else seed
+    factor = _duplicates_default("factor") if factor is None else factor
     report = evaluate_duplicates(index_dir, run_dir, export_path, items, seed, names, looks_like, factor)
     if as_json:
         click.echo(json.dumps(report, indent=1))

@@ -1,16 +1,16 @@
 """Search over packed binary codes (docs/search.md): `Backend`, the one interface that `CodeIndex`
-(FAISS) and `MilvusIndex` (imported lazily) implement; `rescore_search` (re-scoring by stored
-embeddings, lbhash.index.rescore) and `search_hits` (every search of the command line and the
-service, lbhash.index.hits). Raw inputs become `Queries` above it (lbhash.runs.searcher).
+(FAISS) and `MilvusIndex` (imported lazily) implement; `blended_search` (the one ranking by stored
+embeddings and instance codes, lbhash.index.blend) and `search_hits` (every search of the command
+line and the service, lbhash.index.hits). Raw inputs become `Queries` above it (lbhash.runs.searcher).
 """
 
 from lbhash.index._ivf import KINDS
 from lbhash.index._engines import search_on_this_thread, threads_for
-from lbhash.index.backend import PAD_DISTANCE, PAD_ID, Backend, InRange, Reranked, TopK
+from lbhash.index.backend import PAD_DISTANCE, PAD_ID, Backend, InRange, TopK
 from lbhash.index.code_index import AddPlan, CodeIndex
 from lbhash.index.hits import Hits, Queries, SearchPlan, Spelling, check_classes, plan_search, search_hits
-from lbhash.index.rescore import RESCORE_FACTOR, rescore_search
-from lbhash.index.blend import BLEND_FACTOR, LOOKS_LIKE, Blended, blended_search
+from lbhash.index.rescore import RESCORE_FACTOR
+from lbhash.index.blend import LOOKS_LIKE, Blended, blended_search
 from lbhash.index.sparse_labels import SparseLabels
 
 
@@ -22,6 +22,6 @@ def __getattr__(name):
     raise AttributeError(f"module 'lbhash.index' has no attribute {name!r}")
 
 
-__all__ = ["Backend", "TopK", "InRange", "Reranked", "CodeIndex", "MilvusIndex", "AddPlan", "SparseLabels", "KINDS", "PAD_ID", "PAD_DISTANCE",
-           "RESCORE_FACTOR", "rescore_search", "BLEND_FACTOR", "LOOKS_LIKE", "Blended", "blended_search", "search_on_this_thread", "threads_for", "Hits", "Queries", "SearchPlan", "Spelling", "check_classes",
-           "plan_search", "search_hits"]
+__all__ = ["Backend", "TopK", "InRange", "CodeIndex", "MilvusIndex", "AddPlan", "SparseLabels", "KINDS", "PAD_ID",
+           "PAD_DISTANCE", "RESCORE_FACTOR", "LOOKS_LIKE", "Blended", "blended_search", "search_on_this_thread",
+           "threads_for", "Hits", "Queries", "SearchPlan", "Spelling", "check_classes", "plan_search", "search_hits"]

@@ -38,15 +38,6 @@ class InRange(NamedTuple):
     ids: np.ndarray
 
 
-class Reranked(NamedTuple):
-    """A re-scored top k: cosine scores float64, Hamming distances int32 and ids int64, each
-    (nq, k), by (descending score, distance, id), padded with -inf, `PAD_DISTANCE` and `PAD_ID`."""
-
-    scores: np.ndarray
-    distances: np.ndarray
-    ids: np.ndarray
-
-
 class Backend(ABC):
     """Packed binary codes with int64 ids and labels, searched by Hamming distance.
 
@@ -136,5 +127,5 @@ class Backend(ABC):
 
     def check_k(self, k, name: str = "k") -> int:
         """A number of results one search may return (a backend that caps them, as Milvus
-        does, refuses more); `rescore_search` asks before it fetches its candidates."""
+        does, refuses more); `blended_search` asks before it fetches its candidates."""
         return _checks.top_k(k)

@@ -1,19 +1,21 @@
-"""One ranking from two codes: a search that finds the class and the very picture at once
-(docs/search.md, "Instance codes").
+"""The one ranking of a search that reads more than the class codes (docs/search.md, "Ranking").
 
-An index that keeps an instance code beside each class code (lbhash.instance) is searched by both:
-the class code's top `k * factor` and the instance code's top `k * factor` are merged, and each
-candidate is scored
+A top k is ranked from candidates: the class code's top `k * factor`, and where the index keeps an
+instance code beside each class code (lbhash.instance) and the queries give theirs, the instance
+code's top `k * factor`, merged. Without instance codes the class candidates are widened to every
+item tied with the last (`with_boundary_ties`), so that a class collapsed onto one code is not cut
+by id. Each candidate is scored
 
-    score = (1 - looks_like) * (1 - 2 * d_class / bits) + looks_like * similarity
+    score = (1 - looks_like) * (1 - 2 * d_class / bits) + looks_like * s^3
 
-where `similarity` is the cosine of the query's and the item's embeddings where the index keeps them
-(read for these candidates only), else cos(pi * d_instance / instance_bits), the angle that the
-instance codes' Hamming distance estimates. `looks_like` reads from 0 (same class first: the class
-distance decides, the look breaks its ties) to 1 (looks like first). Order: descending score, then
-class distance, instance distance, id. A hit whose similarity passes the same-picture threshold
-(`SAME_COSINE`, or `SAME_INSTANCE` of the instance bits) is marked `same`: an edited copy or a
-duplicate of the query.
+where s, the similarity, is the cosine of the query's and the item's embeddings where the queries
+give theirs and the index keeps them (read for these candidates only; less `center`, the instance
+transform's mean, where given), else cos(pi * d_instance / instance_bits), the angle that the instance
+codes' Hamming distance estimates. `looks_like` reads from 0 (same class first: the class distance
+decides, the look breaks its ties) to 1 (looks like first: the similarity decides, the class distance
+breaks its ties). Order: descending score, then class distance, instance distance, id. A hit whose
+similarity passes the same-picture threshold (`SAME_COSINE` of the centred cosine, or `SAME_INSTANCE`
+of the instance bits) is marked `same`: an edited copy or a duplicate of the query.
 """
 
 from __future__ import annotations
@@ -25,20 +27,26 @@ import numpy as np
 from lbhash.errors import InputError
 from lbhash.index import _checks
 from lbhash.index.backend import PAD_DISTANCE, PAD_ID, Backend
-from lbhash.index.rescore import EMBEDDING_DTYPE, check_embeddings, cosine_scores, unit_rows
-from lbhash.instance import BLEND_FACTOR, LOOKS_LIKE, SAME_COSINE, SAME_INSTANCE
+from lbhash.index.rescore import (EMBEDDING_DTYPE, PAIRS, RESCORE_FACTOR, check_embeddings, cosine_scores, unit_rows,
+                                  with_boundary_ties)
+from lbhash.instance import LOOKS_LIKE, SAME_COSINE, SAME_INSTANCE
+from lbhash.limits import MAX_RESCORE_CANDIDATES
 
 BUDGET = 1 << 22        # gathered candidate values scored at a time
 # the similarity enters the score raised to this power (its sign kept): a copy's similarity near 1 keeps
 # its weight while the moderate similarities of other items of the class shrink, so that the class
 # distance orders them (chosen on validation items with LOOKS_LIKE)
 SIMILARITY_POWER = 3
+# the default where the queries give no instance codes: the similarity decides (the cosine re-scoring
+# that the tables of docs/search.md, "Re-scoring", measure); LOOKS_LIKE was chosen with instance codes
+SIMILARITY_FIRST = 1.0
 
 
 class Blended(NamedTuple):
-    """A blended top k, each (nq, k), by (descending score, class distance, instance distance, id):
-    scores float64, class `distances` int32, `instance_distances` int32, `ids` int64, `same` bool
-    (the same picture); padded with -inf, PAD_DISTANCE, PAD_DISTANCE, PAD_ID, False."""
+    """A ranked top k, each (nq, k), by (descending score, class distance, instance distance, id):
+    scores float64, class `distances` int32, `instance_distances` int32 (PAD_DISTANCE throughout
+    where the queries gave no instance codes), `ids` int64, `same` bool (the same picture); padded
+    with -inf, PAD_DISTANCE, PAD_DISTANCE, PAD_ID, False."""
 
     scores: np.ndarray
     distances: np.ndarray
@@ -55,37 +63,73 @@ def check_looks_like(value, name: str = "looks_like") -> float:
     return float(value)
 
 
-def blended_search(index: Backend, queries, k, instance_queries, embeddings=None, labels=None,
-                   factor=BLEND_FACTOR, looks_like=LOOKS_LIKE, center=None) -> Blended:
-    """Top-k of `index` (a `Backend` keeping instance codes) by both codes: the merged candidates of
-    the class codes `queries` and the `instance_queries` scored as the module says; `embeddings`
-    (nq, d): the queries' own, to score by cosine (the index must keep embeddings then), of the unit
-    rows less `center` (d,) where given (the instance transform's mean: pooled features are all
-    positive, so their raw cosines crowd near 1)."""
+def default_looks_like(instance: bool) -> float:
+    """`looks_like` where a search leaves it out: `LOOKS_LIKE` where the queries give instance codes,
+    else `SIMILARITY_FIRST`."""
+    return LOOKS_LIKE if instance else SIMILARITY_FIRST
+
+
+def blended_search(index: Backend, queries, k, instance_queries=None, embeddings=None, labels=None,
+                   factor=RESCORE_FACTOR, looks_like=None, center=None) -> Blended:
+    """Top-k of `index` (any `Backend`) ranked as the module says, for the class codes `queries` and
+    the queries' `instance_queries` (the index must keep instance codes) and/or their `embeddings`
+    (nq, d; the index must keep embeddings), one of the two at least; `center` (d,): the cosine's
+    centre (the instance transform's mean: pooled features are all positive, so their raw cosines
+    crowd near 1); `looks_like` None: `default_looks_like`. The queries go in groups that hold at
+    most `PAIRS` (query, candidate) pairs (one query at least): a query's answer does not depend on
+    the others."""
     k = _checks.top_k(k)
     factor = _checks.rescore_factor(factor)
-    looks_like = check_looks_like(looks_like)
     queries = _checks.packed_codes(queries, index.bits, "queries")
-    ibits = index.instance_bits
-    if ibits is None:
-        raise InputError("the index keeps no instance codes: search it in Hamming order, or re-score by embeddings")
-    inst = _checks.packed_codes(instance_queries, ibits, "instance queries")
-    if len(inst) != len(queries):
-        raise InputError(f"there are {len(queries)} queries but {len(inst)} instance queries")
-    units = None
-    if embeddings is not None:
-        if index.embedding_dim is None:
-            raise InputError("the index keeps no embeddings, so it cannot score by cosine: search by the two codes "
-                             "alone (leave the query embeddings out)")
-        units = unit_rows(check_embeddings(embeddings, len(queries), index.embedding_dim, "query embeddings"))
-        if center is not None:
-            center = check_embeddings(np.reshape(center, (1, -1)), 1, index.embedding_dim, "center")[0]
+    inst = _instance_queries(index, instance_queries, len(queries))
+    units = _query_units(index, embeddings, len(queries), inst is not None)
+    looks_like = default_looks_like(inst is not None) if looks_like is None else check_looks_like(looks_like)
+    if center is not None:
+        if units is None:
+            raise InputError("a centre goes with the query embeddings")
+        center = check_embeddings(np.reshape(center, (1, -1)), 1, index.embedding_dim, "center")[0]
     wanted = max(1, min(k * factor, index.ntotal))
     index.check_k(wanted, f"k * factor ({wanted} candidates)")
-    _, by_class = index.search(queries, wanted, labels)
-    _, by_look = index.instance_search(inst, wanted, labels)
-    candidates = _merged(by_class, by_look)
-    return _ranked(index, queries, inst, units, candidates, k, looks_like, center)
+    rows = None if labels is None else _checks.label_rows(labels, len(queries), "query labels")
+    widen = inst is None and wanted < index.ntotal  # (instance candidates find what a tied class hides)
+    step = max(1, PAIRS // max(wanted * (1 if inst is None else 2), MAX_RESCORE_CANDIDATES if widen else 1))
+    parts = []
+    for start in range(0, max(1, len(queries)), step):  # (an empty batch is one empty group)
+        part = slice(start, start + step)
+        group = None if rows is None else rows.take(np.arange(len(queries))[part])
+        dist, candidates = index.search(queries[part], wanted, group)
+        if widen:
+            _, candidates = with_boundary_ties(index, queries[part], dist, candidates, group)
+        if inst is not None:
+            candidates = _merged(candidates, index.instance_search(inst[part], wanted, group)[1])
+        parts.append(_ranked(index, queries[part], None if inst is None else inst[part],
+                             None if units is None else units[part], candidates, k, looks_like, center))
+    return Blended(*(np.concatenate([p[i] for p in parts]) for i in range(5)))
+
+
+def _instance_queries(index: Backend, instance_queries, n: int) -> np.ndarray | None:
+    if instance_queries is None:
+        return None
+    if index.instance_bits is None:
+        raise InputError("the index keeps no instance codes: rank by the query embeddings alone, or build the "
+                         "index with its instance codes (`lbhash index build --instance-bits`)")
+    inst = _checks.packed_codes(instance_queries, index.instance_bits, "instance queries")
+    if len(inst) != n:
+        raise InputError(f"there are {n} queries but {len(inst)} instance queries")
+    return inst
+
+
+def _query_units(index: Backend, embeddings, n: int, instance: bool) -> np.ndarray | None:
+    if embeddings is None:
+        if not instance:
+            raise InputError("a ranked search needs the queries' embeddings or instance codes: search in Hamming "
+                             "order (--no-rescore, rescore false) with codes alone")
+        return None
+    if index.embedding_dim is None:
+        raise InputError("the index keeps no embeddings, so it cannot score by cosine: search in Hamming order "
+                         "(--no-rescore, rescore false), rank by the instance codes alone (leave the query "
+                         "embeddings out), or build the index with its embeddings")
+    return unit_rows(check_embeddings(embeddings, n, index.embedding_dim, "query embeddings"))
 
 
 def _merged(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -113,34 +157,42 @@ def _centred_cosine(query_units: np.ndarray, rows: np.ndarray, center: np.ndarra
 
 def _ranked(index: Backend, queries, inst, units, ids: np.ndarray, k: int, looks_like: float,
             center: np.ndarray | None = None) -> Blended:
+    """The best k of candidate rows `ids` (nq, c; -1: padding), scored as the module says."""
     nq, c = ids.shape
     keep = min(k, c)
     out = Blended(np.full((nq, k), -np.inf), np.full((nq, k), PAD_DISTANCE, np.int32),
                   np.full((nq, k), PAD_DISTANCE, np.int32), np.full((nq, k), PAD_ID, np.int64), np.zeros((nq, k), bool))
     valid = ids >= 0
-    if not valid.any():
-        return out
-    found = np.unique(ids[valid])
-    codes, icodes = np.asarray(index.get_codes(found)), np.asarray(index.get_instance_codes(found))
-    stored = None if units is None else np.asarray(index.get_embeddings(found), EMBEDDING_DTYPE)
-    bits, ibits = index.bits, index.instance_bits
-    width = icodes.shape[1] + (0 if stored is None else stored.shape[1] * 16)
-    step = max(1, BUDGET // max(1, c * width))
-    for s in range(0, nq, step):  # bounded memory: (step, c, ...) gathered rows
+    dim = 0 if units is None else units.shape[1]
+    # bounded memory: the rows of `step` queries' candidates are gathered at a time, read for them alone
+    step = max(1, BUDGET // max(1, c * max(dim, 8)))
+    for s in range(0, nq, step):
         e = min(nq, s + step)
         ok = valid[s:e]
+        if not ok.any():
+            continue
+        found = np.unique(ids[s:e][ok])
         where = np.searchsorted(found, np.where(ok, ids[s:e], found[0]))
-        d_class = _distances(queries[s:e], codes[where])
-        d_inst = _distances(inst[s:e], icodes[where])
+        codes = np.asarray(index.get_codes(found))[where]
+        icodes = None if inst is None else np.asarray(index.get_instance_codes(found))[where]
+        stored = None if units is None else np.asarray(index.get_embeddings(found), EMBEDDING_DTYPE)[where]
+        d_class = _distances(queries[s:e], codes)
+        d_inst = np.full(d_class.shape, PAD_DISTANCE, np.int32) if icodes is None else _distances(inst[s:e], icodes)
         if stored is None:
-            similarity = np.cos(np.pi * d_inst / ibits)
-            same = d_inst <= SAME_INSTANCE * ibits
+            similarity = np.cos(np.pi * d_inst / index.instance_bits)
+        elif center is None:
+            similarity = cosine_scores(units[s:e], stored)
         else:
-            similarity = cosine_scores(units[s:e], stored[where]) if center is None else \
-                _centred_cosine(units[s:e], stored[where], center)
+            similarity = _centred_cosine(units[s:e], stored, center)
+        similarity = np.clip(similarity, -1.0, 1.0)  # (float16 rows: a row's cosine with itself may round past 1)
+        if center is not None:
             same = similarity >= SAME_COSINE
+        elif icodes is not None:
+            same = d_inst <= SAME_INSTANCE * index.instance_bits
+        else:  # a raw cosine has no calibrated threshold
+            same = np.zeros(d_class.shape, bool)
         sharp = np.sign(similarity) * np.abs(similarity) ** SIMILARITY_POWER
-        scores = (1 - looks_like) * (1 - 2 * d_class / bits) + looks_like * sharp
+        scores = (1 - looks_like) * (1 - 2 * d_class / index.bits) + looks_like * sharp
         scores[~ok] = -np.inf  # padding goes last (a real score is finite)
         order = np.lexsort((ids[s:e], d_inst, d_class, -scores), axis=1)[:, :keep]
         rows_ok = np.take_along_axis(ok, order, 1)

@@ -57,7 +57,7 @@ class CodeIndex(Backend):
     -------
     `search` returns `TopK` and `range_search` `InRange`, as `lbhash.index.Backend` says. An index
     keeps one embedding per item when its first add gives them (or `embedding_dim` is given):
-    `lbhash.index.rescore_search` re-scores by them; and one instance code per item (a second packed
+    `lbhash.index.blended_search` ranks by them; and one instance code per item (a second packed
     code, `instance_bits` long: lbhash.instance) when its first add gives them (or `instance_bits` is
     given): `instance_search` searches them, `lbhash.index.blended_search` ranks by both codes.
 

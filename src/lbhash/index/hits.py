@@ -15,8 +15,8 @@ from lbhash.checks import positive_int
 from lbhash.errors import InputError
 from lbhash.index import _checks
 from lbhash.index.backend import Backend
-from lbhash.index.blend import BLEND_FACTOR, LOOKS_LIKE, blended_search, check_looks_like
-from lbhash.index.rescore import RESCORE_FACTOR, rescore_search
+from lbhash.index.blend import blended_search, check_looks_like
+from lbhash.index.rescore import RESCORE_FACTOR
 from lbhash.index.sparse_labels import SparseLabels
 from lbhash.limits import MAX_BATCH, MAX_CLASS_ID, MAX_K, check_class_ids, check_k
 
@@ -35,7 +35,7 @@ class Spelling:
     k: str = "k"
     radius: str = "radius"
     factor: str = "rescore_factor"
-    rescore: str = "rescore"  # what asks for re-scoring
+    rescore: str = "rescore"  # what asks for a ranked search (its false: the Hamming order)
     classes: str = "labels"
     looks_like: str = "looks_like"
 
@@ -43,10 +43,10 @@ class Spelling:
 @dataclass(frozen=True)
 class SearchPlan:
     """A checked search: the top `k` (radius None) or every item within `radius` (k None);
-    `factor`: re-score the Hamming top k * factor by the queries' embeddings (None: Hamming order);
-    `max_hits`: a radius search's most hits per query, more is refused (None: not capped);
-    `looks_like`: rank by both codes (lbhash.index.blend), `factor` candidates per result from each
-    (None: no blend)."""
+    `factor`: rank k * factor candidates per result from each code by the one ranking
+    (lbhash.index.blend: the queries' embeddings and instance codes), with `looks_like` (None: the
+    ranking's default for the queries); None: Hamming order; `max_hits`: a radius search's most
+    hits per query, more is refused (None: not capped)."""
 
     k: int | None
     radius: int | None
@@ -58,10 +58,10 @@ class SearchPlan:
 
 @dataclass(frozen=True)
 class Queries:
-    """A search's queries: packed `codes` uint8 (nq, bits // 8) and, for a search that re-scores,
-    their `embeddings` (nq, d), from the forward pass that made the codes (or given beside them); for
-    a blended search their packed `instance` codes (lbhash.instance), with embeddings where the index
-    keeps them, and `center` (d,), the instance transform's mean, which the blend's cosine centres on."""
+    """A search's queries: packed `codes` uint8 (nq, bits // 8) and, for a ranked search, their
+    `embeddings` (nq, d; where the index keeps them), from the forward pass that made the codes (or
+    given beside them), their packed `instance` codes (lbhash.instance; where the index keeps them)
+    and `center` (d,), the instance transform's mean, which the ranking's cosine centres on."""
 
     codes: np.ndarray
     embeddings: np.ndarray | None = None
@@ -75,9 +75,9 @@ class Queries:
 @dataclass(frozen=True)
 class Hits:
     """One query's results, padding stripped: ids, Hamming distances and class ids of the hits,
-    by (distance, id); re-scored: by (descending cosine score, distance, id), with their `scores`;
-    blended: by (descending score, distance, instance distance, id), with `scores`, `instance_distances`
-    and `same` (the hit is the same picture as the query)."""
+    by (distance, id); ranked: by (descending score, distance, instance distance, id), with `scores`,
+    `same` (the hit is the same picture as the query) and `instance_distances` (where the queries
+    had instance codes)."""
 
     ids: list[int]
     distances: list[int]
@@ -92,47 +92,38 @@ class Hits:
         return zip(self.ids, self.distances, self.labels, scores)
 
 
-def plan_search(k: int | None = None, radius: int | None = None, *, rescore: bool = False, factor: int | None = None,
-                spelling: Spelling = Spelling(), max_k: int = MAX_K,
-                max_candidates: int | None = None, blend: bool = False, looks_like: float | None = None) -> SearchPlan:
-    """The plan of a request's options. `factor` (default `RESCORE_FACTOR`, or less where
-    `max_candidates` / k is less) goes with `rescore` only; `max_k` caps k and a radius search's hits
-    per query alike; `max_candidates`: a cap on k * factor. blend=True: rank by both codes
-    (`looks_like`, default `LOOKS_LIKE`; `factor`, default `BLEND_FACTOR`), in place of re-scoring."""
+def plan_search(k: int | None = None, radius: int | None = None, *, rank: bool = False, factor: int | None = None,
+                looks_like: float | None = None, spelling: Spelling = Spelling(), max_k: int = MAX_K,
+                max_candidates: int | None = None) -> SearchPlan:
+    """The plan of a request's options. rank=True: the one ranking (lbhash.index.blend), `factor`
+    candidates per result (default `RESCORE_FACTOR`, or less where `max_candidates` / k is less) and
+    `looks_like`; both go with `rank` only (a factor without it is left to the caller). `max_k` caps
+    k and a radius search's hits per query alike; `max_candidates`: a cap on k * factor."""
     names = spelling
     if looks_like is not None:
         check_looks_like(looks_like, names.looks_like)
-        if not blend:
-            raise InputError(f"{names.looks_like} ranks by the class and the instance codes: the index keeps no "
-                             "instance codes, or the search keeps the Hamming order (build the index with its "
-                             f"instance codes, or leave out {names.looks_like})")
-    if blend:
-        if radius is not None:
-            raise InputError(f"a blended ranking orders a top k: give {names.k}, not {names.radius}")
-        k = check_k(DEFAULT_K if k is None else k, names.k, max_k)
-        factor = BLEND_FACTOR if factor is None else positive_int(factor, names.factor)
-        if max_candidates is not None and k * factor > max_candidates:
-            raise InputError(f"{names.k} * {names.factor} must be at most {max_candidates} (candidates per query "
-                             f"from each code), got {k} * {factor} = {k * factor}")
-        return SearchPlan(k, None, factor, spelling, looks_like=LOOKS_LIKE if looks_like is None else float(looks_like))
+        if not rank:
+            raise InputError(f"{names.looks_like} ranks by the instance codes and the embeddings: the index keeps "
+                             "neither, the queries have none, or the search keeps the Hamming order (leave out "
+                             f"{names.looks_like}, or build the index with its instance codes)")
     if k is not None and radius is not None:
         raise InputError(f"give either {names.k} or {names.radius}, not both "
                          f"(got {names.k} {k} and {names.radius} {radius})")
-    if rescore and radius is not None:
-        raise InputError(f"re-scoring orders a top k: give {names.k}, not {names.radius}, with {names.rescore}")
+    if rank and radius is not None:
+        raise InputError(f"a ranked search orders a top k: give {names.k}, not {names.radius}, with {names.rescore}")
     if radius is not None:
         return SearchPlan(None, _checks.radius_value(radius), None, spelling, max_hits=check_k(max_k, "max_k"))
     k = check_k(DEFAULT_K if k is None else k, names.k, max_k)
-    if not rescore:
+    if not rank:
         return SearchPlan(k, None, None, spelling)
     if factor is None:  # the default, within the caller's cap where k allows
         factor = RESCORE_FACTOR if max_candidates is None else max(1, min(RESCORE_FACTOR, max_candidates // k))
     else:
         factor = positive_int(factor, names.factor)
     if max_candidates is not None and k * factor > max_candidates:
-        raise InputError(f"{names.k} * {names.factor} must be at most {max_candidates} (Hamming candidates "
-                         f"re-scored per query), got {k} * {factor} = {k * factor}")
-    return SearchPlan(k, None, factor, spelling)
+        raise InputError(f"{names.k} * {names.factor} must be at most {max_candidates} (candidates ranked per "
+                         f"query from each code), got {k} * {factor} = {k * factor}")
+    return SearchPlan(k, None, factor, spelling, looks_like=None if looks_like is None else float(looks_like))
 
 
 def check_classes(lists: list[list[int]], name: str = "labels", max_class_id: int = MAX_CLASS_ID) -> list[list[int]]:
@@ -153,11 +144,8 @@ def search_hits(index: Backend, queries: Queries, plan: SearchPlan, classes: lis
     if classes is not None and len(classes) != len(queries):
         raise InputError(f"{plan.spelling.classes} has {len(classes)} entries but there are {len(queries)} queries")
     codes, real, inst = queries.codes, queries.embeddings, queries.instance
-    if plan.looks_like is not None:
-        if inst is None:
-            raise TypeError("a blended plan needs the queries' instance codes")
-    elif (plan.factor is None) != (real is None) or inst is not None:
-        raise TypeError("query embeddings go with a re-scoring plan, and only with one; instance codes with a blend")
+    if plan.factor is None and (real is not None or inst is not None):
+        raise TypeError("query embeddings and instance codes go with a ranked plan")
     rows, step = [], MAX_BATCH
     if plan.radius is not None and plan.max_hits is not None:
         step = max(1, min(MAX_BATCH, RANGE_PAIRS // max(1, index.ntotal)))
@@ -174,14 +162,14 @@ def search_hits(index: Backend, queries: Queries, plan: SearchPlan, classes: lis
 
 def _hits(row: tuple, label_lists: dict) -> Hits:
     """A `_batch_rows` row as `Hits`."""
-    dist, ids, scores, *blend = row
-    extra = (blend[0][0].tolist(), blend[0][1].tolist()) if blend else (None, None)
+    dist, ids, scores, *ranked = row
+    extra = (None if ranked[0][0] is None else ranked[0][0].tolist(), ranked[0][1].tolist()) if ranked else (None, None)
     return Hits(ids.tolist(), dist.tolist(), [label_lists[x] for x in ids.tolist()],
                 None if scores is None else scores.tolist(), *extra)
 
 
 def _batch_rows(index, queries, plan: SearchPlan, labels, real, start: int, inst=None, center=None) -> list[tuple]:
-    """Per query: (distances, ids, scores or None[, (instance distances, same)]), padding stripped.
+    """Per query: (distances, ids, scores or None[, (instance distances or None, same)]), padding stripped.
     `start`: the number of the batch's first query among the request's (for messages)."""
     if plan.radius is not None:
         lims, dist, ids = index.range_search(queries, plan.radius, labels)
@@ -193,15 +181,11 @@ def _batch_rows(index, queries, plan: SearchPlan, labels, real, start: int, inst
                              f"more than the {plan.max_hits} a search returns per query (as {names.k}): give a "
                              f"smaller {names.radius}, or {names.k} for the nearest")
         return [(dist[a:b], ids[a:b], None) for a, b in zip(lims[:-1], lims[1:])]
-    if plan.looks_like is not None:
-        got = blended_search(index, queries, plan.k, inst, real, labels, plan.factor, plan.looks_like, center)
-        found = got.ids >= 0
-        return [(d[f], i[f], s[f], (di[f], same[f]))
-                for d, i, s, di, same, f in zip(got.distances, got.ids, got.scores, got.instance_distances, got.same, found)]
     if plan.factor is None:
         dist, ids = index.search(queries, plan.k, labels)
-        scores = [None] * len(ids)
-    else:
-        scores, dist, ids = rescore_search(index, queries, plan.k, real, labels, plan.factor)
-    found = ids >= 0
-    return [(d[f], i[f], None if s is None else s[f]) for d, i, s, f in zip(dist, ids, scores, found)]
+        return [(d[f], i[f], None) for d, i, f in zip(dist, ids, ids >= 0)]
+    got = blended_search(index, queries, plan.k, inst, real, labels, plan.factor, plan.looks_like, center)
+    kept = inst is not None
+    return [(d[f], i[f], s[f], (di[f] if kept else None, same[f]))
+            for d, i, s, di, same, f in zip(got.distances, got.ids, got.scores, got.instance_distances, got.same,
+                                            got.ids >= 0)]

@@ -1,8 +1,9 @@
-"""Two-stage search: Hamming candidates re-scored by stored embeddings (docs/search.md, "Re-scoring").
+"""The embeddings an index keeps, and the candidates a ranked search scores by them (lbhash.index.blend;
+docs/search.md, "Re-scoring").
 
 Embeddings are kept as float16 unit rows (`unit_rows`): cosine similarity is a dot product and
-equal items score equally bit for bit. `rescore_search` scores the Hamming top `k * factor`,
-widened to every item tied with the last (`with_boundary_ties`), and keeps the best k.
+equal items score equally bit for bit. A ranked search takes the Hamming top `k * factor`, widened
+to every item tied with the last (`with_boundary_ties`) where no instance codes give candidates.
 """
 
 from __future__ import annotations
@@ -11,14 +12,13 @@ import numpy as np
 
 from lbhash.errors import InputError
 from lbhash.index import _checks
-from lbhash.index.backend import PAD_DISTANCE, PAD_ID, Backend, Reranked
+from lbhash.index.backend import PAD_DISTANCE, PAD_ID, Backend
 from lbhash.limits import MAX_RESCORE_CANDIDATES
 
 RESCORE_FACTOR = 4  # Hamming candidates per result when a search re-scores (docs/search.md, "Measuring it")
 EMBEDDING_DTYPE = np.dtype(np.float16)
 MAX_EMBEDDING_DIM = 65_536
-BUDGET = 1 << 22  # gathered embedding values scored at a time (about 32 MB in float64)
-# (query, item) pairs a re-scored search holds at once, whatever its number of queries: the queries
+# (query, item) pairs a ranked search holds at once, whatever its number of queries: the queries
 # go through all stages (candidates, the boundary's ties, the scores) in groups of PAIRS //
 # max(k * factor, MAX_RESCORE_CANDIDATES) (one at least), and the ties are range-searched in
 # groups of PAIRS // ntotal (one at least), sized before the work. Before it, 256 queries on a
@@ -79,40 +79,6 @@ def cosine_scores(queries: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return np.einsum("qcd,qd->qc", r, q, dtype=np.float64, casting="safe", optimize=False)
 
 
-def candidate_count(k: int, factor: int, ntotal: int) -> int:
-    """Hamming candidates to fetch: k * factor, at most the index's size (at least 1)."""
-    return max(1, min(k * factor, ntotal))
-
-
-def rescore_search(index: Backend, queries, k, embeddings, labels=None, factor=RESCORE_FACTOR) -> Reranked:
-    """Top-k of `index` (any `Backend` holding embeddings; its `check_k` caps the candidates)
-    re-scored by the queries' `embeddings` (nq, d): `Reranked`, by (descending cosine score,
-    Hamming distance, id). The queries go in groups that hold at most `PAIRS` (query, candidate)
-    pairs (one query at least): a query's answer does not depend on the others."""
-    k = _checks.top_k(k)
-    factor = _checks.rescore_factor(factor)
-    queries = _checks.packed_codes(queries, index.bits, "queries")
-    dim = index.embedding_dim
-    if dim is None:
-        raise InputError("the index keeps no embeddings, so it cannot re-score: search in Hamming order "
-                         "(--no-rescore, rescore false), or build the index with its embeddings")
-    query_units = unit_rows(check_embeddings(embeddings, len(queries), dim, "query embeddings"))
-    wanted = candidate_count(k, factor, index.ntotal)
-    index.check_k(wanted, f"k * rescore_factor ({wanted} candidates)")
-    rows = None if labels is None else _checks.label_rows(labels, len(queries), "query labels")
-    widen = wanted < index.ntotal
-    step = max(1, PAIRS // max(wanted, MAX_RESCORE_CANDIDATES if widen else 1))
-    parts = []
-    for start in range(0, max(1, len(queries)), step):  # (an empty batch is one empty group)
-        part = slice(start, start + step)
-        group = None if rows is None else rows.take(np.arange(len(queries))[part])
-        dist, ids = index.search(queries[part], wanted, group)
-        if widen:
-            dist, ids = with_boundary_ties(index, queries[part], dist, ids, group)
-        parts.append(rescore_candidates(query_units[part], dist, ids, index.get_embeddings, k))
-    return Reranked(*(np.concatenate([p[i] for p in parts]) for i in range(3)))
-
-
 def with_boundary_ties(index: Backend, queries: np.ndarray, dist: np.ndarray, ids: np.ndarray, labels=None,
                        cap: int = MAX_RESCORE_CANDIDATES) -> tuple[np.ndarray, np.ndarray]:
     """Each full row of candidates (dist, ids (nq, c)) widened to every item within its last
@@ -144,36 +110,3 @@ def with_boundary_ties(index: Backend, queries: np.ndarray, dist: np.ndarray, id
     for q, (d, i) in wide.items():
         out_d[q, :len(d)], out_i[q, :len(i)] = d, i
     return out_d, out_i
-
-
-def rescore_candidates(query_units: np.ndarray, dist: np.ndarray, ids: np.ndarray, embeddings_of, k: int) -> Reranked:
-    """Score candidate rows (dist, ids: (nq, c), ids < 0 are padding) and keep the best k.
-    `embeddings_of(unique_ids)` gives their stored unit embeddings (m, d)."""
-    nq, c = ids.shape
-    out_s = np.full((nq, k), -np.inf)
-    out_d = np.full((nq, k), PAD_DISTANCE, np.int32)
-    out_i = np.full((nq, k), PAD_ID, np.int64)
-    valid = ids >= 0
-    if not valid.any():
-        return Reranked(out_s, out_d, out_i)
-    keep, d = min(k, c), query_units.shape[1]
-    step = max(1, BUDGET // max(1, c * d))
-    for s in range(0, nq, step):  # bounded memory: (step, c, d) gathered rows, or (1, BUDGET // d, d)
-        e = min(nq, s + step)
-        ok = valid[s:e]
-        scores = np.full((e - s, c), -np.inf)  # padding goes last (a real score is finite)
-        cols = max(1, BUDGET // max(1, (e - s) * d))
-        for t in range(0, c, cols):
-            block, block_ok = ids[s:e, t:t + cols], ok[:, t:t + cols]
-            if block_ok.any():  # the embeddings of this block only: never all candidates' at once
-                found = np.unique(block[block_ok])
-                stored = np.asarray(embeddings_of(found))
-                where = np.searchsorted(found, np.where(block_ok, block, found[0]))
-                scores[:, t:t + cols] = np.where(block_ok, cosine_scores(query_units[s:e], stored[where]), -np.inf)
-        # ascending (-score, distance, id): equal scores in Hamming order, then by id
-        order = np.lexsort((ids[s:e], dist[s:e], -scores), axis=1)[:, :keep]
-        rows_ok = np.take_along_axis(ok, order, 1)
-        out_s[s:e, :keep] = np.take_along_axis(scores, order, 1)
-        out_d[s:e, :keep] = np.where(rows_ok, np.take_along_axis(dist[s:e], order, 1), PAD_DISTANCE)
-        out_i[s:e, :keep] = np.where(rows_ok, np.take_along_axis(ids[s:e], order, 1), PAD_ID)
-    return Reranked(out_s, out_d, out_i)

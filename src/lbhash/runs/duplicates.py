@@ -22,9 +22,10 @@ from lbhash.data.image_sources import decode_image
 from lbhash.errors import InputError
 from lbhash.index.blend import blended_search
 from lbhash.index.hits import Queries
+from lbhash.index.rescore import RESCORE_FACTOR
 from lbhash.runs import index_inputs
 from lbhash.runs.index_dir import bytes_per_item, open_index
-from lbhash.runs.instance_codes import BLEND_FACTOR, LOOKS_LIKE, index_transform
+from lbhash.runs.instance_codes import LOOKS_LIKE, index_transform
 from lbhash.runs.origins import DataImages, read_sources
 
 ORDERS = ("hamming", "codes", "blend")  # class code alone; both codes alone; the default ranking
@@ -68,12 +69,12 @@ def make_copies(index, encoder, items: int = DEFAULT_ITEMS, seed: int = 0, edits
     start, queries = time.perf_counter(), {}
     for name in edits:
         copies = [edited(img, name) for img in originals]
-        queries[name] = run.queries(copies, rescore=True, instance=transform)
+        queries[name] = run.queries(copies, rank=True, floats=index.embedding_dim is not None, instance=transform)
     return Copies(ids, index.labels_of(ids), queries, time.perf_counter() - start)
 
 
 def ranked_ids(index, queries: Queries, order: str, k: int, looks_like: float = LOOKS_LIKE,
-               factor: int = BLEND_FACTOR) -> np.ndarray:
+               factor: int = RESCORE_FACTOR) -> np.ndarray:
     """The ids (nq, k) of the queries' top k in `order` (ORDERS)."""
     if order == "hamming":
         return index.search(queries.codes, k).ids
@@ -84,7 +85,7 @@ def ranked_ids(index, queries: Queries, order: str, k: int, looks_like: float = 
                           queries.center if emb is not None else None).ids
 
 
-def measure(index, copies: Copies, order: str, looks_like: float = LOOKS_LIKE, factor: int = BLEND_FACTOR) -> dict:
+def measure(index, copies: Copies, order: str, looks_like: float = LOOKS_LIKE, factor: int = RESCORE_FACTOR) -> dict:
     """Per edit: recall@1, recall@10, class_p@10, map@100 and ms_per_query of `order` (the module's list)."""
     out = {}
     for name, queries in copies.queries.items():
@@ -118,7 +119,7 @@ def _ap(relevant: list[bool]) -> float:
 
 def evaluate_duplicates(index_dir, run_dir: Path | None = None, export_path: Path | None = None, items: int = DEFAULT_ITEMS,
                         seed: int = 0, edits=tuple(EDITS), looks_like: float = LOOKS_LIKE,
-                        factor: int = BLEND_FACTOR) -> dict:
+                        factor: int = RESCORE_FACTOR) -> dict:
     """`lbhash index duplicates`: the report of every order the index can rank by (ORDERS), per edit,
     with the bytes per item each order reads and the encoding time per query."""
     index = open_index(index_dir)

@@ -9,9 +9,10 @@ from __future__ import annotations
 import numpy as np
 
 from lbhash.errors import InputError
-from lbhash.instance import BLEND_FACTOR, FILE_NAME, INSTANCE_BITS, LOOKS_LIKE, InstanceTransform, check_instance_bits
+from lbhash.index.blend import default_looks_like
+from lbhash.instance import FILE_NAME, INSTANCE_BITS, LOOKS_LIKE, InstanceTransform, check_instance_bits
 
-__all__ = ["BLEND_FACTOR", "INSTANCE_BITS", "LOOKS_LIKE", "attach", "fit_transform", "index_transform", "instance_of"]
+__all__ = ["INSTANCE_BITS", "default_looks_like", "LOOKS_LIKE", "attach", "fit_transform", "index_transform", "instance_of"]
 
 METADATA_KEY = "instance"
 MAX_FIT_ITEMS = 20_000  # training embeddings a transform is fitted on at most (a seeded sample beyond)

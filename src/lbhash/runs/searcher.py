@@ -13,10 +13,10 @@ from lbhash.codes import pack, to_signs
 from lbhash.data.image_sources import decode_image, is_image_name
 from lbhash.encoders import INPUT_KINDS, Encoder
 from lbhash.errors import InputError
-from lbhash.index.backend import Backend, InRange, Reranked, TopK
-from lbhash.index.blend import BLEND_FACTOR, LOOKS_LIKE, Blended, blended_search
+from lbhash.index.backend import Backend, InRange, TopK
+from lbhash.index.blend import Blended, blended_search
 from lbhash.index.hits import Queries, Spelling, check_classes, plan_search, search_hits
-from lbhash.index.rescore import RESCORE_FACTOR, rescore_search
+from lbhash.index.rescore import RESCORE_FACTOR
 from lbhash.instance import InstanceTransform
 from lbhash.runs import index_inputs
 from lbhash.runs.index_dir import open_index
@@ -24,6 +24,17 @@ from lbhash.runs.instance_codes import index_transform
 from lbhash.runs.origins import read_sources
 
 IMAGE_ARRAY_SUFFIXES = (".npz", ".npy", ".mat")  # images: an image array, read as image-array:PATH
+
+
+def ranked_queries(codes: np.ndarray, embeddings: np.ndarray, floats: bool,
+                   transform: InstanceTransform | None) -> Queries:
+    """The `Queries` of a ranked search from the queries' packed `codes` and `embeddings`: the
+    embeddings where the index keeps its own (`floats`), and where it keeps instance codes
+    (`transform`), the queries' instance codes and the cosine's centre (with floats)."""
+    if transform is None:
+        return Queries(codes, embeddings if floats else None)
+    return Queries(codes, embeddings if floats else None, transform.apply(embeddings, "query embeddings"),
+                   transform.mean if floats else None)
 
 
 class QueryEncoder:
@@ -60,17 +71,14 @@ class QueryEncoder:
         real, emb = self.encoder.outputs(inputs, json_numbers=json_numbers)
         return pack(to_signs(real, "real outputs")), emb
 
-    def queries(self, inputs, *, rescore: bool, json_numbers: bool = False,
+    def queries(self, inputs, *, rank: bool, json_numbers: bool = False, floats: bool = True,
                 instance: InstanceTransform | None = None) -> Queries:
-        """The `Queries` of the inputs: their codes, (rescore=True) their embeddings and (`instance`, an
-        index's transform) their instance codes, from one forward pass."""
-        if instance is not None:
-            codes, emb = self.embeddings(inputs, json_numbers)
-            return Queries(codes, emb if rescore else None, instance.apply(emb, "query embeddings"),
-                           instance.mean if rescore else None)
-        if not rescore:
+        """The `Queries` of the inputs: their codes and, for a ranked search (rank=True), what it
+        needs from the same forward pass (`ranked_queries`: `floats`, the index keeps embeddings;
+        `instance`, its instance transform)."""
+        if not rank:
             return Queries(self.encode(inputs, json_numbers))
-        return Queries(*self.embeddings(inputs, json_numbers))
+        return ranked_queries(*self.embeddings(inputs, json_numbers), floats, instance)
 
     def decode_images(self, blobs: list[bytes], names: list[str]) -> list[np.ndarray]:
         """uint8 (H, W, 3) images of encoded image files; `names` appear in errors."""
@@ -89,24 +97,16 @@ class Searcher(QueryEncoder):
         self.index = index
 
     def search(self, inputs, k: int, labels=None) -> TopK:
-        """`index.search` of the inputs' codes (re-scored: `rescore_search`)."""
+        """`index.search` of the inputs' codes: the Hamming order (ranked: `blended_search`)."""
         return self.index.search(self.encode(inputs), k, labels)
 
-    def rescore_search(self, inputs, k: int, labels=None, factor: int = RESCORE_FACTOR) -> Reranked:
-        """`lbhash.index.rescore_search` of the inputs: the Hamming top k * factor re-scored by
-        their embeddings (one forward pass gives codes and embeddings; docs/search.md)."""
-        queries = self.queries(inputs, rescore=True)
-        return rescore_search(self.index, queries.codes, k, queries.embeddings, labels, factor)
-
-    def blended_search(self, inputs, k: int, labels=None, factor: int = BLEND_FACTOR,
-                       looks_like: float = LOOKS_LIKE) -> Blended:
-        """`lbhash.index.blended_search` of the inputs: candidates from their class and instance codes,
-        scored with the cosine of their embeddings where the index keeps them (docs/search.md)."""
-        transform = index_transform(self.index)
-        if transform is None:
-            raise InputError("the index keeps no instance codes: build it with them (`lbhash index build "
-                             "--instance-bits`), or search with `search` or `rescore_search`")
-        queries = self.queries(inputs, rescore=self.index.embedding_dim is not None, instance=transform)
+    def blended_search(self, inputs, k: int, labels=None, factor: int = RESCORE_FACTOR,
+                       looks_like: float | None = None) -> Blended:
+        """`lbhash.index.blended_search` of the inputs: candidates from their class codes and, where
+        the index keeps them, their instance codes, scored with the cosine of their embeddings where
+        the index keeps them (one forward pass gives all; docs/search.md, "Ranking")."""
+        floats, transform = self.index.embedding_dim is not None, index_transform(self.index)
+        queries = self.queries(inputs, rank=True, floats=floats, instance=transform)
         return blended_search(self.index, queries.codes, k, queries.instance, queries.embeddings, labels, factor,
                               looks_like, queries.center)
 
@@ -139,71 +139,55 @@ def search_index(index_dir, backend: str = "faiss", uri: str | None = None, *, c
     """Search a saved index (or Milvus collection) with the queries of one source: a codes file
     (`codes`), feature rows (`features`) or `images` (files, folders, image arrays), these encoded
     by the run or export that made the index's codes (another is refused; `force`: warned).
-    The options are checked before the index is read. Re-scores by default where the index keeps
-    embeddings and the queries have theirs, for a top k; `factor` asks for it, rescore=False never.
-    Where the index keeps instance codes and the queries have embeddings, the ranking blends both
-    codes instead (`looks_like`; docs/search.md, "Instance codes"); rescore=False: Hamming order."""
-    plan_search(k, radius, rescore=factor is not None, factor=factor, spelling=names)  # (checks)
-    if looks_like is not None:
-        from lbhash.index.blend import check_looks_like
-
-        check_looks_like(looks_like, names.looks_like)
+    The options are checked before the index is read. A top k is ranked by default (lbhash.index.blend)
+    where the index keeps embeddings or instance codes and the queries have embeddings; `factor` or
+    `looks_like` ask for it, rescore=False never (the Hamming order)."""
+    plan_search(k, radius, rank=factor is not None or looks_like is not None, factor=factor, looks_like=looks_like,
+                spelling=names)  # (checks)
     classes = None if classes is None else check_classes([classes], names.classes)[0]
     index = open_index(index_dir, backend, uri)
     if codes is None:
         index_inputs.check_index_model(index.metadata, index_dir, run_dir, export_path, force)
     encoder = None if codes is not None else index_inputs.query_encoder(run_dir, export_path)
-    transform = _blends(index, encoder, radius, rescore)
-    if transform is not None:  # the blend scores by cosine where the index keeps float rows
-        rescore = index.embedding_dim is not None
-    else:
-        rescore = _rescores(index, encoder, radius, factor, rescore, names)
-    plan = plan_search(k, radius, rescore=rescore and transform is None, factor=factor, spelling=names,
-                       blend=transform is not None, looks_like=looks_like)
-    query_names, queries, query_labels = _queries(index, codes, features, images, encoder, rescore, names, transform)
+    transform = index_transform(index)
+    rank = _ranks(index, transform, encoder, radius, factor is not None or looks_like is not None, rescore, names)
+    plan = plan_search(k, radius, rank=rank, factor=factor, looks_like=looks_like, spelling=names)
+    query_names, queries, query_labels = _queries(index, codes, features, images, encoder, rank, names, transform)
     hits = search_hits(index, queries, plan, None if classes is None else [classes] * len(queries))
     found = np.array(sorted({i for h in hits for i in h.ids}), np.int64)
     record = read_sources(index)  # sources and class names, parsed once
     source_of = _hit_sources(index, record, found, run_dir, index_dir, backend)
     results = [{"query": q, "name": query_names[q], "ids": h.ids, "distances": h.distances,
                 **({"scores": h.scores} if h.scores is not None else {}),
-                **({"instance_distances": h.instance_distances, "same": h.same} if h.same is not None else {}),
+                **({"instance_distances": h.instance_distances} if h.instance_distances is not None else {}),
+                **({"same": h.same} if h.same is not None else {}),
                 "labels": h.labels, **({"sources": [source_of.get(x) for x in h.ids]} if source_of else {}),
                 **({"query_labels": query_labels[q]} if query_labels is not None else {})}
                for q, h in enumerate(hits)]
     return Found(results, (record.class_names or None) if record is not None else None)
 
 
-def _blends(index, encoder, radius, rescore: bool) -> InstanceTransform | None:
-    """The index's instance transform when the search ranks by both codes: the index keeps instance
-    codes, the queries have embeddings to make theirs (feature rows, images through an encoder that
-    gives them), a top k, and the Hamming order was not asked for (rescore=False); else None."""
-    transform = index_transform(index)
-    if transform is None or not rescore or radius is not None or encoder is None:
-        return None
-    return transform if QueryEncoder(encoder, index.bits).gives_embeddings else None
-
-
-def _rescores(index, encoder, radius, factor, rescore: bool, names: Names) -> bool:
-    """Whether the search re-scores: by default where the index keeps embeddings and the queries
-    have theirs (feature rows, images through an encoder that gives them) for a top k; `factor`
-    asks for it."""
+def _ranks(index, transform, encoder, radius, asked: bool, rescore: bool, names: Names) -> bool:
+    """Whether the search is ranked (lbhash.index.blend): by default where the index keeps embeddings
+    or instance codes and the queries have embeddings (feature rows, images through an encoder that
+    gives them) for a top k; `asked` (a factor or looks_like given) asks for it; rescore=False never."""
     if not rescore:
         return False
-    if index.embedding_dim is None:
-        if factor is not None:
-            raise InputError(f"{names.factor}: the index keeps no embeddings, so it cannot re-score; build it with "
-                             f"its embeddings (`lbhash index build` keeps them by default) or leave out {names.factor}")
+    if index.embedding_dim is None and transform is None:
+        if asked:
+            raise InputError(f"{names.factor}, {names.looks_like}: the index keeps neither embeddings nor instance "
+                             "codes, so it cannot rank; build it with them (`lbhash index build` keeps both by "
+                             f"default) or leave out {names.factor} and {names.looks_like}")
         return False
-    if factor is not None:
+    if asked:
         return True  # (an encoder without embeddings then says so in one line)
     return encoder is not None and radius is None and QueryEncoder(encoder, index.bits).gives_embeddings
 
 
-def _queries(index, codes, features, images, encoder, rescore: bool, names: Names,
+def _queries(index, codes, features, images, encoder, rank: bool, names: Names,
              transform: InstanceTransform | None = None):
-    """The queries' names, `Queries` (with embeddings when rescore=True, instance codes with a
-    `transform`) and class-id lists (None: no labels)."""
+    """The queries' names, `Queries` (what a ranked search needs where rank=True: `ranked_queries`)
+    and class-id lists (None: no labels)."""
     if codes is not None:
         query_names, packed, labels = _code_queries(index, codes)
         return query_names, Queries(packed), labels
@@ -218,7 +202,8 @@ def _queries(index, codes, features, images, encoder, rescore: bool, names: Name
     else:
         query_names, inputs = _image_queries(run, images, names)
         labels = None
-    return query_names, run.queries(inputs, rescore=rescore, instance=transform), labels
+    floats = index.embedding_dim is not None
+    return query_names, run.queries(inputs, rank=rank, floats=floats, instance=transform if rank else None), labels
 
 
 def _check_query_kind(kind: str, features, images, names: Names) -> None:

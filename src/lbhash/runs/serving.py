@@ -25,16 +25,15 @@ class Search:
     classes: list[list[int]] | None = None
 
     @classmethod
-    def checked(cls, limits, codes: np.ndarray, embeddings: np.ndarray | None, k, radius, labels, factor,
-                blend: Queries | None = None, looks_like: float | None = None) -> Search:
-        """A request's search of packed `codes` (re-scored by their `embeddings` where given), checked
-        against the service's `limits` (max_k, max_rescore_candidates, max_class_id); `blend`: the
-        queries with their instance codes, ranked by both codes (`looks_like`) instead."""
-        plan = plan_search(k, radius, rescore=embeddings is not None and blend is None, factor=factor,
-                           max_k=limits.max_k, max_candidates=limits.max_rescore_candidates, blend=blend is not None,
-                           looks_like=looks_like)
+    def checked(cls, limits, queries: Queries, k, radius, labels, factor, looks_like: float | None = None,
+                rank: bool = False) -> Search:
+        """A request's search of `queries`, ranked where `rank` (lbhash.index.blend: the queries carry
+        what it needs), checked against the service's `limits` (max_k, max_rescore_candidates,
+        max_class_id)."""
+        plan = plan_search(k, radius, rank=rank, factor=factor, looks_like=looks_like, max_k=limits.max_k,
+                           max_candidates=limits.max_rescore_candidates)
         classes = None if labels is None else check_classes(labels, "labels", limits.max_class_id)
-        return cls(blend if blend is not None else Queries(codes, embeddings), plan, classes)
+        return cls(queries, plan, classes)
 
     def run(self, store: Store) -> list[Hits]:
         """Its hits in `store` (a scan of its own): one `Hits` per query."""

@@ -8,8 +8,8 @@ Bad input is a 4xx with {"detail": one line}: 400 bad values, 401 a key missing 
 409 id taken, 413 body or images too large, 422 malformed request (its first errors named, a JSON
 body checked in bounded memory first: lbhash.service.bodies), 429 / 503 (Retry-After) too
 much decoding at once, 507 uploads over their byte budget. A bug is a bare 500.
-Where the index keeps embeddings, searches re-score by them (`rescore` false for Hamming order)
-and hits carry a `score`; added items bring their embeddings.
+Where the index keeps embeddings or instance codes, a top k is ranked by them (lbhash.index.blend;
+`rescore` false for Hamming order) and hits carry a `score`; added items bring their embeddings.
 
 The handlers take what they use as FastAPI dependencies (lbhash.service.depends), decode a request
 (lbhash.service.decode) for the application layer (lbhash.runs.index_store's `Store`,
@@ -46,7 +46,7 @@ from lbhash.service.access import Access, AccessControl, HostNames
 from lbhash.service.batching import MAX_ROWS, SearchBatcher
 from lbhash.service.bodies import MAX_ERRORS, BodyErrors, CheckedBody, check_body, error_line, json_content
 from lbhash.service.decode import (DecodersBusy, PixelBudget, check_batch, decode_search, need_encoder, parse_ids,
-                                  read_uploads, to_codes, wants_rescore)
+                                  read_uploads, to_codes, wants_ranking)
 from lbhash.service.depends import BatcherDep, DecodingDep, EncoderDep, Limits, LimitsDep, MediaDep, StoreDep
 from lbhash.service.media import ItemMedia, TooBusy
 from lbhash.service.offload import Offload
@@ -110,8 +110,9 @@ def hits_response(store: Store, media: ItemMedia, search: Search, hits) -> Respo
     details = item_details(store, media, sorted({i for h in hits for i in h.ids}))
     results = [{"code": code, "hits": [{"id": i, "distance": d, "labels": lab,
                                         **({} if score is None else {"score": score}),
-                                        **({} if rows.same is None else {"instance_distance": rows.instance_distances[r],
-                                                                         "same": rows.same[r]}),
+                                        **({} if rows.instance_distances is None else
+                                           {"instance_distance": rows.instance_distances[r]}),
+                                        **({} if rows.same is None else {"same": rows.same[r]}),
                                         **details.get(i, {})}
                                        for r, (i, d, lab, score) in enumerate(rows.rows())]}
                for code, rows in zip(to_hex(search.queries.codes), hits)]
@@ -142,26 +143,20 @@ def search_image(store: StoreDep, encoder: EncoderDep, limits: LimitsDep, media:
                  rescore: bool | None = Form(None), rescore_factor: int | None = Form(None, ge=1),
                  looks_like: float | None = Form(None, ge=0, le=1)):
     """Query with uploaded image files; `labels`: comma-separated class ids for every query; where
-    the index keeps embeddings, the Hamming top k * rescore_factor (default 4) are re-scored by the
-    images' embeddings, unless `rescore` is false; where it keeps instance codes, the candidates of
-    both codes are ranked by one score instead (`looks_like`, from 0, same class first, to 1, looks
-    like first; docs/search.md, "Instance codes"). Each hit comes with its source, thumbnail and
-    code, as /search gives them: an image query is this one request."""
+    the index keeps embeddings or instance codes, the top k * rescore_factor (default 4) candidates
+    of each code are ranked by one score (`looks_like`, from 0, same class first, to 1, looks like
+    first; docs/search.md, "Ranking"), unless `rescore` is false. Each hit comes with its source,
+    thumbnail and code, as /search gives them: an image query is this one request."""
     check_batch(limits, len(files), "images")
     run = need_encoder(encoder, "images")
     blobs, names, pixels = read_uploads(files)
     label_lists = None if labels is None else [parse_ids(labels, "labels", check=check_class_ids)] * len(files)
-    blend = store.transform if rescore is not False and radius is None and run.gives_embeddings else None
-    rescored = blend is None and wants_rescore(rescore, rescore_factor, radius, store.index.embedding_dim,
-                                               run.gives_embeddings)
-    if looks_like is not None and blend is None:
-        raise InputError("looks_like ranks by the class and the instance codes: the index keeps no instance codes, "
-                         "or the search keeps the Hamming order")
+    floats, transform = store.index.embedding_dim is not None, store.transform
+    ranked = wants_ranking(rescore, rescore_factor, looks_like, radius, floats or transform is not None,
+                           run.gives_embeddings)
     with decoding.hold(pixels, "the query images"):  # the service's pixels decoded at once
-        queries = run.queries(run.decode_images(blobs, names), rescore=rescored or (
-            blend is not None and store.index.embedding_dim is not None), instance=blend)
-    search = Search.checked(limits, queries.codes, queries.embeddings, k, radius, label_lists, rescore_factor,
-                            queries if blend is not None else None, looks_like)
+        queries = run.queries(run.decode_images(blobs, names), rank=ranked, floats=floats, instance=transform)
+    search = Search.checked(limits, queries, k, radius, label_lists, rescore_factor, looks_like, ranked)
     return hits_response(store, media, search, search.run(store))
 
 

@@ -19,7 +19,7 @@ from PIL import Image
 from lbhash.checks import parse_int_list
 from lbhash.codes import from_hex
 from lbhash.errors import InputError, TooLarge
-from lbhash.runs.searcher import QueryEncoder
+from lbhash.runs.searcher import QueryEncoder, ranked_queries
 from lbhash.runs.serving import Queries, Search, given_embeddings
 from lbhash.limits import IMAGE_FORMATS, MAX_DECODING_PIXELS, MAX_IMAGE_PIXELS, MAX_REQUEST_PIXELS, check_ids
 from lbhash.service import models
@@ -103,48 +103,46 @@ def to_codes(hex_codes, features, what: str, limits, bits: int, encoder: QueryEn
     return run.embeddings(feature_rows(features), json_numbers=True)
 
 
-def wants_rescore(rescore: bool | None, factor: int | None, radius: int | None, keeps: int | None,
-                  has_embeddings: bool) -> bool:
-    """Whether a search re-scores: as asked (`rescore`, or a `rescore_factor` given), else by
-    default where the index keeps embeddings and the queries can have theirs, for a top k."""
+def wants_ranking(rescore: bool | None, factor: int | None, looks_like: float | None, radius: int | None,
+                  ranks: bool, has_embeddings: bool) -> bool:
+    """Whether a search is ranked (lbhash.index.blend): as asked (`rescore`, or a `rescore_factor` or
+    `looks_like` given), else by default where the index keeps embeddings or instance codes (`ranks`)
+    and the queries can have embeddings, for a top k."""
+    asked = factor is not None or looks_like is not None
     if rescore is False:
-        if factor is not None:
-            raise InputError("rescore_factor goes with re-scoring; with rescore false the order is Hamming's")
+        if asked:
+            raise InputError("rescore_factor and looks_like go with a ranked search; with rescore false the order "
+                             "is Hamming's")
         return False
-    if rescore is None and factor is None:
-        return keeps is not None and radius is None and has_embeddings
-    if keeps is None:
-        raise InputError("the index keeps no embeddings, so it cannot re-score: search in Hamming order "
-                         "(rescore false), or build the index with its embeddings")
+    if rescore is None and not asked:
+        return ranks and radius is None and has_embeddings
+    if not ranks:
+        raise InputError("the index keeps neither embeddings nor instance codes, so it cannot rank: search in "
+                         "Hamming order (rescore false), or build the index with them")
     return True
 
 
 def decode_search(body: models.SearchRequest, limits, bits: int, encoder: QueryEncoder | None,
                   keeps: int | None = None, transform=None) -> Search:
-    """The checked `Search` of a /search body: its codes or its features' codes, with their embeddings
-    when it re-scores (`wants_rescore`; `keeps`: the index's embedding width, None where it keeps none);
-    ranked by both codes where the index keeps instance codes (`transform`) and the queries have embeddings."""
+    """The checked `Search` of a /search body: its codes or its features' codes, with what a ranked
+    search needs where it is ranked (`wants_ranking`; `keeps`: the index's embedding width, None
+    where it keeps none; `transform`: its instance transform, None where it keeps no instance codes)."""
     given = body.embeddings is not None or (body.features is not None and encoder is not None
                                             and encoder.gives_embeddings)
-    if transform is not None and given and body.rescore is not False and body.radius is None:
-        codes, emb = to_codes(body.codes, body.features, "queries", limits, bits, encoder, body.embeddings,
-                              transform.dim)
-        kept = keeps is not None
-        blend = Queries(codes, emb if kept else None, transform.apply(emb, "embeddings"), transform.mean if kept else None)
-        return Search.checked(limits, codes, None, body.k, None, body.labels, body.rescore_factor, blend, body.looks_like)
-    if body.looks_like is not None:
-        raise InputError("looks_like ranks by the class and the instance codes: the index keeps no instance codes, "
-                         "the queries have no embeddings, or the search keeps the Hamming order")
     asked = body.rescore if body.rescore is not None or body.embeddings is None else True  # embeddings ask for it
-    rescored = wants_rescore(asked, body.rescore_factor, body.radius, keeps, given)
-    if body.embeddings is not None and not rescored:
-        raise InputError("'embeddings' are for re-scoring, which this search does not do")
-    if rescored and body.codes is not None and body.embeddings is None:
-        raise InputError("re-scoring needs the queries' embeddings: 'embeddings' beside 'codes', or 'features' "
+    ranked = wants_ranking(asked, body.rescore_factor, body.looks_like, body.radius,
+                           keeps is not None or transform is not None, given)
+    if body.embeddings is not None and not ranked:
+        raise InputError("'embeddings' are for a ranked search, which this search is not")
+    if ranked and body.codes is not None and body.embeddings is None:
+        raise InputError("a ranked search needs the queries' embeddings: 'embeddings' beside 'codes', or 'features' "
                          "with a run attached (or rescore false)")
+    width = (keeps if keeps is not None else transform.dim) if ranked else None
     codes, emb = to_codes(body.codes, body.features, "queries", limits, bits, encoder, body.embeddings,
-                          keeps if rescored else None)  # (the features' embeddings only where it re-scores)
-    return Search.checked(limits, codes, emb, body.k, body.radius, body.labels, body.rescore_factor)
+                          width)  # (the features' embeddings only where it is ranked)
+    queries = ranked_queries(codes, emb, keeps is not None, transform) if ranked else Queries(codes)
+    return Search.checked(limits, queries, body.k, body.radius, body.labels, body.rescore_factor, body.looks_like,
+                          ranked)
 
 
 def read_uploads(files) -> tuple[list[bytes], list[str], int]:

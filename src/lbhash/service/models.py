@@ -6,6 +6,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, Strict
 
+from lbhash.runs.instance_codes import LOOKS_LIKE
+
 # Numbers in a request are JSON numbers: `true` is not class 1, "3" and 3.0 are not id 3
 Int = Annotated[int, Strict()]
 Float = Annotated[float, Strict()]  # an integer is a number too
@@ -18,11 +20,11 @@ class _Strict(BaseModel):
 
 class SearchRequest(_Strict):
     """Queries as packed codes in hex (byte 0 first, FAISS bit layout) or as feature vectors
-    (needs a run attached to the service); top-`k`, or every item within `radius`. Re-scoring
-    (top-k only; on by default where the index keeps embeddings and the queries have theirs:
-    `features` through the attached run, or `embeddings` beside `codes`): the Hamming top
-    k * rescore_factor are re-scored by cosine similarity (docs/search.md, "Re-scoring");
-    `rescore: false` keeps the Hamming order."""
+    (needs a run attached to the service); top-`k`, or every item within `radius`. The ranking
+    (top-k only; on by default where the index keeps embeddings or instance codes and the queries
+    have embeddings: `features` through the attached run, or `embeddings` beside `codes`): the top
+    k * rescore_factor candidates of each code ranked by one score (`looks_like`; docs/search.md,
+    "Ranking"); `rescore: false` keeps the Hamming order."""
 
     codes: list[str] | None = Field(None, description="One hex string per query, 2 digits per byte.")
     features: list[list[Number]] | None = Field(
@@ -36,29 +38,30 @@ class SearchRequest(_Strict):
         None, description="Per query: class ids; only items with at least one of them are returned.")
     embeddings: list[list[Float]] | None = Field(
         None, description="Per query (with 'codes'): its embedding, as wide as the index's (GET /stats: "
-                          "embedding_dim); the hits are re-scored by cosine similarity to the items' embeddings.")
+                          "embedding_dim); the hits are ranked with the cosine similarity to the items' embeddings.")
     rescore: Annotated[bool, Strict()] | None = Field(
-        None, description="Re-score the Hamming candidates by the embeddings (default: true where the index keeps "
-                          "embeddings and the queries have theirs); false: Hamming order only.")
+        None, description="Rank the candidates by the embeddings and instance codes (default: true where the index "
+                          "keeps either and the queries have embeddings); false: Hamming order only.")
     rescore_factor: Int | None = Field(
-        None, ge=1, description="Hamming candidates per result that are re-scored (default 4); where the index "
-                                "keeps instance codes, candidates per result from each code.")
+        None, ge=1, description="Candidates per result from each code that a ranked search scores (default 4).")
     looks_like: Float | None = Field(
-        None, ge=0, le=1, description="Where the index keeps instance codes: the ranking from 0 (same class first) "
-                                      "to 1 (looks like first) (docs/search.md, \"Instance codes\").")
+        None, ge=0, le=1, description="The ranking from 0 (same class first) to 1 (looks like first) (default "
+                                      f"{LOOKS_LIKE} where the index keeps instance codes, else 1; docs/search.md, "
+                                      "\"Ranking\").")
 
 
 class Hit(BaseModel):
     id: int
     distance: int = Field(description="Hamming distance to the query's code.")
     labels: list[int]
-    score: float | None = Field(None, description="Re-scored searches: the cosine similarity of the query's and "
-                                                  "the item's embeddings (hits by descending score, ties by "
-                                                  "distance, then id); otherwise absent.")
+    score: float | None = Field(None, description="Ranked searches: (1 - looks_like) x (1 - 2 distance / bits) + "
+                                                  "looks_like x similarity^3 (hits by descending score, ties by "
+                                                  "distance, instance distance, then id); otherwise absent.")
     instance_distance: int | None = Field(None, description="Where the index keeps instance codes: the Hamming distance "
                                                          "of the query's and the item's instance codes.")
-    same: bool | None = Field(None, description="Where the index keeps instance codes: the item is the same picture "
-                                                "as the query (an edited copy or a duplicate).")
+    same: bool | None = Field(None, description="Ranked searches: the item is the same picture as the query (an "
+                                                "edited copy or a duplicate; never marked where the index keeps "
+                                                "no instance codes).")
     source: str | None = Field(None, description="Where the item came from, as /sources says (null: not recorded).")
     image: bool | None = Field(None, description="Whether GET /items/{id}/image has a thumbnail.")
     code: str | None = Field(None, description="The item's code (hex); null for an item deleted since the search.")

@@ -26,6 +26,7 @@ from lbhash.service.depends import AccessDep, EncoderDep, LimitsDep, MediaDep, S
 from lbhash.service.media import ItemMedia
 from lbhash.service.models import Int
 from lbhash.runs.index_store import Store
+from lbhash.runs.instance_codes import default_looks_like
 from lbhash.runs.serving import run_summary
 
 logger = logging.getLogger("lbhash")
@@ -96,7 +97,8 @@ def about(store: StoreDep, encoder: EncoderDep, limits: LimitsDep, media: MediaD
     """The index and the run the service serves, for the page's header."""
     record = media.record
     info = {**store.stats(), "data": store.metadata.get("data"), "sources": 0 if record is None else len(record),
-            "class_names": None if record is None else record.class_names, "keeps_uploads": media.kept is not None}
+            "class_names": None if record is None else record.class_names, "keeps_uploads": media.kept is not None,
+            "looks_like": default_looks_like(store.transform is not None)}  # the ranking's default here
     return About(index=info, run=run_summary(encoder), input_kind=None if encoder is None else encoder.input_kind,
                  limits=asdict(limits), access=access.public())
 

@@ -64,8 +64,10 @@ function card(entry, origin, ctx) {
   if (entry.distance !== undefined) {
     li.append(el("div", { class: "row" }, el("span", { class: "distance", "data-distance": String(entry.distance),
       text: `distance ${entry.distance}` }), entry.score !== undefined && entry.score !== null
-      ? el("span", { class: "score", title: "cosine similarity of the query's and the item's embeddings",
-        text: `similarity ${fmt(entry.score, 3)}` }) : null));
+      ? el("span", { class: "score", title: "the ranking's score: (1 - looks like) x class agreement + looks like x similarity\u00b3",
+        text: `score ${fmt(entry.score, 3)}` }) : null,
+      entry.same ? el("span", { class: "badge same", title: "an edited copy or a duplicate of the query (docs/search.md)",
+        text: "same picture" }) : null));
   }
   if (origin.code) li.append(el("code", { class: "code", title: "the item's code (hex)", text: origin.code }));
   li.append(el("div", { class: "labels", text: `labels: ${labelText(entry.labels, ctx.names)}` }));

@@ -62,6 +62,7 @@ async function loadAbout() {
     facts($("run-info"), [["run", kind ? `an encoder for ${kind}` : "none attached (codes and items only)"]]);
   }
   classFilter(ix.num_classes || 0);
+  $("looks-like").value = String(ix.looks_like); $("looks-like-value").textContent = String(ix.looks_like);
   if (state.names) $("class-names").textContent = "Classes: " + state.names.map((n, i) => `${i} ${n}`).join(", ");
   $("add").hidden = kind !== "images" || about.access.read_only;  // adding encodes images through the run
   $("mode-image").disabled = kind !== "images";
@@ -98,11 +99,12 @@ function summarize() {
 const mode = () => (document.querySelector("input[name=mode]:checked") || {}).value;
 function showMode() {
   for (const panel of document.querySelectorAll(".mode-panel")) panel.hidden = panel.dataset.mode !== mode();
-  const kept = Boolean(state.about && state.about.index.embedding_dim);
+  const kept = ranks();
   const own = mode() === "item" || (state.about && state.about.input_kind && (mode() === "image" || mode() === "features"));
   $("rescore").disabled = !(kept && own); $("rescore-factor").disabled = !(kept && own);
+  $("looks-like").disabled = !(kept && own);
   $("rescore-hint").textContent = !kept
-    ? "The index keeps no embeddings: results come in Hamming order, and items at the same distance in id order."
+    ? "The index keeps no embeddings or instance codes: results come in Hamming order, and items at the same distance in id order."
     : (own ? "" : "Re-scoring needs the query's embedding: an image, a feature row through the attached run, or an item.");
   summarize();
 }
@@ -138,21 +140,27 @@ async function theQuery() {
   return { code, label: "the code", item: null };
 }
 
+// the index keeps what a ranked search reads: embeddings or instance codes (docs/search.md, "Ranking")
+const ranks = () => Boolean(state.about && (state.about.index.embedding_dim || state.about.index.instance_bits));
+
 // One request: /search/image for an image (the service encodes it: its code and embedding
 // never travel through the page), else /search with the code (an item's with its stored
 // embedding) or the feature row.
 function searchRequest(q, how, labels) {
   // an item's own code is among its hits: ask for one more, shown apart as the query
   const k = how.radius !== null ? null : (q.item === null ? how.k : Math.min(how.k + 1, state.about.limits.max_k));
-  const kept = Boolean(state.about.index.embedding_dim);
+  const kept = ranks();
   const rescore = !$("rescore").disabled && $("rescore").checked ? Number($("rescore-factor").value || 4) : null;
+  const looksLike = $("looks-like").value;
   if (q.file) {
     const form = new FormData();
     form.append("files", q.file, q.file.name);
     if (k !== null) form.append("k", String(k)); else form.append("radius", String(how.radius));
     if (labels.length) form.append("labels", labels.join(","));
-    if (rescore !== null && k !== null) form.append("rescore_factor", String(rescore));
-    else if (kept) form.append("rescore", "false");
+    if (rescore !== null && k !== null) {
+      form.append("rescore_factor", String(rescore));
+      form.append("looks_like", looksLike);
+    } else if (kept) form.append("rescore", "false");
     return ["/search/image", undefined, form];
   }
   const body = q.features ? { features: [q.features] } : { codes: [q.code] };
@@ -160,6 +168,7 @@ function searchRequest(q, how, labels) {
   if (labels.length) body.labels = [labels];
   if (rescore !== null && k !== null && (q.features || q.embedding)) {
     body.rescore_factor = rescore;
+    body.looks_like = Number(looksLike);
     if (q.embedding) body.embeddings = [q.embedding];
   } else if (kept && !q.code) body.rescore = false;
   return ["/search", body, undefined];
@@ -299,6 +308,7 @@ function acceptDrops() {
 async function setUp() {
   for (const radio of document.querySelectorAll("input[name=mode]")) radio.addEventListener("change", showMode);
   $("rescore").addEventListener("change", summarize);
+  $("looks-like").addEventListener("input", () => { $("looks-like-value").textContent = $("looks-like").value; });
   $("search-form").addEventListener("submit", (e) => { e.preventDefault(); guarded(runSearch); });
   $("add-form").addEventListener("submit", (e) => { e.preventDefault(); guarded(addImages); });
   $("query-file").addEventListener("change", () => { const f = $("query-file").files[0]; if (f) chooseImage(f); });

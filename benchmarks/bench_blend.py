@@ -1,0 +1,96 @@
+"""The default ranking (class and instance codes, floats where kept) against a class-code-only search,
+at scale (issue 68: 1M and 100M items).
+
+An index of `--items` items, each a 64-bit class code (clustered: `--classes` centers, up to 6 bits
+flipped, so that whole classes tie as a trained run's do) and a `--instance-bits` instance code
+(random bits: the instance codes of distinct photos are spread), with a `--dim`-wide float row
+each where `--dim` is not 0, added in slices of a million, saved and loaded back (codes and floats
+memory-mapped, as `CodeIndex.load` maps them). Then `--queries` queries one at a time: the class
+code's Hamming top 10 (the reference), the ranking by both codes alone, and with `--dim`, the
+default ranking with the floats. Prints the build time (adds and save), the process's peak memory
+(VmHWM), the directory's bytes on disk, ms per query of each search and its ratio to the
+reference measured in the same run. The first query of each search is left out of the timing.
+
+    python benchmarks/bench_blend.py [--items 1000000 --dim 1280 --queries 50]
+    python benchmarks/bench_blend.py --items 100000000 --dim 0 --queries 5    # 100M, codes alone
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from _smoke import parse_args
+from bench_rescore import per_query_ms  # (the first query left out: cold pages)
+from lbhash.index import CodeIndex, blended_search
+
+BITS = 64
+SLICE = 1_000_000  # items drawn and added at a time: bounded memory
+
+
+def clustered(rng, n: int, centers: np.ndarray) -> np.ndarray:
+    codes = centers[rng.integers(0, len(centers), n)]
+    for _ in range(6):  # up to 6 flipped bits per item
+        bit = rng.integers(0, BITS, n)
+        flip = np.flatnonzero(rng.random(n) < 0.5)
+        codes[flip, bit[flip] // 8] ^= (1 << (bit[flip] % 8)).astype(np.uint8)
+    return codes
+
+
+def peak_mb() -> float:
+    """The process's peak resident memory so far (VmHWM), in MB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--items", type=int, default=1_000_000)
+    parser.add_argument("--instance-bits", type=int, default=256)
+    parser.add_argument("--dim", type=int, default=1280, help="float row width (0: no float rows)")
+    parser.add_argument("--classes", type=int, default=1000)
+    parser.add_argument("--queries", type=int, default=50)
+    args = parse_args(parser, items=3000, dim=16, classes=10, queries=3)
+    rng = np.random.default_rng(0)
+    centers = rng.integers(0, 256, (args.classes, BITS // 8), dtype=np.uint8)
+    ibytes = args.instance_bits // 8
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
+        index = CodeIndex(BITS, embedding_dim=args.dim or None, instance_bits=args.instance_bits)
+        for first in range(0, args.items, SLICE):
+            n = min(args.items, first + SLICE) - first
+            emb = rng.standard_normal((n, args.dim), dtype=np.float32) if args.dim else None
+            index.add(clustered(rng, n, centers), ids=np.arange(first, first + n), embeddings=emb,
+                      instance=rng.integers(0, 256, (n, ibytes), dtype=np.uint8))
+        index.save(Path(tmp) / "idx")
+        built = time.perf_counter() - start
+        del index
+        index = CodeIndex.load(Path(tmp) / "idx")
+        disk = sum(f.stat().st_size for f in (Path(tmp) / "idx").rglob("*") if f.is_file())
+        nq = args.queries + 1
+        q_codes = clustered(rng, nq, centers)
+        q_inst = rng.integers(0, 256, (nq, ibytes), dtype=np.uint8)
+        q_emb = rng.standard_normal((nq, args.dim), dtype=np.float32) if args.dim else None
+        print(f"{args.items} items, {BITS}-bit class codes, {args.instance_bits}-bit instance codes, "
+              f"{args.dim}-d float rows, {args.queries} queries, one at a time")
+        print(f"build (adds and save): {built:.1f} s; on disk {disk / 2**20:.0f} MB "
+              f"({disk / args.items:.1f} bytes per item); codes in memory {BITS // 8 + ibytes} bytes per item")
+        hamming = per_query_ms(lambda q: index.search(q_codes[q:q + 1], 10), args.queries)
+        print(f"class code alone, top 10 (reference): {hamming:.2f} ms/query x1.00")
+        codes = per_query_ms(lambda q: blended_search(index, q_codes[q:q + 1], 10, q_inst[q:q + 1]), args.queries)
+        print(f"both codes, no float read: {codes:.2f} ms/query x{codes / hamming:.2f}")
+        if args.dim:
+            floats = per_query_ms(lambda q: blended_search(index, q_codes[q:q + 1], 10, q_inst[q:q + 1],
+                                                           q_emb[q:q + 1], center=np.zeros(args.dim)), args.queries)
+            print(f"the default ranking (both codes, floats): {floats:.2f} ms/query x{floats / hamming:.2f}")
+        print(f"peak memory: {peak_mb():.0f} MB")
+
+
+if __name__ == "__main__":
+    main()
