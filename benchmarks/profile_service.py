@@ -84,7 +84,7 @@ async def profile(app, body: bytes, repeats: int) -> dict[str, float]:
 
     query = models.SearchRequest.model_validate_json(body)
     codes = np.frombuffer(bytes.fromhex(query.codes[0]), np.uint8)[None]
-    plan = plan_search(query.k, None, rescore=False, factor=None, max_k=state.limits.max_k,
+    plan = plan_search(query.k, None, rank=False, factor=None, max_k=state.limits.max_k,
                        max_candidates=state.limits.max_rescore_candidates)
     async with app.router.lifespan_context(app):
         for _ in range(200):
