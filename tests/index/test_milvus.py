@@ -68,7 +68,8 @@ def milvus_uri(request, tmp_path_factory):
         return
     server = os.environ.get("LBHASH_MILVUS_SERVER") or _lite_server()
     if server is None or not Path(server).is_file():
-        _unavailable(f"no Milvus server binary at {server} (pip install -c constraints.txt milvus-lite)")
+        _unavailable(f"no Milvus server binary at {server} (milvus-lite 2.5.1 holds one, 3.x none: "
+                     "pip install -c constraints.txt milvus-lite)")
     data = tmp_path_factory.mktemp("milvus-data")
     port = _free_port()
     uri = f"http://127.0.0.1:{port}"

@@ -14,7 +14,6 @@ enforce unique keys). Several vector fields in one collection need Milvus 2.4 or
 from __future__ import annotations
 
 import time
-import uuid
 
 import numpy as np
 
