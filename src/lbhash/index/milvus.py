@@ -111,7 +111,7 @@ class MilvusIndex(Backend):
         kept = fields.get("embedding")
         if kept is not None and _type_name(kept) == "VARCHAR":
             raise InputError(f"Milvus collection {name!r} keeps its embeddings as base64 text (lbhash's layout for "
-                             "Milvus 2.3): build it again (lbhash index build --backend milvus --overwrite)")
+                             "Milvus 2.3): drop it (pymilvus: MilvusClient(URI).drop_collection(NAME)) and build it again")
         self._dim = self._own_field(kept, "FLOAT16_VECTOR", EMBEDDING_NOTE)
         self._ibits = self._own_field(fields.get("instance"), "BINARY_VECTOR", INSTANCE_NOTE)
         for index in self._client.list_indexes(name, timeout=self._timeout):
