@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pytest
 
+from index_fakes import fake_milvus
 from index_reference import brute_blend, tied_items
 from lbhash.errors import InputError
 from lbhash.index import CodeIndex, SparseLabels, blended_search
@@ -152,3 +153,20 @@ def test_the_blend_refuses_bad_parameters_in_one_line():
     plain.add(codes)
     with pytest.raises(InputError, match="keeps no instance codes"):
         blended_search(plain, codes[:1], 5, inst[:1])
+
+
+def test_milvus_instance_codes_over_a_stand_in_client_search_and_blend_as_the_definition():
+    """MilvusIndex's own code (its k + 1 fetch and tie collection by range search) over `fake_milvus`,
+    which answers ties in reverse id order; tests/index/test_milvus.py repeats this on a real store."""
+    codes, inst, labels = tied_items()
+    ids = np.arange(400) * 3 + 7
+    milvus, flat = fake_milvus(8, instance_bits=16), CodeIndex(8)
+    for index in (milvus, flat):
+        index.add(codes, ids=ids, labels=labels, instance=inst)
+    q, qi = codes[[0, 1, 2, 3]], inst[[0, 5, 7, 11]]
+    for a, b in zip(milvus.instance_search(qi, 25, labels=[0, 1, 2, 0]), flat.instance_search(qi, 25, labels=[0, 1, 2, 0])):
+        np.testing.assert_array_equal(a, b)
+    got = blended_search(milvus, q, 10, qi, looks_like=0.5, factor=3)
+    for r, (want, scores) in enumerate(brute_blend(flat, q, qi, 10, 0.5, 3, SIMILARITY_POWER)):
+        assert got.ids[r].tolist() == want.tolist()
+        np.testing.assert_allclose(got.scores[r], scores, rtol=0, atol=1e-12)

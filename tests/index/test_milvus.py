@@ -348,3 +348,12 @@ def test_instance_codes_come_with_every_add_or_none_and_a_reopened_collection_ke
     with pytest.raises(InputError, match="the index keeps no instance codes"):
         blended_search(plain, codes[:1], 5, inst[:1])
     assert milvus.ntotal == 10 and plain.ntotal == 10  # nothing added by a refused add
+
+
+def test_a_server_that_does_not_answer_is_one_line(milvus_uri):
+    from lbhash.index.milvus import MilvusIndex
+
+    uri = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    with pytest.raises(InputError, match=f"cannot reach Milvus at {uri} ") as err:
+        MilvusIndex(8, collection="t_unreachable", uri=uri, timeout=5)
+    assert "\n" not in str(err.value)
