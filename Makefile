@@ -30,10 +30,11 @@ test: install
 test-slow: install
 	$(PY) -m pytest -q -m "slow and not milvus and not browser" --timeout 900 $(PYTEST_ARGS)
 
-# a real Milvus server (the PyPI package `milvus`), started and stopped by the tests on 127.0.0.1;
-# LBHASH_MILVUS_REQUIRED=1: a server that cannot be installed or started fails the run (CI runs it)
+# a real Milvus store (the server inside the `milvus-lite` wheel; versions pinned in constraints.txt),
+# started and stopped by the tests on 127.0.0.1; LBHASH_MILVUS_REQUIRED=1: a store that cannot be
+# installed or started fails the run (CI runs it)
 test-milvus: install
-	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[test,milvus]' 'milvus>=2.3,<2.4'
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[test,milvus]' milvus-lite
 	LBHASH_MILVUS_REQUIRED=1 $(PY) -m pytest -q -rs -m milvus tests/index/test_milvus.py
 
 # the search page in headless Chromium (Debian's chromium and chromium-driver: .ci/run installs them;

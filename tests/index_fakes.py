@@ -2,7 +2,6 @@
 a Milvus server (`fake_milvus`: a MilvusIndex over a collection kept in a dict)."""
 
 import json
-from types import SimpleNamespace
 
 import numpy as np
 
@@ -29,58 +28,59 @@ class FakeEncoder(Encoder):
         return feats @ self.projection, (feats if embedded else None)
 
 
-class FakeCollection:
-    """The pymilvus Collection calls MilvusIndex makes (query by id or count, insert, upsert,
-    delete, search), answered from a dict by brute force, so that MilvusIndex runs without a
-    server. Like Milvus, it returns ties in no particular order: here by descending id."""
+class FakeClient:
+    """The pymilvus `MilvusClient` calls MilvusIndex makes on its collection (query by id or count,
+    insert, upsert, delete, search), answered from a dict by brute force, so that MilvusIndex runs
+    without a server. Like Milvus, it returns ties in no particular order: here by descending id."""
 
     def __init__(self):
         self.rows = {}
 
-    def query(self, expr, output_fields, consistency_level=None, timeout=None):
+    def query(self, collection_name, filter, output_fields, consistency_level=None, timeout=None):
         if output_fields == ["count(*)"]:
             return [{"count(*)": len(self.rows)}]
-        wanted = json.loads(expr.removeprefix("id in "))
+        wanted = json.loads(filter.removeprefix("id in "))
         return [{"id": i, **{f: self.rows[i][f] for f in output_fields if f != "id"}} for i in wanted if i in self.rows]
 
-    def insert(self, data, timeout=None):
-        for i, code, labels, *emb in zip(*data):
-            self.rows[i] = {"code": code, "labels": labels, **({"embedding": emb[0]} if emb else {})}
+    def insert(self, collection_name, data, timeout=None):
+        for row in data:
+            self.rows[row["id"]] = dict(row)
 
     upsert = insert
 
-    def delete(self, expr, timeout=None):
-        for i in json.loads(expr.removeprefix("id in ")):
+    def delete(self, collection_name, filter, timeout=None):
+        for i in json.loads(filter.removeprefix("id in ")):
             self.rows.pop(i, None)
 
-    def search(self, data, anns_field, param, limit, expr=None, consistency_level=None, timeout=None):
-        extra = param["params"]
+    def search(self, collection_name, data, anns_field, limit, filter, search_params, output_fields=None,
+               consistency_level=None, timeout=None):
+        extra = search_params["params"]
         low, high = extra.get("range_filter", 0), extra.get("radius", float("inf"))  # low <= d < high
-        classes = set(json.loads(expr[expr.index("["):-1])) if expr else set()  # array_contains_any(labels, [..])
+        classes = set(json.loads(filter[filter.index("["):-1])) if filter else set()  # array_contains_any(labels, [..])
         results = []
         for query in data:
-            hits = [SimpleNamespace(distance=float(_hamming(query, row["code"])), id=i) for i, row in self.rows.items()
+            hits = [{"distance": float(_hamming(query, row[anns_field])), "id": i} for i, row in self.rows.items()
                     if not classes or classes & set(row["labels"])]
-            hits = [h for h in hits if low <= h.distance < high]
-            results.append(sorted(hits, key=lambda h: (h.distance, -h.id))[:limit])
+            hits = [h for h in hits if low <= h["distance"] < high]
+            results.append(sorted(hits, key=lambda h: (h["distance"], -h["id"]))[:limit])
         return results
+
+    def close(self) -> None:
+        pass
 
 
 def _hamming(a: bytes, b: bytes) -> int:
     return int(np.unpackbits(np.frombuffer(a, np.uint8) ^ np.frombuffer(b, np.uint8)).sum())
 
 
-def fake_milvus(bits: int, embedding_dim=None):
-    """A MilvusIndex over a FakeCollection (lbhash.index.milvus; no pymilvus, no server)."""
+def fake_milvus(bits: int, embedding_dim=None, instance_bits=None):
+    """A MilvusIndex over a FakeClient (lbhash.index.milvus; no pymilvus, no server)."""
     from lbhash.index.milvus import MilvusIndex
 
     class FakeMilvusIndex(MilvusIndex):
         def __init__(self):
             self._bits, self._kind, self.nlist, self.nprobe = bits, "flat", 1024, 16
-            self._timeout, self.collection, self._col = 1.0, "fake", FakeCollection()
-            self.metadata, self._dim = {}, embedding_dim
-
-        def close(self) -> None:
-            pass
+            self._timeout, self.collection, self.uri, self._client = 1.0, "fake", "fake", FakeClient()
+            self.metadata, self._dim, self._ibits = {}, embedding_dim, instance_bits
 
     return FakeMilvusIndex()

@@ -112,3 +112,41 @@ def near_queries(rng, codes, m, flips=2):
     for row in picked:
         row[rng.choice(len(row), flips, replace=False)] ^= 1
     return np.packbits(picked, axis=1)
+
+
+def tied_items(n=400, seed=0):
+    """Class codes of 8 bits drawn from 4 values (hundreds tie), 16-bit instance codes, 3 labels."""
+    rng = np.random.default_rng(seed)
+    codes = rng.choice(np.array([0, 1, 3, 255], np.uint8), size=(n, 1))
+    inst = rng.integers(0, 256, (n, 2), dtype=np.uint8)
+    inst[::7] = inst[0]  # ties in the instance codes too
+    return codes, inst, rng.integers(0, 3, n)
+
+
+def brute_blend(source, q, qi, k, looks_like, factor, power, emb=None, center=None):
+    """The blend's ranking (lbhash.index.blend, docs/search.md "Instance codes") recomputed from its
+    definition with the similarity raised to `power`, over the items of `source`, a flat `CodeIndex` read
+    only for what it holds (ids, both codes, the stored float16 rows): per query, (ids, scores) of the top k."""
+    held = source.ids()
+    dc = hamming(q, source.get_codes(held))
+    di = hamming(qi, source.get_instance_codes(held))
+    ibits = qi.shape[1] * 8
+    out = []
+    for r in range(len(q)):
+        wanted = min(k * factor, len(held))
+        by_class = held[np.lexsort((held, dc[r]))[:wanted]]
+        by_look = held[np.lexsort((held, di[r]))[:wanted]]
+        cand = np.union1d(by_class, by_look)
+        pos = np.searchsorted(held, cand)
+        if emb is None:
+            sim = np.cos(np.pi * di[r][pos] / ibits)
+        else:
+            stored = source.get_embeddings(cand).astype(np.float64) - center
+            query = emb[r] / np.linalg.norm(emb[r])
+            query = query.astype(np.float16).astype(np.float64) - center
+            sim = stored @ query / np.linalg.norm(stored, axis=1) / np.linalg.norm(query)
+        sharp = np.sign(sim) * np.abs(sim) ** power
+        score = (1 - looks_like) * (1 - 2 * dc[r][pos] / (q.shape[1] * 8)) + looks_like * sharp
+        order = np.lexsort((cand, di[r][pos], dc[r][pos], -score))[:k]
+        out.append((cand[order], score[order]))
+    return out

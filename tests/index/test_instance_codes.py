@@ -6,9 +6,11 @@ import json
 import numpy as np
 import pytest
 
+from index_fakes import fake_milvus
+from index_reference import brute_blend, tied_items
 from lbhash.errors import InputError
 from lbhash.index import CodeIndex, SparseLabels, blended_search
-from lbhash.index import blend as blend_module
+from lbhash.index.blend import SIMILARITY_POWER
 from lbhash.instance import InstanceTransform, check_instance_bits
 
 KINDS = [("flat", {}), ("ivf", {"nlist": 4, "nprobe": 2}), ("multihash", {"nhash": 1})]
@@ -17,15 +19,6 @@ KINDS = [("flat", {}), ("ivf", {"nlist": 4, "nprobe": 2}), ("multihash", {"nhash
 def popcount_distances(q: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """Hamming distances (nq, n) of packed rows, by unpacking every bit."""
     return (np.unpackbits(q[:, None, :], axis=2) != np.unpackbits(rows[None, :, :], axis=2)).sum(axis=2)
-
-
-def tied_items(n=400, seed=0):
-    """Class codes of 8 bits drawn from 4 values (hundreds tie), 16-bit instance codes, 3 labels."""
-    rng = np.random.default_rng(seed)
-    codes = rng.choice(np.array([0, 1, 3, 255], np.uint8), size=(n, 1))
-    inst = rng.integers(0, 256, (n, 2), dtype=np.uint8)
-    inst[::7] = inst[0]  # ties in the instance codes too
-    return codes, inst, rng.integers(0, 3, n)
 
 
 def test_the_transform_gives_balanced_codes_that_keep_neighbours_and_round_trips():
@@ -116,32 +109,6 @@ def test_a_tampered_or_mismatched_instance_file_is_refused_in_one_line(tmp_path)
         CodeIndex.load(tmp_path / "iy")
 
 
-def brute_blend(index, q, qi, k, looks_like, factor, emb=None, center=None):
-    """The blend's ranking recomputed from its definition (docs/search.md, "Instance codes")."""
-    held = index.ids()
-    dc = popcount_distances(q, index.get_codes(held))
-    di = popcount_distances(qi, index.get_instance_codes(held))
-    out = []
-    for r in range(len(q)):
-        wanted = min(k * factor, len(held))
-        by_class = held[np.lexsort((held, dc[r]))[:wanted]]
-        by_look = held[np.lexsort((held, di[r]))[:wanted]]
-        cand = np.union1d(by_class, by_look)
-        pos = np.searchsorted(held, cand)
-        if emb is None:
-            sim = np.cos(np.pi * di[r][pos] / index.instance_bits)
-        else:
-            stored = index.get_embeddings(cand).astype(np.float64) - center
-            query = emb[r] / np.linalg.norm(emb[r])
-            query = query.astype(np.float16).astype(np.float64) - center
-            sim = stored @ query / np.linalg.norm(stored, axis=1) / np.linalg.norm(query)
-        sharp = np.sign(sim) * np.abs(sim) ** blend_module.SIMILARITY_POWER
-        score = (1 - looks_like) * (1 - 2 * dc[r][pos] / index.bits) + looks_like * sharp
-        order = np.lexsort((cand, di[r][pos], dc[r][pos], -score))[:k]
-        out.append((cand[order], score[order]))
-    return out
-
-
 @pytest.mark.parametrize("kind,params", KINDS)
 @pytest.mark.parametrize("looks_like", [0.0, 0.5, 1.0])
 def test_the_blend_is_its_definition_on_every_kind_ties_included(kind, params, looks_like):
@@ -150,7 +117,7 @@ def test_the_blend_is_its_definition_on_every_kind_ties_included(kind, params, l
     index.add(codes, labels=labels, instance=inst)
     q, qi = codes[[0, 1, 2, 3]], inst[[0, 5, 7, 11]]
     got = blended_search(index, q, 10, qi, looks_like=looks_like, factor=3)
-    for r, (ids, scores) in enumerate(brute_blend(index, q, qi, 10, looks_like, 3)):
+    for r, (ids, scores) in enumerate(brute_blend(index, q, qi, 10, looks_like, 3, SIMILARITY_POWER)):
         assert got.ids[r].tolist() == ids.tolist()
         np.testing.assert_allclose(got.scores[r], scores, rtol=0, atol=1e-12)
     if looks_like == 0.0:  # same class first: the class distances never decrease down a row
@@ -165,7 +132,7 @@ def test_the_blend_scores_by_centred_cosine_where_the_index_keeps_floats():
     center = emb.mean(axis=0) / np.linalg.norm(emb.mean(axis=0))
     q, qi, qe = codes[:3], inst[:3], emb[:3] * 2.0  # (scale does not matter: unit rows)
     got = blended_search(index, q, 10, qi, qe, looks_like=0.7, factor=4, center=center)
-    for r, (ids, scores) in enumerate(brute_blend(index, q, qi, 10, 0.7, 4, qe, center)):
+    for r, (ids, scores) in enumerate(brute_blend(index, q, qi, 10, 0.7, 4, SIMILARITY_POWER, qe, center)):
         assert got.ids[r].tolist() == ids.tolist()
         np.testing.assert_allclose(got.scores[r], scores, atol=1e-9)
     assert got.ids[:, 0].tolist() == [0, 1, 2] and got.same[:, 0].all()  # each finds itself, marked the same picture
@@ -186,3 +153,20 @@ def test_the_blend_refuses_bad_parameters_in_one_line():
     plain.add(codes)
     with pytest.raises(InputError, match="keeps no instance codes"):
         blended_search(plain, codes[:1], 5, inst[:1])
+
+
+def test_milvus_instance_codes_over_a_stand_in_client_search_and_blend_as_the_definition():
+    """MilvusIndex's own code (its k + 1 fetch and tie collection by range search) over `fake_milvus`,
+    which answers ties in reverse id order; tests/index/test_milvus.py repeats this on a real store."""
+    codes, inst, labels = tied_items()
+    ids = np.arange(400) * 3 + 7
+    milvus, flat = fake_milvus(8, instance_bits=16), CodeIndex(8)
+    for index in (milvus, flat):
+        index.add(codes, ids=ids, labels=labels, instance=inst)
+    q, qi = codes[[0, 1, 2, 3]], inst[[0, 5, 7, 11]]
+    for a, b in zip(milvus.instance_search(qi, 25, labels=[0, 1, 2, 0]), flat.instance_search(qi, 25, labels=[0, 1, 2, 0])):
+        np.testing.assert_array_equal(a, b)
+    got = blended_search(milvus, q, 10, qi, looks_like=0.5, factor=3)
+    for r, (want, scores) in enumerate(brute_blend(flat, q, qi, 10, 0.5, 3, SIMILARITY_POWER)):
+        assert got.ids[r].tolist() == want.tolist()
+        np.testing.assert_allclose(got.scores[r], scores, rtol=0, atol=1e-12)

@@ -1,6 +1,6 @@
 """`make test-milvus` (and so CI) sets LBHASH_MILVUS_REQUIRED=1: a Milvus run that cannot reach a
-server must fail, not pass as skipped. Runs the Milvus suite's fixture in a child pytest with a
-milvus-server that does not exist, so no server is ever started here."""
+store must fail, not pass as skipped. Runs the Milvus suite's fixture in a child pytest with a
+server binary that does not exist, so no server is ever started here."""
 
 import os
 import subprocess

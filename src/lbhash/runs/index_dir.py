@@ -111,7 +111,9 @@ def _instance_transform(source: Path, spec: str | None, ids: np.ndarray, emb, bi
         return None, None
     if backend == "milvus":
         if bits != INSTANCE_BITS:
-            raise InputError("--instance-bits: the milvus backend keeps no instance codes yet (give --instance-bits 0)")
+            # (MilvusIndex keeps them, but a collection has no place for the transform that encodes the queries)
+            raise InputError("--instance-bits: `index build --backend milvus` makes no instance codes yet "
+                             "(give --instance-bits 0)")
         return None, None
     if emb is None:
         if bits != INSTANCE_BITS:
