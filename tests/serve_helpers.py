@@ -39,6 +39,23 @@ def post_json(url: str, body: dict, timeout: float = 30) -> tuple[int, dict]:
         return err.code, json.loads(err.read())
 
 
+def post_files(url: str, files: list[tuple[str, bytes]], fields: dict | None = None,
+               timeout: float = 60) -> tuple[int, dict]:
+    """A multipart/form-data POST of `files` (name, bytes) under the field `files`, beside `fields`."""
+    boundary = f"lbhash-{os.urandom(8).hex()}"
+    parts = [f'--{boundary}\r\nContent-Disposition: form-data; name="{key}"\r\n\r\n{value}\r\n'.encode()
+             for key, value in (fields or {}).items()]
+    parts += [f'--{boundary}\r\nContent-Disposition: form-data; name="files"; filename="{name}"\r\n'
+              f"Content-Type: application/octet-stream\r\n\r\n".encode() + blob + b"\r\n" for name, blob in files]
+    body = b"".join(parts) + f"--{boundary}--\r\n".encode()
+    request = urllib.request.Request(url, body, {"content-type": f"multipart/form-data; boundary={boundary}"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
 class ServeProcess:
     """`lbhash serve INDEX --host 127.0.0.1 --port FREE ARGS...`; `stop()` ends it with SIGTERM
     and returns what it printed on stderr."""

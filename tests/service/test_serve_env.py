@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from serve_helpers import ServeProcess, post_json
+from serve_helpers import ServeProcess, post_files, post_json
 
 FIXTURE = os.environ.get("LBHASH_SERVE_ENV_FIXTURE")
 
@@ -32,3 +32,38 @@ def test_an_environment_without_torch_serves_an_export(tmp_path):
     assert [answer for _, answer in answers] == expected["answers"]
     assert "libtorch" not in maps and "torch imported: False" in log, log
     print(f"\nserver answered /health {server.start_s:.2f} s after it was started")
+
+
+@pytest.mark.skipif(FIXTURE is None, reason="make test-serve-env runs it (LBHASH_SERVE_ENV_FIXTURE names its inputs)")
+def test_an_environment_without_torch_ranks_images_as_the_run(tmp_path):
+    """The export carries the ranking: /search/image and /items/image through an image export, served
+    without torch, give the run's answers (its torch path, in the full environment): the same ids,
+    order, class and instance distances and same-picture marks; the scores, sums of float32 outputs
+    that ONNX Runtime adds in another order, to float32 rounding (docs/export.md, "Exactness")."""
+    import numpy as np
+
+    fixture = Path(FIXTURE)
+    shutil.copytree(fixture / "image-idx", tmp_path / "idx")
+    expected = json.loads((fixture / "expected-images.json").read_text())
+    files = [[(name, (fixture / name).read_bytes()) for name in expected[key]] for key in ("queries", "uploads")]
+    server = ServeProcess(tmp_path / "idx", "--encoder", fixture / "image-run" / "export")
+    try:
+        k = {"k": str(expected["k"])}
+        answers = [post_files(f"{server.url}/search/image", files[0], k), post_files(f"{server.url}/items/image", files[1]),
+                   post_files(f"{server.url}/search/image", files[1], k)]
+        maps = server.mapped_files()
+    finally:
+        log = server.stop()
+    assert [status for status, _ in answers] == [200] * 3, answers
+    (_, before), (_, added), (_, after) = answers
+    assert added == expected["answers"][1]
+    for got, want in ((before, expected["answers"][0]), (after, expected["answers"][2])):
+        assert len(got["results"]) == len(want["results"]) > 0
+        for served, own in zip(got["results"], want["results"]):
+            assert served["code"] == own["code"]
+            strip = [[{key: value for key, value in hit.items() if key != "score"} for hit in r["hits"]]
+                     for r in (served, own)]
+            assert strip[0] == strip[1] and all("instance_distance" in hit for hit in strip[0])
+            np.testing.assert_allclose([h["score"] for h in served["hits"]], [h["score"] for h in own["hits"]],
+                                       rtol=1e-5, atol=1e-6)
+    assert "libtorch" not in maps and "torch imported: False" in log, log
