@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from serve_helpers import ServeProcess, post_files, post_json
+from serve_helpers import ServeProcess, post_files, post_json, same_ranking
 
 FIXTURE = os.environ.get("LBHASH_SERVE_ENV_FIXTURE")
 
@@ -38,10 +38,9 @@ def test_an_environment_without_torch_serves_an_export(tmp_path):
 def test_an_environment_without_torch_ranks_images_as_the_run(tmp_path):
     """The export carries the ranking: /search/image and /items/image through an image export, served
     without torch, give the run's answers (its torch path, in the full environment): the same ids,
-    order, class and instance distances and same-picture marks; the scores, sums of float32 outputs
-    that ONNX Runtime adds in another order, to float32 rounding (docs/export.md, "Exactness")."""
-    import numpy as np
-
+    order, class and instance distances and same-picture marks, but where two hits' scores lie within
+    float32 rounding of each other (serve_helpers.same_ranking: ONNX Runtime sums in another order than
+    torch, so a score moves by a few 1e-6; docs/export.md, "The ranking")."""
     fixture = Path(FIXTURE)
     shutil.copytree(fixture / "image-idx", tmp_path / "idx")
     expected = json.loads((fixture / "expected-images.json").read_text())
@@ -57,13 +56,13 @@ def test_an_environment_without_torch_ranks_images_as_the_run(tmp_path):
     assert [status for status, _ in answers] == [200] * 3, answers
     (_, before), (_, added), (_, after) = answers
     assert added == expected["answers"][1]
+    identical = 0
     for got, want in ((before, expected["answers"][0]), (after, expected["answers"][2])):
         assert len(got["results"]) == len(want["results"]) > 0
         for served, own in zip(got["results"], want["results"]):
-            assert served["code"] == own["code"]
-            strip = [[{key: value for key, value in hit.items() if key != "score"} for hit in r["hits"]]
-                     for r in (served, own)]
-            assert strip[0] == strip[1] and all("instance_distance" in hit for hit in strip[0])
-            np.testing.assert_allclose([h["score"] for h in served["hits"]], [h["score"] for h in own["hits"]],
-                                       rtol=1e-5, atol=1e-6)
+            assert served["code"] == own["code"] and all("instance_distance" in hit for hit in served["hits"])
+            assert same_ranking(served["hits"], own["hits"])
+            identical += [h["id"] for h in served["hits"]] == [h["id"] for h in own["hits"]]
+    print(f"\nimage searches through the export: {identical} of {len(before['results']) + len(after['results'])} "
+          "with the run's ids in the run's order (the rest within the tolerance of serve_helpers.same_ranking)")
     assert "libtorch" not in maps and "torch imported: False" in log, log

@@ -192,7 +192,14 @@ def _write_onnx(encoder, manifest: dict, path: Path) -> None:
 
     model = encoder.model_.eval()
     # ONNX Runtime computes in float32 on the CPU: the graph is the float32 model (a bf16 backbone's
-    # run then differs in a share of its codes by a bit or two: docs/export.md)
+    # run then differs in a share of its codes by a bit or two, and in most of its rankings: docs/export.md)
+    if getattr(model, "bf16_backbone", False):
+        from lbhash.errors import LbhashWarning
+
+        warnings.warn(f"{encoder.run_dir_}: its backbone computes in bf16 but the export computes in float32 "
+                      "(ONNX Runtime's CPU provider), so its codes and rankings differ from the run's for a share of "
+                      "queries (docs/export.md, \"Exactness\"); a run trained with --backbone-precision fp32 "
+                      "exports as it answers", LbhashWarning, stacklevel=2)
     model.bf16_backbone = False
     outputs = [OUTPUT_NAME]
     if encoder.input_kind_ == "images":
