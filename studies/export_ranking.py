@@ -3,7 +3,7 @@ ranking"): on the run's test items and five edits of every fifth one, the embedd
 instance bits and the blended top k (what `/search/image` ranks by) of the run's torch encoder as
 trained, of the same weights in float32 (a run trained with a bf16 backbone), and of the export.
 
-    python studies/export_ranking.py RUN IDX [IDX ...] [--k 10 100]
+    python studies/export_ranking.py RUN IDX [IDX ...] [--k 10 100] [--data SPEC]
 
 RUN holds an export (`lbhash export RUN`); each IDX is an index of RUN that keeps instance codes (one
 with float rows, one built `--no-embeddings`, say). Prints one block per torch reference.
@@ -66,9 +66,10 @@ def main() -> None:
     parser.add_argument("run")
     parser.add_argument("indexes", nargs="+")
     parser.add_argument("--k", type=int, nargs="+", default=[10, 100])
+    parser.add_argument("--data", help="the run's data where its config's path does not reach it from here")
     args = parser.parse_args()
     run, exported = RunEncoder.load(args.run), ExportedEncoder.load(args.run)
-    data = load_data(run.config_.data, labels_required=False)
+    data = load_data(args.data or run.config_.data, labels_required=False)
     test = [data.image(int(i)) for i in np.flatnonzero(data.is_test)]
     queries = test + [edited(img, name) for name in EDITS for img in test[::5]]
     print(f"{len(queries)} queries: {len(test)} test items, {len(EDITS)} edits of {len(test[::5])} of them")

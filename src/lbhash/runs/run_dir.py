@@ -205,7 +205,7 @@ def _write_onnx(encoder, manifest: dict, path: Path) -> None:
     if encoder.input_kind_ == "images":
         size = manifest["images"]["size"]
         example = torch.zeros(2, 3, size, size)
-        model, outputs = _Embedded(model), [OUTPUT_NAME, EMBEDDING_NAME]
+        model, outputs = _embedded_model(model), [OUTPUT_NAME, EMBEDDING_NAME]
     else:
         example = torch.zeros(2, encoder.n_features_in_)
     param = next(model.parameters(), None)
@@ -228,7 +228,7 @@ def _write_onnx(encoder, manifest: dict, path: Path) -> None:
     program.save(str(path))
 
 
-def _Embedded(model):
+def _embedded_model(model):
     """`model` whose forward gives (u, embedding) (`HashModel.forward_embedded`, the forward pass that a run's
     encoder gives both from), for the exporter, which traces `forward`."""
     import torch
