@@ -39,6 +39,50 @@ def post_json(url: str, body: dict, timeout: float = 30) -> tuple[int, dict]:
         return err.code, json.loads(err.read())
 
 
+# How far the blended ranking through an export may stand from the run's (docs/export.md, "The ranking"):
+# the export's float32 outputs differ from torch's by rounding (ONNX Runtime sums in another order), so
+# a score moves by a few 1e-6 and two hits whose run scores are closer than that can change places
+# (measured on the README's photo run: 2 of 400 queries at k 10, swapped hits at most 9.6e-8 apart).
+SCORE_TOLERANCE = 2e-5  # |served score - run score| at each rank (measured at most 5.9e-6)
+SWAP_TOLERANCE = 1e-6   # hits may change places only where the run's scores are this close
+
+
+def same_ranking(got: list[dict], want: list[dict]) -> bool:
+    """Whether the hits `got` (JSON, each with id, distance, score, ...) are the run's `want` but for hits
+    that trade places within SWAP_TOLERANCE of each other's score (or of the last score, at the cut):
+    each hit's other fields exactly as the run gave them for its id, the scores at each rank within
+    SCORE_TOLERANCE. Raises AssertionError saying what differs."""
+    assert len(got) == len(want), (len(got), len(want))
+    by_id = {h["id"]: h for h in want}
+    assert len({h["id"] for h in got}) == len(got), got
+    for rank, (g, w) in enumerate(zip(got, want)):
+        assert abs(g["score"] - w["score"]) <= SCORE_TOLERANCE, (rank, g, w)
+        own = by_id.get(g["id"])
+        if own is None:  # in at the cut: tied with the run's last hit
+            assert abs(g["score"] - want[-1]["score"]) <= SWAP_TOLERANCE, (rank, g, want[-1])
+            continue
+        assert {k: v for k, v in g.items() if k != "score"} == {k: v for k, v in own.items() if k != "score"}, (g, own)
+        assert abs(own["score"] - w["score"]) <= SWAP_TOLERANCE, (rank, g, w)  # a place traded within a tie
+    return True
+
+
+def post_files(url: str, files: list[tuple[str, bytes]], fields: dict | None = None,
+               timeout: float = 60) -> tuple[int, dict]:
+    """A multipart/form-data POST of `files` (name, bytes) under the field `files`, beside `fields`."""
+    boundary = f"lbhash-{os.urandom(8).hex()}"
+    parts = [f'--{boundary}\r\nContent-Disposition: form-data; name="{key}"\r\n\r\n{value}\r\n'.encode()
+             for key, value in (fields or {}).items()]
+    parts += [f'--{boundary}\r\nContent-Disposition: form-data; name="files"; filename="{name}"\r\n'
+              f"Content-Type: application/octet-stream\r\n\r\n".encode() + blob + b"\r\n" for name, blob in files]
+    body = b"".join(parts) + f"--{boundary}--\r\n".encode()
+    request = urllib.request.Request(url, body, {"content-type": f"multipart/form-data; boundary={boundary}"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
 class ServeProcess:
     """`lbhash serve INDEX --host 127.0.0.1 --port FREE ARGS...`; `stop()` ends it with SIGTERM
     and returns what it printed on stderr."""

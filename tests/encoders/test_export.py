@@ -206,7 +206,8 @@ def test_search_takes_an_image_array_named_by_row(image_export, tmp_path):
     np.savez(tmp_path / "queries.npz", x=images[:4])  # x: a key both readers look for
     assert cli("index", "build", run, "--out", tmp_path / "idx").exit_code == 0
     each = [part for f in files[:4] for part in ("--images", f)]
-    by_files = json.loads(cli("search", tmp_path / "idx", *each, "--run", run, "--json", "--no-rescore").output)
+    # through the run as through the export, ranked by both codes (an image export outputs the embedding)
+    by_files = json.loads(cli("search", tmp_path / "idx", *each, "--run", run, "--json").output)
     for given in (tmp_path / "queries.npz", f"image-array:{tmp_path / 'queries.npz'}"):
         result = cli("search", tmp_path / "idx", "--images", given, "--encoder", image_export.export, "--json")
         assert result.exit_code == 0, result.output

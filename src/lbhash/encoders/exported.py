@@ -23,6 +23,7 @@ EXPORT_FORMAT = "lbhash-export/1"
 MANIFEST, MODEL = "export.json", "model.onnx"
 EXPORT_DIR = "export"  # a run's own export: RUN/export (lbhash export's default --out)
 INPUT_NAME, OUTPUT_NAME = "input", "u"
+EMBEDDING_NAME = "embedding"  # an image graph's second output (manifest onnx.embedding), the pooled backbone features
 BATCH = {"features": 1024, "images": 64}  # rows per ONNX Runtime call
 
 
@@ -55,6 +56,9 @@ def read_manifest(path: str | Path) -> dict:
         raise InputError(f"{where}: bits {bits!r} and input kind {form.kind!r} are not an encoder's")
     if form.kind == "images" and not isinstance(manifest.get("images"), dict):
         raise InputError(f"{where}: an image export without its transform ('images')")
+    embedding = (manifest.get("onnx") or {}).get("embedding")
+    if embedding is not None and (form.kind != "images" or not isinstance(embedding, str)):
+        raise InputError(f"{where}: onnx.embedding {embedding!r} is not an image graph's output name")
     return manifest
 
 
@@ -66,9 +70,14 @@ class ExportedEncoder(Encoder):
         self.input_form_ = InputForm.from_dict(manifest["input"], str(directory / MANIFEST))
         self.bits_, self.input_kind_ = int(manifest["bits"]), self.input_form_.kind
         self.n_features_in_ = self.input_form_.width if self.input_kind_ == "features" else None
-        if self.input_kind_ == "images":  # its graph ends at the hash layer; a feature export's embeddings are its rows
-            self.no_embeddings_ = ("an export of an image run gives no embeddings (its graph outputs the hash layer "
-                                   "only): search in Hamming order (--no-rescore, rescore false), or search with --run")
+        # an image graph outputs the embedding beside u where the manifest names it; one exported before it did
+        # ends at the hash layer (a feature export's embeddings are its conformed rows)
+        self.embedding_output_ = (manifest.get("onnx") or {}).get("embedding") if self.input_kind_ == "images" else None
+        if self.input_kind_ == "images" and self.embedding_output_ is None:
+            self.no_embeddings_ = (f"{directory}: this export of an image run outputs the hash layer only (it was made "
+                                   "before exports carried the embedding), so it cannot re-score nor rank by the "
+                                   "instance codes: search in Hamming order (--no-rescore, rescore false), search with "
+                                   "--run, or export the run again (lbhash export RUN --overwrite)")
 
     @classmethod
     def load(cls, path: str | Path, threads: int | None = None) -> "ExportedEncoder":
@@ -92,7 +101,13 @@ class ExportedEncoder(Encoder):
             session = onnxruntime.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
         except Exception as err:  # ONNX Runtime raises its own classes for a file it cannot run
             raise InputError(f"{model}: ONNX Runtime cannot load it ({str(err).splitlines()[0]})") from None
-        return cls(directory, manifest, session)
+        encoder = cls(directory, manifest, session)
+        names = [out.name for out in session.get_outputs()]
+        for name in (OUTPUT_NAME, encoder.embedding_output_):
+            if name is not None and name not in names:
+                raise InputError(f"{model}: the graph has no output {name!r} (its outputs: {', '.join(names)}), "
+                                 f"which {MANIFEST} names; export the run again")
+        return encoder
 
     def _forward(self, inputs, embedded: bool, batch_size: int | None) -> tuple[np.ndarray, np.ndarray | None]:
         if isinstance(inputs, HashDataset):
@@ -103,10 +118,16 @@ class ExportedEncoder(Encoder):
             else:
                 inputs = np.empty((0, 1, 1, 3), np.uint8)
         step = batch_size or BATCH[self.input_kind_]
-        parts = [self.session.run([OUTPUT_NAME], {INPUT_NAME: self._model_input(inputs[i:i + step])})[0]
+        graph_embeds = embedded and self.embedding_output_ is not None  # an image graph's pooled features
+        names = [OUTPUT_NAME, self.embedding_output_] if graph_embeds else [OUTPUT_NAME]
+        parts = [self.session.run(names, {INPUT_NAME: self._model_input(inputs[i:i + step])})
                  for i in range(0, len(inputs), step)]
-        u = np.concatenate(parts) if parts else np.empty((0, self.bits_), np.float32)
-        return u, (np.asarray(inputs, np.float32) if embedded else None)
+        u = np.concatenate([p[0] for p in parts]) if parts else np.empty((0, self.bits_), np.float32)
+        if not embedded:
+            return u, None
+        if not graph_embeds:  # a feature run: its embeddings are its conformed rows
+            return u, np.asarray(inputs, np.float32)
+        return u, (np.concatenate([p[1] for p in parts]) if parts else np.empty((0, 1), np.float32))
 
     def identity(self) -> dict | None:
         return self.manifest.get("model")

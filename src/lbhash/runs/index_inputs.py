@@ -30,8 +30,38 @@ def check_index_model(metadata: dict | None, index_dir, run_dir: Path | None = N
 
     The refusal names what tells the two models apart (run, method, bits, input kind, epoch), and
     its advice never replaces what the user has. `force` searches anyway with a warning, except
-    across input kinds, which is refused.
+    across input kinds, which is refused. An image export made before exports carried the embedding,
+    given for an index that keeps instance codes, is warned of in one line: its searches keep the
+    Hamming order (`hamming_only`).
     """
+    _check_same_model(metadata, index_dir, run_dir, export_path, force)
+    why = None if run_dir is not None or export_path is None else hamming_only(metadata, index_dir, export_path)
+    if why is not None:
+        import warnings
+
+        from lbhash.errors import LbhashWarning
+
+        warnings.warn(why, LbhashWarning, stacklevel=2)
+
+
+def hamming_only(metadata: dict | None, index_dir, export_path) -> str | None:
+    """Why image searches of the index through `export_path` keep the Hamming order where the run ranks by both
+    codes: an export of an image run whose graph outputs the hash layer only (made before exports carried the
+    embedding) and an index that keeps instance codes; None otherwise."""
+    from lbhash.encoders.exported import read_manifest
+    from lbhash.runs.instance_codes import METADATA_KEY
+
+    manifest = read_manifest(export_path)
+    if (manifest.get("input") or {}).get("kind") != "images" or (manifest.get("onnx") or {}).get("embedding") or \
+            not isinstance((metadata or {}).get(METADATA_KEY), dict):
+        return None
+    return (f"{export_path}: this export of an image run outputs the hash layer only (it was made before exports "
+            f"carried the embedding), so its image searches of {index_dir} keep the Hamming order instead of ranking "
+            "by the class and instance codes as the run does; export the run again (lbhash export RUN --overwrite)")
+
+
+def _check_same_model(metadata: dict | None, index_dir, run_dir: Path | None, export_path: Path | None,
+                      force: bool) -> None:
     recorded, exported = (metadata or {}).get(MODEL_KEY), run_dir is None
     source = export_path if exported else run_dir
     if not isinstance(recorded, dict) or source is None:

@@ -15,8 +15,8 @@ from lbhash._io import atomic_path, check_new_output_file, file_sha256, write_js
 from lbhash.codes import pack, to_signs
 from lbhash.codes_file import write_codes
 from lbhash.data import HashDataset
-from lbhash.encoders.exported import (EXPORT_DIR, EXPORT_FORMAT, INPUT_NAME, MANIFEST as EXPORTED, MODEL, OUTPUT_NAME,
-                                      read_manifest)
+from lbhash.encoders.exported import (EMBEDDING_NAME, EXPORT_DIR, EXPORT_FORMAT, INPUT_NAME, MANIFEST as EXPORTED,
+                                      MODEL, OUTPUT_NAME, read_manifest)
 from lbhash.errors import InputError, require_extra
 from lbhash.runs.metrics import finish_run  # imports the metrics' numba kernels only to evaluate
 from lbhash.runs.train_options import build_config, load_config_file
@@ -133,7 +133,9 @@ class RunDirectory:
         with atomic_path(out / MODEL) as tmp:
             _write_onnx(encoder, manifest, tmp)
         manifest["onnx"] = {"file": MODEL, "sha256": file_sha256(out / MODEL), "opset": OPSET,
-                            "input": INPUT_NAME, "output": OUTPUT_NAME}
+                            "input": INPUT_NAME, "output": OUTPUT_NAME,
+                            # an image graph's second output: what the default ranking needs beside u
+                            **({"embedding": EMBEDDING_NAME} if encoder.input_kind_ == "images" else {})}
         write_json(out / EXPORTED, manifest)
         read_manifest(out)  # what a reader will check
         return out
@@ -160,7 +162,9 @@ def train_from_options(out: Path | None, config_file: Path | None = None, flags:
 
 
 # --- `export`'s ONNX graph (read by lbhash.encoders.exported): the model input (rows after the input contract,
-# or images after the evaluation transform; a dynamic batch axis) to the real outputs u, a frozen backbone included
+# or images after the evaluation transform; a dynamic batch axis) to the real outputs u, a frozen backbone included;
+# an image graph also outputs the embedding (the pooled backbone features that an index keeps and makes instance
+# codes of), so that a server without torch ranks as the run does. A feature run's embedding is its input rows.
 
 OPSET = 18
 
@@ -188,11 +192,20 @@ def _write_onnx(encoder, manifest: dict, path: Path) -> None:
 
     model = encoder.model_.eval()
     # ONNX Runtime computes in float32 on the CPU: the graph is the float32 model (a bf16 backbone's
-    # run then differs in a share of its codes by a bit or two: docs/export.md)
+    # run then differs in a share of its codes by a bit or two, and in most of its rankings: docs/export.md)
+    if getattr(model, "bf16_backbone", False):
+        from lbhash.errors import LbhashWarning
+
+        warnings.warn(f"{encoder.run_dir_}: its backbone computes in bf16 but the export computes in float32 "
+                      "(ONNX Runtime's CPU provider), so its codes and rankings differ from the run's for a share of "
+                      "queries (docs/export.md, \"Exactness\"); a run trained with --backbone-precision fp32 "
+                      "exports as it answers", LbhashWarning, stacklevel=2)
     model.bf16_backbone = False
+    outputs = [OUTPUT_NAME]
     if encoder.input_kind_ == "images":
         size = manifest["images"]["size"]
         example = torch.zeros(2, 3, size, size)
+        model, outputs = _embedded_model(model), [OUTPUT_NAME, EMBEDDING_NAME]
     else:
         example = torch.zeros(2, encoder.n_features_in_)
     param = next(model.parameters(), None)
@@ -206,13 +219,29 @@ def _write_onnx(encoder, manifest: dict, path: Path) -> None:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)  # torch's own deprecations inside the exporter
-            program = torch.onnx.export(model, (example,), input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
+            program = torch.onnx.export(model, (example,), input_names=[INPUT_NAME], output_names=outputs,
                                         dynamic_shapes=({0: batch},), opset_version=OPSET, dynamo=True,
                                         verbose=False, optimize=True)
     finally:
         for log, level in zip(loggers, levels):
             log.setLevel(level)
     program.save(str(path))
+
+
+def _embedded_model(model):
+    """`model` whose forward gives (u, embedding) (`HashModel.forward_embedded`, the forward pass that a run's
+    encoder gives both from), for the exporter, which traces `forward`."""
+    import torch
+
+    class Embedded(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x):
+            return self.inner.forward_embedded(x)
+
+    return Embedded(model).eval()
 
 
 def _metrics(result: TrainedRun | None) -> dict[str, Any]:
