@@ -4,7 +4,7 @@ at scale (issue 68: 1M and 100M items).
 An index of `--items` items, each a 64-bit class code (clustered: `--classes` centers, up to 6 bits
 flipped, so that whole classes tie as a trained run's do) and a `--instance-bits` instance code
 (random bits: the instance codes of distinct photos are spread), with a `--dim`-wide float row
-each where `--dim` is not 0, added in slices of a million, saved and loaded back (codes and floats
+each where `--dim` is not 0, added in slices of 100,000, saved and loaded back (codes and floats
 memory-mapped, as `CodeIndex.load` maps them). Then `--queries` queries one at a time: the class
 code's Hamming top 10 (the reference), the ranking by both codes alone, and with `--dim`, the
 default ranking with the floats. Prints the build time (adds and save), the process's peak memory
@@ -29,7 +29,7 @@ from bench_rescore import per_query_ms  # (the first query left out: cold pages)
 from lbhash.index import CodeIndex, blended_search
 
 BITS = 64
-SLICE = 1_000_000  # items drawn and added at a time: bounded memory
+SLICE = 100_000  # items drawn and added at a time: bounded memory (100,000 x 1,280 floats: 512 MB)
 
 
 def clustered(rng, n: int, centers: np.ndarray) -> np.ndarray:
