@@ -77,6 +77,7 @@ class Trainer:
         self.exp, self.cfg, self.store = exp, exp.cfg, store
         self.recipe, self.progress = exp.cfg.recipe, exp.cfg.runtime.progress
         self.on_epoch_end = on_epoch_end
+        self.on_step: Callable[[int, int, int, float], None] | None = None  # lines inside an epoch (a log)
         self.history: list[dict] = []
         recipe, runtime, surrogate = self.recipe, exp.cfg.runtime, exp.cfg.surrogate
         torch.set_flush_denormal(True)  # denormals slow CPU matmuls by orders of magnitude
@@ -211,6 +212,8 @@ class Trainer:
                 sums[k] = sums.get(k, 0.0) + value * n
             codes[index] = to_signs(u.detach())
             written[index] = True
+            if self.on_step is not None:
+                self.on_step(epoch, step, len(source), sums["total"] / seen)
         codes, written = codes.cpu().numpy(), written.cpu().numpy()
         learner.objective.on_epoch_end(epoch - 1)
         lr = self.optimizers[0].param_groups[0]["lr"]

@@ -181,3 +181,28 @@ def epoch_lines(variant: str, epochs: int, map_r: str = "all",
                     record["loss"].get("total", float("nan")), record["seconds"], extra)
 
     return report
+
+
+STEP_EVERY_S = 30.0  # off a terminal: the longest silence inside an epoch (an epoch of images can take minutes)
+
+
+def step_lines(variant: str, epochs: int, every_s: float | None = None,
+               clock=time.monotonic) -> Callable[[int, int, int, float], None]:
+    """An `on_step(epoch, step, steps, loss)` callback printing `VARIANT epoch E/N: step S/T, loss L so far,
+    X s` once `every_s` seconds of the epoch have passed since its start or the last such line, so
+    that a log where no bar shows is never silent for longer inside an epoch (`loss`: the epoch's
+    mean so far)."""
+    every_s = STEP_EVERY_S if every_s is None else every_s
+    state = {"epoch": None, "start": 0.0, "last": 0.0}
+
+    def report(epoch: int, step: int, steps: int, loss: float) -> None:
+        now = clock()
+        if state["epoch"] != epoch:  # the first step of an epoch starts its clock
+            state.update(epoch=epoch, start=now, last=now)
+        if now - state["last"] < every_s:
+            return
+        state["last"] = now
+        logger.info("%s epoch %d/%d: step %d/%d, loss %.4f so far, %.0f s", variant, epoch, epochs, step, steps,
+                    loss, now - state["start"])
+
+    return report
