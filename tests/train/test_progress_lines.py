@@ -1,12 +1,11 @@
 """What training leaves on the screen and in a log (issue 69, item 11): on a terminal the per-batch
 bar is erased as its epoch ends, so every epoch prints its line (loss, validation); in a log, where
-no bar shows, a line at least every STEP_EVERY_S inside an epoch besides the epoch lines."""
+no bar shows, a line at least every STEP_EVERY_S inside an epoch besides the epoch lines (a run's
+step lines in a log: test_train_profile.py, whose printed run has them)."""
 
 import json
 import logging
-import math
 
-import yaml
 from helpers import cli
 
 import lbhash.train.fit as fit
@@ -28,22 +27,6 @@ def test_step_lines_come_every_so_many_seconds_of_an_epoch(caplog):
     assert [r.getMessage() for r in caplog.records] == [
         "csq epoch 1/2: step 6/14, loss 0.1667 so far, 35 s", "csq epoch 1/2: step 11/14, loss 0.0909 so far, 70 s",
         "csq epoch 2/2: step 6/14, loss 0.1667 so far, 35 s", "csq epoch 2/2: step 11/14, loss 0.0909 so far, 70 s"]
-
-
-def test_a_log_gets_step_lines_inside_each_epoch(tmp_path, monkeypatch):
-    monkeypatch.setattr(summary, "STEP_EVERY_S", 0.0)  # a line at every step: as if each took 30 s
-    result = cli(*ARGS, "--out", tmp_path / "run")  # CliRunner's stderr is no terminal
-    assert result.exit_code == 0, result.output
-    config = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
-    steps = math.ceil(900 / config["batch_size"])  # digits' 900 training items
-    log = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
-    for epoch in (1, 2, 3):
-        lines = [line for line in result.output.splitlines() if line.startswith(f"csq epoch {epoch}/3: step ")]
-        assert [line.split(",")[0] for line in lines] == [f"csq epoch {epoch}/3: step {s}/{steps}"
-                                                          for s in range(1, steps + 1)]
-        # the last step's mean so far is the epoch's mean loss, as its record has it
-        assert f"loss {log[epoch - 1]['loss']['total']:.4f} so far" in lines[-1], (lines[-1], log[epoch - 1])
-    assert "\r" not in result.output  # no bar
 
 
 def test_on_a_terminal_every_epoch_leaves_its_line(tmp_path, monkeypatch):
