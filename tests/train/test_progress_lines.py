@@ -41,3 +41,34 @@ def test_on_a_terminal_every_epoch_leaves_its_line(tmp_path, monkeypatch):
         assert line.startswith(f"csq epoch {record['epoch']}/3: loss {record['loss']['total']:.4f}, "), line
     assert "validation mAP@all" in epochs[1] and "validation mAP@all" in epochs[2]  # evaluated epochs 2 and 3
     assert not any(": step " in line for line in result.output.splitlines())  # the bar counts the steps there
+
+
+def test_a_heartbeat_logs_while_its_block_runs_and_stops_with_it():
+    """In a log, an epoch's evaluation (encoding the validation and training items) prints a line
+    every HEARTBEAT_S while it runs; here every 10 ms, the block waiting for the first two lines."""
+    import threading
+
+    lines, two = [], threading.Event()
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            lines.append(record.getMessage())
+            if len(lines) >= 2:
+                two.set()
+
+    handler = Collect()
+    logger = logging.getLogger("lbhash")
+    logger.addHandler(handler)
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        with summary.heartbeat("csq epoch 2/3: evaluating", every_s=0.01):
+            assert two.wait(60)
+        after = len(lines)
+        with summary.heartbeat("unused", every_s=3600):  # a block shorter than its period prints nothing
+            pass
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    assert len(lines) == after  # the thread is joined when the block ends
+    assert all(line.startswith("csq epoch 2/3: evaluating, ") and line.endswith(" s") for line in lines), lines

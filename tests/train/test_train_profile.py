@@ -2,6 +2,7 @@
 what it changes from the paper, then what the run loaded (data.json); off a terminal it prints
 one line per epoch, and --quiet prints only the results."""
 
+import contextlib
 import json
 
 import numpy as np
@@ -119,6 +120,9 @@ def run_args(out, *extra):
             "--eval-every", 2, "--out", out, *extra]
 
 
+BEATS = []  # what the printed run's evaluations announced as their heartbeats (lbhash.train.summary.heartbeat)
+
+
 @pytest.fixture(scope="module")
 def printed_run(tmp_path_factory):
     """(run, output): `lbhash train` of 3 epochs evaluated at epochs 2 and 3, progress on (the
@@ -132,6 +136,7 @@ def printed_run(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(loop, "mean_average_precision", lambda *args, **kw: next(scripted))
         patch.setattr(summary, "STEP_EVERY_S", 0.0)  # a step line at every step (tests/train/test_progress_lines.py)
+        patch.setattr(loop, "heartbeat", lambda what: (BEATS.append(what), contextlib.nullcontext())[1])
         result = cli(*run_args(out))
     assert result.exit_code == 0, result.output
     return out, result.output
@@ -174,6 +179,7 @@ def test_a_log_gets_step_lines_inside_each_epoch(printed_run):
         # the last step's mean so far is the epoch's mean loss, as its record has it
         assert f"loss {log[epoch - 1]['loss']['total']:.4f} so far" in lines[-1], (lines[-1], log[epoch - 1])
     assert "\r" not in output  # no bar
+    assert BEATS == ["csq epoch 2/3: evaluating", "csq epoch 3/3: evaluating"]  # a line every HEARTBEAT_S while each runs
 
 
 def test_quiet_prints_only_the_results(tmp_path):

@@ -9,6 +9,7 @@ without a validation split the mAP and lower bound of fresh query and database c
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -28,6 +29,7 @@ from lbhash.train.optim import make_optimizer, make_scheduler
 from lbhash.train.prefix_cache import cache_prefix, prefix_cacheable
 from lbhash.train.processes import make_fabric
 from lbhash.train.selection import Selection
+from lbhash.train.summary import heartbeat
 
 logger = logging.getLogger("lbhash")
 
@@ -119,7 +121,11 @@ class Trainer:
                 break
             record = self.train_epoch(epoch)
             if self.evaluates(epoch):
-                record["eval"] = self.validate(epoch) if self.validating else self.evaluate()
+                # in a log (on_step set) a line every STEP_EVERY_S while the items are encoded
+                beat = contextlib.nullcontext() if self.on_step is None else \
+                    heartbeat(f"{self.cfg.variant} epoch {epoch}/{self.recipe.epochs}: evaluating")
+                with beat:
+                    record["eval"] = self.validate(epoch) if self.validating else self.evaluate()
             self.check_finite_parameters(epoch)
             if self.fabric.is_global_zero:
                 self.fabric.log_dict(flat_record(record), step=epoch)

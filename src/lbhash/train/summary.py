@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -184,6 +185,7 @@ def epoch_lines(variant: str, epochs: int, map_r: str = "all",
 
 
 STEP_EVERY_S = 30.0  # off a terminal: the longest silence inside an epoch (an epoch of images can take minutes)
+HEARTBEAT_S = 30.0   # off a terminal: the same while an epoch's evaluation encodes its items
 
 
 def step_lines(variant: str, epochs: int, every_s: float | None = None,
@@ -206,3 +208,24 @@ def step_lines(variant: str, epochs: int, every_s: float | None = None,
                     loss, now - state["start"])
 
     return report
+
+
+@contextlib.contextmanager
+def heartbeat(what: str, every_s: float | None = None, clock=time.monotonic):
+    """While the block runs, a line `WHAT, X s` every `every_s` seconds (default HEARTBEAT_S) from a
+    timer thread: work that reports nothing itself (an epoch's evaluation encodes the validation and
+    training items, a minute for a few thousand images) does not leave a log silent longer."""
+    every_s = HEARTBEAT_S if every_s is None else every_s
+    done, start = threading.Event(), clock()
+
+    def beat() -> None:
+        while not done.wait(every_s):
+            logger.info("%s, %.0f s", what, clock() - start)
+
+    thread = threading.Thread(target=beat, name="lbhash-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
