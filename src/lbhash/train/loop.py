@@ -246,9 +246,11 @@ class Trainer:
             self._tune_batches = self.batches
             if self.cfg.input_kind == "images" and not model.built_frozen and \
                     prefix_cacheable(data.transform, data.augment, model.fixed_stages):
-                built = cache_prefix(model, self.exp.dataset, self.exp.split.train, self.options,
-                                     self.recipe.batch_size, self.fabric.device, self.fabric.global_rank,
-                                     self.fabric.world_size, self.progress and self.fabric.is_global_zero)
+                beat = contextlib.nullcontext() if self.on_step is None else heartbeat("caching the frozen stages")
+                with beat:  # in a log, where no bar shows, a line every HEARTBEAT_S
+                    built = cache_prefix(model, self.exp.dataset, self.exp.split.train, self.options,
+                                         self.recipe.batch_size, self.fabric.device, self.fabric.global_rank,
+                                         self.fabric.world_size, self.progress and self.fabric.is_global_zero)
                 if isinstance(built, str):
                     logger.warning(built)
                 else:
