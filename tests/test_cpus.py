@@ -46,7 +46,7 @@ def torch_pool():
 
 
 def test_torch_threads_default_to_half_the_usable_cpus(monkeypatch):
-    """Half leaves a core to a competing process: a full pool on 2 busy cores ran 4-20x slower."""
+    """Half leaves a core to a competing process: a full pool on 2 shared cores ran 1.4-5.8x slower."""
     monkeypatch.delenv("LBHASH_NUM_THREADS", raising=False)
     for cpus, expected in (({0}, 1), ({0, 1}, 1), ({0, 1, 2, 3}, 2), (set(range(16)), 8)):
         monkeypatch.setattr(lbhash.cpus.os, "sched_getaffinity", lambda pid, c=cpus: c, raising=False)
