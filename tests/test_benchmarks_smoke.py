@@ -70,6 +70,8 @@ EXPECTED = {
     "bench_startup.py": [rf"reference: python -c 'import torch': {NUMBER} s",
                          rf"lbhash search idx --codes q\.npy -k 3: {NUMBER} s \({NUMBER} x import torch\)",
                          rf"lbhash encode run .* \({NUMBER} x import torch\)"],
+    "bench_threads.py": [rf"1 thread\(s\): as it is +{NUMBER} images/s, beside one competing process +{NUMBER} images/s, "
+                         rf"idle/busy = {NUMBER}x", r"default holds up \(idle/busy within 2x\): (yes|NO)"],
     "bench_train.py": [rf"features csq_D 64 bits +\d+ +{NUMBER} +{NUMBER} +{NUMBER}x",
                        rf"28x28 images smallcnn CSQ 32 bits \(200 images\) +\d+ +{NUMBER} +{NUMBER} +{NUMBER}x",
                        rf"_D step over CSQ step, features 64 bits .* median ratio {NUMBER}x \(floor: .* {NUMBER}x\)"],

@@ -24,6 +24,43 @@ def num_threads() -> int:
     return positive_int_env("LBHASH_NUM_THREADS") or usable_cpus()
 
 
+# torch's intra-op threads when LBHASH_NUM_THREADS is unset. On 2 cores shared with other work,
+# a pool of 2 threads ran EfficientNet-Lite0 extraction 1.4-5.8x slower than a pool of 1 (its OpenMP
+# barriers wait for whichever thread the scheduler parked; issue 69 saw 5-20x), and 1 thread kept
+# within 2x of its own rate beside one more CPU-bound process (benchmarks/bench_threads.py,
+# docs/benchmarks.md). Half the usable CPUs leaves a core for a competitor; LBHASH_NUM_THREADS
+# gives an idle machine all of them.
+def default_torch_threads() -> int:
+    return max(1, usable_cpus() // 2)
+
+
+def torch_threads() -> int:
+    """torch's intra-op threads: LBHASH_NUM_THREADS, else `default_torch_threads()`."""
+    return positive_int_env("LBHASH_NUM_THREADS") or default_torch_threads()
+
+
+_PINNED: list[int] = []  # the count a multi-process run gave each process, which use_torch_threads keeps
+
+
+def use_torch_threads(pinned: int | None = None) -> int:
+    """Set torch's intra-op threads to `torch_threads()` (where the backbone and the hash model are
+    built), unless OMP_NUM_THREADS set them and LBHASH_NUM_THREADS does not; return the count in use.
+    pinned: this process's share of the CPUs in a multi-process run, kept by every later call."""
+    import torch  # here: the bottom layer imports no torch at import time
+
+    if pinned is not None:
+        _PINNED[:] = [pinned]
+    if _PINNED:
+        threads = _PINNED[0]
+    elif os.environ.get("LBHASH_NUM_THREADS") or not os.environ.get("OMP_NUM_THREADS"):
+        threads = torch_threads()
+    else:
+        threads = torch.get_num_threads()
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+    return threads
+
+
 def bf16_native(device: str = "cpu") -> bool:
     """Whether `device` computes bfloat16 natively: on the CPU AVX512-BF16 or AMX tiles (oneDNN's
     bf16 convolutions and matmuls then run 2-3x faster than float32; without them torch emulates

@@ -321,3 +321,20 @@ def test_search_radius_over_the_cap_is_one_line(tmp_path, rng):
     assert "Traceback" not in line
     result = run("search", tmp_path / "ix", "--codes", tmp_path / "q.npy", "--radius", "1", "--json")
     assert result.exit_code == 0, result.output
+
+
+def test_a_newline_in_a_path_does_not_split_a_line_of_output(tmp_path, encoded):
+    """Issue 69: a file name with a newline split the CLI's text output; a name that is not
+    printable is shown quoted, its control characters escaped."""
+    from lbhash.cli.common import shown
+
+    path, _, ids, _ = encoded
+    out = tmp_path / "new\nline"
+    result = run("index", "build", path, "--out", out)
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == [f"indexed 120 32-bit codes (faiss flat) into '{tmp_path}/new\\nline'"]
+    assert CodeIndex.load(out).ntotal == 120
+    removed = run("index", "remove", out, "--ids", str(ids[0]))
+    assert removed.output.splitlines() == [f"removed 1 item from '{tmp_path}/new\\nline' (119 left)"]
+    assert shown("photos/été 1.jpg") == "photos/été 1.jpg"  # printable names are shown as they are
+    assert shown("a\rb\u2028c.jpg") == "'a\\rb\\u2028c.jpg'"

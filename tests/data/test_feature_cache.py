@@ -174,3 +174,35 @@ def test_encoding_other_images_computes_their_features_once(frozen_run, tmp_path
     second = RunDirectory(root / "run").encode(f"image-array:{other}", progress=False)
     assert count.images == 20
     np.testing.assert_array_equal(first["codes"], second["codes"])
+
+
+@pytest.mark.parametrize("part", [None, "all"])
+def test_index_build_reads_the_runs_features_from_the_cache_in_one_pass(frozen_run, tmp_path, monkeypatch, caplog,
+                                                                         part):
+    """`index build` of a frozen run computed its database's features again (the cache entry is keyed
+    by the whole set training extracted, and the database is part of it) and, with --part all, made
+    two passes, each printing its cache lines (issue 69, item 9)."""
+    from lbhash.data import load_split
+    from lbhash.runs.index_dir import build_index
+    from lbhash.runs.rundir import load_run_model
+
+    root, data, cfg, _ = frozen_run
+    count = Counting(monkeypatch)
+    caplog.set_level(logging.INFO, logger="lbhash")
+    built = build_index(root / "run", str(tmp_path / "idx"), part=part)
+    assert count.images == 0
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("backbone features:")]
+    assert len(lines) == 1 and "from the cache" in lines[0], lines
+    split = load_split(root / "run" / "split.npz")
+    ids = np.arange(48) if part == "all" else split.database
+    assert built.count == len(ids)
+    ids = np.sort(ids)  # the index keeps its rows in id order
+    np.testing.assert_array_equal(np.load(tmp_path / "idx" / "ids.npy"), ids)
+    # the embeddings are the run's backbone's own outputs on those images (its precision, unit length)
+    model, _ = load_run_model(root / "run")
+    dataset = load_data(data)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=model.bf16_backbone):
+        expected = torch.cat([model.backbone(x).float() for x in dataset.encode_batches(ids, OPTIONS)])
+    expected = torch.nn.functional.normalize(expected, dim=1)  # an index keeps unit rows, in float16
+    torch.testing.assert_close(torch.from_numpy(np.load(tmp_path / "idx" / "embeddings.npy")).float(), expected,
+                               atol=2e-3, rtol=1e-2)

@@ -217,6 +217,31 @@ def test_torn_and_damaged_log(tmp_path, rng):
     IndexStore(tmp_path / "ix").close()
 
 
+def test_a_damaged_whole_last_record_is_refused_not_dropped(tmp_path, rng):
+    """Issue 69: a complete last line with a bad checksum was cut silently, losing a change that had
+    been acknowledged (the line is written whole before the answer); now the start is refused,
+    naming the line, and the log is left as it was."""
+    CodeIndex(BITS).save(tmp_path / "ix")
+    store = IndexStore(tmp_path / "ix")
+    store.add(random_codes(rng, 2, BITS))
+    store.add(random_codes(rng, 1, BITS))  # acknowledged: its line is written and fsynced
+    store.wal.close()
+    os.close(store._owner.fd)  # a crash
+    wal = wal_path_for(tmp_path / "ix")
+    lines = wal.read_bytes().split(b"\n")
+    assert len(lines) == 3 and lines[2] == b""
+    damaged = lines[0] + b"\n" + lines[1][:-3] + b"X" + lines[1][-2:] + b"\n"  # one byte of the last record flipped
+    wal.write_bytes(damaged)
+    with pytest.raises(InputError, match=r"damaged record at line 2 \(the last; it may be an acknowledged change\); "
+                                         r"refusing to replay the log: restore the file, or delete that line"):
+        IndexStore(tmp_path / "ix")
+    assert wal.read_bytes() == damaged  # nothing cut
+    wal.write_bytes(lines[0] + b"\n")  # the operator drops the change: the first add replays
+    again = IndexStore(tmp_path / "ix")
+    assert again.ntotal == 2
+    again.close()
+
+
 def test_one_server_per_index(tmp_path, rng):
     """Issue 27, item 1: a second store (server) on the same index is refused in one line."""
     CodeIndex(BITS).save(tmp_path / "ix")

@@ -169,6 +169,23 @@ def test_a_request_for_another_host_name_is_refused_before_any_route(index_dir, 
         assert client.get("/items/3").status_code == 200
 
 
+@pytest.mark.parametrize("headers, name", [
+    ([("Host", "localhost"), ("Host", "evil.example")], "host"),  # the first passed the check
+    ([("Host", "evil.example"), ("Host", "localhost")], "host"),
+    ([("Host", "localhost"), ("Origin", "http://localhost"), ("Origin", "http://evil.example")], "origin"),
+    ([("Host", "localhost"), ("X-Lbhash-Key", WRITE), ("X-Lbhash-Key", "another")], "x-lbhash-key"),
+])
+def test_a_header_the_checks_read_given_twice_is_refused_with_400(index_dir, headers, name):
+    """Issue 69: two Host headers were resolved by the first (the key and cross-site checks read
+    the last of theirs); a request naming two of one is refused, reads and writes alike."""
+    with TestClient(create_app(index_dir, access=Access(write_key=WRITE)), base_url=LOCAL) as client:
+        for method, path, body in (("GET", "/stats", None), ("POST", "/items", add_body())):
+            reply = client.request(method, path, json=body, headers=headers)
+            assert refused(reply, 400, "header") == f"a request may have one {name} header, not 2"
+        assert client.get("/health").json()["ntotal"] == 20  # nothing added
+        assert client.get("/stats", headers=[("Host", "localhost"), ("Accept", "a"), ("Accept", "b")]).status_code == 200
+
+
 @pytest.mark.parametrize("host", ["localhost", "localhost:8000", "LocalHost.:8000", "127.0.0.1", "127.0.0.1:8000",
                                   "[::1]:8000", "[::1]", "10.1.2.3:8000", "[2001:db8::1]"])
 def test_loopback_names_and_addresses_pass_the_host_check(index_dir, host):

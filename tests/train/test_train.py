@@ -91,6 +91,44 @@ def test_train_config_of_yaml_aliases_is_one_line_exit_2(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("name, text, message", [
+    # 10,000 levels raised RecursionError in YAML's composer (a traceback)
+    ("deep.yaml", "data: digits\nmethod_options: " + "[" * 10_000 + "]" * 10_000 + "\n",
+     "nested deeper than 32 levels at line 2"),
+    ("deep32.yaml", "method_options: " + "[" * 32 + "]" * 32 + "\n", "nested deeper than 32 levels at line 1"),
+    # YAML keeps the last of two equal keys: the run would silently train 32 bits
+    ("twice.yaml", "data: digits\nbits: 16\nepochs: 2\nbits: 32\n", "key 'bits' is given twice (lines 2 and 4)"),
+    ("inner.yaml", "data: digits\nmethod_options:\n  a: 1\n  b: 2\n  a: 3\n", "key 'a' is given twice (lines 3 and 5)"),
+])
+def test_a_config_too_deep_or_with_a_key_twice_is_one_line_exit_2(tmp_path, name, text, message):
+    """Issue 69: a --config nested 10,000 deep gave a RecursionError traceback, a 50 MB one a
+    MemoryError, and a key given twice took its last value silently."""
+    path = tmp_path / name
+    path.write_text(text)
+    result = cli("train", "--config", path, "--out", tmp_path / "run")
+    assert result.exit_code == 2, result.output[-2000:]
+    assert result.output.strip().splitlines() == [f"error: {path}: {message}"]
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_config_over_a_megabyte_is_refused_before_it_is_parsed(tmp_path, monkeypatch):
+    import yaml as pyyaml
+
+    path = tmp_path / "big.yaml"
+    path.write_text("data: digits\n" + "#" * (1 << 20) + "\n")  # 1 MB of comment: a config is a few lines
+    monkeypatch.setattr(pyyaml, "load", lambda *a, **k: pytest.fail("parsed"))
+    with pytest.raises(InputError, match=rf"^{path}: larger than 1 MB; a config holds option: value lines$"):
+        load_config_file(path)
+    nested = "method_options: " + "[" * 31 + "]" * 31 + "\n"  # 32 levels with the mapping: accepted
+    monkeypatch.undo()
+    from lbhash.runs.train_options import parse_yaml
+
+    value = parse_yaml(nested, "f")["method_options"]
+    for _ in range(30):
+        value = value[0]
+    assert value == []
+
+
 def test_a_saved_run_config_has_no_aliases(tmp_path):
     """A run's config.yaml is read back by the same reader, which refuses aliases: the writer
     never makes them, even for values that are one object twice."""

@@ -2,6 +2,7 @@
 what it changes from the paper, then what the run loaded (data.json); off a terminal it prints
 one line per epoch, and --quiet prints only the results."""
 
+import contextlib
 import json
 
 import numpy as np
@@ -119,17 +120,23 @@ def run_args(out, *extra):
             "--eval-every", 2, "--out", out, *extra]
 
 
+BEATS = []  # what the printed run's evaluations announced as their heartbeats (lbhash.train.summary.heartbeat)
+
+
 @pytest.fixture(scope="module")
 def printed_run(tmp_path_factory):
     """(run, output): `lbhash train` of 3 epochs evaluated at epochs 2 and 3, progress on (the
     default; CliRunner is no terminal), its validation mAPs scripted as 0.9 then 0.5: the run
-    keeps epoch 2."""
+    keeps epoch 2; a step line at every step, as if each took STEP_EVERY_S."""
     import lbhash.train.loop as loop
+    import lbhash.train.summary as summary
 
     scripted = iter([0.9, 0.5])
     out = tmp_path_factory.mktemp("printed") / "run"
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(loop, "mean_average_precision", lambda *args, **kw: next(scripted))
+        patch.setattr(summary, "STEP_EVERY_S", 0.0)  # a step line at every step (tests/train/test_progress_lines.py)
+        patch.setattr(loop, "heartbeat", lambda what: (BEATS.append(what), contextlib.nullcontext())[1])
         result = cli(*run_args(out))
     assert result.exit_code == 0, result.output
     return out, result.output
@@ -141,7 +148,7 @@ def test_a_run_says_what_it_loaded_and_prints_one_line_per_epoch_off_a_terminal(
     assert lines[0] == ("profile recommended: differs from the paper in epochs 3 (paper 100), lr_step 0 (paper 10), "
                         "validation 0.1 (paper 0), eval_every 2 (paper 10)")
     assert lines[1] == DIGITS_LINE and "\r" not in output
-    epochs = [line for line in lines if line.startswith("csq epoch ")]
+    epochs = [line for line in lines if line.startswith("csq epoch ") and ": step " not in line]
     assert [line.split(":")[0] for line in epochs] == ["csq epoch 1/3", "csq epoch 2/3", "csq epoch 3/3"]
     log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
     assert epochs[1] == (f"csq epoch 2/3: loss {log[1]['loss']['total']:.4f}, {log[1]['seconds']:.1f} s, "
@@ -153,6 +160,26 @@ def test_a_run_says_what_it_loaded_and_prints_one_line_per_epoch_off_a_terminal(
                                  "validation": 100, "validation_in_database": 100}}
     resumed = cli("train", "--resume", "--out", run)
     assert resumed.exit_code == 0 and DIGITS_LINE not in resumed.output  # finished: nothing loaded
+
+
+def test_a_log_gets_step_lines_inside_each_epoch(printed_run):
+    """Issue 69, item 11: in a log a line every STEP_EVERY_S inside an epoch (tests/train/test_progress_lines.py)."""
+    import math
+
+    import yaml
+
+    run, output = printed_run  # off a terminal, a step line at every step
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    steps = math.ceil(900 / config["batch_size"])  # digits' 900 training items
+    log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    for epoch in (1, 2, 3):
+        lines = [line for line in output.splitlines() if line.startswith(f"csq epoch {epoch}/3: step ")]
+        assert [line.split(",")[0] for line in lines] == [f"csq epoch {epoch}/3: step {s}/{steps}"
+                                                          for s in range(1, steps + 1)]
+        # the last step's mean so far is the epoch's mean loss, as its record has it
+        assert f"loss {log[epoch - 1]['loss']['total']:.4f} so far" in lines[-1], (lines[-1], log[epoch - 1])
+    assert "\r" not in output  # no bar
+    assert BEATS == ["csq epoch 2/3: evaluating", "csq epoch 3/3: evaluating"]  # a line every HEARTBEAT_S while each runs
 
 
 def test_quiet_prints_only_the_results(tmp_path):

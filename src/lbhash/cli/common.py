@@ -16,6 +16,14 @@ from lbhash.errors import InputError
 USER_OS_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError)
 
 
+def shown(name) -> str:
+    """A file name or path as one piece of a text line: as it is where it is printable, else
+    quoted with its control characters escaped (Python's repr), so that a newline in a name
+    cannot split a line that scripts read line by line."""
+    text = str(name)
+    return text if text.isprintable() else repr(text)
+
+
 class OneLineError(click.ClickException):
     """Printed as one line, exit code 2."""
 

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from lbhash.cli.common import shown
+
 
 @click.command()
 @click.argument("run_dir", type=click.Path(path_type=Path))
@@ -56,4 +58,4 @@ def encode(run_dir: Path, data: str | None, image_paths: tuple[Path, ...], part:
                                            skip_bad_images=skip_bad_images)
     if encoded is None:  # another rank of a multi-process run
         return
-    click.echo(f"encoded {len(encoded['codes'])} items to {encoded['bits']}-bit codes: {out}")
+    click.echo(f"encoded {len(encoded['codes'])} items to {encoded['bits']}-bit codes: {shown(out)}")

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 import numpy as np
 
-from lbhash.cli.common import StatedDefault
+from lbhash.cli.common import StatedDefault, shown
 from lbhash.runs.defaults import index_default_text
 from lbhash.runs.instance_codes import INSTANCE_BITS
 
@@ -108,7 +108,7 @@ def build(source: Path, out: str, kind: str, part: str | None, data_spec: str | 
     every = " (every item of the run: --part all)" if source.is_dir() and part == "all" else ""
     kept = f", with their {built.embedding_dim}-dimensional embeddings" if built.embedding_dim else ""
     kept += f", with {built.instance_bits}-bit instance codes" if built.instance_bits else ""
-    click.echo(f"indexed {built.count} {built.bits}-bit codes ({backend} {kind}) into {out}{every}{kept}")
+    click.echo(f"indexed {built.count} {built.bits}-bit codes ({backend} {kind}) into {shown(out)}{every}{kept}")
 
 
 @index.command()
@@ -123,7 +123,7 @@ def add(index_dir: Path, codes_file: Path, upsert: bool) -> None:
     from lbhash.runs.index_dir import IndexDirectory
 
     ids, ntotal = IndexDirectory(index_dir).add(codes_file, upsert)
-    click.echo(f"added {len(ids)} codes to {index_dir} ({ntotal} in all)")
+    click.echo(f"added {len(ids)} codes to {shown(index_dir)} ({ntotal} in all)")
 
 
 @index.command()
@@ -139,7 +139,7 @@ def remove(index_dir: Path, ids_text: str | None, ids_file: Path | None) -> None
     from lbhash.runs.index_dir import IndexDirectory
 
     removed, left = IndexDirectory(index_dir).remove(read_ids(ids_text, ids_file))
-    click.echo(f"removed {removed} item{'s' * (removed != 1)} from {index_dir} ({left} left)")
+    click.echo(f"removed {removed} item{'s' * (removed != 1)} from {shown(index_dir)} ({left} left)")
 
 
 @index.command()

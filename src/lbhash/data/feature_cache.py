@@ -199,10 +199,21 @@ class FrozenFeatures(HashDataset):
 
 
 def with_frozen_features(dataset, backbone, indices, options: InputOptions, device="cpu",
-                         progress: bool = False, bf16: bool = False) -> FrozenFeatures:
-    """`dataset` whose items at `indices` give the frozen backbone's (cached) features."""
+                         progress: bool = False, bf16: bool = False, home=None) -> FrozenFeatures:
+    """`dataset` whose items at `indices` give the frozen backbone's (cached) features. `home`: the
+    items whose features were cached as one entry (a run's training set, on its own data): the
+    requested items inside it are read from that entry, the others computed (and cached) as their
+    own. An entry is keyed by its whole set of images, so asking for a part of it would miss."""
     idx = np.unique(check_indices(dataset, indices))
-    features = backbone_features(dataset, backbone, idx, options, device, progress, bf16=bf16)
+    parts = [idx]
+    if home is not None:
+        home = np.unique(np.asarray(home, np.int64))
+        if len(home) and home[0] >= 0 and home[-1] < len(dataset) and np.isin(idx, home).any():
+            parts = [p for p in (home, np.setdiff1d(idx, home)) if len(p)]
+    features = [backbone_features(dataset, backbone, part, options, device, progress, bf16=bf16) for part in parts]
     rows = np.full(len(dataset), -1, dtype=np.int64)
-    rows[idx] = np.arange(len(idx))
-    return FrozenFeatures(dataset, features, rows)
+    offset = 0
+    for part in parts:
+        rows[part] = np.arange(offset, offset + len(part))
+        offset += len(part)
+    return FrozenFeatures(dataset, np.concatenate(features), rows)

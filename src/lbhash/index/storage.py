@@ -26,6 +26,7 @@ import faiss
 import numpy as np
 
 from lbhash._io import file_sha256
+from lbhash.arrays import first_nonfinite
 from lbhash.errors import InputError
 from lbhash.index._engines import FlatEngine, read_faiss
 from lbhash.index._ivf import ENGINES
@@ -173,6 +174,13 @@ def _load_embeddings(file: Path, dim: int, n: int) -> np.ndarray:
     if len(emb) != n:
         raise InputError(f"{file}: holds {len(emb)} embeddings but ids.npy has {n} codes; the embeddings and codes "
                          "disagree (rebuild the index)")
+    # every add refuses a non-finite embedding, but a file another writer made (its checksum
+    # recomputed) could hold one: a NaN row scores NaN against every query, which left the CLI's
+    # answers empty and the service's a bare 500; refused here, before anything searches
+    bad = first_nonfinite(emb)
+    if bad is not None:
+        raise InputError(f"{file}: embedding of row {bad[0]} holds {emb[bad]} at column {bad[1]}; an index keeps "
+                         "finite unit rows (rebuild the index)")
     return emb
 
 

@@ -15,6 +15,7 @@ from typing import Callable, NamedTuple, Sequence
 import torch
 from torch import nn
 
+from lbhash.cpus import use_torch_threads
 from lbhash.errors import InputError
 from lbhash.models.hash_model import HashHead, HashModel
 from lbhash.models.weights import load_backbone_weights, resolve_weights
@@ -116,6 +117,7 @@ def available_backbones() -> list[str]:
 def create_backbone(name: str, pretrained: str | os.PathLike | None = None, **options) -> Backbone:
     """Build backbone `name` with its factory's `options`, then load `pretrained` weights if any."""
     factory, defaults = _entry(name)
+    use_torch_threads()  # backbone work is where too many threads cost most on a busy machine
     params = inspect.signature(factory).parameters
     unknown = [k for k in options if k not in params]
     if unknown and not any(p.kind is p.VAR_KEYWORD for p in params.values()):

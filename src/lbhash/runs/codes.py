@@ -37,8 +37,15 @@ def item_embeddings(run_dir: str | Path, ids, data: str | None = None, progress:
     ids = np.asarray(ids, np.int64)
     if cfg.input_kind == "images" and cfg.freeze_backbone:  # the cached features, computed once
         dataset = with_frozen_features(dataset, model.backbone, ids, input_options(cfg), "cpu", progress,
-                                       bf16=model.bf16_backbone)
+                                       bf16=model.bf16_backbone, home=trained_set(run_dir))
     return embed_with_features(model, dataset, ids, input_options(cfg), progress=progress)[1]
+
+
+def trained_set(run_dir: Path, split=None) -> np.ndarray:
+    """The items whose features training cached as one entry (lbhash.train.builder's `used`: every
+    part of the run's split), positions in its own data."""
+    split = split if split is not None else load_split(Path(run_dir) / SPLIT)
+    return np.concatenate([split.train, split.query, split.database, split.validation])
 
 
 def run_forward(sharded, run_dir: str | Path, data: str | None, part: str, accelerator: str, precision: str,
@@ -69,7 +76,8 @@ def run_forward(sharded, run_dir: str | Path, data: str | None, part: str, accel
     for dataset, index in inputs:
         if cfg.input_kind == "images" and cfg.freeze_backbone:  # the cached features, computed once
             dataset = with_frozen_features(dataset, model.backbone, index, input_options(cfg), fabric.device,
-                                           progress and fabric.is_global_zero, bf16=model.bf16_backbone)
+                                           progress and fabric.is_global_zero, bf16=model.bf16_backbone,
+                                           home=trained_set(run_dir, split) if own else None)
         outs.append(sharded(fabric, model, dataset, index, input_options(cfg), _autocast(fabric.device, precision),
                             progress))
     leave_process_group(fabric)

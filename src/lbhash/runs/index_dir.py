@@ -73,12 +73,16 @@ def build_index(source: Path, out: str, kind: str = "flat", part: str | None = N
     ids = items["ids"] if items["ids"] is not None else np.arange(len(items["codes"]))
     # the run's model, identified once (a checkpoint's SHA-256): its embeddings, and the index's record of it
     model = index_inputs.run_model(source) if source.is_dir() else None
-    emb = items["embeddings"]
-    if spec is not None:  # a run (so `model` is known): its items' embeddings, from the pass that made their codes
+    emb, train_emb = items["embeddings"], None
+    if spec is not None and emb is None:  # a run's codes.npz: its items' embeddings, from the pass that made their codes
         from lbhash.runs.codes import item_embeddings
 
-        emb = item_embeddings(source, ids, spec)
-    transform, fitted_on = _instance_transform(source, spec, ids, emb, instance_bits, backend)
+        # one pass, which also gives the training items the instance transform is fitted on where the
+        # index lacks them (a second pass would decode the images and run the backbone again)
+        train = _outside_training_items(source, ids, instance_bits, backend)
+        both = item_embeddings(source, np.concatenate([ids, train]), spec)
+        emb, train_emb = both[:len(ids)], both[len(ids):] if len(train) else None
+    transform, fitted_on = _instance_transform(source, spec, ids, emb, instance_bits, backend, train_emb)
     instance = None if transform is None else transform.apply(emb)
     emb = emb if embeddings else None
     dim = None if emb is None else emb.shape[1]
@@ -102,11 +106,22 @@ def build_index(source: Path, out: str, kind: str = "flat", part: str | None = N
     return Built(index, len(ids), items["bits"], dim, searches(index), index.instance_bits)
 
 
-def _instance_transform(source: Path, spec: str | None, ids: np.ndarray, emb, bits: int | None, backend: str):
+def _outside_training_items(source: Path, ids: np.ndarray, bits: int | None, backend: str) -> np.ndarray:
+    """The run's training items, where its instance transform needs them and the index holds fewer
+    than 2 of them (`_instance_transform`); else none."""
+    if not bits or backend == "milvus":
+        return np.zeros(0, np.int64)
+    train = index_inputs.run_training_items(source)
+    return train if np.isin(train, ids).sum() < 2 else np.zeros(0, np.int64)
+
+
+def _instance_transform(source: Path, spec: str | None, ids: np.ndarray, emb, bits: int | None, backend: str,
+                        train_emb=None):
     """(the instance transform of a new index, what it was fitted on), or (None, None) for none:
     `bits` None or 0, or no embeddings to make them from (a codes file without them: only the
     default is left out quietly; an explicit length is refused). The default length is cut to the
-    embeddings' width where that is less."""
+    embeddings' width where that is less. `train_emb`: the training items' embeddings where the
+    caller's pass computed them."""
     if not bits:
         return None, None
     if backend == "milvus":
@@ -132,9 +147,11 @@ def _instance_transform(source: Path, spec: str | None, ids: np.ndarray, emb, bi
         order = np.argsort(ids, kind="stable")
         rows = order[np.searchsorted(ids[order], train[inside])]
         return fit_transform(np.asarray(emb)[rows], bits), f"the run's {int(inside.sum())} training items in the index"
-    from lbhash.runs.codes import item_embeddings  # an index of other items: the training items' own pass
+    if train_emb is None:  # an index of other items: the training items' own pass
+        from lbhash.runs.codes import item_embeddings
 
-    return fit_transform(item_embeddings(source, train, spec), bits), f"the run's {len(train)} training items"
+        train_emb = item_embeddings(source, train, spec)
+    return fit_transform(train_emb, bits), f"the run's {len(train)} training items"
 
 class IndexDirectory:
     """A saved CodeIndex directory, changed under its writer lock and saved atomically."""

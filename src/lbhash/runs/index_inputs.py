@@ -207,14 +207,17 @@ def run_part(run_dir: str | Path, part: str | None = None) -> str:
 def run_codes(run_dir: str | Path, part: str = "database", data: str | None = None,
               skip_bad_images: bool = False) -> dict:
     """Codes of a run's items: part="database" reads its codes.npz; part="all" encodes every
-    item of its data with its model (`data`: the spec that loads it, `run_data`'s; default the
+    item of its data with its model (and gives their embeddings) (`data`: the spec that loads it, `run_data`'s; default the
     run's own; `skip_bad_images`: but its unreadable images). ids are the items' positions in the data set."""
     run_dir = Path(run_dir)
     part = run_part(run_dir, part)
     if part == "all":
         from lbhash.runs.run_dir import RunDirectory
 
-        encoded = RunDirectory(run_dir).encode(data, "all", progress=False, skip_bad_images=skip_bad_images)
+        # the embeddings come from the same forward pass: the index keeps them, and a second pass
+        # would run the backbone (or read its cache) again
+        encoded = RunDirectory(run_dir).encode(data, "all", progress=False, embeddings=True,
+                                               skip_bad_images=skip_bad_images)
         return _checked(run_dir, encoded["bits"], encoded)
     from lbhash.runs.rundir import CODES, verify_files
 

@@ -25,17 +25,47 @@ class _Aliases(yaml.YAMLError):
     """An anchor or alias where lbhash reads YAML."""
 
 
+class _Refused(yaml.YAMLError):
+    """YAML lbhash reads but refuses: nesting too deep, a key given twice."""
+
+
+MAX_YAML_BYTES = 1 << 20  # a config file: option: value lines (10,000 deep or 50 MB took the reader down)
+MAX_YAML_DEPTH = 32       # lists and mappings inside each other (a config nests two or three)
+
+
 class _Loader(yaml.SafeLoader):
     """YAML 1.1 reads 1e-3 (no dot) as a string; read it as the number everyone means. Anchors
     and aliases are refused as they are met, before anything expands them: a config is option:
     value, and 600 bytes of nested aliases ("billion laughs") expand to 9^9 strings, which the
-    checks of the values then ran through for minutes."""
+    checks of the values then ran through for minutes. Nesting deeper than MAX_YAML_DEPTH is
+    refused as it is met (the composer recurses: 10,000 levels raised RecursionError), and a key
+    given twice in one mapping (YAML would keep the last silently)."""
+
+    _depth = 0
 
     def compose_node(self, parent, index):
         event = self.peek_event()
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
             raise _Aliases(f"line {event.start_mark.line + 1}")
-        return super().compose_node(parent, index)
+        if self._depth >= MAX_YAML_DEPTH:
+            raise _Refused(f"nested deeper than {MAX_YAML_DEPTH} levels at line {event.start_mark.line + 1}")
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:
+            key, line = self.construct_object(key_node, deep=True), key_node.start_mark.line + 1
+            try:
+                if key in seen:
+                    raise _Refused(f"key {key!r} is given twice (lines {seen[key]} and {line})")
+                seen[key] = line
+            except TypeError:  # an unhashable key: the constructor below refuses it
+                continue
+        return super().construct_mapping(node, deep)
 
 
 _Loader.add_implicit_resolver(
@@ -51,6 +81,8 @@ def parse_yaml(text: str, where: str) -> Any:
     except _Aliases as err:
         raise InputError(f"{where}: YAML anchors and aliases (&NAME, *NAME) are not accepted ({err}); write "
                          "each value out") from None
+    except _Refused as err:
+        raise InputError(f"{where}: {err}") from None
     except yaml.YAMLError as err:
         raise InputError(f"{where}: not valid YAML ({str(err).splitlines()[0]})") from None
 
@@ -59,9 +91,14 @@ def read_yaml_mapping(path: Path, not_mapping: str) -> dict:
     """The mapping a YAML file holds ({} when empty); one line naming `path` when it cannot be read,
     is not valid YAML, or is not a mapping (`not_mapping` says what it should be)."""
     try:
-        values = parse_yaml(path.read_text(), str(path))
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_YAML_BYTES + 1)  # never more: a 50 MB file took 5.5 GB to parse
+        if len(data) > MAX_YAML_BYTES:
+            raise InputError(f"{path}: larger than {MAX_YAML_BYTES >> 20} MB; a config holds option: value lines")
+        text = data.decode()
     except (OSError, UnicodeDecodeError) as err:
         raise InputError(f"{path}: cannot read it ({err})") from None
+    values = parse_yaml(text, str(path))
     if not isinstance(values if values is not None else {}, dict):
         raise InputError(f"{path}: {not_mapping}")
     return values or {}

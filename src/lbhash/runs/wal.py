@@ -2,7 +2,8 @@
 
 One record a line: 8 hex digits of CRC-32, a space, the JSON record. Sequence numbers increase
 and the saved index records the last it holds ("wal_seq"), so replay applies nothing twice. A
-torn last line (never acknowledged) is cut off on open; damage anywhere else is refused.
+torn last line (no newline: never acknowledged) is cut off on open; a damaged whole line is
+refused, the last one too (its change may have been acknowledged), naming the line.
 """
 
 from __future__ import annotations
@@ -37,9 +38,11 @@ class WriteAheadLog:
         for number, line in enumerate(lines[:-1], start=1):
             record = _parse(line)
             if record is None:
-                if number == len(lines) - 1 and not lines[-1]:
-                    break  # a damaged last line: cut it (it was never acknowledged)
-                raise InputError(f"{self.path}: damaged record at line {number}; refusing to replay the log")
+                # a whole line (its newline written) may be an acknowledged change, even the last:
+                # an append is acknowledged only after the write of its whole line is fsynced
+                last = " (the last; it may be an acknowledged change)" if number == len(lines) - 1 else ""
+                raise InputError(f"{self.path}: damaged record at line {number}{last}; refusing to replay the "
+                                 "log: restore the file, or delete that line to drop its change")
             if self.records and record["seq"] <= self.records[-1]["seq"]:
                 raise InputError(f"{self.path}: sequence numbers go backwards at line {number}")
             self.records.append(record)

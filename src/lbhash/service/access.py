@@ -30,6 +30,8 @@ from lbhash.errors import InputError
 from lbhash.limits import MAX_KEY_FILE_BYTES
 
 KEY_HEADER = "X-Lbhash-Key"
+# the headers the checks read, which a request may give once each (ASGI names are lower case)
+_ONCE = frozenset({b"host", b"origin", b"sec-fetch-site", KEY_HEADER.lower().encode()})
 ENV_WRITE_KEY, ENV_READ_KEY = "LBHASH_WRITE_KEY", "LBHASH_READ_KEY"
 ENV_ALLOWED_HOSTS = "LBHASH_ALLOWED_HOSTS"
 _CHANGE = re.compile(r"^/items(/image)?$")  # POST; DELETE /items/{id} is the other change
@@ -206,6 +208,12 @@ class AccessControl:
         await self.app(scope, receive, send)
 
     def host_refusal(self, scope) -> tuple[int, str] | None:
+        names = [k for k, _ in scope["headers"] if k in _ONCE]
+        if len(names) != len(set(names)):
+            # the Host check read the first, the key and cross-site checks the last: a request that
+            # names two is refused rather than resolved either way
+            twice = next(n for n in names if names.count(n) > 1)
+            return 400, f"a request may have one {twice.decode('latin-1')} header, not {names.count(twice)}"
         host = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"host"), None)
         if self.hosts.allows(host):
             return None

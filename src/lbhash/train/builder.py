@@ -18,6 +18,7 @@ from torch import nn
 from lbhash.centers import CenterOptions, generate_centers
 from lbhash.data import HashDataset, InputOptions, Split, carve_validation, load_data, make_split
 from lbhash.data.feature_cache import FrozenFeatures, with_frozen_features
+from lbhash.cpus import use_torch_threads
 from lbhash.errors import InputError
 from lbhash.methods import HashLoss, LowerBoundObjective, available_methods, create_method, loss_output, method_class
 from lbhash.methods.csq import tie_center
@@ -131,6 +132,7 @@ def build_model(model: ModelOptions, bits: int, input_kind: str, input_dim: int 
     set gives (`cfg.input_kind`, `cfg.input_dim`). normalization: (mean, std) of the training features
     for a standardising first layer (None: none). pretrained: load the backbone weights the options
     name (off when a run's own checkpoint will overwrite them)."""
+    use_torch_threads()  # every model's work runs in the pool sized here (a busy machine: lbhash.cpus)
     if input_kind == "features":
         check_head_size(model, bits, input_kind, input_dim)
         mean, std = (None, None) if normalization is None else (torch.as_tensor(v) for v in normalization)

@@ -29,7 +29,8 @@ from lbhash.train.loop import EpochStore, Trainer, check_logger
 from lbhash.train.processes import check_accelerator, leave_process_group, process_rank
 from lbhash.train.results import Fitted, run_metrics
 from lbhash.train.split_codes import split_codes
-from lbhash.train.summary import data_summary, describe_data, epoch_lines, notices_to_stderr, result_line
+from lbhash.train.summary import (LINE_EVERY_S, data_summary, describe_data, epoch_lines, notices_to_stderr,
+                                  result_line, step_lines)
 
 logger = logging.getLogger("lbhash")
 
@@ -71,11 +72,17 @@ def prepare(cfg: TrainConfig, split: Split | None, dataset: HashDataset | None, 
     if exp.skipped_images and first:
         logger.warning("skipped %d unreadable image(s) (--skip-bad-images)", exp.skipped_images)
     summary, saved_cfg = data_summary(exp), exp.cfg
-    lines = None
-    if exp.cfg.progress and not sys.stderr.isatty():  # a log file, which bars' redraws fill: one line per epoch
+    lines = steps = None
+    terminal = on_a_terminal()
+    if exp.cfg.progress and first:
+        # on a terminal the bar is erased as its epoch ends, so every epoch leaves its line; in a log
+        # (no bars: their redraws would fill it) a line for the first, last and evaluated epochs, at
+        # least every LINE_EVERY_S between them, and a step line inside an epoch every STEP_EVERY_S
+        lines = epoch_lines(exp.cfg.variant, exp.cfg.epochs, map_label(exp.topk, len(exp.split.database)),
+                            every_s=0.0 if terminal else LINE_EVERY_S)
+        steps = None if terminal else step_lines(exp.cfg.variant, exp.cfg.epochs)
+    if exp.cfg.progress and not terminal:
         exp.cfg = exp.cfg.replace(progress=False)
-        if first:
-            lines = epoch_lines(exp.cfg.variant, exp.cfg.epochs, map_label(exp.topk, len(exp.split.database)))
 
     def at_epoch_end(epoch: int, record: dict) -> None:  # the epoch's line (where there are no bars), then the caller's
         if lines is not None:
@@ -84,7 +91,13 @@ def prepare(cfg: TrainConfig, split: Split | None, dataset: HashDataset | None, 
             on_epoch_end(epoch)
 
     trainer = Trainer(exp, store, at_epoch_end)
+    trainer.on_step = steps
     return Prepared(trainer, saved_cfg, form_of(exp.dataset, exp.cfg.normalize, exp.cfg.image_size), summary)
+
+
+def on_a_terminal() -> bool:
+    """Whether progress goes to a terminal (bars) or to a log (lines)."""
+    return sys.stderr.isatty()
 
 
 def announce(run: Prepared) -> None:

@@ -9,6 +9,7 @@ without a validation split the mAP and lower bound of fresh query and database c
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -28,6 +29,7 @@ from lbhash.train.optim import make_optimizer, make_scheduler
 from lbhash.train.prefix_cache import cache_prefix, prefix_cacheable
 from lbhash.train.processes import make_fabric
 from lbhash.train.selection import Selection
+from lbhash.train.summary import heartbeat
 
 logger = logging.getLogger("lbhash")
 
@@ -77,6 +79,7 @@ class Trainer:
         self.exp, self.cfg, self.store = exp, exp.cfg, store
         self.recipe, self.progress = exp.cfg.recipe, exp.cfg.runtime.progress
         self.on_epoch_end = on_epoch_end
+        self.on_step: Callable[[int, int, int, float], None] | None = None  # lines inside an epoch (a log)
         self.history: list[dict] = []
         recipe, runtime, surrogate = self.recipe, exp.cfg.runtime, exp.cfg.surrogate
         torch.set_flush_denormal(True)  # denormals slow CPU matmuls by orders of magnitude
@@ -118,7 +121,11 @@ class Trainer:
                 break
             record = self.train_epoch(epoch)
             if self.evaluates(epoch):
-                record["eval"] = self.validate(epoch) if self.validating else self.evaluate()
+                # in a log (on_step set) a line every STEP_EVERY_S while the items are encoded
+                beat = contextlib.nullcontext() if self.on_step is None else \
+                    heartbeat(f"{self.cfg.variant} epoch {epoch}/{self.recipe.epochs}: evaluating")
+                with beat:
+                    record["eval"] = self.validate(epoch) if self.validating else self.evaluate()
             self.check_finite_parameters(epoch)
             if self.fabric.is_global_zero:
                 self.fabric.log_dict(flat_record(record), step=epoch)
@@ -211,6 +218,8 @@ class Trainer:
                 sums[k] = sums.get(k, 0.0) + value * n
             codes[index] = to_signs(u.detach())
             written[index] = True
+            if self.on_step is not None:
+                self.on_step(epoch, step, len(source), sums["total"] / seen)
         codes, written = codes.cpu().numpy(), written.cpu().numpy()
         learner.objective.on_epoch_end(epoch - 1)
         lr = self.optimizers[0].param_groups[0]["lr"]
@@ -237,9 +246,11 @@ class Trainer:
             self._tune_batches = self.batches
             if self.cfg.input_kind == "images" and not model.built_frozen and \
                     prefix_cacheable(data.transform, data.augment, model.fixed_stages):
-                built = cache_prefix(model, self.exp.dataset, self.exp.split.train, self.options,
-                                     self.recipe.batch_size, self.fabric.device, self.fabric.global_rank,
-                                     self.fabric.world_size, self.progress and self.fabric.is_global_zero)
+                beat = contextlib.nullcontext() if self.on_step is None else heartbeat("caching the frozen stages")
+                with beat:  # in a log, where no bar shows, a line every HEARTBEAT_S
+                    built = cache_prefix(model, self.exp.dataset, self.exp.split.train, self.options,
+                                         self.recipe.batch_size, self.fabric.device, self.fabric.global_rank,
+                                         self.fabric.world_size, self.progress and self.fabric.is_global_zero)
                 if isinstance(built, str):
                     logger.warning(built)
                 else:

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
-from lbhash.cpus import usable_cpus
+from lbhash.checks import positive_int_env
+from lbhash.cpus import usable_cpus, use_torch_threads
 from lbhash.errors import InputError
 
 
@@ -40,7 +41,7 @@ def make_fabric(accelerator: str, devices: int, precision: str, loggers=None):
     fabric.launch()  # starts the other processes of a multi-device run (no-op under torchrun)
     if fabric.world_size > 1 and fabric.device.type == "cpu":
         # processes share the CPUs: one full intra-op pool each would oversubscribe them
-        torch.set_num_threads(max(1, usable_cpus() // fabric.world_size))
+        use_torch_threads(pinned=positive_int_env("LBHASH_NUM_THREADS") or max(1, usable_cpus() // fabric.world_size))
     return fabric
 
 

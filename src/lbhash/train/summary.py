@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -181,3 +182,50 @@ def epoch_lines(variant: str, epochs: int, map_r: str = "all",
                     record["loss"].get("total", float("nan")), record["seconds"], extra)
 
     return report
+
+
+STEP_EVERY_S = 30.0  # off a terminal: the longest silence inside an epoch (an epoch of images can take minutes)
+HEARTBEAT_S = 30.0   # off a terminal: the same while an epoch's evaluation encodes its items
+
+
+def step_lines(variant: str, epochs: int, every_s: float | None = None,
+               clock=time.monotonic) -> Callable[[int, int, int, float], None]:
+    """An `on_step(epoch, step, steps, loss)` callback printing `VARIANT epoch E/N: step S/T, loss L so far,
+    X s` once `every_s` seconds of the epoch have passed since its start or the last such line, so
+    that a log where no bar shows is never silent for longer inside an epoch (`loss`: the epoch's
+    mean so far)."""
+    every_s = STEP_EVERY_S if every_s is None else every_s
+    state = {"epoch": None, "start": 0.0, "last": 0.0}
+
+    def report(epoch: int, step: int, steps: int, loss: float) -> None:
+        now = clock()
+        if state["epoch"] != epoch:  # the first step of an epoch starts its clock
+            state.update(epoch=epoch, start=now, last=now)
+        if now - state["last"] < every_s:
+            return
+        state["last"] = now
+        logger.info("%s epoch %d/%d: step %d/%d, loss %.4f so far, %.0f s", variant, epoch, epochs, step, steps,
+                    loss, now - state["start"])
+
+    return report
+
+
+@contextlib.contextmanager
+def heartbeat(what: str, every_s: float | None = None, clock=time.monotonic):
+    """While the block runs, a line `WHAT, X s` every `every_s` seconds (default HEARTBEAT_S) from a
+    timer thread: work that reports nothing itself (an epoch's evaluation encodes the validation and
+    training items, a minute for a few thousand images) does not leave a log silent longer."""
+    every_s = HEARTBEAT_S if every_s is None else every_s
+    done, start = threading.Event(), clock()
+
+    def beat() -> None:
+        while not done.wait(every_s):
+            logger.info("%s, %.0f s", what, clock() - start)
+
+    thread = threading.Thread(target=beat, name="lbhash-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
