@@ -336,5 +336,11 @@ def test_a_newline_in_a_path_does_not_split_a_line_of_output(tmp_path, encoded):
     assert CodeIndex.load(out).ntotal == 120
     removed = run("index", "remove", out, "--ids", str(ids[0]))
     assert removed.output.splitlines() == [f"removed 1 item from '{tmp_path}/new\\nline' (119 left)"]
+    queries = tmp_path / "q.npz"  # a query named by a source with a newline: its line stays one line
+    np.savez(queries, codes=np.load(path)["codes"][:2], bits=np.int64(32), sources=np.array(["one\nline.jpg", "b.jpg"]))
+    searched = run("search", out, "--codes", queries, "-k", "1")
+    assert searched.exit_code == 0, searched.output
+    assert searched.output.splitlines()[0] == "query 0 ('one\\nline.jpg'): 1 results"
+    assert len(searched.output.splitlines()) == 4  # two queries, one hit each
     assert shown("photos/été 1.jpg") == "photos/été 1.jpg"  # printable names are shown as they are
     assert shown("a\rb\u2028c.jpg") == "'a\\rb\\u2028c.jpg'"

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from lbhash.checks import parse_int_list
-from lbhash.cli.common import StatedDefault
+from lbhash.cli.common import StatedDefault, shown
 from lbhash.cli.index import backend_options
 from lbhash.errors import InputError
 from lbhash.limits import MAX_CLASS_ID, MAX_K
@@ -125,7 +125,7 @@ def _print_results(results: list[dict], class_names: list[str] | None) -> None:
     for result in results:
         own = result.get("query_labels")
         label = "" if own is None else f", label {named(own)}"
-        click.echo(f"query {result['query']} ({result['name']}{label}): {len(result['ids'])} results")
+        click.echo(f"query {result['query']} ({shown(result['name'])}{label}): {len(result['ids'])} results")
         sources = result.get("sources", [None] * len(result["ids"]))
         scores = result.get("scores", [None] * len(result["ids"]))
         inst = result.get("instance_distances", [None] * len(result["ids"]))
@@ -136,7 +136,7 @@ def _print_results(results: list[dict], class_names: list[str] | None) -> None:
             where += "" if di is None else f" instance {di:<4d}"
             other = "x" if own and not set(own) & set(lab) else " "
             mark = "=" if eq else " "
-            click.echo(f"  {rank:4d} {other}{mark} id {i:<10d} {where} labels {named(lab)}" + (f"  {src}" if src else ""))
+            click.echo(f"  {rank:4d} {other}{mark} id {i:<10d} {where} labels {named(lab)}" + (f"  {shown(src)}" if src else ""))
     if any(r.get("query_labels") for r in results):
         click.echo("x: a hit of another class than its query")
     if any(r.get("same") for r in results):
