@@ -9,7 +9,10 @@ class-folder tree, the README's own-folder recipe, `lbhash index build` with its
 on `--start 0` (with `--sweep`: looks_like, factor and SIMILARITY_POWER, printed per edit as
 recall@1/class P@10) and reported on `--start 2000`. Also builds the index without float rows
 (`--no-embeddings`). About 5 minutes per start on 2 idle cores (features, 30 epochs, two indexes,
-1,000 copies encoded); the sweep about 10 more.
+1,000 copies encoded); the sweep about 10 more. `--finetune`: the README's fine-tuning recipe instead
+of a frozen backbone (its defaults: a linear probe, then the whole network; at 160 px as the frozen run).
+
+    python studies/duplicates_table.py ../shared/data/cifar10-jpg.tar.gz OUT --start 2000 --seed 1 --finetune
 """
 
 from __future__ import annotations
@@ -69,15 +72,17 @@ def main() -> None:
     parser.add_argument("--start", type=int, default=0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--sweep", action="store_true")
+    parser.add_argument("--finetune", action="store_true", help="fine-tune the backbone (the README's recipe)")
     args = parser.parse_args()
     out = args.out
     photos, run = out / "photos", out / "run"
     if not photos.exists():
         photo_tree(args.tarball, photos, args.start)
     if not (run / "metrics.json").exists():
+        how = () if args.finetune else ("--freeze-backbone", "--epochs", "30")
         lbhash("train", "--data", f"images:{photos}", "--protocol", "all-train", "--backbone", "efficientnet_lite0",
-               "--pretrained", "imagenet", "--freeze-backbone", "--image-size", "160", "--method", "csq",
-               "--bits", "64", "--epochs", "30", "--seed", "0", "--out", str(run))
+               "--pretrained", "imagenet", *how, "--image-size", "160", "--method", "csq",
+               "--bits", "64", "--seed", "0", "--out", str(run))
     for name, extra in (("idx", ()), ("idx-codes", ("--no-embeddings",))):
         if not (out / name).exists():
             lbhash("index", "build", str(run), "--out", str(out / name), *extra)
