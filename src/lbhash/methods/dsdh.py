@@ -7,6 +7,13 @@ classifier W are learned once per epoch by discrete cyclic coordinate descent on
 
 The eta term (left out by the DeepHash-pytorch benchmark) starts after the first update, since
 before it B is noise that DCC would keep. U, Y, B, W and that switch are registered buffers.
+
+`weighting` says how eta enters the network's loss. The paper's objective is a sum: the likelihood
+over the n x n pairs, the quantization over the n x bits entries. Divided by the number of pairs
+(our likelihood is a mean), its quantization weight is eta * bits / n on a mean of (B - u)^2
+("paper", the default since issue 70: 0.70 at eta 55, 64 bits, 5,000 items). "mean" puts eta on
+that mean itself, as the reimplementations do: 78x the paper's weight there, which held DSDH at
+40-50 mAP (docs/methods.md, "DSDH and DBDH as their papers train them").
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ import torch
 from lbhash.errors import InputError
 from lbhash.methods.base import register_method
 from lbhash.methods.dbdh import MemoryBankLoss, check_constant, pairwise_likelihood
+
+WEIGHTING = ("paper", "mean")
 
 
 def dsdh_objective(B: torch.Tensor, W: torch.Tensor, Y: torch.Tensor, U: torch.Tensor,
@@ -52,7 +61,8 @@ class DSDH(MemoryBankLoss):
 
     def __init__(self, bits: int, num_classes: int, num_train: int | None = None,
                  centers: torch.Tensor | None = None, multi_label: bool = False,
-                 mu: float = 1.0, nu: float = 1.0, eta: float = 55.0, dcc_iter: int = 10):
+                 mu: float = 1.0, nu: float = 1.0, eta: float = 55.0, dcc_iter: int = 10,
+                 weighting: str = "paper"):
         super().__init__(bits, num_classes, num_train, centers, multi_label)
         self.mu = check_constant(self.name, "mu", mu, strict=True)
         # nu > 0 keeps the W-step well posed whatever B is
@@ -61,6 +71,11 @@ class DSDH(MemoryBankLoss):
         if isinstance(dcc_iter, bool) or not isinstance(dcc_iter, int) or dcc_iter < 1:
             raise InputError(f"method dsdh: dcc_iter must be a positive integer, got {dcc_iter!r}")
         self.dcc_iter = dcc_iter
+        if weighting not in WEIGHTING:
+            raise InputError(f"method dsdh: weighting must be one of {', '.join(WEIGHTING)}, got {weighting!r}")
+        self.weighting = weighting
+        # the network's weight on mean((B - u)^2): the paper's sums divided by the n x n pairs, or eta itself
+        self.quantization_weight = self.eta * (bits / num_train if weighting == "paper" else 1.0)
         # random +/-1 codes from the global RNG (seeded by the training loop); W fitted to them
         init = torch.randint(0, 2, (num_train, bits)).float() * 2 - 1
         self.register_buffer("B", init)
@@ -71,7 +86,7 @@ class DSDH(MemoryBankLoss):
         self._remember(u, labels, index)
         likelihood = pairwise_likelihood(u, labels, self.U, self.Y)
         quantization = ((self.B[index].to(u.dtype) - u) ** 2).mean()
-        weight = self.eta * self.fitted.to(u.dtype)  # a tensor, not a branch: no device sync
+        weight = self.quantization_weight * self.fitted.to(u.dtype)  # a tensor, not a branch: no device sync
         return {"likelihood": likelihood, "quantization": weight * quantization}
 
     def on_epoch_end(self, epoch: int) -> None:
