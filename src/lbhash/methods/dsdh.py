@@ -58,6 +58,9 @@ class DSDH(MemoryBankLoss):
     display_name = "DSDH"
     description = "Deep supervised discrete hashing: bank likelihood + codes and classifier by DCC"
     center_part = None
+    defaults_source = ("mu 1, nu 1, eta 55, dcc_iter 10: the DeepHash benchmark's (a reimplementation, TreezzZ/DSDH_PyTorch, takes nu 0.1); "
+                       "weighting paper: the paper's summed objective over the pairs (issue 70, chosen on validation, "
+                       "docs/methods.md 'DSDH and DBDH as their papers train them'); the recipe: the shared one")
 
     def __init__(self, bits: int, num_classes: int, num_train: int | None = None,
                  centers: torch.Tensor | None = None, multi_label: bool = False,
