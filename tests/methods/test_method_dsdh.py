@@ -195,7 +195,8 @@ def test_dsdh_training_gives_the_same_codes_with_the_plain_formula(monkeypatch):
 def test_paper_weighting_trains_dsdh_where_eta_on_the_mean_holds_it_back():
     """DSDH on 2,000 real frozen features (the MobileNet file, 32 bits, 10 epochs, the paper profile):
     the paper's weighting of its quantization term against eta on the per-entry mean, which
-    pulls u onto B 78x harder at this size and held DSDH at 40-50 mAP on the protocols."""
+    pulls u onto B 78x harder at this size and held DSDH at 40-50 mAP on the protocols. Measured,
+    seed 0: mAP@all 0.638 (paper) against 0.408 (mean)."""
     from lbhash import HashEncoder
     from test_method_dbdh import mobilenet_cut
 
@@ -206,4 +207,4 @@ def test_paper_weighting_trains_dsdh_where_eta_on_the_mean_holds_it_back():
                               method_options={"weighting": weighting})
         encoder.fit(x, y, eval_set=(x_test, y_test))
         maps[weighting] = encoder.metrics_["map"]
-    assert maps["paper"] > 0.4 and maps["paper"] > maps["mean"] + 0.03, maps
+    assert maps["paper"] > 0.55 and maps["paper"] > maps["mean"] + 0.1, maps
