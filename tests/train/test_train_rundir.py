@@ -210,3 +210,23 @@ def test_a_saved_config_reads_its_added_options_as_its_run_used_them_and_refuses
     with pytest.raises(InputError, match=rf"^{path}: lacks the options lr, schedule; a run's config.yaml records every "
                                          r"option \(add them with the values the run used\)$"):
         load_run_config(tmp_path)
+
+
+def test_a_saved_dsdh_run_without_weighting_reads_the_weighting_it_trained_with(tmp_path):
+    """DSDH runs saved before issue 70 put eta on the per-entry mean: their config lacks the
+    constant, and reads as weighting=mean (resumed and encoded as they trained); new runs say paper."""
+    import yaml
+
+    from lbhash.data import load_data
+    from lbhash.runs.rundir import load_run_config, save_run_config
+    from lbhash.train import make_config, resolve_config
+
+    cfg = resolve_config(make_config({**FAST, "method": "dsdh"}), load_data("digits"))
+    assert cfg.method_options["weighting"] == "paper"
+    save_run_config(tmp_path, cfg)
+    path = tmp_path / "config.yaml"
+    saved = yaml.safe_load(path.read_text())
+    saved["method_options"].pop("weighting")
+    path.write_text(yaml.safe_dump(saved))
+    old = load_run_config(tmp_path)
+    assert old.method_options == {**cfg.method_options, "weighting": "mean"}

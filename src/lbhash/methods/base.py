@@ -69,6 +69,7 @@ class HashLoss(nn.Module):
     recommended_recipe: ClassVar[dict] = RECOMMENDED_RECIPE
     recommended_lbhash: ClassVar[dict] = {}         # overrides of PAPER_LBHASH
     recommended_constants: ClassVar[dict] = {}      # the recommended profile's constants where they differ
+    defaults_source: ClassVar[str] = ""             # where a method's own defaults come from (`lbhash methods`)
 
     def __init__(self, bits: int, num_classes: int, num_train: int | None = None,
                  centers: torch.Tensor | None = None, multi_label: bool = False):

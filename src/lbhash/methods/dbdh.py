@@ -89,6 +89,10 @@ class DBDH(MemoryBankLoss):
     # paper and benchmark profiles take the paper's sign.
     recommended_recipe = {**RECOMMENDED_RECIPE, "lr": 3e-4}
     recommended_constants = {"binarize": "clamp"}
+    defaults_source = ("alpha 0.1, p 2: the DeepHash benchmark's; binarize ste: Zheng et al. 2020; the benchmark "
+                       "profile: its reference's RMSprop 1e-5, weight decay 1e-5, batch 128; recommended: the clamp at "
+                       "Adam 3e-4, ahead of ste and of RMSprop on validation (docs/methods.md 'DSDH and DBDH as their "
+                       "papers train them')")
 
     def __init__(self, bits: int, num_classes: int, num_train: int | None = None,
                  centers: torch.Tensor | None = None, multi_label: bool = False,

@@ -43,6 +43,8 @@ MANIFEST_FORMAT = "lbhash-run/1"
 ADDED_OPTIONS = {"multilabel_theta": "mean", "csq_ties": "plus-one", "neighbourhood_weight": 0.0,
                  "neighbourhood_student": "tanh", "probe_epochs": 0, "backbone_lr_scale": 1.0, "freeze_bn": False,
                  "train_stages": 0, "backbone_precision": "fp32", "augment": "crop-flip"}
+# The same for method constants added later: a saved run of the method that lacks one trained with this value.
+ADDED_METHOD_CONSTANTS = {"dsdh": {"weighting": "mean"}}
 PARTS = ("all", "train", "query", "database")
 logger = logging.getLogger("lbhash")
 
@@ -166,6 +168,9 @@ def load_run_config(run_dir: str | Path) -> RunConfig:
     if "input_kind" not in values:
         raise InputError(f"{path}: no input_kind; the run was written by an older lbhash")
     values = {**ADDED_OPTIONS, **values}
+    added = ADDED_METHOD_CONSTANTS.get(values.get("method"))
+    if added and isinstance(values.get("method_options"), dict):
+        values["method_options"] = {**added, **values["method_options"]}
     missing = [name for name in (*FIELDS, "input_dim") if name not in values]
     if missing:
         raise InputError(f"{path}: lacks the options {', '.join(missing)}; a run's {CONFIG} records every "

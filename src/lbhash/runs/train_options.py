@@ -203,4 +203,6 @@ def methods_text(profile: str) -> str:
             lines += [f"    {opt} lr {lr}, weight decay {wd}, lr schedule {schedule}, {epochs} epochs, batch {batch}",
                       f"    _D: {mode} L_theta; {objective}"]
         lines.append(f"    constants: {constants}")
+        if cls.defaults_source:
+            lines.append(f"    source: {cls.defaults_source}")
     return "\n".join(lines)
