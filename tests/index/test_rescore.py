@@ -306,3 +306,17 @@ def test_a_tied_class_rescored_holds_a_bounded_number_of_pairs(rng, monkeypatch)
         for a, b in zip(got, one):
             np.testing.assert_array_equal(a[q:q + 1], b)
     assert got.ids[0, 0] == 0 and got.ids[-1, 0] >= n  # ties over the cap: the first by id; 50: widened
+
+
+def test_an_item_found_by_its_own_embedding_scores_at_most_one(rng):
+    """Issue 69, item 10: float16 unit rows can have a cosine with themselves past 1 (a photo's match
+    with itself printed `similarity 1.0001`); the ranking clips the similarity to [-1, 1]."""
+    emb = rng.standard_normal((300, 64))
+    units = unit_rows(emb).astype(np.float64)
+    over = np.flatnonzero((units * units).sum(axis=1) > 1)  # self-cosines that round past 1
+    assert len(over)  # the case exists in these rows
+    index = CodeIndex(BITS)
+    codes = random_codes(rng, 300, BITS)
+    index.add(codes, embeddings=emb)
+    got = by_cosine(index, codes[over], 1, emb[over], factor=300)
+    assert got.ids[:, 0].tolist() == over.tolist() and (got.scores[:, 0] == 1.0).all()
