@@ -423,3 +423,46 @@ def test_the_page_asks_once_for_the_key_of_a_locked_service(browser, served, tmp
     finally:
         locked.kill()
     assert "read-key-of-the-page-test" not in locked.log
+
+
+def test_the_page_through_an_export_answers_as_through_the_run(browser, served, tmp_path):
+    """Issue 68: `serve --encoder EXPORT` (the export outputs the embedding beside the hash layer)
+    ranks the page's image searches as `serve --run` does: the same ids in the same order and the same
+    marks, each query chosen in the query bar of each server's page. Queries: indexed photos (each finds
+    itself first, marked the same picture) and a mirrored copy of one."""
+    from PIL import Image
+
+    from lbhash.runs.run_dir import RunDirectory
+
+    _, tree, root = served
+    run = served[0].extra[-1]
+    RunDirectory(run).export(tmp_path / "export")
+    queries = sorted((Path(tree) / "train").rglob("*.png"))[::7][:4]  # indexed photos
+    mirrored = tmp_path / "mirrored.png"
+    Image.open(queries[0]).transpose(Image.Transpose.FLIP_LEFT_RIGHT).save(mirrored)
+    queries.append(mirrored)
+    answers = {}
+    for name, model in (("run", ("--run", run)), ("export", ("--encoder", tmp_path / "export"))):
+        shutil.copytree(root / "ix", tmp_path / f"ix-{name}")
+        server = Server(tmp_path / f"ix-{name}", free_port(), *model).start()
+        try:
+            page = PageDriver(browser)
+            page.open(f"{server.url}/")
+            page.wait.until(lambda d: page.text("ntotal") != "")
+            k = page.by_id("how-value")
+            k.clear()
+            k.send_keys("8")
+            answers[name] = []
+            for query in queries:
+                page.act(page.by_id("query-file").send_keys, str(query))
+                assert not page.error(), page.error()
+                page.wait.until(lambda d: page.text("status").endswith(f"results for {query.name}."))
+                answers[name].append((page.hit_ids(), [c.find_elements("css selector", ".badge.same") != []
+                                                       for c in page.cards()]))
+        finally:
+            server.kill()
+    assert answers["export"] == answers["run"]
+    assert all(len(ids) == 8 for ids, _ in answers["run"])
+    record = read_sources(CodeIndex.load(tmp_path / "ix-run"))
+    for query, (ids, same) in zip(queries[:-1], answers["run"]):  # an indexed photo finds itself first, marked
+        assert record.source(ids[0]) == str(query) and same[0]
