@@ -231,6 +231,13 @@ def snapshot(root):
             for p in sorted(root.rglob("*"))}
 
 
+def flip_last_byte(path) -> None:
+    """Tamper with a file as a disk or a hand might: its last byte's lowest bit flipped."""
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 1
+    path.write_bytes(bytes(data))
+
+
 def npy_header_bytes(shape, dtype=np.float64) -> bytes:
     """An .npy header announcing `shape` with no data behind it: a huge array in a few bytes."""
     import io

@@ -6,6 +6,7 @@ import os
 import numpy as np
 import pytest
 
+from helpers import flip_last_byte
 from index_reference import random_codes
 from lbhash.errors import InputError
 from lbhash.index import CodeIndex, SparseLabels
@@ -129,9 +130,7 @@ def test_faiss_file_is_faiss_format(rng, tmp_path):
 def test_tampered_file_is_refused_naming_it(rng, tmp_path, name):
     sample_index(rng).save(tmp_path / "ix")
     path = tmp_path / "ix" / name
-    data = bytearray(path.read_bytes())
-    data[-1] ^= 0x01
-    path.write_bytes(bytes(data))
+    flip_last_byte(path)
     with pytest.raises(InputError, match=f"{name}: checksum mismatch") as err:
         CodeIndex.load(tmp_path / "ix")
     assert "\n" not in str(err.value)
@@ -283,9 +282,7 @@ def test_an_index_written_in_the_old_dense_format_loads_and_searches_identically
 def test_old_format_labels_are_still_verified(rng, tmp_path):
     write_version_1(sample_index(rng), tmp_path / "old")
     path = tmp_path / "old" / "labels.npy"
-    data = bytearray(path.read_bytes())
-    data[-1] ^= 0x01
-    path.write_bytes(bytes(data))
+    flip_last_byte(path)
     with pytest.raises(InputError, match="labels.npy: checksum mismatch"):
         CodeIndex.load(tmp_path / "old")
 

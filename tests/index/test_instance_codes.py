@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pytest
 
+from helpers import flip_last_byte
 from index_fakes import fake_milvus
 from index_reference import brute_blend, tied_items
 from lbhash.errors import InputError
@@ -96,9 +97,7 @@ def test_a_tampered_or_mismatched_instance_file_is_refused_in_one_line(tmp_path)
     index.add(codes, instance=inst)
     index.save(tmp_path / "ix")
     file = tmp_path / "ix" / "instance_codes.npy"
-    data = bytearray(file.read_bytes())
-    data[-1] ^= 1
-    file.write_bytes(bytes(data))
+    flip_last_byte(file)
     with pytest.raises(InputError, match="instance_codes.npy: checksum mismatch"):
         CodeIndex.load(tmp_path / "ix")
     index.save(tmp_path / "iy")

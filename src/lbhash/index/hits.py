@@ -162,14 +162,14 @@ def search_hits(index: Backend, queries: Queries, plan: SearchPlan, classes: lis
 
 def _hits(row: tuple, label_lists: dict) -> Hits:
     """A `_batch_rows` row as `Hits`."""
-    dist, ids, scores, *ranked = row
-    extra = (None if ranked[0][0] is None else ranked[0][0].tolist(), ranked[0][1].tolist()) if ranked else (None, None)
+    dist, ids, *extra = row
     return Hits(ids.tolist(), dist.tolist(), [label_lists[x] for x in ids.tolist()],
-                None if scores is None else scores.tolist(), *extra)
+                *(None if part is None else part.tolist() for part in extra))
 
 
 def _batch_rows(index, queries, plan: SearchPlan, labels, real, start: int, inst=None, center=None) -> list[tuple]:
-    """Per query: (distances, ids, scores or None[, (instance distances or None, same)]), padding stripped.
+    """Per query: (distances, ids, scores, instance distances, same), padding stripped; None where the
+    search has none (scores and same: a Hamming-order search; instance distances: no instance codes).
     `start`: the number of the batch's first query among the request's (for messages)."""
     if plan.radius is not None:
         lims, dist, ids = index.range_search(queries, plan.radius, labels)
@@ -180,12 +180,12 @@ def _batch_rows(index, queries, plan: SearchPlan, labels, real, start: int, inst
             raise InputError(f"{names.radius} {plan.radius} finds {counts[over[0]]} items for query {start + over[0]}, "
                              f"more than the {plan.max_hits} a search returns per query (as {names.k}): give a "
                              f"smaller {names.radius}, or {names.k} for the nearest")
-        return [(dist[a:b], ids[a:b], None) for a, b in zip(lims[:-1], lims[1:])]
+        return [(dist[a:b], ids[a:b], None, None, None) for a, b in zip(lims[:-1], lims[1:])]
     if plan.factor is None:
         dist, ids = index.search(queries, plan.k, labels)
-        return [(d[f], i[f], None) for d, i, f in zip(dist, ids, ids >= 0)]
+        return [(d[f], i[f], None, None, None) for d, i, f in zip(dist, ids, ids >= 0)]
     got = blended_search(index, queries, plan.k, inst, real, labels, plan.factor, plan.looks_like, center)
     kept = inst is not None
-    return [(d[f], i[f], s[f], (di[f] if kept else None, same[f]))
+    return [(d[f], i[f], s[f], di[f] if kept else None, same[f])
             for d, i, s, di, same, f in zip(got.distances, got.ids, got.scores, got.instance_distances, got.same,
                                             got.ids >= 0)]
