@@ -74,7 +74,7 @@ def ids_to_positions(rows: Rows, ids: np.ndarray) -> np.ndarray:
     return np.where(ids >= 0, pos, -1)
 
 
-def _word_type(width: int):
+def word_type(width: int):
     """The widest unsigned type whose size divides a code's width in bytes (the scan's word)."""
     return next(t for t in (np.uint64, np.uint32, np.uint16, np.uint8) if width % np.dtype(t).itemsize == 0)
 
@@ -223,7 +223,7 @@ class FlatEngine(Engine):
 
         nq = len(queries)
         dist, pos = np.empty((nq, k), np.int32), np.empty((nq, k), np.int64)
-        word = _word_type(rows.codes.shape[1])
+        word = word_type(rows.codes.shape[1])
         db, q = np.ascontiguousarray(rows.codes).view(word), np.ascontiguousarray(queries).view(word)
         mask = np.empty(0, bool) if allowed is None else np.ascontiguousarray(allowed, bool)
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from lbhash.codes import hamming_distance
 from lbhash.index._engines import FlatEngine, Rows
+from lbhash.index._lookup import LookupEngine, tables_of
 from lbhash.index.backend import PAD_DISTANCE, PAD_ID
 from lbhash.index.sparse_labels import SparseLabels
 
@@ -69,6 +70,7 @@ class Segment:
         self.ndead = 0
         self.ascending = True  # ids arrived in ascending order: FAISS's tie order is then the id order
         self._where = None if ordered else {int(i): p for p, i in enumerate(ids.tolist())}
+        self.lookup_tables = None  # the instance codes' chunk tables, once a search needs them (lbhash.index._lookup)
 
     @classmethod
     def empty_tail(cls, bits: int, width: int = 0, dim: int | None = None,
@@ -235,10 +237,13 @@ def labels_at(main: Segment, tail: Segment, found: tuple[np.ndarray, np.ndarray]
 
 class InstanceView:
     """A segment seen through its instance codes: what `segment_knn` reads (rows, tombstones,
-    labels), with an exact scan over the instance codes as its engine."""
+    labels), with an exact scan over the instance codes as its engine, or for a large segment a
+    lookup in their chunk tables (lbhash.index._lookup)."""
 
     def __init__(self, segment: Segment, bits: int):
-        self._segment, self.engine = segment, ScanEngine(bits, {})
+        tables = tables_of(segment)
+        self._segment = segment
+        self.engine = ScanEngine(bits, {}) if tables is None else LookupEngine(bits, tables)
         self.ordered, self.ascending = segment.ordered, segment.ascending
         self.ndead, self.dead, self.labels = segment.ndead, segment.dead, segment.labels
 

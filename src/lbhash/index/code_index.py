@@ -294,8 +294,10 @@ class CodeIndex(Backend):
         return codes_at(self._main, self._tail, self._find(_checks.item_ids(ids)), "instance")
 
     def instance_search(self, queries, k: int, labels=None) -> TopK:
-        """Top-k by the Hamming distance of instance codes (`queries` packed, instance_bits long): an
-        exact scan for every kind, by (distance, id); `labels` as in `search`."""
+        """Top-k by the Hamming distance of instance codes (`queries` packed, instance_bits long), by
+        (distance, id), for every kind: an exact scan, except that a main segment of at least
+        `_lookup.LOOKUP_MIN` items gives the top k of its chunk tables' candidates (lbhash.index._lookup);
+        `labels` as in `search`."""
         if self.instance_bits is None:
             raise InputError("the index keeps no instance codes")
         k = _checks.top_k(k)
@@ -307,9 +309,12 @@ class CodeIndex(Backend):
 
     def warm(self) -> None:
         """Load the exact scan's compiled code (numba, about 1 s once per process) now, not in the
-        first search that needs it (`FlatEngine.knn`)."""
+        first search that needs it (`FlatEngine.knn`), and build a large index's instance chunk tables
+        (lbhash.index._lookup) with a first lookup."""
         code = np.zeros((1, self._bits // 8), np.uint8)
         FlatEngine(self._bits, {}).ranked_knn(Rows(np.zeros(1, np.int64), code), code, 1, None)
+        if self.instance_bits is not None and self.ntotal:
+            self.instance_search(np.zeros((1, self.instance_bits // 8), np.uint8), 1)
 
     def labels_of(self, ids) -> list[list[int]]:
         in_main, in_tail = self._find(_checks.item_ids(ids))

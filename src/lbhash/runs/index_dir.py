@@ -13,7 +13,7 @@ import numpy as np
 
 from lbhash._io import refuse_inside_run
 from lbhash.errors import InputError
-from lbhash.index import CodeIndex
+from lbhash.index import CodeIndex, table_bytes_per_item
 from lbhash.index.storage import directory_bytes, read_manifest
 from lbhash.index.writer_lock import writer_lock
 from lbhash.instance import INSTANCE_BITS
@@ -208,10 +208,12 @@ class IndexDirectory:
 
 def bytes_per_item(index, path: Path | None = None) -> dict:
     """What one item costs: `code_bytes_per_item` (its class and instance codes, searched in memory),
-    `float_bytes_per_item` (its float16 embedding: mapped on disk, read for a search's final candidates
-    only; 0 when the index keeps none) and, for a saved index, `bytes_per_item_on_disk` (every file,
-    ids and labels included, over the items held)."""
-    out = {"code_bytes_per_item": index.bits // 8 + (index.instance_bits or 0) // 8,
+    `table_bytes_per_item` (the instance codes' chunk tables of a large index, in memory only: 0 below
+    lbhash.index._lookup.LOOKUP_MIN items or on Milvus), `float_bytes_per_item` (its float16 embedding:
+    mapped on disk, read for a search's final candidates only; 0 when the index keeps none) and, for a
+    saved index, `bytes_per_item_on_disk` (every file, ids and labels included, over the items held)."""
+    tables = table_bytes_per_item(index.ntotal, index.instance_bits) if isinstance(index, CodeIndex) else 0
+    out = {"code_bytes_per_item": index.bits // 8 + (index.instance_bits or 0) // 8, "table_bytes_per_item": tables,
            "float_bytes_per_item": 2 * (index.embedding_dim or 0)}
     if path is not None and index.ntotal:
         out["bytes_per_item_on_disk"] = round(directory_bytes(path) / index.ntotal, 1)

@@ -1,0 +1,92 @@
+"""The instance candidates of a large segment through chunk tables (lbhash.index._lookup): the top k of
+the lookup's candidates by (distance, id), against the rule recomputed from its definition."""
+
+import numpy as np
+import pytest
+
+from lbhash.index import CodeIndex, SparseLabels, _lookup, table_bytes_per_item
+
+
+def distances(q: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Hamming distances (nq, n) of packed rows, by unpacking every bit."""
+    return (np.unpackbits(q[:, None, :], axis=2) != np.unpackbits(rows[None, :, :], axis=2)).sum(axis=2)
+
+
+def reference(index: CodeIndex, q: np.ndarray, k: int, tabled: np.ndarray, filters=None):
+    """Per query: (ids, distances) of the top k by (distance, id) among the live items (of a class in the
+    query's row of `filters`) that are either not in `tabled` (added since the tables were built) or share
+    a 16-bit chunk, within one bit, with the query (bytes 2t and 2t + 1 read as a little-endian uint16)."""
+    held = index.ids()
+    rows = index.get_instance_codes(held)
+    d = distances(q, rows)
+    chunks, q_chunks = rows.view("<u2"), q.view("<u2")
+    out = []
+    for r in range(len(q)):
+        near = (np.unpackbits((chunks ^ q_chunks[r]).view(np.uint8), axis=1).reshape(len(held), -1, 16).sum(2) <= 1)
+        ok = near.any(1) | ~np.isin(held, tabled)
+        if filters is not None:
+            ok &= np.array([bool(set(lab) & set(filters[r])) for lab in index.labels_of(held)])
+        order = np.lexsort((held[ok], d[r][ok]))[:k]
+        out.append((held[ok][order], d[r][ok][order]))
+    return out
+
+
+def check(index, q, k, tabled, filters=None):
+    got = index.instance_search(q, k, None if filters is None else SparseLabels.from_lists(filters))
+    for r, (ids, dist) in enumerate(reference(index, q, k, tabled, filters)):
+        assert got.ids[r][:len(ids)].tolist() == ids.tolist() and (got.ids[r][len(ids):] == -1).all()
+        assert got.distances[r][:len(ids)].tolist() == dist.tolist()
+    return got
+
+
+def test_a_large_segment_ranks_its_chunk_tables_candidates_ties_changes_and_filters_included(monkeypatch, tmp_path):
+    monkeypatch.setattr(_lookup, "LOOKUP_MIN", 64)
+    rng = np.random.default_rng(3)
+    n = 600
+    inst = rng.integers(0, 256, (n, 8), dtype=np.uint8)
+    inst[1::9] = inst[0]  # one code held by many items: ties broken by id
+    inst[500:540] = inst[:40]
+    for r in range(500, 540):  # near copies: 5 bits flipped, within the 2 x 4 - 1 = 7 bits the tables guarantee
+        for b in rng.choice(64, 5, replace=False):
+            inst[r, b // 8] ^= np.uint8(1 << (b % 8))
+    for j, r in enumerate(range(540, 600)):  # one chunk one bit off row 17's (each table, each bit), the rest random
+        t, b = j % 4, j % 16
+        inst[r, 2 * t:2 * t + 2] = (inst[17, 2 * t:2 * t + 2].view("<u2") ^ np.uint16(1 << b)).view(np.uint8)
+    labels = rng.integers(0, 3, n)
+    index = CodeIndex(8, instance_bits=64)
+    index.add(rng.integers(0, 256, (n, 1), dtype=np.uint8), ids=np.arange(n) * 2, labels=labels, instance=inst)
+    q = inst[[0, 3, 17, 500]]
+    tabled = index.ids()
+    got = check(index, q, 30, tabled)
+    assert index._main.lookup_tables is not None and index._main.lookup_tables.covered == n  # the lookup ran
+    # the near copy of query 3 (row 503, 5 bits away) is found; row 0's first 30 are its ties by id
+    ties = np.flatnonzero((inst == inst[0]).all(1)) * 2
+    assert 1006 in got.ids[1].tolist() and got.ids[0].tolist() == ties[:30].tolist()
+    # items appended above the largest id are scanned until the tables are rebuilt; removed ones are gone
+    more = rng.integers(0, 256, (20, 8), dtype=np.uint8)
+    more[0] = inst[17]
+    index.add(rng.integers(0, 256, (20, 1), dtype=np.uint8), ids=np.arange(2000, 2020), labels=np.zeros(20, int),
+              instance=more)
+    index.remove(np.array([0, 34, 1006]))
+    got = check(index, q, 30, tabled)
+    assert index._main.lookup_tables.covered == n and got.ids[2][0] == 2000  # (row 17's code, id 34 removed)
+    check(index, q, 30, tabled, [[1], [0, 2], [2], [0]])
+    check(index, q, 5000, tabled)  # k past every candidate: padded
+    index.save(tmp_path / "ix")  # a saved index folds: its tables, rebuilt on load, hold every item
+    again = CodeIndex.load(tmp_path / "ix")
+    check(again, q, 30, again.ids())
+
+
+def test_a_small_index_scans_and_the_tables_cost_is_said():
+    assert table_bytes_per_item(_lookup.LOOKUP_MIN - 1, 256) == 0 and table_bytes_per_item(10**6, None) == 0
+    assert table_bytes_per_item(_lookup.LOOKUP_MIN, 256) == 64 and table_bytes_per_item(10**6, 48) == 0  # 3 chunks
+
+
+@pytest.mark.parametrize("n", [10, 200])
+def test_warm_builds_the_tables_of_a_large_segment_only(monkeypatch, n):
+    monkeypatch.setattr(_lookup, "LOOKUP_MIN", 100)
+    rng = np.random.default_rng(0)
+    index = CodeIndex(8, instance_bits=64)
+    index.add(rng.integers(0, 256, (n, 1), dtype=np.uint8), instance=rng.integers(0, 256, (n, 8), dtype=np.uint8))
+    index.warm()
+    assert (index._main.lookup_tables is not None) == (n >= 100)
