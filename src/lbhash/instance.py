@@ -31,7 +31,8 @@ ITQ_ITERATIONS = 50
 FILE_NAME = "instance-transform.npz"
 # the ranking by both codes (lbhash.index.blend), its defaults chosen on validation items (docs/search.md,
 # "Choosing the defaults")
-LOOKS_LIKE = 0.8        # from 0 (same class first) to 1 (looks like first)
+LOOKS_LIKE = 0.85       # from 0 (same class first) to 1 (looks like first), where float rows give the cosine
+LOOKS_LIKE_CODES = 0.7  # the same where the two codes alone rank
 # a hit is the same picture when its cosine is at least SAME_COSINE (float rows kept) or its instance
 # distance at most SAME_INSTANCE of the instance bits (codes alone)
 SAME_COSINE = 0.65

@@ -12,7 +12,7 @@ from index_reference import brute_blend, tied_items
 from lbhash.errors import InputError
 from lbhash.index import CodeIndex, SparseLabels, blended_search
 from lbhash.index.blend import SIMILARITY_POWER
-from lbhash.instance import InstanceTransform, check_instance_bits
+from lbhash.instance import LOOKS_LIKE, LOOKS_LIKE_CODES, InstanceTransform, check_instance_bits
 
 KINDS = [("flat", {}), ("ivf", {"nlist": 4, "nprobe": 2}), ("multihash", {"nhash": 1})]
 
@@ -135,6 +135,16 @@ def test_the_blend_scores_by_centred_cosine_where_the_index_keeps_floats():
         assert got.ids[r].tolist() == ids.tolist()
         np.testing.assert_allclose(got.scores[r], scores, atol=1e-9)
     assert got.ids[:, 0].tolist() == [0, 1, 2] and got.same[:, 0].all()  # each finds itself, marked the same picture
+    # left out, looks_like is LOOKS_LIKE where the cosine scores, LOOKS_LIKE_CODES where the two codes alone rank
+    for given, default in ((qe, LOOKS_LIKE), (None, LOOKS_LIKE_CODES)):
+        center_given = None if given is None else center
+        assert LOOKS_LIKE != LOOKS_LIKE_CODES
+        plain = blended_search(index, q, 10, qi, given, factor=4, center=center_given)
+        chosen = blended_search(index, q, 10, qi, given, factor=4, center=center_given, looks_like=default)
+        np.testing.assert_array_equal(plain.scores, chosen.scores)
+        for r, (ids, scores) in enumerate(brute_blend(index, q, qi, 10, default, 4, SIMILARITY_POWER, given,
+                                                      center_given)):
+            np.testing.assert_allclose(plain.scores[r], scores, atol=1e-9)
 
 
 def test_the_blend_refuses_bad_parameters_in_one_line():

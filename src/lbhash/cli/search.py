@@ -14,8 +14,11 @@ from lbhash.cli.common import StatedDefault, shown
 from lbhash.cli.index import backend_options
 from lbhash.errors import InputError
 from lbhash.limits import MAX_CLASS_ID, MAX_K
-from lbhash.runs.instance_codes import LOOKS_LIKE
 from lbhash.runs.defaults import search_default
+from lbhash.runs.instance_codes import LOOKS_LIKE, LOOKS_LIKE_CODES
+
+# the --looks-like default as help prints it: it depends on what the index keeps
+LOOKS_LIKE_STATED = f"{LOOKS_LIKE} with float rows, {LOOKS_LIKE_CODES} with the codes alone"
 
 
 def encoder_options(func):
@@ -62,7 +65,7 @@ def model_source(run_dir: Path | None, export_path: Path | None) -> Path | None:
 @click.option("--looks-like", type=float, default=None,
               help="The ranking's parameter, from 0 (same class first) to 1 (looks like first) (docs/search.md, "
                    "\"Ranking\"); the default is 1 where the index keeps no instance codes.", cls=StatedDefault,
-              stated=lambda: str(LOOKS_LIKE))
+              stated=lambda: LOOKS_LIKE_STATED)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--force", is_flag=True, help="Encode with --run (or --encoder) even when its model did not make the "
                                            "index's codes.")
@@ -155,8 +158,8 @@ def _print_results(results: list[dict], class_names: list[str] | None) -> None:
               stated=lambda: str(_duplicates_default("seed")))
 @click.option("--edits", default="jpeg,flip,crop,colour,resize", show_default=True,
               help="Comma-separated edits (docs/search.md, \"Finding the picture\").")
-@click.option("--looks-like", type=float, default=LOOKS_LIKE, help="The ranking's parameter, from 0 (same class "
-              "first) to 1 (looks like first).", cls=StatedDefault, stated=lambda: str(LOOKS_LIKE))
+@click.option("--looks-like", type=float, default=None, help="The ranking's parameter, from 0 (same class "
+              "first) to 1 (looks like first).", cls=StatedDefault, stated=lambda: LOOKS_LIKE_STATED)
 @click.option("--factor", type=int, default=None, help="Candidates per result from each of the two codes.",
               cls=StatedDefault, stated=lambda: str(_duplicates_default("factor")))
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -182,14 +185,15 @@ def duplicates(index_dir: str, run_dir, export_path, items: int, seed: int, edit
     if as_json:
         click.echo(json.dumps(report, indent=1))
         return
-    click.echo(f"{report['items']} photos x {len(report['edits'])} edits (seed {seed}), looks_like {looks_like}, "
-               f"factor {factor}; encoding {report['encode_ms_per_query']:.1f} ms a query")
+    click.echo(f"{report['items']} photos x {len(report['edits'])} edits (seed {seed}), factor {factor}; "
+               f"encoding {report['encode_ms_per_query']:.1f} ms a query")
     click.echo(f"{'order':8s} {'edit':7s} {'recall@1':>8s} {'recall@10':>9s} {'class P@10':>10s} {'mAP@100':>8s} "
-               f"{'ms/query':>8s} {'bytes/item':>10s}")
+               f"{'ms/query':>8s} {'bytes/item':>10s} {'looks_like':>10s}")
     for order, row in report["orders"].items():
+        shown = "" if row["looks_like"] is None else f"{row['looks_like']:g}"
         for edit, m in row["edits"].items():
             click.echo(f"{order:8s} {edit:7s} {m['recall@1']:8.3f} {m['recall@10']:9.3f} {m['class_p@10']:10.3f} "
-                       f"{m['map@100']:8.4f} {m['ms_per_query']:8.2f} {row['bytes_per_item']:10d}")
+                       f"{m['map@100']:8.4f} {m['ms_per_query']:8.2f} {row['bytes_per_item']:10d} {shown:>10s}")
 
 
 def _duplicates_default(name: str):

@@ -29,13 +29,13 @@ from lbhash.index import _checks
 from lbhash.index.backend import PAD_DISTANCE, PAD_ID, Backend
 from lbhash.index.rescore import (EMBEDDING_DTYPE, PAIRS, RESCORE_FACTOR, check_embeddings, cosine_scores, unit_rows,
                                   with_boundary_ties)
-from lbhash.instance import LOOKS_LIKE, SAME_COSINE, SAME_INSTANCE
+from lbhash.instance import LOOKS_LIKE, LOOKS_LIKE_CODES, SAME_COSINE, SAME_INSTANCE
 from lbhash.limits import MAX_RESCORE_CANDIDATES
 
 BUDGET = 1 << 22        # gathered candidate values scored at a time
 # the similarity enters the score raised to this power (its sign kept): a copy's similarity near 1 keeps
 # its weight while the moderate similarities of other items of the class shrink, so that the class
-# distance orders them (chosen on validation items with LOOKS_LIKE)
+# distance orders them (chosen on validation items with LOOKS_LIKE 0.8, before the item views)
 SIMILARITY_POWER = 3
 # the default where the queries give no instance codes: the similarity decides (the cosine re-scoring
 # that the tables of docs/search.md, "Re-scoring", measure); LOOKS_LIKE was chosen with instance codes
@@ -63,10 +63,12 @@ def check_looks_like(value, name: str = "looks_like") -> float:
     return float(value)
 
 
-def default_looks_like(instance: bool) -> float:
-    """`looks_like` where a search leaves it out: `LOOKS_LIKE` where the queries give instance codes,
-    else `SIMILARITY_FIRST`."""
-    return LOOKS_LIKE if instance else SIMILARITY_FIRST
+def default_looks_like(instance: bool, floats: bool = True) -> float:
+    """`looks_like` where a search leaves it out: where the queries give instance codes, `LOOKS_LIKE`
+    with `floats` (the cosine of float rows scores) and `LOOKS_LIKE_CODES` without; else `SIMILARITY_FIRST`."""
+    if not instance:
+        return SIMILARITY_FIRST
+    return LOOKS_LIKE if floats else LOOKS_LIKE_CODES
 
 
 def blended_search(index: Backend, queries, k, instance_queries=None, embeddings=None, labels=None,
@@ -83,7 +85,8 @@ def blended_search(index: Backend, queries, k, instance_queries=None, embeddings
     queries = _checks.packed_codes(queries, index.bits, "queries")
     inst = _instance_queries(index, instance_queries, len(queries))
     units = _query_units(index, embeddings, len(queries), inst is not None)
-    looks_like = default_looks_like(inst is not None) if looks_like is None else check_looks_like(looks_like)
+    looks_like = default_looks_like(inst is not None, units is not None) if looks_like is None \
+        else check_looks_like(looks_like)
     if center is not None:
         if units is None:
             raise InputError("a centre goes with the query embeddings")

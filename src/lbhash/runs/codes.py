@@ -17,9 +17,10 @@ from lbhash.codes_file import stored_labels
 from lbhash.data import load_data, load_image_inputs, load_split
 from lbhash.data.feature_cache import with_frozen_features
 from lbhash.data.input_form import conform_dataset
+from lbhash.data.views import blurred_view, item_embedding
 from lbhash.errors import InputError
 from lbhash.train.builder import evaluation_topk, input_options
-from lbhash.train.forward import embed_with_features
+from lbhash.train.forward import embed_sharded, embed_with_features
 from lbhash.train.processes import check_accelerator, encoding_processes, leave_process_group
 from lbhash.runs.rundir import PARTS, SPLIT, load_input_form, load_run_model, run_data_spec
 
@@ -29,16 +30,22 @@ logger = logging.getLogger("lbhash")
 def item_embeddings(run_dir: str | Path, ids, data: str | None = None, progress: bool = False) -> np.ndarray:
     """The embeddings an index keeps of a run's items (`ids`: positions in its data, or in `data`,
     the same data moved), float32 (n, d), from the forward pass of their codes (a frozen backbone's
-    from the feature cache); one process, on the CPU."""
+    from the feature cache) and, for photos, of their blurred views (lbhash.data.views); one
+    process, on the CPU."""
     model, cfg = load_run_model(run_dir)
     form = load_input_form(run_dir, cfg)
     spec = data or run_data_spec(run_dir, cfg)
-    dataset = conform_dataset(form, load_data(spec, labels_required=False), spec)
+    photos = conform_dataset(form, load_data(spec, labels_required=False), spec)
     ids = np.asarray(ids, np.int64)
+    dataset = photos
     if cfg.input_kind == "images" and cfg.freeze_backbone:  # the cached features, computed once
-        dataset = with_frozen_features(dataset, model.backbone, ids, input_options(cfg), "cpu", progress,
+        dataset = with_frozen_features(photos, model.backbone, ids, input_options(cfg), "cpu", progress,
                                        bf16=model.bf16_backbone, home=trained_set(run_dir))
-    return embed_with_features(model, dataset, ids, input_options(cfg), progress=progress)[1]
+    emb = embed_with_features(model, dataset, ids, input_options(cfg), progress=progress)[1]
+    if cfg.input_kind != "images":
+        return emb
+    return item_embedding(emb, embed_with_features(model, blurred_view(photos), ids, input_options(cfg),
+                                                   progress=progress)[1])
 
 
 def trained_set(run_dir: Path, split=None) -> np.ndarray:
@@ -73,13 +80,18 @@ def run_forward(sharded, run_dir: str | Path, data: str | None, part: str, accel
     fabric = encoding_processes(accelerator, devices)
     model.to(fabric.device)  # image models keep their channels-last layout
     outs = []
-    for dataset, index in inputs:
+    for photos, index in inputs:
+        dataset = photos
         if cfg.input_kind == "images" and cfg.freeze_backbone:  # the cached features, computed once
-            dataset = with_frozen_features(dataset, model.backbone, index, input_options(cfg), fabric.device,
+            dataset = with_frozen_features(photos, model.backbone, index, input_options(cfg), fabric.device,
                                            progress and fabric.is_global_zero, bf16=model.bf16_backbone,
                                            home=trained_set(run_dir, split) if own else None)
-        outs.append(sharded(fabric, model, dataset, index, input_options(cfg), _autocast(fabric.device, precision),
-                            progress))
+        out = sharded(fabric, model, dataset, index, input_options(cfg), _autocast(fabric.device, precision), progress)
+        if sharded is embed_sharded and cfg.input_kind == "images":  # the embeddings an index keeps: both views
+            view = sharded(fabric, model, blurred_view(photos), index, input_options(cfg),
+                           _autocast(fabric.device, precision), progress)  # (every rank: a collective pass)
+            out = None if out is None else (out[0], item_embedding(out[1], view[1]))
+        outs.append(out)
     leave_process_group(fabric)
     if outs[0] is None:
         return None

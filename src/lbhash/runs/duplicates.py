@@ -25,7 +25,7 @@ from lbhash.index.hits import Queries
 from lbhash.index.rescore import RESCORE_FACTOR
 from lbhash.runs import index_inputs
 from lbhash.runs.index_dir import bytes_per_item, open_index
-from lbhash.runs.instance_codes import LOOKS_LIKE, index_transform
+from lbhash.runs.instance_codes import default_looks_like, index_transform
 from lbhash.runs.origins import DataImages, read_sources
 
 ORDERS = ("hamming", "codes", "blend")  # class code alone; both codes alone; the default ranking
@@ -73,9 +73,9 @@ def make_copies(index, encoder, items: int = DEFAULT_ITEMS, seed: int = 0, edits
     return Copies(ids, index.labels_of(ids), queries, time.perf_counter() - start)
 
 
-def ranked_ids(index, queries: Queries, order: str, k: int, looks_like: float = LOOKS_LIKE,
+def ranked_ids(index, queries: Queries, order: str, k: int, looks_like: float | None = None,
                factor: int = RESCORE_FACTOR) -> np.ndarray:
-    """The ids (nq, k) of the queries' top k in `order` (ORDERS)."""
+    """The ids (nq, k) of the queries' top k in `order` (ORDERS); `looks_like` None: the order's default."""
     if order == "hamming":
         return index.search(queries.codes, k).ids
     if queries.instance is None:
@@ -85,7 +85,7 @@ def ranked_ids(index, queries: Queries, order: str, k: int, looks_like: float = 
                           queries.center if emb is not None else None).ids
 
 
-def measure(index, copies: Copies, order: str, looks_like: float = LOOKS_LIKE, factor: int = RESCORE_FACTOR) -> dict:
+def measure(index, copies: Copies, order: str, looks_like: float | None = None, factor: int = RESCORE_FACTOR) -> dict:
     """Per edit: recall@1, recall@10, class_p@10, map@100 and ms_per_query of `order` (the module's list)."""
     out = {}
     for name, queries in copies.queries.items():
@@ -118,10 +118,11 @@ def _ap(relevant: list[bool]) -> float:
 
 
 def evaluate_duplicates(index_dir, run_dir: Path | None = None, export_path: Path | None = None, items: int = DEFAULT_ITEMS,
-                        seed: int = 0, edits=tuple(EDITS), looks_like: float = LOOKS_LIKE,
+                        seed: int = 0, edits=tuple(EDITS), looks_like: float | None = None,
                         factor: int = RESCORE_FACTOR) -> dict:
     """`lbhash index duplicates`: the report of every order the index can rank by (ORDERS), per edit,
-    with the bytes per item each order reads and the encoding time per query."""
+    with the bytes per item each order reads, its `looks_like` (None given: each order's default) and
+    the encoding time per query."""
     index = open_index(index_dir)
     index_inputs.check_index_model(index.metadata, index_dir, run_dir, export_path, False)
     copies = make_copies(index, index_inputs.query_encoder(run_dir, export_path), items, seed, edits)
@@ -135,6 +136,8 @@ def evaluate_duplicates(index_dir, run_dir: Path | None = None, export_path: Pat
     for order in orders:
         code_bytes = index.bits // 8 + (0 if order == "hamming" else (index.instance_bits or 0) // 8)
         floats = sizes["float_bytes_per_item"] if order == "blend" else 0
+        ranking = None if order == "hamming" else \
+            looks_like if looks_like is not None else default_looks_like(True, order == "blend")
         report["orders"][order] = {"bytes_per_item": code_bytes + floats, "in_memory": code_bytes,
-                                   "edits": measure(index, copies, order, looks_like, factor)}
+                                   "looks_like": ranking, "edits": measure(index, copies, order, ranking, factor)}
     return report

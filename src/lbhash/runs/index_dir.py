@@ -12,13 +12,14 @@ from pathlib import Path
 import numpy as np
 
 from lbhash._io import refuse_inside_run
+from lbhash.data.views import ITEM_VIEW
 from lbhash.errors import InputError
 from lbhash.index import CodeIndex, table_bytes_per_item
 from lbhash.index.storage import directory_bytes, read_manifest
 from lbhash.index.writer_lock import writer_lock
 from lbhash.instance import INSTANCE_BITS
 from lbhash.runs import index_inputs
-from lbhash.runs.instance_codes import attach, fit_transform, index_transform, instance_of
+from lbhash.runs.instance_codes import ITEM_VIEW_KEY, attach, fit_transform, index_transform, instance_of
 from lbhash.runs.origins import forget_sources, read_sources, record_class_names, record_sources
 
 
@@ -74,6 +75,8 @@ def build_index(source: Path, out: str, kind: str = "flat", part: str | None = N
     # the run's model, identified once (a checkpoint's SHA-256): its embeddings, and the index's record of it
     model = index_inputs.run_model(source) if source.is_dir() else None
     emb, train_emb = items["embeddings"], None
+    # photos' embeddings, from a run or `lbhash encode --embeddings`, hold their blurred views' (lbhash.data.views)
+    photos = items["sources"] is not None or (spec is not None and index_inputs.has_sources(spec))
     if spec is not None and emb is None:  # a run's codes.npz: its items' embeddings, from the pass that made their codes
         from lbhash.runs.codes import item_embeddings
 
@@ -97,6 +100,8 @@ def build_index(source: Path, out: str, kind: str = "flat", part: str | None = N
     index.add(items["codes"], ids=ids, labels=items["labels"], embeddings=emb, instance=instance)
     if transform is not None:
         attach(index, transform, fitted_on)
+    if photos and (transform is not None or emb is not None):
+        index.metadata[ITEM_VIEW_KEY] = ITEM_VIEW
     _record_origins(index, source, spec, ids, model)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     with writer_lock(out, "lbhash index build"):  # no server or other writer changes it meanwhile

@@ -25,7 +25,7 @@ from lbhash.errors import InputError
 from lbhash.index import Backend, CodeIndex, Hits, Queries, SearchPlan, SparseLabels, search_hits
 from lbhash.index.writer_lock import writer_lock
 from lbhash.instance import InstanceTransform
-from lbhash.runs.instance_codes import index_transform, instance_of
+from lbhash.runs.instance_codes import ITEM_VIEW_KEY, index_transform, instance_of
 from lbhash.runs.wal import WriteAheadLog
 
 logger = logging.getLogger("lbhash")
@@ -113,6 +113,12 @@ class Store(ABC):
     @property
     def bits(self) -> int:
         return self.index.bits
+
+    @property
+    def item_view(self) -> bool:
+        """Whether the index keeps, per photo, its blurred view's embedding too (lbhash.data.views), so
+        that photos added to it are embedded so."""
+        return (getattr(self.index, "metadata", None) or {}).get(ITEM_VIEW_KEY) is not None
 
     @property
     def ntotal(self) -> int:

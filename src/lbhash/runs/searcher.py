@@ -11,6 +11,7 @@ import numpy as np
 
 from lbhash.codes import pack, to_signs
 from lbhash.data.image_sources import decode_image, is_image_name
+from lbhash.data.views import blurred, item_embedding
 from lbhash.encoders import INPUT_KINDS, Encoder
 from lbhash.errors import InputError
 from lbhash.index.backend import Backend, InRange, TopK
@@ -70,6 +71,13 @@ class QueryEncoder:
         """(packed codes, embeddings float32 (n, d)) of the inputs, from one forward pass."""
         real, emb = self.encoder.outputs(inputs, json_numbers=json_numbers)
         return pack(to_signs(real, "real outputs")), emb
+
+    def item_embeddings(self, images: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """(packed codes, embeddings float32 (n, d)) of photos to add to an index that records an item
+        view (lbhash.data.views): the codes of the photos, the mean of the unit embeddings of the photos
+        and of their blurred views (two forward passes)."""
+        codes, emb = self.embeddings(images)
+        return codes, item_embedding(emb, self.embeddings([blurred(img) for img in images])[1])
 
     def queries(self, inputs, *, rank: bool, json_numbers: bool = False, floats: bool = True,
                 instance: InstanceTransform | None = None) -> Queries:

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, Strict
 
-from lbhash.runs.instance_codes import LOOKS_LIKE
+from lbhash.runs.instance_codes import LOOKS_LIKE, LOOKS_LIKE_CODES
 
 # Numbers in a request are JSON numbers: `true` is not class 1, "3" and 3.0 are not id 3
 Int = Annotated[int, Strict()]
@@ -46,7 +46,8 @@ class SearchRequest(_Strict):
         None, ge=1, description="Candidates per result from each code that a ranked search scores (default 4).")
     looks_like: Float | None = Field(
         None, ge=0, le=1, description="The ranking from 0 (same class first) to 1 (looks like first) (default "
-                                      f"{LOOKS_LIKE} where the index keeps instance codes, else 1; docs/search.md, "
+                                      f"{LOOKS_LIKE} where the index keeps instance codes and float rows, "
+                                      f"{LOOKS_LIKE_CODES} with instance codes alone, else 1; docs/search.md, "
                                       "\"Ranking\").")
 
 

@@ -1,0 +1,38 @@
+"""The blurred view an index embeds each photo with (lbhash.data.views), against hand-computed values."""
+
+import numpy as np
+
+from lbhash.data.images import ImageDataset
+from lbhash.data.views import blurred, blurred_view, item_embedding
+
+
+def test_the_blur_is_a_gaussian_of_0_8_pixels_with_the_edges_repeated():
+    flat = np.full((6, 9, 3), 77, np.uint8)
+    assert (blurred(flat) == 77).all()  # a constant image stays as it is, edges included
+    dot = np.zeros((15, 15, 3), np.uint8)
+    dot[7, 7] = 255
+    out = blurred(dot)[..., 0].astype(int)
+    # taps exp(-x^2 / 1.28), x = -3..3, sum 2.00525: 0.49869 at the centre, then 0.22831, 0.02191, 0.00044
+    assert out[7, 7] == 63 and out[7, 8] == out[6, 7] == 29 and out[6, 6] == 13 and out[7, 9] == 3
+    assert out.sum() in range(250, 261) and (out[:, :4] == 0).all()  # the light is spread, not lost
+    column = np.zeros((5, 1, 3), np.uint8)
+    column[0] = 200  # one pixel wide: across it the edge repeats itself, so only the rows blur
+    got = blurred(column)[:, 0, 0].astype(int)
+    assert got.tolist() == [round(200 * (0.49869 + 0.22831 + 0.02191 + 0.00044)), round(200 * (0.22831 + 0.02191 + 0.00044)),
+                            round(200 * (0.02191 + 0.00044)), 0, 0]
+
+
+def test_an_item_embedding_is_the_mean_of_the_two_unit_views():
+    np.testing.assert_allclose(item_embedding(np.array([[3.0, 4.0]]), np.array([[0.0, 2.0]])), [[0.3, 0.9]], rtol=1e-6)
+
+
+def test_the_blurred_view_of_a_data_set_blurs_each_item_and_keeps_the_rest():
+    rng = np.random.default_rng(0)
+    pixels = rng.integers(0, 256, (4, 8, 8, 3), dtype=np.uint8)
+    labels = np.eye(2, dtype=bool)[[0, 1, 1, 0]]
+    photos = ImageDataset(labels=labels, is_test=None, name="four", pixels=pixels)
+    view = blurred_view(photos)
+    assert len(view) == 4 and (view.labels == labels).all() and not view.preload()
+    for i in range(4):
+        np.testing.assert_array_equal(view.image(i), blurred(pixels[i]))
+    np.testing.assert_array_equal(photos.image(2), pixels[2])  # the photos themselves are untouched
