@@ -35,7 +35,7 @@ LOOKS_LIKE = 0.85       # from 0 (same class first) to 1 (looks like first), whe
 LOOKS_LIKE_CODES = 0.7  # the same where the two codes alone rank
 # a hit is the same picture when its cosine is at least SAME_COSINE (float rows kept) or its instance
 # distance at most SAME_INSTANCE of the instance bits (codes alone)
-SAME_COSINE = 0.65
+SAME_COSINE = 0.7
 SAME_INSTANCE = 0.15
 _FORMAT = "lbhash-instance-transform-1"
 

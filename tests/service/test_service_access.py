@@ -276,3 +276,39 @@ def test_a_key_file_must_be_a_regular_file_of_bounded_size(index_dir, tmp_path, 
     good.write_text(WRITE + "\n")
     (tmp_path / "link.key").symlink_to(good)  # a secret mounted as a link (Kubernetes) is read
     assert access_from_environment(write_key_file=tmp_path / "link.key").write_key == WRITE
+
+
+def test_every_route_declares_whether_it_changes_data_and_an_undeclared_one_is_refused(index_dir):
+    """Each route that is not a GET declares `changes_data` or `reads_data` (issue 71, item 5): walking every
+    operation of the API, the declared changes, and only they, need the write key; an app with an undeclared
+    POST route does not start."""
+    from fastapi import APIRouter, Depends, FastAPI
+
+    from lbhash.service.access import change_routes, changes_data
+
+    app = create_app(index_dir, access=Access(write_key=WRITE, read_key=READ))
+    operations = [(method.upper(), path) for path, ops in app.openapi()["paths"].items() for method in ops]
+    assert ("POST", "/search") in operations and ("POST", "/sources") in operations
+    needs_write = set()
+    with TestClient(app, base_url=LOCAL) as client:
+        for method, path in operations:
+            reply = client.request(method, path.replace("{item_id}", "3").replace("{name}", "x"),
+                                   headers={"X-Lbhash-Key": READ})
+            if reply.status_code == 401:
+                assert "needs the write key" in reply.json()["detail"], (method, path)
+                needs_write.add((method, path))
+    assert needs_write == {("POST", "/items"), ("POST", "/items/image"), ("DELETE", "/items/{item_id}")}
+    forgotten, router, declared = FastAPI(), APIRouter(), APIRouter()
+
+    @router.post("/items/bulk")
+    def bulk():
+        return {}
+
+    @declared.get("/items/count", dependencies=[Depends(changes_data)])
+    def counted():
+        return {}
+
+    forgotten.include_router(router)
+    with pytest.raises(RuntimeError, match=r"route POST /items/bulk declares neither Depends\(changes_data\)"):
+        change_routes(forgotten.routes)
+    assert [(m, p.pattern) for m, p in change_routes(declared.routes)] == [("GET", "^/items/count$")]

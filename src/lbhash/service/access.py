@@ -7,6 +7,9 @@
 - A change a browser sends from another site (`Sec-Fetch-Site`, else `Origin` against the
   request's host) is refused (403) whatever the keys, as Go's `CrossOriginProtection` does;
   CORS stays closed.
+- What a change is, the routes declare (`changes_data` or `reads_data`, a dependency of the route):
+  `create_app` collects the routes that declare `changes_data` (`change_routes`) for the checks above
+  and refuses to start with a route of another method than GET that declares neither.
 - Every request must name this server in its `Host` header (`HostNames`: localhost, any IP
   address, the name it listens as, `--allowed-hosts`), else 403 (400 without one), against DNS
   rebinding.
@@ -25,6 +28,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 
 from lbhash.errors import InputError
 from lbhash.limits import MAX_KEY_FILE_BYTES
@@ -34,7 +38,7 @@ KEY_HEADER = "X-Lbhash-Key"
 _ONCE = frozenset({b"host", b"origin", b"sec-fetch-site", KEY_HEADER.lower().encode()})
 ENV_WRITE_KEY, ENV_READ_KEY = "LBHASH_WRITE_KEY", "LBHASH_READ_KEY"
 ENV_ALLOWED_HOSTS = "LBHASH_ALLOWED_HOSTS"
-_CHANGE = re.compile(r"^/items(/image)?$")  # POST; DELETE /items/{id} is the other change
+_READ_METHODS = frozenset({"GET", "HEAD"})
 _OPEN = re.compile(r"^(/|/page/[^/]+|/health|/docs|/docs-assets/[^/]+|/docs/oauth2-redirect|/redoc|/openapi\.json)$")
 MIN_KEY_CHARS = 16
 
@@ -194,8 +198,8 @@ class AccessControl:
     """ASGI middleware applying an `Access` and the `HostNames` to every HTTP request (see the
     module docstring)."""
 
-    def __init__(self, app, access: Access, hosts: HostNames = HostNames()):
-        self.app, self.access, self.hosts = app, access, hosts
+    def __init__(self, app, access: Access, state, hosts: HostNames = HostNames()):
+        self.app, self.access, self.state, self.hosts = app, access, state, hosts  # state.change_routes
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http":
@@ -225,7 +229,7 @@ class AccessControl:
 
     def refusal(self, scope) -> tuple[int, str] | None:
         method, path, access = scope["method"], scope["path"], self.access
-        changes = (method == "POST" and _CHANGE.match(path)) or (method == "DELETE" and path.startswith("/items/"))
+        changes = any(method == changing and pattern.match(path) for changing, pattern in self.state.change_routes)
         if not changes and (access.read_key is None or _OPEN.match(path)):
             return None  # a read of an open service: every search passes here, so nothing is decoded
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
@@ -241,6 +245,43 @@ class AccessControl:
         if not (_same(given, access.read_key) or (access.write_key is not None and _same(given, access.write_key))):
             return 401, f"this service needs its read key in the {KEY_HEADER} header"
         return None
+
+
+async def changes_data() -> None:
+    """A route's declaration that it changes the index (`dependencies=[Depends(changes_data)]`): the
+    write key, the read-only mode and the cross-site check apply to it."""
+
+
+async def reads_data() -> None:
+    """A route's declaration that it changes nothing though its method is not GET (a search with a body)."""
+
+
+def change_routes(routes) -> tuple[tuple[str, re.Pattern], ...]:
+    """(method, path pattern) of each route that declares `changes_data`. A route of another method than
+    GET or HEAD that declares neither `changes_data` nor `reads_data` is refused (RuntimeError naming it):
+    a change endpoint left undeclared would pass with the read key alone."""
+    changes = []
+    for route in _every_route(routes):
+        if not isinstance(route, APIRoute):  # (the page's static files: Starlette's own GET routes)
+            continue
+        declared = {dependency.call for dependency in route.dependant.dependencies}
+        if changes_data in declared:
+            changes += [(method, route.path_regex) for method in sorted(route.methods)]
+        elif reads_data not in declared and not route.methods <= _READ_METHODS:
+            raise RuntimeError(f"route {', '.join(sorted(route.methods))} {route.path} declares neither "
+                               "Depends(changes_data) nor Depends(reads_data) (lbhash.service.access)")
+    return tuple(changes)
+
+
+def _every_route(routes):
+    """The routes, those of included routers among them (FastAPI 0.165 keeps an included router whole,
+    its routes under `original_router`; the service includes its routers without a prefix)."""
+    for route in routes:
+        inner = getattr(route, "original_router", None)
+        if inner is not None:
+            yield from _every_route(inner.routes)
+        else:
+            yield route
 
 
 def _same(given: str | None, key: str) -> bool:

@@ -27,7 +27,7 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
-from fastapi import APIRouter, FastAPI, File, Form, HTTPException, Path as PathParam, Request, UploadFile
+from fastapi import APIRouter, Depends, FastAPI, File, Form, HTTPException, Path as PathParam, Request, UploadFile
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -42,7 +42,7 @@ from lbhash.runs.searcher import QueryEncoder
 from lbhash.runs.serving import Search, item_labels
 from lbhash.runs.uploads import OverBudget
 from lbhash.service import models
-from lbhash.service.access import Access, AccessControl, HostNames
+from lbhash.service.access import Access, AccessControl, HostNames, change_routes, changes_data, reads_data
 from lbhash.service.batching import MAX_ROWS, SearchBatcher
 from lbhash.service.bodies import MAX_ERRORS, BodyErrors, CheckedBody, check_body, error_line, json_content
 from lbhash.service.decode import (DecodersBusy, PixelBudget, check_batch, decode_search, need_encoder, parse_ids,
@@ -54,7 +54,12 @@ from lbhash.service.page import add_page, item_details
 
 logger = logging.getLogger("lbhash")
 _ERRORS = {code: {"model": models.ErrorBody} for code in (400, 404, 409, 413, 422)}
-router = APIRouter(route_class=CheckedBody)  # JSON bodies checked in bounded memory first (bodies.py)
+# one router per resource; JSON bodies are checked in bounded memory first (bodies.py), and each route
+# that is not a GET declares whether it changes the index (lbhash.service.access.change_routes)
+searches = APIRouter(route_class=CheckedBody, dependencies=[Depends(reads_data)])
+items = APIRouter(route_class=CheckedBody)
+status = APIRouter(route_class=CheckedBody)
+CHANGES = [Depends(changes_data)]
 
 
 def create_app(source: str | Path | Store, encoder: Encoder | None = None, *, limits: Limits | None = None,
@@ -97,9 +102,11 @@ def create_app(source: str | Path | Store, encoder: Encoder | None = None, *, li
     app.add_middleware(SearchPath, state=app.state)  # innermost: behind the key and size checks
     app.add_middleware(BodyLimit, limit=app.state.limits.max_body_bytes)
     # outermost: a request for another host, or without the key, is refused before the body is read
-    app.add_middleware(AccessControl, access=app.state.access, hosts=hosts)
-    app.include_router(router)
+    app.add_middleware(AccessControl, access=app.state.access, state=app.state, hosts=hosts)
+    for router in (searches, items, status):
+        app.include_router(router)
     add_page(app)
+    app.state.change_routes = change_routes(app.routes)  # (each route declares whether it changes data)
     return app
 
 
@@ -120,7 +127,7 @@ def hits_response(store: Store, media: ItemMedia, search: Search, hits) -> Respo
                     media_type="application/json")
 
 
-@router.post("/search", response_model=models.SearchResponse, response_model_exclude_none=True, responses=_ERRORS)
+@searches.post("/search", response_model=models.SearchResponse, response_model_exclude_none=True, responses=_ERRORS)
 async def search(body: models.SearchRequest, store: StoreDep, encoder: EncoderDep, limits: LimitsDep,
                  batcher: BatcherDep, media: MediaDep):
     # SearchPath answers a valid body: this route documents /search and gives the 422 of an invalid one
@@ -135,7 +142,7 @@ async def search_response(body: models.SearchRequest, store: Store, encoder: Que
     return await batcher.run(search, partial(hits_response, store, media), rows)
 
 
-@router.post("/search/image", response_model=models.SearchResponse, response_model_exclude_none=True,
+@searches.post("/search/image", response_model=models.SearchResponse, response_model_exclude_none=True,
              responses=_ERRORS)
 def search_image(store: StoreDep, encoder: EncoderDep, limits: LimitsDep, media: MediaDep, decoding: DecodingDep,
                  files: list[UploadFile] = File(...), k: int | None = Form(None, ge=1),
@@ -160,7 +167,7 @@ def search_image(store: StoreDep, encoder: EncoderDep, limits: LimitsDep, media:
     return hits_response(store, media, search, search.run(store))
 
 
-@router.post("/items", response_model=models.ItemsResponse, responses=_ERRORS)
+@items.post("/items", response_model=models.ItemsResponse, responses=_ERRORS, dependencies=CHANGES)
 def add_items(body: models.ItemsRequest, store: StoreDep, encoder: EncoderDep, limits: LimitsDep, media: MediaDep):
     codes, emb = to_codes(body.codes, body.features, "items", limits, store.bits, encoder, body.embeddings,
                           store.index.embedding_dim)
@@ -172,7 +179,7 @@ def add_items(body: models.ItemsRequest, store: StoreDep, encoder: EncoderDep, l
     return models.ItemsResponse(ids=np.asarray(ids).tolist(), seq=seq, ntotal=store.ntotal)
 
 
-@router.post("/items/image", response_model=models.ItemsResponse, responses=_ERRORS)
+@items.post("/items/image", response_model=models.ItemsResponse, responses=_ERRORS, dependencies=CHANGES)
 def add_images(store: StoreDep, encoder: EncoderDep, limits: LimitsDep, media: MediaDep, decoding: DecodingDep,
                files: list[UploadFile] = File(...), ids: str | None = Form(None),
                labels: str | None = Form(None), upsert: bool = Form(False)):
@@ -200,7 +207,7 @@ def add_images(store: StoreDep, encoder: EncoderDep, limits: LimitsDep, media: M
     return models.ItemsResponse(ids=np.asarray(added).tolist(), seq=seq, ntotal=store.ntotal)
 
 
-@router.get("/items/{item_id}", response_model=models.Item, response_model_exclude_none=True, responses=_ERRORS)
+@items.get("/items/{item_id}", response_model=models.Item, response_model_exclude_none=True, responses=_ERRORS)
 def get_item(store: StoreDep, item_id: int = PathParam(..., ge=0, le=MAX_ID)):
     codes, labels = store.get(np.array([item_id], np.int64))
     kept = None if store.index.embedding_dim is None else store.embeddings(np.array([item_id], np.int64))
@@ -208,19 +215,19 @@ def get_item(store: StoreDep, item_id: int = PathParam(..., ge=0, le=MAX_ID)):
                        embedding=None if kept is None else kept[0].astype(float).tolist())
 
 
-@router.delete("/items/{item_id}", response_model=models.DeleteResponse, responses=_ERRORS)
+@items.delete("/items/{item_id}", response_model=models.DeleteResponse, responses=_ERRORS, dependencies=CHANGES)
 def delete_item(store: StoreDep, media: MediaDep, item_id: int = PathParam(..., ge=0, le=MAX_ID)):
     with media.removing([item_id]):
         seq = store.remove(np.array([item_id], np.int64))
     return models.DeleteResponse(id=item_id, seq=seq, ntotal=store.ntotal)
 
 
-@router.get("/health", response_model=models.Health)
+@status.get("/health", response_model=models.Health)
 def health(store: StoreDep):
     return models.Health(status="ok", ntotal=store.ntotal)
 
 
-@router.get("/stats", response_model=models.Stats)
+@status.get("/stats", response_model=models.Stats)
 def stats(store: StoreDep, encoder: EncoderDep, limits: LimitsDep, media: MediaDep):
     return models.Stats(**store.stats(), input_kind=None if encoder is None else encoder.input_kind,
                         limits=asdict(limits), media=media.usage())

@@ -14,13 +14,14 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from fastapi import APIRouter, FastAPI, Path as PathParam, Query
+from fastapi import APIRouter, Depends, FastAPI, Path as PathParam, Query
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from lbhash.codes import to_hex
 from lbhash.errors import NotFound
 from lbhash.limits import MAX_ID, THUMBNAIL_SIDE, VIEW_SIDE, check_ids
+from lbhash.service.access import reads_data
 from lbhash.service.decode import check_batch
 from lbhash.service.depends import AccessDep, EncoderDep, LimitsDep, MediaDep, StoreDep
 from lbhash.service.media import ItemMedia
@@ -103,7 +104,7 @@ def about(store: StoreDep, encoder: EncoderDep, limits: LimitsDep, media: MediaD
                  limits=asdict(limits), access=access.public())
 
 
-@router.post("/sources", response_model=SourcesResponse, responses=ERRORS)
+@router.post("/sources", response_model=SourcesResponse, responses=ERRORS, dependencies=[Depends(reads_data)])
 def sources(body: SourcesRequest, store: StoreDep, limits: LimitsDep, media: MediaDep):
     """Where each item came from, whether it has a thumbnail, and its code."""
     check_batch(limits, len(body.ids), "ids")
