@@ -22,8 +22,10 @@ def test_the_blur_is_a_gaussian_of_0_8_pixels_with_the_edges_repeated():
                             round(200 * (0.02191 + 0.00044)), 0, 0]
 
 
-def test_an_item_embedding_is_the_mean_of_the_two_unit_views():
-    np.testing.assert_allclose(item_embedding(np.array([[3.0, 4.0]]), np.array([[0.0, 2.0]])), [[0.3, 0.9]], rtol=1e-6)
+def test_an_item_embedding_is_the_unit_photo_plus_half_the_unit_view():
+    # (0.6, 0.8) + 0.5 x (0, 1), over 1.5
+    np.testing.assert_allclose(item_embedding(np.array([[3.0, 4.0]]), np.array([[0.0, 2.0]])), [[0.4, 1.3 / 1.5]],
+                               rtol=1e-6)
 
 
 def test_the_blurred_view_of_a_data_set_blurs_each_item_and_keeps_the_rest():

@@ -1,11 +1,11 @@
 """The blurred view that an index embeds each photo with (docs/search.md, "Item views").
 
-An index keeps, per photo, the mean of the unit embeddings of the photo and of its blurred view (a
-Gaussian of `BLUR_SIGMA` pixels at the photo's own resolution); queries are embedded as they come. An
-edited copy that lost fine detail (scaled down and back, re-encoded) then lies nearer its original:
-on validation photos, the exact cosine found the original first for 0.935 of copies scaled to 3/4 and
-back with the photo's embedding alone, 1.000 with the two views, and held 0.98-1.00 under the other
-edits (docs/search.md, "Choosing the defaults"). It costs a second forward pass per indexed photo.
+An index keeps, per photo, the unit embedding of the photo plus `VIEW_WEIGHT` times that of its blurred
+view (a Gaussian of `BLUR_SIGMA` pixels at the photo's own resolution); queries are embedded as they
+come. An edited copy that lost fine detail (scaled down and back) then lies nearer its original: on
+validation photos, the exact cosine found the original first for 0.935 of copies scaled to 3/4 and
+back with the photo's embedding alone, 1.000 with the view, and the same as alone under the other
+edits (docs/search.md, "Item views"). It costs a second forward pass per indexed photo.
 Numpy only, so that a server without torch blurs the photos it adds exactly as a run does.
 """
 
@@ -17,7 +17,8 @@ import numpy as np
 
 from lbhash.data.images import ImageDataset
 
-BLUR_SIGMA = 0.8     # pixels of the photo: chosen on validation photos among 0.8 and scalings to 0.6 and 0.5
+BLUR_SIGMA = 0.8     # pixels of the photo, and the view's weight: chosen on validation photos (docs/search.md)
+VIEW_WEIGHT = 0.5
 ITEM_VIEW = f"gaussian-blur-{BLUR_SIGMA}"  # what an index records (`item_view` in its metadata)
 
 
@@ -65,11 +66,11 @@ def blurred_view(dataset: ImageDataset) -> BlurredImages:
 
 
 def item_embedding(photo: np.ndarray, view: np.ndarray) -> np.ndarray:
-    """What an index keeps per photo: the mean of the unit rows of the photo's embeddings (n, d) and
-    of its blurred view's, float32."""
+    """What an index keeps per photo: the unit rows of the photo's embeddings (n, d) plus VIEW_WEIGHT
+    times those of its blurred view's, over 1 + VIEW_WEIGHT, float32."""
     def unit(x):
         x = np.asarray(x, np.float64)
         norm = np.linalg.norm(x, axis=1, keepdims=True)
         return x / np.where(norm == 0, 1.0, norm)
 
-    return ((unit(photo) + unit(view)) / 2).astype(np.float32)
+    return ((unit(photo) + VIEW_WEIGHT * unit(view)) / (1 + VIEW_WEIGHT)).astype(np.float32)
