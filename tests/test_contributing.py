@@ -28,3 +28,31 @@ def test_the_house_table_names_every_package():
             continue
         assert f"`{name}`" in text, f"docs/contributing.md does not place {name}"
     assert "`lbhash.cli.COMMANDS`" in text and "train" in COMMANDS
+
+
+def test_every_file_and_module_it_names_exists():
+    """Each path (`runs/index_dir.py`, `tests/test_lint.py`) and dotted name (`lbhash.service.access`,
+    `lbhash.runs.RunDirectory`) in docs/contributing.md is a file of the repository, of `src/` or of the
+    package, or a module and the attribute it names (issue 71, item 7)."""
+    import importlib
+
+    root = DOC.parents[1]
+    text = DOC.read_text()
+    paths = set(re.findall(r"`((?:[\w.]+/)+[\w.]+\.py)`", text))
+    assert "runs/index_dir.py" in paths
+    for path in sorted(paths):
+        assert any((base / path).is_file() for base in (root, root / "src", root / "src" / "lbhash")), \
+            f"docs/contributing.md names {path}, which is no file"
+    dotted = set(re.findall(r"`(lbhash(?:\.\w+)+)`", text))
+    assert "lbhash.service.access" in dotted
+    for name in sorted(dotted):
+        parts = name.split(".")
+        for cut in range(len(parts), 0, -1):  # the longest importable module, then attributes
+            try:
+                target = importlib.import_module(".".join(parts[:cut]))
+            except ModuleNotFoundError:
+                continue
+            for attr in parts[cut:]:
+                assert hasattr(target, attr), f"docs/contributing.md names {name}, which does not exist"
+                target = getattr(target, attr)
+            break
