@@ -8,8 +8,9 @@ each where `--dim` is not 0, added in slices of 100,000, saved and loaded back (
 memory-mapped, as `CodeIndex.load` maps them). Then `--queries` queries one at a time: the class
 code's Hamming top 10 (the reference), the ranking by both codes alone, and with `--dim`, the
 default ranking with the floats. Prints the build time (adds and save), the process's peak memory
-(VmHWM), the directory's bytes on disk, ms per query of each search and its ratio to the
-reference measured in the same run. The first query of each search is left out of the timing.
+(VmHWM), the directory's bytes on disk, the time `CodeIndex.warm` takes (a large index's instance
+chunk tables, lbhash.index._lookup), ms per query of each search and its ratio to the reference
+measured in the same run. The first query of each search is left out of the timing.
 
     python benchmarks/bench_blend.py [--items 1000000 --dim 1280 --queries 50]
     python benchmarks/bench_blend.py --items 100000000 --dim 0 --queries 5    # 100M, codes alone
@@ -26,7 +27,7 @@ import numpy as np
 
 from _smoke import parse_args
 from bench_rescore import per_query_ms  # (the first query left out: cold pages)
-from lbhash.index import CodeIndex, blended_search
+from lbhash.index import CodeIndex, blended_search, table_bytes_per_item
 
 BITS = 64
 SLICE = 100_000  # items drawn and added at a time: bounded memory (100,000 x 1,280 floats: 512 MB)
@@ -81,6 +82,10 @@ def main() -> None:
               f"{args.dim}-d float rows, {args.queries} queries, one at a time")
         print(f"build (adds and save): {built:.1f} s; on disk {disk / 2**20:.0f} MB "
               f"({disk / args.items:.1f} bytes per item); codes in memory {BITS // 8 + ibytes} bytes per item")
+        start = time.perf_counter()
+        index.warm()  # the compiled scans, and at LOOKUP_MIN items and more the instance codes' chunk tables
+        print(f"warm (chunk tables: {table_bytes_per_item(args.items, args.instance_bits)} bytes per item): "
+              f"{time.perf_counter() - start:.1f} s")
         hamming = per_query_ms(lambda q: index.search(q_codes[q:q + 1], 10), args.queries)
         print(f"class code alone, top 10 (reference): {hamming:.2f} ms/query x1.00")
         codes = per_query_ms(lambda q: blended_search(index, q_codes[q:q + 1], 10, q_inst[q:q + 1]), args.queries)

@@ -59,7 +59,7 @@ def sweep(index_dir: Path, run: Path, seed: int) -> None:
     for power in (1, 2, 3):
         blend.SIMILARITY_POWER = power
         for factor in (4, 16):
-            for looks_like in (0.3, 0.5, 0.6, 0.7, 0.8, 0.9):
+            for looks_like in (0.3, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95):
                 for order in ("codes", "blend"):
                     print(f"power {power} factor {factor} looks_like {looks_like} {order}",
                           line(measure(index, copies, order, looks_like, factor)), flush=True)
