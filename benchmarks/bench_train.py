@@ -58,7 +58,7 @@ def digit_images(tmp: Path, n: int) -> str:
 
 
 def surrogate_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
-    return make_optimizer("adam", params, cfg.surrogate_lr, cfg.surrogate_weight_decay)
+    return make_optimizer("adam", params, cfg.surrogate.surrogate_lr, cfg.surrogate.surrogate_weight_decay)
 
 
 class HandLoop:
@@ -69,15 +69,15 @@ class HandLoop:
         cfg = exp.cfg  # resolved: the method's learning rate, the backbone's defaults
         self.learner = exp.learner
         self.cfg = cfg
-        self.optimizers = [make_optimizer(cfg.optimizer, self.learner.theta_parameters(), cfg.lr, cfg.weight_decay)]
+        self.optimizers = [make_optimizer(cfg.recipe.optimizer, self.learner.theta_parameters(), cfg.recipe.lr, cfg.recipe.weight_decay)]
         if self.learner.lower_bound is not None:
             self.optimizers.append(surrogate_optimizer(self.learner.pi_parameters(), cfg))
-        batches = exp.dataset.train_batches(exp.split.train, cfg.batch_size, options=input_options(exp.cfg))
+        batches = exp.dataset.train_batches(exp.split.train, cfg.recipe.batch_size, options=input_options(exp.cfg))
         xs, ys, order = zip(*batches.epoch(0))  # one pass to hold every model input in memory
         position = torch.cat(order)
         self.x = torch.cat(xs)[torch.argsort(position)]
         self.y = torch.cat(ys)[torch.argsort(position)]
-        self.batch_size = cfg.batch_size
+        self.batch_size = cfg.recipe.batch_size
 
     def epoch(self, seed: int) -> float:
         start = time.perf_counter()

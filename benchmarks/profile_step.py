@@ -64,7 +64,7 @@ def step_profile(args, data: str) -> None:
     start = time.perf_counter()
     trainer.train_epoch(2)
     seconds = time.perf_counter() - start
-    print(f"{exp.cfg.variant} {args.backbone} at {exp.cfg.image_size}px: {len(exp.split.train) / seconds:.0f} "
+    print(f"{exp.cfg.variant} {args.backbone} at {exp.cfg.dataset.image_size}px: {len(exp.split.train) / seconds:.0f} "
           f"training images/s ({seconds:.2f} s for {len(exp.split.train)} images)")
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         trainer.train_epoch(3)

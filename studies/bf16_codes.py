@@ -28,11 +28,11 @@ from lbhash.runs.rundir import load_run_model
 def compare(run: Path) -> None:
     model, cfg = load_run_model(run)
     model.set_frozen(False)  # images through the backbone, never the cached features
-    split, dataset = load_split(run / "split.npz"), load_data(cfg.data)
+    split, dataset = load_split(run / "split.npz"), load_data(cfg.dataset.data)
     stored = load_codes_file(run / "codes.npz")
     labels = dataset.labels
-    print(f"{run.name}: {cfg.variant} {cfg.bits} bits, {cfg.backbone} at {cfg.image_size} px, "
-          f"{len(split.query)} queries, {len(split.database)} database items, run precision {cfg.backbone_precision}")
+    print(f"{run.name}: {cfg.variant} {cfg.hashing.bits} bits, {cfg.model.backbone} at {cfg.dataset.image_size} px, "
+          f"{len(split.query)} queries, {len(split.database)} database items, run precision {cfg.model.backbone_precision}")
     for precision in ("bf16", "fp32"):
         model.bf16_backbone = precision == "bf16"
         q = encode(model, dataset, split.query, input_options(cfg))

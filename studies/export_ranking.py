@@ -70,7 +70,7 @@ def main() -> None:
     parser.add_argument("--data", help="the run's data where its config's path does not reach it from here")
     args = parser.parse_args()
     run, exported = RunEncoder.load(args.run), ExportedEncoder.load(args.run)
-    data = load_data(args.data or run.config_.data, labels_required=False)
+    data = load_data(args.data or run.config_.dataset.data, labels_required=False)
     test = [data.image(int(i)) for i in np.flatnonzero(data.is_test)]
     queries = test + [edited(img, name) for name in EDITS for img in test[::5]]
     print(f"{len(queries)} queries: {len(test)} test items, {len(EDITS)} edits of {len(test[::5])} of them")

@@ -125,7 +125,7 @@ def count_trainings():
 
     def counted(self, exp, *args, **kwargs):
         test = Path(os.environ.get("PYTEST_CURRENT_TEST", "?").split("::")[0]).name
-        self._counted = [test, "closed-form" if method_class(exp.cfg.method).closed_form else "none"]
+        self._counted = [test, "closed-form" if method_class(exp.cfg.hashing.method).closed_form else "none"]
         built.append(self._counted)
         init(self, exp, *args, **kwargs)
 

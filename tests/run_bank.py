@@ -45,7 +45,7 @@ def _finished_with_cuts(**changes):
         cuts = _cuts_of(path)
         shutil.rmtree(cuts, ignore_errors=True)  # of a build that failed half-way
         cfg = TrainConfig(**{**DIGITS, **changes})
-        RunDirectory(path).train(cfg, on_epoch_end=copies_at({e: (path, cuts / f"cut-at-{e}") for e in range(1, cfg.epochs)}))
+        RunDirectory(path).train(cfg, on_epoch_end=copies_at({e: (path, cuts / f"cut-at-{e}") for e in range(1, cfg.recipe.epochs)}))
     return build
 
 
@@ -96,7 +96,7 @@ def _scripted_epoch_times():
         times = {}
         for label, cfg in configs.items():
             exp = build_experiment(cfg.replace(epochs=epochs, lr_step=0, progress=False))
-            steps = len(exp.dataset.train_batches(exp.split.train, exp.cfg.batch_size))  # as the loop counts them
+            steps = len(exp.dataset.train_batches(exp.split.train, exp.cfg.recipe.batch_size))  # as the loop counts them
             times[label] = timing.EpochTimes([9.0] + [SCRIPTED_SECONDS[label]] * (epochs - 1), steps)
         return times
     real, timing.epoch_times = timing.epoch_times, scripted

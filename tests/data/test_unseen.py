@@ -100,7 +100,7 @@ def test_methods_see_only_the_training_classes(digits):
     from lbhash.train.builder import build_experiment
 
     exp = build_experiment(TrainConfig(data="digits", protocol="unseen:3", method="csq", lbhash=True, bits=16))
-    assert exp.cfg.protocol == "unseen:3:digits"
+    assert exp.cfg.dataset.protocol == "unseen:3:digits"
     seen = np.setdiff1d(np.arange(10), exp.split.unseen_classes)
     assert exp.learner.objective.base.centers.shape == (7, 16)   # centers for 7 classes, not 10
     labels = torch.from_numpy(digits.labels[exp.split.train[:5]]).float()

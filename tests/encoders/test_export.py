@@ -50,7 +50,7 @@ def run_items(run, encoder, batch):
     """The run's stored codes (queries, then database) and the encoder's codes of the same
     items, `batch` rows per call."""
     stored = load_codes_file(run / "codes.npz")
-    data = load_data(RunEncoder.load(run).config_.data, labels_required=False)
+    data = load_data(RunEncoder.load(run).config_.dataset.data, labels_required=False)
     ids = np.concatenate([stored["query_ids"], stored["db_ids"]])
     rows = data.x[ids] if data.input_kind == "features" else np.stack([data.image(int(i)) for i in ids])
     got = np.concatenate([encoder.encode(rows[i:i + batch]) for i in range(0, len(rows), batch)])

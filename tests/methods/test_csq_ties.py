@@ -97,7 +97,7 @@ def test_a_run_saves_its_tie_center_and_reports_the_bit_balance(multilabel_featu
     with pytest.raises(Killed):
         RunDirectory(tmp_path / "run").train(cfg)
     learner = stopped[0].learner.state_dict()  # what each checkpoint saves as "learner"
-    assert load_run_config(tmp_path / "run").csq_ties == "random-center"
+    assert load_run_config(tmp_path / "run").objective.csq_ties == "random-center"
     summary = json.loads((tmp_path / "run" / "data.json").read_text())["target_balance"]
     centers = generate_centers(16, 4, kind="auto", seed=7)
     labels = np.load(multilabel_features)["y_train"]
@@ -128,12 +128,12 @@ def test_a_config_saved_before_the_options_loads_and_builds_their_old_rules(mult
     del saved["csq_ties"], saved["multilabel_theta"]
     config.write_text(yaml.safe_dump(saved, sort_keys=True))
     old = load_run_config(tmp_path)
-    assert (old.csq_ties, old.multilabel_theta, old.multilabel_target) == ("plus-one", "mean", "majority")
+    assert (old.objective.csq_ties, old.objective.multilabel_theta, old.objective.multilabel_target) == ("plus-one", "mean", "majority")
     objective = build_experiment(old, dataset=dataset).learner.objective
     assert objective.tie_center is None and objective.base.tie_center is None
     assert objective.multilabel_theta == "mean"
     new = resolve_config(make_config({**values, "multilabel_target": "majority"}), dataset)
-    assert new.csq_ties == "random-center"
+    assert new.objective.csq_ties == "random-center"
     built = build_experiment(new, dataset=dataset).learner.objective
     assert torch.equal(built.tie_center, tie_center(16, 1)) and torch.equal(built.base.tie_center, tie_center(16, 1))
 
@@ -162,10 +162,10 @@ def test_runs_saved_before_the_options_keep_their_old_rules(multilabel_features,
     del saved["csq_ties"], saved["multilabel_theta"]
     config.write_text(yaml.safe_dump(saved, sort_keys=True))  # key order is free: it changed with the option sets
     old = load_run_config(tmp_path / "cut")
-    assert (old.csq_ties, old.multilabel_theta) == ("plus-one", "mean")
+    assert (old.objective.csq_ties, old.objective.multilabel_theta) == ("plus-one", "mean")
     RunDirectory(tmp_path / "cut").resume()
     a, b = (np.load(tmp_path / d / "codes.npz") for d in ("full", "cut"))
     np.testing.assert_array_equal(a["db_codes"], b["db_codes"])
     np.testing.assert_array_equal(a["query_codes"], b["query_codes"])
     new = make_config({k: v for k, v in values.items() if k not in ("csq_ties", "multilabel_theta")})
-    assert new.csq_ties == "random-center"
+    assert new.objective.csq_ties == "random-center"

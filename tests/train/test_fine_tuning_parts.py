@@ -31,14 +31,14 @@ def resolved(images, **values):
 def test_a_pretrained_backbone_that_trains_gets_the_recipe(images, monkeypatch):
     monkeypatch.setattr("lbhash.cpus.bf16_native", lambda device="cpu": True)
     cfg = resolved(images, backbone="efficientnet_lite0", pretrained="imagenet")
-    assert (cfg.probe_epochs, cfg.epochs, cfg.eval_every, cfg.validation) == (10, 18, 1, 0.1)
-    assert resolved(images, backbone="efficientnet_lite0", pretrained="imagenet", validation=0).eval_every == 5
-    assert (cfg.backbone_lr_scale, cfg.freeze_bn, cfg.train_stages, cfg.backbone_precision) == (0.1, True, 0, "bf16")
+    assert (cfg.recipe.probe_epochs, cfg.recipe.epochs, cfg.recipe.eval_every, cfg.recipe.validation) == (10, 18, 1, 0.1)
+    assert resolved(images, backbone="efficientnet_lite0", pretrained="imagenet", validation=0).recipe.eval_every == 5
+    assert (cfg.recipe.backbone_lr_scale, cfg.model.freeze_bn, cfg.model.train_stages, cfg.model.backbone_precision) == (0.1, True, 0, "bf16")
     # each part has its own option, and a given value is kept
     cfg = resolved(images, backbone="efficientnet_lite0", pretrained="imagenet", probe_epochs=0, epochs=3,
                    backbone_lr_scale=0.5, freeze_bn=False, train_stages=2, backbone_precision="fp32")
-    assert (cfg.probe_epochs, cfg.epochs, cfg.backbone_lr_scale, cfg.freeze_bn, cfg.train_stages,
-            cfg.backbone_precision) == (0, 3, 0.5, False, 2, "fp32")
+    assert (cfg.recipe.probe_epochs, cfg.recipe.epochs, cfg.recipe.backbone_lr_scale, cfg.model.freeze_bn, cfg.model.train_stages,
+            cfg.model.backbone_precision) == (0, 3, 0.5, False, 2, "fp32")
 
 
 def test_other_runs_keep_the_plain_recipe(images, monkeypatch):
@@ -46,12 +46,12 @@ def test_other_runs_keep_the_plain_recipe(images, monkeypatch):
     for values in ({"backbone": "efficientnet_lite0"},  # random initialisation: nothing to keep
                    {"backbone": "efficientnet_lite0", "pretrained": "imagenet", "freeze_backbone": True}):
         cfg = resolved(images, **values)
-        assert (cfg.probe_epochs, cfg.backbone_lr_scale, cfg.freeze_bn, cfg.epochs) == (0, 1.0, False, 100)
-    assert resolved(images, backbone="efficientnet_lite0").backbone_precision == "fp32"
+        assert (cfg.recipe.probe_epochs, cfg.recipe.backbone_lr_scale, cfg.model.freeze_bn, cfg.recipe.epochs) == (0, 1.0, False, 100)
+    assert resolved(images, backbone="efficientnet_lite0").model.backbone_precision == "fp32"
     assert resolved(images, backbone="efficientnet_lite0", pretrained="imagenet",
-                    freeze_backbone=True).backbone_precision == "bf16"  # the cached features' extraction
+                    freeze_backbone=True).model.backbone_precision == "bf16"  # the cached features' extraction
     monkeypatch.setattr("lbhash.cpus.bf16_native", lambda device="cpu": False)
-    assert resolved(images, backbone="efficientnet_lite0", pretrained="imagenet").backbone_precision == "fp32"
+    assert resolved(images, backbone="efficientnet_lite0", pretrained="imagenet").model.backbone_precision == "fp32"
 
 
 def test_bf16_is_detected_from_the_cpus_own_checks(monkeypatch):

@@ -51,7 +51,7 @@ def test_fit_beats_an_untrained_model_by_a_wide_margin(digits, fitted):
     trained = mean_average_precision(fitted.encode(xq), fitted.encode(x), yq, y, bits=32)
     torch.manual_seed(0)
     cfg = fitted.config_
-    untrained = build_model(cfg.model, cfg.bits, cfg.input_kind, cfg.input_dim, (x.mean(0), x.std(0) + 1e-6))
+    untrained = build_model(cfg.model, cfg.hashing.bits, cfg.input_kind, cfg.input_dim, (x.mean(0), x.std(0) + 1e-6))
     from lbhash.train.forward import encode
     from lbhash.data import ArrayDataset
 
@@ -61,7 +61,7 @@ def test_fit_beats_an_untrained_model_by_a_wide_margin(digits, fitted):
     baseline = mean_average_precision(codes(xq), codes(x), yq, y)
     assert trained > baseline + 0.3, (baseline, trained)
     assert fitted.bits_ == 32 and fitted.n_features_in_ == 64 and fitted.input_kind_ == "features"
-    assert len(fitted.history_) == 12 and fitted.config_.lbhash_mode == "replace"
+    assert len(fitted.history_) == 12 and fitted.config_.objective.lbhash_mode == "replace"
 
 
 def test_stored_integers_are_refused_after_a_float_fit(digits, fitted):

@@ -194,12 +194,12 @@ def test_selection_patience():
 
 def test_learning_rate_schedules():
     cfg = TrainConfig(epochs=10, warmup_epochs=2, schedule="cosine", lr_step=0, lr_gamma=0.1)
-    factors = [lr_factor(e, cfg) for e in range(10)]
+    factors = [lr_factor(e, cfg.recipe) for e in range(10)]
     assert factors[:2] == [0.5, 1.0]
     assert factors[2] == pytest.approx(1.0) and factors[6] == pytest.approx(0.5)
     assert all(a >= b for a, b in zip(factors[2:], factors[3:]))
     step = TrainConfig(epochs=10, warmup_epochs=1, schedule="step", lr_step=3, lr_gamma=0.1)
-    assert [lr_factor(e, step) for e in (0, 1, 3, 4)] == [1.0, 1.0, 1.0, pytest.approx(0.1)]
+    assert [lr_factor(e, step.recipe) for e in (0, 1, 3, 4)] == [1.0, 1.0, 1.0, pytest.approx(0.1)]
 
 
 @pytest.fixture(scope="module")
@@ -247,13 +247,13 @@ def test_each_part_reads_its_own_option_set_of_a_config():
     assert (made.assignment, made.redraw_every, made.fused) == ("redraw", 3, False)
     assert (cfg.model, cfg.surrogate.surrogate_hidden, cfg.dataset) == \
         (ModelOptions(hidden=[32]), 64, DataOptions(image_size=40))
-    assert type(cfg.surrogate) is SurrogateOptions and cfg.image_size == 40  # and each key reads back flat
+    assert type(cfg.surrogate) is SurrogateOptions and cfg.dataset.image_size == 40  # and each key reads back flat
     # no option set shares a field with another: each option has one owner
     assert len(SETS) >= 8 and sum(len(c.model_fields) for c in SETS.values()) == len(FIELDS) == len(OWNERS)
     # a set given whole, as a mapping or an option set, with flat keys over it
     whole = TrainConfig(objective={"lbhash_weight": 0.5, "lbhash_mode": "add"}, lbhash_mode="replace",
                         model=ModelOptions(hidden=[32]))
-    assert (whole.objective.lbhash_weight, whole.lbhash_mode, whole.hidden) == (0.5, "replace", [32])
+    assert (whole.objective.lbhash_weight, whole.objective.lbhash_mode, whole.model.hidden) == (0.5, "replace", [32])
     assert whole.to_dict() == {**TrainConfig().to_dict(), "lbhash_weight": 0.5, "lbhash_mode": "replace",
                                "hidden": [32]}
     with pytest.raises(InputError, match=r"^lbhash_weight must be a positive number, got -1$"):
@@ -267,3 +267,19 @@ def test_an_option_set_refuses_a_bad_value_in_one_line():
         ObjectiveOptions(wieght=1)
     plain = LowerBoundObjective(create_method("dch", 16, 3), torch.ones(3, 16), BlockSurrogate(16))
     assert (plain.weight, plain.mode, plain.reduction, plain.multilabel_theta) == (1.0, "add", "sum", "sum")
+
+
+def test_a_config_is_read_by_its_sets_and_answers_no_flat_attribute():
+    """Issue 71, item 4: options are read through their set (`cfg.recipe.lr`); a flat read (`cfg.lr`) is an
+    AttributeError, and `value` gives an option by its flat key (the config file's) where a name is data."""
+    from lbhash.train.config import OWNERS
+
+    cfg = TrainConfig(data="digits", method="csq", lr=0.02, bits=32)
+    assert (cfg.recipe.lr, cfg.hashing.bits) == (0.02, 32)
+    for name in ("lr", "bits", "data", "backbone", "block_size"):
+        assert name in OWNERS
+        with pytest.raises(AttributeError):
+            getattr(cfg, name)
+    assert (cfg.value("lr"), cfg.value("bits"), cfg.value("data")) == (0.02, 32, "digits")
+    with pytest.raises(KeyError, match="unknown option 'learning_rate'"):
+        cfg.value("learning_rate")

@@ -47,7 +47,7 @@ def test_the_fine_tuning_recipe_probes_then_tunes_with_the_pretrained_statistics
     metrics = RunDirectory(tmp_path / "run").train(cfg)
     assert np.isfinite(metrics["map"])
     saved = load_run_config(tmp_path / "run")
-    assert (saved.probe_epochs, saved.backbone_lr_scale, saved.freeze_bn, saved.train_stages) == (1, 0.1, True, 0)
+    assert (saved.recipe.probe_epochs, saved.recipe.backbone_lr_scale, saved.model.freeze_bn, saved.model.train_stages) == (1, 0.1, True, 0)
     assert computed == [20]  # the probe's features: the 20 training items, once
     pretrained = create_backbone("efficientnet_lite0", pretrained="imagenet").state_dict()
     probed, lrs, record = seen[1]

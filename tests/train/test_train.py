@@ -40,19 +40,19 @@ def test_config_precedence_flags_over_file_over_defaults(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("bits: 32\nepochs: 7\nlbhash-weight: 0.5\n")
     cfg = build_config(load_config_file(path), {"epochs": 3, "bits": None})
-    assert (cfg.bits, cfg.epochs, cfg.lbhash_weight, cfg.method) == (32, 3, 0.5, "csq")
+    assert (cfg.hashing.bits, cfg.recipe.epochs, cfg.objective.lbhash_weight, cfg.hashing.method) == (32, 3, 0.5, "csq")
     from lbhash.data import load_data
     from lbhash.train import resolve_config
 
-    resolved = resolve_config(cfg, load_data(cfg.data))
-    assert (resolved.optimizer, resolved.lr, resolved.lbhash_mode) == ("adam", 1e-3, "replace")
+    resolved = resolve_config(cfg, load_data(cfg.dataset.data))
+    assert (resolved.recipe.optimizer, resolved.recipe.lr, resolved.objective.lbhash_mode) == ("adam", 1e-3, "replace")
     path.write_text("bitz: 3\n")
     with pytest.raises(ValueError, match="c.yaml: unknown option 'bitz'"):
         load_config_file(path)
     # an option set given whole (nested), with flat keys: the flags still win
     path.write_text("recipe:\n  lr: 0.01\n  epochs: 7\nobjective: {lbhash_weight: 0.5}\nbits: 32\n")
     cfg = build_config(load_config_file(path), {"epochs": 3})
-    assert (cfg.recipe.lr, cfg.epochs, cfg.objective.lbhash_weight, cfg.hashing.bits) == (0.01, 3, 0.5, 32)
+    assert (cfg.recipe.lr, cfg.recipe.epochs, cfg.objective.lbhash_weight, cfg.hashing.bits) == (0.01, 3, 0.5, 32)
     path.write_text("recipe:\n  lr: fast\n")
     with pytest.raises(InputError, match=r"c.yaml: lr must be a positive number, got 'fast'$"):
         load_config_file(path)

@@ -58,8 +58,8 @@ def _rates(cfg, epochs):
 
     from lbhash.train.optim import make_scheduler
 
-    optimizer = torch.optim.Adam([torch.zeros(1, requires_grad=True)], lr=cfg.lr)
-    scheduler = make_scheduler(optimizer, cfg)
+    optimizer = torch.optim.Adam([torch.zeros(1, requires_grad=True)], lr=cfg.recipe.lr)
+    scheduler = make_scheduler(optimizer, cfg.recipe)
     rates = []
     for _ in range(epochs):
         rates.append(optimizer.param_groups[0]["lr"])
@@ -81,7 +81,7 @@ def test_the_recommended_schedule_uses_every_epoch_and_the_paper_keeps_its_own(m
                             **d.recipe.model_dump(exclude_unset=True), "epochs": epochs})
 
     recommended = config("recommended")
-    assert _rates(recommended, epochs) == [recommended.lr] * epochs  # the last epoch trains like the first
+    assert _rates(recommended, epochs) == [recommended.recipe.lr] * epochs  # the last epoch trains like the first
     paper = config("paper")
     # the paper's App. G: x0.1 every 10 epochs (1e-3 at epoch 0, 1e-4 at 10, 1e-12 at 99)
     assert _rates(paper, epochs) == pytest.approx([1e-3 * 0.1 ** (e // 10) for e in range(epochs)], rel=1e-9)
@@ -104,8 +104,8 @@ def test_hash_encoder_and_lbhash_train_train_with_the_same_recipe(monkeypatch):
     cli_cfg = resolve_config(build_config(None, {"data": "digits", "method": "dbdh", "bits": 8, "epochs": 1,
                                                  "hidden": [8]}), load_data("digits"))
     recipe = ("optimizer", "lr", "weight_decay", "lr_step", "lr_gamma", "schedule", "warmup_epochs", "batch_size")
-    assert {k: getattr(stopped[0].cfg, k) for k in recipe} == {k: getattr(cli_cfg, k) for k in recipe}
-    assert cli_cfg.lr == 3e-4 and cli_cfg.lr_step == 0
+    assert {k: stopped[0].cfg.value(k) for k in recipe} == {k: cli_cfg.value(k) for k in recipe}
+    assert cli_cfg.recipe.lr == 3e-4 and cli_cfg.recipe.lr_step == 0
 
 
 # --- issue 19, 15: what a run loaded, --quiet, one line per epoch in a log ------------------------
@@ -223,14 +223,14 @@ def _resolved(data=None, **values):
 
 def test_the_recommended_profile_holds_out_a_tenth_and_keeps_the_best_validation_epoch():
     cfg = _resolved()
-    assert (cfg.validation, cfg.select, cfg.eval_every) == (0.1, "best-val", 5)
+    assert (cfg.recipe.validation, cfg.recipe.select, cfg.recipe.eval_every) == (0.1, "best-val", 5)
     for profile in ("paper", "benchmark"):  # the paper keeps its last epoch and all its training items
         cfg = _resolved(defaults=profile)
-        assert (cfg.validation, cfg.select, cfg.eval_every) == (0.0, "last", 10)
-    assert (_resolved(validation=0.0).select, _resolved(select="last").validation) == ("last", 0.1)
-    assert _resolved(defaults="paper", validation=0.2).select == "best-val"  # a share you hold out chooses
+        assert (cfg.recipe.validation, cfg.recipe.select, cfg.recipe.eval_every) == (0.0, "last", 10)
+    assert (_resolved(validation=0.0).recipe.select, _resolved(select="last").recipe.validation) == ("last", 0.1)
+    assert _resolved(defaults="paper", validation=0.2).recipe.select == "best-val"  # a share you hold out chooses
     itq = _resolved(method="itq")  # one closed-form pass: no epoch to choose
-    assert (itq.validation, itq.select) == (0.0, "last")
+    assert (itq.recipe.validation, itq.recipe.select) == (0.0, "last")
     from lbhash import InputError
 
     with pytest.raises(InputError, match="select best-val and patience need a validation split"):
@@ -243,9 +243,9 @@ def test_a_split_too_small_for_the_default_share_trains_on_every_item():
     x = np.random.default_rng(0).normal(size=(6, 4)).astype(np.float32)
     singles = ArrayDataset(x, np.eye(6, dtype=bool)[:, :6], np.array([0, 0, 0, 1, 1, 1], bool), "six")
     cfg = _resolved(singles, protocol="given")  # one training item per class: none to spare
-    assert (cfg.validation, cfg.select) == (0.0, "last")
+    assert (cfg.recipe.validation, cfg.recipe.select) == (0.0, "last")
     unlabelled = ArrayDataset(x, np.zeros((6, 0), bool), np.array([0, 0, 0, 1, 1, 1], bool), "none")
-    assert _resolved(unlabelled, method="csq", protocol="given").validation == 0.0
+    assert _resolved(unlabelled, method="csq", protocol="given").recipe.validation == 0.0
     from lbhash import InputError
     from lbhash.train.builder import build_experiment
     from lbhash.train.config import make_config

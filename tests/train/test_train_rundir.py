@@ -205,7 +205,7 @@ def test_a_saved_config_reads_its_added_options_as_its_run_used_them_and_refuses
     assert list(saved) == [*FIELDS, "input_kind", "input_dim"] and load_run_config(tmp_path) == cfg
     path.write_text(yaml.safe_dump({k: v for k, v in saved.items() if k not in ADDED_OPTIONS}))
     old = load_run_config(tmp_path)
-    assert old == cfg.replace(**ADDED_OPTIONS) and old.neighbourhood_weight == 0.0  # as runs before the options
+    assert old == cfg.replace(**ADDED_OPTIONS) and old.neighbourhood.neighbourhood_weight == 0.0  # as runs before the options
     path.write_text(yaml.safe_dump({k: v for k, v in saved.items() if k not in ("lr", "schedule", "csq_ties")}))
     with pytest.raises(InputError, match=rf"^{path}: lacks the options lr, schedule; a run's config.yaml records every "
                                          r"option \(add them with the values the run used\)$"):
@@ -222,11 +222,11 @@ def test_a_saved_dsdh_run_without_weighting_reads_the_weighting_it_trained_with(
     from lbhash.train import make_config, resolve_config
 
     cfg = resolve_config(make_config({**FAST, "method": "dsdh"}), load_data("digits"))
-    assert cfg.method_options["weighting"] == "paper"
+    assert cfg.hashing.method_options["weighting"] == "paper"
     save_run_config(tmp_path, cfg)
     path = tmp_path / "config.yaml"
     saved = yaml.safe_load(path.read_text())
     saved["method_options"].pop("weighting")
     path.write_text(yaml.safe_dump(saved))
     old = load_run_config(tmp_path)
-    assert old.method_options == {**cfg.method_options, "weighting": "mean"}
+    assert old.hashing.method_options == {**cfg.hashing.method_options, "weighting": "mean"}

@@ -38,7 +38,7 @@ def item_embeddings(run_dir: str | Path, ids, data: str | None = None, progress:
     photos = conform_dataset(form, load_data(spec, labels_required=False), spec)
     ids = np.asarray(ids, np.int64)
     dataset = photos
-    if cfg.input_kind == "images" and cfg.freeze_backbone:  # the cached features, computed once
+    if cfg.input_kind == "images" and cfg.model.freeze_backbone:  # the cached features, computed once
         dataset = with_frozen_features(photos, model.backbone, ids, input_options(cfg), "cpu", progress,
                                        bf16=model.bf16_backbone, home=trained_set(run_dir))
     emb = embed_with_features(model, dataset, ids, input_options(cfg), progress=progress)[1]
@@ -74,15 +74,15 @@ def run_forward(sharded, run_dir: str | Path, data: str | None, part: str, accel
     model, cfg = load_run_model(run_dir)
     split = load_split(run_dir / SPLIT)
     inputs = _inputs(run_dir, cfg, data, part, split, images)
-    own = not images and (data is None or data in (cfg.data, run_data_spec(run_dir, cfg)))
-    if skip_bad_images or (own and cfg.skip_bad_images):
+    own = not images and (data is None or data in (cfg.dataset.data, run_data_spec(run_dir, cfg)))
+    if skip_bad_images or (own and cfg.dataset.skip_bad_images):
         inputs = _readable(inputs, "--skip-bad-images" if skip_bad_images else "the run's skip_bad_images")
     fabric = encoding_processes(accelerator, devices)
     model.to(fabric.device)  # image models keep their channels-last layout
     outs = []
     for photos, index in inputs:
         dataset = photos
-        if cfg.input_kind == "images" and cfg.freeze_backbone:  # the cached features, computed once
+        if cfg.input_kind == "images" and cfg.model.freeze_backbone:  # the cached features, computed once
             dataset = with_frozen_features(photos, model.backbone, index, input_options(cfg), fabric.device,
                                            progress and fabric.is_global_zero, bf16=model.bf16_backbone,
                                            home=trained_set(run_dir, split) if own else None)
@@ -97,9 +97,9 @@ def run_forward(sharded, run_dir: str | Path, data: str | None, part: str, accel
         return None
     out = tuple(np.concatenate(parts) for parts in zip(*outs)) if isinstance(outs[0], tuple) else np.concatenate(outs)
     width = (out[0] if isinstance(out, tuple) else out).shape[1]
-    if width != cfg.bits:
-        raise InputError(f"the model gives {width} bits but the run has {cfg.bits}")
-    return out, {"bits": cfg.bits, **_fields(inputs, bool(images)), "topk": evaluation_topk(cfg, split)}
+    if width != cfg.hashing.bits:
+        raise InputError(f"the model gives {width} bits but the run has {cfg.hashing.bits}")
+    return out, {"bits": cfg.hashing.bits, **_fields(inputs, bool(images)), "topk": evaluation_topk(cfg, split)}
 
 
 def _inputs(run_dir: Path, cfg, data: str | None, part: str, split, images) -> list[tuple]:
@@ -109,10 +109,10 @@ def _inputs(run_dir: Path, cfg, data: str | None, part: str, split, images) -> l
         return [(conform_dataset(form, dataset, f"--images {dataset.name}"), np.arange(len(dataset)))
                 for dataset in load_image_inputs(images)]
     own_spec = run_data_spec(run_dir, cfg)  # found from any working directory
-    own = data is None or data in (cfg.data, own_spec)
+    own = data is None or data in (cfg.dataset.data, own_spec)
     if part != "all" and not own:
         raise InputError(f"--part {part} selects items of the run's split, so it needs the run's own data "
-                         f"({cfg.data}), not {data}")
+                         f"({cfg.dataset.data}), not {data}")
     spec = own_spec if own else data
     dataset = conform_dataset(form, load_data(spec, labels_required=False), spec)
     return [(dataset, np.arange(len(dataset)) if part == "all" else getattr(split, part))]

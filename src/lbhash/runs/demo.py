@@ -40,9 +40,9 @@ def demo_lines(out: Path, lengths: list[int], epochs: int, seed: int) -> Iterato
             row[name] = (m["map"], float("inf") if ratio == "inf" else ratio, m["run"]["seconds_per_epoch"])
         rows.append(row)
     split = json.loads((run_dir / DATA_SUMMARY).read_text())["split"]
-    kept = "best validation epoch" if cfg.select == "best-val" else "last epoch"
+    kept = "best validation epoch" if cfg.recipe.select == "best-val" else "last epoch"
     yield (f"\ndigits, split {split['protocol']}: {split_sizes(split)}; seed {seed}, "
-           f"{epochs} epochs, lr {cfg.lr:g} {schedule_text(cfg)}, {kept} kept, "
+           f"{epochs} epochs, lr {cfg.recipe.lr:g} {schedule_text(cfg.recipe)}, {kept} kept, "
            f"total {time.perf_counter() - start:.0f} s")
     yield (f"{'bits':>4}  {'mAP CSQ':>8} {'mAP CSQ_D':>9}  {'LB CSQ':>7} {'LB CSQ_D':>8}  "
            f"{'s/ep CSQ':>8} {'s/ep CSQ_D':>10}")

@@ -35,7 +35,7 @@ class RunEncoder(Encoder):
         fitted = read_fitted(model_dir)  # without a config.yaml: "not a run directory" (rundir.load_run_config)
         metrics = read_metrics(model_dir) if (model_dir / METRICS).is_file() else {}
         cfg = fitted.config
-        if cfg.data == ARRAYS and cfg.protocol == "given" and "map" in metrics:  # a fit with eval_set
+        if cfg.dataset.data == ARRAYS and cfg.dataset.protocol == "given" and "map" in metrics:  # a fit with eval_set
             metrics = eval_set_metrics(metrics, load_codes_file(model_dir / CODES))
         return cls._unfitted(cfg)._set_fitted(model_dir, fitted, metrics)
 
@@ -47,7 +47,7 @@ class RunEncoder(Encoder):
     def _set_fitted(self, run_dir: Path | None, fitted: Fitted, metrics: dict[str, Any]):
         """The fitted attributes, from a fit or a run directory alike."""
         self.model_, self.config_, self.input_form_ = fitted.model, fitted.config, fitted.input_form
-        self.bits_, self.input_kind_ = fitted.config.bits, fitted.config.input_kind
+        self.bits_, self.input_kind_ = fitted.config.hashing.bits, fitted.config.input_kind
         self.n_features_in_ = fitted.config.input_dim
         self.run_dir_, self.history_, self.metrics_ = run_dir, fitted.history, metrics
         return self
@@ -73,9 +73,9 @@ class RunEncoder(Encoder):
         cfg, metrics = self.config_, self.metrics_ or {}
         asymmetric = metrics.get("asymmetric") if isinstance(metrics.get("asymmetric"), dict) else {}
         run = metrics.get("run") if isinstance(metrics.get("run"), dict) else {}  # the training's own record
-        return {"dir": None if self.run_dir_ is None else str(Path(self.run_dir_).resolve()), "method": cfg.method,
-                "lbhash": bool(cfg.lbhash), "variant": cfg.variant, "bits": cfg.bits, "data": cfg.data,
-                "protocol": cfg.protocol, "input_kind": cfg.input_kind, "map": metrics.get("map"),
+        return {"dir": None if self.run_dir_ is None else str(Path(self.run_dir_).resolve()), "method": cfg.hashing.method,
+                "lbhash": bool(cfg.hashing.lbhash), "variant": cfg.variant, "bits": cfg.hashing.bits, "data": cfg.dataset.data,
+                "protocol": cfg.dataset.protocol, "input_kind": cfg.input_kind, "map": metrics.get("map"),
                 "topk": metrics.get("topk"), "n_query": metrics.get("n_query"), "n_db": metrics.get("n_db"),
                 "chance_map": metrics.get("chance_map"),  # mAP@all of a random ranking (absent from older runs)
                 "asymmetric_map": asymmetric.get("map"),

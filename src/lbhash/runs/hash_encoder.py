@@ -156,7 +156,7 @@ class HashEncoder(RunEncoder, TransformerMixin, BaseEstimator):
 
     @classmethod
     def _unfitted(cls, cfg) -> "HashEncoder":
-        return cls(method=cfg.method, bits=cfg.bits, lbhash=cfg.lbhash, epochs=cfg.epochs, seed=cfg.seed)
+        return cls(method=cfg.hashing.method, bits=cfg.hashing.bits, lbhash=cfg.hashing.lbhash, epochs=cfg.recipe.epochs, seed=cfg.recipe.seed)
 
     def transform(self, X) -> np.ndarray:
         """The codes of the rows of X, as a scikit-learn step: packed uint8 (n, ceil(bits / 8))

@@ -196,7 +196,7 @@ def run_part(run_dir: str | Path, part: str | None = None) -> str:
     if not (run_dir / MANIFEST).is_file():
         raise InputError(f"{run_dir}: no codes.npz (the run has not finished; `lbhash train --out {run_dir} --resume` "
                          "finishes it)")
-    protocol = load_run_config(run_dir).protocol
+    protocol = load_run_config(run_dir).dataset.protocol
     if protocol == "all-train" and part is None:
         return "all"
     why = ("protocol all-train has no database part" if protocol == "all-train"

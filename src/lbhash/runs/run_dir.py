@@ -41,7 +41,7 @@ class RunDirectory:
               dataset: HashDataset | None = None) -> dict[str, Any]:
         """Train a new run here and return its metrics; {} in the other processes of a
         multi-process run (only rank 0 writes). `dataset` trains on a data set in memory instead of
-        loading `cfg.data`; `on_epoch_end(epoch)` is called after each epoch's checkpoint. Progress
+        loading `cfg.dataset.data`; `on_epoch_end(epoch)` is called after each epoch's checkpoint. Progress
         goes to the "lbhash" logger (stderr where logging is not configured)."""
         return _metrics(self.fit(cfg, on_epoch_end, progress, dataset))
 
@@ -155,7 +155,7 @@ def train_from_options(out: Path | None, config_file: Path | None = None, flags:
             raise InputError("--data is required, e.g. --data features:PATH.npz (see docs/data.md); "
                              "`lbhash demo` trains on the toy digits set")
         cfg = build_config(file_values, flags)
-        out = out if out is not None else Path("runs") / f"{cfg.variant}-{cfg.bits}bits-seed{cfg.seed}"
+        out = out if out is not None else Path("runs") / f"{cfg.variant}-{cfg.hashing.bits}bits-seed{cfg.recipe.seed}"
         metrics = RunDirectory(out).train(cfg)
     shown = [format_metrics(metrics)] if "map" in metrics else []
     return shown + [f"run directory: {out}"] if metrics else []  # no metrics: another process of a multi-process run
@@ -300,8 +300,8 @@ def _left_as_it_is(out: Path) -> TrainedRun:
     if not (out / MANIFEST).is_file():
         return TrainedRun(finish_run(out))
     cfg, metrics = load_run_config(out), read_metrics(out)
-    trained = metrics.get("run", {}).get("epochs_trained", cfg.epochs)
-    early = f" (stopped early: patience {cfg.patience})" if trained < cfg.epochs else ""
+    trained = metrics.get("run", {}).get("epochs_trained", cfg.recipe.epochs)
+    early = f" (stopped early: patience {cfg.recipe.patience})" if trained < cfg.recipe.epochs else ""
     logger.info("%s: already finished at epoch %d%s; nothing to do (--epochs N trains it further)",
                 out, trained, early)
     return TrainedRun(metrics)
@@ -310,9 +310,9 @@ def _left_as_it_is(out: Path) -> TrainedRun:
 def _resumed_config(out: Path, epochs: int | None) -> RunConfig:
     cfg = load_run_config(out)
     if epochs is not None:  # checked before the run changes, and before a model is built
-        check_extension(cfg, epochs, str(out))
-        saved_epochs, cfg = cfg.epochs, cfg.replace(epochs=epochs)  # closed-form methods refuse any but 1
+        check_extension(cfg.recipe, epochs, str(out))
+        saved_epochs, cfg = cfg.recipe.epochs, cfg.replace(epochs=epochs)  # closed-form methods refuse any but 1
         if (out / MANIFEST).is_file():  # finished and verified: its metrics say what it trained
             trained = read_metrics(out).get("run", {}).get("epochs_trained", saved_epochs)
-            check_further(cfg, epochs, trained, trained < saved_epochs, str(out))
+            check_further(cfg.recipe, epochs, trained, trained < saved_epochs, str(out))
     return cfg

@@ -251,8 +251,8 @@ def load_input_form(run_dir: str | Path, cfg: RunConfig) -> InputForm:
     summary = Path(run_dir) / "data.json"
     dequantized = summary.is_file() and bool(json.loads(summary.read_text()).get("dequantized"))
     return InputForm(cfg.input_kind, "float32" if dequantized else None, cfg.input_dim,
-                     normalize=cfg.normalize if cfg.input_kind == "features" else None,
-                     image_size=cfg.image_size, channels=3 if cfg.input_kind == "images" else None)
+                     normalize=cfg.dataset.normalize if cfg.input_kind == "features" else None,
+                     image_size=cfg.dataset.image_size, channels=3 if cfg.input_kind == "images" else None)
 
 
 def read_data_summary(run_dir: str | Path) -> dict:
@@ -277,7 +277,7 @@ def run_data_spec(run_dir: str | Path, cfg: RunConfig | None = None) -> str:
     it was typed (relative paths then resolve against the current directory)."""
     cfg = load_run_config(run_dir) if cfg is None else cfg
     resolved = read_data_summary(run_dir).get("resolved")
-    return resolved if isinstance(resolved, str) and resolved else cfg.data
+    return resolved if isinstance(resolved, str) and resolved else cfg.dataset.data
 
 
 def model_identity(run_dir: str | Path) -> dict:
@@ -288,7 +288,7 @@ def model_identity(run_dir: str | Path) -> dict:
     resumed run that trained on has another, unless its kept epoch (best.pt) stayed the same."""
     run_dir = Path(run_dir)
     cfg = load_run_config(run_dir)
-    name = BEST if cfg.select == "best-val" and (run_dir / BEST).is_file() else CHECKPOINT
+    name = BEST if cfg.recipe.select == "best-val" and (run_dir / BEST).is_file() else CHECKPOINT
     if not (run_dir / name).is_file():
         raise InputError(f"{run_dir}: no {name} (the run has not finished an epoch)")
     recorded = (read_manifest(run_dir) or {}).get(name, {}).get("sha256")
@@ -297,8 +297,8 @@ def model_identity(run_dir: str | Path) -> dict:
     if (run_dir / METRICS).is_file():
         epoch = read_metrics(run_dir).get("run", {}).get("selected_epoch")
     return {"file": name, "sha256": digest, "epoch": epoch, "run": str(run_dir.resolve()), "variant": cfg.variant,
-            "bits": cfg.bits, "input_kind": cfg.input_kind,
-            "backbone": cfg.backbone if cfg.input_kind == "images" else None, "data": run_data_spec(run_dir, cfg)}
+            "bits": cfg.hashing.bits, "input_kind": cfg.input_kind,
+            "backbone": cfg.model.backbone if cfg.input_kind == "images" else None, "data": run_data_spec(run_dir, cfg)}
 
 
 def load_run_model(run_dir: str | Path) -> tuple[HashModel, RunConfig]:
@@ -311,7 +311,7 @@ def load_run_model(run_dir: str | Path) -> tuple[HashModel, RunConfig]:
     if not path.is_file():
         raise InputError(f"{run_dir}: no {CHECKPOINT} (the run has not finished an epoch)")
     try:
-        if cfg.select == "best-val" and (run_dir / BEST).is_file():  # the model the run selected
+        if cfg.recipe.select == "best-val" and (run_dir / BEST).is_file():  # the model the run selected
             path = run_dir / BEST
             weights = torch.load(path, map_location="cpu", weights_only=True)["model"]
         else:
@@ -320,11 +320,11 @@ def load_run_model(run_dir: str | Path) -> tuple[HashModel, RunConfig]:
     except Exception as err:  # a truncated or foreign file
         raise InputError(f"{path}: not a readable lbhash checkpoint ({type(err).__name__})") from None
     normalization = None
-    if cfg.input_kind == "features" and cfg.normalize == "zscore":
+    if cfg.input_kind == "features" and cfg.dataset.normalize == "zscore":
         if "backbone.mean" not in weights or "backbone.std" not in weights:
             raise InputError(f"{path}: no normalisation statistics, but {CONFIG} says normalize: zscore")
         normalization = (weights["backbone.mean"], weights["backbone.std"])
-    model = build_model(cfg.model, cfg.bits, cfg.input_kind, cfg.input_dim, normalization, pretrained=False)
+    model = build_model(cfg.model, cfg.hashing.bits, cfg.input_kind, cfg.input_dim, normalization, pretrained=False)
     try:
         model.load_state_dict(weights)
     except RuntimeError as err:

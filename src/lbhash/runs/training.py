@@ -74,13 +74,13 @@ def _write_first_files(out: Path, split: Split, summary: dict, form: InputForm, 
 
 
 def _reopen(out: Path, trainer: Trainer) -> None:
-    """Before a run trains further to cfg.epochs: check that there is something to train, then
+    """Before a run trains further to cfg.recipe.epochs: check that there is something to train, then
     make it unfinished and record the new total in config.yaml."""
     cfg = trainer.cfg
-    check_further(cfg, cfg.epochs, trainer.start_epoch, trainer.selection.stopped, str(out))
+    check_further(cfg.recipe, cfg.recipe.epochs, trainer.start_epoch, trainer.selection.stopped, str(out))
     if trainer.fabric.is_global_zero:
         reopen_run(out)  # first: a kill from here on leaves a run that --resume continues
-        save_run_config(out, load_run_config(out).replace(epochs=cfg.epochs))
+        save_run_config(out, load_run_config(out).replace(epochs=cfg.recipe.epochs))
     trainer.fabric.barrier()
 
 
@@ -103,7 +103,7 @@ class RunStore:
 
     def loggers(self, cfg) -> list:
         """Fabric loggers of the run: TensorBoard event files in RUN_DIR/tensorboard when asked."""
-        if cfg.logger != "tensorboard":
+        if cfg.runtime.logger != "tensorboard":
             return []
         from lightning.fabric.loggers import TensorBoardLogger
 
@@ -138,7 +138,7 @@ class RunStore:
         for opt, sd in zip(trainer.optimizers, rest["optimizers"]):
             opt.load_state_dict(sd)
         for sched, sd in zip(trainer.schedulers, rest["schedulers"]):
-            load_scheduler_state(sched, sd, trainer.cfg)
+            load_scheduler_state(sched, sd, trainer.cfg.recipe)
         if "selection" in rest:
             trainer.selection.load_state_dict(rest["selection"])
         trainer.start_epoch = int(rest["epoch"])
@@ -152,7 +152,7 @@ def train_open_run(run: OpenRun) -> TrainedRun | None:
     trainer = run.trainer
     try:
         train_to_end(trainer)
-        query_codes = write_codes(trainer, run.out) if trainer.fabric.is_global_zero and trainer.cfg.test else None
+        query_codes = write_codes(trainer, run.out) if trainer.fabric.is_global_zero and trainer.cfg.recipe.test else None
         trainer.fabric.barrier()
         for run_logger in trainer.fabric.loggers:
             run_logger.finalize("success")

@@ -39,7 +39,7 @@ def fit_closed_form(trainer: Trainer) -> None:
     if columns is not None:
         labels = labels[:, columns.cpu().numpy()]
     objective = trainer.learner.objective
-    fit = objective.fit_projection(x, labels, cfg.seed)
+    fit = objective.fit_projection(x, labels, cfg.recipe.seed)
     layer = trainer.learner.model.head.net[-1]
     with torch.no_grad():
         layer.weight.copy_(torch.from_numpy(fit.weight))

@@ -2,7 +2,7 @@
 
 `TrainConfig` holds one field per option set, each declared beside the part that reads it. A flat
 key (`TrainConfig(method="csq")`, `lr: 0.01`, `--set lr=0.01`) goes to the one set that owns it
-and reads back flat; a set may also be given whole. Every value is validated where it enters, in
+and is read through it (`cfg.recipe.lr`; `cfg.value("lr")` by the flat key); a set may also be given whole. Every value is validated where it enters, in
 one line naming the option. `None` means "the method's or the data's default", filled in by
 `lbhash.train.resolve.resolve_config` into a `RunConfig`: the complete config a run saves.
 """
@@ -81,10 +81,12 @@ class TrainConfig(Options):
             raise InputError(f"unknown option {unknown[0]!r} (known: {', '.join(known)})")
         return out
 
-    def __getattr__(self, name: str) -> Any:
-        """An option read flat: `cfg.lr` is `cfg.recipe.lr`."""
-        owner = self.__dict__.get(OWNERS.get(name))
-        return super().__getattr__(name) if owner is None else getattr(owner, name)
+    def value(self, name: str) -> Any:
+        """An option by its flat key (config.yaml's, `--set`'s): `cfg.value("lr")` is `cfg.recipe.lr`.
+        In code, read an option through its set (`cfg.recipe.lr`): a config answers no flat attribute."""
+        if name not in OWNERS:
+            raise KeyError(f"unknown option {name!r}")
+        return getattr(getattr(self, OWNERS[name]), name)
 
     @model_validator(mode="after")
     def _consistent(self):
@@ -133,36 +135,36 @@ class RunConfig(TrainConfig):
 def _check_closed_form(cfg: TrainConfig) -> None:
     """A closed-form baseline fits one linear map in one pass on one process: the options of
     gradient training that would change what it is are refused, not ignored."""
-    name = cfg.method
-    if cfg.lbhash:
+    name = cfg.hashing.method
+    if cfg.hashing.lbhash:
         kind = "an unsupervised baseline" if not method_class(name).needs_labels else "a baseline"
         raise InputError(f"method {name} is {kind} fitted in closed form: it has no gradient loss for "
                          "the _D objective (--lbhash) to join")
-    if cfg.neighbourhood_weight:
+    if cfg.neighbourhood.neighbourhood_weight:
         raise InputError(f"method {name} is fitted in closed form: it has no gradient loss for the "
                          "neighbourhood term (neighbourhood_weight) to join")
-    if cfg.epochs not in (None, 1):
-        raise InputError(f"method {name} is fitted in closed form in one pass: epochs must be 1, got {cfg.epochs}")
-    if cfg.hidden:
-        raise InputError(f"method {name} fits a linear map: hidden must be empty, got {cfg.hidden}")
-    if cfg.devices != 1:
+    if cfg.recipe.epochs not in (None, 1):
+        raise InputError(f"method {name} is fitted in closed form in one pass: epochs must be 1, got {cfg.recipe.epochs}")
+    if cfg.model.hidden:
+        raise InputError(f"method {name} fits a linear map: hidden must be empty, got {cfg.model.hidden}")
+    if cfg.runtime.devices != 1:
         raise InputError(f"method {name} is fitted in closed form on one process: devices must be 1, "
-                         f"got {cfg.devices}")
+                         f"got {cfg.runtime.devices}")
 
 
 def profile_line(cfg: TrainConfig) -> str:
     """The run's profile and what its recipe (and, for a _D run, its objective) sets otherwise than
     the paper profile does for its method, e.g. `profile recommended: differs from the paper in
     lr_step 0 (paper 10)`."""
-    paper, differences = method_defaults(cfg.method, "paper").options, []
-    for name in (n for n in paper if cfg.lbhash or OWNERS[n] == "recipe"):
-        want, have = paper[name], getattr(cfg, name)
+    paper, differences = method_defaults(cfg.hashing.method, "paper").options, []
+    for name in (n for n in paper if cfg.hashing.lbhash or OWNERS[n] == "recipe"):
+        want, have = paper[name], cfg.value(name)
         if have is not None and have != want:
             differences.append(f"{name} {have:g} (paper {want:g})" if isinstance(have, float) and isinstance(want, float)
                                else f"{name} {have} (paper {want})")
     if not differences:
-        return f"profile {cfg.defaults}: the paper's recipe" + (" and _D objective" if cfg.lbhash else "")
-    return f"profile {cfg.defaults}: differs from the paper in {', '.join(differences)}"
+        return f"profile {cfg.hashing.defaults}: the paper's recipe" + (" and _D objective" if cfg.hashing.lbhash else "")
+    return f"profile {cfg.hashing.defaults}: differs from the paper in {', '.join(differences)}"
 
 
 def backbone_line(cfg: "RunConfig") -> str | None:
@@ -171,17 +173,17 @@ def backbone_line(cfg: "RunConfig") -> str | None:
     the head's rate, BatchNorm statistics kept`; None for feature runs."""
     if cfg.input_kind != "images":
         return None
-    weights = f" ({cfg.pretrained} weights)" if cfg.pretrained else " (random initialisation)"
-    head = f"backbone {cfg.backbone}{weights}, {cfg.backbone_precision}"
-    if cfg.freeze_backbone:
+    weights = f" ({cfg.model.pretrained} weights)" if cfg.model.pretrained else " (random initialisation)"
+    head = f"backbone {cfg.model.backbone}{weights}, {cfg.model.backbone_precision}"
+    if cfg.model.freeze_backbone:
         return f"{head}: frozen, its features computed once"
-    stages = f"its last {cfg.train_stages} stage(s)" if cfg.train_stages else "every stage"
-    if cfg.train_stages and (cfg.transform == "cifar" or cfg.augment != "crop-flip"):
+    stages = f"its last {cfg.model.train_stages} stage(s)" if cfg.model.train_stages else "every stage"
+    if cfg.model.train_stages and (cfg.dataset.transform == "cifar" or cfg.dataset.augment != "crop-flip"):
         stages += " (the frozen stages' activations computed once)"
-    probe = f"{cfg.probe_epochs} probe epochs on cached features, then " if cfg.probe_epochs else ""
-    rate = f" at {cfg.backbone_lr_scale:g}x the head's rate" if cfg.backbone_lr_scale != 1 else ""
-    statistics = ", BatchNorm statistics kept" if cfg.freeze_bn else ""
-    return f"{head}: {'fine-tuned' if cfg.pretrained else 'trained'}, {probe}{stages}{rate}{statistics}"
+    probe = f"{cfg.recipe.probe_epochs} probe epochs on cached features, then " if cfg.recipe.probe_epochs else ""
+    rate = f" at {cfg.recipe.backbone_lr_scale:g}x the head's rate" if cfg.recipe.backbone_lr_scale != 1 else ""
+    statistics = ", BatchNorm statistics kept" if cfg.model.freeze_bn else ""
+    return f"{head}: {'fine-tuned' if cfg.model.pretrained else 'trained'}, {probe}{stages}{rate}{statistics}"
 
 
 def make_config(values: dict[str, Any], where: str = "", kind: type[TrainConfig] = TrainConfig) -> TrainConfig:

@@ -66,22 +66,22 @@ def prepare(cfg: TrainConfig, split: Split | None, dataset: HashDataset | None, 
     first = process_rank() == 0
     if progress is not None:
         cfg = cfg.replace(progress=progress)
-    check_accelerator(cfg.accelerator)
-    check_logger(cfg.logger, store)
+    check_accelerator(cfg.runtime.accelerator)
+    check_logger(cfg.runtime.logger, store)
     exp = build_experiment(cfg, split, dataset)
     if exp.skipped_images and first:
         logger.warning("skipped %d unreadable image(s) (--skip-bad-images)", exp.skipped_images)
     summary, saved_cfg = data_summary(exp), exp.cfg
     lines = steps = None
     terminal = on_a_terminal()
-    if exp.cfg.progress and first:
+    if exp.cfg.runtime.progress and first:
         # on a terminal the bar is erased as its epoch ends, so every epoch leaves its line; in a log
         # (no bars: their redraws would fill it) a line for the first, last and evaluated epochs, at
         # least every LINE_EVERY_S between them, and a step line inside an epoch every STEP_EVERY_S
-        lines = epoch_lines(exp.cfg.variant, exp.cfg.epochs, map_label(exp.topk, len(exp.split.database)),
+        lines = epoch_lines(exp.cfg.variant, exp.cfg.recipe.epochs, map_label(exp.topk, len(exp.split.database)),
                             every_s=0.0 if terminal else LINE_EVERY_S)
-        steps = None if terminal else step_lines(exp.cfg.variant, exp.cfg.epochs)
-    if exp.cfg.progress and not terminal:
+        steps = None if terminal else step_lines(exp.cfg.variant, exp.cfg.recipe.epochs)
+    if exp.cfg.runtime.progress and not terminal:
         exp.cfg = exp.cfg.replace(progress=False)
 
     def at_epoch_end(epoch: int, record: dict) -> None:  # the epoch's line (where there are no bars), then the caller's
@@ -92,7 +92,7 @@ def prepare(cfg: TrainConfig, split: Split | None, dataset: HashDataset | None, 
 
     trainer = Trainer(exp, store, at_epoch_end)
     trainer.on_step = steps
-    return Prepared(trainer, saved_cfg, form_of(exp.dataset, exp.cfg.normalize, exp.cfg.image_size), summary)
+    return Prepared(trainer, saved_cfg, form_of(exp.dataset, exp.cfg.dataset.normalize, exp.cfg.dataset.image_size), summary)
 
 
 def on_a_terminal() -> bool:
@@ -113,7 +113,7 @@ def announce(run: Prepared) -> None:
 def train_to_end(trainer: Trainer) -> None:
     """Train what is left: a closed-form method's one fit, else the epochs; then load the
     weights of the epoch `select` keeps."""
-    if method_class(trainer.cfg.method).closed_form:  # baselines: one fit, no epochs left
+    if method_class(trainer.cfg.hashing.method).closed_form:  # baselines: one fit, no epochs left
         fit_closed_form(trainer)
     trainer.fit()
     best = trainer.selection.best() if trainer.recipe.select == "best-val" else None
@@ -123,26 +123,26 @@ def train_to_end(trainer: Trainer) -> None:
 
 def fit(cfg: TrainConfig, dataset: HashDataset | None = None, progress: bool | None = None,
         on_epoch_end: Callable[[int], None] | None = None) -> Trained:
-    """Train `cfg` on `dataset` (default: load cfg.data) in memory, on one device, and return
+    """Train `cfg` on `dataset` (default: load cfg.dataset.data) in memory, on one device, and return
     what it trained. It reports on the "lbhash" logger as `RunDirectory.train` (lbhash.runs) does."""
     from lightning.fabric.utilities.apply_func import move_data_to_device  # Lightning loads with the first fit
 
-    if cfg.devices > 1:
-        raise InputError(f"devices={cfg.devices}: an in-memory fit trains in one process; `lbhash train "
+    if cfg.runtime.devices > 1:
+        raise InputError(f"devices={cfg.runtime.devices}: an in-memory fit trains in one process; `lbhash train "
                          "--devices N` trains a run directory on several")
     with notices_to_stderr():
         run = prepare(cfg, None, dataset, progress, on_epoch_end)
         trainer = run.trainer
         announce(run)
         train_to_end(trainer)
-        codes = split_codes(trainer) if trainer.cfg.test else {}
+        codes = split_codes(trainer) if trainer.cfg.recipe.test else {}
         leave_process_group(trainer.fabric)
         read = {part: codes_from_arrays(arrays, f"{part} codes") for part, arrays in codes.items()}
         metrics = run_metrics(run.config, trainer.history, trainer.exp.split, read.get("all"), read.get("seen"))
         model = as_loaded(trainer.learner.model)
         epoch = trainer.history[-1]["epoch"] if trainer.history else 0
         checkpoint = move_data_to_device({**trainer.state(epoch), "learner": trainer.learner.state_dict()}, "cpu")
-        best = trainer.selection.best() if trainer.cfg.select == "best-val" else None
+        best = trainer.selection.best() if trainer.cfg.recipe.select == "best-val" else None
         logger.info(result_line(metrics))
     fitted = Fitted(model, run.config, run.input_form, trainer.history)
     return Trained(fitted, metrics, codes, trainer.exp.split, run.data_summary, checkpoint, best)

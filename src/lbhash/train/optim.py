@@ -33,51 +33,51 @@ def make_optimizer(kind: str, params, lr: float, weight_decay: float) -> torch.o
 NEVER = 1 << 62  # the StepLR step of a constant rate (lr_step 0): no epoch reaches it
 
 
-def make_scheduler(optimizer: torch.optim.Optimizer, cfg) -> torch.optim.lr_scheduler.LRScheduler:
+def make_scheduler(optimizer: torch.optim.Optimizer, recipe) -> torch.optim.lr_scheduler.LRScheduler:
     """Stepped once per epoch. `step`: x lr_gamma every lr_step epochs (0: constant); `cosine`:
     from the base rate to 0 over the epochs after the warm-up; a warm-up of w epochs rises
     linearly, epoch e (0-based) at (e + 1) / w of the base rate."""
-    if cfg.schedule == "step" and not cfg.warmup_epochs:
+    if recipe.schedule == "step" and not recipe.warmup_epochs:
         # StepLR itself, so that runs without warm-up keep exactly their learning rates
-        return torch.optim.lr_scheduler.StepLR(optimizer, cfg.lr_step or NEVER, cfg.lr_gamma)
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda epoch: lr_factor(epoch, cfg))
+        return torch.optim.lr_scheduler.StepLR(optimizer, recipe.lr_step or NEVER, recipe.lr_gamma)
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda epoch: lr_factor(epoch, recipe))
 
 
-def load_scheduler_state(scheduler: torch.optim.lr_scheduler.LRScheduler, state: dict, cfg) -> None:
+def load_scheduler_state(scheduler: torch.optim.lr_scheduler.LRScheduler, state: dict, recipe) -> None:
     """Continue `scheduler` from a checkpoint. The step of a constant StepLR comes from the
     config, not the checkpoint: older checkpoints stored epochs + 1 there, which would decay
     the rate of a run trained further."""
     scheduler.load_state_dict(state)
     if isinstance(scheduler, torch.optim.lr_scheduler.StepLR):
-        scheduler.step_size = cfg.lr_step or NEVER
+        scheduler.step_size = recipe.lr_step or NEVER
 
 
-def check_extension(cfg, epochs: int, where: str) -> None:
-    """A run of `cfg` may continue to `epochs` in total unless its schedule's shape depends on
+def check_extension(recipe, epochs: int, where: str) -> None:
+    """A run of `recipe` may continue to `epochs` in total unless its schedule's shape depends on
     the total (cosine)."""
-    if cfg.schedule == "cosine" and epochs != cfg.epochs:
+    if recipe.schedule == "cosine" and epochs != recipe.epochs:
         raise InputError(f"--epochs {epochs}: {where} uses the cosine schedule, whose curve is fixed by its "
-                         f"{cfg.epochs} epochs (the rate falls to 0 at the end), so it cannot be trained "
+                         f"{recipe.epochs} epochs (the rate falls to 0 at the end), so it cannot be trained "
                          f"further; train a new run with --epochs {epochs}")
 
 
-def check_further(cfg, epochs: int, trained: int, stopped: bool, where: str) -> None:
+def check_further(recipe, epochs: int, trained: int, stopped: bool, where: str) -> None:
     """A run that trained `trained` epochs (`stopped`: ended early by its patience) may be
     trained further to `epochs` in all only past what it trained, and not after an early stop."""
     if stopped:
         raise InputError(f"--epochs {epochs}: {where} stopped early at epoch {trained} (patience "
-                         f"{cfg.patience}: no better validation mAP); training it further would change nothing")
+                         f"{recipe.patience}: no better validation mAP); training it further would change nothing")
     if epochs <= trained:
         raise InputError(f"--epochs {epochs}: {where} has trained {trained} epoch(s) already; "
                          f"--resume --epochs N trains it further, to N > {trained} epochs in all")
 
 
-def lr_factor(epoch: int, cfg) -> float:
+def lr_factor(epoch: int, recipe) -> float:
     """The learning-rate multiplier of 0-based epoch `epoch`."""
-    warm = cfg.warmup_epochs or 0
+    warm = recipe.warmup_epochs or 0
     if epoch < warm:
         return (epoch + 1) / warm
-    if cfg.schedule == "cosine":
-        span = max(1, cfg.epochs - warm)
+    if recipe.schedule == "cosine":
+        span = max(1, recipe.epochs - warm)
         return 0.5 * (1 + math.cos(math.pi * min(epoch - warm, span) / span))
-    return cfg.lr_gamma ** ((epoch - warm) // cfg.lr_step) if cfg.lr_step else 1.0
+    return recipe.lr_gamma ** ((epoch - warm) // recipe.lr_step) if recipe.lr_step else 1.0

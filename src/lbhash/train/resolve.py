@@ -39,38 +39,38 @@ def resolve_config(cfg: TrainConfig, dataset) -> RunConfig:
     config after this. A RunConfig (a run resumed) must name the data set's width again."""
     from lbhash.models import backbone_defaults
 
-    d = method_defaults(cfg.method, cfg.defaults)
+    d = method_defaults(cfg.hashing.method, cfg.hashing.defaults)
     values = cfg.to_dict()
     made_for = values.pop("input_dim", None)  # a RunConfig's: its data set's width
     values.pop("input_kind", None)
-    values["protocol"] = cfg.protocol or default_protocol(cfg.data, dataset)
+    values["protocol"] = cfg.dataset.protocol or default_protocol(cfg.dataset.data, dataset)
     if values["protocol"].startswith(UNSEEN_PREFIX):  # unseen:K -> unseen:K:<the data set's own>
-        values["protocol"] = with_base(values["protocol"], default_protocol(cfg.data, dataset))
+        values["protocol"] = with_base(values["protocol"], default_protocol(cfg.dataset.data, dataset))
     if values["validation"] is None:
-        values["validation"] = _profile_validation(d.recipe.validation, values["protocol"], cfg.seed, dataset)
+        values["validation"] = _profile_validation(d.recipe.validation, values["protocol"], cfg.recipe.seed, dataset)
     for name, value in d.options.items():  # the profile's recipe and _D objective
         if values[name] is None:
             values[name] = value
     if values["select"] is None:  # a validation split is there to choose the epoch a run keeps
         values["select"] = "best-val" if values["validation"] else "last"
     _fill_backbone_recipe(values, cfg, dataset.input_kind)
-    values["method_options"] = {**d.constants, **_checked_method_options(cfg.method, cfg.method_options)}
+    values["method_options"] = {**d.constants, **_checked_method_options(cfg.hashing.method, cfg.hashing.method_options)}
     values["input_kind"] = dataset.input_kind
     if dataset.input_kind == "features":
-        if cfg.backbone is not None:
-            raise InputError(f"--backbone {cfg.backbone} needs image data; {dataset.name} holds features")
+        if cfg.model.backbone is not None:
+            raise InputError(f"--backbone {cfg.model.backbone} needs image data; {dataset.name} holds features")
         if made_for is not None and made_for != dataset.input_dim():
             raise InputError(f"{dataset.name} has {dataset.input_dim()} features per item, but the run "
                              f"was made for {made_for}")
         values["input_dim"] = dataset.input_dim()
-        default_hidden = [] if method_class(cfg.method).closed_form else DEFAULT_FEATURE_HIDDEN
-        values["hidden"] = list(default_hidden if cfg.hidden is None else cfg.hidden)
+        default_hidden = [] if method_class(cfg.hashing.method).closed_form else DEFAULT_FEATURE_HIDDEN
+        values["hidden"] = list(default_hidden if cfg.model.hidden is None else cfg.model.hidden)
     else:
-        backbone = cfg.backbone or DEFAULT_IMAGE_BACKBONE
+        backbone = cfg.model.backbone or DEFAULT_IMAGE_BACKBONE
         size, transform = backbone_defaults(backbone)
-        values.update(backbone=backbone, hidden=[] if cfg.hidden is None else list(cfg.hidden),
-                      image_size=cfg.image_size or default_image_size(dataset, size, transform),
-                      transform=cfg.transform or transform, input_dim=None)
+        values.update(backbone=backbone, hidden=[] if cfg.model.hidden is None else list(cfg.model.hidden),
+                      image_size=cfg.dataset.image_size or default_image_size(dataset, size, transform),
+                      transform=cfg.dataset.transform or transform, input_dim=None)
     return make_config(values, kind=RunConfig)
 
 
@@ -80,32 +80,32 @@ def _fill_backbone_recipe(values: dict[str, Any], cfg: TrainConfig, input_kind: 
     for the run (a probe without a backbone that trains, stages of feature data)."""
     from lbhash.cpus import bf16_native
 
-    learns = input_kind == "images" and not cfg.freeze_backbone
-    tunes = learns and cfg.pretrained is not None  # a pretrained backbone that trains: the fine-tuning recipe
-    if cfg.probe_epochs and not learns:
-        raise InputError(f"probe_epochs {cfg.probe_epochs}: the probe epochs come before a backbone trains; "
+    learns = input_kind == "images" and not cfg.model.freeze_backbone
+    tunes = learns and cfg.model.pretrained is not None  # a pretrained backbone that trains: the fine-tuning recipe
+    if cfg.recipe.probe_epochs and not learns:
+        raise InputError(f"probe_epochs {cfg.recipe.probe_epochs}: the probe epochs come before a backbone trains; "
                          "this run has no image backbone that trains (features, or --freeze-backbone)")
-    if cfg.train_stages and not learns:
-        raise InputError(f"train_stages {cfg.train_stages}: this run has no image backbone that trains")
-    probe = cfg.probe_epochs if cfg.probe_epochs is not None else FINETUNE_PROBE_EPOCHS if tunes else 0
+    if cfg.model.train_stages and not learns:
+        raise InputError(f"train_stages {cfg.model.train_stages}: this run has no image backbone that trains")
+    probe = cfg.recipe.probe_epochs if cfg.recipe.probe_epochs is not None else FINETUNE_PROBE_EPOCHS if tunes else 0
     values["probe_epochs"] = probe
-    if probe and cfg.devices > 1:
+    if probe and cfg.runtime.devices > 1:
         raise InputError(f"probe_epochs {probe}: the probe epochs train on one process; with --devices "
-                         f"{cfg.devices} give --probe-epochs 0 (or train the probe first: --freeze-backbone)")
-    if tunes and cfg.epochs is None:
+                         f"{cfg.runtime.devices} give --probe-epochs 0 (or train the probe first: --freeze-backbone)")
+    if tunes and cfg.recipe.epochs is None:
         values["epochs"] = probe + FINETUNE_TUNE_EPOCHS
-    if tunes and cfg.eval_every is None and values["validation"]:  # test evaluations would encode the database
+    if tunes and cfg.recipe.eval_every is None and values["validation"]:  # test evaluations would encode the database
         values["eval_every"] = FINETUNE_EVAL_EVERY
     if probe and probe >= values["epochs"]:
         raise InputError(f"probe_epochs {probe} must be fewer than epochs ({values['epochs']}): the backbone "
                          "trains after the probe (--freeze-backbone trains the head alone)")
-    values["backbone_lr_scale"] = (cfg.backbone_lr_scale if cfg.backbone_lr_scale is not None
+    values["backbone_lr_scale"] = (cfg.recipe.backbone_lr_scale if cfg.recipe.backbone_lr_scale is not None
                                    else FINETUNE_LR_SCALE if tunes else 1.0)
-    values["freeze_bn"] = cfg.freeze_bn if cfg.freeze_bn is not None else tunes
-    values["train_stages"] = cfg.train_stages or 0
-    if cfg.backbone_precision == "auto":
-        native = bf16_native("cuda" if cfg.accelerator in ("gpu", "cuda") else "cpu")
-        values["backbone_precision"] = "bf16" if input_kind == "images" and cfg.pretrained and native else "fp32"
+    values["freeze_bn"] = cfg.model.freeze_bn if cfg.model.freeze_bn is not None else tunes
+    values["train_stages"] = cfg.model.train_stages or 0
+    if cfg.model.backbone_precision == "auto":
+        native = bf16_native("cuda" if cfg.runtime.accelerator in ("gpu", "cuda") else "cpu")
+        values["backbone_precision"] = "bf16" if input_kind == "images" and cfg.model.pretrained and native else "fp32"
 
 
 def _profile_validation(share: float, protocol: str, seed: int, dataset) -> float:

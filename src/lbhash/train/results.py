@@ -31,11 +31,11 @@ def selection_summary(cfg: TrainConfig, log: list[dict]) -> dict[str, Any]:
     trained = log[-1]["epoch"] if log else 0
     validated = [(r["epoch"], r["eval"]["val_map"]) for r in log if "val_map" in r.get("eval", {})]
     if not validated:
-        return {"select": cfg.select, "epochs_trained": trained, "selected_epoch": trained}
+        return {"select": cfg.recipe.select, "epochs_trained": trained, "selected_epoch": trained}
     best = max(validated, key=lambda e: (e[1], -e[0]))  # the first epoch reaching the best mAP
-    kept = best if cfg.select == "best-val" else validated[-1]
-    return {"select": cfg.select, "epochs_trained": trained,
-            "selected_epoch": kept[0] if cfg.select == "best-val" else trained,
+    kept = best if cfg.recipe.select == "best-val" else validated[-1]
+    return {"select": cfg.recipe.select, "epochs_trained": trained,
+            "selected_epoch": kept[0] if cfg.recipe.select == "best-val" else trained,
             "validation_map": kept[1]}
 
 
@@ -60,8 +60,8 @@ def run_metrics(cfg: TrainConfig, log: list[dict], split: Split, codes: dict | N
         metrics["seen"] = _codes_metrics(seen)
     seconds = [r["seconds"] for r in log]
     metrics["run"] = {
-        "variant": cfg.variant, "method": cfg.method, "lbhash": cfg.lbhash, "bits": cfg.bits,
-        "data": cfg.data, "protocol": cfg.protocol, "seed": cfg.seed, "epochs": cfg.epochs,
+        "variant": cfg.variant, "method": cfg.hashing.method, "lbhash": cfg.hashing.lbhash, "bits": cfg.hashing.bits,
+        "data": cfg.dataset.data, "protocol": cfg.dataset.protocol, "seed": cfg.recipe.seed, "epochs": cfg.recipe.epochs,
         "n_train": len(split.train), "n_validation": len(split.validation),
         "seconds_per_epoch": float(np.mean(seconds)) if seconds else None,
         "encode_seconds": float(codes["encode_seconds"]) if codes is not None and "encode_seconds" in codes

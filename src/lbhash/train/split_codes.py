@@ -34,7 +34,7 @@ def _codes_file(trainer: Trainer, query: np.ndarray, database: np.ndarray, with_
     start = time.perf_counter()
     # in float32 whatever the training precision: the codes every later path (the CPU, the
     # service, HashEncoder) reproduces bit for bit; bf16 flips about 1% of items by a bit or two
-    model, device, progress = trainer.learner.model, trainer.fabric.device, trainer.cfg.progress
+    model, device, progress = trainer.learner.model, trainer.fabric.device, trainer.cfg.runtime.progress
     # one pass over the queries: their real outputs (for asymmetric ranking) and, as their signs, their codes
     real = embed(model, ds, query, trainer.options, device, progress=progress)
     q = to_signs(torch.from_numpy(real)).numpy()  # the tensor rule, as `encode` applies it

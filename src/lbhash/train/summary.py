@@ -28,10 +28,10 @@ def data_summary(exp: Experiment) -> dict[str, Any]:
     shape, dequantisation and split sizes of a run; with `resolved`, the data spec with absolute
     paths (lbhash.runs.rundir.run_data_spec reads it)."""
     ds, cfg, split = exp.dataset, exp.cfg, exp.split
-    out: dict[str, Any] = {"data": cfg.data, "name": ds.name, "kind": ds.input_kind, "items": len(ds),
+    out: dict[str, Any] = {"data": cfg.dataset.data, "name": ds.name, "kind": ds.input_kind, "items": len(ds),
                            "classes": ds.num_classes, "multi_label": bool(ds.multi_label)}
-    if parse_data_spec(cfg.data).path is not None:  # the spec as typed is relative to where the run trained
-        out["resolved"] = absolute_spec(cfg.data)
+    if parse_data_spec(cfg.dataset.data).path is not None:  # the spec as typed is relative to where the run trained
+        out["resolved"] = absolute_spec(cfg.dataset.data)
     names = getattr(ds, "class_names", None)
     if names and list(names) != [str(c) for c in range(len(names))]:  # names that say more than the ids
         out["class_names"] = [str(n) for n in names]  # index build records them (lbhash.runs.origins)
@@ -43,7 +43,7 @@ def data_summary(exp: Experiment) -> dict[str, Any]:
         sizes = images.sizes() if hasattr(images, "sizes") else {}
         out["stored_size"] = sizes.get("stored_size")  # [H, W] when every image has it, else None
         out.update({k: v for k, v in sizes.items() if k != "stored_size"})
-        out["image_size"] = cfg.image_size
+        out["image_size"] = cfg.dataset.image_size
     out["split"] = {"protocol": split.protocol, "seed": split.seed, **split.sizes()}
     if len(split.validation):  # training items: database items wherever the protocol's database holds train
         out["split"]["validation_in_database"] = int(np.isin(split.validation, split.database).sum())

@@ -117,7 +117,7 @@ def _held_out(run_dir: Path) -> str:
 def _protocol(run_dir: Path) -> str:
     from lbhash.runs import RunDirectory
 
-    return RunDirectory(run_dir).config().protocol
+    return RunDirectory(run_dir).config().dataset.protocol
 
 
 def reference_rows(dataset, seed: int, run_dirs: list[Path]) -> list[dict]:

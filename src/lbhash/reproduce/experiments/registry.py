@@ -31,8 +31,8 @@ def validate(spec, ctx: Context) -> None:
             raise InputError(f"--data {ctx.data}: {parsed.path}: no such file or directory")
     for values in spec.configs(ctx):
         cfg = make_config(values, "a run of this experiment")
-        if cfg.protocol:  # its form, which the run would check only after the first write
-            parse_protocol(cfg.protocol)
+        if cfg.dataset.protocol:  # its form, which the run would check only after the first write
+            parse_protocol(cfg.dataset.protocol)
 
 
 def configure(name: str, **values) -> Any:
