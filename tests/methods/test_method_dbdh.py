@@ -307,7 +307,7 @@ def test_dbdh_training_gives_the_same_codes_with_the_plain_formula(monkeypatch):
 def test_each_profile_binarises_as_its_recipe_was_made():
     from lbhash.methods import method_defaults
 
-    # the paper's sign for the paper-faithful profiles; the clamp the recommended 3e-4 recipe was validated with
+    # the paper's sign for the paper-faithful profiles; the clamp the recommended RMSprop recipe was validated with
     assert method_defaults("dbdh", "paper").constants["binarize"] == "ste"
     assert method_defaults("dbdh", "benchmark").constants["binarize"] == "ste"
     assert method_defaults("dbdh", "recommended").constants["binarize"] == "clamp"

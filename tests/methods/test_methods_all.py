@@ -183,7 +183,7 @@ def test_dbdh_trains_at_its_validated_learning_rate_unless_the_paper_profile_is_
     from lbhash.train.resolve import resolve_config
 
     dataset = load_data("digits")
-    assert resolve_config(TrainConfig(data="digits", method="dbdh"), dataset).recipe.lr == 3e-4
+    assert resolve_config(TrainConfig(data="digits", method="dbdh"), dataset).recipe.lr == 1e-4
     assert resolve_config(TrainConfig(data="digits", method="dbdh", defaults="paper"), dataset).recipe.lr == 1e-3
     assert resolve_config(TrainConfig(data="digits", method="dbdh", lr=0.01), dataset).recipe.lr == 0.01
     assert resolve_config(TrainConfig(data="digits", method="csq"), dataset).recipe.lr == 1e-3
