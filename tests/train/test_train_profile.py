@@ -105,7 +105,7 @@ def test_hash_encoder_and_lbhash_train_train_with_the_same_recipe(monkeypatch):
                                                  "hidden": [8]}), load_data("digits"))
     recipe = ("optimizer", "lr", "weight_decay", "lr_step", "lr_gamma", "schedule", "warmup_epochs", "batch_size")
     assert {k: stopped[0].cfg.value(k) for k in recipe} == {k: cli_cfg.value(k) for k in recipe}
-    assert cli_cfg.recipe.lr == 3e-4 and cli_cfg.recipe.lr_step == 0
+    assert (cli_cfg.recipe.optimizer, cli_cfg.recipe.lr, cli_cfg.recipe.lr_step) == ("rmsprop", 1e-4, 0)  # DBDH recommended
 
 
 # --- issue 19, 15: what a run loaded, --quiet, one line per epoch in a log ------------------------
