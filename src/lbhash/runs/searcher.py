@@ -74,8 +74,8 @@ class QueryEncoder:
 
     def item_embeddings(self, images: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """(packed codes, embeddings float32 (n, d)) of photos to add to an index that records an item
-        view (lbhash.data.views): the codes of the photos, the mean of the unit embeddings of the photos
-        and of their blurred views (two forward passes)."""
+        view (lbhash.data.views): the codes of the photos, and `item_embedding` of the photos' embeddings
+        and of their blurred views' (two forward passes)."""
         codes, emb = self.embeddings(images)
         return codes, item_embedding(emb, self.embeddings([blurred(img) for img in images])[1])
 
