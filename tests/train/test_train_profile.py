@@ -294,3 +294,24 @@ def test_the_done_line_gives_the_lower_bound_its_scale():
     assert result_line(metrics) == ("done: csq_D 32 bits, 100 epochs, mAP@all 0.9281 (300 queries, 1497 database "
                                     "items), lower bound 1.667 (over the database items, not the queries; 0: two "
                                     "class centers coincide, above 4: the database's classes fully apart)")
+
+
+def test_a_run_draws_its_split_once_and_resolves_its_validation_share_on_it(monkeypatch):
+    """Issue 71, item 2: the split is drawn once, before the config is resolved, and handed to both (the
+    validation share is decided on it, and the run splits by it)."""
+    from lbhash.data import make_split
+    from lbhash.train import TrainConfig, builder, resolve
+    from lbhash.train.builder import build_experiment
+
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(args[1:])
+        return make_split(*args, **kwargs)
+
+    monkeypatch.setattr(builder, "make_split", counted)
+    monkeypatch.setattr(resolve, "make_split", counted)
+    exp = build_experiment(TrainConfig(data="digits", method="csq", bits=8, epochs=1, hidden=[8]))
+    assert calls == [("digits", 0)] and exp.cfg.recipe.validation == 0.1 and len(exp.split.validation)
+    want = make_split(exp.dataset, "digits", 0)  # the run's split is that draw, less its validation items
+    np.testing.assert_array_equal(np.sort(np.concatenate([exp.split.train, exp.split.validation])), want.train)

@@ -29,7 +29,7 @@ from lbhash.models import HashModel, create_feature_model, create_image_model
 from lbhash.models import ModelOptions
 from lbhash.surrogate import BlockSurrogate, SurrogateOptions
 from lbhash.train.config import RunConfig, TrainConfig
-from lbhash.train.resolve import resolve_config
+from lbhash.train.resolve import resolve_config, run_protocol
 
 
 class Learner(nn.Module):
@@ -186,15 +186,23 @@ def build_objective(options: ObjectiveOptions, surrogate: SurrogateOptions, base
 
 def build_experiment(cfg: TrainConfig, split: Split | None = None,
                      dataset: HashDataset | None = None) -> Experiment:
-    """Load data (unless given), resolve the config, draw (or reuse) the split, check the items
-    and build the model and objective, seeded."""
+    """Load data (unless given), draw the split once (or reuse the one given), resolve the config
+    with it, check the items and build the model and objective, seeded."""
     dataset = load_data(cfg.dataset.data) if dataset is None else dataset
-    cfg = resolve_config(cfg, dataset)
+    drawn, refused = None, None
+    if split is None:  # drawn once: the config's validation share is decided on it, and the run splits by it
+        try:
+            drawn = make_split(dataset, run_protocol(cfg, dataset), cfg.recipe.seed)
+        except InputError as err:  # said after the config's own errors, as a run always said it
+            refused = err
+    cfg = resolve_config(cfg, dataset, drawn)
+    if refused is not None:
+        raise refused
     data, hashing, recipe, model_options = cfg.dataset, cfg.hashing, cfg.recipe, cfg.model
     method, bits, seed, weight = hashing.method, hashing.bits, recipe.seed, cfg.neighbourhood.neighbourhood_weight
     images = cfg.input_kind == "images"
     if split is None:
-        split = make_split(dataset, data.protocol, seed)
+        split = drawn
         if recipe.validation:
             split = carve_validation(split, dataset.labels, recipe.validation, seed)
     split.check(len(dataset), dataset.name)

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from lbhash.data import MIN_NATIVE_SIDE, carve_validation, make_split
+from lbhash.data import MIN_NATIVE_SIDE, Split, carve_validation, make_split
 from lbhash.data.unseen import PREFIX as UNSEEN_PREFIX
 from lbhash.data.unseen import with_base
 from lbhash.errors import InputError
@@ -32,22 +32,33 @@ FINETUNE_LR_SCALE = 0.1
 FINETUNE_EVAL_EVERY = 1
 
 
-def resolve_config(cfg: TrainConfig, dataset) -> RunConfig:
+def run_protocol(cfg: TrainConfig, dataset) -> str:
+    """The protocol a run of `cfg` splits `dataset` by: the config's, else the data set's own (an
+    `unseen:K` protocol completed with the data set's own)."""
+    protocol = cfg.dataset.protocol or default_protocol(cfg.dataset.data, dataset)
+    if protocol.startswith(UNSEEN_PREFIX):  # unseen:K -> unseen:K:<the data set's own>
+        protocol = with_base(protocol, default_protocol(cfg.dataset.data, dataset))
+    return protocol
+
+
+def resolve_config(cfg: TrainConfig, dataset, split: Split | None = None) -> RunConfig:
     """The complete config of a run on `dataset` (a lbhash.data.HashDataset): every None that
     has a default is filled, from the method's class, the data set and the backbone's
     registered defaults, and the data set's input kind and width recorded. Nothing changes a
-    config after this. A RunConfig (a run resumed) must name the data set's width again."""
+    config after this. A RunConfig (a run resumed) must name the data set's width again.
+    `split`: the run's split before its validation items are carved (`make_split` by
+    `run_protocol`), which decides whether the profile's validation share can be held out
+    (None: drawn here for that)."""
     from lbhash.models import backbone_defaults
 
     d = method_defaults(cfg.hashing.method, cfg.hashing.defaults)
     values = cfg.to_dict()
     made_for = values.pop("input_dim", None)  # a RunConfig's: its data set's width
     values.pop("input_kind", None)
-    values["protocol"] = cfg.dataset.protocol or default_protocol(cfg.dataset.data, dataset)
-    if values["protocol"].startswith(UNSEEN_PREFIX):  # unseen:K -> unseen:K:<the data set's own>
-        values["protocol"] = with_base(values["protocol"], default_protocol(cfg.dataset.data, dataset))
+    values["protocol"] = run_protocol(cfg, dataset)
     if values["validation"] is None:
-        values["validation"] = _profile_validation(d.recipe.validation, values["protocol"], cfg.recipe.seed, dataset)
+        values["validation"] = _profile_validation(d.recipe.validation, values["protocol"], cfg.recipe.seed, dataset,
+                                                   split)
     for name, value in d.options.items():  # the profile's recipe and _D objective
         if values[name] is None:
             values[name] = value
@@ -108,14 +119,14 @@ def _fill_backbone_recipe(values: dict[str, Any], cfg: TrainConfig, input_kind: 
         values["backbone_precision"] = "bf16" if input_kind == "images" and cfg.model.pretrained and native else "fp32"
 
 
-def _profile_validation(share: float, protocol: str, seed: int, dataset) -> float:
-    """The profile's validation share where the split can give one: labelled training items,
-    and a class (or, multi-label, a tenth) to spare; else 0 (a run on a handful of items keeps
-    its last epoch rather than fail on an option nobody asked for)."""
+def _profile_validation(share: float, protocol: str, seed: int, dataset, split: Split | None) -> float:
+    """The profile's validation share where the split (`split`, else drawn) can give one: labelled
+    training items, and a class (or, multi-label, a tenth) to spare; else 0 (a run on a handful of
+    items keeps its last epoch rather than fail on an option nobody asked for)."""
     if not share:
         return 0.0
     try:
-        split = make_split(dataset, protocol, seed)
+        split = make_split(dataset, protocol, seed) if split is None else split
         if not dataset.labels[split.train].any(1).all():
             return 0.0  # items without a label: nothing to measure a validation mAP with
         carve_validation(split, dataset.labels, share, seed)
