@@ -29,7 +29,8 @@ def test_each_edit_is_what_its_name_says():
 
 def test_duplicates_reports_every_order_and_a_search_marks_the_same_picture(tiny_image_run, tmp_path):
     tree, run = tiny_image_run
-    r = cli("index", "build", run, "--out", tmp_path / "ix", "--instance-bits", "16"); assert r.exit_code == 0, r.output
+    built = cli("index", "build", run, "--out", tmp_path / "ix", "--instance-bits", "16")
+    assert built.exit_code == 0, built.output
     info = json.loads(cli("index", "info", tmp_path / "ix", "--json").output)
     assert info["instance_bits"] == 16 and info["code_bytes_per_item"] == 2 + 2
     assert info["instance_transform"]["bits"] == 16 and len(info["instance_transform"]["sha256"]) == 64
