@@ -184,17 +184,22 @@ def build_objective(options: ObjectiveOptions, surrogate: SurrogateOptions, base
                                tie_center=ties if options.multilabel_target == "majority" else None)
 
 
+def _drawn_split(cfg: TrainConfig, dataset: HashDataset) -> tuple[Split | None, InputError | None]:
+    """(the run's split before its validation items are carved, None) or, where its protocol refuses the
+    data, (None, the error), which the run says after the config's own errors, as it always did."""
+    try:
+        return make_split(dataset, run_protocol(cfg, dataset), cfg.recipe.seed), None
+    except InputError as err:
+        return None, err
+
+
 def build_experiment(cfg: TrainConfig, split: Split | None = None,
                      dataset: HashDataset | None = None) -> Experiment:
     """Load data (unless given), draw the split once (or reuse the one given), resolve the config
     with it, check the items and build the model and objective, seeded."""
     dataset = load_data(cfg.dataset.data) if dataset is None else dataset
-    drawn, refused = None, None
-    if split is None:  # drawn once: the config's validation share is decided on it, and the run splits by it
-        try:
-            drawn = make_split(dataset, run_protocol(cfg, dataset), cfg.recipe.seed)
-        except InputError as err:  # said after the config's own errors, as a run always said it
-            refused = err
+    # drawn once: the config's validation share is decided on it, and the run splits by it
+    drawn, refused = _drawn_split(cfg, dataset) if split is None else (None, None)
     cfg = resolve_config(cfg, dataset, drawn)
     if refused is not None:
         raise refused
