@@ -10,6 +10,9 @@
 2. Chunk agreement of the copies' instance codes with their originals' in the index (`OUT/idx`, made with
    the views): the share of copies whose original shares a 16-bit chunk (16 disjoint chunks; 31 chunks
    starting every 8 bits), exactly or within one bit, whatever the index's size (lbhash.index._lookup).
+3. The same-picture thresholds (lbhash.instance SAME_COSINE, SAME_INSTANCE) on those copies: the share of
+   originals whose centred cosine (the index keeps float rows) or instance distance passes, and the share
+   of copies whose best other item passes.
 About 5 minutes on 2 cores (about 7,000 forward passes).
 """
 
@@ -85,6 +88,31 @@ def main() -> None:
             chunks = np.stack([diff[:, s:s + 16].sum(1) for s in range(0, bits - 15, step)], axis=1)
             cells.append(f"{np.mean((chunks == 0).any(1)):.3f}/{np.mean((chunks <= 1).any(1)):.3f}")
         print(f"{label:40s}", " ".join(cells), flush=True)
+    calibrate(index, found)
+
+
+def calibrate(index: CodeIndex, found) -> None:
+    ids = index.ids()
+    rows = np.searchsorted(ids, found.ids)
+    items = index.get_embeddings(ids).astype(np.float64)
+    codes = np.unpackbits(np.asarray(index.get_instance_codes(ids)), axis=1)
+    original_cos, other_cos, original_d, other_d = [], [], [], []
+    for q in found.queries.values():
+        center = q.center
+        stored = unit(unit(items) - center)
+        cos = unit(unit(q.embeddings.astype(np.float64)) - center) @ stored.T
+        dist = (np.unpackbits(q.instance, axis=1)[:, None, :] != codes[None]).mean(2)
+        r = np.arange(len(rows))
+        original_cos += cos[r, rows].tolist()
+        original_d += dist[r, rows].tolist()
+        cos[r, rows], dist[r, rows] = -9.0, 9.0
+        other_cos += cos.max(1).tolist()
+        other_d += dist.min(1).tolist()
+    oc, xc, od, xd = map(np.array, (original_cos, other_cos, original_d, other_d))
+    for t in (0.6, 0.65, 0.7, 0.75, 0.8):
+        print(f"centred cosine >= {t}: originals {np.mean(oc >= t):.3f}, best other {np.mean(xc >= t):.3f}")
+    for t in (0.1, 0.15, 0.2, 0.25):
+        print(f"instance distance <= {t}: originals {np.mean(od <= t):.3f}, best other {np.mean(xd <= t):.3f}")
 
 
 if __name__ == "__main__":

@@ -52,7 +52,7 @@ def check_instance_bits(bits, dim: int | None = None, name: str = "--instance-bi
     return int(bits)
 
 
-def _unit(x: np.ndarray) -> np.ndarray:
+def unit_vectors(x: np.ndarray) -> np.ndarray:
     """Rows of float64 `x` scaled to unit length (a zero row stays zero)."""
     norm = np.sqrt((x * x).sum(axis=1, keepdims=True))
     norm[norm == 0] = 1.0
@@ -94,7 +94,7 @@ class InstanceTransform:
         (`seed`). Directions beyond the data's rank (n <= bits) are random orthogonal ones."""
         if method not in METHODS:
             raise InputError(f"instance method must be one of {', '.join(METHODS)}, got {method!r}")
-        x = _unit(_embeddings(embeddings, None, "embeddings"))
+        x = unit_vectors(_embeddings(embeddings, None, "embeddings"))
         bits = check_instance_bits(bits, x.shape[1])
         if len(x) < 2:
             raise InputError(f"an instance transform is fitted on at least 2 embeddings, got {len(x)}")
@@ -123,7 +123,7 @@ class InstanceTransform:
 
     def apply(self, embeddings, name: str = "embeddings") -> np.ndarray:
         """Packed uint8 instance codes (n, bits // 8) of `embeddings` (n, dim) (0 -> bit 1, as class codes)."""
-        x = _unit(_embeddings(embeddings, self.dim, name))
+        x = unit_vectors(_embeddings(embeddings, self.dim, name))
         real = (x - self.mean) @ self.projection
         return pack(np.where(real >= 0, 1, -1).astype(np.int8))
 

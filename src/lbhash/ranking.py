@@ -20,7 +20,7 @@ _M1 = np.uint64(0x5555555555555555)
 _M2 = np.uint64(0x3333333333333333)
 _M4 = np.uint64(0x0F0F0F0F0F0F0F0F)
 _H01 = np.uint64(0x0101010101010101)
-_NO_DISTANCE = np.iinfo(np.int32).max  # FAISS's distance for a missing neighbour
+NO_DISTANCE = np.iinfo(np.int32).max  # FAISS's distance for a missing neighbour
 
 
 @njit(inline="always", cache=True)
@@ -56,7 +56,7 @@ def fill_distances_rows(q_row, db_rows, dist):
             dist[j] = popcount64(q0 ^ np.uint64(column[j]))
         return
     for j in range(n):
-        dist[j] = _row_distance(q_row, db_rows, j)
+        dist[j] = row_distance(q_row, db_rows, j)
 
 
 @njit(inline="always", cache=True)
@@ -170,7 +170,7 @@ def rank_distances(dist, top, hist, masks, cand, offsets, order):
 
 
 @njit(inline="always", cache=True)
-def _row_distance(q_row, db_rows, j):
+def row_distance(q_row, db_rows, j):
     total = np.uint64(0)
     for k in range(db_rows.shape[1]):
         total += popcount64(np.uint64(q_row[k]) ^ np.uint64(db_rows[j, k]))
@@ -185,7 +185,7 @@ def _sampled_cutoff(q_row, db_rows, top, sample_hist):
     sample_hist[:] = 0
     taken = 0
     for j in range(0, n, stride):
-        sample_hist[_row_distance(q_row, db_rows, j)] += 1
+        sample_hist[row_distance(q_row, db_rows, j)] += 1
         taken += 1
     return _cutoff_from_sample(sample_hist, taken, n, top)
 
@@ -256,7 +256,7 @@ def _fill_near_masks(tiled, db_rows, limit, masks, first, stop):
         for b in range(first, stop):
             mask = np.uint64(0)
             for k in range(64):
-                mask |= np.uint64(_row_distance(tiled, db_rows, b * 64 + k) <= limit) << np.uint64(k)
+                mask |= np.uint64(row_distance(tiled, db_rows, b * 64 + k) <= limit) << np.uint64(k)
             masks[b] = mask
 
 
@@ -267,7 +267,7 @@ def _rows_from_masks(q_row, db_rows, limit, masks, cand):
     full = n // 64
     m = _set_bits(masks, full, cand)
     for j in range(full * 64, n):
-        if _row_distance(q_row, db_rows, j) <= limit:
+        if row_distance(q_row, db_rows, j) <= limit:
             cand[m] = j
             m += 1
     return m
@@ -334,7 +334,7 @@ def nearest_rows_chunk(q_words, db_rows, allowed, excluded, out_pos, out_dist):
             if m >= top:  # rank the candidates alone: their order is the rows' order, so ties stay by position
                 near = np.empty(m, np.uint16)
                 for c in range(m):
-                    near[c] = _row_distance(q_row, db_rows, cand[c])
+                    near[c] = row_distance(q_row, db_rows, cand[c])
                 rank_distances(near, top, hist, np.empty(m // 64 + 1, np.uint64), np.empty(m, np.int64), offsets, order)
                 for p in range(top):
                     out_pos[i, p] = cand[order[p]]
@@ -353,7 +353,7 @@ def nearest_rows_chunk(q_words, db_rows, allowed, excluded, out_pos, out_dist):
                     out_dist[i, p] = dist[order[p]]
                 else:
                     out_pos[i, p] = -1
-                    out_dist[i, p] = _NO_DISTANCE
+                    out_dist[i, p] = NO_DISTANCE
 
 
 def for_query_ranges(n: int, work: Callable[[int, int], None], threads: int, shared: int = 1) -> None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from lbhash.data.images import ImageDataset
+from lbhash.instance import unit_vectors
 
 BLUR_SIGMA = 0.8     # pixels of the photo, and the view's weight: chosen on validation photos (docs/search.md)
 VIEW_WEIGHT = 0.5
@@ -68,9 +69,5 @@ def blurred_view(dataset: ImageDataset) -> BlurredImages:
 def item_embedding(photo: np.ndarray, view: np.ndarray) -> np.ndarray:
     """What an index keeps per photo: the unit rows of the photo's embeddings (n, d) plus VIEW_WEIGHT
     times those of its blurred view's, over 1 + VIEW_WEIGHT, float32."""
-    def unit(x):
-        x = np.asarray(x, np.float64)
-        norm = np.linalg.norm(x, axis=1, keepdims=True)
-        return x / np.where(norm == 0, 1.0, norm)
-
-    return ((unit(photo) + VIEW_WEIGHT * unit(view)) / (1 + VIEW_WEIGHT)).astype(np.float32)
+    return ((unit_vectors(np.asarray(photo, np.float64)) + VIEW_WEIGHT * unit_vectors(np.asarray(view, np.float64)))
+            / (1 + VIEW_WEIGHT)).astype(np.float32)

@@ -27,11 +27,14 @@ FLIPS = np.concatenate([[0], 1 << np.arange(16)]).astype(np.int64)  # a chunk's 
 STALE_SHARE = 16       # rebuilt once the items appended since pass covered / 16 (they are scanned meanwhile)
 
 
+def chunk_key(codes: np.ndarray, t: int) -> np.ndarray:
+    """Chunk t's 16-bit values int64 (n,) of packed codes (n, width): bytes 2t and 2t + 1."""
+    return codes[:, 2 * t].astype(np.int64) | (codes[:, 2 * t + 1].astype(np.int64) << 8)
+
+
 def chunk_keys(codes: np.ndarray) -> np.ndarray:
-    """The 16-bit chunk values int64 (n, width // 2) of packed codes (n, width): bytes 2t and 2t + 1."""
-    pairs = codes.shape[1] // 2
-    low = codes[:, 0:2 * pairs:2].astype(np.int64)
-    return low | (codes[:, 1:2 * pairs:2].astype(np.int64) << 8)
+    """Every chunk's values int64 (n, width // 2) of packed codes (n, width)."""
+    return np.stack([chunk_key(codes, t) for t in range(codes.shape[1] // 2)], axis=1)
 
 
 class ChunkTables:
@@ -45,13 +48,9 @@ class ChunkTables:
         self.order = np.empty((tables, n), np.int32)
         self.offsets = np.zeros((tables, KEYS + 1), np.int64)
         for t in range(tables):  # one table at a time: temporaries of n values, not n x width
-            key = codes[:, 2 * t].astype(np.uint16) | (codes[:, 2 * t + 1].astype(np.uint16) << 8)
+            key = chunk_key(codes, t).astype(np.uint16)
             self.order[t] = np.argsort(key, kind="stable")  # (a radix sort: O(n) for 16-bit keys)
             np.cumsum(np.bincount(key, minlength=KEYS), out=self.offsets[t, 1:])
-
-    @property
-    def nbytes(self) -> int:
-        return self.order.nbytes + self.offsets.nbytes
 
 
 def uses_tables(n: int, width: int) -> bool:

@@ -6,18 +6,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from lbhash.ranking import popcount64
+from lbhash.ranking import NO_DISTANCE, row_distance
 
-_NO_DISTANCE = np.iinfo(np.int32).max  # FAISS's distance for a missing neighbour
-_POSITION = (1 << 40) - 1               # a candidate's key: distance << 40 | position
-
-
-@njit(inline="always", cache=True)
-def _distance(q_row, db, p):
-    d = 0
-    for j in range(db.shape[1]):
-        d += popcount64(np.uint64(q_row[j] ^ db[p, j]))
-    return d
+_POSITION = (1 << 40) - 1  # a candidate's key: distance << 40 | position
 
 
 @njit(nogil=True, cache=True)
@@ -47,12 +38,12 @@ def lookup_knn(q_words, q_keys, offsets, order, db, covered, allowed, flips, out
                     p = order[t, s]
                     if filtered and not allowed[p]:
                         continue
-                    keys[m] = (np.int64(_distance(q_row, db, p)) << 40) | p
+                    keys[m] = (np.int64(row_distance(q_row, db, p)) << 40) | p
                     m += 1
         for p in range(covered, n):
             if filtered and not allowed[p]:
                 continue
-            keys[m] = (np.int64(_distance(q_row, db, p)) << 40) | p
+            keys[m] = (np.int64(row_distance(q_row, db, p)) << 40) | p
             m += 1
         keys = np.sort(keys[:m])
         c = 0
@@ -68,4 +59,4 @@ def lookup_knn(q_words, q_keys, offsets, order, db, covered, allowed, flips, out
             c += 1
         for j in range(c, top):
             out_pos[i, j] = -1
-            out_dist[i, j] = _NO_DISTANCE
+            out_dist[i, j] = NO_DISTANCE

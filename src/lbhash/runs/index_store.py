@@ -118,7 +118,7 @@ class Store(ABC):
     def item_view(self) -> bool:
         """Whether the index keeps, per photo, its blurred view's embedding too (lbhash.data.views), so
         that photos added to it are embedded so."""
-        return (getattr(self.index, "metadata", None) or {}).get(ITEM_VIEW_KEY) is not None
+        return self.index.metadata.get(ITEM_VIEW_KEY) is not None
 
     @property
     def ntotal(self) -> int:
