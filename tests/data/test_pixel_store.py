@@ -281,7 +281,7 @@ def test_encoding_batches_follow_the_pixel_budget_and_do_not_change_outputs(tmp_
     """2^17 pixels per batch on the CPU, 2^20 on a GPU; the batch size never changes an output."""
     from lbhash.data.images import encode_batch_size
     from lbhash.models import create_image_model
-    from lbhash.train.forward import embed
+    from lbhash.train.forward import ForwardPass, embed
 
     assert [encode_batch_size(InputOptions(s)) for s in (None, 32, 28, 224)] == [128, 128, 167, 8]
     assert [encode_batch_size(InputOptions(s), "cuda:0") for s in (32, 28)] == [1024, 1337]
@@ -292,7 +292,7 @@ def test_encoding_batches_follow_the_pixel_budget_and_do_not_change_outputs(tmp_
     torch.manual_seed(0)
     model = create_image_model("smallcnn", 16).to(memory_format=torch.channels_last)
     by_default = embed(model, ds, options=opts)
-    whole = embed(model, ds, options=opts, batch_size=300)
+    whole = embed(model, ds, options=opts, how=ForwardPass(batch_size=300))
     np.testing.assert_allclose(by_default, whole, rtol=1e-4, atol=1e-5)
 
 

@@ -9,7 +9,7 @@ from torch import nn
 from lbhash.codes import to_signs
 from lbhash.data import ArrayDataset
 from lbhash.models.hash_model import create_feature_model
-from lbhash.train.forward import embed, embed_sharded, embed_with_features, encode, encode_sharded
+from lbhash.train.forward import ForwardPass, embed, embed_sharded, embed_with_features, encode, encode_sharded
 from lbhash.train.processes import OneProcess
 
 BITS = 16
@@ -26,8 +26,8 @@ def model_and_data():
 
 def test_embed_gives_float32_outputs_and_encode_their_signs(model_and_data):
     model, ds = model_and_data
-    u = embed(model, ds, batch_size=7)
-    codes = encode(model, ds, batch_size=7)
+    u = embed(model, ds, how=ForwardPass(batch_size=7))
+    codes = encode(model, ds, how=ForwardPass(batch_size=7))
     assert u.dtype == np.float32 and u.shape == (50, BITS)
     assert codes.dtype == np.int8 and codes.shape == (50, BITS)
     np.testing.assert_array_equal(codes, to_signs(u))

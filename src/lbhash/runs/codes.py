@@ -20,7 +20,7 @@ from lbhash.data.input_form import conform_dataset
 from lbhash.data.views import blurred_view, item_embedding
 from lbhash.errors import InputError
 from lbhash.train.builder import evaluation_topk, input_options
-from lbhash.train.forward import embed_sharded, embed_with_features
+from lbhash.train.forward import ForwardPass, embed_sharded, embed_with_features
 from lbhash.train.processes import check_accelerator, encoding_processes, leave_process_group
 from lbhash.runs.rundir import PARTS, SPLIT, load_input_form, load_run_model, run_data_spec
 
@@ -41,11 +41,11 @@ def item_embeddings(run_dir: str | Path, ids, data: str | None = None, progress:
     if cfg.input_kind == "images" and cfg.model.freeze_backbone:  # the cached features, computed once
         dataset = with_frozen_features(photos, model.backbone, ids, input_options(cfg), "cpu", progress,
                                        bf16=model.bf16_backbone, home=trained_set(run_dir))
-    emb = embed_with_features(model, dataset, ids, input_options(cfg), progress=progress)[1]
+    how = ForwardPass(progress=progress)
+    emb = embed_with_features(model, dataset, ids, input_options(cfg), how)[1]
     if cfg.input_kind != "images":
         return emb
-    return item_embedding(emb, embed_with_features(model, blurred_view(photos), ids, input_options(cfg),
-                                                   progress=progress)[1])
+    return item_embedding(emb, embed_with_features(model, blurred_view(photos), ids, input_options(cfg), how)[1])
 
 
 def trained_set(run_dir: Path, split=None) -> np.ndarray:

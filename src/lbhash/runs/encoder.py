@@ -15,7 +15,7 @@ from lbhash.codes_file import load_codes_file
 from lbhash.data import ArrayDataset, ImageDataset
 from lbhash.errors import InputError
 from lbhash.train.builder import input_options
-from lbhash.train.forward import embed, embed_with_features
+from lbhash.train.forward import ForwardPass, embed, embed_with_features
 from lbhash.encoders import Encoder
 from lbhash.runs.rundir import CODES, METRICS, model_identity, read_fitted, read_metrics
 from lbhash.train.results import Fitted
@@ -59,10 +59,10 @@ class RunEncoder(Encoder):
                 inputs = ImageDataset(labels, None, "X", pixels=inputs)
             else:
                 inputs = ArrayDataset(inputs, labels, None, "X")
-        options = input_options(self.config_)
+        options, how = input_options(self.config_), ForwardPass(batch_size=batch_size)
         if embedded:
-            return embed_with_features(self.model_, inputs, None, options, batch_size=batch_size)
-        return embed(self.model_, inputs, None, options, batch_size=batch_size), None
+            return embed_with_features(self.model_, inputs, None, options, how)
+        return embed(self.model_, inputs, None, options, how), None
 
     def identity(self) -> dict | None:
         """The weights the run encodes with, as an index records them (None: a fit in memory)."""

@@ -7,6 +7,8 @@
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -17,33 +19,40 @@ from lbhash.data import HashDataset, InputOptions
 from lbhash.data.base import check_indices
 
 
+@dataclass(frozen=True)
+class ForwardPass:
+    """How a forward loop runs: on `device`, each batch under `autocast()`, with a progress bar or
+    not, in batches of `batch_size` items (None: the data set's own)."""
+
+    device: Any = "cpu"
+    autocast: Callable[[], Any] = contextlib.nullcontext
+    progress: bool = False
+    batch_size: int | None = None
+
+
 def encode(model: nn.Module, dataset: HashDataset, indices=None, options: InputOptions = InputOptions(),
-           device="cpu", autocast=contextlib.nullcontext, progress: bool = False,
-           batch_size: int | None = None) -> np.ndarray:
-    """+/-1 int8 codes (len(indices), bits) of the items (default: all); batch_size None: the data set's own."""
-    return _forward(model, dataset, indices, options, device, autocast, progress, batch_size, to_signs)
+           how: ForwardPass = ForwardPass()) -> np.ndarray:
+    """+/-1 int8 codes (len(indices), bits) of the items (default: all)."""
+    return _forward(model, dataset, indices, options, how, to_signs)
 
 
 def embed(model: nn.Module, dataset: HashDataset, indices=None, options: InputOptions = InputOptions(),
-          device="cpu", autocast=contextlib.nullcontext, progress: bool = False,
-          batch_size: int | None = None) -> np.ndarray:
+          how: ForwardPass = ForwardPass()) -> np.ndarray:
     """The model's real outputs u, float32 (len(indices), bits), whose signs are `encode`'s codes."""
-    return _forward(model, dataset, indices, options, device, autocast, progress, batch_size, torch.Tensor.float)
+    return _forward(model, dataset, indices, options, how, torch.Tensor.float)
 
 
 def embed_with_features(model: nn.Module, dataset: HashDataset, indices=None, options: InputOptions = InputOptions(),
-                        device="cpu", autocast=contextlib.nullcontext, progress: bool = False,
-                        batch_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+                        how: ForwardPass = ForwardPass()) -> tuple[np.ndarray, np.ndarray]:
     """(real outputs float32 (n, bits), embeddings float32 (n, d)) of the items, from one forward
     pass (`HashModel.forward_embedded`: an image model's pooled backbone features, a feature
     model's input features): what a search index keeps per item and re-scores with."""
-    return _forward(model, dataset, indices, options, device, autocast, progress, batch_size, torch.Tensor.float,
-                    embedded=True)
+    return _forward(model, dataset, indices, options, how, torch.Tensor.float, embedded=True)
 
 
 @torch.inference_mode()
-def _forward(model: nn.Module, dataset: HashDataset, indices, options: InputOptions, device, autocast,
-             progress: bool, batch_size: int | None, per_batch, embedded: bool = False):
+def _forward(model: nn.Module, dataset: HashDataset, indices, options: InputOptions, how: ForwardPass, per_batch,
+             embedded: bool = False):
     """The forward loop of `encode` and `embed`; `per_batch` turns each batch's outputs into
     what they return, on the device (codes cross to the CPU as int8; float32 holds bf16/fp16
     outputs exactly, so their signs are the codes'). `embedded`: also each item's embedding
@@ -53,13 +62,14 @@ def _forward(model: nn.Module, dataset: HashDataset, indices, options: InputOpti
     param = next(model.parameters(), None)
     dtype = param.dtype if param is not None and param.is_floating_point() else torch.float32
     out, emb = [], []
-    exact = autocast is contextlib.nullcontext and torch.device(device).type == "cuda"
+    exact = how.autocast is contextlib.nullcontext and torch.device(how.device).type == "cuda"
     tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     if exact:  # float32 means float32: TF32 products would move outputs near 0 across the sign
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     try:
-        for x in dataset.encode_batches(check_indices(dataset, indices), options, device, progress, batch_size):
-            with autocast():
+        for x in dataset.encode_batches(check_indices(dataset, indices), options, how.device, how.progress,
+                                        how.batch_size):
+            with how.autocast():
                 if embedded:
                     u, e = model.forward_embedded(x.to(dtype))
                     emb.append(e.float().cpu().numpy())
@@ -96,23 +106,23 @@ def encode_sharded(fabric, model: nn.Module, dataset: HashDataset, indices=None,
                    options: InputOptions = InputOptions(), autocast=contextlib.nullcontext,
                    progress: bool = False) -> np.ndarray | None:
     """`encode` split over the processes of `fabric`: rank 0 returns all codes in item order, the others None."""
-    return _sharded(encode, fabric, model, dataset, indices, options, autocast, progress)
+    return _sharded(encode, fabric, model, dataset, indices, options, ForwardPass(fabric.device, autocast, progress))
 
 
 def embed_sharded(fabric, model: nn.Module, dataset: HashDataset, indices=None,
                   options: InputOptions = InputOptions(), autocast=contextlib.nullcontext,
                   progress: bool = False) -> tuple[np.ndarray, np.ndarray] | None:
     """`embed_with_features` split as `encode_sharded` splits `encode`."""
-    return _sharded(embed_with_features, fabric, model, dataset, indices, options, autocast, progress)
+    return _sharded(embed_with_features, fabric, model, dataset, indices, options,
+                    ForwardPass(fabric.device, autocast, progress))
 
 
-def _sharded(run, fabric, model: nn.Module, dataset: HashDataset, indices, options: InputOptions, autocast,
-             progress: bool):
-    """`run` of this rank's share, gathered on rank 0."""
+def _sharded(run, fabric, model: nn.Module, dataset: HashDataset, indices, options: InputOptions, how: ForwardPass):
+    """`run` of this rank's share, gathered on rank 0 (a progress bar on rank 0 alone)."""
     idx = check_indices(dataset, indices)
     shares = np.array_split(idx, fabric.world_size)
-    mine = run(model, dataset, shares[fabric.global_rank], options, fabric.device, autocast,
-               progress and fabric.is_global_zero)
+    mine = run(model, dataset, shares[fabric.global_rank], options,
+               ForwardPass(how.device, how.autocast, how.progress and fabric.is_global_zero))
     if fabric.world_size == 1:
         return mine
     gathered = tuple(_gathered(fabric, part, shares) for part in mine) if isinstance(mine, tuple) \

@@ -24,7 +24,7 @@ from lbhash.codes import to_signs
 from lbhash.errors import InputError, require_extra
 from lbhash.evaluate import lower_bound, mean_average_precision
 from lbhash.train.builder import Experiment, Learner, input_options
-from lbhash.train.forward import all_gather, encode
+from lbhash.train.forward import ForwardPass, all_gather, encode
 from lbhash.train.optim import make_optimizer, make_scheduler
 from lbhash.train.prefix_cache import cache_prefix, prefix_cacheable
 from lbhash.train.processes import make_fabric
@@ -272,7 +272,7 @@ class Trainer:
         probe = self.exp.probe_dataset
         frozen = probe is not None and self.learner.model.freeze_backbone and (probe.rows[index] >= 0).all()
         return encode(self.learner.model, probe if frozen else self.exp.dataset, index, self.options,
-                      self.fabric.device, self.fabric.autocast, progress and self.progress)
+                      ForwardPass(self.fabric.device, self.fabric.autocast, progress and self.progress))
 
     def evaluate(self) -> dict:
         """mAP at R of fresh query and database codes, and the database codes' lower bound."""

@@ -12,7 +12,7 @@ import torch
 
 from lbhash.codes import to_signs
 from lbhash.codes_file import codes_arrays, stored_labels
-from lbhash.train.forward import embed, encode
+from lbhash.train.forward import ForwardPass, embed, encode
 from lbhash.train.loop import Trainer
 
 
@@ -36,9 +36,10 @@ def _codes_file(trainer: Trainer, query: np.ndarray, database: np.ndarray, with_
     # service, HashEncoder) reproduces bit for bit; bf16 flips about 1% of items by a bit or two
     model, device, progress = trainer.learner.model, trainer.fabric.device, trainer.cfg.runtime.progress
     # one pass over the queries: their real outputs (for asymmetric ranking) and, as their signs, their codes
-    real = embed(model, ds, query, trainer.options, device, progress=progress)
+    how = ForwardPass(device, progress=progress)
+    real = embed(model, ds, query, trainer.options, how)
     q = to_signs(torch.from_numpy(real)).numpy()  # the tensor rule, as `encode` applies it
-    db = encode(model, ds, database, trainer.options, device, progress=progress)
+    db = encode(model, ds, database, trainer.options, how)
     seconds = time.perf_counter() - start
     ql, dl = ds.labels[query], ds.labels[database]
     extra = {"query_real": real}
