@@ -7,9 +7,9 @@ class-folder tree, the README's own-folder recipe, `lbhash index build` with its
 
 `--start S`: the training JPEGs S to S + 149 of each class (in name order); the defaults were chosen
 on `--start 0` (with `--sweep`: looks_like, factor and SIMILARITY_POWER, printed per edit as
-recall@1/class P@10) and reported on `--start 2000`. Also builds the index without float rows
-(`--no-embeddings`). About 5 minutes per start on 2 idle cores (features, 30 epochs, two indexes,
-1,000 copies encoded); the sweep about 10 more. `--finetune`: the README's fine-tuning recipe instead
+recall@1/class P@10) and reported on `--start 2000`. Also builds the index with int8 float rows
+(`--embedding-dtype int8`) and without float rows (`--no-embeddings`). About 6 minutes per start on
+2 idle cores (features, 30 epochs, three indexes, 1,000 copies encoded each); the sweep about 10 more. `--finetune`: the README's fine-tuning recipe instead
 of a frozen backbone (its defaults: a linear probe, then the whole network; at 160 px as the frozen run).
 
     python studies/duplicates_table.py ../shared/data/cifar10-jpg.tar.gz OUT --start 2000 --seed 1 --finetune
@@ -83,7 +83,7 @@ def main() -> None:
         lbhash("train", "--data", f"images:{photos}", "--protocol", "all-train", "--backbone", "efficientnet_lite0",
                "--pretrained", "imagenet", *how, "--image-size", "160", "--method", "csq",
                "--bits", "64", "--seed", "0", "--out", str(run))
-    for name, extra in (("idx", ()), ("idx-codes", ("--no-embeddings",))):
+    for name, extra in (("idx", ()), ("idx-int8", ("--embedding-dtype", "int8")), ("idx-codes", ("--no-embeddings",))):
         if not (out / name).exists():
             lbhash("index", "build", str(run), "--out", str(out / name), *extra)
         lbhash("index", "info", str(out / name))

@@ -9,6 +9,7 @@ import click
 import numpy as np
 
 from lbhash.cli.common import StatedDefault, shown
+from lbhash.errors import InputError
 from lbhash.runs.defaults import index_default_text
 from lbhash.runs.instance_codes import INSTANCE_BITS
 
@@ -79,14 +80,17 @@ def index() -> None:
                                                       "items encoded anew (as `lbhash train --skip-bad-images`).")
 @click.option("--no-embeddings", is_flag=True, help="Keep codes only, not each item's embedding (searches then come "
                                                     "in Hamming order; docs/search.md).")
+@click.option("--embedding-dtype", type=click.Choice(["float16", "int8"]), default="float16", show_default=True,
+              help="How the embeddings are kept: float16 unit rows, or int8 rows at half the bytes (docs/search.md, "
+                   "\"Floats optional\").")
 @click.option("--instance-bits", type=int, default=INSTANCE_BITS, cls=StatedDefault, stated=lambda: str(INSTANCE_BITS),
               help="Length of the instance code kept beside each class code, made from the item's embedding "
                    "(a multiple of 8, at most the embedding's width: the default is cut to it; 0: none; docs/search.md, "
                    "\"Instance codes\").")
 @backend_options
 def build(source: Path, out: str, kind: str, part: str | None, data_spec: str | None, nlist, nprobe, nhash, nflip,
-          overwrite: bool, skip_bad_images: bool, no_embeddings: bool, instance_bits: int, backend: str,
-          uri: str) -> None:
+          overwrite: bool, skip_bad_images: bool, no_embeddings: bool, embedding_dtype: str, instance_bits: int,
+          backend: str, uri: str) -> None:
     """Index the codes of SOURCE: a run directory, or an .npz from `lbhash encode`.
 
     Ids are the items' positions in the data set (or the file's integer `ids`); labels come
@@ -94,19 +98,23 @@ def build(source: Path, out: str, kind: str, part: str | None, data_spec: str | 
     absolute path); data that moved since is given with --data. From a run, the index also keeps
     each item's embedding (the backbone's pooled features, or the input features), by which
     searches re-score their Hamming candidates; from a codes file, the embeddings it holds
-    (`lbhash encode --embeddings`). --no-embeddings leaves them out. Where there are embeddings, the
+    (`lbhash encode --embeddings`). --no-embeddings leaves them out; --embedding-dtype int8 keeps them
+    at one byte a value. Where there are embeddings, the
     index also keeps an instance code per item (--instance-bits), its transform fitted on the run's
     training items: searches then rank by both codes (docs/search.md, "Instance codes").
     """
     from lbhash.runs.index_dir import build_index
 
     given = {k: v for k, v in dict(nlist=nlist, nprobe=nprobe, nhash=nhash, nflip=nflip).items() if v is not None}
-    built = build_index(source, out, kind, part, data_spec, given, overwrite, not no_embeddings, backend, uri,
-                        skip_bad_images=skip_bad_images, instance_bits=instance_bits)
+    if no_embeddings and embedding_dtype != "float16":
+        raise InputError(f"--embedding-dtype {embedding_dtype}: --no-embeddings keeps no embeddings to store so")
+    built = build_index(source, out, kind, part, data_spec, given, overwrite, None if no_embeddings else embedding_dtype,
+                        backend, uri, skip_bad_images=skip_bad_images, instance_bits=instance_bits)
     if backend == "faiss" and not built.index.is_trained:
         click.echo(f"note: the ivf index searches {built.searches}", err=True)
     every = " (every item of the run: --part all)" if source.is_dir() and part == "all" else ""
     kept = f", with their {built.embedding_dim}-dimensional embeddings" if built.embedding_dim else ""
+    kept += f" ({embedding_dtype})" if built.embedding_dim and embedding_dtype != "float16" else ""
     kept += f", with {built.instance_bits}-bit instance codes" if built.instance_bits else ""
     click.echo(f"indexed {built.count} {built.bits}-bit codes ({backend} {kind}) into {shown(out)}{every}{kept}")
 

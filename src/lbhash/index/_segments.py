@@ -74,18 +74,18 @@ class Segment:
 
     @classmethod
     def empty_tail(cls, bits: int, width: int = 0, dim: int | None = None,
-                   instance_bits: int | None = None) -> "Segment":
+                   instance_bits: int | None = None, dtype=np.float16) -> "Segment":
         return cls(FlatEngine(bits, {}), np.empty(0, np.int64), np.empty((0, bits // 8), np.uint8),
-                   SparseLabels.empty(0, width), ordered=False, embeddings=empty_embeddings(dim),
+                   SparseLabels.empty(0, width), ordered=False, embeddings=empty_embeddings(dim, dtype),
                    instance=empty_instance(instance_bits))
 
-    def with_payloads(self, dim: int | None, instance_bits: int | None) -> "Segment":
-        """This empty segment keeping embeddings of width `dim` and instance codes of `instance_bits`
-        (None: none), for the first add that brings them."""
+    def with_payloads(self, dim: int | None, instance_bits: int | None, dtype=np.float16) -> "Segment":
+        """This empty segment keeping embeddings of width `dim` (as `dtype`) and instance codes of
+        `instance_bits` (None: none), for the first add that brings them."""
         if len(self):  # CodeIndex checks first: a bug otherwise
             raise RuntimeError("only an empty segment starts keeping embeddings or instance codes")
         return Segment(self.engine, self.rows.ids, self.rows.codes, self.labels, self.ordered,
-                       empty_embeddings(dim), empty_instance(instance_bits))
+                       empty_embeddings(dim, dtype), empty_instance(instance_bits))
 
     def __len__(self) -> int:
         return len(self._ids)
@@ -100,7 +100,7 @@ class Segment:
 
     @property
     def embeddings(self) -> np.ndarray | None:
-        """Unit embeddings float16 (len, d) by position; None where the index keeps none."""
+        """Embeddings as stored (len, d) by position (unit float16 rows, or int8); None where the index keeps none."""
         return None if self._emb is None else self._emb.view
 
     @property
@@ -198,9 +198,9 @@ def folded(main: Segment, tail: Segment) -> Segment:
     return Segment(engine, rows.ids, rows.codes, labels, ordered=True, embeddings=payloads[0], instance=payloads[1])
 
 
-def empty_embeddings(dim: int | None) -> np.ndarray | None:
-    """No embeddings of width `dim`, as a segment starts (None: the index keeps none)."""
-    return None if dim is None else np.empty((0, dim), np.float16)
+def empty_embeddings(dim: int | None, dtype=np.float16) -> np.ndarray | None:
+    """No embeddings of width `dim` and `dtype`, as a segment starts (None: the index keeps none)."""
+    return None if dim is None else np.empty((0, dim), dtype)
 
 
 def empty_instance(bits: int | None) -> np.ndarray | None:

@@ -56,8 +56,13 @@ class Backend(ABC):
         """The width of the embeddings kept beside the codes; None when none are kept."""
         return None
 
+    @property
+    def embedding_dtype(self) -> str:
+        """How the embeddings are kept: "float16" unit rows, or "int8" (lbhash.index.rescore.quantized)."""
+        return "float16"
+
     def get_embeddings(self, ids) -> np.ndarray:
-        """Stored unit embeddings float16 (m, embedding_dim) of the given ids, in that order."""
+        """Stored embeddings (m, embedding_dim) of the given ids, in that order, as kept (`embedding_dtype`)."""
         raise NotImplementedError(f"{type(self).__name__} keeps no embeddings")
 
     @property

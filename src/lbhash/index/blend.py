@@ -27,7 +27,7 @@ import numpy as np
 from lbhash.errors import InputError
 from lbhash.index import _checks
 from lbhash.index.backend import PAD_DISTANCE, PAD_ID, Backend
-from lbhash.index.rescore import (EMBEDDING_DTYPE, PAIRS, RESCORE_FACTOR, check_embeddings, cosine_scores, unit_rows,
+from lbhash.index.rescore import (PAIRS, RESCORE_FACTOR, check_embeddings, cosine_scores, scoring_rows, unit_rows,
                                   with_boundary_ties)
 from lbhash.instance import LOOKS_LIKE, LOOKS_LIKE_CODES, SAME_COSINE, SAME_INSTANCE
 from lbhash.limits import MAX_RESCORE_CANDIDATES
@@ -178,7 +178,7 @@ def _ranked(index: Backend, queries, inst, units, ids: np.ndarray, k: int, looks
         where = np.searchsorted(found, np.where(ok, ids[s:e], found[0]))
         codes = np.asarray(index.get_codes(found))[where]
         icodes = None if inst is None else np.asarray(index.get_instance_codes(found))[where]
-        stored = None if units is None else np.asarray(index.get_embeddings(found), EMBEDDING_DTYPE)[where]
+        stored = None if units is None else scoring_rows(index.get_embeddings(found))[where]
         d_class = _distances(queries[s:e], codes)
         d_inst = np.full(d_class.shape, PAD_DISTANCE, np.int32) if icodes is None else _distances(inst[s:e], icodes)
         if stored is None:

@@ -19,6 +19,7 @@ from lbhash.index._ivf import ENGINES, KINDS
 from lbhash.index.backend import Backend, InRange, TopK
 from lbhash.index._segments import (InstanceView, Segment, codes_at, empty_embeddings, empty_instance, folded,
                                     fragment_limit, labels_at, query_groups, range_over, topk_over)
+from lbhash.index.rescore import embedding_dtype as dtype_named
 from lbhash.index.rescore import stored_embeddings
 from lbhash.index.sparse_labels import SparseLabels
 from lbhash.index.storage import load_index, save_index
@@ -60,6 +61,8 @@ class CodeIndex(Backend):
     `lbhash.index.blended_search` ranks by them; and one instance code per item (a second packed
     code, `instance_bits` long: lbhash.instance) when its first add gives them (or `instance_bits` is
     given): `instance_search` searches them, `lbhash.index.blended_search` ranks by both codes.
+    `embedding_dtype` "int8" keeps the embeddings as int8 rows (`lbhash.index.rescore.quantized`),
+    half the bytes of the default float16 unit rows.
 
     Examples
     --------
@@ -77,7 +80,7 @@ class CodeIndex(Backend):
     """
 
     def __init__(self, bits: int, kind: str = "flat", embedding_dim: int | None = None,
-                 instance_bits: int | None = None, **params):
+                 instance_bits: int | None = None, embedding_dtype: str = "float16", **params):
         self._bits = _checks.check_bits(bits)
         if kind not in ENGINES:
             raise InputError(f"unknown index kind {kind!r} (known: {', '.join(KINDS)})")
@@ -92,10 +95,11 @@ class CodeIndex(Backend):
         # (lbhash.index._segments: tombstones, and a small exact tail for ids below the largest)
         dim = None if embedding_dim is None else positive_int(embedding_dim, "embedding_dim")
         ibits = None if instance_bits is None else _checks.check_bits(instance_bits, "instance_bits")
+        self._emb_dtype = dtype_named(embedding_dtype)
         self._main = Segment(ENGINES[kind](self._bits, merged), np.empty(0, np.int64),
                              np.empty((0, self._bits // 8), np.uint8), SparseLabels.empty(), ordered=True,
-                             embeddings=empty_embeddings(dim), instance=empty_instance(ibits))
-        self._tail = Segment.empty_tail(self._bits, 0, dim, ibits)
+                             embeddings=empty_embeddings(dim, self._emb_dtype), instance=empty_instance(ibits))
+        self._tail = Segment.empty_tail(self._bits, 0, dim, ibits, self._emb_dtype)
         self._next_id = 0
         self.metadata: dict = {}  # free-form, saved in the manifest (the service keeps its log position)
 
@@ -119,6 +123,11 @@ class CodeIndex(Backend):
     def embedding_dim(self) -> int | None:
         emb = self._main.embeddings
         return None if emb is None else emb.shape[1]
+
+    @property
+    def embedding_dtype(self) -> str:
+        """How the index keeps its embeddings, where it keeps them: "float16" or "int8"."""
+        return self._emb_dtype.name
 
     @property
     def instance_bits(self) -> int | None:
@@ -168,6 +177,7 @@ class CodeIndex(Backend):
         return {"backend": "faiss", "bits": self._bits, "kind": self._kind, "params": self.params,
                 "ntotal": self.ntotal, "num_classes": self.num_classes, "exact": self.exact,
                 "trained": self.is_trained, "next_id": self.next_id, "embedding_dim": self.embedding_dim,
+                **({"embedding_dtype": self.embedding_dtype} if self.embedding_dim is not None else {}),
                 "instance_bits": self.instance_bits}
 
     def add(self, codes, ids=None, labels=None, upsert: bool = False, embeddings=None, instance=None) -> np.ndarray:
@@ -176,7 +186,8 @@ class CodeIndex(Backend):
         Labels are kept sparsely whatever their form (memory follows the labels held, not the
         largest class id); upsert=True replaces an item's code and labels (labels=None: none).
         `embeddings` (n, d) go with the codes exactly when the index keeps them (the first add to
-        an empty index without `embedding_dim` decides); they are stored as float16 unit rows.
+        an empty index without `embedding_dim` decides); they are stored as float16 unit rows (or
+        int8: `embedding_dtype`).
         `instance` (n, instance_bits // 8) packed instance codes, likewise.
         """
         plan = self.prepare_add(codes, ids, labels, upsert, embeddings, instance)
@@ -189,7 +200,7 @@ class CodeIndex(Backend):
         codes = _checks.packed_codes(codes, self._bits)
         n = len(codes)
         held = bool(self.next_id or self.ntotal)
-        units = stored_embeddings(embeddings, n, self.embedding_dim, held)
+        units = stored_embeddings(embeddings, n, self.embedding_dim, held, self._emb_dtype)
         instance = _checks.instance_codes(instance, n, self.instance_bits, held)
         if ids is None:
             ids = np.arange(self._next_id, self._next_id + n, dtype=np.int64)
@@ -213,8 +224,8 @@ class CodeIndex(Backend):
         if any(starts):  # the first add with embeddings or instance codes: they are kept
             dim = emb.shape[1] if emb is not None else None
             ibits = inst.shape[1] * 8 if inst is not None else None
-            self._main = self._main.with_payloads(dim, ibits)
-            self._tail = self._tail.with_payloads(dim, ibits)
+            self._main = self._main.with_payloads(dim, ibits, self._emb_dtype)
+            self._tail = self._tail.with_payloads(dim, ibits, self._emb_dtype)
         if (ids[1:] <= ids[:-1]).any():  # (ids in order, as numbered by default, need no sorted copies)
             order = np.argsort(ids, kind="stable")
             ids, codes, labels = ids[order], codes[order], None if labels is None else labels.take(order)
@@ -344,7 +355,7 @@ class CodeIndex(Backend):
         """Adopt what `prepare_fold` returned (O(1); no change may come between the two)."""
         dim = None if main.embeddings is None else main.embeddings.shape[1]
         ibits = None if main.instance is None else main.instance.shape[1] * 8
-        self._main, self._tail = main, Segment.empty_tail(self._bits, main.width, dim, ibits)
+        self._main, self._tail = main, Segment.empty_tail(self._bits, main.width, dim, ibits, self._emb_dtype)
 
     def save(self, path: str | Path) -> None:
         """Write the index directory atomically (see `lbhash.index.storage`), folding pending

@@ -2,7 +2,9 @@
 docs/search.md, "Re-scoring").
 
 Embeddings are kept as float16 unit rows (`unit_rows`): cosine similarity is a dot product and
-equal items score equally bit for bit. A ranked search takes the Hamming top `k * factor`, widened
+equal items score equally bit for bit. An index may keep them as int8 instead (`quantized`: each
+unit row scaled so that its largest value is +/-127, then rounded), half the bytes; its rows are
+scored as the unit float16 rows of their directions (`scoring_rows`). A ranked search takes the Hamming top `k * factor`, widened
 to every item tied with the last (`with_boundary_ties`) where no instance codes give candidates.
 """
 
@@ -17,6 +19,8 @@ from lbhash.limits import MAX_RESCORE_CANDIDATES
 
 RESCORE_FACTOR = 4  # Hamming candidates per result when a search re-scores (docs/search.md, "Measuring it")
 EMBEDDING_DTYPE = np.dtype(np.float16)
+# how an index may keep its float rows (docs/search.md, "Floats optional")
+EMBEDDING_DTYPES = {"float16": EMBEDDING_DTYPE, "int8": np.dtype(np.int8)}
 MAX_EMBEDDING_DIM = 65_536
 # (query, item) pairs a ranked search holds at once, whatever its number of queries: the queries
 # go through all stages (candidates, the boundary's ties, the scores) in groups of PAIRS //
@@ -44,9 +48,18 @@ def check_embeddings(x, n: int, dim: int | None = None, name: str = "embeddings"
     return arr
 
 
-def stored_embeddings(embeddings, n: int, dim: int | None, held: bool) -> np.ndarray | None:
-    """An add's embeddings as an index stores them (unit float16 rows), checked against what it
-    keeps: `dim` (None: none), `held` (it has held items, so it can no longer start keeping them)."""
+def embedding_dtype(name: str) -> np.dtype:
+    """The dtype of float rows named `name` ("float16" or "int8"), or one line."""
+    if name not in EMBEDDING_DTYPES:
+        raise InputError(f"embedding_dtype must be one of {', '.join(EMBEDDING_DTYPES)}, got {name!r}")
+    return EMBEDDING_DTYPES[name]
+
+
+def stored_embeddings(embeddings, n: int, dim: int | None, held: bool,
+                      dtype: np.dtype = EMBEDDING_DTYPE) -> np.ndarray | None:
+    """An add's embeddings as an index stores them (unit float16 rows, or their int8 `quantized`
+    form for an index of `dtype` int8), checked against what it keeps: `dim` (None: none), `held`
+    (it has held items, so it can no longer start keeping them)."""
     if embeddings is None:
         if dim is not None and n:
             raise InputError(f"the index keeps a {dim}-dimensional embedding per item: give the items' embeddings "
@@ -55,7 +68,25 @@ def stored_embeddings(embeddings, n: int, dim: int | None, held: bool) -> np.nda
     if dim is None and held:
         raise InputError("the index keeps no embeddings (its first items came without them): add codes alone, "
                          "or build a new index with embeddings")
-    return unit_rows(check_embeddings(embeddings, n, dim))
+    units = unit_rows(check_embeddings(embeddings, n, dim))
+    return quantized(units) if dtype == np.int8 else units
+
+
+def quantized(units: np.ndarray) -> np.ndarray:
+    """int8 rows of unit rows: each scaled so that its largest magnitude is 127, then rounded (an
+    all-zero row stays zero). Quantizing the unit row of a quantized row gives it back: the float16
+    rounding moves a value by at most 127 * 2^-10, well under the 0.5 that would change its integer."""
+    x = np.asarray(units, np.float64)
+    peak = np.abs(x).max(axis=1, keepdims=True) if x.size else np.ones((len(x), 1))
+    peak[peak == 0] = 1.0
+    return np.rint(x * (127.0 / peak)).astype(np.int8)
+
+
+def scoring_rows(rows: np.ndarray) -> np.ndarray:
+    """Stored rows as the unit float16 rows that scoring multiplies: float16 rows as they are, int8
+    rows as the unit rows of their directions."""
+    rows = np.asarray(rows)
+    return unit_rows(rows) if rows.dtype == np.int8 else rows.astype(EMBEDDING_DTYPE, copy=False)
 
 
 def unit_rows(x: np.ndarray) -> np.ndarray:

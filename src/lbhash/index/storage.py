@@ -31,6 +31,7 @@ from lbhash.errors import InputError
 from lbhash.index._engines import FlatEngine, read_faiss
 from lbhash.index._ivf import ENGINES
 from lbhash.index._segments import Segment
+from lbhash.index.rescore import EMBEDDING_DTYPES
 from lbhash.index.sparse_labels import SparseLabels
 
 FORMAT = "lbhash-code-index"
@@ -78,6 +79,9 @@ def save_index(index, path: str | os.PathLike) -> None:
             "params": index.params, "ntotal": index.ntotal, "num_classes": index.num_classes,
             "next_id": index.next_id, "trained": index.is_trained, "metadata": index.metadata,
             **({"embedding_dim": index.embedding_dim} if saved.embeddings is not None else {}),
+            # (a float16 index's manifest reads as it always did)
+            **({"embedding_dtype": "int8"} if saved.embeddings is not None and saved.embeddings.dtype == np.int8
+               else {}),
             **({"instance_bits": index.instance_bits} if saved.instance is not None else {}),
             "files": files, **({"attachments": sorted(attachments)} if attachments else {}),
         }
@@ -104,7 +108,12 @@ def load_index(path: str | os.PathLike, index_class):
     _verify_checksums(path, manifest, (*FILES_BY_VERSION[manifest["version"]], *kept, *attached))
     ids = _npy_map(path / "ids.npy")
     bits, kind = manifest["bits"], manifest["kind"]
-    index = index_class(bits, kind, **manifest["params"], embedding_dim=dim, instance_bits=ibits)
+    dtype = manifest.get("embedding_dtype", "float16")
+    if dtype not in EMBEDDING_DTYPES:
+        raise InputError(f"{path / MANIFEST}: embedding_dtype must be one of {', '.join(EMBEDDING_DTYPES)}, "
+                         f"got {dtype!r}")
+    index = index_class(bits, kind, **manifest["params"], embedding_dim=dim, instance_bits=ibits,
+                        embedding_dtype=dtype)
     if ids.dtype != np.int64 or ids.ndim != 1 or (len(ids) > 1 and (np.diff(ids) <= 0).any()):
         raise InputError(f"{path / 'ids.npy'}: must hold ascending unique int64 ids")
     labels = _load_labels(path, manifest, len(ids))
@@ -112,10 +121,10 @@ def load_index(path: str | os.PathLike, index_class):
     if len(codes) != len(ids) or manifest["ntotal"] != len(ids):
         raise InputError(f"{path / 'index.faiss'}: holds {len(codes)} codes but ids.npy has {len(ids)} "
                          f"and the manifest says {manifest['ntotal']}")
-    embeddings = None if dim is None else _load_embeddings(path / EMBEDDINGS, dim, len(ids))
+    embeddings = None if dim is None else _load_embeddings(path / EMBEDDINGS, dim, len(ids), EMBEDDING_DTYPES[dtype])
     instance = None if ibits is None else _load_instance(path / INSTANCE, ibits, len(ids))
     index._main = Segment(engine, ids, codes, labels, ordered=True, embeddings=embeddings, instance=instance)
-    index._tail = Segment.empty_tail(bits, labels.width, dim, ibits)
+    index._tail = Segment.empty_tail(bits, labels.width, dim, ibits, EMBEDDING_DTYPES[dtype])
     if "trained" in manifest and manifest["trained"] is not index.is_trained:
         raise InputError(f"{path / 'index.faiss'}: the {kind} index it holds is "
                          f"{'' if index.is_trained else 'not '}trained, the manifest says "
@@ -166,18 +175,18 @@ def _load_instance(file: Path, bits: int, n: int) -> np.ndarray:
     return codes
 
 
-def _load_embeddings(file: Path, dim: int, n: int) -> np.ndarray:
-    """The mapped embeddings of a verified file: float16 (n, dim), one per id, or one line."""
+def _load_embeddings(file: Path, dim: int, n: int, dtype: np.dtype) -> np.ndarray:
+    """The mapped embeddings of a verified file: `dtype` (the manifest's) (n, dim), one per id, or one line."""
     emb = _npy_map(file)
-    if emb.dtype != np.float16 or emb.ndim != 2 or emb.shape[1] != dim:
-        raise InputError(f"{file}: must hold float16 embeddings (n, {dim}), got {emb.dtype} {emb.shape}")
+    if emb.dtype != dtype or emb.ndim != 2 or emb.shape[1] != dim:
+        raise InputError(f"{file}: must hold {dtype.name} embeddings (n, {dim}), got {emb.dtype} {emb.shape}")
     if len(emb) != n:
         raise InputError(f"{file}: holds {len(emb)} embeddings but ids.npy has {n} codes; the embeddings and codes "
                          "disagree (rebuild the index)")
     # every add refuses a non-finite embedding, but a file another writer made (its checksum
     # recomputed) could hold one: a NaN row scores NaN against every query, which left the CLI's
     # answers empty and the service's a bare 500; refused here, before anything searches
-    bad = first_nonfinite(emb)
+    bad = first_nonfinite(emb) if emb.dtype.kind == "f" else None  # (int8 rows are finite)
     if bad is not None:
         raise InputError(f"{file}: embedding of row {bad[0]} holds {emb[bad]} at column {bad[1]}; an index keeps "
                          "finite unit rows (rebuild the index)")

@@ -51,13 +51,14 @@ def saved_metadata(index_dir: str | Path) -> dict | None:
 
 
 def build_index(source: Path, out: str, kind: str = "flat", part: str | None = None, data: str | None = None,
-                params: dict | None = None, overwrite: bool = False, embeddings: bool = True,
+                params: dict | None = None, overwrite: bool = False, float_rows: str | None = "float16",
                 backend: str = "faiss", uri: str | None = None, skip_bad_images: bool = False,
                 instance_bits: int | None = INSTANCE_BITS) -> Built:
     """Index the codes of `source`: a run directory (its database, or every item with part="all";
     `data`: the run's data where it moved since) or a codes file (lbhash.codes_file). From a run
     the index keeps each item's embedding, from a codes file the ones it holds
-    (`lbhash encode --embeddings`); embeddings=False keeps no float rows. Where there are embeddings,
+    (`lbhash encode --embeddings`), as `float_rows` ("float16" or "int8"; None: no float rows). Where
+    there are embeddings,
     it keeps an `instance_bits`-bit instance code per item (None or 0: none; lbhash.instance), its
     transform fitted on the run's training items (a codes file: on its items). `params`: the kind's.
     `skip_bad_images`: a run's unreadable images are left out of the items encoded anew."""
@@ -87,16 +88,19 @@ def build_index(source: Path, out: str, kind: str = "flat", part: str | None = N
         emb, train_emb = both[:len(ids)], both[len(ids):] if len(train) else None
     transform, fitted_on = _instance_transform(source, spec, ids, emb, instance_bits, backend, train_emb)
     instance = None if transform is None else transform.apply(emb)
-    emb = emb if embeddings else None
+    emb = emb if float_rows else None
     dim = None if emb is None else emb.shape[1]
     if backend == "milvus":
+        if float_rows not in (None, "float16"):
+            raise InputError(f"--embedding-dtype {float_rows}: the milvus backend keeps its embeddings as float16 "
+                             "(a FLOAT16_VECTOR field)")
         index = _new_milvus(out, uri, items["bits"], kind, params, overwrite, dim)
         index.add(items["codes"], ids=ids, labels=items["labels"], embeddings=emb)
         return Built(index, len(ids), items["bits"], dim, None)
     refuse_inside_run(out, "--out")
     if Path(out).exists() and not overwrite:
         raise InputError(f"{out} exists: choose another --out to keep it, or pass --overwrite to replace it")
-    index = CodeIndex(items["bits"], kind, **params)
+    index = CodeIndex(items["bits"], kind, embedding_dtype=float_rows or "float16", **params)
     index.add(items["codes"], ids=ids, labels=items["labels"], embeddings=emb, instance=instance)
     if transform is not None:
         attach(index, transform, fitted_on)
@@ -214,12 +218,12 @@ class IndexDirectory:
 def bytes_per_item(index, path: Path | None = None) -> dict:
     """What one item costs: `code_bytes_per_item` (its class and instance codes, searched in memory),
     `table_bytes_per_item` (the instance codes' chunk tables of a large index, in memory only: 0 below
-    lbhash.index._lookup.LOOKUP_MIN items or on Milvus), `float_bytes_per_item` (its float16 embedding:
+    lbhash.index._lookup.LOOKUP_MIN items or on Milvus), `float_bytes_per_item` (its float16 or int8 embedding:
     mapped on disk, read for a search's final candidates only; 0 when the index keeps none) and, for a
     saved index, `bytes_per_item_on_disk` (every file, ids and labels included, over the items held)."""
     tables = table_bytes_per_item(index.ntotal, index.instance_bits) if isinstance(index, CodeIndex) else 0
     out = {"code_bytes_per_item": index.bits // 8 + (index.instance_bits or 0) // 8, "table_bytes_per_item": tables,
-           "float_bytes_per_item": 2 * (index.embedding_dim or 0)}
+           "float_bytes_per_item": np.dtype(index.embedding_dtype).itemsize * (index.embedding_dim or 0)}
     if path is not None and index.ntotal:
         out["bytes_per_item_on_disk"] = round(directory_bytes(path) / index.ntotal, 1)
     return out

@@ -23,6 +23,7 @@ from lbhash.codes import from_hex, to_hex
 from lbhash.cpus import usable_cpus
 from lbhash.errors import InputError
 from lbhash.index import Backend, CodeIndex, Hits, Queries, SearchPlan, SparseLabels, search_hits
+from lbhash.index.rescore import scoring_rows
 from lbhash.index.writer_lock import writer_lock
 from lbhash.instance import InstanceTransform
 from lbhash.runs.instance_codes import ITEM_VIEW_KEY, index_transform, instance_of
@@ -31,9 +32,9 @@ from lbhash.runs.wal import WriteAheadLog
 logger = logging.getLogger("lbhash")
 
 
-def logged_embeddings(record: dict, dim: int | None, n: int, where) -> np.ndarray | None:
-    """The stored embeddings (float16 (n, dim)) a log record carries, or None; refused in one line
-    where they disagree with its codes or with the index."""
+def logged_embeddings(record: dict, dim: int | None, n: int, where, dtype: str = "float16") -> np.ndarray | None:
+    """The stored embeddings (`dtype`, the index's: float16 or int8 (n, dim)) a log record carries,
+    or None; refused in one line where they disagree with its codes or with the index."""
     hexes = record.get("embeddings")
     if (hexes is None) != (dim is None):
         have = "carries embeddings" if hexes is not None else "carries no embeddings"
@@ -41,11 +42,12 @@ def logged_embeddings(record: dict, dim: int | None, n: int, where) -> np.ndarra
                          f"{'none' if dim is None else f'{dim}-dimensional ones'}; the log and the index disagree")
     if hexes is None:
         return None
-    rows = from_hex(hexes, 16 * dim, f"{where}: embeddings") if isinstance(hexes, list) else None
+    width = np.dtype(dtype).itemsize
+    rows = from_hex(hexes, 8 * width * dim, f"{where}: embeddings") if isinstance(hexes, list) else None
     if rows is None or len(rows) != n:
         raise InputError(f"{where}: record {record.get('seq')} holds {'no list of' if rows is None else len(rows)} "
                          f"embeddings for {n} codes; the embeddings and codes disagree")
-    return rows.view(np.float16)
+    return rows.view(dtype)
 
 
 def wal_path_for(index_dir: str | Path) -> Path:
@@ -146,8 +148,9 @@ class Store(ABC):
         return self.index.get_codes(ids), self.index.labels_of(ids)
 
     def embeddings(self, ids) -> np.ndarray:
-        """Stored unit embeddings (float16) of the given ids, where the index keeps them."""
-        return self.index.get_embeddings(ids)
+        """The unit embeddings (float16) of the given ids, where the index keeps them (int8 rows as
+        the unit rows that scoring uses)."""
+        return scoring_rows(self.index.get_embeddings(ids))
 
     @abstractmethod
     def add(self, codes, ids=None, labels=None, upsert: bool = False, embeddings=None) -> tuple[np.ndarray, int | None]:
@@ -235,7 +238,7 @@ class IndexStore(Store):
             if self.transform is not None and self.index.embedding_dim is None:
                 embeddings = None  # (their instance codes made, the float rows are not kept)
             plan = self.index.prepare_add(codes, ids, labels, upsert, embeddings, instance)  # Conflict for an id present
-            # the embeddings as stored (float16 unit rows, hex) and the instance codes: replay adds exactly these bytes
+            # the embeddings as stored (float16 unit rows or int8, hex) and the instance codes: replay adds these bytes
             kept = {} if plan.embeddings is None else {"embeddings": to_hex(plan.embeddings.view(np.uint8))}
             if plan.instance is not None:
                 kept["instance"] = to_hex(plan.instance)
@@ -293,7 +296,8 @@ class IndexStore(Store):
             self.index.remove(ids)
             return
         codes = from_hex(record["codes"], self.index.bits, f"{self.wal.path}: codes")
-        stored = logged_embeddings(record, self.index.embedding_dim, len(ids), self.wal.path)
+        stored = logged_embeddings(record, self.index.embedding_dim, len(ids), self.wal.path,
+                                   self.index.embedding_dtype)
         ibits = self.index.instance_bits
         if ibits is not None and "instance" not in record:
             raise InputError(f"{self.wal.path}: an add of {len(ids)} items without the instance codes the index keeps")
