@@ -81,6 +81,6 @@ def fake_milvus(bits: int, embedding_dim=None, instance_bits=None):
         def __init__(self):
             self._bits, self._kind, self.nlist, self.nprobe = bits, "flat", 1024, 16
             self._timeout, self.collection, self.uri, self._client = 1.0, "fake", "fake", FakeClient()
-            self.metadata, self._dim, self._ibits = {}, embedding_dim, instance_bits
+            self.metadata, self.attachments, self._dim, self._ibits = {}, {}, embedding_dim, instance_bits
 
     return FakeMilvusIndex()

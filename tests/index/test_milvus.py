@@ -258,6 +258,55 @@ def test_an_index_built_from_a_codes_file_into_milvus_searches_as_faiss(milvus_u
         open_index(name, "milvus", milvus_uri).drop()
 
 
+def test_index_build_keeps_the_instance_codes_and_their_transform_beside_the_collection(milvus_uri, tmp_path):
+    """`index build --backend milvus` makes the instance codes as for a directory and keeps the
+    transform (and the index's record) in the companion collection: reopened, the collection ranks
+    as the FAISS directory built from the same file, a service's adds get their instance codes, and
+    a damaged record is refused in one line."""
+    from lbhash.runs.index_dir import build_index, open_index
+    from lbhash.runs.index_store import MilvusStore
+    from lbhash.runs.instance_codes import index_transform
+
+    rng = np.random.default_rng(6)
+    codes, labels, emb = random_codes(rng, 300, 32), rng.integers(0, 4, 300), rng.standard_normal((300, 64))
+    path = tmp_path / "enc.npz"
+    np.savez(path, codes=codes, bits=np.int64(32), labels=labels, embeddings=emb)
+    name = f"t_{uuid.uuid4().hex[:10]}"
+    built = build_index(path, name, backend="milvus", uri=milvus_uri)
+    try:
+        assert built.instance_bits == 64  # the default length, cut to the embeddings' width
+        flat = build_index(path, str(tmp_path / "ix")).index
+        milvus = open_index(name, "milvus", milvus_uri)
+        transform = index_transform(milvus)
+        assert transform.digest() == index_transform(flat).digest()
+        assert milvus.metadata["instance"] == flat.metadata["instance"]
+        ids = np.arange(300)
+        np.testing.assert_array_equal(milvus.get_instance_codes(ids), flat.get_instance_codes(ids))
+        q, qe = codes[:8], emb[:8] + 0.1 * rng.standard_normal((8, 64))
+        qi = transform.apply(qe)
+        assert_same(blended_search(milvus, q, 5, qi, qe, center=transform.mean),
+                    blended_search(flat, q, 5, qi, qe, center=transform.mean))
+        new, new_emb = random_codes(rng, 2, 32), rng.standard_normal((2, 64))
+        MilvusStore(milvus).add(new, ids=[1000, 1001], labels=[1, 2], embeddings=new_emb)
+        np.testing.assert_array_equal(milvus.get_instance_codes([1000, 1001]), transform.apply(new_emb))
+        milvus._client.upsert(f"{name}__lbhash", [{"id": 0, "part": "not base64 json", "pad": [0.0, 0.0]}])
+        with pytest.raises(InputError, match=rf"Milvus collection '{name}__lbhash', the record of '{name}', is "
+                                             r"damaged \(.*\): build the collection again$"):
+            open_index(name, "milvus", milvus_uri)
+    finally:
+        _drop_both(milvus_uri, name)
+
+
+def _drop_both(uri: str, name: str) -> None:
+    import pymilvus
+
+    client = pymilvus.MilvusClient(uri=uri)
+    for collection in (name, f"{name}__lbhash"):
+        if client.has_collection(collection):
+            client.drop_collection(collection)
+    client.close()
+
+
 def changed_items(make_index, embeddings=None):
     """`tied_items` (hundreds of ties in both codes) in Milvus with instance codes and in a flat
     CodeIndex, under ids that are not positions, after the same removals and upserts."""

@@ -44,7 +44,7 @@ class Backend(ABC):
     Codes are uint8 (n, bits // 8) in the FAISS bit layout; ids non-negative int64; labels class
     ids (n,), multi-hot rows (n, C) or `SparseLabels`; a label filter keeps, per query, the items
     sharing a label with its row (docs/search.md, "Concepts"). `metadata`: a free-form record of
-    where the codes came from (empty on Milvus). A backend may keep one embedding per item
+    where the codes came from (on Milvus: in a companion collection). A backend may keep one embedding per item
     (`embedding_dim`, `get_embeddings`) and one instance code per item (`instance_bits`,
     `get_instance_codes`, `instance_search`), added and removed with its code.
     """

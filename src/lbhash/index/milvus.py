@@ -8,7 +8,8 @@ is exact on every kind, as `CodeIndex`'s), metric HAMMING; `embedding` FLAT (Mil
 only when each vector field has an index; lbhash never searches it there). Strong consistency. Milvus
 orders ties arbitrarily and caps a search at 16,384 results: a top k fetches k + 1 and collects a
 boundary tie with range searches paged by distance. Ids are checked before every insert (Milvus does not
-enforce unique keys). Several vector fields in one collection need Milvus 2.4 or later.
+enforce unique keys). Several vector fields in one collection need Milvus 2.4 or later. The record of
+where the codes came from and the instance transform live in a companion collection (lbhash.index.milvus_record).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from lbhash.checks import positive_int
 from lbhash.errors import Conflict, InputError, NotFound, one_line, require_extra
 from lbhash.index import _checks
 from lbhash.index.backend import PAD_DISTANCE, PAD_ID, Backend, InRange, TopK
+from lbhash.index.milvus_record import drop_record, read_record, write_record
 from lbhash.index.rescore import EMBEDDING_DTYPE, stored_embeddings
 
 MILVUS_CAP = 16384  # Milvus's limit on results per query (topk and range search alike)
@@ -57,7 +59,9 @@ class MilvusIndex(Backend):
             raise InputError(f"the milvus backend supports kinds {', '.join(KINDS)}, got {kind!r}")
         self._kind, self.nlist, self.nprobe = kind, positive_int(nlist, "nlist"), positive_int(nprobe, "nprobe")
         self._timeout, self.collection, self.uri = timeout, collection, uri
-        self.metadata: dict = {}  # (a collection keeps no record of its codes' model or data)
+        # where the codes came from and the instance transform: the companion collection's (milvus_record)
+        self.metadata: dict = {}
+        self.attachments: dict[str, bytes] = {}
         self._dim = None if embedding_dim is None else positive_int(embedding_dim, "embedding_dim")
         if self._dim is not None and self._dim > MAX_DIM:
             raise InputError(f"embedding_dim {self._dim}: a Milvus vector field holds at most {MAX_DIM} values")
@@ -75,6 +79,12 @@ class MilvusIndex(Backend):
             self._bits = _checks.check_bits(bits)
             self._create(pm)
         self._client.load_collection(collection, timeout=timeout)
+        if exists:
+            self.metadata, self.attachments = read_record(self._client, collection, timeout)
+
+    def save_record(self) -> None:
+        """Keep `metadata` and `attachments` on the server, beside the collection (lbhash.index.milvus_record)."""
+        write_record(self._client, _pymilvus(), self.collection, self.metadata, self.attachments, self._timeout)
 
     def _create(self, pm) -> None:
         schema = pm.MilvusClient.create_schema(auto_id=False, description=f"lbhash codes, kind={self._kind}")
@@ -212,6 +222,7 @@ class MilvusIndex(Backend):
 
     def drop(self) -> None:
         self._client.drop_collection(self.collection, timeout=self._timeout)
+        drop_record(self._client, self.collection, self._timeout)
 
     def stats(self) -> dict:
         return {"backend": "milvus", "collection": self.collection, "bits": self._bits, "kind": self._kind,

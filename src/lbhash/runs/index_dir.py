@@ -83,10 +83,10 @@ def build_index(source: Path, out: str, kind: str = "flat", part: str | None = N
 
         # one pass, which also gives the training items the instance transform is fitted on where the
         # index lacks them (a second pass would decode the images and run the backbone again)
-        train = _outside_training_items(source, ids, instance_bits, backend)
+        train = _outside_training_items(source, ids, instance_bits)
         both = item_embeddings(source, np.concatenate([ids, train]), spec)
         emb, train_emb = both[:len(ids)], both[len(ids):] if len(train) else None
-    transform, fitted_on = _instance_transform(source, spec, ids, emb, instance_bits, backend, train_emb)
+    transform, fitted_on = _instance_transform(source, spec, ids, emb, instance_bits, train_emb)
     instance = None if transform is None else transform.apply(emb)
     emb = emb if float_rows else None
     dim = None if emb is None else emb.shape[1]
@@ -94,19 +94,23 @@ def build_index(source: Path, out: str, kind: str = "flat", part: str | None = N
         if float_rows not in (None, "float16"):
             raise InputError(f"--embedding-dtype {float_rows}: the milvus backend keeps its embeddings as float16 "
                              "(a FLOAT16_VECTOR field)")
-        index = _new_milvus(out, uri, items["bits"], kind, params, overwrite, dim)
-        index.add(items["codes"], ids=ids, labels=items["labels"], embeddings=emb)
-        return Built(index, len(ids), items["bits"], dim, None)
-    refuse_inside_run(out, "--out")
-    if Path(out).exists() and not overwrite:
-        raise InputError(f"{out} exists: choose another --out to keep it, or pass --overwrite to replace it")
-    index = CodeIndex(items["bits"], kind, embedding_dtype=float_rows or "float16", **params)
-    index.add(items["codes"], ids=ids, labels=items["labels"], embeddings=emb, instance=instance)
+        index = _new_milvus(out, uri, items["bits"], kind, params, overwrite, dim,
+                            None if transform is None else transform.bits)
+    else:
+        refuse_inside_run(out, "--out")
+        if Path(out).exists() and not overwrite:
+            raise InputError(f"{out} exists: choose another --out to keep it, or pass --overwrite to replace it")
+        index = CodeIndex(items["bits"], kind, embedding_dtype=float_rows or "float16", **params)
     if transform is not None:
         attach(index, transform, fitted_on)
     if photos and (transform is not None or emb is not None):
         index.metadata[ITEM_VIEW_KEY] = ITEM_VIEW
     _record_origins(index, source, spec, ids, model)
+    if backend == "milvus":  # the record first: a collection whose items came without it would search in Hamming order
+        index.save_record()
+        index.add(items["codes"], ids=ids, labels=items["labels"], embeddings=emb, instance=instance)
+        return Built(index, len(ids), items["bits"], dim, None, index.instance_bits)
+    index.add(items["codes"], ids=ids, labels=items["labels"], embeddings=emb, instance=instance)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     with writer_lock(out, "lbhash index build"):  # no server or other writer changes it meanwhile
         if Path(out).exists() and not overwrite:  # made by another writer since the check above
@@ -115,29 +119,22 @@ def build_index(source: Path, out: str, kind: str = "flat", part: str | None = N
     return Built(index, len(ids), items["bits"], dim, searches(index), index.instance_bits)
 
 
-def _outside_training_items(source: Path, ids: np.ndarray, bits: int | None, backend: str) -> np.ndarray:
+def _outside_training_items(source: Path, ids: np.ndarray, bits: int | None) -> np.ndarray:
     """The run's training items, where its instance transform needs them and the index holds fewer
     than 2 of them (`_instance_transform`); else none."""
-    if not bits or backend == "milvus":
+    if not bits:
         return np.zeros(0, np.int64)
     train = index_inputs.run_training_items(source)
     return train if np.isin(train, ids).sum() < 2 else np.zeros(0, np.int64)
 
 
-def _instance_transform(source: Path, spec: str | None, ids: np.ndarray, emb, bits: int | None, backend: str,
-                        train_emb=None):
+def _instance_transform(source: Path, spec: str | None, ids: np.ndarray, emb, bits: int | None, train_emb=None):
     """(the instance transform of a new index, what it was fitted on), or (None, None) for none:
     `bits` None or 0, or no embeddings to make them from (a codes file without them: only the
     default is left out quietly; an explicit length is refused). The default length is cut to the
     embeddings' width where that is less. `train_emb`: the training items' embeddings where the
     caller's pass computed them."""
     if not bits:
-        return None, None
-    if backend == "milvus":
-        if bits != INSTANCE_BITS:
-            # (MilvusIndex keeps them, but a collection has no place for the transform that encodes the queries)
-            raise InputError("--instance-bits: `index build --backend milvus` makes no instance codes yet "
-                             "(give --instance-bits 0)")
         return None, None
     if emb is None:
         if bits != INSTANCE_BITS:
@@ -261,16 +258,18 @@ def _at(uri: str | None) -> dict:
 
 
 def _new_milvus(name: str, uri: str | None, bits: int, kind: str, given: dict, overwrite: bool,
-                dim: int | None = None):
+                dim: int | None = None, instance_bits: int | None = None):
     from lbhash.index.milvus import MilvusIndex
 
     if set(given) - {"nlist", "nprobe"}:
         raise InputError(f"--{sorted(set(given) - {'nlist', 'nprobe'})[0]} does not apply to the milvus backend")
-    index = MilvusIndex(bits, collection=name, **_at(uri), kind=kind, **given, embedding_dim=dim)
+    shape = dict(kind=kind, **given, embedding_dim=dim, instance_bits=instance_bits)
+    index = MilvusIndex(bits, collection=name, **_at(uri), **shape)
     if index.ntotal and not overwrite:
         raise InputError(f"Milvus collection {name!r} already holds {index.ntotal} items: choose another --out to "
                          "keep them, or pass --overwrite to replace them")
-    if index.ntotal or index.bits != bits or index.embedding_dim != dim:
+    if index.ntotal or index.bits != bits or index.embedding_dim != dim or index.instance_bits != instance_bits:
         index.drop()
-        index = MilvusIndex(bits, collection=name, **_at(uri), kind=kind, **given, embedding_dim=dim)
+        index = MilvusIndex(bits, collection=name, **_at(uri), **shape)
+    index.metadata, index.attachments = {}, {}  # (an empty collection's old record is replaced)
     return index

@@ -315,9 +315,14 @@ class MilvusStore(Store):
 
     def __init__(self, index: Backend):
         self.index = index
+        self.transform = index_transform(index, f"Milvus collection {getattr(index, 'collection', '')!r}")
 
     def add(self, codes, ids=None, labels=None, upsert: bool = False, embeddings=None):
-        return self.index.add(codes, ids, labels, upsert, embeddings), None  # Conflict for an id taken (without upsert)
+        instance = instance_of(self.transform, embeddings, len(codes), "the items")
+        if self.transform is not None and self.index.embedding_dim is None:
+            embeddings = None  # (their instance codes made, the float rows are not kept)
+        # Conflict for an id taken (without upsert)
+        return self.index.add(codes, ids, labels, upsert, embeddings, instance), None
 
     def remove(self, ids):
         self.index.remove(ids)  # NotFound for an id not in the collection (no log: no sequence number)
