@@ -4,8 +4,9 @@ docs/search.md, "Re-scoring").
 Embeddings are kept as float16 unit rows (`unit_rows`): cosine similarity is a dot product and
 equal items score equally bit for bit. An index may keep them as int8 instead (`quantized`: each
 unit row scaled so that its largest value is +/-127, then rounded), half the bytes; its rows are
-scored as the unit float16 rows of their directions (`scoring_rows`). A ranked search takes the Hamming top `k * factor`, widened
-to every item tied with the last (`with_boundary_ties`) where no instance codes give candidates.
+scored as the unit float16 rows of their directions (`scoring_rows`). A ranked search takes the
+Hamming top `k * factor`, widened to every item tied with the last (`with_boundary_ties`) where no
+instance codes give candidates.
 """
 
 from __future__ import annotations
