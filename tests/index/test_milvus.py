@@ -12,6 +12,7 @@ reach a store never reads as a pass. $LBHASH_MILVUS_SERVER names another server 
 """
 
 import importlib.util
+import json
 import os
 import signal
 import socket
@@ -266,6 +267,7 @@ def test_index_build_keeps_the_instance_codes_and_their_transform_beside_the_col
     from lbhash.runs.index_dir import build_index, open_index
     from lbhash.runs.index_store import MilvusStore
     from lbhash.runs.instance_codes import index_transform
+    from lbhash.runs.origins import FORMAT, SOURCES, read_sources
 
     rng = np.random.default_rng(6)
     codes, labels, emb = random_codes(rng, 300, 32), rng.integers(0, 4, 300), rng.standard_normal((300, 64))
@@ -289,6 +291,16 @@ def test_index_build_keeps_the_instance_codes_and_their_transform_beside_the_col
         new, new_emb = random_codes(rng, 2, 32), rng.standard_normal((2, 64))
         MilvusStore(milvus).add(new, ids=[1000, 1001], labels=[1, 2], embeddings=new_emb)
         np.testing.assert_array_equal(milvus.get_instance_codes([1000, 1001]), transform.apply(new_emb))
+        # the items' recorded sources: a removed or replaced item's goes, on the server too
+        milvus.attachments[SOURCES] = json.dumps({"format": FORMAT, "data": "images:x", "ids": [0, 1, 2],
+                                                  "sources": ["a.jpg", "b.jpg", "c.jpg"]}).encode()
+        milvus.save_record()
+        store = MilvusStore(open_index(name, "milvus", milvus_uri))
+        store.remove([1])
+        store.add(codes[2:3], ids=[2], upsert=True, embeddings=emb[2:3])
+        store.add(new, ids=[1002, 1003], embeddings=new_emb)  # new ids: the record stays as it is
+        record = read_sources(open_index(name, "milvus", milvus_uri))
+        assert [record.source(i) for i in (0, 1, 2)] == ["a.jpg", None, None]
         milvus._client.upsert(f"{name}__lbhash", [{"id": 0, "part": "not base64 json", "pad": [0.0, 0.0]}])
         with pytest.raises(InputError, match=rf"Milvus collection '{name}__lbhash', the record of '{name}', is "
                                              r"damaged \(.*\): build the collection again$"):

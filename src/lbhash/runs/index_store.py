@@ -27,6 +27,7 @@ from lbhash.index.rescore import scoring_rows
 from lbhash.index.writer_lock import writer_lock
 from lbhash.instance import InstanceTransform
 from lbhash.runs.instance_codes import ITEM_VIEW_KEY, index_transform, instance_of
+from lbhash.runs.origins import SOURCES, forget_sources
 from lbhash.runs.wal import WriteAheadLog
 
 logger = logging.getLogger("lbhash")
@@ -322,10 +323,22 @@ class MilvusStore(Store):
         if self.transform is not None and self.index.embedding_dim is None:
             embeddings = None  # (their instance codes made, the float rows are not kept)
         # Conflict for an id taken (without upsert)
-        return self.index.add(codes, ids, labels, upsert, embeddings, instance), None
+        added = self.index.add(codes, ids, labels, upsert, embeddings, instance)
+        if upsert:
+            self._forget(added)
+        return added, None
 
     def remove(self, ids):
         self.index.remove(ids)  # NotFound for an id not in the collection (no log: no sequence number)
+        self._forget(ids)
+
+    def _forget(self, ids) -> None:
+        """A replaced or removed item's recorded source is no longer its own: the record on the server
+        is rewritten, only where it named one of them (new ids change nothing)."""
+        before = self.index.attachments.get(SOURCES)
+        forget_sources(self.index, ids)
+        if self.index.attachments.get(SOURCES) is not before:
+            self.index.save_record()
 
     def close(self) -> None:
         self.index.close()
