@@ -61,10 +61,13 @@ def test_an_int8_index_ranks_as_a_float16_index_of_the_same_directions(tmp_path)
     assert (tmp_path / "ix" / "embeddings.npy").stat().st_size < 200 * 12 + 200  # a byte a value, and the header
 
 
-def test_a_float16_index_saves_as_before():
+def test_a_float16_index_saves_as_before(tmp_path):
     index = CodeIndex(8)
     index.add(random_codes(np.random.default_rng(1), 5, 8), embeddings=np.ones((5, 3)))
     assert index.embedding_dtype == "float16" and index.get_embeddings([0]).dtype == np.float16
+    index.save(tmp_path / "ix")  # its manifest names no dtype, as before int8 rows existed
+    assert "embedding_dtype" not in json.loads((tmp_path / "ix" / "manifest.json").read_text())
+    assert CodeIndex.load(tmp_path / "ix").get_embeddings([0]).dtype == np.float16
 
 
 def _resealed(path, name, data):

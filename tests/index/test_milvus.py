@@ -310,6 +310,8 @@ def test_index_build_keeps_the_instance_codes_and_their_transform_beside_the_col
 
 
 def _drop_both(uri: str, name: str) -> None:
+    """The collection and its companion, by pymilvus itself: with a damaged record `MilvusIndex` (and so
+    its `drop`) refuses to open the collection."""
     import pymilvus
 
     client = pymilvus.MilvusClient(uri=uri)

@@ -49,10 +49,10 @@ def check_embeddings(x, n: int, dim: int | None = None, name: str = "embeddings"
     return arr
 
 
-def embedding_dtype(name: str) -> np.dtype:
-    """The dtype of float rows named `name` ("float16" or "int8"), or one line."""
+def embedding_dtype(name: str, where: str = "embedding_dtype") -> np.dtype:
+    """The dtype of float rows named `name` ("float16" or "int8"), or one line naming `where`."""
     if name not in EMBEDDING_DTYPES:
-        raise InputError(f"embedding_dtype must be one of {', '.join(EMBEDDING_DTYPES)}, got {name!r}")
+        raise InputError(f"{where} must be one of {', '.join(EMBEDDING_DTYPES)}, got {name!r}")
     return EMBEDDING_DTYPES[name]
 
 

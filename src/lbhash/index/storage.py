@@ -31,7 +31,7 @@ from lbhash.errors import InputError
 from lbhash.index._engines import FlatEngine, read_faiss
 from lbhash.index._ivf import ENGINES
 from lbhash.index._segments import Segment
-from lbhash.index.rescore import EMBEDDING_DTYPES
+from lbhash.index.rescore import embedding_dtype
 from lbhash.index.sparse_labels import SparseLabels
 
 FORMAT = "lbhash-code-index"
@@ -108,12 +108,9 @@ def load_index(path: str | os.PathLike, index_class):
     _verify_checksums(path, manifest, (*FILES_BY_VERSION[manifest["version"]], *kept, *attached))
     ids = _npy_map(path / "ids.npy")
     bits, kind = manifest["bits"], manifest["kind"]
-    dtype = manifest.get("embedding_dtype", "float16")
-    if dtype not in EMBEDDING_DTYPES:
-        raise InputError(f"{path / MANIFEST}: embedding_dtype must be one of {', '.join(EMBEDDING_DTYPES)}, "
-                         f"got {dtype!r}")
+    dtype = embedding_dtype(manifest.get("embedding_dtype", "float16"), f"{path / MANIFEST}: embedding_dtype")
     index = index_class(bits, kind, **manifest["params"], embedding_dim=dim, instance_bits=ibits,
-                        embedding_dtype=dtype)
+                        embedding_dtype=dtype.name)
     if ids.dtype != np.int64 or ids.ndim != 1 or (len(ids) > 1 and (np.diff(ids) <= 0).any()):
         raise InputError(f"{path / 'ids.npy'}: must hold ascending unique int64 ids")
     labels = _load_labels(path, manifest, len(ids))
@@ -121,10 +118,10 @@ def load_index(path: str | os.PathLike, index_class):
     if len(codes) != len(ids) or manifest["ntotal"] != len(ids):
         raise InputError(f"{path / 'index.faiss'}: holds {len(codes)} codes but ids.npy has {len(ids)} "
                          f"and the manifest says {manifest['ntotal']}")
-    embeddings = None if dim is None else _load_embeddings(path / EMBEDDINGS, dim, len(ids), EMBEDDING_DTYPES[dtype])
+    embeddings = None if dim is None else _load_embeddings(path / EMBEDDINGS, dim, len(ids), dtype)
     instance = None if ibits is None else _load_instance(path / INSTANCE, ibits, len(ids))
     index._main = Segment(engine, ids, codes, labels, ordered=True, embeddings=embeddings, instance=instance)
-    index._tail = Segment.empty_tail(bits, labels.width, dim, ibits, EMBEDDING_DTYPES[dtype])
+    index._tail = Segment.empty_tail(bits, labels.width, dim, ibits, dtype)
     if "trained" in manifest and manifest["trained"] is not index.is_trained:
         raise InputError(f"{path / 'index.faiss'}: the {kind} index it holds is "
                          f"{'' if index.is_trained else 'not '}trained, the manifest says "

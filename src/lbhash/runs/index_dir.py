@@ -19,7 +19,7 @@ from lbhash.index.storage import directory_bytes, read_manifest
 from lbhash.index.writer_lock import writer_lock
 from lbhash.instance import INSTANCE_BITS
 from lbhash.runs import index_inputs
-from lbhash.runs.instance_codes import ITEM_VIEW_KEY, attach, fit_transform, index_transform, instance_of
+from lbhash.runs.instance_codes import ITEM_VIEW_KEY, attach, fit_transform, index_transform, payload_of
 from lbhash.runs.origins import forget_sources, read_sources, record_class_names, record_sources
 
 
@@ -179,9 +179,7 @@ class IndexDirectory:
                 raise InputError(f"{self.path} keeps a {index.embedding_dim}-dimensional embedding per item but "
                                  f"{codes_file} holds none: encode with `lbhash encode --embeddings`")
             transform = index_transform(index, str(self.path))
-            instance = instance_of(transform, items["embeddings"], len(items["codes"]), str(codes_file))
-            # an index that keeps instance codes but no float rows takes the embeddings for its codes only
-            emb = None if transform is not None and index.embedding_dim is None else items["embeddings"]
+            emb, instance = payload_of(transform, index, items["embeddings"], len(items["codes"]), str(codes_file))
             ids = index.add(items["codes"], ids=items["ids"], labels=items["labels"], upsert=upsert,
                             embeddings=emb, instance=instance)
             forget_sources(index, ids)  # a replaced item's recorded image is no longer its own

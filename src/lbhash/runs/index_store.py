@@ -26,14 +26,14 @@ from lbhash.index import Backend, CodeIndex, Hits, Queries, SearchPlan, SparseLa
 from lbhash.index.rescore import scoring_rows
 from lbhash.index.writer_lock import writer_lock
 from lbhash.instance import InstanceTransform
-from lbhash.runs.instance_codes import ITEM_VIEW_KEY, index_transform, instance_of
+from lbhash.runs.instance_codes import ITEM_VIEW_KEY, index_transform, payload_of
 from lbhash.runs.origins import SOURCES, forget_sources
 from lbhash.runs.wal import WriteAheadLog
 
 logger = logging.getLogger("lbhash")
 
 
-def logged_embeddings(record: dict, dim: int | None, n: int, where, dtype: str = "float16") -> np.ndarray | None:
+def logged_embeddings(record: dict, dim: int | None, n: int, where, dtype: str) -> np.ndarray | None:
     """The stored embeddings (`dtype`, the index's: float16 or int8 (n, dim)) a log record carries,
     or None; refused in one line where they disagree with its codes or with the index."""
     hexes = record.get("embeddings")
@@ -235,9 +235,7 @@ class IndexStore(Store):
 
     def add(self, codes, ids=None, labels=None, upsert: bool = False, embeddings=None) -> tuple[np.ndarray, int]:
         with self._changing:  # the only writer: reading the index needs no search lock
-            instance = instance_of(self.transform, embeddings, len(codes), "the items")
-            if self.transform is not None and self.index.embedding_dim is None:
-                embeddings = None  # (their instance codes made, the float rows are not kept)
+            embeddings, instance = payload_of(self.transform, self.index, embeddings, len(codes), "the items")
             plan = self.index.prepare_add(codes, ids, labels, upsert, embeddings, instance)  # Conflict for an id present
             # the embeddings as stored (float16 unit rows or int8, hex) and the instance codes: replay adds these bytes
             kept = {} if plan.embeddings is None else {"embeddings": to_hex(plan.embeddings.view(np.uint8))}
@@ -316,12 +314,10 @@ class MilvusStore(Store):
 
     def __init__(self, index: Backend):
         self.index = index
-        self.transform = index_transform(index, f"Milvus collection {getattr(index, 'collection', '')!r}")
+        self.transform = index_transform(index, f"Milvus collection {index.collection!r}")
 
     def add(self, codes, ids=None, labels=None, upsert: bool = False, embeddings=None):
-        instance = instance_of(self.transform, embeddings, len(codes), "the items")
-        if self.transform is not None and self.index.embedding_dim is None:
-            embeddings = None  # (their instance codes made, the float rows are not kept)
+        embeddings, instance = payload_of(self.transform, self.index, embeddings, len(codes), "the items")
         # Conflict for an id taken (without upsert)
         added = self.index.add(codes, ids, labels, upsert, embeddings, instance)
         if upsert:

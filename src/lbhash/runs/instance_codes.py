@@ -12,7 +12,7 @@ from lbhash.errors import InputError
 from lbhash.index.blend import default_looks_like
 from lbhash.instance import FILE_NAME, INSTANCE_BITS, LOOKS_LIKE, LOOKS_LIKE_CODES, InstanceTransform, check_instance_bits
 
-__all__ = ["INSTANCE_BITS", "default_looks_like", "LOOKS_LIKE", "LOOKS_LIKE_CODES", "ITEM_VIEW_KEY", "attach", "fit_transform", "index_transform", "instance_of"]
+__all__ = ["INSTANCE_BITS", "default_looks_like", "LOOKS_LIKE", "LOOKS_LIKE_CODES", "ITEM_VIEW_KEY", "attach", "fit_transform", "index_transform", "payload_of"]
 
 METADATA_KEY = "instance"
 ITEM_VIEW_KEY = "item_view"  # the metadata of an index whose photos' embeddings include their blurred views
@@ -60,14 +60,17 @@ def index_transform(index, where: str = "the index") -> InstanceTransform | None
     return transform
 
 
-def instance_of(transform: InstanceTransform | None, embeddings, n: int, what: str) -> np.ndarray | None:
-    """The instance codes of `n` items added with `embeddings` to an index with `transform` (None: it
-    keeps none); an index that keeps them refuses items without embeddings in one line."""
+def payload_of(transform: InstanceTransform | None, index, embeddings, n: int, what: str):
+    """(the embeddings `index` keeps, the instance codes) of `n` items added with `embeddings` to an
+    index with `transform` (None: it keeps no instance codes). An index that keeps instance codes but
+    no float rows takes the embeddings for its codes only; one that keeps instance codes refuses items
+    without embeddings in one line."""
     if transform is None:
-        return None
+        return embeddings, None
     if embeddings is None:
         if not n:
-            return np.empty((0, transform.bits // 8), np.uint8)
+            return None, np.empty((0, transform.bits // 8), np.uint8)
         raise InputError(f"the index keeps a {transform.bits}-bit instance code per item, made from its embedding: "
                          f"{what} must give the items' embeddings")
-    return transform.apply(embeddings, f"{what}: embeddings")
+    instance = transform.apply(embeddings, f"{what}: embeddings")
+    return (None if index.embedding_dim is None else embeddings), instance

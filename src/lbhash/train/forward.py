@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -122,7 +123,7 @@ def _sharded(run, fabric, model: nn.Module, dataset: HashDataset, indices, optio
     idx = check_indices(dataset, indices)
     shares = np.array_split(idx, fabric.world_size)
     mine = run(model, dataset, shares[fabric.global_rank], options,
-               ForwardPass(how.device, how.autocast, how.progress and fabric.is_global_zero))
+               dataclasses.replace(how, progress=how.progress and fabric.is_global_zero))
     if fabric.world_size == 1:
         return mine
     gathered = tuple(_gathered(fabric, part, shares) for part in mine) if isinstance(mine, tuple) \
