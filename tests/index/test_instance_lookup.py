@@ -90,3 +90,25 @@ def test_warm_builds_the_tables_of_a_large_segment_only(monkeypatch, n):
     index.add(rng.integers(0, 256, (n, 1), dtype=np.uint8), instance=rng.integers(0, 256, (n, 8), dtype=np.uint8))
     index.warm()
     assert (index._main.lookup_tables is not None) == (n >= 100)
+
+
+@pytest.mark.parametrize("k", [1, 12, 30, 80])
+def test_items_found_through_several_tables_count_once_in_the_top(monkeypatch, k):
+    """Copies of the query match it in every table, so the candidates hold each copy four times: the
+    lookup cuts its top by the distances' counts with those repeats, and must widen the cut until k
+    distinct items are in it (10 copies, then 20 items 3 bits off, then random ones)."""
+    monkeypatch.setattr(_lookup, "LOOKUP_MIN", 64)
+    rng = np.random.default_rng(5)
+    n = 300
+    inst = rng.integers(0, 256, (n, 8), dtype=np.uint8)
+    inst[10:20] = inst[0]
+    for r in range(20, 40):
+        inst[r] = inst[0]
+        for b in rng.choice(64, 3, replace=False):
+            inst[r, b // 8] ^= np.uint8(1 << (b % 8))
+    index = CodeIndex(8, instance_bits=64)
+    index.add(rng.integers(0, 256, (n, 1), dtype=np.uint8), ids=np.arange(n), instance=inst)
+    got = check(index, inst[[0]], k, index.ids())
+    found = got.ids[0][got.ids[0] >= 0]
+    assert len(found) == len(set(found.tolist())) >= min(k, 31)  # the copies and the near ones, each once
+    assert got.ids[0][:min(k, 11)].tolist() == [0, *range(10, 20)][:k]

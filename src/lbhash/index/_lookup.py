@@ -32,11 +32,6 @@ def chunk_key(codes: np.ndarray, t: int) -> np.ndarray:
     return codes[:, 2 * t].astype(np.int64) | (codes[:, 2 * t + 1].astype(np.int64) << 8)
 
 
-def chunk_keys(codes: np.ndarray) -> np.ndarray:
-    """Every chunk's values int64 (n, width // 2) of packed codes (n, width)."""
-    return np.stack([chunk_key(codes, t) for t in range(codes.shape[1] // 2)], axis=1)
-
-
 class ChunkTables:
     """Per 16-bit chunk of the first `covered` codes: their positions by chunk value (`order`, int32)
     and where each value's run starts (`offsets`, KEYS + 1 per table)."""
@@ -91,7 +86,7 @@ class LookupEngine:
         if nq and k:
             mask = np.empty(0, bool) if allowed is None else np.ascontiguousarray(allowed, bool)
             word = word_type(queries.shape[1])
-            lookup_knn(np.ascontiguousarray(queries).view(word), chunk_keys(queries), self.tables.offsets,
-                       self.tables.order, np.ascontiguousarray(rows.codes).view(word), self.tables.covered, mask,
-                       FLIPS, pos, dist)
+            queries = np.ascontiguousarray(queries)
+            lookup_knn(queries.view(word), queries, self.tables.offsets, self.tables.order,
+                       np.ascontiguousarray(rows.codes).view(word), self.tables.covered, mask, FLIPS, pos, dist)
         return dist, positions_to_ids(rows, pos)
