@@ -30,6 +30,25 @@ def _unique_up_to(dist, pos, m, cut):
     return keys[:u]
 
 
+@njit(inline="always", cache=True)
+def _top_keys(dist, pos, m, top, hist):
+    """The keys of the first m candidates up to the smallest distance whose candidates, and those below,
+    hold `top` distinct items (all of them where fewer), sorted, each once."""
+    hist[:] = 0
+    for j in range(m):
+        hist[dist[j]] += 1
+    # the cut fills the top counted with repeats; raised by the shortfall while repeats leave it short
+    cut, held, need = -1, 0, top
+    while True:
+        while held < need and cut + 1 < hist.shape[0]:
+            cut += 1
+            held += hist[cut]
+        keys = _unique_up_to(dist, pos, m, cut)
+        if keys.shape[0] >= top or cut + 1 == hist.shape[0]:
+            return keys
+        need = held + top - keys.shape[0]
+
+
 @njit(nogil=True, cache=True)
 def lookup_knn(q_words, q_bytes, offsets, order, db, covered, allowed, flips, out_pos, out_dist):
     """For each query (q_words: packed rows as unsigned words, as `db`'s; q_bytes the same rows as bytes,
@@ -72,22 +91,8 @@ def lookup_knn(q_words, q_bytes, offsets, order, db, covered, allowed, flips, ou
             dist[m] = row_distance(q_row, db, p)
             pos[m] = p
             m += 1
-        hist[:] = 0
-        for j in range(m):
-            hist[dist[j]] += 1
-        # the smallest distance whose candidates and those below fill the top, counted with repeats;
-        # raised by the shortfall while the repeats leave fewer than top distinct items
-        cut, held, need = -1, 0, top
-        while True:
-            while held < need and cut + 1 < hist.shape[0]:
-                cut += 1
-                held += hist[cut]
-            keys = _unique_up_to(dist, pos, m, cut)
-            if keys.shape[0] >= top or cut + 1 == hist.shape[0]:
-                break
-            need = held + top - keys.shape[0]
-        c = keys.shape[0]
-        c = min(c, top)
+        keys = _top_keys(dist, pos, m, top, hist)
+        c = min(keys.shape[0], top)
         for j in range(c):
             out_dist[i, j] = keys[j] >> 40
             out_pos[i, j] = keys[j] & _POSITION
