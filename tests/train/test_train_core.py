@@ -1,6 +1,6 @@
-"""The in-memory training core (lbhash.train.fit): it writes nothing, and it trains exactly what
-a run directory trains (`RunDirectory.fit`, whose fitted model is the one a loaded run gives); `write_run`
-writes its result as the files `lbhash train` writes; what training hands back: each epoch's
+"""The one training driver (lbhash.train.fit): without a store it writes nothing, and it trains exactly
+what it trains into a run directory (`RunDirectory.fit`, whose fitted model is the one a loaded run gives);
+`DirectoryStore.write` writes an in-memory result as the files `lbhash train` writes; what training hands back: each epoch's
 record to the trainer's `on_epoch_end(epoch, record)`, and the history (a closed-form fit's one
 record too)."""
 
@@ -19,7 +19,7 @@ from lbhash.evaluate import lower_bound
 from lbhash.train import TrainConfig
 from lbhash.train.fit import fit
 from lbhash.runs import RunDirectory
-from lbhash.runs.training import write_run
+from lbhash.runs.training import DirectoryStore
 from lbhash.runs.rundir import (CHECKPOINT, CODES, LOG, load_run_model, read_fitted, read_log, read_metrics,
                                  verify_finished_run)
 
@@ -199,18 +199,19 @@ def test_fit_returns_the_model_a_loaded_run_gives(run_of_a_config):
     assert result.metrics == read_metrics(run_dir)
     assert fitted.input_form == read_fitted(run_dir).input_form
     codes = load_codes_file(run_dir / CODES)
-    np.testing.assert_array_equal(result.query_codes["query_codes"], codes["query_codes"])
+    np.testing.assert_array_equal(result.codes["all"]["query_codes"], codes["query_codes"])
+    assert result.checkpoint is None and result.best is None  # on the store's disk, not kept in memory
     again = RunDirectory(run_dir).resume()  # finished: nothing trained, its metrics only
     assert again == result.metrics
 
 
-def test_write_run_gives_the_run_directory_of_the_fit(tmp_path, core_fit):
+def test_write_gives_the_run_directory_of_the_fit(tmp_path, core_fit):
     trained = core_fit
     out = tmp_path / "saved"
     out.mkdir()
-    metrics = write_run(out, trained)
+    DirectoryStore.write(out, trained)
     verify_finished_run(out)
-    assert metrics == read_metrics(out) == trained.metrics  # the same numbers from the files
+    assert read_metrics(out) == trained.metrics
     loaded = read_fitted(out)
     assert loaded.history == trained.fitted.history and loaded.config == trained.fitted.config
     model, _ = load_run_model(out)

@@ -139,7 +139,7 @@ def test_a_diverging_run_stops_with_one_line_and_says_it_failed(tmp_path):
 
 
 def test_a_run_that_fails_after_its_first_write_is_marked_failed(tmp_path, monkeypatch):
-    import lbhash.runs.training as run_module
+    import lbhash.train.fit as run_module
     from lbhash.errors import InputError
 
     def refused(trainer):  # after the run's first files, before its first epoch
@@ -158,17 +158,17 @@ def test_a_run_that_fails_after_its_first_write_is_marked_failed(tmp_path, monke
 def test_a_transient_failure_leaves_a_run_that_resume_continues(tmp_path, monkeypatch):
     import lbhash.runs.training as run_module
 
-    real = run_module.write_codes
+    real = run_module.save_split_codes
 
-    def full_disk(trainer, out):
+    def full_disk(out, files):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(run_module, "write_codes", full_disk)
+    monkeypatch.setattr(run_module, "save_split_codes", full_disk)
     out = tmp_path / "run"
     with pytest.raises(OSError):
         RunDirectory(out).train(TrainConfig(**FAST, epochs=1))
     assert not (out / "status.json").exists()
-    monkeypatch.setattr(run_module, "write_codes", real)
+    monkeypatch.setattr(run_module, "save_split_codes", real)
     metrics = RunDirectory(out).resume()
     assert (out / "manifest.json").is_file() and metrics["map"] > 0
 

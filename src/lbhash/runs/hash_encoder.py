@@ -26,9 +26,9 @@ from lbhash.methods import method_class
 from lbhash.encoders import dense_array
 from lbhash.runs.encoder import ARRAYS, RunEncoder, eval_set_metrics
 from lbhash.runs.run_dir import RunDirectory
-from lbhash.runs.training import write_run
+from lbhash.runs.training import DirectoryStore
 from lbhash.train.config import FIELDS, make_config
-from lbhash.train.fit import fit as fit_in_memory
+from lbhash.train.fit import fit as fit_model
 CODE_FORMATS = ("packed", "signs")
 OWN_PARAMS = ("method", "bits", "lbhash", "epochs", "seed", "progress", "code_format")
 FIT_DATA = ("data", "protocol")  # fit trains on its arrays: these options are refused
@@ -142,17 +142,13 @@ class HashEncoder(RunEncoder, TransformerMixin, BaseEstimator):
         cfg = make_config({**self._options, "method": self.method, "bits": self.bits, "lbhash": self.lbhash,
                            "epochs": self.epochs, "seed": self.seed, "progress": self.progress,
                            "data": ARRAYS, "protocol": "given" if eval_set is not None else "all-train"})
-        self._trained = None  # an in-memory fit: what save writes
-        if run_dir is None:
-            self._trained = fit_in_memory(cfg, dataset)
-            fitted, metrics, query_codes = self._trained.fitted, self._trained.metrics, self._trained.codes.get("all")
-            query_codes = None if query_codes is None else codes_from_arrays(query_codes)
-        else:
-            result = RunDirectory(run_dir).fit(cfg, dataset=dataset)
-            fitted, metrics, query_codes = result.fitted, result.metrics, result.query_codes
+        trained = fit_model(cfg, dataset) if run_dir is None else RunDirectory(run_dir).fit(cfg, dataset=dataset)
+        self._trained = trained if run_dir is None else None  # an in-memory fit: what save writes
+        metrics, query_codes = trained.metrics, trained.codes.get("all")
+        query_codes = None if query_codes is None else codes_from_arrays(query_codes)
         if eval_set is not None and "map" in metrics:
             metrics = eval_set_metrics(metrics, query_codes)
-        return self._set_fitted(None if run_dir is None else Path(run_dir), fitted, metrics)
+        return self._set_fitted(None if run_dir is None else Path(run_dir), trained.fitted, metrics)
 
     @classmethod
     def _unfitted(cls, cfg) -> "HashEncoder":
@@ -178,7 +174,7 @@ class HashEncoder(RunEncoder, TransformerMixin, BaseEstimator):
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
         try:
             if self.run_dir_ is None:  # fitted in memory
-                write_run(tmp, self._trained)
+                DirectoryStore.write(tmp, self._trained)
             else:
                 shutil.copytree(self.run_dir_, tmp, dirs_exist_ok=True)
             tmp.rename(path)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import warnings
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from lbhash._io import atomic_path, check_new_output_file, file_sha256, write_json
 from lbhash.codes import pack, to_signs
@@ -23,9 +23,13 @@ from lbhash.runs.train_options import build_config, load_config_file
 from lbhash.train.config import RunConfig, TrainConfig
 from lbhash.train.optim import check_extension, check_further
 from lbhash.train.processes import process_rank
-from lbhash.runs.rundir import (CHECKPOINT, CODES, CONFIG, LOG, MANIFEST, SPLIT, TrainedRun, check_not_failed,
-                                 load_run_config, read_log, read_metrics, run_lock, verify_files, verify_finished_run)
+from lbhash.runs.rundir import (CHECKPOINT, CODES, CONFIG, LOG, MANIFEST, SPLIT, check_not_failed,
+                                 load_run_config, read_log, read_metrics, run_data_spec, run_lock, verify_files,
+                                 verify_finished_run)
 from lbhash.train.summary import notices_to_stderr, result_line
+
+if TYPE_CHECKING:
+    from lbhash.train.fit import Trained
 
 logger = logging.getLogger("lbhash")
 EpochHook = Callable[[int], None]
@@ -43,19 +47,38 @@ class RunDirectory:
         multi-process run (only rank 0 writes). `dataset` trains on a data set in memory instead of
         loading `cfg.dataset.data`; `on_epoch_end(epoch)` is called after each epoch's checkpoint. Progress
         goes to the "lbhash" logger (stderr where logging is not configured)."""
-        return _metrics(self.fit(cfg, on_epoch_end, progress, dataset))
+        trained = self.fit(cfg, on_epoch_end, progress, dataset)
+        return {} if trained is None else trained.metrics
 
     def fit(self, cfg: TrainConfig, on_epoch_end: EpochHook | None = None, progress: bool | None = None,
-            dataset: HashDataset | None = None) -> TrainedRun | None:
-        """`train`, returning what it trained (`TrainedRun`: the fitted model too); None in the other processes."""
-        return _train_run(cfg, self.path, False, on_epoch_end, progress, dataset, None)
+            dataset: HashDataset | None = None) -> Trained | None:
+        """`train`, returning what it trained (`lbhash.train.fit.Trained`); None in the other processes."""
+        if cfg is None:
+            raise InputError("no configuration given")
+        with run_lock(self.path, enabled=process_rank() == 0):  # only rank 0 locks and writes; the others follow it
+            if process_rank() == 0 and (self.path / CONFIG).exists():
+                raise InputError(f"{self.path} already holds a run: pass --resume to continue it, or choose another "
+                                 "--out")
+            return _fit(cfg, self.path, dataset, None, False, None, progress, on_epoch_end)
 
     def resume(self, epochs: int | None = None, progress: bool | None = None,
                on_epoch_end: EpochHook | None = None) -> dict[str, Any]:
         """Continue the run here from its last checkpoint, with its saved config, and return its
         metrics. A finished run is verified against its manifest and left as it is; `epochs` trains
         the run, finished or not, further to that many epochs in all (`check_extension`)."""
-        return _metrics(_train_run(None, self.path, True, on_epoch_end, progress, None, epochs))
+        out, first = self.path, process_rank() == 0
+        if not (out / CONFIG).is_file():
+            raise InputError(f"{out}: nothing to resume (no {CONFIG})")
+        with notices_to_stderr(), run_lock(out, enabled=first):
+            check_not_failed(out)
+            if _nothing_left(out, epochs):
+                return _left_as_it_is(out) if first else {}
+            cfg = _resumed_config(out, epochs)
+            from lbhash.data import load_data, load_split  # (the data loads only to train)
+
+            dataset = load_data(run_data_spec(out, cfg))  # the run's own data, found from any working directory
+            trained = _fit(cfg, out, dataset, load_split(out / SPLIT), True, epochs, progress, on_epoch_end)
+        return {} if trained is None else trained.metrics
 
     def config(self) -> RunConfig:
         """The run's saved config (config.yaml), resolved."""
@@ -244,44 +267,13 @@ def _embedded_model(model):
     return Embedded(model).eval()
 
 
-def _metrics(result: TrainedRun | None) -> dict[str, Any]:
-    return {} if result is None else result.metrics
+def _fit(cfg: TrainConfig, out: Path, dataset: HashDataset | None, split, resume: bool, epochs: int | None,
+         progress: bool | None, on_epoch_end: EpochHook | None) -> Trained | None:
+    # the training stack (the loop, the metrics' numba kernels) is imported only to train
+    from lbhash.runs.training import DirectoryStore
+    from lbhash.train.fit import fit
 
-
-def _train_run(cfg: TrainConfig | None, out: Path, resume: bool, on_epoch_end: EpochHook | None,
-               progress: bool | None, dataset: HashDataset | None, epochs: int | None) -> TrainedRun | None:
-    finished = resume and epochs is None and (out / MANIFEST).is_file()  # nothing to train: no summary
-    with notices_to_stderr():
-        result = _train(cfg, out, resume, on_epoch_end, progress, dataset, epochs)
-        if result is not None and "run" in result.metrics and not finished:
-            logger.info(result_line(result.metrics, out))
-        return result
-
-
-def _train(cfg: TrainConfig | None, out: Path, resume: bool, on_epoch_end, progress: bool | None,
-           dataset: HashDataset | None, epochs: int | None) -> TrainedRun | None:
-    first = process_rank() == 0  # only rank 0 locks and writes; the others follow it
-    _check_request(cfg, out, resume)
-    with run_lock(out, enabled=first):
-        if resume:
-            check_not_failed(out)
-            if _nothing_left(out, epochs):
-                return _left_as_it_is(out) if first else None
-            cfg = _resumed_config(out, epochs)
-        elif first and (out / CONFIG).exists():
-            raise InputError(f"{out} already holds a run: pass --resume to continue it, or choose another --out")
-        # the training stack (the loop, the metrics' numba kernels) is imported only to train
-        from lbhash.runs.training import open_run, train_open_run
-
-        return train_open_run(open_run(cfg, out, resume, epochs, progress, dataset, on_epoch_end))
-
-
-def _check_request(cfg: TrainConfig | None, out: Path, resume: bool) -> None:
-    if resume:
-        if not (out / CONFIG).is_file():
-            raise InputError(f"{out}: nothing to resume (no {CONFIG})")
-    elif cfg is None:
-        raise InputError("no configuration given")
+    return fit(cfg, dataset, split, DirectoryStore(out, resume, epochs), progress, on_epoch_end)
 
 
 def _nothing_left(out: Path, epochs: int | None) -> bool:
@@ -294,17 +286,19 @@ def _nothing_left(out: Path, epochs: int | None) -> bool:
     return epochs is None and (out / CODES).is_file()
 
 
-def _left_as_it_is(out: Path) -> TrainedRun:
+def _left_as_it_is(out: Path) -> dict[str, Any]:
     """A finished run's metrics, with a line saying that it was left as it is; a run that
     stopped after its codes gets its metrics and manifest."""
-    if not (out / MANIFEST).is_file():
-        return TrainedRun(finish_run(out))
+    if not (out / MANIFEST).is_file():  # killed between its codes and its metrics
+        metrics = finish_run(out)
+        logger.info(result_line(metrics, out))
+        return metrics
     cfg, metrics = load_run_config(out), read_metrics(out)
     trained = metrics.get("run", {}).get("epochs_trained", cfg.recipe.epochs)
     early = f" (stopped early: patience {cfg.recipe.patience})" if trained < cfg.recipe.epochs else ""
     logger.info("%s: already finished at epoch %d%s; nothing to do (--epochs N trains it further)",
                 out, trained, early)
-    return TrainedRun(metrics)
+    return metrics
 
 
 def _resumed_config(out: Path, epochs: int | None) -> RunConfig:

@@ -14,9 +14,8 @@ import logging
 import os
 import shutil
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 import torch
 import yaml
@@ -331,16 +330,6 @@ def load_run_model(run_dir: str | Path) -> tuple[HashModel, RunConfig]:
         raise InputError(f"{path}: the weights do not fit the model of {CONFIG} "
                          f"({str(err).splitlines()[0]})") from None
     return model.eval(), cfg
-
-
-@dataclass
-class TrainedRun:
-    """What `RunDirectory.fit` (lbhash.runs.run_dir) gives its caller: the run's metrics (metrics.json),
-    and what this call trained: the fitted model (None when the run had nothing left to train)
-    and the query part of codes.npz (`query_codes`, `query_labels`, `bits`; None without queries)."""
-    metrics: dict[str, Any]
-    fitted: Fitted | None = None
-    query_codes: dict | None = None
 
 
 def read_fitted(run_dir: str | Path) -> Fitted:

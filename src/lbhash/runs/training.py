@@ -1,69 +1,32 @@
-"""Training a run directory once lbhash.runs.run_dir has decided there is something to train: `open_run`
-builds its trainer (lbhash.train.fit.prepare, the directory as its `RunStore`), then `train_open_run`
-trains it; `write_run` writes the same files from an in-memory fit."""
+"""A run directory as the store that `lbhash.train.fit.fit` trains into (`DirectoryStore`): its first
+files, each epoch's log line and checkpoint, a resumed run's checkpoint, and at the end its codes,
+metrics and manifest from the arrays the fit hands it; `DirectoryStore.write` writes an in-memory fit
+as the same files."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
 
 import numpy as np
 import torch
 
 from lbhash._io import atomic_path, save_npz, temporary_name, write_json
-from lbhash.codes_file import codes_from_arrays
-from lbhash.data import HashDataset, Split, load_data, load_split, save_split
+from lbhash.data import Split, save_split
 from lbhash.data.input_form import InputForm
 from lbhash.errors import InputError
-from lbhash.runs.metrics import finish_run
-from lbhash.runs.rundir import (BEST, CHECKPOINT, CODES, CODES_SEEN, CONFIG, INPUT_FORM, LOG, SPLIT, TrainedRun,
-                                load_input_form, load_run_config, mark_failed, reopen_run, run_data_spec,
-                                save_run_config, truncate_log, verify_zip, write_log)
-from lbhash.train.config import RunConfig, TrainConfig
-from lbhash.train.fit import Trained, announce, as_loaded, prepare, train_to_end
-from lbhash.train.loop import NonFiniteError, Trainer
+from lbhash.runs.metrics import write_finished
+from lbhash.runs.rundir import (BEST, CHECKPOINT, CODES, CODES_SEEN, CONFIG, INPUT_FORM, LOG, SPLIT,
+                                load_input_form, load_run_config, mark_failed, reopen_run, save_run_config,
+                                truncate_log, verify_zip, write_log)
+from lbhash.train.config import RunConfig
+from lbhash.train.fit import Prepared, Trained
+from lbhash.train.loop import Trainer
 from lbhash.train.optim import check_further, load_scheduler_state
-from lbhash.train.processes import leave_process_group, process_rank
-from lbhash.train.results import Fitted
-from lbhash.train.split_codes import split_codes
+from lbhash.train.processes import process_rank
 from lbhash.train.summary import DATA_SUMMARY
-
-
-@dataclass
-class OpenRun:
-    """A run ready to train, with what its config.yaml and input.json hold."""
-    trainer: Trainer
-    config: RunConfig
-    input_form: InputForm
-    out: Path
-
-
-def open_run(cfg: TrainConfig, out: Path, resume: bool, epochs: int | None, progress: bool | None,
-             dataset: HashDataset | None, on_epoch_end: Callable[[int], None] | None) -> OpenRun:
-    """Build the run's experiment and trainer (`lbhash.train.fit.prepare`, with the run
-    directory as its store); every check happens before the run writes anything. A new run
-    then writes its first files, a resumed one loads its checkpoint, and one trained further
-    (`epochs`) is reopened."""
-    first = process_rank() == 0
-    store = RunStore(out)
-    if resume and dataset is None:  # the run's own data, found from any working directory
-        dataset = load_data(run_data_spec(out, cfg))
-    run = prepare(cfg, load_split(out / SPLIT) if resume else None, dataset, progress, on_epoch_end, store)
-    trainer, saved_cfg, form = run.trainer, run.config, run.input_form
-    if trainer.fabric.is_global_zero and not (out / CONFIG).exists():
-        _write_first_files(out, trainer.exp.split, run.data_summary, form, saved_cfg)
-    trainer.fabric.barrier()
-    store.resume(trainer)
-    if epochs is not None:
-        _reopen(out, trainer)
-    announce(run)
-    if resume and first:  # what the run directory holds (this call's progress= is not written)
-        saved_cfg = load_run_config(out)
-        form = load_input_form(out, saved_cfg)
-    return OpenRun(trainer, saved_cfg, form, out)
 
 
 def _write_first_files(out: Path, split: Split, summary: dict, form: InputForm, cfg: RunConfig) -> None:
@@ -84,11 +47,51 @@ def _reopen(out: Path, trainer: Trainer) -> None:
     trainer.fabric.barrier()
 
 
-class RunStore:
-    """The files a trainer writes into run directory `run_dir` while it trains."""
+class DirectoryStore:
+    """Run directory `run_dir` as a `RunStore`: a new run (`resume` False) or one to continue from its
+    checkpoint, trained further to `epochs` in all where given (`lbhash train --resume --epochs N`)."""
 
-    def __init__(self, run_dir: Path):
-        self.run_dir = Path(run_dir)
+    def __init__(self, run_dir: Path, resume: bool = False, epochs: int | None = None):
+        self.run_dir, self.resumed, self.epochs = Path(run_dir), resume, epochs
+
+    def begin(self, run: Prepared) -> Prepared:
+        """Every check has happened before this writes anything: a new run then writes its first files,
+        a resumed one loads its checkpoint, and one trained further (`epochs`) is reopened. Returns the
+        run with the config and input form of the directory (a resumed run's, as they were written:
+        this call's progress= is not)."""
+        trainer = run.trainer
+        if trainer.fabric.is_global_zero and not (self.run_dir / CONFIG).exists():
+            _write_first_files(self.run_dir, trainer.exp.split, run.data_summary, run.input_form, run.config)
+        trainer.fabric.barrier()
+        self._load_checkpoint(trainer)
+        if self.epochs is not None:
+            _reopen(self.run_dir, trainer)
+        if not (self.resumed and process_rank() == 0):
+            return run
+        config = load_run_config(self.run_dir)
+        return dataclasses.replace(run, config=config, input_form=load_input_form(self.run_dir, config))
+
+    def finish(self, trained: Trained) -> None:
+        """codes_seen.npz and codes.npz, then metrics.json and the manifest, from what the fit holds."""
+        save_split_codes(self.run_dir, trained.codes)
+        write_finished(self.run_dir, trained.metrics)
+
+    def failed(self, reason: str) -> None:
+        mark_failed(self.run_dir, reason)
+
+    @staticmethod
+    def write(out: Path, trained: Trained) -> None:
+        """Write an in-memory fit (`fit` without a store) as a finished run directory `out` (a new,
+        empty directory): the files `lbhash train` writes, from memory."""
+        fitted = trained.fitted
+        _write_first_files(out, trained.split, trained.data_summary, fitted.input_form, fitted.config)
+        write_log(out / LOG, fitted.history)
+        for name, content in ((CHECKPOINT, trained.checkpoint), (BEST, trained.best)):
+            if content is not None:
+                with atomic_path(out / name) as tmp:
+                    torch.save(content, tmp)
+        save_split_codes(out, trained.codes)
+        write_finished(out, trained.metrics)
 
     def save_best(self, best: dict) -> None:
         """best.pt, atomically (a kill never leaves half of it)."""
@@ -121,7 +124,7 @@ class RunStore:
             os.replace(tmp, path)  # atomic: a kill never leaves a broken checkpoint
         trainer.fabric.barrier()
 
-    def resume(self, trainer: Trainer) -> None:
+    def _load_checkpoint(self, trainer: Trainer) -> None:
         """Continue from the checkpoint; without one, from the start (dropping any log lines of
         an epoch that had not reached its checkpoint)."""
         path = self.run_dir / CHECKPOINT
@@ -144,55 +147,6 @@ class RunStore:
         trainer.start_epoch = int(rest["epoch"])
         if trainer.fabric.is_global_zero:
             trainer.history = truncate_log(self.run_dir / LOG, trainer.start_epoch)
-
-
-# --- training it ------------------------------------------------------------------------------
-
-def train_open_run(run: OpenRun) -> TrainedRun | None:
-    trainer = run.trainer
-    try:
-        train_to_end(trainer)
-        query_codes = write_codes(trainer, run.out) if trainer.fabric.is_global_zero and trainer.cfg.recipe.test else None
-        trainer.fabric.barrier()
-        for run_logger in trainer.fabric.loggers:
-            run_logger.finalize("success")
-        leave_process_group(trainer.fabric)
-        if not trainer.fabric.is_global_zero:
-            return None
-        metrics = finish_run(run.out)
-        fitted = Fitted(as_loaded(trainer.learner.model), run.config, run.input_form, trainer.history)
-        return TrainedRun(metrics, fitted, query_codes)
-    except (InputError, NonFiniteError) as err:
-        # deterministic: the same run would fail again, so --resume says why instead of retrying;
-        # anything else (a kill, a full disk, the caller's callback) leaves a run --resume continues
-        if trainer.fabric.is_global_zero:
-            mark_failed(run.out, str(err))
-        raise
-
-
-# --- a run directory from an in-memory fit ----------------------------------------------------
-
-def write_run(out: Path, trained: Trained) -> dict[str, Any]:
-    """Write what `lbhash.train.fit.fit` trained as a finished run directory `out` (a new, empty
-    directory): the files `lbhash train` writes, from memory. Returns its metrics.json."""
-    fitted = trained.fitted
-    _write_first_files(out, trained.split, trained.data_summary, fitted.input_form, fitted.config)
-    write_log(out / LOG, fitted.history)
-    for name, content in ((CHECKPOINT, trained.checkpoint), (BEST, trained.best)):
-        if content is not None:
-            with atomic_path(out / name) as tmp:
-                torch.save(content, tmp)
-    save_split_codes(out, trained.codes)
-    return finish_run(out)
-
-
-def write_codes(trainer: Trainer, run_dir: Path) -> dict | None:
-    """Encode query and database with the trained model (`split_codes`) into codes.npz (none
-    without queries); under unseen:K, first the seen-class parts into codes_seen.npz. Returns
-    codes.npz as `load_codes_file` reads it, or None without queries."""
-    files = split_codes(trainer)
-    save_split_codes(run_dir, files)
-    return codes_from_arrays(files["all"], str(run_dir / CODES)) if "all" in files else None
 
 
 def save_split_codes(run_dir: Path, files: dict[str, dict[str, np.ndarray]]) -> None:

@@ -1,16 +1,16 @@
-"""The training core, in memory: `fit` trains a model and its objective on a data set and
-returns what it trained (`Trained`), writing no file.
-
-`prepare` builds the experiment and trainer and `train_to_end` trains it; the run directory
-(lbhash.runs.run_dir) is a layer on top that passes a store to `prepare`. `HashEncoder.fit` uses `fit`.
-"""
+"""The one training driver: `fit` trains a model and its objective on a data set and returns what it
+trained (`Trained`). It writes no file itself: given a `RunStore` (a run directory,
+lbhash.runs.training.DirectoryStore) it starts or resumes the run there, hands it each epoch and, at the
+end, what it trained. `RunDirectory.train` and `.resume` (`lbhash train`, `reproduce`) and `HashEncoder.fit`
+all call it."""
 
 from __future__ import annotations
 
 import logging
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, Protocol
 
 import numpy as np
 import torch
@@ -25,7 +25,7 @@ from lbhash.models import HashModel
 from lbhash.train.builder import build_experiment
 from lbhash.train.closed_form import fit_closed_form
 from lbhash.train.config import RunConfig, TrainConfig, backbone_line, profile_line
-from lbhash.train.loop import EpochStore, Trainer, check_logger
+from lbhash.train.loop import EpochStore, NonFiniteError, Trainer, check_logger
 from lbhash.train.processes import check_accelerator, leave_process_group, process_rank
 from lbhash.train.results import Fitted, run_metrics
 from lbhash.train.split_codes import split_codes
@@ -46,16 +46,37 @@ class Prepared:
 
 @dataclass
 class Trained:
-    """What `fit` trained, in memory: the fitted model, its metrics.json's metrics, and what the
-    other files of a run directory would hold (lbhash.runs.training.write_run writes them; `best`:
-    best.pt's, None unless `select: best-val`)."""
+    """What `fit` trained: the fitted model, its metrics.json's metrics, the arrays of its codes files
+    (`split_codes`' parts), and what the other files of a run directory hold. `checkpoint` and `best`
+    (best.pt's, None unless `select: best-val`) are kept for a fit without a store, which
+    `DirectoryStore.write` turns into a run directory later; with a store they are on its disk (None)."""
     fitted: Fitted
     metrics: dict[str, Any]
     codes: dict[str, dict[str, np.ndarray]]
     split: Split
     data_summary: dict
-    checkpoint: dict
+    checkpoint: dict | None
     best: dict | None
+
+
+class RunStore(EpochStore, Protocol):
+    """Where `fit` keeps a run (a run directory): each epoch (`EpochStore`), and around them the run's
+    start and end. Only rank 0 writes; every process calls `begin`."""
+
+    run_dir: Path
+
+    def begin(self, run: Prepared) -> Prepared:
+        """A new run's first files, or a resumed run's checkpoint loaded into `run.trainer`; returns the
+        run with the config and input form the store holds."""
+        ...
+
+    def finish(self, trained: Trained) -> None:
+        """The finished run's codes, metrics and manifest, from the arrays in hand (rank 0)."""
+        ...
+
+    def failed(self, reason: str) -> None:
+        """Mark the run as failed for a reason that would fail it again (rank 0)."""
+        ...
 
 
 def prepare(cfg: TrainConfig, split: Split | None, dataset: HashDataset | None, progress: bool | None,
@@ -121,30 +142,60 @@ def train_to_end(trainer: Trainer) -> None:
         trainer.learner.model.load_state_dict(best["model"])
 
 
-def fit(cfg: TrainConfig, dataset: HashDataset | None = None, progress: bool | None = None,
-        on_epoch_end: Callable[[int], None] | None = None) -> Trained:
-    """Train `cfg` on `dataset` (default: load cfg.dataset.data) in memory, on one device, and return
-    what it trained. It reports on the "lbhash" logger as `RunDirectory.train` (lbhash.runs) does."""
-    from lightning.fabric.utilities.apply_func import move_data_to_device  # Lightning loads with the first fit
-
-    if cfg.runtime.devices > 1:
+def fit(cfg: TrainConfig, dataset: HashDataset | None = None, split: Split | None = None,
+        store: RunStore | None = None, progress: bool | None = None,
+        on_epoch_end: Callable[[int], None] | None = None) -> Trained | None:
+    """Train `cfg` on `dataset` (default: load cfg.dataset.data) and `split` (default: drawn by the
+    config), in memory, or into `store` (which may resume what it holds), and return what it trained;
+    None in the other processes of a multi-process run (only a store trains on several devices). It
+    reports on the "lbhash" logger (stderr where logging is not configured)."""
+    if cfg.runtime.devices > 1 and store is None:
         raise InputError(f"devices={cfg.runtime.devices}: an in-memory fit trains in one process; `lbhash train "
                          "--devices N` trains a run directory on several")
     with notices_to_stderr():
-        run = prepare(cfg, None, dataset, progress, on_epoch_end)
-        trainer = run.trainer
+        run = prepare(cfg, split, dataset, progress, on_epoch_end, store)
+        if store is not None:
+            run = store.begin(run)
         announce(run)
-        train_to_end(trainer)
-        codes = split_codes(trainer) if trainer.cfg.recipe.test else {}
-        leave_process_group(trainer.fabric)
-        read = {part: codes_from_arrays(arrays, f"{part} codes") for part, arrays in codes.items()}
-        metrics = run_metrics(run.config, trainer.history, trainer.exp.split, read.get("all"), read.get("seen"))
-        model = as_loaded(trainer.learner.model)
+        trainer = run.trainer
+        try:
+            trained = _train_and_encode(run, keep_state=store is None)
+            if trained is not None and store is not None:
+                store.finish(trained)
+        except (InputError, NonFiniteError) as err:
+            # deterministic: the same run would fail again, so --resume says why instead of retrying;
+            # anything else (a kill, a full disk, the caller's callback) leaves a run --resume continues
+            if store is not None and trainer.fabric.is_global_zero:
+                store.failed(str(err))
+            raise
+        if trained is not None:
+            logger.info(result_line(trained.metrics, None if store is None else store.run_dir))
+    return trained
+
+
+def _train_and_encode(run: Prepared, keep_state: bool) -> Trained | None:
+    """Train what is left, encode the split (rank 0) and measure it; None in the other processes.
+    `keep_state`: keep the last checkpoint's and the best epoch's state in memory."""
+    from lightning.fabric.utilities.apply_func import move_data_to_device  # Lightning loads with the first fit
+
+    trainer = run.trainer
+    train_to_end(trainer)
+    first = trainer.fabric.is_global_zero
+    codes = split_codes(trainer) if first and trainer.cfg.recipe.test else {}
+    trainer.fabric.barrier()
+    for run_logger in trainer.fabric.loggers:
+        run_logger.finalize("success")
+    leave_process_group(trainer.fabric)
+    if not first:
+        return None
+    read = {part: codes_from_arrays(arrays, f"{part} codes") for part, arrays in codes.items()}
+    metrics = run_metrics(run.config, trainer.history, trainer.exp.split, read.get("all"), read.get("seen"))
+    checkpoint = best = None
+    if keep_state:
         epoch = trainer.history[-1]["epoch"] if trainer.history else 0
         checkpoint = move_data_to_device({**trainer.state(epoch), "learner": trainer.learner.state_dict()}, "cpu")
         best = trainer.selection.best() if trainer.cfg.recipe.select == "best-val" else None
-        logger.info(result_line(metrics))
-    fitted = Fitted(model, run.config, run.input_form, trainer.history)
+    fitted = Fitted(as_loaded(trainer.learner.model), run.config, run.input_form, trainer.history)
     return Trained(fitted, metrics, codes, trainer.exp.split, run.data_summary, checkpoint, best)
 
 

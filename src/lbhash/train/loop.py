@@ -1,5 +1,6 @@
 """The training loop of Alg. 1 on Lightning Fabric, in memory: records per epoch, model
-selection, and a `store` (lbhash.runs.training.RunStore) when the caller wants each epoch written.
+selection, and a `store` (a run directory, lbhash.runs.training.DirectoryStore) when the caller wants each
+epoch written.
 
 Per batch: u = F_theta(x); loss = method loss (+ lambda * L_theta) + L_pi, one backward pass and a
 step of each optimizer (lines 7-8 of Alg. 1). Each epoch's randomness is seeded from (seed, epoch),
