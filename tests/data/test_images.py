@@ -429,3 +429,25 @@ def test_what_the_data_line_knows_of_image_sizes(tmp_path):
     mixed = folder("mixed", [32, 40, 32])
     assert not mixed.preload() and mixed.sizes() == {"varying": True}
     assert "images of varying size -> 64x64" in line(mixed.sizes())
+
+
+@pytest.mark.parametrize("preset, size", [("cifar", 32), ("imagenet", 64)])
+def test_a_1x1_image_becomes_a_flat_colour_at_the_models_size_without_a_warning(preset, size):
+    """The contract of docs/data.md (settled, issue 69): a 1x1 image is neither refused nor warned of;
+    the run's transform resizes it like any other, to a flat colour: every input pixel is the one
+    pixel's normalised value."""
+    import warnings
+
+    from lbhash.data.eval_images import eval_inputs
+    from lbhash.data.image_sources import decode_image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (1, 1), (200, 30, 90)).save(buf, format="PNG")
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pixels = decode_image(buf.getvalue(), "dot.png")
+        x = eval_inputs(pixels[None], preset, size, mean, std)
+    assert pixels.shape == (1, 1, 3) and x.shape == (1, 3, size, size)
+    want = (np.array([200, 30, 90], np.float32) / np.float32(255) - np.float32(mean)) / np.float32(std)
+    np.testing.assert_array_equal(x[0], np.broadcast_to(want[:, None, None], (3, size, size)))

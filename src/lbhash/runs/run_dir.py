@@ -59,7 +59,10 @@ class RunDirectory:
             if process_rank() == 0 and (self.path / CONFIG).exists():
                 raise InputError(f"{self.path} already holds a run: pass --resume to continue it, or choose another "
                                  "--out")
-            return _fit(cfg, self.path, dataset, None, False, None, progress, on_epoch_end)
+            from lbhash.runs.training import DirectoryStore  # the training stack is imported only to train
+            from lbhash.train.fit import fit
+
+            return fit(cfg, dataset, None, DirectoryStore(self.path), progress, on_epoch_end)
 
     def resume(self, epochs: int | None = None, progress: bool | None = None,
                on_epoch_end: EpochHook | None = None) -> dict[str, Any]:
@@ -74,10 +77,13 @@ class RunDirectory:
             if _nothing_left(out, epochs):
                 return _left_as_it_is(out) if first else {}
             cfg = _resumed_config(out, epochs)
-            from lbhash.data import load_data, load_split  # (the data loads only to train)
+            from lbhash.data import load_data, load_split  # the data and the training stack load only to train
+            from lbhash.runs.training import DirectoryStore
+            from lbhash.train.fit import fit
 
             dataset = load_data(run_data_spec(out, cfg))  # the run's own data, found from any working directory
-            trained = _fit(cfg, out, dataset, load_split(out / SPLIT), True, epochs, progress, on_epoch_end)
+            store = DirectoryStore(out, resume=True, epochs=epochs)
+            trained = fit(cfg, dataset, load_split(out / SPLIT), store, progress, on_epoch_end)
         return {} if trained is None else trained.metrics
 
     def config(self) -> RunConfig:
@@ -265,15 +271,6 @@ def _embedded_model(model):
             return self.inner.forward_embedded(x)
 
     return Embedded(model).eval()
-
-
-def _fit(cfg: TrainConfig, out: Path, dataset: HashDataset | None, split, resume: bool, epochs: int | None,
-         progress: bool | None, on_epoch_end: EpochHook | None) -> Trained | None:
-    # the training stack (the loop, the metrics' numba kernels) is imported only to train
-    from lbhash.runs.training import DirectoryStore
-    from lbhash.train.fit import fit
-
-    return fit(cfg, dataset, split, DirectoryStore(out, resume, epochs), progress, on_epoch_end)
 
 
 def _nothing_left(out: Path, epochs: int | None) -> bool:
