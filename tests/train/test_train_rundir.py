@@ -155,6 +155,39 @@ def test_a_run_that_fails_after_its_first_write_is_marked_failed(tmp_path, monke
     one_line_error(cli("train", "--resume", "--out", out), "failed run", "training refused")
 
 
+def test_a_run_writes_its_metrics_from_the_arrays_in_hand_and_only_a_killed_one_reads_its_codes(
+        tmp_path, monkeypatch):
+    """The one driver hands the store what it trained: no codes file is read back to measure it. A run
+    killed between its codes and its metrics is the one case that reads them (`--resume` finishes it),
+    and gives the same metrics."""
+    import lbhash.runs.metrics as metrics_module
+    import lbhash.runs.training as run_module
+
+    reads, real_load = [], metrics_module.load_codes_file
+
+    def counted(path, *args, **kwargs):
+        reads.append(path.name)
+        return real_load(path, *args, **kwargs)
+
+    monkeypatch.setattr(metrics_module, "load_codes_file", counted)
+    whole = RunDirectory(tmp_path / "whole").train(TrainConfig(**FAST, epochs=1))
+    assert reads == [] and (tmp_path / "whole" / "manifest.json").is_file()
+
+    def killed(out, metrics):  # the codes are written; the process dies before metrics.json
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(run_module, "write_finished", killed)
+    with pytest.raises(KeyboardInterrupt):
+        RunDirectory(tmp_path / "cut").train(TrainConfig(**FAST, epochs=1))
+    assert (tmp_path / "cut" / "codes.npz").is_file() and not (tmp_path / "cut" / "metrics.json").exists()
+    finished = RunDirectory(tmp_path / "cut").resume()
+    assert reads == ["codes.npz"] and (tmp_path / "cut" / "manifest.json").is_file()
+    drop = ("seconds", "seconds_per_epoch", "encode_seconds")
+    assert {k: v for k, v in finished["run"].items() if k not in drop} == \
+        {k: v for k, v in whole["run"].items() if k not in drop}
+    assert finished["map"] == whole["map"]
+
+
 def test_a_transient_failure_leaves_a_run_that_resume_continues(tmp_path, monkeypatch):
     import lbhash.runs.training as run_module
 
