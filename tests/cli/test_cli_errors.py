@@ -263,3 +263,37 @@ def test_no_refusal_advises_overwriting_alone():
     assert len(found) >= 4, found  # the outputs of evaluate/encode, index build (twice, Milvus), export
     for where, text in found:
         assert "choose another" in text and text.index("choose another") < text.index("--overwrite"), (where, text)
+
+
+def test_every_option_a_refusal_names_is_an_option_of_a_command():
+    """Issue 69: advice that names an option the CLI does not have cannot be followed. Every `--flag` in
+    the text of a `raise` anywhere in the package is an option (or its `--no-` form) of some `lbhash`
+    command, found by walking the command tree; the pieces of an f-string are read apart, so a value
+    between two flags does not join them."""
+    import ast
+    import re
+    from pathlib import Path
+
+    import click
+
+    import lbhash
+    from lbhash.cli import main
+
+    def commands(cmd, ctx=None):
+        yield cmd
+        if isinstance(cmd, click.Group):
+            ctx = click.Context(cmd, parent=ctx)
+            for name in cmd.list_commands(ctx):
+                yield from commands(cmd.get_command(ctx, name), ctx)
+
+    options = {o for cmd in commands(main) for p in cmd.params for o in (*p.opts, *p.secondary_opts)}
+    named = {}
+    for path in sorted(Path(lbhash.__file__).parent.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Raise) and node.exc is not None:
+                text = " ".join(n.value for n in ast.walk(node.exc)
+                                if isinstance(n, ast.Constant) and isinstance(n.value, str))
+                for flag in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", text):
+                    named.setdefault(flag, f"{path.name}:{node.lineno}")
+    assert len(named) >= 40 and {"--no-rescore", "--overwrite", "--resume"} <= named.keys()
+    assert {flag: where for flag, where in named.items() if flag not in options} == {}
