@@ -20,6 +20,7 @@ of the instance bits) is marked `same`: an edited copy or a duplicate of the que
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -40,6 +41,27 @@ SIMILARITY_POWER = 3
 # the default where the queries give no instance codes: the similarity decides (the cosine re-scoring
 # that the tables of docs/search.md, "Re-scoring", measure); LOOKS_LIKE was chosen with instance codes
 SIMILARITY_FIRST = 1.0
+
+
+@dataclass(frozen=True)
+class Queries:
+    """A search's queries: packed `codes` uint8 (nq, bits // 8) and, for a ranked search, their
+    `embeddings` (nq, d; where the index keeps them), from the forward pass that made the codes (or
+    given beside them), their packed `instance` codes (lbhash.instance; where the index keeps them)
+    and `center` (d,), the instance transform's mean, which the ranking's cosine centres on."""
+
+    codes: np.ndarray
+    embeddings: np.ndarray | None = None
+    instance: np.ndarray | None = None
+    center: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def __getitem__(self, rows: slice) -> "Queries":
+        """The queries of `rows` (the centre is shared)."""
+        return Queries(self.codes[rows], *(None if a is None else a[rows] for a in (self.embeddings, self.instance)),
+                       self.center)
 
 
 class Blended(NamedTuple):
@@ -105,8 +127,8 @@ def blended_search(index: Backend, queries, k, instance_queries=None, embeddings
             _, candidates = with_boundary_ties(index, queries[part], dist, candidates, group)
         if inst is not None:
             candidates = _merged(candidates, index.instance_search(inst[part], wanted, group)[1])
-        parts.append(_ranked(index, queries[part], None if inst is None else inst[part],
-                             None if units is None else units[part], candidates, k, looks_like, center))
+        parts.append(_ranked(index, Queries(queries[part], None if units is None else units[part],
+                                            None if inst is None else inst[part], center), candidates, k, looks_like))
     return Blended(*(np.concatenate([p[i] for p in parts]) for i in range(5)))
 
 
@@ -158,9 +180,10 @@ def _centred_cosine(query_units: np.ndarray, rows: np.ndarray, center: np.ndarra
     return np.einsum("qcd,qd->qc", r, q, optimize=False)
 
 
-def _ranked(index: Backend, queries, inst, units, ids: np.ndarray, k: int, looks_like: float,
-            center: np.ndarray | None = None) -> Blended:
-    """The best k of candidate rows `ids` (nq, c; -1: padding), scored as the module says."""
+def _ranked(index: Backend, queries: Queries, ids: np.ndarray, k: int, looks_like: float) -> Blended:
+    """The best k of candidate rows `ids` (nq, c; -1: padding), scored as the module says, for `queries`
+    whose embeddings are unit rows."""
+    inst, units, center = queries.instance, queries.embeddings, queries.center
     nq, c = ids.shape
     keep = min(k, c)
     out = Blended(np.full((nq, k), -np.inf), np.full((nq, k), PAD_DISTANCE, np.int32),
@@ -179,7 +202,7 @@ def _ranked(index: Backend, queries, inst, units, ids: np.ndarray, k: int, looks
         codes = np.asarray(index.get_codes(found))[where]
         icodes = None if inst is None else np.asarray(index.get_instance_codes(found))[where]
         stored = None if units is None else scoring_rows(index.get_embeddings(found))[where]
-        d_class = _distances(queries[s:e], codes)
+        d_class = _distances(queries.codes[s:e], codes)
         d_inst = np.full(d_class.shape, PAD_DISTANCE, np.int32) if icodes is None else _distances(inst[s:e], icodes)
         if stored is None:
             similarity = np.cos(np.pi * d_inst / index.instance_bits)

@@ -15,7 +15,7 @@ from lbhash.checks import positive_int
 from lbhash.errors import InputError
 from lbhash.index import _checks
 from lbhash.index.backend import Backend
-from lbhash.index.blend import blended_search, check_looks_like
+from lbhash.index.blend import Queries, blended_search, check_looks_like
 from lbhash.index.rescore import RESCORE_FACTOR
 from lbhash.index.sparse_labels import SparseLabels
 from lbhash.limits import MAX_BATCH, MAX_CLASS_ID, MAX_K, check_class_ids, check_k
@@ -54,22 +54,6 @@ class SearchPlan:
     spelling: Spelling = Spelling()
     max_hits: int | None = None
     looks_like: float | None = None
-
-
-@dataclass(frozen=True)
-class Queries:
-    """A search's queries: packed `codes` uint8 (nq, bits // 8) and, for a ranked search, their
-    `embeddings` (nq, d; where the index keeps them), from the forward pass that made the codes (or
-    given beside them), their packed `instance` codes (lbhash.instance; where the index keeps them)
-    and `center` (d,), the instance transform's mean, which the ranking's cosine centres on."""
-
-    codes: np.ndarray
-    embeddings: np.ndarray | None = None
-    instance: np.ndarray | None = None
-    center: np.ndarray | None = None
-
-    def __len__(self) -> int:
-        return len(self.codes)
 
 
 @dataclass(frozen=True)
@@ -143,17 +127,15 @@ def search_hits(index: Backend, queries: Queries, plan: SearchPlan, classes: lis
     those of a capped radius search in groups that find at most `RANGE_PAIRS` pairs."""
     if classes is not None and len(classes) != len(queries):
         raise InputError(f"{plan.spelling.classes} has {len(classes)} entries but there are {len(queries)} queries")
-    codes, real, inst = queries.codes, queries.embeddings, queries.instance
-    if plan.factor is None and (real is not None or inst is not None):
+    if plan.factor is None and (queries.embeddings is not None or queries.instance is not None):
         raise TypeError("query embeddings and instance codes go with a ranked plan")
     rows, step = [], MAX_BATCH
     if plan.radius is not None and plan.max_hits is not None:
         step = max(1, min(MAX_BATCH, RANGE_PAIRS // max(1, index.ntotal)))
-    for start in range(0, len(codes), step):
+    for start in range(0, len(queries), step):
         part = slice(start, start + step)
         labels = None if classes is None else SparseLabels.from_lists(classes[part], plan.spelling.classes)
-        rows += _batch_rows(index, codes[part], plan, labels, None if real is None else real[part], start,
-                            None if inst is None else inst[part], queries.center)
+        rows += _batch_rows(index, queries[part], plan, labels, start)
     # the labels of every hit, read in one lookup
     found = np.unique(np.concatenate([row[1] for row in rows])) if rows else np.empty(0, np.int64)
     label_lists = dict(zip(found.tolist(), index.labels_of(found))) if len(found) else {}
@@ -167,12 +149,12 @@ def _hits(row: tuple, label_lists: dict) -> Hits:
                 *(None if part is None else part.tolist() for part in extra))
 
 
-def _batch_rows(index, queries, plan: SearchPlan, labels, real, start: int, inst=None, center=None) -> list[tuple]:
-    """Per query: (distances, ids, scores, instance distances, same), padding stripped; None where the
+def _batch_rows(index, queries: Queries, plan: SearchPlan, labels, start: int) -> list[tuple]:
+    """Per query of `queries` (a batch): (distances, ids, scores, instance distances, same), padding stripped; None where the
     search has none (scores and same: a Hamming-order search; instance distances: no instance codes).
     `start`: the number of the batch's first query among the request's (for messages)."""
     if plan.radius is not None:
-        lims, dist, ids = index.range_search(queries, plan.radius, labels)
+        lims, dist, ids = index.range_search(queries.codes, plan.radius, labels)
         counts = np.diff(lims)
         over = np.flatnonzero(counts > plan.max_hits) if plan.max_hits is not None else ()
         if len(over):
@@ -182,10 +164,11 @@ def _batch_rows(index, queries, plan: SearchPlan, labels, real, start: int, inst
                              f"smaller {names.radius}, or {names.k} for the nearest")
         return [(dist[a:b], ids[a:b], None, None, None) for a, b in zip(lims[:-1], lims[1:])]
     if plan.factor is None:
-        dist, ids = index.search(queries, plan.k, labels)
+        dist, ids = index.search(queries.codes, plan.k, labels)
         return [(d[f], i[f], None, None, None) for d, i, f in zip(dist, ids, ids >= 0)]
-    got = blended_search(index, queries, plan.k, inst, real, labels, plan.factor, plan.looks_like, center)
-    kept = inst is not None
+    got = blended_search(index, queries.codes, plan.k, queries.instance, queries.embeddings, labels, plan.factor,
+                         plan.looks_like, queries.center)
+    kept = queries.instance is not None
     return [(d[f], i[f], s[f], di[f] if kept else None, same[f])
             for d, i, s, di, same, f in zip(got.distances, got.ids, got.scores, got.instance_distances, got.same,
                                             got.ids >= 0)]
