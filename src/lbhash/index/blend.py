@@ -118,7 +118,7 @@ def blended_search(index: Backend, queries, k, instance_queries=None, embeddings
     rows = None if labels is None else _checks.label_rows(labels, len(queries), "query labels")
     widen = inst is None and wanted < index.ntotal  # (instance candidates find what a tied class hides)
     step = max(1, PAIRS // max(wanted * (1 if inst is None else 2), MAX_RESCORE_CANDIDATES if widen else 1))
-    parts = []
+    parts, ranked = [], Queries(queries, units, inst, center)  # (sliced per group as Queries slices)
     for start in range(0, max(1, len(queries)), step):  # (an empty batch is one empty group)
         part = slice(start, start + step)
         group = None if rows is None else rows.take(np.arange(len(queries))[part])
@@ -127,8 +127,7 @@ def blended_search(index: Backend, queries, k, instance_queries=None, embeddings
             _, candidates = with_boundary_ties(index, queries[part], dist, candidates, group)
         if inst is not None:
             candidates = _merged(candidates, index.instance_search(inst[part], wanted, group)[1])
-        parts.append(_ranked(index, Queries(queries[part], None if units is None else units[part],
-                                            None if inst is None else inst[part], center), candidates, k, looks_like))
+        parts.append(_ranked(index, ranked[part], candidates, k, looks_like))
     return Blended(*(np.concatenate([p[i] for p in parts]) for i in range(5)))
 
 
