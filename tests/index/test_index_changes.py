@@ -160,3 +160,23 @@ def test_save_folds_and_the_loaded_index_searches_the_same(rng, tmp_path):
     queries = random_codes(rng, 20, 16)
     for got, want in zip(loaded.search(queries, 12), index.search(queries, 12)):
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("first", [0, 7, 1_000_003])
+def test_codes_by_id_where_ids_are_consecutive_or_not(rng, first):
+    """An ordered segment of consecutive ids finds a position by offset, one with a gap by binary search:
+    both give each id's own code, and an id outside the run, below it, past it or in a gap, is not found."""
+    codes = random_codes(rng, 300, 64)
+    for ids in (np.arange(first, first + 300), np.r_[np.arange(first, first + 150), np.arange(first + 160, first + 310)]):
+        index = CodeIndex(64)
+        index.add(codes, ids=ids)
+        assert index._main.ordered and len(index._tail) == 0
+        picked = rng.permutation(len(ids))[:40]
+        np.testing.assert_array_equal(index.get_codes(ids[picked]), codes[picked])
+        index.remove(ids[picked[:5]])  # a removed id is not found, by offset or by search
+        gap = [first + 155] if ids[-1] != first + 299 else []
+        for missing in [first - 1, ids[-1] + 1, ids[-1] + 10**9, ids[picked[0]]] + gap:
+            if missing < 0:  # (a negative id is refused as bad input before any look-up)
+                continue
+            with pytest.raises(NotFound):
+                index.get_codes([missing])

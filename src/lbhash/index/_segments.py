@@ -133,7 +133,11 @@ class Segment:
             where = self._where
             return np.fromiter((where.get(i, -1) for i in ids.tolist()), np.int64, len(ids))
         held = self._ids.view
-        pos = np.minimum(np.searchsorted(held, ids), len(held) - 1)
+        first = held[0]
+        if held[-1] - first == len(held) - 1:  # consecutive ids (ascending, distinct): the position is the offset
+            pos = np.clip(ids - first, 0, len(held) - 1)  # (a binary search of 1M ids cost a ranked search 0.1 ms)
+        else:
+            pos = np.minimum(np.searchsorted(held, ids), len(held) - 1)
         found = held[pos] == ids
         if self._dead is not None:
             found &= ~self._dead.view[pos]
