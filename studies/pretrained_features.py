@@ -19,6 +19,7 @@ import os
 import numpy as np
 
 from lbhash.data import InputOptions, load_data
+from lbhash.data.base import ForwardPass
 from lbhash.data.feature_cache import backbone_features
 from lbhash.models import backbone_defaults, create_backbone
 
@@ -36,7 +37,7 @@ def main() -> None:
     size, preset = backbone_defaults(args.backbone)
     backbone = create_backbone(args.backbone, pretrained=args.pretrained).eval()
     options = InputOptions(args.image_size or size, preset, 0, True)
-    feat = backbone_features(dataset, backbone, None, options, progress=True)
+    feat = backbone_features(dataset, backbone, None, options, ForwardPass(progress=True))
     labels = dataset.labels.argmax(1).astype(np.uint8) if not dataset.multi_label else dataset.labels
     is_test = dataset.is_test if dataset.is_test is not None else np.zeros(len(dataset), bool)
     tmp = f"{args.out}.tmp.npz"

@@ -9,7 +9,7 @@ import click
 from lbhash.checks import parse_int_list
 from lbhash.cli.common import parse_topk
 from lbhash.errors import InputError
-from lbhash.runs.metrics import evaluate_files
+from lbhash.runs.metrics import CodesFiles, evaluate_files
 
 
 @click.command()
@@ -57,7 +57,8 @@ def evaluate(codes_file: Path | None, queries: Path | None, database: Path | Non
         raise InputError(f"--{'queries' if queries is None else 'database'} is missing: give both "
                          "--queries and --database")
     r = None if topk is None else ("all" if parse_topk(topk) is None else parse_topk(topk))
+    files = CodesFiles(codes_file or queries, codes_file or database, codes_file is not None, query_labels,
+                       database_labels, bits)
     click.echo("\n".join(evaluate_files(
-        codes_file or queries, codes_file or database, codes_file is not None, query_labels, database_labels, bits, r,
-        asymmetric, out, overwrite, ks=parse_int_list(ks, "--ks"), radius=radius, knn=knn, percentile=percentile,
-        tie_averaged=tie_averaged)))
+        files, r, asymmetric, out, overwrite, ks=parse_int_list(ks, "--ks"), radius=radius, knn=knn,
+        percentile=percentile, tie_averaged=tie_averaged)))

@@ -83,16 +83,18 @@ def search(index_dir: str, codes_path, features_path, image_paths, run_dir, expo
     Limits (docs/search.md): k at most 1000, and at most 1000 items per query within --radius;
     class ids 0 to 65535; queries are searched in batches of 1024.
     """
-    from lbhash.runs.searcher import Names, search_index  # loads FAISS: once needed
+    # (these load FAISS: once needed)
+    from lbhash.runs.index_dir import IndexLocation
+    from lbhash.runs.searcher import Names, QueryModel, QuerySource, SearchOptions, search_index
 
     _check_query_options(codes_path, features_path, image_paths, model_source(run_dir, export_path),
                          rescore_factor, no_rescore, looks_like)
     names = Names(k="-k", radius="--radius", factor="--rescore-factor", rescore="--rescore-factor",
                   classes="--filter-labels", looks_like="--looks-like", features="--features", images="--images")
-    found = search_index(index_dir, backend, uri, codes=codes_path, features=features_path, images=image_paths,
-                         run_dir=run_dir, export_path=export_path, force=force, k=k, radius=radius,
+    found = search_index(IndexLocation(index_dir, backend, uri), QuerySource(codes_path, features_path, image_paths),
+                         QueryModel(run_dir, export_path, force), SearchOptions(k, radius, rescore_factor, looks_like),
                          classes=None if filter_labels is None else parse_int_list(filter_labels, "--filter-labels"),
-                         factor=rescore_factor, rescore=not no_rescore, names=names, looks_like=looks_like)
+                         rescore=not no_rescore, names=names)
     if as_json:
         click.echo(json.dumps(found.results, indent=1))
     else:
@@ -174,6 +176,7 @@ def duplicates(index_dir: str, run_dir, export_path, items: int, seed: int, edit
     recall@10 of the original, class P@10 and mAP@100, ms per query; bytes per item of each order.
     """
     from lbhash.runs.duplicates import evaluate_duplicates
+    from lbhash.runs.searcher import QueryModel
 
     if model_source(run_dir, export_path) is None:
         raise InputError("give --run RUN_DIR or --encoder EXPORT (the model that made the index's codes)")
@@ -181,7 +184,7 @@ def duplicates(index_dir: str, run_dir, export_path, items: int, seed: int, edit
     items = _duplicates_default("items") if items is None else items
     seed = _duplicates_default("seed") if seed is None else seed
     factor = _duplicates_default("factor") if factor is None else factor
-    report = evaluate_duplicates(index_dir, run_dir, export_path, items, seed, names, looks_like, factor)
+    report = evaluate_duplicates(index_dir, QueryModel(run_dir, export_path), items, seed, names, looks_like, factor)
     if as_json:
         click.echo(json.dumps(report, indent=1))
         return

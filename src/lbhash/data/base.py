@@ -8,7 +8,9 @@ Whether items are feature vectors or images is decided here, by the data set, on
 
 from __future__ import annotations
 
-from typing import ClassVar, Iterator, NamedTuple
+import contextlib
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, Iterator, NamedTuple
 
 import numpy as np
 
@@ -26,6 +28,19 @@ class InputOptions(NamedTuple):
     num_workers: int = 0            # DataLoader worker processes
     channels_last: bool = False     # image batches in channels-last memory format
     augment: str = "crop-flip"      # training augmentation: crop-flip, flip or none (lbhash.data.augment)
+
+
+# here, beside InputOptions, because the data layer runs forward loops too (lbhash.data.feature_cache),
+# and it may not import lbhash.train, whose forward loop (lbhash.train.forward) uses it most
+@dataclass(frozen=True)
+class ForwardPass:
+    """How a forward loop runs: on `device`, each batch under `autocast()`, with a progress bar or
+    not, in batches of `batch_size` items (None: the data set's own)."""
+
+    device: Any = "cpu"
+    autocast: Callable[[], Any] = contextlib.nullcontext
+    progress: bool = False
+    batch_size: int | None = None
 
 
 class HashDataset:

@@ -8,6 +8,7 @@ ranks with equal batch counts (padding by wrapping around), which DDP needs.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Iterator
 
 import numpy as np
@@ -34,6 +35,16 @@ def augmentation_generator(seed: int, rank: int, device) -> torch.Generator:
     gen = torch.Generator(device)
     gen.manual_seed(int(np.random.SeedSequence([seed, rank]).generate_state(1)[0]))
     return gen
+
+
+@dataclass(frozen=True)
+class EpochShard:
+    """One rank's share of every epoch: `rank` of `world_size` ranks takes its part of the seeded order
+    (shard_order), in batches of `batch_size` items."""
+
+    batch_size: int
+    rank: int = 0
+    world_size: int = 1
 
 
 class _Sharded:
@@ -87,13 +98,13 @@ class PixelBatches(_Sharded):
     """Batches of a decoded uint8 pixel store (n, H, W, 3): a gather of the batch's rows, then the training
     transform (lbhash.data.augment) on the whole batch, its draws from `augmentation_generator`."""
 
-    def __init__(self, pixels: np.ndarray, indices: np.ndarray, labels: np.ndarray, transform, batch_size: int,
-                 device="cpu", rank: int = 0, world_size: int = 1, channels_last: bool = True):
+    def __init__(self, pixels: np.ndarray, indices: np.ndarray, labels: np.ndarray, transform, shard: EpochShard,
+                 device="cpu", channels_last: bool = True):
         self.pixels, self.indices = pixels, np.asarray(indices, np.int64)
         self.device, self.transform, self.channels_last = torch.device(device), transform, channels_last
         self.on_device = _pixel_tensor(pixels, self.device)
         self.y = torch.as_tensor(labels, dtype=torch.float32, device=self.device)
-        super().__init__(len(self.indices), batch_size, rank, world_size)
+        super().__init__(len(self.indices), shard.batch_size, shard.rank, shard.world_size)
 
     def epoch(self, seed: int) -> Iterator[Batch]:
         order = shard_order(self.n, seed, self.rank, self.world_size)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from lbhash.data.base import HashDataset, InputOptions, check_indices
+from lbhash.data.base import ForwardPass, HashDataset, InputOptions, check_indices
 from lbhash.data.pixel_cache import CacheUnavailable, _publish, cache_root, read_entry, source_fingerprint, write_entry
 from lbhash.errors import InputError
 from lbhash.models.registry import IMAGENET_MEAN, IMAGENET_STD
@@ -61,10 +61,11 @@ def _entry_key(backbone, options: InputOptions, images: dict, bf16: bool) -> dic
     return key
 
 
-def backbone_features(dataset, backbone: torch.nn.Module, indices, options: InputOptions, device="cpu",
-                      progress: bool = False, batch_size: int | None = None, bf16: bool = False) -> np.ndarray:
+def backbone_features(dataset, backbone: torch.nn.Module, indices, options: InputOptions,
+                      how: ForwardPass = ForwardPass(), bf16: bool = False) -> np.ndarray:
     """The backbone's pooled float32 features (len(indices), D) of the items at `indices`, cached or computed
-    (and cached) now; `bf16`: under bf16 autocast (HashModel's bf16_backbone)."""
+    (and cached) now, on `how.device` with its progress bar and batch size; `bf16`: under bf16 autocast
+    (HashModel's bf16_backbone). `how.autocast` is not used: the precision keys the entry, so `bf16` alone sets it."""
     idx = check_indices(dataset, indices)
     if getattr(dataset, "pixels", True) is None and getattr(dataset, "source", None) is not None:
         _LOG.info("backbone features: decoding the %d images of %s first (their pixels key the feature cache)",
@@ -79,7 +80,7 @@ def backbone_features(dataset, backbone: torch.nn.Module, indices, options: Inpu
     if cached is not None:
         _LOG.info("backbone features: %d items from the cache (%s)", len(idx), path.name)
         return cached
-    features = _compute(dataset, backbone, idx, options, device, progress, batch_size, bf16)
+    features = _compute(dataset, backbone, idx, options, how, bf16)
     if path is not None:
         try:
             _write_entry(path, features, key)
@@ -89,10 +90,10 @@ def backbone_features(dataset, backbone: torch.nn.Module, indices, options: Inpu
 
 
 @torch.inference_mode()
-def _compute(dataset, backbone, idx: np.ndarray, options: InputOptions, device, progress: bool,
-             batch_size: int | None, bf16: bool) -> np.ndarray:
+def _compute(dataset, backbone, idx: np.ndarray, options: InputOptions, how: ForwardPass, bf16: bool) -> np.ndarray:
     from tqdm import tqdm
 
+    device, progress = how.device, how.progress
     was_training = backbone.training
     backbone.eval()
     dtype = next((p.dtype for p in backbone.parameters() if p.is_floating_point()), torch.float32)
@@ -107,7 +108,7 @@ def _compute(dataset, backbone, idx: np.ndarray, options: InputOptions, device, 
     try:
         # the data set's encoding batches (None): on a CPU small ones, whose activations stay in the
         # cache (8 images at 128-160 px extract 1.5-2x faster than 64; benchmarks/bench_backbone.py)
-        for x in dataset.encode_batches(idx, options, device, False, batch_size):
+        for x in dataset.encode_batches(idx, options, device, False, how.batch_size):
             with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16):
                 out.append(backbone(x.to(dtype)).float().cpu().numpy())
             bar.update(len(out[-1]))
@@ -198,19 +199,20 @@ class FrozenFeatures(HashDataset):
         return array_inputs(self._features(indices), batch_size or 1024, device)
 
 
-def with_frozen_features(dataset, backbone, indices, options: InputOptions, device="cpu",
-                         progress: bool = False, bf16: bool = False, home=None) -> FrozenFeatures:
-    """`dataset` whose items at `indices` give the frozen backbone's (cached) features. `home`: the
-    items whose features were cached as one entry (a run's training set, on its own data): the
-    requested items inside it are read from that entry, the others computed (and cached) as their
-    own. An entry is keyed by its whole set of images, so asking for a part of it would miss."""
+def with_frozen_features(dataset, backbone, indices, options: InputOptions, how: ForwardPass = ForwardPass(),
+                         bf16: bool = False, home=None) -> FrozenFeatures:
+    """`dataset` whose items at `indices` give the frozen backbone's (cached) features (`backbone_features`,
+    with `how` and `bf16`). `home`: the items whose features were cached as one entry (a run's training
+    set, on its own data): the requested items inside it are read from that entry, the others computed
+    (and cached) as their own. An entry is keyed by its whole set of images, so asking for a part of it
+    would miss."""
     idx = np.unique(check_indices(dataset, indices))
     parts = [idx]
     if home is not None:
         home = np.unique(np.asarray(home, np.int64))
         if len(home) and home[0] >= 0 and home[-1] < len(dataset) and np.isin(idx, home).any():
             parts = [p for p in (home, np.setdiff1d(idx, home)) if len(p)]
-    features = [backbone_features(dataset, backbone, part, options, device, progress, bf16=bf16) for part in parts]
+    features = [backbone_features(dataset, backbone, part, options, how, bf16) for part in parts]
     rows = np.full(len(dataset), -1, dtype=np.int64)
     offset = 0
     for part in parts:

@@ -133,8 +133,9 @@ def load_features(path: str | os.PathLike, x_key: str | None = None, y_key: str 
         raise InputError("scale/zero_point were given but dequantize='off'")
     quantized = lambda keys: dequantize == "on" or (dequantize == "auto" and (  # noqa: E731
         scale is not None or zero_point is not None or {"scale", "zero_point"} <= keys))
-    read = read_arrays(path, x_key, y_key, split_key, labels_path, _features, "features", FEATURE_KEYS,
-                       labels_required, (float32_copies(quantized), "the float32 copy of its features"))
+    inputs = ArrayInputs(_features, "features", FEATURE_KEYS,
+                         (float32_copies(quantized), "the float32 copy of its features"))
+    read = read_arrays(path, x_key, y_key, split_key, labels_path, inputs, labels_required)
     quantization = _quantization(read.arrays, path, scale, zero_point) if quantized(set(read.arrays)) else None
     if quantization is not None and dequantize == "auto" and np.asarray(read.x).dtype.kind == "f":
         # scaling float rows would scale features a second time, silently
@@ -155,16 +156,26 @@ class LabelledArrays(NamedTuple):
     arrays: dict[str, np.ndarray]    # everything the file holds
 
 
-def read_arrays(path: Path, x_key, y_key, split_key, labels_path, check_x: Callable, what: str,
-                x_keys: tuple[str, ...], labels_required: bool, copies: tuple[Copies, str]) -> LabelledArrays:
-    """Inputs, labels, split flags and class names of an array file (see load_features).
+@dataclass(frozen=True)
+class ArrayInputs:
+    """The model inputs an array file holds, as one kind of data set reads them: `check_x(array, path,
+    key)` validates them, `what` names them, `x_keys` are tried when the caller names no key, and
+    `copies` (lbhash.data.array_memory) are the copies the caller makes, checked against the memory first."""
 
-    `check_x(array, path, key)` validates the inputs, `what` names them and `x_keys` are tried when
-    `x_key` is None. Without labels_required, a file without labels gives zero label columns.
-    `copies` (lbhash.data.array_memory): the copies the caller makes, checked against the memory first.
-    """
+    check_x: Callable
+    what: str
+    x_keys: tuple[str, ...]
+    copies: tuple[Copies, str]
+
+
+def read_arrays(path: Path, x_key, y_key, split_key, labels_path, inputs: ArrayInputs,
+                labels_required: bool) -> LabelledArrays:
+    """Inputs, labels, split flags and class names of an array file (see load_features), the
+    inputs read as `inputs` says. Without labels_required, a file without labels gives zero label
+    columns."""
+    check_x, what, x_keys = inputs.check_x, inputs.what, inputs.x_keys
     suffix = _check_file(path, f"{what} file")
-    check_load_memory(path, suffix, x_key, x_keys, *copies)
+    check_load_memory(path, suffix, x_key, x_keys, *inputs.copies)
     y_path, y_name = path, "y_train/y_test"  # the names used in label error messages
     if suffix == ".npy":
         for option, value in (("x_key", x_key), ("split_key", split_key)):

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from lbhash.data.array_memory import rgb_copies
-from lbhash.data.features import read_arrays
+from lbhash.data.features import ArrayInputs, read_arrays
 from lbhash.data.images import ImageDataset
 from lbhash.errors import InputError
 
@@ -26,8 +26,8 @@ def load_image_arrays(path: str | os.PathLike, x_key: str | None = None, y_key: 
                       labels_path: str | os.PathLike | None = None, labels_required: bool = True) -> ImageDataset:
     """Load an image-array file as an in-memory ImageDataset (see the module docstring)."""
     path = Path(path).expanduser()
-    read = read_arrays(path, x_key, y_key, split_key, labels_path, as_rgb_images, "images", IMAGE_KEYS,
-                       labels_required, (rgb_copies, "the RGB copy of its images"))
+    inputs = ArrayInputs(as_rgb_images, "images", IMAGE_KEYS, (rgb_copies, "the RGB copy of its images"))
+    read = read_arrays(path, x_key, y_key, split_key, labels_path, inputs, labels_required)
     return ImageDataset(read.labels, read.is_test, f"image-array:{path.name}", read.class_names,
                         pixels=read.x, rows_of=path.name)
 

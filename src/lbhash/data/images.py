@@ -140,12 +140,12 @@ class ImageDataset(HashDataset):
 
     def train_batches(self, indices, batch_size: int, device="cpu", rank: int = 0, world_size: int = 1,
                       options: InputOptions = InputOptions()):
-        from lbhash.data.batches import LoaderBatches, PixelBatches
+        from lbhash.data.batches import EpochShard, LoaderBatches, PixelBatches
 
         idx = self._stored(indices)
         if idx is not None:
             return PixelBatches(self.pixels, idx, self.labels[idx], _batch_transform(options, train=True),
-                                batch_size, device, rank, world_size, options.channels_last)
+                                EpochShard(batch_size, rank, world_size), device, options.channels_last)
         dataset = self.torch_dataset(indices, _transform(options, train=True))
         return LoaderBatches(dataset, batch_size, device, options.num_workers, rank, world_size,
                              options.channels_last)

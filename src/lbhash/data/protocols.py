@@ -178,8 +178,7 @@ def _unseen_split(dataset, spec: ProtocolSpec, labels: np.ndarray, seed: int, na
                              f"protocol, e.g. {spec.name}:per-class:100,20")
         spec = replace(spec, name=f"{spec.name}:given", base="given")
     base = make_split(dataset, spec.base, seed)
-    parts = unseen.unseen_parts(labels, base.train, base.query, base.database, spec.held_out, seed, spec.name,
-                                name, getattr(dataset, "class_names", None))
+    parts = unseen.unseen_parts(labels, base, spec, seed, name, getattr(dataset, "class_names", None))
     return Split(**parts, protocol=spec.name, seed=seed, topk=base.topk, num_items=len(labels))
 
 

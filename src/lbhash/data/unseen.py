@@ -55,9 +55,12 @@ def held_out_classes(num_classes: int, k: int, seed: int, protocol: str) -> np.n
     return np.sort(chosen).astype(np.int64)
 
 
-def unseen_parts(labels: np.ndarray, train: np.ndarray, query: np.ndarray, database: np.ndarray,
-                 k: int, seed: int, protocol: str, name: str, class_names=None) -> dict[str, np.ndarray]:
-    """The parts of the unseen split from a base split's parts (database order kept)."""
+def unseen_parts(labels: np.ndarray, base, spec, seed: int, name: str, class_names=None) -> dict[str, np.ndarray]:
+    """The parts of the unseen split `spec` (a ProtocolSpec: its `held_out` classes) from the parts of
+    its `base` split (a Split; database order kept). Both types are lbhash.data.protocols', which
+    imports this module: they are not imported back."""
+    train, query, database = base.train, base.query, base.database
+    k, protocol = spec.held_out, spec.name
     per_item = labels.sum(1)
     if (per_item != 1).any():
         raise InputError(f"protocol {protocol!r} holds out whole classes and needs single-label data; "

@@ -42,6 +42,24 @@ class Point(NamedTuple):
     marker: int  # index into the markers (one per bit length)
 
 
+class FitLine(NamedTuple):
+    """A regression line over a scatter: the line (`x`, `y`), its confidence band (`band`: lower
+    and upper y at each x) and the text box of the fit's statistics (`note`)."""
+
+    x: np.ndarray
+    y: np.ndarray
+    band: tuple[np.ndarray, np.ndarray]
+    note: str
+
+
+class PointKeys(NamedTuple):
+    """What the points' looks mean, for the legend: each method's (name, colour) and each marker
+    index's label (one per bit length)."""
+
+    methods: Sequence[tuple[str, str]]
+    markers: Sequence[str]
+
+
 def color(index: int) -> str:
     return _PALETTE[index % len(_PALETTE)]
 
@@ -134,32 +152,30 @@ def lines_plot(panels: Sequence[Panel], path: Path, title: str, xlabel: str,
     return path
 
 
-def scatter_fit(points: Sequence[Point], x_line: np.ndarray, y_line: np.ndarray,
-                band: tuple[np.ndarray, np.ndarray], path: Path, title: str, xlabel: str,
-                ylabel: str, methods: Sequence[tuple[str, str]], markers: Sequence[str],
-                note: str) -> Path:
+def scatter_fit(points: Sequence[Point], fit: FitLine, keys: PointKeys, path: Path, title: str, xlabel: str,
+                ylabel: str) -> Path:
     """Scatter with a regression line and confidence band (paper Fig. 5); legends outside."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
     with _drawing(path, 9.0, 5.4) as fig:
         ax = fig.subplots()
-        ax.fill_between(x_line, band[0], band[1], color="0.6", alpha=0.3, lw=0)
-        ax.plot(x_line, y_line, color="0.15", lw=1.5)
+        ax.fill_between(fit.x, fit.band[0], fit.band[1], color="0.6", alpha=0.3, lw=0)
+        ax.plot(fit.x, fit.y, color="0.15", lw=1.5)
         for p in points:
             ax.scatter([p.x], [p.y], s=42, marker=_MARKERS[p.marker % len(_MARKERS)],
                        facecolors=p.color if p.filled else "none", edgecolors=p.color,
                        alpha=1.0 if p.filled else 0.75, linewidths=1.4, zorder=3)
         ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
-        handles = [Patch(color=c, label=m) for m, c in methods]
+        handles = [Patch(color=c, label=m) for m, c in keys.methods]
         handles += [Line2D([], [], ls="", marker="o", color="0.3", label="base (filled)"),
                     Line2D([], [], ls="", marker="o", mfc="none", color="0.3", label="_D (hollow)")]
         handles += [Line2D([], [], ls="", marker=_MARKERS[i % len(_MARKERS)], color="0.3", label=m)
-                    for i, m in enumerate(markers)]
+                    for i, m in enumerate(keys.markers)]
         handles += [Line2D([], [], color="0.15", label="OLS fit"),
                     Patch(color="0.6", alpha=0.3, label="95% band (mean)")]
         fig.legend(handles=handles, loc="outside right center", frameon=False)
-        ax.text(0.01, 0.99, note, transform=ax.transAxes, va="top", ha="left", fontsize=9,
+        ax.text(0.01, 0.99, fit.note, transform=ax.transAxes, va="top", ha="left", fontsize=9,
                 bbox=dict(boxstyle="round", fc="white", ec="0.7", alpha=0.85))
     return path
 

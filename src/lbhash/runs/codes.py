@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -37,11 +39,10 @@ def item_embeddings(run_dir: str | Path, ids, data: str | None = None, progress:
     spec = data or run_data_spec(run_dir, cfg)
     photos = conform_dataset(form, load_data(spec, labels_required=False), spec)
     ids = np.asarray(ids, np.int64)
-    dataset = photos
+    dataset, how = photos, ForwardPass(progress=progress)
     if cfg.input_kind == "images" and cfg.model.freeze_backbone:  # the cached features, computed once
-        dataset = with_frozen_features(photos, model.backbone, ids, input_options(cfg), "cpu", progress,
-                                       bf16=model.bf16_backbone, home=trained_set(run_dir))
-    how = ForwardPass(progress=progress)
+        dataset = with_frozen_features(photos, model.backbone, ids, input_options(cfg), how, model.bf16_backbone,
+                                       home=trained_set(run_dir))
     emb = embed_with_features(model, dataset, ids, input_options(cfg), how)[1]
     if cfg.input_kind != "images":
         return emb
@@ -55,15 +56,26 @@ def trained_set(run_dir: Path, split=None) -> np.ndarray:
     return np.concatenate([split.train, split.query, split.database, split.validation])
 
 
-def run_forward(sharded, run_dir: str | Path, data: str | None, part: str, accelerator: str, precision: str,
-                devices: int, progress: bool, images=(), skip_bad_images: bool = False) -> tuple[np.ndarray, dict] | None:
-    """`sharded` (`encode_sharded`, or `embed_sharded` and its two arrays) of the items
-    `RunDirectory.encode` encodes, and the codes-file fields but `codes` (None on ranks other than 0).
-    `images`: image inputs as `lbhash search --images` takes them (lbhash.data.load_image_inputs), in
-    their order, instead of a data spec; labelled only where they are one labelled input.
+@dataclass(frozen=True)
+class EncodeItems:
+    """The items `RunDirectory.encode` encodes: the `part` of `data` (a data spec; None: the run's own),
+    or `images`, image inputs as `lbhash search --images` takes them (lbhash.data.load_image_inputs), in
+    their order, instead of a data spec (labelled only where they are one labelled input).
     `skip_bad_images` (or a run trained with it, on its own data) leaves unreadable images out, counted
     in a warning: their ids are missing from the fields."""
+
+    data: str | None = None
+    part: str = "all"
+    images: Sequence = ()
+    skip_bad_images: bool = False
+
+
+def run_forward(sharded, run_dir: str | Path, items: EncodeItems, accelerator: str, precision: str, devices: int,
+                progress: bool) -> tuple[np.ndarray, dict] | None:
+    """`sharded` (`encode_sharded`, or `embed_sharded` and its two arrays) of the `items`, and the
+    codes-file fields but `codes` (None on ranks other than 0)."""
     run_dir = Path(run_dir)
+    data, part, images, skip_bad_images = items.data, items.part, items.images, items.skip_bad_images
     if part not in PARTS:
         raise InputError(f"part must be one of {', '.join(PARTS)}, got {part!r}")
     if accelerator not in ("cpu", "gpu"):
@@ -83,9 +95,9 @@ def run_forward(sharded, run_dir: str | Path, data: str | None, part: str, accel
     for photos, index in inputs:
         dataset = photos
         if cfg.input_kind == "images" and cfg.model.freeze_backbone:  # the cached features, computed once
-            dataset = with_frozen_features(photos, model.backbone, index, input_options(cfg), fabric.device,
-                                           progress and fabric.is_global_zero, bf16=model.bf16_backbone,
-                                           home=trained_set(run_dir, split) if own else None)
+            how = ForwardPass(fabric.device, progress=progress and fabric.is_global_zero)
+            dataset = with_frozen_features(photos, model.backbone, index, input_options(cfg), how,
+                                           model.bf16_backbone, home=trained_set(run_dir, split) if own else None)
         out = sharded(fabric, model, dataset, index, input_options(cfg), _autocast(fabric.device, precision), progress)
         if sharded is embed_sharded and cfg.input_kind == "images":  # the embeddings an index keeps: both views
             view = sharded(fabric, model, blurred_view(photos), index, input_options(cfg),

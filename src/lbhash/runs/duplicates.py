@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -23,10 +23,12 @@ from lbhash.errors import InputError
 from lbhash.index.blend import blended_search
 from lbhash.index.hits import Queries
 from lbhash.index.rescore import RESCORE_FACTOR
-from lbhash.runs import index_inputs
 from lbhash.runs.index_dir import bytes_per_item, open_index
 from lbhash.runs.instance_codes import default_looks_like, index_transform
 from lbhash.runs.origins import DataImages, read_sources
+
+if TYPE_CHECKING:  # (the searcher, with the encoders, is imported where copies are encoded)
+    from lbhash.runs.searcher import QueryModel
 
 ORDERS = ("hamming", "codes", "blend")  # class code alone; both codes alone; the default ranking
 DEFAULT_ITEMS = 200
@@ -117,15 +119,14 @@ def _ap(relevant: list[bool]) -> float:
     return float((hits[rel] / (np.flatnonzero(rel) + 1)).mean()) if rel.any() else 0.0
 
 
-def evaluate_duplicates(index_dir, run_dir: Path | None = None, export_path: Path | None = None, items: int = DEFAULT_ITEMS,
-                        seed: int = 0, edits=tuple(EDITS), looks_like: float | None = None,
-                        factor: int = RESCORE_FACTOR) -> dict:
+def evaluate_duplicates(index_dir, model: QueryModel, items: int = DEFAULT_ITEMS, seed: int = 0, edits=tuple(EDITS),
+                        looks_like: float | None = None, factor: int = RESCORE_FACTOR) -> dict:
     """`lbhash index duplicates`: the report of every order the index can rank by (ORDERS), per edit,
     with the bytes per item each order reads, its `looks_like` (None given: each order's default) and
-    the encoding time per query."""
+    the encoding time per query; the copies are encoded by `model`, which must have made the index's codes."""
     index = open_index(index_dir)
-    index_inputs.check_index_model(index.metadata, index_dir, run_dir, export_path, False)
-    copies = make_copies(index, index_inputs.query_encoder(run_dir, export_path), items, seed, edits)
+    model.check(index.metadata, index_dir)
+    copies = make_copies(index, model.encoder(), items, seed, edits)
     sizes = bytes_per_item(index)
     orders = [o for o in ORDERS if o == "hamming" or index.instance_bits is not None]
     if index.embedding_dim is None and "blend" in orders:

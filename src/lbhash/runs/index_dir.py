@@ -36,6 +36,20 @@ class Built:
     instance_bits: int | None = None
 
 
+@dataclass(frozen=True)
+class IndexLocation:
+    """Where an index is: a saved CodeIndex directory (`target`, backend "faiss"), or a Milvus
+    collection named `target` at `uri` (backend "milvus"; None: Milvus's default)."""
+
+    target: str | Path
+    backend: str = "faiss"
+    uri: str | None = None
+
+    def open(self):
+        """The index there (`open_index`)."""
+        return open_index(self.target, self.backend, self.uri)
+
+
 def open_index(target: str | Path, backend: str = "faiss", uri: str | None = None):
     """A saved CodeIndex directory, or an existing Milvus collection (at `uri`; None: its default)."""
     if backend == "milvus":
@@ -94,7 +108,7 @@ def build_index(source: Path, out: str, kind: str = "flat", part: str | None = N
         if float_rows not in (None, "float16"):
             raise InputError(f"--embedding-dtype {float_rows}: the milvus backend keeps its embeddings as float16 "
                              "(a FLOAT16_VECTOR field)")
-        index = _new_milvus(out, uri, items["bits"], kind, params, overwrite, dim,
+        index = _new_milvus(IndexLocation(out, backend, uri), items["bits"], kind, params, overwrite, dim,
                             None if transform is None else transform.bits)
     else:
         refuse_inside_run(out, "--out")
@@ -255,19 +269,21 @@ def _at(uri: str | None) -> dict:
     return {} if uri is None else {"uri": uri}
 
 
-def _new_milvus(name: str, uri: str | None, bits: int, kind: str, given: dict, overwrite: bool,
-                dim: int | None = None, instance_bits: int | None = None):
+def _new_milvus(at: IndexLocation, bits: int, kind: str, given: dict, overwrite: bool, dim: int | None = None,
+                instance_bits: int | None = None):
+    """An empty Milvus collection `at` (its backend milvus) of this shape; one holding items is
+    replaced only with `overwrite`."""
     from lbhash.index.milvus import MilvusIndex
 
     if set(given) - {"nlist", "nprobe"}:
         raise InputError(f"--{sorted(set(given) - {'nlist', 'nprobe'})[0]} does not apply to the milvus backend")
-    shape = dict(kind=kind, **given, embedding_dim=dim, instance_bits=instance_bits)
-    index = MilvusIndex(bits, collection=name, **_at(uri), **shape)
+    name, shape = at.target, dict(kind=kind, **given, embedding_dim=dim, instance_bits=instance_bits)
+    index = MilvusIndex(bits, collection=name, **_at(at.uri), **shape)
     if index.ntotal and not overwrite:
         raise InputError(f"Milvus collection {name!r} already holds {index.ntotal} items: choose another --out to "
                          "keep them, or pass --overwrite to replace them")
     if index.ntotal or index.bits != bits or index.embedding_dim != dim or index.instance_bits != instance_bits:
         index.drop()
-        index = MilvusIndex(bits, collection=name, **_at(uri), **shape)
+        index = MilvusIndex(bits, collection=name, **_at(at.uri), **shape)
     index.metadata, index.attachments = {}, {}  # (an empty collection's old record is replaced)
     return index

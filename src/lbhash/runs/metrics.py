@@ -4,6 +4,7 @@ imports load no torch: those two commands need no model."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,19 +37,32 @@ def write_finished(run_dir: Path, metrics: dict[str, Any]) -> None:
     write_manifest(run_dir)
 
 
-def evaluate_files(queries: Path, database: Path, one_file: bool, query_labels: Path | None = None,
-                   database_labels: Path | None = None, bits: int | None = None, topk: int | str | None = None,
-                   asymmetric: str | None = None, out: Path | None = None, overwrite: bool = False,
-                   **settings) -> list[str]:
-    """The lines `lbhash evaluate` prints of the codes in `queries` against those in `database` (`one_file`: the
-    parts of one codes file), the metrics also written to `out`; `topk` 'all', R or None (the files' R);
-    `asymmetric` ('raw', 'tanh') also ranks by the queries' real outputs; `settings`: of `evaluate_codes`."""
+@dataclass(frozen=True)
+class CodesFiles:
+    """The codes `lbhash evaluate` reads: those of `queries` and of `database` (`one_file`: the two
+    parts of one codes file, which both name), their labels from the files or from `query_labels` and
+    `database_labels` (.npy files); `bits`: the codes' length where the files cannot tell it."""
+
+    queries: Path
+    database: Path
+    one_file: bool
+    query_labels: Path | None = None
+    database_labels: Path | None = None
+    bits: int | None = None
+
+
+def evaluate_files(files: CodesFiles, topk: int | str | None = None, asymmetric: str | None = None,
+                   out: Path | None = None, overwrite: bool = False, **settings) -> list[str]:
+    """The lines `lbhash evaluate` prints of the query codes of `files` against their database codes,
+    the metrics also written to `out`; `topk` 'all', R or None (the files' R); `asymmetric` ('raw',
+    'tanh') also ranks by the queries' real outputs; `settings`: of `evaluate_codes`."""
     from lbhash.evaluate import evaluate_codes, format_metrics
 
     if out is not None:
         _io.check_new_output_file(out, "--out", overwrite)
-    q = _side(queries, "query", query_labels, "--query-labels", bits, one_file)
-    db = _side(database, "db", database_labels, "--database-labels", bits, one_file)
+    queries, database = files.queries, files.database
+    q = _side(queries, "query", files.query_labels, "--query-labels", files.bits, files.one_file)
+    db = _side(database, "db", files.database_labels, "--database-labels", files.bits, files.one_file)
     if q["bits"] != db["bits"]:
         raise InputError(f"{queries} holds {q['bits']}-bit codes but {database} holds {db['bits']}-bit codes")
     r, where = _resolve_topk(topk, q, db)

@@ -122,14 +122,14 @@ class RunDirectory:
         shared out over processes and rank 0 returns everything (the others None). `real` and
         `embeddings` add the head's real outputs and each item's embedding from the same forward pass.
         """
-        from lbhash.runs.codes import run_forward
+        from lbhash.runs.codes import EncodeItems, run_forward
         from lbhash.train.forward import embed_sharded, encode_sharded
 
         if out is not None:
             check_new_output_file(out, "--out", overwrite)
         sharded = embed_sharded if real or embeddings else encode_sharded
-        done = run_forward(sharded, self.path, data, part, accelerator, precision, devices, progress, images,
-                           skip_bad_images)
+        done = run_forward(sharded, self.path, EncodeItems(data, part, images, skip_bad_images), accelerator,
+                           precision, devices, progress)
         if done is None:
             return None
         outputs, fields = done

@@ -4,6 +4,7 @@ with them, and `search_index` is the search of an index with queries from files 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,11 +17,12 @@ from lbhash.encoders import INPUT_KINDS, Encoder
 from lbhash.errors import InputError
 from lbhash.index.backend import Backend, InRange, TopK
 from lbhash.index.blend import Blended, blended_search
-from lbhash.index.hits import Queries, Spelling, check_classes, plan_search, search_hits
+from lbhash.index.hits import Queries, SearchPlan, Spelling, check_classes, plan_search, search_hits
 from lbhash.index.rescore import RESCORE_FACTOR
 from lbhash.instance import InstanceTransform
+from lbhash.limits import MAX_K
 from lbhash.runs import index_inputs
-from lbhash.runs.index_dir import open_index
+from lbhash.runs.index_dir import IndexLocation
 from lbhash.runs.instance_codes import index_transform
 from lbhash.runs.origins import read_sources
 
@@ -131,6 +133,57 @@ class Names(Spelling):
 
 
 @dataclass(frozen=True)
+class SearchOptions:
+    """A search's options as its caller gives them, checked by `plan`: the top `k` or every item
+    within `radius` (neither: the default k) and, for a ranked search, `factor` candidates per
+    result from each code and `looks_like` (None: the defaults)."""
+
+    k: int | None = None
+    radius: int | None = None
+    factor: int | None = None
+    looks_like: float | None = None
+
+    @property
+    def asks_ranking(self) -> bool:
+        """Whether they ask for a ranked search: a factor or looks_like given."""
+        return self.factor is not None or self.looks_like is not None
+
+    def plan(self, rank: bool, spelling: Spelling = Spelling(), max_k: int = MAX_K,
+             max_candidates: int | None = None) -> SearchPlan:
+        """Their `plan_search` (ranked where `rank`), within the caller's caps."""
+        return plan_search(self.k, self.radius, rank=rank, factor=self.factor, looks_like=self.looks_like,
+                           spelling=spelling, max_k=max_k, max_candidates=max_candidates)
+
+
+@dataclass(frozen=True)
+class QuerySource:
+    """Where a search's queries come from, one of: a codes file (`codes`), feature rows
+    (`features`: a file or a features:PATH data spec) or `images` (files, folders, image arrays)."""
+
+    codes: Path | None = None
+    features: str | None = None
+    images: Sequence[str | Path] = ()
+
+
+@dataclass(frozen=True)
+class QueryModel:
+    """The model that encodes feature or image queries: a trained run's (`run_dir`) or an export
+    (`export_path`), at most one; `force`: encode even where it did not make the index's codes (warned)."""
+
+    run_dir: Path | None = None
+    export_path: Path | None = None
+    force: bool = False
+
+    def check(self, metadata: dict | None, index_dir) -> None:
+        """`index_inputs.check_index_model`: refused (or warned) where it did not make the index's codes."""
+        index_inputs.check_index_model(metadata, index_dir, self.run_dir, self.export_path, self.force)
+
+    def encoder(self):
+        """Its encoder (lbhash.encoders.Encoder); None where neither is given."""
+        return index_inputs.query_encoder(self.run_dir, self.export_path)
+
+
+@dataclass(frozen=True)
 class Found:
     """`search_index`'s answer: per query a dict (query, name, ids, distances, scores when re-scored,
     labels, sources when known, query_labels when known); the index's class names (None: unnamed)."""
@@ -139,32 +192,29 @@ class Found:
     class_names: list[str] | None
 
 
-def search_index(index_dir, backend: str = "faiss", uri: str | None = None, *, codes: Path | None = None,
-                 features: str | None = None, images=(), run_dir: Path | None = None, export_path: Path | None = None,
-                 force: bool = False, k: int | None = None, radius: int | None = None, classes: list[int] | None = None,
-                 factor: int | None = None, rescore: bool = True, names: Names = Names(),
-                 looks_like: float | None = None) -> Found:
-    """Search a saved index (or Milvus collection) with the queries of one source: a codes file
-    (`codes`), feature rows (`features`) or `images` (files, folders, image arrays), these encoded
-    by the run or export that made the index's codes (another is refused; `force`: warned).
+def search_index(location: IndexLocation, source: QuerySource, model: QueryModel = QueryModel(),
+                 options: SearchOptions = SearchOptions(), *, classes: list[int] | None = None, rescore: bool = True,
+                 names: Names = Names()) -> Found:
+    """Search a saved index (or Milvus collection) at `location` with the queries of one `source`, feature
+    rows and images encoded by the run or export (`model`) that made the index's codes (another is
+    refused; its `force`: warned); `classes`: the class ids an item must share one of.
     The options are checked before the index is read. A top k is ranked by default (lbhash.index.blend)
-    where the index keeps embeddings or instance codes and the queries have embeddings; `factor` or
-    `looks_like` ask for it, rescore=False never (the Hamming order)."""
-    plan_search(k, radius, rank=factor is not None or looks_like is not None, factor=factor, looks_like=looks_like,
-                spelling=names)  # (checks)
+    where the index keeps embeddings or instance codes and the queries have embeddings; a factor or
+    looks_like among the `options` asks for it, rescore=False never (the Hamming order)."""
+    options.plan(options.asks_ranking, names)  # (checks)
     classes = None if classes is None else check_classes([classes], names.classes)[0]
-    index = open_index(index_dir, backend, uri)
-    if codes is None:
-        index_inputs.check_index_model(index.metadata, index_dir, run_dir, export_path, force)
-    encoder = None if codes is not None else index_inputs.query_encoder(run_dir, export_path)
+    index = location.open()
+    if source.codes is None:
+        model.check(index.metadata, location.target)
+    encoder = None if source.codes is not None else model.encoder()
     transform = index_transform(index)
-    rank = _ranks(index, transform, encoder, radius, factor is not None or looks_like is not None, rescore, names)
-    plan = plan_search(k, radius, rank=rank, factor=factor, looks_like=looks_like, spelling=names)
-    query_names, queries, query_labels = _queries(index, codes, features, images, encoder, rank, names, transform)
+    rank = _ranks(index, transform, encoder, options.radius, options.asks_ranking, rescore, names)
+    plan = options.plan(rank, names)
+    query_names, queries, query_labels = _queries(index, source, encoder, rank, names, transform)
     hits = search_hits(index, queries, plan, None if classes is None else [classes] * len(queries))
     found = np.array(sorted({i for h in hits for i in h.ids}), np.int64)
     record = read_sources(index)  # sources and class names, parsed once
-    source_of = _hit_sources(index, record, found, run_dir, index_dir, backend)
+    source_of = _hit_sources(index, record, found, model.run_dir, location)
     results = [{"query": q, "name": query_names[q], "ids": h.ids, "distances": h.distances,
                 **({"scores": h.scores} if h.scores is not None else {}),
                 **({"instance_distances": h.instance_distances} if h.instance_distances is not None else {}),
@@ -192,23 +242,23 @@ def _ranks(index, transform, encoder, radius, asked: bool, rescore: bool, names:
     return encoder is not None and radius is None and QueryEncoder(encoder, index.bits).gives_embeddings
 
 
-def _queries(index, codes, features, images, encoder, rank: bool, names: Names,
-             transform: InstanceTransform | None = None):
-    """The queries' names, `Queries` (what a ranked search needs where rank=True: `ranked_queries`)
-    and class-id lists (None: no labels)."""
-    if codes is not None:
-        query_names, packed, labels = _code_queries(index, codes)
+def _queries(index, source: QuerySource, encoder, rank: bool, names: Names, transform: InstanceTransform | None = None):
+    """The names, `Queries` (what a ranked search needs where rank=True: `ranked_queries`) and
+    class-id lists (None: no labels) of the queries of `source`."""
+    if source.codes is not None:
+        query_names, packed, labels = _code_queries(index, source.codes)
         return query_names, Queries(packed), labels
     from lbhash.data import load_data
 
     run = QueryEncoder(encoder, index.bits)
-    _check_query_kind(run.input_kind, features, images, names)
+    features = source.features
+    _check_query_kind(run.input_kind, features, source.images, names)
     if features is not None:
         spec = features if features.startswith("features:") else f"features:{features}"
         inputs = load_data(spec, labels_required=False)
         query_names, labels = [f"row {i}" for i in range(len(inputs))], _label_lists(inputs.labels)
     else:
-        query_names, inputs = _image_queries(run, images, names)
+        query_names, inputs = _image_queries(run, source.images, names)
         labels = None
     floats = index.embedding_dim is not None
     return query_names, run.queries(inputs, rank=rank, floats=floats, instance=transform if rank else None), labels
@@ -285,13 +335,13 @@ def _image_files(images, names: Names) -> list[Path]:
     return files
 
 
-def _hit_sources(index, record, ids, run_dir, index_dir, backend: str) -> dict:
+def _hit_sources(index, record, ids, run_dir, location: IndexLocation) -> dict:
     """id -> the file, member or row it came from: the index's own `record` (lbhash.runs.origins),
     else, for an index built from a run on image data whose run is given, that run's data."""
     from lbhash.runs.uploads import KeptImages, item_origin, media_dir_for
 
     record = record if len(ids) else None
-    media = media_dir_for(index_dir) if backend == "faiss" else None
+    media = media_dir_for(location.target) if location.backend == "faiss" else None
     kept = KeptImages(media, writer=False) if media is not None and media.is_dir() else None
     if record is not None or kept is not None:
         found = {i: item_origin(i, record, kept)[0] for i in ids.tolist()}

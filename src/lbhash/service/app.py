@@ -38,7 +38,7 @@ from lbhash.encoders import Encoder
 from lbhash.errors import Conflict, InputError, NotFound, TooLarge, one_line
 from lbhash.limits import MAX_ID, check_class_ids, check_ids
 from lbhash.runs.index_store import IndexStore, Store
-from lbhash.runs.searcher import QueryEncoder
+from lbhash.runs.searcher import QueryEncoder, SearchOptions
 from lbhash.runs.serving import Search, item_labels
 from lbhash.runs.uploads import OverBudget
 from lbhash.service import models
@@ -163,14 +163,13 @@ def search_image(store: StoreDep, encoder: EncoderDep, limits: LimitsDep, media:
                            run.gives_embeddings)
     with decoding.hold(pixels, "the query images"):  # the service's pixels decoded at once
         queries = run.queries(run.decode_images(blobs, names), rank=ranked, floats=floats, instance=transform)
-    search = Search.checked(limits, queries, k, radius, label_lists, rescore_factor, looks_like, ranked)
+    search = Search.checked(limits, queries, SearchOptions(k, radius, rescore_factor, looks_like), label_lists, ranked)
     return hits_response(store, media, search, search.run(store))
 
 
 @items.post("/items", response_model=models.ItemsResponse, responses=_ERRORS, dependencies=CHANGES)
 def add_items(body: models.ItemsRequest, store: StoreDep, encoder: EncoderDep, limits: LimitsDep, media: MediaDep):
-    codes, emb = to_codes(body.codes, body.features, "items", limits, store.bits, encoder, body.embeddings,
-                          store.index.embedding_dim)
+    codes, emb = to_codes(body, "items", limits, store.bits, encoder, store.index.embedding_dim)
     labels = None if body.labels is None else item_labels(body.labels, len(codes), limits.max_class_id)
     given_ids = None if body.ids is None else check_ids(body.ids, "ids")
     with media.adding(given_ids, body.upsert) as done:

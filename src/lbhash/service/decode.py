@@ -19,7 +19,7 @@ from PIL import Image
 from lbhash.checks import parse_int_list
 from lbhash.codes import from_hex
 from lbhash.errors import InputError, TooLarge
-from lbhash.runs.searcher import QueryEncoder, ranked_queries
+from lbhash.runs.searcher import QueryEncoder, SearchOptions, ranked_queries
 from lbhash.runs.serving import Queries, Search, given_embeddings
 from lbhash.limits import IMAGE_FORMATS, MAX_DECODING_PIXELS, MAX_IMAGE_PIXELS, MAX_REQUEST_PIXELS, check_ids
 from lbhash.service import models
@@ -85,10 +85,11 @@ def need_encoder(encoder: QueryEncoder | None, kind: str) -> QueryEncoder:
     return encoder
 
 
-def to_codes(hex_codes, features, what: str, limits, bits: int, encoder: QueryEncoder | None,
-             embeddings=None, keeps: int | None = None) -> tuple[np.ndarray, np.ndarray | None]:
-    """(packed codes, embeddings or None) of a request's `hex_codes` (and `embeddings`) or `features`
+def to_codes(body: models.SearchRequest | models.ItemsRequest, what: str, limits, bits: int,
+             encoder: QueryEncoder | None, keeps: int | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """(packed codes, embeddings or None) of a request body's hex `codes` (and `embeddings`) or `features`
     (encoded by the run, with their embeddings where `keeps`, the index's embedding width, is set)."""
+    hex_codes, features, embeddings = body.codes, body.features, body.embeddings
     if (hex_codes is None) == (features is None):
         raise InputError(f"give {what} as exactly one of 'codes' and 'features'")
     check_batch(limits, len(hex_codes if features is None else features), what)
@@ -138,11 +139,10 @@ def decode_search(body: models.SearchRequest, limits, bits: int, encoder: QueryE
         raise InputError("a ranked search needs the queries' embeddings: 'embeddings' beside 'codes', or 'features' "
                          "with a run attached (or rescore false)")
     width = (keeps if keeps is not None else transform.dim) if ranked else None
-    codes, emb = to_codes(body.codes, body.features, "queries", limits, bits, encoder, body.embeddings,
-                          width)  # (the features' embeddings only where it is ranked)
+    codes, emb = to_codes(body, "queries", limits, bits, encoder, width)  # (the features' embeddings only where ranked)
     queries = ranked_queries(codes, emb, keeps is not None, transform) if ranked else Queries(codes)
-    return Search.checked(limits, queries, body.k, body.radius, body.labels, body.rescore_factor, body.looks_like,
-                          ranked)
+    options = SearchOptions(body.k, body.radius, body.rescore_factor, body.looks_like)
+    return Search.checked(limits, queries, options, body.labels, ranked)
 
 
 def read_uploads(files) -> tuple[list[bytes], list[str], int]:

@@ -17,6 +17,7 @@ from torch import nn
 
 from lbhash.centers import CenterOptions, generate_centers
 from lbhash.data import HashDataset, InputOptions, Split, carve_validation, load_data, make_split
+from lbhash.data.base import ForwardPass
 from lbhash.data.feature_cache import FrozenFeatures, with_frozen_features
 from lbhash.cpus import use_torch_threads
 from lbhash.errors import InputError
@@ -156,8 +157,9 @@ def frozen_features(cfg: RunConfig, dataset: HashDataset, model: HashModel, indi
     backbone_device = next(model.backbone.parameters()).device
     model.backbone.to(device)
     try:
-        return with_frozen_features(dataset, model.backbone, indices, input_options(cfg), device,
-                                    progress=runtime.progress and sys.stderr.isatty(), bf16=model.bf16_backbone)
+        return with_frozen_features(dataset, model.backbone, indices, input_options(cfg),
+                                    ForwardPass(device, progress=runtime.progress and sys.stderr.isatty()),
+                                    model.bf16_backbone)
     finally:
         model.backbone.to(backbone_device)
 

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from dataclasses import dataclass
-from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -17,18 +15,7 @@ from torch import nn
 
 from lbhash.codes import to_signs
 from lbhash.data import HashDataset, InputOptions
-from lbhash.data.base import check_indices
-
-
-@dataclass(frozen=True)
-class ForwardPass:
-    """How a forward loop runs: on `device`, each batch under `autocast()`, with a progress bar or
-    not, in batches of `batch_size` items (None: the data set's own)."""
-
-    device: Any = "cpu"
-    autocast: Callable[[], Any] = contextlib.nullcontext
-    progress: bool = False
-    batch_size: int | None = None
+from lbhash.data.base import ForwardPass, check_indices
 
 
 def encode(model: nn.Module, dataset: HashDataset, indices=None, options: InputOptions = InputOptions(),

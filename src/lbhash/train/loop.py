@@ -22,6 +22,7 @@ import torch
 from tqdm import tqdm
 
 from lbhash.codes import to_signs
+from lbhash.data.batches import EpochShard
 from lbhash.errors import InputError, require_extra
 from lbhash.evaluate import lower_bound, mean_average_precision
 from lbhash.train.builder import Experiment, Learner, input_options
@@ -249,9 +250,9 @@ class Trainer:
                     prefix_cacheable(data.transform, data.augment, model.fixed_stages):
                 beat = contextlib.nullcontext() if self.on_step is None else heartbeat("caching the frozen stages")
                 with beat:  # in a log, where no bar shows, a line every HEARTBEAT_S
-                    built = cache_prefix(model, self.exp.dataset, self.exp.split.train, self.options,
-                                         self.recipe.batch_size, self.fabric.device, self.fabric.global_rank,
-                                         self.fabric.world_size, self.progress and self.fabric.is_global_zero)
+                    shard = EpochShard(self.recipe.batch_size, self.fabric.global_rank, self.fabric.world_size)
+                    built = cache_prefix(model, self.exp.dataset, self.exp.split.train, self.options, shard,
+                                         self.fabric.device, self.progress and self.fabric.is_global_zero)
                 if isinstance(built, str):
                     logger.warning(built)
                 else:

@@ -16,7 +16,7 @@ import torch
 from tqdm import tqdm
 
 from lbhash.data import HashDataset, InputOptions
-from lbhash.data.batches import augmentation_generator, shard_order
+from lbhash.data.batches import EpochShard, augmentation_generator, shard_order
 from lbhash.models import HashModel, StageInputs
 
 # the activations one run keeps in memory at most; a larger cache is not built (the line says so)
@@ -33,12 +33,12 @@ class PrefixBatches:
     """Training batches (StageInputs, labels, position) of the cached prefix activations of the
     items at `indices`: the same shuffling, sharding and flips as the pixel batches."""
 
-    def __init__(self, activations: list[torch.Tensor], start: int, labels: np.ndarray, batch_size: int,
-                 device, rank: int = 0, world_size: int = 1, channels_last: bool = True):
+    def __init__(self, activations: list[torch.Tensor], start: int, labels: np.ndarray, shard: EpochShard,
+                 device, channels_last: bool = True):
         self.activations, self.start = activations, start  # one tensor, or (as is, mirrored)
         self.y = torch.as_tensor(labels, dtype=torch.float32, device=device)
         self.n, self.device = len(labels), torch.device(device)
-        self.batch_size, self.rank, self.world_size = batch_size, rank, world_size
+        self.batch_size, self.rank, self.world_size = shard.batch_size, shard.rank, shard.world_size
         self.channels_last = channels_last
 
     def __len__(self) -> int:
@@ -60,10 +60,10 @@ class PrefixBatches:
 
 
 def cache_prefix(model: HashModel, dataset: HashDataset, indices: np.ndarray, options: InputOptions,
-                 batch_size: int, device, rank: int = 0, world_size: int = 1,
-                 progress: bool = False) -> PrefixBatches | str:
+                 shard: EpochShard, device, progress: bool = False) -> PrefixBatches | str:
     """PrefixBatches of the items at `indices` (their evaluation-pipeline images, and mirrored
-    unless the run never flips), or why none were built (a one-line reason)."""
+    unless the run never flips), on `device` and in this rank's `shard` of each epoch, or why none
+    were built (a one-line reason)."""
     flips = options.transform != "cifar" and options.augment == "flip"
     parts: list[list[torch.Tensor]] = [[], []] if flips else [[]]
     done, limit = 0, None
@@ -85,5 +85,4 @@ def cache_prefix(model: HashModel, dataset: HashDataset, indices: np.ndarray, op
     bar.close()
     activations = [torch.cat(p) if p else torch.empty(0) for p in parts]
     labels = dataset.labels[np.asarray(indices)]
-    return PrefixBatches(activations, model.fixed_stages, labels, batch_size, device, rank, world_size,
-                         options.channels_last)
+    return PrefixBatches(activations, model.fixed_stages, labels, shard, device, options.channels_last)

@@ -143,11 +143,11 @@ def ratio_section(ctx: ReportContext) -> list[str]:
     note = (f"mAP = {fit.intercept:.2f} + {fit.slope:.2f} × ratio\nPearson r = {fit.r:.3f} "
             f"({pval(fit.p_value)})\nSpearman ρ = {num(rank.rho, 3)} ({pval(rank.p_value)})\n"
             f"n = {fit.n}")
-    fig.scatter_fit(points, xs, fit.intercept + fit.slope * xs, confidence_band(fit, xs),
+    keys = fig.PointKeys([(view.label(m), fig.color(i)) for i, m in enumerate(view.methods)],
+                         [f"{b} bits" for b in bits])
+    fig.scatter_fit(points, fig.FitLine(xs, fit.intercept + fit.slope * xs, confidence_band(fit, xs), note), keys,
                     ctx.figdir / "map_vs_ratio.png", "mAP vs lower-bound ratio, all runs",
-                    "lower-bound ratio min D_inter / max D_intra (database codes)", "mAP (%)",
-                    [(view.label(m), fig.color(i)) for i, m in enumerate(view.methods)],
-                    [f"{b} bits" for b in bits], note)
+                    "lower-bound ratio min D_inter / max D_intra (database codes)", "mAP (%)")
     lines = ctx.image("map_vs_ratio.png", f"mAP against the lower-bound ratio, one point per "
                       f"run of grid.csv ({fit.n} points; {excluded}). Line: OLS fit; band: 95% "
                       f"confidence band of the mean response. The ratio's scale: {RATIO_SCALE}.")
