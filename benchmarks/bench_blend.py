@@ -27,7 +27,7 @@ import numpy as np
 
 from _smoke import parse_args
 from bench_rescore import per_query_ms  # (the first query left out: cold pages)
-from lbhash.index import CodeIndex, blended_search, table_bytes_per_item
+from lbhash.index import CodeIndex, Queries, blended_search, table_bytes_per_item
 
 BITS = 64
 SLICE = 100_000  # items drawn and added at a time: bounded memory (100,000 x 1,280 floats: 512 MB)
@@ -88,11 +88,12 @@ def main() -> None:
               f"{time.perf_counter() - start:.1f} s")
         hamming = per_query_ms(lambda q: index.search(q_codes[q:q + 1], 10), args.queries)
         print(f"class code alone, top 10 (reference): {hamming:.2f} ms/query x1.00")
-        codes = per_query_ms(lambda q: blended_search(index, q_codes[q:q + 1], 10, q_inst[q:q + 1]), args.queries)
+        both = Queries(q_codes, instance=q_inst)
+        codes = per_query_ms(lambda q: blended_search(index, both[q:q + 1], 10), args.queries)
         print(f"both codes, no float read: {codes:.2f} ms/query x{codes / hamming:.2f}")
         if args.dim:
-            floats = per_query_ms(lambda q: blended_search(index, q_codes[q:q + 1], 10, q_inst[q:q + 1],
-                                                           q_emb[q:q + 1], center=np.zeros(args.dim)), args.queries)
+            full = Queries(q_codes, q_emb, q_inst, np.zeros(args.dim))
+            floats = per_query_ms(lambda q: blended_search(index, full[q:q + 1], 10), args.queries)
             print(f"the default ranking (both codes, floats): {floats:.2f} ms/query x{floats / hamming:.2f}")
         print(f"peak memory: {peak_mb():.0f} MB")
 

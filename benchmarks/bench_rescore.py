@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from _smoke import parse_args
-from lbhash.index import CodeIndex, blended_search
+from lbhash.index import CodeIndex, Queries, blended_search
 from lbhash.index.rescore import with_boundary_ties
 
 BITS = 64
@@ -66,13 +66,13 @@ def main() -> None:
         index = CodeIndex.load(Path(tmp) / "idx")
         q_codes = codes[rng.integers(0, args.items, args.queries + 1)]
         q_emb = rng.standard_normal((args.queries + 1, args.dim), dtype=np.float32)
+        queries = Queries(q_codes, q_emb)
         hamming = per_query_ms(lambda q: index.search(q_codes[q:q + 1], 10), args.queries)
         print(f"{args.items} items, {BITS}-bit codes, {args.dim}-d embeddings, {args.queries} queries, one at a time")
         print(f"bytes per item: code {BITS // 8}, embedding {2 * args.dim} (float16)")
         print(f"Hamming top 10 (reference): {hamming:.2f} ms/query x1.00")
         for factor in (1, 4, 16):
-            ms = per_query_ms(lambda q: blended_search(index, q_codes[q:q + 1], 10, embeddings=q_emb[q:q + 1],
-                                                       factor=factor), args.queries)
+            ms = per_query_ms(lambda q: blended_search(index, queries[q:q + 1], 10, factor=factor), args.queries)
             wanted = max(1, min(10 * factor, index.ntotal))
             dist, ids = index.search(q_codes, wanted)
             widened = (with_boundary_ties(index, q_codes, dist, ids)[1] >= 0).sum(1)

@@ -45,7 +45,7 @@ sys.path.insert(0, str(SRC))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from encode_rates import encode_rates  # noqa: E402
-from lbhash.index import CodeIndex, Queries, plan_search  # noqa: E402
+from lbhash.index import CodeIndex, Queries, SearchOptions, plan_search  # noqa: E402
 from lbhash.runs.index_store import IndexStore  # noqa: E402
 from service_load import churn_loop, request_bytes, search_load  # noqa: E402
 from _smoke import parse_args  # beside this script
@@ -109,7 +109,7 @@ def inprocess_rate(index_dir: Path, queries: np.ndarray, k: int, seconds: float)
     store = IndexStore(index_dir)
     try:
         store.warm()
-        plan = plan_search(k)
+        plan = plan_search(SearchOptions(k))
         for q in queries[:50]:
             store.search(Queries(q[None]), plan)
         done, start, cpu = 0, time.perf_counter(), time.process_time()

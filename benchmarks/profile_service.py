@@ -27,7 +27,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from lbhash.index import CodeIndex, Queries, plan_search  # noqa: E402
+from lbhash.index import CodeIndex, Queries, SearchOptions, plan_search  # noqa: E402
 from lbhash.service import models  # noqa: E402
 from lbhash.service.app import create_app, hits_response  # noqa: E402
 from lbhash.service.decode import decode_search  # noqa: E402
@@ -84,8 +84,7 @@ async def profile(app, body: bytes, repeats: int) -> dict[str, float]:
 
     query = models.SearchRequest.model_validate_json(body)
     codes = np.frombuffer(bytes.fromhex(query.codes[0]), np.uint8)[None]
-    plan = plan_search(query.k, None, rank=False, factor=None, max_k=state.limits.max_k,
-                       max_candidates=state.limits.max_rescore_candidates)
+    plan = plan_search(SearchOptions(query.k), max_k=state.limits.max_k, max_candidates=state.limits.max_rescore_candidates)
     async with app.router.lifespan_context(app):
         for _ in range(200):
             await request(app)()

@@ -20,7 +20,7 @@ from lbhash.codes import pack, to_signs
 from lbhash.data import load_data
 from lbhash.data.edits import edited
 from lbhash.encoders.exported import ExportedEncoder
-from lbhash.index.blend import blended_search
+from lbhash.index.blend import Queries, blended_search
 from lbhash.index.rescore import RESCORE_FACTOR
 from lbhash.instance import LOOKS_LIKE
 from lbhash.runs.encoder import RunEncoder
@@ -34,8 +34,8 @@ def ranked(index, u, e, k):
     """The default ranking of queries with real outputs `u` and embeddings `e` (as Searcher.blended_search)."""
     t = index_transform(index)
     floats = index.embedding_dim is not None
-    return blended_search(index, pack(to_signs(u)), k, t.apply(e), e if floats else None, None, RESCORE_FACTOR,
-                          LOOKS_LIKE, t.mean if floats else None)
+    queries = Queries(pack(to_signs(u)), e if floats else None, t.apply(e), t.mean if floats else None)
+    return blended_search(index, queries, k, None, RESCORE_FACTOR, LOOKS_LIKE)
 
 
 def compare(name, u, e, u_exp, e_exp, indexes, ks):

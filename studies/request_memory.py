@@ -25,7 +25,7 @@ def peak_mb() -> float:
 
 
 def ties(nq: int, k: int, factor: int, n: int = 200_000) -> str:
-    from lbhash.index import CodeIndex, blended_search
+    from lbhash.index import CodeIndex, Queries, blended_search
 
     rng = np.random.default_rng(0)
     index = CodeIndex(64)
@@ -34,9 +34,9 @@ def ties(nq: int, k: int, factor: int, n: int = 200_000) -> str:
     queries[:, 0] = 1
     q_emb = rng.standard_normal((nq, 8))
     index.warm()
-    blended_search(index, queries[:1], 1, embeddings=q_emb[:1])  # compiled and warmed before the baseline
+    blended_search(index, Queries(queries[:1], q_emb[:1]), 1)  # compiled and warmed before the baseline
     base, start = peak_mb(), time.perf_counter()
-    blended_search(index, queries, k, embeddings=q_emb, factor=factor)
+    blended_search(index, Queries(queries, q_emb), k, factor=factor)
     return (f"ties: {n:,} items of one code, {nq} queries, k {k}, factor {factor}: peak RSS +{peak_mb() - base:.0f} MB, "
             f"{time.perf_counter() - start:.1f} s")
 

@@ -101,8 +101,8 @@ def measure(data: Path, run: Path, idx: Path) -> None:
             name, top10, head = "Hamming only", hamming[:, :10], hamming[:, :top]
         else:
             name = f"re-scored, factor {factor}"
-            top10 = blended_search(index, queries.codes, 10, embeddings=queries.embeddings, factor=factor).ids
-            head = blended_search(index, queries.codes, top, embeddings=queries.embeddings, factor=factor).ids
+            top10 = blended_search(index, queries, 10, factor=factor).ids
+            head = blended_search(index, queries, top, factor=factor).ids
         same = np.mean([top10[q, :8].tolist() == first8[q_labels[q]] for q in range(len(q_labels))])
         recall = np.mean([len(set(top10[q].tolist()) & set(float_top10[q].tolist())) / 10
                           for q in range(len(q_labels))])

@@ -25,7 +25,7 @@ import time
 import numpy as np
 
 from _ranking import average_precision  # beside this script
-from lbhash.index import CodeIndex, blended_search
+from lbhash.index import CodeIndex, Queries, blended_search
 
 FACTORS = (1, 4, 16, 64)
 
@@ -88,9 +88,10 @@ def measure(index, index8, q_codes, x_q, y_q, y_db, float_top10) -> list[tuple]:
             if factor is None:
                 top1000, top10, top10_8 = full[:1000], full[:10], full[:10]
             else:
-                top1000 = blended_search(index, q_codes[q:q + 1], 1000, embeddings=x_q[q:q + 1], factor=factor).ids[0]
-                top10 = blended_search(index, q_codes[q:q + 1], 10, embeddings=x_q[q:q + 1], factor=factor).ids[0]
-                top10_8 = blended_search(index8, q_codes[q:q + 1], 10, embeddings=x_q[q:q + 1], factor=factor).ids[0]
+                one = Queries(q_codes[q:q + 1], x_q[q:q + 1])
+                top1000 = blended_search(index, one, 1000, factor=factor).ids[0]
+                top10 = blended_search(index, one, 10, factor=factor).ids[0]
+                top10_8 = blended_search(index8, one, 10, factor=factor).ids[0]
             rest = full[~np.isin(full, top1000)]
             ranking = np.concatenate([top1000, rest])
             ap1000.append(average_precision(y_db[top1000] == y_q[q]))

@@ -29,7 +29,7 @@ from _ranking import average_precision  # noqa: E402
 from lbhash import HashEncoder  # noqa: E402
 from lbhash.data import load_data, make_split  # noqa: E402
 from lbhash.evaluate import mean_average_precision  # noqa: E402
-from lbhash.index import CodeIndex, blended_search  # noqa: E402
+from lbhash.index import CodeIndex, Queries, blended_search  # noqa: E402
 
 
 def main() -> None:
@@ -55,7 +55,7 @@ def main() -> None:
     index = CodeIndex(64)
     index.add(db_packed, ids=np.arange(len(db)), embeddings=x[db])
     for factor in (1, 4, 16):
-        top = blended_search(index, q_packed, 1000, embeddings=x[query], factor=factor).ids
+        top = blended_search(index, Queries(q_packed, x[query]), 1000, factor=factor).ids
         aps = [average_precision(y[db][top[q][top[q] >= 0]] == y[query][q]) for q in range(len(query))]
         rows.insert(1 + (factor > 1) + (factor > 4), (f"CSQ re-scored, factor {factor}", float(np.mean(aps))))
     unit = x / np.linalg.norm(x, axis=1, keepdims=True)

@@ -8,7 +8,8 @@ import pytest
 from index_fakes import fake_milvus
 from index_reference import clustered_codes, in_range, random_codes, rescored, ternary_embeddings, top_k
 from lbhash.errors import InputError
-from lbhash.index import RESCORE_FACTOR, CodeIndex, Queries, SearchPlan, Spelling, check_classes, hits, plan_search, search_hits
+from lbhash.index import (RESCORE_FACTOR, CodeIndex, Queries, SearchOptions, SearchPlan, Spelling, check_classes, hits,
+                          plan_search, search_hits)
 
 BITS, DIM = 16, 6
 CLI = Spelling(k="-k", radius="--radius", factor="--rescore-factor", rescore="--rescore-factor",
@@ -20,12 +21,12 @@ CLI = Spelling(k="-k", radius="--radius", factor="--rescore-factor", rescore="--
 
 def test_plan_defaults():
     assert plan_search() == SearchPlan(10, None, None)
-    assert plan_search(radius=3) == SearchPlan(None, 3, None, max_hits=1000)
-    assert plan_search(5, rank=True) == SearchPlan(5, None, RESCORE_FACTOR)
-    assert plan_search(rank=True, factor=2) == SearchPlan(10, None, 2)
-    assert plan_search(5, factor=3).factor is None  # a factor without re-scoring asks for nothing
-    assert plan_search(10, rank=True, max_candidates=100).factor == RESCORE_FACTOR  # the default, within the cap
-    assert plan_search(10, rank=True, max_candidates=20).factor == 2  # lowered to fit the cap
+    assert plan_search(SearchOptions(radius=3)) == SearchPlan(None, 3, None, max_hits=1000)
+    assert plan_search(SearchOptions(5), rank=True) == SearchPlan(5, None, RESCORE_FACTOR)
+    assert plan_search(SearchOptions(factor=2), rank=True) == SearchPlan(10, None, 2)
+    assert plan_search(SearchOptions(5, factor=3)).factor is None  # a factor without re-scoring asks for nothing
+    assert plan_search(SearchOptions(10), rank=True, max_candidates=100).factor == RESCORE_FACTOR  # the default, within the cap
+    assert plan_search(SearchOptions(10), rank=True, max_candidates=20).factor == 2  # lowered to fit the cap
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -51,7 +52,8 @@ def test_plan_defaults():
 ])
 def test_plan_refusals_are_one_line_naming_the_option(kwargs, message):
     with pytest.raises(InputError) as err:
-        plan_search(**kwargs)
+        options = {name: kwargs.pop(name) for name in ("k", "radius", "factor", "looks_like") if name in kwargs}
+        plan_search(SearchOptions(**options), **kwargs)
     assert str(err.value) == message
 
 
@@ -93,7 +95,7 @@ def _allowed(filters, classes):
 def test_top_k_hits_are_the_brute_force_rows_without_padding(indexed, rng, filters):
     index, codes, ids, classes = indexed
     queries = random_codes(rng, 5, BITS)
-    got = search_hits(index, Queries(queries), plan_search(12), classes=filters)
+    got = search_hits(index, Queries(queries), plan_search(SearchOptions(12)), classes=filters)
     ref_d, ref_i = top_k(queries, codes, ids, 12, _allowed(filters, classes))
     label_of = dict(zip(ids.tolist(), classes))
     for q, row in enumerate(got):
@@ -109,7 +111,7 @@ def test_range_hits_are_the_brute_force_runs(indexed, rng):
     queries = codes[:4]
     filters = [[0], [1, 2], [3], [0, 1, 2, 3]]
     for lists in (None, filters):
-        got = search_hits(index, Queries(queries), plan_search(radius=3), classes=lists)
+        got = search_hits(index, Queries(queries), plan_search(SearchOptions(radius=3)), classes=lists)
         assert [list(zip(h.distances, h.ids)) for h in got] == in_range(queries, codes, ids, 3,
                                                                         _allowed(lists, classes))
 
@@ -120,7 +122,7 @@ def test_rescored_hits_are_the_brute_force_ranking(indexed, rng):
     q_emb = ternary_embeddings(rng, 6, DIM)
     filters = [[0], [1], [2, 3], [0, 1, 2, 3], [1], [3]]
     for lists in (None, filters):
-        got = search_hits(index, Queries(queries, q_emb), plan_search(5, rank=True, factor=3), classes=lists)
+        got = search_hits(index, Queries(queries, q_emb), plan_search(SearchOptions(5, factor=3), rank=True), classes=lists)
         expected = rescored(queries, q_emb, codes, ids, index.emb, 5, 3, _allowed(lists, classes))
         for row, want in zip(got, expected):
             assert row.ids == [i for _, _, i in want] and row.distances == [d for _, d, _ in want]
@@ -134,7 +136,7 @@ def test_batches_give_the_same_hits_and_labels_come_from_one_lookup(monkeypatch,
     index.add(random_codes(rng, 60, BITS), labels=rng.integers(0, 3, 60), embeddings=rng.standard_normal((60, DIM)))
     queries = random_codes(rng, 10, BITS)
     real = rng.standard_normal((10, DIM))
-    plans = [(plan_search(4), None), (plan_search(radius=5), None), (plan_search(4, rank=True), real)]
+    plans = [(plan_search(SearchOptions(4)), None), (plan_search(SearchOptions(radius=5)), None), (plan_search(SearchOptions(4), rank=True), real)]
     whole = [search_hits(index, Queries(queries, r), plan, classes=[[0, 1]] * 10) for plan, r in plans]
     lookups = []
     monkeypatch.setattr(hits, "MAX_BATCH", 3)
@@ -149,14 +151,14 @@ def test_search_hits_refusals(rng):
     index.add(random_codes(rng, 5, BITS))
     queries = random_codes(rng, 3, BITS)
     with pytest.raises(InputError, match="^labels has 2 entries but there are 3 queries$"):
-        search_hits(index, Queries(queries), plan_search(2), classes=[[0], [1]])
+        search_hits(index, Queries(queries), plan_search(SearchOptions(2)), classes=[[0], [1]])
     with pytest.raises(InputError, match="^--filter-labels has 1 entries but there are 3 queries$"):
-        search_hits(index, Queries(queries), plan_search(2, spelling=CLI), classes=[[0]])
+        search_hits(index, Queries(queries), plan_search(SearchOptions(2), spelling=CLI), classes=[[0]])
     with pytest.raises(TypeError, match="query embeddings and instance codes go with a ranked plan"):
-        search_hits(index, Queries(queries, np.zeros((3, BITS))), plan_search(2))
+        search_hits(index, Queries(queries, np.zeros((3, BITS))), plan_search(SearchOptions(2)))
     with pytest.raises(InputError, match="^a ranked search needs the queries' embeddings or instance codes"):
-        search_hits(index, Queries(queries), plan_search(2, rank=True))
-    assert search_hits(index, Queries(queries[:0]), plan_search(2)) == []
+        search_hits(index, Queries(queries), plan_search(SearchOptions(2), rank=True))
+    assert search_hits(index, Queries(queries[:0]), plan_search(SearchOptions(2))) == []
 
 
 # --- a radius search's hits are capped as k is (issue 60, item 9) -------------------------------
@@ -179,15 +181,15 @@ def test_a_radius_search_over_the_cap_is_refused_in_one_line(rng, monkeypatch):
     index, queries = _crowded(rng)
     for spelling, names in ((CLI, ("--radius 2", "-k")), (Spelling(), ("radius 2", "k"))):
         with pytest.raises(InputError) as err:
-            search_hits(index, Queries(queries), plan_search(radius=2, max_k=50, spelling=spelling))
+            search_hits(index, Queries(queries), plan_search(SearchOptions(radius=2), max_k=50, spelling=spelling))
         found = len(in_range(queries[3:4], index.get_codes(np.arange(360)), np.arange(360), 2)[0])
         assert str(err.value) == (f"{names[0]} finds {found} items for query 3, more than the 50 a search returns "
                                   f"per query (as {names[1]}): give a smaller {names[0].split()[0]}, or {names[1]} "
                                   "for the nearest")
-    within = search_hits(index, Queries(queries), plan_search(radius=2, max_k=100))
+    within = search_hits(index, Queries(queries), plan_search(SearchOptions(radius=2), max_k=100))
     codes = index.get_codes(np.arange(360))
     assert [list(zip(h.distances, h.ids)) for h in within] == in_range(queries, codes, np.arange(360), 2)
-    assert plan_search(radius=2).max_hits == 1000  # the command line's cap: MAX_K
+    assert plan_search(SearchOptions(radius=2)).max_hits == 1000  # the command line's cap: MAX_K
 
 
 def test_a_capped_radius_search_holds_a_bounded_number_of_pairs(rng, monkeypatch):
@@ -199,8 +201,8 @@ def test_a_capped_radius_search_holds_a_bounded_number_of_pairs(rng, monkeypatch
     monkeypatch.setattr(index, "range_search", lambda q, r, labels=None: calls.append(len(q)) or
                         CodeIndex.range_search(index, q, r, labels))
     with pytest.raises(InputError, match="for query 3"):
-        search_hits(index, Queries(queries), plan_search(radius=2, max_k=50))
+        search_hits(index, Queries(queries), plan_search(SearchOptions(radius=2), max_k=50))
     assert calls == [2, 2]  # queries 0-1, 2-3; never 4-5
     calls.clear()
-    assert len(search_hits(index, Queries(queries), plan_search(radius=2, max_k=100))) == 6
+    assert len(search_hits(index, Queries(queries), plan_search(SearchOptions(radius=2), max_k=100))) == 6
     assert calls == [2, 2, 2]

@@ -10,7 +10,7 @@ from helpers import flip_last_byte
 from index_fakes import fake_milvus
 from index_reference import brute_blend, tied_items
 from lbhash.errors import InputError
-from lbhash.index import CodeIndex, SparseLabels, blended_search
+from lbhash.index import CodeIndex, Queries, SparseLabels, blended_search
 from lbhash.index.blend import SIMILARITY_POWER
 from lbhash.instance import LOOKS_LIKE, LOOKS_LIKE_CODES, InstanceTransform, check_instance_bits
 
@@ -115,7 +115,7 @@ def test_the_blend_is_its_definition_on_every_kind_ties_included(kind, params, l
     index = CodeIndex(8, kind, **params)
     index.add(codes, labels=labels, instance=inst)
     q, qi = codes[[0, 1, 2, 3]], inst[[0, 5, 7, 11]]
-    got = blended_search(index, q, 10, qi, looks_like=looks_like, factor=3)
+    got = blended_search(index, Queries(q, instance=qi), 10, looks_like=looks_like, factor=3)
     for r, (ids, scores) in enumerate(brute_blend(index, q, qi, 10, looks_like, 3, SIMILARITY_POWER)):
         assert got.ids[r].tolist() == ids.tolist()
         np.testing.assert_allclose(got.scores[r], scores, rtol=0, atol=1e-12)
@@ -130,7 +130,7 @@ def test_the_blend_scores_by_centred_cosine_where_the_index_keeps_floats():
     index.add(codes, embeddings=emb, instance=inst)
     center = emb.mean(axis=0) / np.linalg.norm(emb.mean(axis=0))
     q, qi, qe = codes[:3], inst[:3], emb[:3] * 2.0  # (scale does not matter: unit rows)
-    got = blended_search(index, q, 10, qi, qe, looks_like=0.7, factor=4, center=center)
+    got = blended_search(index, Queries(q, qe, qi, center), 10, looks_like=0.7, factor=4)
     for r, (ids, scores) in enumerate(brute_blend(index, q, qi, 10, 0.7, 4, SIMILARITY_POWER, qe, center)):
         assert got.ids[r].tolist() == ids.tolist()
         np.testing.assert_allclose(got.scores[r], scores, atol=1e-9)
@@ -139,8 +139,8 @@ def test_the_blend_scores_by_centred_cosine_where_the_index_keeps_floats():
     for given, default in ((qe, LOOKS_LIKE), (None, LOOKS_LIKE_CODES)):
         center_given = None if given is None else center
         assert LOOKS_LIKE != LOOKS_LIKE_CODES
-        plain = blended_search(index, q, 10, qi, given, factor=4, center=center_given)
-        chosen = blended_search(index, q, 10, qi, given, factor=4, center=center_given, looks_like=default)
+        plain = blended_search(index, Queries(q, given, qi, center_given), 10, factor=4)
+        chosen = blended_search(index, Queries(q, given, qi, center_given), 10, factor=4, looks_like=default)
         np.testing.assert_array_equal(plain.scores, chosen.scores)
         for r, (ids, scores) in enumerate(brute_blend(index, q, qi, 10, default, 4, SIMILARITY_POWER, given,
                                                       center_given)):
@@ -153,15 +153,19 @@ def test_the_blend_refuses_bad_parameters_in_one_line():
     index.add(codes, instance=inst)
     for bad in (-0.1, 1.5, float("nan"), True):
         with pytest.raises(InputError, match="looks_like must be a number from 0"):
-            blended_search(index, codes[:1], 5, inst[:1], looks_like=bad)
+            blended_search(index, Queries(codes[:1], instance=inst[:1]), 5, looks_like=bad)
     with pytest.raises(InputError, match="there are 1 queries but 2 instance queries"):
-        blended_search(index, codes[:1], 5, inst[:2])
+        blended_search(index, Queries(codes[:1], instance=inst[:2]), 5)
     with pytest.raises(InputError, match="keeps no embeddings, so it cannot score by cosine"):
-        blended_search(index, codes[:1], 5, inst[:1], np.ones((1, 4)))
+        blended_search(index, Queries(codes[:1], np.ones((1, 4)), inst[:1]), 5)
     plain = CodeIndex(8)
     plain.add(codes)
     with pytest.raises(InputError, match="keeps no instance codes"):
-        blended_search(plain, codes[:1], 5, inst[:1])
+        blended_search(plain, Queries(codes[:1], instance=inst[:1]), 5)
+    with pytest.raises(InputError, match="a centre goes with the query embeddings"):
+        blended_search(index, Queries(codes[:1], instance=inst[:1], center=np.zeros(4)), 5)
+    with pytest.raises(TypeError, match="takes its queries as lbhash.index.Queries, got ndarray"):
+        blended_search(index, codes[:1], 5)  # a plain array of codes is a caller's mistake, not converted
 
 
 def test_milvus_instance_codes_over_a_stand_in_client_search_and_blend_as_the_definition():
@@ -175,7 +179,7 @@ def test_milvus_instance_codes_over_a_stand_in_client_search_and_blend_as_the_de
     q, qi = codes[[0, 1, 2, 3]], inst[[0, 5, 7, 11]]
     for a, b in zip(milvus.instance_search(qi, 25, labels=[0, 1, 2, 0]), flat.instance_search(qi, 25, labels=[0, 1, 2, 0])):
         np.testing.assert_array_equal(a, b)
-    got = blended_search(milvus, q, 10, qi, looks_like=0.5, factor=3)
+    got = blended_search(milvus, Queries(q, instance=qi), 10, looks_like=0.5, factor=3)
     for r, (want, scores) in enumerate(brute_blend(flat, q, qi, 10, 0.5, 3, SIMILARITY_POWER)):
         assert got.ids[r].tolist() == want.tolist()
         np.testing.assert_allclose(got.scores[r], scores, rtol=0, atol=1e-12)

@@ -10,7 +10,7 @@ import pytest
 from helpers import cli
 from index_reference import brute_blend, random_codes, tied_items
 from lbhash.errors import InputError
-from lbhash.index import CodeIndex, blended_search
+from lbhash.index import CodeIndex, Queries, blended_search
 from lbhash.index.blend import SIMILARITY_POWER
 from lbhash.index.rescore import quantized, scoring_rows, unit_rows
 from lbhash.index.storage import _file_digests
@@ -45,8 +45,8 @@ def test_an_int8_index_ranks_as_a_float16_index_of_the_same_directions(tmp_path)
     center = emb.mean(axis=0) / np.linalg.norm(emb.mean(axis=0))
     q, qi, qe = codes[:5], inst[:5], emb[:5]
     for looks_like in (0.0, 0.7, 1.0):
-        got = blended_search(small, q, 10, qi, qe, looks_like=looks_like, factor=4, center=center)
-        want = blended_search(twin, q, 10, qi, qe, looks_like=looks_like, factor=4, center=center)
+        got = blended_search(small, Queries(q, qe, qi, center), 10, looks_like=looks_like, factor=4)
+        want = blended_search(twin, Queries(q, qe, qi, center), 10, looks_like=looks_like, factor=4)
         np.testing.assert_array_equal(got.ids, want.ids)
         np.testing.assert_array_equal(got.scores, want.scores)
         for r, (ids, scores) in enumerate(brute_blend(twin, q, qi, 10, looks_like, 4, SIMILARITY_POWER, qe, center)):

@@ -27,7 +27,7 @@ import pytest
 from index_reference import (brute_blend, clustered_codes, near_queries, random_codes, ternary_embeddings,
                              tied_items, top_k)
 from lbhash.errors import Conflict, InputError, NotFound
-from lbhash.index import CodeIndex, SparseLabels, blended_search
+from lbhash.index import CodeIndex, Queries, SparseLabels, blended_search
 from lbhash.index.blend import SIMILARITY_POWER
 
 pytestmark = pytest.mark.milvus
@@ -192,10 +192,10 @@ def test_rescore_equals_faiss_flat(make_index):
     queries, q_emb = near_queries(rng, codes, 10), ternary_embeddings(rng, 10, 8)
     qlabels = rng.integers(0, 3, 10)
     for factor in (1, 4):
-        assert_same(blended_search(milvus, queries, 10, embeddings=q_emb, factor=factor),
-                    blended_search(flat, queries, 10, embeddings=q_emb, factor=factor))
-        assert_same(blended_search(milvus, queries, 10, embeddings=q_emb, labels=qlabels, factor=factor),
-                    blended_search(flat, queries, 10, embeddings=q_emb, labels=qlabels, factor=factor))
+        ranked = Queries(queries, q_emb)
+        assert_same(blended_search(milvus, ranked, 10, factor=factor), blended_search(flat, ranked, 10, factor=factor))
+        assert_same(blended_search(milvus, ranked, 10, labels=qlabels, factor=factor),
+                    blended_search(flat, ranked, 10, labels=qlabels, factor=factor))
 
 
 def test_writes_are_read_back_at_once(make_index):
@@ -252,7 +252,7 @@ def test_an_index_built_from_a_codes_file_into_milvus_searches_as_faiss(milvus_u
         assert milvus.ntotal == 300 and milvus.embedding_dim == 6
         queries = codes[:8]
         assert_same(milvus.search(queries, 12), flat.search(queries, 12))
-        assert_same(blended_search(milvus, queries, 5, embeddings=emb[:8]), blended_search(flat, queries, 5, embeddings=emb[:8]))
+        assert_same(blended_search(milvus, Queries(queries, emb[:8]), 5), blended_search(flat, Queries(queries, emb[:8]), 5))
         with pytest.raises(InputError, match="already holds 300 items"):
             build_index(path, name, backend="milvus", uri=milvus_uri)
     finally:
@@ -286,8 +286,8 @@ def test_index_build_keeps_the_instance_codes_and_their_transform_beside_the_col
         np.testing.assert_array_equal(milvus.get_instance_codes(ids), flat.get_instance_codes(ids))
         q, qe = codes[:8], emb[:8] + 0.1 * rng.standard_normal((8, 64))
         qi = transform.apply(qe)
-        assert_same(blended_search(milvus, q, 5, qi, qe, center=transform.mean),
-                    blended_search(flat, q, 5, qi, qe, center=transform.mean))
+        ranked = Queries(q, qe, qi, transform.mean)
+        assert_same(blended_search(milvus, ranked, 5), blended_search(flat, ranked, 5))
         new, new_emb = random_codes(rng, 2, 32), rng.standard_normal((2, 64))
         MilvusStore(milvus).add(new, ids=[1000, 1001], labels=[1, 2], embeddings=new_emb)
         np.testing.assert_array_equal(milvus.get_instance_codes([1000, 1001]), transform.apply(new_emb))
@@ -364,13 +364,13 @@ def test_the_blend_on_milvus_is_its_definition_ties_included(make_index):
     milvus, flat, codes, inst = changed_items(make_index)
     q, qi = codes[[0, 1, 2, 3]], inst[[0, 5, 7, 11]]
     for looks_like in (0.0, 0.5, 1.0):
-        got = blended_search(milvus, q, 10, qi, looks_like=looks_like, factor=3)
+        got = blended_search(milvus, Queries(q, instance=qi), 10, looks_like=looks_like, factor=3)
         for r, (ids, scores) in enumerate(brute_blend(flat, q, qi, 10, looks_like, 3, SIMILARITY_POWER)):
             assert got.ids[r].tolist() == ids.tolist()
             np.testing.assert_allclose(got.scores[r], scores, rtol=0, atol=1e-12)
         filters = SparseLabels.from_lists([[0], [1, 2], [2], [0]])
-        assert_same(blended_search(milvus, q, 10, qi, labels=filters, looks_like=looks_like, factor=3),
-                    blended_search(flat, q, 10, qi, labels=filters, looks_like=looks_like, factor=3))
+        assert_same(blended_search(milvus, Queries(q, instance=qi), 10, labels=filters, looks_like=looks_like, factor=3),
+                    blended_search(flat, Queries(q, instance=qi), 10, labels=filters, looks_like=looks_like, factor=3))
 
 
 def test_the_blend_on_milvus_scores_by_centred_cosine_of_the_float16_field(make_index):
@@ -379,12 +379,12 @@ def test_the_blend_on_milvus_scores_by_centred_cosine_of_the_float16_field(make_
     np.testing.assert_array_equal(milvus.get_embeddings(flat.ids()), flat.get_embeddings(flat.ids()))
     center = emb.mean(axis=0) / np.linalg.norm(emb.mean(axis=0))
     q, qi, qe = codes[1:4], inst[1:4], emb[1:4] * 2.0
-    got = blended_search(milvus, q, 10, qi, qe, looks_like=0.7, factor=4, center=center)
+    got = blended_search(milvus, Queries(q, qe, qi, center), 10, looks_like=0.7, factor=4)
     for r, (ids, scores) in enumerate(brute_blend(flat, q, qi, 10, 0.7, 4, SIMILARITY_POWER, qe, center)):
         assert got.ids[r].tolist() == ids.tolist()
         np.testing.assert_allclose(got.scores[r], scores, atol=1e-9)
     assert got.ids[:, 0].tolist() == [10, 13, 16] and got.same[:, 0].all()  # each finds itself: the same picture
-    assert_same(got, blended_search(flat, q, 10, qi, qe, looks_like=0.7, factor=4, center=center))
+    assert_same(got, blended_search(flat, Queries(q, qe, qi, center), 10, looks_like=0.7, factor=4))
 
 
 def test_instance_codes_come_with_every_add_or_none_and_a_reopened_collection_keeps_them(make_index, milvus_uri):
@@ -409,7 +409,7 @@ def test_instance_codes_come_with_every_add_or_none_and_a_reopened_collection_ke
     with pytest.raises(InputError, match="keeps no instance codes"):
         plain.instance_search(inst[:1], 5)
     with pytest.raises(InputError, match="the index keeps no instance codes"):
-        blended_search(plain, codes[:1], 5, inst[:1])
+        blended_search(plain, Queries(codes[:1], instance=inst[:1]), 5)
     assert milvus.ntotal == 10 and plain.ntotal == 10  # nothing added by a refused add
 
 

@@ -12,7 +12,7 @@ import pytest
 from index_fakes import FakeEncoder, fake_milvus
 from index_reference import PAD_DISTANCE, clustered_codes, random_codes, rescored, ternary_embeddings
 from lbhash.errors import InputError
-from lbhash.index import CodeIndex, blended_search
+from lbhash.index import CodeIndex, Queries, blended_search
 from lbhash.runs.searcher import Searcher
 from lbhash.index.rescore import unit_rows
 
@@ -27,7 +27,7 @@ class Ranked(NamedTuple):
 
 def by_cosine(index, queries, k, q_emb, labels=None, factor=4) -> Ranked:
     """The ranking with the queries' embeddings alone (no instance codes, the default looks_like 1)."""
-    got = blended_search(index, queries, k, embeddings=q_emb, labels=labels, factor=factor)
+    got = blended_search(index, Queries(queries, q_emb), k, labels=labels, factor=factor)
     assert not got.same.any() and (got.instance_distances == PAD_DISTANCE).all()  # nothing calibrated to mark
     return Ranked(got.scores, got.distances, got.ids)
 

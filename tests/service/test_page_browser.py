@@ -146,7 +146,7 @@ def test_the_page_in_a_real_browser(browser, served, tmp_path):
     stored = CodeIndex.load(root / "ix")
     q = ranked_queries(stored.get_codes([target]), stored.get_embeddings([target]).astype(float), True,
                        index_transform(stored))
-    want = blended_search(stored, q.codes, 6, q.instance, q.embeddings, center=q.center).ids[0]
+    want = blended_search(stored, q, 6).ids[0]
     assert q.instance is not None and page.js("return document.getElementById('looks-like').value") == str(LOOKS_LIKE)
     first_hit = page.all("#grid li.hit")[0]
     assert first_hit.find_element(By.CSS_SELECTOR, ".score").text.startswith("score ")

@@ -14,7 +14,7 @@ from helpers import cli, one_line_error, snapshot
 from index_fakes import FakeEncoder
 from index_reference import random_codes, top_k
 from lbhash.errors import InputError
-from lbhash.index import CodeIndex, Queries, plan_search
+from lbhash.index import CodeIndex, Queries, SearchOptions, plan_search
 from lbhash.runs.index_store import IndexStore, wal_path_for
 from lbhash.service import Limits, create_app
 from serve_helpers import LOCAL
@@ -295,7 +295,7 @@ def test_concurrent_reads_and_writes(tmp_path, rng):
     def reader():
         try:
             for _ in range(100):
-                for hits in store.search(Queries(codes[:4]), plan_search(5)):
+                for hits in store.search(Queries(codes[:4]), plan_search(SearchOptions(5))):
                     assert hits.distances == sorted(hits.distances) and len(set(hits.ids)) == len(hits.ids)
         except Exception as err:
             errors.append(err)

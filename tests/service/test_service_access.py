@@ -15,7 +15,7 @@ from lbhash.codes import pack
 from lbhash.errors import InputError
 from lbhash.index import CodeIndex
 from lbhash.service import create_app
-from lbhash.service.access import Access
+from lbhash.service.access import Access, HostNames
 from serve_helpers import LOCAL, free_port
 
 WRITE, READ = "w" * 8 + "-write-key-123", "r" * 8 + "-read-key-4567"
@@ -196,7 +196,7 @@ def test_loopback_names_and_addresses_pass_the_host_check(index_dir, host):
 
 
 def test_the_allowed_host_names_pass_and_only_they(index_dir):
-    app = create_app(index_dir, allowed_hosts=["search.example", ".corp.example"])
+    app = create_app(index_dir, access=Access(allowed_hosts=["search.example", ".corp.example"]))
     with TestClient(app, base_url="http://search.example") as client:
         for host in ("search.example", "search.example:443", "corp.example", "a.corp.example:8000", "localhost"):
             assert client.get("/stats", headers={"Host": host}).status_code == 200, host
@@ -204,7 +204,8 @@ def test_the_allowed_host_names_pass_and_only_they(index_dir):
             refused(client.get("/stats", headers={"Host": host}), 403, "Host")
     for bad in ("*", "evil .example", "http://x.example", "a/b", ""):
         with pytest.raises(InputError, match="allowed host"):
-            create_app(index_dir, allowed_hosts=[bad])
+            create_app(index_dir, access=Access(allowed_hosts=[bad]))
+    assert Access(allowed_hosts=["Search.Example."]) == Access(allowed_hosts=HostNames.of(["search.example"]))
 
 
 def test_serve_checks_host_with_its_host_and_allowed_hosts(index_dir, server_factory, monkeypatch):  # noqa: F811

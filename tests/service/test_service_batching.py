@@ -11,10 +11,10 @@ import pytest
 
 from index_reference import random_codes, top_k
 from lbhash.errors import InputError
-from lbhash.index import CodeIndex, Queries, plan_search, search_hits
+from lbhash.index import CodeIndex, Queries, SearchOptions, plan_search, search_hits
 from lbhash.service import Limits, create_app
 from lbhash.runs.serving import Search
-from lbhash.service.batching import SearchBatcher
+from lbhash.service.batching import Batching, SearchBatcher
 
 DIM = 5  # the embeddings' width
 BITS = 16  # few distinct distances over 300 items: many ties, whose order must survive batching
@@ -86,7 +86,7 @@ def test_jobs_queued_during_a_scan_share_the_next_one(index, rng):
     batcher = SearchBatcher(store)
     queries = random_codes(rng, 24, BITS)
     ks = [1, 3, 10, 300, 7, 2] * 4  # different k share an exact index's scan: each is cut to its own
-    jobs = [make_query(queries[i:i + 1], plan_search(ks[i])) for i in range(24)]
+    jobs = [make_query(queries[i:i + 1], plan_search(SearchOptions(ks[i]))) for i in range(24)]
     try:
         results = asyncio.run(gathered(batcher, store, jobs))
     finally:
@@ -96,18 +96,18 @@ def test_jobs_queued_during_a_scan_share_the_next_one(index, rng):
         ref_d, ref_i = top_k(queries[i:i + 1], codes, np.arange(300), ks[i])
         assert [h.ids for h in hits] == [ref_i[0][ref_i[0] >= 0].tolist()]
         assert [h.distances for h in hits] == [ref_d[0][ref_i[0] >= 0].tolist()]
-        assert rows(hits) == rows(search_hits(index, Queries(queries[i:i + 1]), plan_search(ks[i])))
+        assert rows(hits) == rows(search_hits(index, Queries(queries[i:i + 1]), plan_search(SearchOptions(ks[i]))))
 
 
 def test_a_batch_holds_at_most_max_rows(index, rng):
     index, _ = index
     store = GatedStore(index)
-    batcher = SearchBatcher(store, max_rows=4)
+    batcher = SearchBatcher(store, Batching(max_rows=4))
     queries = random_codes(rng, 16, BITS)
     sizes = [1, 2, 1, 3, 1, 1, 2, 5]  # the job of 5 rows is over the bound: it goes alone
     jobs, start = [], 0
     for n in sizes:
-        jobs.append(make_query(queries[start:start + n], plan_search(5)))
+        jobs.append(make_query(queries[start:start + n], plan_search(SearchOptions(5))))
         start += n
     try:
         results = asyncio.run(gathered(batcher, store, jobs))
@@ -124,11 +124,11 @@ def test_the_window_waits_for_more_and_max_rows_ends_it(index, rng):
     store = GatedStore(index)
     store.gate.set()
     # a window of a minute that three one-row jobs fill at once: answered without waiting it out
-    batcher = SearchBatcher(store, window=60, max_rows=3)
+    batcher = SearchBatcher(store, Batching(window=60, max_rows=3))
 
     async def three():
         return await asyncio.wait_for(asyncio.gather(*[
-            batcher.run(lambda i=i: make_query(queries[i:i + 1], plan_search(4)), lambda query, hits: hits) for i in range(3)]),
+            batcher.run(lambda i=i: make_query(queries[i:i + 1], plan_search(SearchOptions(4))), lambda query, hits: hits) for i in range(3)]),
             WAIT_S)
 
     try:
@@ -137,7 +137,7 @@ def test_the_window_waits_for_more_and_max_rows_ends_it(index, rng):
         batcher.close()
     assert store.calls == [3]
     for i, hits in enumerate(results):
-        assert rows(hits) == rows(search_hits(index, Queries(queries[i:i + 1]), plan_search(4)))
+        assert rows(hits) == rows(search_hits(index, Queries(queries[i:i + 1]), plan_search(SearchOptions(4))))
 
 
 def test_groups_filters_radius_and_reranking_and_keeps_errors_apart(index, rng):
@@ -150,15 +150,15 @@ def test_groups_filters_radius_and_reranking_and_keeps_errors_apart(index, rng):
     def bad_decode():
         raise InputError("codes[0] is not a hex string")
 
-    jobs = [make_query(q[0:1], plan_search(5)),
-            make_query(q[1:3], plan_search(5), classes=[[1], [0, 2]]),
-            make_query(q[3:4], plan_search(radius=3)),
-            make_query(q[4:5], plan_search(radius=3), classes=[[3]]),
-            make_query(q[5:6], plan_search(4, rank=True, factor=3), real=real[5:6]),
-            make_query(q[6:7], plan_search(4, rank=True, factor=3), real=real[6:7]),
-            make_query(q[7:8], plan_search(5), classes=[[2], [1]]),  # two filters for one query: its own error
+    jobs = [make_query(q[0:1], plan_search(SearchOptions(5))),
+            make_query(q[1:3], plan_search(SearchOptions(5)), classes=[[1], [0, 2]]),
+            make_query(q[3:4], plan_search(SearchOptions(radius=3))),
+            make_query(q[4:5], plan_search(SearchOptions(radius=3)), classes=[[3]]),
+            make_query(q[5:6], plan_search(SearchOptions(4, factor=3), rank=True), real=real[5:6]),
+            make_query(q[6:7], plan_search(SearchOptions(4, factor=3), rank=True), real=real[6:7]),
+            make_query(q[7:8], plan_search(SearchOptions(5)), classes=[[2], [1]]),  # two filters for one query: its own error
             bad_decode,  # fails while decoding: the others go on
-            make_query(q[7:8], plan_search(2), classes=[[2]])]
+            make_query(q[7:8], plan_search(SearchOptions(2)), classes=[[2]])]
     try:
         results = asyncio.run(gathered(batcher, store, jobs))
     finally:
@@ -319,7 +319,7 @@ def test_a_batch_thread_per_core_scans_on_its_own_thread(rng, monkeypatch, threa
     batcher = SearchBatcher(store, threads=threads)
     queries = random_codes(rng, 8, 64)
     try:
-        hits = asyncio.run(asyncio.wait_for(batcher.run(lambda: make_query(queries, plan_search(5)),
+        hits = asyncio.run(asyncio.wait_for(batcher.run(lambda: make_query(queries, plan_search(SearchOptions(5))),
                                                         lambda query, found: found, 8), WAIT_S))
     finally:
         batcher.close()
@@ -328,3 +328,17 @@ def test_a_batch_thread_per_core_scans_on_its_own_thread(rng, monkeypatch, threa
     # a batch thread per core: each batch on its own thread; one batch thread: its scan uses both cores
     assert store.omp_threads == [1 if threads > 1 else 2]
     assert store.on_own_thread == [threads > 1]
+
+
+def test_create_app_hands_its_batching_to_the_batcher(tmp_path, rng):
+    index = CodeIndex(BITS)
+    index.add(random_codes(rng, 10, BITS))
+    index.save(tmp_path / "ix")
+    for given, used in ((None, Batching(window=0.0, max_rows=256)), (Batching(0.002, 7), Batching(0.002, 7))):
+        app = create_app(tmp_path / "ix", batching=given)
+
+        async def batching_in_use():
+            async with app.router.lifespan_context(app):  # (it closes the store: one server per index)
+                return app.state.batcher.batching
+
+        assert asyncio.run(batching_in_use()) == used

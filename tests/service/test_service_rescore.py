@@ -14,7 +14,7 @@ from PIL import Image
 from index_fakes import FakeEncoder
 from index_reference import clustered_codes, random_codes, rescored, ternary_embeddings
 from lbhash.errors import InputError
-from lbhash.index import RESCORE_FACTOR, CodeIndex, blended_search
+from lbhash.index import RESCORE_FACTOR, CodeIndex, Queries, blended_search
 from lbhash.index.rescore import unit_rows
 from lbhash.runs.index_store import IndexStore
 from lbhash.service import Limits, create_app
@@ -56,11 +56,11 @@ def test_service_rescores_codes_with_embeddings_and_features(served, rng):
     default = hits(client.post("/search", json={"codes": body["codes"], "embeddings": body["embeddings"]}))
     # the default factor, within the service's cap (100 candidates for k = 10)
     factor = min(RESCORE_FACTOR, 100 // 10)
-    assert [[h["id"] for h in r["hits"]] for r in default] == blended_search(index, queries, 10,
-                                                                              embeddings=q_emb, factor=factor).ids.tolist()
+    assert [[h["id"] for h in r["hits"]] for r in default] == blended_search(index, Queries(queries, q_emb), 10,
+                                                                              factor=factor).ids.tolist()
     x = rng.standard_normal((2, DIM))
     results = hits(client.post("/search", json={"features": x.tolist(), "k": 4}))  # on by default
-    want = blended_search(index, encoder.encode(x), 4, embeddings=x)
+    want = blended_search(index, Queries(encoder.encode(x), x), 4)
     assert [[h["id"] for h in r["hits"]] for r in results] == want.ids.tolist()
     assert [[h["score"] for h in r["hits"]] for r in results] == want.scores.tolist()
     plain = hits(client.post("/search", json={"features": x.tolist(), "k": 4, "rescore": False}))
@@ -187,7 +187,7 @@ def test_uploaded_images_are_added_and_searched_with_their_embeddings(tmp_path, 
                                   unit_rows(np.concatenate([encoder.outputs(s)[1] for s in stack[:10]])))
     q_codes = np.concatenate([encoder.encode(s) for s in stack[10:]])
     q_emb = np.concatenate([encoder.outputs(s)[1] for s in stack[10:]])
-    want = blended_search(index, q_codes, 3, embeddings=q_emb, factor=2)
+    want = blended_search(index, Queries(q_codes, q_emb), 3, factor=2)
     assert [[h["id"] for h in r["hits"]] for r in results] == want.ids.tolist()
     assert [[h["score"] for h in r["hits"]] for r in results] == want.scores.tolist()
     assert [[h["id"] for h in r["hits"]] for r in plain] == index.search(q_codes, 3).ids.tolist()

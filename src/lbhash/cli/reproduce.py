@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import click
 
@@ -64,7 +65,7 @@ def reproduce(experiment, data, protocol, out, workers, methods, bits, seeds, ki
         raise InputError(f"experiment {experiment} needs --data")
     if workers < 1:
         raise InputError(f"--workers must be a positive integer, got {workers}")
-    spec_values = _spec_values(experiment, methods, bits, seeds, kinds, study_name, settings, test, held_out)
+    spec_values = _spec_values(experiment, _Lists(methods, bits, seeds, kinds, settings), study_name, test, held_out)
     overrides = _overrides(options)
     if skip_bad_images:
         overrides["skip_bad_images"] = True
@@ -91,8 +92,20 @@ def reproduce(experiment, data, protocol, out, workers, methods, bits, seeds, ki
     click.echo(f"{experiment}: tables written to {out}")
 
 
-def _spec_values(experiment, methods, bits, seeds, kinds, study_name, settings, test, held_out) -> dict:
+class _Lists(NamedTuple):
+    """The lists given on the command line, as typed (None: not given): --methods, --bits, --seeds and
+    --kinds comma-separated, --settings separated by ';'."""
+
+    methods: str | None
+    bits: str | None
+    seeds: str | None
+    kinds: str | None
+    settings: str | None
+
+
+def _spec_values(experiment, lists: _Lists, study_name, test, held_out) -> dict:
     """The experiment's own options given on the command line, as fields of its spec."""
+    methods, bits, seeds, kinds, settings = lists
     for flag, given in (("--methods", methods), ("--kinds", kinds), ("--settings", settings), ("--bits", bits),
                         ("--seeds", seeds)):
         if given is not None and not given.replace(",", "").replace(";", "").strip():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import socket
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -85,13 +86,14 @@ def serve(index_dir: str, run_dir, export_path, host: str, port: int, compact_ev
     from lbhash.runs.index_store import IndexStore, MilvusStore
     from lbhash.service import Limits, create_app
     from lbhash.service.access import HostNames, access_from_environment
+    from lbhash.service.batching import Batching
     from lbhash.service.http import server_config, serving_interpreter
 
     access = access_from_environment(read_only, write_key_file, read_key_file)
     if access.open_for_writes and not _loopback(host):
         raise InputError(f"--host {host}: anyone who reaches it could change the index; set a write key "
                          "(LBHASH_WRITE_KEY or --write-key-file) or serve --read-only")
-    hosts = HostNames.for_server(host, allowed_hosts)
+    access = replace(access, allowed_hosts=HostNames.for_server(host, allowed_hosts))
     # read-only: a missing or broken index is named before the port is taken
     metadata = saved_metadata(index_dir) if backend != "milvus" else None
     model_source(run_dir, export_path)
@@ -105,7 +107,7 @@ def serve(index_dir: str, run_dir, export_path, host: str, port: int, compact_ev
                         max_rescore_candidates=max_rescore_candidates,
                         max_decoding_pixels=max_decoding_mpixels * 10**6)
         app = create_app(store, encoder, limits=limits, access=access, media_budget=media_budget_mb << 20,
-                         batch_window=batch_window_ms / 1000, batch_rows=batch_rows, allowed_hosts=hosts)
+                         batching=Batching(window=batch_window_ms / 1000, max_rows=batch_rows))
         mode = ("read-only" if access.read_only else "changes need the write key" if access.write_key
                 else "open: anyone on this machine may change it")
         click.echo(f"serving {store.ntotal} {store.bits}-bit codes on http://{host}:{port} "

@@ -9,9 +9,9 @@ from lbhash.index._engines import search_on_this_thread, threads_for
 from lbhash.index._lookup import table_bytes_per_item
 from lbhash.index.backend import PAD_DISTANCE, PAD_ID, Backend, InRange, TopK
 from lbhash.index.code_index import AddPlan, CodeIndex
-from lbhash.index.hits import Hits, Queries, SearchPlan, Spelling, check_classes, plan_search, search_hits
+from lbhash.index.hits import Hits, SearchOptions, SearchPlan, Spelling, check_classes, plan_search, search_hits
 from lbhash.index.rescore import RESCORE_FACTOR
-from lbhash.index.blend import LOOKS_LIKE, Blended, blended_search
+from lbhash.index.blend import LOOKS_LIKE, Blended, Queries, blended_search
 from lbhash.index.sparse_labels import SparseLabels
 
 
@@ -25,4 +25,4 @@ def __getattr__(name):
 
 __all__ = ["Backend", "TopK", "InRange", "CodeIndex", "MilvusIndex", "AddPlan", "SparseLabels", "KINDS", "PAD_ID",
            "PAD_DISTANCE", "RESCORE_FACTOR", "LOOKS_LIKE", "Blended", "blended_search", "search_on_this_thread",
-           "threads_for", "table_bytes_per_item", "Hits", "Queries", "SearchPlan", "Spelling", "check_classes", "plan_search", "search_hits"]
+           "threads_for", "table_bytes_per_item", "Hits", "Queries", "SearchOptions", "SearchPlan", "Spelling", "check_classes", "plan_search", "search_hits"]

@@ -93,38 +93,41 @@ def default_looks_like(instance: bool, floats: bool = True) -> float:
     return LOOKS_LIKE if floats else LOOKS_LIKE_CODES
 
 
-def blended_search(index: Backend, queries, k, instance_queries=None, embeddings=None, labels=None,
-                   factor=RESCORE_FACTOR, looks_like=None, center=None) -> Blended:
-    """Top-k of `index` (any `Backend`) ranked as the module says, for the class codes `queries` and
-    the queries' `instance_queries` (the index must keep instance codes) and/or their `embeddings`
-    (nq, d; the index must keep embeddings), one of the two at least; `center` (d,): the cosine's
-    centre (the instance transform's mean: pooled features are all positive, so their raw cosines
-    crowd near 1); `looks_like` None: `default_looks_like`. The queries go in groups that hold at
-    most `PAIRS` (query, candidate) pairs (one query at least): a query's answer does not depend on
+def blended_search(index: Backend, queries: Queries, k, labels=None, factor=RESCORE_FACTOR,
+                   looks_like=None) -> Blended:
+    """Top-k of `index` (any `Backend`) ranked as the module says, for `queries` (`Queries`): their
+    class `codes` and their `instance` codes (the index must keep instance codes) and/or their
+    `embeddings` (nq, d; the index must keep embeddings), one of the two at least; their `center` (d,):
+    the cosine's centre (the instance transform's mean: pooled features are all positive, so their raw
+    cosines crowd near 1); `looks_like` None: `default_looks_like`. The queries go in groups that hold
+    at most `PAIRS` (query, candidate) pairs (one query at least): a query's answer does not depend on
     the others."""
+    if not isinstance(queries, Queries):
+        raise TypeError(f"blended_search takes its queries as lbhash.index.Queries, got {type(queries).__name__}")
     k = _checks.top_k(k)
     factor = _checks.rescore_factor(factor)
-    queries = _checks.packed_codes(queries, index.bits, "queries")
-    inst = _instance_queries(index, instance_queries, len(queries))
-    units = _query_units(index, embeddings, len(queries), inst is not None)
+    codes = _checks.packed_codes(queries.codes, index.bits, "queries")
+    inst = _instance_queries(index, queries.instance, len(codes))
+    units = _query_units(index, queries.embeddings, len(codes), inst is not None)
     looks_like = default_looks_like(inst is not None, units is not None) if looks_like is None \
         else check_looks_like(looks_like)
+    center = queries.center
     if center is not None:
         if units is None:
             raise InputError("a centre goes with the query embeddings")
         center = check_embeddings(np.reshape(center, (1, -1)), 1, index.embedding_dim, "center")[0]
     wanted = max(1, min(k * factor, index.ntotal))
     index.check_k(wanted, f"k * factor ({wanted} candidates)")
-    rows = None if labels is None else _checks.label_rows(labels, len(queries), "query labels")
+    rows = None if labels is None else _checks.label_rows(labels, len(codes), "query labels")
     widen = inst is None and wanted < index.ntotal  # (instance candidates find what a tied class hides)
     step = max(1, PAIRS // max(wanted * (1 if inst is None else 2), MAX_RESCORE_CANDIDATES if widen else 1))
-    parts, ranked = [], Queries(queries, units, inst, center)  # (sliced per group as Queries slices)
-    for start in range(0, max(1, len(queries)), step):  # (an empty batch is one empty group)
+    parts, ranked = [], Queries(codes, units, inst, center)  # (checked; sliced per group as Queries slices)
+    for start in range(0, max(1, len(codes)), step):  # (an empty batch is one empty group)
         part = slice(start, start + step)
-        group = None if rows is None else rows.take(np.arange(len(queries))[part])
-        dist, candidates = index.search(queries[part], wanted, group)
+        group = None if rows is None else rows.take(np.arange(len(codes))[part])
+        dist, candidates = index.search(codes[part], wanted, group)
         if widen:
-            _, candidates = with_boundary_ties(index, queries[part], dist, candidates, group)
+            _, candidates = with_boundary_ties(index, codes[part], dist, candidates, group)
         if inst is not None:
             candidates = _merged(candidates, index.instance_search(inst[part], wanted, group)[1])
         parts.append(_ranked(index, ranked[part], candidates, k, looks_like))

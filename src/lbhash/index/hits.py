@@ -76,13 +76,30 @@ class Hits:
         return zip(self.ids, self.distances, self.labels, scores)
 
 
-def plan_search(k: int | None = None, radius: int | None = None, *, rank: bool = False, factor: int | None = None,
-                looks_like: float | None = None, spelling: Spelling = Spelling(), max_k: int = MAX_K,
-                max_candidates: int | None = None) -> SearchPlan:
-    """The plan of a request's options. rank=True: the one ranking (lbhash.index.blend), `factor`
+@dataclass(frozen=True)
+class SearchOptions:
+    """A search's options as its caller gives them, checked by `plan_search`: the top `k` or every item
+    within `radius` (neither: the default k) and, for a ranked search, `factor` candidates per result from
+    each code and `looks_like` (None: the defaults)."""
+
+    k: int | None = None
+    radius: int | None = None
+    factor: int | None = None
+    looks_like: float | None = None
+
+    @property
+    def asks_ranking(self) -> bool:
+        """Whether they ask for a ranked search: a factor or looks_like given."""
+        return self.factor is not None or self.looks_like is not None
+
+
+def plan_search(options: SearchOptions = SearchOptions(), rank: bool = False, spelling: Spelling = Spelling(),
+                max_k: int = MAX_K, max_candidates: int | None = None) -> SearchPlan:
+    """The plan of a request's `options`. rank=True: the one ranking (lbhash.index.blend), `factor`
     candidates per result (default `RESCORE_FACTOR`, or less where `max_candidates` / k is less) and
     `looks_like`; both go with `rank` only (a factor without it is left to the caller). `max_k` caps
     k and a radius search's hits per query alike; `max_candidates`: a cap on k * factor."""
+    k, radius, factor, looks_like = options.k, options.radius, options.factor, options.looks_like
     names = spelling
     if looks_like is not None:
         check_looks_like(looks_like, names.looks_like)
@@ -166,8 +183,7 @@ def _batch_rows(index, queries: Queries, plan: SearchPlan, labels, start: int) -
     if plan.factor is None:
         dist, ids = index.search(queries.codes, plan.k, labels)
         return [(d[f], i[f], None, None, None) for d, i, f in zip(dist, ids, ids >= 0)]
-    got = blended_search(index, queries.codes, plan.k, queries.instance, queries.embeddings, labels, plan.factor,
-                         plan.looks_like, queries.center)
+    got = blended_search(index, queries, plan.k, labels, plan.factor, plan.looks_like)
     kept = queries.instance is not None
     return [(d[f], i[f], s[f], di[f] if kept else None, same[f])
             for d, i, s, di, same, f in zip(got.distances, got.ids, got.scores, got.instance_distances, got.same,

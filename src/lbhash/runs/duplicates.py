@@ -82,9 +82,9 @@ def ranked_ids(index, queries: Queries, order: str, k: int, looks_like: float | 
         return index.search(queries.codes, k).ids
     if queries.instance is None:
         raise InputError(f"order {order!r} ranks by instance codes, and the index keeps none")
-    emb = queries.embeddings if order == "blend" and index.embedding_dim is not None else None
-    return blended_search(index, queries.codes, k, queries.instance, emb, None, factor, looks_like,
-                          queries.center if emb is not None else None).ids
+    if order != "blend" or index.embedding_dim is None:  # the instance codes alone: no embeddings, no centre
+        queries = Queries(queries.codes, instance=queries.instance)
+    return blended_search(index, queries, k, None, factor, looks_like).ids
 
 
 def measure(index, copies: Copies, order: str, looks_like: float | None = None, factor: int = RESCORE_FACTOR) -> dict:

@@ -17,10 +17,9 @@ from lbhash.encoders import INPUT_KINDS, Encoder
 from lbhash.errors import InputError
 from lbhash.index.backend import Backend, InRange, TopK
 from lbhash.index.blend import Blended, blended_search
-from lbhash.index.hits import Queries, SearchPlan, Spelling, check_classes, plan_search, search_hits
+from lbhash.index.hits import Queries, SearchOptions, Spelling, check_classes, plan_search, search_hits
 from lbhash.index.rescore import RESCORE_FACTOR
 from lbhash.instance import InstanceTransform
-from lbhash.limits import MAX_K
 from lbhash.runs import index_inputs
 from lbhash.runs.index_dir import IndexLocation
 from lbhash.runs.instance_codes import index_transform
@@ -117,8 +116,7 @@ class Searcher(QueryEncoder):
         the index keeps them (one forward pass gives all; docs/search.md, "Ranking")."""
         floats, transform = self.index.embedding_dim is not None, index_transform(self.index)
         queries = self.queries(inputs, rank=True, floats=floats, instance=transform)
-        return blended_search(self.index, queries.codes, k, queries.instance, queries.embeddings, labels, factor,
-                              looks_like, queries.center)
+        return blended_search(self.index, queries, k, labels, factor, looks_like)
 
     def range_search(self, inputs, radius: int, labels=None) -> InRange:
         return self.index.range_search(self.encode(inputs), radius, labels)
@@ -130,29 +128,6 @@ class Names(Spelling):
 
     features: str = "features"
     images: str = "images"
-
-
-@dataclass(frozen=True)
-class SearchOptions:
-    """A search's options as its caller gives them, checked by `plan`: the top `k` or every item
-    within `radius` (neither: the default k) and, for a ranked search, `factor` candidates per
-    result from each code and `looks_like` (None: the defaults)."""
-
-    k: int | None = None
-    radius: int | None = None
-    factor: int | None = None
-    looks_like: float | None = None
-
-    @property
-    def asks_ranking(self) -> bool:
-        """Whether they ask for a ranked search: a factor or looks_like given."""
-        return self.factor is not None or self.looks_like is not None
-
-    def plan(self, rank: bool, spelling: Spelling = Spelling(), max_k: int = MAX_K,
-             max_candidates: int | None = None) -> SearchPlan:
-        """Their `plan_search` (ranked where `rank`), within the caller's caps."""
-        return plan_search(self.k, self.radius, rank=rank, factor=self.factor, looks_like=self.looks_like,
-                           spelling=spelling, max_k=max_k, max_candidates=max_candidates)
 
 
 @dataclass(frozen=True)
@@ -201,7 +176,7 @@ def search_index(location: IndexLocation, source: QuerySource, model: QueryModel
     The options are checked before the index is read. A top k is ranked by default (lbhash.index.blend)
     where the index keeps embeddings or instance codes and the queries have embeddings; a factor or
     looks_like among the `options` asks for it, rescore=False never (the Hamming order)."""
-    options.plan(options.asks_ranking, names)  # (checks)
+    plan_search(options, options.asks_ranking, names)  # (checks)
     classes = None if classes is None else check_classes([classes], names.classes)[0]
     index = location.open()
     if source.codes is None:
@@ -209,7 +184,7 @@ def search_index(location: IndexLocation, source: QuerySource, model: QueryModel
     encoder = None if source.codes is not None else model.encoder()
     transform = index_transform(index)
     rank = _ranks(index, transform, encoder, options.radius, options.asks_ranking, rescore, names)
-    plan = options.plan(rank, names)
+    plan = plan_search(options, rank, names)
     query_names, queries, query_labels = _queries(index, source, encoder, rank, names, transform)
     hits = search_hits(index, queries, plan, None if classes is None else [classes] * len(queries))
     found = np.array(sorted({i for h in hits for i in h.ids}), np.int64)

@@ -9,10 +9,10 @@ import numpy as np
 
 from lbhash.errors import InputError
 from lbhash.evaluate.formatting import RATIO_SCALE
-from lbhash.index import Hits, Queries, SearchPlan, check_classes, search_on_this_thread
+from lbhash.index import Hits, Queries, SearchOptions, SearchPlan, check_classes, plan_search, search_on_this_thread
 from lbhash.index.rescore import check_embeddings
 from lbhash.runs.index_store import Store, lists_to_labels
-from lbhash.runs.searcher import QueryEncoder, SearchOptions
+from lbhash.runs.searcher import QueryEncoder
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class Search:
         """A request's search of `queries` with its `options` and per-query class-id lists (`labels`),
         ranked where `rank` (lbhash.index.blend: the queries carry what it needs), checked against the
         service's `limits` (max_k, max_rescore_candidates, max_class_id)."""
-        plan = options.plan(rank, max_k=limits.max_k, max_candidates=limits.max_rescore_candidates)
+        plan = plan_search(options, rank, max_k=limits.max_k, max_candidates=limits.max_rescore_candidates)
         classes = None if labels is None else check_classes(labels, "labels", limits.max_class_id)
         return cls(queries, plan, classes)
 

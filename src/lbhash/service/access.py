@@ -10,9 +10,9 @@
 - What a change is, the routes declare (`changes_data` or `reads_data`, a dependency of the route):
   `create_app` collects the routes that declare `changes_data` (`change_routes`) for the checks above
   and refuses to start with a route of another method than GET that declares neither.
-- Every request must name this server in its `Host` header (`HostNames`: localhost, any IP
-  address, the name it listens as, `--allowed-hosts`), else 403 (400 without one), against DNS
-  rebinding.
+- Every request must name this server in its `Host` header (`Access.allowed_hosts`, a `HostNames`:
+  localhost, any IP address, the name it listens as, `--allowed-hosts`), else 403 (400 without one),
+  against DNS rebinding.
 """
 
 from __future__ import annotations
@@ -43,21 +43,71 @@ _OPEN = re.compile(r"^(/|/page/[^/]+|/health|/docs|/docs-assets/[^/]+|/docs/oaut
 MIN_KEY_CHARS = 16
 
 
+_NAME = re.compile(r"^\.?[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*\.?$")
+
+
+@dataclass(frozen=True)
+class HostNames:
+    """The names a request's `Host` may give (see the module docstring): `localhost`, any IP
+    address, and `names`, where ".example.com" stands for example.com and every name under it."""
+
+    names: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, names=(), where: str = "allowed hosts") -> "HostNames":
+        """Checked names: host names only (no port, scheme, path or wildcard), one line naming
+        `where` and the value otherwise."""
+        out = set()
+        for name in names:
+            text = str(name).strip().lower()
+            if not _NAME.match(text):
+                raise InputError(f"{where}: {str(name)!r} is not an allowed host name (a name such as "
+                                 "search.example or .example.com for a domain and the names under it; no "
+                                 "scheme, port, path or wildcard)")
+            out.add(text.rstrip("."))
+        return cls(frozenset(out))
+
+    @classmethod
+    def for_server(cls, host: str, given=()) -> "HostNames":
+        """The names of `lbhash serve --host HOST [--allowed-hosts ...]`: the --host when it is a
+        name, and the --allowed-hosts (comma-separated, repeatable) or else LBHASH_ALLOWED_HOSTS."""
+        where, text = ("--allowed-hosts", ",".join(given)) if given else \
+            (ENV_ALLOWED_HOSTS, os.environ.get(ENV_ALLOWED_HOSTS, ""))
+        values = [v for v in text.split(",") if v.strip()]
+        if given and not values:
+            raise InputError(f"--allowed-hosts {text!r}: no allowed host name given")
+        names = cls.of(values, where).names
+        if _address(host) is None and _NAME.match(host.strip().lower()):
+            names |= cls.of([host], "--host").names
+        return cls(names)
+
+    def allows(self, host: str | None) -> bool:
+        """Whether a `Host` header names this server."""
+        return host is not None and _allowed(self.names, host)
+
+
 @dataclass(frozen=True)
 class Access:
+    """The keys, the read-only mode and `allowed_hosts`: the names besides localhost and IP addresses
+    that a request's `Host` may give (a `HostNames`, or names that `HostNames.of` checks)."""
+
     write_key: str | None = None
     read_key: str | None = None
     read_only: bool = False
+    allowed_hosts: HostNames = HostNames()
 
     def __post_init__(self) -> None:
         for name, key in (("write key", self.write_key), ("read key", self.read_key)):
             if key is not None and (len(key) < MIN_KEY_CHARS or not key.isprintable() or key != key.strip()):
                 raise InputError(f"the {name} must be at least {MIN_KEY_CHARS} printable characters without "
                                  "surrounding spaces")
+        if not isinstance(self.allowed_hosts, HostNames):
+            object.__setattr__(self, "allowed_hosts", HostNames.of(self.allowed_hosts))
 
     def __repr__(self) -> str:  # never print a key
         return (f"Access(write_key={'set' if self.write_key else None}, "
-                f"read_key={'set' if self.read_key else None}, read_only={self.read_only})")
+                f"read_key={'set' if self.read_key else None}, read_only={self.read_only}, "
+                f"allowed_hosts={sorted(self.allowed_hosts.names)})")
 
     @property
     def open_for_writes(self) -> bool:
@@ -118,49 +168,6 @@ def _read_key_file(path: Path, option: str) -> str:
         raise InputError(f"{option} {path}: cannot read the key (UnicodeDecodeError)") from None
 
 
-_NAME = re.compile(r"^\.?[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*\.?$")
-
-
-@dataclass(frozen=True)
-class HostNames:
-    """The names a request's `Host` may give (see the module docstring): `localhost`, any IP
-    address, and `names`, where ".example.com" stands for example.com and every name under it."""
-
-    names: frozenset[str] = frozenset()
-
-    @classmethod
-    def of(cls, names=(), where: str = "allowed hosts") -> "HostNames":
-        """Checked names: host names only (no port, scheme, path or wildcard), one line naming
-        `where` and the value otherwise."""
-        out = set()
-        for name in names:
-            text = str(name).strip().lower()
-            if not _NAME.match(text):
-                raise InputError(f"{where}: {str(name)!r} is not an allowed host name (a name such as "
-                                 "search.example or .example.com for a domain and the names under it; no "
-                                 "scheme, port, path or wildcard)")
-            out.add(text.rstrip("."))
-        return cls(frozenset(out))
-
-    @classmethod
-    def for_server(cls, host: str, given=()) -> "HostNames":
-        """The names of `lbhash serve --host HOST [--allowed-hosts ...]`: the --host when it is a
-        name, and the --allowed-hosts (comma-separated, repeatable) or else LBHASH_ALLOWED_HOSTS."""
-        where, text = ("--allowed-hosts", ",".join(given)) if given else \
-            (ENV_ALLOWED_HOSTS, os.environ.get(ENV_ALLOWED_HOSTS, ""))
-        values = [v for v in text.split(",") if v.strip()]
-        if given and not values:
-            raise InputError(f"--allowed-hosts {text!r}: no allowed host name given")
-        names = cls.of(values, where).names
-        if _address(host) is None and _NAME.match(host.strip().lower()):
-            names |= cls.of([host], "--host").names
-        return cls(names)
-
-    def allows(self, host: str | None) -> bool:
-        """Whether a `Host` header names this server."""
-        return host is not None and _allowed(self.names, host)
-
-
 @functools.lru_cache(maxsize=256)  # a server sees a few Host values: each is parsed once
 def _allowed(names: frozenset[str], host: str) -> bool:
     name = _host_name(host)
@@ -195,11 +202,11 @@ def _address(text: str):
 
 
 class AccessControl:
-    """ASGI middleware applying an `Access` and the `HostNames` to every HTTP request (see the
-    module docstring)."""
+    """ASGI middleware applying an `Access`, its `allowed_hosts` among it, to every HTTP request (see
+    the module docstring)."""
 
-    def __init__(self, app, access: Access, state, hosts: HostNames = HostNames()):
-        self.app, self.access, self.state, self.hosts = app, access, state, hosts  # state.change_routes
+    def __init__(self, app, access: Access, state):
+        self.app, self.access, self.state = app, access, state  # state.change_routes
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http":
@@ -219,7 +226,7 @@ class AccessControl:
             twice = next(n for n in names if names.count(n) > 1)
             return 400, f"a request may have one {twice.decode('latin-1')} header, not {names.count(twice)}"
         host = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"host"), None)
-        if self.hosts.allows(host):
+        if self.access.allowed_hosts.allows(host):
             return None
         if host is None or not host.strip():
             return 400, "a request must name this server in its Host header"

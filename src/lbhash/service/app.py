@@ -42,8 +42,8 @@ from lbhash.runs.searcher import QueryEncoder, SearchOptions
 from lbhash.runs.serving import Search, item_labels
 from lbhash.runs.uploads import OverBudget
 from lbhash.service import models
-from lbhash.service.access import Access, AccessControl, HostNames, change_routes, changes_data, reads_data
-from lbhash.service.batching import MAX_ROWS, SearchBatcher
+from lbhash.service.access import Access, AccessControl, change_routes, changes_data, reads_data
+from lbhash.service.batching import Batching, SearchBatcher
 from lbhash.service.bodies import MAX_ERRORS, BodyErrors, CheckedBody, check_body, error_line, json_content
 from lbhash.service.decode import (DecodersBusy, PixelBudget, check_batch, decode_search, need_encoder, parse_ids,
                                   read_uploads, to_codes, wants_ranking)
@@ -64,13 +64,12 @@ CHANGES = [Depends(changes_data)]
 
 def create_app(source: str | Path | Store, encoder: Encoder | None = None, *, limits: Limits | None = None,
                compact_every: int = 1000, access: Access | None = None,
-               media_budget: int = table.MEDIA_BUDGET_BYTES, batch_window: float = 0.0,
-               batch_rows: int = MAX_ROWS, allowed_hosts=()) -> FastAPI:
+               media_budget: int = table.MEDIA_BUDGET_BYTES, batching: Batching | None = None) -> FastAPI:
     """`source`: an index directory (served with a write-ahead log beside it) or a `Store`.
-    `encoder` (from a run) enables feature and image queries. `access` (default: open) and
-    `allowed_hosts` (names or a `HostNames`): lbhash.service.access. `batch_window` (seconds) and
-    `batch_rows`: how `/search` requests share scans (lbhash.service.batching)."""
-    hosts = allowed_hosts if isinstance(allowed_hosts, HostNames) else HostNames.of(allowed_hosts)
+    `encoder` (from a run) enables feature and image queries. `access` (default: open, on the
+    loopback names and IP addresses; its keys, read-only mode and `allowed_hosts`):
+    lbhash.service.access. `batching` (its `window` in seconds and `max_rows`): how `/search`
+    requests share scans (lbhash.service.batching)."""
     if isinstance(source, Store):
         store = source
     elif isinstance(source, (str, Path)):
@@ -91,8 +90,7 @@ def create_app(source: str | Path | Store, encoder: Encoder | None = None, *, li
     app.state.store, app.state.limits, app.state.access = store, limits or Limits(), access or Access()
     app.state.offload = Offload(store.search_threads)  # the blocking work's threads
     # /search's shared scans: a batch in flight per core, so that one's Python overlaps the other's scan
-    app.state.batcher = SearchBatcher(store, window=batch_window, max_rows=batch_rows,
-                                      threads=store.search_threads or 1)
+    app.state.batcher = SearchBatcher(store, batching or Batching(), threads=store.search_threads or 1)
     app.state.encoder = QueryEncoder(encoder, store.bits) if encoder is not None else None
     # the pixels of images decoded at once, over every request: uploads and thumbnails
     app.state.decoding = PixelBudget(app.state.limits.max_decoding_pixels)
@@ -102,7 +100,7 @@ def create_app(source: str | Path | Store, encoder: Encoder | None = None, *, li
     app.add_middleware(SearchPath, state=app.state)  # innermost: behind the key and size checks
     app.add_middleware(BodyLimit, limit=app.state.limits.max_body_bytes)
     # outermost: a request for another host, or without the key, is refused before the body is read
-    app.add_middleware(AccessControl, access=app.state.access, state=app.state, hosts=hosts)
+    app.add_middleware(AccessControl, access=app.state.access, state=app.state)
     for router in (searches, items, status):
         app.include_router(router)
     add_page(app)

@@ -2,7 +2,7 @@
 
 A request hands its job to `SearchBatcher.run` (`prepare()` decodes it, `answer(search, hits)`
 makes the response). The batcher's threads take every job queued while their previous batch ran,
-up to `max_rows` query rows, and run one scan per group that can share it (lbhash.runs.serving);
+up to `Batching.max_rows` query rows, and run one scan per group that can share it (lbhash.runs.serving);
 each job gets back its own rows and its own error (a failed shared scan is retried one job at a time).
 """
 
@@ -17,6 +17,16 @@ from typing import Any, Callable
 from lbhash.limits import BATCH_ROWS as MAX_ROWS  # query rows per shared scan: its latency grows with them
 from lbhash.runs.serving import Search, start_batch_thread
 from lbhash.service.offload import settle
+
+
+@dataclass(frozen=True)
+class Batching:
+    """How `/search` requests share scans (lbhash serve --batch-window-ms, --batch-rows). `window`:
+    seconds a batch waits for more jobs after its first (0: none); `max_rows`: query rows per batch
+    (a job with more runs alone)."""
+
+    window: float = 0.0
+    max_rows: int = MAX_ROWS
 
 
 @dataclass
@@ -39,12 +49,11 @@ class _Job:
 
 class SearchBatcher:
     """`await batcher.run(prepare, answer)`: answer(search, its hits), search = prepare(), run
-    in a shared scan. `window`: seconds a batch waits for more jobs after its first (0: none);
-    `max_rows`: query rows per batch (a job with more runs alone); `threads`: batches in flight
-    at once. `scans` counts the store's searches."""
+    in a shared scan. `batching`: the window and rows of a batch (`Batching`); `threads`: batches
+    in flight at once. `scans` counts the store's searches."""
 
-    def __init__(self, store, window: float = 0.0, max_rows: int = MAX_ROWS, threads: int = 1):
-        self.store, self.window, self.max_rows, self.threads = store, window, max_rows, threads
+    def __init__(self, store, batching: Batching = Batching(), threads: int = 1):
+        self.store, self.batching, self.threads = store, batching, threads
         self.scans = 0
         self._pending: list[_Job] = []
         self._cond = threading.Condition()
@@ -97,14 +106,15 @@ class SearchBatcher:
 
     def _take(self) -> list[_Job] | None:
         """The next batch: the first job, and those after it up to `max_rows` rows."""
+        window, max_rows = self.batching.window, self.batching.max_rows
         with self._cond:
             while not self._pending:
                 if self._closed:
                     return None
                 self._cond.wait()
-            if self.window > 0:
-                deadline = time.monotonic() + self.window
-                while sum(job.rows for job in self._pending) < self.max_rows and not self._closed:
+            if window > 0:
+                deadline = time.monotonic() + window
+                while sum(job.rows for job in self._pending) < max_rows and not self._closed:
                     left = deadline - time.monotonic()
                     if left <= 0:
                         break
@@ -112,7 +122,7 @@ class SearchBatcher:
             taken, rows = 0, 0
             for job in self._pending:
                 rows += job.rows
-                if taken and rows > self.max_rows:
+                if taken and rows > max_rows:
                     break
                 taken += 1
             jobs, self._pending = self._pending[:taken], self._pending[taken:]
