@@ -22,7 +22,7 @@ from lbhash.data import load_data, load_split
 from lbhash.evaluate import mean_average_precision
 from lbhash.train.builder import evaluation_topk, input_options
 from lbhash.train.forward import encode
-from lbhash.runs.rundir import load_run_model
+from lbhash.runs.encoder import load_run_model
 
 
 def compare(run: Path) -> None:

@@ -250,7 +250,7 @@ def file_calls(package: Path) -> list[str]:
 
 
 def test_the_training_engine_does_no_file_io():
-    """lbhash.train writes and reads through the store it is given (lbhash.runs.training.DirectoryStore)."""
+    """lbhash.train writes and reads through the store it is given (lbhash.runs.rundir.DirectoryStore)."""
     assert file_calls(PACKAGE / "train") == []
 
 

@@ -93,7 +93,7 @@ READ_ONLY = textwrap.dedent("""
     import sys
     from lbhash.cli import main
     WATCHED = ("lightning", "sklearn", "scipy", "numba", "lbhash.train.loop", "lbhash.train.fit",
-               "lbhash.runs.training", "lbhash.runs.hash_encoder")
+               "lbhash.runs.hash_encoder")
     for args in (["index", "info", "idx"], ["train", "--out", "run", "--resume"],
                  ["encode", "run", "--data", "features:rows5.npy", "--out", "rows5.npz"],
                  ["search", "idx", "--features", "rows5.npy", "--run", "run", "-k", "3"]):

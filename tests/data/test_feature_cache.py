@@ -185,7 +185,7 @@ def test_index_build_reads_the_runs_features_from_the_cache_in_one_pass(frozen_r
     two passes, each printing its cache lines (issue 69, item 9)."""
     from lbhash.data import load_split
     from lbhash.runs.index_dir import build_index
-    from lbhash.runs.rundir import load_run_model
+    from lbhash.runs.encoder import load_run_model
 
     root, data, cfg, _ = frozen_run
     count = Counting(monkeypatch)

@@ -161,7 +161,7 @@ def test_best_validation_selection_restores_that_epochs_weights(every_option_run
     from lbhash.codes_file import load_codes_file
     from lbhash.data import load_data
     from lbhash.train.forward import encode
-    from lbhash.runs.rundir import load_run_model
+    from lbhash.runs.encoder import load_run_model
 
     out = every_option_run[0]  # validated every epoch on a share of 0.2, select best-val
     metrics = json.loads((out / "metrics.json").read_text())

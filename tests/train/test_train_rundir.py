@@ -160,25 +160,26 @@ def test_a_run_writes_its_metrics_from_the_arrays_in_hand_and_only_a_killed_one_
     """The one driver hands the store what it trained: no codes file is read back to measure it. A run
     killed between its codes and its metrics is the one case that reads them (`--resume` finishes it),
     and gives the same metrics."""
-    import lbhash.runs.metrics as metrics_module
-    import lbhash.runs.training as run_module
+    import lbhash.runs.rundir as run_module
 
-    reads, real_load = [], metrics_module.load_codes_file
+    reads, real_load = [], run_module.load_codes_file
 
     def counted(path, *args, **kwargs):
         reads.append(path.name)
         return real_load(path, *args, **kwargs)
 
-    monkeypatch.setattr(metrics_module, "load_codes_file", counted)
+    monkeypatch.setattr(run_module, "load_codes_file", counted)
     whole = RunDirectory(tmp_path / "whole").train(TrainConfig(**FAST, epochs=1))
     assert reads == [] and (tmp_path / "whole" / "manifest.json").is_file()
 
     def killed(out, metrics):  # the codes are written; the process dies before metrics.json
         raise KeyboardInterrupt
 
+    real_finish = run_module.write_finished
     monkeypatch.setattr(run_module, "write_finished", killed)
     with pytest.raises(KeyboardInterrupt):
         RunDirectory(tmp_path / "cut").train(TrainConfig(**FAST, epochs=1))
+    monkeypatch.setattr(run_module, "write_finished", real_finish)  # (the process that resumes it is a new one)
     assert (tmp_path / "cut" / "codes.npz").is_file() and not (tmp_path / "cut" / "metrics.json").exists()
     finished = RunDirectory(tmp_path / "cut").resume()
     assert reads == ["codes.npz"] and (tmp_path / "cut" / "manifest.json").is_file()
@@ -189,7 +190,7 @@ def test_a_run_writes_its_metrics_from_the_arrays_in_hand_and_only_a_killed_one_
 
 
 def test_a_transient_failure_leaves_a_run_that_resume_continues(tmp_path, monkeypatch):
-    import lbhash.runs.training as run_module
+    import lbhash.runs.rundir as run_module
 
     real = run_module.save_split_codes
 

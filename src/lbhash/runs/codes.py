@@ -24,7 +24,8 @@ from lbhash.errors import InputError
 from lbhash.train.builder import evaluation_topk, input_options
 from lbhash.train.forward import ForwardPass, embed_sharded, embed_with_features
 from lbhash.train.processes import check_accelerator, encoding_processes, leave_process_group
-from lbhash.runs.rundir import PARTS, SPLIT, load_input_form, load_run_model, run_data_spec
+from lbhash.runs.encoder import load_run_model
+from lbhash.runs.rundir import PARTS, SPLIT, load_input_form, run_data_spec
 
 logger = logging.getLogger("lbhash")
 

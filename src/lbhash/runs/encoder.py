@@ -10,14 +10,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from lbhash.codes_file import load_codes_file
 from lbhash.data import ArrayDataset, ImageDataset
 from lbhash.errors import InputError
-from lbhash.train.builder import input_options
+from lbhash.train.builder import build_model, input_options
 from lbhash.train.forward import ForwardPass, embed, embed_with_features
 from lbhash.encoders import Encoder
-from lbhash.runs.rundir import CODES, METRICS, model_identity, read_fitted, read_metrics
+from lbhash.models import HashModel
+from lbhash.runs.rundir import (BEST, CHECKPOINT, CODES, CONFIG, LOG, METRICS, check_not_failed, load_input_form,
+                                load_run_config, model_identity, read_log, read_metrics, verify_files)
+from lbhash.train.config import RunConfig
 from lbhash.train.results import Fitted
 
 ARRAYS = "arrays"  # the data spec of a run trained by HashEncoder.fit: arrays, not a file
@@ -108,3 +112,42 @@ def eval_set_metrics(metrics: dict[str, Any], query_codes: dict) -> dict[str, An
     out["run"] = {**metrics["run"], "protocol": "validation", "n_validation": metrics["n_query"],
                   "n_held_out": metrics["run"]["n_validation"]}
     return out
+
+
+def load_run_model(run_dir: str | Path) -> tuple[HashModel, RunConfig]:
+    """The trained hash model of a run (its last checkpoint) and the run's config."""
+    run_dir = Path(run_dir)
+    check_not_failed(run_dir)
+    verify_files(run_dir, (CONFIG, CHECKPOINT, BEST))
+    cfg = load_run_config(run_dir)
+    path = run_dir / CHECKPOINT
+    if not path.is_file():
+        raise InputError(f"{run_dir}: no {CHECKPOINT} (the run has not finished an epoch)")
+    try:
+        if cfg.recipe.select == "best-val" and (run_dir / BEST).is_file():  # the model the run selected
+            path = run_dir / BEST
+            weights = torch.load(path, map_location="cpu", weights_only=True)["model"]
+        else:
+            state = torch.load(path, map_location="cpu", weights_only=True)["learner"]
+            weights = {k[len("model."):]: v for k, v in state.items() if k.startswith("model.")}
+    except Exception as err:  # a truncated or foreign file
+        raise InputError(f"{path}: not a readable lbhash checkpoint ({type(err).__name__})") from None
+    normalization = None
+    if cfg.input_kind == "features" and cfg.dataset.normalize == "zscore":
+        if "backbone.mean" not in weights or "backbone.std" not in weights:
+            raise InputError(f"{path}: no normalisation statistics, but {CONFIG} says normalize: zscore")
+        normalization = (weights["backbone.mean"], weights["backbone.std"])
+    model = build_model(cfg.model, cfg.hashing.bits, cfg.input_kind, cfg.input_dim, normalization, pretrained=False)
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as err:
+        raise InputError(f"{path}: the weights do not fit the model of {CONFIG} "
+                         f"({str(err).splitlines()[0]})") from None
+    return model.eval(), cfg
+
+
+def read_fitted(run_dir: str | Path) -> Fitted:
+    """The fitted model of a run directory, finished or checkpointed (`RunEncoder.load`)."""
+    model, cfg = load_run_model(run_dir)
+    return Fitted(model, cfg, load_input_form(run_dir, cfg), read_log(Path(run_dir) / LOG))
+

@@ -1,40 +1,16 @@
-"""Metrics of codes: a finished run's (`write_finished`: metrics.json, then manifest.json), codes files'
-(`evaluate_files`: `lbhash evaluate`), a class-center set's (`make_centers`: `lbhash centers`). Its
+"""Metrics of codes: codes files' (`evaluate_files`: `lbhash evaluate`), a class-center set's (`make_centers`: `lbhash centers`). Its
 imports load no torch: those two commands need no model."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from lbhash import _io
 from lbhash.codes_file import load_codes_file, only_part, part
 from lbhash.errors import InputError
-
-
-def finish_run(run_dir: Path) -> dict[str, Any]:
-    """Every metric of a run whose codes are written but which stopped before its metrics (killed in
-    between: the one case that reads its codes back), written as `write_finished` writes them."""
-    from lbhash.data import load_split
-    from lbhash.runs.rundir import CODES, CODES_SEEN, LOG, SPLIT, load_run_config, read_log
-    from lbhash.train.results import run_metrics
-
-    seen = load_codes_file(run_dir / CODES_SEEN) if (run_dir / CODES_SEEN).is_file() else None
-    codes = load_codes_file(run_dir / CODES) if (run_dir / CODES).is_file() else None
-    metrics = run_metrics(load_run_config(run_dir), read_log(run_dir / LOG), load_split(run_dir / SPLIT), codes, seen)
-    write_finished(run_dir, metrics)
-    return metrics
-
-
-def write_finished(run_dir: Path, metrics: dict[str, Any]) -> None:
-    """A finished run's metrics.json, then the manifest of every file, written last."""
-    from lbhash.runs.rundir import METRICS, write_manifest
-
-    _io.write_json(run_dir / METRICS, metrics)
-    write_manifest(run_dir)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """A run directory as the application layer owns it (`RunDirectory`): trained, resumed, read, encoded with and
 exported, which is `lbhash train`, `encode` and `export`; the training engine below (lbhash.train) writes no
 files. Training decides between a new run, a resumed one and one with nothing left to train, then hands the run
-to lbhash.runs.training; a finished run returns its metrics without importing the training stack, so `--resume`
+to lbhash.train.fit with the directory as its store (lbhash.runs.rundir.DirectoryStore); a finished run returns its metrics without importing the training stack, so `--resume`
 on it starts fast. The run directory's files: docs/training.md."""
 
 from __future__ import annotations
@@ -18,14 +18,13 @@ from lbhash.data import HashDataset
 from lbhash.encoders.exported import (EMBEDDING_NAME, EXPORT_DIR, EXPORT_FORMAT, INPUT_NAME, MANIFEST as EXPORTED,
                                       MODEL, OUTPUT_NAME, read_manifest)
 from lbhash.errors import InputError, require_extra
-from lbhash.runs.metrics import finish_run  # imports the metrics' numba kernels only to evaluate
 from lbhash.runs.train_options import build_config, load_config_file
 from lbhash.train.config import RunConfig, TrainConfig
 from lbhash.train.optim import check_extension, check_further
 from lbhash.train.processes import process_rank
-from lbhash.runs.rundir import (CHECKPOINT, CODES, CONFIG, LOG, MANIFEST, SPLIT, check_not_failed,
-                                 load_run_config, read_log, read_metrics, run_data_spec, run_lock, verify_files,
-                                 verify_finished_run)
+from lbhash.runs.rundir import (CHECKPOINT, CODES, CONFIG, LOG, MANIFEST, SPLIT, DirectoryStore, check_not_failed,
+                                finish_run, load_run_config, read_log, read_metrics, run_data_spec, run_lock,
+                                verify_files, verify_finished_run)
 from lbhash.train.summary import notices_to_stderr, result_line
 
 if TYPE_CHECKING:
@@ -59,7 +58,6 @@ class RunDirectory:
             if process_rank() == 0 and (self.path / CONFIG).exists():
                 raise InputError(f"{self.path} already holds a run: pass --resume to continue it, or choose another "
                                  "--out")
-            from lbhash.runs.training import DirectoryStore  # the training stack is imported only to train
             from lbhash.train.fit import fit
 
             return fit(cfg, dataset, None, DirectoryStore(self.path), progress, on_epoch_end)
@@ -78,7 +76,6 @@ class RunDirectory:
                 return _left_as_it_is(out) if first else {}
             cfg = _resumed_config(out, epochs)
             from lbhash.data import load_data, load_split  # the data and the training stack load only to train
-            from lbhash.runs.training import DirectoryStore
             from lbhash.train.fit import fit
 
             dataset = load_data(run_data_spec(out, cfg))  # the run's own data, found from any working directory

@@ -1,13 +1,17 @@
-"""A run directory: its files, its lock and manifest, and reading it back (config, log, metrics, input
-contract, the trained model). Encoding data with a run is `RunDirectory.encode` (lbhash.runs.run_dir).
+"""A run directory, every read and write of its files: its lock and manifest, config, log, input contract,
+metrics, and the store that `lbhash.train.fit.fit` trains into (`DirectoryStore`: the first files, each
+epoch's log line and checkpoint, a resumed run's checkpoint, and at the end its codes, metrics and manifest
+from the arrays the fit hands it). Encoding data with a run is `RunDirectory.encode` (lbhash.runs.run_dir);
+the run's model is read by lbhash.runs.encoder (`load_run_model`).
 
-A run's model is rebuilt by the builder that trained it, from config.yaml and its checkpoint's normalisation
-statistics. Readers verify the files they use against the manifest's SHA-256s (before a run finishes, the
-checkpoint against its zip CRCs)."""
+Readers verify the files they use against the manifest's SHA-256s (before a run finishes, the checkpoint
+against its zip CRCs). The training stack (lbhash.train.loop, lbhash.train.fit) is named for types only:
+a command that only reads a run does not import it."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import json
 import logging
@@ -15,19 +19,26 @@ import os
 import shutil
 import zipfile
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
+import numpy as np
 import torch
 import yaml
 
-from lbhash._io import atomic_path, file_sha256, write_json
+from lbhash._io import atomic_path, file_sha256, save_npz, temporary_name, write_json
+from lbhash.codes_file import load_codes_file
+from lbhash.data import Split, save_split
 from lbhash.data.input_form import InputForm
 from lbhash.errors import InputError
-from lbhash.models import HashModel
 from lbhash.runs.train_options import read_yaml_mapping
-from lbhash.train.builder import build_model
 from lbhash.train.config import FIELDS, RunConfig, make_config
-from lbhash.train.results import Fitted
+from lbhash.train.optim import check_further, load_scheduler_state
+from lbhash.train.processes import process_rank
+from lbhash.train.summary import DATA_SUMMARY
+
+if TYPE_CHECKING:  # (the training stack: imported by whoever trains, not by a reader of a run)
+    from lbhash.train.fit import Prepared, Trained
+    from lbhash.train.loop import Trainer
 
 CONFIG, SPLIT, LOG, CHECKPOINT, CODES, METRICS, BEST = (
     "config.yaml", "split.npz", "log.jsonl", "checkpoint.pt", "codes.npz", "metrics.json", "best.pt")
@@ -300,40 +311,151 @@ def model_identity(run_dir: str | Path) -> dict:
             "backbone": cfg.model.backbone if cfg.input_kind == "images" else None, "data": run_data_spec(run_dir, cfg)}
 
 
-def load_run_model(run_dir: str | Path) -> tuple[HashModel, RunConfig]:
-    """The trained hash model of a run (its last checkpoint) and the run's config."""
-    run_dir = Path(run_dir)
-    check_not_failed(run_dir)
-    verify_files(run_dir, (CONFIG, CHECKPOINT, BEST))
-    cfg = load_run_config(run_dir)
-    path = run_dir / CHECKPOINT
-    if not path.is_file():
-        raise InputError(f"{run_dir}: no {CHECKPOINT} (the run has not finished an epoch)")
-    try:
-        if cfg.recipe.select == "best-val" and (run_dir / BEST).is_file():  # the model the run selected
-            path = run_dir / BEST
-            weights = torch.load(path, map_location="cpu", weights_only=True)["model"]
-        else:
-            state = torch.load(path, map_location="cpu", weights_only=True)["learner"]
-            weights = {k[len("model."):]: v for k, v in state.items() if k.startswith("model.")}
-    except Exception as err:  # a truncated or foreign file
-        raise InputError(f"{path}: not a readable lbhash checkpoint ({type(err).__name__})") from None
-    normalization = None
-    if cfg.input_kind == "features" and cfg.dataset.normalize == "zscore":
-        if "backbone.mean" not in weights or "backbone.std" not in weights:
-            raise InputError(f"{path}: no normalisation statistics, but {CONFIG} says normalize: zscore")
-        normalization = (weights["backbone.mean"], weights["backbone.std"])
-    model = build_model(cfg.model, cfg.hashing.bits, cfg.input_kind, cfg.input_dim, normalization, pretrained=False)
-    try:
-        model.load_state_dict(weights)
-    except RuntimeError as err:
-        raise InputError(f"{path}: the weights do not fit the model of {CONFIG} "
-                         f"({str(err).splitlines()[0]})") from None
-    return model.eval(), cfg
+# --- a run's end: its codes, metrics and manifest ------------------------------------------
+
+def finish_run(run_dir: Path) -> dict[str, Any]:
+    """Every metric of a run whose codes are written but which stopped before its metrics (killed in
+    between: the one case that reads its codes back), written as `write_finished` writes them."""
+    from lbhash.data import load_split
+    from lbhash.train.results import run_metrics  # (the metrics' numba kernels: imported only to evaluate)
+
+    seen = load_codes_file(run_dir / CODES_SEEN) if (run_dir / CODES_SEEN).is_file() else None
+    codes = load_codes_file(run_dir / CODES) if (run_dir / CODES).is_file() else None
+    metrics = run_metrics(load_run_config(run_dir), read_log(run_dir / LOG), load_split(run_dir / SPLIT), codes, seen)
+    write_finished(run_dir, metrics)
+    return metrics
 
 
-def read_fitted(run_dir: str | Path) -> Fitted:
-    """The fitted model of a run directory, finished or checkpointed (`RunEncoder.load`)."""
-    model, cfg = load_run_model(run_dir)
-    return Fitted(model, cfg, load_input_form(run_dir, cfg), read_log(Path(run_dir) / LOG))
+def write_finished(run_dir: Path, metrics: dict[str, Any]) -> None:
+    """A finished run's metrics.json, then the manifest of every file, written last."""
+    write_json(run_dir / METRICS, metrics)
+    write_manifest(run_dir)
 
+
+# --- the store that `lbhash.train.fit.fit` trains into --------------------------------------
+
+def _write_first_files(out: Path, split: Split, summary: dict, form: InputForm, cfg: RunConfig) -> None:
+    save_split(out / SPLIT, split)
+    write_json(out / DATA_SUMMARY, summary)
+    write_json(out / INPUT_FORM, form.to_dict())
+    save_run_config(out, cfg)  # last: its presence marks a run
+
+
+def _reopen(out: Path, trainer: Trainer) -> None:
+    """Before a run trains further to cfg.recipe.epochs: check that there is something to train, then
+    make it unfinished and record the new total in config.yaml."""
+    cfg = trainer.cfg
+    check_further(cfg.recipe, cfg.recipe.epochs, trainer.start_epoch, trainer.selection.stopped, str(out))
+    if trainer.fabric.is_global_zero:
+        reopen_run(out)  # first: a kill from here on leaves a run that --resume continues
+        save_run_config(out, load_run_config(out).replace(epochs=cfg.recipe.epochs))
+    trainer.fabric.barrier()
+
+
+class DirectoryStore:
+    """Run directory `run_dir` as a `RunStore`: a new run (`resume` False) or one to continue from its
+    checkpoint, trained further to `epochs` in all where given (`lbhash train --resume --epochs N`)."""
+
+    def __init__(self, run_dir: Path, resume: bool = False, epochs: int | None = None):
+        self.run_dir, self.resumed, self.epochs = Path(run_dir), resume, epochs
+
+    def begin(self, run: Prepared) -> Prepared:
+        """Every check has happened before this writes anything: a new run then writes its first files,
+        a resumed one loads its checkpoint, and one trained further (`epochs`) is reopened. Returns the
+        run with the config and input form of the directory (a resumed run's, as they were written:
+        this call's progress= is not)."""
+        trainer = run.trainer
+        if trainer.fabric.is_global_zero and not (self.run_dir / CONFIG).exists():
+            _write_first_files(self.run_dir, trainer.exp.split, run.data_summary, run.input_form, run.config)
+        trainer.fabric.barrier()
+        self._load_checkpoint(trainer)
+        if self.epochs is not None:
+            _reopen(self.run_dir, trainer)
+        if not (self.resumed and process_rank() == 0):
+            return run
+        config = load_run_config(self.run_dir)
+        return dataclasses.replace(run, config=config, input_form=load_input_form(self.run_dir, config))
+
+    def finish(self, trained: Trained) -> None:
+        """codes_seen.npz and codes.npz, then metrics.json and the manifest, from what the fit holds."""
+        save_split_codes(self.run_dir, trained.codes)
+        write_finished(self.run_dir, trained.metrics)
+
+    def failed(self, reason: str) -> None:
+        mark_failed(self.run_dir, reason)
+
+    @staticmethod
+    def write(out: Path, trained: Trained) -> None:
+        """Write an in-memory fit (`fit` without a store) as a finished run directory `out` (a new,
+        empty directory): the files `lbhash train` writes, from memory."""
+        fitted = trained.fitted
+        _write_first_files(out, trained.split, trained.data_summary, fitted.input_form, fitted.config)
+        write_log(out / LOG, fitted.history)
+        for name, content in ((CHECKPOINT, trained.checkpoint), (BEST, trained.best)):
+            if content is not None:
+                with atomic_path(out / name) as tmp:
+                    torch.save(content, tmp)
+        save_split_codes(out, trained.codes)
+        write_finished(out, trained.metrics)
+
+    def save_best(self, best: dict) -> None:
+        """best.pt, atomically (a kill never leaves half of it)."""
+        path = self.run_dir / BEST
+        tmp = temporary_name(path)
+        torch.save(best, tmp)
+        os.replace(tmp, path)
+
+    def load_best(self) -> dict | None:
+        path = self.run_dir / BEST
+        return torch.load(path, map_location="cpu", weights_only=True) if path.is_file() else None
+
+    def loggers(self, cfg) -> list:
+        """Fabric loggers of the run: TensorBoard event files in RUN_DIR/tensorboard when asked."""
+        if cfg.runtime.logger != "tensorboard":
+            return []
+        from lightning.fabric.loggers import TensorBoardLogger
+
+        return [TensorBoardLogger(root_dir=str(self.run_dir / "tensorboard"), name="", version="")]
+
+    def record(self, trainer: Trainer, epoch: int, record: dict) -> None:
+        """The epoch's log line (rank 0), then its checkpoint."""
+        if trainer.fabric.is_global_zero:
+            with open(self.run_dir / LOG, "a") as fh:
+                fh.write(json.dumps(record, allow_nan=False) + "\n")
+        path = self.run_dir / CHECKPOINT
+        tmp = temporary_name(path)  # unique: only rank 0 writes it, and its lock keeps others out
+        trainer.fabric.save(tmp, trainer.state(epoch))
+        if trainer.fabric.is_global_zero:
+            os.replace(tmp, path)  # atomic: a kill never leaves a broken checkpoint
+        trainer.fabric.barrier()
+
+    def _load_checkpoint(self, trainer: Trainer) -> None:
+        """Continue from the checkpoint; without one, from the start (dropping any log lines of
+        an epoch that had not reached its checkpoint)."""
+        path = self.run_dir / CHECKPOINT
+        if not path.is_file():
+            if trainer.fabric.is_global_zero and (self.run_dir / LOG).exists():
+                truncate_log(self.run_dir / LOG, 0)
+            return
+        verify_zip(path)
+        state = {"learner": trainer.learner}
+        try:
+            rest = trainer.fabric.load(path, state, weights_only=True)
+        except Exception as err:  # unsafe content (refused, never run), a foreign file, another model's weights
+            raise InputError(f"{path}: not a checkpoint of this run ({type(err).__name__})") from None
+        for opt, sd in zip(trainer.optimizers, rest["optimizers"]):
+            opt.load_state_dict(sd)
+        for sched, sd in zip(trainer.schedulers, rest["schedulers"]):
+            load_scheduler_state(sched, sd, trainer.cfg.recipe)
+        if "selection" in rest:
+            trainer.selection.load_state_dict(rest["selection"])
+        trainer.start_epoch = int(rest["epoch"])
+        if trainer.fabric.is_global_zero:
+            trainer.history = truncate_log(self.run_dir / LOG, trainer.start_epoch)
+
+
+def save_split_codes(run_dir: Path, files: dict[str, dict[str, np.ndarray]]) -> None:
+    """`split_codes`' arrays as codes_seen.npz, then codes.npz (last: it marks the codes as done)."""
+    for part, name in (("seen", CODES_SEEN), ("all", CODES)):
+        if part in files:
+            save_npz(run_dir / name, **files[part])
