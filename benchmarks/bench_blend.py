@@ -6,8 +6,9 @@ flipped, so that whole classes tie as a trained run's do) and a `--instance-bits
 (random bits: the instance codes of distinct photos are spread), with a `--dim`-wide float row
 each where `--dim` is not 0, added in slices of 100,000, saved and loaded back (codes and floats
 memory-mapped, as `CodeIndex.load` maps them). Then `--queries` queries one at a time: the class
-code's Hamming top 10 (the reference), the ranking by both codes alone, and with `--dim`, the
-default ranking with the floats. Prints the build time (adds and save), the process's peak memory
+code's Hamming top 10 (the reference), the ranking by both codes alone (and its two candidate steps,
+the class code's top 40 and the instance code's, timed one after the other as it takes them), and with
+`--dim`, the default ranking with the floats. Prints the build time (adds and save), the process's peak memory
 (VmHWM), the directory's bytes on disk, the time `CodeIndex.warm` takes (a large index's instance
 chunk tables, lbhash.index._lookup), ms per query of each search and its ratio to the reference
 measured in the same run. The first query of each search is left out of the timing.
@@ -27,7 +28,7 @@ import numpy as np
 
 from _smoke import parse_args
 from bench_rescore import per_query_ms  # (the first query left out: cold pages)
-from lbhash.index import CodeIndex, Queries, blended_search, table_bytes_per_item
+from lbhash.index import RESCORE_FACTOR, CodeIndex, Queries, blended_search, table_bytes_per_item
 
 BITS = 64
 SLICE = 100_000  # items drawn and added at a time: bounded memory (100,000 x 1,280 floats: 512 MB)
@@ -40,6 +41,23 @@ def clustered(rng, n: int, centers: np.ndarray) -> np.ndarray:
         flip = np.flatnonzero(rng.random(n) < 0.5)
         codes[flip, bit[flip] // 8] ^= (1 << (bit[flip] % 8)).astype(np.uint8)
     return codes
+
+
+def step_ms(index, q_codes, q_inst, wanted: int, queries: int) -> tuple[float, float, float]:
+    """ms per query of a blended search's two candidate steps, each query's class search then its instance
+    search as `blended_search` takes them (the scan of every class code evicts the lookup's tables from the
+    cache), and of the instance search timed alone."""
+    spent = [0.0, 0.0]
+    for q in range(queries + 1):  # (the first query left out, as per_query_ms leaves it)
+        start = time.perf_counter()
+        index.search(q_codes[q:q + 1], wanted)
+        middle = time.perf_counter()
+        index.instance_search(q_inst[q:q + 1], wanted)
+        if q:
+            spent[0] += middle - start
+            spent[1] += time.perf_counter() - middle
+    alone = per_query_ms(lambda q: index.instance_search(q_inst[q:q + 1], wanted), queries)
+    return 1000 * spent[0] / queries, 1000 * spent[1] / queries, alone
 
 
 def peak_mb() -> float:
@@ -91,6 +109,10 @@ def main() -> None:
         both = Queries(q_codes, instance=q_inst)
         codes = per_query_ms(lambda q: blended_search(index, both[q:q + 1], 10), args.queries)
         print(f"both codes, no float read: {codes:.2f} ms/query x{codes / hamming:.2f}")
+        steps = step_ms(index, q_codes, q_inst, 10 * RESCORE_FACTOR, args.queries)
+        print(f"  its two candidate steps, one after the other as it takes them: the class code's top "
+              f"{10 * RESCORE_FACTOR} {steps[0]:.2f} ms x{steps[0] / hamming:.2f}, the instance code's "
+              f"{steps[1]:.2f} ms ({steps[2]:.2f} ms timed alone); together x{(steps[0] + steps[1]) / hamming:.2f}")
         if args.dim:
             full = Queries(q_codes, q_emb, q_inst, np.zeros(args.dim))
             floats = per_query_ms(lambda q: blended_search(index, full[q:q + 1], 10), args.queries)
