@@ -1,8 +1,8 @@
 """A run directory as the application layer owns it (`RunDirectory`): trained, resumed, read, encoded with and
 exported, which is `lbhash train`, `encode` and `export`; the training engine below (lbhash.train) writes no
 files. Training decides between a new run, a resumed one and one with nothing left to train, then hands the run
-to lbhash.train.fit with the directory as its store (lbhash.runs.rundir.DirectoryStore); a finished run returns its metrics without importing the training stack, so `--resume`
-on it starts fast. The run directory's files: docs/training.md."""
+to lbhash.train.fit with the directory as its store (lbhash.runs.rundir.DirectoryStore); a finished run returns
+its metrics without importing the training stack, so `--resume` on it starts fast. The run directory's files: docs/training.md."""
 
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ import yaml
 
 from lbhash._io import atomic_path, file_sha256, save_npz, temporary_name, write_json
 from lbhash.codes_file import load_codes_file
-from lbhash.data import Split, save_split
+from lbhash.data import Split, load_split, save_split
 from lbhash.data.input_form import InputForm
 from lbhash.errors import InputError
 from lbhash.runs.train_options import read_yaml_mapping
@@ -316,7 +316,6 @@ def model_identity(run_dir: str | Path) -> dict:
 def finish_run(run_dir: Path) -> dict[str, Any]:
     """Every metric of a run whose codes are written but which stopped before its metrics (killed in
     between: the one case that reads its codes back), written as `write_finished` writes them."""
-    from lbhash.data import load_split
     from lbhash.train.results import run_metrics  # (the metrics' numba kernels: imported only to evaluate)
 
     seen = load_codes_file(run_dir / CODES_SEEN) if (run_dir / CODES_SEEN).is_file() else None
