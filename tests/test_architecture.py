@@ -258,3 +258,38 @@ def test_the_file_io_check_sees_a_save(tmp_path):
     (tmp_path / "train").mkdir()
     (tmp_path / "train" / "x.py").write_text("import torch\ntorch.save({}, 'best.pt')\n")
     assert file_calls(tmp_path / "train") == ["train/x.py:2 save"]
+
+
+# ---- lbhash.runs: a run side and an index side that meet in one module ----
+
+RUN_SIDE = {"run_dir", "rundir", "train_options", "metrics", "demo", "codes", "encoder", "hash_encoder"}
+INDEX_SIDE = {"index_dir", "index_store", "wal", "serving", "uploads", "searcher", "instance_codes", "origins",
+              "duplicates", "defaults"}
+MEETING = "index_inputs"  # where the index side reads a run: its codes, embeddings, data and model
+
+
+def side_crossings(graph: dict[str, set[str]]) -> list[str]:
+    """Imports between the two sides of lbhash.runs other than the index side's through MEETING."""
+    def short(name: str) -> str | None:
+        return name.removeprefix("lbhash.runs.") if name.startswith("lbhash.runs.") else None
+
+    bad = []
+    for name, targets in graph.items():
+        own = short(name)
+        for target in sorted(filter(None, map(short, targets))):
+            crossing = (own in INDEX_SIDE and target in RUN_SIDE) or (own in RUN_SIDE and target in INDEX_SIDE | {MEETING})
+            if crossing:
+                bad.append(f"{own} imports {target}")
+    return bad
+
+
+def test_runs_has_a_run_side_and_an_index_side_that_meet_in_one_module():
+    modules = {p.stem for p in (PACKAGE / "runs").glob("*.py")} - {"__init__"}
+    assert RUN_SIDE | INDEX_SIDE | {MEETING} == modules
+    assert side_crossings(import_graph()) == []
+
+
+def test_the_side_check_sees_an_index_module_reading_a_run_directly():
+    graph = {"lbhash.runs.index_dir": {"lbhash.runs.codes", "lbhash.runs.index_inputs"},
+             "lbhash.runs.index_inputs": {"lbhash.runs.run_dir"}, "lbhash.runs.run_dir": {"lbhash.runs.searcher"}}
+    assert side_crossings(graph) == ["index_dir imports codes", "run_dir imports searcher"]

@@ -1,10 +1,12 @@
-"""The application layer over the two engines: run directories over the in-memory training core
-(lbhash.train), their front doors, and what turns runs and raw inputs into what the search engine
-(lbhash.index) takes. Modules: `run_dir` (`RunDirectory`: the one way to each file job of a run), `training`,
-`rundir`, `train_options` (config files and flags), `metrics`, `demo`, `codes`, `encoder`, `hash_encoder`,
-`searcher`, `index_dir`, `index_store` (with `wal`: the live index the service serves), `serving` (what the service asks of the engines), `uploads`
-(the images it keeps beside an index), `index_inputs`, `origins` and `defaults` (the values searches and indexes take
-for options left out, which help texts state).
+"""The application layer over the two engines, in two sides that meet in one module.
+
+Run side, over the in-memory training core (lbhash.train): `run_dir` (`RunDirectory`: the one way to each
+file job of a run), `rundir` (its files), `train_options` (config files and flags), `metrics`, `demo`,
+`codes`, `encoder`, `hash_encoder`. Index side, over the search engine (lbhash.index): `index_dir`,
+`index_store` (with `wal`: the live index the service serves), `serving` (what the service asks of the
+engines), `uploads` (the images it keeps beside an index), `searcher`, `instance_codes`, `origins`,
+`duplicates` and `defaults` (the values searches and indexes take for options left out, which help texts
+state). The index side reads a run only through `index_inputs` (tests/test_architecture.py).
 """
 
 from lbhash._lazy import lazy_names

@@ -93,12 +93,10 @@ def build_index(source: Path, out: str, kind: str = "flat", part: str | None = N
     # photos' embeddings, from a run or `lbhash encode --embeddings`, hold their blurred views' (lbhash.data.views)
     photos = items["sources"] is not None or (spec is not None and index_inputs.has_sources(spec))
     if spec is not None and emb is None:  # a run's codes.npz: its items' embeddings, from the pass that made their codes
-        from lbhash.runs.codes import item_embeddings
-
         # one pass, which also gives the training items the instance transform is fitted on where the
         # index lacks them (a second pass would decode the images and run the backbone again)
         train = _outside_training_items(source, ids, instance_bits)
-        both = item_embeddings(source, np.concatenate([ids, train]), spec)
+        both = index_inputs.run_embeddings(source, np.concatenate([ids, train]), spec)
         emb, train_emb = both[:len(ids)], both[len(ids):] if len(train) else None
     transform, fitted_on = _instance_transform(source, spec, ids, emb, instance_bits, train_emb)
     instance = None if transform is None else transform.apply(emb)
@@ -168,9 +166,7 @@ def _instance_transform(source: Path, spec: str | None, ids: np.ndarray, emb, bi
         rows = order[np.searchsorted(ids[order], train[inside])]
         return fit_transform(np.asarray(emb)[rows], bits), f"the run's {int(inside.sum())} training items in the index"
     if train_emb is None:  # an index of other items: the training items' own pass
-        from lbhash.runs.codes import item_embeddings
-
-        train_emb = item_embeddings(source, train, spec)
+        train_emb = index_inputs.run_embeddings(source, train, spec)
     return fit_transform(train_emb, bits), f"the run's {len(train)} training items"
 
 class IndexDirectory:

@@ -227,6 +227,13 @@ def run_codes(run_dir: str | Path, part: str = "database", data: str | None = No
     return _checked(path, codes["bits"], part_fields(codes, "db"))
 
 
+def run_embeddings(run_dir: str | Path, ids, data: str | None = None):
+    """The embeddings an index keeps of a run's items `ids` (lbhash.runs.codes.item_embeddings)."""
+    from lbhash.runs.codes import item_embeddings
+
+    return item_embeddings(run_dir, ids, data)
+
+
 def run_training_items(run_dir: str | Path):
     """The positions in its data of the items a run trained on (its split's train part), int64 ascending."""
     from lbhash.data import load_split
