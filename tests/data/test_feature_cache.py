@@ -184,13 +184,13 @@ def test_index_build_reads_the_runs_features_from_the_cache_in_one_pass(frozen_r
     by the whole set training extracted, and the database is part of it) and, with --part all, made
     two passes, each printing its cache lines (issue 69, item 9)."""
     from lbhash.data import load_split
-    from lbhash.runs.index_dir import build_index
+    from lbhash.runs.index_dir import IndexLocation, build_index
     from lbhash.runs.encoder import load_run_model
 
     root, data, cfg, _ = frozen_run
     count = Counting(monkeypatch)
     caplog.set_level(logging.INFO, logger="lbhash")
-    built = build_index(root / "run", str(tmp_path / "idx"), part=part)
+    built = build_index(root / "run", IndexLocation(str(tmp_path / "idx")), part=part)
     assert count.images == 0
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("backbone features:")]
     assert len(lines) == 1 and "from the cache" in lines[0], lines

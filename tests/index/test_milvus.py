@@ -236,7 +236,7 @@ def test_an_index_built_from_a_codes_file_into_milvus_searches_as_faiss(milvus_u
     """`lbhash index build FILE --backend milvus` (lbhash.runs.index_dir.build_index): the codes,
     labels and embeddings of an `lbhash encode --embeddings` file, searched and re-scored as the
     FAISS directory built from the same file."""
-    from lbhash.runs.index_dir import build_index, open_index
+    from lbhash.runs.index_dir import IndexLocation, build_index, open_index
 
     rng = np.random.default_rng(5)
     codes, labels = random_codes(rng, 300, 32), rng.integers(0, 4, 300)
@@ -244,17 +244,17 @@ def test_an_index_built_from_a_codes_file_into_milvus_searches_as_faiss(milvus_u
     path = tmp_path / "enc.npz"
     np.savez(path, codes=codes, bits=np.int64(32), ids=np.arange(100, 400), labels=labels, embeddings=emb)
     name = f"t_{uuid.uuid4().hex[:10]}"
-    built = build_index(path, name, backend="milvus", uri=milvus_uri)
+    built = build_index(path, IndexLocation(name, "milvus", milvus_uri))
     try:
         assert (built.count, built.bits, built.embedding_dim) == (300, 32, 6)
-        flat = build_index(path, str(tmp_path / "ix")).index
+        flat = build_index(path, IndexLocation(str(tmp_path / "ix"))).index
         milvus = open_index(name, "milvus", milvus_uri)
         assert milvus.ntotal == 300 and milvus.embedding_dim == 6
         queries = codes[:8]
         assert_same(milvus.search(queries, 12), flat.search(queries, 12))
         assert_same(blended_search(milvus, Queries(queries, emb[:8]), 5), blended_search(flat, Queries(queries, emb[:8]), 5))
         with pytest.raises(InputError, match="already holds 300 items"):
-            build_index(path, name, backend="milvus", uri=milvus_uri)
+            build_index(path, IndexLocation(name, "milvus", milvus_uri))
     finally:
         open_index(name, "milvus", milvus_uri).drop()
 
@@ -264,7 +264,7 @@ def test_index_build_keeps_the_instance_codes_and_their_transform_beside_the_col
     transform (and the index's record) in the companion collection: reopened, the collection ranks
     as the FAISS directory built from the same file, a service's adds get their instance codes, and
     a damaged record is refused in one line."""
-    from lbhash.runs.index_dir import build_index, open_index
+    from lbhash.runs.index_dir import IndexLocation, build_index, open_index
     from lbhash.runs.index_store import MilvusStore
     from lbhash.runs.instance_codes import index_transform
     from lbhash.runs.origins import FORMAT, SOURCES, read_sources
@@ -274,10 +274,10 @@ def test_index_build_keeps_the_instance_codes_and_their_transform_beside_the_col
     path = tmp_path / "enc.npz"
     np.savez(path, codes=codes, bits=np.int64(32), labels=labels, embeddings=emb)
     name = f"t_{uuid.uuid4().hex[:10]}"
-    built = build_index(path, name, backend="milvus", uri=milvus_uri)
+    built = build_index(path, IndexLocation(name, "milvus", milvus_uri))
     try:
         assert built.instance_bits == 64  # the default length, cut to the embeddings' width
-        flat = build_index(path, str(tmp_path / "ix")).index
+        flat = build_index(path, IndexLocation(str(tmp_path / "ix"))).index
         milvus = open_index(name, "milvus", milvus_uri)
         transform = index_transform(milvus)
         assert transform.digest() == index_transform(flat).digest()

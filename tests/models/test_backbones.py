@@ -13,6 +13,7 @@ from lbhash.models import (
     Backbone,
     backbone_defaults,
     HashModel,
+    ModelOptions,
     available_backbones,
     create_backbone,
     create_image_model,
@@ -268,7 +269,7 @@ def test_create_image_model_default_head():
     assert isinstance(model, HashModel) and model.bits == 32
     linears = [m for m in model.head.modules() if isinstance(m, nn.Linear)]
     assert len(linears) == 1 and linears[0].in_features == 96  # one layer, DeepHash style
-    model = create_image_model("resnet8", bits=16, hidden=(64,), width=1)
+    model = create_image_model(ModelOptions(backbone="resnet8", hidden=[64]), bits=16, width=1)
     assert [m.out_features for m in model.head.modules() if isinstance(m, nn.Linear)] == [64, 16]
     with torch.no_grad():
         assert model.eval()(torch.randn(2, 3, 32, 32)).shape == (2, 16)
@@ -278,7 +279,7 @@ def test_frozen_backbone_gets_no_gradients_and_keeps_batchnorm_statistics():
     torch.manual_seed(0)
     x = torch.randn(8, 3, 32, 32) * 3 + 1
     for frozen in (True, False):
-        model = create_image_model("resnet8", bits=16, freeze_backbone=frozen).train()
+        model = create_image_model(ModelOptions(backbone="resnet8", freeze_backbone=frozen), bits=16).train()
         bn = model.backbone.stem[1]
         before = bn.running_mean.clone()
         assert model.training and model.head.training

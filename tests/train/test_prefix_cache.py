@@ -9,7 +9,7 @@ from helpers import colour_class_images
 
 from lbhash.data.augment import BatchTransform
 from lbhash.data.transforms import build_transforms
-from lbhash.models import StageInputs, create_image_model
+from lbhash.models import ModelOptions, StageInputs, create_image_model
 from lbhash.train import TrainConfig
 from lbhash.train.builder import build_experiment
 from lbhash.train.loop import Trainer
@@ -30,7 +30,7 @@ def test_a_backbone_split_after_any_stage_gives_its_whole_forward_pass(backbone,
 
 def test_fixed_prefix_then_stage_inputs_equal_the_model_on_images():
     torch.manual_seed(0)
-    model = create_image_model("resnet8", 16, train_stages=2).eval()
+    model = create_image_model(ModelOptions(backbone="resnet8", train_stages=2), 16).eval()
     assert model.fixed_stages == 2
     x = torch.randn(3, 3, 32, 32)
     with torch.no_grad():

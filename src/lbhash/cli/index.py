@@ -103,13 +103,13 @@ def build(source: Path, out: str, kind: str, part: str | None, data_spec: str | 
     index also keeps an instance code per item (--instance-bits), its transform fitted on the run's
     training items: searches then rank by both codes (docs/search.md, "Instance codes").
     """
-    from lbhash.runs.index_dir import build_index
+    from lbhash.runs.index_dir import IndexLocation, IndexOptions, build_index
 
     given = {k: v for k, v in dict(nlist=nlist, nprobe=nprobe, nhash=nhash, nflip=nflip).items() if v is not None}
     if no_embeddings and embedding_dtype != "float16":
         raise InputError(f"--embedding-dtype {embedding_dtype}: --no-embeddings keeps no embeddings to store so")
-    built = build_index(source, out, kind, part, data_spec, given, overwrite, None if no_embeddings else embedding_dtype,
-                        backend, uri, skip_bad_images=skip_bad_images, instance_bits=instance_bits)
+    options = IndexOptions(kind, given, None if no_embeddings else embedding_dtype, instance_bits)
+    built = build_index(source, IndexLocation(out, backend, uri), options, part, data_spec, overwrite, skip_bad_images)
     if backend == "faiss" and not built.index.is_trained:
         click.echo(f"note: the ivf index searches {built.searches}", err=True)
     every = " (every item of the run: --part all)" if source.is_dir() and part == "all" else ""

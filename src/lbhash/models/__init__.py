@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import field_validator
 
+from lbhash.errors import InputError
 from lbhash.models.cifar_resnet import CifarResNet, SmallCNN
 from lbhash.models.hash_model import FEATURE_HIDDEN, FeatureNorm, HashHead, HashModel, StageInputs, create_feature_model
 from lbhash.models.registry import (
@@ -19,7 +20,6 @@ from lbhash.models.registry import (
     available_backbones,
     backbone_defaults,
     create_backbone,
-    create_image_model,
     register_backbone,
 )
 from lbhash.models.weights import load_backbone_weights, read_state_dict
@@ -67,6 +67,22 @@ class ModelOptions(Options):
         if value is not None and any(h < 1 for h in value):
             raise ValueError("not positive")
         return value
+
+
+def create_image_model(model: ModelOptions | str, bits: int, **backbone_options) -> HashModel:
+    """`model`'s backbone (a name: ModelOptions(backbone=name)) -> hash head: one Linear layer to
+    `bits` (the DeepHash convention) after `model.hidden` Linear -> ReLU layers (`head_dropout` after
+    each); the backbone's weights `pretrained`, trained or frozen as `freeze_backbone`, `freeze_bn` and
+    `train_stages` say, in bf16 where `backbone_precision` is "bf16" (a run's config resolves "auto").
+    `backbone_options`: the backbone factory's (create_backbone)."""
+    if isinstance(model, str):
+        model = ModelOptions(backbone=model)
+    if model.backbone is None:
+        raise InputError("create_image_model: the ModelOptions name no backbone")
+    backbone = create_backbone(model.backbone, pretrained=model.pretrained, **backbone_options)
+    head = HashHead(backbone.out_features, bits, model.hidden or (), model.head_dropout)
+    return HashModel(head, backbone, freeze_backbone=model.freeze_backbone, freeze_bn=bool(model.freeze_bn),
+                     train_stages=model.train_stages or 0, bf16_backbone=model.backbone_precision == "bf16")
 
 
 for _module in pkgutil.iter_modules(__path__):

@@ -1,4 +1,4 @@
-"""The backbone registry: images (B, 3, H, W) -> features (B, D), and image hash models.
+"""The backbone registry: images (B, 3, H, W) -> features (B, D).
 
 `create_backbone(name, pretrained=None, **options)` builds a registered backbone; each name is
 registered (`@register_backbone`) with its defaults beside its factory, read without building it
@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import inspect
 import os
-from typing import Callable, NamedTuple, Sequence
+from typing import Callable, NamedTuple
 
 import torch
 from torch import nn
 
 from lbhash.cpus import use_torch_threads
 from lbhash.errors import InputError
-from lbhash.models.hash_model import HashHead, HashModel
 from lbhash.models.weights import load_backbone_weights, resolve_weights
 
 
@@ -129,15 +128,3 @@ def create_backbone(name: str, pretrained: str | os.PathLike | None = None, **op
     if pretrained is not None:
         load_backbone_weights(model, resolve_weights(model, pretrained))
     return model
-
-
-def create_image_model(backbone_name: str, bits: int, hidden: Sequence[int] = (),
-                       pretrained: str | os.PathLike | None = None, freeze_backbone: bool = False,
-                       dropout: float = 0.0, freeze_bn: bool = False, train_stages: int = 0,
-                       bf16_backbone: bool = False, **backbone_options) -> HashModel:
-    """backbone -> hash head: one Linear layer to `bits` (the DeepHash convention) after `hidden` Linear ->
-    ReLU layers; the other options are HashModel's."""
-    backbone = create_backbone(backbone_name, pretrained=pretrained, **backbone_options)
-    head = HashHead(backbone.out_features, bits, hidden, dropout)
-    return HashModel(head, backbone, freeze_backbone=freeze_backbone, freeze_bn=freeze_bn,
-                     train_stages=train_stages, bf16_backbone=bf16_backbone)

@@ -64,19 +64,30 @@ def saved_metadata(index_dir: str | Path) -> dict | None:
     return read_manifest(Path(index_dir)).get("metadata")
 
 
-def build_index(source: Path, out: str, kind: str = "flat", part: str | None = None, data: str | None = None,
-                params: dict | None = None, overwrite: bool = False, float_rows: str | None = "float16",
-                backend: str = "faiss", uri: str | None = None, skip_bad_images: bool = False,
-                instance_bits: int | None = INSTANCE_BITS) -> Built:
-    """Index the codes of `source`: a run directory (its database, or every item with part="all";
-    `data`: the run's data where it moved since) or a codes file (lbhash.codes_file). From a run
-    the index keeps each item's embedding, from a codes file the ones it holds
-    (`lbhash encode --embeddings`), as `float_rows` ("float16" or "int8"; None: no float rows). Where
-    there are embeddings,
-    it keeps an `instance_bits`-bit instance code per item (None or 0: none; lbhash.instance), its
-    transform fitted on the run's training items (a codes file: on its items). `params`: the kind's.
-    `skip_bad_images`: a run's unreadable images are left out of the items encoded anew."""
-    source, params = Path(source), dict(params or {})
+@dataclass(frozen=True)
+class IndexOptions:
+    """What a new index keeps and how it searches: its `kind` and the kind's `params` (nlist, nprobe,
+    nhash, nflip), its items' embeddings as `float_rows` ("float16" or "int8"; None: no float rows), and
+    an `instance_bits`-bit instance code per item where there are embeddings (None or 0: none;
+    lbhash.instance)."""
+
+    kind: str = "flat"
+    params: dict | None = None
+    float_rows: str | None = "float16"
+    instance_bits: int | None = INSTANCE_BITS
+
+
+def build_index(source: Path, where: IndexLocation, options: IndexOptions = IndexOptions(), part: str | None = None,
+                data: str | None = None, overwrite: bool = False, skip_bad_images: bool = False) -> Built:
+    """Index the codes of `source`, `where` says, as `options` say: a run directory (its database, or
+    every item with part="all"; `data`: the run's data where it moved since) or a codes file
+    (lbhash.codes_file). From a run the index keeps each item's embedding, from a codes file the ones
+    it holds (`lbhash encode --embeddings`); the instance codes' transform is fitted on the run's
+    training items (a codes file: on its items). `skip_bad_images`: a run's unreadable images are
+    left out of the items encoded anew."""
+    source, params = Path(source), dict(options.params or {})
+    kind, float_rows, instance_bits = options.kind, options.float_rows, options.instance_bits
+    out, backend = str(where.target), where.backend
     spec = None
     if source.is_dir():
         part = index_inputs.run_part(source, part)
@@ -106,7 +117,7 @@ def build_index(source: Path, out: str, kind: str = "flat", part: str | None = N
         if float_rows not in (None, "float16"):
             raise InputError(f"--embedding-dtype {float_rows}: the milvus backend keeps its embeddings as float16 "
                              "(a FLOAT16_VECTOR field)")
-        index = _new_milvus(IndexLocation(out, backend, uri), items["bits"], kind, params, overwrite, dim,
+        index = _new_milvus(where, items["bits"], kind, params, overwrite, dim,
                             None if transform is None else transform.bits)
     else:
         refuse_inside_run(out, "--out")

@@ -25,9 +25,10 @@ from contextlib import asynccontextmanager
 from dataclasses import asdict
 from functools import partial
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
-from fastapi import APIRouter, Depends, FastAPI, File, Form, HTTPException, Path as PathParam, Request, UploadFile
+from fastapi import APIRouter, Depends, FastAPI, Form, HTTPException, Path as PathParam, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -143,25 +144,24 @@ async def search_response(body: models.SearchRequest, store: Store, encoder: Que
 @searches.post("/search/image", response_model=models.SearchResponse, response_model_exclude_none=True,
              responses=_ERRORS)
 def search_image(store: StoreDep, encoder: EncoderDep, limits: LimitsDep, media: MediaDep, decoding: DecodingDep,
-                 files: list[UploadFile] = File(...), k: int | None = Form(None, ge=1),
-                 radius: int | None = Form(None, ge=0), labels: str | None = Form(None),
-                 rescore: bool | None = Form(None), rescore_factor: int | None = Form(None, ge=1),
-                 looks_like: float | None = Form(None, ge=0, le=1)):
+                 form: Annotated[models.ImageSearchForm, Form()]):
     """Query with uploaded image files; `labels`: comma-separated class ids for every query; where
     the index keeps embeddings or instance codes, the top k * rescore_factor (default 4) candidates
     of each code are ranked by one score (`looks_like`, from 0, same class first, to 1, looks like
     first; docs/search.md, "Ranking"), unless `rescore` is false. Each hit comes with its source,
     thumbnail and code, as /search gives them: an image query is this one request."""
+    files, labels = form.files, form.labels
     check_batch(limits, len(files), "images")
     run = need_encoder(encoder, "images")
     blobs, names, pixels = read_uploads(files)
     label_lists = None if labels is None else [parse_ids(labels, "labels", check=check_class_ids)] * len(files)
     floats, transform = store.index.embedding_dim is not None, store.transform
-    ranked = wants_ranking(rescore, rescore_factor, looks_like, radius, floats or transform is not None,
-                           run.gives_embeddings)
+    ranked = wants_ranking(form.rescore, form.rescore_factor, form.looks_like, form.radius,
+                           floats or transform is not None, run.gives_embeddings)
     with decoding.hold(pixels, "the query images"):  # the service's pixels decoded at once
         queries = run.queries(run.decode_images(blobs, names), rank=ranked, floats=floats, instance=transform)
-    search = Search.checked(limits, queries, SearchOptions(k, radius, rescore_factor, looks_like), label_lists, ranked)
+    options = SearchOptions(form.k, form.radius, form.rescore_factor, form.looks_like)
+    search = Search.checked(limits, queries, options, label_lists, ranked)
     return hits_response(store, media, search, search.run(store))
 
 
@@ -178,10 +178,10 @@ def add_items(body: models.ItemsRequest, store: StoreDep, encoder: EncoderDep, l
 
 @items.post("/items/image", response_model=models.ItemsResponse, responses=_ERRORS, dependencies=CHANGES)
 def add_images(store: StoreDep, encoder: EncoderDep, limits: LimitsDep, media: MediaDep, decoding: DecodingDep,
-               files: list[UploadFile] = File(...), ids: str | None = Form(None),
-               labels: str | None = Form(None), upsert: bool = Form(False)):
+               form: Annotated[models.ImageItemsForm, Form()]):
     """Add uploaded images; `ids` comma-separated; `labels` per image, separated by ';'
     (e.g. "1,2;0")."""
+    files, ids, labels, upsert = form.files, form.ids, form.labels, form.upsert
     check_batch(limits, len(files), "images")
     blobs, names, pixels = read_uploads(files)
     media.check_uploads(blobs, names)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
+from fastapi import UploadFile
 from pydantic import BaseModel, ConfigDict, Field, Strict
 
 from lbhash.runs.instance_codes import LOOKS_LIKE, LOOKS_LIKE_CODES
@@ -50,6 +51,29 @@ class SearchRequest(_Strict):
                                       f"{LOOKS_LIKE_CODES} with instance codes alone, else 1; docs/search.md, "
                                       "\"Ranking\").")
 
+
+
+class ImageSearchForm(BaseModel):
+    """The form of an image search (`POST /search/image`): the image `files`, and as SearchRequest's
+    fields, `labels` comma-separated class ids for every query."""
+
+    files: list[UploadFile]
+    k: int | None = Field(None, ge=1)
+    radius: int | None = Field(None, ge=0)
+    labels: str | None = None
+    rescore: bool | None = None
+    rescore_factor: int | None = Field(None, ge=1)
+    looks_like: float | None = Field(None, ge=0, le=1)
+
+
+class ImageItemsForm(BaseModel):
+    """The form of `POST /items/image`: the image `files`; `ids` comma-separated; `labels` per image,
+    separated by ';' (e.g. "1,2;0")."""
+
+    files: list[UploadFile]
+    ids: str | None = None
+    labels: str | None = None
+    upsert: bool = False
 
 class Hit(BaseModel):
     id: int

@@ -140,11 +140,7 @@ def build_model(model: ModelOptions, bits: int, input_kind: str, input_dim: int 
         return create_feature_model(input_dim, bits, model.hidden, model.head_dropout, mean, std)
     if input_kind != "images":
         raise InputError(f"config has input_kind {input_kind!r}; resolve it against a data set first")
-    built = create_image_model(model.backbone, bits, hidden=model.hidden,
-                               pretrained=model.pretrained if pretrained else None,
-                               freeze_backbone=model.freeze_backbone, dropout=model.head_dropout,
-                               freeze_bn=model.freeze_bn, train_stages=model.train_stages,
-                               bf16_backbone=model.backbone_precision == "bf16")
+    built = create_image_model(model if pretrained else model.model_copy(update={"pretrained": None}), bits)
     return built.to(memory_format=torch.channels_last)
 
 
