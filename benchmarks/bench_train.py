@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from lbhash.data.base import EpochShard
 from lbhash.train import TrainConfig
 from lbhash.train.builder import build_experiment, input_options
 from lbhash.train.loop import Trainer
@@ -72,7 +73,7 @@ class HandLoop:
         self.optimizers = [make_optimizer(cfg.recipe.optimizer, self.learner.theta_parameters(), cfg.recipe.lr, cfg.recipe.weight_decay)]
         if self.learner.lower_bound is not None:
             self.optimizers.append(surrogate_optimizer(self.learner.pi_parameters(), cfg))
-        batches = exp.dataset.train_batches(exp.split.train, cfg.recipe.batch_size, options=input_options(exp.cfg))
+        batches = exp.dataset.train_batches(exp.split.train, EpochShard(cfg.recipe.batch_size), options=input_options(exp.cfg))
         xs, ys, order = zip(*batches.epoch(0))  # one pass to hold every model input in memory
         position = torch.cat(order)
         self.x = torch.cat(xs)[torch.argsort(position)]

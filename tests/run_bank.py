@@ -90,13 +90,14 @@ def _scripted_epoch_times():
     """`lbhash reproduce timing` with SCRIPTED_SECONDS in place of timed epochs: the experiments
     are built (their steps per epoch are real), none is trained."""
     import lbhash.train.timing as timing
+    from lbhash.data.base import EpochShard
     from lbhash.train.builder import build_experiment
 
     def scripted(configs, epochs):
         times = {}
         for label, cfg in configs.items():
             exp = build_experiment(cfg.replace(epochs=epochs, lr_step=0, progress=False))
-            steps = len(exp.dataset.train_batches(exp.split.train, exp.cfg.recipe.batch_size))  # as the loop counts them
+            steps = len(exp.dataset.train_batches(exp.split.train, EpochShard(exp.cfg.recipe.batch_size)))  # as the loop counts them
             times[label] = timing.EpochTimes([9.0] + [SCRIPTED_SECONDS[label]] * (epochs - 1), steps)
         return times
     real, timing.epoch_times = timing.epoch_times, scripted

@@ -22,7 +22,7 @@ from PIL import Image
 
 from lbhash.data import load_data, load_image_arrays, pixel_cache
 from lbhash.data.augment import BatchTransform
-from lbhash.data.base import InputOptions
+from lbhash.data.base import EpochShard, InputOptions
 from lbhash.data.transforms import Resize, build_transforms
 
 CLASSES = 3
@@ -157,9 +157,9 @@ def test_imagenet_training_crop_of_resized_batch(rng):
 def test_epochs_are_seeded_and_resume_sees_the_same_batches(sources):
     ds = load_data(sources["image-array"])
     opts = InputOptions(32, "cifar-augment", 0, True)
-    a = list(ds.train_batches(np.arange(20), 5, options=opts).epoch(11))
-    b = list(ds.train_batches(np.arange(20), 5, options=opts).epoch(11))
-    c = list(ds.train_batches(np.arange(20), 5, options=opts).epoch(12))
+    a = list(ds.train_batches(np.arange(20), EpochShard(5), options=opts).epoch(11))
+    b = list(ds.train_batches(np.arange(20), EpochShard(5), options=opts).epoch(11))
+    c = list(ds.train_batches(np.arange(20), EpochShard(5), options=opts).epoch(12))
     assert all(torch.equal(x1, x2) and torch.equal(i1, i2) for (x1, _, i1), (x2, _, i2) in zip(a, b))
     assert not all(torch.equal(x1, x2) for (x1, *_), (x2, *_) in zip(a, c))
     index = torch.cat([i for *_, i in a])
@@ -325,7 +325,7 @@ def test_a_run_without_augmentation_feeds_the_per_image_paths_inputs(real_images
     assert len(store.split.train) == 21  # per-class:8,2 on 3 classes, less 1 of each class's 8 held out
     options = input_options(store.cfg)
     assert options == input_options(per_image.cfg)
-    batches = [exp.dataset.train_batches(exp.split.train, 8, "cpu", 0, 1, options) for exp in (store, per_image)]
+    batches = [exp.dataset.train_batches(exp.split.train, EpochShard(8), "cpu", options) for exp in (store, per_image)]
     for epoch in (1, 2):
         pairs = list(zip(*(b.epoch(epoch_seed(0, epoch)) for b in batches), strict=True))
         assert [len(x) for (x, _, _), _ in pairs] == [8, 8, 5]

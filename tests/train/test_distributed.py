@@ -20,7 +20,7 @@ def _ddp_worker(fabric, result_path):
     from lbhash.methods import LowerBoundObjective, create_method
     from lbhash.models import create_feature_model
     from lbhash.surrogate import BlockSurrogate
-    from lbhash.data.batches import ArrayBatches
+    from lbhash.data.batches import ArrayBatches, EpochShard
     from lbhash.train.builder import Learner
     from lbhash.train.forward import all_gather
     from lbhash.train.processes import leave_process_group
@@ -36,7 +36,7 @@ def _ddp_worker(fabric, result_path):
                       LowerBoundObjective(base, centers, BlockSurrogate(bits)))
     opt = torch.optim.Adam(learner.parameters(), lr=1e-2)
     learner, opt = fabric.setup(learner, opt)
-    batches = ArrayBatches(x, y, 8, rank=fabric.global_rank, world_size=fabric.world_size)
+    batches = ArrayBatches(x, y, EpochShard(8, fabric.global_rank, fabric.world_size))
     for epoch in range(2):
         for xb, yb, ib in batches.epoch(epoch):
             _, out, pi = learner(xb, yb, ib)

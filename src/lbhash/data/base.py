@@ -30,6 +30,17 @@ class InputOptions(NamedTuple):
     augment: str = "crop-flip"      # training augmentation: crop-flip, flip or none (lbhash.data.augment)
 
 
+@dataclass(frozen=True)
+class EpochShard:
+    """One rank's share of every epoch: `rank` of `world_size` ranks takes its part of the seeded order
+    (shard_order), in batches of `batch_size` items."""
+
+    batch_size: int
+    rank: int = 0
+    world_size: int = 1
+
+
+
 # here, beside InputOptions, because the data layer runs forward loops too (lbhash.data.feature_cache),
 # and it may not import lbhash.train, whose forward loop (lbhash.train.forward) uses it most
 @dataclass(frozen=True)
@@ -109,9 +120,9 @@ class HashDataset:
         """Width of a feature vector, None for images."""
         return None
 
-    def train_batches(self, indices, batch_size: int, device="cpu", rank: int = 0, world_size: int = 1,
-                      options: InputOptions = InputOptions()):
-        """Shuffled training batches (x, labels, position in `indices`), see lbhash.data.batches."""
+    def train_batches(self, indices, shard: EpochShard, device="cpu", options: InputOptions = InputOptions()):
+        """Shuffled training batches (x, labels, position in `indices`), this rank's `shard` of each
+        epoch, see lbhash.data.batches."""
         raise NotImplementedError
 
     def encode_batches(self, indices, options: InputOptions = InputOptions(), device="cpu",

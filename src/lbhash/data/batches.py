@@ -8,12 +8,13 @@ ranks with equal batch counts (padding by wrapping around), which DDP needs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Iterator
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
+
+from lbhash.data.base import EpochShard
 
 Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
@@ -37,21 +38,11 @@ def augmentation_generator(seed: int, rank: int, device) -> torch.Generator:
     return gen
 
 
-@dataclass(frozen=True)
-class EpochShard:
-    """One rank's share of every epoch: `rank` of `world_size` ranks takes its part of the seeded order
-    (shard_order), in batches of `batch_size` items."""
-
-    batch_size: int
-    rank: int = 0
-    world_size: int = 1
-
-
 class _Sharded:
     """Batches of `n` items, each epoch's order sharded across ranks (shard_order)."""
 
-    def __init__(self, n: int, batch_size: int, rank: int, world_size: int):
-        self.n, self.batch_size, self.rank, self.world_size = n, batch_size, rank, world_size
+    def __init__(self, n: int, shard: EpochShard):
+        self.n, self.batch_size, self.rank, self.world_size = n, shard.batch_size, shard.rank, shard.world_size
 
     def __len__(self) -> int:
         return -(-len(shard_order(self.n, 0, self.rank, self.world_size)) // self.batch_size)
@@ -61,11 +52,10 @@ class ArrayBatches(_Sharded):
     """Batches of an in-memory training set (float32 features, as ArrayDataset holds them); data
     live on `device` once, a batch is a gather."""
 
-    def __init__(self, x: np.ndarray, labels: np.ndarray, batch_size: int, device="cpu",
-                 rank: int = 0, world_size: int = 1):
+    def __init__(self, x: np.ndarray, labels: np.ndarray, shard: EpochShard, device="cpu"):
         self.x = torch.as_tensor(x, device=device)
         self.y = torch.as_tensor(labels, dtype=torch.float32, device=device)
-        super().__init__(len(self.x), batch_size, rank, world_size)
+        super().__init__(len(self.x), shard)
 
     def epoch(self, seed: int) -> Iterator[Batch]:
         order = torch.as_tensor(shard_order(self.n, seed, self.rank, self.world_size), device=self.x.device)
@@ -104,7 +94,7 @@ class PixelBatches(_Sharded):
         self.device, self.transform, self.channels_last = torch.device(device), transform, channels_last
         self.on_device = _pixel_tensor(pixels, self.device)
         self.y = torch.as_tensor(labels, dtype=torch.float32, device=self.device)
-        super().__init__(len(self.indices), shard.batch_size, shard.rank, shard.world_size)
+        super().__init__(len(self.indices), shard)
 
     def epoch(self, seed: int) -> Iterator[Batch]:
         order = shard_order(self.n, seed, self.rank, self.world_size)
@@ -139,9 +129,9 @@ def pixel_inputs(pixels: np.ndarray, indices: np.ndarray, transform, batch_size:
 class LoaderBatches(_Sharded):
     """Batches of a torch Dataset of (image, labels, position) items through a DataLoader."""
 
-    def __init__(self, dataset: Dataset, batch_size: int, device="cpu", num_workers: int = 0,
-                 rank: int = 0, world_size: int = 1, channels_last: bool = False):
-        super().__init__(len(dataset), batch_size, rank, world_size)
+    def __init__(self, dataset: Dataset, shard: EpochShard, device="cpu", num_workers: int = 0,
+                 channels_last: bool = False):
+        super().__init__(len(dataset), shard)
         self.dataset, self.device, self.num_workers, self.channels_last = dataset, device, num_workers, channels_last
 
     def epoch(self, seed: int) -> Iterator[Batch]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from lbhash.data.base import ForwardPass, HashDataset, InputOptions, check_indices
+from lbhash.data.base import EpochShard, ForwardPass, HashDataset, InputOptions, check_indices
 from lbhash.data.pixel_cache import CacheUnavailable, _publish, cache_root, read_entry, source_fingerprint, write_entry
 from lbhash.errors import InputError
 from lbhash.models.registry import IMAGENET_MEAN, IMAGENET_STD
@@ -185,12 +185,11 @@ class FrozenFeatures(HashDataset):
     def native_side(self):
         return self.images.native_side()
 
-    def train_batches(self, indices, batch_size: int, device="cpu", rank: int = 0, world_size: int = 1,
-                      options: InputOptions = InputOptions()):
+    def train_batches(self, indices, shard: EpochShard, device="cpu", options: InputOptions = InputOptions()):
         from lbhash.data.batches import ArrayBatches
 
         idx = check_indices(self, indices)
-        return ArrayBatches(self._features(idx), self.labels[idx], batch_size, device, rank, world_size)
+        return ArrayBatches(self._features(idx), self.labels[idx], shard, device)
 
     def encode_batches(self, indices, options: InputOptions = InputOptions(), device="cpu",
                        progress: bool = False, batch_size: int | None = None):

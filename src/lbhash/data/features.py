@@ -17,7 +17,7 @@ import numpy as np
 from lbhash import _io
 from lbhash.arrays import as_float32, first_nonfinite
 from lbhash.data.array_memory import Copies, check_load_memory, float32_copies
-from lbhash.data.base import HashDataset, InputOptions, check_indices, split_flags
+from lbhash.data.base import EpochShard, HashDataset, InputOptions, check_indices, split_flags
 from lbhash.errors import InputError
 from lbhash.labels import as_multihot
 
@@ -83,12 +83,11 @@ class ArrayDataset(HashDataset):
         rows = torch.from_numpy(self.x[check_indices(self, indices)])
         return rows.mean(0).numpy(), rows.std(0).numpy()
 
-    def train_batches(self, indices, batch_size: int, device="cpu", rank: int = 0, world_size: int = 1,
-                      options: InputOptions = InputOptions()):
+    def train_batches(self, indices, shard: EpochShard, device="cpu", options: InputOptions = InputOptions()):
         from lbhash.data.batches import ArrayBatches
 
         idx = check_indices(self, indices)
-        return ArrayBatches(self.x[idx], self.labels[idx], batch_size, device, rank, world_size)
+        return ArrayBatches(self.x[idx], self.labels[idx], shard, device)
 
     def encode_batches(self, indices, options: InputOptions = InputOptions(), device="cpu",
                        progress: bool = False, batch_size: int | None = None):

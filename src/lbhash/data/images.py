@@ -16,7 +16,7 @@ import numpy as np
 from PIL import Image
 
 from lbhash.cpus import usable_cpus
-from lbhash.data.base import HashDataset, InputOptions, check_indices
+from lbhash.data.base import EpochShard, HashDataset, InputOptions, check_indices
 from lbhash.data.image_sources import decode_image, open_image, take
 from lbhash.errors import InputError
 
@@ -138,17 +138,15 @@ class ImageDataset(HashDataset):
     def check_items(self, indices, skip_bad: bool = False) -> tuple[np.ndarray, int]:
         return check_images(self, indices, skip_bad=skip_bad)
 
-    def train_batches(self, indices, batch_size: int, device="cpu", rank: int = 0, world_size: int = 1,
-                      options: InputOptions = InputOptions()):
-        from lbhash.data.batches import EpochShard, LoaderBatches, PixelBatches
+    def train_batches(self, indices, shard: EpochShard, device="cpu", options: InputOptions = InputOptions()):
+        from lbhash.data.batches import LoaderBatches, PixelBatches
 
         idx = self._stored(indices)
         if idx is not None:
             return PixelBatches(self.pixels, idx, self.labels[idx], _batch_transform(options, train=True),
-                                EpochShard(batch_size, rank, world_size), device, options.channels_last)
+                                shard, device, options.channels_last)
         dataset = self.torch_dataset(indices, _transform(options, train=True))
-        return LoaderBatches(dataset, batch_size, device, options.num_workers, rank, world_size,
-                             options.channels_last)
+        return LoaderBatches(dataset, shard, device, options.num_workers, options.channels_last)
 
     def encode_batches(self, indices, options: InputOptions = InputOptions(), device="cpu",
                        progress: bool = False, batch_size: int | None = None):

@@ -22,7 +22,7 @@ import torch
 from tqdm import tqdm
 
 from lbhash.codes import to_signs
-from lbhash.data.batches import EpochShard
+from lbhash.data.base import EpochShard
 from lbhash.errors import InputError, require_extra
 from lbhash.evaluate import lower_bound, mean_average_precision
 from lbhash.train.builder import Experiment, Learner, input_options
@@ -100,12 +100,11 @@ class Trainer:
         self.selection = Selection(recipe.select, recipe.patience, store)
         self.train_labels = exp.dataset.labels[exp.split.train]
         self.options = input_options(exp.cfg)
-        self.batches = exp.dataset.train_batches(exp.split.train, recipe.batch_size, self.fabric.device,
-                                                 self.fabric.global_rank, self.fabric.world_size, self.options)
+        self.shard = EpochShard(recipe.batch_size, self.fabric.global_rank, self.fabric.world_size)
+        self.batches = exp.dataset.train_batches(exp.split.train, self.shard, self.fabric.device, self.options)
         # fine-tuning's probe epochs: the head alone, on the pretrained backbone's cached features
         self.probe_batches = None if exp.probe_dataset is None else exp.probe_dataset.train_batches(
-            exp.split.train, recipe.batch_size, self.fabric.device, self.fabric.global_rank, self.fabric.world_size,
-            self.options)
+            exp.split.train, self.shard, self.fabric.device, self.options)
         self._tune_batches = None  # the training batches once the backbone trains (set at its first epoch)
         self.start_epoch = 0
 
@@ -250,8 +249,7 @@ class Trainer:
                     prefix_cacheable(data.transform, data.augment, model.fixed_stages):
                 beat = contextlib.nullcontext() if self.on_step is None else heartbeat("caching the frozen stages")
                 with beat:  # in a log, where no bar shows, a line every HEARTBEAT_S
-                    shard = EpochShard(self.recipe.batch_size, self.fabric.global_rank, self.fabric.world_size)
-                    built = cache_prefix(model, self.exp.dataset, self.exp.split.train, self.options, shard,
+                    built = cache_prefix(model, self.exp.dataset, self.exp.split.train, self.options, self.shard,
                                          self.fabric.device, self.progress and self.fabric.is_global_zero)
                 if isinstance(built, str):
                     logger.warning(built)

@@ -16,7 +16,8 @@ import torch
 from tqdm import tqdm
 
 from lbhash.data import HashDataset, InputOptions
-from lbhash.data.batches import EpochShard, augmentation_generator, shard_order
+from lbhash.data.base import EpochShard
+from lbhash.data.batches import augmentation_generator, shard_order
 from lbhash.models import HashModel, StageInputs
 
 # the activations one run keeps in memory at most; a larger cache is not built (the line says so)
