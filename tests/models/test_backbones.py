@@ -9,6 +9,7 @@ from torch import nn
 from helpers import one_line_message
 from model_fakes import fake_alexnet, fake_resnet
 from lbhash.data.transforms import TRANSFORM_PRESETS
+from lbhash.errors import InputError
 from lbhash.models import (
     Backbone,
     backbone_defaults,
@@ -274,6 +275,18 @@ def test_create_image_model_default_head():
     with torch.no_grad():
         assert model.eval()(torch.randn(2, 3, 32, 32)).shape == (2, 16)
 
+
+
+def test_create_image_model_takes_the_run_s_model_options():
+    """ModelOptions' head dropout, BatchNorm, stages and precision reach the model; "auto" precision
+    (resolved by a run's config) builds a float32 backbone; options naming no backbone are refused."""
+    model = create_image_model(ModelOptions(backbone="resnet8", hidden=[32], head_dropout=0.25, freeze_bn=True,
+                                            train_stages=1, backbone_precision="bf16"), bits=16)
+    assert [m.p for m in model.head.modules() if isinstance(m, nn.Dropout)] == [0.25]
+    assert (model.freeze_bn, model.bf16_backbone, model.fixed_stages) == (True, True, 3)  # resnet8: stem + 3 stages
+    assert create_image_model(ModelOptions(backbone="resnet8"), bits=16).bf16_backbone is False
+    with pytest.raises(InputError, match="names no backbone"):
+        create_image_model(ModelOptions(), bits=16)
 
 def test_frozen_backbone_gets_no_gradients_and_keeps_batchnorm_statistics():
     torch.manual_seed(0)

@@ -40,7 +40,6 @@ class EpochShard:
     world_size: int = 1
 
 
-
 # here, beside InputOptions, because the data layer runs forward loops too (lbhash.data.feature_cache),
 # and it may not import lbhash.train, whose forward loop (lbhash.train.forward) uses it most
 @dataclass(frozen=True)

@@ -78,7 +78,7 @@ def create_image_model(model: ModelOptions | str, bits: int, **backbone_options)
     if isinstance(model, str):
         model = ModelOptions(backbone=model)
     if model.backbone is None:
-        raise InputError("create_image_model: the ModelOptions name no backbone")
+        raise InputError("create_image_model: the ModelOptions names no backbone")
     backbone = create_backbone(model.backbone, pretrained=model.pretrained, **backbone_options)
     head = HashHead(backbone.out_features, bits, model.hidden or (), model.head_dropout)
     return HashModel(head, backbone, freeze_backbone=model.freeze_backbone, freeze_bn=bool(model.freeze_bn),
