@@ -41,6 +41,22 @@ def test_a_pretrained_backbone_that_trains_gets_the_recipe(images, monkeypatch):
             cfg.model.backbone_precision) == (0, 3, 0.5, False, 2, "fp32")
 
 
+
+@pytest.mark.parametrize("method, probe, epochs", [("dbdh", 40, 60), ("dsdh", 40, 60), ("hashnet", 10, 18)])
+def test_a_method_s_own_fine_tuning_epochs(images, method, probe, epochs):
+    """DBDH and DSDH probe 40 epochs and tune 20 (their slow rates; docs/models.md), the others 10 and 8;
+    given values win, and a frozen backbone has no probe."""
+    data, dataset = images
+
+    def resolved_for(**values):
+        return resolve_config(TrainConfig(data=data, protocol="given", method=method, bits=16, backbone="efficientnet_lite0",
+                                          pretrained="imagenet", **values), dataset).recipe
+
+    assert (resolved_for().probe_epochs, resolved_for().epochs) == (probe, epochs)
+    assert (resolved_for(probe_epochs=2).probe_epochs, resolved_for(probe_epochs=2).epochs) == (2, 2 + epochs - probe)
+    assert (resolved_for(epochs=50).probe_epochs, resolved_for(epochs=50).epochs) == (probe, 50)
+    assert resolved_for(freeze_backbone=True).probe_epochs == 0
+
 def test_other_runs_keep_the_plain_recipe(images, monkeypatch):
     monkeypatch.setattr("lbhash.cpus.bf16_native", lambda device="cpu": True)
     for values in ({"backbone": "efficientnet_lite0"},  # random initialisation: nothing to keep

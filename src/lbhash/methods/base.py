@@ -70,6 +70,9 @@ class HashLoss(nn.Module):
     recommended_lbhash: ClassVar[dict] = {}         # overrides of PAPER_LBHASH
     recommended_constants: ClassVar[dict] = {}      # the recommended profile's constants where they differ
     defaults_source: ClassVar[str] = ""             # where a method's own defaults come from (`lbhash methods`)
+    # (probe epochs, tuning epochs) of the fine-tuning recipe where the shared ones (lbhash.train.resolve's
+    # FINETUNE_*) leave this method's head short: a slow rate needs a longer probe (docs/models.md)
+    finetune_epochs: ClassVar[tuple[int, int] | None] = None
 
     def __init__(self, bits: int, num_classes: int, num_train: int | None = None,
                  centers: torch.Tensor | None = None, multi_label: bool = False):

@@ -202,6 +202,9 @@ def methods_text(profile: str) -> str:
         else:
             lines += [f"    {opt} lr {lr}, weight decay {wd}, lr schedule {schedule}, {epochs} epochs, batch {batch}",
                       f"    _D: {mode} L_theta; {objective}"]
+            if cls.finetune_epochs:
+                lines.append(f"    fine-tuning a pretrained backbone: {cls.finetune_epochs[0]} probe epochs, then "
+                             f"{cls.finetune_epochs[1]} tuning epochs")
         lines.append(f"    constants: {constants}")
         if cls.defaults_source:
             lines.append(f"    source: {cls.defaults_source}")

@@ -98,13 +98,15 @@ def _fill_backbone_recipe(values: dict[str, Any], cfg: TrainConfig, input_kind: 
                          "this run has no image backbone that trains (features, or --freeze-backbone)")
     if cfg.model.train_stages and not learns:
         raise InputError(f"train_stages {cfg.model.train_stages}: this run has no image backbone that trains")
-    probe = cfg.recipe.probe_epochs if cfg.recipe.probe_epochs is not None else FINETUNE_PROBE_EPOCHS if tunes else 0
+    own = method_class(cfg.hashing.method).finetune_epochs
+    own_probe, own_tune = own or (FINETUNE_PROBE_EPOCHS, FINETUNE_TUNE_EPOCHS)
+    probe = cfg.recipe.probe_epochs if cfg.recipe.probe_epochs is not None else own_probe if tunes else 0
     values["probe_epochs"] = probe
     if probe and cfg.runtime.devices > 1:
         raise InputError(f"probe_epochs {probe}: the probe epochs train on one process; with --devices "
                          f"{cfg.runtime.devices} give --probe-epochs 0 (or train the probe first: --freeze-backbone)")
     if tunes and cfg.recipe.epochs is None:
-        values["epochs"] = probe + FINETUNE_TUNE_EPOCHS
+        values["epochs"] = probe + own_tune
     if tunes and cfg.recipe.eval_every is None and values["validation"]:  # test evaluations would encode the database
         values["eval_every"] = FINETUNE_EVAL_EVERY
     if probe and probe >= values["epochs"]:
