@@ -169,6 +169,24 @@ def test_image_search_and_add(tmp_path, rng):
         assert bad.status_code == 400 and "x.jpg: cannot decode image" in bad.json()["detail"]
 
 
+
+def test_image_routes_refuse_bad_form_fields_in_one_line(tmp_path, rng):
+    """The upload routes' form models keep the form's bounds and types, and name the field."""
+    encoder = FakeEncoder(bits=16, input_kind="images")
+    image = rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)
+    CodeIndex(16).save(tmp_path / "ix")
+    with TestClient(create_app(tmp_path / "ix", encoder), base_url=LOCAL) as client:
+        def upload(path, data, files=True):
+            reply = client.post(path, data=data, files=[("files", ("q.png", png(image), "image/png"))] if files else None)
+            return reply.status_code, reply.json()["detail"]
+
+        assert upload("/search/image", {"k": "0"}) == (422, "body.k: Input should be greater than or equal to 1")
+        assert upload("/search/image", {"looks_like": "2"}) == (422, "body.looks_like: Input should be less than or "
+                                                                     "equal to 1")
+        assert upload("/search/image", {"rescore_factor": "0"})[1].startswith("body.rescore_factor: ")
+        assert upload("/search/image", {"k": "1"}, files=False) == (422, "body.files: Field required")
+        assert upload("/items/image", {"upsert": "maybe"})[1].startswith("body.upsert: Input should be a valid boolean")
+
 def test_log_replay_after_a_crash_and_compaction(tmp_path, rng):
     codes = random_codes(rng, 20, BITS)
     CodeIndex(BITS).save(tmp_path / "ix")
