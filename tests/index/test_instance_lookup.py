@@ -112,3 +112,26 @@ def test_items_found_through_several_tables_count_once_in_the_top(monkeypatch, k
     found = got.ids[0][got.ids[0] >= 0]
     assert len(found) == len(set(found.tolist())) >= min(k, 31)  # the copies and the near ones, each once
     assert got.ids[0][:min(k, 11)].tolist() == [0, *range(10, 20)][:k]
+
+
+@pytest.mark.parametrize("bits", [128, 256])
+def test_wide_instance_codes_rank_their_candidates_as_the_rule(monkeypatch, bits):
+    """Rows of several words (the lookup lists its candidates, then reads each row, asked for ahead by its
+    element offset): the rule's top k, the near copies and a tail included."""
+    monkeypatch.setattr(_lookup, "LOOKUP_MIN", 64)
+    rng = np.random.default_rng(bits)
+    n, width = 400, bits // 8
+    inst = rng.integers(0, 256, (n, width), dtype=np.uint8)
+    inst[300:340] = inst[:40]
+    for r in range(300, 340):  # near copies: 9 bits flipped, fewer than the 2 bits a chunk that a miss needs
+        for b in rng.choice(bits, 9, replace=False):
+            inst[r, b // 8] ^= np.uint8(1 << (b % 8))
+    index = CodeIndex(8, instance_bits=bits)
+    index.add(rng.integers(0, 256, (n, 1), dtype=np.uint8), labels=np.zeros(n, int), instance=inst)
+    q = inst[[0, 5, 39, 200]]
+    tabled = index.ids()
+    got = check(index, q, 25, tabled)
+    assert index._main.lookup_tables is not None and got.ids[0][:2].tolist() == [0, 300]
+    index.add(rng.integers(0, 256, (10, 1), dtype=np.uint8), ids=np.arange(1000, 1010), labels=np.zeros(10, int),
+              instance=rng.integers(0, 256, (10, width), dtype=np.uint8))
+    check(index, q, 25, tabled)
