@@ -123,7 +123,7 @@ def test_wide_instance_codes_rank_their_candidates_as_the_rule(monkeypatch, bits
     n, width = 400, bits // 8
     inst = rng.integers(0, 256, (n, width), dtype=np.uint8)
     inst[300:340] = inst[:40]
-    for r in range(300, 340):  # near copies: 9 bits flipped, fewer than the 2 bits a chunk that a miss needs
+    for r in range(300, 340):  # near copies, 9 bits flipped: a miss differs in 2 bits of every chunk (16 or 32)
         for b in rng.choice(bits, 9, replace=False):
             inst[r, b // 8] ^= np.uint8(1 << (b % 8))
     index = CodeIndex(8, instance_bits=bits)
