@@ -169,7 +169,6 @@ def test_image_search_and_add(tmp_path, rng):
         assert bad.status_code == 400 and "x.jpg: cannot decode image" in bad.json()["detail"]
 
 
-
 def test_image_routes_refuse_bad_form_fields_in_one_line(tmp_path, rng):
     """The upload routes' form models keep the form's bounds and types, and name the field."""
     encoder = FakeEncoder(bits=16, input_kind="images")
@@ -186,6 +185,7 @@ def test_image_routes_refuse_bad_form_fields_in_one_line(tmp_path, rng):
         assert upload("/search/image", {"rescore_factor": "0"})[1].startswith("body.rescore_factor: ")
         assert upload("/search/image", {"k": "1"}, files=False) == (422, "body.files: Field required")
         assert upload("/items/image", {"upsert": "maybe"})[1].startswith("body.upsert: Input should be a valid boolean")
+
 
 def test_log_replay_after_a_crash_and_compaction(tmp_path, rng):
     codes = random_codes(rng, 20, BITS)

@@ -41,7 +41,6 @@ def test_a_pretrained_backbone_that_trains_gets_the_recipe(images, monkeypatch):
             cfg.model.backbone_precision) == (0, 3, 0.5, False, 2, "fp32")
 
 
-
 @pytest.mark.parametrize("method, probe, epochs", [("dbdh", 40, 70), ("dsdh", 40, 60), ("hashnet", 10, 18)])
 def test_a_method_s_own_fine_tuning_epochs(images, method, probe, epochs):
     """DBDH probes 40 epochs and tunes 30, DSDH 40 and 20 (their slow rates; docs/models.md), the others 10 and 8;
@@ -56,6 +55,7 @@ def test_a_method_s_own_fine_tuning_epochs(images, method, probe, epochs):
     assert (resolved_for(probe_epochs=2).probe_epochs, resolved_for(probe_epochs=2).epochs) == (2, 2 + epochs - probe)
     assert (resolved_for(epochs=50).probe_epochs, resolved_for(epochs=50).epochs) == (probe, 50)
     assert resolved_for(freeze_backbone=True).probe_epochs == 0
+
 
 def test_other_runs_keep_the_plain_recipe(images, monkeypatch):
     monkeypatch.setattr("lbhash.cpus.bf16_native", lambda device="cpu": True)
