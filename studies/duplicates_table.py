@@ -13,6 +13,9 @@ recall@1/class P@10) and reported on `--start 2000`. Also builds the index with 
 of a frozen backbone (its defaults: a linear probe, then the whole network; at 160 px as the frozen run).
 
     python studies/duplicates_table.py ../shared/data/cifar10-jpg.tar.gz OUT --start 2000 --seed 1 --finetune
+
+`--items N`: the copies per edit (200 by default); `--start 3000 --seed 2 --items 1500` edits every photo of
+a second held-out subset (docs/search.md).
 """
 
 from __future__ import annotations
@@ -73,6 +76,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--sweep", action="store_true")
     parser.add_argument("--finetune", action="store_true", help="fine-tune the backbone (the README's recipe)")
+    parser.add_argument("--items", type=int, default=200, help="indexed photos edited per edit (1,500 at most)")
     args = parser.parse_args()
     out = args.out
     photos, run = out / "photos", out / "run"
@@ -87,7 +91,7 @@ def main() -> None:
         if not (out / name).exists():
             lbhash("index", "build", str(run), "--out", str(out / name), *extra)
         lbhash("index", "info", str(out / name))
-        lbhash("duplicates", str(out / name), "--run", str(run), "--items", "200", "--seed", str(args.seed))
+        lbhash("duplicates", str(out / name), "--run", str(run), "--items", str(args.items), "--seed", str(args.seed))
     if args.sweep:
         sweep(out / "idx", run, args.seed)
 
