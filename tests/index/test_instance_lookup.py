@@ -4,7 +4,8 @@ the lookup's candidates by (distance, id), against the rule recomputed from its 
 import numpy as np
 import pytest
 
-from lbhash.index import CodeIndex, SparseLabels, _lookup, table_bytes_per_item
+from lbhash.index import CodeIndex, SparseLabels, _lookup, code_index, table_bytes_per_item
+from lbhash.index.backend import PAD_DISTANCE
 
 
 def distances(q: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -135,3 +136,45 @@ def test_wide_instance_codes_rank_their_candidates_as_the_rule(monkeypatch, bits
     index.add(rng.integers(0, 256, (10, 1), dtype=np.uint8), ids=np.arange(1000, 1010), labels=np.zeros(10, int),
               instance=rng.integers(0, 256, (10, width), dtype=np.uint8))
     check(index, q, 25, tabled)
+
+
+@pytest.mark.parametrize("k", [1, 7, 40])
+def test_both_codes_candidates_are_the_union_of_the_two_top_ks(monkeypatch, k):
+    """`CodeIndex.both_candidates` (compiled for one tabled segment, else `Backend`'s): the class codes'
+    top k by (distance, id) over the live items, united with the chunk tables' top k, each once by id,
+    with both distances, against the rule; 8-bit class codes tie by the hundred (ties by id)."""
+    monkeypatch.setattr(_lookup, "LOOKUP_MIN", 64)
+    compiled = []
+    monkeypatch.setattr(code_index, "both_candidates", lambda *a: compiled.append(1) or _lookup.both_candidates(*a))
+    rng = np.random.default_rng(k)
+    n = 500
+    inst = rng.integers(0, 256, (n, 16), dtype=np.uint8)
+    inst[400:440] = inst[:40]
+    inst[400:440, 3] ^= 0x11  # near copies, 2 bits off
+    index = CodeIndex(8, instance_bits=128)
+    index.add(rng.integers(0, 256, (n, 1), dtype=np.uint8), ids=np.arange(n) * 3, instance=inst)
+    tabled = index.ids()
+    q, qi = rng.integers(0, 256, (5, 1), dtype=np.uint8), inst[[0, 7, 39, 250, 499]]
+
+    def expect():
+        held = index.ids()
+        d_class = distances(q, index.get_codes(held))
+        d_inst = distances(qi, index.get_instance_codes(held))
+        for r, (by_instance, _) in enumerate(reference(index, qi, k, tabled)):
+            ids = np.union1d(held[np.lexsort((held, d_class[r]))[:k]], by_instance)
+            at = np.searchsorted(held, ids)
+            yield ids, d_class[r][at], d_inst[r][at]
+
+    def same_as_rule():
+        got = index.both_candidates(q, qi, k)
+        for r, (ids, d, di) in enumerate(expect()):
+            assert got.ids[r].tolist() == ids.tolist() + [-1] * (got.ids.shape[1] - len(ids))
+            assert got.distances[r][:len(ids)].tolist() == d.tolist()
+            assert got.instance_distances[r][:len(ids)].tolist() == di.tolist()
+            assert (got.distances[r][len(ids):] == PAD_DISTANCE).all()
+
+    same_as_rule()
+    assert compiled == [1]
+    index.remove(np.array([0, 3 * 400]))  # a tombstone: Backend's road, the same rule
+    same_as_rule()
+    assert compiled == [1]

@@ -216,6 +216,11 @@ class FlatEngine(Engine):
     def ranked_knn(self, rows: Rows, queries: np.ndarray, k: int, allowed: np.ndarray | None):
         """lbhash.ranking's counting-sort scan (FAISS's result, ties by position, in a fraction of its
         time), up to 32 queries per pass; 1 <= k <= len(rows.ids) and a query at least, as `knn` gives."""
+        dist, pos = self.nearest_positions(rows, queries, k, allowed)
+        return dist, positions_to_ids(rows, pos)
+
+    def nearest_positions(self, rows: Rows, queries: np.ndarray, k: int, allowed: np.ndarray | None):
+        """`ranked_knn` with positions in `rows` (int64, -1 padding) in place of ids."""
         # numba loads with the first search, not with the index (`index info` and `build` need none)
         from lbhash.ranking import SHARED_PASS, for_query_ranges, nearest_rows_chunk
 
@@ -231,7 +236,7 @@ class FlatEngine(Engine):
             nearest_rows_chunk(q[a:b], db, mask, self.bits + 1, pos[a:b], dist[a:b])
 
         for_query_ranges(nq, work, faiss.omp_get_max_threads() if nq > 1 else 1, SHARED_PASS)
-        return dist, positions_to_ids(rows, pos)
+        return dist, pos
 
     def range(self, rows: Rows, queries: np.ndarray, radius: int, allowed: np.ndarray | None):
         bitmap = None if allowed is None else np.packbits(allowed, bitorder="little")  # outlives the search

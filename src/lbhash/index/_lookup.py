@@ -79,6 +79,11 @@ class LookupEngine:
         self.bits, self.tables = bits, tables
 
     def knn(self, rows: Rows, queries: np.ndarray, k: int, allowed: np.ndarray | None):
+        dist, pos = self.nearest_positions(rows, queries, k, allowed)
+        return dist, positions_to_ids(rows, pos)
+
+    def nearest_positions(self, rows: Rows, queries: np.ndarray, k: int, allowed: np.ndarray | None):
+        """`knn` with positions in `rows` (int64, -1 padding) in place of ids."""
         from lbhash.index._lookup_kernel import lookup_knn  # (numba loads with the first search)
 
         nq, k = len(queries), min(k, len(rows.ids))
@@ -89,4 +94,23 @@ class LookupEngine:
             queries = np.ascontiguousarray(queries)
             lookup_knn(queries.view(word), queries, self.tables.offsets, self.tables.order,
                        np.ascontiguousarray(rows.codes).view(word), self.tables.covered, mask, FLIPS, pos, dist)
-        return dist, positions_to_ids(rows, pos)
+        return dist, pos
+
+
+def both_candidates(segment, queries: np.ndarray, instance: np.ndarray, k: int):
+    """`Backend.both_candidates` of one ordered segment with chunk tables, no tombstone and no label filter,
+    compiled: its class codes' top k by the exact scan (`FlatEngine`), its instance codes' by the tables,
+    and the union's two distances by one kernel (numpy's calls were most of a search's cost at 1M items:
+    docs/search.md, "The candidates in compiled code"). Returns positions int64 (nq, 2k), ascending, -1
+    padding last, and the class and instance distances int32 (nq, 2k)."""
+    from lbhash.index._lookup_kernel import union_distances
+
+    rows, tables = segment.rows, tables_of(segment)
+    _, class_pos = segment.engine.nearest_positions(rows, queries, k, None)
+    inst_rows = Rows(rows.ids, segment.instance)
+    _, inst_pos = LookupEngine(instance.shape[1] * 8, tables).nearest_positions(inst_rows, instance, k, None)
+    candidates = np.concatenate([class_pos, inst_pos], axis=1)
+    pos, dist = np.empty(candidates.shape, np.int64), np.empty((2, *candidates.shape), np.int32)
+    words = [np.ascontiguousarray(a).view(word_type(a.shape[1])) for a in (queries, rows.codes, instance, segment.instance)]
+    union_distances(*words, candidates, pos, dist)
+    return pos, dist[0], dist[1]

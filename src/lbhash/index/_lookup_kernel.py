@@ -137,3 +137,25 @@ def lookup_knn(q_words, q_bytes, offsets, order, db, covered, allowed, flips, ou
         for j in range(c, top):
             out_pos[i, j] = -1
             out_dist[i, j] = NO_DISTANCE
+
+
+@njit(nogil=True, cache=True)
+def union_distances(q_class, class_db, q_inst, inst_db, candidates, out_pos, out_dist):
+    """For each query: the positions of candidates[i] (-1: padding), each once, ascending, into out_pos[i]
+    (padded with -1), with their Hamming distances to q_class[i] in class_db into out_dist[0, i] and to
+    q_inst[i] in inst_db into out_dist[1, i] (rows packed as unsigned words; NO_DISTANCE where padded)."""
+    nq, width = out_pos.shape
+    for i in range(nq):
+        both = np.sort(candidates[i])
+        c = 0
+        for p in both:
+            if p < 0 or (c > 0 and out_pos[i, c - 1] == p):
+                continue
+            out_pos[i, c] = p
+            out_dist[0, i, c] = row_distance(q_class[i], class_db, p)
+            out_dist[1, i, c] = row_distance(q_inst[i], inst_db, p)
+            c += 1
+        for j in range(c, width):
+            out_pos[i, j] = -1
+            out_dist[0, i, j] = NO_DISTANCE
+            out_dist[1, i, j] = NO_DISTANCE

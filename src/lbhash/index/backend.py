@@ -29,6 +29,16 @@ class TopK(NamedTuple):
     ids: np.ndarray
 
 
+class Candidates(NamedTuple):
+    """Each query's candidates from both its codes (`Backend.both_candidates`): ids int64 (nq, c),
+    ascending, each once, padding (`PAD_ID`) last, with their class `distances` and
+    `instance_distances` int32 (nq, c), `PAD_DISTANCE` where padded."""
+
+    ids: np.ndarray
+    distances: np.ndarray
+    instance_distances: np.ndarray
+
+
 class InRange(NamedTuple):
     """Every item within a radius: query i's results are distances[lims[i]:lims[i+1]] and
     ids[lims[i]:lims[i+1]] (lims int64 (nq + 1,)), by (distance, id)."""
@@ -77,6 +87,20 @@ class Backend(ABC):
     def instance_search(self, queries, k: int, labels=None) -> TopK:
         """Top-k by the Hamming distance of instance codes, by (distance, id), as `search` pads."""
         raise NotImplementedError(f"{type(self).__name__} keeps no instance codes")
+
+    def both_candidates(self, queries, instance, k: int, labels=None) -> Candidates:
+        """The union of each query's class-code top k (`search`) and instance-code top k (`instance_search`),
+        with both Hamming distances of each; `queries` and `instance` packed, checked; `labels` as in
+        `search`. A backend may list the same candidates faster (`CodeIndex`'s compiled lookup)."""
+        ids = merged_ids(self.search(queries, k, labels).ids, self.instance_search(instance, k, labels).ids)
+        ok = ids >= 0
+        found = np.unique(ids[ok])
+        where = np.searchsorted(found, np.where(ok, ids, found[0] if len(found) else 0))
+        out = [np.full(ids.shape, PAD_DISTANCE, np.int32) for _ in range(2)]
+        if len(found):
+            for d, q, rows in zip(out, (queries, instance), (self.get_codes(found), self.get_instance_codes(found))):
+                d[ok] = hamming_rows(q, np.asarray(rows)[where])[ok]
+        return Candidates(ids, *out)
 
     @property
     @abstractmethod
@@ -134,3 +158,17 @@ class Backend(ABC):
         """A number of results one search may return (a backend that caps them, as Milvus
         does, refuses more); `blended_search` asks before it fetches its candidates."""
         return _checks.top_k(k)
+
+
+def merged_ids(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Each row's ids of `a` and `b` (nq, *; PAD_ID: padding), each once, ascending, padding last."""
+    ids = np.sort(np.concatenate([a, b], axis=1), axis=1)
+    ids[:, 1:][ids[:, 1:] == ids[:, :-1]] = PAD_ID  # a repeat (or padding after padding)
+    ids = np.where(ids < 0, np.iinfo(np.int64).max, ids)
+    ids = np.sort(ids, axis=1)
+    return np.where(ids == np.iinfo(np.int64).max, PAD_ID, ids)
+
+
+def hamming_rows(query_rows: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Hamming distances int32 (nq, c) of packed `query_rows` (nq, b) and candidate `rows` (nq, c, b)."""
+    return np.bitwise_count(rows ^ query_rows[:, None, :]).sum(axis=2, dtype=np.int32)

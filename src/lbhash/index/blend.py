@@ -27,7 +27,7 @@ import numpy as np
 
 from lbhash.errors import InputError
 from lbhash.index import _checks
-from lbhash.index.backend import PAD_DISTANCE, PAD_ID, Backend
+from lbhash.index.backend import PAD_DISTANCE, PAD_ID, Backend, Candidates
 from lbhash.index.rescore import (PAIRS, RESCORE_FACTOR, check_embeddings, cosine_scores, scoring_rows, unit_rows,
                                   with_boundary_ties)
 from lbhash.instance import LOOKS_LIKE, LOOKS_LIKE_CODES, SAME_COSINE, SAME_INSTANCE
@@ -125,13 +125,15 @@ def blended_search(index: Backend, queries: Queries, k, labels=None, factor=RESC
     for start in range(0, max(1, len(codes)), step):  # (an empty batch is one empty group)
         part = slice(start, start + step)
         group = None if rows is None else rows.take(np.arange(len(codes))[part])
-        dist, candidates = index.search(codes[part], wanted, group)
-        if widen:
-            _, candidates = with_boundary_ties(index, codes[part], dist, candidates, group)
-        if inst is not None:
-            candidates = _merged(candidates, index.instance_search(inst[part], wanted, group)[1])
-        parts.append(_ranked(index, ranked[part], candidates, k, looks_like))
-    return Blended(*(np.concatenate([p[i] for p in parts]) for i in range(5)))
+        if inst is None:
+            dist, candidates = index.search(codes[part], wanted, group)
+            if widen:
+                dist, candidates = with_boundary_ties(index, codes[part], dist, candidates, group)
+            found = Candidates(candidates, dist, np.full(dist.shape, PAD_DISTANCE, np.int32))
+        else:
+            found = index.both_candidates(codes[part], inst[part], wanted, group)
+        parts.append(_ranked(index, ranked[part], found, k, looks_like))
+    return parts[0] if len(parts) == 1 else Blended(*(np.concatenate([p[i] for p in parts]) for i in range(5)))
 
 
 def _instance_queries(index: Backend, instance_queries, n: int) -> np.ndarray | None:
@@ -159,20 +161,6 @@ def _query_units(index: Backend, embeddings, n: int, instance: bool) -> np.ndarr
     return unit_rows(check_embeddings(embeddings, n, index.embedding_dim, "query embeddings"))
 
 
-def _merged(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Each row's ids of `a` and `b` (-1: padding), each once, ascending, padding last."""
-    ids = np.sort(np.concatenate([a, b], axis=1), axis=1)
-    ids[:, 1:][ids[:, 1:] == ids[:, :-1]] = PAD_ID  # a repeat (or padding after padding)
-    ids = np.where(ids < 0, np.iinfo(np.int64).max, ids)
-    ids = np.sort(ids, axis=1)
-    return np.where(ids == np.iinfo(np.int64).max, PAD_ID, ids)
-
-
-def _distances(query_rows: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """Hamming distances int32 (nq, c) of packed `query_rows` (nq, b) and candidate `rows` (nq, c, b)."""
-    return np.bitwise_count(rows ^ query_rows[:, None, :]).sum(axis=2, dtype=np.int32)
-
-
 def _centred_cosine(query_units: np.ndarray, rows: np.ndarray, center: np.ndarray) -> np.ndarray:
     """Cosine float64 (nq, c) of unit float16 `query_units` (nq, d) and `rows` (nq, c, d), each less `center`:
     (r - c) . q' / |r - c| with q' the centred query made unit, expanded as (r . q' - c . q') over
@@ -186,10 +174,11 @@ def _centred_cosine(query_units: np.ndarray, rows: np.ndarray, center: np.ndarra
     return (both[..., 0] - (q @ center)[:, None]) / np.maximum(np.sqrt(np.maximum(squares, 0.0)), 1e-12)
 
 
-def _ranked(index: Backend, queries: Queries, ids: np.ndarray, k: int, looks_like: float) -> Blended:
-    """The best k of candidate rows `ids` (nq, c; -1: padding), scored as the module says, for `queries`
-    whose embeddings are unit rows."""
+def _ranked(index: Backend, queries: Queries, found: Candidates, k: int, looks_like: float) -> Blended:
+    """The best k of the `found` candidates, scored as the module says, for `queries` whose embeddings
+    are unit rows."""
     inst, units, center = queries.instance, queries.embeddings, queries.center
+    ids = found.ids
     nq, c = ids.shape
     keep = min(k, c)
     out = Blended(np.full((nq, k), -np.inf), np.full((nq, k), PAD_DISTANCE, np.int32),
@@ -203,34 +192,28 @@ def _ranked(index: Backend, queries: Queries, ids: np.ndarray, k: int, looks_lik
         ok = valid[s:e]
         if not ok.any():
             continue
-        found = np.unique(ids[s:e][ok])
-        where = np.searchsorted(found, np.where(ok, ids[s:e], found[0]))
-        codes = np.asarray(index.get_codes(found))[where]
-        icodes = None if inst is None else np.asarray(index.get_instance_codes(found))[where]
-        stored = None if units is None else scoring_rows(index.get_embeddings(found))[where]
-        d_class = _distances(queries.codes[s:e], codes)
-        d_inst = np.full(d_class.shape, PAD_DISTANCE, np.int32) if icodes is None else _distances(inst[s:e], icodes)
-        if stored is None:
+        d_class, d_inst = found.distances[s:e], found.instance_distances[s:e]
+        if units is None:
             similarity = np.cos(np.pi * d_inst / index.instance_bits)
-        elif center is None:
-            similarity = cosine_scores(units[s:e], stored)
         else:
-            similarity = _centred_cosine(units[s:e], stored, center)
-        similarity = np.clip(similarity, -1.0, 1.0)  # (float16 rows: a row's cosine with itself may round past 1)
+            held = np.unique(ids[s:e][ok])
+            stored = scoring_rows(index.get_embeddings(held))[np.searchsorted(held, np.where(ok, ids[s:e], held[0]))]
+            similarity = cosine_scores(units[s:e], stored) if center is None else \
+                _centred_cosine(units[s:e], stored, center)
+            similarity = np.clip(similarity, -1.0, 1.0)  # (float16 rows: a row's cosine with itself may round past 1)
         if center is not None:
             same = similarity >= SAME_COSINE
-        elif icodes is not None:
+        elif inst is not None:
             same = d_inst <= SAME_INSTANCE * index.instance_bits
         else:  # a raw cosine has no calibrated threshold
             same = np.zeros(d_class.shape, bool)
+        same &= ok  # (a padded place carries PAD_ID and PAD_DISTANCE, and is never the same picture)
         sharp = np.sign(similarity) * np.abs(similarity) ** SIMILARITY_POWER
         scores = (1 - looks_like) * (1 - 2 * d_class / index.bits) + looks_like * sharp
         scores[~ok] = -np.inf  # padding goes last (a real score is finite)
-        order = np.lexsort((ids[s:e], d_inst, d_class, -scores), axis=1)[:, :keep]
-        rows_ok = np.take_along_axis(ok, order, 1)
-        out.scores[s:e, :keep] = np.take_along_axis(scores, order, 1)
-        out.distances[s:e, :keep] = np.where(rows_ok, np.take_along_axis(d_class, order, 1), PAD_DISTANCE)
-        out.instance_distances[s:e, :keep] = np.where(rows_ok, np.take_along_axis(d_inst, order, 1), PAD_DISTANCE)
-        out.ids[s:e, :keep] = np.where(rows_ok, np.take_along_axis(ids[s:e], order, 1), PAD_ID)
-        out.same[s:e, :keep] = rows_ok & np.take_along_axis(same, order, 1)
+        # (row, column) indexing, not take_along_axis: a one-query search at 1M items spends its time in such calls
+        at = np.arange(e - s)[:, None], np.lexsort((ids[s:e], d_inst, d_class, -scores), axis=1)[:, :keep]
+        out.scores[s:e, :keep] = scores[at]
+        out.distances[s:e, :keep], out.instance_distances[s:e, :keep] = d_class[at], d_inst[at]
+        out.ids[s:e, :keep], out.same[s:e, :keep] = ids[s:e][at], same[at]
     return out

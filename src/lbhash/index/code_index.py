@@ -14,9 +14,10 @@ import numpy as np
 from lbhash.checks import non_negative_int, positive_int
 from lbhash.errors import Conflict, InputError, NotFound
 from lbhash.index import _checks
-from lbhash.index._engines import FlatEngine, Rows
+from lbhash.index._engines import FlatEngine, Rows, positions_to_ids
+from lbhash.index._lookup import both_candidates, tables_of
 from lbhash.index._ivf import ENGINES, KINDS
-from lbhash.index.backend import Backend, InRange, TopK
+from lbhash.index.backend import Backend, Candidates, InRange, TopK
 from lbhash.index._segments import (InstanceView, Segment, codes_at, empty_embeddings, empty_instance, folded,
                                     fragment_limit, labels_at, query_groups, range_over, topk_over)
 from lbhash.index.rescore import embedding_dtype as dtype_named
@@ -303,6 +304,19 @@ class CodeIndex(Backend):
         if self.instance_bits is None:
             raise InputError("the index keeps no instance codes")
         return codes_at(self._main, self._tail, self._find(_checks.item_ids(ids)), "instance")
+
+    def both_candidates(self, queries, instance, k: int, labels=None) -> Candidates:
+        """`Backend.both_candidates`; compiled (lbhash.index._lookup.both_candidates) for a flat index whose
+        items are one main segment with chunk tables, no tombstone, and no label filter."""
+        main = self._main
+        if labels is not None or self._kind != "flat" or self._tail.alive or main.ndead or tables_of(main) is None:
+            return super().both_candidates(queries, instance, k, labels)
+        queries = _checks.packed_codes(queries, self._bits, "queries")
+        instance = _checks.packed_codes(instance, self.instance_bits, "instance queries")
+        if len(instance) != len(queries):
+            raise InputError(f"there are {len(queries)} queries but {len(instance)} instance queries")
+        pos, dist, inst = both_candidates(main, queries, instance, min(_checks.top_k(k), len(main)))
+        return Candidates(positions_to_ids(main.rows, pos), dist, inst)
 
     def instance_search(self, queries, k: int, labels=None) -> TopK:
         """Top-k by the Hamming distance of instance codes (`queries` packed, instance_bits long), by
