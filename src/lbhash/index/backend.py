@@ -30,9 +30,9 @@ class TopK(NamedTuple):
 
 
 class Candidates(NamedTuple):
-    """Each query's candidates from both its codes (`Backend.both_candidates`): ids int64 (nq, c),
-    ascending, each once, padding (`PAD_ID`) last, with their class `distances` and
-    `instance_distances` int32 (nq, c), `PAD_DISTANCE` where padded."""
+    """Each query's candidates for a ranking (lbhash.index.blend): ids int64 (nq, c), each once, padded
+    with `PAD_ID`, with their class `distances` and `instance_distances` int32 (nq, c), `PAD_DISTANCE`
+    where padded (and throughout where the search reads no instance codes)."""
 
     ids: np.ndarray
     distances: np.ndarray
@@ -90,8 +90,8 @@ class Backend(ABC):
 
     def both_candidates(self, queries, instance, k: int, labels=None) -> Candidates:
         """The union of each query's class-code top k (`search`) and instance-code top k (`instance_search`),
-        with both Hamming distances of each; `queries` and `instance` packed, checked; `labels` as in
-        `search`. A backend may list the same candidates faster (`CodeIndex`'s compiled lookup)."""
+        ids ascending, padding last, with both Hamming distances of each; `queries` and `instance` packed;
+        `labels` as in `search`. A backend may list the same candidates faster (`CodeIndex`'s compiled lookup)."""
         ids = merged_ids(self.search(queries, k, labels).ids, self.instance_search(instance, k, labels).ids)
         ok = ids >= 0
         found = np.unique(ids[ok])
