@@ -16,6 +16,7 @@ measured in the same run. The first query of each search is left out of the timi
 
     python benchmarks/bench_blend.py [--items 1000000 --dim 1280 --queries 50]
     python benchmarks/bench_blend.py --items 100000000 --dim 0 --queries 5    # 100M, codes alone
+    python benchmarks/bench_blend.py --items 1000000 --dim 0 --queries 200 --batch 100    # and in batches
 """
 
 from __future__ import annotations
@@ -76,7 +77,8 @@ def main() -> None:
     parser.add_argument("--dim", type=int, default=1280, help="float row width (0: no float rows)")
     parser.add_argument("--classes", type=int, default=1000)
     parser.add_argument("--queries", type=int, default=50)
-    args = parse_args(parser, items=3000, dim=16, classes=10, queries=3)
+    parser.add_argument("--batch", type=int, default=1, help="also time the searches in batches of this many queries")
+    args = parse_args(parser, items=3000, dim=16, classes=10, queries=3, batch=2)
     rng = np.random.default_rng(0)
     centers = rng.integers(0, 256, (args.classes, BITS // 8), dtype=np.uint8)
     ibytes = args.instance_bits // 8
@@ -118,6 +120,18 @@ def main() -> None:
                              args.queries)
         print(f"  as the search takes them (both_candidates: both searches, their union and its two distances): "
               f"{union:.2f} ms x{union / hamming:.2f}")
+        if args.batch > 1:  # the same queries in batches (the service's): ms per query of each batch's search
+            n = args.queries // args.batch * args.batch
+            batches = [slice(s, s + args.batch) for s in range(1, n + 1, args.batch)]
+            index.search(q_codes[batches[0]], 10), blended_search(index, both[batches[0]], 10)  # (threads, pages)
+            timed = []
+            for search in (lambda b: index.search(q_codes[b], 10), lambda b: blended_search(index, both[b], 10)):
+                start = time.perf_counter()
+                for b in batches:
+                    search(b)
+                timed.append(1000 * (time.perf_counter() - start) / n)
+            print(f"in batches of {args.batch}: class code alone {timed[0]:.3f} ms/query, both codes "
+                  f"{timed[1]:.3f} ms/query x{timed[1] / timed[0]:.2f}")
         if args.dim:
             full = Queries(q_codes, q_emb, q_inst, np.zeros(args.dim))
             floats = per_query_ms(lambda q: blended_search(index, full[q:q + 1], 10), args.queries)

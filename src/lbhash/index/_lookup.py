@@ -16,6 +16,7 @@ first search that needs them (or `CodeIndex.warm`).
 
 from __future__ import annotations
 
+import faiss
 import numpy as np
 
 from lbhash.index._engines import Rows, positions_to_ids, word_type
@@ -86,14 +87,22 @@ class LookupEngine:
         """`knn` with positions in `rows` (int64, -1 padding) in place of ids."""
         from lbhash.index._lookup_kernel import lookup_knn  # (numba loads with the first search)
 
+        from lbhash.ranking import for_query_ranges
+
         nq, k = len(queries), min(k, len(rows.ids))
         dist, pos = np.empty((nq, k), np.int32), np.empty((nq, k), np.int64)
         if nq and k:
             mask = np.empty(0, bool) if allowed is None else np.ascontiguousarray(allowed, bool)
             word = word_type(queries.shape[1])
             queries = np.ascontiguousarray(queries)
-            lookup_knn(queries.view(word), queries, self.tables.offsets, self.tables.order,
-                       np.ascontiguousarray(rows.codes).view(word), self.tables.covered, mask, FLIPS, pos, dist)
+            db, q = np.ascontiguousarray(rows.codes).view(word), queries.view(word)
+
+            def work(a: int, b: int) -> None:
+                lookup_knn(q[a:b], queries[a:b], self.tables.offsets, self.tables.order, db, self.tables.covered,
+                           mask, FLIPS, pos[a:b], dist[a:b])
+
+            # a batch's queries on the search's threads, as the class scan takes them (the kernel frees the GIL)
+            for_query_ranges(nq, work, faiss.omp_get_max_threads() if nq > 1 else 1)
         return dist, pos
 
 
