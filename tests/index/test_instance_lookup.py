@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from lbhash.index import CodeIndex, SparseLabels, _lookup, code_index, table_bytes_per_item
+from lbhash.errors import InputError
 from lbhash.index.backend import PAD_DISTANCE
 
 
@@ -139,7 +140,7 @@ def test_wide_instance_codes_rank_their_candidates_as_the_rule(monkeypatch, bits
 
 
 @pytest.mark.parametrize("k", [1, 7, 40])
-def test_both_codes_candidates_are_the_union_of_the_two_top_ks(monkeypatch, k):
+def test_both_codes_candidates_are_the_union_of_the_two_top_ks(monkeypatch, tmp_path, k):
     """`CodeIndex.both_candidates` (compiled for one tabled segment, else `Backend`'s): the class codes'
     top k by (distance, id) over the live items, united with the chunk tables' top k, each once by id,
     with both distances, against the rule; 8-bit class codes tie by the hundred (ties by id)."""
@@ -178,3 +179,13 @@ def test_both_codes_candidates_are_the_union_of_the_two_top_ks(monkeypatch, k):
     index.remove(np.array([0, 3 * 400]))  # a tombstone: Backend's road, the same rule
     same_as_rule()
     assert compiled == [1]
+    index.save(tmp_path / "ix")  # saved, the removed items are folded out: the compiled road again
+    index = CodeIndex.load(tmp_path / "ix")
+    tabled = index.ids()
+    same_as_rule()
+    assert compiled == [1, 1]
+    assert index.both_candidates(q[:0], qi[:0], k).ids.shape == (0, 2 * k)
+    with pytest.raises(InputError, match="there are 5 queries but 4 instance queries"):
+        index.both_candidates(q, qi[:4], k)
+    with pytest.raises(InputError, match="instance queries has 8 bytes per code .64 bits., but the index holds 128-bit codes"):
+        index.both_candidates(q, qi[:, :8], k)

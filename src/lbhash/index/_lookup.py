@@ -86,7 +86,6 @@ class LookupEngine:
     def nearest_positions(self, rows: Rows, queries: np.ndarray, k: int, allowed: np.ndarray | None):
         """`knn` with positions in `rows` (int64, -1 padding) in place of ids."""
         from lbhash.index._lookup_kernel import lookup_knn  # (numba loads with the first search)
-
         from lbhash.ranking import for_query_ranges
 
         nq, k = len(queries), min(k, len(rows.ids))

@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from lbhash.errors import InputError
 from lbhash.index import _checks
 
 # how a top-k row shorter than k is padded, by every backend and by re-ranking: FAISS's own
@@ -92,6 +93,7 @@ class Backend(ABC):
         """The union of each query's class-code top k (`search`) and instance-code top k (`instance_search`),
         ids ascending, padding last, with both Hamming distances of each; `queries` and `instance` packed;
         `labels` as in `search`. A backend may list the same candidates faster (`CodeIndex`'s compiled lookup)."""
+        queries, instance = self._query_pair(queries, instance)
         ids = merged_ids(self.search(queries, k, labels).ids, self.instance_search(instance, k, labels).ids)
         ok = ids >= 0
         found = np.unique(ids[ok])
@@ -101,6 +103,16 @@ class Backend(ABC):
             for d, q, rows in zip(out, (queries, instance), (self.get_codes(found), self.get_instance_codes(found))):
                 d[ok] = hamming_rows(q, np.asarray(rows)[where])[ok]
         return Candidates(ids, *out)
+
+    def _query_pair(self, queries, instance) -> tuple[np.ndarray, np.ndarray]:
+        """`both_candidates`'s queries checked: packed class and instance codes, as many of each."""
+        if self.instance_bits is None:
+            raise InputError("the index keeps no instance codes")
+        queries = _checks.packed_codes(queries, self.bits, "queries")
+        instance = _checks.packed_codes(instance, self.instance_bits, "instance queries")
+        if len(instance) != len(queries):
+            raise InputError(f"there are {len(queries)} queries but {len(instance)} instance queries")
+        return queries, instance
 
     @property
     @abstractmethod

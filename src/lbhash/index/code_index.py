@@ -311,10 +311,7 @@ class CodeIndex(Backend):
         main = self._main
         if labels is not None or self._kind != "flat" or self._tail.alive or main.ndead or tables_of(main) is None:
             return super().both_candidates(queries, instance, k, labels)
-        queries = _checks.packed_codes(queries, self._bits, "queries")
-        instance = _checks.packed_codes(instance, self.instance_bits, "instance queries")
-        if len(instance) != len(queries):
-            raise InputError(f"there are {len(queries)} queries but {len(instance)} instance queries")
+        queries, instance = self._query_pair(queries, instance)
         pos, dist, inst = both_candidates(main, queries, instance, min(_checks.top_k(k), len(main)))
         return Candidates(positions_to_ids(main.rows, pos), dist, inst)
 
