@@ -184,6 +184,12 @@ def test_both_codes_candidates_are_the_union_of_the_two_top_ks(monkeypatch, tmp_
     tabled = index.ids()
     same_as_rule()
     assert compiled == [1, 1]
+    more = rng.integers(0, 256, (12, 16), dtype=np.uint8)  # appended above the largest id: scanned, not tabled
+    more[0] = qi[3]
+    index.add(rng.integers(0, 256, (12, 1), dtype=np.uint8), ids=np.arange(5000, 5012), instance=more)
+    same_as_rule()
+    assert compiled == [1, 1, 1]
+    assert (5000 in index.both_candidates(q, qi, k).ids[3]) == (k > 1)  # (at k 1 its tie, id 750, comes first)
     assert index.both_candidates(q[:0], qi[:0], k).ids.shape == (0, 2 * k)
     with pytest.raises(InputError, match="there are 5 queries but 4 instance queries"):
         index.both_candidates(q, qi[:4], k)
