@@ -105,15 +105,15 @@ class LookupEngine:
         return dist, pos
 
 
-def both_candidates(segment, queries: np.ndarray, instance: np.ndarray, k: int):
-    """`Backend.both_candidates` of one ordered segment with chunk tables, no tombstone and no label filter,
+def both_candidates(segment, tables: ChunkTables, queries: np.ndarray, instance: np.ndarray, k: int):
+    """`Backend.both_candidates` of one ordered segment with its chunk `tables`, no tombstone and no label filter,
     compiled: its class codes' top k by the exact scan (`FlatEngine`), its instance codes' by the tables,
     and the union's two distances by one kernel (numpy's calls were most of a search's cost at 1M items:
     docs/search.md, "The candidates in compiled code"). Returns positions int64 (nq, 2k), ascending, -1
     padding last, and the class and instance distances int32 (nq, 2k)."""
     from lbhash.index._lookup_kernel import union_distances
 
-    rows, tables = segment.rows, tables_of(segment)
+    rows = segment.rows
     _, class_pos = segment.engine.nearest_positions(rows, queries, k, None)
     inst_rows = Rows(rows.ids, segment.instance)
     _, inst_pos = LookupEngine(instance.shape[1] * 8, tables).nearest_positions(inst_rows, instance, k, None)

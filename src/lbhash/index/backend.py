@@ -96,10 +96,10 @@ class Backend(ABC):
         queries, instance = self._query_pair(queries, instance)
         ids = merged_ids(self.search(queries, k, labels).ids, self.instance_search(instance, k, labels).ids)
         ok = ids >= 0
-        found = np.unique(ids[ok])
-        where = np.searchsorted(found, np.where(ok, ids, found[0] if len(found) else 0))
         out = [np.full(ids.shape, PAD_DISTANCE, np.int32) for _ in range(2)]
-        if len(found):
+        if ok.any():
+            found = np.unique(ids[ok])
+            where = np.searchsorted(found, np.where(ok, ids, found[0]))
             for d, q, rows in zip(out, (queries, instance), (self.get_codes(found), self.get_instance_codes(found))):
                 d[ok] = hamming_rows(q, np.asarray(rows)[where])[ok]
         return Candidates(ids, *out)

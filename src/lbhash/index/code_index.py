@@ -309,10 +309,12 @@ class CodeIndex(Backend):
         """`Backend.both_candidates`; compiled (lbhash.index._lookup.both_candidates) for a flat index whose
         items are one main segment with chunk tables, no tombstone, and no label filter."""
         main = self._main
-        if labels is not None or self._kind != "flat" or self._tail.alive or main.ndead or tables_of(main) is None:
+        tables = None if labels is not None or self._kind != "flat" or self._tail.alive or main.ndead \
+            else tables_of(main)
+        if tables is None:
             return super().both_candidates(queries, instance, k, labels)
         queries, instance = self._query_pair(queries, instance)
-        pos, dist, inst = both_candidates(main, queries, instance, min(_checks.top_k(k), len(main)))
+        pos, dist, inst = both_candidates(main, tables, queries, instance, min(_checks.top_k(k), len(main)))
         return Candidates(positions_to_ids(main.rows, pos), dist, inst)
 
     def instance_search(self, queries, k: int, labels=None) -> TopK:
