@@ -46,7 +46,8 @@ EXPECTED = {
                                         "append one id", r"fold the pending changes \(once, O\(n\)\)")],
     "bench_blend.py": [rf"class code alone, top 10 \(reference\): {NUMBER} ms/query x1\.00",
                        rf"both codes, no float read: {NUMBER} ms/query x{NUMBER}",
-                       rf"the default ranking \(both codes, floats\): {NUMBER} ms/query x{NUMBER}",
+                       rf"the default ranking \(both codes, floats\), rows read for the first time: {NUMBER} ms/query "
+                       rf"x{NUMBER}", rf"the same queries again, their rows mapped: {NUMBER} ms/query x{NUMBER}",
                        r"codes in memory 40 bytes per item", r"peak memory: \d+ MB"],
     "bench_evaluate.py": [r"mAP@100: lbhash [\d.]+ +reference [\d.]+ +agree", rf"speed-up +{NUMBER} x",
                           r"peak memory .* MB RSS"],

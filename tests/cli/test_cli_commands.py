@@ -105,7 +105,8 @@ READ_ONLY = textwrap.dedent("""
 def test_commands_that_only_read_a_run_import_only_what_they_use(tmp_path, runs):
     """Issue 47 item 5, in one process (modules stay loaded, so each line covers the commands
     before it): a finished run's --resume, encode and search --features --run of a digits run
-    load its model with torch, but not the training stack; a search this small scans with numpy."""
+    load its model with torch, but not the training stack; a search this small scans with numpy, and ranks
+    by its embeddings with the ranking's compiled kernels (lbhash.index._blend_kernel)."""
     from helpers import cli
     from lbhash.data import load_digits
 
@@ -116,6 +117,8 @@ def test_commands_that_only_read_a_run_import_only_what_they_use(tmp_path, runs)
                           timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     lines = [line for line in done.stderr.splitlines() if line.startswith("after ")]
-    assert lines == [f"after {name} loaded []" for name in ("index", "train", "encode", "search")], done.stderr
+    # the search ranks by the stored embeddings: the ranking's kernels are numba's (which loads scipy)
+    assert lines == [f"after {name} loaded []" for name in ("index", "train", "encode")] + \
+        ["after search loaded ['scipy', 'numba']"], done.stderr
     assert "nothing to do" in done.stderr and (tmp_path / "rows5.npz").is_file()
     assert done.stdout.count(": 3 results") == 5  # the queries were encoded and searched

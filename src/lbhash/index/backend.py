@@ -33,11 +33,41 @@ class TopK(NamedTuple):
 class Candidates(NamedTuple):
     """Each query's candidates for a ranking (lbhash.index.blend): ids int64 (nq, c), each once, padded
     with `PAD_ID`, with their class `distances` and `instance_distances` int32 (nq, c), `PAD_DISTANCE`
-    where padded (and throughout where the search reads no instance codes)."""
+    where padded (and throughout where the search reads no instance codes), and `similarities` float64
+    (nq, c), their float rows' `FloatQueries.cosines`, where the backend scored them as it found them
+    (None: the ranking reads their rows by id)."""
 
     ids: np.ndarray
     distances: np.ndarray
     instance_distances: np.ndarray
+    similarities: np.ndarray | None = None
+
+
+class FloatQueries(NamedTuple):
+    """A ranked search's queries as float rows score them: `vectors` float64 (nq, d), each the unit row
+    of its query's embedding less `center` (d,), or where `center` is None the query's unit float16 row."""
+
+    vectors: np.ndarray
+    center: np.ndarray | None
+
+    def cosines(self, rows: np.ndarray, where: np.ndarray) -> np.ndarray:
+        """float64 (nq, c): for candidate j of query i, row where[i, j] of `rows` (float16 unit rows as
+        stored, n x d, mapped or in memory; -1: padding, 0), as blend's module says: the cosine of the
+        row less `center` with the query, or without a centre the row's dot product with the query. One
+        compiled kernel scores every backend's rows (lbhash.index._blend_kernel): a pair scores alike
+        whatever else is scored with it."""
+        from lbhash.index._blend_kernel import candidate_cosines  # (numba loads with the first ranking)
+
+        out = np.empty(where.shape, np.float64)
+        centred = self.center is not None
+        center = self.center if centred else np.zeros(self.vectors.shape[1])  # (no centre: its products unused)
+        candidate_cosines(np.asarray(rows).view(np.uint16), np.ascontiguousarray(where, np.int64),
+                          np.ascontiguousarray(self.vectors, np.float64), center, centred, out)
+        return out
+
+    def __getitem__(self, rows: slice) -> "FloatQueries":
+        """The queries of `rows` (the centre is shared)."""
+        return FloatQueries(self.vectors[rows], self.center)
 
 
 class InRange(NamedTuple):
@@ -89,10 +119,12 @@ class Backend(ABC):
         """Top-k by the Hamming distance of instance codes, by (distance, id), as `search` pads."""
         raise NotImplementedError(f"{type(self).__name__} keeps no instance codes")
 
-    def both_candidates(self, queries, instance, k: int, labels=None) -> Candidates:
+    def both_candidates(self, queries, instance, k: int, labels=None, floats: FloatQueries | None = None) -> Candidates:
         """The union of each query's class-code top k (`search`) and instance-code top k (`instance_search`),
         ids ascending, padding last, with both Hamming distances of each; `queries` and `instance` packed;
-        `labels` as in `search`. A backend may list the same candidates faster (`CodeIndex`'s compiled lookup)."""
+        `labels` as in `search`. A backend may list the same candidates faster (`CodeIndex`'s compiled lookup),
+        and score their float rows for `floats` as it finds them (`Candidates.similarities`); this road
+        leaves that to the ranking."""
         queries, instance = self._query_pair(queries, instance)
         ids = merged_ids(self.search(queries, k, labels).ids, self.instance_search(instance, k, labels).ids)
         ok = ids >= 0

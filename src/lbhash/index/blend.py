@@ -27,8 +27,8 @@ import numpy as np
 
 from lbhash.errors import InputError
 from lbhash.index import _checks
-from lbhash.index.backend import PAD_DISTANCE, PAD_ID, Backend, Candidates
-from lbhash.index.rescore import (PAIRS, RESCORE_FACTOR, check_embeddings, cosine_scores, scoring_rows, unit_rows,
+from lbhash.index.backend import PAD_DISTANCE, PAD_ID, Backend, Candidates, FloatQueries
+from lbhash.index.rescore import (PAIRS, RESCORE_FACTOR, check_embeddings, scoring_rows, unit_rows,
                                   with_boundary_ties)
 from lbhash.instance import LOOKS_LIKE, LOOKS_LIKE_CODES, SAME_COSINE, SAME_INSTANCE
 from lbhash.limits import MAX_RESCORE_CANDIDATES
@@ -121,7 +121,7 @@ def blended_search(index: Backend, queries: Queries, k, labels=None, factor=RESC
     rows = None if labels is None else _checks.label_rows(labels, len(codes), "query labels")
     widen = inst is None and wanted < index.ntotal  # (instance candidates find what a tied class hides)
     step = max(1, PAIRS // max(wanted * (1 if inst is None else 2), MAX_RESCORE_CANDIDATES if widen else 1))
-    parts, ranked = [], Queries(codes, units, inst, center)  # (checked; sliced per group as Queries slices)
+    parts, floats = [], _float_queries(units, center)
     for start in range(0, max(1, len(codes)), step):  # (an empty batch is one empty group)
         part = slice(start, start + step)
         group = None if rows is None else rows.take(np.arange(len(codes))[part])
@@ -131,8 +131,8 @@ def blended_search(index: Backend, queries: Queries, k, labels=None, factor=RESC
                 dist, candidates = with_boundary_ties(index, codes[part], dist, candidates, group)
             found = Candidates(candidates, dist, np.full(dist.shape, PAD_DISTANCE, np.int32))
         else:
-            found = index.both_candidates(codes[part], inst[part], wanted, group)
-        parts.append(_ranked(index, ranked[part], found, k, looks_like))
+            found = index.both_candidates(codes[part], inst[part], wanted, group, None if floats is None else floats[part])
+        parts.append(_ranked(index, None if floats is None else floats[part], inst is not None, found, k, looks_like))
     return parts[0] if len(parts) == 1 else Blended(*(np.concatenate([p[i] for p in parts]) for i in range(5)))
 
 
@@ -161,59 +161,59 @@ def _query_units(index: Backend, embeddings, n: int, instance: bool) -> np.ndarr
     return unit_rows(check_embeddings(embeddings, n, index.embedding_dim, "query embeddings"))
 
 
-def _centred_cosine(query_units: np.ndarray, rows: np.ndarray, center: np.ndarray) -> np.ndarray:
-    """Cosine float64 (nq, c) of unit float16 `query_units` (nq, d) and `rows` (nq, c, d), each less `center`:
-    (r - c) . q' / |r - c| with q' the centred query made unit, expanded as (r . q' - c . q') over
-    sqrt(|r|^2 - 2 r . c + |c|^2), so that the candidates' rows are not copied centred (at 1,280 dims the
-    centred copies and their norms cost a search at 1M items 0.3 ms)."""
-    q = query_units.astype(np.float64) - center
+def _float_queries(units: np.ndarray | None, center: np.ndarray | None) -> FloatQueries | None:
+    """The unit float16 query rows as float rows score them: less `center` and made unit again, where given
+    (each row's cosine is then (r - c) . q' / |r - c|, docs/search.md, "Ranking")."""
+    if units is None:
+        return None
+    if center is None:
+        return FloatQueries(units.astype(np.float64), None)
+    q = units.astype(np.float64) - center
     q /= np.maximum(np.linalg.norm(q, axis=1, keepdims=True), 1e-12)
-    r = rows.astype(np.float64)
-    both = np.matmul(r, np.stack([q, np.broadcast_to(center, q.shape)], axis=2))  # (nq, c, 2): r . q', r . c
-    squares = np.einsum("qcd,qcd->qc", r, r, optimize=False) - 2 * both[..., 1] + center @ center
-    return (both[..., 0] - (q @ center)[:, None]) / np.maximum(np.sqrt(np.maximum(squares, 0.0)), 1e-12)
+    return FloatQueries(q, center)
 
 
-def _ranked(index: Backend, queries: Queries, found: Candidates, k: int, looks_like: float) -> Blended:
-    """The best k of the `found` candidates, scored as the module says, for `queries` whose embeddings
-    are unit rows."""
-    inst, units, center = queries.instance, queries.embeddings, queries.center
+def _similarities_by_id(index: Backend, floats: FloatQueries, ids: np.ndarray, ok: np.ndarray) -> np.ndarray:
+    """`FloatQueries.cosines` of the candidates `ids` (nq, c; `ok` where not padding), their rows read by id
+    (int8 rows as the unit float16 rows of their directions)."""
+    held = np.unique(ids[ok])
+    where = np.where(ok, np.searchsorted(held, np.where(ok, ids, held[0])), -1)
+    return floats.cosines(scoring_rows(index.get_embeddings(held)), where)
+
+
+def _ranked(index: Backend, floats: FloatQueries | None, instance: bool, found: Candidates, k: int,
+            looks_like: float) -> Blended:
+    """The best k of the `found` candidates, scored as the module says: by the cosines of their float rows
+    for `floats` (found.similarities where the backend scored them), else by their `instance` distances;
+    ranked in compiled code (lbhash.index._blend_kernel.ranked_top: at 1M items a one-query search spent
+    more in numpy's calls around its scores than in its two searches' kernels)."""
+    from lbhash.index._blend_kernel import ranked_top  # (numba loads with the first ranking)
+
     ids = found.ids
     nq, c = ids.shape
-    keep = min(k, c)
     out = Blended(np.full((nq, k), -np.inf), np.full((nq, k), PAD_DISTANCE, np.int32),
                   np.full((nq, k), PAD_DISTANCE, np.int32), np.full((nq, k), PAD_ID, np.int64), np.zeros((nq, k), bool))
+    if floats is not None and floats.center is not None:
+        cut, by_cosine = SAME_COSINE, True
+    elif instance:
+        cut, by_cosine = SAME_INSTANCE, False
+    else:  # a raw cosine has no calibrated threshold
+        cut, by_cosine = -1.0, False
     valid = ids >= 0
-    dim = 0 if units is None else units.shape[1]
-    # bounded memory: the rows of `step` queries' candidates are gathered at a time, read for them alone
-    step = max(1, BUDGET // max(1, c * max(dim, 8)))
+    dim = 0 if floats is None else floats.vectors.shape[1]
+    # bounded memory: rows read by id are gathered for `step` queries' candidates at a time
+    step = nq if floats is None or found.similarities is not None else max(1, BUDGET // max(1, c * dim))
     for s in range(0, nq, step):
         e = min(nq, s + step)
-        ok = valid[s:e]
-        if not ok.any():
-            continue
         d_class, d_inst = found.distances[s:e], found.instance_distances[s:e]
-        if units is None:
-            similarity = np.cos(np.pi * d_inst / index.instance_bits)
+        if floats is None:
+            similarity = np.cos(np.pi * d_inst / (index.instance_bits or 1))
+        elif found.similarities is not None:
+            similarity = found.similarities[s:e]
+        elif valid[s:e].any():
+            similarity = _similarities_by_id(index, floats[s:e], ids[s:e], valid[s:e])
         else:
-            held = np.unique(ids[s:e][ok])
-            stored = scoring_rows(index.get_embeddings(held))[np.searchsorted(held, np.where(ok, ids[s:e], held[0]))]
-            similarity = cosine_scores(units[s:e], stored) if center is None else \
-                _centred_cosine(units[s:e], stored, center)
-            similarity = np.clip(similarity, -1.0, 1.0)  # (float16 rows: a row's cosine with itself may round past 1)
-        if center is not None:
-            same = similarity >= SAME_COSINE
-        elif inst is not None:
-            same = d_inst <= SAME_INSTANCE * index.instance_bits
-        else:  # a raw cosine has no calibrated threshold
-            same = np.zeros(d_class.shape, bool)
-        same &= ok  # (a padded place carries PAD_ID and PAD_DISTANCE, and is never the same picture)
-        sharp = np.sign(similarity) * np.abs(similarity) ** SIMILARITY_POWER
-        scores = (1 - looks_like) * (1 - 2 * d_class / index.bits) + looks_like * sharp
-        scores[~ok] = -np.inf  # padding goes last (a real score is finite)
-        # (row, column) indexing, not take_along_axis: a one-query search at 1M items spends its time in such calls
-        at = np.arange(e - s)[:, None], np.lexsort((ids[s:e], d_inst, d_class, -scores), axis=1)[:, :keep]
-        out.scores[s:e, :keep] = scores[at]
-        out.distances[s:e, :keep], out.instance_distances[s:e, :keep] = d_class[at], d_inst[at]
-        out.ids[s:e, :keep], out.same[s:e, :keep] = ids[s:e][at], same[at]
+            continue
+        rule = (float(looks_like), index.bits, SIMILARITY_POWER, float(cut), by_cosine, index.instance_bits or 0)
+        ranked_top(ids[s:e], d_class, d_inst, similarity, rule, tuple(part[s:e] for part in out))
     return out

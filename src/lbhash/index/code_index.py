@@ -17,7 +17,7 @@ from lbhash.index import _checks
 from lbhash.index._engines import FlatEngine, Rows, positions_to_ids
 from lbhash.index._lookup import both_candidates, tables_of
 from lbhash.index._ivf import ENGINES, KINDS
-from lbhash.index.backend import Backend, Candidates, InRange, TopK
+from lbhash.index.backend import Backend, Candidates, FloatQueries, InRange, TopK
 from lbhash.index._segments import (InstanceView, Segment, codes_at, empty_embeddings, empty_instance, folded,
                                     fragment_limit, labels_at, query_groups, range_over, topk_over)
 from lbhash.index.rescore import embedding_dtype as dtype_named
@@ -305,9 +305,10 @@ class CodeIndex(Backend):
             raise InputError("the index keeps no instance codes")
         return codes_at(self._main, self._tail, self._find(_checks.item_ids(ids)), "instance")
 
-    def both_candidates(self, queries, instance, k: int, labels=None) -> Candidates:
+    def both_candidates(self, queries, instance, k: int, labels=None, floats: FloatQueries | None = None) -> Candidates:
         """`Backend.both_candidates`; compiled (lbhash.index._lookup.both_candidates) for a flat index whose
-        items are one main segment with chunk tables, no tombstone, and no label filter."""
+        items are one main segment with chunk tables, no tombstone, and no label filter, which scores float16
+        rows for `floats` by their positions (no id read)."""
         main = self._main
         tables = None if labels is not None or self._kind != "flat" or self._tail.alive or main.ndead \
             else tables_of(main)
@@ -315,7 +316,9 @@ class CodeIndex(Backend):
             return super().both_candidates(queries, instance, k, labels)
         queries, instance = self._query_pair(queries, instance)
         pos, dist, inst = both_candidates(main, tables, queries, instance, min(_checks.top_k(k), len(main)))
-        return Candidates(positions_to_ids(main.rows, pos), dist, inst)
+        rows = main.embeddings
+        scored = None if floats is None or rows is None or rows.dtype != np.float16 else floats.cosines(rows, pos)
+        return Candidates(positions_to_ids(main.rows, pos), dist, inst, scored)
 
     def instance_search(self, queries, k: int, labels=None) -> TopK:
         """Top-k by the Hamming distance of instance codes (`queries` packed, instance_bits long), by

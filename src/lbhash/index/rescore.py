@@ -102,15 +102,6 @@ def unit_rows(x: np.ndarray) -> np.ndarray:
     return (scaled / norm).astype(EMBEDDING_DTYPE)
 
 
-def cosine_scores(queries: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """Cosine similarity float64 (nq, c) of unit float16 `queries` (nq, d) and candidate `rows` (nq, c, d):
-    float16 values multiply exactly in float64, and einsum without BLAS scores a pair alike whatever
-    else is scored with it."""
-    q = np.ascontiguousarray(queries, EMBEDDING_DTYPE)
-    r = np.ascontiguousarray(rows, EMBEDDING_DTYPE)
-    return np.einsum("qcd,qd->qc", r, q, dtype=np.float64, casting="safe", optimize=False)
-
-
 def with_boundary_ties(index: Backend, queries: np.ndarray, dist: np.ndarray, ids: np.ndarray, labels=None,
                        cap: int = MAX_RESCORE_CANDIDATES) -> tuple[np.ndarray, np.ndarray]:
     """Each full row of candidates (dist, ids (nq, c)) widened to every item within its last

@@ -1,0 +1,131 @@
+"""The numba kernels of the ranking (lbhash.index.blend): the candidates' float rows scored
+(`candidate_cosines`) and each query's best k of its scored candidates (`ranked_top`), imported with the
+first ranked search."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from lbhash.index._lookup_kernel import _prefetch
+
+# rows asked for ahead of their scoring: a 1M-item index's candidates are rows read at random, and asking
+# ahead overlaps their cache misses
+AHEAD = 4
+_LINE = 64  # bytes a cache line
+_EXPONENT_BIAS = np.uint32((127 - 15) << 23)  # float16's exponent bias moved to float32's
+
+
+@njit(nogil=True, fastmath=True, cache=True)
+def candidate_cosines(rows, where, queries, center, centred, out):
+    """For each query i and candidate j (row where[i, j] of `rows`, float16 bits uint16 (n, d); -1:
+    padding, scored 0): with `centred`, the cosine of (row - center) and the centred unit query
+    queries[i] (float64), as (row . q - center . q) / |row - center|; else row . queries[i]. Each
+    pair's arithmetic is its own (float64 sums over the row), whatever else is scored with it."""
+    n, d = rows.shape
+    nq, c = where.shape
+    flat = rows.reshape(n * d)
+    step = max(1, _LINE // rows.itemsize)
+    decoded = np.empty(d, np.float32)
+    bits = decoded.view(np.uint32)
+    for i in range(nq):
+        q = queries[i]
+        qc = 0.0
+        cc = 0.0
+        if centred:
+            for t in range(d):
+                qc += q[t] * center[t]
+                cc += center[t] * center[t]
+        for j in range(min(AHEAD, c)):
+            if where[i, j] >= 0:
+                for x in range(0, d, step):
+                    _prefetch(flat, where[i, j] * d + x)
+        for j in range(c):
+            if j + AHEAD < c and where[i, j + AHEAD] >= 0:
+                for x in range(0, d, step):
+                    _prefetch(flat, where[i, j + AHEAD] * d + x)
+            p = where[i, j]
+            if p < 0:
+                out[i, j] = 0.0
+                continue
+            # float16 to float64 exactly, in loops that compile to vector code (no branch, no table; unit rows hold
+            # no inf or NaN): the magnitude's bits moved into a float32's places and rebiased (a subnormal, whose
+            # exponent bits are 0, as 2^-14 more than itself), then that 2^-14 taken off and the sign applied
+            half = rows[p]
+            for t in range(d):
+                magnitude = (np.uint32(half[t]) & np.uint32(0x7FFF)) << np.uint32(13)
+                subnormal = (magnitude & np.uint32(0x7C00 << 13)) == 0
+                bits[t] = magnitude + _EXPONENT_BIAS + (np.uint32(1 << 23) if subnormal else np.uint32(0))
+            dot = 0.0
+            across = 0.0
+            square = 0.0
+            for t in range(d):
+                h = half[t]
+                v = np.float64(decoded[t]) - (2.0 ** -14 if (h & 0x7C00) == 0 else 0.0)
+                v = -v if h & 0x8000 else v
+                dot += v * q[t]
+                across += v * center[t]
+                square += v * v
+            if not centred:
+                out[i, j] = dot
+                continue
+            norm = np.sqrt(max(square - 2.0 * across + cc, 0.0))
+            out[i, j] = (dot - qc) / max(norm, 1e-12)
+
+
+@njit(inline="always", cache=True)
+def _before(score, d_class, d_inst, ids, a, b):
+    """Whether candidate a ranks before b: descending score, then class distance, instance distance, id."""
+    if score[a] != score[b]:
+        return score[a] > score[b]
+    if d_class[a] != d_class[b]:
+        return d_class[a] < d_class[b]
+    if d_inst[a] != d_inst[b]:
+        return d_inst[a] < d_inst[b]
+    return ids[a] < ids[b]
+
+
+@njit(nogil=True, cache=True)
+def ranked_top(ids, d_class, d_inst, similarity, rule, out):
+    """For each query i, its candidates ids[i] (-1: padding) scored (1 - looks_like) * (1 - 2 d_class /
+    bits) + looks_like * sign(s) |s|^power, with s the similarity[i] clipped to [-1, 1], and the best k in
+    the ranking's order (`_before`) written to `out` (scores, class distances, instance distances, ids,
+    same marks; each (nq, k), already padded by the caller); `rule` is (looks_like, bits, power, same_cut,
+    same_by_cosine, instance_bits): a hit is the same picture when s >= same_cut (`same_by_cosine`) or
+    d_inst <= same_cut * instance_bits (else; same_cut < 0: never)."""
+    looks_like, bits, power, same_cut, same_by_cosine, instance_bits = rule
+    out_scores, out_class, out_inst, out_ids, out_same = out
+    nq, c = ids.shape
+    k = out_ids.shape[1]
+    score = np.empty(c, np.float64)
+    order = np.empty(c, np.int64)
+    for i in range(nq):
+        m = 0
+        for j in range(c):
+            if ids[i, j] < 0:
+                continue
+            s = min(max(similarity[i, j], -1.0), 1.0)
+            sharp = abs(s) ** power
+            score[j] = (1 - looks_like) * (1 - 2 * d_class[i, j] / bits) + looks_like * (sharp if s >= 0 else -sharp)
+            # insertion into the sorted best k so far: at most k kept, candidates beyond them dropped
+            at = min(m, k)
+            while at > 0 and _before(score, d_class[i], d_inst[i], ids[i], j, order[at - 1]):
+                if at < k:
+                    order[at] = order[at - 1]
+                at -= 1
+            if at < k:
+                order[at] = j
+                m = min(m + 1, k)
+        for r in range(m):
+            j = order[r]
+            out_scores[i, r] = score[j]
+            out_class[i, r] = d_class[i, j]
+            out_inst[i, r] = d_inst[i, j]
+            out_ids[i, r] = ids[i, j]
+            s = min(max(similarity[i, j], -1.0), 1.0)
+            if same_cut < 0:
+                out_same[i, r] = False
+            elif same_by_cosine:
+                out_same[i, r] = s >= same_cut
+            else:
+                out_same[i, r] = d_inst[i, j] <= same_cut * instance_bits
