@@ -77,3 +77,14 @@ def test_a_tabled_flat_index_scores_its_rows_by_position_as_the_ranking_scores_t
     np.testing.assert_array_equal(got.ids, by_ids.ids)
     np.testing.assert_array_equal(got.scores, by_ids.scores)
     assert len(compiled) == 3  # (the tables' candidates, approximate: test_instance_lookup.py checks them)
+
+
+def test_an_empty_batch_ranks_to_nothing():
+    rng = np.random.default_rng(2)
+    index = CodeIndex(16, embedding_dim=8, instance_bits=16)
+    index.add(rng.integers(0, 256, (50, 2), dtype=np.uint8), embeddings=rng.random((50, 8)),
+              instance=rng.integers(0, 256, (50, 2), dtype=np.uint8))
+    none = np.zeros((0, 2), np.uint8)
+    for queries in (Queries(none, np.zeros((0, 8)), none), Queries(none, instance=none), Queries(none, np.zeros((0, 8)))):
+        got = blended_search(index, queries, 5)
+        assert got.ids.shape == got.scores.shape == (0, 5)

@@ -28,14 +28,14 @@ def candidate_cosines(rows, where, queries, center, centred, out):
     step = max(1, _LINE // rows.itemsize)
     decoded = np.empty(d, np.float32)
     bits = decoded.view(np.uint32)
+    cc = 0.0
+    for t in range(d):
+        cc += center[t] * center[t]
     for i in range(nq):
         q = queries[i]
         qc = 0.0
-        cc = 0.0
-        if centred:
-            for t in range(d):
-                qc += q[t] * center[t]
-                cc += center[t] * center[t]
+        for t in range(d):
+            qc += q[t] * center[t]
         for j in range(min(AHEAD, c)):
             if where[i, j] >= 0:
                 for x in range(0, d, step):

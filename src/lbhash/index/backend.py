@@ -58,10 +58,13 @@ class FloatQueries(NamedTuple):
         whatever else is scored with it."""
         from lbhash.index._blend_kernel import candidate_cosines  # (numba loads with the first ranking)
 
+        rows = np.asarray(rows)
+        if rows.dtype != np.float16:  # (a bug, not input: the roads hand over float16 rows as stored)
+            raise TypeError(f"FloatQueries.cosines scores float16 rows, got {rows.dtype}")
         out = np.empty(where.shape, np.float64)
         centred = self.center is not None
         center = self.center if centred else np.zeros(self.vectors.shape[1])  # (no centre: its products unused)
-        candidate_cosines(np.asarray(rows).view(np.uint16), np.ascontiguousarray(where, np.int64),
+        candidate_cosines(rows.view(np.uint16), np.ascontiguousarray(where, np.int64),
                           np.ascontiguousarray(self.vectors, np.float64), center, centred, out)
         return out
 

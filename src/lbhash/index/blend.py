@@ -202,7 +202,7 @@ def _ranked(index: Backend, floats: FloatQueries | None, instance: bool, found: 
     valid = ids >= 0
     dim = 0 if floats is None else floats.vectors.shape[1]
     # bounded memory: rows read by id are gathered for `step` queries' candidates at a time
-    step = nq if floats is None or found.similarities is not None else max(1, BUDGET // max(1, c * dim))
+    step = max(1, nq if floats is None or found.similarities is not None else BUDGET // max(1, c * dim))
     for s in range(0, nq, step):
         e = min(nq, s + step)
         d_class, d_inst = found.distances[s:e], found.instance_distances[s:e]
