@@ -2,6 +2,9 @@
 `FloatQueries.cosines`): every float16 value read exactly, the centred cosine against numpy in float64, a
 pair's score whatever else is scored, and a flat index's positional road against the road by id."""
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from lbhash.index import CodeIndex, Queries, blended_search
@@ -88,3 +91,31 @@ def test_an_empty_batch_ranks_to_nothing():
     for queries in (Queries(none, np.zeros((0, 8)), none), Queries(none, instance=none), Queries(none, np.zeros((0, 8)))):
         got = blended_search(index, queries, 5)
         assert got.ids.shape == got.scores.shape == (0, 5)
+
+
+WARM_THEN_SEARCH = """
+import numpy as np
+from lbhash.index import CodeIndex, Queries, blended_search
+from lbhash.index._blend_kernel import candidate_cosines, ranked_top
+from lbhash.index.blend import warm_ranking
+
+warm_ranking()
+before = len(candidate_cosines.signatures), len(ranked_top.signatures)
+rng = np.random.default_rng(3)
+emb = rng.random((60, 8))
+index = CodeIndex(16, embedding_dim=8, instance_bits=16)
+index.add(rng.integers(0, 256, (60, 2), dtype=np.uint8), embeddings=emb,
+          instance=rng.integers(0, 256, (60, 2), dtype=np.uint8))
+q, qi = index.get_codes([0, 1]), index.get_instance_codes([0, 1])
+for queries in (Queries(q, emb[:2], qi, np.full(8, 0.5)), Queries(q, instance=qi), Queries(q, emb[:2])):
+    assert blended_search(index, queries, 5).ids[0, 0] == 0
+print(before, (len(candidate_cosines.signatures), len(ranked_top.signatures)))
+"""
+
+
+def test_warming_loads_the_kernels_that_ranked_searches_call():
+    """`warm_ranking` (a served index's start-up) loads every signature that a ranked search then calls, in a
+    fresh process: no search compiles or loads a kernel again."""
+    done = subprocess.run([sys.executable, "-c", WARM_THEN_SEARCH], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "(1, 1) (1, 1)"

@@ -136,6 +136,18 @@ def blended_search(index: Backend, queries: Queries, k, labels=None, factor=RESC
     return parts[0] if len(parts) == 1 else Blended(*(np.concatenate([p[i] for p in parts]) for i in range(5)))
 
 
+def warm_ranking() -> None:
+    """Load the ranking's compiled kernels (lbhash.index._blend_kernel: numba, about 0.4 s from its cache,
+    seconds after an install) now, as a served index does at start-up, not in the first ranked search."""
+    from lbhash.index._blend_kernel import ranked_top
+
+    ids, distances = np.zeros((1, 1), np.int64), np.zeros((1, 1), np.int32)
+    floats = FloatQueries(np.ones((1, 1)), np.zeros(1))
+    similarity = floats.cosines(np.ones((1, 1), np.float16), ids)
+    out = Blended(np.zeros((1, 1)), distances.copy(), distances.copy(), ids.copy(), np.zeros((1, 1), bool))
+    ranked_top(ids, distances, distances, similarity, (0.5, 8, SIMILARITY_POWER, 0.5, True, 8), tuple(out))
+
+
 def _instance_queries(index: Backend, instance_queries, n: int) -> np.ndarray | None:
     if instance_queries is None:
         return None

@@ -23,6 +23,7 @@ from lbhash.codes import from_hex, to_hex
 from lbhash.cpus import usable_cpus
 from lbhash.errors import InputError
 from lbhash.index import Backend, CodeIndex, Hits, Queries, SearchPlan, SparseLabels, search_hits
+from lbhash.index.blend import warm_ranking
 from lbhash.index.rescore import scoring_rows
 from lbhash.index.writer_lock import writer_lock
 from lbhash.instance import InstanceTransform
@@ -138,7 +139,8 @@ class Store(ABC):
         return self.index.metadata
 
     def warm(self) -> None:
-        """Before the first request: load what the first search would wait for."""
+        """Before the first request: load what the first search would wait for (the ranking's kernels)."""
+        warm_ranking()
 
     def search(self, queries: Queries, plan: SearchPlan, classes: list[list[int]] | None = None) -> list[Hits]:
         """`search_hits` of the queries on the index."""
@@ -212,9 +214,10 @@ class IndexStore(Store):
             logger.info(f"replayed {len(replayed)} logged changes into {self.index_dir}")
 
     def warm(self) -> None:
-        """`CodeIndex.warm` (numba, about 1 s) here rather than in a client's search; it reads
-        nothing of the index but its width: no lock."""
+        """`CodeIndex.warm` and the ranking's kernels (numba, about 1 s) here rather than in a client's
+        search; it reads nothing of the index but its width: no lock."""
         self.index.warm()
+        super().warm()
 
     def search(self, queries: Queries, plan: SearchPlan, classes: list[list[int]] | None = None) -> list[Hits]:
         with self.lock.read():  # hits and their labels all read under one lock
