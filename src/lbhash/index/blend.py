@@ -125,19 +125,20 @@ def blended_search(index: Backend, queries: Queries, k, labels=None, factor=RESC
     for start in range(0, max(1, len(codes)), step):  # (an empty batch is one empty group)
         part = slice(start, start + step)
         group = None if rows is None else rows.take(np.arange(len(codes))[part])
+        part_floats = None if floats is None else floats[part]
         if inst is None:
             dist, candidates = index.search(codes[part], wanted, group)
             if widen:
                 dist, candidates = with_boundary_ties(index, codes[part], dist, candidates, group)
             found = Candidates(candidates, dist, np.full(dist.shape, PAD_DISTANCE, np.int32))
         else:
-            found = index.both_candidates(codes[part], inst[part], wanted, group, None if floats is None else floats[part])
-        parts.append(_ranked(index, None if floats is None else floats[part], inst is not None, found, k, looks_like))
+            found = index.both_candidates(codes[part], inst[part], wanted, group, part_floats)
+        parts.append(_ranked(index, part_floats, inst is not None, found, k, looks_like))
     return parts[0] if len(parts) == 1 else Blended(*(np.concatenate([p[i] for p in parts]) for i in range(5)))
 
 
 def warm_ranking() -> None:
-    """Load the ranking's compiled kernels (lbhash.index._blend_kernel: numba, about 0.4 s from its cache,
+    """Load the ranking's compiled kernels (lbhash.index._blend_kernel: numba, about 0.6 s from its cache,
     seconds after an install) now, as a served index does at start-up, not in the first ranked search."""
     from lbhash.index._blend_kernel import ranked_top
 
