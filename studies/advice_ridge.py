@@ -45,7 +45,7 @@ def validation_set(dataset, protocol: str, seed: int, share: float = 0.1) -> Arr
 def validation_map(data: str, dataset: ArrayDataset, seed: int, ridge: float, bits: int) -> float:
     cfg = make_config({"data": data, "protocol": "given", "seed": seed, "bits": bits, "method": "linear",
                        "method_options": {"ridge": ridge}, "validation": 0.0, "progress": False, "test": False})
-    trainer = prepare(cfg, None, dataset, False, None).trainer
+    trainer = prepare(cfg, None, dataset, False, None)
     train_to_end(trainer)
     model = trainer.learner.model.eval()
     q, db = np.flatnonzero(dataset.is_test), np.flatnonzero(~dataset.is_test)

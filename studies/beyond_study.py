@@ -47,7 +47,7 @@ def train_codes(dataset, values: dict, parts: dict[str, np.ndarray]) -> dict[str
     """Train a config on `dataset` (every training item, last epoch) and return the +/-1
     codes of the split parts named in `parts` (e.g. {"query": ..., "database": ...})."""
     cfg = make_config({"validation": 0.0, "progress": False, "test": False, **values})
-    trainer = prepare(cfg, None, dataset, False, None).trainer
+    trainer = prepare(cfg, None, dataset, False, None)
     train_to_end(trainer)
     model = trainer.learner.model.eval()
     return {name: encode(model, trainer.exp.dataset, idx, trainer.options) for name, idx in parts.items()}

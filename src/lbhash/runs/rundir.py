@@ -11,7 +11,6 @@ a command that only reads a run does not import it."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import fcntl
 import json
 import logging
@@ -37,7 +36,7 @@ from lbhash.train.processes import process_rank
 from lbhash.train.summary import DATA_SUMMARY
 
 if TYPE_CHECKING:  # (the training stack: imported by whoever trains, not by a reader of a run)
-    from lbhash.train.fit import Prepared, Trained
+    from lbhash.train.fit import Trained
     from lbhash.train.loop import Trainer
 
 CONFIG, SPLIT, LOG, CHECKPOINT, CODES, METRICS, BEST = (
@@ -358,22 +357,21 @@ class DirectoryStore:
     def __init__(self, run_dir: Path, resume: bool = False, epochs: int | None = None):
         self.run_dir, self.resumed, self.epochs = Path(run_dir), resume, epochs
 
-    def begin(self, run: Prepared) -> Prepared:
+    def begin(self, trainer: Trainer) -> None:
         """Every check has happened before this writes anything: a new run then writes its first files,
-        a resumed one loads its checkpoint, and one trained further (`epochs`) is reopened. Returns the
-        run with the config and input form of the directory (a resumed run's, as they were written:
-        this call's progress= is not)."""
-        trainer = run.trainer
+        a resumed one loads its checkpoint, and one trained further (`epochs`) is reopened. A resumed
+        run's trainer then holds the config and input form of the directory (as they were written: this
+        call's progress= is not)."""
         if trainer.fabric.is_global_zero and not (self.run_dir / CONFIG).exists():
-            _write_first_files(self.run_dir, trainer.exp.split, run.data_summary, run.input_form, run.config)
+            _write_first_files(self.run_dir, trainer.exp.split, trainer.data_summary, trainer.input_form,
+                               trainer.run_config)
         trainer.fabric.barrier()
         self._load_checkpoint(trainer)
         if self.epochs is not None:
             _reopen(self.run_dir, trainer)
-        if not (self.resumed and process_rank() == 0):
-            return run
-        config = load_run_config(self.run_dir)
-        return dataclasses.replace(run, config=config, input_form=load_input_form(self.run_dir, config))
+        if self.resumed and process_rank() == 0:
+            trainer.run_config = load_run_config(self.run_dir)
+            trainer.input_form = load_input_form(self.run_dir, trainer.run_config)
 
     def finish(self, trained: Trained) -> None:
         """codes_seen.npz and codes.npz, then metrics.json and the manifest, from what the fit holds."""

@@ -17,14 +17,13 @@ import torch
 
 from lbhash.codes_file import codes_from_arrays
 from lbhash.data import HashDataset, Split
-from lbhash.data.input_form import InputForm, form_of
 from lbhash.errors import InputError
 from lbhash.evaluate import map_label
 from lbhash.methods import method_class
 from lbhash.models import HashModel
 from lbhash.train.builder import build_experiment
 from lbhash.train.closed_form import fit_closed_form
-from lbhash.train.config import RunConfig, TrainConfig, backbone_line, profile_line
+from lbhash.train.config import TrainConfig, backbone_line, profile_line
 from lbhash.train.loop import EpochStore, NonFiniteError, Trainer, check_logger
 from lbhash.train.processes import check_accelerator, leave_process_group, process_rank
 from lbhash.train.results import Fitted, run_metrics
@@ -33,15 +32,6 @@ from lbhash.train.summary import (LINE_EVERY_S, data_summary, describe_data, epo
                                   result_line, step_lines)
 
 logger = logging.getLogger("lbhash")
-
-
-@dataclass
-class Prepared:
-    """A run ready to train, with what its config.yaml, input.json and data.json hold."""
-    trainer: Trainer
-    config: RunConfig
-    input_form: InputForm
-    data_summary: dict
 
 
 @dataclass
@@ -65,9 +55,9 @@ class RunStore(EpochStore, Protocol):
 
     run_dir: Path
 
-    def begin(self, run: Prepared) -> Prepared:
-        """A new run's first files, or a resumed run's checkpoint loaded into `run.trainer`; returns the
-        run with the config and input form the store holds."""
+    def begin(self, trainer: Trainer) -> None:
+        """A new run's first files, or a resumed run's checkpoint loaded into `trainer`, whose
+        `run_config` and `input_form` become those the store holds."""
         ...
 
     def finish(self, trained: Trained) -> None:
@@ -80,7 +70,7 @@ class RunStore(EpochStore, Protocol):
 
 
 def prepare(cfg: TrainConfig, split: Split | None, dataset: HashDataset | None, progress: bool | None,
-            on_epoch_end: Callable[[int], None] | None, store: EpochStore | None = None) -> Prepared:
+            on_epoch_end: Callable[[int], None] | None, store: EpochStore | None = None) -> Trainer:
     """Check the run's options, build its experiment (on `split`, or a new one) and its
     trainer, writing nothing. `progress` overrides cfg.progress (it is not saved); where stderr
     is not a terminal, progress is one line per epoch instead of bars."""
@@ -111,9 +101,9 @@ def prepare(cfg: TrainConfig, split: Split | None, dataset: HashDataset | None, 
         if on_epoch_end is not None:
             on_epoch_end(epoch)
 
-    trainer = Trainer(exp, store, at_epoch_end)
+    trainer = Trainer(exp, store, at_epoch_end, run_config=saved_cfg, data_summary=summary)
     trainer.on_step = steps
-    return Prepared(trainer, saved_cfg, form_of(exp.dataset, exp.cfg.dataset.normalize, exp.cfg.dataset.image_size), summary)
+    return trainer
 
 
 def on_a_terminal() -> bool:
@@ -121,12 +111,12 @@ def on_a_terminal() -> bool:
     return sys.stderr.isatty()
 
 
-def announce(run: Prepared) -> None:
+def announce(trainer: Trainer) -> None:
     """What the run trains on, once every check has passed (rank 0)."""
     if process_rank() == 0:
-        logger.info(profile_line(run.config))
-        logger.info(describe_data(run.data_summary))
-        backbone = backbone_line(run.config)
+        logger.info(profile_line(trainer.run_config))
+        logger.info(describe_data(trainer.data_summary))
+        backbone = backbone_line(trainer.run_config)
         if backbone:
             logger.info(backbone)
 
@@ -153,13 +143,12 @@ def fit(cfg: TrainConfig, dataset: HashDataset | None = None, split: Split | Non
         raise InputError(f"devices={cfg.runtime.devices}: an in-memory fit trains in one process; `lbhash train "
                          "--devices N` trains a run directory on several")
     with notices_to_stderr():
-        run = prepare(cfg, split, dataset, progress, on_epoch_end, store)
+        trainer = prepare(cfg, split, dataset, progress, on_epoch_end, store)
         if store is not None:
-            run = store.begin(run)
-        announce(run)
-        trainer = run.trainer
+            store.begin(trainer)
+        announce(trainer)
         try:
-            trained = _train_and_encode(run, keep_state=store is None)
+            trained = _train_and_encode(trainer, keep_state=store is None)
             if trained is not None and store is not None:
                 store.finish(trained)
         except (InputError, NonFiniteError) as err:
@@ -173,12 +162,11 @@ def fit(cfg: TrainConfig, dataset: HashDataset | None = None, split: Split | Non
     return trained
 
 
-def _train_and_encode(run: Prepared, keep_state: bool) -> Trained | None:
+def _train_and_encode(trainer: Trainer, keep_state: bool) -> Trained | None:
     """Train what is left, encode the split (rank 0) and measure it; None in the other processes.
     `keep_state`: keep the last checkpoint's and the best epoch's state in memory."""
     from lightning.fabric.utilities.apply_func import move_data_to_device  # Lightning loads with the first fit
 
-    trainer = run.trainer
     train_to_end(trainer)
     first = trainer.fabric.is_global_zero
     codes = split_codes(trainer) if first and trainer.cfg.recipe.test else {}
@@ -189,14 +177,14 @@ def _train_and_encode(run: Prepared, keep_state: bool) -> Trained | None:
     if not first:
         return None
     read = {part: codes_from_arrays(arrays, f"{part} codes") for part, arrays in codes.items()}
-    metrics = run_metrics(run.config, trainer.history, trainer.exp.split, read.get("all"), read.get("seen"))
+    metrics = run_metrics(trainer.run_config, trainer.history, trainer.exp.split, read.get("all"), read.get("seen"))
     checkpoint = best = None
     if keep_state:
         epoch = trainer.history[-1]["epoch"] if trainer.history else 0
         checkpoint = move_data_to_device({**trainer.state(epoch), "learner": trainer.learner.state_dict()}, "cpu")
         best = trainer.selection.best() if trainer.cfg.recipe.select == "best-val" else None
-    fitted = Fitted(as_loaded(trainer.learner.model), run.config, run.input_form, trainer.history)
-    return Trained(fitted, metrics, codes, trainer.exp.split, run.data_summary, checkpoint, best)
+    fitted = Fitted(as_loaded(trainer.learner.model), trainer.run_config, trainer.input_form, trainer.history)
+    return Trained(fitted, metrics, codes, trainer.exp.split, trainer.data_summary, checkpoint, best)
 
 
 def as_loaded(model: HashModel) -> HashModel:

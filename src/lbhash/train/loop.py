@@ -23,9 +23,11 @@ from tqdm import tqdm
 
 from lbhash.codes import to_signs
 from lbhash.data.base import EpochShard
+from lbhash.data.input_form import form_of
 from lbhash.errors import InputError, require_extra
 from lbhash.evaluate import lower_bound, mean_average_precision
 from lbhash.train.builder import Experiment, Learner, input_options
+from lbhash.train.config import RunConfig
 from lbhash.train.forward import ForwardPass, all_gather, encode
 from lbhash.train.optim import make_optimizer, make_scheduler
 from lbhash.train.prefix_cache import cache_prefix, prefix_cacheable
@@ -77,8 +79,14 @@ class Trainer:
     """
 
     def __init__(self, exp: Experiment, store: EpochStore | None = None,
-                 on_epoch_end: Callable[[int, dict], None] | None = None):
+                 on_epoch_end: Callable[[int, dict], None] | None = None, run_config: RunConfig | None = None,
+                 data_summary: dict | None = None):
         self.exp, self.cfg, self.store = exp, exp.cfg, store
+        # what the run's files hold (config.yaml, input.json, data.json): `run_config` is exp.cfg but for
+        # the progress this process shows; a store that resumes a run puts back the run's own
+        self.run_config = exp.cfg if run_config is None else run_config
+        self.input_form = form_of(exp.dataset, exp.cfg.dataset.normalize, exp.cfg.dataset.image_size)
+        self.data_summary = data_summary
         self.recipe, self.progress = exp.cfg.recipe, exp.cfg.runtime.progress
         self.on_epoch_end = on_epoch_end
         self.on_step: Callable[[int, int, int, float], None] | None = None  # lines inside an epoch (a log)
