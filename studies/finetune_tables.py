@@ -8,7 +8,8 @@ fine-tuned on the first 100 training and 100 test images per class), and the gri
 cifar10 (mAP@54000 per method, variant and code length, mean and sample std over the seeds
 finished so far, with the count). `--copy DEST` also copies the tables' sources (the study's
 per-run records, the check's metrics, grid.csv, each finished grid cell's metrics and epochs) into
-DEST as CSV, without run directories.
+DEST as CSV, without run directories; the cells and epochs DEST holds already stay (a cell of OUT replaces
+its own), and the tables then count them too.
 """
 
 from __future__ import annotations
@@ -159,10 +160,14 @@ def main() -> None:
     parser.add_argument("--copy", type=Path)
     args = parser.parse_args()
     study, check, grid, cells = study_rows(args.out), check_rows(args.out), grid_rows(args.out), grid_cell_rows(args.out)
+    epochs = grid_epoch_rows(args.out)
+    if args.copy:  # cells finished in another OUT (another machine) stay, and the tables count them
+        cells = list({r["cell"]: r for r in _read_csv(args.copy / "grid-cells.csv") + cells}.values())
+        ran = {r["cell"] for r in epochs}
+        epochs = [r for r in _read_csv(args.copy / "grid-epochs.csv") if r["cell"] not in ran] + epochs
     print("## study\n\n" + _md(study, ["setting", "epochs", "kept_epoch", "val_map_kept", "val_map_last",
                                         "tune_seconds_median"]))
     print("\n## check\n\n" + _md(check, ["run", "map", "epochs", "train_seconds", "encode_seconds"]))
-    epochs = grid_epoch_rows(args.out)
     print("\n## grid (mAP@54000, %)\n\n" + (grid_table(cells) if cells else "(no finished cell)"))
     if cells:
         print("\n## paired by seed (mAP@54000, %)\n\n" + paired_table(cells))
