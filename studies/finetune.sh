@@ -2,11 +2,11 @@
 # Issue 57's fine-tuning experiments on the CIFAR-10 JPEGs, in the order they were run; each step is
 # resumable (`lbhash reproduce` skips finished cells and resumes unfinished ones; a finished
 # `lbhash train` run prints its metrics).
-#   bash studies/finetune.sh SHARED_DATA OUT [STEP...]     steps: study check csq64 grid64 seeds64 csq seeds
+#   bash studies/finetune.sh SHARED_DATA OUT [STEP...]     steps: study check csq64 grid64 seeds64 csq seeds pairs64
 # Tables: OUT/study/study.csv, OUT/check/*/metrics.json, OUT/grid*/grid.csv (docs/models.md, docs/results/finetune).
 set -euo pipefail
 DATA=$1; OUT=$2; shift 2
-STEPS=${*:-study check csq64 grid64 seeds64 csq seeds}
+STEPS=${*:-study check csq64 grid64 seeds64 csq seeds pairs64}
 TAR="$DATA/cifar10-jpg.tar.gz"
 SMALL="cifar10:$TAR?per-class=100"      # the first 100 training and 100 test images of each class
 TUNE=(--set backbone=efficientnet_lite0 --set pretrained=imagenet --set image_size=128)
@@ -41,6 +41,10 @@ for step in $STEPS; do
   seeds)  # seeds 1 and 2 of CSQ and CSQ_D at 16, 32 and 64 bits
     lbhash reproduce grid --data "cifar10:$TAR" --protocol cifar10 --out "$OUT/grid" --methods csq --bits 16,32,64 \
       --seeds 1,2 "${TUNE[@]}" --set validation=0.1 --set select=best-val ;;
-  *) echo "unknown step $step (study, check, csq64, grid64, seeds64, csq, seeds)" >&2; exit 2 ;;
+  pairs64)  # issue 70: seeds 1 and 2 of the other five pairs at 64 bits, two cells at once (a core each);
+            # DBDH and DSDH under their own recipes (`lbhash methods`: their optimisers and fine-tuning epochs)
+    lbhash reproduce grid --data "cifar10:$TAR" --protocol cifar10 --out "$OUT/grid" --bits 64 --seeds 1,2 --workers 2 \
+      --methods hashnet,dch,greedyhash,dbdh,dsdh "${TUNE[@]}" --set validation=0.1 --set select=best-val ;;
+  *) echo "unknown step $step (study, check, csq64, grid64, seeds64, csq, seeds, pairs64)" >&2; exit 2 ;;
   esac
 done
