@@ -91,6 +91,11 @@ def _read_csv(path: Path) -> list[dict]:
         return list(csv.DictReader(fh))
 
 
+def _kept(path: Path, rows: list[dict], key: str) -> list[dict]:
+    """The rows of the CSV at `path` with `rows` added, a row of `rows` replacing the one of the same `key`."""
+    return list({r[key]: r for r in _read_csv(path) + rows}.values())
+
+
 def _md(rows: list[dict], columns: list[str]) -> str:
     def cell(v):
         return f"{v:.4f}" if isinstance(v, float) else str(v)
@@ -162,7 +167,7 @@ def main() -> None:
     study, check, grid, cells = study_rows(args.out), check_rows(args.out), grid_rows(args.out), grid_cell_rows(args.out)
     epochs = grid_epoch_rows(args.out)
     if args.copy:  # cells finished in another OUT (another machine) stay, and the tables count them
-        cells = list({r["cell"]: r for r in _read_csv(args.copy / "grid-cells.csv") + cells}.values())
+        cells = _kept(args.copy / "grid-cells.csv", cells, "cell")
         ran = {r["cell"] for r in epochs}
         epochs = [r for r in _read_csv(args.copy / "grid-epochs.csv") if r["cell"] not in ran] + epochs
     print("## study\n\n" + _md(study, ["setting", "epochs", "kept_epoch", "val_map_kept", "val_map_last",
@@ -176,7 +181,7 @@ def main() -> None:
     if args.copy:
         args.copy.mkdir(parents=True, exist_ok=True)
         # each `reproduce grid` step writes the grid.csv of its own cells: the copy keeps every step's
-        grid = list({r["run_id"]: r for r in _read_csv(args.copy / "grid.csv") + grid}.values())
+        grid = _kept(args.copy / "grid.csv", grid, "run_id")
         for name, rows in (("study.csv", study), ("check.csv", check), ("grid.csv", grid),
                            ("grid-cells.csv", cells), ("grid-epochs.csv", epochs)):
             if rows:

@@ -141,11 +141,11 @@ def run_of_a_config(tmp_path_factory):
                       eval_every=1)
     run_dir, seen, init = tmp_path_factory.mktemp("core") / "run", [], Trainer.__init__
 
-    def watched(self, exp, store=None, on_epoch_end=None, **record):
+    def watched(self, exp, store=None, on_epoch_end=None, **run_files):
         def at_epoch_end(epoch, record):
             seen.append((epoch, record))
             on_epoch_end(epoch, record)
-        init(self, exp, store, at_epoch_end, **record)
+        init(self, exp, store, at_epoch_end, **run_files)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(Trainer, "__init__", watched)
         result = RunDirectory(run_dir).fit(cfg)
