@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check $(TORCH)
 	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[test,pretrained]'
-	$(PY) -m lbhash.evaluate.warm  # the metrics' numba kernels, compiled once into numba's cache
+	$(PY) -m lbhash.evaluate.report  # the metrics' numba kernels, compiled once into numba's cache
 	touch $(STAMP)
 
 install: $(STAMP)

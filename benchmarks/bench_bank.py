@@ -87,7 +87,7 @@ def image_data(folder: Path, n_train: int) -> str:
 
 def alternating_epochs(configs: dict, plain: dict, epochs: int) -> tuple[dict, int]:
     """Seconds of each epoch of each configuration, their epochs alternating (as
-    lbhash.train.timing.epoch_times, with the formula switched per configuration)."""
+    lbhash.train.fit.epoch_times, with the formula switched per configuration)."""
     from lbhash.train.builder import build_experiment
     from lbhash.train.loop import Trainer
 

@@ -1,7 +1,7 @@
 """Training-step time of CSQ_D vs CSQ: same data, head, batch and bits, measured in one run.
 
 Times CSQ, CSQ_D with one surrogate forward per step (the default) and CSQ_D with the former
-two passes (`fused_surrogate=False`) with lbhash's own timing loop (lbhash.train.timing), which
+two passes (`fused_surrogate=False`) with lbhash's own timing loop (lbhash.train.fit), which
 alternates their epochs so that all see the same machine state; reports the median time per
 step and the ratios to CSQ, for the hash head of the quality benchmarks (1024 -> 1024 -> bits)
 and for a heavier, backbone-like head (1024 -> 4096 -> 4096 -> bits).
@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from lbhash.train import TrainConfig
-from lbhash.train.timing import epoch_times
+from lbhash.train.fit import epoch_times
 from _smoke import parse_args  # beside this script
 
 

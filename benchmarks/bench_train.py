@@ -100,7 +100,7 @@ class HandLoop:
 def compare(cfg: TrainConfig, epochs: int) -> tuple[float, float, int]:
     """Median seconds per epoch of lbhash's Trainer and of the hand loop, and steps per epoch."""
     cfg = cfg.replace(epochs=epochs, lr_step=0, progress=False)
-    trainer = Trainer(build_experiment(cfg))  # in memory, as lbhash.train.timing times epochs
+    trainer = Trainer(build_experiment(cfg))  # in memory, as lbhash.train.fit.epoch_times times epochs
     hand = HandLoop(cfg)
     ours, theirs = [], []
     for epoch in range(1, epochs + 1):

@@ -89,7 +89,7 @@ SCRIPTED_SECONDS = {"bce": 2.0, "cauchy": 2.5, "ours": 3.0}
 def _scripted_epoch_times():
     """`lbhash reproduce timing` with SCRIPTED_SECONDS in place of timed epochs: the experiments
     are built (their steps per epoch are real), none is trained."""
-    import lbhash.train.timing as timing
+    import lbhash.train.fit as timing
     from lbhash.data.base import EpochShard
     from lbhash.train.builder import build_experiment
 

@@ -19,7 +19,7 @@ from helpers import cli
 from lbhash import _io
 from lbhash.centers import _generate
 from lbhash.centers._greedy import enumerate_code, greedy_max_min
-from lbhash.cli.centers import centers as centers_command
+from lbhash.cli.reproduce import centers as centers_command
 from lbhash.cli.common import LbhashGroup
 
 # Reference table (docs/centers.md): (bits, classes) -> min distance of eBCH, RS GF(16), random, Plotkin.

@@ -1,4 +1,4 @@
-"""Chance-level mAP (lbhash.evaluate.chance): the exact expected mAP@all of a random ranking,
+"""Chance-level mAP (lbhash.evaluate.report): the exact expected mAP@all of a random ranking,
 checked by hand, against every ranking of a tiny database, and against sampled rankings."""
 
 import itertools
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from lbhash.evaluate import evaluate_codes, format_metrics
-from lbhash.evaluate.chance import chance_map
+from lbhash.evaluate.report import chance_map
 
 
 def ap_of(relevant_in_order) -> float:

@@ -15,7 +15,7 @@ from lbhash.codes import pack, unpack
 from lbhash.codes_file import load_codes_file
 from lbhash.errors import InputError
 from lbhash.methods import create_method
-from lbhash.methods.itq import itq_rotation
+from lbhash.methods.projections import itq_rotation
 
 
 def blobs(n=120, d=10, classes=3, seed=0):

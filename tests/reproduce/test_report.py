@@ -11,7 +11,7 @@ from PIL import Image
 from scipy import stats as sps
 
 from lbhash.cli.common import LbhashGroup
-from lbhash.cli.report import report
+from lbhash.cli.reproduce import report
 from lbhash.reproduce import paper
 from lbhash.reproduce.report import SECTIONS, write_report
 from lbhash.reproduce.stats import (confidence_band, group_mean, linear_fit, mean_std, spearman,

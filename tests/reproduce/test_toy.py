@@ -8,7 +8,7 @@ import torch
 from click.testing import CliRunner
 
 from lbhash.cli.common import LbhashGroup
-from lbhash.cli.toy import toy_mvb
+from lbhash.cli.reproduce import toy_mvb
 from lbhash.surrogate import BlockSurrogate, pattern_indices
 from lbhash.reproduce.stats import kl_divergence
 from lbhash.reproduce.toy import (

@@ -15,7 +15,7 @@ from lbhash.methods.lower_bound import flip_bits
 from lbhash.surrogate import BlockSurrogate, _FusedSurrogate, theta_weights
 from lbhash.train import TrainConfig
 from lbhash.train.optim import lr_factor
-from lbhash.train.selection import Selection
+from lbhash.train.loop import Selection
 
 FAST = dict(data="digits", bits=16, hidden=[64], centers="hadamard", progress=False)
 

@@ -170,7 +170,7 @@ def stopped_run(tmp_path_factory):
     """A finished CSQ run on digits of 4 epochs that stopped early, after epoch 2, and kept its best
     validation epoch (best.pt): validation mAP 1/epoch makes epoch 1 the best, and patience 1
     stops the run after epoch 2. Issue 19's tests below change copies of it."""
-    from lbhash.train.selection import Selection
+    from lbhash.train.loop import Selection
 
     update = Selection.update
     run = tmp_path_factory.mktemp("stopped") / "R"

@@ -20,18 +20,18 @@ from lbhash.errors import LbhashWarning
 COMMANDS = {
     "train": ("train", "train", "Train a hash model and write a run directory; --lbhash adds the paper's objective (Alg 1)."),
     "encode": ("encode", "encode", "Encode data with the model of RUN_DIR into a codes file (docs/evaluation.md#codes-files)."),
-    "export": ("export", "export", "Export the model of RUN_DIR as ONNX, to encode queries without torch."),
+    "export": ("serve", "export", "Export the model of RUN_DIR as ONNX, to encode queries without torch."),
     "evaluate": ("evaluate", "evaluate", "Evaluate codes and print every metric."),
     "index": ("index", "index", "Build and change search indexes over packed codes."),
     "search": ("search", "search", "Search INDEX_DIR; print each query's ids, distances and labels."),
     "duplicates": ("search", "duplicates", "Edit indexed photos, search the copies, report how often the original comes first."),
     "serve": ("serve", "serve", "Serve INDEX_DIR over HTTP: a search page at /, API docs at /docs."),
-    "methods": ("methods", "methods", "List the hashing methods, their training defaults, _D objective options and constants."),
+    "methods": ("train", "methods", "List the hashing methods, their training defaults, _D objective options and constants."),
     "reproduce": ("reproduce", "reproduce", "Run EXPERIMENT (grid, timing, centers, toy, bound, study, baselines) and write its tables into --out."),
-    "report": ("report", "report", "Write a markdown report with PNG figures from the result tables in DIRECTORY."),
-    "centers": ("centers", "centers", "Generate C class centers of BITS bits with a large minimum Hamming distance."),
-    "toy-mvb": ("toy", "toy_mvb", "Estimate a random multivariate Bernoulli with the block surrogate P_pi."),
-    "demo": ("demo", "demo", "Train CSQ and CSQ_D on the bundled digits data set and compare them."),
+    "report": ("reproduce", "report", "Write a markdown report with PNG figures from the result tables in DIRECTORY."),
+    "centers": ("reproduce", "centers", "Generate C class centers of BITS bits with a large minimum Hamming distance."),
+    "toy-mvb": ("reproduce", "toy_mvb", "Estimate a random multivariate Bernoulli with the block surrogate P_pi."),
+    "demo": ("train", "demo", "Train CSQ and CSQ_D on the bundled digits data set and compare them."),
 }
 
 

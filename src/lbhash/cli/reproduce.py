@@ -1,4 +1,6 @@
-"""`lbhash reproduce EXPERIMENT`: run one of the paper's experiments into a results directory."""
+"""`lbhash reproduce EXPERIMENT`: run one of the paper's experiments into a results directory; `lbhash
+report`: the markdown report of a reproduction directory, from its tables alone; `lbhash centers` and
+`lbhash toy-mvb`: the class centers and the surrogate's toy on their own."""
 
 from __future__ import annotations
 
@@ -141,3 +143,133 @@ def _overrides(options) -> dict:
             raise InputError(f"--set must look like KEY=VALUE, got {item!r}")
         overrides[key.strip().replace("-", "_")] = parse_yaml(value, f"--set {item}")
     return overrides
+
+
+@click.command()
+@click.argument("directory", type=click.Path(path_type=Path))
+@click.option("--out", type=click.Path(path_type=Path), default=None,
+              help="Where to write the report [default: report.md in DIRECTORY]; figures go "
+                   "to a 'figures' folder beside it.")
+@click.option("--bits", type=int, default=None,
+              help="Bit length of the curves, convergence and t-SNE sections "
+                   "[default: the largest in grid.csv].")
+@click.option("--tsne-pairs", default=1, show_default=True, type=click.IntRange(min=0),
+              help="How many base/_D pairs of codes_sample.npz to embed with t-SNE.")
+@click.option("--tsne-points", default=5000, show_default=True, type=click.IntRange(min=10),
+              help="At most this many codes per t-SNE embedding (a seeded subsample).")
+def report(directory: Path, out: Path | None, bits: int | None, tsne_pairs: int, tsne_points: int) -> None:
+    """Write a markdown report with PNG figures from the result tables in DIRECTORY.
+
+    DIRECTORY holds meta.json and the tables of any mix of `lbhash reproduce` experiments:
+    grid.csv, curves.csv, epochs.csv, codes_sample.npz (grid), timing.csv, centers.csv,
+    bound.csv, toy.json and toy_probs.npz (toy), study.csv and study_epochs.csv (study),
+    baselines.csv (baselines). Each present table gets its section; the others are left out.
+    Nothing is retrained.
+    """
+    from lbhash._io import check_output_file
+    from lbhash.reproduce.report import write_report
+
+    check_output_file(out if out is not None else directory / "report.md", "--out")
+    path = write_report(directory, out=out, bits=bits, tsne_pairs=tsne_pairs, tsne_points=tsne_points)
+    click.echo(str(path))
+
+
+KINDS_HELP = "auto, hadamard, bch, reed_solomon or random"
+
+
+def _parse_int(value: str, name: str) -> int:
+    # Parsed here rather than by click so that bad values give the one-line `error:` form.
+    try:
+        return int(value)
+    except ValueError:
+        raise InputError(f"{name} must be an integer, got {value!r}") from None
+
+
+@click.command()
+@click.option("--bits", required=True, metavar="INTEGER", help="Code length in bits (at most 4096).")
+@click.option("--classes", required=True, metavar="INTEGER", help="Number of classes C (codewords).")
+@click.option("--kind", default="auto", show_default=True, metavar="KIND",
+              help=f"Generator: {KINDS_HELP}; auto takes the best by min distance.")
+@click.option("--seed", default="0", show_default=True, metavar="INTEGER",
+              help="Seed of random draws (random) or of the relabelling of the other kinds.")
+@click.option("--out", type=click.Path(path_type=Path), default=None,
+              help="Write the (C, bits) int8 +/-1 array here as .npy.")
+@click.option("--no-cache", is_flag=True, help="Neither read nor write the on-disk cache.")
+@click.option("--canonical", is_flag=True, help="The generator's canonical set, not a seeded relabelling of it.")
+def centers(bits: str, classes: str, kind: str, seed: str, out: Path | None, no_cache: bool, canonical: bool) -> None:
+    """Generate C class centers of BITS bits with a large minimum Hamming distance.
+
+    Prints the kind used, the min and mean pairwise distance and the Plotkin bound
+    floor(bits*C / (2*(C-1))), which no set of C codewords can exceed.
+    """
+    from lbhash.runs.metrics import make_centers
+
+    click.echo("\n".join(make_centers(_parse_int(bits, "--bits"), _parse_int(classes, "--classes"), kind,
+                                       _parse_int(seed, "--seed"), out, cache=not no_cache, canonical=canonical)))
+
+
+INPUTS_NOTE = (
+    "Inputs: each training/evaluation sample is a code b in {-1,+1}^bits drawn from the true "
+    "joint (softmax of N(0,1) logits over all 2^bits codes); the surrogate sees l = b + sigma*eps, "
+    "eps ~ N(0,1) (sigma = --noise; 0 = clean inputs) and is trained with L_pi against bin(l). "
+    "Its estimate is the mean over N fresh samples of the product of its block softmaxes "
+    "(dropout off). Caveat: bin(l) is a deterministic function of l, so a well-trained surrogate "
+    "decodes the sign pattern and its mean over N samples is close to the histogram of those N "
+    "samples. That histogram is the sampling floor: infinite while codes with real mass are "
+    "unseen, about (K-1)/(2N) once all K codes are seen. The paper's 0.008 from N = 100 samples "
+    "of K = 256 codes is below this floor, and below even the floor for N = 10,000 (about 0.013)."
+)
+
+
+@click.command("toy-mvb")
+@click.option("--bits", default="both", show_default=True, help="8, 16 (two blocks of 8) or both.")
+@click.option("--train-samples", default=10_000, show_default=True, type=int,
+              help="Samples the surrogate is trained on.")
+@click.option("--eval-samples", default="100,10000,100000", show_default=True,
+              help="Numbers N of fresh evaluation samples, comma-separated (one column each).")
+@click.option("--noise", default=0.1, show_default=True, type=float,
+              help="Std of the Gaussian noise added to the +/-1 codes (0 = clean inputs).")
+@click.option("--epochs", default=20, show_default=True, type=int,
+              help="Training epochs (Adam, lr 1e-3).")
+@click.option("--batch-size", default=64, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--out", type=click.Path(path_type=Path), default=Path("runs/toy-mvb"), show_default=True,
+              help="Directory for toy_mvb.json and the bar plots.")
+def toy_mvb(bits: str, train_samples: int, eval_samples: str, noise: float, epochs: int,
+            batch_size: int, seed: int, out: Path) -> None:
+    """Estimate a random multivariate Bernoulli with the block surrogate P_pi.
+
+    Prints KL(real || estimate) for the surrogate, the naive product of marginals and the
+    empirical histogram (the sampling floor) for every N, writes toy_mvb.json and one PNG per
+    bit length into --out.
+    """
+    import time
+
+    from lbhash._io import write_json
+    from lbhash.reproduce.toy import ToyConfig, format_table, paper_comparison, plot_toy, run_toy
+
+    # Validate every setting before any training starts
+    choices = {"8": [8], "16": [16], "both": [8, 16]}
+    if bits.lower() not in choices:
+        raise InputError(f"--bits must be 8, 16 or both, got {bits!r}")
+    configs = [ToyConfig(bits=b, train_samples=train_samples,
+                         eval_samples=tuple(parse_int_list(eval_samples, "--eval-samples")),
+                         noise=noise, epochs=epochs, batch_size=batch_size, seed=seed)
+               for b in choices[bits.lower()]]
+    click.echo(INPUTS_NOTE)
+    record = {}
+    for cfg in configs:
+        start = time.perf_counter()
+        result = run_toy(cfg)
+        png = out / f"toy_mvb_{cfg.bits}bit.png"
+        plot_toy(result, png)
+        record[str(cfg.bits)] = {**result.to_dict(), "seconds": time.perf_counter() - start, "plot": png.name}
+        click.echo("")
+        click.echo(format_table(result))
+        for line in paper_comparison(result):
+            click.echo(f"  {line}")
+        click.echo(f"  ({record[str(cfg.bits)]['seconds']:.1f} s; training {result.train['seconds']:.1f} s, "
+                   f"last-epoch pattern accuracy {result.train['final_epoch_pattern_accuracy']:.4f}; "
+                   f"plot {png})")
+    write_json(out / "toy_mvb.json", record)
+    click.echo(f"\nwrote {out / 'toy_mvb.json'}")

@@ -13,7 +13,7 @@ from lbhash._lazy import lazy_names
 # search re-ranking needs) does not load the numba kernels of the ranking metrics
 _HOMES = {
     "asymmetric_map": "asymmetric", "rank_asymmetric": "asymmetric",
-    "LowerBound": "bound", "lower_bound": "bound", "RATIO_SCALE": "formatting", "chance_map": "chance",
+    "LowerBound": "report", "lower_bound": "report", "RATIO_SCALE": "formatting", "chance_map": "report",
     "evaluate_codes": "report", "format_metrics": "formatting", "map_label": "formatting",
     **{name: "retrieval" for name in ("DEFAULT_KS", "PRCurve", "PrecisionAtK", "RadiusPrecision",
                                       "average_precision", "classifier_accuracy", "knn_accuracy",

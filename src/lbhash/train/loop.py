@@ -6,6 +6,10 @@ Per batch: u = F_theta(x); loss = method loss (+ lambda * L_theta) + L_pi, one b
 step of each optimizer (lines 7-8 of Alg. 1). Each epoch's randomness is seeded from (seed, epoch),
 so a resumed run continues exactly; every `eval_every` epochs it logs the validation mAP, or
 without a validation split the mAP and lower bound of fresh query and database codes.
+
+Model selection (`Selection`) keeps the epoch with the best validation mAP (`select: best-val`) and stops
+after `patience` evaluations without a better one; the best weights are a CPU copy, or go to the
+trainer's store (rank 0 only), and the state travels in the checkpoint.
 """
 
 from __future__ import annotations
@@ -32,10 +36,46 @@ from lbhash.train.forward import ForwardPass, all_gather, encode
 from lbhash.train.optim import make_optimizer, make_scheduler
 from lbhash.train.prefix_cache import cache_prefix, prefix_cacheable
 from lbhash.train.processes import make_fabric
-from lbhash.train.selection import Selection
 from lbhash.train.summary import heartbeat
 
 logger = logging.getLogger("lbhash")
+
+
+class Selection:
+    def __init__(self, select: str, patience: int, store=None):
+        self.store, self.select, self.patience = store, select, patience  # store: save_best, load_best
+        self.best_map, self.best_epoch, self.since_best, self.stopped = -1.0, 0, 0, False
+        self._best: dict | None = None  # in memory (no path): the best epoch's weights
+
+    def update(self, epoch: int, val_map: float, model: torch.nn.Module, is_writer: bool) -> bool:
+        """Record a validation mAP; True when it is the best so far (then its weights are kept)."""
+        improved = val_map > self.best_map
+        if improved:
+            self.best_map, self.best_epoch, self.since_best = float(val_map), epoch, 0
+            if self.select == "best-val" and is_writer:
+                self._keep({"model": model.state_dict(), "epoch": epoch, "val_map": float(val_map)})
+        else:
+            self.since_best += 1
+            self.stopped = bool(self.patience) and self.since_best >= self.patience
+        return improved
+
+    def _keep(self, best: dict) -> None:
+        if self.store is not None:
+            return self.store.save_best(best)
+        best["model"] = {k: v.detach().to("cpu", copy=True) for k, v in best["model"].items()}
+        self._best = best
+
+    def state_dict(self) -> dict:
+        return {"best_map": self.best_map, "best_epoch": self.best_epoch, "since_best": self.since_best,
+                "stopped": self.stopped}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.best_map, self.best_epoch = float(state["best_map"]), int(state["best_epoch"])
+        self.since_best, self.stopped = int(state["since_best"]), bool(state["stopped"])
+
+    def best(self) -> dict | None:
+        """The best epoch's {"model", "epoch", "val_map"}, or None when nothing was kept."""
+        return self._best if self.store is None else self.store.load_best()
 
 
 def epoch_seed(seed: int, epoch: int) -> int:

@@ -198,7 +198,7 @@ class TimingSpec:
 
     def run(self, ctx: Context) -> None:
         from lbhash.train import make_config
-        from lbhash.train.timing import epoch_times
+        from lbhash.train.fit import epoch_times
 
         rows = []
         for b in self.bits:

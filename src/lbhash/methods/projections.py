@@ -1,8 +1,12 @@
-"""ITQ: iterative quantization (Gong and Lazebnik, CVPR 2011), an unsupervised baseline.
+"""The unsupervised closed-form baselines: LSH, PCA hashing and ITQ, each the sign of a linear map of the
+centred features that needs no labels.
 
-V = the centred features projected on their `bits` leading principal directions; starting from a seeded random
-rotation R, alternate B = bin(V R) and the orthogonal Procrustes step R = argmin ||B - V R||_F (SVD of B^T V =
-U S W^T gives R = W U^T). Each step minimises the quantization error exactly given the other, so it never increases.
+- LSH: signs of random projections (Charikar, STOC 2002).
+- PCA hashing: sign of the leading principal components.
+- ITQ: iterative quantization (Gong and Lazebnik, CVPR 2011). V = the centred features projected on their
+  `bits` leading principal directions; starting from a seeded random rotation R, alternate B = bin(V R) and
+  the orthogonal Procrustes step R = argmin ||B - V R||_F (SVD of B^T V = U S W^T gives R = W U^T). Each
+  step minimises the quantization error exactly given the other, so it never increases.
 """
 
 from __future__ import annotations
@@ -13,6 +17,37 @@ from lbhash.errors import InputError
 from lbhash.methods.base import register_method
 from lbhash.methods.closed_form import (ClosedFormFit, ClosedFormHash, affine, bin_np, feature_mean,
                                         principal_directions, project)
+
+
+@register_method
+class LSH(ClosedFormHash):
+    """u = W (x - mean), W with i.i.d. standard normal entries drawn from the run's seed."""
+
+    name = "lsh"
+    display_name = "LSH"
+    description = "Baseline: sign of seeded Gaussian random projections of the centred features (no labels)"
+    needs_labels = False
+
+    def fit_projection(self, x: np.ndarray, labels: np.ndarray, seed: int) -> ClosedFormFit:
+        # hyperplanes through the training mean: through the origin, skewed features would
+        # give bits that are almost constant
+        directions = np.random.default_rng(seed).standard_normal((x.shape[1], self.bits))
+        return affine(directions, feature_mean(x))
+
+
+@register_method
+class PCAHash(ClosedFormHash):
+    """u = P^T (x - mean), P the `bits` leading eigenvectors of the training scatter matrix."""
+
+    name = "pca"
+    display_name = "PCA"
+    description = "Baseline: sign of the leading principal components of the features (no labels)"
+    needs_labels = False
+    max_bits_is_dim = True
+
+    def fit_projection(self, x: np.ndarray, labels: np.ndarray, seed: int) -> ClosedFormFit:
+        mean = feature_mean(x)
+        return affine(principal_directions(x, mean, self.bits), mean)
 
 
 def itq_rotation(v: np.ndarray, rotation: np.ndarray, iterations: int) -> tuple[np.ndarray, list[float]]:
