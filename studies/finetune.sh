@@ -42,9 +42,10 @@ for step in $STEPS; do
     lbhash reproduce grid --data "cifar10:$TAR" --protocol cifar10 --out "$OUT/grid" --methods csq --bits 16,32,64 \
       --seeds 1,2 "${TUNE[@]}" --set validation=0.1 --set select=best-val ;;
   pairs64)  # issue 70: seeds 1 and 2 of the other five pairs at 64 bits, two cells at once (a core each);
-            # DBDH and DSDH under their own recipes (`lbhash methods`: their optimisers and fine-tuning epochs);
+            # DBDH and DSDH under their own recipes (`lbhash methods`: their optimisers and fine-tuning epochs),
+            # whose seed 0 the grid's records do not hold (theirs is the shared recipe's): SEEDS=0,1,2 PAIRS=dbdh,dsdh;
             # PAIRS=greedyhash,dbdh,dsdh leaves out the pairs docs/results/finetune holds already
-    lbhash reproduce grid --data "cifar10:$TAR" --protocol cifar10 --out "$OUT/grid" --bits 64 --seeds 1,2 --workers 2 \
+    lbhash reproduce grid --data "cifar10:$TAR" --protocol cifar10 --out "$OUT/grid" --bits 64 --seeds "${SEEDS:-1,2}" --workers 2 \
       --methods "${PAIRS:-hashnet,dch,greedyhash,dbdh,dsdh}" "${TUNE[@]}" --set validation=0.1 --set select=best-val ;;
   *) echo "unknown step $step (study, check, csq64, grid64, seeds64, csq, seeds, pairs64)" >&2; exit 2 ;;
   esac

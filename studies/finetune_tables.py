@@ -9,7 +9,9 @@ cifar10 (mAP@54000 per method, variant and code length, mean and sample std over
 finished so far, with the count). `--copy DEST` also copies the tables' sources (the study's
 per-run records, the check's metrics, grid.csv, each finished grid cell's metrics and epochs) into
 DEST as CSV, without run directories; the cells and epochs DEST holds already stay (a cell of OUT replaces
-its own), and the tables then count them too.
+its own), and the tables then count them too. A cell is its name and its epoch count: a method trained by
+another recipe (DBDH's and DSDH's own, 70 and 60 epochs, against the shared recipe's 18) is another cell,
+kept beside the first and never paired or averaged with it.
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ def grid_cell_rows(out: Path) -> list[dict]:
             m = json.loads((run / "metrics.json").read_text())
             rows.append({"cell": run.name, "map_54000": m["map"], "map_tie_averaged": m["map_tie_averaged"],
                          "knn_accuracy": (m.get("knn_accuracy") or {}).get("accuracy"), "selected_epoch": m["run"]["selected_epoch"],
-                         "validation_map": m["run"].get("validation_map")})
+                         "validation_map": m["run"].get("validation_map"), "epochs": len(_log(run))})
     return rows
 
 
@@ -79,8 +81,9 @@ def grid_epoch_rows(out: Path) -> list[dict]:
     rows = []
     for run in sorted((out / "grid" / "runs" / "grid").glob("*")):
         if (run / "metrics.json").is_file():
+            records = _log(run)
             rows += [{"cell": run.name, "epoch": r["epoch"], "phase": r.get("phase", ""), "seconds": r["seconds"],
-                      "val_map": r.get("eval", {}).get("val_map")} for r in _log(run)]
+                      "val_map": r.get("eval", {}).get("val_map"), "epochs": len(records)} for r in records]
     return rows
 
 
@@ -91,9 +94,33 @@ def _read_csv(path: Path) -> list[dict]:
         return list(csv.DictReader(fh))
 
 
-def _kept(path: Path, rows: list[dict], key: str) -> list[dict]:
-    """The rows of the CSV at `path` with `rows` added, a row of `rows` replacing the one of the same `key`."""
-    return list({r[key]: r for r in _read_csv(path) + rows}.values())
+def _run_of(row: dict) -> tuple[str, int]:
+    """A cell's identity: its name and its epoch count (the recipe it trained by)."""
+    return row["cell"], int(row["epochs"])
+
+
+def _with_epochs(cells: list[dict], epochs: list[dict]) -> list[dict]:
+    """Rows written before the epoch count was a column get it from their cell's epoch rows (one run per
+    cell then); a row with no epoch rows is refused, never guessed."""
+    count: dict[str, int] = {}
+    for r in epochs:
+        count[r["cell"]] = count.get(r["cell"], 0) + 1
+    for r in cells:
+        if not r.get("epochs"):
+            if r["cell"] not in count:
+                raise SystemExit(f"{r['cell']}: no epoch count, and no epoch rows to count")
+            r["epochs"] = count[r["cell"]]
+    return cells
+
+
+def _label(variant: str, epochs: int, usual: int) -> str:
+    return variant if epochs == usual else f"{variant} ({epochs} epochs)"
+
+
+def _usual_epochs(rows: list[dict]) -> int:
+    """The epoch count most cells share (the shared recipe's): other counts are named in the tables."""
+    counts = [int(r["epochs"]) for r in rows]
+    return max(set(counts), key=counts.count)
 
 
 def _md(rows: list[dict], columns: list[str]) -> str:
@@ -107,11 +134,14 @@ def grid_table(rows: list[dict]) -> str:
     """Mean ± std over seeds of each finished cell (grid-cells rows: `csq_D-64bits-seed0`), so that a
     step still running shows what it has finished."""
     cells: dict[tuple[str, int], list[float]] = {}
+    usual = _usual_epochs(rows)
     for r in rows:
         variant, bits, _ = r["cell"].split("-")
-        cells.setdefault((variant, int(bits.removesuffix("bits"))), []).append(100 * float(r["map_54000"]))
+        label = _label(variant, int(r["epochs"]), usual)
+        cells.setdefault((label, int(bits.removesuffix("bits"))), []).append(100 * float(r["map_54000"]))
     bits = sorted({b for _, b in cells})
-    variants = sorted({v for v, _ in cells}, key=lambda v: (v.removesuffix("_D"), v.endswith("_D")))
+    variants = sorted({v for v, _ in cells}, key=lambda v: (v.split(" ")[0].removesuffix("_D"), v.split(" ")[1:],
+                                                           v.split(" ")[0].endswith("_D")))
     lines = ["| method | " + " | ".join(f"{b} bits" for b in bits) + " |", "|---|" + "---|" * len(bits)]
     for v in variants:
         values = []
@@ -130,19 +160,22 @@ def grid_table(rows: list[dict]) -> str:
 def paired_table(rows: list[dict]) -> str:
     """Each base against its `_D` cell of the same bits and seed (a seed draws one split for both):
     the seeds' mAP@54000 and their paired differences, for every (base, bits) with two seeds or more."""
-    maps = {r["cell"]: 100 * float(r["map_54000"]) for r in rows}
+    maps = {_run_of(r): 100 * float(r["map_54000"]) for r in rows}
+    usual = _usual_epochs(rows)
     lines = ["| cell | seeds | base | _D | _D - base | mean |", "|---|---|---|---|---|---|"]
-    for cell in sorted(maps):
-        variant, bits, seed = cell.split("-")
-        if variant.endswith("_D") or seed != "seed0":
+    for cell, epochs in sorted({(c.rsplit("-", 1)[0], e) for c, e in maps}):
+        variant, bits = cell.split("-")
+        if variant.endswith("_D"):
             continue
-        seeds = [s for s in range(10) if f"{variant}-{bits}-seed{s}" in maps and f"{variant}_D-{bits}-seed{s}" in maps]
+        seeds = [s for s in range(10) if (f"{variant}-{bits}-seed{s}", epochs) in maps
+                 and (f"{variant}_D-{bits}-seed{s}", epochs) in maps]
         if len(seeds) < 2:
             continue
-        base = [maps[f"{variant}-{bits}-seed{s}"] for s in seeds]
-        with_d = [maps[f"{variant}_D-{bits}-seed{s}"] for s in seeds]
+        base = [maps[(f"{variant}-{bits}-seed{s}", epochs)] for s in seeds]
+        with_d = [maps[(f"{variant}_D-{bits}-seed{s}", epochs)] for s in seeds]
         diffs = [d - b for b, d in zip(base, with_d)]
-        lines.append(f"| {variant} {bits} | {', '.join(map(str, seeds))} | {', '.join(f'{x:.1f}' for x in base)} | "
+        lines.append(f"| {_label(variant, epochs, usual)} {bits} | {', '.join(map(str, seeds))} | "
+                     f"{', '.join(f'{x:.1f}' for x in base)} | "
                      f"{', '.join(f'{x:.1f}' for x in with_d)} | {' / '.join(f'{x:+.1f}' for x in diffs)} | "
                      f"{statistics.mean(diffs):+.1f} |")
     return "\n".join(lines)
@@ -167,9 +200,11 @@ def main() -> None:
     study, check, grid, cells = study_rows(args.out), check_rows(args.out), grid_rows(args.out), grid_cell_rows(args.out)
     epochs = grid_epoch_rows(args.out)
     if args.copy:  # cells finished in another OUT (another machine) stay, and the tables count them
-        cells = _kept(args.copy / "grid-cells.csv", cells, "cell")
-        ran = {r["cell"] for r in epochs}
-        epochs = [r for r in _read_csv(args.copy / "grid-epochs.csv") if r["cell"] not in ran] + epochs
+        kept_epochs = _with_epochs(_read_csv(args.copy / "grid-epochs.csv"), _read_csv(args.copy / "grid-epochs.csv"))
+        kept_cells = _with_epochs(_read_csv(args.copy / "grid-cells.csv"), kept_epochs)
+        cells = list({_run_of(r): r for r in kept_cells + cells}.values())
+        ran = {_run_of(r) for r in epochs}
+        epochs = [r for r in kept_epochs if _run_of(r) not in ran] + epochs
     print("## study\n\n" + _md(study, ["setting", "epochs", "kept_epoch", "val_map_kept", "val_map_last",
                                         "tune_seconds_median"]))
     print("\n## check\n\n" + _md(check, ["run", "map", "epochs", "train_seconds", "encode_seconds"]))
@@ -181,7 +216,7 @@ def main() -> None:
     if args.copy:
         args.copy.mkdir(parents=True, exist_ok=True)
         # each `reproduce grid` step writes the grid.csv of its own cells: the copy keeps every step's
-        grid = _kept(args.copy / "grid.csv", grid, "run_id")
+        grid = list({(r["run_id"], int(r["epochs"])): r for r in _read_csv(args.copy / "grid.csv") + grid}.values())
         for name, rows in (("study.csv", study), ("check.csv", check), ("grid.csv", grid),
                            ("grid-cells.csv", cells), ("grid-epochs.csv", epochs)):
             if rows:
