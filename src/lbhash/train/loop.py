@@ -42,6 +42,9 @@ logger = logging.getLogger("lbhash")
 
 
 class Selection:
+    """Model selection on the validation split: the best epoch's weights kept, and early stopping
+    after `patience` evaluations without a better one (the module says where the weights go)."""
+
     def __init__(self, select: str, patience: int, store=None):
         self.store, self.select, self.patience = store, select, patience  # store: save_best, load_best
         self.best_map, self.best_epoch, self.since_best, self.stopped = -1.0, 0, 0, False
