@@ -113,14 +113,17 @@ def _with_epochs(cells: list[dict], epochs: list[dict]) -> list[dict]:
     return cells
 
 
-def _label(variant: str, epochs: int, usual: int) -> str:
-    return variant if epochs == usual else f"{variant} ({epochs} epochs)"
+def _mixed(rows: list[dict]) -> set[str]:
+    """The methods (a base and its `_D` together) whose cells ran more than one epoch count: the tables
+    name each of their counts."""
+    counts: dict[str, set[int]] = {}
+    for r in rows:
+        counts.setdefault(r["cell"].split("-")[0].removesuffix("_D"), set()).add(int(r["epochs"]))
+    return {method for method, seen in counts.items() if len(seen) > 1}
 
 
-def _usual_epochs(rows: list[dict]) -> int:
-    """The epoch count most cells share (the shared recipe's): other counts are named in the tables."""
-    counts = [int(r["epochs"]) for r in rows]
-    return max(set(counts), key=counts.count)
+def _label(variant: str, epochs: int, mixed: set[str]) -> str:
+    return f"{variant} ({epochs} epochs)" if variant.removesuffix("_D") in mixed else variant
 
 
 def _md(rows: list[dict], columns: list[str]) -> str:
@@ -134,10 +137,10 @@ def grid_table(rows: list[dict]) -> str:
     """Mean ± std over seeds of each finished cell (grid-cells rows: `csq_D-64bits-seed0`), so that a
     step still running shows what it has finished."""
     cells: dict[tuple[str, int], list[float]] = {}
-    usual = _usual_epochs(rows)
+    mixed = _mixed(rows)
     for r in rows:
         variant, bits, _ = r["cell"].split("-")
-        label = _label(variant, int(r["epochs"]), usual)
+        label = _label(variant, int(r["epochs"]), mixed)
         cells.setdefault((label, int(bits.removesuffix("bits"))), []).append(100 * float(r["map_54000"]))
     bits = sorted({b for _, b in cells})
     variants = sorted({v for v, _ in cells}, key=lambda v: (v.split(" ")[0].removesuffix("_D"), v.split(" ")[1:],
@@ -161,7 +164,7 @@ def paired_table(rows: list[dict]) -> str:
     """Each base against its `_D` cell of the same bits and seed (a seed draws one split for both):
     the seeds' mAP@54000 and their paired differences, for every (base, bits) with two seeds or more."""
     maps = {_run_of(r): 100 * float(r["map_54000"]) for r in rows}
-    usual = _usual_epochs(rows)
+    mixed = _mixed(rows)
     lines = ["| cell | seeds | base | _D | _D - base | mean |", "|---|---|---|---|---|---|"]
     for cell, epochs in sorted({(c.rsplit("-", 1)[0], e) for c, e in maps}):
         variant, bits = cell.split("-")
@@ -174,7 +177,7 @@ def paired_table(rows: list[dict]) -> str:
         base = [maps[(f"{variant}-{bits}-seed{s}", epochs)] for s in seeds]
         with_d = [maps[(f"{variant}_D-{bits}-seed{s}", epochs)] for s in seeds]
         diffs = [d - b for b, d in zip(base, with_d)]
-        lines.append(f"| {_label(variant, epochs, usual)} {bits} | {', '.join(map(str, seeds))} | "
+        lines.append(f"| {_label(variant, epochs, mixed)} {bits} | {', '.join(map(str, seeds))} | "
                      f"{', '.join(f'{x:.1f}' for x in base)} | "
                      f"{', '.join(f'{x:.1f}' for x in with_d)} | {' / '.join(f'{x:+.1f}' for x in diffs)} | "
                      f"{statistics.mean(diffs):+.1f} |")
