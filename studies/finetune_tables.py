@@ -203,7 +203,8 @@ def main() -> None:
     study, check, grid, cells = study_rows(args.out), check_rows(args.out), grid_rows(args.out), grid_cell_rows(args.out)
     epochs = grid_epoch_rows(args.out)
     if args.copy:  # cells finished in another OUT (another machine) stay, and the tables count them
-        kept_epochs = _with_epochs(_read_csv(args.copy / "grid-epochs.csv"), _read_csv(args.copy / "grid-epochs.csv"))
+        kept_epochs = _read_csv(args.copy / "grid-epochs.csv")
+        _with_epochs(kept_epochs, kept_epochs)  # an epoch row's count: its cell's rows (one run per cell then)
         kept_cells = _with_epochs(_read_csv(args.copy / "grid-cells.csv"), kept_epochs)
         cells = list({_run_of(r): r for r in kept_cells + cells}.values())
         ran = {_run_of(r) for r in epochs}
