@@ -186,12 +186,15 @@ def paired_table(rows: list[dict]) -> str:
 
 def hours_line(epochs: list[dict]) -> str:
     """The fastest fine-tuning epoch over the cells (the idle speed) and the recorded epochs' sum."""
-    fastest: dict[str, float] = {}
+    # a cell is its name and its epoch count: one seed's cell may run under two recipes
+    fastest: dict[tuple[str, str], float] = {}
     for r in epochs:
         if r["phase"] == "tune":
-            fastest[r["cell"]] = min(fastest.get(r["cell"], float("inf")), float(r["seconds"]))
+            key = (r["cell"], str(r.get("epochs", "")))
+            fastest[key] = min(fastest.get(key, float("inf")), float(r["seconds"]))
     total = sum(float(r["seconds"]) for r in epochs) / 3600
-    return (f"{len({r['cell'] for r in epochs})} cells; fastest fine-tuning epoch per cell "
+    cells = {(r["cell"], str(r.get("epochs", ""))) for r in epochs}
+    return (f"{len(cells)} cells; fastest fine-tuning epoch per cell "
             f"{min(fastest.values()):.0f}-{max(fastest.values()):.0f} s; recorded epochs sum to {total:.1f} h")
 
 
