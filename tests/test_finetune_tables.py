@@ -76,3 +76,12 @@ def test_a_record_with_no_epoch_count_and_no_epoch_rows_is_refused(tmp_path):
     result = _tables(out, dest)
     assert result.returncode != 0
     assert "dsdh_D-64bits-seed0: no epoch count, and no epoch rows to count" in result.stderr
+
+
+def test_the_hours_line_counts_a_seed_run_under_two_recipes_as_two_cells(tmp_path):
+    out, dest = tmp_path / "out", tmp_path / "dest"
+    _old_records(dest)  # dsdh and dsdh_D at seed 0, 18 epochs
+    _cell(out, "dsdh-64bits-seed0", 60, 0.74)  # the same name under the 60-epoch recipe
+    result = _tables(out, dest)
+    assert result.returncode == 0, result.stderr
+    assert "3 cells; fastest fine-tuning epoch per cell 1-1 s" in result.stdout
