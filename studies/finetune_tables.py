@@ -187,15 +187,15 @@ def paired_table(rows: list[dict]) -> str:
 def hours_line(epochs: list[dict]) -> str:
     """The fastest fine-tuning epoch over the cells (the idle speed) and the recorded epochs' sum."""
     # a cell is its name and its epoch count: one seed's cell may run under two recipes
-    fastest: dict[tuple[str, str], float] = {}
+    cells: dict[tuple[str, str], float] = {}  # the fastest fine-tuning epoch of each cell
     for r in epochs:
-        if r["phase"] == "tune":
-            key = (r["cell"], str(r.get("epochs", "")))
-            fastest[key] = min(fastest.get(key, float("inf")), float(r["seconds"]))
+        key = (r["cell"], str(r.get("epochs", "")))
+        seconds = float(r["seconds"]) if r["phase"] == "tune" else float("inf")
+        cells[key] = min(cells.get(key, float("inf")), seconds)
+    fastest = [s for s in cells.values() if s != float("inf")]
     total = sum(float(r["seconds"]) for r in epochs) / 3600
-    cells = {(r["cell"], str(r.get("epochs", ""))) for r in epochs}
     return (f"{len(cells)} cells; fastest fine-tuning epoch per cell "
-            f"{min(fastest.values()):.0f}-{max(fastest.values()):.0f} s; recorded epochs sum to {total:.1f} h")
+            f"{min(fastest):.0f}-{max(fastest):.0f} s; recorded epochs sum to {total:.1f} h")
 
 
 def main() -> None:
