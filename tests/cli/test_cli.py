@@ -189,6 +189,23 @@ def test_flags_reach_the_saved_config(tmp_path, monkeypatch):
     assert saved["method_options"] == {"quantization": 1e-3} and saved["input_dim"] == 64
 
 
+@pytest.mark.parametrize("value, widths", [("none", []), ("", []), ("64", [64])])
+def test_hidden_none_or_empty_is_one_linear_layer_not_the_default(tmp_path, monkeypatch, value, widths):
+    """An empty --hidden (`--hidden=`) once fell through to the feature default, a 1024-unit layer."""
+    import yaml
+
+    stop_before_the_first_epoch(monkeypatch)
+    out = tmp_path / "run"
+    result = run("train", "--data", "digits", "--bits", "16", "--epochs", "1", f"--hidden={value}",
+                 "--out", str(out), "--no-progress")
+    assert isinstance(result.exception, Killed), result.output
+    assert yaml.safe_load((out / "config.yaml").read_text())["hidden"] == widths
+
+
+def test_hidden_rejects_a_non_integer_width():
+    one_line_error(run("train", "--data", "digits", "--hidden", "64,x"), "--hidden must be comma-separated integers")
+
+
 def test_input_error_is_one_line_but_an_internal_error_keeps_its_traceback(codes_file, monkeypatch):
     path, _ = codes_file
     one_line_error(run("evaluate", str(path), "--knn", "0"), "knn must be a positive integer, got 0")

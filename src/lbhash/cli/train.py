@@ -38,8 +38,8 @@ HELP_SECTIONS = lambda: [("Run", ["config_file", "out", "resume", "quiet", "help
 @config_options
 @click.option("--method-option", "method_option", multiple=True, metavar="NAME=VALUE",
               help="A method constant, e.g. quantization=1e-4 (repeatable). [default: the method's]")
-@click.option("--hidden", help="Hash head hidden widths, comma-separated. [default: 1024 for features, "
-                               "none for images and baselines]")
+@click.option("--hidden", help="Hash head hidden widths, comma-separated; 'none': no hidden layer (one Linear "
+                               "layer). [default: 1024 for features, none for images and baselines]")
 @click.option("--topk", help="R of mAP@R: a positive integer or 'all' (printed as mAP@all whenever R covers the "
                              "whole database). [default: the protocol's]")
 @click.option("--out", type=click.Path(path_type=Path),
@@ -88,12 +88,18 @@ def _train(config_file, out, resume, method_option, hidden, topk, flags) -> None
         lines = train_from_options(out, resume=True, epochs=epochs, progress=progress)
     else:
         flags["method_options"] = parse_method_options(method_option) or None
-        flags["hidden"] = parse_int_list(hidden, "--hidden") if hidden else None
+        flags["hidden"] = None if hidden is None else _hidden_widths(hidden)
         flags["topk"] = ("all" if parse_topk(topk) is None else parse_topk(topk)) if topk else None
         flags["progress"] = progress
         lines = train_from_options(out, config_file, flags)
     for line in lines:
         click.echo(line)
+
+
+def _hidden_widths(text: str) -> list[int]:
+    """--hidden's widths; 'none' or an empty value is no hidden layer (before, an empty value quietly
+    meant the default, 1024 for features)."""
+    return [] if text.strip().lower() in ("", "none") else parse_int_list(text, "--hidden")
 
 
 PROFILE = option_schema()["defaults"]  # the profiles are the choices of the `defaults` option
