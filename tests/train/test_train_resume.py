@@ -112,6 +112,7 @@ def test_refusals_leave_the_finished_run_as_it_was(tmp_path, runs, monkeypatch):
                     "N > 2")
     one_line_error(cli("train", "--out", run, "--resume", "--epochs", "3", "--bits", "32"),
                     "saved config", "drop the other options")
+    one_line_error(cli("train", "--out", run, "--resume", "--hidden="), "saved config", "drop the other options")
     one_line_error(cli("train", "--out", run, "--resume", "--epochs", "0"), "epochs must be a positive integer")
     assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == files
     assert_finished_at(run, 2)

@@ -82,7 +82,7 @@ def _train(config_file, out, resume, method_option, hidden, topk, flags) -> None
             raise InputError("--resume needs --out, the run directory to continue")
         epochs = flags.pop("epochs")  # the one option --resume takes: train the run further
         given = [k for k, v in flags.items() if v is not None] + (["--config"] if config_file else [])
-        if given or method_option or hidden or topk:
+        if given or method_option or hidden is not None or topk:
             raise InputError("--resume continues a run with its saved config; drop the other options "
                              "(--epochs N alone trains it further)")
         lines = train_from_options(out, resume=True, epochs=epochs, progress=progress)
