@@ -99,7 +99,7 @@ def _train(config_file, out, resume, method_option, hidden, topk, flags) -> None
 def _hidden_widths(text: str) -> list[int]:
     """--hidden's widths; 'none' or an empty value is no hidden layer (before, an empty value quietly
     meant the default, 1024 for features)."""
-    return [] if text.strip().lower() in ("", "none") else parse_int_list(text, "--hidden")
+    return [] if text.strip().lower() == "none" else parse_int_list(text, "--hidden", allow_empty=True)
 
 
 PROFILE = option_schema()["defaults"]  # the profiles are the choices of the `defaults` option
