@@ -87,10 +87,14 @@ def index() -> None:
               help="Length of the instance code kept beside each class code, made from the item's embedding "
                    "(a multiple of 8, at most the embedding's width: the default is cut to it; 0: none; docs/search.md, "
                    "\"Instance codes\").")
+@click.option("--instance-method", type=click.Choice(["learned", "itq", "pca"]), default=None, cls=StatedDefault,
+              stated=lambda: "learned for a run of photos, else itq",
+              help="How the instance code is made: a head learned on edited copies of the run's photos, or the "
+                   "ITQ (or PCA) projection of the embedding (docs/search.md, \"The learned instance code\").")
 @backend_options
 def build(source: Path, out: str, kind: str, part: str | None, data_spec: str | None, nlist, nprobe, nhash, nflip,
           overwrite: bool, skip_bad_images: bool, no_embeddings: bool, embedding_dtype: str, instance_bits: int,
-          backend: str, uri: str) -> None:
+          instance_method: str | None, backend: str, uri: str) -> None:
     """Index the codes of SOURCE: a run directory, or an .npz from `lbhash encode`.
 
     Ids are the items' positions in the data set (or the file's integer `ids`); labels come
@@ -100,15 +104,17 @@ def build(source: Path, out: str, kind: str, part: str | None, data_spec: str | 
     searches re-score their Hamming candidates; from a codes file, the embeddings it holds
     (`lbhash encode --embeddings`). --no-embeddings leaves them out; --embedding-dtype int8 keeps them
     at one byte a value. Where there are embeddings, the
-    index also keeps an instance code per item (--instance-bits), its transform fitted on the run's
-    training items: searches then rank by both codes (docs/search.md, "Instance codes").
+    index also keeps an instance code per item (--instance-bits): for a run of photos a head learned on
+    edited copies of its training photos, else the ITQ code of the embeddings (--instance-method), and a
+    same-picture mark calibrated on copies of its own photos: searches then rank by both codes
+    (docs/search.md, "Instance codes").
     """
     from lbhash.runs.index_dir import IndexLocation, IndexOptions, build_index
 
     given = {k: v for k, v in dict(nlist=nlist, nprobe=nprobe, nhash=nhash, nflip=nflip).items() if v is not None}
     if no_embeddings and embedding_dtype != "float16":
         raise InputError(f"--embedding-dtype {embedding_dtype}: --no-embeddings keeps no embeddings to store so")
-    options = IndexOptions(kind, given, None if no_embeddings else embedding_dtype, instance_bits)
+    options = IndexOptions(kind, given, None if no_embeddings else embedding_dtype, instance_bits, instance_method)
     built = build_index(source, IndexLocation(out, backend, uri), options, part, data_spec, overwrite, skip_bad_images)
     if backend == "faiss" and not built.index.is_trained:
         click.echo(f"note: the ivf index searches {built.searches}", err=True)

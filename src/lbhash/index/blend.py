@@ -14,8 +14,9 @@ transform's mean, where given), else cos(pi * d_instance / instance_bits), the a
 codes' Hamming distance estimates. `looks_like` reads from 0 (same class first: the class distance
 decides, the look breaks its ties) to 1 (looks like first: the similarity decides, the class distance
 breaks its ties). Order: descending score, then class distance, instance distance, id. A hit whose
-similarity passes the same-picture threshold (`SAME_COSINE` of the centred cosine, or `SAME_INSTANCE`
-of the instance bits) is marked `same`: an edited copy or a duplicate of the query.
+similarity passes the same-picture threshold that the index calibrated on its own photos
+(lbhash.instance.mark_rule: a centred cosine, or a share of the instance bits) is marked `same`: an
+edited copy or a duplicate of the query. An index without a calibrated mark marks nothing.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from lbhash.index import _checks
 from lbhash.index.backend import PAD_DISTANCE, PAD_ID, Backend, Candidates, FloatQueries
 from lbhash.index.rescore import (PAIRS, RESCORE_FACTOR, check_embeddings, scoring_rows, unit_rows,
                                   with_boundary_ties)
-from lbhash.instance import LOOKS_LIKE, LOOKS_LIKE_CODES, SAME_COSINE, SAME_INSTANCE
+from lbhash.instance import LOOKS_LIKE, LOOKS_LIKE_CODES, mark_rule
 from lbhash.limits import MAX_RESCORE_CANDIDATES
 
 BUDGET = 1 << 22        # gathered candidate values scored at a time
@@ -206,12 +207,10 @@ def _ranked(index: Backend, floats: FloatQueries | None, instance: bool, found: 
     nq, c = ids.shape
     out = Blended(np.full((nq, k), -np.inf), np.full((nq, k), PAD_DISTANCE, np.int32),
                   np.full((nq, k), PAD_DISTANCE, np.int32), np.full((nq, k), PAD_ID, np.int64), np.zeros((nq, k), bool))
-    if floats is not None and floats.center is not None:
-        cut, by_cosine = SAME_COSINE, True
-    elif instance:
-        cut, by_cosine = SAME_INSTANCE, False
-    else:  # a raw cosine has no calibrated threshold
-        cut, by_cosine = -1.0, False
+    # the index's calibrated mark: by the centred cosine (where this search scores by it) or the instance
+    # distance; none without instance codes (a raw cosine has no calibrated threshold)
+    cosine = floats is not None and floats.center is not None
+    cut, by_cosine = mark_rule(getattr(index, "metadata", None), cosine) if instance else (-1.0, False)
     valid = ids >= 0
     dim = 0 if floats is None else floats.vectors.shape[1]
     # bounded memory: rows read by id are gathered for `step` queries' candidates at a time

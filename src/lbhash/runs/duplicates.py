@@ -6,7 +6,13 @@ For each edit and each order, over the same sampled items:
 - `recall@1`, `recall@10`: the share of copies whose original is the first hit, among the first 10;
 - `class_p@10`: the share of the first 10 hits that share a label with the original;
 - `map@100`: class mAP of the first 100 hits (AP over the relevant hits among them);
-- `ms_per_query`: the searches' time per query (both k = 10 and k = 100 searches; the encoding apart).
+- `ms_per_query`: the searches' time per query (both k = 10 and k = 100 searches; the encoding apart);
+- the same-picture mark (orders that rank by the instance codes, where the index has a calibrated mark):
+  `mark_recall`, the share of copies whose first hit is their original and is marked; `mark_precision`,
+  the share of marked first hits that are the original; `false_marks_absent`, the share of copies whose
+  first hit is marked when their original is taken out of the index (in memory: the photo, for that
+  search, is in no class of the index it was not in): every such mark is false, but for a real
+  duplicate already in the data.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from lbhash.errors import InputError
 from lbhash.index.blend import blended_search
 from lbhash.index.hits import Queries
 from lbhash.index.rescore import RESCORE_FACTOR
+from lbhash.instance import MARK_KEY
 from lbhash.runs.index_dir import bytes_per_item, open_index
 from lbhash.runs.instance_codes import default_looks_like, index_transform
 from lbhash.runs.origins import DataImages, read_sources
@@ -57,7 +64,10 @@ def make_copies(index, encoder, items: int = DEFAULT_ITEMS, seed: int = 0, edits
     if record is None:
         raise InputError("the index records no sources of its items (not built from a run on images): there are no "
                          "photos to edit")
-    held = np.array(sorted(i for i in index.ids().tolist() if record.source(i) is not None), np.int64)
+    # the photos the index calibrated its mark on are left out: the mark's figures are then its own test
+    calibrated = set(((index.metadata or {}).get(MARK_KEY) or {}).get("held") or ())
+    held = np.array(sorted(i for i in index.ids().tolist() if record.source(i) is not None and i not in calibrated),
+                    np.int64)
     if not len(held):
         raise InputError("the index records no sources of its items: there are no photos to edit")
     ids = np.sort(np.random.default_rng(seed).choice(held, min(items, len(held)), replace=False))
@@ -87,12 +97,26 @@ def ranked_ids(index, queries: Queries, order: str, k: int, looks_like: float | 
     return blended_search(index, queries, k, None, factor, looks_like).ids
 
 
-def measure(index, copies: Copies, order: str, looks_like: float | None = None, factor: int = RESCORE_FACTOR) -> dict:
-    """Per edit: recall@1, recall@10, class_p@10, map@100 and ms_per_query of `order` (the module's list)."""
+def ranked(index, queries: Queries, order: str, k: int, looks_like: float | None = None,
+           factor: int = RESCORE_FACTOR) -> tuple[np.ndarray, np.ndarray]:
+    """(ids (nq, k), same-picture marks (nq, k)) of the queries' top k in `order`: `ranked_ids` with the marks."""
+    if order == "hamming":
+        return index.search(queries.codes, k).ids, np.zeros((len(queries), k), bool)
+    if order != "blend" or index.embedding_dim is None:
+        queries = Queries(queries.codes, instance=queries.instance)
+    got = blended_search(index, queries, k, None, factor, looks_like)
+    return got.ids, got.same
+
+
+def measure(index, copies: Copies, order: str, looks_like: float | None = None, factor: int = RESCORE_FACTOR,
+            absent=None) -> dict:
+    """Per edit: recall@1, recall@10, class_p@10, map@100 and ms_per_query of `order` (the module's list), and
+    the mark's figures where it ranks by the instance codes; `absent`: the index without the originals
+    (`without_originals`), for `false_marks_absent`."""
     out = {}
     for name, queries in copies.queries.items():
         start = time.perf_counter()
-        top = ranked_ids(index, queries, order, K, looks_like, factor)
+        top, marks = ranked(index, queries, order, K, looks_like, factor)
         wide = ranked_ids(index, queries, order, MAP_K, looks_like, factor)
         seconds = time.perf_counter() - start
         label_of = dict(zip(*_labels(index, np.concatenate([top.ravel(), wide.ravel()]))))
@@ -104,7 +128,20 @@ def measure(index, copies: Copies, order: str, looks_like: float | None = None, 
                      "map@100": float(np.mean([_ap([bool(set(label_of.get(h, ())) & set(own)) for h in row])
                                                for row, own in zip(wide, copies.labels)])),
                      "ms_per_query": 1000 * seconds / (2 * len(copies.ids))}
+        if order != "hamming":
+            first_ok, first_marked = top[:, 0] == copies.ids, marks[:, 0]
+            out[name].update({"mark_recall": float(np.mean(first_ok & first_marked)),
+                              "mark_precision": float(np.mean(first_ok[first_marked])) if first_marked.any() else None})
+            if absent is not None:
+                out[name]["false_marks_absent"] = float(np.mean(ranked(absent, queries, order, 1, looks_like, factor)[1][:, 0]))
     return out
+
+
+def without_originals(index_dir, ids: np.ndarray):
+    """The index of `index_dir` loaded again and, in memory only, without the items `ids`."""
+    absent = open_index(index_dir)
+    absent.remove(ids)
+    return absent
 
 
 def _labels(index, ids: np.ndarray):
@@ -134,11 +171,13 @@ def evaluate_duplicates(index_dir, model: QueryModel, items: int = DEFAULT_ITEMS
     report = {"items": len(copies.ids), "seed": seed, "edits": list(copies.queries), "looks_like": looks_like,
               "factor": factor, "encode_ms_per_query": 1000 * copies.encode_seconds / (len(copies.ids) * len(copies.queries)),
               "orders": {}}
+    absent = without_originals(index_dir, copies.ids) if index.instance_bits is not None else None
+    report["mark"] = (index.metadata or {}).get(MARK_KEY)
     for order in orders:
         code_bytes = index.bits // 8 + (0 if order == "hamming" else (index.instance_bits or 0) // 8)
         floats = sizes["float_bytes_per_item"] if order == "blend" else 0
         ranking = None if order == "hamming" else \
             looks_like if looks_like is not None else default_looks_like(True, order == "blend")
         report["orders"][order] = {"bytes_per_item": code_bytes + floats, "in_memory": code_bytes,
-                                   "looks_like": ranking, "edits": measure(index, copies, order, ranking, factor)}
+                                   "looks_like": ranking, "edits": measure(index, copies, order, ranking, factor, absent)}
     return report

@@ -19,7 +19,9 @@ from lbhash.index.storage import directory_bytes, read_manifest
 from lbhash.index.writer_lock import writer_lock
 from lbhash.instance import INSTANCE_BITS
 from lbhash.runs import index_inputs
+from lbhash.instance import MARK_KEY
 from lbhash.runs.instance_codes import ITEM_VIEW_KEY, attach, fit_transform, index_transform, payload_of
+from lbhash.runs.instance_learning import COPIES, RunPhotos, held_photos, no_mark
 from lbhash.runs.origins import forget_sources, read_sources, record_class_names, record_sources
 
 
@@ -75,6 +77,7 @@ class IndexOptions:
     params: dict | None = None
     float_rows: str | None = "float16"
     instance_bits: int | None = INSTANCE_BITS
+    instance_method: str | None = None  # "learned", "itq" or "pca"; None: learned for photos where it can be
 
 
 def build_index(source: Path, where: IndexLocation, options: IndexOptions = IndexOptions(), part: str | None = None,
@@ -109,9 +112,17 @@ def build_index(source: Path, where: IndexLocation, options: IndexOptions = Inde
         train = _outside_training_items(source, ids, instance_bits)
         both = index_inputs.run_embeddings(source, np.concatenate([ids, train]), spec)
         emb, train_emb = both[:len(ids)], both[len(ids):] if len(train) else None
-    transform, fitted_on = _instance_transform(source, spec, ids, emb, instance_bits, train_emb)
+    run_photos = RunPhotos(source, spec) if photos and spec is not None and model is not None and emb is not None \
+        and instance_bits else None
+    held = held_photos(ids) if run_photos is not None else None
+    transform, fitted_on = _learned_transform(run_photos, source, spec, ids, emb, instance_bits, held,
+                                              options.instance_method)
+    if transform is None:
+        transform, fitted_on = _instance_transform(source, spec, ids, emb, instance_bits, train_emb,
+                                                   options.instance_method or "itq")
     instance = None if transform is None else transform.apply(emb)
     emb = emb if float_rows else None
+    mark = None if transform is None else _mark(run_photos, ids, held, transform, instance, emb, spec)
     dim = None if emb is None else emb.shape[1]
     if backend == "milvus":
         if float_rows not in (None, "float16"):
@@ -126,6 +137,7 @@ def build_index(source: Path, where: IndexLocation, options: IndexOptions = Inde
         index = CodeIndex(items["bits"], kind, embedding_dtype=float_rows or "float16", **params)
     if transform is not None:
         attach(index, transform, fitted_on)
+        index.metadata[MARK_KEY] = mark
     if photos and (transform is not None or emb is not None):
         index.metadata[ITEM_VIEW_KEY] = ITEM_VIEW
     _record_origins(index, source, spec, ids, model)
@@ -151,7 +163,57 @@ def _outside_training_items(source: Path, ids: np.ndarray, bits: int | None) -> 
     return train if np.isin(train, ids).sum() < 2 else np.zeros(0, np.int64)
 
 
-def _instance_transform(source: Path, spec: str | None, ids: np.ndarray, emb, bits: int | None, train_emb=None):
+def _learned_transform(run_photos, source: Path, spec, ids: np.ndarray, emb, bits: int | None, held, method):
+    """(the learned transform, what it learned on), or (None, None) where the index keeps the ITQ code:
+    `method` "itq" or "pca", no photos and model to learn from (feature rows, a codes file: "learned"
+    is refused there), or too few training photos (a warning says so)."""
+    if method not in (None, "learned") or not bits or emb is None:
+        return None, None
+    if run_photos is None:
+        if method == "learned":
+            raise InputError(f"--instance-method learned: {source} is not a run of photos, so there are no photos "
+                             "to edit and learn an instance code on; use itq or pca")
+        return None, None
+    bits = _default_bits(bits, emb.shape[1])
+    if not bits:
+        return None, None
+    train = index_inputs.run_training_items(source)
+    train = train[~np.isin(train, held)]
+    inside = np.isin(train, ids)
+    if inside.all():
+        order = np.argsort(ids, kind="stable")
+        train_emb = np.asarray(emb)[order[np.searchsorted(ids[order], train)]]
+    else:  # training photos the index does not hold: their own pass
+        train_emb = index_inputs.run_embeddings(source, train, spec)
+    transform, why = run_photos.learn(train, train_emb, bits)
+    if transform is None:
+        import warnings
+
+        from lbhash.errors import LbhashWarning
+
+        warnings.warn(why, LbhashWarning, stacklevel=3)
+        return None, None
+    return transform, f"a head learned on {len(train)} of the run's training photos and {COPIES} edited copies of each"
+
+
+def _mark(run_photos, ids, held, transform, instance, floats, spec) -> dict:
+    """The index's same-picture record (lbhash.runs.instance_learning)."""
+    if run_photos is not None:
+        return run_photos.calibrate(ids, held, transform, instance, floats)
+    if spec is None:
+        return no_mark("the index was built from a codes file, without the model that made it: there are no copies "
+                       "to calibrate a same-picture mark on, so no hit is marked")
+    return no_mark("the index's items are not photos: there are no edited copies to calibrate a same-picture mark "
+                   "on, so no hit is marked")
+
+
+def _default_bits(bits: int, width: int) -> int:
+    """The default length cut to the embeddings' width (at most one bit per dimension)."""
+    return width // 8 * 8 if bits == INSTANCE_BITS and width < bits else bits
+
+
+def _instance_transform(source: Path, spec: str | None, ids: np.ndarray, emb, bits: int | None, train_emb=None,
+                        method: str = "itq"):
     """(the instance transform of a new index, what it was fitted on), or (None, None) for none:
     `bits` None or 0, or no embeddings to make them from (a codes file without them: only the
     default is left out quietly; an explicit length is refused). The default length is cut to the
@@ -164,21 +226,21 @@ def _instance_transform(source: Path, spec: str | None, ids: np.ndarray, emb, bi
             raise InputError(f"--instance-bits {bits}: {source} holds no embeddings to make instance codes from "
                              "(encode with `lbhash encode --embeddings`)")
         return None, None
-    if bits == INSTANCE_BITS and emb.shape[1] < bits:  # the default: at most one bit per dimension
-        bits = emb.shape[1] // 8 * 8
-        if not bits:
-            return None, None
+    bits = _default_bits(bits, emb.shape[1])
+    if not bits:
+        return None, None
     if spec is None:  # a codes file: its own items are all there is
-        return fit_transform(emb, bits), f"the {len(emb)} items of {source.name}"
+        return fit_transform(emb, bits, method=method), f"the {len(emb)} items of {source.name}"
     train = index_inputs.run_training_items(source)
     inside = np.isin(train, ids)
     if inside.sum() >= 2:  # the training items the index holds (an image skipped as unreadable is not read again)
         order = np.argsort(ids, kind="stable")
         rows = order[np.searchsorted(ids[order], train[inside])]
-        return fit_transform(np.asarray(emb)[rows], bits), f"the run's {int(inside.sum())} training items in the index"
+        return (fit_transform(np.asarray(emb)[rows], bits, method=method),
+                f"the run's {int(inside.sum())} training items in the index")
     if train_emb is None:  # an index of other items: the training items' own pass
         train_emb = index_inputs.run_embeddings(source, train, spec)
-    return fit_transform(train_emb, bits), f"the run's {len(train)} training items"
+    return fit_transform(train_emb, bits, method=method), f"the run's {len(train)} training items"
 
 class IndexDirectory:
     """A saved CodeIndex directory, changed under its writer lock and saved atomically."""

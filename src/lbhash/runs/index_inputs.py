@@ -325,3 +325,13 @@ def _checked(where, bits: int, fields: dict) -> dict:
         raise InputError(f"{where}: {bits}-bit codes; indexes hold codes of a multiple of 8 bits")
     return {"codes": fields["codes"], "bits": int(bits), "ids": ids, "labels": fields["labels"],
             "sources": fields["sources"], "embeddings": fields.get("embeddings")}
+
+
+def run_photos(run_dir: str | Path, spec: str):
+    """The image data set of a run's items (`spec`: `run_data`'s), its pixels decoded once where the store
+    rule allows: the photos an index's instance code learns from and its mark is calibrated on."""
+    from lbhash.data import load_data
+
+    dataset = load_data(spec, labels_required=False)
+    dataset.preload(progress=False)
+    return dataset

@@ -19,14 +19,14 @@ ITEM_VIEW_KEY = "item_view"  # the metadata of an index whose photos' embeddings
 MAX_FIT_ITEMS = 20_000  # training embeddings a transform is fitted on at most (a seeded sample beyond)
 
 
-def fit_transform(embeddings: np.ndarray, bits: int = INSTANCE_BITS, seed: int = 0) -> InstanceTransform:
+def fit_transform(embeddings: np.ndarray, bits: int = INSTANCE_BITS, seed: int = 0, method: str = "itq") -> InstanceTransform:
     """The transform of `bits`-bit instance codes fitted on `embeddings` (at most MAX_FIT_ITEMS of
     them, a seeded sample)."""
     check_instance_bits(bits, embeddings.shape[1])
     if len(embeddings) > MAX_FIT_ITEMS:
         rows = np.sort(np.random.default_rng(seed).choice(len(embeddings), MAX_FIT_ITEMS, replace=False))
         embeddings = embeddings[rows]
-    return InstanceTransform.fit(embeddings, bits, seed=seed)
+    return InstanceTransform.fit(embeddings, bits, method, seed=seed)
 
 
 def attach(index, transform: InstanceTransform, fitted_on: str) -> None:

@@ -1,0 +1,168 @@
+"""The learned instance code and the calibrated same-picture mark of an index of photos, as `lbhash index
+build` makes them from its run (docs/search.md, "The learned instance code", "The same picture").
+
+- `learn_transform`: edited copies of the run's training photos (lbhash.data.edits.random_edit, COPIES
+  each), embedded by the run's model as queries are, and the instance head trained on them and on the
+  photos' item embeddings (lbhash.train.instance_head), CALIBRATION photos held out of its training.
+- `calibrate_mark`: copies of those held-out photos under every named edit (lbhash.data.edits.EDITS),
+  each searched against every item of the index: how near it comes to its original (a copy that should
+  be marked) and to the nearest other item (a mark there would be false: the photo, for that search,
+  is not in the index). The threshold is the strictest that keeps all but FALSE_MARK_RATE of the second
+  kind unmarked, a margin beyond; kept in the index's metadata (`same_picture`), read by the ranking
+  (lbhash.instance.mark_rule). Where it cannot be calibrated, the record says why and no hit is marked.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+
+from lbhash.codes import hamming_distance
+from lbhash.data.edits import EDITS, edited, random_edit
+from lbhash.instance import MARK_KEY, InstanceTransform, unit_vectors
+
+logger = logging.getLogger("lbhash")
+
+COPIES = 4               # random copies of each training photo the head trains on
+MIN_LEARN_PHOTOS = 200   # fewer training photos: the ITQ code, and a line saying why
+CALIBRATION = 200        # photos held out of the head's training to calibrate the mark on (at most a fifth)
+MIN_CALIBRATION = 50     # fewer: no mark
+FALSE_MARK_RATE = 0.001  # the share of other photos' nearest items the calibration lets pass
+MARGIN_BITS = 2          # instance bits of margin beyond that (a cosine: MARGIN_COSINE)
+MARGIN_COSINE = 0.02
+MIN_MARK_RECALL = 0.5    # a mark that passes fewer of the copies' originals than this is not given
+CALIBRATION_STREAM = 86  # the calibration sample's own random stream
+CHUNK = 256              # photos edited and embedded at a time
+
+
+def copy_embeddings(encoder, photos, ids: np.ndarray, copies: int, seed: int, edit=None) -> tuple[np.ndarray, np.ndarray]:
+    """(embeddings float32 (len(ids) * copies, d), owners: the row of `ids` each is a copy of) of edited
+    copies of the photos `ids` of image data set `photos`, embedded by `encoder` (lbhash.encoders.Encoder)
+    as queries are. `edit` None: `copies` random chains per photo, seeded by (seed, id); else the named
+    edit (copies 1)."""
+    embs, owners, started, last = [], [], time.perf_counter(), time.perf_counter()
+    for start in range(0, len(ids), CHUNK):
+        part = ids[start:start + CHUNK]
+        images = []
+        for i in part.tolist():
+            img = photos.image(i)
+            if edit is None:
+                rng = np.random.default_rng((seed, i))
+                images.extend(random_edit(img, rng) for _ in range(copies))
+            else:
+                images.append(edited(img, edit))
+        embs.append(encoder.outputs(images)[1])
+        owners.append(np.repeat(np.arange(start, start + len(part)), copies if edit is None else 1))
+        if time.perf_counter() - last > 30:
+            last = time.perf_counter()
+            logger.info("instance code: %d of %d photos' copies embedded (%.0f s)", start + len(part), len(ids),
+                        last - started)
+    d = embs[0].shape[1] if embs else 0
+    return (np.concatenate(embs) if embs else np.empty((0, d), np.float32)), \
+        (np.concatenate(owners) if owners else np.empty(0, np.int64))
+
+
+def learn_transform(encoder, photos, train: np.ndarray, train_emb: np.ndarray, bits: int, seed: int = 0):
+    """(the learned transform, None) from the training photos `train` (positions in `photos`) and their
+    item embeddings `train_emb`, or (None, why) where there are fewer than MIN_LEARN_PHOTOS of them."""
+    from lbhash.train.instance_head import fit_instance_head
+
+    if len(train) < MIN_LEARN_PHOTOS:
+        return None, (f"{len(train)} training photos are too few to learn an instance code on (at least "
+                      f"{MIN_LEARN_PHOTOS}): the index keeps the ITQ code of their embeddings")
+    started = time.perf_counter()
+    views, owners = copy_embeddings(encoder, photos, train, COPIES, seed)
+    logger.info("instance code: %d edited copies of %d photos embedded in %.0f s; training its head",
+                len(views), len(train), time.perf_counter() - started)
+    start = InstanceTransform.fit(train_emb, bits, seed=seed).projection  # the head starts as the ITQ code
+    arrays = fit_instance_head(train_emb, views, owners, bits, seed=seed, start=start)
+    logger.info("instance code: learned in %.0f s", time.perf_counter() - started)
+    return InstanceTransform.from_head(arrays), None
+
+
+def calibrate_mark(encoder, photos, held: np.ndarray, held_rows: np.ndarray, transform: InstanceTransform,
+                   instance: np.ndarray, floats: np.ndarray | None) -> dict:
+    """The index's same-picture record: copies of the photos `held` (positions in `photos`; rows
+    `held_rows` of the index's items) under every named edit, against the index's `instance` codes
+    (packed, every item) and, where it keeps them, its `floats` (item embeddings; the centred cosine)."""
+    if len(held) < MIN_CALIBRATION:
+        return {"mark": None, "why": f"{len(held)} photos to calibrate the same-picture mark on are too few "
+                                     f"(at least {MIN_CALIBRATION}): no hit is marked"}
+    own, nearest, cos_own, cos_nearest = [], [], [], []
+    center = transform.mean
+    items = None if floats is None else _centred(floats, center)
+    for name in EDITS:
+        emb, _ = copy_embeddings(encoder, photos, held, 1, 0, edit=name)
+        dist = hamming_distance(transform.apply(emb), instance, transform.bits).astype(np.int64)
+        rows = np.arange(len(held))
+        own.append(dist[rows, held_rows])
+        dist[rows, held_rows] = transform.bits + 1
+        nearest.append(dist.min(axis=1))
+        if items is not None:
+            cos = _centred(emb, center) @ items.T
+            cos_own.append(cos[rows, held_rows])
+            cos[rows, held_rows] = -2
+            cos_nearest.append(cos.max(axis=1))
+    own, nearest = np.concatenate(own), np.concatenate(nearest)
+    allowed = int(np.floor(FALSE_MARK_RATE * len(nearest)))
+    cut_bits = int(np.sort(nearest)[allowed]) - 1 - MARGIN_BITS  # marks d <= cut_bits
+    found = {"instance": _candidate((cut_bits + 0.5) / transform.bits, own <= cut_bits, nearest <= cut_bits)}
+    if items is not None:
+        cos_own, cos_nearest = np.concatenate(cos_own), np.concatenate(cos_nearest)
+        cut = min(1.0, float(np.sort(cos_nearest)[::-1][allowed]) + MARGIN_COSINE)
+        found["cosine"] = _candidate(cut, cos_own >= cut, cos_nearest >= cut)
+    by = max(found, key=lambda b: (found[b]["usable"], found[b]["recall"]))
+    record = {"mark": by if found[by]["usable"] else None, **found[by], **found, "copies": len(own),
+              "photos": len(held), "edits": list(EDITS), "false_mark_rate": FALSE_MARK_RATE,
+              "held": [int(i) for i in held]}
+    if record["mark"] is None:
+        record["why"] = (f"the codes do not tell copies from other photos: at a false-mark rate of {FALSE_MARK_RATE} "
+                         f"the mark would pass {found[by]['recall']:.0%} of the copies' originals (less than "
+                         f"{MIN_MARK_RECALL:.0%}): no hit is marked")
+    return record
+
+
+def _candidate(threshold: float, passed: np.ndarray, false: np.ndarray) -> dict:
+    """A measure's threshold and what it does on the calibration copies."""
+    recall = float(np.mean(passed))
+    return {"threshold": threshold, "recall": recall, "false_marks": int(false.sum()),
+            "usable": bool(0 < threshold <= 1 and recall >= MIN_MARK_RECALL)}
+
+
+def _centred(x: np.ndarray, center: np.ndarray) -> np.ndarray:
+    return unit_vectors(unit_vectors(np.asarray(x, np.float64)) - center)
+
+
+
+
+class RunPhotos:
+    """A run's model (as queries are encoded) and its photos, loaded once for `lbhash index build`."""
+
+    def __init__(self, run_dir, spec: str):
+        from lbhash.runs import index_inputs
+
+        self.encoder = index_inputs.load_encoder(run_dir)
+        self.photos = index_inputs.run_photos(run_dir, spec)
+
+    def learn(self, train: np.ndarray, train_emb: np.ndarray, bits: int, seed: int = 0):
+        return learn_transform(self.encoder, self.photos, train, train_emb, bits, seed)
+
+    def calibrate(self, ids: np.ndarray, held: np.ndarray, transform, instance, floats) -> dict:
+        rows = np.searchsorted(ids, held) if np.all(ids[:-1] <= ids[1:]) else \
+            np.array([int(np.flatnonzero(ids == h)[0]) for h in held], np.int64)
+        return calibrate_mark(self.encoder, self.photos, held, rows, transform, instance, floats)
+
+
+def held_photos(ids: np.ndarray, seed: int = 0) -> np.ndarray:
+    """The index's photos its mark is calibrated on (and a learned head does not train on): CALIBRATION of
+    `ids`, a seeded sample, at most a fifth; ascending."""
+    held = min(CALIBRATION, len(ids) // 5)
+    rng = np.random.default_rng((seed, CALIBRATION_STREAM))  # not the sample of an evaluation's seed
+    return np.sort(rng.choice(np.asarray(ids, np.int64), held, replace=False))
+
+
+def no_mark(why: str) -> dict:
+    """The same-picture record of an index that cannot calibrate one."""
+    return {"mark": None, "why": why}
