@@ -1,13 +1,17 @@
 """Instance codes: a compact binary code of an item's embedding, kept beside its class code so that a
-search finds the very picture as well as its class (docs/search.md, "Instance codes").
+search finds the very picture as well as its class (docs/search.md, "Instance codes"), and the same-picture
+mark that an index calibrates on its own photos (`mark_rule`).
 
 The class code of a center-based method (CSQ, the paper's `_D`) collapses a class onto one code, so
 it cannot tell two photos of a class apart. The instance code keeps what the embedding says about
 the item itself: the unit embedding, centred on the training mean, projected on its top principal
 directions and rotated to balance the bits (ITQ, Gong and Lazebnik 2011), then signed. The Hamming
-distance of two instance codes estimates the angle of the two embeddings.
+distance of two instance codes estimates the angle of the two embeddings. A learned code (`learn`)
+first whitens the embedding by what edits do to it, learned from edited copies of the photos, so that
+a copy's code stays near its photo's where the raw embedding moves (grayscale, a frame).
 
-`InstanceTransform.fit` learns it from embeddings (a run's training items); `apply` gives packed
+`InstanceTransform.fit` fits it on embeddings (a run's training items), `learn` on embeddings and their
+copies' (lbhash.runs.instance_learning); `apply` gives packed
 uint8 codes in the FAISS bit layout; `to_bytes` / `from_bytes` are the file an index keeps
 (`instance-transform.npz`, checksummed with the index's other files). Numpy only.
 """
@@ -26,8 +30,9 @@ from lbhash.errors import InputError
 INSTANCE_BITS = 256          # the default length (docs/search.md, "Choosing the defaults": measured on validation items)
 MIN_INSTANCE_BITS = 8
 MAX_INSTANCE_BITS = 4096
-METHODS = ("itq", "pca", "learned")  # ITQ rotation after PCA, the PCA directions alone, or a learned head
-FITTED = ("itq", "pca")                # the ones `InstanceTransform.fit` makes
+METHODS = ("itq", "pca", "learned")  # ITQ rotation after PCA, the PCA directions alone, or learned from copies
+FITTED = ("itq", "pca")                # the ones `InstanceTransform.fit` makes (`learn` makes "learned")
+COPY_SHRINK = 0.01  # the copies' covariance is regularised by this share of its largest eigenvalue (validation)
 ITQ_ITERATIONS = 50
 FILE_NAME = "instance-transform.npz"
 # the ranking by both codes (lbhash.index.blend), its defaults chosen on validation items (docs/search.md,
@@ -39,8 +44,33 @@ LOOKS_LIKE_CODES = 0.7  # the same where the two codes alone rank
 MARK_KEY = "same_picture"
 MARK_BY = ("instance", "cosine")
 _FORMAT = "lbhash-instance-transform-1"
-_FORMAT_HEAD = "lbhash-instance-transform-2"  # a learned head's: the arrays of _HEAD besides
-_HEAD = ("hidden", "hidden_bias", "bias", "skip")
+
+
+def _principal(centred: np.ndarray, bits: int, rng: np.random.Generator) -> np.ndarray:
+    """The top `bits` principal directions (dim, bits) of `centred` rows: right singular vectors (at most
+    min(n, dim) of them), completed by random directions orthogonal to them."""
+    _, s, vt = np.linalg.svd(centred, full_matrices=False)
+    rank = int((s > s[0] * 1e-9).sum()) if len(s) and s[0] > 0 else 0
+    directions = vt[:min(rank, bits)].T
+    if directions.shape[1] < bits:
+        extra = rng.standard_normal((centred.shape[1], bits - directions.shape[1]))
+        extra -= directions @ (directions.T @ extra)
+        q, _ = np.linalg.qr(extra)
+        directions = np.hstack([directions, q])
+    return directions
+
+
+def _itq(centred: np.ndarray, directions: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """The rotation (bits, bits) that minimises the quantisation error of `centred @ directions` (ITQ, from a
+    random orthogonal start)."""
+    v = centred @ directions
+    bits = directions.shape[1]
+    rotation, _ = np.linalg.qr(rng.standard_normal((bits, bits)))
+    for _ in range(ITQ_ITERATIONS):
+        b = np.where(v @ rotation >= 0, 1.0, -1.0)
+        u, _, wt = np.linalg.svd(v.T @ b)
+        rotation = u @ wt
+    return rotation
 
 
 def mark_rule(metadata: dict | None, cosine: bool = True, where: str = "the index") -> tuple[float, bool]:
@@ -72,6 +102,17 @@ def mark_why(metadata: dict | None) -> str | None:
     if not isinstance(record, dict):
         return "the index was built without a calibrated same-picture mark (rebuild it with `lbhash index build`)"
     return None if record.get("mark") is not None else str(record.get("why") or "no calibrated mark")
+
+
+def mark_summary(metadata: dict | None) -> dict:
+    """The same-picture mark as `lbhash index info` and `/about` show it: the measure and threshold, what
+    it did on the calibration copies, or why there is none (the photos it was calibrated on left out)."""
+    record = (metadata or {}).get(MARK_KEY)
+    why = mark_why(metadata)
+    if why is not None:
+        return {"mark": None, "why": why}
+    keep = ("mark", "threshold", "recall", "false_marks", "copies", "photos", "edits", "false_mark_rate")
+    return {k: record[k] for k in keep if k in record}
 
 
 def check_instance_bits(bits, dim: int | None = None, name: str = "--instance-bits") -> int:
@@ -107,35 +148,19 @@ def _embeddings(x, dim: int | None, name: str) -> np.ndarray:
 
 @dataclass(frozen=True)
 class InstanceTransform:
-    """Embedding (n, dim) -> packed instance code (n, bits // 8): x = unit(embedding) - mean, then
-    sign(x @ projection) (methods "itq", "pca"), or with a learned head (method "learned",
-    lbhash.train.instance_head) sign(relu(x @ hidden + hidden_bias) @ projection + bias)."""
+    """Embedding (n, dim) -> packed instance code (n, bits // 8): sign((unit(x) - mean) @ projection)."""
 
     mean: np.ndarray        # float64 (dim,)
-    projection: np.ndarray  # float64 (dim, bits), or (width, bits) after a hidden layer
+    projection: np.ndarray  # float64 (dim, bits)
     method: str
-    hidden: np.ndarray | None = None       # float64 (dim, width): the learned head's hidden layer
-    hidden_bias: np.ndarray | None = None  # float64 (width,)
-    bias: np.ndarray | None = None         # float64 (bits,)
-    skip: np.ndarray | None = None         # float64 (dim, bits): the head's linear path
 
     @property
     def dim(self) -> int:
-        return int(self.mean.shape[0])
+        return int(self.projection.shape[0])
 
     @property
     def bits(self) -> int:
         return int(self.projection.shape[1])
-
-    @property
-    def learned(self) -> bool:
-        return self.hidden is not None
-
-    @classmethod
-    def from_head(cls, arrays: dict) -> "InstanceTransform":
-        """The transform of a learned head's arrays (lbhash.train.instance_head.fit_instance_head)."""
-        return cls(*(np.ascontiguousarray(arrays[k], np.float64) for k in ("mean", "projection")), "learned",
-                   *(np.ascontiguousarray(arrays[k], np.float64) for k in _HEAD))
 
     @classmethod
     def fit(cls, embeddings, bits: int = INSTANCE_BITS, method: str = "itq", seed: int = 0) -> "InstanceTransform":
@@ -143,50 +168,58 @@ class InstanceTransform:
         (method "itq") the rotation that minimises the quantisation error, from a random orthogonal start
         (`seed`). Directions beyond the data's rank (n <= bits) are random orthogonal ones."""
         if method not in FITTED:
-            raise InputError(f"instance method must be one of {', '.join(FITTED)} (a learned head is trained by "
-                             f"lbhash.train.instance_head), got {method!r}")
+            raise InputError(f"instance method must be one of {', '.join(FITTED)} (InstanceTransform.learn makes "
+                             f"the learned one), got {method!r}")
         x = unit_vectors(_embeddings(embeddings, None, "embeddings"))
         bits = check_instance_bits(bits, x.shape[1])
         if len(x) < 2:
             raise InputError(f"an instance transform is fitted on at least 2 embeddings, got {len(x)}")
         mean = x.mean(axis=0)
-        centred = x - mean
         rng = np.random.default_rng(seed)
-        # principal directions: right singular vectors (at most min(n, dim) of them)
-        _, s, vt = np.linalg.svd(centred, full_matrices=False)
-        rank = int((s > s[0] * 1e-9).sum()) if len(s) and s[0] > 0 else 0
-        directions = vt[:min(rank, bits)].T
-        if directions.shape[1] < bits:  # complete with random directions orthogonal to them
-            extra = rng.standard_normal((x.shape[1], bits - directions.shape[1]))
-            extra -= directions @ (directions.T @ extra)
-            q, _ = np.linalg.qr(extra)
-            directions = np.hstack([directions, q])
-        projection = directions
-        if method == "itq":
-            v = centred @ directions
-            rotation, _ = np.linalg.qr(rng.standard_normal((bits, bits)))
-            for _ in range(ITQ_ITERATIONS):
-                b = np.where(v @ rotation >= 0, 1.0, -1.0)
-                u, _, wt = np.linalg.svd(v.T @ b)
-                rotation = u @ wt
-            projection = directions @ rotation
+        directions = _principal(x - mean, bits, rng)
+        projection = directions @ _itq(x - mean, directions, rng) if method == "itq" else directions
         return cls(mean, np.ascontiguousarray(projection), method)
+
+    @classmethod
+    def learn(cls, embeddings, copies, owners, bits: int = INSTANCE_BITS, seed: int = 0) -> "InstanceTransform":
+        """The learned transform (method "learned"): from photos' `embeddings` (n, dim) and the embeddings of
+        their edited `copies` (m, dim), `owners` (m,) the row of `embeddings` each copy is of. Learned
+        whitening from matching pairs (Radenovic, Tolias and Chum 2016; the copy-detection descriptors'
+        whitening of SSCD, Pizzi et al. 2022): the centred unit rows are whitened by the covariance of the
+        differences between each copy and its photo (what edits do to an embedding: its directions shrink,
+        regularised by COPY_SHRINK of its largest eigenvalue), the photos' top `bits` principal directions
+        taken in that space, and the ITQ rotation balances the bits: the directions along which photos differ
+        much and their copies little. Numpy only, closed form."""
+        x = unit_vectors(_embeddings(embeddings, None, "embeddings"))
+        y = unit_vectors(_embeddings(copies, x.shape[1], "copies"))
+        owners = np.asarray(owners)
+        bits = check_instance_bits(bits, x.shape[1])
+        if len(x) < 2 or owners.shape != (len(y),) or owners.dtype.kind not in "iu" or not len(y) or \
+                owners.min() < 0 or owners.max() >= len(x):
+            raise InputError(f"a learned instance transform needs 2 or more embeddings and copies each naming its "
+                             f"embedding's row, got {len(x)} embeddings, {len(y)} copies, owners {owners.shape}")
+        mean = x.mean(axis=0)
+        diff = y - x[owners]
+        values, vectors = np.linalg.eigh(diff.T @ diff / len(diff))
+        shrink = max(float(values[-1]), 1e-12) * COPY_SHRINK
+        whiten = (vectors / np.sqrt(np.maximum(values, 0) + shrink)) @ vectors.T
+        rng = np.random.default_rng(seed)
+        white = (x - mean) @ whiten
+        directions = whiten @ _principal(white - white.mean(axis=0), bits, rng)
+        projection = directions @ _itq(x - mean, directions, rng)
+        return cls(mean, np.ascontiguousarray(projection), "learned")
 
     def apply(self, embeddings, name: str = "embeddings") -> np.ndarray:
         """Packed uint8 instance codes (n, bits // 8) of `embeddings` (n, dim) (0 -> bit 1, as class codes)."""
-        x = unit_vectors(_embeddings(embeddings, self.dim, name)) - self.mean
-        if self.learned:
-            real = np.maximum(x @ self.hidden + self.hidden_bias, 0.0) @ self.projection + x @ self.skip + self.bias
-        else:
-            real = x @ self.projection
+        x = unit_vectors(_embeddings(embeddings, self.dim, name))
+        real = (x - self.mean) @ self.projection
         return pack(np.where(real >= 0, 1, -1).astype(np.int8))
 
     def to_bytes(self) -> bytes:
         """The transform as an .npz file's bytes (no pickles)."""
         out = io.BytesIO()
-        head = {k: getattr(self, k) for k in _HEAD} if self.learned else {}
-        np.savez(out, format=np.array(_FORMAT_HEAD if self.learned else _FORMAT), method=np.array(self.method),
-                 mean=self.mean, projection=self.projection, **head)
+        np.savez(out, format=np.array(_FORMAT), method=np.array(self.method), mean=self.mean,
+                 projection=self.projection)
         return out.getvalue()
 
     @classmethod
@@ -195,31 +228,23 @@ class InstanceTransform:
         try:
             with np.load(io.BytesIO(data), allow_pickle=False) as npz:
                 fields = {name: npz[name] for name in ("format", "method", "mean", "projection")}
-                learned = str(fields["format"]) == _FORMAT_HEAD
-                head = {name: npz[name] for name in _HEAD} if learned else {}
         except (ValueError, OSError, KeyError, EOFError) as err:
             raise InputError(f"{where}: not an instance transform ({err})") from None
         mean, projection, method = fields["mean"], fields["projection"], str(fields["method"])
-        width = head["hidden"].shape[1] if learned and head["hidden"].ndim == 2 else len(mean)
-        shapes_ok = mean.ndim == 1 and projection.ndim == 2 and projection.shape[0] == width and (not learned or (
-            head["hidden"].shape == (len(mean), width) and head["hidden_bias"].shape == (width,)
-            and head["bias"].shape == (projection.shape[1],) and head["skip"].shape == (len(mean), projection.shape[1])))
-        arrays = (mean, projection, *head.values())
-        if str(fields["format"]) not in (_FORMAT, _FORMAT_HEAD) or method not in METHODS or \
-                (method == "learned") != learned or any(a.dtype != np.float64 for a in arrays) or not shapes_ok or \
-                not all(np.isfinite(a).all() for a in arrays):
+        if str(fields["format"]) != _FORMAT or method not in METHODS or mean.dtype != np.float64 or \
+                projection.dtype != np.float64 or mean.ndim != 1 or projection.ndim != 2 or \
+                projection.shape[0] != len(mean) or not np.isfinite(projection).all() or not np.isfinite(mean).all():
             raise InputError(f"{where}: not an instance transform of this lbhash (format {str(fields['format'])!r}, "
                              f"method {method!r}, mean {mean.dtype} {mean.shape}, projection {projection.dtype} "
-                             f"{projection.shape}{', a head that does not fit them or is not finite' if learned else ''})")
-        # (a learned head may give more bits than the embedding's width; a projection cannot)
-        check_instance_bits(projection.shape[1], None if learned else len(mean), f"{where}: its length")
-        return cls(mean, projection, method, *head.values())
+                             f"{projection.shape})")
+        check_instance_bits(projection.shape[1], len(mean), f"{where}: its length")
+        return cls(mean, projection, method)
 
     def digest(self) -> str:
         """SHA-256 of the method and arrays (not of `to_bytes`, whose zip entries carry a time): the
         transform's identity."""
         h = hashlib.sha256(self.method.encode())
-        for arr in (self.mean, self.projection, *((getattr(self, k) for k in _HEAD) if self.learned else ())):
+        for arr in (self.mean, self.projection):
             h.update(repr(arr.shape).encode())
             h.update(np.ascontiguousarray(arr, "<f8").tobytes())
         return h.hexdigest()

@@ -23,8 +23,32 @@ def test_each_edit_is_what_its_name_says():
         out = edited(img, name)
         assert out.shape == img.shape and out.dtype == np.uint8 and not np.array_equal(out, img)
         np.testing.assert_array_equal(edited(img, name), out)  # deterministic
-    with pytest.raises(InputError, match="edits must be distinct names among jpeg, flip"):
+    grey = edited(img, "grayscale")
+    assert (grey[..., 0] == grey[..., 1]).all() and (grey[..., 1] == grey[..., 2]).all()
+    framed = edited(img, "border")  # 24 of 32 pixels a side, centred in white
+    assert (framed[:4] == 255).all() and (framed[-4:] == 255).all() and (framed[:, :4] == 255).all()
+    np.testing.assert_array_equal(framed[4:28, 4:28], np.asarray(Image.fromarray(img).resize((24, 24), Image.BILINEAR)))
+    boxed = edited(img, "letterbox")  # 22 of 32 rows between black bars of 5
+    assert (boxed[:5] == 0).all() and (boxed[-5:] == 0).all() and boxed[5:27].any()
+    turned = edited(img, "rotate")
+    assert (turned[0, 0] == 0).all() and (turned[16, 16] == np.asarray(Image.fromarray(img).rotate(5, Image.BILINEAR))[16, 16]).all()
+    logo = edited(img, "overlay")  # a 6-pixel red square with a white bar, lower right
+    assert (logo[26:, 26:][0, 0] == (220, 30, 30)).all() and (logo[:26, :26] == img[:26, :26]).all()
+    with pytest.raises(InputError, match="edits must be distinct names among jpeg, jpeg30, flip"):
         edited(img, "blur")
+
+
+def test_random_edits_are_seeded_chains_of_the_family():
+    from lbhash.data.edits import random_edit
+
+    img = np.random.default_rng(0).integers(0, 256, (40, 48, 3), dtype=np.uint8)
+    first = [random_edit(img, np.random.default_rng((7, i))) for i in range(20)]
+    again = [random_edit(img, np.random.default_rng((7, i))) for i in range(20)]
+    for a, b in zip(first, again):
+        assert a.shape == img.shape and a.dtype == np.uint8
+        np.testing.assert_array_equal(a, b)
+    assert sum(not np.array_equal(a, img) for a in first) >= 18  # nearly every chain changes the photo
+    assert len({a.tobytes() for a in first}) == 20
 
 
 def test_duplicates_reports_every_order_and_a_search_marks_the_same_picture(tiny_image_run, tmp_path):
@@ -43,11 +67,13 @@ def test_duplicates_reports_every_order_and_a_search_marks_the_same_picture(tiny
         for m in order["edits"].values():
             assert 0 <= m["recall@1"] <= m["recall@10"] <= 1 and 0 <= m["class_p@10"] <= 1
     assert report["orders"]["codes"]["bytes_per_item"] == 4 and report["orders"]["hamming"]["bytes_per_item"] == 2
-    # a photo of the index searched as itself: first, marked the same picture, by score
+    # a photo of the index searched as itself: first, by score, but unmarked: 48 photos are too few to
+    # calibrate a same-picture mark on, and `index info` says so
+    assert info["same_picture"]["mark"] is None and "too few" in info["same_picture"]["why"]
     photo = sorted((tree / "train").rglob("*.png"))[0]
     found = json.loads(cli("search", tmp_path / "ix", "--images", photo, "--run", run, "-k", "3", "--json").output)
     hits = found[0]
-    assert hits["same"][0] is True and hits["sources"][0] == str(photo)
+    assert hits["same"] == [False] * 3 and hits["sources"][0] == str(photo)
     assert hits["scores"] == sorted(hits["scores"], reverse=True) and len(hits["instance_distances"]) == 3
     refused = cli("search", tmp_path / "ix", "--images", photo, "--run", run, "--looks-like", "1.5")
     assert refused.exit_code == 2 and "--looks-like must be a number from 0" in refused.output
@@ -61,3 +87,39 @@ def test_instance_bits_out_of_range_is_one_line_and_writes_nothing(tiny_image_ru
         result = cli("index", "build", run, "--out", tmp_path / "ix", "--instance-bits", bits)
         assert result.exit_code == 2 and message in result.output, result.output
         assert not (tmp_path / "ix").exists()
+
+
+def test_a_run_of_photos_learns_its_instance_code_and_calibrates_its_mark(tiny_image_run, tmp_path, monkeypatch):
+    """`index build` on the tiny run with the thresholds lowered to its 48 photos: the code is learned
+    (and says from what), the mark is calibrated on held-out photos that the learning did not see (or,
+    where these noisy one-colour photos cannot be told apart, none is given and the record says why),
+    `index info` shows it, and `--instance-method itq` or a run of too few photos keeps the ITQ code."""
+    from lbhash.index import CodeIndex
+    from lbhash.instance import MARK_KEY
+    from lbhash.runs import index_inputs, instance_learning
+
+    monkeypatch.setattr(instance_learning, "MIN_LEARN_PHOTOS", 10)
+    monkeypatch.setattr(instance_learning, "MIN_CALIBRATION", 5)
+    monkeypatch.setattr(instance_learning, "COPIES", 2)
+    _, run = tiny_image_run
+    built = cli("index", "build", run, "--out", tmp_path / "ix", "--instance-bits", "16")
+    assert built.exit_code == 0, built.output
+    index = CodeIndex.load(tmp_path / "ix")
+    inst = index.metadata["instance"]
+    assert inst["method"] == "learned" and inst["fitted_on"].startswith("learned from ")
+    record = index.metadata[MARK_KEY]
+    held = record["held"]
+    assert record["photos"] == len(held) == index.ntotal // 5 and record["copies"] == len(held) * len(record["edits"])
+    train = index_inputs.run_training_items(run)
+    assert set(held) <= set(index.ids().tolist())
+    # the held-out photos were not learned from
+    assert f"learned from {len(set(train.tolist()) - set(held))} " in inst["fitted_on"]
+    assert (record["mark"] is None) == ("why" in record)
+    info = json.loads(cli("index", "info", tmp_path / "ix", "--json").output)
+    assert info["same_picture"]["mark"] == record["mark"] and "held" not in info["same_picture"]
+    itq = cli("index", "build", run, "--out", tmp_path / "itq", "--instance-bits", "16", "--instance-method", "itq")
+    assert itq.exit_code == 0 and CodeIndex.load(tmp_path / "itq").metadata["instance"]["method"] == "itq"
+    monkeypatch.setattr(instance_learning, "MIN_LEARN_PHOTOS", 100)
+    few = cli("index", "build", run, "--out", tmp_path / "few", "--instance-bits", "16")
+    assert few.exit_code == 0 and "too few to learn an instance code on" in few.output
+    assert CodeIndex.load(tmp_path / "few").metadata["instance"]["method"] == "itq"

@@ -1,4 +1,4 @@
-"""The learned instance code (lbhash.instance's "learned" transform, lbhash.train.instance_head) and the
+"""The learned instance code (lbhash.instance.InstanceTransform.learn) and the
 calibrated same-picture mark (lbhash.instance.mark_rule, lbhash.runs.instance_learning.calibrate_mark),
 against hand-computed and brute-force expectations."""
 
@@ -10,48 +10,39 @@ from lbhash.errors import InputError
 from lbhash.index import CodeIndex, Queries, blended_search
 from lbhash.instance import MARK_KEY, InstanceTransform, mark_rule, mark_why
 from lbhash.runs import instance_learning
-from lbhash.train.instance_head import HeadOptions, fit_instance_head
 
 
-def head_arrays(rng, d=12, h=7, bits=16):
-    return {"mean": rng.standard_normal(d) * 0.1, "hidden": rng.standard_normal((d, h)),
-            "hidden_bias": rng.standard_normal(h), "projection": rng.standard_normal((h, bits)),
-            "bias": rng.standard_normal(bits), "skip": rng.standard_normal((d, bits))}
-
-
-def test_a_learned_transform_is_its_network_signed_and_survives_its_file(rng):
-    arrays = head_arrays(rng)
-    t = InstanceTransform.from_head(arrays)
-    x = rng.standard_normal((9, 12))
-    unit = x / np.linalg.norm(x, axis=1, keepdims=True)
-    x0 = unit - arrays["mean"]
-    real = np.maximum(x0 @ arrays["hidden"] + arrays["hidden_bias"], 0) @ arrays["projection"] + x0 @ arrays["skip"] \
-        + arrays["bias"]
+def test_the_learned_transform_is_its_closed_form_and_survives_its_file(rng):
+    """`InstanceTransform.learn`, against its definition computed here: whiten by the copies' difference
+    covariance (shrunk), principal directions of the whitened photos, then a rotation (ITQ): the signs of
+    x @ projection, with the projection's columns orthogonal in the whitened space."""
+    n, d, bits = 80, 12, 8
+    x, owners = rng.standard_normal((n, d)), np.tile(np.arange(n), 3)
+    y = x[owners] + 0.3 * rng.standard_normal((3 * n, d))
+    t = InstanceTransform.learn(x, y, owners, bits, seed=0)
+    ux = x / np.linalg.norm(x, axis=1, keepdims=True)
+    uy = y / np.linalg.norm(y, axis=1, keepdims=True)
+    diff = uy - ux[owners]
+    cov = diff.T @ diff / len(diff)
+    values, vectors = np.linalg.eigh(cov)
+    inv_sqrt = vectors @ np.diag(1 / np.sqrt(values + 0.01 * values[-1])) @ vectors.T
+    np.testing.assert_allclose(t.mean, ux.mean(axis=0))
+    # the projection is inv_sqrt @ (orthonormal columns): back in the whitened space they are orthonormal
+    inner = np.linalg.solve(inv_sqrt, t.projection)
+    np.testing.assert_allclose(inner.T @ inner, np.eye(bits), atol=1e-8)
+    white = (ux - ux.mean(axis=0)) @ inv_sqrt
+    top = np.linalg.svd(white - white.mean(axis=0), full_matrices=False)[2][:bits].T
+    np.testing.assert_allclose(top @ (top.T @ inner), inner, atol=1e-8)  # the span of the top directions
+    real = (ux - t.mean) @ t.projection
     np.testing.assert_array_equal(t.apply(x), pack(np.where(real >= 0, 1, -1).astype(np.int8)))
-    assert (t.dim, t.bits, t.method, t.learned) == (12, 16, "learned", True)
+    assert (t.dim, t.bits, t.method) == (d, bits, "learned")
     again = InstanceTransform.from_bytes(t.to_bytes())
-    np.testing.assert_array_equal(again.apply(x), t.apply(x))
-    assert again.digest() == t.digest()
-    other = InstanceTransform.from_head({**arrays, "bias": arrays["bias"] + 1})
-    assert other.digest() != t.digest()
-    itq = InstanceTransform.fit(rng.standard_normal((40, 12)), 8)
-    assert not itq.learned and InstanceTransform.from_bytes(itq.to_bytes()).digest() == itq.digest()
-    with pytest.raises(InputError, match="a learned head is trained by"):
-        InstanceTransform.fit(rng.standard_normal((40, 12)), 8, "learned")
-
-
-@pytest.mark.parametrize("broken", ["nan", "shape"])
-def test_a_damaged_learned_transform_is_refused_in_one_line(rng, broken):
-    arrays = head_arrays(rng)
-    if broken == "nan":
-        arrays["hidden"][2, 3] = np.nan
-    else:
-        arrays["hidden_bias"] = arrays["hidden_bias"][:-1]
-    blob = InstanceTransform(arrays["mean"], arrays["projection"], "learned", arrays["hidden"], arrays["hidden_bias"],
-                             arrays["bias"], arrays["skip"]).to_bytes()
-    with pytest.raises(InputError, match="^x.npz: not an instance transform of this lbhash") as err:
-        InstanceTransform.from_bytes(blob, "x.npz")
-    assert "\n" not in str(err.value)
+    assert again.method == "learned" and again.digest() == t.digest()
+    np.testing.assert_array_equal(again.apply(y), t.apply(y))
+    with pytest.raises(InputError, match="InstanceTransform.learn makes the learned one"):
+        InstanceTransform.fit(x, 8, "learned")
+    with pytest.raises(InputError, match="copies each naming its embedding's row"):
+        InstanceTransform.learn(x, y, owners + n, bits)
 
 
 def test_the_mark_rule_reads_the_calibrated_record_and_refuses_a_broken_one():
@@ -91,36 +82,27 @@ def test_a_search_marks_exactly_the_hits_within_the_calibrated_distance(rng):
     assert got.same.any() and not got.same.all()
 
 
-def test_the_head_learns_to_ignore_what_copies_undergo(rng):
+def test_the_learned_code_ignores_what_copies_undergo(rng):
     """Items are random vectors; a copy is its item moved far along four fixed directions (what an edit
     does to an embedding) plus a little noise: the ITQ code of a new copy mostly misses its item, the
-    learned code, started from it, finds the item for nearly every copy."""
-    n, d, bits = 120, 48, 32
+    learned code finds the item for nearly every copy."""
+    n, d, bits = 150, 48, 32
     items = rng.standard_normal((n, d))
     edits = 3 * rng.standard_normal((4, d))
     copy = lambda: items + rng.standard_normal((n, 4)) @ edits + 0.3 * rng.standard_normal((n, d))  # noqa: E731
     views, owners = np.concatenate([copy() for _ in range(4)]), np.tile(np.arange(n), 4)
-    itq = InstanceTransform.fit(items, bits)
-    options = HeadOptions(hidden=64, steps=150, batch=64)
-    t = InstanceTransform.from_head(fit_instance_head(items, views, owners, bits, options, start=itq.projection))
+    itq, learned = InstanceTransform.fit(items, bits), InstanceTransform.learn(items, views, owners, bits)
     fresh = copy()
 
     def recall(transform):
         return np.mean(hamming_distance(transform.apply(fresh), transform.apply(items), bits).argmin(axis=1) == np.arange(n))
 
-    assert recall(itq) < 0.5 and recall(t) >= 0.9, (recall(itq), recall(t))
-    again = fit_instance_head(items, views, owners, bits, options, start=itq.projection)
-    assert InstanceTransform.from_head(again).digest() == t.digest()  # seeded: the same head
-    with pytest.raises(InputError, match="two edited copies of every item"):
-        fit_instance_head(items, views[:n], owners[:n], bits)
+    assert recall(itq) < 0.5 and recall(learned) >= 0.9, (recall(itq), recall(learned))
 
 
-class PixelEncoder:
-    """An encoder whose embedding of a photo is its pixels at 8x8 (a stand-in for a backbone)."""
-
-    def outputs(self, images):
-        emb = np.stack([np.asarray(img, np.float64)[::4, ::4].ravel() for img in images])
-        return np.zeros((len(images), 8), np.float32), emb.astype(np.float32)
+def pixel_embed(images):
+    """A photo's pixels at 8x8 as its embedding (a stand-in for a backbone)."""
+    return np.stack([np.asarray(img, np.float32)[::4, ::4].ravel() for img in images])
 
 
 class Photos:
@@ -133,8 +115,8 @@ class Photos:
 
 def test_the_calibration_lets_no_other_photo_pass_and_says_why_where_it_cannot(rng, monkeypatch):
     photos = Photos([rng.integers(0, 256, (32, 32, 3), dtype=np.uint8) for _ in range(60)])
-    encoder = PixelEncoder()
-    emb = encoder.outputs(photos.images)[1]
+    encoder = pixel_embed
+    emb = encoder(photos.images)
     transform = InstanceTransform.fit(emb, 64)
     instance = transform.apply(emb)
     held = np.arange(0, 60, 2)

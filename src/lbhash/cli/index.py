@@ -89,7 +89,7 @@ def index() -> None:
                    "\"Instance codes\").")
 @click.option("--instance-method", type=click.Choice(["learned", "itq", "pca"]), default=None, cls=StatedDefault,
               stated=lambda: "learned for a run of photos, else itq",
-              help="How the instance code is made: a head learned on edited copies of the run's photos, or the "
+              help="How the instance code is made: learned from edited copies of the run's photos, or the "
                    "ITQ (or PCA) projection of the embedding (docs/search.md, \"The learned instance code\").")
 @backend_options
 def build(source: Path, out: str, kind: str, part: str | None, data_spec: str | None, nlist, nprobe, nhash, nflip,
@@ -104,7 +104,7 @@ def build(source: Path, out: str, kind: str, part: str | None, data_spec: str | 
     searches re-score their Hamming candidates; from a codes file, the embeddings it holds
     (`lbhash encode --embeddings`). --no-embeddings leaves them out; --embedding-dtype int8 keeps them
     at one byte a value. Where there are embeddings, the
-    index also keeps an instance code per item (--instance-bits): for a run of photos a head learned on
+    index also keeps an instance code per item (--instance-bits): for a run of photos one learned from
     edited copies of its training photos, else the ITQ code of the embeddings (--instance-method), and a
     same-picture mark calibrated on copies of its own photos: searches then rank by both codes
     (docs/search.md, "Instance codes").

@@ -99,6 +99,8 @@ def search(index_dir: str, codes_path, features_path, image_paths, run_dir, expo
         click.echo(json.dumps(found.results, indent=1))
     else:
         _print_results(found.results, found.class_names)
+        if found.no_mark:
+            click.echo(f"no hit is marked the same picture: {found.no_mark}")
 
 
 def _check_query_options(codes_path, features_path, image_paths, model, factor, no_rescore: bool,
@@ -158,8 +160,8 @@ def _print_results(results: list[dict], class_names: list[str] | None) -> None:
               stated=lambda: str(_duplicates_default("items")))
 @click.option("--seed", type=int, default=None, help="Seed of the sample.", cls=StatedDefault,
               stated=lambda: str(_duplicates_default("seed")))
-@click.option("--edits", default="jpeg,flip,crop,colour,resize", show_default=True,
-              help="Comma-separated edits (docs/search.md, \"Finding the picture\").")
+@click.option("--edits", default=None, cls=StatedDefault, stated=lambda: ",".join(_duplicates_default("edits")),
+              help="Comma-separated edits (docs/search.md, \"The edit family\").")
 @click.option("--looks-like", type=float, default=None, help="The ranking's parameter, from 0 (same class "
               "first) to 1 (looks like first).", cls=StatedDefault, stated=lambda: LOOKS_LIKE_STATED)
 @click.option("--factor", type=int, default=None, help="Candidates per result from each of the two codes.",
@@ -169,18 +171,20 @@ def duplicates(index_dir: str, run_dir, export_path, items: int, seed: int, edit
                as_json: bool) -> None:
     """Edit indexed photos, search the copies, report how often the original comes first.
 
-    Each of --items indexed photos is edited (JPEG quality 50, mirrored, cropped, recoloured,
-    resized), encoded by the run (or export) that made INDEX_DIR's codes, and searched in each order
-    the index can rank by: `hamming` (the class code alone), `codes` (both codes, no float read) and
-    `blend` (the default ranking, by cosine where the index keeps float rows). Per edit: recall@1 and
-    recall@10 of the original, class P@10 and mAP@100, ms per query; bytes per item of each order.
+    Each of --items indexed photos is edited (JPEG at quality 50 and 30, mirrored, cropped,
+    recoloured, resized, rotated, framed, letterboxed, grayscale, a logo), encoded by the run (or
+    export) that made INDEX_DIR's codes, and searched in each order the index can rank by: `hamming`
+    (the class code alone), `codes` (both codes, no float read) and `blend` (the default ranking, by
+    cosine where the index keeps float rows). Per edit: recall@1 and recall@10 of the original, class
+    P@10 and mAP@100, ms per query; bytes per item of each order; the same-picture mark's recall and
+    precision on the first hit, and its false marks with the originals taken out of the index.
     """
     from lbhash.runs.duplicates import evaluate_duplicates
     from lbhash.runs.searcher import QueryModel
 
     if model_source(run_dir, export_path) is None:
         raise InputError("give --run RUN_DIR or --encoder EXPORT (the model that made the index's codes)")
-    names = [e.strip() for e in edits.split(",") if e.strip()]
+    names = list(_duplicates_default("edits")) if edits is None else [e.strip() for e in edits.split(",") if e.strip()]
     items = _duplicates_default("items") if items is None else items
     seed = _duplicates_default("seed") if seed is None else seed
     factor = _duplicates_default("factor") if factor is None else factor
@@ -190,13 +194,23 @@ def duplicates(index_dir: str, run_dir, export_path, items: int, seed: int, edit
         return
     click.echo(f"{report['items']} photos x {len(report['edits'])} edits (seed {seed}), factor {factor}; "
                f"encoding {report['encode_ms_per_query']:.1f} ms a query")
-    click.echo(f"{'order':8s} {'edit':7s} {'recall@1':>8s} {'recall@10':>9s} {'class P@10':>10s} {'mAP@100':>8s} "
-               f"{'ms/query':>8s} {'bytes/item':>10s} {'looks_like':>10s}")
+    mark = report["mark"] or {}
+    click.echo(f"same-picture mark: by {mark['mark']} at {mark['threshold']:.4g}" if mark.get("mark") else
+               f"same-picture mark: none ({mark.get('why', 'the index keeps no instance codes')})")
+    click.echo(f"{'order':8s} {'edit':9s} {'recall@1':>8s} {'recall@10':>9s} {'class P@10':>10s} {'mAP@100':>8s} "
+               f"{'ms/query':>8s} {'bytes/item':>10s} {'looks_like':>10s} {'mark rec':>8s} {'mark prec':>9s} "
+               f"{'false':>6s}")
     for order, row in report["orders"].items():
         shown = "" if row["looks_like"] is None else f"{row['looks_like']:g}"
         for edit, m in row["edits"].items():
-            click.echo(f"{order:8s} {edit:7s} {m['recall@1']:8.3f} {m['recall@10']:9.3f} {m['class_p@10']:10.3f} "
-                       f"{m['map@100']:8.4f} {m['ms_per_query']:8.2f} {row['bytes_per_item']:10d} {shown:>10s}")
+            marks = "" if "mark_recall" not in m else f" {m['mark_recall']:8.3f} {_or_dash(m['mark_precision']):>9s} " \
+                f"{_or_dash(m.get('false_marks_absent')):>6s}"
+            click.echo(f"{order:8s} {edit:9s} {m['recall@1']:8.3f} {m['recall@10']:9.3f} {m['class_p@10']:10.3f} "
+                       f"{m['map@100']:8.4f} {m['ms_per_query']:8.2f} {row['bytes_per_item']:10d} {shown:>10s}{marks}")
+
+
+def _or_dash(value) -> str:
+    return "-" if value is None else f"{value:.3f}"
 
 
 def _duplicates_default(name: str):

@@ -165,3 +165,28 @@ def _autocast(device: torch.device, precision: str):
         return lambda: torch.autocast("cuda", dtype=torch.float16)
     return contextlib.nullcontext
 
+
+
+def photo_embedder(run_dir: str | Path):
+    """A function from a list of uint8 (H, W, 3) photos to their embeddings float32 (n, d) as a query's
+    are made (the run's forward pass; a frozen backbone's features read from the feature cache where
+    they were computed before, for photos of one size: an index's edited copies, made again alike)."""
+    from lbhash.data import ImageDataset
+
+    model, cfg = load_run_model(run_dir)
+    options, how = input_options(cfg), ForwardPass()
+
+    def embed(images: list[np.ndarray]) -> np.ndarray:
+        same = bool(images) and all(img.shape == images[0].shape for img in images)
+        batches = [np.stack(images)] if same else [img[None] for img in images]
+        out = []
+        for pixels in batches:
+            idx = np.arange(len(pixels))
+            dataset = ImageDataset(np.zeros((len(pixels), 0), bool), None, "copies", pixels=pixels)
+            if cfg.model.freeze_backbone:
+                dataset = with_frozen_features(dataset, model.backbone, idx, options, how, model.bf16_backbone)
+            with torch.no_grad():
+                out.append(embed_with_features(model, dataset, idx, options, how)[1])
+        return np.concatenate(out) if out else np.empty((0, 0), np.float32)
+
+    return embed

@@ -19,7 +19,7 @@ from lbhash.index.storage import directory_bytes, read_manifest
 from lbhash.index.writer_lock import writer_lock
 from lbhash.instance import INSTANCE_BITS
 from lbhash.runs import index_inputs
-from lbhash.instance import MARK_KEY
+from lbhash.instance import MARK_KEY, mark_summary
 from lbhash.runs.instance_codes import ITEM_VIEW_KEY, attach, fit_transform, index_transform, payload_of
 from lbhash.runs.instance_learning import COPIES, RunPhotos, held_photos, no_mark
 from lbhash.runs.origins import forget_sources, read_sources, record_class_names, record_sources
@@ -193,7 +193,7 @@ def _learned_transform(run_photos, source: Path, spec, ids: np.ndarray, emb, bit
 
         warnings.warn(why, LbhashWarning, stacklevel=3)
         return None, None
-    return transform, f"a head learned on {len(train)} of the run's training photos and {COPIES} edited copies of each"
+    return transform, f"learned from {len(train)} of the run's training photos and {COPIES} edited copies of each"
 
 
 def _mark(run_photos, ids, held, transform, instance, floats, spec) -> dict:
@@ -289,6 +289,7 @@ class IndexDirectory:
         stats = index.stats()
         return {"backend": stats.pop("backend"), "path": str(self.path), **stats, "searches": searches(index),
                 "instance_transform": None if transform is None else index.metadata["instance"],
+                "same_picture": None if transform is None else mark_summary(index.metadata),
                 **bytes_per_item(index, self.path), "bytes_on_disk": directory_bytes(self.path),
                 "sources": f"{len(record)} items of {record.data}" if record else "none recorded"}
 

@@ -335,3 +335,10 @@ def run_photos(run_dir: str | Path, spec: str):
     dataset = load_data(spec, labels_required=False)
     dataset.preload(progress=False)
     return dataset
+
+
+def photo_embedder(run_dir: str | Path):
+    """The run's photos-to-embeddings function (lbhash.runs.codes.photo_embedder)."""
+    from lbhash.runs.codes import photo_embedder as embedder
+
+    return embedder(run_dir)

@@ -2,8 +2,8 @@
 build` makes them from its run (docs/search.md, "The learned instance code", "The same picture").
 
 - `learn_transform`: edited copies of the run's training photos (lbhash.data.edits.random_edit, COPIES
-  each), embedded by the run's model as queries are, and the instance head trained on them and on the
-  photos' item embeddings (lbhash.train.instance_head), CALIBRATION photos held out of its training.
+  each), embedded by the run's model as queries are, and the learned transform of them and the photos'
+  item embeddings (lbhash.instance.InstanceTransform.learn), CALIBRATION photos held out of it.
 - `calibrate_mark`: copies of those held-out photos under every named edit (lbhash.data.edits.EDITS),
   each searched against every item of the index: how near it comes to its original (a copy that should
   be marked) and to the nearest other item (a mark there would be false: the photo, for that search,
@@ -25,9 +25,9 @@ from lbhash.instance import MARK_KEY, InstanceTransform, unit_vectors
 
 logger = logging.getLogger("lbhash")
 
-COPIES = 4               # random copies of each training photo the head trains on
+COPIES = 4               # random copies of each training photo the code learns from
 MIN_LEARN_PHOTOS = 200   # fewer training photos: the ITQ code, and a line saying why
-CALIBRATION = 200        # photos held out of the head's training to calibrate the mark on (at most a fifth)
+CALIBRATION = 200        # photos held out of the learning to calibrate the mark on (at most a fifth)
 MIN_CALIBRATION = 50     # fewer: no mark
 FALSE_MARK_RATE = 0.001  # the share of other photos' nearest items the calibration lets pass
 MARGIN_BITS = 2          # instance bits of margin beyond that (a cosine: MARGIN_COSINE)
@@ -37,10 +37,10 @@ CALIBRATION_STREAM = 86  # the calibration sample's own random stream
 CHUNK = 256              # photos edited and embedded at a time
 
 
-def copy_embeddings(encoder, photos, ids: np.ndarray, copies: int, seed: int, edit=None) -> tuple[np.ndarray, np.ndarray]:
+def copy_embeddings(embed, photos, ids: np.ndarray, copies: int, seed: int, edit=None) -> tuple[np.ndarray, np.ndarray]:
     """(embeddings float32 (len(ids) * copies, d), owners: the row of `ids` each is a copy of) of edited
-    copies of the photos `ids` of image data set `photos`, embedded by `encoder` (lbhash.encoders.Encoder)
-    as queries are. `edit` None: `copies` random chains per photo, seeded by (seed, id); else the named
+    copies of the photos `ids` of image data set `photos`, embedded by `embed` (a list of photos to their
+    embeddings, as queries are: lbhash.runs.codes.photo_embedder). `edit` None: `copies` random chains per photo, seeded by (seed, id); else the named
     edit (copies 1)."""
     embs, owners, started, last = [], [], time.perf_counter(), time.perf_counter()
     for start in range(0, len(ids), CHUNK):
@@ -53,7 +53,7 @@ def copy_embeddings(encoder, photos, ids: np.ndarray, copies: int, seed: int, ed
                 images.extend(random_edit(img, rng) for _ in range(copies))
             else:
                 images.append(edited(img, edit))
-        embs.append(encoder.outputs(images)[1])
+        embs.append(embed(images))
         owners.append(np.repeat(np.arange(start, start + len(part)), copies if edit is None else 1))
         if time.perf_counter() - last > 30:
             last = time.perf_counter()
@@ -64,25 +64,21 @@ def copy_embeddings(encoder, photos, ids: np.ndarray, copies: int, seed: int, ed
         (np.concatenate(owners) if owners else np.empty(0, np.int64))
 
 
-def learn_transform(encoder, photos, train: np.ndarray, train_emb: np.ndarray, bits: int, seed: int = 0):
+def learn_transform(embed, photos, train: np.ndarray, train_emb: np.ndarray, bits: int, seed: int = 0):
     """(the learned transform, None) from the training photos `train` (positions in `photos`) and their
     item embeddings `train_emb`, or (None, why) where there are fewer than MIN_LEARN_PHOTOS of them."""
-    from lbhash.train.instance_head import fit_instance_head
-
     if len(train) < MIN_LEARN_PHOTOS:
         return None, (f"{len(train)} training photos are too few to learn an instance code on (at least "
                       f"{MIN_LEARN_PHOTOS}): the index keeps the ITQ code of their embeddings")
     started = time.perf_counter()
-    views, owners = copy_embeddings(encoder, photos, train, COPIES, seed)
-    logger.info("instance code: %d edited copies of %d photos embedded in %.0f s; training its head",
-                len(views), len(train), time.perf_counter() - started)
-    start = InstanceTransform.fit(train_emb, bits, seed=seed).projection  # the head starts as the ITQ code
-    arrays = fit_instance_head(train_emb, views, owners, bits, seed=seed, start=start)
-    logger.info("instance code: learned in %.0f s", time.perf_counter() - started)
-    return InstanceTransform.from_head(arrays), None
+    views, owners = copy_embeddings(embed, photos, train, COPIES, seed)
+    transform = InstanceTransform.learn(train_emb, views, owners, bits, seed)
+    logger.info("instance code: learned from %d edited copies of %d photos in %.0f s", len(views), len(train),
+                time.perf_counter() - started)
+    return transform, None
 
 
-def calibrate_mark(encoder, photos, held: np.ndarray, held_rows: np.ndarray, transform: InstanceTransform,
+def calibrate_mark(embed, photos, held: np.ndarray, held_rows: np.ndarray, transform: InstanceTransform,
                    instance: np.ndarray, floats: np.ndarray | None) -> dict:
     """The index's same-picture record: copies of the photos `held` (positions in `photos`; rows
     `held_rows` of the index's items) under every named edit, against the index's `instance` codes
@@ -94,7 +90,7 @@ def calibrate_mark(encoder, photos, held: np.ndarray, held_rows: np.ndarray, tra
     center = transform.mean
     items = None if floats is None else _centred(floats, center)
     for name in EDITS:
-        emb, _ = copy_embeddings(encoder, photos, held, 1, 0, edit=name)
+        emb, _ = copy_embeddings(embed, photos, held, 1, 0, edit=name)
         dist = hamming_distance(transform.apply(emb), instance, transform.bits).astype(np.int64)
         rows = np.arange(len(held))
         own.append(dist[rows, held_rows])
@@ -143,20 +139,20 @@ class RunPhotos:
     def __init__(self, run_dir, spec: str):
         from lbhash.runs import index_inputs
 
-        self.encoder = index_inputs.load_encoder(run_dir)
+        self.embed = index_inputs.photo_embedder(run_dir)
         self.photos = index_inputs.run_photos(run_dir, spec)
 
     def learn(self, train: np.ndarray, train_emb: np.ndarray, bits: int, seed: int = 0):
-        return learn_transform(self.encoder, self.photos, train, train_emb, bits, seed)
+        return learn_transform(self.embed, self.photos, train, train_emb, bits, seed)
 
     def calibrate(self, ids: np.ndarray, held: np.ndarray, transform, instance, floats) -> dict:
         rows = np.searchsorted(ids, held) if np.all(ids[:-1] <= ids[1:]) else \
             np.array([int(np.flatnonzero(ids == h)[0]) for h in held], np.int64)
-        return calibrate_mark(self.encoder, self.photos, held, rows, transform, instance, floats)
+        return calibrate_mark(self.embed, self.photos, held, rows, transform, instance, floats)
 
 
 def held_photos(ids: np.ndarray, seed: int = 0) -> np.ndarray:
-    """The index's photos its mark is calibrated on (and a learned head does not train on): CALIBRATION of
+    """The index's photos its mark is calibrated on (and a learned code does not learn from): CALIBRATION of
     `ids`, a seeded sample, at most a fifth; ascending."""
     held = min(CALIBRATION, len(ids) // 5)
     rng = np.random.default_rng((seed, CALIBRATION_STREAM))  # not the sample of an evaluation's seed

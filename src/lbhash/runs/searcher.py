@@ -19,7 +19,7 @@ from lbhash.index.backend import Backend, InRange, TopK
 from lbhash.index.blend import Blended, blended_search
 from lbhash.index.hits import Queries, SearchOptions, Spelling, check_classes, plan_search, search_hits
 from lbhash.index.rescore import RESCORE_FACTOR
-from lbhash.instance import InstanceTransform
+from lbhash.instance import InstanceTransform, mark_why
 from lbhash.runs import index_inputs
 from lbhash.runs.index_dir import IndexLocation
 from lbhash.runs.instance_codes import index_transform
@@ -165,6 +165,7 @@ class Found:
 
     results: list[dict]
     class_names: list[str] | None
+    no_mark: str | None = None  # why no hit can be marked the same picture, where the search ranked by instance codes
 
 
 def search_index(location: IndexLocation, source: QuerySource, model: QueryModel = QueryModel(),
@@ -197,7 +198,8 @@ def search_index(location: IndexLocation, source: QuerySource, model: QueryModel
                 "labels": h.labels, **({"sources": [source_of.get(x) for x in h.ids]} if source_of else {}),
                 **({"query_labels": query_labels[q]} if query_labels is not None else {})}
                for q, h in enumerate(hits)]
-    return Found(results, (record.class_names or None) if record is not None else None)
+    no_mark = mark_why(index.metadata) if rank and transform is not None else None
+    return Found(results, (record.class_names or None) if record is not None else None, no_mark)
 
 
 def _ranks(index, transform, encoder, radius, asked: bool, rescore: bool, names: Names) -> bool:

@@ -27,7 +27,7 @@ from lbhash.service.depends import AccessDep, EncoderDep, LimitsDep, MediaDep, S
 from lbhash.service.media import ItemMedia
 from lbhash.service.models import Int
 from lbhash.runs.index_store import Store
-from lbhash.runs.instance_codes import default_looks_like
+from lbhash.runs.instance_codes import default_looks_like, mark_summary
 from lbhash.runs.serving import run_summary
 
 logger = logging.getLogger("lbhash")
@@ -99,7 +99,9 @@ def about(store: StoreDep, encoder: EncoderDep, limits: LimitsDep, media: MediaD
     record = media.record
     info = {**store.stats(), "data": store.metadata.get("data"), "sources": 0 if record is None else len(record),
             "class_names": None if record is None else record.class_names, "keeps_uploads": media.kept is not None,
-            "looks_like": default_looks_like(store.transform is not None, store.index.embedding_dim is not None)}
+            "looks_like": default_looks_like(store.transform is not None, store.index.embedding_dim is not None),
+            # the calibrated same-picture mark, or why hits are never marked (docs/search.md, "The same picture")
+            "same_picture": None if store.transform is None else mark_summary(store.metadata)}
     return About(index=info, run=run_summary(encoder), input_kind=None if encoder is None else encoder.input_kind,
                  limits=asdict(limits), access=access.public())
 
