@@ -33,6 +33,7 @@ MAX_INSTANCE_BITS = 4096
 METHODS = ("itq", "pca", "learned")  # ITQ rotation after PCA, the PCA directions alone, or learned from copies
 FITTED = ("itq", "pca")                # the ones `InstanceTransform.fit` makes (`learn` makes "learned")
 COPY_SHRINK = 0.01  # the copies' covariance is regularised by this share of its largest eigenvalue (validation)
+FLOAT_DIMS = 512    # a learned transform's float rows: the whitened space's top directions (validation)
 ITQ_ITERATIONS = 50
 FILE_NAME = "instance-transform.npz"
 # the ranking by both codes (lbhash.index.blend), its defaults chosen on validation items (docs/search.md,
@@ -148,11 +149,27 @@ def _embeddings(x, dim: int | None, name: str) -> np.ndarray:
 
 @dataclass(frozen=True)
 class InstanceTransform:
-    """Embedding (n, dim) -> packed instance code (n, bits // 8): sign((unit(x) - mean) @ projection)."""
+    """Embedding (n, dim) -> packed instance code (n, bits // 8): sign((unit(x) - mean) @ projection); and
+    where it has a `float_map` (a learned transform), the float rows an index keeps and its cosine scores:
+    (unit(x) - mean) @ float_map (`rows`)."""
 
     mean: np.ndarray        # float64 (dim,)
     projection: np.ndarray  # float64 (dim, bits)
     method: str
+    float_map: np.ndarray | None = None  # float64 (dim, r): the whitened space's top r directions
+
+    @property
+    def maps_floats(self) -> bool:
+        """Whether the index's float rows are this transform's `rows` (else the embeddings as they come)."""
+        return self.float_map is not None
+
+    def rows(self, embeddings, name: str = "embeddings") -> np.ndarray:
+        """The float rows an index keeps of `embeddings` (n, dim) and the queries' rows its cosine scores:
+        float32 (n, r) unit rows of (unit(x) - mean) @ float_map (a transform without one: the embeddings)."""
+        if self.float_map is None:
+            return embeddings
+        x = unit_vectors(_embeddings(embeddings, self.dim, name))
+        return unit_vectors((x - self.mean) @ self.float_map).astype(np.float32)
 
     @property
     def dim(self) -> int:
@@ -189,7 +206,9 @@ class InstanceTransform:
         differences between each copy and its photo (what edits do to an embedding: its directions shrink,
         regularised by COPY_SHRINK of its largest eigenvalue), the photos' top `bits` principal directions
         taken in that space, and the ITQ rotation balances the bits: the directions along which photos differ
-        much and their copies little. Numpy only, closed form."""
+        much and their copies little. The index's float rows are the photos in that space too (its top
+        FLOAT_DIMS directions, `rows`), so that the ranking's cosine sees what the code sees. Numpy only,
+        closed form."""
         x = unit_vectors(_embeddings(embeddings, None, "embeddings"))
         y = unit_vectors(_embeddings(copies, x.shape[1], "copies"))
         owners = np.asarray(owners)
@@ -205,9 +224,11 @@ class InstanceTransform:
         whiten = (vectors / np.sqrt(np.maximum(values, 0) + shrink)) @ vectors.T
         rng = np.random.default_rng(seed)
         white = (x - mean) @ whiten
-        directions = whiten @ _principal(white - white.mean(axis=0), bits, rng)
+        top = _principal(white - white.mean(axis=0), max(bits, min(FLOAT_DIMS, x.shape[1])), rng)
+        directions = whiten @ top[:, :bits]
         projection = directions @ _itq(x - mean, directions, rng)
-        return cls(mean, np.ascontiguousarray(projection), "learned")
+        float_map = whiten @ top[:, :min(FLOAT_DIMS, x.shape[1])]
+        return cls(mean, np.ascontiguousarray(projection), "learned", np.ascontiguousarray(float_map))
 
     def apply(self, embeddings, name: str = "embeddings") -> np.ndarray:
         """Packed uint8 instance codes (n, bits // 8) of `embeddings` (n, dim) (0 -> bit 1, as class codes)."""
@@ -218,8 +239,9 @@ class InstanceTransform:
     def to_bytes(self) -> bytes:
         """The transform as an .npz file's bytes (no pickles)."""
         out = io.BytesIO()
+        extra = {} if self.float_map is None else {"float_map": self.float_map}
         np.savez(out, format=np.array(_FORMAT), method=np.array(self.method), mean=self.mean,
-                 projection=self.projection)
+                 projection=self.projection, **extra)
         return out.getvalue()
 
     @classmethod
@@ -228,23 +250,28 @@ class InstanceTransform:
         try:
             with np.load(io.BytesIO(data), allow_pickle=False) as npz:
                 fields = {name: npz[name] for name in ("format", "method", "mean", "projection")}
+                float_map = npz["float_map"] if "float_map" in npz.files else None  # (learned transforms)
         except (ValueError, OSError, KeyError, EOFError) as err:
             raise InputError(f"{where}: not an instance transform ({err})") from None
         mean, projection, method = fields["mean"], fields["projection"], str(fields["method"])
+        mapped_ok = float_map is None or (float_map.dtype == np.float64 and float_map.ndim == 2 and
+                                          float_map.shape[0] == len(mean) and float_map.shape[1] >= 1 and
+                                          np.isfinite(float_map).all())
         if str(fields["format"]) != _FORMAT or method not in METHODS or mean.dtype != np.float64 or \
-                projection.dtype != np.float64 or mean.ndim != 1 or projection.ndim != 2 or \
+                projection.dtype != np.float64 or mean.ndim != 1 or projection.ndim != 2 or not mapped_ok or \
                 projection.shape[0] != len(mean) or not np.isfinite(projection).all() or not np.isfinite(mean).all():
+            shape = "" if float_map is None else f", float map {float_map.dtype} {float_map.shape}"
             raise InputError(f"{where}: not an instance transform of this lbhash (format {str(fields['format'])!r}, "
                              f"method {method!r}, mean {mean.dtype} {mean.shape}, projection {projection.dtype} "
-                             f"{projection.shape})")
+                             f"{projection.shape}{shape})")
         check_instance_bits(projection.shape[1], len(mean), f"{where}: its length")
-        return cls(mean, projection, method)
+        return cls(mean, projection, method, float_map)
 
     def digest(self) -> str:
         """SHA-256 of the method and arrays (not of `to_bytes`, whose zip entries carry a time): the
         transform's identity."""
         h = hashlib.sha256(self.method.encode())
-        for arr in (self.mean, self.projection):
+        for arr in (self.mean, self.projection, *(() if self.float_map is None else (self.float_map,))):
             h.update(repr(arr.shape).encode())
             h.update(np.ascontiguousarray(arr, "<f8").tobytes())
         return h.hexdigest()

@@ -12,6 +12,7 @@ from lbhash.index import _lookup, code_index
 from lbhash.index.backend import FloatQueries
 from lbhash.index.blend import _float_queries, _similarities_by_id
 from lbhash.index.rescore import unit_rows
+from lbhash.instance import MARK_KEY
 
 
 def test_every_finite_float16_value_is_read_exactly():
@@ -71,6 +72,7 @@ def test_a_tabled_flat_index_scores_its_rows_by_position_as_the_ranking_scores_t
         np.testing.assert_array_equal(np.where(ok, found.similarities, 0), np.where(ok, by_id, 0))
     else:  # int8 rows are scored as the unit float16 rows of their directions: by id
         assert found.similarities is None
+    index.metadata[MARK_KEY] = {"mark": "cosine", "threshold": 0.7}  # a calibrated mark (lbhash.instance.mark_rule)
     got = blended_search(index, Queries(q, qe, qi, center), 10, looks_like=0.7, factor=3)
     assert got.ids[:, 0].tolist() == [0, 20, 400] and got.same[:, 0].all()  # each finds itself, the same picture
     plain = code_index.CodeIndex.both_candidates  # the same ranking with every row read by id: the same bits

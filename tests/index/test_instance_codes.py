@@ -12,7 +12,7 @@ from index_reference import brute_blend, tied_items
 from lbhash.errors import InputError
 from lbhash.index import CodeIndex, Queries, SparseLabels, blended_search
 from lbhash.index.blend import SIMILARITY_POWER
-from lbhash.instance import LOOKS_LIKE, LOOKS_LIKE_CODES, InstanceTransform, check_instance_bits
+from lbhash.instance import LOOKS_LIKE, LOOKS_LIKE_CODES, MARK_KEY, InstanceTransform, check_instance_bits
 
 KINDS = [("flat", {}), ("ivf", {"nlist": 4, "nprobe": 2}), ("multihash", {"nhash": 1})]
 
@@ -128,6 +128,7 @@ def test_the_blend_scores_by_centred_cosine_where_the_index_keeps_floats():
     emb = np.abs(np.random.default_rng(3).standard_normal((200, 12)))  # all positive, as pooled features are
     index = CodeIndex(8)
     index.add(codes, embeddings=emb, instance=inst)
+    index.metadata[MARK_KEY] = {"mark": "cosine", "threshold": 0.7}  # a calibrated mark (lbhash.instance.mark_rule)
     center = emb.mean(axis=0) / np.linalg.norm(emb.mean(axis=0))
     q, qi, qe = codes[:3], inst[:3], emb[:3] * 2.0  # (scale does not matter: unit rows)
     got = blended_search(index, Queries(q, qe, qi, center), 10, looks_like=0.7, factor=4)

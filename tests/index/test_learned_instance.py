@@ -136,3 +136,43 @@ def test_the_calibration_lets_no_other_photo_pass_and_says_why_where_it_cannot(r
     assert record["mark"] in ("instance", "cosine", None)
     too_few = instance_learning.calibrate_mark(encoder, photos, held[:5], held[:5], transform, instance, emb)
     assert too_few["mark"] is None and "too few" in too_few["why"]
+
+
+def test_a_learned_transform_keeps_its_float_rows_in_its_space_and_queries_meet_them_there(rng, monkeypatch):
+    """The float rows of a learned transform are (unit(x) - mean) @ float_map, unit length, at FLOAT_DIMS
+    wide; the index keeps them, a ranked search's queries come as the same rows (no centre), and the
+    cosine mark is read by such a search."""
+    import lbhash.instance as instance
+    from lbhash.runs.instance_codes import payload_of
+    from lbhash.runs.searcher import ranked_queries
+
+    monkeypatch.setattr(instance, "FLOAT_DIMS", 16)
+    n, d = 90, 40
+    x, owners = rng.standard_normal((n, d)), np.tile(np.arange(n), 2)
+    y = x[owners] + 0.2 * rng.standard_normal((2 * n, d))
+    t = InstanceTransform.learn(x, y, owners, 16)
+    assert t.maps_floats and t.float_map.shape == (d, 16)
+    rows = t.rows(x)
+    ux = x / np.linalg.norm(x, axis=1, keepdims=True)
+    want = (ux - t.mean) @ t.float_map
+    np.testing.assert_allclose(rows, want / np.linalg.norm(want, axis=1, keepdims=True), rtol=1e-5)
+    again = InstanceTransform.from_bytes(t.to_bytes())
+    np.testing.assert_array_equal(again.float_map, t.float_map)
+    assert again.digest() == t.digest()
+    assert InstanceTransform(t.mean, t.projection, "learned").digest() != t.digest()
+    index = CodeIndex(8, embedding_dim=16, instance_bits=16)
+    kept, inst = payload_of(t, index, x, n, "the items")
+    np.testing.assert_array_equal(kept, rows)
+    np.testing.assert_array_equal(inst, t.apply(x))
+    codes = rng.integers(0, 256, (n, 1), dtype=np.uint8)
+    index.add(codes, embeddings=kept, instance=inst)
+    index.metadata[MARK_KEY] = {"mark": "cosine", "threshold": 0.9}
+    queries = ranked_queries(codes[:5], y[:5], True, t)
+    assert queries.center is None and queries.embeddings.shape == (5, 16)
+    got = blended_search(index, queries, 3, looks_like=1.0)
+    cos = (t.rows(y[:5]) @ rows.T)
+    assert got.ids[:, 0].tolist() == cos.argmax(axis=1).tolist()
+    np.testing.assert_array_equal(got.same[:, 0], np.take_along_axis(cos, got.ids[:, :1], axis=1)[:, 0] >= 0.9)
+    bad = InstanceTransform(t.mean, t.projection, "learned", t.float_map[:5]).to_bytes()
+    with pytest.raises(InputError, match="float map float64 \\(5, 16\\)"):
+        InstanceTransform.from_bytes(bad)

@@ -207,10 +207,9 @@ def _ranked(index: Backend, floats: FloatQueries | None, instance: bool, found: 
     nq, c = ids.shape
     out = Blended(np.full((nq, k), -np.inf), np.full((nq, k), PAD_DISTANCE, np.int32),
                   np.full((nq, k), PAD_DISTANCE, np.int32), np.full((nq, k), PAD_ID, np.int64), np.zeros((nq, k), bool))
-    # the index's calibrated mark: by the centred cosine (where this search scores by it) or the instance
-    # distance; none without instance codes (a raw cosine has no calibrated threshold)
-    cosine = floats is not None and floats.center is not None
-    cut, by_cosine = mark_rule(getattr(index, "metadata", None), cosine) if instance else (-1.0, False)
+    # the index's calibrated mark: by the cosine of the rows its transform keeps (where this search scores by
+    # it) or the instance distance; none without instance codes (a raw cosine has no calibrated threshold)
+    cut, by_cosine = mark_rule(getattr(index, "metadata", None), floats is not None) if instance else (-1.0, False)
     valid = ids >= 0
     dim = 0 if floats is None else floats.vectors.shape[1]
     # bounded memory: rows read by id are gathered for `step` queries' candidates at a time

@@ -91,6 +91,8 @@ def build_index(source: Path, where: IndexLocation, options: IndexOptions = Inde
     source, params = Path(source), dict(options.params or {})
     kind, float_rows, instance_bits = options.kind, options.float_rows, options.instance_bits
     out, backend = str(where.target), where.backend
+    if backend != "milvus":  # refused before minutes of work (the photos' copies), and again before the write
+        _check_out(out, overwrite)
     spec = None
     if source.is_dir():
         part = index_inputs.run_part(source, part)
@@ -112,17 +114,8 @@ def build_index(source: Path, where: IndexLocation, options: IndexOptions = Inde
         train = _outside_training_items(source, ids, instance_bits)
         both = index_inputs.run_embeddings(source, np.concatenate([ids, train]), spec)
         emb, train_emb = both[:len(ids)], both[len(ids):] if len(train) else None
-    run_photos = RunPhotos(source, spec) if photos and spec is not None and model is not None and emb is not None \
-        and instance_bits else None
-    held = held_photos(ids) if run_photos is not None else None
-    transform, fitted_on = _learned_transform(run_photos, source, spec, ids, emb, instance_bits, held,
-                                              options.instance_method)
-    if transform is None:
-        transform, fitted_on = _instance_transform(source, spec, ids, emb, instance_bits, train_emb,
-                                                   options.instance_method or "itq")
-    instance = None if transform is None else transform.apply(emb)
-    emb = emb if float_rows else None
-    mark = None if transform is None else _mark(run_photos, ids, held, transform, instance, emb, spec)
+    transform, fitted_on, mark = _instance(source, spec, ids, emb, options, photos and model is not None, train_emb)
+    instance, emb, mark = _kept(transform, mark, emb, float_rows)
     dim = None if emb is None else emb.shape[1]
     if backend == "milvus":
         if float_rows not in (None, "float16"):
@@ -131,9 +124,7 @@ def build_index(source: Path, where: IndexLocation, options: IndexOptions = Inde
         index = _new_milvus(where, items["bits"], kind, params, overwrite, dim,
                             None if transform is None else transform.bits)
     else:
-        refuse_inside_run(out, "--out")
-        if Path(out).exists() and not overwrite:
-            raise InputError(f"{out} exists: choose another --out to keep it, or pass --overwrite to replace it")
+        _check_out(out, overwrite)
         index = CodeIndex(items["bits"], kind, embedding_dtype=float_rows or "float16", **params)
     if transform is not None:
         attach(index, transform, fitted_on)
@@ -154,6 +145,21 @@ def build_index(source: Path, where: IndexLocation, options: IndexOptions = Inde
     return Built(index, len(ids), items["bits"], dim, searches(index), index.instance_bits)
 
 
+def _kept(transform, mark, emb, float_rows):
+    """(the items' instance codes, the float rows the index keeps, its same-picture record): the calibration's
+    copies meet the float rows the index keeps (or its instance codes alone)."""
+    if transform is None:
+        return None, emb if float_rows else None, None
+    instance, kept = transform.apply(emb), transform.rows(emb) if float_rows else None
+    return instance, kept, mark(instance, kept)
+
+
+def _check_out(out: str, overwrite: bool) -> None:
+    refuse_inside_run(out, "--out")
+    if Path(out).exists() and not overwrite:
+        raise InputError(f"{out} exists: choose another --out to keep it, or pass --overwrite to replace it")
+
+
 def _outside_training_items(source: Path, ids: np.ndarray, bits: int | None) -> np.ndarray:
     """The run's training items, where its instance transform needs them and the index holds fewer
     than 2 of them (`_instance_transform`); else none."""
@@ -163,24 +169,39 @@ def _outside_training_items(source: Path, ids: np.ndarray, bits: int | None) -> 
     return train if np.isin(train, ids).sum() < 2 else np.zeros(0, np.int64)
 
 
-def _learned_transform(run_photos, source: Path, spec, ids: np.ndarray, emb, bits: int | None, held, method):
-    """(the learned transform, what it learned on), or (None, None) where the index keeps the ITQ code:
-    `method` "itq" or "pca", no photos and model to learn from (feature rows, a codes file: "learned"
-    is refused there), or too few training photos (a warning says so)."""
-    if method not in (None, "learned") or not bits or emb is None:
-        return None, None
-    if run_photos is None:
-        if method == "learned":
-            raise InputError(f"--instance-method learned: {source} is not a run of photos, so there are no photos "
-                             "to edit and learn an instance code on; use itq or pca")
-        return None, None
-    bits = _default_bits(bits, emb.shape[1])
-    if not bits:
-        return None, None
+def _instance(source: Path, spec, ids: np.ndarray, emb, options: IndexOptions, photos: bool, train_emb=None):
+    """(the instance transform of a new index, what it was made from, a function of (its instance codes, its
+    float rows) to its same-picture record), or (None, None, None) for none. A run of photos learns it from
+    edited copies of its training photos (lbhash.runs.instance_learning) unless `options` say itq or pca, or
+    it has too few (a warning says so); anything else fits the ITQ (or PCA) code (`_instance_transform`)."""
+    bits, method = options.instance_bits, options.instance_method
+    run_photos = RunPhotos(source, spec) if photos and spec is not None and emb is not None and bits else None
+    held = held_photos(ids) if run_photos is not None else None
+    transform, fitted_on = None, None
+    if method == "learned" and run_photos is None and bits and emb is not None:
+        raise InputError(f"--instance-method learned: {source} is not a run of photos, so there are no photos to "
+                         "edit and learn an instance code on; use itq or pca")
+    if run_photos is not None and method in (None, "learned") and _default_bits(bits, emb.shape[1]):
+        transform, fitted_on = _learned(run_photos, source, spec, ids, emb, _default_bits(bits, emb.shape[1]), held)
+    if transform is None:
+        transform, fitted_on = _instance_transform(source, spec, ids, emb, bits, train_emb, method or "itq")
+    if transform is None:
+        return None, None, None
+    if run_photos is not None:
+        return transform, fitted_on, lambda codes, floats: run_photos.calibrate(ids, held, transform, codes, floats)
+    why = ("the index was built from a codes file, without the model that made it: there are no copies to calibrate "
+           "a same-picture mark on, so no hit is marked") if spec is None else \
+        ("the index's items are not photos: there are no edited copies to calibrate a same-picture mark on, so no "
+         "hit is marked")
+    return transform, fitted_on, lambda codes, floats: no_mark(why)
+
+
+def _learned(run_photos, source: Path, spec, ids: np.ndarray, emb, bits: int, held):
+    """(the learned transform, what it learned from), or (None, None) with a warning where the run has too few
+    training photos; the photos `held` out for the mark are not learned from."""
     train = index_inputs.run_training_items(source)
     train = train[~np.isin(train, held)]
-    inside = np.isin(train, ids)
-    if inside.all():
+    if np.isin(train, ids).all():
         order = np.argsort(ids, kind="stable")
         train_emb = np.asarray(emb)[order[np.searchsorted(ids[order], train)]]
     else:  # training photos the index does not hold: their own pass
@@ -191,20 +212,9 @@ def _learned_transform(run_photos, source: Path, spec, ids: np.ndarray, emb, bit
 
         from lbhash.errors import LbhashWarning
 
-        warnings.warn(why, LbhashWarning, stacklevel=3)
+        warnings.warn(why, LbhashWarning, stacklevel=4)
         return None, None
     return transform, f"learned from {len(train)} of the run's training photos and {COPIES} edited copies of each"
-
-
-def _mark(run_photos, ids, held, transform, instance, floats, spec) -> dict:
-    """The index's same-picture record (lbhash.runs.instance_learning)."""
-    if run_photos is not None:
-        return run_photos.calibrate(ids, held, transform, instance, floats)
-    if spec is None:
-        return no_mark("the index was built from a codes file, without the model that made it: there are no copies "
-                       "to calibrate a same-picture mark on, so no hit is marked")
-    return no_mark("the index's items are not photos: there are no edited copies to calibrate a same-picture mark "
-                   "on, so no hit is marked")
 
 
 def _default_bits(bits: int, width: int) -> int:

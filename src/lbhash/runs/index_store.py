@@ -119,6 +119,12 @@ class Store(ABC):
         return self.index.bits
 
     @property
+    def embedding_width(self) -> int | None:
+        """The width of the embeddings that items and queries come with (the model's): the instance
+        transform's, whose rows the index keeps (they may be narrower), else the float rows'; None: neither."""
+        return self.transform.dim if self.transform is not None else self.index.embedding_dim
+
+    @property
     def item_view(self) -> bool:
         """Whether the index keeps, per photo, its blurred view's embedding too (lbhash.data.views), so
         that photos added to it are embedded so."""

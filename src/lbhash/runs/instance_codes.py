@@ -74,4 +74,4 @@ def payload_of(transform: InstanceTransform | None, index, embeddings, n: int, w
         raise InputError(f"the index keeps a {transform.bits}-bit instance code per item, made from its embedding: "
                          f"{what} must give the items' embeddings")
     instance = transform.apply(embeddings, f"{what}: embeddings")
-    return (None if index.embedding_dim is None else embeddings), instance
+    return (None if index.embedding_dim is None else transform.rows(embeddings, f"{what}: embeddings")), instance

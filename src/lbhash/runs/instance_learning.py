@@ -21,7 +21,7 @@ import numpy as np
 
 from lbhash.codes import hamming_distance
 from lbhash.data.edits import EDITS, edited, random_edit
-from lbhash.instance import MARK_KEY, InstanceTransform, unit_vectors
+from lbhash.instance import InstanceTransform, unit_vectors
 
 logger = logging.getLogger("lbhash")
 
@@ -87,8 +87,7 @@ def calibrate_mark(embed, photos, held: np.ndarray, held_rows: np.ndarray, trans
         return {"mark": None, "why": f"{len(held)} photos to calibrate the same-picture mark on are too few "
                                      f"(at least {MIN_CALIBRATION}): no hit is marked"}
     own, nearest, cos_own, cos_nearest = [], [], [], []
-    center = transform.mean
-    items = None if floats is None else _centred(floats, center)
+    items = None if floats is None else _cosine_rows(transform, floats, kept=True)
     for name in EDITS:
         emb, _ = copy_embeddings(embed, photos, held, 1, 0, edit=name)
         dist = hamming_distance(transform.apply(emb), instance, transform.bits).astype(np.int64)
@@ -97,7 +96,7 @@ def calibrate_mark(embed, photos, held: np.ndarray, held_rows: np.ndarray, trans
         dist[rows, held_rows] = transform.bits + 1
         nearest.append(dist.min(axis=1))
         if items is not None:
-            cos = _centred(emb, center) @ items.T
+            cos = _cosine_rows(transform, emb) @ items.T
             cos_own.append(cos[rows, held_rows])
             cos[rows, held_rows] = -2
             cos_nearest.append(cos.max(axis=1))
@@ -127,8 +126,12 @@ def _candidate(threshold: float, passed: np.ndarray, false: np.ndarray) -> dict:
             "usable": bool(0 < threshold <= 1 and recall >= MIN_MARK_RECALL)}
 
 
-def _centred(x: np.ndarray, center: np.ndarray) -> np.ndarray:
-    return unit_vectors(unit_vectors(np.asarray(x, np.float64)) - center)
+def _cosine_rows(transform: InstanceTransform, x: np.ndarray, kept: bool = False) -> np.ndarray:
+    """Unit rows whose dot products are the ranking's cosines: the transform's rows (`kept`: `x` are already
+    the index's rows), or the embeddings centred on its mean."""
+    if transform.maps_floats:
+        return unit_vectors(np.asarray(x if kept else transform.rows(x), np.float64))
+    return unit_vectors(unit_vectors(np.asarray(x, np.float64)) - transform.mean)
 
 
 

@@ -35,8 +35,12 @@ def ranked_queries(codes: np.ndarray, embeddings: np.ndarray, floats: bool,
     (`transform`), the queries' instance codes and the cosine's centre (with floats)."""
     if transform is None:
         return Queries(codes, embeddings if floats else None)
-    return Queries(codes, embeddings if floats else None, transform.apply(embeddings, "query embeddings"),
-                   transform.mean if floats else None)
+    # the cosine's rows: those of the transform's learned space (already centred), or the embeddings centred
+    # on the transform's mean
+    rows, center = (transform.rows(embeddings, "query embeddings"), None) if transform.maps_floats else \
+        (embeddings, transform.mean)
+    return Queries(codes, rows if floats else None, transform.apply(embeddings, "query embeddings"),
+                   center if floats else None)
 
 
 class QueryEncoder:

@@ -167,7 +167,7 @@ def search_image(store: StoreDep, encoder: EncoderDep, limits: LimitsDep, media:
 
 @items.post("/items", response_model=models.ItemsResponse, responses=_ERRORS, dependencies=CHANGES)
 def add_items(body: models.ItemsRequest, store: StoreDep, encoder: EncoderDep, limits: LimitsDep, media: MediaDep):
-    codes, emb = to_codes(body, "items", limits, store.bits, encoder, store.index.embedding_dim)
+    codes, emb = to_codes(body, "items", limits, store.bits, encoder, store.embedding_width)
     labels = None if body.labels is None else item_labels(body.labels, len(codes), limits.max_class_id)
     given_ids = None if body.ids is None else check_ids(body.ids, "ids")
     with media.adding(given_ids, body.upsert) as done:

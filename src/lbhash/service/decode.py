@@ -138,7 +138,8 @@ def decode_search(body: models.SearchRequest, limits, bits: int, encoder: QueryE
     if ranked and body.codes is not None and body.embeddings is None:
         raise InputError("a ranked search needs the queries' embeddings: 'embeddings' beside 'codes', or 'features' "
                          "with a run attached (or rescore false)")
-    width = (keeps if keeps is not None else transform.dim) if ranked else None
+    # the queries' embeddings as the model gives them: the transform's width (its rows may be another's)
+    width = (transform.dim if transform is not None else keeps) if ranked else None
     codes, emb = to_codes(body, "queries", limits, bits, encoder, width)  # (the features' embeddings only where ranked)
     queries = ranked_queries(codes, emb, keeps is not None, transform) if ranked else Queries(codes)
     options = SearchOptions(body.k, body.radius, body.rescore_factor, body.looks_like)
