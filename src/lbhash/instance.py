@@ -33,13 +33,15 @@ MAX_INSTANCE_BITS = 4096
 METHODS = ("itq", "pca", "learned")  # ITQ rotation after PCA, the PCA directions alone, or learned from copies
 FITTED = ("itq", "pca")                # the ones `InstanceTransform.fit` makes (`learn` makes "learned")
 COPY_SHRINK = 0.01  # the copies' covariance is regularised by this share of its largest eigenvalue (validation)
-FLOAT_DIMS = 512    # a learned transform's float rows: the whitened space's top directions (validation)
+FLOAT_DIMS = 1280   # a learned transform's float rows: the whitened space's top directions (validation)
 ITQ_ITERATIONS = 50
 FILE_NAME = "instance-transform.npz"
 # the ranking by both codes (lbhash.index.blend), its defaults chosen on validation items (docs/search.md,
 # "Choosing the defaults")
 LOOKS_LIKE = 0.85       # from 0 (same class first) to 1 (looks like first), where float rows give the cosine
 LOOKS_LIKE_CODES = 0.7  # the same where the two codes alone rank
+LOOKS_LIKE_LEARNED = 0.95  # float rows in a learned transform's space (the cosine of copies spreads lower)
+RECORD_KEY = "instance"  # an index's metadata: its transform's record (method, bits, SHA-256, what it was made from)
 # a hit is marked the same picture by the threshold calibrated on the index's own photos and kept in its
 # metadata under MARK_KEY (lbhash.runs.instance_learning); an index without one marks nothing
 MARK_KEY = "same_picture"
@@ -72,6 +74,12 @@ def _itq(centred: np.ndarray, directions: np.ndarray, rng: np.random.Generator) 
         u, _, wt = np.linalg.svd(v.T @ b)
         rotation = u @ wt
     return rotation
+
+
+def learned_index(metadata: dict | None) -> bool:
+    """Whether an index's instance transform is a learned one (its metadata's record says so)."""
+    record = (metadata or {}).get(RECORD_KEY)
+    return isinstance(record, dict) and record.get("method") == "learned"
 
 
 def mark_rule(metadata: dict | None, cosine: bool = True, where: str = "the index") -> tuple[float, bool]:

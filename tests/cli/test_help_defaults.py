@@ -56,17 +56,21 @@ def expected_defaults() -> dict[tuple[str, str], str]:
     recommended, paper, benchmark = (method_defaults("csq", profile).recipe for profile in
                                      ("recommended", "paper", "benchmark"))
     assert paper.eval_every == benchmark.eval_every and paper.validation == benchmark.validation
-    from lbhash.instance import INSTANCE_BITS, LOOKS_LIKE, LOOKS_LIKE_CODES
+    from lbhash.instance import INSTANCE_BITS, LOOKS_LIKE, LOOKS_LIKE_CODES, LOOKS_LIKE_LEARNED
     from lbhash.runs.duplicates import evaluate_duplicates
+
+    looks_like = (f"{LOOKS_LIKE_LEARNED} with float rows of a learned instance code, {LOOKS_LIKE} with other float "
+                  f"rows, {LOOKS_LIKE_CODES} with the codes alone")
 
     duplicates = {name: p.default for name, p in inspect.signature(evaluate_duplicates).parameters.items()}
     return {
         ("search", "-k"): str(DEFAULT_K),
-        ("search", "--looks-like"): f"{LOOKS_LIKE} with float rows, {LOOKS_LIKE_CODES} with the codes alone",
+        ("search", "--looks-like"): looks_like,
         ("index build", "--instance-bits"): str(INSTANCE_BITS),
         ("duplicates", "--items"): str(duplicates["items"]),
         ("duplicates", "--seed"): str(duplicates["seed"]),
-        ("duplicates", "--looks-like"): f"{LOOKS_LIKE} with float rows, {LOOKS_LIKE_CODES} with the codes alone",
+        ("duplicates", "--looks-like"): looks_like,
+        ("duplicates", "--edits"): ",".join(duplicates["edits"]),
         ("duplicates", "--factor"): str(duplicates["factor"]),
         ("search", "--rescore-factor"): str(RESCORE_FACTOR),
         ("index build", "--nlist"): str(ivf["nlist"]),

@@ -31,7 +31,7 @@ from lbhash.index import _checks
 from lbhash.index.backend import PAD_DISTANCE, PAD_ID, Backend, Candidates, FloatQueries
 from lbhash.index.rescore import (PAIRS, RESCORE_FACTOR, check_embeddings, scoring_rows, unit_rows,
                                   with_boundary_ties)
-from lbhash.instance import LOOKS_LIKE, LOOKS_LIKE_CODES, mark_rule
+from lbhash.instance import LOOKS_LIKE, LOOKS_LIKE_CODES, LOOKS_LIKE_LEARNED, learned_index, mark_rule
 from lbhash.limits import MAX_RESCORE_CANDIDATES
 
 BUDGET = 1 << 22        # gathered candidate values scored at a time
@@ -86,12 +86,16 @@ def check_looks_like(value, name: str = "looks_like") -> float:
     return float(value)
 
 
-def default_looks_like(instance: bool, floats: bool = True) -> float:
-    """`looks_like` where a search leaves it out: where the queries give instance codes, `LOOKS_LIKE`
-    with `floats` (the cosine of float rows scores) and `LOOKS_LIKE_CODES` without; else `SIMILARITY_FIRST`."""
+def default_looks_like(instance: bool, floats: bool = True, learned: bool = False) -> float:
+    """`looks_like` where a search leaves it out: where the queries give instance codes, with `floats` (the
+    cosine of float rows scores) `LOOKS_LIKE_LEARNED` for an index whose transform is `learned` (its float
+    rows are in the learned space) and `LOOKS_LIKE` for another, and `LOOKS_LIKE_CODES` without floats;
+    else `SIMILARITY_FIRST` (each chosen on validation photos: docs/search.md)."""
     if not instance:
         return SIMILARITY_FIRST
-    return LOOKS_LIKE if floats else LOOKS_LIKE_CODES
+    if not floats:
+        return LOOKS_LIKE_CODES
+    return LOOKS_LIKE_LEARNED if learned else LOOKS_LIKE
 
 
 def blended_search(index: Backend, queries: Queries, k, labels=None, factor=RESCORE_FACTOR,
@@ -110,7 +114,8 @@ def blended_search(index: Backend, queries: Queries, k, labels=None, factor=RESC
     codes = _checks.packed_codes(queries.codes, index.bits, "queries")
     inst = _instance_queries(index, queries.instance, len(codes))
     units = _query_units(index, queries.embeddings, len(codes), inst is not None)
-    looks_like = default_looks_like(inst is not None, units is not None) if looks_like is None \
+    learned = learned_index(getattr(index, "metadata", None))
+    looks_like = default_looks_like(inst is not None, units is not None, learned) if looks_like is None \
         else check_looks_like(looks_like)
     center = queries.center
     if center is not None:

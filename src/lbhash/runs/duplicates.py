@@ -29,7 +29,7 @@ from lbhash.errors import InputError
 from lbhash.index.blend import blended_search
 from lbhash.index.hits import Queries
 from lbhash.index.rescore import RESCORE_FACTOR
-from lbhash.instance import MARK_KEY
+from lbhash.instance import MARK_KEY, learned_index
 from lbhash.runs.index_dir import bytes_per_item, open_index
 from lbhash.runs.instance_codes import default_looks_like, index_transform
 from lbhash.runs.origins import DataImages, read_sources
@@ -177,7 +177,8 @@ def evaluate_duplicates(index_dir, model: QueryModel, items: int = DEFAULT_ITEMS
         code_bytes = index.bits // 8 + (0 if order == "hamming" else (index.instance_bits or 0) // 8)
         floats = sizes["float_bytes_per_item"] if order == "blend" else 0
         ranking = None if order == "hamming" else \
-            looks_like if looks_like is not None else default_looks_like(True, order == "blend")
+            looks_like if looks_like is not None else \
+            default_looks_like(True, order == "blend", learned_index(index.metadata))
         report["orders"][order] = {"bytes_per_item": code_bytes + floats, "in_memory": code_bytes,
                                    "looks_like": ranking, "edits": measure(index, copies, order, ranking, factor, absent)}
     return report

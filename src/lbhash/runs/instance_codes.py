@@ -10,12 +10,12 @@ import numpy as np
 
 from lbhash.errors import InputError
 from lbhash.index.blend import default_looks_like
-from lbhash.instance import (FILE_NAME, INSTANCE_BITS, LOOKS_LIKE, LOOKS_LIKE_CODES, InstanceTransform, check_instance_bits,
-                             mark_summary)
+from lbhash.instance import (FILE_NAME, INSTANCE_BITS, LOOKS_LIKE, LOOKS_LIKE_CODES, LOOKS_LIKE_LEARNED, RECORD_KEY,
+                             InstanceTransform, check_instance_bits, mark_summary)
 
-__all__ = ["INSTANCE_BITS", "default_looks_like", "mark_summary", "LOOKS_LIKE", "LOOKS_LIKE_CODES", "ITEM_VIEW_KEY", "attach", "fit_transform", "index_transform", "payload_of"]
+__all__ = ["INSTANCE_BITS", "default_looks_like", "mark_summary", "LOOKS_LIKE", "LOOKS_LIKE_CODES", "LOOKS_LIKE_LEARNED", "ITEM_VIEW_KEY", "attach", "fit_transform", "index_transform", "payload_of"]
 
-METADATA_KEY = "instance"
+METADATA_KEY = RECORD_KEY
 ITEM_VIEW_KEY = "item_view"  # the metadata of an index whose photos' embeddings include their blurred views
 MAX_FIT_ITEMS = 20_000  # training embeddings a transform is fitted on at most (a seeded sample beyond)
 

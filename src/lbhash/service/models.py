@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import UploadFile
 from pydantic import BaseModel, ConfigDict, Field, Strict
 
-from lbhash.runs.instance_codes import LOOKS_LIKE, LOOKS_LIKE_CODES
+from lbhash.runs.instance_codes import LOOKS_LIKE, LOOKS_LIKE_CODES, LOOKS_LIKE_LEARNED
 
 # Numbers in a request are JSON numbers: `true` is not class 1, "3" and 3.0 are not id 3
 Int = Annotated[int, Strict()]
@@ -47,7 +47,8 @@ class SearchRequest(_Strict):
         None, ge=1, description="Candidates per result from each code that a ranked search scores (default 4).")
     looks_like: Float | None = Field(
         None, ge=0, le=1, description="The ranking from 0 (same class first) to 1 (looks like first) (default "
-                                      f"{LOOKS_LIKE} where the index keeps instance codes and float rows, "
+                                      f"{LOOKS_LIKE_LEARNED} where the index keeps a learned instance code and its "
+                                      f"float rows, {LOOKS_LIKE} where it keeps other instance codes and float rows, "
                                       f"{LOOKS_LIKE_CODES} with instance codes alone, else 1; docs/search.md, "
                                       "\"Ranking\").")
 

@@ -1,0 +1,194 @@
+"""Issue 86's tables (docs/search.md, "The learned instance code"): CIFAR-10 JPEGs as a class-folder
+tree, the README's own-folder recipe (or the fine-tuning recipe, or the default small CNN), three indexes
+of the run (the defaults: the learned code, float rows in its space; `--no-embeddings`: the codes alone;
+`--instance-method itq`: the unlearned code, as before), `lbhash duplicates` of each under every edit of
+the family, the same-picture mark on photos that are in no index (`--absent`), and the instance code
+beside perceptual hashes of the same copies (pHash, 8 bytes; PDQ, 32 bytes: `pip install imagehash
+pdqhash`, optional), each code searched exactly against every indexed photo's.
+
+    python studies/copies_table.py ../shared/data/cifar10-jpg.tar.gz OUT --start 0 --seed 0            # validation
+    python studies/copies_table.py ../shared/data/cifar10-jpg.tar.gz OUT --start 4000 --seed 1 --absent 4500   # held out
+
+`--start S`: the training JPEGs S to S + 149 of each class; `--absent A`: 20 JPEGs of each class from A on,
+in no index, searched as they are and under every edit (the first hit of each must not be marked).
+`--recipe finetune` fine-tunes Lite0 (the README's recipe, 160 px); `--recipe smallcnn` trains the default
+backbone from scratch on the photos (15 epochs, 32 px). Prints markdown tables; writes OUT/*.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import numpy as np
+
+from duplicates_table import photo_tree
+
+RECIPES = {
+    "frozen": ("--backbone", "efficientnet_lite0", "--pretrained", "imagenet", "--freeze-backbone", "--epochs", "30",
+               "--image-size", "160"),
+    "finetune": ("--backbone", "efficientnet_lite0", "--pretrained", "imagenet", "--image-size", "160"),
+    "smallcnn": ("--epochs", "15", "--image-size", "32"),
+}
+INDEXES = {"idx": (), "idx-codes": ("--no-embeddings",), "idx-itq": ("--instance-method", "itq")}
+
+
+def lbhash(*args: str, capture: bool = False) -> str:
+    done = subprocess.run([sys.executable, "-m", "lbhash.cli", *args], check=True, text=True,
+                          stdout=subprocess.PIPE if capture else None)
+    return done.stdout if capture else ""
+
+
+def absent_photos(tarball: str, out: Path, start: int, per: int = 20) -> None:
+    """`per` training JPEGs of each class from `start` on, flat in `out`."""
+    with tarfile.open(tarball) as tar:
+        members = sorted((m for m in tar.getmembers() if m.isfile() and m.name.endswith(".jpg")
+                          and m.name.split("/")[-3] == "train"), key=lambda m: m.name)
+        by_class: dict[str, list] = {}
+        for m in members:
+            by_class.setdefault(m.name.split("/")[-2], []).append(m)
+        out.mkdir(parents=True, exist_ok=True)
+        for cls, found in by_class.items():
+            for m in found[start:start + per]:
+                (out / f"{cls}-{Path(m.name).name}").write_bytes(tar.extractfile(m).read())
+
+
+def marks_on_absent(index: Path, run: Path, folder: Path, out: Path) -> dict:
+    """The absent photos as they are and under every edit, searched (k 1): how many first hits are marked."""
+    from PIL import Image
+
+    from lbhash.data.edits import EDITS, edited
+
+    photos = sorted(folder.glob("*.jpg"))
+    counts = {}
+    for name in ("none", *EDITS):
+        where = out / f"absent-{name}"
+        if not where.exists():
+            where.mkdir(parents=True)
+            for p in photos:
+                with Image.open(p) as im:
+                    img = np.asarray(im.convert("RGB"))
+                Image.fromarray(img if name == "none" else edited(img, name)).save(where / f"{p.stem}.png")
+        found = json.loads(lbhash("search", str(index), "--images", str(where), "--run", str(run), "-k", "1", "--json",
+                                  capture=True))
+        marked = [(r["name"], r["sources"][0] if r.get("sources") else r["ids"][0]) for r in found if r["same"][0]]
+        counts[name] = {"searched": len(found), "marked": len(marked), "which": marked}
+    return counts
+
+
+def code_for_code(index_dir: Path, run: Path, items: int, seed: int) -> dict:
+    """recall@1 of the original under each edit, each code alone searched exactly against the indexed
+    photos' own: the index's instance code, pHash and PDQ (where installed)."""
+    from lbhash.codes import hamming_distance
+    from lbhash.data.edits import EDITS, edited
+    from lbhash.data.image_sources import decode_image
+    from lbhash.index import CodeIndex
+    from lbhash.runs import index_inputs
+    from lbhash.runs.duplicates import make_copies
+    from lbhash.runs.origins import DataImages, read_sources
+
+    index = CodeIndex.load(index_dir)
+    copies = make_copies(index, index_inputs.query_encoder(run), items, seed, tuple(EDITS))
+    ids = np.sort(index.ids())
+    rows = np.searchsorted(ids, copies.ids)
+    inst = index.get_instance_codes(ids)
+    out = {"instance": {e: float(np.mean(hamming_distance(q.instance, inst, index.instance_bits).argmin(axis=1) == rows))
+                        for e, q in copies.queries.items()}}
+    record = read_sources(index)
+    reader = DataImages(record)
+
+    def image(i):
+        blob = reader.read(int(i))
+        return decode_image(blob, record.source(int(i))) if isinstance(blob, bytes) else np.asarray(blob)
+
+    hashers = {}
+    try:
+        import imagehash
+        from PIL import Image
+
+        hashers["phash"] = lambda img: np.packbits(imagehash.phash(Image.fromarray(img)).hash.ravel())
+    except ImportError:
+        print("pHash left out: pip install imagehash", file=sys.stderr)
+    try:
+        import pdqhash
+
+        hashers["pdq"] = lambda img: np.packbits(pdqhash.compute(np.ascontiguousarray(img))[0].astype(bool))
+    except ImportError:
+        print("PDQ left out: pip install pdqhash", file=sys.stderr)
+    if hashers:
+        photos = [image(i) for i in ids]
+        for name, h in hashers.items():
+            db = np.stack([h(p) for p in photos])
+            out[name] = {}
+            for e in EDITS:
+                q = np.stack([h(edited(photos[r], e)) for r in rows])
+                out[name][e] = float(np.mean(hamming_distance(q, db, db.shape[1] * 8).argmin(axis=1) == rows))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("tarball")
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--start", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--items", type=int, default=200)
+    parser.add_argument("--recipe", choices=sorted(RECIPES), default="frozen")
+    parser.add_argument("--absent", type=int, default=None, help="20 JPEGs of each class from here on: in no index")
+    args = parser.parse_args()
+    out = args.out
+    photos, run = out / "photos", out / "run"
+    if not photos.exists():
+        photo_tree(args.tarball, photos, args.start)
+    if not (run / "metrics.json").exists():
+        lbhash("train", "--data", f"images:{photos}", "--protocol", "all-train", *RECIPES[args.recipe],
+               "--method", "csq", "--bits", "64", "--seed", "0", "--out", str(run))
+    reports = {}
+    for name, extra in INDEXES.items():
+        if not (out / name).exists():
+            lbhash("index", "build", str(run), "--out", str(out / name), *extra)
+        path = out / f"dup-{name}.json"
+        if not path.exists():
+            path.write_text(lbhash("duplicates", str(out / name), "--run", str(run), "--items", str(args.items), "--seed",
+                                   str(args.seed), "--json", capture=True))
+        reports[name] = json.loads(path.read_text())
+    print_tables(reports)
+    compared = out / "code-for-code.json"
+    if not compared.exists():
+        compared.write_text(json.dumps(code_for_code(out / "idx", run, args.items, args.seed)))
+    table = json.loads(compared.read_text())
+    edits = reports["idx"]["edits"]
+    print("\n| code, searched alone | " + " | ".join(edits) + " |\n|---|" + "---|" * len(edits))
+    for name, row in table.items():
+        print(f"| {name} | " + " | ".join(f"{row[e]:.3f}" for e in edits) + " |")
+    if args.absent is not None:
+        folder = out / "absent"
+        if not folder.exists():
+            absent_photos(args.tarball, folder, args.absent)
+        for name in ("idx", "idx-codes"):
+            counts = marks_on_absent(out / name, run, folder, out)
+            (out / f"absent-{name}.json").write_text(json.dumps(counts, indent=1))
+            print(f"\n{name}: first hits marked, photos in no index: " +
+                  ", ".join(f"{e} {c['marked']}/{c['searched']}" for e, c in counts.items()))
+
+
+def print_tables(reports: dict) -> None:
+    edits = reports["idx"]["edits"]
+    print("| index | order | bytes per item | " + " | ".join(edits) + " |\n|---|---|---|" + "---|" * len(edits))
+    for name, report in reports.items():
+        mark = report.get("mark") or {}
+        print(f"<!-- {name}: mark {mark.get('mark')} {mark.get('threshold')} {mark.get('why', '')} -->")
+        for order, row in report["orders"].items():
+            cells = [f"{m['recall@1']:.3f} / {m['class_p@10']:.3f}" for m in row["edits"].values()]
+            print(f"| {name} | {order} | {row['bytes_per_item']} | " + " | ".join(cells) + " |")
+            if "mark_recall" in next(iter(row["edits"].values())):
+                cells = [f"{m['mark_recall']:.3f} / {m.get('false_marks_absent', 0):.3f}" for m in row["edits"].values()]
+                print(f"| {name} | {order}: mark recall / false marks, original out | | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
