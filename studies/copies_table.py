@@ -139,6 +139,7 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=200)
     parser.add_argument("--recipe", choices=sorted(RECIPES), default="frozen")
     parser.add_argument("--absent", type=int, default=None, help="20 JPEGs of each class from here on: in no index")
+    parser.add_argument("--sweep", action="store_true", help="looks_like and the similarity's power, on OUT/idx")
     args = parser.parse_args()
     out = args.out
     photos, run = out / "photos", out / "run"
@@ -157,6 +158,8 @@ def main() -> None:
                                    str(args.seed), "--json", capture=True))
         reports[name] = json.loads(path.read_text())
     print_tables(reports)
+    if args.sweep:
+        sweep(out / "idx", run, args.items, args.seed)
     compared = out / "code-for-code.json"
     if not compared.exists():
         compared.write_text(json.dumps(code_for_code(out / "idx", run, args.items, args.seed)))
@@ -174,6 +177,29 @@ def main() -> None:
             (out / f"absent-{name}.json").write_text(json.dumps(counts, indent=1))
             print(f"\n{name}: first hits marked, photos in no index: " +
                   ", ".join(f"{e} {c['marked']}/{c['searched']}" for e, c in counts.items()))
+
+
+def sweep(index_dir: Path, run: Path, items: int, seed: int) -> None:
+    """recall@1 / class P@10 per edit of both codes and the blend at looks_like 0.5-1.0, the similarity
+    cubed (the default) and raw (lbhash.index.blend.SIMILARITY_POWER)."""
+    from lbhash.index import CodeIndex, blend
+    from lbhash.runs import index_inputs
+    from lbhash.runs.duplicates import make_copies, measure
+
+    index = CodeIndex.load(index_dir)
+    copies = make_copies(index, index_inputs.query_encoder(run), items, seed)
+
+    def line(report: dict) -> str:
+        worst = min(m["recall@1"] for m in report.values())
+        return f"worst {worst:.3f} " + " ".join(f"{e}:{m['recall@1']:.3f}/{m['class_p@10']:.3f}" for e, m in report.items())
+
+    print("hamming", line(measure(index, copies, "hamming")), flush=True)
+    for power in (3, 1):
+        blend.SIMILARITY_POWER = power
+        for looks_like in (0.5, 0.7, 0.85, 0.95, 1.0):
+            for order in ("codes", "blend"):
+                print(f"power {power} looks_like {looks_like} {order}", line(measure(index, copies, order, looks_like)),
+                      flush=True)
 
 
 def print_tables(reports: dict) -> None:
