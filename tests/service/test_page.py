@@ -98,6 +98,9 @@ def test_thumbnails_are_the_recorded_images_pixel_for_pixel(built):
             np.testing.assert_array_equal(pixels, np.array(Image.open(item["source"]).convert("RGB")))
         about = client.get("/about").json()
         assert about["index"]["sources"] == 48 and about["index"]["class_names"][2] == "red"
+        # 48 photos are too few to calibrate a same-picture mark on: /about says so (docs/search.md)
+        mark = about["index"]["same_picture"]
+        assert mark["mark"] is None and "too few" in mark["why"]
         run_info = about["run"]
         assert (run_info["variant"], run_info["bits"], run_info["input_kind"]) == ("csq", 16, "images")
         assert 0 <= run_info["map"] <= 1 and set(run_info["lower_bound"]) >= {"min_inter", "max_intra", "ratio"}
@@ -331,4 +334,6 @@ def test_a_feature_files_class_names_reach_the_search_and_the_page(tmp_path):
     with TestClient(create_app(ix, load_encoder(run)), base_url=LOCAL) as client:
         about = client.get("/about").json()
         assert about["index"]["class_names"] == names.tolist() and about["index"]["sources"] == 0
+        mark = about["index"]["same_picture"]  # feature rows: no edited copies to calibrate a mark on
+        assert mark is None or (mark["mark"] is None and "not photos" in mark["why"])
         assert client.get("/items/0/image").status_code == 404  # feature rows have no images

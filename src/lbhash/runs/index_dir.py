@@ -182,7 +182,7 @@ def _instance(source: Path, spec, ids: np.ndarray, emb, options: IndexOptions, p
         raise InputError(f"--instance-method learned: {source} is not a run of photos, so there are no photos to "
                          "edit and learn an instance code on; use itq or pca")
     if run_photos is not None and method in (None, "learned") and _default_bits(bits, emb.shape[1]):
-        transform, fitted_on = _learned(run_photos, source, spec, ids, emb, _default_bits(bits, emb.shape[1]), held)
+        transform, fitted_on = _learned(run_photos, source, ids, emb, _default_bits(bits, emb.shape[1]), held)
     if transform is None:
         transform, fitted_on = _instance_transform(source, spec, ids, emb, bits, train_emb, method or "itq")
     if transform is None:
@@ -196,16 +196,14 @@ def _instance(source: Path, spec, ids: np.ndarray, emb, options: IndexOptions, p
     return transform, fitted_on, lambda codes, floats: no_mark(why)
 
 
-def _learned(run_photos, source: Path, spec, ids: np.ndarray, emb, bits: int, held):
-    """(the learned transform, what it learned from), or (None, None) with a warning where the run has too few
-    training photos; the photos `held` out for the mark are not learned from."""
+def _learned(run_photos, source: Path, ids: np.ndarray, emb, bits: int, held):
+    """(the learned transform, what it learned from), or (None, None) with a warning where the index holds too
+    few of the run's training photos; the photos `held` out for the mark are not learned from."""
     train = index_inputs.run_training_items(source)
-    train = train[~np.isin(train, held)]
-    if np.isin(train, ids).all():
-        order = np.argsort(ids, kind="stable")
-        train_emb = np.asarray(emb)[order[np.searchsorted(ids[order], train)]]
-    else:  # training photos the index does not hold: their own pass
-        train_emb = index_inputs.run_embeddings(source, train, spec)
+    # the training photos the index holds (not an unreadable one it skipped), but those held out for the mark
+    train = train[np.isin(train, ids) & ~np.isin(train, held)]
+    order = np.argsort(ids, kind="stable")
+    train_emb = np.asarray(emb)[order[np.searchsorted(ids[order], train)]]
     transform, why = run_photos.learn(train, train_emb, bits)
     if transform is None:
         import warnings
