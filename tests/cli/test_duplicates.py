@@ -63,9 +63,12 @@ def test_duplicates_reports_every_order_and_a_search_marks_the_same_picture(tiny
     report = json.loads(result.output)
     assert report["items"] == 6 and report["edits"] == ["flip", "jpeg"]
     assert list(report["orders"]) == ["hamming", "codes", "blend"]
-    for order in report["orders"].values():
+    for name, order in report["orders"].items():
         for m in order["edits"].values():
             assert 0 <= m["recall@1"] <= m["recall@10"] <= 1 and 0 <= m["class_p@10"] <= 1
+            if name != "hamming":  # no calibrated mark on 48 photos: nothing marked, with the originals or without
+                assert m["mark_recall"] == 0 and m["mark_precision"] is None and m["false_marks_absent"] == 0
+    assert report["mark"]["mark"] is None and "too few" in report["mark"]["why"]
     assert report["orders"]["codes"]["bytes_per_item"] == 4 and report["orders"]["hamming"]["bytes_per_item"] == 2
     # a photo of the index searched as itself: first, by score, but unmarked: 48 photos are too few to
     # calibrate a same-picture mark on, and `index info` says so

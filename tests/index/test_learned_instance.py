@@ -176,3 +176,36 @@ def test_a_learned_transform_keeps_its_float_rows_in_its_space_and_queries_meet_
     bad = InstanceTransform(t.mean, t.projection, "learned", t.float_map[:5]).to_bytes()
     with pytest.raises(InputError, match="float map float64 \\(5, 16\\)"):
         InstanceTransform.from_bytes(bad)
+
+
+def test_the_evaluation_counts_the_marks_with_the_originals_and_without_them(rng, tmp_path):
+    """lbhash.runs.duplicates.measure's mark figures against brute force: copies are their items' instance
+    codes with a few bits flipped; the mark passes distances up to 6 of 64 bits; with the originals taken out
+    of the index, a first hit is marked exactly when another item lies within 6 bits."""
+    from lbhash.runs.duplicates import Copies, measure, without_originals
+
+    n, ibits = 400, 64
+    inst = rng.integers(0, 256, (n, ibits // 8), dtype=np.uint8)
+    inst[1] = inst[0] ^ np.array([1, 0, 0, 0, 0, 0, 0, 0], np.uint8)  # item 1: a duplicate of item 0
+    codes = rng.integers(0, 256, (n, 1), dtype=np.uint8)
+    index = CodeIndex(8)
+    index.add(codes, labels=rng.integers(0, 3, n), instance=inst)
+    index.metadata[MARK_KEY] = {"mark": "instance", "threshold": 6.5 / ibits}
+    index.save(tmp_path / "ix")
+    picked = np.arange(0, 80, 2)  # item 0 among them, its duplicate (item 1) not
+    flips = np.zeros((40, ibits // 8), np.uint8)
+    flips[:, 0] = rng.integers(0, 256, 40, dtype=np.uint8) & 0x0F  # up to 4 bits off their item's
+    flips[30:, 1] = 0xFF  # 8 more: too far to be marked
+    queries = Queries(codes[picked], instance=inst[picked] ^ flips)
+    copies = Copies(picked, index.labels_of(picked), {"x": queries}, 0.0)
+    absent = without_originals(tmp_path / "ix", picked)
+    got = measure(index, copies, "codes", 1.0, 4, absent)["x"]
+    brute = hamming_distance(queries.instance, inst, ibits).astype(int)
+    first = brute.argmin(axis=1)  # looks_like 1: the instance distance decides (ties by id)
+    marked = brute[np.arange(40), first] <= 6
+    assert got["mark_recall"] == pytest.approx(np.mean((first == picked) & marked))
+    assert got["mark_precision"] == pytest.approx(np.mean(first[marked] == picked[marked]))
+    others = brute.copy()
+    others[:, picked] = 999  # the originals (all 40 picked items) are out
+    assert got["false_marks_absent"] == pytest.approx(np.mean(others.min(axis=1) <= 6))
+    assert 0 < got["mark_recall"] < 1 and got["false_marks_absent"] == 1 / 40  # item 0's copy finds item 1, marked
