@@ -134,6 +134,8 @@ def test_the_calibration_lets_no_other_photo_pass_and_says_why_where_it_cannot(r
     assert record["instance"]["threshold"] == pytest.approx((cut + 0.5) / 64)
     assert record["instance"]["false_marks"] == 0 and record["false_marks"] == 0
     assert record["mark"] in ("instance", "cosine", None)
+    monkeypatch.setattr(instance_learning, "ITEM_CHUNK", 7)  # the items compared a few at a time: the same record
+    assert instance_learning.calibrate_mark(encoder, photos, held, held, transform, instance, emb) == record
     too_few = instance_learning.calibrate_mark(encoder, photos, held[:5], held[:5], transform, instance, emb)
     assert too_few["mark"] is None and "too few" in too_few["why"]
 

@@ -35,6 +35,7 @@ MARGIN_COSINE = 0.02
 MIN_MARK_RECALL = 0.5    # a mark that passes fewer of the copies' originals than this is not given
 CALIBRATION_STREAM = 86  # the calibration sample's own random stream
 CHUNK = 256              # photos edited and embedded at a time
+ITEM_CHUNK = 65_536      # the index's items a calibration compares the copies with at a time
 
 
 def copy_embeddings(embed, photos, ids: np.ndarray, copies: int, seed: int, edit=None) -> tuple[np.ndarray, np.ndarray]:
@@ -87,24 +88,20 @@ def calibrate_mark(embed, photos, held: np.ndarray, held_rows: np.ndarray, trans
         return {"mark": None, "why": f"{len(held)} photos to calibrate the same-picture mark on are too few "
                                      f"(at least {MIN_CALIBRATION}): no hit is marked"}
     own, nearest, cos_own, cos_nearest = [], [], [], []
-    items = None if floats is None else _cosine_rows(transform, floats, kept=True)
     for name in EDITS:
         emb, _ = copy_embeddings(embed, photos, held, 1, 0, edit=name)
-        dist = hamming_distance(transform.apply(emb), instance, transform.bits).astype(np.int64)
-        rows = np.arange(len(held))
-        own.append(dist[rows, held_rows])
-        dist[rows, held_rows] = transform.bits + 1
-        nearest.append(dist.min(axis=1))
-        if items is not None:
-            cos = _cosine_rows(transform, emb) @ items.T
-            cos_own.append(cos[rows, held_rows])
-            cos[rows, held_rows] = -2
-            cos_nearest.append(cos.max(axis=1))
+        codes, rows = transform.apply(emb), None if floats is None else _cosine_rows(transform, emb)
+        found = _own_and_nearest(codes, rows, held_rows, transform, instance, floats)
+        own.append(found[0])
+        nearest.append(found[1])
+        if rows is not None:
+            cos_own.append(found[2])
+            cos_nearest.append(found[3])
     own, nearest = np.concatenate(own), np.concatenate(nearest)
     allowed = int(np.floor(FALSE_MARK_RATE * len(nearest)))
     cut_bits = int(np.sort(nearest)[allowed]) - 1 - MARGIN_BITS  # marks d <= cut_bits
     found = {"instance": _candidate((cut_bits + 0.5) / transform.bits, own <= cut_bits, nearest <= cut_bits)}
-    if items is not None:
+    if floats is not None:
         cos_own, cos_nearest = np.concatenate(cos_own), np.concatenate(cos_nearest)
         cut = min(1.0, float(np.sort(cos_nearest)[::-1][allowed]) + MARGIN_COSINE)
         found["cosine"] = _candidate(cut, cos_own >= cut, cos_nearest >= cut)
@@ -117,6 +114,27 @@ def calibrate_mark(embed, photos, held: np.ndarray, held_rows: np.ndarray, trans
                          f"the mark would pass {found[by]['recall']:.0%} of the copies' originals (less than "
                          f"{MIN_MARK_RECALL:.0%}): no hit is marked")
     return record
+
+
+def _own_and_nearest(codes, rows, held_rows, transform: InstanceTransform, instance, floats):
+    """(instance distance to the original, to the nearest other item; the same as cosines where `rows`) of
+    each copy, over the index's items ITEM_CHUNK at a time (bounded memory at any size)."""
+    n, q = len(instance), np.arange(len(codes))
+    own, nearest = np.zeros(len(codes), np.int64), np.full(len(codes), transform.bits + 1, np.int64)
+    cos_own, cos_nearest = np.zeros(len(codes)), np.full(len(codes), -2.0)
+    for start in range(0, n, ITEM_CHUNK):
+        stop = min(n, start + ITEM_CHUNK)
+        inside = (held_rows >= start) & (held_rows < stop)
+        dist = hamming_distance(codes, instance[start:stop], transform.bits).astype(np.int64)
+        own[inside] = dist[q[inside], held_rows[inside] - start]
+        dist[q[inside], held_rows[inside] - start] = transform.bits + 1
+        nearest = np.minimum(nearest, dist.min(axis=1))
+        if rows is not None:
+            cos = rows @ _cosine_rows(transform, floats[start:stop], kept=True).T
+            cos_own[inside] = cos[q[inside], held_rows[inside] - start]
+            cos[q[inside], held_rows[inside] - start] = -2.0
+            cos_nearest = np.maximum(cos_nearest, cos.max(axis=1))
+    return own, nearest, cos_own, cos_nearest
 
 
 def _candidate(threshold: float, passed: np.ndarray, false: np.ndarray) -> dict:
