@@ -21,7 +21,7 @@ from lbhash.instance import INSTANCE_BITS
 from lbhash.runs import index_inputs
 from lbhash.instance import MARK_KEY, mark_summary
 from lbhash.runs.instance_codes import ITEM_VIEW_KEY, attach, fit_transform, index_transform, payload_of
-from lbhash.runs.instance_learning import COPIES, RunPhotos, held_photos, no_mark
+from lbhash.runs.instance_learning import COPIES, MAX_LEARN_PHOTOS, RunPhotos, held_photos, no_mark
 from lbhash.runs.origins import forget_sources, read_sources, record_class_names, record_sources
 
 
@@ -212,7 +212,8 @@ def _learned(run_photos, source: Path, ids: np.ndarray, emb, bits: int, held):
 
         warnings.warn(why, LbhashWarning, stacklevel=4)
         return None, None
-    return transform, f"learned from {len(train)} of the run's training photos and {COPIES} edited copies of each"
+    used = min(len(train), MAX_LEARN_PHOTOS)
+    return transform, f"learned from {used} of the run's training photos and {COPIES} edited copies of each"
 
 
 def _default_bits(bits: int, width: int) -> int:

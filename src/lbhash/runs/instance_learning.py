@@ -27,6 +27,7 @@ logger = logging.getLogger("lbhash")
 
 COPIES = 4               # random copies of each training photo the code learns from
 MIN_LEARN_PHOTOS = 200   # fewer training photos: the ITQ code, and a line saying why
+MAX_LEARN_PHOTOS = 5_000  # more: a seeded sample of them (the covariance of 20,000 copies is well estimated)
 CALIBRATION = 200        # photos held out of the learning to calibrate the mark on (at most a fifth)
 MIN_CALIBRATION = 50     # fewer: no mark
 FALSE_MARK_RATE = 0.001  # the share of other photos' nearest items the calibration lets pass
@@ -71,6 +72,9 @@ def learn_transform(embed, photos, train: np.ndarray, train_emb: np.ndarray, bit
     if len(train) < MIN_LEARN_PHOTOS:
         return None, (f"{len(train)} training photos are too few to learn an instance code on (at least "
                       f"{MIN_LEARN_PHOTOS}): the index keeps the ITQ code of their embeddings")
+    if len(train) > MAX_LEARN_PHOTOS:
+        keep = np.sort(np.random.default_rng(seed).choice(len(train), MAX_LEARN_PHOTOS, replace=False))
+        train, train_emb = train[keep], train_emb[keep]
     started = time.perf_counter()
     views, owners = copy_embeddings(embed, photos, train, COPIES, seed)
     transform = InstanceTransform.learn(train_emb, views, owners, bits, seed)
