@@ -77,6 +77,9 @@ def test_duplicates_reports_every_order_and_a_search_marks_the_same_picture(tiny
     found = json.loads(cli("search", tmp_path / "ix", "--images", photo, "--run", run, "-k", "3", "--json").output)
     hits = found[0]
     assert hits["same"] == [False] * 3 and hits["sources"][0] == str(photo)
+    text = cli("search", tmp_path / "ix", "--images", photo, "--run", run, "-k", "3").output
+    assert "=: the same picture" not in text and " = id " not in text  # no legend for a mark never given
+    assert text.strip().splitlines()[-1].startswith("no hit is marked the same picture: ") and "too few" in text
     assert hits["scores"] == sorted(hits["scores"], reverse=True) and len(hits["instance_distances"]) == 3
     refused = cli("search", tmp_path / "ix", "--images", photo, "--run", run, "--looks-like", "1.5")
     assert refused.exit_code == 2 and "--looks-like must be a number from 0" in refused.output

@@ -147,7 +147,7 @@ def _print_results(results: list[dict], class_names: list[str] | None) -> None:
             click.echo(f"  {rank:4d} {other}{mark} id {i:<10d} {where} labels {named(lab)}" + (f"  {shown(src)}" if src else ""))
     if any(r.get("query_labels") for r in results):
         click.echo("x: a hit of another class than its query")
-    if any(r.get("same") for r in results):
+    if any(any(r.get("same") or ()) for r in results):
         click.echo("=: the same picture as its query (an edited copy or a duplicate; docs/search.md)")
     if any("scores" in r for r in results):
         click.echo("score: (1 - looks_like) x class agreement + looks_like x similarity^3 (docs/search.md, "

@@ -190,9 +190,8 @@ def _instance(source: Path, spec, ids: np.ndarray, emb, options: IndexOptions, p
     if run_photos is not None:
         return transform, fitted_on, lambda codes, floats: run_photos.calibrate(ids, held, transform, codes, floats)
     why = ("the index was built from a codes file, without the model that made it: there are no copies to calibrate "
-           "a same-picture mark on, so no hit is marked") if spec is None else \
-        ("the index's items are not photos: there are no edited copies to calibrate a same-picture mark on, so no "
-         "hit is marked")
+           "a same-picture mark on") if spec is None else \
+        "the index's items are not photos: there are no edited copies to calibrate a same-picture mark on"
     return transform, fitted_on, lambda codes, floats: no_mark(why)
 
 

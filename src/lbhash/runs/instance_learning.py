@@ -90,7 +90,7 @@ def calibrate_mark(embed, photos, held: np.ndarray, held_rows: np.ndarray, trans
     (packed, every item) and, where it keeps them, its `floats` (item embeddings; the centred cosine)."""
     if len(held) < MIN_CALIBRATION:
         return {"mark": None, "why": f"{len(held)} photos to calibrate the same-picture mark on are too few "
-                                     f"(at least {MIN_CALIBRATION}): no hit is marked"}
+                                     f"(at least {MIN_CALIBRATION})"}
     own, nearest, cos_own, cos_nearest = [], [], [], []
     for name in EDITS:
         emb, _ = copy_embeddings(embed, photos, held, 1, 0, edit=name)
@@ -116,7 +116,7 @@ def calibrate_mark(embed, photos, held: np.ndarray, held_rows: np.ndarray, trans
     if record["mark"] is None:
         record["why"] = (f"the codes do not tell copies from other photos: at a false-mark rate of {FALSE_MARK_RATE} "
                          f"the mark would pass {found[by]['recall']:.0%} of the copies' originals (less than "
-                         f"{MIN_MARK_RECALL:.0%}): no hit is marked")
+                         f"{MIN_MARK_RECALL:.0%})")
     return record
 
 
