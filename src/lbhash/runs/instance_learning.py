@@ -159,21 +159,31 @@ def _cosine_rows(transform: InstanceTransform, x: np.ndarray, kept: bool = False
 
 
 class RunPhotos:
-    """A run's model (as queries are encoded) and its photos, loaded once for `lbhash index build`."""
+    """A run's model (as queries are encoded) and its photos for `lbhash index build`, loaded once, when first
+    needed (an index too small to learn or calibrate on never loads them)."""
 
     def __init__(self, run_dir, spec: str):
+        self.run_dir, self.spec = run_dir, spec
+        self._loaded = None
+
+    def _load(self):
         from lbhash.runs import index_inputs
 
-        self.embed = index_inputs.photo_embedder(run_dir)
-        self.photos = index_inputs.run_photos(run_dir, spec)
+        if self._loaded is None:
+            self._loaded = (index_inputs.photo_embedder(self.run_dir), index_inputs.run_photos(self.run_dir, self.spec))
+        return self._loaded
 
     def learn(self, train: np.ndarray, train_emb: np.ndarray, bits: int, seed: int = 0):
-        return learn_transform(self.embed, self.photos, train, train_emb, bits, seed)
+        if len(train) < MIN_LEARN_PHOTOS:
+            return learn_transform(None, None, train, train_emb, bits, seed)  # (says why, loads nothing)
+        return learn_transform(*self._load(), train, train_emb, bits, seed)
 
     def calibrate(self, ids: np.ndarray, held: np.ndarray, transform, instance, floats) -> dict:
         rows = np.searchsorted(ids, held) if np.all(ids[:-1] <= ids[1:]) else \
             np.array([int(np.flatnonzero(ids == h)[0]) for h in held], np.int64)
-        return calibrate_mark(self.embed, self.photos, held, rows, transform, instance, floats)
+        if len(held) < MIN_CALIBRATION:
+            return calibrate_mark(None, None, held, rows, transform, instance, floats)  # (says why)
+        return calibrate_mark(*self._load(), held, rows, transform, instance, floats)
 
 
 def held_photos(ids: np.ndarray, seed: int = 0) -> np.ndarray:
