@@ -211,3 +211,22 @@ def test_the_evaluation_counts_the_marks_with_the_originals_and_without_them(rng
     others[:, picked] = 999  # the originals (all 40 picked items) are out
     assert got["false_marks_absent"] == pytest.approx(np.mean(others.min(axis=1) <= 6))
     assert 0 < got["mark_recall"] < 1 and got["false_marks_absent"] == 1 / 40  # item 0's copy finds item 1, marked
+
+
+def test_an_index_whose_mark_is_broken_is_refused_on_opening(rng, tmp_path):
+    from helpers import cli
+    from lbhash.runs.instance_codes import attach, index_transform
+
+    emb = rng.standard_normal((40, 16))
+    transform = InstanceTransform.fit(emb, 8)
+    index = CodeIndex(8)
+    attach(index, transform, "test")
+    index.add(rng.integers(0, 256, (40, 1), dtype=np.uint8), instance=transform.apply(emb))
+    for bad in (float("nan"), 1.5, -0.1):
+        index.metadata[MARK_KEY] = {"mark": "cosine", "threshold": bad}
+        index.save(tmp_path / "ix")
+        with pytest.raises(InputError, match="same-picture mark"):
+            index_transform(CodeIndex.load(tmp_path / "ix"), "ix")
+        result = cli("index", "info", tmp_path / "ix")
+        assert result.exit_code == 2 and "same-picture mark" in result.output
+        assert len(result.output.strip().splitlines()) == 1

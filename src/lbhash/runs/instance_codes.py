@@ -11,7 +11,7 @@ import numpy as np
 from lbhash.errors import InputError
 from lbhash.index.blend import default_looks_like
 from lbhash.instance import (FILE_NAME, INSTANCE_BITS, LOOKS_LIKE, LOOKS_LIKE_CODES, LOOKS_LIKE_LEARNED, RECORD_KEY,
-                             InstanceTransform, check_instance_bits, mark_summary)
+                             InstanceTransform, check_instance_bits, mark_rule, mark_summary)
 
 __all__ = ["INSTANCE_BITS", "default_looks_like", "mark_summary", "LOOKS_LIKE", "LOOKS_LIKE_CODES", "LOOKS_LIKE_LEARNED", "ITEM_VIEW_KEY", "attach", "fit_transform", "index_transform", "payload_of"]
 
@@ -58,6 +58,7 @@ def index_transform(index, where: str = "the index") -> InstanceTransform | None
     if transform.bits != bits:
         raise InputError(f"{where}: its instance transform makes {transform.bits}-bit codes but it holds "
                          f"{bits}-bit instance codes")
+    mark_rule(index.metadata, where=where)  # a same-picture record it cannot read is refused on opening
     return transform
 
 
