@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from duplicates_table import photo_tree
+from duplicates_table import photo_tree, training_jpegs
 
 RECIPES = {
     "frozen": ("--backbone", "efficientnet_lite0", "--pretrained", "imagenet", "--freeze-backbone", "--epochs", "30",
@@ -46,13 +46,8 @@ def lbhash(*args: str, capture: bool = False) -> str:
 def absent_photos(tarball: str, out: Path, start: int, per: int = 20) -> None:
     """`per` training JPEGs of each class from `start` on, flat in `out`."""
     with tarfile.open(tarball) as tar:
-        members = sorted((m for m in tar.getmembers() if m.isfile() and m.name.endswith(".jpg")
-                          and m.name.split("/")[-3] == "train"), key=lambda m: m.name)
-        by_class: dict[str, list] = {}
-        for m in members:
-            by_class.setdefault(m.name.split("/")[-2], []).append(m)
         out.mkdir(parents=True, exist_ok=True)
-        for cls, found in by_class.items():
+        for cls, found in training_jpegs(tar).items():
             for m in found[start:start + per]:
                 (out / f"{cls}-{Path(m.name).name}").write_bytes(tar.extractfile(m).read())
 

@@ -33,15 +33,20 @@ def lbhash(*args: str) -> None:
     subprocess.run([sys.executable, "-m", "lbhash.cli", *args], check=True)
 
 
+def training_jpegs(tar) -> dict[str, list]:
+    """The tarball's training JPEG members by class, each class's in name order."""
+    members = sorted((m for m in tar.getmembers() if m.isfile() and m.name.endswith(".jpg")
+                      and m.name.split("/")[-3] == "train"), key=lambda m: m.name)
+    by_class: dict[str, list] = {}
+    for m in members:
+        by_class.setdefault(m.name.split("/")[-2], []).append(m)
+    return by_class
+
+
 def photo_tree(tarball: str, out: Path, start: int) -> None:
     """The training JPEGs start..start + PER_CLASS - 1 of each class, as they are in the tarball."""
     with tarfile.open(tarball) as tar:
-        members = sorted((m for m in tar.getmembers() if m.isfile() and m.name.endswith(".jpg")
-                          and m.name.split("/")[-3] == "train"), key=lambda m: m.name)
-        by_class: dict[str, list] = {}
-        for m in members:
-            by_class.setdefault(m.name.split("/")[-2], []).append(m)
-        for cls, found in by_class.items():
+        for cls, found in training_jpegs(tar).items():
             (out / cls).mkdir(parents=True, exist_ok=True)
             for m in found[start:start + PER_CLASS]:
                 (out / cls / Path(m.name).name).write_bytes(tar.extractfile(m).read())
