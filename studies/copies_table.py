@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tarfile
 from pathlib import Path
 
 import numpy as np
 
-from duplicates_table import photo_tree, training_jpegs
+from duplicates_table import lbhash, photo_tree, training_jpegs
 
 RECIPES = {
     "frozen": ("--backbone", "efficientnet_lite0", "--pretrained", "imagenet", "--freeze-backbone", "--epochs", "30",
@@ -35,12 +34,6 @@ RECIPES = {
     "smallcnn": ("--epochs", "15", "--image-size", "32"),
 }
 INDEXES = {"idx": (), "idx-codes": ("--no-embeddings",), "idx-itq": ("--instance-method", "itq")}
-
-
-def lbhash(*args: str, capture: bool = False) -> str:
-    done = subprocess.run([sys.executable, "-m", "lbhash.cli", *args], check=True, text=True,
-                          stdout=subprocess.PIPE if capture else None)
-    return done.stdout if capture else ""
 
 
 def absent_photos(tarball: str, out: Path, start: int, per: int = 20) -> None:

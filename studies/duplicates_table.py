@@ -29,8 +29,11 @@ from pathlib import Path
 PER_CLASS = 150
 
 
-def lbhash(*args: str) -> None:
-    subprocess.run([sys.executable, "-m", "lbhash.cli", *args], check=True)
+def lbhash(*args: str, capture: bool = False) -> str:
+    """`lbhash ARGS` in a new process (its output returned where `capture`, else printed)."""
+    done = subprocess.run([sys.executable, "-m", "lbhash.cli", *args], check=True, text=True,
+                          stdout=subprocess.PIPE if capture else None)
+    return done.stdout if capture else ""
 
 
 def training_jpegs(tar) -> dict[str, list]:

@@ -179,8 +179,8 @@ class RunPhotos:
         return learn_transform(*self._load(), train, train_emb, bits, seed)
 
     def calibrate(self, ids: np.ndarray, held: np.ndarray, transform, instance, floats) -> dict:
-        rows = np.searchsorted(ids, held) if np.all(ids[:-1] <= ids[1:]) else \
-            np.array([int(np.flatnonzero(ids == h)[0]) for h in held], np.int64)
+        order = np.argsort(ids, kind="stable")
+        rows = order[np.searchsorted(ids[order], held)]  # the held photos' rows among the index's items
         if len(held) < MIN_CALIBRATION:
             return calibrate_mark(None, None, held, rows, transform, instance, floats)  # (says why)
         return calibrate_mark(*self._load(), held, rows, transform, instance, floats)
