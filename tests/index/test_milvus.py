@@ -29,6 +29,7 @@ from index_reference import (brute_blend, clustered_codes, near_queries, random_
 from lbhash.errors import Conflict, InputError, NotFound
 from lbhash.index import CodeIndex, Queries, SparseLabels, blended_search
 from lbhash.index.blend import SIMILARITY_POWER
+from lbhash.instance import MARK_KEY
 
 pytestmark = pytest.mark.milvus
 START_TIMEOUT_S = 60
@@ -383,7 +384,13 @@ def test_the_blend_on_milvus_scores_by_centred_cosine_of_the_float16_field(make_
     for r, (ids, scores) in enumerate(brute_blend(flat, q, qi, 10, 0.7, 4, SIMILARITY_POWER, qe, center)):
         assert got.ids[r].tolist() == ids.tolist()
         np.testing.assert_allclose(got.scores[r], scores, atol=1e-9)
-    assert got.ids[:, 0].tolist() == [10, 13, 16] and got.same[:, 0].all()  # each finds itself: the same picture
+    assert got.ids[:, 0].tolist() == [10, 13, 16] and not got.same.any()  # each finds itself; no calibrated mark
+    assert_same(got, blended_search(flat, Queries(q, qe, qi, center), 10, looks_like=0.7, factor=4))
+    for index in (milvus, flat):  # a calibrated mark (lbhash.instance.mark_rule), kept in the metadata
+        index.metadata[MARK_KEY] = {"mark": "cosine", "threshold": 0.99}
+    got = blended_search(milvus, Queries(q, qe, qi, center), 10, looks_like=0.7, factor=4)
+    # each finds itself twice (changed_items re-adds rows 0-149 under new ids: cosine 1), and nothing else that close
+    assert got.same[:, :2].all() and not got.same[:, 2:].any()
     assert_same(got, blended_search(flat, Queries(q, qe, qi, center), 10, looks_like=0.7, factor=4))
 
 
