@@ -146,7 +146,21 @@ def brute_blend(source, q, qi, k, looks_like, factor, power, emb=None, center=No
             query = query.astype(np.float16).astype(np.float64) - center
             sim = stored @ query / np.linalg.norm(stored, axis=1) / np.linalg.norm(query)
         sharp = np.sign(sim) * np.abs(sim) ** power
-        score = (1 - looks_like) * (1 - 2 * dc[r][pos] / (q.shape[1] * 8)) + looks_like * sharp
+        weight = looks_like[r] if np.ndim(looks_like) else looks_like  # (one per query, or one for all)
+        score = (1 - weight) * (1 - 2 * dc[r][pos] / (q.shape[1] * 8)) + weight * sharp
         order = np.lexsort((cand, di[r][pos], dc[r][pos], -score))[:k]
         out.append((cand[order], score[order]))
     return out
+
+
+def brute_agreeing(source, q, qi, nearest=20, near=1 / 8, low=0.7, high=0.95):
+    """Each query's looks_like where the two codes alone rank and the search leaves it out (lbhash.index.blend,
+    `agreeing_looks_like`), from its definition over every item of `source`: the share of its `nearest`
+    items by instance code (ties by id) whose class code is within `near` of the class bits of its own, from
+    `low` (all) to `high` (none)."""
+    held = source.ids()
+    dc = hamming(q, source.get_codes(held))
+    di = hamming(qi, source.get_instance_codes(held))
+    share = np.array([np.mean(dc[r][np.lexsort((held, di[r]))[:nearest]] <= near * q.shape[1] * 8)
+                      for r in range(len(q))])
+    return low + (high - low) * (1 - share)

@@ -39,7 +39,13 @@ FILE_NAME = "instance-transform.npz"
 # the ranking by both codes (lbhash.index.blend), its defaults chosen on validation items (docs/search.md,
 # "Choosing the defaults")
 LOOKS_LIKE = 0.85       # from 0 (same class first) to 1 (looks like first), where float rows give the cosine
-LOOKS_LIKE_CODES = 0.7  # the same where the two codes alone rank
+LOOKS_LIKE_CODES = 0.7  # the same where the two codes alone rank, for a query whose look-alikes share its class code
+# ... raised towards LOOKS_LIKE_APART, query by query, as its AGREEING nearest items by instance code share its
+# class code less (within a share CLASS_NEAR of the class bits): a query of a class the run never saw (its
+# look-alikes land under several class codes) is ranked by its look (validation: docs/search.md, "Unseen classes")
+LOOKS_LIKE_APART = 0.95
+AGREEING = 20
+CLASS_NEAR = 1 / 8
 LOOKS_LIKE_LEARNED = 0.95  # float rows in a learned transform's space (the cosine of copies spreads lower)
 RECORD_KEY = "instance"  # an index's metadata: its transform's record (method, bits, SHA-256, what it was made from)
 # a hit is marked the same picture by the threshold calibrated on the index's own photos and kept in its

@@ -49,6 +49,7 @@ def work(tmp_path):
     (tmp_path / "options.yaml").write_text("method_options: [1, 2]\n")
     (tmp_path / "broken.yaml").write_text("bits: [16\n")
     (tmp_path / "bits.yaml").write_text("bits: 4097\n")
+    (tmp_path / "seed.yaml").write_text("seed: 1180591620717411303424\n")
     (tmp_path / "python.yaml").write_text("bits: !!python/object/apply:os.system ['true']\n")
     wide = np.zeros((40, 300_000), np.uint8)
     np.savez(tmp_path / "wide.npz", x=wide, labels=np.arange(40) % 2, is_test=np.arange(40) >= 30)
@@ -109,6 +110,13 @@ CASES = [
      ["bits.yaml", "bits must be an integer from 1 to 4096", "4097"]),
     ("centers-bits-huge", ["centers", "--bits", "100000", "--classes", "10"],
      ["bits must be an integer from 1 to 4096", "100000"]),
+    # issue 87: torch's and numpy's seeds are int64; a bigger one was their OverflowError's traceback
+    ("seed-huge", ["train", *FAST_TRAIN, "--seed", "9223372036854775808", "--out", "{w}/run"],
+     ["seed must be an integer from 0 to 2^63 - 1", "9223372036854775808"]),
+    ("seed-huge-config", ["train", *FAST_TRAIN, "--config", "{w}/seed.yaml", "--out", "{w}/run"],
+     ["seed.yaml", "seed must be an integer from 0 to 2^63 - 1", "1180591620717411303424"]),
+    ("reproduce-seed-huge", ["reproduce", "grid", "--data", "digits", "--seeds", "9223372036854775808",
+                             "--out", "{w}/rep"], ["seed must be an integer from 0 to 2^63 - 1"]),
 ]
 if not torch.cuda.is_available():
     CASES.append(("no-gpu", ["train", *FAST_TRAIN, "--accelerator", "gpu", "--out", "{w}/run"], ["--accelerator gpu", "GPU"]))

@@ -56,11 +56,12 @@ def expected_defaults() -> dict[tuple[str, str], str]:
     recommended, paper, benchmark = (method_defaults("csq", profile).recipe for profile in
                                      ("recommended", "paper", "benchmark"))
     assert paper.eval_every == benchmark.eval_every and paper.validation == benchmark.validation
-    from lbhash.instance import INSTANCE_BITS, LOOKS_LIKE, LOOKS_LIKE_CODES, LOOKS_LIKE_LEARNED
+    from lbhash.instance import INSTANCE_BITS, LOOKS_LIKE, LOOKS_LIKE_APART, LOOKS_LIKE_CODES, LOOKS_LIKE_LEARNED
     from lbhash.runs.duplicates import evaluate_duplicates
 
     looks_like = (f"{LOOKS_LIKE_LEARNED} with float rows of a learned instance code, {LOOKS_LIKE} with other float "
-                  f"rows, {LOOKS_LIKE_CODES} with the codes alone")
+                  f"rows, {LOOKS_LIKE_CODES} with the codes alone, raised query by query up to {LOOKS_LIKE_APART} where a "
+                  "query's look-alikes do not share its class code")
 
     duplicates = {name: p.default for name, p in inspect.signature(evaluate_duplicates).parameters.items()}
     return {
@@ -84,8 +85,8 @@ def expected_defaults() -> dict[tuple[str, str], str]:
         ("reproduce", "--seeds"): "0..4 for grid, 0..2 for centers and baselines, 0..1 for study"
         if [EXPERIMENTS[n].seeds for n in ("grid", "centers", "baselines", "study")]
         == [(0, 1, 2, 3, 4), (0, 1, 2), (0, 1, 2), (0, 1)] else "the experiments' seeds changed: update this test",
-        ("train", "--hidden"): f"{','.join(map(str, DEFAULT_FEATURE_HIDDEN))} for features, none for images and "
-                               "baselines",
+        ("train", "--hidden"): f"{','.join(map(str, DEFAULT_FEATURE_HIDDEN))} for features and frozen backbones, "
+                               "none for backbones that train and baselines",
         ("train", "--backbone"): f"{DEFAULT_IMAGE_BACKBONE} for images",
         ("train", "--image-size"): f"the backbone's (small-image backbones: square images from {MIN_NATIVE_SIDE} px "
                                    "up to it keep their own)",

@@ -8,11 +8,11 @@ import pytest
 
 from helpers import flip_last_byte
 from index_fakes import fake_milvus
-from index_reference import brute_blend, tied_items
+from index_reference import brute_agreeing, brute_blend, tied_items
 from lbhash.errors import InputError
 from lbhash.index import CodeIndex, Queries, SparseLabels, blended_search
 from lbhash.index.blend import SIMILARITY_POWER
-from lbhash.instance import LOOKS_LIKE, LOOKS_LIKE_CODES, MARK_KEY, InstanceTransform, check_instance_bits
+from lbhash.instance import LOOKS_LIKE, LOOKS_LIKE_APART, LOOKS_LIKE_CODES, MARK_KEY, InstanceTransform, check_instance_bits
 
 KINDS = [("flat", {}), ("ivf", {"nlist": 4, "nprobe": 2}), ("multihash", {"nhash": 1})]
 
@@ -136,16 +136,30 @@ def test_the_blend_scores_by_centred_cosine_where_the_index_keeps_floats():
         assert got.ids[r].tolist() == ids.tolist()
         np.testing.assert_allclose(got.scores[r], scores, atol=1e-9)
     assert got.ids[:, 0].tolist() == [0, 1, 2] and got.same[:, 0].all()  # each finds itself, marked the same picture
-    # left out, looks_like is LOOKS_LIKE where the cosine scores, LOOKS_LIKE_CODES where the two codes alone rank
-    for given, default in ((qe, LOOKS_LIKE), (None, LOOKS_LIKE_CODES)):
-        center_given = None if given is None else center
-        assert LOOKS_LIKE != LOOKS_LIKE_CODES
-        plain = blended_search(index, Queries(q, given, qi, center_given), 10, factor=4)
-        chosen = blended_search(index, Queries(q, given, qi, center_given), 10, factor=4, looks_like=default)
-        np.testing.assert_array_equal(plain.scores, chosen.scores)
-        for r, (ids, scores) in enumerate(brute_blend(index, q, qi, 10, default, 4, SIMILARITY_POWER, given,
-                                                      center_given)):
-            np.testing.assert_allclose(plain.scores[r], scores, atol=1e-9)
+    # left out, looks_like is LOOKS_LIKE where the cosine scores
+    plain = blended_search(index, Queries(q, qe, qi, center), 10, factor=4)
+    chosen = blended_search(index, Queries(q, qe, qi, center), 10, factor=4, looks_like=LOOKS_LIKE)
+    np.testing.assert_array_equal(plain.scores, chosen.scores)
+    for r, (ids, scores) in enumerate(brute_blend(index, q, qi, 10, LOOKS_LIKE, 4, SIMILARITY_POWER, qe, center)):
+        np.testing.assert_allclose(plain.scores[r], scores, atol=1e-9)
+
+
+def test_with_the_codes_alone_each_query_weighs_its_look_by_how_its_look_alikes_share_its_class_code():
+    codes, inst, _ = tied_items(300, seed=4)
+    index = CodeIndex(8, instance_bits=16)
+    index.add(codes, instance=inst)
+    q, qi = codes[:40], inst[::7][:40]  # instance ties (tied_items) and class codes far from their look-alikes
+    weights = brute_agreeing(index, q, qi)
+    assert weights.min() >= LOOKS_LIKE_CODES and weights.max() <= LOOKS_LIKE_APART and len(np.unique(weights)) > 3
+    for factor in (4, 1):  # 10 x 1 candidates: still the 20 nearest by instance code read
+        plain = blended_search(index, Queries(q, instance=qi), 10, factor=factor)
+        for r, (ids, scores) in enumerate(brute_blend(index, q, qi, 10, weights, max(factor, 2), SIMILARITY_POWER)):
+            assert plain.ids[r].tolist() == ids.tolist()
+            np.testing.assert_allclose(plain.scores[r], scores, atol=1e-12)
+    # given, it is the same for every query
+    fixed = blended_search(index, Queries(q, instance=qi), 10, looks_like=LOOKS_LIKE_CODES)
+    for r, (ids, scores) in enumerate(brute_blend(index, q, qi, 10, LOOKS_LIKE_CODES, 4, SIMILARITY_POWER)):
+        assert fixed.ids[r].tolist() == ids.tolist()
 
 
 def test_the_blend_refuses_bad_parameters_in_one_line():

@@ -39,7 +39,8 @@ HELP_SECTIONS = lambda: [("Run", ["config_file", "out", "resume", "quiet", "help
 @click.option("--method-option", "method_option", multiple=True, metavar="NAME=VALUE",
               help="A method constant, e.g. quantization=1e-4 (repeatable). [default: the method's]")
 @click.option("--hidden", help="Hash head hidden widths, comma-separated; 'none': no hidden layer (one Linear "
-                               "layer). [default: 1024 for features, none for images and baselines]")
+                               "layer). [default: 1024 for features and frozen backbones, none for backbones that "
+                               "train and baselines]")
 @click.option("--topk", help="R of mAP@R: a positive integer or 'all' (printed as mAP@all whenever R covers the "
                              "whole database). [default: the protocol's]")
 @click.option("--out", type=click.Path(path_type=Path),

@@ -86,27 +86,28 @@ def _before(score, d_class, d_inst, ids, a, b):
 
 
 @njit(nogil=True, cache=True)
-def ranked_top(ids, d_class, d_inst, similarity, rule, out):
-    """For each query i, its candidates ids[i] (-1: padding) scored (1 - looks_like) * (1 - 2 d_class /
-    bits) + looks_like * sign(s) |s|^power, with s the similarity[i] clipped to [-1, 1], and the best k in
+def ranked_top(ids, d_class, d_inst, similarity, looks_like, rule, out):
+    """For each query i, its candidates ids[i] (-1: padding) scored (1 - looks_like[i]) * (1 - 2 d_class /
+    bits) + looks_like[i] * sign(s) |s|^power, with s the similarity[i] clipped to [-1, 1], and the best k in
     the ranking's order (`_before`) written to `out` (scores, class distances, instance distances, ids,
-    same marks; each (nq, k), already padded by the caller); `rule` is (looks_like, bits, power, same_cut,
+    same marks; each (nq, k), already padded by the caller); `rule` is (bits, power, same_cut,
     same_by_cosine, instance_bits): a hit is the same picture when s >= same_cut (`same_by_cosine`) or
     d_inst <= same_cut * instance_bits (else; same_cut < 0: never)."""
-    looks_like, bits, power, same_cut, same_by_cosine, instance_bits = rule
+    bits, power, same_cut, same_by_cosine, instance_bits = rule
     out_scores, out_class, out_inst, out_ids, out_same = out
     nq, c = ids.shape
     k = out_ids.shape[1]
     score = np.empty(c, np.float64)
     order = np.empty(c, np.int64)
     for i in range(nq):
+        weight = looks_like[i]
         m = 0
         for j in range(c):
             if ids[i, j] < 0:
                 continue
             s = min(max(similarity[i, j], -1.0), 1.0)
             sharp = abs(s) ** power
-            score[j] = (1 - looks_like) * (1 - 2 * d_class[i, j] / bits) + looks_like * (sharp if s >= 0 else -sharp)
+            score[j] = (1 - weight) * (1 - 2 * d_class[i, j] / bits) + weight * (sharp if s >= 0 else -sharp)
             # insertion into the sorted best k so far: at most k kept, candidates beyond them dropped
             at = min(m, k)
             while at > 0 and _before(score, d_class[i], d_inst[i], ids[i], j, order[at - 1]):

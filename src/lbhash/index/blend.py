@@ -31,7 +31,8 @@ from lbhash.index import _checks
 from lbhash.index.backend import PAD_DISTANCE, PAD_ID, Backend, Candidates, FloatQueries
 from lbhash.index.rescore import (PAIRS, RESCORE_FACTOR, check_embeddings, scoring_rows, unit_rows,
                                   with_boundary_ties)
-from lbhash.instance import LOOKS_LIKE, LOOKS_LIKE_CODES, LOOKS_LIKE_LEARNED, learned_index, mark_rule
+from lbhash.instance import (AGREEING, CLASS_NEAR, LOOKS_LIKE, LOOKS_LIKE_APART, LOOKS_LIKE_CODES, LOOKS_LIKE_LEARNED,
+                              learned_index, mark_rule)
 from lbhash.limits import MAX_RESCORE_CANDIDATES
 
 BUDGET = 1 << 22        # gathered candidate values scored at a time
@@ -90,7 +91,8 @@ def default_looks_like(instance: bool, floats: bool = True, learned: bool = Fals
     """`looks_like` where a search leaves it out: where the queries give instance codes, with `floats` (the
     cosine of float rows scores) `LOOKS_LIKE_LEARNED` for an index whose transform is `learned` (its float
     rows are in the learned space) and `LOOKS_LIKE` for another, and `LOOKS_LIKE_CODES` without floats;
-    else `SIMILARITY_FIRST` (each chosen on validation photos: docs/search.md)."""
+    else `SIMILARITY_FIRST` (each chosen on validation photos: docs/search.md). Without floats the search
+    raises LOOKS_LIKE_CODES query by query (`agreeing_looks_like`)."""
     if not instance:
         return SIMILARITY_FIRST
     if not floats:
@@ -115,6 +117,8 @@ def blended_search(index: Backend, queries: Queries, k, labels=None, factor=RESC
     inst = _instance_queries(index, queries.instance, len(codes))
     units = _query_units(index, queries.embeddings, len(codes), inst is not None)
     learned = learned_index(getattr(index, "metadata", None))
+    # left out, with the two codes alone: each query's own, from its candidates (`agreeing_looks_like`)
+    by_query = looks_like is None and inst is not None and units is None
     looks_like = default_looks_like(inst is not None, units is not None, learned) if looks_like is None \
         else check_looks_like(looks_like)
     center = queries.center
@@ -122,7 +126,8 @@ def blended_search(index: Backend, queries: Queries, k, labels=None, factor=RESC
         if units is None:
             raise InputError("a centre goes with the query embeddings")
         center = check_embeddings(np.reshape(center, (1, -1)), 1, index.embedding_dim, "center")[0]
-    wanted = max(1, min(k * factor, index.ntotal))
+    # (a query's own looks_like reads its AGREEING nearest items by instance code: they are candidates)
+    wanted = max(1, min(max(k * factor, AGREEING if by_query else 1), index.ntotal))
     index.check_k(wanted, f"k * factor ({wanted} candidates)")
     rows = None if labels is None else _checks.label_rows(labels, len(codes), "query labels")
     widen = inst is None and wanted < index.ntotal  # (instance candidates find what a tied class hides)
@@ -139,7 +144,8 @@ def blended_search(index: Backend, queries: Queries, k, labels=None, factor=RESC
             found = Candidates(candidates, dist, np.full(dist.shape, PAD_DISTANCE, np.int32))
         else:
             found = index.both_candidates(codes[part], inst[part], wanted, group, part_floats)
-        parts.append(_ranked(index, part_floats, inst is not None, found, k, looks_like))
+        weights = agreeing_looks_like(found, index.bits) if by_query else np.full(len(found.ids), looks_like)
+        parts.append(_ranked(index, part_floats, inst is not None, found, k, weights))
     return parts[0] if len(parts) == 1 else Blended(*(np.concatenate([p[i] for p in parts]) for i in range(5)))
 
 
@@ -152,7 +158,7 @@ def warm_ranking() -> None:
     floats = FloatQueries(np.ones((1, 1)), np.zeros(1))
     similarity = floats.cosines(np.ones((1, 1), np.float16), ids)
     out = Blended(np.zeros((1, 1)), distances.copy(), distances.copy(), ids.copy(), np.zeros((1, 1), bool))
-    ranked_top(ids, distances, distances, similarity, (0.5, 8, SIMILARITY_POWER, 0.5, True, 8), tuple(out))
+    ranked_top(ids, distances, distances, similarity, np.full(1, 0.5), (8, SIMILARITY_POWER, 0.5, True, 8), tuple(out))
 
 
 def _instance_queries(index: Backend, instance_queries, n: int) -> np.ndarray | None:
@@ -200,8 +206,26 @@ def _similarities_by_id(index: Backend, floats: FloatQueries, ids: np.ndarray, o
     return floats.cosines(scoring_rows(index.get_embeddings(held)), where)
 
 
+def agreeing_looks_like(found: Candidates, bits: int) -> np.ndarray:
+    """Each query's looks_like (nq,) where the two codes alone rank and the search leaves it out: from
+    LOOKS_LIKE_CODES, where all its AGREEING candidates nearest by instance code (ties by id) have a class code
+    within CLASS_NEAR * bits of its own, to LOOKS_LIKE_APART, where none has; linear in their share between.
+    A query of a class the run was trained on finds its look-alikes under its class code; one of a class it
+    never saw, under several (validation: docs/search.md, "Unseen classes")."""
+    ids, d_inst = found.ids, found.instance_distances
+    by_id = np.argsort(np.where(ids >= 0, ids, np.iinfo(np.int64).max), axis=1, kind="stable")
+    key = np.where(ids >= 0, d_inst, np.iinfo(np.int32).max).astype(np.int64)
+    nearest = np.take_along_axis(by_id, np.argsort(np.take_along_axis(key, by_id, 1), axis=1, kind="stable"), 1)
+    nearest = nearest[:, :AGREEING]
+    held = np.take_along_axis(ids, nearest, 1) >= 0
+    near = (np.take_along_axis(found.distances, nearest, 1) <= CLASS_NEAR * bits) & held
+    share = near.sum(1) / np.maximum(held.sum(1), 1)
+    share[held.sum(1) == 0] = 1.0
+    return LOOKS_LIKE_CODES + (LOOKS_LIKE_APART - LOOKS_LIKE_CODES) * (1.0 - share)
+
+
 def _ranked(index: Backend, floats: FloatQueries | None, instance: bool, found: Candidates, k: int,
-            looks_like: float) -> Blended:
+            looks_like: np.ndarray) -> Blended:
     """The best k of the `found` candidates, scored as the module says: by the cosines of their float rows
     for `floats` (found.similarities where the backend scored them), else by their `instance` distances;
     ranked in compiled code (lbhash.index._blend_kernel.ranked_top: at 1M items a one-query search spent
@@ -230,6 +254,7 @@ def _ranked(index: Backend, floats: FloatQueries | None, instance: bool, found: 
             similarity = _similarities_by_id(index, floats[s:e], ids[s:e], valid[s:e])
         else:
             continue
-        rule = (float(looks_like), index.bits, SIMILARITY_POWER, float(cut), by_cosine, index.instance_bits or 0)
-        ranked_top(ids[s:e], d_class, d_inst, similarity, rule, tuple(part[s:e] for part in out))
+        rule = (index.bits, SIMILARITY_POWER, float(cut), by_cosine, index.instance_bits or 0)
+        ranked_top(ids[s:e], d_class, d_inst, similarity, np.ascontiguousarray(looks_like[s:e], np.float64), rule,
+                   tuple(part[s:e] for part in out))
     return out

@@ -41,12 +41,15 @@ class MethodOptions(Options):
         return method_class(value).name  # unknown names: InputError with the list
 
 
+MAX_SEED = 2 ** 63 - 1  # torch's and numpy's int64 seeds
+
+
 class RecipeOptions(Options):
     """How the hash model trains and which epoch a run keeps. None: the method's default under
     the run's profile (lbhash.train.resolve)."""
 
     seed: int = option(0, "Seeds the split, centers, initialisation and every epoch's randomness.",
-                       "a non-negative integer", ge=0)
+                       "an integer from 0 to 2^63 - 1", ge=0, le=MAX_SEED)
     epochs: int | None = option(None, "Training epochs.", "a positive integer", shown="the method's", ge=1)
     batch_size: int | None = option(None, "Batch size.", "a positive integer", shown="the method's", ge=1)
     optimizer: Literal["adam", "adamw", "sgd", "rmsprop"] | None = option(
@@ -83,7 +86,7 @@ class RecipeOptions(Options):
         None, "The model a run keeps: the last epoch's, or the epoch with the best validation mAP.",
         "one of last, best-val", shown="best-val with a validation split, else last")
     patience: int = option(0, "Stop after this many validation evaluations without a better mAP (0: never).",
-                           "a non-negative integer", ge=0)
+                           "an integer from 0 to 2^63 - 1", ge=0, le=MAX_SEED)
     test: bool = option(True, "Encode and evaluate the query and database at the end (off: a validation-only "
                               "run, as the studies use).", "true or false")
     topk: int | Literal["all"] | None = option(None, "R of mAP@R: a positive integer or 'all'.",

@@ -32,7 +32,8 @@ class ModelOptions(Options):
 
     hidden: list[int] | None = option(None, "Hash head hidden widths, comma-separated.",
                                       "a list of positive integers",
-                                      shown=f"{','.join(map(str, FEATURE_HIDDEN))} for features, none for images and baselines", cli=False)
+                                      shown=f"{','.join(map(str, FEATURE_HIDDEN))} for features and frozen backbones, none for backbones that "
+                                            "train and baselines", cli=False)
     head_dropout: float = option(0.0, "Dropout after each hidden layer of the hash head.", "a number in [0, 1)",
                                  ge=0, lt=1)
     backbone: str | None = option(None, "Image data: a backbone (see docs/models.md).", "a backbone name",

@@ -151,7 +151,8 @@ function searchRequest(q, how, labels) {
   const k = how.radius !== null ? null : (q.item === null ? how.k : Math.min(how.k + 1, state.about.limits.max_k));
   const kept = ranks();
   const rescore = !$("rescore").disabled && $("rescore").checked ? Number($("rescore-factor").value || 4) : null;
-  const looksLike = $("looks-like").value;
+  // the slider at the index's default sends nothing: left out, a codes-only index weighs each query's own
+  const looksLike = Number($("looks-like").value) === Number(state.about.index.looks_like) ? null : $("looks-like").value;
   if (q.file) {
     const form = new FormData();
     form.append("files", q.file, q.file.name);
@@ -159,7 +160,7 @@ function searchRequest(q, how, labels) {
     if (labels.length) form.append("labels", labels.join(","));
     if (rescore !== null && k !== null) {
       form.append("rescore_factor", String(rescore));
-      form.append("looks_like", looksLike);
+      if (looksLike !== null) form.append("looks_like", looksLike);
     } else if (kept) form.append("rescore", "false");
     return ["/search/image", undefined, form];
   }
@@ -168,7 +169,7 @@ function searchRequest(q, how, labels) {
   if (labels.length) body.labels = [labels];
   if (rescore !== null && k !== null && (q.features || q.embedding)) {
     body.rescore_factor = rescore;
-    body.looks_like = Number(looksLike);
+    if (looksLike !== null) body.looks_like = Number(looksLike);
     if (q.embedding) body.embeddings = [q.embedding];
   } else if (kept && !q.code) body.rescore = false;
   return ["/search", body, undefined];
