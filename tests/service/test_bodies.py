@@ -13,7 +13,8 @@ from pydantic import ValidationError
 from index_reference import random_codes
 from lbhash.index import CodeIndex
 from lbhash.service import Limits, create_app, models
-from lbhash.service.bodies import MAX_ERRORS, BodyErrors, check_body, list_shapes
+from lbhash.limits import MAX_BATCH
+from lbhash.service.bodies import MAX_ERRORS, MAX_LISTS, BodyErrors, check_body, list_shapes
 from serve_helpers import LOCAL
 
 BITS = 32
@@ -50,7 +51,7 @@ def post_traced(client, path: str, body: dict) -> tuple:
      N - MAX_ERRORS),
     ("/items", {"codes": ["00" * 4], "labels": [["a"] * N]}, "body.labels.0.0: Input should be a valid integer",
      N - MAX_ERRORS),
-    ("/search", {"codes": ["00" * 4], "embeddings": [[True] * 4] * (N // 4)},
+    ("/search", {"codes": ["00" * 4], "embeddings": [[True] * N]},
      "body.embeddings.0.0: Input should be a valid number", N - MAX_ERRORS),
     ("/search", {"features": [{}] * N}, "body.features.0: Input should be a valid list", N - MAX_ERRORS),
 ])
@@ -68,6 +69,24 @@ def test_a_body_of_many_bad_elements_is_one_line_in_bounded_memory(client, path,
                                                                  "in all)"), detail
     assert detail.count(": ") == MAX_ERRORS and len(detail) < 600, detail
     assert client.get("/health").json()["ntotal"] == 20  # nothing added
+
+
+@pytest.mark.parametrize("path", ["/search", "/items"])
+def test_a_body_of_many_small_rows_is_refused_before_it_is_parsed(client, path):
+    """Issue 87: 16 MB of one-number rows ([[1],[1],...], 4.1 million) parsed to as many Python lists
+    took 1.1 GB before their 400. A body holds at most MAX_LISTS lists (MAX_BATCH rows a field), counted
+    before parsing: 500,000 rows (2 MB) answer a 422 with no more memory than about the body's."""
+    rows = 500_000
+    reply, peak, size = post_traced(client, path, {"codes": ["0f" * 4], "embeddings": [[1]] * rows, "k": 1})
+    detail = reply.json()["detail"]
+    assert reply.status_code == 422 and "\n" not in detail, reply.text
+    assert f"holds {rows + 2:,} JSON lists" in detail and f"batches of {MAX_BATCH:,}" in detail, detail
+    assert peak < 4 * size + (8 << 20), (peak, size)  # parsed, the rows alone were 20 times the body
+    # the most a request of MAX_BATCH rows a field holds passes the count (and is searched)
+    full = {"codes": ["0f" * 4] * MAX_BATCH, "embeddings": [[1, 0, 0, 0]] * MAX_BATCH,
+            "labels": [[0]] * MAX_BATCH} | ({"k": 1} if path == "/search" else {})
+    assert json.dumps(full).count("[") <= MAX_LISTS
+    assert client.post(path, json=full).status_code == 200
 
 
 def test_a_few_errors_are_each_named(client):

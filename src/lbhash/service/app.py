@@ -45,7 +45,8 @@ from lbhash.runs.uploads import OverBudget
 from lbhash.service import models
 from lbhash.service.access import Access, AccessControl, change_routes, changes_data, reads_data
 from lbhash.service.batching import Batching, SearchBatcher
-from lbhash.service.bodies import MAX_ERRORS, BodyErrors, CheckedBody, check_body, error_line, json_content
+from lbhash.service.bodies import (MAX_ERRORS, BodyErrors, CheckedBody, check_body, check_lists, error_line,
+                                  json_content)
 from lbhash.service.decode import (DecodersBusy, PixelBudget, check_batch, decode_search, need_encoder, parse_ids,
                                   read_uploads, to_codes, wants_ranking)
 from lbhash.service.depends import BatcherDep, DecodingDep, EncoderDep, Limits, LimitsDep, MediaDep, StoreDep
@@ -319,6 +320,7 @@ class SearchPath:
         if raw is None:  # the client went away
             return
         try:
+            check_lists(raw)  # before parsing: millions of tiny lists cost a gigabyte to parse
             data = json.loads(raw)
             check_body(data, models.SearchRequest)  # its list elements and keys, in bounded memory
             body = models.SearchRequest.model_validate(data)

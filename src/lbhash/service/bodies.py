@@ -18,7 +18,13 @@ from fastapi.routing import APIRoute
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Strict
 
+from lbhash.limits import MAX_BATCH
+
 MAX_ERRORS = 5  # errors named in a 422's one line; the others are counted
+# JSON lists a body may hold: a model's list fields nest at most two deep, each at most MAX_BATCH rows (and
+# four list fields at most). Counted in the raw bytes before parsing (a bound: '[' in a string counts too):
+# 16 MB of one-number rows, [[1],[1],...], parsed to 4 million Python lists, took 1.1 GB before their 400
+MAX_LISTS = 4 * (MAX_BATCH + 1)
 
 
 class BodyErrors(Exception):
@@ -99,6 +105,14 @@ def check_body(data, model: type[BaseModel]) -> None:
         raise BodyErrors(report.named, report.total)
 
 
+def check_lists(raw: bytes) -> None:
+    """BodyErrors (a 422) for a raw JSON body holding more than MAX_LISTS lists, before it is parsed."""
+    lists = raw.count(b"[")
+    if lists > MAX_LISTS:
+        raise BodyErrors([f"body: holds {lists:,} JSON lists, more than any request of at most {MAX_BATCH:,} "
+                          f"rows a field can ({MAX_LISTS:,}): send the rows in batches of {MAX_BATCH:,}"], 1)
+
+
 def _walk(value, depth: int, accepted: frozenset, message: str, where: tuple, report: _Report) -> None:
     if type(value) is not list:
         report.add(where, "Input should be a valid list")
@@ -146,6 +160,10 @@ class CheckedBody(APIRoute):
 
         async def checked(request):
             if json_content(request.scope["headers"]) and await request.body():
+                try:
+                    check_lists(await request.body())
+                except BodyErrors as exc:
+                    return JSONResponse({"detail": str(exc)}, status_code=422)
                 try:
                     data = await request.json()
                 except Exception:  # not JSON (or nested too deeply to read): FastAPI's own answer
