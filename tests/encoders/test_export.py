@@ -16,6 +16,7 @@ from lbhash.codes import pack, to_signs
 from lbhash.codes_file import load_codes_file
 from lbhash.data import load_data
 from lbhash.data.augment import BatchTransform
+from lbhash.data import eval_images
 from lbhash.data.eval_images import eval_inputs
 from lbhash.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from lbhash.encoders import Encoder
@@ -91,14 +92,37 @@ def test_both_encoders_share_one_interface(digits_export, image_export, rng):
 @pytest.mark.parametrize("preset,size,shapes", [("cifar", 160, [(32, 32), (40, 57), (300, 200)]),
                                                 ("imagenet", 224, [(32, 32), (500, 375), (61, 300)]),
                                                 ("cifar-augment", 32, [(32, 32), (17, 45)])])
-def test_numpy_eval_transform_equals_the_torch_one(rng, preset, size, shapes):
-    """The exported encoder's pixels (lbhash.data.eval_images) are training's, bit for bit."""
+@pytest.mark.parametrize("budget", [None, 1000])  # (1000 bytes: a row or column of the output a block)
+def test_numpy_eval_transform_equals_the_torch_one(rng, monkeypatch, preset, size, shapes, budget):
+    """The exported encoder's pixels (lbhash.data.eval_images) are training's, bit for bit, however
+    small the blocks the resize filters at a time."""
+    if budget is not None:
+        monkeypatch.setattr(eval_images, "FILTER_BUDGET", budget)
     for h, w in shapes:
         images = rng.integers(0, 256, (2, h, w, 3), dtype=np.uint8)
         want = BatchTransform(preset, size, train=False)(torch.from_numpy(images)).contiguous().numpy()
         got = eval_inputs(images, preset, size, IMAGENET_MEAN, IMAGENET_STD)
         assert got.shape == want.shape == (2, 3, size, size)
         np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_a_huge_photo_is_resized_in_bounded_memory(monkeypatch):
+    """Issue 87: one upload of two 6000x6600 photos through an export took 4.5 GB, the resize's gathered
+    filter taps of each whole photo at once (int32, 73 taps a value, and their products); a block of
+    rows or columns at a time holds at most FILTER_BUDGET of them."""
+    import tracemalloc
+
+    monkeypatch.setattr(eval_images, "FILTER_BUDGET", 4 << 20)
+    images = np.full((2, 1500, 1650, 3), 77, np.uint8)  # 15 MB; its taps at once were 470 MB
+    tracemalloc.start()
+    try:
+        got = eval_inputs(images, "imagenet", 160, IMAGENET_MEAN, IMAGENET_STD)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < (4 << 20) + (8 << 20), peak  # the budget, one image's first pass (1500 x 183 x 3) and the output
+    want = (77 / 255 - np.asarray(IMAGENET_MEAN, np.float32)) / np.asarray(IMAGENET_STD, np.float32)  # flat grey
+    np.testing.assert_allclose(got, np.broadcast_to(want.astype(np.float32)[None, :, None, None], got.shape), rtol=1e-6)
 
 
 def test_the_manifest_says_what_serving_needs(digits_export, image_export):
