@@ -3,15 +3,19 @@
     python benchmarks/bench_bad_requests.py                          # the issue's sizes: under a minute on 2 busy cores
     python benchmarks/bench_bad_requests.py --items 50000 --codes 2000000 --bound-mb 512
 
-Starts the real server (`python -m lbhash.cli serve`, 127.0.0.1, a free port, stopped at the end) twice,
+Starts the real server (`python -m lbhash.cli serve`, 127.0.0.1, a free port, stopped at the end) three times,
 one after the other, over indexes it builds in a temporary folder:
 1. keyless, over a flat index of --items 64-bit items that all share one class code, kept with --dim-wide
    float16 embeddings: a re-scored POST /search of --queries codes at Hamming distance 1 from that code
    (every item ties at the boundary), with their embeddings, k 1, rescore_factor 1; a POST /search of
-   `{"codes": [1, 1, ...]}` with --codes elements; one with --keys unknown keys.
+   `{"codes": [1, 1, ...]}` with --codes elements; one with --keys unknown keys; one of --rows one-number
+   embedding rows `[[1],[1],...]` (issue 87), once and four at once.
 2. with a write key, over the index of a tiny image run trained here (a CIFAR ResNet-8, 16 bits, one
    epoch on 32 x 32 PNGs; serve --run): an ICNS whose one entry says 256 x 256 (`ic08`) and holds a
-   --side x --side PNG, posted to /search/image and to /items/image.
+   --side x --side PNG, posted to /search/image and to /items/image; two greyscale PNGs of --photo
+   pixels (issue 87: 6000 x 6600 each) in one /search/image.
+3. the same index served through the run's export (`lbhash export`, serve --encoder): the two PNGs again,
+   once and four at once (the pixel budget answers what it cannot admit with 503).
 Before a server's first request it reads the server's resident size (VmRSS in /proc/PID/status), after
 each request its peak (VmHWM, which only rises). Each line: the request, the HTTP status, the seconds,
 the peak over idle, the rise over the previous peak, "ok" or "OVER" against --bound-mb (and the start of
@@ -154,6 +158,32 @@ def json_bodies(args) -> tuple[bytes, bytes]:
     return codes, keys
 
 
+def one_number_rows(rows: int) -> bytes:
+    """`{"codes": [one], "embeddings": [[1], [1], ...], "k": 1}` with `rows` rows, as bytes."""
+    return b'{"codes":["' + b"0f" * 8 + b'"],"embeddings":[' + b"[1]," * (rows - 1) + b'[1]],"k":1}'
+
+
+def grey_pngs(shape: tuple[int, int]) -> list:
+    """Two greyscale PNGs of `shape` (height, width) pixels, of one colour each (small files)."""
+    blobs = []
+    for level in (90, 160):
+        out = io.BytesIO()
+        Image.new("L", shape[::-1], level).save(out, format="PNG")
+        blobs.append(("files", (f"grey{level}.png", out.getvalue(), "image/png")))
+    return blobs
+
+
+def at_once(call, times: int = 4):
+    """`call` made `times` times concurrently; the first reply that is not a 200, else the last."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def send():
+        with ThreadPoolExecutor(times) as pool:
+            replies = list(pool.map(lambda _: call(), range(times)))
+        return next((r for r in replies if r.status_code != 200), replies[-1])
+    return send
+
+
 def lying_icns(side: int) -> bytes:
     """An ICNS whose one entry is `ic08` (256 x 256, what Pillow's reader reports) holding a side x side
     PNG of one colour (tests/index/test_upload_pixels.py's construction, with a larger PNG)."""
@@ -201,6 +231,11 @@ def json_requests(tmp: Path, log: Path, args, rises: list) -> None:
                     lambda: client.post("/search", content=codes_body, headers=raw), args.bound_mb, rises)
             measure(server, f"{args.keys:,} unknown keys ({len(keys_body) / 1e6:.1f} MB)",
                     lambda: client.post("/search", content=keys_body, headers=raw), args.bound_mb, rises)
+            rows = one_number_rows(args.rows)
+            post_rows = lambda: client.post("/search", content=rows, headers=raw)  # noqa: E731
+            what = f"{args.rows:,} one-number rows [[1],[1],...] ({len(rows) / 1e6:.1f} MB)"
+            measure(server, what, post_rows, args.bound_mb, rises)
+            measure(server, f"{what}, four at once", at_once(post_rows), args.bound_mb, rises)
     finally:
         server.stop()
 
@@ -224,6 +259,25 @@ def image_requests(tmp: Path, log: Path, args, rises: list) -> None:
                     rises)
             measure(server, f"{what} to /items/image", upload("/items/image", icns, "icon.icns", {KEY_HEADER: key}),
                     args.bound_mb, rises)
+            photos = grey_pngs(args.photo)
+            measure(server, f"two greyscale PNGs of {args.photo[0]} x {args.photo[1]} through the run",
+                    lambda: client.post("/search/image", files=photos), args.bound_mb, rises)
+    finally:
+        server.stop()
+    lbhash(["export", run, "--out", run / "export"], log)
+    server = Server(tmp / "images-ix", log, ["--encoder", run / "export"])
+    try:
+        server.wait_ready()
+        print(f"server 3 (keyless; the run's export): idle VmRSS {server.idle:,.0f} MB, VmHWM {server.peak:,.0f} MB",
+              flush=True)
+        with httpx.Client(base_url=server.url, timeout=600) as client:
+            measure(server, "warm-up: a 32 x 32 PNG to /search/image",
+                    lambda: client.post("/search/image", files=[("files", ("small.png", small, "image/png"))]),
+                    args.bound_mb, rises)
+            post_photos = lambda: client.post("/search/image", files=photos)  # noqa: E731
+            what = f"two greyscale PNGs of {args.photo[0]} x {args.photo[1]} through the export"
+            measure(server, what, post_photos, args.bound_mb, rises)
+            measure(server, f"{what}, four at once", at_once(post_photos), args.bound_mb, rises)
     finally:
         server.stop()
 
@@ -236,9 +290,13 @@ def main() -> None:
     parser.add_argument("--side", type=int, default=12000, help="the PNG inside the ICNS: side x side pixels")
     parser.add_argument("--codes", type=int, default=8_000_000, help='elements of {"codes": [1, 1, ...]}')
     parser.add_argument("--keys", type=int, default=1_300_000, help="unknown keys of a JSON body")
+    parser.add_argument("--rows", type=int, default=4_100_000, help="one-number embedding rows of a JSON body")
+    parser.add_argument("--photo", type=lambda v: tuple(map(int, v.split("x"))), default=(6000, 6600),
+                        help="HEIGHTxWIDTH of the two greyscale PNGs")
     parser.add_argument("--bound-mb", type=float, default=1024, help="the bound on the peak over idle (MB)")
     parser.add_argument("--seed", type=int, default=0)
-    args = parse_args(parser, items=2000, dim=16, queries=16, side=600, codes=20_000, keys=20_000)
+    args = parse_args(parser, items=2000, dim=16, queries=16, side=600, codes=20_000, keys=20_000, rows=20_000,
+                      photo=(300, 330))
     rises: list = []
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "server.log"  # the servers' and the CLI's output, shown only when one fails
