@@ -202,6 +202,20 @@ def test_hidden_none_or_empty_is_one_linear_layer_not_the_default(tmp_path, monk
     assert yaml.safe_load((out / "config.yaml").read_text())["hidden"] == widths
 
 
+@pytest.mark.parametrize("written, widths", [("none", []), ("None", []), ("[]", []), ("[64]", [64])])
+def test_hidden_none_in_a_config_file_is_one_linear_layer(tmp_path, monkeypatch, written, widths):
+    """Issue 87: `hidden: none` in a config file was refused where `--hidden none` worked."""
+    import yaml
+
+    stop_before_the_first_epoch(monkeypatch)
+    (tmp_path / "c.yaml").write_text(f"hidden: {written}\n")
+    out = tmp_path / "run"
+    result = run("train", "--data", "digits", "--bits", "16", "--epochs", "1", "--config", str(tmp_path / "c.yaml"),
+                 "--out", str(out), "--no-progress")
+    assert isinstance(result.exception, Killed), result.output
+    assert yaml.safe_load((out / "config.yaml").read_text())["hidden"] == widths
+
+
 def test_hidden_rejects_a_non_integer_width():
     one_line_error(run("train", "--data", "digits", "--hidden", "64,x"), "--hidden must be comma-separated integers")
 

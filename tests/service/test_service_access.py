@@ -67,6 +67,21 @@ def test_with_a_read_key_searches_need_a_key_but_the_page_does_not(index_dir):
         assert client.get("/stats", headers={"X-Lbhash-Key": READ}).status_code == 200
 
 
+def test_with_a_read_key_alone_a_change_needs_it_too(index_dir):
+    """Issue 87: with LBHASH_READ_KEY alone, anyone could add and delete while a search needed the key."""
+    with TestClient(create_app(index_dir, access=Access(read_key=READ)), base_url=LOCAL) as client:
+        for headers in ({}, {"X-Lbhash-Key": "wrong-key-of-some-length"}):
+            refused(client.post("/items", json=add_body(), headers=headers), 401, "needs the read key")
+            refused(client.delete("/items/3", headers=headers), 401, "needs the read key")
+            refused(client.post("/items/image", files={"files": ("a.png", b"x", "image/png")}, headers=headers), 401,
+                    "needs the read key")
+        assert client.get("/health").json()["ntotal"] == 20
+        assert client.post("/items", json=add_body(), headers={"X-Lbhash-Key": READ}).status_code == 200
+        assert client.delete("/items/3", headers={"X-Lbhash-Key": READ}).status_code == 200
+        assert client.get("/health").json()["ntotal"] == 20  # one added, one deleted
+    assert not Access(read_key=READ).open_for_writes and Access().open_for_writes
+
+
 def test_read_only_refuses_every_change_with_403_and_serves_reads(index_dir):
     with TestClient(create_app(index_dir, access=Access(read_only=True)), base_url=LOCAL) as client:
         refused(client.post("/items", json=add_body()), 403, "read-only")

@@ -71,8 +71,9 @@ def serve(index_dir: str, run_dir, export_path, host: str, port: int, compact_ev
 
     Every acknowledged change is in a write-ahead log (INDEX_DIR.wal beside the directory)
     before the answer, and is folded into the saved index periodically and on shutdown.
-    On a loopback address anyone on this machine may change the index unless a write key is
-    set; on any other address the service needs a write key or --read-only. Keys come from
+    On a loopback address anyone on this machine may change the index unless a key is set
+    (a read key alone guards changes too); on any other address the service needs a key or
+    --read-only. Keys come from
     files or the environment, never from the command line (docs/search.md, "Exposing the
     service"). Needs the 'serve' extra (pip install 'lbhash[serve]'); --backend milvus also
     the 'milvus' one.
@@ -92,7 +93,7 @@ def serve(index_dir: str, run_dir, export_path, host: str, port: int, compact_ev
 
     access = access_from_environment(read_only, write_key_file, read_key_file)
     if access.open_for_writes and not _loopback(host):
-        raise InputError(f"--host {host}: anyone who reaches it could change the index; set a write key "
+        raise InputError(f"--host {host}: anyone who reaches it could change the index; set a write or read key "
                          "(LBHASH_WRITE_KEY or --write-key-file) or serve --read-only")
     access = replace(access, allowed_hosts=HostNames.for_server(host, allowed_hosts))
     # read-only: a missing or broken index is named before the port is taken
@@ -110,7 +111,7 @@ def serve(index_dir: str, run_dir, export_path, host: str, port: int, compact_ev
         app = create_app(store, encoder, limits=limits, access=access, media_budget=media_budget_mb << 20,
                          batching=Batching(window=batch_window_ms / 1000, max_rows=batch_rows))
         mode = ("read-only" if access.read_only else "changes need the write key" if access.write_key
-                else "open: anyone on this machine may change it")
+                else "changes need the read key" if access.read_key else "open: anyone on this machine may change it")
         click.echo(f"serving {store.ntotal} {store.bits}-bit codes on http://{host}:{port} "
                    f"(search page at /, API docs at /docs; {mode}"
                    f"{', reads need a key' if access.read_key else ''})", err=True)

@@ -60,6 +60,9 @@ class ModelOptions(Options):
     @field_validator("hidden", mode="before")
     @classmethod
     def _hidden_list(cls, value):
+        # a config file's `hidden: none` is the command line's `--hidden none`: no hidden layer
+        if isinstance(value, str) and value.strip().lower() == "none":
+            return []
         return list(value) if isinstance(value, tuple) else value
 
     @field_validator("hidden")

@@ -1,7 +1,8 @@
 """Who may read and change a served index: keys, read-only mode and cross-site requests (docs/search.md).
 
 - `Access(write_key, read_key, read_only)`: with a write key every change must carry it in the
-  `X-Lbhash-Key` header (401 otherwise), with a read key so must every other API request; the
+  `X-Lbhash-Key` header (401 otherwise), with a read key so must every other API request (and every
+  change, where there is no write key: a change needs at least what a read needs); the
   page, its assets, /health and the API docs stay open. Keys are compared in constant time and
   never logged. `read_only`: every change gets 403.
 - A change a browser sends from another site (`Sec-Fetch-Site`, else `Origin` against the
@@ -111,8 +112,8 @@ class Access:
 
     @property
     def open_for_writes(self) -> bool:
-        """Anyone who reaches the port may change the index."""
-        return not self.read_only and self.write_key is None
+        """Anyone who reaches the port may change the index (no key at all: a read key alone guards changes too)."""
+        return not self.read_only and self.write_key is None and self.read_key is None
 
     def public(self) -> dict:
         """What the page may know: which keys are needed, never the keys."""
@@ -248,6 +249,9 @@ class AccessControl:
                 return 403, "this service is read-only (lbhash serve --read-only): it accepts no changes"
             if access.write_key is not None and not _same(given, access.write_key):
                 return 401, f"a change needs the write key in the {KEY_HEADER} header"
+            if access.write_key is None and access.read_key is not None and not _same(given, access.read_key):
+                # with a read key alone a change needs it too: a change needs at least what a read needs
+                return 401, f"a change needs the read key in the {KEY_HEADER} header (this service has no write key)"
             return None
         if not (_same(given, access.read_key) or (access.write_key is not None and _same(given, access.write_key))):
             return 401, f"this service needs its read key in the {KEY_HEADER} header"
