@@ -21,6 +21,7 @@ from lbhash.data.eval_images import eval_inputs
 from lbhash.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from lbhash.encoders import Encoder
 from lbhash.encoders.exported import MANIFEST, MODEL, ExportedEncoder
+from lbhash.errors import LbhashWarning
 from lbhash.index import CodeIndex
 from lbhash.runs import RunDirectory
 from lbhash.runs.encoder import RunEncoder
@@ -123,6 +124,22 @@ def test_a_huge_photo_is_resized_in_bounded_memory(monkeypatch):
     assert peak < (4 << 20) + (8 << 20), peak  # the budget, one image's first pass (1500 x 183 x 3) and the output
     want = (77 / 255 - np.asarray(IMAGENET_MEAN, np.float32)) / np.asarray(IMAGENET_STD, np.float32)  # flat grey
     np.testing.assert_allclose(got, np.broadcast_to(want.astype(np.float32)[None, :, None, None], got.shape), rtol=1e-6)
+
+
+def test_an_export_of_a_bf16_run_says_its_codes_differ_where_it_is_loaded(image_export, tmp_path):
+    """Issue 87: `lbhash export` warned that a bf16 backbone's export answers in float32, and `serve
+    --encoder` said nothing; the manifest records the run's precision and loading it warns."""
+    import warnings
+
+    assert json.loads((image_export.export / MANIFEST).read_text())["run_precision"] == "fp32"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ExportedEncoder.load(image_export.export)  # a float32 run: nothing to say
+    copy = shutil.copytree(image_export.export, tmp_path / "export")
+    manifest = json.loads((copy / MANIFEST).read_text())
+    (copy / MANIFEST).write_text(json.dumps({**manifest, "run_precision": "bf16"}))
+    with pytest.warns(LbhashWarning, match="computes in bf16; the export computes in float32"):
+        ExportedEncoder.load(copy)
 
 
 def test_the_manifest_says_what_serving_needs(digits_export, image_export):

@@ -8,6 +8,7 @@ numpy (lbhash.data.eval_images) and the ONNX Runtime call.
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -102,6 +103,12 @@ class ExportedEncoder(Encoder):
         except Exception as err:  # ONNX Runtime raises its own classes for a file it cannot run
             raise InputError(f"{model}: ONNX Runtime cannot load it ({str(err).splitlines()[0]})") from None
         encoder = cls(directory, manifest, session)
+        if manifest.get("run_precision") == "bf16":
+            from lbhash.errors import LbhashWarning
+
+            warnings.warn(f"{directory}: exported from a run whose backbone computes in bf16; the export computes in "
+                          "float32, so its codes and rankings differ from the run's for a share of queries "
+                          "(docs/export.md, \"Exactness\")", LbhashWarning, stacklevel=2)
         names = [out.name for out in session.get_outputs()]
         for name in (OUTPUT_NAME, encoder.embedding_output_):
             if name is not None and name not in names:

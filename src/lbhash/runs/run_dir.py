@@ -162,6 +162,8 @@ class RunDirectory:
                             "input": INPUT_NAME, "output": OUTPUT_NAME,
                             # an image graph's second output: what the default ranking needs beside u
                             **({"embedding": EMBEDDING_NAME} if encoder.input_kind_ == "images" else {})}
+        # what the run's backbone computed in: a bf16 run's export answers in float32 (serving says so)
+        manifest["run_precision"] = "bf16" if getattr(encoder.model_, "bf16_backbone", False) else "fp32"
         write_json(out / EXPORTED, manifest)
         read_manifest(out)  # what a reader will check
         return out
