@@ -191,3 +191,24 @@ def test_uploaded_images_are_added_and_searched_with_their_embeddings(tmp_path, 
     assert [[h["id"] for h in r["hits"]] for r in results] == want.ids.tolist()
     assert [[h["score"] for h in r["hits"]] for r in results] == want.scores.tolist()
     assert [[h["id"] for h in r["hits"]] for r in plain] == index.search(q_codes, 3).ids.tolist()
+
+
+def test_a_log_carrying_instance_codes_for_an_index_that_keeps_none_is_refused(tmp_path, rng):
+    """Issue 87: such a record (a log written for another index) replayed silently, its codes dropped."""
+    import zlib
+
+    codes = random_codes(rng, 4, BITS)
+    index = CodeIndex(BITS)
+    index.add(codes)
+    index.save(tmp_path / "ix")
+    store = IndexStore(tmp_path / "ix")
+    store.add(codes[:2])
+    os.close(store._owner.fd)
+    wal = store.wal.path
+    record = json.loads(wal.read_bytes().split(b" ", 1)[1].rstrip(b"\n"))
+    record["instance"] = ["00ff", "ff00"]
+    body = json.dumps(record, separators=(",", ":")).encode()
+    wal.write_bytes(b"%08x %s\n" % (zlib.crc32(body), body))
+    with pytest.raises(InputError, match=r"record 1 carries instance codes but the index keeps none") as err:
+        IndexStore(tmp_path / "ix")
+    assert "\n" not in str(err.value)

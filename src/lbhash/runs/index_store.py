@@ -309,6 +309,9 @@ class IndexStore(Store):
         ibits = self.index.instance_bits
         if ibits is not None and "instance" not in record:
             raise InputError(f"{self.wal.path}: an add of {len(ids)} items without the instance codes the index keeps")
+        if ibits is None and "instance" in record:  # (a log written for another index: never replayed silently)
+            raise InputError(f"{self.wal.path}: record {record.get('seq')} carries instance codes but the index keeps "
+                             "none; the log and the index disagree")
         instance = None if ibits is None else from_hex(record["instance"], ibits, f"{self.wal.path}: instance codes")
         plan = self.index.prepare_add(codes, ids, lists_to_labels(record["labels"], len(ids)), record["upsert"],
                                       None if stored is None else stored.astype(np.float32), instance)
