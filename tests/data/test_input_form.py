@@ -68,3 +68,26 @@ def test_form_round_trips_through_json_and_refuses_garbage():
     with pytest.raises(ValueError, match="input.json: not a readable input contract"):
         InputForm.from_dict({"format": "lbhash-input/1", "kind": "features", "dtype": "nonsense", "width": 3},
                             "input.json")
+
+
+def test_rows_far_off_the_training_scale_draw_a_warning():
+    """Issue 87: queries scaled 0..1 for a run trained on 0..6 were encoded silently (10 of 30 hits right).
+    A run records its training rows' median length; rows whose median is over 3x off draw a warning."""
+    import warnings
+
+    from lbhash.data import ArrayDataset
+    from lbhash.data.input_form import form_of
+    from lbhash.errors import LbhashWarning
+
+    rows = np.abs(np.random.default_rng(0).standard_normal((50, 3))) * 2 + 1
+    form = form_of(ArrayDataset(rows.astype(np.float32), np.zeros(50, np.int64), None, "rows"), None, None)
+    assert form.row_norm == pytest.approx(float(np.median(np.linalg.norm(rows, axis=1))), rel=1e-6)
+    assert InputForm.from_dict(json.loads(json.dumps(form.to_dict())), "input.json") == form
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        conform_features(form, rows[:5] * 2.5, "q")  # within 3x: no warning
+        conform_features(FLOAT, rows[:5] / 100, "q")  # an older run records no length: nothing to compare
+    with pytest.warns(LbhashWarning, match=r"q: the rows' median length is .*, the training features'"):
+        conform_features(form, rows[:5] / rows.max(), "q")  # scaled to 0..1
+    with pytest.warns(LbhashWarning, match="training data's scale"):
+        conform_features(form, rows[:5] * 10, "q")

@@ -18,6 +18,8 @@ from lbhash.data.features import ArrayDataset, dequantize_values
 from lbhash.errors import InputError
 
 FORM_FORMAT = "lbhash-input/1"
+NORM_ROWS = 10_000  # training rows whose median length a run records
+SCALE_FACTOR = 3.0  # feature rows whose median length is this many times off the training's draw a warning
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,7 @@ class InputForm:
     normalize: str | None = None             # what the model does to features first ("zscore")
     image_size: int | None = None            # side of the images the model sees
     channels: int | None = None              # 3: RGB
+    row_norm: float | None = None            # the training features' median row length (None: older runs)
 
     def to_dict(self) -> dict:
         out = {"format": FORM_FORMAT, **asdict(self)}
@@ -44,7 +47,7 @@ class InputForm:
             form = cls(kind=values["kind"], dtype=values["dtype"], width=values.get("width"),
                        quantization=None if quant is None else (float(quant[0]), float(quant[1])),
                        normalize=values.get("normalize"), image_size=values.get("image_size"),
-                       channels=values.get("channels"))
+                       channels=values.get("channels"), row_norm=values.get("row_norm"))
             if form.kind not in ("features", "images") or (form.kind == "features" and not form.width):
                 raise ValueError(f"kind {form.kind!r}, width {form.width!r}")
             if form.dtype is not None:
@@ -66,8 +69,10 @@ def form_of(dataset, normalize: str | None, image_size: int | None) -> InputForm
     """The input form of a training data set."""
     if dataset.input_kind == "images":
         return InputForm("images", "uint8", image_size=image_size, channels=3)
+    rows = np.asarray(dataset.x[:NORM_ROWS], np.float64)  # (the first rows: a deterministic sample)
+    norm = float(np.median(np.linalg.norm(rows, axis=1))) if len(rows) else 0.0
     return InputForm("features", getattr(dataset, "raw_dtype", "float32"), dataset.input_dim(),
-                     getattr(dataset, "quantization", None), normalize)
+                     getattr(dataset, "quantization", None), normalize, row_norm=norm if norm > 0 else None)
 
 
 def conform_features(form: InputForm, x, where: str, raw_dtype: str | None = None,
@@ -93,7 +98,24 @@ def conform_features(form: InputForm, x, where: str, raw_dtype: str | None = Non
     out = _finite(as_float32(arr), where)
     if form.quantization is not None:
         _check_feature_range(form, out, where)
+    _check_scale(form, out, where)
     return out
+
+
+def _check_scale(form: InputForm, x: np.ndarray, where: str) -> None:
+    """A warning where the rows' median length is more than SCALE_FACTOR times off the training features'
+    (queries scaled 0..1 for a run trained on 0..6 found the wrong items, silently)."""
+    if form.row_norm is None:
+        return
+    norm = float(np.median(np.linalg.norm(x.astype(np.float64), axis=1)))
+    if not form.row_norm / SCALE_FACTOR <= norm <= form.row_norm * SCALE_FACTOR:
+        import warnings
+
+        from lbhash.errors import LbhashWarning
+
+        warnings.warn(f"{where}: the rows' median length is {norm:.3g}, the training features' {form.row_norm:.3g}: "
+                      "are they on the training data's scale? (the codes of rows on another scale are not the "
+                      "codes of the same items)", LbhashWarning, stacklevel=3)
 
 
 def conform_dataset(form: InputForm, dataset, where: str):
