@@ -1,7 +1,7 @@
 """Issue 86's tables (docs/search.md, "The learned instance code"): CIFAR-10 JPEGs as a class-folder
 tree, the README's own-folder recipe (or the fine-tuning recipe, or the default small CNN), three indexes
 of the run (the defaults: the learned code, float rows in its space; `--no-embeddings`: the codes alone;
-`--instance-method itq`: the unlearned code, as before), `lbhash duplicates` of each under every edit of
+`--instance-method itq`: the unlearned code, as before), `lbhash evaluate-copies` of each under every edit of
 the family, the same-picture mark on photos that are in no index (`--absent`), and the instance code
 beside perceptual hashes of the same copies (pHash, 8 bytes; PDQ, 32 bytes: `pip install imagehash
 pdqhash`, optional), each code searched exactly against every indexed photo's.
@@ -76,7 +76,7 @@ def code_for_code(index_dir: Path, run: Path, items: int, seed: int) -> dict:
     from lbhash.data.image_sources import decode_image
     from lbhash.index import CodeIndex
     from lbhash.runs import index_inputs
-    from lbhash.runs.duplicates import make_copies
+    from lbhash.runs.copies_evaluation import make_copies
     from lbhash.runs.origins import DataImages, read_sources
 
     index = CodeIndex.load(index_dir)
@@ -142,7 +142,7 @@ def main() -> None:
             lbhash("index", "build", str(run), "--out", str(out / name), *extra)
         path = out / f"dup-{name}.json"
         if not path.exists():
-            path.write_text(lbhash("duplicates", str(out / name), "--run", str(run), "--items", str(args.items), "--seed",
+            path.write_text(lbhash("evaluate-copies", str(out / name), "--run", str(run), "--items", str(args.items), "--seed",
                                    str(args.seed), "--json", capture=True))
         reports[name] = json.loads(path.read_text())
     print_tables(reports)
@@ -172,7 +172,7 @@ def sweep(index_dir: Path, run: Path, items: int, seed: int) -> None:
     cubed (the default) and raw (lbhash.index.blend.SIMILARITY_POWER)."""
     from lbhash.index import CodeIndex, blend
     from lbhash.runs import index_inputs
-    from lbhash.runs.duplicates import make_copies, measure
+    from lbhash.runs.copies_evaluation import make_copies, measure
 
     index = CodeIndex.load(index_dir)
     copies = make_copies(index, index_inputs.query_encoder(run), items, seed)

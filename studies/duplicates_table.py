@@ -1,6 +1,6 @@
 """Issue 68's near-duplicate tables (docs/search.md, "Finding the picture"): CIFAR-10 JPEGs as a
 class-folder tree, the README's own-folder recipe, `lbhash index build` with its defaults, then
-`lbhash duplicates` (each index's orders, per edit).
+`lbhash evaluate-copies` (each index's orders, per edit).
 
     python studies/duplicates_table.py ../shared/data/cifar10-jpg.tar.gz OUT --start 0 --seed 0       # validation
     python studies/duplicates_table.py ../shared/data/cifar10-jpg.tar.gz OUT --start 2000 --seed 1    # held out
@@ -58,7 +58,7 @@ def photo_tree(tarball: str, out: Path, start: int) -> None:
 def sweep(index_dir: Path, run: Path, seed: int) -> None:
     from lbhash.index import CodeIndex, blend
     from lbhash.runs import index_inputs
-    from lbhash.runs.duplicates import make_copies, measure
+    from lbhash.runs.copies_evaluation import make_copies, measure
 
     index = CodeIndex.load(index_dir)
     copies = make_copies(index, index_inputs.query_encoder(run), 200, seed)
@@ -99,7 +99,7 @@ def main() -> None:
         if not (out / name).exists():
             lbhash("index", "build", str(run), "--out", str(out / name), *extra)
         lbhash("index", "info", str(out / name))
-        lbhash("duplicates", str(out / name), "--run", str(run), "--items", str(args.items), "--seed", str(args.seed))
+        lbhash("evaluate-copies", str(out / name), "--run", str(run), "--items", str(args.items), "--seed", str(args.seed))
     if args.sweep:
         sweep(out / "idx", run, args.seed)
 

@@ -28,7 +28,7 @@ from lbhash.data.edits import EDITS
 from lbhash.data.views import blurred
 from lbhash.index import CodeIndex
 from lbhash.runs import index_inputs
-from lbhash.runs.duplicates import make_copies
+from lbhash.runs.copies_evaluation import make_copies
 
 
 def unit(x: np.ndarray) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""`lbhash duplicates` and its edits (lbhash.data.edits), and a search of an index with instance codes through
+"""`lbhash evaluate-copies` and its edits (lbhash.data.edits), and a search of an index with instance codes through
 the command line: issue 68's near-duplicate evaluation on the session's tiny image run."""
 
 import json
@@ -58,7 +58,7 @@ def test_duplicates_reports_every_order_and_a_search_marks_the_same_picture(tiny
     info = json.loads(cli("index", "info", tmp_path / "ix", "--json").output)
     assert info["instance_bits"] == 16 and info["code_bytes_per_item"] == 2 + 2
     assert info["instance_transform"]["bits"] == 16 and len(info["instance_transform"]["sha256"]) == 64
-    result = cli("duplicates", tmp_path / "ix", "--run", run, "--items", "6", "--edits", "flip,jpeg", "--json")
+    result = cli("evaluate-copies", tmp_path / "ix", "--run", run, "--items", "6", "--edits", "flip,jpeg", "--json")
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
     assert report["items"] == 6 and report["edits"] == ["flip", "jpeg"]

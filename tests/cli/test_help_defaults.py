@@ -57,22 +57,22 @@ def expected_defaults() -> dict[tuple[str, str], str]:
                                      ("recommended", "paper", "benchmark"))
     assert paper.eval_every == benchmark.eval_every and paper.validation == benchmark.validation
     from lbhash.instance import INSTANCE_BITS, LOOKS_LIKE, LOOKS_LIKE_APART, LOOKS_LIKE_CODES, LOOKS_LIKE_LEARNED
-    from lbhash.runs.duplicates import evaluate_duplicates
+    from lbhash.runs.copies_evaluation import evaluate_copies
 
     looks_like = (f"{LOOKS_LIKE_LEARNED} with float rows of a learned instance code, {LOOKS_LIKE} with other float "
                   f"rows, {LOOKS_LIKE_CODES} with the codes alone, raised query by query up to {LOOKS_LIKE_APART} where a "
                   "query's look-alikes do not share its class code")
 
-    duplicates = {name: p.default for name, p in inspect.signature(evaluate_duplicates).parameters.items()}
+    duplicates = {name: p.default for name, p in inspect.signature(evaluate_copies).parameters.items()}
     return {
         ("search", "-k"): str(DEFAULT_K),
         ("search", "--looks-like"): looks_like,
         ("index build", "--instance-bits"): str(INSTANCE_BITS),
-        ("duplicates", "--items"): str(duplicates["items"]),
-        ("duplicates", "--seed"): str(duplicates["seed"]),
-        ("duplicates", "--looks-like"): looks_like,
-        ("duplicates", "--edits"): ",".join(duplicates["edits"]),
-        ("duplicates", "--factor"): str(duplicates["factor"]),
+        ("evaluate-copies", "--items"): str(duplicates["items"]),
+        ("evaluate-copies", "--seed"): str(duplicates["seed"]),
+        ("evaluate-copies", "--looks-like"): looks_like,
+        ("evaluate-copies", "--edits"): ",".join(duplicates["edits"]),
+        ("evaluate-copies", "--factor"): str(duplicates["factor"]),
         ("search", "--rescore-factor"): str(RESCORE_FACTOR),
         ("index build", "--nlist"): str(ivf["nlist"]),
         ("index build", "--nprobe"): str(ivf["nprobe"]),

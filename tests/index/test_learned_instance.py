@@ -181,10 +181,10 @@ def test_a_learned_transform_keeps_its_float_rows_in_its_space_and_queries_meet_
 
 
 def test_the_evaluation_counts_the_marks_with_the_originals_and_without_them(rng, tmp_path):
-    """lbhash.runs.duplicates.measure's mark figures against brute force: copies are their items' instance
+    """lbhash.runs.copies_evaluation.measure's mark figures against brute force: copies are their items' instance
     codes with a few bits flipped; the mark passes distances up to 6 of 64 bits; with the originals taken out
     of the index, a first hit is marked exactly when another item lies within 6 bits."""
-    from lbhash.runs.duplicates import Copies, measure, without_originals
+    from lbhash.runs.copies_evaluation import Copies, measure, without_originals
 
     n, ibits = 400, 64
     inst = rng.integers(0, 256, (n, ibits // 8), dtype=np.uint8)

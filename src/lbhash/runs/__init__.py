@@ -5,7 +5,7 @@ file job of a run), `rundir` (its files), `train_options` (config files and flag
 `codes`, `encoder`, `hash_encoder`. Index side, over the search engine (lbhash.index): `index_dir`,
 `index_store` (with `wal`: the live index the service serves), `serving` (what the service asks of the
 engines), `uploads` (the images it keeps beside an index), `searcher`, `instance_codes`, `origins`,
-`duplicates` and `defaults` (the values searches and indexes take for options left out, which help texts
+`duplicates`, `copies_evaluation`, `instance_learning` and `defaults` (the values searches and indexes take for options left out, which help texts
 state). The index side reads a run only through `index_inputs` (tests/test_architecture.py).
 """
 

@@ -1,0 +1,97 @@
+"""`lbhash duplicates INDEX` (issue 88, item 1): the groups of copies inside an index, against the
+connected components of every pair whose centred cosine passes the threshold, computed here by brute
+force; its outputs (text, JSON, CSV) and its refusals."""
+
+import csv
+import io
+import json
+
+import numpy as np
+import pytest
+
+from helpers import cli
+from lbhash.index import CodeIndex
+from lbhash.instance import MARK_KEY
+from lbhash.runs.duplicates import find_duplicates
+from lbhash.runs.instance_codes import attach, fit_transform, payload_of
+
+
+def components(n: int, pairs) -> list[list[int]]:
+    """The connected components of `pairs` over items 0..n-1 with two items or more, by repeated merging."""
+    groups = [{i} for i in range(n)]
+    for a, b in pairs:
+        ga, gb = next(g for g in groups if a in g), next(g for g in groups if b in g)
+        if ga is not gb:
+            ga |= gb
+            groups.remove(gb)
+    return sorted((sorted(g) for g in groups if len(g) > 1), key=lambda g: (-len(g), g[0]))
+
+
+@pytest.fixture
+def copies_index(tmp_path, rng):
+    """60 photos' embeddings (positive, as pooled features are) and copies of some: 3 copies of item 0,
+    2 of item 1, one of items 2 and 3, each a small step away; an index of all 67 with a calibrated mark."""
+    base = np.abs(rng.standard_normal((60, 24))) + 0.2
+    owners = [0, 0, 0, 1, 1, 2, 3]
+    emb = np.concatenate([base, base[owners] + 0.05 * rng.standard_normal((len(owners), 24))])
+    transform = fit_transform(emb, 16)
+    index = CodeIndex(16, instance_bits=16, embedding_dim=24)
+    attach(index, transform, "the test's items")
+    rows, inst = payload_of(transform, index, emb, len(emb), "items")
+    index.add(rng.integers(0, 256, (len(emb), 2), dtype=np.uint8), embeddings=rows, instance=inst)
+    index.metadata[MARK_KEY] = {"mark": "cosine", "threshold": 0.9}
+    index.save(tmp_path / "ix")
+    unit = np.asarray(index.get_embeddings(index.ids()), np.float64) - transform.mean
+    unit /= np.linalg.norm(unit, axis=1, keepdims=True)
+    return tmp_path / "ix", unit @ unit.T
+
+
+@pytest.mark.parametrize("threshold", [None, 0.8])
+def test_the_groups_are_the_components_of_the_pairs_that_pass(copies_index, threshold):
+    path, cosine = copies_index
+    cut = 0.9 if threshold is None else threshold
+    n = len(cosine)
+    pairs = [(a, b) for a in range(n) for b in range(a + 1, n) if cosine[a, b] >= cut]
+    want = components(n, pairs)
+    assert [0, 60, 61, 62] in want and [1, 63, 64] in want  # the copies are found (and are not all there is)
+    found = find_duplicates(path, threshold)
+    assert [g["items"] for g in found.groups] == want
+    assert found.pairs == len(pairs) and found.measure == "cosine" and found.threshold == cut
+    for group in found.groups:
+        for a, b, s in group["pairs"]:
+            assert s == pytest.approx(cosine[a, b], abs=1e-3) and s >= cut - 1e-9
+
+
+def test_the_command_prints_text_json_and_csv(copies_index):
+    path, _ = copies_index
+    text = cli("duplicates", path, "--no-progress")
+    assert text.exit_code == 0, text.output
+    assert text.output.startswith("67 items read, ") and "group 1: 4 items" in text.output
+    body = json.loads(cli("duplicates", path, "--json", "--no-progress").output)
+    assert body["groups"][0]["items"] == [0, 60, 61, 62] and body["measure"] == "cosine" and body["items"] == 67
+    rows = list(csv.reader(io.StringIO(cli("duplicates", path, "--csv", "--no-progress").output)))
+    assert rows[0] == ["group", "item", "source"] and rows[1:5] == [["1", str(i), ""] for i in (0, 60, 61, 62)]
+    bigger = json.loads(cli("duplicates", path, "--json", "--min-group", "4", "--no-progress").output)
+    assert [g["items"] for g in bigger["groups"]] == [[0, 60, 61, 62]]
+    shown = cli("duplicates", path, "--json")  # progress goes to stderr, apart from the JSON
+    assert "items searched" in shown.stderr and json.loads(shown.stdout) == body
+
+
+def test_what_cannot_be_grouped_is_one_line(copies_index, tmp_path, rng):
+    path, _ = copies_index
+    for value in ("0", "1.5", "nan"):
+        result = cli("duplicates", path, "--threshold", value)
+        assert result.exit_code == 2 and "--threshold must be a number in (0, 1]" in result.output
+    result = cli("duplicates", path, "--min-group", "1")
+    assert result.exit_code == 2 and "--min-group must be an integer of at least 2" in result.output
+    plain = CodeIndex(16)
+    plain.add(rng.integers(0, 256, (5, 2), dtype=np.uint8))
+    plain.save(tmp_path / "plain")
+    result = cli("duplicates", tmp_path / "plain")
+    assert result.exit_code == 2 and "keeps no instance codes" in result.output
+    unmarked = CodeIndex.load(path)
+    del unmarked.metadata[MARK_KEY]
+    unmarked.save(tmp_path / "unmarked")
+    result = cli("duplicates", tmp_path / "unmarked")
+    assert result.exit_code == 2 and "no calibrated same-picture mark" in result.output and "--threshold" in result.output
+    assert cli("duplicates", tmp_path / "unmarked", "--threshold", "0.9", "--no-progress").exit_code == 0
