@@ -274,7 +274,9 @@ def test_a_key_file_must_be_a_regular_file_of_bounded_size(index_dir, tmp_path, 
     """A FIFO as the key file hung the start (nothing writes to it); /dev/zero read until memory
     ran out. Only a regular file of at most 4 KiB is read (a link to one will do)."""
     import os
+    import warnings
 
+    from lbhash.errors import LbhashWarning
     from lbhash.service.access import access_from_environment
 
     monkeypatch.delenv("LBHASH_WRITE_KEY", raising=False)
@@ -290,8 +292,14 @@ def test_a_key_file_must_be_a_regular_file_of_bounded_size(index_dir, tmp_path, 
         assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1 and why in result.output
     good = tmp_path / "good.key"
     good.write_text(WRITE + "\n")
+    good.chmod(0o600)
     (tmp_path / "link.key").symlink_to(good)  # a secret mounted as a link (Kubernetes) is read
-    assert access_from_environment(write_key_file=tmp_path / "link.key").write_key == WRITE
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert access_from_environment(write_key_file=tmp_path / "link.key").write_key == WRITE
+    good.chmod(0o644)  # issue 87: a key file others may read drew no warning
+    with pytest.warns(LbhashWarning, match=r"good.key: others on this machine may read or change the key \(mode 644\)"):
+        assert access_from_environment(write_key_file=good).write_key == WRITE
 
 
 def test_every_route_declares_whether_it_changes_data_and_an_undeclared_one_is_refused(index_dir):

@@ -150,8 +150,10 @@ def _read_key_file(path: Path, option: str) -> str:
     except OSError as err:
         raise InputError(f"{option} {path}: cannot read the key ({err.__class__.__name__})") from None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
             raise InputError(f"{option} {path}: not a regular file (a key file is a file whose first line is the key)")
+
         data = b""
         while len(data) <= MAX_KEY_FILE_BYTES:
             chunk = os.read(fd, MAX_KEY_FILE_BYTES + 1 - len(data))
@@ -164,9 +166,17 @@ def _read_key_file(path: Path, option: str) -> str:
         raise InputError(f"{option} {path}: more than {MAX_KEY_FILE_BYTES} bytes (a key file is a file whose first "
                          "line is the key)")
     try:
-        return data.decode()
+        text = data.decode()
     except UnicodeDecodeError:
         raise InputError(f"{option} {path}: cannot read the key (UnicodeDecodeError)") from None
+    if mode & 0o077:  # as ssh says of a private key: others on the machine can read it
+        import warnings
+
+        from lbhash.errors import LbhashWarning
+
+        warnings.warn(f"{option} {path}: others on this machine may read or change the key (mode "
+                      f"{stat.S_IMODE(mode):o}); chmod 600 it", LbhashWarning, stacklevel=3)
+    return text
 
 
 @functools.lru_cache(maxsize=256)  # a server sees a few Host values: each is parsed once
