@@ -34,8 +34,10 @@ EXPECTED = {
                           rf"lbhash frozen extraction .* x{NUMBER}", r"training step at 32 px"],
     "bench_bad_requests.py": [rf"{shape}.* \d{{3}} +{NUMBER} s  peak \+{NUMBER} MB over idle, rise \+{NUMBER} MB: (ok|OVER)"
                               for shape in ("tied classes: ", r"bad codes \[1, 1, \.\.\.\]", "unknown keys",
-                                            "PNG .* to /search/image", "PNG .* to /items/image")]
-                             + [rf"largest rise: \+{NUMBER} MB \(.*\); \d of 7 requests OVER"],
+                                            r"one-number rows \[\[1\],\[1\],\.\.\.\] .*, four at once",
+                                            "PNG .* to /search/image", "PNG .* to /items/image",
+                                            "greyscale PNGs .* through the run", "through the export, four at once")]
+                             + [rf"largest rise: \+{NUMBER} MB \(.*\); \d+ of 13 requests OVER"],
     "bench_bank.py": [rf"likelihood alone .* plain {NUMBER} s, fused {NUMBER} s \({NUMBER}x\)",
                       rf"\(DSDH epoch - CSQ epoch\) / plain pass: fused {NUMBER}, plain formula {NUMBER}",
                       r"\(DBDH epoch - CSQ epoch\) / plain pass", rf"DSDH_D +epoch +{NUMBER} s +{NUMBER}x CSQ's"],
