@@ -99,8 +99,11 @@ class Access:
 
     def __post_init__(self) -> None:
         for name, key in (("write key", self.write_key), ("read key", self.read_key)):
-            if key is not None and (len(key) < MIN_KEY_CHARS or not key.isprintable() or key != key.strip()):
-                raise InputError(f"the {name} must be at least {MIN_KEY_CHARS} printable characters without "
+            # ASCII only: a header's bytes are read as Latin-1, a browser sends no other, curl sends UTF-8, so a
+            # key of other characters would match for some clients and not others
+            if key is not None and (len(key) < MIN_KEY_CHARS or not key.isprintable() or key != key.strip()
+                                    or not key.isascii()):
+                raise InputError(f"the {name} must be at least {MIN_KEY_CHARS} printable ASCII characters without "
                                  "surrounding spaces")
         if not isinstance(self.allowed_hosts, HostNames):
             object.__setattr__(self, "allowed_hosts", HostNames.of(self.allowed_hosts))
@@ -133,7 +136,7 @@ def _key(path: Path | None, env: str, option: str) -> str | None:
     if path is None:
         value = os.environ.get(env)
         if value is not None and not value.strip():  # set but empty: never "no key", an open server
-            raise InputError(f"{env} is set but empty: set a key of at least {MIN_KEY_CHARS} printable characters, "
+            raise InputError(f"{env} is set but empty: set a key of at least {MIN_KEY_CHARS} printable ASCII characters, "
                              "or unset it")
         return value
     lines = _read_key_file(Path(path), option).splitlines()
