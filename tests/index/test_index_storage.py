@@ -370,3 +370,18 @@ def test_a_manifest_whose_next_id_is_not_above_the_ids_is_one_line(tmp_path, rng
     (tmp_path / "idx" / "manifest.json").write_text(json.dumps({**manifest, "next_id": next_id}))
     with pytest.raises(InputError, match="next_id must be an integer above the largest id"):
         CodeIndex.load(tmp_path / "idx")
+
+
+def test_saving_through_a_link_to_an_index_keeps_the_link(tmp_path):
+    """Issue 87: a symlinked index directory was replaced by a real one on save (the served index then
+    diverged from the link's target)."""
+    codes = np.arange(16, dtype=np.uint8).reshape(8, 2)
+    index = CodeIndex(16)
+    index.add(codes[:4])
+    index.save(tmp_path / "real")
+    os.symlink(tmp_path / "real", tmp_path / "link")
+    again = CodeIndex.load(tmp_path / "link")
+    again.add(codes[4:])
+    again.save(tmp_path / "link")
+    assert (tmp_path / "link").is_symlink() and os.path.realpath(tmp_path / "link") == str(tmp_path / "real")
+    assert CodeIndex.load(tmp_path / "real").ntotal == 8

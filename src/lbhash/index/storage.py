@@ -47,6 +47,8 @@ ALL_FILES = {EMBEDDINGS, INSTANCE, *(name for names in FILES_BY_VERSION.values()
 
 def save_index(index, path: str | os.PathLike) -> None:
     path = Path(path)
+    if path.is_symlink():  # a link to an index stays a link: its target is replaced, as a write through it would be
+        path = Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     _remove_leftovers(path)
     if path.exists() and not (path / MANIFEST).is_file():
