@@ -95,3 +95,26 @@ def test_what_cannot_be_grouped_is_one_line(copies_index, tmp_path, rng):
     result = cli("duplicates", tmp_path / "unmarked")
     assert result.exit_code == 2 and "no calibrated same-picture mark" in result.output and "--threshold" in result.output
     assert cli("duplicates", tmp_path / "unmarked", "--threshold", "0.9", "--no-progress").exit_code == 0
+
+
+def test_without_float_rows_pairs_are_those_within_the_marked_instance_distance(tmp_path, rng):
+    """An index of the two codes alone marks by the instance distance: items whose codes differ in at most
+    threshold x bits pair, found here by brute force over every pair."""
+    from index_reference import hamming
+
+    inst = rng.integers(0, 256, (60, 4), dtype=np.uint8)  # 32 bits: unrelated items differ in about 16
+    copies = inst[[0, 0, 5, 9]].copy()
+    copies[:, 0] ^= np.array([1, 3, 16, 7], np.uint8)  # 1, 2, 1 and 3 bits flipped
+    inst = np.concatenate([inst, copies])
+    transform = fit_transform(rng.standard_normal((100, 40)), 32)
+    index = CodeIndex(16, instance_bits=32)
+    attach(index, transform, "the test's items")
+    index.add(rng.integers(0, 256, (len(inst), 2), dtype=np.uint8), instance=inst)
+    index.metadata[MARK_KEY] = {"mark": "instance", "threshold": 2.5 / 32}
+    index.save(tmp_path / "ix")
+    distance = hamming(inst, inst)
+    pairs = [(a, b) for a in range(len(inst)) for b in range(a + 1, len(inst)) if distance[a, b] <= 2]
+    found = find_duplicates(tmp_path / "ix")
+    assert found.measure == "instance" and [g["items"] for g in found.groups] == components(len(inst), pairs)
+    assert [0, 60, 61] in [g["items"] for g in found.groups] and [5, 62] in [g["items"] for g in found.groups]
+    assert not any(9 in g["items"] for g in found.groups)  # 3 bits off: past the mark
