@@ -264,7 +264,7 @@ def test_the_file_io_check_sees_a_save(tmp_path):
 
 RUN_SIDE = {"run_dir", "rundir", "train_options", "metrics", "demo", "codes", "encoder", "hash_encoder"}
 INDEX_SIDE = {"index_dir", "index_store", "wal", "serving", "uploads", "searcher", "instance_codes", "instance_learning",
-              "origins", "duplicates", "copies_evaluation", "defaults"}
+              "origins", "duplicates", "copies_evaluation", "folder_copies", "defaults"}
 MEETING = "index_inputs"  # where the index side reads a run: its codes, embeddings, data and model
 
 

@@ -3,6 +3,7 @@ connected components of every pair whose centred cosine passes the threshold, co
 force; its outputs (text, JSON, CSV) and its refusals."""
 
 import csv
+from pathlib import Path
 import io
 import json
 
@@ -118,3 +119,75 @@ def test_without_float_rows_pairs_are_those_within_the_marked_instance_distance(
     assert found.measure == "instance" and [g["items"] for g in found.groups] == components(len(inst), pairs)
     assert [0, 60, 61] in [g["items"] for g in found.groups] and [5, 62] in [g["items"] for g in found.groups]
     assert not any(9 in g["items"] for g in found.groups)  # 3 bits off: past the mark
+
+
+@pytest.fixture(scope="module")
+def jpeg_folder(tmp_path_factory):
+    """30 CIFAR-10 training JPEGs (10 of each of 3 classes) in a flat folder, and a colour-edited copy of
+    three of them: {copy's name: its original's name}."""
+    import tarfile
+
+    from PIL import Image
+
+    from conftest import shared_data_dir
+    from lbhash.data.edits import edited
+
+    tarball = shared_data_dir() / "cifar10-jpg.tar.gz"
+    if not tarball.is_file():
+        pytest.skip(f"{tarball} not found (the shared data)")
+    folder = tmp_path_factory.mktemp("folder") / "photos"
+    folder.mkdir()
+    with tarfile.open(tarball) as tar:
+        members = sorted((m for m in tar.getmembers() if m.name.endswith(".jpg") and m.name.split("/")[-3] == "train"
+                          and m.name.split("/")[-2] in ("cat", "ship", "truck")), key=lambda m: m.name)
+        chosen = []
+        for c in ("cat", "ship", "truck"):
+            chosen += [m for m in members if m.name.split("/")[-2] == c][:10]
+        for m in chosen:
+            (folder / f"{m.name.split('/')[-2]}-{m.name.split('/')[-1]}").write_bytes(tar.extractfile(m).read())
+    copies = {}
+    for name in sorted(p.name for p in folder.iterdir())[::10]:
+        img = np.asarray(Image.open(folder / name).convert("RGB"))
+        Image.fromarray(edited(img, "colour")).save(folder / f"copy-{name}.png")
+        copies[f"copy-{name}.png"] = name
+    return folder, copies
+
+
+def test_a_folder_with_no_run_is_embedded_by_the_pretrained_backbone_and_grouped(jpeg_folder, monkeypatch):
+    """Issue 88: `lbhash duplicates FOLDER`, no run and no labels: the pretrained backbone's features, the
+    folder's own ITQ code, and the groups: each colour-edited copy with its original, the groups those of
+    every pair over the threshold by brute force over the same features."""
+    from lbhash.runs import folder_copies, instance_learning
+
+    folder, copies = jpeg_folder
+    index = folder_copies.folder_index(folder, calibrate=False)
+    transform = index_transform_of(index)
+    names = [Path(s).name for s in index.folder_sources]
+    unit = np.asarray(index.get_embeddings(index.ids()), np.float64) - transform.mean
+    unit /= np.linalg.norm(unit, axis=1, keepdims=True)
+    cosine = unit @ unit.T
+    n = len(names)
+    # 0.6: between the copies' cosines with their originals (0.71 to 0.96 when written) and every other
+    # pair's (at most 0.41)
+    pairs = [(a, b) for a in range(n) for b in range(a + 1, n) if cosine[a, b] >= 0.6]
+    found = find_duplicates(folder, 0.6)
+    assert [g["items"] for g in found.groups] == components(n, pairs)
+    grouped = {frozenset(Path(s).name for s in g["sources"]) for g in found.groups}
+    assert all(frozenset({c, o}) in grouped for c, o in copies.items()), (grouped, copies)
+    # a folder large enough to calibrate on (the threshold lowered to these 33 photos): the mark, or why not
+    monkeypatch.setattr(instance_learning, "MIN_CALIBRATION", 5)
+    marked = folder_copies.folder_index(folder)
+    record = marked.metadata[MARK_KEY]
+    assert (record["mark"] is None and record["why"]) or 0 < record[record["mark"]]["threshold"] <= 1, record
+
+
+def index_transform_of(index):
+    from lbhash.runs.instance_codes import index_transform
+
+    return index_transform(index)
+
+
+def test_a_folder_too_small_or_empty_is_one_line(tmp_path):
+    (tmp_path / "empty").mkdir()
+    result = cli("duplicates", tmp_path / "empty", "--threshold", "0.9")
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output

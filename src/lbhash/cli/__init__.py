@@ -24,7 +24,7 @@ COMMANDS = {
     "evaluate": ("evaluate", "evaluate", "Evaluate codes and print every metric."),
     "index": ("index", "index", "Build and change search indexes over packed codes."),
     "search": ("search", "search", "Search INDEX_DIR; print each query's ids, distances and labels."),
-    "duplicates": ("copies", "duplicates", "Find the groups of copies inside INDEX_DIR: near-duplicate photos, largest groups first."),
+    "duplicates": ("copies", "duplicates", "Find the groups of copies in PATH, an index or a folder of photos: largest groups first."),
     "evaluate-copies": ("copies", "evaluate_copies", "Edit indexed photos, search the copies, report how often the original comes first."),
     "serve": ("serve", "serve", "Serve INDEX_DIR over HTTP: a search page at /, API docs at /docs."),
     "methods": ("train", "methods", "List the hashing methods, their training defaults, _D objective options and constants."),

@@ -15,7 +15,7 @@ from lbhash.errors import InputError
 
 
 @click.command()
-@click.argument("index_dir")
+@click.argument("path")
 @click.option("--threshold", type=float, default=None,
               help="The similarity a pair must reach, in the measure of the index's mark: a cosine of the float "
                    "rows, or the share of the instance bits that may differ. [default: the index's calibrated mark]")
@@ -23,14 +23,15 @@ from lbhash.errors import InputError
 @click.option("--json", "as_json", is_flag=True, help='Print JSON: {"groups": [{"items", "sources", "pairs"}], ...}.')
 @click.option("--csv", "as_csv", is_flag=True, help="Print CSV: group, item, source (one row per item).")
 @click.option("--progress/--no-progress", default=True, show_default=True, help="Report progress on stderr.")
-def duplicates(index_dir: str, threshold: float | None, min_group: int, as_json: bool, as_csv: bool,
+def duplicates(path: str, threshold: float | None, min_group: int, as_json: bool, as_csv: bool,
                progress: bool) -> None:
-    """Find the groups of copies inside INDEX_DIR: near-duplicate photos, largest groups first.
+    """Find the groups of copies in PATH, an index or a folder of photos: largest groups first.
 
-    Every item is searched against the others with what the index keeps of it (no model runs); the
-    pairs whose similarity passes the same-picture mark the index calibrated on its own photos (or
-    --threshold) are grouped by connected components. Each group lists its items (id and photo) and
-    the pairs that joined them, with their similarity.
+    An index: every item is searched against the others with what the index keeps of it (no model
+    runs). A folder with no run: its photos are embedded by the pretrained efficientnet_lite0 and
+    indexed in memory, its mark calibrated on edited copies of up to 200 of them. The pairs whose
+    similarity passes the same-picture mark (or --threshold) are grouped by connected components.
+    Each group lists its items (id and photo) and the pairs that joined them, with their similarity.
     """
     from lbhash.runs.duplicates import find_duplicates
 
@@ -40,7 +41,7 @@ def duplicates(index_dir: str, threshold: float | None, min_group: int, as_json:
     def report(done: int, total: int) -> None:
         click.echo(f"duplicates: {done:,}/{total:,} items searched", err=True)
 
-    found = find_duplicates(index_dir, threshold, min_group, report if progress else None)
+    found = find_duplicates(path, threshold, min_group, report if progress else None)
     if as_json:
         click.echo(json.dumps(found.to_dict(), indent=1))
         return

@@ -190,3 +190,24 @@ def photo_embedder(run_dir: str | Path):
         return np.concatenate(out) if out else np.empty((0, 0), np.float32)
 
     return embed
+
+
+def backbone_embedder(name: str, size: int, pretrained: str = "imagenet"):
+    """A function from a list of uint8 (H, W, 3) photos to the pooled features float32 (n, d) of backbone
+    `name` with its `pretrained` weights, at `size` px by the backbone's evaluation transform (the pixels a
+    frozen run of it sees): photos with no run, for `lbhash duplicates FOLDER`."""
+    from lbhash.data.eval_images import eval_inputs
+    from lbhash.models import create_backbone
+    from lbhash.models.registry import IMAGENET_MEAN, IMAGENET_STD
+
+    backbone = create_backbone(name, pretrained=pretrained).eval()
+
+    def embed(images: list[np.ndarray]) -> np.ndarray:
+        out = []
+        with torch.no_grad():
+            for img in images:  # (photos of a folder differ in size; the transform takes one size a call)
+                x = eval_inputs(img[None], backbone.transform_preset, size, IMAGENET_MEAN, IMAGENET_STD)
+                out.append(backbone(torch.from_numpy(x)).float().numpy())
+        return np.concatenate(out) if out else np.empty((0, backbone.out_features), np.float32)
+
+    return embed

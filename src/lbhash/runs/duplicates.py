@@ -14,6 +14,7 @@ pairs that made it with their similarities, so that such a chain shows.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -21,6 +22,7 @@ from lbhash.errors import InputError
 from lbhash.index.blend import blended_search
 from lbhash.index.hits import Queries
 from lbhash.index.rescore import scoring_rows
+from lbhash.index.storage import MANIFEST as INDEX_MANIFEST
 from lbhash.instance import mark_rule, mark_why
 from lbhash.runs.index_dir import open_index
 from lbhash.runs.instance_codes import index_transform
@@ -47,15 +49,28 @@ class Groups:
                 "pairs": self.pairs}
 
 
-def find_duplicates(index_dir, threshold: float | None = None, min_group: int = 2, progress=None) -> Groups:
-    """The groups of copies among the items of the index at `index_dir` (the module says how).
+def find_duplicates(path, threshold: float | None = None, min_group: int = 2, progress=None) -> Groups:
+    """The groups of copies among the items of the index at `path` (the module says how), or among the
+    photos of the folder at `path` (lbhash.runs.folder_copies: an index of them made in memory).
     `threshold`: the similarity a pair must reach, in the measure of the index's calibrated mark (None:
     the mark's own threshold; an index without a mark needs one: a cosine in 0..1 where it keeps float
     rows, else a share of the instance bits in 0..1, a pair passing at distance <= share x bits).
     `progress(done, total)` is called after each chunk."""
     if isinstance(min_group, bool) or not isinstance(min_group, int) or min_group < 2:
         raise InputError(f"--min-group must be an integer of at least 2, got {min_group!r}")
-    index = open_index(index_dir)
+    if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
+                                  or not np.isfinite(threshold) or not 0 < threshold <= 1):
+        raise InputError(f"--threshold must be a number in (0, 1], got {threshold!r}")
+    if Path(path).is_dir() and not (Path(path) / INDEX_MANIFEST).is_file():
+        from lbhash.runs.folder_copies import folder_index
+
+        index = folder_index(path, calibrate=threshold is None)
+    else:
+        index = open_index(path)
+    return _groups(index, str(path), threshold, min_group, progress)
+
+
+def _groups(index, index_dir: str, threshold: float | None, min_group: int, progress) -> Groups:
     transform = index_transform(index, str(index_dir))
     if transform is None:
         raise InputError(f"{index_dir}: the index keeps no instance codes, so it cannot tell copies apart from look-"
@@ -67,9 +82,6 @@ def find_duplicates(index_dir, threshold: float | None = None, min_group: int = 
             raise InputError(f"{index_dir}: no calibrated same-picture mark ({mark_why(index.metadata)}); give "
                              "--threshold")
     else:
-        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not np.isfinite(threshold) \
-                or not 0 < threshold <= 1:
-            raise InputError(f"--threshold must be a number in (0, 1], got {threshold!r}")
         cut, by_cosine = float(threshold), floats
     ids = index.ids()
     found = Groups(measure="cosine" if by_cosine else "instance", threshold=cut, items=len(ids))
@@ -83,13 +95,14 @@ def find_duplicates(index_dir, threshold: float | None = None, min_group: int = 
         key = (min(a, b), max(a, b))
         best[key] = max(s, best.get(key, -np.inf))
     found.pairs = len(best)
-    sources = read_sources(index)
+    sources = getattr(index, "folder_sources", None) or read_sources(index)  # (a folder's: a list by id)
+    source = (lambda i: sources[i]) if isinstance(sources, list) else \
+        (lambda i: None if sources is None else sources.source(i))
     for members in _components(best):
         if len(members) < min_group:
             continue
         inside = sorted(((a, b, s) for (a, b), s in best.items() if a in members), key=lambda p: (-p[2], p[0], p[1]))
-        found.groups.append({"items": sorted(members),
-                             "sources": [None if sources is None else sources.source(i) for i in sorted(members)],
+        found.groups.append({"items": sorted(members), "sources": [source(i) for i in sorted(members)],
                              "pairs": [[a, b, round(float(s), 6)] for a, b, s in inside]})
     found.groups.sort(key=lambda g: (-len(g["items"]), g["items"][0]))
     return found

@@ -342,3 +342,10 @@ def photo_embedder(run_dir: str | Path):
     from lbhash.runs.codes import photo_embedder as embedder
 
     return embedder(run_dir)
+
+
+def backbone_embedder(name: str, size: int):
+    """A pretrained backbone's photos-to-features function, with no run (lbhash.runs.codes.backbone_embedder)."""
+    from lbhash.runs.codes import backbone_embedder as embedder
+
+    return embedder(name, size)
