@@ -188,6 +188,17 @@ def index_transform_of(index):
 
 
 def test_a_folder_too_small_or_empty_is_one_line(tmp_path):
+    from PIL import Image
+
     (tmp_path / "empty").mkdir()
     result = cli("duplicates", tmp_path / "empty", "--threshold", "0.9")
     assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
+    few = tmp_path / "few"
+    few.mkdir()
+    Image.new("RGB", (8, 8), (1, 2, 3)).save(few / "a.png")
+    (few / "b.jpg").write_bytes(b"bad")  # 3 bytes: a reader's signature test once raised struct.error on it
+    (few / "c.jpg").write_bytes(b"not an image at all")
+    result = cli("duplicates", few, "--threshold", "0.9")
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert "2 of 3 files in" in result.output and "skipped (they do not decode as images)" in result.output
+    assert result.output.strip().splitlines()[-1].endswith("1 photo(s) that decode; finding copies needs two at least")

@@ -35,16 +35,20 @@ CHUNK = 64  # photos embedded between two progress lines
 def folder_index(folder, calibrate: bool = True) -> CodeIndex:
     """An in-memory index of the photos under `folder` (any image files, subfolders included), with the
     `folder_sources` attribute (each id's file) and, where `calibrate`, its calibrated mark."""
-    from lbhash.data import load_data
+    from lbhash.data import check_images, load_data
 
     dataset = load_data(f"images:{Path(folder)}", labels_required=False)
-    if len(dataset) < 2:
-        raise InputError(f"{folder}: {len(dataset)} photo(s); finding copies needs two at least")
+    readable, skipped = check_images(dataset, skip_bad=True)  # (files that do not decode: skipped and counted)
+    if skipped:
+        logger.info("duplicates: %d of %d files in %s skipped (they do not decode as images)", skipped, len(dataset),
+                    folder)
+    if len(readable) < 2:
+        raise InputError(f"{folder}: {len(readable)} photo(s) that decode; finding copies needs two at least")
     embed = index_inputs.backbone_embedder(BACKBONE, SIZE)
     started, rows = time.perf_counter(), []
-    for start in range(0, len(dataset), CHUNK):
-        rows.append(embed([dataset.image(i) for i in range(start, min(len(dataset), start + CHUNK))]))
-        logger.info("duplicates: %d of %d photos embedded (%.0f s)", min(len(dataset), start + CHUNK), len(dataset),
+    for start in range(0, len(readable), CHUNK):
+        rows.append(embed([dataset.image(int(i)) for i in readable[start:start + CHUNK]]))
+        logger.info("duplicates: %d of %d photos embedded (%.0f s)", min(len(readable), start + CHUNK), len(readable),
                     time.perf_counter() - started)
     emb = np.concatenate(rows)
     transform = InstanceTransform.fit(emb, min(INSTANCE_BITS, emb.shape[1] // 8 * 8), "itq")
@@ -53,7 +57,18 @@ def folder_index(folder, calibrate: bool = True) -> CodeIndex:
     kept, instance = payload_of(transform, index, emb, len(emb), "the photos")
     index.add(np.zeros((len(emb), 1), np.uint8), embeddings=kept, instance=instance)
     if calibrate:
-        held = held_photos(np.arange(len(emb)))
-        index.metadata[MARK_KEY] = calibrate_mark(embed, dataset, held, held, transform, instance, emb)
-    index.folder_sources = [str(s) for s in dataset.item_sources(np.arange(len(emb))).tolist()]
+        held = held_photos(np.arange(len(emb)))  # (rows of the index; their photos are readable[held])
+        index.metadata[MARK_KEY] = calibrate_mark(embed, _Readable(dataset, readable), held, held, transform,
+                                                  instance, emb)
+    index.folder_sources = [str(s) for s in dataset.item_sources(readable).tolist()]
     return index
+
+
+class _Readable:
+    """The folder's photos that decode, by their row in the index (what the calibration reads)."""
+
+    def __init__(self, dataset, readable: np.ndarray):
+        self.dataset, self.readable = dataset, readable
+
+    def image(self, row: int) -> np.ndarray:
+        return self.dataset.image(int(self.readable[row]))
