@@ -150,15 +150,7 @@ def test_a_log_whose_embeddings_disagree_with_the_index_is_refused(tmp_path, rng
     store = IndexStore(tmp_path / "ix")
     store.add(codes[:2], embeddings=rng.standard_normal((2, DIM)))
     os.close(store._owner.fd)
-    wal = tmp_path / "ix.wal"
-    if not wal.exists():
-        wal = store.wal.path
-    line = wal.read_bytes().split(b" ", 1)[1].rstrip(b"\n")
-    record = json.loads(line)
-    record["embeddings"] = record["embeddings"][:1]  # one embedding for two codes
-    import zlib
-    body = json.dumps(record, separators=(",", ":")).encode()
-    wal.write_bytes(b"%08x %s\n" % (zlib.crc32(body), body))
+    rewrite_record(store.wal.path, lambda r: r.update(embeddings=r["embeddings"][:1]))  # one embedding for two codes
     with pytest.raises(InputError, match="holds 1 embeddings for 2 codes; the embeddings and codes disagree") as err:
         IndexStore(tmp_path / "ix")
     assert "\n" not in str(err.value)
@@ -195,8 +187,6 @@ def test_uploaded_images_are_added_and_searched_with_their_embeddings(tmp_path, 
 
 def test_a_log_carrying_instance_codes_for_an_index_that_keeps_none_is_refused(tmp_path, rng):
     """Issue 87: such a record (a log written for another index) replayed silently, its codes dropped."""
-    import zlib
-
     codes = random_codes(rng, 4, BITS)
     index = CodeIndex(BITS)
     index.add(codes)
@@ -204,11 +194,17 @@ def test_a_log_carrying_instance_codes_for_an_index_that_keeps_none_is_refused(t
     store = IndexStore(tmp_path / "ix")
     store.add(codes[:2])
     os.close(store._owner.fd)
-    wal = store.wal.path
-    record = json.loads(wal.read_bytes().split(b" ", 1)[1].rstrip(b"\n"))
-    record["instance"] = ["00ff", "ff00"]
-    body = json.dumps(record, separators=(",", ":")).encode()
-    wal.write_bytes(b"%08x %s\n" % (zlib.crc32(body), body))
+    rewrite_record(store.wal.path, lambda r: r.update(instance=["00ff", "ff00"]))
     with pytest.raises(InputError, match=r"record 1 carries instance codes but the index keeps none") as err:
         IndexStore(tmp_path / "ix")
     assert "\n" not in str(err.value)
+
+
+def rewrite_record(wal, change) -> None:
+    """The log's one record changed by `change` (a function of its dict), written back with its checksum."""
+    import zlib
+
+    record = json.loads(wal.read_bytes().split(b" ", 1)[1].rstrip(b"\n"))
+    change(record)
+    body = json.dumps(record, separators=(",", ":")).encode()
+    wal.write_bytes(b"%08x %s\n" % (zlib.crc32(body), body))
