@@ -26,6 +26,7 @@ from lbhash.index.storage import MANIFEST as INDEX_MANIFEST
 from lbhash.instance import mark_rule, mark_why
 from lbhash.runs.index_dir import open_index
 from lbhash.runs.instance_codes import index_transform
+from lbhash.runs.instance_learning import cosine_rows
 from lbhash.runs.origins import read_sources
 
 K = 10          # each item's candidates: its nearest other items by the default ranking
@@ -111,17 +112,17 @@ def _groups(index, index_dir: str, threshold: float | None, min_group: int, prog
 def _pairs(index, transform, ids: np.ndarray, cut: float, by_cosine: bool) -> list[tuple[int, int, float]]:
     """(id, other id, similarity) of the pairs the threshold passes among `ids`' K nearest other items."""
     codes, inst = index.get_codes(ids), index.get_instance_codes(ids)
-    rows = center = None
-    if index.embedding_dim is not None:
-        rows = _centred(index, transform, ids)
-        center = None if transform.maps_floats else transform.mean
-    queries = Queries(codes, None if rows is None else scoring_rows(index.get_embeddings(ids)), inst, center)
+    stored = rows = center = None
+    if index.embedding_dim is not None:  # (the rows read once: the queries' floats and their centred cosines)
+        stored = scoring_rows(index.get_embeddings(ids))
+        rows, center = cosine_rows(transform, stored, kept=True), None if transform.maps_floats else transform.mean
+    queries = Queries(codes, stored, inst, center)
     hits = blended_search(index, queries, min(K + 1, index.ntotal), looks_like=1.0)
     ok = (hits.ids >= 0) & (hits.ids != ids[:, None])
     if by_cosine:
         held = np.unique(hits.ids[ok])
         at = np.searchsorted(held, np.where(ok, hits.ids, held[0] if len(held) else 0))
-        similarity = np.einsum("qd,qkd->qk", rows, _centred(index, transform, held)[at]) if len(held) else \
+        similarity = np.einsum("qd,qkd->qk", rows, cosine_rows(transform, scoring_rows(index.get_embeddings(held)), kept=True)[at]) if len(held) else \
             np.zeros(hits.ids.shape)
         passes = ok & (similarity >= cut)
     else:
@@ -129,15 +130,6 @@ def _pairs(index, transform, ids: np.ndarray, cut: float, by_cosine: bool) -> li
         passes = ok & (hits.instance_distances <= cut * index.instance_bits)
     q, c = np.nonzero(passes)
     return [(int(ids[i]), int(hits.ids[i, j]), float(similarity[i, j])) for i, j in zip(q, c)]
-
-
-def _centred(index, transform, ids: np.ndarray) -> np.ndarray:
-    """Unit float64 rows of items whose dot products are the centred cosines the ranking computes
-    (lbhash.index.blend): the stored rows, less the transform's mean where its rows are not its own."""
-    rows = scoring_rows(index.get_embeddings(ids)).astype(np.float64)
-    if not transform.maps_floats:
-        rows = rows - transform.mean
-    return rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
 
 
 def _components(pairs: dict) -> list[set[int]]:

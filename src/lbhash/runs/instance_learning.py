@@ -94,7 +94,7 @@ def calibrate_mark(embed, photos, held: np.ndarray, held_rows: np.ndarray, trans
     own, nearest, cos_own, cos_nearest = [], [], [], []
     for name in EDITS:
         emb, _ = copy_embeddings(embed, photos, held, 1, 0, edit=name)
-        codes, rows = transform.apply(emb), None if floats is None else _cosine_rows(transform, emb)
+        codes, rows = transform.apply(emb), None if floats is None else cosine_rows(transform, emb)
         found = _own_and_nearest(codes, rows, held_rows, transform, instance, floats)
         own.append(found[0])
         nearest.append(found[1])
@@ -134,7 +134,7 @@ def _own_and_nearest(codes, rows, held_rows, transform: InstanceTransform, insta
         dist[q[inside], held_rows[inside] - start] = transform.bits + 1
         nearest = np.minimum(nearest, dist.min(axis=1))
         if rows is not None:
-            cos = rows @ _cosine_rows(transform, floats[start:stop], kept=True).T
+            cos = rows @ cosine_rows(transform, floats[start:stop], kept=True).T
             cos_own[inside] = cos[q[inside], held_rows[inside] - start]
             cos[q[inside], held_rows[inside] - start] = -2.0
             cos_nearest = np.maximum(cos_nearest, cos.max(axis=1))
@@ -148,7 +148,7 @@ def _candidate(threshold: float, passed: np.ndarray, false: np.ndarray) -> dict:
             "usable": bool(0 < threshold <= 1 and recall >= MIN_MARK_RECALL)}
 
 
-def _cosine_rows(transform: InstanceTransform, x: np.ndarray, kept: bool = False) -> np.ndarray:
+def cosine_rows(transform: InstanceTransform, x: np.ndarray, kept: bool = False) -> np.ndarray:
     """Unit rows whose dot products are the ranking's cosines: the transform's rows (`kept`: `x` are already
     the index's rows), or the embeddings centred on its mean."""
     if transform.maps_floats:
