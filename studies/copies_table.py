@@ -68,6 +68,26 @@ def marks_on_absent(index: Path, run: Path, folder: Path, out: Path) -> dict:
     return counts
 
 
+def perceptual_hashers() -> dict:
+    """{"phash", "pdq": uint8 (H, W, 3) photo -> its packed hash} of the optional wheels installed (a line
+    on stderr for each left out)."""
+    hashers = {}
+    try:
+        import imagehash
+        from PIL import Image
+
+        hashers["phash"] = lambda img: np.packbits(imagehash.phash(Image.fromarray(img)).hash.ravel())
+    except ImportError:
+        print("pHash left out: pip install imagehash", file=sys.stderr)
+    try:
+        import pdqhash
+
+        hashers["pdq"] = lambda img: np.packbits(pdqhash.compute(np.ascontiguousarray(img))[0].astype(bool))
+    except ImportError:
+        print("PDQ left out: pip install pdqhash", file=sys.stderr)
+    return hashers
+
+
 def code_for_code(index_dir: Path, run: Path, items: int, seed: int) -> dict:
     """recall@1 of the original under each edit, each code alone searched exactly against the indexed
     photos' own: the index's instance code, pHash and PDQ (where installed)."""
@@ -93,20 +113,7 @@ def code_for_code(index_dir: Path, run: Path, items: int, seed: int) -> dict:
         blob = reader.read(int(i))
         return decode_image(blob, record.source(int(i))) if isinstance(blob, bytes) else np.asarray(blob)
 
-    hashers = {}
-    try:
-        import imagehash
-        from PIL import Image
-
-        hashers["phash"] = lambda img: np.packbits(imagehash.phash(Image.fromarray(img)).hash.ravel())
-    except ImportError:
-        print("pHash left out: pip install imagehash", file=sys.stderr)
-    try:
-        import pdqhash
-
-        hashers["pdq"] = lambda img: np.packbits(pdqhash.compute(np.ascontiguousarray(img))[0].astype(bool))
-    except ImportError:
-        print("PDQ left out: pip install pdqhash", file=sys.stderr)
+    hashers = perceptual_hashers()
     if hashers:
         photos = [image(i) for i in ids]
         for name, h in hashers.items():

@@ -51,6 +51,9 @@ EXPECTED = {
                        rf"the default ranking \(both codes, floats\), rows read for the first time: {NUMBER} ms/query "
                        rf"x{NUMBER}", rf"the same queries again, their rows mapped: {NUMBER} ms/query x{NUMBER}",
                        r"codes in memory 40 bytes per item", r"peak memory: \d+ MB"],
+    "bench_duplicates.py": [rf"instance searches alone \(reference\): {NUMBER} s, {NUMBER} items/s x1\.00",
+                            rf"lbhash duplicates \(index_groups\): {NUMBER} s, {NUMBER} items/s x{NUMBER}",
+                            r"groups 30, largest 2; planted pairs found 30 of 30; other pairs 0", r"peak memory \d[\d,]* MB"],
     "bench_evaluate.py": [r"mAP@100: lbhash [\d.]+ +reference [\d.]+ +agree", rf"speed-up +{NUMBER} x",
                           r"peak memory .* MB RSS"],
     "bench_evaluate_million.py": [rf"mAP@all takes {NUMBER}x it", rf"R = all costs {NUMBER}x R = 5000",

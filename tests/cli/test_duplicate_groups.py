@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from helpers import cli
+from lbhash.errors import InputError
 from lbhash.index import CodeIndex
 from lbhash.instance import MARK_KEY
 from lbhash.runs.duplicates import find_duplicates
@@ -121,6 +122,43 @@ def test_without_float_rows_pairs_are_those_within_the_marked_instance_distance(
     assert not any(9 in g["items"] for g in found.groups)  # 3 bits off: past the mark
 
 
+def test_by_margin_the_default_cut_is_the_null_of_the_items_best_margins(copies_index, monkeypatch):
+    """The folder's measure on an index: each pair's margin over the two items' second-best neighbours (by
+    brute force), the default cut the median of every item's best margin plus 3.09 robust sd, and the
+    groups those of the pairs over it (every other item a candidate here, as the brute force has them)."""
+    from lbhash.runs import duplicates
+    from lbhash.runs.duplicates import index_groups
+    from lbhash.runs.index_dir import open_index
+
+    monkeypatch.setattr(duplicates, "K", 100)
+    path, cosine = copies_index
+    margins = brute_margins(cosine, 2)
+    best = margins.max(axis=1)
+    cut = np.median(best) + 3.09 * 1.4826 * np.median(np.abs(best - np.median(best)))
+    n = len(cosine)
+    pairs = [(a, b) for a in range(n) for b in range(a + 1, n) if margins[a, b] >= cut or cosine[a, b] >= 0.995]
+    found = index_groups(open_index(path), str(path), by_margin=True)
+    assert found.measure == "margin" and found.threshold == pytest.approx(cut, abs=1e-3)
+    assert [g["items"] for g in found.groups] == components(n, pairs)
+    assert [1, 63, 64] in [g["items"] for g in found.groups]
+
+
+def test_a_photo_many_times_is_one_group(tmp_path, rng):
+    """200 copies of one photo (margins all 0: each is as near its neighbours as its pair) and 60 others:
+    the copies are one group by IDENTICAL, each listing at most GROUP_PAIRS pairs."""
+    from lbhash.runs import duplicates
+
+    emb = np.concatenate([np.repeat(rng.random((1, 24)) + 0.2, 200, axis=0), rng.random((60, 24)) + 0.2])
+    transform = fit_transform(emb, 16)
+    index = CodeIndex(8, instance_bits=16, embedding_dim=24)
+    attach(index, transform, "the test's items")
+    rows, inst = payload_of(transform, index, emb, len(emb), "items")
+    index.add(np.zeros((len(emb), 1), np.uint8), embeddings=rows, instance=inst)
+    found = duplicates.index_groups(index, "memory", by_margin=True, threshold=0.5)
+    assert [g["items"] for g in found.groups] == [list(range(200))]
+    assert found.groups[0]["pair_count"] == found.pairs >= 199 and len(found.groups[0]["pairs"]) <= 1000
+
+
 @pytest.fixture(scope="module")
 def jpeg_folder(tmp_path_factory):
     """30 CIFAR-10 training JPEGs (10 of each of 3 classes) in a flat folder, and a colour-edited copy of
@@ -153,32 +191,48 @@ def jpeg_folder(tmp_path_factory):
     return folder, copies
 
 
-def test_a_folder_with_no_run_is_embedded_by_the_pretrained_backbone_and_grouped(jpeg_folder, monkeypatch):
+def brute_margins(cosine: np.ndarray, neighbour: int) -> np.ndarray:
+    """Each pair's cosine less the mean of the two items' `neighbour`-th best cosine to a third item, by
+    looping over the items (the duplicates module's margin, independently)."""
+    n = len(cosine)
+    margins = np.full((n, n), -np.inf)
+    for a in range(n):
+        for b in range(n):
+            if a != b:
+                third_a = sorted((cosine[a, c] for c in range(n) if c not in (a, b)), reverse=True)[neighbour - 1]
+                third_b = sorted((cosine[b, c] for c in range(n) if c not in (a, b)), reverse=True)[neighbour - 1]
+                margins[a, b] = cosine[a, b] - (third_a + third_b) / 2
+    return margins
+
+
+def test_a_folder_with_no_run_is_embedded_by_the_pretrained_backbone_and_grouped(jpeg_folder):
     """Issue 88: `lbhash duplicates FOLDER`, no run and no labels: the pretrained backbone's features, the
-    folder's own ITQ code, and the groups: each colour-edited copy with its original, the groups those of
-    every pair over the threshold by brute force over the same features."""
-    from lbhash.runs import folder_copies, instance_learning
+    folder's own code, and the groups: each colour-edited copy with its original, the groups those of
+    every pair whose margin passes the threshold, by brute force over the same float rows."""
+    from lbhash.runs import duplicates, folder_copies
 
     folder, copies = jpeg_folder
-    index = folder_copies.folder_index(folder, calibrate=False)
+    index = folder_copies.folder_index(folder)
     transform = index_transform_of(index)
+    assert transform.method == "itq"  # (33 photos: too few to learn a code on)
     names = [Path(s).name for s in index.folder_sources]
     unit = np.asarray(index.get_embeddings(index.ids()), np.float64) - transform.mean
     unit /= np.linalg.norm(unit, axis=1, keepdims=True)
     cosine = unit @ unit.T
+    margins = brute_margins(cosine, duplicates.NEIGHBOUR)
     n = len(names)
-    # 0.6: between the copies' cosines with their originals (0.71 to 0.96 when written) and every other
-    # pair's (at most 0.41)
-    pairs = [(a, b) for a in range(n) for b in range(a + 1, n) if cosine[a, b] >= 0.6]
-    found = find_duplicates(folder, 0.6)
+    pairs = [(a, b) for a in range(n) for b in range(a + 1, n) if margins[a, b] >= 0.2]
+    found = find_duplicates(folder, 0.2)
+    assert found.measure == "margin" and found.pairs == len(pairs)
     assert [g["items"] for g in found.groups] == components(n, pairs)
     grouped = {frozenset(Path(s).name for s in g["sources"]) for g in found.groups}
-    assert all(frozenset({c, o}) in grouped for c, o in copies.items()), (grouped, copies)
-    # a folder large enough to calibrate on (the threshold lowered to these 33 photos): the mark, or why not
-    monkeypatch.setattr(instance_learning, "MIN_CALIBRATION", 5)
-    marked = folder_copies.folder_index(folder)
-    record = marked.metadata[MARK_KEY]
-    assert (record["mark"] is None and record["why"]) or 0 < record[record["mark"]]["threshold"] <= 1, record
+    assert all(frozenset({c, o}) in grouped for c, o in copies.items()), (grouped, copies, sorted(margins.max(1)))
+    for group in found.groups:
+        for a, b, s in group["pairs"]:
+            assert s == pytest.approx(margins[a, b], abs=2e-3)
+    # too few photos for the folder's own threshold: one line asking for one
+    with pytest.raises(InputError, match="too few to set the copies' threshold on .*give --threshold"):
+        find_duplicates(folder)
 
 
 def index_transform_of(index):

@@ -8,7 +8,7 @@ import pytest
 from PIL import Image, ImageEnhance
 
 from helpers import cli
-from lbhash.data.edits import EDITS, edited
+from lbhash.data.edits import EDITS, edited, trimmed
 from lbhash.errors import InputError
 
 
@@ -36,6 +36,22 @@ def test_each_edit_is_what_its_name_says():
     assert (logo[26:, 26:][0, 0] == (220, 30, 30)).all() and (logo[:26, :26] == img[:26, :26]).all()
     with pytest.raises(InputError, match="edits must be distinct names among jpeg, jpeg30, flip"):
         edited(img, "blur")
+
+
+def test_trimmed_takes_off_a_one_colour_frame_and_nothing_else(rng):
+    """A photo framed by the `border` edit, letterboxed, or inside noisy bars (JPEG-like, within the
+    tolerance) comes back as the part inside; a photo with no frame, or of one colour, as it is."""
+    photo = rng.integers(40, 216, (20, 30, 3)).astype(np.uint8)
+    framed = np.full((30, 40, 3), 255, np.uint8)
+    framed[4:24, 6:36] = photo
+    assert np.array_equal(trimmed(framed), photo)
+    bars = np.zeros((40, 30, 3), np.uint8)
+    bars[:10] = rng.integers(0, 20, (10, 30, 3))  # noise under the tolerance of 24
+    bars[10:30] = photo
+    assert np.array_equal(trimmed(bars), photo)
+    assert np.array_equal(trimmed(photo), photo)
+    flat = np.full((16, 16, 3), 7, np.uint8)
+    assert np.array_equal(trimmed(flat), flat)  # (all margin: less than a quarter would be left)
 
 
 def test_random_edits_are_seeded_chains_of_the_family():

@@ -17,8 +17,9 @@ from lbhash.errors import InputError
 @click.command()
 @click.argument("path")
 @click.option("--threshold", type=float, default=None,
-              help="The similarity a pair must reach, in the measure of the index's mark: a cosine of the float "
-                   "rows, or the share of the instance bits that may differ. [default: the index's calibrated mark]")
+              help="The score a pair must reach, in (0, 1]: for an index, in the measure of its mark (a cosine of "
+                   "the float rows, or the share of the instance bits that may differ); for a folder, the margin "
+                   "of the pair over its neighbours. [default: the index's calibrated mark; the folder's own]")
 @click.option("--min-group", type=int, default=2, show_default=True, help="Show groups of at least this many items.")
 @click.option("--json", "as_json", is_flag=True, help='Print JSON: {"groups": [{"items", "sources", "pairs"}], ...}.')
 @click.option("--csv", "as_csv", is_flag=True, help="Print CSV: group, item, source (one row per item).")
@@ -28,10 +29,12 @@ def duplicates(path: str, threshold: float | None, min_group: int, as_json: bool
     """Find the groups of copies in PATH, an index or a folder of photos: largest groups first.
 
     An index: every item is searched against the others with what the index keeps of it (no model
-    runs). A folder with no run: its photos are embedded by the pretrained efficientnet_lite0 and
-    indexed in memory, its mark calibrated on edited copies of up to 200 of them. The pairs whose
-    similarity passes the same-picture mark (or --threshold) are grouped by connected components.
-    Each group lists its items (id and photo) and the pairs that joined them, with their similarity.
+    runs), and a pair passes the same-picture mark the index calibrated (or --threshold). A folder
+    with no run: its photos, less their one-colour margins, are embedded by the pretrained
+    efficientnet_lite0, their own instance code learned from edited copies of them, and a pair
+    passes when it stands out of both photos' neighbours by the folder's own threshold (or
+    --threshold). The pairs are grouped by connected components; each group lists its items (id
+    and photo) and the pairs that joined them, with their scores.
     """
     from lbhash.runs.duplicates import find_duplicates
 
@@ -52,7 +55,7 @@ def duplicates(path: str, threshold: float | None, min_group: int, as_json: bool
             for item, source in zip(group["items"], group["sources"]):
                 writer.writerow([number, item, "" if source is None else source])
         return
-    measure = "cosine >=" if found.measure == "cosine" else "instance bits differing <="
+    measure = {"cosine": "cosine >=", "margin": "margin >="}.get(found.measure, "instance bits differing <=")
     click.echo(f"{found.items:,} items read, {found.pairs:,} pairs at {measure} {found.threshold:.4g}; "
                f"{len(found.groups):,} groups of {min_group} or more")
     for number, group in enumerate(found.groups, 1):

@@ -217,3 +217,31 @@ def random_edit(img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         else:
             out = jpeg(out, int(rng.integers(15, 91)))
     return np.ascontiguousarray(out, np.uint8)
+
+
+# `trimmed` undoes what the frame edits do where it can: a border, letterbox or pillarbox of one colour
+FRAME_TOLERANCE = 24  # a frame's pixels within this of its outer row's median colour (JPEG noise, in 0-255)
+MIN_CONTENT = 0.25    # trimming that would leave less than this share of a side trims nothing on that axis
+
+
+def _frame_rows(img: np.ndarray) -> int:
+    """The rows at the top of int16 `img` (H, W, 3) that belong to a one-colour frame: those before the
+    first with a pixel further than FRAME_TOLERANCE from the median colour of the outermost row."""
+    far = np.abs(img - np.median(img[0], axis=0)).max(axis=(1, 2)) > FRAME_TOLERANCE
+    return int(np.argmax(far)) if far.any() else img.shape[0]
+
+
+def trimmed(img: np.ndarray) -> np.ndarray:
+    """uint8 (H, W, 3) `img` without its one-colour margins (a frame, letterbox bars, a photo's uniform
+    sky or backdrop edge too): what a bordered or letterboxed copy and its photo have in common, so that
+    both embed alike (lbhash.runs.folder_copies). An axis whose margins leave less than MIN_CONTENT of it
+    is left whole (a photo of one colour stays as it is)."""
+    x = _checked(img).astype(np.int16)
+    h, w = x.shape[:2]
+    top, bottom = _frame_rows(x), _frame_rows(x[::-1])
+    left, right = _frame_rows(x.transpose(1, 0, 2)), _frame_rows(x.transpose(1, 0, 2)[::-1])
+    if h - top - bottom < MIN_CONTENT * h:
+        top = bottom = 0
+    if w - left - right < MIN_CONTENT * w:
+        left = right = 0
+    return np.ascontiguousarray(img[top:h - bottom, left:w - right])

@@ -66,9 +66,11 @@ def copy_embeddings(embed, photos, ids: np.ndarray, copies: int, seed: int, edit
         (np.concatenate(owners) if owners else np.empty(0, np.int64))
 
 
-def learn_transform(embed, photos, train: np.ndarray, train_emb: np.ndarray, bits: int, seed: int = 0):
+def learn_transform(embed, photos, train: np.ndarray, train_emb: np.ndarray, bits: int, seed: int = 0,
+                    copies: int = COPIES):
     """(the learned transform, None) from the training photos `train` (positions in `photos`) and their
-    item embeddings `train_emb`, or (None, why) where there are fewer than MIN_LEARN_PHOTOS of them."""
+    item embeddings `train_emb` (`copies` edited copies of each), or (None, why) where there are fewer than
+    MIN_LEARN_PHOTOS of them."""
     if len(train) < MIN_LEARN_PHOTOS:
         return None, (f"{len(train)} training photos are too few to learn an instance code on (at least "
                       f"{MIN_LEARN_PHOTOS}): the index keeps the ITQ code of their embeddings")
@@ -76,7 +78,7 @@ def learn_transform(embed, photos, train: np.ndarray, train_emb: np.ndarray, bit
         keep = np.sort(np.random.default_rng(seed).choice(len(train), MAX_LEARN_PHOTOS, replace=False))
         train, train_emb = train[keep], train_emb[keep]
     started = time.perf_counter()
-    views, owners = copy_embeddings(embed, photos, train, COPIES, seed)
+    views, owners = copy_embeddings(embed, photos, train, copies, seed)
     transform = InstanceTransform.learn(train_emb, views, owners, bits, seed)
     logger.info("instance code: learned from %d edited copies of %d photos in %.0f s", len(views), len(train),
                 time.perf_counter() - started)
