@@ -143,6 +143,23 @@ def test_by_margin_the_default_cut_is_the_null_of_the_items_best_margins(copies_
     assert [1, 63, 64] in [g["items"] for g in found.groups]
 
 
+def test_the_components_are_those_of_repeated_merging(rng):
+    """The numpy union (hook and jump) against merging sets edge by edge, on random graphs: a long chain,
+    self-loops, repeated edges and isolated nodes included."""
+    from lbhash.runs.duplicates import _components
+
+    for _ in range(100):
+        n, m = int(rng.integers(1, 40)), int(rng.integers(0, 60))
+        a, b = rng.integers(0, n, m), rng.integers(0, n, m)
+        label = _components(n, a, b)
+        want = {frozenset(g) for g in components(n, zip(a.tolist(), b.tolist()))}
+        got = {frozenset(np.nonzero(label == root)[0].tolist()) for root in np.unique(label)}
+        assert {g for g in got if len(g) > 1} == want
+        assert all(label[i] == min(np.nonzero(label == label[i])[0]) for i in range(n))
+    chain = _components(1000, np.arange(999)[::-1], np.arange(1, 1000)[::-1])
+    assert (chain == 0).all()
+
+
 def test_a_photo_many_times_is_one_group(tmp_path, rng):
     """200 copies of one photo (margins all 0: each is as near its neighbours as its pair) and 60 others:
     the copies are one group by IDENTICAL, each listing at most GROUP_PAIRS pairs."""

@@ -235,11 +235,8 @@ def _null_cut(margins: np.ndarray, index_dir: str) -> float:
 def _grouped(index, ids: np.ndarray, a: np.ndarray, b: np.ndarray, s: np.ndarray, min_group: int) -> list[dict]:
     """The connected components of the pairs (positions a, b in `ids`) of at least `min_group` items,
     largest first, each with its items' sources and its strongest pairs."""
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
-
     n = len(ids)
-    _, label = connected_components(coo_matrix((np.ones(len(a)), (a, b)), shape=(n, n)), directed=False)
+    label = _components(n, a, b)
     size = np.bincount(label, minlength=n)
     sources = getattr(index, "folder_sources", None) or read_sources(index)  # (a folder's: a list by id)
     source = (lambda i: sources[i]) if isinstance(sources, list) else \
@@ -255,3 +252,24 @@ def _grouped(index, ids: np.ndarray, a: np.ndarray, b: np.ndarray, s: np.ndarray
                        "pair_count": int((pair_label == group).sum())})
     groups.sort(key=lambda g: (-len(g["items"]), g["items"][0]))
     return groups
+
+
+def _components(n: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Each of `n` nodes' component (its smallest node) in the graph of edges a-b: each edge hooks the
+    larger of its two roots under the smaller, then every node jumps to its root, until no edge joins two
+    roots (numpy alone: the service's environment has no SciPy)."""
+    label = np.arange(n)
+    while True:
+        la, lb = label[a], label[b]
+        low = np.minimum(la, lb)
+        hooked = label.copy()
+        np.minimum.at(hooked, la, low)
+        np.minimum.at(hooked, lb, low)
+        while True:
+            jumped = hooked[hooked]
+            if np.array_equal(jumped, hooked):
+                break
+            hooked = jumped
+        if np.array_equal(hooked, label):
+            return label
+        label = hooked
