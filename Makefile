@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.lbhash-installed
 TORCH  := torch==2.13.0
 
-.PHONY: install demo test test-slow test-milvus test-browser test-serve-env bench bench-search bench-service clean
+.PHONY: install docs demo test test-slow test-milvus test-browser test-serve-env bench bench-search bench-service clean
 
 # Re-installs only when the package metadata or the constraints change.
 $(STAMP): pyproject.toml constraints.txt
@@ -19,6 +19,15 @@ install: $(STAMP)
 
 demo: install
 	$(VENV)/bin/lbhash demo
+
+# the documentation site into site/, strict: a broken link, anchor or API reference fails the build
+DOCS_STAMP := $(VENV)/.lbhash-docs-installed
+$(DOCS_STAMP): $(STAMP)
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[docs]'
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --clean
 
 # the fast suite, in two worker processes of one thread each (a file's tests stay in one worker);
 # the browser, slow and Milvus suites are below (CI runs them too)

@@ -239,7 +239,7 @@ def test_a_folder_with_no_run_is_embedded_by_the_pretrained_backbone_and_grouped
     margins = brute_margins(cosine, duplicates.NEIGHBOUR)
     n = len(names)
     pairs = [(a, b) for a in range(n) for b in range(a + 1, n) if margins[a, b] >= 0.2]
-    found = find_duplicates(folder, 0.2)
+    found = duplicates.index_groups(index, str(folder), 0.2, by_margin=True)  # (what find_duplicates(folder) does)
     assert found.measure == "margin" and found.pairs == len(pairs)
     assert [g["items"] for g in found.groups] == components(n, pairs)
     grouped = {frozenset(Path(s).name for s in g["sources"]) for g in found.groups}
@@ -247,9 +247,11 @@ def test_a_folder_with_no_run_is_embedded_by_the_pretrained_backbone_and_grouped
     for group in found.groups:
         for a, b, s in group["pairs"]:
             assert s == pytest.approx(margins[a, b], abs=2e-3)
+    shown = json.loads(cli("duplicates", folder, "--threshold", "0.2", "--json", "--no-progress").stdout)
+    assert shown["measure"] == "margin" and [g["items"] for g in shown["groups"]] == [g["items"] for g in found.groups]
     # too few photos for the folder's own threshold: one line asking for one
     with pytest.raises(InputError, match="too few to set the copies' threshold on .*give --threshold"):
-        find_duplicates(folder)
+        duplicates.index_groups(index, str(folder), by_margin=True)
 
 
 def index_transform_of(index):
