@@ -88,8 +88,17 @@ def test_save_then_load_gives_identical_codes(digits, fitted, tmp_path):
     again = HashEncoder.load(path)
     np.testing.assert_array_equal(again.encode(xq), fitted.encode(xq))
     assert again.get_params()["bits"] == 32 and again.config_ == fitted.config_
-    with pytest.raises(InputError, match="already exists"):
+    with pytest.raises(InputError, match=r"already exists: save\(path, overwrite=True\) replaces"):
         fitted.save(path)
+    (path / "stale").write_text("left by the old run")
+    other = HashEncoder(method="hashnet", bits=16, epochs=1, **FAST).fit(*digits[:2])
+    assert other.save(path, overwrite=True) == path  # replaced whole: the other run, nothing of the old
+    assert not (path / "stale").exists() and HashEncoder.load(path).get_params()["bits"] == 16
+    np.testing.assert_array_equal(HashEncoder.load(path).encode(xq), other.encode(xq))
+    assert [p.name for p in tmp_path.iterdir()] == ["enc"]  # no temporary or replaced directory left
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(InputError, match="is not a run directory"):
+        other.save(tmp_path / "plain", overwrite=True)
 
 
 def test_fit_takes_the_eval_items_as_eval_set_only(digits):

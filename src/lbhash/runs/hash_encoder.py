@@ -26,7 +26,7 @@ from lbhash.methods import method_class
 from lbhash.encoders import dense_array
 from lbhash.runs.encoder import ARRAYS, RunEncoder, eval_set_metrics
 from lbhash.runs.run_dir import RunDirectory
-from lbhash.runs.rundir import DirectoryStore
+from lbhash.runs.rundir import MANIFEST, DirectoryStore
 from lbhash.train.config import FIELDS, make_config
 from lbhash.train.fit import fit as fit_model
 CODE_FORMATS = ("packed", "signs")
@@ -162,24 +162,34 @@ class HashEncoder(RunEncoder, TransformerMixin, BaseEstimator):
         codes = self.encode(X)
         return codes if self.code_format == "packed" else unpack(codes, self.bits_)
 
-    def save(self, path: str | Path) -> Path:
-        """Write the fitted run as a run directory at `path` (a new directory, written
-        atomically): the files `lbhash train` writes, which `HashEncoder.load`, `lbhash encode`
-        and `lbhash index build` read."""
+    def save(self, path: str | Path, overwrite: bool = False) -> Path:
+        """Write the fitted run as a run directory at `path` (written atomically): the files `lbhash
+        train` writes, which `HashEncoder.load`, `lbhash encode` and `lbhash index build` read. A
+        path that exists is refused, unless `overwrite` and it is a run directory (its manifest):
+        then the new run replaces it, whole, once written."""
         self._check_fitted("save")
         path = Path(path)
-        if path.exists():
-            raise InputError(f"{path} already exists; HashEncoder.save writes a new directory")
+        if path.exists() and not overwrite:
+            raise InputError(f"{path} already exists: save(path, overwrite=True) replaces the run directory there, "
+                             "or choose another path")
+        if path.exists() and not (path / MANIFEST).is_file():
+            raise InputError(f"{path} exists and is not a run directory (no {MANIFEST}): refusing to replace it")
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+        old = path.with_name(f".{path.name}.replaced") if path.exists() else None
         try:
             if self.run_dir_ is None:  # fitted in memory
                 DirectoryStore.write(tmp, self._trained)
             else:
                 shutil.copytree(self.run_dir_, tmp, dirs_exist_ok=True)
+            if old is not None:  # (the old run moves aside only once the new one is complete)
+                shutil.rmtree(old, ignore_errors=True)
+                path.rename(old)
             tmp.rename(path)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
         return path
 
     def _check_fitted(self, what: str) -> None:
