@@ -294,6 +294,10 @@ def test_the_done_line_gives_the_lower_bound_its_scale():
     assert result_line(metrics) == ("done: csq_D 32 bits, 100 epochs, mAP@all 0.9281 (300 queries, 1497 database "
                                     "items), lower bound 1.667 (over the database items, not the queries; 0: two "
                                     "class centers coincide, above 4: the database's classes fully apart)")
+    all_train = {"run": {"variant": "csq", "bits": 64, "epochs_trained": 30, "validation_map": 0.81234,
+                         "selected_epoch": 27}}  # (an all-train run: no query part, no "map")
+    assert result_line(all_train) == ("done: csq 64 bits, 30 epochs, validation mAP 0.8123 (epoch 27 kept; no query "
+                                      "part to measure mAP on)")
 
 
 def test_a_run_draws_its_split_once_and_resolves_its_validation_share_on_it(monkeypatch):

@@ -152,6 +152,9 @@ def result_line(metrics: dict[str, Any], out: Path | None = None) -> str:
         parts.append(f"mAP@{r} {metrics['map']:.4f} ({metrics['n_query']} queries, {metrics['n_db']} database items)")
         ratio = metrics["lower_bound"]["ratio"]
         parts.append(f"lower bound {ratio if isinstance(ratio, str) else format(ratio, '.3f')} ({RATIO_SCALE})")
+    elif run.get("validation_map") is not None:  # (no query part, as under all-train: the held-out tenth's)
+        parts.append(f"validation mAP {run['validation_map']:.4f} (epoch {run.get('selected_epoch')} kept; no query "
+                     "part to measure mAP on)")
     if run.get("seconds_per_epoch"):
         parts.append(f"{run['seconds_per_epoch']:.2f} s/epoch")
     return f"done: {', '.join(parts)}" + ("" if out is None else f"; run directory {out}")
