@@ -91,7 +91,7 @@ def topological_order() -> list[str]:
 @pytest.mark.parametrize("own, text, target", [
     ("index", "from lbhash.data import load_data\nfrom lbhash.codes import pack\n", "data"),
     ("index", "import lbhash.train.loop\n", "train"),
-    ("train", "from lbhash.runs.rundir import SPLIT\n", "runs"),
+    ("train", "from lbhash.runs.run_files import SPLIT\n", "runs"),
     ("train", "from lbhash.index import CodeIndex\n", "index"),
 ])
 def test_the_graph_check_sees_an_engine_import_it_forbids(tmp_path, own, text, target):
@@ -250,7 +250,7 @@ def file_calls(package: Path) -> list[str]:
 
 
 def test_the_training_engine_does_no_file_io():
-    """lbhash.train writes and reads through the store it is given (lbhash.runs.rundir.DirectoryStore)."""
+    """lbhash.train writes and reads through the store it is given (lbhash.runs.run_files.DirectoryStore)."""
     assert file_calls(PACKAGE / "train") == []
 
 
@@ -262,7 +262,7 @@ def test_the_file_io_check_sees_a_save(tmp_path):
 
 # ---- lbhash.runs: a run side and an index side that meet in one module ----
 
-RUN_SIDE = {"run_dir", "rundir", "train_options", "metrics", "demo", "codes", "encoder", "hash_encoder"}
+RUN_SIDE = {"run_dir", "run_files", "train_options", "metrics", "demo", "codes", "encoder", "hash_encoder"}
 INDEX_SIDE = {"index_dir", "index_store", "wal", "serving", "uploads", "searcher", "instance_codes", "instance_learning",
               "origins", "duplicates", "copies_evaluation", "folder_copies", "defaults"}
 MEETING = "index_inputs"  # where the index side reads a run: its codes, embeddings, data and model
@@ -293,3 +293,25 @@ def test_the_side_check_sees_an_index_module_reading_a_run_directly():
     graph = {"lbhash.runs.index_dir": {"lbhash.runs.codes", "lbhash.runs.index_inputs"},
              "lbhash.runs.index_inputs": {"lbhash.runs.run_dir"}, "lbhash.runs.run_dir": {"lbhash.runs.searcher"}}
     assert side_crossings(graph) == ["index_dir imports codes", "run_dir imports searcher"]
+
+
+def module_names_alike(root: Path) -> list[list[str]]:
+    """The modules (and subpackages) of each package under `root` whose names differ only by underscores
+    or case."""
+    alike = []
+    for package in [root, *(p for p in root.rglob("*") if p.is_dir() and (p / "__init__.py").is_file())]:
+        names: dict[str, list[str]] = {}
+        for entry in package.iterdir():
+            if entry.suffix == ".py" or (entry.is_dir() and (entry / "__init__.py").is_file()):
+                names.setdefault(entry.stem.replace("_", "").lower(), []).append(entry.stem)
+        alike += [sorted(v) for v in names.values() if len(v) > 1]
+    return alike
+
+
+def test_no_two_modules_of_a_package_differ_only_by_an_underscore(tmp_path):
+    """Issue 89: `run_dir` and `rundir` were two modules of lbhash.runs; a name says one thing."""
+    assert module_names_alike(PACKAGE) == []
+    (tmp_path / "pkg").mkdir()
+    for name in ("__init__.py", "run_dir.py", "rundir.py", "other.py"):
+        (tmp_path / "pkg" / name).write_text("")
+    assert module_names_alike(tmp_path / "pkg") == [["run_dir", "rundir"]]

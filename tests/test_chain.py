@@ -20,7 +20,7 @@ import pytest
 
 from helpers import cli
 from lbhash.codes_file import load_codes_file
-from lbhash.runs.rundir import verify_finished_run
+from lbhash.runs.run_files import verify_finished_run
 
 TRAIN = ["--bits", "16", "--epochs", "2", "--hidden", "64", "--centers", "hadamard", "--no-progress", "--seed", "0"]
 

@@ -134,7 +134,7 @@ def test_moved_data_is_one_line_naming_the_path_and_the_fix(own_run, tmp_path, m
 
 def test_a_run_that_recorded_only_the_typed_path_says_where_it_is_relative_to(own_run, tmp_path, monkeypatch):
     """Runs made before the resolved path was recorded: the typed relative path is named as such."""
-    from lbhash.runs.rundir import write_manifest
+    from lbhash.runs.run_files import write_manifest
 
     base, run = own_run
     old = shutil.copytree(run, tmp_path / "old-run")

@@ -9,7 +9,7 @@ from helpers import cli
 from sklearn.datasets import load_digits
 
 from lbhash._io import file_sha256 as sha256
-from lbhash.runs.rundir import model_identity
+from lbhash.runs.run_files import model_identity
 
 def one_line(result, *fragments):
     assert result.exit_code == 2, result.output

@@ -17,7 +17,7 @@ from lbhash.methods.csq import majority_targets, tie_center
 from lbhash.surrogate import BlockSurrogate
 from lbhash.runs import RunDirectory
 from lbhash.train import make_config
-from lbhash.runs.rundir import load_run_config
+from lbhash.runs.run_files import load_run_config
 
 
 def brute_force_targets(centers: np.ndarray, labels: np.ndarray, ties: np.ndarray | None) -> np.ndarray:
@@ -118,7 +118,7 @@ def test_a_config_saved_before_the_options_loads_and_builds_their_old_rules(mult
     from lbhash.data import load_data
     from lbhash.train.builder import build_experiment
     from lbhash.train.resolve import resolve_config
-    from lbhash.runs.rundir import save_run_config
+    from lbhash.runs.run_files import save_run_config
 
     values = {"data": f"features:{multilabel_features}", "method": "csq", "lbhash": True, "bits": 16, "seed": 1}
     dataset = load_data(values["data"])

@@ -24,7 +24,7 @@ def test_the_fine_tuning_recipe_probes_then_tunes_with_the_pretrained_statistics
     from lbhash.runs import RunDirectory
     from lbhash.train import TrainConfig
     from lbhash.train.loop import Trainer
-    from lbhash.runs.rundir import load_run_config
+    from lbhash.runs.run_files import load_run_config
     from helpers import colour_class_images
 
     seen = {}

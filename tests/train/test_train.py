@@ -132,7 +132,7 @@ def test_a_config_over_a_megabyte_is_refused_before_it_is_parsed(tmp_path, monke
 def test_a_saved_run_config_has_no_aliases(tmp_path):
     """A run's config.yaml is read back by the same reader, which refuses aliases: the writer
     never makes them, even for values that are one object twice."""
-    from lbhash.runs.rundir import plain_yaml
+    from lbhash.runs.run_files import plain_yaml
 
     shared = [1, 2]
     text = plain_yaml({"a": shared, "b": shared})

@@ -20,7 +20,7 @@ from lbhash.train import TrainConfig
 from lbhash.train.fit import fit
 from lbhash.runs import RunDirectory
 from lbhash.runs.encoder import load_run_model, read_fitted
-from lbhash.runs.rundir import CHECKPOINT, CODES, LOG, DirectoryStore, read_log, read_metrics, verify_finished_run
+from lbhash.runs.run_files import CHECKPOINT, CODES, LOG, DirectoryStore, read_log, read_metrics, verify_finished_run
 
 FAST = dict(data="digits", bits=16, hidden=[32], centers="hadamard", lr_step=0, progress=False)
 TIMES = ("seconds", "seconds_per_epoch", "encode_seconds")

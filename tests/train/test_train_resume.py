@@ -15,7 +15,7 @@ from helpers import FAST_TRAIN, Killed, cli, one_line_error, snapshot, stop_befo
 from lbhash.codes_file import load_codes_file
 from lbhash.runs import RunDirectory
 from lbhash.train import TrainConfig
-from lbhash.runs.rundir import verify_finished_run
+from lbhash.runs.run_files import verify_finished_run
 
 FAST = dict(data="digits", bits=16, hidden=[64], centers="hadamard", progress=False, eval_every=0)
 

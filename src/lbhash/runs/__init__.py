@@ -1,7 +1,7 @@
 """The application layer over the two engines, in two sides that meet in one module.
 
 Run side, over the in-memory training core (lbhash.train): `run_dir` (`RunDirectory`: the one way to each
-file job of a run), `rundir` (its files), `train_options` (config files and flags), `metrics`, `demo`,
+file job of a run), `run_files` (its files), `train_options` (config files and flags), `metrics`, `demo`,
 `codes`, `encoder`, `hash_encoder`. Index side, over the search engine (lbhash.index): `index_dir`,
 `index_store` (with `wal`: the live index the service serves), `serving` (what the service asks of the
 engines), `uploads` (the images it keeps beside an index), `searcher`, `instance_codes`, `origins`,

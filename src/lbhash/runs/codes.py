@@ -25,7 +25,7 @@ from lbhash.train.builder import evaluation_topk, input_options
 from lbhash.train.forward import ForwardPass, embed_sharded, embed_with_features
 from lbhash.train.processes import check_accelerator, encoding_processes, leave_process_group
 from lbhash.runs.encoder import load_run_model
-from lbhash.runs.rundir import PARTS, SPLIT, load_input_form, run_data_spec
+from lbhash.runs.run_files import PARTS, SPLIT, load_input_form, run_data_spec
 
 logger = logging.getLogger("lbhash")
 

@@ -19,7 +19,7 @@ from lbhash.train.builder import build_model, input_options
 from lbhash.train.forward import ForwardPass, embed, embed_with_features
 from lbhash.encoders import Encoder
 from lbhash.models import HashModel
-from lbhash.runs.rundir import (BEST, CHECKPOINT, CODES, CONFIG, LOG, METRICS, check_not_failed, load_input_form,
+from lbhash.runs.run_files import (BEST, CHECKPOINT, CODES, CONFIG, LOG, METRICS, check_not_failed, load_input_form,
                                 load_run_config, model_identity, read_log, read_metrics, verify_files)
 from lbhash.train.config import RunConfig
 from lbhash.train.results import Fitted
@@ -36,7 +36,7 @@ class RunEncoder(Encoder):
     def load(cls, run_dir: str | Path):
         """A fitted encoder from any finished (or checkpointed) run directory."""
         model_dir = Path(run_dir)
-        fitted = read_fitted(model_dir)  # without a config.yaml: "not a run directory" (rundir.load_run_config)
+        fitted = read_fitted(model_dir)  # without a config.yaml: "not a run directory" (run_files.load_run_config)
         metrics = read_metrics(model_dir) if (model_dir / METRICS).is_file() else {}
         cfg = fitted.config
         if cfg.dataset.data == ARRAYS and cfg.dataset.protocol == "given" and "map" in metrics:  # a fit with eval_set

@@ -26,7 +26,7 @@ from lbhash.methods import method_class
 from lbhash.encoders import dense_array
 from lbhash.runs.encoder import ARRAYS, RunEncoder, eval_set_metrics
 from lbhash.runs.run_dir import RunDirectory
-from lbhash.runs.rundir import MANIFEST, DirectoryStore
+from lbhash.runs.run_files import MANIFEST, DirectoryStore
 from lbhash.train.config import FIELDS, make_config
 from lbhash.train.fit import fit as fit_model
 CODE_FORMATS = ("packed", "signs")

@@ -17,8 +17,8 @@ MODEL_KEY = "model"  # in an index's metadata: the run's model_identity at build
 
 
 def run_model(run_dir: str | Path) -> dict | None:
-    """The identity of the weights a run encodes with (rundir.model_identity); None for a directory of codes."""
-    from lbhash.runs.rundir import CONFIG, model_identity
+    """The identity of the weights a run encodes with (run_files.model_identity); None for a directory of codes."""
+    from lbhash.runs.run_files import CONFIG, model_identity
 
     return model_identity(run_dir) if (Path(run_dir) / CONFIG).is_file() else None
 
@@ -187,7 +187,7 @@ def run_part(run_dir: str | Path, part: str | None = None) -> str:
     run_dir = Path(run_dir)
     if part is not None and part not in PARTS:
         raise InputError(f"--part must be one of {', '.join(PARTS)}, got {part!r}")
-    from lbhash.runs.rundir import CODES, CONFIG, MANIFEST, load_run_config
+    from lbhash.runs.run_files import CODES, CONFIG, MANIFEST, load_run_config
 
     if part == "all" or (run_dir / CODES).is_file():
         return part or "database"
@@ -219,7 +219,7 @@ def run_codes(run_dir: str | Path, part: str = "database", data: str | None = No
         encoded = RunDirectory(run_dir).encode(data, "all", progress=False, embeddings=True,
                                                skip_bad_images=skip_bad_images)
         return _checked(run_dir, encoded["bits"], encoded)
-    from lbhash.runs.rundir import CODES, verify_files
+    from lbhash.runs.run_files import CODES, verify_files
 
     path = run_dir / CODES
     verify_files(run_dir, (CODES,))
@@ -237,7 +237,7 @@ def run_embeddings(run_dir: str | Path, ids, data: str | None = None):
 def run_training_items(run_dir: str | Path):
     """The positions in its data of the items a run trained on (its split's train part), int64 ascending."""
     from lbhash.data import load_split
-    from lbhash.runs.rundir import SPLIT
+    from lbhash.runs.run_files import SPLIT
 
     return load_split(Path(run_dir) / SPLIT).train
 
@@ -245,12 +245,12 @@ def run_training_items(run_dir: str | Path):
 def run_data(run_dir: str | Path, data: str | None = None, part: str | None = None) -> str | None:
     """The data spec that loads a run's items from here (its index ids are positions in it):
     `data`, the run's data at a new location, checked to hold as many items as the run's; else
-    the spec with absolute paths the run recorded (lbhash.runs.rundir.run_data_spec). None for
+    the spec with absolute paths the run recorded (lbhash.runs.run_files.run_data_spec). None for
     a directory that holds codes but no run config. With `part` (an index is built), where the
     data is read (to encode every item, or to record where image items came from) and its path
     is not there, one line names the path and the fix: `--data` with where the data is now."""
     from lbhash.data import absolute_spec, load_data, missing_paths, parse_data_spec
-    from lbhash.runs.rundir import CONFIG, read_data_summary, run_data_spec
+    from lbhash.runs.run_files import CONFIG, read_data_summary, run_data_spec
 
     if not (Path(run_dir) / CONFIG).is_file():
         if data is not None:
@@ -281,7 +281,7 @@ def run_data(run_dir: str | Path, data: str | None = None, part: str | None = No
 
 def run_class_names(run_dir: str | Path) -> list[str] | None:
     """The class names a run recorded of its data (data.json, runs since issue 60), or None."""
-    from lbhash.runs.rundir import read_data_summary
+    from lbhash.runs.run_files import read_data_summary
 
     names = read_data_summary(run_dir).get("class_names")
     return [str(n) for n in names] if isinstance(names, list) else None

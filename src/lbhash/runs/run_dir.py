@@ -1,7 +1,7 @@
 """A run directory as the application layer owns it (`RunDirectory`): trained, resumed, read, encoded with and
 exported, which is `lbhash train`, `encode` and `export`; the training engine below (lbhash.train) writes no
 files. Training decides between a new run, a resumed one and one with nothing left to train, then hands the run
-to lbhash.train.fit with the directory as its store (lbhash.runs.rundir.DirectoryStore); a finished run returns
+to lbhash.train.fit with the directory as its store (lbhash.runs.run_files.DirectoryStore); a finished run returns
 its metrics without importing the training stack, so `--resume` on it starts fast. The run directory's files: docs/training.md."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from lbhash.runs.train_options import build_config, load_config_file
 from lbhash.train.config import RunConfig, TrainConfig
 from lbhash.train.optim import check_extension, check_further
 from lbhash.train.processes import process_rank
-from lbhash.runs.rundir import (CHECKPOINT, CODES, CONFIG, LOG, MANIFEST, SPLIT, DirectoryStore, check_not_failed,
+from lbhash.runs.run_files import (CHECKPOINT, CODES, CONFIG, LOG, MANIFEST, SPLIT, DirectoryStore, check_not_failed,
                                 finish_run, load_run_config, read_log, read_metrics, run_data_spec, run_lock,
                                 verify_files, verify_finished_run)
 from lbhash.train.summary import notices_to_stderr, result_line

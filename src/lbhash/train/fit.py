@@ -1,6 +1,6 @@
 """The one training driver: `fit` trains a model and its objective on a data set and returns what it
 trained (`Trained`). It writes no file itself: given a `RunStore` (a run directory,
-lbhash.runs.rundir.DirectoryStore) it starts or resumes the run there, hands it each epoch and, at the
+lbhash.runs.run_files.DirectoryStore) it starts or resumes the run there, hands it each epoch and, at the
 end, what it trained. `RunDirectory.train` and `.resume` (`lbhash train`, `reproduce`) and `HashEncoder.fit`
 all call it."""
 

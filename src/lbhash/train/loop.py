@@ -1,5 +1,5 @@
 """The training loop of Alg. 1 on Lightning Fabric, in memory: records per epoch, model
-selection, and a `store` (a run directory, lbhash.runs.rundir.DirectoryStore) when the caller wants each
+selection, and a `store` (a run directory, lbhash.runs.run_files.DirectoryStore) when the caller wants each
 epoch written.
 
 Per batch: u = F_theta(x); loss = method loss (+ lambda * L_theta) + L_pi, one backward pass and a

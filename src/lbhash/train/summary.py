@@ -26,7 +26,7 @@ logger = logging.getLogger("lbhash")
 def data_summary(exp: Experiment) -> dict[str, Any]:
     """Data kind, items, classes (and their names, where they are more than the ids), input
     shape, dequantisation and split sizes of a run; with `resolved`, the data spec with absolute
-    paths (lbhash.runs.rundir.run_data_spec reads it)."""
+    paths (lbhash.runs.run_files.run_data_spec reads it)."""
     ds, cfg, split = exp.dataset, exp.cfg, exp.split
     out: dict[str, Any] = {"data": cfg.dataset.data, "name": ds.name, "kind": ds.input_kind, "items": len(ds),
                            "classes": ds.num_classes, "multi_label": bool(ds.multi_label)}

@@ -109,7 +109,7 @@ def run_rows(config: dict, run_dir: Path) -> list[dict]:
 
 def _held_out(run_dir: Path) -> str:
     from lbhash.data.protocols import load_split
-    from lbhash.runs.rundir import SPLIT
+    from lbhash.runs.run_files import SPLIT
 
     return " ".join(str(int(c)) for c in load_split(run_dir / SPLIT).unseen_classes)
 

@@ -48,7 +48,7 @@ MANIFEST_FORMAT = "lbhash-run/1"
 # The one upgrade of a saved config.yaml (every option of its run, resolved): the options added
 # after runs were first saved, with the value those runs used, which a file that
 # lacks one reads (its run loads, resumes and encodes as it did); a file lacking another option is
-# refused, naming them. A new option adds its old value here (tests/train/test_train_rundir.py).
+# refused, naming them. A new option adds its old value here (tests/train/test_train_run_files.py).
 ADDED_OPTIONS = {"multilabel_theta": "mean", "csq_ties": "plus-one", "neighbourhood_weight": 0.0,
                  "neighbourhood_student": "tanh", "probe_epochs": 0, "backbone_lr_scale": 1.0, "freeze_bn": False,
                  "train_stages": 0, "backbone_precision": "fp32", "augment": "crop-flip"}

@@ -1,4 +1,4 @@
-"""A run directory (lbhash.runs.rundir) under faults: a held lock, corrupted and malicious
+"""A run directory (lbhash.runs.run_files) under faults: a held lock, corrupted and malicious
 checkpoints, a full disk while encoding, and runs that fail (diverging, or after their first
 write) marked failed so that resume and encode refuse them."""
 
@@ -160,7 +160,7 @@ def test_a_run_writes_its_metrics_from_the_arrays_in_hand_and_only_a_killed_one_
     """The one driver hands the store what it trained: no codes file is read back to measure it. A run
     killed between its codes and its metrics is the one case that reads them (`--resume` finishes it),
     and gives the same metrics."""
-    import lbhash.runs.rundir as run_module
+    import lbhash.runs.run_files as run_module
 
     reads, real_load = [], run_module.load_codes_file
 
@@ -190,7 +190,7 @@ def test_a_run_writes_its_metrics_from_the_arrays_in_hand_and_only_a_killed_one_
 
 
 def test_a_transient_failure_leaves_a_run_that_resume_continues(tmp_path, monkeypatch):
-    import lbhash.runs.rundir as run_module
+    import lbhash.runs.run_files as run_module
 
     real = run_module.save_split_codes
 
@@ -208,7 +208,7 @@ def test_a_transient_failure_leaves_a_run_that_resume_continues(tmp_path, monkey
 
 
 # every option of a run's config.yaml since 2026-11-22, when runs first recorded their input kind;
-# the options added later are lbhash.runs.rundir.ADDED_OPTIONS, with the values those runs used
+# the options added later are lbhash.runs.run_files.ADDED_OPTIONS, with the values those runs used
 FIRST_OPTIONS = (
     "data", "protocol", "image_size", "transform", "num_workers", "skip_bad_images", "normalize", "method",
     "defaults", "lbhash", "bits", "method_options", "seed", "epochs", "batch_size", "optimizer", "lr",
@@ -227,7 +227,7 @@ def test_a_saved_config_reads_its_added_options_as_its_run_used_them_and_refuses
 
     from lbhash.data import load_data
     from lbhash.errors import InputError
-    from lbhash.runs.rundir import ADDED_OPTIONS, load_run_config, save_run_config
+    from lbhash.runs.run_files import ADDED_OPTIONS, load_run_config, save_run_config
     from lbhash.train import make_config, resolve_config
     from lbhash.train.config import FIELDS
 
@@ -252,7 +252,7 @@ def test_a_saved_dsdh_run_without_weighting_reads_the_weighting_it_trained_with(
     import yaml
 
     from lbhash.data import load_data
-    from lbhash.runs.rundir import load_run_config, save_run_config
+    from lbhash.runs.run_files import load_run_config, save_run_config
     from lbhash.train import make_config, resolve_config
 
     cfg = resolve_config(make_config({**FAST, "method": "dsdh"}), load_data("digits"))
