@@ -1,6 +1,6 @@
 """The Milvus backend against the FAISS flat index on the same codes.
 
-    # a Milvus server (2.4 or later) at --uri; docs/search.md, "Milvus backend", says how the tests start one
+    # a Milvus server (2.4 or later) at --uri; docs/scale.md, "Milvus backend", says how the tests start one
     python benchmarks/bench_milvus.py --uri http://127.0.0.1:19530 --n 200000
 
 Inserts --n clustered 64-bit codes into a fresh collection (dropped at the end), then times

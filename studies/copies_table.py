@@ -1,4 +1,4 @@
-"""Issue 86's tables (docs/search.md, "The learned instance code"): CIFAR-10 JPEGs as a class-folder
+"""Issue 86's tables (docs/instance-codes.md, "The learned instance code"): CIFAR-10 JPEGs as a class-folder
 tree, the README's own-folder recipe (or the fine-tuning recipe, or the default small CNN), three indexes
 of the run (the defaults: the learned code, float rows in its space; `--no-embeddings`: the codes alone;
 `--instance-method itq`: the unlearned code, as before), `lbhash evaluate-copies` of each under every edit of

@@ -1,4 +1,4 @@
-"""Issue 68's near-duplicate tables (docs/search.md, "Finding the picture"): CIFAR-10 JPEGs as a
+"""Issue 68's near-duplicate tables (docs/duplicates.md, "Finding the picture"): CIFAR-10 JPEGs as a
 class-folder tree, the README's own-folder recipe, `lbhash index build` with its defaults, then
 `lbhash evaluate-copies` (each index's orders, per edit).
 

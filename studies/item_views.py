@@ -1,4 +1,4 @@
-"""The validation figures behind the item views and the chunk tables (docs/search.md, "Item views" and
+"""The validation figures behind the item views and the chunk tables (docs/instance-codes.md, "Item views" and
 "Cost at scale"), on the validation photos of `studies/duplicates_table.py --start 0` (OUT: its output).
 
     python studies/item_views.py OUT/photos OUT/run OUT/idx

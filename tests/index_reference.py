@@ -124,7 +124,7 @@ def tied_items(n=400, seed=0):
 
 
 def brute_blend(source, q, qi, k, looks_like, factor, power, emb=None, center=None):
-    """The blend's ranking (lbhash.index.blend, docs/search.md "Instance codes") recomputed from its
+    """The blend's ranking (lbhash.index.blend, docs/instance-codes.md "Instance codes") recomputed from its
     definition with the similarity raised to `power`, over the items of `source`, a flat `CodeIndex` read
     only for what it holds (ids, both codes, the stored float16 rows): per query, (ids, scores) of the top k."""
     held = source.ids()

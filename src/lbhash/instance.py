@@ -1,5 +1,5 @@
 """Instance codes: a compact binary code of an item's embedding, kept beside its class code so that a
-search finds the very picture as well as its class (docs/search.md, "Instance codes"), and the same-picture
+search finds the very picture as well as its class (docs/instance-codes.md, "Instance codes"), and the same-picture
 mark that an index calibrates on its own photos (`mark_rule`).
 
 The class code of a center-based method (CSQ, the paper's `_D`) collapses a class onto one code, so
@@ -27,7 +27,7 @@ import numpy as np
 from lbhash.codes import pack
 from lbhash.errors import InputError
 
-INSTANCE_BITS = 256          # the default length (docs/search.md, "Choosing the defaults": measured on validation items)
+INSTANCE_BITS = 256          # the default length (docs/instance-codes.md, "Choosing the defaults": measured on validation items)
 MIN_INSTANCE_BITS = 8
 MAX_INSTANCE_BITS = 4096
 METHODS = ("itq", "pca", "learned")  # ITQ rotation after PCA, the PCA directions alone, or learned from copies

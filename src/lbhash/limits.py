@@ -1,5 +1,5 @@
 """Search limits: one table for the Python API (lbhash.index), `lbhash index`/`lbhash search`
-and the HTTP service (docs/search.md, "Limits"), and the longest code (`MAX_BITS`). A
+and the HTTP service (docs/indexes.md, "Limits"), and the longest code (`MAX_BITS`). A
 bottom-layer module, so that the command line reads it without importing FAISS.
 
 Each limit keeps a mistyped number from turning into a huge allocation, checked before any

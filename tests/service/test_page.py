@@ -42,7 +42,7 @@ def one_line(reply, status, fragment):
 def test_index_build_records_each_items_file_covered_by_the_manifest(built):
     tree, run, ix = built
     manifest = json.loads((ix / "manifest.json").read_text())
-    # the sources record beside the instance transform (docs/search.md, "Instance codes"), both checksummed
+    # the sources record beside the instance transform (docs/instance-codes.md, "Instance codes"), both checksummed
     assert manifest["attachments"] == sorted([SOURCES, "instance-transform.npz"]) and SOURCES in manifest["files"]
     assert "instance-transform.npz" in manifest["files"]
     index = CodeIndex.load(ix)

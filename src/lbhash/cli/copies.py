@@ -1,5 +1,5 @@
 """`lbhash duplicates`: the groups of copies inside an index; `lbhash evaluate-copies`: how often an edited
-copy of an indexed photo finds its original (docs/search.md, "Finding the picture")."""
+copy of an indexed photo finds its original (docs/duplicates.md, "Finding the picture")."""
 
 from __future__ import annotations
 

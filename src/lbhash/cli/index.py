@@ -107,7 +107,7 @@ def build(source: Path, out: str, kind: str, part: str | None, data_spec: str | 
     index also keeps an instance code per item (--instance-bits): for a run of photos one learned from
     edited copies of its training photos, else the ITQ code of the embeddings (--instance-method), and a
     same-picture mark calibrated on copies of its own photos: searches then rank by both codes
-    (docs/search.md, "Instance codes").
+    (docs/instance-codes.md, "Instance codes").
     """
     from lbhash.runs.index_dir import IndexLocation, IndexOptions, build_index
 

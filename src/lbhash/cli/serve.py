@@ -74,7 +74,7 @@ def serve(index_dir: str, run_dir, export_path, host: str, port: int, compact_ev
     On a loopback address anyone on this machine may change the index unless a key is set
     (a read key alone guards changes too); on any other address the service needs a key or
     --read-only. Keys come from
-    files or the environment, never from the command line (docs/search.md, "Exposing the
+    files or the environment, never from the command line (docs/service.md, "Exposing the
     service"). Needs the 'serve' extra (pip install 'lbhash[serve]'); --backend milvus also
     the 'milvus' one.
     """

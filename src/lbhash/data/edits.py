@@ -1,4 +1,4 @@
-"""The edits that copies of a photo undergo (docs/search.md, "The edit family"): named, fixed edits that an
+"""The edits that copies of a photo undergo (docs/instance-codes.md, "The edit family"): named, fixed edits that an
 evaluation makes of indexed photos, and `random_edit`, the seeded random chains of the same kinds that a
 learned instance code trains on (lbhash.train.instance_head). Each takes a uint8 (H, W, 3) image and gives
 the edited copy at the same size.

@@ -1,11 +1,11 @@
-"""The blurred view that an index embeds each photo with (docs/search.md, "Item views").
+"""The blurred view that an index embeds each photo with (docs/instance-codes.md, "Item views").
 
 An index keeps, per photo, the unit embedding of the photo plus `VIEW_WEIGHT` times that of its blurred
 view (a Gaussian of `BLUR_SIGMA` pixels at the photo's own resolution); queries are embedded as they
 come. An edited copy that lost fine detail (scaled down and back) then lies nearer its original: on
 validation photos, the exact cosine found the original first for 0.935 of copies scaled to 3/4 and
 back with the photo's embedding alone, 1.000 with the view, and the same as alone under the other
-edits (docs/search.md, "Item views"). It costs a second forward pass per indexed photo.
+edits (docs/instance-codes.md, "Item views"). It costs a second forward pass per indexed photo.
 Numpy only, so that a server without torch blurs the photos it adds exactly as a run does.
 """
 

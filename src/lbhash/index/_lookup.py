@@ -1,4 +1,4 @@
-"""Instance candidates of a large segment without a full scan (docs/search.md, "Cost at scale").
+"""Instance candidates of a large segment without a full scan (docs/instance-codes.md, "Cost at scale").
 
 An exact scan of 256-bit instance codes reads 32 bytes an item, four times a 64-bit class code's scan,
 and would make the default search of a large index cost several class searches. A segment of at least
@@ -109,7 +109,7 @@ def both_candidates(segment, tables: ChunkTables, queries: np.ndarray, instance:
     """`Backend.both_candidates` of one ordered segment with its chunk `tables`, no tombstone and no label filter,
     compiled: its class codes' top k by the exact scan (`FlatEngine`), its instance codes' by the tables,
     and the union's two distances by one kernel (numpy's calls were most of a search's cost at 1M items:
-    docs/search.md, "The candidates in compiled code"). Returns positions int64 (nq, 2k), ascending, -1
+    docs/instance-codes.md, "The candidates in compiled code"). Returns positions int64 (nq, 2k), ascending, -1
     padding last, and the class and instance distances int32 (nq, 2k)."""
     from lbhash.index._lookup_kernel import union_distances
 

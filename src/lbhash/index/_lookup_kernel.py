@@ -13,7 +13,7 @@ from lbhash.ranking import NO_DISTANCE, row_distance
 _POSITION = (1 << 40) - 1  # a candidate's key: distance << 40 | position
 # candidates whose rows are asked for ahead of their distance: at 1M items a lookup reads about 4,000 rows
 # at random, and asking ahead overlaps their cache misses (the instance step after the class scan 0.21 ->
-# 0.15 ms a query: docs/search.md, "Cost at scale")
+# 0.15 ms a query: docs/instance-codes.md, "Cost at scale")
 AHEAD = 16
 
 

@@ -1,6 +1,6 @@
 """What a Milvus collection cannot hold itself: the record of where its codes came from (`metadata`) and
 the files that go with them (`attachments`: the instance transform that encodes the queries), kept
-in a companion collection `<collection>__lbhash` on the same server (docs/search.md, "Milvus").
+in a companion collection `<collection>__lbhash` on the same server (docs/scale.md, "Milvus").
 
 The record is one JSON document, base64 text cut into VARCHAR rows of `CHUNK` characters (Milvus's
 VARCHAR holds 65,535 bytes) with their order as ids; a FLOAT_VECTOR of two zeros per row is there

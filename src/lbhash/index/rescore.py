@@ -20,7 +20,7 @@ from lbhash.limits import MAX_RESCORE_CANDIDATES
 
 RESCORE_FACTOR = 4  # Hamming candidates per result when a search re-scores (docs/search.md, "Measuring it")
 EMBEDDING_DTYPE = np.dtype(np.float16)
-# how an index may keep its float rows (docs/search.md, "Floats optional")
+# how an index may keep its float rows (docs/instance-codes.md, "Floats optional")
 EMBEDDING_DTYPES = {"float16": EMBEDDING_DTYPE, "int8": np.dtype(np.int8)}
 MAX_EMBEDDING_DIM = 65_536
 # (query, item) pairs a ranked search holds at once, whatever its number of queries: the queries

@@ -1,4 +1,4 @@
-"""Copies evaluated (`lbhash evaluate-copies`; docs/search.md, "Finding the picture"): edited
+"""Copies evaluated (`lbhash evaluate-copies`; docs/duplicates.md, "Finding the picture"): edited
 copies of indexed photos (lbhash.data.edits) searched through the model that made the index, and how
 often the original comes first, with the class precision of the same searches.
 

@@ -1,5 +1,5 @@
 """The copies inside an index or a folder: every item searched against the others, the pairs that pass a
-threshold, and their groups (`lbhash duplicates`; docs/search.md, "Finding the copies").
+threshold, and their groups (`lbhash duplicates`; docs/duplicates.md, "Finding the copies").
 
 Each item is a query made of what the index keeps of it: no model runs, so an index needs neither its
 run nor its export here. Its `K` nearest other items by instance code are its candidates (an exact scan,

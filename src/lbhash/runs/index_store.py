@@ -189,7 +189,7 @@ class IndexStore(Store):
     @property
     def search_threads(self) -> int:
         """One per usable CPU: a search takes a core (the scan lets go of the GIL), and more threads
-        would only queue for the cores and the GIL (docs/search.md, "The service's own cost")."""
+        would only queue for the cores and the GIL (docs/results/search-benchmarks.md, "The service's own cost")."""
         return usable_cpus()
 
     def __init__(self, index_dir: str | Path, compact_every: int = 1000, wal_path: str | Path | None = None):

@@ -1,4 +1,4 @@
-"""An index's instance codes as the application layer makes them (docs/search.md, "Instance codes"):
+"""An index's instance codes as the application layer makes them (docs/instance-codes.md, "Instance codes"):
 the transform fitted on a run's training embeddings when `lbhash index build` indexes the run, kept in
 the index directory (`instance-transform.npz`, checksummed with its other files, its identity in the
 index's metadata), and applied to every embedding that comes in: the items added, the queries.

@@ -1,5 +1,5 @@
 """The learned instance code and the calibrated same-picture mark of an index of photos, as `lbhash index
-build` makes them from its run (docs/search.md, "The learned instance code", "The same picture").
+build` makes them from its run (docs/instance-codes.md, "The learned instance code", "The same picture").
 
 - `learn_transform`: edited copies of the run's training photos (lbhash.data.edits.random_edit, COPIES
   each), embedded by the run's model as queries are, and the learned transform of them and the photos'

@@ -113,7 +113,7 @@ def create_app(source: str | Path | Store, encoder: Encoder | None = None, *, li
 def hits_response(store: Store, media: ItemMedia, search: Search, hits) -> Response:
     """The hits of a query with their `item_details`, as a `SearchResponse` body encoded here:
     FastAPI's validation and encoding of it took more CPU than a search of a million codes
-    (docs/search.md, "The service's own cost")."""
+    (docs/results/search-benchmarks.md, "The service's own cost")."""
     details = item_details(store, media, sorted({i for h in hits for i in h.ids}))
     results = [{"code": code, "hits": [{"id": i, "distance": d, "labels": lab,
                                         **({} if score is None else {"score": score}),
@@ -300,7 +300,7 @@ class BodyLimit:
 class SearchPath:
     """ASGI middleware that answers a well-formed `POST /search` itself, past FastAPI's routing,
     dependencies and body handling, which cost more than the search of a million codes
-    (docs/search.md, "A lean /search"); its errors are the handlers' (`ERROR_STATUS`). A body
+    (docs/results/search-benchmarks.md, "A lean /search"); its errors are the handlers' (`ERROR_STATUS`). A body
     that is not a JSON `SearchRequest` goes on to the route, replayed, for FastAPI's own 422."""
 
     def __init__(self, app, state):

@@ -1,6 +1,6 @@
 """The HTTP server's own bounds (lbhash.limits): connections, header size, and a header timeout.
 
-httptools (docs/search.md, "The service's own cost") bounds neither a request's header size nor
+httptools (docs/results/search-benchmarks.md, "The service's own cost") bounds neither a request's header size nor
 the time its headers take: `BoundedHttpToolsProtocol` answers 400 and closes past either.
 `serving_interpreter` sets the interpreter up for a server while it runs.
 """
@@ -18,7 +18,7 @@ from lbhash.limits import HEADER_TIMEOUT_S, KEEP_ALIVE_S, MAX_CONNECTIONS, MAX_H
 
 # A search runs without the GIL; the thread it ran on then waits for the GIL while the event
 # loop holds it, until the interpreter's switch interval forces a switch: a shorter interval
-# gave the lower p99 (docs/search.md, "The GIL's switch interval").
+# gave the lower p99 (docs/results/search-benchmarks.md, "The GIL's switch interval").
 SWITCH_INTERVAL_S = 0.0005
 
 

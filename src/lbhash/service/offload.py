@@ -2,7 +2,7 @@
 
 `run_in_executor`'s futures and callbacks held the GIL for about a sixth of the service's time
 under load; here a job is a tuple on a queue and its answer one `call_soon_threadsafe`
-(docs/search.md, "The service's own cost").
+(docs/results/search-benchmarks.md, "The service's own cost").
 """
 
 from __future__ import annotations

@@ -101,7 +101,7 @@ def about(store: StoreDep, encoder: EncoderDep, limits: LimitsDep, media: MediaD
             "class_names": None if record is None else record.class_names, "keeps_uploads": media.kept is not None,
             "looks_like": default_looks_like(store.transform is not None, store.index.embedding_dim is not None,
                                              store.transform is not None and store.transform.method == "learned"),
-            # the calibrated same-picture mark, or why hits are never marked (docs/search.md, "The same picture")
+            # the calibrated same-picture mark, or why hits are never marked (docs/instance-codes.md, "The same picture")
             "same_picture": None if store.transform is None else mark_summary(store.metadata)}
     return About(index=info, run=run_summary(encoder), input_kind=None if encoder is None else encoder.input_kind,
                  limits=asdict(limits), access=access.public())
