@@ -110,10 +110,11 @@ def layer_line(text: str) -> list[str]:
     return [part.strip().strip("`") for part in line.split("->")]
 
 
-def test_readme_and_package_docstring_list_the_packages_in_an_order_the_graph_allows():
+def test_contributing_and_package_docstring_list_the_packages_in_an_order_the_graph_allows():
     import lbhash
 
-    for where, text in (("lbhash.__doc__", lbhash.__doc__), ("README.md", (PACKAGE.parents[1] / "README.md").read_text())):
+    contributing = (PACKAGE.parents[1] / "docs" / "contributing.md").read_text()
+    for where, text in (("lbhash.__doc__", lbhash.__doc__), ("docs/contributing.md", contributing)):
         line = layer_line(text)
         assert line[0] == "codes" and sorted(line[1:]) == sorted(ALLOWED), where
         for i, name in enumerate(line[1:], 1):

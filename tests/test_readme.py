@@ -1,4 +1,6 @@
-"""The README is a test (issue 26, item 6): every snippet in README.md runs as written.
+"""The README is a test (issue 26, item 6): every snippet in README.md, and then in docs/tour.md (the tour
+the README hands on to, issue 89), runs as written. The two are one contract, read as one text: README.md's
+lines, then the tour's (`CONTRACT`); a message names the file and its own line (`loc`).
 
 What runs, in README order, in ONE temporary working directory:
 
@@ -64,6 +66,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
+TOUR = REPO / "docs" / "tour.md"
+CONTRACT = (README, TOUR)  # run in this order, in one directory and one Python namespace
 BIN = Path(sys.executable).parent  # the venv's bin: lbhash lives beside its python
 TRACEBACK = "Traceback (most recent call last)"
 SHELL_LANGS = ("", "bash", "sh", "console", "shell")
@@ -110,7 +114,7 @@ class Block:
                 continue
             out.append((start, pending + line))
             pending, start = "", None
-        assert not pending, f"README.md:{self.line}: a command ends in a backslash"
+        assert not pending, f"{loc(self.line)}: a command ends in a backslash"
         return out
 
 
@@ -127,10 +131,10 @@ def parse_readme(text: str) -> list[Block]:
         while i < len(lines) and lines[i].rstrip() != "```":
             body.append(lines[i])
             i += 1
-        assert i < len(lines), f"README.md:{start + 1}: a fence is never closed"
+        assert i < len(lines), f"{loc(start + 1)}: a fence is never closed"
         marker = SKIP.match(lines[start - 1].strip()) if start > 0 else None
         if start > 0 and "readme-test" in lines[start - 1] and not marker:
-            raise AssertionError(f"README.md:{start}: malformed marker {lines[start - 1]!r}; "
+            raise AssertionError(f"{loc(start)}: malformed marker {lines[start - 1]!r}; "
                                  "write <!-- readme-test: skip (reason) -->")
         blocks.append(Block(m["lang"].lower(), start + 1, "\n".join(body),
                             marker["reason"].strip() if marker else None))
@@ -138,7 +142,33 @@ def parse_readme(text: str) -> list[Block]:
     return blocks
 
 
-BLOCKS = parse_readme(README.read_text(encoding="utf-8"))
+def _contract_text() -> tuple[str, list[tuple[Path, int]]]:
+    """README.md then the tour as one text, and each file's first line in it (0-based)."""
+    parts, starts, at = [], [], 0
+    for path in CONTRACT:
+        text = path.read_text(encoding="utf-8")
+        text = text if text.endswith("\n") else text + "\n"
+        starts.append((path, at))
+        parts.append(text)
+        at += text.count("\n")
+    return "".join(parts), starts
+
+
+TEXT, STARTS = _contract_text()
+
+
+def source(line: int) -> tuple[Path, int]:
+    """(the file, its own 1-based line) of a 1-based line of TEXT."""
+    path, start = [(p, s) for p, s in STARTS if s < line][-1]
+    return path, line - start
+
+
+def loc(line: int) -> str:
+    path, own = source(line)
+    return f"{path.relative_to(REPO).as_posix()}:{own}"
+
+
+BLOCKS = parse_readme(TEXT)
 
 
 def lbhash_lines(block: Block) -> list[tuple[int, str]]:
@@ -151,7 +181,7 @@ def lbhash_lines(block: Block) -> list[tuple[int, str]]:
 def test_every_block_runs_or_says_why_not():
     assert BLOCKS, "README.md has no code blocks"
     for b in BLOCKS:
-        where = f"README.md:{b.line}"
+        where = f"{loc(b.line)}"
         if b.skip is not None:
             assert b.skip, f"{where}: a skip marker needs a reason"
             continue
@@ -173,8 +203,7 @@ def test_the_first_commands_say_how_to_enter_the_venv():
     setup = next(b for b in BLOCKS if any(c.startswith("make ") for _, c in b.commands()))
     assert setup.line < first_use.line
     assert setup.commands()[-1][1].split(" #")[0].strip() == ". .venv/bin/activate", setup.commands()
-    text = README.read_text()
-    assert text.index("`.venv/bin/lbhash`") < text.index(first_use.text)
+    assert TEXT.index("`.venv/bin/lbhash`") < TEXT.index(first_use.text)
     assert (REPO / "Makefile").read_text().count("-m venv $(VENV)") == 1  # the .venv the line activates
 
 
@@ -186,7 +215,7 @@ def test_commands_name_concrete_files():
         for line, command in b.commands():
             code = re.sub(r"'[^']*'|\"[^\"]*\"", "", command.split(" #")[0])
             found = re.findall(r"\b[A-Z][A-Z_]{2,}\b", code)
-            assert not found, f"README.md:{line}: placeholder {found} in `{command}`"
+            assert not found, f"{loc(line)}: placeholder {found} in `{command}`"
 
 
 def _command(words: list[str], line: int):
@@ -203,7 +232,7 @@ def _command(words: list[str], line: int):
         ctx = click.Context(cmd)
         found = [cmd.get_command(ctx, n) for n in word.split("|")]
         if not all(found):
-            assert word.startswith("-"), f"README.md:{line}: `{' '.join(path)}` has no command {word!r}"
+            assert word.startswith("-"), f"{loc(line)}: `{' '.join(path)}` has no command {word!r}"
             break
         path.append(word)
         cmd = found[0] if len(found) == 1 else found
@@ -220,12 +249,12 @@ def test_synopsis_and_commands_match_help():
         for line, command in lbhash_lines(b):
             words = command.split(" #")[0].split()[1:]
             commands, path = _command(words, line)
-            assert all(c is not None for c in commands), f"README.md:{line}: unknown command in `{command}`"
+            assert all(c is not None for c in commands), f"{loc(line)}: unknown command in `{command}`"
             rest = " ".join(words[len(path) - 1:])
             for option in re.findall(r"(?<![\w-])(--?[a-zA-Z][\w-]*)", rest):
                 for c in commands:
                     opts = {o for p in c.params for o in (*p.opts, *p.secondary_opts)} | {"--help", "-h"}
-                    assert option in opts, (f"README.md:{line}: `{' '.join(path)}` has no option {option} "
+                    assert option in opts, (f"{loc(line)}: `{' '.join(path)}` has no option {option} "
                                             f"(it has {sorted(opts)})")
                 checked += 1
     assert checked > 20
@@ -242,16 +271,17 @@ def _environment() -> dict:
 
 
 def run_python(block: Block, namespace: dict, capfd) -> None:
-    code = compile("\n" * block.line + block.text + "\n", str(README), "exec")
+    path, own = source(block.line)
+    code = compile("\n" * own + block.text + "\n", str(path), "exec")
     try:
         exec(code, namespace)
     except BaseException:
         out, err = capfd.readouterr()
-        pytest.fail(f"README.md:{block.line}: the Python block raised\n{traceback.format_exc()}\n"
+        pytest.fail(f"{loc(block.line)}: the Python block raised\n{traceback.format_exc()}\n"
                     f"--- output ---\n{(out + err)[-4000:]}", pytrace=False)
     out, err = capfd.readouterr()
     if TRACEBACK in out + err:
-        pytest.fail(f"README.md:{block.line}: the Python block printed a traceback\n{(out + err)[-6000:]}",
+        pytest.fail(f"{loc(block.line)}: the Python block printed a traceback\n{(out + err)[-6000:]}",
                     pytrace=False)
 
 
@@ -261,13 +291,13 @@ def run_shell(line: int, command: str, cwd: Path, timeout: float = COMMAND_TIMEO
         done = subprocess.run(["bash", "-c", command], cwd=cwd, env=_environment(), capture_output=True,
                               text=True, timeout=timeout)
     except subprocess.TimeoutExpired as e:
-        pytest.fail(f"README.md:{line}: `{command}` ran past {timeout} s\n{e.stdout or ''}{e.stderr or ''}",
+        pytest.fail(f"{loc(line)}: `{command}` ran past {timeout} s\n{e.stdout or ''}{e.stderr or ''}",
                     pytrace=False)
     output = done.stdout + done.stderr
     TIMES.append((line, command, time.monotonic() - started))
     if done.returncode != 0 or TRACEBACK in output:
         why = f"exited {done.returncode}" if done.returncode != 0 else "printed a traceback"
-        pytest.fail(f"README.md:{line}: `{command}` {why}\n{output[-6000:]}", pytrace=False)
+        pytest.fail(f"{loc(line)}: `{command}` {why}\n{output[-6000:]}", pytrace=False)
     return done.stdout
 
 
@@ -293,7 +323,7 @@ def run_serve_block(block: Block, cwd: Path) -> None:
     pytest.importorskip("uvicorn", reason="lbhash serve needs the serve extra: pip install 'lbhash[serve]'")
     commands = block.commands()
     serve = [(n, c) for n, c in commands if c.startswith("lbhash serve ")]
-    assert len(serve) == 1, f"README.md:{block.line}: expected one `lbhash serve` line"
+    assert len(serve) == 1, f"{loc(block.line)}: expected one `lbhash serve` line"
     line, command = serve[0]
     port = _free_port()
     command = command.split(" #")[0] + f" --host 127.0.0.1 --port {port}"
@@ -305,25 +335,25 @@ def run_serve_block(block: Block, cwd: Path) -> None:
         deadline = time.monotonic() + SERVER_START_TIMEOUT
         while True:
             if proc.poll() is not None:
-                pytest.fail(f"README.md:{line}: `{command}` exited {proc.returncode} before serving\n"
+                pytest.fail(f"{loc(line)}: `{command}` exited {proc.returncode} before serving\n"
                             f"{log.read_text()[-6000:]}", pytrace=False)
             try:
                 with socket.create_connection(("127.0.0.1", port), timeout=1):
                     break
             except OSError:
                 if time.monotonic() > deadline:
-                    pytest.fail(f"README.md:{line}: `{command}` did not listen within {SERVER_START_TIMEOUT} s\n"
+                    pytest.fail(f"{loc(line)}: `{command}` did not listen within {SERVER_START_TIMEOUT} s\n"
                                 f"{log.read_text()[-6000:]}", pytrace=False)
                 time.sleep(0.3)
         curls = [(n, c) for n, c in commands if c.startswith("curl ")]
-        assert curls, f"README.md:{block.line}: the serve block has no curl line"
+        assert curls, f"{loc(block.line)}: the serve block has no curl line"
         for n, c in curls:
             if shutil.which("curl") is None:
                 pytest.skip("curl is not installed: the README's curl lines cannot run")
             c = re.sub(r"(https?://)?localhost:8000", f"127.0.0.1:{port}", c.split(" #")[0])
             out = run_shell(n, c + " --fail-with-body --max-time 60", cwd)
             answer = json.loads(out)
-            assert "results" in answer, f"README.md:{n}: unexpected answer {out[:2000]}"
+            assert "results" in answer, f"{loc(n)}: unexpected answer {out[:2000]}"
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGINT)
@@ -334,7 +364,7 @@ def run_serve_block(block: Block, cwd: Path) -> None:
                 proc.wait(10)
     text = log.read_text()
     if TRACEBACK in text:
-        pytest.fail(f"README.md:{line}: `{command}` printed a traceback\n{text[-6000:]}", pytrace=False)
+        pytest.fail(f"{loc(line)}: `{command}` printed a traceback\n{text[-6000:]}", pytrace=False)
 
 
 def check_same_as_before(line: int, command: str, out: str, previous: dict) -> None:
@@ -344,15 +374,15 @@ def check_same_as_before(line: int, command: str, out: str, previous: dict) -> N
     kind = " ".join(command.split()[:2])
     comment = command.partition(" #")[2]
     if "the same" in comment:
-        assert kind in previous, f"README.md:{line}: `{command}` says 'the same' but follows no `{kind}`"
+        assert kind in previous, f"{loc(line)}: `{command}` says 'the same' but follows no `{kind}`"
         before_line, before = previous[kind]
 
         def body(text):
             return [t for t in text.splitlines() if not t.startswith("R = ")]
 
-        assert body(out) == body(before), (f"README.md:{line}: `{command}` promises the output of README.md:"
-                                           f"{before_line}\n--- README.md:{before_line} ---\n{before[-3000:]}\n"
-                                           f"--- README.md:{line} ---\n{out[-3000:]}")
+        assert body(out) == body(before), (f"{loc(line)}: `{command}` promises the output of "
+                                           f"{loc(before_line)}\n--- {loc(before_line)} ---\n{before[-3000:]}\n"
+                                           f"--- {loc(line)} ---\n{out[-3000:]}")
     previous[kind] = (line, out)
 
 
@@ -392,11 +422,11 @@ FIGURES = [
 
 
 def readme_figure(figure: Figure) -> tuple[int, str]:
-    """(README line, the figure as written) of a Figure; it must match exactly once."""
-    text = README.read_text(encoding="utf-8")
-    found = list(re.finditer(figure.pattern, text))
-    assert len(found) == 1, f"README.md: {len(found)} matches of {figure.pattern!r} (one expected)"
-    return text.count("\n", 0, found[0].start()) + 1, found[0].group(1)
+    """(its line in TEXT, the figure as written) of a Figure; it must match exactly once in the README and
+    the tour."""
+    found = list(re.finditer(figure.pattern, TEXT))
+    assert len(found) == 1, f"README.md and docs/tour.md: {len(found)} matches of {figure.pattern!r} (one expected)"
+    return TEXT.count("\n", 0, found[0].start()) + 1, found[0].group(1)
 
 
 def figure_misses(namespace: dict, cwd: Path, outputs: dict, python_only: bool) -> list[str]:
@@ -412,7 +442,7 @@ def figure_misses(namespace: dict, cwd: Path, outputs: dict, python_only: bool) 
         decimals = len(written.partition(".")[2])
         allowed = 0.5 * 10 ** -decimals + FIGURE_SLACK if decimals else 0
         if abs(float(written) - measured) > allowed + 1e-12:
-            misses.append(f"README.md:{line}: {written}, but the snippets measure {measured:.4f} "
+            misses.append(f"{loc(line)}: {written}, but the snippets measure {measured:.4f} "
                           f"(tolerance {allowed:g})")
     return misses
 
@@ -552,4 +582,4 @@ def test_readme_runs_in_order(readme_inputs, capfd):
     with capfd.disabled():
         print(f"\nREADME ran in {time.monotonic() - started:.0f} s; slowest steps:")
         for line, command, seconds in sorted(TIMES, key=lambda t: -t[2])[:6]:
-            print(f"  {seconds:6.1f} s  README.md:{line}  {command[:90]}")
+            print(f"  {seconds:6.1f} s  {loc(line)}  {command[:90]}")
