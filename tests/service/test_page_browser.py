@@ -164,6 +164,16 @@ def test_the_page_in_a_real_browser(browser, served, tmp_path):
     assert first_hit.find_element(By.CSS_SELECTOR, ".score").text.startswith("score ")
     assert hits == [int(i) for i in want if i != target][:5]
     assert browser.current_url.endswith(f"/?item={target}&k=5")
+    # the looks-like slider, let go at 0 (same class first), searches again by itself: blended_search's order at 0
+    page.by_id("options").find_element(By.TAG_NAME, "summary").click()
+    page.act(page.js, "const s = document.getElementById('looks-like'); s.value = '0'; "
+                      "s.dispatchEvent(new Event('input')); s.dispatchEvent(new Event('change'));")
+    at_zero = [int(i) for i in blended_search(stored, q, 6, looks_like=0.0).ids[0] if i != target][:5]
+    assert page.hit_ids() == at_zero and page.text("looks-like-value") == "0"
+    page.act(page.js, f"const s = document.getElementById('looks-like'); s.value = '{LOOKS_LIKE}'; "
+                      "s.dispatchEvent(new Event('change'));")
+    assert page.hit_ids() == hits  # back at the index's default: the order above
+    page.by_id("options").find_element(By.TAG_NAME, "summary").click()
     # the address is the result: loading it again searches again
     page.open(browser.current_url, actions=2)
     assert page.cards()[0].get_attribute("data-id") == str(target) and page.hit_ids() == hits

@@ -310,6 +310,8 @@ async function setUp() {
   for (const radio of document.querySelectorAll("input[name=mode]")) radio.addEventListener("change", showMode);
   $("rescore").addEventListener("change", summarize);
   $("looks-like").addEventListener("input", () => { $("looks-like-value").textContent = $("looks-like").value; });
+  // the slider let go re-ranks the results shown, as a class ticked filters them
+  $("looks-like").addEventListener("change", () => { if (state.searched) guarded(runSearch); });
   $("search-form").addEventListener("submit", (e) => { e.preventDefault(); guarded(runSearch); });
   $("add-form").addEventListener("submit", (e) => { e.preventDefault(); guarded(addImages); });
   $("query-file").addEventListener("change", () => { const f = $("query-file").files[0]; if (f) chooseImage(f); });
