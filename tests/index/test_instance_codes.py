@@ -198,3 +198,38 @@ def test_milvus_instance_codes_over_a_stand_in_client_search_and_blend_as_the_de
     for r, (want, scores) in enumerate(brute_blend(flat, q, qi, 10, 0.5, 3, SIMILARITY_POWER)):
         assert got.ids[r].tolist() == want.tolist()
         np.testing.assert_allclose(got.scores[r], scores, rtol=0, atol=1e-12)
+
+
+def test_many_rows_take_the_principal_directions_from_their_scatter_matrix(rng):
+    """Issue 88, item 4: rows beyond twice the width take their directions from the d x d scatter matrix's
+    eigenvectors; the same directions as the SVD of the rows (up to sign, where eigenvalues are distinct),
+    each with its largest component positive."""
+    from lbhash.instance import _principal
+
+    scales = np.linspace(3.0, 0.5, 12)
+    x = rng.standard_normal((400, 12)) * scales  # distinct variances: the directions are unique up to sign
+    x -= x.mean(axis=0)
+    got = _principal(x, 8, np.random.default_rng(0))
+    _, _, vt = np.linalg.svd(x, full_matrices=False)
+    assert np.allclose(np.abs(np.sum(got * vt[:8].T, axis=0)), 1.0, atol=1e-8)
+    assert np.allclose(got.T @ got, np.eye(8), atol=1e-10)
+    assert (got[np.abs(got).argmax(axis=0), np.arange(8)] > 0).all()
+    few = _principal(x[:20], 8, np.random.default_rng(0))  # (20 rows: the SVD, the same convention)
+    assert (few[np.abs(few).argmax(axis=0), np.arange(8)] > 0).all()
+
+
+def test_itq_in_float32_quantises_as_the_float64_loop_does(rng):
+    """ITQ's products in float32 against the same loop in float64 (written out here): the same rotation to
+    rounding, from the same start."""
+    from lbhash import instance
+
+    x = rng.standard_normal((3000, 32)) @ rng.standard_normal((32, 32))
+    x -= x.mean(axis=0)
+    directions = instance._principal(x, 16, np.random.default_rng(0))
+    got = instance._itq(x, directions, np.random.default_rng(1))
+    v = x @ directions
+    rotation, _ = np.linalg.qr(np.random.default_rng(1).standard_normal((16, 16)))
+    for _ in range(instance.ITQ_ITERATIONS):
+        u, _, wt = np.linalg.svd(v.T @ np.where(v @ rotation >= 0, 1.0, -1.0))
+        rotation = u @ wt
+    assert np.allclose(got, rotation, atol=1e-4)

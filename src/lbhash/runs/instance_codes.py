@@ -6,6 +6,9 @@ index's metadata), and applied to every embedding that comes in: the items added
 
 from __future__ import annotations
 
+import logging
+import time
+
 import numpy as np
 
 from lbhash.errors import InputError
@@ -14,6 +17,8 @@ from lbhash.instance import (FILE_NAME, INSTANCE_BITS, LOOKS_LIKE, LOOKS_LIKE_AP
                              InstanceTransform, check_instance_bits, mark_rule, mark_summary)
 
 __all__ = ["INSTANCE_BITS", "default_looks_like", "mark_summary", "LOOKS_LIKE", "LOOKS_LIKE_APART", "LOOKS_LIKE_CODES", "LOOKS_LIKE_LEARNED", "ITEM_VIEW_KEY", "attach", "fit_transform", "index_transform", "payload_of"]
+
+logger = logging.getLogger("lbhash")
 
 METADATA_KEY = RECORD_KEY
 ITEM_VIEW_KEY = "item_view"  # the metadata of an index whose photos' embeddings include their blurred views
@@ -27,7 +32,11 @@ def fit_transform(embeddings: np.ndarray, bits: int = INSTANCE_BITS, seed: int =
     if len(embeddings) > MAX_FIT_ITEMS:
         rows = np.sort(np.random.default_rng(seed).choice(len(embeddings), MAX_FIT_ITEMS, replace=False))
         embeddings = embeddings[rows]
-    return InstanceTransform.fit(embeddings, bits, method, seed=seed)
+    logger.info("instance code: fitting %d bits (%s) on %d embeddings", bits, method, len(embeddings))
+    started = time.perf_counter()
+    transform = InstanceTransform.fit(embeddings, bits, method, seed=seed)
+    logger.info("instance code: fitted in %.1f s", time.perf_counter() - started)
+    return transform
 
 
 def attach(index, transform: InstanceTransform, fitted_on: str) -> None:
