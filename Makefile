@@ -49,7 +49,7 @@ test-milvus: install
 # the search page in headless Chromium (Debian's chromium and chromium-driver: .ci/run installs them;
 # without them the test skips, saying why); screenshots in test-artifacts/browser
 test-browser: install
-	$(PY) -m pytest -q -rs -m browser tests/service/test_page_browser.py
+	$(PY) -m pytest -q -rs -m browser tests/service/test_page_browser.py tests/service/test_duplicates_browser.py
 
 # an environment with only what `lbhash serve --encoder` needs (requirements-serve.txt; no torch), built
 # afresh in $(SERVE_VENV); the full one trains, exports and indexes a digits run for it (docs/export.md);

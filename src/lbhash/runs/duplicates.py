@@ -26,7 +26,8 @@ together, and each group lists the pairs that made it (the strongest `GROUP_PAIR
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import threading
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -98,6 +99,11 @@ def index_groups(index, index_dir: str, threshold: float | None = None, min_grou
         raise InputError(f"{index_dir}: the index keeps no instance codes, so it cannot tell copies apart from look-"
                          "alikes; build it with them (lbhash index build without --instance-bits 0)")
     floats = index.embedding_dim is not None
+    if not by_margin:  # (before the search: an index that cannot answer says so at once)
+        cut, by_cosine = mark_rule(index.metadata, floats, str(index_dir))
+        if threshold is None and cut < 0:
+            raise InputError(f"{index_dir}: no calibrated same-picture mark ({mark_why(index.metadata)}); give "
+                             "--threshold")
     ids = index.ids()
     rep = _representatives(index, ids)
     searched = np.nonzero(rep == np.arange(len(ids)))[0]  # (positions in `ids`)
@@ -105,10 +111,6 @@ def index_groups(index, index_dir: str, threshold: float | None = None, min_grou
     if by_margin:
         measure, scores = "margin", _margins(searched, rep, others, sims, index_dir)
     else:
-        cut, by_cosine = mark_rule(index.metadata, floats, str(index_dir))
-        if threshold is None and cut < 0:
-            raise InputError(f"{index_dir}: no calibrated same-picture mark ({mark_why(index.metadata)}); give "
-                             "--threshold")
         if threshold is not None:
             cut, by_cosine = float(threshold), floats
         measure, scores = ("cosine", sims) if by_cosine else ("instance", sims)
@@ -135,6 +137,41 @@ def index_groups(index, index_dir: str, threshold: float | None = None, min_grou
     found.pairs = len(a)
     found.groups = _grouped(index, ids, a, b, s, min_group)
     return found
+
+
+class ServedGroups:
+    """The groups of copies of a served `Store`'s index (`lbhash serve`'s GET /duplicates), found once per
+    state of the index and threshold, and kept: `store.changes` counts the changes the store applied, and
+    a search for the groups reads the index under `store.reading()`, so no change lands halfway (a change
+    waits for it). One search at a time; the answers of the last KEEP thresholds at the index's state kept
+    (a `min_group` above 2 filters the groups kept at 2)."""
+
+    KEEP = 4
+
+    def __init__(self, store, name: str = "the served index"):
+        self.store, self.name = store, name
+        self._kept: dict[tuple, Groups] = {}  # (store.changes, threshold) -> the groups of at least 2 items
+        self._searching = threading.Lock()
+
+    def groups(self, threshold: float | None = None, min_group: int = 2) -> Groups:
+        """As `find_duplicates` gives them for the index as it stands (InputError: what it cannot answer)."""
+        _check(threshold, min_group)
+        if self.store.backend != "faiss":
+            raise InputError(f"the {self.store.backend} backend cannot list its items for duplicates; serve an index "
+                             "directory (or run lbhash duplicates on one)")
+        cut = None if threshold is None else float(threshold)
+        found = self._kept.get((self.store.changes, cut))
+        if found is None:
+            with self._searching, self.store.reading():
+                key = (self.store.changes, cut)
+                found = self._kept.get(key)  # (found by the search this one waited for)
+                if found is None:
+                    found = index_groups(self.store.index, self.name, cut)
+                    kept = [(k, v) for k, v in self._kept.items() if k[0] == key[0]][-(self.KEEP - 1):]
+                    self._kept = {**dict(kept), key: found}  # (an older state's answers are dropped)
+        if min_group == 2:
+            return found
+        return replace(found, groups=[g for g in found.groups if len(g["items"]) >= min_group])
 
 
 def _representatives(index, ids: np.ndarray) -> np.ndarray:

@@ -113,6 +113,7 @@ class Store(ABC):
     index: Backend
     index_dir: Path | None = None  # the index's directory, beside which its media live (None: a server's)
     transform: InstanceTransform | None = None  # the index's instance transform (None: it keeps no instance codes)
+    changes: int = 0  # the changes this store applied (what a cache of the index's contents is kept by)
 
     @property
     def bits(self) -> int:
@@ -151,6 +152,12 @@ class Store(ABC):
     def search(self, queries: Queries, plan: SearchPlan, classes: list[list[int]] | None = None) -> list[Hits]:
         """`search_hits` of the queries on the index."""
         return search_hits(self.index, queries, plan, classes)
+
+    @contextmanager
+    def reading(self):
+        """Hold the index still while the block reads it over many calls: no change is applied meanwhile
+        (one waits), and `changes` stays as it was (nothing here, where the backend keeps its own)."""
+        yield
 
     def get(self, ids) -> tuple[np.ndarray, list[list[int]]]:
         """(codes, class-id lists) of the given ids; NotFound for an id not held."""
@@ -229,6 +236,9 @@ class IndexStore(Store):
         with self.lock.read():  # hits and their labels all read under one lock
             return super().search(queries, plan, classes)
 
+    def reading(self):
+        return self.lock.read()
+
     def get(self, ids) -> tuple[np.ndarray, list[list[int]]]:
         with self.lock.read():
             return super().get(ids)
@@ -255,6 +265,7 @@ class IndexStore(Store):
                                    "upsert": plan.upsert, **kept})
             with self.lock.write():
                 self.index.apply_add(plan)
+                self.changes += 1
             self.pending += 1
         self._maybe_compact()
         return plan.ids, seq
@@ -265,6 +276,7 @@ class IndexStore(Store):
             seq = self.wal.append({"op": "remove", "ids": ids.tolist()})
             with self.lock.write():
                 self.index.remove(ids)
+                self.changes += 1
             self.pending += 1
         self._maybe_compact()
         return seq
@@ -332,12 +344,14 @@ class MilvusStore(Store):
         embeddings, instance = payload_of(self.transform, self.index, embeddings, len(codes), "the items")
         # Conflict for an id taken (without upsert)
         added = self.index.add(codes, ids, labels, upsert, embeddings, instance)
+        self.changes += 1
         if upsert:
             self._forget(added)
         return added, None
 
     def remove(self, ids):
         self.index.remove(ids)  # NotFound for an id not in the collection (no log: no sequence number)
+        self.changes += 1
         self._forget(ids)
 
     def _forget(self, ids) -> None:

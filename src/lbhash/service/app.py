@@ -1,8 +1,9 @@
 """The HTTP service: `create_app(index_dir_or_store, encoder=None)` -> a FastAPI app.
 
 Endpoints: POST /search, POST /search/image, POST /items, POST /items/image,
-GET /items/{id}, DELETE /items/{id}, GET /health, GET /stats (OpenAPI at /docs); the search
-page at / and its helpers (lbhash.service.page: /about, /sources, /items/{id}/image).
+GET /items/{id}, DELETE /items/{id}, GET /health, GET /stats (OpenAPI at /docs); GET /duplicates
+(lbhash.service.duplicates); the search page at / and its helpers (lbhash.service.page: /about,
+/sources, /items/{id}/image).
 Bad input is a 4xx with {"detail": one line}: 400 bad values, 401 a key missing or wrong
 (lbhash.service.access), 403 a change refused or a request naming another host, 404 unknown id,
 409 id taken, 413 body or images too large, 422 malformed request (its first errors named, a JSON
@@ -38,6 +39,7 @@ from lbhash.codes import to_hex
 from lbhash.encoders import Encoder
 from lbhash.errors import Conflict, InputError, NotFound, TooLarge, one_line
 from lbhash.limits import MAX_ID, check_class_ids, check_ids
+from lbhash.runs.duplicates import ServedGroups
 from lbhash.runs.index_store import IndexStore, Store
 from lbhash.runs.searcher import QueryEncoder, SearchOptions
 from lbhash.runs.serving import Search, item_labels
@@ -49,6 +51,7 @@ from lbhash.service.bodies import (MAX_ERRORS, BodyErrors, CheckedBody, check_bo
                                   json_content)
 from lbhash.service.decode import (DecodersBusy, PixelBudget, check_batch, decode_search, need_encoder, parse_ids,
                                   read_uploads, to_codes, wants_ranking)
+from lbhash.service import duplicates
 from lbhash.service.depends import BatcherDep, DecodingDep, EncoderDep, Limits, LimitsDep, MediaDep, StoreDep
 from lbhash.service.media import ItemMedia, TooBusy
 from lbhash.service.offload import Offload
@@ -98,12 +101,13 @@ def create_app(source: str | Path | Store, encoder: Encoder | None = None, *, li
     app.state.decoding = PixelBudget(app.state.limits.max_decoding_pixels)
     # sources, thumbnails and the images added here (NAME.media/ beside the index)
     app.state.media = ItemMedia(store, budget=media_budget, decoding=app.state.decoding)
+    app.state.groups = ServedGroups(store)  # GET /duplicates' groups, kept until the index changes
     _install_error_handlers(app)
     app.add_middleware(SearchPath, state=app.state)  # innermost: behind the key and size checks
     app.add_middleware(BodyLimit, limit=app.state.limits.max_body_bytes)
     # outermost: a request for another host, or without the key, is refused before the body is read
     app.add_middleware(AccessControl, access=app.state.access, state=app.state)
-    for router in (searches, items, status):
+    for router in (searches, items, status, duplicates.router):
         app.include_router(router)
     add_page(app)
     app.state.change_routes = change_routes(app.routes)  # (each route declares whether it changes data)

@@ -10,11 +10,13 @@ from fastapi import Depends, Request
 
 from lbhash import limits as table
 from lbhash.errors import InputError
+from lbhash.runs.duplicates import ServedGroups
 from lbhash.runs.searcher import QueryEncoder
 from lbhash.service.access import Access
 from lbhash.service.batching import SearchBatcher
 from lbhash.service.decode import PixelBudget
 from lbhash.service.media import ItemMedia
+from lbhash.service.offload import Offload
 from lbhash.runs.index_store import Store
 
 
@@ -51,6 +53,8 @@ media = _from_state("media")
 decoding = _from_state("decoding")  # the service's `PixelBudget` of pixels being decoded at once
 batcher = _from_state("batcher")
 access = _from_state("access")
+offload = _from_state("offload")  # the threads of the blocking work (lbhash.service.offload)
+groups = _from_state("groups")  # the served index's groups of copies, kept (lbhash.runs.duplicates)
 
 StoreDep = Annotated[Store, Depends(store)]
 EncoderDep = Annotated[QueryEncoder | None, Depends(encoder)]
@@ -59,3 +63,5 @@ MediaDep = Annotated[ItemMedia, Depends(media)]
 AccessDep = Annotated[Access, Depends(access)]
 BatcherDep = Annotated[SearchBatcher, Depends(batcher)]
 DecodingDep = Annotated[PixelBudget, Depends(decoding)]
+OffloadDep = Annotated[Offload, Depends(offload)]
+GroupsDep = Annotated[ServedGroups, Depends(groups)]

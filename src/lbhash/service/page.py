@@ -34,7 +34,7 @@ logger = logging.getLogger("lbhash")
 STATIC = Path(__file__).resolve().parent / "static"
 # the page's modules (page.js imports the others) and its style
 PAGE_FILES = {**{name: "text/javascript" for name in ("page.js", "api.js", "dom.js", "charts.js", "cards.js",
-                                                      "address.js")}, "page.css": "text/css"}
+                                                      "address.js", "duplicates.js")}, "page.css": "text/css"}
 IMAGE_SIDES = {"small": THUMBNAIL_SIDE, "large": VIEW_SIDE}
 DOC_FILES = {"swagger-ui-bundle.js": "text/javascript", "swagger-ui.css": "text/css",
              "redoc.standalone.js": "text/javascript", "favicon.png": "image/png"}

@@ -47,7 +47,7 @@ export async function api(method, path, body, form, asked = false) {
 const DOING = [["POST", /^\/search\/image$/, "The image search failed"], ["POST", /^\/search/, "The search failed"],
   ["GET", /^\/items\/(\d+)$/, "Item $1 could not be read"],
   ["POST", /^\/items/, "Adding failed"], ["DELETE", /^\/items\/(\d+)$/, "Deleting item $1 failed"],
-  ["GET", /^\/about$/, "The index's description could not be loaded"], ["POST", /^\/sources$/, "The results' sources could not be read"]];
+  ["GET", /^\/about$/, "The index's description could not be loaded"], ["GET", /^\/duplicates/, "The duplicates could not be listed"], ["POST", /^\/sources$/, "The results' sources could not be read"]];
 function doing(method, path) {
   for (const [m, pattern, text] of DOING) {
     const found = method === m && pattern.exec(path);

@@ -25,7 +25,7 @@ export function showCards(entries, where, ctx) {
 
 // An image: its URL, or, when reads need a key (which an <img> cannot send), fetched with it.
 // The service bounds thumbnail decoding (429 beyond it): a failed load is tried again later.
-function showImage(img, url, keyed) {
+export function showImage(img, url, keyed) {
   let tries = 0;
   const load = async () => {
     const address = url + (tries ? `${url.includes("?") ? "&" : "?"}try=${tries}` : "");

@@ -1,17 +1,21 @@
 // lbhash search page: plain JavaScript modules against the service's JSON API (same origin only).
 // This module holds the page's state, the header, the query bar and the actions; cards.js the
-// results, api.js the requests and their errors, address.js the query in the URL.
+// results, duplicates.js the groups of copies, api.js the requests and their errors, address.js the
+// query in the URL.
 
 import { readAddress, writeAddress } from "./address.js";
 import { ApiError, api } from "./api.js";
 import { origins, showCards } from "./cards.js";
 import { histogram, prPlot } from "./charts.js";
+import { GROUPS_PER_PAGE, showDuplicates } from "./duplicates.js";
 import { $, bitsView, className, el, fmt } from "./dom.js";
 
 // file: the query image chosen or dropped (an image query is one request, /search/image, which
 // encodes it and answers the hits with their sources); searched: a search has shown results;
 // latest: the number of the last search started (an earlier one that ends later shows nothing).
-const state = { about: null, names: null, bits: 0, file: null, searched: false, latest: 0 };
+// duplicatesAt: the first group of the duplicates view's page; searchAddress: the address it was opened from.
+const state = { about: null, names: null, bits: 0, file: null, searched: false, latest: 0, duplicatesAt: 0,
+  searchAddress: "" };
 
 function status(message) { $("status").textContent = message; }
 function showError(err) {
@@ -67,6 +71,10 @@ async function loadAbout() {
   $("add").hidden = kind !== "images" || about.access.read_only;  // adding encodes images through the run
   $("mode-image").disabled = kind !== "images";
   $("mode-features").disabled = kind !== "features";
+  // the groups of copies are found by instance codes (docs/duplicates.md)
+  $("duplicates-button").disabled = !ix.instance_bits;
+  $("duplicates-button").title = ix.instance_bits ? "the groups of copies inside the index"
+    : "the index keeps no instance codes, so it cannot tell copies from look-alikes";
   $(kind === "images" ? "mode-image" : (kind === "features" ? "mode-features" : "mode-item")).checked = true;
   $("results-hint").textContent = (kind === "images" ? "Choose or drop an image to search; or " : "Give ")
     + "an item id, a code" + (kind === "features" ? " or a feature row" : "")
@@ -203,6 +211,7 @@ async function runSearch() {
   $("histogram").hidden = false;
   $("histogram-plot").replaceChildren(histogram(hits.map((h) => h.distance), state.bits));
   showCards(entries, where, cardContext(result.code));
+  showView("results");
   state.searched = true;
   writeAddress({ mode: mode(), item: q.item, code: result.code, k: how.k, radius: how.radius, labels });
   $("timing").textContent = `The search took ${took.toFixed(1)} ms (round trip).`;
@@ -247,6 +256,44 @@ function applyAddress() {
   return Boolean(radio && radio.checked && (a.mode === "item" || a.mode === "code"));
 }
 
+// --- the duplicates view: shown instead of the results ------------------------------------------
+function showView(view) {
+  const dup = view === "duplicates";
+  $("results").hidden = dup; $("duplicates").hidden = !dup;
+  $("duplicates-button").setAttribute("aria-pressed", String(dup));
+  $("duplicates-button").textContent = dup ? "Back to the search" : "Duplicates";
+}
+
+async function openDuplicates(offset, write = true) {
+  status("Finding the copies in the index...");
+  const shown = await showDuplicates(offset, { keyed: state.about.access.read_key, onMore: moreLike });
+  state.duplicatesAt = shown.offset;
+  showView("duplicates");
+  if (write) writeAddress({ mode: "duplicates", offset: shown.offset });
+  status(shown.text);
+}
+
+// The button: the duplicates view, or back to the results as they were, at their address.
+async function toggleDuplicates() {
+  if ($("duplicates").hidden) {
+    state.searchAddress = readAddress().duplicates === null ? window.location.search : "";
+    await guarded(() => openDuplicates(0));
+    if (!$("duplicates").hidden) $("duplicates-title").focus();
+    return;
+  }
+  showView("results");
+  const back = window.location.pathname + state.searchAddress;
+  if (back !== window.location.pathname + window.location.search) window.history.pushState(null, "", back);
+}
+
+// An address with ?duplicates= opens that page of groups; one with a query searches again.
+async function followAddress() {
+  const at = readAddress().duplicates;
+  if (at !== null) await guarded(() => openDuplicates(at, false));
+  else if (applyAddress()) await guarded(runSearch);
+  else showView("results");
+}
+
 // --- actions ---------------------------------------------------------------------------------
 async function moreLike(id) {
   $("mode-item").checked = true; $("query-item").value = String(id); showMode();
@@ -278,6 +325,7 @@ async function addImages() {
   $("query-code-view").hidden = true; $("histogram").hidden = true;
   const entries = items.map((it) => ({ id: it.id, labels: it.labels, badge: "added", kind: "added" }));
   showCards(entries, await origins(reply.ids), cardContext(null));
+  showView("results");
   status(`Added ${reply.ids.length} image(s) as id ${reply.ids.join(", ")}; the index holds ${reply.ntotal} codes.`);
   $("add-files").value = "";
 }
@@ -316,13 +364,16 @@ async function setUp() {
   $("add-form").addEventListener("submit", (e) => { e.preventDefault(); guarded(addImages); });
   $("query-file").addEventListener("change", () => { const f = $("query-file").files[0]; if (f) chooseImage(f); });
   $("viewer-close").addEventListener("click", () => $("viewer").close());
+  $("duplicates-button").addEventListener("click", toggleDuplicates);
+  $("dup-prev").addEventListener("click", () => guarded(() => openDuplicates(Math.max(0, state.duplicatesAt - GROUPS_PER_PAGE))));
+  $("dup-next").addEventListener("click", () => guarded(() => openDuplicates(state.duplicatesAt + GROUPS_PER_PAGE)));
   acceptDrops();
   // the sticky query bar's height, so that what the page scrolls to is not hidden under it
   new ResizeObserver(([entry]) => document.documentElement.style.setProperty("--bar-height",
     `${Math.ceil(entry.target.getBoundingClientRect().height)}px`)).observe($("search-form"));
-  window.addEventListener("popstate", () => { if (state.about && applyAddress()) guarded(runSearch); });
+  window.addEventListener("popstate", () => { if (state.about) followAddress(); });
   await guarded(loadAbout);
-  if (state.about && applyAddress()) await guarded(runSearch);
+  if (state.about) await followAddress();
 }
 
 setUp();
