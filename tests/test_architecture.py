@@ -316,3 +316,12 @@ def test_no_two_modules_of_a_package_differ_only_by_an_underscore(tmp_path):
     for name in ("__init__.py", "run_dir.py", "rundir.py", "other.py"):
         (tmp_path / "pkg" / name).write_text("")
     assert module_names_alike(tmp_path / "pkg") == [["run_dir", "rundir"]]
+
+
+def test_no_two_test_files_share_a_name():
+    """The test folders are not packages: two files of one name collide when pytest imports them in one
+    process (a clean clone's `make test` failed on tests/cli and tests/service's test_duplicates.py)."""
+    names: dict[str, list[str]] = {}
+    for path in (PACKAGE.parents[1] / "tests").rglob("test_*.py"):
+        names.setdefault(path.name, []).append(str(path.parent.name))
+    assert {n: d for n, d in names.items() if len(d) > 1} == {}
