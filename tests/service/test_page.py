@@ -2,6 +2,7 @@
 from them only, images kept by the service, the page's JSON helpers and the offline docs."""
 
 import json
+import os
 import re
 
 import numpy as np
@@ -127,7 +128,13 @@ def test_bad_ids_and_path_tricks_get_one_line_and_no_file(built):
         media = client.app.state.media
         some_id = int(CodeIndex.load(ix).ids()[0])
         media.record._where[some_id] = str(ix.parent / "secret.txt")
-        one_line(client.get(f"/items/{some_id}/image"), 404, "is no longer item")
+        one_line(client.get(f"/items/{some_id}/image"), 404, "is no longer in")
+        # one under the image folder by its name, whose '..' lead out of it: refused too
+        folder = media.data.folder
+        media.record._where[some_id] = os.path.join(folder, os.path.relpath(ix.parent / "secret.txt", folder))
+        assert media.record.source(some_id).startswith(os.path.join(folder, ".."))
+        assert os.path.realpath(media.record.source(some_id)) == str(ix.parent / "secret.txt")
+        one_line(client.get(f"/items/{some_id}/image"), 404, "now leads out of the image root")
 
 
 def test_images_added_through_the_service_keep_their_bytes_across_restarts(tmp_path, rng):

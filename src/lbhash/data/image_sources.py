@@ -130,15 +130,27 @@ class FileSource:
             fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError as err:
             raise InputError(f"{path}: cannot read image ({err.strerror or one_line(err)})") from None
-        with os.fdopen(fd, "rb") as fh:
-            info = os.fstat(fh.fileno())
+        try:  # (a directory opens too: it is refused here, before it is read as a file)
+            info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode):
-                raise InputError(f"{path}: not a regular file")
+                kind = "a directory" if stat.S_ISDIR(info.st_mode) else "a FIFO" if stat.S_ISFIFO(info.st_mode) \
+                    else "a device or a socket"
+                raise InputError(f"{path}: not a regular file ({kind})")
             if info.st_size > max_bytes:
                 raise InputError(f"{path}: {info.st_size} bytes, more than the {max_bytes} a source is read up to")
             if stamp is not None and (int(info.st_size), int(info.st_mtime_ns)) != tuple(stamp):
                 raise InputError(f"{path}: changed since the index was built (size or modification time)")
-            return fh.read(max_bytes + 1)[:max_bytes]
+            with os.fdopen(fd, "rb", closefd=False) as fh:
+                return fh.read(max_bytes + 1)[:max_bytes]
+        except OSError as err:
+            raise InputError(f"{path}: cannot read image ({err.strerror or one_line(err)})") from None
+        finally:
+            os.close(fd)
+
+    def position(self, where: str) -> int | None:
+        """The position of the file `where(i)` names now, or None when the source lists no such file."""
+        prefix = os.path.join(self.root, "")
+        return find_name(self, os.fsencode(where[len(prefix):])) if where.startswith(prefix) else None
 
 
 class TarSource:
@@ -171,6 +183,12 @@ class TarSource:
             raise InputError(f"{self.where(i)}: truncated tarball ({len(data)} of {size} bytes)")
         return data
 
+    def position(self, where: str) -> int | None:
+        """The position of the member `where(i)` names now, or None when the tarball holds no such member."""
+        prefix = f"{self.path}:"
+        return find_name(self, where[len(prefix):].encode("utf-8", "surrogateescape")) \
+            if where.startswith(prefix) else None
+
     def __getstate__(self):
         return {**self.__dict__, "_fd": None, "_pid": None}
 
@@ -191,6 +209,15 @@ class BlobSource(TarSource):
         if offset < 0:
             raise InputError(f"{self.where(i)}: no such member in the tarball")
         return self.blob[offset:offset + int(self.sizes[i])].tobytes()
+
+
+def find_name(source, name: bytes) -> int | None:
+    """The first position of `name` in `source.names` (sorted once, on first use), or None."""
+    order = getattr(source, "_name_order", None)
+    if order is None:  # (two threads may both sort: the same order)
+        order = source._name_order = np.argsort(source.names, kind="stable")
+    k = int(np.searchsorted(source.names, name, sorter=order))
+    return int(order[k]) if k < len(order) and source.names[order[k]] == name else None
 
 
 def is_tarball(path: Path) -> bool:

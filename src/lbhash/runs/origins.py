@@ -7,9 +7,10 @@ An index built from a run records each id's source (a file under a folder, `TARB
      "prefix": common prefix of the sources, "ids": [...], "sources": [source minus prefix, ...],
      "stamps": [[size, mtime_ns], ...] (files under a folder only; records before 2026-11-25 lack it)}
 
-`DataImages` reads an item from the recorded data spec at the recorded position only after
-checking that the data set still names that source there (a file must also stay inside its
-folder and keep its recorded size and mtime): no path from a request is ever opened. Feature
+`DataImages` reads an item from the recorded data spec only where the data set names its
+recorded source now (its recorded position, or where a re-listed folder or tarball moved it: one
+file gone does not take the others' images with it); a file must also stay inside its folder and
+keep its recorded size and mtime: no path from a request is ever opened. Feature
 data records only its class names, when it has real ones.
 """
 
@@ -138,10 +139,11 @@ def forget_sources(index, ids) -> None:
 
 
 class DataImages:
-    """Items' images read from a sources record's data set (loaded once, on first use)."""
+    """Items' images read from a sources record's data set (loaded once, on first use); the files of
+    a folder of images (`images:DIR`) are read by their recorded names, with no listing at all."""
 
     def __init__(self, record: SourceRecord):
-        self.record = record
+        self.record, self.folder = record, _image_folder(record.data)
         self._dataset, self._lock = None, threading.Lock()
 
     def _data(self):
@@ -154,6 +156,8 @@ class DataImages:
 
     def warm(self) -> None:
         """Load the data set ahead of the first read; a failure is left for that read to report."""
+        if self.folder is not None:  # nothing to load
+            return
         try:
             self._data()
         except Exception:  # noqa: BLE001 (reported, in one line, by the read that needs the data)
@@ -166,18 +170,44 @@ class DataImages:
         recorded = self.record.source(item_id)
         if recorded is None:
             raise InputError(f"item {item_id} has no recorded source")
+        if self.folder is not None and recorded.startswith(os.path.join(self.folder, "")):
+            # the folder is not listed again: one file planted or gone there (a link out fails a whole
+            # listing) leaves the other files as they are; this one is read under the same guards
+            from lbhash.data.image_sources import FileSource
+
+            name = recorded[len(os.path.join(self.folder, "")):]
+            return FileSource(self.folder, [name]).read_guarded(0, MAX_SOURCE_BYTES, self.record.stamp(item_id))
         dataset = self._data()
-        now = None
-        if 0 <= item_id < len(dataset):
-            now = dataset_sources(dataset, [item_id])[0]
-        if now != recorded:
-            raise InputError(f"item {item_id}: its recorded source {recorded} is no longer item {item_id} of "
-                             f"{self.record.data} (the data changed)")
+        at = self._position(dataset, item_id, recorded)
         if hasattr(dataset.source, "read_guarded"):  # a file under a folder: never followed elsewhere
-            return dataset.source.read_guarded(item_id, MAX_SOURCE_BYTES, self.record.stamp(item_id))
+            return dataset.source.read_guarded(at, MAX_SOURCE_BYTES, self.record.stamp(item_id))
         if dataset.source is not None:
-            return dataset.source.read(item_id)
-        return np.asarray(dataset.pixels[item_id])
+            return dataset.source.read(at)
+        return np.asarray(dataset.pixels[at])
+
+    def _position(self, dataset, item_id: int, recorded: str) -> int:
+        """Where the data set names the item's recorded source now: its id (the position it was
+        indexed at), or, once files were added or removed since (a folder listed again shifts),
+        wherever that name is now; each item is found by its own name, whatever became of others."""
+        if 0 <= item_id < len(dataset) and dataset_sources(dataset, [item_id])[0] == recorded:
+            return item_id
+        find = getattr(dataset.source, "position", None)
+        at = find(recorded) if find is not None else None
+        if at is None:
+            raise InputError(f"item {item_id}: its recorded source {recorded} is no longer in {self.record.data} "
+                             "(the data changed: moved, removed or no longer an image file)")
+        return at
+
+
+def _image_folder(spec: str) -> str | None:
+    """The folder of an `images:DIR` data spec (DIR a folder, not a tarball), else None."""
+    from lbhash.data.spec import parse_data_spec
+
+    try:
+        parsed = parse_data_spec(spec)
+    except InputError:
+        return None  # (a kind unknown here: its load says so)
+    return parsed.path if parsed.kind == "images" and os.path.isdir(parsed.path) else None
 
 
 def thumbnail_png(image: bytes | np.ndarray, where: str, side: int = THUMBNAIL_SIDE,

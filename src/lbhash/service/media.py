@@ -16,7 +16,7 @@ from collections import OrderedDict
 import numpy as np
 
 from lbhash import limits as table
-from lbhash.errors import InputError, NotFound
+from lbhash.errors import InputError, NotFound, one_line
 from lbhash.runs.origins import DataImages, read_sources, thumbnail_png
 from lbhash.runs.uploads import KeptImages, item_origin, media_dir_for
 from lbhash.service.decode import PixelBudget
@@ -141,6 +141,8 @@ class ItemMedia:
             raise
         except InputError as err:
             raise NotFound(str(err)) from None
+        except OSError as err:  # the item's file, whatever became of it, is its own 404, never a 500
+            raise NotFound(f"item {item_id}: cannot read its image ({one_line(err)})") from None
         self.cache.put((item_id, side), blob, generation)
         return blob
 
