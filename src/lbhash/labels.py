@@ -1,9 +1,11 @@
 """Label conversion at the edge: integer class ids or multi-hot rows -> boolean multi-hot.
 
 Inside the library labels are a 2-D multi-hot array (n, C), except in a search index, which keeps class-id sets sparsely
-(lbhash.index.sparse_labels). An item is relevant to a query when they share at least one label. Class ids must be dense
-(0..C-1 all used); sparse ids are remapped to 0..C-1 in increasing order, with a SparseClassIdsWarning, and at most
-MAX_CLASSES distinct ids are accepted (a stray id of 10^9 must not become a 10^9-column array).
+(lbhash.index.sparse_labels). An item is relevant to a query when they share at least one label. A class id is 0 to
+MAX_CLASS_ID (65535, what an index holds, lbhash.limits), everywhere: a larger one (a stray 10^9, a hashed 2^40) is
+refused in one line naming it and the limit, never remapped to a class the outputs would then name by another id (nor
+made a 10^9-column array). Ids that leave some of 0..C-1 unused are remapped to 0..C-1 in increasing order, with a
+SparseClassIdsWarning.
 """
 
 from __future__ import annotations
@@ -13,8 +15,7 @@ import warnings
 import numpy as np
 
 from lbhash.errors import InputError, LbhashWarning
-
-MAX_CLASSES = 100_000
+from lbhash.limits import MAX_CLASS_ID
 
 
 class SparseClassIdsWarning(LbhashWarning):
@@ -22,7 +23,7 @@ class SparseClassIdsWarning(LbhashWarning):
 
 
 def as_multihot(labels, name: str = "labels", num_classes: int | None = None,
-                keep_ids: bool = False, max_id: int = MAX_CLASSES - 1) -> np.ndarray:
+                keep_ids: bool = False, max_id: int = MAX_CLASS_ID) -> np.ndarray:
     """Labels (non-negative integer class ids (n,) or a 0/1 matrix (n, C)) as a boolean (n, C) multi-hot
     array. keep_ids: class id c is always column c (ids that name classes elsewhere, as in an index),
     never remapped; ids must then be at most `max_id`."""
@@ -80,20 +81,15 @@ def check_label_shape(arr: np.ndarray, name: str) -> None:
 
 
 def dense_class_ids(ids: np.ndarray, name: str) -> tuple[np.ndarray, int]:
-    """(ids, C): the ids as given when 0..C-1 are all used, else remapped to 0..C-1 in
-    increasing order (with a SparseClassIdsWarning); more than MAX_CLASSES distinct ids is an error."""
+    """(ids, C): the ids (each at most MAX_CLASS_ID) as given when 0..C-1 are all used, else
+    remapped to 0..C-1 in increasing order (with a SparseClassIdsWarning)."""
     if not ids.size:
         return ids, 0
     top = int(ids.max())
-    if top < MAX_CLASSES:
-        present = np.bincount(ids, minlength=top + 1) > 0
-        if present.all():
-            return ids, top + 1
-        distinct = np.flatnonzero(present)
-    else:
-        distinct = np.unique(ids)
-    if len(distinct) > MAX_CLASSES:
-        raise InputError(f"{name} has {len(distinct)} distinct class ids; at most {MAX_CLASSES} are supported")
+    present = np.bincount(ids, minlength=top + 1) > 0
+    if present.all():
+        return ids, top + 1
+    distinct = np.flatnonzero(present)
     warnings.warn(SparseClassIdsWarning(f"{name}: class ids are not dense (largest {top}, {len(distinct)} used); "
                                         f"remapped to 0..{len(distinct) - 1} in increasing order"), stacklevel=3)
     return np.searchsorted(distinct, ids), len(distinct)
@@ -116,8 +112,19 @@ def _as_class_ids(arr: np.ndarray, name: str) -> np.ndarray:
             raise InputError(f"{name} must hold integer class ids, found {arr[i].item()!r} at index {i}")
     elif arr.dtype.kind not in "iub":
         raise InputError(f"{name} must hold integer class ids, got dtype {arr.dtype}")
-    ids = arr.astype(np.int64)
-    if ids.size and ids.min() < 0:
-        i = int(np.argmin(ids))
-        raise InputError(f"{name} must hold non-negative class ids, found {ids[i]} at index {i}")
-    return ids
+    if arr.size and arr.min() < 0:  # (checked before the cast to int64, which would wrap 2^64 - 1 or 1e30)
+        i = int(np.argmin(arr))
+        raise InputError(f"{name} must hold non-negative class ids, found {_shown(arr[i])} at index {i}")
+    if arr.size and arr.max() > MAX_CLASS_ID:
+        i = int(np.argmax(arr))
+        raise InputError(f"{name} has class id {_shown(arr[i])} at index {i}; {ID_RULE}")
+    return arr.astype(np.int64)
+
+
+def _shown(value) -> int | float:
+    value = value.item()
+    return int(value) if isinstance(value, float) and value.is_integer() and abs(value) < 2**63 else value
+
+
+ID_RULE = (f"class ids are 0 to {MAX_CLASS_ID} (lbhash.limits.MAX_CLASS_ID, what an index holds): number the "
+           "classes 0..C-1 (their class names can keep the old ids)")
