@@ -185,7 +185,7 @@ CASES_19 = [
      ["--filter-labels", "between 0 and 65535", "99999999999"]),
     ("6-filter-class-negative", ["search", "{w}/idx", "--codes", "{w}/q.npy", "--filter-labels", "2,-1"],
      ["--filter-labels", "-1"]),
-    ("6-add-class-over-limit", ["index", "add", "{w}/idx", "{w}/big_class.npz"], ["class id 65536", "at most 65535"]),
+    ("6-add-class-over-limit", ["index", "add", "{w}/idx", "{w}/big_class.npz"], ["big_class.npz", "class id 65536", "0 to 65535"]),
     ("7-features-beyond-memory", ["train", *FAST_TRAIN[2:], "--data", "features:{w}/huge.npz", "--out", "{w}/run"],
      ["huge.npz", "'x'", "(30, 2000000000000)", "memory available"]),
     ("7-npy-beyond-memory", ["train", *FAST_TRAIN[2:], "--data", "features:{w}/huge.npy?labels={w}/labels.npy",

@@ -271,8 +271,11 @@ class IndexDirectory:
                                  f"{codes_file} holds none: encode with `lbhash encode --embeddings`")
             transform = index_transform(index, str(self.path))
             emb, instance = payload_of(transform, index, items["embeddings"], len(items["codes"]), str(codes_file))
-            ids = index.add(items["codes"], ids=items["ids"], labels=items["labels"], upsert=upsert,
-                            embeddings=emb, instance=instance)
+            try:
+                ids = index.add(items["codes"], ids=items["ids"], labels=items["labels"], upsert=upsert,
+                                embeddings=emb, instance=instance)
+            except InputError as err:  # (the engine names the field; the file is what the user gave)
+                raise InputError(f"{codes_file}: {err}") from None
             forget_sources(index, ids)  # a replaced item's recorded image is no longer its own
             index.save(self.path)
         return ids, index.ntotal
