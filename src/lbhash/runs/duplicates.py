@@ -74,7 +74,7 @@ def find_duplicates(path, threshold: float | None = None, min_group: int = 2, pr
     photos of the folder at `path` (lbhash.runs.folder_copies: an index of them made in memory, measured
     by the margin). `threshold`: the score a pair must reach, in (0, 1] (None: the index's mark, or the
     folder's null); `progress(done, total)` is called after each chunk."""
-    _check(threshold, min_group)
+    _check(threshold, min_group)  # (before a folder's photos are embedded: minutes, where a bad option is not)
     if Path(path).is_dir() and not (Path(path) / INDEX_MANIFEST).is_file():
         from lbhash.runs.folder_copies import folder_index
 
@@ -113,7 +113,7 @@ def index_groups(index, index_dir: str, threshold: float | None = None, min_grou
     else:
         if threshold is not None:
             cut, by_cosine = float(threshold), floats
-        measure, scores = ("cosine", sims) if by_cosine else ("instance", sims)
+        measure, scores = ("cosine" if by_cosine else "instance"), sims
         # (an instance mark is a share of bits that may differ: agreeing on at least 1 - cut of them)
         threshold = cut if by_cosine else 1.0 - cut
     if threshold is None:
