@@ -1,9 +1,12 @@
-"""The blurred view an index embeds each photo with (lbhash.data.views), against hand-computed values."""
+"""The views an index embeds each photo with (lbhash.data.views), against hand-computed values."""
 
 import numpy as np
+import pytest
 
 from lbhash.data.images import ImageDataset
-from lbhash.data.views import blurred, blurred_view, item_embedding
+from lbhash.data.edits import grayscale
+from lbhash.data.views import BLUR_VIEW, ITEM_VIEW, blurred, item_embedding, item_views, view_of
+from lbhash.errors import InputError
 
 
 def test_the_blur_is_a_gaussian_of_0_8_pixels_with_the_edges_repeated():
@@ -22,10 +25,21 @@ def test_the_blur_is_a_gaussian_of_0_8_pixels_with_the_edges_repeated():
                             round(200 * (0.02191 + 0.00044)), 0, 0]
 
 
-def test_an_item_embedding_is_the_unit_photo_plus_half_the_unit_view():
-    # (0.6, 0.8) + 0.5 x (0, 1), over 1.5
-    np.testing.assert_allclose(item_embedding(np.array([[3.0, 4.0]]), np.array([[0.0, 2.0]])), [[0.4, 1.3 / 1.5]],
-                               rtol=1e-6)
+def test_an_item_embedding_is_the_unit_photo_plus_its_weighted_unit_views():
+    photo, blur, gray = np.array([[3.0, 4.0]]), np.array([[0.0, 2.0]]), np.array([[-5.0, 0.0]])
+    # the views before the grayscale one (an index that records them adds so): (0.6, 0.8) + 0.5 x (0, 1), over 1.5
+    np.testing.assert_allclose(item_embedding(photo, [blur], BLUR_VIEW), [[0.4, 1.3 / 1.5]], rtol=1e-6)
+    # today's: + 0.5 x (-1, 0), over 2
+    np.testing.assert_allclose(item_embedding(photo, [blur, gray]), [[0.1 / 2, 1.3 / 2]], rtol=1e-6)
+    assert [see for see, _ in item_views(ITEM_VIEW)] == [blurred, grayscale]
+    with pytest.raises(ValueError, match="2 views, got 1"):
+        item_embedding(photo, [blur])
+
+
+def test_an_item_view_this_version_does_not_make_is_refused_in_one_line():
+    with pytest.raises(InputError, match="item view 'sharpen-2'.*build the index again") as e:
+        item_views("sharpen-2")
+    assert "\n" not in str(e.value)
 
 
 def test_the_blurred_view_of_a_data_set_blurs_each_item_and_keeps_the_rest():
@@ -33,7 +47,7 @@ def test_the_blurred_view_of_a_data_set_blurs_each_item_and_keeps_the_rest():
     pixels = rng.integers(0, 256, (4, 8, 8, 3), dtype=np.uint8)
     labels = np.eye(2, dtype=bool)[[0, 1, 1, 0]]
     photos = ImageDataset(labels=labels, is_test=None, name="four", pixels=pixels)
-    view = blurred_view(photos)
+    view = view_of(photos, blurred)
     assert len(view) == 4 and (view.labels == labels).all() and not view.preload()
     for i in range(4):
         np.testing.assert_array_equal(view.image(i), blurred(pixels[i]))

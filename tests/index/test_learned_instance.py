@@ -230,3 +230,26 @@ def test_an_index_whose_mark_is_broken_is_refused_on_opening(rng, tmp_path):
         result = cli("index", "info", tmp_path / "ix")
         assert result.exit_code == 2 and "same-picture mark" in result.output
         assert len(result.output.strip().splitlines()) == 1
+
+
+def test_an_index_whose_item_view_this_version_does_not_make_is_refused_when_served(rng, tmp_path):
+    """Photos added to it could not be embedded as its own were: the store refuses it when it opens, in one
+    line; one built before the grayscale view opens and names that view (its adds are embedded so)."""
+    from lbhash.data.views import BLUR_VIEW
+    from lbhash.runs.index_store import IndexStore
+    from lbhash.runs.instance_codes import ITEM_VIEW_KEY
+
+    index = CodeIndex(8)
+    index.add(rng.integers(0, 256, (10, 1), dtype=np.uint8))
+    index.metadata[ITEM_VIEW_KEY] = "sharpen-2"
+    index.save(tmp_path / "ix")
+    with pytest.raises(InputError, match="item view 'sharpen-2'") as e:
+        IndexStore(tmp_path / "ix")
+    assert "\n" not in str(e.value)
+    index.metadata[ITEM_VIEW_KEY] = BLUR_VIEW
+    index.save(tmp_path / "old")
+    store = IndexStore(tmp_path / "old")
+    try:
+        assert store.item_view == BLUR_VIEW
+    finally:
+        store.close()

@@ -19,7 +19,7 @@ from lbhash.codes_file import stored_labels
 from lbhash.data import load_data, load_image_inputs, load_split
 from lbhash.data.feature_cache import with_frozen_features
 from lbhash.data.input_form import conform_dataset
-from lbhash.data.views import blurred_view, item_embedding
+from lbhash.data.views import ITEM_VIEW, item_embedding, item_views, view_of
 from lbhash.errors import InputError
 from lbhash.train.builder import evaluation_topk, input_options
 from lbhash.train.forward import ForwardPass, embed_sharded, embed_with_features
@@ -33,7 +33,7 @@ logger = logging.getLogger("lbhash")
 def item_embeddings(run_dir: str | Path, ids, data: str | None = None, progress: bool = False) -> np.ndarray:
     """The embeddings an index keeps of a run's items (`ids`: positions in its data, or in `data`,
     the same data moved), float32 (n, d), from the forward pass of their codes (a frozen backbone's
-    from the feature cache) and, for photos, of their blurred views (lbhash.data.views); one
+    from the feature cache) and, for photos, of their views (lbhash.data.views); one
     process, on the CPU."""
     model, cfg = load_run_model(run_dir)
     form = load_input_form(run_dir, cfg)
@@ -47,7 +47,8 @@ def item_embeddings(run_dir: str | Path, ids, data: str | None = None, progress:
     emb = embed_with_features(model, dataset, ids, input_options(cfg), how)[1]
     if cfg.input_kind != "images":
         return emb
-    return item_embedding(emb, embed_with_features(model, blurred_view(photos), ids, input_options(cfg), how)[1])
+    return item_embedding(emb, [embed_with_features(model, view_of(photos, view), ids, input_options(cfg), how)[1]
+                                for view, _ in item_views(ITEM_VIEW)])
 
 
 def trained_set(run_dir: Path, split=None) -> np.ndarray:
@@ -100,10 +101,11 @@ def run_forward(sharded, run_dir: str | Path, items: EncodeItems, accelerator: s
             dataset = with_frozen_features(photos, model.backbone, index, input_options(cfg), how,
                                            model.bf16_backbone, home=trained_set(run_dir, split) if own else None)
         out = sharded(fabric, model, dataset, index, input_options(cfg), _autocast(fabric.device, precision), progress)
-        if sharded is embed_sharded and cfg.input_kind == "images":  # the embeddings an index keeps: both views
-            view = sharded(fabric, model, blurred_view(photos), index, input_options(cfg),
-                           _autocast(fabric.device, precision), progress)  # (every rank: a collective pass)
-            out = None if out is None else (out[0], item_embedding(out[1], view[1]))
+        if sharded is embed_sharded and cfg.input_kind == "images":  # the embeddings an index keeps: every view
+            views = [sharded(fabric, model, view_of(photos, view), index, input_options(cfg),
+                             _autocast(fabric.device, precision), progress)  # (every rank: a collective pass)
+                     for view, _ in item_views(ITEM_VIEW)]
+            out = None if out is None else (out[0], item_embedding(out[1], [v[1] for v in views]))
         outs.append(out)
     leave_process_group(fabric)
     if outs[0] is None:

@@ -21,6 +21,7 @@ import numpy as np
 
 from lbhash.codes import from_hex, to_hex
 from lbhash.cpus import usable_cpus
+from lbhash.data.views import item_views
 from lbhash.errors import InputError
 from lbhash.index import Backend, CodeIndex, Hits, Queries, SearchPlan, SparseLabels, search_hits
 from lbhash.index.blend import warm_ranking
@@ -126,10 +127,14 @@ class Store(ABC):
         return self.transform.dim if self.transform is not None else self.index.embedding_dim
 
     @property
-    def item_view(self) -> bool:
-        """Whether the index keeps, per photo, its blurred view's embedding too (lbhash.data.views), so
-        that photos added to it are embedded so."""
-        return self.index.metadata.get(ITEM_VIEW_KEY) is not None
+    def item_view(self) -> str | None:
+        """The item view the index's photos were embedded with (lbhash.data.views), so that photos added to
+        it are embedded so; None: the photos' own embeddings (an index built before the views). One this
+        version does not make is refused in one line (the store checks it when it opens)."""
+        view = self.index.metadata.get(ITEM_VIEW_KEY)
+        if view is not None:
+            item_views(view)
+        return view
 
     @property
     def ntotal(self) -> int:
@@ -212,6 +217,7 @@ class IndexStore(Store):
     def _open(self, wal_path, compact_every: int) -> None:
         self.index = CodeIndex.load(self.index_dir)
         self.transform = index_transform(self.index, str(self.index_dir))  # (None: no instance codes)
+        self.item_view  # (refused now, not at the first add)
         self.lock = ReadWriteLock()
         self._changing = threading.Lock()  # one change (or compaction) at a time
         self._compactor: threading.Thread | None = None
@@ -339,6 +345,7 @@ class MilvusStore(Store):
     def __init__(self, index: Backend):
         self.index = index
         self.transform = index_transform(index, f"Milvus collection {index.collection!r}")
+        self.item_view  # (refused now, not at the first add)
 
     def add(self, codes, ids=None, labels=None, upsert: bool = False, embeddings=None):
         embeddings, instance = payload_of(self.transform, self.index, embeddings, len(codes), "the items")

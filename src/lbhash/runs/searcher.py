@@ -12,7 +12,7 @@ import numpy as np
 
 from lbhash.codes import pack, to_signs
 from lbhash.data.image_sources import decode_image, is_image_name
-from lbhash.data.views import blurred, item_embedding
+from lbhash.data.views import ITEM_VIEW, item_embedding, item_views
 from lbhash.encoders import INPUT_KINDS, Encoder
 from lbhash.errors import InputError
 from lbhash.index.backend import Backend, InRange, TopK
@@ -77,12 +77,13 @@ class QueryEncoder:
         real, emb = self.encoder.outputs(inputs, json_numbers=json_numbers)
         return pack(to_signs(real, "real outputs")), emb
 
-    def item_embeddings(self, images: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        """(packed codes, embeddings float32 (n, d)) of photos to add to an index that records an item
-        view (lbhash.data.views): the codes of the photos, and `item_embedding` of the photos' embeddings
-        and of their blurred views' (two forward passes)."""
+    def item_embeddings(self, images: list[np.ndarray], view: str = ITEM_VIEW) -> tuple[np.ndarray, np.ndarray]:
+        """(packed codes, embeddings float32 (n, d)) of photos to add to an index that records the item
+        view `view` (lbhash.data.views): the codes of the photos, and `item_embedding` of the photos'
+        embeddings and of their views' (a forward pass each)."""
+        views = item_views(view)  # (an unknown view refused before any pass)
         codes, emb = self.embeddings(images)
-        return codes, item_embedding(emb, self.embeddings([blurred(img) for img in images])[1])
+        return codes, item_embedding(emb, [self.embeddings([see(img) for img in images])[1] for see, _ in views], view)
 
     def queries(self, inputs, *, rank: bool, json_numbers: bool = False, floats: bool = True,
                 instance: InstanceTransform | None = None) -> Queries:

@@ -197,8 +197,8 @@ def add_images(store: StoreDep, encoder: EncoderDep, limits: LimitsDep, media: M
         kept = store.index.embedding_dim is not None or store.transform is not None
         if not kept:
             codes, emb = run.encode(images), None
-        else:  # (an index built from photos keeps their blurred views' embeddings too: lbhash.data.views)
-            codes, emb = run.item_embeddings(images) if store.item_view else run.embeddings(images)
+        else:  # (an index built from photos keeps their views' embeddings too: lbhash.data.views)
+            codes, emb = run.item_embeddings(images, store.item_view) if store.item_view else run.embeddings(images)
     label_lists = None if labels is None else [parse_ids(part, "labels", allow_empty=True, check=check_class_ids)
                                                for part in labels.split(";")]
     sets = None if label_lists is None else item_labels(label_lists, len(codes), limits.max_class_id)
