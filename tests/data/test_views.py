@@ -52,3 +52,16 @@ def test_the_blurred_view_of_a_data_set_blurs_each_item_and_keeps_the_rest():
     for i in range(4):
         np.testing.assert_array_equal(view.image(i), blurred(pixels[i]))
     np.testing.assert_array_equal(photos.image(2), pixels[2])  # the photos themselves are untouched
+
+
+def test_a_grayscale_view_gives_writable_arrays_of_the_photos_luminance():
+    rng = np.random.default_rng(1)
+    pixels = rng.integers(0, 256, (3, 6, 5, 3), dtype=np.uint8)
+    photos = ImageDataset(labels=np.eye(3, dtype=bool), is_test=None, name="three", pixels=pixels)
+    view = view_of(photos, grayscale)
+    for i in range(3):
+        got = view.image(i)
+        # Pillow's L: (299 R + 587 G + 114 B) / 1000, rounded, in three equal channels
+        want = (pixels[i].astype(np.int64) @ np.array([299, 587, 114]) + 500) // 1000
+        assert got.flags.writeable and (got == got[..., :1]).all()
+        assert np.abs(got[..., 0].astype(int) - want).max() <= 1

@@ -75,7 +75,8 @@ class ViewImages(ImageDataset):
     view: Callable[[np.ndarray], np.ndarray] | None = None
 
     def image(self, i: int) -> np.ndarray:
-        return self.view(super().image(i))
+        seen = self.view(super().image(i))
+        return seen if seen.flags.writeable else seen.copy()  # (Pillow's arrays are read-only; torch warns)
 
     def preload(self, progress: bool | None = None) -> bool:
         return False
