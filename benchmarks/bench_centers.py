@@ -1,4 +1,4 @@
-"""Min pairwise Hamming distance of every center generator, next to the reference table of docs/centers.md.
+"""Min pairwise Hamming distance of every center generator, next to the reference table of docs/results/centers.md.
 
 For bits in {16, 32, 48, 64} x classes in {10, 100}, builds each kind without the disk cache
 (seed 0) and prints a markdown table: min distance per kind ("-" where the kind does not
@@ -17,7 +17,7 @@ from lbhash.centers import center_report, plotkin_bound, select_centers
 from _smoke import parse_args  # beside this script
 
 KINDS = ("hadamard", "bch", "reed_solomon", "random", "auto")
-# Reference values (docs/centers.md): (bits, classes) -> eBCH, RS GF(16), Hadamard/CSQ, random.
+# Reference values (docs/results/centers.md): (bits, classes) -> eBCH, RS GF(16), Hadamard/CSQ, random.
 REFERENCE = {
     (16, 10): (8, 6, 8, 6), (16, 100): (6, 4, 2, 2), (32, 10): (16, 12, 16, 12),
     (32, 100): (12, 11, 8, 7), (48, 100): (18, 17, None, 13), (64, 100): (32, None, 32, 20),

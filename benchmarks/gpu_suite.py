@@ -15,7 +15,7 @@ images/s and test mAP; (3) target: resnet20 on protocol cifar10-2, the issue's "
 Writes gpu_suite.json and gpu_suite.md into --out (default docs/results/gpu/<date>-<device>/),
 atomically, after every part. --smoke runs the same code at tiny sizes, on the CPU when there is
 no CUDA device; without --smoke and without CUDA it exits 2. Exit status 1 when a part failed.
-docs/benchmarks.md ("GPU suite") describes every setting and the data look-up.
+docs/results/benchmarks.md ("GPU suite") describes every setting and the data look-up.
 """
 
 from __future__ import annotations

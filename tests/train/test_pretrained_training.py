@@ -69,7 +69,7 @@ def test_the_fine_tuning_recipe_probes_then_tunes_with_the_pretrained_statistics
 def test_pretrained_frozen_backbone_on_cifar10_jpegs(shared_data, tmp_path, monkeypatch):
     """The issue's target: 1,000 training and 200 test CIFAR-10 JPEGs, CSQ 64 bits, 30 epochs on
     the frozen pretrained backbone at 224 px: mAP@all >= 0.70; a second run reads every feature
-    from the cache (its wall time is in docs/models.md, not asserted here)."""
+    from the cache (its wall time is in docs/results/models.md, not asserted here)."""
     import json
 
     from lbhash.cli import main as lbhash_main
