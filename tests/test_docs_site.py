@@ -102,3 +102,19 @@ def test_the_counts_the_docs_state_are_the_codes():
     edits = [(p.name, m.group(1)) for p, t in texts.items() for m in re.finditer(r"\bthe (\w+) (?:named )?edits\b", t)
              if m.group(1).lower() in WORDS]
     assert edits and all(WORDS[n.lower()] == len(EDITS) for _, n in edits), (edits, len(EDITS))
+
+
+GUIDE_PAGE_MAX_LINES = 400
+GUIDES_MAX_LINES = 3500
+
+
+def test_the_guide_pages_are_short():
+    """Issue 89, "Docs a user reads in minutes": no guide page (docs/*.md; the measurements live in
+    docs/results/, the generated and detailed reference in docs/reference/) over 400 lines, and the
+    guide pages together at most 3,500."""
+    lines = {p.name: len(p.read_text().splitlines()) for p in sorted(DOCS.glob("*.md"))}
+    assert lines
+    too_long = {name: n for name, n in lines.items() if n > GUIDE_PAGE_MAX_LINES}
+    assert not too_long, f"guide pages over {GUIDE_PAGE_MAX_LINES} lines: {too_long}"
+    total = sum(lines.values())
+    assert total <= GUIDES_MAX_LINES, f"the guide pages hold {total} lines, more than {GUIDES_MAX_LINES}: {lines}"
