@@ -28,7 +28,7 @@ def num_threads() -> int:
 # a pool of 2 threads ran EfficientNet-Lite0 extraction 1.4-5.8x slower than a pool of 1 (its OpenMP
 # barriers wait for whichever thread the scheduler parked; issue 69 saw 5-20x), and 1 thread kept
 # within 2x of its own rate beside one more CPU-bound process (benchmarks/bench_threads.py,
-# docs/benchmarks.md). Half the usable CPUs leaves a core for a competitor; LBHASH_NUM_THREADS
+# docs/results/benchmarks.md). Half the usable CPUs leaves a core for a competitor; LBHASH_NUM_THREADS
 # gives an idle machine all of them.
 def default_torch_threads() -> int:
     return max(1, usable_cpus() // 2)

@@ -54,7 +54,7 @@ def _collect_less() -> None:
     FAISS) make slow and useless: they leave some 300,000 long-lived objects. While the command runs,
     the first threshold is 100,000 instead of 700 (about 400 collections that find no garbage become 2).
     At exit everything still alive is frozen, so the interpreter's last collection does not scan it:
-    0.5 s of a 2 s `lbhash encode` (docs/benchmarks.md#start-up); no finalizer is promised there."""
+    0.5 s of a 2 s `lbhash encode` (docs/results/benchmarks.md#start-up); no finalizer is promised there."""
     threshold = gc.get_threshold()
     gc.set_threshold(100_000, *threshold[1:])
     click.get_current_context().call_on_close(lambda: gc.set_threshold(*threshold))

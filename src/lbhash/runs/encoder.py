@@ -1,7 +1,7 @@
 """`RunEncoder`: a trained run's model as an encoder, what `lbhash search --run` and the service
 load and what `HashEncoder` adds fit and scikit-learn's API to. It imports neither scikit-learn nor
 the training loop, so a command that only reads a run starts in about the time torch takes to import
-(docs/benchmarks.md#start-up).
+(docs/results/benchmarks.md#start-up).
 """
 
 from __future__ import annotations

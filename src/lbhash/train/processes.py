@@ -49,7 +49,7 @@ def make_fabric(accelerator: str, devices: int, precision: str, loggers=None):
 class OneProcess:
     """This process alone, with what `encode_sharded` (and `embed_sharded`) and
     `leave_process_group` read of a Fabric: one device needs no process group, and importing
-    Lightning takes longer than all the rest of `lbhash encode` (docs/benchmarks.md#start-up)."""
+    Lightning takes longer than all the rest of `lbhash encode` (docs/results/benchmarks.md#start-up)."""
     device: torch.device
     world_size: int = 1
     global_rank: int = 0
