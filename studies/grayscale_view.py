@@ -1,5 +1,6 @@
-"""Issue 86: the weight of the grayscale item view (lbhash.data.views, GRAY_WEIGHT), and trimming one-colour
-margins on both sides (lbhash.data.edits.trimmed), chosen on validation photos: the run of
+"""Issue 86: the weights of the grayscale and framed item views (lbhash.data.views, GRAY_WEIGHT,
+FRAME_WEIGHT), and trimming one-colour margins on both sides (lbhash.data.edits.trimmed), chosen on
+validation photos: the run of
 `studies/copies_table.py --start 0 --seed 0` (OUT/run, 1,500 CIFAR-10 training JPEGs, frozen Lite0).
 
     python studies/grayscale_view.py OUT/run CACHE
@@ -7,7 +8,8 @@ margins on both sides (lbhash.data.edits.trimmed), chosen on validation photos: 
 For each variant (the photos as they are; every photo, copy and query trimmed first), every photo is
 embedded with its blurred and grayscale views, 4 random chains of each training photo (those the learned
 code learns from, lbhash.runs.instance_learning) and the 200 held-out photos under every named edit;
-then for each grayscale weight (0, 0.25, 0.5, 1) the learned transform is fitted on the training photos'
+then for each grayscale weight (0, 0.25, 0.5, 1), and with the grayscale view at 0.5 for each framed
+view (the photo shrunk to 0.8 or 0.65 of each side in a mid-grey frame) at 0.25 and 0.5, the learned transform is fitted on the training photos'
 item embeddings and their copies (InstanceTransform.learn, 256 bits), and each copy searches every photo:
 recall@1 of its original by the exact cosine of the learned float rows, and by the Hamming distance of
 the 256-bit instance codes (a tie at the original's distance counts 1 / the tied items). Embeddings are
@@ -23,13 +25,15 @@ from pathlib import Path
 import numpy as np
 
 from lbhash.codes import hamming_distance
-from lbhash.data.edits import EDITS, edited, grayscale, random_edit, trimmed
+from lbhash.data.edits import EDITS, edited, framed, grayscale, random_edit, trimmed
 from lbhash.data.views import BLUR_VIEW, blurred
 from lbhash.instance import InstanceTransform, unit_vectors
 from lbhash.runs import index_inputs
 from lbhash.runs.instance_learning import COPIES, held_photos
 
 WEIGHTS = (0.0, 0.25, 0.5, 1.0)
+FRAMES = {"frame 0.8": 0.8, "frame 0.65": 0.65}  # the framed view's share of each side (mid-grey frame)
+FRAME_WEIGHTS = (0.25, 0.5)
 VARIANTS = {"as they are": lambda img: img, "trimmed": trimmed}
 
 
@@ -53,16 +57,21 @@ def embedded(run: str, cache: Path, name: str, pre, photos, train, held) -> dict
         owners.extend([i] * COPIES)
     out = {"photo": through(seen), "blur": through([blurred(p) for p in seen]),
            "gray": through([grayscale(p) for p in seen]), "copies": through(views), "owners": np.array(owners),
+           **{frame: through([framed(p, share, share, (128, 128, 128)) for p in seen]) for frame, share in FRAMES.items()},
            **{f"edit_{e}": through([pre(edited(photos.image(i), e)) for i in held.tolist()]) for e in EDITS}}
     cache.mkdir(parents=True, exist_ok=True)
     np.savez(path, **out)
     return out
 
 
-def recalls(d: dict, weight: float, train, held) -> tuple[list[float], list[float]]:
-    """(cosine recall@1, instance-code recall@1) per named edit at this grayscale weight."""
+def recalls(d: dict, weight: float, train, held, frame: str | None = None,
+            frame_weight: float = 0.0) -> tuple[list[float], list[float]]:
+    """(cosine recall@1, instance-code recall@1) per named edit at this grayscale weight (and framed view)."""
     u = lambda x: unit_vectors(np.asarray(x, np.float64))  # noqa: E731
-    items = ((u(d["photo"]) + 0.5 * u(d["blur"]) + weight * u(d["gray"])) / (1.5 + weight)).astype(np.float32)
+    total = u(d["photo"]) + 0.5 * u(d["blur"]) + weight * u(d["gray"])
+    if frame is not None:
+        total = total + frame_weight * u(d[frame])
+    items = (total / (1.5 + weight + frame_weight)).astype(np.float32)
     transform = InstanceTransform.learn(items[train], d["copies"], np.searchsorted(train, d["owners"]), 256, 0)
     rows, codes, q = transform.rows(items), transform.apply(items), np.arange(len(held))
     by_cosine, by_code = [], []
@@ -86,14 +95,17 @@ def main() -> None:
     train = np.sort(train[~np.isin(train, held)])
     print(f"{len(photos)} photos, {len(train)} learned from, {len(held)} held out; before: {BLUR_VIEW} alone "
           "(weight 0)\n")
-    print("| photos | grayscale weight | search | " + " | ".join(EDITS) + " | mean | worst |")
-    print("|---" * (len(EDITS) + 5) + "|")
+    print("| photos | grayscale weight | framed view | search | " + " | ".join(EDITS) + " | mean | worst |")
+    print("|---" * (len(EDITS) + 6) + "|")
     for name, pre in VARIANTS.items():
         d = embedded(args.run, args.cache, name, pre, photos, train, held)
-        for weight in WEIGHTS:
-            for search, got in zip(("cosine", "code"), recalls(d, weight, train, held)):
-                print(f"| {name} | {weight} | {search} | " + " | ".join(f"{x:.3f}" for x in got)
-                      + f" | {np.mean(got):.3f} | {min(got):.3f} |")
+        cases = [(w, None, 0.0) for w in WEIGHTS]
+        if name == "as they are":
+            cases += [(0.5, frame, fw) for frame in FRAMES for fw in FRAME_WEIGHTS]
+        for weight, frame, frame_weight in cases:
+            for search, got in zip(("cosine", "code"), recalls(d, weight, train, held, frame, frame_weight)):
+                print(f"| {name} | {weight} | {frame or 'none'} {frame_weight or ''} | {search} | "
+                      + " | ".join(f"{x:.3f}" for x in got) + f" | {np.mean(got):.3f} | {min(got):.3f} |")
 
 
 if __name__ == "__main__":

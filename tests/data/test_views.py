@@ -5,7 +5,7 @@ import pytest
 
 from lbhash.data.images import ImageDataset
 from lbhash.data.edits import grayscale
-from lbhash.data.views import BLUR_VIEW, ITEM_VIEW, blurred, item_embedding, item_views, view_of
+from lbhash.data.views import BLUR_VIEW, ITEM_VIEW, blurred, framed_view, item_embedding, item_views, view_of
 from lbhash.errors import InputError
 
 
@@ -29,11 +29,12 @@ def test_an_item_embedding_is_the_unit_photo_plus_its_weighted_unit_views():
     photo, blur, gray = np.array([[3.0, 4.0]]), np.array([[0.0, 2.0]]), np.array([[-5.0, 0.0]])
     # the views before the grayscale one (an index that records them adds so): (0.6, 0.8) + 0.5 x (0, 1), over 1.5
     np.testing.assert_allclose(item_embedding(photo, [blur], BLUR_VIEW), [[0.4, 1.3 / 1.5]], rtol=1e-6)
-    # today's: + 0.5 x (-1, 0), over 2
-    np.testing.assert_allclose(item_embedding(photo, [blur, gray]), [[0.1 / 2, 1.3 / 2]], rtol=1e-6)
-    assert [see for see, _ in item_views(ITEM_VIEW)] == [blurred, grayscale]
-    with pytest.raises(ValueError, match="2 views, got 1"):
-        item_embedding(photo, [blur])
+    # today's: + 0.5 x (-1, 0) (grayscale) + 0.5 x (0, -1) (framed), over 2.5
+    frame = np.array([[0.0, -3.0]])
+    np.testing.assert_allclose(item_embedding(photo, [blur, gray, frame]), [[0.1 / 2.5, 0.8 / 2.5]], rtol=1e-6)
+    assert [see for see, _ in item_views(ITEM_VIEW)] == [blurred, grayscale, framed_view]
+    with pytest.raises(ValueError, match="3 views, got 2"):
+        item_embedding(photo, [blur, gray])
 
 
 def test_an_item_view_this_version_does_not_make_is_refused_in_one_line():
@@ -65,3 +66,12 @@ def test_a_grayscale_view_gives_writable_arrays_of_the_photos_luminance():
         want = (pixels[i].astype(np.int64) @ np.array([299, 587, 114]) + 500) // 1000
         assert got.flags.writeable and (got == got[..., :1]).all()
         assert np.abs(got[..., 0].astype(int) - want).max() <= 1
+
+
+def test_the_framed_view_shrinks_the_photo_to_four_fifths_inside_a_mid_grey_frame():
+    photo = np.full((20, 30, 3), 200, np.uint8)
+    got = framed_view(photo)
+    assert got.shape == (20, 30, 3)
+    # 16 x 24 of the photo, centred: 2 rows and 3 columns of grey on each side
+    assert (got[:2] == 128).all() and (got[-2:] == 128).all() and (got[:, :3] == 128).all() and (got[:, -3:] == 128).all()
+    assert (got[2:18, 3:27] == 200).all()

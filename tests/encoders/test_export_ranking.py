@@ -15,7 +15,7 @@ from PIL import Image
 
 from helpers import cli, one_line_error
 from lbhash.data.edits import grayscale
-from lbhash.data.views import blurred, item_embedding
+from lbhash.data.views import blurred, framed_view, item_embedding
 from lbhash.encoders.exported import EMBEDDING_NAME, MANIFEST, ExportedEncoder
 from lbhash.instance import mark_why
 from lbhash.runs import RunDirectory
@@ -115,8 +115,8 @@ def test_served_export_ranks_image_searches_and_adds_as_the_run(ranked, tmp_path
             assert same_ranking(served["hits"], own["hits"])
     # the ranking is the blend, not the Hamming order it fell back to: scores descend, and no hit is marked
     # (48 photos are too few to calibrate a mark on). Whether an added copy finds itself first is not asked
-    # here: these tiny images are noise on one colour, whose blurred and grayscale views (half the item
-    # embedding: lbhash.data.views) coincide across a colour's images; the adds' instance codes are checked
+    # here: these tiny images are noise on one colour, whose blurred, grayscale and framed views (three
+    # fifths of the item embedding: lbhash.data.views) coincide across a colour's images; the adds' instance codes are checked
     # below, bit for bit. With the codes alone the copies tie (score 1) with the train images of their colour.
     index_now = open_index(tmp_path / "export", "faiss", None)
     for query, result in enumerate(exp_after):
@@ -127,7 +127,7 @@ def test_served_export_ranks_image_searches_and_adds_as_the_run(ranked, tmp_path
             assert "too few" in mark_why(index_now.metadata)
             assert scores[0] > scores[1]
     run_encoder = RunEncoder.load(ranked.run)
-    views = [run_encoder.outputs([see(img) for img in added])[1] for see in (blurred, grayscale)]
+    views = [run_encoder.outputs([see(img) for img in added])[1] for see in (blurred, grayscale, framed_view)]
     want = index_transform(index_now).apply(item_embedding(run_encoder.outputs(added)[1], views))
     np.testing.assert_array_equal(index_now.get_instance_codes(np.arange(48, 54)), want)
 

@@ -2,10 +2,11 @@
 
 An index keeps, per photo, the unit embedding of the photo plus, for each view of `ITEM_VIEWS[name]`,
 its weight times the unit embedding of the photo seen so (over the sum of the weights); queries are
-embedded as they come. An edited copy that lost fine detail (scaled down and back) or its colour then
-lies nearer its original: the blurred view (a Gaussian of `BLUR_SIGMA` pixels at the photo's own
-resolution, `VIEW_WEIGHT`) and the grayscale one (`GRAY_WEIGHT`), each chosen on validation photos
-(docs/instance-codes.md, "Item views"). Each view costs a forward pass per indexed photo.
+embedded as they come. An edited copy that lost fine detail (scaled down and back), its colour or its
+edges to a frame then lies nearer its original: the blurred view (a Gaussian of `BLUR_SIGMA` pixels at the
+photo's own resolution, `VIEW_WEIGHT`), the grayscale one (`GRAY_WEIGHT`) and the framed one (the photo
+shrunk into a mid-grey frame, `FRAME_WEIGHT`), each chosen on validation photos (docs/instance-codes.md,
+"Item views"). Each view costs a forward pass per indexed photo.
 An index records the name of its views (`item_view` in its metadata), so that photos added to it
 later are embedded as its own were. Numpy and Pillow only, so that a server without torch makes
 the views of the photos it adds exactly as a run does.
@@ -18,7 +19,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from lbhash.data.edits import grayscale
+from lbhash.data.edits import framed, grayscale
 from lbhash.data.images import ImageDataset
 from lbhash.errors import InputError
 from lbhash.instance import unit_vectors
@@ -26,6 +27,9 @@ from lbhash.instance import unit_vectors
 BLUR_SIGMA = 0.8     # pixels of the photo, and the views' weights: chosen on validation photos
 VIEW_WEIGHT = 0.5
 GRAY_WEIGHT = 0.5
+FRAME_SHARE = 0.8    # the framed view: the photo shrunk to this share of each side in a mid-grey frame
+FRAME_FILL = (128, 128, 128)
+FRAME_WEIGHT = 0.5
 
 
 def _kernel(sigma: float) -> np.ndarray:
@@ -49,12 +53,17 @@ def blurred(img: np.ndarray, sigma: float = BLUR_SIGMA) -> np.ndarray:
     return np.clip(np.rint(out), 0, 255).astype(np.uint8)
 
 
-BLUR_VIEW = f"gaussian-blur-{BLUR_SIGMA}"  # what indexes built before the grayscale view record
-ITEM_VIEW = f"{BLUR_VIEW}+grayscale-{GRAY_WEIGHT}"  # what an index records now (`item_view` in its metadata)
+def framed_view(img: np.ndarray) -> np.ndarray:
+    """`img` shrunk to FRAME_SHARE of each side, centred in a frame of FRAME_FILL (lbhash.data.edits.framed)."""
+    return framed(img, FRAME_SHARE, FRAME_SHARE, FRAME_FILL)
+
+
+BLUR_VIEW = f"gaussian-blur-{BLUR_SIGMA}"  # what indexes built before the grayscale and framed views record
+ITEM_VIEW = f"{BLUR_VIEW}+grayscale-{GRAY_WEIGHT}+frame-{FRAME_SHARE}-{FRAME_WEIGHT}"  # what an index records now
 # name -> the views (photo -> view, weight) beside the photo itself (weight 1)
 ITEM_VIEWS: dict[str, tuple[tuple[Callable[[np.ndarray], np.ndarray], float], ...]] = {
     BLUR_VIEW: ((blurred, VIEW_WEIGHT),),
-    ITEM_VIEW: ((blurred, VIEW_WEIGHT), (grayscale, GRAY_WEIGHT)),
+    ITEM_VIEW: ((blurred, VIEW_WEIGHT), (grayscale, GRAY_WEIGHT), (framed_view, FRAME_WEIGHT)),
 }
 
 
