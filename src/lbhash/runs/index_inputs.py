@@ -266,6 +266,8 @@ def run_data(run_dir: str | Path, data: str | None = None, part: str | None = No
                 "or")
             raise InputError(f"{run_dir}: its data is not at {missing[0]} any more (data {spec}){typed or ';'} if it "
                              f"moved, give its new location with --data {kind}:PATH")
+        if part and not missing_paths(spec):
+            _same_count(run_dir, spec, read_data_summary(run_dir).get("items"))
         return spec
     missing = missing_paths(data)
     if missing:
@@ -277,6 +279,23 @@ def run_data(run_dir: str | Path, data: str | None = None, part: str | None = No
         raise InputError(f"--data {data}: {found} items, but {run_dir} trained on {items}: ids are positions in "
                          "the run's data, so --data must be that data (moved), not other data")
     return spec
+
+
+def _same_count(run_dir, spec: str, items) -> None:
+    """A run's own data, read again to index it, holds as many items as when the run trained: a folder that
+    grew or shrank would shift the positions that are the index's ids (and the run's split), so that items
+    got other items' embeddings and the run's training items were others; refused, saying what it found."""
+    from lbhash.data import load_data
+
+    if not isinstance(items, int):
+        return
+    found = len(load_data(spec, labels_required=False))
+    if found != items:
+        change = f"{found - items} more" if found > items else f"{items - found} fewer"
+        raise InputError(f"{run_dir}: its data {spec} now holds {found} items, {change} than the {items} it trained "
+                         "on: ids are positions in the run's data, so an index of it would give items other items' "
+                         "embeddings; restore the data as it was, add the new photos to an index of the run "
+                         "(`lbhash encode --images`, `lbhash index add`, or POST /items/image), or train again")
 
 
 def run_class_names(run_dir: str | Path) -> list[str] | None:
