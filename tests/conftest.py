@@ -1,4 +1,5 @@
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,18 @@ def pixel_cache_in_tmp(tmp_path_factory):
         os.environ.pop("LBHASH_CACHE_DIR", None)
     else:
         os.environ["LBHASH_CACHE_DIR"] = previous
+
+
+@pytest.fixture(autouse=True)
+def torch_threads_kept():
+    """Each test leaves torch's thread count as it found it. OpenMP's count is the process's (FAISS and
+    numba's threading layer share it with torch): a test that left 2 made every later test of its
+    worker train with 2 threads, 2 to 8 times slower on 2 busy cores than with the suite's 1."""
+    torch = sys.modules.get("torch")
+    before = torch.get_num_threads() if torch is not None else None
+    yield
+    if before is not None and torch.get_num_threads() != before:
+        torch.set_num_threads(before)
 
 
 @pytest.fixture
