@@ -64,6 +64,23 @@ def tiny_image_run(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def cifar_sample(tmp_path_factory) -> Path:
+    """The first 100 training and 20 test JPEGs of each class of the shared CIFAR-10 tarball as a
+    tree (train/CLASS/NNNN.jpg, test/CLASS/NNNN.jpg, the archive's names), cut once per session for
+    every worker (helpers.cifar_jpeg_tree): for the tests that need a few real photos, not the
+    tarball's reader."""
+    from helpers import cifar_jpeg_tree
+
+    from run_bank import built_once
+
+    tarball = shared_data_dir() / "cifar10-jpg.tar.gz"
+    if not tarball.is_file():
+        pytest.skip(f"{tarball} not found (set LBHASH_SHARED_DATA)")
+    root = shared_tmp(tmp_path_factory, "cifar-sample")
+    return built_once(root / "tree", lambda out: cifar_jpeg_tree(tarball, out, train=100, test=20))
+
+
+@pytest.fixture(scope="session")
 def runs(tmp_path_factory):
     """The session's bank of small trained runs (tests/run_bank.py)."""
     from run_bank import RunBank

@@ -177,29 +177,19 @@ def test_a_photo_many_times_is_one_group(tmp_path, rng):
 
 
 @pytest.fixture(scope="module")
-def jpeg_folder(tmp_path_factory):
-    """30 CIFAR-10 training JPEGs (10 of each of 3 classes) in a flat folder, and a colour-edited copy of
-    three of them: {copy's name: its original's name}."""
-    import tarfile
-
+def jpeg_folder(cifar_sample, tmp_path_factory):
+    """30 CIFAR-10 training JPEGs (10 of each of 3 classes: the first of each in the shared tarball,
+    conftest's cifar_sample) in a flat folder, and a colour-edited copy of three of them: {copy's
+    name: its original's name}."""
     from PIL import Image
 
-    from conftest import shared_data_dir
     from lbhash.data.edits import edited
 
-    tarball = shared_data_dir() / "cifar10-jpg.tar.gz"
-    if not tarball.is_file():
-        pytest.skip(f"{tarball} not found (the shared data)")
     folder = tmp_path_factory.mktemp("folder") / "photos"
     folder.mkdir()
-    with tarfile.open(tarball) as tar:
-        members = sorted((m for m in tar.getmembers() if m.name.endswith(".jpg") and m.name.split("/")[-3] == "train"
-                          and m.name.split("/")[-2] in ("cat", "ship", "truck")), key=lambda m: m.name)
-        chosen = []
-        for c in ("cat", "ship", "truck"):
-            chosen += [m for m in members if m.name.split("/")[-2] == c][:10]
-        for m in chosen:
-            (folder / f"{m.name.split('/')[-2]}-{m.name.split('/')[-1]}").write_bytes(tar.extractfile(m).read())
+    for c in ("cat", "ship", "truck"):
+        for photo in sorted((cifar_sample / "train" / c).iterdir())[:10]:
+            (folder / f"{c}-{photo.name}").write_bytes(photo.read_bytes())
     copies = {}
     for name in sorted(p.name for p in folder.iterdir())[::10]:
         img = np.asarray(Image.open(folder / name).convert("RGB"))

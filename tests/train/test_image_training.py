@@ -1,15 +1,14 @@
 """Training on real CIFAR-10 pixels (a few hundred images from the shared tarball)."""
 
 import json
+import shutil
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from conftest import shared_data_dir
 
 from lbhash.cli import main
 from lbhash.codes_file import load_codes_file
-from lbhash.data import load_data
 from lbhash.runs import RunDirectory
 from lbhash.train import TrainConfig
 
@@ -19,21 +18,13 @@ FAST = dict(method="csq", bits=16, backbone="resnet8", image_size=32, transform=
 
 
 @pytest.fixture(scope="module")
-def tree(tmp_path_factory):
-    """3 classes x (100 train + 20 test) real CIFAR-10 JPEGs as a class-folder tree."""
-    path = shared_data_dir() / "cifar10-jpg.tar.gz"
-    if not path.is_file():
-        pytest.skip(f"{path} not found (set LBHASH_SHARED_DATA)")
-    cifar = load_data(f"cifar10:{path}")
-    ids = cifar.labels.argmax(1)
+def tree(cifar_sample, tmp_path_factory):
+    """3 classes x (100 train + 20 test) real CIFAR-10 JPEGs as a class-folder tree: the first of
+    each class in the shared tarball (conftest's cifar_sample)."""
     root = tmp_path_factory.mktemp("pixels")
-    for test, per in ((False, 100), (True, 20)):
+    for part in ("train", "test"):
         for name in CLASSES:
-            c = cifar.class_names.index(name)
-            folder = root / ("test" if test else "train") / name
-            folder.mkdir(parents=True)
-            for k, i in enumerate(np.flatnonzero((ids == c) & (cifar.is_test == test))[:per]):
-                (folder / f"{k:04d}.jpg").write_bytes(cifar.source.read(i))
+            shutil.copytree(cifar_sample / part / name, root / part / name)
     return root
 
 
@@ -56,8 +47,6 @@ def test_small_cnn_trains_on_real_pixels(tree, tmp_path):
 def broken_tree_run(tree, tmp_path_factory):
     """(the command, the tree with one unreadable training JPEG, the run `lbhash train
     --skip-bad-images` made of it: 1 epoch of the small CNN)."""
-    import shutil
-
     root = tmp_path_factory.mktemp("broken")
     broken = shutil.copytree(tree, root / "tree")
     (broken / "train" / "ship" / "0003.jpg").write_bytes(b"not a jpeg")
