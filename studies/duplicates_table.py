@@ -15,7 +15,7 @@ of a frozen backbone (its defaults: a linear probe, then the whole network; at 1
     python studies/duplicates_table.py ../shared/data/cifar10-jpg.tar.gz OUT --start 2000 --seed 1 --finetune
 
 `--items N`: the copies per edit (200 by default); `--start 3000 --seed 2 --items 1500` edits every photo of
-a second held-out subset (docs/search.md).
+a second held-out subset (docs/duplicates.md).
 """
 
 from __future__ import annotations

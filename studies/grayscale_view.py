@@ -14,7 +14,7 @@ item embeddings and their copies (InstanceTransform.learn, 256 bits), and each c
 recall@1 of its original by the exact cosine of the learned float rows, and by the Hamming distance of
 the 256-bit instance codes (a tie at the original's distance counts 1 / the tied items). Embeddings are
 kept in CACHE (an .npz per variant; about 12,000 forward passes each, 5-10 minutes on 2 cores).
-Prints one table (docs/results/copies.md, "The grayscale view").
+Prints one table (docs/results/copies.md, "The grayscale and framed views").
 """
 
 from __future__ import annotations

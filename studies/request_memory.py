@@ -7,7 +7,7 @@
   N bad elements (`{"codes": [1, 1, ...]}`) or N unknown keys: the peak RSS growth and the status.
 
 Usage: python studies/request_memory.py ties NQ K FACTOR | body elements|keys N
-Prints one line per case (docs/search.md, "Re-scoring by stored embeddings" and "Limits").
+Prints one line per case (docs/search.md, "Re-scoring by stored embeddings"; docs/indexes.md, "Limits").
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ import numpy as np
 from lbhash.codes import pack
 from lbhash.errors import InputError
 
-INSTANCE_BITS = 256          # the default length (docs/instance-codes.md, "Choosing the defaults": measured on validation items)
+INSTANCE_BITS = 256          # the default length (docs/duplicates.md, "Choosing the defaults": measured on validation items)
 MIN_INSTANCE_BITS = 8
 MAX_INSTANCE_BITS = 4096
 METHODS = ("itq", "pca", "learned")  # ITQ rotation after PCA, the PCA directions alone, or learned from copies
@@ -36,7 +36,7 @@ COPY_SHRINK = 0.01  # the copies' covariance is regularised by this share of its
 FLOAT_DIMS = 1280   # a learned transform's float rows: the whitened space's top directions (validation)
 ITQ_ITERATIONS = 50
 FILE_NAME = "instance-transform.npz"
-# the ranking by both codes (lbhash.index.blend), its defaults chosen on validation items (docs/search.md,
+# the ranking by both codes (lbhash.index.blend), its defaults chosen on validation items (docs/duplicates.md,
 # "Choosing the defaults")
 LOOKS_LIKE = 0.85       # from 0 (same class first) to 1 (looks like first), where float rows give the cosine
 LOOKS_LIKE_CODES = 0.7  # the same where the two codes alone rank, for a query whose look-alikes share its class code

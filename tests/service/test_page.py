@@ -99,7 +99,8 @@ def test_thumbnails_are_the_recorded_images_pixel_for_pixel(built):
             np.testing.assert_array_equal(pixels, np.array(Image.open(item["source"]).convert("RGB")))
         about = client.get("/about").json()
         assert about["index"]["sources"] == 48 and about["index"]["class_names"][2] == "red"
-        # 48 photos are too few to calibrate a same-picture mark on: /about says so (docs/search.md)
+        # 48 photos are too few to calibrate a same-picture mark on: /about says so (docs/instance-codes.md,
+        # "The same picture")
         mark = about["index"]["same_picture"]
         assert mark["mark"] is None and "too few" in mark["why"]
         run_info = about["run"]

@@ -45,8 +45,9 @@ def browser():
 
 
 def give_a_mark(index_dir):
-    """48 photos are too few to calibrate a same-picture mark on (docs/search.md), so the index gets the
-    record a larger one would calibrate: a centred cosine of 0.7 (the page shows what the index marks)."""
+    """48 photos are too few to calibrate a same-picture mark on (docs/instance-codes.md, "The same picture"), so
+    the index gets the record a larger one would calibrate: a centred cosine of 0.7 (the page shows what the index
+    marks)."""
     from lbhash.instance import MARK_KEY
 
     index = CodeIndex.load(index_dir)

@@ -73,7 +73,7 @@ def duplicates(path: str, threshold: float | None, min_group: int, as_json: bool
 @click.option("--seed", type=int, default=None, help="Seed of the sample.", cls=StatedDefault,
               stated=lambda: str(_evaluation_default("seed")))
 @click.option("--edits", default=None, cls=StatedDefault, stated=lambda: ",".join(_evaluation_default("edits")),
-              help="Comma-separated edits (docs/search.md, \"The edit family\").")
+              help="Comma-separated edits (docs/instance-codes.md, \"The edit family\").")
 @click.option("--looks-like", type=float, default=None, help="The ranking's parameter, from 0 (same class "
               "first) to 1 (looks like first).", cls=StatedDefault, stated=lambda: LOOKS_LIKE_STATED)
 @click.option("--factor", type=int, default=None, help="Candidates per result from each of the two codes.",

@@ -1,4 +1,4 @@
-"""`lbhash index build|add|remove|info`: search indexes over packed codes (docs/search.md)."""
+"""`lbhash index build|add|remove|info`: search indexes over packed codes (docs/indexes.md)."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def index() -> None:
 @click.argument("source", type=click.Path(path_type=Path))
 @click.option("--out", required=True, help="Index directory to write (milvus: the collection name).")
 @click.option("--kind", type=click.Choice(["flat", "ivf", "multihash"]), default="flat", show_default=True,
-              help="flat: exact; ivf, multihash: approximate (docs/search.md).")
+              help="flat: exact; ivf, multihash: approximate (docs/indexes.md).")
 @click.option("--part", type=click.Choice(["database", "all"]), default=None,
               help="With a run directory: its database codes (codes.npz) or all items encoded anew. [default: "
                    "database; all for a run of protocol all-train, which has no database]")
@@ -81,16 +81,16 @@ def index() -> None:
 @click.option("--no-embeddings", is_flag=True, help="Keep codes only, not each item's embedding (searches then come "
                                                     "in Hamming order; docs/search.md).")
 @click.option("--embedding-dtype", type=click.Choice(["float16", "int8"]), default="float16", show_default=True,
-              help="How the embeddings are kept: float16 unit rows, or int8 rows at half the bytes (docs/search.md, "
-                   "\"Floats optional\").")
+              help="How the embeddings are kept: float16 unit rows, or int8 rows at half the bytes "
+                   "(docs/instance-codes.md, \"Floats optional\").")
 @click.option("--instance-bits", type=int, default=INSTANCE_BITS, cls=StatedDefault, stated=lambda: str(INSTANCE_BITS),
               help="Length of the instance code kept beside each class code, made from the item's embedding "
-                   "(a multiple of 8, at most the embedding's width: the default is cut to it; 0: none; docs/search.md, "
-                   "\"Instance codes\").")
+                   "(a multiple of 8, at most the embedding's width: the default is cut to it; 0: none; "
+                   "docs/instance-codes.md, \"Instance codes\").")
 @click.option("--instance-method", type=click.Choice(["learned", "itq", "pca"]), default=None, cls=StatedDefault,
               stated=lambda: "learned for a run of photos, else itq",
               help="How the instance code is made: learned from edited copies of the run's photos, or the "
-                   "ITQ (or PCA) projection of the embedding (docs/search.md, \"The learned instance code\").")
+                   "ITQ (or PCA) projection of the embedding (docs/instance-codes.md, \"The learned instance code\").")
 @backend_options
 def build(source: Path, out: str, kind: str, part: str | None, data_spec: str | None, nlist, nprobe, nhash, nflip,
           overwrite: bool, skip_bad_images: bool, no_embeddings: bool, embedding_dtype: str, instance_bits: int,

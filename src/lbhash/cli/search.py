@@ -82,7 +82,7 @@ def search(index_dir: str, codes_path, features_path, image_paths, run_dir, expo
     one score (--looks-like; each hit shows its score, its distances, and `=` when it is the same
     picture as the query); --no-rescore keeps the Hamming order.
 
-    Limits (docs/search.md): k at most 1000, and at most 1000 items per query within --radius;
+    Limits (docs/indexes.md, "Limits"): k at most 1000, and at most 1000 items per query within --radius;
     class ids 0 to 65535; queries are searched in batches of 1024.
     """
     # (these load FAISS: once needed)

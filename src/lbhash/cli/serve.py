@@ -1,4 +1,4 @@
-"""`lbhash serve`: the HTTP search service over an index (docs/search.md); `lbhash export`: a run's model
+"""`lbhash serve`: the HTTP search service over an index (docs/service.md); `lbhash export`: a run's model
 as ONNX, for serving without torch (docs/export.md)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The `per-class=` option of the `images:` and `cifar10:` data specs: a small part of a folder
 or tarball, N images of each class or a fraction of each, chosen from the labels alone before
-any image is read (docs/data.md, "Image data specs").
+any image is read (docs/reference/formats.md, "A part of each class").
 
 The choice is deterministic: the first images of each class in data-set order (by path in a
 class-folder tree, by row in CIFAR-10 pickles), taken separately in the train and the test part

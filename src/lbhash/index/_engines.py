@@ -275,7 +275,7 @@ class FlatEngine(Engine):
 
 
 class MultiHashEngine(Engine):
-    """Multi-index hashing (docs/search.md): `nhash` substrings of b = min(64, bits // nhash) bits, each
+    """Multi-index hashing (docs/indexes.md): `nhash` substrings of b = min(64, bits // nhash) bits, each
     probed within `nflip` flips, so search is exact up to G = nhash * (nflip + 1) - 1 (range search
     past G scans). A range search probes only radius // nhash flips; FAISS reads the flip count from
     the index object, so calls that change it hold a lock.

@@ -13,7 +13,7 @@ from lbhash.index._engines import (Engine, FlatEngine, MultiHashEngine, Rows, id
 
 class IVFEngine(Engine):
     """Inverted lists over `nlist` binary k-means centroids; a query scans its `nprobe` nearest lists
-    (docs/search.md). It trains itself on the first append (or fold) that brings the index to
+    (docs/indexes.md). It trains itself on the first append (or fold) that brings the index to
     39 * nlist codes; until then items wait in an exact flat buffer. Centroids are kept afterwards.
     """
 

@@ -9,7 +9,7 @@ query's same chunk (17 buckets a table), together with the items appended since 
 built; they are ranked by the whole instance code's Hamming distance, then position (the id order
 of the main segment). It holds every item within 31 bits of a 256-bit query (a miss differs in two bits
 at least in each of its 16 chunks), and, on validation copies (studies/item_views.py), the original
-of 87.5-99.5% of edited copies by edit (docs/search.md); a smaller
+of 87.5-99.5% of edited copies by edit (docs/instance-codes.md, "Cost at scale"); a smaller
 segment is scanned exactly. The tables live in memory only (4 bytes an item per table), built by the
 first search that needs them (or `CodeIndex.warm`).
 """

@@ -44,7 +44,7 @@ class CodeIndex(Backend):
     kind="flat" (default) returns exactly the brute-force result, tie order included; "ivf" and
     "multihash" are approximate: ivf finds an item only if its list is among the nprobe scanned
     (exact until trained, at 39 * nlist codes), multihash is exact in range search and wherever
-    the k-th distance <= nhash * (nflip + 1) - 1 (docs/search.md, `IVFEngine`, `MultiHashEngine`).
+    the k-th distance <= nhash * (nflip + 1) - 1 (docs/indexes.md, `IVFEngine`, `MultiHashEngine`).
 
     Parameters
     ----------

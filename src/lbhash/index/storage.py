@@ -1,4 +1,4 @@
-"""Index directories: written whole or not at all, verified on load, never pickled (docs/search.md).
+"""Index directories: written whole or not at all, verified on load, never pickled (docs/indexes.md, "Persistence").
 
 Format version 2: index.faiss, ids.npy, labels_indptr.npy and labels_indices.npy (CSR), an
 optional embeddings.npy (float16 unit rows), an optional instance_codes.npy (packed uint8 instance

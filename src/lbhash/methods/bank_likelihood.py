@@ -4,8 +4,8 @@
     dL/du = 0.5 (sigmoid(theta) - s) U / (batch n)
 
 Each block of bank rows forms its tile of theta, the loss and its share of dL/du while the tile
-is in cache, instead of autograd's batch x n temporaries (docs/training.md, "Cost of the
-memory-bank methods").
+is in cache, instead of autograd's batch x n temporaries (docs/results/training.md, "Cost
+of the memory-bank methods").
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import torch
 from lbhash.errors import InputError
 
 # Elements of one batch x block tile: 2**19 float32 = 2 MiB (8,192 bank rows at batch 64), which
-# with its mask and q stays in a 32 MiB L3 (the measured sweep: docs/training.md, "Cost of the
-# memory-bank methods"); on a GPU the budget only bounds the tile.
+# with its mask and q stays in a 32 MiB L3 (the measured sweep: docs/results/training.md, "Cost of
+# the memory-bank methods"); on a GPU the budget only bounds the tile.
 CPU_TILE_ELEMENTS = 1 << 19
 GPU_TILE_ELEMENTS = 1 << 24
 # sum(log q) is taken as log(prod q) over groups of this many q in [0.5, 1]: one log per group

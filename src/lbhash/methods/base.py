@@ -35,7 +35,7 @@ PAPER_RECIPE = {"epochs": 100, "batch_size": 64, "optimizer": "adam", "lr": 1e-3
 # The recommended profile's recipe: the paper's with a constant learning rate, keeping the epoch of best validation mAP
 # (10% of each class held out, evaluated every 5 epochs). The paper's x0.1 every 10 epochs leaves 1e-5 at epoch 20
 # whatever the budget; a constant rate uses every epoch of 10, 30 or 100, and beat it on validation, but its last epoch
-# can be far from its best (docs/methods.md, "Defaults that train" and "Which epoch a run keeps").
+# can be far from its best (docs/methods.md, "Defaults that train"; docs/results/methods.md, "Which epoch a run keeps").
 RECOMMENDED_RECIPE = {"lr_step": 0, "validation": 0.1, "eval_every": 5}
 # The DeepHash-pytorch benchmark's RMSprop recipe, shared by most of its methods.
 BENCHMARK_RMSPROP = {"optimizer": "rmsprop", "lr": 1e-5, "weight_decay": 1e-5, "lr_step": 0, "epochs": 150,

@@ -60,7 +60,7 @@ class DSDH(MemoryBankLoss):
     center_part = None
     # The reimplementations' optimiser (RMSprop, weight decay 1e-5, batch 128) at the rate validation chose: on frozen
     # Lite0 features (128 px, the fine-tuning probe's input, seed 0, 20 epochs, a 1024-unit hidden layer before the hash
-    # layer: docs/methods.md's footnote 1) validation mAP 0.735 at 3e-4 against
+    # layer: docs/results/methods.md's footnote 1) validation mAP 0.735 at 3e-4 against
     # 0.639 at 1e-4, 0.674 at 1e-3, 0.521 for the shared Adam 1e-3 and 0.464 for the paper profile's step
     # (docs/methods.md, "DSDH and DBDH as their papers train them"); base and _D alike, as DBDH's rate.
     recommended_recipe = {**RECOMMENDED_RECIPE, "optimizer": "rmsprop", "lr": 3e-4, "weight_decay": 1e-5,

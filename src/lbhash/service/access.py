@@ -1,4 +1,5 @@
-"""Who may read and change a served index: keys, read-only mode and cross-site requests (docs/search.md).
+"""Who may read and change a served index: keys, read-only mode and cross-site requests (docs/service.md,
+"Exposing the service").
 
 - `Access(write_key, read_key, read_only)`: with a write key every change must carry it in the
   `X-Lbhash-Key` header (401 otherwise), with a read key so must every other API request (and every

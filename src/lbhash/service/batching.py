@@ -1,4 +1,4 @@
-"""Concurrent `/search` requests gathered into one scan of the index (docs/service.md, "Batching").
+"""Concurrent `/search` requests gathered into one scan of the index (docs/reference/service.md, "Batching").
 
 A request hands its job to `SearchBatcher.run` (`prepare()` decodes it, `answer(search, hits)`
 makes the response). The batcher's threads take every job queued while their previous batch ran,

@@ -25,7 +25,7 @@ SWITCH_INTERVAL_S = 0.0005
 # Full collections scan every long-lived object that start-up made, find nothing to free and
 # hold the GIL meanwhile, which made the p99 under load: what start-up made is frozen out of the
 # collector's scans, and a full collection waits for more middle-generation collections
-# (docs/search.md, where the freeze and its measurements are).
+# (docs/results/search-benchmarks.md, "The garbage collector": the freeze and its measurements).
 FULL_COLLECTION_AFTER = 100
 
 

@@ -80,7 +80,8 @@ def resolve_config(cfg: TrainConfig, dataset, split: Split | None = None) -> Run
         backbone = cfg.model.backbone or DEFAULT_IMAGE_BACKBONE
         size, transform = backbone_defaults(backbone)
         # a frozen backbone's head trains on fixed features, as a feature run's does, and takes its hidden layer
-        # (validation: docs/models.md, "A hidden layer on frozen features"); a backbone that trains keeps one Linear
+        # (validation: docs/results/pretrained-cifar10.md, "A hidden layer on frozen features"); a backbone that
+        # trains keeps one Linear
         default_hidden = DEFAULT_FEATURE_HIDDEN if cfg.model.freeze_backbone else []
         values.update(backbone=backbone, hidden=list(default_hidden if cfg.model.hidden is None else cfg.model.hidden),
                       image_size=cfg.dataset.image_size or default_image_size(dataset, size, transform),
