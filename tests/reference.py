@@ -1,5 +1,6 @@
 """Brute-force reference metrics, written from the definitions in docs/evaluation.md and independent of
-lbhash: full distance matrices, a full stable sort per query, plain Python loops."""
+lbhash: full distance matrices, a full stable sort per query, plain Python loops (or numpy's cumulative
+sums, which add in a loop's order)."""
 
 from __future__ import annotations
 
@@ -28,12 +29,14 @@ def relevance(ql, dl):
 
 
 def ap_of_order(rel_in_order):
-    hits, total = 0, 0.0
-    for pos, r in enumerate(rel_in_order, start=1):
-        if r:
-            hits += 1
-            total += hits / pos
-    return total / hits if hits else 0.0
+    """The precision at each relevant position, summed in order (cumsum adds as a loop would), over
+    the relevant count."""
+    rel = np.asarray(rel_in_order, dtype=bool)
+    hits = np.cumsum(rel, dtype=np.int64)
+    if not len(rel) or not hits[-1]:
+        return 0.0
+    precisions = hits[rel] / (np.flatnonzero(rel) + 1)
+    return float(np.cumsum(precisions)[-1] / hits[-1])
 
 
 def average_precision(q, db, ql, dl, topk=None):
@@ -58,9 +61,13 @@ def tie_averaged_ap_exact(dist_row, rel_row, topk=None):
 
 
 def tie_averaged_ap_monte_carlo(dist_row, rel_row, topk, draws, rng):
+    # each draw orders by (distance, a uniform key): one uint64 per item, the distance's rank above the
+    # key's 53 bits, sorted stably (as np.lexsort((keys, dist_row)) orders, in a third of its time)
+    rank = np.unique(dist_row, return_inverse=True)[1].astype(np.uint64) << np.uint64(53)
     aps = []
     for _ in range(draws):
-        order = np.lexsort((rng.random(len(dist_row)), dist_row))[: topk or len(dist_row)]
+        keys = (rng.random(len(dist_row)) * 2.0**53).astype(np.uint64)
+        order = np.argsort(rank | keys, kind="stable")[: topk or len(dist_row)]
         aps.append(ap_of_order(rel_row[order]))
     return float(np.mean(aps))
 
