@@ -2,6 +2,7 @@
 from the table, the commands that need no model never import torch, and those that only read
 a trained run import neither Lightning, scikit-learn, numba nor the training loop."""
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -42,14 +43,17 @@ def codes_dir(tmp_path_factory):
     return root
 
 
+# run in one process, each command after the other: modules stay loaded, so each line covers the
+# commands before it too (a process a command took a second of start-up each)
 PROBE = textwrap.dedent("""
-    import sys
+    import json, sys
     from lbhash.cli import main
-    try:
-        main(sys.argv[1:])
-    except SystemExit as stop:
-        code = stop.code
-    print("exit", code, "torch", "torch" in sys.modules, file=sys.stderr)
+    for args in json.loads(sys.argv[1]):
+        try:
+            main(args)
+        except SystemExit as stop:
+            code = stop.code
+        print("probe", args, "exit", code, "torch", "torch" in sys.modules, file=sys.stderr)
 """)
 
 NO_MODEL = [
@@ -60,19 +64,30 @@ NO_MODEL = [
     ["search", "idx", "--codes", "q.npy", "-k", "3"],
     ["index", "remove", "idx", "--ids", "1,2"],
 ]
+TRAINS = ["train", "--help"]
 
 
-def test_commands_that_need_no_model_do_not_import_torch(codes_dir):
-    for args in NO_MODEL:  # in order: build before info, search and remove
-        done = subprocess.run([sys.executable, "-c", PROBE, *args], cwd=codes_dir, capture_output=True, text=True,
-                              timeout=600)
-        assert done.stderr.splitlines()[-1] == "exit 0 torch False", (args, done.stderr[-2000:])
+@pytest.fixture(scope="module")
+def probed(codes_dir):
+    """The probe's line of each command: NO_MODEL in order (build before info, search and remove),
+    then TRAINS, in one process."""
+    done = subprocess.run([sys.executable, "-c", PROBE, json.dumps([*NO_MODEL, TRAINS])], cwd=codes_dir,
+                          capture_output=True, text=True, timeout=600)
+    lines = [line for line in done.stderr.splitlines() if line.startswith("probe ")]
+    assert len(lines) == len(NO_MODEL) + 1, done.stderr[-2000:]
+    return lines, done.stderr[-2000:]
 
 
-def test_a_command_that_trains_imports_torch(codes_dir):
-    done = subprocess.run([sys.executable, "-c", PROBE, "train", "--help"], cwd=codes_dir, capture_output=True,
-                          text=True, timeout=600)
-    assert done.stderr.splitlines()[-1] == "exit 0 torch True"
+def test_commands_that_need_no_model_do_not_import_torch(probed):
+    lines, stderr = probed
+    for args, line in zip(NO_MODEL, lines):
+        assert line == f"probe {args} exit 0 torch False", (line, stderr)
+
+
+def test_a_command_that_trains_imports_torch(probed):
+    lines, stderr = probed
+    assert lines[-2].endswith("torch False")  # not loaded before it
+    assert lines[-1] == f"probe {TRAINS} exit 0 torch True", (lines[-1], stderr)
 
 
 def test_a_long_line_is_cut_at_a_word_with_an_ellipsis():

@@ -1,6 +1,8 @@
 """`make test-milvus` (and so CI) sets LBHASH_MILVUS_REQUIRED=1: a Milvus run that cannot reach a
 store must fail, not pass as skipped. Runs the Milvus suite's fixture in a child pytest with a
-server binary that does not exist, so no server is ever started here."""
+server binary that does not exist, so no server is ever started here. The child runs without
+conftest.py (PYTHONPATH gives it the shared helpers of tests/, as `make test-serve-env` does): the
+fixture uses nothing of it, and its session fixtures import the training stack (seconds a child)."""
 
 import os
 import subprocess
@@ -15,10 +17,11 @@ TESTS = Path(__file__).resolve().parents[1]
 def run_milvus_suite(tmp_path, required: bool) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("LBHASH_MILVUS_URI", "LBHASH_MILVUS_REQUIRED")}
     env["LBHASH_MILVUS_SERVER"] = str(tmp_path / "no-such-milvus-server")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS), env.get("PYTHONPATH")]))
     if required:
         env["LBHASH_MILVUS_REQUIRED"] = "1"
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "milvus",
-                           "-k", "writes_are_read_back", str(TESTS / "index" / "test_milvus.py")],
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--noconftest",
+                           "-m", "milvus", "-k", "writes_are_read_back", str(TESTS / "index" / "test_milvus.py")],
                           cwd=TESTS.parent, env=env, capture_output=True, text=True, timeout=120)
 
 
