@@ -64,6 +64,31 @@ def tiny_image_run(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def tiny_image_export(tiny_image_run, tmp_path_factory):
+    """(export, warnings): the tiny image run's export (RunDirectory.export: seconds of ONNX export),
+    made once per session for every worker, and the messages of the LbhashWarnings that making it
+    gave (a float32 run: none). Read it; copy it to change it."""
+    import json
+    import warnings
+
+    from lbhash.errors import LbhashWarning
+    from lbhash.runs import RunDirectory
+    from run_bank import built_once
+
+    def build(out):
+        out.mkdir(parents=True)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            RunDirectory(run).export(out / "export")
+        said = [str(w.message) for w in caught if issubclass(w.category, LbhashWarning)]
+        (out / "warnings.json").write_text(json.dumps(said))
+
+    _, run = tiny_image_run
+    made = built_once(shared_tmp(tmp_path_factory, "tiny-image-export") / "made", build)
+    return made / "export", json.loads((made / "warnings.json").read_text())
+
+
+@pytest.fixture(scope="session")
 def cifar_sample(tmp_path_factory) -> Path:
     """The first 100 training and 20 test JPEGs of each class of the shared CIFAR-10 tarball as a
     tree (train/CLASS/NNNN.jpg, test/CLASS/NNNN.jpg, the archive's names), cut once per session for

@@ -40,12 +40,10 @@ def digits_export(tmp_path_factory, runs):
 
 
 @pytest.fixture(scope="session")
-def image_export(tiny_image_run, tmp_path_factory):
-    """The session's tiny image run (CIFAR ResNet-8, 32 px PNGs) exported elsewhere."""
+def image_export(tiny_image_run, tiny_image_export):
+    """The session's tiny image run (CIFAR ResNet-8, 32 px PNGs) and its export (conftest's)."""
     tree, run = tiny_image_run
-    out = tmp_path_factory.mktemp("image-export") / "export"
-    RunDirectory(run).export(out)
-    return SimpleNamespace(tree=tree, run=run, export=out)
+    return SimpleNamespace(tree=tree, run=run, export=tiny_image_export[0])
 
 
 def run_items(run, encoder, batch):
