@@ -1,3 +1,4 @@
+import functools
 import subprocess
 import sys
 
@@ -51,6 +52,16 @@ def brute_min(codes):
     return int(d[~np.eye(len(d), dtype=bool)].min())
 
 
+@functools.lru_cache(maxsize=None)
+def generated(bits, classes, kind):
+    """generate_centers(bits, classes, kind=kind, cache=False), made once in this module for the tests
+    that only read it (read-only): it is deterministic (test_shape_values_and_determinism), and the
+    random kind's 1,000 draws, which auto makes too, take about a second at 100 classes."""
+    codes = generate_centers(bits, classes, kind=kind, cache=False)
+    codes.setflags(write=False)
+    return codes
+
+
 def check_center_array(codes, bits, classes):
     assert codes.dtype == np.int8 and codes.shape == (classes, bits)
     assert np.all((codes == 1) | (codes == -1))
@@ -62,7 +73,7 @@ def check_center_array(codes, bits, classes):
 @pytest.mark.parametrize("kind", ["bch", "auto"])
 @pytest.mark.parametrize("bits, classes", list(REFERENCE_TABLE))
 def test_reaches_ebch_column(bits, classes, kind):
-    codes = generate_centers(bits, classes, kind=kind, cache=False)
+    codes = generated(bits, classes, kind)
     check_center_array(codes, bits, classes)
     assert brute_min(codes) >= REFERENCE_TABLE[bits, classes]["bch"]
 
@@ -76,7 +87,7 @@ def test_reed_solomon_reaches_rs_column(bits, classes):
 
 @pytest.mark.parametrize("bits, classes", list(REFERENCE_TABLE))
 def test_random_is_near_random_column(bits, classes):
-    codes = generate_centers(bits, classes, kind="random", cache=False)
+    codes = generated(bits, classes, "random")
     check_center_array(codes, bits, classes)
     # A different draw may land one below the reference value.
     assert brute_min(codes) >= REFERENCE_TABLE[bits, classes]["random"] - 1
@@ -86,7 +97,7 @@ def test_random_is_near_random_column(bits, classes):
 def test_plotkin_bound_matches_table_and_caps_every_set(bits, classes):
     assert plotkin_bound(bits, classes) == REFERENCE_TABLE[bits, classes]["plotkin"]
     assert plotkin_bound(bits, classes) == (bits * classes) // (2 * (classes - 1))
-    codes = generate_centers(bits, classes, cache=False)
+    codes = generated(bits, classes, "auto")
     report = center_report(codes)
     assert report.min_distance <= report.plotkin_bound
     assert report.mean_distance <= bits * classes / (2 * (classes - 1))  # before the floor
@@ -97,8 +108,8 @@ def test_auto_is_the_best_kind_and_equals_its_winner():
     assert kind in CENTER_KINDS[1:]
     best = brute_min(codes)
     for other in ("bch", "reed_solomon", "random"):
-        assert brute_min(generate_centers(48, 100, kind=other, cache=False)) <= best
-    assert np.array_equal(codes, generate_centers(48, 100, kind=kind, cache=False))
+        assert brute_min(generated(48, 100, other)) <= best
+    assert np.array_equal(codes, generated(48, 100, kind))
 
 
 # --- hadamard ------------------------------------------------------------------------------
