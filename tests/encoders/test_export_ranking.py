@@ -227,6 +227,15 @@ def test_exporting_a_bf16_run_says_that_its_answers_will_differ(ranked, tmp_path
     lines = [str(w.message) for w in caught if issubclass(w.category, LbhashWarning)]
     assert len(lines) == 1 and "bf16" in lines[0] and "float32" in lines[0] and "\n" not in lines[0], lines
     assert ranked.export_warnings == []  # the float32 run's own export said nothing
+    # the manifest records the run's precision (it recorded fp32 for every run: the graph's model had its bf16
+    # turned off first), so that serving the export says so too, and the float32 run's export does not
+    assert json.loads((copy / MANIFEST).read_text())["run_precision"] == "bf16"
+    for where, says in ((copy, True), (ranked.export, False)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            ExportedEncoder.load(where)
+        said = [str(w.message) for w in caught if issubclass(w.category, LbhashWarning) and "bf16" in str(w.message)]
+        assert len(said) == int(says), said
 
 
 def test_the_tolerance_lets_near_ties_trade_places_and_nothing_else():

@@ -155,6 +155,9 @@ class RunDirectory:
             raise InputError(f"{out}: a directory that is not an export; refusing to write into it")
         encoder = self.encoder()
         manifest = _export_manifest(encoder)
+        # what the run's backbone computed in, read before the float32 graph is traced (_write_onnx turns the
+        # model's bf16 off): a bf16 run's export answers in float32, and serving it says so
+        manifest["run_precision"] = "bf16" if getattr(encoder.model_, "bf16_backbone", False) else "fp32"
         out.mkdir(parents=True, exist_ok=True)
         with atomic_path(out / MODEL) as tmp:
             _write_onnx(encoder, manifest, tmp)
@@ -162,8 +165,6 @@ class RunDirectory:
                             "input": INPUT_NAME, "output": OUTPUT_NAME,
                             # an image graph's second output: what the default ranking needs beside u
                             **({"embedding": EMBEDDING_NAME} if encoder.input_kind_ == "images" else {})}
-        # what the run's backbone computed in: a bf16 run's export answers in float32 (serving says so)
-        manifest["run_precision"] = "bf16" if getattr(encoder.model_, "bf16_backbone", False) else "fp32"
         write_json(out / EXPORTED, manifest)
         read_manifest(out)  # what a reader will check
         return out
