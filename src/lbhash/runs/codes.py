@@ -48,7 +48,7 @@ def item_embeddings(run_dir: str | Path, ids, data: str | None = None, progress:
     if cfg.input_kind != "images":
         return emb
     return item_embedding(emb, [embed_with_features(model, view_of(photos, view), ids, input_options(cfg), how)[1]
-                                for view, _ in item_views(ITEM_VIEW)])
+                                for view, _ in item_views(ITEM_VIEW)], ITEM_VIEW)
 
 
 def trained_set(run_dir: Path, split=None) -> np.ndarray:
@@ -105,7 +105,7 @@ def run_forward(sharded, run_dir: str | Path, items: EncodeItems, accelerator: s
             views = [sharded(fabric, model, view_of(photos, view), index, input_options(cfg),
                              _autocast(fabric.device, precision), progress)  # (every rank: a collective pass)
                      for view, _ in item_views(ITEM_VIEW)]
-            out = None if out is None else (out[0], item_embedding(out[1], [v[1] for v in views]))
+            out = None if out is None else (out[0], item_embedding(out[1], [v[1] for v in views], ITEM_VIEW))
         outs.append(out)
     leave_process_group(fabric)
     if outs[0] is None:
