@@ -121,8 +121,8 @@ def with_boundary_ties(index: Backend, queries: np.ndarray, dist: np.ndarray, id
     wide: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     if index.exact:
         reach = min(cap + 1, index.ntotal)
-        todo = np.flatnonzero(full)
-        for members in (todo[s:s + max(1, PAIRS // reach)] for s in range(0, len(todo), max(1, PAIRS // reach))):
+        todo, step = np.flatnonzero(full), max(1, PAIRS // reach)
+        for members in (todo[s:s + step] for s in range(0, len(todo), step)):
             near = index.search(queries[members], reach, None if rows is None else rows.take(members))
             for j, q in enumerate(members):
                 within = (near.ids[j] >= 0) & (near.distances[j] <= dist[q, -1])
