@@ -135,6 +135,8 @@ def main() -> None:
     parser.add_argument("--recipe", choices=sorted(RECIPES), default="frozen")
     parser.add_argument("--absent", type=int, default=None, help="20 JPEGs of each class from here on: in no index")
     parser.add_argument("--sweep", action="store_true", help="looks_like and the similarity's power, on OUT/idx")
+    parser.add_argument("--sweep-codes", action="store_true",
+                        help="the codes-alone ranking's looks_like and similarity power, on OUT/idx-codes")
     args = parser.parse_args()
     out = args.out
     photos, run = out / "photos", out / "run"
@@ -155,6 +157,8 @@ def main() -> None:
     print_tables(reports)
     if args.sweep:
         sweep(out / "idx", run, args.items, args.seed)
+    if args.sweep_codes:
+        sweep_codes(out / "idx-codes", run, args.items, args.seed)
     compared = out / "code-for-code.json"
     if not compared.exists():
         compared.write_text(json.dumps(code_for_code(out / "idx", run, args.items, args.seed)))
@@ -195,6 +199,31 @@ def sweep(index_dir: Path, run: Path, items: int, seed: int) -> None:
             for order in ("codes", "blend"):
                 print(f"power {power} looks_like {looks_like} {order}", line(measure(index, copies, order, looks_like)),
                       flush=True)
+
+
+def sweep_codes(index_dir: Path, run: Path, items: int, seed: int) -> None:
+    """recall@1 / class P@10 per edit of the two codes alone (no float rows: `--no-embeddings`) at looks_like
+    0.7-1.0 and the default (None: each query's own, lbhash.index.blend.agreeing_looks_like), the instance
+    code's similarity cubed and raw; the Hamming order's class P@10 beside them (the floor it must keep)."""
+    from lbhash.index import CodeIndex, blend
+    from lbhash.runs import index_inputs
+    from lbhash.runs.copies_evaluation import make_copies, measure
+
+    index = CodeIndex.load(index_dir)
+    copies = make_copies(index, index_inputs.query_encoder(run), items, seed)
+    floor = measure(index, copies, "hamming")
+    print("| power | looks_like | " + " | ".join(floor) + " | worst | P@10 below Hamming's |\n|---|---|" +
+          "---|" * (len(floor) + 2))
+    print("| - | Hamming | " + " | ".join(f"- / {m['class_p@10']:.3f}" for m in floor.values()) + " | | |")
+    for power in (3, 1):
+        blend.SIMILARITY_POWER = power
+        for looks_like in (None, 0.7, 0.8, 0.85, 0.9, 0.95, 1.0):
+            report = measure(index, copies, "codes", looks_like)
+            worst = min(m["recall@1"] for m in report.values())
+            below = [e for e, m in report.items() if m["class_p@10"] < floor[e]["class_p@10"]]
+            print(f"| {power} | {'default' if looks_like is None else looks_like} | " +
+                  " | ".join(f"{m['recall@1']:.3f} / {m['class_p@10']:.3f}" for m in report.values()) +
+                  f" | {worst:.3f} | {', '.join(below) or 'none'} |", flush=True)
 
 
 def print_tables(reports: dict) -> None:

@@ -47,6 +47,9 @@ LOOKS_LIKE_APART = 0.95
 AGREEING = 20
 CLASS_NEAR = 1 / 8
 LOOKS_LIKE_LEARNED = 0.95  # float rows in a learned transform's space (the cosine of copies spreads lower)
+# the two codes alone where the instance code is a learned one: fixed, not raised query by query (validation
+# photos: the raise to 0.9-0.95 put class P@10 below the Hamming order's; docs/results/copies.md, "Codes alone")
+LOOKS_LIKE_CODES_LEARNED = 0.85
 RECORD_KEY = "instance"  # an index's metadata: its transform's record (method, bits, SHA-256, what it was made from)
 # a hit is marked the same picture by the threshold calibrated on the index's own photos and kept in its
 # metadata under MARK_KEY (lbhash.runs.instance_learning); an index without one marks nothing

@@ -56,12 +56,13 @@ def expected_defaults() -> dict[tuple[str, str], str]:
     recommended, paper, benchmark = (method_defaults("csq", profile).recipe for profile in
                                      ("recommended", "paper", "benchmark"))
     assert paper.eval_every == benchmark.eval_every and paper.validation == benchmark.validation
-    from lbhash.instance import INSTANCE_BITS, LOOKS_LIKE, LOOKS_LIKE_APART, LOOKS_LIKE_CODES, LOOKS_LIKE_LEARNED
+    from lbhash.instance import (INSTANCE_BITS, LOOKS_LIKE, LOOKS_LIKE_APART, LOOKS_LIKE_CODES, LOOKS_LIKE_CODES_LEARNED,
+                                 LOOKS_LIKE_LEARNED)
     from lbhash.runs.copies_evaluation import evaluate_copies
 
     looks_like = (f"{LOOKS_LIKE_LEARNED} with float rows of a learned instance code, {LOOKS_LIKE} with other float "
-                  f"rows, {LOOKS_LIKE_CODES} with the codes alone, raised query by query up to {LOOKS_LIKE_APART} where a "
-                  "query's look-alikes do not share its class code")
+                  f"rows, {LOOKS_LIKE_CODES_LEARNED} with a learned instance code alone, {LOOKS_LIKE_CODES} with another, "
+                  f"raised query by query up to {LOOKS_LIKE_APART} where a query's look-alikes do not share its class code")
 
     duplicates = {name: p.default for name, p in inspect.signature(evaluate_copies).parameters.items()}
     return {

@@ -12,7 +12,8 @@ from index_reference import brute_agreeing, brute_blend, tied_items
 from lbhash.errors import InputError
 from lbhash.index import CodeIndex, Queries, SparseLabels, blended_search
 from lbhash.index.blend import SIMILARITY_POWER
-from lbhash.instance import LOOKS_LIKE, LOOKS_LIKE_APART, LOOKS_LIKE_CODES, MARK_KEY, InstanceTransform, check_instance_bits
+from lbhash.instance import (LOOKS_LIKE, LOOKS_LIKE_APART, LOOKS_LIKE_CODES, LOOKS_LIKE_CODES_LEARNED, MARK_KEY, RECORD_KEY,
+                             InstanceTransform, check_instance_bits)
 
 KINDS = [("flat", {}), ("ivf", {"nlist": 4, "nprobe": 2}), ("multihash", {"nhash": 1})]
 
@@ -160,6 +161,14 @@ def test_with_the_codes_alone_each_query_weighs_its_look_by_how_its_look_alikes_
     fixed = blended_search(index, Queries(q, instance=qi), 10, looks_like=LOOKS_LIKE_CODES)
     for r, (ids, scores) in enumerate(brute_blend(index, q, qi, 10, LOOKS_LIKE_CODES, 4, SIMILARITY_POWER)):
         assert fixed.ids[r].tolist() == ids.tolist()
+    # a learned instance code alone: LOOKS_LIKE_CODES_LEARNED for every query, not raised query by query
+    index.metadata[RECORD_KEY] = {"method": "learned"}
+    learned = blended_search(index, Queries(q, instance=qi), 10)
+    assert (weights != LOOKS_LIKE_CODES_LEARNED).any()  # (so that the two defaults rank differently)
+    for r, (ids, scores) in enumerate(brute_blend(index, q, qi, 10, LOOKS_LIKE_CODES_LEARNED, 4, SIMILARITY_POWER)):
+        assert learned.ids[r].tolist() == ids.tolist()
+        np.testing.assert_allclose(learned.scores[r], scores, atol=1e-12)
+    assert not np.array_equal(learned.scores, plain.scores)
 
 
 def test_the_blend_refuses_bad_parameters_in_one_line():

@@ -15,12 +15,14 @@ from lbhash.cli.index import backend_options
 from lbhash.errors import InputError
 from lbhash.limits import MAX_CLASS_ID, MAX_K
 from lbhash.runs.defaults import search_default
-from lbhash.runs.instance_codes import LOOKS_LIKE, LOOKS_LIKE_APART, LOOKS_LIKE_CODES, LOOKS_LIKE_LEARNED
+from lbhash.runs.instance_codes import (LOOKS_LIKE, LOOKS_LIKE_APART, LOOKS_LIKE_CODES, LOOKS_LIKE_CODES_LEARNED,
+                                       LOOKS_LIKE_LEARNED)
 
 # the --looks-like default as help prints it: it depends on what the index keeps
 LOOKS_LIKE_STATED = (f"{LOOKS_LIKE_LEARNED} with float rows of a learned instance code, {LOOKS_LIKE} with other "
-                     f"float rows, {LOOKS_LIKE_CODES} with the codes alone, raised query by query up to {LOOKS_LIKE_APART} "
-                     "where a query's look-alikes do not share its class code")
+                     f"float rows, {LOOKS_LIKE_CODES_LEARNED} with a learned instance code alone, {LOOKS_LIKE_CODES} with "
+                     f"another, raised query by query up to {LOOKS_LIKE_APART} where a query's look-alikes do not share "
+                     "its class code")
 
 
 def encoder_options(func):

@@ -31,8 +31,8 @@ from lbhash.index import _checks
 from lbhash.index.backend import PAD_DISTANCE, PAD_ID, Backend, Candidates, FloatQueries
 from lbhash.index.rescore import (PAIRS, RESCORE_FACTOR, check_embeddings, scoring_rows, unit_rows,
                                   with_boundary_ties)
-from lbhash.instance import (AGREEING, CLASS_NEAR, LOOKS_LIKE, LOOKS_LIKE_APART, LOOKS_LIKE_CODES, LOOKS_LIKE_LEARNED,
-                              learned_index, mark_rule)
+from lbhash.instance import (AGREEING, CLASS_NEAR, LOOKS_LIKE, LOOKS_LIKE_APART, LOOKS_LIKE_CODES,
+                              LOOKS_LIKE_CODES_LEARNED, LOOKS_LIKE_LEARNED, learned_index, mark_rule)
 from lbhash.limits import MAX_RESCORE_CANDIDATES
 
 BUDGET = 1 << 22        # gathered candidate values scored at a time
@@ -90,13 +90,14 @@ def check_looks_like(value, name: str = "looks_like") -> float:
 def default_looks_like(instance: bool, floats: bool = True, learned: bool = False) -> float:
     """`looks_like` where a search leaves it out: where the queries give instance codes, with `floats` (the
     cosine of float rows scores) `LOOKS_LIKE_LEARNED` for an index whose transform is `learned` (its float
-    rows are in the learned space) and `LOOKS_LIKE` for another, and `LOOKS_LIKE_CODES` without floats;
-    else `SIMILARITY_FIRST` (each chosen on validation photos: docs/search.md). Without floats the search
-    raises LOOKS_LIKE_CODES query by query (`agreeing_looks_like`)."""
+    rows are in the learned space) and `LOOKS_LIKE` for another, and without floats `LOOKS_LIKE_CODES_LEARNED`
+    for a learned transform, `LOOKS_LIKE_CODES` for another; else `SIMILARITY_FIRST` (each chosen on validation
+    photos: docs/search.md). Without floats and with an unlearned transform, the search raises
+    LOOKS_LIKE_CODES query by query (`agreeing_looks_like`)."""
     if not instance:
         return SIMILARITY_FIRST
     if not floats:
-        return LOOKS_LIKE_CODES
+        return LOOKS_LIKE_CODES_LEARNED if learned else LOOKS_LIKE_CODES
     return LOOKS_LIKE_LEARNED if learned else LOOKS_LIKE
 
 
@@ -117,8 +118,9 @@ def blended_search(index: Backend, queries: Queries, k, labels=None, factor=RESC
     inst = _instance_queries(index, queries.instance, len(codes))
     units = _query_units(index, queries.embeddings, len(codes), inst is not None)
     learned = learned_index(getattr(index, "metadata", None))
-    # left out, with the two codes alone: each query's own, from its candidates (`agreeing_looks_like`)
-    by_query = looks_like is None and inst is not None and units is None
+    # left out, with the two codes alone of an unlearned transform: each query's own, from its candidates
+    # (`agreeing_looks_like`)
+    by_query = looks_like is None and inst is not None and units is None and not learned
     looks_like = default_looks_like(inst is not None, units is not None, learned) if looks_like is None \
         else check_looks_like(looks_like)
     center = queries.center

@@ -13,10 +13,12 @@ import numpy as np
 
 from lbhash.errors import InputError
 from lbhash.index.blend import default_looks_like
-from lbhash.instance import (FILE_NAME, INSTANCE_BITS, LOOKS_LIKE, LOOKS_LIKE_APART, LOOKS_LIKE_CODES, LOOKS_LIKE_LEARNED, RECORD_KEY,
+from lbhash.instance import (FILE_NAME, INSTANCE_BITS, LOOKS_LIKE, LOOKS_LIKE_APART, LOOKS_LIKE_CODES, LOOKS_LIKE_CODES_LEARNED,
+                              LOOKS_LIKE_LEARNED, RECORD_KEY,
                              InstanceTransform, check_instance_bits, mark_rule, mark_summary)
 
-__all__ = ["INSTANCE_BITS", "default_looks_like", "mark_summary", "LOOKS_LIKE", "LOOKS_LIKE_APART", "LOOKS_LIKE_CODES", "LOOKS_LIKE_LEARNED", "ITEM_VIEW_KEY", "attach", "fit_transform", "index_transform", "payload_of"]
+__all__ = ["INSTANCE_BITS", "default_looks_like", "mark_summary", "LOOKS_LIKE", "LOOKS_LIKE_APART", "LOOKS_LIKE_CODES", "LOOKS_LIKE_CODES_LEARNED",
+           "LOOKS_LIKE_LEARNED", "ITEM_VIEW_KEY", "attach", "fit_transform", "index_transform", "payload_of"]
 
 logger = logging.getLogger("lbhash")
 

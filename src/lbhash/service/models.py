@@ -7,7 +7,8 @@ from typing import Annotated
 from fastapi import UploadFile
 from pydantic import BaseModel, ConfigDict, Field, Strict
 
-from lbhash.runs.instance_codes import LOOKS_LIKE, LOOKS_LIKE_APART, LOOKS_LIKE_CODES, LOOKS_LIKE_LEARNED
+from lbhash.runs.instance_codes import (LOOKS_LIKE, LOOKS_LIKE_APART, LOOKS_LIKE_CODES, LOOKS_LIKE_CODES_LEARNED,
+                                       LOOKS_LIKE_LEARNED)
 
 # Numbers in a request are JSON numbers: `true` is not class 1, "3" and 3.0 are not id 3
 Int = Annotated[int, Strict()]
@@ -49,7 +50,8 @@ class SearchRequest(_Strict):
         None, ge=0, le=1, description="The ranking from 0 (same class first) to 1 (looks like first) (default "
                                       f"{LOOKS_LIKE_LEARNED} where the index keeps a learned instance code and its "
                                       f"float rows, {LOOKS_LIKE} where it keeps other instance codes and float rows, "
-                                      f"{LOOKS_LIKE_CODES} with instance codes alone, raised query by query up to "
+                                      f"{LOOKS_LIKE_CODES_LEARNED} with a learned instance code alone, "
+                                      f"{LOOKS_LIKE_CODES} with other instance codes alone, raised query by query up to "
                                       f"{LOOKS_LIKE_APART} where a query's look-alikes do not share its class "
                                       "code, else 1; docs/search.md, "
                                       "\"Ranking\").")
