@@ -12,7 +12,7 @@ import torch
 
 from helpers import Killed, colour_class_images, stop_before_the_first_epoch
 from lbhash.data import InputOptions, load_data
-from lbhash.data import feature_cache
+from lbhash.data import feature_cache, feature_shards
 from lbhash.data.feature_cache import backbone_features, weights_sha256
 from lbhash.data.edits import grayscale
 from lbhash.data.views import blurred, framed_view, view_of
@@ -51,30 +51,31 @@ def test_computed_once_and_keyed_by_weights_transform_andcolour_class_images(tmp
         torch.testing.assert_close(torch.from_numpy(first[[5, 6]]), lite0(x), atol=1e-5, rtol=1e-5)
     np.testing.assert_array_equal(backbone_features(data, lite0, None, OPTIONS), first)
     assert count.images == 48  # from the cache
-    backbone_features(data, lite0, [3, 1], OPTIONS)  # other items: another entry
-    assert count.images == 50
+    np.testing.assert_array_equal(backbone_features(data, lite0, [3, 1], OPTIONS), first[[3, 1]])
+    assert count.images == 48  # a part of the set: its photos' rows of the cache (test_feature_cache_growth.py)
     backbone_features(data, lite0, None, OPTIONS._replace(image_size=72))  # another transform
-    assert count.images == 98
+    assert count.images == 96
     other = create_backbone("efficientnet_lite0", pretrained="imagenet").eval()
     with torch.no_grad():
         other._bn1.bias.add_(0.01)  # other weights
     assert weights_sha256(other) != weights_sha256(lite0)
     backbone_features(data, other, None, OPTIONS)
-    assert count.images == 146
+    assert count.images == 144
     changed = colour_class_images(tmp_path / "b.npz")
     arrays = dict(np.load(changed))
-    arrays["images"][7, 0, 0, 0] ^= 1  # one pixel of one image
+    arrays["images"][7, 0, 0, 0] ^= 1  # one pixel of one image: that image alone is computed again
     np.savez(changed, **arrays)
-    backbone_features(load_data(f"image-array:{changed}"), lite0, None, OPTIONS)
-    assert count.images == 194
+    again = backbone_features(load_data(f"image-array:{changed}"), lite0, None, OPTIONS)
+    assert count.images == 145
+    np.testing.assert_array_equal(np.delete(again, 7, 0), np.delete(first, 7, 0))
 
 
 def test_a_corrupt_entry_is_computed_again_and_an_unwritable_cache_keeps_features_in_memory(
         tmp_path, lite0, monkeypatch, caplog):
     data = load_data(f"image-array:{colour_class_images(tmp_path / 'a.npz', seed=1)}")
     first = backbone_features(data, lite0, None, OPTIONS)
-    entries = [p for p in (feature_cache.cache_root() / "features").iterdir()
-               if (p / "meta.json").is_file() and json.loads((p / "meta.json").read_text())["shape"] == [48, 1280]]
+    entries = [p.parent for p in (feature_cache.cache_root() / "features").glob("*/*/meta.json")
+               if json.loads(p.read_text())["shape"] == [48, 1280]]
     entry = max(entries, key=lambda p: p.stat().st_mtime_ns)
     with open(entry / "features.npy", "r+b") as fh:  # flip bytes inside the array
         fh.seek(-64, 2)
@@ -88,7 +89,7 @@ def test_a_corrupt_entry_is_computed_again_and_an_unwritable_cache_keeps_feature
     def refuse(tmp, path):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(feature_cache, "_publish", refuse)
+    monkeypatch.setattr(feature_shards, "_publish", refuse)
     caplog.clear()
     data2 = load_data(f"image-array:{colour_class_images(tmp_path / 'c.npz', seed=2)}")
     with caplog.at_level(logging.WARNING, logger="lbhash"):
@@ -150,7 +151,7 @@ def test_the_same_image_gets_the_same_code_on_every_path(frozen_run, monkeypatch
     every = RunDirectory(root / "run").encode(progress=False)  # `lbhash encode`: the cached features
     assert count.images == 0
     indexed = run_codes(root / "run", part="all")  # `lbhash index build --part all`
-    assert count.images == 0
+    assert count.images == 3 * 48  # the photos' blurred, grayscale and framed views, once; the photos: cached
     np.testing.assert_array_equal(every["codes"][stored["db_ids"]], stored["db_codes"])
     np.testing.assert_array_equal(every["codes"][stored["query_ids"]], stored["query_codes"])
     np.testing.assert_array_equal(indexed["codes"], every["codes"])
@@ -163,7 +164,7 @@ def test_the_same_image_gets_the_same_code_on_every_path(frozen_run, monkeypatch
     stop_before_the_first_epoch(monkeypatch)
     with pytest.raises(Killed):
         RunDirectory(root / "again").train(cfg.replace(seed=1))
-    assert count.images == 0
+    assert count.images == 3 * 48
 
 
 def test_encoding_other_images_computes_their_features_once(frozen_run, tmp_path, monkeypatch):
@@ -183,20 +184,30 @@ def test_index_build_reads_the_runs_features_from_the_cache_in_one_pass(frozen_r
                                                                          part):
     """`index build` of a frozen run computed its database's features again (the cache entry is keyed
     by the whole set training extracted, and the database is part of it) and, with --part all, made
-    two passes, each printing its cache lines (issue 69, item 9)."""
+    two passes, each printing its cache lines (issue 69, item 9). Its photos' views go through the
+    cache too (issue 89, item 5): a second build computes nothing."""
     from lbhash.data import load_split
     from lbhash.runs.index_dir import IndexLocation, build_index
     from lbhash.runs.encoder import load_run_model
 
     root, data, cfg, _ = frozen_run
+    split = load_split(root / "run" / "split.npz")
+    ids = np.arange(48) if part == "all" else split.database
+    n = len(ids)
     count = Counting(monkeypatch)
     caplog.set_level(logging.INFO, logger="lbhash")
     built = build_index(root / "run", IndexLocation(str(tmp_path / "idx")), part=part)
-    assert count.images == 0
-    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("backbone features:")]
-    assert len(lines) == 1 and "from the cache" in lines[0], lines
-    split = load_split(root / "run" / "split.npz")
-    ids = np.arange(48) if part == "all" else split.database
+    lines = [m for m in caplog.messages if m.startswith("backbone features:") and f" of {n} images from the cache" in m]
+    photo, *views = lines
+    assert photo == f"backbone features: {n} of {n} images from the cache, 0 to compute (efficientnet_lite0)", lines
+    assert [line.split("(")[1] for line in views] == [  # one pass per view, each through the cache
+        "efficientnet_lite0, blurred view)", "efficientnet_lite0, grayscale view)", "efficientnet_lite0, framed view)"]
+    assert count.images == sum(int(line.split(", ")[1].split()[0]) for line in views) <= 3 * n
+    if part == "all":  # (once: a build costs seconds)
+        build_index(root / "run", IndexLocation(str(tmp_path / "again")), part=part)
+        assert count.images == sum(int(line.split(", ")[1].split()[0]) for line in views)  # nothing more
+        np.testing.assert_array_equal(np.load(tmp_path / "again" / "embeddings.npy"),
+                                      np.load(tmp_path / "idx" / "embeddings.npy"))
     assert built.count == len(ids)
     ids = np.sort(ids)  # the index keeps its rows in id order
     np.testing.assert_array_equal(np.load(tmp_path / "idx" / "ids.npy"), ids)

@@ -176,12 +176,12 @@ def test_a_bf16_backbone_gives_the_head_float32_features_close_to_float32():
 
 def test_bf16_features_have_their_own_cache_entries(images):
     from lbhash.data import InputOptions
-    from lbhash.data.feature_cache import _entry_key
+    from lbhash.data.feature_cache import space_key
 
     backbone = create_image_model("resnet8", 16).backbone
     options = InputOptions(32, "cifar", 0, True)
-    assert "precision" not in _entry_key(backbone, options, {"n": 1}, False)  # float32 keys as before
-    assert _entry_key(backbone, options, {"n": 1}, True)["precision"] == "bf16"
+    assert space_key(backbone, options, False)["precision"] == "fp32"
+    assert space_key(backbone, options, True)["precision"] == "bf16"
     assert np.all(np.isfinite(backbone(torch.zeros(1, 3, 32, 32)).detach().numpy()))
 
 

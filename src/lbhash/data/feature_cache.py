@@ -1,17 +1,17 @@
-"""A frozen backbone's pooled features, computed once per (weights, transform, images) and kept.
+"""A frozen backbone's pooled features, computed once per (weights, transform, view, photo) and kept.
 
 With a frozen backbone every epoch would push the same images through the same network, so the
-features are cached on disk (`<cache dir>/features/<key hash>/`: features.npy and meta.json) and
-reused by later epochs, runs, `lbhash encode`, `lbhash index build` and the service. The key
-hashes the backbone's weights, its name, the evaluation transform and the images; entries are
-checked, built and replaced as the pixel cache's are (lbhash.data.pixel_cache, whose helpers
-it shares), and a cache that cannot be written keeps the features in memory.
+features are cached on disk, a row per photo (lbhash.data.feature_shards: `<cache dir>/features/
+<space>/<shard>/`), and reused by later epochs, runs, `lbhash encode`, `lbhash index build` and the
+service. A space's key (`space_key`) hashes the backbone's weights and name, the evaluation
+transform, the precision and the view; a photo's, its file's bytes or its pixels. A request reads
+the photos it finds and computes only the others (a folder that grew by 10 photos computes 10),
+and a cache that cannot be written keeps the features in memory.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import time
 from dataclasses import dataclass
@@ -19,14 +19,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from lbhash.data import feature_shards
 from lbhash.data.base import EpochShard, ForwardPass, HashDataset, InputOptions, check_indices
-from lbhash.data.pixel_cache import CacheUnavailable, _publish, cache_root, read_entry, source_fingerprint, write_entry
+from lbhash.data.pixel_cache import CacheUnavailable, cache_root
 from lbhash.errors import InputError
 from lbhash.models.registry import IMAGENET_MEAN, IMAGENET_STD
 
-FORMAT = 1
 PROGRESS_EVERY = 30.0  # seconds between progress lines when no bar is shown
 PROGRESS_FIRST = 10.0  # seconds to the first of them (a line says the extraction started)
+_PROBE = np.random.default_rng(0).integers(0, 256, (29, 37, 3), dtype=np.uint8)  # a view's fingerprint: its output
 _LOG = logging.getLogger("lbhash")
 
 
@@ -40,53 +41,80 @@ def weights_sha256(module: torch.nn.Module) -> str:
     return digest.hexdigest()
 
 
-def images_key(dataset, idx: np.ndarray) -> dict:
-    """What identifies the images at `idx`: their decoded pixels' hash, or the source's fingerprint."""
-    if dataset.preload(progress=False):
-        digest = hashlib.sha256()
-        for start in range(0, len(idx), 4096):
-            digest.update(np.ascontiguousarray(dataset.pixels[idx[start:start + 4096]]).tobytes())
-        return {"pixels_sha256": digest.hexdigest(), "shape": list(dataset.pixels.shape[1:]), "n": len(idx)}
-    return {"source": source_fingerprint(dataset.source),
-            "items_sha256": hashlib.sha256(idx.astype("<i8").tobytes()).hexdigest()}
-
-
-def _entry_key(backbone, options: InputOptions, images: dict, bf16: bool) -> dict:
+def space_key(backbone, options: InputOptions, bf16: bool, dataset=None) -> dict:
+    """What every photo's features in one space share: the backbone's name and weights, the evaluation
+    transform, the precision and, for a view's data set (lbhash.data.views), the view: its name and the
+    SHA-256 of what it makes of a fixed probe image, so that a view whose parameters changed (a blur's
+    sigma, a frame's share) gets a space of its own."""
     transform = {"preset": options.transform, "image_size": options.image_size,
                  "mean": IMAGENET_MEAN, "std": IMAGENET_STD}
-    key = {"format": FORMAT, "backbone": getattr(backbone, "name", type(backbone).__name__),
-           "weights_sha256": weights_sha256(backbone), "transform": transform, "images": images}
-    if bf16:  # float32 entries keep the key they always had
-        key["precision"] = "bf16"
+    key = {"format": feature_shards.FORMAT, "backbone": getattr(backbone, "name", type(backbone).__name__),
+           "weights_sha256": weights_sha256(backbone), "transform": transform,
+           "precision": "bf16" if bf16 else "fp32"}
+    view = getattr(dataset, "view", None)
+    if view is not None:
+        seen = np.ascontiguousarray(view(_PROBE.copy()))
+        key["view"] = {"name": getattr(view, "__qualname__", type(view).__name__),
+                       "probe_sha256": hashlib.sha256(f"{seen.shape}".encode() + seen.tobytes()).hexdigest()}
     return key
 
 
 def backbone_features(dataset, backbone: torch.nn.Module, indices, options: InputOptions,
                       how: ForwardPass = ForwardPass(), bf16: bool = False) -> np.ndarray:
-    """The backbone's pooled float32 features (len(indices), D) of the items at `indices`, cached or computed
-    (and cached) now, on `how.device` with its progress bar and batch size; `bf16`: under bf16 autocast
-    (HashModel's bf16_backbone). `how.autocast` is not used: the precision keys the entry, so `bf16` alone sets it."""
+    """The backbone's pooled float32 features (len(indices), D) of the items at `indices`: those of photos
+    the cache holds read from it, the others computed now (on `how.device` with its progress bar and
+    batch size) and cached; `bf16`: under bf16 autocast (HashModel's bf16_backbone). `how.autocast` is
+    not used: the precision keys the space, so `bf16` alone sets it."""
     idx = check_indices(dataset, indices)
-    if getattr(dataset, "pixels", True) is None and getattr(dataset, "source", None) is not None:
-        _LOG.info("backbone features: decoding the %d images of %s first (their pixels key the feature cache)",
-                  len(dataset), dataset.name)
-    key = _entry_key(backbone, options, images_key(dataset, idx), bf16)
-    path = cache_root() / "features" / hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
+    if not len(idx):
+        return _compute(dataset, backbone, idx, options, how, bf16)
+    key = space_key(backbone, options, bf16, dataset)
+    space = feature_shards.space_dir(cache_root(), key)
+    digests = feature_shards.photo_digests(dataset, idx)
     try:
-        cached = _open_entry(path, len(idx))
+        features, found, used = feature_shards.lookup(space, digests)
     except CacheUnavailable as why:
         _LOG.warning("%s: the feature cache cannot be used: %s; computing in memory", cache_root(), why)
-        cached, path = None, None
-    if cached is not None:
-        _LOG.info("backbone features: %d items from the cache (%s)", len(idx), path.name)
-        return cached
-    features = _compute(dataset, backbone, idx, options, how, bf16)
-    if path is not None:
-        try:
-            _write_entry(path, features, key)
-        except CacheUnavailable as why:
-            _LOG.warning("%s: the feature cache cannot be written: %s; the features stay in memory", cache_root(), why)
+        features, found, used, space = None, np.zeros(len(idx), bool), [], None
+    # each photo computed once however often it is asked for (one file twice in a folder), in the
+    # items' order (np.unique sorts by digest), which keeps the data set's reads in order
+    unique, first, again = np.unique(digests[~found], axis=0, return_index=True, return_inverse=True)
+    order = np.argsort(first)
+    rank = np.empty(len(unique), np.int64)
+    rank[order] = np.arange(len(unique))
+    missing = np.flatnonzero(~found)[first[order]]
+    _LOG.info("backbone features: %d of %d images from the cache, %d to compute (%s%s)", int(found.sum()), len(idx),
+              len(missing), getattr(backbone, "name", type(backbone).__name__), _view_name(key))
+    if len(missing):
+        computed = _compute(dataset, backbone, idx[missing], options, how, bf16)
+        if features is None:
+            features = np.empty((len(idx), computed.shape[1]), np.float32)
+        features[~found] = computed[rank[again.reshape(-1)]]
+    if space is not None and (len(missing) or len(used) > feature_shards.MAX_SHARDS):
+        _store(space, key, digests, features, missing, used)
     return features
+
+
+def _view_name(key: dict) -> str:
+    return f", {key['view']['name'].removesuffix('_view')} view" if "view" in key else ""
+
+
+def _store(space, key: dict, digests: np.ndarray, features: np.ndarray, missing: np.ndarray, used: list) -> None:
+    """Cache the photos just computed as a shard; where the request read more than MAX_SHARDS shards,
+    all its photos as one shard instead, in place of those it read (feature_shards: the growth rule)."""
+    merge = len(used) + bool(len(missing)) > feature_shards.MAX_SHARDS
+    if merge:
+        _, rows = np.unique(digests, axis=0, return_index=True)
+    else:
+        rows = missing
+    try:
+        path = feature_shards.write_shard(space, digests[rows], features[rows], key)
+    except CacheUnavailable as why:
+        _LOG.warning("%s: the feature cache cannot be written: %s; the features stay in memory", cache_root(), why)
+        return
+    if merge:
+        feature_shards.retire(used, keep=path)
+        _LOG.info("backbone features: %d cached shards merged into one of %d images", len(used), len(rows))
 
 
 @torch.inference_mode()
@@ -127,24 +155,6 @@ def _compute(dataset, backbone, idx: np.ndarray, options: InputOptions, how: For
     if not np.isfinite(features).all():
         raise InputError(f"{dataset.name}: the backbone gave non-finite features (check the weights)")
     return features
-
-
-def _open_entry(path, n: int) -> np.ndarray | None:
-    def load(file) -> np.ndarray:
-        features = np.load(file, allow_pickle=False)
-        if features.dtype != np.float32 or features.ndim != 2 or len(features) != n:
-            raise ValueError(f"holds {features.dtype} {features.shape}, expected {n} rows of float32")
-        return features
-
-    return read_entry(path, "features.npy", FORMAT, "", load, "feature cache entry is unusable (%s); computing it again")
-
-
-def _write_entry(path, features: np.ndarray, key: dict) -> None:
-    def write(tmp) -> dict:
-        np.save(tmp / "features.npy", features, allow_pickle=False)
-        return {**key, "shape": list(features.shape)}
-
-    write_entry(path, "features.npy", "", write, _publish, "{reason}", "{reason}")
 
 
 @dataclass(eq=False)
@@ -199,22 +209,10 @@ class FrozenFeatures(HashDataset):
 
 
 def with_frozen_features(dataset, backbone, indices, options: InputOptions, how: ForwardPass = ForwardPass(),
-                         bf16: bool = False, home=None) -> FrozenFeatures:
+                         bf16: bool = False) -> FrozenFeatures:
     """`dataset` whose items at `indices` give the frozen backbone's (cached) features (`backbone_features`,
-    with `how` and `bf16`). `home`: the items whose features were cached as one entry (a run's training
-    set, on its own data): the requested items inside it are read from that entry, the others computed
-    (and cached) as their own. An entry is keyed by its whole set of images, so asking for a part of it
-    would miss."""
+    with `how` and `bf16`); any items of any data set: the cache finds each photo by its own key."""
     idx = np.unique(check_indices(dataset, indices))
-    parts = [idx]
-    if home is not None:
-        home = np.unique(np.asarray(home, np.int64))
-        if len(home) and home[0] >= 0 and home[-1] < len(dataset) and np.isin(idx, home).any():
-            parts = [p for p in (home, np.setdiff1d(idx, home)) if len(p)]
-    features = [backbone_features(dataset, backbone, part, options, how, bf16) for part in parts]
     rows = np.full(len(dataset), -1, dtype=np.int64)
-    offset = 0
-    for part in parts:
-        rows[part] = np.arange(offset, offset + len(part))
-        offset += len(part)
-    return FrozenFeatures(dataset, np.concatenate(features), rows)
+    rows[idx] = np.arange(len(idx))
+    return FrozenFeatures(dataset, backbone_features(dataset, backbone, idx, options, how, bf16), rows)

@@ -40,22 +40,21 @@ def item_embeddings(run_dir: str | Path, ids, data: str | None = None, progress:
     spec = data or run_data_spec(run_dir, cfg)
     photos = conform_dataset(form, load_data(spec, labels_required=False), spec)
     ids = np.asarray(ids, np.int64)
-    dataset, how = photos, ForwardPass(progress=progress)
-    if cfg.input_kind == "images" and cfg.model.freeze_backbone:  # the cached features, computed once
-        dataset = with_frozen_features(photos, model.backbone, ids, input_options(cfg), how, model.bf16_backbone,
-                                       home=trained_set(run_dir))
-    emb = embed_with_features(model, dataset, ids, input_options(cfg), how)[1]
+    how = ForwardPass(progress=progress)
+    emb = embed_with_features(model, _frozen(photos, model, cfg, ids, how), ids, input_options(cfg), how)[1]
     if cfg.input_kind != "images":
         return emb
-    return item_embedding(emb, [embed_with_features(model, view_of(photos, view), ids, input_options(cfg), how)[1]
+    return item_embedding(emb, [embed_with_features(model, _frozen(view_of(photos, view), model, cfg, ids, how), ids,
+                                                    input_options(cfg), how)[1]
                                 for view, _ in item_views(ITEM_VIEW)], ITEM_VIEW)
 
 
-def trained_set(run_dir: Path, split=None) -> np.ndarray:
-    """The items whose features training cached as one entry (lbhash.train.builder's `used`: every
-    part of the run's split), positions in its own data."""
-    split = split if split is not None else load_split(Path(run_dir) / SPLIT)
-    return np.concatenate([split.train, split.query, split.database, split.validation])
+def _frozen(photos, model, cfg, ids, how: ForwardPass):
+    """`photos` (or a view of them) with a frozen backbone's cached features of the items at `ids` (each
+    photo computed once, then read from the feature cache), else as they are."""
+    if cfg.input_kind == "images" and cfg.model.freeze_backbone:
+        return with_frozen_features(photos, model.backbone, ids, input_options(cfg), how, model.bf16_backbone)
+    return photos
 
 
 @dataclass(frozen=True)
@@ -95,15 +94,12 @@ def run_forward(sharded, run_dir: str | Path, items: EncodeItems, accelerator: s
     model.to(fabric.device)  # image models keep their channels-last layout
     outs = []
     for photos, index in inputs:
-        dataset = photos
-        if cfg.input_kind == "images" and cfg.model.freeze_backbone:  # the cached features, computed once
-            how = ForwardPass(fabric.device, progress=progress and fabric.is_global_zero)
-            dataset = with_frozen_features(photos, model.backbone, index, input_options(cfg), how,
-                                           model.bf16_backbone, home=trained_set(run_dir, split) if own else None)
+        how = ForwardPass(fabric.device, progress=progress and fabric.is_global_zero)
+        dataset = _frozen(photos, model, cfg, index, how)
         out = sharded(fabric, model, dataset, index, input_options(cfg), _autocast(fabric.device, precision), progress)
         if sharded is embed_sharded and cfg.input_kind == "images":  # the embeddings an index keeps: every view
-            views = [sharded(fabric, model, view_of(photos, view), index, input_options(cfg),
-                             _autocast(fabric.device, precision), progress)  # (every rank: a collective pass)
+            views = [sharded(fabric, model, _frozen(view_of(photos, view), model, cfg, index, how), index,
+                             input_options(cfg), _autocast(fabric.device, precision), progress)  # (every rank)
                      for view, _ in item_views(ITEM_VIEW)]
             out = None if out is None else (out[0], item_embedding(out[1], [v[1] for v in views], ITEM_VIEW))
         outs.append(out)
