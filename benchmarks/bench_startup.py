@@ -12,12 +12,16 @@ run, `train --resume` (finished: nothing to do), `encode` of the 5 rows, `search
 times torch's import alone, without the collection Python runs at exit over all of its objects
 (`gc.freeze` at exit, as the `lbhash` command does; lbhash.cli): the least a command that imports
 torch can take. CPU seconds (user + system) approach the wall-clock time of an idle machine
-when the machine is busy.
+when the machine is busy. The first line says how many of lbhash's modules have no current bytecode
+(`__pycache__`): with PYTHONDONTWRITEBYTECODE set, Python compiles those in every process (`make install`
+compiles them once).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
 import resource
 import statistics
 import subprocess
@@ -39,6 +43,25 @@ RUN_COMMANDS = [["train", "--out", "run", "--resume"],
                 ["index", "info", "run-idx"]]
 RUN = "import sys; from lbhash.cli import main; main(sys.argv[1:])"
 TORCH_ALONE = "import atexit, gc, torch; atexit.register(gc.freeze)"
+
+
+def stale_bytecode() -> tuple[int, int]:
+    """(lbhash's modules whose bytecode is missing or older than their source, all of its modules)."""
+    import lbhash
+
+    sources = sorted(Path(lbhash.__file__).parent.rglob("*.py"))
+    stale = 0
+    for source in sources:
+        cached = Path(importlib.util.cache_from_source(str(source)))
+        try:
+            header = cached.read_bytes()[:16]
+        except OSError:
+            stale += 1
+            continue
+        stat = source.stat()  # a timestamp pyc's header: magic, flags, source mtime, source size
+        stale += header[8:16] != (int(stat.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little") + \
+            (stat.st_size & 0xFFFFFFFF).to_bytes(4, "little")
+    return stale, len(sources)
 
 
 def children_cpu() -> float:
@@ -85,6 +108,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     args = parse_args(parser, repeat=1)
     repeat = args.repeat
+    stale, modules = stale_bytecode()
+    print(f"lbhash modules without current bytecode: {stale} of {modules}; PYTHONDONTWRITEBYTECODE "
+          f"{'set: each process compiles those' if os.environ.get('PYTHONDONTWRITEBYTECODE') else 'unset'}")
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         setup(work, warm=not args.smoke)
