@@ -4,7 +4,7 @@ An index of `--items` items with a 256-bit instance code each (random bits: dist
 spread) and no float rows; the last `--copies` items are copies of seeded others, each its original's
 code with `--flips` random bits flipped. Saved and loaded back (its codes memory-mapped, a main segment:
 at 262,144 items and more its instance candidates come from the chunk tables, lbhash.index._lookup).
-Then `lbhash.runs.duplicates.index_groups` at a share of 0.1 of the bits (a pair within 25 bits), the
+Then `lbhash.indexes.duplicates.index_groups` at a share of 0.1 of the bits (a pair within 25 bits), the
 reference being the same items' instance searches alone (`CodeIndex.instance_search`, top 11, in chunks
 of 1,024: the search the job is made of) timed in the same run. Prints the items per second of each,
 their ratio, the planted pairs found, the other pairs, and the process's peak memory (VmHWM).
@@ -26,9 +26,9 @@ import numpy as np
 from _smoke import parse_args
 from lbhash.index import CodeIndex
 from lbhash.instance import InstanceTransform
-from lbhash.runs.duplicates import CHUNK, K, index_groups
-from lbhash.runs.index_dir import open_index
-from lbhash.runs.instance_codes import attach
+from lbhash.indexes.duplicates import CHUNK, K, index_groups
+from lbhash.indexes.index_dir import open_index
+from lbhash.indexes.instance_codes import attach
 
 BITS = 256
 SLICE = 100_000

@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from encode_rates import encode_rates  # noqa: E402
 from lbhash.index import CodeIndex, Queries, SearchOptions, plan_search  # noqa: E402
-from lbhash.runs.index_store import IndexStore  # noqa: E402
+from lbhash.serving.index_store import IndexStore  # noqa: E402
 from service_load import churn_loop, request_bytes, search_load  # noqa: E402
 from _smoke import parse_args  # beside this script
 

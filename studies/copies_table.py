@@ -95,9 +95,9 @@ def code_for_code(index_dir: Path, run: Path, items: int, seed: int) -> dict:
     from lbhash.data.edits import EDITS, edited
     from lbhash.data.image_sources import decode_image
     from lbhash.index import CodeIndex
-    from lbhash.runs import index_inputs
-    from lbhash.runs.copies_evaluation import make_copies
-    from lbhash.runs.origins import DataImages, read_sources
+    from lbhash.indexes import index_inputs
+    from lbhash.serving.copies_evaluation import make_copies
+    from lbhash.indexes.origins import DataImages, read_sources
 
     index = CodeIndex.load(index_dir)
     copies = make_copies(index, index_inputs.query_encoder(run), items, seed, tuple(EDITS))
@@ -182,8 +182,8 @@ def sweep(index_dir: Path, run: Path, items: int, seed: int) -> None:
     """recall@1 / class P@10 per edit of both codes and the blend at looks_like 0.5-1.0, the similarity
     cubed (the default) and raw (lbhash.index.blend.SIMILARITY_POWER)."""
     from lbhash.index import CodeIndex, blend
-    from lbhash.runs import index_inputs
-    from lbhash.runs.copies_evaluation import make_copies, measure
+    from lbhash.indexes import index_inputs
+    from lbhash.serving.copies_evaluation import make_copies, measure
 
     index = CodeIndex.load(index_dir)
     copies = make_copies(index, index_inputs.query_encoder(run), items, seed)
@@ -206,8 +206,8 @@ def sweep_codes(index_dir: Path, run: Path, items: int, seed: int) -> None:
     0.7-1.0 and the default (None: each query's own, lbhash.index.blend.agreeing_looks_like), the instance
     code's similarity cubed and raw; the Hamming order's class P@10 beside them (the floor it must keep)."""
     from lbhash.index import CodeIndex, blend
-    from lbhash.runs import index_inputs
-    from lbhash.runs.copies_evaluation import make_copies, measure
+    from lbhash.indexes import index_inputs
+    from lbhash.serving.copies_evaluation import make_copies, measure
 
     index = CodeIndex.load(index_dir)
     copies = make_copies(index, index_inputs.query_encoder(run), items, seed)

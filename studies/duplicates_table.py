@@ -57,8 +57,8 @@ def photo_tree(tarball: str, out: Path, start: int) -> None:
 
 def sweep(index_dir: Path, run: Path, seed: int) -> None:
     from lbhash.index import CodeIndex, blend
-    from lbhash.runs import index_inputs
-    from lbhash.runs.copies_evaluation import make_copies, measure
+    from lbhash.indexes import index_inputs
+    from lbhash.serving.copies_evaluation import make_copies, measure
 
     index = CodeIndex.load(index_dir)
     copies = make_copies(index, index_inputs.query_encoder(run), 200, seed)

@@ -24,8 +24,8 @@ from lbhash.index.blend import Queries, blended_search
 from lbhash.index.rescore import RESCORE_FACTOR
 from lbhash.instance import LOOKS_LIKE
 from lbhash.runs.encoder import RunEncoder
-from lbhash.runs.index_dir import open_index
-from lbhash.runs.instance_codes import index_transform
+from lbhash.indexes.index_dir import open_index
+from lbhash.indexes.instance_codes import index_transform
 
 EDITS = ("jpeg", "flip", "crop", "colour", "resize")
 

@@ -7,7 +7,7 @@ validation photos: the run of
 
 For each variant (the photos as they are; every photo, copy and query trimmed first), every photo is
 embedded with its blurred and grayscale views, 4 random chains of each training photo (those the learned
-code learns from, lbhash.runs.instance_learning) and the 200 held-out photos under every named edit;
+code learns from, lbhash.indexes.instance_learning) and the 200 held-out photos under every named edit;
 then for each grayscale weight (0, 0.25, 0.5, 1), and with the grayscale view at 0.5 for each framed
 view (the photo shrunk to 0.8 or 0.65 of each side in a mid-grey frame) at 0.25 and 0.5, the learned transform is fitted on the training photos'
 item embeddings and their copies (InstanceTransform.learn, 256 bits), and each copy searches every photo:
@@ -28,8 +28,8 @@ from lbhash.codes import hamming_distance
 from lbhash.data.edits import EDITS, edited, framed, grayscale, random_edit, trimmed
 from lbhash.data.views import BLUR_VIEW, blurred
 from lbhash.instance import InstanceTransform, unit_vectors
-from lbhash.runs import index_inputs
-from lbhash.runs.instance_learning import COPIES, held_photos
+from lbhash.indexes import index_inputs
+from lbhash.indexes.instance_learning import COPIES, held_photos
 
 WEIGHTS = (0.0, 0.25, 0.5, 1.0)
 FRAMES = {"frame 0.8": 0.8, "frame 0.65": 0.65}  # the framed view's share of each side (mid-grey frame)

@@ -27,8 +27,8 @@ from PIL import Image, ImageFilter
 from lbhash.data.edits import EDITS
 from lbhash.data.views import blurred
 from lbhash.index import CodeIndex
-from lbhash.runs import index_inputs
-from lbhash.runs.copies_evaluation import make_copies
+from lbhash.indexes import index_inputs
+from lbhash.serving.copies_evaluation import make_copies
 
 
 def unit(x: np.ndarray) -> np.ndarray:

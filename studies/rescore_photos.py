@@ -68,7 +68,7 @@ def measure(data: Path, run: Path, idx: Path) -> None:
     from lbhash.index import CodeIndex
     from lbhash.runs.encoder import RunEncoder
     from lbhash.index import blended_search
-    from lbhash.runs.searcher import Searcher
+    from lbhash.serving.searcher import Searcher
 
     arrays = np.load(data)
     images, labels, is_test = arrays["images"], arrays["labels"], arrays["is_test"]

@@ -7,7 +7,7 @@ import numpy as np
 
 from lbhash.index import CodeIndex
 from lbhash.instance import MARK_KEY
-from lbhash.runs.instance_codes import attach, fit_transform, payload_of
+from lbhash.indexes.instance_codes import attach, fit_transform, payload_of
 
 DIM = 24
 OWNERS = (0, 0, 0, 1, 1, 2, 3)  # the photo each copy is of: 3 copies of item 0, 2 of item 1, one of 2 and 3
@@ -30,7 +30,7 @@ def copies_index(path, rng, n: int = 60, owners=OWNERS, tree=None, mark: float |
         index.metadata[MARK_KEY] = {"mark": "cosine", "threshold": mark}
     if tree is not None:
         from lbhash.data import load_data
-        from lbhash.runs.origins import dataset_sources, record_sources
+        from lbhash.indexes.origins import dataset_sources, record_sources
 
         spec = f"images:{tree}"
         files = dataset_sources(load_data(spec, labels_required=False), np.arange(len(emb)))

@@ -150,7 +150,7 @@ def test_feature_chain_with_dequantization(tmp_path, feature_slice):
 
     from lbhash import HashEncoder
     from lbhash.index import CodeIndex
-    from lbhash.runs.searcher import Searcher
+    from lbhash.serving.searcher import Searcher
 
     enc = HashEncoder.load(run)
     np.testing.assert_array_equal(enc.encode(stored[picks]), new["codes"])

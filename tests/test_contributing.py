@@ -31,7 +31,7 @@ def test_the_house_table_names_every_package():
 
 
 def test_every_file_and_module_it_names_exists():
-    """Each path (`runs/index_dir.py`, `tests/test_lint.py`) and dotted name (`lbhash.service.access`,
+    """Each path (`indexes/index_dir.py`, `tests/test_lint.py`) and dotted name (`lbhash.service.access`,
     `lbhash.runs.RunDirectory`) in docs/contributing.md is a file of the repository, of `src/` or of the
     package, or a module and the attribute it names (issue 71, item 7)."""
     import importlib
@@ -39,7 +39,7 @@ def test_every_file_and_module_it_names_exists():
     root = DOC.parents[1]
     text = DOC.read_text()
     paths = set(re.findall(r"`((?:[\w.]+/)+[\w.]+\.py)`", text))
-    assert "runs/index_dir.py" in paths
+    assert "indexes/index_dir.py" in paths
     for path in sorted(paths):
         assert any((base / path).is_file() for base in (root, root / "src", root / "src" / "lbhash")), \
             f"docs/contributing.md names {path}, which is no file"

@@ -33,7 +33,7 @@ def test_every_public_name_has_a_reference_entry_that_resolves():
     public = [n for n in lbhash.__all__ if not n.startswith("__")]
     assert public and all(id(getattr(lbhash, n)) in documented for n in public), public
     from lbhash.index import CodeIndex, blended_search
-    from lbhash.runs.searcher import Searcher
+    from lbhash.serving.searcher import Searcher
 
     assert {id(CodeIndex), id(blended_search), id(Searcher)} <= documented
 

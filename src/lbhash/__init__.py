@@ -7,7 +7,7 @@ searching them.
 Packages in an order where each imports only packages before it, and only those its row of the
 import graph allows (docs/contributing.md; errors, _io, _lazy, arrays, checks, cpus,
 labels, limits, options and ranking sit beside codes at the bottom):
-codes -> centers -> surrogate -> methods -> models -> data -> encoders -> evaluate -> train -> index -> runs -> reproduce -> service -> cli
+codes -> centers -> surrogate -> methods -> models -> data -> encoders -> evaluate -> train -> index -> runs -> indexes -> serving -> reproduce -> service -> cli
 """
 
 from lbhash._lazy import lazy_names

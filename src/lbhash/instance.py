@@ -11,7 +11,7 @@ first whitens the embedding by what edits do to it, learned from edited copies o
 a copy's code stays near its photo's where the raw embedding moves (grayscale, a frame).
 
 `InstanceTransform.fit` fits it on embeddings (a run's training items), `learn` on embeddings and their
-copies' (lbhash.runs.instance_learning); `apply` gives packed
+copies' (lbhash.indexes.instance_learning); `apply` gives packed
 uint8 codes in the FAISS bit layout; `to_bytes` / `from_bytes` are the file an index keeps
 (`instance-transform.npz`, checksummed with the index's other files). Numpy only.
 """
@@ -52,7 +52,7 @@ LOOKS_LIKE_LEARNED = 0.95  # float rows in a learned transform's space (the cosi
 LOOKS_LIKE_CODES_LEARNED = 0.85
 RECORD_KEY = "instance"  # an index's metadata: its transform's record (method, bits, SHA-256, what it was made from)
 # a hit is marked the same picture by the threshold calibrated on the index's own photos and kept in its
-# metadata under MARK_KEY (lbhash.runs.instance_learning); an index without one marks nothing
+# metadata under MARK_KEY (lbhash.indexes.instance_learning); an index without one marks nothing
 MARK_KEY = "same_picture"
 MARK_BY = ("instance", "cosine")
 _FORMAT = "lbhash-instance-transform-1"
@@ -86,7 +86,7 @@ def _principal(centred: np.ndarray, bits: int, rng: np.random.Generator) -> np.n
 
 def _itq(centred: np.ndarray, directions: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """The rotation (bits, bits) that minimises the quantisation error of `centred @ directions` (ITQ, from a
-    random orthogonal start). (lbhash.runs.instance_codes.fit_transform fits on at most 20,000 rows.)"""
+    random orthogonal start). (lbhash.indexes.instance_codes.fit_transform fits on at most 20,000 rows.)"""
     bits = directions.shape[1]
     rotation, _ = np.linalg.qr(rng.standard_normal((bits, bits)))
     v = (centred @ directions).astype(np.float32)  # (the products in float32: twice as fast, the same signs)

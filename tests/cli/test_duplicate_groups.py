@@ -14,8 +14,8 @@ from helpers import cli
 from lbhash.errors import InputError
 from lbhash.index import CodeIndex
 from lbhash.instance import MARK_KEY
-from lbhash.runs.duplicates import find_duplicates
-from lbhash.runs.instance_codes import attach, fit_transform, payload_of
+from lbhash.indexes.duplicates import find_duplicates
+from lbhash.indexes.instance_codes import attach, fit_transform, payload_of
 
 
 def components(n: int, pairs) -> list[list[int]]:
@@ -126,9 +126,9 @@ def test_by_margin_the_default_cut_is_the_null_of_the_items_best_margins(copies_
     """The folder's measure on an index: each pair's margin over the two items' second-best neighbours (by
     brute force), the default cut the median of every item's best margin plus 3.09 robust sd, and the
     groups those of the pairs over it (every other item a candidate here, as the brute force has them)."""
-    from lbhash.runs import duplicates
-    from lbhash.runs.duplicates import index_groups
-    from lbhash.runs.index_dir import open_index
+    from lbhash.indexes import duplicates
+    from lbhash.indexes.duplicates import index_groups
+    from lbhash.indexes.index_dir import open_index
 
     monkeypatch.setattr(duplicates, "K", 100)
     path, cosine = copies_index
@@ -146,7 +146,7 @@ def test_by_margin_the_default_cut_is_the_null_of_the_items_best_margins(copies_
 def test_the_components_are_those_of_repeated_merging(rng):
     """The numpy union (hook and jump) against merging sets edge by edge, on random graphs: a long chain,
     self-loops, repeated edges and isolated nodes included."""
-    from lbhash.runs.duplicates import _components
+    from lbhash.indexes.duplicates import _components
 
     for _ in range(100):
         n, m = int(rng.integers(1, 40)), int(rng.integers(0, 60))
@@ -163,7 +163,7 @@ def test_the_components_are_those_of_repeated_merging(rng):
 def test_a_photo_many_times_is_one_group(tmp_path, rng):
     """200 copies of one photo (margins all 0: each is as near its neighbours as its pair) and 60 others:
     the copies are one group by IDENTICAL, each listing at most GROUP_PAIRS pairs."""
-    from lbhash.runs import duplicates
+    from lbhash.indexes import duplicates
 
     emb = np.concatenate([np.repeat(rng.random((1, 24)) + 0.2, 200, axis=0), rng.random((60, 24)) + 0.2])
     transform = fit_transform(emb, 16)
@@ -216,7 +216,7 @@ def test_a_folder_with_no_run_is_embedded_by_the_pretrained_backbone_and_grouped
     """Issue 88: `lbhash duplicates FOLDER`, no run and no labels: the pretrained backbone's features, the
     folder's own code, and the groups: each colour-edited copy with its original, the groups those of
     every pair whose margin passes the threshold, by brute force over the same float rows."""
-    from lbhash.runs import duplicates, folder_copies
+    from lbhash.indexes import duplicates, folder_copies
 
     folder, copies = jpeg_folder
     index = folder_copies.folder_index(folder)
@@ -245,7 +245,7 @@ def test_a_folder_with_no_run_is_embedded_by_the_pretrained_backbone_and_grouped
 
 
 def index_transform_of(index):
-    from lbhash.runs.instance_codes import index_transform
+    from lbhash.indexes.instance_codes import index_transform
 
     return index_transform(index)
 

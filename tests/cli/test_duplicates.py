@@ -118,7 +118,7 @@ def test_a_run_of_photos_learns_its_instance_code_and_calibrates_its_mark(tiny_i
     `index info` shows it, and `--instance-method itq` or a run of too few photos keeps the ITQ code."""
     from lbhash.index import CodeIndex
     from lbhash.instance import MARK_KEY
-    from lbhash.runs import index_inputs, instance_learning
+    from lbhash.indexes import index_inputs, instance_learning
 
     monkeypatch.setattr(instance_learning, "MIN_LEARN_PHOTOS", 10)
     monkeypatch.setattr(instance_learning, "MIN_CALIBRATION", 5)

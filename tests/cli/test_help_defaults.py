@@ -58,7 +58,7 @@ def expected_defaults() -> dict[tuple[str, str], str]:
     assert paper.eval_every == benchmark.eval_every and paper.validation == benchmark.validation
     from lbhash.instance import (INSTANCE_BITS, LOOKS_LIKE, LOOKS_LIKE_APART, LOOKS_LIKE_CODES, LOOKS_LIKE_CODES_LEARNED,
                                  LOOKS_LIKE_LEARNED)
-    from lbhash.runs.copies_evaluation import evaluate_copies
+    from lbhash.serving.copies_evaluation import evaluate_copies
 
     looks_like = (f"{LOOKS_LIKE_LEARNED} with float rows of a learned instance code, {LOOKS_LIKE} with other float "
                   f"rows, {LOOKS_LIKE_CODES_LEARNED} with a learned instance code alone, {LOOKS_LIKE_CODES} with another, "

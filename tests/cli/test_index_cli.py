@@ -183,7 +183,7 @@ def test_cli_writers_are_refused_while_another_writer_holds_the_index(tmp_path, 
 
 
 def test_search_features_and_images_with_a_run(tmp_path, rng, monkeypatch):
-    from lbhash.runs import index_inputs
+    from lbhash.indexes import index_inputs
 
     encoder = FakeEncoder(dim=12, bits=32)
     x = rng.standard_normal((50, 12))
@@ -210,7 +210,7 @@ def test_search_features_and_images_with_a_run(tmp_path, rng, monkeypatch):
 
 
 def test_search_rescores_by_the_embeddings_by_default(tmp_path, rng, monkeypatch):
-    from lbhash.runs import index_inputs
+    from lbhash.indexes import index_inputs
 
     encoder = FakeEncoder(dim=12, bits=32)
     db = rng.standard_normal((80, 12))

@@ -283,7 +283,7 @@ def test_the_search_page_shows_the_quality_an_all_train_run_measured(own_run, tm
     from fastapi.testclient import TestClient
 
     import lbhash.service
-    from lbhash.runs.index_inputs import load_encoder
+    from lbhash.indexes.index_inputs import load_encoder
     from lbhash.service import create_app
     from serve_helpers import LOCAL
 

@@ -141,7 +141,7 @@ def frozen_run(tmp_path_factory):
 def test_the_same_image_gets_the_same_code_on_every_path(frozen_run, monkeypatch):
     from lbhash import HashEncoder
     from lbhash.codes_file import load_codes_file
-    from lbhash.runs.index_inputs import run_codes
+    from lbhash.indexes.index_inputs import run_codes
     from lbhash.runs import RunDirectory
 
     root, data, cfg, metrics = frozen_run
@@ -187,7 +187,7 @@ def test_index_build_reads_the_runs_features_from_the_cache_in_one_pass(frozen_r
     two passes, each printing its cache lines (issue 69, item 9). Its photos' views go through the
     cache too (issue 89, item 5): a second build computes nothing."""
     from lbhash.data import load_split
-    from lbhash.runs.index_dir import IndexLocation, build_index
+    from lbhash.indexes.index_dir import IndexLocation, build_index
     from lbhash.runs.encoder import load_run_model
 
     root, data, cfg, _ = frozen_run

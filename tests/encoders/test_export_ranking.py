@@ -20,8 +20,8 @@ from lbhash.encoders.exported import EMBEDDING_NAME, MANIFEST, ExportedEncoder
 from lbhash.instance import mark_why
 from lbhash.runs import RunDirectory
 from lbhash.runs.encoder import RunEncoder
-from lbhash.runs.index_dir import open_index
-from lbhash.runs.instance_codes import index_transform
+from lbhash.indexes.index_dir import open_index
+from lbhash.indexes.instance_codes import index_transform
 from serve_helpers import LOCAL, same_ranking
 
 K = 12  # with the service's default factor (4) the candidates are the whole 48-item database

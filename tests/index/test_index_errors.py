@@ -11,7 +11,7 @@ from index_fakes import fake_milvus
 from index_reference import ternary_embeddings, random_codes
 from lbhash.errors import Conflict, InputError, NotFound
 from lbhash.index import Backend, CodeIndex
-from lbhash.runs.index_store import IndexStore, MilvusStore, Store
+from lbhash.serving.index_store import IndexStore, MilvusStore, Store
 from lbhash.service import create_app
 from serve_helpers import LOCAL
 
@@ -62,7 +62,7 @@ def test_both_backends_and_both_stores_have_one_interface(tmp_path):
             assert isinstance(backend, Backend) and isinstance(own, Store) and isinstance(own.index, Backend)
     finally:
         store.close()
-    with pytest.raises(TypeError, match="an index directory or a lbhash.runs.index_store.Store, not CodeIndex"):
+    with pytest.raises(TypeError, match="an index directory or a lbhash.serving.index_store.Store, not CodeIndex"):
         create_app(CodeIndex(BITS))  # a backend is served through a store
 
 

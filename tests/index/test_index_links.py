@@ -10,8 +10,8 @@ import pytest
 from lbhash.errors import InputError
 from lbhash.index import CodeIndex
 from lbhash.index.writer_lock import lock_path, writer_lock
-from lbhash.runs.index_store import IndexStore
-from lbhash.runs.wal import WriteAheadLog
+from lbhash.serving.index_store import IndexStore
+from lbhash.serving.wal import WriteAheadLog
 
 
 @pytest.fixture
@@ -75,7 +75,7 @@ def test_the_regular_files_still_work(index_dir, tmp_path):
 # --- the images the service keeps beside an index (NAME.media/) -----------------------------------
 
 def test_links_in_the_media_folder_are_refused_and_their_targets_untouched(index_dir, victim, tmp_path):
-    from lbhash.runs.uploads import KeptImages, media_dir_for
+    from lbhash.serving.uploads import KeptImages, media_dir_for
 
     media = media_dir_for(index_dir)
     elsewhere = tmp_path / "elsewhere"
@@ -110,7 +110,7 @@ def test_concurrent_first_uploads_share_the_new_media_folder(tmp_path, monkeypat
     import time
     from pathlib import Path
 
-    from lbhash.runs.uploads import KeptImages
+    from lbhash.serving.uploads import KeptImages
 
     kept = KeptImages(tmp_path / "ix.media")
     real_mkdir, start = Path.mkdir, threading.Barrier(4)

@@ -12,7 +12,7 @@ from PIL import Image
 from index_fakes import FakeEncoder
 from lbhash.errors import InputError
 from lbhash.index import CodeIndex
-from lbhash.runs.searcher import Searcher
+from lbhash.serving.searcher import Searcher
 
 
 @pytest.fixture
@@ -111,7 +111,7 @@ def test_broken_encoder_is_a_bug_not_input_error(rng):
 def test_sources_of_a_real_trained_run(tmp_path):
     """A small digits run: its encoder reproduces its codes.npz, and run_codes reads it."""
     from lbhash.data import load_data
-    from lbhash.runs.index_inputs import load_encoder, run_codes
+    from lbhash.indexes.index_inputs import load_encoder, run_codes
 
     run = tmp_path / "run"
     subprocess.run([sys.executable, "-m", "lbhash.cli", "train", "--data", "digits", "--bits", "16",

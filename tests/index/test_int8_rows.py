@@ -95,7 +95,7 @@ def test_a_mismatched_dtype_is_refused_in_one_line(tmp_path):
 
 
 def test_the_service_log_replays_int8_rows_exactly(tmp_path):
-    from lbhash.runs.index_store import IndexStore
+    from lbhash.serving.index_store import IndexStore
 
     rng = np.random.default_rng(4)
     index = CodeIndex(16, embedding_dtype="int8")

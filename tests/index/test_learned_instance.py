@@ -1,5 +1,5 @@
 """The learned instance code (lbhash.instance.InstanceTransform.learn) and the
-calibrated same-picture mark (lbhash.instance.mark_rule, lbhash.runs.instance_learning.calibrate_mark),
+calibrated same-picture mark (lbhash.instance.mark_rule, lbhash.indexes.instance_learning.calibrate_mark),
 against hand-computed and brute-force expectations."""
 
 import numpy as np
@@ -9,7 +9,7 @@ from lbhash.codes import hamming_distance, pack
 from lbhash.errors import InputError
 from lbhash.index import CodeIndex, Queries, blended_search
 from lbhash.instance import MARK_KEY, InstanceTransform, mark_rule, mark_why
-from lbhash.runs import instance_learning
+from lbhash.indexes import instance_learning
 
 
 def test_the_learned_transform_is_its_closed_form_and_survives_its_file(rng):
@@ -145,8 +145,8 @@ def test_a_learned_transform_keeps_its_float_rows_in_its_space_and_queries_meet_
     wide; the index keeps them, a ranked search's queries come as the same rows (no centre), and the
     cosine mark is read by such a search."""
     import lbhash.instance as instance
-    from lbhash.runs.instance_codes import payload_of
-    from lbhash.runs.searcher import ranked_queries
+    from lbhash.indexes.instance_codes import payload_of
+    from lbhash.serving.searcher import ranked_queries
 
     monkeypatch.setattr(instance, "FLOAT_DIMS", 16)
     n, d = 90, 40
@@ -181,10 +181,10 @@ def test_a_learned_transform_keeps_its_float_rows_in_its_space_and_queries_meet_
 
 
 def test_the_evaluation_counts_the_marks_with_the_originals_and_without_them(rng, tmp_path):
-    """lbhash.runs.copies_evaluation.measure's mark figures against brute force: copies are their items' instance
+    """lbhash.serving.copies_evaluation.measure's mark figures against brute force: copies are their items' instance
     codes with a few bits flipped; the mark passes distances up to 6 of 64 bits; with the originals taken out
     of the index, a first hit is marked exactly when another item lies within 6 bits."""
-    from lbhash.runs.copies_evaluation import Copies, measure, without_originals
+    from lbhash.serving.copies_evaluation import Copies, measure, without_originals
 
     n, ibits = 400, 64
     inst = rng.integers(0, 256, (n, ibits // 8), dtype=np.uint8)
@@ -215,7 +215,7 @@ def test_the_evaluation_counts_the_marks_with_the_originals_and_without_them(rng
 
 def test_an_index_whose_mark_is_broken_is_refused_on_opening(rng, tmp_path):
     from helpers import cli
-    from lbhash.runs.instance_codes import attach, index_transform
+    from lbhash.indexes.instance_codes import attach, index_transform
 
     emb = rng.standard_normal((40, 16))
     transform = InstanceTransform.fit(emb, 8)
@@ -236,8 +236,8 @@ def test_an_index_whose_item_view_this_version_does_not_make_is_refused_when_ser
     """Photos added to it could not be embedded as its own were: the store refuses it when it opens, in one
     line; one built before the grayscale view opens and names that view (its adds are embedded so)."""
     from lbhash.data.views import BLUR_VIEW
-    from lbhash.runs.index_store import IndexStore
-    from lbhash.runs.instance_codes import ITEM_VIEW_KEY
+    from lbhash.serving.index_store import IndexStore
+    from lbhash.indexes.instance_codes import ITEM_VIEW_KEY
 
     index = CodeIndex(8)
     index.add(rng.integers(0, 256, (10, 1), dtype=np.uint8))

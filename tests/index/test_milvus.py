@@ -234,10 +234,10 @@ def test_range_past_the_result_cap_is_paged_or_refused(make_index):
 
 
 def test_an_index_built_from_a_codes_file_into_milvus_searches_as_faiss(milvus_uri, tmp_path):
-    """`lbhash index build FILE --backend milvus` (lbhash.runs.index_dir.build_index): the codes,
+    """`lbhash index build FILE --backend milvus` (lbhash.indexes.index_dir.build_index): the codes,
     labels and embeddings of an `lbhash encode --embeddings` file, searched and re-scored as the
     FAISS directory built from the same file."""
-    from lbhash.runs.index_dir import IndexLocation, build_index, open_index
+    from lbhash.indexes.index_dir import IndexLocation, build_index, open_index
 
     rng = np.random.default_rng(5)
     codes, labels = random_codes(rng, 300, 32), rng.integers(0, 4, 300)
@@ -265,10 +265,10 @@ def test_index_build_keeps_the_instance_codes_and_their_transform_beside_the_col
     transform (and the index's record) in the companion collection: reopened, the collection ranks
     as the FAISS directory built from the same file, a service's adds get their instance codes, and
     a damaged record is refused in one line."""
-    from lbhash.runs.index_dir import IndexLocation, build_index, open_index
-    from lbhash.runs.index_store import MilvusStore
-    from lbhash.runs.instance_codes import index_transform
-    from lbhash.runs.origins import FORMAT, SOURCES, read_sources
+    from lbhash.indexes.index_dir import IndexLocation, build_index, open_index
+    from lbhash.serving.index_store import MilvusStore
+    from lbhash.indexes.instance_codes import index_transform
+    from lbhash.indexes.origins import FORMAT, SOURCES, read_sources
 
     rng = np.random.default_rng(6)
     codes, labels, emb = random_codes(rng, 300, 32), rng.integers(0, 4, 300), rng.standard_normal((300, 64))

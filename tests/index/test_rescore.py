@@ -13,7 +13,7 @@ from index_fakes import FakeEncoder, fake_milvus
 from index_reference import PAD_DISTANCE, clustered_codes, random_codes, rescored, ternary_embeddings
 from lbhash.errors import InputError
 from lbhash.index import CodeIndex, Queries, blended_search
-from lbhash.runs.searcher import Searcher
+from lbhash.serving.searcher import Searcher
 from lbhash.index.rescore import unit_rows
 from lbhash.limits import MAX_RESCORE_CANDIDATES
 

@@ -63,7 +63,7 @@ def test_a_container_whose_header_lies_is_refused_before_it_decodes(monkeypatch)
     144 Mpx). A format outside IMAGE_FORMATS is refused in one line before anything decodes."""
     from lbhash.data.image_sources import decode_image
     from lbhash.errors import InputError
-    from lbhash.runs.origins import thumbnail_png
+    from lbhash.indexes.origins import thumbnail_png
 
     inner = real_png(1500)
     cases = ((icns_holding(inner), "ICNS"), (ico_holding(inner), "ICO"))
@@ -101,7 +101,7 @@ def test_the_header_decides_before_decoding(monkeypatch):
 
 def test_an_upload_over_budget_is_413_and_adds_nothing(tiny_image_run, tmp_path):
     from helpers import cli
-    from lbhash.runs.index_inputs import load_encoder
+    from lbhash.indexes.index_inputs import load_encoder
 
     _, run = tiny_image_run
     assert cli("index", "build", run, "--out", tmp_path / "ix").exit_code == 0
@@ -123,7 +123,7 @@ def test_a_lying_container_uploaded_is_400_and_nothing_decodes(tiny_image_run, t
     and holds a 1500 x 1500 PNG (and an ICO alike) in one line naming the file, before Pillow decodes
     the PNG, and nothing is added."""
     from helpers import cli
-    from lbhash.runs.index_inputs import load_encoder
+    from lbhash.indexes.index_inputs import load_encoder
 
     _, run = tiny_image_run
     assert cli("index", "build", run, "--out", tmp_path / "ix").exit_code == 0
@@ -142,8 +142,8 @@ def test_a_lying_container_uploaded_is_400_and_nothing_decodes(tiny_image_run, t
 
 def test_uploads_beyond_the_media_budget_get_507_and_write_nothing(tiny_image_run, tmp_path):
     from helpers import cli
-    from lbhash.runs.index_inputs import load_encoder
-    from lbhash.runs.uploads import media_dir_for
+    from lbhash.indexes.index_inputs import load_encoder
+    from lbhash.serving.uploads import media_dir_for
 
     _, run = tiny_image_run
     assert cli("index", "build", run, "--out", tmp_path / "ix").exit_code == 0
@@ -175,8 +175,8 @@ def test_uploads_beyond_the_media_budget_get_507_and_write_nothing(tiny_image_ru
 
 def test_an_uploads_labels_are_class_ids_and_a_damaged_kept_image_is_404(tiny_image_run, tmp_path):
     from helpers import cli
-    from lbhash.runs.index_inputs import load_encoder
-    from lbhash.runs.uploads import media_dir_for
+    from lbhash.indexes.index_inputs import load_encoder
+    from lbhash.serving.uploads import media_dir_for
 
     _, run = tiny_image_run
     assert cli("index", "build", run, "--out", tmp_path / "ix").exit_code == 0
@@ -202,8 +202,8 @@ def test_the_pixel_budget_holds_for_the_whole_server(tiny_image_run, tmp_path, m
     from concurrent.futures import ThreadPoolExecutor
 
     from helpers import cli
-    from lbhash.runs.searcher import QueryEncoder
-    from lbhash.runs.index_inputs import load_encoder
+    from lbhash.serving.searcher import QueryEncoder
+    from lbhash.indexes.index_inputs import load_encoder
     from lbhash.service import Limits
 
     _, run = tiny_image_run

@@ -13,8 +13,8 @@ from PIL import Image
 from helpers import cli
 from index_fakes import FakeEncoder
 from lbhash.index import CodeIndex
-from lbhash.runs.origins import SOURCES, read_sources, record_sources
-from lbhash.runs.uploads import media_dir_for
+from lbhash.indexes.origins import SOURCES, read_sources, record_sources
+from lbhash.serving.uploads import media_dir_for
 from lbhash.service import create_app
 from lbhash.service.media import DecodeGate, ThumbnailCache, TooBusy
 from page_helpers import decoded, noisy, png_bytes
@@ -84,7 +84,7 @@ def test_cli_search_prints_the_recorded_source_beside_each_id(built, tmp_path):
 
 def test_thumbnails_are_the_recorded_images_pixel_for_pixel(built):
     tree, run, ix = built
-    from lbhash.runs.index_inputs import load_encoder
+    from lbhash.indexes.index_inputs import load_encoder
 
     with TestClient(create_app(ix, load_encoder(run)), base_url=LOCAL) as client:
         ids = [h["id"] for h in client.post("/search", json={"codes": ["0000"], "k": 6}).json()["results"][0]["hits"]]
@@ -337,7 +337,7 @@ def test_a_feature_files_class_names_reach_the_search_and_the_page(tmp_path):
     assert re.search(r"labels \d (zero|one|two|three|four|five|six|seven|eight|nine)\b", text), text
     coded = cli("search", ix, "--codes", run / "codes.npz", "-k", 2).output  # a run's queries: their labels named
     assert "label 0 zero" in coded or "label 1 one" in coded, coded
-    from lbhash.runs.index_inputs import load_encoder
+    from lbhash.indexes.index_inputs import load_encoder
 
     with TestClient(create_app(ix, load_encoder(run)), base_url=LOCAL) as client:
         about = client.get("/about").json()

@@ -22,9 +22,9 @@ import pytest
 from helpers import cli
 from lbhash.index import CodeIndex, blended_search
 from lbhash.instance import LOOKS_LIKE
-from lbhash.runs.instance_codes import index_transform
-from lbhash.runs.searcher import ranked_queries
-from lbhash.runs.origins import read_sources
+from lbhash.indexes.instance_codes import index_transform
+from lbhash.serving.searcher import ranked_queries
+from lbhash.indexes.origins import read_sources
 from browser_helpers import MISSING, WAIT_S, PageDriver, headless_chromium, requests_seen, served_in_thread
 from page_helpers import noisy
 from serve_helpers import Server, free_port
@@ -65,7 +65,8 @@ def served(tmp_path_factory, tiny_image_run):
     tests ask what the page shows, and the views' own tests are tests/data/test_views.py and
     tests/encoders/test_export_ranking.py."""
     from lbhash.data.views import BLUR_VIEW
-    from lbhash.runs import codes, index_dir
+    from lbhash.indexes import index_dir
+    from lbhash.runs import codes
 
     root = tmp_path_factory.mktemp("browser")
     tree, run = tiny_image_run

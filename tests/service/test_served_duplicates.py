@@ -9,8 +9,8 @@ from fastapi.testclient import TestClient
 from copies_helpers import copies_index
 from lbhash.index import CodeIndex
 from lbhash.instance import MARK_KEY
-from lbhash.runs import duplicates as runs_duplicates
-from lbhash.runs.duplicates import find_duplicates
+from lbhash.indexes import duplicates as runs_duplicates
+from lbhash.indexes.duplicates import find_duplicates
 from lbhash.service import create_app
 from lbhash.service.access import KEY_HEADER, Access
 from page_helpers import make_image_tree
@@ -153,7 +153,7 @@ def test_a_milvus_store_says_it_cannot_list_its_items():
     from types import SimpleNamespace
 
     from lbhash.errors import InputError
-    from lbhash.runs.duplicates import ServedGroups
+    from lbhash.indexes.duplicates import ServedGroups
 
     with pytest.raises(InputError, match="the milvus backend cannot list its items for duplicates"):
         ServedGroups(SimpleNamespace(backend="milvus", changes=0)).groups()

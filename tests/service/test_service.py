@@ -15,7 +15,7 @@ from index_fakes import FakeEncoder
 from index_reference import random_codes, top_k
 from lbhash.errors import InputError
 from lbhash.index import CodeIndex, Queries, SearchOptions, plan_search
-from lbhash.runs.index_store import IndexStore, wal_path_for
+from lbhash.serving.index_store import IndexStore, wal_path_for
 from lbhash.service import Limits, create_app
 from serve_helpers import LOCAL
 

@@ -13,7 +13,7 @@ from index_reference import random_codes, top_k
 from lbhash.errors import InputError
 from lbhash.index import CodeIndex, Queries, SearchOptions, plan_search, search_hits
 from lbhash.service import Limits, create_app
-from lbhash.runs.serving import Search
+from lbhash.serving.requests import Search
 from lbhash.service.batching import Batching, SearchBatcher
 
 DIM = 5  # the embeddings' width

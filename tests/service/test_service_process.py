@@ -13,7 +13,7 @@ import pytest
 from index_reference import random_codes
 from serve_helpers import SRC, free_port
 from lbhash.index import CodeIndex
-from lbhash.runs.index_store import wal_path_for
+from lbhash.serving.index_store import wal_path_for
 
 
 @pytest.mark.slow  # a real server killed with SIGKILL and started again

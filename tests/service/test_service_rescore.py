@@ -16,7 +16,7 @@ from index_reference import clustered_codes, random_codes, rescored, ternary_emb
 from lbhash.errors import InputError
 from lbhash.index import RESCORE_FACTOR, CodeIndex, Queries, blended_search
 from lbhash.index.rescore import unit_rows
-from lbhash.runs.index_store import IndexStore
+from lbhash.serving.index_store import IndexStore
 from lbhash.service import Limits, create_app
 from serve_helpers import LOCAL
 

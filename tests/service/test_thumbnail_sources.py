@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 
 from lbhash.errors import InputError
 from lbhash.index import CodeIndex
-from lbhash.runs.origins import DataImages, read_sources, record_sources
+from lbhash.indexes.origins import DataImages, read_sources, record_sources
 from lbhash.service import create_app
 from page_helpers import make_image_tree
 from serve_helpers import LOCAL
@@ -75,7 +75,7 @@ def test_a_swapped_source_is_refused_and_its_target_untouched(indexed, tmp_path,
         else:
             with open(path, "wb") as fh:
                 fh.write(b"\0" * 5000)
-            monkeypatch.setattr("lbhash.runs.origins.MAX_SOURCE_BYTES", 4096)
+            monkeypatch.setattr("lbhash.indexes.origins.MAX_SOURCE_BYTES", 4096)
             fragment = "more than the 4096"
         with pytest.raises(InputError, match=fragment):
             images.read(0)

@@ -36,7 +36,7 @@ def duplicates(path: str, threshold: float | None, min_group: int, as_json: bool
     --threshold). The pairs are grouped by connected components; each group lists its items (id
     and photo) and the pairs that joined them, with their scores.
     """
-    from lbhash.runs.duplicates import find_duplicates
+    from lbhash.indexes.duplicates import find_duplicates
 
     if as_json and as_csv:
         raise InputError("give at most one of --json and --csv")
@@ -91,8 +91,8 @@ def evaluate_copies(index_dir: str, run_dir, export_path, items: int, seed: int,
     P@10 and mAP@100, ms per query; bytes per item of each order; the same-picture mark's recall and
     precision on the first hit, and its false marks with the originals taken out of the index.
     """
-    from lbhash.runs.copies_evaluation import evaluate_copies as evaluate
-    from lbhash.runs.searcher import QueryModel
+    from lbhash.serving.copies_evaluation import evaluate_copies as evaluate
+    from lbhash.serving.searcher import QueryModel
 
     if model_source(run_dir, export_path) is None:
         raise InputError("give --run RUN_DIR or --encoder EXPORT (the model that made the index's codes)")
@@ -129,6 +129,6 @@ def _evaluation_default(name: str):
     """`evaluate_copies`' own default of `name` (read when asked: it loads the search engine)."""
     import inspect
 
-    from lbhash.runs.copies_evaluation import evaluate_copies
+    from lbhash.serving.copies_evaluation import evaluate_copies
 
     return inspect.signature(evaluate_copies).parameters[name].default

@@ -10,8 +10,8 @@ import numpy as np
 
 from lbhash.cli.common import StatedDefault, shown
 from lbhash.errors import InputError
-from lbhash.runs.defaults import index_default_text
-from lbhash.runs.instance_codes import INSTANCE_BITS
+from lbhash.indexes.defaults import index_default_text
+from lbhash.indexes.instance_codes import INSTANCE_BITS
 
 BACKENDS = ("faiss", "milvus")
 DEFAULT_URI = "http://127.0.0.1:19530"
@@ -109,7 +109,7 @@ def build(source: Path, out: str, kind: str, part: str | None, data_spec: str | 
     same-picture mark calibrated on copies of its own photos: searches then rank by both codes
     (docs/instance-codes.md, "Instance codes").
     """
-    from lbhash.runs.index_dir import IndexLocation, IndexOptions, build_index
+    from lbhash.indexes.index_dir import IndexLocation, IndexOptions, build_index
 
     given = {k: v for k, v in dict(nlist=nlist, nprobe=nprobe, nhash=nhash, nflip=nflip).items() if v is not None}
     if no_embeddings and embedding_dtype != "float16":
@@ -134,7 +134,7 @@ def add(index_dir: Path, codes_file: Path, upsert: bool) -> None:
 
     An index that keeps embeddings takes them from the file (`lbhash encode --embeddings`), so
     that every item can be re-scored; a file without them is refused there."""
-    from lbhash.runs.index_dir import IndexDirectory
+    from lbhash.indexes.index_dir import IndexDirectory
 
     ids, ntotal = IndexDirectory(index_dir).add(codes_file, upsert)
     click.echo(f"added {len(ids)} codes to {shown(index_dir)} ({ntotal} in all)")
@@ -150,7 +150,7 @@ def remove(index_dir: Path, ids_text: str | None, ids_file: Path | None) -> None
     An id that is not in the index is an error (exit status 2), as everywhere: nothing is
     removed then.
     """
-    from lbhash.runs.index_dir import IndexDirectory
+    from lbhash.indexes.index_dir import IndexDirectory
 
     removed, left = IndexDirectory(index_dir).remove(read_ids(ids_text, ids_file))
     click.echo(f"removed {removed} item{'s' * (removed != 1)} from {shown(index_dir)} ({left} left)")
@@ -166,7 +166,7 @@ def info(index_dir: Path, as_json: bool, backend: str, uri: str) -> None:
     `exact` says whether searches now return the brute-force result; `searches` says how and
     why: an ivf index searches exactly until it holds 39 x nlist codes and trains.
     """
-    from lbhash.runs.index_dir import IndexDirectory, open_index
+    from lbhash.indexes.index_dir import IndexDirectory, open_index
 
     summary = open_index(str(index_dir), backend, uri).stats() if backend == "milvus" else \
         IndexDirectory(index_dir).describe()

@@ -14,9 +14,9 @@ from lbhash.cli.common import StatedDefault, shown
 from lbhash.cli.index import backend_options
 from lbhash.errors import InputError
 from lbhash.limits import MAX_CLASS_ID, MAX_K
-from lbhash.runs.defaults import search_default
-from lbhash.runs.instance_codes import (LOOKS_LIKE, LOOKS_LIKE_APART, LOOKS_LIKE_CODES, LOOKS_LIKE_CODES_LEARNED,
-                                       LOOKS_LIKE_LEARNED)
+from lbhash.indexes.defaults import search_default
+from lbhash.indexes.instance_codes import (LOOKS_LIKE, LOOKS_LIKE_APART, LOOKS_LIKE_CODES, LOOKS_LIKE_CODES_LEARNED,
+                                           LOOKS_LIKE_LEARNED)
 
 # the --looks-like default as help prints it: it depends on what the index keeps
 LOOKS_LIKE_STATED = (f"{LOOKS_LIKE_LEARNED} with float rows of a learned instance code, {LOOKS_LIKE} with other "
@@ -88,8 +88,8 @@ def search(index_dir: str, codes_path, features_path, image_paths, run_dir, expo
     class ids 0 to 65535; queries are searched in batches of 1024.
     """
     # (these load FAISS: once needed)
-    from lbhash.runs.index_dir import IndexLocation
-    from lbhash.runs.searcher import Names, QueryModel, QuerySource, SearchOptions, search_index
+    from lbhash.indexes.index_dir import IndexLocation
+    from lbhash.serving.searcher import Names, QueryModel, QuerySource, SearchOptions, search_index
 
     _check_query_options(codes_path, features_path, image_paths, model_source(run_dir, export_path),
                          rescore_factor, no_rescore, looks_like)

@@ -83,9 +83,9 @@ def serve(index_dir: str, run_dir, export_path, host: str, port: int, compact_ev
         require_extra("--backend milvus", "milvus", "pymilvus")
     import uvicorn
 
-    from lbhash.runs.index_dir import open_index, saved_metadata
-    from lbhash.runs.index_inputs import check_index_model, query_encoder
-    from lbhash.runs.index_store import IndexStore, MilvusStore
+    from lbhash.indexes.index_dir import open_index, saved_metadata
+    from lbhash.indexes.index_inputs import check_index_model, query_encoder
+    from lbhash.serving.index_store import IndexStore, MilvusStore
     from lbhash.service import Limits, create_app
     from lbhash.service.access import HostNames, access_from_environment
     from lbhash.service.batching import Batching

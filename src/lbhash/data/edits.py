@@ -234,7 +234,7 @@ def _frame_rows(img: np.ndarray) -> int:
 def trimmed(img: np.ndarray) -> np.ndarray:
     """uint8 (H, W, 3) `img` without its one-colour margins (a frame, letterbox bars, a photo's uniform
     sky or backdrop edge too): what a bordered or letterboxed copy and its photo have in common, so that
-    both embed alike (lbhash.runs.folder_copies). An axis whose margins leave less than MIN_CONTENT of it
+    both embed alike (lbhash.indexes.folder_copies). An axis whose margins leave less than MIN_CONTENT of it
     is left whole (a photo of one colour stays as it is)."""
     x = _checked(img).astype(np.int16)
     h, w = x.shape[:2]

@@ -1,7 +1,7 @@
 """Search over packed binary codes (docs/search.md): `Backend`, the one interface that `CodeIndex`
 (FAISS) and `MilvusIndex` (imported lazily) implement; `blended_search` (the one ranking by stored
 embeddings and instance codes, lbhash.index.blend) and `search_hits` (every search of the command
-line and the service, lbhash.index.hits). Raw inputs become `Queries` above it (lbhash.runs.searcher).
+line and the service, lbhash.index.hits). Raw inputs become `Queries` above it (lbhash.serving.searcher).
 """
 
 from lbhash.index._ivf import KINDS

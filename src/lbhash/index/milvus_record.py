@@ -7,7 +7,7 @@ VARCHAR holds 65,535 bytes) with their order as ids; a FLOAT_VECTOR of two zeros
 only because Milvus loads no collection without a vector field. It is replaced whole: the old
 companion is dropped, then the new one written. What reads it back checks what it can: the JSON
 whole, each attachment's SHA-256 against the record (`read_record`); the instance transform's own
-identity is checked by `lbhash.runs.instance_codes.index_transform`.
+identity is checked by `lbhash.indexes.instance_codes.index_transform`.
 """
 
 from __future__ import annotations

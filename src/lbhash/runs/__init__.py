@@ -1,12 +1,10 @@
-"""The application layer over the two engines, in two sides that meet in one module.
-
-Run side, over the in-memory training core (lbhash.train): `run_dir` (`RunDirectory`: the one way to each
-file job of a run), `run_files` (its files), `train_options` (config files and flags), `metrics`, `demo`,
-`codes`, `encoder`, `hash_encoder`. Index side, over the search engine (lbhash.index): `index_dir`,
-`index_store` (with `wal`: the live index the service serves), `serving` (what the service asks of the
-engines), `uploads` (the images it keeps beside an index), `searcher`, `instance_codes`, `origins`,
-`duplicates`, `copies_evaluation`, `instance_learning` and `defaults` (the values searches and indexes take for options left out, which help texts
-state). The index side reads a run only through `index_inputs` (tests/test_architecture.py).
+"""Training runs, over the in-memory training core (lbhash.train): a run directory and every job on its
+files. `run_dir` (`RunDirectory`: the one way to each file job of a run: train, fit, resume, encode,
+export), `run_files` (its files: the lock, manifest, config, log, metrics, `DirectoryStore`),
+`train_options` (config files and flags), `metrics` (`lbhash evaluate`, `lbhash centers`), `demo`,
+`codes` (the forward pass of encoding), `encoder` (`RunEncoder`: a run's model as an encoder) and
+`hash_encoder` (`HashEncoder`). It imports nothing of lbhash.indexes or lbhash.serving, which read a run
+only through `lbhash.indexes.index_inputs` (tests/test_architecture.py).
 """
 
 from lbhash._lazy import lazy_names

@@ -1,6 +1,6 @@
 """The HTTP search service (FastAPI): `create_app` over the stores of the application layer
-(`lbhash.runs.index_store`: `Store`, the one interface of `IndexStore` and `MilvusStore`). Sits above
-`lbhash.runs` and below `lbhash.cli`; see docs/service.md."""
+(`lbhash.serving.index_store`: `Store`, the one interface of `IndexStore` and `MilvusStore`). Sits above
+`lbhash.serving` and below `lbhash.cli`; see docs/service.md."""
 
 from lbhash.service.app import create_app
 from lbhash.service.depends import Limits

@@ -13,8 +13,8 @@ Where the index keeps embeddings or instance codes, a top k is ranked by them (l
 `rescore` false for Hamming order) and hits carry a `score`; added items bring their embeddings.
 
 The handlers take what they use as FastAPI dependencies (lbhash.service.depends), decode a request
-(lbhash.service.decode) for the application layer (lbhash.runs.index_store's `Store`,
-lbhash.runs.serving's `Search`) and shape its answer. `/search` requests that arrive together share
+(lbhash.service.decode) for the application layer (lbhash.serving.index_store's `Store`,
+lbhash.serving.requests's `Search`) and shape its answer. `/search` requests that arrive together share
 one scan (lbhash.service.batching); a well-formed one is answered by the `SearchPath` middleware.
 """
 
@@ -39,11 +39,11 @@ from lbhash.codes import to_hex
 from lbhash.encoders import Encoder
 from lbhash.errors import Conflict, InputError, NotFound, TooLarge, one_line
 from lbhash.limits import MAX_ID, check_class_ids, check_ids
-from lbhash.runs.duplicates import ServedGroups
-from lbhash.runs.index_store import IndexStore, Store
-from lbhash.runs.searcher import QueryEncoder, SearchOptions
-from lbhash.runs.serving import Search, item_labels
-from lbhash.runs.uploads import OverBudget
+from lbhash.indexes.duplicates import ServedGroups
+from lbhash.serving.index_store import IndexStore, Store
+from lbhash.serving.searcher import QueryEncoder, SearchOptions
+from lbhash.serving.requests import Search, item_labels
+from lbhash.serving.uploads import OverBudget
 from lbhash.service import models
 from lbhash.service.access import Access, AccessControl, change_routes, changes_data, reads_data
 from lbhash.service.batching import Batching, SearchBatcher
@@ -80,7 +80,7 @@ def create_app(source: str | Path | Store, encoder: Encoder | None = None, *, li
     elif isinstance(source, (str, Path)):
         store = IndexStore(Path(source), compact_every=compact_every)
     else:
-        raise TypeError(f"create_app serves an index directory or a lbhash.runs.index_store.Store, not {type(source).__name__}")
+        raise TypeError(f"create_app serves an index directory or a lbhash.serving.index_store.Store, not {type(source).__name__}")
 
     @asynccontextmanager
     async def lifespan(app):

@@ -2,7 +2,7 @@
 
 A request hands its job to `SearchBatcher.run` (`prepare()` decodes it, `answer(search, hits)`
 makes the response). The batcher's threads take every job queued while their previous batch ran,
-up to `Batching.max_rows` query rows, and run one scan per group that can share it (lbhash.runs.serving);
+up to `Batching.max_rows` query rows, and run one scan per group that can share it (lbhash.serving.requests);
 each job gets back its own rows and its own error (a failed shared scan is retried one job at a time).
 """
 
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from lbhash.limits import BATCH_ROWS as MAX_ROWS  # query rows per shared scan: its latency grows with them
-from lbhash.runs.serving import Search, start_batch_thread
+from lbhash.serving.requests import Search, start_batch_thread
 from lbhash.service.offload import settle
 
 

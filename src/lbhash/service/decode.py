@@ -20,8 +20,8 @@ from lbhash.checks import parse_int_list
 from lbhash.codes import from_hex
 from lbhash.errors import InputError, TooLarge
 from lbhash.limits import IMAGE_FORMATS, MAX_DECODING_PIXELS, MAX_IMAGE_PIXELS, MAX_REQUEST_PIXELS, check_ids
-from lbhash.runs.searcher import QueryEncoder, SearchOptions, ranked_queries
-from lbhash.runs.serving import Queries, Search, given_embeddings
+from lbhash.serving.searcher import QueryEncoder, SearchOptions, ranked_queries
+from lbhash.serving.requests import Queries, Search, given_embeddings
 from lbhash.service import models
 
 WAIT_S = 5.0  # the longest a decode waits for the service's pixel budget

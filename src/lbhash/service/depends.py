@@ -10,14 +10,14 @@ from fastapi import Depends, Request
 
 from lbhash import limits as table
 from lbhash.errors import InputError
-from lbhash.runs.duplicates import ServedGroups
-from lbhash.runs.searcher import QueryEncoder
+from lbhash.indexes.duplicates import ServedGroups
+from lbhash.serving.searcher import QueryEncoder
 from lbhash.service.access import Access
 from lbhash.service.batching import SearchBatcher
 from lbhash.service.decode import PixelBudget
 from lbhash.service.media import ItemMedia
 from lbhash.service.offload import Offload
-from lbhash.runs.index_store import Store
+from lbhash.serving.index_store import Store
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ decoding = _from_state("decoding")  # the service's `PixelBudget` of pixels bein
 batcher = _from_state("batcher")
 access = _from_state("access")
 offload = _from_state("offload")  # the threads of the blocking work (lbhash.service.offload)
-groups = _from_state("groups")  # the served index's groups of copies, kept (lbhash.runs.duplicates)
+groups = _from_state("groups")  # the served index's groups of copies, kept (lbhash.indexes.duplicates)
 
 StoreDep = Annotated[Store, Depends(store)]
 EncoderDep = Annotated[QueryEncoder | None, Depends(encoder)]

@@ -1,7 +1,7 @@
 """`GET /duplicates`: the groups of copies inside the served index, a page at a time (docs/service.md,
 "Duplicates"; the page's "Duplicates" view shows them).
 
-The groups are `lbhash duplicates INDEX`'s (lbhash.runs.duplicates), largest first: found once per state
+The groups are `lbhash duplicates INDEX`'s (lbhash.indexes.duplicates), largest first: found once per state
 of the index and threshold by the application layer's `ServedGroups` (the index held still meanwhile,
 off the event loop on the service's `Offload` threads) and kept until the index changes. Each group's
 items (its first GROUP_ITEMS: a photo a million times is one group) come with their sources and thumbnail
@@ -13,7 +13,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, Field
 
-from lbhash.runs.duplicates import GROUP_PAIRS
+from lbhash.indexes.duplicates import GROUP_PAIRS
 from lbhash.service.access import reads_data
 from lbhash.service.depends import GroupsDep, MediaDep, OffloadDep
 from lbhash.service.media import ItemMedia

@@ -1,7 +1,7 @@
 """Items' images in the service: where each came from, thumbnails, and the images it keeps.
 
-`ItemMedia(store)` reads the index's sources record (lbhash.runs.origins) and the images added
-through the service (lbhash.runs.uploads). Thumbnails are decoded within bounds (THUMBNAIL_*,
+`ItemMedia(store)` reads the index's sources record (lbhash.indexes.origins) and the images added
+through the service (lbhash.serving.uploads). Thumbnails are decoded within bounds (THUMBNAIL_*,
 MAX_IMAGE_PIXELS, the shared PixelBudget; 429 after 5 s) and cached (LRU). A store without an
 index directory (Milvus) has no images.
 """
@@ -17,8 +17,8 @@ import numpy as np
 
 from lbhash import limits as table
 from lbhash.errors import InputError, NotFound, one_line
-from lbhash.runs.origins import DataImages, read_sources, thumbnail_png
-from lbhash.runs.uploads import KeptImages, item_origin, media_dir_for
+from lbhash.indexes.origins import DataImages, read_sources, thumbnail_png
+from lbhash.serving.uploads import KeptImages, item_origin, media_dir_for
 from lbhash.service.decode import PixelBudget
 
 WAIT_S = 5.0

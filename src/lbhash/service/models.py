@@ -7,8 +7,8 @@ from typing import Annotated
 from fastapi import UploadFile
 from pydantic import BaseModel, ConfigDict, Field, Strict
 
-from lbhash.runs.instance_codes import (LOOKS_LIKE, LOOKS_LIKE_APART, LOOKS_LIKE_CODES, LOOKS_LIKE_CODES_LEARNED,
-                                       LOOKS_LIKE_LEARNED)
+from lbhash.indexes.instance_codes import (LOOKS_LIKE, LOOKS_LIKE_APART, LOOKS_LIKE_CODES, LOOKS_LIKE_CODES_LEARNED,
+                                           LOOKS_LIKE_LEARNED)
 
 # Numbers in a request are JSON numbers: `true` is not class 1, "3" and 3.0 are not id 3
 Int = Annotated[int, Strict()]

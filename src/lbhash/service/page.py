@@ -26,9 +26,9 @@ from lbhash.service.decode import check_batch
 from lbhash.service.depends import AccessDep, EncoderDep, LimitsDep, MediaDep, StoreDep
 from lbhash.service.media import ItemMedia
 from lbhash.service.models import Int
-from lbhash.runs.index_store import Store
-from lbhash.runs.instance_codes import default_looks_like, mark_summary
-from lbhash.runs.serving import run_summary
+from lbhash.serving.index_store import Store
+from lbhash.indexes.instance_codes import default_looks_like, mark_summary
+from lbhash.serving.requests import run_summary
 
 logger = logging.getLogger("lbhash")
 STATIC = Path(__file__).resolve().parent / "static"

@@ -34,7 +34,7 @@ def data_summary(exp: Experiment) -> dict[str, Any]:
         out["resolved"] = absolute_spec(cfg.dataset.data)
     names = getattr(ds, "class_names", None)
     if names and list(names) != [str(c) for c in range(len(names))]:  # names that say more than the ids
-        out["class_names"] = [str(n) for n in names]  # index build records them (lbhash.runs.origins)
+        out["class_names"] = [str(n) for n in names]  # index build records them (lbhash.indexes.origins)
     if ds.input_kind == "features":
         out["feature_dim"] = ds.input_dim()
         out["dequantized"] = bool(getattr(ds, "dequantized", False))

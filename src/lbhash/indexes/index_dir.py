@@ -18,11 +18,11 @@ from lbhash.index import CodeIndex, table_bytes_per_item
 from lbhash.index.storage import directory_bytes, read_manifest
 from lbhash.index.writer_lock import writer_lock
 from lbhash.instance import INSTANCE_BITS
-from lbhash.runs import index_inputs
+from lbhash.indexes import index_inputs
 from lbhash.instance import MARK_KEY, mark_summary
-from lbhash.runs.instance_codes import ITEM_VIEW_KEY, attach, fit_transform, index_transform, payload_of
-from lbhash.runs.instance_learning import COPIES, MAX_LEARN_PHOTOS, RunPhotos, held_photos, no_mark
-from lbhash.runs.origins import forget_sources, read_sources, record_class_names, record_sources
+from lbhash.indexes.instance_codes import ITEM_VIEW_KEY, attach, fit_transform, index_transform, payload_of
+from lbhash.indexes.instance_learning import COPIES, MAX_LEARN_PHOTOS, RunPhotos, held_photos, no_mark
+from lbhash.indexes.origins import forget_sources, read_sources, record_class_names, record_sources
 
 
 @dataclass(frozen=True)
@@ -172,7 +172,7 @@ def _outside_training_items(source: Path, ids: np.ndarray, bits: int | None) -> 
 def _instance(source: Path, spec, ids: np.ndarray, emb, options: IndexOptions, photos: bool, train_emb=None):
     """(the instance transform of a new index, what it was made from, a function of (its instance codes, its
     float rows) to its same-picture record), or (None, None, None) for none. A run of photos learns it from
-    edited copies of its training photos (lbhash.runs.instance_learning) unless `options` say itq or pca, or
+    edited copies of its training photos (lbhash.indexes.instance_learning) unless `options` say itq or pca, or
     it has too few (a warning says so); anything else fits the ITQ (or PCA) code (`_instance_transform`)."""
     bits, method = options.instance_bits, options.instance_method
     run_photos = RunPhotos(source, spec) if photos and spec is not None and emb is not None and bits else None

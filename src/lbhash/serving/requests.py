@@ -11,8 +11,8 @@ from lbhash.errors import InputError
 from lbhash.evaluate.formatting import RATIO_SCALE
 from lbhash.index import Hits, Queries, SearchOptions, SearchPlan, check_classes, plan_search, search_on_this_thread
 from lbhash.index.rescore import check_embeddings
-from lbhash.runs.index_store import Store, lists_to_labels
-from lbhash.runs.searcher import QueryEncoder
+from lbhash.serving.index_store import Store, lists_to_labels
+from lbhash.serving.searcher import QueryEncoder
 
 
 @dataclass(frozen=True)

@@ -49,7 +49,7 @@ def hamming_only(metadata: dict | None, index_dir, export_path) -> str | None:
     codes: an export of an image run whose graph outputs the hash layer only (made before exports carried the
     embedding) and an index that keeps instance codes; None otherwise."""
     from lbhash.encoders.exported import read_manifest
-    from lbhash.runs.instance_codes import METADATA_KEY
+    from lbhash.indexes.instance_codes import METADATA_KEY
 
     manifest = read_manifest(export_path)
     if (manifest.get("input") or {}).get("kind") != "images" or (manifest.get("onnx") or {}).get("embedding") or \

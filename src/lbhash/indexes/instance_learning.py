@@ -169,7 +169,7 @@ class RunPhotos:
         self._loaded = None
 
     def _load(self):
-        from lbhash.runs import index_inputs
+        from lbhash.indexes import index_inputs
 
         if self._loaded is None:
             self._loaded = (index_inputs.photo_embedder(self.run_dir), index_inputs.run_photos(self.run_dir, self.spec))

@@ -3,10 +3,10 @@
 Each photo is embedded by the pretrained `BACKBONE` (its ImageNet weights, frozen, at `SIZE` px: the
 README's own-folder recipe without the training), less its one-colour margins (lbhash.data.edits.trimmed:
 a bordered or letterboxed copy then embeds as its photo does). The instance code is learned on the folder's own
-photos (lbhash.runs.instance_learning.learn_transform: `COPIES` random edited copies of each, the
+photos (lbhash.indexes.instance_learning.learn_transform: `COPIES` random edited copies of each, the
 whitening of what edits do to an embedding) where there are at least MIN_LEARN_PHOTOS of them, else
 ITQ of their embeddings; the float rows are kept, in the code's space, and pairs are scored by their
-margin over their neighbours (lbhash.runs.duplicates). The class code is empty (8 zero bits): a folder
+margin over their neighbours (lbhash.indexes.duplicates). The class code is empty (8 zero bits): a folder
 has no classes, and the search that pairs photos ranks by their look alone.
 """
 
@@ -22,9 +22,9 @@ from lbhash.data.edits import trimmed
 from lbhash.errors import InputError
 from lbhash.index import CodeIndex
 from lbhash.instance import InstanceTransform
-from lbhash.runs import index_inputs
-from lbhash.runs.instance_codes import attach, payload_of
-from lbhash.runs.instance_learning import MIN_LEARN_PHOTOS, learn_transform
+from lbhash.indexes import index_inputs
+from lbhash.indexes.instance_codes import attach, payload_of
+from lbhash.indexes.instance_learning import MIN_LEARN_PHOTOS, learn_transform
 
 logger = logging.getLogger("lbhash")
 

@@ -20,10 +20,10 @@ from lbhash.index.blend import Blended, blended_search
 from lbhash.index.hits import Queries, SearchOptions, Spelling, check_classes, plan_search, search_hits
 from lbhash.index.rescore import RESCORE_FACTOR
 from lbhash.instance import InstanceTransform, mark_why
-from lbhash.runs import index_inputs
-from lbhash.runs.index_dir import IndexLocation
-from lbhash.runs.instance_codes import index_transform
-from lbhash.runs.origins import read_sources
+from lbhash.indexes import index_inputs
+from lbhash.indexes.index_dir import IndexLocation
+from lbhash.indexes.instance_codes import index_transform
+from lbhash.indexes.origins import read_sources
 
 IMAGE_ARRAY_SUFFIXES = (".npz", ".npy", ".mat")  # images: an image array, read as image-array:PATH
 
@@ -318,9 +318,9 @@ def _image_files(images, names: Names) -> list[Path]:
 
 
 def _hit_sources(index, record, ids, run_dir, location: IndexLocation) -> dict:
-    """id -> the file, member or row it came from: the index's own `record` (lbhash.runs.origins),
+    """id -> the file, member or row it came from: the index's own `record` (lbhash.indexes.origins),
     else, for an index built from a run on image data whose run is given, that run's data."""
-    from lbhash.runs.uploads import KeptImages, item_origin, media_dir_for
+    from lbhash.serving.uploads import KeptImages, item_origin, media_dir_for
 
     record = record if len(ids) else None
     media = media_dir_for(location.target) if location.backend == "faiss" else None

@@ -28,9 +28,9 @@ from lbhash.index.blend import warm_ranking
 from lbhash.index.rescore import scoring_rows
 from lbhash.index.writer_lock import writer_lock
 from lbhash.instance import InstanceTransform
-from lbhash.runs.instance_codes import ITEM_VIEW_KEY, index_transform, payload_of
-from lbhash.runs.origins import SOURCES, forget_sources
-from lbhash.runs.wal import WriteAheadLog
+from lbhash.indexes.instance_codes import ITEM_VIEW_KEY, index_transform, payload_of
+from lbhash.indexes.origins import SOURCES, forget_sources
+from lbhash.serving.wal import WriteAheadLog
 
 logger = logging.getLogger("lbhash")
 

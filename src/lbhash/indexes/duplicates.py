@@ -9,7 +9,7 @@ the index keeps them, else the share of instance bits they agree on. Two measure
 
 - `cosine` / `instance` (an index): the similarity itself, at the index's calibrated same-picture mark
   (the one its searches mark hits by) or `--threshold`;
-- `margin` (a folder with no run: lbhash.runs.folder_copies): the similarity less the mean of the two
+- `margin` (a folder with no run: lbhash.indexes.folder_copies): the similarity less the mean of the two
   items' `NEIGHBOUR`-th best similarity to any other item (each leaving the other out), the score
   normalisation of copy detection (the similarity to a near neighbour subtracted, as SSCD, Pizzi et al.
   2022, and cross-domain similarity local scaling do): a copy stands out of its photo's neighbours where
@@ -36,10 +36,10 @@ from lbhash.errors import InputError
 from lbhash.index.rescore import scoring_rows
 from lbhash.index.storage import MANIFEST as INDEX_MANIFEST
 from lbhash.instance import mark_rule, mark_why
-from lbhash.runs.index_dir import open_index
-from lbhash.runs.instance_codes import index_transform
-from lbhash.runs.instance_learning import cosine_rows
-from lbhash.runs.origins import read_sources
+from lbhash.indexes.index_dir import open_index
+from lbhash.indexes.instance_codes import index_transform
+from lbhash.indexes.instance_learning import cosine_rows
+from lbhash.indexes.origins import read_sources
 
 K = 10             # each item's candidates: its nearest other items by instance code
 CHUNK = 1024       # items searched at a time (a quarter of it where float rows are read)
@@ -71,12 +71,12 @@ class Groups:
 
 def find_duplicates(path, threshold: float | None = None, min_group: int = 2, progress=None) -> Groups:
     """The groups of copies among the items of the index at `path` (measured by its mark), or among the
-    photos of the folder at `path` (lbhash.runs.folder_copies: an index of them made in memory, measured
+    photos of the folder at `path` (lbhash.indexes.folder_copies: an index of them made in memory, measured
     by the margin). `threshold`: the score a pair must reach, in (0, 1] (None: the index's mark, or the
     folder's null); `progress(done, total)` is called after each chunk."""
     _check(threshold, min_group)  # (before a folder's photos are embedded: minutes, where a bad option is not)
     if Path(path).is_dir() and not (Path(path) / INDEX_MANIFEST).is_file():
-        from lbhash.runs.folder_copies import folder_index
+        from lbhash.indexes.folder_copies import folder_index
 
         return index_groups(folder_index(path), str(path), threshold, min_group, progress, by_margin=True)
     return index_groups(open_index(path), str(path), threshold, min_group, progress)

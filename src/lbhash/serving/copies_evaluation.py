@@ -30,12 +30,12 @@ from lbhash.index.blend import blended_search
 from lbhash.index.hits import Queries
 from lbhash.index.rescore import RESCORE_FACTOR
 from lbhash.instance import MARK_KEY, learned_index
-from lbhash.runs.index_dir import bytes_per_item, open_index
-from lbhash.runs.instance_codes import default_looks_like, index_transform
-from lbhash.runs.origins import DataImages, read_sources
+from lbhash.indexes.index_dir import bytes_per_item, open_index
+from lbhash.indexes.instance_codes import default_looks_like, index_transform
+from lbhash.indexes.origins import DataImages, read_sources
 
 if TYPE_CHECKING:  # (the searcher, with the encoders, is imported where copies are encoded)
-    from lbhash.runs.searcher import QueryModel
+    from lbhash.serving.searcher import QueryModel
 
 ORDERS = ("hamming", "codes", "blend")  # class code alone; both codes alone; the default ranking
 DEFAULT_ITEMS = 200
@@ -55,7 +55,7 @@ class Copies:
 def make_copies(index, encoder, items: int = DEFAULT_ITEMS, seed: int = 0, edits=tuple(EDITS)) -> Copies:
     """Edited copies of `items` indexed photos (a seeded sample of those whose source the index records),
     encoded by `encoder` (a `QueryEncoder`) with their embeddings and instance codes."""
-    from lbhash.runs.searcher import QueryEncoder
+    from lbhash.serving.searcher import QueryEncoder
 
     edits = check_edits(edits)
     if isinstance(items, bool) or not isinstance(items, int) or items < 1:
