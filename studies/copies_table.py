@@ -201,12 +201,17 @@ def sweep(index_dir: Path, run: Path, items: int, seed: int) -> None:
                       flush=True)
 
 
+RAISES = ((0.7, 0.95), (0.8, 0.9), (0.85, 0.9), (0.85, 0.95))  # an ITQ code's query-by-query raise: (from, to)
+
+
 def sweep_codes(index_dir: Path, run: Path, items: int, seed: int) -> None:
     """recall@1 / class P@10 per edit of the two codes alone (no float rows: `--no-embeddings`) at looks_like
-    0.7-1.0 and the default (None: each query's own, lbhash.index.blend.agreeing_looks_like), the instance
-    code's similarity cubed and raw; the Hamming order's class P@10 beside them (the floor it must keep)."""
+    0.7-1.0, the instance code's similarity cubed and raw, and the query-by-query raise that an
+    unlearned code's ranking takes (lbhash.index.blend.agreeing_looks_like, from each of RAISES' first value
+    to its second; raw, the first alone); the Hamming order's class P@10 beside them (the floor it must keep)."""
     from lbhash.index import CodeIndex, blend
     from lbhash.indexes import index_inputs
+    from lbhash.instance import RECORD_KEY
     from lbhash.serving.copies_evaluation import make_copies, measure
 
     index = CodeIndex.load(index_dir)
@@ -215,15 +220,25 @@ def sweep_codes(index_dir: Path, run: Path, items: int, seed: int) -> None:
     print("| power | looks_like | " + " | ".join(floor) + " | worst | P@10 below Hamming's |\n|---|---|" +
           "---|" * (len(floor) + 2))
     print("| - | Hamming | " + " | ".join(f"- / {m['class_p@10']:.3f}" for m in floor.values()) + " | | |")
+
+    def row(power: int, name: str, looks_like: float | None) -> None:
+        report = measure(index, copies, "codes", looks_like)
+        worst = min(m["recall@1"] for m in report.values())
+        below = [e for e, m in report.items() if m["class_p@10"] < floor[e]["class_p@10"]]
+        print(f"| {power} | {name} | " + " | ".join(f"{m['recall@1']:.3f} / {m['class_p@10']:.3f}" for m in report.values())
+              + f" | {worst:.3f} | {', '.join(below) or 'none'} |", flush=True)
+
     for power in (3, 1):
         blend.SIMILARITY_POWER = power
-        for looks_like in (None, 0.7, 0.8, 0.85, 0.9, 0.95, 1.0):
-            report = measure(index, copies, "codes", looks_like)
-            worst = min(m["recall@1"] for m in report.values())
-            below = [e for e, m in report.items() if m["class_p@10"] < floor[e]["class_p@10"]]
-            print(f"| {power} | {'default' if looks_like is None else looks_like} | " +
-                  " | ".join(f"{m['recall@1']:.3f} / {m['class_p@10']:.3f}" for m in report.values()) +
-                  f" | {worst:.3f} | {', '.join(below) or 'none'} |", flush=True)
+        for looks_like in (0.7, 0.8, 0.85, 0.9, 0.95, 1.0):
+            row(power, str(looks_like), looks_like)
+    record = index.metadata[RECORD_KEY]
+    index.metadata[RECORD_KEY] = {**record, "method": "raised"}  # (the raise ranks an unlearned code only)
+    for power, raises in ((3, RAISES), (1, RAISES[:1])):
+        blend.SIMILARITY_POWER = power
+        for start, stop in raises:
+            blend.LOOKS_LIKE_CODES, blend.LOOKS_LIKE_APART = start, stop
+            row(power, f"{start}->{stop}", None)
 
 
 def print_tables(reports: dict) -> None:
