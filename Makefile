@@ -13,6 +13,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install -q --disable-pip-version-check $(TORCH)
 	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[test,pretrained]'
 	$(PY) -m lbhash.evaluate.report  # the metrics' numba kernels, compiled once into numba's cache
+	$(PY) -m lbhash.index.precompile  # the searches' (about a minute, once; a first search then waits for none)
 	$(PY) -m compileall -q src/lbhash  # bytecode read even where PYTHONDONTWRITEBYTECODE stops writing it
 	touch $(STAMP)
 

@@ -48,7 +48,7 @@ SMOKE_PER_CLASS = (8, 3)         # train, test images per class in the smoke tar
 E2E_RUNS = (("resnet20-csq", "resnet20", False), ("resnet20-csq_D", "resnet20", True),
             ("smallcnn-csq", "smallcnn", False))
 PARTS = ("backbones", "e2e", "target", "timing")
-NEEDED = ("numpy", "scipy", "sklearn", "numba", "click", "yaml", "lightning", "tqdm", "pydantic", "PIL")
+NEEDED = ("numpy", "scipy", "sklearn", "numba", "click", "yaml", "lightning_fabric", "tqdm", "pydantic", "PIL")
 
 
 class UsageError(Exception):

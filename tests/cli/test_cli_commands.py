@@ -107,7 +107,7 @@ def test_the_search_layer_loads_neither_torch_nor_the_metric_kernels():
 READ_ONLY = textwrap.dedent("""
     import sys
     from lbhash.cli import main
-    WATCHED = ("lightning", "sklearn", "scipy", "numba", "lbhash.train.loop", "lbhash.train.fit",
+    WATCHED = ("lightning_fabric", "sklearn", "scipy", "numba", "lbhash.train.loop", "lbhash.train.fit",
                "lbhash.runs.hash_encoder")
     for args in (["index", "info", "idx"], ["train", "--out", "run", "--resume"],
                  ["encode", "run", "--data", "features:rows5.npy", "--out", "rows5.npz"],

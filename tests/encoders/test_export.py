@@ -305,4 +305,4 @@ def test_the_serve_requirements_are_the_packages_dependencies():
     wanted = [line.strip() for line in (root / "requirements-serve.txt").read_text().splitlines()
               if line.strip() and not line.startswith("#")]
     assert wanted and not set(wanted) - declared, set(wanted) - declared
-    assert not {w for w in wanted if w.split(">")[0] in ("torch", "lightning", "scikit-learn", "scipy")}
+    assert not {w for w in wanted if w.split(">")[0] in ("torch", "lightning", "lightning-fabric", "scikit-learn", "scipy")}

@@ -142,7 +142,7 @@ def test_two_process_encode_writes_the_codes_of_one_process(tmp_path):
 if __name__ == "__main__":  # the two-rank run of test_banks_and_surrogate_stay_identical_across_ranks
     import faulthandler
 
-    from lightning.fabric import Fabric
+    from lightning_fabric import Fabric
 
     faulthandler.dump_traceback_later(200, exit=True)  # a hang prints every thread's stack, then ends
     Fabric(accelerator="cpu", devices=2, strategy="ddp_spawn").launch(_ddp_worker, sys.argv[1])

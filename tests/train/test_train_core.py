@@ -86,9 +86,9 @@ def in_memory_fit(tmp_path_factory):
         patch.setenv("LBHASH_CACHE_DIR", str(home / "cache"))
         patch.setattr(tempfile, "tempdir", str(temp))
         patch.chdir(work)
-        # the training stack's imports write their packages' own caches (Lightning -> torchmetrics ->
+        # the training stack's imports write their packages' own caches (Lightning Fabric, torch ->
         # matplotlib's config folder); import them first so that what is watched is the fit's writes
-        import lightning.pytorch  # noqa: F401
+        import lightning_fabric  # noqa: F401
         (home / "cache").mkdir()
         # the first _D fit of a machine computes its class centers once, as it builds its
         # objective: watched up to its first epoch, the whole second fit after it

@@ -44,14 +44,14 @@ def read_json(path: Path) -> Any:
 
 
 def software_versions() -> dict[str, str]:
-    import lightning
+    import lightning_fabric
     import numpy
     import torch
 
     from lbhash import __version__
 
     return {"python": platform.python_version(), "torch": torch.__version__, "numpy": numpy.__version__,
-            "lightning": lightning.__version__, "lbhash": __version__}
+            "lightning": lightning_fabric.__version__, "lbhash": __version__}
 
 
 def experiment_settings(spec: dict, overrides: dict, data: str | None, protocol: str | None) -> dict:

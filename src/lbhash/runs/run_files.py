@@ -410,7 +410,7 @@ class DirectoryStore:
         """Fabric loggers of the run: TensorBoard event files in RUN_DIR/tensorboard when asked."""
         if cfg.runtime.logger != "tensorboard":
             return []
-        from lightning.fabric.loggers import TensorBoardLogger
+        from lightning_fabric.loggers import TensorBoardLogger
 
         return [TensorBoardLogger(root_dir=str(self.run_dir / "tensorboard"), name="", version="")]
 

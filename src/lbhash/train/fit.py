@@ -165,7 +165,7 @@ def fit(cfg: TrainConfig, dataset: HashDataset | None = None, split: Split | Non
 def _train_and_encode(trainer: Trainer, keep_state: bool) -> Trained | None:
     """Train what is left, encode the split (rank 0) and measure it; None in the other processes.
     `keep_state`: keep the last checkpoint's and the best epoch's state in memory."""
-    from lightning.fabric.utilities.apply_func import move_data_to_device  # Lightning loads with the first fit
+    from lightning_fabric.utilities.apply_func import move_data_to_device  # Lightning loads with the first fit
 
     train_to_end(trainer)
     first = trainer.fabric.is_global_zero

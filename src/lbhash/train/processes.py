@@ -26,14 +26,14 @@ def process_rank() -> int:
 
 
 def make_fabric(accelerator: str, devices: int, precision: str, loggers=None):
-    from lightning.fabric import Fabric
+    from lightning_fabric import Fabric
 
-    logging.getLogger("lightning.fabric").setLevel(logging.WARNING)
+    logging.getLogger("lightning_fabric").setLevel(logging.WARNING)
     strategy = "auto"
     if devices > 1:
         if "RANK" not in os.environ:
             _gloo_over_loopback()
-        from lightning.fabric.strategies import DDPStrategy
+        from lightning_fabric.strategies import DDPStrategy
 
         strategy = DDPStrategy(timeout=process_group_timeout())
     fabric = Fabric(accelerator=accelerator, devices=devices, precision=precision, strategy=strategy,
