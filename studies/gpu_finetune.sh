@@ -39,15 +39,29 @@ FP32=(--set precision=32-true --set backbone_precision=fp32)
 BF16=(--set precision=bf16-mixed --set backbone_precision=bf16)
 [ "$ACC" = cpu ] && BF16=(--set precision=32-true --set backbone_precision=fp32)  # smoke run only
 
-say "$(python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available(),
-      torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")')"
+# one interpreter (torch imports once): the device line, then lbhash's import and the weights check
+checks=$(python3 - "$BACKBONE" "$PRETRAINED" <<'PY'
+import sys
+import torch
+print("torch", torch.__version__, "cuda", torch.cuda.is_available(),
+      torch.cuda.get_device_name(0) if torch.cuda.is_available() else "", flush=True)
+try:
+    import lbhash.cli  # noqa: F401
+    from lbhash.errors import InputError
+    from lbhash.models import create_backbone
+except Exception as err:
+    print(f"lbhash does not import: {err}")
+    raise SystemExit(1)
+try:
+    create_backbone(sys.argv[1], pretrained=sys.argv[2] or None)
+except InputError as err:
+    print(err)
+    raise SystemExit(2)
+PY
+); status=$?
+say "$(head -n 1 <<< "$checks")"
 say "backbone $BACKBONE, weights $PRETRAINED, $SIZE px, seeds $SEEDS, phases $PHASES, $SECONDS_LEFT s"
-python3 -c 'import lbhash.cli' || { say "lbhash does not import"; exit 1; }
-# the weights once, before any cell: missing torchvision or an empty hub cache is one line, not a grid of failures
-weights=$(python3 -c 'import sys; from lbhash.errors import InputError; from lbhash.models import create_backbone
-try: create_backbone(sys.argv[1], pretrained=sys.argv[2] or None)
-except InputError as err: print(err)' "$BACKBONE" "$PRETRAINED")
-[ -z "$weights" ] || { say "$weights"; exit 2; }
+[ "$status" -eq 0 ] || { say "$(tail -n 1 <<< "$checks")"; exit "$status"; }
 
 grid() {  # grid NAME LOGNAME WORKERS SECONDS [ARGS...]: cells of CELLS/NAME, stopped after SECONDS
   local name=$1 log=$2 workers=$3 limit=$4; shift 4

@@ -154,6 +154,7 @@ def mobilenet_cut(train: int, test: int):
     return x[:n], y[:n], x[n:], y[n:]
 
 
+@pytest.mark.slow  # a training of 10 epochs: the straight-through gradient's formula is checked above
 def test_dbdh_on_frozen_features_trains_well_above_chance():
     """Adam 1e-3 (the paper's recipe), 32 bits, 2,000 items: the straight-through codes train, the
     clamped outputs saturate and the loss climbs. Measured, seed 0: mAP 0.496, the epoch loss
