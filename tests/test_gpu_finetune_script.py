@@ -30,6 +30,7 @@ def _env(**extra) -> dict[str, str]:
     return env
 
 
+@pytest.mark.slow  # the study's script in a process of its own (3 s); make test-slow, in CI
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 def test_missing_weights_stop_the_script_before_any_cell(tmp_path):
     out = tmp_path / "out"

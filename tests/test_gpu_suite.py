@@ -122,6 +122,7 @@ def test_end_to_end_runs_report_map_and_speed(smoke):
     assert all(r["seconds_per_epoch"] > 0 for r in timing["rows"])
 
 
+@pytest.mark.slow  # the suite's script in a process of its own (3 s); make test-slow, in CI
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present")
 def test_without_cuda_the_full_suite_refuses_in_one_line(tmp_path):
     done = run_suite(["--out", tmp_path / "out"], tmp_path)
@@ -131,6 +132,7 @@ def test_without_cuda_the_full_suite_refuses_in_one_line(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow  # the suite's script in a process of its own (3 s); make test-slow, in CI
 def test_a_missing_tarball_is_one_line_naming_it(tmp_path):
     done = run_suite(["--smoke", "--data", tmp_path / "nope.tar.gz", "--out", tmp_path / "out"], tmp_path)
     lines = done.stderr.strip().splitlines()

@@ -25,6 +25,7 @@ def run_milvus_suite(tmp_path, required: bool) -> subprocess.CompletedProcess:
                           cwd=TESTS.parent, env=env, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow  # a child pytest (2 s each); make test-slow, in CI
 @pytest.mark.parametrize("required", [False, True])
 def test_a_milvus_run_without_a_server_fails_only_when_required(tmp_path, required):
     out = run_milvus_suite(tmp_path, required)

@@ -256,6 +256,7 @@ def test_the_pixel_budget_holds_for_the_whole_server(tiny_image_run, tmp_path, m
         assert client.post("/items/image", files=two).status_code == 200  # the budget is free again
 
 
+@pytest.mark.slow  # a real server process (2-3 s a start); make test-slow, in CI
 def test_serve_lowers_the_pixels_decoded_at_once(tmp_path, server_factory):
     import httpx
 

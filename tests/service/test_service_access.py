@@ -137,6 +137,7 @@ def test_serve_off_loopback_needs_a_key_or_read_only(index_dir, tmp_path, monkey
     assert not (tmp_path / "ix.wal").exists()  # refused before the index was opened
 
 
+@pytest.mark.slow  # a real server process (2-3 s a start); make test-slow, in CI
 def test_a_served_index_with_a_write_key_from_the_environment(index_dir, server_factory, monkeypatch):  # noqa: F811
     monkeypatch.setenv("LBHASH_WRITE_KEY", WRITE)
     server = server_factory(index_dir, free_port())
@@ -224,6 +225,7 @@ def test_the_allowed_host_names_pass_and_only_they(index_dir):
     assert Access(allowed_hosts=["Search.Example."]) == Access(allowed_hosts=HostNames.of(["search.example"]))
 
 
+@pytest.mark.slow  # a real server process (2-3 s a start); make test-slow, in CI
 def test_serve_checks_host_with_its_host_and_allowed_hosts(index_dir, server_factory, monkeypatch):  # noqa: F811
     monkeypatch.setenv("LBHASH_ALLOWED_HOSTS", "from-env.example")
     server = server_factory(index_dir, free_port(), "--allowed-hosts", "mybox,.lan.example")

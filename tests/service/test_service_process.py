@@ -43,6 +43,7 @@ def test_acknowledged_writes_survive_kill_9(tmp_path, rng, server_factory):
     assert saved.ntotal == 49 and saved.metadata["wal_seq"] == 2
 
 
+@pytest.mark.slow  # a real server process (2-3 s a start); make test-slow, in CI
 def test_a_second_server_on_the_same_index_is_refused(tmp_path, rng, server_factory):
     """Issue 27, item 1: two servers on one index lose writes; the second now fails at start."""
     CodeIndex(32).save(tmp_path / "ix")
@@ -70,6 +71,7 @@ def _closed_by_server(sock, within_s):
         return False
 
 
+@pytest.mark.slow  # a real server process (2-3 s a start); make test-slow, in CI
 def test_a_client_that_never_finishes_its_headers_is_cut_off(tmp_path, server_factory):
     CodeIndex(32).save(tmp_path / "ix")
     server = server_factory(tmp_path / "ix", free_port(), "--header-timeout", "0.5")
@@ -82,6 +84,7 @@ def test_a_client_that_never_finishes_its_headers_is_cut_off(tmp_path, server_fa
         assert prompt.recv(64).startswith(b"HTTP/1.1 200")
 
 
+@pytest.mark.slow  # a real server process (2-3 s a start); make test-slow, in CI
 def test_connections_beyond_the_limit_get_503(tmp_path, server_factory):
     CodeIndex(32).save(tmp_path / "ix")
     server = server_factory(tmp_path / "ix", free_port(), "--max-connections", "3", "--header-timeout", "10")
@@ -98,6 +101,7 @@ def test_connections_beyond_the_limit_get_503(tmp_path, server_factory):
         time.sleep(0.2)
 
 
+@pytest.mark.slow  # a real server process (2-3 s a start); make test-slow, in CI
 def test_headers_beyond_the_limit_are_refused(tmp_path, server_factory):
     from lbhash.limits import MAX_HEADER_BYTES
 
@@ -117,6 +121,7 @@ def test_headers_beyond_the_limit_are_refused(tmp_path, server_factory):
     assert httpx.get(f"{server.url}/health", headers={"X-Fine": "a" * 1000}, timeout=10).status_code == 200
 
 
+@pytest.mark.slow  # a real server process (2-3 s a start); make test-slow, in CI
 def test_index_add_is_refused_while_a_server_holds_the_index(tmp_path, rng, server_factory):
     """Issue 27: the server holds the index's writer lock; `lbhash index add` on the same index
     stops in one line naming the server's pid (exit 2) and writes nothing, and succeeds once
