@@ -20,6 +20,7 @@ import numpy as np
 from PIL import Image
 
 from lbhash.data.image_root import ImageRoot, check_tar_member
+from lbhash.data.ustar import plain_members
 from lbhash.errors import InputError, one_line
 from lbhash.limits import IMAGE_FORMATS
 
@@ -238,6 +239,12 @@ def open_tarball(path: Path, keep=None) -> TarSource:
     with _tar_errors(path):
         if not is_compressed(path):
             return _index_plain_tar(path, keep)
+        plain = plain_members(path, keep, limit=MAX_TAR_MEMORY)  # (None: tarfile reads it, below)
+        if plain is not None:
+            sizes = [len(data) for _, data in plain]
+            offsets = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)[:-1]]) if sizes else []
+            blob = np.frombuffer(b"".join(data for _, data in plain), dtype=np.uint8)
+            return BlobSource(path, _names([name for name, _ in plain]), offsets, sizes, blob)
         names, offsets, sizes, chunks, total = [], [], [], [], 0
         with tarfile.open(path, "r|*") as tf:
             for name, m in _streamed_members(tf, path, keep):
@@ -260,6 +267,10 @@ def open_tarball(path: Path, keep=None) -> TarSource:
 def compressed_tarball_names(path: Path, keep=None) -> list[str]:
     """The names `open_tarball` would keep, from one streaming pass that holds no member's bytes:
     what a part of a compressed tarball is chosen from before only that part is read."""
+    with _tar_errors(path):
+        plain = plain_members(path, keep, data=False)
+    if plain is not None:
+        return [name for name, _ in plain]
     with _tar_errors(path), tarfile.open(path, "r|*") as tf:
         return [name for name, _ in _streamed_members(tf, path, keep)]
 
