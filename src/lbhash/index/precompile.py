@@ -1,7 +1,8 @@
 """Compile the searches' numba kernels (lbhash.ranking, lbhash.index._lookup_kernel, _blend_kernel) into
 numba's cache beside the package, for every type they are called with: codes packed in 8-, 16-, 32- or
 64-bit words, in memory or read-only (an index's memory-mapped segments are), so that neither a user's
-first search nor a fresh clone's test run waits for the compiler (seconds a kernel, about 40 s in all).
+first search nor a fresh clone's test run waits for the compiler (seconds a kernel, about a minute for the
+29 signatures; docs/results/test-suite.md).
 
 `make install` runs `python -m lbhash.index.precompile` (and `python -m lbhash.evaluate.report` for the
 metrics'). A kernel called with a type not listed here still works: it compiles on its first call, once.
