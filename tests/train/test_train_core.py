@@ -86,7 +86,7 @@ def in_memory_fit(tmp_path_factory):
         patch.setenv("LBHASH_CACHE_DIR", str(home / "cache"))
         patch.setattr(tempfile, "tempdir", str(temp))
         patch.chdir(work)
-        # the training stack's imports write their packages' own caches (Lightning Fabric, torch ->
+        # the training stack's imports may write their packages' own caches (Lightning once wrote
         # matplotlib's config folder); import them first so that what is watched is the fit's writes
         import lightning_fabric  # noqa: F401
         (home / "cache").mkdir()
