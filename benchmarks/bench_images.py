@@ -99,7 +99,36 @@ def baseline_source(commit: str, folder: Path) -> Path:
                                  capture_output=True).stdout
         with tarfile.open(fileobj=__import__("io").BytesIO(archive)) as tf:
             tf.extractall(out, filter="data")
+    shim = out / "src" / "lightning" / "__init__.py"
+    if not shim.exists():
+        shim.parent.mkdir(exist_ok=True)
+        shim.write_text(LIGHTNING_SHIM)
     return out / "src"
+
+
+# older lbhash imported `lightning.fabric` from the whole `lightning` package, which lbhash no longer installs
+# (lightning-fabric alone): beside a baseline's source, `lightning.fabric.X` is `lightning_fabric.X`
+LIGHTNING_SHIM = """import importlib
+import importlib.abc
+import importlib.util
+import sys
+
+
+class _Fabric(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, name, path=None, target=None):
+        if name == "lightning.fabric" or name.startswith("lightning.fabric."):
+            return importlib.util.spec_from_loader(name, self)
+        return None
+
+    def create_module(self, spec):
+        return importlib.import_module("lightning_fabric" + spec.name[len("lightning.fabric"):])
+
+    def exec_module(self, module):
+        pass
+
+
+sys.meta_path.insert(0, _Fabric())
+"""
 
 
 def measure(data: str, backbone: str, protocol: str, epochs: int, image_size: int, out: str) -> dict:

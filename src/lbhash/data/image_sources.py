@@ -242,7 +242,7 @@ def open_tarball(path: Path, keep=None) -> TarSource:
         plain = plain_members(path, keep, limit=MAX_TAR_MEMORY)  # (None: tarfile reads it, below)
         if plain is not None:
             sizes = [len(data) for _, data in plain]
-            offsets = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)[:-1]]) if sizes else []
+            offsets = np.cumsum([0, *sizes[:-1]], dtype=np.int64)
             blob = np.frombuffer(b"".join(data for _, data in plain), dtype=np.uint8)
             return BlobSource(path, _names([name for name, _ in plain]), offsets, sizes, blob)
         names, offsets, sizes, chunks, total = [], [], [], [], 0

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 _BLOCK = 512
+_END = bytes(_BLOCK)  # an end-of-archive block
 _PLAIN = {b"0": "file", b"\0": "file", b"5": "folder"}  # typeflags read here; any other: tarfile reads it
 
 
@@ -42,7 +43,7 @@ def plain_members(path: Path, keep: Callable[[str], bool] | None, data: bool = T
                 header = fh.read(_BLOCK)
                 if len(header) < _BLOCK:
                     raise EOFError(f"the archive ends after {len(out)} members, with no end-of-archive block")
-                if header == bytes(_BLOCK):
+                if header == _END:
                     return out
                 name, kind, size = _parse(header)
                 padded = -(-size // _BLOCK) * _BLOCK
@@ -85,7 +86,7 @@ def _skip(fh, count: int) -> None:
 
 
 def _parse(header: bytes) -> tuple[str, str, int]:
-    """(name, "file" or "folder", size) of a plain member's header, as tarfile.TarInfo.frombuf reads them."""
+    """(name, "file" or "folder", size) of a plain member's header, as tarfile.TarInfo.frombuf reads a file's."""
     kind = _PLAIN.get(header[156:157])
     if kind is None:
         raise _NotPlain
@@ -101,9 +102,7 @@ def _parse(header: bytes) -> tuple[str, str, int]:
         raise _NotPlain  # (the second: the sum of signed bytes, which some old tars wrote)
     name = _nts(header[:100])
     if kind == "file" and header[156:157] == b"\0" and name.endswith("/"):
-        kind = "folder"  # a v7 folder
-    if kind == "folder":
-        name = name.rstrip("/")
+        kind = "folder"  # a v7 folder (a folder's name is not read further: only files are kept)
     prefix = _nts(header[345:500])
     if prefix:
         name = f"{prefix}/{name}"
