@@ -137,6 +137,8 @@ def main() -> None:
     parser.add_argument("--sweep", action="store_true", help="looks_like and the similarity's power, on OUT/idx")
     parser.add_argument("--sweep-codes", action="store_true",
                         help="the codes-alone ranking's looks_like and similarity power, on OUT/idx-codes")
+    parser.add_argument("--mark-only", action="store_true",
+                        help="the default index alone: its evaluation and the mark on the photos in no index")
     args = parser.parse_args()
     out = args.out
     photos, run = out / "photos", out / "run"
@@ -145,8 +147,8 @@ def main() -> None:
     if not (run / "metrics.json").exists():
         lbhash("train", "--data", f"images:{photos}", "--protocol", "all-train", *RECIPES[args.recipe],
                "--method", "csq", "--bits", "64", "--seed", "0", "--out", str(run))
-    reports = {}
-    for name, extra in INDEXES.items():
+    reports, indexes = {}, {"idx": INDEXES["idx"]} if args.mark_only else INDEXES
+    for name, extra in indexes.items():
         if not (out / name).exists():
             lbhash("index", "build", str(run), "--out", str(out / name), *extra)
         path = out / f"dup-{name}.json"
@@ -155,23 +157,27 @@ def main() -> None:
                                    str(args.seed), "--json", capture=True))
         reports[name] = json.loads(path.read_text())
     print_tables(reports)
+    print("\nthe default index's mark:", json.dumps(json.loads(lbhash("index", "info", str(out / "idx"), "--json",
+                                                                        capture=True)).get("same_picture")))
     if args.sweep:
         sweep(out / "idx", run, args.items, args.seed)
     if args.sweep_codes:
         sweep_codes(out / "idx-codes", run, args.items, args.seed)
     compared = out / "code-for-code.json"
-    if not compared.exists():
+    if args.mark_only:
+        compared = None
+    elif not compared.exists():
         compared.write_text(json.dumps(code_for_code(out / "idx", run, args.items, args.seed)))
-    table = json.loads(compared.read_text())
     edits = reports["idx"]["edits"]
-    print("\n| code, searched alone | " + " | ".join(edits) + " |\n|---|" + "---|" * len(edits))
-    for name, row in table.items():
-        print(f"| {name} | " + " | ".join(f"{row[e]:.3f}" for e in edits) + " |")
+    if compared is not None:
+        print("\n| code, searched alone | " + " | ".join(edits) + " |\n|---|" + "---|" * len(edits))
+        for name, row in json.loads(compared.read_text()).items():
+            print(f"| {name} | " + " | ".join(f"{row[e]:.3f}" for e in edits) + " |")
     if args.absent is not None:
         folder = out / "absent"
         if not folder.exists():
             absent_photos(args.tarball, folder, args.absent)
-        for name in ("idx", "idx-codes"):
+        for name in indexes if args.mark_only else ("idx", "idx-codes"):
             counts = marks_on_absent(out / name, run, folder, out)
             (out / f"absent-{name}.json").write_text(json.dumps(counts, indent=1))
             print(f"\n{name}: first hits marked, photos in no index: " +

@@ -54,7 +54,12 @@ RECORD_KEY = "instance"  # an index's metadata: its transform's record (method, 
 # a hit is marked the same picture by the threshold calibrated on the index's own photos and kept in its
 # metadata under MARK_KEY (lbhash.indexes.instance_learning); an index without one marks nothing
 MARK_KEY = "same_picture"
-MARK_BY = ("instance", "cosine")
+MARK_BY = ("instance", "cosine", "margin")
+# a margin mark: the hit's centred cosine less the query's MARK_NEIGHBOUR-th best other candidate's (a copy stands
+# out of the query's neighbours; a look-alike in a crowded part of the space does not: the score normalisation of
+# copy detection, SSCD), over at least MARK_CANDIDATES candidates by instance code, as the calibration measures it
+MARK_NEIGHBOUR = 2
+MARK_CANDIDATES = 40
 _FORMAT = "lbhash-instance-transform-1"
 
 
@@ -103,27 +108,36 @@ def learned_index(metadata: dict | None) -> bool:
     return isinstance(record, dict) and record.get("method") == "learned"
 
 
-def mark_rule(metadata: dict | None, cosine: bool = True, where: str = "the index") -> tuple[float, bool]:
-    """(threshold, by cosine) of an index's calibrated same-picture mark, as the ranking applies it: a hit is
-    marked when its centred cosine is at least the threshold (by cosine), or its instance distance at most
-    the threshold times the instance bits; (-1, False) where the index has no calibrated mark. `cosine`:
-    whether the search scores by the centred cosine (else a mark calibrated by it gives way to the instance
-    distance's, where that one was usable). A record that is not one (a threshold outside 0..1 or not
-    finite, an unknown measure) is refused in one line."""
+def mark_rule(metadata: dict | None, cosine: bool = True, where: str = "the index",
+              filtered: bool = False) -> tuple[float, str | None]:
+    """(threshold, measure) of an index's calibrated same-picture mark, as the ranking applies it: a hit is
+    marked when its centred cosine is at least the threshold ("cosine"), its cosine less the query's
+    MARK_NEIGHBOUR-th best other candidate's is ("margin"), or its instance distance is at most the threshold
+    times the instance bits ("instance"); (-1, None) where the index has no calibrated mark. `cosine`: whether
+    the search scores by the centred cosine; `filtered`: whether it reads only some items (query labels: a
+    query's neighbours among them are not the ones the margin was calibrated on). Where the search cannot
+    apply the index's measure, the next the calibration found usable (margin, then cosine, then instance)
+    marks. A record that is not one (a threshold outside 0..1 or not finite, an unknown measure) is refused
+    in one line."""
     record = (metadata or {}).get(MARK_KEY)
     if not isinstance(record, dict) or record.get("mark") is None:
-        return -1.0, False
+        return -1.0, None
     by = record.get("mark")
-    if by == "cosine" and not cosine:
-        record, by = record.get("instance") or {}, "instance" if (record.get("instance") or {}).get("usable") else None
+    if by not in MARK_BY:
+        raise InputError(f"{where}: its same-picture mark ({MARK_KEY} in its metadata) is not one this lbhash reads: "
+                         f"mark {by!r} (one of {', '.join(MARK_BY)}); rebuild the index")
+    applies = {"instance": True, "cosine": cosine, "margin": cosine and not filtered}
+    if not applies[by]:
+        by = next((m for m in MARK_BY[MARK_BY.index(by)::-1] if applies[m] and (record.get(m) or {}).get("usable")),
+                  None)
         if by is None:
-            return -1.0, False
+            return -1.0, None
+        record = record[by]
     cut = record.get("threshold")
-    if by not in MARK_BY or isinstance(cut, bool) or not isinstance(cut, (int, float)) or not np.isfinite(cut) or \
-            not 0 < cut <= 1:
+    if isinstance(cut, bool) or not isinstance(cut, (int, float)) or not np.isfinite(cut) or not 0 < cut <= 1:
         raise InputError(f"{where}: its same-picture mark ({MARK_KEY} in its metadata) is not one this lbhash reads: "
                          f"mark {by!r}, threshold {cut!r} (a number in 0..1); rebuild the index")
-    return float(cut), by == "cosine"
+    return float(cut), by
 
 
 def mark_why(metadata: dict | None) -> str | None:

@@ -143,6 +143,25 @@ def test_by_margin_the_default_cut_is_the_null_of_the_items_best_margins(copies_
     assert [1, 63, 64] in [g["items"] for g in found.groups]
 
 
+def test_an_index_whose_mark_is_a_margin_groups_by_the_margin_at_its_mark(copies_index, monkeypatch, tmp_path):
+    """An index calibrated to mark by margin: its pairs are those whose margin (by brute force) reaches the
+    mark's threshold, or `--threshold` in that measure."""
+    from lbhash.indexes import duplicates
+
+    monkeypatch.setattr(duplicates, "K", 100)
+    given, cosine = copies_index
+    index, path = CodeIndex.load(given), tmp_path / "by-margin"
+    index.metadata[MARK_KEY] = {"mark": "margin", "threshold": 0.12}
+    index.save(path)
+    margins, n = brute_margins(cosine, 2), len(cosine)
+    for threshold, cut in ((None, 0.12), (0.3, 0.3)):
+        pairs = [(a, b) for a in range(n) for b in range(a + 1, n) if margins[a, b] >= cut or cosine[a, b] >= 0.995]
+        found = find_duplicates(path, threshold)
+        assert found.measure == "margin" and found.threshold == pytest.approx(cut)
+        assert [g["items"] for g in found.groups] == components(n, pairs)
+    assert [0, 60, 61, 62] in [g["items"] for g in find_duplicates(path).groups]
+
+
 def test_the_components_are_those_of_repeated_merging(rng):
     """The numpy union (hook and jump) against merging sets edge by edge, on random graphs: a long chain,
     self-loops, repeated edges and isolated nodes included."""

@@ -8,7 +8,7 @@ import pytest
 from lbhash.codes import hamming_distance, pack
 from lbhash.errors import InputError
 from lbhash.index import CodeIndex, Queries, blended_search
-from lbhash.instance import MARK_KEY, InstanceTransform, mark_rule, mark_why
+from lbhash.instance import MARK_CANDIDATES, MARK_KEY, MARK_NEIGHBOUR, InstanceTransform, mark_rule, mark_why
 from lbhash.indexes import instance_learning
 
 
@@ -46,16 +46,24 @@ def test_the_learned_transform_is_its_closed_form_and_survives_its_file(rng):
 
 
 def test_the_mark_rule_reads_the_calibrated_record_and_refuses_a_broken_one():
-    assert mark_rule(None) == (-1.0, False) and mark_rule({}) == (-1.0, False)
-    assert mark_rule({MARK_KEY: {"mark": None, "why": "too few"}}) == (-1.0, False)
+    assert mark_rule(None) == (-1.0, None) and mark_rule({}) == (-1.0, None)
+    assert mark_rule({MARK_KEY: {"mark": None, "why": "too few"}}) == (-1.0, None)
     assert mark_why({MARK_KEY: {"mark": None, "why": "too few"}}) == "too few"
     assert "rebuild" in mark_why({})
-    assert mark_rule({MARK_KEY: {"mark": "instance", "threshold": 0.125}}) == (0.125, False)
+    assert mark_rule({MARK_KEY: {"mark": "instance", "threshold": 0.125}}) == (0.125, "instance")
     record = {"mark": "cosine", "threshold": 0.8, "instance": {"threshold": 0.1, "usable": True}}
-    assert mark_rule({MARK_KEY: record}) == (0.8, True)
-    assert mark_rule({MARK_KEY: record}, cosine=False) == (0.1, False)  # a search without float rows
+    assert mark_rule({MARK_KEY: record}) == (0.8, "cosine")
+    assert mark_rule({MARK_KEY: record}, cosine=False) == (0.1, "instance")  # a search without float rows
     record["instance"]["usable"] = False
-    assert mark_rule({MARK_KEY: record}, cosine=False) == (-1.0, False)
+    assert mark_rule({MARK_KEY: record}, cosine=False) == (-1.0, None)
+    # a margin mark: where the search reads only some items (query labels) the cosine's, then the instance's
+    record = {"mark": "margin", "threshold": 0.2, "cosine": {"threshold": 0.7, "usable": True},
+              "instance": {"threshold": 0.1, "usable": True}}
+    assert mark_rule({MARK_KEY: record}) == (0.2, "margin")
+    assert mark_rule({MARK_KEY: record}, filtered=True) == (0.7, "cosine")
+    assert mark_rule({MARK_KEY: record}, cosine=False) == (0.1, "instance")
+    record["cosine"]["usable"] = False
+    assert mark_rule({MARK_KEY: record}, filtered=True) == (0.1, "instance")
     for bad in (1.5, 0, float("nan"), "0.5", True):
         with pytest.raises(InputError, match="same-picture mark .* is not one this lbhash reads"):
             mark_rule({MARK_KEY: {"mark": "instance", "threshold": bad}})
@@ -80,6 +88,33 @@ def test_a_search_marks_exactly_the_hits_within_the_calibrated_distance(rng):
     want = np.take_along_axis(brute, np.maximum(got.ids, 0), axis=1) <= 4
     np.testing.assert_array_equal(got.same, want & (got.ids >= 0))
     assert got.same.any() and not got.same.all()
+
+
+def test_a_margin_mark_is_the_cosine_less_the_querys_second_best_other_candidate(rng):
+    """Every item is a candidate (35 items, fewer than the MARK_CANDIDATES a margin mark reads), so each
+    hit's margin is its similarity less the second best of all the others', read off the full ranking."""
+    n, d, ibits = 35, 16, 16
+    emb = rng.standard_normal((n, d))
+    emb /= np.linalg.norm(emb, axis=1, keepdims=True)
+    project = rng.standard_normal((d, ibits))
+    inst = pack(np.where(emb @ project >= 0, 1, -1))
+    codes = rng.integers(0, 256, (n, 1), dtype=np.uint8)
+    index = CodeIndex(8, embedding_dim=d, instance_bits=ibits)
+    index.add(codes, embeddings=emb.astype(np.float32), instance=inst)
+    near = emb[:12] + 0.15 * rng.standard_normal((12, d))  # copies of items 0-11, and 8 photos of none
+    queries = np.vstack([near, rng.standard_normal((8, d))])
+    qi = pack(np.where(queries @ project >= 0, 1, -1))
+    query = Queries(codes[rng.integers(0, n, 20)], queries.astype(np.float32), qi)
+    index.metadata[MARK_KEY] = {"mark": "margin", "threshold": 0.15}
+    got = blended_search(index, query, n, looks_like=1.0)
+    s = np.cbrt(got.scores)  # (looks_like 1: the score is the similarity cubed)
+    second_other = np.where(s >= s[:, 1:2], s[:, 2:3], s[:, 1:2])  # each hit's 2nd best other (ranked: s descending)
+    margin = s - second_other
+    clear = np.abs(margin - 0.15) > 1e-9
+    np.testing.assert_array_equal(got.same[clear], (margin >= 0.15)[clear])
+    assert got.same[:12, 0].sum() >= 6 and not got.same.all()  # (the copies' originals stand out)
+    cos = queries / np.linalg.norm(queries, axis=1, keepdims=True) @ emb.T  # (the similarity is the cosine)
+    np.testing.assert_allclose(s, np.take_along_axis(cos, got.ids, 1), atol=2e-3)
 
 
 def test_the_learned_code_ignores_what_copies_undergo(rng):
@@ -124,16 +159,25 @@ def test_the_calibration_lets_no_other_photo_pass_and_says_why_where_it_cannot(r
     record = instance_learning.calibrate_mark(encoder, photos, held, held, transform, instance, emb)
     assert record["photos"] == 30 and record["copies"] == 30 * len(record["edits"]) and record["held"] == held.tolist()
     # by hand: the instance threshold lies MARGIN_BITS + 1 below the nearest other item of every copy
-    nearest = []
+    # and the margin's MARGIN_COSINE above the largest margin of a copy over another item: with its original
+    # out, its MARK_CANDIDATES nearest by instance code (ties: the first items), best cosine less the 3rd best
+    nearest, margins = [], []
+    items = instance_learning.cosine_rows(transform, emb, kept=False)
     for name in record["edits"]:
-        q = transform.apply(instance_learning.copy_embeddings(encoder, photos, held, 1, 0, edit=name)[0])
-        dist = hamming_distance(q, instance, 64).astype(np.int64)
+        copies = instance_learning.copy_embeddings(encoder, photos, held, 1, 0, edit=name)[0]
+        dist = hamming_distance(transform.apply(copies), instance, 64).astype(np.int64)
         dist[np.arange(30), held] = 999
         nearest.append(dist.min(axis=1))
+        cos = instance_learning.cosine_rows(transform, copies) @ items.T
+        for row in range(30):
+            pool = np.lexsort((np.arange(60), dist[row]))[:MARK_CANDIDATES]
+            best = np.sort(cos[row, pool[pool != held[row]]])[::-1]
+            margins.append(best[0] - best[MARK_NEIGHBOUR])
     cut = int(np.concatenate(nearest).min()) - 1 - instance_learning.MARGIN_BITS
     assert record["instance"]["threshold"] == pytest.approx((cut + 0.5) / 64)
+    assert record["margin"]["threshold"] == pytest.approx(min(1.0, max(margins) + instance_learning.MARGIN_COSINE))
     assert record["instance"]["false_marks"] == 0 and record["false_marks"] == 0
-    assert record["mark"] in ("instance", "cosine", None)
+    assert record["mark"] in ("instance", "cosine", "margin", None)
     monkeypatch.setattr(instance_learning, "ITEM_CHUNK", 7)  # the items compared a few at a time: the same record
     assert instance_learning.calibrate_mark(encoder, photos, held, held, transform, instance, emb) == record
     too_few = instance_learning.calibrate_mark(encoder, photos, held[:5], held[:5], transform, instance, emb)

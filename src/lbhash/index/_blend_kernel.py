@@ -116,15 +116,17 @@ def ranked_top(ids, d_class, d_inst, similarity, looks_like, rule, out):
     """For each query i, its candidates ids[i] (-1: padding) scored (1 - looks_like[i]) * (1 - 2 d_class /
     bits) + looks_like[i] * sign(s) |s|^power, with s the similarity[i] clipped to [-1, 1], and the best k in
     the ranking's order (`_before`) written to `out` (scores, class distances, instance distances, ids,
-    same marks; each (nq, k), already padded by the caller); `rule` is (bits, power, same_cut,
-    same_by_cosine, instance_bits): a hit is the same picture when s >= same_cut (`same_by_cosine`) or
-    d_inst <= same_cut * instance_bits (else; same_cut < 0: never)."""
-    bits, power, same_cut, same_by_cosine, instance_bits = rule
+    same marks; each (nq, k), already padded by the caller); `rule` is (bits, power, same_cut, same_by,
+    instance_bits, neighbour): a hit is the same picture when (same_by) 0: d_inst <= same_cut * instance_bits;
+    1: s >= same_cut; 2: s less the neighbour-th best s of the query's other candidates >= same_cut (none
+    where it has fewer); same_cut < 0: never."""
+    bits, power, same_cut, same_by, instance_bits, neighbour = rule
     out_scores, out_class, out_inst, out_ids, out_same = out
     nq, c = ids.shape
     k = out_ids.shape[1]
     score = np.empty(c, np.float64)
     order = np.empty(max(k, 1), np.int64)
+    best = np.empty(max(neighbour, 0) + 1, np.float64)  # (a margin mark: the query's best similarities)
     for i in range(nq):
         weight = looks_like[i]
         dc, di, idi = d_class[i], d_inst[i], ids[i]
@@ -147,6 +149,8 @@ def ranked_top(ids, d_class, d_inst, similarity, looks_like, rule, out):
         for last in range(m - 1, 0, -1):  # the heap sorted in place: the one ranking last goes last
             order[0], order[last] = order[last], order[0]
             _sift_down(order, 0, last, score, dc, di, idi)
+        if same_by == 2 and same_cut >= 0:
+            _best_similarities(similarity[i], idi, best)
         for r in range(m):
             j = order[r]
             out_scores[i, r] = score[j]
@@ -156,7 +160,29 @@ def ranked_top(ids, d_class, d_inst, similarity, looks_like, rule, out):
             s = min(max(similarity[i, j], -1.0), 1.0)
             if same_cut < 0:
                 out_same[i, r] = False
-            elif same_by_cosine:
+            elif same_by == 1:
                 out_same[i, r] = s >= same_cut
+            elif same_by == 2:
+                # the hit's neighbour-th best other: the neighbour-th best, or the one after where the hit is among them
+                other = best[neighbour] if s >= best[neighbour - 1] else best[neighbour - 1]
+                out_same[i, r] = other > -np.inf and s - other >= same_cut
             else:
                 out_same[i, r] = d_inst[i, j] <= same_cut * instance_bits
+
+
+@njit(inline="always", cache=True)
+def _best_similarities(similarity, ids, best):
+    """The len(best) largest clipped similarities of the candidates (ids >= 0) in descending order into
+    `best`, -inf past their count."""
+    best[:] = -np.inf
+    for j in range(len(ids)):
+        if ids[j] < 0:
+            continue
+        s = min(max(similarity[j], -1.0), 1.0)
+        at = len(best)
+        while at > 0 and best[at - 1] < s:
+            at -= 1
+        if at < len(best):
+            for t in range(len(best) - 1, at, -1):
+                best[t] = best[t - 1]
+            best[at] = s

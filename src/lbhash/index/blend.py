@@ -32,7 +32,8 @@ from lbhash.index.backend import PAD_DISTANCE, PAD_ID, Backend, Candidates, Floa
 from lbhash.index.rescore import (PAIRS, RESCORE_FACTOR, check_embeddings, scoring_rows, unit_rows,
                                   with_boundary_ties)
 from lbhash.instance import (AGREEING, CLASS_NEAR, LOOKS_LIKE, LOOKS_LIKE_APART, LOOKS_LIKE_CODES,
-                              LOOKS_LIKE_CODES_LEARNED, LOOKS_LIKE_LEARNED, learned_index, mark_rule)
+                              LOOKS_LIKE_CODES_LEARNED, LOOKS_LIKE_LEARNED, MARK_BY, MARK_CANDIDATES, MARK_NEIGHBOUR,
+                              learned_index, mark_rule)
 from lbhash.limits import MAX_RESCORE_CANDIDATES
 
 BUDGET = 1 << 22        # gathered candidate values scored at a time
@@ -128,8 +129,15 @@ def blended_search(index: Backend, queries: Queries, k, labels=None, factor=RESC
         if units is None:
             raise InputError("a centre goes with the query embeddings")
         center = check_embeddings(np.reshape(center, (1, -1)), 1, index.embedding_dim, "center")[0]
-    # (a query's own looks_like reads its AGREEING nearest items by instance code: they are candidates)
-    wanted = max(1, min(max(k * factor, AGREEING if by_query else 1), index.ntotal))
+    # the index's calibrated mark: by the cosine of the rows its transform keeps (where this search scores by
+    # it; by its margin over the query's other candidates where it reads every item), or the instance distance;
+    # none without instance codes (a raw cosine has no calibrated threshold)
+    mark = mark_rule(getattr(index, "metadata", None), units is not None, filtered=labels is not None) \
+        if inst is not None else (-1.0, None)
+    # (a query's own looks_like reads its AGREEING nearest items by instance code, a margin mark its
+    # MARK_CANDIDATES nearest, as calibrated: they are candidates)
+    least = max(AGREEING if by_query else 1, MARK_CANDIDATES if mark[1] == "margin" else 1)
+    wanted = max(1, min(max(k * factor, least), index.ntotal))
     index.check_k(wanted, f"k * factor ({wanted} candidates)")
     rows = None if labels is None else _checks.label_rows(labels, len(codes), "query labels")
     widen = inst is None and wanted < index.ntotal  # (instance candidates find what a tied class hides)
@@ -147,7 +155,7 @@ def blended_search(index: Backend, queries: Queries, k, labels=None, factor=RESC
         else:
             found = index.both_candidates(codes[part], inst[part], wanted, group, part_floats)
         weights = agreeing_looks_like(found, index.bits) if by_query else np.full(len(found.ids), looks_like)
-        parts.append(_ranked(index, part_floats, inst is not None, found, k, weights))
+        parts.append(_ranked(index, part_floats, mark, found, k, weights))
     return parts[0] if len(parts) == 1 else Blended(*(np.concatenate([p[i] for p in parts]) for i in range(5)))
 
 
@@ -160,7 +168,8 @@ def warm_ranking() -> None:
     floats = FloatQueries(np.ones((1, 1)), np.zeros(1))
     similarity = floats.cosines(np.ones((1, 1), np.float16), ids)
     out = Blended(np.zeros((1, 1)), distances.copy(), distances.copy(), ids.copy(), np.zeros((1, 1), bool))
-    ranked_top(ids, distances, distances, similarity, np.full(1, 0.5), (8, SIMILARITY_POWER, 0.5, True, 8), tuple(out))
+    rule = (8, SIMILARITY_POWER, 0.5, MARK_BY.index("margin"), 8, MARK_NEIGHBOUR)
+    ranked_top(ids, distances, distances, similarity, np.full(1, 0.5), rule, tuple(out))
 
 
 def _instance_queries(index: Backend, instance_queries, n: int) -> np.ndarray | None:
@@ -226,7 +235,7 @@ def agreeing_looks_like(found: Candidates, bits: int) -> np.ndarray:
     return LOOKS_LIKE_CODES + (LOOKS_LIKE_APART - LOOKS_LIKE_CODES) * (1.0 - share)
 
 
-def _ranked(index: Backend, floats: FloatQueries | None, instance: bool, found: Candidates, k: int,
+def _ranked(index: Backend, floats: FloatQueries | None, mark: tuple[float, str | None], found: Candidates, k: int,
             looks_like: np.ndarray) -> Blended:
     """The best k of the `found` candidates, scored as the module says: by the cosines of their float rows
     for `floats` (found.similarities where the backend scored them), else by their `instance` distances;
@@ -238,9 +247,7 @@ def _ranked(index: Backend, floats: FloatQueries | None, instance: bool, found: 
     nq, c = ids.shape
     out = Blended(np.full((nq, k), -np.inf), np.full((nq, k), PAD_DISTANCE, np.int32),
                   np.full((nq, k), PAD_DISTANCE, np.int32), np.full((nq, k), PAD_ID, np.int64), np.zeros((nq, k), bool))
-    # the index's calibrated mark: by the cosine of the rows its transform keeps (where this search scores by
-    # it) or the instance distance; none without instance codes (a raw cosine has no calibrated threshold)
-    cut, by_cosine = mark_rule(getattr(index, "metadata", None), floats is not None) if instance else (-1.0, False)
+    cut, by = mark  # (the index's calibrated mark, `mark_rule`, as this search applies it)
     valid = ids >= 0
     dim = 0 if floats is None else floats.vectors.shape[1]
     # bounded memory: rows read by id are gathered for `step` queries' candidates at a time
@@ -256,7 +263,8 @@ def _ranked(index: Backend, floats: FloatQueries | None, instance: bool, found: 
             similarity = _similarities_by_id(index, floats[s:e], ids[s:e], valid[s:e])
         else:
             continue
-        rule = (index.bits, SIMILARITY_POWER, float(cut), by_cosine, index.instance_bits or 0)
+        rule = (index.bits, SIMILARITY_POWER, float(cut), MARK_BY.index(by) if by else 0, index.instance_bits or 0,
+                MARK_NEIGHBOUR)
         ranked_top(ids[s:e], d_class, d_inst, similarity, np.ascontiguousarray(looks_like[s:e], np.float64), rule,
                    tuple(part[s:e] for part in out))
     return out

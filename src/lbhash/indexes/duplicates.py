@@ -9,7 +9,8 @@ the index keeps them, else the share of instance bits they agree on. Two measure
 
 - `cosine` / `instance` (an index): the similarity itself, at the index's calibrated same-picture mark
   (the one its searches mark hits by) or `--threshold`;
-- `margin` (a folder with no run: lbhash.indexes.folder_copies): the similarity less the mean of the two
+- `margin` (a folder with no run: lbhash.indexes.folder_copies; an index whose mark is a margin, at that
+  mark or `--threshold`): the similarity less the mean of the two
   items' `NEIGHBOUR`-th best similarity to any other item (each leaving the other out), the score
   normalisation of copy detection (the similarity to a near neighbour subtracted, as SSCD, Pizzi et al.
   2022, and cross-domain similarity local scaling do): a copy stands out of its photo's neighbours where
@@ -100,10 +101,13 @@ def index_groups(index, index_dir: str, threshold: float | None = None, min_grou
                          "alikes; build it with them (lbhash index build without --instance-bits 0)")
     floats = index.embedding_dim is not None
     if not by_margin:  # (before the search: an index that cannot answer says so at once)
-        cut, by_cosine = mark_rule(index.metadata, floats, str(index_dir))
+        cut, by = mark_rule(index.metadata, floats, str(index_dir))
         if threshold is None and cut < 0:
             raise InputError(f"{index_dir}: no calibrated same-picture mark ({mark_why(index.metadata)}); give "
                              "--threshold")
+        by_margin, by_cosine = by == "margin", by != "instance"
+        if by_margin and threshold is None:
+            threshold = cut  # (the pair's margin is the mean of the margins its two searches would mark it by)
     ids = index.ids()
     rep = _representatives(index, ids)
     searched = np.nonzero(rep == np.arange(len(ids)))[0]  # (positions in `ids`)

@@ -7,9 +7,12 @@ build` makes them from its run (docs/instance-codes.md, "The learned instance co
 - `calibrate_mark`: copies of those held-out photos under every named edit (lbhash.data.edits.EDITS),
   each searched against every item of the index: how near it comes to its original (a copy that should
   be marked) and to the nearest other item (a mark there would be false: the photo, for that search,
-  is not in the index). The threshold is the strictest that keeps all but FALSE_MARK_RATE of the second
-  kind unmarked, a margin beyond; kept in the index's metadata (`same_picture`), read by the ranking
-  (lbhash.instance.mark_rule). Where it cannot be calibrated, the record says why and no hit is marked.
+  is not in the index), by three measures: the instance distance, the centred cosine and the cosine's
+  margin over the copy's other neighbours (lbhash.instance.MARK_NEIGHBOUR). Each threshold is the strictest
+  that keeps all but FALSE_MARK_RATE of the second kind unmarked, a margin beyond; the measure that marks
+  the most originals is the mark, kept with the others in the index's metadata (`same_picture`), read by
+  the ranking (lbhash.instance.mark_rule). Where none can be calibrated, the record says why and no hit is
+  marked.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import numpy as np
 
 from lbhash.codes import hamming_distance
 from lbhash.data.edits import EDITS, edited, random_edit
-from lbhash.instance import InstanceTransform, unit_vectors
+from lbhash.instance import MARK_CANDIDATES, MARK_NEIGHBOUR, InstanceTransform, unit_vectors
 
 logger = logging.getLogger("lbhash")
 
@@ -93,54 +96,80 @@ def calibrate_mark(embed, photos, held: np.ndarray, held_rows: np.ndarray, trans
     if len(held) < MIN_CALIBRATION:
         return {"mark": None, "why": f"{len(held)} photos to calibrate the same-picture mark on are too few "
                                      f"(at least {MIN_CALIBRATION})"}
-    own, nearest, cos_own, cos_nearest = [], [], [], []
+    found = []  # per edit: (instance own, nearest; cosine own, nearest; margin own, nearest)
     for name in EDITS:
         emb, _ = copy_embeddings(embed, photos, held, 1, 0, edit=name)
         codes, rows = transform.apply(emb), None if floats is None else cosine_rows(transform, emb)
-        found = _own_and_nearest(codes, rows, held_rows, transform, instance, floats)
-        own.append(found[0])
-        nearest.append(found[1])
-        if rows is not None:
-            cos_own.append(found[2])
-            cos_nearest.append(found[3])
-    own, nearest = np.concatenate(own), np.concatenate(nearest)
+        found.append(_own_and_nearest(codes, rows, held_rows, transform, instance, floats))
+    own, nearest = (np.concatenate([f[i] for f in found]) for i in (0, 1))
     allowed = int(np.floor(FALSE_MARK_RATE * len(nearest)))
     cut_bits = int(np.sort(nearest)[allowed]) - 1 - MARGIN_BITS  # marks d <= cut_bits
-    found = {"instance": _candidate((cut_bits + 0.5) / transform.bits, own <= cut_bits, nearest <= cut_bits)}
+    measures = {"instance": _candidate((cut_bits + 0.5) / transform.bits, own <= cut_bits, nearest <= cut_bits)}
     if floats is not None:
-        cos_own, cos_nearest = np.concatenate(cos_own), np.concatenate(cos_nearest)
-        cut = min(1.0, float(np.sort(cos_nearest)[::-1][allowed]) + MARGIN_COSINE)
-        found["cosine"] = _candidate(cut, cos_own >= cut, cos_nearest >= cut)
-    by = max(found, key=lambda b: (found[b]["usable"], found[b]["recall"]))
-    record = {"mark": by if found[by]["usable"] else None, **found[by], **found, "copies": len(own),
+        for by, at in (("cosine", 2), ("margin", 4)):
+            to_own, to_nearest = (np.concatenate([f[i] for f in found]) for i in (at, at + 1))
+            cut = min(1.0, float(np.sort(to_nearest)[::-1][allowed]) + MARGIN_COSINE)
+            measures[by] = _candidate(cut, to_own >= cut, to_nearest >= cut)
+    by = max(measures, key=lambda b: (measures[b]["usable"], measures[b]["recall"]))
+    record = {"mark": by if measures[by]["usable"] else None, **measures[by], **measures, "copies": len(own),
               "photos": len(held), "edits": list(EDITS), "false_mark_rate": FALSE_MARK_RATE,
               "held": [int(i) for i in held]}
     if record["mark"] is None:
         record["why"] = (f"the codes do not tell copies from other photos: at a false-mark rate of {FALSE_MARK_RATE} "
-                         f"the mark would pass {found[by]['recall']:.0%} of the copies' originals (less than "
+                         f"the mark would pass {measures[by]['recall']:.0%} of the copies' originals (less than "
                          f"{MIN_MARK_RECALL:.0%})")
     return record
 
 
 def _own_and_nearest(codes, rows, held_rows, transform: InstanceTransform, instance, floats):
-    """(instance distance to the original, to the nearest other item; the same as cosines where `rows`) of
-    each copy, over the index's items ITEM_CHUNK at a time (bounded memory at any size)."""
+    """Each copy's instance distance to its original and to the nearest other item, and where `rows` (the
+    copies' cosine rows) the same as cosines and as margins (`_margins`), over the index's items ITEM_CHUNK
+    at a time (bounded memory at any size)."""
     n, q = len(instance), np.arange(len(codes))
     own, nearest = np.zeros(len(codes), np.int64), np.full(len(codes), transform.bits + 1, np.int64)
     cos_own, cos_nearest = np.zeros(len(codes)), np.full(len(codes), -2.0)
+    pools = [(np.empty((len(codes), 0), np.int64), np.empty((len(codes), 0))) for _ in range(2)]
     for start in range(0, n, ITEM_CHUNK):
         stop = min(n, start + ITEM_CHUNK)
         inside = (held_rows >= start) & (held_rows < stop)
         dist = hamming_distance(codes, instance[start:stop], transform.bits).astype(np.int64)
         own[inside] = dist[q[inside], held_rows[inside] - start]
+        key = dist * (n + 1) + np.arange(start, stop)  # (the search's order by instance code: distance, then item)
         dist[q[inside], held_rows[inside] - start] = transform.bits + 1
         nearest = np.minimum(nearest, dist.min(axis=1))
         if rows is not None:
             cos = rows @ cosine_rows(transform, floats[start:stop], kept=True).T
             cos_own[inside] = cos[q[inside], held_rows[inside] - start]
+            pools[0] = _nearest_by_code(pools[0], key, cos)  # (with the original)
+            key[q[inside], held_rows[inside] - start] = np.iinfo(np.int64).max  # (the photo not in the index)
+            pools[1] = _nearest_by_code(pools[1], key, cos)
             cos[q[inside], held_rows[inside] - start] = -2.0
             cos_nearest = np.maximum(cos_nearest, cos.max(axis=1))
-    return own, nearest, cos_own, cos_nearest
+    if rows is None:
+        return own, nearest, None, None, None, None
+    return (own, nearest, cos_own, cos_nearest, *_margins(pools, n, held_rows, cos_own))
+
+
+def _nearest_by_code(pool: tuple, key: np.ndarray, cos: np.ndarray) -> tuple:
+    """The MARK_CANDIDATES smallest keys (instance distance, then item) of `pool` (keys, cosines) and a chunk's."""
+    keys, sims = np.hstack([pool[0], key]), np.hstack([pool[1], cos])
+    if keys.shape[1] > MARK_CANDIDATES:
+        keep = np.argpartition(keys, MARK_CANDIDATES - 1, axis=1)[:, :MARK_CANDIDATES]
+        keys, sims = np.take_along_axis(keys, keep, 1), np.take_along_axis(sims, keep, 1)
+    return keys, sims
+
+
+def _margins(pools: list, items: int, held_rows: np.ndarray, cos_own: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(each copy's margin over its original, the largest margin over any other item with the original out of
+    the index) as a search that marks by margin measures them: less the MARK_NEIGHBOUR-th best cosine of the
+    other candidates among the MARK_CANDIDATES items nearest by instance code (-inf: fewer)."""
+    (with_keys, with_sims), (_, without) = pools
+    others = np.where(with_keys % (items + 1) == held_rows[:, None], -np.inf, with_sims)  # (the original out)
+    ranked = -np.sort(-others, axis=1)
+    alone = -np.sort(-without, axis=1)
+    if ranked.shape[1] <= MARK_NEIGHBOUR:  # (an index of too few items: no margin)
+        return np.full(len(cos_own), -np.inf), np.full(len(cos_own), -np.inf)
+    return cos_own - ranked[:, MARK_NEIGHBOUR - 1], alone[:, 0] - alone[:, MARK_NEIGHBOUR]
 
 
 def _candidate(threshold: float, passed: np.ndarray, false: np.ndarray) -> dict:
