@@ -151,3 +151,24 @@ def test_a_view_has_a_space_of_its_own_and_so_has_another_blur(cifar_sample, tmp
     # the photos of a view are keyed by the files they come from: the view is the space's
     np.testing.assert_array_equal(feature_shards.photo_digests(view_of(data, blurred), np.arange(4)),
                                   feature_shards.photo_digests(data, np.arange(4)))
+
+
+def test_requests_of_new_photos_alone_leave_a_few_shards_a_tier_and_lose_no_row(backbone, monkeypatch, rng):
+    """A query's photos are new each time: each request reads no shard and writes one. 70 of them (one
+    photo each, the 70th one photo twice) leave fewer than MAX_SHARDS shards of each size tier (8 of one
+    row merge into one of 8, 8 of those into one of 64), and every photo's features are still read back."""
+    from lbhash.data import ImageDataset
+
+    def photos(pixels):
+        return ImageDataset(np.zeros((len(pixels), 0), bool), None, "copies", pixels=pixels)
+
+    pixels = rng.integers(0, 256, (70, 32, 32, 3), dtype=np.uint8)
+    pixels[69] = pixels[3]
+    one_by_one = np.concatenate([backbone_features(photos(pixels[i:i + 1]), backbone, None, OPTIONS)
+                                 for i in range(70)])
+    rows = sorted(len(np.load(s / "photos.npy")) for s in shards(backbone, photos(pixels[:1])))
+    assert rows == [1, 1, 1, 1, 1, 64]  # 69 photos: 64 merged twice over (1 -> 8 -> 64), 5 single
+    seen = Seen(backbone, monkeypatch)
+    np.testing.assert_array_equal(backbone_features(photos(pixels), backbone, None, OPTIONS), one_by_one)
+    assert seen.images == 0  # (read from the 6 shards: fewer than MAX_SHARDS, so not merged into one)
+    seen.remove()

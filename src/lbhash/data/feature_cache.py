@@ -115,6 +115,11 @@ def _store(space, key: dict, digests: np.ndarray, features: np.ndarray, missing:
     if merge:
         feature_shards.retire(used, keep=path)
         _LOG.info("backbone features: %d cached shards merged into one of %d images", len(used), len(rows))
+    else:
+        try:
+            feature_shards.compact(space, key)
+        except CacheUnavailable as why:
+            _LOG.warning("%s: the feature cache's shards cannot be merged: %s", cache_root(), why)
 
 
 @torch.inference_mode()

@@ -12,7 +12,11 @@ every read (a corrupt one is removed with a warning and its photos computed agai
 unpickled. Growth: a request that reads from more than MAX_SHARDS shards writes its photos as one
 shard and removes those it read, which drops with them the rows of photos it did not ask for (a
 changed photo's old features, a deleted one's): the cache of a folder edited many times holds
-about one shard of its photos now, not one per version.
+about one shard of its photos now, not one per version. Requests of new photos alone (queries: a
+search's photos, uploads, edited copies) read no shard and leave one each; `compact` merges the shards
+of one size tier (rows within a factor MAX_SHARDS) once MAX_SHARDS of them are there, so that a space
+holds fewer than MAX_SHARDS shards a tier (a tier per factor of MAX_SHARDS in rows) and a lookup reads a
+few files, where it read one per query ever made (2,582 shards: 1.6 s a lookup).
 """
 
 from __future__ import annotations
@@ -75,7 +79,7 @@ def lookup(space: Path, digests: np.ndarray) -> tuple[np.ndarray | None, np.ndar
     want: dict[bytes, list[int]] = {}
     for k, d in enumerate(digests):
         want.setdefault(d.tobytes(), []).append(k)
-    shards = sorted(p for p in space.iterdir() if not p.name.startswith(".") and p.is_dir()) if space.is_dir() else []
+    shards = _shards(space)
     where: dict[Path, tuple[list[int], list[int], int]] = {}  # shard -> (its rows, their positions, its size)
     for shard in shards:
         photos = read_entry(shard, "photos.npy", FORMAT, "photos_", _load_photos, _UNUSABLE)
@@ -114,6 +118,47 @@ def write_shard(space: Path, digests: np.ndarray, features: np.ndarray, key: dic
 
     write_entry(path, "features.npy", "", write, _publish, "{reason}", "{reason}")
     return path
+
+
+def compact(space: Path, key: dict) -> int:
+    """Merge the shards of each size tier (floor(log_MAX_SHARDS(rows))) that holds MAX_SHARDS of them into
+    one of the next, again while a tier overflows; the shards merged (0: none). A shard another process
+    retired meanwhile stops this merge (the next request compacts); rows of one photo in two are kept once."""
+    merged = 0
+    while True:
+        tiers: dict[int, list[Path]] = {}
+        for shard in _shards(space):
+            rows = _rows(shard)
+            if rows:
+                tiers.setdefault(int(np.floor(np.log(rows) / np.log(MAX_SHARDS) + 1e-9)), []).append(shard)
+        full = next((t for t in sorted(tiers) if len(tiers[t]) >= MAX_SHARDS), None)
+        if full is None:
+            return merged
+        parts = [(read_entry(shard, "photos.npy", FORMAT, "photos_", _load_photos, _UNUSABLE), shard)
+                 for shard in tiers[full]]
+        if any(photos is None for photos, _ in parts):
+            return merged
+        held = [read_entry(shard, "features.npy", FORMAT, "", partial(_load_features, rows=len(photos)), _UNUSABLE)
+                for photos, shard in parts]
+        if any(h is None for h in held):
+            return merged
+        digests, features = np.concatenate([p for p, _ in parts]), np.concatenate(held)
+        _, first = np.unique(digests, axis=0, return_index=True)
+        first.sort()
+        retire(tiers[full], keep=write_shard(space, digests[first], features[first], key))
+        merged += len(tiers[full])
+
+
+def _shards(space: Path) -> list[Path]:
+    return sorted(p for p in space.iterdir() if not p.name.startswith(".") and p.is_dir()) if space.is_dir() else []
+
+
+def _rows(shard: Path) -> int:
+    """A shard's photo count from its meta.json (0 where it cannot be read: compaction leaves it be)."""
+    try:
+        return int(json.loads((shard / "meta.json").read_text())["shape"][0])
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return 0
 
 
 def retire(shards: list[Path], keep: Path) -> None:
