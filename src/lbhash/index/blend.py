@@ -15,8 +15,9 @@ codes' Hamming distance estimates. `looks_like` reads from 0 (same class first: 
 decides, the look breaks its ties) to 1 (looks like first: the similarity decides, the class distance
 breaks its ties). Order: descending score, then class distance, instance distance, id. A hit whose
 similarity passes the same-picture threshold that the index calibrated on its own photos
-(lbhash.instance.mark_rule: a centred cosine, or a share of the instance bits) is marked `same`: an
-edited copy or a duplicate of the query. An index without a calibrated mark marks nothing.
+(lbhash.instance.mark_rule: a centred cosine, its margin over the query's other candidates, or a share of
+the instance bits) is marked `same`: an edited copy or a duplicate of the query. An index without a
+calibrated mark marks nothing.
 """
 
 from __future__ import annotations
@@ -129,9 +130,9 @@ def blended_search(index: Backend, queries: Queries, k, labels=None, factor=RESC
         if units is None:
             raise InputError("a centre goes with the query embeddings")
         center = check_embeddings(np.reshape(center, (1, -1)), 1, index.embedding_dim, "center")[0]
-    # the index's calibrated mark: by the cosine of the rows its transform keeps (where this search scores by
-    # it; by its margin over the query's other candidates where it reads every item), or the instance distance;
-    # none without instance codes (a raw cosine has no calibrated threshold)
+    # the index's calibrated mark: by the cosine of the rows its transform keeps, or its margin over the query's
+    # other candidates (where this search scores by it; the margin where no label restricts the candidates), or
+    # the instance distance; none without instance codes (a raw cosine has no calibrated threshold)
     mark = mark_rule(getattr(index, "metadata", None), units is not None, filtered=labels is not None) \
         if inst is not None else (-1.0, None)
     # (a query's own looks_like reads its AGREEING nearest items by instance code, a margin mark its
