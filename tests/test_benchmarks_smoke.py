@@ -82,6 +82,9 @@ EXPECTED = {
                          rf"lbhash encode run .* \({NUMBER} x import torch\)"],
     "bench_threads.py": [rf"1 thread\(s\): as it is +{NUMBER} images/s, beside one competing process +{NUMBER} images/s, "
                          rf"idle/busy = {NUMBER}x", r"default holds up \(idle/busy within 2x\): (yes|NO)"],
+    "bench_feature_shards.py": [rf"20 shards of one photo: lookup {NUMBER} s; compacted \(20 merged in {NUMBER} s\) "
+                                rf"into 1 shards: lookup {NUMBER} s; ratio {NUMBER}x; every photo found, the same "
+                                r"features: True"],
     "bench_tarball.py": [rf"200 members; tarfile {NUMBER} s, lbhash.data.ustar {NUMBER} s .* ratio {NUMBER}x"],
     "bench_train.py": [rf"features csq_D 64 bits +\d+ +{NUMBER} +{NUMBER} +{NUMBER}x",
                        rf"28x28 images smallcnn CSQ 32 bits \(200 images\) +\d+ +{NUMBER} +{NUMBER} +{NUMBER}x",

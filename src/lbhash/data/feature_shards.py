@@ -16,7 +16,7 @@ about one shard of its photos now, not one per version. Requests of new photos a
 search's photos, uploads, edited copies) read no shard and leave one each; `compact` merges the shards
 of one size tier (rows within a factor MAX_SHARDS) once MAX_SHARDS of them are there, so that a space
 holds fewer than MAX_SHARDS shards a tier (a tier per factor of MAX_SHARDS in rows) and a lookup reads a
-few files, where it read one per query ever made (2,582 shards: 1.6 s a lookup).
+few files, where it read one per query ever made (benchmarks/bench_feature_shards.py).
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def compact(space: Path, key: dict) -> int:
         for shard in _shards(space):
             rows = _rows(shard)
             if rows:
-                tiers.setdefault(int(np.floor(np.log(rows) / np.log(MAX_SHARDS) + 1e-9)), []).append(shard)
+                tiers.setdefault(_tier(rows), []).append(shard)
         full = next((t for t in sorted(tiers) if len(tiers[t]) >= MAX_SHARDS), None)
         if full is None:
             return merged
@@ -147,6 +147,15 @@ def compact(space: Path, key: dict) -> int:
         first.sort()
         retire(tiers[full], keep=write_shard(space, digests[first], features[first], key))
         merged += len(tiers[full])
+
+
+def _tier(rows: int) -> int:
+    """floor(log_MAX_SHARDS(rows)), in integers (no rounding at a power of MAX_SHARDS)."""
+    tier = 0
+    while rows >= MAX_SHARDS:
+        rows //= MAX_SHARDS
+        tier += 1
+    return tier
 
 
 def _shards(space: Path) -> list[Path]:

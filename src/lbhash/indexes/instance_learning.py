@@ -137,7 +137,8 @@ def _own_and_nearest(codes, rows, held_rows, transform: InstanceTransform, insta
         inside = (held_rows >= start) & (held_rows < stop)
         dist = hamming_distance(codes, instance[start:stop], transform.bits).astype(np.int64)
         own[inside] = dist[q[inside], held_rows[inside] - start]
-        key = dist * (n + 1) + np.arange(start, stop)  # (the search's order by instance code: distance, then item)
+        if rows is not None:  # (the search's order by instance code, the original in it: distance, then item)
+            key = dist * (n + 1) + np.arange(start, stop)
         dist[q[inside], held_rows[inside] - start] = transform.bits + 1
         nearest = np.minimum(nearest, dist.min(axis=1))
         if rows is not None:
