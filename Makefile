@@ -4,6 +4,9 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.lbhash-installed
 TORCH  := torch==2.13.0
+# pytest caches each test module with its asserts rewritten (about 9 s of every worker's collection) only
+# where bytecode may be written: PYTHONDONTWRITEBYTECODE, set on some machines, would turn that cache off
+PYTEST := PYTHONDONTWRITEBYTECODE= $(PY) -m pytest
 
 .PHONY: install docs demo test test-slow test-milvus test-browser test-serve-env bench bench-search bench-service clean
 
@@ -15,6 +18,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m lbhash.evaluate.report  # the metrics' numba kernels, compiled once into numba's cache
 	$(PY) -m lbhash.index.precompile  # the searches' (about a minute, once; a first search then waits for none)
 	$(PY) -m compileall -q src/lbhash  # bytecode read even where PYTHONDONTWRITEBYTECODE stops writing it
+	$(PYTEST) --collect-only -q -p no:cacheprovider >/dev/null  # the test modules' rewritten asserts, cached
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -34,24 +38,24 @@ docs: $(DOCS_STAMP)
 # the fast suite, in two worker processes of one thread each (a file's tests stay in one worker);
 # the browser, slow and Milvus suites are below (CI runs them too)
 test: install
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile -m "not slow and not milvus and not browser"
+	OMP_NUM_THREADS=1 $(PYTEST) -q -n 2 --dist loadfile -m "not slow and not milvus and not browser"
 
 # the long suites (end-to-end trainings), and everything else once more
 # the tests make test leaves out (end-to-end trainings, the whole README, several processes)
 test-slow: install
-	$(PY) -m pytest -q -m "slow and not milvus and not browser" --timeout 900 $(PYTEST_ARGS)
+	$(PYTEST) -q -m "slow and not milvus and not browser" --timeout 900 $(PYTEST_ARGS)
 
 # a real Milvus store (the server inside the `milvus-lite` wheel; versions pinned in constraints.txt),
 # started and stopped by the tests on 127.0.0.1; LBHASH_MILVUS_REQUIRED=1: a store that cannot be
 # installed or started fails the run (CI runs it)
 test-milvus: install
 	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[test,milvus]' milvus-lite
-	LBHASH_MILVUS_REQUIRED=1 $(PY) -m pytest -q -rs -m milvus tests/index/test_milvus.py
+	LBHASH_MILVUS_REQUIRED=1 $(PYTEST) -q -rs -m milvus tests/index/test_milvus.py
 
 # the search page in headless Chromium (Debian's chromium and chromium-driver: .ci/run installs them;
 # without them the test skips, saying why); screenshots in test-artifacts/browser
 test-browser: install
-	$(PY) -m pytest -q -rs -m browser tests/service/test_page_browser.py tests/service/test_duplicates_browser.py
+	$(PYTEST) -q -rs -m browser tests/service/test_page_browser.py tests/service/test_duplicates_browser.py
 
 # an environment with only what `lbhash serve --encoder` needs (requirements-serve.txt; no torch), built
 # afresh in $(SERVE_VENV); the full one trains, exports and indexes a digits run for it (docs/export.md);
