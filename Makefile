@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m lbhash.evaluate.report  # the metrics' numba kernels, compiled once into numba's cache
 	$(PY) -m lbhash.index.precompile  # the searches' (about a minute, once; a first search then waits for none)
 	$(PY) -m compileall -q src/lbhash  # bytecode read even where PYTHONDONTWRITEBYTECODE stops writing it
-	$(PYTEST) --collect-only -q -p no:cacheprovider >/dev/null  # the test modules' rewritten asserts, cached
+	$(PYTEST) --collect-only -q -p no:cacheprovider >/dev/null || true  # (a cache: the test run reports any error)
 	touch $(STAMP)
 
 install: $(STAMP)
