@@ -51,8 +51,8 @@ CLASS_NEAR = 1 / 8
 # (docs/results/copies.md, "Frozen Lite0 with the hidden layer")
 LOOKS_LIKE_LEARNED = 0.98
 # the two codes alone where the instance code is a learned one: fixed, not raised query by query (the raise to
-# 0.9-0.95 put class P@10 below the Hamming order's; "Codes alone"), the least value at which 93% of the
-# validation copies find their original first under every edit (docs/results/copies.md, "Frozen Lite0 ...")
+# 0.9-0.95 put class P@10 below the Hamming order's), the least value at which 93% of the validation copies
+# find their original first under every edit (docs/results/copies.md, "Frozen Lite0 with the hidden layer")
 LOOKS_LIKE_CODES_LEARNED = 0.85
 RECORD_KEY = "instance"  # an index's metadata: its transform's record (method, bits, SHA-256, what it was made from)
 # a hit is marked the same picture by the threshold calibrated on the index's own photos and kept in its
