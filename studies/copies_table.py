@@ -207,6 +207,18 @@ def sweep(index_dir: Path, run: Path, items: int, seed: int) -> None:
                       flush=True)
 
 
+def measured_cells(index, copies, floor: dict, order: str, looks_like: float | None) -> str:
+    """A table row's cells for `order` at `looks_like`: recall@1 / class P@10 per edit, the worst recall@1, and the
+    edits whose class P@10 falls below `floor`'s (the Hamming order's report)."""
+    from lbhash.serving.copies_evaluation import measure
+
+    report = measure(index, copies, order, looks_like)
+    worst = min(m["recall@1"] for m in report.values())
+    below = [e for e, m in report.items() if m["class_p@10"] < floor[e]["class_p@10"]]
+    return " | ".join(f"{m['recall@1']:.3f} / {m['class_p@10']:.3f}" for m in report.values()) + \
+        f" | {worst:.3f} | {', '.join(below) or 'none'}"
+
+
 RAISES = ((0.7, 0.95), (0.8, 0.9), (0.85, 0.9), (0.85, 0.95))  # an ITQ code's query-by-query raise: (from, to)
 
 
@@ -228,11 +240,7 @@ def sweep_codes(index_dir: Path, run: Path, items: int, seed: int) -> None:
     print("| - | Hamming | " + " | ".join(f"- / {m['class_p@10']:.3f}" for m in floor.values()) + " | | |")
 
     def row(power: int, name: str, looks_like: float | None) -> None:
-        report = measure(index, copies, "codes", looks_like)
-        worst = min(m["recall@1"] for m in report.values())
-        below = [e for e, m in report.items() if m["class_p@10"] < floor[e]["class_p@10"]]
-        print(f"| {power} | {name} | " + " | ".join(f"{m['recall@1']:.3f} / {m['class_p@10']:.3f}" for m in report.values())
-              + f" | {worst:.3f} | {', '.join(below) or 'none'} |", flush=True)
+        print(f"| {power} | {name} | {measured_cells(index, copies, floor, 'codes', looks_like)} |", flush=True)
 
     for power in (3, 1):
         blend.SIMILARITY_POWER = power

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from copies_table import measured_cells
+
 BLEND = (0.9, 0.95, 0.96, 0.97, 0.98, 0.99, 1.0)
 CODES = (0.8, 0.85, 0.9, 0.95, 0.97)
 
@@ -60,14 +62,10 @@ def main() -> None:
           + (ordinary(index.search(codes, 10).ids) if ordinary else "") + " |")
     for order, values in (("blend", BLEND), ("codes", CODES)):
         for looks_like in values:
-            report = measure(index, copies, order, looks_like)
-            worst = min(m["recall@1"] for m in report.values())
-            below = [e for e, m in report.items() if m["class_p@10"] < floor[e]["class_p@10"]]
             plain = ordinary(blended_search(index, queries[order == "blend"], 10, None, looks_like=looks_like).ids) \
                 if ordinary else ""
-            print(f"| {order} | {looks_like} | " + " | ".join(f"{m['recall@1']:.3f} / {m['class_p@10']:.3f}"
-                                                           for m in report.values())
-                  + f" | {worst:.3f} | {', '.join(below) or 'none'} | {plain} |", flush=True)
+            print(f"| {order} | {looks_like} | {measured_cells(index, copies, floor, order, looks_like)} | {plain} |",
+                  flush=True)
 
 
 if __name__ == "__main__":
