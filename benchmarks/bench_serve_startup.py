@@ -4,7 +4,8 @@ run itself (`--run`, torch), and the size of the environments that serve them.
     python benchmarks/bench_serve_startup.py [--repeat 5] [--python-encoder .venv-serve/bin/python]
 
 Trains a digits run (CSQ, 32 bits, 3 epochs) in a temporary folder, exports it and indexes its
-database, then starts `lbhash serve IDX --encoder RUN/export` and `lbhash serve IDX --run RUN`
+database (into a folder beside the run: RUN/export would make `--run` encode through it), then starts
+`lbhash serve IDX --encoder EXPORT` and `lbhash serve IDX --run RUN`
 in turn (--repeat times each, interleaved) on 127.0.0.1, and times each from the process's
 start to its first answer on /health (the port is bound before the index and the model are
 loaded, so the first answer waits for all of it). `--python-encoder` serves the export with
@@ -74,11 +75,11 @@ def main() -> None:
         run, idx = Path(tmp) / "run", Path(tmp) / "idx"
         RunDirectory(run).train(TrainConfig(data="digits", method="csq", bits=32, epochs=1 if args.smoke else 3, hidden=(64,),
                           progress=False))
-        RunDirectory(run).export()
+        RunDirectory(run).export(Path(tmp) / "export")  # not RUN/export, which --run would encode through
         lbhash(["index", "build", str(run), "--out", str(idx)], standalone_mode=False)
         times = {"--encoder": [], "--run": []}
         for _ in range(args.repeat):
-            times["--encoder"].append(start_time(args.python_encoder, idx, "--encoder", run / "export"))
+            times["--encoder"].append(start_time(args.python_encoder, idx, "--encoder", Path(tmp) / "export"))
             times["--run"].append(start_time(sys.executable, idx, "--run", run))
     for name, values in times.items():
         print(f"serve {name:9s}: median {statistics.median(values):.2f} s to the first answer "

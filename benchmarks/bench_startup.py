@@ -8,7 +8,8 @@ Builds a small codes file and index in a temporary folder and trains a digits ru
 digits rows), then times (median of --repeat fresh processes, wall-clock and CPU seconds)
 `lbhash --help`, `index build`, `index info`, `search --codes` and `evaluate`; then, on the
 run, `train --resume` (finished: nothing to do), `encode` of the 5 rows, `search --features
---run` and `index info`; and `python -c "import torch"` as the reference. A second line
+--run` and `index info`, then `search --features --run` once more after `lbhash export run` (the run's
+current export encodes for it: no torch); and `python -c "import torch"` as the reference. A second line
 times torch's import alone, without the collection Python runs at exit over all of its objects
 (`gc.freeze` at exit, as the `lbhash` command does; lbhash.cli): the least a command that imports
 torch can take. CPU seconds (user + system) approach the wall-clock time of an idle machine
@@ -41,6 +42,7 @@ RUN_COMMANDS = [["train", "--out", "run", "--resume"],
                 ["encode", "run", "--data", "features:rows5.npy", "--out", "rows5.npz", "--overwrite"],
                 ["search", "run-idx", "--features", "rows5.npy", "--run", "run", "-k", "3"],
                 ["index", "info", "run-idx"]]
+EXPORTED_SEARCH = RUN_COMMANDS[2]  # timed again once the run has its export (lbhash export)
 RUN = "import sys; from lbhash.cli import main; main(sys.argv[1:])"
 TORCH_ALONE = "import atexit, gc, torch; atexit.register(gc.freeze)"
 
@@ -123,6 +125,11 @@ def main() -> None:
             seconds, cpu = median_seconds(["-c", RUN, *command], work, repeat)
             print(f"lbhash {' '.join(command)}: {seconds:.2f} s ({seconds / torch_s:.2f} x import torch); "
                   f"CPU {cpu:.2f} s ({cpu / torch_cpu:.2f} x)")
+        lbhash(["export", "run"], work)  # RUN/export: --run then encodes through it, without torch
+        lbhash(EXPORTED_SEARCH, work)
+        seconds, cpu = median_seconds(["-c", RUN, *EXPORTED_SEARCH], work, repeat)
+        print(f"lbhash {' '.join(EXPORTED_SEARCH)}, the run exported: {seconds:.2f} s ({seconds / torch_s:.2f} x "
+              f"import torch); CPU {cpu:.2f} s ({cpu / torch_cpu:.2f} x)")
 
 
 if __name__ == "__main__":

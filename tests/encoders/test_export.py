@@ -20,7 +20,8 @@ from lbhash.data import eval_images
 from lbhash.data.eval_images import eval_inputs
 from lbhash.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from lbhash.encoders import Encoder
-from lbhash.encoders.exported import MANIFEST, MODEL, ExportedEncoder
+from lbhash.encoders import exported as exported_module
+from lbhash.encoders.exported import MANIFEST, MODEL, ExportedEncoder, current_export
 from lbhash.errors import LbhashWarning
 from lbhash.index import CodeIndex
 from lbhash.runs import RunDirectory
@@ -165,20 +166,27 @@ def test_export_refusals_are_one_line(digits_export, tmp_path):
                    "not an export (no export.json")
 
 
-def test_search_with_the_export_equals_search_with_the_run(digits_export, tmp_path):
+def test_search_with_the_export_equals_search_with_the_run(digits_export, tmp_path, monkeypatch):
+    """--run of a run whose export is current searches through it (current_export); the run's torch
+    model, its export set aside, gives the same answers."""
     np.save(tmp_path / "q.npy", load_data("digits").x[:7])
-    for options in (["-k", 5], ["--radius", 4]):
-        outputs = []
-        for model in (["--run", digits_export.run], ["--encoder", digits_export.export],
-                      ["--encoder", digits_export.run]):
+
+    def searched(model, *options, through_torch=False):
+        with monkeypatch.context() as patched:
+            if through_torch:
+                patched.setattr(exported_module, "current_export", lambda run_dir: None)
             result = cli("search", digits_export.idx, "--features", tmp_path / "q.npy", *model, *options, "--json")
-            assert result.exit_code == 0, result.output
-            outputs.append(json.loads(result.output))
-        assert outputs[0] == outputs[1] == outputs[2] and len(outputs[0]) == 7
+        assert result.exit_code == 0, result.output
+        return json.loads(result.output)
+
+    for options in (["-k", 5], ["--radius", 4]):
+        outputs = [searched(["--run", digits_export.run], *options, through_torch=True)]
+        outputs += [searched(model, *options) for model in (["--run", digits_export.run], ["--encoder", digits_export.export],
+                                                            ["--encoder", digits_export.run])]
+        assert outputs[0] == outputs[1] == outputs[2] == outputs[3] and len(outputs[0]) == 7
     # re-ranked: the same hits; the scores, sums of real outputs, agree to float32 rounding
-    torch_run, exported = (json.loads(cli("search", digits_export.idx, "--features", tmp_path / "q.npy", *model,
-                                          "-k", 5, "--rescore-factor", 3, "--json").output)
-                           for model in (["--run", digits_export.run], ["--encoder", digits_export.export]))
+    torch_run, exported = (searched(["--run", digits_export.run], "-k", 5, "--rescore-factor", 3, through_torch=torch)
+                           for torch in (True, False))
     assert [q["ids"] for q in torch_run] == [q["ids"] for q in exported]
     np.testing.assert_allclose([q["scores"] for q in torch_run], [q["scores"] for q in exported], rtol=1e-5)
     # another model's export is refused (its identity is not the index's), --force searches anyway
@@ -196,9 +204,42 @@ def test_search_with_the_export_equals_search_with_the_run(digits_export, tmp_pa
                        "--run", digits_export.run), "at most one of --run and --encoder")
 
 
+def test_a_run_encodes_through_its_export_only_while_it_is_current(digits_export, tmp_path, monkeypatch):
+    """Issue 89: `--run` loads no torch where the run's own export encodes as the run does (current_export):
+    made from this run directory's weights as they are now, from a float32 model, ONNX Runtime installed."""
+    from lbhash.indexes.index_inputs import query_encoder
+
+    assert current_export(digits_export.run) == digits_export.export
+    assert isinstance(query_encoder(digits_export.run), ExportedEncoder)
+    run = shutil.copytree(digits_export.run, tmp_path / "run")
+    assert current_export(run) is None  # made from the run at its first place
+    manifest = json.loads((run / "export" / MANIFEST).read_text())
+    model = manifest["model"]
+
+    def export_with(**changes):
+        (run / "export" / MANIFEST).write_text(json.dumps({**manifest, **changes}))
+        return current_export(run)
+
+    assert export_with(model={**model, "run": str(run.resolve())}) == run / "export"
+    assert isinstance(query_encoder(run), ExportedEncoder)
+    assert export_with(model={**model, "run": str(run.resolve())}, run_precision="bf16") is None
+    assert export_with(model={**model, "run": str(run.resolve()), "file": "../run/" + model["file"]}) is None
+    assert export_with(model={**model, "run": str(run.resolve()), "sha256": "0" * 64}) is None
+    (run / "export" / MANIFEST).write_text("{")  # broken: left to --encoder to name
+    assert current_export(run) is None and isinstance(query_encoder(run), RunEncoder)
+    assert export_with(model={**model, "run": str(run.resolve())}) == run / "export"
+    with open(run / model["file"], "ab") as weights:  # the run's weights changed since the export
+        weights.write(b"\0")
+    assert current_export(run) is None
+    with monkeypatch.context() as patched:
+        patched.setattr("importlib.util.find_spec", lambda name, *a: None if name == "onnxruntime" else object())
+        assert current_export(digits_export.run) is None
+
+
 def test_served_export_answers_as_the_run_and_never_loads_torch(digits_export, tmp_path):
-    """Issue 45's done-when: /search with feature rows through --encoder gives the hits that the
-    run's own encoder gives, and the server process has no libtorch mapped, nor torch imported."""
+    """Issue 45's done-when: /search with feature rows through the export gives the hits that the
+    run's own encoder gives, and the server process has no libtorch mapped, nor torch imported; here
+    served with --run, whose current export (RUN/export) encodes for it as --encoder RUN would."""
     from fastapi.testclient import TestClient
 
     from lbhash.service import create_app
@@ -208,10 +249,10 @@ def test_served_export_answers_as_the_run_and_never_loads_torch(digits_export, t
     rows = load_data("digits").x[[3, 500, 1200]].tolist()
     bodies = [{"features": rows, "k": 10}, {"features": rows, "k": 5, "rescore_factor": 4},
               {"features": rows, "radius": 3}]
-    app = create_app(digits_export.idx, RunEncoder.load(digits_export.run))  # as --run does
+    app = create_app(digits_export.idx, RunEncoder.load(digits_export.run))  # the run's torch model
     with TestClient(app, base_url=LOCAL) as client:
         want = [client.post("/search", json=body).json() for body in bodies]
-    server = ServeProcess(index_dir, "--encoder", digits_export.run, "--read-only")
+    server = ServeProcess(index_dir, "--run", digits_export.run, "--read-only")  # through its current export
     try:
         got = [post_json(f"{server.url}/search", body) for body in bodies]
         maps = server.mapped_files()

@@ -30,7 +30,9 @@ def encoder_options(func):
                         help="An export (lbhash export) whose ONNX model encodes the feature or image queries, "
                              "without torch: the export directory, or a run directory holding one (RUN_DIR/export).")(func)
     return click.option("--run", "run_dir", type=click.Path(path_type=Path),
-                        help="Trained run whose model encodes the feature or image queries.")(func)
+                        help="Trained run whose model encodes the feature or image queries (through its own export, "
+                             "RUN_DIR/export, without torch, where that was made from the run's weights as they "
+                             "are: docs/export.md).")(func)
 
 
 def model_source(run_dir: Path | None, export_path: Path | None) -> Path | None:

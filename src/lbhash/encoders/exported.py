@@ -63,6 +63,31 @@ def read_manifest(path: str | Path) -> dict:
     return manifest
 
 
+def current_export(run_dir: str | Path) -> Path | None:
+    """The run's own export (RUN/export) where it encodes as the run does, so that a search or server
+    given the run need not import torch (most of its start): made in this run directory from the weights
+    it encodes with now (the weights file the export names still has the SHA-256 it recorded: a run that
+    trained on rewrote it), from a float32 model (a bf16 backbone's export answers in float32: other
+    codes), with the embedding output an image index ranks by, and ONNX Runtime installed. Else None: the
+    run's torch model. A broken export is left to `--encoder` to name."""
+    import importlib.util
+
+    run_dir, folder = Path(run_dir), Path(run_dir) / EXPORT_DIR
+    if not (folder / MANIFEST).is_file() or importlib.util.find_spec("onnxruntime") is None:
+        return None
+    try:
+        manifest = read_manifest(folder)
+    except InputError:
+        return None
+    model = manifest.get("model") if isinstance(manifest.get("model"), dict) else {}
+    name = model.get("file")
+    if not isinstance(name, str) or Path(name).name != name or model.get("run") != str(run_dir.resolve()) or \
+            manifest.get("run_precision") != "fp32" or not (run_dir / name).is_file() or \
+            (manifest["input"]["kind"] == "images" and not (manifest.get("onnx") or {}).get("embedding")):
+        return None
+    return folder if file_sha256(run_dir / name) == model.get("sha256") else None
+
+
 class ExportedEncoder(Encoder):
     """`lbhash.encoders.Encoder` over an export directory: `ExportedEncoder.load(path)`."""
 

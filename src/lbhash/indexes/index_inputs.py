@@ -66,7 +66,10 @@ def _check_same_model(metadata: dict | None, index_dir, run_dir: Path | None, ex
     source = export_path if exported else run_dir
     if not isinstance(recorded, dict) or source is None:
         return
-    now = exported_model(source) if exported else run_model(source)
+    from lbhash.encoders.exported import current_export
+
+    own = None if exported else current_export(source)  # what encodes for the run (query_encoder)
+    now = exported_model(own or source) if exported or own else run_model(source)
     if now is None or now.get("sha256") == recorded.get("sha256"):
         return
     mine, theirs = _input_kind(recorded, metadata), now.get("input_kind")
@@ -155,9 +158,13 @@ def load_encoder(run_dir: str | Path):
 
 
 def query_encoder(run_dir: Path | None = None, export_path: Path | None = None):
-    """The encoder of the run or else the export given (lbhash.encoders.Encoder); None without either."""
+    """The encoder of the run or else the export given (lbhash.encoders.Encoder); None without either. A
+    run's own export encodes for it where it is current (`current_export`): the same codes, without torch."""
     if run_dir is not None:
-        return load_encoder(run_dir)
+        from lbhash.encoders.exported import current_export
+
+        own = current_export(run_dir)
+        return load_encoder(run_dir) if own is None else load_exported(own)
     return None if export_path is None else load_exported(export_path)
 
 

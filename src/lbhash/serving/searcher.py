@@ -329,7 +329,8 @@ def _hit_sources(index, record, ids, run_dir, location: IndexLocation) -> dict:
         found = {i: item_origin(i, record, kept)[0] for i in ids.tolist()}
         return {i: s for i, s in found.items() if s is not None}
     data = index.metadata.get("data")
-    if run_dir is None or data is None or not len(ids) or index_inputs.run_data(run_dir) != data:
+    if run_dir is None or not isinstance(data, str) or not len(ids) or not index_inputs.has_sources(data) or \
+            index_inputs.run_data(run_dir) != data:  # (feature rows have no file: the run is not read)
         return {}
     found = index_inputs.item_sources(data, ids)
     return {i: s for i, s in zip(ids.tolist(), found) if s is not None}
