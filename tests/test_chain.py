@@ -1,5 +1,5 @@
 """The journey as one tool: train -> encode new unlabelled items -> encode labelled queries ->
-evaluate -> index build -> search (CLI and Python) -> serve over HTTP -> resume, each command
+evaluate -> index build -> search (CLI and Python) -> the service (its app in process) -> resume, each command
 taking the previous one's output unchanged, and the codes of one item identical on every path.
 
 One chain per data kind: quantised features (a slice of the shared CIFAR-10 MobileNet
@@ -7,18 +7,13 @@ features, uint8 with a scale), multi-label features (the scene set) and images (
 tree of generated PNGs and its run that the search-page tests share: conftest's tiny_image_run)."""
 
 import json
-import os
-import socket
 import shutil
-import subprocess
-import sys
-import time
 
-import httpx
 import numpy as np
 import pytest
 
 from helpers import cli
+from serve_helpers import LOCAL
 from lbhash.codes_file import load_codes_file
 from lbhash.runs.run_files import verify_finished_run
 
@@ -63,33 +58,6 @@ def feature_slice(tmp_path_factory):
     np.savez(path, feat=data["feat"][rows], labels=data["labels"][rows], is_test=data["is_test"][rows],
              scale=data["scale"], zero_point=data["zero_point"])
     return path, data["feat"][rows], float(data["scale"]), float(data["zero_point"])
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def serve(index_dir, run_dir):
-    """`lbhash serve` on 127.0.0.1 in a subprocess; waits (bounded) until it answers."""
-    port = free_port()
-    code = "from lbhash.cli import main; main()"
-    proc = subprocess.Popen([sys.executable, "-c", code, "serve", str(index_dir), "--run", str(run_dir),
-                             "--host", "127.0.0.1", "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ})
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"lbhash serve exited: {proc.stderr.read().decode()}")
-        try:
-            httpx.get(url + "/health", timeout=1)
-            return proc, url
-        except httpx.TransportError:
-            time.sleep(0.2)
-    proc.kill()
-    raise AssertionError("lbhash serve did not answer within 60 s")
 
 
 def test_feature_chain_with_dequantization(tmp_path, feature_slice):
@@ -159,16 +127,18 @@ def test_feature_chain_with_dequantization(tmp_path, feature_slice):
     dist, ids = Searcher(CodeIndex.load(tmp_path / "idx"), enc).search(stored[picks], 5)
     assert ids.tolist() == [r["ids"] for r in by_rows]
 
-    # the service, over HTTP: JSON integers are stored values, decimals feature values
-    proc, url = serve(tmp_path / "idx", run)
-    try:
+    # the service, as `lbhash serve IDX --run RUN` builds it (a real server process: tests/service/
+    # test_service_process.py, make test-slow): JSON integers are stored values, decimals feature values
+    from fastapi.testclient import TestClient
+
+    from lbhash.indexes.index_inputs import query_encoder
+    from lbhash.service import create_app
+
+    with TestClient(create_app(tmp_path / "idx", query_encoder(run)), base_url=LOCAL) as client:
         for rows in (stored[picks].tolist(), np.load(tmp_path / "real.npy").astype(float).tolist()):
-            answer = httpx.post(url + "/search", json={"features": rows, "k": 5}, timeout=30)
+            answer = client.post("/search", json={"features": rows, "k": 5})
             assert answer.status_code == 200, answer.text
             assert [[h["id"] for h in r["hits"]] for r in answer.json()["results"]] == [r["ids"] for r in rescored]
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
     # every command above only read the run: it still verifies and resumes as finished
     verify_finished_run(run)

@@ -78,12 +78,14 @@ def probed(codes_dir):
     return lines, done.stderr[-2000:]
 
 
+@pytest.mark.slow  # a child Python process of several commands (5 s); make test-slow, in CI
 def test_commands_that_need_no_model_do_not_import_torch(probed):
     lines, stderr = probed
     for args, line in zip(NO_MODEL, lines):
         assert line == f"probe {args} exit 0 torch False", (line, stderr)
 
 
+@pytest.mark.slow  # a child Python process of several commands (5 s); make test-slow, in CI
 def test_a_command_that_trains_imports_torch(probed):
     lines, stderr = probed
     assert lines[-2].endswith("torch False")  # not loaded before it
@@ -117,6 +119,7 @@ READ_ONLY = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # a child Python process of several commands (5 s); make test-slow, in CI
 def test_commands_that_only_read_a_run_import_only_what_they_use(tmp_path, runs):
     """Issue 47 item 5, in one process (modules stay loaded, so each line covers the commands
     before it): a finished run's --resume, encode and search --features --run of a digits run

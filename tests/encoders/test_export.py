@@ -236,6 +236,7 @@ def test_a_run_encodes_through_its_export_only_while_it_is_current(digits_export
         assert current_export(digits_export.run) is None
 
 
+@pytest.mark.slow  # a real server process (2-3 s a start); make test-slow, in CI
 def test_served_export_answers_as_the_run_and_never_loads_torch(digits_export, tmp_path):
     """Issue 45's done-when: /search with feature rows through the export gives the hits that the
     run's own encoder gives, and the server process has no libtorch mapped, nor torch imported; here
