@@ -232,9 +232,10 @@ def brute_margins(cosine: np.ndarray, neighbour: int) -> np.ndarray:
 
 
 def test_a_folder_with_no_run_is_embedded_by_the_pretrained_backbone_and_grouped(jpeg_folder):
-    """Issue 88: `lbhash duplicates FOLDER`, no run and no labels: the pretrained backbone's features, the
-    folder's own code, and the groups: each colour-edited copy with its original, the groups those of
-    every pair whose margin passes the threshold, by brute force over the same float rows."""
+    """Issue 88: `lbhash duplicates FOLDER`, no run and no labels: the pretrained backbone's features and
+    pHash, the folder's own code, and the groups: each colour-edited copy with its original, the groups those
+    of every pair whose margin passes the threshold, by brute force over the same float rows (folder_rows:
+    their dot products are the pairs' similarities, below)."""
     from lbhash.indexes import duplicates, folder_copies
 
     folder, copies = jpeg_folder
@@ -242,9 +243,9 @@ def test_a_folder_with_no_run_is_embedded_by_the_pretrained_backbone_and_grouped
     transform = index_transform_of(index)
     assert transform.method == "itq"  # (33 photos: too few to learn a code on)
     names = [Path(s).name for s in index.folder_sources]
-    unit = np.asarray(index.get_embeddings(index.ids()), np.float64) - transform.mean
-    unit /= np.linalg.norm(unit, axis=1, keepdims=True)
-    cosine = unit @ unit.T
+    rows = np.asarray(index.get_embeddings(index.ids()), np.float64)
+    np.testing.assert_allclose(np.linalg.norm(rows, axis=1), 1, atol=1e-3)  # (unit rows, as stored)
+    cosine = rows @ rows.T
     margins = brute_margins(cosine, duplicates.NEIGHBOUR)
     n = len(names)
     pairs = [(a, b) for a in range(n) for b in range(a + 1, n) if margins[a, b] >= 0.2]
@@ -261,6 +262,26 @@ def test_a_folder_with_no_run_is_embedded_by_the_pretrained_backbone_and_grouped
     # too few photos for the folder's own threshold: one line asking for one
     with pytest.raises(InputError, match="too few to set the copies' threshold on .*give --threshold"):
         duplicates.index_groups(index, str(folder), by_margin=True)
+
+
+def test_a_folder_pair_is_scored_by_its_cosine_and_its_phash_agreement(rng):
+    """folder_rows: two photos' rows meet in (1 - LOOK_WEIGHT) x the cosine of their embeddings (centred, for
+    an ITQ code) + LOOK_WEIGHT x (the pHash bits they share - those they do not) / 64, by hand."""
+    from lbhash.indexes.folder_copies import LOOK_WEIGHT, folder_rows
+    from lbhash.instance import InstanceTransform
+
+    emb = rng.standard_normal((6, 40))
+    signs = np.where(rng.random((6, 64)) < 0.5, 1.0, -1.0).astype(np.float32)
+    signs[1] = signs[0]
+    signs[2, :16] = -signs[0, :16]  # 48 of 64 bits agree with photo 0's
+    transform = InstanceTransform.fit(emb, 16, "itq")
+    rows = folder_rows(transform, emb, signs).astype(np.float64)
+    centred = emb / np.linalg.norm(emb, axis=1, keepdims=True) - transform.mean
+    centred /= np.linalg.norm(centred, axis=1, keepdims=True)
+    for a, b in ((0, 1), (0, 2), (3, 5)):  # (the same hash, 48 bits of 64 alike: 0.5, any two)
+        agree = sum(1 if x == y else -1 for x, y in zip(signs[a], signs[b])) / 64
+        want = (1 - LOOK_WEIGHT) * float(centred[a] @ centred[b]) + LOOK_WEIGHT * agree
+        assert rows[a] @ rows[b] == pytest.approx(want, abs=1e-5)
 
 
 def index_transform_of(index):
