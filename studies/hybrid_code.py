@@ -3,11 +3,13 @@ code. Each copy's original searched exactly, by Hamming distance, among the inde
 learned 256-bit instance code, its first 192 bits, pHash (64 bits) and PDQ (256 bits), and the sum of a
 learned code's distance and `w` times pHash's (w 1 with 192 bits: one plain 256-bit code, 32 bytes).
 
-    python studies/hybrid_code.py OUT --seed S
+    python studies/hybrid_code.py OUT --seed S [--codes-alone]
 
 OUT: an output folder of studies/copies_table.py (OUT/idx, OUT/run; `--seed` as given there: the same
 copies). Needs the optional `imagehash` and `pdqhash` wheels. Prints a markdown table of recall@1 per edit
-and writes OUT/hybrid.json.
+and writes OUT/hybrid.json. `--codes-alone`: then the two codes alone ranked as an index without float rows
+ranks them (`evaluate-copies`' `codes` order at looks_like 0.85), with the index's instance code and with
+the 32-byte one of 192 learned bits and pHash's 64 (an index of it made in memory): recall@1 / class P@10.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--items", type=int, default=200)
+    parser.add_argument("--codes-alone", action="store_true")
     args = parser.parse_args()
     hashers = perceptual_hashers()
     if set(hashers) != {"phash", "pdq"}:
@@ -76,6 +79,34 @@ def main() -> None:
         values = [table[e][name] for e in EDITS]
         print(f"| {name} | " + " | ".join(f"{v:.3f}" for v in values) + f" | {min(values):.3f} |")
     (args.out / "hybrid.json").write_text(json.dumps(table, indent=1))
+    if args.codes_alone:
+        codes_alone(index, copies, rows, photos, indexed["phash"], hashers["phash"])
+
+
+def codes_alone(index, copies, rows, photos, indexed_phash, phash) -> None:
+    """The `codes` order at 0.85 with the index's instance code and with the 192 + 64-bit one."""
+    import dataclasses
+
+    from lbhash.data.edits import edited
+    from lbhash.index import CodeIndex
+    from lbhash.serving.copies_evaluation import measure
+
+    ids = np.sort(index.ids())
+    hybrid = CodeIndex(index.bits, instance_bits=256)
+    hybrid.metadata, hybrid.attachments = dict(index.metadata), dict(index.attachments)
+    hybrid.add(index.get_codes(ids), ids=ids, labels=np.array([own[0] for own in index.labels_of(ids)]),
+               instance=np.hstack([index.get_instance_codes(ids)[:, :24], indexed_phash]))
+    queries = {e: dataclasses.replace(q, embeddings=None, center=None, instance=np.hstack(
+        [q.instance[:, :24], np.stack([phash(edited(photos[r], e)) for r in rows])])) for e, q in copies.queries.items()}
+    floor = measure(index, copies, "hamming")
+    print("\n| instance code | " + " | ".join(floor) + " | worst | class P@10 below Hamming's |\n|---|" +
+          "---|" * (len(floor) + 2))
+    for name, where, asked in (("learned 256", index, copies), ("learned 192 + pHash", hybrid,
+                                                                  dataclasses.replace(copies, queries=queries))):
+        report = measure(where, asked, "codes", 0.85)
+        below = [e for e, m in report.items() if m["class_p@10"] < floor[e]["class_p@10"]]
+        print(f"| {name} | " + " | ".join(f"{m['recall@1']:.3f} / {m['class_p@10']:.3f}" for m in report.values()) +
+              f" | {min(m['recall@1'] for m in report.values()):.3f} | {', '.join(below) or 'none'} |", flush=True)
 
 
 if __name__ == "__main__":
