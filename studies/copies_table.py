@@ -88,16 +88,29 @@ def perceptual_hashers() -> dict:
     return hashers
 
 
+def indexed_photos(index, ids) -> list[np.ndarray]:
+    """The decoded photos of the index's items `ids`, read from the sources it records."""
+    from lbhash.data.image_sources import decode_image
+    from lbhash.indexes.origins import DataImages, read_sources
+
+    record = read_sources(index)
+    reader = DataImages(record)
+
+    def image(i):
+        blob = reader.read(int(i))
+        return decode_image(blob, record.source(int(i))) if isinstance(blob, bytes) else np.asarray(blob)
+
+    return [image(i) for i in ids]
+
+
 def code_for_code(index_dir: Path, run: Path, items: int, seed: int) -> dict:
     """recall@1 of the original under each edit, each code alone searched exactly against the indexed
     photos' own: the index's instance code, pHash and PDQ (where installed)."""
     from lbhash.codes import hamming_distance
     from lbhash.data.edits import EDITS, edited
-    from lbhash.data.image_sources import decode_image
     from lbhash.index import CodeIndex
     from lbhash.indexes import index_inputs
     from lbhash.serving.copies_evaluation import make_copies
-    from lbhash.indexes.origins import DataImages, read_sources
 
     index = CodeIndex.load(index_dir)
     copies = make_copies(index, index_inputs.query_encoder(run), items, seed, tuple(EDITS))
@@ -106,16 +119,9 @@ def code_for_code(index_dir: Path, run: Path, items: int, seed: int) -> dict:
     inst = index.get_instance_codes(ids)
     out = {"instance": {e: float(np.mean(hamming_distance(q.instance, inst, index.instance_bits).argmin(axis=1) == rows))
                         for e, q in copies.queries.items()}}
-    record = read_sources(index)
-    reader = DataImages(record)
-
-    def image(i):
-        blob = reader.read(int(i))
-        return decode_image(blob, record.source(int(i))) if isinstance(blob, bytes) else np.asarray(blob)
-
     hashers = perceptual_hashers()
     if hashers:
-        photos = [image(i) for i in ids]
+        photos = indexed_photos(index, ids)
         for name, h in hashers.items():
             db = np.stack([h(p) for p in photos])
             out[name] = {}

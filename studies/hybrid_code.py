@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from copies_table import perceptual_hashers
+from copies_table import indexed_photos, measured_cells, perceptual_hashers
 
 WEIGHTS = (0.5, 1, 2, 4)
 
@@ -29,10 +29,8 @@ WEIGHTS = (0.5, 1, 2, 4)
 def main() -> None:
     from lbhash.codes import hamming_distance
     from lbhash.data.edits import EDITS, edited
-    from lbhash.data.image_sources import decode_image
     from lbhash.index import CodeIndex
     from lbhash.indexes import index_inputs
-    from lbhash.indexes.origins import DataImages, read_sources
     from lbhash.serving.copies_evaluation import make_copies
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -49,22 +47,16 @@ def main() -> None:
     ids = np.sort(index.ids())
     rows = np.searchsorted(ids, copies.ids)
     learned, bits = index.get_instance_codes(ids), index.instance_bits
-    record = read_sources(index)
-    reader = DataImages(record)
-
-    def image(i):
-        blob = reader.read(int(i))
-        return decode_image(blob, record.source(int(i))) if isinstance(blob, bytes) else np.asarray(blob)
-
-    photos = [image(i) for i in ids]
+    photos = indexed_photos(index, ids)
     indexed = {name: np.stack([h(p) for p in photos]) for name, h in hashers.items()}
 
     def found(distances: np.ndarray) -> float:  # recall@1 of the original (ties: the lowest id)
         return float(np.mean(distances.argmin(axis=1) == rows))
 
-    table = {}
+    table, copies_phash = {}, {}
     for edit, queries in copies.queries.items():
         hashed = {name: np.stack([h(edited(photos[r], edit)) for r in rows]) for name, h in hashers.items()}
+        copies_phash[edit] = hashed["phash"]
         whole = hamming_distance(queries.instance, learned, bits).astype(np.float64)
         part = hamming_distance(queries.instance[:, :24], learned[:, :24], 192).astype(np.float64)
         phash = hamming_distance(hashed["phash"], indexed["phash"], 64).astype(np.float64)
@@ -80,14 +72,14 @@ def main() -> None:
         print(f"| {name} | " + " | ".join(f"{v:.3f}" for v in values) + f" | {min(values):.3f} |")
     (args.out / "hybrid.json").write_text(json.dumps(table, indent=1))
     if args.codes_alone:
-        codes_alone(index, copies, rows, photos, indexed["phash"], hashers["phash"])
+        codes_alone(index, copies, indexed["phash"], copies_phash)
 
 
-def codes_alone(index, copies, rows, photos, indexed_phash, phash) -> None:
-    """The `codes` order at 0.85 with the index's instance code and with the 192 + 64-bit one."""
+def codes_alone(index, copies, indexed_phash: np.ndarray, copies_phash: dict) -> None:
+    """The `codes` order at 0.85 with the index's instance code and with the 192 + 64-bit one (the copies'
+    pHash per edit: `copies_phash`)."""
     import dataclasses
 
-    from lbhash.data.edits import edited
     from lbhash.index import CodeIndex
     from lbhash.serving.copies_evaluation import measure
 
@@ -96,17 +88,15 @@ def codes_alone(index, copies, rows, photos, indexed_phash, phash) -> None:
     hybrid.metadata, hybrid.attachments = dict(index.metadata), dict(index.attachments)
     hybrid.add(index.get_codes(ids), ids=ids, labels=np.array([own[0] for own in index.labels_of(ids)]),
                instance=np.hstack([index.get_instance_codes(ids)[:, :24], indexed_phash]))
-    queries = {e: dataclasses.replace(q, embeddings=None, center=None, instance=np.hstack(
-        [q.instance[:, :24], np.stack([phash(edited(photos[r], e)) for r in rows])])) for e, q in copies.queries.items()}
+    queries = {e: dataclasses.replace(q, embeddings=None, center=None, instance=np.hstack([q.instance[:, :24],
+                                                                                          copies_phash[e]]))
+               for e, q in copies.queries.items()}
     floor = measure(index, copies, "hamming")
     print("\n| instance code | " + " | ".join(floor) + " | worst | class P@10 below Hamming's |\n|---|" +
           "---|" * (len(floor) + 2))
     for name, where, asked in (("learned 256", index, copies), ("learned 192 + pHash", hybrid,
                                                                   dataclasses.replace(copies, queries=queries))):
-        report = measure(where, asked, "codes", 0.85)
-        below = [e for e, m in report.items() if m["class_p@10"] < floor[e]["class_p@10"]]
-        print(f"| {name} | " + " | ".join(f"{m['recall@1']:.3f} / {m['class_p@10']:.3f}" for m in report.values()) +
-              f" | {min(m['recall@1'] for m in report.values()):.3f} | {', '.join(below) or 'none'} |", flush=True)
+        print(f"| {name} | {measured_cells(where, asked, floor, 'codes', 0.85)} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -68,7 +68,9 @@ def _check_same_model(metadata: dict | None, index_dir, run_dir: Path | None, ex
         return
     from lbhash.encoders.exported import current_export
 
-    own = None if exported else current_export(source)  # what encodes for the run (query_encoder)
+    # a run that its current export encodes for (query_encoder) has that export's identity, read without torch
+    # (run_model reads the run's config through the training stack)
+    own = None if exported else current_export(source)
     now = exported_model(own or source) if exported or own else run_model(source)
     if now is None or now.get("sha256") == recorded.get("sha256"):
         return
