@@ -8,7 +8,10 @@ the item itself: the unit embedding, centred on the training mean, projected on 
 directions and rotated to balance the bits (ITQ, Gong and Lazebnik 2011), then signed. The Hamming
 distance of two instance codes estimates the angle of the two embeddings. A learned code (`learn`)
 first whitens the embedding by what edits do to it, learned from edited copies of the photos, so that
-a copy's code stays near its photo's where the raw embedding moves (grayscale, a frame).
+a copy's code stays near its photo's where the raw embedding moves (grayscale, a frame). A perceptual
+transform (`with_perceptual`) keeps its first bits and gives the rest to a photo's perceptual hashes
+(lbhash.data.perceptual.perceptual_codes, passed to `apply`), which barely move where the embedding moves
+most (JPEG, colour, grayscale); an index of photos without float rows keeps such a code (docs/results/copies.md).
 
 `InstanceTransform.fit` fits it on embeddings (a run's training items), `learn` on embeddings and their
 copies' (lbhash.indexes.instance_learning); `apply` gives packed
@@ -196,14 +199,16 @@ def _embeddings(x, dim: int | None, name: str) -> np.ndarray:
 
 @dataclass(frozen=True)
 class InstanceTransform:
-    """Embedding (n, dim) -> packed instance code (n, bits // 8): sign((unit(x) - mean) @ projection); and
-    where it has a `float_map` (a learned transform), the float rows an index keeps and its cosine scores:
+    """Embedding (n, dim) -> packed instance code (n, bits // 8): sign((unit(x) - mean) @ projection), then
+    where it has `perceptual_bits`, the photos' packed perceptual hashes given to `apply`; and where it has a
+    `float_map` (a learned transform), the float rows an index keeps and its cosine scores:
     (unit(x) - mean) @ float_map (`rows`)."""
 
     mean: np.ndarray        # float64 (dim,)
-    projection: np.ndarray  # float64 (dim, bits)
+    projection: np.ndarray  # float64 (dim, bits - perceptual_bits)
     method: str
     float_map: np.ndarray | None = None  # float64 (dim, r): the whitened space's top r directions
+    perceptual_bits: int = 0  # the code's last bits: the photo's perceptual hashes (a multiple of 8)
 
     @property
     def maps_floats(self) -> bool:
@@ -224,7 +229,16 @@ class InstanceTransform:
 
     @property
     def bits(self) -> int:
-        return int(self.projection.shape[1])
+        return int(self.projection.shape[1]) + self.perceptual_bits
+
+    def with_perceptual(self, bits: int) -> "InstanceTransform":
+        """The transform of codes as long as this one's whose last `bits` (a multiple of 8, fewer than its
+        own) are the photos' perceptual hashes: its projection keeps its first directions."""
+        if self.perceptual_bits or bits % 8 or not 0 < bits < self.bits:
+            raise InputError(f"a perceptual code's hash bits are a multiple of 8 below the code's {self.bits} bits "
+                             f"(of a transform without them), got {bits}")
+        return InstanceTransform(self.mean, np.ascontiguousarray(self.projection[:, :self.bits - bits]), self.method,
+                                 self.float_map, bits)
 
     @classmethod
     def fit(cls, embeddings, bits: int = INSTANCE_BITS, method: str = "itq", seed: int = 0) -> "InstanceTransform":
@@ -277,16 +291,29 @@ class InstanceTransform:
         float_map = whiten @ top[:, :min(FLOAT_DIMS, x.shape[1])]
         return cls(mean, np.ascontiguousarray(projection), "learned", np.ascontiguousarray(float_map))
 
-    def apply(self, embeddings, name: str = "embeddings") -> np.ndarray:
-        """Packed uint8 instance codes (n, bits // 8) of `embeddings` (n, dim) (0 -> bit 1, as class codes)."""
+    def apply(self, embeddings, name: str = "embeddings", perceptual=None) -> np.ndarray:
+        """Packed uint8 instance codes (n, bits // 8) of `embeddings` (n, dim) (0 -> bit 1, as class codes), and
+        where the transform has perceptual bits, the same photos' packed hashes `perceptual` (n, those bits // 8)
+        after them."""
         x = unit_vectors(_embeddings(embeddings, self.dim, name))
         real = (x - self.mean) @ self.projection
-        return pack(np.where(real >= 0, 1, -1).astype(np.int8))
+        codes = pack(np.where(real >= 0, 1, -1).astype(np.int8))
+        if not self.perceptual_bits:
+            return codes
+        hashes = None if perceptual is None else np.asarray(perceptual)
+        if hashes is None or hashes.dtype != np.uint8 or hashes.shape != (len(x), self.perceptual_bits // 8):
+            got = "none" if hashes is None else f"{hashes.dtype} {hashes.shape}"
+            raise InputError(f"{name}: the index's instance code keeps {self.perceptual_bits} bits of each photo's "
+                             f"perceptual hashes, made from its pixels: give photos (got {got} hashes for "
+                             f"{len(x)} rows)")
+        return np.ascontiguousarray(np.hstack([codes, hashes]))
 
     def to_bytes(self) -> bytes:
         """The transform as an .npz file's bytes (no pickles)."""
         out = io.BytesIO()
         extra = {} if self.float_map is None else {"float_map": self.float_map}
+        if self.perceptual_bits:
+            extra["perceptual_bits"] = np.array(self.perceptual_bits, np.int64)
         np.savez(out, format=np.array(_FORMAT), method=np.array(self.method), mean=self.mean,
                  projection=self.projection, **extra)
         return out.getvalue()
@@ -298,6 +325,7 @@ class InstanceTransform:
             with np.load(io.BytesIO(data), allow_pickle=False) as npz:
                 fields = {name: npz[name] for name in ("format", "method", "mean", "projection")}
                 float_map = npz["float_map"] if "float_map" in npz.files else None  # (learned transforms)
+                hashes = npz["perceptual_bits"] if "perceptual_bits" in npz.files else np.array(0, np.int64)
         except (ValueError, OSError, KeyError, EOFError) as err:
             raise InputError(f"{where}: not an instance transform ({err})") from None
         mean, projection, method = fields["mean"], fields["projection"], str(fields["method"])
@@ -311,13 +339,15 @@ class InstanceTransform:
             raise InputError(f"{where}: not an instance transform of this lbhash (format {str(fields['format'])!r}, "
                              f"method {method!r}, mean {mean.dtype} {mean.shape}, projection {projection.dtype} "
                              f"{projection.shape}{shape})")
-        check_instance_bits(projection.shape[1], len(mean), f"{where}: its length")
-        return cls(mean, projection, method, float_map)
+        if hashes.dtype != np.int64 or hashes.shape != () or int(hashes) < 0 or int(hashes) % 8:
+            raise InputError(f"{where}: not an instance transform of this lbhash (perceptual bits {hashes!r})")
+        check_instance_bits(projection.shape[1] + int(hashes), len(mean), f"{where}: its length")
+        return cls(mean, projection, method, float_map, int(hashes))
 
     def digest(self) -> str:
         """SHA-256 of the method and arrays (not of `to_bytes`, whose zip entries carry a time): the
         transform's identity."""
-        h = hashlib.sha256(self.method.encode())
+        h = hashlib.sha256(self.method.encode() + (f"+{self.perceptual_bits}" if self.perceptual_bits else "").encode())
         for arr in (self.mean, self.projection, *(() if self.float_map is None else (self.float_map,))):
             h.update(repr(arr.shape).encode())
             h.update(np.ascontiguousarray(arr, "<f8").tobytes())

@@ -91,10 +91,15 @@ def index() -> None:
               stated=lambda: "learned for a run of photos, else itq",
               help="How the instance code is made: learned from edited copies of the run's photos, or the "
                    "ITQ (or PCA) projection of the embedding (docs/instance-codes.md, \"The learned instance code\").")
+@click.option("--perceptual/--no-perceptual", default=None, cls=StatedDefault,
+              stated=lambda: "for a run of photos with a learned code and --no-embeddings",
+              help="Give the instance code's last 128 bits to each photo's perceptual hashes (pHash of the photo and "
+                   "of it less its one-colour margins), made from its pixels (docs/instance-codes.md, \"Perceptual "
+                   "bits\").")
 @backend_options
 def build(source: Path, out: str, kind: str, part: str | None, data_spec: str | None, nlist, nprobe, nhash, nflip,
           overwrite: bool, skip_bad_images: bool, no_embeddings: bool, embedding_dtype: str, instance_bits: int,
-          instance_method: str | None, backend: str, uri: str) -> None:
+          instance_method: str | None, perceptual: bool | None, backend: str, uri: str) -> None:
     """Index the codes of SOURCE: a run directory, or an .npz from `lbhash encode`.
 
     Ids are the items' positions in the data set (or the file's integer `ids`); labels come
@@ -114,7 +119,8 @@ def build(source: Path, out: str, kind: str, part: str | None, data_spec: str | 
     given = {k: v for k, v in dict(nlist=nlist, nprobe=nprobe, nhash=nhash, nflip=nflip).items() if v is not None}
     if no_embeddings and embedding_dtype != "float16":
         raise InputError(f"--embedding-dtype {embedding_dtype}: --no-embeddings keeps no embeddings to store so")
-    options = IndexOptions(kind, given, None if no_embeddings else embedding_dtype, instance_bits, instance_method)
+    options = IndexOptions(kind, given, None if no_embeddings else embedding_dtype, instance_bits, instance_method,
+                           perceptual)
     built = build_index(source, IndexLocation(out, backend, uri), options, part, data_spec, overwrite, skip_bad_images)
     if backend == "faiss" and not built.index.is_trained:
         click.echo(f"note: the ivf index searches {built.searches}", err=True)

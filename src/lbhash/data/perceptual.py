@@ -3,6 +3,10 @@
 frequencies which lie above their median. It barely moves under JPEG, blur, brightness, colour and
 grayscale, where a CNN's embedding moves most, and fails under mirroring, crops and frames, where the
 embedding holds: `lbhash duplicates FOLDER` scores a pair by both (lbhash.indexes.folder_copies).
+`perceptual_codes` are the 128 bits a perceptual instance code keeps beside its learned ones
+(lbhash.instance.InstanceTransform.perceptual_bits): pHash of the photo and of the photo less its
+one-colour margins, which a frame or letterbox bars then leave alone (docs/results/copies.md, "A perceptual
+hash's bits beside the learned code").
 Numpy and Pillow only; the bits equal imagehash's but where a coefficient ties with the median.
 """
 
@@ -11,8 +15,12 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image
 
+from lbhash.codes import pack
+from lbhash.data.edits import trimmed
+
 SIDE, LOW = 32, 8  # the shrunk luminance's side; the lowest frequencies kept per axis (LOW x LOW bits)
 BITS = LOW * LOW
+PERCEPTUAL_BITS = 2 * BITS  # `perceptual_codes`: the photo's pHash, then its trimmed copy's
 
 
 def _dct_matrix(n: int) -> np.ndarray:
@@ -36,3 +44,11 @@ def phash_signs(images) -> np.ndarray:
     if not len(images):
         return np.empty((0, BITS), np.float32)
     return np.where(np.stack([phash_bits(img) for img in images]), 1.0, -1.0).astype(np.float32)
+
+
+def perceptual_codes(images) -> np.ndarray:
+    """Packed uint8 (n, PERCEPTUAL_BITS // 8), in the layout of lbhash.codes.pack: each uint8 (H, W, 3) photo's
+    pHash bits, then those of the photo less its one-colour margins (lbhash.data.edits.trimmed)."""
+    if not len(images):
+        return np.empty((0, PERCEPTUAL_BITS // 8), np.uint8)
+    return pack(np.hstack([phash_signs(images), phash_signs([trimmed(img) for img in images])]), "perceptual bits")

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from lbhash._io import refuse_inside_run
+from lbhash.data.perceptual import PERCEPTUAL_BITS
 from lbhash.data.views import ITEM_VIEW
 from lbhash.errors import InputError
 from lbhash.index import CodeIndex, table_bytes_per_item
@@ -78,6 +79,9 @@ class IndexOptions:
     float_rows: str | None = "float16"
     instance_bits: int | None = INSTANCE_BITS
     instance_method: str | None = None  # "learned", "itq" or "pca"; None: learned for photos where it can be
+    # the instance code's last PERCEPTUAL_BITS the photos' perceptual hashes (lbhash.data.perceptual); None: where
+    # the code is learned and the index keeps no float rows (measured better there: docs/results/copies.md)
+    perceptual: bool | None = None
 
 
 def build_index(source: Path, where: IndexLocation, options: IndexOptions = IndexOptions(), part: str | None = None,
@@ -93,6 +97,9 @@ def build_index(source: Path, where: IndexLocation, options: IndexOptions = Inde
     out, backend = str(where.target), where.backend
     if backend != "milvus":  # refused before minutes of work (the photos' copies), and again before the write
         _check_out(out, overwrite)
+    if options.perceptual and (instance_bits or 0) <= PERCEPTUAL_BITS:  # (as early)
+        raise InputError(f"--perceptual: the instance code's {instance_bits or 0} bits leave none beside the photos' "
+                         f"{PERCEPTUAL_BITS} hash bits; give --instance-bits {2 * PERCEPTUAL_BITS} or more")
     spec = None
     if source.is_dir():
         part = index_inputs.run_part(source, part)
@@ -114,8 +121,9 @@ def build_index(source: Path, where: IndexLocation, options: IndexOptions = Inde
         train = _outside_training_items(source, ids, instance_bits)
         both = index_inputs.run_embeddings(source, np.concatenate([ids, train]), spec)
         emb, train_emb = both[:len(ids)], both[len(ids):] if len(train) else None
-    transform, fitted_on, mark = _instance(source, spec, ids, emb, options, photos and model is not None, train_emb)
-    instance, emb, mark = _kept(transform, mark, emb, float_rows)
+    transform, fitted_on, mark, hashes = _instance(source, spec, ids, emb, options, photos and model is not None,
+                                                   train_emb)
+    instance, emb, mark = _kept(transform, mark, emb, float_rows, hashes)
     dim = None if emb is None else emb.shape[1]
     if backend == "milvus":
         if float_rows not in (None, "float16"):
@@ -145,12 +153,13 @@ def build_index(source: Path, where: IndexLocation, options: IndexOptions = Inde
     return Built(index, len(ids), items["bits"], dim, searches(index), index.instance_bits)
 
 
-def _kept(transform, mark, emb, float_rows):
+def _kept(transform, mark, emb, float_rows, hashes=None):
     """(the items' instance codes, the float rows the index keeps, its same-picture record): the calibration's
-    copies meet the float rows the index keeps (or its instance codes alone)."""
+    copies meet the float rows the index keeps (or its instance codes alone). `hashes`: the items' perceptual
+    codes, where the transform keeps them."""
     if transform is None:
         return None, emb if float_rows else None, None
-    instance, kept = transform.apply(emb), transform.rows(emb) if float_rows else None
+    instance, kept = transform.apply(emb, perceptual=hashes), transform.rows(emb) if float_rows else None
     return instance, kept, mark(instance, kept)
 
 
@@ -171,9 +180,11 @@ def _outside_training_items(source: Path, ids: np.ndarray, bits: int | None) -> 
 
 def _instance(source: Path, spec, ids: np.ndarray, emb, options: IndexOptions, photos: bool, train_emb=None):
     """(the instance transform of a new index, what it was made from, a function of (its instance codes, its
-    float rows) to its same-picture record), or (None, None, None) for none. A run of photos learns it from
-    edited copies of its training photos (lbhash.indexes.instance_learning) unless `options` say itq or pca, or
-    it has too few (a warning says so); anything else fits the ITQ (or PCA) code (`_instance_transform`)."""
+    float rows) to its same-picture record, the items' perceptual codes where the transform keeps them), or
+    (None, None, None, None) for none. A run of photos learns it from edited copies of its training photos
+    (lbhash.indexes.instance_learning) unless `options` say itq or pca, or it has too few (a warning says so);
+    anything else fits the ITQ (or PCA) code (`_instance_transform`). Its last bits are the photos' perceptual
+    hashes as `options.perceptual` says (`_perceptual`)."""
     bits, method = options.instance_bits, options.instance_method
     run_photos = RunPhotos(source, spec) if photos and spec is not None and emb is not None and bits else None
     held = held_photos(ids) if run_photos is not None else None
@@ -185,14 +196,36 @@ def _instance(source: Path, spec, ids: np.ndarray, emb, options: IndexOptions, p
         transform, fitted_on = _learned(run_photos, source, ids, emb, _default_bits(bits, emb.shape[1]), held)
     if transform is None:
         transform, fitted_on = _instance_transform(source, spec, ids, emb, bits, train_emb, method or "itq")
+    if options.perceptual and transform is None:
+        raise InputError("--perceptual: the index keeps no instance code to add the photos' hashes to (its items "
+                         "have no embeddings)")
     if transform is None:
-        return None, None, None
+        return None, None, None, None
+    if _perceptual(options, transform, run_photos is not None, source):
+        transform = transform.with_perceptual(PERCEPTUAL_BITS)
+        fitted_on += f", then {PERCEPTUAL_BITS} bits of each photo's perceptual hashes"
+    hashes = run_photos.perceptual(ids) if transform.perceptual_bits else None
     if run_photos is not None:
-        return transform, fitted_on, lambda codes, floats: run_photos.calibrate(ids, held, transform, codes, floats)
+        return transform, fitted_on, lambda codes, floats: run_photos.calibrate(ids, held, transform, codes, floats), \
+            hashes
     why = ("the index was built from a codes file, without the model that made it: there are no copies to calibrate "
            "a same-picture mark on") if spec is None else \
         "the index's items are not photos: there are no edited copies to calibrate a same-picture mark on"
-    return transform, fitted_on, lambda codes, floats: no_mark(why)
+    return transform, fitted_on, lambda codes, floats: no_mark(why), None
+
+
+def _perceptual(options: IndexOptions, transform, photos: bool, source: Path) -> bool:
+    """Whether the instance code's last PERCEPTUAL_BITS are the photos' perceptual hashes: as `options` say, by
+    default where the code is learned and no float rows are kept (measured better there, docs/results/copies.md,
+    "A perceptual hash's bits beside the learned code"); only a run of photos has pixels to hash."""
+    if options.perceptual is None:
+        return photos and transform.method == "learned" and not options.float_rows and transform.bits > PERCEPTUAL_BITS
+    if options.perceptual and not photos:
+        raise InputError(f"--perceptual: {source} is not a run of photos, so there are no pixels to hash")
+    if options.perceptual and transform.bits <= PERCEPTUAL_BITS:  # (the default length cut to a narrow embedding)
+        raise InputError(f"--perceptual: the instance code's {transform.bits} bits (the embeddings' width) leave none "
+                         f"beside the photos' {PERCEPTUAL_BITS} hash bits")
+    return bool(options.perceptual)
 
 
 def _learned(run_photos, source: Path, ids: np.ndarray, emb, bits: int, held):

@@ -48,7 +48,8 @@ def attach(index, transform: InstanceTransform, fitted_on: str) -> None:
     attachments[FILE_NAME] = transform.to_bytes()
     index.attachments = attachments
     index.metadata[METADATA_KEY] = {"bits": transform.bits, "method": transform.method, "dim": transform.dim,
-                                    "sha256": transform.digest(), "fitted_on": fitted_on}
+                                    "sha256": transform.digest(), "fitted_on": fitted_on,
+                                    "perceptual_bits": transform.perceptual_bits}
 
 
 def index_transform(index, where: str = "the index") -> InstanceTransform | None:
@@ -73,11 +74,12 @@ def index_transform(index, where: str = "the index") -> InstanceTransform | None
     return transform
 
 
-def payload_of(transform: InstanceTransform | None, index, embeddings, n: int, what: str):
+def payload_of(transform: InstanceTransform | None, index, embeddings, n: int, what: str, perceptual=None):
     """(the embeddings `index` keeps, the instance codes) of `n` items added with `embeddings` to an
-    index with `transform` (None: it keeps no instance codes). An index that keeps instance codes but
-    no float rows takes the embeddings for its codes only; one that keeps instance codes refuses items
-    without embeddings in one line."""
+    index with `transform` (None: it keeps no instance codes), and the photos' `perceptual` codes where its
+    code keeps them (lbhash.data.perceptual). An index that keeps instance codes but no float rows takes the
+    embeddings for its codes only; one that keeps instance codes refuses items without embeddings (or
+    without photos, for perceptual bits) in one line."""
     if transform is None:
         return embeddings, None
     if embeddings is None:
@@ -85,5 +87,5 @@ def payload_of(transform: InstanceTransform | None, index, embeddings, n: int, w
             return None, np.empty((0, transform.bits // 8), np.uint8)
         raise InputError(f"the index keeps a {transform.bits}-bit instance code per item, made from its embedding: "
                          f"{what} must give the items' embeddings")
-    instance = transform.apply(embeddings, f"{what}: embeddings")
+    instance = transform.apply(embeddings, f"{what}: embeddings", perceptual)
     return (None if index.embedding_dim is None else transform.rows(embeddings, f"{what}: embeddings")), instance

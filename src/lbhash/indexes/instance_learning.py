@@ -24,6 +24,7 @@ import numpy as np
 
 from lbhash.codes import hamming_distance
 from lbhash.data.edits import EDITS, edited, random_edit
+from lbhash.data.perceptual import perceptual_codes
 from lbhash.instance import MARK_CANDIDATES, MARK_NEIGHBOUR, InstanceTransform, unit_vectors
 
 logger = logging.getLogger("lbhash")
@@ -45,11 +46,13 @@ CHUNK = 256              # photos edited and embedded at a time
 ITEM_CHUNK = 65_536      # the index's items a calibration compares the copies with at a time
 
 
-def copy_embeddings(embed, photos, ids: np.ndarray, copies: int, seed: int, edit=None) -> tuple[np.ndarray, np.ndarray]:
+def copy_embeddings(embed, photos, ids: np.ndarray, copies: int, seed: int, edit=None,
+                    hashes: list | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(embeddings float32 (len(ids) * copies, d), owners: the row of `ids` each is a copy of) of edited
     copies of the photos `ids` of image data set `photos`, embedded by `embed` (a list of photos to their
     embeddings, as queries are: lbhash.runs.codes.photo_embedder). `edit` None: `copies` random chains per photo, seeded by (seed, id); else the named
-    edit (copies 1)."""
+    edit (copies 1). `hashes`: a list that takes the copies' perceptual codes, chunk by chunk
+    (lbhash.data.perceptual.perceptual_codes)."""
     embs, owners, started, last = [], [], time.perf_counter(), time.perf_counter()
     for start in range(0, len(ids), CHUNK):
         part = ids[start:start + CHUNK]
@@ -62,6 +65,8 @@ def copy_embeddings(embed, photos, ids: np.ndarray, copies: int, seed: int, edit
             else:
                 images.append(edited(img, edit))
         embs.append(embed(images))
+        if hashes is not None:
+            hashes.append(perceptual_codes(images))
         owners.append(np.repeat(np.arange(start, start + len(part)), copies if edit is None else 1))
         if time.perf_counter() - last > 30:
             last = time.perf_counter()
@@ -101,8 +106,10 @@ def calibrate_mark(embed, photos, held: np.ndarray, held_rows: np.ndarray, trans
                                      f"(at least {MIN_CALIBRATION})"}
     found = []  # per edit: (instance own, nearest; cosine own, nearest; margin own, nearest)
     for name in EDITS:
-        emb, _ = copy_embeddings(embed, photos, held, 1, 0, edit=name)
-        codes, rows = transform.apply(emb), None if floats is None else cosine_rows(transform, emb)
+        hashes = [] if transform.perceptual_bits else None
+        emb, _ = copy_embeddings(embed, photos, held, 1, 0, edit=name, hashes=hashes)
+        codes = transform.apply(emb, perceptual=np.concatenate(hashes) if hashes else None)
+        rows = None if floats is None else cosine_rows(transform, emb)
         found.append(_own_and_nearest(codes, rows, held_rows, transform, instance, floats))
     own, nearest = (np.concatenate([f[i] for f in found]) for i in (0, 1))
     allowed = int(np.floor(FALSE_MARK_RATE * len(nearest)))
@@ -212,6 +219,12 @@ class RunPhotos:
         if len(train) < MIN_LEARN_PHOTOS:
             return learn_transform(None, None, train, train_emb, bits, seed)  # (says why, loads nothing)
         return learn_transform(*self._load(), train, train_emb, bits, seed)
+
+    def perceptual(self, ids: np.ndarray) -> np.ndarray:
+        """The packed perceptual codes of the photos `ids` (lbhash.data.perceptual.perceptual_codes)."""
+        photos = self._load()[1]
+        return np.concatenate([perceptual_codes([photos.image(i) for i in ids[start:start + CHUNK].tolist()])
+                               for start in range(0, len(ids), CHUNK)] or [perceptual_codes([])])
 
     def calibrate(self, ids: np.ndarray, held: np.ndarray, transform, instance, floats) -> dict:
         order = np.argsort(ids, kind="stable")

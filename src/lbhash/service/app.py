@@ -199,12 +199,13 @@ def add_images(store: StoreDep, encoder: EncoderDep, limits: LimitsDep, media: M
             codes, emb = run.encode(images), None
         else:  # (an index built from photos keeps their views' embeddings too: lbhash.data.views)
             codes, emb = run.item_embeddings(images, store.item_view) if store.item_view else run.embeddings(images)
+        hashes = run.perceptual(images, store.transform)
     label_lists = None if labels is None else [parse_ids(part, "labels", allow_empty=True, check=check_class_ids)
                                                for part in labels.split(";")]
     sets = None if label_lists is None else item_labels(label_lists, len(codes), limits.max_class_id)
     given_ids = None if ids is None else parse_ids(ids, "ids")
     with media.adding(given_ids, upsert, blobs, names) as done:  # the images are kept for thumbnails
-        added, seq = store.add(codes, ids=given_ids, labels=sets, upsert=upsert, embeddings=emb)
+        added, seq = store.add(codes, ids=given_ids, labels=sets, upsert=upsert, embeddings=emb, perceptual=hashes)
         done(added)
     return models.ItemsResponse(ids=np.asarray(added).tolist(), seq=seq, ntotal=store.ntotal)
 

@@ -174,9 +174,11 @@ class Store(ABC):
         return scoring_rows(self.index.get_embeddings(ids))
 
     @abstractmethod
-    def add(self, codes, ids=None, labels=None, upsert: bool = False, embeddings=None) -> tuple[np.ndarray, int | None]:
+    def add(self, codes, ids=None, labels=None, upsert: bool = False, embeddings=None,
+            perceptual=None) -> tuple[np.ndarray, int | None]:
         """(ids, log sequence number); Conflict for an id held (without upsert). `embeddings` go
-        with the codes exactly where the index keeps them."""
+        with the codes exactly where the index keeps them; `perceptual`: the photos' perceptual codes where
+        its instance code keeps them (lbhash.data.perceptual)."""
 
     @abstractmethod
     def remove(self, ids) -> int | None:
@@ -258,9 +260,11 @@ class IndexStore(Store):
             return {**super().stats(), "last_seq": self.wal.last_seq, "saved_seq": self.saved_seq,
                     "pending_changes": self.pending}
 
-    def add(self, codes, ids=None, labels=None, upsert: bool = False, embeddings=None) -> tuple[np.ndarray, int]:
+    def add(self, codes, ids=None, labels=None, upsert: bool = False, embeddings=None,
+            perceptual=None) -> tuple[np.ndarray, int]:
         with self._changing:  # the only writer: reading the index needs no search lock
-            embeddings, instance = payload_of(self.transform, self.index, embeddings, len(codes), "the items")
+            embeddings, instance = payload_of(self.transform, self.index, embeddings, len(codes), "the items",
+                                              perceptual)
             plan = self.index.prepare_add(codes, ids, labels, upsert, embeddings, instance)  # Conflict for an id present
             # the embeddings as stored (float16 unit rows or int8, hex) and the instance codes: replay adds these bytes
             kept = {} if plan.embeddings is None else {"embeddings": to_hex(plan.embeddings.view(np.uint8))}
@@ -347,8 +351,8 @@ class MilvusStore(Store):
         self.transform = index_transform(index, f"Milvus collection {index.collection!r}")
         self.item_view  # (refused now, not at the first add)
 
-    def add(self, codes, ids=None, labels=None, upsert: bool = False, embeddings=None):
-        embeddings, instance = payload_of(self.transform, self.index, embeddings, len(codes), "the items")
+    def add(self, codes, ids=None, labels=None, upsert: bool = False, embeddings=None, perceptual=None):
+        embeddings, instance = payload_of(self.transform, self.index, embeddings, len(codes), "the items", perceptual)
         # Conflict for an id taken (without upsert)
         added = self.index.add(codes, ids, labels, upsert, embeddings, instance)
         self.changes += 1

@@ -12,6 +12,7 @@ import numpy as np
 
 from lbhash.codes import pack, to_signs
 from lbhash.data.image_sources import decode_image, is_image_name
+from lbhash.data.perceptual import perceptual_codes
 from lbhash.data.views import ITEM_VIEW, item_embedding, item_views
 from lbhash.encoders import INPUT_KINDS, Encoder
 from lbhash.errors import InputError
@@ -29,17 +30,18 @@ IMAGE_ARRAY_SUFFIXES = (".npz", ".npy", ".mat")  # images: an image array, read 
 
 
 def ranked_queries(codes: np.ndarray, embeddings: np.ndarray, floats: bool,
-                   transform: InstanceTransform | None) -> Queries:
+                   transform: InstanceTransform | None, perceptual=None) -> Queries:
     """The `Queries` of a ranked search from the queries' packed `codes` and `embeddings`: the
     embeddings where the index keeps its own (`floats`), and where it keeps instance codes
-    (`transform`), the queries' instance codes and the cosine's centre (with floats)."""
+    (`transform`), the queries' instance codes (with the photos' `perceptual` codes where the transform
+    keeps them) and the cosine's centre (with floats)."""
     if transform is None:
         return Queries(codes, embeddings if floats else None)
     # the cosine's rows: those of the transform's learned space (already centred), or the embeddings centred
     # on the transform's mean
     rows, center = (transform.rows(embeddings, "query embeddings"), None) if transform.maps_floats else \
         (embeddings, transform.mean)
-    return Queries(codes, rows if floats else None, transform.apply(embeddings, "query embeddings"),
+    return Queries(codes, rows if floats else None, transform.apply(embeddings, "query embeddings", perceptual),
                    center if floats else None)
 
 
@@ -89,10 +91,18 @@ class QueryEncoder:
                 instance: InstanceTransform | None = None) -> Queries:
         """The `Queries` of the inputs: their codes and, for a ranked search (rank=True), what it
         needs from the same forward pass (`ranked_queries`: `floats`, the index keeps embeddings;
-        `instance`, its instance transform)."""
+        `instance`, its instance transform, and the photos' perceptual codes where it keeps them)."""
         if not rank:
             return Queries(self.encode(inputs, json_numbers))
-        return ranked_queries(*self.embeddings(inputs, json_numbers), floats, instance)
+        hashes = self.perceptual(inputs, instance)
+        return ranked_queries(*self.embeddings(inputs, json_numbers), floats, instance, hashes)
+
+    def perceptual(self, inputs, transform: InstanceTransform | None) -> np.ndarray | None:
+        """The packed perceptual codes of image `inputs` where the instance `transform` keeps them, else None
+        (feature rows have no pixels: the transform then refuses them in one line)."""
+        if transform is None or not transform.perceptual_bits or self.input_kind != "images":
+            return None
+        return perceptual_codes(list(inputs))
 
     def decode_images(self, blobs: list[bytes], names: list[str]) -> list[np.ndarray]:
         """uint8 (H, W, 3) images of encoded image files; `names` appear in errors."""
