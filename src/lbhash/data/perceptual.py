@@ -5,8 +5,8 @@ grayscale, where a CNN's embedding moves most, and fails under mirroring, crops 
 embedding holds: `lbhash duplicates FOLDER` scores a pair by both (lbhash.indexes.folder_copies).
 `perceptual_codes` are the 128 bits a perceptual instance code keeps beside its learned ones
 (lbhash.instance.InstanceTransform.perceptual_bits): pHash of the photo and of the photo less its
-one-colour margins, which a frame or letterbox bars then leave alone (docs/results/copies.md, "A perceptual
-hash's bits beside the learned code").
+one-colour margins, which a frame or letterbox bars then leave alone (docs/instance-codes.md, "Perceptual
+bits").
 Numpy and Pillow only; the bits equal imagehash's but where a coefficient ties with the median.
 """
 

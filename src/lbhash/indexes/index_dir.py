@@ -217,7 +217,7 @@ def _instance(source: Path, spec, ids: np.ndarray, emb, options: IndexOptions, p
 def _perceptual(options: IndexOptions, transform, photos: bool, source: Path) -> bool:
     """Whether the instance code's last PERCEPTUAL_BITS are the photos' perceptual hashes: as `options` say, by
     default where the code is learned and no float rows are kept (measured better there, docs/results/copies.md,
-    "A perceptual hash's bits beside the learned code"); only a run of photos has pixels to hash."""
+    "Perceptual bits in the instance code"); only a run of photos has pixels to hash."""
     if options.perceptual is None:
         return photos and transform.method == "learned" and not options.float_rows and transform.bits > PERCEPTUAL_BITS
     if options.perceptual and not photos:
