@@ -96,7 +96,9 @@ def test_an_index_of_photos_without_float_rows_keeps_their_hashes(lite0_photo_ru
     what has no pixels is refused in one line."""
     from lbhash.data import load_data
     from lbhash.index import CodeIndex
-    from lbhash.indexes import instance_learning
+    from lbhash.indexes import index_inputs, instance_learning
+    from lbhash.indexes.instance_codes import index_transform
+    from lbhash.serving.searcher import QueryEncoder
 
     monkeypatch.setattr(instance_learning, "MIN_LEARN_PHOTOS", 10)
     monkeypatch.setattr(instance_learning, "MIN_CALIBRATION", 5)
@@ -116,10 +118,16 @@ def test_an_index_of_photos_without_float_rows_keeps_their_hashes(lite0_photo_ru
     info = json.loads(cli("index", "info", tmp_path / "ix", "--json").output)
     assert info["instance_transform"]["perceptual_bits"] == 128
     photo = sorted((tree / "train").rglob("*.png"))[5]
-    Image.fromarray(edited(np.asarray(Image.open(photo).convert("RGB")), "grayscale")).save(tmp_path / "gray.png")
+    gray = edited(np.asarray(Image.open(photo).convert("RGB")), "grayscale")
+    Image.fromarray(gray).save(tmp_path / "gray.png")
     found = json.loads(cli("search", tmp_path / "ix", "--images", tmp_path / "gray.png", "--run", run, "-k", "3",
                            "--json").output)
     assert found[0]["sources"][0] == str(photo), found[0]
+    # the query's code: the learned bits of its embedding, then its own hashes (computed here apart)
+    emb = QueryEncoder(index_inputs.query_encoder(run), index.bits).embeddings([gray])[1]
+    query = index_transform(index).apply(emb, perceptual=perceptual_codes([gray]))
+    hit = index.get_instance_codes(np.array([found[0]["ids"][0]]))
+    assert found[0]["instance_distances"][0] == int(hamming_distance(query, hit, 256)[0, 0])
     served_uploads(tmp_path / "ix", run, photo)
     too_short = cli("index", "build", run, "--out", tmp_path / "short", "--perceptual", "--instance-bits", "128")
     assert too_short.exit_code == 2 and "leave none beside the photos' 128 hash bits" in too_short.output
