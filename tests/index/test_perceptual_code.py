@@ -154,10 +154,17 @@ def test_the_default_is_a_learned_code_of_photos_without_float_rows(tmp_path):
                        tmp_path) is False  # (no bit left beside the hashes: the learned code whole)
 
 
-def test_perceptual_bits_for_a_run_of_feature_rows_are_refused(runs, tmp_path):
+def test_perceptual_bits_for_feature_rows_are_refused_before_any_work(runs, tmp_path, monkeypatch):
+    from lbhash.indexes import index_inputs
+
     run = runs.copy("csq", tmp_path / "run")
+    monkeypatch.setattr(index_inputs, "run_codes", None)  # (not reached)
     refused = cli("index", "build", run, "--out", tmp_path / "ix", "--perceptual")
     assert refused.exit_code == 2 and "is not a run of photos, so there are no pixels to hash" in refused.output
+    np.savez(tmp_path / "codes.npz", codes=np.zeros((3, 2), np.uint8), bits=16)
+    refused = cli("index", "build", tmp_path / "codes.npz", "--out", tmp_path / "ix", "--perceptual")
+    assert refused.exit_code == 2 and "is a codes file, with no pixels to hash" in refused.output
+    assert len(refused.output.strip().splitlines()) == 1 and not (tmp_path / "ix").exists()
 
 
 def served_uploads(ix, run, photo):

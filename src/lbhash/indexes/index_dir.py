@@ -97,18 +97,15 @@ def build_index(source: Path, where: IndexLocation, options: IndexOptions = Inde
     out, backend = str(where.target), where.backend
     if backend != "milvus":  # refused before minutes of work (the photos' copies), and again before the write
         _check_out(out, overwrite)
-    if options.perceptual and (instance_bits or 0) <= PERCEPTUAL_BITS:  # (as early)
-        raise InputError(f"--perceptual: the instance code's {instance_bits or 0} bits leave none beside the photos' "
-                         f"{PERCEPTUAL_BITS} hash bits; give --instance-bits {2 * PERCEPTUAL_BITS} or more")
     spec = None
     if source.is_dir():
         part = index_inputs.run_part(source, part)
         spec = index_inputs.run_data(source, data, part)  # the run's data, found from here (None: not a run)
-        items = index_inputs.run_codes(source, part, spec, skip_bad_images)
     elif part is not None or data is not None:
         raise InputError(f"{'--part' if part is not None else '--data'} applies to a run directory, not to a codes file")
-    else:
-        items = index_inputs.codes_file(source)
+    _refuse_perceptual(options, source, spec)
+    items = index_inputs.run_codes(source, part, spec, skip_bad_images) if source.is_dir() else \
+        index_inputs.codes_file(source)
     ids = items["ids"] if items["ids"] is not None else np.arange(len(items["codes"]))
     # the run's model, identified once (a checkpoint's SHA-256): its embeddings, and the index's record of it
     model = index_inputs.run_model(source) if source.is_dir() else None
@@ -151,6 +148,20 @@ def build_index(source: Path, where: IndexLocation, options: IndexOptions = Inde
             raise InputError(f"{out} exists: choose another --out to keep it, or pass --overwrite to replace it")
         index.save(out)
     return Built(index, len(ids), items["bits"], dim, searches(index), index.instance_bits)
+
+
+def _refuse_perceptual(options: IndexOptions, source: Path, spec: str | None) -> None:
+    """`--perceptual` where it cannot be, refused before any work: too few instance bits to leave any beside the
+    hashes, or a source without pixels (a run of feature rows, a codes file)."""
+    if not options.perceptual:
+        return
+    if (options.instance_bits or 0) <= PERCEPTUAL_BITS:
+        raise InputError(f"--perceptual: the instance code's {options.instance_bits or 0} bits leave none beside the "
+                         f"photos' {PERCEPTUAL_BITS} hash bits; give --instance-bits {2 * PERCEPTUAL_BITS} or more")
+    if not source.is_dir():
+        raise InputError(f"--perceptual: {source} is a codes file, with no pixels to hash: index the run of photos")
+    if spec is None or not index_inputs.has_sources(spec):
+        raise InputError(f"--perceptual: {source} is not a run of photos, so there are no pixels to hash")
 
 
 def _kept(transform, mark, emb, float_rows, hashes=None):
