@@ -15,25 +15,36 @@ from pathlib import Path
 import numpy as np
 
 
-def main() -> None:
+def evaluation_sample(description: str, **more) -> tuple:
+    """(args, index, copies, the index without the copies' originals) of `lbhash evaluate-copies IDX --run RUN
+    --seed S --items N`'s sample, from the command line (`more`: further options, name -> argparse keywords)."""
     from lbhash.data.edits import EDITS
     from lbhash.index import CodeIndex
     from lbhash.indexes import index_inputs
-    from lbhash.indexes.origins import read_sources
-    from lbhash.serving.copies_evaluation import make_copies, ranked, without_originals
+    from lbhash.serving.copies_evaluation import make_copies, without_originals
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("index", type=Path)
     parser.add_argument("run", type=Path)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--items", type=int, default=200)
-    parser.add_argument("--order", default="codes", help="the evaluation's order: codes or blend")
-    parser.add_argument("--edits", default=",".join(EDITS))
+    for name, keywords in more.items():
+        parser.add_argument(name, **keywords)
     args = parser.parse_args()
     index = CodeIndex.load(args.index)
-    copies = make_copies(index, index_inputs.query_encoder(args.run), args.items, args.seed,
-                         tuple(args.edits.split(",")))
-    absent = without_originals(args.index, copies.ids)
+    edits = tuple(args.edits.split(",")) if "edits" in vars(args) else tuple(EDITS)
+    copies = make_copies(index, index_inputs.query_encoder(args.run), args.items, args.seed, edits)
+    return args, index, copies, without_originals(args.index, copies.ids)
+
+
+def main() -> None:
+    from lbhash.data.edits import EDITS
+    from lbhash.indexes.origins import read_sources
+    from lbhash.serving.copies_evaluation import ranked
+
+    args, index, copies, absent = evaluation_sample(
+        __doc__.splitlines()[0], **{"--order": {"default": "codes", "help": "the evaluation's order: codes or blend"},
+                                    "--edits": {"default": ",".join(EDITS)}})
     sources = read_sources(index)
     for edit, queries in copies.queries.items():
         ids, marks = ranked(absent, queries, args.order, 1)[:2]

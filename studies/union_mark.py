@@ -12,29 +12,19 @@ distance and either, the marked first hits that are not the original, and the ma
 
 from __future__ import annotations
 
-import argparse
 import copy
-from pathlib import Path
 
 import numpy as np
 
 
 def main() -> None:
-    from lbhash.index import CodeIndex
-    from lbhash.indexes import index_inputs
     from lbhash.instance import MARK_BY, MARK_KEY
-    from lbhash.serving.copies_evaluation import make_copies, ranked, without_originals
+    from lbhash.serving.copies_evaluation import ranked
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("index", type=Path)
-    parser.add_argument("run", type=Path)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--items", type=int, default=200)
-    args = parser.parse_args()
-    index = CodeIndex.load(args.index)
+    from false_marks import evaluation_sample
+
+    _, index, copies, absent = evaluation_sample(__doc__.splitlines()[0])
     record = index.metadata[MARK_KEY]
-    copies = make_copies(index, index_inputs.query_encoder(args.run), args.items, args.seed)
-    absent = without_originals(args.index, copies.ids)
 
     def first(where, by: str, queries):  # (first hit, marked) with the mark by `by` alone
         saved = where.metadata

@@ -139,7 +139,7 @@ def test_an_index_of_photos_without_float_rows_keeps_their_hashes(lite0_photo_ru
     assert len(added.output.strip().splitlines()) == 1
 
 
-def test_the_default_is_a_learned_code_of_photos_without_float_rows(tmp_path):
+def test_the_default_is_a_learned_code_of_photos_without_float_rows():
     from lbhash.indexes.index_dir import IndexOptions, _perceptual
 
     rng = np.random.default_rng(1)
@@ -147,11 +147,11 @@ def test_the_default_is_a_learned_code_of_photos_without_float_rows(tmp_path):
     itq, learned = InstanceTransform.fit(emb, 136), InstanceTransform.learn(emb, emb[:100] + 0.1, np.arange(100), 136)
     for transform, float_rows, photos, want in ((learned, None, True, True), (learned, "float16", True, False),
                                                 (itq, None, True, False), (learned, None, False, False)):
-        assert _perceptual(IndexOptions(float_rows=float_rows), transform, photos, tmp_path) is want
-        assert _perceptual(IndexOptions(float_rows=float_rows, perceptual=False), transform, photos, tmp_path) is False
-    assert _perceptual(IndexOptions(perceptual=True), itq, True, tmp_path) is True  # as asked, with float rows
-    assert _perceptual(IndexOptions(), InstanceTransform.learn(emb, emb[:100] + 0.1, np.arange(100), 128), True,
-                       tmp_path) is False  # (no bit left beside the hashes: the learned code whole)
+        assert _perceptual(IndexOptions(float_rows=float_rows), transform, photos) is want
+        assert _perceptual(IndexOptions(float_rows=float_rows, perceptual=False), transform, photos) is False
+    assert _perceptual(IndexOptions(perceptual=True), itq, True) is True  # as asked, with float rows
+    assert _perceptual(IndexOptions(), InstanceTransform.learn(emb, emb[:100] + 0.1, np.arange(100), 128),
+                       True) is False  # (no bit left beside the hashes: the learned code whole)
 
 
 def test_perceptual_bits_for_feature_rows_are_refused_before_any_work(runs, tmp_path, monkeypatch):

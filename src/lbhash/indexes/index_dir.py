@@ -207,12 +207,9 @@ def _instance(source: Path, spec, ids: np.ndarray, emb, options: IndexOptions, p
         transform, fitted_on = _learned(run_photos, source, ids, emb, _default_bits(bits, emb.shape[1]), held)
     if transform is None:
         transform, fitted_on = _instance_transform(source, spec, ids, emb, bits, train_emb, method or "itq")
-    if options.perceptual and transform is None:
-        raise InputError("--perceptual: the index keeps no instance code to add the photos' hashes to (its items "
-                         "have no embeddings)")
     if transform is None:
         return None, None, None, None
-    if _perceptual(options, transform, run_photos is not None, source):
+    if _perceptual(options, transform, run_photos is not None):
         transform = transform.with_perceptual(PERCEPTUAL_BITS)
         fitted_on += f", then {PERCEPTUAL_BITS} bits of each photo's perceptual hashes"
     hashes = run_photos.perceptual(ids) if transform.perceptual_bits else None
@@ -225,14 +222,13 @@ def _instance(source: Path, spec, ids: np.ndarray, emb, options: IndexOptions, p
     return transform, fitted_on, lambda codes, floats: no_mark(why), None
 
 
-def _perceptual(options: IndexOptions, transform, photos: bool, source: Path) -> bool:
-    """Whether the instance code's last PERCEPTUAL_BITS are the photos' perceptual hashes: as `options` say, by
-    default where the code is learned and no float rows are kept (measured better there, docs/results/copies.md,
-    "Perceptual bits in the instance code"); only a run of photos has pixels to hash."""
+def _perceptual(options: IndexOptions, transform, photos: bool) -> bool:
+    """Whether the instance code's last PERCEPTUAL_BITS are the photos' perceptual hashes: as `options` say (a
+    source without pixels was refused by `_refuse_perceptual`), by default where the code is learned from photos
+    and no float rows are kept (measured better there, docs/results/copies.md, "Perceptual bits in the instance
+    code")."""
     if options.perceptual is None:
         return photos and transform.method == "learned" and not options.float_rows and transform.bits > PERCEPTUAL_BITS
-    if options.perceptual and not photos:
-        raise InputError(f"--perceptual: {source} is not a run of photos, so there are no pixels to hash")
     if options.perceptual and transform.bits <= PERCEPTUAL_BITS:  # (the default length cut to a narrow embedding)
         raise InputError(f"--perceptual: the instance code's {transform.bits} bits (the embeddings' width) leave none "
                          f"beside the photos' {PERCEPTUAL_BITS} hash bits")
