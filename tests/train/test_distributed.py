@@ -142,10 +142,14 @@ def test_two_process_encode_writes_the_codes_of_one_process(tmp_path):
 if __name__ == "__main__":  # the two-rank run of test_banks_and_surrogate_stay_identical_across_ranks
     import faulthandler
 
-    from lightning_fabric import Fabric
+    from lbhash.train.processes import make_fabric
 
-    faulthandler.dump_traceback_later(200, exit=True)  # a hang prints every thread's stack, then ends
-    Fabric(accelerator="cpu", devices=2, strategy="ddp_spawn").launch(_ddp_worker, sys.argv[1])
+    # every rank runs this (Lightning starts rank 1 as this same command): a hang prints each rank's
+    # stack, then ends it, well before the test's own limit kills the group with nothing printed
+    faulthandler.dump_traceback_later(150, exit=True)
+    # the product's way to two processes (lbhash train --devices 2): its process-group timeout,
+    # gloo over loopback and a thread each; a bare Fabric(strategy="ddp_spawn") run hung once in CI
+    _ddp_worker(make_fabric("cpu", 2, "32-true"), sys.argv[1])
 
 
 def test_spawned_ranks_talk_over_loopback_unless_told_otherwise(monkeypatch):
