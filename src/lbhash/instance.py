@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import io
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -61,7 +62,10 @@ RECORD_KEY = "instance"  # an index's metadata: its transform's record (method, 
 # a hit is marked the same picture by the threshold calibrated on the index's own photos and kept in its
 # metadata under MARK_KEY (lbhash.indexes.instance_learning); an index without one marks nothing
 MARK_KEY = "same_picture"
-MARK_BY = ("instance", "cosine", "margin")
+# the measures a mark is calibrated by; "margin_or_instance": a hit passes the margin's threshold or the instance
+# distance's (each calibrated to let no other photo's copy pass: docs/results/copies.md, "The mark by either")
+MARK_BY = ("instance", "cosine", "margin", "margin_or_instance")
+MARGIN_MARKS = ("margin", "margin_or_instance")  # the marks that read a query's MARK_CANDIDATES
 # a margin mark: the hit's centred cosine less the query's MARK_NEIGHBOUR-th best other candidate's (a copy stands
 # out of the query's neighbours; a look-alike in a crowded part of the space does not: the score normalisation of
 # copy detection, SSCD), over at least MARK_CANDIDATES candidates by instance code, as the calibration measures it
@@ -115,36 +119,50 @@ def learned_index(metadata: dict | None) -> bool:
     return isinstance(record, dict) and record.get("method") == "learned"
 
 
+class Mark(NamedTuple):
+    """An index's same-picture mark as a search applies it (`mark_rule`)."""
+
+    threshold: float  # -1: no mark
+    by: str | None    # one of MARK_BY
+    instance_threshold: float = -1.0  # "margin_or_instance": the instance distance's, a share of the bits
+
+
+NO_MARK = Mark(-1.0, None)
+
+
 def mark_rule(metadata: dict | None, cosine: bool = True, where: str = "the index",
-              filtered: bool = False) -> tuple[float, str | None]:
-    """(threshold, measure) of an index's calibrated same-picture mark, as the ranking applies it: a hit is
-    marked when its centred cosine is at least the threshold ("cosine"), its cosine less the query's
-    MARK_NEIGHBOUR-th best other candidate's is ("margin"), or its instance distance is at most the threshold
-    times the instance bits ("instance"); (-1, None) where the index has no calibrated mark. `cosine`: whether
-    the search scores by the centred cosine; `filtered`: whether it reads only some items (query labels: a
-    query's neighbours among them are not the ones the margin was calibrated on). Where the search cannot
-    apply the index's measure, the next the calibration found usable (margin, then cosine, then instance)
-    marks. A record that is not one (a threshold outside 0..1 or not finite, an unknown measure) is refused
-    in one line."""
+              filtered: bool = False) -> Mark:
+    """An index's calibrated same-picture mark as the ranking applies it: a hit is marked when its centred
+    cosine is at least the threshold ("cosine"), its cosine less the query's MARK_NEIGHBOUR-th best other
+    candidate's is ("margin"), its instance distance is at most the threshold times the instance bits
+    ("instance"), or either of the last two holds, each at its own threshold ("margin_or_instance"); NO_MARK
+    where the index has no calibrated mark. `cosine`: whether the search scores by the centred cosine;
+    `filtered`: whether it reads only some items (query labels: a query's neighbours among them are not the
+    ones the margin was calibrated on). Where the search cannot apply the index's measure, the next the
+    calibration found usable (margin, then cosine, then instance) marks. A record that is not one (a
+    threshold outside 0..1 or not finite, an unknown measure) is refused in one line."""
     record = (metadata or {}).get(MARK_KEY)
     if not isinstance(record, dict) or record.get("mark") is None:
-        return -1.0, None
+        return NO_MARK
     by = record.get("mark")
     if by not in MARK_BY:
         raise InputError(f"{where}: its same-picture mark ({MARK_KEY} in its metadata) is not one this lbhash reads: "
                          f"mark {by!r} (one of {', '.join(MARK_BY)}); rebuild the index")
-    applies = {"instance": True, "cosine": cosine, "margin": cosine and not filtered}
+    margin = cosine and not filtered
+    applies = {"instance": True, "cosine": cosine, "margin": margin, "margin_or_instance": margin}
     if not applies[by]:
         by = next((m for m in MARK_BY[MARK_BY.index(by)::-1] if applies[m] and (record.get(m) or {}).get("usable")),
                   None)
         if by is None:
-            return -1.0, None
+            return NO_MARK
         record = record[by]
-    cut = record.get("threshold")
-    if isinstance(cut, bool) or not isinstance(cut, (int, float)) or not np.isfinite(cut) or not 0 < cut <= 1:
-        raise InputError(f"{where}: its same-picture mark ({MARK_KEY} in its metadata) is not one this lbhash reads: "
-                         f"mark {by!r}, threshold {cut!r} (a number in 0..1); rebuild the index")
-    return float(cut), by
+    keys = ("threshold", "instance_threshold") if by == "margin_or_instance" else ("threshold",)
+    cuts = [record.get(key) for key in keys]
+    for key, cut in zip(keys, cuts):
+        if isinstance(cut, bool) or not isinstance(cut, (int, float)) or not np.isfinite(cut) or not 0 < cut <= 1:
+            raise InputError(f"{where}: its same-picture mark ({MARK_KEY} in its metadata) is not one this lbhash "
+                             f"reads: mark {by!r}, {key} {cut!r} (a number in 0..1); rebuild the index")
+    return Mark(float(cuts[0]), by, float(cuts[1]) if len(cuts) > 1 else -1.0)
 
 
 def mark_why(metadata: dict | None) -> str | None:
@@ -162,7 +180,8 @@ def mark_summary(metadata: dict | None) -> dict:
     why = mark_why(metadata)
     if why is not None:
         return {"mark": None, "why": why}
-    keep = ("mark", "threshold", "recall", "false_marks", "copies", "photos", "edits", "false_mark_rate")
+    keep = ("mark", "threshold", "instance_threshold", "recall", "false_marks", "copies", "photos", "edits",
+            "false_mark_rate")
     return {k: record[k] for k in keep if k in record}
 
 

@@ -162,6 +162,35 @@ def test_an_index_whose_mark_is_a_margin_groups_by_the_margin_at_its_mark(copies
     assert [0, 60, 61, 62] in [g["items"] for g in find_duplicates(path).groups]
 
 
+def test_a_mark_by_the_margin_or_the_instance_distance_groups_the_pairs_either_passes(copies_index, monkeypatch,
+                                                                                    tmp_path):
+    """An index calibrated to mark by the margin or the instance distance: a pair passes where its margin (by
+    brute force) reaches the margin's threshold or its instance codes differ in at most the instance
+    threshold's share of bits; `--threshold` is the margin's alone."""
+    from lbhash.codes import hamming_distance
+    from lbhash.indexes import duplicates
+
+    monkeypatch.setattr(duplicates, "K", 100)
+    given, cosine = copies_index
+    index, path = CodeIndex.load(given), tmp_path / "either"
+    index.metadata[MARK_KEY] = {"mark": "margin_or_instance", "threshold": 0.3, "instance_threshold": 2.5 / 16}
+    index.save(path)
+    codes = index.get_instance_codes(index.ids())
+    margins, bits, n = brute_margins(cosine, 2), hamming_distance(codes, codes, 16), len(cosine)
+    pairs = [(a, b) for a in range(n) for b in range(a + 1, n)
+             if margins[a, b] >= 0.3 or bits[a, b] <= 2 or cosine[a, b] >= 0.995]
+    found = find_duplicates(path)
+    assert found.measure == "margin_or_instance" and found.threshold == pytest.approx(0.3)
+    assert found.to_dict()["instance_threshold"] == pytest.approx(2.5 / 16)
+    assert [g["items"] for g in found.groups] == components(n, pairs)
+    by_margin = [(a, b) for a, b in pairs if margins[a, b] >= 0.3 or cosine[a, b] >= 0.995]
+    assert components(n, by_margin) != components(n, pairs)  # (the instance distance adds pairs here)
+    alone = find_duplicates(path, 0.3)
+    assert alone.measure == "margin" and [g["items"] for g in alone.groups] == components(n, by_margin)
+    shown = cli("duplicates", path)
+    assert shown.exit_code == 0 and "margin >= 0.3 or instance bits differing <= 0.1562" in shown.output
+
+
 def test_the_components_are_those_of_repeated_merging(rng):
     """The numpy union (hook and jump) against merging sets edge by edge, on random graphs: a long chain,
     self-loops, repeated edges and isolated nodes included."""

@@ -8,7 +8,7 @@ import pytest
 from lbhash.codes import hamming_distance, pack
 from lbhash.errors import InputError
 from lbhash.index import CodeIndex, Queries, blended_search
-from lbhash.instance import MARK_CANDIDATES, MARK_KEY, MARK_NEIGHBOUR, InstanceTransform, mark_rule, mark_why
+from lbhash.instance import MARK_CANDIDATES, MARK_KEY, MARK_NEIGHBOUR, InstanceTransform, Mark, mark_rule, mark_why
 from lbhash.indexes import instance_learning
 
 
@@ -46,24 +46,33 @@ def test_the_learned_transform_is_its_closed_form_and_survives_its_file(rng):
 
 
 def test_the_mark_rule_reads_the_calibrated_record_and_refuses_a_broken_one():
-    assert mark_rule(None) == (-1.0, None) and mark_rule({}) == (-1.0, None)
-    assert mark_rule({MARK_KEY: {"mark": None, "why": "too few"}}) == (-1.0, None)
+    assert mark_rule(None)[:2] == (-1.0, None) and mark_rule({})[:2] == (-1.0, None)
+    assert mark_rule({MARK_KEY: {"mark": None, "why": "too few"}})[:2] == (-1.0, None)
     assert mark_why({MARK_KEY: {"mark": None, "why": "too few"}}) == "too few"
     assert "rebuild" in mark_why({})
-    assert mark_rule({MARK_KEY: {"mark": "instance", "threshold": 0.125}}) == (0.125, "instance")
+    assert mark_rule({MARK_KEY: {"mark": "instance", "threshold": 0.125}})[:2] == (0.125, "instance")
     record = {"mark": "cosine", "threshold": 0.8, "instance": {"threshold": 0.1, "usable": True}}
-    assert mark_rule({MARK_KEY: record}) == (0.8, "cosine")
-    assert mark_rule({MARK_KEY: record}, cosine=False) == (0.1, "instance")  # a search without float rows
+    assert mark_rule({MARK_KEY: record})[:2] == (0.8, "cosine")
+    assert mark_rule({MARK_KEY: record}, cosine=False)[:2] == (0.1, "instance")  # a search without float rows
     record["instance"]["usable"] = False
-    assert mark_rule({MARK_KEY: record}, cosine=False) == (-1.0, None)
+    assert mark_rule({MARK_KEY: record}, cosine=False)[:2] == (-1.0, None)
     # a margin mark: where the search reads only some items (query labels) the cosine's, then the instance's
     record = {"mark": "margin", "threshold": 0.2, "cosine": {"threshold": 0.7, "usable": True},
               "instance": {"threshold": 0.1, "usable": True}}
-    assert mark_rule({MARK_KEY: record}) == (0.2, "margin")
-    assert mark_rule({MARK_KEY: record}, filtered=True) == (0.7, "cosine")
-    assert mark_rule({MARK_KEY: record}, cosine=False) == (0.1, "instance")
+    assert mark_rule({MARK_KEY: record})[:2] == (0.2, "margin")
+    assert mark_rule({MARK_KEY: record}, filtered=True)[:2] == (0.7, "cosine")
+    assert mark_rule({MARK_KEY: record}, cosine=False)[:2] == (0.1, "instance")
     record["cosine"]["usable"] = False
-    assert mark_rule({MARK_KEY: record}, filtered=True) == (0.1, "instance")
+    assert mark_rule({MARK_KEY: record}, filtered=True)[:2] == (0.1, "instance")
+    # the margin or the instance distance, each at its own threshold; where the margin cannot apply, as a margin
+    record = {"mark": "margin_or_instance", "threshold": 0.2, "instance_threshold": 0.1,
+              "margin": {"threshold": 0.3, "usable": True}, "instance": {"threshold": 0.1, "usable": True}}
+    assert mark_rule({MARK_KEY: record}) == Mark(0.2, "margin_or_instance", 0.1)
+    assert mark_rule({MARK_KEY: record}, filtered=True) == Mark(0.1, "instance")
+    assert mark_rule({MARK_KEY: record}, cosine=False) == Mark(0.1, "instance")
+    for bad in (None, 0, 2.0):
+        with pytest.raises(InputError, match="mark 'margin_or_instance', instance_threshold"):
+            mark_rule({MARK_KEY: {**record, "instance_threshold": bad}})
     for bad in (1.5, 0, float("nan"), "0.5", True):
         with pytest.raises(InputError, match="same-picture mark .* is not one this lbhash reads"):
             mark_rule({MARK_KEY: {"mark": "instance", "threshold": bad}})
@@ -115,6 +124,13 @@ def test_a_margin_mark_is_the_cosine_less_the_querys_second_best_other_candidate
     assert got.same[:12, 0].sum() >= 6 and not got.same.all()  # (the copies' originals stand out)
     cos = queries / np.linalg.norm(queries, axis=1, keepdims=True) @ emb.T  # (the similarity is the cosine)
     np.testing.assert_allclose(s, np.take_along_axis(cos, got.ids, 1), atol=2e-3)
+    # the margin or the instance distance: the same hits, marked where either passes
+    index.metadata[MARK_KEY] = {"mark": "margin_or_instance", "threshold": 0.15, "instance_threshold": 3.5 / ibits}
+    either = blended_search(index, query, n, looks_like=1.0)
+    np.testing.assert_array_equal(either.ids, got.ids)
+    near = np.take_along_axis(hamming_distance(qi, inst, ibits), got.ids, 1) <= 3
+    np.testing.assert_array_equal(either.same[clear], (margin >= 0.15)[clear] | near[clear])
+    assert (either.same & ~got.same).any()  # (the instance distance marks hits the margin does not)
 
 
 def test_the_learned_code_ignores_what_copies_undergo(rng):
@@ -177,7 +193,15 @@ def test_the_calibration_lets_no_other_photo_pass_and_says_why_where_it_cannot(r
     assert record["instance"]["threshold"] == pytest.approx((cut + 0.5) / 64)
     assert record["margin"]["threshold"] == pytest.approx(min(1.0, max(margins) + instance_learning.MARGIN_COSINE))
     assert record["instance"]["false_marks"] == 0 and record["false_marks"] == 0
-    assert record["mark"] in ("instance", "cosine", "margin", None)
+    # the margin or the instance distance: each at its own threshold, passing what either passes
+    union = record.get("margin_or_instance")
+    assert (union is not None) == (cut >= 0)
+    if union is not None:
+        assert union["threshold"] == record["margin"]["threshold"] and union["false_marks"] == 0
+        assert union["instance_threshold"] == record["instance"]["threshold"]
+        parts = (record["margin"]["recall"], record["instance"]["recall"])
+        assert max(parts) <= union["recall"] <= sum(parts) + 1e-12
+    assert record["mark"] in ("instance", "cosine", "margin", "margin_or_instance", None)
     monkeypatch.setattr(instance_learning, "ITEM_CHUNK", 7)  # the items compared a few at a time: the same record
     assert instance_learning.calibrate_mark(encoder, photos, held, held, transform, instance, emb) == record
     too_few = instance_learning.calibrate_mark(encoder, photos, held[:5], held[:5], transform, instance, emb)

@@ -19,7 +19,7 @@ from lbhash.errors import InputError
 @click.option("--threshold", type=float, default=None,
               help="The score a pair must reach, in (0, 1]: for an index, in the measure of its mark (the pair's "
                    "margin over its neighbours, a cosine of the float rows, or the share of the instance bits that "
-                   "may differ); for a folder, the margin of the pair over its neighbours. [default: the index's "
+                   "may differ; a mark by the margin or the instance distance: the margin alone); for a folder, the margin of the pair over its neighbours. [default: the index's "
                    "calibrated mark; the folder's own]")
 @click.option("--min-group", type=int, default=2, show_default=True, help="Show groups of at least this many items.")
 @click.option("--json", "as_json", is_flag=True, help='Print JSON: {"groups": [{"items", "sources", "pairs"}], ...}.')
@@ -56,8 +56,11 @@ def duplicates(path: str, threshold: float | None, min_group: int, as_json: bool
             for item, source in zip(group["items"], group["sources"]):
                 writer.writerow([number, item, "" if source is None else source])
         return
-    measure = {"cosine": "cosine >=", "margin": "margin >="}.get(found.measure, "instance bits differing <=")
-    click.echo(f"{found.items:,} items read, {found.pairs:,} pairs at {measure} {found.threshold:.4g}; "
+    measure = {"cosine": "cosine >=", "margin": "margin >=", "margin_or_instance": "margin >="}.get(
+        found.measure, "instance bits differing <=") + f" {found.threshold:.4g}"
+    if found.instance_threshold is not None:
+        measure += f" or instance bits differing <= {found.instance_threshold:.4g}"
+    click.echo(f"{found.items:,} items read, {found.pairs:,} pairs at {measure}; "
                f"{len(found.groups):,} groups of {min_group} or more")
     for number, group in enumerate(found.groups, 1):
         click.echo(f"group {number}: {len(group['items'])} items")
@@ -108,7 +111,8 @@ def evaluate_copies(index_dir: str, run_dir, export_path, items: int, seed: int,
     click.echo(f"{report['items']} photos x {len(report['edits'])} edits (seed {seed}), factor {factor}; "
                f"encoding {report['encode_ms_per_query']:.1f} ms a query")
     mark = report["mark"] or {}
-    click.echo(f"same-picture mark: by {mark['mark']} at {mark['threshold']:.4g}" if mark.get("mark") else
+    also = f" and {mark['instance_threshold']:.4g}" if mark.get("instance_threshold") is not None else ""
+    click.echo(f"same-picture mark: by {mark['mark']} at {mark['threshold']:.4g}{also}" if mark.get("mark") else
                f"same-picture mark: none ({mark.get('why', 'the index keeps no instance codes')})")
     click.echo(f"{'order':8s} {'edit':9s} {'recall@1':>8s} {'recall@10':>9s} {'class P@10':>10s} {'mAP@100':>8s} "
                f"{'ms/query':>8s} {'bytes/item':>10s} {'looks_like':>10s} {'mark rec':>8s} {'mark prec':>9s} "

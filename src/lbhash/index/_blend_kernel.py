@@ -117,10 +117,10 @@ def ranked_top(ids, d_class, d_inst, similarity, looks_like, rule, out):
     bits) + looks_like[i] * sign(s) |s|^power, with s the similarity[i] clipped to [-1, 1], and the best k in
     the ranking's order (`_before`) written to `out` (scores, class distances, instance distances, ids,
     same marks; each (nq, k), already padded by the caller); `rule` is (bits, power, same_cut, same_by,
-    instance_bits, neighbour): a hit is the same picture when (same_by) 0: d_inst <= same_cut * instance_bits;
-    1: s >= same_cut; 2: s less the neighbour-th best s of the query's other candidates >= same_cut (none
-    where it has fewer); same_cut < 0: never."""
-    bits, power, same_cut, same_by, instance_bits, neighbour = rule
+    instance_bits, neighbour, instance_cut): a hit is the same picture when (same_by) 0: d_inst <= same_cut *
+    instance_bits; 1: s >= same_cut; 2: s less the neighbour-th best s of the query's other candidates >=
+    same_cut (none where it has fewer); 3: 2, or d_inst <= instance_cut * instance_bits; same_cut < 0: never."""
+    bits, power, same_cut, same_by, instance_bits, neighbour, instance_cut = rule
     out_scores, out_class, out_inst, out_ids, out_same = out
     nq, c = ids.shape
     k = out_ids.shape[1]
@@ -149,7 +149,7 @@ def ranked_top(ids, d_class, d_inst, similarity, looks_like, rule, out):
         for last in range(m - 1, 0, -1):  # the heap sorted in place: the one ranking last goes last
             order[0], order[last] = order[last], order[0]
             _sift_down(order, 0, last, score, dc, di, idi)
-        if same_by == 2 and same_cut >= 0:
+        if same_by >= 2 and same_cut >= 0:
             _best_similarities(similarity[i], idi, best)
         for r in range(m):
             j = order[r]
@@ -162,10 +162,11 @@ def ranked_top(ids, d_class, d_inst, similarity, looks_like, rule, out):
                 out_same[i, r] = False
             elif same_by == 1:
                 out_same[i, r] = s >= same_cut
-            elif same_by == 2:
+            elif same_by >= 2:
                 # the hit's neighbour-th best other: the neighbour-th best, or the one after where the hit is among them
                 other = best[neighbour] if s >= best[neighbour - 1] else best[neighbour - 1]
-                out_same[i, r] = other > -np.inf and s - other >= same_cut
+                out_same[i, r] = (other > -np.inf and s - other >= same_cut) or \
+                    (same_by == 3 and d_inst[i, j] <= instance_cut * instance_bits)
             else:
                 out_same[i, r] = d_inst[i, j] <= same_cut * instance_bits
 

@@ -15,9 +15,9 @@ codes' Hamming distance estimates. `looks_like` reads from 0 (same class first: 
 decides, the look breaks its ties) to 1 (looks like first: the similarity decides, the class distance
 breaks its ties). Order: descending score, then class distance, instance distance, id. A hit whose
 similarity passes the same-picture threshold that the index calibrated on its own photos
-(lbhash.instance.mark_rule: a centred cosine, its margin over the query's other candidates, or a share of
-the instance bits) is marked `same`: an edited copy or a duplicate of the query. An index without a
-calibrated mark marks nothing.
+(lbhash.instance.mark_rule: a centred cosine, its margin over the query's other candidates, a share of
+the instance bits, or the margin or the share) is marked `same`: an edited copy or a duplicate of the
+query. An index without a calibrated mark marks nothing.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from lbhash.index.backend import PAD_DISTANCE, PAD_ID, Backend, Candidates, Floa
 from lbhash.index.rescore import (PAIRS, RESCORE_FACTOR, check_embeddings, scoring_rows, unit_rows,
                                   with_boundary_ties)
 from lbhash.instance import (AGREEING, CLASS_NEAR, LOOKS_LIKE, LOOKS_LIKE_APART, LOOKS_LIKE_CODES,
-                              LOOKS_LIKE_CODES_LEARNED, LOOKS_LIKE_LEARNED, MARK_BY, MARK_CANDIDATES, MARK_NEIGHBOUR,
-                              learned_index, mark_rule)
+                              LOOKS_LIKE_CODES_LEARNED, LOOKS_LIKE_LEARNED, MARGIN_MARKS, MARK_BY, MARK_CANDIDATES,
+                              MARK_NEIGHBOUR, NO_MARK, Mark, learned_index, mark_rule)
 from lbhash.limits import MAX_RESCORE_CANDIDATES
 
 BUDGET = 1 << 22        # gathered candidate values scored at a time
@@ -134,10 +134,10 @@ def blended_search(index: Backend, queries: Queries, k, labels=None, factor=RESC
     # other candidates (where this search scores by it; the margin where no label restricts the candidates), or
     # the instance distance; none without instance codes (a raw cosine has no calibrated threshold)
     mark = mark_rule(getattr(index, "metadata", None), units is not None, filtered=labels is not None) \
-        if inst is not None else (-1.0, None)
+        if inst is not None else NO_MARK
     # (a query's own looks_like reads its AGREEING nearest items by instance code, a margin mark its
     # MARK_CANDIDATES nearest, as calibrated: they are candidates)
-    least = max(AGREEING if by_query else 1, MARK_CANDIDATES if mark[1] == "margin" else 1)
+    least = max(AGREEING if by_query else 1, MARK_CANDIDATES if mark.by in MARGIN_MARKS else 1)
     wanted = max(1, min(max(k * factor, least), index.ntotal))
     index.check_k(wanted, f"k * factor ({wanted} candidates)")
     rows = None if labels is None else _checks.label_rows(labels, len(codes), "query labels")
@@ -169,7 +169,7 @@ def warm_ranking() -> None:
     floats = FloatQueries(np.ones((1, 1)), np.zeros(1))
     similarity = floats.cosines(np.ones((1, 1), np.float16), ids)
     out = Blended(np.zeros((1, 1)), distances.copy(), distances.copy(), ids.copy(), np.zeros((1, 1), bool))
-    rule = (8, SIMILARITY_POWER, 0.5, MARK_BY.index("margin"), 8, MARK_NEIGHBOUR)
+    rule = (8, SIMILARITY_POWER, 0.5, MARK_BY.index("margin_or_instance"), 8, MARK_NEIGHBOUR, 0.5)
     ranked_top(ids, distances, distances, similarity, np.full(1, 0.5), rule, tuple(out))
 
 
@@ -236,7 +236,7 @@ def agreeing_looks_like(found: Candidates, bits: int) -> np.ndarray:
     return LOOKS_LIKE_CODES + (LOOKS_LIKE_APART - LOOKS_LIKE_CODES) * (1.0 - share)
 
 
-def _ranked(index: Backend, floats: FloatQueries | None, mark: tuple[float, str | None], found: Candidates, k: int,
+def _ranked(index: Backend, floats: FloatQueries | None, mark: Mark, found: Candidates, k: int,
             looks_like: np.ndarray) -> Blended:
     """The best k of the `found` candidates, scored as the module says: by the cosines of their float rows
     for `floats` (found.similarities where the backend scored them), else by their `instance` distances;
@@ -248,7 +248,6 @@ def _ranked(index: Backend, floats: FloatQueries | None, mark: tuple[float, str 
     nq, c = ids.shape
     out = Blended(np.full((nq, k), -np.inf), np.full((nq, k), PAD_DISTANCE, np.int32),
                   np.full((nq, k), PAD_DISTANCE, np.int32), np.full((nq, k), PAD_ID, np.int64), np.zeros((nq, k), bool))
-    cut, by = mark  # (the index's calibrated mark, `mark_rule`, as this search applies it)
     valid = ids >= 0
     dim = 0 if floats is None else floats.vectors.shape[1]
     # bounded memory: rows read by id are gathered for `step` queries' candidates at a time
@@ -264,8 +263,9 @@ def _ranked(index: Backend, floats: FloatQueries | None, mark: tuple[float, str 
             similarity = _similarities_by_id(index, floats[s:e], ids[s:e], valid[s:e])
         else:
             continue
-        rule = (index.bits, SIMILARITY_POWER, float(cut), MARK_BY.index(by) if by else 0, index.instance_bits or 0,
-                MARK_NEIGHBOUR)
+        # (the index's calibrated mark, `mark_rule`, as this search applies it)
+        rule = (index.bits, SIMILARITY_POWER, mark.threshold, MARK_BY.index(mark.by) if mark.by else 0,
+                index.instance_bits or 0, MARK_NEIGHBOUR, mark.instance_threshold)
         ranked_top(ids[s:e], d_class, d_inst, similarity, np.ascontiguousarray(looks_like[s:e], np.float64), rule,
                    tuple(part[s:e] for part in out))
     return out

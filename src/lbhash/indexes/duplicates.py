@@ -36,7 +36,7 @@ import numpy as np
 from lbhash.errors import InputError
 from lbhash.index.rescore import scoring_rows
 from lbhash.index.storage import MANIFEST as INDEX_MANIFEST
-from lbhash.instance import mark_rule, mark_why
+from lbhash.instance import MARGIN_MARKS, mark_rule, mark_why
 from lbhash.indexes.index_dir import open_index
 from lbhash.indexes.instance_codes import index_transform
 from lbhash.indexes.instance_learning import cosine_rows
@@ -56,18 +56,21 @@ GROUP_PAIRS = 1000  # the pairs a group lists (its strongest); `pair_count` says
 class Groups:
     """What `find_duplicates` found: `groups`, each a dict of `items` (ids, ascending), their `sources`
     (None where the index records none), `pairs` ([id, id, score], by descending score, at most
-    GROUP_PAIRS) and `pair_count`; the `measure` ("cosine", "instance" or "margin") and `threshold` used;
-    `items` read; `pairs` found."""
+    GROUP_PAIRS) and `pair_count`; the `measure` (one of lbhash.instance.MARK_BY) and `threshold` used (and
+    "margin_or_instance"'s `instance_threshold`, a share of the instance bits that may differ); `items` read;
+    `pairs` found. A pair's score is its measure's (the margin's, for "margin_or_instance")."""
 
     groups: list[dict] = field(default_factory=list)
     measure: str = "cosine"
     threshold: float = 0.0
     items: int = 0
     pairs: int = 0
+    instance_threshold: float | None = None
 
     def to_dict(self) -> dict:
-        return {"groups": self.groups, "measure": self.measure, "threshold": self.threshold, "items": self.items,
-                "pairs": self.pairs}
+        found = {"groups": self.groups, "measure": self.measure, "threshold": self.threshold, "items": self.items,
+                 "pairs": self.pairs}
+        return found if self.instance_threshold is None else {**found, "instance_threshold": self.instance_threshold}
 
 
 def find_duplicates(path, threshold: float | None = None, min_group: int = 2, progress=None) -> Groups:
@@ -100,18 +103,20 @@ def index_groups(index, index_dir: str, threshold: float | None = None, min_grou
         raise InputError(f"{index_dir}: the index keeps no instance codes, so it cannot tell copies apart from look-"
                          "alikes; build it with them (lbhash index build without --instance-bits 0)")
     floats = index.embedding_dim is not None
+    agreeing = None  # (the mark by the margin or the instance distance: the share of instance bits that passes)
     if not by_margin:  # (before the search: an index that cannot answer says so at once)
-        cut, by = mark_rule(index.metadata, floats, str(index_dir))
+        cut, by, instance_cut = mark_rule(index.metadata, floats, str(index_dir))
         if threshold is None and cut < 0:
             raise InputError(f"{index_dir}: no calibrated same-picture mark ({mark_why(index.metadata)}); give "
                              "--threshold")
-        by_margin, by_cosine = by == "margin", by != "instance"
+        by_margin, by_cosine = by in MARGIN_MARKS, by != "instance"
         if by_margin and threshold is None:
             threshold = cut  # (the pair's margin is the mean of the margins its two searches would mark it by)
+            agreeing = 1.0 - instance_cut if by == "margin_or_instance" else None
     ids = index.ids()
     rep = _representatives(index, ids)
     searched = np.nonzero(rep == np.arange(len(ids)))[0]  # (positions in `ids`)
-    others, sims = _candidates(index, transform, ids, searched, floats, progress)
+    others, sims, shares = _candidates(index, transform, ids, searched, floats, progress)
     if by_margin:
         measure, scores = "margin", _margins(searched, rep, others, sims, index_dir)
     else:
@@ -123,14 +128,19 @@ def index_groups(index, index_dir: str, threshold: float | None = None, min_grou
     if threshold is None:
         threshold = _null_cut(scores, index_dir)
     passes = (scores >= threshold - 1e-12) | (sims >= IDENTICAL)
+    if agreeing is not None:
+        passes |= shares >= agreeing - 1e-12
+        measure = "margin_or_instance"
     found = Groups(measure=measure, threshold=float(threshold if measure != "instance" else 1.0 - threshold),
-                   items=len(ids))
+                   items=len(ids), instance_threshold=None if agreeing is None else 1.0 - agreeing)
     rows, cols = np.nonzero(passes)
     a, b, s = searched[rows], others[rows, cols], scores[rows, cols]
     tail = np.nonzero(rep != np.arange(len(ids)))[0]  # items sharing a code with more than K others: with its first
     if len(tail):
         alike = _similarity(index, transform, ids, tail, rep[tail], floats)
-        keep = (alike >= IDENTICAL) | ((alike >= threshold - 1e-12) & (measure != "margin"))
+        # (an item that shares its representative's instance code is 0 bits from it: an instance mark passes it)
+        keep = (alike >= IDENTICAL) | (agreeing is not None) | \
+            ((alike >= threshold - 1e-12) & (measure not in MARGIN_MARKS))
         a, b, s = np.r_[a, tail[keep]], np.r_[b, rep[tail][keep]], np.r_[s, alike[keep]]
     a, b = np.minimum(a, b), np.maximum(a, b)
     order = np.lexsort((-s, b, a))
@@ -213,32 +223,36 @@ def _similarity(index, transform, ids: np.ndarray, a: np.ndarray, b: np.ndarray,
 
 def _candidates(index, transform, ids: np.ndarray, searched: np.ndarray, floats: bool, progress):
     """(positions in `ids` (len(searched), K) of each searched item's nearest other items, -1 where fewer;
-    their similarities, float64, -inf where none), a chunk at a time. With float rows, the WIDER x K
-    nearest by instance code, the K most similar of them kept (the margin's neighbours are the cosine's)."""
+    their similarities, float64, -inf where none; the shares of instance bits they agree on, -inf where none),
+    a chunk at a time. With float rows, the WIDER x K nearest by instance code, the K most similar of them kept
+    (the margin's neighbours are the cosine's)."""
     n, k = len(searched), min(K, max(len(ids) - 1, 1))
     wide, step = (min(WIDER * k, len(ids) - 1), CHUNK // WIDER) if floats else (k, CHUNK)
     others, sims = np.full((n, k), -1, np.int64), np.full((n, k), -np.inf)
+    shares = np.full((n, k), -np.inf)
     for start in range(0, n, step):
         part = ids[searched[start:start + step]]
         top = index.instance_search(index.get_instance_codes(part), wide + 1)
         keep = (top.ids >= 0) & (top.ids != part[:, None])
-        found = np.full(keep.shape, -np.inf)
+        found, agree = np.full(keep.shape, -np.inf), np.full(keep.shape, -np.inf)
         q, c = np.nonzero(keep)
+        agree[q, c] = 1.0 - top.distances[q, c] / index.instance_bits
         if floats:
             held = np.unique(top.ids[q, c])
             mine = cosine_rows(transform, scoring_rows(index.get_embeddings(part)), kept=True)
             theirs = cosine_rows(transform, scoring_rows(index.get_embeddings(held)), kept=True)
             found[q, c] = np.einsum("pd,pd->p", mine[q], theirs[np.searchsorted(held, top.ids[q, c])])
         else:
-            found[q, c] = 1.0 - top.distances[q, c] / index.instance_bits
+            found = agree
         best = np.argsort(-found, axis=1, kind="stable")[:, :k]  # (by similarity, then instance distance, id)
         chosen = np.take_along_axis(found, best, axis=1)
         sims[start:start + len(part), :best.shape[1]] = chosen
+        shares[start:start + len(part), :best.shape[1]] = np.take_along_axis(agree, best, axis=1)
         at = np.take_along_axis(top.ids, best, axis=1)
         others[start:start + len(part), :best.shape[1]] = np.where(np.isfinite(chosen), np.searchsorted(ids, at), -1)
         if progress is not None:
             progress(min(start + step, n), n)
-    return others, sims
+    return others, sims, shares
 
 
 def _margins(searched: np.ndarray, rep: np.ndarray, others: np.ndarray, sims: np.ndarray, index_dir: str):

@@ -9,10 +9,11 @@ build` makes them from its run (docs/instance-codes.md, "The learned instance co
   be marked) and to the nearest other item (a mark there would be false: the photo, for that search,
   is not in the index), by three measures: the instance distance, the centred cosine and the cosine's
   margin over the copy's other neighbours (lbhash.instance.MARK_NEIGHBOUR). Each threshold is the strictest
-  that keeps all but FALSE_MARK_RATE of the second kind unmarked, a margin beyond; the measure that marks
-  the most originals is the mark, kept with the others in the index's metadata (`same_picture`), read by
-  the ranking (lbhash.instance.mark_rule). Where none can be calibrated, the record says why and no hit is
-  marked.
+  that keeps all but FALSE_MARK_RATE of the second kind unmarked, a margin beyond; a fourth measure passes
+  what the margin or the instance distance passes, each at its own threshold. The measure that marks the
+  most originals (the first of equals) is the mark, kept with the others in the index's metadata
+  (`same_picture`), read by the ranking (lbhash.instance.mark_rule). Where none can be calibrated, the
+  record says why and no hit is marked.
 """
 
 from __future__ import annotations
@@ -120,6 +121,13 @@ def calibrate_mark(embed, photos, held: np.ndarray, held_rows: np.ndarray, trans
             to_own, to_nearest = (np.concatenate([f[i] for f in found]) for i in (at, at + 1))
             cut = min(1.0, float(np.sort(to_nearest)[::-1][allowed]) + MARGIN_COSINE)
             measures[by] = _candidate(cut, to_own >= cut, to_nearest >= cut)
+            if by == "margin" and 0 < measures["instance"]["threshold"] <= 1:
+                # each at its own threshold; usable where together they pass no more other photos' copies than
+                # either may (at FALSE_MARK_RATE 0 each passes none, so the union none)
+                union = _candidate(cut, (to_own >= cut) | (own <= cut_bits),
+                                   (to_nearest >= cut) | (nearest <= cut_bits))
+                union["usable"] = union["usable"] and union["false_marks"] <= allowed
+                measures["margin_or_instance"] = {**union, "instance_threshold": measures["instance"]["threshold"]}
     by = max(measures, key=lambda b: (measures[b]["usable"], measures[b]["recall"]))
     record = {"mark": by if measures[by]["usable"] else None, **measures[by], **measures, "copies": len(own),
               "photos": len(held), "edits": list(EDITS), "false_mark_rate": FALSE_MARK_RATE,
