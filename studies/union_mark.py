@@ -1,4 +1,5 @@
-"""Explored for issue 86 (not built): a mark by either of two calibrated measures. On an index whose
+"""The mark by either of two calibrated measures (issue 86; built since as the `margin_or_instance` mark), against
+each alone. On an index whose
 calibration record holds usable thresholds of both the cosine's margin and the instance distance, each copy of
 `lbhash evaluate-copies`' sample is searched in the default order twice, marked by each measure alone (its
 calibrated threshold, as `lbhash.instance.mark_rule` applies it), and marked by the union; then again with the
