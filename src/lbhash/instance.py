@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from lbhash.codes import pack
+from lbhash.codes import hamming_distance, pack
 from lbhash.errors import InputError
 
 INSTANCE_BITS = 256          # the default length (docs/duplicates.md, "Choosing the defaults": measured on validation items)
@@ -66,6 +66,10 @@ MARK_KEY = "same_picture"
 # distance's (each calibrated to let no other photo's copy pass: docs/results/copies.md, "The mark by either")
 MARK_BY = ("instance", "cosine", "margin", "margin_or_instance")
 MARGIN_MARKS = ("margin", "margin_or_instance")  # the marks that read a query's MARK_CANDIDATES
+# an index whose instance code ends in perceptual hashes also marks a hit whose hashes are near the query's: the
+# least distance of a hash to its counterpart at most the record's `perceptual_threshold` times HASH_BITS
+# (calibrated as the others: docs/results/copies.md, "The mark by the perceptual hashes too")
+HASH_BITS = 64  # each perceptual hash's bits (lbhash.data.perceptual.BITS)
 # a margin mark: the hit's centred cosine less the query's MARK_NEIGHBOUR-th best other candidate's (a copy stands
 # out of the query's neighbours; a look-alike in a crowded part of the space does not: the score normalisation of
 # copy detection, SSCD), over at least MARK_CANDIDATES candidates by instance code, as the calibration measures it
@@ -125,6 +129,8 @@ class Mark(NamedTuple):
     threshold: float  # -1: no mark
     by: str | None    # one of MARK_BY
     instance_threshold: float = -1.0  # "margin_or_instance": the instance distance's, a share of the bits
+    perceptual_threshold: float = -1.0  # where the code ends in perceptual hashes: theirs, a share of HASH_BITS
+    perceptual_bits: int = 0  # the code's last bits that are perceptual hashes (HASH_BITS each)
 
 
 NO_MARK = Mark(-1.0, None)
@@ -139,11 +145,13 @@ def mark_rule(metadata: dict | None, cosine: bool = True, where: str = "the inde
     where the index has no calibrated mark. `cosine`: whether the search scores by the centred cosine;
     `filtered`: whether it reads only some items (query labels: a query's neighbours among them are not the
     ones the margin was calibrated on). Where the search cannot apply the index's measure, the next the
-    calibration found usable (margin, then cosine, then instance) marks. A record that is not one (a
-    threshold outside 0..1 or not finite, an unknown measure) is refused in one line."""
+    calibration found usable (margin, then cosine, then instance) marks. Where the record has a
+    `perceptual_threshold`, a hit whose perceptual hashes pass it is marked too, whatever the measure. A record
+    that is not one (a threshold outside 0..1 or not finite, an unknown measure) is refused in one line."""
     record = (metadata or {}).get(MARK_KEY)
     if not isinstance(record, dict) or record.get("mark") is None:
         return NO_MARK
+    perceptual = _perceptual_part(record, where)
     by = record.get("mark")
     if by not in MARK_BY:
         raise InputError(f"{where}: its same-picture mark ({MARK_KEY} in its metadata) is not one this lbhash reads: "
@@ -154,15 +162,41 @@ def mark_rule(metadata: dict | None, cosine: bool = True, where: str = "the inde
         by = next((m for m in MARK_BY[MARK_BY.index(by)::-1] if applies[m] and (record.get(m) or {}).get("usable")),
                   None)
         if by is None:
-            return NO_MARK
+            return Mark(-1.0, None, -1.0, *perceptual) if perceptual[1] else NO_MARK
         record = record[by]
     keys = ("threshold", "instance_threshold") if by == "margin_or_instance" else ("threshold",)
-    cuts = [record.get(key) for key in keys]
-    for key, cut in zip(keys, cuts):
-        if isinstance(cut, bool) or not isinstance(cut, (int, float)) or not np.isfinite(cut) or not 0 < cut <= 1:
-            raise InputError(f"{where}: its same-picture mark ({MARK_KEY} in its metadata) is not one this lbhash "
-                             f"reads: mark {by!r}, {key} {cut!r} (a number in 0..1); rebuild the index")
-    return Mark(float(cuts[0]), by, float(cuts[1]) if len(cuts) > 1 else -1.0)
+    cuts = [_share(record.get(key), where, by, key) for key in keys]
+    return Mark(cuts[0], by, cuts[1] if len(cuts) > 1 else -1.0, *perceptual)
+
+
+def _share(cut, where: str, by: str, key: str) -> float:
+    """A mark record's threshold: a number in (0, 1], else refused in one line."""
+    if isinstance(cut, bool) or not isinstance(cut, (int, float)) or not np.isfinite(cut) or not 0 < cut <= 1:
+        raise InputError(f"{where}: its same-picture mark ({MARK_KEY} in its metadata) is not one this lbhash "
+                         f"reads: mark {by!r}, {key} {cut!r} (a number in 0..1); rebuild the index")
+    return float(cut)
+
+
+def _perceptual_part(record: dict, where: str) -> tuple[float, int]:
+    """(perceptual_threshold, perceptual_bits) of a mark record; (-1, 0) where it has none."""
+    if record.get("perceptual_threshold") is None:
+        return -1.0, 0
+    bits = record.get("perceptual_bits")
+    if isinstance(bits, bool) or not isinstance(bits, int) or bits <= 0 or bits % HASH_BITS:
+        raise InputError(f"{where}: its same-picture mark ({MARK_KEY} in its metadata) is not one this lbhash reads: "
+                         f"perceptual_bits {bits!r} (a positive multiple of {HASH_BITS}); rebuild the index")
+    return _share(record["perceptual_threshold"], where, record.get("mark"), "perceptual_threshold"), bits
+
+
+def perceptual_distances(a: np.ndarray, b: np.ndarray, perceptual_bits: int, paired: bool = False) -> np.ndarray:
+    """The least Hamming distance of each perceptual hash of packed codes `a` to its counterpart in `b` (the
+    codes' last `perceptual_bits`, HASH_BITS a hash): all pairs (len(a), len(b)), or `paired` rows (len(a),)."""
+    out = None
+    for end in range(a.shape[1] - perceptual_bits // 8 + HASH_BITS // 8, a.shape[1] + 1, HASH_BITS // 8):
+        ha, hb = (np.ascontiguousarray(x[:, end - HASH_BITS // 8:end]) for x in (a, b))
+        d = np.unpackbits(ha ^ hb, axis=1).sum(axis=1) if paired else hamming_distance(ha, hb, HASH_BITS)
+        out = d if out is None else np.minimum(out, d)
+    return out
 
 
 def mark_why(metadata: dict | None) -> str | None:
@@ -180,8 +214,8 @@ def mark_summary(metadata: dict | None) -> dict:
     why = mark_why(metadata)
     if why is not None:
         return {"mark": None, "why": why}
-    keep = ("mark", "threshold", "instance_threshold", "recall", "false_marks", "copies", "photos", "edits",
-            "false_mark_rate")
+    keep = ("mark", "threshold", "instance_threshold", "perceptual_threshold", "recall", "false_marks", "copies",
+            "photos", "edits", "false_mark_rate")
     return {k: record[k] for k in keep if k in record}
 
 

@@ -139,13 +139,13 @@ def test_an_index_of_photos_without_float_rows_keeps_their_hashes(lite0_photo_ru
     assert len(added.output.strip().splitlines()) == 1
 
 
-def test_the_default_is_a_learned_code_of_photos_without_float_rows():
+def test_the_default_is_a_learned_code_of_photos():
     from lbhash.indexes.index_dir import IndexOptions, _perceptual
 
     rng = np.random.default_rng(1)
     emb = rng.normal(size=(200, 144))  # (136 bits: 8 beside the hashes)
     itq, learned = InstanceTransform.fit(emb, 136), InstanceTransform.learn(emb, emb[:100] + 0.1, np.arange(100), 136)
-    for transform, float_rows, photos, want in ((learned, None, True, True), (learned, "float16", True, False),
+    for transform, float_rows, photos, want in ((learned, None, True, True), (learned, "float16", True, True),
                                                 (itq, None, True, False), (learned, None, False, False)):
         assert _perceptual(IndexOptions(float_rows=float_rows), transform, photos) is want
         assert _perceptual(IndexOptions(float_rows=float_rows, perceptual=False), transform, photos) is False

@@ -60,6 +60,8 @@ def duplicates(path: str, threshold: float | None, min_group: int, as_json: bool
         found.measure, "instance bits differing <=") + f" {found.threshold:.4g}"
     if found.instance_threshold is not None:
         measure += f" or instance bits differing <= {found.instance_threshold:.4g}"
+    if found.perceptual_threshold is not None:
+        measure += f" or perceptual hash bits differing <= {found.perceptual_threshold:.4g}"
     click.echo(f"{found.items:,} items read, {found.pairs:,} pairs at {measure}; "
                f"{len(found.groups):,} groups of {min_group} or more")
     for number, group in enumerate(found.groups, 1):
@@ -111,7 +113,8 @@ def evaluate_copies(index_dir: str, run_dir, export_path, items: int, seed: int,
     click.echo(f"{report['items']} photos x {len(report['edits'])} edits (seed {seed}), factor {factor}; "
                f"encoding {report['encode_ms_per_query']:.1f} ms a query")
     mark = report["mark"] or {}
-    also = f" and {mark['instance_threshold']:.4g}" if mark.get("instance_threshold") is not None else ""
+    also = "".join(f", {key} {mark[key]:.4g}" for key in ("instance_threshold", "perceptual_threshold")
+                   if mark.get(key) is not None)
     click.echo(f"same-picture mark: by {mark['mark']} at {mark['threshold']:.4g}{also}" if mark.get("mark") else
                f"same-picture mark: none ({mark.get('why', 'the index keeps no instance codes')})")
     click.echo(f"{'order':8s} {'edit':9s} {'recall@1':>8s} {'recall@10':>9s} {'class P@10':>10s} {'mAP@100':>8s} "

@@ -92,7 +92,7 @@ def index() -> None:
               help="How the instance code is made: learned from edited copies of the run's photos, or the "
                    "ITQ (or PCA) projection of the embedding (docs/instance-codes.md, \"The learned instance code\").")
 @click.option("--perceptual/--no-perceptual", default=None, cls=StatedDefault,
-              stated=lambda: "for a run of photos with a learned code and --no-embeddings",
+              stated=lambda: "for a run of photos with a learned code",
               help="Give the instance code's last 128 bits to each photo's perceptual hashes (pHash of the photo and "
                    "of it less its one-colour margins), made from its pixels (docs/instance-codes.md, \"Perceptual "
                    "bits\").")

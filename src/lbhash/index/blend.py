@@ -16,8 +16,9 @@ decides, the look breaks its ties) to 1 (looks like first: the similarity decide
 breaks its ties). Order: descending score, then class distance, instance distance, id. A hit whose
 similarity passes the same-picture threshold that the index calibrated on its own photos
 (lbhash.instance.mark_rule: a centred cosine, its margin over the query's other candidates, a share of
-the instance bits, or the margin or the share) is marked `same`: an edited copy or a duplicate of the
-query. An index without a calibrated mark marks nothing.
+the instance bits, or the margin or the share; or, where the instance code ends in perceptual hashes, their
+distance) is marked `same`: an edited copy or a duplicate of the query. An index without a calibrated mark
+marks nothing.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ from lbhash.index.rescore import (PAIRS, RESCORE_FACTOR, check_embeddings, scori
                                   with_boundary_ties)
 from lbhash.instance import (AGREEING, CLASS_NEAR, LOOKS_LIKE, LOOKS_LIKE_APART, LOOKS_LIKE_CODES,
                               LOOKS_LIKE_CODES_LEARNED, LOOKS_LIKE_LEARNED, MARGIN_MARKS, MARK_BY, MARK_CANDIDATES,
-                              MARK_NEIGHBOUR, NO_MARK, Mark, learned_index, mark_rule)
+                              MARK_NEIGHBOUR, NO_MARK, HASH_BITS, Mark, learned_index, mark_rule,
+                              perceptual_distances)
 from lbhash.limits import MAX_RESCORE_CANDIDATES
 
 BUDGET = 1 << 22        # gathered candidate values scored at a time
@@ -157,6 +159,8 @@ def blended_search(index: Backend, queries: Queries, k, labels=None, factor=RESC
             found = index.both_candidates(codes[part], inst[part], wanted, group, part_floats)
         weights = agreeing_looks_like(found, index.bits) if by_query else np.full(len(found.ids), looks_like)
         parts.append(_ranked(index, part_floats, mark, found, k, weights))
+        if mark.perceptual_bits:
+            _mark_perceptual(index, inst[part], parts[-1], mark)
     return parts[0] if len(parts) == 1 else Blended(*(np.concatenate([p[i] for p in parts]) for i in range(5)))
 
 
@@ -171,6 +175,19 @@ def warm_ranking() -> None:
     out = Blended(np.zeros((1, 1)), distances.copy(), distances.copy(), ids.copy(), np.zeros((1, 1), bool))
     rule = (8, SIMILARITY_POWER, 0.5, MARK_BY.index("margin_or_instance"), 8, MARK_NEIGHBOUR, 0.5)
     ranked_top(ids, distances, distances, similarity, np.full(1, 0.5), rule, tuple(out))
+
+
+def _mark_perceptual(index: Backend, instance: np.ndarray, found: Blended, mark: Mark) -> None:
+    """Mark too the hits of `found` whose perceptual hashes (the instance codes' last bits) pass the mark's
+    `perceptual_threshold`, against the queries' `instance` codes."""
+    ok = found.ids >= 0
+    if not ok.any():
+        return
+    held, where = np.unique(found.ids[ok], return_inverse=True)
+    theirs = index.get_instance_codes(held)[where]
+    mine = np.repeat(instance, ok.sum(axis=1), axis=0)  # (row-major, as found.ids[ok])
+    near = perceptual_distances(mine, theirs, mark.perceptual_bits, paired=True)
+    found.same[ok] |= near <= mark.perceptual_threshold * HASH_BITS
 
 
 def _instance_queries(index: Backend, instance_queries, n: int) -> np.ndarray | None:

@@ -36,7 +36,7 @@ import numpy as np
 from lbhash.errors import InputError
 from lbhash.index.rescore import scoring_rows
 from lbhash.index.storage import MANIFEST as INDEX_MANIFEST
-from lbhash.instance import MARGIN_MARKS, mark_rule, mark_why
+from lbhash.instance import HASH_BITS, MARGIN_MARKS, NO_MARK, mark_rule, mark_why, perceptual_distances
 from lbhash.indexes.index_dir import open_index
 from lbhash.indexes.instance_codes import index_transform
 from lbhash.indexes.instance_learning import cosine_rows
@@ -58,7 +58,8 @@ class Groups:
     (None where the index records none), `pairs` ([id, id, score], by descending score, at most
     GROUP_PAIRS) and `pair_count`; the `measure` (one of lbhash.instance.MARK_BY) and `threshold` used (and
     "margin_or_instance"'s `instance_threshold`, a share of the instance bits that may differ); `items` read;
-    `pairs` found. A pair's score is its measure's (the margin's, for "margin_or_instance")."""
+    `pairs` found; where the mark has a perceptual part (lbhash.instance.Mark), its `perceptual_threshold`,
+    which a pair passes too. A pair's score is its measure's (the margin's, for "margin_or_instance")."""
 
     groups: list[dict] = field(default_factory=list)
     measure: str = "cosine"
@@ -66,11 +67,13 @@ class Groups:
     items: int = 0
     pairs: int = 0
     instance_threshold: float | None = None
+    perceptual_threshold: float | None = None
 
     def to_dict(self) -> dict:
         found = {"groups": self.groups, "measure": self.measure, "threshold": self.threshold, "items": self.items,
                  "pairs": self.pairs}
-        return found if self.instance_threshold is None else {**found, "instance_threshold": self.instance_threshold}
+        more = {"instance_threshold": self.instance_threshold, "perceptual_threshold": self.perceptual_threshold}
+        return {**found, **{k: v for k, v in more.items() if v is not None}}
 
 
 def find_duplicates(path, threshold: float | None = None, min_group: int = 2, progress=None) -> Groups:
@@ -104,15 +107,18 @@ def index_groups(index, index_dir: str, threshold: float | None = None, min_grou
                          "alikes; build it with them (lbhash index build without --instance-bits 0)")
     floats = index.embedding_dim is not None
     agreeing = None  # (the mark by the margin or the instance distance: the share of instance bits that passes)
+    hashes = NO_MARK  # (the mark's perceptual part, where the index's mark has one and no --threshold is given)
     if not by_margin:  # (before the search: an index that cannot answer says so at once)
-        cut, by, instance_cut = mark_rule(index.metadata, floats, str(index_dir))
+        mark = mark_rule(index.metadata, floats, str(index_dir))
+        cut, by = mark.threshold, mark.by
         if threshold is None and cut < 0:
             raise InputError(f"{index_dir}: no calibrated same-picture mark ({mark_why(index.metadata)}); give "
                              "--threshold")
         by_margin, by_cosine = by in MARGIN_MARKS, by != "instance"
+        hashes = mark if threshold is None else NO_MARK
         if by_margin and threshold is None:
             threshold = cut  # (the pair's margin is the mean of the margins its two searches would mark it by)
-            agreeing = 1.0 - instance_cut if by == "margin_or_instance" else None
+            agreeing = 1.0 - mark.instance_threshold if by == "margin_or_instance" else None
     ids = index.ids()
     rep = _representatives(index, ids)
     searched = np.nonzero(rep == np.arange(len(ids)))[0]  # (positions in `ids`)
@@ -131,23 +137,22 @@ def index_groups(index, index_dir: str, threshold: float | None = None, min_grou
     if agreeing is not None:
         passes |= shares >= agreeing - 1e-12
         measure = "margin_or_instance"
+    if hashes.perceptual_bits:
+        passes |= _perceptual_near(index, ids, searched, others, hashes)
     found = Groups(measure=measure, threshold=float(threshold if measure != "instance" else 1.0 - threshold),
-                   items=len(ids), instance_threshold=None if agreeing is None else 1.0 - agreeing)
+                   items=len(ids), instance_threshold=None if agreeing is None else 1.0 - agreeing,
+                   perceptual_threshold=hashes.perceptual_threshold if hashes.perceptual_bits else None)
     rows, cols = np.nonzero(passes)
     a, b, s = searched[rows], others[rows, cols], scores[rows, cols]
     tail = np.nonzero(rep != np.arange(len(ids)))[0]  # items sharing a code with more than K others: with its first
     if len(tail):
         alike = _similarity(index, transform, ids, tail, rep[tail], floats)
-        # (an item that shares its representative's instance code is 0 bits from it: an instance mark passes it)
-        keep = (alike >= IDENTICAL) | (agreeing is not None) | \
+        # (an item that shares its representative's instance code is 0 bits from it: an instance mark, and a
+        # perceptual one, passes it)
+        keep = (alike >= IDENTICAL) | (agreeing is not None or hashes.perceptual_bits > 0) | \
             ((alike >= threshold - 1e-12) & (measure not in MARGIN_MARKS))
         a, b, s = np.r_[a, tail[keep]], np.r_[b, rep[tail][keep]], np.r_[s, alike[keep]]
-    a, b = np.minimum(a, b), np.maximum(a, b)
-    order = np.lexsort((-s, b, a))
-    a, b, s = a[order], b[order], s[order]
-    first = np.ones(len(a), bool)
-    first[1:] = (a[1:] != a[:-1]) | (b[1:] != b[:-1])  # each pair once (its best score, found from either side)
-    a, b, s = a[first], b[first], s[first]
+    a, b, s = _each_pair_once(a, b, s)
     found.pairs = len(a)
     found.groups = _grouped(index, ids, a, b, s, min_group)
     return found
@@ -186,6 +191,34 @@ class ServedGroups:
         if min_group == 2:
             return found
         return replace(found, groups=[g for g in found.groups if len(g["items"]) >= min_group])
+
+
+def _each_pair_once(a: np.ndarray, b: np.ndarray, s: np.ndarray) -> tuple:
+    """The pairs (a, b) with scores s, each once (the smaller position first, its best score: a pair is found
+    from either side), ordered by a, then b."""
+    a, b = np.minimum(a, b), np.maximum(a, b)
+    order = np.lexsort((-s, b, a))
+    a, b, s = a[order], b[order], s[order]
+    first = np.ones(len(a), bool)
+    first[1:] = (a[1:] != a[:-1]) | (b[1:] != b[:-1])
+    return a[first], b[first], s[first]
+
+
+def _perceptual_near(index, ids: np.ndarray, searched: np.ndarray, others: np.ndarray, mark) -> np.ndarray:
+    """Whether each candidate pair's perceptual hashes pass the mark's perceptual part (lbhash.instance), the
+    rows of `others` (positions in `ids`) CHUNK at a time."""
+    near = np.zeros(others.shape, bool)
+    for start in range(0, len(searched), CHUNK):
+        part = others[start:start + CHUNK]
+        q, c = np.nonzero(part >= 0)
+        if not len(q):
+            continue
+        mine = index.get_instance_codes(ids[searched[start:start + CHUNK]])[q]
+        held, where = np.unique(part[q, c], return_inverse=True)
+        theirs = index.get_instance_codes(ids[held])[where]
+        d = perceptual_distances(mine, theirs, mark.perceptual_bits, paired=True)
+        near[start + q, c] = d <= mark.perceptual_threshold * HASH_BITS
+    return near
 
 
 def _representatives(index, ids: np.ndarray) -> np.ndarray:

@@ -80,7 +80,7 @@ class IndexOptions:
     instance_bits: int | None = INSTANCE_BITS
     instance_method: str | None = None  # "learned", "itq" or "pca"; None: learned for photos where it can be
     # the instance code's last PERCEPTUAL_BITS the photos' perceptual hashes (lbhash.data.perceptual); None: where
-    # the code is learned and the index keeps no float rows (measured better there: docs/results/copies.md)
+    # the code is learned from photos (measured better there: docs/results/copies.md)
     perceptual: bool | None = None
 
 
@@ -225,10 +225,10 @@ def _instance(source: Path, spec, ids: np.ndarray, emb, options: IndexOptions, p
 def _perceptual(options: IndexOptions, transform, photos: bool) -> bool:
     """Whether the instance code's last PERCEPTUAL_BITS are the photos' perceptual hashes: as `options` say (a
     source without pixels was refused by `_refuse_perceptual`), by default where the code is learned from photos
-    and no float rows are kept (measured better there, docs/results/copies.md, "Perceptual bits in the instance
-    code")."""
+    (measured better there: the codes alone, and the same-picture mark with float rows too; docs/results/copies.md,
+    "Perceptual bits in the instance code", "The mark by the perceptual hashes too")."""
     if options.perceptual is None:
-        return photos and transform.method == "learned" and not options.float_rows and transform.bits > PERCEPTUAL_BITS
+        return photos and transform.method == "learned" and transform.bits > PERCEPTUAL_BITS
     if options.perceptual and transform.bits <= PERCEPTUAL_BITS:  # (the default length cut to a narrow embedding)
         raise InputError(f"--perceptual: the instance code's {transform.bits} bits (the embeddings' width) leave none "
                          f"beside the photos' {PERCEPTUAL_BITS} hash bits")

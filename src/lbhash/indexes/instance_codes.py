@@ -70,7 +70,10 @@ def index_transform(index, where: str = "the index") -> InstanceTransform | None
     if transform.bits != bits:
         raise InputError(f"{where}: its instance transform makes {transform.bits}-bit codes but it holds "
                          f"{bits}-bit instance codes")
-    mark_rule(index.metadata, where=where)  # a same-picture record it cannot read is refused on opening
+    mark = mark_rule(index.metadata, where=where)  # a same-picture record it cannot read is refused on opening
+    if mark.perceptual_bits and mark.perceptual_bits != transform.perceptual_bits:
+        raise InputError(f"{where}: its same-picture mark reads {mark.perceptual_bits} perceptual bits but its "
+                         f"instance codes end in {transform.perceptual_bits}: rebuild the index")
     return transform
 
 

@@ -10,8 +10,11 @@ build` makes them from its run (docs/instance-codes.md, "The learned instance co
   is not in the index), by three measures: the instance distance, the centred cosine and the cosine's
   margin over the copy's other neighbours (lbhash.instance.MARK_NEIGHBOUR). Each threshold is the strictest
   that keeps all but FALSE_MARK_RATE of the second kind unmarked, a margin beyond; a fourth measure passes
-  what the margin or the instance distance passes, each at its own threshold. The measure that marks the
-  most originals (the first of equals) is the mark, kept with the others in the index's metadata
+  what the margin or the instance distance passes, each at its own threshold. Where the instance code ends
+  in perceptual hashes, their least distance (lbhash.instance.perceptual_distances) is calibrated as the
+  instance distance is, and every measure passes what it passes too (its figures say so). The measure that
+  marks the most originals (the first of equals; the cosine only where a search cannot apply the margin) is
+  the mark, kept with the others in the index's metadata
   (`same_picture`), read by the ranking (lbhash.instance.mark_rule). Where none can be calibrated, the
   record says why and no hit is marked.
 """
@@ -26,7 +29,8 @@ import numpy as np
 from lbhash.codes import hamming_distance
 from lbhash.data.edits import EDITS, edited, random_edit
 from lbhash.data.perceptual import perceptual_codes
-from lbhash.instance import MARK_CANDIDATES, MARK_NEIGHBOUR, InstanceTransform, unit_vectors
+from lbhash.instance import (HASH_BITS, MARK_CANDIDATES, MARK_NEIGHBOUR, InstanceTransform, perceptual_distances,
+                             unit_vectors)
 
 logger = logging.getLogger("lbhash")
 
@@ -105,30 +109,45 @@ def calibrate_mark(embed, photos, held: np.ndarray, held_rows: np.ndarray, trans
     if len(held) < MIN_CALIBRATION:
         return {"mark": None, "why": f"{len(held)} photos to calibrate the same-picture mark on are too few "
                                      f"(at least {MIN_CALIBRATION})"}
-    found = []  # per edit: (instance own, nearest; cosine own, nearest; margin own, nearest)
+    found, hashed = [], []  # per edit: (instance own, nearest; cosine own, nearest; margin own, nearest)
     for name in EDITS:
         hashes = [] if transform.perceptual_bits else None
         emb, _ = copy_embeddings(embed, photos, held, 1, 0, edit=name, hashes=hashes)
         codes = transform.apply(emb, perceptual=np.concatenate(hashes) if hashes else None)
         rows = None if floats is None else cosine_rows(transform, emb)
         found.append(_own_and_nearest(codes, rows, held_rows, transform, instance, floats))
+        if transform.perceptual_bits:
+            hashed.append(_perceptual_own_and_nearest(codes, held_rows, transform.perceptual_bits, instance))
     own, nearest = (np.concatenate([f[i] for f in found]) for i in (0, 1))
     allowed = int(np.floor(FALSE_MARK_RATE * len(nearest)))
     cut_bits = int(np.sort(nearest)[allowed]) - 1 - MARGIN_BITS  # marks d <= cut_bits
-    measures = {"instance": _candidate((cut_bits + 0.5) / transform.bits, own <= cut_bits, nearest <= cut_bits)}
+    # each measure: (threshold, the originals it passes, the other items it passes), and further keys
+    tests = {"instance": ((cut_bits + 0.5) / transform.bits, own <= cut_bits, nearest <= cut_bits, {})}
     if floats is not None:
         for by, at in (("cosine", 2), ("margin", 4)):
             to_own, to_nearest = (np.concatenate([f[i] for f in found]) for i in (at, at + 1))
             cut = min(1.0, float(np.sort(to_nearest)[::-1][allowed]) + MARGIN_COSINE)
-            measures[by] = _candidate(cut, to_own >= cut, to_nearest >= cut)
-            if by == "margin" and 0 < measures["instance"]["threshold"] <= 1:
-                # each at its own threshold; usable where together they pass no more other photos' copies than
-                # either may (at FALSE_MARK_RATE 0 each passes none, so the union none)
-                union = _candidate(cut, (to_own >= cut) | (own <= cut_bits),
-                                   (to_nearest >= cut) | (nearest <= cut_bits))
-                union["usable"] = union["usable"] and union["false_marks"] <= allowed
-                measures["margin_or_instance"] = {**union, "instance_threshold": measures["instance"]["threshold"]}
-    by = max(measures, key=lambda b: (measures[b]["usable"], measures[b]["recall"]))
+            tests[by] = (cut, to_own >= cut, to_nearest >= cut, {})
+        if 0 < tests["instance"][0] <= 1:  # each part at its own threshold
+            (cut, passed, false, _), (share, *_) = tests["margin"], tests["instance"]
+            tests["margin_or_instance"] = (cut, passed | (own <= cut_bits), false | (nearest <= cut_bits),
+                                           {"instance_threshold": share})
+    perceptual = _perceptual_test(hashed, allowed) if hashed else None
+    measures = {}
+    for by, (cut, passed, false, more) in tests.items():
+        if perceptual is not None:  # (a hit is marked where its perceptual hashes pass, whatever the measure)
+            passed, false = passed | perceptual[1], false | perceptual[2]
+        measures[by] = {**_candidate(cut, passed, false), **more}
+        measures[by]["usable"] = measures[by]["usable"] and measures[by]["false_marks"] <= allowed
+    if perceptual is not None:
+        measures["perceptual"] = {**_candidate(*perceptual), "perceptual_bits": transform.perceptual_bits}
+    # (the cosine marks only where the margin cannot be applied, a search restricted by query labels: on validation
+    # photos in no index it marked look-alikes at every threshold where the margin marked none, docs/results/
+    # copies.md, "The mark by margin", "The mark by the perceptual hashes too")
+    by = max((b for b in tests if b != "cosine"), key=lambda b: (measures[b]["usable"], measures[b]["recall"]))
+    if perceptual is not None:
+        measures[by] = {**measures[by], "perceptual_threshold": perceptual[0],
+                        "perceptual_bits": transform.perceptual_bits}
     record = {"mark": by if measures[by]["usable"] else None, **measures[by], **measures, "copies": len(own),
               "photos": len(held), "edits": list(EDITS), "false_mark_rate": FALSE_MARK_RATE,
               "held": [int(i) for i in held]}
@@ -167,6 +186,30 @@ def _own_and_nearest(codes, rows, held_rows, transform: InstanceTransform, insta
     if rows is None:
         return own, nearest, None, None, None, None
     return (own, nearest, cos_own, cos_nearest, *_margins(pools, n, held_rows, cos_own))
+
+
+def _perceptual_own_and_nearest(codes, held_rows, perceptual_bits: int, instance) -> tuple[np.ndarray, np.ndarray]:
+    """Each copy's perceptual distance (lbhash.instance.perceptual_distances) to its original and to the
+    nearest other item, ITEM_CHUNK items at a time."""
+    q = np.arange(len(codes))
+    own, nearest = np.zeros(len(codes), np.int64), np.full(len(codes), HASH_BITS + 1, np.int64)
+    for start in range(0, len(instance), ITEM_CHUNK):
+        stop = min(len(instance), start + ITEM_CHUNK)
+        inside = (held_rows >= start) & (held_rows < stop)
+        dist = perceptual_distances(codes, instance[start:stop], perceptual_bits).astype(np.int64)
+        own[inside] = dist[q[inside], held_rows[inside] - start]
+        dist[q[inside], held_rows[inside] - start] = HASH_BITS + 1
+        nearest = np.minimum(nearest, dist.min(axis=1))
+    return own, nearest
+
+
+def _perceptual_test(hashed: list, allowed: int) -> tuple | None:
+    """(threshold, the originals it passes, the other items it passes) of the perceptual distance, calibrated
+    as the instance distance is (MARGIN_BITS below the strictest that lets `allowed` other items pass); None
+    where no distance passes none of them."""
+    own, nearest = (np.concatenate([h[i] for h in hashed]) for i in (0, 1))
+    cut = int(np.sort(nearest)[allowed]) - 1 - MARGIN_BITS
+    return None if cut < 0 else ((cut + 0.5) / HASH_BITS, own <= cut, nearest <= cut)
 
 
 def _nearest_by_code(pool: tuple, key: np.ndarray, cos: np.ndarray) -> tuple:

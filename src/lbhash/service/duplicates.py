@@ -39,10 +39,17 @@ class DuplicatesPage(BaseModel):
     total: int = Field(description="The number of groups of at least min_group items.")
     offset: int
     limit: int
-    measure: str = Field(description="\"cosine\" (the float rows' centred cosine) or \"instance\" (the share of "
-                                     "instance bits two items agree on).")
+    measure: str = Field(description="\"cosine\" (the float rows' centred cosine), \"instance\" (the share of "
+                                     "instance bits two items agree on), \"margin\" (the cosine less the two items' "
+                                     "neighbours'), or \"margin_or_instance\" (either).")
     threshold: float = Field(description="The similarity a pair reached: the index's same-picture mark, or the "
-                                         "threshold given (for \"instance\": the share of bits that may differ).")
+                                         "threshold given (for \"instance\": the share of bits that may differ; "
+                                         "for \"margin_or_instance\": the margin's).")
+    instance_threshold: float | None = Field(None, description="\"margin_or_instance\": the share of instance bits "
+                                                               "that may differ for a pair to pass by them.")
+    perceptual_threshold: float | None = Field(None, description="Where the index's instance code ends in perceptual "
+                                                                 "hashes: a pair whose hashes differ in at most this "
+                                                                 "share of their 64 bits passes too.")
     items: int = Field(description="The items of the index.")
     pairs: int = Field(description="The pairs found, in all groups.")
 
@@ -52,9 +59,9 @@ async def duplicates(groups: GroupsDep, media: MediaDep, offload: OffloadDep,
                      offset: int = Query(0, ge=0, description="The first group to give (0: the largest)."),
                      limit: int = Query(20, ge=1, le=MAX_PAGE, description="Groups to give at most."),
                      threshold: float | None = Query(None, gt=0, le=1, description=(
-                         "The similarity a pair must reach (default: the index's calibrated same-picture mark); "
-                         "a centred cosine, or where the index keeps no float rows the share of instance bits "
-                         "that may differ.")),
+                         "The similarity a pair must reach (default: the index's calibrated same-picture mark), "
+                         "in the measure of its mark: a centred cosine, a margin, or where the index keeps no float "
+                         "rows the share of instance bits that may differ.")),
                      min_group: int = Query(2, ge=2, description="The fewest items a group may have.")):
     """The groups of copies inside the served index (as `lbhash duplicates INDEX --json`), largest first,
     `limit` of them from `offset`; an index without instance codes, or without a calibrated mark and no
@@ -72,4 +79,5 @@ def _page(groups, media: ItemMedia, threshold, min_group: int, offset: int, limi
                            images=[None if how is None else f"/items/{i}/image" for i, (_, how) in zip(items, origins)],
                            pairs=group["pairs"], pair_count=group["pair_count"]))
     return DuplicatesPage(groups=shown, total=len(found.groups), offset=offset, limit=limit, measure=found.measure,
-                          threshold=found.threshold, items=found.items, pairs=found.pairs)
+                          threshold=found.threshold, items=found.items, pairs=found.pairs,
+                          instance_threshold=found.instance_threshold, perceptual_threshold=found.perceptual_threshold)

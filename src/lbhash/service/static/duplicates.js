@@ -30,9 +30,15 @@ export async function showDuplicates(offset, ctx) {
 
 // what a pair had to reach: the index's same-picture mark (or the threshold given)
 function measureText(reply) {
-  return reply.measure === "instance"
-    ? `whose instance codes differ in at most ${fmt(100 * reply.threshold, 1)}% of their bits`
-    : `whose centred cosine similarity is at least ${fmt(reply.threshold, 3)}`;
+  const bits = (share) => `whose instance codes differ in at most ${fmt(100 * share, 1)}% of their bits`;
+  const parts = [reply.measure === "instance" ? bits(reply.threshold)
+    : reply.measure === "cosine" ? `whose centred cosine similarity is at least ${fmt(reply.threshold, 3)}`
+    : `whose cosine stands at least ${fmt(reply.threshold, 3)} above their neighbours'`];
+  if (reply.instance_threshold != null) parts.push(bits(reply.instance_threshold));
+  if (reply.perceptual_threshold != null) {
+    parts.push(`whose perceptual hashes differ in at most ${Math.floor(64 * reply.perceptual_threshold)} of 64 bits`);
+  }
+  return parts.join(", or ");
 }
 
 function group(g, number, ctx) {

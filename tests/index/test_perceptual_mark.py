@@ -1,0 +1,141 @@
+"""The same-picture mark's perceptual part (issue 86): where an index's instance code ends in perceptual
+hashes, a hit whose hashes lie near the query's is marked too, at a distance calibrated on the index's own
+photos (lbhash.instance.perceptual_distances, Mark.perceptual_threshold; lbhash.indexes.instance_learning.
+calibrate_mark; lbhash duplicates)."""
+
+import numpy as np
+import pytest
+
+from lbhash.codes import hamming_distance
+from lbhash.data.edits import edited
+from lbhash.data.perceptual import BITS, PERCEPTUAL_BITS, perceptual_codes
+from lbhash.errors import InputError
+from lbhash.index import CodeIndex, Queries, blended_search
+from lbhash.instance import HASH_BITS, MARK_KEY, InstanceTransform, Mark, mark_rule, perceptual_distances
+from lbhash.indexes import instance_learning
+
+
+def brute(a, b, hashes):
+    """The least distance of the last `hashes` 64-bit hashes of a's rows to b's rows', bit by bit."""
+    bits_a, bits_b = np.unpackbits(a, axis=1), np.unpackbits(b, axis=1)
+    width = bits_a.shape[1]
+    out = np.full((len(a), len(b)), 10 ** 6)
+    for h in range(hashes):
+        cols = slice(width - (hashes - h) * 64, width - (hashes - h - 1) * 64)
+        d = (bits_a[:, None, cols] != bits_b[None, :, cols]).sum(axis=2)
+        out = np.minimum(out, d)
+    return out
+
+
+def test_the_perceptual_distance_is_the_least_of_the_hashes_distances(rng):
+    assert HASH_BITS == BITS and PERCEPTUAL_BITS % HASH_BITS == 0  # (the layout perceptual_codes writes)
+    a = rng.integers(0, 256, (7, 24), dtype=np.uint8)  # 64 other bits, then two hashes
+    b = rng.integers(0, 256, (5, 24), dtype=np.uint8)
+    b[0, 8:16] = a[0, 8:16]  # item 0 shares query 0's first hash, item 1 its second
+    b[1, 16:] = a[0, 16:]
+    want = brute(a, b, 2)
+    np.testing.assert_array_equal(perceptual_distances(a, b, 128), want)
+    assert want[0, 0] == 0 and want[0, 1] == 0
+    np.testing.assert_array_equal(perceptual_distances(a[:5], b, 128, paired=True), np.diag(want[:5]))
+    np.testing.assert_array_equal(perceptual_distances(a, b, 64), brute(a, b, 1))  # the last hash alone
+
+
+def test_the_mark_rule_reads_the_perceptual_part_and_refuses_a_broken_one():
+    record = {"mark": "margin", "threshold": 0.2, "perceptual_threshold": 0.1, "perceptual_bits": 128,
+              "instance": {"threshold": 0.05, "usable": True}}
+    assert mark_rule({MARK_KEY: record}) == Mark(0.2, "margin", -1.0, 0.1, 128)
+    # the perceptual part stays where the measure falls back (a search without float rows)
+    assert mark_rule({MARK_KEY: record}, cosine=False) == Mark(0.05, "instance", -1.0, 0.1, 128)
+    record["instance"]["usable"] = False
+    assert mark_rule({MARK_KEY: record}, cosine=False) == Mark(-1.0, None, -1.0, 0.1, 128)
+    for key, bad in (("perceptual_bits", 100), ("perceptual_bits", None), ("perceptual_threshold", 1.5),
+                     ("perceptual_threshold", float("nan"))):
+        with pytest.raises(InputError, match=key):
+            mark_rule({MARK_KEY: {**record, key: bad}})
+
+
+def test_a_search_marks_the_hits_whose_hashes_are_near(rng):
+    """Instance codes of 64 bits and two hashes; queries are items with a few bits of one hash or the other
+    flipped, or of both: marked exactly where the nearer hash is within the threshold (brute force)."""
+    n, ibits = 200, 192
+    codes = rng.integers(0, 256, (n, 2), dtype=np.uint8)
+    inst = rng.integers(0, 256, (n, ibits // 8), dtype=np.uint8)
+    index = CodeIndex(16, instance_bits=ibits)
+    index.add(codes, instance=inst)
+    qi = inst[:30].copy()
+    for i in range(30):  # flip i % 12 bits of the first hash and 12 - i % 12 of the second
+        bits = np.unpackbits(qi[i])
+        flip = np.r_[rng.choice(np.arange(64, 128), i % 12, replace=False),
+                     rng.choice(np.arange(128, 192), 12 - i % 12, replace=False)]
+        bits[flip] ^= 1
+        qi[i] = np.packbits(bits)
+    index.metadata[MARK_KEY] = {"mark": "instance", "threshold": 0.5 / ibits, "perceptual_threshold": 4.5 / 64,
+                                "perceptual_bits": 128}
+    got = blended_search(index, Queries(codes[:30], instance=qi), 5)
+    near = np.take_along_axis(brute(qi, inst, 2), got.ids, 1) <= 4
+    exact = np.take_along_axis(hamming_distance(qi, inst, ibits), got.ids, 1) == 0
+    np.testing.assert_array_equal(got.same, near | exact)
+    assert got.same[:, 0].sum() == sum(1 for i in range(30) if min(i % 12, 12 - i % 12) <= 4)
+    index.metadata[MARK_KEY] = {"mark": "instance", "threshold": 0.5 / ibits}  # without it: none of those
+    assert not blended_search(index, Queries(codes[:30], instance=qi), 5).same.any()
+
+
+class Photos:
+    def __init__(self, images):
+        self.images = images
+
+    def image(self, i):
+        return self.images[i].copy()
+
+
+def test_the_calibration_sets_the_perceptual_threshold_below_every_other_photo(rng, monkeypatch):
+    """Photos of smooth colour fields, a pixel embedding and a code of 64 learned bits and the two hashes:
+    the perceptual threshold lies MARGIN_BITS + 1 below the least perceptual distance of any copy to
+    another photo (computed here from the copies' own hashes), and every measure passes what it passes."""
+    from PIL import Image
+
+    photos = Photos([np.asarray(Image.fromarray(rng.integers(0, 256, (6, 6, 3), dtype=np.uint8)).resize(
+        (32, 32), Image.Resampling.BICUBIC)) for _ in range(60)])
+
+    def embed(images):
+        return np.stack([np.asarray(img, np.float32)[::4, ::4].ravel() for img in images])
+
+    emb = embed(photos.images)
+    transform = InstanceTransform.fit(emb, 192).with_perceptual(PERCEPTUAL_BITS)
+    instance = transform.apply(emb, perceptual=perceptual_codes(photos.images))
+    held = np.arange(0, 60, 2)
+    monkeypatch.setattr(instance_learning, "MIN_CALIBRATION", 10)
+    record = instance_learning.calibrate_mark(embed, photos, held, held, transform, instance, emb)
+    own, nearest = [], []
+    for name in record["edits"]:
+        hashes = perceptual_codes([edited(photos.image(i), name) for i in held])
+        d = brute(np.hstack([np.zeros((30, 8), np.uint8), hashes]), instance, 2)
+        own.append(d[np.arange(30), held])
+        d[np.arange(30), held] = 999
+        nearest.append(d.min(axis=1))
+    own, nearest = np.concatenate(own), np.concatenate(nearest)
+    cut = int(nearest.min()) - 1 - instance_learning.MARGIN_BITS
+    assert cut >= 0  # (the fields are far apart: the hashes tell them apart)
+    assert record["perceptual"]["threshold"] == pytest.approx((cut + 0.5) / 64)
+    assert record["perceptual"]["recall"] == pytest.approx(np.mean(own <= cut))
+    assert record["perceptual_threshold"] == record["perceptual"]["threshold"] and record["perceptual_bits"] == 128
+    assert record["mark"] is not None and record["false_marks"] == 0
+    for by in ("instance", "cosine", "margin"):  # each passes at least what the hashes pass
+        assert record[by]["recall"] >= record["perceptual"]["recall"] - 1e-12
+    assert mark_rule({MARK_KEY: record}).perceptual_threshold == record["perceptual_threshold"]
+
+
+def test_an_index_whose_mark_reads_other_perceptual_bits_than_its_code_keeps_is_refused(rng):
+    from lbhash.indexes.instance_codes import attach, index_transform
+
+    emb = rng.normal(size=(50, 200))
+    transform = InstanceTransform.fit(emb, 192).with_perceptual(128)
+    index = CodeIndex(16, instance_bits=192)
+    attach(index, transform, "the test's items")
+    index.metadata[MARK_KEY] = {"mark": "instance", "threshold": 0.1, "perceptual_threshold": 0.1,
+                                "perceptual_bits": 128}
+    assert index_transform(index, "ix").perceptual_bits == 128
+    index.metadata[MARK_KEY]["perceptual_bits"] = 64
+    with pytest.raises(InputError, match="ix: its same-picture mark reads 64 perceptual bits but its instance "
+                                         "codes end in 128"):
+        index_transform(index, "ix")
