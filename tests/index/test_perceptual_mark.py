@@ -139,3 +139,32 @@ def test_an_index_whose_mark_reads_other_perceptual_bits_than_its_code_keeps_is_
     with pytest.raises(InputError, match="ix: its same-picture mark reads 64 perceptual bits but its instance "
                                          "codes end in 128"):
         index_transform(index, "ix")
+
+
+def test_a_hit_whose_hashes_pass_ranks_first_whatever_its_score(rng):
+    """Item 0 is the query's picture by its hashes (2 bits off) but its 64 learned bits all differ (66 bits
+    in all); item 1 shares the query's learned bits, its hashes 20 bits off each (40 in all), so by instance
+    distance it ranks first. With the mark's perceptual part item 0 comes first, marked, with its own score;
+    the others follow in their order."""
+    n, ibits = 50, 192
+    inst = rng.integers(0, 256, (n, ibits // 8), dtype=np.uint8)
+    query = inst[0].copy()
+    query[:8] = ~inst[0, :8]
+    query[8] ^= 0b11
+    inst[1] = query
+    for start in (64, 128):  # 20 bits of each of item 1's hashes flipped
+        bits = np.unpackbits(inst[1])
+        bits[start:start + 20] ^= 1
+        inst[1] = np.packbits(bits)
+    index = CodeIndex(16, instance_bits=ibits)
+    index.add(np.zeros((n, 2), np.uint8), instance=inst)
+    queries = Queries(np.zeros((1, 2), np.uint8), instance=query[None])
+    d = hamming_distance(query[None], inst, ibits)[0]
+    assert d[0] == 66 and d[1] == 40 and np.sort(d)[2] > 66
+    plain = blended_search(index, queries, 3, looks_like=1.0)
+    assert list(plain.ids[0, :2]) == [1, 0]
+    index.metadata[MARK_KEY] = {"mark": "instance", "threshold": 0.5 / ibits, "perceptual_threshold": 4.5 / 64,
+                                "perceptual_bits": 128}
+    got = blended_search(index, queries, 3, looks_like=1.0)
+    assert list(got.ids[0]) == [0, 1, plain.ids[0, 2]] and list(got.same[0]) == [True, False, False]
+    np.testing.assert_allclose(got.scores[0, :2], plain.scores[0, [1, 0]])

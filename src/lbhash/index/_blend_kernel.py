@@ -111,12 +111,17 @@ def _sift_down(heap, at, size, score, d_class, d_inst, ids):
         at = child
 
 
+NEAR_FIRST = 4.0  # added to a `near` candidate's score for the ranking (scores lie in [-1, 1])
+
+
 @njit(nogil=True, cache=True)
-def ranked_top(ids, d_class, d_inst, similarity, looks_like, rule, out):
+def ranked_top(ids, d_class, d_inst, similarity, looks_like, near, rule, out):
     """For each query i, its candidates ids[i] (-1: padding) scored (1 - looks_like[i]) * (1 - 2 d_class /
     bits) + looks_like[i] * sign(s) |s|^power, with s the similarity[i] clipped to [-1, 1], and the best k in
     the ranking's order (`_before`) written to `out` (scores, class distances, instance distances, ids,
-    same marks; each (nq, k), already padded by the caller); `rule` is (bits, power, same_cut, same_by,
+    same marks; each (nq, k), already padded by the caller). A candidate `near` (nq, c; its perceptual hashes
+    pass the mark's) is the same picture: it ranks before every other, keeping its score. `rule` is (bits, power,
+    same_cut, same_by,
     instance_bits, neighbour, instance_cut): a hit is the same picture when (same_by) 0: d_inst <= same_cut *
     instance_bits; 1: s >= same_cut; 2: s less the neighbour-th best s of the query's other candidates >=
     same_cut (none where it has fewer); 3: 2, or d_inst <= instance_cut * instance_bits; same_cut < 0: never."""
@@ -137,6 +142,8 @@ def ranked_top(ids, d_class, d_inst, similarity, looks_like, rule, out):
             s = min(max(similarity[i, j], -1.0), 1.0)
             sharp = abs(s) ** power
             score[j] = (1 - weight) * (1 - 2 * dc[j] / bits) + weight * (sharp if s >= 0 else -sharp)
+            if near[i, j]:
+                score[j] += NEAR_FIRST
             # the best k so far in a heap whose root ranks last (O(c log k): an insertion sort's O(c k) took
             # seconds a query at k 1000): a candidate enters it only by ranking before its root
             if m < k:
@@ -153,12 +160,14 @@ def ranked_top(ids, d_class, d_inst, similarity, looks_like, rule, out):
             _best_similarities(similarity[i], idi, best)
         for r in range(m):
             j = order[r]
-            out_scores[i, r] = score[j]
+            out_scores[i, r] = score[j] - NEAR_FIRST if near[i, j] else score[j]
             out_class[i, r] = d_class[i, j]
             out_inst[i, r] = d_inst[i, j]
             out_ids[i, r] = ids[i, j]
             s = min(max(similarity[i, j], -1.0), 1.0)
-            if same_cut < 0:
+            if near[i, j]:
+                out_same[i, r] = True
+            elif same_cut < 0:
                 out_same[i, r] = False
             elif same_by == 1:
                 out_same[i, r] = s >= same_cut

@@ -13,7 +13,8 @@ give theirs and the index keeps them (read for these candidates only; less `cent
 transform's mean, where given), else cos(pi * d_instance / instance_bits), the angle that the instance
 codes' Hamming distance estimates. `looks_like` reads from 0 (same class first: the class distance
 decides, the look breaks its ties) to 1 (looks like first: the similarity decides, the class distance
-breaks its ties). Order: descending score, then class distance, instance distance, id. A hit whose
+breaks its ties). Order: descending score, then class distance, instance distance, id; a candidate the
+same picture by its perceptual hashes (below) before all others. A hit whose
 similarity passes the same-picture threshold that the index calibrated on its own photos
 (lbhash.instance.mark_rule: a centred cosine, its margin over the query's other candidates, a share of
 the instance bits, or the margin or the share; or, where the instance code ends in perceptual hashes, their
@@ -158,9 +159,8 @@ def blended_search(index: Backend, queries: Queries, k, labels=None, factor=RESC
         else:
             found = index.both_candidates(codes[part], inst[part], wanted, group, part_floats)
         weights = agreeing_looks_like(found, index.bits) if by_query else np.full(len(found.ids), looks_like)
-        parts.append(_ranked(index, part_floats, mark, found, k, weights))
-        if mark.perceptual_bits:
-            _mark_perceptual(index, inst[part], parts[-1], mark)
+        near = _perceptually_near(index, None if inst is None else inst[part], found.ids, mark)
+        parts.append(_ranked(index, part_floats, mark, found, k, weights, near))
     return parts[0] if len(parts) == 1 else Blended(*(np.concatenate([p[i] for p in parts]) for i in range(5)))
 
 
@@ -174,20 +174,23 @@ def warm_ranking() -> None:
     similarity = floats.cosines(np.ones((1, 1), np.float16), ids)
     out = Blended(np.zeros((1, 1)), distances.copy(), distances.copy(), ids.copy(), np.zeros((1, 1), bool))
     rule = (8, SIMILARITY_POWER, 0.5, MARK_BY.index("margin_or_instance"), 8, MARK_NEIGHBOUR, 0.5)
-    ranked_top(ids, distances, distances, similarity, np.full(1, 0.5), rule, tuple(out))
+    ranked_top(ids, distances, distances, similarity, np.full(1, 0.5), np.zeros((1, 1), bool), rule, tuple(out))
 
 
-def _mark_perceptual(index: Backend, instance: np.ndarray, found: Blended, mark: Mark) -> None:
-    """Mark too the hits of `found` whose perceptual hashes (the instance codes' last bits) pass the mark's
-    `perceptual_threshold`, against the queries' `instance` codes."""
-    ok = found.ids >= 0
-    if not ok.any():
-        return
-    held, where = np.unique(found.ids[ok], return_inverse=True)
+def _perceptually_near(index: Backend, instance: np.ndarray | None, ids: np.ndarray, mark: Mark) -> np.ndarray:
+    """Which candidates `ids` (nq, c; -1 padding) are the same picture by their perceptual hashes (the instance
+    codes' last bits within the mark's `perceptual_threshold` of the queries' `instance` codes): all False
+    where the mark has no perceptual part."""
+    near = np.zeros(ids.shape, bool)
+    ok = ids >= 0
+    if not mark.perceptual_bits or instance is None or not ok.any():
+        return near
+    held, where = np.unique(ids[ok], return_inverse=True)
     theirs = index.get_instance_codes(held)[where]
-    mine = np.repeat(instance, ok.sum(axis=1), axis=0)  # (row-major, as found.ids[ok])
-    near = perceptual_distances(mine, theirs, mark.perceptual_bits, paired=True)
-    found.same[ok] |= near <= mark.perceptual_threshold * HASH_BITS
+    mine = np.repeat(instance, ok.sum(axis=1), axis=0)  # (row-major, as ids[ok])
+    near[ok] = perceptual_distances(mine, theirs, mark.perceptual_bits, paired=True) <= \
+        mark.perceptual_threshold * HASH_BITS
+    return near
 
 
 def _instance_queries(index: Backend, instance_queries, n: int) -> np.ndarray | None:
@@ -254,11 +257,12 @@ def agreeing_looks_like(found: Candidates, bits: int) -> np.ndarray:
 
 
 def _ranked(index: Backend, floats: FloatQueries | None, mark: Mark, found: Candidates, k: int,
-            looks_like: np.ndarray) -> Blended:
+            looks_like: np.ndarray, near: np.ndarray) -> Blended:
     """The best k of the `found` candidates, scored as the module says: by the cosines of their float rows
     for `floats` (found.similarities where the backend scored them), else by their `instance` distances;
     ranked in compiled code (lbhash.index._blend_kernel.ranked_top: at 1M items a one-query search spent
-    more in numpy's calls around its scores than in its two searches' kernels)."""
+    more in numpy's calls around its scores than in its two searches' kernels). The candidates `near` (the
+    same picture by their perceptual hashes) come first and are marked."""
     from lbhash.index._blend_kernel import ranked_top  # (numba loads with the first ranking)
 
     ids = found.ids
@@ -283,6 +287,6 @@ def _ranked(index: Backend, floats: FloatQueries | None, mark: Mark, found: Cand
         # (the index's calibrated mark, `mark_rule`, as this search applies it)
         rule = (index.bits, SIMILARITY_POWER, mark.threshold, MARK_BY.index(mark.by) if mark.by else 0,
                 index.instance_bits or 0, MARK_NEIGHBOUR, mark.instance_threshold)
-        ranked_top(ids[s:e], d_class, d_inst, similarity, np.ascontiguousarray(looks_like[s:e], np.float64), rule,
-                   tuple(part[s:e] for part in out))
+        ranked_top(ids[s:e], d_class, d_inst, similarity, np.ascontiguousarray(looks_like[s:e], np.float64),
+                   near[s:e], rule, tuple(part[s:e] for part in out))
     return out
