@@ -90,7 +90,7 @@ class Photos:
 
 def test_the_calibration_sets_the_perceptual_threshold_below_every_other_photo(rng, monkeypatch):
     """Photos of smooth colour fields, a pixel embedding and a code of 64 learned bits and the two hashes:
-    the perceptual threshold lies MARGIN_BITS + 1 below the least perceptual distance of any copy to
+    the perceptual threshold lies MARGIN_HASH_BITS + 1 below the least perceptual distance of any copy to
     another photo (computed here from the copies' own hashes), and every measure passes what it passes."""
     from PIL import Image
 
@@ -114,7 +114,7 @@ def test_the_calibration_sets_the_perceptual_threshold_below_every_other_photo(r
         d[np.arange(30), held] = 999
         nearest.append(d.min(axis=1))
     own, nearest = np.concatenate(own), np.concatenate(nearest)
-    cut = int(nearest.min()) - 1 - instance_learning.MARGIN_BITS
+    cut = int(nearest.min()) - 1 - instance_learning.MARGIN_HASH_BITS
     assert cut >= 0  # (the fields are far apart: the hashes tell them apart)
     assert record["perceptual"]["threshold"] == pytest.approx((cut + 0.5) / 64)
     assert record["perceptual"]["recall"] == pytest.approx(np.mean(own <= cut))

@@ -44,6 +44,9 @@ MIN_CALIBRATION = 50     # fewer: no mark
 # the margin and the cosine each marked 7 first hits of 2,400 (look-alikes); at 0 and 0.05 the margin none
 FALSE_MARK_RATE = 0.0
 MARGIN_BITS = 2          # instance bits of margin (a cosine or a cosine's margin: MARGIN_COSINE)
+# and of a perceptual hash's 64: at 2, 600 validation photos in no index came within 6 bits of another photo
+# (a horse), the calibration's nearest at 10 (docs/results/copies.md, "The mark by the perceptual hashes too")
+MARGIN_HASH_BITS = 4
 MARGIN_COSINE = 0.05
 MIN_MARK_RECALL = 0.5    # a mark that passes fewer of the copies' originals than this is not given
 CALIBRATION_STREAM = 86  # the calibration sample's own random stream
@@ -205,10 +208,10 @@ def _perceptual_own_and_nearest(codes, held_rows, perceptual_bits: int, instance
 
 def _perceptual_test(hashed: list, allowed: int) -> tuple | None:
     """(threshold, the originals it passes, the other items it passes) of the perceptual distance, calibrated
-    as the instance distance is (MARGIN_BITS below the strictest that lets `allowed` other items pass); None
-    where no distance passes none of them."""
+    as the instance distance is (MARGIN_HASH_BITS below the strictest that lets `allowed` other items pass);
+    None where no distance passes none of them."""
     own, nearest = (np.concatenate([h[i] for h in hashed]) for i in (0, 1))
-    cut = int(np.sort(nearest)[allowed]) - 1 - MARGIN_BITS
+    cut = int(np.sort(nearest)[allowed]) - 1 - MARGIN_HASH_BITS
     return None if cut < 0 else ((cut + 0.5) / HASH_BITS, own <= cut, nearest <= cut)
 
 
