@@ -14,9 +14,8 @@ build` makes them from its run (docs/instance-codes.md, "The learned instance co
   in perceptual hashes, their least distance (lbhash.instance.perceptual_distances) is calibrated as the
   instance distance is, and every measure passes what it passes too (its figures say so). The measure that
   marks the most originals (the first of equals; the cosine only where a search cannot apply the margin) is
-  the mark, kept with the others in the index's metadata
-  (`same_picture`), read by the ranking (lbhash.instance.mark_rule). Where none can be calibrated, the
-  record says why and no hit is marked.
+  the mark, kept with the others in the index's metadata (`same_picture`), read by the ranking
+  (lbhash.instance.mark_rule). Where none can be calibrated, the record says why and no hit is marked.
 """
 
 from __future__ import annotations
