@@ -115,16 +115,17 @@ NEAR_FIRST = 4.0  # added to a `near` candidate's score for the ranking (scores 
 
 
 @njit(nogil=True, cache=True)
-def ranked_top(ids, d_class, d_inst, similarity, looks_like, near, rule, out):
-    """For each query i, its candidates ids[i] (-1: padding) scored (1 - looks_like[i]) * (1 - 2 d_class /
-    bits) + looks_like[i] * sign(s) |s|^power, with s the similarity[i] clipped to [-1, 1], and the best k in
-    the ranking's order (`_before`) written to `out` (scores, class distances, instance distances, ids,
-    same marks; each (nq, k), already padded by the caller). A candidate `near` (nq, c; its perceptual hashes
-    pass the mark's) is the same picture: it ranks before every other, keeping its score. `rule` is (bits, power,
-    same_cut, same_by,
-    instance_bits, neighbour, instance_cut): a hit is the same picture when (same_by) 0: d_inst <= same_cut *
-    instance_bits; 1: s >= same_cut; 2: s less the neighbour-th best s of the query's other candidates >=
-    same_cut (none where it has fewer); 3: 2, or d_inst <= instance_cut * instance_bits; same_cut < 0: never."""
+def ranked_top(candidates, looks_like, rule, out):
+    """`candidates` is (ids, d_class, d_inst, similarity, near), each (nq, c). For each query i, its candidates
+    ids[i] (-1: padding) scored (1 - looks_like[i]) * (1 - 2 d_class / bits) + looks_like[i] * sign(s) |s|^power,
+    with s the similarity[i] clipped to [-1, 1], and the best k in the ranking's order (`_before`) written to
+    `out` (scores, class distances, instance distances, ids, same marks; each (nq, k), already padded by the
+    caller). A candidate `near` (its perceptual hashes pass the mark's) is the same picture: it ranks before
+    every other, keeping its score. `rule` is (bits, power, same_cut, same_by, instance_bits, neighbour,
+    instance_cut): a hit is the same picture when (same_by) 0: d_inst <= same_cut * instance_bits; 1: s >=
+    same_cut; 2: s less the neighbour-th best s of the query's other candidates >= same_cut (none where it
+    has fewer); 3: 2, or d_inst <= instance_cut * instance_bits; same_cut < 0: never."""
+    ids, d_class, d_inst, similarity, near = candidates
     bits, power, same_cut, same_by, instance_bits, neighbour, instance_cut = rule
     out_scores, out_class, out_inst, out_ids, out_same = out
     nq, c = ids.shape

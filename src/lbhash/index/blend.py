@@ -174,7 +174,7 @@ def warm_ranking() -> None:
     similarity = floats.cosines(np.ones((1, 1), np.float16), ids)
     out = Blended(np.zeros((1, 1)), distances.copy(), distances.copy(), ids.copy(), np.zeros((1, 1), bool))
     rule = (8, SIMILARITY_POWER, 0.5, MARK_BY.index("margin_or_instance"), 8, MARK_NEIGHBOUR, 0.5)
-    ranked_top(ids, distances, distances, similarity, np.full(1, 0.5), np.zeros((1, 1), bool), rule, tuple(out))
+    ranked_top((ids, distances, distances, similarity, np.zeros((1, 1), bool)), np.full(1, 0.5), rule, tuple(out))
 
 
 def _perceptually_near(index: Backend, instance: np.ndarray | None, ids: np.ndarray, mark: Mark) -> np.ndarray:
@@ -287,6 +287,6 @@ def _ranked(index: Backend, floats: FloatQueries | None, mark: Mark, found: Cand
         # (the index's calibrated mark, `mark_rule`, as this search applies it)
         rule = (index.bits, SIMILARITY_POWER, mark.threshold, MARK_BY.index(mark.by) if mark.by else 0,
                 index.instance_bits or 0, MARK_NEIGHBOUR, mark.instance_threshold)
-        ranked_top(ids[s:e], d_class, d_inst, similarity, np.ascontiguousarray(looks_like[s:e], np.float64),
-                   near[s:e], rule, tuple(part[s:e] for part in out))
+        ranked_top((ids[s:e], d_class, d_inst, similarity, near[s:e]),
+                   np.ascontiguousarray(looks_like[s:e], np.float64), rule, tuple(part[s:e] for part in out))
     return out

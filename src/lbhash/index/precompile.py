@@ -39,8 +39,8 @@ def signatures() -> dict[str, list[tuple]]:
                         types.boolean, _array(f64, 2)))
     out = types.Tuple((_array(f64, 2), _array(i32, 2), _array(i32, 2), _array(i64, 2),
                        _array(types.boolean, 2)))
-    ranked = [(_array(i64, 2), _array(i32, 2), _array(i32, 2), _array(f64, 2), _array(f64, 1),
-               _array(types.boolean, 2), types.Tuple((i64, i64, f64, i64, i64, i64, f64)), out)]
+    found = types.Tuple((_array(i64, 2), _array(i32, 2), _array(i32, 2), _array(f64, 2), _array(types.boolean, 2)))
+    ranked = [(found, _array(f64, 1), types.Tuple((i64, i64, f64, i64, i64, i64, f64)), out)]
     return {
         "fill_distances": [(_array(u64, 1), _array(u64, 2), _array(u16, 1))],
         "fill_distances_rows": flat_rows,
