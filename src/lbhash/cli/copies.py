@@ -19,8 +19,8 @@ from lbhash.errors import InputError
 @click.option("--threshold", type=float, default=None,
               help="The score a pair must reach, in (0, 1]: for an index, in the measure of its mark (the pair's "
                    "margin over its neighbours, a cosine of the float rows, or the share of the instance bits that "
-                   "may differ; a mark by the margin or the instance distance: the margin alone); for a folder, the margin of the pair over its neighbours. [default: the index's "
-                   "calibrated mark; the folder's own]")
+                   "may differ; a mark by the margin or the instance distance: the margin alone); for a folder, the "
+                   "margin of the pair over its neighbours. [default: the index's calibrated mark; the folder's own]")
 @click.option("--min-group", type=int, default=2, show_default=True, help="Show groups of at least this many items.")
 @click.option("--json", "as_json", is_flag=True, help='Print JSON: {"groups": [{"items", "sources", "pairs"}], ...}.')
 @click.option("--csv", "as_csv", is_flag=True, help="Print CSV: group, item, source (one row per item).")
