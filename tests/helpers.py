@@ -371,3 +371,18 @@ def make_list_set(tmp_path, num_labels=3, labels=None):
     rows = [(f"c{k % 3}/{k}.png", labels[k]) for k in range(6)]
     return write_image_lists(tmp_path / "lists", {"train.txt": rows[:2], "test.txt": rows[2:4],
                                                   "database.txt": rows[:2] + rows[4:]}, num_labels)
+
+
+class InMemoryPhotos:
+    """An image data set of photos held in a list (`image(i)` a copy), as a calibration reads one."""
+
+    def __init__(self, images):
+        self.images = images
+
+    def image(self, i):
+        return self.images[i].copy()
+
+
+def pixel_embed(images):
+    """A photo's pixels at a quarter of its side as its embedding (a stand-in for a backbone)."""
+    return np.stack([np.asarray(img, np.float32)[::4, ::4].ravel() for img in images])

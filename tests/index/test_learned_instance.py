@@ -5,6 +5,7 @@ against hand-computed and brute-force expectations."""
 import numpy as np
 import pytest
 
+from helpers import InMemoryPhotos, pixel_embed
 from lbhash.codes import hamming_distance, pack
 from lbhash.errors import InputError
 from lbhash.index import CodeIndex, Queries, blended_search
@@ -151,21 +152,8 @@ def test_the_learned_code_ignores_what_copies_undergo(rng):
     assert recall(itq) < 0.5 and recall(learned) >= 0.9, (recall(itq), recall(learned))
 
 
-def pixel_embed(images):
-    """A photo's pixels at 8x8 as its embedding (a stand-in for a backbone)."""
-    return np.stack([np.asarray(img, np.float32)[::4, ::4].ravel() for img in images])
-
-
-class Photos:
-    def __init__(self, images):
-        self.images = images
-
-    def image(self, i):
-        return self.images[i].copy()
-
-
 def test_the_calibration_lets_no_other_photo_pass_and_says_why_where_it_cannot(rng, monkeypatch):
-    photos = Photos([rng.integers(0, 256, (32, 32, 3), dtype=np.uint8) for _ in range(60)])
+    photos = InMemoryPhotos([rng.integers(0, 256, (32, 32, 3), dtype=np.uint8) for _ in range(60)])
     encoder = pixel_embed
     emb = encoder(photos.images)
     transform = InstanceTransform.fit(emb, 64)

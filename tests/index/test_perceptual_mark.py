@@ -6,6 +6,7 @@ calibrate_mark; lbhash duplicates)."""
 import numpy as np
 import pytest
 
+from helpers import InMemoryPhotos, pixel_embed
 from lbhash.codes import hamming_distance
 from lbhash.data.edits import edited
 from lbhash.data.perceptual import BITS, PERCEPTUAL_BITS, perceptual_codes
@@ -80,26 +81,15 @@ def test_a_search_marks_the_hits_whose_hashes_are_near(rng):
     assert not blended_search(index, Queries(codes[:30], instance=qi), 5).same.any()
 
 
-class Photos:
-    def __init__(self, images):
-        self.images = images
-
-    def image(self, i):
-        return self.images[i].copy()
-
-
 def test_the_calibration_sets_the_perceptual_threshold_below_every_other_photo(rng, monkeypatch):
     """Photos of smooth colour fields, a pixel embedding and a code of 64 learned bits and the two hashes:
     the perceptual threshold lies MARGIN_HASH_BITS + 1 below the least perceptual distance of any copy to
     another photo (computed here from the copies' own hashes), and every measure passes what it passes."""
     from PIL import Image
 
-    photos = Photos([np.asarray(Image.fromarray(rng.integers(0, 256, (6, 6, 3), dtype=np.uint8)).resize(
+    photos = InMemoryPhotos([np.asarray(Image.fromarray(rng.integers(0, 256, (6, 6, 3), dtype=np.uint8)).resize(
         (32, 32), Image.Resampling.BICUBIC)) for _ in range(60)])
-
-    def embed(images):
-        return np.stack([np.asarray(img, np.float32)[::4, ::4].ravel() for img in images])
-
+    embed = pixel_embed
     emb = embed(photos.images)
     transform = InstanceTransform.fit(emb, 192).with_perceptual(PERCEPTUAL_BITS)
     instance = transform.apply(emb, perceptual=perceptual_codes(photos.images))

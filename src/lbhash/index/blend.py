@@ -159,7 +159,7 @@ def blended_search(index: Backend, queries: Queries, k, labels=None, factor=RESC
         else:
             found = index.both_candidates(codes[part], inst[part], wanted, group, part_floats)
         weights = agreeing_looks_like(found, index.bits) if by_query else np.full(len(found.ids), looks_like)
-        near = _perceptually_near(index, None if inst is None else inst[part], found.ids, mark)
+        near = perceptually_near(index, None if inst is None else inst[part], found.ids, mark)
         parts.append(_ranked(index, part_floats, mark, found, k, weights, near))
     return parts[0] if len(parts) == 1 else Blended(*(np.concatenate([p[i] for p in parts]) for i in range(5)))
 
@@ -177,10 +177,10 @@ def warm_ranking() -> None:
     ranked_top((ids, distances, distances, similarity, np.zeros((1, 1), bool)), np.full(1, 0.5), rule, tuple(out))
 
 
-def _perceptually_near(index: Backend, instance: np.ndarray | None, ids: np.ndarray, mark: Mark) -> np.ndarray:
+def perceptually_near(index: Backend, instance: np.ndarray | None, ids: np.ndarray, mark: Mark) -> np.ndarray:
     """Which candidates `ids` (nq, c; -1 padding) are the same picture by their perceptual hashes (the instance
     codes' last bits within the mark's `perceptual_threshold` of the queries' `instance` codes): all False
-    where the mark has no perceptual part."""
+    where the mark has no perceptual part. (`lbhash duplicates` asks it of each item's candidates too.)"""
     near = np.zeros(ids.shape, bool)
     ok = ids >= 0
     if not mark.perceptual_bits or instance is None or not ok.any():

@@ -34,9 +34,10 @@ from pathlib import Path
 import numpy as np
 
 from lbhash.errors import InputError
+from lbhash.index.blend import perceptually_near
 from lbhash.index.rescore import scoring_rows
 from lbhash.index.storage import MANIFEST as INDEX_MANIFEST
-from lbhash.instance import HASH_BITS, MARGIN_MARKS, NO_MARK, mark_rule, mark_why, perceptual_distances
+from lbhash.instance import MARGIN_MARKS, NO_MARK, mark_rule, mark_why
 from lbhash.indexes.index_dir import open_index
 from lbhash.indexes.instance_codes import index_transform
 from lbhash.indexes.instance_learning import cosine_rows
@@ -205,19 +206,14 @@ def _each_pair_once(a: np.ndarray, b: np.ndarray, s: np.ndarray) -> tuple:
 
 
 def _perceptual_near(index, ids: np.ndarray, searched: np.ndarray, others: np.ndarray, mark) -> np.ndarray:
-    """Whether each candidate pair's perceptual hashes pass the mark's perceptual part (lbhash.instance), the
-    rows of `others` (positions in `ids`) CHUNK at a time."""
+    """Whether each candidate pair's perceptual hashes pass the mark's perceptual part (as a search marks them:
+    lbhash.index.blend.perceptually_near), the rows of `others` (positions in `ids`) CHUNK at a time."""
     near = np.zeros(others.shape, bool)
     for start in range(0, len(searched), CHUNK):
         part = others[start:start + CHUNK]
-        q, c = np.nonzero(part >= 0)
-        if not len(q):
-            continue
-        mine = index.get_instance_codes(ids[searched[start:start + CHUNK]])[q]
-        held, where = np.unique(part[q, c], return_inverse=True)
-        theirs = index.get_instance_codes(ids[held])[where]
-        d = perceptual_distances(mine, theirs, mark.perceptual_bits, paired=True)
-        near[start + q, c] = d <= mark.perceptual_threshold * HASH_BITS
+        theirs = np.where(part >= 0, ids[np.maximum(part, 0)], -1)
+        mine = index.get_instance_codes(ids[searched[start:start + CHUNK]])
+        near[start:start + len(part)] = perceptually_near(index, mine, theirs, mark)
     return near
 
 
