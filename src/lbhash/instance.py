@@ -70,6 +70,9 @@ MARGIN_MARKS = ("margin", "margin_or_instance")  # the marks that read a query's
 # least distance of a hash to its counterpart at most the record's `perceptual_threshold` times HASH_BITS
 # (calibrated as the others: docs/results/copies.md, "The mark by the perceptual hashes too")
 HASH_BITS = 64  # each perceptual hash's bits (lbhash.data.perceptual.BITS)
+# the hashes lbhash.data.perceptual.perceptual_codes writes, named in a perceptual transform's file: one made with
+# other hashes (before the trimmed one faced one way) is refused, since queries' hashes would not match its items'
+PERCEPTUAL_KIND = "phash,trimmed-phash-facing"
 # a margin mark: the hit's centred cosine less the query's MARK_NEIGHBOUR-th best other candidate's (a copy stands
 # out of the query's neighbours; a look-alike in a crowded part of the space does not: the score normalisation of
 # copy detection, SSCD), over at least MARK_CANDIDATES candidates by instance code, as the calibration measures it
@@ -367,6 +370,7 @@ class InstanceTransform:
         extra = {} if self.float_map is None else {"float_map": self.float_map}
         if self.perceptual_bits:
             extra["perceptual_bits"] = np.array(self.perceptual_bits, np.int64)
+            extra["perceptual_kind"] = np.array(PERCEPTUAL_KIND)
         np.savez(out, format=np.array(_FORMAT), method=np.array(self.method), mean=self.mean,
                  projection=self.projection, **extra)
         return out.getvalue()
@@ -379,6 +383,7 @@ class InstanceTransform:
                 fields = {name: npz[name] for name in ("format", "method", "mean", "projection")}
                 float_map = npz["float_map"] if "float_map" in npz.files else None  # (learned transforms)
                 hashes = npz["perceptual_bits"] if "perceptual_bits" in npz.files else np.array(0, np.int64)
+                kind = str(npz["perceptual_kind"]) if "perceptual_kind" in npz.files else "phash,trimmed-phash"
         except (ValueError, OSError, KeyError, EOFError) as err:
             raise InputError(f"{where}: not an instance transform ({err})") from None
         mean, projection, method = fields["mean"], fields["projection"], str(fields["method"])
@@ -394,6 +399,9 @@ class InstanceTransform:
                              f"{projection.shape}{shape})")
         if hashes.dtype != np.int64 or hashes.shape != () or int(hashes) < 0 or int(hashes) % 8:
             raise InputError(f"{where}: not an instance transform of this lbhash (perceptual bits {hashes!r})")
+        if int(hashes) and kind != PERCEPTUAL_KIND:
+            raise InputError(f"{where}: its code keeps perceptual hashes of another kind ({kind!r}, this lbhash makes "
+                             f"{PERCEPTUAL_KIND!r}); build the index again with `lbhash index build`")
         check_instance_bits(projection.shape[1] + int(hashes), len(mean), f"{where}: its length")
         return cls(mean, projection, method, float_map, int(hashes))
 

@@ -10,15 +10,20 @@ from lbhash.data.edits import edited
 from lbhash.data.perceptual import BITS, phash_bits, phash_signs
 
 
-def reference_bits(img: np.ndarray) -> np.ndarray:
-    """pHash by its definition: the luminance at 32 x 32 (Lanczos), the DCT-II summed term by term for the
-    8 x 8 lowest frequencies, each above their median."""
+def reference_low(img: np.ndarray) -> np.ndarray:
+    """The luminance at 32 x 32 (Lanczos), its DCT-II summed term by term for the 8 x 8 lowest frequencies."""
     luma = np.asarray(Image.fromarray(img).convert("L").resize((32, 32), Image.Resampling.LANCZOS), np.float64)
     low = np.zeros((8, 8))
     for u in range(8):
         for v in range(8):
             low[u, v] = sum(luma[x, y] * math.cos(math.pi * u * (2 * x + 1) / 64) * math.cos(math.pi * v * (2 * y + 1) / 64)
                             for x in range(32) for y in range(32))
+    return low
+
+
+def reference_bits(img: np.ndarray) -> np.ndarray:
+    """pHash by its definition: each of `reference_low` above their median."""
+    low = reference_low(img)
     return (low > np.median(low)).ravel()
 
 
@@ -42,6 +47,18 @@ def test_grayscale_and_jpeg_keep_the_bits_and_mirroring_does_not(rng):
     assert (phash_bits(edited(img, "grayscale")) != bits).sum() <= 2
     assert (phash_bits(edited(img, "jpeg")) != bits).sum() <= 4
     assert (phash_bits(img[:, ::-1]) != bits).sum() >= 16  # (the odd horizontal frequencies change sign)
+
+
+def test_facing_bits_are_those_of_the_photo_or_its_mirror_image_brighter_on_the_left(rng):
+    for _ in range(4):
+        img = photo(rng, (40, 44))
+        mirror = np.ascontiguousarray(img[:, ::-1])
+        # the left-hand half weighs + in the lowest horizontal frequency: the one whose three lowest rows sum >= 0
+        faces = img if reference_low(img)[:3, 1].sum() >= 0 else mirror
+        np.testing.assert_array_equal(phash_bits(img, facing=True), reference_bits(faces))
+        np.testing.assert_array_equal(phash_bits(mirror, facing=True), reference_bits(faces))
+    sides = [reference_low(photo(rng))[:3, 1].sum() >= 0 for _ in range(12)]
+    assert any(sides) and not all(sides)  # (both ways occur: the test saw a photo turned and one left as it is)
 
 
 def test_signs_are_the_bits_as_plus_and_minus_one(rng):

@@ -28,12 +28,15 @@ def smooth_photos(n, seed=0):
         (64, 64), Image.Resampling.BICUBIC)) for _ in range(n)]
 
 
-def test_perceptual_codes_are_the_phash_of_the_photo_then_of_it_trimmed():
+def test_perceptual_codes_are_the_phash_of_the_photo_then_of_it_trimmed_facing_one_way():
     photos = smooth_photos(6)
     framed = [np.pad(p, ((5, 5), (9, 9), (0, 0)), constant_values=17) for p in photos]
     codes = perceptual_codes(framed)
     assert codes.shape == (6, PERCEPTUAL_BITS // 8) and codes.dtype == np.uint8
-    np.testing.assert_array_equal(codes, pack(np.hstack([phash_signs(framed), phash_signs(photos)])))
+    np.testing.assert_array_equal(codes, pack(np.hstack([phash_signs(framed), phash_signs(photos, facing=True)])))
+    mirrored = perceptual_codes([np.ascontiguousarray(f[:, ::-1]) for f in framed])
+    np.testing.assert_array_equal(mirrored[:, 8:], codes[:, 8:])  # (a mirrored copy: the same trimmed hash)
+    assert (hamming_distance(mirrored[:, :8], codes[:, :8], 64).diagonal() >= 8).all()  # (the plain one moves)
     assert [trimmed(f).shape for f in framed] == [p.shape for p in photos]
     assert perceptual_codes([]).shape == (0, 16)
 
@@ -70,6 +73,25 @@ def test_a_perceptual_transform_keeps_its_first_bits_then_the_hashes():
             whole.with_perceptual(bits)
     with pytest.raises(InputError, match="multiple of 8 below"):
         mixed.with_perceptual(8)
+
+
+def test_a_transform_of_other_perceptual_hashes_is_refused():
+    """A file of the hashes before the trimmed one faced one way (no `perceptual_kind`), or of an unknown kind:
+    its items' hashes would not match today's queries', so it is refused naming the file and the remedy."""
+    import io
+
+    rng = np.random.default_rng(1)
+    mixed = InstanceTransform.fit(rng.normal(size=(100, 64)), 64).with_perceptual(32)
+    with np.load(io.BytesIO(mixed.to_bytes()), allow_pickle=False) as npz:
+        fields = {k: npz[k] for k in npz.files}
+    assert str(fields["perceptual_kind"]) == "phash,trimmed-phash-facing"
+    for kind in (None, "phash,trimmed-phash", "other"):
+        out = io.BytesIO()
+        np.savez(out, **{k: v for k, v in fields.items() if k != "perceptual_kind"},
+                 **({} if kind is None else {"perceptual_kind": np.array(kind)}))
+        with pytest.raises(InputError, match=r"^idx/t\.npz: its code keeps perceptual hashes of another kind "
+                                             r"\('phash,trimmed-phash'|'other'.*`lbhash index build`$"):
+            InstanceTransform.from_bytes(out.getvalue(), "idx/t.npz")
 
 
 @pytest.fixture(scope="module")
