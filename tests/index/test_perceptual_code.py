@@ -34,6 +34,12 @@ def test_perceptual_codes_are_the_phash_of_the_photo_then_of_it_trimmed_facing_o
     codes = perceptual_codes(framed)
     assert codes.shape == (6, PERCEPTUAL_BITS // 8) and codes.dtype == np.uint8
     np.testing.assert_array_equal(codes, pack(np.hstack([phash_signs(framed), phash_signs(photos, facing=True)])))
+    sky = [p.copy() for p in photos]
+    for s in sky:
+        s[:9] = (200, 220, 250)  # a margin of the photo's own, inside the frame: trimmed too
+    framed_sky = [np.pad(s, ((5, 5), (9, 9), (0, 0)), constant_values=17) for s in sky]
+    np.testing.assert_array_equal(perceptual_codes(framed_sky)[:, 8:], perceptual_codes(sky)[:, 8:])
+    np.testing.assert_array_equal(perceptual_codes(sky)[:, 8:], pack(phash_signs([s[9:] for s in sky], facing=True)))
     mirrored = perceptual_codes([np.ascontiguousarray(f[:, ::-1]) for f in framed])
     np.testing.assert_array_equal(mirrored[:, 8:], codes[:, 8:])  # (a mirrored copy: the same trimmed hash)
     assert (hamming_distance(mirrored[:, :8], codes[:, :8], 64).diagonal() >= 8).all()  # (the plain one moves)

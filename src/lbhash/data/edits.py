@@ -231,13 +231,15 @@ def _frame_rows(img: np.ndarray) -> int:
     return int(np.argmax(far)) if far.any() else img.shape[0]
 
 
-def trimmed(img: np.ndarray) -> np.ndarray:
+def trimmed(img: np.ndarray, again: bool = False) -> np.ndarray:
     """uint8 (H, W, 3) `img` without its one-colour margins (a frame, letterbox bars, a photo's uniform
     sky or backdrop edge too): what a bordered or letterboxed copy and its photo have in common, so that
-    both embed alike (lbhash.indexes.folder_copies). Trimmed again until nothing more comes off (a frame
-    round a photo with a margin of its own: the frame, then the photo's margin, as the photo alone loses),
-    so that trimming a trimmed photo changes nothing. An axis whose margins would leave less than MIN_CONTENT
-    of the photo's side keeps what it had before that trim (a photo of one colour stays as it is)."""
+    both embed alike (lbhash.indexes.folder_copies). `again`: trimmed again until nothing more comes off (a
+    frame round a photo with a margin of its own: the frame, then the photo's margin, as the photo alone
+    loses), so that trimming a trimmed photo changes nothing (the perceptual hashes' trim,
+    lbhash.data.perceptual; the folder's embeddings found fewer copies so: docs/results/duplicates.md,
+    "Trimmed again"). An axis whose margins would leave less than MIN_CONTENT of the photo's side keeps what
+    it had before that trim (a photo of one colour stays as it is)."""
     h, w = _checked(img).shape[:2]
     top = left = 0
     bottom, right = h, w
@@ -252,3 +254,5 @@ def trimmed(img: np.ndarray) -> np.ndarray:
         if not cut_top + cut_bottom + cut_left + cut_right:
             return np.ascontiguousarray(img[top:bottom, left:right])
         top, bottom, left, right = top + cut_top, bottom - cut_bottom, left + cut_left, right - cut_right
+        if not again:
+            return np.ascontiguousarray(img[top:bottom, left:right])

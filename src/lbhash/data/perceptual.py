@@ -5,7 +5,7 @@ grayscale, where a CNN's embedding moves most, and fails under mirroring, crops 
 embedding holds: `lbhash duplicates FOLDER` scores a pair by both (lbhash.indexes.folder_copies).
 `perceptual_codes` are the 128 bits a perceptual instance code keeps beside its learned ones
 (lbhash.instance.InstanceTransform.perceptual_bits): pHash of the photo, and of the photo less its
-one-colour margins (which a frame or letterbox bars then leave alone) turned to face one way, so that a
+one-colour margins (a frame or letterbox bars, then the photo's own) turned to face one way, so that a
 mirrored copy hashes alike (`phash_bits`' `facing`; docs/instance-codes.md, "Perceptual bits").
 Numpy and Pillow only; the bits equal imagehash's but where a coefficient ties with the median.
 """
@@ -56,8 +56,9 @@ def phash_signs(images, facing: bool = False) -> np.ndarray:
 
 def perceptual_codes(images) -> np.ndarray:
     """Packed uint8 (n, PERCEPTUAL_BITS // 8), in the layout of lbhash.codes.pack: each uint8 (H, W, 3) photo's
-    pHash bits, then those of the photo less its one-colour margins (lbhash.data.edits.trimmed), facing one way."""
+    pHash bits, then those of the photo less its one-colour margins (lbhash.data.edits.trimmed, trimmed again
+    till nothing more comes off), facing one way."""
     if not len(images):
         return np.empty((0, PERCEPTUAL_BITS // 8), np.uint8)
-    return pack(np.hstack([phash_signs(images), phash_signs([trimmed(img) for img in images], facing=True)]),
+    return pack(np.hstack([phash_signs(images), phash_signs([trimmed(img, again=True) for img in images], facing=True)]),
                 "perceptual bits")
