@@ -96,7 +96,9 @@ def test_a_transform_of_other_perceptual_hashes_is_refused():
         np.savez(out, **{k: v for k, v in fields.items() if k != "perceptual_kind"},
                  **({} if kind is None else {"perceptual_kind": np.array(kind)}))
         with pytest.raises(InputError, match=r"^idx/t\.npz: its code keeps perceptual hashes of another kind "
-                                             r"\('phash,trimmed-phash'|'other'.*`lbhash index build`$"):
+                                             r"\((?:'phash,trimmed-phash'|'other'), this lbhash makes "
+                                             r"'phash,trimmed-phash-facing'\); build the index again with "
+                                             r"`lbhash index build`$"):
             InstanceTransform.from_bytes(out.getvalue(), "idx/t.npz")
 
 
