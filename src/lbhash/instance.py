@@ -67,12 +67,12 @@ MARK_KEY = "same_picture"
 MARK_BY = ("instance", "cosine", "margin", "margin_or_instance")
 MARGIN_MARKS = ("margin", "margin_or_instance")  # the marks that read a query's MARK_CANDIDATES
 # an index whose instance code ends in perceptual hashes also marks a hit whose hashes are near the query's: the
-# least distance of a hash to its counterpart at most the record's `perceptual_threshold` times HASH_BITS
+# least distance of any of the query's hashes to any of the hit's at most the record's `perceptual_threshold` x HASH_BITS
 # (calibrated as the others: docs/results/copies.md, "The mark by the perceptual hashes too")
 HASH_BITS = 64  # each perceptual hash's bits (lbhash.data.perceptual.BITS)
 # the hashes lbhash.data.perceptual.perceptual_codes writes, named in a perceptual transform's file: one made with
-# other hashes (before the trimmed one faced one way) is refused, since queries' hashes would not match its items'
-PERCEPTUAL_KIND = "phash,trimmed-phash-facing"
+# other hashes (before they faced one way) is refused, since queries' hashes would not match its items'
+PERCEPTUAL_KIND = "phash-facing,trimmed-phash-facing"
 # a margin mark: the hit's centred cosine less the query's MARK_NEIGHBOUR-th best other candidate's (a copy stands
 # out of the query's neighbours; a look-alike in a crowded part of the space does not: the score normalisation of
 # copy detection, SSCD), over at least MARK_CANDIDATES candidates by instance code, as the calibration measures it
@@ -192,13 +192,17 @@ def _perceptual_part(record: dict, where: str) -> tuple[float, int]:
 
 
 def perceptual_distances(a: np.ndarray, b: np.ndarray, perceptual_bits: int, paired: bool = False) -> np.ndarray:
-    """The least Hamming distance of each perceptual hash of packed codes `a` to its counterpart in `b` (the
-    codes' last `perceptual_bits`, HASH_BITS a hash): all pairs (len(a), len(b)), or `paired` rows (len(a),)."""
+    """The least Hamming distance of any perceptual hash of packed codes `a` to any of `b`'s (the codes' last
+    `perceptual_bits`, HASH_BITS a hash; every pair of hashes, so the distance is symmetric and a framed
+    copy's trimmed hash meets its photo's own): all pairs of rows (len(a), len(b)), or `paired` rows (len(a),)."""
+    ends = range(a.shape[1] - perceptual_bits // 8 + HASH_BITS // 8, a.shape[1] + 1, HASH_BITS // 8)
     out = None
-    for end in range(a.shape[1] - perceptual_bits // 8 + HASH_BITS // 8, a.shape[1] + 1, HASH_BITS // 8):
-        ha, hb = (np.ascontiguousarray(x[:, end - HASH_BITS // 8:end]) for x in (a, b))
-        d = np.unpackbits(ha ^ hb, axis=1).sum(axis=1) if paired else hamming_distance(ha, hb, HASH_BITS)
-        out = d if out is None else np.minimum(out, d)
+    for end_a in ends:
+        for end_b in ends:
+            ha = np.ascontiguousarray(a[:, end_a - HASH_BITS // 8:end_a])
+            hb = np.ascontiguousarray(b[:, end_b - HASH_BITS // 8:end_b])
+            d = np.unpackbits(ha ^ hb, axis=1).sum(axis=1) if paired else hamming_distance(ha, hb, HASH_BITS)
+            out = d if out is None else np.minimum(out, d)
     return out
 
 

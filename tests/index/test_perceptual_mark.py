@@ -17,14 +17,16 @@ from lbhash.indexes import instance_learning
 
 
 def brute(a, b, hashes):
-    """The least distance of the last `hashes` 64-bit hashes of a's rows to b's rows', bit by bit."""
+    """The least distance of any of the last `hashes` 64-bit hashes of a's rows to any of b's rows', bit by bit."""
     bits_a, bits_b = np.unpackbits(a, axis=1), np.unpackbits(b, axis=1)
     width = bits_a.shape[1]
     out = np.full((len(a), len(b)), 10 ** 6)
-    for h in range(hashes):
-        cols = slice(width - (hashes - h) * 64, width - (hashes - h - 1) * 64)
-        d = (bits_a[:, None, cols] != bits_b[None, :, cols]).sum(axis=2)
-        out = np.minimum(out, d)
+    for i in range(hashes):
+        for j in range(hashes):
+            cols_a = slice(width - (hashes - i) * 64, width - (hashes - i - 1) * 64)
+            cols_b = slice(width - (hashes - j) * 64, width - (hashes - j - 1) * 64)
+            d = (bits_a[:, None, cols_a] != bits_b[None, :, cols_b]).sum(axis=2)
+            out = np.minimum(out, d)
     return out
 
 
@@ -32,11 +34,13 @@ def test_the_perceptual_distance_is_the_least_of_the_hashes_distances(rng):
     assert HASH_BITS == BITS and PERCEPTUAL_BITS % HASH_BITS == 0  # (the layout perceptual_codes writes)
     a = rng.integers(0, 256, (7, 24), dtype=np.uint8)  # 64 other bits, then two hashes
     b = rng.integers(0, 256, (5, 24), dtype=np.uint8)
-    b[0, 8:16] = a[0, 8:16]  # item 0 shares query 0's first hash, item 1 its second
+    b[0, 8:16] = a[0, 8:16]  # item 0 shares query 0's first hash, item 1 its second, item 2 has it first
     b[1, 16:] = a[0, 16:]
+    b[2, 8:16] = a[0, 16:]
     want = brute(a, b, 2)
     np.testing.assert_array_equal(perceptual_distances(a, b, 128), want)
-    assert want[0, 0] == 0 and want[0, 1] == 0
+    assert want[0, 0] == 0 and want[0, 1] == 0 and want[0, 2] == 0
+    np.testing.assert_array_equal(perceptual_distances(b, a, 128), want.T)  # (symmetric)
     np.testing.assert_array_equal(perceptual_distances(a[:5], b, 128, paired=True), np.diag(want[:5]))
     np.testing.assert_array_equal(perceptual_distances(a, b, 64), brute(a, b, 1))  # the last hash alone
 

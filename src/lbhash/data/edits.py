@@ -231,28 +231,17 @@ def _frame_rows(img: np.ndarray) -> int:
     return int(np.argmax(far)) if far.any() else img.shape[0]
 
 
-def trimmed(img: np.ndarray, again: bool = False) -> np.ndarray:
+def trimmed(img: np.ndarray) -> np.ndarray:
     """uint8 (H, W, 3) `img` without its one-colour margins (a frame, letterbox bars, a photo's uniform
     sky or backdrop edge too): what a bordered or letterboxed copy and its photo have in common, so that
-    both embed alike (lbhash.indexes.folder_copies). `again`: trimmed again until nothing more comes off (a
-    frame round a photo with a margin of its own: the frame, then the photo's margin, as the photo alone
-    loses), so that trimming a trimmed photo changes nothing (the perceptual hashes' trim,
-    lbhash.data.perceptual; the folder's embeddings found fewer copies so: docs/results/duplicates.md,
-    "Trimmed again"). An axis whose margins would leave less than MIN_CONTENT of the photo's side keeps what
-    it had before that trim (a photo of one colour stays as it is)."""
-    h, w = _checked(img).shape[:2]
-    top = left = 0
-    bottom, right = h, w
-    while True:
-        x = img[top:bottom, left:right].astype(np.int16)
-        cut_top, cut_bottom = _frame_rows(x), _frame_rows(x[::-1])
-        cut_left, cut_right = _frame_rows(x.transpose(1, 0, 2)), _frame_rows(x.transpose(1, 0, 2)[::-1])
-        if bottom - top - cut_top - cut_bottom < MIN_CONTENT * h:
-            cut_top = cut_bottom = 0
-        if right - left - cut_left - cut_right < MIN_CONTENT * w:
-            cut_left = cut_right = 0
-        if not cut_top + cut_bottom + cut_left + cut_right:
-            return np.ascontiguousarray(img[top:bottom, left:right])
-        top, bottom, left, right = top + cut_top, bottom - cut_bottom, left + cut_left, right - cut_right
-        if not again:
-            return np.ascontiguousarray(img[top:bottom, left:right])
+    both embed alike (lbhash.indexes.folder_copies). An axis whose margins leave less than MIN_CONTENT of it
+    is left whole (a photo of one colour stays as it is)."""
+    x = _checked(img).astype(np.int16)
+    h, w = x.shape[:2]
+    top, bottom = _frame_rows(x), _frame_rows(x[::-1])
+    left, right = _frame_rows(x.transpose(1, 0, 2)), _frame_rows(x.transpose(1, 0, 2)[::-1])
+    if h - top - bottom < MIN_CONTENT * h:
+        top = bottom = 0
+    if w - left - right < MIN_CONTENT * w:
+        left = right = 0
+    return np.ascontiguousarray(img[top:h - bottom, left:w - right])
