@@ -71,8 +71,8 @@ MARGIN_MARKS = ("margin", "margin_or_instance")  # the marks that read a query's
 # (calibrated as the others: docs/results/copies.md, "The mark by the perceptual hashes too")
 HASH_BITS = 64  # each perceptual hash's bits (lbhash.data.perceptual.BITS)
 # the hashes lbhash.data.perceptual.perceptual_codes writes, named in a perceptual transform's file: one made with
-# other hashes (before they faced one way) is refused, since queries' hashes would not match its items'
-PERCEPTUAL_KIND = "phash-facing,trimmed-phash-facing"
+# other hashes (before the trimmed one faced one way) is refused, since queries' hashes would not match its items'
+PERCEPTUAL_KIND = "phash,facing-trimmed-phash"
 # a margin mark: the hit's centred cosine less the query's MARK_NEIGHBOUR-th best other candidate's (a copy stands
 # out of the query's neighbours; a look-alike in a crowded part of the space does not: the score normalisation of
 # copy detection, SSCD), over at least MARK_CANDIDATES candidates by instance code, as the calibration measures it

@@ -28,21 +28,23 @@ def smooth_photos(n, seed=0):
         (64, 64), Image.Resampling.BICUBIC)) for _ in range(n)]
 
 
-def test_perceptual_codes_are_the_phash_of_the_photo_then_of_it_trimmed_each_facing_one_way():
+def test_perceptual_codes_are_the_phash_of_the_photo_then_of_it_trimmed_facing_one_way():
     photos = smooth_photos(6)
     framed = [np.pad(p, ((5, 5), (9, 9), (0, 0)), constant_values=17) for p in photos]
     codes = perceptual_codes(framed)
     assert codes.shape == (6, PERCEPTUAL_BITS // 8) and codes.dtype == np.uint8
-    np.testing.assert_array_equal(codes, pack(np.hstack([phash_signs(framed, facing=True),
-                                                         phash_signs(photos, facing=True)])))
+    np.testing.assert_array_equal(codes, pack(np.hstack([phash_signs(framed), phash_signs(photos, facing=True)])))
     mirrored = perceptual_codes([np.ascontiguousarray(f[:, ::-1]) for f in framed])
-    np.testing.assert_array_equal(mirrored, codes)  # (a mirrored copy: the same hashes)
+    np.testing.assert_array_equal(mirrored[:, 8:], codes[:, 8:])  # (a mirrored copy: the same trimmed hash)
+    assert (hamming_distance(mirrored[:, :8], codes[:, :8], 64).diagonal() >= 8).all()  # (the plain one moves)
     sky = [p.copy() for p in photos]
     for s in sky:
         s[:9] = (200, 220, 250)  # a margin of the photo's own, inside the frame: the frame alone comes off
-    framed_sky = perceptual_codes([np.pad(s, ((5, 5), (9, 9), (0, 0)), constant_values=17) for s in sky])
-    np.testing.assert_array_equal(framed_sky[:, 8:], perceptual_codes(sky)[:, :8])  # its trimmed hash: the photo's
-    assert (perceptual_distances(framed_sky, perceptual_codes(sky), 128, paired=True) == 0).all()
+    facing = [s if np.array_equal(phash_signs([s], facing=True), phash_signs([s])) else s[:, ::-1] for s in sky]
+    framed_sky = perceptual_codes([np.pad(s, ((5, 5), (9, 9), (0, 0)), constant_values=17) for s in facing])
+    own = perceptual_codes(facing)  # (photos that face the hashes' way: the trimmed hash of a framed copy is
+    np.testing.assert_array_equal(framed_sky[:, 8:], own[:, :8])  # the photo's own hash)
+    assert (perceptual_distances(framed_sky, own, 128, paired=True) == 0).all()
     assert [trimmed(f).shape for f in framed] == [p.shape for p in photos]
     assert perceptual_codes([]).shape == (0, 16)
 
@@ -82,7 +84,7 @@ def test_a_perceptual_transform_keeps_its_first_bits_then_the_hashes():
 
 
 def test_a_transform_of_other_perceptual_hashes_is_refused():
-    """A file of the hashes before they faced one way (no `perceptual_kind`), or of another kind:
+    """A file of the hashes before the trimmed one faced one way (no `perceptual_kind`), or of another kind:
     its items' hashes would not match today's queries', so it is refused naming the file and the remedy."""
     import io
 
@@ -90,14 +92,14 @@ def test_a_transform_of_other_perceptual_hashes_is_refused():
     mixed = InstanceTransform.fit(rng.normal(size=(100, 64)), 64).with_perceptual(32)
     with np.load(io.BytesIO(mixed.to_bytes()), allow_pickle=False) as npz:
         fields = {k: npz[k] for k in npz.files}
-    assert str(fields["perceptual_kind"]) == "phash-facing,trimmed-phash-facing"
-    for kind in (None, "phash,trimmed-phash", "phash,trimmed-phash-facing"):
+    assert str(fields["perceptual_kind"]) == "phash,facing-trimmed-phash"
+    for kind in (None, "phash,trimmed-phash", "phash-facing,trimmed-phash-facing"):
         out = io.BytesIO()
         np.savez(out, **{k: v for k, v in fields.items() if k != "perceptual_kind"},
                  **({} if kind is None else {"perceptual_kind": np.array(kind)}))
         with pytest.raises(InputError, match=r"^idx/t\.npz: its code keeps perceptual hashes of another kind "
-                                             r"\('phash,trimmed-phash(?:-facing)?', this lbhash makes "
-                                             r"'phash-facing,trimmed-phash-facing'\); build the index again with "
+                                             r"\('phash(?:-facing)?,trimmed-phash(?:-facing)?', this lbhash makes "
+                                             r"'phash,facing-trimmed-phash'\); build the index again with "
                                              r"`lbhash index build`$"):
             InstanceTransform.from_bytes(out.getvalue(), "idx/t.npz")
 

@@ -4,11 +4,11 @@ frequencies which lie above their median. It barely moves under JPEG, blur, brig
 grayscale, where a CNN's embedding moves most, and fails under mirroring, crops and frames, where the
 embedding holds: `lbhash duplicates FOLDER` scores a pair by both (lbhash.indexes.folder_copies).
 `perceptual_codes` are the 128 bits a perceptual instance code keeps beside its learned ones
-(lbhash.instance.InstanceTransform.perceptual_bits): pHash of the photo and of the photo less its one-colour
-margins (which a frame or letterbox bars then leave alone), each turned to face one way so that a mirrored
-copy hashes alike (`phash_bits`' `facing`); two photos are compared by the least distance of any hash of
-one to any of the other's (lbhash.instance.perceptual_distances: a framed copy's trimmed hash meets its
-photo's own where the photo has a margin of its own; docs/instance-codes.md, "Perceptual bits").
+(lbhash.instance.InstanceTransform.perceptual_bits): pHash of the photo, and of the photo less its one-colour
+margins (which a frame or letterbox bars then leave alone) turned to face one way so that a mirrored copy
+hashes alike (`phash_bits`' `facing`); two photos are compared by the least distance of any hash of one to
+any of the other's (lbhash.instance.perceptual_distances: a framed copy's trimmed hash meets its photo's
+own where the photo has a margin of its own; docs/instance-codes.md, "Perceptual bits").
 Numpy and Pillow only; the bits equal imagehash's but where a coefficient ties with the median.
 """
 
@@ -22,7 +22,7 @@ from lbhash.data.edits import trimmed
 
 SIDE, LOW = 32, 8  # the shrunk luminance's side; the lowest frequencies kept per axis (LOW x LOW bits)
 BITS = LOW * LOW
-PERCEPTUAL_BITS = 2 * BITS  # `perceptual_codes`: the photo's pHash, then its trimmed copy's, each facing one way
+PERCEPTUAL_BITS = 2 * BITS  # `perceptual_codes`: the photo's pHash, then its trimmed copy's facing one way
 # a photo faces one way where the first FACING_ROWS vertical frequencies of its lowest horizontal one sum to 0 or
 # more (it is brighter on the left): mirroring changes the sign of every odd horizontal frequency, so a photo and
 # its mirror image face the same way once turned (docs/results/copies.md, "A mirrored copy's hash")
@@ -58,9 +58,9 @@ def phash_signs(images, facing: bool = False) -> np.ndarray:
 
 def perceptual_codes(images) -> np.ndarray:
     """Packed uint8 (n, PERCEPTUAL_BITS // 8), in the layout of lbhash.codes.pack: each uint8 (H, W, 3) photo's
-    pHash bits, then those of the photo less its one-colour margins (lbhash.data.edits.trimmed), each facing
-    one way."""
+    pHash bits, then those of the photo less its one-colour margins (lbhash.data.edits.trimmed) facing one
+    way."""
     if not len(images):
         return np.empty((0, PERCEPTUAL_BITS // 8), np.uint8)
-    return pack(np.hstack([phash_signs(images, facing=True), phash_signs([trimmed(img) for img in images], facing=True)]),
+    return pack(np.hstack([phash_signs(images), phash_signs([trimmed(img) for img in images], facing=True)]),
                 "perceptual bits")
