@@ -67,7 +67,7 @@ MARK_KEY = "same_picture"
 MARK_BY = ("instance", "cosine", "margin", "margin_or_instance")
 MARGIN_MARKS = ("margin", "margin_or_instance")  # the marks that read a query's MARK_CANDIDATES
 # an index whose instance code ends in perceptual hashes also marks a hit whose hashes are near the query's: the
-# least distance of any of the query's hashes to any of the hit's at most the record's `perceptual_threshold` x HASH_BITS
+# least distance of any query hash to any of the hit's at most the record's `perceptual_threshold` x HASH_BITS
 # (calibrated as the others: docs/results/copies.md, "The mark by the perceptual hashes too")
 HASH_BITS = 64  # each perceptual hash's bits (lbhash.data.perceptual.BITS)
 # the hashes lbhash.data.perceptual.perceptual_codes writes, named in a perceptual transform's file: one made with
