@@ -61,7 +61,8 @@ def test_the_mark_rule_reads_the_perceptual_part_and_refuses_a_broken_one():
 
 def test_a_search_marks_the_hits_whose_hashes_are_near(rng):
     """Instance codes of 64 bits and two hashes; queries are items with a few bits of one hash or the other
-    flipped, or of both: marked exactly where the nearer hash is within the threshold (brute force)."""
+    flipped, or of both: marked exactly where the least distance of any hash to any is within the threshold
+    (brute force)."""
     n, ibits = 200, 192
     codes = rng.integers(0, 256, (n, 2), dtype=np.uint8)
     inst = rng.integers(0, 256, (n, ibits // 8), dtype=np.uint8)
