@@ -93,7 +93,7 @@ def test_a_transform_of_other_perceptual_hashes_is_refused():
     with np.load(io.BytesIO(mixed.to_bytes()), allow_pickle=False) as npz:
         fields = {k: npz[k] for k in npz.files}
     assert str(fields["perceptual_kind"]) == "phash,facing-trimmed-phash"
-    for kind in (None, "phash,trimmed-phash", "phash-facing,trimmed-phash-facing"):
+    for kind in (None, "phash,trimmed-phash", "phash,trimmed-phash-facing", "phash-facing,trimmed-phash-facing"):
         out = io.BytesIO()
         np.savez(out, **{k: v for k, v in fields.items() if k != "perceptual_kind"},
                  **({} if kind is None else {"perceptual_kind": np.array(kind)}))
