@@ -1,5 +1,5 @@
 """How near photos in no index come to an index's photos by their perceptual hashes (issue 86): the least
-distance of each photo's two hashes (lbhash.instance.perceptual_distances) to any indexed item's, as it is and
+distance of any of a photo's hashes to any of an indexed item's (lbhash.instance.perceptual_distances), as it is and
 under every named edit, beside the threshold the index's mark lets pass. 20 training JPEGs of each class
 from each START on (studies/copies_table.py's `absent_photos`), none of them indexed.
 

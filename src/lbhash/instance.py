@@ -195,12 +195,11 @@ def perceptual_distances(a: np.ndarray, b: np.ndarray, perceptual_bits: int, pai
     """The least Hamming distance of any perceptual hash of packed codes `a` to any of `b`'s (the codes' last
     `perceptual_bits`, HASH_BITS a hash; every pair of hashes, so the distance is symmetric and a framed
     copy's trimmed hash meets its photo's own): all pairs of rows (len(a), len(b)), or `paired` rows (len(a),)."""
-    ends = range(a.shape[1] - perceptual_bits // 8 + HASH_BITS // 8, a.shape[1] + 1, HASH_BITS // 8)
+    starts = range(a.shape[1] - perceptual_bits // 8, a.shape[1], HASH_BITS // 8)
+    hashes_a, hashes_b = ([np.ascontiguousarray(x[:, s:s + HASH_BITS // 8]) for s in starts] for x in (a, b))
     out = None
-    for end_a in ends:
-        for end_b in ends:
-            ha = np.ascontiguousarray(a[:, end_a - HASH_BITS // 8:end_a])
-            hb = np.ascontiguousarray(b[:, end_b - HASH_BITS // 8:end_b])
+    for ha in hashes_a:
+        for hb in hashes_b:
             d = np.unpackbits(ha ^ hb, axis=1).sum(axis=1) if paired else hamming_distance(ha, hb, HASH_BITS)
             out = d if out is None else np.minimum(out, d)
     return out

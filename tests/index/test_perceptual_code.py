@@ -42,8 +42,9 @@ def test_perceptual_codes_are_the_phash_of_the_photo_then_of_it_trimmed_facing_o
         s[:9] = (200, 220, 250)  # a margin of the photo's own, inside the frame: the frame alone comes off
     facing = [s if np.array_equal(phash_signs([s], facing=True), phash_signs([s])) else s[:, ::-1] for s in sky]
     framed_sky = perceptual_codes([np.pad(s, ((5, 5), (9, 9), (0, 0)), constant_values=17) for s in facing])
-    own = perceptual_codes(facing)  # (photos that face the hashes' way: the trimmed hash of a framed copy is
-    np.testing.assert_array_equal(framed_sky[:, 8:], own[:, :8])  # the photo's own hash)
+    own = perceptual_codes(facing)
+    # (photos that face the hashes' way: a framed copy's trimmed hash is the photo's own first hash)
+    np.testing.assert_array_equal(framed_sky[:, 8:], own[:, :8])
     assert (perceptual_distances(framed_sky, own, 128, paired=True) == 0).all()
     assert [trimmed(f).shape for f in framed] == [p.shape for p in photos]
     assert perceptual_codes([]).shape == (0, 16)
