@@ -109,8 +109,8 @@ def both_candidates(segment, tables: ChunkTables, queries: np.ndarray, instance:
     """`Backend.both_candidates` of one ordered segment with its chunk `tables`, no tombstone and no label filter,
     compiled: its class codes' top k by the exact scan (`FlatEngine`), its instance codes' by the tables,
     and the union's two distances by one kernel (numpy's calls were most of a search's cost at 1M items:
-    docs/instance-codes.md, "The candidates in compiled code"). Returns positions int64 (nq, 2k), ascending, -1
-    padding last, and the class and instance distances int32 (nq, 2k)."""
+    docs/results/search-benchmarks.md, "The candidates in compiled code"). Returns positions int64 (nq, 2k),
+    ascending, -1 padding last, and the class and instance distances int32 (nq, 2k)."""
     from lbhash.index._lookup_kernel import union_distances
 
     rows = segment.rows
