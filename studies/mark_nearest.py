@@ -7,7 +7,9 @@ photos").
 
     python studies/mark_nearest.py RUN OUT [--drop ITEM ...] [--show 12]
 
-OUT: the index it builds (replaced). Items are the run's data positions, as `lbhash search` names them.
+OUT: the index it builds (replaced). Calibration photos are named by their data position, other items by their
+row in the index: the same number where the index holds the run's items in order (`--part all` of an
+`all-train` run, the default there).
 """
 
 from __future__ import annotations
