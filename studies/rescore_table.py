@@ -14,7 +14,7 @@ keeps a feature run's input features). For Hamming order and for factors 1, 4, 1
   embeddings are first quantised to int8 (then stored and scored as the index does).
 
 Usage: python studies/rescore_table.py FEATURES.npz [--queries 200] [--epochs 30] [--lbhash]
-Prints a markdown table (docs/search.md, "Measuring it").
+Prints a markdown table (docs/results/search-benchmarks.md, "Re-scoring by stored embeddings: the factor").
 """
 
 from __future__ import annotations
