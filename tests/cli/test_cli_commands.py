@@ -106,10 +106,10 @@ def test_the_search_layer_loads_neither_torch_nor_the_metric_kernels():
     assert done.stdout.strip() == "[]", done.stdout + done.stderr
 
 
-
 def test_the_index_layer_loads_neither_the_data_readers_nor_pydantic():
-    """An exported run's search starts within 1.5 s (docs/results/benchmarks.md, "Start-up"): the index directory
-    layer reads the perceptual hashes' module but not the rest of lbhash.data (its names load on first use)."""
+    """What an exported run's search imports (docs/results/benchmarks.md, "Start-up"): the index directory layer
+    reads the perceptual hashes' and the edits' modules but not the rest of lbhash.data, whose names load on first
+    use, each from its own module."""
     code = ("import sys, lbhash.indexes.index_dir, lbhash.data.perceptual, lbhash.data.edits; "
             "print(sorted({'pydantic', 'lbhash.options', 'lbhash.data.spec'} & set(sys.modules)))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
@@ -118,6 +118,7 @@ def test_the_index_layer_loads_neither_the_data_readers_nor_pydantic():
 
     assert lbhash.data.load_data.__module__ == "lbhash.data.spec"  # (first use imports the name's module)
     assert set(lbhash.data.__all__) <= set(dir(lbhash.data))
+
 
 READ_ONLY = textwrap.dedent("""
     import sys

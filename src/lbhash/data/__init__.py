@@ -28,5 +28,5 @@ _HOMES = {
                     "transforms"),
 }
 
-__all__ = [name for name in _HOMES if name != "MIN_NATIVE_SIDE"]
+__all__ = [name for name in _HOMES if name != "MIN_NATIVE_SIDE"]  # (a constant of the training options, not public)
 __getattr__, __dir__ = lazy_names(__name__, _HOMES, globals())
