@@ -10,7 +10,8 @@ the same machine state; the first epoch of each warms up and is left out of the 
 Configurations: CSQ and CSQ_D on features (32 and 64 bits, the 1024 -> 1024 -> bits head) and
 CSQ on 28 x 28 grayscale images with the smallcnn backbone (no augmentation). The _D step over
 CSQ's comes from hand loops of the two whose epochs alternate (`d_step_ratio`), beside the
-floor that P_pi's large matmuls and its Adam step set (`SurrogateArithmetic`).
+floor that P_pi's large matmuls and its Adam step set (`SurrogateArithmetic`), and P_pi's whole step
+timed alone beside those matmuls alone (what the step adds to them: elementwise passes, gathers, Python).
 
     python benchmarks/bench_train.py [--data features:PATH.npz] [--epochs 4] [--images 6000] [--rounds 8]
 """
@@ -138,20 +139,43 @@ class SurrogateArithmetic:
             self.optimizer.zero_grad(set_to_none=True)
         return time.perf_counter() - start
 
+    def alone_ms(self, loop: HandLoop, steps: int) -> tuple[float, float]:
+        """(median ms of P_pi's whole step alone: `fused_losses` and its backward on a batch of the loop's codes and
+        labels, no optimizer; median ms of the floor's three matmuls alone), `steps` of each in turn."""
+        lower_bound = loop.learner.lower_bound
+        surrogate = copy.deepcopy(lower_bound.surrogate).train()
+        codes = torch.randn(loop.batch_size, surrogate.bits, requires_grad=True)
+        patterns, weights = lower_bound._targets(loop.y[:loop.batch_size])
+        w1, b1, w2, b2 = self.params
+        step, matmuls = [], []
+        for _ in range(steps):
+            start = time.perf_counter()
+            pi, theta, _ = surrogate.fused_losses(codes, patterns, weights)
+            (pi + theta).backward()
+            step.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            with torch.no_grad():
+                torch.baddbmm(b2, self.hidden, w2)
+                torch.bmm(self.probs, w2.transpose(1, 2))
+                torch.bmm(self.hidden.transpose(1, 2), self.probs)
+            matmuls.append(time.perf_counter() - start)
+        return 1e3 * float(np.median(step)), 1e3 * float(np.median(matmuls))
 
-def d_step_ratio(data: str, protocol: str, bits: int, rounds: int) -> tuple[float, float, float, float]:
+
+def d_step_ratio(data: str, protocol: str, bits: int, rounds: int) -> tuple[float, ...]:
     """Hand loops of CSQ and CSQ_D with their epochs alternating, so that both see the same
     machine state (this machine's speed drifts by up to 2x within minutes): the median seconds
     per epoch of each, the median of the per-round ratios, and the median per-round ratio of
     (CSQ + `SurrogateArithmetic`) to CSQ, the floor that the _D step's ratio could reach if
-    nothing but P_pi's large matmuls and its optimizer step were added. The first round warms up."""
+    nothing but P_pi's large matmuls and its optimizer step were added. The first round warms up.
+    Then (`SurrogateArithmetic.alone_ms`) P_pi's step alone and its three matmuls alone, in ms."""
     loops = [HandLoop(TrainConfig(data=data, protocol=protocol, method="csq", bits=bits, lbhash=lbhash, validation=0.0))
              for lbhash in (False, True)]
     floor = SurrogateArithmetic(loops[1])
     seconds = [[run.epoch(r) for run in (*loops, floor)] for r in range(rounds + 1)][1:]
     base, with_d, _ = zip(*seconds)
     return (float(np.median(base)), float(np.median(with_d)), float(np.median([d / b for b, d, _ in seconds])),
-            float(np.median([(b + f) / b for b, _, f in seconds])))
+            float(np.median([(b + f) / b for b, _, f in seconds])), *floor.alone_ms(loops[1], 20 * rounds + 20))
 
 
 def main() -> None:
@@ -182,10 +206,12 @@ def main() -> None:
     print(f"{'configuration':<52} {'steps':>5} {'lbhash s/epoch':>15} {'hand loop':>10} {'ratio':>6}")
     for name, ours, theirs, steps in rows:
         print(f"{name:<52} {steps:>5} {ours:>15.3f} {theirs:>10.3f} {ours / theirs:>5.2f}x")
-    for bits, base, d, ratio, floor in d_rows:
+    for bits, base, d, ratio, floor, step_ms, matmul_ms in d_rows:
         print(f"_D step over CSQ step, features {bits} bits (hand loops, {args.rounds} alternating rounds): "
               f"CSQ {base:.3f} s, CSQ_D {d:.3f} s per epoch; median ratio {ratio:.2f}x "
               f"(floor: CSQ plus P_pi's large matmuls and Adam step alone, {floor:.2f}x)")
+        print(f"  P_pi's step alone, {bits} bits (fused_losses and its backward, no optimizer): {step_ms:.2f} ms, "
+              f"of which its three large matmuls {matmul_ms:.2f} ms")
     print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

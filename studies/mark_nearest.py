@@ -81,7 +81,8 @@ def main() -> None:
         for row in near[:args.show]:
             print("  ", *row)
         own, nearest = np.concatenate(own), np.concatenate(nearest)
-        cut = int(nearest.min()) - 1 - margin
+        allowed = int(np.floor(instance_learning.FALSE_MARK_RATE * kept.sum() * len(seen["edits"])))
+        cut = instance_learning.strictest_cut(nearest, allowed, margin)  # (as the calibration's rule, the rest)
         passed.append(own <= cut)
         print(f"{measure}: at most {cut} (dropped: {args.drop or 'none'}), passing {np.mean(passed[-1]):.3f} of the "
               "calibration copies' originals")

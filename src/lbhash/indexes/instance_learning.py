@@ -122,7 +122,7 @@ def calibrate_mark(embed, photos, held: np.ndarray, held_rows: np.ndarray, trans
             hashed.append(_perceptual_own_and_nearest(codes, held_rows, transform.perceptual_bits, instance))
     own, nearest = (np.concatenate([f[i] for f in found]) for i in (0, 1))
     allowed = int(np.floor(FALSE_MARK_RATE * len(nearest)))
-    cut_bits = int(np.sort(nearest)[allowed]) - 1 - MARGIN_BITS  # marks d <= cut_bits
+    cut_bits = strictest_cut(nearest, allowed, MARGIN_BITS)  # marks d <= cut_bits
     # each measure: (threshold, the originals it passes, the other items it passes), and further keys
     tests = {"instance": ((cut_bits + 0.5) / transform.bits, own <= cut_bits, nearest <= cut_bits, {})}
     if floats is not None:
@@ -210,8 +210,14 @@ def _perceptual_test(hashed: list, allowed: int) -> tuple | None:
     as the instance distance is (MARGIN_HASH_BITS below the strictest that lets `allowed` other items pass);
     None where no distance passes none of them."""
     own, nearest = (np.concatenate([h[i] for h in hashed]) for i in (0, 1))
-    cut = int(np.sort(nearest)[allowed]) - 1 - MARGIN_HASH_BITS
+    cut = strictest_cut(nearest, allowed, MARGIN_HASH_BITS)
     return None if cut < 0 else ((cut + 0.5) / HASH_BITS, own <= cut, nearest <= cut)
+
+
+def strictest_cut(nearest: np.ndarray, allowed: int, margin: int) -> int:
+    """The largest distance a mark passes: `margin` bits below the least that would let more than `allowed` of the
+    copies' `nearest` other items (Hamming distances) pass."""
+    return int(np.sort(nearest)[allowed]) - 1 - margin
 
 
 def _nearest_by_code(pool: tuple, key: np.ndarray, cos: np.ndarray) -> tuple:
